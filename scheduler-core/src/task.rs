@@ -1,0 +1,161 @@
+//! The task model: what a user writes under `{prefix}/tasks/{namespace}/{id}`.
+//!
+//! The JSON form is the user-facing contract (see `docs/tasks.md`). Durations are written as
+//! humantime strings (`"30s"`, `"5m"`), instants as RFC 3339; inside the process they are
+//! `std::time::Duration` and [`UtcMillis`]. Parsing and validation live in `validate.rs`:
+//! they report every problem at once with its field path, so this module only holds the
+//! types and their documented defaults.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::UtcMillis;
+
+/// Default namespace when a spec names none.
+pub const DEFAULT_NAMESPACE: &str = "default";
+/// Default queue when a spec names none.
+pub const DEFAULT_QUEUE: &str = "default";
+/// Default execution timeout (seed 001: HTTP callbacks time out after 30 s).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default priority, the middle of 0 (lowest) ..= 9 (highest).
+pub const DEFAULT_PRIORITY: u8 = 5;
+/// Highest priority.
+pub const MAX_PRIORITY: u8 = 9;
+/// Largest payload, serialized as compact JSON (seed 000: 32 KB cap).
+pub const MAX_PAYLOAD_BYTES: usize = 32 * 1024;
+
+/// A task as registered: what to run, when, and how to treat failures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// Task id; the last segment of its etcd key.
+    pub id: String,
+    /// Namespace; the segment before the id in its etcd key.
+    pub namespace: String,
+    /// Name of the handler that runs it (`http`, `log`, or a user handler).
+    pub handler: String,
+    /// When it fires.
+    pub schedule: Schedule,
+    /// Handler input, any JSON, at most [`MAX_PAYLOAD_BYTES`] serialized.
+    #[serde(default)]
+    pub payload: serde_json::Value,
+    /// Target of the built-in `http` handler; required when `handler` is `http`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpTarget>,
+    /// Redis queue its executions go to, so heavy tasks can get workers of their own.
+    pub queue: String,
+    /// 0 (lowest) ..= 9 (highest).
+    pub priority: u8,
+    /// Longest one execution may run before it is stopped and counted as failed.
+    #[serde(with = "crate::duration_serde")]
+    pub timeout: Duration,
+    /// How failed executions are retried.
+    pub retry: RetryPolicy,
+    /// Executions that share this key within the dedupe window run once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// What to do with fires missed while no leader acted.
+    pub misfire: MisfirePolicy,
+    /// What to do when a periodic fire comes while the previous execution still runs.
+    pub overlap: OverlapPolicy,
+    /// A paused task stays registered but does not fire.
+    pub paused: bool,
+    /// Free-form labels for people and tooling.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Spec version: a register with a higher version replaces an existing spec.
+    pub version: u64,
+    /// When the spec was created (set by the CLI); a `delay` counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<UtcMillis>,
+}
+
+/// Where the built-in `http` handler posts the execution.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpTarget {
+    /// `http://` or `https://` URL that receives a POST with the execution as JSON.
+    pub url: String,
+    /// Extra request headers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// When a task fires. Exactly one kind per task.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    /// Once, at an instant.
+    At(UtcMillis),
+    /// Once, a duration after the task's `created_at` (or after the engine first recorded it).
+    Delay(#[serde(with = "crate::duration_serde")] Duration),
+    /// Repeatedly, every interval, counted from the anchor the engine records.
+    Every(#[serde(with = "crate::duration_serde")] Duration),
+    /// On a cron expression (5 fields, or 6 with seconds first) in an IANA time zone.
+    Cron {
+        /// The expression as written.
+        expr: String,
+        /// IANA zone name; default `UTC`.
+        timezone: String,
+    },
+}
+
+/// Retry settings (seed 004: exponential backoff with jitter, bounded count and total time).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt; 0 disables retry.
+    pub max_retries: u32,
+    /// Wait before the first retry.
+    #[serde(with = "crate::duration_serde")]
+    pub initial_interval: Duration,
+    /// Cap on any one wait.
+    #[serde(with = "crate::duration_serde")]
+    pub max_interval: Duration,
+    /// Growth factor between waits, >= 1.
+    pub multiplier: f64,
+    /// Randomization factor in 0..=1: a wait `w` becomes uniform in `w*(1-j) ..= w*(1+j)`.
+    pub jitter: f64,
+    /// No retry starts later than this after the first attempt began; `None` for no limit.
+    #[serde(default, with = "crate::duration_serde::option")]
+    pub max_elapsed: Option<Duration>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        // Seed 001's three layers (10 s, 30 s, 2 min) as an exponential policy: 10 s x 3.
+        RetryPolicy {
+            max_retries: 3,
+            initial_interval: Duration::from_secs(10),
+            max_interval: Duration::from_secs(600),
+            multiplier: 3.0,
+            jitter: 0.2,
+            max_elapsed: Some(Duration::from_secs(3600)),
+        }
+    }
+}
+
+/// Missed-fire handling (seed 004: compensation after failover).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MisfirePolicy {
+    /// Run one execution for all the fires missed, then continue on schedule.
+    #[default]
+    FireOnce,
+    /// Run every missed fire within the catch-up window.
+    FireAll,
+    /// Run none of them; continue with the next future fire.
+    Skip,
+}
+
+/// Concurrent-execution handling for periodic tasks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OverlapPolicy {
+    /// Start the new execution alongside the running one.
+    Allow,
+    /// Hold the fire until the running execution finishes.
+    #[default]
+    Forbid,
+    /// Cancel the running execution and start the new one.
+    Replace,
+}

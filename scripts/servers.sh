@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Sourced by test.sh and dev.sh: starts a throwaway etcd and Redis on free loopback ports with
+# their data in a temp folder, and stops them with ax_stop_servers.
+#   ax_start_servers DIR   sets AX_ETCD_ENDPOINT, AX_REDIS_URL, AX_ETCD_PID, AX_REDIS_PID
+
+ax_free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+ax_wait() { # what, tries, command...
+  local what=$1 tries=$2; shift 2
+  for _ in $(seq "$tries"); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  echo "servers: $what did not start; its log:" >&2
+  return 1
+}
+
+ax_start_servers() {
+  local dir=$1
+  mkdir -p "$dir/etcd" "$dir/redis"
+  local cport pport rport
+  cport=$(ax_free_port); pport=$(ax_free_port); rport=$(ax_free_port)
+  etcd --name ax --data-dir "$dir/etcd/data" \
+    --listen-client-urls "http://127.0.0.1:$cport" --advertise-client-urls "http://127.0.0.1:$cport" \
+    --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+    --initial-cluster "ax=http://127.0.0.1:$pport" >"$dir/etcd/etcd.log" 2>&1 &
+  AX_ETCD_PID=$!
+  redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir/redis" \
+    >"$dir/redis/redis.log" 2>&1 &
+  AX_REDIS_PID=$!
+  AX_ETCD_ENDPOINT="http://127.0.0.1:$cport"
+  AX_REDIS_URL="redis://127.0.0.1:$rport"
+  ax_wait etcd 100 env ETCDCTL_API=3 etcdctl --endpoints "$AX_ETCD_ENDPOINT" endpoint health \
+    || { tail -20 "$dir/etcd/etcd.log" >&2; return 1; }
+  ax_wait redis 100 redis-cli -p "$rport" ping \
+    || { tail -20 "$dir/redis/redis.log" >&2; return 1; }
+  export AX_ETCD_ENDPOINT AX_REDIS_URL AX_ETCD_PID AX_REDIS_PID
+}
+
+ax_stop_servers() {
+  for pid in ${AX_ETCD_PID:-} ${AX_REDIS_PID:-}; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in ${AX_ETCD_PID:-} ${AX_REDIS_PID:-}; do
+    wait "$pid" 2>/dev/null || true
+  done
+}

