@@ -3,7 +3,9 @@
 //! Everything here is driven by an explicit `now` ([`time::UtcMillis`] or timer ticks), so the
 //! engine reads the clock once at the edge and tests run on virtual time.
 
+pub mod breaker;
 pub mod duration_serde;
+pub mod limiter;
 pub mod task;
 pub mod time;
 
