@@ -8,6 +8,7 @@ pub mod duration_serde;
 pub mod limiter;
 pub mod task;
 pub mod time;
+pub mod timer;
 
 pub use task::{MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec};
 pub use time::UtcMillis;
