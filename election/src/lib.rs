@@ -1,1 +1,35 @@
-//! Filled by a later issue.
+//! Leader election, fencing tokens, task locks and instance records on etcd leases.
+//!
+//! One replica of the engine acts as leader at a time. It holds `{prefix}/leader`, a key
+//! attached to a lease it renews every TTL/3 ([`Candidate::campaign`]). The key's create
+//! revision is the [`Leadership::fencing_token`]: it only grows, so anything a leader writes
+//! can carry it and a store can refuse writes from an older leader.
+//!
+//! The rule that keeps two leaders from acting at once: a holder stops trusting its lease
+//! well before etcd could expire it. [`Leadership::lost`] fires when a renewal fails, the
+//! lease is gone, the key is deleted or taken over, or no renewal succeeded within
+//! TTL - TTL/3 of the last one sent; [`Leadership::is_valid`] also checks a monotonic
+//! deadline directly, which matters after the process was paused (SIGSTOP, a long GC-like
+//! stall, a frozen VM): timers are then overdue and the code that resumes first may run
+//! before the keep-alive task notices. Check `is_valid()` right before every leader action.
+//!
+//! The same lease holding backs per-task locks ([`TaskLock`]) and instance records
+//! ([`register_instance`]).
+
+mod campaign;
+mod config;
+mod error;
+mod hold;
+mod instances;
+mod keys;
+mod lock;
+mod observe;
+
+pub use campaign::{Candidate, Leadership};
+pub use config::{ElectionConfig, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL};
+pub use error::ElectionError;
+pub use hold::LossReason;
+pub use instances::{list_instances, register_instance, InstanceRecord, InstanceRegistration};
+pub use keys::{instance_key, leader_key, lock_key};
+pub use lock::{LockGuard, TaskLock};
+pub use observe::{current_leader, observe, LeaderInfo, LeaderObserver};

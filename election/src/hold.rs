@@ -1,0 +1,459 @@
+//! Holding a lease: the keep-alive loop behind leadership, task locks and instance records.
+//!
+//! The loop is an explicit state machine ([`HoldState`]) advanced by [`Holder::step`]. Its
+//! one safety rule: the holder trusts its lease only until `safe_until`, which is the send
+//! time of the last renewal etcd confirmed, plus TTL - TTL/3. etcd refreshed the lease no
+//! earlier than that send, so the lease cannot expire before send + TTL; giving up TTL/3
+//! earlier leaves room for clock-rate differences and a slow loop. When the deadline
+//! passes without a confirmed renewal, the holder declares the lease lost even if etcd
+//! might still hold it: better a gap with no leader than two leaders.
+//!
+//! `safe_until` is a monotonic [`Instant`], so `is_valid()` stays right after the process
+//! was paused: the first check after waking sees the deadline in the past even if the
+//! keep-alive task has not run yet.
+//!
+//! If a guarded key is given (the leader key, a lock key), the loop also watches it: the
+//! key deleted or recreated by someone else (another create revision) means the hold is
+//! gone, whatever the lease says.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{
+    Client, EventType, LeaseKeepAliveStream, LeaseKeeper, WatchOptions, WatchStream,
+};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// Why a hold (leadership, lock, instance record) ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LossReason {
+    /// No renewal was confirmed within TTL - TTL/3 of the last confirmed one, so the lease
+    /// may be about to expire (etcd unreachable, process paused, overloaded loop).
+    RenewalOverdue,
+    /// etcd reports the lease expired or unknown.
+    LeaseExpired,
+    /// The guarded key was deleted.
+    KeyDeleted,
+    /// The guarded key now belongs to another holder (another create revision).
+    KeyTakenOver {
+        /// Create revision of the key found.
+        create_revision: i64,
+    },
+    /// The holder resigned or released it.
+    Released,
+    /// The holder was dropped or abandoned.
+    Dropped,
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LossReason::RenewalOverdue => f.write_str("no lease renewal confirmed in time"),
+            LossReason::LeaseExpired => f.write_str("lease expired"),
+            LossReason::KeyDeleted => f.write_str("key deleted"),
+            LossReason::KeyTakenOver { create_revision } => {
+                write!(f, "key taken over (create revision {create_revision})")
+            }
+            LossReason::Released => f.write_str("released"),
+            LossReason::Dropped => f.write_str("dropped"),
+        }
+    }
+}
+
+/// A key whose continued existence, with this create revision, the hold depends on.
+#[derive(Clone, Debug)]
+pub(crate) struct Guarded {
+    pub(crate) key: String,
+    pub(crate) create_revision: i64,
+}
+
+struct Shared {
+    lost: CancellationToken,
+    safe_until: Mutex<Instant>,
+    reason: Mutex<Option<LossReason>>,
+    revoke_on_stop: AtomicBool,
+}
+
+impl Shared {
+    fn lose(&self, reason: LossReason) {
+        if let Ok(mut r) = self.reason.lock() {
+            if r.is_none() {
+                *r = Some(reason);
+            }
+        }
+        self.lost.cancel();
+    }
+
+    fn safe_until(&self) -> Instant {
+        // A poisoned lock only means another thread panicked mid-update; an Instant is
+        // always whole, so reading through the poison is sound.
+        match self.safe_until.lock() {
+            Ok(g) => *g,
+            Err(p) => *p.into_inner(),
+        }
+    }
+}
+
+/// A lease kept alive by a background task owned by this value.
+///
+/// Dropping it stops the task, which then revokes the lease (bounded by the request
+/// timeout) so keys on it vanish at once; [`LeaseHold::abandon`] stops renewing without
+/// revoking, as a crashed process would.
+pub(crate) struct LeaseHold {
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+    lease_id: i64,
+}
+
+impl LeaseHold {
+    /// Starts keeping `lease_id` alive. `sent_at` is when the grant request was sent.
+    pub(crate) fn start(
+        client: Client,
+        lease_id: i64,
+        ttl: Duration,
+        request_timeout: Duration,
+        guarded: Option<Guarded>,
+        sent_at: Instant,
+    ) -> Self {
+        let shared = Arc::new(Shared {
+            lost: CancellationToken::new(),
+            safe_until: Mutex::new(sent_at + safe_window(ttl)),
+            reason: Mutex::new(None),
+            revoke_on_stop: AtomicBool::new(true),
+        });
+        let stop = CancellationToken::new();
+        let holder = Holder {
+            client,
+            lease_id,
+            ttl,
+            request_timeout,
+            guarded,
+            shared: shared.clone(),
+            stop: stop.clone(),
+        };
+        let span = tracing::debug_span!("lease_hold", lease_id);
+        let task = tokio::spawn(holder.run().instrument(span));
+        LeaseHold {
+            shared,
+            stop,
+            task: Some(task),
+            lease_id,
+        }
+    }
+
+    pub(crate) fn lease_id(&self) -> i64 {
+        self.lease_id
+    }
+
+    pub(crate) fn lost(&self) -> CancellationToken {
+        self.shared.lost.child_token()
+    }
+
+    pub(crate) fn is_valid(&self) -> bool {
+        !self.shared.lost.is_cancelled() && Instant::now() < self.shared.safe_until()
+    }
+
+    pub(crate) fn safe_until(&self) -> Instant {
+        self.shared.safe_until()
+    }
+
+    pub(crate) fn loss_reason(&self) -> Option<LossReason> {
+        self.shared.reason.lock().ok().and_then(|r| r.clone())
+    }
+
+    /// Marks the hold lost and stops the task without revoking; waits for the task.
+    pub(crate) async fn stop_without_revoke(&mut self, reason: LossReason) {
+        self.shared.revoke_on_stop.store(false, Ordering::SeqCst);
+        self.shared.lose(reason);
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// Stops renewing without revoking: the lease expires after its TTL.
+    pub(crate) fn abandon(mut self) {
+        self.shared.revoke_on_stop.store(false, Ordering::SeqCst);
+        self.shared.lose(LossReason::Dropped);
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for LeaseHold {
+    fn drop(&mut self) {
+        self.shared.lose(LossReason::Dropped);
+        // The task sees `stop`, revokes the lease under the request timeout and ends; it is
+        // not awaited here because drop cannot wait.
+        self.stop.cancel();
+    }
+}
+
+/// TTL - TTL/3: how long a confirmed renewal (counted from its send) is trusted.
+pub(crate) fn safe_window(ttl: Duration) -> Duration {
+    ttl - ttl / 3
+}
+
+/// The keep-alive loop's states.
+enum HoldState {
+    /// (Re)open the keep-alive stream and the key watch at `retry_at`.
+    Connecting { retry_at: Instant, attempt: u32 },
+    /// Renewing; watching the guarded key.
+    Alive(Box<Alive>),
+    /// The hold ended (lost or stopped).
+    Done,
+}
+
+struct Alive {
+    keeper: LeaseKeeper,
+    responses: LeaseKeepAliveStream,
+    watch: Option<WatchStream>,
+    next_renewal: Instant,
+    /// Send times of renewals not answered yet, oldest first.
+    in_flight: VecDeque<Instant>,
+}
+
+enum ConnectError {
+    Lost(LossReason),
+    Transient(String),
+}
+
+struct Holder {
+    client: Client,
+    lease_id: i64,
+    ttl: Duration,
+    request_timeout: Duration,
+    guarded: Option<Guarded>,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+}
+
+impl Holder {
+    async fn run(mut self) {
+        let mut state = HoldState::Connecting {
+            retry_at: Instant::now(),
+            attempt: 0,
+        };
+        loop {
+            state = self.step(state).await;
+            if matches!(state, HoldState::Done) {
+                break;
+            }
+        }
+        if self.shared.revoke_on_stop.load(Ordering::SeqCst) {
+            let mut lease = self.client.lease_client();
+            match tokio::time::timeout(self.request_timeout, lease.revoke(self.lease_id)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => {
+                    tracing::debug!(lease_id = self.lease_id, %error, "lease revoke failed")
+                }
+                Err(_) => tracing::debug!(lease_id = self.lease_id, "lease revoke timed out"),
+            }
+        }
+        self.shared.lose(LossReason::Dropped);
+    }
+
+    fn lose(&self, reason: LossReason) -> HoldState {
+        tracing::warn!(lease_id = self.lease_id, %reason, "lease hold lost");
+        self.shared.lose(reason);
+        HoldState::Done
+    }
+
+    fn renewed(&self, sent_at: Instant) {
+        let until = sent_at + safe_window(self.ttl);
+        if let Ok(mut g) = self.shared.safe_until.lock() {
+            if until > *g {
+                *g = until;
+            }
+        }
+    }
+
+    async fn step(&mut self, state: HoldState) -> HoldState {
+        let safe_until = self.shared.safe_until();
+        match state {
+            HoldState::Done => HoldState::Done,
+            HoldState::Connecting { retry_at, attempt } => {
+                tokio::select! {
+                    biased;
+                    _ = self.stop.cancelled() => return HoldState::Done,
+                    _ = sleep_until(safe_until) => return self.lose(LossReason::RenewalOverdue),
+                    _ = sleep_until(retry_at) => {}
+                }
+                let deadline = (Instant::now() + self.request_timeout).min(safe_until);
+                let outcome = tokio::select! {
+                    biased;
+                    _ = self.stop.cancelled() => return HoldState::Done,
+                    r = tokio::time::timeout_at(deadline, self.connect()) => r,
+                };
+                match outcome {
+                    Ok(Ok(alive)) => HoldState::Alive(Box::new(alive)),
+                    Ok(Err(ConnectError::Lost(reason))) => self.lose(reason),
+                    Ok(Err(ConnectError::Transient(error))) => {
+                        tracing::debug!(lease_id = self.lease_id, %error, attempt, "keep-alive reconnect failed");
+                        HoldState::Connecting {
+                            retry_at: Instant::now() + retry_delay(attempt),
+                            attempt: attempt + 1,
+                        }
+                    }
+                    Err(_) => HoldState::Connecting {
+                        retry_at: Instant::now(),
+                        attempt: attempt + 1,
+                    },
+                }
+            }
+            HoldState::Alive(mut alive) => {
+                let Alive {
+                    keeper,
+                    responses,
+                    watch,
+                    next_renewal,
+                    in_flight,
+                } = &mut *alive;
+                let reconnect = HoldState::Connecting {
+                    retry_at: Instant::now(),
+                    attempt: 0,
+                };
+                tokio::select! {
+                    biased;
+                    _ = self.stop.cancelled() => HoldState::Done,
+                    _ = sleep_until(safe_until) => self.lose(LossReason::RenewalOverdue),
+                    msg = responses.message() => match msg {
+                        Ok(Some(resp)) if resp.ttl() > 0 => {
+                            if let Some(sent_at) = in_flight.pop_front() {
+                                self.renewed(sent_at);
+                            }
+                            HoldState::Alive(alive)
+                        }
+                        Ok(Some(_)) => self.lose(LossReason::LeaseExpired),
+                        Ok(None) => reconnect,
+                        Err(error) => {
+                            tracing::debug!(lease_id = self.lease_id, %error, "keep-alive stream broke");
+                            reconnect
+                        }
+                    },
+                    ev = next_watch(watch) => match ev {
+                        Ok(Some(resp)) => {
+                            if resp.canceled() {
+                                return reconnect;
+                            }
+                            let mine = self.guarded.as_ref().map(|g| g.create_revision).unwrap_or(0);
+                            for event in resp.events() {
+                                match event.event_type() {
+                                    EventType::Delete => return self.lose(LossReason::KeyDeleted),
+                                    EventType::Put => {
+                                        let rev = event.kv().map(|kv| kv.create_revision()).unwrap_or(0);
+                                        if rev != mine {
+                                            return self.lose(LossReason::KeyTakenOver { create_revision: rev });
+                                        }
+                                    }
+                                }
+                            }
+                            HoldState::Alive(alive)
+                        }
+                        Ok(None) => reconnect,
+                        Err(error) => {
+                            tracing::debug!(lease_id = self.lease_id, %error, "guard watch broke");
+                            reconnect
+                        }
+                    },
+                    _ = sleep_until(*next_renewal) => {
+                        let now = Instant::now();
+                        *next_renewal = now + self.ttl / 3;
+                        match keeper.keep_alive().await {
+                            Ok(()) => {
+                                in_flight.push_back(now);
+                                HoldState::Alive(alive)
+                            }
+                            Err(_) => reconnect,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Opens the keep-alive stream (its first request is itself a renewal) and the watch
+    /// on the guarded key, after checking the key is still ours.
+    async fn connect(&self) -> Result<Alive, ConnectError> {
+        let sent_at = Instant::now();
+        let mut lease = self.client.lease_client();
+        let (keeper, responses) = match lease.keep_alive(self.lease_id).await {
+            Ok(v) => v,
+            Err(etcd_client::Error::LeaseKeepAliveError(m)) if m.contains("not found") => {
+                return Err(ConnectError::Lost(LossReason::LeaseExpired))
+            }
+            Err(e) => return Err(ConnectError::Transient(e.to_string())),
+        };
+        self.renewed(sent_at);
+        let watch = match &self.guarded {
+            None => None,
+            Some(g) => {
+                let mut kv = self.client.kv_client();
+                let resp = kv
+                    .get(g.key.clone(), None)
+                    .await
+                    .map_err(|e| ConnectError::Transient(e.to_string()))?;
+                match resp.kvs().first() {
+                    None => return Err(ConnectError::Lost(LossReason::KeyDeleted)),
+                    Some(kv) if kv.create_revision() != g.create_revision => {
+                        return Err(ConnectError::Lost(LossReason::KeyTakenOver {
+                            create_revision: kv.create_revision(),
+                        }))
+                    }
+                    Some(_) => {}
+                }
+                let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+                let mut wc = self.client.watch_client();
+                let stream = wc
+                    .watch(
+                        g.key.clone(),
+                        Some(WatchOptions::new().with_start_revision(rev + 1)),
+                    )
+                    .await
+                    .map_err(|e| ConnectError::Transient(e.to_string()))?;
+                Some(stream)
+            }
+        };
+        Ok(Alive {
+            keeper,
+            responses,
+            watch,
+            next_renewal: sent_at + self.ttl / 3,
+            in_flight: VecDeque::new(),
+        })
+    }
+}
+
+async fn next_watch(
+    watch: &mut Option<WatchStream>,
+) -> Result<Option<etcd_client::WatchResponse>, etcd_client::Error> {
+    match watch {
+        Some(w) => w.message().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reconnect delays: 50 ms doubling to 400 ms; short because the safe window is short.
+fn retry_delay(attempt: u32) -> Duration {
+    Duration::from_millis(50u64 << attempt.min(3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safe_window_is_two_thirds_of_ttl() {
+        assert_eq!(safe_window(Duration::from_secs(3)), Duration::from_secs(2));
+        assert_eq!(retry_delay(0), Duration::from_millis(50));
+        assert_eq!(retry_delay(10), Duration::from_millis(400));
+    }
+}
