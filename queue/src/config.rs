@@ -1,0 +1,63 @@
+//! Queue client settings, with the defaults documented on each field.
+
+use std::time::Duration;
+
+use crate::error::{QueueError, Result};
+use crate::keys::{validate_name, DEFAULT_PREFIX};
+
+/// How a [`crate::Queue`] talks to Redis.
+#[derive(Clone, Debug)]
+pub struct QueueConfig {
+    /// Prefix of every key. Default `ax`.
+    pub prefix: String,
+    /// Limit on any one non-blocking command or script, including waiting for a reconnect.
+    /// Also the connection's response timeout. Default 5 s.
+    pub command_timeout: Duration,
+    /// Limit on establishing a connection. Default 5 s.
+    pub connect_timeout: Duration,
+    /// How long a dedupe key keeps a (task, fire instant) from being enqueued again.
+    /// Default 24 h.
+    pub dedupe_ttl: Duration,
+    /// Executions kept per task in the history list. Default 100.
+    pub history_cap: usize,
+    /// Reconnect attempts per failed command before it reports the error. Default 4.
+    pub reconnect_retries: usize,
+    /// Longest wait between reconnect attempts. Default 1 s.
+    pub reconnect_max_delay: Duration,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            prefix: DEFAULT_PREFIX.to_string(),
+            command_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            dedupe_ttl: Duration::from_secs(24 * 3600),
+            history_cap: 100,
+            reconnect_retries: 4,
+            reconnect_max_delay: Duration::from_secs(1),
+        }
+    }
+}
+
+impl QueueConfig {
+    pub(crate) fn validate(&self) -> Result<()> {
+        if !validate_name(&self.prefix) {
+            return Err(QueueError::InvalidConfig(format!(
+                "prefix `{}` must be non-empty without braces or spaces",
+                self.prefix
+            )));
+        }
+        if self.command_timeout.is_zero() || self.dedupe_ttl.as_millis() == 0 {
+            return Err(QueueError::InvalidConfig(
+                "command_timeout and dedupe_ttl must be positive".into(),
+            ));
+        }
+        if self.history_cap == 0 {
+            return Err(QueueError::InvalidConfig(
+                "history_cap must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,267 @@
+//! The dead-letter queue: executions that will not be retried, with every attempt's error.
+//!
+//! Entries live in a hash (entry id -> JSON) with a sorted set beside it scored by the time
+//! they were dead-lettered: the set gives paging in order and a cheap size (ZCARD), the hash
+//! gives requeue and inspection by id. The entry id is the dead execution's id. A requeue is a
+//! new execution (new id, attempt 0), moved in one script so an entry is requeued once even
+//! when two operators click at the same time.
+
+use ax_scheduler_core::UtcMillis;
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::error::{QueueError, Result};
+use crate::message::{AttemptError, ExecutionMessage};
+use crate::queue::{check_queue, Delivery, Queue};
+
+/// One dead-lettered execution.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DlqEntry {
+    /// Entry id (the execution id of the dead execution).
+    pub id: Uuid,
+    /// Queue it came from.
+    pub queue: String,
+    /// Task namespace (empty when the message could not be decoded).
+    pub namespace: String,
+    /// Task id (empty when the message could not be decoded).
+    pub task_id: String,
+    /// Why it was dead-lettered (the last error, or e.g. an unknown handler).
+    pub reason: String,
+    /// When it was dead-lettered.
+    pub dead_lettered_at: UtcMillis,
+    /// Every attempt's error and time, oldest first, the last one included.
+    pub errors: Vec<AttemptError>,
+    /// The message of the last attempt, payload included; `None` when it could not be decoded.
+    pub message: Option<ExecutionMessage>,
+    /// The stored text, kept only when it could not be decoded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<String>,
+}
+
+impl DlqEntry {
+    /// The entry for a message whose last attempt failed with `reason` at `now`.
+    pub fn from_message(msg: &ExecutionMessage, reason: impl Into<String>, now: UtcMillis) -> Self {
+        let reason = reason.into();
+        let mut errors = msg.previous_errors.clone();
+        errors.push(AttemptError {
+            attempt: msg.attempt,
+            at: now,
+            error: reason.clone(),
+        });
+        DlqEntry {
+            id: msg.execution_id,
+            queue: msg.queue.clone(),
+            namespace: msg.namespace.clone(),
+            task_id: msg.task_id.clone(),
+            reason,
+            dead_lettered_at: now,
+            errors,
+            message: Some(msg.clone()),
+            raw: None,
+        }
+    }
+
+    pub(crate) fn undecodable(
+        id: Uuid,
+        queue: &str,
+        raw: &str,
+        reason: String,
+        now: UtcMillis,
+    ) -> Self {
+        DlqEntry {
+            id,
+            queue: queue.to_string(),
+            namespace: String::new(),
+            task_id: String::new(),
+            reason: reason.clone(),
+            dead_lettered_at: now,
+            errors: vec![AttemptError {
+                attempt: 0,
+                at: now,
+                error: reason,
+            }],
+            message: None,
+            raw: Some(raw.to_string()),
+        }
+    }
+
+    fn to_json(&self) -> Result<String> {
+        serde_json::to_string(self).map_err(|source| QueueError::Json {
+            action: "encode",
+            what: "dead-letter entry",
+            source,
+        })
+    }
+
+    fn from_json(text: &str) -> Result<Self> {
+        serde_json::from_str(text).map_err(|source| QueueError::Json {
+            action: "decode",
+            what: "dead-letter entry",
+            source,
+        })
+    }
+}
+
+impl Queue {
+    /// Moves a held message to the dead-letter queue with `reason` as its last error.
+    /// `false` when it was no longer held.
+    pub async fn dead_letter(&self, d: &Delivery, reason: &str, now: UtcMillis) -> Result<bool> {
+        let entry = DlqEntry::from_message(&d.message, reason, now);
+        self.dead_letter_raw(&d.queue, &d.worker_id, &d.raw, entry.id, &entry, now)
+            .await
+    }
+
+    pub(crate) async fn dead_letter_raw(
+        &self,
+        queue: &str,
+        worker_id: &str,
+        raw: &str,
+        id: Uuid,
+        entry: &DlqEntry,
+        now: UtcMillis,
+    ) -> Result<bool> {
+        let k = self.keys();
+        let json = entry.to_json()?;
+        let mut conn = self.conn();
+        let mut inv = self.inner.scripts.dead_letter.prepare_invoke();
+        inv.key(k.processing(queue, worker_id))
+            .key(k.monitor(queue))
+            .key(k.dlq(queue))
+            .key(k.dlq_entries(queue))
+            .arg(raw)
+            .arg(id.to_string())
+            .arg(json)
+            .arg(now.0);
+        let n: i64 = self.run("dead_letter", inv.invoke_async(&mut conn)).await?;
+        Ok(n == 1)
+    }
+
+    /// Number of dead-letter entries of `queue` (ZCARD).
+    pub async fn dlq_size(&self, queue: &str) -> Result<u64> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        self.run("dlq_size", conn.zcard(self.keys().dlq(queue)))
+            .await
+    }
+
+    /// A page of dead-letter entries, oldest first.
+    pub async fn dlq_list(
+        &self,
+        queue: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<DlqEntry>> {
+        check_queue(queue)?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let k = self.keys();
+        let mut conn = self.conn();
+        let start = isize::try_from(offset).unwrap_or(isize::MAX);
+        let stop = isize::try_from(offset.saturating_add(limit - 1)).unwrap_or(isize::MAX);
+        let ids: Vec<String> = self
+            .run("dlq_list", conn.zrange(k.dlq(queue), start, stop))
+            .await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let jsons: Vec<Option<String>> = self
+            .run(
+                "dlq_list",
+                redis::cmd("HMGET")
+                    .arg(k.dlq_entries(queue))
+                    .arg(&ids)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        jsons
+            .into_iter()
+            .flatten()
+            .map(|j| DlqEntry::from_json(&j))
+            .collect()
+    }
+
+    /// One dead-letter entry by id.
+    pub async fn dlq_get(&self, queue: &str, entry_id: Uuid) -> Result<Option<DlqEntry>> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        let json: Option<String> = self
+            .run(
+                "dlq_get",
+                conn.hget(self.keys().dlq_entries(queue), entry_id.to_string()),
+            )
+            .await?;
+        json.map(|j| DlqEntry::from_json(&j)).transpose()
+    }
+
+    /// Enqueues an entry again as a new execution (new id, attempt 0) and removes it from
+    /// the dead-letter queue. Returns the new execution id; `None` when the entry is gone or
+    /// holds no decodable message.
+    pub async fn dlq_requeue(
+        &self,
+        queue: &str,
+        entry_id: Uuid,
+        now: UtcMillis,
+    ) -> Result<Option<Uuid>> {
+        let Some(entry) = self.dlq_get(queue, entry_id).await? else {
+            return Ok(None);
+        };
+        let Some(msg) = entry.message else {
+            return Ok(None);
+        };
+        let fresh = msg.fresh_copy(now);
+        let json = fresh.to_json()?;
+        let k = self.keys();
+        let mut conn = self.conn();
+        let mut inv = self.inner.scripts.dlq_requeue.prepare_invoke();
+        inv.key(k.dlq(queue))
+            .key(k.dlq_entries(queue))
+            .key(k.ready(queue))
+            .key(k.monitor(queue))
+            .arg(entry_id.to_string())
+            .arg(json)
+            .arg(fresh.execution_id.to_string())
+            .arg(now.0);
+        let n: i64 = self.run("dlq_requeue", inv.invoke_async(&mut conn)).await?;
+        Ok((n == 1).then_some(fresh.execution_id))
+    }
+
+    /// Requeues every entry of `queue` (in pages); returns how many were requeued.
+    pub async fn dlq_requeue_all(&self, queue: &str, now: UtcMillis) -> Result<usize> {
+        let mut requeued = 0;
+        let mut offset = 0;
+        loop {
+            let page = self.dlq_list(queue, offset, 200).await?;
+            if page.is_empty() {
+                return Ok(requeued);
+            }
+            let mut skipped = 0;
+            for entry in &page {
+                if self.dlq_requeue(queue, entry.id, now).await?.is_some() {
+                    requeued += 1;
+                } else {
+                    skipped += 1;
+                }
+            }
+            // Requeued entries leave the set; undecodable ones stay and are paged past.
+            offset += skipped;
+        }
+    }
+
+    /// Deletes every dead-letter entry of `queue`; returns how many there were.
+    pub async fn dlq_purge(&self, queue: &str) -> Result<u64> {
+        check_queue(queue)?;
+        let k = self.keys();
+        let mut conn = self.conn();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .zcard(k.dlq(queue))
+            .del(k.dlq(queue))
+            .ignore()
+            .del(k.dlq_entries(queue))
+            .ignore();
+        let (n,): (u64,) = self.run("dlq_purge", pipe.query_async(&mut conn)).await?;
+        Ok(n)
+    }
+}

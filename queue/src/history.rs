@@ -1,0 +1,114 @@
+//! Execution history per task: a capped list, newest first, read by `ax task history`.
+//!
+//! LPUSH + LTRIM in one MULTI keeps the list bounded without a cleanup job. The list is keyed
+//! per task under its own hash tag: no script touches it together with queue keys.
+
+use ax_scheduler_core::UtcMillis;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::error::{QueueError, Result};
+use crate::queue::Queue;
+
+/// How an attempt ended, as recorded in history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryOutcome {
+    /// The handler succeeded.
+    Succeeded,
+    /// The attempt failed and a retry is scheduled.
+    Retrying,
+    /// The attempt failed and went to the dead-letter queue.
+    DeadLettered,
+    /// The attempt ran past its timeout.
+    TimedOut,
+    /// The handler panicked.
+    Panicked,
+    /// The attempt was given back unfinished (worker shutdown).
+    Released,
+}
+
+/// One attempt of one execution.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// Execution id.
+    pub execution_id: Uuid,
+    /// Schedule instant.
+    pub fire_at: UtcMillis,
+    /// When the handler started.
+    pub started_at: UtcMillis,
+    /// When it finished.
+    pub finished_at: UtcMillis,
+    /// `started_at - fire_at` in ms (negative if it started early).
+    pub lateness_ms: i64,
+    /// `finished_at - started_at` in ms.
+    pub duration_ms: u64,
+    /// How it ended.
+    pub outcome: HistoryOutcome,
+    /// The error, if it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Worker id.
+    pub worker: String,
+    /// Attempt number, 0 for the first.
+    pub attempt: u32,
+}
+
+impl Queue {
+    /// Prepends `entry` to the task's history, keeping the newest
+    /// [`crate::QueueConfig::history_cap`] entries.
+    pub async fn record_history(
+        &self,
+        namespace: &str,
+        task_id: &str,
+        entry: &HistoryEntry,
+    ) -> Result<()> {
+        let json = serde_json::to_string(entry).map_err(|source| QueueError::Json {
+            action: "encode",
+            what: "history entry",
+            source,
+        })?;
+        let key = self.keys().history(namespace, task_id);
+        let cap = isize::try_from(self.config().history_cap).unwrap_or(isize::MAX);
+        let mut conn = self.conn();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .lpush(&key, json)
+            .ignore()
+            .ltrim(&key, 0, cap - 1)
+            .ignore();
+        self.run("record_history", pipe.query_async::<()>(&mut conn))
+            .await
+    }
+
+    /// The newest `limit` history entries of a task, newest first.
+    pub async fn history(
+        &self,
+        namespace: &str,
+        task_id: &str,
+        limit: usize,
+    ) -> Result<Vec<HistoryEntry>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let key = self.keys().history(namespace, task_id);
+        let stop = isize::try_from(limit - 1).unwrap_or(isize::MAX);
+        let mut conn = self.conn();
+        let jsons: Vec<String> = self
+            .run(
+                "history",
+                redis::AsyncCommands::lrange(&mut conn, key, 0, stop),
+            )
+            .await?;
+        jsons
+            .iter()
+            .map(|j| {
+                serde_json::from_str(j).map_err(|source| QueueError::Json {
+                    action: "decode",
+                    what: "history entry",
+                    source,
+                })
+            })
+            .collect()
+    }
+}

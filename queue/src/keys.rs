@@ -1,0 +1,150 @@
+//! Every Redis key the queue uses, built in one place.
+//!
+//! Keys of one queue share the hash tag `{prefix:q:queue}`, so each Lua script (which touches
+//! the ready list, the processing lists, the delayed and monitoring sets, dedupe keys, the
+//! fence and the dead-letter set of a single queue) stays within one slot and the layout works
+//! unchanged on Redis Cluster. Execution history is per task and touched by plain commands
+//! only, so it has a tag of its own (`{prefix:h:ns/task}`). `docs/redis-layout.md` documents
+//! each key; keep the two in step.
+
+/// Default key prefix.
+pub const DEFAULT_PREFIX: &str = "ax";
+
+/// Key builder for one prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    /// Keys under `prefix` (e.g. `ax`).
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Keys {
+            prefix: prefix.into(),
+        }
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn tag(&self, queue: &str) -> String {
+        // Braces inside the queue name would move the hash tag; names are validated to be
+        // brace-free by the caller (`validate_name`), so this is only formatting.
+        format!("{{{}:q:{}}}", self.prefix, queue)
+    }
+
+    /// List of messages waiting to be taken (LPUSH in, taken from the right).
+    pub fn ready(&self, queue: &str) -> String {
+        format!("{}:ready", self.tag(queue))
+    }
+
+    /// List of messages a worker has taken and not yet settled.
+    pub fn processing(&self, queue: &str, worker_id: &str) -> String {
+        format!("{}:processing:{}", self.tag(queue), worker_id)
+    }
+
+    /// Sorted set of worker ids that took from this queue, scored by their last heartbeat.
+    pub fn workers(&self, queue: &str) -> String {
+        format!("{}:workers", self.tag(queue))
+    }
+
+    /// A worker's heartbeat (string with an expiry).
+    pub fn heartbeat(&self, queue: &str, worker_id: &str) -> String {
+        format!("{}:worker:{}", self.tag(queue), worker_id)
+    }
+
+    /// Sorted set of messages waiting for a retry, scored by due time.
+    pub fn delayed(&self, queue: &str) -> String {
+        format!("{}:delayed", self.tag(queue))
+    }
+
+    /// Sorted set of execution ids in the ready and processing lists, scored by enqueue time.
+    pub fn monitor(&self, queue: &str) -> String {
+        format!("{}:monitor", self.tag(queue))
+    }
+
+    /// Dedupe marker of one execution identity (string with an expiry).
+    pub fn dedupe(&self, queue: &str, identity: &str) -> String {
+        format!("{}:dedupe:{}", self.tag(queue), identity)
+    }
+
+    /// Newest fencing token this queue has seen.
+    pub fn fence(&self, queue: &str) -> String {
+        format!("{}:fence", self.tag(queue))
+    }
+
+    /// Sorted set of dead-letter entry ids, scored by the time they were dead-lettered.
+    pub fn dlq(&self, queue: &str) -> String {
+        format!("{}:dlq", self.tag(queue))
+    }
+
+    /// Hash of dead-letter entry id -> entry JSON.
+    pub fn dlq_entries(&self, queue: &str) -> String {
+        format!("{}:dlq:entries", self.tag(queue))
+    }
+
+    /// Capped list of a task's recent executions, newest first.
+    pub fn history(&self, namespace: &str, task_id: &str) -> String {
+        format!("{{{}:h:{}/{}}}:history", self.prefix, namespace, task_id)
+    }
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys::new(DEFAULT_PREFIX)
+    }
+}
+
+/// Whether `name` can be used inside a key (queue names, worker ids, prefixes): non-empty,
+/// no braces (they would move the hash tag), no whitespace.
+pub fn validate_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name
+            .chars()
+            .any(|c| c == '{' || c == '}' || c.is_whitespace())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot_tag(key: &str) -> &str {
+        let open = key.find('{').unwrap();
+        let close = key[open..].find('}').unwrap() + open;
+        &key[open + 1..close]
+    }
+
+    #[test]
+    fn one_queue_shares_one_hash_tag() {
+        let k = Keys::new("ax");
+        let q = "default";
+        let all = [
+            k.ready(q),
+            k.processing(q, "w1"),
+            k.workers(q),
+            k.heartbeat(q, "w1"),
+            k.delayed(q),
+            k.monitor(q),
+            k.dedupe(q, "ns/t:1"),
+            k.fence(q),
+            k.dlq(q),
+            k.dlq_entries(q),
+        ];
+        for key in &all {
+            assert_eq!(slot_tag(key), "ax:q:default", "{key}");
+        }
+        assert_eq!(k.ready(q), "{ax:q:default}:ready");
+        assert_eq!(k.processing(q, "w1"), "{ax:q:default}:processing:w1");
+        assert_eq!(slot_tag(&k.history("ns", "t")), "ax:h:ns/t");
+    }
+
+    #[test]
+    fn names_with_braces_are_refused() {
+        assert!(validate_name("default"));
+        assert!(!validate_name("a{b"));
+        assert!(!validate_name(""));
+        assert!(!validate_name("a b"));
+    }
+}

@@ -1,0 +1,173 @@
+//! The maintenance loop: promotes due retries and reaps dead workers' messages.
+//!
+//! Every worker pool runs one for the queues it serves. Both jobs are single scripts, so any
+//! number of these loops may run at once against the same queues without harm. The loop is an
+//! explicit state machine advanced by [`Maintenance::step`], which reports how long to wait
+//! before the next step: tests drive it step by step with chosen instants, and
+//! [`Maintenance::run`] drives it with the clock until cancelled.
+
+use std::time::Duration;
+
+use ax_scheduler_core::UtcMillis;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Result;
+use crate::queue::Queue;
+
+/// Settings of the maintenance loop.
+#[derive(Clone, Debug)]
+pub struct MaintenanceConfig {
+    /// Queues to look after.
+    pub queues: Vec<String>,
+    /// Pause between rounds. Default 250 ms (the promotion delay of a due retry is at most
+    /// this).
+    pub interval: Duration,
+    /// How long a worker must have been silent before its messages are given back.
+    /// Default 30 s.
+    pub visibility_timeout: Duration,
+    /// Delayed messages moved per script call. Default 500.
+    pub promote_batch: usize,
+    /// Longest wait after repeated Redis errors. Default 10 s.
+    pub max_backoff: Duration,
+}
+
+impl Default for MaintenanceConfig {
+    fn default() -> Self {
+        MaintenanceConfig {
+            queues: vec![ax_scheduler_core::task::DEFAULT_QUEUE.to_string()],
+            interval: Duration::from_millis(250),
+            visibility_timeout: Duration::from_secs(30),
+            promote_batch: 500,
+            max_backoff: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Where the loop is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaintenanceState {
+    /// Next: move due delayed messages to their ready lists.
+    Promote,
+    /// Next: give back messages held by dead workers.
+    Reap,
+    /// A Redis call failed `failures` times in a row; the next step starts a new round.
+    Backoff {
+        /// Consecutive failed rounds.
+        failures: u32,
+    },
+}
+
+/// What one step did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepReport {
+    /// Delayed messages moved to ready lists.
+    pub promoted: usize,
+    /// Messages given back from dead workers.
+    pub reaped: usize,
+    /// How long to wait before the next step.
+    pub wait: Duration,
+}
+
+/// The maintenance loop of one set of queues.
+#[derive(Debug)]
+pub struct Maintenance {
+    queue: Queue,
+    cfg: MaintenanceConfig,
+    state: MaintenanceState,
+    failures: u32,
+}
+
+impl Maintenance {
+    /// A loop in state [`MaintenanceState::Promote`].
+    pub fn new(queue: Queue, cfg: MaintenanceConfig) -> Self {
+        Maintenance {
+            queue,
+            cfg,
+            state: MaintenanceState::Promote,
+            failures: 0,
+        }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> MaintenanceState {
+        self.state
+    }
+
+    /// Runs the current state's work at `now` and moves to the next state.
+    pub async fn step(&mut self, now: UtcMillis) -> StepReport {
+        let mut report = StepReport {
+            promoted: 0,
+            reaped: 0,
+            wait: Duration::ZERO,
+        };
+        let result = match self.state {
+            MaintenanceState::Promote => self.promote(now).await.map(|n| {
+                report.promoted = n;
+                self.state = MaintenanceState::Reap;
+            }),
+            MaintenanceState::Reap => self.reap(now).await.map(|n| {
+                report.reaped = n;
+                self.failures = 0;
+                self.state = MaintenanceState::Promote;
+                report.wait = self.cfg.interval;
+            }),
+            MaintenanceState::Backoff { .. } => {
+                self.state = MaintenanceState::Promote;
+                Ok(())
+            }
+        };
+        if let Err(e) = result {
+            self.failures = self.failures.saturating_add(1);
+            let wait = self
+                .cfg
+                .interval
+                .saturating_mul(1u32 << self.failures.min(16))
+                .min(self.cfg.max_backoff);
+            tracing::warn!(error = %e, failures = self.failures, retry_in = ?wait, "queue maintenance failed");
+            self.state = MaintenanceState::Backoff {
+                failures: self.failures,
+            };
+            report.wait = wait;
+        }
+        report
+    }
+
+    async fn promote(&self, now: UtcMillis) -> Result<usize> {
+        let mut total = 0;
+        for q in &self.cfg.queues {
+            loop {
+                let n = self
+                    .queue
+                    .promote_due(q, now, self.cfg.promote_batch)
+                    .await?;
+                total += n;
+                if n < self.cfg.promote_batch {
+                    break;
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    async fn reap(&self, now: UtcMillis) -> Result<usize> {
+        let mut total = 0;
+        for q in &self.cfg.queues {
+            total += self.queue.reap(q, now, self.cfg.visibility_timeout).await?;
+        }
+        Ok(total)
+    }
+
+    /// Steps with the clock until `cancel` fires.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        loop {
+            let report = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = self.step(crate::now()) => r,
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(report.wait) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! The execution message: one fire of one task, as it travels through Redis.
+//!
+//! It carries everything a worker needs (handler, payload, HTTP target, timeout, retry policy)
+//! so workers never read the task registry. It is stored as JSON, and the exact stored string
+//! is what the worker settles with (LREM needs the same bytes), so a [`crate::Delivery`] keeps
+//! the raw text beside the decoded message. A retry is a new message (attempt + 1, the error
+//! appended) with the same execution id; a dead-letter requeue is a new execution id.
+
+use std::time::Duration;
+
+use ax_scheduler_core::task::HttpTarget;
+use ax_scheduler_core::{RetryPolicy, TaskSpec, UtcMillis};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::error::{QueueError, Result};
+
+/// One failed attempt, as kept on the message and in dead-letter entries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptError {
+    /// Attempt number (0 is the first).
+    pub attempt: u32,
+    /// When the attempt failed.
+    pub at: UtcMillis,
+    /// What went wrong.
+    pub error: String,
+}
+
+/// One execution of a task, as enqueued for workers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionMessage {
+    /// Unique id of this execution (UUID v7, so ids sort by creation time).
+    pub execution_id: Uuid,
+    /// Task id.
+    pub task_id: String,
+    /// Task namespace.
+    pub namespace: String,
+    /// The schedule instant this execution stands for (for run-now, when it was asked for).
+    pub fire_at: UtcMillis,
+    /// Attempt number, 0 for the first.
+    pub attempt: u32,
+    /// Started by hand (`ax task run`) rather than by the schedule.
+    #[serde(default)]
+    pub run_now: bool,
+    /// When the first attempt was enqueued; retries measure their total time from here.
+    pub first_attempt_at: UtcMillis,
+    /// When this attempt was enqueued.
+    pub enqueued_at: UtcMillis,
+    /// Handler name.
+    pub handler: String,
+    /// Handler input.
+    #[serde(default)]
+    pub payload: serde_json::Value,
+    /// Target of the `http` handler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpTarget>,
+    /// Longest one attempt may run, in milliseconds.
+    pub timeout_ms: u64,
+    /// Retry settings of the task.
+    pub retry: RetryPolicy,
+    /// Task priority, 0 ..= 9; above the default it jumps ahead of waiting messages.
+    pub priority: u8,
+    /// Idempotency key of the task, if any: executions sharing it are enqueued once per
+    /// dedupe window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// Fencing token of the scheduler that enqueued it.
+    pub fencing_token: u64,
+    /// Queue name.
+    pub queue: String,
+    /// Errors of earlier attempts, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previous_errors: Vec<AttemptError>,
+}
+
+impl ExecutionMessage {
+    /// The first attempt of the scheduled fire at `fire_at`, enqueued at `now` by a scheduler
+    /// holding `fencing_token`.
+    pub fn for_fire(
+        spec: &TaskSpec,
+        fire_at: UtcMillis,
+        now: UtcMillis,
+        fencing_token: u64,
+    ) -> Self {
+        ExecutionMessage {
+            execution_id: Uuid::now_v7(),
+            task_id: spec.id.clone(),
+            namespace: spec.namespace.clone(),
+            fire_at,
+            attempt: 0,
+            run_now: false,
+            first_attempt_at: now,
+            enqueued_at: now,
+            handler: spec.handler.clone(),
+            payload: spec.payload.clone(),
+            http: spec.http.clone(),
+            timeout_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
+            retry: spec.retry.clone(),
+            priority: spec.priority,
+            idempotency_key: spec.idempotency_key.clone(),
+            fencing_token,
+            queue: spec.queue.clone(),
+            previous_errors: Vec::new(),
+        }
+    }
+
+    /// A run started by hand at `now`: deduplicated by its own execution id only.
+    pub fn run_now(spec: &TaskSpec, now: UtcMillis, fencing_token: u64) -> Self {
+        let mut m = Self::for_fire(spec, now, now, fencing_token);
+        m.run_now = true;
+        m
+    }
+
+    /// The attempt timeout.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+
+    /// The identity the dedupe key is built from: the idempotency key when the task has one,
+    /// the execution id for run-now executions, else `namespace/task:fire_at`.
+    pub fn dedupe_identity(&self) -> String {
+        if let Some(key) = &self.idempotency_key {
+            format!("key:{key}")
+        } else if self.run_now {
+            format!("run:{}", self.execution_id)
+        } else {
+            format!("{}/{}:{}", self.namespace, self.task_id, self.fire_at.0)
+        }
+    }
+
+    /// The next attempt after `error` failed this one at `now`: same execution id, attempt + 1,
+    /// the error appended.
+    pub fn next_attempt(&self, error: impl Into<String>, now: UtcMillis) -> Self {
+        let mut next = self.clone();
+        next.previous_errors.push(AttemptError {
+            attempt: self.attempt,
+            at: now,
+            error: error.into(),
+        });
+        next.attempt = self.attempt.saturating_add(1);
+        next.enqueued_at = now;
+        next
+    }
+
+    /// A fresh execution of the same work (a dead-letter requeue): new id, attempt 0, no errors.
+    pub fn fresh_copy(&self, now: UtcMillis) -> Self {
+        let mut m = self.clone();
+        m.execution_id = Uuid::now_v7();
+        m.attempt = 0;
+        m.first_attempt_at = now;
+        m.enqueued_at = now;
+        m.previous_errors.clear();
+        // A requeue is an operator's decision: it must not collide with the original fire's
+        // dedupe key nor be refused by a newer scheduler's fence.
+        m.run_now = true;
+        m.idempotency_key = None;
+        m
+    }
+
+    /// JSON text as stored in Redis.
+    pub fn to_json(&self) -> Result<String> {
+        serde_json::to_string(self).map_err(|source| QueueError::Json {
+            action: "encode",
+            what: "execution message",
+            source,
+        })
+    }
+
+    /// Decodes the stored JSON text.
+    pub fn from_json(text: &str) -> Result<Self> {
+        serde_json::from_str(text).map_err(|source| QueueError::Json {
+            action: "decode",
+            what: "execution message",
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+
+    use ax_scheduler_core::{MisfirePolicy, OverlapPolicy, Schedule};
+
+    use super::*;
+
+    pub(crate) fn spec(id: &str, queue: &str) -> TaskSpec {
+        TaskSpec {
+            id: id.into(),
+            namespace: "ns".into(),
+            handler: "log".into(),
+            schedule: Schedule::Every(Duration::from_secs(60)),
+            payload: serde_json::json!({"k": 1}),
+            http: None,
+            queue: queue.into(),
+            priority: 5,
+            timeout: Duration::from_secs(3),
+            retry: RetryPolicy::default(),
+            idempotency_key: None,
+            misfire: MisfirePolicy::FireOnce,
+            overlap: OverlapPolicy::Allow,
+            paused: false,
+            labels: BTreeMap::new(),
+            version: 1,
+            created_at: None,
+        }
+    }
+
+    #[test]
+    fn dedupe_identity_by_fire_run_now_and_key() {
+        let s = spec("t", "default");
+        let m = ExecutionMessage::for_fire(&s, UtcMillis(1000), UtcMillis(1001), 3);
+        assert_eq!(m.dedupe_identity(), "ns/t:1000");
+        let r = ExecutionMessage::run_now(&s, UtcMillis(5), 3);
+        assert_eq!(r.dedupe_identity(), format!("run:{}", r.execution_id));
+        let mut k = s.clone();
+        k.idempotency_key = Some("order-7".into());
+        let m = ExecutionMessage::for_fire(&k, UtcMillis(1000), UtcMillis(1001), 3);
+        assert_eq!(m.dedupe_identity(), "key:order-7");
+    }
+
+    #[test]
+    fn next_attempt_keeps_id_and_appends_error() {
+        let s = spec("t", "default");
+        let m = ExecutionMessage::for_fire(&s, UtcMillis(1000), UtcMillis(1001), 3);
+        let n = m
+            .next_attempt("boom", UtcMillis(2000))
+            .next_attempt("bang", UtcMillis(3000));
+        assert_eq!(n.execution_id, m.execution_id);
+        assert_eq!(n.attempt, 2);
+        assert_eq!(n.previous_errors.len(), 2);
+        assert_eq!(n.previous_errors[1].error, "bang");
+        assert_eq!(n.first_attempt_at, UtcMillis(1001));
+        let back = ExecutionMessage::from_json(&n.to_json().unwrap()).unwrap();
+        assert_eq!(back, n);
+        let f = n.fresh_copy(UtcMillis(9));
+        assert_ne!(f.execution_id, n.execution_id);
+        assert_eq!((f.attempt, f.previous_errors.len()), (0, 0));
+    }
+}

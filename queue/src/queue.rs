@@ -1,0 +1,512 @@
+//! The queue client: enqueue, settle taken messages, maintenance and monitoring reads.
+//!
+//! One `ConnectionManager` (a multiplexed connection that reconnects by itself) carries every
+//! non-blocking command; concurrent callers share it and their commands are pipelined on the
+//! socket, which is what makes many in-flight acks cheap. Its response timeout is set
+//! deliberately to [`QueueConfig::command_timeout`], and every call is also bounded by a
+//! Tokio timeout so a reconnect storm cannot stall a caller. Blocking takes use a separate
+//! connection per consumer (see `consumer.rs`): a blocking command would hold up everything
+//! else multiplexed on the same socket.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ax_scheduler_core::UtcMillis;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{AsyncCommands, RedisResult};
+
+use crate::config::QueueConfig;
+use crate::error::{QueueError, Result};
+use crate::keys::{validate_name, Keys};
+use crate::message::ExecutionMessage;
+use crate::scripts::Scripts;
+
+/// What an enqueue did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnqueueOutcome {
+    /// The message is in the ready list.
+    Enqueued,
+    /// The same execution identity was enqueued within the dedupe window; nothing was pushed.
+    Duplicate,
+    /// The message's fencing token is older than the newest this queue has seen: the sender
+    /// was deposed. Nothing was pushed.
+    Fenced {
+        /// The newest token the queue has seen.
+        newest: u64,
+    },
+}
+
+/// A message a consumer took: settle it with [`Queue::ack`], [`Queue::retry_later`],
+/// [`Queue::dead_letter`] or [`Queue::release`].
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    /// Queue it came from.
+    pub queue: String,
+    /// Worker whose processing list holds it.
+    pub worker_id: String,
+    /// The exact stored text (settling removes it by value).
+    pub raw: String,
+    /// The decoded message.
+    pub message: ExecutionMessage,
+}
+
+/// Cheap monitoring figures of one queue, read in one round trip.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Messages waiting in the ready list.
+    pub ready: u64,
+    /// Messages enqueued and not yet settled (ready plus taken).
+    pub unsettled: u64,
+    /// Messages waiting for a retry.
+    pub delayed: u64,
+    /// Dead-letter entries.
+    pub dead: u64,
+    /// Age of the oldest unsettled message; `None` when there is none.
+    pub oldest_age: Option<Duration>,
+}
+
+/// Client of the Redis queues under one key prefix. Cheap to clone (shared connection).
+#[derive(Clone)]
+pub struct Queue {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) client: redis::Client,
+    pub(crate) conn: ConnectionManager,
+    pub(crate) keys: Keys,
+    pub(crate) cfg: QueueConfig,
+    pub(crate) scripts: Scripts,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("prefix", &self.inner.cfg.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn manager_config(
+    cfg: &QueueConfig,
+    response_timeout: Duration,
+) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(response_timeout)
+        .set_connection_timeout(cfg.connect_timeout)
+        .set_number_of_retries(cfg.reconnect_retries)
+        .set_max_delay(u64::try_from(cfg.reconnect_max_delay.as_millis()).unwrap_or(u64::MAX))
+}
+
+pub(crate) fn check_queue(name: &str) -> Result<()> {
+    if validate_name(name) {
+        Ok(())
+    } else {
+        Err(QueueError::InvalidConfig(format!(
+            "queue or worker name `{name}` must be non-empty without braces or spaces"
+        )))
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Queue {
+    /// Connects to Redis at `url` (`redis://host:port/db`).
+    pub async fn connect(url: &str, cfg: QueueConfig) -> Result<Self> {
+        cfg.validate()?;
+        let client = redis::Client::open(url).map_err(QueueError::redis("connect"))?;
+        let mcfg = manager_config(&cfg, cfg.command_timeout);
+        let limit = cfg.connect_timeout.saturating_mul(2);
+        let conn = match tokio::time::timeout(
+            limit,
+            ConnectionManager::new_with_config(client.clone(), mcfg),
+        )
+        .await
+        {
+            Ok(r) => r.map_err(QueueError::redis("connect"))?,
+            Err(_) => {
+                return Err(QueueError::Timeout {
+                    op: "connect",
+                    after: limit,
+                })
+            }
+        };
+        Ok(Queue {
+            inner: Arc::new(Inner {
+                client,
+                conn,
+                keys: Keys::new(cfg.prefix.clone()),
+                cfg,
+                scripts: Scripts::new(),
+            }),
+        })
+    }
+
+    /// The key builder (for tools and tests that inspect Redis directly).
+    pub fn keys(&self) -> &Keys {
+        &self.inner.keys
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &QueueConfig {
+        &self.inner.cfg
+    }
+
+    pub(crate) fn conn(&self) -> ConnectionManager {
+        self.inner.conn.clone()
+    }
+
+    /// Runs one Redis future under the command timeout.
+    pub(crate) async fn run<T>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = RedisResult<T>>,
+    ) -> Result<T> {
+        let after = self.inner.cfg.command_timeout;
+        match tokio::time::timeout(after, fut).await {
+            Ok(r) => r.map_err(QueueError::redis(op)),
+            Err(_) => Err(QueueError::Timeout { op, after }),
+        }
+    }
+
+    /// Enqueues one message, at most once per dedupe identity within the dedupe window, and
+    /// only if its fencing token is not older than the newest the queue has seen.
+    pub async fn enqueue(&self, msg: &ExecutionMessage) -> Result<EnqueueOutcome> {
+        check_queue(&msg.queue)?;
+        let json = msg.to_json()?;
+        let mut conn = self.conn();
+        let mut inv = self.inner.scripts.enqueue.prepare_invoke();
+        self.enqueue_args(&mut inv, msg, &json);
+        let reply: (i64, String) = self.run("enqueue", inv.invoke_async(&mut conn)).await?;
+        Self::outcome(reply)
+    }
+
+    fn enqueue_args(
+        &self,
+        inv: &mut redis::ScriptInvocation<'_>,
+        msg: &ExecutionMessage,
+        json: &str,
+    ) {
+        let k = &self.inner.keys;
+        let q = &msg.queue;
+        inv.key(k.ready(q))
+            .key(k.monitor(q))
+            .key(k.fence(q))
+            .key(k.dedupe(q, &msg.dedupe_identity()))
+            .arg(json)
+            .arg(msg.execution_id.to_string())
+            .arg(msg.enqueued_at.0)
+            .arg(msg.fencing_token)
+            .arg(ms(self.inner.cfg.dedupe_ttl).max(1))
+            .arg(
+                if msg.priority > ax_scheduler_core::task::DEFAULT_PRIORITY {
+                    "1"
+                } else {
+                    "0"
+                },
+            );
+    }
+
+    fn outcome((code, newest): (i64, String)) -> Result<EnqueueOutcome> {
+        match code {
+            1 => Ok(EnqueueOutcome::Enqueued),
+            0 => Ok(EnqueueOutcome::Duplicate),
+            -1 => Ok(EnqueueOutcome::Fenced {
+                newest: newest.parse().unwrap_or(u64::MAX),
+            }),
+            other => Err(QueueError::UnexpectedReply {
+                op: "enqueue",
+                detail: format!("status {other}"),
+            }),
+        }
+    }
+
+    /// Enqueues many messages in one pipeline (one round trip); each gets its own outcome, in
+    /// order. Safe to repeat after an error: every message is deduplicated.
+    pub async fn enqueue_batch(&self, msgs: &[ExecutionMessage]) -> Result<Vec<EnqueueOutcome>> {
+        if msgs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut jsons = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            check_queue(&m.queue)?;
+            jsons.push(m.to_json()?);
+        }
+        let script = &self.inner.scripts.enqueue;
+        let mut conn = self.conn();
+        for round in 0..2 {
+            let mut pipe = redis::pipe();
+            for (m, json) in msgs.iter().zip(&jsons) {
+                let k = &self.inner.keys;
+                let q = &m.queue;
+                pipe.cmd("EVALSHA")
+                    .arg(script.get_hash())
+                    .arg(4)
+                    .arg(k.ready(q))
+                    .arg(k.monitor(q))
+                    .arg(k.fence(q))
+                    .arg(k.dedupe(q, &m.dedupe_identity()))
+                    .arg(json)
+                    .arg(m.execution_id.to_string())
+                    .arg(m.enqueued_at.0)
+                    .arg(m.fencing_token)
+                    .arg(ms(self.inner.cfg.dedupe_ttl).max(1))
+                    .arg(if m.priority > ax_scheduler_core::task::DEFAULT_PRIORITY {
+                        "1"
+                    } else {
+                        "0"
+                    });
+            }
+            let res: RedisResult<Vec<(i64, String)>> = pipe.query_async(&mut conn).await;
+            match res {
+                Ok(replies) => return replies.into_iter().map(Self::outcome).collect(),
+                Err(e) if e.kind() == redis::ErrorKind::NoScriptError && round == 0 => {
+                    let mut c = self.conn();
+                    let load = script.prepare_invoke();
+                    self.run("enqueue_batch", load.load_async(&mut c)).await?;
+                }
+                Err(e) => return Err(QueueError::redis("enqueue_batch")(e)),
+            }
+        }
+        Err(QueueError::UnexpectedReply {
+            op: "enqueue_batch",
+            detail: "script missing after loading it".into(),
+        })
+    }
+
+    /// The newest fencing token `queue` has seen (0 when none).
+    pub async fn fence(&self, queue: &str) -> Result<u64> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        let v: Option<u64> = self
+            .run("fence", conn.get(self.inner.keys.fence(queue)))
+            .await?;
+        Ok(v.unwrap_or(0))
+    }
+
+    /// Raises `queue`'s fence to `token` (a new leader calls this for every queue it knows, so
+    /// a deposed one is refused even on queues the new leader has not pushed to yet).
+    /// Returns the newest token after the call.
+    pub async fn advance_fence(&self, queue: &str, token: u64) -> Result<u64> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        let mut inv = self.inner.scripts.advance_fence.prepare_invoke();
+        inv.key(self.inner.keys.fence(queue)).arg(token);
+        let v: String = self
+            .run("advance_fence", inv.invoke_async(&mut conn))
+            .await?;
+        v.parse().map_err(|_| QueueError::UnexpectedReply {
+            op: "advance_fence",
+            detail: format!("token `{v}`"),
+        })
+    }
+
+    /// Settles a finished message. `false` when it was no longer held (the reaper gave it
+    /// back because this worker looked dead).
+    pub async fn ack(&self, d: &Delivery) -> Result<bool> {
+        Ok(self.ack_many(std::slice::from_ref(d)).await? == 1)
+    }
+
+    /// Settles many finished messages, one script call per (queue, worker). Returns how many
+    /// were still held.
+    pub async fn ack_many(&self, ds: &[Delivery]) -> Result<usize> {
+        let mut groups: BTreeMap<(&str, &str), Vec<&Delivery>> = BTreeMap::new();
+        for d in ds {
+            groups
+                .entry((d.queue.as_str(), d.worker_id.as_str()))
+                .or_default()
+                .push(d);
+        }
+        let mut total = 0usize;
+        for ((queue, worker), group) in groups {
+            let mut conn = self.conn();
+            let mut inv = self.inner.scripts.ack.prepare_invoke();
+            inv.key(self.inner.keys.processing(queue, worker))
+                .key(self.inner.keys.monitor(queue));
+            for d in group {
+                inv.arg(&d.raw).arg(d.message.execution_id.to_string());
+            }
+            let n: usize = self.run("ack", inv.invoke_async(&mut conn)).await?;
+            total += n;
+        }
+        Ok(total)
+    }
+
+    /// Moves a failed message to the delayed set as `next` (its next attempt), due at `due`.
+    /// `false` when it was no longer held.
+    pub async fn retry_later(
+        &self,
+        d: &Delivery,
+        next: &ExecutionMessage,
+        due: UtcMillis,
+    ) -> Result<bool> {
+        let json = next.to_json()?;
+        let k = &self.inner.keys;
+        let mut conn = self.conn();
+        let mut inv = self.inner.scripts.retry_later.prepare_invoke();
+        inv.key(k.processing(&d.queue, &d.worker_id))
+            .key(k.monitor(&d.queue))
+            .key(k.delayed(&d.queue))
+            .arg(&d.raw)
+            .arg(d.message.execution_id.to_string())
+            .arg(json)
+            .arg(due.0);
+        let n: i64 = self.run("retry_later", inv.invoke_async(&mut conn)).await?;
+        Ok(n == 1)
+    }
+
+    /// Gives a held message back to the front of the ready list (for work a stopping worker
+    /// did not finish). `false` when it was no longer held.
+    pub async fn release(&self, d: &Delivery) -> Result<bool> {
+        let k = &self.inner.keys;
+        let mut conn = self.conn();
+        let mut inv = self.inner.scripts.release.prepare_invoke();
+        inv.key(k.processing(&d.queue, &d.worker_id))
+            .key(k.ready(&d.queue))
+            .arg(&d.raw);
+        let n: i64 = self.run("release", inv.invoke_async(&mut conn)).await?;
+        Ok(n == 1)
+    }
+
+    /// Moves up to `batch` delayed messages due at `now` to the ready list; returns how many.
+    pub async fn promote_due(&self, queue: &str, now: UtcMillis, batch: usize) -> Result<usize> {
+        check_queue(queue)?;
+        let k = &self.inner.keys;
+        let mut conn = self.conn();
+        let mut inv = self.inner.scripts.promote_due.prepare_invoke();
+        inv.key(k.delayed(queue))
+            .key(k.ready(queue))
+            .key(k.monitor(queue))
+            .arg(now.0)
+            .arg(batch.max(1));
+        self.run("promote_due", inv.invoke_async(&mut conn)).await
+    }
+
+    /// Records that `worker_id` is alive and serving `queue`: its heartbeat key lives for
+    /// `ttl`, and the workers set remembers `now` as its last beat.
+    pub async fn heartbeat(
+        &self,
+        queue: &str,
+        worker_id: &str,
+        ttl: Duration,
+        now: UtcMillis,
+    ) -> Result<()> {
+        check_queue(queue)?;
+        check_queue(worker_id)?;
+        let k = &self.inner.keys;
+        let mut conn = self.conn();
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(k.heartbeat(queue, worker_id))
+            .arg(now.0)
+            .arg("PX")
+            .arg(ms(ttl).max(1))
+            .ignore()
+            .zadd(k.workers(queue), worker_id, now.0)
+            .ignore();
+        self.run("heartbeat", pipe.query_async::<()>(&mut conn))
+            .await
+    }
+
+    /// Removes a cleanly stopping worker that holds nothing. `false` when it still holds
+    /// messages (the reaper will give them back after the visibility timeout).
+    pub async fn deregister(&self, queue: &str, worker_id: &str) -> Result<bool> {
+        let k = &self.inner.keys;
+        let mut conn = self.conn();
+        let mut inv = self.inner.scripts.deregister.prepare_invoke();
+        inv.key(k.processing(queue, worker_id))
+            .key(k.workers(queue))
+            .key(k.heartbeat(queue, worker_id))
+            .arg(worker_id);
+        let n: i64 = self.run("deregister", inv.invoke_async(&mut conn)).await?;
+        Ok(n == 1)
+    }
+
+    /// Gives back the messages of workers of `queue` whose heartbeat key is gone and whose
+    /// last beat is older than `visibility_timeout`. Returns how many messages went back.
+    pub async fn reap(
+        &self,
+        queue: &str,
+        now: UtcMillis,
+        visibility_timeout: Duration,
+    ) -> Result<usize> {
+        check_queue(queue)?;
+        let k = &self.inner.keys;
+        let cutoff = now.sub(visibility_timeout);
+        let mut conn = self.conn();
+        let suspects: Vec<String> = self
+            .run(
+                "reap",
+                conn.zrangebyscore(k.workers(queue), "-inf", cutoff.0),
+            )
+            .await?;
+        let mut given_back = 0usize;
+        for worker in suspects {
+            let mut inv = self.inner.scripts.reap.prepare_invoke();
+            inv.key(k.ready(queue))
+                .key(k.workers(queue))
+                .key(k.processing(queue, &worker))
+                .key(k.heartbeat(queue, &worker))
+                .arg(&worker)
+                .arg(cutoff.0);
+            let n: i64 = self.run("reap", inv.invoke_async(&mut conn)).await?;
+            if n > 0 {
+                tracing::warn!(queue, worker = %worker, messages = n, "gave back messages of a dead worker");
+                given_back += usize::try_from(n).unwrap_or(0);
+            }
+        }
+        Ok(given_back)
+    }
+
+    /// Messages waiting in the ready list (LLEN).
+    pub async fn depth(&self, queue: &str) -> Result<u64> {
+        let mut conn = self.conn();
+        self.run("depth", conn.llen(self.inner.keys.ready(queue)))
+            .await
+    }
+
+    /// Messages waiting in the delayed set (ZCARD).
+    pub async fn delayed_len(&self, queue: &str) -> Result<u64> {
+        let mut conn = self.conn();
+        self.run("delayed_len", conn.zcard(self.inner.keys.delayed(queue)))
+            .await
+    }
+
+    /// How long the oldest unsettled message has waited since it was enqueued, from the
+    /// monitoring set (ZRANGE 0 0 WITHSCORES); `None` when nothing is unsettled.
+    pub async fn oldest_age(&self, queue: &str, now: UtcMillis) -> Result<Option<Duration>> {
+        let mut conn = self.conn();
+        let first: Vec<(String, i64)> = self
+            .run(
+                "oldest_age",
+                conn.zrange_withscores(self.inner.keys.monitor(queue), 0, 0),
+            )
+            .await?;
+        Ok(first.first().map(|(_, at)| now.since(UtcMillis(*at))))
+    }
+
+    /// All monitoring figures of `queue` in one round trip.
+    pub async fn stats(&self, queue: &str, now: UtcMillis) -> Result<QueueStats> {
+        let k = &self.inner.keys;
+        let mut conn = self.conn();
+        let mut pipe = redis::pipe();
+        pipe.llen(k.ready(queue))
+            .zcard(k.monitor(queue))
+            .zcard(k.delayed(queue))
+            .zcard(k.dlq(queue))
+            .zrange_withscores(k.monitor(queue), 0, 0);
+        let (ready, unsettled, delayed, dead, first): (u64, u64, u64, u64, Vec<(String, i64)>) =
+            self.run("stats", pipe.query_async(&mut conn)).await?;
+        Ok(QueueStats {
+            ready,
+            unsettled,
+            delayed,
+            dead,
+            oldest_age: first.first().map(|(_, at)| now.since(UtcMillis(*at))),
+        })
+    }
+}

@@ -1,0 +1,41 @@
+//! The Lua scripts, one file each under `src/lua/`.
+//!
+//! Every state change that touches more than one key runs as one script so it is atomic
+//! (a message is never in two places, or in none). Each script touches keys of one queue only,
+//! which share a hash tag, so it is single-slot on Redis Cluster. `redis::Script` sends EVALSHA
+//! and loads the script on NOSCRIPT, so a restarted Redis needs nothing from us.
+
+use redis::Script;
+
+/// The compiled-in scripts.
+pub(crate) struct Scripts {
+    pub(crate) enqueue: Script,
+    pub(crate) advance_fence: Script,
+    pub(crate) take: Script,
+    pub(crate) ack: Script,
+    pub(crate) retry_later: Script,
+    pub(crate) promote_due: Script,
+    pub(crate) reap: Script,
+    pub(crate) dead_letter: Script,
+    pub(crate) dlq_requeue: Script,
+    pub(crate) release: Script,
+    pub(crate) deregister: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Scripts {
+            enqueue: Script::new(include_str!("lua/enqueue.lua")),
+            advance_fence: Script::new(include_str!("lua/advance_fence.lua")),
+            take: Script::new(include_str!("lua/take.lua")),
+            ack: Script::new(include_str!("lua/ack.lua")),
+            retry_later: Script::new(include_str!("lua/retry_later.lua")),
+            promote_due: Script::new(include_str!("lua/promote_due.lua")),
+            reap: Script::new(include_str!("lua/reap.lua")),
+            dead_letter: Script::new(include_str!("lua/dead_letter.lua")),
+            dlq_requeue: Script::new(include_str!("lua/dlq_requeue.lua")),
+            release: Script::new(include_str!("lua/release.lua")),
+            deregister: Script::new(include_str!("lua/deregister.lua")),
+        }
+    }
+}

@@ -1,0 +1,566 @@
+//! The queue against a real Redis: enqueue rules, the settle paths, reaping, dead letters,
+//! history, maintenance and reconnects.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ax_queue::{
+    Delivery, EnqueueOutcome, ExecutionMessage, HistoryEntry, HistoryOutcome, Maintenance,
+    MaintenanceConfig, MaintenanceState, Queue, QueueConfig,
+};
+use ax_scheduler_core::{MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec, UtcMillis};
+use ax_testkit::{redis_url, unique_name, RedisServer};
+use redis::AsyncCommands;
+
+fn spec(id: &str, queue: &str) -> TaskSpec {
+    TaskSpec {
+        id: id.into(),
+        namespace: "ns".into(),
+        handler: "log".into(),
+        schedule: Schedule::Every(Duration::from_secs(60)),
+        payload: serde_json::json!({"n": id}),
+        http: None,
+        queue: queue.into(),
+        priority: 5,
+        timeout: Duration::from_secs(3),
+        retry: RetryPolicy::default(),
+        idempotency_key: None,
+        misfire: MisfirePolicy::FireOnce,
+        overlap: OverlapPolicy::Allow,
+        paused: false,
+        labels: BTreeMap::new(),
+        version: 1,
+        created_at: None,
+    }
+}
+
+async fn queue() -> Queue {
+    let cfg = QueueConfig {
+        prefix: unique_name("axq"),
+        ..QueueConfig::default()
+    };
+    Queue::connect(&redis_url(), cfg).await.unwrap()
+}
+
+async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+const BLOCK: Duration = Duration::from_millis(200);
+
+#[tokio::test]
+async fn enqueue_is_idempotent_per_fire_and_fenced() {
+    let q = queue().await;
+    let s = spec("t1", "default");
+    let now = ax_queue::now();
+    let a = ExecutionMessage::for_fire(&s, UtcMillis(1_000), now, 5);
+    // A second scheduler firing the same instant builds its own message (another id).
+    let b = ExecutionMessage::for_fire(&s, UtcMillis(1_000), now, 5);
+    assert_eq!(q.enqueue(&a).await.unwrap(), EnqueueOutcome::Enqueued);
+    assert_eq!(q.enqueue(&b).await.unwrap(), EnqueueOutcome::Duplicate);
+    let c = ExecutionMessage::for_fire(&s, UtcMillis(2_000), now, 7);
+    assert_eq!(q.enqueue(&c).await.unwrap(), EnqueueOutcome::Enqueued);
+    // The deposed leader (token 5) is refused for a new fire; nothing is pushed.
+    let deposed = ExecutionMessage::for_fire(&s, UtcMillis(3_000), now, 5);
+    assert_eq!(
+        q.enqueue(&deposed).await.unwrap(),
+        EnqueueOutcome::Fenced { newest: 7 }
+    );
+    assert_eq!(q.depth("default").await.unwrap(), 2);
+    // A new leader raises the fence on a queue before pushing to it.
+    assert_eq!(q.advance_fence("other", 9).await.unwrap(), 9);
+    assert_eq!(q.advance_fence("other", 3).await.unwrap(), 9);
+    let mut o = spec("t2", "other");
+    o.queue = "other".into();
+    let late = ExecutionMessage::for_fire(&o, UtcMillis(1), now, 8);
+    assert_eq!(
+        q.enqueue(&late).await.unwrap(),
+        EnqueueOutcome::Fenced { newest: 9 }
+    );
+    // Run-now executions are distinct even at the same instant.
+    let r1 = ExecutionMessage::run_now(&s, now, 7);
+    let r2 = ExecutionMessage::run_now(&s, now, 7);
+    assert_eq!(q.enqueue(&r1).await.unwrap(), EnqueueOutcome::Enqueued);
+    assert_eq!(q.enqueue(&r2).await.unwrap(), EnqueueOutcome::Enqueued);
+    let stats = q
+        .stats("default", now.add(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (stats.ready, stats.unsettled, stats.delayed, stats.dead),
+        (4, 4, 0, 0)
+    );
+    assert!(stats.oldest_age.unwrap() >= Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn dedupe_key_expires_after_its_ttl() {
+    let cfg = QueueConfig {
+        prefix: unique_name("axq"),
+        dedupe_ttl: Duration::from_millis(150),
+        ..QueueConfig::default()
+    };
+    let q = Queue::connect(&redis_url(), cfg).await.unwrap();
+    let s = spec("t", "default");
+    let m = ExecutionMessage::for_fire(&s, UtcMillis(10), ax_queue::now(), 1);
+    assert_eq!(q.enqueue(&m).await.unwrap(), EnqueueOutcome::Enqueued);
+    assert_eq!(q.enqueue(&m).await.unwrap(), EnqueueOutcome::Duplicate);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(q.enqueue(&m).await.unwrap(), EnqueueOutcome::Enqueued);
+}
+
+#[tokio::test]
+async fn batch_enqueue_reports_each_outcome_in_order() {
+    let q = queue().await;
+    let now = ax_queue::now();
+    let s = spec("t", "default");
+    let mut msgs: Vec<_> = (0..300)
+        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 1))
+        .collect();
+    msgs.push(ExecutionMessage::for_fire(&s, UtcMillis(5), now, 1));
+    msgs.push(ExecutionMessage::for_fire(&s, UtcMillis(999), now, 0));
+    let out = q.enqueue_batch(&msgs).await.unwrap();
+    assert!(out[..300].iter().all(|o| *o == EnqueueOutcome::Enqueued));
+    assert_eq!(out[300], EnqueueOutcome::Duplicate);
+    assert_eq!(out[301], EnqueueOutcome::Fenced { newest: 1 });
+    assert_eq!(q.depth("default").await.unwrap(), 300);
+}
+
+#[tokio::test]
+async fn batch_enqueue_reloads_flushed_scripts() {
+    // A private server: flushing scripts on the shared one would disturb other tests.
+    let server = RedisServer::start();
+    let q = Queue::connect(&server.url(), QueueConfig::default())
+        .await
+        .unwrap();
+    let now = ax_queue::now();
+    let s = spec("t", "default");
+    let first = [ExecutionMessage::for_fire(&s, UtcMillis(1), now, 1)];
+    q.enqueue_batch(&first).await.unwrap();
+    let mut raw = raw_conn(&server.url()).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let more: Vec<_> = (1000..1010)
+        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 1))
+        .collect();
+    let out = q.enqueue_batch(&more).await.unwrap();
+    assert!(out.iter().all(|o| *o == EnqueueOutcome::Enqueued));
+    assert_eq!(q.depth("default").await.unwrap(), 11);
+}
+
+#[tokio::test]
+async fn take_is_fifo_and_ack_settles() {
+    let q = queue().await;
+    let now = ax_queue::now();
+    let s = spec("t", "default");
+    let msgs: Vec<_> = (0..5)
+        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 1))
+        .collect();
+    q.enqueue_batch(&msgs).await.unwrap();
+    let mut c = q.consumer("default", "w1", BLOCK, now).await.unwrap();
+    let got = c.take(3).await.unwrap();
+    let fires: Vec<i64> = got.iter().map(|d| d.message.fire_at.0).collect();
+    assert_eq!(fires, vec![0, 1, 2]);
+    let k = q.keys();
+    let mut raw = raw_conn(&redis_url()).await;
+    let held: u64 = raw.llen(k.processing("default", "w1")).await.unwrap();
+    assert_eq!(held, 3);
+    assert_eq!(q.ack_many(&got).await.unwrap(), 3);
+    assert!(!q.ack(&got[0]).await.unwrap(), "a second ack finds nothing");
+    let rest = c.take(10).await.unwrap();
+    assert_eq!(rest.len(), 2);
+    for d in &rest {
+        assert!(q.ack(d).await.unwrap());
+    }
+    // Empty queue: the blocking take waits about the block timeout and returns nothing.
+    let t0 = std::time::Instant::now();
+    assert!(c.take(1).await.unwrap().is_empty());
+    assert!(t0.elapsed() >= Duration::from_millis(150));
+    let stats = q.stats("default", now).await.unwrap();
+    assert_eq!((stats.ready, stats.unsettled), (0, 0));
+    assert_eq!(stats.oldest_age, None);
+}
+
+#[tokio::test]
+async fn blocking_take_wakes_on_push() {
+    let q = queue().await;
+    let now = ax_queue::now();
+    let mut c = q
+        .consumer("default", "w1", Duration::from_secs(5), now)
+        .await
+        .unwrap();
+    let q2 = q.clone();
+    let push = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let m = ExecutionMessage::for_fire(&spec("t", "default"), UtcMillis(1), now, 0);
+        q2.enqueue(&m).await.unwrap();
+    });
+    let t0 = std::time::Instant::now();
+    let got = c.take(4).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    push.await.unwrap();
+}
+
+#[tokio::test]
+async fn high_priority_jumps_ahead() {
+    let q = queue().await;
+    let now = ax_queue::now();
+    let mut s = spec("t", "default");
+    q.enqueue(&ExecutionMessage::for_fire(&s, UtcMillis(1), now, 0))
+        .await
+        .unwrap();
+    s.priority = 9;
+    q.enqueue(&ExecutionMessage::for_fire(&s, UtcMillis(2), now, 0))
+        .await
+        .unwrap();
+    let mut c = q.consumer("default", "w", BLOCK, now).await.unwrap();
+    let got = c.take(2).await.unwrap();
+    assert_eq!(got[0].message.fire_at, UtcMillis(2));
+}
+
+#[tokio::test]
+async fn retry_waits_in_the_delayed_set_until_promoted() {
+    let q = queue().await;
+    let now = ax_queue::now();
+    let s = spec("t", "default");
+    let m = ExecutionMessage::for_fire(&s, UtcMillis(1), now, 0);
+    q.enqueue(&m).await.unwrap();
+    let mut c = q.consumer("default", "w1", BLOCK, now).await.unwrap();
+    let d = c.take(1).await.unwrap().remove(0);
+    let next = d.message.next_attempt("boom", now);
+    let due = now.add(Duration::from_secs(10));
+    assert!(q.retry_later(&d, &next, due).await.unwrap());
+    assert_eq!(q.delayed_len("default").await.unwrap(), 1);
+    let mut raw = raw_conn(&redis_url()).await;
+    let scored: Vec<(String, i64)> = raw
+        .zrange_withscores(q.keys().delayed("default"), 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(scored[0].1, due.0);
+    assert_eq!(q.promote_due("default", now, 100).await.unwrap(), 0);
+    assert_eq!(q.promote_due("default", due, 100).await.unwrap(), 1);
+    let d2 = c.take(1).await.unwrap().remove(0);
+    assert_eq!(d2.message.execution_id, m.execution_id);
+    assert_eq!(d2.message.attempt, 1);
+    assert_eq!(d2.message.previous_errors[0].error, "boom");
+    assert_eq!(q.stats("default", now).await.unwrap().unsettled, 1);
+    assert!(q.ack(&d2).await.unwrap());
+    assert_eq!(q.stats("default", now).await.unwrap().unsettled, 0);
+}
+
+#[tokio::test]
+async fn reaper_gives_back_only_dead_workers_messages() {
+    let q = queue().await;
+    let t0 = ax_queue::now();
+    let s = spec("t", "default");
+    let msgs: Vec<_> = (0..4)
+        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), t0, 0))
+        .collect();
+    q.enqueue_batch(&msgs).await.unwrap();
+    let mut dead = q.consumer("default", "dead", BLOCK, t0).await.unwrap();
+    let mut alive = q.consumer("default", "alive", BLOCK, t0).await.unwrap();
+    q.heartbeat("default", "dead", Duration::from_millis(100), t0)
+        .await
+        .unwrap();
+    let held = dead.take(2).await.unwrap();
+    assert_eq!(held.len(), 2);
+    let _mine = alive.take(1).await.unwrap();
+    let vis = Duration::from_secs(30);
+    // Silent, but not yet for the visibility timeout.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        q.reap("default", t0.add(Duration::from_secs(5)), vis)
+            .await
+            .unwrap(),
+        0
+    );
+    // The live worker keeps beating; the dead one does not.
+    let later = t0.add(Duration::from_secs(40));
+    q.heartbeat("default", "alive", Duration::from_secs(60), later)
+        .await
+        .unwrap();
+    assert_eq!(q.reap("default", later, vis).await.unwrap(), 2);
+    // Given back at the taking end, in their original order.
+    let mut next = q.consumer("default", "w3", BLOCK, later).await.unwrap();
+    let again = next.take(3).await.unwrap();
+    let fires: Vec<i64> = again.iter().map(|d| d.message.fire_at.0).collect();
+    assert_eq!(fires, vec![0, 1, 3]);
+    // The dead worker's late ack finds nothing: it no longer owns them.
+    assert!(!q.ack(&held[0]).await.unwrap());
+}
+
+#[tokio::test]
+async fn release_puts_unfinished_work_first_and_deregister_cleans_up() {
+    let q = queue().await;
+    let now = ax_queue::now();
+    let s = spec("t", "default");
+    let msgs: Vec<_> = (0..3)
+        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 0))
+        .collect();
+    q.enqueue_batch(&msgs).await.unwrap();
+    let mut c = q.consumer("default", "w", BLOCK, now).await.unwrap();
+    q.heartbeat("default", "w", Duration::from_secs(5), now)
+        .await
+        .unwrap();
+    let d = c.take(1).await.unwrap().remove(0);
+    assert!(
+        !q.deregister("default", "w").await.unwrap(),
+        "still holds a message"
+    );
+    assert!(q.release(&d).await.unwrap());
+    assert!(q.deregister("default", "w").await.unwrap());
+    let mut raw = raw_conn(&redis_url()).await;
+    let hb: bool = raw
+        .exists(q.keys().heartbeat("default", "w"))
+        .await
+        .unwrap();
+    assert!(!hb);
+    let again = c.take(1).await.unwrap().remove(0);
+    assert_eq!(again.message.execution_id, d.message.execution_id);
+}
+
+#[tokio::test]
+async fn dead_letter_life_cycle() {
+    let q = queue().await;
+    let now = ax_queue::now();
+    let s = spec("t", "default");
+    let msgs: Vec<_> = (0..5)
+        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 0))
+        .collect();
+    q.enqueue_batch(&msgs).await.unwrap();
+    let mut c = q.consumer("default", "w", BLOCK, now).await.unwrap();
+    let ds = c.take(5).await.unwrap();
+    for (i, d) in ds.iter().enumerate() {
+        // Two failed attempts before the last one.
+        let failed = d
+            .message
+            .next_attempt("first", now)
+            .next_attempt("second", now.add(Duration::from_secs(1)));
+        let d = Delivery {
+            message: failed,
+            ..d.clone()
+        };
+        let at = now.add(Duration::from_secs(10 + i as u64));
+        assert!(q.dead_letter(&d, "final", at).await.unwrap());
+    }
+    assert_eq!(q.dlq_size("default").await.unwrap(), 5);
+    assert_eq!(q.stats("default", now).await.unwrap().unsettled, 0);
+    let page = q.dlq_list("default", 1, 2).await.unwrap();
+    assert_eq!(page.len(), 2);
+    assert_eq!(page[0].message.as_ref().unwrap().fire_at, UtcMillis(1));
+    let errors: Vec<&str> = page[0].errors.iter().map(|e| e.error.as_str()).collect();
+    assert_eq!(errors, vec!["first", "second", "final"]);
+    assert_eq!(page[0].errors[2].attempt, 2);
+    assert_eq!(
+        page[0].message.as_ref().unwrap().payload,
+        serde_json::json!({"n": "t"})
+    );
+    // Requeue one: a new execution at attempt 0; twice is a no-op.
+    let new_id = q
+        .dlq_requeue("default", page[0].id, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(new_id, page[0].id);
+    assert_eq!(
+        q.dlq_requeue("default", page[0].id, now).await.unwrap(),
+        None
+    );
+    let back = c.take(1).await.unwrap().remove(0);
+    assert_eq!(back.message.execution_id, new_id);
+    assert_eq!(back.message.attempt, 0);
+    assert!(back.message.previous_errors.is_empty());
+    // Requeue all, then purge what comes back dead.
+    assert_eq!(q.dlq_requeue_all("default", now).await.unwrap(), 4);
+    assert_eq!(q.dlq_size("default").await.unwrap(), 0);
+    let again = c.take(10).await.unwrap();
+    assert_eq!(again.len(), 4);
+    for d in &again {
+        q.dead_letter(d, "again", now).await.unwrap();
+    }
+    assert_eq!(q.dlq_purge("default").await.unwrap(), 4);
+    assert_eq!(q.dlq_size("default").await.unwrap(), 0);
+    assert!(q.dlq_list("default", 0, 10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn undecodable_message_goes_to_the_dead_letter_queue() {
+    let q = queue().await;
+    let now = ax_queue::now();
+    let mut raw = raw_conn(&redis_url()).await;
+    let _: () = raw
+        .lpush(q.keys().ready("default"), "not json")
+        .await
+        .unwrap();
+    let mut c = q.consumer("default", "w", BLOCK, now).await.unwrap();
+    assert!(c.take(1).await.unwrap().is_empty());
+    let dead = q.dlq_list("default", 0, 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].raw.as_deref(), Some("not json"));
+    assert_eq!(
+        q.dlq_requeue("default", dead[0].id, now).await.unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn history_is_capped_newest_first() {
+    let cfg = QueueConfig {
+        prefix: unique_name("axq"),
+        history_cap: 5,
+        ..QueueConfig::default()
+    };
+    let q = Queue::connect(&redis_url(), cfg).await.unwrap();
+    for i in 0..8u32 {
+        let e = HistoryEntry {
+            execution_id: uuid::Uuid::now_v7(),
+            fire_at: UtcMillis(i64::from(i)),
+            started_at: UtcMillis(10),
+            finished_at: UtcMillis(20),
+            lateness_ms: 10,
+            duration_ms: 10,
+            outcome: HistoryOutcome::Succeeded,
+            error: None,
+            worker: "w".into(),
+            attempt: i,
+        };
+        q.record_history("ns", "t", &e).await.unwrap();
+    }
+    let h = q.history("ns", "t", 100).await.unwrap();
+    let attempts: Vec<u32> = h.iter().map(|e| e.attempt).collect();
+    assert_eq!(attempts, vec![7, 6, 5, 4, 3]);
+    assert_eq!(q.history("ns", "t", 2).await.unwrap().len(), 2);
+    assert!(q.history("ns", "other", 10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn maintenance_steps_promote_then_reap() {
+    let q = queue().await;
+    let t0 = ax_queue::now();
+    let s = spec("t", "default");
+    let m = ExecutionMessage::for_fire(&s, UtcMillis(1), t0, 0);
+    q.enqueue(&m).await.unwrap();
+    let mut c = q.consumer("default", "w", BLOCK, t0).await.unwrap();
+    let d = c.take(1).await.unwrap().remove(0);
+    q.retry_later(
+        &d,
+        &d.message.next_attempt("x", t0),
+        t0.add(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap();
+    let m2 = ExecutionMessage::for_fire(&s, UtcMillis(2), t0, 0);
+    q.enqueue(&m2).await.unwrap();
+    let _held = c.take(1).await.unwrap();
+    let cfg = MaintenanceConfig {
+        queues: vec!["default".into()],
+        visibility_timeout: Duration::from_secs(5),
+        ..MaintenanceConfig::default()
+    };
+    let mut mt = Maintenance::new(q.clone(), cfg.clone());
+    assert_eq!(mt.state(), MaintenanceState::Promote);
+    let r = mt.step(t0.add(Duration::from_secs(2))).await;
+    assert_eq!((r.promoted, r.wait), (1, Duration::ZERO));
+    assert_eq!(mt.state(), MaintenanceState::Reap);
+    let r = mt.step(t0.add(Duration::from_secs(10))).await;
+    assert_eq!(r.reaped, 1);
+    assert_eq!(r.wait, cfg.interval);
+    assert_eq!(mt.state(), MaintenanceState::Promote);
+    assert_eq!(q.depth("default").await.unwrap(), 2);
+}
+
+#[tokio::test]
+async fn maintenance_backs_off_while_redis_is_down() {
+    let mut server = RedisServer::start();
+    let cfg = QueueConfig {
+        command_timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(300),
+        reconnect_retries: 1,
+        ..QueueConfig::default()
+    };
+    let q = Queue::connect(&server.url(), cfg).await.unwrap();
+    let mut mt = Maintenance::new(q.clone(), MaintenanceConfig::default());
+    server.kill();
+    let r = mt.step(ax_queue::now()).await;
+    assert!(matches!(
+        mt.state(),
+        MaintenanceState::Backoff { failures: 1 }
+    ));
+    assert!(r.wait > Duration::ZERO);
+    let _ = mt.step(ax_queue::now()).await;
+    let _ = mt.step(ax_queue::now()).await;
+    assert!(matches!(
+        mt.state(),
+        MaintenanceState::Backoff { failures: 2 }
+    ));
+    server.restart();
+    let mut ok = false;
+    for _ in 0..20 {
+        mt.step(ax_queue::now()).await;
+        if mt.state() == MaintenanceState::Reap {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ok, "maintenance recovers after Redis comes back");
+}
+
+#[tokio::test]
+async fn blocked_consumer_survives_a_redis_restart() {
+    let mut server = RedisServer::start();
+    let cfg = QueueConfig {
+        command_timeout: Duration::from_secs(1),
+        connect_timeout: Duration::from_millis(500),
+        ..QueueConfig::default()
+    };
+    let q = Queue::connect(&server.url(), cfg).await.unwrap();
+    let now = ax_queue::now();
+    let mut c = q
+        .consumer("default", "w", Duration::from_secs(2), now)
+        .await
+        .unwrap();
+    let taker = tokio::spawn(async move {
+        let mut errors = 0;
+        loop {
+            match c.take(1).await {
+                Ok(v) if !v.is_empty() => return (v, errors),
+                Ok(_) => {}
+                Err(e) => {
+                    assert!(e.is_retryable(), "{e}");
+                    errors += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.restart();
+    let m = ExecutionMessage::for_fire(&spec("t", "default"), UtcMillis(1), now, 0);
+    let mut pushed = false;
+    for _ in 0..50 {
+        if q.enqueue(&m).await.is_ok() {
+            pushed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(pushed, "the enqueue side reconnects");
+    let (got, errors) = tokio::time::timeout(Duration::from_secs(15), taker)
+        .await
+        .expect("the consumer reconnects and takes the message")
+        .unwrap();
+    assert_eq!(got[0].message.execution_id, m.execution_id);
+    assert!(errors >= 1, "the restart was seen as an error");
+}
