@@ -1,0 +1,120 @@
+{{/*
+Chart name, truncated to the 63 characters a label value may have.
+*/}}
+{{- define "ax.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name prefix of every resource: the release name, plus the chart name unless the release
+name already holds it.
+*/}}
+{{- define "ax.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "ax.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels selecting every pod of the release, whatever its component (the Service uses them).
+*/}}
+{{- define "ax.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ax.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "ax.labels" -}}
+helm.sh/chart: {{ include "ax.chart" . }}
+{{ include "ax.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: ax
+{{- end }}
+
+{{- define "ax.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "ax.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "ax.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/*
+The workloads to render, as JSON {"items": [...]}: one "server" running both roles, or, in
+split mode, "scheduler" and "worker". Each item: component, name (resource name), roles,
+replicaCount, kind, resources, autoscaling.
+*/}}
+{{- define "ax.components" -}}
+{{- $full := include "ax.fullname" . }}
+{{- $items := list }}
+{{- if .Values.split.enabled }}
+{{- $s := .Values.split.scheduler }}
+{{- $w := .Values.split.worker }}
+{{- $items = append $items (dict "component" "scheduler" "name" (printf "%s-scheduler" $full | trunc 52 | trimSuffix "-") "roles" (list "scheduler") "replicaCount" $s.replicaCount "kind" $s.kind "resources" $s.resources "autoscaling" (dict "enabled" false)) }}
+{{- $items = append $items (dict "component" "worker" "name" (printf "%s-worker" $full | trunc 52 | trimSuffix "-") "roles" (list "worker") "replicaCount" $w.replicaCount "kind" $w.kind "resources" $w.resources "autoscaling" $w.autoscaling) }}
+{{- else }}
+{{- $items = append $items (dict "component" "server" "name" ($full | trunc 52 | trimSuffix "-") "roles" (list "scheduler" "worker") "replicaCount" .Values.replicaCount "kind" .Values.kind "resources" .Values.resources "autoscaling" (dict "enabled" false)) }}
+{{- end }}
+{{- range $items }}
+{{- if not (has .kind (list "StatefulSet" "Deployment")) }}
+{{- fail (printf "kind of the %s workload must be StatefulSet or Deployment, not %q" .component .kind) }}
+{{- end }}
+{{- end }}
+{{- toJson (dict "items" $items) }}
+{{- end }}
+
+{{/*
+Whether any workload is a StatefulSet (which needs the headless Service).
+*/}}
+{{- define "ax.anyStatefulSet" -}}
+{{- range (include "ax.components" . | fromJson).items }}
+{{- if eq .kind "StatefulSet" }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Seconds in a humantime duration of the forms "45s", "2m" or "1h"; empty for other forms.
+*/}}
+{{- define "ax.seconds" -}}
+{{- $d := toString . }}
+{{- if regexMatch "^[0-9]+s$" $d }}{{ trimSuffix "s" $d }}
+{{- else if regexMatch "^[0-9]+m$" $d }}{{ mul (trimSuffix "m" $d | atoi) 60 }}
+{{- else if regexMatch "^[0-9]+h$" $d }}{{ mul (trimSuffix "h" $d | atoi) 3600 }}
+{{- end }}
+{{- end }}
+
+{{/*
+Refuses values that would kill running executions on every rollout.
+*/}}
+{{- define "ax.validate" -}}
+{{- $grace := include "ax.seconds" .Values.config.worker.shutdownGrace }}
+{{- if and $grace (le (int .Values.terminationGracePeriodSeconds) (atoi $grace)) }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed config.worker.shutdownGrace (%s), or Kubernetes kills executions that are still finishing" .Values.terminationGracePeriodSeconds .Values.config.worker.shutdownGrace) }}
+{{- end }}
+{{- if and .Values.secrets.etcdTls.existingSecret (not .Values.secrets.etcdTls.caKey) }}
+{{- fail "secrets.etcdTls.caKey must name the CA certificate's key in secrets.etcdTls.existingSecret" }}
+{{- end }}
+{{- if ne (empty .Values.secrets.etcdTls.certKey) (empty .Values.secrets.etcdTls.keyKey) }}
+{{- fail "secrets.etcdTls.certKey and secrets.etcdTls.keyKey must be both set or both empty" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where the etcd TLS Secret is mounted.
+*/}}
+{{- define "ax.etcdTlsDir" -}}/etc/ax-etcd-tls{{- end }}

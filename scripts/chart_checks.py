@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Checks on the ax chart's rendered manifests that schemas cannot express.
+
+Used by scripts/check-chart.sh, once per rendered values case:
+
+    chart_checks.py CASE RENDERED.yaml RULES.yaml OUT_DIR
+
+It writes the built-in Kubernetes kinds to OUT_DIR/builtin.yaml (for kubernetes-validate, which
+has no schema for CustomResourceDefinitions) and checks the rest itself:
+
+- the Prometheus Operator kinds (ServiceMonitor, PrometheusRule) have the structure their CRDs
+  require, and the PrometheusRule holds exactly the groups of alert-rules/ax-rules.yaml;
+- the ConfigMap's ax.toml parses and uses only the keys of the configuration contract;
+- every pod runs non-root with a read-only root file system, no capabilities, RuntimeDefault
+  seccomp, probes on /healthz and /readyz, the pod name as AX_INSTANCE_ID, secrets only
+  through secretKeyRef, and a termination grace period longer than the shutdown grace;
+- the chart renders no Secret (secrets are referenced by name only);
+- the kinds each case switches on are there.
+
+Exits 1 with one line per problem.
+"""
+
+import os
+import re
+import sys
+import tomllib
+
+import yaml
+
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+
+# The configuration contract's TOML keys (engine-bin implements them).
+CONTRACT = {
+    "etcd": {"endpoints", "prefix", "username", "password", "ca_file", "cert_file", "key_file", "timeout"},
+    "redis": {"url", "password", "key_prefix"},
+    "instance": {"id", "roles", "namespaces"},
+    "election": {"lease_ttl"},
+    "scheduler": {"tick", "catch_up_window", "max_clock_skew", "enqueue_rate_limit", "backlog_alert_threshold"},
+    "worker": {"concurrency", "queues", "shutdown_grace", "visibility_timeout"},
+    "http": {"listen", "api_token"},
+    "alerts": {"feishu_webhook", "feishu_secret", "webhook_url", "min_level"},
+}
+# Secrets never belong in the ConfigMap.
+SECRET_KEYS = {("etcd", "password"), ("redis", "password"), ("http", "api_token"),
+               ("alerts", "feishu_webhook"), ("alerts", "feishu_secret")}
+
+# Kinds each case must render (and, for the default case, must not).
+EXPECTED = {
+    "default": {"StatefulSet": 1, "Service": 2, "ConfigMap": 1, "PodDisruptionBudget": 1,
+                "ServiceAccount": 1},
+    "all-features": {"StatefulSet": 1, "Service": 2, "Ingress": 1, "ServiceMonitor": 1,
+                     "PrometheusRule": 1},
+    "split": {"StatefulSet": 1, "Deployment": 1, "HorizontalPodAutoscaler": 1,
+              "PodDisruptionBudget": 2, "ServiceMonitor": 1, "PrometheusRule": 1},
+    "alternatives": {"Deployment": 2, "Service": 1, "PodDisruptionBudget": 2,
+                     "ServiceMonitor": 1, "PrometheusRule": 1},
+    "deployment": {"Deployment": 1, "Service": 1, "ConfigMap": 1},
+}
+ABSENT = {
+    "default": {"Deployment", "HorizontalPodAutoscaler", "Ingress", "ServiceMonitor", "PrometheusRule"},
+    "deployment": {"StatefulSet", "PodDisruptionBudget", "ServiceAccount", "HorizontalPodAutoscaler"},
+    "alternatives": {"StatefulSet", "HorizontalPodAutoscaler"},
+}
+
+
+def seconds(duration):
+    """Seconds of a humantime duration made of s/m/h parts ("90s", "1m30s")."""
+    parts = re.findall(r"(\d+)(h|m|s)", duration)
+    if not parts or "".join(n + u for n, u in parts) != duration:
+        return None
+    return sum(int(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+
+
+def main():
+    case, rendered, rules_path, out_dir = sys.argv[1:5]
+    errors = []
+
+    def err(msg):
+        errors.append(f"{case}: {msg}")
+
+    with open(rendered, encoding="utf-8") as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    kinds = {}
+    for d in docs:
+        kinds[d["kind"]] = kinds.get(d["kind"], 0) + 1
+
+    builtin = [d for d in docs if d["kind"] not in CRD_KINDS]
+    with open(os.path.join(out_dir, "builtin.yaml"), "w", encoding="utf-8") as f:
+        yaml.safe_dump_all(builtin, f, sort_keys=False)
+
+    for kind, n in EXPECTED.get(case, {}).items():
+        if kinds.get(kind, 0) != n:
+            err(f"expected {n} {kind}, rendered {kinds.get(kind, 0)}")
+    for kind in ABSENT.get(case, set()):
+        if kind in kinds:
+            err(f"{kind} rendered but not switched on")
+    if "Secret" in kinds:
+        err("the chart must not render Secrets; it references existing ones by name")
+
+    names = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    if len(names) != len(docs):
+        err("two resources of one kind share a name")
+
+    # ConfigMap: the ax.toml of the contract.
+    toml_cfg = None
+    for d in docs:
+        if d["kind"] == "ConfigMap":
+            try:
+                toml_cfg = tomllib.loads(d["data"]["ax.toml"])
+            except (KeyError, tomllib.TOMLDecodeError) as e:
+                err(f"ConfigMap ax.toml does not parse: {e}")
+                continue
+            for section, table in toml_cfg.items():
+                if section not in CONTRACT or not isinstance(table, dict):
+                    err(f"ax.toml: unknown section [{section}]")
+                    continue
+                for key in table:
+                    if key not in CONTRACT[section]:
+                        err(f"ax.toml: unknown key {section}.{key}")
+                    if (section, key) in SECRET_KEYS:
+                        err(f"ax.toml: secret {section}.{key} must come from a Secret, not the ConfigMap")
+    if toml_cfg is None:
+        err("no ConfigMap with ax.toml")
+        toml_cfg = {}
+    grace = seconds(toml_cfg.get("worker", {}).get("shutdown_grace", "30s"))
+
+    # Pods.
+    for d in docs:
+        if d["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        where = f'{d["kind"]} {d["metadata"]["name"]}'
+        spec = d["spec"]["template"]["spec"]
+        psc = spec.get("securityContext", {})
+        if psc.get("runAsNonRoot") is not True:
+            err(f"{where}: pod securityContext.runAsNonRoot must be true")
+        if psc.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+            err(f"{where}: pod seccompProfile must be RuntimeDefault")
+        if spec.get("automountServiceAccountToken") is not False:
+            err(f"{where}: the service account token must not be mounted")
+        tgps = spec.get("terminationGracePeriodSeconds")
+        if grace is not None and (tgps is None or tgps <= grace):
+            err(f"{where}: terminationGracePeriodSeconds {tgps} must exceed shutdown_grace {grace}s")
+        for c in spec["containers"]:
+            sc = c.get("securityContext", {})
+            if sc.get("readOnlyRootFilesystem") is not True:
+                err(f"{where}: container {c['name']} needs readOnlyRootFilesystem")
+            if sc.get("allowPrivilegeEscalation") is not False:
+                err(f"{where}: container {c['name']} must not allow privilege escalation")
+            if sc.get("capabilities", {}).get("drop") != ["ALL"]:
+                err(f"{where}: container {c['name']} must drop ALL capabilities")
+            if c.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/healthz":
+                err(f"{where}: liveness probe must be GET /healthz")
+            if c.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/readyz":
+                err(f"{where}: readiness probe must be GET /readyz")
+            if not c.get("resources"):
+                err(f"{where}: container {c['name']} has no resources")
+            env = {e["name"]: e for e in c.get("env", [])}
+            iid = env.get("AX_INSTANCE_ID", {}).get("valueFrom", {}).get("fieldRef", {})
+            if iid.get("fieldPath") != "metadata.name":
+                err(f"{where}: AX_INSTANCE_ID must come from the pod name")
+            for name in ("AX_ETCD_PASSWORD", "AX_REDIS_PASSWORD", "AX_FEISHU_WEBHOOK",
+                         "AX_FEISHU_SECRET", "AX_API_TOKEN"):
+                if name in env and "secretKeyRef" not in env[name].get("valueFrom", {}):
+                    err(f"{where}: {name} must come from a secretKeyRef")
+            mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
+            if "/etc/ax" not in mounts:
+                err(f"{where}: the config file must be mounted at /etc/ax/ax.toml")
+            for key in ("ca_file", "cert_file", "key_file"):
+                path = toml_cfg.get("etcd", {}).get(key)
+                if path and os.path.dirname(path) not in mounts:
+                    err(f"{where}: etcd.{key} {path} is not in a mounted volume")
+
+    # CRD kinds: the structure their schemas require.
+    with open(rules_path, encoding="utf-8") as f:
+        source = yaml.safe_load(f)
+    for d in docs:
+        if d["kind"] == "ServiceMonitor":
+            if d.get("apiVersion") != "monitoring.coreos.com/v1":
+                err("ServiceMonitor apiVersion must be monitoring.coreos.com/v1")
+            spec = d.get("spec", {})
+            if not spec.get("selector", {}).get("matchLabels"):
+                err("ServiceMonitor needs spec.selector.matchLabels")
+            eps = spec.get("endpoints") or []
+            if not eps or any(e.get("port") != "http" or e.get("path") != "/metrics" for e in eps):
+                err("ServiceMonitor endpoints must scrape port http, path /metrics")
+            jobs = [r.get("replacement") for e in eps for r in e.get("relabelings", [])
+                    if r.get("targetLabel") == "job"]
+            if not jobs:
+                err("ServiceMonitor must set the job label the alert rules select")
+            svc = [s for s in docs if s["kind"] == "Service"
+                   and all(s["metadata"].get("labels", {}).get(k) == v
+                           for k, v in spec["selector"]["matchLabels"].items())]
+            if len(svc) != 1:
+                err(f"ServiceMonitor must select exactly one Service, selects {len(svc)}")
+        if d["kind"] == "PrometheusRule":
+            if d.get("apiVersion") != "monitoring.coreos.com/v1":
+                err("PrometheusRule apiVersion must be monitoring.coreos.com/v1")
+            job = next((r.get("replacement") for s in docs if s["kind"] == "ServiceMonitor"
+                        for e in s["spec"]["endpoints"] for r in e.get("relabelings", [])
+                        if r.get("targetLabel") == "job"), "ax")
+            want = yaml.safe_load(yaml.safe_dump(source["groups"]).replace('job="ax"', f'job="{job}"'))
+            if d.get("spec", {}).get("groups") != want:
+                err("PrometheusRule groups differ from alert-rules/ax-rules.yaml")
+            for g in d.get("spec", {}).get("groups", []):
+                for r in g.get("rules", []):
+                    if not isinstance(r.get("expr"), str) or not (r.get("alert") or r.get("record")):
+                        err(f"PrometheusRule rule without alert/record name or expr in group {g.get('name')}")
+
+    for e in errors:
+        print("check-chart:", e, file=sys.stderr)
+    print(f"check-chart: {case}: {len(docs)} manifests ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}); "
+          f"{len(builtin)} to validate against Kubernetes schemas, "
+          f"{len(docs) - len(builtin)} custom resources checked here")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Checks the Helm chart charts/ax without a cluster:
+#   - helm lint --strict, for the default values and every values file in charts/ax/ci/;
+#   - helm template for each of them, and the rendered manifests validated offline against the
+#     Kubernetes JSON schemas (kubernetes-validate --strict) for the oldest Kubernetes the chart
+#     supports and the newest the validator knows;
+#   - scripts/chart_checks.py on each render: the custom resources (ServiceMonitor,
+#     PrometheusRule, which kubernetes-validate has no schema for), the PrometheusRule being
+#     exactly alert-rules/ax-rules.yaml, ax.toml against the configuration contract, the pods'
+#     security settings, probes, instance id and secret references;
+#   - values the chart must refuse (e.g. a termination grace period shorter than the workers'
+#     shutdown grace);
+#   - helm package: the packaged chart carries the rules file itself (not a dangling symlink).
+# helm and kubernetes-validate come from scripts/setup-helm.sh. Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+# shellcheck source=scripts/tools-env.sh
+. scripts/tools-env.sh
+
+command -v helm >/dev/null 2>&1 || { echo "check-chart: helm is missing; run scripts/setup.sh" >&2; exit 1; }
+python3 -c 'import kubernetes_validate, yaml' 2>/dev/null \
+  || { echo "check-chart: kubernetes-validate is missing; run scripts/setup.sh" >&2; exit 1; }
+
+chart=charts/ax
+rules=alert-rules/ax-rules.yaml
+# The chart's Kubernetes floor (Chart.yaml kubeVersion) and the newest schemas bundled.
+newest=$(python3 - <<'PY'
+import os, re, kubernetes_validate
+d = os.path.join(os.path.dirname(kubernetes_validate.__file__), "kubernetes-json-schema")
+found = (re.match(r"v(\d+)\.(\d+)\.(\d+)-local", n) for n in os.listdir(d))
+print(".".join(map(str, max(tuple(map(int, m.groups())) for m in found if m))))
+PY
+)
+k8s_versions=("1.25.0" "$newest")
+
+tmp=$(mktemp -d -t ax-chart.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+# The PrometheusRule reads the rules through this symlink; a copy could drift from the tested
+# rules.
+link=$chart/files/ax-rules.yaml
+if [ ! -L "$link" ] || [ "$(readlink "$link")" != "../../../$rules" ]; then
+  echo "check-chart: $link must be a symlink to ../../../$rules" >&2
+  exit 1
+fi
+
+# helm logs an INFO line each time it follows the symlink; keep the output readable.
+quiet_helm() { helm "$@" 2> >(grep -v 'found symbolic link in path' >&2); }
+
+cases=(default)
+for f in "$chart"/ci/*-values.yaml; do
+  name=$(basename "$f" -values.yaml)
+  cases+=("$name")
+done
+
+for case in "${cases[@]}"; do
+  args=()
+  [ "$case" = default ] || args=(-f "$chart/ci/$case-values.yaml")
+  echo "check-chart: $case: helm lint --strict"
+  quiet_helm lint --strict "${args[@]}" "$chart" >"$tmp/lint.txt" || { cat "$tmp/lint.txt"; exit 1; }
+  echo "check-chart: $case: helm template"
+  quiet_helm template ax "$chart" --namespace ax "${args[@]}" >"$tmp/$case.yaml"
+  mkdir -p "$tmp/$case"
+  python3 scripts/chart_checks.py "$case" "$tmp/$case.yaml" "$rules" "$tmp/$case"
+  for v in "${k8s_versions[@]}"; do
+    echo "check-chart: $case: kubernetes-validate --strict -k $v"
+    python3 -m kubernetes_validate --strict --quiet -k "$v" "$tmp/$case/builtin.yaml"
+  done
+done
+
+# Values the chart must refuse, with the reason it gives.
+refuse() { # expected-message helm-args...
+  local want=$1; shift
+  if out=$(helm template ax "$chart" "$@" 2>&1); then
+    echo "check-chart: helm template $* rendered, but must fail with: $want" >&2
+    exit 1
+  fi
+  if ! grep -qF "$want" <<<"$out"; then
+    echo "check-chart: helm template $* failed for another reason than '$want':" >&2
+    echo "$out" >&2
+    exit 1
+  fi
+}
+echo "check-chart: values the chart refuses"
+refuse "must exceed config.worker.shutdownGrace" --set terminationGracePeriodSeconds=30
+refuse "must exceed config.worker.shutdownGrace" --set config.worker.shutdownGrace=2m
+refuse "must be StatefulSet or Deployment" --set kind=DaemonSet
+refuse "podAntiAffinity must be soft, hard or empty" --set podAntiAffinity=sometimes
+refuse "must be both set or both empty" --set secrets.etcdTls.existingSecret=x --set secrets.etcdTls.keyKey=
+
+# The packaged chart must carry the rules themselves: helm package follows the symlink.
+echo "check-chart: helm package"
+quiet_helm package "$chart" --destination "$tmp/pkg" >/dev/null
+pkg=$(ls "$tmp"/pkg/ax-*.tgz)
+tar -xzf "$pkg" -C "$tmp/pkg"
+if [ -L "$tmp/pkg/ax/files/ax-rules.yaml" ] || ! cmp -s "$tmp/pkg/ax/files/ax-rules.yaml" "$rules"; then
+  echo "check-chart: the packaged chart's files/ax-rules.yaml is not a copy of $rules" >&2
+  exit 1
+fi
+for f in ci/ values.yaml templates/NOTES.txt; do
+  case $f in
+    ci/) [ ! -e "$tmp/pkg/ax/ci" ] || { echo "check-chart: the package should leave out ci/" >&2; exit 1; } ;;
+    *) [ -e "$tmp/pkg/ax/$f" ] || { echo "check-chart: the package lacks $f" >&2; exit 1; } ;;
+  esac
+done
+helm template ax "$pkg" --set prometheusRule.enabled=true >"$tmp/packaged.yaml"
+mkdir -p "$tmp/packaged"
+python3 scripts/chart_checks.py packaged "$tmp/packaged.yaml" "$rules" "$tmp/packaged"
+
+echo "check-chart: ok (${#cases[@]} values cases, Kubernetes ${k8s_versions[*]})"
