@@ -6,6 +6,7 @@
 pub mod breaker;
 pub mod duration_serde;
 pub mod limiter;
+pub mod ready;
 pub mod task;
 pub mod time;
 pub mod timer;
