@@ -4,6 +4,7 @@
 Used by scripts/check-chart.sh, once per rendered values case:
 
     chart_checks.py CASE RENDERED.yaml RULES.yaml OUT_DIR
+    chart_checks.py values-doc VALUES.yaml README.md
 
 It writes the built-in Kubernetes kinds to OUT_DIR/builtin.yaml (for kubernetes-validate, which
 has no schema for CustomResourceDefinitions) and checks the rest itself:
@@ -17,7 +18,8 @@ has no schema for CustomResourceDefinitions) and checks the rest itself:
 - the chart renders no Secret (secrets are referenced by name only);
 - the kinds each case switches on are there.
 
-Exits 1 with one line per problem.
+The values-doc form checks that every value is documented, in values.yaml and in the chart
+README. Exits 1 with one line per problem.
 """
 
 import os
@@ -214,5 +216,57 @@ def main():
     return 1 if errors else 0
 
 
+# Values whose inner keys are Kubernetes structures documented as a whole.
+STRUCTURES = ("resources", "livenessProbe", "readinessProbe", "podSecurityContext",
+              "securityContext", "split.scheduler.resources", "split.worker.resources",
+              "split.worker.autoscaling.behavior", "ingress.hosts")
+
+
+def values_doc(values_path, readme_path):
+    """Every value has a comment above it in values.yaml and a row in the chart README.
+
+    A value is a leaf (scalar, list, empty map) or one of STRUCTURES; maps of values are
+    documented through their values.
+    """
+    errors = []
+    with open(values_path, encoding="utf-8") as f:
+        text = f.read()
+    values = yaml.safe_load(text)
+    with open(readme_path, encoding="utf-8") as f:
+        readme = f.read()
+    stack, commented = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            commented = not stripped.lstrip("# ").startswith("---")
+            continue
+        m = re.match(r"^(\s*)([A-Za-z][\w.-]*):", line)
+        if not m:
+            commented = False
+            continue
+        indent, key = len(m.group(1)), m.group(2)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        keys = [k for _, k in stack] + [key]
+        stack.append((indent, key))
+        path = ".".join(keys)
+        node = values
+        for k in keys:
+            node = node.get(k) if isinstance(node, dict) else None
+        is_map = isinstance(node, dict) and bool(node) and path not in STRUCTURES
+        inside = any(path.startswith(s + ".") for s in STRUCTURES)
+        if not inside and not is_map:
+            if not commented:
+                errors.append(f"values.yaml:{number}: {path} has no comment")
+            if f"`{path}`" not in readme:
+                errors.append(f"charts/ax/README.md has no row for {path}")
+        commented = False
+    for e in errors:
+        print("check-chart:", e, file=sys.stderr)
+    return 1 if errors else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "values-doc":
+        sys.exit(values_doc(sys.argv[2], sys.argv[3]))
     sys.exit(main())

@@ -48,6 +48,9 @@ fi
 # helm logs an INFO line each time it follows the symlink; keep the output readable.
 quiet_helm() { helm "$@" 2> >(grep -v 'found symbolic link in path' >&2); }
 
+echo "check-chart: every value documented in values.yaml and charts/ax/README.md"
+python3 scripts/chart_checks.py values-doc "$chart/values.yaml" "$chart/README.md"
+
 cases=(default)
 for f in "$chart"/ci/*-values.yaml; do
   name=$(basename "$f" -values.yaml)
@@ -107,5 +110,30 @@ done
 helm template ax "$pkg" --set prometheusRule.enabled=true >"$tmp/packaged.yaml"
 mkdir -p "$tmp/packaged"
 python3 scripts/chart_checks.py packaged "$tmp/packaged.yaml" "$rules" "$tmp/packaged"
+
+# The image the chart runs: the Dockerfile builds the `ax` binary of the engine crate, runs it
+# as the user the chart's securityContext names, and exposes the chart's port. No image is
+# built here (no container engine on the test machines).
+echo "check-chart: Dockerfile agrees with the chart"
+python3 - "$chart/values.yaml" <<'PY'
+import re, sys, tomllib, yaml
+values = yaml.safe_load(open(sys.argv[1]))
+docker = open("Dockerfile").read()
+engine = tomllib.load(open("engine-bin/Cargo.toml", "rb"))
+errors = []
+bins = [b["name"] for b in engine.get("bin", [])]
+if f'-p {engine["package"]["name"]} --bin ax' not in docker or "ax" not in bins:
+    errors.append("Dockerfile must build `-p <engine-bin package> --bin ax`")
+user = values["podSecurityContext"]["runAsUser"]
+if not re.search(rf"^USER {user}(:{user})?$", docker, re.M):
+    errors.append(f"Dockerfile USER must be {user}, the chart's runAsUser")
+if not re.search(rf"^EXPOSE {values['containerPort']}$", docker, re.M):
+    errors.append(f"Dockerfile must EXPOSE {values['containerPort']}, the chart's containerPort")
+if 'ENTRYPOINT ["ax"]' not in docker:
+    errors.append('Dockerfile ENTRYPOINT must be ["ax"] (the chart passes `serve --config ...`)')
+for e in errors:
+    print("check-chart:", e, file=sys.stderr)
+sys.exit(1 if errors else 0)
+PY
 
 echo "check-chart: ok (${#cases[@]} values cases, Kubernetes ${k8s_versions[*]})"
