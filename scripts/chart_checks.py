@@ -172,6 +172,20 @@ def main():
                 if path and os.path.dirname(path) not in mounts:
                     err(f"{where}: etcd.{key} {path} is not in a mounted volume")
 
+    # An HPA scales a rendered workload, which leaves its replica count to the HPA (a fixed
+    # spec.replicas would be reset on every upgrade).
+    for d in docs:
+        if d["kind"] != "HorizontalPodAutoscaler":
+            continue
+        ref = d["spec"]["scaleTargetRef"]
+        target = [w for w in docs if w["kind"] == ref["kind"] and w["metadata"]["name"] == ref["name"]]
+        if len(target) != 1:
+            err(f'HPA {d["metadata"]["name"]} scales {ref["kind"]} {ref["name"]}, which is not rendered')
+        elif "replicas" in target[0]["spec"]:
+            err(f'{ref["kind"]} {ref["name"]} sets replicas although an HPA scales it')
+        if "worker" not in d["metadata"]["name"]:
+            err("only the workers are autoscaled")
+
     # CRD kinds: the structure their schemas require.
     with open(rules_path, encoding="utf-8") as f:
         source = yaml.safe_load(f)

@@ -14,7 +14,6 @@
 # helm and kubernetes-validate come from scripts/setup-helm.sh. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 # shellcheck source=scripts/tools-env.sh
 . scripts/tools-env.sh
 
