@@ -71,6 +71,52 @@ for case in "${cases[@]}"; do
   done
 done
 
+# The engine itself accepts each rendered configuration: `ax config print` loads ax.toml with
+# the environment each container gets (placeholders for the Secrets' values) and validates
+# it. scripts/test.sh builds target/debug/ax (cargo test builds the binary for the engine's
+# integration tests) before it runs this script.
+ax_bin=${AX_BIN:-target/debug/ax}
+if [ -x "$ax_bin" ]; then
+  for case in "${cases[@]}"; do
+    echo "check-chart: $case: ax config print accepts the rendered configuration"
+    python3 - "$tmp/$case.yaml" "$tmp/$case" "$ax_bin" <<'PY'
+import os, subprocess, sys, yaml
+rendered, out_dir, ax = sys.argv[1:4]
+docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
+(toml,) = [d["data"]["ax.toml"] for d in docs if d["kind"] == "ConfigMap"]
+path = os.path.join(out_dir, "ax.toml")
+open(path, "w").write(toml)
+failed = False
+for w in docs:
+    if w["kind"] not in ("Deployment", "StatefulSet"):
+        continue
+    for c in w["spec"]["template"]["spec"]["containers"]:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        for e in c.get("env", []):
+            src = e.get("valueFrom", {})
+            if "value" in e:
+                env[e["name"]] = e["value"]
+            elif "fieldRef" in src:
+                env[e["name"]] = w["metadata"]["name"] + "-0"
+            elif "secretKeyRef" in src:
+                env[e["name"]] = ("https://hooks.example.invalid/bot" if e["name"].endswith("WEBHOOK")
+                                  else "placeholder-" + src["secretKeyRef"]["key"])
+        r = subprocess.run([ax, "config", "print", "--config", path], env=env,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            failed = True
+            print(f'check-chart: ax rejects the configuration of {w["kind"]} {w["metadata"]["name"]}:\n{r.stderr}',
+                  file=sys.stderr)
+sys.exit(1 if failed else 0)
+PY
+  done
+elif [ "${CI:-}" = true ]; then
+  echo "check-chart: $ax_bin is missing; scripts/test.sh builds it before the checks" >&2
+  exit 1
+else
+  echo "check-chart: skipping the engine's own check of the rendered configuration: $ax_bin is not built (cargo build -p ax-engine --bin ax)"
+fi
+
 # Values the chart must refuse, with the reason it gives.
 refuse() { # expected-message helm-args...
   local want=$1; shift
