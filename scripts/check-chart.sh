@@ -64,6 +64,9 @@ for case in "${cases[@]}"; do
   echo "check-chart: $case: helm template"
   quiet_helm template ax "$chart" --namespace ax "${args[@]}" >"$tmp/$case.yaml"
   mkdir -p "$tmp/$case"
+  # NOTES.txt is only rendered by install; a client-side dry run needs no cluster.
+  quiet_helm install ax "$chart" --dry-run=client --namespace ax "${args[@]}" >"$tmp/$case.install.txt"
+  grep -q '^NOTES:' "$tmp/$case.install.txt" || { echo "check-chart: $case: NOTES.txt did not render" >&2; exit 1; }
   python3 scripts/chart_checks.py "$case" "$tmp/$case.yaml" "$rules" "$tmp/$case"
   for v in "${k8s_versions[@]}"; do
     echo "check-chart: $case: kubernetes-validate --strict -k $v"
