@@ -82,7 +82,11 @@ impl ChannelWorker {
                 channel = self.channel.name(),
                 kind = alert.kind.as_str(),
                 title = %alert.title,
+                task_id = tracing::field::Empty,
             );
+            if let Some(task) = &alert.task {
+                span.record("task_id", tracing::field::display(task));
+            }
             if let Outcome::Cancelled = self.deliver(&alert).instrument(span).await {
                 break;
             }

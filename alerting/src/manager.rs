@@ -28,7 +28,7 @@ use crate::alert::Alert;
 use crate::channel::Channel;
 use crate::dispatch::{ChannelWorker, RetryPolicy};
 use crate::error::AlertError;
-use crate::policy::{Decision, Policy, PolicyConfig};
+use crate::policy::{plus, Decision, Policy, PolicyConfig};
 use crate::stats::{bump, snapshot, AlertStats, ChannelCounters, Counters};
 
 /// Settings of an [`AlertManager`].
@@ -217,7 +217,7 @@ impl MonotonicClock {
     }
 
     fn now(&self) -> UtcMillis {
-        self.start_utc.add(self.start.elapsed())
+        plus(self.start_utc, self.start.elapsed())
     }
 
     fn instant_at(&self, at: UtcMillis) -> Instant {

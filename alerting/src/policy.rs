@@ -31,6 +31,11 @@ const HELD_MAX_TITLES: usize = 200;
 /// How often expired de-duplication entries are swept.
 const PRUNE_EVERY: Duration = Duration::from_secs(1);
 
+/// `t + d`, saturating (kept local so the policy depends only on `UtcMillis`'s field).
+pub(crate) fn plus(t: UtcMillis, d: Duration) -> UtcMillis {
+    UtcMillis(t.0.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
+}
+
 /// Tunables of the [`Policy`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyConfig {
@@ -186,7 +191,7 @@ impl Policy {
     pub fn next_deadline(&self) -> Option<UtcMillis> {
         self.held
             .as_ref()
-            .map(|held| held.since.add(self.config.rate_window))
+            .map(|held| plus(held.since, self.config.rate_window))
     }
 
     /// Number of alerts currently held back (waiting for the summary).
@@ -221,7 +226,7 @@ impl Policy {
             let age = now.since(seen.since);
             age < window || (seen.suppressed > 0 && age < window.saturating_mul(2))
         });
-        self.next_prune = now.add(PRUNE_EVERY);
+        self.next_prune = plus(now, PRUNE_EVERY);
     }
 
     fn expire_sent(&mut self, now: UtcMillis) {
