@@ -1,1 +1,22 @@
-//! Filled by a later issue.
+//! ax's worker pool: runs execution messages from the Redis queue.
+//!
+//! A [`WorkerPool`] serves some queues with bounded concurrency, finds each execution's
+//! handler in a [`HandlerRegistry`] (built-ins `http` and `log`, plus user async closures),
+//! runs it under its timeout with panics caught, settles the message (ack, a jittered retry
+//! in Redis's delayed set, or the dead-letter queue) and tells an [`ExecutionReporter`].
+
+mod builtin;
+mod error;
+mod handler;
+mod pool;
+mod reporter;
+pub mod retry;
+
+pub use builtin::{classify_status, HttpHandler, LogHandler};
+pub use error::{Result, WorkerError};
+pub use handler::{Handler, HandlerContext, HandlerError, HandlerFuture, HandlerRegistry};
+pub use pool::{default_concurrency, PoolSummary, WorkerConfig, WorkerPool};
+pub use reporter::{
+    ChannelReporter, ExecutionReport, ExecutionReporter, NoopReporter, Outcome, ReportEvent,
+    ReportFuture,
+};

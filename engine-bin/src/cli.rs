@@ -1,0 +1,315 @@
+//! Command line: the clap definitions, exit codes and the error type commands return.
+//!
+//! Exit codes are part of the interface scripts rely on (docs/cli.md), so they are named
+//! constants here and every failure goes through [`CliError::exit_code`]. Global flags that
+//! set configuration keys are turned into [`ConfigOverrides`], the top configuration layer;
+//! their environment counterparts are read by the config module, not by clap, so that the
+//! precedence rules live in one place.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{ConfigError, ConfigOverrides, Role};
+
+/// Success.
+pub const EXIT_OK: u8 = 0;
+/// The operation failed (a backend error, a server that stopped on an error).
+pub const EXIT_FAILED: u8 = 1;
+/// Usage or configuration error (bad flag, bad config, command not available).
+pub const EXIT_USAGE: u8 = 2;
+/// Invalid input: the task spec (or other input) failed validation; each error is printed on
+/// stderr.
+pub const EXIT_INVALID: u8 = 3;
+/// The task, execution or dead letter named does not exist.
+pub const EXIT_NOT_FOUND: u8 = 4;
+/// Conflict: the change lost a race or a newer version exists.
+pub const EXIT_CONFLICT: u8 = 5;
+
+/// `ax`: a cluster-native task scheduler.
+#[derive(Debug, Parser)]
+#[command(name = "ax", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Flags every command accepts.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every command accepts. Those that set configuration keys override the file and the
+/// environment.
+#[derive(Debug, Default, Args)]
+pub struct GlobalArgs {
+    /// Config file (TOML). Default: $AX_CONFIG, else /etc/ax/ax.toml if it exists.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// etcd endpoints, comma separated [etcd.endpoints].
+    #[arg(long, global = true, value_delimiter = ',', value_name = "URLS")]
+    pub etcd_endpoints: Option<Vec<String>>,
+    /// Key prefix in etcd [etcd.prefix].
+    #[arg(long, global = true, value_name = "PREFIX")]
+    pub etcd_prefix: Option<String>,
+    /// Redis URL, redis:// or rediss:// [redis.url].
+    #[arg(long, global = true, value_name = "URL")]
+    pub redis_url: Option<String>,
+    /// This replica's id [instance.id].
+    #[arg(long, global = true, value_name = "ID")]
+    pub instance_id: Option<String>,
+    /// Roles, comma separated: scheduler, worker [instance.roles].
+    #[arg(long, global = true, value_delimiter = ',', value_name = "ROLES")]
+    pub roles: Option<Vec<Role>>,
+    /// Namespaces served, comma separated; none means all [instance.namespaces].
+    #[arg(long, global = true, value_delimiter = ',', value_name = "NAMES")]
+    pub namespaces: Option<Vec<String>>,
+    /// Concurrent executions; 0 means twice the CPU cores [worker.concurrency].
+    #[arg(long, global = true, value_name = "N")]
+    pub worker_concurrency: Option<usize>,
+    /// Queues worked on, comma separated [worker.queues].
+    #[arg(long, global = true, value_delimiter = ',', value_name = "NAMES")]
+    pub worker_queues: Option<Vec<String>>,
+    /// HTTP listen address, host:port [http.listen].
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub http_listen: Option<String>,
+    /// Log format. Default: $AX_LOG_FORMAT, else text.
+    #[arg(long, global = true, value_enum, value_name = "FORMAT")]
+    pub log_format: Option<crate::logging::LogFormat>,
+}
+
+impl GlobalArgs {
+    /// The flags that set configuration keys, as the top configuration layer.
+    pub fn overrides(&self) -> ConfigOverrides {
+        ConfigOverrides {
+            etcd_endpoints: self.etcd_endpoints.clone(),
+            etcd_prefix: self.etcd_prefix.clone(),
+            redis_url: self.redis_url.clone(),
+            instance_id: self.instance_id.clone(),
+            roles: self.roles.clone(),
+            namespaces: self.namespaces.clone(),
+            worker_concurrency: self.worker_concurrency,
+            worker_queues: self.worker_queues.clone(),
+            http_listen: self.http_listen.clone(),
+        }
+    }
+}
+
+impl ValueEnum for Role {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Role::Scheduler, Role::Worker]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.as_str()))
+    }
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a replica: election, scheduling, workers, HTTP (metrics, probes, API).
+    Serve,
+    /// Inspect the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Manage tasks.
+    #[command(subcommand)]
+    Task(TaskCommand),
+    /// Inspect and act on dead-lettered executions.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+    /// Show the leader, replicas, queue depths and dead-letter count.
+    Status,
+}
+
+/// `ax config ...`
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the effective configuration as TOML, secrets masked (exit 2 if it is invalid).
+    Print,
+}
+
+/// A task named on the command line.
+#[derive(Debug, Clone, Args)]
+pub struct TaskRef {
+    /// Task id.
+    pub id: String,
+    /// Namespace of the task.
+    #[arg(long, short = 'n', default_value = ax_scheduler_core::task::DEFAULT_NAMESPACE)]
+    pub namespace: String,
+}
+
+/// `ax task ...`
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    /// Validate a task spec (JSON) and register it.
+    Put {
+        /// Spec file, or `-` for stdin.
+        file: String,
+        /// Validate and print the next 5 fire times; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Show a task's spec and state.
+    Get(TaskRef),
+    /// List tasks.
+    List {
+        /// Only this namespace (default: all).
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
+    },
+    /// Delete a task.
+    Delete(TaskRef),
+    /// Pause a task (it stays registered and does not fire).
+    Pause(TaskRef),
+    /// Resume a paused task.
+    Resume(TaskRef),
+    /// Run a task now, outside its schedule.
+    Trigger(TaskRef),
+    /// Show the last executions of a task.
+    History {
+        /// The task.
+        #[command(flatten)]
+        task: TaskRef,
+        /// How many executions to show.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+}
+
+/// `ax dlq ...`
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// List dead-lettered executions.
+    List {
+        /// Only this queue (default: all).
+        #[arg(long)]
+        queue: Option<String>,
+        /// How many to show.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Put dead-lettered executions back on their queue.
+    Requeue {
+        /// Execution ids.
+        #[arg(required_unless_present = "all")]
+        ids: Vec<String>,
+        /// Every dead-lettered execution (of `--queue` if given).
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+        /// With `--all`: only this queue.
+        #[arg(long, requires = "all")]
+        queue: Option<String>,
+    },
+    /// Delete dead-lettered executions for good.
+    Purge {
+        /// Only this queue (default: all).
+        #[arg(long)]
+        queue: Option<String>,
+    },
+}
+
+/// Why a command failed; decides the exit code and what is printed on stderr.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Usage or configuration error.
+    #[error("{0}")]
+    Usage(String),
+    /// The configuration could not be assembled.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The command exists but needs a part of ax that is not built yet.
+    #[error("`ax {0}` is not yet available in this build")]
+    NotYetAvailable(&'static str),
+    /// Input failed validation; one entry per problem.
+    #[error("invalid input:\n  {}", .0.join("\n  "))]
+    Invalid(Vec<String>),
+    /// What was named does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The change conflicts with the current state.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The operation failed.
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+impl CliError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage(_) | CliError::Config(_) | CliError::NotYetAvailable(_) => EXIT_USAGE,
+            CliError::Invalid(_) => EXIT_INVALID,
+            CliError::NotFound(_) => EXIT_NOT_FOUND,
+            CliError::Conflict(_) => EXIT_CONFLICT,
+            CliError::Failed(_) => EXIT_FAILED,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_flags_become_overrides_anywhere_on_the_line() {
+        let cli = Cli::try_parse_from([
+            "ax",
+            "config",
+            "print",
+            "--etcd-endpoints",
+            "http://a:2379,http://b:2379",
+            "--roles",
+            "worker",
+            "--redis-url",
+            "rediss://r:6380",
+        ])
+        .unwrap();
+        let o = cli.global.overrides();
+        assert_eq!(
+            o.etcd_endpoints.unwrap(),
+            ["http://a:2379", "http://b:2379"]
+        );
+        assert_eq!(o.roles.unwrap(), [Role::Worker]);
+        assert_eq!(o.redis_url.unwrap(), "rediss://r:6380");
+        assert!(o.http_listen.is_none());
+    }
+
+    #[test]
+    fn unknown_role_is_a_usage_error() {
+        let err = Cli::try_parse_from(["ax", "serve", "--roles", "leader"]).unwrap_err();
+        assert_eq!(err.exit_code(), i32::from(EXIT_USAGE));
+    }
+
+    #[test]
+    fn task_refs_default_to_the_default_namespace() {
+        let cli = Cli::try_parse_from(["ax", "task", "pause", "nightly"]).unwrap();
+        match cli.command {
+            Command::Task(TaskCommand::Pause(r)) => {
+                assert_eq!(
+                    (r.id.as_str(), r.namespace.as_str()),
+                    ("nightly", "default")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(CliError::Usage("x".into()).exit_code(), 2);
+        assert_eq!(CliError::NotYetAvailable("status").exit_code(), 2);
+        assert_eq!(CliError::Invalid(vec![]).exit_code(), 3);
+        assert_eq!(CliError::NotFound("t".into()).exit_code(), 4);
+        assert_eq!(CliError::Conflict("t".into()).exit_code(), 5);
+        assert_eq!(CliError::Failed(anyhow::anyhow!("x")).exit_code(), 1);
+    }
+}

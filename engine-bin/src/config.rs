@@ -1,0 +1,610 @@
+//! The one configuration of an `ax` process, and how it is assembled.
+//!
+//! Four layers, each overriding the one before: built-in defaults ([`Default`]), the TOML file,
+//! `AX_*` environment variables, command-line flags. The layers are applied by plain functions
+//! over plain values ([`Config::from_toml_str`], [`Config::apply_env`],
+//! [`Config::apply_overrides`]) so that tests pass a `HashMap` instead of touching the process
+//! environment; only `main` reads the real environment and the host name.
+//!
+//! Every struct denies unknown keys: a misspelt key in the file is an error naming it, never a
+//! silently ignored setting. Validation ([`Config::validate`]) reports every problem at once,
+//! each prefixed with the key it concerns. Secrets are masked by [`Config::masked`] before the
+//! configuration is shown anywhere.
+
+mod env;
+mod mask;
+mod validate;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use env::ENV_VARS;
+
+/// Where the server looks for its file when neither `--config` nor `AX_CONFIG` names one.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/ax/ax.toml";
+
+/// Environment variable naming the config file (below `--config`).
+pub const CONFIG_ENV_VAR: &str = "AX_CONFIG";
+
+/// What replaces a secret in shown configuration.
+pub const MASK: &str = "***";
+
+/// Why a configuration could not be assembled. Every variant is a usage error (exit code 2).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this configuration (syntax, unknown key, bad value).
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file (`<string>` when parsed from memory).
+        path: PathBuf,
+        /// The parser's message, which names the key and line.
+        message: String,
+    },
+    /// An `AX_*` variable holds a value that cannot be used.
+    #[error("environment variable {var}: {message}")]
+    Env {
+        /// The variable.
+        var: String,
+        /// What is wrong with its value.
+        message: String,
+    },
+    /// The assembled configuration breaks one or more rules; one entry per problem, each
+    /// starting with the key it concerns.
+    #[error("invalid configuration:\n  {}", .0.join("\n  "))]
+    Invalid(Vec<String>),
+}
+
+/// The effective configuration of an `ax` process.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The etcd cluster holding tasks, state, instances and the election.
+    pub etcd: Etcd,
+    /// The Redis server holding the execution queues.
+    pub redis: Redis,
+    /// This replica's identity and roles.
+    pub instance: Instance,
+    /// Leader election.
+    pub election: Election,
+    /// The scheduling loop (leader only).
+    pub scheduler: Scheduler,
+    /// The worker pool.
+    pub worker: Worker,
+    /// The HTTP server (metrics, probes, API).
+    pub http: Http,
+    /// Alert channels.
+    pub alerts: Alerts,
+}
+
+/// `[etcd]`: connection to the etcd cluster.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Etcd {
+    /// Client URLs (`http://host:2379`, `https://...`); default `["http://127.0.0.1:2379"]`.
+    pub endpoints: Vec<String>,
+    /// Key prefix under which ax keeps everything; default `/scheduler`.
+    pub prefix: String,
+    /// User name for etcd authentication; empty for none.
+    pub username: String,
+    /// Password for etcd authentication (secret).
+    pub password: String,
+    /// CA bundle; when set, connections use TLS.
+    pub ca_file: String,
+    /// Client certificate for mutual TLS (with `key_file`).
+    pub cert_file: String,
+    /// Client key for mutual TLS (with `cert_file`).
+    pub key_file: String,
+    /// Timeout of every etcd request; default 5 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub timeout: Duration,
+}
+
+impl Default for Etcd {
+    fn default() -> Self {
+        Etcd {
+            endpoints: vec!["http://127.0.0.1:2379".to_owned()],
+            prefix: "/scheduler".to_owned(),
+            username: String::new(),
+            password: String::new(),
+            ca_file: String::new(),
+            cert_file: String::new(),
+            key_file: String::new(),
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// `[redis]`: connection to Redis.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Redis {
+    /// `redis://` or `rediss://` (TLS) URL; default `redis://127.0.0.1:6379/0`.
+    pub url: String,
+    /// Password (secret); when set it replaces any password in `url`.
+    pub password: String,
+    /// Prefix of every Redis key ax writes; default `ax`.
+    pub key_prefix: String,
+}
+
+impl Default for Redis {
+    fn default() -> Self {
+        Redis {
+            url: "redis://127.0.0.1:6379/0".to_owned(),
+            password: String::new(),
+            key_prefix: "ax".to_owned(),
+        }
+    }
+}
+
+/// What a replica does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Joins the election; the leader fires tasks.
+    Scheduler,
+    /// Runs executions from the queues.
+    Worker,
+}
+
+impl Role {
+    /// The name used in the file, the environment and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Scheduler => "scheduler",
+            Role::Worker => "worker",
+        }
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "scheduler" => Ok(Role::Scheduler),
+            "worker" => Ok(Role::Worker),
+            other => Err(format!(
+                "unknown role `{other}`, expected `scheduler` or `worker`"
+            )),
+        }
+    }
+}
+
+/// `[instance]`: this replica.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Instance {
+    /// Unique id among replicas; empty means the host name (the pod name under Kubernetes).
+    pub id: String,
+    /// Roles; default both.
+    pub roles: Vec<Role>,
+    /// Namespaces this replica schedules and works for; empty means all.
+    pub namespaces: Vec<String>,
+}
+
+impl Default for Instance {
+    fn default() -> Self {
+        Instance {
+            id: String::new(),
+            roles: vec![Role::Scheduler, Role::Worker],
+            namespaces: Vec::new(),
+        }
+    }
+}
+
+impl Instance {
+    /// Whether this replica has `role`.
+    pub fn has_role(&self, role: Role) -> bool {
+        self.roles.contains(&role)
+    }
+}
+
+/// `[election]`: leader election on an etcd lease.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Election {
+    /// Lease TTL: how long a dead leader keeps leadership at most; default 10 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub lease_ttl: Duration,
+}
+
+impl Default for Election {
+    fn default() -> Self {
+        Election {
+            lease_ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `[scheduler]`: the leader's firing loop.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Scheduler {
+    /// Timer resolution; default 10 ms.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub tick: Duration,
+    /// Missed fires older than this are not run (an alert is raised); default 10 min.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub catch_up_window: Duration,
+    /// Clock skew against etcd beyond which a replica refuses to lead; default 2 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub max_clock_skew: Duration,
+    /// Enqueues per second at most; 0 (default) means no limit.
+    pub enqueue_rate_limit: u32,
+    /// Queue depth above which a backlog alert is raised; default 1000.
+    pub backlog_alert_threshold: u64,
+}
+
+impl Default for Scheduler {
+    fn default() -> Self {
+        Scheduler {
+            tick: Duration::from_millis(10),
+            catch_up_window: Duration::from_secs(600),
+            max_clock_skew: Duration::from_secs(2),
+            enqueue_rate_limit: 0,
+            backlog_alert_threshold: 1000,
+        }
+    }
+}
+
+/// `[worker]`: the worker pool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Worker {
+    /// Executions run at once; 0 (default) means twice the CPU cores.
+    pub concurrency: usize,
+    /// Queues taken from; default `["default"]`.
+    pub queues: Vec<String>,
+    /// How long running executions may finish after a stop is asked; default 30 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub shutdown_grace: Duration,
+    /// How long a taken execution stays invisible before another worker may reclaim it;
+    /// default 5 min.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub visibility_timeout: Duration,
+}
+
+impl Default for Worker {
+    fn default() -> Self {
+        Worker {
+            concurrency: 0,
+            queues: vec![ax_scheduler_core::task::DEFAULT_QUEUE.to_owned()],
+            shutdown_grace: Duration::from_secs(30),
+            visibility_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Worker {
+    /// The concurrency to use on a machine with `cpus` cores (`concurrency`, or 2 x `cpus`
+    /// when it is 0).
+    pub fn effective_concurrency(&self, cpus: usize) -> usize {
+        if self.concurrency == 0 {
+            cpus.max(1) * 2
+        } else {
+            self.concurrency
+        }
+    }
+}
+
+/// `[http]`: the one HTTP port.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Http {
+    /// `host:port` to listen on; default `0.0.0.0:8080`.
+    pub listen: String,
+    /// Bearer token required by `/api/v1` (secret); empty means no authentication.
+    pub api_token: String,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Http {
+            listen: "0.0.0.0:8080".to_owned(),
+            api_token: String::new(),
+        }
+    }
+}
+
+/// Alert severity, lowest first.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertLevel {
+    /// For the record.
+    Info,
+    /// Needs a look.
+    #[default]
+    Warn,
+    /// Needs action now.
+    Critical,
+    /// The engine cannot do its job.
+    Fatal,
+}
+
+/// `[alerts]`: alert channels.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Alerts {
+    /// Feishu bot webhook URL (secret: it carries the bot's token); empty disables Feishu.
+    pub feishu_webhook: String,
+    /// Feishu signing secret (secret); when set, messages are signed.
+    pub feishu_secret: String,
+    /// Generic JSON webhook URL; empty disables it.
+    pub webhook_url: String,
+    /// Alerts below this level are not sent; default `warn`.
+    pub min_level: AlertLevel,
+}
+
+/// Overrides from command-line flags, the top layer. `None` leaves a key as the lower layers
+/// set it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConfigOverrides {
+    /// `--etcd-endpoints`.
+    pub etcd_endpoints: Option<Vec<String>>,
+    /// `--etcd-prefix`.
+    pub etcd_prefix: Option<String>,
+    /// `--redis-url`.
+    pub redis_url: Option<String>,
+    /// `--instance-id`.
+    pub instance_id: Option<String>,
+    /// `--roles`.
+    pub roles: Option<Vec<Role>>,
+    /// `--namespaces`.
+    pub namespaces: Option<Vec<String>>,
+    /// `--worker-concurrency`.
+    pub worker_concurrency: Option<usize>,
+    /// `--worker-queues`.
+    pub worker_queues: Option<Vec<String>>,
+    /// `--http-listen`.
+    pub http_listen: Option<String>,
+}
+
+/// Everything [`Config::load`] needs, gathered at the edge of the process.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadOptions<'a> {
+    /// `--config`, if given (the file must exist).
+    pub config_flag: Option<&'a Path>,
+    /// The process environment (only `AX_*` variables are read).
+    pub env: &'a HashMap<String, String>,
+    /// Flag overrides.
+    pub overrides: &'a ConfigOverrides,
+    /// File read when neither `--config` nor `AX_CONFIG` names one, if it exists
+    /// (the binary passes [`DEFAULT_CONFIG_PATH`]).
+    pub default_path: Option<&'a Path>,
+    /// The host name, used as instance id when none is configured.
+    pub hostname: Option<&'a str>,
+}
+
+impl Config {
+    /// Assembles and validates the effective configuration: defaults, then the file (from
+    /// `--config`, `AX_CONFIG` or the default path), then the environment, then flags.
+    pub fn load(opts: LoadOptions<'_>) -> Result<Config, ConfigError> {
+        let mut config = match config_file_path(opts.config_flag, opts.env, opts.default_path) {
+            Some(path) => Config::from_file(&path)?,
+            None => Config::default(),
+        };
+        config.apply_env(opts.env)?;
+        config.apply_overrides(opts.overrides);
+        if config.instance.id.is_empty() {
+            if let Some(host) = opts.hostname.map(str::trim).filter(|h| !h.is_empty()) {
+                config.instance.id = host.to_owned();
+            }
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads and parses a TOML file (no environment, no validation).
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse_toml(&text, path)
+    }
+
+    /// Parses TOML text (no environment, no validation). Unknown keys are errors.
+    pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
+        Config::parse_toml(text, Path::new("<string>"))
+    }
+
+    fn parse_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })
+    }
+
+    /// Applies flag overrides.
+    pub fn apply_overrides(&mut self, o: &ConfigOverrides) {
+        if let Some(v) = &o.etcd_endpoints {
+            self.etcd.endpoints = v.clone();
+        }
+        if let Some(v) = &o.etcd_prefix {
+            self.etcd.prefix = v.clone();
+        }
+        if let Some(v) = &o.redis_url {
+            self.redis.url = v.clone();
+        }
+        if let Some(v) = &o.instance_id {
+            self.instance.id = v.clone();
+        }
+        if let Some(v) = &o.roles {
+            self.instance.roles = v.clone();
+        }
+        if let Some(v) = &o.namespaces {
+            self.instance.namespaces = v.clone();
+        }
+        if let Some(v) = o.worker_concurrency {
+            self.worker.concurrency = v;
+        }
+        if let Some(v) = &o.worker_queues {
+            self.worker.queues = v.clone();
+        }
+        if let Some(v) = &o.http_listen {
+            self.http.listen = v.clone();
+        }
+    }
+
+    /// The configuration as TOML, secrets masked: what `ax config print` shows.
+    pub fn to_masked_toml(&self) -> String {
+        // Serializing plain structs of strings, numbers and lists cannot fail; should a
+        // future field make it fail, say so rather than print a partial config.
+        toml::to_string_pretty(&self.masked())
+            .unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"))
+    }
+
+    /// The Redis URL to connect with: `url` with `password` put in when one is set.
+    pub fn redis_connection_url(&self) -> String {
+        mask::with_url_password(&self.redis.url, &self.redis.password)
+    }
+}
+
+/// The file to read: `--config`, else `AX_CONFIG`, else `default_path` if it exists.
+pub fn config_file_path(
+    flag: Option<&Path>,
+    env: &HashMap<String, String>,
+    default_path: Option<&Path>,
+) -> Option<PathBuf> {
+    if let Some(path) = flag {
+        return Some(path.to_owned());
+    }
+    if let Some(path) = env.get(CONFIG_ENV_VAR).filter(|v| !v.trim().is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    default_path.filter(|p| p.exists()).map(Path::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_contract() {
+        let c = Config::default();
+        assert_eq!(c.etcd.endpoints, ["http://127.0.0.1:2379"]);
+        assert_eq!(c.etcd.prefix, "/scheduler");
+        assert_eq!(c.etcd.timeout, Duration::from_secs(5));
+        assert_eq!(c.redis.url, "redis://127.0.0.1:6379/0");
+        assert_eq!(c.redis.key_prefix, "ax");
+        assert_eq!(c.instance.roles, [Role::Scheduler, Role::Worker]);
+        assert!(c.instance.namespaces.is_empty());
+        assert_eq!(c.election.lease_ttl, Duration::from_secs(10));
+        assert_eq!(c.scheduler.tick, Duration::from_millis(10));
+        assert_eq!(c.scheduler.catch_up_window, Duration::from_secs(600));
+        assert_eq!(c.scheduler.max_clock_skew, Duration::from_secs(2));
+        assert_eq!(c.scheduler.enqueue_rate_limit, 0);
+        assert_eq!(c.scheduler.backlog_alert_threshold, 1000);
+        assert_eq!(c.worker.concurrency, 0);
+        assert_eq!(c.worker.queues, ["default"]);
+        assert_eq!(c.worker.shutdown_grace, Duration::from_secs(30));
+        assert_eq!(c.worker.visibility_timeout, Duration::from_secs(300));
+        assert_eq!(c.http.listen, "0.0.0.0:8080");
+        assert_eq!(c.alerts.min_level, AlertLevel::Warn);
+    }
+
+    #[test]
+    fn the_contract_example_file_parses_to_the_defaults() {
+        let text = r#"
+[etcd]
+endpoints = ["http://127.0.0.1:2379"]
+prefix = "/scheduler"
+username = ""
+password = ""
+ca_file = ""
+cert_file = ""
+key_file = ""
+timeout = "5s"
+
+[redis]
+url = "redis://127.0.0.1:6379/0"
+password = ""
+key_prefix = "ax"
+
+[instance]
+id = ""
+roles = ["scheduler", "worker"]
+namespaces = []
+
+[election]
+lease_ttl = "10s"
+
+[scheduler]
+tick = "10ms"
+catch_up_window = "10m"
+max_clock_skew = "2s"
+enqueue_rate_limit = 0
+backlog_alert_threshold = 1000
+
+[worker]
+concurrency = 0
+queues = ["default"]
+shutdown_grace = "30s"
+visibility_timeout = "5m"
+
+[http]
+listen = "0.0.0.0:8080"
+api_token = ""
+
+[alerts]
+feishu_webhook = ""
+feishu_secret = ""
+webhook_url = ""
+min_level = "warn"
+"#;
+        assert_eq!(Config::from_toml_str(text).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn printed_toml_parses_back_to_the_same_config() {
+        let mut c = Config::default();
+        c.instance.id = "ax-0".into();
+        c.scheduler.catch_up_window = Duration::from_millis(90_500);
+        let back = Config::from_toml_str(&c.to_masked_toml()).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn effective_concurrency_doubles_cores_when_zero() {
+        let mut w = Worker::default();
+        assert_eq!(w.effective_concurrency(4), 8);
+        assert_eq!(w.effective_concurrency(0), 2);
+        w.concurrency = 3;
+        assert_eq!(w.effective_concurrency(4), 3);
+    }
+
+    #[test]
+    fn config_path_precedence() {
+        let dir = tempfile::tempdir().unwrap();
+        let default = dir.path().join("ax.toml");
+        let mut env = HashMap::new();
+        assert_eq!(config_file_path(None, &env, Some(&default)), None);
+        std::fs::write(&default, "").unwrap();
+        assert_eq!(
+            config_file_path(None, &env, Some(&default)),
+            Some(default.clone())
+        );
+        env.insert(CONFIG_ENV_VAR.to_owned(), "/from/env.toml".to_owned());
+        assert_eq!(
+            config_file_path(None, &env, Some(&default)),
+            Some(PathBuf::from("/from/env.toml"))
+        );
+        assert_eq!(
+            config_file_path(Some(Path::new("/flag.toml")), &env, Some(&default)),
+            Some(PathBuf::from("/flag.toml"))
+        );
+    }
+}

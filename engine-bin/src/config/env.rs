@@ -1,0 +1,195 @@
+//! The `AX_*` environment layer.
+//!
+//! The variables are listed once, in [`ENV_VARS`], which the docs and tests follow. An empty
+//! variable counts as unset: deployment tools often render optional variables as empty
+//! strings, and an empty value must not wipe out what the file says.
+
+use std::collections::HashMap;
+
+use super::{Config, ConfigError, Role};
+
+/// Every environment variable the configuration reads, with the key it sets.
+pub const ENV_VARS: &[(&str, &str)] = &[
+    ("AX_ETCD_ENDPOINTS", "etcd.endpoints"),
+    ("AX_ETCD_PREFIX", "etcd.prefix"),
+    ("AX_ETCD_USERNAME", "etcd.username"),
+    ("AX_ETCD_PASSWORD", "etcd.password"),
+    ("AX_ETCD_CA_FILE", "etcd.ca_file"),
+    ("AX_ETCD_CERT_FILE", "etcd.cert_file"),
+    ("AX_ETCD_KEY_FILE", "etcd.key_file"),
+    ("AX_REDIS_URL", "redis.url"),
+    ("AX_REDIS_PASSWORD", "redis.password"),
+    ("AX_REDIS_KEY_PREFIX", "redis.key_prefix"),
+    ("AX_INSTANCE_ID", "instance.id"),
+    ("AX_ROLES", "instance.roles"),
+    ("AX_NAMESPACES", "instance.namespaces"),
+    ("AX_LEASE_TTL", "election.lease_ttl"),
+    ("AX_TICK", "scheduler.tick"),
+    ("AX_CATCH_UP_WINDOW", "scheduler.catch_up_window"),
+    ("AX_WORKER_CONCURRENCY", "worker.concurrency"),
+    ("AX_WORKER_QUEUES", "worker.queues"),
+    ("AX_HTTP_LISTEN", "http.listen"),
+    ("AX_API_TOKEN", "http.api_token"),
+    ("AX_FEISHU_WEBHOOK", "alerts.feishu_webhook"),
+    ("AX_FEISHU_SECRET", "alerts.feishu_secret"),
+    ("AX_ALERT_WEBHOOK_URL", "alerts.webhook_url"),
+];
+
+impl Config {
+    /// Applies the `AX_*` variables of [`ENV_VARS`] found in `env`; others are ignored.
+    pub fn apply_env(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
+        for (var, _) in ENV_VARS {
+            let Some(value) = env.get(*var).map(|v| v.trim()).filter(|v| !v.is_empty()) else {
+                continue;
+            };
+            self.set_from_env(var, value)
+                .map_err(|message| ConfigError::Env {
+                    var: (*var).to_owned(),
+                    message,
+                })?;
+        }
+        Ok(())
+    }
+
+    fn set_from_env(&mut self, var: &str, value: &str) -> Result<(), String> {
+        let text = value.to_owned();
+        match var {
+            "AX_ETCD_ENDPOINTS" => self.etcd.endpoints = split_list(value),
+            "AX_ETCD_PREFIX" => self.etcd.prefix = text,
+            "AX_ETCD_USERNAME" => self.etcd.username = text,
+            "AX_ETCD_PASSWORD" => self.etcd.password = text,
+            "AX_ETCD_CA_FILE" => self.etcd.ca_file = text,
+            "AX_ETCD_CERT_FILE" => self.etcd.cert_file = text,
+            "AX_ETCD_KEY_FILE" => self.etcd.key_file = text,
+            "AX_REDIS_URL" => self.redis.url = text,
+            "AX_REDIS_PASSWORD" => self.redis.password = text,
+            "AX_REDIS_KEY_PREFIX" => self.redis.key_prefix = text,
+            "AX_INSTANCE_ID" => self.instance.id = text,
+            "AX_ROLES" => self.instance.roles = parse_roles(value)?,
+            "AX_NAMESPACES" => self.instance.namespaces = split_list(value),
+            "AX_LEASE_TTL" => self.election.lease_ttl = parse_duration(value)?,
+            "AX_TICK" => self.scheduler.tick = parse_duration(value)?,
+            "AX_CATCH_UP_WINDOW" => self.scheduler.catch_up_window = parse_duration(value)?,
+            "AX_WORKER_CONCURRENCY" => {
+                self.worker.concurrency = value.parse().map_err(|_| {
+                    format!("`{value}` is not a whole number (0 means twice the CPU cores)")
+                })?
+            }
+            "AX_WORKER_QUEUES" => self.worker.queues = split_list(value),
+            "AX_HTTP_LISTEN" => self.http.listen = text,
+            "AX_API_TOKEN" => self.http.api_token = text,
+            "AX_FEISHU_WEBHOOK" => self.alerts.feishu_webhook = text,
+            "AX_FEISHU_SECRET" => self.alerts.feishu_secret = text,
+            "AX_ALERT_WEBHOOK_URL" => self.alerts.webhook_url = text,
+            // ENV_VARS and this match are kept in step by the test below.
+            other => return Err(format!("`{other}` is not a configuration variable")),
+        }
+        Ok(())
+    }
+}
+
+/// Splits a comma separated list, dropping blanks (`"a, b,"` is `["a", "b"]`).
+pub(crate) fn split_list(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Parses a comma separated list of roles.
+pub(crate) fn parse_roles(value: &str) -> Result<Vec<Role>, String> {
+    let mut roles = Vec::new();
+    for name in split_list(value) {
+        let role: Role = name.parse()?;
+        if !roles.contains(&role) {
+            roles.push(role);
+        }
+    }
+    Ok(roles)
+}
+
+fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
+    ax_scheduler_core::duration_serde::parse(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn every_listed_variable_is_applied() {
+        // A value every variable accepts, so that a variable listed in ENV_VARS but missing
+        // from the match (or the reverse) fails here.
+        for (var, key) in ENV_VARS {
+            let value = match *var {
+                "AX_ROLES" => "worker",
+                "AX_LEASE_TTL" | "AX_TICK" | "AX_CATCH_UP_WINDOW" => "7s",
+                "AX_WORKER_CONCURRENCY" => "7",
+                _ => "x7",
+            };
+            let mut c = Config::default();
+            c.apply_env(&env(&[(var, value)]))
+                .unwrap_or_else(|e| panic!("{var}: {e}"));
+            assert_ne!(c, Config::default(), "{var} did not change {key}");
+        }
+    }
+
+    #[test]
+    fn values_are_parsed() {
+        let mut c = Config::default();
+        c.apply_env(&env(&[
+            ("AX_ETCD_ENDPOINTS", "http://a:2379, http://b:2379,"),
+            ("AX_ROLES", "worker,worker"),
+            ("AX_NAMESPACES", "billing,ops"),
+            ("AX_LEASE_TTL", "15s"),
+            ("AX_TICK", "5ms"),
+            ("AX_WORKER_CONCURRENCY", "12"),
+            ("AX_WORKER_QUEUES", "default,slow"),
+            ("AX_TEST_REDIS", "ignored"),
+        ]))
+        .unwrap();
+        assert_eq!(c.etcd.endpoints, ["http://a:2379", "http://b:2379"]);
+        assert_eq!(c.instance.roles, [Role::Worker]);
+        assert_eq!(c.instance.namespaces, ["billing", "ops"]);
+        assert_eq!(c.election.lease_ttl, Duration::from_secs(15));
+        assert_eq!(c.scheduler.tick, Duration::from_millis(5));
+        assert_eq!(c.worker.concurrency, 12);
+        assert_eq!(c.worker.queues, ["default", "slow"]);
+    }
+
+    #[test]
+    fn empty_variables_count_as_unset() {
+        let mut c = Config::default();
+        c.etcd.password = "from-file".into();
+        c.apply_env(&env(&[("AX_ETCD_PASSWORD", ""), ("AX_LEASE_TTL", "  ")]))
+            .unwrap();
+        assert_eq!(c.etcd.password, "from-file");
+        assert_eq!(c.election.lease_ttl, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (var, value, needle) in [
+            ("AX_LEASE_TTL", "ten", "not a duration"),
+            ("AX_ROLES", "scheduler,leader", "unknown role `leader`"),
+            ("AX_WORKER_CONCURRENCY", "-1", "not a whole number"),
+        ] {
+            let err = Config::default()
+                .apply_env(&env(&[(var, value)]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(var) && err.contains(needle), "{err}");
+        }
+    }
+}

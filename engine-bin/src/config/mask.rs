@@ -1,0 +1,174 @@
+//! Secret masking, and the password part of URLs.
+//!
+//! Secrets are replaced by [`MASK`] only when set, so that a printed configuration still shows
+//! which secrets are configured. URLs are taken apart by hand at the `scheme://userinfo@`
+//! level only; that is all masking and password injection need, and it keeps a malformed URL
+//! printable (validation reports it separately).
+
+use super::{Config, MASK};
+
+impl Config {
+    /// A copy with every secret replaced by `***`: etcd and Redis passwords, the password in
+    /// the Redis and webhook URLs, the API token, the Feishu webhook (it carries the bot
+    /// token) and the Feishu secret.
+    pub fn masked(&self) -> Config {
+        let mut c = self.clone();
+        mask(&mut c.etcd.password);
+        mask(&mut c.redis.password);
+        c.redis.url = mask_url_password(&c.redis.url);
+        mask(&mut c.http.api_token);
+        mask(&mut c.alerts.feishu_webhook);
+        mask(&mut c.alerts.feishu_secret);
+        c.alerts.webhook_url = mask_url_password(&c.alerts.webhook_url);
+        c
+    }
+}
+
+fn mask(secret: &mut String) {
+    if !secret.is_empty() {
+        *secret = MASK.to_owned();
+    }
+}
+
+/// The parts of `scheme://user:password@host/rest`.
+struct UrlParts<'a> {
+    /// Up to and including `://`.
+    scheme: &'a str,
+    user: &'a str,
+    password: Option<&'a str>,
+    /// Host, port, path, query: everything after the `@`.
+    rest: &'a str,
+}
+
+fn split_url(url: &str) -> Option<UrlParts<'_>> {
+    let scheme_end = url.find("://")? + 3;
+    let (scheme, after) = url.split_at(scheme_end);
+    let authority_end = after.find(['/', '?', '#']).unwrap_or(after.len());
+    let authority = &after[..authority_end];
+    let (user, password, rest) = match authority.rfind('@') {
+        Some(at) => {
+            let userinfo = &authority[..at];
+            let (user, password) = match userinfo.split_once(':') {
+                Some((u, p)) => (u, Some(p)),
+                None => (userinfo, None),
+            };
+            (user, password, &after[at + 1..])
+        }
+        None => ("", None, after),
+    };
+    Some(UrlParts {
+        scheme,
+        user,
+        password,
+        rest,
+    })
+}
+
+/// `url` with the password of its user info (if any) replaced by `***`.
+pub(crate) fn mask_url_password(url: &str) -> String {
+    match split_url(url) {
+        Some(UrlParts {
+            scheme,
+            user,
+            password: Some(p),
+            rest,
+        }) if !p.is_empty() => format!("{scheme}{user}:{MASK}@{rest}"),
+        _ => url.to_owned(),
+    }
+}
+
+/// `url` with its password set to `password` (percent-encoded); `url` unchanged when
+/// `password` is empty.
+pub(crate) fn with_url_password(url: &str, password: &str) -> String {
+    if password.is_empty() {
+        return url.to_owned();
+    }
+    match split_url(url) {
+        Some(p) => format!(
+            "{}{}:{}@{}",
+            p.scheme,
+            p.user,
+            percent_encode_userinfo(password),
+            p.rest
+        ),
+        None => url.to_owned(),
+    }
+}
+
+/// Encodes everything but RFC 3986 unreserved characters, so any password survives in the
+/// user-info part (the Redis client decodes it).
+fn percent_encode_userinfo(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_passwords_are_masked() {
+        for (url, want) in [
+            ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+            ("redis://:s3cret@host:6379/0", "redis://:***@host:6379/0"),
+            ("rediss://user:s3cret@host/0", "rediss://user:***@host/0"),
+            ("redis://user@host/0", "redis://user@host/0"),
+            ("redis://u:p@ss@host/0", "redis://u:***@host/0"),
+            ("https://h/x?token=a@b", "https://h/x?token=a@b"),
+            ("not a url", "not a url"),
+        ] {
+            assert_eq!(mask_url_password(url), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn password_goes_into_the_url_encoded() {
+        assert_eq!(
+            with_url_password("redis://host:6379/0", "p@ss/w:rd"),
+            "redis://:p%40ss%2Fw%3Ard@host:6379/0"
+        );
+        assert_eq!(
+            with_url_password("rediss://user:old@host/1", "new"),
+            "rediss://user:new@host/1"
+        );
+        assert_eq!(
+            with_url_password("redis://:old@h/0", ""),
+            "redis://:old@h/0"
+        );
+    }
+
+    #[test]
+    fn every_secret_is_masked_and_unset_ones_stay_empty() {
+        let mut c = Config::default();
+        let shown = c.masked().to_masked_toml();
+        assert!(!shown.contains(MASK), "{shown}");
+
+        c.etcd.password = "etcd-pw".into();
+        c.redis.password = "redis-pw".into();
+        c.redis.url = "redis://:url-pw@h:6379/0".into();
+        c.http.api_token = "api-token".into();
+        c.alerts.feishu_webhook = "https://open.feishu.cn/hook/feishu-token".into();
+        c.alerts.feishu_secret = "feishu-secret".into();
+        c.alerts.webhook_url = "https://u:hook-pw@example.com/hook".into();
+        let shown = c.to_masked_toml();
+        for secret in [
+            "etcd-pw",
+            "redis-pw",
+            "url-pw",
+            "api-token",
+            "feishu-token",
+            "feishu-secret",
+            "hook-pw",
+        ] {
+            assert!(!shown.contains(secret), "{secret} shown in:\n{shown}");
+        }
+        assert_eq!(shown.matches(MASK).count(), 7, "{shown}");
+    }
+}

@@ -1,0 +1,326 @@
+//! Rules the assembled configuration must satisfy.
+//!
+//! Checked once, after all layers are applied, so a value set in the file and corrected by a
+//! flag is never reported. Every broken rule is reported, each line starting with its key.
+
+use std::time::Duration;
+
+use super::{Config, ConfigError, Role};
+
+impl Config {
+    /// Checks every rule; `Err(ConfigError::Invalid)` lists all the problems.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut errors = Vec::new();
+        let mut err = |key: &str, msg: String| errors.push(format!("{key}: {msg}"));
+
+        // etcd
+        if self.etcd.endpoints.is_empty() {
+            err("etcd.endpoints", "must list at least one endpoint".into());
+        }
+        for e in &self.etcd.endpoints {
+            if e.trim().is_empty() {
+                err("etcd.endpoints", "an endpoint is empty".into());
+            } else if let Some((scheme, _)) = e.split_once("://") {
+                if scheme != "http" && scheme != "https" {
+                    err(
+                        "etcd.endpoints",
+                        format!("`{e}`: scheme must be http:// or https://"),
+                    );
+                }
+            }
+        }
+        if !self.etcd.prefix.starts_with('/')
+            || self.etcd.prefix.len() > 1 && self.etcd.prefix.ends_with('/')
+        {
+            err(
+                "etcd.prefix",
+                format!(
+                    "`{}` must start with `/` and not end with one (like `/scheduler`)",
+                    self.etcd.prefix
+                ),
+            );
+        }
+        if self.etcd.cert_file.is_empty() != self.etcd.key_file.is_empty() {
+            err(
+                "etcd.cert_file",
+                "cert_file and key_file must be set together (client certificate and its key)"
+                    .into(),
+            );
+        }
+        if !self.etcd.username.is_empty() && self.etcd.password.is_empty() {
+            err("etcd.password", "must be set when etcd.username is".into());
+        }
+        positive(&mut err, "etcd.timeout", self.etcd.timeout);
+
+        // redis
+        match self.redis.url.split_once("://") {
+            Some(("redis" | "rediss", rest)) if !rest.is_empty() => {}
+            _ => err(
+                "redis.url",
+                format!(
+                    "`{}` must start with redis:// or rediss:// (TLS) and name a host",
+                    super::mask::mask_url_password(&self.redis.url)
+                ),
+            ),
+        }
+        if self.redis.key_prefix.trim().is_empty() {
+            err("redis.key_prefix", "must not be empty".into());
+        }
+
+        // instance
+        if self.instance.id.trim().is_empty() {
+            err(
+                "instance.id",
+                "empty and the host name could not be read; set AX_INSTANCE_ID or --instance-id"
+                    .into(),
+            );
+        } else if self.instance.id.contains('/') || self.instance.id.trim() != self.instance.id {
+            err(
+                "instance.id",
+                format!(
+                    "`{}` must not contain `/` or surrounding spaces (it is part of an etcd key)",
+                    self.instance.id
+                ),
+            );
+        }
+        if self.instance.roles.is_empty() {
+            err(
+                "instance.roles",
+                "must name at least one role (`scheduler`, `worker`)".into(),
+            );
+        }
+        for ns in &self.instance.namespaces {
+            if !is_key_segment(ns) {
+                err(
+                    "instance.namespaces",
+                    format!("`{ns}` is not a namespace name (non-empty, no `/`)"),
+                );
+            }
+        }
+
+        // election, scheduler
+        if self.election.lease_ttl < Duration::from_secs(2) {
+            err(
+                "election.lease_ttl",
+                format!(
+                    "{} is too short: etcd leases count whole seconds and the leader renews at a third of the TTL; use at least 2s",
+                    show(self.election.lease_ttl)
+                ),
+            );
+        }
+        positive(&mut err, "scheduler.tick", self.scheduler.tick);
+        if self.scheduler.tick > Duration::from_secs(1) {
+            err(
+                "scheduler.tick",
+                format!("{} is longer than 1s", show(self.scheduler.tick)),
+            );
+        }
+        positive(
+            &mut err,
+            "scheduler.max_clock_skew",
+            self.scheduler.max_clock_skew,
+        );
+
+        // worker
+        if self.instance.has_role(Role::Worker) && self.worker.queues.is_empty() {
+            err(
+                "worker.queues",
+                "must name at least one queue on a replica with the worker role".into(),
+            );
+        }
+        for q in &self.worker.queues {
+            if !is_key_segment(q) {
+                err(
+                    "worker.queues",
+                    format!("`{q}` is not a queue name (non-empty, no `/`)"),
+                );
+            }
+        }
+        positive(
+            &mut err,
+            "worker.visibility_timeout",
+            self.worker.visibility_timeout,
+        );
+
+        // http
+        if !is_host_port(&self.http.listen) {
+            err(
+                "http.listen",
+                format!(
+                    "`{}` must be host:port (like `0.0.0.0:8080`)",
+                    self.http.listen
+                ),
+            );
+        }
+
+        // alerts
+        for (key, url) in [
+            ("alerts.feishu_webhook", &self.alerts.feishu_webhook),
+            ("alerts.webhook_url", &self.alerts.webhook_url),
+        ] {
+            let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+            if !url.is_empty() && !scheme_ok {
+                // The Feishu URL is a secret: do not echo it.
+                err(key, "must start with http:// or https://".into());
+            }
+        }
+        if !self.alerts.feishu_secret.is_empty() && self.alerts.feishu_webhook.is_empty() {
+            err(
+                "alerts.feishu_secret",
+                "is set but alerts.feishu_webhook is not".into(),
+            );
+        }
+
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(errors))
+        }
+    }
+}
+
+fn positive(err: &mut impl FnMut(&str, String), key: &str, d: Duration) {
+    if d.is_zero() {
+        err(key, "must be longer than 0".into());
+    }
+}
+
+fn show(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+fn is_key_segment(s: &str) -> bool {
+    !s.trim().is_empty() && !s.contains('/') && s.trim() == s
+}
+
+fn is_host_port(s: &str) -> bool {
+    if s.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    match s.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty() && !host.contains(['/', ' ']) && port.parse::<u16>().is_ok()
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid() -> Config {
+        let mut c = Config::default();
+        c.instance.id = "ax-0".into();
+        c
+    }
+
+    fn errors(c: &Config) -> Vec<String> {
+        match c.validate() {
+            Err(ConfigError::Invalid(e)) => e,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_with_an_id_are_valid() {
+        valid().validate().unwrap();
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_key() {
+        let mut c = valid();
+        c.etcd.endpoints.clear();
+        c.redis.url = "http://:pw@localhost:6379".into();
+        c.instance.id.clear();
+        c.instance.roles.clear();
+        c.election.lease_ttl = Duration::from_millis(500);
+        c.scheduler.tick = Duration::ZERO;
+        c.http.listen = "8080".into();
+        let e = errors(&c);
+        for key in [
+            "etcd.endpoints:",
+            "redis.url:",
+            "instance.id:",
+            "instance.roles:",
+            "election.lease_ttl:",
+            "scheduler.tick:",
+            "http.listen:",
+        ] {
+            assert!(
+                e.iter().any(|l| l.starts_with(key)),
+                "{key} missing in {e:#?}"
+            );
+        }
+        // A password in a rejected URL is not echoed.
+        assert!(!e.iter().any(|l| l.contains("pw@")), "{e:#?}");
+    }
+
+    #[test]
+    fn redis_schemes() {
+        for (url, ok) in [
+            ("redis://127.0.0.1:6379/0", true),
+            ("rediss://:pw@redis.example:6380", true),
+            ("redis://", false),
+            ("http://127.0.0.1:6379", false),
+            ("127.0.0.1:6379", false),
+            ("unix:///tmp/redis.sock", false),
+        ] {
+            let mut c = valid();
+            c.redis.url = url.into();
+            assert_eq!(c.validate().is_ok(), ok, "{url}");
+        }
+    }
+
+    #[test]
+    fn etcd_endpoints() {
+        for (eps, ok) in [
+            (vec!["http://a:2379", "https://b:2379"], true),
+            (vec!["a:2379"], true),
+            (vec!["grpc://a:2379"], false),
+            (vec![""], false),
+        ] {
+            let mut c = valid();
+            c.etcd.endpoints = eps.iter().map(|s| s.to_string()).collect();
+            assert_eq!(c.validate().is_ok(), ok, "{eps:?}");
+        }
+    }
+
+    #[test]
+    fn listen_addresses() {
+        for (addr, ok) in [
+            ("0.0.0.0:8080", true),
+            ("[::]:8080", true),
+            ("localhost:9000", true),
+            ("8080", false),
+            (":8080", false),
+            ("host:port", false),
+        ] {
+            let mut c = valid();
+            c.http.listen = addr.into();
+            assert_eq!(c.validate().is_ok(), ok, "{addr}");
+        }
+    }
+
+    #[test]
+    fn tls_files_go_together_and_prefix_shape() {
+        let mut c = valid();
+        c.etcd.cert_file = "client.crt".into();
+        assert!(errors(&c)[0].starts_with("etcd.cert_file:"));
+        c.etcd.key_file = "client.key".into();
+        c.validate().unwrap();
+        for p in ["scheduler", "/scheduler/", ""] {
+            c.etcd.prefix = p.into();
+            assert!(errors(&c)[0].starts_with("etcd.prefix:"), "{p}");
+        }
+    }
+
+    #[test]
+    fn worker_only_rules_apply_to_workers() {
+        let mut c = valid();
+        c.worker.queues.clear();
+        assert!(errors(&c)[0].starts_with("worker.queues:"));
+        c.instance.roles = vec![Role::Scheduler];
+        c.validate().unwrap();
+    }
+}

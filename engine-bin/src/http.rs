@@ -1,0 +1,83 @@
+//! The one HTTP port of a replica: `/metrics`, `/healthz`, `/readyz` and `/api/v1`.
+//!
+//! [`app`] builds the whole `Router` from an [`AppState`] and nothing else, so tests drive it
+//! with `tower::ServiceExt::oneshot` and no socket; `serve.rs` binds it. Probes and metrics
+//! never need a token (the kubelet and Prometheus call them); `/api/v1` needs the bearer token
+//! when one is configured.
+
+pub mod api;
+pub mod auth;
+pub mod error;
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+
+use crate::metrics::Metrics;
+use crate::readiness::Readiness;
+
+pub use api::ApiBackend;
+pub use error::ApiError;
+
+/// What the routes share.
+#[derive(Clone)]
+pub struct AppState {
+    /// Exposed on `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Reported on `/readyz`.
+    pub readiness: Arc<Readiness>,
+    /// Serves `/api/v1`; `None` makes every API call answer 503 `backend_unavailable`.
+    pub api: Option<Arc<dyn ApiBackend>>,
+    /// Bearer token `/api/v1` requires; `None` (or empty) for no authentication.
+    pub api_token: Option<String>,
+}
+
+/// The full router.
+pub fn app(state: AppState) -> Router {
+    let mut api = api::router(state.api.clone());
+    if let Some(token) = state.api_token.as_deref().filter(|t| !t.is_empty()) {
+        api = api.layer(axum::middleware::from_fn_with_state(
+            auth::ApiToken(Arc::from(token)),
+            auth::require_bearer,
+        ));
+    }
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+        .nest("/api/v1", api)
+}
+
+async fn healthz() -> &'static str {
+    // Answering at all is the signal: the process runs and its runtime is not wedged.
+    "ok"
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    let report = state.readiness.report();
+    let status = if report.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(report)).into_response()
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    match state.metrics.gather_text() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => ApiError::Internal(format!("cannot encode metrics: {e}")).into_response(),
+    }
+}

@@ -1,0 +1,429 @@
+//! `/api/v1`: the JSON API behind the CLI, over an [`ApiBackend`] trait object.
+//!
+//! The routes only translate HTTP to backend calls and results to JSON; what a call does
+//! (etcd writes, Redis reads) lives in the backend, so the routes, their status codes and the
+//! auth layer are tested with an in-memory backend in `tests/http.rs`. The trait uses boxed
+//! futures rather than `async fn` so it can be used as `dyn ApiBackend`.
+//!
+//! Routes (all JSON):
+//!
+//! | method | path | backend call |
+//! | --- | --- | --- |
+//! | GET | `/tasks?namespace=` | [`ApiBackend::list_tasks`] |
+//! | POST | `/tasks?dry_run=true` (body: task spec) | [`ApiBackend::put_task`] |
+//! | GET | `/tasks/{namespace}/{id}` | [`ApiBackend::get_task`] |
+//! | DELETE | `/tasks/{namespace}/{id}` | [`ApiBackend::delete_task`] |
+//! | POST | `/tasks/{namespace}/{id}/pause` | [`ApiBackend::pause`] |
+//! | POST | `/tasks/{namespace}/{id}/resume` | [`ApiBackend::resume`] |
+//! | POST | `/tasks/{namespace}/{id}/trigger` | [`ApiBackend::trigger`] |
+//! | GET | `/tasks/{namespace}/{id}/history?limit=` | [`ApiBackend::history`] |
+//! | GET | `/dlq?queue=&limit=` | [`ApiBackend::dlq_list`] |
+//! | POST | `/dlq/requeue` (body: `{"ids": [...]}` or `{"all": true, "queue": ...}`) | [`ApiBackend::dlq_requeue`] |
+//! | POST | `/dlq/purge?queue=` | [`ApiBackend::dlq_purge`] |
+//! | GET | `/status` | [`ApiBackend::status`] |
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use ax_scheduler_core::UtcMillis;
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use super::error::ApiError;
+
+/// Largest `limit` a list call accepts.
+pub const MAX_LIST_LIMIT: usize = 1000;
+
+/// What a backend call returns.
+pub type ApiFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ApiError>> + Send + 'a>>;
+
+/// The operations behind `/api/v1`. Implemented over etcd and Redis by the engine.
+pub trait ApiBackend: Send + Sync {
+    /// Every task, or those of one namespace.
+    fn list_tasks(&self, namespace: Option<String>) -> ApiFuture<'_, Vec<TaskView>>;
+    /// One task; [`ApiError::NotFound`] if it does not exist.
+    fn get_task(&self, key: TaskKey) -> ApiFuture<'_, TaskView>;
+    /// Validates `spec` (the JSON a user wrote) and, unless `dry_run`, registers it.
+    /// [`ApiError::Invalid`] lists every problem; [`ApiError::Conflict`] when a newer version
+    /// is registered.
+    fn put_task(&self, spec: serde_json::Value, dry_run: bool) -> ApiFuture<'_, PutTaskResult>;
+    /// Deletes a task.
+    fn delete_task(&self, key: TaskKey) -> ApiFuture<'_, ()>;
+    /// Pauses a task.
+    fn pause(&self, key: TaskKey) -> ApiFuture<'_, TaskView>;
+    /// Resumes a task.
+    fn resume(&self, key: TaskKey) -> ApiFuture<'_, TaskView>;
+    /// Runs a task now, outside its schedule.
+    fn trigger(&self, key: TaskKey) -> ApiFuture<'_, TriggerResult>;
+    /// The last `limit` executions of a task, newest first.
+    fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>>;
+    /// Dead-lettered executions, newest first.
+    fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>>;
+    /// Puts dead-lettered executions back on their queues; returns how many.
+    fn dlq_requeue(&self, request: DlqRequeue) -> ApiFuture<'_, u64>;
+    /// Deletes dead-lettered executions; returns how many.
+    fn dlq_purge(&self, queue: Option<String>) -> ApiFuture<'_, u64>;
+    /// The cluster at a glance.
+    fn status(&self) -> ApiFuture<'_, StatusView>;
+}
+
+/// A task's address: `{prefix}/tasks/{namespace}/{id}`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TaskKey {
+    /// Namespace.
+    pub namespace: String,
+    /// Id.
+    pub id: String,
+}
+
+/// A task as the API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskView {
+    /// Namespace.
+    pub namespace: String,
+    /// Id.
+    pub id: String,
+    /// The spec as registered (raw JSON: an invalid spec is shown as written).
+    pub spec: serde_json::Value,
+    /// State machine status (such as `SCHEDULED`, `PAUSED`, `INVALID`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Next fire time, when armed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_fire: Option<UtcMillis>,
+    /// Validation errors of an invalid spec.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+/// Result of [`ApiBackend::put_task`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PutTaskResult {
+    /// Namespace.
+    pub namespace: String,
+    /// Id.
+    pub id: String,
+    /// Whether the spec was written (false for a dry run).
+    pub written: bool,
+    /// The next fire times (up to 5).
+    pub next_fires: Vec<UtcMillis>,
+}
+
+/// Result of [`ApiBackend::trigger`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TriggerResult {
+    /// The execution started for this trigger.
+    pub execution_id: String,
+}
+
+/// One execution of a task, as kept in its history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionRecord {
+    /// Execution id.
+    pub execution_id: String,
+    /// Attempt number, 1 for the first.
+    pub attempt: u32,
+    /// When it was due.
+    pub due: UtcMillis,
+    /// When a worker started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<UtcMillis>,
+    /// Start minus due, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lateness_ms: Option<u64>,
+    /// Run time, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// `success`, `failure`, `timeout`, or `running`.
+    pub outcome: String,
+    /// Error message of a failed attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Instance id of the worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+}
+
+/// A dead-lettered execution.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    /// Execution id.
+    pub execution_id: String,
+    /// The task.
+    pub namespace: String,
+    /// The task.
+    pub task_id: String,
+    /// Queue it ran on.
+    pub queue: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Error of the last attempt.
+    pub last_error: String,
+    /// When it was dead-lettered.
+    pub dead_at: UtcMillis,
+}
+
+/// What [`ApiBackend::dlq_requeue`] puts back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DlqRequeue {
+    /// These executions.
+    Ids {
+        /// Execution ids.
+        ids: Vec<String>,
+    },
+    /// Every dead letter, or those of one queue.
+    All {
+        /// Must be true.
+        all: bool,
+        /// Only this queue.
+        #[serde(default)]
+        queue: Option<String>,
+    },
+}
+
+/// The cluster at a glance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusView {
+    /// Instance id of the leader, if there is one.
+    pub leader: Option<String>,
+    /// Registered replicas.
+    pub replicas: Vec<ReplicaView>,
+    /// Queues.
+    pub queues: Vec<QueueView>,
+    /// Dead-lettered executions.
+    pub dlq_size: u64,
+}
+
+/// One replica.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaView {
+    /// Instance id.
+    pub id: String,
+    /// Roles.
+    pub roles: Vec<String>,
+    /// ax version it runs.
+    pub version: String,
+}
+
+/// One queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueView {
+    /// Queue name.
+    pub name: String,
+    /// Waiting executions.
+    pub depth: u64,
+    /// Age of the oldest waiting execution, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_age_ms: Option<u64>,
+}
+
+/// Shared by the API handlers: the backend, or `None` while this process has none (the
+/// API then answers 503).
+#[derive(Clone)]
+pub struct ApiState {
+    backend: Option<Arc<dyn ApiBackend>>,
+}
+
+impl ApiState {
+    fn backend(&self) -> Result<&dyn ApiBackend, ApiError> {
+        self.backend.as_deref().ok_or_else(|| {
+            ApiError::Unavailable("this replica has no API backend connected yet".into())
+        })
+    }
+}
+
+/// The `/api/v1` routes (to be nested), without authentication.
+pub fn router(backend: Option<Arc<dyn ApiBackend>>) -> Router {
+    Router::new()
+        .route("/tasks", get(list_tasks).post(put_task))
+        .route("/tasks/{namespace}/{id}", get(get_task).delete(delete_task))
+        .route("/tasks/{namespace}/{id}/pause", post(pause))
+        .route("/tasks/{namespace}/{id}/resume", post(resume))
+        .route("/tasks/{namespace}/{id}/trigger", post(trigger))
+        .route("/tasks/{namespace}/{id}/history", get(history))
+        .route("/dlq", get(dlq_list))
+        .route("/dlq/requeue", post(dlq_requeue))
+        .route("/dlq/purge", post(dlq_purge))
+        .route("/status", get(status))
+        .fallback(|| async { ApiError::NotFound("no such API route".into()) })
+        .with_state(ApiState { backend })
+}
+
+type ApiResult<T> = Result<Json<T>, ApiError>;
+
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    q.map(|Query(t)| t)
+        .map_err(|e| ApiError::invalid(format!("bad query string: {}", e.body_text())))
+}
+
+fn check_limit(limit: usize) -> Result<usize, ApiError> {
+    if limit == 0 || limit > MAX_LIST_LIMIT {
+        return Err(ApiError::invalid(format!(
+            "limit must be between 1 and {MAX_LIST_LIMIT}"
+        )));
+    }
+    Ok(limit)
+}
+
+fn key((namespace, id): (String, String)) -> TaskKey {
+    TaskKey { namespace, id }
+}
+
+#[derive(Deserialize)]
+struct NamespaceQuery {
+    namespace: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct PutQuery {
+    #[serde(default)]
+    dry_run: bool,
+}
+
+#[derive(Deserialize)]
+struct LimitQuery {
+    #[serde(default = "default_history_limit")]
+    limit: usize,
+}
+
+fn default_history_limit() -> usize {
+    20
+}
+
+#[derive(Deserialize)]
+struct DlqQuery {
+    queue: Option<String>,
+    #[serde(default = "default_dlq_limit")]
+    limit: usize,
+}
+
+fn default_dlq_limit() -> usize {
+    50
+}
+
+#[derive(Deserialize)]
+struct QueueQuery {
+    queue: Option<String>,
+}
+
+/// Count of items a DLQ call acted on.
+#[derive(Serialize)]
+struct Count {
+    count: u64,
+}
+
+async fn list_tasks(
+    State(s): State<ApiState>,
+    q: Result<Query<NamespaceQuery>, QueryRejection>,
+) -> ApiResult<Vec<TaskView>> {
+    let q = query(q)?;
+    Ok(Json(s.backend()?.list_tasks(q.namespace).await?))
+}
+
+async fn put_task(
+    State(s): State<ApiState>,
+    q: Result<Query<PutQuery>, QueryRejection>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let q = query(q)?;
+    // Parsed here rather than with `Json<_>` so that any content type is accepted and a
+    // syntax error gets the same error shape as a validation error.
+    let spec: serde_json::Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::invalid(format!("the body is not JSON: {e}")))?;
+    let result = s.backend()?.put_task(spec, q.dry_run).await?;
+    let status = if result.written {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(result)).into_response())
+}
+
+async fn get_task(
+    State(s): State<ApiState>,
+    Path(p): Path<(String, String)>,
+) -> ApiResult<TaskView> {
+    Ok(Json(s.backend()?.get_task(key(p)).await?))
+}
+
+async fn delete_task(
+    State(s): State<ApiState>,
+    Path(p): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    s.backend()?.delete_task(key(p)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn pause(State(s): State<ApiState>, Path(p): Path<(String, String)>) -> ApiResult<TaskView> {
+    Ok(Json(s.backend()?.pause(key(p)).await?))
+}
+
+async fn resume(State(s): State<ApiState>, Path(p): Path<(String, String)>) -> ApiResult<TaskView> {
+    Ok(Json(s.backend()?.resume(key(p)).await?))
+}
+
+async fn trigger(
+    State(s): State<ApiState>,
+    Path(p): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let result = s.backend()?.trigger(key(p)).await?;
+    Ok((StatusCode::ACCEPTED, Json(result)).into_response())
+}
+
+async fn history(
+    State(s): State<ApiState>,
+    Path(p): Path<(String, String)>,
+    q: Result<Query<LimitQuery>, QueryRejection>,
+) -> ApiResult<Vec<ExecutionRecord>> {
+    let limit = check_limit(query(q)?.limit)?;
+    Ok(Json(s.backend()?.history(key(p), limit).await?))
+}
+
+async fn dlq_list(
+    State(s): State<ApiState>,
+    q: Result<Query<DlqQuery>, QueryRejection>,
+) -> ApiResult<Vec<DeadLetter>> {
+    let q = query(q)?;
+    let limit = check_limit(q.limit)?;
+    Ok(Json(s.backend()?.dlq_list(q.queue, limit).await?))
+}
+
+async fn dlq_requeue(State(s): State<ApiState>, body: Bytes) -> ApiResult<Count> {
+    let request: DlqRequeue = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::invalid(format!(
+            "the body must be {{\"ids\": [...]}} or {{\"all\": true, \"queue\": ...}}: {e}"
+        ))
+    })?;
+    match &request {
+        DlqRequeue::Ids { ids } if ids.is_empty() => {
+            return Err(ApiError::invalid("ids is empty"));
+        }
+        DlqRequeue::All { all: false, .. } => {
+            return Err(ApiError::invalid("all must be true when no ids are given"));
+        }
+        _ => {}
+    }
+    let count = s.backend()?.dlq_requeue(request).await?;
+    Ok(Json(Count { count }))
+}
+
+async fn dlq_purge(
+    State(s): State<ApiState>,
+    q: Result<Query<QueueQuery>, QueryRejection>,
+) -> ApiResult<Count> {
+    let q = query(q)?;
+    let count = s.backend()?.dlq_purge(q.queue).await?;
+    Ok(Json(Count { count }))
+}
+
+async fn status(State(s): State<ApiState>) -> ApiResult<StatusView> {
+    Ok(Json(s.backend()?.status().await?))
+}

@@ -1,0 +1,18 @@
+//! The `ax` binary's code, as a library so that integration tests reach every part.
+//!
+//! `main.rs` only reads the edge (environment, host name), parses the command line and calls
+//! [`commands::run`]. The layout follows what a replica is made of: configuration
+//! ([`config`]), command line ([`cli`], [`commands`]), observability ([`logging`],
+//! [`metrics`], [`readiness`]), the HTTP port ([`http`]), process lifetime ([`shutdown`]) and
+//! the server that ties them together ([`serve`]).
+
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod edge;
+pub mod http;
+pub mod logging;
+pub mod metrics;
+pub mod readiness;
+pub mod serve;
+pub mod shutdown;

@@ -1,0 +1,437 @@
+//! Prometheus metrics of one replica, under the fixed names the alert rules use.
+//!
+//! The names are a contract (alert-rules/, the Helm chart, docs): they are constants here and a
+//! test checks every one appears in the exposition. Labels are limited to small, bounded sets
+//! (`queue`, `handler`, `outcome`, `backend`, `channel`); task ids never become labels, since
+//! every distinct value is a new time series.
+//!
+//! Counters are created at zero for every configured queue and built-in handler, so that
+//! `rate()` sees the first increment and the names show up before anything happens. Gauges
+//! of shared state (queue depth, dead letters) may be reported by every replica; the rules
+//! combine them with `max`.
+
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Fires enqueued by the leader. Labels: `queue`.
+pub const TASKS_SCHEDULED_TOTAL: &str = "scheduler_tasks_scheduled_total";
+/// Executions finished, successful or not. Labels: `queue`, `handler`, `outcome`.
+pub const TASKS_EXECUTED_TOTAL: &str = "scheduler_tasks_executed_total";
+/// Executions that failed (a subset of the executed ones). Labels: `queue`, `handler`.
+pub const TASKS_FAILED_TOTAL: &str = "scheduler_tasks_failed_total";
+/// Retries scheduled after a failure. Labels: `queue`, `handler`.
+pub const TASKS_RETRIED_TOTAL: &str = "scheduler_tasks_retried_total";
+/// Executions in the dead-letter queue.
+pub const DLQ_SIZE: &str = "scheduler_dlq_size";
+/// Enqueue or start time minus due time, seconds. Labels: `queue`.
+pub const SCHEDULE_LATENCY_SECONDS: &str = "scheduler_schedule_latency_seconds";
+/// Execution run time, seconds. Labels: `queue`, `handler`, `outcome`.
+pub const EXECUTION_DURATION_SECONDS: &str = "scheduler_execution_duration_seconds";
+/// Executions waiting in a queue. Labels: `queue`.
+pub const QUEUE_DEPTH: &str = "scheduler_queue_depth";
+/// Executions running on this replica.
+pub const ACTIVE_WORKERS: &str = "scheduler_active_workers";
+/// 1 while this replica leads, else 0.
+pub const IS_LEADER: &str = "scheduler_is_leader";
+/// Times this replica gained or lost leadership.
+pub const LEADER_CHANGES_TOTAL: &str = "scheduler_leader_changes_total";
+/// Registered specs that failed validation.
+pub const INVALID_SPECS: &str = "scheduler_invalid_specs";
+/// Age of the oldest waiting execution, seconds. Labels: `queue`.
+pub const OLDEST_QUEUED_AGE_SECONDS: &str = "scheduler_oldest_queued_age_seconds";
+/// Failed calls to a backend. Labels: `backend` (`etcd`, `redis`).
+pub const BACKEND_ERRORS_TOTAL: &str = "scheduler_backend_errors_total";
+/// Alerts handed to a channel. Labels: `channel`, `outcome`.
+pub const ALERTS_TOTAL: &str = "scheduler_alerts_total";
+/// Always 1; the label carries the version.
+pub const BUILD_INFO: &str = "ax_build_info";
+
+/// Every fixed metric name.
+pub const ALL_NAMES: &[&str] = &[
+    TASKS_SCHEDULED_TOTAL,
+    TASKS_EXECUTED_TOTAL,
+    TASKS_FAILED_TOTAL,
+    TASKS_RETRIED_TOTAL,
+    DLQ_SIZE,
+    SCHEDULE_LATENCY_SECONDS,
+    EXECUTION_DURATION_SECONDS,
+    QUEUE_DEPTH,
+    ACTIVE_WORKERS,
+    IS_LEADER,
+    LEADER_CHANGES_TOTAL,
+    INVALID_SPECS,
+    OLDEST_QUEUED_AGE_SECONDS,
+    BACKEND_ERRORS_TOTAL,
+    ALERTS_TOTAL,
+    BUILD_INFO,
+];
+
+/// `outcome` of an execution that succeeded.
+pub const OUTCOME_SUCCESS: &str = "success";
+/// `outcome` of an execution that failed (error returned).
+pub const OUTCOME_FAILURE: &str = "failure";
+/// `outcome` of an execution stopped at its timeout.
+pub const OUTCOME_TIMEOUT: &str = "timeout";
+/// Execution outcomes, the values of the `outcome` label of executions.
+pub const EXECUTION_OUTCOMES: &[&str] = &[OUTCOME_SUCCESS, OUTCOME_FAILURE, OUTCOME_TIMEOUT];
+
+/// `outcome` of an alert delivered.
+pub const ALERT_SENT: &str = "sent";
+/// `outcome` of an alert whose delivery failed after retries.
+pub const ALERT_FAILED: &str = "failed";
+/// `outcome` of an alert held back by de-duplication or the rate limit.
+pub const ALERT_SUPPRESSED: &str = "suppressed";
+
+/// `backend` label value for etcd.
+pub const BACKEND_ETCD: &str = "etcd";
+/// `backend` label value for Redis.
+pub const BACKEND_REDIS: &str = "redis";
+
+/// Handlers built into ax, whose series exist from the start.
+pub const BUILTIN_HANDLERS: &[&str] = &["http", "log"];
+
+/// Schedule latency buckets, 1 ms to 60 s.
+pub const SCHEDULE_LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+/// Execution duration buckets, 5 ms to 10 min.
+pub const EXECUTION_DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
+/// The metrics of one replica and the registry that exposes them.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// [`TASKS_SCHEDULED_TOTAL`] by `queue`.
+    pub tasks_scheduled_total: IntCounterVec,
+    /// [`TASKS_EXECUTED_TOTAL`] by `queue`, `handler`, `outcome`.
+    pub tasks_executed_total: IntCounterVec,
+    /// [`TASKS_FAILED_TOTAL`] by `queue`, `handler`.
+    pub tasks_failed_total: IntCounterVec,
+    /// [`TASKS_RETRIED_TOTAL`] by `queue`, `handler`.
+    pub tasks_retried_total: IntCounterVec,
+    /// [`DLQ_SIZE`].
+    pub dlq_size: IntGauge,
+    /// [`SCHEDULE_LATENCY_SECONDS`] by `queue`.
+    pub schedule_latency_seconds: HistogramVec,
+    /// [`EXECUTION_DURATION_SECONDS`] by `queue`, `handler`, `outcome`.
+    pub execution_duration_seconds: HistogramVec,
+    /// [`QUEUE_DEPTH`] by `queue`.
+    pub queue_depth: IntGaugeVec,
+    /// [`ACTIVE_WORKERS`].
+    pub active_workers: IntGauge,
+    /// [`IS_LEADER`].
+    pub is_leader: IntGauge,
+    /// [`LEADER_CHANGES_TOTAL`].
+    pub leader_changes_total: IntCounter,
+    /// [`INVALID_SPECS`].
+    pub invalid_specs: IntGauge,
+    /// [`OLDEST_QUEUED_AGE_SECONDS`] by `queue`.
+    pub oldest_queued_age_seconds: GaugeVec,
+    /// [`BACKEND_ERRORS_TOTAL`] by `backend`.
+    pub backend_errors_total: IntCounterVec,
+    /// [`ALERTS_TOTAL`] by `channel`, `outcome`.
+    pub alerts_total: IntCounterVec,
+    /// [`BUILD_INFO`] by `version`.
+    pub build_info: IntGaugeVec,
+}
+
+impl Metrics {
+    /// Creates and registers every metric, with series at zero for each of `queues`, the
+    /// built-in handlers and the alert `channels` (such as `feishu`, `webhook`).
+    pub fn new(queues: &[String], channels: &[&str]) -> Result<Metrics, prometheus::Error> {
+        let registry = Registry::new();
+        let m = Metrics {
+            tasks_scheduled_total: counter_vec(
+                &registry,
+                TASKS_SCHEDULED_TOTAL,
+                "Fires enqueued by the leader.",
+                &["queue"],
+            )?,
+            tasks_executed_total: counter_vec(
+                &registry,
+                TASKS_EXECUTED_TOTAL,
+                "Executions finished, successful or not.",
+                &["queue", "handler", "outcome"],
+            )?,
+            tasks_failed_total: counter_vec(
+                &registry,
+                TASKS_FAILED_TOTAL,
+                "Executions that failed (included in the executed total).",
+                &["queue", "handler"],
+            )?,
+            tasks_retried_total: counter_vec(
+                &registry,
+                TASKS_RETRIED_TOTAL,
+                "Retries scheduled after a failed execution.",
+                &["queue", "handler"],
+            )?,
+            dlq_size: register(
+                &registry,
+                IntGauge::new(DLQ_SIZE, "Executions in the dead-letter queue.")?,
+            )?,
+            schedule_latency_seconds: histogram_vec(
+                &registry,
+                SCHEDULE_LATENCY_SECONDS,
+                "Enqueue or start time minus due time, in seconds.",
+                &["queue"],
+                SCHEDULE_LATENCY_BUCKETS,
+            )?,
+            execution_duration_seconds: histogram_vec(
+                &registry,
+                EXECUTION_DURATION_SECONDS,
+                "Execution run time, in seconds.",
+                &["queue", "handler", "outcome"],
+                EXECUTION_DURATION_BUCKETS,
+            )?,
+            queue_depth: register(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(QUEUE_DEPTH, "Executions waiting in the queue."),
+                    &["queue"],
+                )?,
+            )?,
+            active_workers: register(
+                &registry,
+                IntGauge::new(ACTIVE_WORKERS, "Executions running on this replica.")?,
+            )?,
+            is_leader: register(
+                &registry,
+                IntGauge::new(IS_LEADER, "1 while this replica is the leader, else 0.")?,
+            )?,
+            leader_changes_total: register(
+                &registry,
+                IntCounter::new(
+                    LEADER_CHANGES_TOTAL,
+                    "Times this replica gained or lost leadership.",
+                )?,
+            )?,
+            invalid_specs: register(
+                &registry,
+                IntGauge::new(
+                    INVALID_SPECS,
+                    "Registered task specs that failed validation.",
+                )?,
+            )?,
+            oldest_queued_age_seconds: register(
+                &registry,
+                GaugeVec::new(
+                    Opts::new(
+                        OLDEST_QUEUED_AGE_SECONDS,
+                        "Age of the oldest waiting execution, in seconds.",
+                    ),
+                    &["queue"],
+                )?,
+            )?,
+            backend_errors_total: counter_vec(
+                &registry,
+                BACKEND_ERRORS_TOTAL,
+                "Failed calls to a backend.",
+                &["backend"],
+            )?,
+            alerts_total: counter_vec(
+                &registry,
+                ALERTS_TOTAL,
+                "Alerts handed to a channel, by outcome.",
+                &["channel", "outcome"],
+            )?,
+            build_info: register(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(BUILD_INFO, "Always 1; labelled with the ax version."),
+                    &["version"],
+                )?,
+            )?,
+            registry,
+        };
+        m.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        for backend in [BACKEND_ETCD, BACKEND_REDIS] {
+            m.backend_errors_total.with_label_values(&[backend]);
+        }
+        for queue in queues {
+            m.touch_queue(queue);
+        }
+        for channel in channels {
+            for outcome in [ALERT_SENT, ALERT_FAILED, ALERT_SUPPRESSED] {
+                m.alerts_total.with_label_values(&[*channel, outcome]);
+            }
+        }
+        Ok(m)
+    }
+
+    /// Creates the zero series of `queue` (done for configured queues by [`Metrics::new`]).
+    pub fn touch_queue(&self, queue: &str) {
+        self.tasks_scheduled_total.with_label_values(&[queue]);
+        self.schedule_latency_seconds.with_label_values(&[queue]);
+        self.queue_depth.with_label_values(&[queue]);
+        self.oldest_queued_age_seconds.with_label_values(&[queue]);
+        for handler in BUILTIN_HANDLERS {
+            self.tasks_failed_total.with_label_values(&[queue, handler]);
+            self.tasks_retried_total
+                .with_label_values(&[queue, handler]);
+            for outcome in EXECUTION_OUTCOMES {
+                self.tasks_executed_total
+                    .with_label_values(&[queue, handler, outcome]);
+                self.execution_duration_seconds
+                    .with_label_values(&[queue, handler, outcome]);
+            }
+        }
+    }
+
+    /// Records one finished execution: the executed counter, the failed counter unless it
+    /// succeeded, and the duration histogram.
+    pub fn record_execution(&self, queue: &str, handler: &str, outcome: &str, seconds: f64) {
+        self.tasks_executed_total
+            .with_label_values(&[queue, handler, outcome])
+            .inc();
+        if outcome != OUTCOME_SUCCESS {
+            self.tasks_failed_total
+                .with_label_values(&[queue, handler])
+                .inc();
+        }
+        self.execution_duration_seconds
+            .with_label_values(&[queue, handler, outcome])
+            .observe(seconds);
+    }
+
+    /// Records a leadership change and sets [`IS_LEADER`].
+    pub fn set_leader(&self, leading: bool) {
+        if (self.is_leader.get() == 1) != leading {
+            self.leader_changes_total.inc();
+        }
+        self.is_leader.set(i64::from(leading));
+    }
+
+    /// The registry, for callers that add metrics of their own.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Everything registered, in the Prometheus text format.
+    pub fn gather_text(&self) -> Result<String, prometheus::Error> {
+        let mut buf = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut buf)?;
+        String::from_utf8(buf).map_err(|e| prometheus::Error::Msg(e.to_string()))
+    }
+}
+
+fn register<C: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    c: C,
+) -> Result<C, prometheus::Error> {
+    registry.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
+fn counter_vec(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntCounterVec, prometheus::Error> {
+    register(registry, IntCounterVec::new(Opts::new(name, help), labels)?)
+}
+
+fn histogram_vec(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: &[f64],
+) -> Result<HistogramVec, prometheus::Error> {
+    register(
+        registry,
+        HistogramVec::new(
+            HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+            labels,
+        )?,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics() -> Metrics {
+        Metrics::new(&["default".to_owned()], &["webhook"]).unwrap()
+    }
+
+    #[test]
+    fn every_fixed_name_is_exposed_from_the_start() {
+        let text = metrics().gather_text().unwrap();
+        for name in ALL_NAMES {
+            assert!(
+                text.contains(&format!("# TYPE {name} ")),
+                "{name} missing from:\n{text}"
+            );
+        }
+        assert!(
+            text.contains("scheduler_queue_depth{queue=\"default\"} 0"),
+            "{text}"
+        );
+        assert!(text.contains(&format!(
+            "ax_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        )));
+    }
+
+    #[test]
+    fn histogram_buckets_span_the_documented_ranges() {
+        let text = metrics().gather_text().unwrap();
+        for needle in [
+            "scheduler_schedule_latency_seconds_bucket{queue=\"default\",le=\"0.001\"}",
+            "scheduler_schedule_latency_seconds_bucket{queue=\"default\",le=\"60\"}",
+            "scheduler_execution_duration_seconds_bucket{handler=\"http\",outcome=\"success\",queue=\"default\",le=\"0.005\"}",
+            "scheduler_execution_duration_seconds_bucket{handler=\"http\",outcome=\"success\",queue=\"default\",le=\"600\"}",
+        ] {
+            assert!(text.contains(needle), "{needle} missing");
+        }
+    }
+
+    #[test]
+    fn failed_executions_count_in_both_counters() {
+        let m = metrics();
+        m.record_execution("default", "http", OUTCOME_SUCCESS, 0.2);
+        m.record_execution("default", "http", OUTCOME_TIMEOUT, 30.0);
+        let executed: u64 = EXECUTION_OUTCOMES
+            .iter()
+            .map(|o| {
+                m.tasks_executed_total
+                    .with_label_values(&["default", "http", o])
+                    .get()
+            })
+            .sum();
+        assert_eq!(executed, 2);
+        assert_eq!(
+            m.tasks_failed_total
+                .with_label_values(&["default", "http"])
+                .get(),
+            1
+        );
+    }
+
+    #[test]
+    fn leader_changes_count_transitions_only() {
+        let m = metrics();
+        m.set_leader(false);
+        assert_eq!(m.leader_changes_total.get(), 0);
+        m.set_leader(true);
+        m.set_leader(true);
+        m.set_leader(false);
+        assert_eq!((m.leader_changes_total.get(), m.is_leader.get()), (2, 0));
+    }
+
+    #[test]
+    fn metrics_are_per_instance() {
+        // Two instances (as in tests running servers side by side) do not collide.
+        let a = metrics();
+        let b = metrics();
+        a.dlq_size.set(3);
+        assert_eq!(b.dlq_size.get(), 0);
+    }
+}

@@ -1,0 +1,168 @@
+//! Process shutdown: one root `CancellationToken` and one `TaskTracker`.
+//!
+//! Every long-running task is spawned on the tracker with a child of the root token, so a
+//! single cancel (SIGTERM, Ctrl-C, or a task that failed fatally) reaches all of them, and
+//! `main` can wait for all of them with one deadline. Nothing is detached: a task that ignores
+//! its token is reported when the deadline passes instead of being silently dropped.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The root token and tracker of the process.
+#[derive(Clone, Debug, Default)]
+pub struct Shutdown {
+    token: CancellationToken,
+    tracker: TaskTracker,
+}
+
+/// Returned by [`Shutdown::wait`] when tasks were still running at the deadline.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{still_running} task(s) still running after {deadline:?}")]
+pub struct ShutdownTimedOut {
+    /// Tasks that had not finished.
+    pub still_running: usize,
+    /// The deadline that passed.
+    pub deadline: Duration,
+}
+
+impl Shutdown {
+    /// A fresh root token and tracker.
+    pub fn new() -> Shutdown {
+        Shutdown::default()
+    }
+
+    /// The root token: cancelled when the process should stop.
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    /// A child token for one task: cancelled with the root, cancellable on its own.
+    pub fn child_token(&self) -> CancellationToken {
+        self.token.child_token()
+    }
+
+    /// The tracker, for code that spawns tasks itself.
+    pub fn tracker(&self) -> &TaskTracker {
+        &self.tracker
+    }
+
+    /// Asks everything to stop.
+    pub fn cancel(&self) {
+        self.token.cancel();
+    }
+
+    /// Spawns `make(child_token)` on the tracker.
+    pub fn spawn<F, Fut>(&self, make: F) -> tokio::task::JoinHandle<Fut::Output>
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future + Send + 'static,
+        Fut::Output: Send + 'static,
+    {
+        self.tracker.spawn(make(self.child_token()))
+    }
+
+    /// Spawns the task that cancels the root token on SIGTERM or Ctrl-C (SIGINT). It ends
+    /// when the token is cancelled for another reason.
+    pub fn listen_for_signals(&self) -> std::io::Result<()> {
+        let signals = Signals::new()?;
+        let token = self.token.clone();
+        self.tracker.spawn(async move {
+            tokio::select! {
+                name = signals.recv() => {
+                    tracing::info!(signal = name, "stop requested, shutting down");
+                    token.cancel();
+                }
+                () = token.cancelled() => {}
+            }
+        });
+        Ok(())
+    }
+
+    /// Closes the tracker and waits until every tracked task has ended, at most `deadline`.
+    pub async fn wait(&self, deadline: Duration) -> Result<(), ShutdownTimedOut> {
+        self.tracker.close();
+        match tokio::time::timeout(deadline, self.tracker.wait()).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(ShutdownTimedOut {
+                still_running: self.tracker.len(),
+                deadline,
+            }),
+        }
+    }
+}
+
+/// The stop signals, registered up front so that a registration failure is reported at
+/// start rather than lost in a task.
+struct Signals {
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        Ok(Signals {
+            #[cfg(unix)]
+            term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?,
+        })
+    }
+
+    #[cfg(unix)]
+    async fn recv(mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        }
+    }
+
+    #[cfg(not(unix))]
+    async fn recv(self) -> &'static str {
+        let _ = tokio::signal::ctrl_c().await;
+        "ctrl-c"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn cancelling_the_root_stops_children_and_wait_returns() {
+        let s = Shutdown::new();
+        let handle = s.spawn(|token| async move {
+            token.cancelled().await;
+            "stopped"
+        });
+        s.cancel();
+        s.wait(Duration::from_secs(1)).await.unwrap();
+        assert_eq!(handle.await.unwrap(), "stopped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_ignoring_its_token_makes_wait_time_out() {
+        let s = Shutdown::new();
+        s.spawn(|_token| tokio::time::sleep(Duration::from_secs(3600)));
+        s.cancel();
+        let err = s.wait(Duration::from_secs(5)).await.unwrap_err();
+        assert_eq!(err.still_running, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_child_can_be_cancelled_alone() {
+        let s = Shutdown::new();
+        let child = s.child_token();
+        child.cancel();
+        assert!(!s.token().is_cancelled());
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn the_signal_listener_ends_when_the_token_is_cancelled() {
+        let s = Shutdown::new();
+        s.listen_for_signals().unwrap();
+        s.cancel();
+        s.wait(Duration::from_secs(5)).await.unwrap();
+    }
+}

@@ -1,0 +1,212 @@
+//! Configuration assembly end to end: file, environment map and flags in their order of
+//! precedence, and the errors a user sees.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use ax_engine::config::{Config, ConfigError, ConfigOverrides, LoadOptions, Role};
+
+fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn load(
+    file: Option<&Path>,
+    env: &HashMap<String, String>,
+    overrides: &ConfigOverrides,
+) -> Result<Config, ConfigError> {
+    Config::load(LoadOptions {
+        config_flag: file,
+        env,
+        overrides,
+        default_path: None,
+        hostname: Some("host-7"),
+    })
+}
+
+fn write(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
+    let path = dir.path().join("ax.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn flags_beat_env_beat_file_beat_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        r#"
+[etcd]
+endpoints = ["http://file:2379"]
+prefix = "/from-file"
+
+[redis]
+url = "redis://file:6379/0"
+
+[election]
+lease_ttl = "20s"
+
+[http]
+listen = "127.0.0.1:9000"
+"#,
+    );
+    let e = env(&[
+        ("AX_ETCD_ENDPOINTS", "http://env-a:2379,http://env-b:2379"),
+        ("AX_REDIS_URL", "rediss://env:6380/1"),
+        ("AX_LEASE_TTL", "15s"),
+    ]);
+    let flags = ConfigOverrides {
+        redis_url: Some("redis://flag:6379/2".into()),
+        ..ConfigOverrides::default()
+    };
+    let c = load(Some(&file), &e, &flags).unwrap();
+    assert_eq!(c.etcd.prefix, "/from-file"); // file only
+    assert_eq!(c.etcd.endpoints, ["http://env-a:2379", "http://env-b:2379"]); // env over file
+    assert_eq!(c.redis.url, "redis://flag:6379/2"); // flag over env and file
+    assert_eq!(c.election.lease_ttl, Duration::from_secs(15));
+    assert_eq!(c.http.listen, "127.0.0.1:9000");
+    assert_eq!(c.scheduler.tick, Duration::from_millis(10)); // default
+    assert_eq!(c.instance.id, "host-7"); // host name when unset
+}
+
+#[test]
+fn the_config_file_can_come_from_ax_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "[instance]\nid = \"from-file\"\nroles = [\"worker\"]\n",
+    );
+    let e = env(&[("AX_CONFIG", file.to_str().unwrap())]);
+    let c = load(None, &e, &ConfigOverrides::default()).unwrap();
+    assert_eq!(c.instance.id, "from-file");
+    assert_eq!(c.instance.roles, [Role::Worker]);
+}
+
+#[test]
+fn a_missing_named_file_is_an_error() {
+    let err = load(
+        Some(Path::new("/nonexistent/ax.toml")),
+        &env(&[]),
+        &ConfigOverrides::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ConfigError::Read { .. }), "{err}");
+    assert!(err.to_string().contains("/nonexistent/ax.toml"), "{err}");
+}
+
+#[test]
+fn unknown_keys_are_errors_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, key) in [
+        ("[etcd]\nendpoint = [\"http://a:2379\"]\n", "endpoint"),
+        ("[scheduler]\nticks = \"5ms\"\n", "ticks"),
+        ("[metrics]\nport = 9090\n", "metrics"),
+    ] {
+        let file = write(&dir, text);
+        let err = load(Some(&file), &env(&[]), &ConfigOverrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("unknown field `{key}`")),
+            "{key}: {err}"
+        );
+    }
+}
+
+#[test]
+fn bad_values_in_the_file_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, needle) in [
+        (
+            "[election]\nlease_ttl = \"ten seconds\"\n",
+            "not a duration",
+        ),
+        (
+            "[instance]\nroles = [\"leader\"]\n",
+            "unknown variant `leader`",
+        ),
+        ("[alerts]\nmin_level = \"loud\"\n", "unknown variant `loud`"),
+        ("[worker]\nconcurrency = \"many\"\n", "invalid type"),
+    ] {
+        let file = write(&dir, text);
+        let err = load(Some(&file), &env(&[]), &ConfigOverrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(needle), "{text}: {err}");
+    }
+}
+
+#[test]
+fn validation_runs_after_every_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    // Invalid in the file, corrected by a flag: no error.
+    let file = write(&dir, "[redis]\nurl = \"http://wrong:6379\"\n");
+    let flags = ConfigOverrides {
+        redis_url: Some("redis://right:6379/0".into()),
+        ..ConfigOverrides::default()
+    };
+    load(Some(&file), &env(&[]), &flags).unwrap();
+
+    // Valid in the file, broken by the environment: the error names the key.
+    let e = env(&[("AX_REDIS_URL", "memcached://x:11211")]);
+    match load(None, &e, &ConfigOverrides::default()).unwrap_err() {
+        ConfigError::Invalid(errors) => {
+            assert!(
+                errors.iter().any(|l| l.starts_with("redis.url:")),
+                "{errors:?}"
+            )
+        }
+        other => panic!("{other}"),
+    }
+
+    let flags = ConfigOverrides {
+        etcd_endpoints: Some(vec![]),
+        ..ConfigOverrides::default()
+    };
+    let err = load(None, &env(&[]), &flags).unwrap_err().to_string();
+    assert!(
+        err.contains("etcd.endpoints: must list at least one endpoint"),
+        "{err}"
+    );
+}
+
+#[test]
+fn no_host_name_and_no_id_is_an_error() {
+    let err = Config::load(LoadOptions {
+        config_flag: None,
+        env: &env(&[]),
+        overrides: &ConfigOverrides::default(),
+        default_path: None,
+        hostname: None,
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("instance.id"), "{err}");
+    let c = load(
+        None,
+        &env(&[("AX_INSTANCE_ID", "ax-2")]),
+        &ConfigOverrides::default(),
+    )
+    .unwrap();
+    assert_eq!(c.instance.id, "ax-2");
+}
+
+#[test]
+fn redis_password_replaces_the_url_password() {
+    let e = env(&[
+        ("AX_REDIS_URL", "rediss://:0ld-pw@redis:6380/0"),
+        ("AX_REDIS_PASSWORD", "n3w"),
+    ]);
+    let c = load(None, &e, &ConfigOverrides::default()).unwrap();
+    assert_eq!(c.redis_connection_url(), "rediss://:n3w@redis:6380/0");
+    let shown = c.to_masked_toml();
+    assert!(
+        !shown.contains("0ld-pw") && !shown.contains("n3w"),
+        "{shown}"
+    );
+}

@@ -1,0 +1,571 @@
+//! The HTTP app through its `Router`: probes, metrics, auth and the API's status codes and
+//! error bodies, over an in-memory `ApiBackend` written for this test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use ax_engine::http::api::{
+    ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView, TaskKey,
+    TaskView, TriggerResult,
+};
+use ax_engine::http::{app, ApiBackend, ApiError, AppState};
+use ax_engine::metrics::{Metrics, ALL_NAMES};
+use ax_engine::readiness::Readiness;
+use ax_scheduler_core::UtcMillis;
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+/// Tasks in a map; a spec without `id` is invalid, an older `version` conflicts, and the
+/// `unreachable` namespace behaves like a backend that is down.
+#[derive(Default)]
+struct MemoryBackend {
+    tasks: Mutex<BTreeMap<(String, String), Value>>,
+}
+
+fn view(namespace: &str, id: &str, spec: &Value) -> TaskView {
+    TaskView {
+        namespace: namespace.into(),
+        id: id.into(),
+        spec: spec.clone(),
+        status: Some(
+            if spec["paused"] == json!(true) {
+                "PAUSED"
+            } else {
+                "SCHEDULED"
+            }
+            .into(),
+        ),
+        next_fire: None,
+        errors: vec![],
+    }
+}
+
+impl MemoryBackend {
+    fn with_task(namespace: &str, id: &str) -> Self {
+        let b = MemoryBackend::default();
+        b.tasks.lock().unwrap().insert(
+            (namespace.into(), id.into()),
+            json!({"id": id, "namespace": namespace, "version": 1}),
+        );
+        b
+    }
+
+    fn lookup(&self, key: &TaskKey) -> Result<Value, ApiError> {
+        if key.namespace == "unreachable" {
+            return Err(ApiError::Unavailable("etcd: connection refused".into()));
+        }
+        self.tasks
+            .lock()
+            .unwrap()
+            .get(&(key.namespace.clone(), key.id.clone()))
+            .cloned()
+            .ok_or_else(|| ApiError::NotFound(format!("task {}/{}", key.namespace, key.id)))
+    }
+
+    fn set_paused(&self, key: TaskKey, paused: bool) -> ApiFuture<'_, TaskView> {
+        Box::pin(async move {
+            let mut spec = self.lookup(&key)?;
+            spec["paused"] = json!(paused);
+            self.tasks
+                .lock()
+                .unwrap()
+                .insert((key.namespace.clone(), key.id.clone()), spec.clone());
+            Ok(view(&key.namespace, &key.id, &spec))
+        })
+    }
+}
+
+impl ApiBackend for MemoryBackend {
+    fn list_tasks(&self, namespace: Option<String>) -> ApiFuture<'_, Vec<TaskView>> {
+        Box::pin(async move {
+            Ok(self
+                .tasks
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|((ns, _), _)| namespace.as_ref().is_none_or(|want| want == ns))
+                .map(|((ns, id), spec)| view(ns, id, spec))
+                .collect())
+        })
+    }
+
+    fn get_task(&self, key: TaskKey) -> ApiFuture<'_, TaskView> {
+        Box::pin(async move {
+            let spec = self.lookup(&key)?;
+            Ok(view(&key.namespace, &key.id, &spec))
+        })
+    }
+
+    fn put_task(&self, spec: Value, dry_run: bool) -> ApiFuture<'_, PutTaskResult> {
+        Box::pin(async move {
+            let mut errors = Vec::new();
+            let id = spec["id"].as_str().unwrap_or_default().to_owned();
+            if id.is_empty() {
+                errors.push("id: required".to_owned());
+            }
+            if !spec["schedule"].is_object() {
+                errors.push("schedule: required".to_owned());
+            }
+            if !errors.is_empty() {
+                return Err(ApiError::Invalid {
+                    message: format!("the task spec has {} problem(s)", errors.len()),
+                    errors,
+                });
+            }
+            let namespace = spec["namespace"].as_str().unwrap_or("default").to_owned();
+            let key = (namespace.clone(), id.clone());
+            let mut tasks = self.tasks.lock().unwrap();
+            if let Some(old) = tasks.get(&key) {
+                if old["version"].as_u64() >= spec["version"].as_u64() {
+                    return Err(ApiError::Conflict(format!(
+                        "task {namespace}/{id} is registered with version {} already",
+                        old["version"]
+                    )));
+                }
+            }
+            if !dry_run {
+                tasks.insert(key, spec);
+            }
+            Ok(PutTaskResult {
+                namespace,
+                id,
+                written: !dry_run,
+                next_fires: vec![UtcMillis(1_000)],
+            })
+        })
+    }
+
+    fn delete_task(&self, key: TaskKey) -> ApiFuture<'_, ()> {
+        Box::pin(async move {
+            self.lookup(&key)?;
+            self.tasks.lock().unwrap().remove(&(key.namespace, key.id));
+            Ok(())
+        })
+    }
+
+    fn pause(&self, key: TaskKey) -> ApiFuture<'_, TaskView> {
+        self.set_paused(key, true)
+    }
+
+    fn resume(&self, key: TaskKey) -> ApiFuture<'_, TaskView> {
+        self.set_paused(key, false)
+    }
+
+    fn trigger(&self, key: TaskKey) -> ApiFuture<'_, TriggerResult> {
+        Box::pin(async move {
+            self.lookup(&key)?;
+            Ok(TriggerResult {
+                execution_id: format!("run-now-{}", key.id),
+            })
+        })
+    }
+
+    fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>> {
+        Box::pin(async move {
+            self.lookup(&key)?;
+            Ok((0..limit.min(2))
+                .map(|i| ExecutionRecord {
+                    execution_id: format!("e{i}"),
+                    attempt: 1,
+                    due: UtcMillis(1_000),
+                    started: Some(UtcMillis(1_004)),
+                    lateness_ms: Some(4),
+                    duration_ms: Some(10),
+                    outcome: "success".into(),
+                    error: None,
+                    worker: Some("ax-1".into()),
+                })
+                .collect())
+        })
+    }
+
+    fn dlq_list(&self, queue: Option<String>, _limit: usize) -> ApiFuture<'_, Vec<DeadLetter>> {
+        Box::pin(async move {
+            Ok(vec![DeadLetter {
+                execution_id: "e9".into(),
+                namespace: "default".into(),
+                task_id: "t".into(),
+                queue: queue.unwrap_or_else(|| "default".into()),
+                attempts: 4,
+                last_error: "HTTP 500".into(),
+                dead_at: UtcMillis(5_000),
+            }])
+        })
+    }
+
+    fn dlq_requeue(&self, request: DlqRequeue) -> ApiFuture<'_, u64> {
+        Box::pin(async move {
+            Ok(match request {
+                DlqRequeue::Ids { ids } => ids.len() as u64,
+                DlqRequeue::All { .. } => 7,
+            })
+        })
+    }
+
+    fn dlq_purge(&self, _queue: Option<String>) -> ApiFuture<'_, u64> {
+        Box::pin(async { Ok(3) })
+    }
+
+    fn status(&self) -> ApiFuture<'_, StatusView> {
+        Box::pin(async {
+            Ok(StatusView {
+                leader: Some("ax-0".into()),
+                replicas: vec![],
+                queues: vec![],
+                dlq_size: 1,
+            })
+        })
+    }
+}
+
+struct Fixture {
+    router: Router,
+    readiness: Arc<Readiness>,
+}
+
+fn fixture(backend: Option<MemoryBackend>, token: Option<&str>) -> Fixture {
+    let readiness = Arc::new(Readiness::new(true));
+    let state = AppState {
+        metrics: Arc::new(Metrics::new(&["default".to_owned()], &["webhook"]).unwrap()),
+        readiness: Arc::clone(&readiness),
+        api: backend.map(|b| Arc::new(b) as Arc<dyn ApiBackend>),
+        api_token: token.map(str::to_owned),
+    };
+    Fixture {
+        router: app(state),
+        readiness,
+    }
+}
+
+async fn call(
+    router: &Router,
+    method: Method,
+    uri: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (StatusCode, String) {
+    let mut req = Request::builder().method(method).uri(uri);
+    if let Some(t) = token {
+        req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = req
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_owned())))
+        .unwrap();
+    let resp = router.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+async fn get(router: &Router, uri: &str) -> (StatusCode, String) {
+    call(router, Method::GET, uri, None, None).await
+}
+
+fn error_code(body: &str) -> String {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    v["error"]["code"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn healthz_answers_ok() {
+    let f = fixture(None, None);
+    assert_eq!(
+        get(&f.router, "/healthz").await,
+        (StatusCode::OK, "ok".into())
+    );
+}
+
+#[tokio::test]
+async fn readyz_names_what_is_not_ready_until_everything_is() {
+    let f = fixture(None, None);
+    let (status, body) = get(&f.router, "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["not_ready"], json!(["etcd", "redis", "worker_pool"]));
+
+    f.readiness.set_etcd(true);
+    f.readiness.set_redis(true);
+    let (status, body) = get(&f.router, "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        body.contains("worker_pool") && !body.contains("etcd"),
+        "{body}"
+    );
+
+    f.readiness.set_worker_pool(true);
+    let (status, body) = get(&f.router, "/readyz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["ready"],
+        json!(true)
+    );
+}
+
+#[tokio::test]
+async fn metrics_expose_every_fixed_name_without_a_token() {
+    let f = fixture(None, Some("secret"));
+    let resp = f
+        .router
+        .clone()
+        .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let ct = resp.headers()[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
+    let text = String::from_utf8(
+        axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    for name in ALL_NAMES {
+        assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
+    }
+    assert!(!text.contains("task_id"), "no task ids as labels");
+}
+
+#[tokio::test]
+async fn api_requires_the_token_when_one_is_set() {
+    let f = fixture(
+        Some(MemoryBackend::with_task("default", "t1")),
+        Some("s3cret"),
+    );
+    let uri = "/api/v1/tasks/default/t1";
+
+    let (status, body) = call(&f.router, Method::GET, uri, None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(error_code(&body), "unauthorized");
+
+    let (status, body) = call(&f.router, Method::GET, uri, Some("wrong"), None).await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::UNAUTHORIZED, "unauthorized")
+    );
+
+    // Unknown routes do not reveal themselves to callers without the token either.
+    let (status, _) = call(&f.router, Method::GET, "/api/v1/nope", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let (status, body) = call(&f.router, Method::GET, uri, Some("s3cret"), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["id"],
+        json!("t1")
+    );
+
+    // Probes stay open.
+    assert_eq!(get(&f.router, "/healthz").await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn api_is_open_without_a_token() {
+    for token in [None, Some("")] {
+        let f = fixture(Some(MemoryBackend::with_task("default", "t1")), token);
+        let (status, body) = get(&f.router, "/api/v1/tasks").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&body)
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}
+
+#[tokio::test]
+async fn api_errors_map_to_status_codes_and_json_bodies() {
+    let f = fixture(Some(MemoryBackend::with_task("default", "t1")), None);
+    let r = &f.router;
+
+    let (status, body) = get(r, "/api/v1/tasks/default/missing").await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    assert!(body.contains("default/missing"), "{body}");
+
+    let (status, body) = call(
+        r,
+        Method::POST,
+        "/api/v1/tasks",
+        None,
+        Some(r#"{"version": 1}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], json!("invalid_input"));
+    assert_eq!(
+        v["error"]["errors"],
+        json!(["id: required", "schedule: required"])
+    );
+
+    let (status, body) = call(r, Method::POST, "/api/v1/tasks", None, Some("{not json")).await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::BAD_REQUEST, "invalid_input")
+    );
+
+    let old = r#"{"id": "t1", "schedule": {"every": "1m"}, "version": 1}"#;
+    let (status, body) = call(r, Method::POST, "/api/v1/tasks", None, Some(old)).await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::CONFLICT, "conflict")
+    );
+
+    let (status, body) = get(r, "/api/v1/tasks/unreachable/t1").await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable")
+    );
+
+    let (status, body) = get(r, "/api/v1/tasks/default/t1/history?limit=0").await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::BAD_REQUEST, "invalid_input")
+    );
+    let (status, body) = get(r, "/api/v1/dlq?limit=lots").await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::BAD_REQUEST, "invalid_input")
+    );
+
+    let (status, body) = call(
+        r,
+        Method::POST,
+        "/api/v1/dlq/requeue",
+        None,
+        Some(r#"{"ids": []}"#),
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::BAD_REQUEST, "invalid_input")
+    );
+
+    let (status, body) = get(r, "/api/v1/no/such/route").await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+}
+
+#[tokio::test]
+async fn api_operations_reach_the_backend() {
+    let f = fixture(Some(MemoryBackend::with_task("default", "t1")), None);
+    let r = &f.router;
+
+    let spec = r#"{"id": "t2", "namespace": "ops", "schedule": {"every": "1m"}, "version": 1}"#;
+    let (status, body) = call(
+        r,
+        Method::POST,
+        "/api/v1/tasks?dry_run=true",
+        None,
+        Some(spec),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["written"],
+        json!(false)
+    );
+    assert_eq!(
+        get(r, "/api/v1/tasks/ops/t2").await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    let (status, body) = call(r, Method::POST, "/api/v1/tasks", None, Some(spec)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, body) = get(r, "/api/v1/tasks?namespace=ops").await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()[0]["id"],
+        json!("t2")
+    );
+
+    let (status, body) = call(r, Method::POST, "/api/v1/tasks/ops/t2/pause", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["status"],
+        json!("PAUSED")
+    );
+    let (_, body) = call(r, Method::POST, "/api/v1/tasks/ops/t2/resume", None, None).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["status"],
+        json!("SCHEDULED")
+    );
+
+    let (status, body) = call(r, Method::POST, "/api/v1/tasks/ops/t2/trigger", None, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["execution_id"],
+        json!("run-now-t2")
+    );
+
+    let (status, body) = get(r, "/api/v1/tasks/ops/t2/history?limit=5").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()[0]["lateness_ms"],
+        json!(4)
+    );
+
+    let (status, _) = call(r, Method::DELETE, "/api/v1/tasks/ops/t2", None, None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        get(r, "/api/v1/tasks/ops/t2").await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    let (_, body) = get(r, "/api/v1/dlq?queue=slow").await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()[0]["queue"],
+        json!("slow")
+    );
+    let (_, body) = call(
+        r,
+        Method::POST,
+        "/api/v1/dlq/requeue",
+        None,
+        Some(r#"{"ids": ["a", "b"]}"#),
+    )
+    .await;
+    assert_eq!(body, r#"{"count":2}"#);
+    let (_, body) = call(
+        r,
+        Method::POST,
+        "/api/v1/dlq/requeue",
+        None,
+        Some(r#"{"all": true}"#),
+    )
+    .await;
+    assert_eq!(body, r#"{"count":7}"#);
+    let (_, body) = call(r, Method::POST, "/api/v1/dlq/purge", None, None).await;
+    assert_eq!(body, r#"{"count":3}"#);
+    let (_, body) = get(r, "/api/v1/status").await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["leader"],
+        json!("ax-0")
+    );
+}
+
+#[tokio::test]
+async fn api_without_a_backend_answers_503() {
+    let f = fixture(None, None);
+    let (status, body) = get(&f.router, "/api/v1/status").await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable")
+    );
+}

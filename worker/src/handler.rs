@@ -1,0 +1,120 @@
+//! Handlers: what runs an execution, found by the task's `handler` name.
+//!
+//! A handler returns `Ok(())`, or a [`HandlerError`] that says whether trying again can help:
+//! the pool retries [`HandlerError::Retryable`] by the task's retry policy and dead-letters
+//! [`HandlerError::Permanent`] at once. Handlers are trait objects (boxed futures) so user
+//! code can register plain async closures next to the built-ins.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use ax_queue::ExecutionMessage;
+use tokio_util::sync::CancellationToken;
+
+/// Why a handler failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HandlerError {
+    /// Trying again later may succeed (network trouble, a 5xx, a busy dependency).
+    #[error("{0}")]
+    Retryable(String),
+    /// Trying again will not help (bad input, a 4xx); goes to the dead-letter queue.
+    #[error("{0}")]
+    Permanent(String),
+}
+
+impl HandlerError {
+    /// Whether the pool may retry.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, HandlerError::Retryable(_))
+    }
+}
+
+/// What a handler gets beside the execution.
+#[derive(Clone, Debug)]
+pub struct HandlerContext {
+    /// Id of the worker running it.
+    pub worker_id: String,
+    /// Cancelled when the attempt times out or the worker stops for good: long handlers should
+    /// watch it and return.
+    pub cancel: CancellationToken,
+    /// Shared HTTP client (connection pooling across executions).
+    pub http: reqwest::Client,
+}
+
+/// A boxed handler future.
+pub type HandlerFuture<'a> = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send + 'a>>;
+
+/// Runs executions of one handler name.
+pub trait Handler: Send + Sync + 'static {
+    /// Runs one attempt.
+    fn run<'a>(&'a self, ctx: HandlerContext, exec: &'a ExecutionMessage) -> HandlerFuture<'a>;
+}
+
+/// A handler from an async closure `|ctx, execution| async move { ... }`.
+struct FnHandler<F>(F);
+
+impl<F, Fut> Handler for FnHandler<F>
+where
+    F: Fn(HandlerContext, ExecutionMessage) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    fn run<'a>(&'a self, ctx: HandlerContext, exec: &'a ExecutionMessage) -> HandlerFuture<'a> {
+        Box::pin((self.0)(ctx, exec.clone()))
+    }
+}
+
+/// Handlers by name.
+#[derive(Clone, Default)]
+pub struct HandlerRegistry {
+    handlers: BTreeMap<String, Arc<dyn Handler>>,
+}
+
+impl std::fmt::Debug for HandlerRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandlerRegistry")
+            .field("handlers", &self.names())
+            .finish()
+    }
+}
+
+impl HandlerRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A registry with the built-ins `http` and `log`.
+    pub fn with_builtins() -> Self {
+        let mut r = Self::new();
+        r.register("http", crate::builtin::HttpHandler);
+        r.register("log", crate::builtin::LogHandler);
+        r
+    }
+
+    /// Registers (or replaces) a handler under `name`.
+    pub fn register(&mut self, name: impl Into<String>, handler: impl Handler) -> &mut Self {
+        self.handlers.insert(name.into(), Arc::new(handler));
+        self
+    }
+
+    /// Registers an async closure `|ctx, execution| async move { ... }` under `name`.
+    pub fn register_fn<F, Fut>(&mut self, name: impl Into<String>, f: F) -> &mut Self
+    where
+        F: Fn(HandlerContext, ExecutionMessage) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        self.register(name, FnHandler(f))
+    }
+
+    /// The handler registered under `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Handler>> {
+        self.handlers.get(name).cloned()
+    }
+
+    /// Registered names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.handlers.keys().cloned().collect()
+    }
+}

@@ -1,0 +1,641 @@
+//! The worker pool: takes messages from its queues and runs them with bounded concurrency.
+//!
+//! One fetch loop per queue (each with its own blocking connection) takes messages only when
+//! a concurrency permit is free, and takes as many as there are free permits in one round
+//! trip. Each message runs in its own task; the handler itself runs in a further spawned task
+//! so a panic surfaces as a `JoinError` (recorded with its message) instead of unwinding
+//! through the pool, and so a timeout can abort it. Settling (ack, retry, dead letter,
+//! release) is retried through short Redis outages, because an unsettled message of a live
+//! worker would sit in its processing list until that worker stops.
+//!
+//! Shutdown (the `CancellationToken` passed to [`WorkerPool::run`]): the fetch loops stop
+//! taking (a blocked take ends within the block timeout; anything it returns after the
+//! cancel is given straight back), in-flight attempts get up to `shutdown_grace` to finish,
+//! the rest are stopped and their messages released to the front of the queue; then the
+//! heartbeat stops and the worker deregisters.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ax_queue::{
+    Delivery, HistoryEntry, HistoryOutcome, Maintenance, MaintenanceConfig, Queue, QueueError,
+};
+use ax_scheduler_core::UtcMillis;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinError;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::error::{Result, WorkerError};
+use crate::handler::{HandlerContext, HandlerError, HandlerRegistry};
+use crate::reporter::{ExecutionReport, ExecutionReporter, Outcome};
+use crate::retry::{decide, RetryDecision};
+
+/// Settings of a worker pool.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// Unique id of this worker (names its processing lists and heartbeat). Default
+    /// `worker-` and a random suffix; give each process its own.
+    pub worker_id: String,
+    /// Queues to serve. Default `["default"]`.
+    pub queues: Vec<String>,
+    /// Attempts running at once. Default 2 x the CPU cores.
+    pub concurrency: usize,
+    /// Most messages taken in one round trip. Default 64.
+    pub fetch_batch: usize,
+    /// How long in-flight attempts may run on after shutdown starts. Default 30 s.
+    pub shutdown_grace: Duration,
+    /// Heartbeat period. Default 1 s.
+    pub heartbeat_interval: Duration,
+    /// Lifetime of a heartbeat key. Default 5 s.
+    pub heartbeat_ttl: Duration,
+    /// How long a silent worker's messages stay with it before the reaper gives them back.
+    /// Default 30 s.
+    pub visibility_timeout: Duration,
+    /// Longest blocking wait for a message (also bounds how long stopping takes). Default 1 s.
+    pub block_timeout: Duration,
+    /// Period of promoting due retries and reaping dead workers. Default 250 ms.
+    pub maintenance_interval: Duration,
+    /// Record every attempt in the task's history list. Default true.
+    pub record_history: bool,
+    /// How long settling an attempt is retried through Redis errors. Default 30 s.
+    pub settle_retry_for: Duration,
+}
+
+/// 2 x the CPU cores (at least 2).
+pub fn default_concurrency() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get() * 2)
+        .unwrap_or(2)
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        WorkerConfig {
+            worker_id: format!("worker-{}", &id[..12]),
+            queues: vec![ax_scheduler_core::task::DEFAULT_QUEUE.to_string()],
+            concurrency: default_concurrency(),
+            fetch_batch: 64,
+            shutdown_grace: Duration::from_secs(30),
+            heartbeat_interval: Duration::from_secs(1),
+            heartbeat_ttl: Duration::from_secs(5),
+            visibility_timeout: Duration::from_secs(30),
+            block_timeout: Duration::from_secs(1),
+            maintenance_interval: Duration::from_millis(250),
+            record_history: true,
+            settle_retry_for: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Counts of what a pool did, returned when it stops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolSummary {
+    /// Messages taken.
+    pub taken: u64,
+    /// Attempts that succeeded.
+    pub succeeded: u64,
+    /// Attempts that failed and were scheduled for retry.
+    pub retried: u64,
+    /// Executions sent to the dead-letter queue.
+    pub dead_lettered: u64,
+    /// Messages given back unfinished.
+    pub released: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    taken: AtomicU64,
+    succeeded: AtomicU64,
+    retried: AtomicU64,
+    dead_lettered: AtomicU64,
+    released: AtomicU64,
+}
+
+struct Shared {
+    queue: Queue,
+    cfg: WorkerConfig,
+    registry: HandlerRegistry,
+    reporter: Arc<dyn ExecutionReporter>,
+    http: reqwest::Client,
+    counters: Counters,
+}
+
+/// A pool of workers serving some queues. See the module notes for its life cycle.
+#[derive(Clone)]
+pub struct WorkerPool {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for WorkerPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerPool")
+            .field("cfg", &self.shared.cfg)
+            .field("handlers", &self.shared.registry.names())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerPool {
+    /// A pool on `queue` with `registry`'s handlers, reporting to `reporter`.
+    pub fn new(
+        queue: Queue,
+        cfg: WorkerConfig,
+        registry: HandlerRegistry,
+        reporter: Arc<dyn ExecutionReporter>,
+    ) -> Result<Self> {
+        if cfg.concurrency == 0 || cfg.fetch_batch == 0 {
+            return Err(WorkerError::InvalidConfig(
+                "concurrency and fetch_batch must be at least 1".into(),
+            ));
+        }
+        if cfg.queues.is_empty() {
+            return Err(WorkerError::InvalidConfig("no queues to serve".into()));
+        }
+        if !ax_queue::keys::validate_name(&cfg.worker_id) {
+            return Err(WorkerError::InvalidConfig(format!(
+                "worker id `{}` must be non-empty without braces or spaces",
+                cfg.worker_id
+            )));
+        }
+        if cfg.heartbeat_ttl <= cfg.heartbeat_interval {
+            return Err(WorkerError::InvalidConfig(
+                "heartbeat_ttl must be longer than heartbeat_interval".into(),
+            ));
+        }
+        Ok(WorkerPool {
+            shared: Arc::new(Shared {
+                queue,
+                cfg,
+                registry,
+                reporter,
+                http: reqwest::Client::new(),
+                counters: Counters::default(),
+            }),
+        })
+    }
+
+    /// The worker id.
+    pub fn worker_id(&self) -> &str {
+        &self.shared.cfg.worker_id
+    }
+
+    /// Serves the queues until `cancel` fires, then shuts down gracefully.
+    pub async fn run(&self, cancel: CancellationToken) -> PoolSummary {
+        let sh = &self.shared;
+        let sem = Arc::new(Semaphore::new(sh.cfg.concurrency));
+        let executions = TaskTracker::new();
+        let hard_stop = CancellationToken::new();
+        let background_stop = CancellationToken::new();
+        let background = TaskTracker::new();
+
+        heartbeat_once(sh, ax_queue::now()).await;
+        background.spawn(heartbeat_loop(self.shared.clone(), background_stop.clone()));
+        let maintenance = Maintenance::new(
+            sh.queue.clone(),
+            MaintenanceConfig {
+                queues: sh.cfg.queues.clone(),
+                interval: sh.cfg.maintenance_interval,
+                visibility_timeout: sh.cfg.visibility_timeout,
+                ..MaintenanceConfig::default()
+            },
+        );
+        background.spawn(maintenance.run(background_stop.clone()));
+
+        let fetchers = TaskTracker::new();
+        for q in &sh.cfg.queues {
+            fetchers.spawn(fetch_loop(
+                self.shared.clone(),
+                q.clone(),
+                sem.clone(),
+                executions.clone(),
+                cancel.clone(),
+                hard_stop.clone(),
+            ));
+        }
+        fetchers.close();
+        cancel.cancelled().await;
+        tracing::info!(worker = %sh.cfg.worker_id, "worker pool stopping: no new messages");
+        fetchers.wait().await;
+        executions.close();
+        if tokio::time::timeout(sh.cfg.shutdown_grace, executions.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(worker = %sh.cfg.worker_id, grace = ?sh.cfg.shutdown_grace, "grace period over: giving back unfinished work");
+            hard_stop.cancel();
+            executions.wait().await;
+        }
+        background_stop.cancel();
+        background.close();
+        background.wait().await;
+        for q in &sh.cfg.queues {
+            match sh.queue.deregister(q, &sh.cfg.worker_id).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(queue = %q, "worker still holds messages; the reaper will give them back")
+                }
+                Err(e) => tracing::warn!(queue = %q, error = %e, "could not deregister the worker"),
+            }
+        }
+        let c = &sh.counters;
+        PoolSummary {
+            taken: c.taken.load(Ordering::Relaxed),
+            succeeded: c.succeeded.load(Ordering::Relaxed),
+            retried: c.retried.load(Ordering::Relaxed),
+            dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
+            released: c.released.load(Ordering::Relaxed),
+        }
+    }
+}
+
+async fn heartbeat_once(sh: &Shared, now: UtcMillis) {
+    for q in &sh.cfg.queues {
+        if let Err(e) = sh
+            .queue
+            .heartbeat(q, &sh.cfg.worker_id, sh.cfg.heartbeat_ttl, now)
+            .await
+        {
+            tracing::warn!(queue = %q, error = %e, "heartbeat failed");
+        }
+    }
+}
+
+async fn heartbeat_loop(sh: Arc<Shared>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(sh.cfg.heartbeat_interval) => {}
+        }
+        heartbeat_once(&sh, ax_queue::now()).await;
+    }
+}
+
+fn error_backoff(failures: u32) -> Duration {
+    Duration::from_millis(100)
+        .saturating_mul(1u32 << failures.min(6))
+        .min(Duration::from_secs(5))
+}
+
+async fn fetch_loop(
+    sh: Arc<Shared>,
+    queue_name: String,
+    sem: Arc<Semaphore>,
+    executions: TaskTracker,
+    cancel: CancellationToken,
+    hard_stop: CancellationToken,
+) {
+    let mut failures = 0u32;
+    let mut consumer = None;
+    while !cancel.is_cancelled() {
+        let c = match &mut consumer {
+            Some(c) => c,
+            None => match sh
+                .queue
+                .consumer(
+                    &queue_name,
+                    &sh.cfg.worker_id,
+                    sh.cfg.block_timeout,
+                    ax_queue::now(),
+                )
+                .await
+            {
+                Ok(c) => consumer.insert(c),
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(queue = %queue_name, error = %e, "cannot open a consumer; retrying");
+                    pause(&cancel, error_backoff(failures)).await;
+                    continue;
+                }
+            },
+        };
+        let first = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            p = sem.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let mut permits = vec![first];
+        while permits.len() < sh.cfg.fetch_batch {
+            match sem.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+        match c.take(permits.len()).await {
+            Ok(deliveries) => {
+                failures = 0;
+                sh.counters
+                    .taken
+                    .fetch_add(deliveries.len() as u64, Ordering::Relaxed);
+                for d in deliveries {
+                    // One permit per delivery: take never returns more than asked.
+                    let Some(permit) = permits.pop() else { break };
+                    if cancel.is_cancelled() {
+                        give_back(&sh, &d).await;
+                        continue;
+                    }
+                    executions.spawn(execute(sh.clone(), d, permit, hard_stop.clone()));
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(queue = %queue_name, error = %e, retryable = e.is_retryable(), "taking messages failed");
+                drop(permits);
+                pause(&cancel, error_backoff(failures)).await;
+            }
+        }
+    }
+}
+
+async fn pause(cancel: &CancellationToken, d: Duration) {
+    tokio::select! {
+        _ = cancel.cancelled() => {}
+        _ = tokio::time::sleep(d) => {}
+    }
+}
+
+async fn give_back(sh: &Shared, d: &Delivery) {
+    let q = &sh.queue;
+    if settle(sh, "release", || q.release(d)).await == Some(true) {
+        sh.counters.released.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Runs a settling operation, retrying retryable errors for up to `settle_retry_for`.
+/// `None` when it could not be done (logged).
+async fn settle<T, F, Fut>(sh: &Shared, op: &'static str, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::result::Result<T, QueueError>>,
+{
+    let start = tokio::time::Instant::now();
+    let mut failures = 0u32;
+    loop {
+        match f().await {
+            Ok(v) => return Some(v),
+            Err(e) if e.is_retryable() && start.elapsed() < sh.cfg.settle_retry_for => {
+                failures += 1;
+                tracing::warn!(op, error = %e, "settling failed; retrying");
+                tokio::time::sleep(error_backoff(failures)).await;
+            }
+            Err(e) => {
+                tracing::error!(op, error = %e, "settling failed; the message stays with this worker until it stops");
+                return None;
+            }
+        }
+    }
+}
+
+enum Ran {
+    Done(std::result::Result<(), HandlerError>),
+    Panicked(String),
+    TimedOut,
+    Stopped,
+}
+
+fn panic_message(e: JoinError) -> String {
+    match e.try_into_panic() {
+        Ok(p) => {
+            if let Some(s) = p.downcast_ref::<&str>() {
+                (*s).to_string()
+            } else if let Some(s) = p.downcast_ref::<String>() {
+                s.clone()
+            } else {
+                "panic with a non-string payload".to_string()
+            }
+        }
+        Err(e) => format!("handler task ended abnormally: {e}"),
+    }
+}
+
+async fn execute(
+    sh: Arc<Shared>,
+    d: Delivery,
+    permit: OwnedSemaphorePermit,
+    hard_stop: CancellationToken,
+) {
+    let m = &d.message;
+    let span = tracing::info_span!(
+        "execution",
+        task_id = %m.task_id,
+        namespace = %m.namespace,
+        execution_id = %m.execution_id,
+        fire_at = %m.fire_at,
+        attempt = m.attempt,
+        lateness_ms = tracing::field::Empty,
+    );
+    execute_in_span(&sh, &d, &hard_stop).instrument(span).await;
+    drop(permit);
+}
+
+async fn execute_in_span(sh: &Shared, d: &Delivery, hard_stop: &CancellationToken) {
+    let msg = &d.message;
+    let worker = sh.cfg.worker_id.as_str();
+    let started = ax_queue::now();
+    let lateness_ms = started.0 - msg.fire_at.0;
+    tracing::Span::current().record("lateness_ms", lateness_ms);
+    sh.reporter.on_started(msg, worker, started).await;
+
+    let Some(handler) = sh.registry.get(&msg.handler) else {
+        let reason = format!(
+            "unknown handler `{}`; this worker serves: [{}]",
+            msg.handler,
+            sh.registry.names().join(", ")
+        );
+        tracing::error!(%reason, "dead-lettering execution");
+        let q = &sh.queue;
+        let now = ax_queue::now();
+        if settle(sh, "dead_letter", || q.dead_letter(d, &reason, now)).await == Some(true) {
+            sh.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        }
+        finish(sh, d, started, Outcome::DeadLettered { reason }, None).await;
+        return;
+    };
+
+    let ctx_cancel = hard_stop.child_token();
+    let ctx = HandlerContext {
+        worker_id: worker.to_string(),
+        cancel: ctx_cancel.clone(),
+        http: sh.http.clone(),
+    };
+    let owned = msg.clone();
+    let mut handle = tokio::spawn(async move { handler.run(ctx, &owned).await });
+    let ran = tokio::select! {
+        r = tokio::time::timeout(msg.timeout(), &mut handle) => match r {
+            Ok(Ok(res)) => Ran::Done(res),
+            Ok(Err(e)) => Ran::Panicked(panic_message(e)),
+            Err(_) => Ran::TimedOut,
+        },
+        _ = hard_stop.cancelled() => Ran::Stopped,
+    };
+    if matches!(ran, Ran::TimedOut | Ran::Stopped) {
+        ctx_cancel.cancel();
+        handle.abort();
+        // Wait for the abort so the handler is gone before its message is settled; a
+        // handler that ignores cancellation and never yields cannot be waited for.
+        let _ = tokio::time::timeout(Duration::from_secs(1), handle).await;
+    }
+    let q = &sh.queue;
+    let now = ax_queue::now();
+    match ran {
+        Ran::Done(Ok(())) => {
+            if settle(sh, "ack", || q.ack(d)).await == Some(false) {
+                tracing::warn!("ack found the message gone (the reaper gave it back)");
+            }
+            sh.counters.succeeded.fetch_add(1, Ordering::Relaxed);
+            finish(sh, d, started, Outcome::Succeeded, None).await;
+        }
+        Ran::Done(Err(HandlerError::Retryable(error))) => {
+            let (retrying, retry_at) = fail(sh, d, &error, now, true).await;
+            finish(
+                sh,
+                d,
+                started,
+                Outcome::Failed { error, retrying },
+                retry_at,
+            )
+            .await;
+        }
+        Ran::Done(Err(HandlerError::Permanent(error))) => {
+            let (retrying, retry_at) = fail(sh, d, &error, now, false).await;
+            finish(
+                sh,
+                d,
+                started,
+                Outcome::Failed { error, retrying },
+                retry_at,
+            )
+            .await;
+        }
+        Ran::Panicked(message) => {
+            tracing::error!(panic = %message, "handler panicked");
+            let error = format!("handler panicked: {message}");
+            let (retrying, retry_at) = fail(sh, d, &error, now, true).await;
+            finish(
+                sh,
+                d,
+                started,
+                Outcome::Panicked { message, retrying },
+                retry_at,
+            )
+            .await;
+        }
+        Ran::TimedOut => {
+            let error = format!("timed out after {:?}", msg.timeout());
+            let (retrying, retry_at) = fail(sh, d, &error, now, true).await;
+            finish(sh, d, started, Outcome::TimedOut { retrying }, retry_at).await;
+        }
+        Ran::Stopped => {
+            give_back(sh, d).await;
+            finish(sh, d, started, Outcome::Released, None).await;
+        }
+    }
+}
+
+/// Schedules a retry or dead-letters; returns (retrying, due).
+async fn fail(
+    sh: &Shared,
+    d: &Delivery,
+    error: &str,
+    now: UtcMillis,
+    retryable: bool,
+) -> (bool, Option<UtcMillis>) {
+    let msg = &d.message;
+    let decision = if retryable {
+        decide(&msg.retry, msg.attempt, msg.first_attempt_at, now)
+    } else {
+        RetryDecision::GiveUp {
+            reason: "not retryable".into(),
+        }
+    };
+    let q = &sh.queue;
+    match decision {
+        RetryDecision::RetryAt { due, wait } => {
+            tracing::warn!(%error, retry_in = ?wait, "attempt failed; retry scheduled");
+            let next = msg.next_attempt(error, now);
+            settle(sh, "retry_later", || q.retry_later(d, &next, due)).await;
+            sh.counters.retried.fetch_add(1, Ordering::Relaxed);
+            (true, Some(due))
+        }
+        RetryDecision::GiveUp { reason } => {
+            tracing::error!(%error, %reason, "attempt failed; dead-lettering");
+            let full = format!("{error} ({reason})");
+            if settle(sh, "dead_letter", || q.dead_letter(d, &full, now)).await == Some(true) {
+                sh.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+            }
+            (false, None)
+        }
+    }
+}
+
+async fn finish(
+    sh: &Shared,
+    d: &Delivery,
+    started: UtcMillis,
+    outcome: Outcome,
+    retry_at: Option<UtcMillis>,
+) {
+    let msg = &d.message;
+    let finished = ax_queue::now();
+    let duration = finished.since(started);
+    if sh.cfg.record_history {
+        let (h, error) = match &outcome {
+            Outcome::Succeeded => (HistoryOutcome::Succeeded, None),
+            Outcome::Failed { error, retrying } => (
+                if *retrying {
+                    HistoryOutcome::Retrying
+                } else {
+                    HistoryOutcome::DeadLettered
+                },
+                Some(error.clone()),
+            ),
+            Outcome::TimedOut { .. } => (HistoryOutcome::TimedOut, Some("timed out".to_string())),
+            Outcome::Panicked { message, .. } => (HistoryOutcome::Panicked, Some(message.clone())),
+            Outcome::DeadLettered { reason } => {
+                (HistoryOutcome::DeadLettered, Some(reason.clone()))
+            }
+            Outcome::Released => (HistoryOutcome::Released, None),
+        };
+        let entry = HistoryEntry {
+            execution_id: msg.execution_id,
+            fire_at: msg.fire_at,
+            started_at: started,
+            finished_at: finished,
+            lateness_ms: started.0 - msg.fire_at.0,
+            duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+            outcome: h,
+            error,
+            worker: sh.cfg.worker_id.clone(),
+            attempt: msg.attempt,
+        };
+        if let Err(e) = sh
+            .queue
+            .record_history(&msg.namespace, &msg.task_id, &entry)
+            .await
+        {
+            tracing::warn!(error = %e, "could not record execution history");
+        }
+    }
+    let report = ExecutionReport {
+        execution_id: msg.execution_id,
+        namespace: msg.namespace.clone(),
+        task_id: msg.task_id.clone(),
+        queue: d.queue.clone(),
+        worker_id: sh.cfg.worker_id.clone(),
+        attempt: msg.attempt,
+        fire_at: msg.fire_at,
+        started_at: started,
+        finished_at: finished,
+        duration,
+        outcome,
+        retry_at,
+    };
+    sh.reporter.on_finished(&report).await;
+}

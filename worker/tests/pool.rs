@@ -1,0 +1,583 @@
+//! The worker pool against a real Redis: delivery under load, failures, retries, dead
+//! letters, shutdown, a killed worker process and a restarted Redis.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ax_queue::{EnqueueOutcome, ExecutionMessage, HistoryOutcome, Queue};
+use ax_scheduler_core::{RetryPolicy, UtcMillis};
+use ax_testkit::{redis_url, unique_name, RedisServer};
+use ax_worker::{
+    ChannelReporter, ExecutionReport, HandlerError, HandlerRegistry, NoopReporter, Outcome,
+    ReportEvent, WorkerPool,
+};
+use common::*;
+use redis::AsyncCommands;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+type Seen = Arc<Mutex<HashMap<Uuid, u32>>>;
+
+fn recording_registry(seen: &Seen) -> HandlerRegistry {
+    let mut r = HandlerRegistry::with_builtins();
+    let s = seen.clone();
+    r.register_fn("record", move |_ctx, exec: ExecutionMessage| {
+        let s = s.clone();
+        async move {
+            *s.lock().unwrap().entry(exec.execution_id).or_default() += 1;
+            Ok(())
+        }
+    });
+    r
+}
+
+struct Running {
+    cancel: CancellationToken,
+    handle: tokio::task::JoinHandle<ax_worker::PoolSummary>,
+}
+
+impl Running {
+    async fn stop(self) -> ax_worker::PoolSummary {
+        self.cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(20), self.handle)
+            .await
+            .expect("pool stops")
+            .unwrap()
+    }
+}
+
+fn start(pool: WorkerPool) -> Running {
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    let handle = tokio::spawn(async move { pool.run(c).await });
+    Running { cancel, handle }
+}
+
+async fn next_finished(rx: &mut UnboundedReceiver<ReportEvent>) -> ExecutionReport {
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(15), rx.recv())
+            .await
+            .expect("a report in time")
+            .expect("reporter channel open");
+        if let ReportEvent::Finished(r) = ev {
+            return *r;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_messages_through_several_pools_none_lost_none_twice() {
+    let q = queue().await;
+    let seen: Seen = Arc::default();
+    let mut pools = Vec::new();
+    for i in 0..3 {
+        let mut cfg = fast_config(&format!("w{i}"));
+        cfg.concurrency = 16;
+        cfg.record_history = false;
+        let pool = WorkerPool::new(
+            q.clone(),
+            cfg,
+            recording_registry(&seen),
+            Arc::new(NoopReporter),
+        )
+        .unwrap();
+        pools.push(start(pool));
+    }
+    let s = spec("bulk", "record");
+    let total = 5000;
+    let msgs: Vec<_> = (0..total).map(|i| msg(&s, i)).collect();
+    for chunk in msgs.chunks(500) {
+        let out = q.enqueue_batch(chunk).await.unwrap();
+        assert!(out.iter().all(|o| *o == EnqueueOutcome::Enqueued));
+    }
+    let done = eventually(Duration::from_secs(60), || {
+        seen.lock().unwrap().len() as i64 >= total
+    })
+    .await;
+    let mut taken = 0;
+    for p in pools {
+        let summary = p.stop().await;
+        assert!(summary.taken > 0, "every pool took work: {summary:?}");
+        taken += summary.taken;
+    }
+    assert!(done, "only {} of {total} ran", seen.lock().unwrap().len());
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len() as i64, total);
+        assert!(seen.values().all(|&n| n == 1), "some ran twice");
+        assert!(msgs.iter().all(|m| seen.contains_key(&m.execution_id)));
+    }
+    assert_eq!(taken, total as u64);
+    let stats = q.stats("default", ax_queue::now()).await.unwrap();
+    assert_eq!(
+        (stats.ready, stats.unsettled, stats.delayed, stats.dead),
+        (0, 0, 0, 0)
+    );
+}
+
+#[tokio::test]
+async fn a_panic_is_recorded_and_the_pool_keeps_running() {
+    let q = queue().await;
+    let seen: Seen = Arc::default();
+    let mut reg = recording_registry(&seen);
+    reg.register_fn("boom", |_ctx, _exec| async move {
+        if true {
+            panic!("kaboom at the handler");
+        }
+        Ok(())
+    });
+    let (reporter, mut rx) = ChannelReporter::new();
+    let pool = WorkerPool::new(q.clone(), fast_config("w"), reg, Arc::new(reporter)).unwrap();
+    let running = start(pool);
+    let bad = msg(&spec("bad", "boom"), 1);
+    q.enqueue(&bad).await.unwrap();
+    let r = next_finished(&mut rx).await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Panicked {
+            message: "kaboom at the handler".into(),
+            retrying: false
+        }
+    );
+    let good = msg(&spec("good", "record"), 1);
+    q.enqueue(&good).await.unwrap();
+    let r = next_finished(&mut rx).await;
+    assert_eq!(r.outcome, Outcome::Succeeded);
+    assert_eq!(r.execution_id, good.execution_id);
+    let dead = q.dlq_list("default", 0, 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert!(
+        dead[0].reason.contains("kaboom at the handler"),
+        "{}",
+        dead[0].reason
+    );
+    let h = q.history("ns", "bad", 10).await.unwrap();
+    assert_eq!(h[0].outcome, HistoryOutcome::Panicked);
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn an_attempt_past_its_timeout_is_stopped() {
+    let q = queue().await;
+    let mut reg = HandlerRegistry::new();
+    reg.register_fn("slow", |_ctx, _exec| async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        Ok(())
+    });
+    let (reporter, mut rx) = ChannelReporter::new();
+    let pool = WorkerPool::new(q.clone(), fast_config("w"), reg, Arc::new(reporter)).unwrap();
+    let running = start(pool);
+    let mut s = spec("slow", "slow");
+    s.timeout = Duration::from_millis(200);
+    q.enqueue(&msg(&s, 1)).await.unwrap();
+    let r = next_finished(&mut rx).await;
+    assert_eq!(r.outcome, Outcome::TimedOut { retrying: false });
+    assert!(r.duration >= Duration::from_millis(200) && r.duration < Duration::from_secs(3));
+    let dead = q.dlq_list("default", 0, 10).await.unwrap();
+    assert!(
+        dead[0].reason.starts_with("timed out after 200ms"),
+        "{}",
+        dead[0].reason
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn retries_wait_in_redis_within_the_jitter_bounds_then_dead_letter() {
+    let q = queue().await;
+    let calls = Arc::new(Mutex::new(Vec::<(u32, UtcMillis)>::new()));
+    let mut reg = HandlerRegistry::new();
+    let c = calls.clone();
+    reg.register_fn("flaky", move |_ctx, exec: ExecutionMessage| {
+        let c = c.clone();
+        async move {
+            c.lock().unwrap().push((exec.attempt, ax_queue::now()));
+            Err(HandlerError::Retryable(format!("fail #{}", exec.attempt)))
+        }
+    });
+    let (reporter, mut rx) = ChannelReporter::new();
+    let pool = WorkerPool::new(q.clone(), fast_config("w"), reg, Arc::new(reporter)).unwrap();
+    let running = start(pool);
+    let mut s = spec("flaky", "flaky");
+    let policy = RetryPolicy {
+        max_retries: 3,
+        initial_interval: Duration::from_millis(100),
+        max_interval: Duration::from_millis(400),
+        multiplier: 2.0,
+        jitter: 0.2,
+        max_elapsed: Some(Duration::from_secs(30)),
+    };
+    s.retry = policy.clone();
+    let m = msg(&s, 1);
+    q.enqueue(&m).await.unwrap();
+    let mut raw = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for attempt in 0..3u32 {
+        let r = next_finished(&mut rx).await;
+        assert_eq!(r.attempt, attempt);
+        assert_eq!(
+            r.outcome,
+            Outcome::Failed {
+                error: format!("fail #{attempt}"),
+                retrying: true
+            }
+        );
+        let due = r.retry_at.unwrap();
+        let wait = due.0 - r.finished_at.0;
+        let base = ax_worker::retry::base_interval(&policy, attempt).as_millis() as f64;
+        // The due time is computed a moment before the report's finish instant.
+        assert!(
+            (wait as f64) >= base * 0.8 - 5.0 && (wait as f64) <= base * 1.2 + 1.0,
+            "attempt {attempt}: wait {wait} ms outside {base} ms +-20%"
+        );
+        if attempt == 0 {
+            let scored: Vec<(String, i64)> = raw
+                .zrange_withscores(q.keys().delayed("default"), 0, -1)
+                .await
+                .unwrap();
+            assert_eq!(scored.len(), 1);
+            assert_eq!(
+                scored[0].1, due.0,
+                "the retry waits in the delayed set at its due time"
+            );
+        }
+    }
+    let r = next_finished(&mut rx).await;
+    assert_eq!(r.attempt, 3);
+    assert_eq!(
+        r.outcome,
+        Outcome::Failed {
+            error: "fail #3".into(),
+            retrying: false
+        }
+    );
+    running.stop().await;
+    // Each retry started no earlier than its due time (promotion from the delayed set).
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 4);
+    for pair in calls.windows(2) {
+        let gap = pair[1].1 .0 - pair[0].1 .0;
+        let base = ax_worker::retry::base_interval(&policy, pair[0].0).as_millis() as i64;
+        assert!(
+            gap >= base * 8 / 10,
+            "gap {gap} ms before retry {}",
+            pair[1].0
+        );
+    }
+    let dead = q.dlq_list("default", 0, 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    let errors: Vec<(u32, &str)> = dead[0]
+        .errors
+        .iter()
+        .map(|e| (e.attempt, e.error.as_str()))
+        .collect();
+    assert_eq!(
+        errors,
+        vec![
+            (0, "fail #0"),
+            (1, "fail #1"),
+            (2, "fail #2"),
+            (3, "fail #3 (retries exhausted (3 of 3))")
+        ]
+    );
+    assert_eq!(dead[0].id, m.execution_id);
+}
+
+#[tokio::test]
+async fn permanent_errors_and_unknown_handlers_go_straight_to_the_dead_letter_queue() {
+    let q = queue().await;
+    let mut reg = HandlerRegistry::new();
+    reg.register_fn("reject", |_ctx, _exec| async move {
+        Err(HandlerError::Permanent("bad input".into()))
+    });
+    reg.register_fn("ok", |_ctx, _exec| async move { Ok(()) });
+    let (reporter, mut rx) = ChannelReporter::new();
+    let pool = WorkerPool::new(q.clone(), fast_config("w"), reg, Arc::new(reporter)).unwrap();
+    let running = start(pool);
+    let mut s = spec("rej", "reject");
+    s.retry.max_retries = 5;
+    q.enqueue(&msg(&s, 1)).await.unwrap();
+    let r = next_finished(&mut rx).await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Failed {
+            error: "bad input".into(),
+            retrying: false
+        }
+    );
+    q.enqueue(&msg(&spec("u", "nope"), 1)).await.unwrap();
+    let r = next_finished(&mut rx).await;
+    assert_eq!(
+        r.outcome,
+        Outcome::DeadLettered {
+            reason: "unknown handler `nope`; this worker serves: [ok, reject]".into()
+        }
+    );
+    assert_eq!(q.dlq_size("default").await.unwrap(), 2);
+    running.stop().await;
+    // The life cycle from here: requeue one as a new execution, purge the other.
+    let dead = q.dlq_list("default", 0, 10).await.unwrap();
+    assert_eq!(dead[0].errors.len(), 1);
+    assert_eq!(dead[0].errors[0].attempt, 0);
+    let new_id = q
+        .dlq_requeue("default", dead[0].id, ax_queue::now())
+        .await
+        .unwrap();
+    assert!(new_id.is_some());
+    assert_eq!(q.dlq_purge("default").await.unwrap(), 1);
+    assert_eq!(q.depth("default").await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn shutdown_finishes_short_work_and_gives_back_the_rest() {
+    let q = queue().await;
+    let mut reg = HandlerRegistry::new();
+    reg.register_fn("sleep", |_ctx, exec: ExecutionMessage| async move {
+        let ms = exec.payload["ms"].as_u64().unwrap();
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        Ok(())
+    });
+    let (reporter, mut rx) = ChannelReporter::new();
+    let mut cfg = fast_config("w");
+    cfg.shutdown_grace = Duration::from_millis(500);
+    let pool = WorkerPool::new(q.clone(), cfg, reg, Arc::new(reporter)).unwrap();
+    let running = start(pool);
+    let mut short = spec("short", "sleep");
+    short.payload = serde_json::json!({"ms": 200});
+    let mut long = spec("long", "sleep");
+    long.payload = serde_json::json!({"ms": 20_000});
+    long.timeout = Duration::from_secs(60);
+    let long_msg = msg(&long, 1);
+    q.enqueue(&msg(&short, 1)).await.unwrap();
+    q.enqueue(&long_msg).await.unwrap();
+    // Both started.
+    let mut started = 0;
+    while started < 2 {
+        if let Some(ReportEvent::Started { .. }) = rx.recv().await {
+            started += 1;
+        }
+    }
+    let t0 = std::time::Instant::now();
+    let summary = running.stop().await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "stopped within grace + block timeout"
+    );
+    assert_eq!(summary.succeeded, 1);
+    assert_eq!(summary.released, 1);
+    let mut outcomes = [next_finished(&mut rx).await, next_finished(&mut rx).await];
+    outcomes.sort_by_key(|r| r.task_id.clone());
+    assert_eq!(outcomes[0].outcome, Outcome::Released);
+    assert_eq!(outcomes[1].outcome, Outcome::Succeeded);
+    // The unfinished one is back at the front of the queue, untouched; the worker is gone.
+    let stats = q.stats("default", ax_queue::now()).await.unwrap();
+    assert_eq!((stats.ready, stats.unsettled), (1, 1));
+    let mut c = q
+        .consumer(
+            "default",
+            "next",
+            Duration::from_millis(100),
+            ax_queue::now(),
+        )
+        .await
+        .unwrap();
+    let back = c.take(1).await.unwrap();
+    assert_eq!(back[0].message.execution_id, long_msg.execution_id);
+    assert_eq!(back[0].message.attempt, 0);
+    let mut raw = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let workers: Vec<String> = raw
+        .zrange(q.keys().workers("default"), 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(workers, vec!["next".to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_waiting_through_a_redis_restart_carry_on() {
+    let mut server = RedisServer::start();
+    let prefix = unique_name("axw");
+    let q = queue_at(&server.url(), &prefix).await;
+    let seen: Seen = Arc::default();
+    let pool = WorkerPool::new(
+        q.clone(),
+        fast_config("w"),
+        recording_registry(&seen),
+        Arc::new(NoopReporter),
+    )
+    .unwrap();
+    let running = start(pool);
+    let s = spec("r", "record");
+    let before = msg(&s, 1);
+    q.enqueue(&before).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || seen
+            .lock()
+            .unwrap()
+            .contains_key(&before.execution_id))
+        .await
+    );
+    server.kill();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.restart();
+    let after = msg(&s, 2);
+    let mut pushed = false;
+    for _ in 0..50 {
+        if q.enqueue(&after).await.is_ok() {
+            pushed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(pushed);
+    assert!(
+        eventually(Duration::from_secs(15), || seen
+            .lock()
+            .unwrap()
+            .contains_key(&after.execution_id))
+        .await,
+        "the pool reconnected and ran the message enqueued after the restart"
+    );
+    running.stop().await;
+}
+
+const CHILD_ENV: &str = "AX_WORKER_TEST_CHILD";
+
+/// The worker process the SIGKILL test starts (it re-runs this test binary with this test
+/// selected). It serves until killed, with a handler that never finishes.
+#[tokio::test]
+#[ignore = "child process of a_killed_worker_process_message_is_redelivered"]
+async fn child_worker_process() {
+    let spec_env = std::env::var(CHILD_ENV).expect("started by the SIGKILL test");
+    let (url, prefix) = spec_env.split_once('|').unwrap();
+    let q = queue_at(url, prefix).await;
+    let mut reg = HandlerRegistry::new();
+    reg.register_fn("record", |_ctx, _exec| async move {
+        std::future::pending::<()>().await;
+        Ok(())
+    });
+    let pool = WorkerPool::new(q, fast_config("child"), reg, Arc::new(NoopReporter)).unwrap();
+    pool.run(CancellationToken::new()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_process_message_is_redelivered() {
+    let prefix = unique_name("axw");
+    let q = queue_at(&redis_url(), &prefix).await;
+    let m = msg(&spec("k", "record"), 1);
+    q.enqueue(&m).await.unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "child_worker_process",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, format!("{}|{}", redis_url(), prefix))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut raw = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let processing = q.keys().processing("default", "child");
+    let mut held = false;
+    for _ in 0..300 {
+        let n: u64 = raw.llen(&processing).await.unwrap();
+        if n == 1 {
+            held = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(held, "the child took the message");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let seen: Seen = Arc::default();
+    let t0 = std::time::Instant::now();
+    let pool = WorkerPool::new(
+        q.clone(),
+        fast_config("rescuer"),
+        recording_registry(&seen),
+        Arc::new(NoopReporter),
+    )
+    .unwrap();
+    let running = start(pool);
+    assert!(
+        eventually(Duration::from_secs(15), || seen
+            .lock()
+            .unwrap()
+            .contains_key(&m.execution_id))
+        .await,
+        "the reaper gave the dead worker's message back"
+    );
+    // Not before the child's heartbeat lapsed and the visibility timeout passed.
+    assert!(t0.elapsed() >= Duration::from_millis(300));
+    running.stop().await;
+    let n: u64 = raw.llen(&processing).await.unwrap();
+    assert_eq!(n, 0);
+    assert_eq!(seen.lock().unwrap()[&m.execution_id], 1);
+}
+
+#[tokio::test]
+async fn a_deposed_leaders_fires_never_reach_a_worker() {
+    let q = queue().await;
+    let seen: Seen = Arc::default();
+    let pool = WorkerPool::new(
+        q.clone(),
+        fast_config("w"),
+        recording_registry(&seen),
+        Arc::new(NoopReporter),
+    )
+    .unwrap();
+    let running = start(pool);
+    let s = spec("f", "record");
+    q.advance_fence("default", 10).await.unwrap();
+    let old = ExecutionMessage::for_fire(&s, UtcMillis(1), ax_queue::now(), 9);
+    assert_eq!(
+        q.enqueue(&old).await.unwrap(),
+        EnqueueOutcome::Fenced { newest: 10 }
+    );
+    let new = ExecutionMessage::for_fire(&s, UtcMillis(1), ax_queue::now(), 10);
+    assert_eq!(q.enqueue(&new).await.unwrap(), EnqueueOutcome::Enqueued);
+    assert!(
+        eventually(Duration::from_secs(5), || seen
+            .lock()
+            .unwrap()
+            .contains_key(&new.execution_id))
+        .await
+    );
+    running.stop().await;
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn invalid_configuration_is_refused() {
+    let q: Queue = queue().await;
+    let mut cfg = fast_config("w");
+    cfg.concurrency = 0;
+    assert!(WorkerPool::new(
+        q.clone(),
+        cfg,
+        HandlerRegistry::new(),
+        Arc::new(NoopReporter)
+    )
+    .is_err());
+    let cfg = fast_config("bad{id}");
+    let err = WorkerPool::new(q, cfg, HandlerRegistry::new(), Arc::new(NoopReporter)).unwrap_err();
+    assert!(!err.is_retryable());
+}
