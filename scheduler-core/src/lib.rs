@@ -4,12 +4,25 @@
 //! engine reads the clock once at the edge and tests run on virtual time.
 
 pub mod breaker;
+mod cron;
 pub mod duration_serde;
+pub mod error;
 pub mod limiter;
+pub mod misfire;
+pub mod overlap;
 pub mod ready;
+pub mod schedule;
+pub mod state;
 pub mod task;
 pub mod time;
 pub mod timer;
+pub mod validate;
 
+pub use error::CoreError;
+pub use misfire::{plan_misfires, MisfirePlan, Progress};
+pub use overlap::{decide_overlap, OverlapDecision};
+pub use schedule::CompiledSchedule;
+pub use state::{TaskState, TaskStatus};
 pub use task::{MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec};
 pub use time::UtcMillis;
+pub use validate::{FieldError, ValidationErrors};

@@ -25,6 +25,21 @@ pub const DEFAULT_PRIORITY: u8 = 5;
 pub const MAX_PRIORITY: u8 = 9;
 /// Largest payload, serialized as compact JSON (seed 000: 32 KB cap).
 pub const MAX_PAYLOAD_BYTES: usize = 32 * 1024;
+/// Shortest `every` interval: the timer ticks at 10 ms, but a task firing faster than once a
+/// second would swamp etcd state writes and the queue.
+pub const MIN_EVERY: Duration = Duration::from_secs(1);
+/// Time zone of a cron schedule that names none.
+pub const DEFAULT_TIMEZONE: &str = "UTC";
+/// Spec version when a spec names none.
+pub const DEFAULT_VERSION: u64 = 1;
+/// Longest id, namespace, queue or handler name (they are etcd key and Redis key segments).
+pub const MAX_NAME_LEN: usize = 128;
+/// Longest idempotency key.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
+/// Highest `retry.max_retries`.
+pub const MAX_RETRIES: u32 = 100;
+/// Highest `retry.multiplier`.
+pub const MAX_MULTIPLIER: f64 = 100.0;
 
 /// A task as registered: what to run, when, and how to treat failures.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

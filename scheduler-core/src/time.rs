@@ -28,12 +28,16 @@ impl UtcMillis {
     }
 
     /// `self + d`, saturating at the ends of the range.
+    // Named methods rather than `ops::Add`: they take a `Duration` and saturate, which an
+    // operator would hide.
+    #[allow(clippy::should_implement_trait)]
     pub fn add(self, d: Duration) -> Self {
         let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         UtcMillis(self.0.saturating_add(ms))
     }
 
     /// `self - d`, saturating at the ends of the range.
+    #[allow(clippy::should_implement_trait)]
     pub fn sub(self, d: Duration) -> Self {
         let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         UtcMillis(self.0.saturating_sub(ms))

@@ -1,0 +1,315 @@
+//! A task's runtime state, as the engine stores it under `{prefix}/state/{ns}/{id}`.
+//!
+//! The spec (what the user wants) and the state (what happened) are separate records so that a
+//! user's write never races the engine's bookkeeping. The state holds everything a new leader
+//! needs to continue exactly where the old one stopped: the next due fire, the last fire, and
+//! the anchor a `delay`/`every` countdown started from. The status follows a small state
+//! machine (seed 003's, with INVALID added for specs that fail validation); the allowed moves
+//! are listed in [`TaskStatus::can_transition_to`] and in `docs/tasks.md`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CoreError;
+use crate::time::UtcMillis;
+use crate::validate::FieldError;
+
+/// Where a task is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TaskStatus {
+    /// Registered; no fire computed yet.
+    Waiting,
+    /// The next fire is computed and armed in the timer.
+    Scheduled,
+    /// An execution was enqueued and has not finished.
+    Running,
+    /// The last attempt failed; a retry is waiting for its backoff.
+    Retrying,
+    /// The last execution succeeded (a periodic task moves on to SCHEDULED).
+    Success,
+    /// The last execution failed for good (retries exhausted or a permanent error).
+    Failed,
+    /// Paused by the user: registered, not firing.
+    Paused,
+    /// The running execution was stopped by the user or replaced (overlap `replace`).
+    Killed,
+    /// The spec does not validate; `validation_errors` says why. It never fires.
+    Invalid,
+}
+
+impl TaskStatus {
+    /// Every status, for tables and tests.
+    pub const ALL: [TaskStatus; 9] = [
+        TaskStatus::Waiting,
+        TaskStatus::Scheduled,
+        TaskStatus::Running,
+        TaskStatus::Retrying,
+        TaskStatus::Success,
+        TaskStatus::Failed,
+        TaskStatus::Paused,
+        TaskStatus::Killed,
+        TaskStatus::Invalid,
+    ];
+
+    /// The statuses this one may move to; a status may always be rewritten to itself (a state
+    /// update that changes only counters or times).
+    pub fn successors(self) -> &'static [TaskStatus] {
+        use TaskStatus::*;
+        match self {
+            Waiting => &[Scheduled, Running, Paused, Invalid],
+            Scheduled => &[Running, Failed, Waiting, Paused, Invalid],
+            Running => &[Success, Failed, Retrying, Killed, Paused, Invalid],
+            Retrying => &[Running, Failed, Killed, Paused, Invalid],
+            Success => &[Scheduled, Running, Waiting, Paused, Invalid],
+            Failed => &[Scheduled, Running, Waiting, Paused, Invalid],
+            Paused => &[Waiting, Scheduled, Running, Invalid],
+            Killed => &[Scheduled, Running, Waiting, Paused, Invalid],
+            Invalid => &[Waiting],
+        }
+    }
+
+    /// Whether the state machine allows moving from `self` to `to`.
+    pub fn can_transition_to(self, to: TaskStatus) -> bool {
+        self == to || self.successors().contains(&to)
+    }
+
+    /// Whether an execution is in flight (running or waiting to retry).
+    pub fn is_executing(self) -> bool {
+        matches!(self, TaskStatus::Running | TaskStatus::Retrying)
+    }
+
+    /// The upper-case name used in storage and logs.
+    pub fn as_str(self) -> &'static str {
+        use TaskStatus::*;
+        match self {
+            Waiting => "WAITING",
+            Scheduled => "SCHEDULED",
+            Running => "RUNNING",
+            Retrying => "RETRYING",
+            Success => "SUCCESS",
+            Failed => "FAILED",
+            Paused => "PAUSED",
+            Killed => "KILLED",
+            Invalid => "INVALID",
+        }
+    }
+}
+
+impl std::fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The runtime record of one task (JSON under `{prefix}/state/{ns}/{id}`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskState {
+    /// Current status.
+    pub status: TaskStatus,
+    /// The next fire the engine armed; `None` when nothing is due (one-shot done, paused,
+    /// invalid).
+    #[serde(default)]
+    pub next_fire_at: Option<UtcMillis>,
+    /// The due time of the last fire that was dispatched.
+    #[serde(default)]
+    pub last_fire_at: Option<UtcMillis>,
+    /// When the last execution finished (any outcome).
+    #[serde(default)]
+    pub last_finished_at: Option<UtcMillis>,
+    /// The instant a `delay`/`every` countdown started (the spec's `created_at`, or when the
+    /// engine first recorded the task); persisted so a failover does not restart it.
+    #[serde(default)]
+    pub anchor_at: Option<UtcMillis>,
+    /// etcd mod revision of the spec this state belongs to; a newer spec resets the state.
+    #[serde(default)]
+    pub spec_revision: i64,
+    /// Fires dispatched.
+    #[serde(default)]
+    pub fire_count: u64,
+    /// Executions that succeeded.
+    #[serde(default)]
+    pub success_count: u64,
+    /// Executions that failed for good.
+    #[serde(default)]
+    pub failure_count: u64,
+    /// Failures since the last success.
+    #[serde(default)]
+    pub consecutive_failures: u32,
+    /// The last failure's message.
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// Why the spec is INVALID; empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub validation_errors: Vec<FieldError>,
+    /// When this record was last written.
+    pub updated_at: UtcMillis,
+}
+
+impl TaskState {
+    /// A fresh WAITING state for the spec at `spec_revision`, anchored at `anchor`.
+    pub fn new(spec_revision: i64, anchor: UtcMillis, now: UtcMillis) -> Self {
+        TaskState {
+            status: TaskStatus::Waiting,
+            next_fire_at: None,
+            last_fire_at: None,
+            last_finished_at: None,
+            anchor_at: Some(anchor),
+            spec_revision,
+            fire_count: 0,
+            success_count: 0,
+            failure_count: 0,
+            consecutive_failures: 0,
+            last_error: None,
+            validation_errors: Vec::new(),
+            updated_at: now,
+        }
+    }
+
+    /// A state for a spec that failed validation.
+    pub fn invalid(spec_revision: i64, errors: Vec<FieldError>, now: UtcMillis) -> Self {
+        TaskState {
+            status: TaskStatus::Invalid,
+            anchor_at: None,
+            validation_errors: errors,
+            ..TaskState::new(spec_revision, now, now)
+        }
+    }
+
+    /// Moves to `to` if the state machine allows it, stamping `updated_at`.
+    pub fn transition(&mut self, to: TaskStatus, now: UtcMillis) -> Result<(), CoreError> {
+        if !self.status.can_transition_to(to) {
+            return Err(CoreError::IllegalTransition {
+                from: self.status,
+                to,
+            });
+        }
+        self.status = to;
+        self.updated_at = now;
+        if to != TaskStatus::Invalid {
+            self.validation_errors.clear();
+        }
+        Ok(())
+    }
+
+    /// Records a dispatched fire due at `fire_at`.
+    pub fn record_fire(&mut self, fire_at: UtcMillis, now: UtcMillis) {
+        self.last_fire_at = Some(fire_at);
+        self.fire_count += 1;
+        self.updated_at = now;
+    }
+
+    /// Records a finished execution: success, or a final failure with its message.
+    pub fn record_outcome(&mut self, outcome: Result<(), String>, now: UtcMillis) {
+        self.last_finished_at = Some(now);
+        self.updated_at = now;
+        match outcome {
+            Ok(()) => {
+                self.success_count += 1;
+                self.consecutive_failures = 0;
+            }
+            Err(e) => {
+                self.failure_count += 1;
+                self.consecutive_failures = self.consecutive_failures.saturating_add(1);
+                self.last_error = Some(e);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use TaskStatus::*;
+
+    #[test]
+    fn serializes_screaming_snake_case() {
+        assert_eq!(serde_json::to_string(&Retrying).unwrap(), "\"RETRYING\"");
+        for s in TaskStatus::ALL {
+            let json = serde_json::to_string(&s).unwrap();
+            assert_eq!(json, format!("\"{}\"", s.as_str()));
+            assert_eq!(serde_json::from_str::<TaskStatus>(&json).unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn seed_transitions_are_allowed() {
+        // Seed 003's table.
+        for (from, to) in [
+            (Waiting, Scheduled),
+            (Waiting, Paused),
+            (Scheduled, Running),
+            (Scheduled, Failed),
+            (Running, Success),
+            (Running, Failed),
+            (Running, Retrying),
+            (Running, Killed),
+            (Retrying, Running),
+            (Retrying, Failed),
+            (Success, Scheduled),
+            (Failed, Running),
+            (Paused, Waiting),
+            (Paused, Running),
+            (Killed, Waiting),
+        ] {
+            assert!(from.can_transition_to(to), "{from} -> {to}");
+        }
+    }
+
+    #[test]
+    fn forbidden_transitions() {
+        for (from, to) in [
+            (Waiting, Success),
+            (Scheduled, Success),
+            (Retrying, Success),
+            (Paused, Success),
+            (Invalid, Running),
+            (Invalid, Scheduled),
+            (Success, Retrying),
+            (Waiting, Killed),
+        ] {
+            assert!(!from.can_transition_to(to), "{from} -> {to}");
+        }
+        // Every status can be made INVALID (the spec changed) and leaves it only via WAITING.
+        for s in TaskStatus::ALL {
+            assert!(s.can_transition_to(Invalid));
+            assert!(s.can_transition_to(s));
+            assert_eq!(Invalid.can_transition_to(s), s == Invalid || s == Waiting);
+        }
+    }
+
+    #[test]
+    fn state_round_trips_and_enforces_transitions() {
+        let mut st = TaskState::new(42, UtcMillis(1_000), UtcMillis(1_000));
+        st.transition(Scheduled, UtcMillis(1_001)).unwrap();
+        st.next_fire_at = Some(UtcMillis(5_000));
+        st.transition(Running, UtcMillis(5_000)).unwrap();
+        st.record_fire(UtcMillis(5_000), UtcMillis(5_001));
+        st.record_outcome(Err("HTTP 500".into()), UtcMillis(6_000));
+        let err = st.transition(Success, UtcMillis(6_000));
+        assert!(err.is_ok());
+        let bad = st.transition(Retrying, UtcMillis(6_001)).unwrap_err();
+        assert_eq!(
+            bad.to_string(),
+            "task status cannot change from SUCCESS to RETRYING"
+        );
+        assert_eq!(st.consecutive_failures, 1);
+        st.record_outcome(Ok(()), UtcMillis(7_000));
+        assert_eq!(
+            (st.success_count, st.failure_count, st.consecutive_failures),
+            (1, 1, 0)
+        );
+
+        let json = serde_json::to_string(&st).unwrap();
+        assert!(json.contains("\"status\":\"SUCCESS\""), "{json}");
+        let back: TaskState = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, st);
+
+        let inv = TaskState::invalid(7, vec![FieldError::new("priority", "bad")], UtcMillis(1));
+        assert_eq!(inv.status, Invalid);
+        let json = serde_json::to_string(&inv).unwrap();
+        assert!(
+            json.contains("\"validation_errors\":[{\"path\":\"priority\""),
+            "{json}"
+        );
+    }
+}
