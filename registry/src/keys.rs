@@ -1,0 +1,147 @@
+//! Every key of the etcd layout, built from the prefix in one place.
+//!
+//! The prefix is normalized (a trailing `/` dropped), and task keys are parsed strictly:
+//! exactly `{prefix}/tasks/{namespace}/{id}`. A key with extra or missing segments is not
+//! silently skipped, because a user who wrote it expects a task; the watch reports it as
+//! invalid with the reason from [`Keys::parse_task_key`].
+
+/// The layout under one prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
+}
+
+/// A task key that does not have the `{prefix}/tasks/{namespace}/{id}` shape, with the best
+/// guess at its namespace and id (for reporting).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadTaskKey {
+    /// The segment after `tasks/`, or empty.
+    pub namespace: String,
+    /// The rest after the namespace, or empty.
+    pub id: String,
+    /// What is wrong, for the person who wrote the key.
+    pub reason: String,
+}
+
+impl Keys {
+    /// The layout under `prefix` (`/scheduler` by default).
+    pub fn new(prefix: &str) -> Self {
+        Keys {
+            prefix: prefix.trim_end_matches('/').to_string(),
+        }
+    }
+
+    /// The normalized prefix (no trailing `/`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `{prefix}/tasks/`: the range of all task specs.
+    pub fn tasks_prefix(&self) -> String {
+        format!("{}/tasks/", self.prefix)
+    }
+
+    /// `{prefix}/tasks/{namespace}/`: the range of one namespace's specs.
+    pub fn namespace_prefix(&self, namespace: &str) -> String {
+        format!("{}/tasks/{namespace}/", self.prefix)
+    }
+
+    /// `{prefix}/tasks/{namespace}/{id}`: a task spec.
+    pub fn task(&self, namespace: &str, id: &str) -> String {
+        format!("{}/tasks/{namespace}/{id}", self.prefix)
+    }
+
+    /// `{prefix}/state/`: the range of all state records.
+    pub fn states_prefix(&self) -> String {
+        format!("{}/state/", self.prefix)
+    }
+
+    /// `{prefix}/state/{namespace}/`: one namespace's state records.
+    pub fn namespace_states_prefix(&self, namespace: &str) -> String {
+        format!("{}/state/{namespace}/", self.prefix)
+    }
+
+    /// `{prefix}/state/{namespace}/{id}`: a task's runtime state.
+    pub fn state(&self, namespace: &str, id: &str) -> String {
+        format!("{}/state/{namespace}/{id}", self.prefix)
+    }
+
+    /// `{prefix}/leader`: the leader record.
+    pub fn leader(&self) -> String {
+        format!("{}/leader", self.prefix)
+    }
+
+    /// `{prefix}/locks/{namespace}/{id}`: a task's lock (the lock name is
+    /// `{namespace}/{id}`, so ids in different namespaces do not collide).
+    pub fn lock(&self, namespace: &str, id: &str) -> String {
+        format!("{}/locks/{namespace}/{id}", self.prefix)
+    }
+
+    /// `{prefix}/instances/{instance_id}`: a live replica's record.
+    pub fn instance(&self, instance_id: &str) -> String {
+        format!("{}/instances/{instance_id}", self.prefix)
+    }
+
+    /// `{prefix}/instances/`: the range of instance records.
+    pub fn instances_prefix(&self) -> String {
+        format!("{}/instances/", self.prefix)
+    }
+
+    /// Splits a key under [`Keys::tasks_prefix`] into `(namespace, id)`.
+    pub fn parse_task_key(&self, key: &str) -> Result<(String, String), BadTaskKey> {
+        let tasks = self.tasks_prefix();
+        let Some(rest) = key.strip_prefix(&tasks) else {
+            return Err(BadTaskKey {
+                namespace: String::new(),
+                id: String::new(),
+                reason: format!("key {key:?} is not under {tasks}"),
+            });
+        };
+        let (namespace, id) = rest.split_once('/').unwrap_or(("", rest));
+        let bad = |reason: String| BadTaskKey {
+            namespace: namespace.to_string(),
+            id: id.to_string(),
+            reason,
+        };
+        if namespace.is_empty() || id.is_empty() {
+            return Err(bad(format!(
+                "key {key:?} must be {tasks}{{namespace}}/{{id}}: namespace or id is missing"
+            )));
+        }
+        if id.contains('/') {
+            return Err(bad(format!(
+                "key {key:?} must be {tasks}{{namespace}}/{{id}}: it has extra segments after the id"
+            )));
+        }
+        Ok((namespace.to_string(), id.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_and_parses_keys() {
+        let k = Keys::new("/scheduler/");
+        assert_eq!(
+            k.task("default", "report"),
+            "/scheduler/tasks/default/report"
+        );
+        assert_eq!(k.state("ns", "a"), "/scheduler/state/ns/a");
+        assert_eq!(k.leader(), "/scheduler/leader");
+        assert_eq!(k.lock("ns", "a"), "/scheduler/locks/ns/a");
+        assert_eq!(k.instance("i1"), "/scheduler/instances/i1");
+        assert_eq!(
+            k.parse_task_key("/scheduler/tasks/default/report"),
+            Ok(("default".into(), "report".into()))
+        );
+        let extra = k.parse_task_key("/scheduler/tasks/a/b/c").unwrap_err();
+        assert_eq!((extra.namespace.as_str(), extra.id.as_str()), ("a", "b/c"));
+        assert!(extra.reason.contains("extra segments"));
+        let short = k.parse_task_key("/scheduler/tasks/lonely").unwrap_err();
+        assert_eq!(short.id, "lonely");
+        assert!(k.parse_task_key("/scheduler/tasks/ns/").is_err());
+        assert!(k.parse_task_key("/other/tasks/ns/x").is_err());
+    }
+}

@@ -1,0 +1,484 @@
+//! Register, update, unregister and read task specs and state records.
+//!
+//! Every write that depends on what is stored is a transaction conditioned on what was
+//! read: register creates only if the key is absent (`create_revision == 0`) or replaces
+//! only the exact value whose version it compared (`mod_revision == read`); update applies
+//! the caller's closure to the spec it read and writes only if the key has not moved since,
+//! re-reading and re-applying up to [`UPDATE_ATTEMPTS`] times. Losing a race is therefore
+//! never silent.
+//!
+//! State writes can be fenced: given the leader's fencing token, the transaction also
+//! requires `{prefix}/leader` to still have that create revision, so a deposed leader's
+//! late write is refused by etcd itself.
+
+use ax_scheduler_core::{TaskSpec, TaskState};
+use etcd_client::{
+    Client, Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, SortOrder, SortTarget, Txn,
+    TxnOp,
+};
+
+use crate::config::RegistryConfig;
+use crate::decode::{decode_task, raw_version, Decoded, StoredTask, TaskListing};
+use crate::error::{timed, RegistryError};
+use crate::keys::Keys;
+use crate::watch::TaskWatcher;
+
+/// Attempts an [`Registry::update`] makes before reporting [`RegistryError::Conflict`].
+pub const UPDATE_ATTEMPTS: u32 = 3;
+/// Most operations etcd accepts in one transaction (its default `--max-txn-ops`).
+pub const MAX_TXN_OPS: usize = 128;
+
+/// What a successful register did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegisterOutcome {
+    /// The task was new.
+    Created {
+        /// Revision of the write.
+        revision: i64,
+    },
+    /// A lower version was replaced.
+    Replaced {
+        /// The version replaced.
+        previous_version: u64,
+        /// Revision of the write.
+        revision: i64,
+    },
+}
+
+/// A task's runtime state with its etcd revision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredState {
+    /// Namespace.
+    pub namespace: String,
+    /// Task id.
+    pub id: String,
+    /// The state.
+    pub state: TaskState,
+    /// Revision of its last write.
+    pub mod_revision: i64,
+}
+
+/// The task registry on one etcd prefix.
+#[derive(Clone)]
+pub struct Registry {
+    client: Client,
+    config: RegistryConfig,
+    keys: Keys,
+}
+
+impl Registry {
+    /// A registry on `client` with `config`.
+    pub fn new(client: Client, config: RegistryConfig) -> Self {
+        let keys = Keys::new(&config.prefix);
+        Registry {
+            client,
+            config,
+            keys,
+        }
+    }
+
+    /// The key layout in use.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &RegistryConfig {
+        &self.config
+    }
+
+    fn invalid(spec: &TaskSpec, errors: ax_scheduler_core::ValidationErrors) -> RegistryError {
+        RegistryError::Invalid {
+            namespace: spec.namespace.clone(),
+            id: spec.id.clone(),
+            errors,
+        }
+    }
+
+    async fn get_kv(&self, key: String) -> Result<Option<KeyValue>, RegistryError> {
+        let mut kv = self.client.kv_client();
+        let mut resp = timed("get", self.config.request_timeout, kv.get(key, None)).await?;
+        Ok(resp.take_kvs().into_iter().next())
+    }
+
+    async fn txn(
+        &self,
+        op: &'static str,
+        txn: Txn,
+    ) -> Result<etcd_client::TxnResponse, RegistryError> {
+        let mut kv = self.client.kv_client();
+        timed(op, self.config.request_timeout, kv.txn(txn)).await
+    }
+
+    /// Registers `spec` under `{prefix}/tasks/{namespace}/{id}`: created if absent; an
+    /// existing spec is replaced only by a higher `version`, otherwise
+    /// [`RegistryError::VersionNotHigher`]. The spec is validated first.
+    pub async fn register(&self, spec: &TaskSpec) -> Result<RegisterOutcome, RegistryError> {
+        spec.validate().map_err(|e| Self::invalid(spec, e))?;
+        let key = self.keys.task(&spec.namespace, &spec.id);
+        let value = spec.to_json();
+        for _ in 0..UPDATE_ATTEMPTS {
+            let create = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key.clone(), value.clone(), None)])
+                .or_else([TxnOp::get(key.clone(), None)]);
+            let resp = self.txn("task register", create).await?;
+            let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+            if resp.succeeded() {
+                tracing::info!(task_id = %spec.id, namespace = %spec.namespace, version = spec.version, "task registered");
+                return Ok(RegisterOutcome::Created { revision });
+            }
+            let Some(existing) = first_get_kv(&resp) else {
+                // Deleted between the compare and the read: try creating again.
+                continue;
+            };
+            let existing_version = match decode_task(&self.keys, &existing) {
+                Decoded::Task(t) => t.spec.version,
+                Decoded::Invalid(_) => raw_version(existing.value()),
+            };
+            if spec.version <= existing_version {
+                return Err(RegistryError::VersionNotHigher {
+                    namespace: spec.namespace.clone(),
+                    id: spec.id.clone(),
+                    existing: existing_version,
+                    offered: spec.version,
+                });
+            }
+            let replace = Txn::new()
+                .when([Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    existing.mod_revision(),
+                )])
+                .and_then([TxnOp::put(key.clone(), value.clone(), None)]);
+            let resp = self.txn("task replace", replace).await?;
+            if resp.succeeded() {
+                let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+                tracing::info!(task_id = %spec.id, namespace = %spec.namespace, version = spec.version, previous_version = existing_version, "task replaced");
+                return Ok(RegisterOutcome::Replaced {
+                    previous_version: existing_version,
+                    revision,
+                });
+            }
+        }
+        Err(RegistryError::Conflict {
+            namespace: spec.namespace.clone(),
+            id: spec.id.clone(),
+            attempts: UPDATE_ATTEMPTS,
+        })
+    }
+
+    /// Reads the spec, applies `change` to it and writes it back only if the key did not
+    /// change in between; on a conflict re-reads and re-applies, up to [`UPDATE_ATTEMPTS`]
+    /// times. The result is validated; `namespace` and `id` cannot be changed.
+    pub async fn update<F>(
+        &self,
+        namespace: &str,
+        id: &str,
+        mut change: F,
+    ) -> Result<StoredTask, RegistryError>
+    where
+        F: FnMut(&mut TaskSpec),
+    {
+        let key = self.keys.task(namespace, id);
+        for attempt in 1..=UPDATE_ATTEMPTS {
+            let current =
+                self.get_stored(namespace, id)
+                    .await?
+                    .ok_or_else(|| RegistryError::NotFound {
+                        namespace: namespace.to_string(),
+                        id: id.to_string(),
+                    })?;
+            let mut spec = current.spec;
+            change(&mut spec);
+            spec.namespace = namespace.to_string();
+            spec.id = id.to_string();
+            spec.validate().map_err(|e| Self::invalid(&spec, e))?;
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    current.mod_revision,
+                )])
+                .and_then([TxnOp::put(key.clone(), spec.to_json(), None)]);
+            let resp = self.txn("task update", txn).await?;
+            if resp.succeeded() {
+                let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+                return Ok(StoredTask {
+                    spec,
+                    mod_revision: revision,
+                    create_revision: current.create_revision,
+                });
+            }
+            tracing::debug!(
+                task_id = id,
+                namespace,
+                attempt,
+                "task update conflicted; retrying"
+            );
+        }
+        Err(RegistryError::Conflict {
+            namespace: namespace.to_string(),
+            id: id.to_string(),
+            attempts: UPDATE_ATTEMPTS,
+        })
+    }
+
+    /// Removes a task and its state record in one transaction; `false` if it did not exist.
+    pub async fn unregister(&self, namespace: &str, id: &str) -> Result<bool, RegistryError> {
+        let txn = Txn::new().and_then([
+            TxnOp::delete(self.keys.task(namespace, id), None),
+            TxnOp::delete(self.keys.state(namespace, id), None),
+        ]);
+        let resp = self.txn("task unregister", txn).await?;
+        let deleted = resp.op_responses().into_iter().next().map(|r| match r {
+            etcd_client::TxnOpResponse::Delete(d) => d.deleted() > 0,
+            _ => false,
+        });
+        Ok(deleted.unwrap_or(false))
+    }
+
+    async fn get_stored(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<Option<StoredTask>, RegistryError> {
+        let Some(kv) = self.get_kv(self.keys.task(namespace, id)).await? else {
+            return Ok(None);
+        };
+        match decode_task(&self.keys, &kv) {
+            Decoded::Task(t) => Ok(Some(t)),
+            Decoded::Invalid(bad) => Err(RegistryError::Invalid {
+                namespace: bad.namespace,
+                id: bad.id,
+                errors: bad.errors,
+            }),
+        }
+    }
+
+    /// Reads one task; `None` if absent, [`RegistryError::Invalid`] if its value is not a
+    /// valid spec.
+    pub async fn get(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<Option<StoredTask>, RegistryError> {
+        self.get_stored(namespace, id).await
+    }
+
+    /// Lists every task (or one namespace's) at one revision, valid and invalid apart.
+    pub async fn list(&self, namespace: Option<&str>) -> Result<TaskListing, RegistryError> {
+        let prefix = match namespace {
+            Some(ns) => self.keys.namespace_prefix(ns),
+            None => self.keys.tasks_prefix(),
+        };
+        let (revision, kvs) = self.list_range(&prefix).await?;
+        let mut listing = TaskListing {
+            revision,
+            ..TaskListing::default()
+        };
+        for kv in &kvs {
+            match decode_task(&self.keys, kv) {
+                Decoded::Task(t) => listing.tasks.push(t),
+                Decoded::Invalid(i) => listing.invalid.push(i),
+            }
+        }
+        Ok(listing)
+    }
+
+    /// Every key-value under `prefix`, read page by page at the first page's revision so the
+    /// result is one consistent snapshot.
+    pub(crate) async fn list_range(
+        &self,
+        prefix: &str,
+    ) -> Result<(i64, Vec<KeyValue>), RegistryError> {
+        let end = prefix_end(prefix.as_bytes());
+        let mut kv = self.client.kv_client();
+        let mut out = Vec::new();
+        let mut from = prefix.as_bytes().to_vec();
+        let mut revision = 0;
+        loop {
+            let mut opts = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(self.config.list_page_size)
+                .with_sort(SortTarget::Key, SortOrder::Ascend);
+            if revision > 0 {
+                opts = opts.with_revision(revision);
+            }
+            let mut resp = timed(
+                "list",
+                self.config.request_timeout,
+                kv.get(from.clone(), Some(opts)),
+            )
+            .await?;
+            if revision == 0 {
+                revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+            }
+            let more = resp.more();
+            let page = resp.take_kvs();
+            let last = page.last().map(|kv| kv.key().to_vec());
+            out.extend(page);
+            match (more, last) {
+                (true, Some(mut last)) => {
+                    last.push(0);
+                    from = last;
+                }
+                _ => return Ok((revision, out)),
+            }
+        }
+    }
+
+    fn state_put(&self, namespace: &str, id: &str, state: &TaskState) -> TxnOp {
+        // A struct of numbers, strings and enums always serializes.
+        let value = serde_json::to_vec(state).unwrap_or_default();
+        TxnOp::put(self.keys.state(namespace, id), value, None)
+    }
+
+    fn fence(&self, token: Option<i64>) -> Vec<Compare> {
+        token
+            .map(|t| {
+                vec![Compare::create_revision(
+                    self.keys.leader(),
+                    CompareOp::Equal,
+                    t,
+                )]
+            })
+            .unwrap_or_default()
+    }
+
+    /// Writes a task's state. With `fence`, the write happens only while `{prefix}/leader`
+    /// still has that create revision (the leader's fencing token), else
+    /// [`RegistryError::Fenced`]. Returns the write's revision.
+    pub async fn put_state(
+        &self,
+        namespace: &str,
+        id: &str,
+        state: &TaskState,
+        fence: Option<i64>,
+    ) -> Result<i64, RegistryError> {
+        self.put_states(
+            &[(namespace.to_string(), id.to_string(), state.clone())],
+            fence,
+        )
+        .await
+    }
+
+    /// Writes several states in one transaction (chunks of [`MAX_TXN_OPS`] each, in order,
+    /// if there are more), fenced like [`Registry::put_state`]. Returns the last revision.
+    pub async fn put_states(
+        &self,
+        states: &[(String, String, TaskState)],
+        fence: Option<i64>,
+    ) -> Result<i64, RegistryError> {
+        let mut revision = 0;
+        for chunk in states.chunks(MAX_TXN_OPS) {
+            let ops: Vec<TxnOp> = chunk
+                .iter()
+                .map(|(ns, id, st)| self.state_put(ns, id, st))
+                .collect();
+            let txn = Txn::new().when(self.fence(fence)).and_then(ops);
+            let resp = self.txn("state put", txn).await?;
+            if !resp.succeeded() {
+                return Err(RegistryError::Fenced {
+                    token: fence.unwrap_or(0),
+                });
+            }
+            revision = resp.header().map(|h| h.revision()).unwrap_or(revision);
+        }
+        Ok(revision)
+    }
+
+    /// Reads a task's state; `None` if none was written.
+    pub async fn get_state(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<Option<StoredState>, RegistryError> {
+        let Some(kv) = self.get_kv(self.keys.state(namespace, id)).await? else {
+            return Ok(None);
+        };
+        self.decode_state(&kv).map(Some)
+    }
+
+    fn decode_state(&self, kv: &KeyValue) -> Result<StoredState, RegistryError> {
+        let key = String::from_utf8_lossy(kv.key()).into_owned();
+        let state = serde_json::from_slice(kv.value()).map_err(|source| RegistryError::Decode {
+            key: key.clone(),
+            source,
+        })?;
+        let rest = key.strip_prefix(&self.keys.states_prefix()).unwrap_or(&key);
+        let (namespace, id) = rest.split_once('/').unwrap_or(("", rest));
+        Ok(StoredState {
+            namespace: namespace.to_string(),
+            id: id.to_string(),
+            state,
+            mod_revision: kv.mod_revision(),
+        })
+    }
+
+    /// Lists every state record (or one namespace's), in key order.
+    pub async fn list_states(
+        &self,
+        namespace: Option<&str>,
+    ) -> Result<Vec<StoredState>, RegistryError> {
+        let prefix = match namespace {
+            Some(ns) => self.keys.namespace_states_prefix(ns),
+            None => self.keys.states_prefix(),
+        };
+        let (_, kvs) = self.list_range(&prefix).await?;
+        kvs.iter().map(|kv| self.decode_state(kv)).collect()
+    }
+
+    /// Deletes a task's state record.
+    pub async fn delete_state(&self, namespace: &str, id: &str) -> Result<(), RegistryError> {
+        let mut kv = self.client.kv_client();
+        timed(
+            "state delete",
+            self.config.request_timeout,
+            kv.delete(self.keys.state(namespace, id), Some(DeleteOptions::new())),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Lists every task, then follows changes: see [`TaskWatcher`]. The stream ends when
+    /// `cancel` fires.
+    pub fn watch(&self, cancel: tokio_util::sync::CancellationToken) -> TaskWatcher {
+        TaskWatcher::new(self.clone(), cancel)
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+fn first_get_kv(resp: &etcd_client::TxnResponse) -> Option<KeyValue> {
+    resp.op_responses().into_iter().find_map(|r| match r {
+        etcd_client::TxnOpResponse::Get(mut g) => g.take_kvs().into_iter().next(),
+        _ => None,
+    })
+}
+
+/// The end of the range of keys starting with `prefix` (etcd's prefix convention).
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_increments_last_byte() {
+        assert_eq!(prefix_end(b"/a/"), b"/a0".to_vec());
+        assert_eq!(prefix_end(&[b'a', 0xff]), b"b".to_vec());
+        assert_eq!(prefix_end(&[0xff]), vec![0]);
+    }
+}

@@ -1,0 +1,392 @@
+//! List-then-watch of every task spec, as a stream of [`RegistryEvent`]s that neither loses
+//! nor repeats a change.
+//!
+//! The watcher is an explicit state machine ([`WatchState`]) advanced one [`TaskWatcher::step`]
+//! at a time, in the manner of kube-rs's `watcher`:
+//!
+//! - `Initial`: list everything under `{prefix}/tasks/` at one revision R (paged, all pages
+//!   read at R), report each task, then `Synced { R }`, then watch from R + 1. Nothing
+//!   written between the list and the watch is lost (the watch starts right after R) and
+//!   nothing is seen twice (the watch starts after R).
+//! - `Watching`: report each event and remember the last revision seen.
+//! - When the watch breaks (connection loss, etcd restart) report `Reconnecting`, wait
+//!   (`Backoff`, doubling up to a cap) and resume from the last revision seen + 1.
+//! - When etcd says that revision was compacted, the missed events are gone: `Relisting`
+//!   lists again and reports only the difference from what the consumer was told (puts for
+//!   keys new or changed by mod revision, deletes for keys that vanished), then `Synced`.
+//!
+//! To compute that difference the watcher remembers each key's last reported mod revision
+//! (a few dozen bytes per task).
+
+use std::collections::{HashMap, VecDeque};
+
+use ax_scheduler_core::{TaskSpec, ValidationErrors};
+use etcd_client::{EventType, KeyValue, WatchOptions, WatchStream};
+use futures::stream::BoxStream;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::decode::{decode_task, task_ids, Decoded};
+use crate::error::RegistryError;
+use crate::registry::Registry;
+
+/// A change to the registered tasks, in revision order.
+// `Put` is by far the most frequent event; boxing its spec would allocate for nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum RegistryEvent {
+    /// A task was created or changed (or, after a relist, differs from what was reported).
+    Put {
+        /// Namespace.
+        namespace: String,
+        /// Task id.
+        id: String,
+        /// The valid spec.
+        spec: TaskSpec,
+        /// Revision of the change.
+        mod_revision: i64,
+        /// Revision at which the key was created.
+        create_revision: i64,
+    },
+    /// A value under the tasks prefix is not a valid spec (malformed JSON, invalid fields,
+    /// an `id` that does not match the key, a key with the wrong number of segments).
+    Invalid {
+        /// Namespace from the key (best guess for a malformed key).
+        namespace: String,
+        /// Task id from the key (best guess for a malformed key).
+        id: String,
+        /// The stored value.
+        raw: String,
+        /// Every problem found.
+        errors: ValidationErrors,
+        /// Revision of the change.
+        mod_revision: i64,
+    },
+    /// A task was deleted (or, after a relist, is gone).
+    Delete {
+        /// Namespace.
+        namespace: String,
+        /// Task id.
+        id: String,
+        /// Revision of the delete (the relist's revision when found by a relist).
+        mod_revision: i64,
+    },
+    /// Everything up to `revision` has been reported: sent after the first full list and
+    /// after each relist.
+    Synced {
+        /// The list's revision.
+        revision: i64,
+    },
+    /// The watch broke and will be resumed after a backoff; for logs and health checks.
+    Reconnecting {
+        /// What went wrong.
+        error: String,
+        /// Consecutive failures so far (1 for the first).
+        attempt: u32,
+    },
+}
+
+/// Where to go after a backoff.
+#[derive(Clone, Copy, Debug)]
+enum Resume {
+    /// Watch from the revision after this one.
+    From(i64),
+    /// List everything again and report the difference.
+    Relist,
+}
+
+/// The watcher's states.
+enum WatchState {
+    /// Never listed.
+    Initial,
+    /// Open a watch from `rev + 1`.
+    Resuming { rev: i64, attempt: u32 },
+    /// Following events; `rev` is the last revision reported.
+    Watching { stream: Box<WatchStream>, rev: i64 },
+    /// Waiting before the next attempt.
+    Backoff {
+        until: Instant,
+        attempt: u32,
+        resume: Resume,
+    },
+    /// List again (a compacted revision, or a failed first list).
+    Relisting { attempt: u32 },
+    /// Cancelled.
+    Done,
+}
+
+/// The task watch. Use [`TaskWatcher::next`] or [`TaskWatcher::into_stream`].
+pub struct TaskWatcher {
+    registry: Registry,
+    cancel: CancellationToken,
+    state: WatchState,
+    pending: VecDeque<RegistryEvent>,
+    /// Last reported mod revision of every key reported as present.
+    known: HashMap<Vec<u8>, i64>,
+}
+
+impl TaskWatcher {
+    pub(crate) fn new(registry: Registry, cancel: CancellationToken) -> Self {
+        TaskWatcher {
+            registry,
+            cancel,
+            state: WatchState::Initial,
+            pending: VecDeque::new(),
+            known: HashMap::new(),
+        }
+    }
+
+    /// The next event; `None` once the cancellation token fired.
+    pub async fn next(&mut self) -> Option<RegistryEvent> {
+        loop {
+            if let Some(ev) = self.pending.pop_front() {
+                return Some(ev);
+            }
+            if matches!(self.state, WatchState::Done) {
+                return None;
+            }
+            let state = std::mem::replace(&mut self.state, WatchState::Done);
+            self.state = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => WatchState::Done,
+                s = Self::step(&self.registry, &mut self.known, &mut self.pending, state) => s,
+            };
+        }
+    }
+
+    /// The watch as a `Stream`.
+    pub fn into_stream(self) -> BoxStream<'static, RegistryEvent> {
+        Box::pin(futures::stream::unfold(self, |mut w| async move {
+            w.next().await.map(|ev| (ev, w))
+        }))
+    }
+
+    fn backoff(registry: &Registry, attempt: u32, resume: Resume) -> WatchState {
+        let cfg = registry.config();
+        let factor = 1u32 << attempt.min(16);
+        let wait = cfg
+            .watch_backoff_initial
+            .saturating_mul(factor)
+            .min(cfg.watch_backoff_max);
+        WatchState::Backoff {
+            until: Instant::now() + wait,
+            attempt: attempt + 1,
+            resume,
+        }
+    }
+
+    fn broken(
+        registry: &Registry,
+        pending: &mut VecDeque<RegistryEvent>,
+        error: String,
+        attempt: u32,
+        resume: Resume,
+    ) -> WatchState {
+        tracing::warn!(%error, attempt = attempt + 1, "task watch broke; reconnecting");
+        pending.push_back(RegistryEvent::Reconnecting {
+            error,
+            attempt: attempt + 1,
+        });
+        Self::backoff(registry, attempt, resume)
+    }
+
+    /// Advances the state machine by one state, queuing the events it produced.
+    async fn step(
+        registry: &Registry,
+        known: &mut HashMap<Vec<u8>, i64>,
+        pending: &mut VecDeque<RegistryEvent>,
+        state: WatchState,
+    ) -> WatchState {
+        match state {
+            WatchState::Done => WatchState::Done,
+            WatchState::Initial => Self::relist(registry, known, pending, 0).await,
+            WatchState::Relisting { attempt } => {
+                Self::relist(registry, known, pending, attempt).await
+            }
+            WatchState::Backoff {
+                until,
+                attempt,
+                resume,
+            } => {
+                tokio::time::sleep_until(until).await;
+                match resume {
+                    Resume::From(rev) => WatchState::Resuming { rev, attempt },
+                    Resume::Relist => WatchState::Relisting { attempt },
+                }
+            }
+            WatchState::Resuming { rev, attempt } => match Self::open(registry, rev).await {
+                Ok(Some(stream)) => WatchState::Watching { stream, rev },
+                Ok(None) => {
+                    tracing::info!(rev, "task watch revision compacted; listing again");
+                    WatchState::Relisting { attempt: 0 }
+                }
+                Err(e) => {
+                    Self::broken(registry, pending, e.to_string(), attempt, Resume::From(rev))
+                }
+            },
+            WatchState::Watching {
+                mut stream,
+                mut rev,
+            } => match stream.message().await {
+                Ok(Some(resp)) => {
+                    if resp.compact_revision() > 0 {
+                        tracing::info!(
+                            rev,
+                            compact_revision = resp.compact_revision(),
+                            "task watch fell behind compaction; listing again"
+                        );
+                        return WatchState::Relisting { attempt: 0 };
+                    }
+                    if resp.canceled() {
+                        let reason = format!("watch cancelled by etcd: {}", resp.cancel_reason());
+                        return Self::broken(registry, pending, reason, 0, Resume::From(rev));
+                    }
+                    for event in resp.events() {
+                        let Some(kv) = event.kv() else { continue };
+                        if kv.mod_revision() <= rev {
+                            // Already reported; cannot happen with a watch started after
+                            // `rev`, but a repeat must never reach the consumer.
+                            continue;
+                        }
+                        match event.event_type() {
+                            EventType::Put => Self::report_put(registry, known, pending, kv),
+                            EventType::Delete => {
+                                known.remove(kv.key());
+                                let (namespace, id) = task_ids(registry.keys(), kv.key());
+                                pending.push_back(RegistryEvent::Delete {
+                                    namespace,
+                                    id,
+                                    mod_revision: kv.mod_revision(),
+                                });
+                            }
+                        }
+                    }
+                    if let Some(max) = resp
+                        .events()
+                        .iter()
+                        .filter_map(|e| e.kv())
+                        .map(|kv| kv.mod_revision())
+                        .max()
+                    {
+                        rev = rev.max(max);
+                    }
+                    WatchState::Watching { stream, rev }
+                }
+                Ok(None) => Self::broken(
+                    registry,
+                    pending,
+                    "watch stream ended".to_string(),
+                    0,
+                    Resume::From(rev),
+                ),
+                Err(e) => Self::broken(registry, pending, e.to_string(), 0, Resume::From(rev)),
+            },
+        }
+    }
+
+    fn report_put(
+        registry: &Registry,
+        known: &mut HashMap<Vec<u8>, i64>,
+        pending: &mut VecDeque<RegistryEvent>,
+        kv: &KeyValue,
+    ) {
+        known.insert(kv.key().to_vec(), kv.mod_revision());
+        pending.push_back(match decode_task(registry.keys(), kv) {
+            Decoded::Task(t) => RegistryEvent::Put {
+                namespace: t.spec.namespace.clone(),
+                id: t.spec.id.clone(),
+                spec: t.spec,
+                mod_revision: t.mod_revision,
+                create_revision: t.create_revision,
+            },
+            Decoded::Invalid(i) => RegistryEvent::Invalid {
+                namespace: i.namespace,
+                id: i.id,
+                raw: i.raw,
+                errors: i.errors,
+                mod_revision: i.mod_revision,
+            },
+        });
+    }
+
+    /// Lists everything and reports what differs from `known`, then `Synced`; then resumes
+    /// watching from the list's revision.
+    async fn relist(
+        registry: &Registry,
+        known: &mut HashMap<Vec<u8>, i64>,
+        pending: &mut VecDeque<RegistryEvent>,
+        attempt: u32,
+    ) -> WatchState {
+        let (revision, kvs) = match registry.list_range(&registry.keys().tasks_prefix()).await {
+            Ok(v) => v,
+            Err(e) => {
+                return Self::broken(registry, pending, e.to_string(), attempt, Resume::Relist)
+            }
+        };
+        let mut present = HashMap::with_capacity(kvs.len());
+        for kv in &kvs {
+            present.insert(kv.key().to_vec(), ());
+            if known.get(kv.key()) != Some(&kv.mod_revision()) {
+                Self::report_put(registry, known, pending, kv);
+            }
+        }
+        let mut gone: Vec<Vec<u8>> = known
+            .keys()
+            .filter(|k| !present.contains_key(*k))
+            .cloned()
+            .collect();
+        gone.sort();
+        for key in gone {
+            known.remove(&key);
+            let (namespace, id) = task_ids(registry.keys(), &key);
+            pending.push_back(RegistryEvent::Delete {
+                namespace,
+                id,
+                mod_revision: revision,
+            });
+        }
+        pending.push_back(RegistryEvent::Synced { revision });
+        WatchState::Resuming {
+            rev: revision,
+            attempt: 0,
+        }
+    }
+
+    /// Opens a watch from `rev + 1` and waits for etcd to confirm it; `None` when `rev + 1`
+    /// is compacted.
+    async fn open(
+        registry: &Registry,
+        rev: i64,
+    ) -> Result<Option<Box<WatchStream>>, RegistryError> {
+        let t = registry.config().request_timeout;
+        let mut wc = registry.client().watch_client();
+        let opts = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(rev + 1);
+        let mut stream = crate::error::timed(
+            "watch",
+            t,
+            wc.watch(registry.keys().tasks_prefix(), Some(opts)),
+        )
+        .await?;
+        // The first response confirms the watch (or says the revision is compacted);
+        // events never come before it.
+        let first = crate::error::timed("watch create", t, stream.message()).await?;
+        match first {
+            Some(resp) if resp.compact_revision() > 0 => Ok(None),
+            Some(resp) if resp.canceled() => Err(RegistryError::Etcd {
+                op: "watch create",
+                source: etcd_client::Error::WatchError(resp.cancel_reason().to_string()),
+            }),
+            Some(resp) if resp.created() => Ok(Some(Box::new(stream))),
+            Some(_) => Err(RegistryError::Etcd {
+                op: "watch create",
+                source: etcd_client::Error::WatchError("unexpected first response".into()),
+            }),
+            None => Err(RegistryError::Etcd {
+                op: "watch create",
+                source: etcd_client::Error::WatchError("watch stream closed".into()),
+            }),
+        }
+    }
+}

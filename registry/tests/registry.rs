@@ -1,0 +1,275 @@
+//! Register, update, unregister, list and state records against a real etcd.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use ax_registry::{RegisterOutcome, RegistryError};
+use ax_scheduler_core::{TaskState, TaskStatus, UtcMillis};
+use common::{registry, spec};
+
+#[tokio::test]
+async fn register_creates_replaces_by_higher_version_and_refuses_lower() {
+    let (reg, _) = registry("reg-cas").await;
+    assert!(matches!(
+        reg.register(&spec("default", "report", 1, 0))
+            .await
+            .unwrap(),
+        RegisterOutcome::Created { .. }
+    ));
+    let err = reg
+        .register(&spec("default", "report", 1, 1))
+        .await
+        .unwrap_err();
+    match &err {
+        RegistryError::VersionNotHigher {
+            existing: 1,
+            offered: 1,
+            ..
+        } => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("default/report"), "{err}");
+    match reg
+        .register(&spec("default", "report", 3, 2))
+        .await
+        .unwrap()
+    {
+        RegisterOutcome::Replaced {
+            previous_version: 1,
+            ..
+        } => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    let err = reg
+        .register(&spec("default", "report", 2, 3))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("version 3") && msg.contains("version 2"),
+        "{msg}"
+    );
+    let got = reg.get("default", "report").await.unwrap().unwrap();
+    assert_eq!(got.spec.version, 3);
+    assert_eq!(got.spec.payload["m"], 2);
+    assert!(got.mod_revision > got.create_revision);
+
+    reg.register(&spec("other", "x", 1, 0)).await.unwrap();
+    let all = reg.list(None).await.unwrap();
+    assert_eq!(all.tasks.len(), 2);
+    assert!(all.revision >= got.mod_revision);
+    assert_eq!(reg.list(Some("other")).await.unwrap().tasks[0].spec.id, "x");
+
+    assert!(reg.unregister("default", "report").await.unwrap());
+    assert!(!reg.unregister("default", "report").await.unwrap());
+    assert!(reg.get("default", "report").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_registers_of_one_id_have_exactly_one_winner() {
+    let (reg, _) = registry("reg-race").await;
+    let mut handles = Vec::new();
+    for i in 0..20 {
+        let reg = reg.clone();
+        handles.push(tokio::spawn(async move {
+            reg.register(&spec("default", "race", 1, i)).await
+        }));
+    }
+    let mut created = 0;
+    let mut refused = 0;
+    for h in handles {
+        match h.await.unwrap() {
+            Ok(RegisterOutcome::Created { .. }) => created += 1,
+            Err(RegistryError::VersionNotHigher { .. }) => refused += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((created, refused), (1, 19));
+
+    // Racing versions: whatever the order, the highest version ends up stored.
+    let mut handles = Vec::new();
+    for v in 2..=11u64 {
+        let reg = reg.clone();
+        handles.push(tokio::spawn(async move {
+            loop {
+                match reg.register(&spec("default", "race", v, v as i64)).await {
+                    Err(e) if e.is_retryable() => continue,
+                    other => return other,
+                }
+            }
+        }));
+    }
+    for h in handles {
+        match h.await.unwrap() {
+            Ok(_) | Err(RegistryError::VersionNotHigher { .. }) => {}
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    assert_eq!(
+        reg.get("default", "race")
+            .await
+            .unwrap()
+            .unwrap()
+            .spec
+            .version,
+        11
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicting_updates_retry_and_lose_nothing() {
+    let (reg, _) = registry("reg-update").await;
+    reg.register(&spec("default", "counter", 1, 0))
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let mut handles = Vec::new();
+    for _ in 0..10 {
+        let (reg, calls) = (reg.clone(), calls.clone());
+        handles.push(tokio::spawn(async move {
+            loop {
+                let r = reg
+                    .update("default", "counter", |s| {
+                        calls.fetch_add(1, Ordering::SeqCst);
+                        let m = s.payload["m"].as_i64().unwrap();
+                        s.payload["m"] = (m + 1).into();
+                    })
+                    .await;
+                match r {
+                    Err(RegistryError::Conflict { attempts: 3, .. }) => continue,
+                    other => return other.unwrap(),
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let got = reg.get("default", "counter").await.unwrap().unwrap();
+    assert_eq!(
+        got.spec.payload["m"], 10,
+        "every increment applied exactly once"
+    );
+    assert!(calls.load(Ordering::SeqCst) >= 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_gives_up_after_three_conflicts_and_refuses_invalid_results() {
+    let (reg, client) = registry("reg-conflict").await;
+    reg.register(&spec("default", "t", 1, 0)).await.unwrap();
+    let key = reg.keys().task("default", "t");
+    let handle = tokio::runtime::Handle::current();
+    let mut calls = 0;
+    let err = reg
+        .update("default", "t", |s| {
+            calls += 1;
+            // Someone else writes the key between every read and write.
+            let mut c = client.clone();
+            let (key, value) = (key.clone(), common::spec_json(1, 100 + calls));
+            tokio::task::block_in_place(|| handle.block_on(c.put(key, value, None))).unwrap();
+            s.payload["m"] = (-1).into();
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RegistryError::Conflict { attempts: 3, .. }),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+    assert_eq!(calls, 3);
+    assert_eq!(
+        reg.get("default", "t").await.unwrap().unwrap().spec.payload["m"],
+        103
+    );
+
+    let err = reg
+        .update("default", "t", |s| s.priority = 42)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::Invalid { errors, .. } if errors.has("priority")),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    let err = reg.update("default", "nope", |_| {}).await.unwrap_err();
+    assert!(matches!(err, RegistryError::NotFound { .. }));
+}
+
+#[tokio::test]
+async fn invalid_stored_values_are_reported_not_hidden() {
+    let (reg, mut client) = registry("reg-invalid").await;
+    reg.register(&spec("default", "good", 1, 0)).await.unwrap();
+    client
+        .put(reg.keys().task("default", "bad"), "{not json", None)
+        .await
+        .unwrap();
+    let err = reg.get("default", "bad").await.unwrap_err();
+    assert!(matches!(err, RegistryError::Invalid { .. }));
+    let listing = reg.list(None).await.unwrap();
+    assert_eq!(listing.tasks.len(), 1);
+    assert_eq!(listing.invalid.len(), 1);
+    assert_eq!(listing.invalid[0].raw, "{not json");
+    // A valid registration replaces an unreadable value.
+    reg.register(&spec("default", "bad", 1, 0)).await.unwrap();
+    assert!(reg.get("default", "bad").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn states_roundtrip_batch_and_fence() {
+    let (reg, mut client) = registry("reg-state").await;
+    let now = UtcMillis(1_700_000_000_000);
+    let mut st = TaskState::new(7, now, now);
+    st.transition(TaskStatus::Scheduled, now).unwrap();
+    reg.put_state("default", "a", &st, None).await.unwrap();
+    let got = reg.get_state("default", "a").await.unwrap().unwrap();
+    assert_eq!((got.namespace.as_str(), got.id.as_str()), ("default", "a"));
+    assert_eq!(got.state, st);
+    assert!(reg.get_state("default", "zz").await.unwrap().is_none());
+
+    // 300 states: more than one etcd transaction can hold.
+    let batch: Vec<_> = (0..300)
+        .map(|i| {
+            (
+                "bulk".to_string(),
+                format!("t{i:03}"),
+                TaskState::new(i, now, now),
+            )
+        })
+        .collect();
+    reg.put_states(&batch, None).await.unwrap();
+    let listed = reg.list_states(Some("bulk")).await.unwrap();
+    assert_eq!(listed.len(), 300);
+    assert_eq!(listed[299].state.spec_revision, 299);
+    assert_eq!(reg.list_states(None).await.unwrap().len(), 301);
+
+    // Fenced writes succeed only under the current leader key's create revision.
+    let token = client
+        .put(reg.keys().leader(), "{}", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    reg.put_state("default", "a", &st, Some(token))
+        .await
+        .unwrap();
+    let err = reg
+        .put_state("default", "a", &st, Some(token - 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RegistryError::Fenced { .. }));
+    assert!(!err.is_retryable());
+
+    // Unregistering a task deletes its state too.
+    reg.register(&spec("default", "a", 1, 0)).await.unwrap();
+    reg.put_state("default", "a", &st, None).await.unwrap();
+    assert!(reg.unregister("default", "a").await.unwrap());
+    assert!(
+        reg.get_state("default", "a").await.unwrap().is_none(),
+        "state goes with the task"
+    );
+}
