@@ -22,6 +22,7 @@ use std::collections::{HashMap, VecDeque};
 
 use ax_scheduler_core::{TaskSpec, ValidationErrors};
 use etcd_client::{EventType, KeyValue, WatchOptions, WatchStream};
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -115,7 +116,18 @@ enum WatchState {
     Done,
 }
 
+/// What one step hands back: the next state, the updated memory of reported keys, and
+/// the events produced.
+struct StepOutput {
+    state: WatchState,
+    known: HashMap<Vec<u8>, i64>,
+    events: VecDeque<RegistryEvent>,
+}
+
 /// The task watch. Use [`TaskWatcher::next`] or [`TaskWatcher::into_stream`].
+///
+/// [`TaskWatcher::next`] is cancel-safe: a step interrupted because the caller's `select!`
+/// took another branch is kept and continued by the next call, so no event is lost.
 pub struct TaskWatcher {
     registry: Registry,
     cancel: CancellationToken,
@@ -123,6 +135,7 @@ pub struct TaskWatcher {
     pending: VecDeque<RegistryEvent>,
     /// Last reported mod revision of every key reported as present.
     known: HashMap<Vec<u8>, i64>,
+    in_flight: Option<BoxFuture<'static, StepOutput>>,
 }
 
 impl TaskWatcher {
@@ -133,6 +146,7 @@ impl TaskWatcher {
             state: WatchState::Initial,
             pending: VecDeque::new(),
             known: HashMap::new(),
+            in_flight: None,
         }
     }
 
@@ -142,15 +156,41 @@ impl TaskWatcher {
             if let Some(ev) = self.pending.pop_front() {
                 return Some(ev);
             }
-            if matches!(self.state, WatchState::Done) {
+            if matches!(self.state, WatchState::Done) && self.in_flight.is_none() {
                 return None;
             }
-            let state = std::mem::replace(&mut self.state, WatchState::Done);
-            self.state = tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => WatchState::Done,
-                s = Self::step(&self.registry, &mut self.known, &mut self.pending, state) => s,
+            let step = match self.in_flight.as_mut() {
+                Some(step) => step,
+                None => {
+                    let state = std::mem::replace(&mut self.state, WatchState::Done);
+                    let mut known = std::mem::take(&mut self.known);
+                    let registry = self.registry.clone();
+                    self.in_flight.insert(Box::pin(async move {
+                        let mut events = VecDeque::new();
+                        let state = Self::step(&registry, &mut known, &mut events, state).await;
+                        StepOutput {
+                            state,
+                            known,
+                            events,
+                        }
+                    }))
+                }
             };
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => {
+                    self.in_flight = None;
+                    self.state = WatchState::Done;
+                    self.pending.clear();
+                    return None;
+                }
+                out = step => {
+                    self.in_flight = None;
+                    self.state = out.state;
+                    self.known = out.known;
+                    self.pending.extend(out.events);
+                }
+            }
         }
     }
 

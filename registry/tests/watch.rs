@@ -322,3 +322,32 @@ async fn cancelling_ends_the_stream() {
         None
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn next_is_cancel_safe_inside_select() {
+    let (reg, client) = registry("watch-select").await;
+    let mut w = reg.watch(CancellationToken::new());
+    until_synced(&mut w).await;
+    let writer = {
+        let (reg, mut client) = (reg.clone(), client.clone());
+        tokio::spawn(async move {
+            let mut revs = Vec::new();
+            for i in 0..200 {
+                revs.push(put(&mut client, &reg, &format!("s{i:03}"), &spec_json(1, i)).await);
+            }
+            revs
+        })
+    };
+    // A busy loop that abandons `next()` every millisecond, as an engine's select! would.
+    let mut seen = Vec::new();
+    let mut interrupted = 0u32;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while seen.len() < 200 && tokio::time::Instant::now() < deadline {
+        tokio::select! {
+            ev = w.next() => seen.push(summary(&ev.unwrap()).2),
+            _ = tokio::time::sleep(Duration::from_millis(1)) => interrupted += 1,
+        }
+    }
+    assert_eq!(seen, writer.await.unwrap());
+    assert!(interrupted > 0);
+}
