@@ -28,7 +28,7 @@ pub const EXIT_CONFLICT: u8 = 5;
 
 /// `ax`: a cluster-native task scheduler.
 #[derive(Debug, Parser)]
-#[command(name = "ax", version, about, propagate_version = true)]
+#[command(name = "ax", version, propagate_version = true)]
 pub struct Cli {
     /// Flags every command accepts.
     #[command(flatten)]
@@ -149,6 +149,12 @@ pub enum TaskCommand {
         /// Validate and print the next 5 fire times; write nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Task id (default: the JSON's `id`, else the file name without `.json`).
+        #[arg(long)]
+        id: Option<String>,
+        /// Namespace (default: the JSON's `namespace`, else `default`).
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
     },
     /// Show a task's spec and state.
     Get(TaskRef),

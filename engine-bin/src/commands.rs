@@ -5,7 +5,7 @@
 //! and validate the configuration first, so a broken configuration is reported the same way
 //! by every command.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -15,6 +15,8 @@ use crate::edge::Edge;
 use crate::logging::{self, LogSettings, LogTarget};
 use crate::serve::Server;
 use crate::shutdown::Shutdown;
+use crate::task_file;
+use ax_scheduler_core::UtcMillis;
 
 /// Time allowed past `worker.shutdown_grace` for everything else to stop.
 const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
@@ -39,7 +41,12 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
             print_stdout(&config.to_masked_toml())?;
             Ok(())
         }
-        Command::Task(TaskCommand::Put { .. }) => Err(CliError::NotYetAvailable("task put")),
+        Command::Task(TaskCommand::Put {
+            file,
+            dry_run,
+            id,
+            namespace,
+        }) => task_put(&file, dry_run, id.as_deref(), namespace.as_deref()),
         Command::Task(TaskCommand::Get(_)) => Err(CliError::NotYetAvailable("task get")),
         Command::Task(TaskCommand::List { .. }) => Err(CliError::NotYetAvailable("task list")),
         Command::Task(TaskCommand::Delete(_)) => Err(CliError::NotYetAvailable("task delete")),
@@ -88,6 +95,39 @@ async fn serve(config: Config) -> Result<(), CliError> {
     }
     tracing::info!("stopped");
     Ok(result?)
+}
+
+/// Validates a spec file; with `--dry-run` prints the preview. Writing needs the registry,
+/// which is not wired yet, so without `--dry-run` a valid spec ends in `NotYetAvailable`.
+fn task_put(
+    file: &str,
+    dry_run: bool,
+    id: Option<&str>,
+    namespace: Option<&str>,
+) -> Result<(), CliError> {
+    let bytes = read_input(file)?;
+    let key = task_file::resolve_key(&bytes, file, id, namespace).map_err(CliError::Usage)?;
+    let spec = task_file::validate(&bytes, &key).map_err(CliError::Invalid)?;
+    if !dry_run {
+        return Err(CliError::NotYetAvailable("task put (without --dry-run)"));
+    }
+    // The clock is read here, at the edge; the preview itself is a function of `now`.
+    let now = UtcMillis::from_datetime(&chrono::Utc::now());
+    let report = task_file::preview(&spec, now).map_err(CliError::Invalid)?;
+    print_stdout(&report)
+}
+
+/// The bytes of `file`, or of stdin for `-`.
+fn read_input(file: &str) -> Result<Vec<u8>, CliError> {
+    if file == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .map_err(|e| CliError::Usage(format!("cannot read stdin: {e}")))?;
+        Ok(buf)
+    } else {
+        std::fs::read(file).map_err(|e| CliError::Usage(format!("cannot read {file}: {e}")))
+    }
 }
 
 fn print_stdout(text: &str) -> Result<(), CliError> {

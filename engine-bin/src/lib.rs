@@ -16,3 +16,4 @@ pub mod metrics;
 pub mod readiness;
 pub mod serve;
 pub mod shutdown;
+pub mod task_file;

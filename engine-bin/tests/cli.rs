@@ -97,7 +97,6 @@ fn commands_without_their_backend_say_so_and_exit_2() {
     for args in [
         &["status"][..],
         &["task", "list"],
-        &["task", "put", "-", "--dry-run"],
         &["task", "history", "t1", "-n", "ops"],
         &["dlq", "requeue", "--all"],
     ] {
@@ -110,6 +109,77 @@ fn commands_without_their_backend_say_so_and_exit_2() {
         );
         assert!(out.stdout.is_empty());
     }
+}
+
+/// `ax` with `stdin` piped in.
+fn ax_stdin(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ax"))
+        .args(args)
+        .env_clear()
+        .env("HOSTNAME", "test-host")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn task_put_dry_run_previews_the_next_five_fires() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/tasks/cron-report.json"
+    );
+    let out = ax(&["task", "put", example, "--dry-run"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.starts_with("task default/cron-report is valid"),
+        "{shown}"
+    );
+    // 02:30 in Shanghai is 18:30 UTC the day before.
+    let fires: Vec<_> = shown.lines().filter(|l| l.starts_with("  ")).collect();
+    assert_eq!(fires.len(), 5, "{shown}");
+    assert!(
+        fires.iter().all(|l| l.ends_with("T18:30:00.000Z")),
+        "{shown}"
+    );
+
+    let out = ax_stdin(
+        &["task", "put", "-", "--dry-run", "--id", "beat", "-n", "ops"],
+        r#"{"handler": "log", "schedule": {"every": "10s"}}"#,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("task ops/beat is valid"));
+}
+
+#[test]
+fn task_put_reports_every_problem_and_exits_3() {
+    let out = ax_stdin(
+        &["task", "put", "-", "--dry-run", "--id", "bad"],
+        r#"{"schedule": {"cron": "61 * * * *"}, "priority": 12}"#,
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let err = text(&out.stderr);
+    for field in ["handler:", "schedule.cron", "priority:"] {
+        assert!(err.contains(field), "{field} missing in {err}");
+    }
+    assert!(out.stdout.is_empty());
+
+    // Without --dry-run a valid spec needs the registry, which this build lacks.
+    let out = ax_stdin(
+        &["task", "put", "-", "--id", "ok"],
+        r#"{"handler": "log", "schedule": {"every": "10s"}}"#,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not yet available"));
 }
 
 fn http_get(port: u16, path: &str) -> Option<(u16, String)> {

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use ax_scheduler_core::misfire::MAX_CATCH_UP_WINDOW;
+
 use super::{Config, ConfigError, Role};
 
 impl Config {
@@ -113,6 +115,21 @@ impl Config {
             err(
                 "scheduler.tick",
                 format!("{} is longer than 1s", show(self.scheduler.tick)),
+            );
+        }
+        positive(
+            &mut err,
+            "scheduler.catch_up_window",
+            self.scheduler.catch_up_window,
+        );
+        if self.scheduler.catch_up_window > MAX_CATCH_UP_WINDOW {
+            err(
+                "scheduler.catch_up_window",
+                format!(
+                    "{} is longer than the {} the engine honours",
+                    show(self.scheduler.catch_up_window),
+                    show(MAX_CATCH_UP_WINDOW)
+                ),
             );
         }
         positive(
@@ -237,6 +254,7 @@ mod tests {
         c.election.lease_ttl = Duration::from_millis(500);
         c.scheduler.tick = Duration::ZERO;
         c.http.listen = "8080".into();
+        c.scheduler.catch_up_window = Duration::from_secs(3 * 3600);
         let e = errors(&c);
         for key in [
             "etcd.endpoints:",
@@ -245,6 +263,7 @@ mod tests {
             "instance.roles:",
             "election.lease_ttl:",
             "scheduler.tick:",
+            "scheduler.catch_up_window:",
             "http.listen:",
         ] {
             assert!(
