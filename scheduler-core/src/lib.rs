@@ -5,6 +5,7 @@
 
 pub mod breaker;
 mod cron;
+pub mod dispatcher;
 pub mod duration_serde;
 pub mod error;
 pub mod limiter;
@@ -18,6 +19,9 @@ pub mod time;
 pub mod timer;
 pub mod validate;
 
+pub use dispatcher::{
+    Dispatch, Dispatcher, DispatcherConfig, EnqueueOutcome, ExecutionEvent, Notice, TaskKey,
+};
 pub use error::CoreError;
 pub use misfire::{plan_misfires, MisfirePlan, Progress};
 pub use overlap::{decide_overlap, OverlapDecision};

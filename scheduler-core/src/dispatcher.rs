@@ -1,0 +1,880 @@
+//! The leader's scheduling state machine: which tasks are armed, what is due, what to enqueue.
+//!
+//! The engine feeds it registry changes, execution events and the time, and carries out what
+//! it asks for (enqueue these fires, write these states, raise these alerts); it does no I/O
+//! and reads no clock, so the whole fire-path logic runs on virtual time in tests. One
+//! [`Dispatcher`] lives for one leadership term: a new leader builds a fresh one from the
+//! registry and the recorded states, which is where missed fires are found
+//! ([`crate::misfire`]).
+//!
+//! Fire path: the [`TimerWheel`] holds one entry per armed task (its next fire). When
+//! [`Dispatcher::poll`] advances it, each due task is re-armed for its following fire at once
+//! (so the schedule never drifts with dispatch delays) and the due fire goes to the
+//! [`ReadyQueue`], which orders fires by priority with aging when the optional
+//! [`TokenBucket`] holds them back. Fires leaving the ready queue pass the task's
+//! [`CircuitBreaker`] and become [`Dispatch`]es.
+//!
+//! Overlap is settled where it can be settled across leaders: the enqueue script in Redis
+//! knows whether a task's previous execution is still active. The engine reports that
+//! answer back ([`EnqueueOutcome::Held`]) and the dispatcher keeps the held fire (one per
+//! task; later ones coalesce into it) until the task's final execution event arrives, with a
+//! periodic retry in case that event was lost.
+//!
+//! States are written lazily: changes mark a task dirty and [`Dispatcher::take_state_writes`]
+//! hands the engine the latest state of each dirty task, so a busy leader writes each task at
+//! most once per flush however often it fired. What a new leader needs in order to continue
+//! (anchor, last and next fire) is in every write; a fire dispatched but not yet written is
+//! dispatched again by the next leader and refused as a duplicate by the enqueue script.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::breaker::{Admission, BreakerConfig, CircuitBreaker, Transition};
+use crate::limiter::TokenBucket;
+use crate::misfire::{plan_misfires, Progress, DEFAULT_CATCH_UP_WINDOW};
+use crate::overlap::{decide_overlap, OverlapDecision};
+use crate::ready::{ReadyConfig, ReadyQueue};
+use crate::schedule::CompiledSchedule;
+use crate::state::{TaskState, TaskStatus};
+use crate::task::{OverlapPolicy, Schedule, TaskSpec};
+use crate::time::UtcMillis;
+use crate::timer::{TimerConfig, TimerHandle, TimerWheel};
+use crate::validate::FieldError;
+
+/// A task's identity: its namespace and id (the last two segments of its etcd key).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskKey {
+    /// Namespace.
+    pub namespace: String,
+    /// Task id within the namespace.
+    pub id: String,
+}
+
+impl TaskKey {
+    /// A key from its parts.
+    pub fn new(namespace: impl Into<String>, id: impl Into<String>) -> Self {
+        TaskKey {
+            namespace: namespace.into(),
+            id: id.into(),
+        }
+    }
+}
+
+impl fmt::Display for TaskKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.id)
+    }
+}
+
+/// Settings of a [`Dispatcher`].
+#[derive(Clone, Debug)]
+pub struct DispatcherConfig {
+    /// Timer shape (tick, levels).
+    pub timer: TimerConfig,
+    /// Ready-queue aging.
+    pub ready: ReadyConfig,
+    /// Missed fires older than this are not replayed by `fire_all` and raise an alert.
+    pub catch_up_window: Duration,
+    /// Per-task circuit breaker.
+    pub breaker: BreakerConfig,
+    /// Enqueue rate limit as (fires per second, burst); `None` (the default) for no limit.
+    pub rate_limit: Option<(f64, f64)>,
+    /// How often a held fire asks again whether the previous execution finished, in case
+    /// its completion event was lost.
+    pub hold_retry: Duration,
+}
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        DispatcherConfig {
+            timer: TimerConfig::default(),
+            ready: ReadyConfig::default(),
+            catch_up_window: DEFAULT_CATCH_UP_WINDOW,
+            breaker: BreakerConfig::default(),
+            rate_limit: None,
+            hold_retry: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One execution to enqueue.
+#[derive(Clone, Debug)]
+pub struct Dispatch {
+    /// The task.
+    pub key: Arc<TaskKey>,
+    /// Its spec as armed.
+    pub spec: Arc<TaskSpec>,
+    /// The due instant this execution is for; with the key, the dedupe identity.
+    pub fire_at: UtcMillis,
+    /// For a run-now request: its execution id (its own dedupe identity).
+    pub run_now: Option<String>,
+    /// How the enqueue treats a still-active previous execution.
+    pub overlap: OverlapPolicy,
+}
+
+/// What the enqueue of a [`Dispatch`] came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnqueueOutcome {
+    /// Pushed to the queue.
+    Enqueued,
+    /// Already enqueued before (by this or an earlier leader): nothing pushed.
+    Duplicate,
+    /// The previous execution is still active and the policy is `forbid`: nothing pushed.
+    Held,
+}
+
+/// A finished or started execution, as reported by a worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExecutionEvent {
+    /// An attempt started.
+    Started {
+        /// When the worker started it.
+        started_at: UtcMillis,
+    },
+    /// An attempt ended. `last` is true when no retry follows (success, permanent failure,
+    /// retries exhausted, dead-lettered, killed).
+    Finished {
+        /// Whether the attempt succeeded.
+        succeeded: bool,
+        /// No retry follows.
+        last: bool,
+        /// The attempt was stopped by the user or replaced.
+        killed: bool,
+        /// The failure, if any.
+        error: Option<String>,
+    },
+}
+
+/// Something the engine should alert on or log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Notice {
+    /// Missed fires were found when the task was loaded.
+    Misfired {
+        /// The task.
+        key: Arc<TaskKey>,
+        /// Fires missed in all.
+        missed: u64,
+        /// Fires not run (policy `skip`, `fire_once` folding, or beyond the window).
+        skipped: u64,
+        /// Missed fires older than the catch-up window.
+        beyond_window: u64,
+        /// The oldest missed fire.
+        oldest: Option<UtcMillis>,
+    },
+    /// The task's breaker opened: dispatch is slowed.
+    CircuitOpened {
+        /// The task.
+        key: Arc<TaskKey>,
+        /// Failures in the window.
+        failures: u32,
+        /// Executions in the window.
+        executions: u32,
+    },
+    /// The task's breaker closed again.
+    CircuitClosed {
+        /// The task.
+        key: Arc<TaskKey>,
+    },
+    /// A fire was skipped because the breaker is open.
+    BreakerSkipped {
+        /// The task.
+        key: Arc<TaskKey>,
+        /// The skipped fire.
+        fire_at: UtcMillis,
+    },
+}
+
+/// A state to write (`Some`) or delete (`None`).
+pub type StateWrite = (Arc<TaskKey>, Option<TaskState>);
+
+#[derive(Clone, Copy, Debug)]
+enum TimerKind {
+    Scheduled,
+    HeldRetry,
+}
+
+#[derive(Clone, Debug)]
+struct TimerEntry {
+    key: Arc<TaskKey>,
+    kind: TimerKind,
+    generation: u64,
+}
+
+#[derive(Debug)]
+struct ReadyFire {
+    key: Arc<TaskKey>,
+    fire_at: UtcMillis,
+    run_now: Option<String>,
+    generation: u64,
+}
+
+#[derive(Debug)]
+struct Armed {
+    key: Arc<TaskKey>,
+    spec: Arc<TaskSpec>,
+    schedule: CompiledSchedule,
+    revision: i64,
+    anchor: UtcMillis,
+    /// Bumped on every re-arm so stale timer and ready entries are recognised.
+    generation: u64,
+    timer: Option<TimerHandle>,
+    held: Option<UtcMillis>,
+    breaker: Option<CircuitBreaker>,
+    state: TaskState,
+}
+
+#[derive(Debug)]
+enum Pending {
+    Armed,
+    Write(TaskState),
+    Delete,
+}
+
+/// The scheduling state machine of one leadership term; see the [module notes](self).
+#[derive(Debug)]
+pub struct Dispatcher {
+    config: DispatcherConfig,
+    tasks: HashMap<Arc<TaskKey>, Armed>,
+    timer: TimerWheel<TimerEntry>,
+    ready: ReadyQueue<ReadyFire>,
+    limiter: Option<TokenBucket>,
+    pending: HashMap<Arc<TaskKey>, Pending>,
+    notices: Vec<Notice>,
+    due: Vec<(UtcMillis, TimerEntry)>,
+    next_generation: u64,
+}
+
+impl Dispatcher {
+    /// An empty dispatcher whose timer starts at `now`.
+    pub fn new(config: DispatcherConfig, now: UtcMillis) -> Self {
+        let limiter = config
+            .rate_limit
+            .map(|(rate, burst)| TokenBucket::new(rate, burst, now));
+        Dispatcher {
+            timer: TimerWheel::new(config.timer.clone(), now),
+            ready: ReadyQueue::new(config.ready.clone()),
+            config,
+            tasks: HashMap::new(),
+            limiter,
+            pending: HashMap::new(),
+            notices: Vec::new(),
+            due: Vec::new(),
+            next_generation: 0,
+        }
+    }
+
+    /// Tasks known (armed, paused or done).
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Whether no task is known.
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// Fires due but not yet dispatched (held back by the rate limit).
+    pub fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// Timers pending.
+    pub fn armed_len(&self) -> usize {
+        self.timer.len()
+    }
+
+    /// The current state of a task.
+    pub fn state(&self, key: &TaskKey) -> Option<&TaskState> {
+        self.tasks.get(key).map(|t| &t.state)
+    }
+
+    /// Adds or updates a task from its spec at etcd `revision`, with the state recorded for it
+    /// (`None` for a task never recorded). Missed fires are planned with the task's misfire
+    /// policy when it is first loaded; an update re-arms from `now` without catch-up.
+    pub fn upsert(
+        &mut self,
+        key: TaskKey,
+        spec: TaskSpec,
+        revision: i64,
+        recorded: Option<TaskState>,
+        now: UtcMillis,
+    ) {
+        let schedule = match spec.schedule.compile() {
+            Ok(s) => s,
+            Err(e) => {
+                let errors = vec![FieldError::new("schedule", e.to_string())];
+                self.mark_invalid(key, revision, errors, now);
+                return;
+            }
+        };
+        let key = Arc::new(key);
+        let spec = Arc::new(spec);
+        match self.tasks.remove(&key) {
+            Some(old) if old.revision == revision => {
+                // The same spec again (a relist after reconnecting): nothing changes.
+                self.tasks.insert(key, old);
+            }
+            Some(old) => self.update(old, spec, schedule, revision, now),
+            None => self.load(key, spec, schedule, revision, recorded, now),
+        }
+    }
+
+    fn new_generation(&mut self) -> u64 {
+        self.next_generation += 1;
+        self.next_generation
+    }
+
+    fn load(
+        &mut self,
+        key: Arc<TaskKey>,
+        spec: Arc<TaskSpec>,
+        schedule: CompiledSchedule,
+        revision: i64,
+        recorded: Option<TaskState>,
+        now: UtcMillis,
+    ) {
+        // A state recorded for an older spec revision still carries the task's progress; the
+        // countdown anchor is the one thing a changed spec may move (see `update`).
+        let mut state = recorded.unwrap_or_else(|| {
+            let anchor = match spec.schedule {
+                Schedule::Delay(_) => spec.created_at.unwrap_or(now),
+                _ => now,
+            };
+            TaskState::new(revision, anchor, now)
+        });
+        if state.status == TaskStatus::Invalid {
+            // Time spent invalid is not missed time: the fixed spec starts afresh.
+            set_status(&mut state, TaskStatus::Waiting, now);
+            state.anchor_at = None;
+        }
+        let anchor = match (state.anchor_at, &spec.schedule, spec.created_at) {
+            (Some(a), _, _) => a,
+            (None, Schedule::Delay(_), Some(created)) => created,
+            (None, _, _) => now,
+        };
+        state.anchor_at = Some(anchor);
+        state.spec_revision = revision;
+        let generation = self.new_generation();
+        let mut task = Armed {
+            key: Arc::clone(&key),
+            spec: Arc::clone(&spec),
+            schedule,
+            revision,
+            anchor,
+            generation,
+            timer: None,
+            held: None,
+            breaker: None,
+            state,
+        };
+        if spec.paused {
+            task.state.next_fire_at = None;
+            set_status(&mut task.state, TaskStatus::Paused, now);
+        } else {
+            let progress = match task.state.last_fire_at {
+                Some(last) => Some(Progress::LastFire(last)),
+                None => task.schedule.first_fire(anchor).map(Progress::NextDue),
+            };
+            if let Some(progress) = progress {
+                let plan = plan_misfires(
+                    spec.misfire,
+                    &task.schedule,
+                    anchor,
+                    progress,
+                    now,
+                    self.config.catch_up_window,
+                );
+                for fire_at in &plan.run_now {
+                    self.ready.push(
+                        ReadyFire {
+                            key: Arc::clone(&key),
+                            fire_at: *fire_at,
+                            run_now: None,
+                            generation,
+                        },
+                        spec.priority,
+                        now,
+                    );
+                }
+                if plan.skipped > 0 || plan.beyond_window > 0 {
+                    self.notices.push(Notice::Misfired {
+                        key: Arc::clone(&key),
+                        missed: plan.missed,
+                        skipped: plan.skipped,
+                        beyond_window: plan.beyond_window,
+                        oldest: plan.oldest_missed,
+                    });
+                }
+                self.arm(&mut task, plan.next_fire, now);
+            } else {
+                self.arm(&mut task, None, now);
+            }
+        }
+        self.pending.insert(Arc::clone(&key), Pending::Armed);
+        self.tasks.insert(key, task);
+    }
+
+    fn update(
+        &mut self,
+        mut task: Armed,
+        spec: Arc<TaskSpec>,
+        schedule: CompiledSchedule,
+        revision: i64,
+        now: UtcMillis,
+    ) {
+        let schedule_changed = task.spec.schedule != spec.schedule;
+        if schedule_changed {
+            if let Schedule::Every(_) = spec.schedule {
+                // A new interval counts from the change, not from the old anchor.
+                task.anchor = now;
+            }
+            if let (Schedule::Delay(_), Some(created)) = (&spec.schedule, spec.created_at) {
+                task.anchor = created;
+            }
+        }
+        if let Some(handle) = task.timer.take() {
+            self.timer.cancel(handle);
+        }
+        task.generation = self.new_generation();
+        task.spec = Arc::clone(&spec);
+        task.schedule = schedule;
+        task.revision = revision;
+        task.state.spec_revision = revision;
+        task.state.anchor_at = Some(task.anchor);
+        if spec.paused {
+            task.held = None;
+            task.state.next_fire_at = None;
+            set_status(&mut task.state, TaskStatus::Paused, now);
+        } else {
+            let next = if !task.schedule.is_periodic() && task.state.last_fire_at.is_none() {
+                // A one-shot that has not fired (perhaps paused past its time) fires now if
+                // its instant passed, under its misfire policy.
+                task.schedule
+                    .first_fire(task.anchor)
+                    .map(|first| {
+                        let plan = plan_misfires(
+                            spec.misfire,
+                            &task.schedule,
+                            task.anchor,
+                            Progress::NextDue(first),
+                            now,
+                            self.config.catch_up_window,
+                        );
+                        for fire_at in plan.run_now {
+                            self.ready.push(
+                                ReadyFire {
+                                    key: Arc::clone(&task.key),
+                                    fire_at,
+                                    run_now: None,
+                                    generation: task.generation,
+                                },
+                                spec.priority,
+                                now,
+                            );
+                        }
+                        plan.next_fire
+                    })
+                    .unwrap_or(None)
+            } else {
+                task.schedule.next_after(now, task.anchor)
+            };
+            if task.state.status == TaskStatus::Paused {
+                set_status(&mut task.state, TaskStatus::Waiting, now);
+            }
+            self.arm(&mut task, next, now);
+        }
+        self.pending.insert(Arc::clone(&task.key), Pending::Armed);
+        self.tasks.insert(Arc::clone(&task.key), task);
+    }
+
+    fn arm(&mut self, task: &mut Armed, next: Option<UtcMillis>, now: UtcMillis) {
+        task.state.next_fire_at = next;
+        if let Some(due) = next {
+            task.timer = Some(self.timer.insert(
+                due,
+                TimerEntry {
+                    key: Arc::clone(&task.key),
+                    kind: TimerKind::Scheduled,
+                    generation: task.generation,
+                },
+            ));
+            if !task.state.status.is_executing() {
+                set_status(&mut task.state, TaskStatus::Scheduled, now);
+            }
+        }
+    }
+
+    /// Records a spec that does not validate: the task stops firing and its state becomes
+    /// INVALID with the errors.
+    pub fn mark_invalid(
+        &mut self,
+        key: TaskKey,
+        revision: i64,
+        errors: Vec<FieldError>,
+        now: UtcMillis,
+    ) {
+        let key = Arc::new(key);
+        let state = match self.tasks.remove(&key) {
+            Some(task) => {
+                if let Some(handle) = task.timer {
+                    self.timer.cancel(handle);
+                }
+                let mut state = task.state;
+                state.spec_revision = revision;
+                state.next_fire_at = None;
+                set_status(&mut state, TaskStatus::Invalid, now);
+                state.validation_errors = errors;
+                state
+            }
+            None => TaskState::invalid(revision, errors, now),
+        };
+        self.pending.insert(key, Pending::Write(state));
+    }
+
+    /// Forgets a deleted task: nothing more fires and its state is deleted.
+    pub fn remove(&mut self, key: &TaskKey) {
+        let key = Arc::new(key.clone());
+        if let Some(task) = self.tasks.remove(&key) {
+            if let Some(handle) = task.timer {
+                self.timer.cancel(handle);
+            }
+        }
+        // Ready entries of the task are dropped when they come up (the task is gone).
+        self.pending.insert(key, Pending::Delete);
+    }
+
+    /// Queues a run-now execution with its own id; the periodic schedule is not disturbed.
+    /// Returns false for an unknown task.
+    pub fn trigger(&mut self, key: &TaskKey, execution_id: String, now: UtcMillis) -> bool {
+        let Some(task) = self.tasks.get(key) else {
+            return false;
+        };
+        self.ready.push(
+            ReadyFire {
+                key: Arc::clone(&task.key),
+                fire_at: now,
+                run_now: Some(execution_id),
+                generation: task.generation,
+            },
+            task.spec.priority,
+            now,
+        );
+        true
+    }
+
+    /// When [`poll`](Self::poll) next has work: the earliest timer, or the next rate-limit
+    /// token while fires wait.
+    pub fn next_wakeup(&mut self, now: UtcMillis) -> Option<UtcMillis> {
+        let ready = if self.ready.is_empty() {
+            None
+        } else {
+            Some(match &mut self.limiter {
+                Some(bucket) => bucket.next_token_at(now),
+                None => now,
+            })
+        };
+        match (self.timer.next_due(), ready) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Advances to `now` and returns the executions to enqueue, in dispatch order.
+    pub fn poll(&mut self, now: UtcMillis) -> Vec<Dispatch> {
+        let mut due = std::mem::take(&mut self.due);
+        self.timer.advance_into(now, &mut due);
+        for (fire_at, entry) in due.drain(..) {
+            self.on_timer(fire_at, entry, now);
+        }
+        self.due = due;
+
+        let mut out = Vec::new();
+        loop {
+            if let Some(bucket) = &mut self.limiter {
+                if self.ready.is_empty() || bucket.next_token_at(now) > now {
+                    break;
+                }
+            }
+            let Some(item) = self.ready.pop(now) else {
+                break;
+            };
+            let Some(task) = self.tasks.get_mut(&item.key) else {
+                continue;
+            };
+            let current = item.generation == task.generation;
+            if !current && item.run_now.is_none() {
+                // Queued before the spec changed or the task was paused.
+                continue;
+            }
+            if task.spec.paused && item.run_now.is_none() {
+                continue;
+            }
+            if item.run_now.is_none() {
+                let breaker = task
+                    .breaker
+                    .get_or_insert_with(|| CircuitBreaker::new(self.config.breaker.clone()));
+                let (admission, transition) = breaker.admit(now);
+                if let Some(t) = transition {
+                    self.notices.push(breaker_notice(&task.key, t));
+                }
+                if admission == Admission::Skip {
+                    self.notices.push(Notice::BreakerSkipped {
+                        key: Arc::clone(&task.key),
+                        fire_at: item.fire_at,
+                    });
+                    continue;
+                }
+            }
+            if let Some(bucket) = &mut self.limiter {
+                // Checked non-empty with a token above; taking cannot fail in between.
+                bucket.try_take(now);
+            }
+            if item.run_now.is_none() {
+                task.state.record_fire(item.fire_at, now);
+            }
+            set_status(&mut task.state, TaskStatus::Running, now);
+            self.pending.insert(Arc::clone(&task.key), Pending::Armed);
+            out.push(Dispatch {
+                key: Arc::clone(&task.key),
+                spec: Arc::clone(&task.spec),
+                fire_at: item.fire_at,
+                run_now: item.run_now,
+                overlap: task.spec.overlap,
+            });
+        }
+        out
+    }
+
+    fn on_timer(&mut self, fire_at: UtcMillis, entry: TimerEntry, now: UtcMillis) {
+        let Some(mut task) = self.tasks.remove(&entry.key) else {
+            return;
+        };
+        if task.generation == entry.generation {
+            match entry.kind {
+                TimerKind::Scheduled => {
+                    task.timer = None;
+                    let next = task.schedule.next_after(fire_at, task.anchor);
+                    // Re-arm before dispatching so the schedule keeps its cadence.
+                    task.state.next_fire_at = next;
+                    if let Some(due) = next {
+                        task.timer = Some(self.timer.insert(
+                            due,
+                            TimerEntry {
+                                key: Arc::clone(&task.key),
+                                kind: TimerKind::Scheduled,
+                                generation: task.generation,
+                            },
+                        ));
+                    }
+                    self.ready.push(
+                        ReadyFire {
+                            key: Arc::clone(&task.key),
+                            fire_at,
+                            run_now: None,
+                            generation: task.generation,
+                        },
+                        task.spec.priority,
+                        now,
+                    );
+                }
+                TimerKind::HeldRetry => {
+                    if let Some(held) = task.held {
+                        self.ready.push(
+                            ReadyFire {
+                                key: Arc::clone(&task.key),
+                                fire_at: held,
+                                run_now: None,
+                                generation: task.generation,
+                            },
+                            task.spec.priority,
+                            now,
+                        );
+                    }
+                }
+            }
+        }
+        self.tasks.insert(Arc::clone(&task.key), task);
+    }
+
+    /// Takes what the enqueue of `dispatch` came to.
+    pub fn on_enqueued(&mut self, dispatch: &Dispatch, outcome: EnqueueOutcome, now: UtcMillis) {
+        let Some(task) = self.tasks.get_mut(&dispatch.key) else {
+            return;
+        };
+        match outcome {
+            EnqueueOutcome::Enqueued | EnqueueOutcome::Duplicate => {
+                if task.held == Some(dispatch.fire_at) {
+                    task.held = None;
+                }
+            }
+            EnqueueOutcome::Held => {
+                match decide_overlap(dispatch.overlap, true, task.held.is_some()) {
+                    OverlapDecision::Hold => {
+                        task.held = Some(dispatch.fire_at);
+                        let due = now.add(self.config.hold_retry);
+                        self.timer.insert(
+                            due,
+                            TimerEntry {
+                                key: Arc::clone(&task.key),
+                                kind: TimerKind::HeldRetry,
+                                generation: task.generation,
+                            },
+                        );
+                    }
+                    OverlapDecision::Coalesce => {
+                        // The newest fire stands for the ones merged into it.
+                        if task.held.is_none_or(|h| h < dispatch.fire_at) {
+                            task.held = Some(dispatch.fire_at);
+                        }
+                        let due = now.add(self.config.hold_retry);
+                        self.timer.insert(
+                            due,
+                            TimerEntry {
+                                key: Arc::clone(&task.key),
+                                kind: TimerKind::HeldRetry,
+                                generation: task.generation,
+                            },
+                        );
+                    }
+                    OverlapDecision::Start | OverlapDecision::ReplaceRunning => {}
+                }
+            }
+        }
+    }
+
+    /// Takes an execution event reported by a worker.
+    pub fn on_execution(&mut self, key: &TaskKey, event: ExecutionEvent, now: UtcMillis) {
+        let Some(task) = self.tasks.get_mut(key) else {
+            return;
+        };
+        match event {
+            ExecutionEvent::Started { started_at } => {
+                // Events of different attempts come from different workers; a start older
+                // than the last recorded end belongs to an attempt already over.
+                if task
+                    .state
+                    .last_finished_at
+                    .is_none_or(|end| started_at >= end)
+                {
+                    set_status(&mut task.state, TaskStatus::Running, now);
+                    self.pending.insert(Arc::clone(&task.key), Pending::Armed);
+                }
+            }
+            ExecutionEvent::Finished {
+                succeeded,
+                last,
+                killed,
+                error,
+            } => {
+                let breaker = task
+                    .breaker
+                    .get_or_insert_with(|| CircuitBreaker::new(self.config.breaker.clone()));
+                if let Some(t) = breaker.record(succeeded, now) {
+                    self.notices.push(breaker_notice(&task.key, t));
+                }
+                if !last {
+                    task.state.last_error = error;
+                    set_status(&mut task.state, TaskStatus::Retrying, now);
+                } else {
+                    task.state.record_outcome(
+                        if succeeded {
+                            Ok(())
+                        } else {
+                            Err(error.unwrap_or_else(|| "failed".to_owned()))
+                        },
+                        now,
+                    );
+                    let status = match (killed, succeeded) {
+                        (true, _) => TaskStatus::Killed,
+                        (false, true) => TaskStatus::Success,
+                        (false, false) => TaskStatus::Failed,
+                    };
+                    set_status(&mut task.state, status, now);
+                    if task.spec.paused {
+                        set_status(&mut task.state, TaskStatus::Paused, now);
+                    } else if task.state.next_fire_at.is_some() {
+                        set_status(&mut task.state, TaskStatus::Scheduled, now);
+                    }
+                    if let Some(held) = task.held {
+                        self.ready.push(
+                            ReadyFire {
+                                key: Arc::clone(&task.key),
+                                fire_at: held,
+                                run_now: None,
+                                generation: task.generation,
+                            },
+                            task.spec.priority,
+                            now,
+                        );
+                    }
+                }
+                self.pending.insert(Arc::clone(&task.key), Pending::Armed);
+            }
+        }
+    }
+
+    /// The states changed since the last call, newest version of each: `Some` to write,
+    /// `None` to delete.
+    pub fn take_state_writes(&mut self) -> Vec<StateWrite> {
+        let mut out = Vec::with_capacity(self.pending.len());
+        for (key, pending) in self.pending.drain() {
+            match pending {
+                Pending::Armed => {
+                    if let Some(task) = self.tasks.get(&key) {
+                        out.push((key, Some(task.state.clone())));
+                    }
+                }
+                Pending::Write(state) => out.push((key, Some(state))),
+                Pending::Delete => out.push((key, None)),
+            }
+        }
+        out
+    }
+
+    /// Whether state changes are waiting for [`take_state_writes`](Self::take_state_writes).
+    pub fn has_state_writes(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Notices raised since the last call.
+    pub fn take_notices(&mut self) -> Vec<Notice> {
+        std::mem::take(&mut self.notices)
+    }
+}
+
+fn breaker_notice(key: &Arc<TaskKey>, transition: Transition) -> Notice {
+    match transition {
+        Transition::Opened {
+            failures,
+            executions,
+        } => Notice::CircuitOpened {
+            key: Arc::clone(key),
+            failures,
+            executions,
+        },
+        Transition::Closed => Notice::CircuitClosed {
+            key: Arc::clone(key),
+        },
+    }
+}
+
+/// Moves `state` to `to` along the state machine. Worker events cross the network and may
+/// arrive out of order (a retry's start after its end), so a move the machine does not allow
+/// directly is tried through RUNNING, and otherwise the status is left as it is (counters
+/// and times are still recorded by the caller).
+fn set_status(state: &mut TaskState, to: TaskStatus, now: UtcMillis) {
+    if state.transition(to, now).is_ok() {
+        return;
+    }
+    if state.status.can_transition_to(TaskStatus::Running)
+        && TaskStatus::Running.can_transition_to(to)
+    {
+        state.status = TaskStatus::Running;
+        let _ = state.transition(to, now);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,494 @@
+use super::*;
+use crate::task::MisfirePolicy;
+
+const T0: i64 = 1_800_000_000_000;
+
+fn at(ms: i64) -> UtcMillis {
+    UtcMillis(T0 + ms)
+}
+
+fn spec(id: &str, json: &str) -> TaskSpec {
+    TaskSpec::from_json(json.as_bytes(), "default", id).expect("valid test spec")
+}
+
+fn key(id: &str) -> TaskKey {
+    TaskKey::new("default", id)
+}
+
+/// Polls every 10 ms from `from` to `to` (inclusive) and returns (poll time, dispatch).
+fn run(d: &mut Dispatcher, from: i64, to: i64) -> Vec<(i64, Dispatch)> {
+    let mut out = Vec::new();
+    let mut t = from;
+    while t <= to {
+        for x in d.poll(at(t)) {
+            out.push((t, x));
+        }
+        t += 10;
+    }
+    out
+}
+
+#[test]
+fn every_task_fires_on_cadence_never_early_and_re_arms() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
+        5,
+        None,
+        at(0),
+    );
+    assert_eq!(d.state(&key("a")).unwrap().next_fire_at, Some(at(1000)));
+    let fired = run(&mut d, 0, 5000);
+    let dues: Vec<_> = fired.iter().map(|(_, x)| x.fire_at.0 - T0).collect();
+    assert_eq!(dues, vec![1000, 2000, 3000, 4000, 5000]);
+    for (polled, x) in &fired {
+        assert!(*polled >= x.fire_at.0 - T0, "never early");
+        assert!(*polled - (x.fire_at.0 - T0) <= 10, "at most one tick late");
+    }
+    let state = d.state(&key("a")).unwrap();
+    assert_eq!(state.fire_count, 5);
+    assert_eq!(state.last_fire_at, Some(at(5000)));
+    assert_eq!(state.next_fire_at, Some(at(6000)));
+    assert_eq!(state.anchor_at, Some(at(0)));
+}
+
+#[test]
+fn state_writes_are_coalesced_per_task() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
+        5,
+        None,
+        at(0),
+    );
+    d.upsert(
+        key("b"),
+        spec("b", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
+        6,
+        None,
+        at(0),
+    );
+    run(&mut d, 0, 10_000);
+    let writes = d.take_state_writes();
+    assert_eq!(writes.len(), 2, "two tasks, ten fires each, two writes");
+    assert!(writes
+        .iter()
+        .all(|(_, s)| s.as_ref().unwrap().fire_count == 10));
+    assert!(!d.has_state_writes());
+}
+
+#[test]
+fn failover_fire_once_runs_the_latest_missed_fire_once() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(60_000));
+    let mut recorded = TaskState::new(5, at(0), at(0));
+    recorded.last_fire_at = Some(at(10_000));
+    d.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"10s"}}"#),
+        5,
+        Some(recorded),
+        at(65_000),
+    );
+    let fired = d.poll(at(65_000));
+    assert_eq!(fired.len(), 1);
+    assert_eq!(fired[0].fire_at, at(60_000));
+    assert!(d.take_notices().iter().any(|n| matches!(
+        n,
+        Notice::Misfired {
+            missed: 5,
+            skipped: 4,
+            ..
+        }
+    )));
+    assert_eq!(d.state(&key("a")).unwrap().next_fire_at, Some(at(70_000)));
+}
+
+#[test]
+fn failover_skip_and_fire_all() {
+    let mut recorded = TaskState::new(5, at(0), at(0));
+    recorded.last_fire_at = Some(at(10_000));
+
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.upsert(
+        key("s"),
+        spec(
+            "s",
+            r#"{"handler":"log","schedule":{"every":"10s"},"misfire":"skip"}"#,
+        ),
+        5,
+        Some(recorded.clone()),
+        at(65_000),
+    );
+    assert!(d.poll(at(65_000)).is_empty());
+    assert!(matches!(
+        d.take_notices()[..],
+        [Notice::Misfired { skipped: 5, .. }]
+    ));
+
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.upsert(
+        key("f"),
+        spec(
+            "f",
+            r#"{"handler":"log","schedule":{"every":"10s"},"misfire":"fire_all"}"#,
+        ),
+        5,
+        Some(recorded),
+        at(65_000),
+    );
+    let dues: Vec<_> = d
+        .poll(at(65_000))
+        .iter()
+        .map(|x| x.fire_at.0 - T0)
+        .collect();
+    assert_eq!(dues, vec![20_000, 30_000, 40_000, 50_000, 60_000]);
+}
+
+#[test]
+fn fires_older_than_the_catch_up_window_raise_a_notice() {
+    let mut recorded = TaskState::new(5, at(0), at(0));
+    recorded.last_fire_at = Some(at(0));
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    let now = 3_600_000;
+    d.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"1m"}}"#),
+        5,
+        Some(recorded),
+        at(now),
+    );
+    assert_eq!(d.poll(at(now)).len(), 1);
+    let notices = d.take_notices();
+    assert!(matches!(notices[..], [Notice::Misfired { beyond_window, .. }] if beyond_window > 0));
+}
+
+#[test]
+fn delay_counts_from_created_at_or_the_recorded_anchor() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    let created = UtcMillis(T0 + 1000).to_rfc3339();
+    let json =
+        format!(r#"{{"handler":"log","schedule":{{"delay":"5s"}},"created_at":"{created}"}}"#);
+    d.upsert(key("a"), spec("a", &json), 5, None, at(3000));
+    assert_eq!(d.state(&key("a")).unwrap().next_fire_at, Some(at(6000)));
+
+    // Without created_at, a new leader continues the countdown the first one recorded.
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    let recorded = TaskState::new(5, at(2000), at(2000));
+    d.upsert(
+        key("b"),
+        spec("b", r#"{"handler":"log","schedule":{"delay":"5s"}}"#),
+        5,
+        Some(recorded),
+        at(4000),
+    );
+    assert_eq!(d.state(&key("b")).unwrap().next_fire_at, Some(at(7000)));
+    let fired = run(&mut d, 4000, 20_000);
+    assert_eq!(fired.len(), 1, "a one-shot fires once");
+    assert_eq!(d.armed_len(), 0);
+}
+
+#[test]
+fn a_fired_one_shot_does_not_fire_again_on_takeover() {
+    let mut recorded = TaskState::new(5, at(0), at(0));
+    recorded.last_fire_at = Some(at(1000));
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    let json = format!(
+        r#"{{"handler":"log","schedule":{{"at":"{}"}}}}"#,
+        at(1000).to_rfc3339()
+    );
+    d.upsert(key("a"), spec("a", &json), 5, Some(recorded), at(50_000));
+    assert!(d.poll(at(50_000)).is_empty());
+    assert_eq!(d.armed_len(), 0);
+}
+
+#[test]
+fn pause_resume_delete_and_same_revision() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    let every = r#"{"handler":"log","schedule":{"every":"1s"}}"#;
+    let paused = r#"{"handler":"log","schedule":{"every":"1s"},"paused":true}"#;
+    d.upsert(key("a"), spec("a", every), 5, None, at(0));
+    assert_eq!(run(&mut d, 0, 2000).len(), 2);
+    d.upsert(key("a"), spec("a", paused), 6, None, at(2500));
+    assert_eq!(d.state(&key("a")).unwrap().status, TaskStatus::Paused);
+    assert!(run(&mut d, 2500, 6000).is_empty());
+    d.upsert(key("a"), spec("a", every), 7, None, at(6500));
+    let fired = run(&mut d, 6500, 8000);
+    let dues: Vec<_> = fired.iter().map(|(_, x)| x.fire_at.0 - T0).collect();
+    assert_eq!(
+        dues,
+        vec![7000, 8000],
+        "resume continues on the anchor's cadence, no replay"
+    );
+    // The same revision delivered again changes nothing.
+    d.upsert(key("a"), spec("a", every), 7, None, at(8000));
+    assert_eq!(d.armed_len(), 1);
+    d.remove(&key("a"));
+    assert!(run(&mut d, 8000, 12_000).is_empty());
+    let writes = d.take_state_writes();
+    assert!(writes.iter().any(|(k, s)| **k == key("a") && s.is_none()));
+}
+
+#[test]
+fn paused_one_shot_fires_when_resumed_after_its_time() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    let when = at(1000).to_rfc3339();
+    let p = format!(r#"{{"handler":"log","schedule":{{"at":"{when}"}},"paused":true}}"#);
+    let r = format!(r#"{{"handler":"log","schedule":{{"at":"{when}"}}}}"#);
+    d.upsert(key("a"), spec("a", &p), 5, None, at(0));
+    assert!(run(&mut d, 0, 3000).is_empty());
+    d.upsert(key("a"), spec("a", &r), 6, None, at(3000));
+    let fired = run(&mut d, 3000, 5000);
+    assert_eq!(fired.len(), 1);
+    assert_eq!(fired[0].1.fire_at, at(1000));
+}
+
+#[test]
+fn run_now_has_its_own_id_and_keeps_the_schedule() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"10s"}}"#),
+        5,
+        None,
+        at(0),
+    );
+    assert!(d.trigger(&key("a"), "exec-1".into(), at(3000)));
+    assert!(!d.trigger(&key("nope"), "exec-2".into(), at(3000)));
+    let fired = d.poll(at(3000));
+    assert_eq!(fired.len(), 1);
+    assert_eq!(fired[0].run_now.as_deref(), Some("exec-1"));
+    assert_eq!(d.state(&key("a")).unwrap().next_fire_at, Some(at(10_000)));
+    assert_eq!(
+        d.state(&key("a")).unwrap().fire_count,
+        0,
+        "run-now is not a scheduled fire"
+    );
+}
+
+#[test]
+fn forbid_holds_one_fire_until_the_previous_execution_ends() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
+        5,
+        None,
+        at(0),
+    );
+    let first = d.poll(at(1000)).pop().unwrap();
+    d.on_enqueued(&first, EnqueueOutcome::Enqueued, at(1000));
+    // The next two fires find the execution still active.
+    for t in [2000, 3000] {
+        let x = d.poll(at(t)).pop().unwrap();
+        d.on_enqueued(&x, EnqueueOutcome::Held, at(t));
+    }
+    assert!(d.poll(at(3500)).is_empty());
+    d.on_execution(
+        &key("a"),
+        ExecutionEvent::Finished {
+            succeeded: true,
+            last: true,
+            killed: false,
+            error: None,
+        },
+        at(3600),
+    );
+    let again = d.poll(at(3600));
+    assert_eq!(
+        again.len(),
+        1,
+        "one held fire runs, the other coalesced into it"
+    );
+    assert_eq!(again[0].fire_at, at(3000));
+    d.on_enqueued(&again[0], EnqueueOutcome::Enqueued, at(3600));
+    // The retry timer finds nothing held any more.
+    assert!(run(&mut d, 3610, 3990).is_empty());
+    assert_eq!(run(&mut d, 4000, 4000).len(), 1);
+}
+
+#[test]
+fn a_held_fire_asks_again_when_its_completion_event_is_lost() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"1h"}}"#),
+        5,
+        None,
+        at(0),
+    );
+    let x = d.poll(at(3_600_000)).pop().unwrap();
+    d.on_enqueued(&x, EnqueueOutcome::Held, at(3_600_000));
+    let retried = run(&mut d, 3_600_010, 3_605_000);
+    assert_eq!(retried.len(), 1);
+    assert_eq!(retried[0].0, 3_605_000);
+    assert_eq!(retried[0].1.fire_at, at(3_600_000));
+}
+
+#[test]
+fn breaker_opens_slows_dispatch_and_notices() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.upsert(
+        key("a"),
+        spec(
+            "a",
+            r#"{"handler":"log","schedule":{"every":"1s"},"overlap":"allow"}"#,
+        ),
+        5,
+        None,
+        at(0),
+    );
+    for t in 1..=4 {
+        assert_eq!(d.poll(at(t * 1000)).len(), 1);
+        d.on_execution(
+            &key("a"),
+            ExecutionEvent::Finished {
+                succeeded: false,
+                last: true,
+                killed: false,
+                error: Some("boom".into()),
+            },
+            at(t * 1000 + 100),
+        );
+    }
+    assert!(d
+        .take_notices()
+        .iter()
+        .any(|n| matches!(n, Notice::CircuitOpened { .. })));
+    let fired = run(&mut d, 5000, 104_000);
+    assert_eq!(fired.len(), 10, "100 fires at a tenth");
+    let state = d.state(&key("a")).unwrap();
+    assert_eq!(state.failure_count, 4);
+    assert_eq!(state.last_error.as_deref(), Some("boom"));
+}
+
+#[test]
+fn rate_limit_spreads_a_burst_in_priority_order() {
+    let config = DispatcherConfig {
+        rate_limit: Some((100.0, 1.0)),
+        ..DispatcherConfig::default()
+    };
+    let mut d = Dispatcher::new(config, at(0));
+    let when = at(1000).to_rfc3339();
+    for i in 0..50 {
+        let p = if i % 2 == 0 { 9 } else { 0 };
+        let json = format!(r#"{{"handler":"log","schedule":{{"at":"{when}"}},"priority":{p}}}"#);
+        d.upsert(
+            key(&format!("t{i}")),
+            spec(&format!("t{i}"), &json),
+            5,
+            None,
+            at(0),
+        );
+    }
+    let fired = run(&mut d, 1000, 2000);
+    assert_eq!(fired.len(), 50);
+    assert!(
+        fired.last().unwrap().0 >= 1480,
+        "100 a second: 50 take about half a second"
+    );
+    let first_low = fired
+        .iter()
+        .position(|(_, x)| x.spec.priority == 0)
+        .unwrap();
+    assert!(
+        first_low >= 20,
+        "high priority first while aging has not caught up"
+    );
+    let wake = d.next_wakeup(at(2000));
+    assert_eq!(wake, None);
+}
+
+#[test]
+fn invalid_spec_stops_the_task_and_records_errors() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
+        5,
+        None,
+        at(0),
+    );
+    d.take_state_writes();
+    d.mark_invalid(
+        key("a"),
+        6,
+        vec![FieldError::new(
+            "schedule.cron",
+            "minute 61 is out of range 0-59",
+        )],
+        at(500),
+    );
+    assert!(run(&mut d, 500, 5000).is_empty());
+    let writes = d.take_state_writes();
+    let state = writes[0].1.as_ref().unwrap();
+    assert_eq!(state.status, TaskStatus::Invalid);
+    assert_eq!(state.validation_errors[0].path, "schedule.cron");
+    // A fixed spec brings it back.
+    d.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
+        7,
+        Some(state.clone()),
+        at(5000),
+    );
+    assert_eq!(run(&mut d, 5000, 6000).len(), 1);
+}
+
+#[test]
+fn retry_and_final_outcome_states() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    let json = format!(
+        r#"{{"handler":"log","schedule":{{"at":"{}"}}}}"#,
+        at(1000).to_rfc3339()
+    );
+    d.upsert(key("a"), spec("a", &json), 5, None, at(0));
+    assert_eq!(d.poll(at(1000)).len(), 1);
+    assert_eq!(d.state(&key("a")).unwrap().status, TaskStatus::Running);
+    d.on_execution(
+        &key("a"),
+        ExecutionEvent::Finished {
+            succeeded: false,
+            last: false,
+            killed: false,
+            error: Some("503".into()),
+        },
+        at(1100),
+    );
+    assert_eq!(d.state(&key("a")).unwrap().status, TaskStatus::Retrying);
+    // The retry's end arrives before its start.
+    d.on_execution(
+        &key("a"),
+        ExecutionEvent::Finished {
+            succeeded: true,
+            last: true,
+            killed: false,
+            error: None,
+        },
+        at(2100),
+    );
+    d.on_execution(
+        &key("a"),
+        ExecutionEvent::Started {
+            started_at: at(2000),
+        },
+        at(2200),
+    );
+    let state = d.state(&key("a")).unwrap();
+    assert_eq!(state.status, TaskStatus::Success);
+    assert_eq!(state.success_count, 1);
+}
+
+#[test]
+fn misfire_policy_skip_drops_a_missed_one_shot() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    let json = format!(
+        r#"{{"handler":"log","schedule":{{"at":"{}"}},"misfire":"skip"}}"#,
+        at(1000).to_rfc3339()
+    );
+    let s = spec("a", &json);
+    assert_eq!(s.misfire, MisfirePolicy::Skip);
+    d.upsert(key("a"), s, 5, None, at(5000));
+    assert!(d.poll(at(5000)).is_empty());
+}
