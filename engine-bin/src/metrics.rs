@@ -35,7 +35,7 @@ pub const QUEUE_DEPTH: &str = "scheduler_queue_depth";
 pub const ACTIVE_WORKERS: &str = "scheduler_active_workers";
 /// 1 while this replica leads, else 0.
 pub const IS_LEADER: &str = "scheduler_is_leader";
-/// Times this replica gained or lost leadership.
+/// Times this replica became leader.
 pub const LEADER_CHANGES_TOTAL: &str = "scheduler_leader_changes_total";
 /// Registered specs that failed validation.
 pub const INVALID_SPECS: &str = "scheduler_invalid_specs";
@@ -301,7 +301,8 @@ impl Metrics {
 
     /// Records a leadership change and sets [`IS_LEADER`].
     pub fn set_leader(&self, leading: bool) {
-        if (self.is_leader.get() == 1) != leading {
+        // Only gains count: a handover is one change, as the flapping alert assumes.
+        if leading && self.is_leader.get() != 1 {
             self.leader_changes_total.inc();
         }
         self.is_leader.set(i64::from(leading));
@@ -416,14 +417,16 @@ mod tests {
     }
 
     #[test]
-    fn leader_changes_count_transitions_only() {
+    fn leader_changes_count_gains_only() {
         let m = metrics();
         m.set_leader(false);
         assert_eq!(m.leader_changes_total.get(), 0);
         m.set_leader(true);
         m.set_leader(true);
         m.set_leader(false);
-        assert_eq!((m.leader_changes_total.get(), m.is_leader.get()), (2, 0));
+        assert_eq!((m.leader_changes_total.get(), m.is_leader.get()), (1, 0));
+        m.set_leader(true);
+        assert_eq!(m.leader_changes_total.get(), 2);
     }
 
     #[test]
