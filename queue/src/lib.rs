@@ -26,7 +26,7 @@ pub use history::{HistoryEntry, HistoryOutcome};
 pub use keys::Keys;
 pub use maintenance::{Maintenance, MaintenanceConfig, MaintenanceState, StepReport};
 pub use message::{AttemptError, ExecutionMessage};
-pub use queue::{Delivery, EnqueueOutcome, Queue, QueueStats};
+pub use queue::{Delivery, EnqueueOutcome, Queue, QueueStats, ENQUEUE_CHUNK};
 
 /// The current instant from the system clock, for the edges that must read it.
 pub fn now() -> ax_scheduler_core::UtcMillis {

@@ -110,6 +110,9 @@ pub(crate) fn check_queue(name: &str) -> Result<()> {
     }
 }
 
+/// Messages per script call in [`Queue::enqueue_batch`].
+pub const ENQUEUE_CHUNK: usize = 100;
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -225,8 +228,10 @@ impl Queue {
         }
     }
 
-    /// Enqueues many messages in one pipeline (one round trip); each gets its own outcome, in
-    /// order. Safe to repeat after an error: every message is deduplicated.
+    /// Enqueues many messages: one script call per queue and chunk of
+    /// [`ENQUEUE_CHUNK`] messages, all sent in one pipeline (one round trip). Each message
+    /// gets its own outcome, in order, by the same rules as [`Queue::enqueue`]. Safe to
+    /// repeat after an error: every message is deduplicated.
     pub async fn enqueue_batch(&self, msgs: &[ExecutionMessage]) -> Result<Vec<EnqueueOutcome>> {
         if msgs.is_empty() {
             return Ok(Vec::new());
@@ -236,34 +241,75 @@ impl Queue {
             check_queue(&m.queue)?;
             jsons.push(m.to_json()?);
         }
-        let script = &self.inner.scripts.enqueue;
+        // Indices grouped by queue (a script touches one queue's slot), then chunked.
+        let mut by_queue: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, m) in msgs.iter().enumerate() {
+            by_queue.entry(m.queue.as_str()).or_default().push(i);
+        }
+        let chunks: Vec<&[usize]> = by_queue
+            .values()
+            .flat_map(|v| v.chunks(ENQUEUE_CHUNK))
+            .collect();
+        let script = &self.inner.scripts.enqueue_many;
+        let k = &self.inner.keys;
+        let ttl = ms(self.inner.cfg.dedupe_ttl).max(1);
         let mut conn = self.conn();
         for round in 0..2 {
             let mut pipe = redis::pipe();
-            for (m, json) in msgs.iter().zip(&jsons) {
-                let k = &self.inner.keys;
-                let q = &m.queue;
-                pipe.cmd("EVALSHA")
+            for chunk in &chunks {
+                let q = msgs[chunk[0]].queue.as_str();
+                let cmd = pipe
+                    .cmd("EVALSHA")
                     .arg(script.get_hash())
-                    .arg(4)
+                    .arg(3 + chunk.len())
                     .arg(k.ready(q))
                     .arg(k.monitor(q))
-                    .arg(k.fence(q))
-                    .arg(k.dedupe(q, &m.dedupe_identity()))
-                    .arg(json)
-                    .arg(m.execution_id.to_string())
-                    .arg(m.enqueued_at.0)
-                    .arg(m.fencing_token)
-                    .arg(ms(self.inner.cfg.dedupe_ttl).max(1))
-                    .arg(if m.priority > ax_scheduler_core::task::DEFAULT_PRIORITY {
-                        "1"
-                    } else {
-                        "0"
-                    });
+                    .arg(k.fence(q));
+                for &i in *chunk {
+                    cmd.arg(k.dedupe(q, &msgs[i].dedupe_identity()));
+                }
+                cmd.arg(ttl);
+                for &i in *chunk {
+                    let m = &msgs[i];
+                    cmd.arg(&jsons[i])
+                        .arg(m.execution_id.to_string())
+                        .arg(m.enqueued_at.0)
+                        .arg(m.fencing_token)
+                        .arg(if m.priority > ax_scheduler_core::task::DEFAULT_PRIORITY {
+                            "1"
+                        } else {
+                            "0"
+                        });
+                }
             }
-            let res: RedisResult<Vec<(i64, String)>> = pipe.query_async(&mut conn).await;
+            let res: RedisResult<Vec<Vec<redis::Value>>> =
+                self.run_raw(pipe.query_async(&mut conn)).await?;
             match res {
-                Ok(replies) => return replies.into_iter().map(Self::outcome).collect(),
+                Ok(replies) => {
+                    let mut out = vec![EnqueueOutcome::Duplicate; msgs.len()];
+                    for (chunk, reply) in chunks.iter().zip(replies) {
+                        let newest = reply
+                            .last()
+                            .and_then(|v| redis::from_redis_value::<String>(v).ok())
+                            .unwrap_or_default();
+                        if reply.len() != chunk.len() + 1 {
+                            return Err(QueueError::UnexpectedReply {
+                                op: "enqueue_batch",
+                                detail: format!(
+                                    "{} values for {} messages",
+                                    reply.len(),
+                                    chunk.len()
+                                ),
+                            });
+                        }
+                        for (&i, code) in chunk.iter().zip(&reply) {
+                            let code: i64 = redis::from_redis_value(code)
+                                .map_err(QueueError::redis("enqueue_batch"))?;
+                            out[i] = Self::outcome((code, newest.clone()))?;
+                        }
+                    }
+                    return Ok(out);
+                }
                 Err(e) if e.kind() == redis::ErrorKind::NoScriptError && round == 0 => {
                     let mut c = self.conn();
                     let load = script.prepare_invoke();
@@ -276,6 +322,20 @@ impl Queue {
             op: "enqueue_batch",
             detail: "script missing after loading it".into(),
         })
+    }
+
+    /// Like [`Queue::run`] but leaves the Redis error to the caller (to react to NOSCRIPT).
+    async fn run_raw<T>(
+        &self,
+        fut: impl Future<Output = RedisResult<T>>,
+    ) -> Result<RedisResult<T>> {
+        let after = self.inner.cfg.command_timeout;
+        tokio::time::timeout(after, fut)
+            .await
+            .map_err(|_| QueueError::Timeout {
+                op: "enqueue_batch",
+                after,
+            })
     }
 
     /// The newest fencing token `queue` has seen (0 when none).
@@ -308,32 +368,40 @@ impl Queue {
     /// Settles a finished message. `false` when it was no longer held (the reaper gave it
     /// back because this worker looked dead).
     pub async fn ack(&self, d: &Delivery) -> Result<bool> {
-        Ok(self.ack_many(std::slice::from_ref(d)).await? == 1)
+        Ok(self
+            .ack_many(std::slice::from_ref(d))
+            .await?
+            .first()
+            .copied()
+            .unwrap_or(false))
     }
 
-    /// Settles many finished messages, one script call per (queue, worker). Returns how many
-    /// were still held.
-    pub async fn ack_many(&self, ds: &[Delivery]) -> Result<usize> {
-        let mut groups: BTreeMap<(&str, &str), Vec<&Delivery>> = BTreeMap::new();
-        for d in ds {
+    /// Settles many finished messages, one script call per (queue, worker). Returns, per
+    /// delivery in order, whether it was still held.
+    pub async fn ack_many(&self, ds: &[Delivery]) -> Result<Vec<bool>> {
+        let mut groups: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
+        for (i, d) in ds.iter().enumerate() {
             groups
                 .entry((d.queue.as_str(), d.worker_id.as_str()))
                 .or_default()
-                .push(d);
+                .push(i);
         }
-        let mut total = 0usize;
+        let mut held = vec![false; ds.len()];
         for ((queue, worker), group) in groups {
             let mut conn = self.conn();
             let mut inv = self.inner.scripts.ack.prepare_invoke();
             inv.key(self.inner.keys.processing(queue, worker))
                 .key(self.inner.keys.monitor(queue));
-            for d in group {
-                inv.arg(&d.raw).arg(d.message.execution_id.to_string());
+            for &i in &group {
+                inv.arg(&ds[i].raw)
+                    .arg(ds[i].message.execution_id.to_string());
             }
-            let n: usize = self.run("ack", inv.invoke_async(&mut conn)).await?;
-            total += n;
+            let flags: Vec<i64> = self.run("ack", inv.invoke_async(&mut conn)).await?;
+            for (&i, flag) in group.iter().zip(flags) {
+                held[i] = flag == 1;
+            }
         }
-        Ok(total)
+        Ok(held)
     }
 
     /// Moves a failed message to the delayed set as `next` (its next attempt), due at `due`.

@@ -129,6 +129,24 @@ async fn batch_enqueue_reports_each_outcome_in_order() {
     assert_eq!(out[300], EnqueueOutcome::Duplicate);
     assert_eq!(out[301], EnqueueOutcome::Fenced { newest: 1 });
     assert_eq!(q.depth("default").await.unwrap(), 300);
+    // Mixed queues in one batch: grouped per queue, outcomes still in input order.
+    let mut other = spec("t", "other");
+    other.queue = "other".into();
+    let mixed = vec![
+        ExecutionMessage::for_fire(&other, UtcMillis(1), now, 1),
+        ExecutionMessage::for_fire(&s, UtcMillis(1), now, 1),
+        ExecutionMessage::for_fire(&other, UtcMillis(2), now, 1),
+    ];
+    let out = q.enqueue_batch(&mixed).await.unwrap();
+    assert_eq!(
+        out,
+        vec![
+            EnqueueOutcome::Enqueued,
+            EnqueueOutcome::Duplicate,
+            EnqueueOutcome::Enqueued
+        ]
+    );
+    assert_eq!(q.depth("other").await.unwrap(), 2);
 }
 
 #[tokio::test]
@@ -173,7 +191,7 @@ async fn take_is_fifo_and_ack_settles() {
     let mut raw = raw_conn(&redis_url()).await;
     let held: u64 = raw.llen(k.processing("default", "w1")).await.unwrap();
     assert_eq!(held, 3);
-    assert_eq!(q.ack_many(&got).await.unwrap(), 3);
+    assert_eq!(q.ack_many(&got).await.unwrap(), vec![true; 3]);
     assert!(!q.ack(&got[0]).await.unwrap(), "a second ack finds nothing");
     let rest = c.take(10).await.unwrap();
     assert_eq!(rest.len(), 2);

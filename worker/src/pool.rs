@@ -116,6 +116,12 @@ struct Counters {
     released: AtomicU64,
 }
 
+/// An ack waiting for the batcher; the execution learns whether the message was still held.
+type AckRequest = (Delivery, tokio::sync::oneshot::Sender<Option<bool>>);
+
+/// Most acks settled in one script call.
+const ACK_BATCH: usize = 256;
+
 struct Shared {
     queue: Queue,
     cfg: WorkerConfig,
@@ -206,6 +212,11 @@ impl WorkerPool {
         );
         background.spawn(maintenance.run(background_stop.clone()));
 
+        // Acks go through one batching task: under load, one script call settles many
+        // messages. It ends when the last sender (held by fetchers and executions) is gone.
+        let (ack_tx, ack_rx) = tokio::sync::mpsc::unbounded_channel::<AckRequest>();
+        let acker = tokio::spawn(ack_loop(self.shared.clone(), ack_rx));
+
         let fetchers = TaskTracker::new();
         for q in &sh.cfg.queues {
             fetchers.spawn(fetch_loop(
@@ -215,8 +226,10 @@ impl WorkerPool {
                 executions.clone(),
                 cancel.clone(),
                 hard_stop.clone(),
+                ack_tx.clone(),
             ));
         }
+        drop(ack_tx);
         fetchers.close();
         cancel.cancelled().await;
         tracing::info!(worker = %sh.cfg.worker_id, "worker pool stopping: no new messages");
@@ -229,6 +242,9 @@ impl WorkerPool {
             tracing::warn!(worker = %sh.cfg.worker_id, grace = ?sh.cfg.shutdown_grace, "grace period over: giving back unfinished work");
             hard_stop.cancel();
             executions.wait().await;
+        }
+        if let Err(e) = acker.await {
+            tracing::error!(error = %e, "ack task failed");
         }
         background_stop.cancel();
         background.close();
@@ -288,6 +304,7 @@ async fn fetch_loop(
     executions: TaskTracker,
     cancel: CancellationToken,
     hard_stop: CancellationToken,
+    acks: tokio::sync::mpsc::UnboundedSender<AckRequest>,
 ) {
     let mut failures = 0u32;
     let mut consumer = None;
@@ -341,7 +358,13 @@ async fn fetch_loop(
                         give_back(&sh, &d).await;
                         continue;
                     }
-                    executions.spawn(execute(sh.clone(), d, permit, hard_stop.clone()));
+                    executions.spawn(execute(
+                        sh.clone(),
+                        d,
+                        permit,
+                        hard_stop.clone(),
+                        acks.clone(),
+                    ));
                 }
             }
             Err(e) => {
@@ -415,11 +438,31 @@ fn panic_message(e: JoinError) -> String {
     }
 }
 
+async fn ack_loop(sh: Arc<Shared>, mut rx: tokio::sync::mpsc::UnboundedReceiver<AckRequest>) {
+    let mut batch = Vec::with_capacity(ACK_BATCH);
+    while rx.recv_many(&mut batch, ACK_BATCH).await > 0 {
+        let (deliveries, replies): (Vec<Delivery>, Vec<_>) = batch.drain(..).unzip();
+        let q = &sh.queue;
+        let held = settle(&sh, "ack", || q.ack_many(&deliveries)).await;
+        for (i, reply) in replies.into_iter().enumerate() {
+            let _ = reply.send(held.as_ref().map(|h| h.get(i).copied().unwrap_or(false)));
+        }
+    }
+}
+
+/// Hands an ack to the batcher and waits for it; `None` when it could not be settled.
+async fn ack(acks: &tokio::sync::mpsc::UnboundedSender<AckRequest>, d: &Delivery) -> Option<bool> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    acks.send((d.clone(), tx)).ok()?;
+    rx.await.ok().flatten()
+}
+
 async fn execute(
     sh: Arc<Shared>,
     d: Delivery,
     permit: OwnedSemaphorePermit,
     hard_stop: CancellationToken,
+    acks: tokio::sync::mpsc::UnboundedSender<AckRequest>,
 ) {
     let m = &d.message;
     let span = tracing::info_span!(
@@ -431,11 +474,18 @@ async fn execute(
         attempt = m.attempt,
         lateness_ms = tracing::field::Empty,
     );
-    execute_in_span(&sh, &d, &hard_stop).instrument(span).await;
+    execute_in_span(&sh, &d, &hard_stop, &acks)
+        .instrument(span)
+        .await;
     drop(permit);
 }
 
-async fn execute_in_span(sh: &Shared, d: &Delivery, hard_stop: &CancellationToken) {
+async fn execute_in_span(
+    sh: &Shared,
+    d: &Delivery,
+    hard_stop: &CancellationToken,
+    acks: &tokio::sync::mpsc::UnboundedSender<AckRequest>,
+) {
     let msg = &d.message;
     let worker = sh.cfg.worker_id.as_str();
     let started = ax_queue::now();
@@ -482,11 +532,10 @@ async fn execute_in_span(sh: &Shared, d: &Delivery, hard_stop: &CancellationToke
         // handler that ignores cancellation and never yields cannot be waited for.
         let _ = tokio::time::timeout(Duration::from_secs(1), handle).await;
     }
-    let q = &sh.queue;
     let now = ax_queue::now();
     match ran {
         Ran::Done(Ok(())) => {
-            if settle(sh, "ack", || q.ack(d)).await == Some(false) {
+            if ack(acks, d).await == Some(false) {
                 tracing::warn!("ack found the message gone (the reaper gave it back)");
             }
             sh.counters.succeeded.fetch_add(1, Ordering::Relaxed);
