@@ -19,8 +19,9 @@
 //!   `(due, seq)`; slots are drained in tick order, so the whole batch is ordered.
 //! - No fixed maximum delay: timers beyond the top level's window go to an overflow min-heap
 //!   ([`overflow`]) and move into the wheel when the wheel's window reaches theirs.
-//! - Storage is a slab ([`slab`]) with `u32` intrusive lists and generation-checked handles,
-//!   all safe code.
+//! - Storage is a slab ([`slab`]) of entries with generation-checked handles; a slot is a
+//!   `Vec<u32>` of entry indices (swap-removal for O(1) cancel), not an intrusive list, so
+//!   draining a slot is not a chain of dependent cache misses. All safe code.
 //!
 //! Nothing here reads a clock: the caller passes `now` to [`TimerWheel::advance`] and sleeps
 //! until [`TimerWheel::next_due`].
@@ -32,7 +33,10 @@ use std::time::Duration;
 
 use crate::time::UtcMillis;
 use overflow::{HeapKey, Overflow};
-use slab::{Entry, List, Slab, LOC_HEAP, NIL};
+use slab::{Entry, Slab, LOC_HEAP};
+
+/// A drained slot keeps its buffer up to this many indices (4 KiB) for its next turn.
+const RETAINED_SLOT_CAPACITY: usize = 1024;
 
 /// Largest supported `slot_bits`: a level's occupancy is one `u64`.
 pub const MAX_SLOT_BITS: u32 = 6;
@@ -134,8 +138,8 @@ pub struct TimerWheel<T> {
     elapsed: u64,
     next_seq: u64,
     slab: Slab<T>,
-    /// `levels * 2^slot_bits` lists, indexed `level << slot_bits | slot`.
-    slots: Vec<List>,
+    /// `levels * 2^slot_bits` slots of entry indices, indexed `level << slot_bits | slot`.
+    slots: Vec<Vec<u32>>,
     /// Per level, bit `s` set iff slot `s` is non-empty.
     occupied: Vec<u64>,
     overflow: Overflow,
@@ -184,7 +188,9 @@ impl<T> TimerWheel<T> {
             elapsed: 0,
             next_seq: 0,
             slab: Slab::with_capacity(capacity),
-            slots: vec![List::EMPTY; slots_per_level * config.levels as usize],
+            slots: (0..slots_per_level * config.levels as usize)
+                .map(|_| Vec::new())
+                .collect(),
             occupied: vec![0; config.levels as usize],
             overflow: Overflow::default(),
             scratch: Vec::new(),
@@ -268,16 +274,11 @@ impl<T> TimerWheel<T> {
     /// Costs O(levels) plus a scan of one level-0 slot.
     pub fn next_due(&self) -> Option<UtcMillis> {
         match self.next_expiration() {
-            Some(exp) if exp.level == 0 => {
-                let mut min = i64::MAX;
-                let mut i = self.slots[exp.slot as usize].head;
-                while i != NIL {
-                    let e = &self.slab.entries[i as usize];
-                    min = min.min(e.due);
-                    i = e.next;
-                }
-                Some(UtcMillis(min))
-            }
+            Some(exp) if exp.level == 0 => self.slots[exp.slot as usize]
+                .iter()
+                .map(|&i| self.slab.entries[i as usize].due)
+                .min()
+                .map(UtcMillis),
             Some(exp) => Some(UtcMillis(self.tick_start_ms(exp.deadline))),
             None => self.overflow.peek().map(|k| UtcMillis(k.due)),
         }
@@ -354,7 +355,7 @@ impl<T> TimerWheel<T> {
         self.slot_bits * self.levels
     }
 
-    /// Files a live, unlinked entry under the current `elapsed`: a wheel slot if its tick is in
+    /// Files a live entry that is in no slot under the current `elapsed`: a wheel slot if its tick is in
     /// the current top window, otherwise the overflow heap.
     fn place(&mut self, idx: u32) {
         let (due, seq) = {
@@ -372,8 +373,13 @@ impl<T> TimerWheel<T> {
         }
         let slot = (when >> (level * self.slot_bits)) & self.slot_mask;
         let loc = (u64::from(level) << self.slot_bits | slot) as usize;
-        // `loc` < levels * 64 <= 640, far from the LOC_* markers.
-        self.slab.push_back(&mut self.slots[loc], idx, loc as u16);
+        let members = &mut self.slots[loc];
+        let e = &mut self.slab.entries[idx as usize];
+        // `loc` < levels * 64 <= 640, far from the LOC_* markers; a slot holds fewer than
+        // u32::MAX entries because indices are u32.
+        e.loc = loc as u16;
+        e.pos = members.len() as u32;
+        members.push(idx);
         self.occupied[level as usize] |= 1 << slot;
     }
 
@@ -385,7 +391,7 @@ impl<T> TimerWheel<T> {
             return true;
         }
         let loc = usize::from(loc);
-        self.slab.unlink(&mut self.slots[loc], idx);
+        self.remove_at(loc, self.slab.entries[idx as usize].pos);
         if self.slots[loc].is_empty() {
             let level = loc >> self.slot_bits;
             let slot = loc as u64 & self.slot_mask;
@@ -429,22 +435,25 @@ impl<T> TimerWheel<T> {
         debug_assert!(exp.deadline >= self.elapsed);
         self.elapsed = exp.deadline;
         let loc = (u64::from(exp.level) << self.slot_bits | exp.slot) as usize;
-        let list = std::mem::replace(&mut self.slots[loc], List::EMPTY);
+        let mut members = std::mem::take(&mut self.slots[loc]);
         self.occupied[exp.level as usize] &= !(1 << exp.slot);
-        let mut i = list.head;
         if exp.level == 0 {
-            while i != NIL {
+            for &i in &members {
                 let e = &self.slab.entries[i as usize];
                 self.scratch.push((e.due, e.seq, i));
-                i = e.next;
             }
             self.emit(out);
         } else {
-            while i != NIL {
-                let next = self.slab.entries[i as usize].next;
+            // Entries only move to lower levels, so this slot stays empty meanwhile.
+            for &i in &members {
                 self.place(i);
-                i = next;
             }
+        }
+        // Keep a small buffer for the slot's next turn; let a large one go rather than hold
+        // memory for a burst that has passed.
+        if members.capacity() <= RETAINED_SLOT_CAPACITY {
+            members.clear();
+            self.slots[loc] = members;
         }
     }
 
@@ -455,19 +464,32 @@ impl<T> TimerWheel<T> {
             return;
         }
         let loc = slot as usize;
-        let mut i = self.slots[loc].head;
-        while i != NIL {
-            let Entry { due, seq, next, .. } = self.slab.entries[i as usize];
-            if due <= now_ms {
-                self.slab.unlink(&mut self.slots[loc], i);
-                self.scratch.push((due, seq, i));
+        let mut pos = 0;
+        while pos < self.slots[loc].len() {
+            let i = self.slots[loc][pos];
+            let e = &self.slab.entries[i as usize];
+            if e.due <= now_ms {
+                self.scratch.push((e.due, e.seq, i));
+                // The last member moves into `pos`, which is examined next.
+                self.remove_at(loc, pos as u32);
+            } else {
+                pos += 1;
             }
-            i = next;
         }
         if self.slots[loc].is_empty() {
             self.occupied[0] &= !(1 << slot);
         }
         self.emit(out);
+    }
+
+    /// Removes the member at `pos` of slot `loc` by swap-removal, fixing the moved member's
+    /// position. The occupancy bit is the caller's business.
+    fn remove_at(&mut self, loc: usize, pos: u32) {
+        let members = &mut self.slots[loc];
+        members.swap_remove(pos as usize);
+        if let Some(&moved) = members.get(pos as usize) {
+            self.slab.entries[moved as usize].pos = pos;
+        }
     }
 
     /// Frees the entries collected in `scratch` and appends them to `out` in `(due, seq)`
