@@ -87,6 +87,29 @@ impl Keys {
         format!("{}/instances/", self.prefix)
     }
 
+    /// `{prefix}/triggers/`: the range of pending run-now requests.
+    pub fn triggers_prefix(&self) -> String {
+        format!("{}/triggers/", self.prefix)
+    }
+
+    /// `{prefix}/triggers/{namespace}/{id}/{execution_id}`: one run-now request, written by
+    /// the CLI or the API and deleted by the leader once it has enqueued the execution.
+    pub fn trigger(&self, namespace: &str, id: &str, execution_id: &str) -> String {
+        format!("{}/triggers/{namespace}/{id}/{execution_id}", self.prefix)
+    }
+
+    /// Splits a key under [`Keys::triggers_prefix`] into `(namespace, id, execution_id)`;
+    /// `None` when it does not have exactly those three segments.
+    pub fn parse_trigger_key(&self, key: &str) -> Option<(String, String, String)> {
+        let rest = key.strip_prefix(&self.triggers_prefix())?;
+        let mut parts = rest.split('/');
+        let (ns, id, exec) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() || ns.is_empty() || id.is_empty() || exec.is_empty() {
+            return None;
+        }
+        Some((ns.to_string(), id.to_string(), exec.to_string()))
+    }
+
     /// Splits a key under [`Keys::tasks_prefix`] into `(namespace, id)`.
     pub fn parse_task_key(&self, key: &str) -> Result<(String, String), BadTaskKey> {
         let tasks = self.tasks_prefix();
@@ -143,5 +166,27 @@ mod tests {
         assert_eq!(short.id, "lonely");
         assert!(k.parse_task_key("/scheduler/tasks/ns/").is_err());
         assert!(k.parse_task_key("/other/tasks/ns/x").is_err());
+    }
+
+    #[test]
+    fn trigger_keys_round_trip() {
+        let k = Keys::new("/scheduler");
+        assert_eq!(k.triggers_prefix(), "/scheduler/triggers/");
+        let key = k.trigger("ops", "nightly", "0190a0b0-0000-7000-8000-000000000000");
+        assert_eq!(
+            key,
+            "/scheduler/triggers/ops/nightly/0190a0b0-0000-7000-8000-000000000000"
+        );
+        assert_eq!(
+            k.parse_trigger_key(&key),
+            Some((
+                "ops".into(),
+                "nightly".into(),
+                "0190a0b0-0000-7000-8000-000000000000".into()
+            ))
+        );
+        assert_eq!(k.parse_trigger_key("/scheduler/triggers/ops/nightly"), None);
+        assert_eq!(k.parse_trigger_key("/scheduler/triggers/a/b/c/d"), None);
+        assert_eq!(k.parse_trigger_key("/scheduler/tasks/a/b/c"), None);
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! Layout (the user-facing contract, documented in `docs/etcd-layout.md`), built in
 //! [`keys`]: task specs at `{prefix}/tasks/{namespace}/{id}`, runtime state at
-//! `{prefix}/state/{namespace}/{id}`, plus the election's keys.
+//! `{prefix}/state/{namespace}/{id}`, run-now requests at
+//! `{prefix}/triggers/{namespace}/{id}/{execution_id}` ([`TriggerRequest`]), plus the
+//! election's keys.
 //!
 //! [`Registry`] registers with compare-and-swap (a higher spec `version` replaces, an equal
 //! or lower one is refused), updates with optimistic concurrency on the key's mod revision,
@@ -15,6 +17,7 @@ mod decode;
 mod error;
 pub mod keys;
 mod registry;
+mod trigger;
 mod watch;
 
 pub use config::RegistryConfig;
@@ -22,4 +25,5 @@ pub use decode::{InvalidTask, StoredTask, TaskListing};
 pub use error::RegistryError;
 pub use keys::Keys;
 pub use registry::{RegisterOutcome, Registry, StoredState, MAX_TXN_OPS, UPDATE_ATTEMPTS};
+pub use trigger::{PendingTrigger, TriggerRequest};
 pub use watch::{RegistryEvent, TaskWatcher};

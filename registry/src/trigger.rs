@@ -1,0 +1,116 @@
+//! Run-now requests: `{prefix}/triggers/{namespace}/{id}/{execution_id}`.
+//!
+//! A run-now is asked for by whoever can reach etcd (the CLI, any replica's API) but acted on
+//! by the leader alone, which is the only one allowed to enqueue. A key per request is the
+//! hand-over: the requester picks the execution id (so it can report it at once), the leader
+//! lists and watches the prefix, enqueues each execution with that id (its dedupe identity,
+//! so a request seen twice across a failover still runs once) and deletes the key. A request
+//! written while no leader acts waits in etcd for the next one.
+//!
+//! The request is written only if the task's spec key exists, checked in the same
+//! transaction, so a trigger racing a delete never leaves a request for a task that is gone.
+
+use ax_scheduler_core::UtcMillis;
+use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{timed, RegistryError};
+use crate::registry::Registry;
+
+/// The value of a run-now request key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TriggerRequest {
+    /// Id of the execution to enqueue (a UUID v7, also the last key segment).
+    pub execution_id: String,
+    /// When the run was asked for.
+    pub requested_at: UtcMillis,
+}
+
+/// A pending run-now request as listed from etcd.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingTrigger {
+    /// Task namespace (from the key).
+    pub namespace: String,
+    /// Task id (from the key).
+    pub id: String,
+    /// Execution id (from the key, which is authoritative).
+    pub execution_id: String,
+    /// When it was asked for; `None` when the value cannot be decoded.
+    pub requested_at: Option<UtcMillis>,
+    /// Revision of the request's write.
+    pub mod_revision: i64,
+}
+
+impl Registry {
+    /// Writes a run-now request for an existing task. [`RegistryError::NotFound`] when the
+    /// task is not registered. Returns the write's revision.
+    pub async fn request_trigger(
+        &self,
+        namespace: &str,
+        id: &str,
+        request: &TriggerRequest,
+    ) -> Result<i64, RegistryError> {
+        let task = self.keys().task(namespace, id);
+        let key = self.keys().trigger(namespace, id, &request.execution_id);
+        // A struct of a string and an integer always serializes.
+        let value = serde_json::to_vec(request).unwrap_or_default();
+        let txn = Txn::new()
+            .when([Compare::create_revision(task, CompareOp::Greater, 0)])
+            .and_then([TxnOp::put(key, value, None)]);
+        let mut kv = self.client().kv_client();
+        let resp = timed("trigger put", self.config().request_timeout, kv.txn(txn)).await?;
+        if !resp.succeeded() {
+            return Err(RegistryError::NotFound {
+                namespace: namespace.to_string(),
+                id: id.to_string(),
+            });
+        }
+        tracing::info!(task_id = id, namespace, execution_id = %request.execution_id, "run-now requested");
+        Ok(resp.header().map(|h| h.revision()).unwrap_or(0))
+    }
+
+    /// Every pending run-now request, in key order, with the revision of the listing (watch
+    /// from the next one). Keys without the three segments are skipped with a warning.
+    pub async fn list_triggers(&self) -> Result<(i64, Vec<PendingTrigger>), RegistryError> {
+        let (revision, kvs) = self.list_range(&self.keys().triggers_prefix()).await?;
+        let mut out = Vec::with_capacity(kvs.len());
+        for kv in &kvs {
+            let key = String::from_utf8_lossy(kv.key());
+            let Some((namespace, id, execution_id)) = self.keys().parse_trigger_key(&key) else {
+                tracing::warn!(key = %key, "ignoring a malformed run-now request key");
+                continue;
+            };
+            let requested_at = serde_json::from_slice::<TriggerRequest>(kv.value())
+                .ok()
+                .map(|r| r.requested_at);
+            out.push(PendingTrigger {
+                namespace,
+                id,
+                execution_id,
+                requested_at,
+                mod_revision: kv.mod_revision(),
+            });
+        }
+        Ok((revision, out))
+    }
+
+    /// Deletes a run-now request (once its execution is enqueued).
+    pub async fn delete_trigger(
+        &self,
+        namespace: &str,
+        id: &str,
+        execution_id: &str,
+    ) -> Result<(), RegistryError> {
+        let mut kv = self.client().kv_client();
+        timed(
+            "trigger delete",
+            self.config().request_timeout,
+            kv.delete(
+                self.keys().trigger(namespace, id, execution_id),
+                Some(DeleteOptions::new()),
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+}
