@@ -172,7 +172,7 @@ impl Consumer {
         tracing::error!(queue = %self.name, entry = %id, error = %err, "undecodable message moved to the dead-letter queue");
         let entry = DlqEntry::undecodable(id, &self.name, &raw, err.to_string(), now);
         self.queue
-            .dead_letter_raw(&self.name, &self.worker_id, &raw, id, &entry, now)
+            .dead_letter_raw(&self.name, &self.worker_id, &raw, &entry, now)
             .await
             .map(|_| ())
     }

@@ -108,7 +108,7 @@ impl Queue {
     /// `false` when it was no longer held.
     pub async fn dead_letter(&self, d: &Delivery, reason: &str, now: UtcMillis) -> Result<bool> {
         let entry = DlqEntry::from_message(&d.message, reason, now);
-        self.dead_letter_raw(&d.queue, &d.worker_id, &d.raw, entry.id, &entry, now)
+        self.dead_letter_raw(&d.queue, &d.worker_id, &d.raw, &entry, now)
             .await
     }
 
@@ -117,10 +117,18 @@ impl Queue {
         queue: &str,
         worker_id: &str,
         raw: &str,
-        id: Uuid,
         entry: &DlqEntry,
         now: UtcMillis,
     ) -> Result<bool> {
+        // The task's active marker is cleared if it names this execution. Without a
+        // decodable message there is no task: a key that is never set, in the queue's slot.
+        let (active, execution) = match &entry.message {
+            Some(m) => (
+                self.keys().active(queue, &m.namespace, &m.task_id),
+                m.execution_id.to_string(),
+            ),
+            None => (self.keys().active(queue, "-", "-"), String::new()),
+        };
         let k = self.keys();
         let json = entry.to_json()?;
         let mut conn = self.conn();
@@ -129,10 +137,12 @@ impl Queue {
             .key(k.monitor(queue))
             .key(k.dlq(queue))
             .key(k.dlq_entries(queue))
+            .key(active)
             .arg(raw)
-            .arg(id.to_string())
+            .arg(entry.id.to_string())
             .arg(json)
-            .arg(now.0);
+            .arg(now.0)
+            .arg(execution);
         let n: i64 = self.run("dead_letter", inv.invoke_async(&mut conn)).await?;
         Ok(n == 1)
     }

@@ -85,6 +85,18 @@ impl Keys {
         format!("{}:dlq:entries", self.tag(queue))
     }
 
+    /// Which execution of a task is active (string with an expiry), for the overlap policy:
+    /// set by the enqueue of a `forbid`/`replace` fire, cleared by that execution's final
+    /// settle. In the queue's slot, since the enqueue and settle scripts touch it.
+    pub fn active(&self, queue: &str, namespace: &str, task_id: &str) -> String {
+        format!("{}:active:{}/{}", self.tag(queue), namespace, task_id)
+    }
+
+    /// List of execution events (started, finished) from workers to the leader.
+    pub fn events(&self) -> String {
+        format!("{{{}:ev}}:events", self.prefix)
+    }
+
     /// Capped list of a task's recent executions, newest first.
     pub fn history(&self, namespace: &str, task_id: &str) -> String {
         format!("{{{}:h:{}/{}}}:history", self.prefix, namespace, task_id)

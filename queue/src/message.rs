@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use ax_scheduler_core::task::HttpTarget;
-use ax_scheduler_core::{RetryPolicy, TaskSpec, UtcMillis};
+use ax_scheduler_core::{OverlapPolicy, RetryPolicy, Schedule, TaskSpec, UtcMillis};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -68,10 +68,23 @@ pub struct ExecutionMessage {
     pub fencing_token: u64,
     /// Queue name.
     pub queue: String,
+    /// How the enqueue treats the task's still-active previous execution: `allow` (no check)
+    /// for one-shot tasks and run-now executions, the task's policy for periodic fires.
+    #[serde(default = "no_overlap_check")]
+    pub overlap: OverlapPolicy,
     /// Errors of earlier attempts, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub previous_errors: Vec<AttemptError>,
 }
+
+fn no_overlap_check() -> OverlapPolicy {
+    OverlapPolicy::Allow
+}
+
+/// Slack added to an active marker's lifetime beyond the longest the execution can take.
+const ACTIVE_MARKER_SLACK: Duration = Duration::from_secs(300);
+/// Retry time assumed for a policy without `max_elapsed`.
+const ACTIVE_MARKER_RETRY_ALLOWANCE: Duration = Duration::from_secs(3600);
 
 impl ExecutionMessage {
     /// The first attempt of the scheduled fire at `fire_at`, enqueued at `now` by a scheduler
@@ -100,14 +113,44 @@ impl ExecutionMessage {
             idempotency_key: spec.idempotency_key.clone(),
             fencing_token,
             queue: spec.queue.clone(),
+            overlap: match spec.schedule {
+                Schedule::Every(_) | Schedule::Cron { .. } => spec.overlap,
+                Schedule::At(_) | Schedule::Delay(_) => OverlapPolicy::Allow,
+            },
             previous_errors: Vec::new(),
         }
+    }
+
+    /// The overlap mode argument of the enqueue scripts.
+    pub(crate) fn overlap_mode(&self) -> &'static str {
+        match self.overlap {
+            OverlapPolicy::Allow => "a",
+            OverlapPolicy::Forbid => "f",
+            OverlapPolicy::Replace => "r",
+        }
+    }
+
+    /// Lifetime of the task's active marker: a safety net for an execution whose final
+    /// settle never happens (its worker and the reaper both gone), long enough to cover every
+    /// attempt, its timeouts and its retry waits.
+    pub(crate) fn active_ttl_ms(&self) -> u64 {
+        let attempts = u64::from(self.retry.max_retries) + 1;
+        let running = self.timeout_ms.saturating_mul(attempts);
+        let waiting = self
+            .retry
+            .max_elapsed
+            .unwrap_or(ACTIVE_MARKER_RETRY_ALLOWANCE);
+        let total = Duration::from_millis(running)
+            .saturating_add(waiting)
+            .saturating_add(ACTIVE_MARKER_SLACK);
+        u64::try_from(total.as_millis()).unwrap_or(u64::MAX)
     }
 
     /// A run started by hand at `now`: deduplicated by its own execution id only.
     pub fn run_now(spec: &TaskSpec, now: UtcMillis, fencing_token: u64) -> Self {
         let mut m = Self::for_fire(spec, now, now, fencing_token);
         m.run_now = true;
+        m.overlap = OverlapPolicy::Allow;
         m
     }
 
@@ -154,6 +197,7 @@ impl ExecutionMessage {
         // dedupe key nor be refused by a newer scheduler's fence.
         m.run_now = true;
         m.idempotency_key = None;
+        m.overlap = OverlapPolicy::Allow;
         m
     }
 

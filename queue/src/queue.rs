@@ -36,6 +36,9 @@ pub enum EnqueueOutcome {
         /// The newest token the queue has seen.
         newest: u64,
     },
+    /// The task's overlap policy is `forbid` and its previous execution is still active:
+    /// nothing was pushed (and no dedupe key set, so the fire can be enqueued later).
+    Held,
 }
 
 /// A message a consumer took: settle it with [`Queue::ack`], [`Queue::retry_later`],
@@ -200,6 +203,7 @@ impl Queue {
             .key(k.monitor(q))
             .key(k.fence(q))
             .key(k.dedupe(q, &msg.dedupe_identity()))
+            .key(k.active(q, &msg.namespace, &msg.task_id))
             .arg(json)
             .arg(msg.execution_id.to_string())
             .arg(msg.enqueued_at.0)
@@ -211,13 +215,16 @@ impl Queue {
                 } else {
                     "0"
                 },
-            );
+            )
+            .arg(msg.overlap_mode())
+            .arg(msg.active_ttl_ms());
     }
 
     fn outcome((code, newest): (i64, String)) -> Result<EnqueueOutcome> {
         match code {
             1 => Ok(EnqueueOutcome::Enqueued),
             0 => Ok(EnqueueOutcome::Duplicate),
+            2 => Ok(EnqueueOutcome::Held),
             -1 => Ok(EnqueueOutcome::Fenced {
                 newest: newest.parse().unwrap_or(u64::MAX),
             }),
@@ -261,12 +268,17 @@ impl Queue {
                 let cmd = pipe
                     .cmd("EVALSHA")
                     .arg(script.get_hash())
-                    .arg(3 + chunk.len())
+                    .arg(3 + 2 * chunk.len())
                     .arg(k.ready(q))
                     .arg(k.monitor(q))
                     .arg(k.fence(q));
                 for &i in *chunk {
-                    cmd.arg(k.dedupe(q, &msgs[i].dedupe_identity()));
+                    let m = &msgs[i];
+                    cmd.arg(k.dedupe(q, &m.dedupe_identity())).arg(k.active(
+                        q,
+                        &m.namespace,
+                        &m.task_id,
+                    ));
                 }
                 cmd.arg(ttl);
                 for &i in *chunk {
@@ -280,6 +292,7 @@ impl Queue {
                         } else {
                             "0"
                         });
+                    cmd.arg(m.overlap_mode()).arg(m.active_ttl_ms());
                 }
             }
             let res: RedisResult<Vec<Vec<redis::Value>>> =
@@ -392,6 +405,10 @@ impl Queue {
             let mut inv = self.inner.scripts.ack.prepare_invoke();
             inv.key(self.inner.keys.processing(queue, worker))
                 .key(self.inner.keys.monitor(queue));
+            for &i in &group {
+                let m = &ds[i].message;
+                inv.key(self.inner.keys.active(queue, &m.namespace, &m.task_id));
+            }
             for &i in &group {
                 inv.arg(&ds[i].raw)
                     .arg(ds[i].message.execution_id.to_string());

@@ -582,3 +582,121 @@ async fn blocked_consumer_survives_a_redis_restart() {
     assert_eq!(got[0].message.execution_id, m.execution_id);
     assert!(errors >= 1, "the restart was seen as an error");
 }
+
+#[tokio::test]
+async fn forbid_holds_a_fire_while_the_previous_execution_is_active() {
+    let q = queue().await;
+    let mut s = spec("ov", "default");
+    s.overlap = OverlapPolicy::Forbid;
+    let now = ax_queue::now();
+    let first = ExecutionMessage::for_fire(&s, UtcMillis(1_000), now, 1);
+    assert_eq!(first.overlap, OverlapPolicy::Forbid);
+    assert_eq!(q.enqueue(&first).await.unwrap(), EnqueueOutcome::Enqueued);
+    // The next fire finds the first one active (queued, then running): held, nothing pushed.
+    let second = ExecutionMessage::for_fire(&s, UtcMillis(2_000), now, 1);
+    assert_eq!(
+        q.enqueue_batch(std::slice::from_ref(&second))
+            .await
+            .unwrap(),
+        vec![EnqueueOutcome::Held]
+    );
+    // A run-now is not held by the policy.
+    let manual = ExecutionMessage::run_now(&s, now, 1);
+    assert_eq!(q.enqueue(&manual).await.unwrap(), EnqueueOutcome::Enqueued);
+    assert_eq!(q.depth("default").await.unwrap(), 2);
+
+    let mut c = q.consumer("default", "w1", BLOCK, now).await.unwrap();
+    let taken = c.take(10).await.unwrap();
+    assert_eq!(taken.len(), 2);
+    // Settling the run-now leaves the marker of the scheduled execution in place.
+    let run_now: Vec<Delivery> = taken
+        .iter()
+        .filter(|d| d.message.run_now)
+        .cloned()
+        .collect();
+    q.ack_many(&run_now).await.unwrap();
+    assert_eq!(q.enqueue(&second).await.unwrap(), EnqueueOutcome::Held);
+    // Its final settle clears it: the held fire now goes through, once.
+    let scheduled = taken.iter().find(|d| !d.message.run_now).unwrap();
+    assert!(q.ack(scheduled).await.unwrap());
+    assert_eq!(q.enqueue(&second).await.unwrap(), EnqueueOutcome::Enqueued);
+    assert_eq!(q.enqueue(&second).await.unwrap(), EnqueueOutcome::Duplicate);
+    // A dead-lettered execution clears it too.
+    let taken = c.take(10).await.unwrap();
+    assert!(q
+        .dead_letter(&taken[0], "permanent", ax_queue::now())
+        .await
+        .unwrap());
+    let third = ExecutionMessage::for_fire(&s, UtcMillis(3_000), now, 1);
+    assert_eq!(q.enqueue(&third).await.unwrap(), EnqueueOutcome::Enqueued);
+}
+
+#[tokio::test]
+async fn one_shot_and_allow_fires_never_hold() {
+    let q = queue().await;
+    let mut s = spec("os", "default");
+    s.overlap = OverlapPolicy::Forbid;
+    s.schedule = Schedule::At(UtcMillis(1_000));
+    let now = ax_queue::now();
+    let m = ExecutionMessage::for_fire(&s, UtcMillis(1_000), now, 1);
+    assert_eq!(
+        m.overlap,
+        OverlapPolicy::Allow,
+        "overlap applies to periodic tasks"
+    );
+    let mut a = spec("al", "default");
+    a.overlap = OverlapPolicy::Allow;
+    let out = q
+        .enqueue_batch(&[
+            m,
+            ExecutionMessage::for_fire(&a, UtcMillis(1_000), now, 1),
+            ExecutionMessage::for_fire(&a, UtcMillis(2_000), now, 1),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(out, vec![EnqueueOutcome::Enqueued; 3]);
+}
+
+#[tokio::test]
+async fn execution_events_reach_the_reader_in_order_with_history() {
+    use ax_queue::{ExecutionEventKind, ExecutionEventRecord};
+    let q = queue().await;
+    let id = uuid::Uuid::now_v7();
+    let event = |attempt: u32, kind: ExecutionEventKind| ExecutionEventRecord {
+        namespace: "ns".into(),
+        task_id: "ev".into(),
+        execution_id: id,
+        fire_at: UtcMillis(5),
+        attempt,
+        kind,
+    };
+    let started = event(0, ExecutionEventKind::Started { at: UtcMillis(6) });
+    let finished = event(
+        0,
+        ExecutionEventKind::Finished {
+            at: UtcMillis(9),
+            succeeded: false,
+            last: true,
+            killed: false,
+            error: Some("boom".into()),
+        },
+    );
+    let entry = HistoryEntry {
+        execution_id: id,
+        fire_at: UtcMillis(5),
+        started_at: UtcMillis(6),
+        finished_at: UtcMillis(9),
+        lateness_ms: 1,
+        duration_ms: 3,
+        outcome: HistoryOutcome::DeadLettered,
+        error: Some("boom".into()),
+        worker: "w".into(),
+        attempt: 0,
+    };
+    q.report(&started, None).await.unwrap();
+    q.report(&finished, Some(&entry)).await.unwrap();
+    let got = q.take_events(10).await.unwrap();
+    assert_eq!(got, vec![started, finished]);
+    assert!(q.take_events(10).await.unwrap().is_empty());
+    assert_eq!(q.history("ns", "ev", 10).await.unwrap(), vec![entry]);
+}

@@ -1,14 +1,20 @@
--- Idempotent, fenced enqueue of many messages of one queue in one call (bulk enqueue).
--- KEYS: 1 ready list, 2 monitor zset, 3 fence, 4.. one dedupe key per message
--- ARGV: 1 dedupe TTL ms, then per message 5 values: message JSON, execution id,
---       enqueued_at ms, fencing token, '1' to push at the taking end
+-- Idempotent, fenced enqueue of many messages of one queue in one call (bulk enqueue), with
+-- the overlap check of enqueue.lua.
+-- KEYS: 1 ready list, 2 monitor zset, 3 fence, then per message 2 keys: dedupe key, the
+--       task's active marker
+-- ARGV: 1 dedupe TTL ms, then per message 7 values: message JSON, execution id,
+--       enqueued_at ms, fencing token, '1' to push at the taking end, overlap mode
+--       ('a', 'f', 'r'), marker TTL ms
 -- Returns {code per message..., newest token}; codes as in enqueue.lua.
 local newest = tonumber(redis.call('GET', KEYS[3]) or '0')
 local out = {}
-local count = #KEYS - 3
+local count = (#KEYS - 3) / 2
 for i = 1, count do
-  local base = 1 + (i - 1) * 5
+  local base = 1 + (i - 1) * 7
+  local dedupe = KEYS[2 + 2 * i]
+  local active = KEYS[3 + 2 * i]
   local token = tonumber(ARGV[base + 4])
+  local mode = ARGV[base + 6]
   if token < newest then
     out[i] = -1
   else
@@ -16,9 +22,15 @@ for i = 1, count do
       redis.call('SET', KEYS[3], ARGV[base + 4])
       newest = token
     end
-    if not redis.call('SET', KEYS[3 + i], ARGV[base + 2], 'NX', 'PX', ARGV[1]) then
+    if redis.call('EXISTS', dedupe) == 1 then
       out[i] = 0
+    elseif mode == 'f' and redis.call('EXISTS', active) == 1 then
+      out[i] = 2
     else
+      redis.call('SET', dedupe, ARGV[base + 2], 'PX', ARGV[1])
+      if mode ~= 'a' then
+        redis.call('SET', active, ARGV[base + 2], 'PX', ARGV[base + 7])
+      end
       if ARGV[base + 5] == '1' then
         redis.call('RPUSH', KEYS[1], ARGV[base + 1])
       else
