@@ -18,6 +18,16 @@ pub struct HttpHandler;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LogHandler;
 
+/// Does nothing and succeeds: for trying ax out and for measuring the scheduling path alone.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoopHandler;
+
+impl Handler for NoopHandler {
+    fn run<'a>(&'a self, _ctx: HandlerContext, _exec: &'a ExecutionMessage) -> HandlerFuture<'a> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
 /// How a status code counts: `Ok` for 2xx, else the handler error.
 pub fn classify_status(status: StatusCode) -> Result<(), HandlerError> {
     if status.is_success() {

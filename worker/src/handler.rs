@@ -90,6 +90,7 @@ impl HandlerRegistry {
         let mut r = Self::new();
         r.register("http", crate::builtin::HttpHandler);
         r.register("log", crate::builtin::LogHandler);
+        r.register("noop", crate::builtin::NoopHandler);
         r
     }
 

@@ -12,7 +12,7 @@ mod pool;
 mod reporter;
 pub mod retry;
 
-pub use builtin::{classify_status, HttpHandler, LogHandler};
+pub use builtin::{classify_status, HttpHandler, LogHandler, NoopHandler};
 pub use error::{Result, WorkerError};
 pub use handler::{Handler, HandlerContext, HandlerError, HandlerFuture, HandlerRegistry};
 pub use pool::{default_concurrency, PoolSummary, WorkerConfig, WorkerPool};

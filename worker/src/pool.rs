@@ -634,7 +634,7 @@ async fn finish(
     let msg = &d.message;
     let finished = ax_queue::now();
     let duration = finished.since(started);
-    if sh.cfg.record_history {
+    let history = {
         let (h, error) = match &outcome {
             Outcome::Succeeded => (HistoryOutcome::Succeeded, None),
             Outcome::Failed { error, retrying } => (
@@ -652,7 +652,7 @@ async fn finish(
             }
             Outcome::Released => (HistoryOutcome::Released, None),
         };
-        let entry = HistoryEntry {
+        HistoryEntry {
             execution_id: msg.execution_id,
             fire_at: msg.fire_at,
             started_at: started,
@@ -663,10 +663,12 @@ async fn finish(
             error,
             worker: sh.cfg.worker_id.clone(),
             attempt: msg.attempt,
-        };
+        }
+    };
+    if sh.cfg.record_history {
         if let Err(e) = sh
             .queue
-            .record_history(&msg.namespace, &msg.task_id, &entry)
+            .record_history(&msg.namespace, &msg.task_id, &history)
             .await
         {
             tracing::warn!(error = %e, "could not record execution history");
@@ -677,6 +679,7 @@ async fn finish(
         namespace: msg.namespace.clone(),
         task_id: msg.task_id.clone(),
         queue: d.queue.clone(),
+        handler: msg.handler.clone(),
         worker_id: sh.cfg.worker_id.clone(),
         attempt: msg.attempt,
         fire_at: msg.fire_at,
@@ -685,6 +688,7 @@ async fn finish(
         duration,
         outcome,
         retry_at,
+        history,
     };
     sh.reporter.on_finished(&report).await;
 }

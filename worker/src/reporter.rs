@@ -8,7 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use ax_queue::ExecutionMessage;
+use ax_queue::{ExecutionMessage, HistoryEntry};
 use ax_scheduler_core::UtcMillis;
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -71,6 +71,8 @@ pub struct ExecutionReport {
     pub task_id: String,
     /// Queue.
     pub queue: String,
+    /// Handler name.
+    pub handler: String,
     /// Worker id.
     pub worker_id: String,
     /// Attempt number, 0 for the first.
@@ -87,6 +89,9 @@ pub struct ExecutionReport {
     pub outcome: Outcome,
     /// When the retry is due, if one was scheduled.
     pub retry_at: Option<UtcMillis>,
+    /// The attempt as recorded in the task's history (written by the pool itself when
+    /// `WorkerConfig::record_history` is set; a reporter that writes it can unset that).
+    pub history: HistoryEntry,
 }
 
 /// A boxed reporter future.
