@@ -547,6 +547,33 @@ impl Queue {
         Ok(given_back)
     }
 
+    /// Gives back everything an earlier process under `worker_id` left in its processing
+    /// list, at once (a restart under a stable id, such as a StatefulSet pod name, would
+    /// otherwise keep its own heartbeat alive and the reaper away from those messages).
+    /// Call it before the new process takes from `queue`. Returns the messages given back.
+    pub async fn recover_worker(&self, queue: &str, worker_id: &str) -> Result<usize> {
+        check_queue(queue)?;
+        let k = &self.inner.keys;
+        let mut conn = self.conn();
+        let _: () = self
+            .run("recover_worker", conn.del(k.heartbeat(queue, worker_id)))
+            .await?;
+        let mut inv = self.inner.scripts.reap.prepare_invoke();
+        inv.key(k.ready(queue))
+            .key(k.workers(queue))
+            .key(k.processing(queue, worker_id))
+            .key(k.heartbeat(queue, worker_id))
+            .arg(worker_id)
+            .arg(i64::MAX);
+        let n: i64 = self
+            .run("recover_worker", inv.invoke_async(&mut conn))
+            .await?;
+        if n > 0 {
+            tracing::warn!(queue, worker = %worker_id, messages = n, "gave back what this worker id held before a restart");
+        }
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
     /// Messages waiting in the ready list (LLEN).
     pub async fn depth(&self, queue: &str) -> Result<u64> {
         let mut conn = self.conn();

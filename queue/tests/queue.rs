@@ -700,3 +700,25 @@ async fn execution_events_reach_the_reader_in_order_with_history() {
     assert!(q.take_events(10).await.unwrap().is_empty());
     assert_eq!(q.history("ns", "ev", 10).await.unwrap(), vec![entry]);
 }
+
+#[tokio::test]
+async fn a_restarted_worker_recovers_what_its_id_held() {
+    let q = queue().await;
+    let s = spec("rw", "default");
+    let now = ax_queue::now();
+    for t in [1_000, 2_000] {
+        q.enqueue(&ExecutionMessage::for_fire(&s, UtcMillis(t), now, 1))
+            .await
+            .unwrap();
+    }
+    let mut c = q.consumer("default", "pod-0", BLOCK, now).await.unwrap();
+    assert_eq!(c.take(10).await.unwrap().len(), 2);
+    q.heartbeat("default", "pod-0", Duration::from_secs(60), now)
+        .await
+        .unwrap();
+    // The process dies; a new one starts under the same id while the old heartbeat lives.
+    assert_eq!(q.depth("default").await.unwrap(), 0);
+    assert_eq!(q.recover_worker("default", "pod-0").await.unwrap(), 2);
+    assert_eq!(q.depth("default").await.unwrap(), 2);
+    assert_eq!(q.recover_worker("default", "pod-0").await.unwrap(), 0);
+}
