@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{ConfigError, ConfigOverrides, Role};
+use crate::http::api::TaskKey;
 
 /// Success.
 pub const EXIT_OK: u8 = 0;
@@ -119,7 +120,11 @@ pub enum Command {
     #[command(subcommand)]
     Dlq(DlqCommand),
     /// Show the leader, replicas, queue depths and dead-letter count.
-    Status,
+    Status {
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t)]
+        output: OutputFormat,
+    },
 }
 
 /// `ax config ...`
@@ -129,14 +134,56 @@ pub enum ConfigCommand {
     Print,
 }
 
-/// A task named on the command line.
+/// A task named on the command line: `ID` or `NAMESPACE/ID`, or `ID -n NAMESPACE`.
 #[derive(Debug, Clone, Args)]
 pub struct TaskRef {
-    /// Task id.
+    /// Task id, or NAMESPACE/ID.
+    #[arg(value_name = "[NAMESPACE/]ID")]
     pub id: String,
-    /// Namespace of the task.
-    #[arg(long, short = 'n', default_value = ax_scheduler_core::task::DEFAULT_NAMESPACE)]
-    pub namespace: String,
+    /// Namespace of the task (default: `default`).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+}
+
+impl TaskRef {
+    /// The task's key: the namespace from `NAMESPACE/ID` or `-n` (they must agree when both
+    /// are given), else `default`.
+    pub fn key(&self) -> Result<TaskKey, CliError> {
+        let (from_id, id) = match self.id.split_once('/') {
+            Some((ns, id)) => (Some(ns), id),
+            None => (None, self.id.as_str()),
+        };
+        let namespace = match (from_id, self.namespace.as_deref()) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(CliError::Usage(format!(
+                    "the task `{}` names namespace `{a}` but -n says `{b}`",
+                    self.id
+                )))
+            }
+            (Some(ns), _) | (None, Some(ns)) => ns,
+            (None, None) => ax_scheduler_core::task::DEFAULT_NAMESPACE,
+        };
+        if namespace.is_empty() || id.is_empty() || id.contains('/') {
+            return Err(CliError::Usage(format!(
+                "`{}` is not a task: give ID or NAMESPACE/ID",
+                self.id
+            )));
+        }
+        Ok(TaskKey {
+            namespace: namespace.to_owned(),
+            id: id.to_owned(),
+        })
+    }
+}
+
+/// How a listing is printed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns for people.
+    #[default]
+    Table,
+    /// JSON, as the HTTP API returns it.
+    Json,
 }
 
 /// `ax task ...`
@@ -163,6 +210,9 @@ pub enum TaskCommand {
         /// Only this namespace (default: all).
         #[arg(long, short = 'n')]
         namespace: Option<String>,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t)]
+        output: OutputFormat,
     },
     /// Delete a task.
     Delete(TaskRef),
@@ -177,9 +227,12 @@ pub enum TaskCommand {
         /// The task.
         #[command(flatten)]
         task: TaskRef,
-        /// How many executions to show.
-        #[arg(long, default_value_t = 20)]
-        limit: usize,
+        /// How many executions to show (1-1000).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: u16,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t)]
+        output: OutputFormat,
     },
 }
 
@@ -191,9 +244,12 @@ pub enum DlqCommand {
         /// Only this queue (default: all).
         #[arg(long)]
         queue: Option<String>,
-        /// How many to show.
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
+        /// How many to show, newest first (1-1000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: u16,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t)]
+        output: OutputFormat,
     },
     /// Put dead-lettered executions back on their queue.
     Requeue {
@@ -224,9 +280,6 @@ pub enum CliError {
     /// The configuration could not be assembled.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The command exists but needs a part of ax that is not built yet.
-    #[error("`ax {0}` is not yet available in this build")]
-    NotYetAvailable(&'static str),
     /// Input failed validation; one entry per problem.
     #[error("invalid input:\n  {}", .0.join("\n  "))]
     Invalid(Vec<String>),
@@ -245,7 +298,7 @@ impl CliError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Usage(_) | CliError::Config(_) | CliError::NotYetAvailable(_) => EXIT_USAGE,
+            CliError::Usage(_) | CliError::Config(_) => EXIT_USAGE,
             CliError::Invalid(_) => EXIT_INVALID,
             CliError::NotFound(_) => EXIT_NOT_FOUND,
             CliError::Conflict(_) => EXIT_CONFLICT,
@@ -297,22 +350,50 @@ mod tests {
 
     #[test]
     fn task_refs_default_to_the_default_namespace() {
-        let cli = Cli::try_parse_from(["ax", "task", "pause", "nightly"]).unwrap();
-        match cli.command {
-            Command::Task(TaskCommand::Pause(r)) => {
-                assert_eq!(
-                    (r.id.as_str(), r.namespace.as_str()),
-                    ("nightly", "default")
-                )
+        let key = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).unwrap();
+            match cli.command {
+                Command::Task(TaskCommand::Pause(r)) => {
+                    r.key().map(|k| format!("{}/{}", k.namespace, k.id))
+                }
+                other => panic!("{other:?}"),
             }
-            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            key(&["ax", "task", "pause", "nightly"]).unwrap(),
+            "default/nightly"
+        );
+        assert_eq!(
+            key(&["ax", "task", "pause", "ops/nightly"]).unwrap(),
+            "ops/nightly"
+        );
+        assert_eq!(
+            key(&["ax", "task", "pause", "nightly", "-n", "ops"]).unwrap(),
+            "ops/nightly"
+        );
+        assert_eq!(
+            key(&["ax", "task", "pause", "ops/nightly", "-n", "ops"]).unwrap(),
+            "ops/nightly"
+        );
+        for bad in [
+            &["ax", "task", "pause", "ops/nightly", "-n", "billing"][..],
+            &["ax", "task", "pause", "a/b/c"],
+            &["ax", "task", "pause", "/x"],
+        ] {
+            assert_eq!(key(bad).unwrap_err().exit_code(), EXIT_USAGE, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn list_limits_are_bounded() {
+        assert!(Cli::try_parse_from(["ax", "dlq", "list", "--limit", "0"]).is_err());
+        assert!(Cli::try_parse_from(["ax", "task", "history", "t", "--limit", "1001"]).is_err());
+        assert!(Cli::try_parse_from(["ax", "status", "-o", "json"]).is_ok());
     }
 
     #[test]
     fn exit_codes() {
         assert_eq!(CliError::Usage("x".into()).exit_code(), 2);
-        assert_eq!(CliError::NotYetAvailable("status").exit_code(), 2);
         assert_eq!(CliError::Invalid(vec![]).exit_code(), 3);
         assert_eq!(CliError::NotFound("t".into()).exit_code(), 4);
         assert_eq!(CliError::Conflict("t".into()).exit_code(), 5);

@@ -1,18 +1,23 @@
 //! What each command does, given the parsed command line and the facts read at the edge.
 //!
-//! Commands that need the etcd registry or the Redis queue report
-//! [`CliError::NotYetAvailable`] (exit code 2) until those parts are wired; they still load
-//! and validate the configuration first, so a broken configuration is reported the same way
-//! by every command.
+//! Task, dead-letter and status commands talk to etcd and Redis directly through the same
+//! [`Backend`] that serves `/api/v1`, with the configuration a replica would use, so the CLI
+//! works with no replica running. Every command loads and validates the configuration first,
+//! so a broken configuration is reported the same way by all of them. Redis is connected only
+//! by the commands that need it.
 
 use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::cli::{Cli, CliError, Command, ConfigCommand, DlqCommand, TaskCommand};
+use crate::backend::Backend;
+use crate::cli::{Cli, CliError, Command, ConfigCommand, DlqCommand, OutputFormat, TaskCommand};
 use crate::config::{Config, LoadOptions, DEFAULT_CONFIG_PATH};
 use crate::edge::Edge;
+use crate::http::api::{ApiBackend, DlqRequeue};
+use crate::http::ApiError;
 use crate::logging::{self, LogSettings, LogTarget};
+use crate::output;
 use crate::serve::Server;
 use crate::shutdown::Shutdown;
 use crate::task_file;
@@ -46,20 +51,16 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
             dry_run,
             id,
             namespace,
-        }) => task_put(&file, dry_run, id.as_deref(), namespace.as_deref()),
-        Command::Task(TaskCommand::Get(_)) => Err(CliError::NotYetAvailable("task get")),
-        Command::Task(TaskCommand::List { .. }) => Err(CliError::NotYetAvailable("task list")),
-        Command::Task(TaskCommand::Delete(_)) => Err(CliError::NotYetAvailable("task delete")),
-        Command::Task(TaskCommand::Pause(_)) => Err(CliError::NotYetAvailable("task pause")),
-        Command::Task(TaskCommand::Resume(_)) => Err(CliError::NotYetAvailable("task resume")),
-        Command::Task(TaskCommand::Trigger(_)) => Err(CliError::NotYetAvailable("task trigger")),
-        Command::Task(TaskCommand::History { .. }) => {
-            Err(CliError::NotYetAvailable("task history"))
+        }) => task_put(&config, &file, dry_run, id.as_deref(), namespace.as_deref()).await,
+        Command::Task(cmd) => task(&config, cmd).await,
+        Command::Dlq(cmd) => dlq(&config, cmd).await,
+        Command::Status { output } => {
+            let status = backend(&config).await?.status().await.map_err(api_error)?;
+            print_stdout(&match output {
+                OutputFormat::Table => output::status_text(&status),
+                OutputFormat::Json => output::json(&status),
+            })
         }
-        Command::Dlq(DlqCommand::List { .. }) => Err(CliError::NotYetAvailable("dlq list")),
-        Command::Dlq(DlqCommand::Requeue { .. }) => Err(CliError::NotYetAvailable("dlq requeue")),
-        Command::Dlq(DlqCommand::Purge { .. }) => Err(CliError::NotYetAvailable("dlq purge")),
-        Command::Status => Err(CliError::NotYetAvailable("status")),
     }
 }
 
@@ -97,9 +98,27 @@ async fn serve(config: Config) -> Result<(), CliError> {
     Ok(result?)
 }
 
-/// Validates a spec file; with `--dry-run` prints the preview. Writing needs the registry,
-/// which is not wired yet, so without `--dry-run` a valid spec ends in `NotYetAvailable`.
-fn task_put(
+/// Connects the backend (etcd now, Redis on first use); failing is exit 1.
+async fn backend(config: &Config) -> Result<Backend, CliError> {
+    Ok(Backend::connect_lazy(config).await?)
+}
+
+/// An API error as the CLI reports it (and its exit code).
+fn api_error(e: ApiError) -> CliError {
+    match e {
+        ApiError::Invalid { errors, .. } => CliError::Invalid(errors),
+        ApiError::NotFound(m) => CliError::NotFound(m),
+        ApiError::Conflict(m) => CliError::Conflict(m),
+        ApiError::Unauthorized(m) | ApiError::Unavailable(m) | ApiError::Internal(m) => {
+            CliError::Failed(anyhow::anyhow!(m))
+        }
+    }
+}
+
+/// Validates a spec file (before anything is connected); with `--dry-run` prints the
+/// preview, otherwise registers it and prints its next fires.
+async fn task_put(
+    config: &Config,
     file: &str,
     dry_run: bool,
     id: Option<&str>,
@@ -108,13 +127,135 @@ fn task_put(
     let bytes = read_input(file)?;
     let key = task_file::resolve_key(&bytes, file, id, namespace).map_err(CliError::Usage)?;
     let spec = task_file::validate(&bytes, &key).map_err(CliError::Invalid)?;
-    if !dry_run {
-        return Err(CliError::NotYetAvailable("task put (without --dry-run)"));
-    }
     // The clock is read here, at the edge; the preview itself is a function of `now`.
     let now = UtcMillis::from_datetime(&chrono::Utc::now());
-    let report = task_file::preview(&spec, now).map_err(CliError::Invalid)?;
-    print_stdout(&report)
+    if dry_run {
+        let report = task_file::preview(&spec, now).map_err(CliError::Invalid)?;
+        return print_stdout(&report);
+    }
+    // Valid, so the document is an object whose `id` and `namespace`, if present, are the
+    // key's: writing the key into it only fills in what came from flags or the file name.
+    let mut doc: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| CliError::Invalid(vec![format!("not valid JSON: {e}")]))?;
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert("id".into(), key.id.clone().into());
+        obj.insert("namespace".into(), key.namespace.clone().into());
+    }
+    let result = backend(config)
+        .await?
+        .put_task(doc, false)
+        .await
+        .map_err(api_error)?;
+    let mut out = format!(
+        "task {}/{} registered (version {})\n",
+        result.namespace, result.id, spec.version
+    );
+    if spec.paused {
+        out.push_str("it is paused: it will not fire until resumed\n");
+    }
+    if result.next_fires.is_empty() {
+        out.push_str("no future fires\n");
+    } else {
+        out.push_str(&format!("next {} fire(s), UTC:\n", result.next_fires.len()));
+        for t in &result.next_fires {
+            out.push_str(&format!("  {t}\n"));
+        }
+    }
+    print_stdout(&out)
+}
+
+/// `ax task get|list|delete|pause|resume|trigger|history`.
+async fn task(config: &Config, cmd: TaskCommand) -> Result<(), CliError> {
+    // Parse the task name before connecting: a usage error needs no cluster.
+    let key = match &cmd {
+        TaskCommand::Get(r)
+        | TaskCommand::Delete(r)
+        | TaskCommand::Pause(r)
+        | TaskCommand::Resume(r)
+        | TaskCommand::Trigger(r)
+        | TaskCommand::History { task: r, .. } => Some(r.key()?),
+        TaskCommand::Put { .. } | TaskCommand::List { .. } => None,
+    };
+    let b = backend(config).await?;
+    let name = key
+        .as_ref()
+        .map(|k| format!("{}/{}", k.namespace, k.id))
+        .unwrap_or_default();
+    let text = match (cmd, key) {
+        (TaskCommand::List { namespace, output }, _) => {
+            let tasks = b.list_tasks(namespace).await.map_err(api_error)?;
+            match output {
+                OutputFormat::Table => output::task_table(&tasks),
+                OutputFormat::Json => output::json(&tasks),
+            }
+        }
+        (TaskCommand::Get(_), Some(k)) => output::json(&b.get_task(k).await.map_err(api_error)?),
+        (TaskCommand::Delete(_), Some(k)) => {
+            b.delete_task(k).await.map_err(api_error)?;
+            format!("task {name} deleted\n")
+        }
+        (TaskCommand::Pause(_), Some(k)) => {
+            b.pause(k).await.map_err(api_error)?;
+            format!("task {name} paused\n")
+        }
+        (TaskCommand::Resume(_), Some(k)) => {
+            b.resume(k).await.map_err(api_error)?;
+            format!("task {name} resumed\n")
+        }
+        (TaskCommand::Trigger(_), Some(k)) => {
+            // Only the id, so that `id=$(ax task trigger ...)` works.
+            let r = b.trigger(k).await.map_err(api_error)?;
+            format!("{}\n", r.execution_id)
+        }
+        (TaskCommand::History { limit, output, .. }, Some(k)) => {
+            let records = b.history(k, usize::from(limit)).await.map_err(api_error)?;
+            match output {
+                OutputFormat::Table => output::history_table(&records),
+                OutputFormat::Json => output::json(&records),
+            }
+        }
+        (cmd, _) => {
+            return Err(CliError::Failed(anyhow::anyhow!(
+                "internal error: unexpected task command {cmd:?}"
+            )))
+        }
+    };
+    print_stdout(&text)
+}
+
+/// `ax dlq list|requeue|purge`.
+async fn dlq(config: &Config, cmd: DlqCommand) -> Result<(), CliError> {
+    let b = backend(config).await?;
+    let text = match cmd {
+        DlqCommand::List {
+            queue,
+            limit,
+            output,
+        } => {
+            let letters = b
+                .dlq_list(queue, usize::from(limit))
+                .await
+                .map_err(api_error)?;
+            match output {
+                OutputFormat::Table => output::dlq_table(&letters),
+                OutputFormat::Json => output::json(&letters),
+            }
+        }
+        DlqCommand::Requeue { ids, all, queue } => {
+            let request = if all {
+                DlqRequeue::All { all, queue }
+            } else {
+                DlqRequeue::Ids { ids }
+            };
+            let n = b.dlq_requeue(request).await.map_err(api_error)?;
+            format!("requeued {n} dead letter(s)\n")
+        }
+        DlqCommand::Purge { queue } => {
+            let n = b.dlq_purge(queue).await.map_err(api_error)?;
+            format!("purged {n} dead letter(s)\n")
+        }
+    };
+    print_stdout(&text)
 }
 
 /// The bytes of `file`, or of stdin for `-`.

@@ -2,18 +2,27 @@
 //!
 //! `main.rs` only reads the edge (environment, host name), parses the command line and calls
 //! [`commands::run`]. The layout follows what a replica is made of: configuration
-//! ([`config`]), command line ([`cli`], [`commands`]), observability ([`logging`],
+//! ([`config`]), command line ([`cli`], [`commands`], [`output`]), the etcd and Redis backend
+//! behind the CLI and the API ([`backend`]), observability ([`logging`],
 //! [`metrics`], [`readiness`]), the HTTP port ([`http`]), process lifetime ([`shutdown`]) and
 //! the server that ties them together ([`serve`]).
 
+pub mod backend;
 pub mod cli;
+pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod edge;
+pub mod flusher;
 pub mod http;
+pub mod late_api;
+pub mod leader;
 pub mod logging;
 pub mod metrics;
+pub mod output;
 pub mod readiness;
+pub mod reporter;
 pub mod serve;
 pub mod shutdown;
 pub mod task_file;
+pub mod triggers;

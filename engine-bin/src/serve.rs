@@ -5,23 +5,43 @@
 //! then spawns each long-running part on the shutdown tracker with a child token and returns
 //! once the root token is cancelled (signal or fatal error) and the parts it owns have ended.
 //!
-//! What runs today: the HTTP server (metrics, probes, and `/api/v1` answering 503
-//! `backend_unavailable`), with readiness false, because nothing connects to etcd or Redis
-//! yet. Not wired yet, and to be started from `run` as further parts on the same tracker:
-//! the etcd client and instance registration, the election and the leader's scheduling loop
-//! (role `scheduler`), the worker pool (role `worker`), the alert manager, the API backend,
-//! and the readiness updates from each of them ([`Server::readiness`]).
+//! Start order: the HTTP port (probes answer, not ready), then etcd and Redis with retries
+//! and backoff (`/readyz` names what is missing), then the API backend, the alert manager,
+//! the instance record, the scheduler role ([`crate::leader`]) and the worker pool, and a
+//! gauge loop for shared queue metrics. On shutdown the root token stops them all: the pool
+//! finishes in-flight work up to its grace period and gives back the rest, the leader
+//! resigns so a successor takes over at once, the instance record is removed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use ax_alerting::{
+    Alert, AlertManager, AlertManagerConfig, AlertSender, Channel, FeishuChannel, FeishuConfig,
+    Level, PolicyConfig, WebhookChannel, WebhookConfig,
+};
+use ax_election::{register_instance, Candidate, InstanceRecord};
+use ax_queue::Queue;
+use ax_registry::Registry;
+use ax_scheduler_core::timer::TimerConfig;
+use ax_scheduler_core::DispatcherConfig;
+use ax_worker::{HandlerRegistry, PoolSummary, WorkerConfig, WorkerPool};
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::config::{Config, Role};
-use crate::http::{self, AppState};
-use crate::metrics::Metrics;
+use crate::backend::{connect_etcd, connect_queue, election_config, registry_config, Backend};
+use crate::clock;
+use crate::config::{AlertLevel, Config, Role};
+use crate::http::{self, ApiBackend, AppState};
+use crate::late_api::LateApi;
+use crate::leader::{self, LeaderDeps, LeaderSettings};
+use crate::metrics::{
+    Metrics, ALERT_FAILED, ALERT_SENT, ALERT_SUPPRESSED, BACKEND_ETCD, BACKEND_REDIS,
+};
 use crate::readiness::Readiness;
+use crate::reporter::EngineReporter;
 use crate::shutdown::Shutdown;
 
 /// A replica, bound and ready to run.
@@ -82,17 +102,19 @@ impl Server {
             listener,
         } = self;
         let addr = listener.local_addr().ok();
-        tracing::info!(
+        info!(
             instance = %config.instance.id,
             roles = ?config.instance.roles,
             listen = ?addr,
-            "ax serve starting (scheduling and workers not wired in this build)"
+            "ax serve starting"
         );
 
+        // The HTTP port comes first, so probes answer (not ready) while backends connect.
+        let api = Arc::new(LateApi::default());
         let state = AppState {
-            metrics,
+            metrics: Arc::clone(&metrics),
             readiness: Arc::clone(&readiness),
-            api: None,
+            api: Some(api.clone() as Arc<dyn ApiBackend>),
             api_token: Some(config.http.api_token.clone()).filter(|t| !t.is_empty()),
         };
         let root = shutdown.token().clone();
@@ -108,13 +130,430 @@ impl Server {
             result
         });
 
+        let Some((etcd, queue)) = connect(&config, &readiness, &metrics, shutdown.token()).await
+        else {
+            return http.await.context("HTTP server task panicked")?;
+        };
+        api.set(Arc::new(Backend::new(
+            etcd.clone(),
+            Some(queue.clone()),
+            &config,
+        )));
+
+        let alerts = start_alerts(&config, shutdown)?;
+        let parts = Parts {
+            config: &config,
+            metrics: &metrics,
+            readiness: &readiness,
+            etcd: &etcd,
+            queue: &queue,
+            alerts: &alerts,
+            address: addr.map(|a| a.to_string()),
+        };
+        parts.register_instance(shutdown);
+        if config.instance.has_role(Role::Scheduler) {
+            parts.start_scheduler(shutdown)?;
+        }
+        let pool = if config.instance.has_role(Role::Worker) {
+            Some(parts.start_workers(shutdown).await?)
+        } else {
+            None
+        };
+        parts.start_gauges(shutdown);
+
         shutdown.token().cancelled().await;
         // Draining: tell the load balancer first.
         readiness.set_etcd(false);
         readiness.set_redis(false);
         readiness.set_worker_pool(false);
-        tracing::info!("stopping");
+        info!("stopping");
+        if let Some(pool) = pool {
+            match pool.await {
+                Ok(summary) => info!(?summary, "worker pool stopped"),
+                Err(e) => warn!(error = %e, "worker pool task failed"),
+            }
+        }
         http.await.context("HTTP server task panicked")?
+    }
+}
+
+/// Connects etcd and Redis, retrying with backoff until both answer or shutdown; readiness
+/// shows which one is missing meanwhile.
+async fn connect(
+    config: &Config,
+    readiness: &Readiness,
+    metrics: &Metrics,
+    cancel: &CancellationToken,
+) -> Option<(etcd_client::Client, Queue)> {
+    let mut wait = Duration::from_millis(250);
+    let etcd = loop {
+        match connect_etcd(config).await {
+            Ok(client) => break client,
+            Err(e) => {
+                metrics
+                    .backend_errors_total
+                    .with_label_values(&[BACKEND_ETCD])
+                    .inc();
+                warn!(error = %format!("{e:#}"), retry_in = ?wait, "etcd not reachable");
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(Duration::from_secs(10));
+    };
+    readiness.set_etcd(true);
+    let mut wait = Duration::from_millis(250);
+    let queue = loop {
+        match connect_queue(config).await {
+            Ok(queue) => break queue,
+            Err(e) => {
+                metrics
+                    .backend_errors_total
+                    .with_label_values(&[BACKEND_REDIS])
+                    .inc();
+                warn!(error = %format!("{e:#}"), retry_in = ?wait, "Redis not reachable");
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(Duration::from_secs(10));
+    };
+    readiness.set_redis(true);
+    Some((etcd, queue))
+}
+
+fn start_alerts(config: &Config, shutdown: &Shutdown) -> anyhow::Result<Option<AlertSender>> {
+    let mut channels: Vec<Arc<dyn Channel>> = Vec::new();
+    if !config.alerts.feishu_webhook.is_empty() {
+        channels.push(Arc::new(FeishuChannel::new(FeishuConfig {
+            webhook_url: config.alerts.feishu_webhook.clone(),
+            secret: Some(config.alerts.feishu_secret.clone()).filter(|s| !s.is_empty()),
+            ..FeishuConfig::default()
+        })?));
+    }
+    if !config.alerts.webhook_url.is_empty() {
+        channels.push(Arc::new(WebhookChannel::new(WebhookConfig {
+            url: config.alerts.webhook_url.clone(),
+            ..WebhookConfig::default()
+        })?));
+    }
+    if channels.is_empty() {
+        return Ok(None);
+    }
+    let level = match config.alerts.min_level {
+        AlertLevel::Info => Level::Info,
+        AlertLevel::Warn => Level::Warn,
+        AlertLevel::Critical => Level::Critical,
+        AlertLevel::Fatal => Level::Fatal,
+    };
+    let manager = AlertManager::new(
+        AlertManagerConfig {
+            policy: PolicyConfig {
+                min_level: level,
+                ..PolicyConfig::default()
+            },
+            ..AlertManagerConfig::default()
+        },
+        channels,
+    )?;
+    Ok(Some(
+        manager.spawn(shutdown.tracker(), shutdown.child_token()),
+    ))
+}
+
+/// What the parts of a connected replica share.
+struct Parts<'a> {
+    config: &'a Config,
+    metrics: &'a Arc<Metrics>,
+    readiness: &'a Arc<Readiness>,
+    etcd: &'a etcd_client::Client,
+    queue: &'a Queue,
+    alerts: &'a Option<AlertSender>,
+    address: Option<String>,
+}
+
+impl Parts<'_> {
+    fn roles(&self) -> Vec<String> {
+        self.config
+            .instance
+            .roles
+            .iter()
+            .map(|r| format!("{r:?}").to_lowercase())
+            .collect()
+    }
+
+    /// Keeps `{prefix}/instances/{id}` alive on a lease for as long as the replica runs,
+    /// registering again after the lease is lost (etcd restarted, partition).
+    fn register_instance(&self, shutdown: &Shutdown) {
+        let record = InstanceRecord {
+            instance_id: self.config.instance.id.clone(),
+            roles: self.roles(),
+            handlers: if self.config.instance.has_role(Role::Worker) {
+                HandlerRegistry::with_builtins().names()
+            } else {
+                Vec::new()
+            },
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            address: self.address.clone(),
+            started_at: clock::now(),
+        };
+        let client = self.etcd.clone();
+        let election = election_config(self.config);
+        shutdown.spawn(move |cancel| {
+            async move {
+                loop {
+                    match register_instance(&client, &election, &record).await {
+                        Ok(registration) => {
+                            let lost = registration.lost();
+                            tokio::select! {
+                                _ = cancel.cancelled() => {
+                                    if let Err(e) = registration.deregister().await {
+                                        warn!(error = %e, "could not deregister the instance");
+                                    }
+                                    return;
+                                }
+                                _ = lost.cancelled() => {
+                                    warn!(reason = ?registration.loss_reason(), "instance registration lost; registering again");
+                                }
+                            }
+                        }
+                        Err(e) => warn!(error = %e, "cannot register the instance; retrying"),
+                    }
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+            .instrument(info_span!("instance"))
+        });
+    }
+
+    fn start_scheduler(&self, shutdown: &Shutdown) -> anyhow::Result<()> {
+        let config = self.config;
+        let info = serde_json::json!({
+            "address": self.address,
+            "version": env!("CARGO_PKG_VERSION"),
+        });
+        let candidate = Candidate::new(
+            self.etcd.clone(),
+            election_config(config),
+            config.instance.id.clone(),
+            info,
+        )?;
+        let rate_limit = (config.scheduler.enqueue_rate_limit > 0).then(|| {
+            let rate = f64::from(config.scheduler.enqueue_rate_limit);
+            (rate, rate.max(1.0))
+        });
+        let settings = LeaderSettings {
+            instance_id: config.instance.id.clone(),
+            dispatcher: DispatcherConfig {
+                timer: TimerConfig {
+                    tick: config.scheduler.tick,
+                    ..TimerConfig::default()
+                },
+                catch_up_window: config.scheduler.catch_up_window,
+                rate_limit,
+                ..DispatcherConfig::default()
+            },
+            events_interval: Duration::from_millis(100),
+            flush_interval: Duration::from_millis(500),
+            trigger_interval: Duration::from_millis(250),
+            delay_alert_threshold: ax_alerting::DEFAULT_SCHEDULE_DELAY_THRESHOLD,
+            max_clock_skew: config.scheduler.max_clock_skew,
+            skew_endpoint: config.etcd.endpoints.first().cloned(),
+            namespaces: config.instance.namespaces.clone(),
+        };
+        let deps = LeaderDeps {
+            registry: Registry::new(self.etcd.clone(), registry_config(config)),
+            queue: self.queue.clone(),
+            candidate,
+            metrics: Arc::clone(self.metrics),
+            alerts: self.alerts.clone(),
+            tracker: shutdown.tracker().clone(),
+        };
+        let root = shutdown.token().clone();
+        shutdown.spawn(move |cancel| {
+            async move {
+                if let Err(e) = leader::run(settings, deps, cancel).await {
+                    tracing::error!(error = %format!("{e:#}"), "scheduler stopped");
+                    root.cancel();
+                }
+            }
+            .instrument(info_span!("scheduler"))
+        });
+        Ok(())
+    }
+
+    async fn start_workers(
+        &self,
+        shutdown: &Shutdown,
+    ) -> anyhow::Result<tokio::task::JoinHandle<PoolSummary>> {
+        let config = self.config;
+        let worker_id = config.instance.id.clone();
+        for q in &config.worker.queues {
+            self.queue
+                .recover_worker(q, &worker_id)
+                .await
+                .with_context(|| format!("cannot recover the processing list of queue {q}"))?;
+        }
+        let pool_config = WorkerConfig {
+            worker_id,
+            queues: config.worker.queues.clone(),
+            concurrency: config
+                .worker
+                .effective_concurrency(std::thread::available_parallelism().map_or(1, |n| n.get())),
+            shutdown_grace: config.worker.shutdown_grace,
+            visibility_timeout: config.worker.visibility_timeout,
+            // The reporter writes history in one pipeline with the leader's event.
+            record_history: false,
+            ..WorkerConfig::default()
+        };
+        let reporter = EngineReporter::new(
+            self.queue.clone(),
+            Arc::clone(self.metrics),
+            self.alerts.clone(),
+        );
+        let pool = WorkerPool::new(
+            self.queue.clone(),
+            pool_config,
+            HandlerRegistry::with_builtins(),
+            Arc::new(reporter),
+        )?;
+        self.readiness.set_worker_pool(true);
+        Ok(shutdown.spawn(move |cancel| {
+            async move { pool.run(cancel).await }.instrument(info_span!("workers"))
+        }))
+    }
+
+    /// Every few seconds: queue gauges (shared state; every replica reports it and the alert
+    /// rules take the max), the backlog alert (from the leader only), alert channel counters
+    /// and backend readiness.
+    fn start_gauges(&self, shutdown: &Shutdown) {
+        let queue = self.queue.clone();
+        let metrics = Arc::clone(self.metrics);
+        let readiness = Arc::clone(self.readiness);
+        let alerts = self.alerts.clone();
+        let threshold = self.config.scheduler.backlog_alert_threshold;
+        let mut queues: Vec<String> = self.config.worker.queues.clone();
+        if !queues
+            .iter()
+            .any(|q| q == ax_scheduler_core::task::DEFAULT_QUEUE)
+        {
+            queues.push(ax_scheduler_core::task::DEFAULT_QUEUE.to_owned());
+        }
+        let etcd = self.etcd.clone();
+        let election = election_config(self.config);
+        shutdown.spawn(move |cancel| {
+            async move {
+                let mut tick = tokio::time::interval(GAUGE_INTERVAL);
+                let mut alerted = AlertCounts::default();
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tick.tick() => {}
+                    }
+                    let now = clock::now();
+                    let mut dead = 0u64;
+                    let mut redis_ok = true;
+                    for q in &queues {
+                        match queue.stats(q, now).await {
+                            Ok(stats) => {
+                                dead += stats.dead;
+                                let depth = i64::try_from(stats.ready).unwrap_or(i64::MAX);
+                                metrics.queue_depth.with_label_values(&[q]).set(depth);
+                                metrics
+                                    .oldest_queued_age_seconds
+                                    .with_label_values(&[q])
+                                    .set(stats.oldest_age.map(|a| a.as_secs_f64()).unwrap_or(0.0));
+                                if stats.ready > threshold && metrics.is_leader.get() == 1 {
+                                    if let Some(alerts) = &alerts {
+                                        alerts.send(Alert::queue_backlog(
+                                            q.clone(),
+                                            stats.ready,
+                                            threshold,
+                                            now,
+                                        ));
+                                    }
+                                }
+                            }
+                            Err(e) => {
+                                redis_ok = false;
+                                metrics
+                                    .backend_errors_total
+                                    .with_label_values(&[BACKEND_REDIS])
+                                    .inc();
+                                debug!(queue = %q, error = %e, "cannot read queue stats");
+                            }
+                        }
+                    }
+                    if redis_ok {
+                        metrics
+                            .dlq_size
+                            .set(i64::try_from(dead).unwrap_or(i64::MAX));
+                    }
+                    readiness.set_redis(redis_ok);
+                    let etcd_ok = ax_election::current_leader(
+                        &etcd,
+                        &election.prefix,
+                        election.request_timeout,
+                    )
+                    .await
+                    .is_ok();
+                    if !etcd_ok {
+                        metrics
+                            .backend_errors_total
+                            .with_label_values(&[BACKEND_ETCD])
+                            .inc();
+                    }
+                    readiness.set_etcd(etcd_ok);
+                    if let Some(alerts) = &alerts {
+                        alerted.export(&alerts.stats(), &metrics);
+                    }
+                }
+            }
+            .instrument(info_span!("gauges"))
+        });
+    }
+}
+
+/// How often queue gauges are refreshed.
+const GAUGE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Alert channel counters already exported, so the Prometheus counters only ever grow by the
+/// difference.
+#[derive(Default)]
+struct AlertCounts {
+    seen: std::collections::HashMap<(String, &'static str), u64>,
+}
+
+impl AlertCounts {
+    fn export(&mut self, stats: &ax_alerting::AlertStats, metrics: &Metrics) {
+        for channel in &stats.channels {
+            for (outcome, value) in [(ALERT_SENT, channel.sent), (ALERT_FAILED, channel.failed)] {
+                let key = (channel.name.clone(), outcome);
+                let before = self.seen.insert(key, value).unwrap_or(0);
+                if value > before {
+                    metrics
+                        .alerts_total
+                        .with_label_values(&[&channel.name, outcome])
+                        .inc_by(value - before);
+                }
+            }
+        }
+        let key = ("all".to_owned(), ALERT_SUPPRESSED);
+        let suppressed = stats.deduplicated + stats.rate_limited;
+        let before = self.seen.insert(key, suppressed).unwrap_or(0);
+        if suppressed > before {
+            metrics
+                .alerts_total
+                .with_label_values(&["all", ALERT_SUPPRESSED])
+                .inc_by(suppressed - before);
+        }
     }
 }
 

@@ -93,19 +93,23 @@ fn config_errors_exit_2_with_the_key_on_stderr() {
 }
 
 #[test]
-fn commands_without_their_backend_say_so_and_exit_2() {
+fn an_unreachable_etcd_exits_1_naming_the_endpoint() {
+    let port = ax_testkit::free_port();
+    let endpoint = format!("http://127.0.0.1:{port}");
     for args in [
         &["status"][..],
         &["task", "list"],
         &["task", "history", "t1", "-n", "ops"],
         &["dlq", "requeue", "--all"],
     ] {
-        let out = ax(args, &[]);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let mut full = args.to_vec();
+        full.extend(["--etcd-endpoints", &endpoint]);
+        let out = ax(&full, &[]);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = text(&out.stderr);
         assert!(
-            text(&out.stderr).contains("not yet available"),
-            "{args:?}: {}",
-            text(&out.stderr)
+            err.starts_with("ax: error: ") && err.contains(&endpoint),
+            "{args:?}: {err}"
         );
         assert!(out.stdout.is_empty());
     }
@@ -173,13 +177,21 @@ fn task_put_reports_every_problem_and_exits_3() {
     }
     assert!(out.stdout.is_empty());
 
-    // Without --dry-run a valid spec needs the registry, which this build lacks.
+    // Validation comes before any connection: no etcd is needed to be told what is wrong.
     let out = ax_stdin(
-        &["task", "put", "-", "--id", "ok"],
-        r#"{"handler": "log", "schedule": {"every": "10s"}}"#,
+        &[
+            "task",
+            "put",
+            "-",
+            "--id",
+            "bad",
+            "--etcd-endpoints",
+            "http://127.0.0.1:1",
+        ],
+        r#"{"schedule": {"every": "10s"}}"#,
     );
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("not yet available"));
+    assert_eq!(out.status.code(), Some(3));
+    assert!(text(&out.stderr).contains("handler:"));
 }
 
 fn http_get(port: u16, path: &str) -> Option<(u16, String)> {

@@ -40,6 +40,7 @@ fn view(namespace: &str, id: &str, spec: &Value) -> TaskView {
             .into(),
         ),
         next_fire: None,
+        last_fire: None,
         errors: vec![],
     }
 }

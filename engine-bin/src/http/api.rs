@@ -98,6 +98,9 @@ pub struct TaskView {
     /// Next fire time, when armed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_fire: Option<UtcMillis>,
+    /// Last fire time, when it has fired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_fire: Option<UtcMillis>,
     /// Validation errors of an invalid spec.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
@@ -141,7 +144,9 @@ pub struct ExecutionRecord {
     /// Run time, milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
-    /// `success`, `failure`, `timeout`, or `running`.
+    /// How the attempt ended: `succeeded`, `retrying` (failed, a retry is scheduled),
+    /// `dead_lettered` (failed for good), `timed_out`, `panicked`, or `released` (given back
+    /// unfinished at a worker's shutdown).
     pub outcome: String,
     /// Error message of a failed attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -223,6 +228,9 @@ pub struct QueueView {
     /// Age of the oldest waiting execution, milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oldest_age_ms: Option<u64>,
+    /// Dead-lettered executions of this queue.
+    #[serde(default)]
+    pub dlq_size: u64,
 }
 
 /// Shared by the API handlers: the backend, or `None` while this process has none (the

@@ -1,0 +1,163 @@
+//! The real [`ApiBackend`]: the etcd task registry and the Redis queues.
+//!
+//! One implementation serves both the CLI (which talks to etcd and Redis directly, with the
+//! same configuration as a replica) and `/api/v1` on every replica, so the two cannot drift
+//! apart. Writes go through the libraries' guarded operations (compare-and-swap register,
+//! optimistic update, transactional run-now request); nothing here caches, so any replica
+//! answers with what etcd and Redis hold.
+//!
+//! Redis is connected on first use when the backend is built with [`Backend::connect_lazy`]:
+//! the task commands need only etcd, and a Redis outage must not stop a user from pausing a
+//! task.
+//!
+//! Submodules: [`connect`] (clients and library settings from the config), `tasks` (views,
+//! put, pause, resume, run now), `queues` (history, dead letters, status), `errors`
+//! (library errors as API errors).
+
+pub mod connect;
+mod errors;
+mod queues;
+mod tasks;
+
+use std::time::Duration;
+
+use ax_election::ElectionConfig;
+use ax_queue::{Queue, QueueConfig};
+use ax_registry::Registry;
+use ax_scheduler_core::UtcMillis;
+use etcd_client::Client;
+use tokio::sync::OnceCell;
+
+pub use connect::{connect_etcd, connect_queue, election_config, queue_config, registry_config};
+
+use crate::config::Config;
+use crate::http::api::{
+    ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
+    TaskKey, TaskView, TriggerResult,
+};
+use crate::http::ApiError;
+
+/// The etcd registry and Redis queues behind the CLI and `/api/v1`.
+pub struct Backend {
+    etcd: Client,
+    registry: Registry,
+    election: ElectionConfig,
+    queue: OnceCell<Queue>,
+    redis_url: String,
+    redis_shown: String,
+    queue_config: QueueConfig,
+    worker_queues: Vec<String>,
+    request_timeout: Duration,
+}
+
+impl Backend {
+    /// Connects to etcd and Redis now; either failing is an error naming where it tried.
+    pub async fn connect(config: &Config) -> anyhow::Result<Backend> {
+        let etcd = connect_etcd(config).await?;
+        let queue = connect_queue(config).await?;
+        Ok(Backend::new(etcd, Some(queue), config))
+    }
+
+    /// Connects to etcd now and to Redis on the first call that needs it.
+    pub async fn connect_lazy(config: &Config) -> anyhow::Result<Backend> {
+        let etcd = connect_etcd(config).await?;
+        Ok(Backend::new(etcd, None, config))
+    }
+
+    /// A backend over clients the caller already has (a replica shares its own); without a
+    /// queue, Redis is connected on first use.
+    pub fn new(etcd: Client, queue: Option<Queue>, config: &Config) -> Backend {
+        Backend {
+            registry: Registry::new(etcd.clone(), registry_config(config)),
+            etcd,
+            election: election_config(config),
+            queue: OnceCell::new_with(queue),
+            redis_url: config.redis_connection_url(),
+            redis_shown: config.masked().redis.url,
+            queue_config: queue_config(config),
+            worker_queues: config.worker.queues.clone(),
+            request_timeout: config.etcd.timeout,
+        }
+    }
+
+    /// The task registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The etcd client.
+    pub fn etcd(&self) -> &Client {
+        &self.etcd
+    }
+
+    /// The queue client, connecting it on first use.
+    async fn queue(&self) -> Result<&Queue, ApiError> {
+        self.queue
+            .get_or_try_init(|| async {
+                Queue::connect(&self.redis_url, self.queue_config.clone())
+                    .await
+                    .map_err(|e| {
+                        ApiError::Unavailable(format!(
+                            "cannot connect to Redis at {} (redis.url): {e}",
+                            self.redis_shown
+                        ))
+                    })
+            })
+            .await
+    }
+}
+
+/// The clock, read at this edge.
+fn now() -> UtcMillis {
+    UtcMillis::from_datetime(&chrono::Utc::now())
+}
+
+impl ApiBackend for Backend {
+    fn list_tasks(&self, namespace: Option<String>) -> ApiFuture<'_, Vec<TaskView>> {
+        Box::pin(async move { self.list_views(namespace.as_deref()).await })
+    }
+
+    fn get_task(&self, key: TaskKey) -> ApiFuture<'_, TaskView> {
+        Box::pin(async move { self.get_view(&key).await })
+    }
+
+    fn put_task(&self, spec: serde_json::Value, dry_run: bool) -> ApiFuture<'_, PutTaskResult> {
+        Box::pin(async move { self.put(spec, dry_run).await })
+    }
+
+    fn delete_task(&self, key: TaskKey) -> ApiFuture<'_, ()> {
+        Box::pin(async move { self.delete(&key).await })
+    }
+
+    fn pause(&self, key: TaskKey) -> ApiFuture<'_, TaskView> {
+        Box::pin(async move { self.set_paused(&key, true).await })
+    }
+
+    fn resume(&self, key: TaskKey) -> ApiFuture<'_, TaskView> {
+        Box::pin(async move { self.set_paused(&key, false).await })
+    }
+
+    fn trigger(&self, key: TaskKey) -> ApiFuture<'_, TriggerResult> {
+        Box::pin(async move { self.run_now(&key).await })
+    }
+
+    fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>> {
+        Box::pin(async move { self.history_of(&key, limit).await })
+    }
+
+    fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>> {
+        Box::pin(async move { self.dead_letters(queue, limit).await })
+    }
+
+    fn dlq_requeue(&self, request: DlqRequeue) -> ApiFuture<'_, u64> {
+        Box::pin(async move { self.requeue(request).await })
+    }
+
+    fn dlq_purge(&self, queue: Option<String>) -> ApiFuture<'_, u64> {
+        Box::pin(async move { self.purge(queue).await })
+    }
+
+    fn status(&self) -> ApiFuture<'_, StatusView> {
+        Box::pin(async move { self.cluster_status().await })
+    }
+}

@@ -1,0 +1,258 @@
+//! Redis-side operations: execution history, dead letters, and the cluster status.
+//!
+//! Dead letters are kept per queue and Redis is never scanned, so "every queue" means the
+//! queues ax knows of: this process's `worker.queues` plus the queue of every registered task.
+//! A dead letter of a queue no task uses any more is reached by naming the queue (`--queue`).
+
+use std::collections::BTreeSet;
+
+use ax_queue::{DlqEntry, HistoryEntry, HistoryOutcome};
+use uuid::Uuid;
+
+use super::{errors, now, tasks::not_found, Backend};
+use crate::http::api::{
+    DeadLetter, DlqRequeue, ExecutionRecord, QueueView, ReplicaView, StatusView, TaskKey,
+};
+use crate::http::ApiError;
+
+/// Outcome names as the API shows them (the queue's own serde names).
+fn outcome_name(o: HistoryOutcome) -> &'static str {
+    match o {
+        HistoryOutcome::Succeeded => "succeeded",
+        HistoryOutcome::Retrying => "retrying",
+        HistoryOutcome::DeadLettered => "dead_lettered",
+        HistoryOutcome::TimedOut => "timed_out",
+        HistoryOutcome::Panicked => "panicked",
+        HistoryOutcome::Released => "released",
+    }
+}
+
+pub(super) fn record(e: &HistoryEntry) -> ExecutionRecord {
+    ExecutionRecord {
+        execution_id: e.execution_id.to_string(),
+        // The queue counts attempts from 0, people from 1.
+        attempt: e.attempt.saturating_add(1),
+        due: e.fire_at,
+        started: Some(e.started_at),
+        lateness_ms: Some(u64::try_from(e.lateness_ms).unwrap_or(0)),
+        duration_ms: Some(e.duration_ms),
+        outcome: outcome_name(e.outcome).to_owned(),
+        error: e.error.clone(),
+        worker: Some(e.worker.clone()),
+    }
+}
+
+pub(super) fn dead_letter(e: &DlqEntry) -> DeadLetter {
+    DeadLetter {
+        execution_id: e.id.to_string(),
+        namespace: e.namespace.clone(),
+        task_id: e.task_id.clone(),
+        queue: e.queue.clone(),
+        attempts: u32::try_from(e.errors.len()).unwrap_or(u32::MAX),
+        last_error: e.reason.clone(),
+        dead_at: e.dead_lettered_at,
+    }
+}
+
+impl Backend {
+    /// `worker.queues` plus every registered task's queue, sorted.
+    pub(super) async fn known_queues(&self) -> Result<Vec<String>, ApiError> {
+        let listing = self.registry.list(None).await.map_err(errors::registry)?;
+        let mut queues: BTreeSet<String> = self.worker_queues.iter().cloned().collect();
+        queues.extend(listing.tasks.into_iter().map(|t| t.spec.queue));
+        Ok(queues.into_iter().collect())
+    }
+
+    async fn queues_or(&self, queue: Option<String>) -> Result<Vec<String>, ApiError> {
+        match queue {
+            Some(q) => Ok(vec![q]),
+            None => self.known_queues().await,
+        }
+    }
+
+    pub(super) async fn history_of(
+        &self,
+        key: &TaskKey,
+        limit: usize,
+    ) -> Result<Vec<ExecutionRecord>, ApiError> {
+        if !self.exists(key).await? {
+            return Err(not_found(key));
+        }
+        let entries = self
+            .queue()
+            .await?
+            .history(&key.namespace, &key.id, limit)
+            .await
+            .map_err(errors::queue)?;
+        Ok(entries.iter().map(record).collect())
+    }
+
+    pub(super) async fn dead_letters(
+        &self,
+        queue: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, ApiError> {
+        let q = self.queue().await?;
+        let mut out = Vec::new();
+        for name in self.queues_or(queue).await? {
+            // Pages are oldest first: the newest `limit` are the last ones.
+            let size = q.dlq_size(&name).await.map_err(errors::queue)?;
+            let offset = usize::try_from(size)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(limit);
+            let page = q
+                .dlq_list(&name, offset, limit)
+                .await
+                .map_err(errors::queue)?;
+            out.extend(page.iter().map(dead_letter));
+        }
+        out.sort_by(|a, b| {
+            b.dead_at
+                .cmp(&a.dead_at)
+                .then_with(|| b.execution_id.cmp(&a.execution_id))
+        });
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    pub(super) async fn requeue(&self, request: DlqRequeue) -> Result<u64, ApiError> {
+        let q = self.queue().await?;
+        let now = now();
+        match request {
+            DlqRequeue::All { queue, .. } => {
+                let mut count = 0u64;
+                for name in self.queues_or(queue).await? {
+                    let n = q.dlq_requeue_all(&name, now).await.map_err(errors::queue)?;
+                    count += u64::try_from(n).unwrap_or(u64::MAX);
+                }
+                Ok(count)
+            }
+            DlqRequeue::Ids { ids } => {
+                let mut parsed = Vec::with_capacity(ids.len());
+                let mut bad = Vec::new();
+                for id in &ids {
+                    match Uuid::parse_str(id) {
+                        Ok(u) => parsed.push(u),
+                        Err(_) => bad.push(format!("{id}: not an execution id (a UUID)")),
+                    }
+                }
+                if !bad.is_empty() {
+                    return Err(ApiError::Invalid {
+                        message: "invalid execution ids".into(),
+                        errors: bad,
+                    });
+                }
+                // Find every entry first, so that one unknown id changes nothing.
+                let queues = self.known_queues().await?;
+                let mut found = Vec::with_capacity(parsed.len());
+                let mut missing = Vec::new();
+                'ids: for id in parsed {
+                    for name in &queues {
+                        if q.dlq_get(name, id).await.map_err(errors::queue)?.is_some() {
+                            found.push((name.clone(), id));
+                            continue 'ids;
+                        }
+                    }
+                    missing.push(id.to_string());
+                }
+                if !missing.is_empty() {
+                    return Err(ApiError::NotFound(format!(
+                        "no dead letter with id {} in queues {}",
+                        missing.join(", "),
+                        queues.join(", ")
+                    )));
+                }
+                let mut count = 0u64;
+                for (name, id) in found {
+                    if q.dlq_requeue(&name, id, now)
+                        .await
+                        .map_err(errors::queue)?
+                        .is_some()
+                    {
+                        count += 1;
+                    }
+                }
+                Ok(count)
+            }
+        }
+    }
+
+    pub(super) async fn purge(&self, queue: Option<String>) -> Result<u64, ApiError> {
+        let q = self.queue().await?;
+        let mut count = 0;
+        for name in self.queues_or(queue).await? {
+            count += q.dlq_purge(&name).await.map_err(errors::queue)?;
+        }
+        Ok(count)
+    }
+
+    pub(super) async fn cluster_status(&self) -> Result<StatusView, ApiError> {
+        let leader = ax_election::current_leader(
+            &self.etcd,
+            &self.election.prefix,
+            self.election.request_timeout,
+        )
+        .await
+        .map_err(errors::election)?;
+        let replicas = ax_election::list_instances(&self.etcd, &self.election)
+            .await
+            .map_err(errors::election)?
+            .into_iter()
+            .map(|r| ReplicaView {
+                id: r.instance_id,
+                roles: r.roles,
+                version: r.version,
+            })
+            .collect();
+        let q = self.queue().await?;
+        let now = now();
+        let mut queues = Vec::new();
+        let mut dlq_size = 0;
+        for name in self.known_queues().await? {
+            let stats = q.stats(&name, now).await.map_err(errors::queue)?;
+            dlq_size += stats.dead;
+            queues.push(QueueView {
+                name,
+                depth: stats.ready,
+                oldest_age_ms: stats
+                    .oldest_age
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                dlq_size: stats.dead,
+            });
+        }
+        Ok(StatusView {
+            leader: leader.map(|l| l.instance_id),
+            replicas,
+            queues,
+            dlq_size,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ax_scheduler_core::UtcMillis;
+
+    use super::*;
+
+    #[test]
+    fn history_attempts_count_from_one_and_early_starts_are_not_late() {
+        let e = HistoryEntry {
+            execution_id: Uuid::nil(),
+            fire_at: UtcMillis(1_000),
+            started_at: UtcMillis(990),
+            finished_at: UtcMillis(1_500),
+            lateness_ms: -10,
+            duration_ms: 510,
+            outcome: HistoryOutcome::TimedOut,
+            error: Some("deadline".into()),
+            worker: "w1".into(),
+            attempt: 0,
+        };
+        let r = record(&e);
+        assert_eq!(r.attempt, 1);
+        assert_eq!(r.lateness_ms, Some(0));
+        assert_eq!(r.outcome, "timed_out");
+        assert_eq!(r.worker.as_deref(), Some("w1"));
+    }
+}

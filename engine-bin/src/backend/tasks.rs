@@ -1,0 +1,332 @@
+//! Task operations: views joining spec and state, register, pause and resume, run now.
+//!
+//! A view is built from the stored value (valid or not) and the leader's state record. The
+//! status shown follows the spec where the leader has not caught up yet (it acts within a
+//! second of a change): a paused spec shows `PAUSED`, a spec that is valid again or resumed
+//! shows `WAITING` until the leader re-arms it, and a task no leader has seen yet shows
+//! `WAITING`, the state machine's "registered, no fire computed yet".
+
+use std::collections::HashMap;
+
+use ax_registry::TriggerRequest;
+use ax_scheduler_core::task::DEFAULT_NAMESPACE;
+use ax_scheduler_core::{TaskSpec, TaskState, TaskStatus, UtcMillis};
+
+use super::{errors, now, Backend};
+use crate::http::api::{PutTaskResult, TaskKey, TaskView, TriggerResult};
+use crate::http::ApiError;
+use crate::task_file::PREVIEW_FIRES;
+
+/// The view of the value stored under `namespace/id`.
+pub(super) fn view_from_raw(
+    namespace: &str,
+    id: &str,
+    raw: &[u8],
+    state: Option<&TaskState>,
+) -> TaskView {
+    match TaskSpec::from_json(raw, namespace, id) {
+        Ok(spec) => view_of_spec(&spec, state),
+        Err(errors) => TaskView {
+            namespace: namespace.to_owned(),
+            id: id.to_owned(),
+            spec: serde_json::from_slice(raw)
+                .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(raw).into())),
+            status: Some(TaskStatus::Invalid.as_str().to_owned()),
+            next_fire: None,
+            last_fire: state.and_then(|s| s.last_fire_at),
+            errors: errors.iter().map(ToString::to_string).collect(),
+        },
+    }
+}
+
+/// The view of a valid spec: the spec in its normalized form (every default spelled out).
+pub(super) fn view_of_spec(spec: &TaskSpec, state: Option<&TaskState>) -> TaskView {
+    let (status, next_fire) = if spec.paused {
+        (TaskStatus::Paused, None)
+    } else {
+        match state {
+            Some(s) if matches!(s.status, TaskStatus::Paused | TaskStatus::Invalid) => {
+                (TaskStatus::Waiting, None)
+            }
+            Some(s) => (s.status, s.next_fire_at),
+            None => (TaskStatus::Waiting, None),
+        }
+    };
+    TaskView {
+        namespace: spec.namespace.clone(),
+        id: spec.id.clone(),
+        spec: serde_json::from_slice(&spec.to_json()).unwrap_or(serde_json::Value::Null),
+        status: Some(status.as_str().to_owned()),
+        next_fire,
+        last_fire: state.and_then(|s| s.last_fire_at),
+        errors: Vec::new(),
+    }
+}
+
+/// The next fires of `spec` after `now`, its countdown starting at `created_at` (else now).
+pub(super) fn next_fires(spec: &TaskSpec, now: UtcMillis) -> Result<Vec<UtcMillis>, ApiError> {
+    let compiled = spec
+        .schedule
+        .compile()
+        .map_err(|e| ApiError::invalid(format!("schedule: {e}")))?;
+    Ok(compiled.upcoming(now, spec.created_at.unwrap_or(now), PREVIEW_FIRES))
+}
+
+/// The key a spec submitted as JSON names: its `namespace` (default `default`) and `id`.
+fn key_of(doc: &serde_json::Value) -> Result<TaskKey, ApiError> {
+    let Some(obj) = doc.as_object() else {
+        return Err(ApiError::invalid("the task spec must be a JSON object"));
+    };
+    let id = match obj.get("id") {
+        Some(serde_json::Value::String(id)) => id.clone(),
+        Some(_) => return Err(ApiError::invalid("id: must be a string")),
+        None => {
+            return Err(ApiError::invalid(
+                "id: missing; the task id is taken from the spec's \"id\" field",
+            ))
+        }
+    };
+    let namespace = match obj.get("namespace") {
+        Some(serde_json::Value::String(ns)) => ns.clone(),
+        Some(_) => return Err(ApiError::invalid("namespace: must be a string")),
+        None => DEFAULT_NAMESPACE.to_owned(),
+    };
+    Ok(TaskKey { namespace, id })
+}
+
+impl Backend {
+    async fn state_of(&self, namespace: &str, id: &str) -> Option<TaskState> {
+        match self.registry.get_state(namespace, id).await {
+            Ok(s) => s.map(|s| s.state),
+            Err(e) => {
+                // The view is still useful without the state; say why it is missing.
+                tracing::warn!(task_id = id, namespace, error = %e, "cannot read task state");
+                None
+            }
+        }
+    }
+
+    pub(super) async fn list_views(
+        &self,
+        namespace: Option<&str>,
+    ) -> Result<Vec<TaskView>, ApiError> {
+        let listing = self
+            .registry
+            .list(namespace)
+            .await
+            .map_err(errors::registry)?;
+        let states: HashMap<(String, String), TaskState> = self
+            .registry
+            .list_states(namespace)
+            .await
+            .map_err(errors::registry)?
+            .into_iter()
+            .map(|s| ((s.namespace, s.id), s.state))
+            .collect();
+        let state = |ns: &str, id: &str| states.get(&(ns.to_owned(), id.to_owned()));
+        let mut views: Vec<TaskView> = listing
+            .tasks
+            .iter()
+            .map(|t| view_of_spec(&t.spec, state(&t.spec.namespace, &t.spec.id)))
+            .chain(listing.invalid.iter().map(|bad| {
+                TaskView {
+                    namespace: bad.namespace.clone(),
+                    id: bad.id.clone(),
+                    spec: serde_json::from_str(&bad.raw)
+                        .unwrap_or_else(|_| serde_json::Value::String(bad.raw.clone())),
+                    status: Some(TaskStatus::Invalid.as_str().to_owned()),
+                    next_fire: None,
+                    last_fire: state(&bad.namespace, &bad.id).and_then(|s| s.last_fire_at),
+                    errors: bad.errors.iter().map(ToString::to_string).collect(),
+                }
+            }))
+            .collect();
+        views.sort_by(|a, b| (&a.namespace, &a.id).cmp(&(&b.namespace, &b.id)));
+        Ok(views)
+    }
+
+    pub(super) async fn get_view(&self, key: &TaskKey) -> Result<TaskView, ApiError> {
+        let raw = self.raw_spec(key).await?.ok_or_else(|| not_found(key))?;
+        let state = self.state_of(&key.namespace, &key.id).await;
+        Ok(view_from_raw(&key.namespace, &key.id, &raw, state.as_ref()))
+    }
+
+    /// The stored value of a task spec, as written.
+    async fn raw_spec(&self, key: &TaskKey) -> Result<Option<Vec<u8>>, ApiError> {
+        let mut kv = self.etcd.kv_client();
+        let k = self.registry.keys().task(&key.namespace, &key.id);
+        let resp = tokio::time::timeout(self.request_timeout, kv.get(k, None))
+            .await
+            .map_err(|_| {
+                ApiError::Unavailable(format!(
+                    "etcd task get timed out after {}",
+                    humantime::format_duration(self.request_timeout)
+                ))
+            })?
+            .map_err(|e| errors::etcd("task get", e))?;
+        Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+
+    /// Whether a task is registered (valid or not).
+    pub(super) async fn exists(&self, key: &TaskKey) -> Result<bool, ApiError> {
+        Ok(self.raw_spec(key).await?.is_some())
+    }
+
+    pub(super) async fn put(
+        &self,
+        doc: serde_json::Value,
+        dry_run: bool,
+    ) -> Result<PutTaskResult, ApiError> {
+        let key = key_of(&doc)?;
+        let bytes = serde_json::to_vec(&doc)
+            .map_err(|e| ApiError::Internal(format!("cannot encode the spec: {e}")))?;
+        let mut spec = TaskSpec::from_json(&bytes, &key.namespace, &key.id).map_err(|errors| {
+            ApiError::Invalid {
+                message: format!("task {}/{} is invalid", key.namespace, key.id),
+                errors: errors.iter().map(ToString::to_string).collect(),
+            }
+        })?;
+        let now = now();
+        if !dry_run && spec.created_at.is_none() {
+            // So that a `delay` or `every` countdown starts at registration, whichever
+            // replica leads when the spec is first seen.
+            spec.created_at = Some(now);
+        }
+        let next_fires = next_fires(&spec, now)?;
+        if !dry_run {
+            self.registry
+                .register(&spec)
+                .await
+                .map_err(errors::registry)?;
+        }
+        Ok(PutTaskResult {
+            namespace: key.namespace,
+            id: key.id,
+            written: !dry_run,
+            next_fires,
+        })
+    }
+
+    pub(super) async fn delete(&self, key: &TaskKey) -> Result<(), ApiError> {
+        let deleted = self
+            .registry
+            .unregister(&key.namespace, &key.id)
+            .await
+            .map_err(errors::registry)?;
+        if deleted {
+            Ok(())
+        } else {
+            Err(not_found(key))
+        }
+    }
+
+    pub(super) async fn set_paused(
+        &self,
+        key: &TaskKey,
+        paused: bool,
+    ) -> Result<TaskView, ApiError> {
+        let stored = self
+            .registry
+            .update(&key.namespace, &key.id, |spec| spec.paused = paused)
+            .await
+            .map_err(errors::registry)?;
+        let state = self.state_of(&key.namespace, &key.id).await;
+        Ok(view_of_spec(&stored.spec, state.as_ref()))
+    }
+
+    pub(super) async fn run_now(&self, key: &TaskKey) -> Result<TriggerResult, ApiError> {
+        // An invalid spec cannot run; say so rather than leave a request the leader drops.
+        if self
+            .registry
+            .get(&key.namespace, &key.id)
+            .await
+            .map_err(errors::registry)?
+            .is_none()
+        {
+            return Err(not_found(key));
+        }
+        let request = TriggerRequest {
+            execution_id: uuid::Uuid::now_v7().to_string(),
+            requested_at: now(),
+        };
+        self.registry
+            .request_trigger(&key.namespace, &key.id, &request)
+            .await
+            .map_err(errors::registry)?;
+        Ok(TriggerResult {
+            execution_id: request.execution_id,
+        })
+    }
+}
+
+pub(super) fn not_found(key: &TaskKey) -> ApiError {
+    ApiError::NotFound(format!(
+        "task {}/{} is not registered",
+        key.namespace, key.id
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: &str) -> TaskSpec {
+        TaskSpec::from_json(json.as_bytes(), "default", "t").unwrap()
+    }
+
+    #[test]
+    fn status_follows_the_spec_until_the_leader_catches_up() {
+        let now = UtcMillis(1_800_000_000_000);
+        let mut state = TaskState::new(1, now, now);
+        state.status = TaskStatus::Scheduled;
+        state.next_fire_at = Some(UtcMillis(now.0 + 60_000));
+
+        let s = spec(r#"{"handler": "log", "schedule": {"every": "1m"}}"#);
+        let v = view_of_spec(&s, Some(&state));
+        assert_eq!(v.status.as_deref(), Some("SCHEDULED"));
+        assert_eq!(v.next_fire, state.next_fire_at);
+
+        let paused = spec(r#"{"handler": "log", "schedule": {"every": "1m"}, "paused": true}"#);
+        let v = view_of_spec(&paused, Some(&state));
+        assert_eq!((v.status.as_deref(), v.next_fire), (Some("PAUSED"), None));
+
+        state.status = TaskStatus::Paused;
+        let v = view_of_spec(&s, Some(&state));
+        assert_eq!(v.status.as_deref(), Some("WAITING"));
+
+        let v = view_of_spec(&s, None);
+        assert_eq!(v.status.as_deref(), Some("WAITING"));
+        assert_eq!(v.spec["schedule"]["every"], "1m");
+    }
+
+    #[test]
+    fn an_invalid_value_is_shown_as_written_with_its_errors() {
+        let v = view_from_raw("default", "t", br#"{"schedule": {"every": "soon"}}"#, None);
+        assert_eq!(v.status.as_deref(), Some("INVALID"));
+        assert_eq!(v.spec["schedule"]["every"], "soon");
+        assert!(
+            v.errors.iter().any(|e| e.starts_with("handler:")),
+            "{:?}",
+            v.errors
+        );
+
+        let v = view_from_raw("default", "t", b"not json", None);
+        assert_eq!(v.spec, serde_json::Value::String("not json".into()));
+    }
+
+    #[test]
+    fn submitted_specs_name_their_key() {
+        let k = key_of(&serde_json::json!({"id": "a", "namespace": "ops"})).unwrap();
+        assert_eq!((k.namespace.as_str(), k.id.as_str()), ("ops", "a"));
+        let k = key_of(&serde_json::json!({"id": "a"})).unwrap();
+        assert_eq!(k.namespace, "default");
+        assert!(matches!(
+            key_of(&serde_json::json!({})),
+            Err(ApiError::Invalid { .. })
+        ));
+        assert!(matches!(
+            key_of(&serde_json::json!([])),
+            Err(ApiError::Invalid { .. })
+        ));
+    }
+}

@@ -1,0 +1,71 @@
+//! The wall clock, read only here, and the check of it against etcd's.
+//!
+//! The scheduling core works on [`UtcMillis`] handed to it; this module is the edge where the
+//! process reads the system clock and turns a wall-clock target into a tokio deadline.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use ax_scheduler_core::UtcMillis;
+use tokio::time::Instant;
+
+/// Now, in UTC milliseconds.
+pub fn now() -> UtcMillis {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    UtcMillis(i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
+/// The tokio instant at which the wall clock will read `target` (now, if it is past).
+pub fn instant_at(target: UtcMillis) -> Instant {
+    let wait = target.since(now());
+    Instant::now() + wait
+}
+
+/// How far this host's clock is ahead of etcd's (negative: behind), in seconds.
+///
+/// etcd has no time API, but its HTTP listener stamps every response with a `Date` header
+/// from its host's clock. The header has whole seconds, so the estimate takes the middle of
+/// that second and of the request's round trip: good to about half a second plus half the
+/// round trip, enough for a threshold of seconds.
+pub async fn skew_against(endpoint: &str) -> anyhow::Result<f64> {
+    let url = format!("{}/version", endpoint.trim_end_matches('/'));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .danger_accept_invalid_certs(false)
+        .build()
+        .context("cannot build the HTTP client for the clock check")?;
+    let before = now();
+    let response = client
+        .get(&url)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {url}"))?;
+    let after = now();
+    let date = response
+        .headers()
+        .get(reqwest::header::DATE)
+        .and_then(|v| v.to_str().ok())
+        .context("etcd's response has no Date header")?;
+    let remote = chrono::DateTime::parse_from_rfc2822(date)
+        .with_context(|| format!("cannot read etcd's Date header `{date}`"))?;
+    let remote_mid_ms = remote.timestamp_millis() + 500;
+    let local_mid_ms = (before.0 + after.0) / 2;
+    Ok((local_mid_ms - remote_mid_ms) as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instant_at_the_past_is_now() {
+        let start = Instant::now();
+        let at = instant_at(UtcMillis(0));
+        assert!(at >= start && at <= Instant::now());
+        let later = instant_at(now().add(Duration::from_secs(10)));
+        assert!(later >= start + Duration::from_secs(9));
+    }
+}

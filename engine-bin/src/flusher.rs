@@ -1,0 +1,132 @@
+//! Writes the leader's task states and consumed trigger keys to etcd, off the fire path.
+//!
+//! The leader loop hands over batches of coalesced states; while a write is in flight, newer
+//! batches pile up in the channel and are merged (latest state per task wins) into the next
+//! write, so the write rate adapts to what etcd sustains instead of queuing without bound.
+//! Every state write is fenced on the leader key's create revision: a deposed leader's
+//! writes are refused, and that refusal ends its term.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ax_registry::{PendingTrigger, Registry, RegistryError};
+use ax_scheduler_core::dispatcher::StateWrite;
+use ax_scheduler_core::{TaskKey, TaskState};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+/// Work for the flusher.
+pub enum FlushRequest {
+    /// Task states to write (`Some`) or delete (`None`); `done` is answered once written.
+    States {
+        /// The states.
+        writes: Vec<StateWrite>,
+        /// Answered when these (and everything before them) are written.
+        done: Option<oneshot::Sender<()>>,
+    },
+    /// Consumed run-now triggers to delete.
+    DeleteTriggers(Vec<PendingTrigger>),
+}
+
+/// Runs until `cancel` fires or the channel closes. `fence` is the leader key's create
+/// revision; a refused write cancels `cancel` (the term is over).
+pub async fn run(
+    registry: Registry,
+    fence: i64,
+    mut rx: mpsc::Receiver<FlushRequest>,
+    cancel: CancellationToken,
+) {
+    let mut states: HashMap<TaskKey, Option<TaskState>> = HashMap::new();
+    let mut keys: Vec<PendingTrigger> = Vec::new();
+    let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
+    loop {
+        let first = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = rx.recv() => r,
+        };
+        let Some(first) = first else { return };
+        take(first, &mut states, &mut keys, &mut waiters);
+        while let Ok(more) = rx.try_recv() {
+            take(more, &mut states, &mut keys, &mut waiters);
+        }
+        let mut attempt = 0u32;
+        loop {
+            match write(&registry, fence, &states, &keys).await {
+                Ok(()) => {
+                    debug!(states = states.len(), keys = keys.len(), "flushed");
+                    states.clear();
+                    keys.clear();
+                    for w in waiters.drain(..) {
+                        let _ = w.send(());
+                    }
+                    break;
+                }
+                Err(RegistryError::Fenced { .. }) => {
+                    warn!("state write refused: another replica leads now");
+                    cancel.cancel();
+                    return;
+                }
+                Err(e) => {
+                    attempt += 1;
+                    warn!(error = %e, attempt, states = states.len(), "cannot write task states; retrying");
+                    let wait = Duration::from_millis(100 * u64::from(attempt.min(20)));
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                    // Merge what arrived meanwhile, so the retry writes the newest states.
+                    while let Ok(more) = rx.try_recv() {
+                        take(more, &mut states, &mut keys, &mut waiters);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn take(
+    request: FlushRequest,
+    states: &mut HashMap<TaskKey, Option<TaskState>>,
+    keys: &mut Vec<PendingTrigger>,
+    waiters: &mut Vec<oneshot::Sender<()>>,
+) {
+    match request {
+        FlushRequest::States { writes, done } => {
+            for (key, state) in writes {
+                states.insert((*key).clone(), state);
+            }
+            waiters.extend(done);
+        }
+        FlushRequest::DeleteTriggers(k) => keys.extend(k),
+    }
+}
+
+async fn write(
+    registry: &Registry,
+    fence: i64,
+    states: &HashMap<TaskKey, Option<TaskState>>,
+    keys: &[PendingTrigger],
+) -> Result<(), RegistryError> {
+    let puts: Vec<(String, String, TaskState)> = states
+        .iter()
+        .filter_map(|(k, s)| {
+            s.as_ref()
+                .map(|s| (k.namespace.clone(), k.id.clone(), s.clone()))
+        })
+        .collect();
+    if !puts.is_empty() {
+        registry.put_states(&puts, Some(fence)).await?;
+    }
+    for (k, s) in states {
+        if s.is_none() {
+            registry.delete_state(&k.namespace, &k.id).await?;
+        }
+    }
+    for t in keys {
+        registry
+            .delete_trigger(&t.namespace, &t.id, &t.execution_id)
+            .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,80 @@
+//! The API backend of a replica that is still connecting.
+//!
+//! `ax serve` opens its HTTP port before etcd and Redis answer, so that probes and metrics
+//! work during a slow start; `/api/v1` calls made meanwhile get 503 `backend_unavailable`,
+//! and the real [`ApiBackend`] answers from the moment it is [`set`](LateApi::set).
+
+use std::sync::{Arc, OnceLock};
+
+use crate::http::api::{
+    ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
+    TaskKey, TaskView, TriggerResult,
+};
+use crate::http::ApiError;
+
+/// An [`ApiBackend`] that is unavailable until set.
+#[derive(Default)]
+pub struct LateApi {
+    inner: OnceLock<Arc<dyn ApiBackend>>,
+}
+
+impl LateApi {
+    /// Installs the real backend (the first call wins).
+    pub fn set(&self, backend: Arc<dyn ApiBackend>) {
+        let _ = self.inner.set(backend);
+    }
+
+    fn get(&self) -> Result<&Arc<dyn ApiBackend>, ApiError> {
+        self.inner.get().ok_or_else(|| {
+            ApiError::Unavailable("this replica is still connecting to etcd and Redis".into())
+        })
+    }
+}
+
+macro_rules! delegate {
+    ($self:ident, $call:ident ( $($arg:expr),* )) => {
+        match $self.get() {
+            Ok(backend) => backend.$call($($arg),*),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    };
+}
+
+impl ApiBackend for LateApi {
+    fn list_tasks(&self, namespace: Option<String>) -> ApiFuture<'_, Vec<TaskView>> {
+        delegate!(self, list_tasks(namespace))
+    }
+    fn get_task(&self, key: TaskKey) -> ApiFuture<'_, TaskView> {
+        delegate!(self, get_task(key))
+    }
+    fn put_task(&self, spec: serde_json::Value, dry_run: bool) -> ApiFuture<'_, PutTaskResult> {
+        delegate!(self, put_task(spec, dry_run))
+    }
+    fn delete_task(&self, key: TaskKey) -> ApiFuture<'_, ()> {
+        delegate!(self, delete_task(key))
+    }
+    fn pause(&self, key: TaskKey) -> ApiFuture<'_, TaskView> {
+        delegate!(self, pause(key))
+    }
+    fn resume(&self, key: TaskKey) -> ApiFuture<'_, TaskView> {
+        delegate!(self, resume(key))
+    }
+    fn trigger(&self, key: TaskKey) -> ApiFuture<'_, TriggerResult> {
+        delegate!(self, trigger(key))
+    }
+    fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>> {
+        delegate!(self, history(key, limit))
+    }
+    fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>> {
+        delegate!(self, dlq_list(queue, limit))
+    }
+    fn dlq_requeue(&self, request: DlqRequeue) -> ApiFuture<'_, u64> {
+        delegate!(self, dlq_requeue(request))
+    }
+    fn dlq_purge(&self, queue: Option<String>) -> ApiFuture<'_, u64> {
+        delegate!(self, dlq_purge(queue))
+    }
+    fn status(&self) -> ApiFuture<'_, StatusView> {
+        delegate!(self, status())
+    }
+}

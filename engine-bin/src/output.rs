@@ -1,0 +1,284 @@
+//! What the CLI prints: aligned tables for people, and the API's JSON for scripts.
+//!
+//! Rendering is pure (views in, text out) so it is tested without etcd or Redis. The JSON
+//! form (`--output json`) is exactly what `/api/v1` returns, so a script can move between the
+//! CLI and the API without reparsing anything.
+
+use ax_scheduler_core::UtcMillis;
+use serde::Serialize;
+
+use crate::http::api::{DeadLetter, ExecutionRecord, StatusView, TaskView};
+
+/// `value` as pretty JSON with a final newline.
+pub fn json<T: Serialize>(value: &T) -> String {
+    // The API types are plain data: serializing them cannot fail.
+    let mut s = serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("\"{e}\""));
+    s.push('\n');
+    s
+}
+
+/// Columns padded to their widest cell, two spaces apart; no trailing blanks.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            let pad = widths
+                .get(i)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(cell.chars().count())
+                + 2;
+            line.push_str(&" ".repeat(pad));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn instant(t: Option<UtcMillis>) -> String {
+    t.map_or_else(|| "-".to_owned(), |t| t.to_string())
+}
+
+fn millis(ms: Option<u64>) -> String {
+    ms.map_or_else(
+        || "-".to_owned(),
+        |ms| humantime::format_duration(std::time::Duration::from_millis(ms)).to_string(),
+    )
+}
+
+/// One line for a spec's `schedule` object, as written (`cron 0 9 * * * Asia/Shanghai`,
+/// `every 10s`, `delay 5m`, `at <instant>`).
+pub fn schedule_summary(spec: &serde_json::Value) -> String {
+    let Some(schedule) = spec.get("schedule").and_then(|s| s.as_object()) else {
+        return "-".to_owned();
+    };
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if let Some(expr) = schedule.get("cron") {
+        let tz = schedule.get("timezone").map(text).unwrap_or_default();
+        return format!("cron {} {}", text(expr), tz).trim_end().to_owned();
+    }
+    for kind in ["every", "delay"] {
+        if let Some(v) = schedule.get(kind) {
+            return format!("{kind} {}", text(v));
+        }
+    }
+    if let Some(v) = schedule.get("at") {
+        return match v.as_i64() {
+            Some(ms) => format!("at {}", UtcMillis(ms)),
+            None => format!("at {}", text(v)),
+        };
+    }
+    "-".to_owned()
+}
+
+/// `ax task list`.
+pub fn task_table(tasks: &[TaskView]) -> String {
+    let rows: Vec<Vec<String>> = tasks
+        .iter()
+        .map(|t| {
+            vec![
+                format!("{}/{}", t.namespace, t.id),
+                schedule_summary(&t.spec),
+                t.status.clone().unwrap_or_else(|| "-".to_owned()),
+                instant(t.next_fire),
+                instant(t.last_fire),
+            ]
+        })
+        .collect();
+    table(
+        &["TASK", "SCHEDULE", "STATUS", "NEXT FIRE", "LAST FIRE"],
+        &rows,
+    )
+}
+
+/// `ax task history`.
+pub fn history_table(records: &[ExecutionRecord]) -> String {
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|r| {
+            vec![
+                r.execution_id.clone(),
+                r.attempt.to_string(),
+                r.due.to_string(),
+                instant(r.started),
+                millis(r.lateness_ms),
+                millis(r.duration_ms),
+                r.outcome.clone(),
+                r.worker.clone().unwrap_or_else(|| "-".to_owned()),
+                r.error.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "EXECUTION",
+            "ATTEMPT",
+            "DUE",
+            "STARTED",
+            "LATENESS",
+            "DURATION",
+            "OUTCOME",
+            "WORKER",
+            "ERROR",
+        ],
+        &rows,
+    )
+}
+
+/// `ax dlq list`.
+pub fn dlq_table(letters: &[DeadLetter]) -> String {
+    let rows: Vec<Vec<String>> = letters
+        .iter()
+        .map(|d| {
+            vec![
+                d.execution_id.clone(),
+                format!("{}/{}", d.namespace, d.task_id),
+                d.queue.clone(),
+                d.attempts.to_string(),
+                d.dead_at.to_string(),
+                d.last_error.clone(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "EXECUTION",
+            "TASK",
+            "QUEUE",
+            "ATTEMPTS",
+            "DEAD AT",
+            "LAST ERROR",
+        ],
+        &rows,
+    )
+}
+
+/// `ax status`.
+pub fn status_text(s: &StatusView) -> String {
+    let mut out = format!(
+        "leader: {}\n\nreplicas: {}\n",
+        s.leader.as_deref().unwrap_or("none"),
+        s.replicas.len()
+    );
+    if !s.replicas.is_empty() {
+        let rows: Vec<Vec<String>> = s
+            .replicas
+            .iter()
+            .map(|r| {
+                let leads = s.leader.as_deref() == Some(r.id.as_str());
+                vec![
+                    r.id.clone(),
+                    r.roles.join(","),
+                    r.version.clone(),
+                    if leads { "leader" } else { "" }.to_owned(),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["INSTANCE", "ROLES", "VERSION", ""], &rows));
+    }
+    out.push_str(&format!("\nqueues: {}\n", s.queues.len()));
+    if !s.queues.is_empty() {
+        let rows: Vec<Vec<String>> = s
+            .queues
+            .iter()
+            .map(|q| {
+                vec![
+                    q.name.clone(),
+                    q.depth.to_string(),
+                    millis(q.oldest_age_ms),
+                    q.dlq_size.to_string(),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["QUEUE", "DEPTH", "OLDEST", "DEAD LETTERS"], &rows));
+    }
+    out.push_str(&format!("\ndead letters: {}\n", s.dlq_size));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::http::api::{QueueView, ReplicaView};
+
+    #[test]
+    fn tables_align_columns() {
+        let t = table(
+            &["A", "BB"],
+            &[
+                vec!["long cell".into(), "x".into()],
+                vec!["y".into(), "z".into()],
+            ],
+        );
+        assert_eq!(t, "A          BB\nlong cell  x\ny          z\n");
+    }
+
+    #[test]
+    fn schedules_read_as_written() {
+        let s = |v| schedule_summary(&json!({ "schedule": v }));
+        assert_eq!(
+            s(json!({"cron": "0 9 * * *", "timezone": "Asia/Shanghai"})),
+            "cron 0 9 * * * Asia/Shanghai"
+        );
+        assert_eq!(s(json!({"cron": "0 9 * * *"})), "cron 0 9 * * *");
+        assert_eq!(s(json!({"every": "10s"})), "every 10s");
+        assert_eq!(s(json!({"delay": "5m"})), "delay 5m");
+        assert_eq!(s(json!({"at": 0})), "at 1970-01-01T00:00:00.000Z");
+        assert_eq!(schedule_summary(&json!("not an object")), "-");
+    }
+
+    #[test]
+    fn status_marks_the_leader() {
+        let s = StatusView {
+            leader: Some("ax-1".into()),
+            replicas: vec![
+                ReplicaView {
+                    id: "ax-0".into(),
+                    roles: vec!["worker".into()],
+                    version: "0.1.0".into(),
+                },
+                ReplicaView {
+                    id: "ax-1".into(),
+                    roles: vec!["scheduler".into(), "worker".into()],
+                    version: "0.1.0".into(),
+                },
+            ],
+            queues: vec![QueueView {
+                name: "default".into(),
+                depth: 3,
+                oldest_age_ms: Some(1500),
+                dlq_size: 2,
+            }],
+            dlq_size: 2,
+        };
+        let text = status_text(&s);
+        assert!(text.starts_with("leader: ax-1\n"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("ax-1") && l.ends_with("leader")),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("ax-0") && !l.contains("leader")),
+            "{text}"
+        );
+        assert!(text.contains("default  3      1s 500ms"), "{text}");
+        assert!(text.ends_with("dead letters: 2\n"), "{text}");
+    }
+}

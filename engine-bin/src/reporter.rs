@@ -1,0 +1,188 @@
+//! What a worker on this replica tells the rest of ax about each execution.
+//!
+//! Three structured log lines per execution come from here and the leader: `enqueued` (with
+//! lateness, by the leader), `started` and `finished` (with duration and outcome). Each
+//! start and end also goes to the leader as an event (task states, overlap holds, breaker)
+//! in one pipeline with the task's history entry, and to this replica's metrics; final
+//! failures raise alerts. Nothing here fails an execution: a report that cannot be written
+//! is logged and counted.
+
+use std::sync::Arc;
+
+use ax_alerting::{Alert, AlertSender};
+use ax_queue::{ExecutionEventKind, ExecutionEventRecord, ExecutionMessage, Queue};
+use ax_scheduler_core::UtcMillis;
+use ax_worker::{ExecutionReport, ExecutionReporter, Outcome, ReportFuture};
+use tracing::{info, warn};
+
+use crate::metrics::{Metrics, OUTCOME_FAILURE, OUTCOME_SUCCESS, OUTCOME_TIMEOUT};
+
+/// The engine's [`ExecutionReporter`].
+pub struct EngineReporter {
+    queue: Queue,
+    metrics: Arc<Metrics>,
+    alerts: Option<AlertSender>,
+}
+
+impl EngineReporter {
+    /// A reporter writing to `queue`, `metrics` and `alerts`.
+    pub fn new(queue: Queue, metrics: Arc<Metrics>, alerts: Option<AlertSender>) -> Self {
+        EngineReporter {
+            queue,
+            metrics,
+            alerts,
+        }
+    }
+
+    async fn publish(
+        &self,
+        event: &ExecutionEventRecord,
+        history: Option<&ax_queue::HistoryEntry>,
+    ) {
+        if let Err(e) = self.queue.report(event, history).await {
+            self.metrics
+                .backend_errors_total
+                .with_label_values(&["redis"])
+                .inc();
+            warn!(task_id = %event.task_id, execution_id = %event.execution_id, error = %e, "could not report the execution");
+        }
+    }
+}
+
+/// (outcome label, succeeded, last attempt, error) of an outcome.
+fn classify(outcome: &Outcome) -> (&'static str, bool, bool, Option<String>) {
+    match outcome {
+        Outcome::Succeeded => (OUTCOME_SUCCESS, true, true, None),
+        Outcome::Failed { error, retrying } => {
+            (OUTCOME_FAILURE, false, !retrying, Some(error.clone()))
+        }
+        Outcome::TimedOut { retrying } => (
+            OUTCOME_TIMEOUT,
+            false,
+            !retrying,
+            Some("timed out".to_owned()),
+        ),
+        Outcome::Panicked { message, retrying } => (
+            OUTCOME_FAILURE,
+            false,
+            !retrying,
+            Some(format!("handler panicked: {message}")),
+        ),
+        Outcome::DeadLettered { reason } => (OUTCOME_FAILURE, false, true, Some(reason.clone())),
+        // Given back unfinished (shutdown): not an outcome; another worker runs it.
+        Outcome::Released => ("released", false, false, None),
+    }
+}
+
+impl ExecutionReporter for EngineReporter {
+    fn on_started<'a>(
+        &'a self,
+        exec: &'a ExecutionMessage,
+        worker_id: &'a str,
+        at: UtcMillis,
+    ) -> ReportFuture<'a> {
+        Box::pin(async move {
+            let lateness_ms = at.0 - exec.fire_at.0;
+            self.metrics.active_workers.inc();
+            if exec.attempt == 0 && !exec.run_now {
+                self.metrics
+                    .schedule_latency_seconds
+                    .with_label_values(&[&exec.queue])
+                    .observe(lateness_ms.max(0) as f64 / 1000.0);
+            }
+            info!(
+                task_id = %format!("{}/{}", exec.namespace, exec.task_id),
+                execution_id = %exec.execution_id,
+                fire_at = %exec.fire_at,
+                lateness_ms,
+                attempt = exec.attempt,
+                worker = worker_id,
+                handler = %exec.handler,
+                "started"
+            );
+            let event = ExecutionEventRecord {
+                namespace: exec.namespace.clone(),
+                task_id: exec.task_id.clone(),
+                execution_id: exec.execution_id,
+                fire_at: exec.fire_at,
+                attempt: exec.attempt,
+                kind: ExecutionEventKind::Started { at },
+            };
+            self.publish(&event, None).await;
+        })
+    }
+
+    fn on_finished<'a>(&'a self, report: &'a ExecutionReport) -> ReportFuture<'a> {
+        Box::pin(async move {
+            self.metrics.active_workers.dec();
+            let (label, succeeded, last, error) = classify(&report.outcome);
+            let seconds = report.duration.as_secs_f64();
+            let task = format!("{}/{}", report.namespace, report.task_id);
+            if matches!(report.outcome, Outcome::Released) {
+                info!(task_id = %task, execution_id = %report.execution_id, attempt = report.attempt, "released unfinished (shutdown); it runs elsewhere");
+                return;
+            }
+            self.metrics
+                .record_execution(&report.queue, &report.handler, label, seconds);
+            if !succeeded {
+                self.metrics
+                    .tasks_failed_total
+                    .with_label_values(&[&report.queue, &report.handler])
+                    .inc();
+                if !last {
+                    self.metrics
+                        .tasks_retried_total
+                        .with_label_values(&[&report.queue, &report.handler])
+                        .inc();
+                }
+            }
+            info!(
+                task_id = %task,
+                execution_id = %report.execution_id,
+                fire_at = %report.fire_at,
+                attempt = report.attempt,
+                duration_ms = report.duration.as_millis() as u64,
+                outcome = label,
+                retry_at = ?report.retry_at.map(|t| t.to_rfc3339()),
+                error = error.as_deref().unwrap_or(""),
+                "finished"
+            );
+            if let (false, Some(alerts)) = (succeeded, &self.alerts) {
+                // Every failed attempt is a (warn) failure alert, de-duplicated per task by
+                // the alert manager; the end of the line is a (critical) dead-letter alert.
+                let reason = error.clone().unwrap_or_default();
+                alerts.send(Alert::task_failed(
+                    report.namespace.clone(),
+                    report.task_id.clone(),
+                    report.attempt,
+                    reason.clone(),
+                    report.finished_at,
+                ));
+                if last && report.outcome.is_dead_lettered() {
+                    alerts.send(Alert::task_dead_lettered(
+                        report.namespace.clone(),
+                        report.task_id.clone(),
+                        report.attempt + 1,
+                        reason,
+                        report.finished_at,
+                    ));
+                }
+            }
+            let event = ExecutionEventRecord {
+                namespace: report.namespace.clone(),
+                task_id: report.task_id.clone(),
+                execution_id: report.execution_id,
+                fire_at: report.fire_at,
+                attempt: report.attempt,
+                kind: ExecutionEventKind::Finished {
+                    at: report.finished_at,
+                    succeeded,
+                    last,
+                    killed: false,
+                    error,
+                },
+            };
+            self.publish(&event, Some(&report.history)).await;
+        })
+    }
+}

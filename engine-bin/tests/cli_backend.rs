@@ -1,0 +1,436 @@
+//! The `ax` task, dead-letter and status commands against a real etcd and Redis, as a script
+//! sees them: stdout, stderr and exit codes. Each test works under its own etcd prefix and
+//! Redis key prefix.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use ax_queue::{ExecutionMessage, HistoryEntry, HistoryOutcome, Queue, QueueConfig};
+use ax_scheduler_core::{TaskSpec, UtcMillis};
+use serde_json::Value;
+
+/// One test's corner of the shared servers.
+struct Cluster {
+    prefix: String,
+    redis_prefix: String,
+}
+
+impl Cluster {
+    fn new(label: &str) -> Cluster {
+        Cluster {
+            prefix: format!("/{}", ax_testkit::unique_name(label)),
+            redis_prefix: ax_testkit::unique_name(label),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ax"));
+        cmd.args(args)
+            .env_clear()
+            .env("HOSTNAME", "test-host")
+            .env("AX_ETCD_ENDPOINTS", ax_testkit::etcd_endpoint())
+            .env("AX_REDIS_URL", ax_testkit::redis_url())
+            .env("AX_REDIS_KEY_PREFIX", &self.redis_prefix)
+            .arg("--etcd-prefix")
+            .arg(&self.prefix);
+        cmd
+    }
+
+    fn ax(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn ax_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// Runs `args`, expects exit 0, returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.ax(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+
+    /// Runs `args`, expects `code`, returns stderr.
+    fn fails(&self, args: &[&str], code: i32) -> String {
+        let out = self.ax(args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: stdout {} stderr {}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert!(out.stdout.is_empty(), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.starts_with("ax: error: "), "{err}");
+        err
+    }
+
+    fn get(&self, task: &str) -> Value {
+        serde_json::from_str(&self.ok(&["task", "get", task])).unwrap()
+    }
+
+    async fn etcd(&self) -> etcd_client::Client {
+        etcd_client::Client::connect([ax_testkit::etcd_endpoint()], None)
+            .await
+            .unwrap()
+    }
+
+    async fn queue(&self) -> Queue {
+        let cfg = QueueConfig {
+            prefix: self.redis_prefix.clone(),
+            ..QueueConfig::default()
+        };
+        Queue::connect(&ax_testkit::redis_url(), cfg).await.unwrap()
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+const BEAT: &str = r#"{"handler": "log", "schedule": {"every": "10s"}}"#;
+
+fn versioned(version: u64) -> String {
+    format!(r#"{{"handler": "log", "schedule": {{"every": "10s"}}, "version": {version}}}"#)
+}
+
+#[test]
+fn put_get_list_pause_resume_delete() {
+    let c = Cluster::new("cli-tasks");
+    let out = c.ax_stdin(&["task", "put", "-", "--id", "beat", "-n", "ops"], BEAT);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.starts_with("task ops/beat registered (version 1)\n"),
+        "{shown}"
+    );
+    assert_eq!(shown.lines().filter(|l| l.starts_with("  ")).count(), 5);
+
+    let task = c.get("ops/beat");
+    assert_eq!(task["namespace"], "ops");
+    assert_eq!(task["id"], "beat");
+    assert_eq!(task["status"], "WAITING");
+    assert_eq!(task["spec"]["schedule"]["every"], "10s");
+    // The countdown starts at registration, whichever replica first sees the spec.
+    let created = task["spec"]["created_at"].as_str().unwrap();
+    assert!(created.starts_with("20") && created.ends_with('Z'), "{created}");
+    // `-n` names the same task; without it, `beat` is in the default namespace.
+    let same: Value = serde_json::from_str(&c.ok(&["task", "get", "beat", "-n", "ops"])).unwrap();
+    assert_eq!(same, task);
+    c.fails(&["task", "get", "beat"], 4);
+
+    // A second task in the default namespace, from a file named after it.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("nightly.json");
+    std::fs::write(
+        &file,
+        r#"{"handler": "log", "schedule": {"cron": "0 3 * * *", "timezone": "Europe/Paris"}}"#,
+    )
+    .unwrap();
+    c.ok(&["task", "put", file.to_str().unwrap()]);
+
+    let table = c.ok(&["task", "list"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(lines[0].starts_with("TASK"), "{table}");
+    assert!(
+        lines[1].starts_with("default/nightly") && lines[1].contains("cron 0 3 * * * Europe/Paris"),
+        "{table}"
+    );
+    assert!(
+        lines[2].starts_with("ops/beat")
+            && lines[2].contains("every 10s")
+            && lines[2].contains("WAITING"),
+        "{table}"
+    );
+    let listed: Vec<Value> =
+        serde_json::from_str(&c.ok(&["task", "list", "-n", "ops", "-o", "json"])).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["id"], "beat");
+
+    assert_eq!(
+        c.ok(&["task", "pause", "beat", "-n", "ops"]),
+        "task ops/beat paused\n"
+    );
+    let task = c.get("ops/beat");
+    assert_eq!(
+        (task["status"].clone(), task["spec"]["paused"].clone()),
+        ("PAUSED".into(), true.into())
+    );
+    assert_eq!(
+        c.ok(&["task", "resume", "ops/beat"]),
+        "task ops/beat resumed\n"
+    );
+    let task = c.get("ops/beat");
+    assert_eq!(
+        (task["status"].clone(), task["spec"]["paused"].clone()),
+        ("WAITING".into(), false.into())
+    );
+
+    assert_eq!(
+        c.ok(&["task", "delete", "ops/beat"]),
+        "task ops/beat deleted\n"
+    );
+    let err = c.fails(&["task", "get", "ops/beat"], 4);
+    assert!(err.contains("ops/beat"), "{err}");
+    c.fails(&["task", "delete", "ops/beat"], 4);
+    c.fails(&["task", "pause", "ops/beat"], 4);
+    // A task name that disagrees with -n is a usage error, before any connection.
+    c.fails(&["task", "get", "ops/beat", "-n", "billing"], 2);
+}
+
+#[test]
+fn a_version_not_higher_is_refused_with_exit_5() {
+    let c = Cluster::new("cli-versions");
+    let put = |version: u64| c.ax_stdin(&["task", "put", "-", "--id", "v"], &versioned(version));
+    assert_eq!(put(2).status.code(), Some(0));
+    for lower in [1, 2] {
+        let out = put(lower);
+        assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert!(
+            err.starts_with("ax: error: conflict: ") && err.contains("version 2"),
+            "{err}"
+        );
+    }
+    assert_eq!(put(3).status.code(), Some(0));
+    assert_eq!(c.get("v")["spec"]["version"], 3);
+}
+
+#[test]
+fn an_invalid_spec_exits_3_listing_every_problem_and_writes_nothing() {
+    let c = Cluster::new("cli-invalid");
+    let out = c.ax_stdin(
+        &["task", "put", "-", "--id", "bad"],
+        r#"{"schedule": {"cron": "61 * * * *"}, "priority": 12}"#,
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let err = text(&out.stderr);
+    let problems: Vec<&str> = err.lines().skip(1).collect();
+    assert_eq!(
+        err.lines().next(),
+        Some("ax: error: invalid input:"),
+        "{err}"
+    );
+    for field in ["handler: ", "schedule.cron: ", "priority: "] {
+        assert!(
+            problems
+                .iter()
+                .any(|l| l.starts_with(&format!("  {field}"))),
+            "{field} missing in {err}"
+        );
+    }
+    assert!(out.stdout.is_empty());
+    assert_eq!(c.ok(&["task", "list"]).lines().count(), 1, "header only");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_value_written_by_hand_that_is_invalid_shows_as_invalid() {
+    let c = Cluster::new("cli-by-hand");
+    let mut kv = c.etcd().await.kv_client();
+    kv.put(
+        format!("{}/tasks/default/typo", c.prefix),
+        r#"{"handler": "log", "schedule": {"every": "soon"}}"#,
+        None,
+    )
+    .await
+    .unwrap();
+    let task = c.get("typo");
+    assert_eq!(task["status"], "INVALID");
+    assert_eq!(
+        task["spec"]["schedule"]["every"], "soon",
+        "shown as written"
+    );
+    let errors = task["errors"].as_array().unwrap();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.as_str().unwrap().starts_with("schedule.every")),
+        "{errors:?}"
+    );
+    assert!(c.ok(&["task", "list"]).contains("INVALID"));
+    // It cannot run, and saying so is better than a request the leader drops.
+    c.fails(&["task", "trigger", "typo"], 3);
+    c.fails(&["task", "pause", "typo"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn trigger_writes_a_run_now_request_for_the_leader() {
+    let c = Cluster::new("cli-trigger");
+    assert_eq!(
+        c.ax_stdin(&["task", "put", "-", "--id", "report"], BEAT)
+            .status
+            .code(),
+        Some(0)
+    );
+    let execution_id = c.ok(&["task", "trigger", "report"]).trim().to_owned();
+    let uuid = uuid::Uuid::parse_str(&execution_id).unwrap();
+    assert_eq!(uuid.get_version_num(), 7);
+
+    let mut kv = c.etcd().await.kv_client();
+    let key = format!("{}/triggers/default/report/{execution_id}", c.prefix);
+    let resp = kv.get(key, None).await.unwrap();
+    let value: Value = serde_json::from_slice(resp.kvs()[0].value()).unwrap();
+    assert_eq!(value["execution_id"], execution_id.as_str());
+    assert!(value["requested_at"].as_i64().unwrap() > 1_700_000_000_000);
+
+    c.fails(&["task", "trigger", "missing"], 4);
+}
+
+#[test]
+fn status_without_a_leader_shows_the_known_queues() {
+    let c = Cluster::new("cli-status");
+    c.ax_stdin(
+        &["task", "put", "-", "--id", "heavy"],
+        r#"{"handler": "log", "schedule": {"every": "1m"}, "queue": "heavy"}"#,
+    );
+    let shown = c.ok(&["status"]);
+    assert!(shown.starts_with("leader: none\n"), "{shown}");
+    assert!(shown.contains("replicas: 0\n"), "{shown}");
+    assert!(shown.contains("queues: 2\n"), "{shown}");
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("default ") && l.ends_with(" 0")),
+        "{shown}"
+    );
+    assert!(shown.lines().any(|l| l.starts_with("heavy ")), "{shown}");
+    assert!(shown.ends_with("dead letters: 0\n"), "{shown}");
+
+    let json: Value = serde_json::from_str(&c.ok(&["status", "-o", "json"])).unwrap();
+    assert_eq!(json["leader"], Value::Null);
+    assert_eq!(json["replicas"], serde_json::json!([]));
+    assert_eq!(json["dlq_size"], 0);
+    assert_eq!(json["queues"][0]["name"], "default");
+    assert_eq!(json["queues"][0]["depth"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn history_shows_the_recorded_attempts() {
+    let c = Cluster::new("cli-history");
+    c.fails(&["task", "history", "report"], 4);
+    c.ax_stdin(&["task", "put", "-", "--id", "report"], BEAT);
+    assert_eq!(c.ok(&["task", "history", "report"]).lines().count(), 1);
+
+    let q = c.queue().await;
+    for (attempt, outcome) in [
+        (0, HistoryOutcome::Retrying),
+        (1, HistoryOutcome::Succeeded),
+    ] {
+        let entry = HistoryEntry {
+            execution_id: uuid::Uuid::now_v7(),
+            fire_at: UtcMillis(1_767_171_600_000),
+            started_at: UtcMillis(1_767_171_600_012),
+            finished_at: UtcMillis(1_767_171_600_100),
+            lateness_ms: 12,
+            duration_ms: 88,
+            outcome,
+            error: (attempt == 0).then(|| "HTTP 503".to_owned()),
+            worker: "ax-0".into(),
+            attempt,
+        };
+        q.record_history("default", "report", &entry).await.unwrap();
+    }
+    let table = c.ok(&["task", "history", "report"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(
+        lines[1].contains(" succeeded ") && lines[1].contains("ax-0"),
+        "{table}"
+    );
+    assert!(
+        lines[2].contains(" retrying ") && lines[2].ends_with("HTTP 503"),
+        "{table}"
+    );
+
+    let json: Vec<Value> =
+        serde_json::from_str(&c.ok(&["task", "history", "report", "--limit", "1", "-o", "json"]))
+            .unwrap();
+    assert_eq!(json.len(), 1);
+    assert_eq!(json[0]["attempt"], 2);
+    assert_eq!(json[0]["lateness_ms"], 12);
+    assert_eq!(json[0]["duration_ms"], 88);
+    assert_eq!(json[0]["outcome"], "succeeded");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_letters_are_listed_requeued_and_purged() {
+    let c = Cluster::new("cli-dlq");
+    assert_eq!(c.ok(&["dlq", "list"]).lines().count(), 1, "header only");
+    assert_eq!(c.ok(&["dlq", "list", "-o", "json"]), "[]\n");
+    c.fails(
+        &["dlq", "requeue", "0190f3c2-7d41-7a3e-9c1b-3f5e2a6d8b10"],
+        4,
+    );
+    c.fails(&["dlq", "requeue", "not-an-id"], 3);
+    assert_eq!(c.ok(&["dlq", "purge"]), "purged 0 dead letter(s)\n");
+
+    // Two executions of a registered task, taken by a worker and dead-lettered.
+    c.ax_stdin(&["task", "put", "-", "--id", "flaky"], BEAT);
+    let q = c.queue().await;
+    let spec = TaskSpec::from_json(BEAT.as_bytes(), "default", "flaky").unwrap();
+    let now = ax_queue::now();
+    for i in 0..2 {
+        let msg = ExecutionMessage::for_fire(&spec, UtcMillis(now.0 - 1000 * i), now, 1);
+        q.enqueue(&msg).await.unwrap();
+    }
+    let mut consumer = q
+        .consumer("default", "w1", Duration::from_millis(100), now)
+        .await
+        .unwrap();
+    let mut taken = Vec::new();
+    while taken.len() < 2 {
+        taken.extend(consumer.take(2).await.unwrap());
+    }
+    for d in &taken {
+        assert!(q.dead_letter(d, "HTTP 500", now).await.unwrap());
+    }
+
+    let table = c.ok(&["dlq", "list"]);
+    assert_eq!(table.lines().count(), 3, "{table}");
+    assert!(
+        table.contains("default/flaky") && table.contains("HTTP 500"),
+        "{table}"
+    );
+    let listed: Vec<Value> = serde_json::from_str(&c.ok(&["dlq", "list", "-o", "json"])).unwrap();
+    let first = listed[0]["execution_id"].as_str().unwrap().to_owned();
+    assert_eq!(listed[0]["queue"], "default");
+
+    assert_eq!(
+        c.ok(&["dlq", "requeue", &first]),
+        "requeued 1 dead letter(s)\n"
+    );
+    assert_eq!(q.depth("default").await.unwrap(), 1);
+    c.fails(&["dlq", "requeue", &first], 4);
+    let status: Value = serde_json::from_str(&c.ok(&["status", "-o", "json"])).unwrap();
+    assert_eq!(status["dlq_size"], 1);
+    assert_eq!(status["queues"][0]["depth"], 1);
+
+    assert_eq!(
+        c.ok(&["dlq", "purge", "--queue", "default"]),
+        "purged 1 dead letter(s)\n"
+    );
+    assert_eq!(c.ok(&["dlq", "list"]).lines().count(), 1);
+}
