@@ -355,8 +355,8 @@ impl<T> TimerWheel<T> {
         self.slot_bits * self.levels
     }
 
-    /// Files a live entry that is in no slot under the current `elapsed`: a wheel slot if its tick is in
-    /// the current top window, otherwise the overflow heap.
+    /// Files a live entry that is in no slot, relative to the current `elapsed`: a wheel slot
+    /// if its tick is in the current top window, otherwise the overflow heap.
     fn place(&mut self, idx: u32) {
         let (due, seq) = {
             let e = &self.slab.entries[idx as usize];
@@ -392,7 +392,13 @@ impl<T> TimerWheel<T> {
         }
         let loc = usize::from(loc);
         self.remove_at(loc, self.slab.entries[idx as usize].pos);
-        if self.slots[loc].is_empty() {
+        let members = &mut self.slots[loc];
+        if members.is_empty() {
+            if members.capacity() > RETAINED_SLOT_CAPACITY {
+                // Everything in a big slot was cancelled: do not hold its buffer until the
+                // slot's turn comes.
+                *members = Vec::new();
+            }
             let level = loc >> self.slot_bits;
             let slot = loc as u64 & self.slot_mask;
             self.occupied[level] &= !(1 << slot);
