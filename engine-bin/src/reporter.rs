@@ -71,6 +71,12 @@ fn classify(outcome: &Outcome) -> (&'static str, bool, bool, Option<String>) {
         Outcome::DeadLettered { reason } => (OUTCOME_FAILURE, false, true, Some(reason.clone())),
         // Given back unfinished (shutdown): not an outcome; another worker runs it.
         Outcome::Released => ("released", false, false, None),
+        Outcome::Killed => (
+            "killed",
+            false,
+            true,
+            Some("replaced by a newer execution".to_owned()),
+        ),
     }
 }
 
@@ -178,7 +184,7 @@ impl ExecutionReporter for EngineReporter {
                     at: report.finished_at,
                     succeeded,
                     last,
-                    killed: false,
+                    killed: matches!(report.outcome, Outcome::Killed),
                     error,
                 },
             };

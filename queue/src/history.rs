@@ -26,6 +26,8 @@ pub enum HistoryOutcome {
     Panicked,
     /// The attempt was given back unfinished (worker shutdown).
     Released,
+    /// The attempt was stopped because a newer execution replaced it (overlap `replace`).
+    Killed,
 }
 
 /// One attempt of one execution.

@@ -574,6 +574,22 @@ impl Queue {
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
+    /// The execution id a task's active marker names (overlap `forbid`/`replace`), if any.
+    pub async fn active_holder(
+        &self,
+        queue: &str,
+        namespace: &str,
+        task_id: &str,
+    ) -> Result<Option<String>> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        self.run(
+            "active_holder",
+            conn.get(self.inner.keys.active(queue, namespace, task_id)),
+        )
+        .await
+    }
+
     /// Messages waiting in the ready list (LLEN).
     pub async fn depth(&self, queue: &str) -> Result<u64> {
         let mut conn = self.conn();

@@ -421,6 +421,30 @@ enum Ran {
     Panicked(String),
     TimedOut,
     Stopped,
+    Replaced,
+}
+
+/// How often a running `replace` execution checks whether a newer one took its place.
+const REPLACE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Resolves when the task's active marker names another execution (overlap `replace`: a
+/// newer fire took over); never for other policies. A Redis error is not a replacement.
+async fn replaced(sh: &Shared, msg: &ax_queue::ExecutionMessage) {
+    if msg.overlap != ax_scheduler_core::OverlapPolicy::Replace || msg.run_now {
+        return std::future::pending().await;
+    }
+    let own = msg.execution_id.to_string();
+    loop {
+        tokio::time::sleep(REPLACE_CHECK_INTERVAL).await;
+        match sh
+            .queue
+            .active_holder(&msg.queue, &msg.namespace, &msg.task_id)
+            .await
+        {
+            Ok(Some(holder)) if holder != own => return,
+            _ => {}
+        }
+    }
 }
 
 fn panic_message(e: JoinError) -> String {
@@ -524,8 +548,9 @@ async fn execute_in_span(
             Err(_) => Ran::TimedOut,
         },
         _ = hard_stop.cancelled() => Ran::Stopped,
+        _ = replaced(sh, msg) => Ran::Replaced,
     };
-    if matches!(ran, Ran::TimedOut | Ran::Stopped) {
+    if matches!(ran, Ran::TimedOut | Ran::Stopped | Ran::Replaced) {
         ctx_cancel.cancel();
         handle.abort();
         // Wait for the abort so the handler is gone before its message is settled; a
@@ -584,6 +609,11 @@ async fn execute_in_span(
         Ran::Stopped => {
             give_back(sh, d).await;
             finish(sh, d, started, Outcome::Released, None).await;
+        }
+        Ran::Replaced => {
+            tracing::warn!("a newer execution replaced this one (overlap `replace`); stopped");
+            ack(acks, d).await;
+            finish(sh, d, started, Outcome::Killed, None).await;
         }
     }
 }
@@ -651,6 +681,10 @@ async fn finish(
                 (HistoryOutcome::DeadLettered, Some(reason.clone()))
             }
             Outcome::Released => (HistoryOutcome::Released, None),
+            Outcome::Killed => (
+                HistoryOutcome::Killed,
+                Some("replaced by a newer execution".to_string()),
+            ),
         };
         HistoryEntry {
             execution_id: msg.execution_id,

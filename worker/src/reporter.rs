@@ -43,6 +43,9 @@ pub enum Outcome {
         /// Why.
         reason: String,
     },
+    /// Stopped because a newer execution of the task replaced it (overlap `replace`); the
+    /// message is settled, not retried.
+    Killed,
     /// The worker stopped before the attempt finished; the message went back to the queue.
     Released,
 }
@@ -55,7 +58,7 @@ impl Outcome {
             Outcome::Failed { retrying, .. }
             | Outcome::TimedOut { retrying }
             | Outcome::Panicked { retrying, .. } => !retrying,
-            Outcome::Succeeded | Outcome::Released => false,
+            Outcome::Succeeded | Outcome::Released | Outcome::Killed => false,
         }
     }
 }

@@ -188,6 +188,47 @@ async fn an_attempt_past_its_timeout_is_stopped() {
 }
 
 #[tokio::test]
+async fn a_replaced_execution_is_stopped_and_the_newer_one_runs() {
+    let q = queue().await;
+    let mut reg = HandlerRegistry::new();
+    reg.register_fn("slow", |ctx, _exec| async move {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(30)) => Ok(()),
+            _ = ctx.cancel.cancelled() => Err(HandlerError::Retryable("cancelled".into())),
+        }
+    });
+    let (reporter, mut rx) = ChannelReporter::new();
+    let pool = WorkerPool::new(q.clone(), fast_config("w"), reg, Arc::new(reporter)).unwrap();
+    let running = start(pool);
+    let mut s = spec("rep", "slow");
+    s.overlap = ax_scheduler_core::OverlapPolicy::Replace;
+    s.timeout = Duration::from_secs(60);
+    let first = msg(&s, 1);
+    assert_eq!(q.enqueue(&first).await.unwrap(), EnqueueOutcome::Enqueued);
+    // Give the first time to start, then the next fire replaces it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = msg(&s, 2);
+    assert_eq!(q.enqueue(&second).await.unwrap(), EnqueueOutcome::Enqueued);
+    let r = next_finished(&mut rx).await;
+    assert_eq!(r.execution_id, first.execution_id);
+    assert_eq!(r.outcome, Outcome::Killed);
+    assert!(r.duration < Duration::from_secs(5), "{:?}", r.duration);
+    assert_eq!(
+        q.active_holder("default", &s.namespace, &s.id)
+            .await
+            .unwrap(),
+        Some(second.execution_id.to_string()),
+        "the newer execution holds the task"
+    );
+    assert_eq!(
+        q.dlq_size("default").await.unwrap(),
+        0,
+        "a replaced run is not a failure"
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
 async fn retries_wait_in_redis_within_the_jitter_bounds_then_dead_letter() {
     let q = queue().await;
     let calls = Arc::new(Mutex::new(Vec::<(u32, UtcMillis)>::new()));

@@ -24,6 +24,7 @@ fn outcome_name(o: HistoryOutcome) -> &'static str {
         HistoryOutcome::TimedOut => "timed_out",
         HistoryOutcome::Panicked => "panicked",
         HistoryOutcome::Released => "released",
+        HistoryOutcome::Killed => "killed",
     }
 }
 
