@@ -259,7 +259,9 @@ impl RedisServer {
             .expect("spawn redis-server");
         self.child = Some(child);
         let port = self.port;
-        wait_until(Duration::from_secs(10), "private Redis", || redis_ping(port));
+        wait_until(Duration::from_secs(10), "private Redis", || {
+            redis_ping(port)
+        });
     }
 }
 
