@@ -117,6 +117,15 @@ impl Config {
                 format!("{} is longer than 1s", show(self.scheduler.tick)),
             );
         }
+        if self.scheduler.tick.subsec_nanos() % 1_000_000 != 0 {
+            err(
+                "scheduler.tick",
+                format!(
+                    "{} is not a whole number of milliseconds (the timer counts in ms); the seeds advise 10ms",
+                    show(self.scheduler.tick)
+                ),
+            );
+        }
         positive(
             &mut err,
             "scheduler.catch_up_window",
@@ -242,6 +251,15 @@ mod tests {
     #[test]
     fn defaults_with_an_id_are_valid() {
         valid().validate().unwrap();
+    }
+
+    #[test]
+    fn a_tick_must_be_whole_milliseconds() {
+        let mut c = valid();
+        c.scheduler.tick = Duration::from_micros(1500);
+        assert!(errors(&c).iter().any(|e| e.starts_with("scheduler.tick:")));
+        c.scheduler.tick = Duration::from_millis(5);
+        c.validate().unwrap();
     }
 
     #[test]
