@@ -80,6 +80,40 @@ fn classify(outcome: &Outcome) -> (&'static str, bool, bool, Option<String>) {
     }
 }
 
+/// The alerts a finished attempt raises. Every failed attempt is a (warn) failure alert,
+/// de-duplicated per task by the alert manager; the end of the line is a (critical)
+/// dead-letter alert. Attempts are counted from 1 here, as people (and the history) count
+/// them; the queue counts from 0.
+fn failure_alerts(
+    report: &ExecutionReport,
+    succeeded: bool,
+    last: bool,
+    error: Option<&str>,
+) -> Vec<Alert> {
+    if succeeded {
+        return Vec::new();
+    }
+    let attempt = report.attempt.saturating_add(1);
+    let reason = error.unwrap_or_default();
+    let mut alerts = vec![Alert::task_failed(
+        report.namespace.clone(),
+        report.task_id.clone(),
+        attempt,
+        reason,
+        report.finished_at,
+    )];
+    if last && report.outcome.is_dead_lettered() {
+        alerts.push(Alert::task_dead_lettered(
+            report.namespace.clone(),
+            report.task_id.clone(),
+            attempt,
+            reason,
+            report.finished_at,
+        ));
+    }
+    alerts
+}
+
 impl ExecutionReporter for EngineReporter {
     fn on_started<'a>(
         &'a self,
@@ -153,25 +187,9 @@ impl ExecutionReporter for EngineReporter {
                 error = error.as_deref().unwrap_or(""),
                 "finished"
             );
-            if let (false, Some(alerts)) = (succeeded, &self.alerts) {
-                // Every failed attempt is a (warn) failure alert, de-duplicated per task by
-                // the alert manager; the end of the line is a (critical) dead-letter alert.
-                let reason = error.clone().unwrap_or_default();
-                alerts.send(Alert::task_failed(
-                    report.namespace.clone(),
-                    report.task_id.clone(),
-                    report.attempt,
-                    reason.clone(),
-                    report.finished_at,
-                ));
-                if last && report.outcome.is_dead_lettered() {
-                    alerts.send(Alert::task_dead_lettered(
-                        report.namespace.clone(),
-                        report.task_id.clone(),
-                        report.attempt + 1,
-                        reason,
-                        report.finished_at,
-                    ));
+            if let Some(alerts) = &self.alerts {
+                for alert in failure_alerts(report, succeeded, last, error.as_deref()) {
+                    alerts.send(alert);
                 }
             }
             let event = ExecutionEventRecord {
@@ -190,5 +208,80 @@ impl ExecutionReporter for EngineReporter {
             };
             self.publish(&event, Some(&report.history)).await;
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ax_alerting::AlertKind;
+    use ax_queue::{HistoryEntry, HistoryOutcome};
+
+    use super::*;
+
+    fn report(attempt: u32, outcome: Outcome) -> ExecutionReport {
+        let execution_id = uuid::Uuid::nil();
+        ExecutionReport {
+            execution_id,
+            namespace: "ns".into(),
+            task_id: "t".into(),
+            queue: "default".into(),
+            handler: "http".into(),
+            worker_id: "w".into(),
+            attempt,
+            fire_at: UtcMillis(1_000),
+            started_at: UtcMillis(2_000),
+            finished_at: UtcMillis(3_000),
+            duration: Duration::from_secs(1),
+            outcome,
+            retry_at: None,
+            history: HistoryEntry {
+                execution_id,
+                fire_at: UtcMillis(1_000),
+                started_at: UtcMillis(2_000),
+                finished_at: UtcMillis(3_000),
+                lateness_ms: 1_000,
+                duration_ms: 1_000,
+                outcome: HistoryOutcome::Retrying,
+                error: None,
+                worker: "w".into(),
+                attempt,
+            },
+        }
+    }
+
+    fn alerts_of(r: &ExecutionReport) -> Vec<Alert> {
+        let (_, succeeded, last, error) = classify(&r.outcome);
+        failure_alerts(r, succeeded, last, error.as_deref())
+    }
+
+    #[test]
+    fn alerts_count_attempts_from_one() {
+        let failed = Outcome::Failed {
+            error: "HTTP 500".into(),
+            retrying: true,
+        };
+        let alerts = alerts_of(&report(0, failed));
+        assert_eq!(alerts.len(), 1);
+        assert_eq!(alerts[0].kind, AlertKind::TaskFailed);
+        assert_eq!(alerts[0].message, "Attempt 1 failed: HTTP 500");
+        assert_eq!(alerts[0].fields["attempt"], "1");
+
+        let exhausted = Outcome::Failed {
+            error: "HTTP 500".into(),
+            retrying: false,
+        };
+        let alerts = alerts_of(&report(2, exhausted));
+        assert_eq!(alerts.len(), 2);
+        assert_eq!(alerts[0].fields["attempt"], "3");
+        assert_eq!(alerts[1].kind, AlertKind::TaskDeadLettered);
+        assert_eq!(alerts[1].fields["attempts"], "3");
+        assert_eq!(
+            alerts[1].message,
+            "Gave up after 3 attempts; last error: HTTP 500"
+        );
+
+        assert!(alerts_of(&report(0, Outcome::Succeeded)).is_empty());
     }
 }
