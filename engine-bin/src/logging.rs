@@ -6,6 +6,7 @@
 //! stdout stays machine-readable.
 
 use std::collections::HashMap;
+use std::io::IsTerminal;
 
 use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
@@ -85,9 +86,16 @@ impl LogSettings {
 pub fn init(settings: &LogSettings) -> Result<(), String> {
     let filter = EnvFilter::try_new(&settings.filter).map_err(|e| e.to_string())?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // Colour codes only for a terminal: in a file or a log collector they are noise.
     let result = match (settings.format, settings.target) {
-        (LogFormat::Text, LogTarget::Stdout) => builder.with_writer(std::io::stdout).try_init(),
-        (LogFormat::Text, LogTarget::Stderr) => builder.with_writer(std::io::stderr).try_init(),
+        (LogFormat::Text, LogTarget::Stdout) => builder
+            .with_ansi(std::io::stdout().is_terminal())
+            .with_writer(std::io::stdout)
+            .try_init(),
+        (LogFormat::Text, LogTarget::Stderr) => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(std::io::stderr)
+            .try_init(),
         (LogFormat::Json, LogTarget::Stdout) => builder
             .json()
             .flatten_event(true)
