@@ -1,0 +1,618 @@
+//! End to end: real etcd, real Redis and real `ax serve` processes, driven the way a user
+//! drives them (task keys written into etcd, the `ax` CLI) and observed from outside (what
+//! the `http` handler and the alert webhook post to a local receiver, state keys, history,
+//! the dead-letter list, metrics).
+//!
+//! Each test has its own etcd prefix and Redis key prefix; the tests run one at a time
+//! because they measure timing on a small machine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "e2e/harness.rs"]
+mod harness;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use harness::{counts, now_ms, rfc3339, wait_until, Cluster, Execution, Roles, SERIAL};
+use serde_json::{json, Value};
+
+/// Waits until `task_id` has at least `n` executions at the receiver.
+async fn wait_for_executions(c: &Cluster, task_id: &str, n: usize, within: Duration) {
+    let what = format!("{n} execution(s) of {task_id}");
+    wait_until(within, &what, || {
+        let got = c.receiver.executions_of(task_id).len();
+        async move { got >= n }
+    })
+    .await;
+}
+
+fn http_task(c: &Cluster, schedule: Value) -> Value {
+    json!({
+        "handler": "http",
+        "schedule": schedule,
+        "http": { "url": c.receiver.exec_url() },
+    })
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_put_into_etcd_runs_once_on_time() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-on-time").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+
+    let due = now_ms() + 2000;
+    c.put_task(
+        "default",
+        "report",
+        &http_task(&c, json!({ "at": rfc3339(due) })),
+    )
+    .await;
+    wait_for_executions(&c, "report", 1, Duration::from_secs(6)).await;
+    // Anything extra would come at once (a duplicate) or after a retry's backoff.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let runs = c.receiver.executions_of("report");
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let run = &runs[0];
+    assert_eq!(
+        (
+            run.namespace.as_str(),
+            run.fire_at,
+            run.attempt,
+            run.run_now
+        ),
+        ("default", due, 0, false)
+    );
+    let late = run.arrived_at - due;
+    assert!(
+        (0..1000).contains(&late),
+        "posted {late} ms after its due time"
+    );
+
+    // The history records the same execution, started on time, succeeded.
+    wait_until(Duration::from_secs(3), "history entry", || {
+        let c = &c;
+        async move {
+            let h = c.ax_json(&["task", "history", "default/report"]).await;
+            let done = h.as_array().is_some_and(|a| !a.is_empty());
+            done
+        }
+    })
+    .await;
+    let history = c.ax_json(&["task", "history", "default/report"]).await;
+    let records = history.as_array().unwrap();
+    assert_eq!(records.len(), 1, "{history}");
+    let r = &records[0];
+    assert_eq!(r["execution_id"], run.execution_id.as_str());
+    assert_eq!(r["attempt"], 1);
+    assert_eq!(r["due"], due);
+    assert_eq!(r["outcome"], "succeeded");
+    assert_eq!(r["worker"], "r1");
+    let lateness = r["lateness_ms"].as_u64().unwrap();
+    assert!(lateness < 1000, "history lateness {lateness} ms");
+    assert!(r["started"].as_i64().unwrap() <= run.arrived_at);
+
+    // The leader's state record follows: one fire, one success.
+    wait_until(Duration::from_secs(3), "state SUCCESS", || {
+        let c = &c;
+        async move {
+            c.state("default", "report")
+                .await
+                .is_some_and(|s| s["status"] == "SUCCESS")
+        }
+    })
+    .await;
+    let state = c.state("default", "report").await.unwrap();
+    assert_eq!(
+        (
+            &state["fire_count"],
+            &state["success_count"],
+            &state["failure_count"]
+        ),
+        (&json!(1), &json!(1), &json!(0)),
+        "{state}"
+    );
+    assert_eq!(state["last_fire_at"], due, "{state}");
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_one_shot_tasks_each_run_exactly_once() {
+    const N: usize = 2000;
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-bulk").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+
+    // Due from 2 s to 8 s from now, 3 ms apart.
+    let first_due = now_ms() + 2000;
+    let tasks: Vec<(String, String, Value)> = (0..N)
+        .map(|i| {
+            let due = first_due + 3 * i as i64;
+            let id = format!("t{i:04}");
+            (
+                "bulk".to_owned(),
+                id,
+                http_task(&c, json!({ "at": rfc3339(due) })),
+            )
+        })
+        .collect();
+    let due_of: HashMap<String, i64> = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, (_, id, _))| (id.clone(), first_due + 3 * i as i64))
+        .collect();
+    let written = Instant::now();
+    c.put_tasks(&tasks).await;
+    let write_time = written.elapsed();
+    let last_due = first_due + 3 * (N as i64 - 1);
+    assert!(
+        now_ms() < first_due,
+        "writing {N} tasks took {write_time:?}: past the first due time"
+    );
+
+    let deadline = Duration::from_millis(u64::try_from(last_due - now_ms()).unwrap())
+        + Duration::from_secs(10);
+    wait_until(deadline, "every bulk task executed", || {
+        let n = c.receiver.executions().len();
+        async move { n >= N }
+    })
+    .await;
+    let all_done = now_ms();
+    // Room for duplicates to show up.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let runs = c.receiver.executions();
+    let per_task = counts(&runs);
+    let twice: Vec<_> = per_task.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "run more than once: {twice:?}");
+    assert_eq!(runs.len(), N, "extra executions");
+    assert_eq!(per_task.len(), N);
+    let mut lateness: Vec<i64> = Vec::with_capacity(N);
+    for run in &runs {
+        let due = due_of
+            .get(&run.task_id)
+            .unwrap_or_else(|| panic!("unknown task {run:?}"));
+        assert_eq!(
+            (
+                run.namespace.as_str(),
+                run.fire_at,
+                run.attempt,
+                run.run_now
+            ),
+            ("bulk", *due, 0, false),
+            "{run:?}"
+        );
+        lateness.push(run.arrived_at - due);
+    }
+    lateness.sort_unstable();
+    assert!(lateness[0] >= 0, "a task ran {} ms early", -lateness[0]);
+    eprintln!(
+        "{N} tasks: written in {write_time:?}; received p50 {} ms, p99 {} ms, max {} ms after due; \
+         last one {} ms after the last due time",
+        percentile(&lateness, 0.5),
+        percentile(&lateness, 0.99),
+        lateness[N - 1],
+        all_done - last_due,
+    );
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_resume_trigger_and_delete_through_the_cli() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-cli").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+
+    let mut spec = http_task(&c, json!({ "every": "1s" }));
+    spec["id"] = json!("tick");
+    spec["namespace"] = json!("ops");
+    let (code, out, err) = c.ax(&["task", "put", "-"], Some(&spec.to_string())).await;
+    assert_eq!(code, 0, "task put: {out} {err}");
+    wait_for_executions(&c, "tick", 2, Duration::from_secs(5)).await;
+
+    // Pause: at most one execution already on its way, then nothing.
+    let pause_start = now_ms();
+    c.ax_ok(&["task", "pause", "ops/tick"]).await;
+    let paused = now_ms();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after_pause: Vec<Execution> = c
+        .receiver
+        .executions_of("tick")
+        .into_iter()
+        .filter(|e| e.arrived_at > pause_start)
+        .collect();
+    assert!(after_pause.len() <= 1, "ran while paused: {after_pause:?}");
+    assert!(
+        after_pause.iter().all(|e| e.arrived_at <= paused + 1000),
+        "ran more than a second after the pause: {after_pause:?}"
+    );
+    let task = c.ax_ok(&["task", "get", "ops/tick"]).await;
+    let task: Value = serde_json::from_str(&task).unwrap();
+    assert_eq!(task["status"], "PAUSED", "{task}");
+
+    // Resume: it runs again, on its old phase.
+    let before_resume = c.receiver.executions_of("tick").len();
+    c.ax_ok(&["task", "resume", "ops/tick"]).await;
+    let resumed = now_ms();
+    wait_for_executions(&c, "tick", before_resume + 2, Duration::from_secs(4)).await;
+    let first_after = &c.receiver.executions_of("tick")[before_resume];
+    assert!(
+        first_after.arrived_at - resumed < 1500,
+        "first run {} ms after the resume",
+        first_after.arrived_at - resumed
+    );
+
+    // Trigger: one extra run-now execution, promptly.
+    let triggered = now_ms();
+    let id = c.ax_ok(&["task", "trigger", "ops/tick"]).await;
+    let id = id.trim().to_owned();
+    wait_until(Duration::from_secs(2), "the run-now execution", || {
+        let seen = c
+            .receiver
+            .executions_of("tick")
+            .iter()
+            .any(|e| e.execution_id == id);
+        async move { seen }
+    })
+    .await;
+    let run_now: Vec<Execution> = c
+        .receiver
+        .executions_of("tick")
+        .into_iter()
+        .filter(|e| e.run_now)
+        .collect();
+    assert_eq!(run_now.len(), 1, "{run_now:?}");
+    assert_eq!(run_now[0].execution_id, id);
+    assert_eq!(run_now[0].attempt, 0);
+    assert!(run_now[0].arrived_at - triggered < 2000);
+    // Two more periodic fires after the trigger, to see the cadence go on.
+    let n = c.receiver.executions_of("tick").len();
+    wait_for_executions(&c, "tick", n + 2, Duration::from_secs(4)).await;
+
+    // The periodic fires since the resume are one second apart: the pause only skipped
+    // fires, and the run-now neither moved nor replaced any.
+    let periodic: Vec<i64> = c.receiver.executions_of("tick")[before_resume..]
+        .iter()
+        .filter(|e| !e.run_now)
+        .map(|e| e.fire_at)
+        .collect();
+    assert!(periodic.len() >= 4, "{periodic:?}");
+    assert!(
+        periodic.windows(2).all(|w| w[1] - w[0] == 1000),
+        "periodic fires not 1 s apart: {periodic:?}"
+    );
+    let old_phase = c.receiver.executions_of("tick")[0].fire_at;
+    assert_eq!((periodic[0] - old_phase) % 1000, 0, "phase moved");
+
+    // Delete: it stops.
+    let delete_start = now_ms();
+    c.ax_ok(&["task", "delete", "ops/tick"]).await;
+    let deleted = now_ms();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after_delete: Vec<Execution> = c
+        .receiver
+        .executions_of("tick")
+        .into_iter()
+        .filter(|e| e.arrived_at > delete_start)
+        .collect();
+    assert!(
+        after_delete.len() <= 1,
+        "ran after delete: {after_delete:?}"
+    );
+    assert!(
+        after_delete.iter().all(|e| e.arrived_at <= deleted + 1000),
+        "ran more than a second after the delete: {after_delete:?}"
+    );
+    let (code, _, err) = c.ax(&["task", "get", "ops/tick"], None).await;
+    assert_eq!(code, 4, "{err}");
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_while_firing_loses_and_repeats_nothing() {
+    const N: usize = 300;
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-failover").await;
+    // Three scheduler replicas and a separate worker: the process killed is a scheduler,
+    // so what is checked is the hand-over of firing, not the redelivery of executions a
+    // dead worker held (that waits for the visibility timeout, by design).
+    for id in ["s1", "s2", "s3"] {
+        c.start_replica(id, Roles::Scheduler).await;
+    }
+    c.start_replica("w1", Roles::Worker).await;
+    let old = c.wait_for_leader(None, Duration::from_secs(10)).await;
+
+    // Due over 8 s starting 1.5 s from now.
+    let first_due = now_ms() + 1500;
+    let step = 8000 / N as i64;
+    let tasks: Vec<(String, String, Value)> = (0..N)
+        .map(|i| {
+            let due = first_due + step * i as i64;
+            (
+                "fo".to_owned(),
+                format!("f{i:03}"),
+                http_task(&c, json!({ "at": rfc3339(due) })),
+            )
+        })
+        .collect();
+    c.put_tasks(&tasks).await;
+    let last_due = first_due + step * (N as i64 - 1);
+
+    tokio::time::sleep(Duration::from_millis(
+        u64::try_from(first_due + 3000 - now_ms()).unwrap(),
+    ))
+    .await;
+    let killed_at = now_ms();
+    c.replica(&old).kill();
+    let new = c.wait_for_leader(Some(&old), Duration::from_secs(8)).await;
+    let took_over = now_ms();
+
+    let within = Duration::from_millis(u64::try_from(last_due - now_ms()).unwrap_or(0))
+        + Duration::from_secs(10);
+    wait_until(within, "every failover task executed", || {
+        let n = c.receiver.executions().len();
+        async move { n >= N }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let runs = c.receiver.executions();
+    let per_task = counts(&runs);
+    let twice: Vec<_> = per_task.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "run more than once: {twice:?}");
+    assert_eq!(per_task.len(), N, "lost tasks");
+    assert_eq!(runs.len(), N);
+    for run in &runs {
+        let i: i64 = run.task_id[1..].parse().unwrap();
+        assert_eq!(run.fire_at, first_due + step * i, "{run:?}");
+        assert_eq!(run.attempt, 0, "{run:?}");
+    }
+    // Both leaders fired: some tasks ran before the kill, some after the takeover.
+    let before = runs.iter().filter(|r| r.arrived_at < killed_at).count();
+    let after = runs.iter().filter(|r| r.arrived_at > took_over).count();
+    assert!(before > 0 && after > 0, "before {before}, after {after}");
+    let worst = runs.iter().map(|r| r.arrived_at - r.fire_at).max().unwrap();
+    eprintln!(
+        "failover: leader {old} killed at +{} ms, {new} leads {} ms later; {before} ran before, \
+         {after} after; worst lateness {worst} ms",
+        killed_at - first_due,
+        took_over - killed_at
+    );
+
+    assert_eq!(
+        c.metric(&new, "scheduler_leader_changes_total").await,
+        Some(1.0)
+    );
+    assert_eq!(c.metric(&new, "scheduler_is_leader").await, Some(1.0));
+    let status = c.ax_json(&["status"]).await;
+    assert_eq!(status["leader"], new.as_str(), "{status}");
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_spec_is_marked_invalid_and_the_others_run() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-invalid").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+
+    let due = now_ms() + 1500;
+    c.put_task(
+        "default",
+        "bad",
+        &http_task(&c, json!({ "cron": "61 * * * *" })),
+    )
+    .await;
+    c.put_task(
+        "default",
+        "good",
+        &http_task(&c, json!({ "at": rfc3339(due) })),
+    )
+    .await;
+
+    wait_until(Duration::from_secs(3), "state INVALID", || {
+        let c = &c;
+        async move {
+            c.state("default", "bad")
+                .await
+                .is_some_and(|s| s["status"] == "INVALID")
+        }
+    })
+    .await;
+    let state = c.state("default", "bad").await.unwrap();
+    assert_eq!(
+        state["validation_errors"],
+        json!([{ "path": "schedule.cron", "reason": "minute 61 is out of range 0-59" }]),
+        "{state}"
+    );
+    let shown: Value =
+        serde_json::from_str(&c.ax_ok(&["task", "get", "default/bad"]).await).unwrap();
+    assert_eq!(shown["status"], "INVALID", "{shown}");
+    assert_eq!(
+        shown["errors"],
+        json!(["schedule.cron: minute 61 is out of range 0-59"]),
+        "{shown}"
+    );
+    assert_eq!(c.metric("r1", "scheduler_invalid_specs").await, Some(1.0));
+
+    wait_for_executions(&c, "good", 1, Duration::from_secs(4)).await;
+    let good = c.receiver.executions_of("good");
+    assert_eq!(good[0].fire_at, due);
+
+    // Fixing the value makes it valid again; it runs.
+    let fixed_due = now_ms() + 1000;
+    c.put_task(
+        "default",
+        "bad",
+        &http_task(&c, json!({ "at": rfc3339(fixed_due) })),
+    )
+    .await;
+    wait_for_executions(&c, "bad", 1, Duration::from_secs(4)).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let bad = c.receiver.executions_of("bad");
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!(bad[0].fire_at, fixed_due);
+    assert_eq!(c.receiver.executions_of("good").len(), 1);
+    assert_eq!(c.metric("r1", "scheduler_invalid_specs").await, Some(0.0));
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_http_task_retries_then_lands_in_the_dlq_with_an_alert() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-dlq").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    c.receiver.fail_task("flaky");
+
+    let due = now_ms() + 1000;
+    let mut spec = http_task(&c, json!({ "at": rfc3339(due) }));
+    spec["retry"] = json!({
+        "max_retries": 2,
+        "initial_interval": "200ms",
+        "max_interval": "1s",
+        "multiplier": 2,
+        "jitter": 0,
+    });
+    c.put_task("default", "flaky", &spec).await;
+
+    wait_until(Duration::from_secs(8), "a dead letter", || {
+        let c = &c;
+        async move {
+            c.ax_json(&["dlq", "list"])
+                .await
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+        }
+    })
+    .await;
+
+    // Three attempts of the same execution, 200 ms then 400 ms apart.
+    let runs = c.receiver.executions_of("flaky");
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    let attempts: Vec<u32> = runs.iter().map(|r| r.attempt).collect();
+    assert_eq!(attempts, [0, 1, 2]);
+    assert!(runs
+        .iter()
+        .all(|r| r.execution_id == runs[0].execution_id && r.fire_at == due));
+    for (gap, want) in [
+        (runs[1].arrived_at - runs[0].arrived_at, 200),
+        (runs[2].arrived_at - runs[1].arrived_at, 400),
+    ] {
+        assert!(
+            (want..want + 400).contains(&gap),
+            "retry after {gap} ms, want {want} ms: {runs:?}"
+        );
+    }
+
+    let dlq = c.ax_json(&["dlq", "list"]).await;
+    let letters = dlq.as_array().unwrap();
+    assert_eq!(letters.len(), 1, "{dlq}");
+    let letter = &letters[0];
+    assert_eq!(letter["execution_id"], runs[0].execution_id.as_str());
+    assert_eq!(
+        (
+            &letter["namespace"],
+            &letter["task_id"],
+            &letter["queue"],
+            &letter["attempts"]
+        ),
+        (
+            &json!("default"),
+            &json!("flaky"),
+            &json!("default"),
+            &json!(3)
+        ),
+        "{letter}"
+    );
+    assert_eq!(
+        letter["last_error"],
+        "HTTP 500 Internal Server Error (retries exhausted (2 of 2))"
+    );
+
+    // The webhook: one task_failed (repeats de-duplicated) and one task_dead_lettered.
+    wait_until(Duration::from_secs(5), "the dead-letter alert", || {
+        let seen = c
+            .receiver
+            .alerts()
+            .iter()
+            .any(|a| a["kind"] == "task_dead_lettered");
+        async move { seen }
+    })
+    .await;
+    let alerts = c.receiver.alerts();
+    let of_kind = |kind: &str| -> Vec<Value> {
+        alerts
+            .iter()
+            .filter(|a| a["kind"] == kind)
+            .cloned()
+            .collect()
+    };
+    let dead = of_kind("task_dead_lettered");
+    assert_eq!(dead.len(), 1, "{alerts:?}");
+    let dead = &dead[0];
+    let at_ms = dead["at_ms"].as_i64().unwrap();
+    assert!(
+        at_ms >= runs[2].arrived_at && at_ms <= now_ms(),
+        "observed at {at_ms}: {dead}"
+    );
+    assert_eq!(
+        dead,
+        &json!({
+            "source": "ax",
+            "version": 1,
+            "level": "critical",
+            "kind": "task_dead_lettered",
+            "title": "Task dead-lettered: default/flaky",
+            "message": "Gave up after 3 attempts; last error: HTTP 500 Internal Server Error",
+            "task": { "namespace": "default", "id": "flaky" },
+            "fields": { "attempts": "3" },
+            "at": rfc3339(at_ms),
+            "at_ms": at_ms,
+        })
+    );
+    let failed = of_kind("task_failed");
+    assert_eq!(failed.len(), 1, "{alerts:?}");
+    let failed = &failed[0];
+    assert_eq!(
+        (
+            &failed["level"],
+            &failed["title"],
+            &failed["message"],
+            &failed["task"],
+            &failed["fields"]
+        ),
+        (
+            &json!("warn"),
+            &json!("Task failed: default/flaky"),
+            &json!("Attempt 1 failed: HTTP 500 Internal Server Error"),
+            &json!({ "namespace": "default", "id": "flaky" }),
+            &json!({ "attempt": "1" }),
+        ),
+        "{failed}"
+    );
+
+    // The replica said so in its log (at warn and above), as plain text for a file.
+    let log = c.replica("r1").log_text();
+    assert!(log.contains("dead-lettering"), "{log}");
+    assert!(!log.contains('\x1b'), "colour codes in a log file: {log}");
+
+    wait_until(Duration::from_secs(3), "state FAILED", || {
+        let c = &c;
+        async move {
+            c.state("default", "flaky")
+                .await
+                .is_some_and(|s| s["status"] == "FAILED")
+        }
+    })
+    .await;
+    c.clean_up().await;
+}

@@ -1,0 +1,525 @@
+//! The end-to-end harness: a corner of the shared etcd and Redis, real `ax serve` processes,
+//! and a local HTTP receiver standing in for task endpoints and the alert webhook.
+//!
+//! Everything a test starts is owned by its [`Cluster`] and stopped when it drops (processes
+//! SIGKILLed, the receiver aborted), so a failed assertion leaves nothing running. Each
+//! process logs at `warn` to its own file; when a test fails, the tail of every log is
+//! printed, since the processes' view is what explains an end-to-end failure.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::Router;
+use etcd_client::{Client, Txn, TxnOp};
+use serde_json::Value;
+
+/// The `ax` binary under test.
+pub(crate) const AX: &str = env!("CARGO_BIN_EXE_ax");
+
+/// Lines of each process log printed when a test fails.
+const LOG_TAIL_LINES: usize = 40;
+
+/// The processes of different tests would compete for the two cores and skew each other's
+/// timings: tests take this lock and run one at a time.
+pub(crate) static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Milliseconds since the Unix epoch, on the clock the engine uses too.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// RFC 3339 of a millisecond instant, for `schedule.at`.
+pub(crate) fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// One execution posted by the `http` handler.
+#[derive(Clone, Debug)]
+pub(crate) struct Execution {
+    pub(crate) namespace: String,
+    pub(crate) task_id: String,
+    pub(crate) execution_id: String,
+    pub(crate) fire_at: i64,
+    pub(crate) attempt: u32,
+    pub(crate) run_now: bool,
+    /// When the receiver got it (ms since the epoch).
+    pub(crate) arrived_at: i64,
+}
+
+#[derive(Default)]
+struct Inbox {
+    executions: Vec<Execution>,
+    alerts: Vec<Value>,
+    failing: HashSet<String>,
+    /// Bodies that could not be read: each is a test failure.
+    malformed: Vec<String>,
+}
+
+/// The local HTTP receiver: `POST /exec` for the `http` handler, `POST /alert` for the alert
+/// webhook.
+pub(crate) struct Receiver {
+    addr: SocketAddr,
+    inbox: Arc<Mutex<Inbox>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Receiver {
+    async fn start() -> Receiver {
+        let inbox = Arc::new(Mutex::new(Inbox::default()));
+        let app = Router::new()
+            .route("/exec", post(receive_execution))
+            .route("/alert", post(receive_alert))
+            .with_state(Arc::clone(&inbox));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Receiver {
+            addr,
+            inbox,
+            server,
+        }
+    }
+
+    /// Where the `http` handler posts.
+    pub(crate) fn exec_url(&self) -> String {
+        format!("http://{}/exec", self.addr)
+    }
+
+    /// Where alerts are posted.
+    pub(crate) fn alert_url(&self) -> String {
+        format!("http://{}/alert", self.addr)
+    }
+
+    /// Executions of `task_id` are answered with HTTP 500 from now on.
+    pub(crate) fn fail_task(&self, task_id: &str) {
+        self.inbox
+            .lock()
+            .unwrap()
+            .failing
+            .insert(task_id.to_owned());
+    }
+
+    /// Every execution received so far, in arrival order.
+    pub(crate) fn executions(&self) -> Vec<Execution> {
+        let inbox = self.inbox.lock().unwrap();
+        assert!(
+            inbox.malformed.is_empty(),
+            "the receiver got bodies it could not read: {:?}",
+            inbox.malformed
+        );
+        inbox.executions.clone()
+    }
+
+    /// Executions of one task, in arrival order.
+    pub(crate) fn executions_of(&self, task_id: &str) -> Vec<Execution> {
+        self.executions()
+            .into_iter()
+            .filter(|e| e.task_id == task_id)
+            .collect()
+    }
+
+    /// Every alert payload received so far.
+    pub(crate) fn alerts(&self) -> Vec<Value> {
+        self.inbox.lock().unwrap().alerts.clone()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn receive_execution(State(inbox): State<Arc<Mutex<Inbox>>>, body: Bytes) -> StatusCode {
+    let arrived_at = now_ms();
+    let mut inbox = inbox.lock().unwrap();
+    let parsed = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| parse_execution(&v, arrived_at));
+    match parsed {
+        Some(e) => {
+            let failing = inbox.failing.contains(&e.task_id);
+            inbox.executions.push(e);
+            if failing {
+                StatusCode::INTERNAL_SERVER_ERROR
+            } else {
+                StatusCode::OK
+            }
+        }
+        None => {
+            inbox
+                .malformed
+                .push(String::from_utf8_lossy(&body).into_owned());
+            StatusCode::BAD_REQUEST
+        }
+    }
+}
+
+fn parse_execution(v: &Value, arrived_at: i64) -> Option<Execution> {
+    Some(Execution {
+        namespace: v.get("namespace")?.as_str()?.to_owned(),
+        task_id: v.get("task_id")?.as_str()?.to_owned(),
+        execution_id: v.get("execution_id")?.as_str()?.to_owned(),
+        fire_at: v.get("fire_at")?.as_i64()?,
+        attempt: u32::try_from(v.get("attempt")?.as_u64()?).ok()?,
+        run_now: v.get("run_now").and_then(Value::as_bool).unwrap_or(false),
+        arrived_at,
+    })
+}
+
+async fn receive_alert(State(inbox): State<Arc<Mutex<Inbox>>>, body: Bytes) -> StatusCode {
+    let mut inbox = inbox.lock().unwrap();
+    match serde_json::from_slice::<Value>(&body) {
+        Ok(v) => {
+            inbox.alerts.push(v);
+            StatusCode::OK
+        }
+        Err(_) => {
+            inbox
+                .malformed
+                .push(String::from_utf8_lossy(&body).into_owned());
+            StatusCode::BAD_REQUEST
+        }
+    }
+}
+
+/// One `ax serve` process, SIGKILLed when dropped.
+pub(crate) struct Replica {
+    pub(crate) id: String,
+    pub(crate) http_port: u16,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Replica {
+    /// SIGKILLs the process (no chance to resign or deregister) and reaps it.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// What the process logged so far (stdout and stderr).
+    pub(crate) fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn print_log_tail(&self) {
+        let text = self.log_text();
+        let lines: Vec<&str> = text.lines().collect();
+        let from = lines.len().saturating_sub(LOG_TAIL_LINES);
+        eprintln!(
+            "---- last {} of {} log lines of replica {} ----",
+            lines.len() - from,
+            lines.len(),
+            self.id
+        );
+        for line in &lines[from..] {
+            eprintln!("{line}");
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// How a replica is started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Roles {
+    /// Scheduler and worker (the default).
+    Both,
+    /// Scheduler only.
+    Scheduler,
+    /// Worker only.
+    Worker,
+}
+
+/// One test's etcd prefix, Redis key prefix, receiver and processes.
+pub(crate) struct Cluster {
+    pub(crate) prefix: String,
+    pub(crate) redis_prefix: String,
+    pub(crate) receiver: Receiver,
+    pub(crate) etcd: Client,
+    replicas: Vec<Replica>,
+    logs: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// A fresh corner of the shared servers and a running receiver; no process yet.
+    pub(crate) async fn new(label: &str) -> Cluster {
+        let etcd = Client::connect([ax_testkit::etcd_endpoint()], None)
+            .await
+            .unwrap();
+        Cluster {
+            prefix: format!("/{}", ax_testkit::unique_name(label)),
+            redis_prefix: ax_testkit::unique_name(label),
+            receiver: Receiver::start().await,
+            etcd,
+            replicas: Vec::new(),
+            logs: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn base_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("HOSTNAME", "e2e-host".to_owned()),
+            ("AX_ETCD_ENDPOINTS", ax_testkit::etcd_endpoint()),
+            ("AX_ETCD_PREFIX", self.prefix.clone()),
+            ("AX_REDIS_URL", ax_testkit::redis_url()),
+            ("AX_REDIS_KEY_PREFIX", self.redis_prefix.clone()),
+            ("AX_LEASE_TTL", "2s".to_owned()),
+            ("AX_LOG", "warn".to_owned()),
+        ]
+    }
+
+    /// Starts `ax serve` as instance `id` and waits until it is ready (etcd and Redis
+    /// connected, worker pool running where it has one).
+    pub(crate) async fn start_replica(&mut self, id: &str, roles: Roles) -> &Replica {
+        let port = ax_testkit::free_port();
+        let log = self.logs.path().join(format!("{id}.log"));
+        let out = File::create(&log).unwrap();
+        let mut cmd = Command::new(AX);
+        cmd.arg("serve")
+            .env_clear()
+            .envs(self.base_env())
+            .env("AX_INSTANCE_ID", id)
+            .env("AX_HTTP_LISTEN", format!("127.0.0.1:{port}"))
+            .env("AX_WORKER_CONCURRENCY", "8")
+            .env("AX_ALERT_WEBHOOK_URL", self.receiver.alert_url())
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out);
+        match roles {
+            Roles::Both => {}
+            Roles::Scheduler => {
+                cmd.env("AX_ROLES", "scheduler");
+            }
+            Roles::Worker => {
+                cmd.env("AX_ROLES", "worker");
+            }
+        }
+        let child = cmd.spawn().unwrap();
+        self.replicas.push(Replica {
+            id: id.to_owned(),
+            http_port: port,
+            log,
+            child: Some(child),
+        });
+        let url = format!("http://127.0.0.1:{port}/readyz");
+        let http = reqwest::Client::new();
+        wait_until(
+            Duration::from_secs(15),
+            &format!("replica {id} ready"),
+            || {
+                let req = http.get(&url).timeout(Duration::from_millis(500)).send();
+                async move { req.await.is_ok_and(|r| r.status().is_success()) }
+            },
+        )
+        .await;
+        self.replicas.last().unwrap()
+    }
+
+    /// The replica named `id`.
+    pub(crate) fn replica(&mut self, id: &str) -> &mut Replica {
+        self.replicas.iter_mut().find(|r| r.id == id).unwrap()
+    }
+
+    /// The instance id in `{prefix}/leader`, if a replica leads.
+    pub(crate) async fn leader(&self) -> Option<String> {
+        let value = self.get(&format!("{}/leader", self.prefix)).await?;
+        Some(value.get("instance_id")?.as_str()?.to_owned())
+    }
+
+    /// Waits for a leader other than `not` and returns its id.
+    pub(crate) async fn wait_for_leader(&self, not: Option<&str>, within: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            if let Some(id) = self.leader().await.filter(|l| Some(l.as_str()) != not) {
+                return id;
+            }
+            assert!(
+                start.elapsed() < within,
+                "no leader (other than {not:?}) within {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The JSON value at `key`, if present.
+    pub(crate) async fn get(&self, key: &str) -> Option<Value> {
+        let resp = self.etcd.clone().get(key, None).await.unwrap();
+        let kv = resp.kvs().first()?;
+        Some(serde_json::from_slice(kv.value()).unwrap())
+    }
+
+    /// Writes a task spec the way `etcdctl put` does: the raw JSON at its key, no checks.
+    pub(crate) async fn put_task(&self, namespace: &str, id: &str, spec: &Value) {
+        self.etcd
+            .clone()
+            .put(self.task_key(namespace, id), spec.to_string(), None)
+            .await
+            .unwrap();
+    }
+
+    /// Writes many task specs, 128 per transaction (etcd's default `--max-txn-ops`).
+    pub(crate) async fn put_tasks(&self, tasks: &[(String, String, Value)]) {
+        for chunk in tasks.chunks(128) {
+            let ops: Vec<TxnOp> = chunk
+                .iter()
+                .map(|(ns, id, spec)| TxnOp::put(self.task_key(ns, id), spec.to_string(), None))
+                .collect();
+            let resp = self
+                .etcd
+                .clone()
+                .txn(Txn::new().and_then(ops))
+                .await
+                .unwrap();
+            assert!(resp.succeeded());
+        }
+    }
+
+    fn task_key(&self, namespace: &str, id: &str) -> String {
+        format!("{}/tasks/{namespace}/{id}", self.prefix)
+    }
+
+    /// The task's runtime state record, if written.
+    pub(crate) async fn state(&self, namespace: &str, id: &str) -> Option<Value> {
+        self.get(&format!("{}/state/{namespace}/{id}", self.prefix))
+            .await
+    }
+
+    /// Runs an `ax` command with this cluster's configuration; returns (exit code, stdout,
+    /// stderr).
+    pub(crate) async fn ax(&self, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+        use tokio::io::AsyncWriteExt;
+        let mut child = tokio::process::Command::new(AX)
+            .args(args)
+            .env_clear()
+            .envs(self.base_env())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).await.unwrap();
+        }
+        drop(input);
+        let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+            .await
+            .expect("ax command did not finish within 20 s")
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Runs an `ax` command that must succeed; returns its stdout.
+    pub(crate) async fn ax_ok(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.ax(args, None).await;
+        assert_eq!(code, 0, "ax {args:?} failed: stdout {out} stderr {err}");
+        out
+    }
+
+    /// Runs an `ax` command with `-o json` output that must succeed; returns the JSON.
+    pub(crate) async fn ax_json(&self, args: &[&str]) -> Value {
+        let mut args = args.to_vec();
+        args.extend(["-o", "json"]);
+        let out = self.ax_ok(&args).await;
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("ax {args:?}: {e}: {out}"))
+    }
+
+    /// The value of a metric without labels on a replica's `/metrics`.
+    pub(crate) async fn metric(&mut self, replica: &str, name: &str) -> Option<f64> {
+        let port = self.replica(replica).http_port;
+        let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    /// Removes the test's keys from the shared etcd (Redis keys expire or stay under their
+    /// unique prefix).
+    pub(crate) async fn clean_up(&mut self) {
+        for r in &mut self.replicas {
+            r.kill();
+        }
+        self.etcd
+            .clone()
+            .delete(
+                format!("{}/", self.prefix),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for r in &mut self.replicas {
+            r.kill();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "etcd prefix {}, Redis key prefix {}",
+                self.prefix, self.redis_prefix
+            );
+            for r in &self.replicas {
+                r.print_log_tail();
+            }
+        }
+    }
+}
+
+/// Polls `ready` every 50 ms until it holds; panics naming `what` after `within`.
+pub(crate) async fn wait_until<F, Fut>(within: Duration, what: &str, mut ready: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if ready().await {
+            return;
+        }
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Counts executions per task id.
+pub(crate) fn counts(executions: &[Execution]) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for e in executions {
+        *counts.entry(e.task_id.clone()).or_insert(0) += 1;
+    }
+    counts
+}
