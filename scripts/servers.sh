@@ -22,12 +22,14 @@ ax_start_servers() {
   mkdir -p "$dir/etcd" "$dir/redis"
   local cport pport rport
   cport=$(ax_free_port); pport=$(ax_free_port); rport=$(ax_free_port)
-  etcd --name ax --data-dir "$dir/etcd/data" \
+  # setsid: a Ctrl-C in the terminal must not stop the servers before the ax processes that
+  # use them have shut down; ax_stop_servers stops them last.
+  setsid etcd --name ax --data-dir "$dir/etcd/data" \
     --listen-client-urls "http://127.0.0.1:$cport" --advertise-client-urls "http://127.0.0.1:$cport" \
     --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
     --initial-cluster "ax=http://127.0.0.1:$pport" >"$dir/etcd/etcd.log" 2>&1 &
   AX_ETCD_PID=$!
-  redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir/redis" \
+  setsid redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir/redis" \
     >"$dir/redis/redis.log" 2>&1 &
   AX_REDIS_PID=$!
   AX_ETCD_ENDPOINT="http://127.0.0.1:$cport"
