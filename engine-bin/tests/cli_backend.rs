@@ -7,7 +7,9 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use ax_queue::{ExecutionMessage, HistoryEntry, HistoryOutcome, Queue, QueueConfig};
+use ax_queue::{
+    EnqueueOutcome, ExecutionMessage, HistoryEntry, HistoryOutcome, Queue, QueueConfig,
+};
 use ax_scheduler_core::{TaskSpec, UtcMillis};
 use serde_json::Value;
 
@@ -135,7 +137,10 @@ fn put_get_list_pause_resume_delete() {
     assert_eq!(task["spec"]["schedule"]["every"], "10s");
     // The countdown starts at registration, whichever replica first sees the spec.
     let created = task["spec"]["created_at"].as_str().unwrap();
-    assert!(created.starts_with("20") && created.ends_with('Z'), "{created}");
+    assert!(
+        created.starts_with("20") && created.ends_with('Z'),
+        "{created}"
+    );
     // `-n` names the same task; without it, `beat` is in the default namespace.
     let same: Value = serde_json::from_str(&c.ok(&["task", "get", "beat", "-n", "ops"])).unwrap();
     assert_eq!(same, task);
@@ -388,22 +393,28 @@ async fn dead_letters_are_listed_requeued_and_purged() {
     assert_eq!(c.ok(&["dlq", "purge"]), "purged 0 dead letter(s)\n");
 
     // Two executions of a registered task, taken by a worker and dead-lettered.
-    c.ax_stdin(&["task", "put", "-", "--id", "flaky"], BEAT);
+    // `overlap: allow`, so that the second fire is not held behind the first.
+    let flaky = r#"{"handler": "log", "schedule": {"every": "10s"}, "overlap": "allow"}"#;
+    c.ax_stdin(&["task", "put", "-", "--id", "flaky"], flaky);
     let q = c.queue().await;
-    let spec = TaskSpec::from_json(BEAT.as_bytes(), "default", "flaky").unwrap();
+    let spec = TaskSpec::from_json(flaky.as_bytes(), "default", "flaky").unwrap();
     let now = ax_queue::now();
     for i in 0..2 {
         let msg = ExecutionMessage::for_fire(&spec, UtcMillis(now.0 - 1000 * i), now, 1);
-        q.enqueue(&msg).await.unwrap();
+        assert_eq!(q.enqueue(&msg).await.unwrap(), EnqueueOutcome::Enqueued);
     }
     let mut consumer = q
         .consumer("default", "w1", Duration::from_millis(100), now)
         .await
         .unwrap();
     let mut taken = Vec::new();
-    while taken.len() < 2 {
+    for _ in 0..20 {
         taken.extend(consumer.take(2).await.unwrap());
+        if taken.len() == 2 {
+            break;
+        }
     }
+    assert_eq!(taken.len(), 2);
     for d in &taken {
         assert!(q.dead_letter(d, "HTTP 500", now).await.unwrap());
     }

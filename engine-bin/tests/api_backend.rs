@@ -1,0 +1,184 @@
+//! `/api/v1` over the real backend (etcd and Redis): the routes' status codes and bodies
+//! with what the registry and queues actually answer.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use ax_engine::backend::Backend;
+use ax_engine::config::Config;
+use ax_engine::http::{app, ApiBackend, AppState};
+use ax_engine::metrics::Metrics;
+use ax_engine::readiness::Readiness;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use axum::Router;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+struct Api {
+    router: Router,
+    prefix: String,
+}
+
+async fn api(label: &str) -> Api {
+    let mut config = Config::default();
+    config.etcd.endpoints = vec![ax_testkit::etcd_endpoint()];
+    config.etcd.prefix = format!("/{}", ax_testkit::unique_name(label));
+    config.redis.url = ax_testkit::redis_url();
+    config.redis.key_prefix = ax_testkit::unique_name(label);
+    let backend = Backend::connect(&config).await.unwrap();
+    let state = AppState {
+        metrics: Arc::new(Metrics::new(&config.worker.queues, &[]).unwrap()),
+        readiness: Arc::new(Readiness::new(true)),
+        api: Some(Arc::new(backend) as Arc<dyn ApiBackend>),
+        api_token: None,
+    };
+    Api {
+        router: app(state),
+        prefix: config.etcd.prefix,
+    }
+}
+
+impl Api {
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+            .unwrap();
+        let resp = self.router.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap()
+        };
+        (status, value)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tasks_are_registered_shown_triggered_and_refused_through_the_api() {
+    let a = api("api-tasks").await;
+    let spec = json!({"id": "beat", "namespace": "ops", "handler": "log",
+                      "schedule": {"every": "1m"}, "version": 2});
+
+    let (status, body) = a
+        .call(
+            Method::POST,
+            "/api/v1/tasks?dry_run=true",
+            Some(spec.clone()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["written"], false);
+    assert_eq!(body["next_fires"].as_array().unwrap().len(), 5);
+    let (status, _) = a.call(Method::GET, "/api/v1/tasks/ops/beat", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "a dry run writes nothing");
+
+    let (status, body) = a
+        .call(Method::POST, "/api/v1/tasks", Some(spec.clone()))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(
+        (body["namespace"].clone(), body["id"].clone()),
+        (json!("ops"), json!("beat"))
+    );
+
+    let (status, body) = a.call(Method::GET, "/api/v1/tasks/ops/beat", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["status"], "WAITING");
+    assert_eq!(body["spec"]["version"], 2);
+
+    let mut older = spec.clone();
+    older["version"] = json!(1);
+    let (status, body) = a.call(Method::POST, "/api/v1/tasks", Some(older)).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(body["error"]["code"], "conflict");
+
+    let (status, body) = a
+        .call(
+            Method::POST,
+            "/api/v1/tasks",
+            Some(json!({"id": "bad", "schedule": {"every": "soon"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let errors = body["error"]["errors"].as_array().unwrap();
+    assert!(errors.len() >= 2, "{body}");
+
+    let (status, body) = a
+        .call(Method::POST, "/api/v1/tasks/ops/beat/pause", None)
+        .await;
+    assert_eq!(
+        (status, body["status"].clone()),
+        (StatusCode::OK, json!("PAUSED"))
+    );
+
+    let (status, body) = a
+        .call(Method::POST, "/api/v1/tasks/ops/beat/trigger", None)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let execution_id = body["execution_id"].as_str().unwrap().to_owned();
+    let client = etcd_client::Client::connect([ax_testkit::etcd_endpoint()], None)
+        .await
+        .unwrap();
+    let resp = client
+        .kv_client()
+        .get(
+            format!("{}/triggers/ops/beat/{execution_id}", a.prefix),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.kvs().len(), 1);
+
+    let (status, body) = a
+        .call(Method::POST, "/api/v1/tasks/ops/nope/trigger", None)
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (StatusCode::NOT_FOUND, json!("not_found"))
+    );
+
+    let (status, body) = a.call(Method::GET, "/api/v1/tasks", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body.as_array().unwrap().len(), 1);
+
+    let (status, _) = a.call(Method::DELETE, "/api/v1/tasks/ops/beat", None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = a.call(Method::DELETE, "/api/v1/tasks/ops/beat", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_and_dead_letters_through_the_api() {
+    let a = api("api-status").await;
+    let (status, body) = a.call(Method::GET, "/api/v1/status", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["leader"], Value::Null);
+    assert_eq!(body["queues"][0]["name"], "default");
+    assert_eq!(body["dlq_size"], 0);
+
+    let (status, body) = a.call(Method::GET, "/api/v1/dlq", None).await;
+    assert_eq!((status, body), (StatusCode::OK, json!([])));
+    let (status, body) = a
+        .call(
+            Method::POST,
+            "/api/v1/dlq/requeue",
+            Some(json!({"all": true})),
+        )
+        .await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"count": 0})));
+    let (status, _) = a
+        .call(
+            Method::POST,
+            "/api/v1/dlq/requeue",
+            Some(json!({"ids": ["0190f3c2-7d41-7a3e-9c1b-3f5e2a6d8b10"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
