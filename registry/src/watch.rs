@@ -399,7 +399,15 @@ impl TaskWatcher {
         rev: i64,
     ) -> Result<Option<Box<WatchStream>>, RegistryError> {
         let t = registry.config().request_timeout;
-        let mut wc = registry.client().watch_client();
+        // A watch that resumes from an older revision (or falls behind) gets etcd's catch-up
+        // batches: up to 1000 revisions in one response, each as large as a transaction may
+        // be. Under the client's default 4 MiB limit a batch of large transactions (100 000
+        // tasks registered 128 per transaction) failed to decode, and every reconnect got the
+        // same batch again: the watch never recovered. etcd bounds these responses itself.
+        let mut wc = registry
+            .client()
+            .watch_client()
+            .max_decoding_message_size(usize::MAX);
         let opts = WatchOptions::new()
             .with_prefix()
             .with_start_revision(rev + 1);
