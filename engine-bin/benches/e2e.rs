@@ -1,0 +1,637 @@
+//! End-to-end benchmark through the user's path: task keys written to etcd, fired by a real
+//! `ax serve` process, run by its workers.
+//!
+//! It starts a private etcd and Redis, one `ax serve` replica with both roles (or, with
+//! `AX_BENCH_REPLICAS=2`, a scheduler-only leader and a separate worker-only replica), waits
+//! until the replica leads, then writes `AX_BENCH_TASKS` (default 100 000) one-shot `noop`
+//! tasks in transactions of 128 puts from several concurrent writers. Every due lies in the
+//! `AX_BENCH_SPREAD_SECS` (default 10) seconds after a planned registration end, uniformly.
+//!
+//! Dues must be written before registration ends, so the end is planned: a calibration
+//! writes a few thousand keys under a prefix no replica watches, the registration time of
+//! the full set is extrapolated from it, and the planned end is that estimate with a margin
+//! (`AX_BENCH_MARGIN_SECS` adds to it). The run is only valid if the leader has armed every
+//! task before the first due; the report says whether it did. A marker task, written after
+//! the last batch and due at once, shows when the leader has consumed the watch up to the
+//! last put: its `enqueued` log line is the "armed" instant (etcd delivers a watch in
+//! revision order).
+//!
+//! Lateness comes from the replicas' own JSON log lines (`enqueued` by the leader,
+//! `started` by the workers, each with `lateness_ms`), lost and duplicated executions from
+//! counting `started` lines per task, peak memory from `VmHWM` in `/proc/PID/status`, and the
+//! CPU time of every process (ax, etcd, Redis) over the firing window from `/proc/PID/stat`.
+//!
+//! Run with `cargo bench -p ax-engine --bench e2e`; `AX_BENCH_TASKS=10000` for a quick check.
+//! Other knobs: `AX_BENCH_WRITERS` (concurrent writers, default 4), `AX_BENCH_LOG` (the
+//! replicas' `AX_LOG`; the default keeps the three execution lines), and any `AX_*` variable
+//! of the engine's configuration set in the environment is passed on to the replicas.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ax_testkit::{free_port, EtcdServer, RedisServer};
+use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
+use etcd_client::{Client, DeleteOptions, Txn, TxnOp};
+
+const PREFIX: &str = "/axbench";
+const NAMESPACE: &str = "bench";
+const MARKER_NAMESPACE: &str = "benchmarker";
+const BATCH: usize = 128;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+fn rfc3339_ms(ms: i64) -> String {
+    Utc.timestamp_millis_opt(ms)
+        .unwrap()
+        .to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// A small deterministic generator (xorshift64*), so every run has the same spread of dues.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// One `ax serve` process.
+struct Replica {
+    name: String,
+    child: Child,
+    log: PathBuf,
+    http: String,
+}
+
+impl Replica {
+    fn start(dir: &Path, name: &str, roles: &str, etcd: &str, redis: &str) -> Replica {
+        let log = dir.join(format!("{name}.log"));
+        let port = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ax"));
+        cmd.arg("serve")
+            .env("AX_ETCD_ENDPOINTS", etcd)
+            .env("AX_ETCD_PREFIX", PREFIX)
+            .env("AX_REDIS_URL", redis)
+            .env("AX_REDIS_KEY_PREFIX", "axbench")
+            .env("AX_INSTANCE_ID", name)
+            .env("AX_ROLES", roles)
+            .env("AX_HTTP_LISTEN", format!("127.0.0.1:{port}"))
+            .env("AX_LOG_FORMAT", "json")
+            .env(
+                "AX_LOG",
+                std::env::var("AX_BENCH_LOG").unwrap_or_else(|_| {
+                    "warn,ax_engine::leader=info,ax_engine::reporter=info".to_owned()
+                }),
+            )
+            .stdin(Stdio::null())
+            .stdout(File::create(&log).unwrap())
+            .stderr(File::create(dir.join(format!("{name}.err"))).unwrap());
+        let child = cmd.spawn().expect("start ax serve");
+        Replica {
+            name: name.to_owned(),
+            child,
+            log,
+            http: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn http_get(url: &str) -> Option<(u16, String)> {
+    let response = reqwest::get(url).await.ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.text().await.ok()?))
+}
+
+/// Writes `(key, value)` pairs in transactions of [`BATCH`] puts from `writers` concurrent
+/// writers; returns when all are acknowledged.
+async fn write_all(client: &Client, pairs: Arc<Vec<(String, String)>>, writers: usize) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for _ in 0..writers {
+        let mut client = client.clone();
+        let pairs = Arc::clone(&pairs);
+        let next = Arc::clone(&next);
+        handles.push(tokio::spawn(async move {
+            loop {
+                let start = next.fetch_add(BATCH, Ordering::Relaxed);
+                if start >= pairs.len() {
+                    return;
+                }
+                let end = (start + BATCH).min(pairs.len());
+                let ops: Vec<TxnOp> = pairs[start..end]
+                    .iter()
+                    .map(|(k, v)| TxnOp::put(k.as_str(), v.as_str(), None))
+                    .collect();
+                client.txn(Txn::new().and_then(ops)).await.expect("txn");
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+}
+
+fn spec(at_ms: i64) -> String {
+    format!(
+        r#"{{"handler":"noop","schedule":{{"at":"{}"}}}}"#,
+        rfc3339_ms(at_ms)
+    )
+}
+
+/// Reads the lines appended to a log file since the last call.
+struct Tail {
+    file: File,
+    partial: Vec<u8>,
+}
+
+impl Tail {
+    fn open(path: &Path) -> Tail {
+        Tail {
+            file: File::open(path).unwrap(),
+            partial: Vec::new(),
+        }
+    }
+
+    fn lines(&mut self) -> Vec<String> {
+        // The file position stays where the last read ended.
+        self.file.read_to_end(&mut self.partial).unwrap();
+        let Some(end) = self.partial.iter().rposition(|b| *b == b'\n') else {
+            return Vec::new();
+        };
+        let rest = self.partial.split_off(end + 1);
+        let done = std::mem::replace(&mut self.partial, rest);
+        String::from_utf8_lossy(&done)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// `(utime + stime)` clock ticks of a process.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let get = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of stat(5); `rest` starts at field 3.
+    get(11) + get(12)
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The pid of the process whose command line contains `needle` (a server's port).
+fn find_pid(program: &str, needle: &str) -> Option<u32> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(program) && cmdline.contains(needle) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn summary(name: &str, values: &mut [i64]) -> String {
+    values.sort_unstable();
+    format!(
+        "{name}: p50 {} ms, p90 {} ms, p99 {} ms, p99.9 {} ms, max {} ms (n = {})",
+        percentile(values, 50.0),
+        percentile(values, 90.0),
+        percentile(values, 99.0),
+        percentile(values, 99.9),
+        values.last().copied().unwrap_or(0),
+        values.len()
+    )
+}
+
+/// One execution line of a replica's log.
+struct Line {
+    message: String,
+    task: String,
+    lateness_ms: i64,
+    attempt: i64,
+    at_us: i64,
+}
+
+fn parse_line(line: &str) -> Option<Line> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let message = v.get("message")?.as_str()?;
+    if message != "started" && message != "enqueued" && message != "finished" {
+        return None;
+    }
+    let at = DateTime::parse_from_rfc3339(v.get("timestamp")?.as_str()?).ok()?;
+    Some(Line {
+        message: message.to_owned(),
+        task: v.get("task_id")?.as_str()?.to_owned(),
+        lateness_ms: v.get("lateness_ms").and_then(|l| l.as_i64()).unwrap_or(0),
+        attempt: v.get("attempt").and_then(|a| a.as_i64()).unwrap_or(0),
+        at_us: at.timestamp_micros(),
+    })
+}
+
+fn main() {
+    let tasks: usize = env_or("AX_BENCH_TASKS", 100_000);
+    let spread_ms: i64 = env_or::<i64>("AX_BENCH_SPREAD_SECS", 10) * 1000;
+    let replicas: usize = env_or("AX_BENCH_REPLICAS", 1);
+    let writers: usize = env_or("AX_BENCH_WRITERS", 4);
+    let margin_ms: i64 = env_or::<i64>("AX_BENCH_MARGIN_SECS", 0) * 1000;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run(tasks, spread_ms, replicas, writers, margin_ms));
+}
+
+async fn run(tasks: usize, spread_ms: i64, replicas: usize, writers: usize, margin_ms: i64) {
+    let etcd_server = EtcdServer::start();
+    let redis_server = RedisServer::start();
+    let etcd_port = etcd_server
+        .endpoint()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    let redis_port = redis_server.url().rsplit(':').next().unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    println!(
+        "e2e: {tasks} one-shot noop tasks due over {} s, {} replica(s), {writers} writers",
+        spread_ms / 1000,
+        replicas
+    );
+
+    let mut procs = Vec::new();
+    if replicas >= 2 {
+        procs.push(Replica::start(
+            dir.path(),
+            "leader",
+            "scheduler",
+            &etcd_server.endpoint(),
+            &redis_server.url(),
+        ));
+        procs.push(Replica::start(
+            dir.path(),
+            "worker",
+            "worker",
+            &etcd_server.endpoint(),
+            &redis_server.url(),
+        ));
+    } else {
+        procs.push(Replica::start(
+            dir.path(),
+            "replica",
+            "scheduler,worker",
+            &etcd_server.endpoint(),
+            &redis_server.url(),
+        ));
+    }
+    let leader = &procs[0];
+    let metrics_url = format!("{}/metrics", leader.http);
+    wait_for("the leader", Duration::from_secs(60), async || {
+        matches!(http_get(&metrics_url).await, Some((200, body)) if body.contains("\nscheduler_is_leader 1"))
+    })
+    .await;
+    for p in &procs {
+        let url = format!("{}/readyz", p.http);
+        wait_for("readiness", Duration::from_secs(60), async || {
+            matches!(http_get(&url).await, Some((200, _)))
+        })
+        .await;
+    }
+
+    let client = Client::connect([etcd_server.endpoint()], None)
+        .await
+        .unwrap();
+
+    // Calibration under a prefix no replica watches.
+    let calib = tasks.clamp(1, 4096);
+    let pairs: Vec<(String, String)> = (0..calib)
+        .map(|i| {
+            (
+                format!("/axcalibrate/tasks/c/t{i:06}"),
+                spec(now_ms() + 3_600_000),
+            )
+        })
+        .collect();
+    let t = Instant::now();
+    write_all(&client, Arc::new(pairs), writers).await;
+    let calib_rate = calib as f64 / t.elapsed().as_secs_f64();
+    client
+        .clone()
+        .delete("/axcalibrate/", Some(DeleteOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let estimate_ms = (tasks as f64 / calib_rate * 1000.0) as i64;
+    // The watch and the leader's arming run beside the writes and have to catch up after
+    // them: a margin of half the estimate plus two seconds.
+    let plan_ms = estimate_ms + estimate_ms / 2 + 2000 + margin_ms;
+    println!(
+        "calibration: {calib} keys at {calib_rate:.0} keys/s; registration planned to end in {} ms",
+        plan_ms
+    );
+
+    let register_start_ms = now_ms();
+    let planned_end = register_start_ms + plan_ms;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut dues = HashMap::with_capacity(tasks);
+    let pairs: Vec<(String, String)> = (0..tasks)
+        .map(|i| {
+            let due = planned_end + (rng.next_u64() % spread_ms as u64) as i64;
+            let id = format!("t{i:06}");
+            dues.insert(format!("{NAMESPACE}/{id}"), due);
+            (format!("{PREFIX}/tasks/{NAMESPACE}/{id}"), spec(due))
+        })
+        .collect();
+    let first_due = dues.values().copied().min().unwrap_or(planned_end);
+    let t_register = Instant::now();
+    write_all(&client, Arc::new(pairs), writers).await;
+    let register_ms = t_register.elapsed().as_millis() as i64;
+    let register_end_ms = now_ms();
+    let marker_at = now_ms();
+    client
+        .clone()
+        .put(
+            format!("{PREFIX}/tasks/{MARKER_NAMESPACE}/m"),
+            spec(marker_at),
+            None,
+        )
+        .await
+        .unwrap();
+
+    // The marker's `enqueued` line: the leader has consumed the watch up to the last put.
+    let mut tail = Tail::open(&leader.log);
+    let marker_task = format!("{MARKER_NAMESPACE}/m");
+    let armed_us = loop {
+        let found = tail.lines().iter().find_map(|l| {
+            if l.contains(&marker_task) && l.contains("\"enqueued\"") {
+                parse_line(l).map(|p| p.at_us)
+            } else {
+                None
+            }
+        });
+        if let Some(at) = found {
+            break at;
+        }
+        assert!(
+            now_ms() < planned_end + spread_ms + 120_000,
+            "the leader never enqueued the marker"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let armed_ms = armed_us / 1000;
+    println!(
+        "registered {tasks} keys in {register_ms} ms ({:.0} keys/s); armed {} ms after registration started ({} ms after it ended); first due {} ms after registration started",
+        tasks as f64 / (register_ms as f64 / 1000.0),
+        armed_ms - register_start_ms,
+        armed_ms - register_end_ms,
+        first_due - register_start_ms,
+    );
+    let valid = armed_ms < first_due;
+    if !valid {
+        println!(
+            "WARNING: arming overlapped the firing window by {} ms; lateness includes arming (set AX_BENCH_MARGIN_SECS)",
+            armed_ms - first_due
+        );
+    }
+
+    // CPU time over the firing window.
+    let mut pids: Vec<(String, u32)> = procs.iter().map(|p| (p.name.clone(), p.pid())).collect();
+    pids.push(("bench".to_owned(), std::process::id()));
+    if let Some(pid) = find_pid("etcd", &format!(":{etcd_port}")) {
+        pids.push(("etcd".to_owned(), pid));
+    }
+    if let Some(pid) = find_pid("redis-server", &format!(":{redis_port}")) {
+        pids.push(("redis".to_owned(), pid));
+    }
+    let wait_ms = (first_due - now_ms()).max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+    let cpu_before: Vec<u64> = pids.iter().map(|(_, p)| cpu_ticks(*p)).collect();
+    let window_start = Instant::now();
+
+    // Wait for every start (or give up a minute after the last due), then a little longer so
+    // that a duplicate would show.
+    let worker_logs: Vec<&Replica> = if replicas >= 2 {
+        vec![&procs[1]]
+    } else {
+        vec![&procs[0]]
+    };
+    let mut tails: Vec<Tail> = worker_logs.iter().map(|r| Tail::open(&r.log)).collect();
+    let mut started = 0usize;
+    let last_due = planned_end + spread_ms;
+    let mut cpu_after: Option<(Vec<u64>, f64)> = None;
+    loop {
+        for t in &mut tails {
+            started += t
+                .lines()
+                .iter()
+                .filter(|l| l.contains("\"started\"") && l.contains("\"bench/"))
+                .count();
+        }
+        if cpu_after.is_none() && now_ms() >= last_due + 1000 {
+            cpu_after = Some((
+                pids.iter().map(|(_, p)| cpu_ticks(*p)).collect(),
+                window_start.elapsed().as_secs_f64(),
+            ));
+        }
+        if started >= tasks && cpu_after.is_some() {
+            break;
+        }
+        if now_ms() > last_due + 60_000 {
+            println!("WARNING: gave up waiting: {started} of {tasks} started");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (cpu_after, window_s) = cpu_after.unwrap_or_else(|| {
+        (
+            pids.iter().map(|(_, p)| cpu_ticks(*p)).collect(),
+            window_start.elapsed().as_secs_f64(),
+        )
+    });
+    let memory: Vec<(String, u64, u64)> = procs
+        .iter()
+        .map(|p| {
+            (
+                p.name.clone(),
+                status_kib(p.pid(), "VmHWM:"),
+                status_kib(p.pid(), "VmRSS:"),
+            )
+        })
+        .collect();
+    let log_paths: Vec<(String, PathBuf)> = procs
+        .iter()
+        .map(|p| (p.name.clone(), p.log.clone()))
+        .collect();
+    drop(procs);
+
+    // Analysis.
+    let mut starts: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
+    let mut enqueues: HashMap<String, i64> = HashMap::new();
+    let mut enqueue_lateness = Vec::new();
+    let mut retries = 0usize;
+    let mut finished = 0usize;
+    let mut log_lines = 0usize;
+    for (_, path) in &log_paths {
+        for line in BufReader::new(File::open(path).unwrap()).lines() {
+            let line = line.unwrap();
+            log_lines += 1;
+            let Some(l) = parse_line(&line) else { continue };
+            if !l.task.starts_with("bench/") {
+                continue;
+            }
+            match l.message.as_str() {
+                "enqueued" => {
+                    enqueue_lateness.push(l.lateness_ms);
+                    enqueues.insert(l.task, l.at_us);
+                }
+                "started" => {
+                    if l.attempt > 0 {
+                        retries += 1;
+                    }
+                    starts
+                        .entry(l.task)
+                        .or_default()
+                        .push((l.lateness_ms, l.at_us));
+                }
+                _ => finished += 1,
+            }
+        }
+    }
+    let lost = dues.keys().filter(|k| !starts.contains_key(*k)).count();
+    let duplicated = starts.values().filter(|s| s.len() > 1).count();
+    let mut start_lateness: Vec<i64> = starts.values().map(|s| s[0].0).collect();
+    // Lateness from the log timestamps (microseconds), independent of the engine's rounding.
+    let mut start_lateness_us: Vec<i64> = starts
+        .iter()
+        .filter_map(|(k, s)| dues.get(k).map(|d| s[0].1 - d * 1000))
+        .collect();
+    let mut queue_wait: Vec<i64> = starts
+        .iter()
+        .filter_map(|(k, s)| enqueues.get(k).map(|e| (s[0].1 - e) / 1000))
+        .collect();
+    let first_start = starts.values().map(|s| s[0].1).min().unwrap_or(0);
+    let last_start = starts.values().map(|s| s[0].1).max().unwrap_or(0);
+    let mut per_second: HashMap<i64, usize> = HashMap::new();
+    for s in starts.values() {
+        *per_second.entry(s[0].1 / 1_000_000).or_default() += 1;
+    }
+    let peak_rate = per_second.values().copied().max().unwrap_or(0);
+    let span_s = (last_start - first_start) as f64 / 1e6;
+
+    println!();
+    println!("## results");
+    println!("tasks: {tasks}; replicas: {replicas}; valid (armed before first due): {valid}");
+    println!(
+        "register: {register_ms} ms ({:.0} keys/s); armed: {} ms after registration start",
+        tasks as f64 / (register_ms as f64 / 1000.0),
+        armed_ms - register_start_ms
+    );
+    println!("{}", summary("start lateness", &mut start_lateness));
+    start_lateness_us.iter_mut().for_each(|v| *v /= 1000);
+    println!(
+        "{}",
+        summary("start lateness (log timestamps)", &mut start_lateness_us)
+    );
+    println!(
+        "{}",
+        summary("enqueue lateness (leader)", &mut enqueue_lateness)
+    );
+    println!(
+        "{}",
+        summary("queue wait (started - enqueued)", &mut queue_wait)
+    );
+    println!(
+        "executions: {} started, {finished} finished, {retries} retries; lost {lost}; duplicated {duplicated}",
+        starts.values().map(Vec::len).sum::<usize>()
+    );
+    println!(
+        "throughput: {:.0} executions/s from first to last start ({span_s:.2} s), peak {peak_rate} in one second",
+        if span_s > 0.0 { starts.len() as f64 / span_s } else { 0.0 }
+    );
+    for (name, hwm, rss) in &memory {
+        println!(
+            "memory {name}: VmHWM {:.1} MiB, VmRSS at end {:.1} MiB",
+            *hwm as f64 / 1024.0,
+            *rss as f64 / 1024.0
+        );
+    }
+    let hz = 100.0;
+    for (i, (name, _)) in pids.iter().enumerate() {
+        let ticks = cpu_after[i].saturating_sub(cpu_before[i]);
+        println!(
+            "cpu {name}: {:.0}% of one core over the firing window ({window_s:.1} s)",
+            ticks as f64 / hz / window_s * 100.0
+        );
+    }
+    println!("log lines: {log_lines}");
+    if std::env::var_os("AX_BENCH_KEEP").is_some() {
+        let kept = dir.keep();
+        println!("logs kept in {}", kept.display());
+    }
+}
