@@ -24,7 +24,8 @@
 //! Run with `cargo bench -p ax-engine --bench e2e`; `AX_BENCH_TASKS=10000` for a quick check.
 //! Other knobs: `AX_BENCH_WRITERS` (concurrent writers, default 4), `AX_BENCH_LOG` (the
 //! replicas' `AX_LOG`; the default keeps the three execution lines), and any `AX_*` variable
-//! of the engine's configuration set in the environment is passed on to the replicas.
+//! of the engine's configuration set in the environment is passed on to the replicas;
+//! `AX_BENCH_KEEP=1` keeps the replicas' logs and prints where they are.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
