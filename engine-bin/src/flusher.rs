@@ -9,12 +9,15 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ax_registry::{PendingTrigger, Registry, RegistryError};
+use ax_registry::{PendingTrigger, Registry, RegistryError, MAX_TXN_OPS};
 use ax_scheduler_core::dispatcher::StateWrite;
 use ax_scheduler_core::{TaskKey, TaskState};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
+
+/// Pause between two state transactions of one flush.
+const PACE: Duration = Duration::from_millis(2);
 
 /// Work for the flusher.
 pub enum FlushRequest {
@@ -115,8 +118,14 @@ async fn write(
                 .map(|s| (k.namespace.clone(), k.id.clone(), s.clone()))
         })
         .collect();
-    if !puts.is_empty() {
-        registry.put_states(&puts, Some(fence)).await?;
+    // One transaction per chunk, paced: a flush of thousands of states sent back to back
+    // takes the CPU etcd, Redis and the fire path share, and shows up as lateness spikes.
+    let chunks = puts.chunks(MAX_TXN_OPS).count();
+    for (i, chunk) in puts.chunks(MAX_TXN_OPS).enumerate() {
+        registry.put_states(chunk, Some(fence)).await?;
+        if i + 1 < chunks {
+            tokio::time::sleep(PACE).await;
+        }
     }
     for (k, s) in states {
         if s.is_none() {

@@ -90,7 +90,8 @@ fn failure_alerts(
     last: bool,
     error: Option<&str>,
 ) -> Vec<Alert> {
-    if succeeded {
+    // A run stopped because a newer one replaced it (overlap `replace`) did not fail.
+    if succeeded || matches!(report.outcome, Outcome::Killed) {
         return Vec::new();
     }
     let attempt = report.attempt.saturating_add(1);
@@ -164,7 +165,7 @@ impl ExecutionReporter for EngineReporter {
             }
             self.metrics
                 .record_execution(&report.queue, &report.handler, label, seconds);
-            if !succeeded {
+            if !succeeded && !matches!(report.outcome, Outcome::Killed) {
                 self.metrics
                     .tasks_failed_total
                     .with_label_values(&[&report.queue, &report.handler])
@@ -283,5 +284,9 @@ mod tests {
         );
 
         assert!(alerts_of(&report(0, Outcome::Succeeded)).is_empty());
+        assert!(
+            alerts_of(&report(0, Outcome::Killed)).is_empty(),
+            "a replaced run is not a failure"
+        );
     }
 }
