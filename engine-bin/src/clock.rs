@@ -60,6 +60,36 @@ pub async fn skew_against(endpoint: &str) -> anyhow::Result<f64> {
 mod tests {
     use super::*;
 
+    /// A stand-in for etcd's `/version` whose `Date` header is `offset_secs` off this host.
+    async fn fake_etcd(offset_secs: i64) -> String {
+        let app = axum::Router::new().route(
+            "/version",
+            axum::routing::get(move || async move {
+                let at = chrono::Utc::now() + chrono::Duration::seconds(offset_secs);
+                (
+                    [(
+                        reqwest::header::DATE,
+                        at.format("%a, %d %b %Y %H:%M:%S GMT").to_string(),
+                    )],
+                    "{}",
+                )
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn skew_is_read_from_etcds_date_header() {
+        let behind = skew_against(&fake_etcd(-30).await).await.unwrap();
+        assert!((29.0..=31.0).contains(&behind), "{behind}");
+        let same = skew_against(&fake_etcd(0).await).await.unwrap();
+        assert!(same.abs() <= 1.0, "{same}");
+        assert!(skew_against("http://127.0.0.1:1").await.is_err());
+    }
+
     #[test]
     fn instant_at_the_past_is_now() {
         let start = Instant::now();
