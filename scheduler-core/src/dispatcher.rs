@@ -387,14 +387,13 @@ impl Dispatcher {
                     self.config.catch_up_window,
                 );
                 for fire_at in &plan.run_now {
-                    self.ready.push(
-                        ReadyFire {
-                            key: Arc::clone(&key),
-                            fire_at: *fire_at,
-                            run_now: None,
-                            generation,
-                        },
+                    push_fire(
+                        &mut self.ready,
+                        &key,
+                        generation,
                         spec.priority,
+                        *fire_at,
+                        None,
                         now,
                     );
                 }
@@ -551,14 +550,13 @@ impl Dispatcher {
         let Some(task) = self.tasks.get(key) else {
             return false;
         };
-        self.ready.push(
-            ReadyFire {
-                key: Arc::clone(&task.key),
-                fire_at: now,
-                run_now: Some(execution_id),
-                generation: task.generation,
-            },
+        push_fire(
+            &mut self.ready,
+            &task.key,
+            task.generation,
             task.spec.priority,
+            now,
+            Some(execution_id),
             now,
         );
         true
@@ -681,14 +679,13 @@ impl Dispatcher {
                 }
                 TimerKind::HeldRetry => {
                     if let Some(held) = task.held {
-                        self.ready.push(
-                            ReadyFire {
-                                key: Arc::clone(&task.key),
-                                fire_at: held,
-                                run_now: None,
-                                generation: task.generation,
-                            },
+                        push_fire(
+                            &mut self.ready,
+                            &task.key,
+                            task.generation,
                             task.spec.priority,
+                            held,
+                            None,
                             now,
                         );
                     }
@@ -711,26 +708,15 @@ impl Dispatcher {
             }
             EnqueueOutcome::Held => {
                 match decide_overlap(dispatch.overlap, true, task.held.is_some()) {
-                    OverlapDecision::Hold => {
-                        task.held = Some(dispatch.fire_at);
-                        let due = now.add(self.config.hold_retry);
-                        self.timer.insert(
-                            due,
-                            TimerEntry {
-                                key: Arc::clone(&task.key),
-                                kind: TimerKind::HeldRetry,
-                                generation: task.generation,
-                            },
-                        );
-                    }
-                    OverlapDecision::Coalesce => {
+                    decision @ (OverlapDecision::Hold | OverlapDecision::Coalesce) => {
                         // The newest fire stands for the ones merged into it.
-                        if task.held.is_none_or(|h| h < dispatch.fire_at) {
+                        if decision == OverlapDecision::Hold
+                            || task.held.is_none_or(|h| h < dispatch.fire_at)
+                        {
                             task.held = Some(dispatch.fire_at);
                         }
-                        let due = now.add(self.config.hold_retry);
                         self.timer.insert(
-                            due,
+                            now.add(self.config.hold_retry),
                             TimerEntry {
                                 key: Arc::clone(&task.key),
                                 kind: TimerKind::HeldRetry,
@@ -798,14 +784,13 @@ impl Dispatcher {
                         set_status(&mut task.state, TaskStatus::Scheduled, now);
                     }
                     if let Some(held) = task.held {
-                        self.ready.push(
-                            ReadyFire {
-                                key: Arc::clone(&task.key),
-                                fire_at: held,
-                                run_now: None,
-                                generation: task.generation,
-                            },
+                        push_fire(
+                            &mut self.ready,
+                            &task.key,
+                            task.generation,
                             task.spec.priority,
+                            held,
+                            None,
                             now,
                         );
                     }
@@ -842,6 +827,24 @@ impl Dispatcher {
     pub fn take_notices(&mut self) -> Vec<Notice> {
         std::mem::take(&mut self.notices)
     }
+}
+
+fn push_fire(
+    ready: &mut ReadyQueue<ReadyFire>,
+    key: &Arc<TaskKey>,
+    generation: u64,
+    priority: u8,
+    fire_at: UtcMillis,
+    run_now: Option<String>,
+    now: UtcMillis,
+) {
+    let fire = ReadyFire {
+        key: Arc::clone(key),
+        fire_at,
+        run_now,
+        generation,
+    };
+    ready.push(fire, priority, now);
 }
 
 fn breaker_notice(key: &Arc<TaskKey>, transition: Transition) -> Notice {
