@@ -462,14 +462,13 @@ impl Dispatcher {
                             self.config.catch_up_window,
                         );
                         for fire_at in plan.run_now {
-                            self.ready.push(
-                                ReadyFire {
-                                    key: Arc::clone(&task.key),
-                                    fire_at,
-                                    run_now: None,
-                                    generation: task.generation,
-                                },
+                            push_fire(
+                                &mut self.ready,
+                                &task.key,
+                                task.generation,
                                 spec.priority,
+                                fire_at,
+                                None,
                                 now,
                             );
                         }
@@ -666,14 +665,13 @@ impl Dispatcher {
                             },
                         ));
                     }
-                    self.ready.push(
-                        ReadyFire {
-                            key: Arc::clone(&task.key),
-                            fire_at,
-                            run_now: None,
-                            generation: task.generation,
-                        },
+                    push_fire(
+                        &mut self.ready,
+                        &task.key,
+                        task.generation,
                         task.spec.priority,
+                        fire_at,
+                        None,
                         now,
                     );
                 }
