@@ -335,19 +335,16 @@ impl Leadership {
     /// Gives leadership up: fires [`Leadership::lost`], deletes the leader key if it is
     /// still ours and revokes the lease, so a successor takes over at once.
     pub async fn resign(mut self) -> Result<(), ElectionError> {
-        self.hold.stop_without_revoke(LossReason::Released).await;
-        let t = self.request_timeout;
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                self.key.clone(),
-                CompareOp::Equal,
+        let (deleted, revoked) = self
+            .hold
+            .release_key(
+                &self.client,
+                &self.key,
                 self.fencing_token,
-            )])
-            .and_then([TxnOp::delete(self.key.clone(), None)]);
-        let mut kv = self.client.kv_client();
-        let deleted = timed("leader delete", t, kv.txn(txn)).await;
-        let mut lease = self.client.lease_client();
-        let revoked = timed("lease revoke", t, lease.revoke(self.hold.lease_id())).await;
+                self.request_timeout,
+                "leader delete",
+            )
+            .await;
         tracing::info!(instance_id = %self.instance_id, fencing_token = self.fencing_token, "resigned leadership");
         deleted?;
         match revoked {

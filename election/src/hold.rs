@@ -21,8 +21,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::error::{timed, ElectionError};
 use etcd_client::{
-    Client, EventType, LeaseKeepAliveStream, LeaseKeeper, WatchOptions, WatchStream,
+    Client, Compare, CompareOp, EventType, LeaseKeepAliveStream, LeaseKeeper, Txn, TxnOp,
+    WatchOptions, WatchStream,
 };
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
@@ -175,6 +177,39 @@ impl LeaseHold {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
+    }
+
+    /// Gives the held key up: stops renewing, deletes `key` if its create revision is still
+    /// `create_revision` (ours), and revokes the lease so nothing waits for its TTL.
+    /// Returns the delete's result and the revoke's (callers judge the latter: a lease
+    /// already gone is fine once the key is deleted).
+    pub(crate) async fn release_key(
+        &mut self,
+        client: &Client,
+        key: &str,
+        create_revision: i64,
+        request_timeout: Duration,
+        what: &'static str,
+    ) -> (Result<(), ElectionError>, Result<(), ElectionError>) {
+        self.stop_without_revoke(LossReason::Released).await;
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.to_owned(),
+                CompareOp::Equal,
+                create_revision,
+            )])
+            .and_then([TxnOp::delete(key.to_owned(), None)]);
+        let mut kv = client.kv_client();
+        let deleted = timed(what, request_timeout, kv.txn(txn)).await.map(|_| ());
+        let mut lease = client.lease_client();
+        let revoked = timed(
+            "lease revoke",
+            request_timeout,
+            lease.revoke(self.lease_id()),
+        )
+        .await
+        .map(|_| ());
+        (deleted, revoked)
     }
 
     /// Stops renewing without revoking: the lease expires after its TTL.

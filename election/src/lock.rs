@@ -125,19 +125,16 @@ impl LockGuard {
 
     /// Releases the lock: deletes the key if still ours and revokes the lease.
     pub async fn release(mut self) -> Result<(), ElectionError> {
-        self.hold.stop_without_revoke(LossReason::Released).await;
-        let t = self.request_timeout;
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                self.key.clone(),
-                CompareOp::Equal,
+        let (deleted, _revoked) = self
+            .hold
+            .release_key(
+                &self.client,
+                &self.key,
                 self.revision,
-            )])
-            .and_then([TxnOp::delete(self.key.clone(), None)]);
-        let mut kv = self.client.kv_client();
-        let deleted = timed("lock delete", t, kv.txn(txn)).await;
-        let mut lease = self.client.lease_client();
-        let _ = timed("lease revoke", t, lease.revoke(self.hold.lease_id())).await;
-        deleted.map(|_| ())
+                self.request_timeout,
+                "lock delete",
+            )
+            .await;
+        deleted
     }
 }
