@@ -37,7 +37,7 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
     };
     let settings = LogSettings::resolve(cli.global.log_format, &edge.env, default_filter, target)
         .map_err(CliError::Usage)?;
-    logging::init(&settings).map_err(CliError::Usage)?;
+    let _log_guard = logging::init(&settings).map_err(CliError::Usage)?;
 
     let config = load_config(&cli, edge)?;
     match cli.command {

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::io::IsTerminal;
 
 use clap::ValueEnum;
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::EnvFilter;
 
 /// Environment variable holding the level filter.
@@ -83,33 +84,44 @@ impl LogSettings {
 }
 
 /// Installs the global subscriber. Fails if one is already installed.
-pub fn init(settings: &LogSettings) -> Result<(), String> {
+pub fn init(settings: &LogSettings) -> Result<LogGuard, String> {
     let filter = EnvFilter::try_new(&settings.filter).map_err(|e| e.to_string())?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    // Colour codes only for a terminal: in a file or a log collector they are noise.
-    let result = match (settings.format, settings.target) {
-        (LogFormat::Text, LogTarget::Stdout) => builder
-            .with_ansi(std::io::stdout().is_terminal())
-            .with_writer(std::io::stdout)
-            .try_init(),
-        (LogFormat::Text, LogTarget::Stderr) => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .with_writer(std::io::stderr)
-            .try_init(),
-        (LogFormat::Json, LogTarget::Stdout) => builder
+    // The server writes through a dedicated thread: at thousands of executions a second,
+    // three lines each, a blocking write to stdout under its lock would stall the runtime's
+    // threads on the fire path. Not lossy: when the buffer is full, logging waits rather
+    // than dropping lines. One-shot commands write to stderr directly.
+    let (writer, guard) = match settings.target {
+        LogTarget::Stdout => {
+            let (w, g) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+                .lossy(false)
+                .finish(std::io::stdout());
+            (BoxMakeWriter::new(w), Some(g))
+        }
+        LogTarget::Stderr => (BoxMakeWriter::new(std::io::stderr), None),
+    };
+    let ansi = match settings.target {
+        LogTarget::Stdout => std::io::stdout().is_terminal(),
+        LogTarget::Stderr => std::io::stderr().is_terminal(),
+    };
+    let result = match settings.format {
+        LogFormat::Text => builder.with_ansi(ansi).with_writer(writer).try_init(),
+        LogFormat::Json => builder
             .json()
             .flatten_event(true)
             .with_current_span(true)
-            .with_writer(std::io::stdout)
-            .try_init(),
-        (LogFormat::Json, LogTarget::Stderr) => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_writer(std::io::stderr)
+            .with_writer(writer)
             .try_init(),
     };
-    result.map_err(|e| e.to_string())
+    result.map_err(|e| e.to_string())?;
+    Ok(LogGuard { _guard: guard })
+}
+
+/// Keeps the log writer thread alive; dropping it flushes what is buffered. Hold it until
+/// the process exits.
+#[must_use = "dropping the guard stops the log writer"]
+pub struct LogGuard {
+    _guard: Option<tracing_appender::non_blocking::WorkerGuard>,
 }
 
 #[cfg(test)]
