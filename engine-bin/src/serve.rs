@@ -417,6 +417,7 @@ impl Parts<'_> {
             self.queue.clone(),
             Arc::clone(self.metrics),
             self.alerts.clone(),
+            shutdown.tracker(),
         );
         let pool = WorkerPool::new(
             self.queue.clone(),

@@ -696,9 +696,27 @@ async fn execution_events_reach_the_reader_in_order_with_history() {
     q.report(&started, None).await.unwrap();
     q.report(&finished, Some(&entry)).await.unwrap();
     let got = q.take_events(10).await.unwrap();
-    assert_eq!(got, vec![started, finished]);
+    assert_eq!(got, vec![started.clone(), finished.clone()]);
     assert!(q.take_events(10).await.unwrap().is_empty());
-    assert_eq!(q.history("ns", "ev", 10).await.unwrap(), vec![entry]);
+    assert_eq!(
+        q.history("ns", "ev", 10).await.unwrap(),
+        vec![entry.clone()]
+    );
+
+    // A batch keeps its order and writes each history entry.
+    let batch = vec![
+        (started.clone(), None),
+        (finished.clone(), Some(entry.clone())),
+        (started.clone(), None),
+    ];
+    q.report_many(&batch).await.unwrap();
+    q.report_many(&[]).await.unwrap();
+    let got = q.take_events(10).await.unwrap();
+    assert_eq!(got, vec![started.clone(), finished, started]);
+    assert_eq!(
+        q.history("ns", "ev", 10).await.unwrap(),
+        vec![entry.clone(), entry]
+    );
 }
 
 #[tokio::test]
