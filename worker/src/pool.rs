@@ -498,17 +498,20 @@ async fn execute(
         attempt = m.attempt,
         lateness_ms = tracing::field::Empty,
     );
-    execute_in_span(&sh, &d, &hard_stop, &acks)
+    execute_in_span(&sh, &d, &hard_stop, &acks, permit)
         .instrument(span)
         .await;
-    drop(permit);
 }
 
+/// Runs one delivery. The concurrency permit bounds running handlers: it is given back as
+/// soon as the handler is done, so settling (a Redis round trip, batched with others) does
+/// not keep the next message waiting.
 async fn execute_in_span(
     sh: &Shared,
     d: &Delivery,
     hard_stop: &CancellationToken,
     acks: &tokio::sync::mpsc::UnboundedSender<AckRequest>,
+    permit: OwnedSemaphorePermit,
 ) {
     let msg = &d.message;
     let worker = sh.cfg.worker_id.as_str();
@@ -557,6 +560,7 @@ async fn execute_in_span(
         // handler that ignores cancellation and never yields cannot be waited for.
         let _ = tokio::time::timeout(Duration::from_secs(1), handle).await;
     }
+    drop(permit);
     let now = ax_queue::now();
     match ran {
         Ran::Done(Ok(())) => {
