@@ -82,7 +82,7 @@ pub struct LeaderDeps {
 #[derive(Clone, Debug)]
 enum CatalogEntry {
     Valid {
-        spec: Box<TaskSpec>,
+        spec: Arc<TaskSpec>,
         revision: i64,
     },
     Invalid {
@@ -189,7 +189,7 @@ fn apply_event(
         } => {
             let key = TaskKey::new(namespace, id);
             let entry = CatalogEntry::Valid {
-                spec: Box::new(spec),
+                spec: Arc::new(spec),
                 revision: mod_revision,
             };
             Some((key, Some(entry)))
@@ -381,7 +381,7 @@ impl Term {
                 match entry {
                     CatalogEntry::Valid { spec, revision } => dispatcher.upsert(
                         key.clone(),
-                        (**spec).clone(),
+                        Arc::clone(spec),
                         *revision,
                         states.remove(key),
                         now,
@@ -511,7 +511,7 @@ async fn lead(
                                     warn!(error = %e, queue = %spec.queue, "cannot raise the queue's fence");
                                 }
                             }
-                            term.dispatcher.upsert(key, *spec, revision, None, now);
+                            term.dispatcher.upsert(key, spec, revision, None, now);
                         }
                         Some(CatalogEntry::Invalid { errors, revision }) => {
                             term.dispatcher.mark_invalid(key, revision, errors, now);

@@ -296,11 +296,13 @@ impl Dispatcher {
     pub fn upsert(
         &mut self,
         key: TaskKey,
-        spec: TaskSpec,
+        spec: impl Into<Arc<TaskSpec>>,
         revision: i64,
         recorded: Option<TaskState>,
         now: UtcMillis,
     ) {
+        // Shared, not copied: the engine's catalog holds the same spec.
+        let spec: Arc<TaskSpec> = spec.into();
         let schedule = match spec.schedule.compile() {
             Ok(s) => s,
             Err(e) => {
@@ -310,7 +312,6 @@ impl Dispatcher {
             }
         };
         let key = Arc::new(key);
-        let spec = Arc::new(spec);
         match self.tasks.remove(&key) {
             Some(old) if old.revision == revision => {
                 // The same spec again (a relist after reconnecting): nothing changes.
