@@ -76,22 +76,7 @@ impl Queue {
         event: &ExecutionEventRecord,
         history: Option<&HistoryEntry>,
     ) -> Result<()> {
-        let events = self.keys().events();
-        let mut pipe = redis::pipe();
-        pipe.lpush(&events, encode("execution event", event)?)
-            .ignore()
-            .ltrim(&events, 0, EVENTS_CAP - 1)
-            .ignore();
-        if let Some(entry) = history {
-            let key = self.keys().history(&event.namespace, &event.task_id);
-            let cap = isize::try_from(self.config().history_cap).unwrap_or(isize::MAX);
-            pipe.lpush(&key, encode("history entry", entry)?)
-                .ignore()
-                .ltrim(&key, 0, cap - 1)
-                .ignore();
-        }
-        let mut conn = self.conn();
-        self.run("report", pipe.query_async::<()>(&mut conn)).await
+        self.report_many(&[(event.clone(), history.cloned())]).await
     }
 
     /// Publishes many reports in one pipeline: all events in one `LPUSH` (in the given
