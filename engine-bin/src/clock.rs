@@ -34,7 +34,6 @@ pub async fn skew_against(endpoint: &str) -> anyhow::Result<f64> {
     let url = format!("{}/version", endpoint.trim_end_matches('/'));
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(3))
-        .danger_accept_invalid_certs(false)
         .build()
         .context("cannot build the HTTP client for the clock check")?;
     let before = now();

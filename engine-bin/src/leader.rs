@@ -37,7 +37,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::clock;
 use crate::flusher::{self, FlushRequest};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, BACKEND_ETCD, BACKEND_REDIS};
 use crate::triggers::{self, PendingTrigger};
 
 /// Settings of the scheduler role, from the `[scheduler]` and `[election]` configuration.
@@ -222,7 +222,7 @@ fn apply_event(
         RegistryEvent::Reconnecting { error, attempt } => {
             metrics
                 .backend_errors_total
-                .with_label_values(&["etcd"])
+                .with_label_values(&[BACKEND_ETCD])
                 .inc();
             warn!(%error, attempt, "registry watch reconnecting");
             None
@@ -569,7 +569,7 @@ async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mut Term) -> 
             Err(e) if e.is_retryable() && term.leadership.is_valid() => {
                 deps.metrics
                     .backend_errors_total
-                    .with_label_values(&["redis"])
+                    .with_label_values(&[BACKEND_REDIS])
                     .inc();
                 warn!(error = %e, pending = messages.len(), "enqueue failed; retrying");
                 // Safe to repeat: every message is deduplicated by its fire.
@@ -578,7 +578,7 @@ async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mut Term) -> 
             Err(e) => {
                 deps.metrics
                     .backend_errors_total
-                    .with_label_values(&["redis"])
+                    .with_label_values(&[BACKEND_REDIS])
                     .inc();
                 return Err(e).context("enqueue failed");
             }
@@ -734,7 +734,7 @@ async fn consume_events(deps: &LeaderDeps, term: &mut Term) {
             Err(e) => {
                 deps.metrics
                     .backend_errors_total
-                    .with_label_values(&["redis"])
+                    .with_label_values(&[BACKEND_REDIS])
                     .inc();
                 warn!(error = %e, "cannot read execution events");
                 return;

@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-use crate::metrics::{Metrics, OUTCOME_FAILURE, OUTCOME_SUCCESS, OUTCOME_TIMEOUT};
+use crate::metrics::{Metrics, BACKEND_REDIS, OUTCOME_FAILURE, OUTCOME_SUCCESS, OUTCOME_TIMEOUT};
 
 /// The engine's [`ExecutionReporter`].
 pub struct EngineReporter {
@@ -76,7 +76,7 @@ async fn publish(queue: Queue, metrics: Arc<Metrics>, mut rx: mpsc::Receiver<Rep
         if let Err(e) = queue.report_many(&batch).await {
             metrics
                 .backend_errors_total
-                .with_label_values(&["redis"])
+                .with_label_values(&[BACKEND_REDIS])
                 .inc();
             warn!(reports = batch.len(), error = %e, "could not report executions");
         }

@@ -185,45 +185,43 @@ async fn connect(
     metrics: &Metrics,
     cancel: &CancellationToken,
 ) -> Option<(etcd_client::Client, Queue)> {
-    let mut wait = Duration::from_millis(250);
-    let etcd = loop {
-        match connect_etcd(config).await {
-            Ok(client) => break client,
-            Err(e) => {
-                metrics
-                    .backend_errors_total
-                    .with_label_values(&[BACKEND_ETCD])
-                    .inc();
-                warn!(error = %format!("{e:#}"), retry_in = ?wait, "etcd not reachable");
-            }
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return None,
-            _ = tokio::time::sleep(wait) => {}
-        }
-        wait = (wait * 2).min(Duration::from_secs(10));
-    };
+    let etcd = until_connected(BACKEND_ETCD, metrics, cancel, || connect_etcd(config)).await?;
     readiness.set_etcd(true);
-    let mut wait = Duration::from_millis(250);
-    let queue = loop {
-        match connect_queue(config).await {
-            Ok(queue) => break queue,
-            Err(e) => {
-                metrics
-                    .backend_errors_total
-                    .with_label_values(&[BACKEND_REDIS])
-                    .inc();
-                warn!(error = %format!("{e:#}"), retry_in = ?wait, "Redis not reachable");
-            }
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return None,
-            _ = tokio::time::sleep(wait) => {}
-        }
-        wait = (wait * 2).min(Duration::from_secs(10));
-    };
+    let queue = until_connected(BACKEND_REDIS, metrics, cancel, || connect_queue(config)).await?;
     readiness.set_redis(true);
     Some((etcd, queue))
+}
+
+/// Calls `connect` until it succeeds, doubling the wait from 250 ms up to 10 s; `None` when
+/// `cancel` fires first.
+async fn until_connected<T, F, Fut>(
+    backend: &'static str,
+    metrics: &Metrics,
+    cancel: &CancellationToken,
+    mut connect: F,
+) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut wait = Duration::from_millis(250);
+    loop {
+        match connect().await {
+            Ok(client) => return Some(client),
+            Err(e) => {
+                metrics
+                    .backend_errors_total
+                    .with_label_values(&[backend])
+                    .inc();
+                warn!(backend, error = %format!("{e:#}"), retry_in = ?wait, "backend not reachable");
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(Duration::from_secs(10));
+    }
 }
 
 fn start_alerts(config: &Config, shutdown: &Shutdown) -> anyhow::Result<Option<AlertSender>> {
