@@ -1,13 +1,14 @@
 # syntax=docker/dockerfile:1
 # The ax image: a static-ish release build of the `ax` binary on a distroless base.
 #   docker build -t ax:dev .
-# Builder: the Rust toolchain on Debian 12 plus protoc (etcd-client's build generates its gRPC
+# Builder: the Rust toolchain on Debian 12 plus protoc and its well-known types (etcd-client's
+# build generates its gRPC
 # code). Runtime: distroless cc (glibc, libgcc, CA certificates, no shell, no package manager),
 # running as the unprivileged user 65532 that the Helm chart's securityContext expects.
 
 FROM rust:1-bookworm AS build
 RUN apt-get update \
- && apt-get install -y --no-install-recommends protobuf-compiler \
+ && apt-get install -y --no-install-recommends protobuf-compiler libprotobuf-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

