@@ -3,11 +3,13 @@
 //! Everything here is driven by an explicit `now` ([`time::UtcMillis`] or timer ticks), so the
 //! engine reads the clock once at the edge and tests run on virtual time.
 
+pub mod backoff;
 pub mod breaker;
 mod cron;
 pub mod dispatcher;
 pub mod duration_serde;
 pub mod error;
+pub mod execution;
 pub mod limiter;
 pub mod misfire;
 pub mod overlap;
@@ -22,6 +24,7 @@ pub mod validate;
 pub use dispatcher::{
     Dispatch, Dispatcher, DispatcherConfig, EnqueueOutcome, ExecutionEvent, Notice, TaskKey,
 };
+pub use backoff::ReconnectBackoff;
 pub use error::CoreError;
 pub use misfire::{plan_misfires, MisfirePlan, Progress};
 pub use overlap::{decide_overlap, OverlapDecision};

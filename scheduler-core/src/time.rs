@@ -6,7 +6,7 @@
 //! appear only when a cron expression is evaluated or an instant is shown to a person.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
@@ -17,6 +17,22 @@ use serde::{Deserialize, Serialize};
 pub struct UtcMillis(pub i64);
 
 impl UtcMillis {
+    /// The system clock now. The one place in ax that reads the wall clock: nothing in this
+    /// crate calls it (the core's logic takes `now` as an argument), the I/O crates and the
+    /// binary call it at their edges.
+    pub fn now() -> Self {
+        Self::from_system_time(SystemTime::now())
+    }
+
+    /// The instant of a `SystemTime`; before the epoch reads as the epoch.
+    pub fn from_system_time(t: SystemTime) -> Self {
+        let ms = t
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        UtcMillis(ms)
+    }
+
     /// The instant as a chrono `DateTime<Utc>`; `None` outside chrono's range.
     pub fn to_datetime(self) -> Option<DateTime<Utc>> {
         Utc.timestamp_millis_opt(self.0).single()

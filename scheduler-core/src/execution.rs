@@ -1,0 +1,189 @@
+//! The vocabulary of executions, shared by every layer: how an enqueue went, how an attempt
+//! ended, and the events a worker reports.
+//!
+//! Each concept exists once. The queue serializes these types as they are (in Redis messages,
+//! worker events and history entries), the worker emits them, and the leader's dispatcher
+//! consumes them, so nothing converts an outcome from one shape to another on its way.
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::UtcMillis;
+
+/// What the enqueue of one fire came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnqueueOutcome {
+    /// Pushed to the queue.
+    Enqueued,
+    /// Already enqueued before (by this or an earlier leader): nothing pushed.
+    Duplicate,
+    /// The fire asked for `forbid` and the task's previous execution is still active:
+    /// nothing pushed (and nothing recorded, so the fire can be enqueued later).
+    Held,
+    /// The fencing token is older than the newest the queue has seen: the sender was deposed.
+    /// Nothing pushed.
+    Fenced {
+        /// The newest token the queue has seen.
+        newest: u64,
+    },
+}
+
+/// How one attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// The handler succeeded.
+    Succeeded,
+    /// The handler returned an error.
+    Failed,
+    /// The attempt ran past its timeout and was stopped.
+    TimedOut,
+    /// The handler panicked.
+    Panicked,
+    /// The execution went to the dead-letter queue without running (unknown handler).
+    DeadLettered,
+    /// Stopped because a newer execution of the task replaced it (overlap `replace`): not a
+    /// failure.
+    Killed,
+    /// The worker stopped before the attempt finished and gave the message back: not an
+    /// outcome of the execution, which runs again elsewhere.
+    Released,
+}
+
+impl AttemptOutcome {
+    /// Whether the attempt counts as a failure (failure counters, breaker, alerts).
+    pub fn is_failure(self) -> bool {
+        matches!(
+            self,
+            AttemptOutcome::Failed
+                | AttemptOutcome::TimedOut
+                | AttemptOutcome::Panicked
+                | AttemptOutcome::DeadLettered
+        )
+    }
+
+    /// The snake-case name used in history, logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::TimedOut => "timed_out",
+            AttemptOutcome::Panicked => "panicked",
+            AttemptOutcome::DeadLettered => "dead_lettered",
+            AttemptOutcome::Killed => "killed",
+            AttemptOutcome::Released => "released",
+        }
+    }
+}
+
+impl std::fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The end of one attempt: its outcome, its error, and the retry that follows, if any.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptEnd {
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// What went wrong, for failures and kills.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When the next attempt is due; `None` when no retry follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<UtcMillis>,
+}
+
+impl AttemptEnd {
+    /// A success.
+    pub fn succeeded() -> Self {
+        AttemptEnd {
+            outcome: AttemptOutcome::Succeeded,
+            error: None,
+            retry_at: None,
+        }
+    }
+
+    /// An ending with `outcome` and `error`, no retry.
+    pub fn new(outcome: AttemptOutcome, error: Option<String>) -> Self {
+        AttemptEnd {
+            outcome,
+            error,
+            retry_at: None,
+        }
+    }
+
+    /// Whether the attempt succeeded.
+    pub fn is_success(&self) -> bool {
+        self.outcome == AttemptOutcome::Succeeded
+    }
+
+    /// Whether this was the execution's last attempt: no retry follows and the message did
+    /// not go back to the queue.
+    pub fn is_last(&self) -> bool {
+        self.retry_at.is_none() && self.outcome != AttemptOutcome::Released
+    }
+
+    /// Whether the execution ended in the dead-letter queue.
+    pub fn is_dead_lettered(&self) -> bool {
+        self.outcome.is_failure() && self.retry_at.is_none()
+    }
+}
+
+/// What a worker reports about one attempt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ExecutionEvent {
+    /// The handler started.
+    Started {
+        /// When.
+        at: UtcMillis,
+    },
+    /// The attempt ended.
+    Finished {
+        /// When.
+        at: UtcMillis,
+        /// How.
+        #[serde(flatten)]
+        end: AttemptEnd,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_and_dead_lettered() {
+        let ok = AttemptEnd::succeeded();
+        assert!(ok.is_last() && ok.is_success() && !ok.is_dead_lettered());
+        let mut failed = AttemptEnd::new(AttemptOutcome::Failed, Some("HTTP 500".into()));
+        assert!(failed.is_last() && failed.is_dead_lettered());
+        failed.retry_at = Some(UtcMillis(5));
+        assert!(!failed.is_last() && !failed.is_dead_lettered());
+        let released = AttemptEnd::new(AttemptOutcome::Released, None);
+        assert!(!released.is_last() && !released.is_dead_lettered());
+        let killed = AttemptEnd::new(AttemptOutcome::Killed, Some("replaced".into()));
+        assert!(killed.is_last() && !killed.outcome.is_failure());
+    }
+
+    #[test]
+    fn events_round_trip_as_tagged_json() {
+        let e = ExecutionEvent::Finished {
+            at: UtcMillis(9),
+            end: AttemptEnd {
+                outcome: AttemptOutcome::TimedOut,
+                error: Some("timed out after 3s".into()),
+                retry_at: Some(UtcMillis(20)),
+            },
+        };
+        let json = serde_json::to_string(&e).unwrap();
+        assert_eq!(
+            json,
+            r#"{"type":"finished","at":9,"outcome":"timed_out","error":"timed out after 3s","retry_at":20}"#
+        );
+        assert_eq!(serde_json::from_str::<ExecutionEvent>(&json).unwrap(), e);
+        let s = ExecutionEvent::Started { at: UtcMillis(1) };
+        assert_eq!(serde_json::to_string(&s).unwrap(), r#"{"type":"started","at":1}"#);
+    }
+}
