@@ -14,11 +14,12 @@
 //! [`TokenBucket`] holds them back. Fires leaving the ready queue pass the task's
 //! [`CircuitBreaker`] and become [`Dispatch`]es.
 //!
-//! Overlap is settled where it can be settled across leaders: the enqueue script in Redis
-//! knows whether a task's previous execution is still active. The engine reports that
-//! answer back ([`EnqueueOutcome::Held`]) and the dispatcher keeps the held fire (one per
-//! task; later ones coalesce into it) until the task's final execution event arrives, with a
-//! periodic retry in case that event was lost.
+//! Overlap is decided here and enforced in Redis ([`crate::overlap`]): each dispatch carries
+//! the mode its enqueue is to apply, and a `forbid` fire that comes back
+//! [`EnqueueOutcome::Held`] is kept by its task (one held fire and one retry timer per task;
+//! later fires merge into it) until the task's final execution event arrives or the retry
+//! finds the previous execution gone. Dispatching a held fire again is not a new fire: it is
+//! not counted and does not pass the breaker again.
 //!
 //! States are written lazily: changes mark a task dirty and [`Dispatcher::take_state_writes`]
 //! hands the engine the latest state of each dirty task, so a busy leader writes each task at
@@ -32,9 +33,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::breaker::{Admission, BreakerConfig, CircuitBreaker, Transition};
+use crate::execution::{AttemptOutcome, EnqueueOutcome, ExecutionEvent};
 use crate::limiter::TokenBucket;
 use crate::misfire::{plan_misfires, Progress, DEFAULT_CATCH_UP_WINDOW};
-use crate::overlap::{decide_overlap, OverlapDecision};
+use crate::overlap::{dispatch_mode, merge_held};
 use crate::ready::{ReadyConfig, ReadyQueue};
 use crate::schedule::CompiledSchedule;
 use crate::state::{TaskState, TaskStatus};
@@ -110,41 +112,9 @@ pub struct Dispatch {
     pub fire_at: UtcMillis,
     /// For a run-now request: its execution id (its own dedupe identity).
     pub run_now: Option<String>,
-    /// How the enqueue treats a still-active previous execution.
+    /// What the enqueue does about the task's still-active previous execution, as this
+    /// dispatcher decided it (see [`crate::overlap`]); Redis only enforces it.
     pub overlap: OverlapPolicy,
-}
-
-/// What the enqueue of a [`Dispatch`] came to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EnqueueOutcome {
-    /// Pushed to the queue.
-    Enqueued,
-    /// Already enqueued before (by this or an earlier leader): nothing pushed.
-    Duplicate,
-    /// The previous execution is still active and the policy is `forbid`: nothing pushed.
-    Held,
-}
-
-/// A finished or started execution, as reported by a worker.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ExecutionEvent {
-    /// An attempt started.
-    Started {
-        /// When the worker started it.
-        started_at: UtcMillis,
-    },
-    /// An attempt ended. `last` is true when no retry follows (success, permanent failure,
-    /// retries exhausted, dead-lettered, killed).
-    Finished {
-        /// Whether the attempt succeeded.
-        succeeded: bool,
-        /// No retry follows.
-        last: bool,
-        /// The attempt was stopped by the user or replaced.
-        killed: bool,
-        /// The failure, if any.
-        error: Option<String>,
-    },
 }
 
 /// Something the engine should alert on or log.
@@ -191,8 +161,21 @@ pub type StateWrite = (Arc<TaskKey>, Option<TaskState>);
 
 #[derive(Clone, Copy, Debug)]
 enum TimerKind {
+    /// The task's next scheduled fire.
     Scheduled,
+    /// The task's held fire asks again (its completion event may have been lost).
     HeldRetry,
+}
+
+/// Why a fire is in the ready queue.
+#[derive(Debug)]
+enum FireKind {
+    /// A schedule instant came due: a new fire (counted, passes the breaker).
+    Scheduled,
+    /// The held fire is dispatched again: the same fire, not a new one.
+    HeldAgain,
+    /// A run-now request with its execution id.
+    RunNow(String),
 }
 
 #[derive(Clone, Debug)]
@@ -206,7 +189,7 @@ struct TimerEntry {
 struct ReadyFire {
     key: Arc<TaskKey>,
     fire_at: UtcMillis,
-    run_now: Option<String>,
+    kind: FireKind,
     generation: u64,
 }
 
@@ -220,15 +203,22 @@ struct Armed {
     /// Bumped on every re-arm so stale timer and ready entries are recognised.
     generation: u64,
     timer: Option<TimerHandle>,
+    /// The one fire held back by `forbid` while the previous execution runs; later fires
+    /// coalesce into it.
     held: Option<UtcMillis>,
+    /// The held fire's one retry timer.
+    held_timer: Option<TimerHandle>,
     breaker: Option<CircuitBreaker>,
     state: TaskState,
 }
 
 #[derive(Debug)]
 enum Pending {
-    Armed,
+    /// Write the task's current state (read when the writes are taken, so the newest wins).
+    WriteCurrent,
+    /// Write this state (the task is no longer armed: invalid).
     Write(TaskState),
+    /// Delete the state (the task is gone).
     Delete,
 }
 
@@ -367,6 +357,7 @@ impl Dispatcher {
             generation,
             timer: None,
             held: None,
+            held_timer: None,
             breaker: None,
             state,
         };
@@ -394,7 +385,7 @@ impl Dispatcher {
                         generation,
                         spec.priority,
                         *fire_at,
-                        None,
+                        FireKind::Scheduled,
                         now,
                     );
                 }
@@ -412,7 +403,7 @@ impl Dispatcher {
                 self.arm(&mut task, None, now);
             }
         }
-        self.pending.insert(Arc::clone(&key), Pending::Armed);
+        self.pending.insert(Arc::clone(&key), Pending::WriteCurrent);
         self.tasks.insert(key, task);
     }
 
@@ -443,6 +434,9 @@ impl Dispatcher {
         task.revision = revision;
         task.state.spec_revision = revision;
         task.state.anchor_at = Some(task.anchor);
+        if let Some(handle) = task.held_timer.take() {
+            self.timer.cancel(handle);
+        }
         if spec.paused {
             task.held = None;
             task.state.next_fire_at = None;
@@ -469,7 +463,7 @@ impl Dispatcher {
                                 task.generation,
                                 spec.priority,
                                 fire_at,
-                                None,
+                                FireKind::Scheduled,
                                 now,
                             );
                         }
@@ -483,8 +477,20 @@ impl Dispatcher {
                 set_status(&mut task.state, TaskStatus::Waiting, now);
             }
             self.arm(&mut task, next, now);
+            if task.held.is_some() {
+                // The held fire keeps its retry, under the new generation.
+                task.held_timer = Some(self.timer.insert(
+                    now.add(self.config.hold_retry),
+                    TimerEntry {
+                        key: Arc::clone(&task.key),
+                        kind: TimerKind::HeldRetry,
+                        generation: task.generation,
+                    },
+                ));
+            }
         }
-        self.pending.insert(Arc::clone(&task.key), Pending::Armed);
+        self.pending
+            .insert(Arc::clone(&task.key), Pending::WriteCurrent);
         self.tasks.insert(Arc::clone(&task.key), task);
     }
 
@@ -517,7 +523,7 @@ impl Dispatcher {
         let key = Arc::new(key);
         let state = match self.tasks.remove(&key) {
             Some(task) => {
-                if let Some(handle) = task.timer {
+                for handle in [task.timer, task.held_timer].into_iter().flatten() {
                     self.timer.cancel(handle);
                 }
                 let mut state = task.state;
@@ -536,7 +542,7 @@ impl Dispatcher {
     pub fn remove(&mut self, key: &TaskKey) {
         let key = Arc::new(key.clone());
         if let Some(task) = self.tasks.remove(&key) {
-            if let Some(handle) = task.timer {
+            for handle in [task.timer, task.held_timer].into_iter().flatten() {
                 self.timer.cancel(handle);
             }
         }
@@ -556,7 +562,7 @@ impl Dispatcher {
             task.generation,
             task.spec.priority,
             now,
-            Some(execution_id),
+            FireKind::RunNow(execution_id),
             now,
         );
         true
@@ -601,15 +607,27 @@ impl Dispatcher {
             let Some(task) = self.tasks.get_mut(&item.key) else {
                 continue;
             };
-            let current = item.generation == task.generation;
-            if !current && item.run_now.is_none() {
-                // Queued before the spec changed or the task was paused.
-                continue;
+            let run_now = match &item.kind {
+                FireKind::RunNow(id) => Some(id.clone()),
+                FireKind::Scheduled | FireKind::HeldAgain => None,
+            };
+            if run_now.is_none() {
+                // Queued before the spec changed or the task was paused: stale.
+                if item.generation != task.generation || task.spec.paused {
+                    continue;
+                }
             }
-            if task.spec.paused && item.run_now.is_none() {
-                continue;
-            }
-            if item.run_now.is_none() {
+            let fire_at = match item.kind {
+                FireKind::HeldAgain => match task.held {
+                    // The held fire may have merged newer fires meanwhile: send the newest.
+                    Some(held) => held,
+                    // Released since (enqueued, or superseded by a newer fire).
+                    None => continue,
+                },
+                FireKind::Scheduled | FireKind::RunNow(_) => item.fire_at,
+            };
+            if matches!(item.kind, FireKind::Scheduled) {
+                // Only new fires pass the breaker; a held fire was admitted when it first came.
                 let breaker = task
                     .breaker
                     .get_or_insert_with(|| CircuitBreaker::new(self.config.breaker.clone()));
@@ -620,26 +638,25 @@ impl Dispatcher {
                 if admission == Admission::Skip {
                     self.notices.push(Notice::BreakerSkipped {
                         key: Arc::clone(&task.key),
-                        fire_at: item.fire_at,
+                        fire_at,
                     });
                     continue;
                 }
+                task.state.record_fire(fire_at, now);
             }
             if let Some(bucket) = &mut self.limiter {
                 // Checked non-empty with a token above; taking cannot fail in between.
                 bucket.try_take(now);
             }
-            if item.run_now.is_none() {
-                task.state.record_fire(item.fire_at, now);
-            }
             set_status(&mut task.state, TaskStatus::Running, now);
-            self.pending.insert(Arc::clone(&task.key), Pending::Armed);
+            self.pending
+                .insert(Arc::clone(&task.key), Pending::WriteCurrent);
             out.push(Dispatch {
                 key: Arc::clone(&task.key),
                 spec: Arc::clone(&task.spec),
-                fire_at: item.fire_at,
-                run_now: item.run_now,
-                overlap: task.spec.overlap,
+                fire_at,
+                overlap: dispatch_mode(&task.spec, run_now.is_some()),
+                run_now,
             });
         }
         out
@@ -672,11 +689,12 @@ impl Dispatcher {
                         task.generation,
                         task.spec.priority,
                         fire_at,
-                        None,
+                        FireKind::Scheduled,
                         now,
                     );
                 }
                 TimerKind::HeldRetry => {
+                    task.held_timer = None;
                     if let Some(held) = task.held {
                         push_fire(
                             &mut self.ready,
@@ -684,7 +702,7 @@ impl Dispatcher {
                             task.generation,
                             task.spec.priority,
                             held,
-                            None,
+                            FireKind::HeldAgain,
                             now,
                         );
                     }
@@ -701,80 +719,75 @@ impl Dispatcher {
         };
         match outcome {
             EnqueueOutcome::Enqueued | EnqueueOutcome::Duplicate => {
-                if task.held == Some(dispatch.fire_at) {
+                // A scheduled fire at or after the held one is in the queue: the held fire
+                // is that one, or merged into it.
+                if dispatch.run_now.is_none() && task.held.is_some_and(|h| h <= dispatch.fire_at) {
                     task.held = None;
+                    if let Some(handle) = task.held_timer.take() {
+                        self.timer.cancel(handle);
+                    }
                 }
             }
             EnqueueOutcome::Held => {
-                match decide_overlap(dispatch.overlap, true, task.held.is_some()) {
-                    decision @ (OverlapDecision::Hold | OverlapDecision::Coalesce) => {
-                        // The newest fire stands for the ones merged into it.
-                        if decision == OverlapDecision::Hold
-                            || task.held.is_none_or(|h| h < dispatch.fire_at)
-                        {
-                            task.held = Some(dispatch.fire_at);
-                        }
-                        self.timer.insert(
-                            now.add(self.config.hold_retry),
-                            TimerEntry {
-                                key: Arc::clone(&task.key),
-                                kind: TimerKind::HeldRetry,
-                                generation: task.generation,
-                            },
-                        );
-                    }
-                    OverlapDecision::Start | OverlapDecision::ReplaceRunning => {}
+                task.held = Some(merge_held(task.held, dispatch.fire_at));
+                if task.held_timer.is_none() {
+                    task.held_timer = Some(self.timer.insert(
+                        now.add(self.config.hold_retry),
+                        TimerEntry {
+                            key: Arc::clone(&task.key),
+                            kind: TimerKind::HeldRetry,
+                            generation: task.generation,
+                        },
+                    ));
                 }
             }
+            // The sender was deposed; the engine ends the term.
+            EnqueueOutcome::Fenced { .. } => {}
         }
     }
 
     /// Takes an execution event reported by a worker.
-    pub fn on_execution(&mut self, key: &TaskKey, event: ExecutionEvent, now: UtcMillis) {
+    pub fn on_execution(&mut self, key: &TaskKey, event: &ExecutionEvent, now: UtcMillis) {
         let Some(task) = self.tasks.get_mut(key) else {
             return;
         };
         match event {
-            ExecutionEvent::Started { started_at } => {
+            ExecutionEvent::Started { at } => {
                 // Events of different attempts come from different workers; a start older
                 // than the last recorded end belongs to an attempt already over.
-                if task
-                    .state
-                    .last_finished_at
-                    .is_none_or(|end| started_at >= end)
-                {
+                if task.state.last_finished_at.is_none_or(|end| *at >= end) {
                     set_status(&mut task.state, TaskStatus::Running, now);
-                    self.pending.insert(Arc::clone(&task.key), Pending::Armed);
+                    self.pending
+                        .insert(Arc::clone(&task.key), Pending::WriteCurrent);
                 }
             }
-            ExecutionEvent::Finished {
-                succeeded,
-                last,
-                killed,
-                error,
-            } => {
+            ExecutionEvent::Finished { end, .. } => {
+                if end.outcome == AttemptOutcome::Released {
+                    // Given back unfinished: it runs again elsewhere; nothing ended.
+                    return;
+                }
                 let breaker = task
                     .breaker
                     .get_or_insert_with(|| CircuitBreaker::new(self.config.breaker.clone()));
-                if let Some(t) = breaker.record(succeeded, now) {
+                if let Some(t) = breaker.record(!end.outcome.is_failure(), now) {
                     self.notices.push(breaker_notice(&task.key, t));
                 }
-                if !last {
-                    task.state.last_error = error;
+                if !end.is_last() {
+                    task.state.last_error.clone_from(&end.error);
                     set_status(&mut task.state, TaskStatus::Retrying, now);
                 } else {
                     task.state.record_outcome(
-                        if succeeded {
+                        if end.is_success() {
                             Ok(())
                         } else {
-                            Err(error.unwrap_or_else(|| "failed".to_owned()))
+                            Err(end.error.clone().unwrap_or_else(|| "failed".to_owned()))
                         },
                         now,
                     );
-                    let status = match (killed, succeeded) {
-                        (true, _) => TaskStatus::Killed,
-                        (false, true) => TaskStatus::Success,
-                        (false, false) => TaskStatus::Failed,
+                    let status = match end.outcome {
+                        AttemptOutcome::Killed => TaskStatus::Killed,
+                        AttemptOutcome::Succeeded => TaskStatus::Success,
+                        _ => TaskStatus::Failed,
                     };
                     set_status(&mut task.state, status, now);
                     if task.spec.paused {
@@ -789,12 +802,13 @@ impl Dispatcher {
                             task.generation,
                             task.spec.priority,
                             held,
-                            None,
+                            FireKind::HeldAgain,
                             now,
                         );
                     }
                 }
-                self.pending.insert(Arc::clone(&task.key), Pending::Armed);
+                self.pending
+                    .insert(Arc::clone(&task.key), Pending::WriteCurrent);
             }
         }
     }
@@ -805,7 +819,7 @@ impl Dispatcher {
         let mut out = Vec::with_capacity(self.pending.len());
         for (key, pending) in self.pending.drain() {
             match pending {
-                Pending::Armed => {
+                Pending::WriteCurrent => {
                     if let Some(task) = self.tasks.get(&key) {
                         out.push((key, Some(task.state.clone())));
                     }
@@ -834,13 +848,13 @@ fn push_fire(
     generation: u64,
     priority: u8,
     fire_at: UtcMillis,
-    run_now: Option<String>,
+    kind: FireKind,
     now: UtcMillis,
 ) {
     let fire = ReadyFire {
         key: Arc::clone(key),
         fire_at,
-        run_now,
+        kind,
         generation,
     };
     ready.push(fire, priority, now);

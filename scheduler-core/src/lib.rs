@@ -21,13 +21,11 @@ pub mod time;
 pub mod timer;
 pub mod validate;
 
-pub use dispatcher::{
-    Dispatch, Dispatcher, DispatcherConfig, EnqueueOutcome, ExecutionEvent, Notice, TaskKey,
-};
 pub use backoff::ReconnectBackoff;
+pub use dispatcher::{Dispatch, Dispatcher, DispatcherConfig, Notice, TaskKey};
 pub use error::CoreError;
+pub use execution::{AttemptEnd, AttemptOutcome, EnqueueOutcome, ExecutionEvent};
 pub use misfire::{plan_misfires, MisfirePlan, Progress};
-pub use overlap::{decide_overlap, OverlapDecision};
 pub use schedule::CompiledSchedule;
 pub use state::{TaskState, TaskStatus};
 pub use task::{MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec};

@@ -1,89 +1,72 @@
 //! What to do when a periodic task fires while its previous execution still runs.
 //!
-//! A pure decision so that the engine's bookkeeping (which execution runs, which fire is held)
-//! stays in one place and the policy table is tested on its own.
+//! The dispatcher decides; Redis only enforces what it was asked. Whether the previous
+//! execution is still active is known only in Redis (the task's active marker, set by the
+//! enqueue of a `forbid`/`replace` fire and cleared by that execution's final settle), and it
+//! must hold across leaders, so the decision comes in two halves:
 //!
-//! | policy    | previous running | a fire already held | decision         |
-//! |-----------|------------------|---------------------|------------------|
-//! | any       | no               | -                   | `Start`          |
-//! | `allow`   | yes              | -                   | `Start`          |
-//! | `forbid`  | yes              | no                  | `Hold`           |
-//! | `forbid`  | yes              | yes                 | `Coalesce`       |
-//! | `replace` | yes              | -                   | `ReplaceRunning` |
+//! 1. Before the enqueue, [`dispatch_mode`] says what the enqueue script is to do about a
+//!    still-active previous execution: nothing for one-shots and run-now executions
+//!    (`allow`), the task's policy for its scheduled fires.
+//! 2. After it, the dispatcher acts on the answer. `forbid` came back `Held`: the dispatcher
+//!    keeps that fire, one per task, with one retry timer; later fires merge into it
+//!    ([`merge_held`]: the newest stands for them all, so a slow job never builds a backlog
+//!    that would run back to back). The held fire is dispatched again when the running
+//!    execution's final event arrives, or when the retry timer finds the marker gone; a
+//!    dispatch again is the same fire, not a new one.
 //!
-//! `forbid` holds at most one fire: when the running execution finishes, the held fire runs
-//! once, however many fires came meanwhile (the later ones coalesce into it and are counted as
-//! skipped). This keeps a slow job from building a backlog that would run back to back.
+//! | policy    | the enqueue script, previous execution active | running execution           |
+//! |-----------|-----------------------------------------------|-----------------------------|
+//! | `allow`   | pushes                                        | runs on                     |
+//! | `forbid`  | answers `Held`, pushes nothing                | runs on                     |
+//! | `replace` | pushes and moves the marker to the new fire   | sees the marker move, stops |
 
-use crate::task::OverlapPolicy;
+use crate::task::{OverlapPolicy, TaskSpec};
+use crate::time::UtcMillis;
 
-/// The engine's action for a fire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OverlapDecision {
-    /// Dispatch the fire now.
-    Start,
-    /// Keep the fire; dispatch it once the running execution finishes.
-    Hold,
-    /// A fire is already held; this one merges into it (count it as skipped).
-    Coalesce,
-    /// Stop the running execution (it ends KILLED) and dispatch this fire.
-    ReplaceRunning,
+/// The overlap mode the enqueue of one fire of `spec` carries: the task's policy for its
+/// scheduled fires, `allow` for one-shots (there is no previous execution to overlap) and for
+/// run-now executions (an operator's explicit request).
+pub fn dispatch_mode(spec: &TaskSpec, run_now: bool) -> OverlapPolicy {
+    if run_now || !spec.schedule.is_periodic() {
+        OverlapPolicy::Allow
+    } else {
+        spec.overlap
+    }
 }
 
-/// Decides what a fire does under `policy`, given whether the previous execution still runs
-/// and whether a fire is already held for it.
-pub fn decide_overlap(
-    policy: OverlapPolicy,
-    previous_running: bool,
-    fire_held: bool,
-) -> OverlapDecision {
-    if !previous_running {
-        return OverlapDecision::Start;
-    }
-    match policy {
-        OverlapPolicy::Allow => OverlapDecision::Start,
-        OverlapPolicy::Forbid if fire_held => OverlapDecision::Coalesce,
-        OverlapPolicy::Forbid => OverlapDecision::Hold,
-        OverlapPolicy::Replace => OverlapDecision::ReplaceRunning,
-    }
+/// The fire a task holds after `fire_at` was also held: the newest of the two.
+pub fn merge_held(held: Option<UtcMillis>, fire_at: UtcMillis) -> UtcMillis {
+    held.map_or(fire_at, |h| h.max(fire_at))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use OverlapDecision::*;
-    use OverlapPolicy::*;
 
-    #[test]
-    fn policy_table() {
-        for p in [Allow, Forbid, Replace] {
-            assert_eq!(decide_overlap(p, false, false), Start);
-            assert_eq!(decide_overlap(p, false, true), Start);
-        }
-        assert_eq!(decide_overlap(Allow, true, false), Start);
-        assert_eq!(decide_overlap(Forbid, true, false), Hold);
-        assert_eq!(decide_overlap(Forbid, true, true), Coalesce);
-        assert_eq!(decide_overlap(Replace, true, false), ReplaceRunning);
-        assert_eq!(decide_overlap(Replace, true, true), ReplaceRunning);
+    fn spec(json: &str) -> TaskSpec {
+        TaskSpec::from_json(json.as_bytes(), "ns", "a").unwrap()
     }
 
     #[test]
-    fn forbid_runs_at_most_one_held_fire_per_busy_period() {
-        // Simulate: an execution runs for 5 fires' worth of time.
-        let mut held = false;
-        let mut started = 0;
-        let mut skipped = 0;
-        for _ in 0..5 {
-            match decide_overlap(Forbid, true, held) {
-                Hold => held = true,
-                Coalesce => skipped += 1,
-                Start | ReplaceRunning => started += 1,
-            }
+    fn mode_by_schedule_and_run_now() {
+        use OverlapPolicy::*;
+        let every = spec(r#"{"handler":"log","schedule":{"every":"1s"},"overlap":"forbid"}"#);
+        assert_eq!(dispatch_mode(&every, false), Forbid);
+        assert_eq!(dispatch_mode(&every, true), Allow);
+        let replace =
+            spec(r#"{"handler":"log","schedule":{"cron":"* * * * * *"},"overlap":"replace"}"#);
+        assert_eq!(dispatch_mode(&replace, false), Replace);
+        let once = spec(r#"{"handler":"log","schedule":{"delay":"1s"},"overlap":"forbid"}"#);
+        assert_eq!(dispatch_mode(&once, false), Allow);
+    }
+
+    #[test]
+    fn the_newest_held_fire_stands_for_the_others() {
+        let mut held = None;
+        for t in [300, 100, 200] {
+            held = Some(merge_held(held, UtcMillis(t)));
         }
-        // Previous finished: the held fire starts once.
-        if held {
-            started += 1;
-        }
-        assert_eq!((started, skipped), (1, 4));
+        assert_eq!(held, Some(UtcMillis(300)));
     }
 }

@@ -35,6 +35,11 @@ enum Kind {
 }
 
 impl Schedule {
+    /// Whether the schedule fires more than once (`every`, `cron`).
+    pub fn is_periodic(&self) -> bool {
+        matches!(self, Schedule::Every(_) | Schedule::Cron { .. })
+    }
+
     /// Checks and compiles the schedule (cron parsed and zone resolved once).
     pub fn compile(&self) -> Result<CompiledSchedule, CoreError> {
         self.compile_checked()

@@ -11,6 +11,21 @@ fn spec(id: &str, json: &str) -> TaskSpec {
     TaskSpec::from_json(json.as_bytes(), "default", id).expect("valid test spec")
 }
 
+fn finished(
+    outcome: AttemptOutcome,
+    error: Option<String>,
+    retry_at: Option<UtcMillis>,
+) -> ExecutionEvent {
+    ExecutionEvent::Finished {
+        at: UtcMillis(0),
+        end: crate::execution::AttemptEnd {
+            outcome,
+            error,
+            retry_at,
+        },
+    }
+}
+
 fn key(id: &str) -> TaskKey {
     TaskKey::new("default", id)
 }
@@ -287,12 +302,7 @@ fn forbid_holds_one_fire_until_the_previous_execution_ends() {
     assert!(d.poll(at(3500)).is_empty());
     d.on_execution(
         &key("a"),
-        ExecutionEvent::Finished {
-            succeeded: true,
-            last: true,
-            killed: false,
-            error: None,
-        },
+        &finished(AttemptOutcome::Succeeded, None, None),
         at(3600),
     );
     let again = d.poll(at(3600));
@@ -343,12 +353,7 @@ fn breaker_opens_slows_dispatch_and_notices() {
         assert_eq!(d.poll(at(t * 1000)).len(), 1);
         d.on_execution(
             &key("a"),
-            ExecutionEvent::Finished {
-                succeeded: false,
-                last: true,
-                killed: false,
-                error: Some("boom".into()),
-            },
+            &finished(AttemptOutcome::Failed, Some("boom".into()), None),
             at(t * 1000 + 100),
         );
     }
@@ -448,31 +453,19 @@ fn retry_and_final_outcome_states() {
     assert_eq!(d.state(&key("a")).unwrap().status, TaskStatus::Running);
     d.on_execution(
         &key("a"),
-        ExecutionEvent::Finished {
-            succeeded: false,
-            last: false,
-            killed: false,
-            error: Some("503".into()),
-        },
+        &finished(AttemptOutcome::Failed, Some("503".into()), Some(at(9_000))),
         at(1100),
     );
     assert_eq!(d.state(&key("a")).unwrap().status, TaskStatus::Retrying);
     // The retry's end arrives before its start.
     d.on_execution(
         &key("a"),
-        ExecutionEvent::Finished {
-            succeeded: true,
-            last: true,
-            killed: false,
-            error: None,
-        },
+        &finished(AttemptOutcome::Succeeded, None, None),
         at(2100),
     );
     d.on_execution(
         &key("a"),
-        ExecutionEvent::Started {
-            started_at: at(2000),
-        },
+        &ExecutionEvent::Started { at: at(2000) },
         at(2200),
     );
     let state = d.state(&key("a")).unwrap();
@@ -491,4 +484,47 @@ fn misfire_policy_skip_drops_a_missed_one_shot() {
     assert_eq!(s.misfire, MisfirePolicy::Skip);
     d.upsert(key("a"), s, 5, None, at(5000));
     assert!(d.poll(at(5000)).is_empty());
+}
+
+#[test]
+fn a_long_forbid_execution_holds_one_fire_for_an_hour_without_multiplying() {
+    // An `every: 1s` task whose first execution runs for an hour: every later fire finds it
+    // active. Fires are counted once each, the task owns at most one retry timer, and the
+    // re-dispatches of the held fire stay at one per retry period.
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
+        5,
+        None,
+        at(0),
+    );
+    let first = d.poll(at(1000)).pop().unwrap();
+    d.on_enqueued(&first, EnqueueOutcome::Enqueued, at(1000));
+    let mut dispatches = 0u64;
+    let mut most_timers = 0;
+    for t in (1010..=3_601_000).step_by(10) {
+        for x in d.poll(at(t)) {
+            dispatches += 1;
+            d.on_enqueued(&x, EnqueueOutcome::Held, at(t));
+        }
+        most_timers = most_timers.max(d.armed_len());
+    }
+    let state = d.state(&key("a")).unwrap();
+    assert_eq!(state.fire_count, 3_601, "one count per schedule instant");
+    assert!(most_timers <= 2, "{most_timers} timers for one task");
+    // 3 600 scheduled fires plus one held re-dispatch per 5 s retry period.
+    assert!(dispatches <= 3_600 + 720 + 1, "{dispatches} dispatches");
+    // The execution ends: the one held fire (the newest) runs once.
+    d.on_execution(
+        &key("a"),
+        &finished(AttemptOutcome::Succeeded, None, None),
+        at(3_601_005),
+    );
+    let again = d.poll(at(3_601_005));
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].fire_at, at(3_601_000));
+    d.on_enqueued(&again[0], EnqueueOutcome::Enqueued, at(3_601_005));
+    assert_eq!(d.state(&key("a")).unwrap().fire_count, 3_601);
+    assert_eq!(d.armed_len(), 1, "only the schedule's timer is left");
 }
