@@ -24,7 +24,6 @@ use std::time::Duration;
 use ax_election::ElectionConfig;
 use ax_queue::{Queue, QueueConfig};
 use ax_registry::Registry;
-use ax_scheduler_core::UtcMillis;
 use etcd_client::Client;
 use tokio::sync::OnceCell;
 
@@ -108,9 +107,6 @@ impl Backend {
 }
 
 /// The clock, read at this edge.
-fn now() -> UtcMillis {
-    UtcMillis::from_datetime(&chrono::Utc::now())
-}
 
 impl ApiBackend for Backend {
     fn list_tasks(&self, namespace: Option<String>) -> ApiFuture<'_, Vec<TaskView>> {

@@ -9,20 +9,17 @@
 
 pub mod backend;
 pub mod cli;
-pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod edge;
-pub mod flusher;
 pub mod http;
 pub mod late_api;
-pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod output;
 pub mod readiness;
 pub mod reporter;
+pub mod scheduler;
 pub mod serve;
 pub mod shutdown;
 pub mod task_file;
-pub mod triggers;

@@ -19,9 +19,9 @@
 use std::sync::Arc;
 
 use ax_alerting::{Alert, AlertSender};
-use ax_queue::{ExecutionEventKind, ExecutionEventRecord, ExecutionMessage, HistoryEntry, Queue};
-use ax_scheduler_core::UtcMillis;
-use ax_worker::{ExecutionReport, ExecutionReporter, Outcome, ReportFuture};
+use ax_queue::{ExecutionEventRecord, ExecutionMessage, HistoryEntry, Queue};
+use ax_scheduler_core::{AttemptOutcome, ExecutionEvent, UtcMillis};
+use ax_worker::{ExecutionReport, ExecutionReporter, ReportFuture};
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
@@ -84,34 +84,15 @@ async fn publish(queue: Queue, metrics: Arc<Metrics>, mut rx: mpsc::Receiver<Rep
     }
 }
 
-/// (outcome label, succeeded, last attempt, error) of an outcome.
-fn classify(outcome: &Outcome) -> (&'static str, bool, bool, Option<String>) {
+/// The `outcome` label of the execution metrics for an attempt's outcome.
+fn metric_outcome(outcome: AttemptOutcome) -> &'static str {
     match outcome {
-        Outcome::Succeeded => (OUTCOME_SUCCESS, true, true, None),
-        Outcome::Failed { error, retrying } => {
-            (OUTCOME_FAILURE, false, !retrying, Some(error.clone()))
+        AttemptOutcome::Succeeded => OUTCOME_SUCCESS,
+        AttemptOutcome::TimedOut => OUTCOME_TIMEOUT,
+        AttemptOutcome::Failed | AttemptOutcome::Panicked | AttemptOutcome::DeadLettered => {
+            OUTCOME_FAILURE
         }
-        Outcome::TimedOut { retrying } => (
-            OUTCOME_TIMEOUT,
-            false,
-            !retrying,
-            Some("timed out".to_owned()),
-        ),
-        Outcome::Panicked { message, retrying } => (
-            OUTCOME_FAILURE,
-            false,
-            !retrying,
-            Some(format!("handler panicked: {message}")),
-        ),
-        Outcome::DeadLettered { reason } => (OUTCOME_FAILURE, false, true, Some(reason.clone())),
-        // Given back unfinished (shutdown): not an outcome; another worker runs it.
-        Outcome::Released => ("released", false, false, None),
-        Outcome::Killed => (
-            "killed",
-            false,
-            true,
-            Some("replaced by a newer execution".to_owned()),
-        ),
+        AttemptOutcome::Killed | AttemptOutcome::Released => outcome.as_str(),
     }
 }
 
@@ -119,18 +100,13 @@ fn classify(outcome: &Outcome) -> (&'static str, bool, bool, Option<String>) {
 /// de-duplicated per task by the alert manager; the end of the line is a (critical)
 /// dead-letter alert. Attempts are counted from 1 here, as people (and the history) count
 /// them; the queue counts from 0.
-fn failure_alerts(
-    report: &ExecutionReport,
-    succeeded: bool,
-    last: bool,
-    error: Option<&str>,
-) -> Vec<Alert> {
+fn failure_alerts(report: &ExecutionReport) -> Vec<Alert> {
     // A run stopped because a newer one replaced it (overlap `replace`) did not fail.
-    if succeeded || matches!(report.outcome, Outcome::Killed) {
+    if !report.end.outcome.is_failure() {
         return Vec::new();
     }
     let attempt = report.attempt.saturating_add(1);
-    let reason = error.unwrap_or_default();
+    let reason = report.end.error.as_deref().unwrap_or_default();
     let mut alerts = vec![Alert::task_failed(
         report.namespace.clone(),
         report.task_id.clone(),
@@ -138,7 +114,7 @@ fn failure_alerts(
         reason,
         report.finished_at,
     )];
-    if last && report.outcome.is_dead_lettered() {
+    if report.end.is_dead_lettered() {
         alerts.push(Alert::task_dead_lettered(
             report.namespace.clone(),
             report.task_id.clone(),
@@ -182,7 +158,7 @@ impl ExecutionReporter for EngineReporter {
                 execution_id: exec.execution_id,
                 fire_at: exec.fire_at,
                 attempt: exec.attempt,
-                kind: ExecutionEventKind::Started { at },
+                kind: ExecutionEvent::Started { at },
             };
             self.send(event, None).await;
         })
@@ -191,21 +167,25 @@ impl ExecutionReporter for EngineReporter {
     fn on_finished<'a>(&'a self, report: &'a ExecutionReport) -> ReportFuture<'a> {
         Box::pin(async move {
             self.metrics.active_workers.dec();
-            let (label, succeeded, last, error) = classify(&report.outcome);
-            let seconds = report.duration.as_secs_f64();
+            let end = &report.end;
             let task = format!("{}/{}", report.namespace, report.task_id);
-            if matches!(report.outcome, Outcome::Released) {
+            if end.outcome == AttemptOutcome::Released {
                 info!(task_id = %task, execution_id = %report.execution_id, attempt = report.attempt, "released unfinished (shutdown); it runs elsewhere");
                 return;
             }
-            self.metrics
-                .record_execution(&report.queue, &report.handler, label, seconds);
-            if !succeeded && !matches!(report.outcome, Outcome::Killed) {
+            let label = metric_outcome(end.outcome);
+            self.metrics.record_execution(
+                &report.queue,
+                &report.handler,
+                label,
+                report.duration.as_secs_f64(),
+            );
+            if end.outcome.is_failure() {
                 self.metrics
                     .tasks_failed_total
                     .with_label_values(&[&report.queue, &report.handler])
                     .inc();
-                if !last {
+                if !end.is_last() {
                     self.metrics
                         .tasks_retried_total
                         .with_label_values(&[&report.queue, &report.handler])
@@ -217,14 +197,14 @@ impl ExecutionReporter for EngineReporter {
                 execution_id = %report.execution_id,
                 fire_at = %report.fire_at,
                 attempt = report.attempt,
-                duration_ms = report.duration.as_millis() as u64,
-                outcome = label,
-                retry_at = ?report.retry_at.map(|t| t.to_rfc3339()),
-                error = error.as_deref().unwrap_or(""),
+                duration_ms = u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX),
+                outcome = end.label(),
+                retry_at = ?end.retry_at.map(|t| t.to_rfc3339()),
+                error = end.error.as_deref().unwrap_or(""),
                 "finished"
             );
             if let Some(alerts) = &self.alerts {
-                for alert in failure_alerts(report, succeeded, last, error.as_deref()) {
+                for alert in failure_alerts(report) {
                     alerts.send(alert);
                 }
             }
@@ -234,15 +214,12 @@ impl ExecutionReporter for EngineReporter {
                 execution_id: report.execution_id,
                 fire_at: report.fire_at,
                 attempt: report.attempt,
-                kind: ExecutionEventKind::Finished {
+                kind: ExecutionEvent::Finished {
                     at: report.finished_at,
-                    succeeded,
-                    last,
-                    killed: matches!(report.outcome, Outcome::Killed),
-                    error,
+                    end: end.clone(),
                 },
             };
-            self.send(event, Some(report.history.clone())).await;
+            self.send(event, Some(report.history())).await;
         })
     }
 }
@@ -252,14 +229,13 @@ mod tests {
     use std::time::Duration;
 
     use ax_alerting::AlertKind;
-    use ax_queue::{HistoryEntry, HistoryOutcome};
+    use ax_scheduler_core::AttemptEnd;
 
     use super::*;
 
-    fn report(attempt: u32, outcome: Outcome) -> ExecutionReport {
-        let execution_id = uuid::Uuid::nil();
+    fn report(attempt: u32, end: AttemptEnd) -> ExecutionReport {
         ExecutionReport {
-            execution_id,
+            execution_id: uuid::Uuid::nil(),
             namespace: "ns".into(),
             task_id: "t".into(),
             queue: "default".into(),
@@ -270,45 +246,22 @@ mod tests {
             started_at: UtcMillis(2_000),
             finished_at: UtcMillis(3_000),
             duration: Duration::from_secs(1),
-            outcome,
-            retry_at: None,
-            history: HistoryEntry {
-                execution_id,
-                fire_at: UtcMillis(1_000),
-                started_at: UtcMillis(2_000),
-                finished_at: UtcMillis(3_000),
-                lateness_ms: 1_000,
-                duration_ms: 1_000,
-                outcome: HistoryOutcome::Retrying,
-                error: None,
-                worker: "w".into(),
-                attempt,
-            },
+            end,
         }
-    }
-
-    fn alerts_of(r: &ExecutionReport) -> Vec<Alert> {
-        let (_, succeeded, last, error) = classify(&r.outcome);
-        failure_alerts(r, succeeded, last, error.as_deref())
     }
 
     #[test]
     fn alerts_count_attempts_from_one() {
-        let failed = Outcome::Failed {
-            error: "HTTP 500".into(),
-            retrying: true,
-        };
-        let alerts = alerts_of(&report(0, failed));
+        let mut failed = AttemptEnd::new(AttemptOutcome::Failed, Some("HTTP 500".into()));
+        failed.retry_at = Some(UtcMillis(9_000));
+        let alerts = failure_alerts(&report(0, failed));
         assert_eq!(alerts.len(), 1);
         assert_eq!(alerts[0].kind, AlertKind::TaskFailed);
         assert_eq!(alerts[0].message, "Attempt 1 failed: HTTP 500");
         assert_eq!(alerts[0].fields["attempt"], "1");
 
-        let exhausted = Outcome::Failed {
-            error: "HTTP 500".into(),
-            retrying: false,
-        };
-        let alerts = alerts_of(&report(2, exhausted));
+        let exhausted = AttemptEnd::new(AttemptOutcome::Failed, Some("HTTP 500".into()));
+        let alerts = failure_alerts(&report(2, exhausted));
         assert_eq!(alerts.len(), 2);
         assert_eq!(alerts[0].fields["attempt"], "3");
         assert_eq!(alerts[1].kind, AlertKind::TaskDeadLettered);
@@ -318,10 +271,19 @@ mod tests {
             "Gave up after 3 attempts; last error: HTTP 500"
         );
 
-        assert!(alerts_of(&report(0, Outcome::Succeeded)).is_empty());
+        assert!(failure_alerts(&report(0, AttemptEnd::succeeded())).is_empty());
+        let killed = AttemptEnd::new(AttemptOutcome::Killed, Some("replaced".into()));
         assert!(
-            alerts_of(&report(0, Outcome::Killed)).is_empty(),
+            failure_alerts(&report(0, killed)).is_empty(),
             "a replaced run is not a failure"
         );
+    }
+
+    #[test]
+    fn metric_labels_keep_the_documented_values() {
+        assert_eq!(metric_outcome(AttemptOutcome::Succeeded), OUTCOME_SUCCESS);
+        assert_eq!(metric_outcome(AttemptOutcome::TimedOut), OUTCOME_TIMEOUT);
+        assert_eq!(metric_outcome(AttemptOutcome::Panicked), OUTCOME_FAILURE);
+        assert_eq!(metric_outcome(AttemptOutcome::Killed), "killed");
     }
 }

@@ -7,7 +7,7 @@
 //!
 //! Start order: the HTTP port (probes answer, not ready), then etcd and Redis with retries
 //! and backoff (`/readyz` names what is missing), then the API backend, the alert manager,
-//! the instance record, the scheduler role ([`crate::leader`]) and the worker pool, and a
+//! the instance record, the scheduler role ([`crate::scheduler`]) and the worker pool, and a
 //! gauge loop for shared queue metrics. On shutdown the root token stops them all: the pool
 //! finishes in-flight work up to its grace period and gives back the rest, the leader
 //! resigns so a successor takes over at once, the instance record is removed.
@@ -25,23 +25,22 @@ use ax_election::{register_instance, Candidate, InstanceRecord};
 use ax_queue::Queue;
 use ax_registry::Registry;
 use ax_scheduler_core::timer::TimerConfig;
-use ax_scheduler_core::DispatcherConfig;
+use ax_scheduler_core::{DispatcherConfig, UtcMillis};
 use ax_worker::{HandlerRegistry, PoolSummary, WorkerConfig, WorkerPool};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::backend::{connect_etcd, connect_queue, election_config, registry_config, Backend};
-use crate::clock;
 use crate::config::{AlertLevel, Config, Role};
 use crate::http::{self, ApiBackend, AppState};
 use crate::late_api::LateApi;
-use crate::leader::{self, LeaderDeps, LeaderSettings};
 use crate::metrics::{
     Metrics, ALERT_FAILED, ALERT_SENT, ALERT_SUPPRESSED, BACKEND_ETCD, BACKEND_REDIS,
 };
 use crate::readiness::Readiness;
 use crate::reporter::EngineReporter;
+use crate::scheduler::{self, LeaderDeps, LeaderSettings};
 use crate::shutdown::Shutdown;
 
 /// A replica, bound and ready to run.
@@ -297,7 +296,7 @@ impl Parts<'_> {
             },
             version: env!("CARGO_PKG_VERSION").to_owned(),
             address: self.address.clone(),
-            started_at: clock::now(),
+            started_at: UtcMillis::now(),
         };
         let client = self.etcd.clone();
         let election = election_config(self.config);
@@ -377,7 +376,7 @@ impl Parts<'_> {
         let root = shutdown.token().clone();
         shutdown.spawn(move |cancel| {
             async move {
-                if let Err(e) = leader::run(settings, deps, cancel).await {
+                if let Err(e) = scheduler::run(settings, deps, cancel).await {
                     tracing::error!(error = %format!("{e:#}"), "scheduler stopped");
                     root.cancel();
                 }
@@ -456,7 +455,7 @@ impl Parts<'_> {
                         _ = cancel.cancelled() => return,
                         _ = tick.tick() => {}
                     }
-                    let now = clock::now();
+                    let now = UtcMillis::now();
                     let mut dead = 0u64;
                     let mut redis_ok = true;
                     for q in &queues {

@@ -398,7 +398,7 @@ async fn dead_letters_are_listed_requeued_and_purged() {
     c.ax_stdin(&["task", "put", "-", "--id", "flaky"], flaky);
     let q = c.queue().await;
     let spec = TaskSpec::from_json(flaky.as_bytes(), "default", "flaky").unwrap();
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     for i in 0..2 {
         let msg = ExecutionMessage::for_fire(&spec, UtcMillis(now.0 - 1000 * i), now, 1);
         assert_eq!(q.enqueue(&msg).await.unwrap(), EnqueueOutcome::Enqueued);

@@ -168,7 +168,7 @@ impl Consumer {
 
     async fn dead_letter_garbage(&self, raw: String, err: &QueueError) -> Result<()> {
         let id = Uuid::new_v4();
-        let now = crate::now();
+        let now = ax_scheduler_core::UtcMillis::now();
         tracing::error!(queue = %self.name, entry = %id, error = %err, "undecodable message moved to the dead-letter queue");
         let entry = DlqEntry::undecodable(id, &self.name, &raw, err.to_string(), now);
         self.queue

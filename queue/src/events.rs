@@ -7,7 +7,7 @@
 //! time without a leader cannot grow it without bound; states are then corrected by the
 //! next executions. Event and history writes of one report go in one pipeline.
 
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{ExecutionEvent, UtcMillis};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -32,32 +32,7 @@ pub struct ExecutionEventRecord {
     /// Attempt number, 0 for the first.
     pub attempt: u32,
     /// What happened.
-    pub kind: ExecutionEventKind,
-}
-
-/// What happened to an attempt.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ExecutionEventKind {
-    /// The handler started.
-    Started {
-        /// When.
-        at: UtcMillis,
-    },
-    /// The attempt ended.
-    Finished {
-        /// When.
-        at: UtcMillis,
-        /// Whether it succeeded.
-        succeeded: bool,
-        /// No retry follows.
-        last: bool,
-        /// It was stopped, not failed on its own.
-        killed: bool,
-        /// The failure.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<String>,
-    },
+    pub kind: ExecutionEvent,
 }
 
 fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<String> {

@@ -3,32 +3,12 @@
 //! LPUSH + LTRIM in one MULTI keeps the list bounded without a cleanup job. The list is keyed
 //! per task under its own hash tag: no script touches it together with queue keys.
 
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{AttemptEnd, UtcMillis};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::error::{QueueError, Result};
 use crate::queue::Queue;
-
-/// How an attempt ended, as recorded in history.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HistoryOutcome {
-    /// The handler succeeded.
-    Succeeded,
-    /// The attempt failed and a retry is scheduled.
-    Retrying,
-    /// The attempt failed and went to the dead-letter queue.
-    DeadLettered,
-    /// The attempt ran past its timeout.
-    TimedOut,
-    /// The handler panicked.
-    Panicked,
-    /// The attempt was given back unfinished (worker shutdown).
-    Released,
-    /// The attempt was stopped because a newer execution replaced it (overlap `replace`).
-    Killed,
-}
 
 /// One attempt of one execution.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,11 +25,9 @@ pub struct HistoryEntry {
     pub lateness_ms: i64,
     /// `finished_at - started_at` in ms.
     pub duration_ms: u64,
-    /// How it ended.
-    pub outcome: HistoryOutcome,
-    /// The error, if it failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    /// How it ended, its error and the retry that follows, if any.
+    #[serde(flatten)]
+    pub end: AttemptEnd,
     /// Worker id.
     pub worker: String,
     /// Attempt number, 0 for the first.

@@ -1,6 +1,6 @@
 //! ax's reliable Redis queue.
 //!
-//! A scheduler enqueues one [`ExecutionMessage`] per fire with [`Queue::enqueue`] (idempotent
+//! A scheduler enqueues one [`ExecutionMessage`] per fire with [`Queue::enqueue_batch`] (idempotent
 //! per task and fire instant, refused for a deposed leader's fencing token); workers take
 //! messages with a [`Consumer`] (BLMOVE into a per-worker processing list) and settle them
 //! with [`Queue::ack`], [`Queue::retry_later`] (a delayed set), [`Queue::dead_letter`] or
@@ -23,18 +23,9 @@ pub use config::QueueConfig;
 pub use consumer::Consumer;
 pub use dlq::DlqEntry;
 pub use error::{QueueError, Result};
-pub use events::{ExecutionEventKind, ExecutionEventRecord, EVENTS_CAP};
-pub use history::{HistoryEntry, HistoryOutcome};
+pub use events::{ExecutionEventRecord, EVENTS_CAP};
+pub use history::HistoryEntry;
 pub use keys::Keys;
 pub use maintenance::{Maintenance, MaintenanceConfig, MaintenanceState, StepReport};
 pub use message::{AttemptError, ExecutionMessage};
-pub use queue::{Delivery, EnqueueOutcome, Queue, QueueStats, ENQUEUE_CHUNK};
-
-/// The current instant from the system clock, for the edges that must read it.
-pub fn now() -> ax_scheduler_core::UtcMillis {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
-    ax_scheduler_core::UtcMillis(ms)
-}
+pub use queue::{Delivery, Queue, QueueStats, ENQUEUE_CHUNK};

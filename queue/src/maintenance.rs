@@ -162,7 +162,7 @@ impl Maintenance {
         loop {
             let report = tokio::select! {
                 _ = cancel.cancelled() => return,
-                r = self.step(crate::now()) => r,
+                r = self.step(ax_scheduler_core::UtcMillis::now()) => r,
             };
             tokio::select! {
                 _ = cancel.cancelled() => return,

@@ -8,8 +8,11 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use ax_scheduler_core::overlap::dispatch_mode;
 use ax_scheduler_core::task::HttpTarget;
-use ax_scheduler_core::{OverlapPolicy, RetryPolicy, Schedule, TaskSpec, UtcMillis};
+use ax_scheduler_core::{Dispatch, OverlapPolicy, RetryPolicy, TaskKey, TaskSpec, UtcMillis};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -68,8 +71,8 @@ pub struct ExecutionMessage {
     pub fencing_token: u64,
     /// Queue name.
     pub queue: String,
-    /// How the enqueue treats the task's still-active previous execution: `allow` (no check)
-    /// for one-shot tasks and run-now executions, the task's policy for periodic fires.
+    /// What the enqueue does about the task's still-active previous execution, as the
+    /// dispatcher decided it (`ax_scheduler_core::overlap`).
     #[serde(default = "no_overlap_check")]
     pub overlap: OverlapPolicy,
     /// Errors of earlier attempts, oldest first.
@@ -87,21 +90,24 @@ const ACTIVE_MARKER_SLACK: Duration = Duration::from_secs(300);
 const ACTIVE_MARKER_RETRY_ALLOWANCE: Duration = Duration::from_secs(3600);
 
 impl ExecutionMessage {
-    /// The first attempt of the scheduled fire at `fire_at`, enqueued at `now` by a scheduler
-    /// holding `fencing_token`.
-    pub fn for_fire(
-        spec: &TaskSpec,
-        fire_at: UtcMillis,
-        now: UtcMillis,
-        fencing_token: u64,
-    ) -> Self {
+    /// The first attempt of what the dispatcher asked to enqueue, at `now`, by a scheduler
+    /// holding `fencing_token`. The dispatch's key names the task (a spec's own id and
+    /// namespace fields may be empty), and its overlap mode is carried as decided.
+    pub fn for_dispatch(dispatch: &Dispatch, now: UtcMillis, fencing_token: u64) -> Self {
+        let spec = &dispatch.spec;
+        let (execution_id, run_now) = match &dispatch.run_now {
+            // A run-now request names its execution id (its trigger key); a malformed one
+            // still runs, under a fresh id.
+            Some(id) => (id.parse().unwrap_or_else(|_| Uuid::now_v7()), true),
+            None => (Uuid::now_v7(), false),
+        };
         ExecutionMessage {
-            execution_id: Uuid::now_v7(),
-            task_id: spec.id.clone(),
-            namespace: spec.namespace.clone(),
-            fire_at,
+            execution_id,
+            task_id: dispatch.key.id.clone(),
+            namespace: dispatch.key.namespace.clone(),
+            fire_at: dispatch.fire_at,
             attempt: 0,
-            run_now: false,
+            run_now,
             first_attempt_at: now,
             enqueued_at: now,
             handler: spec.handler.clone(),
@@ -113,15 +119,29 @@ impl ExecutionMessage {
             idempotency_key: spec.idempotency_key.clone(),
             fencing_token,
             queue: spec.queue.clone(),
-            overlap: match spec.schedule {
-                Schedule::Every(_) | Schedule::Cron { .. } => spec.overlap,
-                Schedule::At(_) | Schedule::Delay(_) => OverlapPolicy::Allow,
-            },
+            overlap: dispatch.overlap,
             previous_errors: Vec::new(),
         }
     }
 
-    /// The overlap mode argument of the enqueue scripts.
+    /// The first attempt of the scheduled fire of `spec` at `fire_at` (tools and tests):
+    /// the message the leader enqueues for that fire.
+    pub fn for_fire(
+        spec: &TaskSpec,
+        fire_at: UtcMillis,
+        now: UtcMillis,
+        fencing_token: u64,
+    ) -> Self {
+        Self::for_dispatch(&standalone(spec, fire_at, None), now, fencing_token)
+    }
+
+    /// A run started by hand at `now`: deduplicated by its own execution id only.
+    pub fn run_now(spec: &TaskSpec, now: UtcMillis, fencing_token: u64) -> Self {
+        let id = Uuid::now_v7().to_string();
+        Self::for_dispatch(&standalone(spec, now, Some(id)), now, fencing_token)
+    }
+
+    /// The overlap mode argument of the enqueue script.
     pub(crate) fn overlap_mode(&self) -> &'static str {
         match self.overlap {
             OverlapPolicy::Allow => "a",
@@ -144,14 +164,6 @@ impl ExecutionMessage {
             .saturating_add(waiting)
             .saturating_add(ACTIVE_MARKER_SLACK);
         u64::try_from(total.as_millis()).unwrap_or(u64::MAX)
-    }
-
-    /// A run started by hand at `now`: deduplicated by its own execution id only.
-    pub fn run_now(spec: &TaskSpec, now: UtcMillis, fencing_token: u64) -> Self {
-        let mut m = Self::for_fire(spec, now, now, fencing_token);
-        m.run_now = true;
-        m.overlap = OverlapPolicy::Allow;
-        m
     }
 
     /// The attempt timeout.
@@ -220,34 +232,23 @@ impl ExecutionMessage {
     }
 }
 
+/// The dispatch the leader would make for one fire of `spec` outside a dispatcher.
+fn standalone(spec: &TaskSpec, fire_at: UtcMillis, run_now: Option<String>) -> Dispatch {
+    Dispatch {
+        key: Arc::new(TaskKey::new(spec.namespace.clone(), spec.id.clone())),
+        spec: Arc::new(spec.clone()),
+        fire_at,
+        overlap: dispatch_mode(spec, run_now.is_some()),
+        run_now,
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::collections::BTreeMap;
-
-    use ax_scheduler_core::{MisfirePolicy, OverlapPolicy, Schedule};
-
     use super::*;
 
     pub(crate) fn spec(id: &str, queue: &str) -> TaskSpec {
-        TaskSpec {
-            id: id.into(),
-            namespace: "ns".into(),
-            handler: "log".into(),
-            schedule: Schedule::Every(Duration::from_secs(60)),
-            payload: serde_json::json!({"k": 1}),
-            http: None,
-            queue: queue.into(),
-            priority: 5,
-            timeout: Duration::from_secs(3),
-            retry: RetryPolicy::default(),
-            idempotency_key: None,
-            misfire: MisfirePolicy::FireOnce,
-            overlap: OverlapPolicy::Allow,
-            paused: false,
-            labels: BTreeMap::new(),
-            version: 1,
-            created_at: None,
-        }
+        ax_testkit::spec(id, queue, "log")
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{EnqueueOutcome, UtcMillis};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisResult};
 
@@ -22,24 +22,6 @@ use crate::error::{QueueError, Result};
 use crate::keys::{validate_name, Keys};
 use crate::message::ExecutionMessage;
 use crate::scripts::Scripts;
-
-/// What an enqueue did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EnqueueOutcome {
-    /// The message is in the ready list.
-    Enqueued,
-    /// The same execution identity was enqueued within the dedupe window; nothing was pushed.
-    Duplicate,
-    /// The message's fencing token is older than the newest this queue has seen: the sender
-    /// was deposed. Nothing was pushed.
-    Fenced {
-        /// The newest token the queue has seen.
-        newest: u64,
-    },
-    /// The task's overlap policy is `forbid` and its previous execution is still active:
-    /// nothing was pushed (and no dedupe key set, so the fire can be enqueued later).
-    Held,
-}
 
 /// A message a consumer took: settle it with [`Queue::ack`], [`Queue::retry_later`],
 /// [`Queue::dead_letter`] or [`Queue::release`].
@@ -179,65 +161,22 @@ impl Queue {
         }
     }
 
-    /// Enqueues one message, at most once per dedupe identity within the dedupe window, and
-    /// only if its fencing token is not older than the newest the queue has seen.
+    /// Enqueues one message: [`Queue::enqueue_batch`] of one.
     pub async fn enqueue(&self, msg: &ExecutionMessage) -> Result<EnqueueOutcome> {
-        check_queue(&msg.queue)?;
-        let json = msg.to_json()?;
-        let mut conn = self.conn();
-        let mut inv = self.inner.scripts.enqueue.prepare_invoke();
-        self.enqueue_args(&mut inv, msg, &json);
-        let reply: (i64, String) = self.run("enqueue", inv.invoke_async(&mut conn)).await?;
-        Self::outcome(reply)
-    }
-
-    fn enqueue_args(
-        &self,
-        inv: &mut redis::ScriptInvocation<'_>,
-        msg: &ExecutionMessage,
-        json: &str,
-    ) {
-        let k = &self.inner.keys;
-        let q = &msg.queue;
-        inv.key(k.ready(q))
-            .key(k.monitor(q))
-            .key(k.fence(q))
-            .key(k.dedupe(q, &msg.dedupe_identity()))
-            .key(k.active(q, &msg.namespace, &msg.task_id))
-            .arg(json)
-            .arg(msg.execution_id.to_string())
-            .arg(msg.enqueued_at.0)
-            .arg(msg.fencing_token)
-            .arg(ms(self.inner.cfg.dedupe_ttl).max(1))
-            .arg(
-                if msg.priority > ax_scheduler_core::task::DEFAULT_PRIORITY {
-                    "1"
-                } else {
-                    "0"
-                },
-            )
-            .arg(msg.overlap_mode())
-            .arg(msg.active_ttl_ms());
-    }
-
-    fn outcome((code, newest): (i64, String)) -> Result<EnqueueOutcome> {
-        match code {
-            1 => Ok(EnqueueOutcome::Enqueued),
-            0 => Ok(EnqueueOutcome::Duplicate),
-            2 => Ok(EnqueueOutcome::Held),
-            -1 => Ok(EnqueueOutcome::Fenced {
-                newest: newest.parse().unwrap_or(u64::MAX),
-            }),
-            other => Err(QueueError::UnexpectedReply {
+        let outcomes = self.enqueue_batch(std::slice::from_ref(msg)).await?;
+        outcomes
+            .first()
+            .copied()
+            .ok_or_else(|| QueueError::UnexpectedReply {
                 op: "enqueue",
-                detail: format!("status {other}"),
-            }),
-        }
+                detail: "no outcome for the message".into(),
+            })
     }
 
-    /// Enqueues many messages: one script call per queue and chunk of
-    /// [`ENQUEUE_CHUNK`] messages, all sent in one pipeline (one round trip). Each message
-    /// gets its own outcome, in order, by the same rules as [`Queue::enqueue`]. Safe to
+    /// Enqueues many messages, each at most once per dedupe identity within the dedupe
+    /// window and only if its fencing token is not older than the newest its queue has seen:
+    /// one call of `enqueue_many.lua` per queue and chunk of [`ENQUEUE_CHUNK`] messages, all
+    /// in one pipeline (one round trip). Each message gets its own outcome, in order. Safe to
     /// repeat after an error: every message is deduplicated.
     pub async fn enqueue_batch(&self, msgs: &[ExecutionMessage]) -> Result<Vec<EnqueueOutcome>> {
         if msgs.is_empty() {
@@ -258,83 +197,101 @@ impl Queue {
             .flat_map(|v| v.chunks(ENQUEUE_CHUNK))
             .collect();
         let script = &self.inner.scripts.enqueue_many;
-        let k = &self.inner.keys;
-        let ttl = ms(self.inner.cfg.dedupe_ttl).max(1);
+        let invocations: Vec<redis::ScriptInvocation<'_>> = chunks
+            .iter()
+            .map(|chunk| self.enqueue_invocation(script, msgs, &jsons, chunk))
+            .collect();
         let mut conn = self.conn();
-        for round in 0..2 {
+        let mut replies: Option<Vec<Vec<redis::Value>>> = None;
+        for loaded in [false, true] {
             let mut pipe = redis::pipe();
-            for chunk in &chunks {
-                let q = msgs[chunk[0]].queue.as_str();
-                let cmd = pipe
-                    .cmd("EVALSHA")
-                    .arg(script.get_hash())
-                    .arg(3 + 2 * chunk.len())
-                    .arg(k.ready(q))
-                    .arg(k.monitor(q))
-                    .arg(k.fence(q));
-                for &i in *chunk {
-                    let m = &msgs[i];
-                    cmd.arg(k.dedupe(q, &m.dedupe_identity())).arg(k.active(
-                        q,
-                        &m.namespace,
-                        &m.task_id,
-                    ));
-                }
-                cmd.arg(ttl);
-                for &i in *chunk {
-                    let m = &msgs[i];
-                    cmd.arg(&jsons[i])
-                        .arg(m.execution_id.to_string())
-                        .arg(m.enqueued_at.0)
-                        .arg(m.fencing_token)
-                        .arg(if m.priority > ax_scheduler_core::task::DEFAULT_PRIORITY {
-                            "1"
-                        } else {
-                            "0"
-                        });
-                    cmd.arg(m.overlap_mode()).arg(m.active_ttl_ms());
-                }
+            if loaded {
+                // Redis lost its script cache (a restart): load once, then the same calls.
+                pipe.load_script(script).ignore();
             }
-            let res: RedisResult<Vec<Vec<redis::Value>>> =
-                self.run_raw(pipe.query_async(&mut conn)).await?;
-            match res {
-                Ok(replies) => {
-                    let mut out = vec![EnqueueOutcome::Duplicate; msgs.len()];
-                    for (chunk, reply) in chunks.iter().zip(replies) {
-                        let newest = reply
-                            .last()
-                            .and_then(|v| redis::from_redis_value::<String>(v).ok())
-                            .unwrap_or_default();
-                        if reply.len() != chunk.len() + 1 {
-                            return Err(QueueError::UnexpectedReply {
-                                op: "enqueue_batch",
-                                detail: format!(
-                                    "{} values for {} messages",
-                                    reply.len(),
-                                    chunk.len()
-                                ),
-                            });
-                        }
-                        for (&i, code) in chunk.iter().zip(&reply) {
-                            let code: i64 = redis::from_redis_value(code)
-                                .map_err(QueueError::redis("enqueue_batch"))?;
-                            out[i] = Self::outcome((code, newest.clone()))?;
-                        }
-                    }
-                    return Ok(out);
+            for inv in &invocations {
+                pipe.invoke_script(inv);
+            }
+            match self.run_raw(pipe.query_async(&mut conn)).await? {
+                Ok(r) => {
+                    replies = Some(r);
+                    break;
                 }
-                Err(e) if e.kind() == redis::ErrorKind::NoScriptError && round == 0 => {
-                    let mut c = self.conn();
-                    let load = script.prepare_invoke();
-                    self.run("enqueue_batch", load.load_async(&mut c)).await?;
-                }
-                Err(e) => return Err(QueueError::redis("enqueue_batch")(e)),
+                Err(e) if e.kind() == redis::ErrorKind::NoScriptError && !loaded => continue,
+                Err(e) => return Err(QueueError::redis("enqueue")(e)),
             }
         }
-        Err(QueueError::UnexpectedReply {
-            op: "enqueue_batch",
+        let replies = replies.ok_or_else(|| QueueError::UnexpectedReply {
+            op: "enqueue",
             detail: "script missing after loading it".into(),
-        })
+        })?;
+        let mut out = vec![EnqueueOutcome::Duplicate; msgs.len()];
+        for (chunk, reply) in chunks.iter().zip(replies) {
+            if reply.len() != chunk.len() + 1 {
+                return Err(QueueError::UnexpectedReply {
+                    op: "enqueue",
+                    detail: format!("{} values for {} messages", reply.len(), chunk.len()),
+                });
+            }
+            let newest: String = reply
+                .last()
+                .and_then(|v| redis::from_redis_value(v).ok())
+                .unwrap_or_default();
+            for (&i, code) in chunk.iter().zip(&reply) {
+                let code: i64 =
+                    redis::from_redis_value(code).map_err(QueueError::redis("enqueue"))?;
+                out[i] = Self::outcome(code, &newest)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The call of `enqueue_many.lua` for one queue's `chunk` of `msgs` (KEYS and ARGV as the
+    /// script's header lists them).
+    fn enqueue_invocation<'s>(
+        &self,
+        script: &'s redis::Script,
+        msgs: &[ExecutionMessage],
+        jsons: &[String],
+        chunk: &[usize],
+    ) -> redis::ScriptInvocation<'s> {
+        let k = &self.inner.keys;
+        let q = msgs[chunk[0]].queue.as_str();
+        let mut inv = script.prepare_invoke();
+        inv.key(k.ready(q)).key(k.monitor(q)).key(k.fence(q));
+        for &i in chunk {
+            let m = &msgs[i];
+            inv.key(k.dedupe(q, &m.dedupe_identity()))
+                .key(k.active(q, &m.namespace, &m.task_id));
+        }
+        inv.arg(ms(self.inner.cfg.dedupe_ttl).max(1));
+        for &i in chunk {
+            let m = &msgs[i];
+            let jumps = m.priority > ax_scheduler_core::task::DEFAULT_PRIORITY;
+            inv.arg(&jsons[i])
+                .arg(m.execution_id.to_string())
+                .arg(m.enqueued_at.0)
+                .arg(m.fencing_token)
+                .arg(if jumps { "1" } else { "0" })
+                .arg(m.overlap_mode())
+                .arg(m.active_ttl_ms());
+        }
+        inv
+    }
+
+    fn outcome(code: i64, newest: &str) -> Result<EnqueueOutcome> {
+        match code {
+            1 => Ok(EnqueueOutcome::Enqueued),
+            0 => Ok(EnqueueOutcome::Duplicate),
+            2 => Ok(EnqueueOutcome::Held),
+            -1 => Ok(EnqueueOutcome::Fenced {
+                newest: newest.parse().unwrap_or(u64::MAX),
+            }),
+            other => Err(QueueError::UnexpectedReply {
+                op: "enqueue",
+                detail: format!("status {other}"),
+            }),
+        }
     }
 
     /// Like [`Queue::run`] but leaves the Redis error to the caller (to react to NOSCRIPT).
@@ -346,7 +303,7 @@ impl Queue {
         tokio::time::timeout(after, fut)
             .await
             .map_err(|_| QueueError::Timeout {
-                op: "enqueue_batch",
+                op: "enqueue",
                 after,
             })
     }

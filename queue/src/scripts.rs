@@ -9,7 +9,6 @@ use redis::Script;
 
 /// The compiled-in scripts.
 pub(crate) struct Scripts {
-    pub(crate) enqueue: Script,
     pub(crate) enqueue_many: Script,
     pub(crate) advance_fence: Script,
     pub(crate) take: Script,
@@ -26,7 +25,6 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
-            enqueue: Script::new(include_str!("lua/enqueue.lua")),
             enqueue_many: Script::new(include_str!("lua/enqueue_many.lua")),
             advance_fence: Script::new(include_str!("lua/advance_fence.lua")),
             take: Script::new(include_str!("lua/take.lua")),

@@ -2,11 +2,11 @@
 //! over random sequences of enqueue, take, ack and release on a real Redis.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
-use ax_queue::{Delivery, EnqueueOutcome, ExecutionMessage, Queue, QueueConfig};
-use ax_scheduler_core::{MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec, UtcMillis};
+use ax_queue::{Delivery, ExecutionMessage, Queue, QueueConfig};
+use ax_scheduler_core::{EnqueueOutcome, TaskSpec, UtcMillis};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -27,25 +27,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn spec() -> TaskSpec {
-    TaskSpec {
-        id: "t".into(),
-        namespace: "ns".into(),
-        handler: "log".into(),
-        schedule: Schedule::Every(Duration::from_secs(60)),
-        payload: serde_json::Value::Null,
-        http: None,
-        queue: "default".into(),
-        priority: 5,
-        timeout: Duration::from_secs(3),
-        retry: RetryPolicy::default(),
-        idempotency_key: None,
-        misfire: MisfirePolicy::FireOnce,
-        overlap: OverlapPolicy::Allow,
-        paused: false,
-        labels: BTreeMap::new(),
-        version: 1,
-        created_at: None,
-    }
+    ax_testkit::spec("t", "default", "log")
 }
 
 async fn check(ops: Vec<Op>) {
@@ -54,7 +36,7 @@ async fn check(ops: Vec<Op>) {
         ..QueueConfig::default()
     };
     let q = Queue::connect(&ax_testkit::redis_url(), cfg).await.unwrap();
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let mut c = q
         .consumer("default", "w", Duration::from_millis(20), now)
         .await

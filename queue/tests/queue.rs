@@ -2,37 +2,21 @@
 //! history, maintenance and reconnects.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ax_queue::{
-    Delivery, EnqueueOutcome, ExecutionMessage, HistoryEntry, HistoryOutcome, Maintenance,
-    MaintenanceConfig, MaintenanceState, Queue, QueueConfig,
+    Delivery, ExecutionMessage, HistoryEntry, Maintenance, MaintenanceConfig, MaintenanceState,
+    Queue, QueueConfig,
 };
-use ax_scheduler_core::{MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec, UtcMillis};
+use ax_scheduler_core::{
+    AttemptEnd, AttemptOutcome, EnqueueOutcome, ExecutionEvent, OverlapPolicy, Schedule, TaskSpec,
+    UtcMillis,
+};
 use ax_testkit::{redis_url, unique_name, RedisServer};
 use redis::AsyncCommands;
 
 fn spec(id: &str, queue: &str) -> TaskSpec {
-    TaskSpec {
-        id: id.into(),
-        namespace: "ns".into(),
-        handler: "log".into(),
-        schedule: Schedule::Every(Duration::from_secs(60)),
-        payload: serde_json::json!({"n": id}),
-        http: None,
-        queue: queue.into(),
-        priority: 5,
-        timeout: Duration::from_secs(3),
-        retry: RetryPolicy::default(),
-        idempotency_key: None,
-        misfire: MisfirePolicy::FireOnce,
-        overlap: OverlapPolicy::Allow,
-        paused: false,
-        labels: BTreeMap::new(),
-        version: 1,
-        created_at: None,
-    }
+    ax_testkit::spec(id, queue, "log")
 }
 
 async fn queue() -> Queue {
@@ -57,7 +41,7 @@ const BLOCK: Duration = Duration::from_millis(200);
 async fn enqueue_is_idempotent_per_fire_and_fenced() {
     let q = queue().await;
     let s = spec("t1", "default");
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let a = ExecutionMessage::for_fire(&s, UtcMillis(1_000), now, 5);
     // A second scheduler firing the same instant builds its own message (another id).
     let b = ExecutionMessage::for_fire(&s, UtcMillis(1_000), now, 5);
@@ -107,7 +91,7 @@ async fn dedupe_key_expires_after_its_ttl() {
     };
     let q = Queue::connect(&redis_url(), cfg).await.unwrap();
     let s = spec("t", "default");
-    let m = ExecutionMessage::for_fire(&s, UtcMillis(10), ax_queue::now(), 1);
+    let m = ExecutionMessage::for_fire(&s, UtcMillis(10), ax_scheduler_core::UtcMillis::now(), 1);
     assert_eq!(q.enqueue(&m).await.unwrap(), EnqueueOutcome::Enqueued);
     assert_eq!(q.enqueue(&m).await.unwrap(), EnqueueOutcome::Duplicate);
     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -117,7 +101,7 @@ async fn dedupe_key_expires_after_its_ttl() {
 #[tokio::test]
 async fn batch_enqueue_reports_each_outcome_in_order() {
     let q = queue().await;
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let s = spec("t", "default");
     let mut msgs: Vec<_> = (0..300)
         .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 1))
@@ -156,7 +140,7 @@ async fn batch_enqueue_reloads_flushed_scripts() {
     let q = Queue::connect(&server.url(), QueueConfig::default())
         .await
         .unwrap();
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let s = spec("t", "default");
     let first = [ExecutionMessage::for_fire(&s, UtcMillis(1), now, 1)];
     q.enqueue_batch(&first).await.unwrap();
@@ -177,7 +161,7 @@ async fn batch_enqueue_reloads_flushed_scripts() {
 #[tokio::test]
 async fn take_is_fifo_and_ack_settles() {
     let q = queue().await;
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let s = spec("t", "default");
     let msgs: Vec<_> = (0..5)
         .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 1))
@@ -210,7 +194,7 @@ async fn take_is_fifo_and_ack_settles() {
 #[tokio::test]
 async fn blocking_take_wakes_on_push() {
     let q = queue().await;
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let mut c = q
         .consumer("default", "w1", Duration::from_secs(5), now)
         .await
@@ -231,7 +215,7 @@ async fn blocking_take_wakes_on_push() {
 #[tokio::test]
 async fn high_priority_jumps_ahead() {
     let q = queue().await;
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let mut s = spec("t", "default");
     q.enqueue(&ExecutionMessage::for_fire(&s, UtcMillis(1), now, 0))
         .await
@@ -248,7 +232,7 @@ async fn high_priority_jumps_ahead() {
 #[tokio::test]
 async fn retry_waits_in_the_delayed_set_until_promoted() {
     let q = queue().await;
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let s = spec("t", "default");
     let m = ExecutionMessage::for_fire(&s, UtcMillis(1), now, 0);
     q.enqueue(&m).await.unwrap();
@@ -278,7 +262,7 @@ async fn retry_waits_in_the_delayed_set_until_promoted() {
 #[tokio::test]
 async fn reaper_gives_back_only_dead_workers_messages() {
     let q = queue().await;
-    let t0 = ax_queue::now();
+    let t0 = ax_scheduler_core::UtcMillis::now();
     let s = spec("t", "default");
     let msgs: Vec<_> = (0..4)
         .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), t0, 0))
@@ -319,7 +303,7 @@ async fn reaper_gives_back_only_dead_workers_messages() {
 #[tokio::test]
 async fn release_puts_unfinished_work_first_and_deregister_cleans_up() {
     let q = queue().await;
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let s = spec("t", "default");
     let msgs: Vec<_> = (0..3)
         .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 0))
@@ -349,7 +333,7 @@ async fn release_puts_unfinished_work_first_and_deregister_cleans_up() {
 #[tokio::test]
 async fn dead_letter_life_cycle() {
     let q = queue().await;
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let s = spec("t", "default");
     let msgs: Vec<_> = (0..5)
         .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 0))
@@ -413,7 +397,7 @@ async fn dead_letter_life_cycle() {
 #[tokio::test]
 async fn undecodable_message_goes_to_the_dead_letter_queue() {
     let q = queue().await;
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let mut raw = raw_conn(&redis_url()).await;
     let _: () = raw
         .lpush(q.keys().ready("default"), "not json")
@@ -446,8 +430,7 @@ async fn history_is_capped_newest_first() {
             finished_at: UtcMillis(20),
             lateness_ms: 10,
             duration_ms: 10,
-            outcome: HistoryOutcome::Succeeded,
-            error: None,
+            end: AttemptEnd::succeeded(),
             worker: "w".into(),
             attempt: i,
         };
@@ -463,7 +446,7 @@ async fn history_is_capped_newest_first() {
 #[tokio::test]
 async fn maintenance_steps_promote_then_reap() {
     let q = queue().await;
-    let t0 = ax_queue::now();
+    let t0 = ax_scheduler_core::UtcMillis::now();
     let s = spec("t", "default");
     let m = ExecutionMessage::for_fire(&s, UtcMillis(1), t0, 0);
     q.enqueue(&m).await.unwrap();
@@ -508,14 +491,14 @@ async fn maintenance_backs_off_while_redis_is_down() {
     let q = Queue::connect(&server.url(), cfg).await.unwrap();
     let mut mt = Maintenance::new(q.clone(), MaintenanceConfig::default());
     server.kill();
-    let r = mt.step(ax_queue::now()).await;
+    let r = mt.step(ax_scheduler_core::UtcMillis::now()).await;
     assert!(matches!(
         mt.state(),
         MaintenanceState::Backoff { failures: 1 }
     ));
     assert!(r.wait > Duration::ZERO);
-    let _ = mt.step(ax_queue::now()).await;
-    let _ = mt.step(ax_queue::now()).await;
+    let _ = mt.step(ax_scheduler_core::UtcMillis::now()).await;
+    let _ = mt.step(ax_scheduler_core::UtcMillis::now()).await;
     assert!(matches!(
         mt.state(),
         MaintenanceState::Backoff { failures: 2 }
@@ -523,7 +506,7 @@ async fn maintenance_backs_off_while_redis_is_down() {
     server.restart();
     let mut ok = false;
     for _ in 0..20 {
-        mt.step(ax_queue::now()).await;
+        mt.step(ax_scheduler_core::UtcMillis::now()).await;
         if mt.state() == MaintenanceState::Reap {
             ok = true;
             break;
@@ -542,7 +525,7 @@ async fn blocked_consumer_survives_a_redis_restart() {
         ..QueueConfig::default()
     };
     let q = Queue::connect(&server.url(), cfg).await.unwrap();
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let mut c = q
         .consumer("default", "w", Duration::from_secs(2), now)
         .await
@@ -588,7 +571,7 @@ async fn forbid_holds_a_fire_while_the_previous_execution_is_active() {
     let q = queue().await;
     let mut s = spec("ov", "default");
     s.overlap = OverlapPolicy::Forbid;
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let first = ExecutionMessage::for_fire(&s, UtcMillis(1_000), now, 1);
     assert_eq!(first.overlap, OverlapPolicy::Forbid);
     assert_eq!(q.enqueue(&first).await.unwrap(), EnqueueOutcome::Enqueued);
@@ -624,7 +607,7 @@ async fn forbid_holds_a_fire_while_the_previous_execution_is_active() {
     // A dead-lettered execution clears it too.
     let taken = c.take(10).await.unwrap();
     assert!(q
-        .dead_letter(&taken[0], "permanent", ax_queue::now())
+        .dead_letter(&taken[0], "permanent", ax_scheduler_core::UtcMillis::now())
         .await
         .unwrap());
     let third = ExecutionMessage::for_fire(&s, UtcMillis(3_000), now, 1);
@@ -637,7 +620,7 @@ async fn one_shot_and_allow_fires_never_hold() {
     let mut s = spec("os", "default");
     s.overlap = OverlapPolicy::Forbid;
     s.schedule = Schedule::At(UtcMillis(1_000));
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let m = ExecutionMessage::for_fire(&s, UtcMillis(1_000), now, 1);
     assert_eq!(
         m.overlap,
@@ -659,10 +642,10 @@ async fn one_shot_and_allow_fires_never_hold() {
 
 #[tokio::test]
 async fn execution_events_reach_the_reader_in_order_with_history() {
-    use ax_queue::{ExecutionEventKind, ExecutionEventRecord};
+    use ax_queue::ExecutionEventRecord;
     let q = queue().await;
     let id = uuid::Uuid::now_v7();
-    let event = |attempt: u32, kind: ExecutionEventKind| ExecutionEventRecord {
+    let event = |attempt: u32, kind: ExecutionEvent| ExecutionEventRecord {
         namespace: "ns".into(),
         task_id: "ev".into(),
         execution_id: id,
@@ -670,15 +653,13 @@ async fn execution_events_reach_the_reader_in_order_with_history() {
         attempt,
         kind,
     };
-    let started = event(0, ExecutionEventKind::Started { at: UtcMillis(6) });
+    let failed = AttemptEnd::new(AttemptOutcome::Failed, Some("boom".into()));
+    let started = event(0, ExecutionEvent::Started { at: UtcMillis(6) });
     let finished = event(
         0,
-        ExecutionEventKind::Finished {
+        ExecutionEvent::Finished {
             at: UtcMillis(9),
-            succeeded: false,
-            last: true,
-            killed: false,
-            error: Some("boom".into()),
+            end: failed.clone(),
         },
     );
     let entry = HistoryEntry {
@@ -688,8 +669,7 @@ async fn execution_events_reach_the_reader_in_order_with_history() {
         finished_at: UtcMillis(9),
         lateness_ms: 1,
         duration_ms: 3,
-        outcome: HistoryOutcome::DeadLettered,
-        error: Some("boom".into()),
+        end: failed,
         worker: "w".into(),
         attempt: 0,
     };
@@ -723,7 +703,7 @@ async fn execution_events_reach_the_reader_in_order_with_history() {
 async fn a_restarted_worker_recovers_what_its_id_held() {
     let q = queue().await;
     let s = spec("rw", "default");
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     for t in [1_000, 2_000] {
         q.enqueue(&ExecutionMessage::for_fire(&s, UtcMillis(t), now, 1))
             .await

@@ -124,6 +124,16 @@ impl AttemptEnd {
         self.retry_at.is_none() && self.outcome != AttemptOutcome::Released
     }
 
+    /// The name people see for this ending (history, the API, logs): `retrying` when a retry
+    /// follows, else the outcome's name.
+    pub fn label(&self) -> &'static str {
+        if self.retry_at.is_some() {
+            "retrying"
+        } else {
+            self.outcome.as_str()
+        }
+    }
+
     /// Whether the execution ended in the dead-letter queue.
     pub fn is_dead_lettered(&self) -> bool {
         self.outcome.is_failure() && self.retry_at.is_none()
@@ -159,8 +169,10 @@ mod tests {
         assert!(ok.is_last() && ok.is_success() && !ok.is_dead_lettered());
         let mut failed = AttemptEnd::new(AttemptOutcome::Failed, Some("HTTP 500".into()));
         assert!(failed.is_last() && failed.is_dead_lettered());
+        assert_eq!(failed.label(), "failed");
         failed.retry_at = Some(UtcMillis(5));
         assert!(!failed.is_last() && !failed.is_dead_lettered());
+        assert_eq!(failed.label(), "retrying");
         let released = AttemptEnd::new(AttemptOutcome::Released, None);
         assert!(!released.is_last() && !released.is_dead_lettered());
         let killed = AttemptEnd::new(AttemptOutcome::Killed, Some("replaced".into()));

@@ -270,3 +270,19 @@ impl Drop for RedisServer {
         self.kill();
     }
 }
+
+/// A valid task spec for tests: `ns/{id}` on `queue`, handler `handler`, every 60 s, payload
+/// `{"n": id}`, defaults otherwise. Built through `TaskSpec::from_json` (the path a real spec
+/// takes), so the fixture cannot drift from the spec's defaults; adjust fields after.
+pub fn spec(id: &str, queue: &str, handler: &str) -> ax_scheduler_core::TaskSpec {
+    let json = serde_json::json!({
+        "handler": handler,
+        "schedule": {"every": "60s"},
+        "queue": queue,
+        "payload": {"n": id},
+        "overlap": "allow",
+        "timeout": "3s",
+    });
+    ax_scheduler_core::TaskSpec::from_json(json.to_string().as_bytes(), "ns", id)
+        .unwrap_or_else(|e| panic!("the test spec fixture does not validate: {e}"))
+}

@@ -12,30 +12,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ax_queue::{ExecutionMessage, Queue, QueueConfig};
-use ax_scheduler_core::{MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec, UtcMillis};
+use ax_scheduler_core::{TaskSpec, UtcMillis};
 use ax_worker::{HandlerRegistry, NoopReporter, WorkerConfig, WorkerPool};
 use tokio_util::sync::CancellationToken;
 
 fn spec() -> TaskSpec {
-    TaskSpec {
-        id: "bench".into(),
-        namespace: "bench".into(),
-        handler: "noop".into(),
-        schedule: Schedule::Every(Duration::from_secs(60)),
-        payload: serde_json::json!({"n": 1}),
-        http: None,
-        queue: "default".into(),
-        priority: 5,
-        timeout: Duration::from_secs(30),
-        retry: RetryPolicy::default(),
-        idempotency_key: None,
-        misfire: MisfirePolicy::FireOnce,
-        overlap: OverlapPolicy::Allow,
-        paused: false,
-        labels: BTreeMap::new(),
-        version: 1,
-        created_at: None,
-    }
+    let mut s = ax_testkit::spec("bench", "default", "noop");
+    s.timeout = Duration::from_secs(30);
+    s
 }
 
 /// Enqueues `n` messages (pipelined batches) while a pool with `concurrency` runs them;
@@ -44,7 +28,7 @@ async fn run_path(url: &str, concurrency: usize, n: u64, history: bool) -> f64 {
     let prefix = format!(
         "axbench-{}-{concurrency}-{}",
         std::process::id(),
-        ax_queue::now().0
+        ax_scheduler_core::UtcMillis::now().0
     );
     let q = Queue::connect(
         url,
@@ -80,7 +64,7 @@ async fn run_path(url: &str, concurrency: usize, n: u64, history: bool) -> f64 {
     let running = tokio::spawn(async move { pool.run(c).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let s = spec();
-    let now = ax_queue::now();
+    let now = ax_scheduler_core::UtcMillis::now();
     let msgs: Vec<_> = (0..n as i64)
         .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 1))
         .collect();
@@ -99,7 +83,10 @@ async fn run_path(url: &str, concurrency: usize, n: u64, history: bool) -> f64 {
     cancel.cancel();
     let summary = running.await.unwrap();
     assert_eq!(summary.succeeded, n);
-    let stats = q.stats("default", ax_queue::now()).await.unwrap();
+    let stats = q
+        .stats("default", ax_scheduler_core::UtcMillis::now())
+        .await
+        .unwrap();
     assert_eq!(stats.unsettled, 0);
     n as f64 / elapsed.as_secs_f64()
 }

@@ -17,6 +17,5 @@ pub use error::{Result, WorkerError};
 pub use handler::{Handler, HandlerContext, HandlerError, HandlerFuture, HandlerRegistry};
 pub use pool::{default_concurrency, PoolSummary, WorkerConfig, WorkerPool};
 pub use reporter::{
-    ChannelReporter, ExecutionReport, ExecutionReporter, NoopReporter, Outcome, ReportEvent,
-    ReportFuture,
+    ChannelReporter, ExecutionReport, ExecutionReporter, NoopReporter, ReportEvent, ReportFuture,
 };

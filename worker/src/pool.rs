@@ -19,10 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ax_queue::{
-    Delivery, HistoryEntry, HistoryOutcome, Maintenance, MaintenanceConfig, Queue, QueueError,
-};
-use ax_scheduler_core::UtcMillis;
+use ax_queue::{Delivery, Maintenance, MaintenanceConfig, Queue, QueueError};
+use ax_scheduler_core::{AttemptEnd, AttemptOutcome, ReconnectBackoff, UtcMillis};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinError;
 use tokio_util::sync::CancellationToken;
@@ -31,7 +29,7 @@ use tracing::Instrument;
 
 use crate::error::{Result, WorkerError};
 use crate::handler::{HandlerContext, HandlerError, HandlerRegistry};
-use crate::reporter::{ExecutionReport, ExecutionReporter, Outcome};
+use crate::reporter::{ExecutionReport, ExecutionReporter};
 use crate::retry::{decide, RetryDecision};
 
 /// Settings of a worker pool.
@@ -199,7 +197,7 @@ impl WorkerPool {
         let background_stop = CancellationToken::new();
         let background = TaskTracker::new();
 
-        heartbeat_once(sh, ax_queue::now()).await;
+        heartbeat_once(sh, ax_scheduler_core::UtcMillis::now()).await;
         background.spawn(heartbeat_loop(self.shared.clone(), background_stop.clone()));
         let maintenance = Maintenance::new(
             sh.queue.clone(),
@@ -287,14 +285,13 @@ async fn heartbeat_loop(sh: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(sh.cfg.heartbeat_interval) => {}
         }
-        heartbeat_once(&sh, ax_queue::now()).await;
+        heartbeat_once(&sh, ax_scheduler_core::UtcMillis::now()).await;
     }
 }
 
-fn error_backoff(failures: u32) -> Duration {
-    Duration::from_millis(100)
-        .saturating_mul(1u32 << failures.min(6))
-        .min(Duration::from_secs(5))
+/// Waits between failed Redis calls of the fetch and settle loops.
+fn error_backoff() -> ReconnectBackoff {
+    ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(5))
 }
 
 async fn fetch_loop(
@@ -306,7 +303,7 @@ async fn fetch_loop(
     hard_stop: CancellationToken,
     acks: tokio::sync::mpsc::UnboundedSender<AckRequest>,
 ) {
-    let mut failures = 0u32;
+    let mut backoff = error_backoff();
     let mut consumer = None;
     while !cancel.is_cancelled() {
         let c = match &mut consumer {
@@ -317,15 +314,15 @@ async fn fetch_loop(
                     &queue_name,
                     &sh.cfg.worker_id,
                     sh.cfg.block_timeout,
-                    ax_queue::now(),
+                    ax_scheduler_core::UtcMillis::now(),
                 )
                 .await
             {
                 Ok(c) => consumer.insert(c),
                 Err(e) => {
-                    failures += 1;
                     tracing::warn!(queue = %queue_name, error = %e, "cannot open a consumer; retrying");
-                    pause(&cancel, error_backoff(failures)).await;
+                    let wait = backoff.next_delay(&mut rand::rng());
+                    pause(&cancel, wait).await;
                     continue;
                 }
             },
@@ -347,7 +344,7 @@ async fn fetch_loop(
         }
         match c.take(permits.len()).await {
             Ok(deliveries) => {
-                failures = 0;
+                backoff.reset();
                 sh.counters
                     .taken
                     .fetch_add(deliveries.len() as u64, Ordering::Relaxed);
@@ -368,10 +365,10 @@ async fn fetch_loop(
                 }
             }
             Err(e) => {
-                failures += 1;
                 tracing::warn!(queue = %queue_name, error = %e, retryable = e.is_retryable(), "taking messages failed");
                 drop(permits);
-                pause(&cancel, error_backoff(failures)).await;
+                let wait = backoff.next_delay(&mut rand::rng());
+                pause(&cancel, wait).await;
             }
         }
     }
@@ -399,14 +396,14 @@ where
     Fut: Future<Output = std::result::Result<T, QueueError>>,
 {
     let start = tokio::time::Instant::now();
-    let mut failures = 0u32;
+    let mut backoff = error_backoff();
     loop {
         match f().await {
             Ok(v) => return Some(v),
             Err(e) if e.is_retryable() && start.elapsed() < sh.cfg.settle_retry_for => {
-                failures += 1;
                 tracing::warn!(op, error = %e, "settling failed; retrying");
-                tokio::time::sleep(error_backoff(failures)).await;
+                let wait = backoff.next_delay(&mut rand::rng());
+                tokio::time::sleep(wait).await;
             }
             Err(e) => {
                 tracing::error!(op, error = %e, "settling failed; the message stays with this worker until it stops");
@@ -416,21 +413,13 @@ where
     }
 }
 
-enum Ran {
-    Done(std::result::Result<(), HandlerError>),
-    Panicked(String),
-    TimedOut,
-    Stopped,
-    Replaced,
-}
-
 /// How often a running `replace` execution checks whether a newer one took its place.
 const REPLACE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Resolves when the task's active marker names another execution (overlap `replace`: a
 /// newer fire took over); never for other policies. A Redis error is not a replacement.
 async fn replaced(sh: &Shared, msg: &ax_queue::ExecutionMessage) {
-    if msg.overlap != ax_scheduler_core::OverlapPolicy::Replace || msg.run_now {
+    if msg.overlap != ax_scheduler_core::OverlapPolicy::Replace {
         return std::future::pending().await;
     }
     let own = msg.execution_id.to_string();
@@ -515,7 +504,7 @@ async fn execute_in_span(
 ) {
     let msg = &d.message;
     let worker = sh.cfg.worker_id.as_str();
-    let started = ax_queue::now();
+    let started = ax_scheduler_core::UtcMillis::now();
     let lateness_ms = started.0 - msg.fire_at.0;
     tracing::Span::current().record("lateness_ms", lateness_ms);
     sh.reporter.on_started(msg, worker, started).await;
@@ -528,11 +517,17 @@ async fn execute_in_span(
         );
         tracing::error!(%reason, "dead-lettering execution");
         let q = &sh.queue;
-        let now = ax_queue::now();
+        let now = ax_scheduler_core::UtcMillis::now();
         if settle(sh, "dead_letter", || q.dead_letter(d, &reason, now)).await == Some(true) {
             sh.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
         }
-        finish(sh, d, started, Outcome::DeadLettered { reason }, None).await;
+        finish(
+            sh,
+            d,
+            started,
+            AttemptEnd::new(AttemptOutcome::DeadLettered, Some(reason)),
+        )
+        .await;
         return;
     };
 
@@ -544,16 +539,34 @@ async fn execute_in_span(
     };
     let owned = msg.clone();
     let mut handle = tokio::spawn(async move { handler.run(ctx, &owned).await });
-    let ran = tokio::select! {
+    // How the attempt ended, its error, and whether that error may be retried.
+    let (outcome, error, retryable) = tokio::select! {
         r = tokio::time::timeout(msg.timeout(), &mut handle) => match r {
-            Ok(Ok(res)) => Ran::Done(res),
-            Ok(Err(e)) => Ran::Panicked(panic_message(e)),
-            Err(_) => Ran::TimedOut,
+            Ok(Ok(Ok(()))) => (AttemptOutcome::Succeeded, None, false),
+            Ok(Ok(Err(HandlerError::Retryable(e)))) => (AttemptOutcome::Failed, Some(e), true),
+            Ok(Ok(Err(HandlerError::Permanent(e)))) => (AttemptOutcome::Failed, Some(e), false),
+            Ok(Err(e)) => {
+                let message = panic_message(e);
+                tracing::error!(panic = %message, "handler panicked");
+                (AttemptOutcome::Panicked, Some(format!("handler panicked: {message}")), true)
+            }
+            Err(_) => (
+                AttemptOutcome::TimedOut,
+                Some(format!("timed out after {:?}", msg.timeout())),
+                true,
+            ),
         },
-        _ = hard_stop.cancelled() => Ran::Stopped,
-        _ = replaced(sh, msg) => Ran::Replaced,
+        _ = hard_stop.cancelled() => (AttemptOutcome::Released, None, false),
+        _ = replaced(sh, msg) => (
+            AttemptOutcome::Killed,
+            Some("replaced by a newer execution".to_owned()),
+            false,
+        ),
     };
-    if matches!(ran, Ran::TimedOut | Ran::Stopped | Ran::Replaced) {
+    if matches!(
+        outcome,
+        AttemptOutcome::TimedOut | AttemptOutcome::Released | AttemptOutcome::Killed
+    ) {
         ctx_cancel.cancel();
         handle.abort();
         // Wait for the abort so the handler is gone before its message is settled; a
@@ -561,78 +574,54 @@ async fn execute_in_span(
         let _ = tokio::time::timeout(Duration::from_secs(1), handle).await;
     }
     drop(permit);
-    let now = ax_queue::now();
-    match ran {
-        Ran::Done(Ok(())) => {
+    let now = UtcMillis::now();
+    let end = match outcome {
+        AttemptOutcome::Succeeded => {
             if ack(acks, d).await == Some(false) {
                 tracing::warn!("ack found the message gone (the reaper gave it back)");
             }
             sh.counters.succeeded.fetch_add(1, Ordering::Relaxed);
-            finish(sh, d, started, Outcome::Succeeded, None).await;
+            AttemptEnd::succeeded()
         }
-        Ran::Done(Err(HandlerError::Retryable(error))) => {
-            let (retrying, retry_at) = fail(sh, d, &error, now, true).await;
-            finish(
-                sh,
-                d,
-                started,
-                Outcome::Failed { error, retrying },
-                retry_at,
-            )
-            .await;
-        }
-        Ran::Done(Err(HandlerError::Permanent(error))) => {
-            let (retrying, retry_at) = fail(sh, d, &error, now, false).await;
-            finish(
-                sh,
-                d,
-                started,
-                Outcome::Failed { error, retrying },
-                retry_at,
-            )
-            .await;
-        }
-        Ran::Panicked(message) => {
-            tracing::error!(panic = %message, "handler panicked");
-            let error = format!("handler panicked: {message}");
-            let (retrying, retry_at) = fail(sh, d, &error, now, true).await;
-            finish(
-                sh,
-                d,
-                started,
-                Outcome::Panicked { message, retrying },
-                retry_at,
-            )
-            .await;
-        }
-        Ran::TimedOut => {
-            let error = format!("timed out after {:?}", msg.timeout());
-            let (retrying, retry_at) = fail(sh, d, &error, now, true).await;
-            finish(sh, d, started, Outcome::TimedOut { retrying }, retry_at).await;
-        }
-        Ran::Stopped => {
+        AttemptOutcome::Released => {
             give_back(sh, d).await;
-            finish(sh, d, started, Outcome::Released, None).await;
+            AttemptEnd::new(outcome, None)
         }
-        Ran::Replaced => {
+        AttemptOutcome::Killed => {
             tracing::warn!("a newer execution replaced this one (overlap `replace`); stopped");
             ack(acks, d).await;
-            finish(sh, d, started, Outcome::Killed, None).await;
+            AttemptEnd::new(outcome, error)
         }
-    }
+        _ => {
+            let error = error.unwrap_or_else(|| "failed".to_owned());
+            let retry_at = fail(sh, d, &error, now, retryable).await;
+            AttemptEnd {
+                outcome,
+                error: Some(error),
+                retry_at,
+            }
+        }
+    };
+    finish(sh, d, started, end).await;
 }
 
-/// Schedules a retry or dead-letters; returns (retrying, due).
+/// Schedules a retry or dead-letters; returns when the retry is due, if one is.
 async fn fail(
     sh: &Shared,
     d: &Delivery,
     error: &str,
     now: UtcMillis,
     retryable: bool,
-) -> (bool, Option<UtcMillis>) {
+) -> Option<UtcMillis> {
     let msg = &d.message;
     let decision = if retryable {
-        decide(&msg.retry, msg.attempt, msg.first_attempt_at, now)
+        decide(
+            &msg.retry,
+            msg.attempt,
+            msg.first_attempt_at,
+            now,
+            &mut rand::rng(),
+        )
     } else {
         RetryDecision::GiveUp {
             reason: "not retryable".into(),
@@ -645,7 +634,7 @@ async fn fail(
             let next = msg.next_attempt(error, now);
             settle(sh, "retry_later", || q.retry_later(d, &next, due)).await;
             sh.counters.retried.fetch_add(1, Ordering::Relaxed);
-            (true, Some(due))
+            Some(due)
         }
         RetryDecision::GiveUp { reason } => {
             tracing::error!(%error, %reason, "attempt failed; dead-lettering");
@@ -653,65 +642,14 @@ async fn fail(
             if settle(sh, "dead_letter", || q.dead_letter(d, &full, now)).await == Some(true) {
                 sh.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
             }
-            (false, None)
+            None
         }
     }
 }
 
-async fn finish(
-    sh: &Shared,
-    d: &Delivery,
-    started: UtcMillis,
-    outcome: Outcome,
-    retry_at: Option<UtcMillis>,
-) {
+async fn finish(sh: &Shared, d: &Delivery, started: UtcMillis, end: AttemptEnd) {
     let msg = &d.message;
-    let finished = ax_queue::now();
-    let duration = finished.since(started);
-    let history = {
-        let (h, error) = match &outcome {
-            Outcome::Succeeded => (HistoryOutcome::Succeeded, None),
-            Outcome::Failed { error, retrying } => (
-                if *retrying {
-                    HistoryOutcome::Retrying
-                } else {
-                    HistoryOutcome::DeadLettered
-                },
-                Some(error.clone()),
-            ),
-            Outcome::TimedOut { .. } => (HistoryOutcome::TimedOut, Some("timed out".to_string())),
-            Outcome::Panicked { message, .. } => (HistoryOutcome::Panicked, Some(message.clone())),
-            Outcome::DeadLettered { reason } => {
-                (HistoryOutcome::DeadLettered, Some(reason.clone()))
-            }
-            Outcome::Released => (HistoryOutcome::Released, None),
-            Outcome::Killed => (
-                HistoryOutcome::Killed,
-                Some("replaced by a newer execution".to_string()),
-            ),
-        };
-        HistoryEntry {
-            execution_id: msg.execution_id,
-            fire_at: msg.fire_at,
-            started_at: started,
-            finished_at: finished,
-            lateness_ms: started.0 - msg.fire_at.0,
-            duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
-            outcome: h,
-            error,
-            worker: sh.cfg.worker_id.clone(),
-            attempt: msg.attempt,
-        }
-    };
-    if sh.cfg.record_history {
-        if let Err(e) = sh
-            .queue
-            .record_history(&msg.namespace, &msg.task_id, &history)
-            .await
-        {
-            tracing::warn!(error = %e, "could not record execution history");
-        }
-    }
+    let finished = UtcMillis::now();
     let report = ExecutionReport {
         execution_id: msg.execution_id,
         namespace: msg.namespace.clone(),
@@ -723,10 +661,17 @@ async fn finish(
         fire_at: msg.fire_at,
         started_at: started,
         finished_at: finished,
-        duration,
-        outcome,
-        retry_at,
-        history,
+        duration: finished.since(started),
+        end,
     };
+    if sh.cfg.record_history {
+        if let Err(e) = sh
+            .queue
+            .record_history(&msg.namespace, &msg.task_id, &report.history())
+            .await
+        {
+            tracing::warn!(error = %e, "could not record execution history");
+        }
+    }
     sh.reporter.on_finished(&report).await;
 }

@@ -9,59 +9,9 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use ax_queue::{ExecutionMessage, HistoryEntry};
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{AttemptEnd, UtcMillis};
 use tokio::sync::mpsc;
 use uuid::Uuid;
-
-/// How an attempt ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// The handler succeeded; the message is acked.
-    Succeeded,
-    /// The handler returned an error. `retrying`: a next attempt waits in the delayed set;
-    /// otherwise the execution went to the dead-letter queue.
-    Failed {
-        /// The handler's error.
-        error: String,
-        /// Whether a retry is scheduled.
-        retrying: bool,
-    },
-    /// The attempt ran past its timeout and was stopped.
-    TimedOut {
-        /// Whether a retry is scheduled.
-        retrying: bool,
-    },
-    /// The handler panicked.
-    Panicked {
-        /// The panic message.
-        message: String,
-        /// Whether a retry is scheduled.
-        retrying: bool,
-    },
-    /// The execution went to the dead-letter queue without running (e.g. unknown handler).
-    DeadLettered {
-        /// Why.
-        reason: String,
-    },
-    /// Stopped because a newer execution of the task replaced it (overlap `replace`); the
-    /// message is settled, not retried.
-    Killed,
-    /// The worker stopped before the attempt finished; the message went back to the queue.
-    Released,
-}
-
-impl Outcome {
-    /// Whether this outcome put the execution in the dead-letter queue.
-    pub fn is_dead_lettered(&self) -> bool {
-        match self {
-            Outcome::DeadLettered { .. } => true,
-            Outcome::Failed { retrying, .. }
-            | Outcome::TimedOut { retrying }
-            | Outcome::Panicked { retrying, .. } => !retrying,
-            Outcome::Succeeded | Outcome::Released | Outcome::Killed => false,
-        }
-    }
-}
 
 /// One finished attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,13 +38,26 @@ pub struct ExecutionReport {
     pub finished_at: UtcMillis,
     /// How long it ran.
     pub duration: Duration,
-    /// How it ended.
-    pub outcome: Outcome,
-    /// When the retry is due, if one was scheduled.
-    pub retry_at: Option<UtcMillis>,
+    /// How it ended, and the retry that follows, if any.
+    pub end: AttemptEnd,
+}
+
+impl ExecutionReport {
     /// The attempt as recorded in the task's history (written by the pool itself when
     /// `WorkerConfig::record_history` is set; a reporter that writes it can unset that).
-    pub history: HistoryEntry,
+    pub fn history(&self) -> HistoryEntry {
+        HistoryEntry {
+            execution_id: self.execution_id,
+            fire_at: self.fire_at,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            lateness_ms: self.started_at.0 - self.fire_at.0,
+            duration_ms: u64::try_from(self.duration.as_millis()).unwrap_or(u64::MAX),
+            end: self.end.clone(),
+            worker: self.worker_id.clone(),
+            attempt: self.attempt,
+        }
+    }
 }
 
 /// A boxed reporter future.

@@ -1,20 +1,20 @@
-//! When a failed attempt is tried again: the `backoff` crate's jittered exponential policy,
-//! built from the task's [`RetryPolicy`].
+//! When a failed attempt is tried again: jittered exponential backoff from the task's
+//! [`RetryPolicy`].
 //!
 //! The worker keeps no retry state in memory: the attempt number and the first attempt's
 //! instant travel in the message, and the wait is spent in Redis (the delayed set). So the
-//! n-th retry's wait is computed from scratch: an `ExponentialBackoff` whose current interval
-//! is `initial * multiplier^n` capped at `max_interval`, randomized by `jitter`
-//! (uniform in `w*(1-j) ..= w*(1+j)`), on a clock fixed at `now` and started at the first
-//! attempt, so the crate's own `max_elapsed_time` rule applies: no retry starts later than
-//! `max_elapsed` after the first attempt.
+//! n-th retry's wait is computed from scratch: the `backoff` crate's exponential sequence
+//! (`initial * multiplier^n` capped at `max_interval`) gives the base, `rand` spreads it
+//! uniformly over `base*(1-jitter) ..= base*(1+jitter)`, and the time budget is checked on
+//! the message's own instants: no retry starts later than `max_elapsed` after the first
+//! attempt.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ax_scheduler_core::{RetryPolicy, UtcMillis};
 use backoff::backoff::Backoff;
-use backoff::exponential::ExponentialBackoff;
-use backoff::Clock;
+use backoff::ExponentialBackoffBuilder;
+use rand::Rng;
 
 /// What to do after a failed attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,65 +33,60 @@ pub enum RetryDecision {
     },
 }
 
-struct FixedClock(Instant);
-
-impl Clock for FixedClock {
-    fn now(&self) -> Instant {
-        self.0
-    }
-}
-
 /// The un-jittered wait before retry number `retry` (0 for the first retry).
 pub fn base_interval(policy: &RetryPolicy, retry: u32) -> Duration {
-    let exp = i32::try_from(retry).unwrap_or(i32::MAX);
-    let secs = policy.initial_interval.as_secs_f64() * policy.multiplier.max(1.0).powi(exp);
-    let max = policy.max_interval.as_secs_f64();
-    Duration::from_secs_f64(if secs.is_finite() { secs.min(max) } else { max })
+    let mut sequence = ExponentialBackoffBuilder::new()
+        .with_initial_interval(policy.initial_interval)
+        .with_multiplier(policy.multiplier.max(1.0))
+        .with_max_interval(policy.max_interval)
+        .with_randomization_factor(0.0)
+        .with_max_elapsed_time(None)
+        .build();
+    let mut wait = policy.initial_interval.min(policy.max_interval);
+    // Retries are few (the policy caps them), and the sequence stops growing at the cap.
+    for _ in 0..=retry.min(64) {
+        match sequence.next_backoff() {
+            Some(next) => wait = next,
+            None => break,
+        }
+    }
+    wait
 }
 
 /// Decides the fate of a message whose attempt `attempt` (0 for the first) failed at `now`,
-/// given when its first attempt was enqueued.
+/// given when its first attempt was enqueued; `rng` supplies the jitter.
 pub fn decide(
     policy: &RetryPolicy,
     attempt: u32,
     first_attempt_at: UtcMillis,
     now: UtcMillis,
+    rng: &mut impl Rng,
 ) -> RetryDecision {
     if attempt >= policy.max_retries {
         return RetryDecision::GiveUp {
             reason: format!("retries exhausted ({} of {})", attempt, policy.max_retries),
         };
     }
-    let elapsed = now.since(first_attempt_at);
-    let anchor = Instant::now();
-    let Some(start) = anchor.checked_sub(elapsed) else {
-        return RetryDecision::GiveUp {
-            reason: "retry time budget spent".into(),
-        };
+    let jitter = policy.jitter.clamp(0.0, 1.0);
+    let factor = if jitter > 0.0 {
+        rng.random_range(1.0 - jitter..=1.0 + jitter)
+    } else {
+        1.0
     };
-    let mut b = ExponentialBackoff {
-        current_interval: base_interval(policy, attempt),
-        initial_interval: policy.initial_interval,
-        randomization_factor: policy.jitter.clamp(0.0, 1.0),
-        multiplier: policy.multiplier.max(1.0),
-        max_interval: policy.max_interval,
-        start_time: start,
-        max_elapsed_time: policy.max_elapsed,
-        clock: FixedClock(anchor),
-    };
-    match b.next_backoff() {
-        Some(wait) => RetryDecision::RetryAt {
-            due: now.add(wait),
-            wait,
-        },
-        None => RetryDecision::GiveUp {
-            reason: format!(
-                "retry time budget spent ({:?} of {:?})",
-                elapsed,
-                policy.max_elapsed.unwrap_or_default()
-            ),
-        },
+    let wait = base_interval(policy, attempt).mul_f64(factor);
+    let due = now.add(wait);
+    if let Some(budget) = policy.max_elapsed {
+        if due > first_attempt_at.add(budget) {
+            return RetryDecision::GiveUp {
+                reason: format!(
+                    "retry time budget spent ({:?} of {:?})",
+                    now.since(first_attempt_at),
+                    budget
+                ),
+            };
+        }
     }
+    RetryDecision::RetryAt { due, wait }
 }
 
 #[cfg(test)]
@@ -122,22 +117,25 @@ mod tests {
     fn exhausted_retries_and_budget_give_up() {
         let p = policy();
         let t = UtcMillis(1_000_000);
-        assert!(matches!(decide(&p, 5, t, t), RetryDecision::GiveUp { .. }));
+        assert!(matches!(
+            decide(&p, 5, t, t, &mut rand::rng()),
+            RetryDecision::GiveUp { .. }
+        ));
         let late = t.add(Duration::from_secs(11));
         assert!(matches!(
-            decide(&p, 1, t, late),
+            decide(&p, 1, t, late, &mut rand::rng()),
             RetryDecision::GiveUp { .. }
         ));
         // Within budget but the wait would end past it.
         let edge = t.add(Duration::from_millis(9_990));
         assert!(matches!(
-            decide(&p, 3, t, edge),
+            decide(&p, 3, t, edge, &mut rand::rng()),
             RetryDecision::GiveUp { .. }
         ));
         let mut no_limit = p.clone();
         no_limit.max_elapsed = None;
         assert!(matches!(
-            decide(&no_limit, 1, t, late),
+            decide(&no_limit, 1, t, late, &mut rand::rng()),
             RetryDecision::RetryAt { .. }
         ));
     }
@@ -150,7 +148,7 @@ mod tests {
             p.max_elapsed = None;
             let now = UtcMillis(5_000_000);
             let base = base_interval(&p, attempt).as_secs_f64();
-            match decide(&p, attempt, now, now) {
+            match decide(&p, attempt, now, now, &mut rand::rng()) {
                 RetryDecision::RetryAt { due, wait } => {
                     let w = wait.as_secs_f64();
                     prop_assert!(w >= base * (1.0 - jitter) - 1e-6, "{w} < {base}");

@@ -8,12 +8,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ax_queue::{EnqueueOutcome, ExecutionMessage, HistoryOutcome, Queue};
+use ax_queue::{ExecutionMessage, Queue};
+use ax_scheduler_core::{AttemptOutcome, EnqueueOutcome};
 use ax_scheduler_core::{RetryPolicy, UtcMillis};
 use ax_testkit::{redis_url, unique_name, RedisServer};
 use ax_worker::{
-    ChannelReporter, ExecutionReport, HandlerError, HandlerRegistry, NoopReporter, Outcome,
-    ReportEvent, WorkerPool,
+    ChannelReporter, ExecutionReport, HandlerError, HandlerRegistry, NoopReporter, ReportEvent,
+    WorkerPool,
 };
 use common::*;
 use redis::AsyncCommands;
@@ -113,11 +114,19 @@ async fn thousands_of_messages_through_several_pools_none_lost_none_twice() {
         assert!(msgs.iter().all(|m| seen.contains_key(&m.execution_id)));
     }
     assert_eq!(taken, total as u64);
-    let stats = q.stats("default", ax_queue::now()).await.unwrap();
+    let stats = q
+        .stats("default", ax_scheduler_core::UtcMillis::now())
+        .await
+        .unwrap();
     assert_eq!(
         (stats.ready, stats.unsettled, stats.delayed, stats.dead),
         (0, 0, 0, 0)
     );
+}
+
+/// (outcome, error, whether a retry follows) of a finished attempt.
+fn ended(r: &ExecutionReport) -> (AttemptOutcome, Option<String>, bool) {
+    (r.end.outcome, r.end.error.clone(), r.end.retry_at.is_some())
 }
 
 #[tokio::test]
@@ -138,16 +147,17 @@ async fn a_panic_is_recorded_and_the_pool_keeps_running() {
     q.enqueue(&bad).await.unwrap();
     let r = next_finished(&mut rx).await;
     assert_eq!(
-        r.outcome,
-        Outcome::Panicked {
-            message: "kaboom at the handler".into(),
-            retrying: false
-        }
+        ended(&r),
+        (
+            AttemptOutcome::Panicked,
+            Some(format!("handler panicked: {}", "kaboom at the handler")),
+            false
+        )
     );
     let good = msg(&spec("good", "record"), 1);
     q.enqueue(&good).await.unwrap();
     let r = next_finished(&mut rx).await;
-    assert_eq!(r.outcome, Outcome::Succeeded);
+    assert_eq!(r.end.outcome, AttemptOutcome::Succeeded);
     assert_eq!(r.execution_id, good.execution_id);
     let dead = q.dlq_list("default", 0, 10).await.unwrap();
     assert_eq!(dead.len(), 1);
@@ -157,7 +167,7 @@ async fn a_panic_is_recorded_and_the_pool_keeps_running() {
         dead[0].reason
     );
     let h = q.history("ns", "bad", 10).await.unwrap();
-    assert_eq!(h[0].outcome, HistoryOutcome::Panicked);
+    assert_eq!(h[0].end.outcome, AttemptOutcome::Panicked);
     running.stop().await;
 }
 
@@ -176,7 +186,8 @@ async fn an_attempt_past_its_timeout_is_stopped() {
     s.timeout = Duration::from_millis(200);
     q.enqueue(&msg(&s, 1)).await.unwrap();
     let r = next_finished(&mut rx).await;
-    assert_eq!(r.outcome, Outcome::TimedOut { retrying: false });
+    assert_eq!(r.end.outcome, AttemptOutcome::TimedOut);
+    assert!(r.end.is_last());
     assert!(r.duration >= Duration::from_millis(200) && r.duration < Duration::from_secs(3));
     let dead = q.dlq_list("default", 0, 10).await.unwrap();
     assert!(
@@ -211,7 +222,7 @@ async fn a_replaced_execution_is_stopped_and_the_newer_one_runs() {
     assert_eq!(q.enqueue(&second).await.unwrap(), EnqueueOutcome::Enqueued);
     let r = next_finished(&mut rx).await;
     assert_eq!(r.execution_id, first.execution_id);
-    assert_eq!(r.outcome, Outcome::Killed);
+    assert_eq!(r.end.outcome, AttemptOutcome::Killed);
     assert!(r.duration < Duration::from_secs(5), "{:?}", r.duration);
     assert_eq!(
         q.active_holder("default", &s.namespace, &s.id)
@@ -237,7 +248,9 @@ async fn retries_wait_in_redis_within_the_jitter_bounds_then_dead_letter() {
     reg.register_fn("flaky", move |_ctx, exec: ExecutionMessage| {
         let c = c.clone();
         async move {
-            c.lock().unwrap().push((exec.attempt, ax_queue::now()));
+            c.lock()
+                .unwrap()
+                .push((exec.attempt, ax_scheduler_core::UtcMillis::now()));
             Err(HandlerError::Retryable(format!("fail #{}", exec.attempt)))
         }
     });
@@ -265,13 +278,14 @@ async fn retries_wait_in_redis_within_the_jitter_bounds_then_dead_letter() {
         let r = next_finished(&mut rx).await;
         assert_eq!(r.attempt, attempt);
         assert_eq!(
-            r.outcome,
-            Outcome::Failed {
-                error: format!("fail #{attempt}"),
-                retrying: true
-            }
+            ended(&r),
+            (
+                AttemptOutcome::Failed,
+                Some(format!("fail #{attempt}").to_string()),
+                true
+            )
         );
-        let due = r.retry_at.unwrap();
+        let due = r.end.retry_at.unwrap();
         let wait = due.0 - r.finished_at.0;
         let base = ax_worker::retry::base_interval(&policy, attempt).as_millis() as f64;
         // The due time is computed a moment before the report's finish instant.
@@ -294,11 +308,8 @@ async fn retries_wait_in_redis_within_the_jitter_bounds_then_dead_letter() {
     let r = next_finished(&mut rx).await;
     assert_eq!(r.attempt, 3);
     assert_eq!(
-        r.outcome,
-        Outcome::Failed {
-            error: "fail #3".into(),
-            retrying: false
-        }
+        ended(&r),
+        (AttemptOutcome::Failed, Some("fail #3".to_string()), false)
     );
     running.stop().await;
     // Each retry started no earlier than its due time (promotion from the delayed set).
@@ -348,19 +359,18 @@ async fn permanent_errors_and_unknown_handlers_go_straight_to_the_dead_letter_qu
     q.enqueue(&msg(&s, 1)).await.unwrap();
     let r = next_finished(&mut rx).await;
     assert_eq!(
-        r.outcome,
-        Outcome::Failed {
-            error: "bad input".into(),
-            retrying: false
-        }
+        ended(&r),
+        (AttemptOutcome::Failed, Some("bad input".to_string()), false)
     );
     q.enqueue(&msg(&spec("u", "nope"), 1)).await.unwrap();
     let r = next_finished(&mut rx).await;
     assert_eq!(
-        r.outcome,
-        Outcome::DeadLettered {
-            reason: "unknown handler `nope`; this worker serves: [ok, reject]".into()
-        }
+        ended(&r),
+        (
+            AttemptOutcome::DeadLettered,
+            Some("unknown handler `nope`; this worker serves: [ok, reject]".to_string()),
+            false
+        )
     );
     assert_eq!(q.dlq_size("default").await.unwrap(), 2);
     running.stop().await;
@@ -369,7 +379,7 @@ async fn permanent_errors_and_unknown_handlers_go_straight_to_the_dead_letter_qu
     assert_eq!(dead[0].errors.len(), 1);
     assert_eq!(dead[0].errors[0].attempt, 0);
     let new_id = q
-        .dlq_requeue("default", dead[0].id, ax_queue::now())
+        .dlq_requeue("default", dead[0].id, ax_scheduler_core::UtcMillis::now())
         .await
         .unwrap();
     assert!(new_id.is_some());
@@ -416,17 +426,20 @@ async fn shutdown_finishes_short_work_and_gives_back_the_rest() {
     assert_eq!(summary.released, 1);
     let mut outcomes = [next_finished(&mut rx).await, next_finished(&mut rx).await];
     outcomes.sort_by_key(|r| r.task_id.clone());
-    assert_eq!(outcomes[0].outcome, Outcome::Released);
-    assert_eq!(outcomes[1].outcome, Outcome::Succeeded);
+    assert_eq!(outcomes[0].end.outcome, AttemptOutcome::Released);
+    assert_eq!(outcomes[1].end.outcome, AttemptOutcome::Succeeded);
     // The unfinished one is back at the front of the queue, untouched; the worker is gone.
-    let stats = q.stats("default", ax_queue::now()).await.unwrap();
+    let stats = q
+        .stats("default", ax_scheduler_core::UtcMillis::now())
+        .await
+        .unwrap();
     assert_eq!((stats.ready, stats.unsettled), (1, 1));
     let mut c = q
         .consumer(
             "default",
             "next",
             Duration::from_millis(100),
-            ax_queue::now(),
+            ax_scheduler_core::UtcMillis::now(),
         )
         .await
         .unwrap();
@@ -588,12 +601,12 @@ async fn a_deposed_leaders_fires_never_reach_a_worker() {
     let running = start(pool);
     let s = spec("f", "record");
     q.advance_fence("default", 10).await.unwrap();
-    let old = ExecutionMessage::for_fire(&s, UtcMillis(1), ax_queue::now(), 9);
+    let old = ExecutionMessage::for_fire(&s, UtcMillis(1), ax_scheduler_core::UtcMillis::now(), 9);
     assert_eq!(
         q.enqueue(&old).await.unwrap(),
         EnqueueOutcome::Fenced { newest: 10 }
     );
-    let new = ExecutionMessage::for_fire(&s, UtcMillis(1), ax_queue::now(), 10);
+    let new = ExecutionMessage::for_fire(&s, UtcMillis(1), ax_scheduler_core::UtcMillis::now(), 10);
     assert_eq!(q.enqueue(&new).await.unwrap(), EnqueueOutcome::Enqueued);
     assert!(
         eventually(Duration::from_secs(5), || seen

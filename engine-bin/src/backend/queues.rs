@@ -6,27 +6,15 @@
 
 use std::collections::BTreeSet;
 
-use ax_queue::{DlqEntry, HistoryEntry, HistoryOutcome};
+use ax_queue::{DlqEntry, HistoryEntry};
 use uuid::Uuid;
 
-use super::{errors, now, tasks::not_found, Backend};
+use super::{errors, tasks::not_found, Backend};
 use crate::http::api::{
     DeadLetter, DlqRequeue, ExecutionRecord, QueueView, ReplicaView, StatusView, TaskKey,
 };
 use crate::http::ApiError;
-
-/// Outcome names as the API shows them (the queue's own serde names).
-fn outcome_name(o: HistoryOutcome) -> &'static str {
-    match o {
-        HistoryOutcome::Succeeded => "succeeded",
-        HistoryOutcome::Retrying => "retrying",
-        HistoryOutcome::DeadLettered => "dead_lettered",
-        HistoryOutcome::TimedOut => "timed_out",
-        HistoryOutcome::Panicked => "panicked",
-        HistoryOutcome::Released => "released",
-        HistoryOutcome::Killed => "killed",
-    }
-}
+use ax_scheduler_core::UtcMillis;
 
 pub(super) fn record(e: &HistoryEntry) -> ExecutionRecord {
     ExecutionRecord {
@@ -37,8 +25,8 @@ pub(super) fn record(e: &HistoryEntry) -> ExecutionRecord {
         started: Some(e.started_at),
         lateness_ms: Some(u64::try_from(e.lateness_ms).unwrap_or(0)),
         duration_ms: Some(e.duration_ms),
-        outcome: outcome_name(e.outcome).to_owned(),
-        error: e.error.clone(),
+        outcome: e.end.label().to_owned(),
+        error: e.end.error.clone(),
         worker: Some(e.worker.clone()),
     }
 }
@@ -118,7 +106,7 @@ impl Backend {
 
     pub(super) async fn requeue(&self, request: DlqRequeue) -> Result<u64, ApiError> {
         let q = self.queue().await?;
-        let now = now();
+        let now = UtcMillis::now();
         match request {
             DlqRequeue::All { queue, .. } => {
                 let mut count = 0u64;
@@ -206,7 +194,7 @@ impl Backend {
             })
             .collect();
         let q = self.queue().await?;
-        let now = now();
+        let now = UtcMillis::now();
         let mut queues = Vec::new();
         let mut dlq_size = 0;
         for name in self.known_queues().await? {
@@ -245,8 +233,10 @@ mod tests {
             finished_at: UtcMillis(1_500),
             lateness_ms: -10,
             duration_ms: 510,
-            outcome: HistoryOutcome::TimedOut,
-            error: Some("deadline".into()),
+            end: ax_scheduler_core::AttemptEnd::new(
+                ax_scheduler_core::AttemptOutcome::TimedOut,
+                Some("deadline".into()),
+            ),
             worker: "w1".into(),
             attempt: 0,
         };

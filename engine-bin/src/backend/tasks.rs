@@ -12,7 +12,7 @@ use ax_registry::TriggerRequest;
 use ax_scheduler_core::task::DEFAULT_NAMESPACE;
 use ax_scheduler_core::{TaskSpec, TaskState, TaskStatus, UtcMillis};
 
-use super::{errors, now, Backend};
+use super::{errors, Backend};
 use crate::http::api::{PutTaskResult, TaskKey, TaskView, TriggerResult};
 use crate::http::ApiError;
 use crate::task_file::PREVIEW_FIRES;
@@ -186,7 +186,7 @@ impl Backend {
                 errors: errors.iter().map(ToString::to_string).collect(),
             }
         })?;
-        let now = now();
+        let now = UtcMillis::now();
         if !dry_run && spec.created_at.is_none() {
             // So that a `delay` or `every` countdown starts at registration, whichever
             // replica leads when the spec is first seen.
@@ -247,7 +247,7 @@ impl Backend {
         }
         let request = TriggerRequest {
             execution_id: uuid::Uuid::now_v7().to_string(),
-            requested_at: now(),
+            requested_at: UtcMillis::now(),
         };
         self.registry
             .request_trigger(&key.namespace, &key.id, &request)

@@ -1,11 +1,14 @@
--- Idempotent, fenced enqueue of many messages of one queue in one call (bulk enqueue), with
--- the overlap check of enqueue.lua.
+-- Idempotent, fenced enqueue of messages of one queue in one call, with the overlap check: the
+-- one enqueue path (a single message is a batch of one).
 -- KEYS: 1 ready list, 2 monitor zset, 3 fence, then per message 2 keys: dedupe key, the
 --       task's active marker
 -- ARGV: 1 dedupe TTL ms, then per message 7 values: message JSON, execution id,
 --       enqueued_at ms, fencing token, '1' to push at the taking end, overlap mode
 --       ('a', 'f', 'r'), marker TTL ms
--- Returns {code per message..., newest token}; codes as in enqueue.lua.
+-- Returns {code per message..., newest token}; codes: 1 enqueued, 0 duplicate, -1 refused
+-- (token older than the newest), 2 held (mode 'f' and the task's previous execution is still
+-- active: nothing recorded, so the fire can be enqueued later). Mode 'a' leaves the marker
+-- alone; 'f' and 'r' point it at the new execution (for 'r' the running one sees it move).
 local newest = tonumber(redis.call('GET', KEYS[3]) or '0')
 local out = {}
 local count = (#KEYS - 3) / 2

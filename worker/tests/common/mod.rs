@@ -1,36 +1,17 @@
 //! Shared helpers of the worker tests.
 #![allow(dead_code, unreachable_pub)]
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ax_queue::{ExecutionMessage, Queue, QueueConfig};
-use ax_scheduler_core::{MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec};
+use ax_scheduler_core::TaskSpec;
 use ax_worker::WorkerConfig;
 
 pub fn spec(id: &str, handler: &str) -> TaskSpec {
-    TaskSpec {
-        id: id.into(),
-        namespace: "ns".into(),
-        handler: handler.into(),
-        schedule: Schedule::Every(Duration::from_secs(60)),
-        payload: serde_json::json!({"id": id}),
-        http: None,
-        queue: "default".into(),
-        priority: 5,
-        timeout: Duration::from_secs(5),
-        retry: RetryPolicy {
-            max_retries: 0,
-            ..RetryPolicy::default()
-        },
-        idempotency_key: None,
-        misfire: MisfirePolicy::FireOnce,
-        overlap: OverlapPolicy::Allow,
-        paused: false,
-        labels: BTreeMap::new(),
-        version: 1,
-        created_at: None,
-    }
+    let mut s = ax_testkit::spec(id, "default", handler);
+    s.timeout = Duration::from_secs(5);
+    s.retry.max_retries = 0;
+    s
 }
 
 pub async fn queue_at(url: &str, prefix: &str) -> Queue {
@@ -60,7 +41,12 @@ pub fn fast_config(worker_id: &str) -> WorkerConfig {
 }
 
 pub fn msg(spec: &TaskSpec, fire: i64) -> ExecutionMessage {
-    ExecutionMessage::for_fire(spec, ax_scheduler_core::UtcMillis(fire), ax_queue::now(), 1)
+    ExecutionMessage::for_fire(
+        spec,
+        ax_scheduler_core::UtcMillis(fire),
+        ax_scheduler_core::UtcMillis::now(),
+        1,
+    )
 }
 
 /// Polls `cond` every 20 ms until it holds or `limit` passes.

@@ -1,26 +1,18 @@
-//! The wall clock, read only here, and the check of it against etcd's.
+//! The scheduler's clock edge: wall-clock targets as tokio deadlines, and the check of this
+//! host's clock against etcd's.
 //!
-//! The scheduling core works on [`UtcMillis`] handed to it; this module is the edge where the
-//! process reads the system clock and turns a wall-clock target into a tokio deadline.
+//! The scheduling core works on [`UtcMillis`] handed to it; the leader reads the wall clock
+//! with [`UtcMillis::now`] and sleeps on tokio deadlines computed here.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context;
 use ax_scheduler_core::UtcMillis;
 use tokio::time::Instant;
 
-/// Now, in UTC milliseconds.
-pub fn now() -> UtcMillis {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    UtcMillis(i64::try_from(ms).unwrap_or(i64::MAX))
-}
-
 /// The tokio instant at which the wall clock will read `target` (now, if it is past).
 pub fn instant_at(target: UtcMillis) -> Instant {
-    let wait = target.since(now());
+    let wait = target.since(UtcMillis::now());
     Instant::now() + wait
 }
 
@@ -36,13 +28,13 @@ pub async fn skew_against(endpoint: &str) -> anyhow::Result<f64> {
         .timeout(Duration::from_secs(3))
         .build()
         .context("cannot build the HTTP client for the clock check")?;
-    let before = now();
+    let before = UtcMillis::now();
     let response = client
         .get(&url)
         .send()
         .await
         .with_context(|| format!("cannot reach {url}"))?;
-    let after = now();
+    let after = UtcMillis::now();
     let date = response
         .headers()
         .get(reqwest::header::DATE)
@@ -94,7 +86,7 @@ mod tests {
         let start = Instant::now();
         let at = instant_at(UtcMillis(0));
         assert!(at >= start && at <= Instant::now());
-        let later = instant_at(now().add(Duration::from_secs(10)));
+        let later = instant_at(UtcMillis::now().add(Duration::from_secs(10)));
         assert!(later >= start + Duration::from_secs(9));
     }
 }

@@ -15,10 +15,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-pub use ax_registry::PendingTrigger;
+pub(super) use ax_registry::PendingTrigger;
 
 /// Reads pending triggers every `interval` and sends the new ones to the leader loop.
-pub async fn poll(
+pub(super) async fn poll(
     registry: Registry,
     interval: Duration,
     tx: mpsc::Sender<PendingTrigger>,

@@ -20,7 +20,7 @@ use tracing::{debug, warn};
 const PACE: Duration = Duration::from_millis(2);
 
 /// Work for the flusher.
-pub enum FlushRequest {
+pub(super) enum FlushRequest {
     /// Task states to write (`Some`) or delete (`None`); `done` is answered once written.
     States {
         /// The states.
@@ -34,7 +34,7 @@ pub enum FlushRequest {
 
 /// Runs until `cancel` fires or the channel closes. `fence` is the leader key's create
 /// revision; a refused write cancels `cancel` (the term is over).
-pub async fn run(
+pub(super) async fn run(
     registry: Registry,
     fence: i64,
     mut rx: mpsc::Receiver<FlushRequest>,

@@ -1,0 +1,415 @@
+//! The fire path: poll the dispatcher, enqueue what is due, act on what the enqueue said.
+//!
+//! Split in two so the decisions run on virtual time in tests, as the dispatcher's do:
+//! [`fire`] is the thin I/O shell (read the clock, check the lease, one pipelined enqueue with
+//! retries, then carry out the effects), and [`settle`] is a synchronous step that applies the
+//! enqueue outcomes to the dispatcher and returns what to do about them ([`FireEffects`]:
+//! metrics, alerts, consumed triggers, stepping down). [`notice_alerts`] does the same for the
+//! dispatcher's notices.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use ax_alerting::Alert;
+use ax_queue::ExecutionMessage;
+use ax_scheduler_core::{Dispatch, Dispatcher, EnqueueOutcome, Notice, UtcMillis};
+use tracing::{debug, info, warn};
+
+use super::flusher::FlushRequest;
+use super::term::Term;
+use super::triggers::PendingTrigger;
+use super::{LeaderDeps, LeaderSettings};
+use crate::metrics::BACKEND_REDIS;
+
+/// What the shell does after one round of enqueues.
+#[derive(Debug, Default)]
+pub(super) struct FireEffects {
+    /// The queue of each fire that was enqueued (`tasks_scheduled_total`).
+    pub(super) scheduled: Vec<String>,
+    /// Alerts to send (late enqueues).
+    pub(super) alerts: Vec<Alert>,
+    /// Run-now trigger keys whose execution is in the queue: delete them.
+    pub(super) done_triggers: Vec<PendingTrigger>,
+    /// A newer leader's fencing token was found in Redis: the term is over.
+    pub(super) fenced: Option<u64>,
+}
+
+/// Applies the enqueue `outcomes` of `dispatches` (sent as `messages`) to the dispatcher and
+/// returns the effects to carry out. Stops at the first fenced outcome: nothing after it
+/// was pushed, and the term ends.
+pub(super) fn settle(
+    dispatcher: &mut Dispatcher,
+    dispatches: &[Dispatch],
+    messages: &[ExecutionMessage],
+    outcomes: &[EnqueueOutcome],
+    pending_triggers: &mut HashMap<String, PendingTrigger>,
+    delay_alert_threshold: Duration,
+    now: UtcMillis,
+) -> FireEffects {
+    let mut effects = FireEffects::default();
+    for ((dispatch, message), outcome) in dispatches.iter().zip(messages).zip(outcomes) {
+        let lateness = now.since(dispatch.fire_at);
+        match outcome {
+            EnqueueOutcome::Enqueued => {
+                effects.scheduled.push(message.queue.clone());
+                info!(
+                    task_id = %dispatch.key,
+                    execution_id = %message.execution_id,
+                    fire_at = %dispatch.fire_at,
+                    lateness_ms = u64::try_from(lateness.as_millis()).unwrap_or(u64::MAX),
+                    attempt = 0,
+                    queue = %message.queue,
+                    run_now = message.run_now,
+                    "enqueued"
+                );
+                if lateness > delay_alert_threshold {
+                    effects.alerts.push(Alert::schedule_delay(
+                        dispatch.key.namespace.clone(),
+                        dispatch.key.id.clone(),
+                        dispatch.fire_at,
+                        lateness,
+                        now,
+                    ));
+                }
+            }
+            EnqueueOutcome::Duplicate => {
+                debug!(task_id = %dispatch.key, fire_at = %dispatch.fire_at, "already enqueued (duplicate fire refused)");
+            }
+            EnqueueOutcome::Held => {
+                debug!(task_id = %dispatch.key, fire_at = %dispatch.fire_at, "previous execution still active; fire held");
+            }
+            EnqueueOutcome::Fenced { newest } => {
+                warn!(
+                    newest,
+                    "a newer leader's fencing token is in Redis: stepping down"
+                );
+                effects.fenced = Some(*newest);
+                return effects;
+            }
+        }
+        if let Some(id) = &dispatch.run_now {
+            if *outcome != EnqueueOutcome::Held {
+                effects.done_triggers.extend(pending_triggers.remove(id));
+            }
+        }
+        dispatcher.on_enqueued(dispatch, *outcome, now);
+    }
+    effects
+}
+
+/// Logs the dispatcher's notices and returns the alerts they raise.
+pub(super) fn notice_alerts(
+    notices: Vec<Notice>,
+    breaker_window: Duration,
+    now: UtcMillis,
+) -> Vec<Alert> {
+    let mut alerts = Vec::new();
+    for notice in notices {
+        match notice {
+            Notice::Misfired {
+                key,
+                missed,
+                skipped,
+                beyond_window,
+                oldest,
+            } => {
+                warn!(
+                    task_id = %key,
+                    missed,
+                    skipped,
+                    beyond_window,
+                    oldest = ?oldest.map(|o| o.to_rfc3339()),
+                    "missed fires found on takeover"
+                );
+                if skipped > 0 {
+                    alerts.push(Alert::misfire_skipped(
+                        key.namespace.clone(),
+                        key.id.clone(),
+                        skipped,
+                        now,
+                    ));
+                }
+                if let (true, Some(oldest)) = (beyond_window > 0, oldest) {
+                    alerts.push(Alert::schedule_delay(
+                        key.namespace.clone(),
+                        key.id.clone(),
+                        oldest,
+                        now.since(oldest),
+                        now,
+                    ));
+                }
+            }
+            Notice::CircuitOpened {
+                key,
+                failures,
+                executions,
+            } => {
+                warn!(task_id = %key, failures, executions, "circuit breaker open: dispatch slowed to a tenth");
+                alerts.push(Alert::circuit_open(
+                    key.to_string(),
+                    failures,
+                    breaker_window,
+                    now,
+                ));
+            }
+            Notice::CircuitClosed { key } => info!(task_id = %key, "circuit breaker closed"),
+            Notice::BreakerSkipped { key, fire_at } => {
+                debug!(task_id = %key, fire_at = %fire_at, "fire skipped: circuit breaker open");
+            }
+        }
+    }
+    alerts
+}
+
+/// Polls the dispatcher and enqueues what is due, in one pipeline.
+pub(super) async fn fire(
+    settings: &LeaderSettings,
+    deps: &LeaderDeps,
+    term: &mut Term,
+) -> anyhow::Result<()> {
+    let now = UtcMillis::now();
+    let dispatches = term.dispatcher.poll(now);
+    let alerts = notice_alerts(
+        term.dispatcher.take_notices(),
+        settings.dispatcher.breaker.window,
+        now,
+    );
+    send_alerts(deps, alerts);
+    if dispatches.is_empty() {
+        return Ok(());
+    }
+    if !term.leadership.is_valid() {
+        // The lease may have expired while this process was stopped: act as leader no more.
+        warn!(
+            pending = dispatches.len(),
+            "leadership not valid any more; not enqueuing"
+        );
+        term.cancel.cancel();
+        return Ok(());
+    }
+    let messages: Vec<ExecutionMessage> = dispatches
+        .iter()
+        .map(|d| ExecutionMessage::for_dispatch(d, now, term.token))
+        .collect();
+    let outcomes = loop {
+        match deps.queue.enqueue_batch(&messages).await {
+            Ok(outcomes) => break outcomes,
+            Err(e) if e.is_retryable() && term.leadership.is_valid() => {
+                deps.metrics
+                    .backend_errors_total
+                    .with_label_values(&[BACKEND_REDIS])
+                    .inc();
+                warn!(error = %e, pending = messages.len(), "enqueue failed; retrying");
+                // Safe to repeat: every message is deduplicated by its fire.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                deps.metrics
+                    .backend_errors_total
+                    .with_label_values(&[BACKEND_REDIS])
+                    .inc();
+                return Err(e).context("enqueue failed");
+            }
+        }
+    };
+    let effects = settle(
+        &mut term.dispatcher,
+        &dispatches,
+        &messages,
+        &outcomes,
+        &mut term.pending_triggers,
+        settings.delay_alert_threshold,
+        now,
+    );
+    for queue in &effects.scheduled {
+        deps.metrics
+            .tasks_scheduled_total
+            .with_label_values(&[queue])
+            .inc();
+    }
+    send_alerts(deps, effects.alerts);
+    if !effects.done_triggers.is_empty() {
+        let _ = term
+            .flush_tx
+            .send(FlushRequest::DeleteTriggers(effects.done_triggers))
+            .await;
+    }
+    if effects.fenced.is_some() {
+        term.cancel.cancel();
+    }
+    Ok(())
+}
+
+fn send_alerts(deps: &LeaderDeps, alerts: Vec<Alert>) {
+    if let Some(sender) = &deps.alerts {
+        for alert in alerts {
+            sender.send(alert);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ax_alerting::AlertKind;
+    use ax_scheduler_core::{DispatcherConfig, TaskKey, TaskSpec};
+
+    use super::*;
+
+    const T0: i64 = 1_800_000_000_000;
+
+    fn at(ms: i64) -> UtcMillis {
+        UtcMillis(T0 + ms)
+    }
+
+    fn dispatcher(tasks: &[(&str, &str)]) -> Dispatcher {
+        let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+        for (id, json) in tasks {
+            let spec = TaskSpec::from_json(json.as_bytes(), "ns", id).unwrap();
+            d.upsert(TaskKey::new("ns", *id), spec, 1, None, at(0));
+        }
+        d
+    }
+
+    fn messages(dispatches: &[Dispatch], now: UtcMillis) -> Vec<ExecutionMessage> {
+        dispatches
+            .iter()
+            .map(|d| ExecutionMessage::for_dispatch(d, now, 7))
+            .collect()
+    }
+
+    fn trigger(id: &str, execution_id: &str) -> PendingTrigger {
+        PendingTrigger {
+            namespace: "ns".into(),
+            id: id.into(),
+            execution_id: execution_id.into(),
+            requested_at: None,
+        }
+    }
+
+    #[test]
+    fn enqueued_fires_are_counted_and_late_ones_alert() {
+        let mut d = dispatcher(&[
+            (
+                "a",
+                r#"{"handler":"log","schedule":{"every":"1s"},"queue":"qa"}"#,
+            ),
+            ("b", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
+        ]);
+        // Polled 6 s late: one fire each (misfire folds the rest), both beyond 5 s.
+        let now = at(7000);
+        let dispatches = d.poll(now);
+        assert_eq!(dispatches.len(), 2);
+        let msgs = messages(&dispatches, now);
+        let effects = settle(
+            &mut d,
+            &dispatches,
+            &msgs,
+            &[EnqueueOutcome::Enqueued, EnqueueOutcome::Duplicate],
+            &mut HashMap::new(),
+            Duration::from_secs(5),
+            now,
+        );
+        assert_eq!(
+            effects.scheduled.len(),
+            1,
+            "a duplicate is not scheduled again"
+        );
+        assert_eq!(effects.alerts.len(), 1);
+        assert_eq!(effects.alerts[0].kind, AlertKind::ScheduleDelay);
+        assert!(effects.fenced.is_none());
+    }
+
+    #[test]
+    fn a_fenced_outcome_ends_the_round_and_the_term() {
+        let mut d = dispatcher(&[
+            ("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
+            ("b", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
+        ]);
+        let dispatches = d.poll(at(1000));
+        let msgs = messages(&dispatches, at(1000));
+        let effects = settle(
+            &mut d,
+            &dispatches,
+            &msgs,
+            &[
+                EnqueueOutcome::Fenced { newest: 9 },
+                EnqueueOutcome::Enqueued,
+            ],
+            &mut HashMap::new(),
+            Duration::from_secs(5),
+            at(1000),
+        );
+        assert_eq!(effects.fenced, Some(9));
+        assert!(
+            effects.scheduled.is_empty(),
+            "nothing after the fence counts"
+        );
+    }
+
+    #[test]
+    fn a_run_now_trigger_is_consumed_once_its_execution_is_queued_not_while_held() {
+        let mut d = dispatcher(&[(
+            "a",
+            r#"{"handler":"log","schedule":{"every":"1h"},"overlap":"forbid"}"#,
+        )]);
+        let id = uuid::Uuid::now_v7().to_string();
+        assert!(d.trigger(&TaskKey::new("ns", "a"), id.clone(), at(10)));
+        let mut pending = HashMap::from([(id.clone(), trigger("a", &id))]);
+        let dispatches = d.poll(at(10));
+        assert_eq!(dispatches.len(), 1);
+        let msgs = messages(&dispatches, at(10));
+        assert_eq!(
+            msgs[0].execution_id.to_string(),
+            id,
+            "the trigger names the execution"
+        );
+        let effects = settle(
+            &mut d,
+            &dispatches,
+            &msgs,
+            &[EnqueueOutcome::Enqueued],
+            &mut pending,
+            Duration::from_secs(5),
+            at(10),
+        );
+        assert_eq!(effects.done_triggers.len(), 1);
+        assert!(pending.is_empty());
+        assert!(effects.alerts.is_empty());
+    }
+
+    #[test]
+    fn notices_raise_the_alerts_a_person_needs() {
+        let key = Arc::new(TaskKey::new("ns", "a"));
+        let alerts = notice_alerts(
+            vec![
+                Notice::Misfired {
+                    key: Arc::clone(&key),
+                    missed: 10,
+                    skipped: 9,
+                    beyond_window: 2,
+                    oldest: Some(at(0)),
+                },
+                Notice::CircuitOpened {
+                    key: Arc::clone(&key),
+                    failures: 4,
+                    executions: 4,
+                },
+                Notice::CircuitClosed { key },
+            ],
+            Duration::from_secs(300),
+            at(600_000),
+        );
+        let kinds: Vec<AlertKind> = alerts.iter().map(|a| a.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                AlertKind::MisfireSkipped,
+                AlertKind::ScheduleDelay,
+                AlertKind::CircuitOpen
+            ]
+        );
+    }
+}

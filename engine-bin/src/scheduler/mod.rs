@@ -1,0 +1,80 @@
+//! The scheduler role: follow the registry, campaign, and while leading, fire every task.
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `role.rs` | the role's state machine: `Following` (catalog warm, campaign running) and `Leading` |
+//! | `catalog.rs` | the registry as last seen, kept by every replica: what a takeover starts from |
+//! | `term.rs` | one leadership term: takeover, the loop, the end (resign or loss) |
+//! | `fire.rs` | the fire path: the enqueue I/O and the synchronous step that acts on its outcomes |
+//! | `events.rs` | worker events into the dispatcher |
+//! | `flusher.rs` | coalesced task states and consumed triggers to etcd, off the fire path |
+//! | `triggers.rs` | run-now requests read from etcd |
+//! | `clock.rs` | wall-clock deadlines and the clock check against etcd |
+//!
+//! Losing the lease, for any reason, ends the term at once: no fire is enqueued after the
+//! loss is known, and each enqueue first checks `Leadership::is_valid` (a monotonic
+//! deadline, so a process resumed after SIGSTOP stops before acting). A deposed leader that
+//! still reaches Redis is refused by the fencing token in the enqueue script; a fire both
+//! leaders dispatched is enqueued once (dedupe key).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ax_alerting::AlertSender;
+use ax_election::Candidate;
+use ax_queue::Queue;
+use ax_registry::Registry;
+use ax_scheduler_core::DispatcherConfig;
+use tokio_util::task::TaskTracker;
+
+use crate::metrics::Metrics;
+
+mod catalog;
+pub mod clock;
+mod events;
+mod fire;
+mod flusher;
+mod role;
+mod term;
+mod triggers;
+
+pub use role::run;
+
+/// Settings of the scheduler role, from the `[scheduler]` and `[election]` configuration.
+#[derive(Clone, Debug)]
+pub struct LeaderSettings {
+    /// This replica's id.
+    pub instance_id: String,
+    /// The dispatcher's settings (tick, catch-up window, rate limit).
+    pub dispatcher: DispatcherConfig,
+    /// How often worker events are read from Redis.
+    pub events_interval: Duration,
+    /// How often coalesced states are written to etcd.
+    pub flush_interval: Duration,
+    /// How often `{prefix}/triggers/` is read.
+    pub trigger_interval: Duration,
+    /// Late enqueues beyond this raise a schedule-delay alert.
+    pub delay_alert_threshold: Duration,
+    /// The largest clock offset from etcd this replica leads with.
+    pub max_clock_skew: Duration,
+    /// The etcd endpoint whose clock is compared (HTTP `Date` of `/version`).
+    pub skew_endpoint: Option<String>,
+    /// Only these namespaces (empty: all).
+    pub namespaces: Vec<String>,
+}
+
+/// What the role needs from the rest of the replica.
+pub struct LeaderDeps {
+    /// The etcd registry.
+    pub registry: Registry,
+    /// The Redis queue.
+    pub queue: Queue,
+    /// The election candidate.
+    pub candidate: Candidate,
+    /// Metrics of this replica.
+    pub metrics: Arc<Metrics>,
+    /// Alerts, when channels are configured.
+    pub alerts: Option<AlertSender>,
+    /// The tracker the role's helper tasks run on.
+    pub tracker: TaskTracker,
+}

@@ -1,0 +1,163 @@
+//! The role's state machine: follow until the campaign is won, lead until the term ends.
+//!
+//! One task runs it ([`run`]). `Following` keeps the registry catalog warm (watching even when
+//! not leading, so a takeover starts from memory) and waits for the campaign, which runs in
+//! its own task; `Leading` runs a [`Term`]. The registry watcher and the catalog live across
+//! terms, in [`Role`].
+
+use std::time::Duration;
+
+use anyhow::Context;
+use ax_election::Leadership;
+use ax_registry::TaskWatcher;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info_span, warn, Instrument};
+
+use super::catalog::{apply_event, Catalog};
+use super::clock;
+use super::term::{Term, TermEnd};
+use super::{LeaderDeps, LeaderSettings};
+
+enum Phase {
+    Following {
+        campaign: Option<oneshot::Receiver<anyhow::Result<Leadership>>>,
+    },
+    Leading(Box<Term>),
+}
+
+/// What lives across terms.
+struct Role {
+    settings: LeaderSettings,
+    deps: LeaderDeps,
+    watcher: TaskWatcher,
+    catalog: Catalog,
+    cancel: CancellationToken,
+}
+
+/// Runs the scheduler role until `cancel` fires.
+pub async fn run(
+    settings: LeaderSettings,
+    deps: LeaderDeps,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
+    let watcher = deps.registry.watch(cancel.child_token());
+    let mut role = Role {
+        settings,
+        deps,
+        watcher,
+        catalog: Catalog::default(),
+        cancel,
+    };
+    let mut phase = Phase::Following { campaign: None };
+    loop {
+        phase = match phase {
+            Phase::Following { campaign } => role.follow(campaign).await?,
+            Phase::Leading(term) => {
+                let Role {
+                    settings,
+                    deps,
+                    watcher,
+                    catalog,
+                    cancel,
+                } = &mut role;
+                match term.run(settings, deps, watcher, catalog, cancel).await? {
+                    TermEnd::Lost | TermEnd::WatchEnded => Phase::Following { campaign: None },
+                }
+            }
+        };
+        if role.cancel.is_cancelled() {
+            return Ok(());
+        }
+    }
+}
+
+impl Role {
+    async fn follow(
+        &mut self,
+        campaign: Option<oneshot::Receiver<anyhow::Result<Leadership>>>,
+    ) -> anyhow::Result<Phase> {
+        let (settings, deps, watcher, catalog, cancel) = (
+            &self.settings,
+            &self.deps,
+            &mut self.watcher,
+            &mut self.catalog,
+            &self.cancel,
+        );
+        deps.metrics.set_leader(false);
+        let mut campaign = campaign;
+        loop {
+            if campaign.is_none() && catalog.synced {
+                campaign = Some(start_campaign(settings, deps, cancel));
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return Ok(Phase::Following { campaign: None }),
+                event = watcher.next() => match event {
+                    Some(event) => { apply_event(settings, catalog, &deps.metrics, event); }
+                    None => return Ok(Phase::Following { campaign: None }),
+                },
+                won = async { match campaign.as_mut() { Some(rx) => rx.await, None => std::future::pending().await } } => {
+                    campaign = None;
+                    match won {
+                        Ok(Ok(leadership)) => {
+                            match Term::start(settings, deps, catalog, leadership, cancel).await {
+                                Ok(term) => return Ok(Phase::Leading(Box::new(term))),
+                                Err(e) => warn!(error = %format!("{e:#}"), "could not take over; campaigning again"),
+                            }
+                        }
+                        Ok(Err(e)) => {
+                            if cancel.is_cancelled() {
+                                return Ok(Phase::Following { campaign: None });
+                            }
+                            warn!(error = %format!("{e:#}"), "campaign ended with an error; retrying");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn start_campaign(
+    settings: &LeaderSettings,
+    deps: &LeaderDeps,
+    cancel: &CancellationToken,
+) -> oneshot::Receiver<anyhow::Result<Leadership>> {
+    let (tx, rx) = oneshot::channel();
+    let candidate = deps.candidate.clone();
+    let cancel = cancel.clone();
+    let max_skew = settings.max_clock_skew;
+    let skew_endpoint = settings.skew_endpoint.clone();
+    deps.tracker.spawn(
+        async move {
+            // A replica whose clock disagrees with etcd's would fire early or late for
+            // everyone: it does not lead until the clocks agree.
+            if let Some(endpoint) = skew_endpoint {
+                loop {
+                    match clock::skew_against(&endpoint).await {
+                        Ok(skew) if skew.abs() <= max_skew.as_secs_f64() => break,
+                        Ok(skew) => warn!(
+                            skew_seconds = skew,
+                            max_seconds = max_skew.as_secs_f64(),
+                            "clock skew against etcd is too large: refusing to lead; fix NTP on this host"
+                        ),
+                        Err(e) => {
+                            debug!(error = %format!("{e:#}"), "clock skew check failed; campaigning anyway");
+                            break;
+                        }
+                    }
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+                    }
+                }
+            }
+            let result = candidate.campaign(&cancel).await.context("campaign failed");
+            let _ = tx.send(result);
+        }
+        .instrument(info_span!("campaign")),
+    );
+    rx
+}

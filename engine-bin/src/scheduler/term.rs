@@ -1,0 +1,303 @@
+//! One leadership term: the leadership, its dispatcher, its helpers and its loop.
+//!
+//! A term starts when the campaign is won ([`Term::start`]: load the recorded states, raise
+//! every queue's fence, arm a fresh [`Dispatcher`] from the catalog, start the state flusher
+//! and the trigger poller on a child of the leadership's `lost()` token) and ends when that
+//! token fires, for any reason: lease lost, fenced, shutdown. [`Term::run`] is its loop; it
+//! owns its tickers, and everything it does between fires is cheap (the fire path, one read
+//! of worker events per interval, handing states to the flusher), so a slow etcd never
+//! delays a fire.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use ax_alerting::Alert;
+use ax_election::Leadership;
+use ax_scheduler_core::{Dispatcher, TaskKey, TaskState, UtcMillis};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, info_span, warn, Instrument};
+
+use super::catalog::{apply_event, Catalog, CatalogEntry};
+use super::flusher::{self, FlushRequest};
+use super::triggers::{self, PendingTrigger};
+use super::{clock, events, fire, LeaderDeps, LeaderSettings};
+use ax_registry::TaskWatcher;
+
+/// The state of one leadership term.
+pub(super) struct Term {
+    pub(super) leadership: Leadership,
+    pub(super) token: u64,
+    pub(super) dispatcher: Dispatcher,
+    pub(super) cancel: CancellationToken,
+    pub(super) flush_tx: mpsc::Sender<FlushRequest>,
+    trigger_rx: mpsc::Receiver<PendingTrigger>,
+    /// Triggers to delete once their run-now execution is enqueued, by execution id.
+    pub(super) pending_triggers: HashMap<String, PendingTrigger>,
+    queues: HashSet<String>,
+    events_tick: Interval,
+    flush_tick: Interval,
+}
+
+fn ticker(period: Duration) -> Interval {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    tick
+}
+
+/// How a term ended.
+pub(super) enum TermEnd {
+    /// Leadership was lost or given up; follow again.
+    Lost,
+    /// The registry watch ended (shutdown).
+    WatchEnded,
+}
+
+impl Term {
+    /// Takes over: loads the recorded states, raises every queue's fence, builds the
+    /// dispatcher from the catalog and starts the term's helpers.
+    pub(super) async fn start(
+        settings: &LeaderSettings,
+        deps: &LeaderDeps,
+        catalog: &Catalog,
+        leadership: Leadership,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<Term> {
+        let token = u64::try_from(leadership.fencing_token()).unwrap_or(0);
+        let span = info_span!("takeover", fencing_token = token);
+        async {
+            info!(
+                tasks = catalog.entries.len(),
+                "became leader; loading task states"
+            );
+            let states: HashMap<TaskKey, TaskState> = deps
+                .registry
+                .list_states(None)
+                .await
+                .context("cannot load task states")?
+                .into_iter()
+                .map(|s| (TaskKey::new(s.namespace, s.id), s.state))
+                .collect();
+            // Raise every queue's fence before the first fire, so a deposed leader that still
+            // reaches Redis is refused on all of them, not only where this leader pushed.
+            let mut queues: HashSet<String> = catalog
+                .entries
+                .values()
+                .filter_map(|e| match e {
+                    CatalogEntry::Valid { spec, .. } => Some(spec.queue.clone()),
+                    CatalogEntry::Invalid { .. } => None,
+                })
+                .collect();
+            queues.insert(ax_scheduler_core::task::DEFAULT_QUEUE.to_owned());
+            for q in &queues {
+                deps.queue
+                    .advance_fence(q, token)
+                    .await
+                    .with_context(|| format!("cannot raise the fence of queue {q}"))?;
+            }
+            let now = UtcMillis::now();
+            let mut dispatcher = Dispatcher::new(settings.dispatcher.clone(), now);
+            let mut states = states;
+            for (key, entry) in &catalog.entries {
+                match entry {
+                    CatalogEntry::Valid { spec, revision } => dispatcher.upsert(
+                        key.clone(),
+                        Arc::clone(spec),
+                        *revision,
+                        states.remove(key),
+                        now,
+                    ),
+                    CatalogEntry::Invalid { errors, revision } => {
+                        let already = states.get(key).is_some_and(|s| {
+                            s.spec_revision == *revision
+                                && s.status == ax_scheduler_core::TaskStatus::Invalid
+                        });
+                        if !already {
+                            dispatcher.mark_invalid(key.clone(), *revision, errors.clone(), now);
+                        }
+                    }
+                }
+            }
+            if !leadership.is_valid() {
+                anyhow::bail!("leadership lost while taking over");
+            }
+            let term_cancel = leadership.lost().child_token();
+            // The role's own cancellation ends the term too.
+            let role_cancel = cancel.clone();
+            let tc = term_cancel.clone();
+            deps.tracker.spawn(async move {
+                tokio::select! {
+                    _ = role_cancel.cancelled() => tc.cancel(),
+                    _ = tc.cancelled() => {}
+                }
+            });
+            let (flush_tx, flush_rx) = mpsc::channel(64);
+            deps.tracker.spawn(
+                flusher::run(
+                    deps.registry.clone(),
+                    leadership.fencing_token(),
+                    flush_rx,
+                    term_cancel.clone(),
+                )
+                .instrument(info_span!("state_flusher")),
+            );
+            let (trigger_tx, trigger_rx) = mpsc::channel(256);
+            deps.tracker.spawn(
+                triggers::poll(
+                    deps.registry.clone(),
+                    settings.trigger_interval,
+                    trigger_tx,
+                    term_cancel.clone(),
+                )
+                .instrument(info_span!("triggers")),
+            );
+            deps.metrics.set_leader(true);
+            if let Some(alerts) = &deps.alerts {
+                alerts.send(Alert::leader_changed(
+                    None,
+                    Some(&settings.instance_id),
+                    now,
+                ));
+            }
+            info!(
+                armed = dispatcher.armed_len(),
+                due_now = dispatcher.ready_len(),
+                "leading"
+            );
+            Ok(Term {
+                leadership,
+                token,
+                dispatcher,
+                cancel: term_cancel,
+                flush_tx,
+                trigger_rx,
+                pending_triggers: HashMap::new(),
+                queues,
+                events_tick: ticker(settings.events_interval),
+                flush_tick: ticker(settings.flush_interval),
+            })
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Runs the term until it ends. Registry events keep `catalog` current meanwhile.
+    pub(super) async fn run(
+        mut self,
+        settings: &LeaderSettings,
+        deps: &LeaderDeps,
+        watcher: &mut TaskWatcher,
+        catalog: &mut Catalog,
+        role_cancel: &CancellationToken,
+    ) -> anyhow::Result<TermEnd> {
+        loop {
+            let wake = self
+                .dispatcher
+                .next_wakeup(UtcMillis::now())
+                .map(clock::instant_at)
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => {
+                    self.end(settings, deps, role_cancel.is_cancelled()).await;
+                    return Ok(TermEnd::Lost);
+                }
+                _ = tokio::time::sleep_until(wake) => {
+                    fire::fire(settings, deps, &mut self).await?;
+                }
+                event = watcher.next() => {
+                    let Some(event) = event else { return Ok(TermEnd::WatchEnded) };
+                    if let Some((key, entry)) = apply_event(settings, catalog, &deps.metrics, event) {
+                        self.on_registry_change(deps, key, entry).await;
+                        // A change takes effect now, not at the next tick.
+                        fire::fire(settings, deps, &mut self).await?;
+                    }
+                }
+                Some(request) = self.trigger_rx.recv() => {
+                    let key = TaskKey::new(request.namespace.clone(), request.id.clone());
+                    if self.dispatcher.trigger(&key, request.execution_id.clone(), UtcMillis::now()) {
+                        self.pending_triggers.insert(request.execution_id.clone(), request);
+                        fire::fire(settings, deps, &mut self).await?;
+                    } else {
+                        warn!(task_id = %key, execution_id = %request.execution_id, "run-now for an unknown task; dropped");
+                        let _ = self.flush_tx.send(FlushRequest::DeleteTriggers(vec![request])).await;
+                    }
+                }
+                _ = self.events_tick.tick() => {
+                    events::consume(deps, &mut self.dispatcher).await;
+                }
+                _ = self.flush_tick.tick() => {
+                    self.flush(false).await;
+                }
+            }
+        }
+    }
+
+    async fn on_registry_change(
+        &mut self,
+        deps: &LeaderDeps,
+        key: TaskKey,
+        entry: Option<CatalogEntry>,
+    ) {
+        let now = UtcMillis::now();
+        match entry {
+            Some(CatalogEntry::Valid { spec, revision }) => {
+                if self.queues.insert(spec.queue.clone()) {
+                    if let Err(e) = deps.queue.advance_fence(&spec.queue, self.token).await {
+                        warn!(error = %e, queue = %spec.queue, "cannot raise the queue's fence");
+                    }
+                }
+                self.dispatcher.upsert(key, spec, revision, None, now);
+            }
+            Some(CatalogEntry::Invalid { errors, revision }) => {
+                self.dispatcher.mark_invalid(key, revision, errors, now);
+            }
+            None => self.dispatcher.remove(&key),
+        }
+    }
+
+    /// The term is over: on shutdown, write the last states and hand over at once (instead
+    /// of after the lease's TTL); otherwise report the loss.
+    async fn end(mut self, settings: &LeaderSettings, deps: &LeaderDeps, shutting_down: bool) {
+        deps.metrics.set_leader(false);
+        if shutting_down {
+            self.flush(true).await;
+            if let Err(e) = self.leadership.resign().await {
+                warn!(error = %e, "resign failed; the lease will expire instead");
+            }
+            info!("resigned leadership");
+            return;
+        }
+        warn!(reason = ?self.leadership.loss_reason(), "leadership lost; stopped firing");
+        if let Some(alerts) = &deps.alerts {
+            alerts.send(Alert::leader_changed(
+                Some(&settings.instance_id),
+                None,
+                UtcMillis::now(),
+            ));
+        }
+    }
+
+    /// Hands the changed states to the flusher; with `wait`, until they are written (at most
+    /// a few seconds).
+    async fn flush(&mut self, wait: bool) {
+        if !self.dispatcher.has_state_writes() {
+            return;
+        }
+        let writes = self.dispatcher.take_state_writes();
+        let (done_tx, done_rx) = oneshot::channel();
+        let request = FlushRequest::States {
+            writes,
+            done: wait.then_some(done_tx),
+        };
+        if self.flush_tx.send(request).await.is_err() {
+            return;
+        }
+        if wait {
+            let _ = tokio::time::timeout(Duration::from_secs(5), done_rx).await;
+        }
+    }
+}
