@@ -9,6 +9,7 @@ mod cron;
 pub mod dispatcher;
 pub mod duration_serde;
 pub mod error;
+pub mod etcd_keys;
 pub mod execution;
 pub mod limiter;
 pub mod misfire;
@@ -21,10 +22,10 @@ pub mod time;
 pub mod timer;
 pub mod validate;
 
+pub use backoff::ReconnectBackoff;
 pub use dispatcher::{
     Dispatch, Dispatcher, DispatcherConfig, EnqueueOutcome, ExecutionEvent, Notice, TaskKey,
 };
-pub use backoff::ReconnectBackoff;
 pub use error::CoreError;
 pub use misfire::{plan_misfires, MisfirePlan, Progress};
 pub use overlap::{decide_overlap, OverlapDecision};
