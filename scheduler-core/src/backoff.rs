@@ -78,7 +78,11 @@ mod tests {
         for _ in 0..8 {
             let base = b.base();
             let d = b.next_delay(&mut rng);
-            assert!(d >= base / 2 && d <= base, "{d:?} outside [{:?}, {base:?}]", base / 2);
+            assert!(
+                d >= base / 2 && d <= base,
+                "{d:?} outside [{:?}, {base:?}]",
+                base / 2
+            );
             bases.push(base.as_millis());
         }
         assert_eq!(bases, [100, 200, 400, 800, 1000, 1000, 1000, 1000]);

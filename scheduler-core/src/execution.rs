@@ -184,6 +184,9 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<ExecutionEvent>(&json).unwrap(), e);
         let s = ExecutionEvent::Started { at: UtcMillis(1) };
-        assert_eq!(serde_json::to_string(&s).unwrap(), r#"{"type":"started","at":1}"#);
+        assert_eq!(
+            serde_json::to_string(&s).unwrap(),
+            r#"{"type":"started","at":1}"#
+        );
     }
 }

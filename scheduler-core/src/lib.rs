@@ -22,10 +22,10 @@ pub mod time;
 pub mod timer;
 pub mod validate;
 
+pub use backoff::ReconnectBackoff;
 pub use dispatcher::{
     Dispatch, Dispatcher, DispatcherConfig, EnqueueOutcome, ExecutionEvent, Notice, TaskKey,
 };
-pub use backoff::ReconnectBackoff;
 pub use error::CoreError;
 pub use misfire::{plan_misfires, MisfirePlan, Progress};
 pub use overlap::{decide_overlap, OverlapDecision};
