@@ -148,8 +148,9 @@ pub struct Alert {
 
 /// Default threshold for [`AlertKind::ScheduleDelay`]: dispatches later than this alert.
 pub const DEFAULT_SCHEDULE_DELAY_THRESHOLD: Duration = Duration::from_secs(30);
-/// Default threshold for [`AlertKind::QueueBacklog`], in queued entries.
-pub const DEFAULT_QUEUE_BACKLOG_THRESHOLD: u64 = 10_000;
+/// Default threshold for [`AlertKind::QueueBacklog`], in queued entries. The one definition
+/// of this default: the engine's `scheduler.backlog_alert_threshold` defaults to it.
+pub const DEFAULT_QUEUE_BACKLOG_THRESHOLD: u64 = 1000;
 
 impl Alert {
     /// A free-form alert; prefer the trigger constructors below where one fits.

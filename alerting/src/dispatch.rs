@@ -2,13 +2,16 @@
 //!
 //! Each channel gets its own queue and task so a slow or dead destination only delays its own
 //! alerts: the manager hands alerts over with `try_send` and never waits for a channel. Within
-//! a channel, alerts go out in order, each retried with exponential backoff while the error is
-//! retryable. Backoff is deterministic (no jitter): alerts are few, and there is no thundering
-//! herd to spread out, while deterministic delays keep the retry tests exact.
+//! a channel, alerts go out in order, each retried while the error is retryable. The waits
+//! between attempts come from the core's [`ReconnectBackoff`], the one backoff every retry loop
+//! of ax uses: doubling up to a cap, jittered into the upper half of each step. Alerts are few,
+//! so the jitter matters less here than for reconnecting replicas, but one rule everywhere is
+//! easier to reason about than a second, deterministic one.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use ax_scheduler_core::ReconnectBackoff;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info_span, warn, Instrument};
@@ -18,20 +21,22 @@ use crate::channel::Channel;
 use crate::error::AlertError;
 use crate::stats::{bump, ChannelCounters};
 
-/// How a channel retries a failed delivery.
+/// How a channel retries a failed delivery (not to be confused with a task's
+/// `ax_scheduler_core::RetryPolicy`, which retries executions).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RetryPolicy {
+pub struct DeliveryRetry {
     /// Attempts after the first one. Default 3.
     pub retries: u32,
-    /// Wait before the first retry; doubles for each further retry. Default 1 s (so 1, 2, 4 s).
+    /// Wait before the first retry; doubles for each further retry, each wait jittered into
+    /// the upper half of its step. Default 1 s (so about 1, 2, 4 s).
     pub initial_backoff: Duration,
     /// Upper bound of a single wait. Default 30 s.
     pub max_backoff: Duration,
 }
 
-impl Default for RetryPolicy {
+impl Default for DeliveryRetry {
     fn default() -> Self {
-        RetryPolicy {
+        DeliveryRetry {
             retries: 3,
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(30),
@@ -39,13 +44,11 @@ impl Default for RetryPolicy {
     }
 }
 
-impl RetryPolicy {
-    /// The wait before retry number `retry` (1-based).
-    pub fn backoff(&self, retry: u32) -> Duration {
-        let factor = 2u32.saturating_pow(retry.saturating_sub(1));
-        self.initial_backoff
-            .saturating_mul(factor)
-            .min(self.max_backoff)
+impl DeliveryRetry {
+    /// A fresh backoff for one alert's retries: the n-th retry waits within
+    /// `[b / 2, b]` where `b = min(initial_backoff * 2^(n-1), max_backoff)`.
+    pub fn backoff(&self) -> ReconnectBackoff {
+        ReconnectBackoff::new(self.initial_backoff, self.max_backoff)
     }
 }
 
@@ -60,7 +63,7 @@ enum Outcome {
 pub(crate) struct ChannelWorker {
     pub(crate) channel: Arc<dyn Channel>,
     pub(crate) queue: mpsc::Receiver<Arc<Alert>>,
-    pub(crate) retry: RetryPolicy,
+    pub(crate) retry: DeliveryRetry,
     pub(crate) counters: Arc<ChannelCounters>,
     pub(crate) cancel: CancellationToken,
 }
@@ -102,6 +105,7 @@ impl ChannelWorker {
 
     async fn deliver(&self, alert: &Alert) -> Outcome {
         let mut attempt: u32 = 1;
+        let mut backoff = self.retry.backoff();
         let outcome = loop {
             let result = tokio::select! {
                 biased;
@@ -111,7 +115,7 @@ impl ChannelWorker {
             match result {
                 Ok(()) => break Outcome::Sent,
                 Err(err) if err.is_retryable() && attempt <= self.retry.retries => {
-                    let wait = self.retry.backoff(attempt);
+                    let wait = backoff.next_delay(&mut rand::rng());
                     debug!(attempt, wait_ms = wait.as_millis() as u64, error = %err, "alert delivery failed; retrying");
                     bump(&self.counters.retries);
                     attempt += 1;
@@ -141,13 +145,26 @@ impl ChannelWorker {
 
 #[cfg(test)]
 mod tests {
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
     use super::*;
 
     #[test]
-    fn backoff_doubles_and_caps() {
-        let policy = RetryPolicy::default();
-        let waits: Vec<_> = (1..=7).map(|r| policy.backoff(r).as_secs()).collect();
-        assert_eq!(waits, vec![1, 2, 4, 8, 16, 30, 30]);
-        assert_eq!(policy.backoff(u32::MAX), Duration::from_secs(30));
+    fn backoff_doubles_and_caps_within_jitter() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut backoff = DeliveryRetry::default().backoff();
+        for base_secs in [1, 2, 4, 8, 16, 30, 30] {
+            let base = Duration::from_secs(base_secs);
+            let wait = backoff.next_delay(&mut rng);
+            assert!(
+                wait >= base / 2 && wait <= base,
+                "{wait:?} outside [{:?}, {base:?}]",
+                base / 2
+            );
+        }
+        for _ in 0..100 {
+            assert!(backoff.next_delay(&mut rng) <= Duration::from_secs(30));
+        }
     }
 }

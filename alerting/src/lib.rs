@@ -26,7 +26,7 @@ pub use alert::{
     DEFAULT_SCHEDULE_DELAY_THRESHOLD,
 };
 pub use channel::{Channel, SendFuture};
-pub use dispatch::RetryPolicy;
+pub use dispatch::DeliveryRetry;
 pub use error::{AlertError, FEISHU_CODE_RATE_LIMITED};
 pub use feishu::{
     feishu_card, feishu_payload, feishu_sign, feishu_template, FeishuChannel, FeishuConfig,

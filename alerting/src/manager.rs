@@ -26,7 +26,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::alert::Alert;
 use crate::channel::Channel;
-use crate::dispatch::{ChannelWorker, RetryPolicy};
+use crate::dispatch::{ChannelWorker, DeliveryRetry};
 use crate::error::AlertError;
 use crate::policy::{plus, Decision, Policy, PolicyConfig};
 use crate::stats::{bump, snapshot, AlertStats, ChannelCounters, Counters};
@@ -36,8 +36,9 @@ use crate::stats::{bump, snapshot, AlertStats, ChannelCounters, Counters};
 pub struct AlertManagerConfig {
     /// De-duplication, rate limit and minimum level (defaults: 5 min, 10 per minute, info).
     pub policy: PolicyConfig,
-    /// Retries of a failed delivery, per channel (default 3 retries after 1, 2, 4 s).
-    pub retry: RetryPolicy,
+    /// Retries of a failed delivery, per channel (default 3 retries after about 1, 2, 4 s,
+    /// jittered).
+    pub retry: DeliveryRetry,
     /// Capacity of the intake queue; alerts beyond it are dropped. Default 1024.
     pub queue_capacity: usize,
     /// Capacity of each channel's delivery queue; alerts beyond it are dropped for that
@@ -49,7 +50,7 @@ impl Default for AlertManagerConfig {
     fn default() -> Self {
         AlertManagerConfig {
             policy: PolicyConfig::default(),
-            retry: RetryPolicy::default(),
+            retry: DeliveryRetry::default(),
             queue_capacity: 1024,
             channel_queue_capacity: 256,
         }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ax_alerting::{
     Alert, AlertError, AlertKind, AlertManager, AlertManagerConfig, AlertSender, Channel,
-    FeishuChannel, FeishuConfig, Level, PolicyConfig, RetryPolicy, SendFuture, WebhookChannel,
+    DeliveryRetry, FeishuChannel, FeishuConfig, Level, PolicyConfig, SendFuture, WebhookChannel,
     WebhookConfig,
 };
 use ax_scheduler_core::UtcMillis;
@@ -284,7 +284,15 @@ async fn retryable_failures_back_off_exponentially() {
         .windows(2)
         .map(|w| (w[1] - w[0]).as_millis() as u64)
         .collect();
-    assert_eq!(gaps, vec![1000, 2000, 4000]);
+    // Each wait is jittered into the upper half of its doubling step (1, 2, 4 s).
+    for (gap, base) in gaps.iter().zip([1000, 2000, 4000]) {
+        assert!(
+            (base / 2..=base).contains(gap),
+            "gap {gap} ms outside [{}, {base}]",
+            base / 2
+        );
+    }
+    assert_eq!(gaps.len(), 3);
     let stats = run.sender.stats();
     assert_eq!(
         (stats.sent, stats.failed, stats.channels[0].retries),
@@ -411,8 +419,8 @@ fn configuration_is_validated() {
 
 // ---- Over HTTP, in real time (short backoffs). ----
 
-fn fast_retry() -> RetryPolicy {
-    RetryPolicy {
+fn fast_retry() -> DeliveryRetry {
+    DeliveryRetry {
         retries: 3,
         initial_backoff: Duration::from_millis(100),
         max_backoff: Duration::from_secs(1),
@@ -483,10 +491,11 @@ async fn dead_endpoint_does_not_block_other_channels() {
         ..WebhookConfig::default()
     })
     .unwrap();
-    // Slower backoff than elsewhere so the dead channel is provably still busy (2.5 s per
-    // alert) while the live one has delivered.
+    // Slower backoff than elsewhere so the dead channel is provably still busy (at least
+    // 250 + 500 + 500 ms per alert after jitter, at most 2.5 s) while the live one has
+    // delivered.
     let config = AlertManagerConfig {
-        retry: RetryPolicy {
+        retry: DeliveryRetry {
             retries: 3,
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(1),
@@ -501,7 +510,7 @@ async fn dead_endpoint_does_not_block_other_channels() {
     run.sender.send(failed("b", 1));
     let requests = receiver.wait_for(2, Duration::from_secs(1)).await;
     assert_eq!(requests[1].body["title"], "Task failed: ns/b");
-    // The dead channel is still retrying its first alert (500 + 1000 + 1000 ms of backoff).
+    // The dead channel is still retrying its first alert (1.25 s to 2.5 s of backoff).
     assert!(started.elapsed() < Duration::from_millis(2500));
     assert_eq!(run.sender.stats().channels[0].failed, 0);
 

@@ -1,24 +1,31 @@
 //! Campaigning for `{prefix}/leader` and the [`Leadership`] value a winner holds.
 //!
-//! A campaign is a state machine ([`CampaignState`]) advanced by [`Candidate::step`]: grant
-//! a lease and create the key in one transaction only if it does not exist
-//! (`create_revision == 0`); when someone else holds it, watch the key from the revision of
-//! that read + 1 (so a delete in between is not missed) and try again once it is deleted or
-//! its lease expires. A fresh lease per attempt keeps a waiting candidate from renewing a
-//! lease it does not use.
+//! Leadership is the leader key held on a [`Session`]: the session renews the lease and
+//! bounds how long it is trusted, the held key adds the watch that notices the key deleted or
+//! taken over, and the key's create revision is the fencing token.
+//!
+//! A campaign is a state machine ([`CampaignState`]) advanced by [`Candidate::step`]: open a
+//! session and create the key on it in one transaction only if it does not exist
+//! (`create_revision == 0`); when someone else holds it, close the session, watch the key
+//! from the revision of that read + 1 (so a delete in between is not missed) and try again
+//! once it is deleted or its lease expires. A fresh session per attempt keeps a waiting
+//! candidate from renewing a lease it does not use. Failed attempts wait with the shared
+//! jittered [`ReconnectBackoff`], so candidates that lost etcd together do not return in
+//! lockstep.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ax_scheduler_core::UtcMillis;
-use etcd_client::{Client, Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, WatchOptions};
+use ax_scheduler_core::{ReconnectBackoff, UtcMillis};
+use etcd_client::{Client, EventType, WatchOptions};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ElectionConfig;
 use crate::error::{timed, ElectionError};
-use crate::hold::{Guarded, LeaseHold, LossReason};
+use crate::hold::LossReason;
 use crate::keys::leader_key;
+use crate::session::{Created, HeldKey, Session};
 
 /// The JSON stored at `{prefix}/leader`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -56,7 +63,10 @@ enum CampaignState {
         holder: String,
     },
     /// etcd failed; try again at `until`.
-    Backoff { until: Instant, attempt: u32 },
+    Backoff {
+        until: Instant,
+        backoff: ReconnectBackoff,
+    },
     /// Won.
     Won(Box<Leadership>),
 }
@@ -119,10 +129,7 @@ impl Candidate {
                 },
                 Err(error) => {
                     tracing::warn!(instance_id = %self.instance_id, %error, "campaign attempt failed");
-                    CampaignState::Backoff {
-                        until: Instant::now() + backoff(0),
-                        attempt: 1,
-                    }
+                    retry_later(campaign_backoff())
                 }
             },
             CampaignState::Waiting { mut watch, holder } => match watch.message().await {
@@ -141,12 +148,9 @@ impl Candidate {
                         CampaignState::Waiting { watch, holder }
                     }
                 }
-                Ok(None) | Err(_) => CampaignState::Backoff {
-                    until: Instant::now() + backoff(0),
-                    attempt: 1,
-                },
+                Ok(None) | Err(_) => retry_later(campaign_backoff()),
             },
-            CampaignState::Backoff { until, attempt } => {
+            CampaignState::Backoff { until, backoff } => {
                 tokio::time::sleep_until(until).await;
                 match self.attempt().await {
                     Ok(Ok(leadership)) => CampaignState::Won(Box::new(leadership)),
@@ -155,30 +159,24 @@ impl Candidate {
                         holder,
                     },
                     Err(error) => {
-                        tracing::debug!(instance_id = %self.instance_id, %error, attempt, "campaign attempt failed");
-                        CampaignState::Backoff {
-                            until: Instant::now() + backoff(attempt),
-                            attempt: attempt + 1,
-                        }
+                        tracing::debug!(instance_id = %self.instance_id, %error, failures = backoff.failures(), "campaign attempt failed");
+                        retry_later(backoff)
                     }
                 }
             }
         }
     }
 
-    /// Grants a lease and creates the key if absent. On a taken key, returns a watch on it
-    /// from just after the read, and the holder's instance id.
+    /// Opens a session and creates the key on it if absent. On a taken key, closes the
+    /// session and returns a watch on the key from just after the read, and the holder's
+    /// instance id.
     #[allow(clippy::type_complexity)]
     async fn attempt(
         &self,
     ) -> Result<Result<Leadership, (etcd_client::WatchStream, String)>, ElectionError> {
         let t = self.config.request_timeout;
         let key = leader_key(&self.config.prefix);
-        let sent_at = Instant::now();
-        let mut lease = self.client.lease_client();
-        let lease_id = timed("lease grant", t, lease.grant(self.config.ttl_secs(), None))
-            .await?
-            .id();
+        let session = Session::open(&self.client, &self.config).await?;
         let since = now_millis();
         let record = LeaderRecord {
             instance_id: self.instance_id.clone(),
@@ -187,57 +185,33 @@ impl Candidate {
         };
         // Serializing a struct of strings, integers and a JSON value cannot fail.
         let value = serde_json::to_vec(&record).unwrap_or_default();
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.clone(),
-                value,
-                Some(PutOptions::new().with_lease(lease_id)),
-            )])
-            .or_else([TxnOp::get(key.clone(), None)]);
-        let mut kv = self.client.kv_client();
-        let resp = match timed("leader txn", t, kv.txn(txn)).await {
-            Ok(r) => r,
+        let created = match session
+            .create_if_absent(key.clone(), value, "leader txn")
+            .await
+        {
+            Ok(c) => c,
             Err(e) => {
-                let _ = timed("lease revoke", t, lease.revoke(lease_id)).await;
+                let _ = session.close().await;
                 return Err(e);
             }
         };
-        let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
-        if resp.succeeded() {
-            let hold = LeaseHold::start(
-                self.client.clone(),
-                lease_id,
-                self.config.effective_ttl(),
-                t,
-                Some(Guarded {
-                    key: key.clone(),
-                    create_revision: revision,
-                }),
-                sent_at,
-            );
-            tracing::info!(instance_id = %self.instance_id, fencing_token = revision, "elected leader");
-            return Ok(Ok(Leadership {
-                hold,
-                client: self.client.clone(),
-                key,
-                fencing_token: revision,
-                instance_id: self.instance_id.clone(),
-                since,
-                request_timeout: t,
-            }));
-        }
-        let _ = timed("lease revoke", t, lease.revoke(lease_id)).await;
-        let mut holder = String::new();
-        for op in resp.op_responses() {
-            if let etcd_client::TxnOpResponse::Get(get) = op {
-                if let Some(kv) = get.kvs().first() {
-                    holder = serde_json::from_slice::<LeaderRecord>(kv.value())
-                        .map(|r| r.instance_id)
-                        .unwrap_or_default();
-                }
+        let (revision, value) = match created {
+            Created::Held(held) => {
+                let fencing_token = held.create_revision();
+                tracing::info!(instance_id = %self.instance_id, fencing_token, "elected leader");
+                return Ok(Ok(Leadership {
+                    key: *held,
+                    session,
+                    instance_id: self.instance_id.clone(),
+                    since,
+                }));
             }
-        }
+            Created::Taken { revision, value } => (revision, value),
+        };
+        let _ = session.close().await;
+        let holder = serde_json::from_slice::<LeaderRecord>(&value)
+            .map(|r| r.instance_id)
+            .unwrap_or_default();
         let mut wc = self.client.watch_client();
         let watch = timed(
             "leader watch",
@@ -252,8 +226,18 @@ impl Candidate {
     }
 }
 
-fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(100u64 << attempt.min(4))
+/// Waits between failed campaign attempts: from 100 ms doubling to 1.6 s, jittered.
+fn campaign_backoff() -> ReconnectBackoff {
+    ReconnectBackoff::new(Duration::from_millis(100), Duration::from_millis(1600))
+}
+
+/// Records a failure on `backoff` and schedules the next attempt after its wait.
+fn retry_later(mut backoff: ReconnectBackoff) -> CampaignState {
+    let wait = backoff.next_delay(&mut rand::rng());
+    CampaignState::Backoff {
+        until: Instant::now() + wait,
+        backoff,
+    }
 }
 
 /// Leadership won by a campaign: valid until [`Leadership::lost`] fires.
@@ -261,21 +245,18 @@ fn backoff(attempt: u32) -> Duration {
 /// Dropping it revokes the lease in the background (a successor takes over at once);
 /// [`Leadership::resign`] does the same and waits for it.
 pub struct Leadership {
-    hold: LeaseHold,
-    client: Client,
-    key: String,
-    fencing_token: i64,
+    key: HeldKey,
+    session: Session,
     instance_id: String,
     since: UtcMillis,
-    request_timeout: Duration,
 }
 
 impl std::fmt::Debug for Leadership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Leadership")
             .field("instance_id", &self.instance_id)
-            .field("fencing_token", &self.fencing_token)
-            .field("lease_id", &self.hold.lease_id())
+            .field("fencing_token", &self.key.create_revision())
+            .field("lease_id", &self.session.lease_id())
             .finish()
     }
 }
@@ -284,7 +265,7 @@ impl Leadership {
     /// The leader key's create revision: grows with every new leadership, so writes
     /// stamped with it can be refused when they come from an older leader.
     pub fn fencing_token(&self) -> i64 {
-        self.fencing_token
+        self.key.create_revision()
     }
 
     /// The winning instance id.
@@ -299,14 +280,14 @@ impl Leadership {
 
     /// The lease the leader key is attached to.
     pub fn lease_id(&self) -> i64 {
-        self.hold.lease_id()
+        self.session.lease_id()
     }
 
     /// A token that fires the moment leadership is lost or in doubt: a failed renewal,
     /// an expired lease, the key deleted or taken over, or no renewal confirmed within
     /// TTL - TTL/3. Stop all leader work when it fires.
     pub fn lost(&self) -> CancellationToken {
-        self.hold.lost()
+        self.key.lost()
     }
 
     /// Whether this process may act as leader right now: the loss signal has not fired
@@ -318,34 +299,33 @@ impl Leadership {
     /// for a moment while another replica already leads; the deadline check cannot be
     /// fooled that way because the monotonic clock kept running during the pause.
     pub fn is_valid(&self) -> bool {
-        self.hold.is_valid()
+        self.key.is_valid()
     }
 
     /// The monotonic instant until which this leadership is trusted (moves forward with
     /// each confirmed renewal).
     pub fn valid_until(&self) -> Instant {
-        self.hold.safe_until()
+        self.key.valid_until()
     }
 
     /// Why leadership ended, once it has.
     pub fn loss_reason(&self) -> Option<LossReason> {
-        self.hold.loss_reason()
+        self.key.loss_reason()
     }
 
     /// Gives leadership up: fires [`Leadership::lost`], deletes the leader key if it is
     /// still ours and revokes the lease, so a successor takes over at once.
-    pub async fn resign(mut self) -> Result<(), ElectionError> {
-        let (deleted, revoked) = self
-            .hold
-            .release_key(
-                &self.client,
-                &self.key,
-                self.fencing_token,
-                self.request_timeout,
-                "leader delete",
-            )
-            .await;
-        tracing::info!(instance_id = %self.instance_id, fencing_token = self.fencing_token, "resigned leadership");
+    pub async fn resign(self) -> Result<(), ElectionError> {
+        let Leadership {
+            key,
+            session,
+            instance_id,
+            ..
+        } = self;
+        let fencing_token = key.create_revision();
+        let deleted = key.release("leader delete").await;
+        let revoked = session.close().await;
+        tracing::info!(%instance_id, fencing_token, "resigned leadership");
         deleted?;
         match revoked {
             Ok(_) => Ok(()),
@@ -360,6 +340,7 @@ impl Leadership {
     /// would: the lease expires after its TTL and only then can a successor win. For fault
     /// drills and tests.
     pub fn abandon(self) {
-        self.hold.abandon();
+        self.key.abandon();
+        self.session.abandon();
     }
 }

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use crate::hold::LossReason;
+
 /// Errors of elections, locks and instance records.
 #[derive(Debug, thiserror::Error)]
 pub enum ElectionError {
@@ -24,6 +26,12 @@ pub enum ElectionError {
         op: &'static str,
         /// The timeout that elapsed.
         after: Duration,
+    },
+    /// The session asked to carry a new key is lost or in doubt; open a new session.
+    #[error("session lost: {reason}")]
+    SessionLost {
+        /// Why the session ended.
+        reason: LossReason,
     },
     /// The caller's cancellation token fired.
     #[error("cancelled")]

@@ -1,4 +1,5 @@
-//! Holding a lease: the keep-alive loop behind leadership, task locks and instance records.
+//! Holding a lease: the keep-alive loop under every [`crate::Session`] (and so under
+//! leadership, task locks and instance records).
 //!
 //! The loop is an explicit state machine ([`HoldState`]) advanced by [`Holder::step`]. Its
 //! one safety rule: the holder trusts its lease only until `safe_until`, which is the send
@@ -12,20 +13,17 @@
 //! was paused: the first check after waking sees the deadline in the past even if the
 //! keep-alive task has not run yet.
 //!
-//! If a guarded key is given (the leader key, a lock key), the loop also watches it: the
-//! key deleted or recreated by someone else (another create revision) means the hold is
-//! gone, whatever the lease says.
+//! The loop knows nothing of keys: several keys may live on one lease, and each is watched by
+//! its own guard (`session.rs`), so losing one key does not end the lease or the other keys.
+//! Losing the lease ends them all: each key's loss token is a child of the lease's.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::error::{timed, ElectionError};
-use etcd_client::{
-    Client, Compare, CompareOp, EventType, LeaseKeepAliveStream, LeaseKeeper, Txn, TxnOp,
-    WatchOptions, WatchStream,
-};
+use ax_scheduler_core::ReconnectBackoff;
+use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
@@ -67,13 +65,6 @@ impl std::fmt::Display for LossReason {
     }
 }
 
-/// A key whose continued existence, with this create revision, the hold depends on.
-#[derive(Clone, Debug)]
-pub(crate) struct Guarded {
-    pub(crate) key: String,
-    pub(crate) create_revision: i64,
-}
-
 struct Shared {
     lost: CancellationToken,
     safe_until: Mutex<Instant>,
@@ -101,6 +92,25 @@ impl Shared {
     }
 }
 
+/// A read-only view of a hold's state, for keys living on its lease.
+#[derive(Clone)]
+pub(crate) struct HoldView(Arc<Shared>);
+
+impl HoldView {
+    /// The lease's own loss token (not a child): keys derive theirs from it.
+    pub(crate) fn lost_token(&self) -> &CancellationToken {
+        &self.0.lost
+    }
+
+    pub(crate) fn safe_until(&self) -> Instant {
+        self.0.safe_until()
+    }
+
+    pub(crate) fn loss_reason(&self) -> Option<LossReason> {
+        self.0.reason.lock().ok().and_then(|r| r.clone())
+    }
+}
+
 /// A lease kept alive by a background task owned by this value.
 ///
 /// Dropping it stops the task, which then revokes the lease (bounded by the request
@@ -120,7 +130,6 @@ impl LeaseHold {
         lease_id: i64,
         ttl: Duration,
         request_timeout: Duration,
-        guarded: Option<Guarded>,
         sent_at: Instant,
     ) -> Self {
         let shared = Arc::new(Shared {
@@ -135,7 +144,6 @@ impl LeaseHold {
             lease_id,
             ttl,
             request_timeout,
-            guarded,
             shared: shared.clone(),
             stop: stop.clone(),
         };
@@ -151,6 +159,10 @@ impl LeaseHold {
 
     pub(crate) fn lease_id(&self) -> i64 {
         self.lease_id
+    }
+
+    pub(crate) fn view(&self) -> HoldView {
+        HoldView(self.shared.clone())
     }
 
     pub(crate) fn lost(&self) -> CancellationToken {
@@ -177,39 +189,6 @@ impl LeaseHold {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
-    }
-
-    /// Gives the held key up: stops renewing, deletes `key` if its create revision is still
-    /// `create_revision` (ours), and revokes the lease so nothing waits for its TTL.
-    /// Returns the delete's result and the revoke's (callers judge the latter: a lease
-    /// already gone is fine once the key is deleted).
-    pub(crate) async fn release_key(
-        &mut self,
-        client: &Client,
-        key: &str,
-        create_revision: i64,
-        request_timeout: Duration,
-        what: &'static str,
-    ) -> (Result<(), ElectionError>, Result<(), ElectionError>) {
-        self.stop_without_revoke(LossReason::Released).await;
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                key.to_owned(),
-                CompareOp::Equal,
-                create_revision,
-            )])
-            .and_then([TxnOp::delete(key.to_owned(), None)]);
-        let mut kv = client.kv_client();
-        let deleted = timed(what, request_timeout, kv.txn(txn)).await.map(|_| ());
-        let mut lease = client.lease_client();
-        let revoked = timed(
-            "lease revoke",
-            request_timeout,
-            lease.revoke(self.lease_id()),
-        )
-        .await
-        .map(|_| ());
-        (deleted, revoked)
     }
 
     /// Stops renewing without revoking: the lease expires after its TTL.
@@ -239,9 +218,12 @@ pub(crate) fn safe_window(ttl: Duration) -> Duration {
 
 /// The keep-alive loop's states.
 enum HoldState {
-    /// (Re)open the keep-alive stream and the key watch at `retry_at`.
-    Connecting { retry_at: Instant, attempt: u32 },
-    /// Renewing; watching the guarded key.
+    /// (Re)open the keep-alive stream at `retry_at`.
+    Connecting {
+        retry_at: Instant,
+        backoff: ReconnectBackoff,
+    },
+    /// Renewing.
     Alive(Box<Alive>),
     /// The hold ended (lost or stopped).
     Done,
@@ -250,7 +232,6 @@ enum HoldState {
 struct Alive {
     keeper: LeaseKeeper,
     responses: LeaseKeepAliveStream,
-    watch: Option<WatchStream>,
     next_renewal: Instant,
     /// Send times of renewals not answered yet, oldest first.
     in_flight: VecDeque<Instant>,
@@ -266,7 +247,6 @@ struct Holder {
     lease_id: i64,
     ttl: Duration,
     request_timeout: Duration,
-    guarded: Option<Guarded>,
     shared: Arc<Shared>,
     stop: CancellationToken,
 }
@@ -275,7 +255,7 @@ impl Holder {
     async fn run(mut self) {
         let mut state = HoldState::Connecting {
             retry_at: Instant::now(),
-            attempt: 0,
+            backoff: reconnect_backoff(),
         };
         loop {
             state = self.step(state).await;
@@ -315,7 +295,10 @@ impl Holder {
         let safe_until = self.shared.safe_until();
         match state {
             HoldState::Done => HoldState::Done,
-            HoldState::Connecting { retry_at, attempt } => {
+            HoldState::Connecting {
+                retry_at,
+                mut backoff,
+            } => {
                 tokio::select! {
                     biased;
                     _ = self.stop.cancelled() => return HoldState::Done,
@@ -332,15 +315,17 @@ impl Holder {
                     Ok(Ok(alive)) => HoldState::Alive(Box::new(alive)),
                     Ok(Err(ConnectError::Lost(reason))) => self.lose(reason),
                     Ok(Err(ConnectError::Transient(error))) => {
-                        tracing::debug!(lease_id = self.lease_id, %error, attempt, "keep-alive reconnect failed");
+                        let wait = backoff.next_delay(&mut rand::rng());
+                        tracing::debug!(lease_id = self.lease_id, %error, failures = backoff.failures(), "keep-alive reconnect failed");
                         HoldState::Connecting {
-                            retry_at: Instant::now() + retry_delay(attempt),
-                            attempt: attempt + 1,
+                            retry_at: Instant::now() + wait,
+                            backoff,
                         }
                     }
+                    // The attempt used up its time already: try again at once.
                     Err(_) => HoldState::Connecting {
                         retry_at: Instant::now(),
-                        attempt: attempt + 1,
+                        backoff,
                     },
                 }
             }
@@ -348,13 +333,12 @@ impl Holder {
                 let Alive {
                     keeper,
                     responses,
-                    watch,
                     next_renewal,
                     in_flight,
                 } = &mut *alive;
                 let reconnect = HoldState::Connecting {
                     retry_at: Instant::now(),
-                    attempt: 0,
+                    backoff: reconnect_backoff(),
                 };
                 tokio::select! {
                     biased;
@@ -374,31 +358,6 @@ impl Holder {
                             reconnect
                         }
                     },
-                    ev = next_watch(watch) => match ev {
-                        Ok(Some(resp)) => {
-                            if resp.canceled() {
-                                return reconnect;
-                            }
-                            let mine = self.guarded.as_ref().map(|g| g.create_revision).unwrap_or(0);
-                            for event in resp.events() {
-                                match event.event_type() {
-                                    EventType::Delete => return self.lose(LossReason::KeyDeleted),
-                                    EventType::Put => {
-                                        let rev = event.kv().map(|kv| kv.create_revision()).unwrap_or(0);
-                                        if rev != mine {
-                                            return self.lose(LossReason::KeyTakenOver { create_revision: rev });
-                                        }
-                                    }
-                                }
-                            }
-                            HoldState::Alive(alive)
-                        }
-                        Ok(None) => reconnect,
-                        Err(error) => {
-                            tracing::debug!(lease_id = self.lease_id, %error, "guard watch broke");
-                            reconnect
-                        }
-                    },
                     _ = sleep_until(*next_renewal) => {
                         let now = Instant::now();
                         *next_renewal = now + self.ttl / 3;
@@ -415,8 +374,7 @@ impl Holder {
         }
     }
 
-    /// Opens the keep-alive stream (its first request is itself a renewal) and the watch
-    /// on the guarded key, after checking the key is still ours.
+    /// Opens the keep-alive stream (its first request is itself a renewal).
     async fn connect(&self) -> Result<Alive, ConnectError> {
         let sent_at = Instant::now();
         let mut lease = self.client.lease_client();
@@ -428,57 +386,19 @@ impl Holder {
             Err(e) => return Err(ConnectError::Transient(e.to_string())),
         };
         self.renewed(sent_at);
-        let watch = match &self.guarded {
-            None => None,
-            Some(g) => {
-                let mut kv = self.client.kv_client();
-                let resp = kv
-                    .get(g.key.clone(), None)
-                    .await
-                    .map_err(|e| ConnectError::Transient(e.to_string()))?;
-                match resp.kvs().first() {
-                    None => return Err(ConnectError::Lost(LossReason::KeyDeleted)),
-                    Some(kv) if kv.create_revision() != g.create_revision => {
-                        return Err(ConnectError::Lost(LossReason::KeyTakenOver {
-                            create_revision: kv.create_revision(),
-                        }))
-                    }
-                    Some(_) => {}
-                }
-                let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
-                let mut wc = self.client.watch_client();
-                let stream = wc
-                    .watch(
-                        g.key.clone(),
-                        Some(WatchOptions::new().with_start_revision(rev + 1)),
-                    )
-                    .await
-                    .map_err(|e| ConnectError::Transient(e.to_string()))?;
-                Some(stream)
-            }
-        };
         Ok(Alive {
             keeper,
             responses,
-            watch,
             next_renewal: sent_at + self.ttl / 3,
             in_flight: VecDeque::new(),
         })
     }
 }
 
-async fn next_watch(
-    watch: &mut Option<WatchStream>,
-) -> Result<Option<etcd_client::WatchResponse>, etcd_client::Error> {
-    match watch {
-        Some(w) => w.message().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Reconnect delays: 50 ms doubling to 400 ms; short because the safe window is short.
-fn retry_delay(attempt: u32) -> Duration {
-    Duration::from_millis(50u64 << attempt.min(3))
+/// Keep-alive reconnects: from 50 ms doubling to 400 ms, jittered; short because the safe
+/// window is short.
+pub(crate) fn reconnect_backoff() -> ReconnectBackoff {
+    ReconnectBackoff::new(Duration::from_millis(50), Duration::from_millis(400))
 }
 
 #[cfg(test)]
@@ -488,7 +408,11 @@ mod tests {
     #[test]
     fn safe_window_is_two_thirds_of_ttl() {
         assert_eq!(safe_window(Duration::from_secs(3)), Duration::from_secs(2));
-        assert_eq!(retry_delay(0), Duration::from_millis(50));
-        assert_eq!(retry_delay(10), Duration::from_millis(400));
+        let mut backoff = reconnect_backoff();
+        assert_eq!(backoff.base(), Duration::from_millis(50));
+        for _ in 0..10 {
+            assert!(backoff.next_delay(&mut rand::rng()) <= Duration::from_millis(400));
+        }
+        assert_eq!(backoff.base(), Duration::from_millis(400));
     }
 }

@@ -2,18 +2,20 @@
 //!
 //! They tell operators and the leader which replicas run, in which roles and with which
 //! handlers. A record vanishes by itself when its replica stops renewing, so the list is
-//! never stale by more than one TTL.
+//! never stale by more than one TTL. Each record is a plain put on its own [`Session`]: it
+//! is not created-if-absent, because a replica restarting under the same id simply replaces
+//! its old record.
 
 use ax_scheduler_core::UtcMillis;
 use etcd_client::{Client, GetOptions, PutOptions};
 use serde::{Deserialize, Serialize};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ElectionConfig;
 use crate::error::{timed, ElectionError};
-use crate::hold::{LeaseHold, LossReason};
+use crate::hold::LossReason;
 use crate::keys::{instance_key, instances_prefix};
+use crate::session::Session;
 
 /// What a replica publishes about itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,41 +38,28 @@ pub struct InstanceRecord {
 
 /// A published instance record, kept alive until dropped or deregistered.
 pub struct InstanceRegistration {
-    hold: LeaseHold,
-    client: Client,
+    session: Session,
     key: String,
-    request_timeout: std::time::Duration,
 }
 
 impl InstanceRegistration {
     /// Fires when the record's lease is lost or in doubt; register again to republish.
     pub fn lost(&self) -> CancellationToken {
-        self.hold.lost()
+        self.session.lost()
     }
 
     /// Why the registration ended, once it has.
     pub fn loss_reason(&self) -> Option<LossReason> {
-        self.hold.loss_reason()
+        self.session.loss_reason()
     }
 
-    /// Removes the record now.
-    pub async fn deregister(mut self) -> Result<(), ElectionError> {
-        self.hold.stop_without_revoke(LossReason::Released).await;
-        let mut lease = self.client.lease_client();
-        let revoked = timed(
-            "lease revoke",
-            self.request_timeout,
-            lease.revoke(self.hold.lease_id()),
-        )
-        .await;
-        if revoked.is_err() {
-            let mut kv = self.client.kv_client();
-            timed(
-                "instance delete",
-                self.request_timeout,
-                kv.delete(self.key.clone(), None),
-            )
-            .await?;
+    /// Removes the record now (revoking its session's lease, else deleting the key).
+    pub async fn deregister(self) -> Result<(), ElectionError> {
+        let client = self.session.client().clone();
+        let t = self.session.request_timeout();
+        if self.session.close().await.is_err() {
+            let mut kv = client.kv_client();
+            timed("instance delete", t, kv.delete(self.key, None)).await?;
         }
         Ok(())
     }
@@ -82,14 +71,9 @@ pub async fn register_instance(
     config: &ElectionConfig,
     record: &InstanceRecord,
 ) -> Result<InstanceRegistration, ElectionError> {
-    config.validate()?;
     let t = config.request_timeout;
     let key = instance_key(&config.prefix, &record.instance_id);
-    let sent_at = Instant::now();
-    let mut lease = client.lease_client();
-    let lease_id = timed("lease grant", t, lease.grant(config.ttl_secs(), None))
-        .await?
-        .id();
+    let session = Session::open(client, config).await?;
     // A record of strings and integers always serializes.
     let value = serde_json::to_vec(record).unwrap_or_default();
     let mut kv = client.kv_client();
@@ -99,28 +83,15 @@ pub async fn register_instance(
         kv.put(
             key.clone(),
             value,
-            Some(PutOptions::new().with_lease(lease_id)),
+            Some(PutOptions::new().with_lease(session.lease_id())),
         ),
     )
     .await
     {
-        let _ = timed("lease revoke", t, lease.revoke(lease_id)).await;
+        let _ = session.close().await;
         return Err(e);
     }
-    let hold = LeaseHold::start(
-        client.clone(),
-        lease_id,
-        config.effective_ttl(),
-        t,
-        None,
-        sent_at,
-    );
-    Ok(InstanceRegistration {
-        hold,
-        client: client.clone(),
-        key,
-        request_timeout: t,
-    })
+    Ok(InstanceRegistration { session, key })
 }
 
 /// Lists the live instance records, sorted by instance id.

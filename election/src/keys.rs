@@ -7,9 +7,10 @@ fn trim(prefix: &str) -> &str {
     prefix.trim_end_matches('/')
 }
 
-/// `{prefix}/leader`: the leader record, on the leader's lease.
+/// `{prefix}/leader`: the leader record, on the leader's lease. The layout's one definition
+/// is [`ax_scheduler_core::etcd_keys::leader`]; this wrapper keeps it in the election API.
 pub fn leader_key(prefix: &str) -> String {
-    format!("{}/leader", trim(prefix))
+    ax_scheduler_core::etcd_keys::leader(prefix)
 }
 
 /// `{prefix}/locks/{task_id}`: a task lock, on its holder's lease.

@@ -13,8 +13,11 @@
 //! stall, a frozen VM): timers are then overdue and the code that resumes first may run
 //! before the keep-alive task notices. Check `is_valid()` right before every leader action.
 //!
-//! The same lease holding backs per-task locks ([`TaskLock`]) and instance records
-//! ([`register_instance`]).
+//! Every lease here is a [`Session`]: one lease kept alive in the background, on which keys
+//! are created only if absent and released. Leadership is the leader key on a session; a
+//! per-task lock ([`TaskLock`]) is a key under `{prefix}/locks/` on a session (one session
+//! carries any number of locks); an instance record ([`register_instance`]) is a key on its
+//! own session. All share the guarantee above.
 
 mod campaign;
 mod config;
@@ -24,6 +27,7 @@ mod instances;
 mod keys;
 mod lock;
 mod observe;
+mod session;
 
 pub use campaign::{Candidate, Leadership};
 pub use config::{ElectionConfig, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL};
@@ -33,3 +37,4 @@ pub use instances::{list_instances, register_instance, InstanceRecord, InstanceR
 pub use keys::{instance_key, leader_key, lock_key};
 pub use lock::{LockGuard, TaskLock};
 pub use observe::{current_leader, observe, LeaderInfo, LeaderObserver};
+pub use session::Session;

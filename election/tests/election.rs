@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ax_election::{
     current_leader, list_instances, observe, register_instance, Candidate, ElectionConfig,
-    InstanceRecord, Leadership, LossReason, TaskLock,
+    InstanceRecord, Leadership, LossReason, Session, TaskLock,
 };
 use ax_scheduler_core::UtcMillis;
 use etcd_client::Client;
@@ -264,15 +264,17 @@ async fn task_locks_are_exclusive_and_released() {
     let endpoint = ax_testkit::etcd_endpoint();
     let cfg = config("locks");
     let mut client = connect(&endpoint).await;
-    let a = TaskLock::acquire(&client, &cfg, "t1", "a")
+    // Every lock below lives on this one session (one lease); holders are just values.
+    let session = Session::open(&client, &cfg).await.unwrap();
+    let a = TaskLock::acquire(&session, "t1", "a")
         .await
         .unwrap()
         .expect("free lock");
-    assert!(TaskLock::acquire(&client, &cfg, "t1", "b")
+    assert!(TaskLock::acquire(&session, "t1", "b")
         .await
         .unwrap()
         .is_none());
-    let other = TaskLock::acquire(&client, &cfg, "t2", "b")
+    let other = TaskLock::acquire(&session, "t2", "b")
         .await
         .unwrap()
         .expect("other task");
@@ -281,12 +283,12 @@ async fn task_locks_are_exclusive_and_released() {
     // Held across several renewals.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(a.is_valid());
-    assert!(TaskLock::acquire(&client, &cfg, "t1", "b")
+    assert!(TaskLock::acquire(&session, "t1", "b")
         .await
         .unwrap()
         .is_none());
     a.release().await.unwrap();
-    let b = TaskLock::acquire(&client, &cfg, "t1", "b")
+    let b = TaskLock::acquire(&session, "t1", "b")
         .await
         .unwrap()
         .expect("released");
@@ -294,7 +296,7 @@ async fn task_locks_are_exclusive_and_released() {
     drop(b);
     let c = timeout(Duration::from_secs(1), async {
         loop {
-            if let Some(g) = TaskLock::acquire(&client, &cfg, "t1", "c").await.unwrap() {
+            if let Some(g) = TaskLock::acquire(&session, "t1", "c").await.unwrap() {
                 return g;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -309,7 +311,46 @@ async fn task_locks_are_exclusive_and_released() {
         .await
         .unwrap();
     assert_eq!(other.loss_reason(), Some(LossReason::KeyDeleted));
+    // Losing one key leaves the session and its other keys alone.
+    assert!(session.is_valid());
+    assert!(c.is_valid());
     c.release().await.unwrap();
+    // Closing the session ends every lock on it and removes their keys at once.
+    let d = TaskLock::acquire(&session, "t3", "d")
+        .await
+        .unwrap()
+        .expect("free lock");
+    let d_lost = d.lost();
+    let d_key = d.key().to_string();
+    session.close().await.unwrap();
+    assert!(d_lost.is_cancelled());
+    assert!(!d.is_valid());
+    assert_eq!(d.loss_reason(), Some(LossReason::Released));
+    assert!(client.get(d_key, None).await.unwrap().kvs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_session_refuses_new_locks() {
+    let endpoint = ax_testkit::etcd_endpoint();
+    let cfg = config("locks-lost");
+    let client = connect(&endpoint).await;
+    let session = Session::open(&client, &cfg).await.unwrap();
+    let a = TaskLock::acquire(&session, "t1", "a")
+        .await
+        .unwrap()
+        .expect("free lock");
+    let mut lease = client.lease_client();
+    lease.revoke(session.lease_id()).await.unwrap();
+    timeout(Duration::from_secs(2), session.lost().cancelled())
+        .await
+        .expect("a revoked lease is noticed");
+    assert!(!a.is_valid());
+    let err = TaskLock::acquire(&session, "t2", "a").await.unwrap_err();
+    assert!(
+        matches!(err, ax_election::ElectionError::SessionLost { .. }),
+        "{err}"
+    );
+    assert!(!err.is_retryable());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -242,7 +242,8 @@ pub struct Scheduler {
     pub max_clock_skew: Duration,
     /// Enqueues per second at most; 0 (default) means no limit.
     pub enqueue_rate_limit: u32,
-    /// Queue depth above which a backlog alert is raised; default 1000.
+    /// Queue depth above which a backlog alert is raised; default
+    /// [`ax_alerting::DEFAULT_QUEUE_BACKLOG_THRESHOLD`] (1000).
     pub backlog_alert_threshold: u64,
 }
 
@@ -253,7 +254,7 @@ impl Default for Scheduler {
             catch_up_window: Duration::from_secs(600),
             max_clock_skew: Duration::from_secs(2),
             enqueue_rate_limit: 0,
-            backlog_alert_threshold: 1000,
+            backlog_alert_threshold: ax_alerting::DEFAULT_QUEUE_BACKLOG_THRESHOLD,
         }
     }
 }

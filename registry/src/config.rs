@@ -9,7 +9,8 @@ pub struct RegistryConfig {
     pub prefix: String,
     /// Deadline of every single etcd request; default 5 s.
     pub request_timeout: Duration,
-    /// First wait before the watch reconnects; default 100 ms, doubling per failure.
+    /// First wait before the watch reconnects; default 100 ms, doubling per failure (each
+    /// wait jittered into the upper half of its step).
     pub watch_backoff_initial: Duration,
     /// Longest wait between reconnect attempts; default 5 s.
     pub watch_backoff_max: Duration,

@@ -66,9 +66,9 @@ impl Keys {
         format!("{}/state/{namespace}/{id}", self.prefix)
     }
 
-    /// `{prefix}/leader`: the leader record.
+    /// `{prefix}/leader`: the leader record ([`ax_scheduler_core::etcd_keys::leader`]).
     pub fn leader(&self) -> String {
-        format!("{}/leader", self.prefix)
+        ax_scheduler_core::etcd_keys::leader(&self.prefix)
     }
 
     /// `{prefix}/locks/{namespace}/{id}`: a task's lock (the lock name is

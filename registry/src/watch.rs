@@ -10,7 +10,9 @@
 //!   nothing is seen twice (the watch starts after R).
 //! - `Watching`: report each event and remember the last revision seen.
 //! - When the watch breaks (connection loss, etcd restart) report `Reconnecting`, wait
-//!   (`Backoff`, doubling up to a cap) and resume from the last revision seen + 1.
+//!   (`Backoff`: the core's jittered [`ReconnectBackoff`], doubling from
+//!   `watch_backoff_initial` up to `watch_backoff_max`, carried through the states so a
+//!   success resets it) and resume from the last revision seen + 1.
 //! - When etcd says that revision was compacted, the missed events are gone: `Relisting`
 //!   lists again and reports only the difference from what the consumer was told (puts for
 //!   keys new or changed by mod revision, deletes for keys that vanished), then `Synced`.
@@ -20,7 +22,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use ax_scheduler_core::{TaskSpec, ValidationErrors};
+use ax_scheduler_core::{ReconnectBackoff, TaskSpec, ValidationErrors};
 use etcd_client::{EventType, KeyValue, WatchOptions, WatchStream};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -101,17 +103,17 @@ enum WatchState {
     /// Never listed.
     Initial,
     /// Open a watch from `rev + 1`.
-    Resuming { rev: i64, attempt: u32 },
+    Resuming { rev: i64, backoff: ReconnectBackoff },
     /// Following events; `rev` is the last revision reported.
     Watching { stream: Box<WatchStream>, rev: i64 },
     /// Waiting before the next attempt.
     Backoff {
         until: Instant,
-        attempt: u32,
+        backoff: ReconnectBackoff,
         resume: Resume,
     },
     /// List again (a compacted revision, or a failed first list).
-    Relisting { attempt: u32 },
+    Relisting { backoff: ReconnectBackoff },
     /// Cancelled.
     Done,
 }
@@ -201,33 +203,27 @@ impl TaskWatcher {
         }))
     }
 
-    fn backoff(registry: &Registry, attempt: u32, resume: Resume) -> WatchState {
+    /// A backoff with no failures yet, from the configured bounds.
+    fn fresh_backoff(registry: &Registry) -> ReconnectBackoff {
         let cfg = registry.config();
-        let factor = 1u32 << attempt.min(16);
-        let wait = cfg
-            .watch_backoff_initial
-            .saturating_mul(factor)
-            .min(cfg.watch_backoff_max);
-        WatchState::Backoff {
-            until: Instant::now() + wait,
-            attempt: attempt + 1,
-            resume,
-        }
+        ReconnectBackoff::new(cfg.watch_backoff_initial, cfg.watch_backoff_max)
     }
 
     fn broken(
-        registry: &Registry,
         pending: &mut VecDeque<RegistryEvent>,
         error: String,
-        attempt: u32,
+        mut backoff: ReconnectBackoff,
         resume: Resume,
     ) -> WatchState {
-        tracing::warn!(%error, attempt = attempt + 1, "task watch broke; reconnecting");
-        pending.push_back(RegistryEvent::Reconnecting {
-            error,
-            attempt: attempt + 1,
-        });
-        Self::backoff(registry, attempt, resume)
+        let wait = backoff.next_delay(&mut rand::rng());
+        let attempt = backoff.failures();
+        tracing::warn!(%error, attempt, wait_ms = wait.as_millis() as u64, "task watch broke; reconnecting");
+        pending.push_back(RegistryEvent::Reconnecting { error, attempt });
+        WatchState::Backoff {
+            until: Instant::now() + wait,
+            backoff,
+            resume,
+        }
     }
 
     /// Advances the state machine by one state, queuing the events it produced.
@@ -239,30 +235,33 @@ impl TaskWatcher {
     ) -> WatchState {
         match state {
             WatchState::Done => WatchState::Done,
-            WatchState::Initial => Self::relist(registry, known, pending, 0).await,
-            WatchState::Relisting { attempt } => {
-                Self::relist(registry, known, pending, attempt).await
+            WatchState::Initial => {
+                let backoff = Self::fresh_backoff(registry);
+                Self::relist(registry, known, pending, backoff).await
+            }
+            WatchState::Relisting { backoff } => {
+                Self::relist(registry, known, pending, backoff).await
             }
             WatchState::Backoff {
                 until,
-                attempt,
+                backoff,
                 resume,
             } => {
                 tokio::time::sleep_until(until).await;
                 match resume {
-                    Resume::From(rev) => WatchState::Resuming { rev, attempt },
-                    Resume::Relist => WatchState::Relisting { attempt },
+                    Resume::From(rev) => WatchState::Resuming { rev, backoff },
+                    Resume::Relist => WatchState::Relisting { backoff },
                 }
             }
-            WatchState::Resuming { rev, attempt } => match Self::open(registry, rev).await {
+            WatchState::Resuming { rev, backoff } => match Self::open(registry, rev).await {
                 Ok(Some(stream)) => WatchState::Watching { stream, rev },
                 Ok(None) => {
                     tracing::info!(rev, "task watch revision compacted; listing again");
-                    WatchState::Relisting { attempt: 0 }
+                    WatchState::Relisting {
+                        backoff: Self::fresh_backoff(registry),
+                    }
                 }
-                Err(e) => {
-                    Self::broken(registry, pending, e.to_string(), attempt, Resume::From(rev))
-                }
+                Err(e) => Self::broken(pending, e.to_string(), backoff, Resume::From(rev)),
             },
             WatchState::Watching {
                 mut stream,
@@ -275,11 +274,14 @@ impl TaskWatcher {
                             compact_revision = resp.compact_revision(),
                             "task watch fell behind compaction; listing again"
                         );
-                        return WatchState::Relisting { attempt: 0 };
+                        return WatchState::Relisting {
+                            backoff: Self::fresh_backoff(registry),
+                        };
                     }
                     if resp.canceled() {
                         let reason = format!("watch cancelled by etcd: {}", resp.cancel_reason());
-                        return Self::broken(registry, pending, reason, 0, Resume::From(rev));
+                        let backoff = Self::fresh_backoff(registry);
+                        return Self::broken(pending, reason, backoff, Resume::From(rev));
                     }
                     for event in resp.events() {
                         let Some(kv) = event.kv() else { continue };
@@ -313,13 +315,17 @@ impl TaskWatcher {
                     WatchState::Watching { stream, rev }
                 }
                 Ok(None) => Self::broken(
-                    registry,
                     pending,
                     "watch stream ended".to_string(),
-                    0,
+                    Self::fresh_backoff(registry),
                     Resume::From(rev),
                 ),
-                Err(e) => Self::broken(registry, pending, e.to_string(), 0, Resume::From(rev)),
+                Err(e) => Self::broken(
+                    pending,
+                    e.to_string(),
+                    Self::fresh_backoff(registry),
+                    Resume::From(rev),
+                ),
             },
         }
     }
@@ -355,13 +361,11 @@ impl TaskWatcher {
         registry: &Registry,
         known: &mut HashMap<Vec<u8>, i64>,
         pending: &mut VecDeque<RegistryEvent>,
-        attempt: u32,
+        backoff: ReconnectBackoff,
     ) -> WatchState {
         let (revision, kvs) = match registry.list_range(&registry.keys().tasks_prefix()).await {
             Ok(v) => v,
-            Err(e) => {
-                return Self::broken(registry, pending, e.to_string(), attempt, Resume::Relist)
-            }
+            Err(e) => return Self::broken(pending, e.to_string(), backoff, Resume::Relist),
         };
         let mut present = HashMap::with_capacity(kvs.len());
         for kv in &kvs {
@@ -388,7 +392,7 @@ impl TaskWatcher {
         pending.push_back(RegistryEvent::Synced { revision });
         WatchState::Resuming {
             rev: revision,
-            attempt: 0,
+            backoff: Self::fresh_backoff(registry),
         }
     }
 

@@ -9,6 +9,7 @@ mod cron;
 pub mod dispatcher;
 pub mod duration_serde;
 pub mod error;
+pub mod etcd_keys;
 pub mod execution;
 pub mod limiter;
 pub mod misfire;

@@ -55,7 +55,7 @@ pub async fn connect_etcd(config: &Config) -> anyhow::Result<Client> {
     // authentication token and read permission on the prefix.
     let mut kv = client.kv_client();
     let probe = kv.get(
-        format!("{}/leader", config.etcd.prefix.trim_end_matches('/')),
+        ax_scheduler_core::etcd_keys::leader(&config.etcd.prefix),
         Some(GetOptions::new().with_count_only()),
     );
     match tokio::time::timeout(etcd.timeout, probe).await {
