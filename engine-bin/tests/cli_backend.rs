@@ -7,10 +7,8 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use ax_queue::{
-    EnqueueOutcome, ExecutionMessage, HistoryEntry, HistoryOutcome, Queue, QueueConfig,
-};
-use ax_scheduler_core::{TaskSpec, UtcMillis};
+use ax_queue::{ExecutionMessage, HistoryEntry, Queue, QueueConfig};
+use ax_scheduler_core::{AttemptEnd, AttemptOutcome, EnqueueOutcome, TaskSpec, UtcMillis};
 use serde_json::Value;
 
 /// One test's corner of the shared servers.
@@ -340,10 +338,9 @@ async fn history_shows_the_recorded_attempts() {
     assert_eq!(c.ok(&["task", "history", "report"]).lines().count(), 1);
 
     let q = c.queue().await;
-    for (attempt, outcome) in [
-        (0, HistoryOutcome::Retrying),
-        (1, HistoryOutcome::Succeeded),
-    ] {
+    let mut retrying = AttemptEnd::new(AttemptOutcome::Failed, Some("HTTP 503".to_owned()));
+    retrying.retry_at = Some(UtcMillis(1_767_171_601_000));
+    for (attempt, end) in [(0, retrying), (1, AttemptEnd::succeeded())] {
         let entry = HistoryEntry {
             execution_id: uuid::Uuid::now_v7(),
             fire_at: UtcMillis(1_767_171_600_000),
@@ -351,8 +348,7 @@ async fn history_shows_the_recorded_attempts() {
             finished_at: UtcMillis(1_767_171_600_100),
             lateness_ms: 12,
             duration_ms: 88,
-            outcome,
-            error: (attempt == 0).then(|| "HTTP 503".to_owned()),
+            end,
             worker: "ax-0".into(),
             attempt,
         };

@@ -286,6 +286,7 @@ mod tests {
             id: id.into(),
             execution_id: execution_id.into(),
             requested_at: None,
+            mod_revision: 1,
         }
     }
 
