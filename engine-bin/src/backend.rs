@@ -106,8 +106,6 @@ impl Backend {
     }
 }
 
-/// The clock, read at this edge.
-
 impl ApiBackend for Backend {
     fn list_tasks(&self, namespace: Option<String>) -> ApiFuture<'_, Vec<TaskView>> {
         Box::pin(async move { self.list_views(namespace.as_deref()).await })

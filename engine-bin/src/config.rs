@@ -240,6 +240,15 @@ pub struct Scheduler {
     /// Clock skew against etcd beyond which a replica refuses to lead; default 2 s.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub max_clock_skew: Duration,
+    /// How often the leader reads worker events; default 100 ms.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub events_interval: Duration,
+    /// How often the leader writes changed task states to etcd; default 500 ms.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub flush_interval: Duration,
+    /// How often the leader reads run-now requests; default 250 ms.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub trigger_interval: Duration,
     /// Enqueues per second at most; 0 (default) means no limit.
     pub enqueue_rate_limit: u32,
     /// Queue depth above which a backlog alert is raised; default
@@ -250,9 +259,12 @@ pub struct Scheduler {
 impl Default for Scheduler {
     fn default() -> Self {
         Scheduler {
-            tick: Duration::from_millis(10),
-            catch_up_window: Duration::from_secs(600),
-            max_clock_skew: Duration::from_secs(2),
+            tick: ax_scheduler_core::timer::TimerConfig::default().tick,
+            catch_up_window: ax_scheduler_core::misfire::DEFAULT_CATCH_UP_WINDOW,
+            max_clock_skew: crate::scheduler::DEFAULT_MAX_CLOCK_SKEW,
+            events_interval: crate::scheduler::DEFAULT_EVENTS_INTERVAL,
+            flush_interval: crate::scheduler::DEFAULT_FLUSH_INTERVAL,
+            trigger_interval: crate::scheduler::DEFAULT_TRIGGER_INTERVAL,
             enqueue_rate_limit: 0,
             backlog_alert_threshold: ax_alerting::DEFAULT_QUEUE_BACKLOG_THRESHOLD,
         }
@@ -270,8 +282,8 @@ pub struct Worker {
     /// How long running executions may finish after a stop is asked; default 30 s.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub shutdown_grace: Duration,
-    /// How long a taken execution stays invisible before another worker may reclaim it;
-    /// default 5 min.
+    /// How long a worker must have stopped heartbeating before its executions go to another
+    /// worker; default 30 s.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub visibility_timeout: Duration,
 }
@@ -281,8 +293,8 @@ impl Default for Worker {
         Worker {
             concurrency: 0,
             queues: vec![ax_scheduler_core::task::DEFAULT_QUEUE.to_owned()],
-            shutdown_grace: Duration::from_secs(30),
-            visibility_timeout: Duration::from_secs(300),
+            shutdown_grace: ax_worker::DEFAULT_SHUTDOWN_GRACE,
+            visibility_timeout: ax_queue::DEFAULT_VISIBILITY_TIMEOUT,
         }
     }
 }
@@ -292,7 +304,7 @@ impl Worker {
     /// when it is 0).
     pub fn effective_concurrency(&self, cpus: usize) -> usize {
         if self.concurrency == 0 {
-            cpus.max(1) * 2
+            ax_worker::concurrency_for(cpus)
         } else {
             self.concurrency
         }
@@ -512,60 +524,22 @@ mod tests {
         assert_eq!(c.worker.concurrency, 0);
         assert_eq!(c.worker.queues, ["default"]);
         assert_eq!(c.worker.shutdown_grace, Duration::from_secs(30));
-        assert_eq!(c.worker.visibility_timeout, Duration::from_secs(300));
+        assert_eq!(c.worker.visibility_timeout, Duration::from_secs(30));
+        assert_eq!(c.scheduler.events_interval, Duration::from_millis(100));
+        assert_eq!(c.scheduler.flush_interval, Duration::from_millis(500));
+        assert_eq!(c.scheduler.trigger_interval, Duration::from_millis(250));
         assert_eq!(c.http.listen, "0.0.0.0:8080");
         assert_eq!(c.alerts.min_level, AlertLevel::Warn);
     }
 
     #[test]
-    fn the_contract_example_file_parses_to_the_defaults() {
-        let text = r#"
-[etcd]
-endpoints = ["http://127.0.0.1:2379"]
-prefix = "/scheduler"
-username = ""
-password = ""
-ca_file = ""
-cert_file = ""
-key_file = ""
-timeout = "5s"
-
-[redis]
-url = "redis://127.0.0.1:6379/0"
-password = ""
-key_prefix = "ax"
-
-[instance]
-id = ""
-roles = ["scheduler", "worker"]
-namespaces = []
-
-[election]
-lease_ttl = "10s"
-
-[scheduler]
-tick = "10ms"
-catch_up_window = "10m"
-max_clock_skew = "2s"
-enqueue_rate_limit = 0
-backlog_alert_threshold = 1000
-
-[worker]
-concurrency = 0
-queues = ["default"]
-shutdown_grace = "30s"
-visibility_timeout = "5m"
-
-[http]
-listen = "0.0.0.0:8080"
-api_token = ""
-
-[alerts]
-feishu_webhook = ""
-feishu_secret = ""
-webhook_url = ""
-min_level = "warn"
-"#;
+    fn the_documented_defaults_are_the_defaults() {
+        // The full file in docs/configuration.md is what users copy: it must say exactly
+        // what ax does when a key is left out.
+        let doc = include_str!("../../docs/configuration.md");
+        let start = doc.find("```toml\n").expect("a toml block in the docs") + 8;
+        let len = doc[start..].find("```").expect("the block ends");
+        let text = &doc[start..start + len];
         assert_eq!(Config::from_toml_str(text).unwrap(), Config::default());
     }
 

@@ -25,7 +25,7 @@ use ax_election::{register_instance, Candidate, InstanceRecord};
 use ax_queue::Queue;
 use ax_registry::Registry;
 use ax_scheduler_core::timer::TimerConfig;
-use ax_scheduler_core::{DispatcherConfig, UtcMillis};
+use ax_scheduler_core::{DispatcherConfig, ReconnectBackoff, UtcMillis};
 use ax_worker::{HandlerRegistry, PoolSummary, WorkerConfig, WorkerPool};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -191,8 +191,8 @@ async fn connect(
     Some((etcd, queue))
 }
 
-/// Calls `connect` until it succeeds, doubling the wait from 250 ms up to 10 s; `None` when
-/// `cancel` fires first.
+/// Calls `connect` until it succeeds, waiting with the shared reconnect backoff (from 250 ms up
+/// to 10 s); `None` when `cancel` fires first.
 async fn until_connected<T, F, Fut>(
     backend: &'static str,
     metrics: &Metrics,
@@ -203,23 +203,24 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<T>>,
 {
-    let mut wait = Duration::from_millis(250);
+    let mut backoff = ReconnectBackoff::new(Duration::from_millis(250), Duration::from_secs(10));
     loop {
-        match connect().await {
+        let wait = match connect().await {
             Ok(client) => return Some(client),
             Err(e) => {
                 metrics
                     .backend_errors_total
                     .with_label_values(&[backend])
                     .inc();
+                let wait = backoff.next_delay(&mut rand::rng());
                 warn!(backend, error = %format!("{e:#}"), retry_in = ?wait, "backend not reachable");
+                wait
             }
-        }
+        };
         tokio::select! {
             _ = cancel.cancelled() => return None,
             _ = tokio::time::sleep(wait) => {}
         }
-        wait = (wait * 2).min(Duration::from_secs(10));
     }
 }
 
@@ -357,9 +358,9 @@ impl Parts<'_> {
                 rate_limit,
                 ..DispatcherConfig::default()
             },
-            events_interval: Duration::from_millis(100),
-            flush_interval: Duration::from_millis(500),
-            trigger_interval: Duration::from_millis(250),
+            events_interval: config.scheduler.events_interval,
+            flush_interval: config.scheduler.flush_interval,
+            trigger_interval: config.scheduler.trigger_interval,
             delay_alert_threshold: ax_alerting::DEFAULT_SCHEDULE_DELAY_THRESHOLD,
             max_clock_skew: config.scheduler.max_clock_skew,
             skew_endpoint: config.etcd.endpoints.first().cloned(),

@@ -26,6 +26,8 @@ pub use error::{QueueError, Result};
 pub use events::{ExecutionEventRecord, EVENTS_CAP};
 pub use history::HistoryEntry;
 pub use keys::Keys;
-pub use maintenance::{Maintenance, MaintenanceConfig, MaintenanceState, StepReport};
+pub use maintenance::{
+    Maintenance, MaintenanceConfig, MaintenanceState, StepReport, DEFAULT_VISIBILITY_TIMEOUT,
+};
 pub use message::{AttemptError, ExecutionMessage};
 pub use queue::{Delivery, Queue, QueueStats, ENQUEUE_CHUNK};

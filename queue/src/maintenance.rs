@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{ReconnectBackoff, UtcMillis};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
@@ -23,7 +23,7 @@ pub struct MaintenanceConfig {
     /// this).
     pub interval: Duration,
     /// How long a worker must have been silent before its messages are given back.
-    /// Default 30 s.
+    /// Default [`DEFAULT_VISIBILITY_TIMEOUT`].
     pub visibility_timeout: Duration,
     /// Delayed messages moved per script call. Default 500.
     pub promote_batch: usize,
@@ -36,7 +36,7 @@ impl Default for MaintenanceConfig {
         MaintenanceConfig {
             queues: vec![ax_scheduler_core::task::DEFAULT_QUEUE.to_string()],
             interval: Duration::from_millis(250),
-            visibility_timeout: Duration::from_secs(30),
+            visibility_timeout: DEFAULT_VISIBILITY_TIMEOUT,
             promote_batch: 500,
             max_backoff: Duration::from_secs(10),
         }
@@ -68,13 +68,18 @@ pub struct StepReport {
     pub wait: Duration,
 }
 
+/// How long a worker must have been silent (heartbeat gone, last beat older than this) before
+/// the reaper gives its messages to another worker. A live worker keeps its heartbeat, so a
+/// long handler is never taken away; a dead one's work moves on within this time.
+pub const DEFAULT_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The maintenance loop of one set of queues.
 #[derive(Debug)]
 pub struct Maintenance {
     queue: Queue,
     cfg: MaintenanceConfig,
     state: MaintenanceState,
-    failures: u32,
+    backoff: ReconnectBackoff,
 }
 
 impl Maintenance {
@@ -82,9 +87,9 @@ impl Maintenance {
     pub fn new(queue: Queue, cfg: MaintenanceConfig) -> Self {
         Maintenance {
             queue,
-            cfg,
             state: MaintenanceState::Promote,
-            failures: 0,
+            backoff: ReconnectBackoff::new(cfg.interval, cfg.max_backoff),
+            cfg,
         }
     }
 
@@ -107,7 +112,7 @@ impl Maintenance {
             }),
             MaintenanceState::Reap => self.reap(now).await.map(|n| {
                 report.reaped = n;
-                self.failures = 0;
+                self.backoff.reset();
                 self.state = MaintenanceState::Promote;
                 report.wait = self.cfg.interval;
             }),
@@ -117,16 +122,10 @@ impl Maintenance {
             }
         };
         if let Err(e) = result {
-            self.failures = self.failures.saturating_add(1);
-            let wait = self
-                .cfg
-                .interval
-                .saturating_mul(1u32 << self.failures.min(16))
-                .min(self.cfg.max_backoff);
-            tracing::warn!(error = %e, failures = self.failures, retry_in = ?wait, "queue maintenance failed");
-            self.state = MaintenanceState::Backoff {
-                failures: self.failures,
-            };
+            let wait = self.backoff.next_delay(&mut rand::rng());
+            let failures = self.backoff.failures();
+            tracing::warn!(error = %e, failures, retry_in = ?wait, "queue maintenance failed");
+            self.state = MaintenanceState::Backoff { failures };
             report.wait = wait;
         }
         report

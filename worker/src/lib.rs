@@ -15,7 +15,10 @@ pub mod retry;
 pub use builtin::{classify_status, HttpHandler, LogHandler, NoopHandler};
 pub use error::{Result, WorkerError};
 pub use handler::{Handler, HandlerContext, HandlerError, HandlerFuture, HandlerRegistry};
-pub use pool::{default_concurrency, PoolSummary, WorkerConfig, WorkerPool};
+pub use pool::{
+    concurrency_for, default_concurrency, PoolSummary, WorkerConfig, WorkerPool,
+    DEFAULT_SHUTDOWN_GRACE,
+};
 pub use reporter::{
     ChannelReporter, ExecutionReport, ExecutionReporter, NoopReporter, ReportEvent, ReportFuture,
 };

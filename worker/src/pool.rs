@@ -44,14 +44,15 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Most messages taken in one round trip. Default 64.
     pub fetch_batch: usize,
-    /// How long in-flight attempts may run on after shutdown starts. Default 30 s.
+    /// How long in-flight attempts may run on after shutdown starts. Default
+    /// [`DEFAULT_SHUTDOWN_GRACE`].
     pub shutdown_grace: Duration,
     /// Heartbeat period. Default 1 s.
     pub heartbeat_interval: Duration,
     /// Lifetime of a heartbeat key. Default 5 s.
     pub heartbeat_ttl: Duration,
     /// How long a silent worker's messages stay with it before the reaper gives them back.
-    /// Default 30 s.
+    /// Default [`ax_queue::DEFAULT_VISIBILITY_TIMEOUT`].
     pub visibility_timeout: Duration,
     /// Longest blocking wait for a message (also bounds how long stopping takes). Default 1 s.
     pub block_timeout: Duration,
@@ -63,12 +64,18 @@ pub struct WorkerConfig {
     pub settle_retry_for: Duration,
 }
 
-/// 2 x the CPU cores (at least 2).
-pub fn default_concurrency() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get() * 2)
-        .unwrap_or(2)
+/// The default concurrency on a machine with `cpus` cores: twice the cores (at least 2).
+pub fn concurrency_for(cpus: usize) -> usize {
+    cpus.max(1) * 2
 }
+
+/// [`concurrency_for`] this machine's cores.
+pub fn default_concurrency() -> usize {
+    concurrency_for(std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// How long in-flight attempts may run on after shutdown starts, by default.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 impl Default for WorkerConfig {
     fn default() -> Self {
@@ -78,10 +85,10 @@ impl Default for WorkerConfig {
             queues: vec![ax_scheduler_core::task::DEFAULT_QUEUE.to_string()],
             concurrency: default_concurrency(),
             fetch_batch: 64,
-            shutdown_grace: Duration::from_secs(30),
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             heartbeat_interval: Duration::from_secs(1),
             heartbeat_ttl: Duration::from_secs(5),
-            visibility_timeout: Duration::from_secs(30),
+            visibility_timeout: ax_queue::DEFAULT_VISIBILITY_TIMEOUT,
             block_timeout: Duration::from_secs(1),
             maintenance_interval: Duration::from_millis(250),
             record_history: true,

@@ -141,11 +141,17 @@ impl Config {
                 ),
             );
         }
-        positive(
-            &mut err,
-            "scheduler.max_clock_skew",
-            self.scheduler.max_clock_skew,
-        );
+        for (key, value) in [
+            ("scheduler.max_clock_skew", self.scheduler.max_clock_skew),
+            ("scheduler.events_interval", self.scheduler.events_interval),
+            ("scheduler.flush_interval", self.scheduler.flush_interval),
+            (
+                "scheduler.trigger_interval",
+                self.scheduler.trigger_interval,
+            ),
+        ] {
+            positive(&mut err, key, value);
+        }
 
         // worker
         if self.instance.has_role(Role::Worker) && self.worker.queues.is_empty() {

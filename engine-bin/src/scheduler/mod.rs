@@ -40,6 +40,16 @@ mod triggers;
 
 pub use role::run;
 
+/// How often the leader reads worker events, by default.
+pub const DEFAULT_EVENTS_INTERVAL: Duration = Duration::from_millis(100);
+/// How often the leader hands changed task states to the flusher, by default.
+pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_millis(500);
+/// How often the leader reads run-now requests, by default (well within the promise that a
+/// trigger runs within a second).
+pub const DEFAULT_TRIGGER_INTERVAL: Duration = Duration::from_millis(250);
+/// The largest clock offset from etcd a replica leads with, by default.
+pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(2);
+
 /// Settings of the scheduler role, from the `[scheduler]` and `[election]` configuration.
 #[derive(Clone, Debug)]
 pub struct LeaderSettings {
