@@ -159,9 +159,6 @@ pub struct FeishuChannel {
     clock: fn() -> UtcMillis,
 }
 
-fn system_now() -> UtcMillis {
-    UtcMillis(chrono::Utc::now().timestamp_millis())
-}
 
 impl FeishuChannel {
     /// Checks the configuration and builds the HTTP client.
@@ -172,7 +169,7 @@ impl FeishuChannel {
             config,
             url,
             client,
-            clock: system_now,
+            clock: UtcMillis::now,
         })
     }
 

@@ -213,7 +213,7 @@ impl MonotonicClock {
     fn start() -> Self {
         MonotonicClock {
             start: Instant::now(),
-            start_utc: UtcMillis(chrono::Utc::now().timestamp_millis()),
+            start_utc: UtcMillis::now(),
         }
     }
 

@@ -13,7 +13,7 @@
 //! jittered [`ReconnectBackoff`], so candidates that lost etcd together do not return in
 //! lockstep.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use ax_scheduler_core::{ReconnectBackoff, UtcMillis};
 use etcd_client::{Client, EventType, WatchOptions};
@@ -36,13 +36,6 @@ pub(crate) struct LeaderRecord {
     pub(crate) info: serde_json::Value,
 }
 
-pub(crate) fn now_millis() -> UtcMillis {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    UtcMillis(i64::try_from(ms).unwrap_or(i64::MAX))
-}
 
 /// A replica that wants to lead.
 #[derive(Clone)]
@@ -177,7 +170,7 @@ impl Candidate {
         let t = self.config.request_timeout;
         let key = leader_key(&self.config.prefix);
         let session = Session::open(&self.client, &self.config).await?;
-        let since = now_millis();
+        let since = UtcMillis::now();
         let record = LeaderRecord {
             instance_id: self.instance_id.clone(),
             since,

@@ -128,7 +128,7 @@ async fn task_put(
     let key = task_file::resolve_key(&bytes, file, id, namespace).map_err(CliError::Usage)?;
     let spec = task_file::validate(&bytes, &key).map_err(CliError::Invalid)?;
     // The clock is read here, at the edge; the preview itself is a function of `now`.
-    let now = UtcMillis::from_datetime(&chrono::Utc::now());
+    let now = UtcMillis::now();
     if dry_run {
         let report = task_file::preview(&spec, now).map_err(CliError::Invalid)?;
         return print_stdout(&report);

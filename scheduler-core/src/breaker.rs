@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use crate::time::UtcMillis;
 
-/// Breaker settings; the defaults are seed 003's.
+/// Breaker settings; the defaults open when more than half of at least 4 executions in the
+/// last 5 minutes failed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BreakerConfig {
     /// Length of the sliding window.

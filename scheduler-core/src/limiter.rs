@@ -1,4 +1,5 @@
-//! A token bucket for the enqueue rate (seed 003's dispatch limit).
+//! A token bucket for the enqueue rate: an optional cap on fires per second, so a burst of due
+//! tasks cannot flood the workers or Redis.
 //!
 //! Off by default. When on, the leader asks [`TokenBucket::try_take`] before each enqueue; a
 //! fire that finds no token waits in the ready queue, so a burst of due tasks is spread out

@@ -2,7 +2,8 @@
 //! engine's loop).
 //!
 //! A pure function of the schedule, the engine's recorded progress and `now`, so a new leader
-//! and the tests get the same answer. The policies (seed 004's "compensation after failover"):
+//! and the tests get the same answer. The policies (what a new leader does about fires nobody
+//! made while no leader acted):
 //!
 //! * `fire_once` (default): one execution, for the latest missed fire, however old. A one-shot
 //!   task (`at`, `delay`) missed during downtime therefore still runs, late, instead of

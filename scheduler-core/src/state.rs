@@ -4,7 +4,7 @@
 //! user's write never races the engine's bookkeeping. The state holds everything a new leader
 //! needs to continue exactly where the old one stopped: the next due fire, the last fire, and
 //! the anchor a `delay`/`every` countdown started from. The status follows a small state
-//! machine (seed 003's, with INVALID added for specs that fail validation); the allowed moves
+//! machine (the usual scheduler life cycle, with INVALID added for specs that fail validation); the allowed moves
 //! are listed in [`TaskStatus::can_transition_to`] and in `docs/tasks.md`.
 
 use serde::{Deserialize, Serialize};
@@ -232,8 +232,8 @@ mod tests {
     }
 
     #[test]
-    fn seed_transitions_are_allowed() {
-        // Seed 003's table.
+    fn life_cycle_transitions_are_allowed() {
+        // The life cycle every task goes through.
         for (from, to) in [
             (Waiting, Scheduled),
             (Waiting, Paused),

@@ -17,13 +17,14 @@ use crate::time::UtcMillis;
 pub const DEFAULT_NAMESPACE: &str = "default";
 /// Default queue when a spec names none.
 pub const DEFAULT_QUEUE: &str = "default";
-/// Default execution timeout (seed 001: HTTP callbacks time out after 30 s).
+/// Default execution timeout: 30 s, what an HTTP callback is usually given.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default priority, the middle of 0 (lowest) ..= 9 (highest).
 pub const DEFAULT_PRIORITY: u8 = 5;
 /// Highest priority.
 pub const MAX_PRIORITY: u8 = 9;
-/// Largest payload, serialized as compact JSON (seed 000: 32 KB cap).
+/// Largest payload, serialized as compact JSON: 32 KB keeps a spec well inside etcd's request
+/// limit and a message cheap to copy through Redis.
 pub const MAX_PAYLOAD_BYTES: usize = 32 * 1024;
 /// Shortest `every` interval: the timer ticks at 10 ms, but a task firing faster than once a
 /// second would swamp etcd state writes and the queue.
@@ -115,7 +116,7 @@ pub enum Schedule {
     },
 }
 
-/// Retry settings (seed 004: exponential backoff with jitter, bounded count and total time).
+/// Retry settings: exponential backoff with jitter, bounded in count and in total time.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RetryPolicy {
     /// Retries after the first attempt; 0 disables retry.
@@ -149,7 +150,7 @@ impl Default for RetryPolicy {
     }
 }
 
-/// Missed-fire handling (seed 004: compensation after failover).
+/// Missed-fire handling: what a new leader does about fires missed while no leader acted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MisfirePolicy {

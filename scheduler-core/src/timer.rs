@@ -53,8 +53,8 @@ pub const MAX_WHEEL_BITS: u32 = 60;
 /// level's occupancy in one machine word, and powers of two make slot arithmetic shifts and
 /// masks. The wheel's fixed cost is `levels * 2^slot_bits` slot heads (2 KiB by default).
 ///
-/// The seeds sketch 1000 slots of 10 ms plus 3600 of 1 s; the same 10 ms tick is kept, but the
-/// power-of-two levels replace the decimal ones so that empty slots are skipped with bit
+/// A classic two-level design (1000 slots of 10 ms plus 3600 of 1 s) keeps the same 10 ms tick,
+/// but power-of-two levels replace decimal ones here so that empty slots are skipped with bit
 /// operations rather than scanned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TimerConfig {

@@ -121,7 +121,7 @@ impl Config {
             err(
                 "scheduler.tick",
                 format!(
-                    "{} is not a whole number of milliseconds (the timer counts in ms); the seeds advise 10ms",
+                    "{} is not a whole number of milliseconds (the timer counts in ms); 10ms is the usual choice",
                     show(self.scheduler.tick)
                 ),
             );
