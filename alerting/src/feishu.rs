@@ -159,7 +159,6 @@ pub struct FeishuChannel {
     clock: fn() -> UtcMillis,
 }
 
-
 impl FeishuChannel {
     /// Checks the configuration and builds the HTTP client.
     pub fn new(config: FeishuConfig) -> Result<Self, AlertError> {

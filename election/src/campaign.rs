@@ -36,7 +36,6 @@ pub(crate) struct LeaderRecord {
     pub(crate) info: serde_json::Value,
 }
 
-
 /// A replica that wants to lead.
 #[derive(Clone)]
 pub struct Candidate {

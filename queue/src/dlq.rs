@@ -237,26 +237,27 @@ impl Queue {
         Ok((n == 1).then_some(fresh.execution_id))
     }
 
-    /// Requeues every entry of `queue` (in pages); returns how many were requeued.
+    /// Requeues every entry `queue` holds when the call starts; returns how many were
+    /// requeued. The ids are read first: an execution that fails for good again while this
+    /// runs comes back as a new entry, and paging the live set would meet it again and again.
     pub async fn dlq_requeue_all(&self, queue: &str, now: UtcMillis) -> Result<usize> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        let ids: Vec<String> = self
+            .run(
+                "dlq_requeue_all",
+                redis::AsyncCommands::zrange(&mut conn, self.keys().dlq(queue), 0, -1),
+            )
+            .await?;
         let mut requeued = 0;
-        let mut offset = 0;
-        loop {
-            let page = self.dlq_list(queue, offset, 200).await?;
-            if page.is_empty() {
-                return Ok(requeued);
+        for id in ids {
+            // An id that is not a UUID cannot have been written by ax; it stays for a person.
+            let Ok(id) = id.parse::<Uuid>() else { continue };
+            if self.dlq_requeue(queue, id, now).await?.is_some() {
+                requeued += 1;
             }
-            let mut skipped = 0;
-            for entry in &page {
-                if self.dlq_requeue(queue, entry.id, now).await?.is_some() {
-                    requeued += 1;
-                } else {
-                    skipped += 1;
-                }
-            }
-            // Requeued entries leave the set; undecodable ones stay and are paged past.
-            offset += skipped;
         }
+        Ok(requeued)
     }
 
     /// Deletes every dead-letter entry of `queue`; returns how many there were.

@@ -720,3 +720,43 @@ async fn a_restarted_worker_recovers_what_its_id_held() {
     assert_eq!(q.depth("default").await.unwrap(), 2);
     assert_eq!(q.recover_worker("default", "pod-0").await.unwrap(), 0);
 }
+
+#[tokio::test]
+async fn requeue_all_ends_when_entries_fail_again_while_it_runs() {
+    let q = queue().await;
+    let now = ax_scheduler_core::UtcMillis::now();
+    let s = spec("bounce", "default");
+    let msgs: Vec<_> = (0..50)
+        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 0))
+        .collect();
+    q.enqueue_batch(&msgs).await.unwrap();
+    let mut c = q.consumer("default", "w", BLOCK, now).await.unwrap();
+    for d in c.take(50).await.unwrap() {
+        assert!(q.dead_letter(&d, "permanent", now).await.unwrap());
+    }
+    assert_eq!(q.dlq_size("default").await.unwrap(), 50);
+    // A worker that fails every execution for good at once, as a broken handler would.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let bouncer = {
+        let (q, stop) = (q.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut c = q
+                .consumer("default", "bouncer", Duration::from_millis(50), now)
+                .await
+                .unwrap();
+            while !stop.is_cancelled() {
+                for d in c.take(100).await.unwrap() {
+                    let at = ax_scheduler_core::UtcMillis::now();
+                    q.dead_letter(&d, "permanent again", at).await.unwrap();
+                }
+            }
+        })
+    };
+    let requeued = tokio::time::timeout(Duration::from_secs(20), q.dlq_requeue_all("default", now))
+        .await
+        .expect("requeue-all must end even while entries come back")
+        .unwrap();
+    stop.cancel();
+    bouncer.await.unwrap();
+    assert_eq!(requeued, 50, "each entry present at the start, once");
+}

@@ -479,14 +479,7 @@ impl Dispatcher {
             self.arm(&mut task, next, now);
             if task.held.is_some() {
                 // The held fire keeps its retry, under the new generation.
-                task.held_timer = Some(self.timer.insert(
-                    now.add(self.config.hold_retry),
-                    TimerEntry {
-                        key: Arc::clone(&task.key),
-                        kind: TimerKind::HeldRetry,
-                        generation: task.generation,
-                    },
-                ));
+                arm_held_retry(&mut self.timer, &mut task, self.config.hold_retry, now);
             }
         }
         self.pending
@@ -731,14 +724,7 @@ impl Dispatcher {
             EnqueueOutcome::Held => {
                 task.held = Some(merge_held(task.held, dispatch.fire_at));
                 if task.held_timer.is_none() {
-                    task.held_timer = Some(self.timer.insert(
-                        now.add(self.config.hold_retry),
-                        TimerEntry {
-                            key: Arc::clone(&task.key),
-                            kind: TimerKind::HeldRetry,
-                            generation: task.generation,
-                        },
-                    ));
+                    arm_held_retry(&mut self.timer, task, self.config.hold_retry, now);
                 }
             }
             // The sender was deposed; the engine ends the term.
@@ -858,6 +844,23 @@ fn push_fire(
         generation,
     };
     ready.push(fire, priority, now);
+}
+
+/// Gives `task` its one held-fire retry timer, `after` from `now`.
+fn arm_held_retry(
+    timer: &mut TimerWheel<TimerEntry>,
+    task: &mut Armed,
+    after: Duration,
+    now: UtcMillis,
+) {
+    task.held_timer = Some(timer.insert(
+        now.add(after),
+        TimerEntry {
+            key: Arc::clone(&task.key),
+            kind: TimerKind::HeldRetry,
+            generation: task.generation,
+        },
+    ));
 }
 
 fn breaker_notice(key: &Arc<TaskKey>, transition: Transition) -> Notice {
