@@ -39,6 +39,9 @@ pub const IS_LEADER: &str = "scheduler_is_leader";
 pub const LEADER_CHANGES_TOTAL: &str = "scheduler_leader_changes_total";
 /// Registered specs that failed validation.
 pub const INVALID_SPECS: &str = "scheduler_invalid_specs";
+/// Task state records the last takeover could not decode (passed over, rewritten at the
+/// task's next state write).
+pub const UNDECODABLE_STATES: &str = "scheduler_undecodable_states";
 /// Age of the oldest waiting execution, seconds. Labels: `queue`.
 pub const OLDEST_QUEUED_AGE_SECONDS: &str = "scheduler_oldest_queued_age_seconds";
 /// Failed calls to a backend. Labels: `backend` (`etcd`, `redis`).
@@ -129,6 +132,8 @@ pub struct Metrics {
     pub leader_changes_total: IntCounter,
     /// [`INVALID_SPECS`].
     pub invalid_specs: IntGauge,
+    /// [`UNDECODABLE_STATES`].
+    pub undecodable_states: IntGauge,
     /// [`OLDEST_QUEUED_AGE_SECONDS`] by `queue`.
     pub oldest_queued_age_seconds: GaugeVec,
     /// [`BACKEND_ERRORS_TOTAL`] by `backend`.
@@ -214,6 +219,13 @@ impl Metrics {
                 IntGauge::new(
                     INVALID_SPECS,
                     "Registered task specs that failed validation.",
+                )?,
+            )?,
+            undecodable_states: register(
+                &registry,
+                IntGauge::new(
+                    UNDECODABLE_STATES,
+                    "Task state records the last takeover could not decode.",
                 )?,
             )?,
             oldest_queued_age_seconds: register(

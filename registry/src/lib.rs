@@ -24,6 +24,9 @@ pub use config::RegistryConfig;
 pub use decode::{InvalidTask, StoredTask, TaskListing};
 pub use error::RegistryError;
 pub use keys::Keys;
-pub use registry::{RegisterOutcome, Registry, StoredState, MAX_TXN_OPS, UPDATE_ATTEMPTS};
+pub use registry::{
+    RegisterOutcome, Registry, StateListing, StoredState, UndecodableState, MAX_TXN_OPS,
+    UPDATE_ATTEMPTS,
+};
 pub use trigger::{PendingTrigger, TriggerRequest};
 pub use watch::{RegistryEvent, TaskWatcher};

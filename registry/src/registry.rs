@@ -58,6 +58,28 @@ pub struct StoredState {
     pub mod_revision: i64,
 }
 
+/// A state record that cannot be decoded (written by hand, or by a version of ax that knows
+/// a status this one does not). It is reported and passed over; the leader's next write of
+/// the task's state replaces it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UndecodableState {
+    /// Namespace.
+    pub namespace: String,
+    /// Task id.
+    pub id: String,
+    /// Why it cannot be read.
+    pub error: String,
+}
+
+/// Every state record under a prefix: the readable ones and the ones that are not.
+#[derive(Clone, Debug, Default)]
+pub struct StateListing {
+    /// Decoded states, in key order.
+    pub states: Vec<StoredState>,
+    /// Records that could not be decoded, in key order.
+    pub undecodable: Vec<UndecodableState>,
+}
+
 /// The task registry on one etcd prefix.
 #[derive(Clone)]
 pub struct Registry {
@@ -406,27 +428,45 @@ impl Registry {
             key: key.clone(),
             source,
         })?;
-        let rest = key.strip_prefix(&self.keys.states_prefix()).unwrap_or(&key);
-        let (namespace, id) = rest.split_once('/').unwrap_or(("", rest));
+        let (namespace, id) = self.state_key_parts(&key);
         Ok(StoredState {
-            namespace: namespace.to_string(),
-            id: id.to_string(),
+            namespace,
+            id,
             state,
             mod_revision: kv.mod_revision(),
         })
     }
 
-    /// Lists every state record (or one namespace's), in key order.
-    pub async fn list_states(
-        &self,
-        namespace: Option<&str>,
-    ) -> Result<Vec<StoredState>, RegistryError> {
+    fn state_key_parts(&self, key: &str) -> (String, String) {
+        let rest = key.strip_prefix(&self.keys.states_prefix()).unwrap_or(key);
+        let (namespace, id) = rest.split_once('/').unwrap_or(("", rest));
+        (namespace.to_string(), id.to_string())
+    }
+
+    /// Lists every state record (or one namespace's), in key order. One record that cannot
+    /// be decoded must not hide the others (a takeover reads them all): it is listed apart.
+    pub async fn list_states(&self, namespace: Option<&str>) -> Result<StateListing, RegistryError> {
         let prefix = match namespace {
             Some(ns) => self.keys.namespace_states_prefix(ns),
             None => self.keys.states_prefix(),
         };
         let (_, kvs) = self.list_range(&prefix).await?;
-        kvs.iter().map(|kv| self.decode_state(kv)).collect()
+        let mut listing = StateListing::default();
+        for kv in &kvs {
+            match self.decode_state(kv) {
+                Ok(state) => listing.states.push(state),
+                Err(e) => {
+                    let key = String::from_utf8_lossy(kv.key()).into_owned();
+                    let (namespace, id) = self.state_key_parts(&key);
+                    listing.undecodable.push(UndecodableState {
+                        namespace,
+                        id,
+                        error: e.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(listing)
     }
 
     /// Deletes a task's state record.

@@ -241,10 +241,34 @@ async fn states_roundtrip_batch_and_fence() {
         })
         .collect();
     reg.put_states(&batch, None).await.unwrap();
-    let listed = reg.list_states(Some("bulk")).await.unwrap();
+    let listed = reg.list_states(Some("bulk")).await.unwrap().states;
     assert_eq!(listed.len(), 300);
     assert_eq!(listed[299].state.spec_revision, 299);
-    assert_eq!(reg.list_states(None).await.unwrap().len(), 301);
+    assert_eq!(reg.list_states(None).await.unwrap().states.len(), 301);
+
+    // A record this version cannot read is listed apart; the others still come.
+    client
+        .put(reg.keys().state("bulk", "t100"), r#"{"status":"ZOMBIE"}"#, None)
+        .await
+        .unwrap();
+    client
+        .put(reg.keys().state("x", "y"), "{}", None)
+        .await
+        .unwrap();
+    let listed = reg.list_states(None).await.unwrap();
+    assert_eq!(listed.states.len(), 300);
+    let bad: Vec<(&str, &str)> = listed
+        .undecodable
+        .iter()
+        .map(|u| (u.namespace.as_str(), u.id.as_str()))
+        .collect();
+    assert_eq!(bad, [("bulk", "t100"), ("x", "y")]);
+    assert!(listed.undecodable[0].error.contains("ZOMBIE"), "{:?}", listed.undecodable);
+    client
+        .delete(reg.keys().state("x", "y"), None)
+        .await
+        .unwrap();
+    reg.put_states(&batch[100..101], None).await.unwrap();
 
     // Fenced writes succeed only under the current leader key's create revision.
     let token = client

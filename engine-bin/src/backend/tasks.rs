@@ -94,14 +94,19 @@ fn key_of(doc: &serde_json::Value) -> Result<TaskKey, ApiError> {
     Ok(TaskKey { namespace, id })
 }
 
+/// What a task view says of a state record that cannot be decoded.
+fn unreadable_state(error: &str) -> String {
+    format!("state record unreadable (the leader rewrites it at the next state write): {error}")
+}
+
 impl Backend {
-    async fn state_of(&self, namespace: &str, id: &str) -> Option<TaskState> {
+    /// The task's state, or why it cannot be read (the view is still useful without it).
+    async fn state_of(&self, namespace: &str, id: &str) -> Result<Option<TaskState>, String> {
         match self.registry.get_state(namespace, id).await {
-            Ok(s) => s.map(|s| s.state),
+            Ok(s) => Ok(s.map(|s| s.state)),
             Err(e) => {
-                // The view is still useful without the state; say why it is missing.
                 tracing::warn!(task_id = id, namespace, error = %e, "cannot read task state");
-                None
+                Err(e.to_string())
             }
         }
     }
@@ -115,11 +120,18 @@ impl Backend {
             .list(namespace)
             .await
             .map_err(errors::registry)?;
-        let states: HashMap<(String, String), TaskState> = self
+        let state_listing = self
             .registry
             .list_states(namespace)
             .await
-            .map_err(errors::registry)?
+            .map_err(errors::registry)?;
+        let unreadable: HashMap<(String, String), String> = state_listing
+            .undecodable
+            .into_iter()
+            .map(|u| ((u.namespace, u.id), u.error))
+            .collect();
+        let states: HashMap<(String, String), TaskState> = state_listing
+            .states
             .into_iter()
             .map(|s| ((s.namespace, s.id), s.state))
             .collect();
@@ -127,7 +139,14 @@ impl Backend {
         let mut views: Vec<TaskView> = listing
             .tasks
             .iter()
-            .map(|t| view_of_spec(&t.spec, state(&t.spec.namespace, &t.spec.id)))
+            .map(|t| {
+                let mut view = view_of_spec(&t.spec, state(&t.spec.namespace, &t.spec.id));
+                let key = (t.spec.namespace.clone(), t.spec.id.clone());
+                if let Some(error) = unreadable.get(&key) {
+                    view.errors.push(unreadable_state(error));
+                }
+                view
+            })
             .chain(listing.invalid.iter().map(|bad| {
                 TaskView {
                     namespace: bad.namespace.clone(),
@@ -148,7 +167,16 @@ impl Backend {
     pub(super) async fn get_view(&self, key: &TaskKey) -> Result<TaskView, ApiError> {
         let raw = self.raw_spec(key).await?.ok_or_else(|| not_found(key))?;
         let state = self.state_of(&key.namespace, &key.id).await;
-        Ok(view_from_raw(&key.namespace, &key.id, &raw, state.as_ref()))
+        let mut view = view_from_raw(
+            &key.namespace,
+            &key.id,
+            &raw,
+            state.as_ref().ok().and_then(Option::as_ref),
+        );
+        if let Err(error) = &state {
+            view.errors.push(unreadable_state(error));
+        }
+        Ok(view)
     }
 
     /// The stored value of a task spec, as written.
@@ -230,7 +258,7 @@ impl Backend {
             .update(&key.namespace, &key.id, |spec| spec.paused = paused)
             .await
             .map_err(errors::registry)?;
-        let state = self.state_of(&key.namespace, &key.id).await;
+        let state = self.state_of(&key.namespace, &key.id).await.ok().flatten();
         Ok(view_of_spec(&stored.spec, state.as_ref()))
     }
 

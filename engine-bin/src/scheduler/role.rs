@@ -10,7 +10,9 @@ use std::time::Duration;
 use anyhow::Context;
 use ax_election::Leadership;
 use ax_registry::TaskWatcher;
+use ax_scheduler_core::ReconnectBackoff;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info_span, warn, Instrument};
 
@@ -33,6 +35,9 @@ struct Role {
     watcher: TaskWatcher,
     catalog: Catalog,
     cancel: CancellationToken,
+    /// Waits between failed takeovers: a takeover that fails at once (a backend refusing)
+    /// would otherwise campaign again at once, each time with a new lease and token.
+    takeover_backoff: ReconnectBackoff,
 }
 
 /// Runs the scheduler role until `cancel` fires.
@@ -48,6 +53,7 @@ pub async fn run(
         watcher,
         catalog: Catalog::default(),
         cancel,
+        takeover_backoff: ReconnectBackoff::new(Duration::from_secs(1), Duration::from_secs(30)),
     };
     let mut phase = Phase::Following { campaign: None };
     loop {
@@ -60,6 +66,7 @@ pub async fn run(
                     watcher,
                     catalog,
                     cancel,
+                    ..
                 } = &mut role;
                 match term.run(settings, deps, watcher, catalog, cancel).await? {
                     TermEnd::Lost | TermEnd::WatchEnded => Phase::Following { campaign: None },
@@ -77,20 +84,24 @@ impl Role {
         &mut self,
         campaign: Option<oneshot::Receiver<anyhow::Result<Leadership>>>,
     ) -> anyhow::Result<Phase> {
-        let (settings, deps, watcher, catalog, cancel) = (
+        let (settings, deps, watcher, catalog, cancel, backoff) = (
             &self.settings,
             &self.deps,
             &mut self.watcher,
             &mut self.catalog,
             &self.cancel,
+            &mut self.takeover_backoff,
         );
         deps.metrics.set_leader(false);
         let mut campaign = campaign;
+        let mut campaign_after = Instant::now();
         loop {
-            if campaign.is_none() && catalog.synced {
+            let waiting = Instant::now() < campaign_after;
+            if campaign.is_none() && catalog.synced && !waiting {
                 campaign = Some(start_campaign(settings, deps, cancel));
             }
             tokio::select! {
+                _ = tokio::time::sleep_until(campaign_after), if waiting => {}
                 _ = cancel.cancelled() => return Ok(Phase::Following { campaign: None }),
                 event = watcher.next() => match event {
                     Some(event) => { apply_event(settings, catalog, &deps.metrics, event); }
@@ -101,16 +112,24 @@ impl Role {
                     match won {
                         Ok(Ok(leadership)) => {
                             match Term::start(settings, deps, catalog, leadership, cancel).await {
-                                Ok(term) => return Ok(Phase::Leading(Box::new(term))),
-                                Err(e) => warn!(error = %format!("{e:#}"), "could not take over; campaigning again"),
+                                Ok(term) => {
+                                    backoff.reset();
+                                    return Ok(Phase::Leading(Box::new(term)));
+                                }
+                                Err(e) => {
+                                    let wait = backoff.next_delay(&mut rand::rng());
+                                    warn!(error = %format!("{e:#}"), retry_in = ?wait, "could not take over; campaigning again after a pause");
+                                    campaign_after = Instant::now() + wait;
+                                }
                             }
                         }
                         Ok(Err(e)) => {
                             if cancel.is_cancelled() {
                                 return Ok(Phase::Following { campaign: None });
                             }
-                            warn!(error = %format!("{e:#}"), "campaign ended with an error; retrying");
-                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            let wait = backoff.next_delay(&mut rand::rng());
+                            warn!(error = %format!("{e:#}"), retry_in = ?wait, "campaign ended with an error; retrying");
+                            campaign_after = Instant::now() + wait;
                         }
                         Err(_) => {}
                     }

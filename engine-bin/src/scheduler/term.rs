@@ -73,11 +73,25 @@ impl Term {
                 tasks = catalog.entries.len(),
                 "became leader; loading task states"
             );
-            let states: HashMap<TaskKey, TaskState> = deps
+            let listing = deps
                 .registry
                 .list_states(None)
                 .await
-                .context("cannot load task states")?
+                .context("cannot load task states")?;
+            // One unreadable record must not stop the takeover (and so all firing): its task
+            // is armed as if nothing was recorded, and the next state write replaces it.
+            for bad in &listing.undecodable {
+                warn!(
+                    task_id = %format!("{}/{}", bad.namespace, bad.id),
+                    error = %bad.error,
+                    "task state record cannot be decoded; the task is armed afresh and the record rewritten"
+                );
+            }
+            deps.metrics
+                .undecodable_states
+                .set(i64::try_from(listing.undecodable.len()).unwrap_or(i64::MAX));
+            let states: HashMap<TaskKey, TaskState> = listing
+                .states
                 .into_iter()
                 .map(|s| (TaskKey::new(s.namespace, s.id), s.state))
                 .collect();
