@@ -85,6 +85,8 @@ pub enum AlertKind {
     CircuitOpen,
     /// The summary of alerts held back by the rate limit.
     HeldBackSummary,
+    /// A backend (etcd, Redis) refuses the engine's writes: fires wait.
+    BackendUnavailable,
     /// Anything else.
     Other,
 }
@@ -101,6 +103,7 @@ impl AlertKind {
             AlertKind::MisfireSkipped => "misfire_skipped",
             AlertKind::CircuitOpen => "circuit_open",
             AlertKind::HeldBackSummary => "held_back_summary",
+            AlertKind::BackendUnavailable => "backend_unavailable",
             AlertKind::Other => "other",
         }
     }
@@ -340,6 +343,30 @@ impl Alert {
         .with_field("failures", failures)
         .with_field("open_for_ms", open_for.as_millis())
     }
+
+    /// Trigger: `backend` refuses the leader's writes, so due fires wait (critical);
+    /// `waiting` fires are kept and retried, `for_how_long` since the first refusal.
+    pub fn backend_unavailable(
+        backend: &str,
+        error: &str,
+        waiting: usize,
+        for_how_long: Duration,
+        now: UtcMillis,
+    ) -> Self {
+        Alert::new(
+            Level::Critical,
+            AlertKind::BackendUnavailable,
+            format!("{backend} refuses enqueues"),
+            format!(
+                "{waiting} due fire(s) wait; retrying for {} s so far: {error}",
+                for_how_long.as_secs()
+            ),
+            now,
+        )
+        .with_field("backend", backend)
+        .with_field("error", error)
+        .with_field("waiting", waiting)
+    }
 }
 
 #[cfg(test)]
@@ -373,6 +400,7 @@ mod tests {
             AlertKind::MisfireSkipped,
             AlertKind::CircuitOpen,
             AlertKind::HeldBackSummary,
+            AlertKind::BackendUnavailable,
             AlertKind::Other,
         ] {
             assert_eq!(

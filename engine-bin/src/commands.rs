@@ -94,8 +94,13 @@ async fn serve(config: Config) -> Result<(), CliError> {
         result?;
         return Err(CliError::Failed(e.into()));
     }
+    result?;
+    if let Some(reason) = shutdown.failure() {
+        tracing::error!(%reason, "stopped after a fatal error");
+        return Err(CliError::Failed(anyhow::anyhow!(reason)));
+    }
     tracing::info!("stopped");
-    Ok(result?)
+    Ok(())
 }
 
 /// Connects the backend (etcd now, Redis on first use); failing is exit 1.

@@ -249,6 +249,9 @@ pub struct Scheduler {
     /// How often the leader reads run-now requests; default 250 ms.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub trigger_interval: Duration,
+    /// How long the leader retries enqueues Redis refuses before stepping down; default 30 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub enqueue_stall_limit: Duration,
     /// Enqueues per second at most; 0 (default) means no limit.
     pub enqueue_rate_limit: u32,
     /// Queue depth above which a backlog alert is raised; default
@@ -265,6 +268,7 @@ impl Default for Scheduler {
             events_interval: crate::scheduler::DEFAULT_EVENTS_INTERVAL,
             flush_interval: crate::scheduler::DEFAULT_FLUSH_INTERVAL,
             trigger_interval: crate::scheduler::DEFAULT_TRIGGER_INTERVAL,
+            enqueue_stall_limit: crate::scheduler::DEFAULT_ENQUEUE_STALL_LIMIT,
             enqueue_rate_limit: 0,
             backlog_alert_threshold: ax_alerting::DEFAULT_QUEUE_BACKLOG_THRESHOLD,
         }
@@ -528,6 +532,7 @@ mod tests {
         assert_eq!(c.scheduler.events_interval, Duration::from_millis(100));
         assert_eq!(c.scheduler.flush_interval, Duration::from_millis(500));
         assert_eq!(c.scheduler.trigger_interval, Duration::from_millis(250));
+        assert_eq!(c.scheduler.enqueue_stall_limit, Duration::from_secs(30));
         assert_eq!(c.http.listen, "0.0.0.0:8080");
         assert_eq!(c.alerts.min_level, AlertLevel::Warn);
     }

@@ -116,7 +116,7 @@ impl Server {
             api: Some(api.clone() as Arc<dyn ApiBackend>),
             api_token: Some(config.http.api_token.clone()).filter(|t| !t.is_empty()),
         };
-        let root = shutdown.token().clone();
+        let root = shutdown.clone();
         let http = shutdown.spawn(move |token| async move {
             let result = axum::serve(listener, http::app(state))
                 .with_graceful_shutdown(token.cancelled_owned())
@@ -124,7 +124,7 @@ impl Server {
                 .context("HTTP server failed");
             if let Err(e) = &result {
                 tracing::error!(error = %format!("{e:#}"), "HTTP server stopped");
-                root.cancel();
+                root.fail(format!("HTTP server failed: {e:#}"));
             }
             result
         });
@@ -361,6 +361,7 @@ impl Parts<'_> {
             events_interval: config.scheduler.events_interval,
             flush_interval: config.scheduler.flush_interval,
             trigger_interval: config.scheduler.trigger_interval,
+            enqueue_stall_limit: config.scheduler.enqueue_stall_limit,
             delay_alert_threshold: ax_alerting::DEFAULT_SCHEDULE_DELAY_THRESHOLD,
             max_clock_skew: config.scheduler.max_clock_skew,
             skew_endpoint: config.etcd.endpoints.first().cloned(),
@@ -374,12 +375,12 @@ impl Parts<'_> {
             alerts: self.alerts.clone(),
             tracker: shutdown.tracker().clone(),
         };
-        let root = shutdown.token().clone();
+        let root = shutdown.clone();
         shutdown.spawn(move |cancel| {
             async move {
                 if let Err(e) = scheduler::run(settings, deps, cancel).await {
                     tracing::error!(error = %format!("{e:#}"), "scheduler stopped");
-                    root.cancel();
+                    root.fail(format!("scheduler failed: {e:#}"));
                 }
             }
             .instrument(info_span!("scheduler"))

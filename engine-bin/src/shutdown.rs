@@ -16,6 +16,9 @@ use tokio_util::task::TaskTracker;
 pub struct Shutdown {
     token: CancellationToken,
     tracker: TaskTracker,
+    /// Why the process stops, when a task failed fatally: the process then exits non-zero,
+    /// so a supervisor that restarts on failure restarts it.
+    failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 /// Returned by [`Shutdown::wait`] when tasks were still running at the deadline.
@@ -52,6 +55,20 @@ impl Shutdown {
     /// Asks everything to stop.
     pub fn cancel(&self) {
         self.token.cancel();
+    }
+
+    /// A task failed in a way the process cannot go on from: record why (the first reason
+    /// wins) and stop everything.
+    pub fn fail(&self, reason: impl Into<String>) {
+        if let Ok(mut failure) = self.failure.lock() {
+            failure.get_or_insert_with(|| reason.into());
+        }
+        self.token.cancel();
+    }
+
+    /// Why the process is stopping, if a task failed.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().ok().and_then(|f| f.clone())
     }
 
     /// Spawns `make(child_token)` on the tracker.

@@ -635,10 +635,18 @@ async fn undecodable_state_records_are_passed_over_and_tasks_still_fire() {
     .await
     .unwrap();
     let due = now_ms() + 3000;
-    c.put_task("default", "old", &http_task(&c, json!({ "at": rfc3339(due) })))
-        .await;
-    c.put_task("default", "new", &http_task(&c, json!({ "at": rfc3339(due) })))
-        .await;
+    c.put_task(
+        "default",
+        "old",
+        &http_task(&c, json!({ "at": rfc3339(due) })),
+    )
+    .await;
+    c.put_task(
+        "default",
+        "new",
+        &http_task(&c, json!({ "at": rfc3339(due) })),
+    )
+    .await;
     // Before a leader rewrites it, the task says why its state is missing.
     let shown: Value =
         serde_json::from_str(&c.ax_ok(&["task", "get", "default/old"]).await).unwrap();
@@ -650,7 +658,10 @@ async fn undecodable_state_records_are_passed_over_and_tasks_still_fire() {
     );
     c.start_replica("r1", Roles::Both).await;
     c.wait_for_leader(None, Duration::from_secs(10)).await;
-    assert_eq!(c.metric("r1", "scheduler_undecodable_states").await, Some(2.0));
+    assert_eq!(
+        c.metric("r1", "scheduler_undecodable_states").await,
+        Some(2.0)
+    );
     wait_for_executions(&c, "old", 1, Duration::from_secs(6)).await;
     wait_for_executions(&c, "new", 1, Duration::from_secs(2)).await;
     // The leader's state write replaces the unreadable record.
@@ -663,6 +674,94 @@ async fn undecodable_state_records_are_passed_over_and_tasks_still_fire() {
         }
     })
     .await;
-    assert_eq!(c.metric("r1", "scheduler_leader_changes_total").await, Some(1.0));
+    assert_eq!(
+        c.metric("r1", "scheduler_leader_changes_total").await,
+        Some(1.0)
+    );
+    c.clean_up().await;
+}
+
+/// Sets Redis's memory limit (`0`: none) on a private server.
+async fn set_maxmemory(url: &str, bytes: u64) {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(bytes)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_refusing_writes_stops_no_replica_and_loses_no_fire() {
+    let _serial = SERIAL.lock().await;
+    let redis = ax_testkit::RedisServer::start();
+    let mut c = Cluster::new("e2e-redis-oom").await;
+    c.redis_url = redis.url();
+    c.start_replica("r1", Roles::Both).await;
+    c.start_replica("r2", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+
+    // Twenty one-shots due while Redis refuses every write (OOM at `maxmemory`).
+    let start = now_ms() + 1500;
+    let tasks: Vec<(String, String, Value)> = (0..20)
+        .map(|i| {
+            let due = start + i * 300;
+            (
+                "default".to_owned(),
+                format!("oom-{i}"),
+                http_task(&c, json!({ "at": rfc3339(due) })),
+            )
+        })
+        .collect();
+    c.put_tasks(&tasks).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    set_maxmemory(&redis.url(), 1).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for id in ["r1", "r2"] {
+        assert!(
+            c.replica(id).is_running(),
+            "replica {id} exited while Redis refused writes"
+        );
+    }
+    set_maxmemory(&redis.url(), 0).await;
+
+    wait_until(Duration::from_secs(20), "every one-shot ran", || {
+        let c = &c;
+        async move {
+            let n = counts(&c.receiver.executions());
+            (0..20).all(|i| n.contains_key(&format!("oom-{i}")))
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let n = counts(&c.receiver.executions());
+    for i in 0..20 {
+        assert_eq!(
+            n[&format!("oom-{i}")],
+            1,
+            "oom-{i} ran {} times",
+            n[&format!("oom-{i}")]
+        );
+    }
+    for id in ["r1", "r2"] {
+        assert!(c.replica(id).is_running(), "replica {id} exited");
+    }
+    let alerts = c.receiver.alerts();
+    assert!(
+        alerts
+            .iter()
+            .any(|a| a.to_string().contains("backend_unavailable")),
+        "no backend_unavailable alert among {alerts:?}"
+    );
     c.clean_up().await;
 }

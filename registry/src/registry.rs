@@ -445,7 +445,10 @@ impl Registry {
 
     /// Lists every state record (or one namespace's), in key order. One record that cannot
     /// be decoded must not hide the others (a takeover reads them all): it is listed apart.
-    pub async fn list_states(&self, namespace: Option<&str>) -> Result<StateListing, RegistryError> {
+    pub async fn list_states(
+        &self,
+        namespace: Option<&str>,
+    ) -> Result<StateListing, RegistryError> {
         let prefix = match namespace {
             Some(ns) => self.keys.namespace_states_prefix(ns),
             None => self.keys.states_prefix(),

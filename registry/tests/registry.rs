@@ -248,7 +248,11 @@ async fn states_roundtrip_batch_and_fence() {
 
     // A record this version cannot read is listed apart; the others still come.
     client
-        .put(reg.keys().state("bulk", "t100"), r#"{"status":"ZOMBIE"}"#, None)
+        .put(
+            reg.keys().state("bulk", "t100"),
+            r#"{"status":"ZOMBIE"}"#,
+            None,
+        )
         .await
         .unwrap();
     client
@@ -263,7 +267,11 @@ async fn states_roundtrip_batch_and_fence() {
         .map(|u| (u.namespace.as_str(), u.id.as_str()))
         .collect();
     assert_eq!(bad, [("bulk", "t100"), ("x", "y")]);
-    assert!(listed.undecodable[0].error.contains("ZOMBIE"), "{:?}", listed.undecodable);
+    assert!(
+        listed.undecodable[0].error.contains("ZOMBIE"),
+        "{:?}",
+        listed.undecodable
+    );
     client
         .delete(reg.keys().state("x", "y"), None)
         .await

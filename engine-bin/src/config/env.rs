@@ -26,6 +26,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("AX_LEASE_TTL", "election.lease_ttl"),
     ("AX_TICK", "scheduler.tick"),
     ("AX_CATCH_UP_WINDOW", "scheduler.catch_up_window"),
+    ("AX_ENQUEUE_STALL_LIMIT", "scheduler.enqueue_stall_limit"),
     ("AX_WORKER_CONCURRENCY", "worker.concurrency"),
     ("AX_WORKER_QUEUES", "worker.queues"),
     ("AX_HTTP_LISTEN", "http.listen"),
@@ -70,6 +71,7 @@ impl Config {
             "AX_LEASE_TTL" => self.election.lease_ttl = parse_duration(value)?,
             "AX_TICK" => self.scheduler.tick = parse_duration(value)?,
             "AX_CATCH_UP_WINDOW" => self.scheduler.catch_up_window = parse_duration(value)?,
+            "AX_ENQUEUE_STALL_LIMIT" => self.scheduler.enqueue_stall_limit = parse_duration(value)?,
             "AX_WORKER_CONCURRENCY" => {
                 self.worker.concurrency = value.parse().map_err(|_| {
                     format!("`{value}` is not a whole number (0 means twice the CPU cores)")
@@ -134,7 +136,9 @@ mod tests {
         for (var, key) in ENV_VARS {
             let value = match *var {
                 "AX_ROLES" => "worker",
-                "AX_LEASE_TTL" | "AX_TICK" | "AX_CATCH_UP_WINDOW" => "7s",
+                "AX_LEASE_TTL" | "AX_TICK" | "AX_CATCH_UP_WINDOW" | "AX_ENQUEUE_STALL_LIMIT" => {
+                    "7s"
+                }
                 "AX_WORKER_CONCURRENCY" => "7",
                 _ => "x7",
             };

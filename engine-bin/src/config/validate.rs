@@ -149,6 +149,10 @@ impl Config {
                 "scheduler.trigger_interval",
                 self.scheduler.trigger_interval,
             ),
+            (
+                "scheduler.enqueue_stall_limit",
+                self.scheduler.enqueue_stall_limit,
+            ),
         ] {
             positive(&mut err, key, value);
         }

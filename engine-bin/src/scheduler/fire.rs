@@ -10,11 +10,13 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use anyhow::Context;
 use ax_alerting::Alert;
 use ax_queue::ExecutionMessage;
-use ax_scheduler_core::{Dispatch, Dispatcher, EnqueueOutcome, Notice, UtcMillis};
-use tracing::{debug, info, warn};
+use ax_scheduler_core::{
+    Dispatch, Dispatcher, EnqueueOutcome, Notice, ReconnectBackoff, UtcMillis,
+};
+use tokio::time::Instant;
+use tracing::{debug, error, info, warn};
 
 use super::flusher::FlushRequest;
 use super::term::Term;
@@ -192,26 +194,9 @@ pub(super) async fn fire(
         .iter()
         .map(|d| ExecutionMessage::for_dispatch(d, now, term.token))
         .collect();
-    let outcomes = loop {
-        match deps.queue.enqueue_batch(&messages).await {
-            Ok(outcomes) => break outcomes,
-            Err(e) if e.is_retryable() && term.leadership.is_valid() => {
-                deps.metrics
-                    .backend_errors_total
-                    .with_label_values(&[BACKEND_REDIS])
-                    .inc();
-                warn!(error = %e, pending = messages.len(), "enqueue failed; retrying");
-                // Safe to repeat: every message is deduplicated by its fire.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => {
-                deps.metrics
-                    .backend_errors_total
-                    .with_label_values(&[BACKEND_REDIS])
-                    .inc();
-                return Err(e).context("enqueue failed");
-            }
-        }
+    let Some(outcomes) = enqueue_until_accepted(settings, deps, term, &messages).await else {
+        // The term is over; the fires taken for this batch were not recorded anywhere.
+        return Ok(());
     };
     let effects = settle(
         &mut term.dispatcher,
@@ -240,6 +225,82 @@ pub(super) async fn fire(
     }
     Ok(())
 }
+
+/// Enqueues `messages`, retrying whatever Redis answers (a refused write, `OOM`, `READONLY`,
+/// `LOADING`, a lost connection: all the same here) with backoff, since every message is
+/// deduplicated by its fire and a repeat is safe. No enqueue error ends the process. The
+/// term is marked as holding unsent fires meanwhile, so nothing records them as fired.
+/// `None` when the term ends first: leadership lost or shut down, or Redis refused for
+/// longer than `enqueue_stall_limit`, in which case this leader steps down so that a
+/// replica that can reach Redis leads and replays the fires by their misfire policy.
+async fn enqueue_until_accepted(
+    settings: &LeaderSettings,
+    deps: &LeaderDeps,
+    term: &mut Term,
+    messages: &[ExecutionMessage],
+) -> Option<Vec<EnqueueOutcome>> {
+    let mut backoff = ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    let started = Instant::now();
+    let mut alerted = false;
+    loop {
+        let error = match deps.queue.enqueue_batch(messages).await {
+            Ok(outcomes) => {
+                if alerted {
+                    info!(
+                        after_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                        "Redis accepts enqueues again"
+                    );
+                }
+                term.unsent = false;
+                return Some(outcomes);
+            }
+            Err(e) => e,
+        };
+        term.unsent = true;
+        deps.metrics
+            .backend_errors_total
+            .with_label_values(&[BACKEND_REDIS])
+            .inc();
+        let stalled = started.elapsed();
+        if !alerted && stalled >= ALERT_AFTER {
+            alerted = true;
+            send_alerts(
+                deps,
+                vec![Alert::backend_unavailable(
+                    BACKEND_REDIS,
+                    &error.to_string(),
+                    messages.len(),
+                    stalled,
+                    UtcMillis::now(),
+                )],
+            );
+        }
+        if stalled >= settings.enqueue_stall_limit {
+            error!(
+                error = %error,
+                pending = messages.len(),
+                stalled_ms = u64::try_from(stalled.as_millis()).unwrap_or(u64::MAX),
+                "Redis refused enqueues for too long: stepping down so that a replica that can reach it leads"
+            );
+            term.cancel.cancel();
+            return None;
+        }
+        let wait = backoff.next_delay(&mut rand::rng());
+        warn!(error = %error, pending = messages.len(), retry_in = ?wait, "enqueue refused; the fires wait and are retried");
+        tokio::select! {
+            _ = term.cancel.cancelled() => return None,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        if !term.leadership.is_valid() {
+            warn!("leadership not valid any more; not enqueuing");
+            term.cancel.cancel();
+            return None;
+        }
+    }
+}
+
+/// How long refused enqueues go on before the alert (a blip is only logged).
+const ALERT_AFTER: Duration = Duration::from_secs(2);
 
 fn send_alerts(deps: &LeaderDeps, alerts: Vec<Alert>) {
     if let Some(sender) = &deps.alerts {

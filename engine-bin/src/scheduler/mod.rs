@@ -47,6 +47,9 @@ pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_millis(500);
 /// How often the leader reads run-now requests, by default (well within the promise that a
 /// trigger runs within a second).
 pub const DEFAULT_TRIGGER_INTERVAL: Duration = Duration::from_millis(250);
+/// How long the leader keeps retrying enqueues that Redis refuses before it steps down, by
+/// default.
+pub const DEFAULT_ENQUEUE_STALL_LIMIT: Duration = Duration::from_secs(30);
 /// The largest clock offset from etcd a replica leads with, by default.
 pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(2);
 
@@ -63,6 +66,8 @@ pub struct LeaderSettings {
     pub flush_interval: Duration,
     /// How often `{prefix}/triggers/` is read.
     pub trigger_interval: Duration,
+    /// How long refused enqueues are retried before the leader steps down.
+    pub enqueue_stall_limit: Duration,
     /// Late enqueues beyond this raise a schedule-delay alert.
     pub delay_alert_threshold: Duration,
     /// The largest clock offset from etcd this replica leads with.

@@ -40,6 +40,10 @@ pub(super) struct Term {
     queues: HashSet<String>,
     events_tick: Interval,
     flush_tick: Interval,
+    /// Fires were taken from the dispatcher and not yet accepted by Redis: the dispatcher's
+    /// states count them as fired, so they must not be written (the next leader would
+    /// think they ran).
+    pub(super) unsent: bool,
 }
 
 fn ticker(period: Duration) -> Interval {
@@ -192,6 +196,7 @@ impl Term {
                 queues,
                 events_tick: ticker(settings.events_interval),
                 flush_tick: ticker(settings.flush_interval),
+                unsent: false,
             })
         }
         .instrument(span)
@@ -277,8 +282,12 @@ impl Term {
     /// of after the lease's TTL); otherwise report the loss.
     async fn end(mut self, settings: &LeaderSettings, deps: &LeaderDeps, shutting_down: bool) {
         deps.metrics.set_leader(false);
-        if shutting_down {
+        if self.unsent {
+            warn!("fires taken for enqueue were not accepted: leaving the task states as last written, so the next leader replays them");
+        } else if shutting_down {
             self.flush(true).await;
+        }
+        if shutting_down {
             if let Err(e) = self.leadership.resign().await {
                 warn!(error = %e, "resign failed; the lease will expire instead");
             }

@@ -216,6 +216,13 @@ impl Replica {
         }
     }
 
+    /// Whether the process is still running (not exited, not killed).
+    pub(crate) fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// What the process logged so far (stdout and stderr).
     pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -258,6 +265,8 @@ pub(crate) enum Roles {
 pub(crate) struct Cluster {
     pub(crate) prefix: String,
     pub(crate) redis_prefix: String,
+    /// The Redis the replicas use: the shared one unless a test brings its own.
+    pub(crate) redis_url: String,
     pub(crate) receiver: Receiver,
     pub(crate) etcd: Client,
     replicas: Vec<Replica>,
@@ -273,6 +282,7 @@ impl Cluster {
         Cluster {
             prefix: format!("/{}", ax_testkit::unique_name(label)),
             redis_prefix: ax_testkit::unique_name(label),
+            redis_url: ax_testkit::redis_url(),
             receiver: Receiver::start().await,
             etcd,
             replicas: Vec::new(),
@@ -285,7 +295,7 @@ impl Cluster {
             ("HOSTNAME", "e2e-host".to_owned()),
             ("AX_ETCD_ENDPOINTS", ax_testkit::etcd_endpoint()),
             ("AX_ETCD_PREFIX", self.prefix.clone()),
-            ("AX_REDIS_URL", ax_testkit::redis_url()),
+            ("AX_REDIS_URL", self.redis_url.clone()),
             ("AX_REDIS_KEY_PREFIX", self.redis_prefix.clone()),
             ("AX_LEASE_TTL", "2s".to_owned()),
             ("AX_LOG", "warn".to_owned()),
