@@ -272,10 +272,11 @@ impl Drop for RedisServer {
 }
 
 /// A valid task spec for tests: `ns/{id}` on `queue`, handler `handler`, every 60 s, payload
-/// `{"n": id}`, defaults otherwise. Built through `TaskSpec::from_json` (the path a real spec
-/// takes), so the fixture cannot drift from the spec's defaults; adjust fields after.
+/// `{"n": id}`, defaults otherwise (an `http` handler gets a loopback target to replace).
+/// Built through `TaskSpec::from_json` (the path a real spec takes), so the fixture cannot
+/// drift from the spec's defaults; adjust fields after.
 pub fn spec(id: &str, queue: &str, handler: &str) -> ax_scheduler_core::TaskSpec {
-    let json = serde_json::json!({
+    let mut json = serde_json::json!({
         "handler": handler,
         "schedule": {"every": "60s"},
         "queue": queue,
@@ -283,6 +284,9 @@ pub fn spec(id: &str, queue: &str, handler: &str) -> ax_scheduler_core::TaskSpec
         "overlap": "allow",
         "timeout": "3s",
     });
+    if handler == "http" {
+        json["http"] = serde_json::json!({"url": "http://127.0.0.1:9/"});
+    }
     ax_scheduler_core::TaskSpec::from_json(json.to_string().as_bytes(), "ns", id)
         .unwrap_or_else(|e| panic!("the test spec fixture does not validate: {e}"))
 }

@@ -123,7 +123,9 @@ async fn http_handler_posts_the_execution_and_classifies_answers() {
         HttpHandler.run(ctx(), &common::msg(&dead, 1)).await,
         Err(HandlerError::Retryable(_))
     ));
-    let no_target = common::msg(&s, 1);
+    let mut no_target = s.clone();
+    no_target.http = None;
+    let no_target = common::msg(&no_target, 1);
     assert!(matches!(
         HttpHandler.run(ctx(), &no_target).await,
         Err(HandlerError::Permanent(_))
