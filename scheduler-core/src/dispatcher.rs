@@ -86,7 +86,15 @@ pub struct DispatcherConfig {
     /// How often a held fire asks again whether the previous execution finished, in case
     /// its completion event was lost.
     pub hold_retry: Duration,
+    /// A timer that comes due later than this means the leader stalled; the fires it missed
+    /// follow the task's misfire policy.
+    pub stall_threshold: Duration,
 }
+
+/// Default [`DispatcherConfig::stall_threshold`]: far above any lateness of a working
+/// leader (milliseconds), well below the outages it stands for (a backend down for minutes,
+/// a clock stepped forward).
+pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_secs(5);
 
 impl Default for DispatcherConfig {
     fn default() -> Self {
@@ -97,6 +105,7 @@ impl Default for DispatcherConfig {
             breaker: BreakerConfig::default(),
             rate_limit: None,
             hold_retry: Duration::from_secs(5),
+            stall_threshold: DEFAULT_STALL_THRESHOLD,
         }
     }
 }
@@ -120,7 +129,7 @@ pub struct Dispatch {
 /// Something the engine should alert on or log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Notice {
-    /// Missed fires were found when the task was loaded.
+    /// Missed fires were found: when the task was loaded (a takeover), or after a stall.
     Misfired {
         /// The task.
         key: Arc<TaskKey>,
@@ -663,7 +672,34 @@ impl Dispatcher {
             match entry.kind {
                 TimerKind::Scheduled => {
                     task.timer = None;
-                    let next = task.schedule.next_after(fire_at, task.anchor);
+                    let (fires, next) = if now.since(fire_at) > self.config.stall_threshold {
+                        // The leader stalled (a backend it waited on, a paused process, a
+                        // forward clock step): the fires missed meanwhile follow the task's
+                        // misfire policy, exactly as at a takeover, instead of all running.
+                        let plan = plan_misfires(
+                            task.spec.misfire,
+                            &task.schedule,
+                            task.anchor,
+                            Progress::NextDue(fire_at),
+                            now,
+                            self.config.catch_up_window,
+                        );
+                        if plan.skipped > 0 || plan.beyond_window > 0 {
+                            self.notices.push(Notice::Misfired {
+                                key: Arc::clone(&task.key),
+                                missed: plan.missed,
+                                skipped: plan.skipped,
+                                beyond_window: plan.beyond_window,
+                                oldest: plan.oldest_missed,
+                            });
+                        }
+                        (plan.run_now, plan.next_fire)
+                    } else {
+                        (
+                            vec![fire_at],
+                            task.schedule.next_after(fire_at, task.anchor),
+                        )
+                    };
                     // Re-arm before dispatching so the schedule keeps its cadence.
                     task.state.next_fire_at = next;
                     if let Some(due) = next {
@@ -676,15 +712,17 @@ impl Dispatcher {
                             },
                         ));
                     }
-                    push_fire(
-                        &mut self.ready,
-                        &task.key,
-                        task.generation,
-                        task.spec.priority,
-                        fire_at,
-                        FireKind::Scheduled,
-                        now,
-                    );
+                    for fire_at in fires {
+                        push_fire(
+                            &mut self.ready,
+                            &task.key,
+                            task.generation,
+                            task.spec.priority,
+                            fire_at,
+                            FireKind::Scheduled,
+                            now,
+                        );
+                    }
                 }
                 TimerKind::HeldRetry => {
                     task.held_timer = None;

@@ -122,7 +122,7 @@ pub(super) fn notice_alerts(
                     skipped,
                     beyond_window,
                     oldest = ?oldest.map(|o| o.to_rfc3339()),
-                    "missed fires found on takeover"
+                    "missed fires found (takeover or stall); the misfire policy applied"
                 );
                 if skipped > 0 {
                     alerts.push(Alert::misfire_skipped(

@@ -528,3 +528,41 @@ fn a_long_forbid_execution_holds_one_fire_for_an_hour_without_multiplying() {
     assert_eq!(d.state(&key("a")).unwrap().fire_count, 3_601);
     assert_eq!(d.armed_len(), 1, "only the schedule's timer is left");
 }
+
+#[test]
+fn a_stall_inside_a_term_applies_the_misfire_policy() {
+    // The leader's loop stops for ten minutes (Redis down while the lease holds, a forward
+    // clock step): the fires missed meanwhile follow each task's policy, as at a takeover.
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    for (id, misfire) in [("once", "fire_once"), ("skip", "skip"), ("all", "fire_all")] {
+        let json =
+            format!(r#"{{"handler":"log","schedule":{{"every":"1s"}},"misfire":"{misfire}"}}"#);
+        d.upsert(key(id), spec(id, &json), 5, None, at(0));
+    }
+    assert_eq!(run(&mut d, 10, 2000).len(), 6, "two on-time fires each");
+    let after = d.poll(at(602_000));
+    let fired = |id: &str| -> Vec<UtcMillis> {
+        after
+            .iter()
+            .filter(|x| x.key.id == id)
+            .map(|x| x.fire_at)
+            .collect()
+    };
+    assert_eq!(
+        fired("once"),
+        vec![at(602_000)],
+        "one fire, the latest missed"
+    );
+    assert!(fired("skip").is_empty(), "skip runs nothing");
+    assert_eq!(
+        fired("all").len(),
+        600,
+        "every missed fire inside the window"
+    );
+    // The cadence continues from now.
+    assert_eq!(run(&mut d, 602_010, 603_000).len(), 3);
+    let notices = d.take_notices();
+    assert!(notices
+        .iter()
+        .any(|n| matches!(n, Notice::Misfired { key, skipped, .. } if key.id == "skip" && *skipped == 600)));
+}
