@@ -765,3 +765,39 @@ async fn redis_refusing_writes_stops_no_replica_and_loses_no_fire() {
     );
     c.clean_up().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_leader_writes_its_last_states_before_it_exits() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-last-flush").await;
+    // States are written only by the term's first flush and at shutdown: what etcd holds
+    // after the stop is what the last flush wrote. The race it had was a coin toss per stop,
+    // so the stop is repeated.
+    c.env.push(("AX_FLUSH_INTERVAL", "1h".to_owned()));
+    for round in 0..3 {
+        let id = format!("r{round}");
+        c.start_replica(&id, Roles::Both).await;
+        c.wait_for_leader(None, Duration::from_secs(10)).await;
+        let task = format!("last-{round}");
+        let due = now_ms() + 1000;
+        c.put_task(
+            "default",
+            &task,
+            &http_task(&c, json!({ "at": rfc3339(due) })),
+        )
+        .await;
+        wait_for_executions(&c, &task, 1, Duration::from_secs(5)).await;
+        // The finished event reaches the leader within its events interval.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let status = c.replica(&id).terminate(Duration::from_secs(15));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "round {round}: exit {status:?}"
+        );
+        let state = c.state("default", &task).await;
+        let state = state.unwrap_or_else(|| panic!("round {round}: no state written"));
+        assert_eq!(state["status"], "SUCCESS", "round {round}: {state}");
+        assert_eq!(state["success_count"], 1, "round {round}: {state}");
+    }
+    c.clean_up().await;
+}

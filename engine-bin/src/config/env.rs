@@ -27,6 +27,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("AX_TICK", "scheduler.tick"),
     ("AX_CATCH_UP_WINDOW", "scheduler.catch_up_window"),
     ("AX_ENQUEUE_STALL_LIMIT", "scheduler.enqueue_stall_limit"),
+    ("AX_FLUSH_INTERVAL", "scheduler.flush_interval"),
     ("AX_WORKER_CONCURRENCY", "worker.concurrency"),
     ("AX_WORKER_QUEUES", "worker.queues"),
     ("AX_HTTP_LISTEN", "http.listen"),
@@ -72,6 +73,7 @@ impl Config {
             "AX_TICK" => self.scheduler.tick = parse_duration(value)?,
             "AX_CATCH_UP_WINDOW" => self.scheduler.catch_up_window = parse_duration(value)?,
             "AX_ENQUEUE_STALL_LIMIT" => self.scheduler.enqueue_stall_limit = parse_duration(value)?,
+            "AX_FLUSH_INTERVAL" => self.scheduler.flush_interval = parse_duration(value)?,
             "AX_WORKER_CONCURRENCY" => {
                 self.worker.concurrency = value.parse().map_err(|_| {
                     format!("`{value}` is not a whole number (0 means twice the CPU cores)")
@@ -136,9 +138,11 @@ mod tests {
         for (var, key) in ENV_VARS {
             let value = match *var {
                 "AX_ROLES" => "worker",
-                "AX_LEASE_TTL" | "AX_TICK" | "AX_CATCH_UP_WINDOW" | "AX_ENQUEUE_STALL_LIMIT" => {
-                    "7s"
-                }
+                "AX_LEASE_TTL"
+                | "AX_TICK"
+                | "AX_CATCH_UP_WINDOW"
+                | "AX_ENQUEUE_STALL_LIMIT"
+                | "AX_FLUSH_INTERVAL" => "7s",
                 "AX_WORKER_CONCURRENCY" => "7",
                 _ => "x7",
             };

@@ -18,7 +18,6 @@ use ax_scheduler_core::{
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
-use super::flusher::FlushRequest;
 use super::term::Term;
 use super::triggers::PendingTrigger;
 use super::{LeaderDeps, LeaderSettings};
@@ -214,12 +213,8 @@ pub(super) async fn fire(
             .inc();
     }
     send_alerts(deps, effects.alerts);
-    if !effects.done_triggers.is_empty() {
-        let _ = term
-            .flush_tx
-            .send(FlushRequest::DeleteTriggers(effects.done_triggers))
-            .await;
-    }
+    // Their keys go with the next flush: the fire path never waits for etcd.
+    term.consumed_triggers.extend(effects.done_triggers);
     if effects.fenced.is_some() {
         term.cancel.cancel();
     }

@@ -3,8 +3,15 @@
 //! The leader loop hands over batches of coalesced states; while a write is in flight, newer
 //! batches pile up in the channel and are merged (latest state per task wins) into the next
 //! write, so the write rate adapts to what etcd sustains instead of queuing without bound.
-//! Every state write is fenced on the leader key's create revision: a deposed leader's
-//! writes are refused, and that refusal ends its term.
+//! The leader never waits for room in the channel: when it is full (etcd slow or stopped),
+//! the changes stay in the dispatcher, which coalesces them, and go with a later flush, so a
+//! slow etcd never delays a fire. Every state write is fenced on the leader key's create
+//! revision: a deposed leader's writes are refused, and that refusal ends its term.
+//!
+//! The flusher lives as long as its term's sender: it writes everything it was handed, the
+//! term's last flush included, and ends when the term drops the sender. The term's
+//! cancellation only cuts short the waits between failed attempts, so a shutdown is not held
+//! up by an unreachable etcd.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -32,8 +39,9 @@ pub(super) enum FlushRequest {
     DeleteTriggers(Vec<PendingTrigger>),
 }
 
-/// Runs until `cancel` fires or the channel closes. `fence` is the leader key's create
-/// revision; a refused write cancels `cancel` (the term is over).
+/// Runs until the channel closes (the term dropped its sender), or a write is refused or
+/// fails after `cancel` fired. `fence` is the leader key's create revision; a refused write
+/// cancels `cancel` (the term is over).
 pub(super) async fn run(
     registry: Registry,
     fence: i64,
@@ -44,11 +52,9 @@ pub(super) async fn run(
     let mut keys: Vec<PendingTrigger> = Vec::new();
     let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
     loop {
-        let first = tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = rx.recv() => r,
-        };
-        let Some(first) = first else { return };
+        // Not raced against the cancellation: a request handed over (the last flush of a
+        // term that is ending) is written before the flusher ends.
+        let Some(first) = rx.recv().await else { return };
         take(first, &mut states, &mut keys, &mut waiters);
         while let Ok(more) = rx.try_recv() {
             take(more, &mut states, &mut keys, &mut waiters);

@@ -19,7 +19,7 @@ use ax_scheduler_core::{Dispatcher, TaskKey, TaskState, UtcMillis};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, info_span, warn, Instrument};
+use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::catalog::{apply_event, Catalog, CatalogEntry};
 use super::flusher::{self, FlushRequest};
@@ -37,6 +37,8 @@ pub(super) struct Term {
     trigger_rx: mpsc::Receiver<PendingTrigger>,
     /// Triggers to delete once their run-now execution is enqueued, by execution id.
     pub(super) pending_triggers: HashMap<String, PendingTrigger>,
+    /// Consumed triggers whose keys go with the next flush.
+    pub(super) consumed_triggers: Vec<PendingTrigger>,
     queues: HashSet<String>,
     events_tick: Interval,
     flush_tick: Interval,
@@ -193,6 +195,7 @@ impl Term {
                 flush_tx,
                 trigger_rx,
                 pending_triggers: HashMap::new(),
+                consumed_triggers: Vec::new(),
                 queues,
                 events_tick: ticker(settings.events_interval),
                 flush_tick: ticker(settings.flush_interval),
@@ -220,6 +223,12 @@ impl Term {
                 .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
             tokio::select! {
                 biased;
+                // Shutdown first: the watch ends with it too, and a term that stopped on that
+                // instead would skip its last flush and its resignation.
+                _ = role_cancel.cancelled() => {
+                    self.end(settings, deps, true).await;
+                    return Ok(TermEnd::Lost);
+                }
                 _ = self.cancel.cancelled() => {
                     self.end(settings, deps, role_cancel.is_cancelled()).await;
                     return Ok(TermEnd::Lost);
@@ -228,7 +237,10 @@ impl Term {
                     fire::fire(settings, deps, &mut self).await?;
                 }
                 event = watcher.next() => {
-                    let Some(event) = event else { return Ok(TermEnd::WatchEnded) };
+                    let Some(event) = event else {
+                        self.end(settings, deps, role_cancel.is_cancelled()).await;
+                        return Ok(TermEnd::WatchEnded);
+                    };
                     if let Some((key, entry)) = apply_event(settings, catalog, &deps.metrics, event) {
                         self.on_registry_change(deps, key, entry).await;
                         // A change takes effect now, not at the next tick.
@@ -242,7 +254,7 @@ impl Term {
                         fire::fire(settings, deps, &mut self).await?;
                     } else {
                         warn!(task_id = %key, execution_id = %request.execution_id, "run-now for an unknown task; dropped");
-                        let _ = self.flush_tx.send(FlushRequest::DeleteTriggers(vec![request])).await;
+                        self.consumed_triggers.push(request);
                     }
                 }
                 _ = self.events_tick.tick() => {
@@ -304,19 +316,31 @@ impl Term {
         }
     }
 
-    /// Hands the changed states to the flusher; with `wait`, until they are written (at most
-    /// a few seconds).
+    /// Hands the changed states and consumed triggers to the flusher; with `wait`, until
+    /// they are written (at most a few seconds). Never waits for room: when the flusher is
+    /// behind (etcd slow), the changes stay in the dispatcher, coalesced, for a later flush.
     async fn flush(&mut self, wait: bool) {
-        if !self.dispatcher.has_state_writes() {
+        if !self.dispatcher.has_state_writes() && self.consumed_triggers.is_empty() {
+            return;
+        }
+        // This term is the channel's only sender, so room seen here is still there below.
+        if self.flush_tx.capacity() < 2 {
+            debug!("state flusher behind (etcd slow?); changes kept for a later flush");
             return;
         }
         let writes = self.dispatcher.take_state_writes();
+        if !self.consumed_triggers.is_empty() {
+            let triggers = std::mem::take(&mut self.consumed_triggers);
+            let _ = self
+                .flush_tx
+                .try_send(FlushRequest::DeleteTriggers(triggers));
+        }
         let (done_tx, done_rx) = oneshot::channel();
         let request = FlushRequest::States {
             writes,
             done: wait.then_some(done_tx),
         };
-        if self.flush_tx.send(request).await.is_err() {
+        if self.flush_tx.try_send(request).is_err() {
             return;
         }
         if wait {

@@ -216,6 +216,26 @@ impl Replica {
         }
     }
 
+    /// Asks the process to stop (SIGTERM) and waits up to `within` for it to exit; its exit
+    /// status, or `None` if it was still running (then it is killed).
+    pub(crate) fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill();
+        None
+    }
+
     /// Whether the process is still running (not exited, not killed).
     pub(crate) fn is_running(&mut self) -> bool {
         self.child
@@ -267,6 +287,8 @@ pub(crate) struct Cluster {
     pub(crate) redis_prefix: String,
     /// The Redis the replicas use: the shared one unless a test brings its own.
     pub(crate) redis_url: String,
+    /// Extra environment for the replicas started from now on (overrides the defaults).
+    pub(crate) env: Vec<(&'static str, String)>,
     pub(crate) receiver: Receiver,
     pub(crate) etcd: Client,
     replicas: Vec<Replica>,
@@ -283,6 +305,7 @@ impl Cluster {
             prefix: format!("/{}", ax_testkit::unique_name(label)),
             redis_prefix: ax_testkit::unique_name(label),
             redis_url: ax_testkit::redis_url(),
+            env: Vec::new(),
             receiver: Receiver::start().await,
             etcd,
             replicas: Vec::new(),
@@ -316,6 +339,7 @@ impl Cluster {
             .env("AX_HTTP_LISTEN", format!("127.0.0.1:{port}"))
             .env("AX_WORKER_CONCURRENCY", "8")
             .env("AX_ALERT_WEBHOOK_URL", self.receiver.alert_url())
+            .envs(self.env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out);
