@@ -36,9 +36,21 @@ pub(super) struct Catalog {
     /// made loading N tasks cost O(N^2) (minutes at 100 000 tasks).
     pub(super) invalid: usize,
     pub(super) synced: bool,
+    /// The newest etcd revision the catalog reflects: a run-now request written after it
+    /// may name a task whose put the watch has not delivered yet.
+    pub(super) revision: i64,
 }
 
-fn in_scope(settings: &LeaderSettings, namespace: &str) -> bool {
+impl Catalog {
+    /// Whether a task unknown to the catalog may still appear: the request for it was written
+    /// at `revision`, which the catalog has not caught up with. A request is only written
+    /// while its task exists, so once the catalog is past it, an unknown task is gone.
+    pub(super) fn may_not_have_seen(&self, revision: i64) -> bool {
+        !self.synced || self.revision < revision
+    }
+}
+
+pub(super) fn in_scope(settings: &LeaderSettings, namespace: &str) -> bool {
     settings.namespaces.is_empty() || settings.namespaces.iter().any(|n| n == namespace)
 }
 
@@ -50,6 +62,16 @@ pub(super) fn apply_event(
     metrics: &Metrics,
     event: RegistryEvent,
 ) -> Option<(TaskKey, Option<CatalogEntry>)> {
+    let revision = match &event {
+        RegistryEvent::Put { mod_revision, .. }
+        | RegistryEvent::Invalid { mod_revision, .. }
+        | RegistryEvent::Delete { mod_revision, .. } => Some(*mod_revision),
+        RegistryEvent::Synced { revision } => Some(*revision),
+        RegistryEvent::Reconnecting { .. } => None,
+    };
+    if let Some(revision) = revision {
+        catalog.revision = catalog.revision.max(revision);
+    }
     let changed = match event {
         RegistryEvent::Put {
             namespace,
@@ -118,4 +140,74 @@ pub(super) fn apply_event(
         .invalid_specs
         .set(i64::try_from(catalog.invalid).unwrap_or(i64::MAX));
     Some((key, entry))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ax_scheduler_core::DispatcherConfig;
+
+    use super::*;
+
+    fn settings() -> LeaderSettings {
+        LeaderSettings {
+            instance_id: "r1".into(),
+            dispatcher: DispatcherConfig::default(),
+            events_interval: Duration::from_millis(100),
+            flush_interval: Duration::from_millis(500),
+            trigger_interval: Duration::from_millis(250),
+            enqueue_stall_limit: Duration::from_secs(30),
+            delay_alert_threshold: Duration::from_secs(30),
+            max_clock_skew: Duration::from_secs(2),
+            skew_endpoint: None,
+            namespaces: Vec::new(),
+        }
+    }
+
+    fn put(id: &str, revision: i64) -> RegistryEvent {
+        RegistryEvent::Put {
+            namespace: "ns".into(),
+            id: id.into(),
+            spec: TaskSpec::from_json(br#"{"handler":"log","schedule":{"every":"1s"}}"#, "ns", id)
+                .unwrap(),
+            mod_revision: revision,
+            create_revision: revision,
+        }
+    }
+
+    #[test]
+    fn a_run_now_written_after_what_the_catalog_saw_waits_for_its_task() {
+        let metrics = Metrics::new(&[], &[]).unwrap();
+        let mut catalog = Catalog::default();
+        apply_event(&settings(), &mut catalog, &metrics, put("a", 5));
+        assert!(
+            catalog.may_not_have_seen(3),
+            "not synced yet: anything may come"
+        );
+        apply_event(
+            &settings(),
+            &mut catalog,
+            &metrics,
+            RegistryEvent::Synced { revision: 7 },
+        );
+        assert_eq!(catalog.revision, 7);
+        // A request at revision 9 (its task put at 8, not delivered yet) waits.
+        assert!(catalog.may_not_have_seen(9));
+        // One at 6 whose task is unknown: the task was deleted since.
+        assert!(!catalog.may_not_have_seen(6));
+        apply_event(&settings(), &mut catalog, &metrics, put("b", 8));
+        apply_event(
+            &settings(),
+            &mut catalog,
+            &metrics,
+            RegistryEvent::Delete {
+                namespace: "ns".into(),
+                id: "b".into(),
+                mod_revision: 10,
+            },
+        );
+        assert!(!catalog.may_not_have_seen(9));
+        assert_eq!(catalog.entries.len(), 1);
+    }
 }

@@ -21,7 +21,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use super::catalog::{apply_event, Catalog, CatalogEntry};
+use super::catalog::{apply_event, in_scope, Catalog, CatalogEntry};
 use super::flusher::{self, FlushRequest};
 use super::triggers::{self, PendingTrigger};
 use super::{clock, events, fire, LeaderDeps, LeaderSettings};
@@ -39,6 +39,8 @@ pub(super) struct Term {
     pub(super) pending_triggers: HashMap<String, PendingTrigger>,
     /// Consumed triggers whose keys go with the next flush.
     pub(super) consumed_triggers: Vec<PendingTrigger>,
+    /// Run-now requests seen before their task's put reached the catalog.
+    early_triggers: Vec<PendingTrigger>,
     queues: HashSet<String>,
     events_tick: Interval,
     flush_tick: Interval,
@@ -196,6 +198,7 @@ impl Term {
                 trigger_rx,
                 pending_triggers: HashMap::new(),
                 consumed_triggers: Vec::new(),
+                early_triggers: Vec::new(),
                 queues,
                 events_tick: ticker(settings.events_interval),
                 flush_tick: ticker(settings.flush_interval),
@@ -248,23 +251,58 @@ impl Term {
                     }
                 }
                 Some(request) = self.trigger_rx.recv() => {
-                    let key = TaskKey::new(request.namespace.clone(), request.id.clone());
-                    if self.dispatcher.trigger(&key, request.execution_id.clone(), UtcMillis::now()) {
-                        self.pending_triggers.insert(request.execution_id.clone(), request);
+                    if self.take_trigger(settings, catalog, request) {
                         fire::fire(settings, deps, &mut self).await?;
-                    } else {
-                        warn!(task_id = %key, execution_id = %request.execution_id, "run-now for an unknown task; dropped");
-                        self.consumed_triggers.push(request);
                     }
                 }
                 _ = self.events_tick.tick() => {
                     events::consume(deps, &mut self.dispatcher).await;
+                    // Requests that came before their task's put: try again.
+                    let waiting = std::mem::take(&mut self.early_triggers);
+                    let mut queued = false;
+                    for request in waiting {
+                        queued |= self.take_trigger(settings, catalog, request);
+                    }
+                    if queued {
+                        fire::fire(settings, deps, &mut self).await?;
+                    }
                 }
                 _ = self.flush_tick.tick() => {
                     self.flush(false).await;
                 }
             }
         }
+    }
+
+    /// Queues a run-now request; true when it was queued. A request for a task the catalog
+    /// has not seen yet (the watch lags the trigger poll) waits for it; one for a task that
+    /// is gone is dropped; one for a namespace this replica does not schedule is left alone.
+    fn take_trigger(
+        &mut self,
+        settings: &LeaderSettings,
+        catalog: &Catalog,
+        request: PendingTrigger,
+    ) -> bool {
+        if !in_scope(settings, &request.namespace) {
+            return false;
+        }
+        let key = TaskKey::new(request.namespace.clone(), request.id.clone());
+        if self
+            .dispatcher
+            .trigger(&key, request.execution_id.clone(), UtcMillis::now())
+        {
+            self.pending_triggers
+                .insert(request.execution_id.clone(), request);
+            return true;
+        }
+        if catalog.may_not_have_seen(request.mod_revision) {
+            debug!(task_id = %key, execution_id = %request.execution_id, "run-now before its task reached this leader; waiting for it");
+            self.early_triggers.push(request);
+        } else {
+            warn!(task_id = %key, execution_id = %request.execution_id, "run-now for a task that no longer exists; dropped");
+            self.consumed_triggers.push(request);
+        }
+        false
     }
 
     async fn on_registry_change(
