@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::breaker::{Admission, BreakerConfig, CircuitBreaker, Transition};
-use crate::execution::{AttemptOutcome, EnqueueOutcome, ExecutionEvent};
+use crate::execution::{cap_error, AttemptOutcome, EnqueueOutcome, ExecutionEvent};
 use crate::limiter::TokenBucket;
 use crate::misfire::{plan_misfires, Progress, DEFAULT_CATCH_UP_WINDOW};
 use crate::overlap::{dispatch_mode, merge_held};
@@ -797,7 +797,7 @@ impl Dispatcher {
                     self.notices.push(breaker_notice(&task.key, t));
                 }
                 if !end.is_last() {
-                    task.state.last_error.clone_from(&end.error);
+                    task.state.last_error = end.error.clone().map(cap_error);
                     set_status(&mut task.state, TaskStatus::Retrying, now);
                 } else {
                     task.state.record_outcome(

@@ -9,6 +9,29 @@ use serde::{Deserialize, Serialize};
 
 use crate::time::UtcMillis;
 
+/// Longest error text ax stores or sends (task states, messages, history, dead letters,
+/// alerts), in bytes. An error can echo user input of any size (a URL, a response): one
+/// uncapped error written twice into a state once made a transaction larger than etcd
+/// accepts, and every later state write of the term failed with it.
+pub const MAX_ERROR_LEN: usize = 2048;
+
+/// `error` cut to at most [`MAX_ERROR_LEN`] bytes (on a character boundary), saying how much
+/// was cut.
+pub fn cap_error(mut error: String) -> String {
+    if error.len() <= MAX_ERROR_LEN {
+        return error;
+    }
+    let cut = error.len();
+    // Room for the note; `is_char_boundary(0)` holds, so the search ends.
+    let mut end = MAX_ERROR_LEN - 40;
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    error.truncate(end);
+    error.push_str(&format!("... ({} bytes cut)", cut - end));
+    error
+}
+
 /// What the enqueue of one fire came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EnqueueOutcome {
@@ -177,6 +200,15 @@ mod tests {
         assert!(!released.is_last() && !released.is_dead_lettered());
         let killed = AttemptEnd::new(AttemptOutcome::Killed, Some("replaced".into()));
         assert!(killed.is_last() && !killed.outcome.is_failure());
+    }
+
+    #[test]
+    fn errors_are_capped_on_a_character_boundary() {
+        assert_eq!(cap_error("short".into()), "short");
+        let huge = "é".repeat(1_000_000);
+        let capped = cap_error(huge);
+        assert!(capped.len() <= MAX_ERROR_LEN, "{}", capped.len());
+        assert!(capped.ends_with("bytes cut)"), "{capped}");
     }
 
     #[test]

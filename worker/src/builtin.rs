@@ -4,11 +4,22 @@
 //! asks to come back) and 5xx are retryable, as are connection errors and timeouts; any
 //! other status is permanent, since sending the same request again gets the same answer.
 //! The request timeout is the attempt's timeout, so a hung server cannot outlive the attempt.
+//!
+//! Delivery is at least once (a worker that dies after the request and before settling has
+//! its message run again), so every request names its execution and attempt, in headers
+//! ([`EXECUTION_ID_HEADER`], [`ATTEMPT_HEADER`]) and in the body (`execution_id`,
+//! `attempt`): a receiver drops a repeat by the execution id, which retries and redeliveries
+//! keep.
 
 use ax_queue::ExecutionMessage;
 use reqwest::StatusCode;
 
 use crate::handler::{Handler, HandlerContext, HandlerError, HandlerFuture};
+
+/// The header naming the execution (stable across retries and redeliveries).
+pub const EXECUTION_ID_HEADER: &str = "x-ax-execution-id";
+/// The header naming the attempt (0 for the first).
+pub const ATTEMPT_HEADER: &str = "x-ax-attempt";
 
 /// POSTs the execution as JSON to the task's `http.url` with its headers.
 #[derive(Clone, Copy, Debug, Default)]
@@ -54,6 +65,8 @@ impl Handler for HttpHandler {
                 .http
                 .post(&target.url)
                 .timeout(exec.timeout())
+                .header(EXECUTION_ID_HEADER, exec.execution_id.to_string())
+                .header(ATTEMPT_HEADER, exec.attempt.to_string())
                 .json(exec);
             for (k, v) in &target.headers {
                 req = req.header(k, v);

@@ -12,7 +12,9 @@ mod pool;
 mod reporter;
 pub mod retry;
 
-pub use builtin::{classify_status, HttpHandler, LogHandler, NoopHandler};
+pub use builtin::{
+    classify_status, HttpHandler, LogHandler, NoopHandler, ATTEMPT_HEADER, EXECUTION_ID_HEADER,
+};
 pub use error::{Result, WorkerError};
 pub use handler::{Handler, HandlerContext, HandlerError, HandlerFuture, HandlerRegistry};
 pub use pool::{

@@ -88,6 +88,12 @@ async fn http_handler_posts_the_execution_and_classifies_answers() {
     let req = requests.lock().unwrap()[0].clone();
     assert!(req.starts_with("POST /200"), "{req}");
     assert!(req.to_ascii_lowercase().contains("x-ax-test: yes"));
+    let lower = req.to_ascii_lowercase();
+    assert!(
+        lower.contains(&format!("x-ax-execution-id: {}", ok.execution_id)),
+        "a receiver can drop a repeat by the execution id: {req}"
+    );
+    assert!(lower.contains("x-ax-attempt: 0"), "{req}");
     assert!(
         req.contains(&ok.execution_id.to_string()),
         "the body is the execution"

@@ -14,7 +14,7 @@ use ax_scheduler_core::{RetryPolicy, UtcMillis};
 use ax_testkit::{redis_url, unique_name, RedisServer};
 use ax_worker::{
     ChannelReporter, ExecutionReport, HandlerError, HandlerRegistry, NoopReporter, ReportEvent,
-    WorkerPool,
+    WorkerConfig, WorkerPool,
 };
 use common::*;
 use redis::AsyncCommands;
@@ -521,28 +521,38 @@ async fn child_worker_process() {
         std::future::pending::<()>().await;
         Ok(())
     });
-    let pool = WorkerPool::new(q, fast_config("child"), reg, Arc::new(NoopReporter)).unwrap();
+    let config = if std::env::var_os(CHILD_DEFAULTS_ENV).is_some() {
+        WorkerConfig {
+            worker_id: "child".into(),
+            ..WorkerConfig::default()
+        }
+    } else {
+        fast_config("child")
+    };
+    let pool = WorkerPool::new(q, config, reg, Arc::new(NoopReporter)).unwrap();
     pool.run(CancellationToken::new()).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_worker_process_message_is_redelivered() {
-    let prefix = unique_name("axw");
-    let q = queue_at(&redis_url(), &prefix).await;
-    let m = msg(&spec("k", "record"), 1);
-    q.enqueue(&m).await.unwrap();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "child_worker_process",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, format!("{}|{}", redis_url(), prefix))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+/// Set for a child that runs with the default timing (heartbeat, visibility timeout).
+const CHILD_DEFAULTS_ENV: &str = "AX_WORKER_TEST_CHILD_DEFAULTS";
+
+/// Starts a child worker process that takes `queue`'s message and hangs in its handler, waits
+/// until it holds the message, and SIGKILLs it.
+async fn kill_a_worker_holding_the_message(q: &Queue, prefix: &str, defaults: bool) {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--ignored",
+        "--exact",
+        "child_worker_process",
+        "--nocapture",
+    ])
+    .env(CHILD_ENV, format!("{}|{}", redis_url(), prefix))
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    if defaults {
+        cmd.env(CHILD_DEFAULTS_ENV, "1");
+    }
+    let mut child = cmd.spawn().unwrap();
     let mut raw = redis::Client::open(redis_url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -561,6 +571,21 @@ async fn a_killed_worker_process_message_is_redelivered() {
     assert!(held, "the child took the message");
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_process_message_is_redelivered() {
+    let prefix = unique_name("axw");
+    let q = queue_at(&redis_url(), &prefix).await;
+    let m = msg(&spec("k", "record"), 1);
+    q.enqueue(&m).await.unwrap();
+    kill_a_worker_holding_the_message(&q, &prefix, false).await;
+    let mut raw = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let processing = q.keys().processing("default", "child");
     let seen: Seen = Arc::default();
     let t0 = std::time::Instant::now();
     let pool = WorkerPool::new(
@@ -634,4 +659,48 @@ async fn invalid_configuration_is_refused() {
     let cfg = fast_config("bad{id}");
     let err = WorkerPool::new(q, cfg, HandlerRegistry::new(), Arc::new(NoopReporter)).unwrap_err();
     assert!(!err.is_retryable());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_default_settings_a_dead_workers_execution_moves_on_within_30_seconds() {
+    let prefix = unique_name("axw");
+    let q = queue_at(&redis_url(), &prefix).await;
+    let m = msg(&spec("k30", "record"), 1);
+    q.enqueue(&m).await.unwrap();
+    kill_a_worker_holding_the_message(&q, &prefix, true).await;
+    let killed_at = std::time::Instant::now();
+    let seen: Seen = Arc::default();
+    let rescuer = WorkerConfig {
+        worker_id: "rescuer".into(),
+        ..WorkerConfig::default()
+    };
+    let pool = WorkerPool::new(
+        q.clone(),
+        rescuer,
+        recording_registry(&seen),
+        Arc::new(NoopReporter),
+    )
+    .unwrap();
+    let running = start(pool);
+    assert!(
+        eventually(Duration::from_secs(40), || seen
+            .lock()
+            .unwrap()
+            .contains_key(&m.execution_id))
+        .await,
+        "the reaper gave the dead worker's message back"
+    );
+    let took = killed_at.elapsed();
+    running.stop().await;
+    eprintln!("redelivered {} ms after the SIGKILL", took.as_millis());
+    // The last beat came at most a heartbeat interval before the kill.
+    assert!(
+        took <= ax_queue::DEFAULT_VISIBILITY_TIMEOUT + Duration::from_secs(2),
+        "redelivered {took:?} after the kill"
+    );
+    assert!(
+        took >= ax_queue::DEFAULT_VISIBILITY_TIMEOUT - Duration::from_secs(2),
+        "redelivered {took:?} after the kill: before the worker had been silent long enough"
+    );
+    assert_eq!(seen.lock().unwrap()[&m.execution_id], 1);
 }

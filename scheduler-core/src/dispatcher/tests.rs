@@ -566,3 +566,39 @@ fn a_stall_inside_a_term_applies_the_misfire_policy() {
         .iter()
         .any(|n| matches!(n, Notice::Misfired { key, skipped, .. } if key.id == "skip" && *skipped == 600)));
 }
+
+#[test]
+fn a_huge_error_is_capped_in_the_state() {
+    // A failing 1 MB URL echoed into the error: the state must stay far below etcd's
+    // request limit.
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
+        5,
+        None,
+        at(0),
+    );
+    assert_eq!(d.poll(at(1000)).len(), 1);
+    let huge = format!("POST http://x/{} failed", "a".repeat(1_000_000));
+    d.on_execution(
+        &key("a"),
+        &finished(AttemptOutcome::Failed, Some(huge.clone()), Some(at(5000))),
+        at(1100),
+    );
+    let retrying = d.state(&key("a")).unwrap().last_error.clone().unwrap();
+    assert!(retrying.len() <= crate::execution::MAX_ERROR_LEN);
+    d.on_execution(
+        &key("a"),
+        &finished(AttemptOutcome::Failed, Some(huge), None),
+        at(1200),
+    );
+    let state = d.state(&key("a")).unwrap();
+    let last = state.last_error.as_deref().unwrap();
+    assert!(
+        last.len() <= crate::execution::MAX_ERROR_LEN,
+        "{}",
+        last.len()
+    );
+    assert!(serde_json::to_vec(state).unwrap().len() < 8 * 1024);
+}
