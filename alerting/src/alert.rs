@@ -87,6 +87,8 @@ pub enum AlertKind {
     HeldBackSummary,
     /// A backend (etcd, Redis) refuses the engine's writes: fires wait.
     BackendUnavailable,
+    /// Redis restarted under the leader (its run id changed).
+    BackendRestarted,
     /// Anything else.
     Other,
 }
@@ -104,6 +106,7 @@ impl AlertKind {
             AlertKind::CircuitOpen => "circuit_open",
             AlertKind::HeldBackSummary => "held_back_summary",
             AlertKind::BackendUnavailable => "backend_unavailable",
+            AlertKind::BackendRestarted => "backend_restarted",
             AlertKind::Other => "other",
         }
     }
@@ -344,6 +347,36 @@ impl Alert {
         .with_field("open_for_ms", open_for.as_millis())
     }
 
+    /// Trigger: Redis restarted under the leader (critical). Without persistence
+    /// (`persistent` false or unknown) whatever was queued, running or waiting for a retry is
+    /// gone; the leader has raised the fences again.
+    pub fn redis_restarted(persistent: Option<bool>, now: UtcMillis) -> Self {
+        let message = match persistent {
+            Some(true) => "Redis restarted; it persists its data, so queued executions were \
+                           reloaded. Fences raised again."
+                .to_owned(),
+            Some(false) => "Redis restarted WITHOUT persistence: every queued, running and \
+                            delayed execution is lost (etcd still counts those fires as made). \
+                            Fences raised again. Turn on appendonly."
+                .to_owned(),
+            None => "Redis restarted; whether it persists is unknown (CONFIG not allowed): \
+                     queued executions may be lost. Fences raised again."
+                .to_owned(),
+        };
+        Alert::new(
+            Level::Critical,
+            AlertKind::BackendRestarted,
+            "Redis restarted",
+            message,
+            now,
+        )
+        .with_field("backend", "redis")
+        .with_field(
+            "persistent",
+            persistent.map_or("unknown".to_owned(), |p| p.to_string()),
+        )
+    }
+
     /// Trigger: `backend` refuses the leader's writes, so due fires wait (critical);
     /// `waiting` fires are kept and retried, `for_how_long` since the first refusal.
     pub fn backend_unavailable(
@@ -401,6 +434,7 @@ mod tests {
             AlertKind::CircuitOpen,
             AlertKind::HeldBackSummary,
             AlertKind::BackendUnavailable,
+            AlertKind::BackendRestarted,
             AlertKind::Other,
         ] {
             assert_eq!(

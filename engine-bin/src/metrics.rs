@@ -42,6 +42,9 @@ pub const INVALID_SPECS: &str = "scheduler_invalid_specs";
 /// Task state records the last takeover could not decode (passed over, rewritten at the
 /// task's next state write).
 pub const UNDECODABLE_STATES: &str = "scheduler_undecodable_states";
+/// Redis settings that would lose ax's queue state (no persistence, an evicting
+/// `maxmemory-policy`), as found at start; 0 when none.
+pub const REDIS_CONFIG_WARNINGS: &str = "scheduler_redis_config_warnings";
 /// Age of the oldest waiting execution, seconds. Labels: `queue`.
 pub const OLDEST_QUEUED_AGE_SECONDS: &str = "scheduler_oldest_queued_age_seconds";
 /// Failed calls to a backend. Labels: `backend` (`etcd`, `redis`).
@@ -134,6 +137,8 @@ pub struct Metrics {
     pub invalid_specs: IntGauge,
     /// [`UNDECODABLE_STATES`].
     pub undecodable_states: IntGauge,
+    /// [`REDIS_CONFIG_WARNINGS`].
+    pub redis_config_warnings: IntGauge,
     /// [`OLDEST_QUEUED_AGE_SECONDS`] by `queue`.
     pub oldest_queued_age_seconds: GaugeVec,
     /// [`BACKEND_ERRORS_TOTAL`] by `backend`.
@@ -226,6 +231,13 @@ impl Metrics {
                 IntGauge::new(
                     UNDECODABLE_STATES,
                     "Task state records the last takeover could not decode.",
+                )?,
+            )?,
+            redis_config_warnings: register(
+                &registry,
+                IntGauge::new(
+                    REDIS_CONFIG_WARNINGS,
+                    "Redis settings that would lose ax's queue state, found at start.",
                 )?,
             )?,
             oldest_queued_age_seconds: register(

@@ -138,6 +138,7 @@ impl Server {
             Some(queue.clone()),
             &config,
         )));
+        check_redis_settings(&queue, &metrics).await;
 
         let alerts = start_alerts(&config, shutdown)?;
         let parts = Parts {
@@ -221,6 +222,23 @@ where
             _ = cancel.cancelled() => return None,
             _ = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// Warns (log and metric) when Redis would lose ax's queue state: no persistence, or an
+/// evicting memory policy. ax runs on regardless; docs/reliability.md says what is at risk.
+async fn check_redis_settings(queue: &Queue, metrics: &Metrics) {
+    match queue.server_info().await {
+        Ok(info) => {
+            let warnings = info.warnings();
+            for w in &warnings {
+                warn!(warning = %w, "unsafe Redis settings");
+            }
+            metrics
+                .redis_config_warnings
+                .set(i64::try_from(warnings.len()).unwrap_or(i64::MAX));
+        }
+        Err(e) => warn!(error = %e, "cannot read the Redis server's settings"),
     }
 }
 

@@ -801,3 +801,70 @@ async fn a_stopping_leader_writes_its_last_states_before_it_exits() {
     }
     c.clean_up().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_without_persistence_is_noticed_fenced_and_alerted() {
+    let _serial = SERIAL.lock().await;
+    let mut redis = ax_testkit::RedisServer::start();
+    let mut c = Cluster::new("e2e-redis-restart").await;
+    c.redis_url = redis.url();
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    // The test server keeps nothing on disk: ax says so at start.
+    assert_eq!(
+        c.metric("r1", "scheduler_redis_config_warnings").await,
+        Some(1.0)
+    );
+    let fence_key = format!("{{{}:q:default}}:fence", c.redis_prefix);
+    let redis_url = redis.url();
+    let fence = || {
+        let url = redis_url.clone();
+        let key = fence_key.clone();
+        async move {
+            let client = redis::Client::open(url).unwrap();
+            let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+                return 0;
+            };
+            let v: Option<u64> = redis::cmd("GET")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .ok()
+                .flatten();
+            v.unwrap_or(0)
+        }
+    };
+    let token = fence().await;
+    assert!(token > 0, "the leader raised the fence");
+    redis.restart();
+    assert_eq!(
+        fence().await,
+        0,
+        "a server without persistence forgot the fence"
+    );
+    wait_until(Duration::from_secs(10), "fence raised again", || {
+        let fence = &fence;
+        async move { fence().await == token }
+    })
+    .await;
+    wait_until(Duration::from_secs(5), "backend_restarted alert", || {
+        let c = &c;
+        async move {
+            c.receiver
+                .alerts()
+                .iter()
+                .any(|a| a.to_string().contains("backend_restarted"))
+        }
+    })
+    .await;
+    // And it keeps firing on the new server.
+    let due = now_ms() + 1500;
+    c.put_task(
+        "default",
+        "after",
+        &http_task(&c, json!({ "at": rfc3339(due) })),
+    )
+    .await;
+    wait_for_executions(&c, "after", 1, Duration::from_secs(10)).await;
+    c.clean_up().await;
+}

@@ -18,6 +18,7 @@ mod maintenance;
 mod message;
 mod queue;
 mod scripts;
+mod server;
 
 pub use config::QueueConfig;
 pub use consumer::Consumer;
@@ -31,3 +32,4 @@ pub use maintenance::{
 };
 pub use message::{AttemptError, ExecutionMessage};
 pub use queue::{Delivery, Queue, QueueStats, ENQUEUE_CHUNK};
+pub use server::ServerInfo;

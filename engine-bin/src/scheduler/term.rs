@@ -41,6 +41,9 @@ pub(super) struct Term {
     pub(super) consumed_triggers: Vec<PendingTrigger>,
     /// Run-now requests seen before their task's put reached the catalog.
     early_triggers: Vec<PendingTrigger>,
+    /// The Redis server process the fences were raised on (its run id).
+    redis_run_id: Option<String>,
+    redis_tick: Interval,
     queues: HashSet<String>,
     events_tick: Interval,
     flush_tick: Interval,
@@ -49,6 +52,9 @@ pub(super) struct Term {
     /// think they ran).
     pub(super) unsent: bool,
 }
+
+/// How often the leader checks that Redis is the server it raised the fences on.
+const REDIS_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 
 fn ticker(period: Duration) -> Interval {
     let mut tick = tokio::time::interval(period);
@@ -103,6 +109,8 @@ impl Term {
                 .into_iter()
                 .map(|s| (TaskKey::new(s.namespace, s.id), s.state))
                 .collect();
+            // The server the fences go on: a restart of it (a new run id) takes them away.
+            let redis_run_id = deps.queue.server_info().await.ok().map(|i| i.run_id);
             // Raise every queue's fence before the first fire, so a deposed leader that still
             // reaches Redis is refused on all of them, not only where this leader pushed.
             let mut queues: HashSet<String> = catalog
@@ -199,6 +207,8 @@ impl Term {
                 pending_triggers: HashMap::new(),
                 consumed_triggers: Vec::new(),
                 early_triggers: Vec::new(),
+                redis_run_id,
+                redis_tick: ticker(REDIS_CHECK_INTERVAL),
                 queues,
                 events_tick: ticker(settings.events_interval),
                 flush_tick: ticker(settings.flush_interval),
@@ -270,7 +280,38 @@ impl Term {
                 _ = self.flush_tick.tick() => {
                     self.flush(false).await;
                 }
+                _ = self.redis_tick.tick() => {
+                    self.check_redis(deps).await;
+                }
             }
+        }
+    }
+
+    /// Notices a Redis restart (a new run id): the fences are gone with a server that does
+    /// not persist, so a deposed leader could enqueue again; raise them at once, and alert.
+    async fn check_redis(&mut self, deps: &LeaderDeps) {
+        let Ok(info) = deps.queue.server_info().await else {
+            return;
+        };
+        let restarted = self
+            .redis_run_id
+            .as_ref()
+            .is_some_and(|seen| *seen != info.run_id);
+        self.redis_run_id = Some(info.run_id.clone());
+        if !restarted {
+            return;
+        }
+        warn!(
+            persistent = ?info.persistent,
+            "Redis restarted under this leader; raising the fences again"
+        );
+        for q in &self.queues {
+            if let Err(e) = deps.queue.advance_fence(q, self.token).await {
+                warn!(error = %e, queue = %q, "cannot raise the queue's fence");
+            }
+        }
+        if let Some(alerts) = &deps.alerts {
+            alerts.send(Alert::redis_restarted(info.persistent, UtcMillis::now()));
         }
     }
 

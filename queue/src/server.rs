@@ -1,0 +1,129 @@
+//! What ax needs to know about the Redis server itself: which process it is, and whether it
+//! keeps what it is given.
+//!
+//! ax's queue state (ready, processing and delayed lists, dedupe keys, fences) lives only in
+//! Redis. A server without persistence loses all of it on a restart while etcd still says
+//! the fires happened, and an evicting `maxmemory-policy` drops keys under memory pressure.
+//! The engine reads this at start (and warns) and watches the run id, which changes on every
+//! restart, to notice a restart it did not see (fences must be raised again). `CONFIG` may
+//! be disabled on managed servers: then the settings are unknown, not wrong.
+
+use crate::error::Result;
+use crate::queue::Queue;
+
+/// The facts about the server, as far as it tells them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// Changes on every restart of the server process.
+    pub run_id: String,
+    /// AOF on, or an RDB `save` schedule set; `None` when `CONFIG` is not allowed.
+    pub persistent: Option<bool>,
+    /// `maxmemory-policy`; `None` when `CONFIG` is not allowed.
+    pub maxmemory_policy: Option<String>,
+}
+
+impl ServerInfo {
+    /// What an operator should fix, one sentence each; empty when nothing.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.persistent == Some(false) {
+            out.push(
+                "Redis has neither AOF nor RDB persistence: a restart loses every queued, \
+                 running and delayed execution and the fences (set appendonly yes)"
+                    .to_owned(),
+            );
+        }
+        if let Some(policy) = &self.maxmemory_policy {
+            if policy != "noeviction" {
+                out.push(format!(
+                    "Redis maxmemory-policy is `{policy}`: under memory pressure it evicts \
+                     queue keys; set it to noeviction (ax then retries refused writes)"
+                ));
+            }
+        }
+        out
+    }
+}
+
+fn info_field(info: &str, name: &str) -> Option<String> {
+    info.lines().find_map(|l| {
+        l.strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+    })
+}
+
+impl Queue {
+    /// Reads the server's run id and, where `CONFIG` is allowed, its persistence and
+    /// eviction settings.
+    pub async fn server_info(&self) -> Result<ServerInfo> {
+        let mut conn = self.conn();
+        let info: String = self
+            .run(
+                "server_info",
+                redis::cmd("INFO").arg("server").query_async(&mut conn),
+            )
+            .await?;
+        let run_id = info_field(&info, "run_id").unwrap_or_default();
+        let config = |name: &'static str| {
+            let mut conn = self.conn();
+            async move {
+                let mut cmd = redis::cmd("CONFIG");
+                cmd.arg("GET").arg(name);
+                let pair: Result<Vec<String>> =
+                    self.run("server_info", cmd.query_async(&mut conn)).await;
+                pair.ok().and_then(|p| p.into_iter().nth(1))
+            }
+        };
+        let aof = config("appendonly").await;
+        let save = config("save").await;
+        let persistent = match (aof, save) {
+            (Some(aof), Some(save)) => Some(aof == "yes" || !save.trim().is_empty()),
+            _ => None,
+        };
+        Ok(ServerInfo {
+            run_id,
+            persistent,
+            maxmemory_policy: config("maxmemory-policy").await,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_name_what_to_fix_and_unknown_is_not_wrong() {
+        let safe = ServerInfo {
+            run_id: "a".into(),
+            persistent: Some(true),
+            maxmemory_policy: Some("noeviction".into()),
+        };
+        assert!(safe.warnings().is_empty());
+        let unknown = ServerInfo {
+            persistent: None,
+            maxmemory_policy: None,
+            ..safe.clone()
+        };
+        assert!(unknown.warnings().is_empty());
+        let risky = ServerInfo {
+            persistent: Some(false),
+            maxmemory_policy: Some("allkeys-lru".into()),
+            ..safe
+        };
+        let w = risky.warnings();
+        assert_eq!(w.len(), 2);
+        assert!(
+            w[0].contains("appendonly yes") && w[1].contains("allkeys-lru"),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn info_fields_are_read_by_name() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\n";
+        assert_eq!(info_field(info, "run_id").as_deref(), Some("abc123"));
+        assert_eq!(info_field(info, "run"), None);
+    }
+}
