@@ -394,6 +394,24 @@ async fn leader_killed_while_firing_loses_and_repeats_nothing() {
     assert_eq!(c.metric(&new, "scheduler_is_leader").await, Some(1.0));
     let status = c.ax_json(&["status"]).await;
     assert_eq!(status["leader"], new.as_str(), "{status}");
+    // Every task shows its true state: none left RUNNING because the old leader died before
+    // writing what it had heard, or because its re-fire was refused as a duplicate.
+    let mut stuck = Vec::new();
+    for _ in 0..20 {
+        let list = c.ax_json(&["task", "list", "-n", "fo"]).await;
+        stuck = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["status"] != "SUCCESS")
+            .map(|t| format!("{}={}", t["id"], t["status"]))
+            .collect();
+        if stuck.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(stuck.is_empty(), "{} not SUCCESS: {stuck:?}", stuck.len());
     c.clean_up().await;
 }
 

@@ -61,6 +61,35 @@ impl Queue {
             .await
     }
 
+    /// The newest `limit` history entries of each task of `tasks` (namespace, id), newest
+    /// first, in one round trip; an entry that cannot be decoded is passed over.
+    pub async fn history_many(
+        &self,
+        tasks: &[(&str, &str)],
+        limit: usize,
+    ) -> Result<Vec<Vec<HistoryEntry>>> {
+        if tasks.is_empty() || limit == 0 {
+            return Ok(vec![Vec::new(); tasks.len()]);
+        }
+        let stop = isize::try_from(limit - 1).unwrap_or(isize::MAX);
+        let mut pipe = redis::pipe();
+        for (namespace, task_id) in tasks {
+            pipe.lrange(self.keys().history(namespace, task_id), 0, stop);
+        }
+        let mut conn = self.conn();
+        let lists: Vec<Vec<String>> = self
+            .run("history_many", pipe.query_async(&mut conn))
+            .await?;
+        Ok(lists
+            .into_iter()
+            .map(|list| {
+                list.iter()
+                    .filter_map(|j| serde_json::from_str(j).ok())
+                    .collect()
+            })
+            .collect())
+    }
+
     /// The newest `limit` history entries of a task, newest first.
     pub async fn history(
         &self,

@@ -219,6 +219,9 @@ struct Armed {
     held_timer: Option<TimerHandle>,
     breaker: Option<CircuitBreaker>,
     state: TaskState,
+    /// The last execution attempt whose end was applied from history (a reconciliation):
+    /// its event, if it still arrives, is not applied a second time.
+    reconciled: Option<(u128, u32)>,
 }
 
 #[derive(Debug)]
@@ -368,6 +371,7 @@ impl Dispatcher {
             held: None,
             held_timer: None,
             breaker: None,
+            reconciled: None,
             state,
         };
         if spec.paused {
@@ -771,10 +775,24 @@ impl Dispatcher {
     }
 
     /// Takes an execution event reported by a worker.
-    pub fn on_execution(&mut self, key: &TaskKey, event: &ExecutionEvent, now: UtcMillis) {
+    /// `execution` and `attempt` name the attempt (the execution id as a number).
+    pub fn on_execution(
+        &mut self,
+        key: &TaskKey,
+        execution: u128,
+        attempt: u32,
+        event: &ExecutionEvent,
+        now: UtcMillis,
+    ) {
         let Some(task) = self.tasks.get_mut(key) else {
             return;
         };
+        if matches!(event, ExecutionEvent::Finished { .. })
+            && task.reconciled == Some((execution, attempt))
+        {
+            // Already applied from history at a reconciliation.
+            return;
+        }
         match event {
             ExecutionEvent::Started { at } => {
                 // Events of different attempts come from different workers; a start older
@@ -834,6 +852,39 @@ impl Dispatcher {
                 self.pending
                     .insert(Arc::clone(&task.key), Pending::WriteCurrent);
             }
+        }
+    }
+
+    /// Tasks whose state says an execution is in flight (RUNNING, RETRYING), with the fire
+    /// it is for. A new leader checks them against the execution history: their end may
+    /// have been heard by a leader that died before writing it.
+    pub fn in_flight(&self) -> Vec<(Arc<TaskKey>, UtcMillis)> {
+        self.tasks
+            .values()
+            .filter(|t| t.state.status.is_executing())
+            .filter_map(|t| t.state.last_fire_at.map(|f| (Arc::clone(&t.key), f)))
+            .collect()
+    }
+
+    /// Applies the end of an attempt read from the execution history (see
+    /// [`in_flight`](Self::in_flight)), as if its event had arrived; the event itself, if it
+    /// still comes, is then ignored.
+    pub fn reconcile(
+        &mut self,
+        key: &TaskKey,
+        execution: u128,
+        attempt: u32,
+        finished_at: UtcMillis,
+        end: &crate::execution::AttemptEnd,
+        now: UtcMillis,
+    ) {
+        let event = ExecutionEvent::Finished {
+            at: finished_at,
+            end: end.clone(),
+        };
+        self.on_execution(key, execution, attempt, &event, now);
+        if let Some(task) = self.tasks.get_mut(key) {
+            task.reconciled = Some((execution, attempt));
         }
     }
 

@@ -18,6 +18,7 @@ use ax_scheduler_core::{
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
+use super::events;
 use super::term::Term;
 use super::triggers::PendingTrigger;
 use super::{LeaderDeps, LeaderSettings};
@@ -34,6 +35,9 @@ pub(super) struct FireEffects {
     pub(super) done_triggers: Vec<PendingTrigger>,
     /// A newer leader's fencing token was found in Redis: the term is over.
     pub(super) fenced: Option<u64>,
+    /// Scheduled fires Redis refused as already enqueued (re-fires of what a dead leader
+    /// sent): their end may be in the history only.
+    pub(super) duplicates: Vec<(std::sync::Arc<ax_scheduler_core::TaskKey>, UtcMillis)>,
 }
 
 /// Applies the enqueue `outcomes` of `dispatches` (sent as `messages`) to the dispatcher and
@@ -76,6 +80,11 @@ pub(super) fn settle(
             }
             EnqueueOutcome::Duplicate => {
                 debug!(task_id = %dispatch.key, fire_at = %dispatch.fire_at, "already enqueued (duplicate fire refused)");
+                if dispatch.run_now.is_none() {
+                    effects
+                        .duplicates
+                        .push((std::sync::Arc::clone(&dispatch.key), dispatch.fire_at));
+                }
             }
             EnqueueOutcome::Held => {
                 debug!(task_id = %dispatch.key, fire_at = %dispatch.fire_at, "previous execution still active; fire held");
@@ -215,6 +224,9 @@ pub(super) async fn fire(
     send_alerts(deps, effects.alerts);
     // Their keys go with the next flush: the fire path never waits for etcd.
     term.consumed_triggers.extend(effects.done_triggers);
+    if !effects.duplicates.is_empty() {
+        events::reconcile(deps, &mut term.dispatcher, &effects.duplicates).await;
+    }
     if effects.fenced.is_some() {
         term.cancel.cancel();
     }

@@ -154,6 +154,14 @@ impl Term {
             if !leadership.is_valid() {
                 anyhow::bail!("leadership lost while taking over");
             }
+            // Ends heard by a leader that died before writing them: read what still waits,
+            // then take the rest from the history.
+            events::consume(deps, &mut dispatcher).await;
+            let in_flight = dispatcher.in_flight();
+            let reconciled = events::reconcile(deps, &mut dispatcher, &in_flight).await;
+            if reconciled > 0 {
+                info!(reconciled, in_flight = in_flight.len(), "task states corrected from the execution history");
+            }
             let term_cancel = leadership.lost().child_token();
             // The role's own cancellation ends the term too.
             let role_cancel = cancel.clone();

@@ -302,6 +302,8 @@ fn forbid_holds_one_fire_until_the_previous_execution_ends() {
     assert!(d.poll(at(3500)).is_empty());
     d.on_execution(
         &key("a"),
+        0,
+        0,
         &finished(AttemptOutcome::Succeeded, None, None),
         at(3600),
     );
@@ -353,6 +355,8 @@ fn breaker_opens_slows_dispatch_and_notices() {
         assert_eq!(d.poll(at(t * 1000)).len(), 1);
         d.on_execution(
             &key("a"),
+            0,
+            0,
             &finished(AttemptOutcome::Failed, Some("boom".into()), None),
             at(t * 1000 + 100),
         );
@@ -453,6 +457,8 @@ fn retry_and_final_outcome_states() {
     assert_eq!(d.state(&key("a")).unwrap().status, TaskStatus::Running);
     d.on_execution(
         &key("a"),
+        0,
+        0,
         &finished(AttemptOutcome::Failed, Some("503".into()), Some(at(9_000))),
         at(1100),
     );
@@ -460,11 +466,15 @@ fn retry_and_final_outcome_states() {
     // The retry's end arrives before its start.
     d.on_execution(
         &key("a"),
+        0,
+        0,
         &finished(AttemptOutcome::Succeeded, None, None),
         at(2100),
     );
     d.on_execution(
         &key("a"),
+        0,
+        0,
         &ExecutionEvent::Started { at: at(2000) },
         at(2200),
     );
@@ -518,6 +528,8 @@ fn a_long_forbid_execution_holds_one_fire_for_an_hour_without_multiplying() {
     // The execution ends: the one held fire (the newest) runs once.
     d.on_execution(
         &key("a"),
+        0,
+        0,
         &finished(AttemptOutcome::Succeeded, None, None),
         at(3_601_005),
     );
@@ -583,6 +595,8 @@ fn a_huge_error_is_capped_in_the_state() {
     let huge = format!("POST http://x/{} failed", "a".repeat(1_000_000));
     d.on_execution(
         &key("a"),
+        0,
+        0,
         &finished(AttemptOutcome::Failed, Some(huge.clone()), Some(at(5000))),
         at(1100),
     );
@@ -590,6 +604,8 @@ fn a_huge_error_is_capped_in_the_state() {
     assert!(retrying.len() <= crate::execution::MAX_ERROR_LEN);
     d.on_execution(
         &key("a"),
+        0,
+        0,
         &finished(AttemptOutcome::Failed, Some(huge), None),
         at(1200),
     );
@@ -601,4 +617,45 @@ fn a_huge_error_is_capped_in_the_state() {
         last.len()
     );
     assert!(serde_json::to_vec(state).unwrap().len() < 8 * 1024);
+}
+
+#[test]
+fn an_end_read_from_history_is_applied_once() {
+    // A new leader finds a one-shot RUNNING whose end a dead leader heard and never wrote.
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    let json = format!(
+        r#"{{"handler":"log","schedule":{{"at":"{}"}}}}"#,
+        at(1000).to_rfc3339()
+    );
+    d.upsert(key("a"), spec("a", &json), 5, None, at(0));
+    assert_eq!(d.poll(at(1000)).len(), 1);
+    let in_flight = d.in_flight();
+    assert_eq!(in_flight.len(), 1);
+    assert_eq!(in_flight[0].1, at(1000));
+    let end = crate::execution::AttemptEnd::succeeded();
+    d.reconcile(&key("a"), 42, 0, at(1500), &end, at(2000));
+    let state = d.state(&key("a")).unwrap();
+    assert_eq!(
+        (state.status, state.success_count),
+        (TaskStatus::Success, 1)
+    );
+    assert!(d.in_flight().is_empty());
+    // Its event still arrives (it was in the list after all): not counted twice.
+    d.on_execution(
+        &key("a"),
+        42,
+        0,
+        &finished(AttemptOutcome::Succeeded, None, None),
+        at(2100),
+    );
+    assert_eq!(d.state(&key("a")).unwrap().success_count, 1);
+    // Another execution's end is applied as usual.
+    d.on_execution(
+        &key("a"),
+        43,
+        0,
+        &finished(AttemptOutcome::Succeeded, None, None),
+        at(2200),
+    );
+    assert_eq!(d.state(&key("a")).unwrap().success_count, 2);
 }
