@@ -101,7 +101,7 @@ impl Replica {
             .env(
                 "AX_LOG",
                 std::env::var("AX_BENCH_LOG").unwrap_or_else(|_| {
-                    "warn,ax_engine::leader=info,ax_engine::reporter=info".to_owned()
+                    "warn,ax_engine::scheduler=info,ax_engine::reporter=info".to_owned()
                 }),
             )
             .stdin(Stdio::null())
