@@ -89,6 +89,9 @@ pub enum AlertKind {
     BackendUnavailable,
     /// Redis restarted under the leader (its run id changed).
     BackendRestarted,
+    /// A queue's fence refuses every leader of this installation (another installation, an
+    /// etcd restore).
+    FenceConflict,
     /// Anything else.
     Other,
 }
@@ -107,6 +110,7 @@ impl AlertKind {
             AlertKind::HeldBackSummary => "held_back_summary",
             AlertKind::BackendUnavailable => "backend_unavailable",
             AlertKind::BackendRestarted => "backend_restarted",
+            AlertKind::FenceConflict => "fence_conflict",
             AlertKind::Other => "other",
         }
     }
@@ -347,6 +351,18 @@ impl Alert {
         .with_field("open_for_ms", open_for.as_millis())
     }
 
+    /// Trigger: a queue's fence refuses this installation's leaders (fatal: nothing fires
+    /// until an operator acts); `problem` says why and what to do.
+    pub fn fence_conflict(problem: &str, now: UtcMillis) -> Self {
+        Alert::new(
+            Level::Fatal,
+            AlertKind::FenceConflict,
+            "Queue fence refuses this installation",
+            problem,
+            now,
+        )
+    }
+
     /// Trigger: Redis restarted under the leader (critical). Without persistence
     /// (`persistent` false or unknown) whatever was queued, running or waiting for a retry is
     /// gone; the leader has raised the fences again.
@@ -435,6 +451,7 @@ mod tests {
             AlertKind::HeldBackSummary,
             AlertKind::BackendUnavailable,
             AlertKind::BackendRestarted,
+            AlertKind::FenceConflict,
             AlertKind::Other,
         ] {
             assert_eq!(

@@ -119,11 +119,27 @@ pub enum Command {
     /// Inspect and act on dead-lettered executions.
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// Repair the queues' fences (see docs/runbook.md).
+    #[command(subcommand)]
+    Fence(FenceCommand),
     /// Show the leader, replicas, queue depths and dead-letter count.
     Status {
         /// Output format.
         #[arg(long, short = 'o', value_enum, default_value_t)]
         output: OutputFormat,
+    },
+}
+
+/// `ax fence ...`
+#[derive(Debug, Subcommand)]
+pub enum FenceCommand {
+    /// Bind the queues' fences to this etcd cluster and its current leader's token, whatever
+    /// they hold. For an etcd restored or rebuilt, or a prefix moved between installations:
+    /// safe only when no other installation uses this Redis key prefix.
+    Reseat {
+        /// Only this queue (default: every queue ax knows of).
+        #[arg(long)]
+        queue: Option<String>,
     },
 }
 

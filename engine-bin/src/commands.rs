@@ -11,7 +11,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::backend::Backend;
-use crate::cli::{Cli, CliError, Command, ConfigCommand, DlqCommand, OutputFormat, TaskCommand};
+use crate::cli::{
+    Cli, CliError, Command, ConfigCommand, DlqCommand, FenceCommand, OutputFormat, TaskCommand,
+};
 use crate::config::{Config, LoadOptions, DEFAULT_CONFIG_PATH};
 use crate::edge::Edge;
 use crate::http::api::{ApiBackend, DlqRequeue};
@@ -54,6 +56,18 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
         }) => task_put(&config, &file, dry_run, id.as_deref(), namespace.as_deref()).await,
         Command::Task(cmd) => task(&config, cmd).await,
         Command::Dlq(cmd) => dlq(&config, cmd).await,
+        Command::Fence(FenceCommand::Reseat { queue }) => {
+            let reseated = backend(&config)
+                .await?
+                .reseat_fences(queue)
+                .await
+                .map_err(api_error)?;
+            let mut text = String::new();
+            for (queue, token) in reseated {
+                text.push_str(&format!("queue {queue}: fence reseated at {token}\n"));
+            }
+            print_stdout(&text)
+        }
         Command::Status { output } => {
             let status = backend(&config).await?.status().await.map_err(api_error)?;
             print_stdout(&match output {

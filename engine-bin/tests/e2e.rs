@@ -886,3 +886,56 @@ async fn a_redis_restart_without_persistence_is_noticed_fenced_and_alerted() {
     wait_for_executions(&c, "after", 1, Duration::from_secs(10)).await;
     c.clean_up().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_from_another_cluster_is_refused_with_its_cause_and_reseated_by_hand() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-foreign-fence").await;
+    // Another installation's fence on the same Redis prefix: a higher token of another etcd.
+    let client = redis::Client::open(c.redis_url.clone()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let fence = format!("{{{}:q:default}}:fence", c.redis_prefix);
+    let _: () = redis::cmd("SET")
+        .arg(&fence)
+        .arg(999_999_999u64)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{fence}:owner"))
+        .arg("other-cluster")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let due = now_ms() + 1500;
+    c.put_task(
+        "default",
+        "ff",
+        &http_task(&c, json!({ "at": rfc3339(due) })),
+    )
+    .await;
+    c.start_replica("r1", Roles::Both).await;
+    wait_until(Duration::from_secs(10), "fence_conflict alert", || {
+        let c = &c;
+        async move {
+            c.receiver.alerts().iter().any(|a| {
+                a.to_string()
+                    .contains("belongs to etcd cluster other-cluster")
+            })
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        c.receiver.executions_of("ff").is_empty(),
+        "nothing fires on a foreign fence"
+    );
+    assert!(c.replica("r1").is_running());
+
+    let out = c.ax_ok(&["fence", "reseat"]).await;
+    assert!(out.contains("queue default: fence reseated"), "{out}");
+    wait_for_executions(&c, "ff", 1, Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(c.receiver.executions_of("ff").len(), 1);
+    c.clean_up().await;
+}

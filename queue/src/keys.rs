@@ -75,6 +75,11 @@ impl Keys {
         format!("{}:fence", self.tag(queue))
     }
 
+    /// The etcd cluster id whose leaders' tokens the fence holds.
+    pub fn fence_owner(&self, queue: &str) -> String {
+        format!("{}:fence:owner", self.tag(queue))
+    }
+
     /// Sorted set of dead-letter entry ids, scored by the time they were dead-lettered.
     pub fn dlq(&self, queue: &str) -> String {
         format!("{}:dlq", self.tag(queue))
@@ -141,6 +146,7 @@ mod tests {
             k.monitor(q),
             k.dedupe(q, "ns/t:1"),
             k.fence(q),
+            k.fence_owner(q),
             k.dlq(q),
             k.dlq_entries(q),
         ];

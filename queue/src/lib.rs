@@ -31,5 +31,5 @@ pub use maintenance::{
     Maintenance, MaintenanceConfig, MaintenanceState, StepReport, DEFAULT_VISIBILITY_TIMEOUT,
 };
 pub use message::{AttemptError, ExecutionMessage};
-pub use queue::{Delivery, Queue, QueueStats, ENQUEUE_CHUNK};
+pub use queue::{Delivery, Fence, Queue, QueueStats, ENQUEUE_CHUNK};
 pub use server::ServerInfo;

@@ -37,6 +37,34 @@ pub struct Delivery {
     pub message: ExecutionMessage,
 }
 
+/// A queue's fence after a leader raised it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    /// The newest token the queue has seen.
+    pub newest: u64,
+    /// The token the leader raised it with.
+    pub token: u64,
+    /// The etcd cluster that owns the fence.
+    pub owner: String,
+    /// The leader's etcd cluster.
+    pub cluster: String,
+}
+
+impl Fence {
+    /// The fence belongs to another etcd cluster (two installations share a Redis key
+    /// prefix, or etcd was rebuilt): its tokens are not comparable with the leader's.
+    pub fn is_foreign(&self) -> bool {
+        self.owner != self.cluster
+    }
+
+    /// The fence is above the leader's own token although the leader holds its key: a
+    /// token from before an etcd restore or rebuild (revisions started again lower). Every
+    /// enqueue of this leader would be refused.
+    pub fn is_ahead(&self) -> bool {
+        self.newest > self.token
+    }
+}
+
 /// Cheap monitoring figures of one queue, read in one round trip.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueStats {
@@ -318,21 +346,48 @@ impl Queue {
         Ok(v.unwrap_or(0))
     }
 
-    /// Raises `queue`'s fence to `token` (a new leader calls this for every queue it knows, so
-    /// a deposed one is refused even on queues the new leader has not pushed to yet).
-    /// Returns the newest token after the call.
-    pub async fn advance_fence(&self, queue: &str, token: u64) -> Result<u64> {
+    /// Raises `queue`'s fence to `token`, issued by the etcd cluster `cluster` (a new leader
+    /// calls this for every queue it knows, so a deposed one is refused even on queues the
+    /// new leader has not pushed to yet). The first cluster to raise a fence owns it; a fence
+    /// owned by another cluster is not touched (see [`Fence::is_foreign`]).
+    pub async fn advance_fence(&self, queue: &str, token: u64, cluster: &str) -> Result<Fence> {
         check_queue(queue)?;
         let mut conn = self.conn();
         let mut inv = self.inner.scripts.advance_fence.prepare_invoke();
-        inv.key(self.inner.keys.fence(queue)).arg(token);
-        let v: String = self
+        inv.key(self.inner.keys.fence(queue))
+            .key(self.inner.keys.fence_owner(queue))
+            .arg(token)
+            .arg(cluster);
+        let (newest, owner): (String, String) = self
             .run("advance_fence", inv.invoke_async(&mut conn))
             .await?;
-        v.parse().map_err(|_| QueueError::UnexpectedReply {
+        let newest = newest.parse().map_err(|_| QueueError::UnexpectedReply {
             op: "advance_fence",
-            detail: format!("token `{v}`"),
+            detail: format!("token `{newest}`"),
+        })?;
+        Ok(Fence {
+            newest,
+            token,
+            owner,
+            cluster: cluster.to_owned(),
         })
+    }
+
+    /// Sets `queue`'s fence to `token` and its owner to `cluster`, whatever they were: the
+    /// operator's repair after an etcd restore or a change of cluster (`ax fence reseat`).
+    /// Safe only when no other installation uses this Redis key prefix.
+    pub async fn reseat_fence(&self, queue: &str, token: u64, cluster: &str) -> Result<()> {
+        check_queue(queue)?;
+        let k = &self.inner.keys;
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .set(k.fence(queue), token)
+            .ignore()
+            .set(k.fence_owner(queue), cluster)
+            .ignore();
+        let mut conn = self.conn();
+        self.run("reseat_fence", pipe.query_async::<()>(&mut conn))
+            .await
     }
 
     /// Settles a finished message. `false` when it was no longer held (the reaper gave it

@@ -57,8 +57,23 @@ async fn enqueue_is_idempotent_per_fire_and_fenced() {
     );
     assert_eq!(q.depth("default").await.unwrap(), 2);
     // A new leader raises the fence on a queue before pushing to it.
-    assert_eq!(q.advance_fence("other", 9).await.unwrap(), 9);
-    assert_eq!(q.advance_fence("other", 3).await.unwrap(), 9);
+    assert_eq!(q.advance_fence("other", 9, "c1").await.unwrap().newest, 9);
+    let lower = q.advance_fence("other", 3, "c1").await.unwrap();
+    assert_eq!(
+        (lower.newest, lower.is_ahead(), lower.is_foreign()),
+        (9, true, false)
+    );
+    // Another etcd cluster's token is not comparable: the fence is left alone and said so.
+    let foreign = q.advance_fence("other", 50, "c2").await.unwrap();
+    assert_eq!((foreign.newest, foreign.is_foreign()), (9, true));
+    assert_eq!(q.fence("other").await.unwrap(), 9);
+    // The operator's repair: reseat it for the cluster that leads now.
+    q.reseat_fence("other", 50, "c2").await.unwrap();
+    let now_ours = q.advance_fence("other", 50, "c2").await.unwrap();
+    assert_eq!(
+        (now_ours.newest, now_ours.is_foreign(), now_ours.is_ahead()),
+        (50, false, false)
+    );
     let mut o = spec("t2", "other");
     o.queue = "other".into();
     let late = ExecutionMessage::for_fire(&o, UtcMillis(1), now, 8);

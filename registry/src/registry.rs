@@ -123,6 +123,25 @@ impl Registry {
         Ok(resp.take_kvs().into_iter().next())
     }
 
+    /// The id of the etcd cluster this registry talks to and its current revision (from a
+    /// response header). Fencing tokens are revisions of one cluster: the queue binds its
+    /// fences to this id.
+    pub async fn cluster(&self) -> Result<(u64, i64), RegistryError> {
+        let mut kv = self.client.kv_client();
+        let resp = timed(
+            "cluster id",
+            self.config.request_timeout,
+            kv.get(
+                self.keys.leader(),
+                Some(etcd_client::GetOptions::new().with_count_only()),
+            ),
+        )
+        .await?;
+        Ok(resp
+            .header()
+            .map_or((0, 0), |h| (h.cluster_id(), h.revision())))
+    }
+
     async fn txn(
         &self,
         op: &'static str,

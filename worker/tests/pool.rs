@@ -625,7 +625,9 @@ async fn a_deposed_leaders_fires_never_reach_a_worker() {
     .unwrap();
     let running = start(pool);
     let s = spec("f", "record");
-    q.advance_fence("default", 10).await.unwrap();
+    q.advance_fence("default", 10, "test-cluster")
+        .await
+        .unwrap();
     let old = ExecutionMessage::for_fire(&s, UtcMillis(1), ax_scheduler_core::UtcMillis::now(), 9);
     assert_eq!(
         q.enqueue(&old).await.unwrap(),

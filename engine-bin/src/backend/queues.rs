@@ -175,6 +175,35 @@ impl Backend {
         Ok(count)
     }
 
+    /// `ax fence reseat`: binds each queue's fence (or `queue`'s) to this etcd cluster at the
+    /// current leader's token, or, when no replica leads (they refuse to while the fence is
+    /// wrong), at etcd's current revision, below any leader key created from now on.
+    /// Returns (queue, token) per queue reseated.
+    pub async fn reseat_fences(
+        &self,
+        queue: Option<String>,
+    ) -> Result<Vec<(String, u64)>, ApiError> {
+        let leader = ax_election::current_leader(
+            &self.etcd,
+            &self.election.prefix,
+            self.election.request_timeout,
+        )
+        .await
+        .map_err(errors::election)?;
+        let (cluster, revision) = self.registry.cluster().await.map_err(errors::registry)?;
+        let token = u64::try_from(leader.map_or(revision, |l| l.fencing_token)).unwrap_or(0);
+        let cluster = cluster.to_string();
+        let q = self.queue().await?;
+        let mut done = Vec::new();
+        for name in self.queues_or(queue).await? {
+            q.reseat_fence(&name, token, &cluster)
+                .await
+                .map_err(errors::queue)?;
+            done.push((name, token));
+        }
+        Ok(done)
+    }
+
     pub(super) async fn cluster_status(&self) -> Result<StatusView, ApiError> {
         let leader = ax_election::current_leader(
             &self.etcd,

@@ -15,11 +15,12 @@ use std::time::Duration;
 use anyhow::Context;
 use ax_alerting::Alert;
 use ax_election::Leadership;
+use ax_queue::Fence;
 use ax_scheduler_core::{Dispatcher, TaskKey, TaskState, UtcMillis};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, info_span, warn, Instrument};
+use tracing::{debug, error, info, info_span, warn, Instrument};
 
 use super::catalog::{apply_event, in_scope, Catalog, CatalogEntry};
 use super::flusher::{self, FlushRequest};
@@ -41,6 +42,8 @@ pub(super) struct Term {
     pub(super) consumed_triggers: Vec<PendingTrigger>,
     /// Run-now requests seen before their task's put reached the catalog.
     early_triggers: Vec<PendingTrigger>,
+    /// The etcd cluster id the fences are bound to.
+    cluster: String,
     /// The Redis server process the fences were raised on (its run id).
     redis_run_id: Option<String>,
     redis_tick: Interval,
@@ -51,6 +54,37 @@ pub(super) struct Term {
     /// states count them as fired, so they must not be written (the next leader would
     /// think they ran).
     pub(super) unsent: bool,
+}
+
+/// What is wrong with a queue's fence for this leader, if anything, in words an operator can
+/// act on. Either way every enqueue of this leader to the queue would be refused, and taking
+/// over again would change nothing: the fence has to be reseated by hand.
+fn fence_problem(queue: &str, fence: &Fence) -> Option<String> {
+    if fence.is_foreign() {
+        Some(format!(
+            "the fence of queue {queue} belongs to etcd cluster {}, this leader's cluster is {}: \
+             two installations share the Redis key prefix, or etcd was rebuilt. Give each \
+             installation its own redis.key_prefix; if this one is the only user of the prefix, \
+             run `ax fence reseat` (docs/runbook.md)",
+            fence.owner, fence.cluster
+        ))
+    } else if fence.is_ahead() {
+        Some(format!(
+            "the fence of queue {queue} is {}, above this leader's token {}: etcd was restored \
+             or rebuilt and its revisions start lower. If no older installation still writes to \
+             this Redis prefix, run `ax fence reseat` (docs/runbook.md)",
+            fence.newest, fence.token
+        ))
+    } else {
+        None
+    }
+}
+
+fn report_fence_problem(deps: &LeaderDeps, problem: &str) {
+    error!(%problem, "cannot lead: enqueues would be refused");
+    if let Some(alerts) = &deps.alerts {
+        alerts.send(Alert::fence_conflict(problem, UtcMillis::now()));
+    }
 }
 
 /// How often the leader checks that Redis is the server it raised the fences on.
@@ -122,11 +156,23 @@ impl Term {
                 })
                 .collect();
             queues.insert(ax_scheduler_core::task::DEFAULT_QUEUE.to_owned());
+            let cluster = deps
+                .registry
+                .cluster()
+                .await
+                .context("cannot read etcd's cluster id")?
+                .0
+                .to_string();
             for q in &queues {
-                deps.queue
-                    .advance_fence(q, token)
+                let fence = deps
+                    .queue
+                    .advance_fence(q, token, &cluster)
                     .await
                     .with_context(|| format!("cannot raise the fence of queue {q}"))?;
+                if let Some(problem) = fence_problem(q, &fence) {
+                    report_fence_problem(deps, &problem);
+                    anyhow::bail!(problem);
+                }
             }
             let now = UtcMillis::now();
             let mut dispatcher = Dispatcher::new(settings.dispatcher.clone(), now);
@@ -215,6 +261,7 @@ impl Term {
                 pending_triggers: HashMap::new(),
                 consumed_triggers: Vec::new(),
                 early_triggers: Vec::new(),
+                cluster,
                 redis_run_id,
                 redis_tick: ticker(REDIS_CHECK_INTERVAL),
                 queues,
@@ -314,7 +361,7 @@ impl Term {
             "Redis restarted under this leader; raising the fences again"
         );
         for q in &self.queues {
-            if let Err(e) = deps.queue.advance_fence(q, self.token).await {
+            if let Err(e) = deps.queue.advance_fence(q, self.token, &self.cluster).await {
                 warn!(error = %e, queue = %q, "cannot raise the queue's fence");
             }
         }
@@ -364,8 +411,20 @@ impl Term {
         match entry {
             Some(CatalogEntry::Valid { spec, revision }) => {
                 if self.queues.insert(spec.queue.clone()) {
-                    if let Err(e) = deps.queue.advance_fence(&spec.queue, self.token).await {
-                        warn!(error = %e, queue = %spec.queue, "cannot raise the queue's fence");
+                    match deps
+                        .queue
+                        .advance_fence(&spec.queue, self.token, &self.cluster)
+                        .await
+                    {
+                        Ok(fence) => {
+                            // Its fires would be refused: say why where people look.
+                            if let Some(problem) = fence_problem(&spec.queue, &fence) {
+                                report_fence_problem(deps, &problem);
+                            }
+                        }
+                        Err(e) => {
+                            warn!(error = %e, queue = %spec.queue, "cannot raise the queue's fence")
+                        }
                     }
                 }
                 self.dispatcher.upsert(key, spec, revision, None, now);
