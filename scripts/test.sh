@@ -30,6 +30,8 @@ echo "test: cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "test: cargo test"
 cargo test --workspace --locked --no-fail-fast
+echo "test: chaos suite"
+scripts/chaos.sh
 
 for check in "$root"/scripts/check-*.sh; do
   [ -e "$check" ] || continue

@@ -7,7 +7,9 @@
 //! because they measure timing on a small machine.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// Shared with the chaos suite, which uses parts of it this file does not.
 #[path = "e2e/harness.rs"]
+#[allow(dead_code)]
 mod harness;
 
 use std::collections::HashMap;

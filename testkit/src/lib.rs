@@ -155,6 +155,11 @@ impl EtcdServer {
         self.data.path()
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Kills the server (SIGKILL); its data stays for [`EtcdServer::restart`].
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -204,25 +209,52 @@ impl Drop for EtcdServer {
     }
 }
 
-/// A private Redis server without persistence on a free loopback port, for tests that stop or
-/// restart it.
+/// Sends `signal` (`STOP`, `CONT`, ...) to process `pid`, as `kill -SIGNAL` does.
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+/// A private Redis server on a free loopback port, for tests that stop or restart it;
+/// without persistence unless started with [`RedisServer::start_with_aof`].
 pub struct RedisServer {
     port: u16,
     data: tempfile::TempDir,
     child: Option<Child>,
+    aof: bool,
 }
 
 impl RedisServer {
-    /// Starts Redis and waits until it answers PING.
+    /// Starts Redis without persistence and waits until it answers PING.
     pub fn start() -> Self {
+        Self::start_as(false)
+    }
+
+    /// Starts Redis with the append-only file on (`appendfsync always`), so a SIGKILL loses
+    /// nothing it acknowledged.
+    pub fn start_with_aof() -> Self {
+        Self::start_as(true)
+    }
+
+    fn start_as(aof: bool) -> Self {
         let data = tempfile::tempdir().expect("temp folder for Redis");
         let mut server = RedisServer {
             port: free_port(),
             data,
             child: None,
+            aof,
         };
         server.restart();
         server
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The URL, `redis://127.0.0.1:PORT`.
@@ -249,7 +281,9 @@ impl RedisServer {
             .arg("--save")
             .arg("")
             .arg("--appendonly")
-            .arg("no")
+            .arg(if self.aof { "yes" } else { "no" })
+            .arg("--appendfsync")
+            .arg("always")
             .arg("--dir")
             .arg(self.data.path())
             .stdin(Stdio::null())

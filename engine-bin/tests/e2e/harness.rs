@@ -65,6 +65,8 @@ struct Inbox {
     executions: Vec<Execution>,
     alerts: Vec<Value>,
     failing: HashSet<String>,
+    /// Tasks whose executions are answered only after this long (a slow endpoint).
+    slow: HashMap<String, Duration>,
     /// Bodies that could not be read: each is a test failure.
     malformed: Vec<String>,
 }
@@ -115,6 +117,15 @@ impl Receiver {
             .insert(task_id.to_owned());
     }
 
+    /// Executions of `task_id` are answered only after `delay` from now on.
+    pub(crate) fn slow_task(&self, task_id: &str, delay: Duration) {
+        self.inbox
+            .lock()
+            .unwrap()
+            .slow
+            .insert(task_id.to_owned(), delay);
+    }
+
     /// Every execution received so far, in arrival order.
     pub(crate) fn executions(&self) -> Vec<Execution> {
         let inbox = self.inbox.lock().unwrap();
@@ -148,27 +159,35 @@ impl Drop for Receiver {
 
 async fn receive_execution(State(inbox): State<Arc<Mutex<Inbox>>>, body: Bytes) -> StatusCode {
     let arrived_at = now_ms();
-    let mut inbox = inbox.lock().unwrap();
     let parsed = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|v| parse_execution(&v, arrived_at));
-    match parsed {
-        Some(e) => {
-            let failing = inbox.failing.contains(&e.task_id);
-            inbox.executions.push(e);
-            if failing {
-                StatusCode::INTERNAL_SERVER_ERROR
-            } else {
-                StatusCode::OK
+    let (status, delay) = {
+        let mut inbox = inbox.lock().unwrap();
+        match parsed {
+            Some(e) => {
+                let failing = inbox.failing.contains(&e.task_id);
+                let delay = inbox.slow.get(&e.task_id).copied();
+                inbox.executions.push(e);
+                let status = if failing {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                } else {
+                    StatusCode::OK
+                };
+                (status, delay)
+            }
+            None => {
+                inbox
+                    .malformed
+                    .push(String::from_utf8_lossy(&body).into_owned());
+                (StatusCode::BAD_REQUEST, None)
             }
         }
-        None => {
-            inbox
-                .malformed
-                .push(String::from_utf8_lossy(&body).into_owned());
-            StatusCode::BAD_REQUEST
-        }
+    };
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
     }
+    status
 }
 
 fn parse_execution(v: &Value, arrived_at: i64) -> Option<Execution> {
@@ -236,6 +255,11 @@ impl Replica {
         None
     }
 
+    /// The process id, while it runs.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether the process is still running (not exited, not killed).
     pub(crate) fn is_running(&mut self) -> bool {
         self.child
@@ -287,6 +311,8 @@ pub(crate) struct Cluster {
     pub(crate) redis_prefix: String,
     /// The Redis the replicas use: the shared one unless a test brings its own.
     pub(crate) redis_url: String,
+    /// The etcd the replicas use.
+    pub(crate) etcd_endpoint: String,
     /// Extra environment for the replicas started from now on (overrides the defaults).
     pub(crate) env: Vec<(&'static str, String)>,
     pub(crate) receiver: Receiver,
@@ -298,13 +324,19 @@ pub(crate) struct Cluster {
 impl Cluster {
     /// A fresh corner of the shared servers and a running receiver; no process yet.
     pub(crate) async fn new(label: &str) -> Cluster {
-        let etcd = Client::connect([ax_testkit::etcd_endpoint()], None)
+        Self::on(label, ax_testkit::etcd_endpoint(), ax_testkit::redis_url()).await
+    }
+
+    /// Like [`Cluster::new`], on servers of the test's own (to stop or kill them).
+    pub(crate) async fn on(label: &str, etcd_endpoint: String, redis_url: String) -> Cluster {
+        let etcd = Client::connect([etcd_endpoint.clone()], None)
             .await
             .unwrap();
         Cluster {
             prefix: format!("/{}", ax_testkit::unique_name(label)),
             redis_prefix: ax_testkit::unique_name(label),
-            redis_url: ax_testkit::redis_url(),
+            redis_url,
+            etcd_endpoint,
             env: Vec::new(),
             receiver: Receiver::start().await,
             etcd,
@@ -316,7 +348,7 @@ impl Cluster {
     fn base_env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("HOSTNAME", "e2e-host".to_owned()),
-            ("AX_ETCD_ENDPOINTS", ax_testkit::etcd_endpoint()),
+            ("AX_ETCD_ENDPOINTS", self.etcd_endpoint.clone()),
             ("AX_ETCD_PREFIX", self.prefix.clone()),
             ("AX_REDIS_URL", self.redis_url.clone()),
             ("AX_REDIS_KEY_PREFIX", self.redis_prefix.clone()),

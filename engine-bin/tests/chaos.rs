@@ -1,0 +1,445 @@
+//! The chaos suite: real etcd, Redis and `ax serve` processes, one fault at a time, under a
+//! workload whose executions a local receiver records. Run by `scripts/chaos.sh` (the tests
+//! are ignored in a plain `cargo test`, since the script runs them and prints their lines).
+//!
+//! The workload of every scenario: one-shot tasks due before, during and after the fault,
+//! and a periodic task (`every: 1s`, misfire `skip`, overlap `allow`). After the fault each
+//! scenario checks that every replica it did not kill still runs, every one-shot ran exactly
+//! once (or, where the fault destroys queued work, that what was lost is what ax reported),
+//! no execution id ran twice except where at-least-once delivery allows it (a worker killed
+//! mid-execution), no periodic slot ran twice, the periodic task runs again, and the alert a
+//! person would need was sent. Each prints one line, `chaos: NAME: ...`, with its figures.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "e2e/harness.rs"]
+#[allow(dead_code)]
+mod harness;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use harness::{counts, now_ms, rfc3339, wait_until, Cluster, Execution, Roles, SERIAL};
+use serde_json::{json, Value};
+
+fn http_task(c: &Cluster, schedule: Value) -> Value {
+    json!({
+        "handler": "http",
+        "schedule": schedule,
+        "http": { "url": c.receiver.exec_url() },
+        "timeout": "20s",
+        "retry": { "max_retries": 0 },
+    })
+}
+
+/// The tasks of one scenario.
+struct Workload {
+    one_shots: Vec<String>,
+    last_due: i64,
+}
+
+impl Workload {
+    /// `n` one-shots due evenly over `span` from `start`, and the periodic task `tick`.
+    async fn start(c: &Cluster, n: usize, start: i64, span: Duration) -> Workload {
+        let step = i64::try_from(span.as_millis()).unwrap() / i64::try_from(n).unwrap();
+        let tasks: Vec<(String, String, Value)> = (0..n)
+            .map(|i| {
+                let due = start + step * i64::try_from(i).unwrap();
+                (
+                    "chaos".to_owned(),
+                    format!("o{i:03}"),
+                    http_task(c, json!({ "at": rfc3339(due) })),
+                )
+            })
+            .collect();
+        c.put_tasks(&tasks).await;
+        let mut tick = http_task(c, json!({ "every": "1s" }));
+        tick["misfire"] = json!("skip");
+        tick["overlap"] = json!("allow");
+        c.put_task("chaos", "tick", &tick).await;
+        Workload {
+            one_shots: tasks.into_iter().map(|(_, id, _)| id).collect(),
+            last_due: start + step * i64::try_from(n - 1).unwrap(),
+        }
+    }
+
+    /// Waits until every one-shot ran (at most `within` after the last due), then a moment
+    /// for repeats to show; returns (lost, duplicated one-shots, execution ids seen twice,
+    /// periodic slots run twice, periodic runs after `since`).
+    async fn settle(&self, c: &Cluster, within: Duration, since: i64) -> Figures {
+        let deadline = Instant::now()
+            + Duration::from_millis(u64::try_from(self.last_due - now_ms()).unwrap_or(0))
+            + within;
+        while Instant::now() < deadline {
+            let n = counts(&c.receiver.executions());
+            if self.one_shots.iter().all(|id| n.contains_key(id)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let runs = c.receiver.executions();
+        let n = counts(&runs);
+        let lost = self
+            .one_shots
+            .iter()
+            .filter(|id| !n.contains_key(*id))
+            .count();
+        let duplicated = self
+            .one_shots
+            .iter()
+            .filter(|id| n.get(*id).is_some_and(|k| *k > 1))
+            .count();
+        let mut ids: HashMap<&str, usize> = HashMap::new();
+        for r in &runs {
+            *ids.entry(r.execution_id.as_str()).or_default() += 1;
+        }
+        let repeated_ids = ids.values().filter(|k| **k > 1).count();
+        let ticks: Vec<&Execution> = runs.iter().filter(|r| r.task_id == "tick").collect();
+        let mut slots: HashMap<i64, usize> = HashMap::new();
+        for t in &ticks {
+            *slots.entry(t.fire_at).or_default() += 1;
+        }
+        Figures {
+            lost,
+            duplicated,
+            repeated_ids,
+            tick_slots_twice: slots.values().filter(|k| **k > 1).count(),
+            ticks_after: ticks.iter().filter(|t| t.arrived_at > since).count(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Figures {
+    lost: usize,
+    duplicated: usize,
+    repeated_ids: usize,
+    tick_slots_twice: usize,
+    ticks_after: usize,
+}
+
+impl Figures {
+    fn assert_clean(&self, name: &str) {
+        assert_eq!(self.lost, 0, "{name}: one-shots lost: {self:?}");
+        assert_eq!(self.duplicated, 0, "{name}: one-shots run twice: {self:?}");
+        assert_eq!(
+            self.repeated_ids, 0,
+            "{name}: executions run twice: {self:?}"
+        );
+        assert_eq!(
+            self.tick_slots_twice, 0,
+            "{name}: periodic slots run twice: {self:?}"
+        );
+        assert!(
+            self.ticks_after > 0,
+            "{name}: the periodic task stopped: {self:?}"
+        );
+    }
+}
+
+fn report(name: &str, f: &Figures, extra: &str) {
+    println!(
+        "chaos: {name}: lost {}, duplicated {}, repeated executions {}, periodic slots twice {}; {extra}",
+        f.lost, f.duplicated, f.repeated_ids, f.tick_slots_twice
+    );
+}
+
+fn has_alert(c: &Cluster, kind: &str) -> bool {
+    c.receiver
+        .alerts()
+        .iter()
+        .any(|a| a.to_string().contains(kind))
+}
+
+async fn three_replicas(c: &mut Cluster) -> String {
+    for id in ["r1", "r2", "r3"] {
+        c.start_replica(id, Roles::Both).await;
+    }
+    c.wait_for_leader(None, Duration::from_secs(10)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/chaos.sh"]
+async fn leader_sigkill_twice() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("chaos-kill2").await;
+    let first = three_replicas(&mut c).await;
+    let w = Workload::start(&c, 60, now_ms() + 1500, Duration::from_secs(12)).await;
+    let mut failovers = Vec::new();
+    let mut leader = first;
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let killed_at = now_ms();
+        c.replica(&leader).kill();
+        let next = c
+            .wait_for_leader(Some(&leader), Duration::from_secs(10))
+            .await;
+        failovers.push(now_ms() - killed_at);
+        leader = next;
+    }
+    let f = w.settle(&c, Duration::from_secs(15), now_ms()).await;
+    report(
+        "leader SIGKILL twice",
+        &f,
+        &format!(
+            "failover {} ms and {} ms (lease TTL 2 s)",
+            failovers[0], failovers[1]
+        ),
+    );
+    f.assert_clean("leader SIGKILL twice");
+    assert!(c.replica(&leader).is_running());
+    assert!(
+        failovers.iter().all(|ms| *ms <= 3000),
+        "failover within TTL + 1 s: {failovers:?}"
+    );
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/chaos.sh"]
+async fn leader_sigstop_past_the_ttl() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("chaos-stop").await;
+    let leader = three_replicas(&mut c).await;
+    let w = Workload::start(&c, 40, now_ms() + 1500, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pid = c.replica(&leader).pid().unwrap();
+    ax_testkit::signal(pid, "STOP");
+    let stopped_at = now_ms();
+    let next = c
+        .wait_for_leader(Some(&leader), Duration::from_secs(10))
+        .await;
+    let failover = now_ms() - stopped_at;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ax_testkit::signal(pid, "CONT");
+    let f = w.settle(&c, Duration::from_secs(15), now_ms()).await;
+    report(
+        "leader SIGSTOP past the TTL, then SIGCONT",
+        &f,
+        &format!(
+            "{next} leads {failover} ms after the stop; the old leader resumed without acting"
+        ),
+    );
+    f.assert_clean("leader SIGSTOP");
+    for id in ["r1", "r2", "r3"] {
+        assert!(c.replica(id).is_running(), "{id} exited");
+    }
+    assert_eq!(c.leader().await.as_deref(), Some(next.as_str()));
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/chaos.sh"]
+async fn worker_sigkill_mid_execution() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("chaos-worker").await;
+    c.start_replica("s1", Roles::Scheduler).await;
+    c.start_replica("w1", Roles::Worker).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    c.receiver.slow_task("slow", Duration::from_secs(8));
+    c.put_task(
+        "chaos",
+        "slow",
+        &http_task(&c, json!({ "at": rfc3339(now_ms() + 500) })),
+    )
+    .await;
+    wait_until(Duration::from_secs(5), "the slow execution started", || {
+        let n = c.receiver.executions_of("slow").len();
+        async move { n == 1 }
+    })
+    .await;
+    c.replica("w1").kill();
+    let killed_at = now_ms();
+    c.start_replica("w2", Roles::Worker).await;
+    wait_until(Duration::from_secs(45), "redelivered to w2", || {
+        let n = c.receiver.executions_of("slow").len();
+        async move { n == 2 }
+    })
+    .await;
+    let redelivery = now_ms() - killed_at;
+    let runs = c.receiver.executions_of("slow");
+    println!(
+        "chaos: worker SIGKILL mid-execution: redelivered after {redelivery} ms (default visibility timeout 30 s), same execution id {}, attempt {}",
+        runs[0].execution_id == runs[1].execution_id,
+        runs[1].attempt
+    );
+    assert_eq!(
+        runs[0].execution_id, runs[1].execution_id,
+        "a receiver can drop the repeat"
+    );
+    assert!(redelivery <= 32_000, "redelivered after {redelivery} ms");
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/chaos.sh"]
+async fn etcd_sigkill_and_restart() {
+    let _serial = SERIAL.lock().await;
+    let mut etcd = ax_testkit::EtcdServer::start();
+    let mut c = Cluster::on("chaos-etcd-kill", etcd.endpoint(), ax_testkit::redis_url()).await;
+    let leader = three_replicas(&mut c).await;
+    let w = Workload::start(&c, 40, now_ms() + 1500, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    etcd.kill();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let restarted = now_ms();
+    etcd.restart();
+    let again = c.wait_for_leader(None, Duration::from_secs(15)).await;
+    let recovery = now_ms() - restarted;
+    let f = w.settle(&c, Duration::from_secs(15), now_ms()).await;
+    report(
+        "etcd SIGKILL, restarted after 5 s",
+        &f,
+        &format!("leader before {leader}, after {again}, {recovery} ms after the restart"),
+    );
+    f.assert_clean("etcd SIGKILL");
+    for id in ["r1", "r2", "r3"] {
+        assert!(c.replica(id).is_running(), "{id} exited");
+    }
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/chaos.sh"]
+async fn etcd_sigstop() {
+    let _serial = SERIAL.lock().await;
+    let etcd = ax_testkit::EtcdServer::start();
+    let mut c = Cluster::on("chaos-etcd-stop", etcd.endpoint(), ax_testkit::redis_url()).await;
+    three_replicas(&mut c).await;
+    let w = Workload::start(&c, 40, now_ms() + 1500, Duration::from_secs(12)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pid = etcd.pid().unwrap();
+    ax_testkit::signal(pid, "STOP");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    ax_testkit::signal(pid, "CONT");
+    let resumed = now_ms();
+    let f = w.settle(&c, Duration::from_secs(20), resumed).await;
+    report(
+        "etcd SIGSTOP 10 s",
+        &f,
+        "fires missed while no lease held ran after",
+    );
+    f.assert_clean("etcd SIGSTOP");
+    for id in ["r1", "r2", "r3"] {
+        assert!(c.replica(id).is_running(), "{id} exited");
+    }
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/chaos.sh"]
+async fn redis_sigkill_and_restart_with_aof() {
+    let _serial = SERIAL.lock().await;
+    let mut redis = ax_testkit::RedisServer::start_with_aof();
+    let mut c = Cluster::on("chaos-redis-aof", ax_testkit::etcd_endpoint(), redis.url()).await;
+    three_replicas(&mut c).await;
+    let w = Workload::start(&c, 40, now_ms() + 1500, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    redis.kill();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    redis.restart();
+    let restarted = now_ms();
+    let f = w.settle(&c, Duration::from_secs(15), restarted).await;
+    report("Redis SIGKILL with AOF, restarted after 3 s", &f, "");
+    f.assert_clean("Redis SIGKILL with AOF");
+    for id in ["r1", "r2", "r3"] {
+        assert!(c.replica(id).is_running(), "{id} exited");
+    }
+    assert!(
+        has_alert(&c, "backend_restarted"),
+        "no backend_restarted alert"
+    );
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/chaos.sh"]
+async fn redis_sigkill_and_restart_without_persistence() {
+    let _serial = SERIAL.lock().await;
+    let mut redis = ax_testkit::RedisServer::start();
+    let mut c = Cluster::on("chaos-redis-mem", ax_testkit::etcd_endpoint(), redis.url()).await;
+    three_replicas(&mut c).await;
+    // Everything queued when Redis dies is gone with it; one-shots due later still run.
+    let w = Workload::start(&c, 40, now_ms() + 6000, Duration::from_secs(8)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    redis.kill();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    redis.restart();
+    let restarted = now_ms();
+    let f = w.settle(&c, Duration::from_secs(15), restarted).await;
+    report(
+        "Redis SIGKILL without persistence, restarted after 1 s",
+        &f,
+        "nothing was queued at the kill, so nothing was lost; ax warned at start (scheduler_redis_config_warnings)",
+    );
+    f.assert_clean("Redis SIGKILL without persistence");
+    assert!(
+        has_alert(&c, "backend_restarted"),
+        "no backend_restarted alert"
+    );
+    assert_eq!(
+        c.metric("r1", "scheduler_redis_config_warnings").await,
+        Some(1.0)
+    );
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/chaos.sh"]
+async fn garbage_in_a_ready_list() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("chaos-garbage").await;
+    three_replicas(&mut c).await;
+    let client = redis::Client::open(c.redis_url.clone()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let ready = format!("{{{}:q:default}}:ready", c.redis_prefix);
+    for garbage in ["not json", "{}", r#"{"execution_id":"x"}"#] {
+        let _: () = redis::cmd("LPUSH")
+            .arg(&ready)
+            .arg(garbage)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let w = Workload::start(&c, 20, now_ms() + 1000, Duration::from_secs(5)).await;
+    let f = w.settle(&c, Duration::from_secs(10), now_ms()).await;
+    report(
+        "garbage pushed into a ready list",
+        &f,
+        "the workers moved it to the dead-letter queue",
+    );
+    f.assert_clean("garbage in a ready list");
+    for id in ["r1", "r2", "r3"] {
+        assert!(c.replica(id).is_running(), "{id} exited");
+    }
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/chaos.sh"]
+async fn a_long_running_forbid_task() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("chaos-forbid").await;
+    three_replicas(&mut c).await;
+    c.receiver.slow_task("long", Duration::from_secs(5));
+    let mut long = http_task(&c, json!({ "every": "1s" }));
+    long["overlap"] = json!("forbid");
+    c.put_task("chaos", "long", &long).await;
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let runs = c.receiver.executions_of("long");
+    let state = c.state("chaos", "long").await.unwrap();
+    let fires = state["fire_count"].as_u64().unwrap();
+    // Each run takes 5 s; one fire is held while it runs and goes as soon as it ends.
+    println!(
+        "chaos: long-running forbid task: {} runs and fire_count {fires} in 16 s of a 1 s schedule with 5 s runs",
+        runs.len()
+    );
+    assert!((2..=4).contains(&runs.len()), "{} runs", runs.len());
+    assert!(fires <= 17, "fire_count {fires}: held fires multiplied");
+    let mut starts: Vec<i64> = runs.iter().map(|r| r.arrived_at).collect();
+    starts.sort_unstable();
+    for pair in starts.windows(2) {
+        assert!(pair[1] - pair[0] >= 4_900, "runs overlapped: {starts:?}");
+    }
+    c.clean_up().await;
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The chaos suite: real etcd, Redis and `ax serve` processes, one fault at a time (leader
+# SIGKILL twice, leader SIGSTOP past its lease, worker SIGKILL mid-execution, etcd SIGKILL and
+# SIGSTOP, Redis SIGKILL with and without persistence, garbage in a ready list, a long
+# `forbid` task; Redis refusing writes, a Redis restart, a garbage state record and a foreign
+# fence are in the end-to-end tests). Each scenario prints one `chaos:` line with its figures;
+# the summary repeats them. Run by scripts/test.sh, which starts the shared servers; scenarios
+# that kill or stop a server start their own.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${AX_TEST_ETCD:?start the servers first (scripts/test.sh does)}"
+: "${AX_TEST_REDIS:?start the servers first (scripts/test.sh does)}"
+out=$(mktemp -t ax-chaos.XXXXXX)
+trap 'rm -f "$out"' EXIT
+start=$(date +%s)
+cargo test -p ax-engine --test chaos --locked -- --ignored --test-threads=1 --nocapture 2>&1 \
+  | tee "$out"
+echo "chaos: summary ($(($(date +%s) - start)) s)"
+grep '^chaos: ' "$out" || { echo "chaos: no scenario reported" >&2; exit 1; }
