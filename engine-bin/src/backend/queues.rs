@@ -183,13 +183,7 @@ impl Backend {
         &self,
         queue: Option<String>,
     ) -> Result<Vec<(String, u64)>, ApiError> {
-        let leader = ax_election::current_leader(
-            &self.etcd,
-            &self.election.prefix,
-            self.election.request_timeout,
-        )
-        .await
-        .map_err(errors::election)?;
+        let leader = self.current_leader().await?;
         let (cluster, revision) = self.registry.cluster().await.map_err(errors::registry)?;
         let token = u64::try_from(leader.map_or(revision, |l| l.fencing_token)).unwrap_or(0);
         let cluster = cluster.to_string();
@@ -204,14 +198,18 @@ impl Backend {
         Ok(done)
     }
 
-    pub(super) async fn cluster_status(&self) -> Result<StatusView, ApiError> {
-        let leader = ax_election::current_leader(
+    async fn current_leader(&self) -> Result<Option<ax_election::LeaderInfo>, ApiError> {
+        ax_election::current_leader(
             &self.etcd,
             &self.election.prefix,
             self.election.request_timeout,
         )
         .await
-        .map_err(errors::election)?;
+        .map_err(errors::election)
+    }
+
+    pub(super) async fn cluster_status(&self) -> Result<StatusView, ApiError> {
+        let leader = self.current_leader().await?;
         let replicas = ax_election::list_instances(&self.etcd, &self.election)
             .await
             .map_err(errors::election)?
