@@ -79,7 +79,7 @@ async fn enqueue_is_idempotent_per_fire_and_fenced() {
     let late = ExecutionMessage::for_fire(&o, UtcMillis(1), now, 8);
     assert_eq!(
         q.enqueue(&late).await.unwrap(),
-        EnqueueOutcome::Fenced { newest: 9 }
+        EnqueueOutcome::Fenced { newest: 50 }
     );
     // Run-now executions are distinct even at the same instant.
     let r1 = ExecutionMessage::run_now(&s, now, 7);

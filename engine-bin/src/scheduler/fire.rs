@@ -367,8 +367,9 @@ mod tests {
             ),
             ("b", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
         ]);
-        // Polled 6 s late: one fire each (misfire folds the rest), both beyond 5 s.
-        let now = at(7000);
+        // Polled 3.5 s late (below the stall threshold): the 1 s fire of each, beyond the 3 s
+        // alert threshold.
+        let now = at(4500);
         let dispatches = d.poll(now);
         assert_eq!(dispatches.len(), 2);
         let msgs = messages(&dispatches, now);
@@ -378,9 +379,10 @@ mod tests {
             &msgs,
             &[EnqueueOutcome::Enqueued, EnqueueOutcome::Duplicate],
             &mut HashMap::new(),
-            Duration::from_secs(5),
+            Duration::from_secs(3),
             now,
         );
+        assert_eq!(effects.duplicates.len(), 1, "a duplicate's outcome is looked up");
         assert_eq!(
             effects.scheduled.len(),
             1,
