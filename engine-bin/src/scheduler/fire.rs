@@ -382,7 +382,11 @@ mod tests {
             Duration::from_secs(3),
             now,
         );
-        assert_eq!(effects.duplicates.len(), 1, "a duplicate's outcome is looked up");
+        assert_eq!(
+            effects.duplicates.len(),
+            1,
+            "a duplicate's outcome is looked up"
+        );
         assert_eq!(
             effects.scheduled.len(),
             1,
