@@ -206,6 +206,9 @@ pub fn status_text(s: &StatusView) -> String {
         out.push_str(&table(&["QUEUE", "DEPTH", "OLDEST", "DEAD LETTERS"], &rows));
     }
     out.push_str(&format!("\ndead letters: {}\n", s.dlq_size));
+    for w in &s.redis_warnings {
+        out.push_str(&format!("\nwarning: {w}\n"));
+    }
     out
 }
 
@@ -265,6 +268,7 @@ mod tests {
                 dlq_size: 2,
             }],
             dlq_size: 2,
+            redis_warnings: Vec::new(),
         };
         let text = status_text(&s);
         assert!(text.starts_with("leader: ax-1\n"), "{text}");
@@ -280,5 +284,11 @@ mod tests {
         );
         assert!(text.contains("default  3      1s 500ms"), "{text}");
         assert!(text.ends_with("dead letters: 2\n"), "{text}");
+        let warned = StatusView {
+            redis_warnings: vec!["Redis has neither AOF nor RDB persistence".into()],
+            ..s
+        };
+        assert!(status_text(&warned)
+            .ends_with("\nwarning: Redis has neither AOF nor RDB persistence\n"));
     }
 }

@@ -218,6 +218,7 @@ impl ApiBackend for MemoryBackend {
                 replicas: vec![],
                 queues: vec![],
                 dlq_size: 1,
+                redis_warnings: vec![],
             })
         })
     }

@@ -236,11 +236,18 @@ impl Backend {
                 dlq_size: stats.dead,
             });
         }
+        // Settings Redis will not tell (CONFIG disabled) are unknown, not wrong.
+        let redis_warnings = q
+            .server_info()
+            .await
+            .map(|info| info.warnings())
+            .unwrap_or_default();
         Ok(StatusView {
             leader: leader.map(|l| l.instance_id),
             replicas,
             queues,
             dlq_size,
+            redis_warnings,
         })
     }
 }

@@ -205,6 +205,10 @@ pub struct StatusView {
     pub queues: Vec<QueueView>,
     /// Dead-lettered executions.
     pub dlq_size: u64,
+    /// Redis settings that would lose ax's queue state (no persistence, evicting memory
+    /// policy), one sentence each; empty when none or unknown.
+    #[serde(default)]
+    pub redis_warnings: Vec<String>,
 }
 
 /// One replica.
