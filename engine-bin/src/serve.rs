@@ -412,12 +412,6 @@ impl Parts<'_> {
     ) -> anyhow::Result<tokio::task::JoinHandle<PoolSummary>> {
         let config = self.config;
         let worker_id = config.instance.id.clone();
-        for q in &config.worker.queues {
-            self.queue
-                .recover_worker(q, &worker_id)
-                .await
-                .with_context(|| format!("cannot recover the processing list of queue {q}"))?;
-        }
         let pool_config = WorkerConfig {
             worker_id,
             queues: config.worker.queues.clone(),
@@ -442,6 +436,11 @@ impl Parts<'_> {
             HandlerRegistry::with_builtins(),
             Arc::new(reporter),
         )?;
+        // Refuses to start beside a live process under the same id (the process then exits
+        // non-zero); gives back what a dead one left.
+        pool.claim_id()
+            .await
+            .context("cannot take over this replica's worker id")?;
         self.readiness.set_worker_pool(true);
         Ok(shutdown.spawn(move |cancel| {
             async move { pool.run(cancel).await }.instrument(info_span!("workers"))

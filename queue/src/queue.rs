@@ -509,6 +509,17 @@ impl Queue {
             .await
     }
 
+    /// The last heartbeat (ms since the epoch) of `worker_id` on `queue`, while its key lives.
+    pub async fn last_heartbeat(&self, queue: &str, worker_id: &str) -> Result<Option<i64>> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        self.run(
+            "last_heartbeat",
+            conn.get(self.inner.keys.heartbeat(queue, worker_id)),
+        )
+        .await
+    }
+
     /// Removes a cleanly stopping worker that holds nothing. `false` when it still holds
     /// messages (the reaper will give them back after the visibility timeout).
     pub async fn deregister(&self, queue: &str, worker_id: &str) -> Result<bool> {

@@ -11,6 +11,18 @@ pub enum WorkerError {
     /// A setting cannot be used.
     #[error("invalid worker configuration: {0}")]
     InvalidConfig(String),
+    /// Another live process works under this worker id: two processes under one id would
+    /// take each other's messages for a dead worker's.
+    #[error(
+        "worker id `{worker_id}` is in use by a live process (its heartbeat on queue `{queue}` \
+         advanced while this one waited): give each replica its own instance id"
+    )]
+    IdInUse {
+        /// The worker id.
+        worker_id: String,
+        /// The queue whose heartbeat showed it.
+        queue: String,
+    },
     /// A queue operation failed.
     #[error(transparent)]
     Queue(#[from] QueueError),
@@ -20,7 +32,7 @@ impl WorkerError {
     /// Whether trying again later can succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            WorkerError::InvalidConfig(_) => false,
+            WorkerError::InvalidConfig(_) | WorkerError::IdInUse { .. } => false,
             WorkerError::Queue(e) => e.is_retryable(),
         }
     }

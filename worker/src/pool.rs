@@ -190,6 +190,36 @@ impl WorkerPool {
         })
     }
 
+    /// Takes this pool's worker id over from an earlier process under the same id (a
+    /// restart under a stable id, such as a StatefulSet pod): gives back at once what that
+    /// process left in its processing lists. Call it before [`WorkerPool::run`]. Refuses with
+    /// [`WorkerError::IdInUse`] when another process under the id is alive: a heartbeat
+    /// found is watched for two heartbeat intervals, and one that advances belongs to a
+    /// live process (a dead one's only expires).
+    pub async fn claim_id(&self) -> Result<usize> {
+        let sh = &self.shared;
+        let id = &sh.cfg.worker_id;
+        for q in &sh.cfg.queues {
+            let Some(seen) = sh.queue.last_heartbeat(q, id).await? else {
+                continue;
+            };
+            tokio::time::sleep(sh.cfg.heartbeat_interval * 2).await;
+            if let Some(now) = sh.queue.last_heartbeat(q, id).await? {
+                if now != seen {
+                    return Err(WorkerError::IdInUse {
+                        worker_id: id.clone(),
+                        queue: q.clone(),
+                    });
+                }
+            }
+        }
+        let mut given_back = 0;
+        for q in &sh.cfg.queues {
+            given_back += sh.queue.recover_worker(q, id).await?;
+        }
+        Ok(given_back)
+    }
+
     /// The worker id.
     pub fn worker_id(&self) -> &str {
         &self.shared.cfg.worker_id

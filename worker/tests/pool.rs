@@ -706,3 +706,47 @@ async fn with_default_settings_a_dead_workers_execution_moves_on_within_30_secon
     );
     assert_eq!(seen.lock().unwrap()[&m.execution_id], 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_live_process_under_one_worker_id_is_refused() {
+    let prefix = unique_name("axw");
+    let q = queue_at(&redis_url(), &prefix).await;
+    let seen: Seen = Arc::default();
+    let first = WorkerPool::new(
+        q.clone(),
+        fast_config("dup"),
+        recording_registry(&seen),
+        Arc::new(NoopReporter),
+    )
+    .unwrap();
+    assert_eq!(
+        first.claim_id().await.unwrap(),
+        0,
+        "a fresh id is free at once"
+    );
+    let running = start(first);
+    let mut beating = false;
+    for _ in 0..30 {
+        if q.last_heartbeat("default", "dup").await.unwrap().is_some() {
+            beating = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(beating, "the first pool heartbeats");
+    let second = WorkerPool::new(
+        q.clone(),
+        fast_config("dup"),
+        recording_registry(&seen),
+        Arc::new(NoopReporter),
+    )
+    .unwrap();
+    let refused = second.claim_id().await;
+    assert!(
+        matches!(refused, Err(ax_worker::WorkerError::IdInUse { .. })),
+        "{refused:?}"
+    );
+    running.stop().await;
+    // Stopped cleanly, the id is free again.
+    assert_eq!(second.claim_id().await.unwrap(), 0);
+}
