@@ -16,9 +16,7 @@ use std::time::Duration;
 use ax_scheduler_core::UtcMillis;
 use redis::aio::ConnectionManager;
 use redis::Direction;
-use uuid::Uuid;
 
-use crate::dlq::DlqEntry;
 use crate::error::{QueueError, Result};
 use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, manager_config, Delivery, Queue};
@@ -115,7 +113,14 @@ impl Consumer {
             if let Some(first) = self.block_one().await? {
                 raws.push(first);
                 if max > 1 {
-                    raws.extend(self.take_now(max - 1).await?);
+                    // The first message is already in the processing list: a failed top-up
+                    // must not drop it.
+                    match self.take_now(max - 1).await {
+                        Ok(more) => raws.extend(more),
+                        Err(e) => {
+                            tracing::warn!(queue = %self.name, error = %e, "topping up a take failed; going on with one message")
+                        }
+                    }
                 }
             }
         }
@@ -128,7 +133,14 @@ impl Consumer {
                     raw,
                     message,
                 }),
-                Err(e) => self.dead_letter_garbage(raw, &e).await?,
+                Err(e) => {
+                    // The decoded ones are held already: a failure here must not drop them.
+                    // What stays in the processing list is found by the worker's
+                    // reconciliation.
+                    if let Err(dl) = self.dead_letter_garbage(raw, &e).await {
+                        tracing::warn!(queue = %self.name, error = %dl, "cannot dead-letter an undecodable message; it stays for the reconciliation");
+                    }
+                }
             }
         }
         Ok(out)
@@ -167,12 +179,9 @@ impl Consumer {
     }
 
     async fn dead_letter_garbage(&self, raw: String, err: &QueueError) -> Result<()> {
-        let id = Uuid::new_v4();
         let now = ax_scheduler_core::UtcMillis::now();
-        tracing::error!(queue = %self.name, entry = %id, error = %err, "undecodable message moved to the dead-letter queue");
-        let entry = DlqEntry::undecodable(id, &self.name, &raw, err.to_string(), now);
         self.queue
-            .dead_letter_raw(&self.name, &self.worker_id, &raw, &entry, now)
+            .dead_letter_undecodable(&self.name, &self.worker_id, &raw, &err.to_string(), now)
             .await
             .map(|_| ())
     }

@@ -112,6 +112,23 @@ impl Queue {
             .await
     }
 
+    /// Moves a message that cannot be decoded out of `worker_id`'s processing list into the
+    /// dead-letter queue, kept as stored with `error`. `false` when it was no longer there.
+    pub async fn dead_letter_undecodable(
+        &self,
+        queue: &str,
+        worker_id: &str,
+        raw: &str,
+        error: &str,
+        now: UtcMillis,
+    ) -> Result<bool> {
+        let id = Uuid::new_v4();
+        tracing::error!(queue, entry = %id, error, "undecodable message moved to the dead-letter queue");
+        let entry = DlqEntry::undecodable(id, queue, raw, error.to_owned(), now);
+        self.dead_letter_raw(queue, worker_id, raw, &entry, now)
+            .await
+    }
+
     pub(crate) async fn dead_letter_raw(
         &self,
         queue: &str,

@@ -509,6 +509,17 @@ impl Queue {
             .await
     }
 
+    /// Every message in `worker_id`'s processing list of `queue`, as stored.
+    pub async fn processing_entries(&self, queue: &str, worker_id: &str) -> Result<Vec<String>> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        self.run(
+            "processing_entries",
+            conn.lrange(self.inner.keys.processing(queue, worker_id), 0, -1),
+        )
+        .await
+    }
+
     /// The last heartbeat (ms since the epoch) of `worker_id` on `queue`, while its key lives.
     pub async fn last_heartbeat(&self, queue: &str, worker_id: &str) -> Result<Option<i64>> {
         check_queue(queue)?;

@@ -14,6 +14,7 @@
 //! the rest are stopped and their messages released to the front of the queue; then the
 //! heartbeat stops and the worker deregisters.
 
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -62,6 +63,9 @@ pub struct WorkerConfig {
     pub record_history: bool,
     /// How long settling an attempt is retried through Redis errors. Default 30 s.
     pub settle_retry_for: Duration,
+    /// How often the processing lists are checked against what the pool really holds.
+    /// Default 10 s.
+    pub reconcile_interval: Duration,
 }
 
 /// The default concurrency on a machine with `cpus` cores: twice the cores (at least 2).
@@ -93,6 +97,7 @@ impl Default for WorkerConfig {
             maintenance_interval: Duration::from_millis(250),
             record_history: true,
             settle_retry_for: Duration::from_secs(30),
+            reconcile_interval: Duration::from_secs(10),
         }
     }
 }
@@ -134,6 +139,9 @@ struct Shared {
     reporter: Arc<dyn ExecutionReporter>,
     http: reqwest::Client,
     counters: Counters,
+    /// The attempts this pool runs now, by (execution id, attempt): what its processing
+    /// lists should hold.
+    held: std::sync::Mutex<HashSet<(u128, u32)>>,
 }
 
 /// A pool of workers serving some queues. See the module notes for its life cycle.
@@ -186,6 +194,7 @@ impl WorkerPool {
                 reporter,
                 http: reqwest::Client::new(),
                 counters: Counters::default(),
+                held: std::sync::Mutex::new(HashSet::new()),
             }),
         })
     }
@@ -246,6 +255,7 @@ impl WorkerPool {
             },
         );
         background.spawn(maintenance.run(background_stop.clone()));
+        background.spawn(reconcile_loop(self.shared.clone(), background_stop.clone()));
 
         // Acks go through one batching task: under load, one script call settles many
         // messages. It ends when the last sender (held by fetchers and executions) is gone.
@@ -392,6 +402,7 @@ async fn fetch_loop(
                         give_back(&sh, &d).await;
                         continue;
                     }
+                    hold(&sh, &d, true);
                     executions.spawn(execute(
                         sh.clone(),
                         d,
@@ -527,6 +538,95 @@ async fn execute(
     execute_in_span(&sh, &d, &hard_stop, &acks, permit)
         .instrument(span)
         .await;
+    hold(&sh, &d, false);
+}
+
+/// Marks a delivery as held by this pool (or no longer).
+fn hold(sh: &Shared, d: &Delivery, held: bool) {
+    let key = (d.message.execution_id.as_u128(), d.message.attempt);
+    // A poisoned lock only means a panic elsewhere while holding it; the set stays usable.
+    let mut set = sh
+        .held
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if held {
+        set.insert(key);
+    } else {
+        set.remove(&key);
+    }
+}
+
+/// Gives back what the processing lists hold and the pool does not: messages a failed reply
+/// left there (a `BLMOVE` or top-up whose answer was lost after Redis moved them), which would
+/// otherwise stay until the process stops. An entry must be found unknown on two rounds in a
+/// row, so a take whose reply is on its way is never mistaken for one.
+async fn reconcile_loop(sh: Arc<Shared>, stop: CancellationToken) {
+    let mut suspects: HashMap<String, HashSet<String>> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(sh.cfg.reconcile_interval) => {}
+        }
+        for q in &sh.cfg.queues {
+            let entries = match sh.queue.processing_entries(q, &sh.cfg.worker_id).await {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::debug!(queue = %q, error = %e, "cannot read the processing list");
+                    continue;
+                }
+            };
+            let unknown: HashSet<String> = {
+                let held = sh
+                    .held
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                entries
+                    .into_iter()
+                    .filter(|raw| match ax_queue::ExecutionMessage::from_json(raw) {
+                        Ok(m) => !held.contains(&(m.execution_id.as_u128(), m.attempt)),
+                        Err(_) => true,
+                    })
+                    .collect()
+            };
+            let before = suspects.remove(q).unwrap_or_default();
+            let (stuck, fresh): (HashSet<String>, HashSet<String>) =
+                unknown.into_iter().partition(|raw| before.contains(raw));
+            for raw in stuck {
+                release_stuck(&sh, q, raw).await;
+            }
+            suspects.insert(q.clone(), fresh);
+        }
+    }
+}
+
+async fn release_stuck(sh: &Shared, queue: &str, raw: String) {
+    let worker = &sh.cfg.worker_id;
+    let result = match ax_queue::ExecutionMessage::from_json(&raw) {
+        Ok(message) => {
+            let d = Delivery {
+                queue: queue.to_owned(),
+                worker_id: worker.clone(),
+                raw,
+                message,
+            };
+            sh.queue.release(&d).await
+        }
+        Err(e) => {
+            sh.queue
+                .dead_letter_undecodable(queue, worker, &raw, &e.to_string(), UtcMillis::now())
+                .await
+        }
+    };
+    match result {
+        Ok(true) => tracing::warn!(
+            queue,
+            "gave back a message this worker held without knowing it (a lost reply)"
+        ),
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(queue, error = %e, "cannot give back a stuck message; trying again next round")
+        }
+    }
 }
 
 /// Runs one delivery. The concurrency permit bounds running handlers: it is given back as

@@ -750,3 +750,54 @@ async fn a_second_live_process_under_one_worker_id_is_refused() {
     // Stopped cleanly, the id is free again.
     assert_eq!(second.claim_id().await.unwrap(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_left_in_a_live_workers_processing_list_is_given_back() {
+    // A take whose reply was lost after Redis moved the message: it sits in the worker's
+    // processing list, and the worker does not know it holds it.
+    let prefix = unique_name("axw");
+    let q = queue_at(&redis_url(), &prefix).await;
+    let seen: Seen = Arc::default();
+    let pool = WorkerPool::new(
+        q.clone(),
+        fast_config("live"),
+        recording_registry(&seen),
+        Arc::new(NoopReporter),
+    )
+    .unwrap();
+    let running = start(pool);
+    let m = msg(&spec("lost-reply", "record"), 1);
+    let mut raw = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = raw
+        .lpush(q.keys().processing("default", "live"), m.to_json().unwrap())
+        .await
+        .unwrap();
+    let _: () = raw
+        .lpush(q.keys().processing("default", "live"), "garbage")
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || seen
+            .lock()
+            .unwrap()
+            .contains_key(&m.execution_id))
+        .await,
+        "the stuck message was given back and ran"
+    );
+    running.stop().await;
+    assert_eq!(seen.lock().unwrap()[&m.execution_id], 1);
+    assert_eq!(
+        q.dlq_size("default").await.unwrap(),
+        1,
+        "the garbage went to the DLQ"
+    );
+    let left: u64 = raw
+        .llen(q.keys().processing("default", "live"))
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}

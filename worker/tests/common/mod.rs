@@ -36,6 +36,7 @@ pub fn fast_config(worker_id: &str) -> WorkerConfig {
         visibility_timeout: Duration::from_secs(1),
         block_timeout: Duration::from_millis(300),
         maintenance_interval: Duration::from_millis(50),
+        reconcile_interval: Duration::from_millis(200),
         ..WorkerConfig::default()
     }
 }
