@@ -18,10 +18,11 @@ use std::time::Duration;
 
 use ax_registry::{PendingTrigger, Registry, RegistryError, MAX_TXN_OPS};
 use ax_scheduler_core::dispatcher::StateWrite;
+use ax_scheduler_core::ReconnectBackoff;
 use ax_scheduler_core::{TaskKey, TaskState};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 
 /// Pause between two state transactions of one flush.
 const PACE: Duration = Duration::from_millis(2);
@@ -59,7 +60,7 @@ pub(super) async fn run(
         while let Ok(more) = rx.try_recv() {
             take(more, &mut states, &mut keys, &mut waiters);
         }
-        let mut attempt = 0u32;
+        let mut backoff = ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
             match write(&registry, fence, &states, &keys).await {
                 Ok(()) => {
@@ -77,9 +78,21 @@ pub(super) async fn run(
                     return;
                 }
                 Err(e) => {
-                    attempt += 1;
+                    let wait = backoff.next_delay(&mut rand::rng());
+                    let attempt = backoff.failures();
                     warn!(error = %e, attempt, states = states.len(), "cannot write task states; retrying");
-                    let wait = Duration::from_millis(100 * u64::from(attempt.min(20)));
+                    if attempt >= ISOLATE_AFTER && matches!(e, RegistryError::Etcd { .. }) {
+                        // etcd answers and still refuses: find the record it refuses.
+                        match isolate(&registry, fence, &mut states).await {
+                            Err(RegistryError::Fenced { .. }) => {
+                                warn!("state write refused: another replica leads now");
+                                cancel.cancel();
+                                return;
+                            }
+                            Err(e) => warn!(error = %e, "cannot write task states one by one"),
+                            Ok(()) => {}
+                        }
+                    }
                     tokio::select! {
                         _ = cancel.cancelled() => return,
                         _ = tokio::time::sleep(wait) => {}
@@ -92,6 +105,40 @@ pub(super) async fn run(
             }
         }
     }
+}
+
+/// Failed writes of a batch before its states are written one by one.
+const ISOLATE_AFTER: u32 = 3;
+
+/// Writes each state alone. One that etcd refuses even alone (too large, say) is reported
+/// and dropped, to be written again at the task's next change, so that one bad record cannot
+/// stop every other task's state from being written for the rest of the term. Stops at an
+/// error that is not about the record (etcd not answering, a newer leader).
+async fn isolate(
+    registry: &Registry,
+    fence: i64,
+    states: &mut HashMap<TaskKey, Option<TaskState>>,
+) -> Result<(), RegistryError> {
+    let puts: Vec<(TaskKey, TaskState)> = states
+        .iter()
+        .filter_map(|(k, s)| s.as_ref().map(|s| (k.clone(), s.clone())))
+        .collect();
+    for (key, state) in puts {
+        let one = [(key.namespace.clone(), key.id.clone(), state)];
+        match registry.put_states(&one, Some(fence)).await {
+            Ok(_) => {
+                states.remove(&key);
+            }
+            Err(e @ (RegistryError::Fenced { .. } | RegistryError::Timeout { .. })) => {
+                return Err(e)
+            }
+            Err(e) => {
+                error!(task_id = %key, error = %e, "task state cannot be written; dropped until the task changes again");
+                states.remove(&key);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn take(
@@ -144,4 +191,71 @@ async fn write(
             .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ax_registry::RegistryConfig;
+    use ax_scheduler_core::UtcMillis;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_state_etcd_refuses_is_isolated_and_the_others_are_written() {
+        let client = etcd_client::Client::connect([ax_testkit::etcd_endpoint()], None)
+            .await
+            .unwrap();
+        let prefix = format!("/{}", ax_testkit::unique_name("flusher"));
+        let registry = Registry::new(
+            client.clone(),
+            RegistryConfig {
+                prefix: prefix.clone(),
+                ..RegistryConfig::default()
+            },
+        );
+        // The fence: the leader key's create revision.
+        let resp = client
+            .kv_client()
+            .put(registry.keys().leader(), "me", None)
+            .await
+            .unwrap();
+        let fence = resp.header().unwrap().revision();
+        let now = UtcMillis(1_800_000_000_000);
+        let good = TaskState::new(1, now, now);
+        let mut huge = TaskState::new(1, now, now);
+        // Larger than etcd accepts in one request (1.5 MiB by default).
+        huge.last_error = Some("x".repeat(2 * 1024 * 1024));
+        let (tx, rx) = mpsc::channel(4);
+        let cancel = CancellationToken::new();
+        let flusher = tokio::spawn(run(registry.clone(), fence, rx, cancel.clone()));
+        let (done_tx, done_rx) = oneshot::channel();
+        tx.send(FlushRequest::States {
+            writes: vec![
+                (Arc::new(TaskKey::new("ns", "good")), Some(good.clone())),
+                (Arc::new(TaskKey::new("ns", "huge")), Some(huge)),
+            ],
+            done: Some(done_tx),
+        })
+        .await
+        .unwrap();
+        tokio::time::timeout(Duration::from_secs(20), done_rx)
+            .await
+            .expect("the flush must not be wedged by one record")
+            .unwrap();
+        let written = registry.get_state("ns", "good").await.unwrap().unwrap();
+        assert_eq!(written.state, good);
+        assert!(registry.get_state("ns", "huge").await.unwrap().is_none());
+        drop(tx);
+        flusher.await.unwrap();
+        client
+            .kv_client()
+            .delete(
+                format!("{prefix}/"),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            )
+            .await
+            .unwrap();
+    }
 }
