@@ -374,6 +374,12 @@ impl Dispatcher {
             reconciled: None,
             state,
         };
+        // A fire the previous leader held (forbid) is still owed: hold it again; its retry
+        // timer sends it once the previous execution is over.
+        if let (Some(held), false) = (task.state.held_fire_at, spec.paused) {
+            task.held = Some(held);
+            arm_held_retry(&mut self.timer, &mut task, Duration::ZERO, now);
+        }
         if spec.paused {
             task.state.next_fire_at = None;
             set_status(&mut task.state, TaskStatus::Paused, now);
@@ -452,6 +458,7 @@ impl Dispatcher {
         }
         if spec.paused {
             task.held = None;
+            task.state.held_fire_at = None;
             task.state.next_fire_at = None;
             set_status(&mut task.state, TaskStatus::Paused, now);
         } else {
@@ -758,6 +765,9 @@ impl Dispatcher {
                 // is that one, or merged into it.
                 if dispatch.run_now.is_none() && task.held.is_some_and(|h| h <= dispatch.fire_at) {
                     task.held = None;
+                    task.state.held_fire_at = None;
+                    self.pending
+                        .insert(Arc::clone(&task.key), Pending::WriteCurrent);
                     if let Some(handle) = task.held_timer.take() {
                         self.timer.cancel(handle);
                     }
@@ -765,6 +775,9 @@ impl Dispatcher {
             }
             EnqueueOutcome::Held => {
                 task.held = Some(merge_held(task.held, dispatch.fire_at));
+                task.state.held_fire_at = task.held;
+                self.pending
+                    .insert(Arc::clone(&task.key), Pending::WriteCurrent);
                 if task.held_timer.is_none() {
                     arm_held_retry(&mut self.timer, task, self.config.hold_retry, now);
                 }

@@ -141,6 +141,10 @@ pub struct TaskState {
     /// Why the spec is INVALID; empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub validation_errors: Vec<FieldError>,
+    /// The fire held back by overlap `forbid` while the previous execution runs: counted as
+    /// fired, not yet enqueued. Recorded so a new leader sends it instead of losing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_fire_at: Option<UtcMillis>,
     /// When this record was last written.
     pub updated_at: UtcMillis,
 }
@@ -161,6 +165,7 @@ impl TaskState {
             consecutive_failures: 0,
             last_error: None,
             validation_errors: Vec::new(),
+            held_fire_at: None,
             updated_at: now,
         }
     }

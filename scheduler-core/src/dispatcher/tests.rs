@@ -659,3 +659,42 @@ fn an_end_read_from_history_is_applied_once() {
     );
     assert_eq!(d.state(&key("a")).unwrap().success_count, 2);
 }
+
+#[test]
+fn a_held_fire_survives_a_failover() {
+    let mut old = Dispatcher::new(DispatcherConfig::default(), at(0));
+    old.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"1h"}}"#),
+        5,
+        None,
+        at(0),
+    );
+    let x = old.poll(at(3_600_000)).pop().unwrap();
+    old.on_enqueued(&x, EnqueueOutcome::Held, at(3_600_000));
+    let written = old
+        .take_state_writes()
+        .into_iter()
+        .find_map(|(_, s)| s)
+        .unwrap();
+    assert_eq!(written.held_fire_at, Some(at(3_600_000)));
+    // The leader dies; the next one loads the written state and sends the held fire.
+    let mut new = Dispatcher::new(DispatcherConfig::default(), at(3_601_000));
+    new.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"1h"}}"#),
+        5,
+        Some(written),
+        at(3_601_000),
+    );
+    let again = new.poll(at(3_601_000));
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].fire_at, at(3_600_000));
+    assert_eq!(
+        new.state(&key("a")).unwrap().fire_count,
+        1,
+        "not a new fire"
+    );
+    new.on_enqueued(&again[0], EnqueueOutcome::Enqueued, at(3_601_000));
+    assert_eq!(new.state(&key("a")).unwrap().held_fire_at, None);
+}
