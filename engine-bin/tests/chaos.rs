@@ -443,3 +443,90 @@ async fn a_long_running_forbid_task() {
     }
     c.clean_up().await;
 }
+
+async fn redis_cmd(url: &str, args: &[&str]) {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    let _: redis::Value = cmd.query_async(&mut conn).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/chaos.sh"]
+async fn redis_turned_read_only_by_a_failover() {
+    let _serial = SERIAL.lock().await;
+    // ax talks to `a`; `b` replicates it. The fault: `b` is promoted and `a` demoted to its
+    // replica (READONLY to every write ax sends) for 8 s, then `a` is made primary again.
+    let a = ax_testkit::RedisServer::start();
+    let b = ax_testkit::RedisServer::start();
+    let a_port = a.url().rsplit(':').next().unwrap().to_owned();
+    let b_port = b.url().rsplit(':').next().unwrap().to_owned();
+    redis_cmd(&b.url(), &["REPLICAOF", "127.0.0.1", &a_port]).await;
+    let mut c = Cluster::on("chaos-readonly", ax_testkit::etcd_endpoint(), a.url()).await;
+    three_replicas(&mut c).await;
+    let w = Workload::start(&c, 40, now_ms() + 1500, Duration::from_secs(12)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    redis_cmd(&b.url(), &["REPLICAOF", "NO", "ONE"]).await;
+    redis_cmd(&a.url(), &["REPLICAOF", "127.0.0.1", &b_port]).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    for id in ["r1", "r2", "r3"] {
+        assert!(c.replica(id).is_running(), "{id} exited on READONLY");
+    }
+    redis_cmd(&a.url(), &["REPLICAOF", "NO", "ONE"]).await;
+    let f = w.settle(&c, Duration::from_secs(20), now_ms()).await;
+    report(
+        "Redis read-only for 8 s (REPLICAOF, as after a failover)",
+        &f,
+        "enqueues retried through READONLY",
+    );
+    f.assert_clean("Redis read-only");
+    assert!(
+        has_alert(&c, "backend_unavailable"),
+        "no backend_unavailable alert"
+    );
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/chaos.sh"]
+async fn leader_sigkill_with_the_default_lease_ttl() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("chaos-ttl10").await;
+    c.env.push(("AX_LEASE_TTL", "10s".to_owned()));
+    let leader = three_replicas(&mut c).await;
+    // Settle into the lease's keep-alive rhythm, then kill the leader.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let w = Workload::start(&c, 30, now_ms() + 1000, Duration::from_secs(15)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let killed_at = now_ms();
+    c.replica(&leader).kill();
+    let next = c
+        .wait_for_leader(Some(&leader), Duration::from_secs(15))
+        .await;
+    let failover = now_ms() - killed_at;
+    // The first fire of the new leader: the earliest execution after the takeover whose
+    // due time came after the kill.
+    let f = w.settle(&c, Duration::from_secs(15), now_ms()).await;
+    let first_after = c
+        .receiver
+        .executions()
+        .iter()
+        .filter(|r| r.arrived_at > killed_at + failover)
+        .map(|r| r.arrived_at - killed_at)
+        .min()
+        .unwrap_or(-1);
+    report(
+        "leader SIGKILL with lease TTL 10 s",
+        &f,
+        &format!("{next} leads {failover} ms after the kill; its first fire reached the receiver {first_after} ms after the kill"),
+    );
+    f.assert_clean("leader SIGKILL, TTL 10 s");
+    assert!(
+        failover <= 11_000,
+        "failover {failover} ms, above TTL + 1 s"
+    );
+    c.clean_up().await;
+}
