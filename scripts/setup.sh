@@ -7,6 +7,7 @@
 #   protoc's well-known types  Debian: libprotobuf-dev (google/protobuf/descriptor.proto; only
 #                          a recommendation of protobuf-compiler, so --no-install-recommends drops it)
 #   promtool, amtool       Debian: prometheus, prometheus-alertmanager (alert rule tests)
+#   libfaketime            Debian: libfaketime (the chaos suite steps a leader's clock)
 #   helm, kubernetes-validate  PyPI (chart checks), see scripts/setup-helm.sh
 set -euo pipefail
 
@@ -19,6 +20,7 @@ have redis-benchmark || need+=(redis-tools)
 have protoc || need+=(protobuf-compiler)
 [ -e /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 have promtool || need+=(prometheus)
+compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null || need+=(libfaketime)
 have amtool || need+=(prometheus-alertmanager)
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -324,3 +324,13 @@ pub fn spec(id: &str, queue: &str, handler: &str) -> ax_scheduler_core::TaskSpec
     ax_scheduler_core::TaskSpec::from_json(json.to_string().as_bytes(), "ns", id)
         .unwrap_or_else(|e| panic!("the test spec fixture does not validate: {e}"))
 }
+
+/// The libfaketime library, for tests that step a process's wall clock (`LD_PRELOAD`).
+pub fn libfaketime() -> PathBuf {
+    let found = std::fs::read_dir("/usr/lib").ok().and_then(|dirs| {
+        dirs.filter_map(Result::ok)
+            .map(|d| d.path().join("faketime/libfaketime.so.1"))
+            .find(|p| p.exists())
+    });
+    found.unwrap_or_else(|| panic!("libfaketime is not installed: run scripts/setup.sh"))
+}
