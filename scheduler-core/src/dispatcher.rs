@@ -212,10 +212,8 @@ struct Armed {
     /// Bumped on every re-arm so stale timer and ready entries are recognised.
     generation: u64,
     timer: Option<TimerHandle>,
-    /// The one fire held back by `forbid` while the previous execution runs; later fires
-    /// coalesce into it.
-    held: Option<UtcMillis>,
-    /// The held fire's one retry timer.
+    /// The held fire's one retry timer (the fire itself is the state's `held_fire_at`, so
+    /// that it is written and a new leader finds it).
     held_timer: Option<TimerHandle>,
     breaker: Option<CircuitBreaker>,
     state: TaskState,
@@ -368,16 +366,14 @@ impl Dispatcher {
             anchor,
             generation,
             timer: None,
-            held: None,
             held_timer: None,
             breaker: None,
             reconciled: None,
             state,
         };
-        // A fire the previous leader held (forbid) is still owed: hold it again; its retry
-        // timer sends it once the previous execution is over.
-        if let (Some(held), false) = (task.state.held_fire_at, spec.paused) {
-            task.held = Some(held);
+        // A fire the previous leader held (forbid) is still owed: its retry timer sends it
+        // once the previous execution is over.
+        if task.state.held_fire_at.is_some() && !spec.paused {
             arm_held_retry(&mut self.timer, &mut task, Duration::ZERO, now);
         }
         if spec.paused {
@@ -457,12 +453,11 @@ impl Dispatcher {
             self.timer.cancel(handle);
         }
         if spec.paused {
-            task.held = None;
             task.state.held_fire_at = None;
             task.state.next_fire_at = None;
             set_status(&mut task.state, TaskStatus::Paused, now);
         } else {
-            let next = if !task.schedule.is_periodic() && task.state.last_fire_at.is_none() {
+            let next = if !spec.schedule.is_periodic() && task.state.last_fire_at.is_none() {
                 // A one-shot that has not fired (perhaps paused past its time) fires now if
                 // its instant passed, under its misfire policy.
                 task.schedule
@@ -497,7 +492,7 @@ impl Dispatcher {
                 set_status(&mut task.state, TaskStatus::Waiting, now);
             }
             self.arm(&mut task, next, now);
-            if task.held.is_some() {
+            if task.state.held_fire_at.is_some() {
                 // The held fire keeps its retry, under the new generation.
                 arm_held_retry(&mut self.timer, &mut task, self.config.hold_retry, now);
             }
@@ -631,7 +626,7 @@ impl Dispatcher {
                 }
             }
             let fire_at = match item.kind {
-                FireKind::HeldAgain => match task.held {
+                FireKind::HeldAgain => match task.state.held_fire_at {
                     // The held fire may have merged newer fires meanwhile: send the newest.
                     Some(held) => held,
                     // Released since (enqueued, or superseded by a newer fire).
@@ -737,7 +732,7 @@ impl Dispatcher {
                 }
                 TimerKind::HeldRetry => {
                     task.held_timer = None;
-                    if let Some(held) = task.held {
+                    if let Some(held) = task.state.held_fire_at {
                         push_fire(
                             &mut self.ready,
                             &task.key,
@@ -763,8 +758,12 @@ impl Dispatcher {
             EnqueueOutcome::Enqueued | EnqueueOutcome::Duplicate => {
                 // A scheduled fire at or after the held one is in the queue: the held fire
                 // is that one, or merged into it.
-                if dispatch.run_now.is_none() && task.held.is_some_and(|h| h <= dispatch.fire_at) {
-                    task.held = None;
+                if dispatch.run_now.is_none()
+                    && task
+                        .state
+                        .held_fire_at
+                        .is_some_and(|h| h <= dispatch.fire_at)
+                {
                     task.state.held_fire_at = None;
                     self.pending
                         .insert(Arc::clone(&task.key), Pending::WriteCurrent);
@@ -774,8 +773,8 @@ impl Dispatcher {
                 }
             }
             EnqueueOutcome::Held => {
-                task.held = Some(merge_held(task.held, dispatch.fire_at));
-                task.state.held_fire_at = task.held;
+                task.state.held_fire_at =
+                    Some(merge_held(task.state.held_fire_at, dispatch.fire_at));
                 self.pending
                     .insert(Arc::clone(&task.key), Pending::WriteCurrent);
                 if task.held_timer.is_none() {
@@ -850,7 +849,7 @@ impl Dispatcher {
                     } else if task.state.next_fire_at.is_some() {
                         set_status(&mut task.state, TaskStatus::Scheduled, now);
                     }
-                    if let Some(held) = task.held {
+                    if let Some(held) = task.state.held_fire_at {
                         push_fire(
                             &mut self.ready,
                             &task.key,

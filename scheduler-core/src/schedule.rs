@@ -141,11 +141,6 @@ impl CompiledSchedule {
         out
     }
 
-    /// Whether the schedule fires more than once (`every`, `cron`).
-    pub fn is_periodic(&self) -> bool {
-        matches!(self.kind, Kind::Every(_) | Kind::Cron(_))
-    }
-
     /// The interval of an `every` schedule, which allows arithmetic instead of iteration.
     pub(crate) fn every_ms(&self) -> Option<i64> {
         match self.kind {
@@ -199,7 +194,7 @@ mod tests {
         assert_eq!(at.next_after(UtcMillis(4_999), a), Some(UtcMillis(5_000)));
         assert_eq!(at.next_after(UtcMillis(5_000), a), None);
         assert_eq!(at.first_fire(a), Some(UtcMillis(5_000)));
-        assert!(!at.is_periodic());
+        assert!(!Schedule::At(UtcMillis(5_000)).is_periodic());
 
         let delay = Schedule::Delay(Duration::from_secs(60)).compile().unwrap();
         assert_eq!(delay.next_after(a, a), Some(UtcMillis(1_060_000)));
@@ -207,7 +202,7 @@ mod tests {
         assert_eq!(delay.upcoming(a, a, 5), vec![UtcMillis(1_060_000)]);
 
         let every = Schedule::Every(Duration::from_secs(30)).compile().unwrap();
-        assert!(every.is_periodic());
+        assert!(Schedule::Every(Duration::from_secs(30)).is_periodic());
         assert_eq!(
             every.next_after(UtcMillis(0), a),
             Some(UtcMillis(1_030_000))

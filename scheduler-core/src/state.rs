@@ -4,8 +4,9 @@
 //! user's write never races the engine's bookkeeping. The state holds everything a new leader
 //! needs to continue exactly where the old one stopped: the next due fire, the last fire, and
 //! the anchor a `delay`/`every` countdown started from. The status follows a small state
-//! machine (the usual scheduler life cycle, with INVALID added for specs that fail validation); the allowed moves
-//! are listed in [`TaskStatus::can_transition_to`] and in `docs/tasks.md`.
+//! machine (the usual scheduler life cycle, with INVALID added for specs that fail
+//! validation); the allowed moves are listed in [`TaskStatus::can_transition_to`] and in
+//! `docs/tasks.md`.
 
 use serde::{Deserialize, Serialize};
 
