@@ -229,30 +229,26 @@ impl Queue {
             .iter()
             .map(|chunk| self.enqueue_invocation(script, msgs, &jsons, chunk))
             .collect();
-        let mut conn = self.conn();
-        let mut replies: Option<Vec<Vec<redis::Value>>> = None;
-        for loaded in [false, true] {
+        let pipeline = |load: bool| {
             let mut pipe = redis::pipe();
-            if loaded {
+            if load {
                 // Redis lost its script cache (a restart): load once, then the same calls.
                 pipe.load_script(script).ignore();
             }
             for inv in &invocations {
                 pipe.invoke_script(inv);
             }
-            match self.run_raw(pipe.query_async(&mut conn)).await? {
-                Ok(r) => {
-                    replies = Some(r);
-                    break;
+            pipe
+        };
+        let mut conn = self.conn();
+        let replies: Vec<Vec<redis::Value>> =
+            match self.run_raw(pipeline(false).query_async(&mut conn)).await? {
+                Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
+                    self.run_raw(pipeline(true).query_async(&mut conn)).await?
                 }
-                Err(e) if e.kind() == redis::ErrorKind::NoScriptError && !loaded => continue,
-                Err(e) => return Err(QueueError::redis("enqueue")(e)),
+                first => first,
             }
-        }
-        let replies = replies.ok_or_else(|| QueueError::UnexpectedReply {
-            op: "enqueue",
-            detail: "script missing after loading it".into(),
-        })?;
+            .map_err(QueueError::redis("enqueue"))?;
         let mut out = vec![EnqueueOutcome::Duplicate; msgs.len()];
         for (chunk, reply) in chunks.iter().zip(replies) {
             if reply.len() != chunk.len() + 1 {

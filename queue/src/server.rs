@@ -54,9 +54,9 @@ fn info_field(info: &str, name: &str) -> Option<String> {
 }
 
 impl Queue {
-    /// Reads the server's run id and, where `CONFIG` is allowed, its persistence and
-    /// eviction settings.
-    pub async fn server_info(&self) -> Result<ServerInfo> {
+    /// The server's run id alone (one `INFO server`): what a leader watches to notice a
+    /// restart.
+    pub async fn run_id(&self) -> Result<String> {
         let mut conn = self.conn();
         let info: String = self
             .run(
@@ -64,7 +64,13 @@ impl Queue {
                 redis::cmd("INFO").arg("server").query_async(&mut conn),
             )
             .await?;
-        let run_id = info_field(&info, "run_id").unwrap_or_default();
+        Ok(info_field(&info, "run_id").unwrap_or_default())
+    }
+
+    /// Reads the server's run id and, where `CONFIG` is allowed, its persistence and
+    /// eviction settings.
+    pub async fn server_info(&self) -> Result<ServerInfo> {
+        let run_id = self.run_id().await?;
         let config = |name: &'static str| {
             let mut conn = self.conn();
             async move {
