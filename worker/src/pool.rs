@@ -208,13 +208,17 @@ impl WorkerPool {
     pub async fn claim_id(&self) -> Result<usize> {
         let sh = &self.shared;
         let id = &sh.cfg.worker_id;
+        let mut seen = Vec::new();
         for q in &sh.cfg.queues {
-            let Some(seen) = sh.queue.last_heartbeat(q, id).await? else {
-                continue;
-            };
+            if let Some(beat) = sh.queue.last_heartbeat(q, id).await? {
+                seen.push((q, beat));
+            }
+        }
+        if !seen.is_empty() {
             tokio::time::sleep(sh.cfg.heartbeat_interval * 2).await;
-            if let Some(now) = sh.queue.last_heartbeat(q, id).await? {
-                if now != seen {
+            for (q, beat) in seen {
+                let now = sh.queue.last_heartbeat(q, id).await?;
+                if now.is_some_and(|n| n != beat) {
                     return Err(WorkerError::IdInUse {
                         worker_id: id.clone(),
                         queue: q.clone(),
