@@ -1,6 +1,7 @@
 //! The chaos suite: real etcd, Redis and `ax serve` processes, one fault at a time, under a
 //! workload whose executions a local receiver records. Run by `scripts/chaos.sh` (the tests
-//! are ignored in a plain `cargo test`, since the script runs them and prints their lines).
+//! are not part of a plain `cargo test`: the target has `test = false`, and the script runs
+//! it and prints their lines).
 //!
 //! The workload of every scenario: one-shot tasks due before, during and after the fault,
 //! and a periodic task (`every: 1s`, misfire `skip`, overlap `allow`). After the fault each
@@ -159,7 +160,6 @@ async fn three_replicas(c: &mut Cluster) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by scripts/chaos.sh"]
 async fn leader_sigkill_twice() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new("chaos-kill2").await;
@@ -196,7 +196,6 @@ async fn leader_sigkill_twice() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by scripts/chaos.sh"]
 async fn leader_sigstop_past_the_ttl() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new("chaos-stop").await;
@@ -229,7 +228,6 @@ async fn leader_sigstop_past_the_ttl() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by scripts/chaos.sh"]
 async fn worker_sigkill_mid_execution() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new("chaos-worker").await;
@@ -272,7 +270,6 @@ async fn worker_sigkill_mid_execution() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by scripts/chaos.sh"]
 async fn etcd_sigkill_and_restart() {
     let _serial = SERIAL.lock().await;
     let mut etcd = ax_testkit::EtcdServer::start();
@@ -300,7 +297,6 @@ async fn etcd_sigkill_and_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by scripts/chaos.sh"]
 async fn etcd_sigstop() {
     let _serial = SERIAL.lock().await;
     let etcd = ax_testkit::EtcdServer::start();
@@ -327,7 +323,6 @@ async fn etcd_sigstop() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by scripts/chaos.sh"]
 async fn redis_sigkill_and_restart_with_aof() {
     let _serial = SERIAL.lock().await;
     let mut redis = ax_testkit::RedisServer::start_with_aof();
@@ -353,7 +348,6 @@ async fn redis_sigkill_and_restart_with_aof() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by scripts/chaos.sh"]
 async fn redis_sigkill_and_restart_without_persistence() {
     let _serial = SERIAL.lock().await;
     let mut redis = ax_testkit::RedisServer::start();
@@ -385,7 +379,6 @@ async fn redis_sigkill_and_restart_without_persistence() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by scripts/chaos.sh"]
 async fn garbage_in_a_ready_list() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new("chaos-garbage").await;
@@ -416,7 +409,6 @@ async fn garbage_in_a_ready_list() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by scripts/chaos.sh"]
 async fn a_long_running_forbid_task() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new("chaos-forbid").await;
@@ -455,7 +447,6 @@ async fn redis_cmd(url: &str, args: &[&str]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by scripts/chaos.sh"]
 async fn redis_turned_read_only_by_a_failover() {
     let _serial = SERIAL.lock().await;
     // ax talks to `a`; `b` replicates it. The fault: `b` is promoted and `a` demoted to its
@@ -491,7 +482,6 @@ async fn redis_turned_read_only_by_a_failover() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by scripts/chaos.sh"]
 async fn leader_sigkill_with_the_default_lease_ttl() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new("chaos-ttl10").await;
@@ -532,7 +522,6 @@ async fn leader_sigkill_with_the_default_lease_ttl() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by scripts/chaos.sh"]
 async fn etcd_stopped_within_the_lease_does_not_delay_fires() {
     let _serial = SERIAL.lock().await;
     // etcd stops for 4 s, well inside the 10 s lease: the leader keeps leading, and fires
@@ -588,7 +577,6 @@ async fn etcd_stopped_within_the_lease_does_not_delay_fires() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by scripts/chaos.sh"]
 async fn the_leaders_clock_steps_forward() {
     let _serial = SERIAL.lock().await;
     // The leader's wall clock jumps 10 minutes ahead (an NTP step, a VM resumed), its
