@@ -332,6 +332,13 @@ impl Metrics {
         self.is_leader.set(i64::from(leading));
     }
 
+    /// Counts a failed call to `backend` ([`BACKEND_ETCD`], [`BACKEND_REDIS`]).
+    pub fn backend_error(&self, backend: &str) {
+        self.backend_errors_total
+            .with_label_values(&[backend])
+            .inc();
+    }
+
     /// The registry, for callers that add metrics of their own.
     pub fn registry(&self) -> &Registry {
         &self.registry

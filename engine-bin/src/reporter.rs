@@ -74,10 +74,7 @@ async fn publish(queue: Queue, metrics: Arc<Metrics>, mut rx: mpsc::Receiver<Rep
     let mut batch = Vec::with_capacity(REPORT_BATCH);
     while rx.recv_many(&mut batch, REPORT_BATCH).await > 0 {
         if let Err(e) = queue.report_many(&batch).await {
-            metrics
-                .backend_errors_total
-                .with_label_values(&[BACKEND_REDIS])
-                .inc();
+            metrics.backend_error(BACKEND_REDIS);
             warn!(reports = batch.len(), error = %e, "could not report executions");
         }
         batch.clear();

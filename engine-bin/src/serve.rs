@@ -209,10 +209,7 @@ where
         let wait = match connect().await {
             Ok(client) => return Some(client),
             Err(e) => {
-                metrics
-                    .backend_errors_total
-                    .with_label_values(&[backend])
-                    .inc();
+                metrics.backend_error(backend);
                 let wait = backoff.next_delay(&mut rand::rng());
                 warn!(backend, error = %format!("{e:#}"), retry_in = ?wait, "backend not reachable");
                 wait
@@ -393,15 +390,8 @@ impl Parts<'_> {
             alerts: self.alerts.clone(),
             tracker: shutdown.tracker().clone(),
         };
-        let root = shutdown.clone();
         shutdown.spawn(move |cancel| {
-            async move {
-                if let Err(e) = scheduler::run(settings, deps, cancel).await {
-                    tracing::error!(error = %format!("{e:#}"), "scheduler stopped");
-                    root.fail(format!("scheduler failed: {e:#}"));
-                }
-            }
-            .instrument(info_span!("scheduler"))
+            scheduler::run(settings, deps, cancel).instrument(info_span!("scheduler"))
         });
         Ok(())
     }
@@ -500,10 +490,7 @@ impl Parts<'_> {
                             }
                             Err(e) => {
                                 redis_ok = false;
-                                metrics
-                                    .backend_errors_total
-                                    .with_label_values(&[BACKEND_REDIS])
-                                    .inc();
+                                metrics.backend_error(BACKEND_REDIS);
                                 debug!(queue = %q, error = %e, "cannot read queue stats");
                             }
                         }
@@ -522,10 +509,7 @@ impl Parts<'_> {
                     .await
                     .is_ok();
                     if !etcd_ok {
-                        metrics
-                            .backend_errors_total
-                            .with_label_values(&[BACKEND_ETCD])
-                            .inc();
+                        metrics.backend_error(BACKEND_ETCD);
                     }
                     readiness.set_etcd(etcd_ok);
                     if let Some(alerts) = &alerts {

@@ -113,10 +113,7 @@ pub(super) fn apply_event(
             None
         }
         RegistryEvent::Reconnecting { error, attempt } => {
-            metrics
-                .backend_errors_total
-                .with_label_values(&[BACKEND_ETCD])
-                .inc();
+            metrics.backend_error(BACKEND_ETCD);
             warn!(%error, attempt, "registry watch reconnecting");
             None
         }

@@ -9,9 +9,9 @@
 //! loses those ends, and its successor would show the tasks RUNNING for good. The history
 //! list, written by the worker in the same pipeline as the event, has them too: a new
 //! leader [reconciles](reconcile) every task its states show in flight against it (after
-//! reading the events still waiting), and so does the fire path for a fire Redis refuses as
-//! a duplicate (a re-fire of one the dead leader had sent). An end applied from history is
-//! not applied again if its event still arrives.
+//! reading the events still waiting), and does the same, with its next read of events, for
+//! fires Redis refused as duplicates (re-fires of what the dead leader had sent). An end
+//! applied from history is not applied again if its event still arrives.
 
 use std::sync::Arc;
 
@@ -30,10 +30,7 @@ pub(super) async fn consume(deps: &LeaderDeps, dispatcher: &mut Dispatcher) {
         let events = match deps.queue.take_events(EVENTS_BATCH).await {
             Ok(events) => events,
             Err(e) => {
-                deps.metrics
-                    .backend_errors_total
-                    .with_label_values(&[BACKEND_REDIS])
-                    .inc();
+                deps.metrics.backend_error(BACKEND_REDIS);
                 warn!(error = %e, "cannot read execution events");
                 return;
             }
@@ -77,10 +74,7 @@ pub(super) async fn reconcile(
         let histories = match deps.queue.history_many(&tasks, HISTORY_DEPTH).await {
             Ok(h) => h,
             Err(e) => {
-                deps.metrics
-                    .backend_errors_total
-                    .with_label_values(&[BACKEND_REDIS])
-                    .inc();
+                deps.metrics.backend_error(BACKEND_REDIS);
                 warn!(error = %e, "cannot read execution history to reconcile task states");
                 return applied;
             }

@@ -18,7 +18,6 @@ use ax_scheduler_core::{
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
-use super::events;
 use super::term::Term;
 use super::triggers::PendingTrigger;
 use super::{LeaderDeps, LeaderSettings};
@@ -172,12 +171,9 @@ pub(super) fn notice_alerts(
     alerts
 }
 
-/// Polls the dispatcher and enqueues what is due, in one pipeline.
-pub(super) async fn fire(
-    settings: &LeaderSettings,
-    deps: &LeaderDeps,
-    term: &mut Term,
-) -> anyhow::Result<()> {
+/// Polls the dispatcher and enqueues what is due, in one pipeline. Nothing here fails the
+/// term: what cannot be done ends it (`term.cancel`) or waits.
+pub(super) async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mut Term) {
     let now = UtcMillis::now();
     let dispatches = term.dispatcher.poll(now);
     let alerts = notice_alerts(
@@ -187,7 +183,7 @@ pub(super) async fn fire(
     );
     send_alerts(deps, alerts);
     if dispatches.is_empty() {
-        return Ok(());
+        return;
     }
     if !term.leadership.is_valid() {
         // The lease may have expired while this process was stopped: act as leader no more.
@@ -196,7 +192,7 @@ pub(super) async fn fire(
             "leadership not valid any more; not enqueuing"
         );
         term.cancel.cancel();
-        return Ok(());
+        return;
     }
     let messages: Vec<ExecutionMessage> = dispatches
         .iter()
@@ -204,7 +200,7 @@ pub(super) async fn fire(
         .collect();
     let Some(outcomes) = enqueue_until_accepted(settings, deps, term, &messages).await else {
         // The term is over; the fires taken for this batch were not recorded anywhere.
-        return Ok(());
+        return;
     };
     let effects = settle(
         &mut term.dispatcher,
@@ -222,15 +218,13 @@ pub(super) async fn fire(
             .inc();
     }
     send_alerts(deps, effects.alerts);
-    // Their keys go with the next flush: the fire path never waits for etcd.
+    // Their keys go with the next flush, and the duplicates' outcomes are looked up with the
+    // next events: the fire path waits for neither etcd nor a history read.
     term.consumed_triggers.extend(effects.done_triggers);
-    if !effects.duplicates.is_empty() {
-        events::reconcile(deps, &mut term.dispatcher, &effects.duplicates).await;
-    }
+    term.duplicates.extend(effects.duplicates);
     if effects.fenced.is_some() {
         term.cancel.cancel();
     }
-    Ok(())
 }
 
 /// Enqueues `messages`, retrying whatever Redis answers (a refused write, `OOM`, `READONLY`,
@@ -264,10 +258,7 @@ async fn enqueue_until_accepted(
             Err(e) => e,
         };
         term.unsent = true;
-        deps.metrics
-            .backend_errors_total
-            .with_label_values(&[BACKEND_REDIS])
-            .inc();
+        deps.metrics.backend_error(BACKEND_REDIS);
         let stalled = started.elapsed();
         if !alerted && stalled >= ALERT_AFTER {
             alerted = true;

@@ -28,16 +28,13 @@ use tracing::{debug, error, warn};
 const PACE: Duration = Duration::from_millis(2);
 
 /// Work for the flusher.
-pub(super) enum FlushRequest {
-    /// Task states to write (`Some`) or delete (`None`); `done` is answered once written.
-    States {
-        /// The states.
-        writes: Vec<StateWrite>,
-        /// Answered when these (and everything before them) are written.
-        done: Option<oneshot::Sender<()>>,
-    },
-    /// Consumed run-now triggers to delete.
-    DeleteTriggers(Vec<PendingTrigger>),
+pub(super) struct FlushRequest {
+    /// Task states to write (`Some`) or delete (`None`).
+    pub(super) writes: Vec<StateWrite>,
+    /// Consumed run-now triggers whose keys to delete.
+    pub(super) triggers: Vec<PendingTrigger>,
+    /// Answered when these (and everything before them) are written.
+    pub(super) done: Option<oneshot::Sender<()>>,
 }
 
 /// Runs until the channel closes (the term dropped its sender), or a write is refused or
@@ -147,15 +144,11 @@ fn take(
     keys: &mut Vec<PendingTrigger>,
     waiters: &mut Vec<oneshot::Sender<()>>,
 ) {
-    match request {
-        FlushRequest::States { writes, done } => {
-            for (key, state) in writes {
-                states.insert((*key).clone(), state);
-            }
-            waiters.extend(done);
-        }
-        FlushRequest::DeleteTriggers(k) => keys.extend(k),
+    for (key, state) in request.writes {
+        states.insert((*key).clone(), state);
     }
+    keys.extend(request.triggers);
+    waiters.extend(request.done);
 }
 
 async fn write(
@@ -231,7 +224,8 @@ mod tests {
         let cancel = CancellationToken::new();
         let flusher = tokio::spawn(run(registry.clone(), fence, rx, cancel.clone()));
         let (done_tx, done_rx) = oneshot::channel();
-        tx.send(FlushRequest::States {
+        tx.send(FlushRequest {
+            triggers: Vec::new(),
             writes: vec![
                 (Arc::new(TaskKey::new("ns", "good")), Some(good.clone())),
                 (Arc::new(TaskKey::new("ns", "huge")), Some(huge)),

@@ -18,13 +18,11 @@ use tracing::{debug, info_span, warn, Instrument};
 
 use super::catalog::{apply_event, Catalog};
 use super::clock;
-use super::term::{Term, TermEnd};
+use super::term::Term;
 use super::{LeaderDeps, LeaderSettings};
 
 enum Phase {
-    Following {
-        campaign: Option<oneshot::Receiver<anyhow::Result<Leadership>>>,
-    },
+    Following,
     Leading(Box<Term>),
 }
 
@@ -40,12 +38,9 @@ struct Role {
     takeover_backoff: ReconnectBackoff,
 }
 
-/// Runs the scheduler role until `cancel` fires.
-pub async fn run(
-    settings: LeaderSettings,
-    deps: LeaderDeps,
-    cancel: CancellationToken,
-) -> anyhow::Result<()> {
+/// Runs the scheduler role until `cancel` fires. Nothing ends it earlier: what fails is
+/// retried, reported, or ends a term.
+pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: CancellationToken) {
     let watcher = deps.registry.watch(cancel.child_token());
     let mut role = Role {
         settings,
@@ -55,10 +50,10 @@ pub async fn run(
         cancel,
         takeover_backoff: ReconnectBackoff::new(Duration::from_secs(1), Duration::from_secs(30)),
     };
-    let mut phase = Phase::Following { campaign: None };
+    let mut phase = Phase::Following;
     loop {
         phase = match phase {
-            Phase::Following { campaign } => role.follow(campaign).await?,
+            Phase::Following => role.follow().await,
             Phase::Leading(term) => {
                 let Role {
                     settings,
@@ -68,22 +63,18 @@ pub async fn run(
                     cancel,
                     ..
                 } = &mut role;
-                match term.run(settings, deps, watcher, catalog, cancel).await? {
-                    TermEnd::Lost | TermEnd::WatchEnded => Phase::Following { campaign: None },
-                }
+                term.run(settings, deps, watcher, catalog, cancel).await;
+                Phase::Following
             }
         };
         if role.cancel.is_cancelled() {
-            return Ok(());
+            return;
         }
     }
 }
 
 impl Role {
-    async fn follow(
-        &mut self,
-        campaign: Option<oneshot::Receiver<anyhow::Result<Leadership>>>,
-    ) -> anyhow::Result<Phase> {
+    async fn follow(&mut self) -> Phase {
         let (settings, deps, watcher, catalog, cancel, backoff) = (
             &self.settings,
             &self.deps,
@@ -93,7 +84,7 @@ impl Role {
             &mut self.takeover_backoff,
         );
         deps.metrics.set_leader(false);
-        let mut campaign = campaign;
+        let mut campaign: Option<oneshot::Receiver<anyhow::Result<Leadership>>> = None;
         let mut campaign_after = Instant::now();
         loop {
             let waiting = Instant::now() < campaign_after;
@@ -102,10 +93,10 @@ impl Role {
             }
             tokio::select! {
                 _ = tokio::time::sleep_until(campaign_after), if waiting => {}
-                _ = cancel.cancelled() => return Ok(Phase::Following { campaign: None }),
+                _ = cancel.cancelled() => return Phase::Following,
                 event = watcher.next() => match event {
                     Some(event) => { apply_event(settings, catalog, &deps.metrics, event); }
-                    None => return Ok(Phase::Following { campaign: None }),
+                    None => return Phase::Following,
                 },
                 won = async { match campaign.as_mut() { Some(rx) => rx.await, None => std::future::pending().await } } => {
                     campaign = None;
@@ -114,7 +105,7 @@ impl Role {
                             match Term::start(settings, deps, catalog, leadership, cancel).await {
                                 Ok(term) => {
                                     backoff.reset();
-                                    return Ok(Phase::Leading(Box::new(term)));
+                                    return Phase::Leading(Box::new(term));
                                 }
                                 Err(e) => {
                                     let wait = backoff.next_delay(&mut rand::rng());
@@ -125,7 +116,7 @@ impl Role {
                         }
                         Ok(Err(e)) => {
                             if cancel.is_cancelled() {
-                                return Ok(Phase::Following { campaign: None });
+                                return Phase::Following;
                             }
                             let wait = backoff.next_delay(&mut rand::rng());
                             warn!(error = %format!("{e:#}"), retry_in = ?wait, "campaign ended with an error; retrying");

@@ -42,6 +42,9 @@ pub(super) struct Term {
     pub(super) consumed_triggers: Vec<PendingTrigger>,
     /// Run-now requests seen before their task's put reached the catalog.
     early_triggers: Vec<PendingTrigger>,
+    /// Fires Redis refused as already enqueued, whose outcome is read from the execution
+    /// history with the next events (off the fire path).
+    pub(super) duplicates: Vec<(Arc<TaskKey>, UtcMillis)>,
     /// The etcd cluster id the fences are bound to.
     cluster: String,
     /// The Redis server process the fences were raised on (its run id).
@@ -80,11 +83,27 @@ fn fence_problem(queue: &str, fence: &Fence) -> Option<String> {
     }
 }
 
-fn report_fence_problem(deps: &LeaderDeps, problem: &str) {
-    error!(%problem, "cannot lead: enqueues would be refused");
-    if let Some(alerts) = &deps.alerts {
-        alerts.send(Alert::fence_conflict(problem, UtcMillis::now()));
+/// Raises `queue`'s fence to `token` for `cluster`. A fence that refuses this leader (see
+/// [`fence_problem`]) is an error, reported where people look (log and alert).
+async fn raise_fence(
+    deps: &LeaderDeps,
+    queue: &str,
+    token: u64,
+    cluster: &str,
+) -> anyhow::Result<()> {
+    let fence = deps
+        .queue
+        .advance_fence(queue, token, cluster)
+        .await
+        .with_context(|| format!("cannot raise the fence of queue {queue}"))?;
+    if let Some(problem) = fence_problem(queue, &fence) {
+        error!(%problem, "cannot lead: enqueues would be refused");
+        if let Some(alerts) = &deps.alerts {
+            alerts.send(Alert::fence_conflict(&problem, UtcMillis::now()));
+        }
+        anyhow::bail!(problem);
     }
+    Ok(())
 }
 
 /// How often the leader checks that Redis is the server it raised the fences on.
@@ -94,14 +113,6 @@ fn ticker(period: Duration) -> Interval {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     tick
-}
-
-/// How a term ended.
-pub(super) enum TermEnd {
-    /// Leadership was lost or given up; follow again.
-    Lost,
-    /// The registry watch ended (shutdown).
-    WatchEnded,
 }
 
 impl Term {
@@ -138,13 +149,13 @@ impl Term {
             deps.metrics
                 .undecodable_states
                 .set(i64::try_from(listing.undecodable.len()).unwrap_or(i64::MAX));
-            let states: HashMap<TaskKey, TaskState> = listing
+            let mut states: HashMap<TaskKey, TaskState> = listing
                 .states
                 .into_iter()
                 .map(|s| (TaskKey::new(s.namespace, s.id), s.state))
                 .collect();
             // The server the fences go on: a restart of it (a new run id) takes them away.
-            let redis_run_id = deps.queue.server_info().await.ok().map(|i| i.run_id);
+            let redis_run_id = deps.queue.run_id().await.ok();
             // Raise every queue's fence before the first fire, so a deposed leader that still
             // reaches Redis is refused on all of them, not only where this leader pushed.
             let mut queues: HashSet<String> = catalog
@@ -164,19 +175,10 @@ impl Term {
                 .0
                 .to_string();
             for q in &queues {
-                let fence = deps
-                    .queue
-                    .advance_fence(q, token, &cluster)
-                    .await
-                    .with_context(|| format!("cannot raise the fence of queue {q}"))?;
-                if let Some(problem) = fence_problem(q, &fence) {
-                    report_fence_problem(deps, &problem);
-                    anyhow::bail!(problem);
-                }
+                raise_fence(deps, q, token, &cluster).await?;
             }
             let now = UtcMillis::now();
             let mut dispatcher = Dispatcher::new(settings.dispatcher.clone(), now);
-            let mut states = states;
             for (key, entry) in &catalog.entries {
                 match entry {
                     CatalogEntry::Valid { spec, revision } => dispatcher.upsert(
@@ -261,6 +263,7 @@ impl Term {
                 pending_triggers: HashMap::new(),
                 consumed_triggers: Vec::new(),
                 early_triggers: Vec::new(),
+                duplicates: Vec::new(),
                 cluster,
                 redis_run_id,
                 redis_tick: ticker(REDIS_CHECK_INTERVAL),
@@ -274,7 +277,8 @@ impl Term {
         .await
     }
 
-    /// Runs the term until it ends. Registry events keep `catalog` current meanwhile.
+    /// Runs the term until it ends (leadership lost or given up, or shutdown). Registry events
+    /// keep `catalog` current meanwhile.
     pub(super) async fn run(
         mut self,
         settings: &LeaderSettings,
@@ -282,7 +286,7 @@ impl Term {
         watcher: &mut TaskWatcher,
         catalog: &mut Catalog,
         role_cancel: &CancellationToken,
-    ) -> anyhow::Result<TermEnd> {
+    ) {
         loop {
             let wake = self
                 .dispatcher
@@ -295,33 +299,37 @@ impl Term {
                 // instead would skip its last flush and its resignation.
                 _ = role_cancel.cancelled() => {
                     self.end(settings, deps, true).await;
-                    return Ok(TermEnd::Lost);
+                    return;
                 }
                 _ = self.cancel.cancelled() => {
                     self.end(settings, deps, role_cancel.is_cancelled()).await;
-                    return Ok(TermEnd::Lost);
+                    return;
                 }
                 _ = tokio::time::sleep_until(wake) => {
-                    fire::fire(settings, deps, &mut self).await?;
+                    fire::fire(settings, deps, &mut self).await;
                 }
                 event = watcher.next() => {
                     let Some(event) = event else {
                         self.end(settings, deps, role_cancel.is_cancelled()).await;
-                        return Ok(TermEnd::WatchEnded);
+                        return;
                     };
                     if let Some((key, entry)) = apply_event(settings, catalog, &deps.metrics, event) {
                         self.on_registry_change(deps, key, entry).await;
                         // A change takes effect now, not at the next tick.
-                        fire::fire(settings, deps, &mut self).await?;
+                        fire::fire(settings, deps, &mut self).await;
                     }
                 }
                 Some(request) = self.trigger_rx.recv() => {
                     if self.take_trigger(settings, catalog, request) {
-                        fire::fire(settings, deps, &mut self).await?;
+                        fire::fire(settings, deps, &mut self).await;
                     }
                 }
                 _ = self.events_tick.tick() => {
                     events::consume(deps, &mut self.dispatcher).await;
+                    if !self.duplicates.is_empty() {
+                        let duplicates = std::mem::take(&mut self.duplicates);
+                        events::reconcile(deps, &mut self.dispatcher, &duplicates).await;
+                    }
                     // Requests that came before their task's put: try again.
                     let waiting = std::mem::take(&mut self.early_triggers);
                     let mut queued = false;
@@ -329,7 +337,7 @@ impl Term {
                         queued |= self.take_trigger(settings, catalog, request);
                     }
                     if queued {
-                        fire::fire(settings, deps, &mut self).await?;
+                        fire::fire(settings, deps, &mut self).await;
                     }
                 }
                 _ = self.flush_tick.tick() => {
@@ -345,28 +353,35 @@ impl Term {
     /// Notices a Redis restart (a new run id): the fences are gone with a server that does
     /// not persist, so a deposed leader could enqueue again; raise them at once, and alert.
     async fn check_redis(&mut self, deps: &LeaderDeps) {
-        let Ok(info) = deps.queue.server_info().await else {
+        let Ok(run_id) = deps.queue.run_id().await else {
             return;
         };
         let restarted = self
             .redis_run_id
             .as_ref()
-            .is_some_and(|seen| *seen != info.run_id);
-        self.redis_run_id = Some(info.run_id.clone());
+            .is_some_and(|seen| *seen != run_id);
+        self.redis_run_id = Some(run_id);
         if !restarted {
             return;
         }
+        // Only now is it worth asking what the server keeps (for the alert).
+        let persistent = deps
+            .queue
+            .server_info()
+            .await
+            .ok()
+            .and_then(|i| i.persistent);
         warn!(
-            persistent = ?info.persistent,
+            ?persistent,
             "Redis restarted under this leader; raising the fences again"
         );
         for q in &self.queues {
-            if let Err(e) = deps.queue.advance_fence(q, self.token, &self.cluster).await {
-                warn!(error = %e, queue = %q, "cannot raise the queue's fence");
+            if let Err(e) = raise_fence(deps, q, self.token, &self.cluster).await {
+                warn!(error = %format!("{e:#}"), "cannot raise a queue's fence");
             }
         }
         if let Some(alerts) = &deps.alerts {
-            alerts.send(Alert::redis_restarted(info.persistent, UtcMillis::now()));
+            alerts.send(Alert::redis_restarted(persistent, UtcMillis::now()));
         }
     }
 
@@ -411,20 +426,9 @@ impl Term {
         match entry {
             Some(CatalogEntry::Valid { spec, revision }) => {
                 if self.queues.insert(spec.queue.clone()) {
-                    match deps
-                        .queue
-                        .advance_fence(&spec.queue, self.token, &self.cluster)
-                        .await
+                    if let Err(e) = raise_fence(deps, &spec.queue, self.token, &self.cluster).await
                     {
-                        Ok(fence) => {
-                            // Its fires would be refused: say why where people look.
-                            if let Some(problem) = fence_problem(&spec.queue, &fence) {
-                                report_fence_problem(deps, &problem);
-                            }
-                        }
-                        Err(e) => {
-                            warn!(error = %e, queue = %spec.queue, "cannot raise the queue's fence")
-                        }
+                        warn!(error = %format!("{e:#}"), "cannot raise a queue's fence");
                     }
                 }
                 self.dispatcher.upsert(key, spec, revision, None, now);
@@ -469,26 +473,18 @@ impl Term {
         if !self.dispatcher.has_state_writes() && self.consumed_triggers.is_empty() {
             return;
         }
-        // This term is the channel's only sender, so room seen here is still there below.
-        if self.flush_tx.capacity() < 2 {
+        // Reserved before anything is taken: a full channel leaves the changes where they
+        // are, and a closed one means the term is over.
+        let Ok(permit) = self.flush_tx.try_reserve() else {
             debug!("state flusher behind (etcd slow?); changes kept for a later flush");
             return;
-        }
-        let writes = self.dispatcher.take_state_writes();
-        if !self.consumed_triggers.is_empty() {
-            let triggers = std::mem::take(&mut self.consumed_triggers);
-            let _ = self
-                .flush_tx
-                .try_send(FlushRequest::DeleteTriggers(triggers));
-        }
-        let (done_tx, done_rx) = oneshot::channel();
-        let request = FlushRequest::States {
-            writes,
-            done: wait.then_some(done_tx),
         };
-        if self.flush_tx.try_send(request).is_err() {
-            return;
-        }
+        let (done_tx, done_rx) = oneshot::channel();
+        permit.send(FlushRequest {
+            writes: self.dispatcher.take_state_writes(),
+            triggers: std::mem::take(&mut self.consumed_triggers),
+            done: wait.then_some(done_tx),
+        });
         if wait {
             let _ = tokio::time::timeout(Duration::from_secs(5), done_rx).await;
         }
