@@ -145,13 +145,6 @@ fn report(name: &str, f: &Figures, extra: &str) {
     );
 }
 
-fn has_alert(c: &Cluster, kind: &str) -> bool {
-    c.receiver
-        .alerts()
-        .iter()
-        .any(|a| a.to_string().contains(kind))
-}
-
 async fn three_replicas(c: &mut Cluster) -> String {
     for id in ["r1", "r2", "r3"] {
         c.start_replica(id, Roles::Both).await;
@@ -220,9 +213,7 @@ async fn leader_sigstop_past_the_ttl() {
         ),
     );
     f.assert_clean("leader SIGSTOP");
-    for id in ["r1", "r2", "r3"] {
-        assert!(c.replica(id).is_running(), "{id} exited");
-    }
+    c.assert_running(&["r1", "r2", "r3"]);
     assert_eq!(c.leader().await.as_deref(), Some(next.as_str()));
     c.clean_up().await;
 }
@@ -290,9 +281,7 @@ async fn etcd_sigkill_and_restart() {
         &format!("leader before {leader}, after {again}, {recovery} ms after the restart"),
     );
     f.assert_clean("etcd SIGKILL");
-    for id in ["r1", "r2", "r3"] {
-        assert!(c.replica(id).is_running(), "{id} exited");
-    }
+    c.assert_running(&["r1", "r2", "r3"]);
     c.clean_up().await;
 }
 
@@ -316,9 +305,7 @@ async fn etcd_sigstop() {
         "fires missed while no lease held ran after",
     );
     f.assert_clean("etcd SIGSTOP");
-    for id in ["r1", "r2", "r3"] {
-        assert!(c.replica(id).is_running(), "{id} exited");
-    }
+    c.assert_running(&["r1", "r2", "r3"]);
     c.clean_up().await;
 }
 
@@ -337,11 +324,9 @@ async fn redis_sigkill_and_restart_with_aof() {
     let f = w.settle(&c, Duration::from_secs(15), restarted).await;
     report("Redis SIGKILL with AOF, restarted after 3 s", &f, "");
     f.assert_clean("Redis SIGKILL with AOF");
-    for id in ["r1", "r2", "r3"] {
-        assert!(c.replica(id).is_running(), "{id} exited");
-    }
+    c.assert_running(&["r1", "r2", "r3"]);
     assert!(
-        has_alert(&c, "backend_restarted"),
+        c.receiver.has_alert("backend_restarted"),
         "no backend_restarted alert"
     );
     c.clean_up().await;
@@ -368,7 +353,7 @@ async fn redis_sigkill_and_restart_without_persistence() {
     );
     f.assert_clean("Redis SIGKILL without persistence");
     assert!(
-        has_alert(&c, "backend_restarted"),
+        c.receiver.has_alert("backend_restarted"),
         "no backend_restarted alert"
     );
     assert_eq!(
@@ -402,9 +387,7 @@ async fn garbage_in_a_ready_list() {
         "the workers moved it to the dead-letter queue",
     );
     f.assert_clean("garbage in a ready list");
-    for id in ["r1", "r2", "r3"] {
-        assert!(c.replica(id).is_running(), "{id} exited");
-    }
+    c.assert_running(&["r1", "r2", "r3"]);
     c.clean_up().await;
 }
 
@@ -463,9 +446,7 @@ async fn redis_turned_read_only_by_a_failover() {
     redis_cmd(&b.url(), &["REPLICAOF", "NO", "ONE"]).await;
     redis_cmd(&a.url(), &["REPLICAOF", "127.0.0.1", &b_port]).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
-    for id in ["r1", "r2", "r3"] {
-        assert!(c.replica(id).is_running(), "{id} exited on READONLY");
-    }
+    c.assert_running(&["r1", "r2", "r3"]);
     redis_cmd(&a.url(), &["REPLICAOF", "NO", "ONE"]).await;
     let f = w.settle(&c, Duration::from_secs(20), now_ms()).await;
     report(
@@ -475,7 +456,7 @@ async fn redis_turned_read_only_by_a_failover() {
     );
     f.assert_clean("Redis read-only");
     assert!(
-        has_alert(&c, "backend_unavailable"),
+        c.receiver.has_alert("backend_unavailable"),
         "no backend_unavailable alert"
     );
     c.clean_up().await;
@@ -638,6 +619,9 @@ async fn the_leaders_clock_steps_forward() {
         .filter(|r| r.task_id == "skip" && r.fire_at >= stepped_at + 599_000)
         .count();
     assert!(after > 0, "the schedule goes on from the new time");
-    assert!(has_alert(&c, "misfire_skipped"), "no misfire_skipped alert");
+    assert!(
+        c.receiver.has_alert("misfire_skipped"),
+        "no misfire_skipped alert"
+    );
     c.clean_up().await;
 }

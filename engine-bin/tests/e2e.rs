@@ -36,6 +36,12 @@ fn http_task(c: &Cluster, schedule: Value) -> Value {
     })
 }
 
+/// Registers an `http` one-shot due at `due` (ms), as `etcdctl put` would.
+async fn put_one_shot(c: &Cluster, namespace: &str, id: &str, due: i64) {
+    c.put_task(namespace, id, &http_task(c, json!({ "at": rfc3339(due) })))
+        .await;
+}
+
 fn percentile(sorted: &[i64], p: f64) -> i64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i]
@@ -49,12 +55,7 @@ async fn a_task_put_into_etcd_runs_once_on_time() {
     c.wait_for_leader(None, Duration::from_secs(10)).await;
 
     let due = now_ms() + 2000;
-    c.put_task(
-        "default",
-        "report",
-        &http_task(&c, json!({ "at": rfc3339(due) })),
-    )
-    .await;
+    put_one_shot(&c, "default", "report", due).await;
     wait_for_executions(&c, "report", 1, Duration::from_secs(6)).await;
     // Anything extra would come at once (a duplicate) or after a retry's backoff.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -431,12 +432,7 @@ async fn an_invalid_spec_is_marked_invalid_and_the_others_run() {
         &http_task(&c, json!({ "cron": "61 * * * *" })),
     )
     .await;
-    c.put_task(
-        "default",
-        "good",
-        &http_task(&c, json!({ "at": rfc3339(due) })),
-    )
-    .await;
+    put_one_shot(&c, "default", "good", due).await;
 
     wait_until(Duration::from_secs(3), "state INVALID", || {
         let c = &c;
@@ -469,12 +465,7 @@ async fn an_invalid_spec_is_marked_invalid_and_the_others_run() {
 
     // Fixing the value makes it valid again; it runs.
     let fixed_due = now_ms() + 1000;
-    c.put_task(
-        "default",
-        "bad",
-        &http_task(&c, json!({ "at": rfc3339(fixed_due) })),
-    )
-    .await;
+    put_one_shot(&c, "default", "bad", fixed_due).await;
     wait_for_executions(&c, "bad", 1, Duration::from_secs(4)).await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     let bad = c.receiver.executions_of("bad");
@@ -655,18 +646,8 @@ async fn undecodable_state_records_are_passed_over_and_tasks_still_fire() {
     .await
     .unwrap();
     let due = now_ms() + 3000;
-    c.put_task(
-        "default",
-        "old",
-        &http_task(&c, json!({ "at": rfc3339(due) })),
-    )
-    .await;
-    c.put_task(
-        "default",
-        "new",
-        &http_task(&c, json!({ "at": rfc3339(due) })),
-    )
-    .await;
+    put_one_shot(&c, "default", "old", due).await;
+    put_one_shot(&c, "default", "new", due).await;
     // Before a leader rewrites it, the task says why its state is missing.
     let shown: Value =
         serde_json::from_str(&c.ax_ok(&["task", "get", "default/old"]).await).unwrap();
@@ -747,12 +728,7 @@ async fn redis_refusing_writes_stops_no_replica_and_loses_no_fire() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     set_maxmemory(&redis.url(), 1).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    for id in ["r1", "r2"] {
-        assert!(
-            c.replica(id).is_running(),
-            "replica {id} exited while Redis refused writes"
-        );
-    }
+    c.assert_running(&["r1", "r2"]);
     set_maxmemory(&redis.url(), 0).await;
 
     wait_until(Duration::from_secs(20), "every one-shot ran", || {
@@ -773,9 +749,7 @@ async fn redis_refusing_writes_stops_no_replica_and_loses_no_fire() {
             n[&format!("oom-{i}")]
         );
     }
-    for id in ["r1", "r2"] {
-        assert!(c.replica(id).is_running(), "replica {id} exited");
-    }
+    c.assert_running(&["r1", "r2"]);
     let alerts = c.receiver.alerts();
     assert!(
         alerts
@@ -800,12 +774,7 @@ async fn a_stopping_leader_writes_its_last_states_before_it_exits() {
         c.wait_for_leader(None, Duration::from_secs(10)).await;
         let task = format!("last-{round}");
         let due = now_ms() + 1000;
-        c.put_task(
-            "default",
-            &task,
-            &http_task(&c, json!({ "at": rfc3339(due) })),
-        )
-        .await;
+        put_one_shot(&c, "default", &task, due).await;
         wait_for_executions(&c, &task, 1, Duration::from_secs(5)).await;
         // The finished event reaches the leader within its events interval.
         tokio::time::sleep(Duration::from_millis(600)).await;
@@ -869,22 +838,12 @@ async fn a_redis_restart_without_persistence_is_noticed_fenced_and_alerted() {
     .await;
     wait_until(Duration::from_secs(5), "backend_restarted alert", || {
         let c = &c;
-        async move {
-            c.receiver
-                .alerts()
-                .iter()
-                .any(|a| a.to_string().contains("backend_restarted"))
-        }
+        async move { c.receiver.has_alert("backend_restarted") }
     })
     .await;
     // And it keeps firing on the new server.
     let due = now_ms() + 1500;
-    c.put_task(
-        "default",
-        "after",
-        &http_task(&c, json!({ "at": rfc3339(due) })),
-    )
-    .await;
+    put_one_shot(&c, "default", "after", due).await;
     wait_for_executions(&c, "after", 1, Duration::from_secs(10)).await;
     c.clean_up().await;
 }
@@ -910,20 +869,13 @@ async fn a_fence_from_another_cluster_is_refused_with_its_cause_and_reseated_by_
         .await
         .unwrap();
     let due = now_ms() + 1500;
-    c.put_task(
-        "default",
-        "ff",
-        &http_task(&c, json!({ "at": rfc3339(due) })),
-    )
-    .await;
+    put_one_shot(&c, "default", "ff", due).await;
     c.start_replica("r1", Roles::Both).await;
     wait_until(Duration::from_secs(10), "fence_conflict alert", || {
         let c = &c;
         async move {
-            c.receiver.alerts().iter().any(|a| {
-                a.to_string()
-                    .contains("belongs to etcd cluster other-cluster")
-            })
+            c.receiver
+                .has_alert("belongs to etcd cluster other-cluster")
         }
     })
     .await;

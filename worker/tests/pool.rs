@@ -37,6 +37,22 @@ fn recording_registry(seen: &Seen) -> HandlerRegistry {
     r
 }
 
+/// A pool under `cfg` whose `record` handler counts executions in `seen`.
+fn recording_pool(q: &Queue, cfg: WorkerConfig, seen: &Seen) -> WorkerPool {
+    WorkerPool::new(
+        q.clone(),
+        cfg,
+        recording_registry(seen),
+        Arc::new(NoopReporter),
+    )
+    .unwrap()
+}
+
+/// Whether execution `id` ran within `limit`.
+async fn ran_within(seen: &Seen, id: Uuid, limit: Duration) -> bool {
+    eventually(limit, || seen.lock().unwrap().contains_key(&id)).await
+}
+
 struct Running {
     cancel: CancellationToken,
     handle: tokio::task::JoinHandle<ax_worker::PoolSummary>,
@@ -80,13 +96,7 @@ async fn thousands_of_messages_through_several_pools_none_lost_none_twice() {
         let mut cfg = fast_config(&format!("w{i}"));
         cfg.concurrency = 16;
         cfg.record_history = false;
-        let pool = WorkerPool::new(
-            q.clone(),
-            cfg,
-            recording_registry(&seen),
-            Arc::new(NoopReporter),
-        )
-        .unwrap();
+        let pool = recording_pool(&q, cfg, &seen);
         pools.push(start(pool));
     }
     let s = spec("bulk", "record");
@@ -464,13 +474,7 @@ async fn workers_waiting_through_a_redis_restart_carry_on() {
     let prefix = unique_name("axw");
     let q = queue_at(&server.url(), &prefix).await;
     let seen: Seen = Arc::default();
-    let pool = WorkerPool::new(
-        q.clone(),
-        fast_config("w"),
-        recording_registry(&seen),
-        Arc::new(NoopReporter),
-    )
-    .unwrap();
+    let pool = recording_pool(&q, fast_config("w"), &seen);
     let running = start(pool);
     let s = spec("r", "record");
     let before = msg(&s, 1);
@@ -588,20 +592,10 @@ async fn a_killed_worker_process_message_is_redelivered() {
     let processing = q.keys().processing("default", "child");
     let seen: Seen = Arc::default();
     let t0 = std::time::Instant::now();
-    let pool = WorkerPool::new(
-        q.clone(),
-        fast_config("rescuer"),
-        recording_registry(&seen),
-        Arc::new(NoopReporter),
-    )
-    .unwrap();
+    let pool = recording_pool(&q, fast_config("rescuer"), &seen);
     let running = start(pool);
     assert!(
-        eventually(Duration::from_secs(15), || seen
-            .lock()
-            .unwrap()
-            .contains_key(&m.execution_id))
-        .await,
+        ran_within(&seen, m.execution_id, Duration::from_secs(15)).await,
         "the reaper gave the dead worker's message back"
     );
     // Not before the child's heartbeat lapsed and the visibility timeout passed.
@@ -616,13 +610,7 @@ async fn a_killed_worker_process_message_is_redelivered() {
 async fn a_deposed_leaders_fires_never_reach_a_worker() {
     let q = queue().await;
     let seen: Seen = Arc::default();
-    let pool = WorkerPool::new(
-        q.clone(),
-        fast_config("w"),
-        recording_registry(&seen),
-        Arc::new(NoopReporter),
-    )
-    .unwrap();
+    let pool = recording_pool(&q, fast_config("w"), &seen);
     let running = start(pool);
     let s = spec("f", "record");
     q.advance_fence("default", 10, "test-cluster")
@@ -676,20 +664,10 @@ async fn with_default_settings_a_dead_workers_execution_moves_on_within_30_secon
         worker_id: "rescuer".into(),
         ..WorkerConfig::default()
     };
-    let pool = WorkerPool::new(
-        q.clone(),
-        rescuer,
-        recording_registry(&seen),
-        Arc::new(NoopReporter),
-    )
-    .unwrap();
+    let pool = recording_pool(&q, rescuer, &seen);
     let running = start(pool);
     assert!(
-        eventually(Duration::from_secs(40), || seen
-            .lock()
-            .unwrap()
-            .contains_key(&m.execution_id))
-        .await,
+        ran_within(&seen, m.execution_id, Duration::from_secs(40)).await,
         "the reaper gave the dead worker's message back"
     );
     let took = killed_at.elapsed();
@@ -712,13 +690,7 @@ async fn a_second_live_process_under_one_worker_id_is_refused() {
     let prefix = unique_name("axw");
     let q = queue_at(&redis_url(), &prefix).await;
     let seen: Seen = Arc::default();
-    let first = WorkerPool::new(
-        q.clone(),
-        fast_config("dup"),
-        recording_registry(&seen),
-        Arc::new(NoopReporter),
-    )
-    .unwrap();
+    let first = recording_pool(&q, fast_config("dup"), &seen);
     assert_eq!(
         first.claim_id().await.unwrap(),
         0,
@@ -734,13 +706,7 @@ async fn a_second_live_process_under_one_worker_id_is_refused() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(beating, "the first pool heartbeats");
-    let second = WorkerPool::new(
-        q.clone(),
-        fast_config("dup"),
-        recording_registry(&seen),
-        Arc::new(NoopReporter),
-    )
-    .unwrap();
+    let second = recording_pool(&q, fast_config("dup"), &seen);
     let refused = second.claim_id().await;
     assert!(
         matches!(refused, Err(ax_worker::WorkerError::IdInUse { .. })),
@@ -758,13 +724,7 @@ async fn a_message_left_in_a_live_workers_processing_list_is_given_back() {
     let prefix = unique_name("axw");
     let q = queue_at(&redis_url(), &prefix).await;
     let seen: Seen = Arc::default();
-    let pool = WorkerPool::new(
-        q.clone(),
-        fast_config("live"),
-        recording_registry(&seen),
-        Arc::new(NoopReporter),
-    )
-    .unwrap();
+    let pool = recording_pool(&q, fast_config("live"), &seen);
     let running = start(pool);
     let m = msg(&spec("lost-reply", "record"), 1);
     let mut raw = redis::Client::open(redis_url())
@@ -781,11 +741,7 @@ async fn a_message_left_in_a_live_workers_processing_list_is_given_back() {
         .await
         .unwrap();
     assert!(
-        eventually(Duration::from_secs(5), || seen
-            .lock()
-            .unwrap()
-            .contains_key(&m.execution_id))
-        .await,
+        ran_within(&seen, m.execution_id, Duration::from_secs(5)).await,
         "the stuck message was given back and ran"
     );
     running.stop().await;

@@ -145,6 +145,11 @@ impl Receiver {
             .collect()
     }
 
+    /// Whether an alert received so far mentions `text` (its kind, a phrase of its message).
+    pub(crate) fn has_alert(&self, text: &str) -> bool {
+        self.alerts().iter().any(|a| a.to_string().contains(text))
+    }
+
     /// Every alert payload received so far.
     pub(crate) fn alerts(&self) -> Vec<Value> {
         self.inbox.lock().unwrap().alerts.clone()
@@ -403,6 +408,13 @@ impl Cluster {
         )
         .await;
         self.replicas.last().unwrap()
+    }
+
+    /// Fails the test unless every replica named in `ids` still runs.
+    pub(crate) fn assert_running(&mut self, ids: &[&str]) {
+        for id in ids {
+            assert!(self.replica(id).is_running(), "replica {id} exited");
+        }
     }
 
     /// The replica named `id`.

@@ -26,6 +26,13 @@ fn finished(
     }
 }
 
+/// A dispatcher started at `at(0)` with one task `id` (spec revision 5, nothing recorded).
+fn one_task(id: &str, json: &str) -> Dispatcher {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.upsert(key(id), spec(id, json), 5, None, at(0));
+    d
+}
+
 fn key(id: &str) -> TaskKey {
     TaskKey::new("default", id)
 }
@@ -45,14 +52,7 @@ fn run(d: &mut Dispatcher, from: i64, to: i64) -> Vec<(i64, Dispatch)> {
 
 #[test]
 fn every_task_fires_on_cadence_never_early_and_re_arms() {
-    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
-    d.upsert(
-        key("a"),
-        spec("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
-        5,
-        None,
-        at(0),
-    );
+    let mut d = one_task("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#);
     assert_eq!(d.state(&key("a")).unwrap().next_fire_at, Some(at(1000)));
     let fired = run(&mut d, 0, 5000);
     let dues: Vec<_> = fired.iter().map(|(_, x)| x.fire_at.0 - T0).collect();
@@ -70,14 +70,7 @@ fn every_task_fires_on_cadence_never_early_and_re_arms() {
 
 #[test]
 fn state_writes_are_coalesced_per_task() {
-    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
-    d.upsert(
-        key("a"),
-        spec("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
-        5,
-        None,
-        at(0),
-    );
+    let mut d = one_task("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#);
     d.upsert(
         key("b"),
         spec("b", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
@@ -261,14 +254,7 @@ fn paused_one_shot_fires_when_resumed_after_its_time() {
 
 #[test]
 fn run_now_has_its_own_id_and_keeps_the_schedule() {
-    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
-    d.upsert(
-        key("a"),
-        spec("a", r#"{"handler":"log","schedule":{"every":"10s"}}"#),
-        5,
-        None,
-        at(0),
-    );
+    let mut d = one_task("a", r#"{"handler":"log","schedule":{"every":"10s"}}"#);
     assert!(d.trigger(&key("a"), "exec-1".into(), at(3000)));
     assert!(!d.trigger(&key("nope"), "exec-2".into(), at(3000)));
     let fired = d.poll(at(3000));
@@ -284,14 +270,7 @@ fn run_now_has_its_own_id_and_keeps_the_schedule() {
 
 #[test]
 fn forbid_holds_one_fire_until_the_previous_execution_ends() {
-    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
-    d.upsert(
-        key("a"),
-        spec("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
-        5,
-        None,
-        at(0),
-    );
+    let mut d = one_task("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#);
     let first = d.poll(at(1000)).pop().unwrap();
     d.on_enqueued(&first, EnqueueOutcome::Enqueued, at(1000));
     // The next two fires find the execution still active.
@@ -322,14 +301,7 @@ fn forbid_holds_one_fire_until_the_previous_execution_ends() {
 
 #[test]
 fn a_held_fire_asks_again_when_its_completion_event_is_lost() {
-    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
-    d.upsert(
-        key("a"),
-        spec("a", r#"{"handler":"log","schedule":{"every":"1h"}}"#),
-        5,
-        None,
-        at(0),
-    );
+    let mut d = one_task("a", r#"{"handler":"log","schedule":{"every":"1h"}}"#);
     let x = d.poll(at(3_600_000)).pop().unwrap();
     d.on_enqueued(&x, EnqueueOutcome::Held, at(3_600_000));
     let retried = run(&mut d, 3_600_010, 3_605_000);
@@ -411,14 +383,7 @@ fn rate_limit_spreads_a_burst_in_priority_order() {
 
 #[test]
 fn invalid_spec_stops_the_task_and_records_errors() {
-    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
-    d.upsert(
-        key("a"),
-        spec("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
-        5,
-        None,
-        at(0),
-    );
+    let mut d = one_task("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#);
     d.take_state_writes();
     d.mark_invalid(
         key("a"),
@@ -501,14 +466,7 @@ fn a_long_forbid_execution_holds_one_fire_for_an_hour_without_multiplying() {
     // An `every: 1s` task whose first execution runs for an hour: every later fire finds it
     // active. Fires are counted once each, the task owns at most one retry timer, and the
     // re-dispatches of the held fire stay at one per retry period.
-    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
-    d.upsert(
-        key("a"),
-        spec("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
-        5,
-        None,
-        at(0),
-    );
+    let mut d = one_task("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#);
     let first = d.poll(at(1000)).pop().unwrap();
     d.on_enqueued(&first, EnqueueOutcome::Enqueued, at(1000));
     let mut dispatches = 0u64;
@@ -583,14 +541,7 @@ fn a_stall_inside_a_term_applies_the_misfire_policy() {
 fn a_huge_error_is_capped_in_the_state() {
     // A failing 1 MB URL echoed into the error: the state must stay far below etcd's
     // request limit.
-    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
-    d.upsert(
-        key("a"),
-        spec("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
-        5,
-        None,
-        at(0),
-    );
+    let mut d = one_task("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#);
     assert_eq!(d.poll(at(1000)).len(), 1);
     let huge = format!("POST http://x/{} failed", "a".repeat(1_000_000));
     d.on_execution(
@@ -662,14 +613,7 @@ fn an_end_read_from_history_is_applied_once() {
 
 #[test]
 fn a_held_fire_survives_a_failover() {
-    let mut old = Dispatcher::new(DispatcherConfig::default(), at(0));
-    old.upsert(
-        key("a"),
-        spec("a", r#"{"handler":"log","schedule":{"every":"1h"}}"#),
-        5,
-        None,
-        at(0),
-    );
+    let mut old = one_task("a", r#"{"handler":"log","schedule":{"every":"1h"}}"#);
     let x = old.poll(at(3_600_000)).pop().unwrap();
     old.on_enqueued(&x, EnqueueOutcome::Held, at(3_600_000));
     let written = old
