@@ -97,8 +97,15 @@ impl Keys {
         format!("{}:active:{}/{}", self.tag(queue), namespace, task_id)
     }
 
-    /// List of execution events (started, finished) from workers to the leader.
+    /// Stream of execution events (started, finished) from workers to the leader, read
+    /// through a consumer group.
     pub fn events(&self) -> String {
+        format!("{{{}:ev}}:stream", self.prefix)
+    }
+
+    /// The list that carried the events before the stream; the leader moves what is left in
+    /// it into the stream. In the stream's slot, since one script touches both.
+    pub fn legacy_events(&self) -> String {
         format!("{{{}:ev}}:events", self.prefix)
     }
 

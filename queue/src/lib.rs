@@ -24,7 +24,7 @@ pub use config::QueueConfig;
 pub use consumer::Consumer;
 pub use dlq::DlqEntry;
 pub use error::{QueueError, Result};
-pub use events::{ExecutionEventRecord, EVENTS_CAP};
+pub use events::{EventEntry, ExecutionEventRecord, EVENTS_CAP};
 pub use history::HistoryEntry;
 pub use keys::Keys;
 pub use maintenance::{

@@ -1,8 +1,8 @@
 //! The Lua scripts, one file each under `src/lua/`.
 //!
 //! Every state change that touches more than one key runs as one script so it is atomic
-//! (a message is never in two places, or in none). Each script touches keys of one queue only,
-//! which share a hash tag, so it is single-slot on Redis Cluster. `redis::Script` sends EVALSHA
+//! (a message is never in two places, or in none). Each script touches keys of one queue only
+//! (or, for the worker events, of the event slot), which share a hash tag, so it is single-slot on Redis Cluster. `redis::Script` sends EVALSHA
 //! and loads the script on NOSCRIPT, so a restarted Redis needs nothing from us.
 
 use redis::Script;
@@ -20,6 +20,7 @@ pub(crate) struct Scripts {
     pub(crate) dlq_requeue: Script,
     pub(crate) release: Script,
     pub(crate) deregister: Script,
+    pub(crate) read_events: Script,
 }
 
 impl Scripts {
@@ -36,6 +37,7 @@ impl Scripts {
             dlq_requeue: Script::new(include_str!("lua/dlq_requeue.lua")),
             release: Script::new(include_str!("lua/release.lua")),
             deregister: Script::new(include_str!("lua/deregister.lua")),
+            read_events: Script::new(include_str!("lua/read_events.lua")),
         }
     }
 }

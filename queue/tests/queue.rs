@@ -655,6 +655,101 @@ async fn one_shot_and_allow_fires_never_hold() {
     assert_eq!(out, vec![EnqueueOutcome::Enqueued; 3]);
 }
 
+fn records(entries: &[ax_queue::EventEntry]) -> Vec<ax_queue::ExecutionEventRecord> {
+    entries.iter().filter_map(|e| e.record.clone()).collect()
+}
+
+fn positions(entries: &[ax_queue::EventEntry]) -> Vec<ax_scheduler_core::EventPosition> {
+    entries.iter().map(|e| e.position).collect()
+}
+
+#[tokio::test]
+async fn events_read_and_not_acknowledged_are_claimed_by_the_next_reader() {
+    use ax_queue::ExecutionEventRecord;
+    let q = queue().await;
+    let event = |task: &str| ExecutionEventRecord {
+        namespace: "ns".into(),
+        task_id: task.into(),
+        execution_id: uuid::Uuid::now_v7(),
+        fire_at: UtcMillis(5),
+        attempt: 0,
+        kind: ExecutionEvent::Started { at: UtcMillis(6) },
+    };
+    // Events of a version that kept them in a list (pushed on the left) move into the
+    // stream, oldest first, at its end (a stream only grows at its end).
+    let mut conn = raw_conn(&redis_url()).await;
+    for task in ["old-1", "old-2"] {
+        let _: () = conn
+            .lpush(
+                q.keys().legacy_events(),
+                serde_json::to_string(&event(task)).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let _: () = conn
+        .lpush(q.keys().legacy_events(), "not json")
+        .await
+        .unwrap();
+    q.report_many(&[(event("a"), None), (event("b"), None), (event("c"), None)])
+        .await
+        .unwrap();
+    // A leader reads them all and writes the effects of the first three only.
+    let read = q.read_events(100).await.unwrap();
+    let tasks: Vec<Option<String>> = read
+        .iter()
+        .map(|e| e.record.as_ref().map(|r| r.task_id.clone()))
+        .collect();
+    assert_eq!(
+        tasks,
+        [
+            Some("a"),
+            Some("b"),
+            Some("c"),
+            Some("old-1"),
+            Some("old-2"),
+            None
+        ]
+        .map(|t| t.map(str::to_owned))
+    );
+    let exists: bool = conn.exists(q.keys().legacy_events()).await.unwrap();
+    assert!(!exists, "the former list is gone once moved");
+    q.ack_events(&positions(&read[..3])).await.unwrap();
+    // It dies. New events are not what a successor reads first: it claims the pending ones.
+    q.report(&event("d"), None).await.unwrap();
+    let (cursor, claimed) = q.claim_events(Duration::ZERO, "0-0", 2).await.unwrap();
+    assert_eq!(positions(&claimed), positions(&read[3..5]));
+    assert_ne!(cursor, "0-0");
+    let (cursor, rest) = q.claim_events(Duration::ZERO, &cursor, 2).await.unwrap();
+    assert_eq!(positions(&rest), positions(&read[5..]));
+    assert_eq!(cursor, "0-0", "the pending entries are all claimed");
+    // Entries pending for less than the idle time stay with their reader.
+    assert!(q
+        .claim_events(Duration::from_secs(60), "0-0", 10)
+        .await
+        .unwrap()
+        .1
+        .is_empty());
+    let new = q.read_events(100).await.unwrap();
+    let new_tasks: Vec<String> = records(&new).into_iter().map(|r| r.task_id).collect();
+    assert_eq!(new_tasks, ["d"]);
+    // Acknowledged entries are deleted: nothing is left to claim or read.
+    q.ack_events(&positions(&read[3..])).await.unwrap();
+    q.ack_events(&positions(&new)).await.unwrap();
+    let len: usize = redis::cmd("XLEN")
+        .arg(q.keys().events())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(len, 0);
+    assert!(q
+        .claim_events(Duration::ZERO, "0-0", 10)
+        .await
+        .unwrap()
+        .1
+        .is_empty());
+}
+
 #[tokio::test]
 async fn execution_events_reach_the_reader_in_order_with_history() {
     use ax_queue::ExecutionEventRecord;
@@ -690,9 +785,11 @@ async fn execution_events_reach_the_reader_in_order_with_history() {
     };
     q.report(&started, None).await.unwrap();
     q.report(&finished, Some(&entry)).await.unwrap();
-    let got = q.take_events(10).await.unwrap();
-    assert_eq!(got, vec![started.clone(), finished.clone()]);
-    assert!(q.take_events(10).await.unwrap().is_empty());
+    let got = q.read_events(10).await.unwrap();
+    assert_eq!(records(&got), vec![started.clone(), finished.clone()]);
+    assert!(got[0].position < got[1].position);
+    assert!(q.read_events(10).await.unwrap().is_empty());
+    q.ack_events(&positions(&got)).await.unwrap();
     assert_eq!(
         q.history("ns", "ev", 10).await.unwrap(),
         vec![entry.clone()]
@@ -706,8 +803,8 @@ async fn execution_events_reach_the_reader_in_order_with_history() {
     ];
     q.report_many(&batch).await.unwrap();
     q.report_many(&[]).await.unwrap();
-    let got = q.take_events(10).await.unwrap();
-    assert_eq!(got, vec![started.clone(), finished, started]);
+    let got = q.read_events(10).await.unwrap();
+    assert_eq!(records(&got), vec![started.clone(), finished, started]);
     assert_eq!(
         q.history("ns", "ev", 10).await.unwrap(),
         vec![entry.clone(), entry]

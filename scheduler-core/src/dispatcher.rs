@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::breaker::{Admission, BreakerConfig, CircuitBreaker, Transition};
-use crate::execution::{cap_error, AttemptOutcome, EnqueueOutcome, ExecutionEvent};
+use crate::execution::{cap_error, AttemptOutcome, EnqueueOutcome, EventPosition, ExecutionEvent};
 use crate::limiter::TokenBucket;
 use crate::misfire::{plan_misfires, Progress, DEFAULT_CATCH_UP_WINDOW};
 use crate::overlap::{dispatch_mode, merge_held};
@@ -784,6 +784,33 @@ impl Dispatcher {
             // The sender was deposed; the engine ends the term.
             EnqueueOutcome::Fenced { .. } => {}
         }
+    }
+
+    /// Takes a worker event read from the event log at `position`. An event at or before the
+    /// last one applied to the task's state is already in it (read again because the leader
+    /// that read it first died before acknowledging it) and is ignored; the position goes
+    /// into the state with the event's effects, so the two are written together.
+    pub fn on_event(
+        &mut self,
+        key: &TaskKey,
+        position: EventPosition,
+        execution: u128,
+        attempt: u32,
+        event: &ExecutionEvent,
+        now: UtcMillis,
+    ) {
+        let Some(task) = self.tasks.get_mut(key) else {
+            return;
+        };
+        if task
+            .state
+            .last_event
+            .is_some_and(|applied| applied >= position)
+        {
+            return;
+        }
+        task.state.last_event = Some(position);
+        self.on_execution(key, execution, attempt, event, now);
     }
 
     /// Takes an execution event reported by a worker.

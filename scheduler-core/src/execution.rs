@@ -182,6 +182,54 @@ pub enum ExecutionEvent {
     },
 }
 
+/// Where a worker event sits in the event log the leader reads (a Redis stream id,
+/// `{ms}-{seq}`): totally ordered, and increasing in the order events were written.
+///
+/// The leader acknowledges events only after the task states they changed are written, so a
+/// leader that dies in between leaves them for its successor, which reads them again. Each
+/// task state records the position of the last event applied to it
+/// ([`TaskState::last_event`](crate::TaskState::last_event)); an event at or before that
+/// position is already in the state and is not applied twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventPosition {
+    /// Milliseconds part.
+    pub ms: u64,
+    /// Sequence within the millisecond.
+    pub seq: u64,
+}
+
+impl std::fmt::Display for EventPosition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.ms, self.seq)
+    }
+}
+
+impl std::str::FromStr for EventPosition {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("not an event position (`<ms>-<seq>`): {s:?}");
+        let (ms, seq) = s.split_once('-').ok_or_else(bad)?;
+        Ok(EventPosition {
+            ms: ms.parse().map_err(|_| bad())?,
+            seq: seq.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+impl Serialize for EventPosition {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for EventPosition {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,5 +280,21 @@ mod tests {
             serde_json::to_string(&s).unwrap(),
             r#"{"type":"started","at":1}"#
         );
+    }
+
+    #[test]
+    fn positions_order_by_millisecond_then_sequence_and_round_trip() {
+        let a: EventPosition = "1700000000000-5".parse().unwrap();
+        let b: EventPosition = "1700000000000-12".parse().unwrap();
+        let c: EventPosition = "1700000000001-0".parse().unwrap();
+        // Numeric, not textual, order: "-12" sorts before "-5" as text.
+        assert!(a < b && b < c);
+        assert_eq!(a.to_string(), "1700000000000-5");
+        let json = serde_json::to_string(&b).unwrap();
+        assert_eq!(json, "\"1700000000000-12\"");
+        assert_eq!(serde_json::from_str::<EventPosition>(&json).unwrap(), b);
+        for bad in ["", "12", "a-1", "1-", "-1", "1-2-3"] {
+            assert!(bad.parse::<EventPosition>().is_err(), "{bad}");
+        }
     }
 }

@@ -25,7 +25,7 @@ pub mod validate;
 pub use backoff::ReconnectBackoff;
 pub use dispatcher::{Dispatch, Dispatcher, DispatcherConfig, Notice, TaskKey};
 pub use error::CoreError;
-pub use execution::{AttemptEnd, AttemptOutcome, EnqueueOutcome, ExecutionEvent};
+pub use execution::{AttemptEnd, AttemptOutcome, EnqueueOutcome, EventPosition, ExecutionEvent};
 pub use misfire::{plan_misfires, MisfirePlan, Progress};
 pub use schedule::CompiledSchedule;
 pub use state::{TaskState, TaskStatus};

@@ -146,6 +146,10 @@ pub struct TaskState {
     /// fired, not yet enqueued. Recorded so a new leader sends it instead of losing it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_fire_at: Option<UtcMillis>,
+    /// The position of the last worker event applied to this state: an event read again
+    /// (its leader died before acknowledging it) at or before it is not applied twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_event: Option<crate::execution::EventPosition>,
     /// When this record was last written.
     pub updated_at: UtcMillis,
 }
@@ -167,6 +171,7 @@ impl TaskState {
             last_error: None,
             validation_errors: Vec::new(),
             held_fire_at: None,
+            last_event: None,
             updated_at: now,
         }
     }

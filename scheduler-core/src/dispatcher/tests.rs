@@ -642,3 +642,36 @@ fn a_held_fire_survives_a_failover() {
     new.on_enqueued(&again[0], EnqueueOutcome::Enqueued, at(3_601_000));
     assert_eq!(new.state(&key("a")).unwrap().held_fire_at, None);
 }
+
+#[test]
+fn an_event_read_again_after_a_failover_is_not_applied_twice() {
+    let pos = |seq| EventPosition { ms: 1_000, seq };
+    let mut d = one_task("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#);
+    let fire = d.poll(at(1000)).pop().unwrap();
+    d.on_enqueued(&fire, EnqueueOutcome::Enqueued, at(1000));
+    let success = finished(AttemptOutcome::Succeeded, None, None);
+    d.on_event(&key("a"), pos(1), 7, 0, &success, at(1100));
+    // The same event again (this leader read it twice): nothing changes.
+    d.on_event(&key("a"), pos(1), 7, 0, &success, at(1150));
+    let written = d.state(&key("a")).unwrap().clone();
+    assert_eq!(written.success_count, 1);
+    assert_eq!(written.last_event, Some(pos(1)));
+    // The leader dies after writing the state and before acknowledging the event: its
+    // successor starts from the written state and reads the event again.
+    let mut next = Dispatcher::new(DispatcherConfig::default(), at(1200));
+    next.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#),
+        5,
+        Some(written),
+        at(1200),
+    );
+    next.on_event(&key("a"), pos(1), 7, 0, &success, at(1200));
+    assert_eq!(next.state(&key("a")).unwrap().success_count, 1);
+    // A later event still counts.
+    let failure = finished(AttemptOutcome::Failed, Some("boom".into()), None);
+    next.on_event(&key("a"), pos(2), 8, 0, &failure, at(2100));
+    let state = next.state(&key("a")).unwrap();
+    assert_eq!((state.success_count, state.failure_count), (1, 1));
+    assert_eq!(state.last_event, Some(pos(2)));
+}
