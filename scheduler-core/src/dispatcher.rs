@@ -217,9 +217,11 @@ struct Armed {
     held_timer: Option<TimerHandle>,
     breaker: Option<CircuitBreaker>,
     state: TaskState,
-    /// The last execution attempt whose end was applied from history (a reconciliation):
-    /// its event, if it still arrives, is not applied a second time.
-    reconciled: Option<(u128, u32)>,
+    /// The last execution attempt whose end was applied (from its event or from the
+    /// history): the same end arriving again (its event after a reconciliation, the history
+    /// after the event, or a finished execution run again after its worker died) is not
+    /// counted a second time.
+    last_end: Option<(u128, u32)>,
 }
 
 #[derive(Debug)]
@@ -368,7 +370,7 @@ impl Dispatcher {
             timer: None,
             held_timer: None,
             breaker: None,
-            reconciled: None,
+            last_end: None,
             state,
         };
         // A fire the previous leader held (forbid) is still owed: its retry timer sends it
@@ -827,9 +829,8 @@ impl Dispatcher {
             return;
         };
         if matches!(event, ExecutionEvent::Finished { .. })
-            && task.reconciled == Some((execution, attempt))
+            && task.last_end == Some((execution, attempt))
         {
-            // Already applied from history at a reconciliation.
             return;
         }
         match event {
@@ -847,6 +848,7 @@ impl Dispatcher {
                     // Given back unfinished: it runs again elsewhere; nothing ended.
                     return;
                 }
+                task.last_end = Some((execution, attempt));
                 let breaker = task
                     .breaker
                     .get_or_insert_with(|| CircuitBreaker::new(self.config.breaker.clone()));
@@ -922,9 +924,6 @@ impl Dispatcher {
             end: end.clone(),
         };
         self.on_execution(key, execution, attempt, &event, now);
-        if let Some(task) = self.tasks.get_mut(key) {
-            task.reconciled = Some((execution, attempt));
-        }
     }
 
     /// The states changed since the last call, newest version of each: `Some` to write,

@@ -1,21 +1,33 @@
 //! Worker events into the leader's dispatcher.
 //!
-//! Workers on every replica push their execution events to one Redis list; the leader reads
-//! them in batches on its events interval and hands each to the dispatcher as it is (the
-//! event type is the core's, serialized by the queue), which updates task states, releases
-//! held fires and feeds the circuit breakers.
+//! Workers on every replica append their execution events to one Redis stream; the leader
+//! reads it in batches on its events interval and hands each event to the dispatcher as it
+//! is (the event type is the core's, serialized by the queue), which updates task states,
+//! releases held fires and feeds the circuit breakers.
 //!
-//! The leader pops events as it reads them, so one that dies before writing what it heard
-//! loses those ends, and its successor would show the tasks RUNNING for good. The history
-//! list, written by the worker in the same pipeline as the event, has them too: a new
-//! leader [reconciles](reconcile) every task its states show in flight against it (after
-//! reading the events still waiting), and does the same, with its next read of events, for
-//! fires Redis refused as duplicates (re-fires of what the dead leader had sent). An end
-//! applied from history is not applied again if its event still arrives.
+//! Reading does not remove an event: the leader acknowledges the events it read with the
+//! flush that writes the states they changed (see the flusher), so a leader that dies in
+//! between leaves them pending, and a new leader [claims](replay) and applies them before
+//! reading new ones. Each state records the stream position of the last event applied to it,
+//! written with that event's effects, so an event whose effects were written before its
+//! leader died is not applied twice. A leader that read events and was deposed before
+//! acknowledging them leaves them pending too; the leader claims entries pending longer than
+//! [`STALE_PENDING`] on every [`PENDING_CHECK_INTERVAL`].
+//!
+//! Events can still be lost when the stream is trimmed (a long time without a leader) or by
+//! a Redis without persistence. The execution history, written by the worker in the same
+//! pipeline as the event, has the ends too: a new leader [reconciles](reconcile) every task
+//! its states show in flight against it (after reading the events still waiting), and does
+//! the same, with its next read of events, for fires Redis refused as duplicates (re-fires
+//! of what a dead leader had sent). An end applied from history is not applied again if its
+//! event still arrives.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
-use ax_scheduler_core::{Dispatcher, TaskKey, UtcMillis};
+use ax_queue::EventEntry;
+use ax_scheduler_core::{Dispatcher, EventPosition, TaskKey, UtcMillis};
 use tracing::warn;
 
 use super::LeaderDeps;
@@ -23,11 +35,21 @@ use crate::metrics::BACKEND_REDIS;
 
 /// Events read per round trip.
 const EVENTS_BATCH: usize = 1000;
+/// How often the leader looks for events read long ago and never acknowledged.
+pub(super) const PENDING_CHECK_INTERVAL: Duration = Duration::from_secs(30);
+/// How long an event stays read and unacknowledged before the leader claims it again: far
+/// longer than a flush takes, so this leader's own unwritten events are rarely re-read (and
+/// are ignored by position when they are).
+pub(super) const STALE_PENDING: Duration = Duration::from_secs(60);
 
-/// Reads every waiting event and applies it.
-pub(super) async fn consume(deps: &LeaderDeps, dispatcher: &mut Dispatcher) {
+/// Reads every waiting event and applies it; its position goes to `unacked`.
+pub(super) async fn consume(
+    deps: &LeaderDeps,
+    dispatcher: &mut Dispatcher,
+    unacked: &mut BTreeSet<EventPosition>,
+) {
     loop {
-        let events = match deps.queue.take_events(EVENTS_BATCH).await {
+        let events = match deps.queue.read_events(EVENTS_BATCH).await {
             Ok(events) => events,
             Err(e) => {
                 deps.metrics.backend_error(BACKEND_REDIS);
@@ -36,20 +58,64 @@ pub(super) async fn consume(deps: &LeaderDeps, dispatcher: &mut Dispatcher) {
             }
         };
         let n = events.len();
-        let now = UtcMillis::now();
-        for record in events {
-            let key = TaskKey::new(record.namespace, record.task_id);
-            dispatcher.on_execution(
-                &key,
-                record.execution_id.as_u128(),
-                record.attempt,
-                &record.kind,
-                now,
-            );
-        }
+        apply(dispatcher, events, unacked);
         if n < EVENTS_BATCH {
             return;
         }
+    }
+}
+
+/// Claims and applies every event read at least `min_idle` ago and not acknowledged: at
+/// takeover (`min_idle` zero) what the previous leader read and did not write, later what a
+/// deposed leader read after this one took over. Returns how many it claimed.
+pub(super) async fn replay(
+    deps: &LeaderDeps,
+    dispatcher: &mut Dispatcher,
+    unacked: &mut BTreeSet<EventPosition>,
+    min_idle: Duration,
+) -> usize {
+    let mut cursor = "0-0".to_owned();
+    let mut claimed = 0;
+    loop {
+        let (next, events) = match deps
+            .queue
+            .claim_events(min_idle, &cursor, EVENTS_BATCH)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                deps.metrics.backend_error(BACKEND_REDIS);
+                warn!(error = %e, "cannot claim unacknowledged execution events");
+                return claimed;
+            }
+        };
+        claimed += events.len();
+        apply(dispatcher, events, unacked);
+        if next == "0-0" {
+            return claimed;
+        }
+        cursor = next;
+    }
+}
+
+fn apply(
+    dispatcher: &mut Dispatcher,
+    events: Vec<EventEntry>,
+    unacked: &mut BTreeSet<EventPosition>,
+) {
+    let now = UtcMillis::now();
+    for entry in events {
+        unacked.insert(entry.position);
+        let Some(record) = entry.record else { continue };
+        let key = TaskKey::new(record.namespace, record.task_id);
+        dispatcher.on_event(
+            &key,
+            entry.position,
+            record.execution_id.as_u128(),
+            record.attempt,
+            &record.kind,
+            now,
+        );
     }
 }
 

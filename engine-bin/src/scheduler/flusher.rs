@@ -1,4 +1,5 @@
-//! Writes the leader's task states and consumed trigger keys to etcd, off the fire path.
+//! Writes the leader's task states and consumed trigger keys to etcd, off the fire path, then
+//! acknowledges the worker events whose effects those states hold.
 //!
 //! The leader loop hands over batches of coalesced states; while a write is in flight, newer
 //! batches pile up in the channel and are merged (latest state per task wins) into the next
@@ -8,6 +9,11 @@
 //! slow etcd never delays a fire. Every state write is fenced on the leader key's create
 //! revision: a deposed leader's writes are refused, and that refusal ends its term.
 //!
+//! Events are acknowledged only after everything handed over with them (and before them) is
+//! written: until then they stay pending in Redis, for this leader's successor if it dies.
+//! A failed acknowledgement is only logged: the events are claimed again later and ignored
+//! by position, since the states already hold them.
+//!
 //! The flusher lives as long as its term's sender: it writes everything it was handed, the
 //! term's last flush included, and ends when the term drops the sender. The term's
 //! cancellation only cuts short the waits between failed attempts, so a shutdown is not held
@@ -16,9 +22,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use ax_queue::Queue;
 use ax_registry::{PendingTrigger, Registry, RegistryError, MAX_TXN_OPS};
 use ax_scheduler_core::dispatcher::StateWrite;
-use ax_scheduler_core::ReconnectBackoff;
+use ax_scheduler_core::{EventPosition, ReconnectBackoff};
 use ax_scheduler_core::{TaskKey, TaskState};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -33,6 +40,8 @@ pub(super) struct FlushRequest {
     pub(super) writes: Vec<StateWrite>,
     /// Consumed run-now triggers whose keys to delete.
     pub(super) triggers: Vec<PendingTrigger>,
+    /// Worker events applied to these states, to acknowledge once they are written.
+    pub(super) acks: Vec<EventPosition>,
     /// Answered when these (and everything before them) are written.
     pub(super) done: Option<oneshot::Sender<()>>,
 }
@@ -42,28 +51,39 @@ pub(super) struct FlushRequest {
 /// cancels `cancel` (the term is over).
 pub(super) async fn run(
     registry: Registry,
+    queue: Queue,
     fence: i64,
     mut rx: mpsc::Receiver<FlushRequest>,
     cancel: CancellationToken,
 ) {
     let mut states: HashMap<TaskKey, Option<TaskState>> = HashMap::new();
     let mut keys: Vec<PendingTrigger> = Vec::new();
+    let mut acks: Vec<EventPosition> = Vec::new();
     let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
     loop {
         // Not raced against the cancellation: a request handed over (the last flush of a
         // term that is ending) is written before the flusher ends.
         let Some(first) = rx.recv().await else { return };
-        take(first, &mut states, &mut keys, &mut waiters);
+        take(first, &mut states, &mut keys, &mut acks, &mut waiters);
         while let Ok(more) = rx.try_recv() {
-            take(more, &mut states, &mut keys, &mut waiters);
+            take(more, &mut states, &mut keys, &mut acks, &mut waiters);
         }
         let mut backoff = ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
             match write(&registry, fence, &states, &keys).await {
                 Ok(()) => {
-                    debug!(states = states.len(), keys = keys.len(), "flushed");
+                    debug!(
+                        states = states.len(),
+                        keys = keys.len(),
+                        events = acks.len(),
+                        "flushed"
+                    );
+                    if let Err(e) = queue.ack_events(&acks).await {
+                        warn!(error = %e, events = acks.len(), "cannot acknowledge execution events; they will be read again and ignored");
+                    }
                     states.clear();
                     keys.clear();
+                    acks.clear();
                     for w in waiters.drain(..) {
                         let _ = w.send(());
                     }
@@ -96,7 +116,7 @@ pub(super) async fn run(
                     }
                     // Merge what arrived meanwhile, so the retry writes the newest states.
                     while let Ok(more) = rx.try_recv() {
-                        take(more, &mut states, &mut keys, &mut waiters);
+                        take(more, &mut states, &mut keys, &mut acks, &mut waiters);
                     }
                 }
             }
@@ -142,12 +162,14 @@ fn take(
     request: FlushRequest,
     states: &mut HashMap<TaskKey, Option<TaskState>>,
     keys: &mut Vec<PendingTrigger>,
+    acks: &mut Vec<EventPosition>,
     waiters: &mut Vec<oneshot::Sender<()>>,
 ) {
     for (key, state) in request.writes {
         states.insert((*key).clone(), state);
     }
     keys.extend(request.triggers);
+    acks.extend(request.acks);
     waiters.extend(request.done);
 }
 
@@ -222,10 +244,14 @@ mod tests {
         huge.last_error = Some("x".repeat(2 * 1024 * 1024));
         let (tx, rx) = mpsc::channel(4);
         let cancel = CancellationToken::new();
-        let flusher = tokio::spawn(run(registry.clone(), fence, rx, cancel.clone()));
+        let queue = Queue::connect(&ax_testkit::redis_url(), ax_queue::QueueConfig::default())
+            .await
+            .unwrap();
+        let flusher = tokio::spawn(run(registry.clone(), queue, fence, rx, cancel.clone()));
         let (done_tx, done_rx) = oneshot::channel();
         tx.send(FlushRequest {
             triggers: Vec::new(),
+            acks: Vec::new(),
             writes: vec![
                 (Arc::new(TaskKey::new("ns", "good")), Some(good.clone())),
                 (Arc::new(TaskKey::new("ns", "huge")), Some(huge)),

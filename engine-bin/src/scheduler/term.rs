@@ -8,7 +8,7 @@
 //! of worker events per interval, handing states to the flusher), so a slow etcd never
 //! delays a fire.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use anyhow::Context;
 use ax_alerting::Alert;
 use ax_election::Leadership;
 use ax_queue::Fence;
-use ax_scheduler_core::{Dispatcher, TaskKey, TaskState, UtcMillis};
+use ax_scheduler_core::{Dispatcher, EventPosition, TaskKey, TaskState, UtcMillis};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
@@ -45,6 +45,9 @@ pub(super) struct Term {
     /// Fires Redis refused as already enqueued, whose outcome is read from the execution
     /// history with the next events (off the fire path).
     pub(super) duplicates: Vec<(Arc<TaskKey>, UtcMillis)>,
+    /// Worker events applied to the dispatcher and not yet acknowledged: they go with the
+    /// flush that writes what they changed.
+    unacked: BTreeSet<EventPosition>,
     /// The etcd cluster id the fences are bound to.
     cluster: String,
     /// The Redis server process the fences were raised on (its run id).
@@ -52,6 +55,7 @@ pub(super) struct Term {
     redis_tick: Interval,
     queues: HashSet<String>,
     events_tick: Interval,
+    pending_tick: Interval,
     flush_tick: Interval,
     /// Fires were taken from the dispatcher and not yet accepted by Redis: the dispatcher's
     /// states count them as fired, so they must not be written (the next leader would
@@ -202,9 +206,16 @@ impl Term {
             if !leadership.is_valid() {
                 anyhow::bail!("leadership lost while taking over");
             }
-            // Ends heard by a leader that died before writing them: read what still waits,
-            // then take the rest from the history.
-            events::consume(deps, &mut dispatcher).await;
+            // Events a leader read and died before writing: claim them first (they are older
+            // than any unread one), then read what still waits, then take the ends that no
+            // event brings any more from the history.
+            let mut unacked = BTreeSet::new();
+            let replayed =
+                events::replay(deps, &mut dispatcher, &mut unacked, Duration::ZERO).await;
+            if replayed > 0 {
+                info!(replayed, "applied the execution events an earlier leader read and did not write");
+            }
+            events::consume(deps, &mut dispatcher, &mut unacked).await;
             let in_flight = dispatcher.in_flight();
             let reconciled = events::reconcile(deps, &mut dispatcher, &in_flight).await;
             if reconciled > 0 {
@@ -224,6 +235,7 @@ impl Term {
             deps.tracker.spawn(
                 flusher::run(
                     deps.registry.clone(),
+                    deps.queue.clone(),
                     leadership.fencing_token(),
                     flush_rx,
                     term_cancel.clone(),
@@ -264,11 +276,13 @@ impl Term {
                 consumed_triggers: Vec::new(),
                 early_triggers: Vec::new(),
                 duplicates: Vec::new(),
+                unacked,
                 cluster,
                 redis_run_id,
                 redis_tick: ticker(REDIS_CHECK_INTERVAL),
                 queues,
                 events_tick: ticker(settings.events_interval),
+                pending_tick: ticker(events::PENDING_CHECK_INTERVAL),
                 flush_tick: ticker(settings.flush_interval),
                 unsent: false,
             })
@@ -325,7 +339,11 @@ impl Term {
                     }
                 }
                 _ = self.events_tick.tick() => {
-                    events::consume(deps, &mut self.dispatcher).await;
+                    // A leader resumed after its lease ran out must not take events its
+                    // successor would then never see (it cannot write what they change).
+                    if self.leadership.is_valid() {
+                        events::consume(deps, &mut self.dispatcher, &mut self.unacked).await;
+                    }
                     if !self.duplicates.is_empty() {
                         let duplicates = std::mem::take(&mut self.duplicates);
                         events::reconcile(deps, &mut self.dispatcher, &duplicates).await;
@@ -338,6 +356,11 @@ impl Term {
                     }
                     if queued {
                         fire::fire(settings, deps, &mut self).await;
+                    }
+                }
+                _ = self.pending_tick.tick() => {
+                    if self.leadership.is_valid() {
+                        events::replay(deps, &mut self.dispatcher, &mut self.unacked, events::STALE_PENDING).await;
                     }
                 }
                 _ = self.flush_tick.tick() => {
@@ -466,11 +489,14 @@ impl Term {
         }
     }
 
-    /// Hands the changed states and consumed triggers to the flusher; with `wait`, until
-    /// they are written (at most a few seconds). Never waits for room: when the flusher is
+    /// Hands the changed states, consumed triggers and applied events to the flusher; with
+    /// `wait`, until they are written (at most a few seconds). Never waits for room: when the flusher is
     /// behind (etcd slow), the changes stay in the dispatcher, coalesced, for a later flush.
     async fn flush(&mut self, wait: bool) {
-        if !self.dispatcher.has_state_writes() && self.consumed_triggers.is_empty() {
+        if !self.dispatcher.has_state_writes()
+            && self.consumed_triggers.is_empty()
+            && self.unacked.is_empty()
+        {
             return;
         }
         // Reserved before anything is taken: a full channel leaves the changes where they
@@ -483,6 +509,7 @@ impl Term {
         permit.send(FlushRequest {
             writes: self.dispatcher.take_state_writes(),
             triggers: std::mem::take(&mut self.consumed_triggers),
+            acks: std::mem::take(&mut self.unacked).into_iter().collect(),
             done: wait.then_some(done_tx),
         });
         if wait {

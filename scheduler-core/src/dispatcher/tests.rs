@@ -327,7 +327,7 @@ fn breaker_opens_slows_dispatch_and_notices() {
         assert_eq!(d.poll(at(t * 1000)).len(), 1);
         d.on_execution(
             &key("a"),
-            0,
+            u128::try_from(t).unwrap(),
             0,
             &finished(AttemptOutcome::Failed, Some("boom".into()), None),
             at(t * 1000 + 100),
@@ -432,14 +432,14 @@ fn retry_and_final_outcome_states() {
     d.on_execution(
         &key("a"),
         0,
-        0,
+        1,
         &finished(AttemptOutcome::Succeeded, None, None),
         at(2100),
     );
     d.on_execution(
         &key("a"),
         0,
-        0,
+        1,
         &ExecutionEvent::Started { at: at(2000) },
         at(2200),
     );
@@ -674,4 +674,16 @@ fn an_event_read_again_after_a_failover_is_not_applied_twice() {
     let state = next.state(&key("a")).unwrap();
     assert_eq!((state.success_count, state.failure_count), (1, 1));
     assert_eq!(state.last_event, Some(pos(2)));
+    // The fire is sent again (its state was not written), refused as a duplicate, and its
+    // end read from the history: the end its event brought is not counted again.
+    next.reconcile(
+        &key("a"),
+        8,
+        0,
+        at(2050),
+        &crate::execution::AttemptEnd::new(AttemptOutcome::Failed, Some("boom".into())),
+        at(2200),
+    );
+    let state = next.state(&key("a")).unwrap();
+    assert_eq!((state.success_count, state.failure_count), (1, 1));
 }
