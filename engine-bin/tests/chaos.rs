@@ -636,3 +636,79 @@ async fn the_leaders_clock_steps_forward() {
     );
     c.clean_up().await;
 }
+
+/// The leader reads the workers' events and is killed before it writes what they changed (its
+/// flush interval is a minute here, so it writes nothing it heard). Its successor must apply
+/// them: every task's state then counts what really ran, not only what ran after the kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_sigkill_before_it_writes_what_it_heard() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("chaos-unwritten").await;
+    c.env.push(("AX_FLUSH_INTERVAL", "60s".to_owned()));
+    c.start_replica("s1", Roles::Scheduler).await;
+    let leader = c.wait_for_leader(None, Duration::from_secs(10)).await;
+    c.env.clear();
+    c.start_replica("s2", Roles::Scheduler).await;
+    c.start_replica("w1", Roles::Worker).await;
+    let w = Workload::start(&c, 10, now_ms() + 1000, Duration::from_secs(3)).await;
+    wait_until(Duration::from_secs(15), "every one-shot ran", || {
+        let n = counts(&c.receiver.executions());
+        let done = w.one_shots.iter().all(|id| n.contains_key(id))
+            && n.get("tick").is_some_and(|k| *k >= 5);
+        async move { done }
+    })
+    .await;
+    // Long enough for the leader to read the last ends (every 100 ms).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ticks_before = c.receiver.executions_of("tick").len();
+    let killed_at = now_ms();
+    c.replica(&leader).kill();
+    let next = c
+        .wait_for_leader(Some(&leader), Duration::from_secs(10))
+        .await;
+    let f = w.settle(&c, Duration::from_secs(10), now_ms()).await;
+    f.assert_clean("leader SIGKILL before writing");
+    // Every one-shot's state: ran once, succeeded.
+    let mut wrong = Vec::new();
+    wait_until(Duration::from_secs(10), "one-shot states written", || {
+        let c = &c;
+        let ids = w.one_shots.clone();
+        async move {
+            for id in &ids {
+                match c.state("chaos", id).await {
+                    Some(s) if s["status"] == "SUCCESS" => {}
+                    _ => return false,
+                }
+            }
+            true
+        }
+    })
+    .await;
+    for id in &w.one_shots {
+        let s = c.state("chaos", id).await.unwrap();
+        if s["success_count"] != 1 || s["failure_count"] != 0 {
+            wrong.push(format!("{id}: {s}"));
+        }
+    }
+    // The periodic task counts every execution: those the dead leader heard included. Its
+    // state trails the receiver by at most one flush, so by at most one execution.
+    let ran_before_read = c.receiver.executions_of("tick").len();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let tick = c.state("chaos", "tick").await.unwrap();
+    let ran_after_read = c.receiver.executions_of("tick").len();
+    let counted = usize::try_from(tick["success_count"].as_u64().unwrap()).unwrap();
+    report(
+        "leader SIGKILL before it writes what it heard",
+        &f,
+        &format!(
+            "{next} leads; the periodic task ran {ticks_before} times before the kill, its state counts {counted} of {ran_before_read}..{ran_after_read}; one-shot states wrong: {}",
+            wrong.len()
+        ),
+    );
+    assert!(wrong.is_empty(), "one-shot states: {wrong:?}");
+    assert!(
+        counted + 1 >= ran_before_read && counted <= ran_after_read,
+        "the periodic task's state counts {counted} successes, it ran {ran_before_read}..{ran_after_read} times ({ticks_before} before the kill at {killed_at})"
+    );
+    c.clean_up().await;
+}

@@ -857,7 +857,6 @@ impl Dispatcher {
                 }
                 if !end.is_last() {
                     task.state.last_error = end.error.clone().map(cap_error);
-                    set_status(&mut task.state, TaskStatus::Retrying, now);
                 } else {
                     task.state.record_outcome(
                         if end.is_success() {
@@ -867,17 +866,9 @@ impl Dispatcher {
                         },
                         now,
                     );
-                    let status = match end.outcome {
-                        AttemptOutcome::Killed => TaskStatus::Killed,
-                        AttemptOutcome::Succeeded => TaskStatus::Success,
-                        _ => TaskStatus::Failed,
-                    };
-                    set_status(&mut task.state, status, now);
-                    if task.spec.paused {
-                        set_status(&mut task.state, TaskStatus::Paused, now);
-                    } else if task.state.next_fire_at.is_some() {
-                        set_status(&mut task.state, TaskStatus::Scheduled, now);
-                    }
+                }
+                settle_status(task, end, now);
+                if end.is_last() {
                     if let Some(held) = task.state.held_fire_at {
                         push_fire(
                             &mut self.ready,
@@ -910,6 +901,11 @@ impl Dispatcher {
     /// Applies the end of an attempt read from the execution history (see
     /// [`in_flight`](Self::in_flight)), as if its event had arrived; the event itself, if it
     /// still comes, is then ignored.
+    ///
+    /// An end already applied (its event came first) is not counted again, but still settles
+    /// the status: the history is read for a fire sent again and refused as a duplicate (its
+    /// first dispatch was not in the state a new leader loaded), and that re-dispatch moved
+    /// the status back to RUNNING.
     pub fn reconcile(
         &mut self,
         key: &TaskKey,
@@ -919,6 +915,16 @@ impl Dispatcher {
         end: &crate::execution::AttemptEnd,
         now: UtcMillis,
     ) {
+        if let Some(task) = self.tasks.get_mut(key) {
+            if task.last_end == Some((execution, attempt)) {
+                if task.state.status.is_executing() {
+                    settle_status(task, end, now);
+                    self.pending
+                        .insert(Arc::clone(&task.key), Pending::WriteCurrent);
+                }
+                return;
+            }
+        }
         let event = ExecutionEvent::Finished {
             at: finished_at,
             end: end.clone(),
@@ -952,6 +958,26 @@ impl Dispatcher {
     /// Notices raised since the last call.
     pub fn take_notices(&mut self) -> Vec<Notice> {
         std::mem::take(&mut self.notices)
+    }
+}
+
+/// The status `end` leaves `task` in: RETRYING when another attempt follows, else the
+/// outcome's, then SCHEDULED (a next fire is armed) or PAUSED.
+fn settle_status(task: &mut Armed, end: &crate::execution::AttemptEnd, now: UtcMillis) {
+    if !end.is_last() {
+        set_status(&mut task.state, TaskStatus::Retrying, now);
+        return;
+    }
+    let status = match end.outcome {
+        AttemptOutcome::Killed => TaskStatus::Killed,
+        AttemptOutcome::Succeeded => TaskStatus::Success,
+        _ => TaskStatus::Failed,
+    };
+    set_status(&mut task.state, status, now);
+    if task.spec.paused {
+        set_status(&mut task.state, TaskStatus::Paused, now);
+    } else if task.state.next_fire_at.is_some() {
+        set_status(&mut task.state, TaskStatus::Scheduled, now);
     }
 }
 

@@ -687,3 +687,44 @@ fn an_event_read_again_after_a_failover_is_not_applied_twice() {
     let state = next.state(&key("a")).unwrap();
     assert_eq!((state.success_count, state.failure_count), (1, 1));
 }
+
+#[test]
+fn a_one_shot_sent_again_after_a_failover_settles_as_its_replayed_end_says() {
+    // The dead leader sent the one-shot and heard its end, and wrote neither. Its successor
+    // arms it afresh, applies the end it claims from the event stream, sends the fire again
+    // (refused as a duplicate) and reads the end from the history.
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    let json = format!(
+        r#"{{"handler":"log","schedule":{{"at":"{}"}}}}"#,
+        at(1000).to_rfc3339()
+    );
+    d.upsert(key("a"), spec("a", &json), 5, None, at(2000));
+    let pos = |seq| EventPosition { ms: 1_500, seq };
+    d.on_event(
+        &key("a"),
+        pos(0),
+        42,
+        0,
+        &ExecutionEvent::Started { at: at(1001) },
+        at(2000),
+    );
+    d.on_event(
+        &key("a"),
+        pos(1),
+        42,
+        0,
+        &finished(AttemptOutcome::Succeeded, None, None),
+        at(2000),
+    );
+    let again = d.poll(at(2000));
+    assert_eq!(again.len(), 1);
+    d.on_enqueued(&again[0], EnqueueOutcome::Duplicate, at(2000));
+    assert_eq!(d.state(&key("a")).unwrap().status, TaskStatus::Running);
+    let end = crate::execution::AttemptEnd::succeeded();
+    d.reconcile(&key("a"), 42, 0, at(1002), &end, at(2100));
+    let state = d.state(&key("a")).unwrap();
+    assert_eq!(
+        (state.status, state.success_count, state.failure_count),
+        (TaskStatus::Success, 1, 0)
+    );
+}
