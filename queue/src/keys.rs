@@ -65,9 +65,16 @@ impl Keys {
         format!("{}:monitor", self.tag(queue))
     }
 
-    /// Dedupe marker of one execution identity (string with an expiry).
+    /// Dedupe marker of one execution identity (string with an expiry): run-now executions
+    /// and idempotency keys.
     pub fn dedupe(&self, queue: &str, identity: &str) -> String {
         format!("{}:dedupe:{}", self.tag(queue), identity)
+    }
+
+    /// A task's fire mark: the newest scheduled fire instant enqueued (string with an
+    /// expiry), which dedupes its scheduled fires.
+    pub fn fired(&self, queue: &str, namespace: &str, task_id: &str) -> String {
+        format!("{}:fired:{}/{}", self.tag(queue), namespace, task_id)
     }
 
     /// Newest fencing token this queue has seen.
@@ -151,7 +158,8 @@ mod tests {
             k.heartbeat(q, "w1"),
             k.delayed(q),
             k.monitor(q),
-            k.dedupe(q, "ns/t:1"),
+            k.dedupe(q, "run:1"),
+            k.fired(q, "ns", "t"),
             k.fence(q),
             k.fence_owner(q),
             k.dlq(q),

@@ -30,6 +30,6 @@ pub use keys::Keys;
 pub use maintenance::{
     Maintenance, MaintenanceConfig, MaintenanceState, StepReport, DEFAULT_VISIBILITY_TIMEOUT,
 };
-pub use message::{AttemptError, ExecutionMessage};
+pub use message::{AttemptError, Dedupe, ExecutionMessage};
 pub use queue::{Delivery, Fence, Queue, QueueStats, ENQUEUE_CHUNK};
 pub use server::ServerInfo;

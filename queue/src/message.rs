@@ -80,6 +80,20 @@ pub struct ExecutionMessage {
     pub previous_errors: Vec<AttemptError>,
 }
 
+/// How the enqueue recognises a message that was enqueued before (a fire dispatched by two
+/// leaders, a run-now request read twice).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dedupe {
+    /// A scheduled fire, enqueued once per (task, fire instant). The queue keeps one mark per
+    /// task, the newest fire instant enqueued, instead of one key per fire: a task's fires
+    /// are dispatched in time order, so a fire at or before the mark was enqueued already,
+    /// and the queue holds O(tasks) marks rather than O(fires) keys.
+    Fire(UtcMillis),
+    /// An identity enqueued once within the dedupe window: a run-now execution's id, or a
+    /// one-shot task's idempotency key (scoped to its namespace).
+    Key(String),
+}
+
 fn no_overlap_check() -> OverlapPolicy {
     OverlapPolicy::Allow
 }
@@ -171,15 +185,14 @@ impl ExecutionMessage {
         Duration::from_millis(self.timeout_ms)
     }
 
-    /// The identity the dedupe key is built from: the idempotency key when the task has one,
-    /// the execution id for run-now executions, else `namespace/task:fire_at`.
-    pub fn dedupe_identity(&self) -> String {
-        if let Some(key) = &self.idempotency_key {
-            format!("key:{key}")
-        } else if self.run_now {
-            format!("run:{}", self.execution_id)
+    /// How the enqueue recognises this message if it was enqueued before.
+    pub fn dedupe(&self) -> Dedupe {
+        if self.run_now {
+            Dedupe::Key(format!("run:{}", self.execution_id))
+        } else if let Some(key) = &self.idempotency_key {
+            Dedupe::Key(format!("key:{}:{key}", self.namespace))
         } else {
-            format!("{}/{}:{}", self.namespace, self.task_id, self.fire_at.0)
+            Dedupe::Fire(self.fire_at)
         }
     }
 
@@ -252,16 +265,22 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn dedupe_identity_by_fire_run_now_and_key() {
+    fn dedupe_by_fire_run_now_and_namespaced_key() {
         let s = spec("t", "default");
         let m = ExecutionMessage::for_fire(&s, UtcMillis(1000), UtcMillis(1001), 3);
-        assert_eq!(m.dedupe_identity(), "ns/t:1000");
+        assert_eq!(m.dedupe(), Dedupe::Fire(UtcMillis(1000)));
         let r = ExecutionMessage::run_now(&s, UtcMillis(5), 3);
-        assert_eq!(r.dedupe_identity(), format!("run:{}", r.execution_id));
+        assert_eq!(r.dedupe(), Dedupe::Key(format!("run:{}", r.execution_id)));
         let mut k = s.clone();
         k.idempotency_key = Some("order-7".into());
         let m = ExecutionMessage::for_fire(&k, UtcMillis(1000), UtcMillis(1001), 3);
-        assert_eq!(m.dedupe_identity(), "key:order-7");
+        assert_eq!(
+            m.dedupe(),
+            Dedupe::Key(format!("key:{}:order-7", m.namespace))
+        );
+        // A run-now of a task with a key is its own run, not refused as the key's repeat.
+        let r = ExecutionMessage::run_now(&k, UtcMillis(5), 3);
+        assert_eq!(r.dedupe(), Dedupe::Key(format!("run:{}", r.execution_id)));
     }
 
     #[test]

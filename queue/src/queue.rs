@@ -20,7 +20,7 @@ use redis::{AsyncCommands, RedisResult};
 use crate::config::QueueConfig;
 use crate::error::{QueueError, Result};
 use crate::keys::{validate_name, Keys};
-use crate::message::ExecutionMessage;
+use crate::message::{Dedupe, ExecutionMessage};
 use crate::scripts::Scripts;
 
 /// A message a consumer took: settle it with [`Queue::ack`], [`Queue::retry_later`],
@@ -283,13 +283,17 @@ impl Queue {
         let q = msgs[chunk[0]].queue.as_str();
         let mut inv = script.prepare_invoke();
         inv.key(k.ready(q)).key(k.monitor(q)).key(k.fence(q));
-        for &i in chunk {
+        let dedupes: Vec<Dedupe> = chunk.iter().map(|&i| msgs[i].dedupe()).collect();
+        for (&i, dedupe) in chunk.iter().zip(&dedupes) {
             let m = &msgs[i];
-            inv.key(k.dedupe(q, &m.dedupe_identity()))
-                .key(k.active(q, &m.namespace, &m.task_id));
+            let key = match dedupe {
+                Dedupe::Fire(_) => k.fired(q, &m.namespace, &m.task_id),
+                Dedupe::Key(identity) => k.dedupe(q, identity),
+            };
+            inv.key(key).key(k.active(q, &m.namespace, &m.task_id));
         }
         inv.arg(ms(self.inner.cfg.dedupe_ttl).max(1));
-        for &i in chunk {
+        for (&i, dedupe) in chunk.iter().zip(&dedupes) {
             let m = &msgs[i];
             let jumps = m.priority > ax_scheduler_core::task::DEFAULT_PRIORITY;
             inv.arg(&jsons[i])
@@ -298,7 +302,11 @@ impl Queue {
                 .arg(m.fencing_token)
                 .arg(if jumps { "1" } else { "0" })
                 .arg(m.overlap_mode())
-                .arg(m.active_ttl_ms());
+                .arg(m.active_ttl_ms())
+                .arg(match dedupe {
+                    Dedupe::Fire(at) => at.0.to_string(),
+                    Dedupe::Key(_) => String::new(),
+                });
         }
         inv
     }

@@ -98,6 +98,75 @@ async fn enqueue_is_idempotent_per_fire_and_fenced() {
 }
 
 #[tokio::test]
+async fn scheduled_fires_keep_one_dedupe_mark_per_task_not_a_key_per_fire() {
+    let cfg = QueueConfig {
+        prefix: unique_name("axq"),
+        ..QueueConfig::default()
+    };
+    let prefix = cfg.prefix.clone();
+    let q = Queue::connect(&redis_url(), cfg).await.unwrap();
+    let now = ax_scheduler_core::UtcMillis::now();
+    let tasks: Vec<TaskSpec> = (0..3).map(|i| spec(&format!("t{i}"), "default")).collect();
+    // A day of a task firing every second, scaled down: 500 fires of each of 3 tasks.
+    for t in &tasks {
+        let fires: Vec<_> = (1..=500)
+            .map(|i| ExecutionMessage::for_fire(t, UtcMillis(i * 1000), now, 1))
+            .collect();
+        let out = q.enqueue_batch(&fires).await.unwrap();
+        assert!(out.iter().all(|o| *o == EnqueueOutcome::Enqueued));
+    }
+    // Each of those fires dispatched again (a second leader) is a duplicate, the newest and
+    // the oldest alike; a newer one is not.
+    for t in &tasks {
+        for at in [1_000, 250_000, 500_000] {
+            let again = ExecutionMessage::for_fire(t, UtcMillis(at), now, 1);
+            assert_eq!(q.enqueue(&again).await.unwrap(), EnqueueOutcome::Duplicate);
+        }
+    }
+    let next = ExecutionMessage::for_fire(&tasks[0], UtcMillis(501_000), now, 1);
+    assert_eq!(q.enqueue(&next).await.unwrap(), EnqueueOutcome::Enqueued);
+    // What dedupes them is one key per task, however many fires.
+    let mut conn = raw_conn(&redis_url()).await;
+    let keys: Vec<String> = conn
+        .keys(format!("{{{prefix}:q:default}}:*"))
+        .await
+        .unwrap();
+    let dedupe: Vec<&String> = keys
+        .iter()
+        .filter(|k| k.contains(":fired:") || k.contains(":dedupe:"))
+        .collect();
+    assert_eq!(dedupe.len(), 3, "{dedupe:?}");
+    let ttl: i64 = conn
+        .pttl(q.keys().fired("default", "ns", "t0"))
+        .await
+        .unwrap();
+    assert!(ttl > 0, "the mark expires when its task stops firing");
+}
+
+#[tokio::test]
+async fn an_idempotency_key_is_scoped_to_its_namespace_and_run_now_is_not_refused_by_it() {
+    let q = queue().await;
+    let now = ax_scheduler_core::UtcMillis::now();
+    let mut a = spec("close-order", "default");
+    a.idempotency_key = Some("order-1001".into());
+    let mut b = a.clone();
+    b.namespace = "tenant-b".into();
+    let first = ExecutionMessage::for_fire(&a, UtcMillis(1_000), now, 1);
+    assert_eq!(q.enqueue(&first).await.unwrap(), EnqueueOutcome::Enqueued);
+    // The same business key again (another task id, same namespace): once.
+    let mut a2 = a.clone();
+    a2.id = "close-order-again".into();
+    let repeat = ExecutionMessage::for_fire(&a2, UtcMillis(9_000), now, 1);
+    assert_eq!(q.enqueue(&repeat).await.unwrap(), EnqueueOutcome::Duplicate);
+    // Another tenant's identical key is its own.
+    let other = ExecutionMessage::for_fire(&b, UtcMillis(1_000), now, 1);
+    assert_eq!(q.enqueue(&other).await.unwrap(), EnqueueOutcome::Enqueued);
+    // A run-now of the task runs.
+    let run = ExecutionMessage::run_now(&a, now, 1);
+    assert_eq!(q.enqueue(&run).await.unwrap(), EnqueueOutcome::Enqueued);
+}
+
+#[tokio::test]
 async fn dedupe_key_expires_after_its_ttl() {
     let cfg = QueueConfig {
         prefix: unique_name("axq"),

@@ -473,6 +473,14 @@ impl TaskSpec {
                 }
             }),
         };
+        if let (Some(Some(_)), Some(Schedule::Every(_) | Schedule::Cron { .. })) =
+            (&idempotency_key, &schedule)
+        {
+            c.err(
+                "idempotency_key",
+                "applies to one-shot tasks (schedule at or delay): each fire of a periodic task is enqueued once already, and one key shared by every fire would let the task run once per dedupe window (24 h); remove it",
+            );
+        }
         let misfire = field(&obj, "misfire").map_or(Some(MisfirePolicy::default()), |v| {
             enum_value(
                 &mut c,
@@ -982,6 +990,19 @@ mod tests {
             vec!["schedule.every: 500ms is below the minimum of 1s"]
         );
         assert_eq!(
+            errors(r#"{"handler":"log","schedule":{"every":"1m"},"idempotency_key":"k"}"#),
+            vec!["idempotency_key: applies to one-shot tasks (schedule at or delay): each fire of a periodic task is enqueued once already, and one key shared by every fire would let the task run once per dedupe window (24 h); remove it"]
+        );
+        assert!(errors(
+            r#"{"handler":"log","schedule":{"cron":"0 * * * *"},"idempotency_key":"k"}"#
+        )
+        .iter()
+        .any(|e| e.starts_with("idempotency_key: applies to one-shot tasks")));
+        assert!(
+            errors(r#"{"handler":"log","schedule":{"delay":"5m"},"idempotency_key":"k"}"#)
+                .is_empty()
+        );
+        assert_eq!(
             errors(r#"{"handler":"log","schedule":{"delay":"-5m"}}"#),
             vec!["schedule.delay: `-5m` is negative; durations must be positive"]
         );
@@ -1151,6 +1172,9 @@ mod tests {
                             url: "https://example.com/hook".into(),
                             headers: labels.clone(),
                         });
+                        // Periodic tasks take no idempotency key.
+                        let key = key
+                            .filter(|_| matches!(schedule, Schedule::At(_) | Schedule::Delay(_)));
                         TaskSpec {
                             id: "t1".into(),
                             namespace: "default".into(),

@@ -1,10 +1,15 @@
 -- Idempotent, fenced enqueue of messages of one queue in one call, with the overlap check: the
 -- one enqueue path (a single message is a batch of one).
--- KEYS: 1 ready list, 2 monitor zset, 3 fence, then per message 2 keys: dedupe key, the
---       task's active marker
--- ARGV: 1 dedupe TTL ms, then per message 7 values: message JSON, execution id,
+-- KEYS: 1 ready list, 2 monitor zset, 3 fence, then per message 2 keys: its dedupe key (the
+--       task's fire mark for a scheduled fire, else the identity's marker), the task's active
+--       marker
+-- ARGV: 1 dedupe TTL ms, then per message 8 values: message JSON, execution id,
 --       enqueued_at ms, fencing token, '1' to push at the taking end, overlap mode
---       ('a', 'f', 'r'), marker TTL ms
+--       ('a', 'f', 'r'), marker TTL ms, fire instant ms for a scheduled fire ('' for an
+--       identity)
+-- A scheduled fire is a duplicate when its instant is at or before the task's fire mark (the
+-- newest instant enqueued; a task's fires come in time order), an identity when its marker
+-- exists. Both expire after the dedupe TTL, refreshed by each enqueue.
 -- Returns {code per message..., newest token}; codes: 1 enqueued, 0 duplicate, -1 refused
 -- (token older than the newest), 2 held (mode 'f' and the task's previous execution is still
 -- active: nothing recorded, so the fire can be enqueued later). Mode 'a' leaves the marker
@@ -13,11 +18,12 @@ local newest = tonumber(redis.call('GET', KEYS[3]) or '0')
 local out = {}
 local count = (#KEYS - 3) / 2
 for i = 1, count do
-  local base = 1 + (i - 1) * 7
+  local base = 1 + (i - 1) * 8
   local dedupe = KEYS[2 + 2 * i]
   local active = KEYS[3 + 2 * i]
   local token = tonumber(ARGV[base + 4])
   local mode = ARGV[base + 6]
+  local fire = ARGV[base + 8]
   if token < newest then
     out[i] = -1
   else
@@ -25,12 +31,23 @@ for i = 1, count do
       redis.call('SET', KEYS[3], ARGV[base + 4])
       newest = token
     end
-    if redis.call('EXISTS', dedupe) == 1 then
+    local seen
+    if fire == '' then
+      seen = redis.call('EXISTS', dedupe) == 1
+    else
+      local mark = redis.call('GET', dedupe)
+      seen = mark and tonumber(mark) >= tonumber(fire)
+    end
+    if seen then
       out[i] = 0
     elseif mode == 'f' and redis.call('EXISTS', active) == 1 then
       out[i] = 2
     else
-      redis.call('SET', dedupe, ARGV[base + 2], 'PX', ARGV[1])
+      if fire == '' then
+        redis.call('SET', dedupe, ARGV[base + 2], 'PX', ARGV[1])
+      else
+        redis.call('SET', dedupe, fire, 'PX', ARGV[1])
+      end
       if mode ~= 'a' then
         redis.call('SET', active, ARGV[base + 2], 'PX', ARGV[base + 7])
       end
