@@ -5,11 +5,20 @@
 //! (`queue`, `handler`, `outcome`, `backend`, `channel`); task ids never become labels, since
 //! every distinct value is a new time series.
 //!
+//! `queue` and `handler` values come from users' specs, so each is bounded: a replica exports
+//! at most [`MAX_LABEL_VALUES`] distinct values of each (configured queues and built-in
+//! handlers first) and counts the rest under [`OTHER_LABEL`], so a loop registering tasks
+//! with generated queue names cannot create series without end.
+//!
 //! Counters are created at zero for every configured queue and built-in handler, so that
 //! `rate()` sees the first increment and the names show up before anything happens. Gauges
 //! of shared state (queue depth, dead letters) may be reported by every replica; the rules
 //! combine them with `max`.
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ax_scheduler_core::{AttemptEnd, AttemptOutcome};
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -95,6 +104,46 @@ pub const BACKEND_ETCD: &str = "etcd";
 /// `backend` label value for Redis.
 pub const BACKEND_REDIS: &str = "redis";
 
+/// Most distinct values of the `queue` label, and of the `handler` label, a replica exports.
+pub const MAX_LABEL_VALUES: usize = 100;
+/// The `queue` or `handler` value counting every value past [`MAX_LABEL_VALUES`].
+pub const OTHER_LABEL: &str = "other";
+
+/// The values of one user-chosen label seen so far, at most [`MAX_LABEL_VALUES`].
+#[derive(Debug, Default)]
+struct BoundedLabel {
+    seen: Mutex<HashSet<String>>,
+}
+
+impl BoundedLabel {
+    /// `value` if it is one of the first [`MAX_LABEL_VALUES`] seen, else [`OTHER_LABEL`].
+    fn get<'a>(&self, value: &'a str) -> &'a str {
+        // A panic elsewhere while holding the lock leaves the set consistent (an insert is
+        // the only change), so a poisoned lock is used as it is.
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.contains(value) {
+            value
+        } else if seen.len() < MAX_LABEL_VALUES {
+            seen.insert(value.to_owned());
+            value
+        } else {
+            OTHER_LABEL
+        }
+    }
+}
+
+/// The `outcome` label of the execution metrics for an attempt's outcome.
+pub fn metric_outcome(outcome: AttemptOutcome) -> &'static str {
+    match outcome {
+        AttemptOutcome::Succeeded => OUTCOME_SUCCESS,
+        AttemptOutcome::TimedOut => OUTCOME_TIMEOUT,
+        AttemptOutcome::Failed | AttemptOutcome::Panicked | AttemptOutcome::DeadLettered => {
+            OUTCOME_FAILURE
+        }
+        AttemptOutcome::Killed | AttemptOutcome::Released => outcome.as_str(),
+    }
+}
+
 /// Handlers built into ax, whose series exist from the start.
 pub const BUILTIN_HANDLERS: &[&str] = &["http", "log"];
 
@@ -111,6 +160,8 @@ pub const EXECUTION_DURATION_BUCKETS: &[f64] = &[
 #[derive(Clone, Debug)]
 pub struct Metrics {
     registry: Registry,
+    queue_labels: Arc<BoundedLabel>,
+    handler_labels: Arc<BoundedLabel>,
     /// [`TASKS_SCHEDULED_TOTAL`] by `queue`.
     pub tasks_scheduled_total: IntCounterVec,
     /// [`TASKS_EXECUTED_TOTAL`] by `queue`, `handler`, `outcome`.
@@ -270,6 +321,8 @@ impl Metrics {
                 )?,
             )?,
             registry,
+            queue_labels: Arc::default(),
+            handler_labels: Arc::default(),
         };
         m.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
@@ -288,13 +341,25 @@ impl Metrics {
         Ok(m)
     }
 
+    /// The `queue` label value for `queue` (see [`MAX_LABEL_VALUES`]).
+    pub fn queue_label<'a>(&self, queue: &'a str) -> &'a str {
+        self.queue_labels.get(queue)
+    }
+
+    /// The `handler` label value for `handler` (see [`MAX_LABEL_VALUES`]).
+    pub fn handler_label<'a>(&self, handler: &'a str) -> &'a str {
+        self.handler_labels.get(handler)
+    }
+
     /// Creates the zero series of `queue` (done for configured queues by [`Metrics::new`]).
     pub fn touch_queue(&self, queue: &str) {
+        let queue = self.queue_label(queue);
         self.tasks_scheduled_total.with_label_values(&[queue]);
         self.schedule_latency_seconds.with_label_values(&[queue]);
         self.queue_depth.with_label_values(&[queue]);
         self.oldest_queued_age_seconds.with_label_values(&[queue]);
         for handler in BUILTIN_HANDLERS {
+            let handler = self.handler_label(handler);
             self.tasks_failed_total.with_label_values(&[queue, handler]);
             self.tasks_retried_total
                 .with_label_values(&[queue, handler]);
@@ -307,20 +372,43 @@ impl Metrics {
         }
     }
 
-    /// Records one finished execution: the executed counter, the failed counter unless it
-    /// succeeded, and the duration histogram.
-    pub fn record_execution(&self, queue: &str, handler: &str, outcome: &str, seconds: f64) {
+    /// Records one ended attempt (not one given back unfinished): executed by outcome,
+    /// failed when it failed (a run stopped by `replace` or a kill did not), retried when
+    /// another attempt follows, and its duration.
+    pub fn record_attempt(&self, queue: &str, handler: &str, end: &AttemptEnd, seconds: f64) {
+        let queue = self.queue_label(queue);
+        let handler = self.handler_label(handler);
+        let outcome = metric_outcome(end.outcome);
         self.tasks_executed_total
             .with_label_values(&[queue, handler, outcome])
             .inc();
-        if outcome != OUTCOME_SUCCESS {
+        if end.outcome.is_failure() {
             self.tasks_failed_total
                 .with_label_values(&[queue, handler])
                 .inc();
+            if !end.is_last() {
+                self.tasks_retried_total
+                    .with_label_values(&[queue, handler])
+                    .inc();
+            }
         }
         self.execution_duration_seconds
             .with_label_values(&[queue, handler, outcome])
             .observe(seconds);
+    }
+
+    /// Records the lateness of a fire's first start, in `queue`.
+    pub fn record_start_lateness(&self, queue: &str, seconds: f64) {
+        self.schedule_latency_seconds
+            .with_label_values(&[self.queue_label(queue)])
+            .observe(seconds);
+    }
+
+    /// Counts a fire enqueued to `queue`.
+    pub fn record_scheduled(&self, queue: &str) {
+        self.tasks_scheduled_total
+            .with_label_values(&[self.queue_label(queue)])
+            .inc();
     }
 
     /// Records a leadership change and sets [`IS_LEADER`].
@@ -426,25 +514,92 @@ mod tests {
     }
 
     #[test]
-    fn failed_executions_count_in_both_counters() {
+    fn an_attempt_is_counted_once_in_each_counter_it_belongs_to() {
         let m = metrics();
-        m.record_execution("default", "http", OUTCOME_SUCCESS, 0.2);
-        m.record_execution("default", "http", OUTCOME_TIMEOUT, 30.0);
-        let executed: u64 = EXECUTION_OUTCOMES
-            .iter()
-            .map(|o| {
-                m.tasks_executed_total
-                    .with_label_values(&["default", "http", o])
-                    .get()
-            })
-            .sum();
-        assert_eq!(executed, 2);
-        assert_eq!(
-            m.tasks_failed_total
-                .with_label_values(&["default", "http"])
-                .get(),
-            1
+        let secs = |q: &str| {
+            EXECUTION_OUTCOMES
+                .iter()
+                .map(|o| {
+                    m.tasks_executed_total
+                        .with_label_values(&[q, "http", o])
+                        .get()
+                })
+                .sum::<u64>()
+        };
+        m.record_attempt("default", "http", &AttemptEnd::succeeded(), 0.2);
+        let mut retried = AttemptEnd::new(AttemptOutcome::Failed, Some("503".into()));
+        retried.retry_at = Some(ax_scheduler_core::UtcMillis(1));
+        m.record_attempt("default", "http", &retried, 0.3);
+        m.record_attempt(
+            "default",
+            "http",
+            &AttemptEnd::new(AttemptOutcome::TimedOut, Some("timeout".into())),
+            30.0,
         );
+        // A run stopped because a newer one replaced it did not fail.
+        m.record_attempt(
+            "default",
+            "http",
+            &AttemptEnd::new(AttemptOutcome::Killed, Some("replaced".into())),
+            1.0,
+        );
+        assert_eq!(secs("default"), 3);
+        let failed = m.tasks_failed_total.with_label_values(&["default", "http"]);
+        let retries = m
+            .tasks_retried_total
+            .with_label_values(&["default", "http"]);
+        assert_eq!((failed.get(), retries.get()), (2, 1));
+    }
+
+    #[test]
+    fn metric_labels_keep_the_documented_values() {
+        assert_eq!(metric_outcome(AttemptOutcome::Succeeded), OUTCOME_SUCCESS);
+        assert_eq!(metric_outcome(AttemptOutcome::TimedOut), OUTCOME_TIMEOUT);
+        assert_eq!(metric_outcome(AttemptOutcome::Panicked), OUTCOME_FAILURE);
+        assert_eq!(metric_outcome(AttemptOutcome::Killed), "killed");
+    }
+
+    #[test]
+    fn user_chosen_label_values_are_bounded() {
+        let m = metrics();
+        // A loop registering tasks on generated queues and handlers.
+        for i in 0..1_000 {
+            let q = format!("q-{i}");
+            m.record_scheduled(&q);
+            m.record_start_lateness(&q, 0.01);
+            m.record_attempt(&q, &format!("h-{i}"), &AttemptEnd::succeeded(), 0.1);
+        }
+        let families = m.registry.gather();
+        for name in [
+            TASKS_SCHEDULED_TOTAL,
+            TASKS_EXECUTED_TOTAL,
+            SCHEDULE_LATENCY_SECONDS,
+        ] {
+            let family = families.iter().find(|f| f.name() == name).unwrap();
+            let queues: HashSet<&str> = family
+                .get_metric()
+                .iter()
+                .flat_map(|mt| mt.get_label())
+                .filter(|l| l.name() == "queue")
+                .map(|l| l.value())
+                .collect();
+            assert!(
+                queues.len() <= MAX_LABEL_VALUES + 1,
+                "{name}: {}",
+                queues.len()
+            );
+            assert!(queues.contains(OTHER_LABEL), "{name}");
+        }
+        // Nothing is lost: what went over the bound is counted under `other`.
+        let total: u64 = families
+            .iter()
+            .find(|f| f.name() == TASKS_SCHEDULED_TOTAL)
+            .unwrap()
+            .get_metric()
+            .iter()
+            .map(|mt| mt.get_counter().get_value() as u64)
+            .sum();
+        assert_eq!(total, 1_000);
     }
 
     #[test]

@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-use crate::metrics::{Metrics, BACKEND_REDIS, OUTCOME_FAILURE, OUTCOME_SUCCESS, OUTCOME_TIMEOUT};
+use crate::metrics::{Metrics, BACKEND_REDIS};
 
 /// The engine's [`ExecutionReporter`].
 pub struct EngineReporter {
@@ -81,18 +81,6 @@ async fn publish(queue: Queue, metrics: Arc<Metrics>, mut rx: mpsc::Receiver<Rep
     }
 }
 
-/// The `outcome` label of the execution metrics for an attempt's outcome.
-fn metric_outcome(outcome: AttemptOutcome) -> &'static str {
-    match outcome {
-        AttemptOutcome::Succeeded => OUTCOME_SUCCESS,
-        AttemptOutcome::TimedOut => OUTCOME_TIMEOUT,
-        AttemptOutcome::Failed | AttemptOutcome::Panicked | AttemptOutcome::DeadLettered => {
-            OUTCOME_FAILURE
-        }
-        AttemptOutcome::Killed | AttemptOutcome::Released => outcome.as_str(),
-    }
-}
-
 /// The alerts a finished attempt raises. Every failed attempt is a (warn) failure alert,
 /// de-duplicated per task by the alert manager; the end of the line is a (critical)
 /// dead-letter alert. Attempts are counted from 1 here, as people (and the history) count
@@ -135,9 +123,7 @@ impl ExecutionReporter for EngineReporter {
             self.metrics.active_workers.inc();
             if exec.attempt == 0 && !exec.run_now {
                 self.metrics
-                    .schedule_latency_seconds
-                    .with_label_values(&[&exec.queue])
-                    .observe(lateness_ms.max(0) as f64 / 1000.0);
+                    .record_start_lateness(&exec.queue, lateness_ms.max(0) as f64 / 1000.0);
             }
             info!(
                 task_id = %format!("{}/{}", exec.namespace, exec.task_id),
@@ -170,25 +156,12 @@ impl ExecutionReporter for EngineReporter {
                 info!(task_id = %task, execution_id = %report.execution_id, attempt = report.attempt, "released unfinished (shutdown); it runs elsewhere");
                 return;
             }
-            let label = metric_outcome(end.outcome);
-            self.metrics.record_execution(
+            self.metrics.record_attempt(
                 &report.queue,
                 &report.handler,
-                label,
+                end,
                 report.duration.as_secs_f64(),
             );
-            if end.outcome.is_failure() {
-                self.metrics
-                    .tasks_failed_total
-                    .with_label_values(&[&report.queue, &report.handler])
-                    .inc();
-                if !end.is_last() {
-                    self.metrics
-                        .tasks_retried_total
-                        .with_label_values(&[&report.queue, &report.handler])
-                        .inc();
-                }
-            }
             info!(
                 task_id = %task,
                 execution_id = %report.execution_id,
@@ -274,13 +247,5 @@ mod tests {
             failure_alerts(&report(0, killed)).is_empty(),
             "a replaced run is not a failure"
         );
-    }
-
-    #[test]
-    fn metric_labels_keep_the_documented_values() {
-        assert_eq!(metric_outcome(AttemptOutcome::Succeeded), OUTCOME_SUCCESS);
-        assert_eq!(metric_outcome(AttemptOutcome::TimedOut), OUTCOME_TIMEOUT);
-        assert_eq!(metric_outcome(AttemptOutcome::Panicked), OUTCOME_FAILURE);
-        assert_eq!(metric_outcome(AttemptOutcome::Killed), "killed");
     }
 }

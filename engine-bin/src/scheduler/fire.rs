@@ -212,10 +212,7 @@ pub(super) async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mu
         now,
     );
     for queue in &effects.scheduled {
-        deps.metrics
-            .tasks_scheduled_total
-            .with_label_values(&[queue])
-            .inc();
+        deps.metrics.record_scheduled(queue);
     }
     send_alerts(deps, effects.alerts);
     // Their keys go with the next flush, and the duplicates' outcomes are looked up with the
