@@ -279,7 +279,8 @@ impl Default for Scheduler {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Worker {
-    /// Executions run at once; 0 (default) means twice the CPU cores.
+    /// Executions run at once; default [`ax_worker::DEFAULT_CONCURRENCY`] (0 means the
+    /// default too).
     pub concurrency: usize,
     /// Queues taken from; default `["default"]`.
     pub queues: Vec<String>,
@@ -295,7 +296,7 @@ pub struct Worker {
 impl Default for Worker {
     fn default() -> Self {
         Worker {
-            concurrency: 0,
+            concurrency: ax_worker::DEFAULT_CONCURRENCY,
             queues: vec![ax_scheduler_core::task::DEFAULT_QUEUE.to_owned()],
             shutdown_grace: ax_worker::DEFAULT_SHUTDOWN_GRACE,
             visibility_timeout: ax_queue::DEFAULT_VISIBILITY_TIMEOUT,
@@ -304,11 +305,11 @@ impl Default for Worker {
 }
 
 impl Worker {
-    /// The concurrency to use on a machine with `cpus` cores (`concurrency`, or 2 x `cpus`
-    /// when it is 0).
-    pub fn effective_concurrency(&self, cpus: usize) -> usize {
+    /// The concurrency to run with: `concurrency`, or the default for 0 (what older
+    /// configurations and charts wrote for "the default").
+    pub fn effective_concurrency(&self) -> usize {
         if self.concurrency == 0 {
-            ax_worker::concurrency_for(cpus)
+            ax_worker::DEFAULT_CONCURRENCY
         } else {
             self.concurrency
         }
@@ -525,7 +526,7 @@ mod tests {
         assert_eq!(c.scheduler.max_clock_skew, Duration::from_secs(2));
         assert_eq!(c.scheduler.enqueue_rate_limit, 0);
         assert_eq!(c.scheduler.backlog_alert_threshold, 1000);
-        assert_eq!(c.worker.concurrency, 0);
+        assert_eq!(c.worker.concurrency, 64);
         assert_eq!(c.worker.queues, ["default"]);
         assert_eq!(c.worker.shutdown_grace, Duration::from_secs(30));
         assert_eq!(c.worker.visibility_timeout, Duration::from_secs(30));
@@ -558,12 +559,13 @@ mod tests {
     }
 
     #[test]
-    fn effective_concurrency_doubles_cores_when_zero() {
+    fn concurrency_zero_is_the_default() {
         let mut w = Worker::default();
-        assert_eq!(w.effective_concurrency(4), 8);
-        assert_eq!(w.effective_concurrency(0), 2);
+        assert_eq!(w.effective_concurrency(), ax_worker::DEFAULT_CONCURRENCY);
+        w.concurrency = 0;
+        assert_eq!(w.effective_concurrency(), ax_worker::DEFAULT_CONCURRENCY);
         w.concurrency = 3;
-        assert_eq!(w.effective_concurrency(4), 3);
+        assert_eq!(w.effective_concurrency(), 3);
     }
 
     #[test]

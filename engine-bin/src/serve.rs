@@ -405,9 +405,7 @@ impl Parts<'_> {
         let pool_config = WorkerConfig {
             worker_id,
             queues: config.worker.queues.clone(),
-            concurrency: config
-                .worker
-                .effective_concurrency(std::thread::available_parallelism().map_or(1, |n| n.get())),
+            concurrency: config.worker.effective_concurrency(),
             shutdown_grace: config.worker.shutdown_grace,
             visibility_timeout: config.worker.visibility_timeout,
             // The reporter writes history in one pipeline with the leader's event.

@@ -18,8 +18,7 @@ pub use builtin::{
 pub use error::{Result, WorkerError};
 pub use handler::{Handler, HandlerContext, HandlerError, HandlerFuture, HandlerRegistry};
 pub use pool::{
-    concurrency_for, default_concurrency, PoolSummary, WorkerConfig, WorkerPool,
-    DEFAULT_SHUTDOWN_GRACE,
+    PoolSummary, WorkerConfig, WorkerPool, DEFAULT_CONCURRENCY, DEFAULT_SHUTDOWN_GRACE,
 };
 pub use reporter::{
     ChannelReporter, ExecutionReport, ExecutionReporter, NoopReporter, ReportEvent, ReportFuture,

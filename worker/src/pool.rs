@@ -41,7 +41,7 @@ pub struct WorkerConfig {
     pub worker_id: String,
     /// Queues to serve. Default `["default"]`.
     pub queues: Vec<String>,
-    /// Attempts running at once. Default 2 x the CPU cores.
+    /// Attempts running at once. Default [`DEFAULT_CONCURRENCY`].
     pub concurrency: usize,
     /// Most messages taken in one round trip. Default 64.
     pub fetch_batch: usize,
@@ -68,15 +68,12 @@ pub struct WorkerConfig {
     pub reconcile_interval: Duration,
 }
 
-/// The default concurrency on a machine with `cpus` cores: twice the cores (at least 2).
-pub fn concurrency_for(cpus: usize) -> usize {
-    cpus.max(1) * 2
-}
-
-/// [`concurrency_for`] this machine's cores.
-pub fn default_concurrency() -> usize {
-    concurrency_for(std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
+/// Attempts a pool runs at once by default. Handlers are async I/O (an HTTP call waits on the
+/// network, not on a core), so the bound is what the targets and memory take, not the cores:
+/// twice the cores ran at most 40 calls a second against a 100 ms endpoint on two cores. A
+/// running attempt holds its message (a payload is at most 32 KiB) and the handler's future;
+/// the `http` handler does not read response bodies. Lower it for CPU-bound handlers.
+pub const DEFAULT_CONCURRENCY: usize = 64;
 
 /// How long in-flight attempts may run on after shutdown starts, by default.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -87,7 +84,7 @@ impl Default for WorkerConfig {
         WorkerConfig {
             worker_id: format!("worker-{}", &id[..12]),
             queues: vec![ax_scheduler_core::task::DEFAULT_QUEUE.to_string()],
-            concurrency: default_concurrency(),
+            concurrency: DEFAULT_CONCURRENCY,
             fetch_batch: 64,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             heartbeat_interval: Duration::from_secs(1),
