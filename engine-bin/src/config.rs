@@ -135,6 +135,14 @@ pub struct Redis {
     pub password: String,
     /// Prefix of every Redis key ax writes; default `ax`.
     pub key_prefix: String,
+    /// How long a task's execution history is kept after its last execution; default 30 d.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub history_retention: Duration,
+    /// How long a dead-letter entry is kept; default 90 d.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub dlq_retention: Duration,
+    /// Most dead-letter entries kept per queue (the oldest go first); default 10 000.
+    pub dlq_max_entries: usize,
 }
 
 impl Default for Redis {
@@ -143,6 +151,9 @@ impl Default for Redis {
             url: "redis://127.0.0.1:6379/0".to_owned(),
             password: String::new(),
             key_prefix: "ax".to_owned(),
+            history_retention: ax_queue::DEFAULT_HISTORY_RETENTION,
+            dlq_retention: ax_queue::DEFAULT_DLQ_RETENTION,
+            dlq_max_entries: ax_queue::DEFAULT_DLQ_MAX_ENTRIES,
         }
     }
 }

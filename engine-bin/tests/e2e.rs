@@ -893,3 +893,78 @@ async fn a_fence_from_another_cluster_is_refused_with_its_cause_and_reseated_by_
     assert_eq!(c.receiver.executions_of("ff").len(), 1);
     c.clean_up().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_deleted_while_no_replica_led_loses_its_state_and_history() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-orphan").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    let due = now_ms() + 1000;
+    put_one_shot(&c, "default", "gone", due).await;
+    put_one_shot(&c, "default", "kept", due).await;
+    wait_for_executions(&c, "gone", 1, Duration::from_secs(5)).await;
+    wait_for_executions(&c, "kept", 1, Duration::from_secs(5)).await;
+    wait_until(Duration::from_secs(5), "states written", || {
+        let c = &c;
+        async move {
+            for id in ["gone", "kept"] {
+                if c.state("default", id)
+                    .await
+                    .is_none_or(|s| s["status"] != "SUCCESS")
+                {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    let keys = ax_queue::Keys::new(c.redis_prefix.clone());
+    let mut redis = redis::Client::open(c.redis_url.clone())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let history = |id: &str| keys.history("default", id);
+    let exists: bool = redis::AsyncCommands::exists(&mut redis, history("gone"))
+        .await
+        .unwrap();
+    assert!(exists, "the execution wrote its history");
+    // No replica runs while the task is deleted: no leader sees the delete.
+    let status = c.replica("r1").terminate(Duration::from_secs(15));
+    assert!(status.is_some_and(|s| s.success()));
+    c.etcd
+        .delete(format!("{}/tasks/default/gone", c.prefix), None)
+        .await
+        .unwrap();
+    c.start_replica("r2", Roles::Both).await;
+    c.wait_for_leader(Some("r1"), Duration::from_secs(10)).await;
+    wait_until(
+        Duration::from_secs(5),
+        "the deleted task's state removed",
+        || {
+            let c = &c;
+            async move { c.state("default", "gone").await.is_none() }
+        },
+    )
+    .await;
+    let exists: bool = redis::AsyncCommands::exists(&mut redis, history("gone"))
+        .await
+        .unwrap();
+    assert!(
+        !exists,
+        "the deleted task's history is removed with its state"
+    );
+    assert_eq!(
+        c.state("default", "kept")
+            .await
+            .map(|s| s["status"].clone()),
+        Some(json!("SUCCESS"))
+    );
+    let exists: bool = redis::AsyncCommands::exists(&mut redis, history("kept"))
+        .await
+        .unwrap();
+    assert!(exists, "a live task keeps its history");
+    c.clean_up().await;
+}

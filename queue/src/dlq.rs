@@ -103,6 +103,9 @@ impl DlqEntry {
     }
 }
 
+/// Most dead-letter entries one `Queue::trim_dlq` call removes.
+const DLQ_TRIM_BATCH: usize = 500;
+
 impl Queue {
     /// Moves a held message to the dead-letter queue with `reason` as its last error.
     /// `false` when it was no longer held.
@@ -162,6 +165,32 @@ impl Queue {
             .arg(execution);
         let n: i64 = self.run("dead_letter", inv.invoke_async(&mut conn)).await?;
         Ok(n == 1)
+    }
+
+    /// Removes `queue`'s dead-letter entries older than the retention and the oldest beyond
+    /// the cap ([`crate::QueueConfig::dlq_retention`], [`crate::QueueConfig::dlq_max_entries`]),
+    /// at most 500 per call. Returns how many went.
+    pub async fn trim_dlq(&self, queue: &str, now: UtcMillis) -> Result<usize> {
+        check_queue(queue)?;
+        let cfg = self.config();
+        let retention = i64::try_from(cfg.dlq_retention.as_millis()).unwrap_or(i64::MAX);
+        let k = self.keys();
+        let mut inv = self.inner.scripts.dlq_trim.prepare_invoke();
+        inv.key(k.dlq(queue))
+            .key(k.dlq_entries(queue))
+            .arg(now.0.saturating_sub(retention))
+            .arg(cfg.dlq_max_entries)
+            .arg(DLQ_TRIM_BATCH);
+        let mut conn = self.conn();
+        let n: usize = self.run("trim_dlq", inv.invoke_async(&mut conn)).await?;
+        if n > 0 {
+            tracing::info!(
+                queue,
+                removed = n,
+                "dead-letter entries past the retention or the cap removed"
+            );
+        }
+        Ok(n)
     }
 
     /// Number of dead-letter entries of `queue` (ZCARD).

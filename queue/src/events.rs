@@ -110,12 +110,15 @@ impl Queue {
                 .ignore();
         }
         let cap = isize::try_from(self.config().history_cap).unwrap_or(isize::MAX);
+        let retention = crate::history::retention_ms(self);
         for (event, history) in reports {
             if let Some(entry) = history {
                 let key = self.keys().history(&event.namespace, &event.task_id);
                 pipe.lpush(&key, encode("history entry", entry)?)
                     .ignore()
                     .ltrim(&key, 0, cap - 1)
+                    .ignore()
+                    .pexpire(&key, retention)
                     .ignore();
             }
         }

@@ -1,6 +1,9 @@
 //! Execution history per task: a capped list, newest first, read by `ax task history`.
 //!
-//! LPUSH + LTRIM in one MULTI keeps the list bounded without a cleanup job. The list is keyed
+//! LPUSH + LTRIM in one MULTI keeps the list bounded without a cleanup job, and each write
+//! renews the key's expiry ([`crate::QueueConfig::history_retention`]), so the history of a
+//! task that no longer runs goes by itself; the leader also deletes it with a deleted task's
+//! state. The list is keyed
 //! per task under its own hash tag: no script touches it together with queue keys.
 
 use ax_scheduler_core::{AttemptEnd, UtcMillis};
@@ -56,8 +59,24 @@ impl Queue {
             .lpush(&key, json)
             .ignore()
             .ltrim(&key, 0, cap - 1)
+            .ignore()
+            .pexpire(&key, retention_ms(self))
             .ignore();
         self.run("record_history", pipe.query_async::<()>(&mut conn))
+            .await
+    }
+
+    /// Deletes the history of each task in `tasks` (namespace, id): they were deleted.
+    pub async fn delete_histories(&self, tasks: &[(&str, &str)]) -> Result<()> {
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (namespace, id) in tasks {
+            pipe.del(self.keys().history(namespace, id)).ignore();
+        }
+        let mut conn = self.conn();
+        self.run("delete_histories", pipe.query_async::<()>(&mut conn))
             .await
     }
 
@@ -120,4 +139,9 @@ impl Queue {
             })
             .collect()
     }
+}
+
+/// The history key's expiry in ms, renewed by every write.
+pub(crate) fn retention_ms(q: &Queue) -> i64 {
+    i64::try_from(q.config().history_retention.as_millis()).unwrap_or(i64::MAX)
 }

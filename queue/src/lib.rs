@@ -20,7 +20,9 @@ mod queue;
 mod scripts;
 mod server;
 
-pub use config::QueueConfig;
+pub use config::{
+    QueueConfig, DEFAULT_DLQ_MAX_ENTRIES, DEFAULT_DLQ_RETENTION, DEFAULT_HISTORY_RETENTION,
+};
 pub use consumer::Consumer;
 pub use dlq::DlqEntry;
 pub use error::{QueueError, Result};

@@ -1,4 +1,5 @@
-//! The maintenance loop: promotes due retries and reaps dead workers' messages.
+//! The maintenance loop: promotes due retries, reaps dead workers' messages and keeps the
+//! dead-letter queues within their retention.
 //!
 //! Every worker pool runs one for the queues it serves. Both jobs are single scripts, so any
 //! number of these loops may run at once against the same queues without harm. The loop is an
@@ -64,6 +65,8 @@ pub struct StepReport {
     pub promoted: usize,
     /// Messages given back from dead workers.
     pub reaped: usize,
+    /// Dead-letter entries removed by the retention or the cap.
+    pub dlq_trimmed: usize,
     /// How long to wait before the next step.
     pub wait: Duration,
 }
@@ -103,6 +106,7 @@ impl Maintenance {
         let mut report = StepReport {
             promoted: 0,
             reaped: 0,
+            dlq_trimmed: 0,
             wait: Duration::ZERO,
         };
         let result = match self.state {
@@ -110,8 +114,9 @@ impl Maintenance {
                 report.promoted = n;
                 self.state = MaintenanceState::Reap;
             }),
-            MaintenanceState::Reap => self.reap(now).await.map(|n| {
+            MaintenanceState::Reap => self.reap(now).await.map(|(n, trimmed)| {
                 report.reaped = n;
+                report.dlq_trimmed = trimmed;
                 self.backoff.reset();
                 self.state = MaintenanceState::Promote;
                 report.wait = self.cfg.interval;
@@ -148,12 +153,15 @@ impl Maintenance {
         Ok(total)
     }
 
-    async fn reap(&self, now: UtcMillis) -> Result<usize> {
-        let mut total = 0;
+    /// Reaps dead workers, then trims the dead-letter queues (one bounded call each).
+    async fn reap(&self, now: UtcMillis) -> Result<(usize, usize)> {
+        let mut reaped = 0;
+        let mut trimmed = 0;
         for q in &self.cfg.queues {
-            total += self.queue.reap(q, now, self.cfg.visibility_timeout).await?;
+            reaped += self.queue.reap(q, now, self.cfg.visibility_timeout).await?;
+            trimmed += self.queue.trim_dlq(q, now).await?;
         }
-        Ok(total)
+        Ok((reaped, trimmed))
     }
 
     /// Steps with the clock until `cancel` fires.

@@ -21,6 +21,7 @@ pub(crate) struct Scripts {
     pub(crate) release: Script,
     pub(crate) deregister: Script,
     pub(crate) read_events: Script,
+    pub(crate) dlq_trim: Script,
 }
 
 impl Scripts {
@@ -38,6 +39,7 @@ impl Scripts {
             release: Script::new(include_str!("lua/release.lua")),
             deregister: Script::new(include_str!("lua/deregister.lua")),
             read_events: Script::new(include_str!("lua/read_events.lua")),
+            dlq_trim: Script::new(include_str!("lua/dlq_trim.lua")),
         }
     }
 }

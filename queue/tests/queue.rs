@@ -415,6 +415,68 @@ async fn release_puts_unfinished_work_first_and_deregister_cleans_up() {
 }
 
 #[tokio::test]
+async fn the_dead_letter_queue_keeps_its_retention_and_its_cap() {
+    let cfg = QueueConfig {
+        prefix: unique_name("axq"),
+        dlq_max_entries: 30,
+        dlq_retention: Duration::from_secs(3600),
+        ..QueueConfig::default()
+    };
+    let q = Queue::connect(&redis_url(), cfg).await.unwrap();
+    let t0 = ax_scheduler_core::UtcMillis::now();
+    let s = spec("t", "default");
+    let msgs: Vec<_> = (0..50)
+        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), t0, 0))
+        .collect();
+    q.enqueue_batch(&msgs).await.unwrap();
+    let mut c = q.consumer("default", "w", BLOCK, t0).await.unwrap();
+    let ds = c.take(50).await.unwrap();
+    // Ten dead-lettered two hours ago, forty now.
+    for (i, d) in ds.iter().enumerate() {
+        let at = if i < 10 { t0.0 - 2 * 3600 * 1000 } else { t0.0 };
+        assert!(q.dead_letter(d, "boom", UtcMillis(at)).await.unwrap());
+    }
+    assert_eq!(q.dlq_size("default").await.unwrap(), 50);
+    // The maintenance round: the ten past the retention go, then the oldest beyond the cap.
+    let removed = q.trim_dlq("default", t0).await.unwrap();
+    assert_eq!(removed, 20);
+    assert_eq!(q.dlq_size("default").await.unwrap(), 30);
+    let mut conn = raw_conn(&redis_url()).await;
+    let entries: usize = conn.hlen(q.keys().dlq_entries("default")).await.unwrap();
+    assert_eq!(entries, 30, "entries and their index go together");
+    assert_eq!(q.trim_dlq("default", t0).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_tasks_history_expires_after_the_retention_and_is_deleted_on_demand() {
+    let cfg = QueueConfig {
+        prefix: unique_name("axq"),
+        history_retention: Duration::from_secs(600),
+        ..QueueConfig::default()
+    };
+    let q = Queue::connect(&redis_url(), cfg).await.unwrap();
+    let entry = HistoryEntry {
+        execution_id: uuid::Uuid::now_v7(),
+        fire_at: UtcMillis(5),
+        started_at: UtcMillis(6),
+        finished_at: UtcMillis(9),
+        lateness_ms: 1,
+        duration_ms: 3,
+        end: AttemptEnd::succeeded(),
+        worker: "w".into(),
+        attempt: 0,
+    };
+    q.record_history("ns", "a", &entry).await.unwrap();
+    q.record_history("ns", "b", &entry).await.unwrap();
+    let mut conn = raw_conn(&redis_url()).await;
+    let ttl: i64 = conn.pttl(q.keys().history("ns", "a")).await.unwrap();
+    assert!(ttl > 590_000 && ttl <= 600_000, "{ttl}");
+    q.delete_histories(&[("ns", "a")]).await.unwrap();
+    assert!(q.history("ns", "a", 10).await.unwrap().is_empty());
+    assert_eq!(q.history("ns", "b", 10).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
 async fn dead_letter_life_cycle() {
     let q = queue().await;
     let now = ax_scheduler_core::UtcMillis::now();

@@ -1,5 +1,6 @@
 //! Writes the leader's task states and consumed trigger keys to etcd, off the fire path, then
-//! acknowledges the worker events whose effects those states hold.
+//! acknowledges the worker events whose effects those states hold. A deleted task's state
+//! goes with its execution history.
 //!
 //! The leader loop hands over batches of coalesced states; while a write is in flight, newer
 //! batches pile up in the channel and are merged (latest state per task wins) into the next
@@ -70,7 +71,7 @@ pub(super) async fn run(
         }
         let mut backoff = ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
-            match write(&registry, fence, &states, &keys).await {
+            match write(&registry, &queue, fence, &states, &keys).await {
                 Ok(()) => {
                     debug!(
                         states = states.len(),
@@ -175,6 +176,7 @@ fn take(
 
 async fn write(
     registry: &Registry,
+    queue: &Queue,
     fence: i64,
     states: &HashMap<TaskKey, Option<TaskState>>,
     keys: &[PendingTrigger],
@@ -195,10 +197,17 @@ async fn write(
             tokio::time::sleep(PACE).await;
         }
     }
+    let mut deleted = Vec::new();
     for (k, s) in states {
         if s.is_none() {
             registry.delete_state(&k.namespace, &k.id).await?;
+            deleted.push((k.namespace.as_str(), k.id.as_str()));
         }
+    }
+    // The task is gone: its execution history goes too (else it would wait for the history
+    // retention). Not worth failing the flush over: the retention removes it anyway.
+    if let Err(e) = queue.delete_histories(&deleted).await {
+        warn!(error = %e, tasks = deleted.len(), "cannot delete the execution history of deleted tasks");
     }
     for t in keys {
         registry

@@ -193,7 +193,7 @@ impl Term {
                         now,
                     ),
                     CatalogEntry::Invalid { errors, revision } => {
-                        let already = states.get(key).is_some_and(|s| {
+                        let already = states.remove(key).is_some_and(|s| {
                             s.spec_revision == *revision
                                 && s.status == ax_scheduler_core::TaskStatus::Invalid
                         });
@@ -202,6 +202,22 @@ impl Term {
                         }
                     }
                 }
+            }
+            // What is left are states of tasks the catalog does not hold: deleted while no
+            // replica led, so no leader saw the delete. Nothing else would ever remove them
+            // (or their history). A state the catalog may not have caught up with (its spec
+            // is newer than what this replica has seen) is left alone.
+            let mut orphans = 0;
+            for (key, state) in states {
+                if in_scope(settings, &key.namespace)
+                    && !catalog.may_not_have_seen(state.spec_revision)
+                {
+                    dispatcher.remove(&key);
+                    orphans += 1;
+                }
+            }
+            if orphans > 0 {
+                info!(orphans, "deleting the states of tasks deleted while no replica led");
             }
             if !leadership.is_valid() {
                 anyhow::bail!("leadership lost while taking over");
