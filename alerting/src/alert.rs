@@ -75,6 +75,8 @@ pub enum AlertKind {
     TaskDeadLettered,
     /// A queue holds more entries than its threshold.
     QueueBacklog,
+    /// Executions wait in a queue that no worker serves.
+    QueueUnserved,
     /// Leadership moved (or was lost).
     LeaderChanged,
     /// A fire was dispatched later than the delay threshold after its scheduled instant.
@@ -103,6 +105,7 @@ impl AlertKind {
             AlertKind::TaskFailed => "task_failed",
             AlertKind::TaskDeadLettered => "task_dead_lettered",
             AlertKind::QueueBacklog => "queue_backlog",
+            AlertKind::QueueUnserved => "queue_unserved",
             AlertKind::LeaderChanged => "leader_changed",
             AlertKind::ScheduleDelay => "schedule_delay",
             AlertKind::MisfireSkipped => "misfire_skipped",
@@ -261,6 +264,33 @@ impl Alert {
         .with_field("queue", queue)
         .with_field("depth", depth)
         .with_field("threshold", threshold)
+    }
+
+    /// Trigger: executions wait in `queue` and no worker has taken from it for
+    /// `idle` (`None`: no worker ever registered for it) (critical: they will never run).
+    pub fn queue_unserved(
+        queue: impl Into<String>,
+        depth: u64,
+        idle: Option<Duration>,
+        now: UtcMillis,
+    ) -> Self {
+        let queue = queue.into();
+        let why = match idle {
+            Some(d) => format!("its last worker stopped {} s ago", d.as_secs()),
+            None => "no worker was ever configured for it".to_owned(),
+        };
+        Alert::new(
+            Level::Critical,
+            AlertKind::QueueUnserved,
+            format!("Queue unserved: {queue}"),
+            format!(
+                "{depth} execution(s) wait in queue {queue} and {why}: add {queue} to a worker's \
+                 worker.queues, or move the tasks to a served queue"
+            ),
+            now,
+        )
+        .with_field("queue", queue)
+        .with_field("depth", depth)
     }
 
     /// Trigger: leadership moved from `previous` to `current` (`None`: no leader) (warn; critical

@@ -54,6 +54,9 @@ pub const UNDECODABLE_STATES: &str = "scheduler_undecodable_states";
 /// Redis settings that would lose ax's queue state (no persistence, an evicting
 /// `maxmemory-policy`), as found at start; 0 when none.
 pub const REDIS_CONFIG_WARNINGS: &str = "scheduler_redis_config_warnings";
+/// Queues that tasks use where executions wait and no worker serves them (the leader's
+/// count; 0 on other replicas).
+pub const UNSERVED_QUEUES: &str = "scheduler_unserved_queues";
 /// Age of the oldest waiting execution, seconds. Labels: `queue`.
 pub const OLDEST_QUEUED_AGE_SECONDS: &str = "scheduler_oldest_queued_age_seconds";
 /// Failed calls to a backend. Labels: `backend` (`etcd`, `redis`).
@@ -78,6 +81,7 @@ pub const ALL_NAMES: &[&str] = &[
     LEADER_CHANGES_TOTAL,
     INVALID_SPECS,
     OLDEST_QUEUED_AGE_SECONDS,
+    UNSERVED_QUEUES,
     BACKEND_ERRORS_TOTAL,
     ALERTS_TOTAL,
     BUILD_INFO,
@@ -190,6 +194,8 @@ pub struct Metrics {
     pub undecodable_states: IntGauge,
     /// [`REDIS_CONFIG_WARNINGS`].
     pub redis_config_warnings: IntGauge,
+    /// [`UNSERVED_QUEUES`].
+    pub unserved_queues: IntGauge,
     /// [`OLDEST_QUEUED_AGE_SECONDS`] by `queue`.
     pub oldest_queued_age_seconds: GaugeVec,
     /// [`BACKEND_ERRORS_TOTAL`] by `backend`.
@@ -289,6 +295,13 @@ impl Metrics {
                 IntGauge::new(
                     REDIS_CONFIG_WARNINGS,
                     "Redis settings that would lose ax's queue state, found at start.",
+                )?,
+            )?,
+            unserved_queues: register(
+                &registry,
+                IntGauge::new(
+                    UNSERVED_QUEUES,
+                    "Queues where executions wait that no worker serves.",
                 )?,
             )?,
             oldest_queued_age_seconds: register(

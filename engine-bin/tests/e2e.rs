@@ -968,3 +968,40 @@ async fn a_task_deleted_while_no_replica_led_loses_its_state_and_history() {
     assert!(exists, "a live task keeps its history");
     c.clean_up().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executions_waiting_in_a_queue_no_worker_serves_raise_an_alert() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-unserved").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    // A typo in the queue name: the workers serve `default` only.
+    let mut spec = http_task(&c, json!({ "at": rfc3339(now_ms() + 500) }));
+    spec["queue"] = json!("defualt");
+    c.put_task("default", "typo", &spec).await;
+    put_one_shot(&c, "default", "fine", now_ms() + 500).await;
+    wait_for_executions(&c, "fine", 1, Duration::from_secs(5)).await;
+    wait_until(
+        Duration::from_secs(30),
+        "queue_unserved alert for the queue no worker serves",
+        || {
+            let raised = c
+                .receiver
+                .alerts()
+                .iter()
+                .any(|a| a["kind"] == "queue_unserved" && a["fields"]["queue"] == "defualt");
+            async move { raised }
+        },
+    )
+    .await;
+    assert_eq!(c.metric("r1", "scheduler_unserved_queues").await, Some(1.0));
+    assert!(c.receiver.executions_of("typo").is_empty());
+    assert!(
+        !c.receiver
+            .alerts()
+            .iter()
+            .any(|a| a["kind"] == "queue_unserved" && a["fields"]["queue"] == "default"),
+        "the served queue is not reported"
+    );
+    c.clean_up().await;
+}

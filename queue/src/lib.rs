@@ -33,5 +33,5 @@ pub use maintenance::{
     Maintenance, MaintenanceConfig, MaintenanceState, StepReport, DEFAULT_VISIBILITY_TIMEOUT,
 };
 pub use message::{AttemptError, Dedupe, ExecutionMessage};
-pub use queue::{Delivery, Fence, Queue, QueueStats, ENQUEUE_CHUNK};
+pub use queue::{Delivery, Fence, Queue, QueueStats, ENQUEUE_CHUNK, UNSERVED_AFTER};
 pub use server::ServerInfo;

@@ -78,6 +78,28 @@ pub struct QueueStats {
     pub dead: u64,
     /// Age of the oldest unsettled message; `None` when there is none.
     pub oldest_age: Option<Duration>,
+    /// Time since the newest heartbeat of a worker that takes from the queue; `None` when no
+    /// worker is registered for it.
+    pub last_worker_beat: Option<Duration>,
+}
+
+/// How long messages may wait in a queue without any worker's heartbeat before the queue
+/// counts as unserved (see [`QueueStats::is_unserved`]).
+pub const UNSERVED_AFTER: Duration = Duration::from_secs(30);
+
+impl QueueStats {
+    /// Whether messages wait that no worker will take: some have waited at least 10 s, and no
+    /// worker serving the queue has beaten its heart for [`UNSERVED_AFTER`] (or none ever
+    /// registered): a queue name no worker is configured for, or every worker gone.
+    pub fn is_unserved(&self) -> bool {
+        self.ready > 0
+            && self
+                .oldest_age
+                .is_some_and(|age| age >= Duration::from_secs(10))
+            && self
+                .last_worker_beat
+                .is_none_or(|beat| beat >= UNSERVED_AFTER)
+    }
 }
 
 /// Client of the Redis queues under one key prefix. Cheap to clone (shared connection).
@@ -664,8 +686,10 @@ impl Queue {
             .zcard(k.monitor(queue))
             .zcard(k.delayed(queue))
             .zcard(k.dlq(queue))
-            .zrange_withscores(k.monitor(queue), 0, 0);
-        let (ready, unsettled, delayed, dead, first): (u64, u64, u64, u64, Vec<(String, i64)>) =
+            .zrange_withscores(k.monitor(queue), 0, 0)
+            .zrange_withscores(k.workers(queue), -1, -1);
+        type Reply = (u64, u64, u64, u64, Vec<(String, i64)>, Vec<(String, i64)>);
+        let (ready, unsettled, delayed, dead, first, beat): Reply =
             self.run("stats", pipe.query_async(&mut conn)).await?;
         Ok(QueueStats {
             ready,
@@ -673,6 +697,34 @@ impl Queue {
             delayed,
             dead,
             oldest_age: first.first().map(|(_, at)| now.since(UtcMillis(*at))),
+            last_worker_beat: beat.first().map(|(_, at)| now.since(UtcMillis(*at))),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_is_unserved_when_work_waits_and_no_worker_beats() {
+        let secs = |s| Some(Duration::from_secs(s));
+        let stats = |ready, oldest, beat| QueueStats {
+            ready,
+            unsettled: ready,
+            delayed: 0,
+            dead: 0,
+            oldest_age: oldest,
+            last_worker_beat: beat,
+        };
+        // No worker ever registered, work waiting 12 s.
+        assert!(stats(3, secs(12), None).is_unserved());
+        // Every worker gone a minute ago.
+        assert!(stats(3, secs(12), secs(60)).is_unserved());
+        // A live worker: it is only behind (the backlog alert's business).
+        assert!(!stats(3, secs(12), secs(1)).is_unserved());
+        // Just enqueued, or nothing waiting.
+        assert!(!stats(3, secs(2), None).is_unserved());
+        assert!(!stats(0, None, None).is_unserved());
     }
 }

@@ -54,6 +54,7 @@ pub(super) struct Term {
     redis_run_id: Option<String>,
     redis_tick: Interval,
     queues: HashSet<String>,
+    unserved_tick: Interval,
     events_tick: Interval,
     pending_tick: Interval,
     flush_tick: Interval,
@@ -112,6 +113,8 @@ async fn raise_fence(
 
 /// How often the leader checks that Redis is the server it raised the fences on.
 const REDIS_CHECK_INTERVAL: Duration = Duration::from_secs(2);
+/// How often the leader looks for queues its tasks use that no worker serves.
+const UNSERVED_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
 fn ticker(period: Duration) -> Interval {
     let mut tick = tokio::time::interval(period);
@@ -297,6 +300,7 @@ impl Term {
                 redis_run_id,
                 redis_tick: ticker(REDIS_CHECK_INTERVAL),
                 queues,
+                unserved_tick: ticker(UNSERVED_CHECK_INTERVAL),
                 events_tick: ticker(settings.events_interval),
                 pending_tick: ticker(events::PENDING_CHECK_INTERVAL),
                 flush_tick: ticker(settings.flush_interval),
@@ -385,6 +389,9 @@ impl Term {
                 _ = self.redis_tick.tick() => {
                     self.check_redis(deps).await;
                 }
+                _ = self.unserved_tick.tick() => {
+                    self.check_unserved(deps).await;
+                }
             }
         }
     }
@@ -422,6 +429,36 @@ impl Term {
         if let Some(alerts) = &deps.alerts {
             alerts.send(Alert::redis_restarted(persistent, UtcMillis::now()));
         }
+    }
+
+    /// Finds the queues its tasks use where executions wait and no worker serves them (a
+    /// queue name no worker is configured for, every worker of it gone): sets the gauge and
+    /// alerts for each (the alert manager de-duplicates repeats).
+    async fn check_unserved(&mut self, deps: &LeaderDeps) {
+        let now = UtcMillis::now();
+        let mut unserved = 0;
+        for q in &self.queues {
+            let stats = match deps.queue.stats(q, now).await {
+                Ok(s) => s,
+                Err(e) => {
+                    debug!(queue = %q, error = %e, "cannot read queue figures");
+                    return;
+                }
+            };
+            if stats.is_unserved() {
+                unserved += 1;
+                warn!(queue = %q, depth = stats.ready, "executions wait in a queue no worker serves");
+                if let Some(alerts) = &deps.alerts {
+                    alerts.send(Alert::queue_unserved(
+                        q.as_str(),
+                        stats.ready,
+                        stats.last_worker_beat,
+                        now,
+                    ));
+                }
+            }
+        }
+        deps.metrics.unserved_queues.set(unserved);
     }
 
     /// Queues a run-now request; true when it was queued. A request for a task the catalog
@@ -483,6 +520,7 @@ impl Term {
     /// of after the lease's TTL); otherwise report the loss.
     async fn end(mut self, settings: &LeaderSettings, deps: &LeaderDeps, shutting_down: bool) {
         deps.metrics.set_leader(false);
+        deps.metrics.unserved_queues.set(0);
         if self.unsent {
             warn!("fires taken for enqueue were not accepted: leaving the task states as last written, so the next leader replays them");
         } else if shutting_down {
