@@ -32,7 +32,7 @@ pub use connect::{connect_etcd, connect_queue, election_config, queue_config, re
 use crate::config::Config;
 use crate::http::api::{
     ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
-    TaskKey, TaskView, TriggerResult,
+    TaskKey, TaskList, TaskQuery, TaskView, TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -107,8 +107,8 @@ impl Backend {
 }
 
 impl ApiBackend for Backend {
-    fn list_tasks(&self, namespace: Option<String>) -> ApiFuture<'_, Vec<TaskView>> {
-        Box::pin(async move { self.list_views(namespace.as_deref()).await })
+    fn list_tasks(&self, query: TaskQuery) -> ApiFuture<'_, TaskList> {
+        Box::pin(async move { self.list_page_views(&query).await })
     }
 
     fn get_task(&self, key: TaskKey) -> ApiFuture<'_, TaskView> {

@@ -221,11 +221,24 @@ pub enum TaskCommand {
     },
     /// Show a task's spec and state.
     Get(TaskRef),
-    /// List tasks.
+    /// List tasks (all of them, read page by page; or one page with `--limit`).
     List {
         /// Only this namespace (default: all).
         #[arg(long, short = 'n')]
         namespace: Option<String>,
+        /// Only tasks in this status (SCHEDULED, RUNNING, FAILED, PAUSED, INVALID, ...).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only tasks with this label: `key` or `key=value`.
+        #[arg(long, short = 'l')]
+        label: Option<String>,
+        /// Show one page of at most this many tasks (1-1000) and, on stderr, how to get the
+        /// next.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: Option<u16>,
+        /// Go on from a page's continue token.
+        #[arg(long = "continue", value_name = "TOKEN")]
+        continue_token: Option<String>,
         /// Output format.
         #[arg(long, short = 'o', value_enum, default_value_t)]
         output: OutputFormat,

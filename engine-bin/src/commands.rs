@@ -16,7 +16,7 @@ use crate::cli::{
 };
 use crate::config::{Config, LoadOptions, DEFAULT_CONFIG_PATH};
 use crate::edge::Edge;
-use crate::http::api::{ApiBackend, DlqRequeue};
+use crate::http::api::{ApiBackend, DlqRequeue, TaskQuery};
 use crate::http::ApiError;
 use crate::logging::{self, LogSettings, LogTarget};
 use crate::output;
@@ -201,8 +201,38 @@ async fn task(config: &Config, cmd: TaskCommand) -> Result<(), CliError> {
         .map(|k| format!("{}/{}", k.namespace, k.id))
         .unwrap_or_default();
     let text = match (cmd, key) {
-        (TaskCommand::List { namespace, output }, _) => {
-            let tasks = b.list_tasks(namespace).await.map_err(api_error)?;
+        (
+            TaskCommand::List {
+                namespace,
+                status,
+                label,
+                limit,
+                continue_token,
+                output,
+            },
+            _,
+        ) => {
+            let mut query = TaskQuery {
+                namespace,
+                status,
+                label,
+                limit: limit.map(usize::from),
+                continue_token,
+            };
+            let mut tasks = Vec::new();
+            loop {
+                let page = b.list_tasks(query.clone()).await.map_err(api_error)?;
+                tasks.extend(page.items);
+                match page.continue_token {
+                    // One page was asked for: say how to get the next.
+                    Some(token) if limit.is_some() => {
+                        eprintln!("more tasks follow: add --continue {token}");
+                        break;
+                    }
+                    Some(token) => query.continue_token = Some(token),
+                    None => break,
+                }
+            }
             match output {
                 OutputFormat::Table => output::task_table(&tasks),
                 OutputFormat::Json => output::json(&tasks),

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::http::api::{
     ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
-    TaskKey, TaskView, TriggerResult,
+    TaskKey, TaskList, TaskQuery, TaskView, TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -41,8 +41,8 @@ macro_rules! delegate {
 }
 
 impl ApiBackend for LateApi {
-    fn list_tasks(&self, namespace: Option<String>) -> ApiFuture<'_, Vec<TaskView>> {
-        delegate!(self, list_tasks(namespace))
+    fn list_tasks(&self, query: TaskQuery) -> ApiFuture<'_, TaskList> {
+        delegate!(self, list_tasks(query))
     }
     fn get_task(&self, key: TaskKey) -> ApiFuture<'_, TaskView> {
         delegate!(self, get_task(key))

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use ax_engine::backend::Backend;
 use ax_engine::config::Config;
+use ax_engine::http::api::TaskQuery;
 use ax_engine::http::{app, ApiBackend, AppState};
 use ax_engine::metrics::Metrics;
 use ax_engine::readiness::Readiness;
@@ -181,4 +182,90 @@ async fn status_and_dead_letters_through_the_api() {
         )
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn tasks_are_listed_page_by_page_with_filters() {
+    let mut config = Config::default();
+    config.etcd.endpoints = vec![ax_testkit::etcd_endpoint()];
+    config.etcd.prefix = format!("/{}", ax_testkit::unique_name("api-pages"));
+    config.redis.url = ax_testkit::redis_url();
+    config.redis.key_prefix = ax_testkit::unique_name("api-pages");
+    let b = Backend::connect(&config).await.unwrap();
+    for i in 0..23 {
+        let team = if i % 3 == 0 { "data" } else { "web" };
+        let spec = json!({
+            "id": format!("t{i:02}"),
+            "namespace": if i < 20 { "a" } else { "b" },
+            "handler": "log",
+            "schedule": {"every": "1h"},
+            "labels": {"team": team},
+            "paused": i % 5 == 0,
+        });
+        b.put_task(spec, false).await.unwrap();
+    }
+    let all = |query: TaskQuery| {
+        let b = &b;
+        async move {
+            let mut query = query;
+            let mut ids = Vec::new();
+            let mut pages = 0;
+            loop {
+                let page = b.list_tasks(query.clone()).await.unwrap();
+                pages += 1;
+                assert!(page.items.len() <= query.limit.unwrap_or(500));
+                ids.extend(
+                    page.items
+                        .iter()
+                        .map(|t| format!("{}/{}", t.namespace, t.id)),
+                );
+                match page.continue_token {
+                    Some(t) => query.continue_token = Some(t),
+                    None => return (ids, pages),
+                }
+            }
+        }
+    };
+    let (ids, pages) = all(TaskQuery {
+        limit: Some(5),
+        ..TaskQuery::default()
+    })
+    .await;
+    assert_eq!(ids.len(), 23);
+    assert_eq!(pages, 5);
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(ids, sorted, "key order");
+    let (ids, _) = all(TaskQuery {
+        namespace: Some("a".into()),
+        status: Some("paused".into()),
+        limit: Some(2),
+        ..TaskQuery::default()
+    })
+    .await;
+    assert_eq!(ids, ["a/t00", "a/t05", "a/t10", "a/t15"]);
+    let (ids, _) = all(TaskQuery {
+        label: Some("team=data".into()),
+        limit: Some(3),
+        ..TaskQuery::default()
+    })
+    .await;
+    assert_eq!(
+        ids,
+        ["a/t00", "a/t03", "a/t06", "a/t09", "a/t12", "a/t15", "a/t18", "b/t21"]
+    );
+    let (ids, _) = all(TaskQuery {
+        label: Some("owner".into()),
+        ..TaskQuery::default()
+    })
+    .await;
+    assert!(ids.is_empty());
+    let bad = b
+        .list_tasks(TaskQuery {
+            continue_token: Some("garbage".into()),
+            ..TaskQuery::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(bad.to_string().contains("continue"), "{bad}");
 }

@@ -402,7 +402,7 @@ async fn dead_letters_are_listed_requeued_and_purged() {
     let spec = TaskSpec::from_json(flaky.as_bytes(), "default", "flaky").unwrap();
     let now = ax_scheduler_core::UtcMillis::now();
     for i in 0..2 {
-        let msg = ExecutionMessage::for_fire(&spec, UtcMillis(now.0 - 1000 * i), now, 1);
+        let msg = ExecutionMessage::for_fire(&spec, UtcMillis(now.0 - 1000 * (1 - i)), now, 1);
         assert_eq!(q.enqueue(&msg).await.unwrap(), EnqueueOutcome::Enqueued);
     }
     let mut consumer = q

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use ax_engine::http::api::{
     ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView, TaskKey,
-    TaskView, TriggerResult,
+    TaskList, TaskQuery, TaskView, TriggerResult, CONTINUE_HEADER,
 };
 use ax_engine::http::{app, ApiBackend, ApiError, AppState};
 use ax_engine::metrics::{Metrics, ALL_NAMES};
@@ -81,16 +81,28 @@ impl MemoryBackend {
 }
 
 impl ApiBackend for MemoryBackend {
-    fn list_tasks(&self, namespace: Option<String>) -> ApiFuture<'_, Vec<TaskView>> {
+    fn list_tasks(&self, query: TaskQuery) -> ApiFuture<'_, TaskList> {
         Box::pin(async move {
-            Ok(self
+            let limit = query.page_size()?;
+            let from: usize = query
+                .continue_token
+                .as_deref()
+                .map_or(0, |t| t.parse().unwrap());
+            let mut all: Vec<TaskView> = self
                 .tasks
                 .lock()
                 .unwrap()
                 .iter()
-                .filter(|((ns, _), _)| namespace.as_ref().is_none_or(|want| want == ns))
+                .filter(|((ns, _), _)| query.namespace.as_ref().is_none_or(|want| want == ns))
                 .map(|((ns, id), spec)| view(ns, id, spec))
-                .collect())
+                .collect();
+            all.sort_by(|a, b| (&a.namespace, &a.id).cmp(&(&b.namespace, &b.id)));
+            let items: Vec<TaskView> = all.iter().skip(from).take(limit).cloned().collect();
+            let next = from + items.len();
+            Ok(TaskList {
+                items,
+                continue_token: (next < all.len()).then(|| next.to_string()),
+            })
         })
     }
 
@@ -368,6 +380,55 @@ async fn api_requires_the_token_when_one_is_set() {
 
     // Probes stay open.
     assert_eq!(get(&f.router, "/healthz").await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_task_list_is_paged_with_a_continue_header_and_checks_its_query() {
+    let backend = MemoryBackend::default();
+    for i in 0..5 {
+        backend.tasks.lock().unwrap().insert(
+            ("default".into(), format!("t{i}")),
+            json!({"id": format!("t{i}"), "namespace": "default", "version": 1}),
+        );
+    }
+    let f = fixture(Some(backend), None);
+    let page = |uri: String| {
+        let router = f.router.clone();
+        async move {
+            let req = Request::builder().uri(uri).body(Body::empty()).unwrap();
+            let resp = router.oneshot(req).await.unwrap();
+            let status = resp.status();
+            let next = resp
+                .headers()
+                .get(CONTINUE_HEADER)
+                .map(|v| v.to_str().unwrap().to_owned());
+            let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            let body: Value = serde_json::from_slice(&bytes).unwrap();
+            (status, body, next)
+        }
+    };
+    let mut ids = Vec::new();
+    let mut uri = "/api/v1/tasks?limit=2".to_owned();
+    loop {
+        let (status, body, next) = page(uri.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let items = body.as_array().unwrap();
+        assert!(items.len() <= 2);
+        ids.extend(items.iter().map(|t| t["id"].as_str().unwrap().to_owned()));
+        match next {
+            Some(token) => uri = format!("/api/v1/tasks?limit=2&continue={token}"),
+            None => break,
+        }
+    }
+    assert_eq!(ids, ["t0", "t1", "t2", "t3", "t4"]);
+    for bad in ["limit=0", "limit=1001", "status=SLEEPING", "limit=x"] {
+        let (status, body) = get(&f.router, &format!("/api/v1/tasks?{bad}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+    let (status, _) = get(&f.router, "/api/v1/tasks?status=failed&label=team=data").await;
+    assert_eq!(status, StatusCode::OK);
 }
 
 #[tokio::test]

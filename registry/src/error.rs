@@ -77,6 +77,13 @@ pub enum RegistryError {
         /// The token the writer held.
         token: i64,
     },
+    /// A paged listing was continued after etcd compacted the revision its first page was
+    /// read at: the pages would no longer be one snapshot.
+    #[error("the listing started at revision {revision} expired (etcd compacted it); list again from the start")]
+    ListingExpired {
+        /// The revision of the listing's first page.
+        revision: i64,
+    },
     /// A stored state record is not valid JSON of a task state.
     #[error("state record at {key} is not valid: {source}")]
     Decode {

@@ -80,6 +80,51 @@ pub struct StateListing {
     pub undecodable: Vec<UndecodableState>,
 }
 
+/// Where the next page of a paged task listing starts: the revision its first page was read
+/// at (so that all pages are one snapshot), and the last key already listed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageCursor {
+    /// The store revision of the first page.
+    pub revision: i64,
+    /// The last task key listed.
+    pub after: String,
+}
+
+impl PageCursor {
+    /// The cursor as an opaque token for an API (`{revision}.{hex of the key}`).
+    pub fn to_token(&self) -> String {
+        let hex: String = self.after.bytes().map(|b| format!("{b:02x}")).collect();
+        format!("{}.{hex}", self.revision)
+    }
+
+    /// Reads a token made by [`to_token`](Self::to_token); `None` if it is not one.
+    pub fn from_token(token: &str) -> Option<PageCursor> {
+        let (revision, hex) = token.split_once('.')?;
+        if hex.len() % 2 != 0 {
+            return None;
+        }
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+            .collect::<Option<Vec<u8>>>()?;
+        Some(PageCursor {
+            revision: revision.parse().ok().filter(|r| *r > 0)?,
+            after: String::from_utf8(bytes).ok()?,
+        })
+    }
+}
+
+/// One page of a task listing with the states of its tasks, read at one revision.
+#[derive(Clone, Debug, Default)]
+pub struct TaskPage {
+    /// The tasks of the page, valid and invalid apart.
+    pub listing: TaskListing,
+    /// The state records of the page's tasks.
+    pub states: StateListing,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<PageCursor>,
+}
+
 /// The task registry on one etcd prefix.
 #[derive(Clone)]
 pub struct Registry {
@@ -327,6 +372,108 @@ impl Registry {
         Ok(listing)
     }
 
+    /// One page of at most `limit` tasks (or one namespace's) in key order, with their
+    /// states, starting after `from` (at its revision) or at the start. A listing continued
+    /// after etcd compacted its revision fails with [`RegistryError::ListingExpired`].
+    pub async fn list_page(
+        &self,
+        namespace: Option<&str>,
+        from: Option<&PageCursor>,
+        limit: usize,
+    ) -> Result<TaskPage, RegistryError> {
+        let prefix = match namespace {
+            Some(ns) => self.keys.namespace_prefix(ns),
+            None => self.keys.tasks_prefix(),
+        };
+        let start = match from {
+            // A cursor from another namespace's listing is outside this range: start there
+            // anyway and let etcd return what the range holds.
+            Some(c) => {
+                let mut k = c.after.clone().into_bytes();
+                k.push(0);
+                k
+            }
+            None => prefix.clone().into_bytes(),
+        };
+        let revision = from.map(|c| c.revision);
+        let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
+        let (rev, more, kvs) = self
+            .range_at(start, prefix_end(prefix.as_bytes()), revision, limit)
+            .await?;
+        let mut page = TaskPage::default();
+        page.listing.revision = rev;
+        for kv in &kvs {
+            match decode_task(&self.keys, kv) {
+                Decoded::Task(t) => page.listing.tasks.push(t),
+                Decoded::Invalid(i) => page.listing.invalid.push(i),
+            }
+        }
+        if let (Some(first), Some(last)) = (kvs.first(), kvs.last()) {
+            // The states of exactly these tasks: the same key range under the state prefix.
+            let state_key = |kv: &KeyValue| {
+                let key = String::from_utf8_lossy(kv.key()).into_owned();
+                let rest = key
+                    .strip_prefix(&self.keys.tasks_prefix())
+                    .unwrap_or(&key)
+                    .to_owned();
+                format!("{}{rest}", self.keys.states_prefix())
+            };
+            let mut end = state_key(last).into_bytes();
+            end.push(0);
+            let (_, _, states) = self
+                .range_at(state_key(first).into_bytes(), end, Some(rev), 0)
+                .await?;
+            page.states = self.decode_states(&states);
+        }
+        if more {
+            page.next = kvs.last().map(|kv| PageCursor {
+                revision: rev,
+                after: String::from_utf8_lossy(kv.key()).into_owned(),
+            });
+        }
+        Ok(page)
+    }
+
+    /// One range read `[start, end)` in key order at `revision` (or the newest), at most
+    /// `limit` keys (0: no limit). Returns the revision read at, whether more keys follow,
+    /// and the keys.
+    async fn range_at(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        revision: Option<i64>,
+        limit: i64,
+    ) -> Result<(i64, bool, Vec<KeyValue>), RegistryError> {
+        let mut opts = GetOptions::new()
+            .with_range(end)
+            .with_limit(limit)
+            .with_sort(SortTarget::Key, SortOrder::Ascend);
+        if let Some(r) = revision {
+            opts = opts.with_revision(r);
+        }
+        let mut kv = self.client.kv_client();
+        let mut resp = match timed(
+            "list",
+            self.config.request_timeout,
+            kv.get(start, Some(opts)),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(RegistryError::Etcd { source, .. })
+                if revision.is_some() && source.to_string().contains("compacted") =>
+            {
+                return Err(RegistryError::ListingExpired {
+                    revision: revision.unwrap_or_default(),
+                })
+            }
+            Err(e) => return Err(e),
+        };
+        let rev = revision.unwrap_or_else(|| resp.header().map(|h| h.revision()).unwrap_or(0));
+        let more = resp.more();
+        Ok((rev, more, resp.take_kvs()))
+    }
+
     /// Every key-value under `prefix`, read page by page at the first page's revision so the
     /// result is one consistent snapshot.
     pub(crate) async fn list_range(
@@ -473,8 +620,13 @@ impl Registry {
             None => self.keys.states_prefix(),
         };
         let (_, kvs) = self.list_range(&prefix).await?;
+        Ok(self.decode_states(&kvs))
+    }
+
+    /// Decodes state records; one that cannot be decoded is listed apart.
+    fn decode_states(&self, kvs: &[KeyValue]) -> StateListing {
         let mut listing = StateListing::default();
-        for kv in &kvs {
+        for kv in kvs {
             match self.decode_state(kv) {
                 Ok(state) => listing.states.push(state),
                 Err(e) => {
@@ -488,7 +640,7 @@ impl Registry {
                 }
             }
         }
-        Ok(listing)
+        listing
     }
 
     /// Deletes a task's state record.

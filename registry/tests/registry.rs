@@ -6,7 +6,7 @@ mod common;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use ax_registry::{RegisterOutcome, RegistryError};
+use ax_registry::{PageCursor, RegisterOutcome, RegistryError};
 use ax_scheduler_core::{TaskState, TaskStatus, UtcMillis};
 use common::{registry, spec};
 
@@ -304,4 +304,83 @@ async fn states_roundtrip_batch_and_fence() {
         reg.get_state("default", "a").await.unwrap().is_none(),
         "state goes with the task"
     );
+}
+
+#[tokio::test]
+async fn a_paged_listing_is_one_snapshot_with_each_tasks_state() {
+    let (reg, mut client) = registry("reg-page").await;
+    let now = UtcMillis(1_700_000_000_000);
+    for i in 0..25 {
+        reg.register(&spec("a", &format!("t{i:02}"), 1, i))
+            .await
+            .unwrap();
+    }
+    reg.register(&spec("b", "other", 1, 0)).await.unwrap();
+    client
+        .put(reg.keys().task("a", "t07x"), "{not json", None)
+        .await
+        .unwrap();
+    let states: Vec<_> = (0..25)
+        .step_by(2)
+        .map(|i| {
+            (
+                "a".to_owned(),
+                format!("t{i:02}"),
+                TaskState::new(i, now, now),
+            )
+        })
+        .collect();
+    reg.put_states(&states, None).await.unwrap();
+    // A state of another namespace next to the page's range is not the page's.
+    reg.put_state("b", "other", &TaskState::new(99, now, now), None)
+        .await
+        .unwrap();
+
+    let mut seen = Vec::new();
+    let mut with_state = 0;
+    let mut cursor = None;
+    let mut pages = 0;
+    loop {
+        let page = reg.list_page(Some("a"), cursor.as_ref(), 10).await.unwrap();
+        pages += 1;
+        assert!(page.listing.tasks.len() + page.listing.invalid.len() <= 10);
+        let ids: Vec<String> = page
+            .listing
+            .tasks
+            .iter()
+            .map(|t| t.spec.id.clone())
+            .collect();
+        for s in &page.states.states {
+            assert_eq!(s.namespace, "a");
+            assert!(
+                ids.contains(&s.id),
+                "state {} outside its page {ids:?}",
+                s.id
+            );
+        }
+        with_state += page.states.states.len();
+        seen.extend(ids);
+        seen.extend(page.listing.invalid.iter().map(|i| i.id.clone()));
+        if pages == 1 {
+            // Changes after the first page do not show in the later ones.
+            reg.register(&spec("a", "t99", 1, 0)).await.unwrap();
+            reg.unregister("a", "t24").await.unwrap();
+        }
+        match page.next {
+            Some(next) => {
+                let token = next.to_token();
+                cursor = Some(PageCursor::from_token(&token).unwrap());
+            }
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    let mut want: Vec<String> = (0..25).map(|i| format!("t{i:02}")).collect();
+    want.push("t07x".into());
+    seen.sort();
+    want.sort();
+    assert_eq!(seen, want);
+    assert_eq!(with_state, 13);
+    assert!(PageCursor::from_token("12.zz").is_none());
+    assert!(PageCursor::from_token("nonsense").is_none());
 }

@@ -13,9 +13,9 @@ use crate::http::ApiError;
 pub(super) fn registry(e: RegistryError) -> ApiError {
     match e {
         RegistryError::NotFound { .. } => ApiError::NotFound(e.to_string()),
-        RegistryError::VersionNotHigher { .. } | RegistryError::Conflict { .. } => {
-            ApiError::Conflict(e.to_string())
-        }
+        RegistryError::VersionNotHigher { .. }
+        | RegistryError::Conflict { .. }
+        | RegistryError::ListingExpired { .. } => ApiError::Conflict(e.to_string()),
         RegistryError::Invalid {
             namespace,
             id,

@@ -8,12 +8,12 @@
 
 use std::collections::HashMap;
 
-use ax_registry::TriggerRequest;
+use ax_registry::{PageCursor, TaskPage, TriggerRequest};
 use ax_scheduler_core::task::DEFAULT_NAMESPACE;
 use ax_scheduler_core::{TaskSpec, TaskState, TaskStatus, UtcMillis};
 
 use super::{errors, Backend};
-use crate::http::api::{PutTaskResult, TaskKey, TaskView, TriggerResult};
+use crate::http::api::{PutTaskResult, TaskKey, TaskList, TaskQuery, TaskView, TriggerResult};
 use crate::http::ApiError;
 use crate::task_file::PREVIEW_FIRES;
 
@@ -111,57 +111,64 @@ impl Backend {
         }
     }
 
-    pub(super) async fn list_views(
-        &self,
-        namespace: Option<&str>,
-    ) -> Result<Vec<TaskView>, ApiError> {
-        let listing = self
-            .registry
-            .list(namespace)
-            .await
-            .map_err(errors::registry)?;
-        let state_listing = self
-            .registry
-            .list_states(namespace)
-            .await
-            .map_err(errors::registry)?;
-        let unreadable: HashMap<(String, String), String> = state_listing
-            .undecodable
-            .into_iter()
-            .map(|u| ((u.namespace, u.id), u.error))
-            .collect();
-        let states: HashMap<(String, String), TaskState> = state_listing
-            .states
-            .into_iter()
-            .map(|s| ((s.namespace, s.id), s.state))
-            .collect();
-        let state = |ns: &str, id: &str| states.get(&(ns.to_owned(), id.to_owned()));
-        let mut views: Vec<TaskView> = listing
-            .tasks
-            .iter()
-            .map(|t| {
-                let mut view = view_of_spec(&t.spec, state(&t.spec.namespace, &t.spec.id));
-                let key = (t.spec.namespace.clone(), t.spec.id.clone());
-                if let Some(error) = unreadable.get(&key) {
-                    view.errors.push(unreadable_state(error));
+    /// One page of the tasks `query` selects, with their states, in key order. Pages are
+    /// read from etcd `limit` tasks at a time at one revision; a filter that matches few
+    /// tasks reads on until the page is full or the tasks end, so a page holds at most
+    /// `limit` tasks and its token resumes right after the last one.
+    pub(super) async fn list_page_views(&self, query: &TaskQuery) -> Result<TaskList, ApiError> {
+        let limit = query.page_size()?;
+        let status = query.status_filter()?;
+        let label = query.label_filter();
+        let mut cursor = match &query.continue_token {
+            Some(t) => Some(PageCursor::from_token(t).ok_or_else(|| {
+                ApiError::invalid("continue: not a token this server issued; list from the start")
+            })?),
+            None => None,
+        };
+        let mut items = Vec::new();
+        loop {
+            let page = self
+                .registry
+                .list_page(query.namespace.as_deref(), cursor.as_ref(), limit)
+                .await
+                .map_err(errors::registry)?;
+            let revision = page.listing.revision;
+            let more = page.next.clone();
+            let views = views_of_page(page);
+            let last = views.len();
+            for (i, view) in views.into_iter().enumerate() {
+                let wanted = status.is_none_or(|s| view.status.as_deref() == Some(s.as_str()))
+                    && label.is_none_or(|(k, v)| has_label(&view, k, v));
+                if !wanted {
+                    continue;
                 }
-                view
-            })
-            .chain(listing.invalid.iter().map(|bad| {
-                TaskView {
-                    namespace: bad.namespace.clone(),
-                    id: bad.id.clone(),
-                    spec: serde_json::from_str(&bad.raw)
-                        .unwrap_or_else(|_| serde_json::Value::String(bad.raw.clone())),
-                    status: Some(TaskStatus::Invalid.as_str().to_owned()),
-                    next_fire: None,
-                    last_fire: state(&bad.namespace, &bad.id).and_then(|s| s.last_fire_at),
-                    errors: bad.errors.iter().map(ToString::to_string).collect(),
+                let key = self.registry.keys().task(&view.namespace, &view.id);
+                items.push(view);
+                if items.len() == limit {
+                    let ended = i + 1 == last && more.is_none();
+                    let continue_token = (!ended).then(|| {
+                        PageCursor {
+                            revision,
+                            after: key,
+                        }
+                        .to_token()
+                    });
+                    return Ok(TaskList {
+                        items,
+                        continue_token,
+                    });
                 }
-            }))
-            .collect();
-        views.sort_by(|a, b| (&a.namespace, &a.id).cmp(&(&b.namespace, &b.id)));
-        Ok(views)
+            }
+            match more {
+                Some(next) => cursor = Some(next),
+                None => {
+                    return Ok(TaskList {
+                        items,
+                        continue_token: None,
+                    })
+                }
+            }
+        }
     }
 
     pub(super) async fn get_view(&self, key: &TaskKey) -> Result<TaskView, ApiError> {
@@ -292,6 +299,67 @@ pub(super) fn not_found(key: &TaskKey) -> ApiError {
         "task {}/{} is not registered",
         key.namespace, key.id
     ))
+}
+
+/// Whether a task's spec has label `key` (with `value`, when one is asked for). An invalid
+/// spec has no labels one can rely on.
+fn has_label(view: &TaskView, key: &str, value: Option<&str>) -> bool {
+    match view.spec.get("labels").and_then(|l| l.get(key)) {
+        Some(serde_json::Value::String(v)) => value.is_none_or(|want| want == v),
+        _ => false,
+    }
+}
+
+/// The views of one page's tasks, valid and invalid, in key order, each with its state (or
+/// why its state cannot be read).
+fn views_of_page(page: TaskPage) -> Vec<TaskView> {
+    let TaskPage {
+        listing, states, ..
+    } = page;
+    let unreadable: HashMap<(String, String), String> = states
+        .undecodable
+        .into_iter()
+        .map(|u| ((u.namespace, u.id), u.error))
+        .collect();
+    let states: HashMap<(String, String), TaskState> = states
+        .states
+        .into_iter()
+        .map(|s| ((s.namespace, s.id), s.state))
+        .collect();
+    let state = |ns: &str, id: &str| states.get(&(ns.to_owned(), id.to_owned()));
+    let mut views: Vec<TaskView> = listing
+        .tasks
+        .iter()
+        .map(|t| {
+            let mut view = view_of_spec(&t.spec, state(&t.spec.namespace, &t.spec.id));
+            let key = (t.spec.namespace.clone(), t.spec.id.clone());
+            if let Some(error) = unreadable.get(&key) {
+                view.errors.push(unreadable_state(error));
+            }
+            view
+        })
+        .chain(listing.invalid.iter().map(|bad| {
+            TaskView {
+                namespace: bad.namespace.clone(),
+                id: bad.id.clone(),
+                spec: serde_json::from_str(&bad.raw)
+                    .unwrap_or_else(|_| serde_json::Value::String(bad.raw.clone())),
+                status: Some(TaskStatus::Invalid.as_str().to_owned()),
+                next_fire: None,
+                last_fire: state(&bad.namespace, &bad.id).and_then(|s| s.last_fire_at),
+                errors: bad.errors.iter().map(ToString::to_string).collect(),
+            }
+        }))
+        .collect();
+    // Key order, which is etcd's order of `{prefix}/tasks/{namespace}/{id}`.
+    views.sort_by(|a, b| {
+        (a.namespace.as_bytes(), b"/".as_slice(), a.id.as_bytes()).cmp(&(
+            b.namespace.as_bytes(),
+            b"/".as_slice(),
+            b.id.as_bytes(),
+        ))
+    });
+    views
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //!
 //! | method | path | backend call |
 //! | --- | --- | --- |
-//! | GET | `/tasks?namespace=` | [`ApiBackend::list_tasks`] |
+//! | GET | `/tasks?namespace=&status=&label=&limit=&continue=` | [`ApiBackend::list_tasks`] (paged: the next page's token in `X-Ax-Continue`) |
 //! | POST | `/tasks?dry_run=true` (body: task spec) | [`ApiBackend::put_task`] |
 //! | GET | `/tasks/{namespace}/{id}` | [`ApiBackend::get_task`] |
 //! | DELETE | `/tasks/{namespace}/{id}` | [`ApiBackend::delete_task`] |
@@ -40,14 +40,88 @@ use super::error::ApiError;
 
 /// Largest `limit` a list call accepts.
 pub const MAX_LIST_LIMIT: usize = 1000;
+/// Tasks in a page when the request gives no `limit`.
+pub const DEFAULT_TASK_PAGE: usize = 500;
+/// Response header holding the token of the next page of a task listing.
+pub const CONTINUE_HEADER: &str = "x-ax-continue";
+
+/// Which tasks [`ApiBackend::list_tasks`] returns (the query string of `GET /tasks`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskQuery {
+    /// Only this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Only tasks in this status (`SCHEDULED`, `FAILED`, ...; any case).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Only tasks with this label: `key` (any value) or `key=value`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Most tasks in the page, 1 to [`MAX_LIST_LIMIT`]; default [`DEFAULT_TASK_PAGE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// The previous page's continue token: the listing goes on after it, at the same
+    /// snapshot.
+    #[serde(default, rename = "continue", skip_serializing_if = "Option::is_none")]
+    pub continue_token: Option<String>,
+}
+
+impl TaskQuery {
+    /// The page size: `limit`, or the default; [`ApiError::Invalid`] outside 1 ..=
+    /// [`MAX_LIST_LIMIT`].
+    pub fn page_size(&self) -> Result<usize, ApiError> {
+        match self.limit {
+            None => Ok(DEFAULT_TASK_PAGE),
+            Some(n) if (1..=MAX_LIST_LIMIT).contains(&n) => Ok(n),
+            Some(n) => Err(ApiError::invalid(format!(
+                "limit: {n} is outside 1 to {MAX_LIST_LIMIT}"
+            ))),
+        }
+    }
+
+    /// The status filter, checked against the status names.
+    pub fn status_filter(&self) -> Result<Option<ax_scheduler_core::TaskStatus>, ApiError> {
+        let Some(s) = &self.status else {
+            return Ok(None);
+        };
+        ax_scheduler_core::TaskStatus::ALL
+            .into_iter()
+            .find(|st| st.as_str().eq_ignore_ascii_case(s))
+            .map(Some)
+            .ok_or_else(|| {
+                let names: Vec<&str> = ax_scheduler_core::TaskStatus::ALL
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect();
+                ApiError::invalid(format!("status: `{s}` is not one of {}", names.join(", ")))
+            })
+    }
+
+    /// The label filter: (key, value if one is required).
+    pub fn label_filter(&self) -> Option<(&str, Option<&str>)> {
+        self.label.as_deref().map(|l| match l.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (l, None),
+        })
+    }
+}
+
+/// One page of a task listing.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskList {
+    /// The tasks, in key order.
+    pub items: Vec<TaskView>,
+    /// Pass as `continue` for the next page; `None` on the last page.
+    pub continue_token: Option<String>,
+}
 
 /// What a backend call returns.
 pub type ApiFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ApiError>> + Send + 'a>>;
 
 /// The operations behind `/api/v1`. Implemented over etcd and Redis by the engine.
 pub trait ApiBackend: Send + Sync {
-    /// Every task, or those of one namespace.
-    fn list_tasks(&self, namespace: Option<String>) -> ApiFuture<'_, Vec<TaskView>>;
+    /// One page of the tasks `query` selects, in key order (namespace, then id).
+    fn list_tasks(&self, query: TaskQuery) -> ApiFuture<'_, TaskList>;
     /// One task; [`ApiError::NotFound`] if it does not exist.
     fn get_task(&self, key: TaskKey) -> ApiFuture<'_, TaskView>;
     /// Validates `spec` (the JSON a user wrote) and, unless `dry_run`, registers it.
@@ -290,11 +364,6 @@ fn key((namespace, id): (String, String)) -> TaskKey {
 }
 
 #[derive(Deserialize)]
-struct NamespaceQuery {
-    namespace: Option<String>,
-}
-
-#[derive(Deserialize)]
 struct PutQuery {
     #[serde(default)]
     dry_run: bool,
@@ -332,12 +401,23 @@ struct Count {
     count: u64,
 }
 
+/// The page's tasks as the body (a JSON array, as before paging), and the next page's token
+/// in the [`CONTINUE_HEADER`] header when there is one.
 async fn list_tasks(
     State(s): State<ApiState>,
-    q: Result<Query<NamespaceQuery>, QueryRejection>,
-) -> ApiResult<Vec<TaskView>> {
+    q: Result<Query<TaskQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
     let q = query(q)?;
-    Ok(Json(s.backend()?.list_tasks(q.namespace).await?))
+    q.page_size()?;
+    q.status_filter()?;
+    let page = s.backend()?.list_tasks(q).await?;
+    let mut response = Json(page.items).into_response();
+    if let Some(token) = page.continue_token {
+        if let Ok(value) = axum::http::HeaderValue::from_str(&token) {
+            response.headers_mut().insert(CONTINUE_HEADER, value);
+        }
+    }
+    Ok(response)
 }
 
 async fn put_task(
