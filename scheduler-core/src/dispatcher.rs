@@ -26,6 +26,12 @@
 //! most once per flush however often it fired. What a new leader needs in order to continue
 //! (anchor, last and next fire) is in every write; a fire dispatched but not yet written is
 //! dispatched again by the next leader and refused as a duplicate by the enqueue script.
+//!
+//! That refusal is also why a fire's own state change (RUNNING, the fire counted) waits:
+//! it is written only if the execution is still running [`DispatcherConfig::running_write_delay`]
+//! later, and otherwise goes in one write with the execution's end. A periodic task whose
+//! executions are short costs one etcd write per execution, not two. A takeover writes only
+//! the states it changed.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -89,6 +95,9 @@ pub struct DispatcherConfig {
     /// A timer that comes due later than this means the leader stalled; the fires it missed
     /// follow the task's misfire policy.
     pub stall_threshold: Duration,
+    /// How long after a fire its state (RUNNING) waits to be written on its own: an
+    /// execution that ends sooner has its end written instead, in one write.
+    pub running_write_delay: Duration,
 }
 
 /// Default [`DispatcherConfig::stall_threshold`]: far above any lateness of a working
@@ -106,6 +115,7 @@ impl Default for DispatcherConfig {
             rate_limit: None,
             hold_retry: Duration::from_secs(5),
             stall_threshold: DEFAULT_STALL_THRESHOLD,
+            running_write_delay: Duration::from_secs(5),
         }
     }
 }
@@ -228,6 +238,9 @@ struct Armed {
 enum Pending {
     /// Write the task's current state (read when the writes are taken, so the newest wins).
     WriteCurrent,
+    /// Write the task's current state once this instant has passed, unless a change that
+    /// must be written sooner comes first (a fire waits for its execution's end).
+    WriteCurrentAfter(UtcMillis),
     /// Write this state (the task is no longer armed: invalid).
     Write(TaskState),
     /// Delete the state (the task is gone).
@@ -338,6 +351,8 @@ impl Dispatcher {
         recorded: Option<TaskState>,
         now: UtcMillis,
     ) {
+        // What the last leader wrote: the state is written again only if loading changed it.
+        let written = recorded.clone();
         // A state recorded for an older spec revision still carries the task's progress; the
         // countdown anchor is the one thing a changed spec may move (see `update`).
         let mut state = recorded.unwrap_or_else(|| {
@@ -420,7 +435,14 @@ impl Dispatcher {
                 self.arm(&mut task, None, now);
             }
         }
-        self.pending.insert(Arc::clone(&key), Pending::WriteCurrent);
+        let unchanged = written.is_some_and(|mut w| {
+            // The time of the last write is not a change.
+            w.updated_at = task.state.updated_at;
+            w == task.state
+        });
+        if !unchanged {
+            self.pending.insert(Arc::clone(&key), Pending::WriteCurrent);
+        }
         self.tasks.insert(key, task);
     }
 
@@ -659,8 +681,12 @@ impl Dispatcher {
                 bucket.try_take(now);
             }
             set_status(&mut task.state, TaskStatus::Running, now);
+            // A change already waiting to be written goes as soon as it would have.
             self.pending
-                .insert(Arc::clone(&task.key), Pending::WriteCurrent);
+                .entry(Arc::clone(&task.key))
+                .or_insert(Pending::WriteCurrentAfter(
+                    now.add(self.config.running_write_delay),
+                ));
             out.push(Dispatch {
                 key: Arc::clone(&task.key),
                 spec: Arc::clone(&task.spec),
@@ -837,10 +863,14 @@ impl Dispatcher {
             ExecutionEvent::Started { at } => {
                 // Events of different attempts come from different workers; a start older
                 // than the last recorded end belongs to an attempt already over.
-                if task.state.last_finished_at.is_none_or(|end| *at >= end) {
+                if task.state.last_finished_at.is_none_or(|end| *at >= end)
+                    && task.state.status != TaskStatus::Running
+                {
+                    // A retry's start: like a fire, written with its end unless it runs long.
                     set_status(&mut task.state, TaskStatus::Running, now);
-                    self.pending
-                        .insert(Arc::clone(&task.key), Pending::WriteCurrent);
+                    self.pending.entry(Arc::clone(&task.key)).or_insert(
+                        Pending::WriteCurrentAfter(now.add(self.config.running_write_delay)),
+                    );
                 }
             }
             ExecutionEvent::Finished { end, .. } => {
@@ -932,27 +962,34 @@ impl Dispatcher {
         self.on_execution(key, execution, attempt, &event, now);
     }
 
-    /// The states changed since the last call, newest version of each: `Some` to write,
-    /// `None` to delete.
-    pub fn take_state_writes(&mut self) -> Vec<StateWrite> {
+    /// The states to write at `now`, newest version of each: `Some` to write, `None` to
+    /// delete. A fire's state whose write waits (see the module notes) stays until its time;
+    /// [`UtcMillis::MAX`] takes everything (the last flush of a term).
+    pub fn take_state_writes(&mut self, now: UtcMillis) -> Vec<StateWrite> {
         let mut out = Vec::with_capacity(self.pending.len());
-        for (key, pending) in self.pending.drain() {
-            match pending {
-                Pending::WriteCurrent => {
-                    if let Some(task) = self.tasks.get(&key) {
-                        out.push((key, Some(task.state.clone())));
-                    }
+        let tasks = &self.tasks;
+        self.pending.retain(|key, pending| {
+            let write = match pending {
+                Pending::WriteCurrentAfter(at) if *at > now => return true,
+                Pending::WriteCurrent | Pending::WriteCurrentAfter(_) => {
+                    tasks.get(key).map(|t| Some(t.state.clone()))
                 }
-                Pending::Write(state) => out.push((key, Some(state))),
-                Pending::Delete => out.push((key, None)),
+                Pending::Write(state) => Some(Some(state.clone())),
+                Pending::Delete => Some(None),
+            };
+            if let Some(w) = write {
+                out.push((Arc::clone(key), w));
             }
-        }
+            false
+        });
         out
     }
 
-    /// Whether state changes are waiting for [`take_state_writes`](Self::take_state_writes).
-    pub fn has_state_writes(&self) -> bool {
-        !self.pending.is_empty()
+    /// Whether [`take_state_writes`](Self::take_state_writes) at `now` has anything.
+    pub fn has_state_writes(&self, now: UtcMillis) -> bool {
+        self.pending
+            .values()
+            .any(|p| !matches!(p, Pending::WriteCurrentAfter(at) if *at > now))
     }
 
     /// Notices raised since the last call.

@@ -17,6 +17,9 @@ use serde::{Deserialize, Serialize};
 pub struct UtcMillis(pub i64);
 
 impl UtcMillis {
+    /// The latest instant: "whenever", for a deadline that has always passed.
+    pub const MAX: UtcMillis = UtcMillis(i64::MAX);
+
     /// The system clock now. The one place in ax that reads the wall clock: nothing in this
     /// crate calls it (the core's logic takes `now` as an argument), the I/O crates and the
     /// binary call it at their edges.

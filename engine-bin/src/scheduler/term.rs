@@ -544,10 +544,17 @@ impl Term {
     }
 
     /// Hands the changed states, consumed triggers and applied events to the flusher; with
-    /// `wait`, until they are written (at most a few seconds). Never waits for room: when the flusher is
-    /// behind (etcd slow), the changes stay in the dispatcher, coalesced, for a later flush.
+    /// `wait` (the last flush of a term), every state, those whose write waits included, and
+    /// until they are written (at most a few seconds). Never waits for room: when the
+    /// flusher is behind (etcd slow), the changes stay in the dispatcher, coalesced, for a
+    /// later flush.
     async fn flush(&mut self, wait: bool) {
-        if !self.dispatcher.has_state_writes()
+        let due = if wait {
+            UtcMillis::MAX
+        } else {
+            UtcMillis::now()
+        };
+        if !self.dispatcher.has_state_writes(due)
             && self.consumed_triggers.is_empty()
             && self.unacked.is_empty()
         {
@@ -561,7 +568,7 @@ impl Term {
         };
         let (done_tx, done_rx) = oneshot::channel();
         permit.send(FlushRequest {
-            writes: self.dispatcher.take_state_writes(),
+            writes: self.dispatcher.take_state_writes(due),
             triggers: std::mem::take(&mut self.consumed_triggers),
             acks: std::mem::take(&mut self.unacked).into_iter().collect(),
             done: wait.then_some(done_tx),

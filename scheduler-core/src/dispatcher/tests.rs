@@ -79,12 +79,12 @@ fn state_writes_are_coalesced_per_task() {
         at(0),
     );
     run(&mut d, 0, 10_000);
-    let writes = d.take_state_writes();
+    let writes = d.take_state_writes(UtcMillis::MAX);
     assert_eq!(writes.len(), 2, "two tasks, ten fires each, two writes");
     assert!(writes
         .iter()
         .all(|(_, s)| s.as_ref().unwrap().fire_count == 10));
-    assert!(!d.has_state_writes());
+    assert!(!d.has_state_writes(UtcMillis::MAX));
 }
 
 #[test]
@@ -234,7 +234,7 @@ fn pause_resume_delete_and_same_revision() {
     assert_eq!(d.armed_len(), 1);
     d.remove(&key("a"));
     assert!(run(&mut d, 8000, 12_000).is_empty());
-    let writes = d.take_state_writes();
+    let writes = d.take_state_writes(UtcMillis::MAX);
     assert!(writes.iter().any(|(k, s)| **k == key("a") && s.is_none()));
 }
 
@@ -384,7 +384,7 @@ fn rate_limit_spreads_a_burst_in_priority_order() {
 #[test]
 fn invalid_spec_stops_the_task_and_records_errors() {
     let mut d = one_task("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#);
-    d.take_state_writes();
+    d.take_state_writes(UtcMillis::MAX);
     d.mark_invalid(
         key("a"),
         6,
@@ -395,7 +395,7 @@ fn invalid_spec_stops_the_task_and_records_errors() {
         at(500),
     );
     assert!(run(&mut d, 500, 5000).is_empty());
-    let writes = d.take_state_writes();
+    let writes = d.take_state_writes(UtcMillis::MAX);
     let state = writes[0].1.as_ref().unwrap();
     assert_eq!(state.status, TaskStatus::Invalid);
     assert_eq!(state.validation_errors[0].path, "schedule.cron");
@@ -617,7 +617,7 @@ fn a_held_fire_survives_a_failover() {
     let x = old.poll(at(3_600_000)).pop().unwrap();
     old.on_enqueued(&x, EnqueueOutcome::Held, at(3_600_000));
     let written = old
-        .take_state_writes()
+        .take_state_writes(at(3_600_000))
         .into_iter()
         .find_map(|(_, s)| s)
         .unwrap();
@@ -727,4 +727,73 @@ fn a_one_shot_sent_again_after_a_failover_settles_as_its_replayed_end_says() {
         (state.status, state.success_count, state.failure_count),
         (TaskStatus::Success, 1, 0)
     );
+}
+
+/// State writes (each one etcd put) per execution under steady periodic load, flushing every
+/// 500 ms as the engine does, for executions of `run_ms`; and the writes of a takeover
+/// that finds every state as the last leader left it.
+fn write_amplification(run_ms: i64) -> (f64, usize) {
+    const TASKS: usize = 200;
+    let json = r#"{"handler":"log","schedule":{"every":"1s"},"overlap":"allow"}"#;
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    for i in 0..TASKS {
+        let id = format!("t{i:03}");
+        d.upsert(key(&id), spec(&id, json), 5, None, at(0));
+    }
+    d.take_state_writes(UtcMillis::MAX);
+    // (when, task, execution, event)
+    let mut events: Vec<(i64, TaskKey, u128, ExecutionEvent)> = Vec::new();
+    let (mut writes, mut executions, mut next_exec) = (0usize, 0usize, 0u128);
+    for t in (10..=60_000).step_by(10) {
+        for dispatch in d.poll(at(t)) {
+            d.on_enqueued(&dispatch, EnqueueOutcome::Enqueued, at(t));
+            next_exec += 1;
+            let k = (*dispatch.key).clone();
+            events.push((
+                t + 5,
+                k.clone(),
+                next_exec,
+                ExecutionEvent::Started { at: at(t + 5) },
+            ));
+            events.push((
+                t + 5 + run_ms,
+                k,
+                next_exec,
+                ExecutionEvent::Finished {
+                    at: at(t + 5 + run_ms),
+                    end: crate::execution::AttemptEnd::succeeded(),
+                },
+            ));
+        }
+        let (due, later): (Vec<_>, Vec<_>) = events.into_iter().partition(|e| e.0 <= t);
+        events = later;
+        for (_, k, exec, event) in due {
+            if matches!(event, ExecutionEvent::Finished { .. }) {
+                executions += 1;
+            }
+            d.on_execution(&k, exec, 0, &event, at(t));
+        }
+        if t % 500 == 0 {
+            writes += d.take_state_writes(at(t)).len();
+        }
+    }
+    // A takeover: every state as written, the same catalog.
+    let mut next = Dispatcher::new(DispatcherConfig::default(), at(60_010));
+    for i in 0..TASKS {
+        let id = format!("t{i:03}");
+        let state = d.state(&key(&id)).cloned();
+        next.upsert(key(&id), spec(&id, json), 5, state, at(60_010));
+    }
+    let takeover = next.take_state_writes(UtcMillis::MAX).len();
+    (writes as f64 / executions as f64, takeover)
+}
+
+#[test]
+fn at_most_one_state_write_per_short_execution_and_none_for_an_unchanged_takeover() {
+    let (short, takeover) = write_amplification(10);
+    let (long, _) = write_amplification(700);
+    println!("state writes per execution: {short:.3} (10 ms runs), {long:.3} (700 ms runs); takeover writes {takeover}");
+    assert!(short <= 1.05, "{short} writes per 10 ms execution");
+    assert!(long <= 1.05, "{long} writes per 700 ms execution");
+    assert_eq!(takeover, 0, "a takeover writes only what changed");
 }
