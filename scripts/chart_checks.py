@@ -33,7 +33,8 @@ CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
 # The configuration contract's TOML keys (engine-bin implements them).
 CONTRACT = {
-    "etcd": {"endpoints", "prefix", "username", "password", "ca_file", "cert_file", "key_file", "timeout"},
+    "etcd": {"endpoints", "prefix", "username", "password", "ca_file", "cert_file", "key_file", "timeout",
+             "quota_backend_bytes"},
     "redis": {"url", "password", "key_prefix"},
     "instance": {"id", "roles", "namespaces"},
     "election": {"lease_ttl"},

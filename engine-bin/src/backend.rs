@@ -47,6 +47,7 @@ pub struct Backend {
     queue_config: QueueConfig,
     worker_queues: Vec<String>,
     request_timeout: Duration,
+    etcd_quota_bytes: u64,
 }
 
 impl Backend {
@@ -76,6 +77,7 @@ impl Backend {
             queue_config: queue_config(config),
             worker_queues: config.worker.queues.clone(),
             request_timeout: config.etcd.timeout,
+            etcd_quota_bytes: config.etcd.quota_backend_bytes,
         }
     }
 

@@ -108,7 +108,14 @@ pub struct Etcd {
     /// Timeout of every etcd request; default 5 s.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub timeout: Duration,
+    /// etcd's `--quota-backend-bytes`, for the database-size gauge, alert and `ax status`
+    /// (etcd 3.6 and later report it themselves, and that wins); default 2 GiB, etcd's own
+    /// default.
+    pub quota_backend_bytes: u64,
 }
+
+/// etcd's default database quota (`--quota-backend-bytes`).
+pub const DEFAULT_ETCD_QUOTA_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
 impl Default for Etcd {
     fn default() -> Self {
@@ -121,6 +128,7 @@ impl Default for Etcd {
             cert_file: String::new(),
             key_file: String::new(),
             timeout: Duration::from_secs(5),
+            quota_backend_bytes: DEFAULT_ETCD_QUOTA_BYTES,
         }
     }
 }
@@ -135,6 +143,8 @@ pub struct Redis {
     pub password: String,
     /// Prefix of every Redis key ax writes; default `ax`.
     pub key_prefix: String,
+    /// Executions kept in each task's history (`ax task history`); default 100.
+    pub history_cap: usize,
     /// How long a task's execution history is kept after its last execution; default 30 d.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub history_retention: Duration,
@@ -151,6 +161,7 @@ impl Default for Redis {
             url: "redis://127.0.0.1:6379/0".to_owned(),
             password: String::new(),
             key_prefix: "ax".to_owned(),
+            history_cap: ax_queue::DEFAULT_HISTORY_CAP,
             history_retention: ax_queue::DEFAULT_HISTORY_RETENTION,
             dlq_retention: ax_queue::DEFAULT_DLQ_RETENTION,
             dlq_max_entries: ax_queue::DEFAULT_DLQ_MAX_ENTRIES,

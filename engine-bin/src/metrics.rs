@@ -57,6 +57,10 @@ pub const REDIS_CONFIG_WARNINGS: &str = "scheduler_redis_config_warnings";
 /// Queues that tasks use where executions wait and no worker serves them (the leader's
 /// count; 0 on other replicas).
 pub const UNSERVED_QUEUES: &str = "scheduler_unserved_queues";
+/// Size of etcd's database file, bytes (what its quota applies to).
+pub const ETCD_DB_BYTES: &str = "scheduler_etcd_db_bytes";
+/// etcd's database quota, bytes (reported by etcd 3.6+, else `etcd.quota_backend_bytes`).
+pub const ETCD_DB_QUOTA_BYTES: &str = "scheduler_etcd_db_quota_bytes";
 /// Age of the oldest waiting execution, seconds. Labels: `queue`.
 pub const OLDEST_QUEUED_AGE_SECONDS: &str = "scheduler_oldest_queued_age_seconds";
 /// Failed calls to a backend. Labels: `backend` (`etcd`, `redis`).
@@ -82,6 +86,8 @@ pub const ALL_NAMES: &[&str] = &[
     INVALID_SPECS,
     OLDEST_QUEUED_AGE_SECONDS,
     UNSERVED_QUEUES,
+    ETCD_DB_BYTES,
+    ETCD_DB_QUOTA_BYTES,
     BACKEND_ERRORS_TOTAL,
     ALERTS_TOTAL,
     BUILD_INFO,
@@ -196,6 +202,10 @@ pub struct Metrics {
     pub redis_config_warnings: IntGauge,
     /// [`UNSERVED_QUEUES`].
     pub unserved_queues: IntGauge,
+    /// [`ETCD_DB_BYTES`].
+    pub etcd_db_bytes: IntGauge,
+    /// [`ETCD_DB_QUOTA_BYTES`].
+    pub etcd_db_quota_bytes: IntGauge,
     /// [`OLDEST_QUEUED_AGE_SECONDS`] by `queue`.
     pub oldest_queued_age_seconds: GaugeVec,
     /// [`BACKEND_ERRORS_TOTAL`] by `backend`.
@@ -296,6 +306,14 @@ impl Metrics {
                     REDIS_CONFIG_WARNINGS,
                     "Redis settings that would lose ax's queue state, found at start.",
                 )?,
+            )?,
+            etcd_db_bytes: register(
+                &registry,
+                IntGauge::new(ETCD_DB_BYTES, "Size of etcd's database file, in bytes.")?,
+            )?,
+            etcd_db_quota_bytes: register(
+                &registry,
+                IntGauge::new(ETCD_DB_QUOTA_BYTES, "etcd's database quota, in bytes.")?,
             )?,
             unserved_queues: register(
                 &registry,

@@ -206,6 +206,22 @@ pub fn status_text(s: &StatusView) -> String {
         out.push_str(&table(&["QUEUE", "DEPTH", "OLDEST", "DEAD LETTERS"], &rows));
     }
     out.push_str(&format!("\ndead letters: {}\n", s.dlq_size));
+    if let Some(db) = s.etcd_db {
+        let mib = |b: u64| b as f64 / 1024.0 / 1024.0;
+        let share = if db.quota_bytes > 0 {
+            db.bytes as f64 * 100.0 / db.quota_bytes as f64
+        } else {
+            0.0
+        };
+        out.push_str(&format!(
+            "etcd database: {:.1} MiB of {:.0} MiB quota ({share:.1} %)\n",
+            mib(db.bytes),
+            mib(db.quota_bytes)
+        ));
+        if share >= 80.0 {
+            out.push_str("\nwarning: etcd's database is near its quota: check auto-compaction and defragment (docs/deploy.md)\n");
+        }
+    }
     for w in &s.redis_warnings {
         out.push_str(&format!("\nwarning: {w}\n"));
     }
@@ -269,6 +285,7 @@ mod tests {
             }],
             dlq_size: 2,
             redis_warnings: Vec::new(),
+            etcd_db: None,
         };
         let text = status_text(&s);
         assert!(text.starts_with("leader: ax-1\n"), "{text}");
@@ -290,5 +307,21 @@ mod tests {
         };
         assert!(status_text(&warned)
             .ends_with("\nwarning: Redis has neither AOF nor RDB persistence\n"));
+        let full = StatusView {
+            etcd_db: Some(crate::http::api::EtcdDbView {
+                bytes: 1800 * 1024 * 1024,
+                quota_bytes: 2048 * 1024 * 1024,
+            }),
+            ..warned
+        };
+        let text = status_text(&full);
+        assert!(
+            text.contains("etcd database: 1800.0 MiB of 2048 MiB quota (87.9 %)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("warning: etcd's database is near its quota"),
+            "{text}"
+        );
     }
 }

@@ -452,6 +452,7 @@ impl Parts<'_> {
             queues.push(ax_scheduler_core::task::DEFAULT_QUEUE.to_owned());
         }
         let etcd = self.etcd.clone();
+        let etcd_quota = self.config.etcd.quota_backend_bytes;
         let election = election_config(self.config);
         shutdown.spawn(move |cancel| {
             async move {
@@ -510,6 +511,19 @@ impl Parts<'_> {
                         metrics.backend_error(BACKEND_ETCD);
                     }
                     readiness.set_etcd(etcd_ok);
+                    if etcd_ok {
+                        match ax_registry::store_usage(&etcd, election.request_timeout).await {
+                            Ok(usage) => {
+                                metrics.etcd_db_bytes.set(usage.db_bytes);
+                                metrics.etcd_db_quota_bytes.set(
+                                    usage
+                                        .quota_bytes
+                                        .unwrap_or(i64::try_from(etcd_quota).unwrap_or(i64::MAX)),
+                                );
+                            }
+                            Err(e) => debug!(error = %e, "cannot read etcd's database size"),
+                        }
+                    }
                     if let Some(alerts) = &alerts {
                         alerted.export(&alerts.stats(), &metrics);
                     }

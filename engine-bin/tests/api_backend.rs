@@ -160,6 +160,14 @@ async fn status_and_dead_letters_through_the_api() {
     let a = api("api-status").await;
     let (status, body) = a.call(Method::GET, "/api/v1/status", None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    // etcd's database against its quota (etcd 3.4 does not report one: the configured
+    // default, etcd's own 2 GiB).
+    assert!(body["etcd_db"]["bytes"].as_u64().unwrap() > 0, "{body}");
+    assert_eq!(
+        body["etcd_db"]["quota_bytes"],
+        json!(2_147_483_648_u64),
+        "{body}"
+    );
     assert_eq!(body["leader"], Value::Null);
     assert_eq!(body["queues"][0]["name"], "default");
     assert_eq!(body["dlq_size"], 0);

@@ -231,6 +231,7 @@ impl ApiBackend for MemoryBackend {
                 queues: vec![],
                 dlq_size: 1,
                 redis_warnings: vec![],
+                etcd_db: None,
             })
         })
     }

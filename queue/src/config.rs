@@ -5,6 +5,8 @@ use std::time::Duration;
 use crate::error::{QueueError, Result};
 use crate::keys::{validate_name, DEFAULT_PREFIX};
 
+/// Executions kept per task in its history list, by default.
+pub const DEFAULT_HISTORY_CAP: usize = 100;
 /// How long a task's history is kept after its last execution, by default (30 days).
 pub const DEFAULT_HISTORY_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How long a dead-letter entry is kept, by default (90 days).
@@ -25,7 +27,7 @@ pub struct QueueConfig {
     /// How long a dedupe key keeps a (task, fire instant) from being enqueued again.
     /// Default 24 h.
     pub dedupe_ttl: Duration,
-    /// Executions kept per task in the history list. Default 100.
+    /// Executions kept per task in the history list. Default [`DEFAULT_HISTORY_CAP`].
     pub history_cap: usize,
     /// How long a task's history is kept after its last execution (a deleted task's history
     /// is removed with its state; this also bounds what tasks deleted by older versions left).
@@ -49,7 +51,7 @@ impl Default for QueueConfig {
             command_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             dedupe_ttl: Duration::from_secs(24 * 3600),
-            history_cap: 100,
+            history_cap: DEFAULT_HISTORY_CAP,
             history_retention: DEFAULT_HISTORY_RETENTION,
             dlq_retention: DEFAULT_DLQ_RETENTION,
             dlq_max_entries: DEFAULT_DLQ_MAX_ENTRIES,

@@ -25,8 +25,8 @@ pub use decode::{InvalidTask, StoredTask, TaskListing};
 pub use error::RegistryError;
 pub use keys::Keys;
 pub use registry::{
-    PageCursor, RegisterOutcome, Registry, StateListing, StoredState, TaskPage, UndecodableState,
-    MAX_TXN_OPS, UPDATE_ATTEMPTS,
+    store_usage, PageCursor, RegisterOutcome, Registry, StateListing, StoreUsage, StoredState,
+    TaskPage, UndecodableState, MAX_TXN_OPS, UPDATE_ATTEMPTS,
 };
 pub use trigger::{PendingTrigger, TriggerRequest};
 pub use watch::{RegistryEvent, TaskWatcher};

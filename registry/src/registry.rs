@@ -125,6 +125,28 @@ pub struct TaskPage {
     pub next: Option<PageCursor>,
 }
 
+/// How full etcd's database is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreUsage {
+    /// Size of the database file, the figure etcd's quota applies to (bytes).
+    pub db_bytes: i64,
+    /// The quota (`--quota-backend-bytes`) when etcd reports it (3.6 and later).
+    pub quota_bytes: Option<i64>,
+}
+
+/// Reads the database size (and quota, where reported) of the etcd member `client` talks to.
+pub async fn store_usage(
+    client: &Client,
+    timeout: std::time::Duration,
+) -> Result<StoreUsage, RegistryError> {
+    let mut maintenance = client.maintenance_client();
+    let status = timed("status", timeout, maintenance.status()).await?;
+    Ok(StoreUsage {
+        db_bytes: status.db_size(),
+        quota_bytes: Some(status.db_size_quota()).filter(|q| *q > 0),
+    })
+}
+
 /// The task registry on one etcd prefix.
 #[derive(Clone)]
 pub struct Registry {

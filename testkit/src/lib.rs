@@ -128,18 +128,25 @@ pub struct EtcdServer {
     peer_port: u16,
     data: tempfile::TempDir,
     child: Option<Child>,
+    extra_args: Vec<String>,
 }
 
 impl EtcdServer {
     /// Starts a single-member etcd with its data in a new temp folder and waits until it is
     /// healthy.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Like [`EtcdServer::start`], with more command-line flags (e.g. auto-compaction).
+    pub fn start_with(extra_args: &[&str]) -> Self {
         let data = tempfile::tempdir().expect("temp folder for etcd data");
         let mut server = EtcdServer {
             client_port: free_port(),
             peer_port: free_port(),
             data,
             child: None,
+            extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
         };
         server.restart();
         server
@@ -190,6 +197,7 @@ impl EtcdServer {
             .arg(&peer)
             .arg("--initial-cluster")
             .arg(format!("ax-test={peer}"))
+            .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

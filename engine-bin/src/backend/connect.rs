@@ -126,6 +126,7 @@ pub fn election_config(config: &Config) -> ElectionConfig {
 pub fn queue_config(config: &Config) -> QueueConfig {
     QueueConfig {
         prefix: config.redis.key_prefix.clone(),
+        history_cap: config.redis.history_cap,
         history_retention: config.redis.history_retention,
         dlq_retention: config.redis.dlq_retention,
         dlq_max_entries: config.redis.dlq_max_entries,

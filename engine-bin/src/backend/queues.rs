@@ -11,7 +11,8 @@ use uuid::Uuid;
 
 use super::{errors, tasks::not_found, Backend};
 use crate::http::api::{
-    DeadLetter, DlqRequeue, ExecutionRecord, QueueView, ReplicaView, StatusView, TaskKey,
+    DeadLetter, DlqRequeue, EtcdDbView, ExecutionRecord, QueueView, ReplicaView, StatusView,
+    TaskKey,
 };
 use crate::http::ApiError;
 use ax_scheduler_core::UtcMillis;
@@ -242,12 +243,24 @@ impl Backend {
             .await
             .map(|info| info.warnings())
             .unwrap_or_default();
+        // Not worth failing the status over: shown when etcd tells.
+        let etcd_db = ax_registry::store_usage(&self.etcd, self.request_timeout)
+            .await
+            .ok()
+            .map(|u| EtcdDbView {
+                bytes: u64::try_from(u.db_bytes).unwrap_or(0),
+                quota_bytes: u
+                    .quota_bytes
+                    .and_then(|q| u64::try_from(q).ok())
+                    .unwrap_or(self.etcd_quota_bytes),
+            });
         Ok(StatusView {
             leader: leader.map(|l| l.instance_id),
             replicas,
             queues,
             dlq_size,
             redis_warnings,
+            etcd_db,
         })
     }
 }

@@ -283,6 +283,18 @@ pub struct StatusView {
     /// policy), one sentence each; empty when none or unknown.
     #[serde(default)]
     pub redis_warnings: Vec<String>,
+    /// etcd's database size against its quota, when etcd answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_db: Option<EtcdDbView>,
+}
+
+/// etcd's database size against its quota.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdDbView {
+    /// Size of the database file, bytes.
+    pub bytes: u64,
+    /// The quota, bytes (`--quota-backend-bytes`).
+    pub quota_bytes: u64,
 }
 
 /// One replica.
