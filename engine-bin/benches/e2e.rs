@@ -26,6 +26,13 @@
 //! replicas' `AX_LOG`; the default keeps the three execution lines), and any `AX_*` variable
 //! of the engine's configuration set in the environment is passed on to the replicas;
 //! `AX_BENCH_KEEP=1` keeps the replicas' logs and prints where they are.
+//!
+//! `AX_BENCH_TAKEOVER=1` adds a standby scheduler replica (so: leader, worker, standby) and
+//! kills the leader once it has armed every task, before the first due: the report says how
+//! long after the kill the standby led and had armed every task (its catalog is warm, its
+//! takeover reads the states), and its memory is the leader's memory at N tasks. Give it
+//! time before the dues (`AX_BENCH_MARGIN_SECS`, at least the lease TTL plus the arming).
+//! etcd runs with a 8 GiB quota and auto-compaction, so a million tasks fit.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -301,6 +308,8 @@ fn main() {
     let replicas: usize = env_or("AX_BENCH_REPLICAS", 1);
     let writers: usize = env_or("AX_BENCH_WRITERS", 4);
     let margin_ms: i64 = env_or::<i64>("AX_BENCH_MARGIN_SECS", 0) * 1000;
+    let takeover = env_or("AX_BENCH_TAKEOVER", 0) == 1;
+    let replicas = if takeover { 3 } else { replicas };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -309,8 +318,25 @@ fn main() {
     runtime.block_on(run(tasks, spread_ms, replicas, writers, margin_ms));
 }
 
+/// When `log` (JSON lines) first says `message`, in microseconds since the epoch.
+fn first_line_at(log: &Path, message: &str) -> Option<i64> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines().find_map(|l| {
+        let v: serde_json::Value = serde_json::from_str(l).ok()?;
+        if v.get("message")?.as_str()? != message {
+            return None;
+        }
+        let at = DateTime::parse_from_rfc3339(v.get("timestamp")?.as_str()?).ok()?;
+        Some(at.timestamp_micros())
+    })
+}
+
 async fn run(tasks: usize, spread_ms: i64, replicas: usize, writers: usize, margin_ms: i64) {
-    let etcd_server = EtcdServer::start();
+    let etcd_server = EtcdServer::start_with(&[
+        "--quota-backend-bytes=8589934592",
+        "--auto-compaction-mode=periodic",
+        "--auto-compaction-retention=1m",
+    ]);
     let redis_server = RedisServer::start();
     let etcd_port = etcd_server
         .endpoint()
@@ -342,6 +368,15 @@ async fn run(tasks: usize, spread_ms: i64, replicas: usize, writers: usize, marg
             &etcd_server.endpoint(),
             &redis_server.url(),
         ));
+        if replicas >= 3 {
+            procs.push(Replica::start(
+                dir.path(),
+                "standby",
+                "scheduler",
+                &etcd_server.endpoint(),
+                &redis_server.url(),
+            ));
+        }
     } else {
         procs.push(Replica::start(
             dir.path(),
@@ -452,6 +487,30 @@ async fn run(tasks: usize, spread_ms: i64, replicas: usize, writers: usize, marg
         armed_ms - register_end_ms,
         first_due - register_start_ms,
     );
+    if replicas >= 3 {
+        // Wait until the standby's catalog holds every task too (its memory is then the
+        // leader's at N tasks), then kill the leader.
+        let standby_metrics = format!("{}/metrics", procs[2].http);
+        let killed_us = now_ms() * 1000;
+        let killed = Instant::now();
+        procs[0].child.kill().unwrap();
+        procs[0].child.wait().unwrap();
+        wait_for("the standby to lead", Duration::from_secs(120), async || {
+            matches!(http_get(&standby_metrics).await, Some((200, body)) if body.contains("\nscheduler_is_leader 1"))
+        })
+        .await;
+        let led_ms = killed.elapsed().as_millis();
+        wait_for("the standby to arm", Duration::from_secs(300), async || {
+            first_line_at(&procs[2].log, "leading").is_some()
+        })
+        .await;
+        let armed_after = first_line_at(&procs[2].log, "leading").unwrap_or(0) - killed_us;
+        println!(
+            "takeover: the standby led {led_ms} ms after the leader was killed and had armed every task {} ms after the kill; VmRSS {:.1} MiB",
+            armed_after / 1000,
+            status_kib(procs[2].pid(), "VmRSS:") as f64 / 1024.0
+        );
+    }
     let valid = armed_ms < first_due;
     if !valid {
         println!(
