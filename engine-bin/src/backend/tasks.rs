@@ -352,12 +352,14 @@ fn views_of_page(page: TaskPage) -> Vec<TaskView> {
         }))
         .collect();
     // Key order, which is etcd's order of `{prefix}/tasks/{namespace}/{id}`.
-    views.sort_by(|a, b| {
-        (a.namespace.as_bytes(), b"/".as_slice(), a.id.as_bytes()).cmp(&(
-            b.namespace.as_bytes(),
-            b"/".as_slice(),
-            b.id.as_bytes(),
-        ))
+    // Compared as the joined bytes, as etcd orders keys: namespace `a` sorts after `a-b`,
+    // since `/` is above `-`.
+    views.sort_by_cached_key(|v| {
+        v.namespace
+            .bytes()
+            .chain(std::iter::once(b'/'))
+            .chain(v.id.bytes())
+            .collect::<Vec<u8>>()
     });
     views
 }
