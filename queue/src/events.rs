@@ -83,8 +83,9 @@ impl Queue {
     }
 
     /// Publishes many reports in one pipeline: one `XADD` per event (in the given order, so
-    /// the leader reads them oldest first) and each history entry with its own cap. A worker running thousands of executions a second spends one round
-    /// trip per batch instead of one per report.
+    /// the leader reads them oldest first) and each history entry with its own cap. A worker
+    /// running thousands of executions a second spends one round trip per batch instead of
+    /// one per report.
     pub async fn report_many(
         &self,
         reports: &[(ExecutionEventRecord, Option<HistoryEntry>)],
@@ -109,17 +110,10 @@ impl Queue {
                 .arg(json)
                 .ignore();
         }
-        let cap = isize::try_from(self.config().history_cap).unwrap_or(isize::MAX);
-        let retention = crate::history::retention_ms(self);
         for (event, history) in reports {
             if let Some(entry) = history {
                 let key = self.keys().history(&event.namespace, &event.task_id);
-                pipe.lpush(&key, encode("history entry", entry)?)
-                    .ignore()
-                    .ltrim(&key, 0, cap - 1)
-                    .ignore()
-                    .pexpire(&key, retention)
-                    .ignore();
+                self.push_history(&mut pipe, &key, encode("history entry", entry)?);
             }
         }
         let mut conn = self.conn();

@@ -52,16 +52,9 @@ impl Queue {
             source,
         })?;
         let key = self.keys().history(namespace, task_id);
-        let cap = isize::try_from(self.config().history_cap).unwrap_or(isize::MAX);
         let mut conn = self.conn();
         let mut pipe = redis::pipe();
-        pipe.atomic()
-            .lpush(&key, json)
-            .ignore()
-            .ltrim(&key, 0, cap - 1)
-            .ignore()
-            .pexpire(&key, retention_ms(self))
-            .ignore();
+        self.push_history(pipe.atomic(), &key, json);
         self.run("record_history", pipe.query_async::<()>(&mut conn))
             .await
     }
@@ -141,7 +134,18 @@ impl Queue {
     }
 }
 
-/// The history key's expiry in ms, renewed by every write.
-pub(crate) fn retention_ms(q: &Queue) -> i64 {
-    i64::try_from(q.config().history_retention.as_millis()).unwrap_or(i64::MAX)
+impl Queue {
+    /// Adds one history write to `pipe`: the entry pushed, the list cut to its cap, its
+    /// expiry renewed. The one way history is written (alone, or with a report's event).
+    pub(crate) fn push_history(&self, pipe: &mut redis::Pipeline, key: &str, json: String) {
+        let cap = isize::try_from(self.config().history_cap).unwrap_or(isize::MAX);
+        let retention =
+            i64::try_from(self.config().history_retention.as_millis()).unwrap_or(i64::MAX);
+        pipe.lpush(key, json)
+            .ignore()
+            .ltrim(key, 0, cap - 1)
+            .ignore()
+            .pexpire(key, retention)
+            .ignore();
+    }
 }

@@ -684,12 +684,7 @@ impl Dispatcher {
                 bucket.try_take(now);
             }
             set_status(&mut task.state, TaskStatus::Running, now);
-            // A change already waiting to be written goes as soon as it would have.
-            self.pending
-                .entry(Arc::clone(&task.key))
-                .or_insert(Pending::WriteCurrentAfter(
-                    now.add(self.config.running_write_delay),
-                ));
+            write_running(&mut self.pending, &task.key, &self.config, now);
             out.push(Dispatch {
                 key: Arc::clone(&task.key),
                 spec: Arc::clone(&task.spec),
@@ -830,18 +825,7 @@ impl Dispatcher {
         event: &ExecutionEvent,
         now: UtcMillis,
     ) {
-        let Some(task) = self.tasks.get_mut(key) else {
-            return;
-        };
-        if task
-            .state
-            .last_event
-            .is_some_and(|applied| applied >= position)
-        {
-            return;
-        }
-        task.state.last_event = Some(position);
-        self.on_execution(key, execution, attempt, event, now);
+        self.apply_execution(key, Some(position), execution, attempt, event, now);
     }
 
     /// Takes an execution event reported by a worker.
@@ -854,9 +838,32 @@ impl Dispatcher {
         event: &ExecutionEvent,
         now: UtcMillis,
     ) {
+        self.apply_execution(key, None, execution, attempt, event, now);
+    }
+
+    /// Both of the above: an event from the event log carries its `position`.
+    fn apply_execution(
+        &mut self,
+        key: &TaskKey,
+        position: Option<EventPosition>,
+        execution: u128,
+        attempt: u32,
+        event: &ExecutionEvent,
+        now: UtcMillis,
+    ) {
         let Some(task) = self.tasks.get_mut(key) else {
             return;
         };
+        if let Some(position) = position {
+            if task
+                .state
+                .last_event
+                .is_some_and(|applied| applied >= position)
+            {
+                return;
+            }
+            task.state.last_event = Some(position);
+        }
         if matches!(event, ExecutionEvent::Finished { .. })
             && task.last_end == Some((execution, attempt))
         {
@@ -871,9 +878,7 @@ impl Dispatcher {
                 {
                     // A retry's start: like a fire, written with its end unless it runs long.
                     set_status(&mut task.state, TaskStatus::Running, now);
-                    self.pending.entry(Arc::clone(&task.key)).or_insert(
-                        Pending::WriteCurrentAfter(now.add(self.config.running_write_delay)),
-                    );
+                    write_running(&mut self.pending, &task.key, &self.config, now);
                 }
             }
             ExecutionEvent::Finished { end, .. } => {
@@ -988,17 +993,25 @@ impl Dispatcher {
         out
     }
 
-    /// Whether [`take_state_writes`](Self::take_state_writes) at `now` has anything.
-    pub fn has_state_writes(&self, now: UtcMillis) -> bool {
-        self.pending
-            .values()
-            .any(|p| !matches!(p, Pending::WriteCurrentAfter(at) if *at > now))
-    }
-
     /// Notices raised since the last call.
     pub fn take_notices(&mut self) -> Vec<Notice> {
         std::mem::take(&mut self.notices)
     }
+}
+
+/// Marks a task's RUNNING state for writing once `running_write_delay` has passed; a change
+/// already waiting to be written goes as soon as it would have.
+fn write_running(
+    pending: &mut HashMap<Arc<TaskKey>, Pending>,
+    key: &Arc<TaskKey>,
+    config: &DispatcherConfig,
+    now: UtcMillis,
+) {
+    pending
+        .entry(Arc::clone(key))
+        .or_insert(Pending::WriteCurrentAfter(
+            now.add(config.running_write_delay),
+        ));
 }
 
 /// The status `end` leaves `task` in: RETRYING when another attempt follows, else the

@@ -7,10 +7,10 @@
 //!
 //! Reading does not remove an event: the leader acknowledges the events it read with the
 //! flush that writes the states they changed (see the flusher), so a leader that dies in
-//! between leaves them pending (a start, whose RUNNING is written only if the execution
-//! runs long, is acknowledged with the next flush all the same: a successor that missed it
-//! shows the task as it was until the execution's end arrives), and a new leader [claims](replay) and applies them before
-//! reading new ones. Each state records the stream position of the last event applied to it,
+//! between leaves them pending, and a new leader [claims](replay) and applies them before
+//! reading new ones. (A start, whose RUNNING is written only if the execution runs long, is
+//! acknowledged with the next flush all the same: a successor that missed it shows the task
+//! as it was until the execution's end arrives.) Each state records the stream position of the last event applied to it,
 //! written with that event's effects, so an event whose effects were written before its
 //! leader died is not applied twice. A leader that read events and was deposed before
 //! acknowledging them leaves them pending too; the leader claims entries pending longer than

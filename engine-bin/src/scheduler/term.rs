@@ -554,21 +554,20 @@ impl Term {
         } else {
             UtcMillis::now()
         };
-        if !self.dispatcher.has_state_writes(due)
-            && self.consumed_triggers.is_empty()
-            && self.unacked.is_empty()
-        {
-            return;
-        }
         // Reserved before anything is taken: a full channel leaves the changes where they
         // are, and a closed one means the term is over.
         let Ok(permit) = self.flush_tx.try_reserve() else {
             debug!("state flusher behind (etcd slow?); changes kept for a later flush");
             return;
         };
+        let writes = self.dispatcher.take_state_writes(due);
+        if writes.is_empty() && self.consumed_triggers.is_empty() && self.unacked.is_empty() {
+            // Nothing to hand over: the permit goes back unused.
+            return;
+        }
         let (done_tx, done_rx) = oneshot::channel();
         permit.send(FlushRequest {
-            writes: self.dispatcher.take_state_writes(due),
+            writes,
             triggers: std::mem::take(&mut self.consumed_triggers),
             acks: std::mem::take(&mut self.unacked).into_iter().collect(),
             done: wait.then_some(done_tx),

@@ -6,20 +6,16 @@
 -- Returns the number of entries removed.
 local limit = tonumber(ARGV[3])
 local removed = 0
-local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', 0, limit)
-for _, id in ipairs(old) do
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('HDEL', KEYS[2], id)
-  removed = removed + 1
-end
-local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[2])
-if over > 0 and removed < limit then
-  local n = math.min(over, limit - removed)
-  local oldest = redis.call('ZRANGE', KEYS[1], 0, n - 1)
-  for _, id in ipairs(oldest) do
+local function drop(ids)
+  for _, id in ipairs(ids) do
     redis.call('ZREM', KEYS[1], id)
     redis.call('HDEL', KEYS[2], id)
     removed = removed + 1
   end
+end
+drop(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', 0, limit))
+local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[2])
+if over > 0 and removed < limit then
+  drop(redis.call('ZRANGE', KEYS[1], 0, math.min(over, limit - removed) - 1))
 end
 return removed

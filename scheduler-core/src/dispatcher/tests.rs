@@ -84,7 +84,7 @@ fn state_writes_are_coalesced_per_task() {
     assert!(writes
         .iter()
         .all(|(_, s)| s.as_ref().unwrap().fire_count == 10));
-    assert!(!d.has_state_writes(UtcMillis::MAX));
+    assert!(d.take_state_writes(UtcMillis::MAX).is_empty());
 }
 
 #[test]
