@@ -83,7 +83,13 @@ pub struct Maintenance {
     cfg: MaintenanceConfig,
     state: MaintenanceState,
     backoff: ReconnectBackoff,
+    /// When the dead-letter queues are trimmed next: retention is not worth a script call
+    /// per queue every round.
+    next_trim: UtcMillis,
 }
+
+/// How often the loop enforces the dead-letter retention.
+const DLQ_TRIM_INTERVAL: Duration = Duration::from_secs(5);
 
 impl Maintenance {
     /// A loop in state [`MaintenanceState::Promote`].
@@ -92,6 +98,7 @@ impl Maintenance {
             queue,
             state: MaintenanceState::Promote,
             backoff: ReconnectBackoff::new(cfg.interval, cfg.max_backoff),
+            next_trim: UtcMillis(0),
             cfg,
         }
     }
@@ -153,13 +160,19 @@ impl Maintenance {
         Ok(total)
     }
 
-    /// Reaps dead workers, then trims the dead-letter queues (one bounded call each).
-    async fn reap(&self, now: UtcMillis) -> Result<(usize, usize)> {
+    /// Reaps dead workers, then, every [`DLQ_TRIM_INTERVAL`], trims the dead-letter queues
+    /// (one bounded call each).
+    async fn reap(&mut self, now: UtcMillis) -> Result<(usize, usize)> {
         let mut reaped = 0;
-        let mut trimmed = 0;
         for q in &self.cfg.queues {
             reaped += self.queue.reap(q, now, self.cfg.visibility_timeout).await?;
-            trimmed += self.queue.trim_dlq(q, now).await?;
+        }
+        let mut trimmed = 0;
+        if now >= self.next_trim {
+            for q in &self.cfg.queues {
+                trimmed += self.queue.trim_dlq(q, now).await?;
+            }
+            self.next_trim = now.add(DLQ_TRIM_INTERVAL);
         }
         Ok((reaped, trimmed))
     }

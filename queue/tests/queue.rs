@@ -625,6 +625,40 @@ async fn maintenance_steps_promote_then_reap() {
     assert_eq!(q.depth("default").await.unwrap(), 2);
 }
 
+/// One maintenance round (promote, then reap and perhaps trim) at `at`: the entries trimmed.
+async fn round(mt: &mut Maintenance, at: UtcMillis) -> usize {
+    mt.step(at).await;
+    mt.step(at).await.dlq_trimmed
+}
+
+#[tokio::test]
+async fn maintenance_trims_the_dead_letters_every_few_seconds_not_every_round() {
+    let cfg = QueueConfig {
+        prefix: unique_name("axq"),
+        dlq_max_entries: 1,
+        ..QueueConfig::default()
+    };
+    let q = Queue::connect(&redis_url(), cfg).await.unwrap();
+    let t0 = ax_scheduler_core::UtcMillis::now();
+    let s = spec("t", "default");
+    let msgs: Vec<_> = (0..4)
+        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), t0, 0))
+        .collect();
+    q.enqueue_batch(&msgs).await.unwrap();
+    let mut c = q.consumer("default", "w", BLOCK, t0).await.unwrap();
+    let ds = c.take(4).await.unwrap();
+    for d in &ds[..3] {
+        assert!(q.dead_letter(d, "boom", t0).await.unwrap());
+    }
+    let mut mt = Maintenance::new(q.clone(), MaintenanceConfig::default());
+    assert_eq!(round(&mut mt, t0).await, 2, "the first round trims");
+    assert!(q.dead_letter(&ds[3], "boom", t0).await.unwrap());
+    assert_eq!(round(&mut mt, t0.add(Duration::from_secs(1))).await, 0);
+    assert_eq!(q.dlq_size("default").await.unwrap(), 2);
+    assert_eq!(round(&mut mt, t0.add(Duration::from_secs(6))).await, 1);
+    assert_eq!(q.dlq_size("default").await.unwrap(), 1);
+}
+
 #[tokio::test]
 async fn maintenance_backs_off_while_redis_is_down() {
     let mut server = RedisServer::start();
