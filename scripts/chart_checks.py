@@ -39,7 +39,7 @@ CONTRACT = {
     "instance": {"id", "roles", "namespaces"},
     "election": {"lease_ttl"},
     "scheduler": {"tick", "catch_up_window", "max_clock_skew", "enqueue_rate_limit", "backlog_alert_threshold"},
-    "worker": {"concurrency", "queues", "shutdown_grace", "visibility_timeout"},
+    "worker": {"concurrency", "prefetch", "queues", "shutdown_grace", "visibility_timeout"},
     "http": {"listen", "api_token"},
     "alerts": {"feishu_webhook", "feishu_secret", "webhook_url", "min_level"},
 }

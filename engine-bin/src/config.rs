@@ -304,6 +304,8 @@ pub struct Worker {
     /// Executions run at once; default [`ax_worker::DEFAULT_CONCURRENCY`] (0 means the
     /// default too).
     pub concurrency: usize,
+    /// Executions taken ahead of a free slot; default [`ax_worker::DEFAULT_PREFETCH`].
+    pub prefetch: usize,
     /// Queues taken from; default `["default"]`.
     pub queues: Vec<String>,
     /// How long running executions may finish after a stop is asked; default 30 s.
@@ -319,6 +321,7 @@ impl Default for Worker {
     fn default() -> Self {
         Worker {
             concurrency: ax_worker::DEFAULT_CONCURRENCY,
+            prefetch: ax_worker::DEFAULT_PREFETCH,
             queues: vec![ax_scheduler_core::task::DEFAULT_QUEUE.to_owned()],
             shutdown_grace: ax_worker::DEFAULT_SHUTDOWN_GRACE,
             visibility_timeout: ax_queue::DEFAULT_VISIBILITY_TIMEOUT,

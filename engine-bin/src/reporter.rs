@@ -93,16 +93,16 @@ fn failure_alerts(report: &ExecutionReport) -> Vec<Alert> {
     let attempt = report.attempt.saturating_add(1);
     let reason = report.end.error.as_deref().unwrap_or_default();
     let mut alerts = vec![Alert::task_failed(
-        report.namespace.clone(),
-        report.task_id.clone(),
+        &*report.namespace,
+        &*report.task_id,
         attempt,
         reason,
         report.finished_at,
     )];
     if report.end.is_dead_lettered() {
         alerts.push(Alert::task_dead_lettered(
-            report.namespace.clone(),
-            report.task_id.clone(),
+            &*report.namespace,
+            &*report.task_id,
             attempt,
             reason,
             report.finished_at,

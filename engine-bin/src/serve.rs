@@ -406,6 +406,7 @@ impl Parts<'_> {
             worker_id,
             queues: config.worker.queues.clone(),
             concurrency: config.worker.effective_concurrency(),
+            prefetch: config.worker.prefetch,
             shutdown_grace: config.worker.shutdown_grace,
             visibility_timeout: config.worker.visibility_timeout,
             // The reporter writes history in one pipeline with the leader's event.

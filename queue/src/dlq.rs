@@ -51,9 +51,9 @@ impl DlqEntry {
         });
         DlqEntry {
             id: msg.execution_id,
-            queue: msg.queue.clone(),
-            namespace: msg.namespace.clone(),
-            task_id: msg.task_id.clone(),
+            queue: msg.queue.to_string(),
+            namespace: msg.namespace.to_string(),
+            task_id: msg.task_id.to_string(),
             reason,
             dead_lettered_at: now,
             errors,

@@ -50,9 +50,9 @@ pub struct EventEntry {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecutionEventRecord {
     /// Task namespace.
-    pub namespace: String,
+    pub namespace: std::sync::Arc<str>,
     /// Task id.
-    pub task_id: String,
+    pub task_id: std::sync::Arc<str>,
     /// Execution id.
     pub execution_id: Uuid,
     /// The fire the execution stands for.

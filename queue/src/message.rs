@@ -35,9 +35,9 @@ pub struct ExecutionMessage {
     /// Unique id of this execution (UUID v7, so ids sort by creation time).
     pub execution_id: Uuid,
     /// Task id.
-    pub task_id: String,
+    pub task_id: Arc<str>,
     /// Task namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// The schedule instant this execution stands for (for run-now, when it was asked for).
     pub fire_at: UtcMillis,
     /// Attempt number, 0 for the first.
@@ -50,7 +50,7 @@ pub struct ExecutionMessage {
     /// When this attempt was enqueued.
     pub enqueued_at: UtcMillis,
     /// Handler name.
-    pub handler: String,
+    pub handler: Arc<str>,
     /// Handler input.
     #[serde(default)]
     pub payload: serde_json::Value,
@@ -60,7 +60,7 @@ pub struct ExecutionMessage {
     /// Longest one attempt may run, in milliseconds.
     pub timeout_ms: u64,
     /// Retry settings of the task.
-    pub retry: RetryPolicy,
+    pub retry: Arc<RetryPolicy>,
     /// Task priority, 0 ..= 9; above the default it jumps ahead of waiting messages.
     pub priority: u8,
     /// Idempotency key of the task, if any: executions sharing it are enqueued once per
@@ -70,7 +70,7 @@ pub struct ExecutionMessage {
     /// Fencing token of the scheduler that enqueued it.
     pub fencing_token: u64,
     /// Queue name.
-    pub queue: String,
+    pub queue: Arc<str>,
     /// What the enqueue does about the task's still-active previous execution, as the
     /// dispatcher decided it (`ax_scheduler_core::overlap`).
     #[serde(default = "no_overlap_check")]

@@ -240,7 +240,7 @@ impl Queue {
         // Indices grouped by queue (a script touches one queue's slot), then chunked.
         let mut by_queue: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (i, m) in msgs.iter().enumerate() {
-            by_queue.entry(m.queue.as_str()).or_default().push(i);
+            by_queue.entry(&*m.queue).or_default().push(i);
         }
         let chunks: Vec<&[usize]> = by_queue
             .values()
@@ -302,7 +302,7 @@ impl Queue {
         chunk: &[usize],
     ) -> redis::ScriptInvocation<'s> {
         let k = &self.inner.keys;
-        let q = msgs[chunk[0]].queue.as_str();
+        let q = &*msgs[chunk[0]].queue;
         let mut inv = script.prepare_invoke();
         inv.key(k.ready(q)).key(k.monitor(q)).key(k.fence(q));
         let dedupes: Vec<Dedupe> = chunk.iter().map(|&i| msgs[i].dedupe()).collect();

@@ -861,7 +861,7 @@ async fn events_read_and_not_acknowledged_are_claimed_by_the_next_reader() {
         .unwrap();
     // A leader reads them all and writes the effects of the first three only.
     let read = q.read_events(100).await.unwrap();
-    let tasks: Vec<Option<String>> = read
+    let tasks: Vec<Option<std::sync::Arc<str>>> = read
         .iter()
         .map(|e| e.record.as_ref().map(|r| r.task_id.clone()))
         .collect();
@@ -875,7 +875,7 @@ async fn events_read_and_not_acknowledged_are_claimed_by_the_next_reader() {
             Some("old-2"),
             None
         ]
-        .map(|t| t.map(str::to_owned))
+        .map(|t| t.map(std::sync::Arc::from))
     );
     let exists: bool = conn.exists(q.keys().legacy_events()).await.unwrap();
     assert!(!exists, "the former list is gone once moved");
@@ -896,8 +896,9 @@ async fn events_read_and_not_acknowledged_are_claimed_by_the_next_reader() {
         .1
         .is_empty());
     let new = q.read_events(100).await.unwrap();
-    let new_tasks: Vec<String> = records(&new).into_iter().map(|r| r.task_id).collect();
-    assert_eq!(new_tasks, ["d"]);
+    let new_tasks: Vec<std::sync::Arc<str>> =
+        records(&new).into_iter().map(|r| r.task_id).collect();
+    assert_eq!(new_tasks, [std::sync::Arc::from("d")]);
     // Acknowledged entries are deleted: nothing is left to claim or read.
     q.ack_events(&positions(&read[3..])).await.unwrap();
     q.ack_events(&positions(&new)).await.unwrap();

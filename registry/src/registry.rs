@@ -11,7 +11,7 @@
 //! requires `{prefix}/leader` to still have that create revision, so a deposed leader's
 //! late write is refused by etcd itself.
 
-use ax_scheduler_core::{TaskSpec, TaskState};
+use ax_scheduler_core::{TaskKey, TaskSpec, TaskState};
 use etcd_client::{
     Client, Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, SortOrder, SortTarget, Txn,
     TxnOp,
@@ -178,8 +178,8 @@ impl Registry {
 
     fn invalid(spec: &TaskSpec, errors: ax_scheduler_core::ValidationErrors) -> RegistryError {
         RegistryError::Invalid {
-            namespace: spec.namespace.clone(),
-            id: spec.id.clone(),
+            namespace: spec.namespace.to_string(),
+            id: spec.id.to_string(),
             errors,
         }
     }
@@ -246,8 +246,8 @@ impl Registry {
             };
             if spec.version <= existing_version {
                 return Err(RegistryError::VersionNotHigher {
-                    namespace: spec.namespace.clone(),
-                    id: spec.id.clone(),
+                    namespace: spec.namespace.to_string(),
+                    id: spec.id.to_string(),
                     existing: existing_version,
                     offered: spec.version,
                 });
@@ -270,8 +270,8 @@ impl Registry {
             }
         }
         Err(RegistryError::Conflict {
-            namespace: spec.namespace.clone(),
-            id: spec.id.clone(),
+            namespace: spec.namespace.to_string(),
+            id: spec.id.to_string(),
             attempts: UPDATE_ATTEMPTS,
         })
     }
@@ -299,8 +299,8 @@ impl Registry {
                     })?;
             let mut spec = current.spec;
             change(&mut spec);
-            spec.namespace = namespace.to_string();
-            spec.id = id.to_string();
+            spec.namespace = namespace.into();
+            spec.id = id.into();
             spec.validate().map_err(|e| Self::invalid(&spec, e))?;
             let txn = Txn::new()
                 .when([Compare::mod_revision(
@@ -566,25 +566,22 @@ impl Registry {
         state: &TaskState,
         fence: Option<i64>,
     ) -> Result<i64, RegistryError> {
-        self.put_states(
-            &[(namespace.to_string(), id.to_string(), state.clone())],
-            fence,
-        )
-        .await
+        self.put_states(&[(TaskKey::new(namespace, id), state.clone())], fence)
+            .await
     }
 
     /// Writes several states in one transaction (chunks of [`MAX_TXN_OPS`] each, in order,
     /// if there are more), fenced like [`Registry::put_state`]. Returns the last revision.
     pub async fn put_states(
         &self,
-        states: &[(String, String, TaskState)],
+        states: &[(TaskKey, TaskState)],
         fence: Option<i64>,
     ) -> Result<i64, RegistryError> {
         let mut revision = 0;
         for chunk in states.chunks(MAX_TXN_OPS) {
             let ops: Vec<TxnOp> = chunk
                 .iter()
-                .map(|(ns, id, st)| self.state_put(ns, id, st))
+                .map(|(key, st)| self.state_put(&key.namespace, &key.id, st))
                 .collect();
             let txn = Txn::new().when(self.fence(fence)).and_then(ops);
             let resp = self.txn("state put", txn).await?;

@@ -40,11 +40,7 @@ use crate::registry::Registry;
 pub enum RegistryEvent {
     /// A task was created or changed (or, after a relist, differs from what was reported).
     Put {
-        /// Namespace.
-        namespace: String,
-        /// Task id.
-        id: String,
-        /// The valid spec.
+        /// The valid spec (its namespace and id are the key's).
         spec: TaskSpec,
         /// Revision of the change.
         mod_revision: i64,
@@ -339,8 +335,6 @@ impl TaskWatcher {
         known.insert(kv.key().to_vec(), kv.mod_revision());
         pending.push_back(match decode_task(registry.keys(), kv) {
             Decoded::Task(t) => RegistryEvent::Put {
-                namespace: t.spec.namespace.clone(),
-                id: t.spec.id.clone(),
                 spec: t.spec,
                 mod_revision: t.mod_revision,
                 create_revision: t.create_revision,

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use ax_registry::{PageCursor, RegisterOutcome, RegistryError};
-use ax_scheduler_core::{TaskState, TaskStatus, UtcMillis};
+use ax_scheduler_core::{TaskKey, TaskState, TaskStatus, UtcMillis};
 use common::{registry, spec};
 
 #[tokio::test]
@@ -62,7 +62,10 @@ async fn register_creates_replaces_by_higher_version_and_refuses_lower() {
     let all = reg.list(None).await.unwrap();
     assert_eq!(all.tasks.len(), 2);
     assert!(all.revision >= got.mod_revision);
-    assert_eq!(reg.list(Some("other")).await.unwrap().tasks[0].spec.id, "x");
+    assert_eq!(
+        reg.list(Some("other")).await.unwrap().tasks[0].spec.id,
+        "x".into()
+    );
 
     assert!(reg.unregister("default", "report").await.unwrap());
     assert!(!reg.unregister("default", "report").await.unwrap());
@@ -234,8 +237,7 @@ async fn states_roundtrip_batch_and_fence() {
     let batch: Vec<_> = (0..300)
         .map(|i| {
             (
-                "bulk".to_string(),
-                format!("t{i:03}"),
+                TaskKey::new("bulk", format!("t{i:03}")),
                 TaskState::new(i, now, now),
             )
         })
@@ -324,8 +326,7 @@ async fn a_paged_listing_is_one_snapshot_with_each_tasks_state() {
         .step_by(2)
         .map(|i| {
             (
-                "a".to_owned(),
-                format!("t{i:02}"),
+                TaskKey::new("a", format!("t{i:02}")),
                 TaskState::new(i, now, now),
             )
         })
@@ -348,7 +349,7 @@ async fn a_paged_listing_is_one_snapshot_with_each_tasks_state() {
             .listing
             .tasks
             .iter()
-            .map(|t| t.spec.id.clone())
+            .map(|t| t.spec.id.to_string())
             .collect();
         for s in &page.states.states {
             assert_eq!(s.namespace, "a");

@@ -44,8 +44,8 @@ async fn next_change(w: &mut TaskWatcher) -> RegistryEvent {
 fn summary(ev: &RegistryEvent) -> (char, String, i64) {
     match ev {
         RegistryEvent::Put {
-            id, mod_revision, ..
-        } => ('P', id.clone(), *mod_revision),
+            spec, mod_revision, ..
+        } => ('P', spec.id.to_string(), *mod_revision),
         RegistryEvent::Invalid {
             id, mod_revision, ..
         } => ('I', id.clone(), *mod_revision),
@@ -266,8 +266,8 @@ async fn malformed_values_become_invalid_events_and_hide_nothing() {
     let mut by_id = BTreeMap::new();
     for ev in listed {
         match ev {
-            RegistryEvent::Put { id, .. } => {
-                by_id.insert(id, None);
+            RegistryEvent::Put { spec, .. } => {
+                by_id.insert(spec.id.to_string(), None);
             }
             RegistryEvent::Invalid {
                 id, errors, raw, ..

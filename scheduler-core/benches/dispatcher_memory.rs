@@ -13,7 +13,9 @@ use std::alloc::System;
 use std::hint::black_box;
 use std::sync::Arc;
 
-use ax_scheduler_core::{Dispatcher, DispatcherConfig, TaskKey, TaskSpec, TaskState, UtcMillis};
+use ax_scheduler_core::{
+    Dispatcher, DispatcherConfig, Interner, TaskKey, TaskSpec, TaskState, UtcMillis,
+};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 
 #[global_allocator]
@@ -27,15 +29,19 @@ fn main() {
     let now = UtcMillis(1_800_000_000_000);
     let region = Region::new(GLOBAL);
     let mut d = Dispatcher::new(DispatcherConfig::default(), now);
+    let mut interner = Interner::default();
     for i in 0..n {
         let id = format!("task-{i:07}");
         let json = format!(
             r#"{{"handler":"http","schedule":{{"every":"1m"}},"http":{{"url":"https://hooks.example.com/v1/jobs/{i:07}/run?team=data&env=p"}}}}"#
         );
-        let spec = Arc::new(TaskSpec::from_json(json.as_bytes(), "default", &id).unwrap());
+        // As the catalog keeps it: names interned, the key made of the spec's own strings.
+        let mut spec = TaskSpec::from_json(json.as_bytes(), "default", &id).unwrap();
+        spec.intern(&mut interner);
+        let key = Arc::new(TaskKey::new(spec.namespace.clone(), spec.id.clone()));
         let mut state = TaskState::new(7, now, now);
         state.last_fire_at = Some(UtcMillis(now.0 - 30_000));
-        d.upsert(TaskKey::new("default", id), spec, 7, Some(state), now);
+        d.upsert(key, Arc::new(spec), 7, Some(state), now);
     }
     let s = region.change();
     let net = s.bytes_allocated as f64 - s.bytes_deallocated as f64;

@@ -1,6 +1,6 @@
 //! A per-task circuit breaker over a sliding window of outcomes.
 //!
-//! Seed 003's rule: when more than half of a task's executions failed within the last five
+//! The rule: when more than half of a task's executions failed within the last five
 //! minutes, dispatch slows to a tenth (one fire in ten is enqueued, the others are skipped and
 //! counted) and an alert is raised once when the breaker opens. It closes again when the
 //! window's failure ratio drops back to the threshold or below.

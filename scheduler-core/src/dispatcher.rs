@@ -55,14 +55,14 @@ use crate::validate::FieldError;
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TaskKey {
     /// Namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Task id within the namespace.
-    pub id: String,
+    pub id: Arc<str>,
 }
 
 impl TaskKey {
     /// A key from its parts.
-    pub fn new(namespace: impl Into<String>, id: impl Into<String>) -> Self {
+    pub fn new(namespace: impl Into<Arc<str>>, id: impl Into<Arc<str>>) -> Self {
         TaskKey {
             namespace: namespace.into(),
             id: id.into(),
@@ -225,7 +225,8 @@ struct Armed {
     /// The held fire's one retry timer (the fire itself is the state's `held_fire_at`, so
     /// that it is written and a new leader finds it).
     held_timer: Option<TimerHandle>,
-    breaker: Option<CircuitBreaker>,
+    /// Boxed: created at a task's first execution, and 80 bytes inline.
+    breaker: Option<Box<CircuitBreaker>>,
     state: TaskState,
     /// The last execution attempt whose end was applied (from its event or from the
     /// history): the same end arriving again (its event after a reconciliation, the history
@@ -241,8 +242,10 @@ enum Pending {
     /// Write the task's current state once this instant has passed, unless a change that
     /// must be written sooner comes first (a fire waits for its execution's end).
     WriteCurrentAfter(UtcMillis),
-    /// Write this state (the task is no longer armed: invalid).
-    Write(TaskState),
+    /// Write this state (the task is no longer armed: invalid). Boxed: the map keeps up to
+    /// half its slots empty and every slot is as large as the largest variant, so an inline
+    /// state made each pending write cost about 450 bytes at a million tasks.
+    Write(Box<TaskState>),
     /// Delete the state (the task is gone).
     Delete,
 }
@@ -313,7 +316,7 @@ impl Dispatcher {
     /// policy when it is first loaded; an update re-arms from `now` without catch-up.
     pub fn upsert(
         &mut self,
-        key: TaskKey,
+        key: impl Into<Arc<TaskKey>>,
         spec: impl Into<Arc<TaskSpec>>,
         revision: i64,
         recorded: Option<TaskState>,
@@ -329,7 +332,7 @@ impl Dispatcher {
                 return;
             }
         };
-        let key = Arc::new(key);
+        let key: Arc<TaskKey> = key.into();
         match self.tasks.remove(&key) {
             Some(old) if old.revision == revision => {
                 // The same spec again (a relist after reconnecting): nothing changes.
@@ -550,12 +553,12 @@ impl Dispatcher {
     /// INVALID with the errors.
     pub fn mark_invalid(
         &mut self,
-        key: TaskKey,
+        key: impl Into<Arc<TaskKey>>,
         revision: i64,
         errors: Vec<FieldError>,
         now: UtcMillis,
     ) {
-        let key = Arc::new(key);
+        let key: Arc<TaskKey> = key.into();
         let state = match self.tasks.remove(&key) {
             Some(task) => {
                 for handle in [task.timer, task.held_timer].into_iter().flatten() {
@@ -570,17 +573,20 @@ impl Dispatcher {
             }
             None => TaskState::invalid(revision, errors, now),
         };
-        self.pending.insert(key, Pending::Write(state));
+        self.pending.insert(key, Pending::Write(Box::new(state)));
     }
 
     /// Forgets a deleted task: nothing more fires and its state is deleted.
     pub fn remove(&mut self, key: &TaskKey) {
-        let key = Arc::new(key.clone());
-        if let Some(task) = self.tasks.remove(&key) {
-            for handle in [task.timer, task.held_timer].into_iter().flatten() {
-                self.timer.cancel(handle);
+        let key = match self.tasks.remove_entry(key) {
+            Some((key, task)) => {
+                for handle in [task.timer, task.held_timer].into_iter().flatten() {
+                    self.timer.cancel(handle);
+                }
+                key
             }
-        }
+            None => Arc::new(key.clone()),
+        };
         // Ready entries of the task are dropped when they come up (the task is gone).
         self.pending.insert(key, Pending::Delete);
     }
@@ -663,9 +669,9 @@ impl Dispatcher {
             };
             if matches!(item.kind, FireKind::Scheduled) {
                 // Only new fires pass the breaker; a held fire was admitted when it first came.
-                let breaker = task
-                    .breaker
-                    .get_or_insert_with(|| CircuitBreaker::new(self.config.breaker.clone()));
+                let breaker = task.breaker.get_or_insert_with(|| {
+                    Box::new(CircuitBreaker::new(self.config.breaker.clone()))
+                });
                 let (admission, transition) = breaker.admit(now);
                 if let Some(t) = transition {
                     self.notices.push(breaker_notice(&task.key, t));
@@ -887,9 +893,9 @@ impl Dispatcher {
                     return;
                 }
                 task.last_end = Some((execution, attempt));
-                let breaker = task
-                    .breaker
-                    .get_or_insert_with(|| CircuitBreaker::new(self.config.breaker.clone()));
+                let breaker = task.breaker.get_or_insert_with(|| {
+                    Box::new(CircuitBreaker::new(self.config.breaker.clone()))
+                });
                 if let Some(t) = breaker.record(!end.outcome.is_failure(), now) {
                     self.notices.push(breaker_notice(&task.key, t));
                 }
@@ -982,7 +988,7 @@ impl Dispatcher {
                 Pending::WriteCurrent | Pending::WriteCurrentAfter(_) => {
                     tasks.get(key).map(|t| Some(t.state.clone()))
                 }
-                Pending::Write(state) => Some(Some(state.clone())),
+                Pending::Write(state) => Some(Some(TaskState::clone(state))),
                 Pending::Delete => Some(None),
             };
             if let Some(w) = write {
@@ -990,6 +996,11 @@ impl Dispatcher {
             }
             false
         });
+        // A takeover marks every task; the table keeps that capacity (tens of bytes a task)
+        // long after the writes went unless it is given back.
+        if self.pending.capacity() > 4 * self.pending.len() + 1024 {
+            self.pending.shrink_to(2 * self.pending.len());
+        }
         out
     }
 

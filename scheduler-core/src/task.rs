@@ -7,6 +7,7 @@
 //! types and their documented defaults.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -46,11 +47,11 @@ pub const MAX_MULTIPLIER: f64 = 100.0;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskSpec {
     /// Task id; the last segment of its etcd key.
-    pub id: String,
+    pub id: Arc<str>,
     /// Namespace; the segment before the id in its etcd key.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Name of the handler that runs it (`http`, `log`, or a user handler).
-    pub handler: String,
+    pub handler: Arc<str>,
     /// When it fires.
     pub schedule: Schedule,
     /// Handler input, any JSON, at most [`MAX_PAYLOAD_BYTES`] serialized.
@@ -60,14 +61,14 @@ pub struct TaskSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpTarget>,
     /// Redis queue its executions go to, so heavy tasks can get workers of their own.
-    pub queue: String,
+    pub queue: Arc<str>,
     /// 0 (lowest) ..= 9 (highest).
     pub priority: u8,
     /// Longest one execution may run before it is stopped and counted as failed.
     #[serde(with = "crate::duration_serde")]
     pub timeout: Duration,
     /// How failed executions are retried.
-    pub retry: RetryPolicy,
+    pub retry: Arc<RetryPolicy>,
     /// Executions that share this key within the dedupe window run once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
@@ -138,7 +139,7 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        // Seed 001's three layers (10 s, 30 s, 2 min) as an exponential policy: 10 s x 3.
+        // Three layers of waiting (10 s, 30 s, 2 min) as an exponential policy: 10 s x 3.
         RetryPolicy {
             max_retries: 3,
             initial_interval: Duration::from_secs(10),

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat};
@@ -549,17 +550,17 @@ impl TaskSpec {
                 Some(version),
                 Some(created_at),
             ) => Ok(TaskSpec {
-                id: id.to_string(),
-                namespace: namespace.to_string(),
-                handler,
+                id: id.into(),
+                namespace: namespace.into(),
+                handler: handler.into(),
                 schedule,
                 payload,
                 http,
-                queue,
+                queue: queue.into(),
                 // Checked against MAX_PRIORITY above.
                 priority: u8::try_from(priority).unwrap_or(MAX_PRIORITY),
                 timeout,
-                retry,
+                retry: Arc::new(retry),
                 idempotency_key,
                 misfire,
                 overlap,
@@ -578,9 +579,9 @@ impl TaskSpec {
     /// to an equal spec.
     pub fn to_json(&self) -> Vec<u8> {
         let mut obj = Map::new();
-        obj.insert("id".into(), self.id.clone().into());
-        obj.insert("namespace".into(), self.namespace.clone().into());
-        obj.insert("handler".into(), self.handler.clone().into());
+        obj.insert("id".into(), Value::from(&*self.id));
+        obj.insert("namespace".into(), Value::from(&*self.namespace));
+        obj.insert("handler".into(), Value::from(&*self.handler));
         obj.insert("schedule".into(), schedule_json(&self.schedule));
         obj.insert("payload".into(), self.payload.clone());
         if let Some(h) = &self.http {
@@ -589,7 +590,7 @@ impl TaskSpec {
             http.insert("headers".into(), string_map_json(&h.headers));
             obj.insert("http".into(), Value::Object(http));
         }
-        obj.insert("queue".into(), self.queue.clone().into());
+        obj.insert("queue".into(), Value::from(&*self.queue));
         obj.insert("priority".into(), self.priority.into());
         obj.insert("timeout".into(), duration_json(self.timeout));
         let r = &self.retry;
@@ -895,13 +896,13 @@ mod tests {
     #[test]
     fn minimal_spec_gets_documented_defaults() {
         let spec = parse(r#"{"handler":"log","schedule":{"every":"10s"}}"#).unwrap();
-        assert_eq!(spec.id, "t1");
-        assert_eq!(spec.namespace, "default");
+        assert_eq!(&*spec.id, "t1");
+        assert_eq!(&*spec.namespace, "default");
         assert_eq!(spec.schedule, Schedule::Every(Duration::from_secs(10)));
-        assert_eq!(spec.queue, DEFAULT_QUEUE);
+        assert_eq!(&*spec.queue, DEFAULT_QUEUE);
         assert_eq!(spec.priority, DEFAULT_PRIORITY);
         assert_eq!(spec.timeout, DEFAULT_TIMEOUT);
-        assert_eq!(spec.retry, RetryPolicy::default());
+        assert_eq!(*spec.retry, RetryPolicy::default());
         assert_eq!(spec.misfire, MisfirePolicy::FireOnce);
         assert_eq!(spec.overlap, OverlapPolicy::Forbid);
         assert!(!spec.paused);
@@ -1186,14 +1187,14 @@ mod tests {
                             queue: "q-1".into(),
                             priority,
                             timeout,
-                            retry: RetryPolicy {
+                            retry: Arc::new(RetryPolicy {
                                 max_retries: retries,
                                 initial_interval: init,
                                 max_interval: init * 2,
                                 multiplier: f64::from(mult) / 4.0 + 0.75,
                                 jitter: f64::from(jit) / 20.0,
                                 max_elapsed: elapsed,
-                            },
+                            }),
                             idempotency_key: key,
                             misfire,
                             overlap,

@@ -18,7 +18,8 @@ pub use builtin::{
 pub use error::{Result, WorkerError};
 pub use handler::{Handler, HandlerContext, HandlerError, HandlerFuture, HandlerRegistry};
 pub use pool::{
-    PoolSummary, WorkerConfig, WorkerPool, DEFAULT_CONCURRENCY, DEFAULT_SHUTDOWN_GRACE,
+    PoolSummary, WorkerConfig, WorkerPool, DEFAULT_CONCURRENCY, DEFAULT_PREFETCH,
+    DEFAULT_SHUTDOWN_GRACE,
 };
 pub use reporter::{
     ChannelReporter, ExecutionReport, ExecutionReporter, NoopReporter, ReportEvent, ReportFuture,

@@ -1,8 +1,11 @@
 //! The worker pool: takes messages from its queues and runs them with bounded concurrency.
 //!
 //! One fetch loop per queue (each with its own blocking connection) takes messages only when
-//! a concurrency permit is free, and takes as many as there are free permits in one round
-//! trip. Each message runs in its own task; the handler itself runs in a further spawned task
+//! a place is free, and takes as many as there are free places in one round trip. There are
+//! `concurrency + prefetch` places: the prefetched messages wait, in order, for a running slot,
+//! so a slot that frees starts the next message at once instead of after a round trip to
+//! Redis (without them every execution paid a take's round trip on top of its handler, and
+//! a pool of N ran at most N messages per round trip). Each message runs in its own task; the handler itself runs in a further spawned task
 //! so a panic surfaces as a `JoinError` (recorded with its message) instead of unwinding
 //! through the pool, and so a timeout can abort it. Settling (ack, retry, dead letter,
 //! release) is retried through short Redis outages, because an unsettled message of a live
@@ -45,6 +48,11 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Most messages taken in one round trip. Default 64.
     pub fetch_batch: usize,
+    /// Messages taken ahead of a free slot, waiting in this pool. They count as this worker's
+    /// (they go back to the queue on shutdown, or to another worker if this one dies), so
+    /// keep it small when handlers are long and another replica may be idle. Default
+    /// [`DEFAULT_PREFETCH`].
+    pub prefetch: usize,
     /// How long in-flight attempts may run on after shutdown starts. Default
     /// [`DEFAULT_SHUTDOWN_GRACE`].
     pub shutdown_grace: Duration,
@@ -75,6 +83,9 @@ pub struct WorkerConfig {
 /// the `http` handler does not read response bodies. Lower it for CPU-bound handlers.
 pub const DEFAULT_CONCURRENCY: usize = 64;
 
+/// Messages a pool takes ahead of a free slot, by default.
+pub const DEFAULT_PREFETCH: usize = 16;
+
 /// How long in-flight attempts may run on after shutdown starts, by default.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -86,6 +97,7 @@ impl Default for WorkerConfig {
             queues: vec![ax_scheduler_core::task::DEFAULT_QUEUE.to_string()],
             concurrency: DEFAULT_CONCURRENCY,
             fetch_batch: 64,
+            prefetch: DEFAULT_PREFETCH,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             heartbeat_interval: Duration::from_secs(1),
             heartbeat_ttl: Duration::from_secs(5),
@@ -238,7 +250,10 @@ impl WorkerPool {
     /// Serves the queues until `cancel` fires, then shuts down gracefully.
     pub async fn run(&self, cancel: CancellationToken) -> PoolSummary {
         let sh = &self.shared;
-        let sem = Arc::new(Semaphore::new(sh.cfg.concurrency));
+        let slots = Slots {
+            places: Arc::new(Semaphore::new(sh.cfg.concurrency + sh.cfg.prefetch)),
+            running: Arc::new(Semaphore::new(sh.cfg.concurrency)),
+        };
         let executions = TaskTracker::new();
         let hard_stop = CancellationToken::new();
         let background_stop = CancellationToken::new();
@@ -268,7 +283,7 @@ impl WorkerPool {
             fetchers.spawn(fetch_loop(
                 self.shared.clone(),
                 q.clone(),
-                sem.clone(),
+                slots.clone(),
                 executions.clone(),
                 cancel.clone(),
                 hard_stop.clone(),
@@ -342,10 +357,17 @@ fn error_backoff() -> ReconnectBackoff {
     ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(5))
 }
 
+/// The pool's two bounds: places for messages taken (running or waiting) and running slots.
+#[derive(Clone)]
+struct Slots {
+    places: Arc<Semaphore>,
+    running: Arc<Semaphore>,
+}
+
 async fn fetch_loop(
     sh: Arc<Shared>,
     queue_name: String,
-    sem: Arc<Semaphore>,
+    slots: Slots,
     executions: TaskTracker,
     cancel: CancellationToken,
     hard_stop: CancellationToken,
@@ -378,14 +400,14 @@ async fn fetch_loop(
         let first = tokio::select! {
             biased;
             _ = cancel.cancelled() => break,
-            p = sem.clone().acquire_owned() => match p {
+            p = slots.places.clone().acquire_owned() => match p {
                 Ok(p) => p,
                 Err(_) => break,
             },
         };
         let mut permits = vec![first];
         while permits.len() < sh.cfg.fetch_batch {
-            match sem.clone().try_acquire_owned() {
+            match slots.places.clone().try_acquire_owned() {
                 Ok(p) => permits.push(p),
                 Err(_) => break,
             }
@@ -407,7 +429,8 @@ async fn fetch_loop(
                     executions.spawn(execute(
                         sh.clone(),
                         d,
-                        permit,
+                        (permit, slots.running.clone()),
+                        cancel.clone(),
                         hard_stop.clone(),
                         acks.clone(),
                     ));
@@ -519,13 +542,26 @@ async fn ack(acks: &tokio::sync::mpsc::UnboundedSender<AckRequest>, d: &Delivery
     rx.await.ok().flatten()
 }
 
+/// Waits for a running slot (a prefetched message), then runs the delivery. A message still
+/// waiting when the pool stops has not started: it goes back to the queue at once.
 async fn execute(
     sh: Arc<Shared>,
     d: Delivery,
-    permit: OwnedSemaphorePermit,
+    (place, running): (OwnedSemaphorePermit, Arc<Semaphore>),
+    cancel: CancellationToken,
     hard_stop: CancellationToken,
     acks: tokio::sync::mpsc::UnboundedSender<AckRequest>,
 ) {
+    let slot = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => None,
+        slot = running.acquire_owned() => slot.ok(),
+    };
+    let Some(slot) = slot else {
+        give_back(&sh, &d).await;
+        hold(&sh, &d, false);
+        return;
+    };
     let m = &d.message;
     let span = tracing::info_span!(
         "execution",
@@ -536,10 +572,11 @@ async fn execute(
         attempt = m.attempt,
         lateness_ms = tracing::field::Empty,
     );
-    execute_in_span(&sh, &d, &hard_stop, &acks, permit)
+    execute_in_span(&sh, &d, &hard_stop, &acks, slot)
         .instrument(span)
         .await;
     hold(&sh, &d, false);
+    drop(place);
 }
 
 /// Marks a delivery as held by this pool (or no longer).

@@ -19,13 +19,13 @@ pub struct ExecutionReport {
     /// Execution id.
     pub execution_id: Uuid,
     /// Task namespace.
-    pub namespace: String,
+    pub namespace: std::sync::Arc<str>,
     /// Task id.
-    pub task_id: String,
+    pub task_id: std::sync::Arc<str>,
     /// Queue.
     pub queue: String,
     /// Handler name.
-    pub handler: String,
+    pub handler: std::sync::Arc<str>,
     /// Worker id.
     pub worker_id: String,
     /// Attempt number, 0 for the first.

@@ -276,7 +276,7 @@ async fn retries_wait_in_redis_within_the_jitter_bounds_then_dead_letter() {
         jitter: 0.2,
         max_elapsed: Some(Duration::from_secs(30)),
     };
-    s.retry = policy.clone();
+    s.retry = std::sync::Arc::new(policy.clone());
     let m = msg(&s, 1);
     q.enqueue(&m).await.unwrap();
     let mut raw = redis::Client::open(redis_url())
@@ -365,7 +365,7 @@ async fn permanent_errors_and_unknown_handlers_go_straight_to_the_dead_letter_qu
     let pool = WorkerPool::new(q.clone(), fast_config("w"), reg, Arc::new(reporter)).unwrap();
     let running = start(pool);
     let mut s = spec("rej", "reject");
-    s.retry.max_retries = 5;
+    std::sync::Arc::make_mut(&mut s.retry).max_retries = 5;
     q.enqueue(&msg(&s, 1)).await.unwrap();
     let r = next_finished(&mut rx).await;
     assert_eq!(
@@ -756,4 +756,77 @@ async fn a_message_left_in_a_live_workers_processing_list_is_given_back() {
         .await
         .unwrap();
     assert_eq!(left, 0);
+}
+
+#[tokio::test]
+async fn prefetched_messages_wait_for_a_slot_in_order_and_go_back_on_shutdown() {
+    let q = queue().await;
+    // The handler runs once the test lets it through; it records the order of completion.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let done: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut reg = HandlerRegistry::new();
+    let (g, d) = (gate.clone(), done.clone());
+    reg.register_fn("gated", move |_ctx, exec: ExecutionMessage| {
+        let (g, d) = (g.clone(), d.clone());
+        async move {
+            g.acquire().await.unwrap().forget();
+            d.lock().unwrap().push(exec.task_id.to_string());
+            Ok(())
+        }
+    });
+    let (reporter, mut rx) = ChannelReporter::new();
+    let mut cfg = fast_config("w");
+    cfg.concurrency = 1;
+    cfg.prefetch = 2;
+    cfg.shutdown_grace = Duration::from_millis(300);
+    let pool = WorkerPool::new(q.clone(), cfg, reg, Arc::new(reporter)).unwrap();
+    for i in 0..5 {
+        let mut s = spec(&format!("m{i}"), "gated");
+        s.timeout = Duration::from_secs(60);
+        q.enqueue(&msg(&s, 1)).await.unwrap();
+    }
+    let running = start(pool);
+
+    // One runs and two wait in the pool, taken ahead of a free slot.
+    assert!(matches!(rx.recv().await, Some(ReportEvent::Started { .. })));
+    let s = ready_becomes(&q, 2).await;
+    assert_eq!(
+        (s.ready, s.unsettled),
+        (2, 5),
+        "1 running + 2 prefetched taken"
+    );
+
+    // Two finish: the prefetched ones run in the order they were queued, and the pool takes
+    // the rest ahead again.
+    gate.add_permits(2);
+    assert!(eventually(Duration::from_secs(5), || done.lock().unwrap().len() == 2).await);
+    assert_eq!(*done.lock().unwrap(), ["m0", "m1"]);
+    let s = ready_becomes(&q, 0).await;
+    assert_eq!(
+        (s.ready, s.unsettled),
+        (0, 3),
+        "m2 running, m3 and m4 prefetched"
+    );
+
+    // On shutdown the running one gets its grace, the waiting ones go back at once: nothing
+    // is lost, nothing ran twice.
+    let summary = running.stop().await;
+    assert_eq!(summary.succeeded, 2);
+    assert_eq!(summary.released, 3);
+    let s = q.stats("default", UtcMillis::now()).await.unwrap();
+    assert_eq!((s.ready, s.unsettled), (3, 3));
+    assert_eq!(done.lock().unwrap().len(), 2);
+}
+
+/// The queue's stats once `ready` messages wait in it (or after 5 s).
+async fn ready_becomes(q: &Queue, ready: u64) -> ax_queue::QueueStats {
+    let mut s = q.stats("default", UtcMillis::now()).await.unwrap();
+    for _ in 0..250 {
+        if s.ready == ready {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        s = q.stats("default", UtcMillis::now()).await.unwrap();
+    }
+    s
 }

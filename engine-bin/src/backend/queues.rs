@@ -49,7 +49,7 @@ impl Backend {
     pub(super) async fn known_queues(&self) -> Result<Vec<String>, ApiError> {
         let listing = self.registry.list(None).await.map_err(errors::registry)?;
         let mut queues: BTreeSet<String> = self.worker_queues.iter().cloned().collect();
-        queues.extend(listing.tasks.into_iter().map(|t| t.spec.queue));
+        queues.extend(listing.tasks.into_iter().map(|t| t.spec.queue.to_string()));
         Ok(queues.into_iter().collect())
     }
 

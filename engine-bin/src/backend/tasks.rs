@@ -53,8 +53,8 @@ pub(super) fn view_of_spec(spec: &TaskSpec, state: Option<&TaskState>) -> TaskVi
         }
     };
     TaskView {
-        namespace: spec.namespace.clone(),
-        id: spec.id.clone(),
+        namespace: spec.namespace.to_string(),
+        id: spec.id.to_string(),
         spec: serde_json::from_slice(&spec.to_json()).unwrap_or(serde_json::Value::Null),
         status: Some(status.as_str().to_owned()),
         next_fire,
@@ -332,7 +332,7 @@ fn views_of_page(page: TaskPage) -> Vec<TaskView> {
         .iter()
         .map(|t| {
             let mut view = view_of_spec(&t.spec, state(&t.spec.namespace, &t.spec.id));
-            let key = (t.spec.namespace.clone(), t.spec.id.clone());
+            let key = (t.spec.namespace.to_string(), t.spec.id.to_string());
             if let Some(error) = unreadable.get(&key) {
                 view.errors.push(unreadable_state(error));
             }

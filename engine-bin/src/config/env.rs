@@ -75,9 +75,9 @@ impl Config {
             "AX_ENQUEUE_STALL_LIMIT" => self.scheduler.enqueue_stall_limit = parse_duration(value)?,
             "AX_FLUSH_INTERVAL" => self.scheduler.flush_interval = parse_duration(value)?,
             "AX_WORKER_CONCURRENCY" => {
-                self.worker.concurrency = value.parse().map_err(|_| {
-                    format!("`{value}` is not a whole number (0 means twice the CPU cores)")
-                })?
+                self.worker.concurrency = value
+                    .parse()
+                    .map_err(|_| format!("`{value}` is not a whole number (0 means the default)"))?
             }
             "AX_WORKER_QUEUES" => self.worker.queues = split_list(value),
             "AX_HTTP_LISTEN" => self.http.listen = text,

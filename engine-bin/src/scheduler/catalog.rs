@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ax_registry::RegistryEvent;
-use ax_scheduler_core::{FieldError, TaskKey, TaskSpec};
+use ax_scheduler_core::{FieldError, Interner, TaskKey, TaskSpec};
 use tracing::{debug, warn};
 
 use super::LeaderSettings;
@@ -31,7 +31,11 @@ pub(super) enum CatalogEntry {
 /// The registry as last seen: what a takeover starts from.
 #[derive(Default)]
 pub(super) struct Catalog {
-    pub(super) entries: HashMap<TaskKey, CatalogEntry>,
+    /// Keyed by the same `Arc` the dispatcher holds, whose strings are the spec's own: a
+    /// task's namespace and id exist once in the leader's memory.
+    pub(super) entries: HashMap<Arc<TaskKey>, CatalogEntry>,
+    /// Shared copies of namespaces, handlers and queues (few names, many tasks).
+    interner: Interner,
     /// How many entries are invalid, kept as entries change: counting them on every event
     /// made loading N tasks cost O(N^2) (minutes at 100 000 tasks).
     pub(super) invalid: usize,
@@ -61,7 +65,7 @@ pub(super) fn apply_event(
     catalog: &mut Catalog,
     metrics: &Metrics,
     event: RegistryEvent,
-) -> Option<(TaskKey, Option<CatalogEntry>)> {
+) -> Option<(Arc<TaskKey>, Option<CatalogEntry>)> {
     let revision = match &event {
         RegistryEvent::Put { mod_revision, .. }
         | RegistryEvent::Invalid { mod_revision, .. }
@@ -74,13 +78,12 @@ pub(super) fn apply_event(
     }
     let changed = match event {
         RegistryEvent::Put {
-            namespace,
-            id,
-            spec,
+            mut spec,
             mod_revision,
             ..
         } => {
-            let key = TaskKey::new(namespace, id);
+            spec.intern(&mut catalog.interner);
+            let key = TaskKey::new(Arc::clone(&spec.namespace), Arc::clone(&spec.id));
             let entry = CatalogEntry::Valid {
                 spec: Arc::new(spec),
                 revision: mod_revision,
@@ -122,10 +125,14 @@ pub(super) fn apply_event(
     if !in_scope(settings, &key.namespace) {
         return None;
     }
-    let old = match &entry {
-        Some(e) => catalog.entries.insert(key.clone(), e.clone()),
-        None => catalog.entries.remove(&key),
+    // The key already held, if any, is the one handed on: the dispatcher shares it.
+    let (key, old) = match catalog.entries.remove_entry(&key) {
+        Some((held, old)) => (held, Some(old)),
+        None => (Arc::new(key), None),
     };
+    if let Some(e) = &entry {
+        catalog.entries.insert(Arc::clone(&key), e.clone());
+    }
     let is_invalid = |e: &CatalogEntry| matches!(e, CatalogEntry::Invalid { .. });
     if old.as_ref().is_some_and(is_invalid) {
         catalog.invalid -= 1;
@@ -164,8 +171,6 @@ mod tests {
 
     fn put(id: &str, revision: i64) -> RegistryEvent {
         RegistryEvent::Put {
-            namespace: "ns".into(),
-            id: id.into(),
             spec: TaskSpec::from_json(br#"{"handler":"log","schedule":{"every":"1s"}}"#, "ns", id)
                 .unwrap(),
             mod_revision: revision,

@@ -135,10 +135,7 @@ pub(super) async fn reconcile(
 ) -> usize {
     let mut applied = 0;
     for chunk in fires.chunks(RECONCILE_BATCH) {
-        let tasks: Vec<(&str, &str)> = chunk
-            .iter()
-            .map(|(k, _)| (k.namespace.as_str(), k.id.as_str()))
-            .collect();
+        let tasks: Vec<(&str, &str)> = chunk.iter().map(|(k, _)| (&*k.namespace, &*k.id)).collect();
         let histories = match deps.queue.history_many(&tasks, HISTORY_DEPTH).await {
             Ok(h) => h,
             Err(e) => {

@@ -27,7 +27,7 @@ use crate::metrics::BACKEND_REDIS;
 #[derive(Debug, Default)]
 pub(super) struct FireEffects {
     /// The queue of each fire that was enqueued (`tasks_scheduled_total`).
-    pub(super) scheduled: Vec<String>,
+    pub(super) scheduled: Vec<std::sync::Arc<str>>,
     /// Alerts to send (late enqueues).
     pub(super) alerts: Vec<Alert>,
     /// Run-now trigger keys whose execution is in the queue: delete them.
@@ -69,8 +69,8 @@ pub(super) fn settle(
                 );
                 if lateness > delay_alert_threshold {
                     effects.alerts.push(Alert::schedule_delay(
-                        dispatch.key.namespace.clone(),
-                        dispatch.key.id.clone(),
+                        &*dispatch.key.namespace,
+                        &*dispatch.key.id,
                         dispatch.fire_at,
                         lateness,
                         now,
@@ -133,16 +133,16 @@ pub(super) fn notice_alerts(
                 );
                 if skipped > 0 {
                     alerts.push(Alert::misfire_skipped(
-                        key.namespace.clone(),
-                        key.id.clone(),
+                        &*key.namespace,
+                        &*key.id,
                         skipped,
                         now,
                     ));
                 }
                 if let (true, Some(oldest)) = (beyond_window > 0, oldest) {
                     alerts.push(Alert::schedule_delay(
-                        key.namespace.clone(),
-                        key.id.clone(),
+                        &*key.namespace,
+                        &*key.id,
                         oldest,
                         now.since(oldest),
                         now,

@@ -142,7 +142,7 @@ async fn isolate(
         .filter_map(|(k, s)| s.as_ref().map(|s| (k.clone(), s.clone())))
         .collect();
     for (key, state) in puts {
-        let one = [(key.namespace.clone(), key.id.clone(), state)];
+        let one = [(key.clone(), state)];
         match registry.put_states(&one, Some(fence)).await {
             Ok(_) => {
                 states.remove(&key);
@@ -181,12 +181,9 @@ async fn write(
     states: &HashMap<TaskKey, Option<TaskState>>,
     keys: &[PendingTrigger],
 ) -> Result<(), RegistryError> {
-    let puts: Vec<(String, String, TaskState)> = states
+    let puts: Vec<(TaskKey, TaskState)> = states
         .iter()
-        .filter_map(|(k, s)| {
-            s.as_ref()
-                .map(|s| (k.namespace.clone(), k.id.clone(), s.clone()))
-        })
+        .filter_map(|(k, s)| s.as_ref().map(|s| (k.clone(), s.clone())))
         .collect();
     // One transaction per chunk, paced: a flush of thousands of states sent back to back
     // takes the CPU etcd, Redis and the fire path share, and shows up as lateness spikes.
@@ -201,7 +198,7 @@ async fn write(
     for (k, s) in states {
         if s.is_none() {
             registry.delete_state(&k.namespace, &k.id).await?;
-            deleted.push((k.namespace.as_str(), k.id.as_str()));
+            deleted.push((&*k.namespace, &*k.id));
         }
     }
     // The task is gone: its execution history goes too (else it would wait for the history

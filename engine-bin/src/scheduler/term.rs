@@ -53,7 +53,7 @@ pub(super) struct Term {
     /// The Redis server process the fences were raised on (its run id).
     redis_run_id: Option<String>,
     redis_tick: Interval,
-    queues: HashSet<String>,
+    queues: HashSet<Arc<str>>,
     unserved_tick: Interval,
     events_tick: Interval,
     pending_tick: Interval,
@@ -165,7 +165,7 @@ impl Term {
             let redis_run_id = deps.queue.run_id().await.ok();
             // Raise every queue's fence before the first fire, so a deposed leader that still
             // reaches Redis is refused on all of them, not only where this leader pushed.
-            let mut queues: HashSet<String> = catalog
+            let mut queues: HashSet<Arc<str>> = catalog
                 .entries
                 .values()
                 .filter_map(|e| match e {
@@ -173,7 +173,7 @@ impl Term {
                     CatalogEntry::Invalid { .. } => None,
                 })
                 .collect();
-            queues.insert(ax_scheduler_core::task::DEFAULT_QUEUE.to_owned());
+            queues.insert(ax_scheduler_core::task::DEFAULT_QUEUE.into());
             let cluster = deps
                 .registry
                 .cluster()
@@ -450,7 +450,7 @@ impl Term {
                 warn!(queue = %q, depth = stats.ready, "executions wait in a queue no worker serves");
                 if let Some(alerts) = &deps.alerts {
                     alerts.send(Alert::queue_unserved(
-                        q.as_str(),
+                        &**q,
                         stats.ready,
                         stats.last_worker_beat,
                         now,
@@ -495,7 +495,7 @@ impl Term {
     async fn on_registry_change(
         &mut self,
         deps: &LeaderDeps,
-        key: TaskKey,
+        key: Arc<TaskKey>,
         entry: Option<CatalogEntry>,
     ) {
         let now = UtcMillis::now();

@@ -514,7 +514,7 @@ fn a_stall_inside_a_term_applies_the_misfire_policy() {
     let fired = |id: &str| -> Vec<UtcMillis> {
         after
             .iter()
-            .filter(|x| x.key.id == id)
+            .filter(|x| *x.key.id == *id)
             .map(|x| x.fire_at)
             .collect()
     };
@@ -534,7 +534,7 @@ fn a_stall_inside_a_term_applies_the_misfire_policy() {
     let notices = d.take_notices();
     assert!(notices
         .iter()
-        .any(|n| matches!(n, Notice::Misfired { key, skipped, .. } if key.id == "skip" && *skipped == 600)));
+        .any(|n| matches!(n, Notice::Misfired { key, skipped, .. } if &*key.id == "skip" && *skipped == 600)));
 }
 
 #[test]

@@ -10,7 +10,7 @@ use ax_worker::WorkerConfig;
 pub fn spec(id: &str, handler: &str) -> TaskSpec {
     let mut s = ax_testkit::spec(id, "default", handler);
     s.timeout = Duration::from_secs(5);
-    s.retry.max_retries = 0;
+    std::sync::Arc::make_mut(&mut s.retry).max_retries = 0;
     s
 }
 
