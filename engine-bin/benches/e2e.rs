@@ -33,6 +33,12 @@
 //! takeover reads the states), and its memory is the leader's memory at N tasks. Give it
 //! time before the dues (`AX_BENCH_MARGIN_SECS`, at least the lease TTL plus the arming).
 //! etcd runs with a 8 GiB quota and auto-compaction, so a million tasks fit.
+//!
+//! `AX_BENCH_MEMORY=1` measures the leader's memory per registered task instead of firing:
+//! a scheduler-only leader and a worker, N small periodic `http` tasks (a 60-byte loopback URL,
+//! no headers, no payload, `every: 1h`, so none fires during the run), and the leader's
+//! `VmRSS` before registration and once it has armed and written every task's state and its
+//! memory has settled.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -47,7 +53,7 @@ use std::time::{Duration, Instant};
 
 use ax_testkit::{free_port, EtcdServer, RedisServer};
 use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
-use etcd_client::{Client, DeleteOptions, Txn, TxnOp};
+use etcd_client::{Client, DeleteOptions, GetOptions, Txn, TxnOp};
 
 const PREFIX: &str = "/axbench";
 const NAMESPACE: &str = "bench";
@@ -178,6 +184,13 @@ async fn write_all(client: &Client, pairs: Arc<Vec<(String, String)>>, writers: 
     }
 }
 
+/// A small periodic `http` task (the memory mode): nothing fires within the hour.
+fn http_spec(i: usize) -> String {
+    format!(
+        r#"{{"handler":"http","schedule":{{"every":"1h"}},"http":{{"url":"http://127.0.0.1:9/v1/jobs/{i:07}/run?team=data&env=p1"}}}}"#
+    )
+}
+
 fn spec(at_ms: i64) -> String {
     format!(
         r#"{{"handler":"noop","schedule":{{"at":"{}"}}}}"#,
@@ -237,6 +250,21 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// The process's `VmRSS` once settled: two readings 5 s apart within 1 % (at most 5 min).
+async fn settled_rss(pid: u32) -> u64 {
+    let mut last = status_kib(pid, "VmRSS:");
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let now = status_kib(pid, "VmRSS:");
+        let settled = now.abs_diff(last) * 100 <= last;
+        last = now;
+        if settled {
+            break;
+        }
+    }
+    last
 }
 
 /// The pid of the process whose command line contains `needle` (a server's port).
@@ -309,13 +337,20 @@ fn main() {
     let writers: usize = env_or("AX_BENCH_WRITERS", 4);
     let margin_ms: i64 = env_or::<i64>("AX_BENCH_MARGIN_SECS", 0) * 1000;
     let takeover = env_or("AX_BENCH_TAKEOVER", 0) == 1;
-    let replicas = if takeover { 3 } else { replicas };
+    let memory = env_or("AX_BENCH_MEMORY", 0) == 1;
+    let replicas = if takeover {
+        3
+    } else if memory {
+        2
+    } else {
+        replicas
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(run(tasks, spread_ms, replicas, writers, margin_ms));
+    runtime.block_on(run(tasks, spread_ms, replicas, writers, margin_ms, memory));
 }
 
 /// When `log` (JSON lines) first says `message`, in microseconds since the epoch.
@@ -331,7 +366,14 @@ fn first_line_at(log: &Path, message: &str) -> Option<i64> {
     })
 }
 
-async fn run(tasks: usize, spread_ms: i64, replicas: usize, writers: usize, margin_ms: i64) {
+async fn run(
+    tasks: usize,
+    spread_ms: i64,
+    replicas: usize,
+    writers: usize,
+    margin_ms: i64,
+    memory: bool,
+) {
     let etcd_server = EtcdServer::start_with(&[
         "--quota-backend-bytes=8589934592",
         "--auto-compaction-mode=periodic",
@@ -431,6 +473,7 @@ async fn run(tasks: usize, spread_ms: i64, replicas: usize, writers: usize, marg
         plan_ms
     );
 
+    let baseline_kib = status_kib(leader.pid(), "VmRSS:");
     let register_start_ms = now_ms();
     let planned_end = register_start_ms + plan_ms;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -440,7 +483,8 @@ async fn run(tasks: usize, spread_ms: i64, replicas: usize, writers: usize, marg
             let due = planned_end + (rng.next_u64() % spread_ms as u64) as i64;
             let id = format!("t{i:06}");
             dues.insert(format!("{NAMESPACE}/{id}"), due);
-            (format!("{PREFIX}/tasks/{NAMESPACE}/{id}"), spec(due))
+            let value = if memory { http_spec(i) } else { spec(due) };
+            (format!("{PREFIX}/tasks/{NAMESPACE}/{id}"), value)
         })
         .collect();
     let first_due = dues.values().copied().min().unwrap_or(planned_end);
@@ -487,6 +531,59 @@ async fn run(tasks: usize, spread_ms: i64, replicas: usize, writers: usize, marg
         armed_ms - register_end_ms,
         first_due - register_start_ms,
     );
+    if memory {
+        // Every task's state written, then settled: two readings 5 s apart within 1 %.
+        let states = format!("{PREFIX}/state/{NAMESPACE}/");
+        wait_for(
+            "every state written",
+            Duration::from_secs(600),
+            async || {
+                let opts = GetOptions::new().with_prefix().with_count_only();
+                let resp = client
+                    .clone()
+                    .get(states.as_str(), Some(opts))
+                    .await
+                    .unwrap();
+                resp.count() as usize >= tasks
+            },
+        )
+        .await;
+        let rss = settled_rss(leader.pid()).await;
+        println!(
+            "memory: leader VmRSS {:.1} MiB with {tasks} tasks armed, {:.1} MiB before registration: {:.0} bytes per task; VmHWM {:.1} MiB",
+            rss as f64 / 1024.0,
+            baseline_kib as f64 / 1024.0,
+            (rss.saturating_sub(baseline_kib) * 1024) as f64 / tasks as f64,
+            status_kib(leader.pid(), "VmHWM:") as f64 / 1024.0,
+        );
+        // A leader that starts onto them: lists every task and loads every state.
+        procs[0].child.kill().unwrap();
+        procs[0].child.wait().unwrap();
+        let fresh = Replica::start(
+            dir.path(),
+            "restarted",
+            "scheduler",
+            &etcd_server.endpoint(),
+            &redis_server.url(),
+        );
+        let started = Instant::now();
+        wait_for(
+            "the restarted replica to arm",
+            Duration::from_secs(600),
+            async || first_line_at(&fresh.log, "leading").is_some(),
+        )
+        .await;
+        let armed_s = started.elapsed().as_secs_f64();
+        let rss = settled_rss(fresh.pid()).await;
+        println!(
+            "memory: a replica started onto {tasks} tasks led and armed them in {armed_s:.1} s (lease TTL included); VmRSS {:.1} MiB ({:.0} bytes per task over the first leader's baseline), VmHWM {:.1} MiB",
+            rss as f64 / 1024.0,
+            (rss.saturating_sub(baseline_kib) * 1024) as f64 / tasks as f64,
+            status_kib(fresh.pid(), "VmHWM:") as f64 / 1024.0,
+        );
+        procs.push(fresh);
+        return;
+    }
     if replicas >= 3 {
         // Wait until the standby's catalog holds every task too (its memory is then the
         // leader's at N tasks), then kill the leader.

@@ -186,7 +186,10 @@ impl TaskWatcher {
                     self.in_flight = None;
                     self.state = out.state;
                     self.known = out.known;
-                    self.pending.extend(out.events);
+                    // A step starts only once `pending` is drained, so the step's buffer
+                    // replaces it: a relist's (a million events at a million tasks) is freed
+                    // by the next step instead of staying as the queue's capacity.
+                    self.pending = out.events;
                 }
             }
         }

@@ -82,9 +82,15 @@ pub(super) async fn run(
                     if let Err(e) = queue.ack_events(&acks).await {
                         warn!(error = %e, events = acks.len(), "cannot acknowledge execution events; they will be read again and ignored");
                     }
+                    // Emptied and given back past a small size: the first flush of a term
+                    // holds every task's state, and a table keeps its largest capacity
+                    // (about 500 bytes a task at a million tasks) for as long as it lives.
                     states.clear();
+                    states.shrink_to(KEPT_CAPACITY);
                     keys.clear();
+                    keys.shrink_to(KEPT_CAPACITY);
                     acks.clear();
+                    acks.shrink_to(KEPT_CAPACITY);
                     for w in waiters.drain(..) {
                         let _ = w.send(());
                     }
@@ -124,6 +130,9 @@ pub(super) async fn run(
         }
     }
 }
+
+/// Entries the flusher's buffers keep room for between flushes.
+const KEPT_CAPACITY: usize = 4096;
 
 /// Failed writes of a batch before its states are written one by one.
 const ISOLATE_AFTER: u32 = 3;
