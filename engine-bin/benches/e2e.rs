@@ -34,6 +34,12 @@
 //! time before the dues (`AX_BENCH_MARGIN_SECS`, at least the lease TTL plus the arming).
 //! etcd runs with a 8 GiB quota and auto-compaction, so a million tasks fit.
 //!
+//! `AX_BENCH_HTTP=1` runs the tasks with the `http` handler instead of `noop`: each posts to
+//! a receiver in this process on loopback (`e2e/receiver.rs`), which records the arrival of
+//! every call. Lateness is then arrival minus due, lost and twice are counted from the
+//! arrivals, and workers run with concurrency 50 unless `AX_WORKER_CONCURRENCY` says
+//! otherwise. The report adds the CPU per fire of ax, etcd and Redis together.
+//!
 //! `AX_BENCH_MEMORY=1` measures the leader's memory per registered task instead of firing:
 //! a scheduler-only leader and a worker, N small periodic `http` tasks (a 60-byte loopback URL,
 //! no headers, no payload, `every: 1h`, so none fires during the run), and the leader's
@@ -41,6 +47,9 @@
 //! memory has settled.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "e2e/receiver.rs"]
+mod receiver;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -102,6 +111,9 @@ impl Replica {
         let log = dir.join(format!("{name}.log"));
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ax"));
+        if http_mode() && std::env::var_os("AX_WORKER_CONCURRENCY").is_none() {
+            cmd.env("AX_WORKER_CONCURRENCY", "50");
+        }
         cmd.arg("serve")
             .env("AX_ETCD_ENDPOINTS", etcd)
             .env("AX_ETCD_PREFIX", PREFIX)
@@ -182,6 +194,18 @@ async fn write_all(client: &Client, pairs: Arc<Vec<(String, String)>>, writers: 
     for h in handles {
         h.await.unwrap();
     }
+}
+
+fn http_mode() -> bool {
+    env_or("AX_BENCH_HTTP", 0) == 1
+}
+
+/// A one-shot `http` task calling the receiver (the http mode).
+fn http_call_spec(at_ms: i64, base: &str, id: &str) -> String {
+    format!(
+        r#"{{"handler":"http","schedule":{{"at":"{}"}},"http":{{"url":"{base}/hook/{NAMESPACE}/{id}"}}}}"#,
+        rfc3339_ms(at_ms)
+    )
 }
 
 /// A small periodic `http` task (the memory mode): nothing fires within the hour.
@@ -388,8 +412,14 @@ async fn run(
         .to_owned();
     let redis_port = redis_server.url().rsplit(':').next().unwrap().to_owned();
     let dir = tempfile::tempdir().unwrap();
+    let receiver = if http_mode() {
+        Some(receiver::Receiver::start().await)
+    } else {
+        None
+    };
     println!(
-        "e2e: {tasks} one-shot noop tasks due over {} s, {} replica(s), {writers} writers",
+        "e2e: {tasks} one-shot {} tasks due over {} s, {} replica(s), {writers} writers",
+        if receiver.is_some() { "http" } else { "noop" },
         spread_ms / 1000,
         replicas
     );
@@ -483,7 +513,11 @@ async fn run(
             let due = planned_end + (rng.next_u64() % spread_ms as u64) as i64;
             let id = format!("t{i:06}");
             dues.insert(format!("{NAMESPACE}/{id}"), due);
-            let value = if memory { http_spec(i) } else { spec(due) };
+            let value = match &receiver {
+                _ if memory => http_spec(i),
+                Some(r) => http_call_spec(due, &r.base, &id),
+                None => spec(due),
+            };
             (format!("{PREFIX}/tasks/{NAMESPACE}/{id}"), value)
         })
         .collect();
@@ -641,6 +675,9 @@ async fn run(
     let mut started = 0usize;
     let last_due = planned_end + spread_ms;
     let mut cpu_after: Option<(Vec<u64>, f64)> = None;
+    // CPU when the last execution started (or the call arrived): the work of every fire,
+    // also when it ran past the window.
+    let mut cpu_done: Option<Vec<u64>> = None;
     loop {
         for t in &mut tails {
             started += t
@@ -649,11 +686,18 @@ async fn run(
                 .filter(|l| l.contains("\"started\"") && l.contains("\"bench/"))
                 .count();
         }
+        if let Some(r) = &receiver {
+            // The calls are what counts: a start whose call never arrived is not done.
+            started = r.count();
+        }
         if cpu_after.is_none() && now_ms() >= last_due + 1000 {
             cpu_after = Some((
                 pids.iter().map(|(_, p)| cpu_ticks(*p)).collect(),
                 window_start.elapsed().as_secs_f64(),
             ));
+        }
+        if started >= tasks && cpu_done.is_none() {
+            cpu_done = Some(pids.iter().map(|(_, p)| cpu_ticks(*p)).collect());
         }
         if started >= tasks && cpu_after.is_some() {
             break;
@@ -787,6 +831,40 @@ async fn run(
         );
     }
     println!("log lines: {log_lines}");
+    if let Some(r) = &receiver {
+        let mut arrivals: HashMap<String, Vec<i64>> = HashMap::new();
+        for (task, at) in r.arrivals() {
+            arrivals.entry(task).or_default().push(at);
+        }
+        let lost = dues.keys().filter(|k| !arrivals.contains_key(*k)).count();
+        let twice = arrivals.values().filter(|a| a.len() > 1).count();
+        let mut late_ms: Vec<i64> = arrivals
+            .iter()
+            .filter_map(|(k, a)| dues.get(k).map(|d| (a[0] - d * 1000) / 1000))
+            .collect();
+        let first = arrivals.values().map(|a| a[0]).min().unwrap_or(0);
+        let last = arrivals.values().map(|a| a[0]).max().unwrap_or(0);
+        let span_s = (last - first) as f64 / 1e6;
+        println!();
+        println!("## http calls");
+        println!("{}", summary("call lateness (arrival - due)", &mut late_ms));
+        println!(
+            "calls: {} of {tasks} arrived; lost {lost}; twice {twice}; {:.0} calls/s from first to last",
+            arrivals.len(),
+            if span_s > 0.0 { arrivals.len() as f64 / span_s } else { 0.0 }
+        );
+        let done = cpu_done.as_ref().unwrap_or(&cpu_after);
+        let mut ours = 0u64;
+        for (i, (name, _)) in pids.iter().enumerate() {
+            if name != "bench" {
+                ours += done[i].saturating_sub(cpu_before[i]);
+            }
+        }
+        println!(
+            "cpu per fire (ax + etcd + Redis from the first due to the last call): {:.0} µs",
+            ours as f64 / hz * 1e6 / tasks as f64
+        );
+    }
     if std::env::var_os("AX_BENCH_KEEP").is_some() {
         let kept = dir.keep();
         println!("logs kept in {}", kept.display());

@@ -500,15 +500,19 @@ impl Registry {
         prefix: &str,
     ) -> Result<(i64, Vec<KeyValue>), RegistryError> {
         let end = prefix_end(prefix.as_bytes());
-        let mut kv = self.client.kv_client();
+        // Pages are sized in bytes (see `next_page_limit`), so the client takes responses
+        // above its default 4 MiB.
+        let mut kv = self
+            .client
+            .kv_client()
+            .max_decoding_message_size(usize::MAX);
         let mut out = Vec::new();
         let mut from = prefix.as_bytes().to_vec();
         let mut revision = 0;
+        let mut limit = self.config.list_page_size;
         loop {
             // In key order without asking (see `range_at`).
-            let mut opts = GetOptions::new()
-                .with_range(end.clone())
-                .with_limit(self.config.list_page_size);
+            let mut opts = GetOptions::new().with_range(end.clone()).with_limit(limit);
             if revision > 0 {
                 opts = opts.with_revision(revision);
             }
@@ -523,6 +527,11 @@ impl Registry {
             }
             let more = resp.more();
             let page = resp.take_kvs();
+            let bytes: usize = page
+                .iter()
+                .map(|kv| kv.key().len() + kv.value().len())
+                .sum();
+            limit = next_page_limit(self.config.list_page_size, bytes, page.len());
             let last = page.last().map(|kv| kv.key().to_vec());
             out.extend(page);
             match (more, last) {
@@ -701,8 +710,40 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// Bytes a listing asks for per page, once it knows how large the keys are.
+const LIST_PAGE_BYTES: usize = 8 << 20;
+
+/// Most keys in one listing page.
+const LIST_PAGE_MAX: i64 = 100_000;
+
+/// The next page's key limit: about [`LIST_PAGE_BYTES`] at the size the last page's keys had,
+/// never below the configured page size. Every page costs etcd 3.4 a walk of the whole rest
+/// of the range (it collects every revision before applying the limit), so a listing of N
+/// keys in pages of P costs N²/2P: a million small tasks in pages of 1 000 took minutes, and
+/// outlived the compaction of the revision it was reading at.
+fn next_page_limit(configured: i64, page_bytes: usize, page_len: usize) -> i64 {
+    if page_len == 0 {
+        return configured;
+    }
+    let per_key = (page_bytes / page_len).max(1);
+    let fits = i64::try_from(LIST_PAGE_BYTES / per_key).unwrap_or(LIST_PAGE_MAX);
+    fits.clamp(configured.min(LIST_PAGE_MAX), LIST_PAGE_MAX)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn listing_pages_grow_to_a_few_megabytes_of_keys() {
+        // Small specs: pages of about 8 MiB, within the cap.
+        assert_eq!(next_page_limit(1000, 170_000, 1000), 49_344);
+        // Tiny values: capped.
+        assert_eq!(next_page_limit(1000, 20_000, 1000), 100_000);
+        // Large specs (40 KB): never below the configured size.
+        assert_eq!(next_page_limit(1000, 40_000_000, 1000), 1000);
+        // Nothing read yet, or an empty page: the configured size.
+        assert_eq!(next_page_limit(1000, 0, 0), 1000);
+    }
+
     use super::*;
 
     #[test]
