@@ -645,7 +645,17 @@ impl Registry {
             None => self.keys.states_prefix(),
         };
         let (_, kvs) = self.list_range(&prefix).await?;
-        Ok(self.decode_states(&kvs))
+        // Decoded a chunk at a time, yielding between chunks: a takeover reads a million
+        // states, seconds of parsing that must not keep the runtime from its timers and
+        // sockets (the new leader's lease keep-alive among them).
+        let mut listing = StateListing::default();
+        for chunk in kvs.chunks(256) {
+            let part = self.decode_states(chunk);
+            listing.states.extend(part.states);
+            listing.undecodable.extend(part.undecodable);
+            tokio::task::yield_now().await;
+        }
+        Ok(listing)
     }
 
     /// Decodes state records; one that cannot be decoded is listed apart.

@@ -151,8 +151,13 @@ impl TaskWatcher {
     /// The next event; `None` once the cancellation token fired.
     pub async fn next(&mut self) -> Option<RegistryEvent> {
         loop {
-            if let Some(ev) = self.pending.pop_front() {
-                return Some(ev);
+            if !self.pending.is_empty() {
+                // A relist hands out a million events without awaiting anything: without a
+                // yield now and then the consumer's thread never lets the runtime run its
+                // timers and sockets (the lease keep-alive among them). Yielding before the
+                // pop keeps `next` cancel-safe.
+                tokio::task::coop::consume_budget().await;
+                return self.pending.pop_front();
             }
             if matches!(self.state, WatchState::Done) && self.in_flight.is_none() {
                 return None;
@@ -370,6 +375,8 @@ impl TaskWatcher {
             if known.get(kv.key()) != Some(&kv.mod_revision()) {
                 Self::report_put(registry, known, pending, kv);
             }
+            // Each spec is parsed and validated: seconds at a million tasks (see `next`).
+            tokio::task::coop::consume_budget().await;
         }
         let mut gone: Vec<Vec<u8>> = known
             .keys()

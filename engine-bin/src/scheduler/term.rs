@@ -187,6 +187,10 @@ impl Term {
             let now = UtcMillis::now();
             let mut dispatcher = Dispatcher::new(settings.dispatcher.clone(), now);
             for (key, entry) in &catalog.entries {
+                // Arming a million tasks is seconds of work: yield now and then so the
+                // runtime keeps serving the lease keep-alive meanwhile (it lost the lease
+                // it had just won, and campaigned again, over and over).
+                tokio::task::coop::consume_budget().await;
                 match entry {
                     CatalogEntry::Valid { spec, revision } => dispatcher.upsert(
                         key.clone(),
@@ -212,6 +216,7 @@ impl Term {
             // is newer than what this replica has seen) is left alone.
             let mut orphans = 0;
             for (key, state) in states {
+                tokio::task::coop::consume_budget().await;
                 if in_scope(settings, &key.namespace)
                     && !catalog.may_not_have_seen(state.spec_revision)
                 {
