@@ -608,6 +608,12 @@ async fn run(
         )
         .await;
         let armed_s = started.elapsed().as_secs_f64();
+        let lease_losses = std::fs::read_to_string(&fresh.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("lease hold lost") || l.contains("could not take over"))
+            .count();
+        println!("memory: the restarted replica lost a lease or a takeover {lease_losses} times");
         let rss = settled_rss(fresh.pid()).await;
         println!(
             "memory: a replica started onto {tasks} tasks led and armed them in {armed_s:.1} s (lease TTL included); VmRSS {:.1} MiB ({:.0} bytes per task over the first leader's baseline), VmHWM {:.1} MiB",

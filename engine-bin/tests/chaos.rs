@@ -712,3 +712,48 @@ async fn leader_sigkill_before_it_writes_what_it_heard() {
     );
     c.clean_up().await;
 }
+
+/// A replica started onto tens of thousands of tasks lists them, campaigns and arms them all
+/// (seconds of parsing and arming): it must keep answering its leases meanwhile. It used to
+/// lose its registration lease while it parsed the listing and the leadership lease while it
+/// armed, then campaign again, over and over, and fire nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_started_onto_many_tasks_keeps_its_leases() {
+    const TASKS: usize = 50_000;
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("chaos-many").await;
+    let quiet = json!({"handler": "http", "schedule": {"every": "1h"},
+        "http": {"url": c.receiver.exec_url()}});
+    let tasks: Vec<(String, String, Value)> = (0..TASKS)
+        .map(|i| ("bulk".to_owned(), format!("t{i:06}"), quiet.clone()))
+        .collect();
+    c.put_tasks(&tasks).await;
+    let started = Instant::now();
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(60)).await;
+    // A one-shot written once it leads: it fires only when the takeover is done.
+    let due = now_ms() + 1000;
+    c.put_task("probe", "once", &http_task(&c, json!({"at": rfc3339(due)})))
+        .await;
+    wait_until(Duration::from_secs(120), "the probe fired", || {
+        let fired = !c.receiver.executions_of("once").is_empty();
+        async move { fired }
+    })
+    .await;
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log = c.replica("r1").log_text();
+    let lost: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("lease hold lost") || l.contains("could not take over"))
+        .collect();
+    println!(
+        "chaos: started onto {TASKS} tasks: led and fired after {:.1} s; leases lost {}",
+        took.as_secs_f64(),
+        lost.len()
+    );
+    assert!(lost.is_empty(), "leases lost while starting: {lost:#?}");
+    assert_eq!(c.receiver.executions_of("once").len(), 1);
+    c.assert_running(&["r1"]);
+    c.clean_up().await;
+}
