@@ -8,6 +8,7 @@
 #                          a recommendation of protobuf-compiler, so --no-install-recommends drops it)
 #   promtool, amtool       Debian: prometheus, prometheus-alertmanager (alert rule tests)
 #   libfaketime            Debian: libfaketime (the chaos suite steps a leader's clock)
+#   a C compiler           Debian: gcc (the mimalloc crate builds its allocator from C)
 #   helm, kubernetes-validate  PyPI (chart checks), see scripts/setup-helm.sh
 set -euo pipefail
 
@@ -22,6 +23,7 @@ have protoc || need+=(protobuf-compiler)
 have promtool || need+=(prometheus)
 compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null || need+=(libfaketime)
 have amtool || need+=(prometheus-alertmanager)
+have cc || need+=(gcc)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
