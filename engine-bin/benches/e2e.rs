@@ -111,6 +111,20 @@ impl Replica {
         let log = dir.join(format!("{name}.log"));
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ax"));
+        // The `noop` mode reads lateness from the `enqueued` and `started` lines (debug); the
+        // `http` mode measures from the calls, at the engine's default level.
+        match std::env::var("AX_BENCH_LOG") {
+            Ok(filter) => {
+                cmd.env("AX_LOG", filter);
+            }
+            Err(_) if !http_mode() => {
+                cmd.env(
+                    "AX_LOG",
+                    "warn,ax_engine::scheduler::fire=debug,ax_engine::reporter=debug",
+                );
+            }
+            Err(_) => {}
+        }
         if http_mode() && std::env::var_os("AX_WORKER_CONCURRENCY").is_none() {
             cmd.env("AX_WORKER_CONCURRENCY", "50");
         }
@@ -123,12 +137,6 @@ impl Replica {
             .env("AX_ROLES", roles)
             .env("AX_HTTP_LISTEN", format!("127.0.0.1:{port}"))
             .env("AX_LOG_FORMAT", "json")
-            .env(
-                "AX_LOG",
-                std::env::var("AX_BENCH_LOG").unwrap_or_else(|_| {
-                    "warn,ax_engine::scheduler=info,ax_engine::reporter=info".to_owned()
-                }),
-            )
             .stdin(Stdio::null())
             .stdout(File::create(&log).unwrap())
             .stderr(File::create(dir.join(format!("{name}.err"))).unwrap());
@@ -201,9 +209,9 @@ fn http_mode() -> bool {
 }
 
 /// A one-shot `http` task calling the receiver (the http mode).
-fn http_call_spec(at_ms: i64, base: &str, id: &str) -> String {
+fn http_call_spec(at_ms: i64, base: &str, namespace: &str, id: &str) -> String {
     format!(
-        r#"{{"handler":"http","schedule":{{"at":"{}"}},"http":{{"url":"{base}/hook/{NAMESPACE}/{id}"}}}}"#,
+        r#"{{"handler":"http","schedule":{{"at":"{}"}},"http":{{"url":"{base}/hook/{namespace}/{id}"}}}}"#,
         rfc3339_ms(at_ms)
     )
 }
@@ -515,7 +523,7 @@ async fn run(
             dues.insert(format!("{NAMESPACE}/{id}"), due);
             let value = match &receiver {
                 _ if memory => http_spec(i),
-                Some(r) => http_call_spec(due, &r.base, &id),
+                Some(r) => http_call_spec(due, &r.base, NAMESPACE, &id),
                 None => spec(due),
             };
             (format!("{PREFIX}/tasks/{NAMESPACE}/{id}"), value)
@@ -531,7 +539,10 @@ async fn run(
         .clone()
         .put(
             format!("{PREFIX}/tasks/{MARKER_NAMESPACE}/m"),
-            spec(marker_at),
+            match &receiver {
+                Some(r) => http_call_spec(marker_at, &r.base, MARKER_NAMESPACE, "m"),
+                None => spec(marker_at),
+            },
             None,
         )
         .await
@@ -541,13 +552,22 @@ async fn run(
     let mut tail = Tail::open(&leader.log);
     let marker_task = format!("{MARKER_NAMESPACE}/m");
     let armed_us = loop {
-        let found = tail.lines().iter().find_map(|l| {
-            if l.contains(&marker_task) && l.contains("\"enqueued\"") {
-                parse_line(l).map(|p| p.at_us)
-            } else {
-                None
-            }
-        });
+        // In the http mode the marker's call (the replicas log at their default level,
+        // where `enqueued` is not written).
+        let found = match &receiver {
+            Some(r) => r
+                .arrivals()
+                .iter()
+                .find(|(task, _)| *task == marker_task)
+                .map(|(_, at)| *at),
+            None => tail.lines().iter().find_map(|l| {
+                if l.contains(&marker_task) && l.contains("\"enqueued\"") {
+                    parse_line(l).map(|p| p.at_us)
+                } else {
+                    None
+                }
+            }),
+        };
         if let Some(at) = found {
             break at;
         }
@@ -799,28 +819,31 @@ async fn run(
         tasks as f64 / (register_ms as f64 / 1000.0),
         armed_ms - register_start_ms
     );
-    println!("{}", summary("start lateness", &mut start_lateness));
-    start_lateness_us.iter_mut().for_each(|v| *v /= 1000);
-    println!(
-        "{}",
-        summary("start lateness (log timestamps)", &mut start_lateness_us)
-    );
-    println!(
-        "{}",
-        summary("enqueue lateness (leader)", &mut enqueue_lateness)
-    );
-    println!(
-        "{}",
-        summary("queue wait (started - enqueued)", &mut queue_wait)
-    );
-    println!(
-        "executions: {} started, {finished} finished, {retries} retries; lost {lost}; duplicated {duplicated}",
-        starts.values().map(Vec::len).sum::<usize>()
-    );
-    println!(
-        "throughput: {:.0} executions/s from first to last start ({span_s:.2} s), peak {peak_rate} in one second",
-        if span_s > 0.0 { starts.len() as f64 / span_s } else { 0.0 }
-    );
+    // The log lines these read are written in the `noop` mode only.
+    if receiver.is_none() {
+        println!("{}", summary("start lateness", &mut start_lateness));
+        start_lateness_us.iter_mut().for_each(|v| *v /= 1000);
+        println!(
+            "{}",
+            summary("start lateness (log timestamps)", &mut start_lateness_us)
+        );
+        println!(
+            "{}",
+            summary("enqueue lateness (leader)", &mut enqueue_lateness)
+        );
+        println!(
+            "{}",
+            summary("queue wait (started - enqueued)", &mut queue_wait)
+        );
+        println!(
+            "executions: {} started, {finished} finished, {retries} retries; lost {lost}; duplicated {duplicated}",
+            starts.values().map(Vec::len).sum::<usize>()
+        );
+        println!(
+            "throughput: {:.0} executions/s from first to last start ({span_s:.2} s), peak {peak_rate} in one second",
+            if span_s > 0.0 { starts.len() as f64 / span_s } else { 0.0 }
+        );
+    }
     for (name, hwm, rss) in &memory {
         println!(
             "memory {name}: VmHWM {:.1} MiB, VmRSS at end {:.1} MiB",

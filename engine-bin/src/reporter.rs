@@ -24,7 +24,7 @@ use ax_scheduler_core::{AttemptOutcome, ExecutionEvent, UtcMillis};
 use ax_worker::{ExecutionReport, ExecutionReporter, ReportFuture};
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::metrics::{Metrics, BACKEND_REDIS};
 
@@ -125,7 +125,9 @@ impl ExecutionReporter for EngineReporter {
                 self.metrics
                     .record_start_lateness(&exec.queue, lateness_ms.max(0) as f64 / 1000.0);
             }
-            info!(
+            // Debug, as the leader's `enqueued`: one line per execution at info (`finished`,
+            // with the start's lateness), since each line costs CPU on the fire path.
+            debug!(
                 task_id = %format!("{}/{}", exec.namespace, exec.task_id),
                 execution_id = %exec.execution_id,
                 fire_at = %exec.fire_at,
@@ -162,17 +164,36 @@ impl ExecutionReporter for EngineReporter {
                 end,
                 report.duration.as_secs_f64(),
             );
-            info!(
-                task_id = %task,
-                execution_id = %report.execution_id,
-                fire_at = %report.fire_at,
-                attempt = report.attempt,
-                duration_ms = u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX),
-                outcome = end.label(),
-                retry_at = ?end.retry_at.map(|t| t.to_rfc3339()),
-                error = end.error.as_deref().unwrap_or(""),
-                "finished"
-            );
+            let lateness_ms = report.started_at.0 - report.fire_at.0;
+            let duration_ms = u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX);
+            let retry_at = end.retry_at.map(|t| t.to_rfc3339());
+            let error = end.error.as_deref().unwrap_or("");
+            // The one line per execution at the default level; a failure is a warning.
+            if end.outcome.is_failure() {
+                warn!(
+                    task_id = %task,
+                    execution_id = %report.execution_id,
+                    fire_at = %report.fire_at,
+                    lateness_ms,
+                    attempt = report.attempt,
+                    duration_ms,
+                    outcome = end.label(),
+                    retry_at = ?retry_at,
+                    error,
+                    "finished"
+                );
+            } else {
+                info!(
+                    task_id = %task,
+                    execution_id = %report.execution_id,
+                    fire_at = %report.fire_at,
+                    lateness_ms,
+                    attempt = report.attempt,
+                    duration_ms,
+                    outcome = end.label(),
+                    "finished"
+                );
+            }
             if let Some(alerts) = &self.alerts {
                 for alert in failure_alerts(report) {
                     alerts.send(alert);
