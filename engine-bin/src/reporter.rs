@@ -73,11 +73,30 @@ impl EngineReporter {
 async fn publish(queue: Queue, metrics: Arc<Metrics>, mut rx: mpsc::Receiver<Report>) {
     let mut batch = Vec::with_capacity(REPORT_BATCH);
     while rx.recv_many(&mut batch, REPORT_BATCH).await > 0 {
+        drop_superseded_starts(&mut batch);
         if let Err(e) = queue.report_many(&batch).await {
             metrics.backend_error(BACKEND_REDIS);
             warn!(reports = batch.len(), error = %e, "could not report executions");
         }
         batch.clear();
+    }
+}
+
+/// Drops the `started` events whose attempt's end is in the same batch: the end settles the
+/// task on its own (a start only marks a retry RUNNING, which its end replaces), and under
+/// load most short executions start and end within one batch, so this halves the stream
+/// entries Redis writes, and the leader reads and acknowledges, per execution.
+fn drop_superseded_starts(batch: &mut Vec<Report>) {
+    let ended: std::collections::HashSet<(uuid::Uuid, u32)> = batch
+        .iter()
+        .filter(|(e, _)| matches!(e.kind, ExecutionEvent::Finished { .. }))
+        .map(|(e, _)| (e.execution_id, e.attempt))
+        .collect();
+    if !ended.is_empty() {
+        batch.retain(|(e, _)| {
+            !matches!(e.kind, ExecutionEvent::Started { .. })
+                || !ended.contains(&(e.execution_id, e.attempt))
+        });
     }
 }
 
@@ -223,6 +242,50 @@ mod tests {
     use ax_scheduler_core::AttemptEnd;
 
     use super::*;
+
+    fn event(id: u128, attempt: u32, finished: bool) -> Report {
+        let kind = if finished {
+            ExecutionEvent::Finished {
+                at: UtcMillis(3),
+                end: AttemptEnd::new(AttemptOutcome::Succeeded, None),
+            }
+        } else {
+            ExecutionEvent::Started { at: UtcMillis(2) }
+        };
+        let record = ExecutionEventRecord {
+            namespace: "ns".into(),
+            task_id: "t".into(),
+            execution_id: uuid::Uuid::from_u128(id),
+            fire_at: UtcMillis(1),
+            attempt,
+            kind,
+        };
+        (record, None)
+    }
+
+    #[test]
+    fn a_start_whose_end_is_in_the_same_batch_is_not_sent() {
+        let mut batch = vec![
+            event(1, 0, false),
+            event(2, 0, false),
+            event(1, 0, true),
+            // Another attempt of the same execution: its start stays.
+            event(3, 0, true),
+            event(3, 1, false),
+        ];
+        drop_superseded_starts(&mut batch);
+        let left: Vec<(u128, u32, bool)> = batch
+            .iter()
+            .map(|(e, _)| {
+                let finished = matches!(e.kind, ExecutionEvent::Finished { .. });
+                (e.execution_id.as_u128(), e.attempt, finished)
+            })
+            .collect();
+        assert_eq!(
+            left,
+            [(2, 0, false), (1, 0, true), (3, 0, true), (3, 1, false)]
+        );
+    }
 
     fn report(attempt: u32, end: AttemptEnd) -> ExecutionReport {
         ExecutionReport {
