@@ -2,10 +2,12 @@
 //!
 //! One fetch loop per queue (each with its own blocking connection) takes messages only when
 //! a place is free, and takes as many as there are free places in one round trip. There are
-//! `concurrency + prefetch` places: the prefetched messages wait, in order, for a running slot,
-//! so a slot that frees starts the next message at once instead of after a round trip to
-//! Redis (without them every execution paid a take's round trip on top of its handler, and
-//! a pool of N ran at most N messages per round trip). Each message runs in its own task; the handler itself runs in a further spawned task
+//! `concurrency + prefetch` places: the prefetched messages wait, in order, for a running
+//! slot, so a slot that frees starts the next message at once instead of after a round trip
+//! to Redis (without them every execution paid a take's round trip on top of its handler, and
+//! a pool of N ran at most N messages per round trip).
+//!
+//! Each message runs in its own task; the handler itself runs in a further spawned task
 //! so a panic surfaces as a `JoinError` (recorded with its message) instead of unwinding
 //! through the pool, and so a timeout can abort it. Settling (ack, retry, dead letter,
 //! release) is retried through short Redis outages, because an unsettled message of a live
