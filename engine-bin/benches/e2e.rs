@@ -38,7 +38,8 @@
 //! a receiver in this process on loopback (`e2e/receiver.rs`), which records the arrival of
 //! every call. Lateness is then arrival minus due, lost and twice are counted from the
 //! arrivals, and workers run with concurrency 50 unless `AX_WORKER_CONCURRENCY` says
-//! otherwise. The report adds the CPU per fire of ax, etcd and Redis together.
+//! otherwise. The report adds the CPU per fire of ax, etcd and Redis together, and Redis's
+//! own time per command (`INFO commandstats`) per fire.
 //!
 //! `AX_BENCH_MEMORY=1` measures the leader's memory per registered task instead of firing:
 //! a scheduler-only leader and a worker, N small periodic `http` tasks (a 60-byte loopback URL,
@@ -282,6 +283,37 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// Redis's own time per command over the run (`INFO commandstats`), most first:
+/// (command, calls, microseconds).
+async fn redis_command_costs(url: &str) -> Vec<(String, u64, u64)> {
+    let Ok(client) = redis::Client::open(url) else {
+        return Vec::new();
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return Vec::new();
+    };
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default();
+    let mut costs: Vec<(String, u64, u64)> = info
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |key: &str| -> Option<u64> {
+                rest.split(',')
+                    .find_map(|kv| kv.strip_prefix(key))?
+                    .parse()
+                    .ok()
+            };
+            Some((name.to_owned(), field("calls=")?, field("usec=")?))
+        })
+        .collect();
+    costs.sort_by_key(|c| std::cmp::Reverse(c.2));
+    costs
 }
 
 /// The process's `VmRSS` once settled: two readings 5 s apart within 1 % (at most 5 min).
@@ -756,6 +788,7 @@ async fn run(
         .map(|p| (p.name.clone(), p.log.clone()))
         .collect();
     drop(procs);
+    let redis_commands = redis_command_costs(&redis_server.url()).await;
 
     // Analysis.
     let mut starts: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
@@ -893,6 +926,14 @@ async fn run(
             "cpu per fire (ax + etcd + Redis from the first due to the last call): {:.0} µs",
             ours as f64 / hz * 1e6 / tasks as f64
         );
+        println!("Redis time per fire by command (INFO commandstats, whole run):");
+        for (command, calls, usec) in redis_commands.iter().take(10) {
+            println!(
+                "  {command}: {:.1} µs per fire ({:.2} calls per fire)",
+                *usec as f64 / tasks as f64,
+                *calls as f64 / tasks as f64
+            );
+        }
     }
     if std::env::var_os("AX_BENCH_KEEP").is_some() {
         let kept = dir.keep();
