@@ -16,7 +16,9 @@
 //! of growing memory; a started report is always sent before the finished report of the
 //! same execution, and the publisher writes in order.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ax_alerting::{Alert, AlertSender};
 use ax_queue::{ExecutionEventRecord, ExecutionMessage, HistoryEntry, Queue};
@@ -25,6 +27,7 @@ use ax_worker::{ExecutionReport, ExecutionReporter, ReportFuture};
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
+use uuid::Uuid;
 
 use crate::metrics::{Metrics, BACKEND_REDIS};
 
@@ -71,32 +74,90 @@ impl EngineReporter {
 
 /// Writes reports in batches until every sender is gone and the channel is drained.
 async fn publish(queue: Queue, metrics: Arc<Metrics>, mut rx: mpsc::Receiver<Report>) {
-    let mut batch = Vec::with_capacity(REPORT_BATCH);
-    while rx.recv_many(&mut batch, REPORT_BATCH).await > 0 {
-        drop_superseded_starts(&mut batch);
-        if let Err(e) = queue.report_many(&batch).await {
-            metrics.backend_error(BACKEND_REDIS);
-            warn!(reports = batch.len(), error = %e, "could not report executions");
+    let mut incoming = Vec::with_capacity(REPORT_BATCH);
+    let mut held = HeldStarts::default();
+    let mut out = Vec::with_capacity(REPORT_BATCH);
+    loop {
+        let received = match held.next_due() {
+            Some(due) => tokio::select! {
+                n = rx.recv_many(&mut incoming, REPORT_BATCH) => n,
+                _ = tokio::time::sleep_until(due.into()) => usize::MAX,
+            },
+            None => rx.recv_many(&mut incoming, REPORT_BATCH).await,
+        };
+        let closed = received == 0;
+        held.take(incoming.drain(..), Instant::now(), &mut out);
+        if closed {
+            held.release_all(&mut out);
         }
-        batch.clear();
+        if !out.is_empty() {
+            if let Err(e) = queue.report_many(&out).await {
+                metrics.backend_error(BACKEND_REDIS);
+                warn!(reports = out.len(), error = %e, "could not report executions");
+            }
+            out.clear();
+        }
+        if closed {
+            return;
+        }
     }
 }
 
-/// Drops the `started` events whose attempt's end is in the same batch: the end settles the
-/// task on its own (a start only marks a retry RUNNING, which its end replaces), and under
-/// load most short executions start and end within one batch, so this halves the stream
-/// entries Redis writes, and the leader reads and acknowledges, per execution.
-fn drop_superseded_starts(batch: &mut Vec<Report>) {
-    let ended: std::collections::HashSet<(uuid::Uuid, u32)> = batch
-        .iter()
-        .filter(|(e, _)| matches!(e.kind, ExecutionEvent::Finished { .. }))
-        .map(|(e, _)| (e.execution_id, e.attempt))
-        .collect();
-    if !ended.is_empty() {
-        batch.retain(|(e, _)| {
-            !matches!(e.kind, ExecutionEvent::Started { .. })
-                || !ended.contains(&(e.execution_id, e.attempt))
-        });
+/// How long a `started` event waits for its attempt's end before it is sent.
+const START_HOLD: Duration = Duration::from_millis(200);
+
+/// `started` events held back for [`START_HOLD`]: an end that comes meanwhile replaces its
+/// start, since the end settles the task on its own (a start only marks a retry RUNNING,
+/// which the leader writes no sooner than `running_write_delay` anyway). Most executions are
+/// shorter than that, so most send one stream entry instead of two, which Redis writes and
+/// the leader reads and acknowledges. A pure step: reports and the time in, reports out.
+#[derive(Default)]
+struct HeldStarts {
+    by_attempt: HashMap<(Uuid, u32), Report>,
+    /// Held starts in arrival order; an entry whose start was replaced is passed over.
+    order: VecDeque<(Instant, (Uuid, u32))>,
+}
+
+impl HeldStarts {
+    /// Takes new reports and appends to `out` what is to be sent at `now`: every report but
+    /// a start, minus the starts their ends replaced, and the starts held long enough.
+    fn take(&mut self, reports: impl Iterator<Item = Report>, now: Instant, out: &mut Vec<Report>) {
+        for report in reports {
+            let attempt = (report.0.execution_id, report.0.attempt);
+            match report.0.kind {
+                ExecutionEvent::Started { .. } => {
+                    self.order.push_back((now, attempt));
+                    self.by_attempt.insert(attempt, report);
+                }
+                ExecutionEvent::Finished { .. } => {
+                    self.by_attempt.remove(&attempt);
+                    out.push(report);
+                }
+            }
+        }
+        while let Some((since, attempt)) = self.order.front().copied() {
+            if now < since + START_HOLD && self.by_attempt.contains_key(&attempt) {
+                break;
+            }
+            self.order.pop_front();
+            if let Some(start) = self.by_attempt.remove(&attempt) {
+                out.push(start);
+            }
+        }
+    }
+
+    /// When the oldest held start is due.
+    fn next_due(&self) -> Option<Instant> {
+        self.order.front().map(|(since, _)| *since + START_HOLD)
+    }
+
+    /// Appends every held start to `out` (the publisher is stopping).
+    fn release_all(&mut self, out: &mut Vec<Report>) {
+        for (_, attempt) in self.order.drain(..) {
+            if let Some(start) = self.by_attempt.remove(&attempt) {
+                out.push(start);
+            }
+        }
     }
 }
 
@@ -263,28 +324,53 @@ mod tests {
         (record, None)
     }
 
-    #[test]
-    fn a_start_whose_end_is_in_the_same_batch_is_not_sent() {
-        let mut batch = vec![
-            event(1, 0, false),
-            event(2, 0, false),
-            event(1, 0, true),
-            // Another attempt of the same execution: its start stays.
-            event(3, 0, true),
-            event(3, 1, false),
-        ];
-        drop_superseded_starts(&mut batch);
-        let left: Vec<(u128, u32, bool)> = batch
-            .iter()
+    fn kinds(out: &[Report]) -> Vec<(u128, u32, bool)> {
+        out.iter()
             .map(|(e, _)| {
                 let finished = matches!(e.kind, ExecutionEvent::Finished { .. });
                 (e.execution_id.as_u128(), e.attempt, finished)
             })
-            .collect();
-        assert_eq!(
-            left,
-            [(2, 0, false), (1, 0, true), (3, 0, true), (3, 1, false)]
+            .collect()
+    }
+
+    #[test]
+    fn a_start_is_sent_only_when_its_end_does_not_follow_within_the_hold() {
+        let t0 = Instant::now();
+        let mut held = HeldStarts::default();
+        let mut out = Vec::new();
+        // 1 ends in the same batch, 2 ends 100 ms later, 3 runs long, 4 is a retry whose
+        // first attempt's end comes.
+        held.take(
+            [
+                event(1, 0, false),
+                event(2, 0, false),
+                event(3, 0, false),
+                event(1, 0, true),
+            ]
+            .into_iter(),
+            t0,
+            &mut out,
         );
+        assert_eq!(kinds(&out), [(1, 0, true)]);
+        assert_eq!(held.next_due(), Some(t0 + START_HOLD));
+        out.clear();
+        let t1 = t0 + Duration::from_millis(100);
+        held.take(
+            [event(2, 0, true), event(4, 1, false), event(4, 0, true)].into_iter(),
+            t1,
+            &mut out,
+        );
+        assert_eq!(kinds(&out), [(2, 0, true), (4, 0, true)]);
+        out.clear();
+        // At the hold's end the long one's start goes; the retry's start waits on.
+        held.take(std::iter::empty(), t0 + START_HOLD, &mut out);
+        assert_eq!(kinds(&out), [(3, 0, false)]);
+        assert_eq!(held.next_due(), Some(t1 + START_HOLD));
+        out.clear();
+        // Stopping sends what is still held.
+        held.release_all(&mut out);
+        assert_eq!(kinds(&out), [(4, 1, false)]);
+        assert_eq!(held.next_due(), None);
     }
 
     fn report(attempt: u32, end: AttemptEnd) -> ExecutionReport {
