@@ -37,6 +37,22 @@ async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
 
 const BLOCK: Duration = Duration::from_millis(200);
 
+/// Enqueues fires 0..n of task `t` on the default queue.
+async fn enqueue_fires(q: &Queue, n: i64, now: UtcMillis) {
+    let s = spec("t", "default");
+    let msgs: Vec<_> = (0..n)
+        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 0))
+        .collect();
+    q.enqueue_batch(&msgs).await.unwrap();
+}
+
+/// Fires 0..n of task `t`, enqueued and taken by worker `w`.
+async fn taken(q: &Queue, n: i64, now: UtcMillis) -> Vec<Delivery> {
+    enqueue_fires(q, n, now).await;
+    let mut c = q.consumer("default", "w", BLOCK, now).await.unwrap();
+    c.take(usize::try_from(n).unwrap()).await.unwrap()
+}
+
 #[tokio::test]
 async fn enqueue_is_idempotent_per_fire_and_fenced() {
     let q = queue().await;
@@ -347,11 +363,7 @@ async fn retry_waits_in_the_delayed_set_until_promoted() {
 async fn reaper_gives_back_only_dead_workers_messages() {
     let q = queue().await;
     let t0 = ax_scheduler_core::UtcMillis::now();
-    let s = spec("t", "default");
-    let msgs: Vec<_> = (0..4)
-        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), t0, 0))
-        .collect();
-    q.enqueue_batch(&msgs).await.unwrap();
+    enqueue_fires(&q, 4, t0).await;
     let mut dead = q.consumer("default", "dead", BLOCK, t0).await.unwrap();
     let mut alive = q.consumer("default", "alive", BLOCK, t0).await.unwrap();
     q.heartbeat("default", "dead", Duration::from_millis(100), t0)
@@ -388,11 +400,7 @@ async fn reaper_gives_back_only_dead_workers_messages() {
 async fn release_puts_unfinished_work_first_and_deregister_cleans_up() {
     let q = queue().await;
     let now = ax_scheduler_core::UtcMillis::now();
-    let s = spec("t", "default");
-    let msgs: Vec<_> = (0..3)
-        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 0))
-        .collect();
-    q.enqueue_batch(&msgs).await.unwrap();
+    enqueue_fires(&q, 3, now).await;
     let mut c = q.consumer("default", "w", BLOCK, now).await.unwrap();
     q.heartbeat("default", "w", Duration::from_secs(5), now)
         .await
@@ -424,13 +432,7 @@ async fn the_dead_letter_queue_keeps_its_retention_and_its_cap() {
     };
     let q = Queue::connect(&redis_url(), cfg).await.unwrap();
     let t0 = ax_scheduler_core::UtcMillis::now();
-    let s = spec("t", "default");
-    let msgs: Vec<_> = (0..50)
-        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), t0, 0))
-        .collect();
-    q.enqueue_batch(&msgs).await.unwrap();
-    let mut c = q.consumer("default", "w", BLOCK, t0).await.unwrap();
-    let ds = c.take(50).await.unwrap();
+    let ds = taken(&q, 50, t0).await;
     // Ten dead-lettered two hours ago, forty now.
     for (i, d) in ds.iter().enumerate() {
         let at = if i < 10 { t0.0 - 2 * 3600 * 1000 } else { t0.0 };
@@ -480,11 +482,7 @@ async fn a_tasks_history_expires_after_the_retention_and_is_deleted_on_demand() 
 async fn dead_letter_life_cycle() {
     let q = queue().await;
     let now = ax_scheduler_core::UtcMillis::now();
-    let s = spec("t", "default");
-    let msgs: Vec<_> = (0..5)
-        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 0))
-        .collect();
-    q.enqueue_batch(&msgs).await.unwrap();
+    enqueue_fires(&q, 5, now).await;
     let mut c = q.consumer("default", "w", BLOCK, now).await.unwrap();
     let ds = c.take(5).await.unwrap();
     for (i, d) in ds.iter().enumerate() {
@@ -640,13 +638,7 @@ async fn maintenance_trims_the_dead_letters_every_few_seconds_not_every_round() 
     };
     let q = Queue::connect(&redis_url(), cfg).await.unwrap();
     let t0 = ax_scheduler_core::UtcMillis::now();
-    let s = spec("t", "default");
-    let msgs: Vec<_> = (0..4)
-        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), t0, 0))
-        .collect();
-    q.enqueue_batch(&msgs).await.unwrap();
-    let mut c = q.consumer("default", "w", BLOCK, t0).await.unwrap();
-    let ds = c.take(4).await.unwrap();
+    let ds = taken(&q, 4, t0).await;
     for d in &ds[..3] {
         assert!(q.dead_letter(d, "boom", t0).await.unwrap());
     }
