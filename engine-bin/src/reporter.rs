@@ -1,10 +1,10 @@
 //! What a worker on this replica tells the rest of ax about each execution.
 //!
-//! Three structured log lines per execution come from here and the leader: `enqueued` (with
-//! lateness, by the leader), `started` and `finished` (with duration and outcome). Each
-//! start and end also goes to the leader as an event (task states, overlap holds, breaker)
-//! with the task's history entry, and to this replica's metrics; final failures raise
-//! alerts. Nothing here fails an execution: a report that cannot be written is logged and
+//! One structured log line per execution comes from here at the default level: `finished`,
+//! with lateness, duration and outcome (a warning when the attempt failed); `started` and
+//! the leader's `enqueued` are debug. Each start and end also goes to the leader as an event
+//! (task states, overlap holds, breaker), the end with the task's history entry, and to this
+//! replica's metrics; final failures raise alerts. Nothing here fails an execution: a report that cannot be written is logged and
 //! counted.
 //!
 //! Reports go through a publisher task that writes whatever has piled up in one pipeline
@@ -13,8 +13,9 @@
 //! bounded a replica at its default concurrency to about 4 000 no-op executions a second;
 //! the leader reads events every 100 ms anyway, so a report a few milliseconds later changes
 //! nothing for it. The channel is bounded, so a Redis outage slows executions down instead
-//! of growing memory; a started report is always sent before the finished report of the
-//! same execution, and the publisher writes in order.
+//! of growing memory. A start waits [`START_HOLD`] in the publisher and is dropped if its end
+//! comes meanwhile (see [`HeldStarts`]); one that is sent always goes before its end, and the
+//! publisher writes in order.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -78,14 +79,14 @@ async fn publish(queue: Queue, metrics: Arc<Metrics>, mut rx: mpsc::Receiver<Rep
     let mut held = HeldStarts::default();
     let mut out = Vec::with_capacity(REPORT_BATCH);
     loop {
-        let received = match held.next_due() {
+        // Woken by reports, or by the oldest held start coming due.
+        let closed = match held.next_due() {
             Some(due) => tokio::select! {
-                n = rx.recv_many(&mut incoming, REPORT_BATCH) => n,
-                _ = tokio::time::sleep_until(due.into()) => usize::MAX,
+                n = rx.recv_many(&mut incoming, REPORT_BATCH) => n == 0,
+                _ = tokio::time::sleep_until(due.into()) => false,
             },
-            None => rx.recv_many(&mut incoming, REPORT_BATCH).await,
+            None => rx.recv_many(&mut incoming, REPORT_BATCH).await == 0,
         };
-        let closed = received == 0;
         held.take(incoming.drain(..), Instant::now(), &mut out);
         if closed {
             held.release_all(&mut out);
@@ -244,35 +245,29 @@ impl ExecutionReporter for EngineReporter {
                 end,
                 report.duration.as_secs_f64(),
             );
-            let lateness_ms = report.started_at.0 - report.fire_at.0;
-            let duration_ms = u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX);
-            let retry_at = end.retry_at.map(|t| t.to_rfc3339());
-            let error = end.error.as_deref().unwrap_or("");
+            let history = report.history();
             // The one line per execution at the default level; a failure is a warning.
+            macro_rules! finished {
+                ($level:expr) => {
+                    tracing::event!(
+                        $level,
+                        task_id = %task,
+                        execution_id = %report.execution_id,
+                        fire_at = %report.fire_at,
+                        lateness_ms = history.lateness_ms,
+                        attempt = report.attempt,
+                        duration_ms = history.duration_ms,
+                        outcome = end.label(),
+                        retry_at = ?end.retry_at.map(|t| t.to_rfc3339()),
+                        error = end.error.as_deref().unwrap_or(""),
+                        "finished"
+                    )
+                };
+            }
             if end.outcome.is_failure() {
-                warn!(
-                    task_id = %task,
-                    execution_id = %report.execution_id,
-                    fire_at = %report.fire_at,
-                    lateness_ms,
-                    attempt = report.attempt,
-                    duration_ms,
-                    outcome = end.label(),
-                    retry_at = ?retry_at,
-                    error,
-                    "finished"
-                );
+                finished!(tracing::Level::WARN);
             } else {
-                info!(
-                    task_id = %task,
-                    execution_id = %report.execution_id,
-                    fire_at = %report.fire_at,
-                    lateness_ms,
-                    attempt = report.attempt,
-                    duration_ms,
-                    outcome = end.label(),
-                    "finished"
-                );
+                finished!(tracing::Level::INFO);
             }
             if let Some(alerts) = &self.alerts {
                 for alert in failure_alerts(report) {
@@ -290,7 +285,7 @@ impl ExecutionReporter for EngineReporter {
                     end: end.clone(),
                 },
             };
-            self.send(event, Some(report.history())).await;
+            self.send(event, Some(history)).await;
         })
     }
 }
