@@ -1,20 +1,20 @@
 //! What a worker on this replica tells the rest of ax about each execution.
 //!
-//! One structured log line per execution comes from here at the default level: `finished`,
-//! with lateness, duration and outcome (a warning when the attempt failed); `started` and
-//! the leader's `enqueued` are debug. Each start and end also goes to the leader as an event
-//! (task states, overlap holds, breaker), the end with the task's history entry, and to this
-//! replica's metrics; final failures raise alerts. Nothing here fails an execution: a report that cannot be written is logged and
-//! counted.
+//! One structured log line per execution comes from here at the default level: `finished`, with
+//! lateness, duration and outcome (a warning when the attempt failed); `started` and the
+//! leader's `enqueued` are debug. Each start and end also goes to the leader as an event (task
+//! states, overlap holds, breaker), the end with the task's history entry, and to this
+//! replica's metrics; final failures raise alerts. Nothing here fails an execution: a report
+//! that cannot be written is logged and counted.
 //!
 //! Reports go through a publisher task that writes whatever has piled up in one pipeline
-//! ([`Queue::report_many`]). Awaiting a Redis round trip per report inside the execution
-//! held the worker's concurrency permit for two extra round trips per execution, which
-//! bounded a replica at its default concurrency to about 4 000 no-op executions a second;
-//! the leader reads events every 100 ms anyway, so a report a few milliseconds later changes
-//! nothing for it. The channel is bounded, so a Redis outage slows executions down instead
-//! of growing memory. A start waits [`START_HOLD`] in the publisher and is dropped if its end
-//! comes meanwhile (see [`HeldStarts`]); one that is sent always goes before its end, and the
+//! ([`Queue::report_many`]). Awaiting a Redis round trip per report inside the execution held
+//! the worker's concurrency permit for two extra round trips per execution, which bounded a
+//! replica at its default concurrency to about 4 000 no-op executions a second; the leader
+//! reads events every 100 ms anyway, so a report a few milliseconds later changes nothing for
+//! it. The channel is bounded, so a Redis outage slows executions down instead of growing
+//! memory. A start waits [`START_HOLD`] in the publisher and is dropped if its end comes
+//! meanwhile (see [`HeldStarts`]); one that is sent always goes before its end, and the
 //! publisher writes in order.
 
 use std::collections::{HashMap, VecDeque};

@@ -645,15 +645,12 @@ impl Registry {
             None => self.keys.states_prefix(),
         };
         let (_, kvs) = self.list_range(&prefix).await?;
-        // Decoded a chunk at a time, yielding between chunks: a takeover reads a million
-        // states, seconds of parsing that must not keep the runtime from its timers and
-        // sockets (the new leader's lease keep-alive among them).
         let mut listing = StateListing::default();
-        for chunk in kvs.chunks(256) {
-            let part = self.decode_states(chunk);
-            listing.states.extend(part.states);
-            listing.undecodable.extend(part.undecodable);
-            tokio::task::yield_now().await;
+        for kv in &kvs {
+            self.decode_into(kv, &mut listing);
+            // A takeover reads a million states, seconds of parsing that must not keep the
+            // runtime from its timers and sockets (the new leader's lease keep-alive).
+            tokio::task::coop::consume_budget().await;
         }
         Ok(listing)
     }
@@ -662,20 +659,25 @@ impl Registry {
     fn decode_states(&self, kvs: &[KeyValue]) -> StateListing {
         let mut listing = StateListing::default();
         for kv in kvs {
-            match self.decode_state(kv) {
-                Ok(state) => listing.states.push(state),
-                Err(e) => {
-                    let key = String::from_utf8_lossy(kv.key()).into_owned();
-                    let (namespace, id) = self.state_key_parts(&key);
-                    listing.undecodable.push(UndecodableState {
-                        namespace,
-                        id,
-                        error: e.to_string(),
-                    });
-                }
-            }
+            self.decode_into(kv, &mut listing);
         }
         listing
+    }
+
+    /// Decodes one state record into `listing`, or lists it apart.
+    fn decode_into(&self, kv: &KeyValue, listing: &mut StateListing) {
+        match self.decode_state(kv) {
+            Ok(state) => listing.states.push(state),
+            Err(e) => {
+                let key = String::from_utf8_lossy(kv.key()).into_owned();
+                let (namespace, id) = self.state_key_parts(&key);
+                listing.undecodable.push(UndecodableState {
+                    namespace,
+                    id,
+                    error: e.to_string(),
+                });
+            }
+        }
     }
 
     /// Deletes a task's state record.

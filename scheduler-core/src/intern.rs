@@ -38,13 +38,9 @@ impl Interner {
     }
 
     /// Names held.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.names.len()
-    }
-
-    /// Whether no name is held.
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
     }
 }
 

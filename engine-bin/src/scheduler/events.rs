@@ -1,28 +1,28 @@
 //! Worker events into the leader's dispatcher.
 //!
-//! Workers on every replica append their execution events to one Redis stream; the leader
-//! reads it in batches on its events interval and hands each event to the dispatcher as it
-//! is (the event type is the core's, serialized by the queue), which updates task states,
-//! releases held fires and feeds the circuit breakers.
+//! Workers on every replica append their execution events to one Redis stream; the leader reads
+//! it in batches on its events interval and hands each event to the dispatcher as it is (the
+//! event type is the core's, serialized by the queue), which updates task states, releases held
+//! fires and feeds the circuit breakers.
 //!
-//! Reading does not remove an event: the leader acknowledges the events it read with the
-//! flush that writes the states they changed (see the flusher), so a leader that dies in
-//! between leaves them pending, and a new leader [claims](replay) and applies them before
-//! reading new ones. (A start, whose RUNNING is written only if the execution runs long, is
-//! acknowledged with the next flush all the same: a successor that missed it shows the task
-//! as it was until the execution's end arrives.) Each state records the stream position of the last event applied to it,
-//! written with that event's effects, so an event whose effects were written before its
-//! leader died is not applied twice. A leader that read events and was deposed before
-//! acknowledging them leaves them pending too; the leader claims entries pending longer than
-//! [`STALE_PENDING`] on every [`PENDING_CHECK_INTERVAL`].
+//! Reading does not remove an event: the leader acknowledges the events it read with the flush
+//! that writes the states they changed (see the flusher), so a leader that dies in between
+//! leaves them pending, and a new leader [claims](replay) and applies them before reading new
+//! ones. (A start, whose RUNNING is written only if the execution runs long, is acknowledged
+//! with the next flush all the same: a successor that missed it shows the task as it was until
+//! the execution's end arrives.) Each state records the stream position of the last event
+//! applied to it, written with that event's effects, so an event whose effects were written
+//! before its leader died is not applied twice. A leader that read events and was deposed
+//! before acknowledging them leaves them pending too; the leader claims entries pending longer
+//! than [`STALE_PENDING`] on every [`PENDING_CHECK_INTERVAL`].
 //!
-//! Events can still be lost when the stream is trimmed (a long time without a leader) or by
-//! a Redis without persistence. The execution history, written by the worker in the same
-//! pipeline as the event, has the ends too: a new leader [reconciles](reconcile) every task
-//! its states show in flight against it (after reading the events still waiting), and does
-//! the same, with its next read of events, for fires Redis refused as duplicates (re-fires
-//! of what a dead leader had sent). An end applied from history is not applied again if its
-//! event still arrives.
+//! Events can still be lost when the stream is trimmed (a long time without a leader) or by a
+//! Redis without persistence. The execution history, written by the worker in the same pipeline
+//! as the event, has the ends too: a new leader [reconciles](reconcile) every task its states
+//! show in flight against it (after reading the events still waiting), and does the same, with
+//! its next read of events, for fires Redis refused as duplicates (re-fires of what a dead
+//! leader had sent). An end applied from history is not applied again if its event still
+//! arrives.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
