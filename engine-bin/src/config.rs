@@ -30,7 +30,7 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/ax/ax.toml";
 pub const CONFIG_ENV_VAR: &str = "AX_CONFIG";
 
 /// What replaces a secret in shown configuration.
-pub const MASK: &str = "***";
+pub use ax_scheduler_core::redact::MASK;
 
 /// Why a configuration could not be assembled. Every variant is a usage error (exit code 2).
 #[derive(Debug, thiserror::Error)]

@@ -16,6 +16,7 @@ pub mod limiter;
 pub mod misfire;
 pub mod overlap;
 pub mod ready;
+pub mod redact;
 pub mod schedule;
 pub mod state;
 pub mod task;

@@ -1,11 +1,15 @@
-//! Secret masking, and the password part of URLs.
+//! Secret masking of a configuration, and the password part of the Redis URL.
 //!
 //! Secrets are replaced by [`MASK`] only when set, so that a printed configuration still shows
 //! which secrets are configured. URLs are taken apart by hand at the `scheme://userinfo@`
 //! level only; that is all masking and password injection need, and it keeps a malformed URL
 //! printable (validation reports it separately).
 
+use ax_scheduler_core::redact::{mask_url, split_url};
+
 use super::{Config, MASK};
+
+pub(crate) use ax_scheduler_core::redact::mask_url_password;
 
 impl Config {
     /// A copy with every secret replaced by `***`: etcd and Redis passwords, the password in
@@ -19,7 +23,8 @@ impl Config {
         mask(&mut c.http.api_token);
         mask(&mut c.alerts.feishu_webhook);
         mask(&mut c.alerts.feishu_secret);
-        c.alerts.webhook_url = mask_url_password(&c.alerts.webhook_url);
+        // A webhook URL may carry its token in the query as well as in the user info.
+        c.alerts.webhook_url = mask_url(&c.alerts.webhook_url);
         c
     }
 }
@@ -27,53 +32,6 @@ impl Config {
 fn mask(secret: &mut String) {
     if !secret.is_empty() {
         *secret = MASK.to_owned();
-    }
-}
-
-/// The parts of `scheme://user:password@host/rest`.
-struct UrlParts<'a> {
-    /// Up to and including `://`.
-    scheme: &'a str,
-    user: &'a str,
-    password: Option<&'a str>,
-    /// Host, port, path, query: everything after the `@`.
-    rest: &'a str,
-}
-
-fn split_url(url: &str) -> Option<UrlParts<'_>> {
-    let scheme_end = url.find("://")? + 3;
-    let (scheme, after) = url.split_at(scheme_end);
-    let authority_end = after.find(['/', '?', '#']).unwrap_or(after.len());
-    let authority = &after[..authority_end];
-    let (user, password, rest) = match authority.rfind('@') {
-        Some(at) => {
-            let userinfo = &authority[..at];
-            let (user, password) = match userinfo.split_once(':') {
-                Some((u, p)) => (u, Some(p)),
-                None => (userinfo, None),
-            };
-            (user, password, &after[at + 1..])
-        }
-        None => ("", None, after),
-    };
-    Some(UrlParts {
-        scheme,
-        user,
-        password,
-        rest,
-    })
-}
-
-/// `url` with the password of its user info (if any) replaced by `***`.
-pub(crate) fn mask_url_password(url: &str) -> String {
-    match split_url(url) {
-        Some(UrlParts {
-            scheme,
-            user,
-            password: Some(p),
-            rest,
-        }) if !p.is_empty() => format!("{scheme}{user}:{MASK}@{rest}"),
-        _ => url.to_owned(),
     }
 }
 
@@ -114,21 +72,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn url_passwords_are_masked() {
-        for (url, want) in [
-            ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
-            ("redis://:s3cret@host:6379/0", "redis://:***@host:6379/0"),
-            ("rediss://user:s3cret@host/0", "rediss://user:***@host/0"),
-            ("redis://user@host/0", "redis://user@host/0"),
-            ("redis://u:p@ss@host/0", "redis://u:***@host/0"),
-            ("https://h/x?token=a@b", "https://h/x?token=a@b"),
-            ("not a url", "not a url"),
-        ] {
-            assert_eq!(mask_url_password(url), want, "{url}");
-        }
-    }
-
-    #[test]
     fn password_goes_into_the_url_encoded() {
         assert_eq!(
             with_url_password("redis://host:6379/0", "p@ss/w:rd"),
@@ -156,7 +99,7 @@ mod tests {
         c.http.api_token = "api-token".into();
         c.alerts.feishu_webhook = "https://open.feishu.cn/hook/feishu-token".into();
         c.alerts.feishu_secret = "feishu-secret".into();
-        c.alerts.webhook_url = "https://u:hook-pw@example.com/hook".into();
+        c.alerts.webhook_url = "https://u:hook-pw@example.com/hook?token=hook-token".into();
         let shown = c.to_masked_toml();
         for secret in [
             "etcd-pw",
@@ -166,9 +109,10 @@ mod tests {
             "feishu-token",
             "feishu-secret",
             "hook-pw",
+            "hook-token",
         ] {
             assert!(!shown.contains(secret), "{secret} shown in:\n{shown}");
         }
-        assert_eq!(shown.matches(MASK).count(), 7, "{shown}");
+        assert_eq!(shown.matches(MASK).count(), 8, "{shown}");
     }
 }
