@@ -48,6 +48,7 @@ pub struct Backend {
     worker_queues: Vec<String>,
     request_timeout: Duration,
     etcd_quota_bytes: u64,
+    max_tasks_per_namespace: u64,
 }
 
 impl Backend {
@@ -78,6 +79,7 @@ impl Backend {
             worker_queues: config.worker.queues.clone(),
             request_timeout: config.etcd.timeout,
             etcd_quota_bytes: config.etcd.quota_backend_bytes,
+            max_tasks_per_namespace: config.limits.max_tasks_per_namespace,
         }
     }
 

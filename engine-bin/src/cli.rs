@@ -122,11 +122,29 @@ pub enum Command {
     /// Repair the queues' fences (see docs/runbook.md).
     #[command(subcommand)]
     Fence(FenceCommand),
+    /// Make API tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Show the leader, replicas, queue depths and dead-letter count.
     Status {
         /// Output format.
         #[arg(long, short = 'o', value_enum, default_value_t)]
         output: OutputFormat,
+    },
+}
+
+/// `ax token ...`
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a random API token: prints the token (give it to its holder; it is shown only
+    /// here) and the `[[http.tokens]]` entry with its hash for the configuration.
+    New {
+        /// Who will hold it (logged with each refused request, and in the audit).
+        #[arg(long)]
+        name: String,
+        /// What it may do: read, operate or admin.
+        #[arg(long)]
+        role: crate::http::auth::Role,
     },
 }
 
@@ -219,8 +237,15 @@ pub enum TaskCommand {
         #[arg(long, short = 'n')]
         namespace: Option<String>,
     },
-    /// Show a task's spec and state.
-    Get(TaskRef),
+    /// Show a task's spec and state (header values and URL secrets masked).
+    Get {
+        /// The task.
+        #[command(flatten)]
+        task: TaskRef,
+        /// Show header values and URL credentials in full.
+        #[arg(long)]
+        show_secrets: bool,
+    },
     /// List tasks (all of them, read page by page; or one page with `--limit`).
     List {
         /// Only this namespace (default: all).
@@ -239,6 +264,9 @@ pub enum TaskCommand {
         /// Go on from a page's continue token.
         #[arg(long = "continue", value_name = "TOKEN")]
         continue_token: Option<String>,
+        /// Show header values and URL credentials in full.
+        #[arg(long)]
+        show_secrets: bool,
         /// Output format.
         #[arg(long, short = 'o', value_enum, default_value_t)]
         output: OutputFormat,

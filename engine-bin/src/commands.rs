@@ -13,10 +13,11 @@ use std::time::Duration;
 use crate::backend::Backend;
 use crate::cli::{
     Cli, CliError, Command, ConfigCommand, DlqCommand, FenceCommand, OutputFormat, TaskCommand,
+    TokenCommand,
 };
 use crate::config::{Config, LoadOptions, DEFAULT_CONFIG_PATH};
 use crate::edge::Edge;
-use crate::http::api::{ApiBackend, DlqRequeue, TaskQuery};
+use crate::http::api::{ApiBackend, DlqRequeue, TaskQuery, TaskView};
 use crate::http::ApiError;
 use crate::logging::{self, LogSettings, LogTarget};
 use crate::output;
@@ -43,6 +44,7 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
 
     let config = load_config(&cli, edge)?;
     match cli.command {
+        Command::Token(TokenCommand::New { name, role }) => print_stdout(&new_token(&name, role)),
         Command::Serve => serve(config).await,
         Command::Config(ConfigCommand::Print) => {
             print_stdout(&config.to_masked_toml())?;
@@ -117,6 +119,28 @@ async fn serve(config: Config) -> Result<(), CliError> {
     Ok(())
 }
 
+/// A new token and its configuration entry.
+fn new_token(name: &str, role: crate::http::auth::Role) -> String {
+    let token = crate::http::auth::new_token();
+    let hash = crate::http::auth::to_hex(&crate::http::auth::sha256(&token));
+    format!(
+        "# The token, for its holder only (Authorization: Bearer <token>); ax keeps no copy:\n\
+         # {token}\n\
+         # Add to ax.toml (or the chart's config.http.tokens) on every replica:\n\
+         [[http.tokens]]\n\
+         name = {}\n\
+         role = \"{}\"\n\
+         sha256 = \"{hash}\"\n",
+        toml_string(name),
+        role.as_str()
+    )
+}
+
+/// `s` as a TOML basic string.
+fn toml_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| format!("{s:?}"))
+}
+
 /// Connects the backend (etcd now, Redis on first use); failing is exit 1.
 async fn backend(config: &Config) -> Result<Backend, CliError> {
     Ok(Backend::connect_lazy(config).await?)
@@ -128,9 +152,12 @@ fn api_error(e: ApiError) -> CliError {
         ApiError::Invalid { errors, .. } => CliError::Invalid(errors),
         ApiError::NotFound(m) => CliError::NotFound(m),
         ApiError::Conflict(m) => CliError::Conflict(m),
-        ApiError::Unauthorized(m) | ApiError::Unavailable(m) | ApiError::Internal(m) => {
-            CliError::Failed(anyhow::anyhow!(m))
-        }
+        ApiError::Limit { message, .. } => CliError::Invalid(vec![message]),
+        ApiError::Unauthorized(m)
+        | ApiError::Forbidden(m)
+        | ApiError::Closed(m)
+        | ApiError::Unavailable(m)
+        | ApiError::Internal(m) => CliError::Failed(anyhow::anyhow!(m)),
     }
 }
 
@@ -187,7 +214,7 @@ async fn task_put(
 async fn task(config: &Config, cmd: TaskCommand) -> Result<(), CliError> {
     // Parse the task name before connecting: a usage error needs no cluster.
     let key = match &cmd {
-        TaskCommand::Get(r)
+        TaskCommand::Get { task: r, .. }
         | TaskCommand::Delete(r)
         | TaskCommand::Pause(r)
         | TaskCommand::Resume(r)
@@ -208,6 +235,7 @@ async fn task(config: &Config, cmd: TaskCommand) -> Result<(), CliError> {
                 label,
                 limit,
                 continue_token,
+                show_secrets,
                 output,
             },
             _,
@@ -218,10 +246,14 @@ async fn task(config: &Config, cmd: TaskCommand) -> Result<(), CliError> {
                 label,
                 limit: limit.map(usize::from),
                 continue_token,
+                show_secrets,
             };
             let mut tasks = Vec::new();
             loop {
-                let page = b.list_tasks(query.clone()).await.map_err(api_error)?;
+                let mut page = b.list_tasks(query.clone()).await.map_err(api_error)?;
+                if !show_secrets {
+                    page.items.iter_mut().for_each(TaskView::mask_secrets);
+                }
                 tasks.extend(page.items);
                 match page.continue_token {
                     // One page was asked for: say how to get the next.
@@ -238,7 +270,13 @@ async fn task(config: &Config, cmd: TaskCommand) -> Result<(), CliError> {
                 OutputFormat::Json => output::json(&tasks),
             }
         }
-        (TaskCommand::Get(_), Some(k)) => output::json(&b.get_task(k).await.map_err(api_error)?),
+        (TaskCommand::Get { show_secrets, .. }, Some(k)) => {
+            let mut view = b.get_task(k).await.map_err(api_error)?;
+            if !show_secrets {
+                view.mask_secrets();
+            }
+            output::json(&view)
+        }
         (TaskCommand::Delete(_), Some(k)) => {
             b.delete_task(k).await.map_err(api_error)?;
             format!("task {name} deleted\n")

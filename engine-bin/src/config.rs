@@ -85,6 +85,8 @@ pub struct Config {
     pub http: Http,
     /// Alert channels.
     pub alerts: Alerts,
+    /// Limits on what callers may send.
+    pub limits: Limits,
 }
 
 /// `[etcd]`: connection to the etcd cluster.
@@ -347,8 +349,15 @@ impl Worker {
 pub struct Http {
     /// `host:port` to listen on; default `0.0.0.0:8080`.
     pub listen: String,
-    /// Bearer token required by `/api/v1` (secret); empty means no authentication.
+    /// A plain admin token for `/api/v1`, named `api_token` (secret; for a token kept in a
+    /// Kubernetes secret, `AX_API_TOKEN`); empty for none.
     pub api_token: String,
+    /// Named tokens with roles, stored as SHA-256 hashes (`ax token new` makes one).
+    pub tokens: Vec<crate::http::auth::TokenEntry>,
+    /// Lets anyone who reaches the port use the whole API without a token, on a listener
+    /// that is not loopback-only. Without a token and without this, such a replica refuses
+    /// every API call; default false.
+    pub insecure_open_api: bool,
 }
 
 impl Default for Http {
@@ -356,6 +365,32 @@ impl Default for Http {
         Http {
             listen: "0.0.0.0:8080".to_owned(),
             api_token: String::new(),
+            tokens: Vec::new(),
+            insecure_open_api: false,
+        }
+    }
+}
+
+/// `[limits]`: bounds on what API and CLI callers may send, each refused with a message
+/// naming it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest `/api/v1` request body, bytes; default 1 MiB.
+    pub max_request_bytes: usize,
+    /// Most tasks one namespace may hold (checked when the API or CLI creates a task);
+    /// default 100 000.
+    pub max_tasks_per_namespace: u64,
+    /// Run-now requests per task per minute through this replica's API; default 60.
+    pub triggers_per_task_per_minute: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request_bytes: 1024 * 1024,
+            max_tasks_per_namespace: 100_000,
+            triggers_per_task_per_minute: 60,
         }
     }
 }

@@ -2,12 +2,13 @@
 //!
 //! [`app`] builds the whole `Router` from an [`AppState`] and nothing else, so tests drive it
 //! with `tower::ServiceExt::oneshot` and no socket; `serve.rs` binds it. Probes and metrics
-//! never need a token (the kubelet and Prometheus call them); `/api/v1` needs the bearer token
-//! when one is configured.
+//! never need a token (the kubelet and Prometheus call them); `/api/v1` goes through
+//! [`auth::authorize`] (who calls, with which role) and the input limits of [`limits`].
 
 pub mod api;
 pub mod auth;
 pub mod error;
+pub mod limits;
 
 use std::sync::Arc;
 
@@ -32,25 +33,37 @@ pub struct AppState {
     pub readiness: Arc<Readiness>,
     /// Serves `/api/v1`; `None` makes every API call answer 503 `backend_unavailable`.
     pub api: Option<Arc<dyn ApiBackend>>,
-    /// Bearer token `/api/v1` requires; `None` (or empty) for no authentication.
-    pub api_token: Option<String>,
+    /// Who may call `/api/v1`.
+    pub access: Arc<auth::Access>,
+    /// What a call may carry.
+    pub limits: limits::ApiLimits,
 }
+
+/// Where the API is mounted.
+pub const API_PREFIX: &str = "/api/v1";
 
 /// The full router.
 pub fn app(state: AppState) -> Router {
-    let mut api = api::router(state.api.clone());
-    if let Some(token) = state.api_token.as_deref().filter(|t| !t.is_empty()) {
-        api = api.layer(axum::middleware::from_fn_with_state(
-            auth::ApiToken(Arc::from(token)),
-            auth::require_bearer,
+    // Layers run outside in: the size limits first (nothing else reads an oversized
+    // request), then authorization.
+    let api = api::router(state.api.clone(), state.limits)
+        .layer(axum::middleware::from_fn_with_state(
+            auth::AuthState {
+                access: Arc::clone(&state.access),
+                metrics: Arc::clone(&state.metrics),
+            },
+            auth::authorize,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.limits,
+            limits::check_request,
         ));
-    }
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state)
-        .nest("/api/v1", api)
+        .nest(API_PREFIX, api)
 }
 
 async fn healthz() -> &'static str {

@@ -65,6 +65,9 @@ pub const ETCD_DB_QUOTA_BYTES: &str = "scheduler_etcd_db_quota_bytes";
 pub const OLDEST_QUEUED_AGE_SECONDS: &str = "scheduler_oldest_queued_age_seconds";
 /// Failed calls to a backend. Labels: `backend` (`etcd`, `redis`).
 pub const BACKEND_ERRORS_TOTAL: &str = "scheduler_backend_errors_total";
+/// `/api/v1` requests refused before reaching a route. Labels: `reason` (one of
+/// [`crate::http::auth::REFUSAL_REASONS`]).
+pub const API_AUTH_FAILURES_TOTAL: &str = "scheduler_api_auth_failures_total";
 /// Alerts handed to a channel. Labels: `channel`, `outcome`.
 pub const ALERTS_TOTAL: &str = "scheduler_alerts_total";
 /// Always 1; the label carries the version.
@@ -89,6 +92,7 @@ pub const ALL_NAMES: &[&str] = &[
     ETCD_DB_BYTES,
     ETCD_DB_QUOTA_BYTES,
     BACKEND_ERRORS_TOTAL,
+    API_AUTH_FAILURES_TOTAL,
     ALERTS_TOTAL,
     BUILD_INFO,
 ];
@@ -219,6 +223,8 @@ pub struct Metrics {
     pub oldest_queued_age_seconds: GaugeVec,
     /// [`BACKEND_ERRORS_TOTAL`] by `backend`.
     pub backend_errors_total: IntCounterVec,
+    /// [`API_AUTH_FAILURES_TOTAL`] by `reason`.
+    pub api_auth_failures_total: IntCounterVec,
     /// [`ALERTS_TOTAL`] by `channel`, `outcome`.
     pub alerts_total: IntCounterVec,
     /// [`BUILD_INFO`] by `version`.
@@ -347,6 +353,12 @@ impl Metrics {
                 "Failed calls to a backend.",
                 &["backend"],
             )?,
+            api_auth_failures_total: counter_vec(
+                &registry,
+                API_AUTH_FAILURES_TOTAL,
+                "API requests refused for a missing, wrong or insufficient token.",
+                &["reason"],
+            )?,
             alerts_total: counter_vec(
                 &registry,
                 ALERTS_TOTAL,
@@ -369,6 +381,9 @@ impl Metrics {
             .set(1);
         for backend in [BACKEND_ETCD, BACKEND_REDIS] {
             m.backend_errors_total.with_label_values(&[backend]);
+        }
+        for reason in crate::http::auth::REFUSAL_REASONS {
+            m.api_auth_failures_total.with_label_values(&[*reason]);
         }
         for queue in queues {
             m.touch_queue(queue);

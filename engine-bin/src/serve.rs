@@ -108,13 +108,15 @@ impl Server {
             "ax serve starting"
         );
 
+        warn_of_open_or_closed_api(&config);
         // The HTTP port comes first, so probes answer (not ready) while backends connect.
         let api = Arc::new(LateApi::default());
         let state = AppState {
             metrics: Arc::clone(&metrics),
             readiness: Arc::clone(&readiness),
             api: Some(api.clone() as Arc<dyn ApiBackend>),
-            api_token: Some(config.http.api_token.clone()).filter(|t| !t.is_empty()),
+            access: Arc::new(access_of(&config)),
+            limits: (&config.limits).into(),
         };
         let root = shutdown.clone();
         let http = shutdown.spawn(move |token| async move {
@@ -179,6 +181,29 @@ impl Server {
 
 /// Connects etcd and Redis, retrying with backoff until both answer or shutdown; readiness
 /// shows which one is missing meanwhile.
+/// Who may call the API, from `[http]`.
+fn access_of(config: &Config) -> http::auth::Access {
+    http::auth::Access::new(
+        &config.http.tokens,
+        &config.http.api_token,
+        &config.http.listen,
+        config.http.insecure_open_api,
+    )
+}
+
+/// Says at start when the API is closed for want of a token, or open to anyone on purpose.
+fn warn_of_open_or_closed_api(config: &Config) {
+    match access_of(config).anonymous() {
+        http::auth::Anonymous::Closed(why) => tracing::warn!("{why}"),
+        http::auth::Anonymous::Admitted if config.http.insecure_open_api => tracing::warn!(
+            listen = %config.http.listen,
+            "http.insecure_open_api is set: anyone who reaches this port can register tasks, \
+             make workers call any URL, and read every task"
+        ),
+        _ => {}
+    }
+}
+
 async fn connect(
     config: &Config,
     readiness: &Readiness,

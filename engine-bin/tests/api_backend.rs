@@ -32,7 +32,13 @@ async fn api(label: &str) -> Api {
         metrics: Arc::new(Metrics::new(&config.worker.queues, &[]).unwrap()),
         readiness: Arc::new(Readiness::new(true)),
         api: Some(Arc::new(backend) as Arc<dyn ApiBackend>),
-        api_token: None,
+        access: Arc::new(ax_engine::http::auth::Access::new(
+            &[],
+            "",
+            "127.0.0.1:8080",
+            false,
+        )),
+        limits: (&config.limits).into(),
     };
     Api {
         router: app(state),

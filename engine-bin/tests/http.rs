@@ -9,6 +9,8 @@ use ax_engine::http::api::{
     ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView, TaskKey,
     TaskList, TaskQuery, TaskView, TriggerResult, CONTINUE_HEADER,
 };
+use ax_engine::http::auth::{self, Access, Role, TokenEntry, ROUTE_ROLES};
+use ax_engine::http::limits::ApiLimits;
 use ax_engine::http::{app, ApiBackend, ApiError, AppState};
 use ax_engine::metrics::{Metrics, ALL_NAMES};
 use ax_engine::readiness::Readiness;
@@ -242,13 +244,23 @@ struct Fixture {
     readiness: Arc<Readiness>,
 }
 
+/// A replica listening on loopback with `token` (if any) as its plain admin token.
 fn fixture(backend: Option<MemoryBackend>, token: Option<&str>) -> Fixture {
+    fixture_with(
+        backend,
+        Access::new(&[], token.unwrap_or(""), "127.0.0.1:8080", false),
+        ApiLimits::default(),
+    )
+}
+
+fn fixture_with(backend: Option<MemoryBackend>, access: Access, limits: ApiLimits) -> Fixture {
     let readiness = Arc::new(Readiness::new(true));
     let state = AppState {
         metrics: Arc::new(Metrics::new(&["default".to_owned()], &["webhook"]).unwrap()),
         readiness: Arc::clone(&readiness),
         api: backend.map(|b| Arc::new(b) as Arc<dyn ApiBackend>),
-        api_token: token.map(str::to_owned),
+        access: Arc::new(access),
+        limits,
     };
     Fixture {
         router: app(state),
@@ -433,7 +445,7 @@ async fn the_task_list_is_paged_with_a_continue_header_and_checks_its_query() {
 }
 
 #[tokio::test]
-async fn api_is_open_without_a_token() {
+async fn api_is_open_without_a_token_on_loopback_only() {
     for token in [None, Some("")] {
         let f = fixture(Some(MemoryBackend::with_task("default", "t1")), token);
         let (status, body) = get(&f.router, "/api/v1/tasks").await;
@@ -631,5 +643,332 @@ async fn api_without_a_backend_answers_503() {
     assert_eq!(
         (status, error_code(&body).as_str()),
         (StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable")
+    );
+}
+
+/// A replica listening on all interfaces with one token per role.
+fn tokens_fixture() -> Fixture {
+    let tokens: Vec<TokenEntry> = Role::ALL
+        .iter()
+        .map(|r| TokenEntry {
+            name: format!("{}-bot", r.as_str()),
+            role: *r,
+            sha256: auth::to_hex(&auth::sha256(&format!("tok-{}", r.as_str()))),
+        })
+        .collect();
+    fixture_with(
+        Some(MemoryBackend::with_task("default", "t1")),
+        Access::new(&tokens, "", "0.0.0.0:8080", false),
+        ApiLimits::default(),
+    )
+}
+
+fn token_of(role: Role) -> String {
+    format!("tok-{}", role.as_str())
+}
+
+async fn metric_value(router: &Router, series: &str) -> f64 {
+    let (_, text) = get(router, "/metrics").await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).map(|v| v.trim().parse().unwrap()))
+        .unwrap_or_else(|| panic!("{series} not in:\n{text}"))
+}
+
+#[tokio::test]
+async fn a_replica_reachable_from_the_network_without_a_token_refuses_the_api() {
+    let closed = fixture_with(
+        Some(MemoryBackend::with_task("default", "t1")),
+        Access::new(&[], "", "0.0.0.0:8080", false),
+        ApiLimits::default(),
+    );
+    for (method, uri) in [
+        (Method::GET, "/api/v1/tasks"),
+        (Method::POST, "/api/v1/tasks/default/t1/trigger"),
+        (Method::GET, "/api/v1/no/such/route"),
+    ] {
+        let (status, body) = call(&closed.router, method, uri, None, None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{uri}: {body}");
+        assert_eq!(error_code(&body), "api_closed");
+        assert!(
+            body.contains("http.tokens") && body.contains("http.insecure_open_api"),
+            "{body}"
+        );
+    }
+    // Probes and metrics stay open.
+    assert_eq!(get(&closed.router, "/healthz").await.0, StatusCode::OK);
+    assert_eq!(
+        metric_value(
+            &closed.router,
+            "scheduler_api_auth_failures_total{reason=\"closed\"}"
+        )
+        .await,
+        3.0
+    );
+    // The loudly named opt-out opens it.
+    let open = fixture_with(
+        Some(MemoryBackend::with_task("default", "t1")),
+        Access::new(&[], "", "0.0.0.0:8080", true),
+        ApiLimits::default(),
+    );
+    assert_eq!(get(&open.router, "/api/v1/tasks").await.0, StatusCode::OK);
+}
+
+/// The access table of docs/security.md: (method, route under the prefix, role).
+fn documented_access_table() -> Vec<(String, String, Role)> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/security.md"))
+        .unwrap();
+    let start = doc
+        .find("<!-- access table -->")
+        .expect("the access table marker");
+    doc[start..]
+        .lines()
+        .skip(3)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+            let route = cells[1].trim_matches('`');
+            let route = route.strip_prefix("/api/v1").unwrap();
+            (
+                cells[0].to_owned(),
+                route.split('?').next().unwrap().to_owned(),
+                cells[2].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn every_route_answers_each_caller_as_the_documented_access_table_says() {
+    let table = documented_access_table();
+    let code_table: Vec<(String, String, Role)> = ROUTE_ROLES
+        .iter()
+        .map(|(m, p, r)| ((*m).to_owned(), (*p).to_owned(), *r))
+        .collect();
+    assert_eq!(table, code_table, "docs/security.md and ROUTE_ROLES differ");
+
+    let concrete = |path: &str| {
+        format!(
+            "/api/v1{}",
+            path.replace("{namespace}", "default").replace("{id}", "t1")
+        )
+    };
+    // The table lists every method the router serves on these paths, and no other.
+    let f = tokens_fixture();
+    let admin = token_of(Role::Admin);
+    let mut paths: Vec<&str> = table.iter().map(|(_, p, _)| p.as_str()).collect();
+    paths.dedup();
+    for path in paths {
+        for method in [
+            Method::GET,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+        ] {
+            let listed = table
+                .iter()
+                .any(|(m, p, _)| m == method.as_str() && p == path);
+            let (status, body) = call(
+                &f.router,
+                method.clone(),
+                &concrete(path),
+                Some(&admin),
+                Some("{}"),
+            )
+            .await;
+            assert_eq!(
+                status != StatusCode::METHOD_NOT_ALLOWED,
+                listed,
+                "{method} {path}: {status} {body}"
+            );
+        }
+    }
+
+    for (method, path, needed) in &table {
+        let method: Method = method.parse().unwrap();
+        let uri = concrete(path);
+        let body = match path.as_str() {
+            "/tasks" => {
+                Some(r#"{"id": "t9", "namespace": "default", "schedule": {"every": "1m"}}"#)
+            }
+            "/dlq/requeue" => Some(r#"{"all": true}"#),
+            _ => None,
+        };
+        let mut callers: Vec<(String, Option<String>, Result<(), (StatusCode, &str)>)> = vec![
+            (
+                "no token".into(),
+                None,
+                Err((StatusCode::UNAUTHORIZED, "unauthorized")),
+            ),
+            (
+                "a wrong token".into(),
+                Some("tok-root".into()),
+                Err((StatusCode::UNAUTHORIZED, "unauthorized")),
+            ),
+        ];
+        for role in Role::ALL {
+            let expect = if role >= *needed {
+                Ok(())
+            } else {
+                Err((StatusCode::FORBIDDEN, "forbidden"))
+            };
+            callers.push((role.as_str().into(), Some(token_of(role)), expect));
+        }
+        for (who, token, expect) in callers {
+            // A fresh replica for each call, so a delete cannot hide a later caller's answer.
+            let f = tokens_fixture();
+            let (status, answer) =
+                call(&f.router, method.clone(), &uri, token.as_deref(), body).await;
+            match expect {
+                Ok(()) => assert!(
+                    status.is_success(),
+                    "{method} {path} as {who}: {status} {answer}"
+                ),
+                Err((want, code)) => {
+                    assert_eq!(status, want, "{method} {path} as {who}: {answer}");
+                    assert_eq!(error_code(&answer), code, "{method} {path} as {who}");
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn refusals_are_counted_by_reason() {
+    let f = tokens_fixture();
+    let r = &f.router;
+    call(r, Method::GET, "/api/v1/tasks", None, None).await;
+    call(r, Method::GET, "/api/v1/tasks", Some("nope"), None).await;
+    call(r, Method::GET, "/api/v1/tasks", Some("nope"), None).await;
+    call(
+        r,
+        Method::DELETE,
+        "/api/v1/tasks/default/t1",
+        Some(&token_of(Role::Read)),
+        None,
+    )
+    .await;
+    for (reason, n) in [
+        ("missing", 1.0),
+        ("invalid", 2.0),
+        ("forbidden", 1.0),
+        ("closed", 0.0),
+    ] {
+        let series = format!("scheduler_api_auth_failures_total{{reason=\"{reason}\"}}");
+        assert_eq!(metric_value(r, &series).await, n, "{reason}");
+    }
+}
+
+#[tokio::test]
+async fn secrets_are_masked_unless_an_admin_asks() {
+    let f = tokens_fixture();
+    let r = &f.router;
+    let spec = r#"{"id": "hook", "namespace": "default", "handler": "http", "schedule": {"every": "1m"},
+        "http": {"url": "https://bot:pw@example.com/h?token=abc", "headers": {"Authorization": "Bearer s3cret"}}}"#;
+    let (status, body) = call(
+        r,
+        Method::POST,
+        "/api/v1/tasks",
+        Some(&token_of(Role::Admin)),
+        Some(spec),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let read = token_of(Role::Read);
+    for uri in [
+        "/api/v1/tasks/default/hook",
+        "/api/v1/tasks?namespace=default",
+    ] {
+        let (status, body) = call(r, Method::GET, uri, Some(&read), None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        for secret in ["s3cret", "pw@", "abc"] {
+            assert!(!body.contains(secret), "{uri} shows {secret}: {body}");
+        }
+        assert!(body.contains(r#""Authorization":"***""#), "{body}");
+        assert!(
+            body.contains("https://***@example.com/h?token=***"),
+            "{body}"
+        );
+    }
+    let (status, body) = call(
+        r,
+        Method::GET,
+        "/api/v1/tasks/default/hook?show_secrets=true",
+        Some(&read),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::FORBIDDEN, "forbidden")
+    );
+    let (status, body) = call(
+        r,
+        Method::GET,
+        "/api/v1/tasks/default/hook?show_secrets=true",
+        Some(&token_of(Role::Admin)),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body.contains("Bearer s3cret") && body.contains("bot:pw@"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn oversized_requests_and_run_now_floods_are_refused_naming_their_limit() {
+    let f = fixture_with(
+        Some(MemoryBackend::with_task("default", "t1")),
+        Access::new(&[], "", "127.0.0.1:8080", false),
+        ApiLimits {
+            max_request_bytes: 2048,
+            triggers_per_task_per_minute: 2,
+        },
+    );
+    let r = &f.router;
+    let big = format!(r#"{{"id": "t2", "payload": "{}"}}"#, "x".repeat(4096));
+    let (status, body) = call(r, Method::POST, "/api/v1/tasks", None, Some(&big)).await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, "limit_exceeded")
+    );
+    assert!(body.contains("limits.max_request_bytes"), "{body}");
+    // A body that announces no length is cut off while it is read.
+    let chunks = futures::stream::iter(
+        (0..8).map(|_| Ok::<_, std::io::Error>(axum::body::Bytes::from(vec![b' '; 512]))),
+    );
+    let req = Request::post("/api/v1/tasks")
+        .body(Body::from_stream(chunks))
+        .unwrap();
+    let resp = r.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&body).contains("limits.max_request_bytes"));
+
+    let trigger = "/api/v1/tasks/default/t1/trigger";
+    for _ in 0..2 {
+        assert_eq!(
+            call(r, Method::POST, trigger, None, None).await.0,
+            StatusCode::ACCEPTED
+        );
+    }
+    let (status, body) = call(r, Method::POST, trigger, None, None).await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, "limit_exceeded")
+    );
+    assert!(
+        body.contains("limits.triggers_per_task_per_minute"),
+        "{body}"
+    );
+    let long = format!("/api/v1/tasks?label={}", "l".repeat(9000));
+    let (status, body) = call(r, Method::GET, &long, None, None).await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::URI_TOO_LONG, "limit_exceeded")
     );
 }

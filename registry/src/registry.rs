@@ -371,6 +371,26 @@ impl Registry {
         self.get_stored(namespace, id).await
     }
 
+    /// How many tasks (valid or not) a namespace holds: one count-only range, no values read.
+    pub async fn count_tasks(&self, namespace: &str) -> Result<u64, RegistryError> {
+        let prefix = self.keys.namespace_prefix(namespace);
+        let mut kv = self.client.kv_client();
+        let resp = timed(
+            "task count",
+            self.config.request_timeout,
+            kv.get(
+                prefix.clone(),
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_count_only(),
+                ),
+            ),
+        )
+        .await?;
+        Ok(u64::try_from(resp.count()).unwrap_or(0))
+    }
+
     /// Lists every task (or one namespace's) at one revision, valid and invalid apart.
     pub async fn list(&self, namespace: Option<&str>) -> Result<TaskListing, RegistryError> {
         let prefix = match namespace {

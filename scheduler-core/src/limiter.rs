@@ -1,10 +1,14 @@
-//! A token bucket for the enqueue rate: an optional cap on fires per second, so a burst of due
-//! tasks cannot flood the workers or Redis.
+//! Token buckets: one for the enqueue rate (an optional cap on fires per second, so a burst
+//! of due tasks cannot flood the workers or Redis), and one per key for rates per caller or
+//! per task ([`KeyedBuckets`], used for run-now requests per task).
 //!
 //! Off by default. When on, the leader asks [`TokenBucket::try_take`] before each enqueue; a
 //! fire that finds no token waits in the ready queue, so a burst of due tasks is spread out
 //! instead of flooding Redis and the workers. The bucket refills continuously from the `now`
 //! it is given, so it reads no clock and tests run on virtual time.
+
+use std::collections::HashMap;
+use std::hash::Hash;
 
 use crate::time::UtcMillis;
 
@@ -63,9 +67,88 @@ impl TokenBucket {
     }
 }
 
+/// A token bucket per key, all with the same rate and burst. Buckets are made on a key's
+/// first take; once more than `max_keys` exist, the ones full again (idle for a whole
+/// refill) are dropped, which loses nothing since a new bucket starts full. Memory is then
+/// bounded by the keys active within one refill period, which the rate itself bounds.
+#[derive(Clone, Debug)]
+pub struct KeyedBuckets<K> {
+    rate_per_sec: f64,
+    burst: f64,
+    max_keys: usize,
+    buckets: HashMap<K, TokenBucket>,
+}
+
+impl<K: Eq + Hash + Clone> KeyedBuckets<K> {
+    /// Buckets of `burst` tokens refilled at `rate_per_sec`, pruned past `max_keys` keys.
+    pub fn new(rate_per_sec: f64, burst: f64, max_keys: usize) -> Self {
+        KeyedBuckets {
+            rate_per_sec,
+            burst,
+            max_keys: max_keys.max(1),
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// Takes a token of `key`'s bucket, or says when the next one will be there.
+    pub fn try_take(&mut self, key: &K, now: UtcMillis) -> Result<(), UtcMillis> {
+        if !self.buckets.contains_key(key) && self.buckets.len() >= self.max_keys {
+            self.buckets.retain(|_, b| !b.is_full(now));
+        }
+        let bucket = self
+            .buckets
+            .entry(key.clone())
+            .or_insert_with(|| TokenBucket::new(self.rate_per_sec, self.burst, now));
+        if bucket.try_take(now) {
+            Ok(())
+        } else {
+            Err(bucket.next_token_at(now))
+        }
+    }
+
+    /// Keys with a bucket.
+    pub fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Whether no key has a bucket.
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+}
+
+impl TokenBucket {
+    /// Whether the bucket holds its whole capacity (after refilling to `now`).
+    pub fn is_full(&mut self, now: UtcMillis) -> bool {
+        self.refill(now);
+        self.tokens >= self.capacity - EPSILON
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_key_has_its_own_rate_and_idle_keys_are_pruned() {
+        let t0 = UtcMillis(0);
+        // 6 a minute, burst 6.
+        let mut k = KeyedBuckets::new(0.1, 6.0, 2);
+        for _ in 0..6 {
+            assert!(k.try_take(&"a", t0).is_ok());
+        }
+        assert_eq!(k.try_take(&"a", t0), Err(UtcMillis(10_000)));
+        assert!(k.try_take(&"b", t0).is_ok());
+        assert_eq!(k.len(), 2);
+        // A third key while both are still draining: none is dropped (their limits hold).
+        assert!(k.try_take(&"c", UtcMillis(1)).is_ok());
+        assert_eq!(k.len(), 3);
+        assert!(k.try_take(&"a", UtcMillis(1)).is_err());
+        // A minute later all are full again: a new key prunes them.
+        assert!(k.try_take(&"d", UtcMillis(60_000)).is_ok());
+        assert_eq!(k.len(), 1);
+        assert!(k.try_take(&"a", UtcMillis(60_000)).is_ok());
+    }
 
     #[test]
     fn burst_then_steady_rate() {

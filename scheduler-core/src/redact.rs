@@ -149,6 +149,32 @@ pub fn mask_header_value(value: &str) -> &'static str {
     }
 }
 
+/// A task spec (as JSON) fit to show: every `http.headers` value and the `http.url`'s
+/// credentials and query values masked. Everything else in a spec is the author's plain
+/// data. A spec sent back with these masks is refused by validation, so a copy taken from
+/// the API cannot overwrite a secret with `***`.
+pub fn mask_spec(spec: &mut serde_json::Value) {
+    let Some(http) = spec.get_mut("http").and_then(|h| h.as_object_mut()) else {
+        return;
+    };
+    if let Some(serde_json::Value::String(url)) = http.get_mut("url") {
+        *url = mask_url(url);
+    }
+    if let Some(serde_json::Value::Object(headers)) = http.get_mut("headers") {
+        for value in headers.values_mut() {
+            if let serde_json::Value::String(v) = value {
+                *v = mask_header_value(v).to_owned();
+            }
+        }
+    }
+}
+
+/// Whether `value` holds a mask as [`mask_url`] or [`mask_header_value`] write it: what a
+/// spec copied from a masked view carries in place of its secrets.
+pub fn holds_mask(value: &str) -> bool {
+    value.contains(MASK)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,6 +234,29 @@ mod tests {
         );
         assert_eq!(mask_urls_in("no url here"), "no url here");
         assert_eq!(mask_urls_in(""), "");
+    }
+
+    #[test]
+    fn specs_lose_header_values_and_url_secrets_only() {
+        let mut spec = serde_json::json!({
+            "handler": "http",
+            "payload": {"token": "kept: payloads are plain data"},
+            "http": {"url": "https://u:pw@h/x?k=v", "headers": {"Authorization": "Bearer t", "X-Empty": ""}}
+        });
+        mask_spec(&mut spec);
+        assert_eq!(
+            spec,
+            serde_json::json!({
+                "handler": "http",
+                "payload": {"token": "kept: payloads are plain data"},
+                "http": {"url": "https://***@h/x?k=***", "headers": {"Authorization": "***", "X-Empty": ""}}
+            })
+        );
+        let mut odd = serde_json::json!({"http": "not an object"});
+        mask_spec(&mut odd);
+        assert_eq!(odd, serde_json::json!({"http": "not an object"}));
+        assert!(holds_mask("https://***@h/x"));
+        assert!(!holds_mask("https://h/x?q=*"));
     }
 
     #[test]

@@ -38,6 +38,16 @@ pub const DEFAULT_VERSION: u64 = 1;
 pub const MAX_NAME_LEN: usize = 128;
 /// Longest idempotency key.
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
+/// Most labels on a task.
+pub const MAX_LABELS: usize = 64;
+/// Longest label key or value, bytes.
+pub const MAX_LABEL_BYTES: usize = 256;
+/// Most `http.headers` of a task.
+pub const MAX_HTTP_HEADERS: usize = 32;
+/// Longest `http.headers` name plus value, bytes.
+pub const MAX_HTTP_HEADER_BYTES: usize = 8 * 1024;
+/// Longest `http.url`, bytes.
+pub const MAX_URL_BYTES: usize = 2048;
 /// Highest `retry.max_retries`.
 pub const MAX_RETRIES: u32 = 100;
 /// Highest `retry.multiplier`.

@@ -16,10 +16,12 @@ use chrono::{DateTime, SecondsFormat};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::redact::holds_mask;
 use crate::task::{
     HttpTarget, MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec, DEFAULT_PRIORITY,
-    DEFAULT_QUEUE, DEFAULT_TIMEOUT, DEFAULT_TIMEZONE, DEFAULT_VERSION, MAX_IDEMPOTENCY_KEY_LEN,
-    MAX_MULTIPLIER, MAX_NAME_LEN, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RETRIES,
+    DEFAULT_QUEUE, DEFAULT_TIMEOUT, DEFAULT_TIMEZONE, DEFAULT_VERSION, MAX_HTTP_HEADERS,
+    MAX_HTTP_HEADER_BYTES, MAX_IDEMPOTENCY_KEY_LEN, MAX_LABELS, MAX_LABEL_BYTES, MAX_MULTIPLIER,
+    MAX_NAME_LEN, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RETRIES, MAX_URL_BYTES,
 };
 use crate::time::UtcMillis;
 
@@ -509,6 +511,9 @@ impl TaskSpec {
         let paused = field(&obj, "paused").map_or(Some(false), |v| c.bool(v, "paused"));
         let labels =
             field(&obj, "labels").map_or(Some(BTreeMap::new()), |v| c.string_map(v, "labels"));
+        if let Some(labels) = &labels {
+            check_labels(&mut c, labels);
+        }
         let version = field(&obj, "version").map_or(Some(DEFAULT_VERSION), |v| {
             c.integer(v, "version", 0, u64::MAX, "version")
         });
@@ -779,12 +784,75 @@ fn parse_http(c: &mut Checker, v: &Value) -> Option<HttpTarget> {
             }
         }),
     };
+    if let Some(u) = &url {
+        if u.len() > MAX_URL_BYTES {
+            c.err(
+                "http.url",
+                format!(
+                    "is {} bytes long; at most {MAX_URL_BYTES} are allowed",
+                    u.len()
+                ),
+            );
+        } else if holds_mask(u) {
+            c.err("http.url", MASKED_SECRET.to_owned());
+        }
+    }
     let headers =
         field(obj, "headers").map_or(Some(BTreeMap::new()), |h| c.string_map(h, "http.headers"));
+    if let Some(headers) = &headers {
+        if headers.len() > MAX_HTTP_HEADERS {
+            c.err(
+                "http.headers",
+                format!(
+                    "has {} headers; at most {MAX_HTTP_HEADERS} are allowed",
+                    headers.len()
+                ),
+            );
+        }
+        for (k, v) in headers {
+            let path = join("http.headers", k);
+            if k.len() + v.len() > MAX_HTTP_HEADER_BYTES {
+                c.err(
+                    &path,
+                    format!(
+                        "is {} bytes with its name; at most {MAX_HTTP_HEADER_BYTES} are allowed",
+                        k.len() + v.len()
+                    ),
+                );
+            } else if holds_mask(v) {
+                c.err(&path, MASKED_SECRET.to_owned());
+            }
+        }
+    }
     Some(HttpTarget {
         url: url?,
         headers: headers?,
     })
+}
+
+/// Why a spec holding `***` in a secret is refused.
+const MASKED_SECRET: &str = "holds `***`, a secret masked as ax shows it: give the real \
+     value (an admin sees it with `ax task get --show-secrets`)";
+
+/// Label count and sizes.
+fn check_labels(c: &mut Checker, labels: &BTreeMap<String, String>) {
+    if labels.len() > MAX_LABELS {
+        c.err(
+            "labels",
+            format!(
+                "has {} labels; at most {MAX_LABELS} are allowed",
+                labels.len()
+            ),
+        );
+    }
+    for (k, v) in labels {
+        if k.len() > MAX_LABEL_BYTES || v.len() > MAX_LABEL_BYTES {
+            c.err(
+                &join("labels", k),
+                format!("key and value may be at most {MAX_LABEL_BYTES} bytes each"),
+            );
+        }
+    }
 }
 
 /// An `http://` or `https://` URL with a host; no full URL parser is needed for that.
@@ -1027,6 +1095,68 @@ mod tests {
             errors(r#"{"handler":"log"}"#),
             vec!["schedule: missing; give one of {\"at\": ...}, {\"delay\": ...}, {\"every\": ...}, {\"cron\": ...}"]
         );
+    }
+
+    #[test]
+    fn sizes_of_labels_headers_and_url_are_bounded_and_masks_refused() {
+        let many_labels: String = (0..=MAX_LABELS)
+            .map(|i| format!("\"l{i}\":\"v\""))
+            .collect::<Vec<_>>()
+            .join(",");
+        let e = errors(&format!(
+            r#"{{"handler":"log","schedule":{{"every":"1m"}},"labels":{{{many_labels}}}}}"#
+        ));
+        assert_eq!(e, vec!["labels: has 65 labels; at most 64 are allowed"]);
+        let e = errors(&format!(
+            r#"{{"handler":"log","schedule":{{"every":"1m"}},"labels":{{"k":"{}"}}}}"#,
+            "v".repeat(MAX_LABEL_BYTES + 1)
+        ));
+        assert_eq!(
+            e,
+            vec!["labels.k: key and value may be at most 256 bytes each"]
+        );
+
+        let http = |target: &str| {
+            errors(&format!(
+                r#"{{"handler":"http","schedule":{{"every":"1m"}},"http":{target}}}"#
+            ))
+        };
+        let e = http(&format!(
+            r#"{{"url":"https://h/{}"}}"#,
+            "p".repeat(MAX_URL_BYTES)
+        ));
+        assert_eq!(
+            e,
+            vec!["http.url: is 2058 bytes long; at most 2048 are allowed"]
+        );
+        let headers: String = (0..=MAX_HTTP_HEADERS)
+            .map(|i| format!("\"h{i}\":\"v\""))
+            .collect::<Vec<_>>()
+            .join(",");
+        let e = http(&format!(
+            r#"{{"url":"https://h/","headers":{{{headers}}}}}"#
+        ));
+        assert_eq!(
+            e,
+            vec!["http.headers: has 33 headers; at most 32 are allowed"]
+        );
+        let e = http(&format!(
+            r#"{{"url":"https://h/","headers":{{"X-Big":"{}"}}}}"#,
+            "b".repeat(MAX_HTTP_HEADER_BYTES)
+        ));
+        assert_eq!(
+            e,
+            vec!["http.headers.X-Big: is 8197 bytes with its name; at most 8192 are allowed"]
+        );
+        // A spec copied from a masked view cannot overwrite its secrets with the mask.
+        let e = http(r#"{"url":"https://***@h/x?t=***","headers":{"Authorization":"***"}}"#);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].starts_with("http.url: holds `***`"), "{e:?}");
+        assert!(
+            e[1].starts_with("http.headers.Authorization: holds `***`"),
+            "{e:?}"
+        );
+        assert!(http(r#"{"url":"https://h/x","headers":{"Authorization":"Bearer t"}}"#).is_empty());
     }
 
     #[test]

@@ -229,6 +229,7 @@ impl Backend {
         }
         let next_fires = next_fires(&spec, now)?;
         if !dry_run {
+            self.check_namespace_room(&key).await?;
             self.registry
                 .register(&spec)
                 .await
@@ -240,6 +241,31 @@ impl Backend {
             written: !dry_run,
             next_fires,
         })
+    }
+
+    /// Refuses a new task in a namespace already holding `limits.max_tasks_per_namespace`;
+    /// replacing a task always has room. Two creations racing may both pass at the limit:
+    /// it bounds a namespace's size, it is not a quota to the task.
+    async fn check_namespace_room(&self, key: &TaskKey) -> Result<(), ApiError> {
+        if self.exists(key).await? {
+            return Ok(());
+        }
+        let held = self
+            .registry
+            .count_tasks(&key.namespace)
+            .await
+            .map_err(errors::registry)?;
+        if held >= self.max_tasks_per_namespace {
+            return Err(ApiError::Limit {
+                status: axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                message: format!(
+                    "namespace {} holds {held} tasks, the limit \
+                     (limits.max_tasks_per_namespace = {}); delete tasks or raise it",
+                    key.namespace, self.max_tasks_per_namespace
+                ),
+            });
+        }
+        Ok(())
     }
 
     pub(super) async fn delete(&self, key: &TaskKey) -> Result<(), ApiError> {

@@ -188,6 +188,59 @@ impl Config {
                 ),
             );
         }
+        let mut names = std::collections::HashSet::new();
+        for (i, t) in self.http.tokens.iter().enumerate() {
+            let key = format!("http.tokens[{i}]");
+            if t.name.trim().is_empty() {
+                err(&key, "name must not be empty".into());
+            } else if t.name == crate::http::auth::API_TOKEN_NAME
+                || t.name == crate::http::auth::ANONYMOUS
+            {
+                err(&key, format!("name `{}` is reserved", t.name));
+            } else if !names.insert(t.name.as_str()) {
+                err(&key, format!("name `{}` is used twice", t.name));
+            }
+            if crate::http::auth::parse_sha256(&t.sha256).is_none() {
+                err(
+                    &key,
+                    format!(
+                        "sha256 of `{}` must be 64 hex digits, the SHA-256 of the token (not \
+                         the token itself): `ax token new` prints one",
+                        t.name
+                    ),
+                );
+            }
+        }
+        if self.http.insecure_open_api
+            && (!self.http.tokens.is_empty() || !self.http.api_token.is_empty())
+        {
+            err(
+                "http.insecure_open_api",
+                "is set while API tokens are configured; tokens already open the API to \
+                 their holders: remove it"
+                    .into(),
+            );
+        }
+
+        // limits
+        if self.limits.max_request_bytes < 1024 {
+            err(
+                "limits.max_request_bytes",
+                format!("{} is below 1024 bytes", self.limits.max_request_bytes),
+            );
+        }
+        if self.limits.max_tasks_per_namespace == 0 {
+            err(
+                "limits.max_tasks_per_namespace",
+                "must be at least 1".into(),
+            );
+        }
+        if self.limits.triggers_per_task_per_minute == 0 {
+            err(
+                "limits.triggers_per_task_per_minute",
+                "must be at least 1".into(),
+            );
+        }
 
         // alerts
         for (key, url) in [

@@ -2,16 +2,17 @@
 //!
 //! The routes only translate HTTP to backend calls and results to JSON; what a call does
 //! (etcd writes, Redis reads) lives in the backend, so the routes, their status codes and the
-//! auth layer are tested with an in-memory backend in `tests/http.rs`. The trait uses boxed
+//! auth layer are tested with an in-memory backend in `tests/http.rs`. Specs leave through
+//! [`TaskView::mask_secrets`] unless an admin asks for `show_secrets`. The trait uses boxed
 //! futures rather than `async fn` so it can be used as `dyn ApiBackend`.
 //!
 //! Routes (all JSON):
 //!
 //! | method | path | backend call |
 //! | --- | --- | --- |
-//! | GET | `/tasks?namespace=&status=&label=&limit=&continue=` | [`ApiBackend::list_tasks`] (paged: the next page's token in `X-Ax-Continue`) |
+//! | GET | `/tasks?namespace=&status=&label=&limit=&continue=&show_secrets=` | [`ApiBackend::list_tasks`] (paged: the next page's token in `X-Ax-Continue`) |
 //! | POST | `/tasks?dry_run=true` (body: task spec) | [`ApiBackend::put_task`] |
-//! | GET | `/tasks/{namespace}/{id}` | [`ApiBackend::get_task`] |
+//! | GET | `/tasks/{namespace}/{id}?show_secrets=` | [`ApiBackend::get_task`] |
 //! | DELETE | `/tasks/{namespace}/{id}` | [`ApiBackend::delete_task`] |
 //! | POST | `/tasks/{namespace}/{id}/pause` | [`ApiBackend::pause`] |
 //! | POST | `/tasks/{namespace}/{id}/resume` | [`ApiBackend::resume`] |
@@ -28,15 +29,17 @@ use std::sync::Arc;
 
 use ax_scheduler_core::UtcMillis;
 use axum::body::Bytes;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
+use super::auth::{Principal, Role};
 use super::error::ApiError;
+use super::limits::{self, ApiLimits, TriggerLimiter};
 
 /// Largest `limit` a list call accepts.
 pub const MAX_LIST_LIMIT: usize = 1000;
@@ -64,6 +67,10 @@ pub struct TaskQuery {
     /// snapshot.
     #[serde(default, rename = "continue", skip_serializing_if = "Option::is_none")]
     pub continue_token: Option<String>,
+    /// Show the specs' secrets (HTTP header values, URL credentials and query values)
+    /// instead of `***`; admin role only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub show_secrets: bool,
 }
 
 impl TaskQuery {
@@ -178,6 +185,13 @@ pub struct TaskView {
     /// Validation errors of an invalid spec.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+}
+
+impl TaskView {
+    /// Replaces the spec's secrets by `***` (see [`ax_scheduler_core::redact::mask_spec`]).
+    pub fn mask_secrets(&mut self) {
+        ax_scheduler_core::redact::mask_spec(&mut self.spec);
+    }
 }
 
 /// Result of [`ApiBackend::put_task`].
@@ -324,10 +338,12 @@ pub struct QueueView {
 }
 
 /// Shared by the API handlers: the backend, or `None` while this process has none (the
-/// API then answers 503).
+/// API then answers 503), and the input limits.
 #[derive(Clone)]
 pub struct ApiState {
     backend: Option<Arc<dyn ApiBackend>>,
+    limits: ApiLimits,
+    triggers: TriggerLimiter,
 }
 
 impl ApiState {
@@ -338,8 +354,13 @@ impl ApiState {
     }
 }
 
-/// The `/api/v1` routes (to be nested), without authentication.
-pub fn router(backend: Option<Arc<dyn ApiBackend>>) -> Router {
+/// The `/api/v1` routes (to be nested) with their input limits, without authentication.
+pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router {
+    let state = ApiState {
+        backend,
+        limits,
+        triggers: TriggerLimiter::new(limits.triggers_per_task_per_minute),
+    };
     Router::new()
         .route("/tasks", get(list_tasks).post(put_task))
         .route("/tasks/{namespace}/{id}", get(get_task).delete(delete_task))
@@ -352,7 +373,8 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>) -> Router {
         .route("/dlq/purge", post(dlq_purge))
         .route("/status", get(status))
         .fallback(|| async { ApiError::NotFound("no such API route".into()) })
-        .with_state(ApiState { backend })
+        .layer(DefaultBodyLimit::max(limits.max_request_bytes))
+        .with_state(state)
 }
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
@@ -379,6 +401,12 @@ fn key((namespace, id): (String, String)) -> TaskKey {
 struct PutQuery {
     #[serde(default)]
     dry_run: bool,
+}
+
+#[derive(Deserialize)]
+struct SecretsQuery {
+    #[serde(default)]
+    show_secrets: bool,
 }
 
 #[derive(Deserialize)]
@@ -417,12 +445,17 @@ struct Count {
 /// in the [`CONTINUE_HEADER`] header when there is one.
 async fn list_tasks(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     q: Result<Query<TaskQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
     q.page_size()?;
     q.status_filter()?;
-    let page = s.backend()?.list_tasks(q).await?;
+    let show = secrets_shown(q.show_secrets, &who)?;
+    let mut page = s.backend()?.list_tasks(q).await?;
+    if !show {
+        page.items.iter_mut().for_each(TaskView::mask_secrets);
+    }
     let mut response = Json(page.items).into_response();
     if let Some(token) = page.continue_token {
         if let Ok(value) = axum::http::HeaderValue::from_str(&token) {
@@ -435,9 +468,10 @@ async fn list_tasks(
 async fn put_task(
     State(s): State<ApiState>,
     q: Result<Query<PutQuery>, QueryRejection>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
+    let body = limits::body(body, &s.limits)?;
     // Parsed here rather than with `Json<_>` so that any content type is accepted and a
     // syntax error gets the same error shape as a validation error.
     let spec: serde_json::Value = serde_json::from_slice(&body)
@@ -453,9 +487,28 @@ async fn put_task(
 
 async fn get_task(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     Path(p): Path<(String, String)>,
+    q: Result<Query<SecretsQuery>, QueryRejection>,
 ) -> ApiResult<TaskView> {
-    Ok(Json(s.backend()?.get_task(key(p)).await?))
+    let show = secrets_shown(query(q)?.show_secrets, &who)?;
+    let mut view = s.backend()?.get_task(key(p)).await?;
+    if !show {
+        view.mask_secrets();
+    }
+    Ok(Json(view))
+}
+
+/// Whether a request may see secrets: only when it asks and its role is admin.
+fn secrets_shown(asked: bool, who: &Principal) -> Result<bool, ApiError> {
+    if asked && who.role < Role::Admin {
+        return Err(ApiError::Forbidden(format!(
+            "show_secrets needs the `admin` role; token `{}` has `{}`",
+            who.name,
+            who.role.as_str()
+        )));
+    }
+    Ok(asked)
 }
 
 async fn delete_task(
@@ -467,18 +520,25 @@ async fn delete_task(
 }
 
 async fn pause(State(s): State<ApiState>, Path(p): Path<(String, String)>) -> ApiResult<TaskView> {
-    Ok(Json(s.backend()?.pause(key(p)).await?))
+    let mut view = s.backend()?.pause(key(p)).await?;
+    view.mask_secrets();
+    Ok(Json(view))
 }
 
 async fn resume(State(s): State<ApiState>, Path(p): Path<(String, String)>) -> ApiResult<TaskView> {
-    Ok(Json(s.backend()?.resume(key(p)).await?))
+    let mut view = s.backend()?.resume(key(p)).await?;
+    view.mask_secrets();
+    Ok(Json(view))
 }
 
 async fn trigger(
     State(s): State<ApiState>,
     Path(p): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let result = s.backend()?.trigger(key(p)).await?;
+    let key = key(p);
+    let backend = s.backend()?;
+    s.triggers.admit(&key, UtcMillis::now())?;
+    let result = backend.trigger(key).await?;
     Ok((StatusCode::ACCEPTED, Json(result)).into_response())
 }
 
@@ -500,7 +560,11 @@ async fn dlq_list(
     Ok(Json(s.backend()?.dlq_list(q.queue, limit).await?))
 }
 
-async fn dlq_requeue(State(s): State<ApiState>, body: Bytes) -> ApiResult<Count> {
+async fn dlq_requeue(
+    State(s): State<ApiState>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Count> {
+    let body = limits::body(body, &s.limits)?;
     let request: DlqRequeue = serde_json::from_slice(&body).map_err(|e| {
         ApiError::invalid(format!(
             "the body must be {{\"ids\": [...]}} or {{\"all\": true, \"queue\": ...}}: {e}"

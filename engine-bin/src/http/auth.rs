@@ -1,60 +1,454 @@
-//! Bearer token authentication for `/api/v1`.
+//! Who may call `/api/v1`, and what each caller may do.
 //!
-//! Only the API is protected: probes and `/metrics` must answer the kubelet and Prometheus
-//! without credentials. The comparison is constant-time (`subtle`) so response timing does
-//! not reveal how much of a guessed token was right; only the token's length can leak.
+//! Callers present `Authorization: Bearer <token>`. Tokens are configured by name with a
+//! [`Role`], as the SHA-256 of the token, so a leaked configuration does not hand out access
+//! and the name can be logged (and audited) in place of the token. Tokens are random and
+//! long (`ax token new` makes 256-bit ones), so a plain hash is enough; a slow password hash
+//! would only cost every request. The presented token is hashed and compared with every
+//! configured hash in constant time (`subtle`), without stopping at a match, so timing says
+//! nothing about which or how much of a token was right.
+//!
+//! Closed by default: with no token configured, the API answers only when the listener is
+//! loopback-only (a developer's machine) or the operator set `http.insecure_open_api`; any
+//! other replica refuses every API call with `403 api_closed` and a message saying what to
+//! configure. Probes and `/metrics` are never behind this layer (the kubelet and Prometheus
+//! call them), and hold no secrets.
+//!
+//! Which role a route needs is one table, [`ROUTE_ROLES`], read by the middleware through
+//! the route's matched path: a route missing from it needs [`Role::Admin`], so a new route
+//! is closed until someone decides otherwise. `docs/security.md` prints the same table, and
+//! a test sweeps every route with every kind of caller against it.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::header;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
+use crate::metrics::Metrics;
 
-/// The expected token, shared by every request.
-#[derive(Clone, Debug)]
-pub struct ApiToken(pub Arc<str>);
+/// What a caller may do; each role includes the ones below it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Look: list and get tasks, history, dead letters, status. For dashboards.
+    Read,
+    /// Run the system: pause, resume, trigger, requeue dead letters.
+    Operate,
+    /// Change it: register and delete tasks, purge dead letters, see secrets.
+    Admin,
+}
 
-/// Middleware: passes the request on only with `Authorization: Bearer <token>`.
-pub async fn require_bearer(
-    State(token): State<ApiToken>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, rest) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-        });
-    match presented {
-        Some(p) if token_matches(p, &token.0) => next.run(request).await,
-        Some(_) => ApiError::Unauthorized("the bearer token is not valid".into()).into_response(),
-        None => ApiError::Unauthorized(
-            "this API needs an `Authorization: Bearer <token>` header".into(),
-        )
-        .into_response(),
+impl Role {
+    /// Every role, lowest first.
+    pub const ALL: [Role; 3] = [Role::Read, Role::Operate, Role::Admin];
+
+    /// The name used in the configuration and the docs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Operate => "operate",
+            Role::Admin => "admin",
+        }
     }
 }
 
-fn token_matches(presented: &str, expected: &str) -> bool {
-    bool::from(presented.as_bytes().ct_eq(expected.as_bytes()))
+impl std::str::FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Role::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s.trim())
+            .ok_or_else(|| format!("unknown role `{s}`, expected `read`, `operate` or `admin`"))
+    }
+}
+
+/// The role each route needs: (method, path under `/api/v1`, role). A route not listed
+/// needs [`Role::Admin`]. `HEAD` is checked as `GET`.
+pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
+    ("GET", "/tasks", Role::Read),
+    ("POST", "/tasks", Role::Admin),
+    ("GET", "/tasks/{namespace}/{id}", Role::Read),
+    ("DELETE", "/tasks/{namespace}/{id}", Role::Admin),
+    ("POST", "/tasks/{namespace}/{id}/pause", Role::Operate),
+    ("POST", "/tasks/{namespace}/{id}/resume", Role::Operate),
+    ("POST", "/tasks/{namespace}/{id}/trigger", Role::Operate),
+    ("GET", "/tasks/{namespace}/{id}/history", Role::Read),
+    ("GET", "/dlq", Role::Read),
+    ("POST", "/dlq/requeue", Role::Operate),
+    ("POST", "/dlq/purge", Role::Admin),
+    ("GET", "/status", Role::Read),
+];
+
+/// The role a request needs, from its method and matched path (with or without the
+/// `/api/v1` prefix). Seeing secrets (`show_secrets=true`) is checked by the route itself.
+pub fn required_role(method: &Method, matched_path: &str) -> Role {
+    let path = matched_path
+        .strip_prefix(super::API_PREFIX)
+        .unwrap_or(matched_path);
+    let method = if method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
+    ROUTE_ROLES
+        .iter()
+        .find(|(m, p, _)| *m == method && *p == path)
+        .map_or(Role::Admin, |(_, _, role)| *role)
+}
+
+/// Why a request was refused, the `reason` label of the metric.
+pub const REFUSAL_REASONS: &[&str] = &["missing", "invalid", "forbidden", "closed"];
+
+/// One configured token: `[[http.tokens]]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenEntry {
+    /// Who holds it (logged, and named in the audit); unique.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// SHA-256 of the token, 64 hex digits (`ax token new` prints it; or
+    /// `printf %s "$TOKEN" | sha256sum`).
+    pub sha256: String,
+}
+
+/// Who made a request, put in the request's extensions for the routes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    /// The token's name, or [`ANONYMOUS`].
+    pub name: Arc<str>,
+    /// What it may do.
+    pub role: Role,
+}
+
+/// The name of a caller without a token, where the API lets one in.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// What callers without a token get.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Anonymous {
+    /// Everything: no token is configured and the listener is loopback-only, or the
+    /// operator opened the API on purpose.
+    Admitted,
+    /// Nothing, with 401: tokens are configured.
+    NeedToken,
+    /// Nothing, with 403 `api_closed`: no token is configured and the API would be open to
+    /// the network. The message says what to configure.
+    Closed(String),
+}
+
+/// The access settings of one replica, built once from the configuration.
+#[derive(Clone, Debug)]
+pub struct Access {
+    tokens: Vec<(Arc<str>, Role, [u8; 32])>,
+    anonymous: Anonymous,
+}
+
+/// The plain-token admin name: `http.api_token` (from a secret, like `AX_API_TOKEN`) is an
+/// admin token under this name.
+pub const API_TOKEN_NAME: &str = "api_token";
+
+impl Access {
+    /// Access from the configured tokens, the plain `http.api_token` (empty for none), the
+    /// listen address and the opt-out. Hashes must have been validated
+    /// ([`parse_sha256`] is what validation calls); one that does not parse matches nothing.
+    pub fn new(tokens: &[TokenEntry], api_token: &str, listen: &str, insecure_open: bool) -> Self {
+        let mut known: Vec<(Arc<str>, Role, [u8; 32])> = tokens
+            .iter()
+            .filter_map(|t| Some((Arc::from(t.name.as_str()), t.role, parse_sha256(&t.sha256)?)))
+            .collect();
+        if !api_token.is_empty() {
+            known.push((Arc::from(API_TOKEN_NAME), Role::Admin, sha256(api_token)));
+        }
+        let anonymous = if !known.is_empty() {
+            Anonymous::NeedToken
+        } else if insecure_open || is_loopback_listen(listen) {
+            Anonymous::Admitted
+        } else {
+            Anonymous::Closed(format!(
+                "the API is closed: this replica listens on {listen} and has no API token. \
+                 Configure `[[http.tokens]]` (`ax token new` makes one) or `http.api_token`, \
+                 listen on loopback only (`http.listen = \"127.0.0.1:8080\"`), or open it \
+                 to anyone who reaches the port with `http.insecure_open_api = true`"
+            ))
+        };
+        Access {
+            tokens: known,
+            anonymous,
+        }
+    }
+
+    /// What callers without a token get.
+    pub fn anonymous(&self) -> &Anonymous {
+        &self.anonymous
+    }
+
+    /// The principal a presented token belongs to.
+    pub fn identify(&self, presented: &str) -> Option<Principal> {
+        let hash = sha256(presented);
+        let mut found = None;
+        // Every entry is compared, match or not, so the time taken does not say which one
+        // matched.
+        for (name, role, expected) in &self.tokens {
+            if bool::from(hash.ct_eq(expected)) {
+                found = Some(Principal {
+                    name: Arc::clone(name),
+                    role: *role,
+                });
+            }
+        }
+        found
+    }
+}
+
+/// Whether `listen` (`host:port`) only accepts connections from this machine.
+pub fn is_loopback_listen(listen: &str) -> bool {
+    match listen.parse::<SocketAddr>() {
+        Ok(addr) => addr.ip().is_loopback(),
+        Err(_) => listen
+            .rsplit_once(':')
+            .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost")),
+    }
+}
+
+/// SHA-256 of a token.
+pub fn sha256(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// 64 hex digits as a hash; `None` otherwise.
+pub fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
+    let hex = hex.trim();
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// A hash as 64 lowercase hex digits.
+pub fn to_hex(hash: &[u8; 32]) -> String {
+    hash.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A new random token: 32 bytes from the OS's generator, as 64 hex digits prefixed `ax_`
+/// (so secret scanners and people can tell what it is).
+pub fn new_token() -> String {
+    let bytes: [u8; 32] = rand::random();
+    format!("ax_{}", to_hex(&bytes))
+}
+
+/// What the middleware shares.
+#[derive(Clone)]
+pub struct AuthState {
+    /// Tokens and the anonymous rule.
+    pub access: Arc<Access>,
+    /// Where refusals are counted.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Middleware: identifies the caller, checks the route's role, and hands the [`Principal`]
+/// to the route; refusals are counted and logged with the token's name or none, never the
+/// token.
+pub async fn authorize(
+    State(state): State<AuthState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let presented = request.headers().get(header::AUTHORIZATION).map(|v| {
+        v.to_str().ok().and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+    });
+    let method = request.method().clone();
+    let refuse = |reason: &'static str, who: &str, error: ApiError| {
+        state
+            .metrics
+            .api_auth_failures_total
+            .with_label_values(&[reason])
+            .inc();
+        tracing::warn!(
+            reason,
+            %method,
+            route = route.as_deref().unwrap_or("(none)"),
+            principal = who,
+            "api request refused"
+        );
+        error.into_response()
+    };
+    let principal = match presented {
+        Some(Some(token)) => match state.access.identify(token) {
+            Some(p) => p,
+            None => {
+                return refuse(
+                    "invalid",
+                    "",
+                    ApiError::Unauthorized("the bearer token matches no configured token".into()),
+                )
+            }
+        },
+        Some(None) => {
+            return refuse(
+                "invalid",
+                "",
+                ApiError::Unauthorized("the Authorization header must be `Bearer <token>`".into()),
+            )
+        }
+        None => match state.access.anonymous() {
+            Anonymous::Admitted => Principal {
+                name: Arc::from(ANONYMOUS),
+                role: Role::Admin,
+            },
+            Anonymous::NeedToken => {
+                return refuse(
+                    "missing",
+                    "",
+                    ApiError::Unauthorized(
+                        "this API needs an `Authorization: Bearer <token>` header".into(),
+                    ),
+                )
+            }
+            Anonymous::Closed(why) => {
+                return refuse("closed", "", ApiError::Closed(why.clone()));
+            }
+        },
+    };
+    // An unknown route needs no particular role: any known caller gets the router's 404.
+    if let Some(route) = route.as_deref() {
+        let needed = required_role(&method, route);
+        if principal.role < needed {
+            return refuse(
+                "forbidden",
+                &principal.name,
+                ApiError::Forbidden(format!(
+                    "{method} {route} needs the `{}` role; token `{}` has `{}`",
+                    needed.as_str(),
+                    principal.name,
+                    principal.role.as_str()
+                )),
+            );
+        }
+    }
+    request.extensions_mut().insert(principal);
+    next.run(request).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn entry(name: &str, role: Role, token: &str) -> TokenEntry {
+        TokenEntry {
+            name: name.into(),
+            role,
+            sha256: to_hex(&sha256(token)),
+        }
+    }
+
     #[test]
-    fn tokens_match_exactly() {
-        assert!(token_matches("abc", "abc"));
-        assert!(!token_matches("abd", "abc"));
-        assert!(!token_matches("ab", "abc"));
-        assert!(!token_matches("", "abc"));
+    fn tokens_are_found_by_their_hash_only() {
+        let a = Access::new(
+            &[
+                entry("grafana", Role::Read, "ax_read"),
+                entry("ops", Role::Operate, "ax_ops"),
+            ],
+            "plain-admin",
+            "0.0.0.0:8080",
+            false,
+        );
+        assert_eq!(a.identify("ax_read").unwrap().role, Role::Read);
+        assert_eq!(&*a.identify("ax_ops").unwrap().name, "ops");
+        let admin = a.identify("plain-admin").unwrap();
+        assert_eq!((&*admin.name, admin.role), (API_TOKEN_NAME, Role::Admin));
+        for wrong in ["", "ax_rea", "ax_readx", "AX_READ"] {
+            assert!(a.identify(wrong).is_none(), "{wrong}");
+        }
+        assert_eq!(a.anonymous(), &Anonymous::NeedToken);
+    }
+
+    #[test]
+    fn without_tokens_only_a_loopback_listener_or_the_opt_out_admits_anonymous() {
+        for listen in [
+            "127.0.0.1:8080",
+            "[::1]:8080",
+            "localhost:8080",
+            "127.0.0.2:1",
+        ] {
+            assert_eq!(
+                Access::new(&[], "", listen, false).anonymous(),
+                &Anonymous::Admitted,
+                "{listen}"
+            );
+        }
+        for listen in [
+            "0.0.0.0:8080",
+            "[::]:8080",
+            "10.0.0.5:8080",
+            "ax.example.com:80",
+        ] {
+            let a = Access::new(&[], "", listen, false);
+            let Anonymous::Closed(why) = a.anonymous() else {
+                panic!("{listen} admitted anonymous callers")
+            };
+            assert!(why.contains("http.insecure_open_api"), "{why}");
+            assert_eq!(
+                Access::new(&[], "", listen, true).anonymous(),
+                &Anonymous::Admitted
+            );
+        }
+    }
+
+    #[test]
+    fn hashes_parse_from_hex_only() {
+        let h = sha256("abc");
+        assert_eq!(
+            to_hex(&h),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(parse_sha256(&to_hex(&h)), Some(h));
+        assert_eq!(parse_sha256(&to_hex(&h).to_uppercase()), Some(h));
+        assert_eq!(parse_sha256("abc"), None);
+        assert_eq!(parse_sha256(&"g".repeat(64)), None);
+        assert_eq!(parse_sha256(&"é".repeat(32)), None);
+    }
+
+    #[test]
+    fn routes_need_their_listed_role_and_unlisted_ones_admin() {
+        assert_eq!(required_role(&Method::GET, "/api/v1/tasks"), Role::Read);
+        assert_eq!(required_role(&Method::HEAD, "/api/v1/tasks"), Role::Read);
+        assert_eq!(required_role(&Method::POST, "/api/v1/tasks"), Role::Admin);
+        assert_eq!(
+            required_role(&Method::POST, "/api/v1/tasks/{namespace}/{id}/trigger"),
+            Role::Operate
+        );
+        assert_eq!(required_role(&Method::PUT, "/api/v1/tasks"), Role::Admin);
+        assert_eq!(
+            required_role(&Method::GET, "/api/v1/new-thing"),
+            Role::Admin
+        );
+    }
+
+    #[test]
+    fn new_tokens_are_long_and_distinct() {
+        let (a, b) = (new_token(), new_token());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 3 + 64);
+        assert!(a.starts_with("ax_"));
     }
 }

@@ -24,12 +24,29 @@ pub enum ApiError {
     /// 401 `unauthorized`: missing or wrong bearer token.
     #[error("{0}")]
     Unauthorized(String),
+    /// 403 `forbidden`: the token's role is too low for the route.
+    #[error("{0}")]
+    Forbidden(String),
+    /// 403 `api_closed`: no token is configured on a replica the network can reach; the
+    /// message says what to configure.
+    #[error("{0}")]
+    Closed(String),
     /// 404 `not_found`.
     #[error("{0}")]
     NotFound(String),
     /// 409 `conflict`: the change lost a race or a newer version exists.
     #[error("{0}")]
     Conflict(String),
+    /// A limit on input was exceeded (413 for a body, 414 for a URL, 431 for headers, 429
+    /// for a rate, 422 for a count); `limit_exceeded`. The message names the limit and the
+    /// setting that raises it.
+    #[error("{message}")]
+    Limit {
+        /// The status.
+        status: StatusCode,
+        /// What was exceeded, and how to raise it.
+        message: String,
+    },
     /// 503 `backend_unavailable`: etcd or Redis cannot be reached (retry later).
     #[error("{0}")]
     Unavailable(String),
@@ -53,8 +70,10 @@ impl ApiError {
         match self {
             ApiError::Invalid { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) | ApiError::Closed(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Limit { status, .. } => *status,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -65,8 +84,11 @@ impl ApiError {
         match self {
             ApiError::Invalid { .. } => "invalid_input",
             ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::Closed(_) => "api_closed",
             ApiError::NotFound(_) => "not_found",
             ApiError::Conflict(_) => "conflict",
+            ApiError::Limit { .. } => "limit_exceeded",
             ApiError::Unavailable(_) => "backend_unavailable",
             ApiError::Internal(_) => "internal",
         }
@@ -83,8 +105,8 @@ pub struct ErrorBody {
 /// The `error` object.
 #[derive(Debug, Serialize)]
 pub struct ErrorDetail {
-    /// Stable code (`invalid_input`, `unauthorized`, `not_found`, `conflict`,
-    /// `backend_unavailable`, `internal`).
+    /// Stable code (`invalid_input`, `unauthorized`, `forbidden`, `api_closed`,
+    /// `not_found`, `conflict`, `limit_exceeded`, `backend_unavailable`, `internal`).
     pub code: &'static str,
     /// Human-readable message.
     pub message: String,
