@@ -40,7 +40,8 @@ CONTRACT = {
     "election": {"lease_ttl"},
     "scheduler": {"tick", "catch_up_window", "max_clock_skew", "enqueue_rate_limit", "backlog_alert_threshold"},
     "worker": {"concurrency", "prefetch", "queues", "shutdown_grace", "visibility_timeout"},
-    "http": {"listen", "api_token"},
+    "http": {"listen", "api_token", "tokens"},
+    "limits": {"max_request_bytes", "max_tasks_per_namespace", "triggers_per_task_per_minute"},
     "alerts": {"feishu_webhook", "feishu_secret", "webhook_url", "min_level"},
 }
 # Secrets never belong in the ConfigMap.
@@ -52,7 +53,7 @@ EXPECTED = {
     "default": {"StatefulSet": 1, "Service": 2, "ConfigMap": 1, "PodDisruptionBudget": 1,
                 "ServiceAccount": 1},
     "all-features": {"StatefulSet": 1, "Service": 2, "Ingress": 1, "ServiceMonitor": 1,
-                     "PrometheusRule": 1},
+                     "PrometheusRule": 1, "NetworkPolicy": 1},
     "split": {"StatefulSet": 1, "Deployment": 1, "HorizontalPodAutoscaler": 1,
               "PodDisruptionBudget": 2, "ServiceMonitor": 1, "PrometheusRule": 1},
     "alternatives": {"Deployment": 2, "Service": 1, "PodDisruptionBudget": 2,
@@ -60,7 +61,8 @@ EXPECTED = {
     "deployment": {"Deployment": 1, "Service": 1, "ConfigMap": 1},
 }
 ABSENT = {
-    "default": {"Deployment", "HorizontalPodAutoscaler", "Ingress", "ServiceMonitor", "PrometheusRule"},
+    "default": {"Deployment", "HorizontalPodAutoscaler", "Ingress", "ServiceMonitor", "PrometheusRule",
+                "NetworkPolicy"},
     "deployment": {"StatefulSet", "PodDisruptionBudget", "ServiceAccount", "HorizontalPodAutoscaler"},
     "alternatives": {"StatefulSet", "HorizontalPodAutoscaler"},
 }

@@ -137,6 +137,7 @@ echo "check-chart: values the chart refuses"
 refuse "must exceed config.worker.shutdownGrace" --set terminationGracePeriodSeconds=30
 refuse "must exceed config.worker.shutdownGrace" --set config.worker.shutdownGrace=2m
 refuse "must be StatefulSet or Deployment" --set kind=DaemonSet
+refuse "ingress.enabled needs an API token" --set ingress.enabled=true
 refuse "podAntiAffinity must be soft, hard or empty" --set podAntiAffinity=sometimes
 refuse "must be both set or both empty" --set secrets.etcdTls.existingSecret=x --set secrets.etcdTls.keyKey=
 

@@ -857,17 +857,19 @@ fn check_labels(c: &mut Checker, labels: &BTreeMap<String, String>) {
 
 /// An `http://` or `https://` URL with a host; no full URL parser is needed for that.
 fn check_url(url: &str) -> Result<(), String> {
+    // Errors quote the URL as ax shows URLs everywhere: without credentials or query values.
+    let shown = crate::redact::mask_url(url);
     let rest = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"))
-        .ok_or_else(|| format!("`{url}` must start with http:// or https://"))?;
+        .ok_or_else(|| format!("`{shown}` must start with http:// or https://"))?;
     if url.chars().any(char::is_whitespace) {
-        return Err(format!("`{url}` contains whitespace"));
+        return Err(format!("`{shown}` contains whitespace"));
     }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let host = authority.rsplit('@').next().unwrap_or("");
     if host.is_empty() || host.starts_with(':') {
-        return Err(format!("`{url}` has no host"));
+        return Err(format!("`{shown}` has no host"));
     }
     Ok(())
 }
@@ -1182,6 +1184,12 @@ mod tests {
         assert_eq!(
             errors(r#"{"handler":"http","schedule":{"every":"1m"},"http":{"url":"http:///x"}}"#),
             vec!["http.url: `http:///x` has no host"]
+        );
+        assert_eq!(
+            errors(
+                r#"{"handler":"http","schedule":{"every":"1m"},"http":{"url":"ftp://u:pw@x/?t=s"}}"#
+            ),
+            vec!["http.url: `ftp://***@x/?t=***` must start with http:// or https://"]
         );
         assert_eq!(
             errors(r#"{"handler":"log","schedule":{"every":"1m"},"http":{"url":"http://x"}}"#),
