@@ -360,6 +360,21 @@ async fn metrics_expose_every_fixed_name_without_a_token() {
         assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
     }
     assert!(!text.contains("task_id"), "no task ids as labels");
+    // Metrics are served without a token, so no label may carry a task's data: only these
+    // bounded names, none of them a URL, header or payload.
+    let allowed = [
+        "queue", "handler", "outcome", "backend", "channel", "reason", "version", "le",
+    ];
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((_, labels)) = line.split_once('{') else {
+            continue;
+        };
+        let labels = labels.split_once('}').unwrap().0;
+        for pair in labels.split(',') {
+            let name = pair.split_once('=').unwrap().0;
+            assert!(allowed.contains(&name), "label {name} in {line}");
+        }
+    }
 }
 
 #[tokio::test]
