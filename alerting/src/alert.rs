@@ -166,6 +166,19 @@ pub const DEFAULT_SCHEDULE_DELAY_THRESHOLD: Duration = Duration::from_secs(30);
 pub const DEFAULT_QUEUE_BACKLOG_THRESHOLD: u64 = 1000;
 
 impl Alert {
+    /// The alert with every URL in its title, message and fields masked (user info and
+    /// query values): alerts quote errors, and errors quote the URLs they failed on, which
+    /// may carry credentials. The manager applies it to every alert it takes in.
+    pub fn redacted(mut self) -> Alert {
+        use ax_scheduler_core::redact::mask_urls_in;
+        self.title = mask_urls_in(&self.title);
+        self.message = mask_urls_in(&self.message);
+        for value in self.fields.values_mut() {
+            *value = mask_urls_in(value);
+        }
+        self
+    }
+
     /// A free-form alert; prefer the trigger constructors below where one fits.
     pub fn new(
         level: Level,

@@ -175,7 +175,7 @@ impl AlertSender {
     /// Queues `alert` for the manager; never blocks. Returns `false` (and counts the alert as
     /// dropped) when the intake queue is full or the manager has stopped.
     pub fn send(&self, alert: Alert) -> bool {
-        match self.tx.try_send(alert) {
+        match self.tx.try_send(alert.redacted()) {
             Ok(()) => {
                 if self.shared.overflowing.swap(false, Ordering::Relaxed) {
                     info!("alert intake accepting again");

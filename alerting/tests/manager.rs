@@ -172,6 +172,34 @@ async fn duplicates_within_five_minutes_are_sent_once() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn urls_in_alerts_reach_no_channel_with_their_credentials() {
+    let memory = Memory::new("memory");
+    let run = Running::start(AlertManagerConfig::default(), vec![memory.clone()]);
+    let mut alert = Alert::task_failed(
+        "ns",
+        "hook",
+        1,
+        "POST https://bot:pw@example.com/h?token=s3cret failed: connection refused",
+        NOW,
+    );
+    alert
+        .fields
+        .insert("target".into(), "https://example.com/x?key=s3cret".into());
+    assert!(run.sender.send(alert));
+    settle().await;
+    let delivered = memory.delivered();
+    assert_eq!(
+        delivered[0].message,
+        "Attempt 1 failed: POST https://***@example.com/h?token=*** failed: connection refused"
+    );
+    assert_eq!(
+        delivered[0].fields["target"],
+        "https://example.com/x?key=***"
+    );
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn ten_a_minute_then_one_summary() {
     let memory = Memory::new("memory");
     let run = Running::start(AlertManagerConfig::default(), vec![memory.clone()]);
