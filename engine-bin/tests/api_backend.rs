@@ -22,11 +22,16 @@ struct Api {
 }
 
 async fn api(label: &str) -> Api {
+    api_with(label, |_| {}).await
+}
+
+async fn api_with(label: &str, adjust: impl FnOnce(&mut Config)) -> Api {
     let mut config = Config::default();
     config.etcd.endpoints = vec![ax_testkit::etcd_endpoint()];
     config.etcd.prefix = format!("/{}", ax_testkit::unique_name(label));
     config.redis.url = ax_testkit::redis_url();
     config.redis.key_prefix = ax_testkit::unique_name(label);
+    adjust(&mut config);
     let backend = Backend::connect(&config).await.unwrap();
     let state = AppState {
         metrics: Arc::new(Metrics::new(&config.worker.queues, &[]).unwrap()),
@@ -65,6 +70,40 @@ impl Api {
         };
         (status, value)
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_namespace_refuses_new_tasks_but_not_replacements() {
+    let a = api_with("api-ns-limit", |c| c.limits.max_tasks_per_namespace = 2).await;
+    let spec = |id: &str, version: u64| {
+        json!({"id": id, "namespace": "small", "handler": "log",
+               "schedule": {"every": "1m"}, "version": version})
+    };
+    for id in ["a", "b"] {
+        let (status, body) = a
+            .call(Method::POST, "/api/v1/tasks", Some(spec(id, 1)))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let (status, body) = a
+        .call(Method::POST, "/api/v1/tasks", Some(spec("c", 1)))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["code"], "limit_exceeded");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("limits.max_tasks_per_namespace"),
+        "{message}"
+    );
+    // Replacing a task, and a task in another namespace, still go through.
+    let (status, body) = a
+        .call(Method::POST, "/api/v1/tasks", Some(spec("a", 2)))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let mut other = spec("c", 1);
+    other["namespace"] = json!("other");
+    let (status, body) = a.call(Method::POST, "/api/v1/tasks", Some(other)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
