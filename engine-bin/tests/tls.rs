@@ -7,9 +7,10 @@
 use std::time::Duration;
 
 use ax_election::Candidate;
-use ax_engine::backend::{connect_etcd, connect_queue, election_config, Backend};
+use ax_engine::backend::{connect_etcd, connect_queue, election_config, etcd_tls, Backend};
 use ax_engine::config::Config;
 use ax_engine::http::ApiBackend;
+use ax_engine::scheduler::clock::ClockCheck;
 use ax_testkit::{unique_name, ClientAuth, EtcdServer, RedisServer, TlsMaterial};
 
 fn path(p: std::path::PathBuf) -> String {
@@ -123,4 +124,30 @@ async fn a_missing_or_foreign_client_certificate_is_refused_naming_cert_file() {
         e.contains("check redis.cert_file and redis.key_file"),
         "{e}"
     );
+}
+
+#[tokio::test]
+async fn the_clock_check_reads_tls_etcds_clock_and_fails_loudly_without_its_ca() {
+    let tls = TlsMaterial::new();
+    let other = TlsMaterial::new();
+    let etcd = EtcdServer::start_with_tls(&tls);
+    let redis = RedisServer::start_with_tls(&tls, ClientAuth::Optional);
+
+    // The same CA and client certificate as the etcd client; etcd runs on this host, so
+    // the clocks agree within the check's precision.
+    let c = config(&etcd, &redis, &tls, Some(&tls));
+    let check = ClockCheck::new(&etcd.endpoint(), etcd_tls(&c).unwrap().as_ref()).unwrap();
+    let skew = check.skew().await.unwrap();
+    assert!(skew.abs() <= 1.5, "{skew}");
+
+    let wrong_ca = config(&etcd, &redis, &other, Some(&tls));
+    let check = ClockCheck::new(&etcd.endpoint(), etcd_tls(&wrong_ca).unwrap().as_ref()).unwrap();
+    let e = format!("{:#}", check.skew().await.unwrap_err());
+    assert!(e.contains("check etcd.ca_file"), "{e}");
+
+    // etcd's --client-cert-auth covers its HTTP endpoints too.
+    let no_cert = config(&etcd, &redis, &tls, None);
+    let check = ClockCheck::new(&etcd.endpoint(), etcd_tls(&no_cert).unwrap().as_ref()).unwrap();
+    let e = format!("{:#}", check.skew().await.unwrap_err());
+    assert!(e.contains("check etcd.cert_file and etcd.key_file"), "{e}");
 }

@@ -185,8 +185,8 @@ pub(crate) fn tls_hint(error: &str, backend: &str, ca_set: bool) -> String {
         )
     } else if error.contains("BadCertificate") || error.contains("UnknownCA") {
         format!(
-            " (the server refused the client certificate: check {backend}.cert_file and \
-             {backend}.key_file against the CA the server trusts)"
+            " (the server refused this client's certificate, or wanted one: check \
+             {backend}.cert_file and {backend}.key_file against the CA the server trusts)"
         )
     } else if ca_set && error.contains("connection closed") {
         // Under TLS 1.3 a client learns only after its handshake that the server refused its
