@@ -6,7 +6,9 @@
 //! deliberately to [`QueueConfig::command_timeout`], and every call is also bounded by a
 //! Tokio timeout so a reconnect storm cannot stall a caller. Blocking takes use a separate
 //! connection per consumer (see `consumer.rs`): a blocking command would hold up everything
-//! else multiplexed on the same socket.
+//! else multiplexed on the same socket. All of them come from one `redis::Client`, made once
+//! with the TLS settings of [`QueueConfig::tls`], so a consumer's connection can never differ
+//! from the shared one in what it trusts or presents.
 
 use std::collections::BTreeMap;
 use std::future::Future;
