@@ -35,7 +35,7 @@ CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 CONTRACT = {
     "etcd": {"endpoints", "prefix", "username", "password", "ca_file", "cert_file", "key_file", "timeout",
              "quota_backend_bytes"},
-    "redis": {"url", "password", "key_prefix"},
+    "redis": {"url", "password", "ca_file", "cert_file", "key_file", "key_prefix"},
     "instance": {"id", "roles", "namespaces"},
     "election": {"lease_ttl"},
     "scheduler": {"tick", "catch_up_window", "max_clock_skew", "enqueue_rate_limit", "backlog_alert_threshold"},
@@ -170,10 +170,11 @@ def main():
             mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
             if "/etc/ax" not in mounts:
                 err(f"{where}: the config file must be mounted at /etc/ax/ax.toml")
-            for key in ("ca_file", "cert_file", "key_file"):
-                path = toml_cfg.get("etcd", {}).get(key)
-                if path and os.path.dirname(path) not in mounts:
-                    err(f"{where}: etcd.{key} {path} is not in a mounted volume")
+            for section in ("etcd", "redis"):
+                for key in ("ca_file", "cert_file", "key_file"):
+                    path = toml_cfg.get(section, {}).get(key)
+                    if path and os.path.dirname(path) not in mounts:
+                        err(f"{where}: {section}.{key} {path} is not in a mounted volume")
 
     # An HPA scales a rendered workload, which leaves its replica count to the HPA (a fixed
     # spec.replicas would be reset on every upgrade).

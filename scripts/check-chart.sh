@@ -140,6 +140,9 @@ refuse "must be StatefulSet or Deployment" --set kind=DaemonSet
 refuse "ingress.enabled needs an API token" --set ingress.enabled=true
 refuse "podAntiAffinity must be soft, hard or empty" --set podAntiAffinity=sometimes
 refuse "must be both set or both empty" --set secrets.etcdTls.existingSecret=x --set secrets.etcdTls.keyKey=
+refuse "config.redis.url must be rediss://" --set secrets.redisTls.existingSecret=x
+refuse "must be both set or both empty" --set config.redis.url=rediss://r:6380 --set secrets.redisTls.existingSecret=x --set secrets.redisTls.certKey=
+refuse "neither caKey nor certKey" --set config.redis.url=rediss://r:6380 --set secrets.redisTls.existingSecret=x --set secrets.redisTls.caKey= --set secrets.redisTls.certKey= --set secrets.redisTls.keyKey=
 
 # The packaged chart must carry the rules themselves: helm package follows the symlink.
 echo "check-chart: helm package"

@@ -22,12 +22,15 @@ mod tasks;
 use std::time::Duration;
 
 use ax_election::ElectionConfig;
-use ax_queue::{Queue, QueueConfig};
+use ax_queue::Queue;
 use ax_registry::Registry;
 use etcd_client::Client;
 use tokio::sync::OnceCell;
 
-pub use connect::{connect_etcd, connect_queue, election_config, queue_config, registry_config};
+pub use connect::{
+    connect_etcd, connect_queue, election_config, etcd_tls, queue_config, redis_tls,
+    registry_config, EtcdTls,
+};
 
 use crate::config::Config;
 use crate::http::api::{
@@ -42,9 +45,8 @@ pub struct Backend {
     registry: Registry,
     election: ElectionConfig,
     queue: OnceCell<Queue>,
-    redis_url: String,
-    redis_shown: String,
-    queue_config: QueueConfig,
+    /// For connecting Redis on first use, through the same path as a replica.
+    config: Config,
     worker_queues: Vec<String>,
     request_timeout: Duration,
     etcd_quota_bytes: u64,
@@ -73,9 +75,7 @@ impl Backend {
             etcd,
             election: election_config(config),
             queue: OnceCell::new_with(queue),
-            redis_url: config.redis_connection_url(),
-            redis_shown: config.masked().redis.url,
-            queue_config: queue_config(config),
+            config: config.clone(),
             worker_queues: config.worker.queues.clone(),
             request_timeout: config.etcd.timeout,
             etcd_quota_bytes: config.etcd.quota_backend_bytes,
@@ -97,14 +97,9 @@ impl Backend {
     async fn queue(&self) -> Result<&Queue, ApiError> {
         self.queue
             .get_or_try_init(|| async {
-                Queue::connect(&self.redis_url, self.queue_config.clone())
+                connect_queue(&self.config)
                     .await
-                    .map_err(|e| {
-                        ApiError::Unavailable(format!(
-                            "cannot connect to Redis at {} (redis.url): {e}",
-                            self.redis_shown
-                        ))
-                    })
+                    .map_err(|e| ApiError::Unavailable(format!("{e:#}")))
             })
             .await
     }

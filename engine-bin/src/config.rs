@@ -143,6 +143,13 @@ pub struct Redis {
     pub url: String,
     /// Password (secret); when set it replaces any password in `url`.
     pub password: String,
+    /// CA bundle that signed the server's certificate (`rediss://` only); empty: the
+    /// system's root certificates.
+    pub ca_file: String,
+    /// Client certificate for mutual TLS (with `key_file`; `rediss://` only).
+    pub cert_file: String,
+    /// Client key for mutual TLS (with `cert_file`).
+    pub key_file: String,
     /// Prefix of every Redis key ax writes; default `ax`.
     pub key_prefix: String,
     /// Executions kept in each task's history (`ax task history`); default 100.
@@ -162,6 +169,9 @@ impl Default for Redis {
         Redis {
             url: "redis://127.0.0.1:6379/0".to_owned(),
             password: String::new(),
+            ca_file: String::new(),
+            cert_file: String::new(),
+            key_file: String::new(),
             key_prefix: "ax".to_owned(),
             history_cap: ax_queue::DEFAULT_HISTORY_CAP,
             history_retention: ax_queue::DEFAULT_HISTORY_RETENTION,

@@ -31,7 +31,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::backend::{connect_etcd, connect_queue, election_config, registry_config, Backend};
+use crate::backend::{
+    connect_etcd, connect_queue, election_config, etcd_tls, registry_config, Backend,
+};
 use crate::config::{AlertLevel, Config, Role};
 use crate::http::{self, ApiBackend, AppState};
 use crate::late_api::LateApi;
@@ -40,6 +42,7 @@ use crate::metrics::{
 };
 use crate::readiness::Readiness;
 use crate::reporter::EngineReporter;
+use crate::scheduler::clock::ClockCheck;
 use crate::scheduler::{self, LeaderDeps, LeaderSettings};
 use crate::shutdown::Shutdown;
 
@@ -387,6 +390,8 @@ impl Parts<'_> {
             let rate = f64::from(config.scheduler.enqueue_rate_limit);
             (rate, rate.max(1.0))
         });
+        // The clock check trusts and presents what the etcd client does.
+        let etcd_tls = etcd_tls(config)?;
         let settings = LeaderSettings {
             instance_id: config.instance.id.clone(),
             dispatcher: DispatcherConfig {
@@ -404,7 +409,12 @@ impl Parts<'_> {
             enqueue_stall_limit: config.scheduler.enqueue_stall_limit,
             delay_alert_threshold: ax_alerting::DEFAULT_SCHEDULE_DELAY_THRESHOLD,
             max_clock_skew: config.scheduler.max_clock_skew,
-            skew_endpoint: config.etcd.endpoints.first().cloned(),
+            clock_check: config
+                .etcd
+                .endpoints
+                .first()
+                .map(|endpoint| ClockCheck::new(endpoint, etcd_tls.as_ref()))
+                .transpose()?,
             namespaces: config.instance.namespaces.clone(),
         };
         let deps = LeaderDeps {

@@ -1,4 +1,7 @@
 //! Queue client settings, with the defaults documented on each field.
+//!
+//! TLS material is plain PEM bytes, not file paths: the caller decides where certificates
+//! come from (files, a secret store) and this crate never touches the file system for them.
 
 use std::time::Duration;
 
@@ -42,6 +45,37 @@ pub struct QueueConfig {
     pub reconnect_retries: usize,
     /// Longest wait between reconnect attempts. Default 1 s.
     pub reconnect_max_delay: Duration,
+    /// TLS settings for a `rediss://` URL beyond the defaults (a private CA, a client
+    /// certificate). Default none: `rediss://` trusts the system's root certificates.
+    pub tls: Option<RedisTls>,
+}
+
+/// TLS material for `rediss://`, as PEM bytes.
+#[derive(Clone, Default)]
+pub struct RedisTls {
+    /// CA certificates that signed the server's certificate; `None`: the system's roots.
+    pub ca: Option<Vec<u8>>,
+    /// Client certificate chain and key for mutual TLS; `None`: no client certificate.
+    pub client: Option<ClientIdentity>,
+}
+
+/// A client certificate chain and its private key, as PEM bytes.
+#[derive(Clone)]
+pub struct ClientIdentity {
+    /// The certificate chain, leaf first.
+    pub cert: Vec<u8>,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: Vec<u8>,
+}
+
+// The key is a secret and certificates are noise in a log: say only what is set.
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTls")
+            .field("ca", &self.ca.as_ref().map(|_| "set"))
+            .field("client", &self.client.as_ref().map(|_| "set"))
+            .finish()
+    }
 }
 
 impl Default for QueueConfig {
@@ -57,6 +91,7 @@ impl Default for QueueConfig {
             dlq_max_entries: DEFAULT_DLQ_MAX_ENTRIES,
             reconnect_retries: 4,
             reconnect_max_delay: Duration::from_secs(1),
+            tls: None,
         }
     }
 }

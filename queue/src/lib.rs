@@ -21,8 +21,8 @@ mod scripts;
 mod server;
 
 pub use config::{
-    QueueConfig, DEFAULT_DLQ_MAX_ENTRIES, DEFAULT_DLQ_RETENTION, DEFAULT_HISTORY_CAP,
-    DEFAULT_HISTORY_RETENTION,
+    ClientIdentity, QueueConfig, RedisTls, DEFAULT_DLQ_MAX_ENTRIES, DEFAULT_DLQ_RETENTION,
+    DEFAULT_HISTORY_CAP, DEFAULT_HISTORY_RETENTION,
 };
 pub use consumer::Consumer;
 pub use dlq::DlqEntry;

@@ -6,7 +6,9 @@
 //! deliberately to [`QueueConfig::command_timeout`], and every call is also bounded by a
 //! Tokio timeout so a reconnect storm cannot stall a caller. Blocking takes use a separate
 //! connection per consumer (see `consumer.rs`): a blocking command would hold up everything
-//! else multiplexed on the same socket.
+//! else multiplexed on the same socket. All of them come from one `redis::Client`, made once
+//! with the TLS settings of [`QueueConfig::tls`], so a consumer's connection can never differ
+//! from the shared one in what it trusts or presents.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -17,7 +19,7 @@ use ax_scheduler_core::{EnqueueOutcome, UtcMillis};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisResult};
 
-use crate::config::QueueConfig;
+use crate::config::{QueueConfig, RedisTls};
 use crate::error::{QueueError, Result};
 use crate::keys::{validate_name, Keys};
 use crate::message::{Dedupe, ExecutionMessage};
@@ -135,6 +137,31 @@ pub(crate) fn manager_config(
         .set_max_delay(u64::try_from(cfg.reconnect_max_delay.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// The one way this crate makes a Redis client: every connection (the shared one and each
+/// consumer's, which clone it) carries the same TLS settings.
+fn client(url: &str, tls: Option<&RedisTls>) -> Result<redis::Client> {
+    let Some(tls) = tls else {
+        return redis::Client::open(url).map_err(QueueError::redis("connect"));
+    };
+    // Checked here rather than left to the client, whose own message does not say that the
+    // certificates were given for a plain connection.
+    if !url.starts_with("rediss://") {
+        return Err(QueueError::InvalidConfig(
+            "TLS settings are given but the URL is not rediss://".into(),
+        ));
+    }
+    let certificates = redis::TlsCertificates {
+        client_tls: tls.client.as_ref().map(|id| redis::ClientTlsConfig {
+            client_cert: id.cert.clone(),
+            client_key: id.key.clone(),
+        }),
+        root_cert: tls.ca.clone(),
+    };
+    // The client parses the PEM here, so an error is bad material, not a network failure.
+    redis::Client::build_with_tls(url, certificates)
+        .map_err(|e| QueueError::InvalidConfig(format!("TLS certificates or key: {e}")))
+}
+
 pub(crate) fn check_queue(name: &str) -> Result<()> {
     if validate_name(name) {
         Ok(())
@@ -153,10 +180,11 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl Queue {
-    /// Connects to Redis at `url` (`redis://host:port/db`).
+    /// Connects to Redis at `url` (`redis://host:port/db`, or `rediss://` for TLS with
+    /// [`QueueConfig::tls`]).
     pub async fn connect(url: &str, cfg: QueueConfig) -> Result<Self> {
         cfg.validate()?;
-        let client = redis::Client::open(url).map_err(QueueError::redis("connect"))?;
+        let client = client(url, cfg.tls.as_ref())?;
         let mcfg = manager_config(&cfg, cfg.command_timeout);
         let limit = cfg.connect_timeout.saturating_mul(2);
         let conn = match tokio::time::timeout(

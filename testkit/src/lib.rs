@@ -8,7 +8,9 @@
 //! Tests that must stop or restart a server (connection loss, compaction, failover) start a
 //! private one with [`EtcdServer::start`] or [`RedisServer::start`], from the `etcd` and
 //! `redis-server` binaries that `scripts/setup.sh` installs. Each owns its temp data folder
-//! and is killed when dropped.
+//! and is killed when dropped. Tests of TLS start theirs with [`EtcdServer::start_with_tls`]
+//! or [`RedisServer::start_with_tls`] and certificates from a [`TlsMaterial`]; the server
+//! keeps copies of its files, so it restarts with them whatever the test dropped.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -16,6 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod tls;
+
+pub use tls::TlsMaterial;
 
 /// The etcd endpoint of the shared test server (`http://127.0.0.1:PORT`).
 ///
@@ -94,6 +100,11 @@ fn http_get_contains(port: u16, path: &str, needle: &str) -> bool {
     body.contains(needle)
 }
 
+fn accepts(port: u16) -> bool {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+}
+
 fn redis_ping(port: u16) -> bool {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
@@ -126,6 +137,9 @@ fn binary(name: &str) -> PathBuf {
 pub struct EtcdServer {
     client_port: u16,
     peer_port: u16,
+    /// Serves `/health` over plain HTTP when the client port has TLS (and so would want a
+    /// client certificate from the readiness check).
+    metrics_port: Option<u16>,
     data: tempfile::TempDir,
     child: Option<Child>,
     extra_args: Vec<String>,
@@ -144,6 +158,7 @@ impl EtcdServer {
         let mut server = EtcdServer {
             client_port: free_port(),
             peer_port: free_port(),
+            metrics_port: None,
             data,
             child: None,
             extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
@@ -152,9 +167,41 @@ impl EtcdServer {
         server
     }
 
-    /// The client endpoint, `http://127.0.0.1:PORT`.
+    /// Like [`EtcdServer::start`] with TLS on the client port: the server certificate of
+    /// `tls`, and (`--client-cert-auth`) only clients with a certificate signed by its CA.
+    pub fn start_with_tls(tls: &TlsMaterial) -> Self {
+        let data = tempfile::tempdir().expect("temp folder for etcd data");
+        tls.copy_server_files(data.path());
+        let file = |name: &str| data.path().join(name).display().to_string();
+        let extra_args = vec![
+            "--cert-file".to_owned(),
+            file("server.crt"),
+            "--key-file".to_owned(),
+            file("server.key"),
+            "--trusted-ca-file".to_owned(),
+            file("ca.crt"),
+            "--client-cert-auth".to_owned(),
+        ];
+        let mut server = EtcdServer {
+            client_port: free_port(),
+            peer_port: free_port(),
+            metrics_port: Some(free_port()),
+            data,
+            child: None,
+            extra_args,
+        };
+        server.restart();
+        server
+    }
+
+    /// The client endpoint, `http://127.0.0.1:PORT` (`https://` with TLS).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.metrics_port.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// The data folder (kept across restarts).
@@ -178,8 +225,17 @@ impl EtcdServer {
     /// Starts the server again on the same ports and data (killing it first if it runs).
     pub fn restart(&mut self) {
         self.kill();
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let client = self.endpoint();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let metrics: Vec<String> = self
+            .metrics_port
+            .map(|p| {
+                vec![
+                    "--listen-metrics-urls".to_owned(),
+                    format!("http://127.0.0.1:{p}"),
+                ]
+            })
+            .unwrap_or_default();
         let log = std::fs::File::create(self.data.path().join("etcd.log"))
             .expect("create the etcd log file");
         let child = Command::new(binary("etcd"))
@@ -197,6 +253,7 @@ impl EtcdServer {
             .arg(&peer)
             .arg("--initial-cluster")
             .arg(format!("ax-test={peer}"))
+            .args(&metrics)
             .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -204,7 +261,7 @@ impl EtcdServer {
             .spawn()
             .expect("spawn etcd");
         self.child = Some(child);
-        let port = self.client_port;
+        let port = self.metrics_port.unwrap_or(self.client_port);
         wait_until(Duration::from_secs(20), "private etcd", || {
             http_get_contains(port, "/health", "\"health\":\"true\"")
         });
@@ -227,6 +284,15 @@ pub fn signal(pid: u32, signal: &str) {
     assert!(status.success(), "kill -{signal} {pid} failed");
 }
 
+/// Whether a Redis server with TLS asks clients for a certificate (`--tls-auth-clients`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// A client must present a certificate signed by the CA.
+    Required,
+    /// A client may present one; without, it is let in.
+    Optional,
+}
+
 /// A private Redis server on a free loopback port, for tests that stop or restart it;
 /// without persistence unless started with [`RedisServer::start_with_aof`].
 pub struct RedisServer {
@@ -234,6 +300,7 @@ pub struct RedisServer {
     data: tempfile::TempDir,
     child: Option<Child>,
     aof: bool,
+    tls: Option<ClientAuth>,
 }
 
 impl RedisServer {
@@ -248,6 +315,22 @@ impl RedisServer {
         Self::start_as(true)
     }
 
+    /// Starts Redis with TLS only (no plain port): the server certificate of `tls`, clients
+    /// checked against its CA as `auth` says.
+    pub fn start_with_tls(tls: &TlsMaterial, auth: ClientAuth) -> Self {
+        let data = tempfile::tempdir().expect("temp folder for Redis");
+        tls.copy_server_files(data.path());
+        let mut server = RedisServer {
+            port: free_port(),
+            data,
+            child: None,
+            aof: false,
+            tls: Some(auth),
+        };
+        server.restart();
+        server
+    }
+
     fn start_as(aof: bool) -> Self {
         let data = tempfile::tempdir().expect("temp folder for Redis");
         let mut server = RedisServer {
@@ -255,6 +338,7 @@ impl RedisServer {
             data,
             child: None,
             aof,
+            tls: None,
         };
         server.restart();
         server
@@ -265,9 +349,14 @@ impl RedisServer {
         self.child.as_ref().map(Child::id)
     }
 
-    /// The URL, `redis://127.0.0.1:PORT`.
+    /// The URL, `redis://127.0.0.1:PORT` (`rediss://` with TLS).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// Kills the server (SIGKILL). Without persistence its data is gone.
@@ -281,9 +370,30 @@ impl RedisServer {
     /// Starts the server again on the same port (killing it first if it runs).
     pub fn restart(&mut self) {
         self.kill();
+        let dir = self.data.path();
+        let ports: Vec<String> = match self.tls {
+            None => vec!["--port".into(), self.port.to_string()],
+            Some(auth) => vec![
+                "--port".into(),
+                "0".into(),
+                "--tls-port".into(),
+                self.port.to_string(),
+                "--tls-cert-file".into(),
+                dir.join("server.crt").display().to_string(),
+                "--tls-key-file".into(),
+                dir.join("server.key").display().to_string(),
+                "--tls-ca-cert-file".into(),
+                dir.join("ca.crt").display().to_string(),
+                "--tls-auth-clients".into(),
+                match auth {
+                    ClientAuth::Required => "yes",
+                    ClientAuth::Optional => "optional",
+                }
+                .into(),
+            ],
+        };
         let child = Command::new(binary("redis-server"))
-            .arg("--port")
-            .arg(self.port.to_string())
+            .args(&ports)
             .arg("--bind")
             .arg("127.0.0.1")
             .arg("--save")
@@ -301,8 +411,15 @@ impl RedisServer {
             .expect("spawn redis-server");
         self.child = Some(child);
         let port = self.port;
+        // A plain PING cannot cross TLS; Redis binds its port only once it serves, and with no
+        // data to load an accepted connection is a ready server.
+        let tls = self.tls.is_some();
         wait_until(Duration::from_secs(10), "private Redis", || {
-            redis_ping(port)
+            if tls {
+                accepts(port)
+            } else {
+                redis_ping(port)
+            }
         });
     }
 }

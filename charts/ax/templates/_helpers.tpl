@@ -112,9 +112,26 @@ Refuses values that would kill running executions on every rollout.
 {{- if ne (empty .Values.secrets.etcdTls.certKey) (empty .Values.secrets.etcdTls.keyKey) }}
 {{- fail "secrets.etcdTls.certKey and secrets.etcdTls.keyKey must be both set or both empty" }}
 {{- end }}
+{{- $rtls := .Values.secrets.redisTls }}
+{{- if $rtls.existingSecret }}
+{{- if not (hasPrefix "rediss://" .Values.config.redis.url) }}
+{{- fail "secrets.redisTls is set, so Redis connections use TLS: config.redis.url must be rediss://" }}
+{{- end }}
+{{- if and (not $rtls.caKey) (not $rtls.certKey) }}
+{{- fail "secrets.redisTls names a Secret but neither caKey nor certKey: name the CA's key, the client certificate's, or both" }}
+{{- end }}
+{{- end }}
+{{- if ne (empty $rtls.certKey) (empty $rtls.keyKey) }}
+{{- fail "secrets.redisTls.certKey and secrets.redisTls.keyKey must be both set or both empty" }}
+{{- end }}
 {{- end }}
 
 {{/*
 Where the etcd TLS Secret is mounted.
 */}}
 {{- define "ax.etcdTlsDir" -}}/etc/ax-etcd-tls{{- end }}
+
+{{/*
+Where the Redis TLS Secret is mounted.
+*/}}
+{{- define "ax.redisTlsDir" -}}/etc/ax-redis-tls{{- end }}

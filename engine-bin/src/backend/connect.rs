@@ -7,12 +7,18 @@
 //! cheap read under the configured timeout and reports an unreachable cluster by its
 //! endpoints. TLS is rustls; a CA bundle is required for `https://` endpoints because no
 //! system roots are built in (etcd clusters are almost always signed by a private CA).
+//!
+//! Redis with `rediss://` trusts the system's roots unless `redis.ca_file` names a CA. The
+//! certificate files of both backends are read here, at each connect, and handed to the
+//! libraries as bytes: the libraries never read files, and a replica that reconnects picks
+//! up renewed certificates. A failed TLS handshake is reported with the setting to look at,
+//! since the TLS library's words ("UnknownIssuer") do not name one.
 
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use ax_election::ElectionConfig;
-use ax_queue::{Queue, QueueConfig};
+use ax_queue::{ClientIdentity, Queue, QueueConfig, RedisTls};
 use ax_registry::RegistryConfig;
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
 
@@ -45,7 +51,10 @@ pub async fn connect_etcd(config: &Config) -> anyhow::Result<Client> {
     .await
     {
         Ok(Ok(client)) => client,
-        Ok(Err(e)) => bail!("cannot connect to etcd at {endpoints} (etcd.endpoints): {e}"),
+        Ok(Err(e)) => bail!(
+            "cannot connect to etcd at {endpoints} (etcd.endpoints): {e}{}",
+            tls_hint(&format!("{e:?}"), "etcd", !etcd.ca_file.is_empty())
+        ),
         Err(_) => bail!(
             "etcd at {endpoints} (etcd.endpoints) did not answer within {} (etcd.timeout)",
             humantime::format_duration(etcd.timeout)
@@ -60,7 +69,10 @@ pub async fn connect_etcd(config: &Config) -> anyhow::Result<Client> {
     );
     match tokio::time::timeout(etcd.timeout, probe).await {
         Ok(Ok(_)) => Ok(client),
-        Ok(Err(e)) => bail!("cannot reach etcd at {endpoints} (etcd.endpoints): {e}"),
+        Ok(Err(e)) => bail!(
+            "cannot reach etcd at {endpoints} (etcd.endpoints): {e}{}",
+            tls_hint(&format!("{e:?}"), "etcd", !etcd.ca_file.is_empty())
+        ),
         Err(_) => bail!(
             "etcd at {endpoints} (etcd.endpoints) did not answer within {} (etcd.timeout)",
             humantime::format_duration(etcd.timeout)
@@ -68,8 +80,19 @@ pub async fn connect_etcd(config: &Config) -> anyhow::Result<Client> {
     }
 }
 
-/// The TLS settings for etcd: `None` without `etcd.ca_file`.
-fn tls_options(config: &Config) -> anyhow::Result<Option<TlsOptions>> {
+/// etcd's TLS material as PEM bytes, for every client that talks to etcd (the gRPC client,
+/// the clock check over HTTP), so that they trust and present the same certificates.
+#[derive(Clone)]
+pub struct EtcdTls {
+    /// `etcd.ca_file`.
+    pub ca: Vec<u8>,
+    /// `etcd.cert_file` and `etcd.key_file`, when set.
+    pub identity: Option<ClientIdentity>,
+}
+
+/// Reads etcd's TLS files: `None` without `etcd.ca_file`. An `https://` endpoint needs the
+/// CA (no system roots are used) and the CA needs `https://` endpoints.
+pub fn etcd_tls(config: &Config) -> anyhow::Result<Option<EtcdTls>> {
     let etcd = &config.etcd;
     if etcd.ca_file.is_empty() {
         if let Some(e) = etcd.endpoints.iter().find(|e| e.starts_with("https://")) {
@@ -83,25 +106,113 @@ fn tls_options(config: &Config) -> anyhow::Result<Option<TlsOptions>> {
     if let Some(e) = etcd.endpoints.iter().find(|e| e.starts_with("http://")) {
         bail!("etcd.ca_file is set, so connections use TLS, but endpoint {e} is http://: use https://");
     }
-    let ca = std::fs::read(&etcd.ca_file)
-        .with_context(|| format!("cannot read etcd.ca_file {}", etcd.ca_file))?;
-    let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
-    if !etcd.cert_file.is_empty() {
-        let cert = std::fs::read(&etcd.cert_file)
-            .with_context(|| format!("cannot read etcd.cert_file {}", etcd.cert_file))?;
-        let key = std::fs::read(&etcd.key_file)
-            .with_context(|| format!("cannot read etcd.key_file {}", etcd.key_file))?;
-        tls = tls.identity(Identity::from_pem(cert, key));
-    }
-    Ok(Some(tls))
+    Ok(Some(EtcdTls {
+        ca: read_setting("etcd.ca_file", &etcd.ca_file)?,
+        identity: identity("etcd", &etcd.cert_file, &etcd.key_file)?,
+    }))
 }
 
-/// Connects the Redis queue client (`redis.url` with `redis.password`, `redis.key_prefix`).
+/// The TLS settings of the etcd client: `None` without `etcd.ca_file`.
+fn tls_options(config: &Config) -> anyhow::Result<Option<TlsOptions>> {
+    Ok(etcd_tls(config)?.map(|tls| {
+        let options = TlsOptions::new().ca_certificate(Certificate::from_pem(tls.ca));
+        match tls.identity {
+            Some(id) => options.identity(Identity::from_pem(id.cert, id.key)),
+            None => options,
+        }
+    }))
+}
+
+/// Reads Redis's TLS files: `None` when neither `redis.ca_file` nor `redis.cert_file` is set
+/// (a `rediss://` URL then trusts the system's roots).
+pub fn redis_tls(config: &Config) -> anyhow::Result<Option<RedisTls>> {
+    let redis = &config.redis;
+    if redis.ca_file.is_empty() && redis.cert_file.is_empty() {
+        return Ok(None);
+    }
+    let ca = if redis.ca_file.is_empty() {
+        None
+    } else {
+        Some(read_setting("redis.ca_file", &redis.ca_file)?)
+    };
+    Ok(Some(RedisTls {
+        ca,
+        client: identity("redis", &redis.cert_file, &redis.key_file)?,
+    }))
+}
+
+/// The client certificate and key of `backend` (`etcd`, `redis`), when `cert_file` is set.
+fn identity(
+    backend: &str,
+    cert_file: &str,
+    key_file: &str,
+) -> anyhow::Result<Option<ClientIdentity>> {
+    if cert_file.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(ClientIdentity {
+        cert: read_setting(&format!("{backend}.cert_file"), cert_file)?,
+        key: read_setting(&format!("{backend}.key_file"), key_file)?,
+    }))
+}
+
+fn read_setting(key: &str, path: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("cannot read {key} {path}"))
+}
+
+/// What to check after a TLS failure of `backend` (`etcd`, `redis`), as words to append to
+/// the error; empty for other errors. `error` is the error with its causes (the `{:?}` of a
+/// client error whose display alone hides the TLS cause).
+pub(crate) fn tls_hint(error: &str, backend: &str, ca_set: bool) -> String {
+    // rustls's words: the server's certificate did not verify, or the server sent an alert
+    // about ours.
+    if error.contains("invalid peer certificate") {
+        if ca_set {
+            format!(
+                " (the server's certificate is not signed by the CA in {backend}.ca_file, or \
+                 does not name this host: check {backend}.ca_file)"
+            )
+        } else {
+            format!(
+                " (the server's certificate is not signed by a CA this host trusts: set \
+                 {backend}.ca_file to the CA that signed it)"
+            )
+        }
+    } else if error.contains("CertificateRequired") {
+        format!(
+            " (the server asks for a client certificate: set {backend}.cert_file and \
+             {backend}.key_file)"
+        )
+    } else if error.contains("BadCertificate") || error.contains("UnknownCA") {
+        format!(
+            " (the server refused this client's certificate, or wanted one: check \
+             {backend}.cert_file and {backend}.key_file against the CA the server trusts)"
+        )
+    } else if ca_set && error.contains("connection closed") {
+        // Under TLS 1.3 a client learns only after its handshake that the server refused its
+        // certificate (etcd's gRPC client sees no more than the connection closing).
+        format!(
+            " (the server closed the TLS connection: if it asks for client certificates, \
+             check {backend}.cert_file and {backend}.key_file)"
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// Connects the Redis queue client (`redis.url` with `redis.password`, `redis.key_prefix`,
+/// the TLS files): the one way ax connects to Redis.
 pub async fn connect_queue(config: &Config) -> anyhow::Result<Queue> {
     let shown = config.masked().redis.url;
-    Queue::connect(&config.redis_connection_url(), queue_config(config))
-        .await
-        .with_context(|| format!("cannot connect to Redis at {shown} (redis.url)"))
+    let mut settings = queue_config(config);
+    settings.tls = redis_tls(config)?;
+    match Queue::connect(&config.redis_connection_url(), settings).await {
+        Ok(queue) => Ok(queue),
+        Err(e) => bail!(
+            "cannot connect to Redis at {shown} (redis.url): {e}{}",
+            tls_hint(&e.to_string(), "redis", !config.redis.ca_file.is_empty())
+        ),
+    }
 }
 
 /// The registry settings of `config`.
@@ -157,6 +268,48 @@ mod tests {
         c.etcd.ca_file.clear();
         c.etcd.endpoints = vec!["http://etcd:2379".into()];
         assert!(tls_options(&c).unwrap().is_none());
+    }
+
+    #[test]
+    fn tls_files_are_read_and_named_when_missing() {
+        let mut c = Config::default();
+        assert!(redis_tls(&c).unwrap().is_none());
+        c.redis.url = "rediss://redis:6380".into();
+        c.redis.ca_file = "/nonexistent/ca.pem".into();
+        let e = format!("{:#}", redis_tls(&c).unwrap_err());
+        assert!(
+            e.contains("cannot read redis.ca_file /nonexistent/ca.pem"),
+            "{e}"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "CA").unwrap();
+        c.redis.ca_file = ca.display().to_string();
+        c.redis.cert_file = ca.display().to_string();
+        c.redis.key_file = "/nonexistent/key.pem".into();
+        let e = format!("{:#}", redis_tls(&c).unwrap_err());
+        assert!(e.contains("cannot read redis.key_file"), "{e}");
+        c.redis.key_file = ca.display().to_string();
+        let tls = redis_tls(&c).unwrap().unwrap();
+        assert_eq!(tls.ca.as_deref(), Some(&b"CA"[..]));
+        assert!(tls.client.is_some());
+    }
+
+    #[test]
+    fn tls_failures_name_the_setting_to_check() {
+        let hint = tls_hint("invalid peer certificate: UnknownIssuer", "redis", false);
+        assert!(hint.contains("set redis.ca_file"), "{hint}");
+        let hint = tls_hint("invalid peer certificate: UnknownIssuer", "etcd", true);
+        assert!(hint.contains("check etcd.ca_file"), "{hint}");
+        let hint = tls_hint("received fatal alert: CertificateRequired", "redis", true);
+        assert!(
+            hint.contains("set redis.cert_file and redis.key_file"),
+            "{hint}"
+        );
+        let hint = tls_hint("received fatal alert: UnknownCA", "redis", true);
+        assert!(hint.contains("check redis.cert_file"), "{hint}");
+        assert!(tls_hint("connection refused", "etcd", true).is_empty());
     }
 
     #[tokio::test]

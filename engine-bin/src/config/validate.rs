@@ -49,6 +49,14 @@ impl Config {
                     .into(),
             );
         }
+        if !self.etcd.cert_file.is_empty() && self.etcd.ca_file.is_empty() {
+            // Without a CA there is no TLS to etcd, and the certificate would go unused.
+            err(
+                "etcd.cert_file",
+                "a client certificate needs TLS, and TLS to etcd needs etcd.ca_file: set it too"
+                    .into(),
+            );
+        }
         if !self.etcd.username.is_empty() && self.etcd.password.is_empty() {
             err("etcd.password", "must be set when etcd.username is".into());
         }
@@ -64,6 +72,27 @@ impl Config {
                     super::mask::mask_url_password(&self.redis.url)
                 ),
             ),
+        }
+        if self.redis.cert_file.is_empty() != self.redis.key_file.is_empty() {
+            err(
+                "redis.cert_file",
+                "cert_file and key_file must be set together (client certificate and its key)"
+                    .into(),
+            );
+        }
+        if !self.redis.url.starts_with("rediss://") {
+            for (key, value) in [
+                ("redis.ca_file", &self.redis.ca_file),
+                ("redis.cert_file", &self.redis.cert_file),
+            ] {
+                if !value.is_empty() {
+                    err(
+                        key,
+                        "is set, so connections use TLS, but redis.url is not rediss://: use rediss://"
+                            .into(),
+                    );
+                }
+            }
         }
         if self.redis.key_prefix.trim().is_empty() {
             err("redis.key_prefix", "must not be empty".into());
@@ -408,11 +437,50 @@ mod tests {
         c.etcd.cert_file = "client.crt".into();
         assert!(errors(&c)[0].starts_with("etcd.cert_file:"));
         c.etcd.key_file = "client.key".into();
+        c.etcd.ca_file = "ca.crt".into();
         c.validate().unwrap();
         for p in ["scheduler", "/scheduler/", ""] {
             c.etcd.prefix = p.into();
             assert!(errors(&c)[0].starts_with("etcd.prefix:"), "{p}");
         }
+    }
+
+    #[test]
+    fn redis_tls_files_go_together_and_need_rediss() {
+        let mut c = valid();
+        c.redis.url = "rediss://redis:6380/0".into();
+        c.redis.cert_file = "client.crt".into();
+        assert_eq!(errors(&c).len(), 1);
+        assert!(errors(&c)[0].starts_with("redis.cert_file:"));
+        c.redis.key_file = "client.key".into();
+        c.validate().unwrap();
+        c.redis.ca_file = "ca.crt".into();
+        c.validate().unwrap();
+
+        c.redis.url = "redis://redis:6379/0".into();
+        let e = errors(&c);
+        assert!(
+            e[0].starts_with("redis.ca_file:") && e[0].contains("rediss://"),
+            "{e:?}"
+        );
+        assert!(
+            e[1].starts_with("redis.cert_file:") && e[1].contains("rediss://"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn an_etcd_client_certificate_needs_the_ca() {
+        let mut c = valid();
+        c.etcd.cert_file = "client.crt".into();
+        c.etcd.key_file = "client.key".into();
+        let e = errors(&c);
+        assert!(
+            e[0].starts_with("etcd.cert_file:") && e[0].contains("etcd.ca_file"),
+            "{e:?}"
+        );
+        c.etcd.ca_file = "ca.crt".into();
+        c.validate().unwrap();
     }
 
     #[test]

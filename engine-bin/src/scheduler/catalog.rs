@@ -164,7 +164,7 @@ mod tests {
             enqueue_stall_limit: Duration::from_secs(30),
             delay_alert_threshold: Duration::from_secs(30),
             max_clock_skew: Duration::from_secs(2),
-            skew_endpoint: None,
+            clock_check: None,
             namespaces: Vec::new(),
         }
     }

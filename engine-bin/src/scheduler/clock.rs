@@ -3,6 +3,12 @@
 //!
 //! The scheduling core works on [`UtcMillis`] handed to it; the leader reads the wall clock
 //! with [`UtcMillis::now`] and sleeps on tokio deadlines computed here.
+//!
+//! The clock check talks HTTP to etcd's client port, beside the gRPC client, so it needs the
+//! same TLS settings: [`ClockCheck`] is built from the same [`EtcdTls`] as the etcd client
+//! (the CA alone, never the built-in web roots, and the client certificate for
+//! `--client-cert-auth`). A check that fails says why and which setting to look at; the
+//! caller decides what a failed check means.
 
 use std::time::Duration;
 
@@ -10,41 +16,100 @@ use anyhow::Context;
 use ax_scheduler_core::UtcMillis;
 use tokio::time::Instant;
 
+use crate::backend::connect::tls_hint;
+use crate::backend::EtcdTls;
+
 /// The tokio instant at which the wall clock will read `target` (now, if it is past).
 pub fn instant_at(target: UtcMillis) -> Instant {
     let wait = target.since(UtcMillis::now());
     Instant::now() + wait
 }
 
-/// How far this host's clock is ahead of etcd's (negative: behind), in seconds.
-///
-/// etcd has no time API, but its HTTP listener stamps every response with a `Date` header
-/// from its host's clock. The header has whole seconds, so the estimate takes the middle of
-/// that second and of the request's round trip: good to about half a second plus half the
-/// round trip, enough for a threshold of seconds.
-pub async fn skew_against(endpoint: &str) -> anyhow::Result<f64> {
-    let url = format!("{}/version", endpoint.trim_end_matches('/'));
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(3))
-        .build()
-        .context("cannot build the HTTP client for the clock check")?;
-    let before = UtcMillis::now();
-    let response = client
-        .get(&url)
-        .send()
-        .await
-        .with_context(|| format!("cannot reach {url}"))?;
-    let after = UtcMillis::now();
-    let date = response
-        .headers()
-        .get(reqwest::header::DATE)
-        .and_then(|v| v.to_str().ok())
-        .context("etcd's response has no Date header")?;
-    let remote = chrono::DateTime::parse_from_rfc2822(date)
-        .with_context(|| format!("cannot read etcd's Date header `{date}`"))?;
-    let remote_mid_ms = remote.timestamp_millis() + 500;
-    let local_mid_ms = (before.0 + after.0) / 2;
-    Ok((local_mid_ms - remote_mid_ms) as f64 / 1000.0)
+/// Limit on one clock check, connection included.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Compares this host's clock with one etcd member's. Cheap to clone (one shared HTTP
+/// client, built once with etcd's TLS settings).
+#[derive(Clone, Debug)]
+pub struct ClockCheck {
+    client: reqwest::Client,
+    url: String,
+    tls: bool,
+}
+
+impl ClockCheck {
+    /// A check against `endpoint` (an `etcd.endpoints` entry), over TLS with `tls` when
+    /// given. A bare `host:port` gets the scheme the etcd client gives it: `https://` with
+    /// TLS, else `http://`.
+    pub fn new(endpoint: &str, tls: Option<&EtcdTls>) -> anyhow::Result<ClockCheck> {
+        let base = endpoint.trim_end_matches('/');
+        let url = if base.contains("://") {
+            format!("{base}/version")
+        } else if tls.is_some() {
+            format!("https://{base}/version")
+        } else {
+            format!("http://{base}/version")
+        };
+        let mut builder = reqwest::Client::builder().timeout(CHECK_TIMEOUT);
+        if let Some(tls) = tls {
+            let roots = reqwest::Certificate::from_pem_bundle(&tls.ca)
+                .context("etcd.ca_file is not a PEM certificate bundle")?;
+            if roots.is_empty() {
+                anyhow::bail!("etcd.ca_file holds no PEM certificate");
+            }
+            // Like the etcd client: the configured CA only.
+            builder = builder.tls_built_in_root_certs(false);
+            for root in roots {
+                builder = builder.add_root_certificate(root);
+            }
+            if let Some(id) = &tls.identity {
+                let mut pem = id.cert.clone();
+                pem.push(b'\n');
+                pem.extend_from_slice(&id.key);
+                let identity = reqwest::Identity::from_pem(&pem).context(
+                    "etcd.cert_file and etcd.key_file are not a PEM certificate and key",
+                )?;
+                builder = builder.identity(identity);
+            }
+        }
+        let client = builder
+            .build()
+            .context("cannot build the HTTP client for the clock check")?;
+        Ok(ClockCheck {
+            client,
+            url,
+            tls: tls.is_some(),
+        })
+    }
+
+    /// How far this host's clock is ahead of etcd's (negative: behind), in seconds.
+    ///
+    /// etcd has no time API, but its HTTP listener stamps every response with a `Date`
+    /// header from its host's clock. The header has whole seconds, so the estimate takes the
+    /// middle of that second and of the request's round trip: good to about half a second
+    /// plus half the round trip, enough for a threshold of seconds.
+    pub async fn skew(&self) -> anyhow::Result<f64> {
+        let before = UtcMillis::now();
+        let response = match self.client.get(&self.url).send().await {
+            Ok(response) => response,
+            Err(e) => {
+                let e = anyhow::Error::new(e);
+                let hint = tls_hint(&format!("{e:#}"), "etcd", self.tls);
+                return Err(e.context(format!("cannot reach {}{hint}", self.url)));
+            }
+        };
+        let after = UtcMillis::now();
+        let date = response
+            .headers()
+            .get(reqwest::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .context("etcd's response has no Date header")?;
+        let remote = chrono::DateTime::parse_from_rfc2822(date)
+            .with_context(|| format!("cannot read etcd's Date header `{date}`"))?;
+        let remote_mid_ms = remote.timestamp_millis() + 500;
+        let local_mid_ms = (before.0 + after.0) / 2;
+        Ok((local_mid_ms - remote_mid_ms) as f64 / 1000.0)
+    }
 }
 
 #[cfg(test)]
@@ -72,6 +137,10 @@ mod tests {
         format!("http://{addr}")
     }
 
+    async fn skew_against(endpoint: &str) -> anyhow::Result<f64> {
+        ClockCheck::new(endpoint, None)?.skew().await
+    }
+
     #[tokio::test]
     async fn skew_is_read_from_etcds_date_header() {
         let behind = skew_against(&fake_etcd(-30).await).await.unwrap();
@@ -79,6 +148,19 @@ mod tests {
         let same = skew_against(&fake_etcd(0).await).await.unwrap();
         assert!(same.abs() <= 1.0, "{same}");
         assert!(skew_against("http://127.0.0.1:1").await.is_err());
+        // A bare host:port, as etcd.endpoints allows, is checked over http without TLS.
+        let bare = fake_etcd(0).await.replace("http://", "");
+        assert!(skew_against(&bare).await.unwrap().abs() <= 1.0);
+    }
+
+    #[test]
+    fn a_ca_file_without_certificates_is_refused() {
+        let tls = EtcdTls {
+            ca: b"not PEM".to_vec(),
+            identity: None,
+        };
+        let e = ClockCheck::new("https://etcd:2379", Some(&tls)).unwrap_err();
+        assert!(e.to_string().contains("etcd.ca_file"), "{e}");
     }
 
     #[test]

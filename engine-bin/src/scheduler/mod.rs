@@ -72,8 +72,9 @@ pub struct LeaderSettings {
     pub delay_alert_threshold: Duration,
     /// The largest clock offset from etcd this replica leads with.
     pub max_clock_skew: Duration,
-    /// The etcd endpoint whose clock is compared (HTTP `Date` of `/version`).
-    pub skew_endpoint: Option<String>,
+    /// The check of this host's clock against etcd's (HTTP `Date` of `/version`); `None`
+    /// only in tests.
+    pub clock_check: Option<clock::ClockCheck>,
     /// Only these namespaces (empty: all).
     pub namespaces: Vec<String>,
 }

@@ -5,6 +5,7 @@
 //! its own task; `Leading` runs a [`Term`]. The registry watcher and the catalog live across
 //! terms, in [`Role`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -14,12 +15,12 @@ use ax_scheduler_core::ReconnectBackoff;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info_span, warn, Instrument};
+use tracing::{info_span, warn, Instrument};
 
 use super::catalog::{apply_event, Catalog};
-use super::clock;
 use super::term::Term;
 use super::{LeaderDeps, LeaderSettings};
+use crate::metrics::BACKEND_ETCD;
 
 enum Phase {
     Following,
@@ -139,14 +140,15 @@ fn start_campaign(
     let candidate = deps.candidate.clone();
     let cancel = cancel.clone();
     let max_skew = settings.max_clock_skew;
-    let skew_endpoint = settings.skew_endpoint.clone();
+    let clock_check = settings.clock_check.clone();
+    let metrics = Arc::clone(&deps.metrics);
     deps.tracker.spawn(
         async move {
             // A replica whose clock disagrees with etcd's would fire early or late for
             // everyone: it does not lead until the clocks agree.
-            if let Some(endpoint) = skew_endpoint {
+            if let Some(check) = clock_check {
                 loop {
-                    match clock::skew_against(&endpoint).await {
+                    match check.skew().await {
                         Ok(skew) if skew.abs() <= max_skew.as_secs_f64() => break,
                         Ok(skew) => warn!(
                             skew_seconds = skew,
@@ -154,7 +156,14 @@ fn start_campaign(
                             "clock skew against etcd is too large: refusing to lead; fix NTP on this host"
                         ),
                         Err(e) => {
-                            debug!(error = %format!("{e:#}"), "clock skew check failed; campaigning anyway");
+                            // The check guards against a bad clock, not a bad etcd: leading
+                            // goes on without it (the gRPC client may well reach etcd), but
+                            // never unannounced.
+                            metrics.backend_error(BACKEND_ETCD);
+                            warn!(
+                                error = %format!("{e:#}"),
+                                "cannot check this host's clock against etcd's (scheduler.max_clock_skew); campaigning without the check"
+                            );
                             break;
                         }
                     }
