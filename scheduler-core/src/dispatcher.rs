@@ -39,7 +39,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::breaker::{Admission, BreakerConfig, CircuitBreaker, Transition};
-use crate::execution::{cap_error, AttemptOutcome, EnqueueOutcome, EventPosition, ExecutionEvent};
+use crate::execution::{
+    shown_error, AttemptOutcome, EnqueueOutcome, EventPosition, ExecutionEvent,
+};
 use crate::limiter::TokenBucket;
 use crate::misfire::{plan_misfires, Progress, DEFAULT_CATCH_UP_WINDOW};
 use crate::overlap::{dispatch_mode, merge_held};
@@ -900,7 +902,7 @@ impl Dispatcher {
                     self.notices.push(breaker_notice(&task.key, t));
                 }
                 if !end.is_last() {
-                    task.state.last_error = end.error.clone().map(cap_error);
+                    task.state.last_error = end.error.clone().map(shown_error);
                 } else {
                     task.state.record_outcome(
                         if end.is_success() {

@@ -15,9 +15,17 @@ use crate::time::UtcMillis;
 /// accepts, and every later state write of the term failed with it.
 pub const MAX_ERROR_LEN: usize = 2048;
 
-/// `error` cut to at most [`MAX_ERROR_LEN`] bytes (on a character boundary), saying how much
-/// was cut.
-pub fn cap_error(mut error: String) -> String {
+/// `error` fit to store and send: the URLs in it masked (user info and query values, see
+/// [`crate::redact::mask_urls_in`]; a handler's error may quote the URL it failed on, with
+/// its credentials), then cut to at most [`MAX_ERROR_LEN`] bytes (on a character boundary),
+/// saying how much was cut. The one gate every attempt's error passes before it reaches a
+/// state, a message, the history, a dead letter, a log line or an alert.
+pub fn shown_error(error: String) -> String {
+    let mut error = if error.contains("://") {
+        crate::redact::mask_urls_in(&error)
+    } else {
+        error
+    };
     if error.len() <= MAX_ERROR_LEN {
         return error;
     }
@@ -251,10 +259,14 @@ mod tests {
     }
 
     #[test]
-    fn errors_are_capped_on_a_character_boundary() {
-        assert_eq!(cap_error("short".into()), "short");
+    fn errors_are_masked_and_capped_on_a_character_boundary() {
+        assert_eq!(shown_error("short".into()), "short");
+        assert_eq!(
+            shown_error("GET https://u:pw@h/x?k=v: 503".into()),
+            "GET https://***@h/x?k=***: 503"
+        );
         let huge = "é".repeat(1_000_000);
-        let capped = cap_error(huge);
+        let capped = shown_error(huge);
         assert!(capped.len() <= MAX_ERROR_LEN, "{}", capped.len());
         assert!(capped.ends_with("bytes cut)"), "{capped}");
     }

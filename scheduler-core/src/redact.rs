@@ -128,11 +128,16 @@ pub fn mask_urls_in(text: &str) -> String {
         };
         out.push_str(&rest[..start]);
         let tail = &rest[start..];
-        let end = tail
+        let mut end = tail
             .find(|c: char| {
                 c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | ')' | ']' | '`')
             })
             .unwrap_or(tail.len());
+        // Punctuation closing a sentence ("... failed for https://h/x: refused") is the
+        // text's, not the URL's.
+        while end > 0 && tail[..end].ends_with(['.', ',', ';', ':', '!', '?']) {
+            end -= 1;
+        }
         out.push_str(&mask_url(&tail[..end]));
         rest = &tail[end..];
     }
@@ -227,10 +232,10 @@ mod tests {
         assert_eq!(
             mask_urls_in(
                 "error sending request for url (https://u:p@h/x?k=v): connection refused, \
-                 then \"http://h2/?t=1\" and rediss://:pw@r:6380/0"
+                 then \"http://h2/?t=1\" and rediss://:pw@r:6380/0."
             ),
             "error sending request for url (https://***@h/x?k=***): connection refused, \
-             then \"http://h2/?t=***\" and rediss://***@r:6380/0"
+             then \"http://h2/?t=***\" and rediss://***@r:6380/0."
         );
         assert_eq!(mask_urls_in("no url here"), "no url here");
         assert_eq!(mask_urls_in(""), "");

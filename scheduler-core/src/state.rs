@@ -221,7 +221,7 @@ impl TaskState {
             Err(e) => {
                 self.failure_count += 1;
                 self.consecutive_failures = self.consecutive_failures.saturating_add(1);
-                self.last_error = Some(crate::execution::cap_error(e));
+                self.last_error = Some(crate::execution::shown_error(e));
             }
         }
     }

@@ -751,9 +751,10 @@ async fn execute_in_span(
         let _ = tokio::time::timeout(Duration::from_secs(1), handle).await;
     }
     drop(permit);
-    // Errors can echo anything (a URL, a response body): capped once here, before they go
-    // into the message, the dead letter, the history, the events and the alerts.
-    let error = error.map(ax_scheduler_core::execution::cap_error);
+    // Errors can echo anything (a URL with its credentials, a response body): masked and
+    // capped once here, before they go into the message, the dead letter, the history, the
+    // events and the alerts.
+    let error = error.map(ax_scheduler_core::execution::shown_error);
     let now = UtcMillis::now();
     let end = match outcome {
         AttemptOutcome::Succeeded => {
