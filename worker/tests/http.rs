@@ -80,6 +80,7 @@ async fn http_handler_posts_the_execution_and_classifies_answers() {
         s.http = Some(HttpTarget {
             url: format!("http://127.0.0.1:{port}{path}"),
             headers: [("x-ax-test".to_string(), "yes".to_string())].into(),
+            follow_redirects: false,
         });
         common::msg(&s, 1)
     };
@@ -124,6 +125,7 @@ async fn http_handler_posts_the_execution_and_classifies_answers() {
     dead.http = Some(HttpTarget {
         url: format!("http://127.0.0.1:{}/x", ax_testkit::free_port()),
         headers: Default::default(),
+        follow_redirects: false,
     });
     assert!(matches!(
         HttpHandler.run(ctx(), &common::msg(&dead, 1)).await,
