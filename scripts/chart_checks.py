@@ -39,7 +39,8 @@ CONTRACT = {
     "instance": {"id", "roles", "namespaces"},
     "election": {"lease_ttl"},
     "scheduler": {"tick", "catch_up_window", "max_clock_skew", "enqueue_rate_limit", "backlog_alert_threshold"},
-    "worker": {"concurrency", "prefetch", "queues", "shutdown_grace", "visibility_timeout"},
+    "worker": {"concurrency", "prefetch", "queues", "shutdown_grace", "visibility_timeout",
+               "http_allow_cidrs", "http_allow_hosts"},
     "http": {"listen", "api_token"},
     "alerts": {"feishu_webhook", "feishu_secret", "webhook_url", "min_level"},
 }
