@@ -177,8 +177,8 @@ fn body(exec: &ExecutionMessage, own_origin: bool) -> Result<Vec<u8>, HandlerErr
 /// so a redirect within the origin keeps its credentials (and one to another origin never
 /// gets them).
 fn with_task_userinfo(mut next: Url, task_url: &Url) -> Url {
-    let bare = next.username().is_empty() && next.password().is_none();
-    if bare && next.origin() == task_url.origin() && !task_url.username().is_empty() {
+    let bare = |u: &Url| u.username().is_empty() && u.password().is_none();
+    if bare(&next) && !bare(task_url) && next.origin() == task_url.origin() {
         // Cannot fail: an http(s) URL with a host takes user info.
         let _ = next.set_username(task_url.username());
         let _ = next.set_password(task_url.password());
