@@ -150,3 +150,55 @@ impl Resolve for GuardedResolver {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(url: &str) -> Result<(), EgressError> {
+        let client = EgressClient::new(EgressPolicy::default()).unwrap();
+        client.check_url(&Url::parse(url).unwrap())
+    }
+
+    #[test]
+    fn only_http_and_https_are_called() {
+        for url in [
+            "ftp://example.com/x",
+            "file:///etc/passwd",
+            "gopher://example.com/",
+        ] {
+            assert!(
+                matches!(check(url), Err(EgressError::Scheme { .. })),
+                "{url}"
+            );
+        }
+        assert_eq!(check("https://example.com/x"), Ok(()));
+    }
+
+    #[test]
+    fn every_spelling_of_an_address_in_a_url_is_checked() {
+        for url in [
+            "http://127.0.0.1/",
+            "http://0x7f.1/",
+            "http://2130706433/",
+            "http://0177.0.0.1/",
+            "http://127.1/",
+            "http://[::1]/",
+            "http://[::ffff:7f00:1]/",
+            "http://[0:0:0:0:0:ffff:127.0.0.1]/",
+            "http://169.254.169.254/latest/meta-data/",
+            "http://[fd00:ec2::254]/",
+            "http://100.100.100.200/",
+            "https://u:p@10.0.0.1:8443/x",
+        ] {
+            assert!(
+                matches!(check(url), Err(EgressError::Refused { .. })),
+                "{url}: {:?}",
+                check(url)
+            );
+        }
+        // Names are left to the resolver.
+        assert_eq!(check("http://localhost/"), Ok(()));
+        assert_eq!(check("http://8.8.8.8/"), Ok(()));
+    }
+}
