@@ -30,6 +30,8 @@ ax_start_servers "$dir"
 export AX_ETCD_ENDPOINTS="$AX_ETCD_ENDPOINT" AX_REDIS_URL="$AX_REDIS_URL"
 # A short lease so a killed leader is replaced within seconds while you experiment.
 export AX_LEASE_TTL=${AX_LEASE_TTL:-5s}
+# The example http tasks aim at loopback, which the http handler refuses by default.
+export AX_WORKER_HTTP_ALLOW_CIDRS=${AX_WORKER_HTTP_ALLOW_CIDRS:-127.0.0.0/8,::1/128}
 
 ports=()
 for i in $(seq 1 "$replicas"); do

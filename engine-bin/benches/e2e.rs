@@ -137,6 +137,8 @@ impl Replica {
             .env("AX_INSTANCE_ID", name)
             .env("AX_ROLES", roles)
             .env("AX_HTTP_LISTEN", format!("127.0.0.1:{port}"))
+            // The receiver listens on loopback, which the http handler refuses by default.
+            .env("AX_WORKER_HTTP_ALLOW_CIDRS", "127.0.0.0/8,::1/128")
             .env("AX_LOG_FORMAT", "json")
             .stdin(Stdio::null())
             .stdout(File::create(&log).unwrap())

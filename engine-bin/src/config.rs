@@ -327,6 +327,12 @@ pub struct Worker {
     /// worker; default 30 s.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub visibility_timeout: Duration,
+    /// Address blocks (CIDR, or one address) the `http` handler may call besides public
+    /// addresses; default none.
+    pub http_allow_cidrs: Vec<String>,
+    /// Host names (`name`, `*.suffix`) the `http` handler may call whatever they resolve to;
+    /// default none.
+    pub http_allow_hosts: Vec<String>,
 }
 
 impl Default for Worker {
@@ -337,11 +343,41 @@ impl Default for Worker {
             queues: vec![ax_scheduler_core::task::DEFAULT_QUEUE.to_owned()],
             shutdown_grace: ax_worker::DEFAULT_SHUTDOWN_GRACE,
             visibility_timeout: ax_queue::DEFAULT_VISIBILITY_TIMEOUT,
+            http_allow_cidrs: Vec::new(),
+            http_allow_hosts: Vec::new(),
         }
     }
 }
 
+/// The `http` handler's allow lists, parsed.
+pub type EgressAllow = (Vec<ax_worker::egress::IpNet>, Vec<ax_worker::HostPattern>);
+
 impl Worker {
+    /// `http_allow_cidrs` and `http_allow_hosts` parsed, or every entry that does not parse
+    /// as `(key, problem)`.
+    pub fn egress_allow(&self) -> Result<EgressAllow, Vec<(&'static str, String)>> {
+        let mut errors = Vec::new();
+        let mut cidrs = Vec::new();
+        for text in &self.http_allow_cidrs {
+            match ax_worker::egress::parse_allow_cidr(text) {
+                Ok(net) => cidrs.push(net),
+                Err(e) => errors.push(("worker.http_allow_cidrs", e.to_string())),
+            }
+        }
+        let mut hosts = Vec::new();
+        for text in &self.http_allow_hosts {
+            match text.parse::<ax_worker::HostPattern>() {
+                Ok(pattern) => hosts.push(pattern),
+                Err(e) => errors.push(("worker.http_allow_hosts", e.to_string())),
+            }
+        }
+        if errors.is_empty() {
+            Ok((cidrs, hosts))
+        } else {
+            Err(errors)
+        }
+    }
+
     /// The concurrency to run with: `concurrency`, or the default for 0 (what older
     /// configurations and charts wrote for "the default").
     pub fn effective_concurrency(&self) -> usize {

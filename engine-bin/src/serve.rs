@@ -437,6 +437,13 @@ impl Parts<'_> {
     ) -> anyhow::Result<tokio::task::JoinHandle<PoolSummary>> {
         let config = self.config;
         let worker_id = config.instance.id.clone();
+        // Validation refused bad entries before the process got here.
+        let (http_allow_cidrs, http_allow_hosts) =
+            config.worker.egress_allow().map_err(|problems| {
+                let lines: Vec<String> =
+                    problems.iter().map(|(k, p)| format!("{k}: {p}")).collect();
+                anyhow::anyhow!("invalid configuration: {}", lines.join("; "))
+            })?;
         let pool_config = WorkerConfig {
             worker_id,
             queues: config.worker.queues.clone(),
@@ -444,6 +451,8 @@ impl Parts<'_> {
             prefetch: config.worker.prefetch,
             shutdown_grace: config.worker.shutdown_grace,
             visibility_timeout: config.worker.visibility_timeout,
+            http_allow_cidrs,
+            http_allow_hosts,
             // The reporter writes history in one pipeline with the leader's event.
             record_history: false,
             ..WorkerConfig::default()

@@ -629,6 +629,74 @@ async fn a_failing_http_task_retries_then_lands_in_the_dlq_with_an_alert() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_an_http_task_aimed_at_loopback_is_refused_once_and_masked() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-egress").await;
+    // An empty variable counts as unset: the default guard, which refuses loopback.
+    c.env.push(("AX_WORKER_HTTP_ALLOW_CIDRS", String::new()));
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+
+    let secret_url = c
+        .receiver
+        .exec_url()
+        .replace("http://", "http://u:s3cret-pw@")
+        + "?token=s3cret-token";
+    let spec = json!({
+        "handler": "http",
+        "schedule": { "at": rfc3339(now_ms() + 500) },
+        "http": { "url": secret_url },
+        "retry": { "max_retries": 3, "initial_interval": "200ms", "jitter": 0 },
+    });
+    c.put_task("default", "inside", &spec).await;
+    wait_until(Duration::from_secs(8), "a dead letter", || {
+        let c = &c;
+        async move {
+            c.ax_json(&["dlq", "list"])
+                .await
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+        }
+    })
+    .await;
+    let dlq = c.ax_json(&["dlq", "list"]).await;
+    let letter = &dlq[0];
+    // Refused at once: one attempt whatever the retry policy, nothing sent.
+    assert_eq!(letter["attempts"], json!(1), "{letter}");
+    let error = letter["last_error"].as_str().unwrap();
+    assert!(
+        error.contains("refused: 127.0.0.1 is loopback (127.0.0.0/8)")
+            && error.contains("worker.http_allow_cidrs")
+            && error.contains("://***@127.0.0.1:")
+            && error.contains("/exec?token=***"),
+        "{error}"
+    );
+    assert!(c.receiver.executions_of("inside").is_empty());
+    wait_until(Duration::from_secs(5), "the dead-letter alert", || {
+        let seen = c
+            .receiver
+            .alerts()
+            .iter()
+            .any(|a| a["kind"] == "task_dead_lettered");
+        async move { seen }
+    })
+    .await;
+    // The secrets appear nowhere a person reads.
+    let state = c.state("default", "inside").await.unwrap_or_default();
+    let history = c.ax_ok(&["task", "history", "default/inside"]).await;
+    for shown in [
+        dlq.to_string(),
+        json!(c.receiver.alerts()).to_string(),
+        state.to_string(),
+        history,
+        c.replica("r1").log_text(),
+    ] {
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_state_records_are_passed_over_and_tasks_still_fire() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new("e2e-badstate").await;

@@ -284,6 +284,22 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_redirect_opt_in_travels_with_the_message() {
+        let mut s = ax_testkit::spec("t", "default", "http");
+        let mut m = ExecutionMessage::for_fire(&s, UtcMillis(1000), UtcMillis(1001), 3);
+        let text = m.to_json().unwrap();
+        // Off is left out, so messages of tasks that never opt in keep their bytes.
+        assert!(!text.contains("follow_redirects"), "{text}");
+        assert_eq!(ExecutionMessage::from_json(&text).unwrap(), m);
+        if let Some(h) = s.http.as_mut() {
+            h.follow_redirects = true;
+        }
+        m = ExecutionMessage::for_fire(&s, UtcMillis(1000), UtcMillis(1001), 3);
+        let back = ExecutionMessage::from_json(&m.to_json().unwrap()).unwrap();
+        assert_eq!(back.http.map(|h| h.follow_redirects), Some(true));
+    }
+
+    #[test]
     fn next_attempt_keeps_id_and_appends_error() {
         let s = spec("t", "default");
         let m = ExecutionMessage::for_fire(&s, UtcMillis(1000), UtcMillis(1001), 3);

@@ -106,6 +106,10 @@ pub struct HttpTarget {
     /// Extra request headers.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// Follow 3xx answers (up to 10 hops, each checked like the first request; `headers` go
+    /// only to the URL's own origin). Off by default: a redirect fails the execution.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub follow_redirects: bool,
 }
 
 /// When a task fires. Exactly one kind per task.

@@ -135,7 +135,7 @@ const RETRY_FIELDS: &[&str] = &[
     "jitter",
     "max_elapsed",
 ];
-const HTTP_FIELDS: &[&str] = &["url", "headers"];
+const HTTP_FIELDS: &[&str] = &["url", "headers", "follow_redirects"];
 
 /// Checks a name used as an etcd/Redis key segment: `[A-Za-z0-9._-]`, 1 to 128 characters.
 pub fn check_name(name: &str) -> Result<(), String> {
@@ -593,6 +593,7 @@ impl TaskSpec {
             let mut http = Map::new();
             http.insert("url".into(), h.url.clone().into());
             http.insert("headers".into(), string_map_json(&h.headers));
+            http.insert("follow_redirects".into(), h.follow_redirects.into());
             obj.insert("http".into(), Value::Object(http));
         }
         obj.insert("queue".into(), Value::from(&*self.queue));
@@ -824,9 +825,12 @@ fn parse_http(c: &mut Checker, v: &Value) -> Option<HttpTarget> {
             }
         }
     }
+    let follow_redirects =
+        field(obj, "follow_redirects").map_or(Some(false), |v| c.bool(v, "http.follow_redirects"));
     Some(HttpTarget {
         url: url?,
         headers: headers?,
+        follow_redirects: follow_redirects?,
     })
 }
 
@@ -1007,6 +1011,25 @@ mod tests {
         );
         assert_eq!(spec.created_at, Some(UtcMillis(1_767_225_600_000)));
         assert_eq!(spec.retry.max_elapsed, Some(Duration::from_secs(3600)));
+        assert_eq!(spec.http.map(|h| h.follow_redirects), Some(false));
+    }
+
+    #[test]
+    fn follow_redirects_is_a_bool_of_the_http_target() {
+        let on = parse(
+            r#"{"handler":"http","schedule":{"every":"1m"},
+            "http":{"url":"https://example.com/hook","follow_redirects":true}}"#,
+        )
+        .unwrap();
+        assert_eq!(on.http.map(|h| h.follow_redirects), Some(true));
+        let errs = errors(
+            r#"{"handler":"http","schedule":{"every":"1m"},
+            "http":{"url":"https://example.com/hook","follow_redirects":"yes"}}"#,
+        );
+        assert_eq!(
+            errs,
+            ["http.follow_redirects: must be true or false, found a string"]
+        );
     }
 
     #[test]
@@ -1298,6 +1321,7 @@ mod tests {
                     prop::option::of(0i64..4_000_000_000_000),
                     prop::collection::btree_map("[a-z]{1,8}", "[ -~]{0,12}", 0..3),
                     prop::option::of(("[ -~]{0,20}", any::<i32>())),
+                    any::<bool>(),
                 ),
             )
                 .prop_map(
@@ -1305,11 +1329,12 @@ mod tests {
                         (handler, schedule, priority, timeout),
                         (retries, init, mult, jit, elapsed),
                         (misfire, overlap, paused, version),
-                        (key, created, labels, payload),
+                        (key, created, labels, payload, follow_redirects),
                     )| {
                         let http = (handler == "http").then(|| HttpTarget {
                             url: "https://example.com/hook".into(),
                             headers: labels.clone(),
+                            follow_redirects,
                         });
                         // Periodic tasks take no idempotency key.
                         let key = key

@@ -3,23 +3,40 @@
 //! `http` classifies answers for the retry policy: 2xx is success; 408 and 429 (the server
 //! asks to come back) and 5xx are retryable, as are connection errors and timeouts; any
 //! other status is permanent, since sending the same request again gets the same answer.
-//! The request timeout is the attempt's timeout, so a hung server cannot outlive the attempt.
+//! The attempt's timeout bounds all its requests together, so a hung server cannot outlive
+//! the attempt.
 //!
 //! Delivery is at least once (a worker that dies after the request and before settling has
 //! its message run again), so every request names its execution and attempt, in headers
 //! ([`EXECUTION_ID_HEADER`], [`ATTEMPT_HEADER`]) and in the body (`execution_id`,
 //! `attempt`): a receiver drops a repeat by the execution id, which retries and redeliveries
 //! keep.
+//!
+//! Requests go through the pool's [`EgressClient`]: what its policy refuses fails the
+//! execution permanently (the same target is refused again). Redirects are followed only for
+//! tasks that opt in (`http.follow_redirects`), by hand, up to [`MAX_REDIRECTS`] hops, each
+//! through the same guarded client; the task's credentials (its `headers`, the URL's user
+//! info, and the body, which repeats the target) go only to the task URL's origin, since a
+//! redirect may point anywhere. Every URL in an error is masked (user info, query values):
+//! errors end up in the state record, the history and alerts.
+
+use std::time::Instant;
 
 use ax_queue::ExecutionMessage;
-use reqwest::StatusCode;
+use ax_scheduler_core::redact::{mask_url, mask_urls_in};
+use ax_scheduler_core::task::HttpTarget;
+use reqwest::header::{CONTENT_TYPE, LOCATION};
+use reqwest::{Method, StatusCode, Url};
 
+use crate::egress::EgressClient;
 use crate::handler::{Handler, HandlerContext, HandlerError, HandlerFuture};
 
 /// The header naming the execution (stable across retries and redeliveries).
 pub const EXECUTION_ID_HEADER: &str = "x-ax-execution-id";
 /// The header naming the attempt (0 for the first).
 pub const ATTEMPT_HEADER: &str = "x-ax-attempt";
+/// Most redirects an opted-in task follows in one attempt.
+pub const MAX_REDIRECTS: usize = 10;
 
 /// POSTs the execution as JSON to the task's `http.url` with its headers.
 #[derive(Clone, Copy, Debug, Default)]
@@ -61,28 +78,135 @@ impl Handler for HttpHandler {
                     "task has no `http` target for the http handler".into(),
                 ));
             };
-            let mut req = ctx
-                .http
-                .post(&target.url)
-                .timeout(exec.timeout())
-                .header(EXECUTION_ID_HEADER, exec.execution_id.to_string())
-                .header(ATTEMPT_HEADER, exec.attempt.to_string())
-                .json(exec);
+            post(&ctx.http, exec, target).await
+        })
+    }
+}
+
+/// POSTs `exec` to `target`, following redirects if the task opted in.
+async fn post(
+    http: &EgressClient,
+    exec: &ExecutionMessage,
+    target: &HttpTarget,
+) -> Result<(), HandlerError> {
+    let deadline = Instant::now() + exec.timeout();
+    let task_url = Url::parse(&target.url).map_err(|e| {
+        HandlerError::Permanent(format!(
+            "http.url {} is not a valid URL: {e}",
+            mask_url(&target.url)
+        ))
+    })?;
+    let mut url = task_url.clone();
+    let mut method = Method::POST;
+    let mut with_body = true;
+    for _ in 0..=MAX_REDIRECTS {
+        let shown = mask_url(url.as_str());
+        http.check_url(&url)
+            .map_err(|e| HandlerError::Permanent(format!("{method} {shown} refused: {e}")))?;
+        let own_origin = url.origin() == task_url.origin();
+        let mut req = http
+            .client()
+            .request(method.clone(), url.clone())
+            .timeout(deadline.saturating_duration_since(Instant::now()))
+            .header(EXECUTION_ID_HEADER, exec.execution_id.to_string())
+            .header(ATTEMPT_HEADER, exec.attempt.to_string());
+        if own_origin {
             for (k, v) in &target.headers {
                 req = req.header(k, v);
             }
-            match req.send().await {
-                Ok(resp) => classify_status(resp.status()),
-                Err(e) if e.is_builder() => Err(HandlerError::Permanent(format!(
-                    "cannot build a request to {}: {e}",
-                    target.url
-                ))),
-                Err(e) => Err(HandlerError::Retryable(format!(
-                    "POST {} failed: {e}",
-                    target.url
-                ))),
-            }
+        }
+        if with_body {
+            req = req
+                .header(CONTENT_TYPE, "application/json")
+                .body(body(exec, own_origin)?);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| send_error(&method, &shown, e))?;
+        let status = resp.status();
+        if !matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308) {
+            return classify_status(status);
+        }
+        let next = resp
+            .headers()
+            .get(LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .and_then(|l| url.join(l).ok())
+            .ok_or_else(|| {
+                HandlerError::Permanent(format!(
+                    "{method} {shown} answered HTTP {status} without a usable Location"
+                ))
+            })?;
+        if !target.follow_redirects {
+            return Err(HandlerError::Permanent(format!(
+                "{method} {shown} answered HTTP {status}, redirecting to {}: the http handler \
+                 follows redirects only for tasks with \"http\": {{\"follow_redirects\": true}}",
+                mask_url(next.as_str())
+            )));
+        }
+        // 307 and 308 repeat the request as it was; the others turn it into a GET, as
+        // browsers do.
+        if !matches!(status.as_u16(), 307 | 308) {
+            method = Method::GET;
+            with_body = false;
+        }
+        url = with_task_userinfo(next, &task_url);
+    }
+    Err(HandlerError::Permanent(format!(
+        "POST {} was redirected more than {MAX_REDIRECTS} times",
+        mask_url(task_url.as_str())
+    )))
+}
+
+/// The request body: the execution, without its `http` target (credentials, and the
+/// target's own URL) when the request goes to another origin than the task's.
+fn body(exec: &ExecutionMessage, own_origin: bool) -> Result<Vec<u8>, HandlerError> {
+    let encoded = if own_origin {
+        serde_json::to_vec(exec)
+    } else {
+        serde_json::to_vec(&ExecutionMessage {
+            http: None,
+            ..exec.clone()
         })
+    };
+    encoded.map_err(|e| HandlerError::Permanent(format!("cannot encode the execution: {e}")))
+}
+
+/// `next` with the task URL's user info when it goes to the task's origin without its own,
+/// so a redirect within the origin keeps its credentials (and one to another origin never
+/// gets them).
+fn with_task_userinfo(mut next: Url, task_url: &Url) -> Url {
+    let bare = |u: &Url| u.username().is_empty() && u.password().is_none();
+    if bare(&next) && !bare(task_url) && next.origin() == task_url.origin() {
+        // Cannot fail: an http(s) URL with a host takes user info.
+        let _ = next.set_username(task_url.username());
+        let _ = next.set_password(task_url.password());
+    }
+    next
+}
+
+/// A failed request as a handler error: a refusal of the guard is permanent (with its
+/// reason), other failures retryable. reqwest's text quotes the URL, so it is left out and
+/// the masked one shown instead.
+fn send_error(method: &Method, shown: &str, e: reqwest::Error) -> HandlerError {
+    if let Some(refusal) = EgressClient::refusal(&e) {
+        return HandlerError::Permanent(format!("{method} {shown} refused: {refusal}"));
+    }
+    let builder = e.is_builder();
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    let text = mask_urls_in(&text);
+    if builder {
+        HandlerError::Permanent(format!("cannot build the {method} to {shown}: {text}"))
+    } else {
+        HandlerError::Retryable(format!("{method} {shown} failed: {text}"))
     }
 }
 

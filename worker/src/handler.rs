@@ -39,8 +39,10 @@ pub struct HandlerContext {
     /// Cancelled when the attempt times out or the worker stops for good: long handlers should
     /// watch it and return.
     pub cancel: CancellationToken,
-    /// Shared HTTP client (connection pooling across executions).
-    pub http: reqwest::Client,
+    /// Shared HTTP client (connection pooling across executions), held to the pool's egress
+    /// policy (`WorkerConfig::http_allow_cidrs`, `http_allow_hosts`) and following no
+    /// redirects.
+    pub http: crate::egress::EgressClient,
 }
 
 /// A boxed handler future.

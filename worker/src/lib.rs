@@ -6,6 +6,7 @@
 //! in Redis's delayed set, or the dead-letter queue) and tells an [`ExecutionReporter`].
 
 mod builtin;
+pub mod egress;
 mod error;
 mod handler;
 mod pool;
@@ -14,8 +15,10 @@ pub mod retry;
 
 pub use builtin::{
     classify_status, HttpHandler, LogHandler, NoopHandler, ATTEMPT_HEADER, EXECUTION_ID_HEADER,
+    MAX_REDIRECTS,
 };
-pub use error::{Result, WorkerError};
+pub use egress::{EgressClient, EgressPolicy, HostPattern};
+pub use error::{EgressError, Result, WorkerError};
 pub use handler::{Handler, HandlerContext, HandlerError, HandlerFuture, HandlerRegistry};
 pub use pool::{
     PoolSummary, WorkerConfig, WorkerPool, DEFAULT_CONCURRENCY, DEFAULT_PREFETCH,

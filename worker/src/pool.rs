@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::egress::{EgressClient, EgressPolicy};
 use crate::error::{Result, WorkerError};
 use crate::handler::{HandlerContext, HandlerError, HandlerRegistry};
 use crate::reporter::{ExecutionReport, ExecutionReporter};
@@ -76,6 +77,11 @@ pub struct WorkerConfig {
     /// How often the processing lists are checked against what the pool really holds.
     /// Default 10 s.
     pub reconcile_interval: Duration,
+    /// Address blocks the `http` handler may call besides public addresses (see
+    /// [`crate::egress`]). Default none.
+    pub http_allow_cidrs: Vec<crate::egress::IpNet>,
+    /// Host names the `http` handler may call whatever they resolve to. Default none.
+    pub http_allow_hosts: Vec<crate::egress::HostPattern>,
 }
 
 /// Attempts a pool runs at once by default. Handlers are async I/O (an HTTP call waits on the
@@ -109,6 +115,8 @@ impl Default for WorkerConfig {
             record_history: true,
             settle_retry_for: Duration::from_secs(30),
             reconcile_interval: Duration::from_secs(10),
+            http_allow_cidrs: Vec::new(),
+            http_allow_hosts: Vec::new(),
         }
     }
 }
@@ -148,7 +156,7 @@ struct Shared {
     cfg: WorkerConfig,
     registry: HandlerRegistry,
     reporter: Arc<dyn ExecutionReporter>,
-    http: reqwest::Client,
+    http: EgressClient,
     counters: Counters,
     /// The attempts this pool runs now, by (execution id, attempt): what its processing
     /// lists should hold.
@@ -197,13 +205,17 @@ impl WorkerPool {
                 "heartbeat_ttl must be longer than heartbeat_interval".into(),
             ));
         }
+        let http = EgressClient::new(EgressPolicy::new(
+            cfg.http_allow_cidrs.clone(),
+            cfg.http_allow_hosts.clone(),
+        ))?;
         Ok(WorkerPool {
             shared: Arc::new(Shared {
                 queue,
                 cfg,
                 registry,
                 reporter,
-                http: reqwest::Client::new(),
+                http,
                 counters: Counters::default(),
                 held: std::sync::Mutex::new(HashSet::new()),
             }),

@@ -1,91 +1,89 @@
-//! The built-in `http` handler against a local HTTP server.
+//! The built-in `http` handler against local HTTP servers: answers, the egress guard,
+//! redirects and masked errors. Every server listens on loopback, and every request a test
+//! makes goes to loopback: addresses outside it are covered by the classifier's own tests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ax_queue::ExecutionMessage;
 use ax_scheduler_core::task::HttpTarget;
-use ax_worker::{Handler, HandlerContext, HandlerError, HttpHandler};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use ax_worker::egress::parse_allow_cidr;
+use ax_worker::{
+    EgressClient, EgressPolicy, Handler, HandlerContext, HandlerError, HttpHandler, MAX_REDIRECTS,
+};
+use common::Receiver;
 use tokio_util::sync::CancellationToken;
 
-/// Answers each request with the status named by its path (`/200`, `/503`, `/hang`) and keeps
-/// the raw requests.
-async fn server(requests: Arc<Mutex<Vec<String>>>) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        loop {
-            let (mut sock, _) = listener.accept().await.unwrap();
-            let requests = requests.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
-                let mut len = 0;
-                // Read headers and the body (Content-Length).
-                loop {
-                    let n = sock.read(&mut buf[len..]).await.unwrap();
-                    len += n;
-                    let text = String::from_utf8_lossy(&buf[..len]).to_string();
-                    if let Some(end) = text.find("\r\n\r\n") {
-                        let cl = text
-                            .lines()
-                            .find_map(|l| {
-                                l.to_ascii_lowercase()
-                                    .strip_prefix("content-length:")
-                                    .map(|v| v.trim().parse::<usize>().unwrap())
-                            })
-                            .unwrap_or(0);
-                        if len >= end + 4 + cl || n == 0 {
-                            break;
-                        }
-                    }
-                    if n == 0 {
-                        break;
-                    }
-                }
-                let text = String::from_utf8_lossy(&buf[..len]).to_string();
-                let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
-                requests.lock().unwrap().push(text);
-                if path == "/hang" {
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                }
-                let code = path.trim_start_matches('/').parse::<u16>().unwrap_or(200);
-                let resp =
-                    format!("HTTP/1.1 {code} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-                let _ = sock.write_all(resp.as_bytes()).await;
-            });
-        }
-    });
-    port
-}
-
-fn ctx() -> HandlerContext {
+fn ctx_with(cidrs: &[&str], hosts: &[&str]) -> HandlerContext {
+    let policy = EgressPolicy::new(
+        cidrs.iter().map(|c| parse_allow_cidr(c).unwrap()).collect(),
+        hosts.iter().map(|h| h.parse().unwrap()).collect(),
+    );
     HandlerContext {
         worker_id: "w".into(),
         cancel: CancellationToken::new(),
-        http: reqwest::Client::new(),
+        http: EgressClient::new(policy).unwrap(),
+    }
+}
+
+/// What the local examples and tests configure: loopback opened.
+fn loopback_ctx() -> HandlerContext {
+    ctx_with(&["127.0.0.0/8", "::1/128"], &[])
+}
+
+/// The default guard: public addresses only.
+fn default_ctx() -> HandlerContext {
+    ctx_with(&[], &[])
+}
+
+fn exec_to(url: &str, headers: &[(&str, &str)], follow_redirects: bool) -> ExecutionMessage {
+    let mut s = common::spec("h", "http");
+    s.timeout = Duration::from_millis(1500);
+    s.http = Some(HttpTarget {
+        url: url.to_owned(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        follow_redirects,
+    });
+    common::msg(&s, 1)
+}
+
+async fn run(ctx: HandlerContext, exec: &ExecutionMessage) -> Result<(), HandlerError> {
+    HttpHandler.run(ctx, exec).await
+}
+
+fn permanent(r: Result<(), HandlerError>) -> String {
+    match r {
+        Err(HandlerError::Permanent(e)) => e,
+        other => panic!("expected a permanent failure, got {other:?}"),
+    }
+}
+
+fn retryable(r: Result<(), HandlerError>) -> String {
+    match r {
+        Err(HandlerError::Retryable(e)) => e,
+        other => panic!("expected a retryable failure, got {other:?}"),
     }
 }
 
 #[tokio::test]
 async fn http_handler_posts_the_execution_and_classifies_answers() {
-    let requests = Arc::new(Mutex::new(Vec::new()));
-    let port = server(requests.clone()).await;
-    let mut s = common::spec("h", "http");
-    s.timeout = Duration::from_millis(500);
-    let run = |path: &str| {
-        let mut s = s.clone();
-        s.http = Some(HttpTarget {
-            url: format!("http://127.0.0.1:{port}{path}"),
-            headers: [("x-ax-test".to_string(), "yes".to_string())].into(),
-        });
-        common::msg(&s, 1)
+    let rx = Receiver::on("127.0.0.1").await;
+    let port = rx.port;
+    let to = |path: &str| {
+        exec_to(
+            &format!("http://127.0.0.1:{port}{path}"),
+            &[("x-ax-test", "yes")],
+            false,
+        )
     };
-    let ok = run("/200");
-    HttpHandler.run(ctx(), &ok).await.unwrap();
-    let req = requests.lock().unwrap()[0].clone();
+    let ok = to("/200");
+    run(loopback_ctx(), &ok).await.unwrap();
+    let req = rx.requests()[0].clone();
     assert!(req.starts_with("POST /200"), "{req}");
     assert!(req.to_ascii_lowercase().contains("x-ax-test: yes"));
     let lower = req.to_ascii_lowercase();
@@ -94,46 +92,262 @@ async fn http_handler_posts_the_execution_and_classifies_answers() {
         "a receiver can drop a repeat by the execution id: {req}"
     );
     assert!(lower.contains("x-ax-attempt: 0"), "{req}");
+    assert!(lower.contains("content-type: application/json"), "{req}");
     assert!(
         req.contains(&ok.execution_id.to_string()),
         "the body is the execution"
     );
-    assert!(matches!(
-        HttpHandler.run(ctx(), &run("/503")).await,
-        Err(HandlerError::Retryable(_))
-    ));
-    assert!(matches!(
-        HttpHandler.run(ctx(), &run("/429")).await,
-        Err(HandlerError::Retryable(_))
-    ));
-    assert!(matches!(
-        HttpHandler.run(ctx(), &run("/404")).await,
-        Err(HandlerError::Permanent(_))
-    ));
+    retryable(run(loopback_ctx(), &to("/503")).await);
+    retryable(run(loopback_ctx(), &to("/429")).await);
+    permanent(run(loopback_ctx(), &to("/404")).await);
     let t0 = std::time::Instant::now();
-    assert!(matches!(
-        HttpHandler.run(ctx(), &run("/hang")).await,
-        Err(HandlerError::Retryable(_))
-    ));
+    retryable(run(loopback_ctx(), &to("/hang")).await);
     assert!(
         t0.elapsed() < Duration::from_secs(3),
         "the task timeout bounds the request"
     );
     // Nothing listens on a fresh port: a network error, retryable.
-    let mut dead = s.clone();
-    dead.http = Some(HttpTarget {
-        url: format!("http://127.0.0.1:{}/x", ax_testkit::free_port()),
-        headers: Default::default(),
-    });
-    assert!(matches!(
-        HttpHandler.run(ctx(), &common::msg(&dead, 1)).await,
-        Err(HandlerError::Retryable(_))
-    ));
-    let mut no_target = s.clone();
+    let dead = format!("http://127.0.0.1:{}/x", ax_testkit::free_port());
+    retryable(run(loopback_ctx(), &exec_to(&dead, &[], false)).await);
+    let mut no_target = ok.clone();
     no_target.http = None;
-    let no_target = common::msg(&no_target, 1);
-    assert!(matches!(
-        HttpHandler.run(ctx(), &no_target).await,
-        Err(HandlerError::Permanent(_))
-    ));
+    permanent(run(loopback_ctx(), &no_target).await);
+}
+
+#[tokio::test]
+async fn the_default_guard_refuses_loopback_without_connecting() {
+    let rx = Receiver::on("127.0.0.1").await;
+    let p = rx.port;
+    // An address in the URL: checked before sending.
+    let e = permanent(
+        run(
+            default_ctx(),
+            &exec_to(&format!("http://127.0.0.1:{p}/200"), &[], false),
+        )
+        .await,
+    );
+    assert!(
+        e.contains("127.0.0.1 is loopback (127.0.0.0/8)") && e.contains("worker.http_allow_cidrs"),
+        "{e}"
+    );
+    // The same address carried in IPv6.
+    let e = permanent(
+        run(
+            default_ctx(),
+            &exec_to(&format!("http://[::ffff:127.0.0.1]:{p}/200"), &[], false),
+        )
+        .await,
+    );
+    assert!(
+        e.contains("loopback (127.0.0.0/8) by the IPv4 address 127.0.0.1"),
+        "{e}"
+    );
+    // A name: checked on what it resolves to, in the client's resolver.
+    let e = permanent(
+        run(
+            default_ctx(),
+            &exec_to(&format!("http://localhost:{p}/200"), &[], false),
+        )
+        .await,
+    );
+    assert!(
+        e.contains("localhost resolves to 127.0.0.1, which is loopback (127.0.0.0/8)")
+            && e.contains("worker.http_allow_hosts"),
+        "{e}"
+    );
+    assert_eq!(
+        rx.requests(),
+        Vec::<String>::new(),
+        "the receiver saw a request"
+    );
+}
+
+#[tokio::test]
+async fn an_allowed_block_opens_loopback() {
+    let rx = Receiver::on("127.0.0.1").await;
+    let url = format!("http://127.0.0.1:{}/200", rx.port);
+    run(ctx_with(&["127.0.0.0/8"], &[]), &exec_to(&url, &[], false))
+        .await
+        .unwrap();
+    // A block that does not hold the address opens nothing.
+    permanent(
+        run(
+            ctx_with(&["127.0.0.2/32", "10.0.0.0/8"], &[]),
+            &exec_to(&url, &[], false),
+        )
+        .await,
+    );
+    assert_eq!(rx.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_host_pattern_opens_its_names_only() {
+    let rx = Receiver::on("127.0.0.1").await;
+    let p = rx.port;
+    let ctx = || ctx_with(&[], &["LOCALHOST"]);
+    run(
+        ctx(),
+        &exec_to(&format!("http://localhost:{p}/200"), &[], false),
+    )
+    .await
+    .unwrap();
+    // The address itself is not the name.
+    permanent(
+        run(
+            ctx(),
+            &exec_to(&format!("http://127.0.0.1:{p}/200"), &[], false),
+        )
+        .await,
+    );
+    assert_eq!(rx.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_redirect_is_not_followed_without_the_opt_in() {
+    let (a, b) = (
+        Receiver::on("127.0.0.1").await,
+        Receiver::on("127.0.0.1").await,
+    );
+    let url = format!(
+        "http://127.0.0.1:{}/to/302/127.0.0.1/{}/200",
+        a.port, b.port
+    );
+    let e = permanent(run(loopback_ctx(), &exec_to(&url, &[], false)).await);
+    assert!(
+        e.contains("HTTP 302") && e.contains(r#""follow_redirects": true"#),
+        "{e}"
+    );
+    assert_eq!((a.requests().len(), b.requests().len()), (1, 0));
+}
+
+#[tokio::test]
+async fn an_opted_in_redirect_keeps_the_task_credentials_at_their_origin() {
+    let (a, b) = (
+        Receiver::on("127.0.0.1").await,
+        Receiver::on("127.0.0.1").await,
+    );
+    let headers = [("x-api-key", "s3cret-header")];
+    // 308 within the origin, to an absolute URL without the user info (method, body and
+    // credentials kept), then 303 to another port: another origin, reached with a GET
+    // without body or credentials.
+    let url = format!(
+        "http://user:s3cret-pw@127.0.0.1:{a}/to/308/127.0.0.1/{a}/to/303/127.0.0.1/{b}/200",
+        a = a.port,
+        b = b.port
+    );
+    run(loopback_ctx(), &exec_to(&url, &headers, true))
+        .await
+        .unwrap();
+    let at_a = a.requests();
+    assert_eq!(at_a.len(), 2, "{at_a:#?}");
+    for req in &at_a {
+        let lower = req.to_ascii_lowercase();
+        assert!(req.starts_with("POST /to/"), "{req}");
+        assert!(lower.contains("x-api-key: s3cret-header"), "{req}");
+        // user:s3cret-pw
+        assert!(
+            lower.contains("authorization: basic dxnlcjpzm2nyzxqtchc="),
+            "{req}"
+        );
+    }
+    let at_b = b.requests();
+    assert_eq!(at_b.len(), 1, "{at_b:#?}");
+    assert!(at_b[0].starts_with("GET /200"), "{}", at_b[0]);
+    assert!(!at_b[0].contains("s3cret"), "{}", at_b[0]);
+    assert!(
+        !at_b[0].to_ascii_lowercase().contains("authorization"),
+        "{}",
+        at_b[0]
+    );
+
+    // A relative 307, then a 307 to another origin: method and body kept, but not the
+    // credentials, and not the body's copy of the target (which repeats them).
+    let exec = exec_to(
+        &format!(
+            "http://127.0.0.1:{}/to/307/self/to/307/127.0.0.1/{}/200",
+            a.port, b.port
+        ),
+        &headers,
+        true,
+    );
+    run(loopback_ctx(), &exec).await.unwrap();
+    let at_b = b.requests();
+    assert_eq!(at_b.len(), 2);
+    assert!(at_b[1].starts_with("POST /200"), "{}", at_b[1]);
+    assert!(
+        at_b[1].contains(&exec.execution_id.to_string()),
+        "{}",
+        at_b[1]
+    );
+    assert!(!at_b[1].contains("s3cret"), "{}", at_b[1]);
+    let at_a = a.requests();
+    assert_eq!(at_a.len(), 4, "{at_a:#?}");
+    assert!(
+        at_a[2..].iter().all(|r| r.contains("s3cret-header")),
+        "the hops within the origin carry them: {at_a:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_redirect_is_checked_again_at_each_hop() {
+    // An address: 127.0.0.1 is open, 127.0.0.2 (on the other side of the redirect) is not.
+    let a = Receiver::on("127.0.0.1").await;
+    let b = Receiver::on("127.0.0.2").await;
+    let url = format!(
+        "http://127.0.0.1:{}/to/307/127.0.0.2/{}/200",
+        a.port, b.port
+    );
+    let e = permanent(run(ctx_with(&["127.0.0.1/32"], &[]), &exec_to(&url, &[], true)).await);
+    assert!(e.contains("127.0.0.2 is loopback (127.0.0.0/8)"), "{e}");
+    assert_eq!((a.requests().len(), b.requests().len()), (1, 0));
+
+    // A name, checked by the resolver: the redirect from the open 127.0.0.2 points at
+    // `localhost` (127.0.0.1, not open).
+    let url = format!(
+        "http://127.0.0.2:{}/to/302/localhost/{}/200",
+        b.port, a.port
+    );
+    let e = permanent(run(ctx_with(&["127.0.0.2/32"], &[]), &exec_to(&url, &[], true)).await);
+    assert!(e.contains("localhost resolves to 127.0.0.1"), "{e}");
+    assert_eq!((a.requests().len(), b.requests().len()), (1, 1));
+
+    // A redirect loop ends after MAX_REDIRECTS hops.
+    let url = format!("http://127.0.0.1:{}/loop", a.port);
+    let e = permanent(run(loopback_ctx(), &exec_to(&url, &[], true)).await);
+    assert!(e.contains("redirected more than 10 times"), "{e}");
+    assert_eq!(a.requests().len(), 1 + MAX_REDIRECTS + 1);
+}
+
+#[tokio::test]
+async fn errors_mask_user_info_and_query_values() {
+    let rx = Receiver::on("127.0.0.1").await;
+    let p = rx.port;
+    let dead = ax_testkit::free_port();
+    let secret_url =
+        |port: u16, scheme: &str| format!("{scheme}://u:pw@127.0.0.1:{port}/x?token=s");
+    let cases = [
+        // Refused by the guard.
+        (default_ctx(), p, secret_url(p, "https"), false),
+        // TLS spoken to a plain-HTTP server.
+        (loopback_ctx(), p, secret_url(p, "https"), true),
+        // Connection refused.
+        (loopback_ctx(), dead, secret_url(dead, "http"), true),
+    ];
+    for (ctx, port, url, retry) in cases {
+        let e = match run(ctx, &exec_to(&url, &[], false)).await {
+            Err(HandlerError::Retryable(e)) if retry => e,
+            Err(HandlerError::Permanent(e)) if !retry => e,
+            other => panic!("{url}: {other:?}"),
+        };
+        assert!(
+            e.contains(&format!("://***@127.0.0.1:{port}/x?token=***")),
+            "{url}: {e}"
+        );
+        assert!(!e.contains("pw") && !e.contains("token=s"), "{url}: {e}");
+    }
+    // The target of a redirect that is not followed is masked too.
+    let url = format!("http://127.0.0.1:{p}/to/302/127.0.0.1/{p}/y?key=s3cret");
+    let e = permanent(run(loopback_ctx(), &exec_to(&url, &[], false)).await);
+    assert!(e.contains(&format!("127.0.0.1:{p}/y?key=***")), "{e}");
+    assert!(!e.contains("s3cret"), "{e}");
 }

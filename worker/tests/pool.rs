@@ -635,6 +635,55 @@ async fn a_deposed_leaders_fires_never_reach_a_worker() {
 }
 
 #[tokio::test]
+async fn the_pools_egress_settings_reach_the_http_handler() {
+    let receiver = Receiver::on("127.0.0.1").await;
+    let q = queue().await;
+    let mut s = spec("hook", "http");
+    // Retries left: a refusal must still not be retried.
+    std::sync::Arc::make_mut(&mut s.retry).max_retries = 3;
+    s.http = Some(ax_scheduler_core::task::HttpTarget {
+        url: format!("http://127.0.0.1:{}/200", receiver.port),
+        headers: Default::default(),
+        follow_redirects: false,
+    });
+    let run_one = |cfg: WorkerConfig, fire: i64| {
+        let (q, s) = (q.clone(), s.clone());
+        async move {
+            let (reporter, mut rx) = ChannelReporter::new();
+            let registry = HandlerRegistry::with_builtins();
+            let pool = WorkerPool::new(q.clone(), cfg, registry, Arc::new(reporter)).unwrap();
+            let running = start(pool);
+            q.enqueue(&msg(&s, fire)).await.unwrap();
+            let r = next_finished(&mut rx).await;
+            running.stop().await;
+            ended(&r)
+        }
+    };
+    // The defaults: loopback refused, dead-lettered at once, nothing sent.
+    let (outcome, error, retry) = run_one(fast_config("w1"), 1).await;
+    assert_eq!(
+        (outcome, retry),
+        (AttemptOutcome::Failed, false),
+        "{error:?}"
+    );
+    let error = error.unwrap();
+    assert!(
+        error.contains("127.0.0.1 is loopback (127.0.0.0/8)"),
+        "{error}"
+    );
+    assert_eq!(q.dlq_list("default", 0, 10).await.unwrap().len(), 1);
+    assert!(receiver.requests().is_empty());
+    // Opened by the pool's settings.
+    let cfg = WorkerConfig {
+        http_allow_cidrs: vec![ax_worker::egress::parse_allow_cidr("127.0.0.0/8").unwrap()],
+        ..fast_config("w2")
+    };
+    let (outcome, error, _) = run_one(cfg, 2).await;
+    assert_eq!(outcome, AttemptOutcome::Succeeded, "{error:?}");
+    assert_eq!(receiver.requests().len(), 1);
+}
+
+#[tokio::test]
 async fn invalid_configuration_is_refused() {
     let q: Queue = queue().await;
     let mut cfg = fast_config("w");

@@ -33,6 +33,8 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("AX_FLUSH_INTERVAL", "scheduler.flush_interval"),
     ("AX_WORKER_CONCURRENCY", "worker.concurrency"),
     ("AX_WORKER_QUEUES", "worker.queues"),
+    ("AX_WORKER_HTTP_ALLOW_CIDRS", "worker.http_allow_cidrs"),
+    ("AX_WORKER_HTTP_ALLOW_HOSTS", "worker.http_allow_hosts"),
     ("AX_HTTP_LISTEN", "http.listen"),
     ("AX_API_TOKEN", "http.api_token"),
     ("AX_FEISHU_WEBHOOK", "alerts.feishu_webhook"),
@@ -86,6 +88,8 @@ impl Config {
                     .map_err(|_| format!("`{value}` is not a whole number (0 means the default)"))?
             }
             "AX_WORKER_QUEUES" => self.worker.queues = split_list(value),
+            "AX_WORKER_HTTP_ALLOW_CIDRS" => self.worker.http_allow_cidrs = split_list(value),
+            "AX_WORKER_HTTP_ALLOW_HOSTS" => self.worker.http_allow_hosts = split_list(value),
             "AX_HTTP_LISTEN" => self.http.listen = text,
             "AX_API_TOKEN" => self.http.api_token = text,
             "AX_FEISHU_WEBHOOK" => self.alerts.feishu_webhook = text,
@@ -170,6 +174,11 @@ mod tests {
             ("AX_TICK", "5ms"),
             ("AX_WORKER_CONCURRENCY", "12"),
             ("AX_WORKER_QUEUES", "default,slow"),
+            ("AX_WORKER_HTTP_ALLOW_CIDRS", "127.0.0.0/8, ::1/128"),
+            (
+                "AX_WORKER_HTTP_ALLOW_HOSTS",
+                "localhost,*.svc.cluster.local",
+            ),
             ("AX_TEST_REDIS", "ignored"),
         ]))
         .unwrap();
@@ -180,6 +189,11 @@ mod tests {
         assert_eq!(c.scheduler.tick, Duration::from_millis(5));
         assert_eq!(c.worker.concurrency, 12);
         assert_eq!(c.worker.queues, ["default", "slow"]);
+        assert_eq!(c.worker.http_allow_cidrs, ["127.0.0.0/8", "::1/128"]);
+        assert_eq!(
+            c.worker.http_allow_hosts,
+            ["localhost", "*.svc.cluster.local"]
+        );
     }
 
     #[test]

@@ -206,6 +206,11 @@ impl Config {
             "worker.visibility_timeout",
             self.worker.visibility_timeout,
         );
+        if let Err(problems) = self.worker.egress_allow() {
+            for (key, problem) in problems {
+                err(key, problem);
+            }
+        }
 
         // http
         if !is_host_port(&self.http.listen) {
@@ -480,6 +485,27 @@ mod tests {
             "{e:?}"
         );
         c.etcd.ca_file = "ca.crt".into();
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn egress_allow_lists_name_the_bad_entry_and_its_key() {
+        let mut c = valid();
+        c.worker.http_allow_cidrs = vec!["127.0.0.0/8".into(), "10.0.0.0/33".into()];
+        c.worker.http_allow_hosts = vec!["localhost".into(), "*.svc.cluster.local".into()];
+        let e = errors(&c);
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(
+            e[0].starts_with("worker.http_allow_cidrs: `10.0.0.0/33` is not an address block"),
+            "{e:#?}"
+        );
+        c.worker.http_allow_cidrs = vec!["::1".into()];
+        c.worker.http_allow_hosts = vec!["10.0.0.1".into(), "api.*.example".into()];
+        let e = errors(&c);
+        assert_eq!(e.len(), 2, "{e:#?}");
+        assert!(e[0].starts_with("worker.http_allow_hosts: `10.0.0.1` is an address"));
+        assert!(e[1].starts_with("worker.http_allow_hosts: `api.*.example` is not a host name"));
+        c.worker.http_allow_hosts = vec!["LocalHost".into()];
         c.validate().unwrap();
     }
 

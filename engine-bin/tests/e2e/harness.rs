@@ -25,6 +25,10 @@ use serde_json::Value;
 /// The `ax` binary under test.
 pub(crate) const AX: &str = env!("CARGO_BIN_EXE_ax");
 
+/// What the replicas let the `http` handler call besides public addresses: loopback, where
+/// the receiver listens.
+pub(crate) const LOOPBACK: &str = "127.0.0.0/8,::1/128";
+
 /// Lines of each process log printed when a test fails.
 const LOG_TAIL_LINES: usize = 40;
 
@@ -359,6 +363,8 @@ impl Cluster {
             ("AX_REDIS_KEY_PREFIX", self.redis_prefix.clone()),
             ("AX_LEASE_TTL", "2s".to_owned()),
             ("AX_LOG", "warn".to_owned()),
+            // The receiver listens on loopback, which the http handler refuses by default.
+            ("AX_WORKER_HTTP_ALLOW_CIDRS", LOOPBACK.to_owned()),
         ]
     }
 

@@ -1,11 +1,13 @@
 //! Shared helpers of the worker tests.
 #![allow(dead_code, unreachable_pub)]
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ax_queue::{ExecutionMessage, Queue, QueueConfig};
 use ax_scheduler_core::TaskSpec;
 use ax_worker::WorkerConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub fn spec(id: &str, handler: &str) -> TaskSpec {
     let mut s = ax_testkit::spec(id, "default", handler);
@@ -60,4 +62,94 @@ pub async fn eventually<F: FnMut() -> bool>(limit: Duration, mut cond: F) -> boo
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     cond()
+}
+
+/// A loopback HTTP server that keeps the raw requests and answers by path:
+/// `/<code>` with that status (`/hang` never), `/to/<code>/<host>/<port>/<rest>` with a
+/// redirect to `http://<host>:<port>/<rest>`, `/to/<code>/self/<rest>` with one to `/<rest>`,
+/// `/loop` with one to itself.
+pub struct Receiver {
+    pub port: u16,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl Receiver {
+    pub async fn on(ip: &str) -> Receiver {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&requests);
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let seen = Arc::clone(&seen);
+                tokio::spawn(async move {
+                    let text = read_request(&mut sock).await;
+                    let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                    seen.lock().unwrap().push(text);
+                    let resp = answer(&path).await;
+                    let _ = sock.write_all(resp.as_bytes()).await;
+                });
+            }
+        });
+        Receiver { port, requests }
+    }
+
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// Reads the head and the body (by Content-Length).
+async fn read_request(sock: &mut tokio::net::TcpStream) -> String {
+    let mut buf = vec![0u8; 65536];
+    let mut len = 0;
+    loop {
+        let n = sock.read(&mut buf[len..]).await.unwrap_or(0);
+        len += n;
+        let text = String::from_utf8_lossy(&buf[..len]).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let cl = text
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                })
+                .unwrap_or(0);
+            if len >= end + 4 + cl {
+                break;
+            }
+        }
+        if n == 0 {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&buf[..len]).to_string()
+}
+
+async fn answer(path: &str) -> String {
+    let reply = |code: u16, location: Option<String>| {
+        let location = location.map_or(String::new(), |l| format!("location: {l}\r\n"));
+        format!("HTTP/1.1 {code} X\r\n{location}content-length: 0\r\nconnection: close\r\n\r\n")
+    };
+    if path == "/hang" {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    }
+    if path == "/loop" {
+        return reply(302, Some("/loop".into()));
+    }
+    if let Some(rest) = path.strip_prefix("/to/") {
+        let mut parts = rest.splitn(3, '/');
+        let code = parts.next().unwrap().parse().unwrap();
+        let location = match parts.next().unwrap() {
+            "self" => format!("/{}", parts.next().unwrap_or("")),
+            host => {
+                let mut rest = parts.next().unwrap().splitn(2, '/');
+                let port = rest.next().unwrap();
+                format!("http://{host}:{port}/{}", rest.next().unwrap_or(""))
+            }
+        };
+        return reply(code, Some(location));
+    }
+    reply(path.trim_start_matches('/').parse().unwrap_or(200), None)
 }
