@@ -16,8 +16,8 @@
 //! execution permanently (the same target is refused again). Redirects are followed only for
 //! tasks that opt in (`http.follow_redirects`), by hand, up to [`MAX_REDIRECTS`] hops, each
 //! through the same guarded client; the task's credentials (its `headers`, the URL's user
-//! info, and the body, which repeats the target) go only to the task URL's origin, since a
-//! redirect may point anywhere. Every URL in an error is masked (user info, query values):
+//! info) go only to the task URL's origin, since a redirect may point anywhere; the body
+//! never repeats the target. Every URL in an error is masked (user info, query values):
 //! errors end up in the state record, the history and alerts.
 
 use std::time::Instant;
@@ -96,6 +96,7 @@ async fn post(
             mask_url(&target.url)
         ))
     })?;
+    let encoded = body(exec)?;
     let mut url = task_url.clone();
     let mut method = Method::POST;
     let mut with_body = true;
@@ -118,7 +119,7 @@ async fn post(
         if with_body {
             req = req
                 .header(CONTENT_TYPE, "application/json")
-                .body(body(exec, own_origin)?);
+                .body(encoded.clone());
         }
         let resp = req
             .send()
@@ -159,16 +160,18 @@ async fn post(
     )))
 }
 
-/// The request body: the execution, without its `http` target (credentials, and the
-/// target's own URL) when the request goes to another origin than the task's.
-fn body(exec: &ExecutionMessage, own_origin: bool) -> Result<Vec<u8>, HandlerError> {
-    let encoded = if own_origin {
-        serde_json::to_vec(exec)
-    } else {
+/// The request body: the execution without its `http` target. The receiver gets the
+/// task's headers as headers; a copy in the body would only spread the credentials they
+/// carry to wherever the receiver stores or forwards bodies, and to another origin after a
+/// redirect.
+fn body(exec: &ExecutionMessage) -> Result<Vec<u8>, HandlerError> {
+    let encoded = if exec.http.is_some() {
         serde_json::to_vec(&ExecutionMessage {
             http: None,
             ..exec.clone()
         })
+    } else {
+        serde_json::to_vec(exec)
     };
     encoded.map_err(|e| HandlerError::Permanent(format!("cannot encode the execution: {e}")))
 }
