@@ -752,6 +752,9 @@ fn documented_access_table() -> Vec<(String, String, Role)> {
         .collect()
 }
 
+/// What a caller gets: through to the route, or refused with a status and a code.
+type Expected = Result<(), (StatusCode, &'static str)>;
+
 #[tokio::test]
 async fn every_route_answers_each_caller_as_the_documented_access_table_says() {
     let table = documented_access_table();
@@ -809,7 +812,7 @@ async fn every_route_answers_each_caller_as_the_documented_access_table_says() {
             "/dlq/requeue" => Some(r#"{"all": true}"#),
             _ => None,
         };
-        let mut callers: Vec<(String, Option<String>, Result<(), (StatusCode, &str)>)> = vec![
+        let mut callers: Vec<(String, Option<String>, Expected)> = vec![
             (
                 "no token".into(),
                 None,
