@@ -14,6 +14,7 @@
 //! put, pause, resume, run now), `queues` (history, dead letters, status), `errors`
 //! (library errors as API errors).
 
+mod audit;
 pub mod connect;
 mod errors;
 mod queues;
@@ -32,6 +33,7 @@ pub use connect::{
     registry_config, EtcdTls,
 };
 
+use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::config::Config;
 use crate::http::api::{
     ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
@@ -51,6 +53,8 @@ pub struct Backend {
     request_timeout: Duration,
     etcd_quota_bytes: u64,
     max_tasks_per_namespace: u64,
+    prefix: String,
+    audit_retention: Duration,
 }
 
 impl Backend {
@@ -80,6 +84,8 @@ impl Backend {
             request_timeout: config.etcd.timeout,
             etcd_quota_bytes: config.etcd.quota_backend_bytes,
             max_tasks_per_namespace: config.limits.max_tasks_per_namespace,
+            prefix: config.etcd.prefix.clone(),
+            audit_retention: config.audit.retention,
         }
     }
 
@@ -152,5 +158,13 @@ impl ApiBackend for Backend {
 
     fn status(&self) -> ApiFuture<'_, StatusView> {
         Box::pin(async move { self.cluster_status().await })
+    }
+
+    fn audit_record(&self, record: AuditRecord) -> ApiFuture<'_, ()> {
+        Box::pin(async move { self.write_audit(&record).await })
+    }
+
+    fn audit_list(&self, query: AuditQuery) -> ApiFuture<'_, AuditPage> {
+        Box::pin(async move { self.audit_page(&query).await })
     }
 }

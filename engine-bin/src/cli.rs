@@ -125,12 +125,35 @@ pub enum Command {
     /// Make API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Show the audit log: who changed what through ax, newest first.
+    Audit {
+        /// Only records of the last DURATION (`1h`, `7d`).
+        #[arg(long, value_parser = parse_duration)]
+        since: Option<std::time::Duration>,
+        /// Only records of this actor (a token name, `cli:user@host`, `etcd (direct)`).
+        #[arg(long)]
+        actor: Option<String>,
+        /// Records shown at most (1-1000); stderr says how to get the next page.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: u16,
+        /// Go on from a page's continue token.
+        #[arg(long = "continue", value_name = "TOKEN")]
+        continue_token: Option<String>,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t)]
+        output: OutputFormat,
+    },
     /// Show the leader, replicas, queue depths and dead-letter count.
     Status {
         /// Output format.
         #[arg(long, short = 'o', value_enum, default_value_t)]
         output: OutputFormat,
     },
+}
+
+/// A duration such as `90s`, `1h`, `7d`.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("`{s}` is not a duration like 1h or 7d: {e}"))
 }
 
 /// `ax token ...`

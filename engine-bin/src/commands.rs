@@ -10,6 +10,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
+use crate::audit::{AuditQuery, AuditRecord};
 use crate::backend::Backend;
 use crate::cli::{
     Cli, CliError, Command, ConfigCommand, DlqCommand, FenceCommand, OutputFormat, TaskCommand,
@@ -43,6 +44,8 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
     let _log_guard = logging::init(&settings).map_err(CliError::Usage)?;
 
     let config = load_config(&cli, edge)?;
+    let actor = cli_actor(edge);
+    let actor = actor.as_str();
     match cli.command {
         Command::Token(TokenCommand::New { name, role }) => print_stdout(&new_token(&name, role)),
         Command::Serve => serve(config).await,
@@ -55,19 +58,54 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
             dry_run,
             id,
             namespace,
-        }) => task_put(&config, &file, dry_run, id.as_deref(), namespace.as_deref()).await,
-        Command::Task(cmd) => task(&config, cmd).await,
-        Command::Dlq(cmd) => dlq(&config, cmd).await,
-        Command::Fence(FenceCommand::Reseat { queue }) => {
-            let reseated = backend(&config)
+        }) => {
+            task_put(
+                &config,
+                actor,
+                &file,
+                dry_run,
+                id.as_deref(),
+                namespace.as_deref(),
+            )
+            .await
+        }
+        Command::Task(cmd) => task(&config, actor, cmd).await,
+        Command::Dlq(cmd) => dlq(&config, actor, cmd).await,
+        Command::Audit {
+            since,
+            actor: only,
+            limit,
+            continue_token,
+            output,
+        } => {
+            let query = AuditQuery {
+                since: since.map(|d| UtcMillis::now().sub(d)),
+                actor: only,
+                limit: Some(usize::from(limit)),
+                continue_token,
+            };
+            let page = backend(&config)
                 .await?
-                .reseat_fences(queue)
+                .audit_list(query)
                 .await
                 .map_err(api_error)?;
+            if let Some(token) = &page.continue_token {
+                eprintln!("more records follow: add --continue {token}");
+            }
+            print_stdout(&match output {
+                OutputFormat::Table => output::audit_table(&page.items),
+                OutputFormat::Json => output::json(&page.items),
+            })
+        }
+        Command::Fence(FenceCommand::Reseat { queue }) => {
+            let b = backend(&config).await?;
+            let reseated = b.reseat_fences(queue.clone()).await.map_err(api_error)?;
             let mut text = String::new();
-            for (queue, token) in reseated {
+            for (queue, token) in &reseated {
                 text.push_str(&format!("queue {queue}: fence reseated at {token}\n"));
             }
+            let target = queue.unwrap_or_default();
+            audit(&b, actor, "fence.reseat", &target, None, None).await;
             print_stdout(&text)
         }
         Command::Status { output } => {
@@ -165,6 +203,7 @@ fn api_error(e: ApiError) -> CliError {
 /// preview, otherwise registers it and prints its next fires.
 async fn task_put(
     config: &Config,
+    actor: &str,
     file: &str,
     dry_run: bool,
     id: Option<&str>,
@@ -187,11 +226,19 @@ async fn task_put(
         obj.insert("id".into(), key.id.clone().into());
         obj.insert("namespace".into(), key.namespace.clone().into());
     }
-    let result = backend(config)
-        .await?
-        .put_task(doc, false)
-        .await
-        .map_err(api_error)?;
+    let b = backend(config).await?;
+    let mut result = b.put_task(doc, false).await.map_err(api_error)?;
+    let detail = result.audit.take().unwrap_or_default();
+    let target = format!("{}/{}", result.namespace, result.id);
+    audit(
+        &b,
+        actor,
+        "task.put",
+        &target,
+        detail.detail,
+        detail.revision,
+    )
+    .await;
     let mut out = format!(
         "task {}/{} registered (version {})\n",
         result.namespace, result.id, spec.version
@@ -211,7 +258,7 @@ async fn task_put(
 }
 
 /// `ax task get|list|delete|pause|resume|trigger|history`.
-async fn task(config: &Config, cmd: TaskCommand) -> Result<(), CliError> {
+async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliError> {
     // Parse the task name before connecting: a usage error needs no cluster.
     let key = match &cmd {
         TaskCommand::Get { task: r, .. }
@@ -279,19 +326,24 @@ async fn task(config: &Config, cmd: TaskCommand) -> Result<(), CliError> {
         }
         (TaskCommand::Delete(_), Some(k)) => {
             b.delete_task(k).await.map_err(api_error)?;
+            audit(&b, actor, "task.delete", &name, None, None).await;
             format!("task {name} deleted\n")
         }
         (TaskCommand::Pause(_), Some(k)) => {
             b.pause(k).await.map_err(api_error)?;
+            audit(&b, actor, "task.pause", &name, None, None).await;
             format!("task {name} paused\n")
         }
         (TaskCommand::Resume(_), Some(k)) => {
             b.resume(k).await.map_err(api_error)?;
+            audit(&b, actor, "task.resume", &name, None, None).await;
             format!("task {name} resumed\n")
         }
         (TaskCommand::Trigger(_), Some(k)) => {
             // Only the id, so that `id=$(ax task trigger ...)` works.
             let r = b.trigger(k).await.map_err(api_error)?;
+            let detail = serde_json::json!({ "execution_id": r.execution_id });
+            audit(&b, actor, "task.trigger", &name, Some(detail), None).await;
             format!("{}\n", r.execution_id)
         }
         (TaskCommand::History { limit, output, .. }, Some(k)) => {
@@ -311,7 +363,7 @@ async fn task(config: &Config, cmd: TaskCommand) -> Result<(), CliError> {
 }
 
 /// `ax dlq list|requeue|purge`.
-async fn dlq(config: &Config, cmd: DlqCommand) -> Result<(), CliError> {
+async fn dlq(config: &Config, actor: &str, cmd: DlqCommand) -> Result<(), CliError> {
     let b = backend(config).await?;
     let text = match cmd {
         DlqCommand::List {
@@ -334,15 +386,55 @@ async fn dlq(config: &Config, cmd: DlqCommand) -> Result<(), CliError> {
             } else {
                 DlqRequeue::Ids { ids }
             };
+            let detail = serde_json::to_value(&request).ok();
             let n = b.dlq_requeue(request).await.map_err(api_error)?;
+            audit(&b, actor, "dlq.requeue", "", detail, None).await;
             format!("requeued {n} dead letter(s)\n")
         }
         DlqCommand::Purge { queue } => {
+            let target = queue.clone().unwrap_or_default();
             let n = b.dlq_purge(queue).await.map_err(api_error)?;
+            audit(&b, actor, "dlq.purge", &target, None, None).await;
             format!("purged {n} dead letter(s)\n")
         }
     };
     print_stdout(&text)
+}
+
+/// Who the audit log names for this CLI run: `cli:` and the operating-system user.
+fn cli_actor(edge: &Edge) -> String {
+    let user = ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|v| edge.env.get(*v).filter(|u| !u.is_empty()))
+        .map_or("unknown", String::as_str);
+    match &edge.hostname {
+        Some(host) => format!("cli:{user}@{host}"),
+        None => format!("cli:{user}"),
+    }
+}
+
+/// Records a change the CLI made. The change already happened, so a record that cannot be
+/// written is a warning (with what it would have said), not a failure of the command.
+async fn audit(
+    b: &Backend,
+    actor: &str,
+    action: &str,
+    target: &str,
+    detail: Option<serde_json::Value>,
+    revision: Option<i64>,
+) {
+    let record = AuditRecord {
+        at: UtcMillis::now(),
+        actor: actor.to_owned(),
+        via: crate::audit::VIA_CLI.to_owned(),
+        action: action.to_owned(),
+        target: target.to_owned(),
+        detail,
+        revision,
+    };
+    if let Err(e) = b.audit_record(record).await {
+        tracing::warn!(error = %e, action, target, "cannot write the audit record of this change");
+    }
 }
 
 /// The bytes of `file`, or of stdin for `-`.

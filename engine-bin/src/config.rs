@@ -87,6 +87,8 @@ pub struct Config {
     pub alerts: Alerts,
     /// Limits on what callers may send.
     pub limits: Limits,
+    /// The audit log of changes.
+    pub audit: Audit,
 }
 
 /// `[etcd]`: connection to the etcd cluster.
@@ -413,6 +415,23 @@ impl Default for Http {
             api_token: String::new(),
             tokens: Vec::new(),
             insecure_open_api: false,
+        }
+    }
+}
+
+/// `[audit]`: the audit log of changes made through ax.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Audit {
+    /// How long a record is kept; default 90 d.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub retention: Duration,
+}
+
+impl Default for Audit {
+    fn default() -> Self {
+        Audit {
+            retention: Duration::from_secs(90 * 24 * 3600),
         }
     }
 }

@@ -45,8 +45,15 @@ pub const API_PREFIX: &str = "/api/v1";
 /// The full router.
 pub fn app(state: AppState) -> Router {
     // Layers run outside in: the size limits first (nothing else reads an oversized
-    // request), then authorization.
+    // request), then authorization, then the audit of what changed.
     let api = api::router(state.api.clone(), state.limits)
+        // Innermost: sees the caller the authorization found and the route's answer.
+        .layer(axum::middleware::from_fn_with_state(
+            crate::audit::AuditState {
+                backend: state.api.clone(),
+            },
+            crate::audit::record_changes,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             auth::AuthState {
                 access: Arc::clone(&state.access),

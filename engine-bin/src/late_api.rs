@@ -6,6 +6,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::http::api::{
     ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
     TaskKey, TaskList, TaskQuery, TaskView, TriggerResult,
@@ -76,5 +77,13 @@ impl ApiBackend for LateApi {
     }
     fn status(&self) -> ApiFuture<'_, StatusView> {
         delegate!(self, status())
+    }
+
+    fn audit_record(&self, record: AuditRecord) -> ApiFuture<'_, ()> {
+        delegate!(self, audit_record(record))
+    }
+
+    fn audit_list(&self, query: AuditQuery) -> ApiFuture<'_, AuditPage> {
+        delegate!(self, audit_list(query))
     }
 }

@@ -7,6 +7,7 @@
 //! [`metrics`], [`readiness`]), the HTTP port ([`http`]), process lifetime ([`shutdown`]) and
 //! the server that ties them together ([`serve`]).
 
+pub mod audit;
 pub mod backend;
 pub mod cli;
 pub mod commands;

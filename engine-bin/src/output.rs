@@ -104,6 +104,32 @@ pub fn task_table(tasks: &[TaskView]) -> String {
     )
 }
 
+/// The audit log as a table, newest first: when, who, through what, the action, its target
+/// and the detail as compact JSON.
+pub fn audit_table(records: &[crate::audit::AuditRecord]) -> String {
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|r| {
+            vec![
+                r.at.to_string(),
+                r.actor.clone(),
+                r.via.clone(),
+                r.action.clone(),
+                if r.target.is_empty() {
+                    "-".to_owned()
+                } else {
+                    r.target.clone()
+                },
+                r.detail
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(&["AT", "ACTOR", "VIA", "ACTION", "TARGET", "DETAIL"], &rows)
+}
+
 /// `ax task history`.
 pub fn history_table(records: &[ExecutionRecord]) -> String {
     let rows: Vec<Vec<String>> = records

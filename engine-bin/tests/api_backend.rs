@@ -334,3 +334,78 @@ async fn tasks_are_listed_page_by_page_with_filters() {
         .unwrap_err();
     assert!(bad.to_string().contains("continue"), "{bad}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_audit_log_pages_newest_first_filters_and_forgets_after_its_retention() {
+    use ax_engine::audit::{AuditQuery, AuditRecord};
+    use ax_engine::backend::Backend;
+    use ax_scheduler_core::UtcMillis;
+
+    let mut config = Config::default();
+    config.etcd.endpoints = vec![ax_testkit::etcd_endpoint()];
+    config.etcd.prefix = format!("/{}", ax_testkit::unique_name("audit"));
+    config.redis.url = ax_testkit::redis_url();
+    config.audit.retention = std::time::Duration::from_secs(24 * 3600);
+    let b = Backend::connect_lazy(&config).await.unwrap();
+    let now = UtcMillis::now();
+    let record = |at: UtcMillis, actor: &str, target: &str| AuditRecord {
+        at,
+        actor: actor.into(),
+        via: "api".into(),
+        action: "task.pause".into(),
+        target: target.into(),
+        detail: None,
+        revision: None,
+    };
+    // Two days old: past the retention, gone with the next write.
+    b.audit_record(record(
+        now.sub(std::time::Duration::from_secs(2 * 86_400)),
+        "old",
+        "x/old",
+    ))
+    .await
+    .unwrap();
+    for i in 0..5 {
+        let actor = if i % 2 == 0 { "ops" } else { "grafana" };
+        b.audit_record(record(UtcMillis(now.0 + i), actor, &format!("x/t{i}")))
+            .await
+            .unwrap();
+    }
+    let mut targets = Vec::new();
+    let mut query = AuditQuery {
+        limit: Some(2),
+        ..AuditQuery::default()
+    };
+    loop {
+        let page = b.audit_list(query.clone()).await.unwrap();
+        assert!(page.items.len() <= 2);
+        targets.extend(page.items.into_iter().map(|r| r.target));
+        match page.continue_token {
+            Some(t) => query.continue_token = Some(t),
+            None => break,
+        }
+    }
+    assert_eq!(
+        targets,
+        ["x/t4", "x/t3", "x/t2", "x/t1", "x/t0"],
+        "newest first, old one trimmed"
+    );
+
+    let ops = b
+        .audit_list(AuditQuery {
+            actor: Some("ops".into()),
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    let ops: Vec<String> = ops.items.into_iter().map(|r| r.target).collect();
+    assert_eq!(ops, ["x/t4", "x/t2", "x/t0"]);
+    let recent = b
+        .audit_list(AuditQuery {
+            since: Some(UtcMillis(now.0 + 3)),
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(recent.items.len(), 2);
+}

@@ -447,3 +447,59 @@ async fn dead_letters_are_listed_requeued_and_purged() {
     );
     assert_eq!(c.ok(&["dlq", "list"]).lines().count(), 1);
 }
+
+#[test]
+fn changes_made_with_the_cli_are_in_the_audit_log_newest_first() {
+    let c = Cluster::new("cli-audit");
+    let run = |args: &[&str]| {
+        let out = c.command(args).env("USER", "alice").output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    };
+    let mut put = c
+        .command(&["task", "put", "-", "--id", "beat", "-n", "ops"])
+        .env("USER", "alice")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    put.stdin
+        .take()
+        .unwrap()
+        .write_all(BEAT.as_bytes())
+        .unwrap();
+    assert_eq!(put.wait_with_output().unwrap().status.code(), Some(0));
+    run(&["task", "pause", "ops/beat"]);
+    run(&["task", "delete", "ops/beat"]);
+    // Reads change nothing and are not recorded.
+    c.ok(&["task", "list"]);
+
+    let records: Value = serde_json::from_str(&run(&["audit", "-o", "json"])).unwrap();
+    let records = records.as_array().unwrap();
+    let actions: Vec<&str> = records
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["task.delete", "task.pause", "task.put"]);
+    for r in records {
+        assert_eq!(r["target"], "ops/beat");
+        assert_eq!(r["via"], "cli");
+        assert!(r["actor"].as_str().unwrap().starts_with("cli:alice"), "{r}");
+    }
+    assert_eq!(records[2]["detail"]["created"]["schedule"]["every"], "10s");
+    assert!(records[2]["revision"].as_i64().unwrap() > 0);
+
+    let table = run(&["audit", "--actor", "nobody"]);
+    assert_eq!(table.lines().count(), 1, "only the header: {table}");
+    let table = run(&["audit", "--since", "1h", "--limit", "1"]);
+    assert!(
+        table.contains("task.delete") && !table.contains("task.put"),
+        "{table}"
+    );
+}

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use ax_engine::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
 use ax_engine::http::api::{
     ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView, TaskKey,
     TaskList, TaskQuery, TaskView, TriggerResult, CONTINUE_HEADER,
@@ -26,6 +27,7 @@ use tower::ServiceExt;
 #[derive(Default)]
 struct MemoryBackend {
     tasks: Mutex<BTreeMap<(String, String), Value>>,
+    audit: Arc<Mutex<Vec<AuditRecord>>>,
 }
 
 fn view(namespace: &str, id: &str, spec: &Value) -> TaskView {
@@ -142,6 +144,11 @@ impl ApiBackend for MemoryBackend {
                     )));
                 }
             }
+            let audit = (!dry_run).then(|| AuditDetail {
+                target: Some(format!("{namespace}/{id}")),
+                detail: Some(ax_engine::audit::spec_diff(tasks.get(&key), &spec)),
+                revision: Some(7),
+            });
             if !dry_run {
                 tasks.insert(key, spec);
             }
@@ -150,6 +157,7 @@ impl ApiBackend for MemoryBackend {
                 id,
                 written: !dry_run,
                 next_fires: vec![UtcMillis(1_000)],
+                audit,
             })
         })
     }
@@ -234,6 +242,22 @@ impl ApiBackend for MemoryBackend {
                 dlq_size: 1,
                 redis_warnings: vec![],
                 etcd_db: None,
+            })
+        })
+    }
+
+    fn audit_record(&self, record: AuditRecord) -> ApiFuture<'_, ()> {
+        self.audit.lock().unwrap().push(record);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn audit_list(&self, _query: AuditQuery) -> ApiFuture<'_, AuditPage> {
+        let mut items = self.audit.lock().unwrap().clone();
+        items.reverse();
+        Box::pin(async move {
+            Ok(AuditPage {
+                items,
+                continue_token: None,
             })
         })
     }
@@ -988,5 +1012,126 @@ async fn oversized_requests_and_run_now_floods_are_refused_naming_their_limit() 
     assert_eq!(
         (status, error_code(&body).as_str()),
         (StatusCode::URI_TOO_LONG, "limit_exceeded")
+    );
+}
+
+#[tokio::test]
+async fn every_change_through_the_api_is_audited_with_its_caller_and_reads_are_not() {
+    let backend = MemoryBackend::with_task("default", "t1");
+    let audit = Arc::clone(&backend.audit);
+    let tokens: Vec<TokenEntry> = Role::ALL
+        .iter()
+        .map(|r| TokenEntry {
+            name: format!("{}-bot", r.as_str()),
+            role: *r,
+            sha256: auth::to_hex(&auth::sha256(&token_of(*r))),
+        })
+        .collect();
+    let f = fixture_with(
+        Some(backend),
+        Access::new(&tokens, "", "0.0.0.0:8080", false),
+        ApiLimits::default(),
+    );
+    let r = &f.router;
+    let (admin, operate, read) = (
+        token_of(Role::Admin),
+        token_of(Role::Operate),
+        token_of(Role::Read),
+    );
+    let spec = r#"{"id": "hook", "version": 1, "schedule": {"every": "1m"},
+        "http": {"url": "https://h/x", "headers": {"Authorization": "Bearer s3cret"}}}"#;
+    assert_eq!(
+        call(r, Method::POST, "/api/v1/tasks", Some(&admin), Some(spec))
+            .await
+            .0,
+        StatusCode::CREATED
+    );
+    let spec2 = r#"{"id": "hook", "version": 2, "schedule": {"every": "5m"},
+        "http": {"url": "https://h/x", "headers": {"Authorization": "Bearer s3cret"}}}"#;
+    assert_eq!(
+        call(r, Method::POST, "/api/v1/tasks", Some(&admin), Some(spec2))
+            .await
+            .0,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        call(
+            r,
+            Method::POST,
+            "/api/v1/tasks/default/t1/pause",
+            Some(&operate),
+            None
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(
+            r,
+            Method::POST,
+            "/api/v1/dlq/purge?queue=q1",
+            Some(&admin),
+            None
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+    // Reads, refusals and failures change nothing and are not recorded.
+    call(r, Method::GET, "/api/v1/tasks", Some(&read), None).await;
+    call(
+        r,
+        Method::DELETE,
+        "/api/v1/tasks/default/t1",
+        Some(&read),
+        None,
+    )
+    .await;
+    call(
+        r,
+        Method::POST,
+        "/api/v1/tasks/default/missing/pause",
+        Some(&operate),
+        None,
+    )
+    .await;
+
+    let records = audit.lock().unwrap().clone();
+    let summary: Vec<(&str, &str, &str)> = records
+        .iter()
+        .map(|a| (a.actor.as_str(), a.action.as_str(), a.target.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("admin-bot", "task.put", "default/hook"),
+            ("admin-bot", "task.put", "default/hook"),
+            ("operate-bot", "task.pause", "default/t1"),
+            ("admin-bot", "dlq.purge", ""),
+        ]
+    );
+    assert!(records.iter().all(|a| a.via == "api"));
+    assert_eq!(records[1].revision, Some(7));
+    let diff = records[1].detail.as_ref().unwrap();
+    assert_eq!(
+        diff["changed"]["schedule.every"],
+        json!({"from": "1m", "to": "5m"})
+    );
+    assert!(
+        !diff.to_string().contains("s3cret")
+            && !records[0]
+                .detail
+                .as_ref()
+                .unwrap()
+                .to_string()
+                .contains("s3cret")
+    );
+    assert_eq!(records[3].detail, Some(json!({"query": "queue=q1"})));
+    let (status, body) = call(r, Method::GET, "/api/v1/audit", Some(&read), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()[0]["action"],
+        "dlq.purge"
     );
 }

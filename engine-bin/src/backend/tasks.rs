@@ -228,28 +228,43 @@ impl Backend {
             spec.created_at = Some(now);
         }
         let next_fires = next_fires(&spec, now)?;
+        let mut audit = None;
         if !dry_run {
-            self.check_namespace_room(&key).await?;
-            self.registry
+            let previous = self.raw_spec(&key).await?;
+            if previous.is_none() {
+                self.check_namespace_room(&key).await?;
+            }
+            let outcome = self
+                .registry
                 .register(&spec)
                 .await
                 .map_err(errors::registry)?;
+            let revision = match outcome {
+                ax_registry::RegisterOutcome::Created { revision }
+                | ax_registry::RegisterOutcome::Replaced { revision, .. } => revision,
+            };
+            let previous = previous.and_then(|raw| serde_json::from_slice(&raw).ok());
+            let written: serde_json::Value =
+                serde_json::from_slice(&spec.to_json()).unwrap_or(serde_json::Value::Null);
+            audit = Some(crate::audit::AuditDetail {
+                target: Some(format!("{}/{}", key.namespace, key.id)),
+                detail: Some(crate::audit::spec_diff(previous.as_ref(), &written)),
+                revision: Some(revision),
+            });
         }
         Ok(PutTaskResult {
             namespace: key.namespace,
             id: key.id,
             written: !dry_run,
             next_fires,
+            audit,
         })
     }
 
-    /// Refuses a new task in a namespace already holding `limits.max_tasks_per_namespace`;
-    /// replacing a task always has room. Two creations racing may both pass at the limit:
+    /// Refuses a new task in a namespace already holding `limits.max_tasks_per_namespace`
+    /// (replacing a task always has room). Two creations racing may both pass at the limit:
     /// it bounds a namespace's size, it is not a quota to the task.
     async fn check_namespace_room(&self, key: &TaskKey) -> Result<(), ApiError> {
-        if self.exists(key).await? {
-            return Ok(());
-        }
         let held = self
             .registry
             .count_tasks(&key.namespace)

@@ -256,6 +256,8 @@ impl Config {
             );
         }
 
+        positive(&mut err, "audit.retention", self.audit.retention);
+
         // limits
         if self.limits.max_request_bytes < 1024 {
             err(

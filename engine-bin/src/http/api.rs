@@ -22,6 +22,7 @@
 //! | POST | `/dlq/requeue` (body: `{"ids": [...]}` or `{"all": true, "queue": ...}`) | [`ApiBackend::dlq_requeue`] |
 //! | POST | `/dlq/purge?queue=` | [`ApiBackend::dlq_purge`] |
 //! | GET | `/status` | [`ApiBackend::status`] |
+//! | GET | `/audit?since=&actor=&limit=&continue=` | [`ApiBackend::audit_list`] (paged, newest first) |
 
 use std::future::Future;
 use std::pin::Pin;
@@ -40,6 +41,7 @@ use serde::{Deserialize, Serialize};
 use super::auth::{Principal, Role};
 use super::error::ApiError;
 use super::limits::{self, ApiLimits, TriggerLimiter};
+use crate::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
 
 /// Largest `limit` a list call accepts.
 pub const MAX_LIST_LIMIT: usize = 1000;
@@ -153,6 +155,10 @@ pub trait ApiBackend: Send + Sync {
     fn dlq_purge(&self, queue: Option<String>) -> ApiFuture<'_, u64>;
     /// The cluster at a glance.
     fn status(&self) -> ApiFuture<'_, StatusView>;
+    /// Records a change in the audit log.
+    fn audit_record(&self, record: AuditRecord) -> ApiFuture<'_, ()>;
+    /// A page of the audit log, newest first.
+    fn audit_list(&self, query: AuditQuery) -> ApiFuture<'_, AuditPage>;
 }
 
 /// A task's address: `{prefix}/tasks/{namespace}/{id}`.
@@ -205,6 +211,9 @@ pub struct PutTaskResult {
     pub written: bool,
     /// The next fire times (up to 5).
     pub next_fires: Vec<UtcMillis>,
+    /// What the audit log records of the change (the diff, the revision); not shown.
+    #[serde(skip)]
+    pub audit: Option<AuditDetail>,
 }
 
 /// Result of [`ApiBackend::trigger`].
@@ -372,6 +381,7 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
         .route("/dlq/requeue", post(dlq_requeue))
         .route("/dlq/purge", post(dlq_purge))
         .route("/status", get(status))
+        .route("/audit", get(audit))
         .fallback(|| async { ApiError::NotFound("no such API route".into()) })
         .layer(DefaultBodyLimit::max(limits.max_request_bytes))
         .with_state(state)
@@ -476,13 +486,18 @@ async fn put_task(
     // syntax error gets the same error shape as a validation error.
     let spec: serde_json::Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::invalid(format!("the body is not JSON: {e}")))?;
-    let result = s.backend()?.put_task(spec, q.dry_run).await?;
+    let mut result = s.backend()?.put_task(spec, q.dry_run).await?;
     let status = if result.written {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(result)).into_response())
+    let audit = result.audit.take();
+    let mut response = (status, Json(result)).into_response();
+    if let Some(audit) = audit {
+        response.extensions_mut().insert(audit);
+    }
+    Ok(response)
 }
 
 async fn get_task(
@@ -590,6 +605,22 @@ async fn dlq_purge(
     let q = query(q)?;
     let count = s.backend()?.dlq_purge(q.queue).await?;
     Ok(Json(Count { count }))
+}
+
+/// The page's records as the body (newest first), the next page's token in
+/// [`CONTINUE_HEADER`].
+async fn audit(
+    State(s): State<ApiState>,
+    q: Result<Query<AuditQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let page = s.backend()?.audit_list(query(q)?).await?;
+    let mut response = Json(page.items).into_response();
+    if let Some(token) = page.continue_token {
+        if let Ok(value) = axum::http::HeaderValue::from_str(&token) {
+            response.headers_mut().insert(CONTINUE_HEADER, value);
+        }
+    }
+    Ok(response)
 }
 
 async fn status(State(s): State<ApiState>) -> ApiResult<StatusView> {

@@ -85,6 +85,7 @@ pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
     ("POST", "/dlq/requeue", Role::Operate),
     ("POST", "/dlq/purge", Role::Admin),
     ("GET", "/status", Role::Read),
+    ("GET", "/audit", Role::Read),
 ];
 
 /// The role a request needs, from its method and matched path (with or without the

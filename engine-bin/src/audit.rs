@@ -1,0 +1,310 @@
+//! The audit log: who changed what through ax, and when.
+//!
+//! One record per change that succeeded (a put, delete, pause, resume, run-now, requeue,
+//! purge, ...), made by the API (the caller's token name) or the CLI (the operating-system
+//! user running it), with the action, its target, and for a spec change the diff, secrets
+//! masked. Refused and failed requests are not changes; they are counted and logged where
+//! they are refused.
+//!
+//! Records live in etcd under `{prefix}/audit/{at:013}-{random}`: they must survive a Redis
+//! restart, the volume is human-scale (changes, not executions), and keys that sort by time
+//! make "newest first since T" one range read and retention one range delete. The leader
+//! deletes records older than `audit.retention`.
+//!
+//! API routes are recorded by one middleware ([`record_changes`]) after the route answered
+//! with success, so a new route is audited without code of its own; its action name comes
+//! from the route ([`action_of`]). A route that knows more (the diff of a put) hands it to
+//! the middleware as an [`AuditDetail`] response extension. The CLI records through the
+//! same [`AuditRecord`] and backend call.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ax_scheduler_core::UtcMillis;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::http::auth::Principal;
+use crate::http::ApiBackend;
+
+/// `via` of a change made through the HTTP API.
+pub const VIA_API: &str = "api";
+/// `via` of a change made with the CLI.
+pub const VIA_CLI: &str = "cli";
+/// `via` (and actor) of a change written to etcd without ax.
+pub const VIA_ETCD: &str = "etcd (direct)";
+
+/// One change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// When it was made, ms since the epoch (UTC).
+    pub at: UtcMillis,
+    /// Who: the API token's name, `cli:<user>`, or `etcd (direct)`.
+    pub actor: String,
+    /// Through what: `api`, `cli` or `etcd (direct)`.
+    pub via: String,
+    /// What: `task.put`, `task.delete`, `task.pause`, `dlq.requeue`, ...
+    pub action: String,
+    /// On what: `namespace/id`, a queue, an execution id; empty when the action has none.
+    pub target: String,
+    /// More: a spec change's diff (secrets masked), the request's query.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Value>,
+    /// The etcd revision the change was written at, when it was an etcd write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+}
+
+/// Which records `GET /api/v1/audit` returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditQuery {
+    /// Only records at or after this instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<UtcMillis>,
+    /// Only records of this actor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// Most records in the page, 1 to 1000; default 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// The previous page's continue token.
+    #[serde(default, rename = "continue", skip_serializing_if = "Option::is_none")]
+    pub continue_token: Option<String>,
+}
+
+/// Records in a page when the query gives no limit.
+pub const DEFAULT_AUDIT_PAGE: usize = 100;
+
+/// One page of the audit log, newest first.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AuditPage {
+    /// The records, newest first.
+    pub items: Vec<AuditRecord>,
+    /// Pass as `continue` for the next (older) page; `None` on the last.
+    pub continue_token: Option<String>,
+}
+
+/// What a route adds to its audit record, as a response extension.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AuditDetail {
+    /// The target, when the route's path does not name it (a put names it in its body).
+    pub target: Option<String>,
+    /// The change's details.
+    pub detail: Option<Value>,
+    /// The etcd revision of the change.
+    pub revision: Option<i64>,
+}
+
+/// The action name of a route: the singular of its first segment, then its last fixed
+/// segment, or for a route ending in parameters what the method does (`POST /tasks` is
+/// `task.put`, `DELETE /tasks/{namespace}/{id}` is `task.delete`, `POST
+/// /tasks/{namespace}/{id}/pause` is `task.pause`, `POST /dlq/purge` is `dlq.purge`).
+pub fn action_of(method: &Method, route: &str) -> String {
+    let route = route.strip_prefix(crate::http::API_PREFIX).unwrap_or(route);
+    let segments: Vec<&str> = route.split('/').filter(|s| !s.is_empty()).collect();
+    let noun = segments
+        .first()
+        .map_or("api", |s| s.strip_suffix('s').unwrap_or(s));
+    let verb = match segments.last() {
+        Some(last) if segments.len() > 1 && !last.starts_with('{') => (*last).to_owned(),
+        _ if *method == Method::DELETE => "delete".to_owned(),
+        _ => "put".to_owned(),
+    };
+    format!("{noun}.{verb}")
+}
+
+/// The values of a route's parameters in a request path, joined by `/` (`ops/beat` for
+/// `/tasks/{namespace}/{id}/pause`): the record's target.
+pub fn target_of<'a>(route: &'a str, path: &'a str) -> String {
+    // A nested router sees its path without the prefix, while the matched route has it.
+    let strip = |p: &'a str| p.strip_prefix(crate::http::API_PREFIX).unwrap_or(p);
+    strip(route)
+        .split('/')
+        .zip(strip(path).split('/'))
+        .filter(|(r, _)| r.starts_with('{'))
+        .map(|(_, p)| p)
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// The changes from `old` to `new` as `{path: {"from", "to"}}`, objects compared key by key
+/// and anything else as a whole; the values shown have their secrets masked, so a changed
+/// header shows as changed without showing either value. `old` is `None` for a new task.
+pub fn spec_diff(old: Option<&Value>, new: &Value) -> Value {
+    let Some(old) = old else {
+        let mut created = new.clone();
+        ax_scheduler_core::redact::mask_spec(&mut created);
+        return serde_json::json!({ "created": created });
+    };
+    let mut changes = BTreeMap::new();
+    diff_into(&mut changes, String::new(), old, new);
+    serde_json::json!({ "changed": changes })
+}
+
+fn diff_into(out: &mut BTreeMap<String, Value>, path: String, old: &Value, new: &Value) {
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for k in keys {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                let (x, y) = (a.get(k), b.get(k));
+                diff_into(out, p, x.unwrap_or(&Value::Null), y.unwrap_or(&Value::Null));
+            }
+        }
+        (a, b) if a != b => {
+            let change =
+                serde_json::json!({ "from": masked_at(&path, a), "to": masked_at(&path, b) });
+            out.insert(path, change);
+        }
+        _ => {}
+    }
+}
+
+/// `value` as it shows at `path` of a masked spec: put back in place, masked with the
+/// spec's rules (one definition of what is secret), and taken out again.
+fn masked_at(path: &str, value: &Value) -> Value {
+    let parts: Vec<&str> = path.split('.').collect();
+    let mut doc = value.clone();
+    for p in parts.iter().rev() {
+        doc = serde_json::json!({ *p: doc });
+    }
+    ax_scheduler_core::redact::mask_spec(&mut doc);
+    let mut cur = &doc;
+    for p in &parts {
+        cur = &cur[*p];
+    }
+    cur.clone()
+}
+
+/// What the recording middleware shares.
+#[derive(Clone)]
+pub struct AuditState {
+    /// Where records go; `None` while the replica has no backend (nothing can change then).
+    pub backend: Option<Arc<dyn ApiBackend>>,
+}
+
+/// Middleware: records every request that changed something (not `GET`/`HEAD`, answered
+/// with success) with its caller, after the route answered. A record that cannot be written
+/// is logged at error with the change it describes: the change itself already happened.
+pub async fn record_changes(
+    State(state): State<AuditState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let method = request.method().clone();
+    if method == Method::GET || method == Method::HEAD {
+        return next.run(request).await;
+    }
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let actor = request
+        .extensions()
+        .get::<Principal>()
+        .map(|p| p.name.to_string());
+    let path = request.uri().path().to_owned();
+    let query = request.uri().query().map(str::to_owned);
+    let mut response = next.run(request).await;
+    let (Some(route), Some(actor), Some(backend)) = (route, actor, state.backend) else {
+        return response;
+    };
+    if !response.status().is_success() {
+        return response;
+    }
+    let extra = response
+        .extensions_mut()
+        .remove::<AuditDetail>()
+        .unwrap_or_default();
+    let detail = match (extra.detail, query) {
+        (Some(d), _) => Some(d),
+        (None, Some(q)) => Some(serde_json::json!({ "query": q })),
+        (None, None) => None,
+    };
+    let record = AuditRecord {
+        at: UtcMillis::now(),
+        actor,
+        via: VIA_API.to_owned(),
+        action: action_of(&method, &route),
+        target: extra.target.unwrap_or_else(|| target_of(&route, &path)),
+        detail,
+        revision: extra.revision,
+    };
+    if let Err(e) = backend.audit_record(record.clone()).await {
+        tracing::error!(error = %e, action = %record.action, target = %record.target, actor = %record.actor, "cannot write the audit record of a change");
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_and_targets_come_from_the_route() {
+        for (method, route, action) in [
+            (Method::POST, "/api/v1/tasks", "task.put"),
+            (
+                Method::DELETE,
+                "/api/v1/tasks/{namespace}/{id}",
+                "task.delete",
+            ),
+            (
+                Method::POST,
+                "/api/v1/tasks/{namespace}/{id}/pause",
+                "task.pause",
+            ),
+            (Method::POST, "/api/v1/dlq/requeue", "dlq.requeue"),
+            (Method::POST, "/api/v1/queues/{name}/resume", "queue.resume"),
+            (
+                Method::POST,
+                "/api/v1/executions/{id}/kill",
+                "execution.kill",
+            ),
+        ] {
+            assert_eq!(action_of(&method, route), action, "{route}");
+        }
+        assert_eq!(
+            target_of(
+                "/api/v1/tasks/{namespace}/{id}/pause",
+                "/api/v1/tasks/ops/beat/pause"
+            ),
+            "ops/beat"
+        );
+        assert_eq!(target_of("/api/v1/dlq/purge", "/api/v1/dlq/purge"), "");
+        assert_eq!(
+            target_of("/api/v1/tasks/{namespace}/{id}", "/tasks/ops/beat"),
+            "ops/beat",
+            "a nested router's path has no prefix"
+        );
+    }
+
+    #[test]
+    fn a_spec_diff_names_each_changed_field_with_secrets_masked() {
+        let old = serde_json::json!({"schedule": {"cron": "0 * * * * *"}, "paused": false,
+            "http": {"url": "https://h/x", "headers": {"Authorization": "old-secret"}}});
+        let new = serde_json::json!({"schedule": {"cron": "0 */5 * * * *"}, "paused": false,
+            "http": {"url": "https://h/x", "headers": {"Authorization": "new-secret"}},
+            "labels": {"team": "data"}});
+        let d = spec_diff(Some(&old), &new);
+        assert_eq!(
+            d,
+            serde_json::json!({"changed": {
+                "schedule.cron": {"from": "0 * * * * *", "to": "0 */5 * * * *"},
+                "http.headers.Authorization": {"from": "***", "to": "***"},
+                "labels": {"from": null, "to": {"team": "data"}},
+            }})
+        );
+        assert!(!d.to_string().contains("secret"), "{d}");
+        let created = spec_diff(None, &new);
+        assert!(!created.to_string().contains("new-secret"), "{created}");
+    }
+}

@@ -1,0 +1,122 @@
+//! The audit log in etcd: one key per record, `{prefix}/audit/{at:013}-{random}`.
+//!
+//! Keys sort by time, so a page newest first is one descending range read and retention is
+//! one range delete of the keys before the cutoff. That delete rides in the same
+//! transaction as each new record: changes are human-scale, so trimming at each write keeps
+//! the log bounded without a loop of its own, and a log nobody writes to does not grow.
+
+use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+
+use super::{errors, Backend};
+use crate::audit::{AuditPage, AuditQuery, AuditRecord, DEFAULT_AUDIT_PAGE};
+use crate::http::api::MAX_LIST_LIMIT;
+use crate::http::ApiError;
+
+impl Backend {
+    fn audit_prefix(&self) -> String {
+        format!("{}/audit/", self.prefix)
+    }
+
+    /// Writes `record`, and deletes the records older than the retention.
+    pub(super) async fn write_audit(&self, record: &AuditRecord) -> Result<(), ApiError> {
+        let prefix = self.audit_prefix();
+        let suffix: u32 = rand::random();
+        let key = format!("{prefix}{:013}-{suffix:08x}", record.at.0.max(0));
+        let value = serde_json::to_vec(record)
+            .map_err(|e| ApiError::Internal(format!("cannot encode an audit record: {e}")))?;
+        let retention_ms = i64::try_from(self.audit_retention.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = format!(
+            "{prefix}{:013}",
+            record.at.0.saturating_sub(retention_ms).max(0)
+        );
+        let txn = Txn::new().and_then([
+            TxnOp::put(key, value, None),
+            TxnOp::delete(
+                prefix,
+                Some(etcd_client::DeleteOptions::new().with_range(cutoff)),
+            ),
+        ]);
+        let mut kv = self.etcd.kv_client();
+        tokio::time::timeout(self.request_timeout, kv.txn(txn))
+            .await
+            .map_err(|_| ApiError::Unavailable("etcd audit write timed out".into()))?
+            .map_err(|e| errors::etcd("audit write", e))?;
+        Ok(())
+    }
+
+    /// A page of records, newest first.
+    pub(super) async fn audit_page(&self, query: &AuditQuery) -> Result<AuditPage, ApiError> {
+        let limit = query.limit.unwrap_or(DEFAULT_AUDIT_PAGE);
+        if limit == 0 || limit > MAX_LIST_LIMIT {
+            return Err(ApiError::invalid(format!(
+                "limit: {limit} is outside 1 to {MAX_LIST_LIMIT}"
+            )));
+        }
+        let prefix = self.audit_prefix();
+        let start = match query.since {
+            Some(t) => format!("{prefix}{:013}", t.0.max(0)),
+            None => prefix.clone(),
+        };
+        // Continue below the last key shown; the first page ends at the prefix's end.
+        let end = match &query.continue_token {
+            Some(last) if last.starts_with(&prefix) => last.clone(),
+            Some(_) => return Err(ApiError::invalid("continue: not a token of this listing")),
+            None => prefix_end(&prefix),
+        };
+        let mut items = Vec::new();
+        let mut range_end = end;
+        let mut more = true;
+        // Reads go on until `limit` records of the actor are found or the range is done,
+        // each bounded, and so is the whole scan (etcd cannot filter by value): a rare
+        // actor gets a continue token rather than a read of the whole log.
+        for _ in 0..MAX_READS {
+            let options = GetOptions::new()
+                .with_range(range_end.clone())
+                .with_sort(SortTarget::Key, SortOrder::Descend)
+                .with_limit(i64::try_from(limit).unwrap_or(1000));
+            let mut kv = self.etcd.kv_client();
+            let resp =
+                tokio::time::timeout(self.request_timeout, kv.get(start.clone(), Some(options)))
+                    .await
+                    .map_err(|_| ApiError::Unavailable("etcd audit read timed out".into()))?
+                    .map_err(|e| errors::etcd("audit read", e))?;
+            let kvs = resp.kvs();
+            let mut read = 0;
+            for kv in kvs {
+                read += 1;
+                range_end = String::from_utf8_lossy(kv.key()).into_owned();
+                let Ok(record) = serde_json::from_slice::<AuditRecord>(kv.value()) else {
+                    continue;
+                };
+                if query.actor.as_deref().is_some_and(|a| a != record.actor) {
+                    continue;
+                }
+                items.push(record);
+                if items.len() == limit {
+                    break;
+                }
+            }
+            more = resp.more() || read < kvs.len();
+            if items.len() == limit || !more {
+                break;
+            }
+        }
+        Ok(AuditPage {
+            continue_token: more.then_some(range_end),
+            items,
+        })
+    }
+}
+
+/// Range reads one page request makes at most.
+const MAX_READS: usize = 10;
+
+/// The smallest key after every key starting with `prefix`.
+fn prefix_end(prefix: &str) -> String {
+    let mut end = prefix.as_bytes().to_vec();
+    // The prefix ends in `/`, so its last byte can be incremented.
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    String::from_utf8_lossy(&end).into_owned()
+}
