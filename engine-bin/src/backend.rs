@@ -14,9 +14,8 @@
 //! put, pause, resume, run now), `queues` (history, dead letters, status), `errors`
 //! (library errors as API errors).
 
-mod audit;
 pub mod connect;
-mod errors;
+pub(crate) mod errors;
 mod queues;
 mod tasks;
 
@@ -34,6 +33,7 @@ pub use connect::{
 };
 
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
+use crate::audit_store::AuditStore;
 use crate::config::Config;
 use crate::http::api::{
     ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
@@ -53,8 +53,7 @@ pub struct Backend {
     request_timeout: Duration,
     etcd_quota_bytes: u64,
     max_tasks_per_namespace: u64,
-    prefix: String,
-    audit_retention: Duration,
+    audit: AuditStore,
 }
 
 impl Backend {
@@ -76,6 +75,7 @@ impl Backend {
     pub fn new(etcd: Client, queue: Option<Queue>, config: &Config) -> Backend {
         Backend {
             registry: Registry::new(etcd.clone(), registry_config(config)),
+            audit: AuditStore::of(etcd.clone(), config),
             etcd,
             election: election_config(config),
             queue: OnceCell::new_with(queue),
@@ -84,8 +84,6 @@ impl Backend {
             request_timeout: config.etcd.timeout,
             etcd_quota_bytes: config.etcd.quota_backend_bytes,
             max_tasks_per_namespace: config.limits.max_tasks_per_namespace,
-            prefix: config.etcd.prefix.clone(),
-            audit_retention: config.audit.retention,
         }
     }
 
@@ -161,10 +159,10 @@ impl ApiBackend for Backend {
     }
 
     fn audit_record(&self, record: AuditRecord) -> ApiFuture<'_, ()> {
-        Box::pin(async move { self.write_audit(&record).await })
+        Box::pin(async move { self.audit.write(&record).await })
     }
 
     fn audit_list(&self, query: AuditQuery) -> ApiFuture<'_, AuditPage> {
-        Box::pin(async move { self.audit_page(&query).await })
+        Box::pin(async move { self.audit.page(&query).await })
     }
 }

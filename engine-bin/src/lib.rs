@@ -8,6 +8,7 @@
 //! the server that ties them together ([`serve`]).
 
 pub mod audit;
+pub mod audit_store;
 pub mod backend;
 pub mod cli;
 pub mod commands;

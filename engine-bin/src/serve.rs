@@ -424,6 +424,7 @@ impl Parts<'_> {
             metrics: Arc::clone(self.metrics),
             alerts: self.alerts.clone(),
             tracker: shutdown.tracker().clone(),
+            audit: crate::audit_store::AuditStore::of(self.etcd.clone(), config),
         };
         shutdown.spawn(move |cancel| {
             scheduler::run(settings, deps, cancel).instrument(info_span!("scheduler"))

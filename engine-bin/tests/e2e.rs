@@ -1073,3 +1073,71 @@ async fn executions_waiting_in_a_queue_no_worker_serves_raise_an_alert() {
     );
     c.clean_up().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spec_changes_written_to_etcd_without_ax_are_audited_as_direct() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-audit").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+
+    // One task through the CLI (audited by it), one written to etcd by hand.
+    let mut spec = http_task(&c, json!({ "every": "1h" }));
+    spec["id"] = json!("by-ax");
+    spec["namespace"] = json!("ops");
+    let (code, out, err) = c.ax(&["task", "put", "-"], Some(&spec.to_string())).await;
+    assert_eq!(code, 0, "task put: {out} {err}");
+    c.put_task("ops", "by-hand", &http_task(&c, json!({ "every": "1h" })))
+        .await;
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let records = loop {
+        let records = c.ax_json(&["audit"]).await;
+        let direct = records
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["via"] == "etcd (direct)");
+        if direct || Instant::now() > deadline {
+            break records;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let summary: Vec<(String, String, String)> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["actor"]
+                    .as_str()
+                    .unwrap()
+                    .split('@')
+                    .next()
+                    .unwrap()
+                    .to_owned(),
+                r["action"].as_str().unwrap().to_owned(),
+                r["target"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let direct: Vec<&(String, String, String)> = summary
+        .iter()
+        .filter(|(a, _, _)| a == "etcd (direct)")
+        .collect();
+    assert_eq!(
+        direct,
+        [&(
+            "etcd (direct)".to_owned(),
+            "task.put".to_owned(),
+            "ops/by-hand".to_owned()
+        )],
+        "{summary:?}"
+    );
+    assert!(
+        summary
+            .iter()
+            .any(|(a, act, t)| a.starts_with("cli:") && act == "task.put" && t == "ops/by-ax"),
+        "{summary:?}"
+    );
+}

@@ -46,7 +46,7 @@ pub(super) fn election(e: ElectionError) -> ApiError {
     }
 }
 
-pub(super) fn etcd(op: &str, e: etcd_client::Error) -> ApiError {
+pub(crate) fn etcd(op: &str, e: etcd_client::Error) -> ApiError {
     // Every etcd client error reaching here is transport or server trouble: requests are
     // well-formed by construction.
     ApiError::Unavailable(format!("etcd {op} failed: {e}"))

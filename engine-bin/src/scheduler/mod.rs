@@ -31,6 +31,7 @@ use crate::metrics::Metrics;
 
 mod catalog;
 pub mod clock;
+mod direct_writes;
 mod events;
 mod fire;
 mod flusher;
@@ -93,4 +94,6 @@ pub struct LeaderDeps {
     pub alerts: Option<AlertSender>,
     /// The tracker the role's helper tasks run on.
     pub tracker: TaskTracker,
+    /// The audit log, where the leader records spec changes written to etcd without ax.
+    pub audit: crate::audit_store::AuditStore,
 }

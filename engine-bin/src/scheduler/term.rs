@@ -25,7 +25,7 @@ use tracing::{debug, error, info, info_span, warn, Instrument};
 use super::catalog::{apply_event, in_scope, Catalog, CatalogEntry};
 use super::flusher::{self, FlushRequest};
 use super::triggers::{self, PendingTrigger};
-use super::{clock, events, fire, LeaderDeps, LeaderSettings};
+use super::{clock, direct_writes, events, fire, LeaderDeps, LeaderSettings};
 use ax_registry::TaskWatcher;
 
 /// The state of one leadership term.
@@ -35,6 +35,8 @@ pub(super) struct Term {
     pub(super) dispatcher: Dispatcher,
     pub(super) cancel: CancellationToken,
     pub(super) flush_tx: mpsc::Sender<FlushRequest>,
+    /// Spec changes the watch delivered, for the check of direct etcd writes.
+    direct_tx: mpsc::Sender<direct_writes::Observed>,
     trigger_rx: mpsc::Receiver<PendingTrigger>,
     /// Triggers to delete once their run-now execution is enqueued, by execution id.
     pub(super) pending_triggers: HashMap<String, PendingTrigger>,
@@ -266,6 +268,11 @@ impl Term {
                 )
                 .instrument(info_span!("state_flusher")),
             );
+            let (direct_tx, direct_rx) = mpsc::channel(1024);
+            deps.tracker.spawn(
+                direct_writes::run(deps.audit.clone(), direct_rx, term_cancel.clone())
+                    .instrument(info_span!("direct_writes")),
+            );
             let (trigger_tx, trigger_rx) = mpsc::channel(256);
             deps.tracker.spawn(
                 triggers::poll(
@@ -295,6 +302,7 @@ impl Term {
                 dispatcher,
                 cancel: term_cancel,
                 flush_tx,
+                direct_tx,
                 trigger_rx,
                 pending_triggers: HashMap::new(),
                 consumed_triggers: Vec::new(),
@@ -353,6 +361,13 @@ impl Term {
                         return;
                     };
                     if let Some((key, entry)) = apply_event(settings, catalog, &deps.metrics, event) {
+                        // Full only under a burst the checker cannot keep up with: those
+                        // changes go unchecked rather than stall the leader.
+                        let _ = self.direct_tx.try_send(direct_writes::Observed {
+                            target: format!("{}/{}", key.namespace, key.id),
+                            deleted: entry.is_none(),
+                            seen_at: UtcMillis::now(),
+                        });
                         self.on_registry_change(deps, key, entry).await;
                         // A change takes effect now, not at the next tick.
                         fire::fire(settings, deps, &mut self).await;

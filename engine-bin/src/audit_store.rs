@@ -1,30 +1,62 @@
-//! The audit log in etcd: one key per record, `{prefix}/audit/{at:013}-{random}`.
+//! The audit log in etcd: one key per record, `{prefix}/audit/{at:013}-{random}`, written
+//! by the API, the CLI and the leader (for changes written to etcd without ax).
 //!
 //! Keys sort by time, so a page newest first is one descending range read and retention is
 //! one range delete of the keys before the cutoff. That delete rides in the same
 //! transaction as each new record: changes are human-scale, so trimming at each write keeps
 //! the log bounded without a loop of its own, and a log nobody writes to does not grow.
 
-use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+use std::time::Duration;
 
-use super::{errors, Backend};
+use etcd_client::{Client, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+
 use crate::audit::{AuditPage, AuditQuery, AuditRecord, DEFAULT_AUDIT_PAGE};
+use crate::backend::errors;
 use crate::http::api::MAX_LIST_LIMIT;
 use crate::http::ApiError;
 
-impl Backend {
+/// The audit log's records in etcd.
+#[derive(Clone)]
+pub struct AuditStore {
+    etcd: Client,
+    prefix: String,
+    retention: Duration,
+    request_timeout: Duration,
+}
+
+impl AuditStore {
+    /// The log under `{prefix}/audit/`, keeping records for `retention`.
+    pub fn new(etcd: Client, prefix: &str, retention: Duration, request_timeout: Duration) -> Self {
+        AuditStore {
+            etcd,
+            prefix: format!("{prefix}/audit/"),
+            retention,
+            request_timeout,
+        }
+    }
+
+    /// The log as `config` sets it up.
+    pub fn of(etcd: Client, config: &crate::config::Config) -> Self {
+        AuditStore::new(
+            etcd,
+            &config.etcd.prefix,
+            config.audit.retention,
+            config.etcd.timeout,
+        )
+    }
+
     fn audit_prefix(&self) -> String {
-        format!("{}/audit/", self.prefix)
+        self.prefix.clone()
     }
 
     /// Writes `record`, and deletes the records older than the retention.
-    pub(super) async fn write_audit(&self, record: &AuditRecord) -> Result<(), ApiError> {
+    pub async fn write(&self, record: &AuditRecord) -> Result<(), ApiError> {
         let prefix = self.audit_prefix();
         let suffix: u32 = rand::random();
         let key = format!("{prefix}{:013}-{suffix:08x}", record.at.0.max(0));
         let value = serde_json::to_vec(record)
             .map_err(|e| ApiError::Internal(format!("cannot encode an audit record: {e}")))?;
-        let retention_ms = i64::try_from(self.audit_retention.as_millis()).unwrap_or(i64::MAX);
+        let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
         let cutoff = format!(
             "{prefix}{:013}",
             record.at.0.saturating_sub(retention_ms).max(0)
@@ -45,7 +77,7 @@ impl Backend {
     }
 
     /// A page of records, newest first.
-    pub(super) async fn audit_page(&self, query: &AuditQuery) -> Result<AuditPage, ApiError> {
+    pub async fn page(&self, query: &AuditQuery) -> Result<AuditPage, ApiError> {
         let limit = query.limit.unwrap_or(DEFAULT_AUDIT_PAGE);
         if limit == 0 || limit > MAX_LIST_LIMIT {
             return Err(ApiError::invalid(format!(
