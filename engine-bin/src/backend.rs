@@ -37,7 +37,7 @@ use crate::audit_store::AuditStore;
 use crate::config::Config;
 use crate::http::api::{
     ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
-    TaskKey, TaskList, TaskQuery, TaskView, TriggerResult,
+    TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -134,8 +134,8 @@ impl ApiBackend for Backend {
         Box::pin(async move { self.set_paused(&key, false).await })
     }
 
-    fn trigger(&self, key: TaskKey) -> ApiFuture<'_, TriggerResult> {
-        Box::pin(async move { self.run_now(&key).await })
+    fn trigger(&self, key: TaskKey, params: TriggerParams) -> ApiFuture<'_, TriggerResult> {
+        Box::pin(async move { self.run_now(&key, params).await })
     }
 
     fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>> {

@@ -300,8 +300,18 @@ pub enum TaskCommand {
     Pause(TaskRef),
     /// Resume a paused task.
     Resume(TaskRef),
-    /// Run a task now, outside its schedule.
-    Trigger(TaskRef),
+    /// Run a task now, outside its schedule (prints the execution id).
+    Trigger {
+        /// The task.
+        #[command(flatten)]
+        task: TaskRef,
+        /// Run with this payload (JSON from FILE, or stdin for `-`) instead of the spec's.
+        #[arg(long, value_name = "FILE|-")]
+        payload: Option<String>,
+        /// Run-now requests of the task with the same key run once (within 24 h).
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
     /// Show the last executions of a task.
     History {
         /// The task.

@@ -18,7 +18,7 @@ use crate::cli::{
 };
 use crate::config::{Config, LoadOptions, DEFAULT_CONFIG_PATH};
 use crate::edge::Edge;
-use crate::http::api::{ApiBackend, DlqRequeue, TaskQuery, TaskView};
+use crate::http::api::{ApiBackend, DlqRequeue, TaskQuery, TaskView, TriggerParams};
 use crate::http::ApiError;
 use crate::logging::{self, LogSettings, LogTarget};
 use crate::output;
@@ -265,7 +265,7 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
         | TaskCommand::Delete(r)
         | TaskCommand::Pause(r)
         | TaskCommand::Resume(r)
-        | TaskCommand::Trigger(r)
+        | TaskCommand::Trigger { task: r, .. }
         | TaskCommand::History { task: r, .. } => Some(r.key()?),
         TaskCommand::Put { .. } | TaskCommand::List { .. } => None,
     };
@@ -339,10 +339,28 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
             audit(&b, actor, "task.resume", &name, None, None).await;
             format!("task {name} resumed\n")
         }
-        (TaskCommand::Trigger(_), Some(k)) => {
+        (
+            TaskCommand::Trigger {
+                payload,
+                idempotency_key,
+                ..
+            },
+            Some(k),
+        ) => {
+            let payload = match payload {
+                Some(file) => Some(serde_json::from_slice(&read_input(&file)?).map_err(|e| {
+                    CliError::Invalid(vec![format!("--payload: not valid JSON: {e}")])
+                })?),
+                None => None,
+            };
+            let params = TriggerParams {
+                payload,
+                idempotency_key,
+            };
+            let mut detail = serde_json::to_value(&params).unwrap_or_default();
             // Only the id, so that `id=$(ax task trigger ...)` works.
-            let r = b.trigger(k).await.map_err(api_error)?;
-            let detail = serde_json::json!({ "execution_id": r.execution_id });
+            let r = b.trigger(k, params).await.map_err(api_error)?;
+            detail["execution_id"] = serde_json::Value::String(r.execution_id.clone());
             audit(&b, actor, "task.trigger", &name, Some(detail), None).await;
             format!("{}\n", r.execution_id)
         }

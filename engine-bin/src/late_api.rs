@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::http::api::{
     ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
-    TaskKey, TaskList, TaskQuery, TaskView, TriggerResult,
+    TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -60,8 +60,8 @@ impl ApiBackend for LateApi {
     fn resume(&self, key: TaskKey) -> ApiFuture<'_, TaskView> {
         delegate!(self, resume(key))
     }
-    fn trigger(&self, key: TaskKey) -> ApiFuture<'_, TriggerResult> {
-        delegate!(self, trigger(key))
+    fn trigger(&self, key: TaskKey, params: TriggerParams) -> ApiFuture<'_, TriggerResult> {
+        delegate!(self, trigger(key, params))
     }
     fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>> {
         delegate!(self, history(key, limit))

@@ -1141,3 +1141,80 @@ async fn spec_changes_written_to_etcd_without_ax_are_audited_as_direct() {
         "{summary:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_now_carries_its_payload_and_its_idempotency_key_runs_it_once() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-run-params").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+
+    let mut spec = http_task(&c, json!({ "every": "1h" }));
+    spec["id"] = json!("report");
+    spec["namespace"] = json!("ops");
+    spec["payload"] = json!({"day": "spec"});
+    let (code, out, err) = c.ax(&["task", "put", "-"], Some(&spec.to_string())).await;
+    assert_eq!(code, 0, "task put: {out} {err}");
+
+    let (code, first, err) = c
+        .ax(
+            &[
+                "task",
+                "trigger",
+                "ops/report",
+                "--payload",
+                "-",
+                "--idempotency-key",
+                "2026-11-29",
+            ],
+            Some(r#"{"day": "2026-11-29"}"#),
+        )
+        .await;
+    assert_eq!(code, 0, "{err}");
+    // The same key again: a second request, enqueued once.
+    let (code, second, err) = c
+        .ax(
+            &[
+                "task",
+                "trigger",
+                "ops/report",
+                "--payload",
+                "-",
+                "--idempotency-key",
+                "2026-11-29",
+            ],
+            Some(r#"{"day": "2026-11-29"}"#),
+        )
+        .await;
+    assert_eq!(code, 0, "{err}");
+    assert_ne!(first.trim(), second.trim());
+    // Without a key, a run-now with the spec's payload.
+    let third = c.ax_ok(&["task", "trigger", "ops/report"]).await;
+    wait_for_executions(&c, "report", 2, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let runs = c.receiver.executions_of("report");
+    let mut seen: Vec<(String, Value)> = runs
+        .iter()
+        .map(|e| (e.execution_id.clone(), e.payload.clone()))
+        .collect();
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        seen,
+        [
+            (first.trim().to_owned(), json!({"day": "2026-11-29"})),
+            (third.trim().to_owned(), json!({"day": "spec"})),
+        ],
+        "{runs:?}"
+    );
+    assert!(runs.iter().all(|e| e.run_now));
+
+    let bad = c
+        .ax(
+            &["task", "trigger", "ops/report", "--idempotency-key", ""],
+            None,
+        )
+        .await;
+    assert_eq!(bad.0, 3, "{bad:?}");
+    assert!(bad.2.contains("idempotency_key"), "{bad:?}");
+}

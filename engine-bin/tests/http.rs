@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use ax_engine::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
 use ax_engine::http::api::{
     ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView, TaskKey,
-    TaskList, TaskQuery, TaskView, TriggerResult, CONTINUE_HEADER,
+    TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult, CONTINUE_HEADER,
 };
 use ax_engine::http::auth::{self, Access, Role, TokenEntry, ROUTE_ROLES};
 use ax_engine::http::limits::ApiLimits;
@@ -178,7 +178,7 @@ impl ApiBackend for MemoryBackend {
         self.set_paused(key, false)
     }
 
-    fn trigger(&self, key: TaskKey) -> ApiFuture<'_, TriggerResult> {
+    fn trigger(&self, key: TaskKey, _params: TriggerParams) -> ApiFuture<'_, TriggerResult> {
         Box::pin(async move {
             self.lookup(&key)?;
             Ok(TriggerResult {

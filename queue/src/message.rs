@@ -130,7 +130,13 @@ impl ExecutionMessage {
             timeout_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
             retry: spec.retry.clone(),
             priority: spec.priority,
-            idempotency_key: spec.idempotency_key.clone(),
+            // A spec's key makes its scheduled fire run once; a run-now is a run of its own
+            // (its request may bring a key of its own, see `with_run_now_request`).
+            idempotency_key: if run_now {
+                None
+            } else {
+                spec.idempotency_key.clone()
+            },
             fencing_token,
             queue: spec.queue.clone(),
             overlap: dispatch.overlap,
@@ -185,10 +191,29 @@ impl ExecutionMessage {
         Duration::from_millis(self.timeout_ms)
     }
 
+    /// A run-now execution as its request asked: with `payload` instead of the spec's,
+    /// and deduplicated by the request's `idempotency_key` (scoped to the task) instead of
+    /// its execution id. A spec's own idempotency key never applies to a run-now.
+    pub fn with_run_now_request(
+        &mut self,
+        payload: Option<serde_json::Value>,
+        idempotency_key: Option<String>,
+    ) {
+        if let Some(payload) = payload {
+            self.payload = payload;
+        }
+        self.idempotency_key = idempotency_key;
+    }
+
     /// How the enqueue recognises this message if it was enqueued before.
     pub fn dedupe(&self) -> Dedupe {
         if self.run_now {
-            Dedupe::Key(format!("run:{}", self.execution_id))
+            match &self.idempotency_key {
+                Some(key) => {
+                    Dedupe::Key(format!("run-key:{}/{}:{key}", self.namespace, self.task_id))
+                }
+                None => Dedupe::Key(format!("run:{}", self.execution_id)),
+            }
         } else if let Some(key) = &self.idempotency_key {
             Dedupe::Key(format!("key:{}:{key}", self.namespace))
         } else {
@@ -279,8 +304,15 @@ pub(crate) mod tests {
             Dedupe::Key(format!("key:{}:order-7", m.namespace))
         );
         // A run-now of a task with a key is its own run, not refused as the key's repeat.
-        let r = ExecutionMessage::run_now(&k, UtcMillis(5), 3);
+        let mut r = ExecutionMessage::run_now(&k, UtcMillis(5), 3);
         assert_eq!(r.dedupe(), Dedupe::Key(format!("run:{}", r.execution_id)));
+        // A run-now request's own key is scoped to the task, apart from the spec's keys.
+        r.with_run_now_request(Some(serde_json::json!({"n": 2})), Some("once".into()));
+        assert_eq!(
+            r.dedupe(),
+            Dedupe::Key(format!("run-key:{}/{}:once", r.namespace, r.task_id))
+        );
+        assert_eq!(r.payload, serde_json::json!({"n": 2}));
     }
 
     #[test]

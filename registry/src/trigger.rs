@@ -24,6 +24,13 @@ pub struct TriggerRequest {
     pub execution_id: String,
     /// When the run was asked for.
     pub requested_at: UtcMillis,
+    /// The payload this execution runs with instead of the spec's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<serde_json::Value>,
+    /// A key that makes run-now requests of the task sharing it, within the dedupe window,
+    /// run once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
 }
 
 /// A pending run-now request as listed from etcd.
@@ -37,6 +44,10 @@ pub struct PendingTrigger {
     pub execution_id: String,
     /// When it was asked for; `None` when the value cannot be decoded.
     pub requested_at: Option<UtcMillis>,
+    /// The payload override, if the request has one.
+    pub payload: Option<serde_json::Value>,
+    /// The request's idempotency key, if any.
+    pub idempotency_key: Option<String>,
     /// Revision of the request's write.
     pub mod_revision: i64,
 }
@@ -52,7 +63,7 @@ impl Registry {
     ) -> Result<i64, RegistryError> {
         let task = self.keys().task(namespace, id);
         let key = self.keys().trigger(namespace, id, &request.execution_id);
-        // A struct of a string and an integer always serializes.
+        // Strings, an integer and a JSON value always serialize.
         let value = serde_json::to_vec(request).unwrap_or_default();
         let txn = Txn::new()
             .when([Compare::create_revision(task, CompareOp::Greater, 0)])
@@ -80,14 +91,14 @@ impl Registry {
                 tracing::warn!(key = %key, "ignoring a malformed run-now request key");
                 continue;
             };
-            let requested_at = serde_json::from_slice::<TriggerRequest>(kv.value())
-                .ok()
-                .map(|r| r.requested_at);
+            let request = serde_json::from_slice::<TriggerRequest>(kv.value()).ok();
             out.push(PendingTrigger {
                 namespace,
                 id,
                 execution_id,
-                requested_at,
+                requested_at: request.as_ref().map(|r| r.requested_at),
+                payload: request.as_ref().and_then(|r| r.payload.clone()),
+                idempotency_key: request.and_then(|r| r.idempotency_key),
                 mod_revision: kv.mod_revision(),
             });
         }

@@ -14,6 +14,8 @@ async fn triggers_are_written_for_registered_tasks_only_listed_and_deleted() {
     let request = TriggerRequest {
         execution_id: "0190f3c2-7d41-7a3e-9c1b-3f5e2a6d8b10".into(),
         requested_at: UtcMillis(1_767_171_600_000),
+        payload: Some(serde_json::json!({"day": "2026-11-30"})),
+        idempotency_key: None,
     };
     let err = reg
         .request_trigger("ops", "nightly", &request)

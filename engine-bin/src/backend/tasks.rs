@@ -13,7 +13,9 @@ use ax_scheduler_core::task::DEFAULT_NAMESPACE;
 use ax_scheduler_core::{TaskSpec, TaskState, TaskStatus, UtcMillis};
 
 use super::{errors, Backend};
-use crate::http::api::{PutTaskResult, TaskKey, TaskList, TaskQuery, TaskView, TriggerResult};
+use crate::http::api::{
+    PutTaskResult, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+};
 use crate::http::ApiError;
 use crate::task_file::PREVIEW_FIRES;
 
@@ -310,7 +312,12 @@ impl Backend {
         Ok(view_of_spec(&stored.spec, state.as_ref()))
     }
 
-    pub(super) async fn run_now(&self, key: &TaskKey) -> Result<TriggerResult, ApiError> {
+    pub(super) async fn run_now(
+        &self,
+        key: &TaskKey,
+        params: TriggerParams,
+    ) -> Result<TriggerResult, ApiError> {
+        params.check()?;
         // An invalid spec cannot run; say so rather than leave a request the leader drops.
         if self
             .registry
@@ -324,6 +331,8 @@ impl Backend {
         let request = TriggerRequest {
             execution_id: uuid::Uuid::now_v7().to_string(),
             requested_at: UtcMillis::now(),
+            payload: params.payload,
+            idempotency_key: params.idempotency_key,
         };
         self.registry
             .request_trigger(&key.namespace, &key.id, &request)

@@ -16,7 +16,7 @@
 //! | DELETE | `/tasks/{namespace}/{id}` | [`ApiBackend::delete_task`] |
 //! | POST | `/tasks/{namespace}/{id}/pause` | [`ApiBackend::pause`] |
 //! | POST | `/tasks/{namespace}/{id}/resume` | [`ApiBackend::resume`] |
-//! | POST | `/tasks/{namespace}/{id}/trigger` | [`ApiBackend::trigger`] |
+//! | POST | `/tasks/{namespace}/{id}/trigger` (body: optional [`TriggerParams`]) | [`ApiBackend::trigger`] |
 //! | GET | `/tasks/{namespace}/{id}/history?limit=` | [`ApiBackend::history`] |
 //! | GET | `/dlq?queue=&limit=` | [`ApiBackend::dlq_list`] |
 //! | POST | `/dlq/requeue` (body: `{"ids": [...]}` or `{"all": true, "queue": ...}`) | [`ApiBackend::dlq_requeue`] |
@@ -143,8 +143,8 @@ pub trait ApiBackend: Send + Sync {
     fn pause(&self, key: TaskKey) -> ApiFuture<'_, TaskView>;
     /// Resumes a task.
     fn resume(&self, key: TaskKey) -> ApiFuture<'_, TaskView>;
-    /// Runs a task now, outside its schedule.
-    fn trigger(&self, key: TaskKey) -> ApiFuture<'_, TriggerResult>;
+    /// Runs a task now, outside its schedule, as `params` ask.
+    fn trigger(&self, key: TaskKey, params: TriggerParams) -> ApiFuture<'_, TriggerResult>;
     /// The last `limit` executions of a task, newest first.
     fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>>;
     /// Dead-lettered executions, newest first.
@@ -214,6 +214,53 @@ pub struct PutTaskResult {
     /// What the audit log records of the change (the diff, the revision); not shown.
     #[serde(skip)]
     pub audit: Option<AuditDetail>,
+}
+
+/// What a run-now asks for: the body of `POST /tasks/{namespace}/{id}/trigger`, every field
+/// optional (an empty body runs the task as its spec says).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerParams {
+    /// The payload to run with instead of the spec's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<serde_json::Value>,
+    /// Run-now requests of the task sharing this key within the dedupe window (24 h) run
+    /// once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+impl TriggerParams {
+    /// The spec's limits apply: a payload of at most 32 KiB serialized, a key of 1 to 256
+    /// bytes.
+    pub fn check(&self) -> Result<(), ApiError> {
+        use ax_scheduler_core::task::{MAX_IDEMPOTENCY_KEY_LEN, MAX_PAYLOAD_BYTES};
+        let mut errors = Vec::new();
+        if let Some(p) = &self.payload {
+            let len = serde_json::to_vec(p).map_or(usize::MAX, |b| b.len());
+            if len > MAX_PAYLOAD_BYTES {
+                errors.push(format!(
+                    "payload: is {len} bytes serialized; the limit is {MAX_PAYLOAD_BYTES} bytes (32 KiB)"
+                ));
+            }
+        }
+        if let Some(k) = &self.idempotency_key {
+            if k.is_empty() || k.len() > MAX_IDEMPOTENCY_KEY_LEN {
+                errors.push(format!(
+                    "idempotency_key: must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} bytes, found {}",
+                    k.len()
+                ));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::Invalid {
+                message: "the run-now request is invalid".into(),
+                errors,
+            })
+        }
+    }
 }
 
 /// Result of [`ApiBackend::trigger`].
@@ -549,12 +596,31 @@ async fn resume(State(s): State<ApiState>, Path(p): Path<(String, String)>) -> A
 async fn trigger(
     State(s): State<ApiState>,
     Path(p): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let body = limits::body(body, &s.limits)?;
+    let params: TriggerParams = if body.iter().all(u8::is_ascii_whitespace) {
+        TriggerParams::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::invalid(format!(
+                "the body must be {{\"payload\": ..., \"idempotency_key\": \"...\"}} (both optional): {e}"
+            ))
+        })?
+    };
+    params.check()?;
     let key = key(p);
     let backend = s.backend()?;
     s.triggers.admit(&key, UtcMillis::now())?;
-    let result = backend.trigger(key).await?;
-    Ok((StatusCode::ACCEPTED, Json(result)).into_response())
+    let mut detail = serde_json::to_value(&params).unwrap_or_default();
+    let result = backend.trigger(key, params).await?;
+    detail["execution_id"] = serde_json::Value::String(result.execution_id.clone());
+    let mut response = (StatusCode::ACCEPTED, Json(result)).into_response();
+    response.extensions_mut().insert(AuditDetail {
+        detail: Some(detail),
+        ..AuditDetail::default()
+    });
+    Ok(response)
 }
 
 async fn history(

@@ -198,7 +198,17 @@ pub(super) async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mu
     }
     let messages: Vec<ExecutionMessage> = dispatches
         .iter()
-        .map(|d| ExecutionMessage::for_dispatch(d, now, term.token))
+        .map(|d| {
+            let mut m = ExecutionMessage::for_dispatch(d, now, term.token);
+            if let Some(request) = d
+                .run_now
+                .as_ref()
+                .and_then(|id| term.pending_triggers.get(id))
+            {
+                m.with_run_now_request(request.payload.clone(), request.idempotency_key.clone());
+            }
+            m
+        })
         .collect();
     let Some(outcomes) = enqueue_until_accepted(settings, deps, term, &messages).await else {
         // The term is over; the fires taken for this batch were not recorded anywhere.
@@ -344,6 +354,8 @@ mod tests {
             id: id.into(),
             execution_id: execution_id.into(),
             requested_at: None,
+            payload: None,
+            idempotency_key: None,
             mod_revision: 1,
         }
     }

@@ -60,6 +60,8 @@ pub(crate) struct Execution {
     pub(crate) fire_at: i64,
     pub(crate) attempt: u32,
     pub(crate) run_now: bool,
+    /// The payload it ran with.
+    pub(crate) payload: Value,
     /// When the receiver got it (ms since the epoch).
     pub(crate) arrived_at: i64,
 }
@@ -207,6 +209,7 @@ fn parse_execution(v: &Value, arrived_at: i64) -> Option<Execution> {
         fire_at: v.get("fire_at")?.as_i64()?,
         attempt: u32::try_from(v.get("attempt")?.as_u64()?).ok()?,
         run_now: v.get("run_now").and_then(Value::as_bool).unwrap_or(false),
+        payload: v.get("payload").cloned().unwrap_or(Value::Null),
         arrived_at,
     })
 }
