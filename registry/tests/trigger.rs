@@ -35,7 +35,8 @@ async fn triggers_are_written_for_registered_tasks_only_listed_and_deleted() {
     let value: serde_json::Value = serde_json::from_slice(stored.kvs()[0].value()).unwrap();
     assert_eq!(
         value,
-        serde_json::json!({"execution_id": request.execution_id, "requested_at": 1_767_171_600_000_i64})
+        serde_json::json!({"execution_id": request.execution_id, "requested_at": 1_767_171_600_000_i64,
+            "payload": {"day": "2026-11-30"}})
     );
 
     let (revision, pending) = reg.list_triggers().await.unwrap();
@@ -47,6 +48,8 @@ async fn triggers_are_written_for_registered_tasks_only_listed_and_deleted() {
         ("ops", "nightly", request.execution_id.as_str())
     );
     assert_eq!(p.requested_at, Some(request.requested_at));
+    assert_eq!(p.payload, request.payload);
+    assert_eq!(p.idempotency_key, None);
 
     reg.delete_trigger("ops", "nightly", &request.execution_id)
         .await
