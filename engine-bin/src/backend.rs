@@ -36,8 +36,9 @@ use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::audit_store::AuditStore;
 use crate::config::Config;
 use crate::http::api::{
-    ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
-    TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    ApiBackend, ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionRecord,
+    PutTaskResult, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams,
+    TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -136,6 +137,10 @@ impl ApiBackend for Backend {
 
     fn trigger(&self, key: TaskKey, params: TriggerParams) -> ApiFuture<'_, TriggerResult> {
         Box::pin(async move { self.run_now(&key, params).await })
+    }
+
+    fn backfill(&self, key: TaskKey, params: BackfillParams) -> ApiFuture<'_, BackfillResult> {
+        Box::pin(async move { self.backfill_range(&key, params).await })
     }
 
     fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>> {

@@ -151,6 +151,13 @@ pub enum Command {
     },
 }
 
+/// An RFC 3339 instant such as `2026-11-01T00:00:00Z`.
+fn parse_instant(s: &str) -> Result<ax_scheduler_core::UtcMillis, String> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| ax_scheduler_core::UtcMillis::from_datetime(&t))
+        .map_err(|e| format!("`{s}` is not an RFC 3339 instant like 2026-11-01T00:00:00Z: {e}"))
+}
+
 /// A duration such as `90s`, `1h`, `7d`.
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("`{s}` is not a duration like 1h or 7d: {e}"))
@@ -311,6 +318,28 @@ pub enum TaskCommand {
         /// Run-now requests of the task with the same key run once (within 24 h).
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
+    },
+    /// Run the task's fires of a past range now, oldest first, each once (prints one line
+    /// per fire).
+    Backfill {
+        /// The task.
+        #[command(flatten)]
+        task: TaskRef,
+        /// Start of the range, inclusive (RFC 3339, like 2026-11-01T00:00:00Z).
+        #[arg(long, value_parser = parse_instant)]
+        from: ax_scheduler_core::UtcMillis,
+        /// End of the range, inclusive (RFC 3339).
+        #[arg(long, value_parser = parse_instant)]
+        to: ax_scheduler_core::UtcMillis,
+        /// Most fires to enqueue; a range with more is refused unless --force.
+        #[arg(long, default_value_t = 1000)]
+        max: usize,
+        /// Enqueue a range with more than --max fires (up to 100 000).
+        #[arg(long)]
+        force: bool,
+        /// Only list the fires.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Show the last executions of a task.
     History {

@@ -18,7 +18,9 @@ use crate::cli::{
 };
 use crate::config::{Config, LoadOptions, DEFAULT_CONFIG_PATH};
 use crate::edge::Edge;
-use crate::http::api::{ApiBackend, DlqRequeue, TaskQuery, TaskView, TriggerParams};
+use crate::http::api::{
+    ApiBackend, BackfillParams, DlqRequeue, TaskQuery, TaskView, TriggerParams,
+};
 use crate::http::ApiError;
 use crate::logging::{self, LogSettings, LogTarget};
 use crate::output;
@@ -266,6 +268,7 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
         | TaskCommand::Pause(r)
         | TaskCommand::Resume(r)
         | TaskCommand::Trigger { task: r, .. }
+        | TaskCommand::Backfill { task: r, .. }
         | TaskCommand::History { task: r, .. } => Some(r.key()?),
         TaskCommand::Put { .. } | TaskCommand::List { .. } => None,
     };
@@ -363,6 +366,41 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
             detail["execution_id"] = serde_json::Value::String(r.execution_id.clone());
             audit(&b, actor, "task.trigger", &name, Some(detail), None).await;
             format!("{}\n", r.execution_id)
+        }
+        (
+            TaskCommand::Backfill {
+                from,
+                to,
+                max,
+                force,
+                dry_run,
+                ..
+            },
+            Some(k),
+        ) => {
+            let params = BackfillParams {
+                from,
+                to,
+                max: Some(max),
+                force,
+                dry_run,
+            };
+            let detail = serde_json::to_value(&params).ok();
+            let r = b.backfill(k, params).await.map_err(api_error)?;
+            let mut out = String::new();
+            for (i, t) in r.fires.iter().enumerate() {
+                match r.execution_ids.get(i) {
+                    Some(id) => out.push_str(&format!("{t}  {id}\n")),
+                    None => out.push_str(&format!("{t}\n")),
+                }
+            }
+            if r.written {
+                audit(&b, actor, "task.backfill", &name, detail, None).await;
+                eprintln!("{} fire(s) of {name} enqueued to run now", r.fires.len());
+            } else {
+                eprintln!("{} fire(s) of {name} would run (dry run)", r.fires.len());
+            }
+            out
         }
         (TaskCommand::History { limit, output, .. }, Some(k)) => {
             let records = b.history(k, usize::from(limit)).await.map_err(api_error)?;

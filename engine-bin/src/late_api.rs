@@ -8,8 +8,9 @@ use std::sync::{Arc, OnceLock};
 
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::http::api::{
-    ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
-    TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    ApiBackend, ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionRecord,
+    PutTaskResult, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams,
+    TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -63,6 +64,10 @@ impl ApiBackend for LateApi {
     fn trigger(&self, key: TaskKey, params: TriggerParams) -> ApiFuture<'_, TriggerResult> {
         delegate!(self, trigger(key, params))
     }
+    fn backfill(&self, key: TaskKey, params: BackfillParams) -> ApiFuture<'_, BackfillResult> {
+        delegate!(self, backfill(key, params))
+    }
+
     fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>> {
         delegate!(self, history(key, limit))
     }

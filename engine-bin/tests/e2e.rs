@@ -1218,3 +1218,74 @@ async fn a_run_now_carries_its_payload_and_its_idempotency_key_runs_it_once() {
     assert_eq!(bad.0, 3, "{bad:?}");
     assert!(bad.2.contains("idempotency_key"), "{bad:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_runs_each_past_fire_of_the_range_once() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-backfill").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+
+    let mut spec = http_task(&c, json!({ "cron": "0 0 * * * *" }));
+    spec["id"] = json!("hourly");
+    spec["namespace"] = json!("ops");
+    let (code, out, err) = c.ax(&["task", "put", "-"], Some(&spec.to_string())).await;
+    assert_eq!(code, 0, "task put: {out} {err}");
+
+    let (from, to) = ("2026-11-01T00:00:00Z", "2026-11-01T05:00:00Z");
+    let listed = c
+        .ax_ok(&[
+            "task",
+            "backfill",
+            "ops/hourly",
+            "--from",
+            from,
+            "--to",
+            to,
+            "--dry-run",
+        ])
+        .await;
+    assert_eq!(listed.lines().count(), 6, "{listed}");
+    assert!(
+        c.receiver.executions_of("hourly").is_empty(),
+        "a dry run runs nothing"
+    );
+    let (code, _, err) = c
+        .ax(
+            &[
+                "task",
+                "backfill",
+                "ops/hourly",
+                "--from",
+                from,
+                "--to",
+                to,
+                "--max",
+                "5",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(code, 3, "more than --max is refused: {err}");
+    assert!(err.contains("--force"), "{err}");
+
+    c.ax_ok(&["task", "backfill", "ops/hourly", "--from", from, "--to", to])
+        .await;
+    wait_for_executions(&c, "hourly", 6, Duration::from_secs(10)).await;
+    // The same range again: every fire was run already.
+    c.ax_ok(&["task", "backfill", "ops/hourly", "--from", from, "--to", to])
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let runs = c.receiver.executions_of("hourly");
+    let mut fires: Vec<i64> = runs.iter().filter_map(|e| e.backfill_of).collect();
+    fires.sort_unstable();
+    let first = 1_793_491_200_000_i64; // 2026-11-01T00:00:00Z
+    let hour = 3_600_000;
+    assert_eq!(
+        fires,
+        (0..6).map(|h| first + h * hour).collect::<Vec<_>>(),
+        "{runs:?}"
+    );
+    assert_eq!(runs.len(), 6, "{runs:?}");
+    assert!(runs.iter().all(|e| e.run_now));
+}

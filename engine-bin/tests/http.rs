@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use ax_engine::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
 use ax_engine::http::api::{
-    ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView, TaskKey,
-    TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult, CONTINUE_HEADER,
+    ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionRecord,
+    PutTaskResult, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams,
+    TriggerResult, CONTINUE_HEADER,
 };
 use ax_engine::http::auth::{self, Access, Role, TokenEntry, ROUTE_ROLES};
 use ax_engine::http::limits::ApiLimits;
@@ -183,6 +184,17 @@ impl ApiBackend for MemoryBackend {
             self.lookup(&key)?;
             Ok(TriggerResult {
                 execution_id: format!("run-now-{}", key.id),
+            })
+        })
+    }
+
+    fn backfill(&self, key: TaskKey, params: BackfillParams) -> ApiFuture<'_, BackfillResult> {
+        Box::pin(async move {
+            self.lookup(&key)?;
+            Ok(BackfillResult {
+                fires: vec![params.from],
+                execution_ids: vec![],
+                written: !params.dry_run,
             })
         })
     }
@@ -834,6 +846,7 @@ async fn every_route_answers_each_caller_as_the_documented_access_table_says() {
                 Some(r#"{"id": "t9", "namespace": "default", "schedule": {"every": "1m"}}"#)
             }
             "/dlq/requeue" => Some(r#"{"all": true}"#),
+            "/tasks/{namespace}/{id}/backfill" => Some(r#"{"from": 0, "to": 1}"#),
             _ => None,
         };
         let mut callers: Vec<(String, Option<String>, Expected)> = vec![

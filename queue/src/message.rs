@@ -78,6 +78,10 @@ pub struct ExecutionMessage {
     /// Errors of earlier attempts, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub previous_errors: Vec<AttemptError>,
+    /// For a backfill: the past fire of the schedule this execution stands for (ms since
+    /// the epoch). It runs now, as a run-now does; this says which period it is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfill_of: Option<UtcMillis>,
 }
 
 /// How the enqueue recognises a message that was enqueued before (a fire dispatched by two
@@ -141,6 +145,7 @@ impl ExecutionMessage {
             queue: spec.queue.clone(),
             overlap: dispatch.overlap,
             previous_errors: Vec::new(),
+            backfill_of: None,
         }
     }
 
@@ -192,27 +197,35 @@ impl ExecutionMessage {
     }
 
     /// A run-now execution as its request asked: with `payload` instead of the spec's,
-    /// and deduplicated by the request's `idempotency_key` (scoped to the task) instead of
-    /// its execution id. A spec's own idempotency key never applies to a run-now.
+    /// deduplicated by the request's `idempotency_key` (scoped to the task) instead of its
+    /// execution id, and for a backfill by the past fire it stands for (so a range
+    /// backfilled twice runs each fire once). A spec's own idempotency key never applies to
+    /// a run-now.
     pub fn with_run_now_request(
         &mut self,
         payload: Option<serde_json::Value>,
         idempotency_key: Option<String>,
+        backfill_of: Option<UtcMillis>,
     ) {
         if let Some(payload) = payload {
             self.payload = payload;
         }
         self.idempotency_key = idempotency_key;
+        self.backfill_of = backfill_of;
     }
 
     /// How the enqueue recognises this message if it was enqueued before.
     pub fn dedupe(&self) -> Dedupe {
         if self.run_now {
-            match &self.idempotency_key {
-                Some(key) => {
+            match (&self.idempotency_key, self.backfill_of) {
+                (Some(key), _) => {
                     Dedupe::Key(format!("run-key:{}/{}:{key}", self.namespace, self.task_id))
                 }
-                None => Dedupe::Key(format!("run:{}", self.execution_id)),
+                (None, Some(t)) => Dedupe::Key(format!(
+                    "backfill:{}/{}:{}",
+                    self.namespace, self.task_id, t.0
+                )),
+                (None, None) => Dedupe::Key(format!("run:{}", self.execution_id)),
             }
         } else if let Some(key) = &self.idempotency_key {
             Dedupe::Key(format!("key:{}:{key}", self.namespace))
@@ -307,12 +320,17 @@ pub(crate) mod tests {
         let mut r = ExecutionMessage::run_now(&k, UtcMillis(5), 3);
         assert_eq!(r.dedupe(), Dedupe::Key(format!("run:{}", r.execution_id)));
         // A run-now request's own key is scoped to the task, apart from the spec's keys.
-        r.with_run_now_request(Some(serde_json::json!({"n": 2})), Some("once".into()));
+        r.with_run_now_request(Some(serde_json::json!({"n": 2})), Some("once".into()), None);
         assert_eq!(
             r.dedupe(),
             Dedupe::Key(format!("run-key:{}/{}:once", r.namespace, r.task_id))
         );
         assert_eq!(r.payload, serde_json::json!({"n": 2}));
+        r.with_run_now_request(None, None, Some(UtcMillis(60_000)));
+        assert_eq!(
+            r.dedupe(),
+            Dedupe::Key(format!("backfill:{}/{}:60000", r.namespace, r.task_id))
+        );
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub struct TriggerRequest {
     /// run once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// For a backfill: the past fire this execution stands for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfill_of: Option<UtcMillis>,
 }
 
 /// A pending run-now request as listed from etcd.
@@ -48,6 +51,8 @@ pub struct PendingTrigger {
     pub payload: Option<serde_json::Value>,
     /// The request's idempotency key, if any.
     pub idempotency_key: Option<String>,
+    /// The past fire a backfill request stands for.
+    pub backfill_of: Option<UtcMillis>,
     /// Revision of the request's write.
     pub mod_revision: i64,
 }
@@ -80,6 +85,50 @@ impl Registry {
         Ok(resp.header().map(|h| h.revision()).unwrap_or(0))
     }
 
+    /// Writes many run-now requests of one task (a backfill), up to 128 per transaction
+    /// (etcd's default `--max-txn-ops`), each transaction only while the task exists. The
+    /// requests go in the order given; when the task is deleted midway, the ones written stay
+    /// (the leader drops them) and [`RegistryError::NotFound`] says so.
+    pub async fn request_triggers(
+        &self,
+        namespace: &str,
+        id: &str,
+        requests: &[TriggerRequest],
+    ) -> Result<(), RegistryError> {
+        let task = self.keys().task(namespace, id);
+        for chunk in requests.chunks(128) {
+            let ops: Vec<TxnOp> = chunk
+                .iter()
+                .map(|r| {
+                    let key = self.keys().trigger(namespace, id, &r.execution_id);
+                    TxnOp::put(key, serde_json::to_vec(r).unwrap_or_default(), None)
+                })
+                .collect();
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    task.clone(),
+                    CompareOp::Greater,
+                    0,
+                )])
+                .and_then(ops);
+            let mut kv = self.client().kv_client();
+            let resp = timed("trigger put", self.config().request_timeout, kv.txn(txn)).await?;
+            if !resp.succeeded() {
+                return Err(RegistryError::NotFound {
+                    namespace: namespace.to_string(),
+                    id: id.to_string(),
+                });
+            }
+        }
+        tracing::info!(
+            task_id = id,
+            namespace,
+            requests = requests.len(),
+            "run-now requests written"
+        );
+        Ok(())
+    }
+
     /// Every pending run-now request, in key order, with the revision of the listing (watch
     /// from the next one). Keys without the three segments are skipped with a warning.
     pub async fn list_triggers(&self) -> Result<(i64, Vec<PendingTrigger>), RegistryError> {
@@ -98,7 +147,8 @@ impl Registry {
                 execution_id,
                 requested_at: request.as_ref().map(|r| r.requested_at),
                 payload: request.as_ref().and_then(|r| r.payload.clone()),
-                idempotency_key: request.and_then(|r| r.idempotency_key),
+                idempotency_key: request.as_ref().and_then(|r| r.idempotency_key.clone()),
+                backfill_of: request.and_then(|r| r.backfill_of),
                 mod_revision: kv.mod_revision(),
             });
         }

@@ -16,6 +16,7 @@ async fn triggers_are_written_for_registered_tasks_only_listed_and_deleted() {
         requested_at: UtcMillis(1_767_171_600_000),
         payload: Some(serde_json::json!({"day": "2026-11-30"})),
         idempotency_key: None,
+        backfill_of: None,
     };
     let err = reg
         .request_trigger("ops", "nightly", &request)

@@ -125,6 +125,31 @@ impl CompiledSchedule {
         }
     }
 
+    /// The fires in `from ..= to`, oldest first, at most `limit` of them (a backfill: what the
+    /// schedule would have fired then). A one-shot's instant counts when it lies in the range.
+    pub fn fires_between(
+        &self,
+        from: UtcMillis,
+        to: UtcMillis,
+        anchor: UtcMillis,
+        limit: usize,
+    ) -> Vec<UtcMillis> {
+        let mut out = Vec::new();
+        let first = match &self.kind {
+            Kind::At(t) => Some(*t).filter(|t| *t >= from),
+            _ => self.next_after(UtcMillis(from.0.saturating_sub(1)), anchor),
+        };
+        let mut next = first;
+        while let Some(t) = next {
+            if t > to || out.len() >= limit {
+                break;
+            }
+            out.push(t);
+            next = self.next_after(t, anchor);
+        }
+        out
+    }
+
     /// Up to `n` fires after `after`, in order (for previews such as `ax task put --dry-run`).
     pub fn upcoming(&self, after: UtcMillis, anchor: UtcMillis, n: usize) -> Vec<UtcMillis> {
         let mut out = Vec::with_capacity(n.min(64));
@@ -171,6 +196,52 @@ mod tests {
             .and_then(|d| d.and_hms_opt(h, mi, s))
             .unwrap();
         UtcMillis(n.and_utc().timestamp_millis())
+    }
+
+    #[test]
+    fn a_backfill_range_takes_the_fires_in_it_inclusive_oldest_first_up_to_the_limit() {
+        let daily = cron("0 30 2 * * *", "UTC");
+        let fires = daily.fires_between(
+            utc(2026, 11, 1, 2, 30, 0),
+            utc(2026, 11, 4, 2, 30, 0),
+            UtcMillis(0),
+            100,
+        );
+        assert_eq!(
+            fires,
+            [
+                utc(2026, 11, 1, 2, 30, 0),
+                utc(2026, 11, 2, 2, 30, 0),
+                utc(2026, 11, 3, 2, 30, 0),
+                utc(2026, 11, 4, 2, 30, 0)
+            ]
+        );
+        assert_eq!(
+            daily
+                .fires_between(
+                    utc(2026, 11, 1, 0, 0, 0),
+                    utc(2026, 12, 1, 0, 0, 0),
+                    UtcMillis(0),
+                    2
+                )
+                .len(),
+            2
+        );
+        let every = Schedule::Every(std::time::Duration::from_secs(60))
+            .compile()
+            .unwrap();
+        assert_eq!(
+            every.fires_between(UtcMillis(60_000), UtcMillis(200_000), UtcMillis(0), 10),
+            [UtcMillis(60_000), UtcMillis(120_000), UtcMillis(180_000)]
+        );
+        let at = Schedule::At(UtcMillis(5_000)).compile().unwrap();
+        assert_eq!(
+            at.fires_between(UtcMillis(5_000), UtcMillis(5_000), UtcMillis(0), 10),
+            [UtcMillis(5_000)]
+        );
+        assert!(at
+            .fires_between(UtcMillis(5_001), UtcMillis(9_000), UtcMillis(0), 10)
+            .is_empty());
     }
 
     /// Fires after `after`, shown as local wall clock with offset, for readable assertions.

@@ -17,6 +17,7 @@
 //! | POST | `/tasks/{namespace}/{id}/pause` | [`ApiBackend::pause`] |
 //! | POST | `/tasks/{namespace}/{id}/resume` | [`ApiBackend::resume`] |
 //! | POST | `/tasks/{namespace}/{id}/trigger` (body: optional [`TriggerParams`]) | [`ApiBackend::trigger`] |
+//! | POST | `/tasks/{namespace}/{id}/backfill` (body: [`BackfillParams`]) | [`ApiBackend::backfill`] |
 //! | GET | `/tasks/{namespace}/{id}/history?limit=` | [`ApiBackend::history`] |
 //! | GET | `/dlq?queue=&limit=` | [`ApiBackend::dlq_list`] |
 //! | POST | `/dlq/requeue` (body: `{"ids": [...]}` or `{"all": true, "queue": ...}`) | [`ApiBackend::dlq_requeue`] |
@@ -145,6 +146,8 @@ pub trait ApiBackend: Send + Sync {
     fn resume(&self, key: TaskKey) -> ApiFuture<'_, TaskView>;
     /// Runs a task now, outside its schedule, as `params` ask.
     fn trigger(&self, key: TaskKey, params: TriggerParams) -> ApiFuture<'_, TriggerResult>;
+    /// Runs the task's fires in a past range now, oldest first, each once.
+    fn backfill(&self, key: TaskKey, params: BackfillParams) -> ApiFuture<'_, BackfillResult>;
     /// The last `limit` executions of a task, newest first.
     fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>>;
     /// Dead-lettered executions, newest first.
@@ -261,6 +264,43 @@ impl TriggerParams {
             })
         }
     }
+}
+
+/// Fires a backfill enqueues when no `max` is given.
+pub const DEFAULT_BACKFILL_MAX: usize = 1000;
+/// Fires one backfill enqueues at most, even forced: each is an etcd key until the leader
+/// takes it.
+pub const BACKFILL_HARD_MAX: usize = 100_000;
+
+/// What a backfill asks for: the body of `POST /tasks/{namespace}/{id}/backfill`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillParams {
+    /// Start of the range (ms since the epoch), inclusive.
+    pub from: UtcMillis,
+    /// End of the range, inclusive.
+    pub to: UtcMillis,
+    /// Most fires to enqueue; a range with more is refused unless `force`. Default
+    /// [`DEFAULT_BACKFILL_MAX`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<usize>,
+    /// Enqueue a range with more than `max` fires (up to [`BACKFILL_HARD_MAX`]).
+    #[serde(default)]
+    pub force: bool,
+    /// Only list the fires.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// Result of [`ApiBackend::backfill`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackfillResult {
+    /// The fires of the range, oldest first.
+    pub fires: Vec<UtcMillis>,
+    /// The execution enqueued for each fire, in the same order (empty for a dry run).
+    pub execution_ids: Vec<String>,
+    /// Whether the requests were written (false for a dry run).
+    pub written: bool,
 }
 
 /// Result of [`ApiBackend::trigger`].
@@ -423,6 +463,7 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
         .route("/tasks/{namespace}/{id}/pause", post(pause))
         .route("/tasks/{namespace}/{id}/resume", post(resume))
         .route("/tasks/{namespace}/{id}/trigger", post(trigger))
+        .route("/tasks/{namespace}/{id}/backfill", post(backfill))
         .route("/tasks/{namespace}/{id}/history", get(history))
         .route("/dlq", get(dlq_list))
         .route("/dlq/requeue", post(dlq_requeue))
@@ -616,6 +657,32 @@ async fn trigger(
     let result = backend.trigger(key, params).await?;
     detail["execution_id"] = serde_json::Value::String(result.execution_id.clone());
     let mut response = (StatusCode::ACCEPTED, Json(result)).into_response();
+    response.extensions_mut().insert(AuditDetail {
+        detail: Some(detail),
+        ..AuditDetail::default()
+    });
+    Ok(response)
+}
+
+async fn backfill(
+    State(s): State<ApiState>,
+    Path(p): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = limits::body(body, &s.limits)?;
+    let params: BackfillParams = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::invalid(format!(
+            "the body must be {{\"from\": MS, \"to\": MS, \"max\": N, \"force\": BOOL, \"dry_run\": BOOL}}: {e}"
+        ))
+    })?;
+    let detail = serde_json::to_value(&params).unwrap_or_default();
+    let result = s.backend()?.backfill(key(p), params).await?;
+    let status = if result.written {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    let mut response = (status, Json(result)).into_response();
     response.extensions_mut().insert(AuditDetail {
         detail: Some(detail),
         ..AuditDetail::default()

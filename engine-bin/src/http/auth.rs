@@ -80,6 +80,7 @@ pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
     ("POST", "/tasks/{namespace}/{id}/pause", Role::Operate),
     ("POST", "/tasks/{namespace}/{id}/resume", Role::Operate),
     ("POST", "/tasks/{namespace}/{id}/trigger", Role::Operate),
+    ("POST", "/tasks/{namespace}/{id}/backfill", Role::Operate),
     ("GET", "/tasks/{namespace}/{id}/history", Role::Read),
     ("GET", "/dlq", Role::Read),
     ("POST", "/dlq/requeue", Role::Operate),

@@ -205,7 +205,11 @@ pub(super) async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mu
                 .as_ref()
                 .and_then(|id| term.pending_triggers.get(id))
             {
-                m.with_run_now_request(request.payload.clone(), request.idempotency_key.clone());
+                m.with_run_now_request(
+                    request.payload.clone(),
+                    request.idempotency_key.clone(),
+                    request.backfill_of,
+                );
             }
             m
         })
@@ -356,6 +360,7 @@ mod tests {
             requested_at: None,
             payload: None,
             idempotency_key: None,
+            backfill_of: None,
             mod_revision: 1,
         }
     }

@@ -62,6 +62,8 @@ pub(crate) struct Execution {
     pub(crate) run_now: bool,
     /// The payload it ran with.
     pub(crate) payload: Value,
+    /// For a backfill, the past fire it stands for.
+    pub(crate) backfill_of: Option<i64>,
     /// When the receiver got it (ms since the epoch).
     pub(crate) arrived_at: i64,
 }
@@ -210,6 +212,7 @@ fn parse_execution(v: &Value, arrived_at: i64) -> Option<Execution> {
         attempt: u32::try_from(v.get("attempt")?.as_u64()?).ok()?,
         run_now: v.get("run_now").and_then(Value::as_bool).unwrap_or(false),
         payload: v.get("payload").cloned().unwrap_or(Value::Null),
+        backfill_of: v.get("backfill_of").and_then(Value::as_i64),
         arrived_at,
     })
 }
