@@ -143,6 +143,38 @@ impl ApiBackend for Backend {
         Box::pin(async move { self.backfill_range(&key, params).await })
     }
 
+    fn pause_namespace(&self, namespace: String, by: String) -> ApiFuture<'_, ()> {
+        Box::pin(async move {
+            crate::http::api::check_namespace(&namespace)?;
+            let pause = ax_registry::NamespacePause {
+                namespace,
+                paused_at: ax_scheduler_core::UtcMillis::now(),
+                paused_by: by,
+            };
+            self.registry
+                .pause_namespace(&pause)
+                .await
+                .map_err(errors::registry)
+        })
+    }
+
+    fn resume_namespace(&self, namespace: String) -> ApiFuture<'_, ()> {
+        Box::pin(async move {
+            if self
+                .registry
+                .resume_namespace(&namespace)
+                .await
+                .map_err(errors::registry)?
+            {
+                Ok(())
+            } else {
+                Err(ApiError::NotFound(format!(
+                    "namespace {namespace} is not paused"
+                )))
+            }
+        })
+    }
+
     fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>> {
         Box::pin(async move { self.history_of(&key, limit).await })
     }

@@ -122,6 +122,9 @@ pub enum Command {
     /// Repair the queues' fences (see docs/runbook.md).
     #[command(subcommand)]
     Fence(FenceCommand),
+    /// Pause and resume whole namespaces.
+    #[command(subcommand)]
+    Namespace(NamespaceCommand),
     /// Make API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -161,6 +164,22 @@ fn parse_instant(s: &str) -> Result<ax_scheduler_core::UtcMillis, String> {
 /// A duration such as `90s`, `1h`, `7d`.
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("`{s}` is not a duration like 1h or 7d: {e}"))
+}
+
+/// `ax namespace ...`
+#[derive(Debug, Subcommand)]
+pub enum NamespaceCommand {
+    /// No task of the namespace fires until it is resumed (run-now requests still run).
+    Pause {
+        /// The namespace.
+        namespace: String,
+    },
+    /// The namespace's tasks fire again; fires missed while paused follow each task's
+    /// misfire policy.
+    Resume {
+        /// The namespace.
+        namespace: String,
+    },
 }
 
 /// `ax token ...`

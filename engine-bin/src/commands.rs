@@ -13,8 +13,8 @@ use std::time::Duration;
 use crate::audit::{AuditQuery, AuditRecord};
 use crate::backend::Backend;
 use crate::cli::{
-    Cli, CliError, Command, ConfigCommand, DlqCommand, FenceCommand, OutputFormat, TaskCommand,
-    TokenCommand,
+    Cli, CliError, Command, ConfigCommand, DlqCommand, FenceCommand, NamespaceCommand,
+    OutputFormat, TaskCommand, TokenCommand,
 };
 use crate::config::{Config, LoadOptions, DEFAULT_CONFIG_PATH};
 use crate::edge::Edge;
@@ -50,6 +50,30 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
     let actor = actor.as_str();
     match cli.command {
         Command::Token(TokenCommand::New { name, role }) => print_stdout(&new_token(&name, role)),
+        Command::Namespace(cmd) => {
+            let b = backend(&config).await?;
+            let (action, namespace) = match cmd {
+                NamespaceCommand::Pause { namespace } => {
+                    b.pause_namespace(namespace.clone(), actor.to_owned())
+                        .await
+                        .map_err(api_error)?;
+                    ("namespace.pause", namespace)
+                }
+                NamespaceCommand::Resume { namespace } => {
+                    b.resume_namespace(namespace.clone())
+                        .await
+                        .map_err(api_error)?;
+                    ("namespace.resume", namespace)
+                }
+            };
+            audit(&b, actor, action, &namespace, None, None).await;
+            let done = if action == "namespace.pause" {
+                "paused"
+            } else {
+                "resumed"
+            };
+            print_stdout(&format!("namespace {namespace} {done}\n"))
+        }
         Command::Serve => serve(config).await,
         Command::Config(ConfigCommand::Print) => {
             print_stdout(&config.to_masked_toml())?;

@@ -68,6 +68,14 @@ impl ApiBackend for LateApi {
         delegate!(self, backfill(key, params))
     }
 
+    fn pause_namespace(&self, namespace: String, by: String) -> ApiFuture<'_, ()> {
+        delegate!(self, pause_namespace(namespace, by))
+    }
+
+    fn resume_namespace(&self, namespace: String) -> ApiFuture<'_, ()> {
+        delegate!(self, resume_namespace(namespace))
+    }
+
     fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>> {
         delegate!(self, history(key, limit))
     }

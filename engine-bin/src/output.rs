@@ -232,6 +232,24 @@ pub fn status_text(s: &StatusView) -> String {
         out.push_str(&table(&["QUEUE", "DEPTH", "OLDEST", "DEAD LETTERS"], &rows));
     }
     out.push_str(&format!("\ndead letters: {}\n", s.dlq_size));
+    if !s.paused_namespaces.is_empty() {
+        out.push_str(&format!(
+            "\npaused namespaces: {}\n",
+            s.paused_namespaces.len()
+        ));
+        let rows: Vec<Vec<String>> = s
+            .paused_namespaces
+            .iter()
+            .map(|p| {
+                vec![
+                    p.namespace.clone(),
+                    p.paused_at.to_string(),
+                    p.paused_by.clone(),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["NAMESPACE", "PAUSED AT", "BY"], &rows));
+    }
     if let Some(db) = s.etcd_db {
         let mib = |b: u64| b as f64 / 1024.0 / 1024.0;
         let share = if db.quota_bytes > 0 {
@@ -312,6 +330,7 @@ mod tests {
             dlq_size: 2,
             redis_warnings: Vec::new(),
             etcd_db: None,
+            paused_namespaces: vec![],
         };
         let text = status_text(&s);
         assert!(text.starts_with("leader: ax-1\n"), "{text}");

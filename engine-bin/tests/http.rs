@@ -188,6 +188,14 @@ impl ApiBackend for MemoryBackend {
         })
     }
 
+    fn pause_namespace(&self, _namespace: String, _by: String) -> ApiFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn resume_namespace(&self, _namespace: String) -> ApiFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
     fn backfill(&self, key: TaskKey, params: BackfillParams) -> ApiFuture<'_, BackfillResult> {
         Box::pin(async move {
             self.lookup(&key)?;
@@ -254,6 +262,7 @@ impl ApiBackend for MemoryBackend {
                 dlq_size: 1,
                 redis_warnings: vec![],
                 etcd_db: None,
+                paused_namespaces: vec![],
             })
         })
     }

@@ -87,6 +87,17 @@ impl Keys {
         format!("{}/instances/", self.prefix)
     }
 
+    /// `{prefix}/paused/`: the range of paused namespaces.
+    pub fn paused_prefix(&self) -> String {
+        format!("{}/paused/", self.prefix)
+    }
+
+    /// `{prefix}/paused/{namespace}`: a namespace whose tasks do not fire while the key
+    /// exists; its value says who paused it and when.
+    pub fn paused_namespace(&self, namespace: &str) -> String {
+        format!("{}/paused/{namespace}", self.prefix)
+    }
+
     /// `{prefix}/triggers/`: the range of pending run-now requests.
     pub fn triggers_prefix(&self) -> String {
         format!("{}/triggers/", self.prefix)

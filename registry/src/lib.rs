@@ -16,6 +16,7 @@ mod config;
 mod decode;
 mod error;
 pub mod keys;
+mod namespaces;
 mod registry;
 mod trigger;
 mod watch;
@@ -24,6 +25,7 @@ pub use config::RegistryConfig;
 pub use decode::{InvalidTask, StoredTask, TaskListing};
 pub use error::RegistryError;
 pub use keys::Keys;
+pub use namespaces::NamespacePause;
 pub use registry::{
     store_usage, PageCursor, RegisterOutcome, Registry, StateListing, StoreUsage, StoredState,
     TaskPage, UndecodableState, MAX_TXN_OPS, UPDATE_ATTEMPTS,

@@ -33,7 +33,7 @@
 //! executions are short costs one etcd write per execution, not two. A takeover writes only
 //! the states it changed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -267,6 +267,12 @@ pub struct Dispatcher {
     notices: Vec<Notice>,
     due: Vec<(UtcMillis, TimerEntry)>,
     next_generation: u64,
+    /// Namespaces whose tasks do not fire (an operator paused them).
+    paused_namespaces: HashSet<Arc<str>>,
+    /// Tasks of paused namespaces whose scheduled fire came due: the first missed fire and
+    /// the task's generation then. On resume the task's misfire policy decides what of
+    /// them runs, as after a leader's stall.
+    parked: HashMap<Arc<TaskKey>, (UtcMillis, u64)>,
 }
 
 impl Dispatcher {
@@ -285,7 +291,48 @@ impl Dispatcher {
             notices: Vec::new(),
             due: Vec::new(),
             next_generation: 0,
+            paused_namespaces: HashSet::new(),
+            parked: HashMap::new(),
         }
+    }
+
+    /// Stops the tasks of `namespace` from firing: each scheduled fire that comes due
+    /// meanwhile is parked, one per task. Run-now requests still run (an operator asked).
+    pub fn pause_namespace(&mut self, namespace: &str) {
+        self.paused_namespaces.insert(Arc::from(namespace));
+    }
+
+    /// Lets the tasks of `namespace` fire again at `now`. The fires each task missed while
+    /// paused follow its misfire policy (`fire_once` runs one, `fire_all` those within the
+    /// catch-up window, `skip` none), and its schedule goes on from `now`.
+    pub fn resume_namespace(&mut self, namespace: &str, now: UtcMillis) {
+        if !self.paused_namespaces.remove(namespace) {
+            return;
+        }
+        let parked: Vec<Arc<TaskKey>> = self
+            .parked
+            .keys()
+            .filter(|k| &*k.namespace == namespace)
+            .cloned()
+            .collect();
+        for key in parked {
+            let Some((first_missed, generation)) = self.parked.remove(&key) else {
+                continue;
+            };
+            let Some(mut task) = self.tasks.remove(&key) else {
+                continue;
+            };
+            // A spec changed meanwhile armed its own next fire under a new generation.
+            if task.generation == generation && task.timer.is_none() {
+                self.replay_missed(&mut task, first_missed, now);
+            }
+            self.tasks.insert(key, task);
+        }
+    }
+
+    /// The paused namespaces.
+    pub fn paused_namespaces(&self) -> impl Iterator<Item = &str> {
+        self.paused_namespaces.iter().map(|n| &**n)
     }
 
     /// Tasks known (armed, paused or done).
@@ -589,6 +636,7 @@ impl Dispatcher {
             }
             None => Arc::new(key.clone()),
         };
+        self.parked.remove(&key);
         // Ready entries of the task are dropped when they come up (the task is gone).
         self.pending.insert(key, Pending::Delete);
     }
@@ -669,6 +717,16 @@ impl Dispatcher {
                 },
                 FireKind::Scheduled | FireKind::RunNow(_) => item.fire_at,
             };
+            if matches!(item.kind, FireKind::Scheduled)
+                && self.paused_namespaces.contains(&task.key.namespace)
+            {
+                // A fire queued without its timer (a takeover's missed fires) or before the
+                // pause: parked like one whose timer came due.
+                self.parked
+                    .entry(Arc::clone(&task.key))
+                    .or_insert((fire_at, task.generation));
+                continue;
+            }
             if matches!(item.kind, FireKind::Scheduled) {
                 // Only new fires pass the breaker; a held fire was admitted when it first came.
                 let breaker = task.breaker.get_or_insert_with(|| {
@@ -710,58 +768,23 @@ impl Dispatcher {
         };
         if task.generation == entry.generation {
             match entry.kind {
+                TimerKind::Scheduled if self.paused_namespaces.contains(&task.key.namespace) => {
+                    // Parked, not re-armed: the resume arms it again.
+                    task.timer = None;
+                    self.parked
+                        .entry(Arc::clone(&task.key))
+                        .or_insert((fire_at, task.generation));
+                }
                 TimerKind::Scheduled => {
                     task.timer = None;
-                    let (fires, next) = if now.since(fire_at) > self.config.stall_threshold {
+                    if now.since(fire_at) > self.config.stall_threshold {
                         // The leader stalled (a backend it waited on, a paused process, a
                         // forward clock step): the fires missed meanwhile follow the task's
                         // misfire policy, exactly as at a takeover, instead of all running.
-                        let plan = plan_misfires(
-                            task.spec.misfire,
-                            &task.schedule,
-                            task.anchor,
-                            Progress::NextDue(fire_at),
-                            now,
-                            self.config.catch_up_window,
-                        );
-                        if plan.skipped > 0 || plan.beyond_window > 0 {
-                            self.notices.push(Notice::Misfired {
-                                key: Arc::clone(&task.key),
-                                missed: plan.missed,
-                                skipped: plan.skipped,
-                                beyond_window: plan.beyond_window,
-                                oldest: plan.oldest_missed,
-                            });
-                        }
-                        (plan.run_now, plan.next_fire)
+                        self.replay_missed(&mut task, fire_at, now);
                     } else {
-                        (
-                            vec![fire_at],
-                            task.schedule.next_after(fire_at, task.anchor),
-                        )
-                    };
-                    // Re-arm before dispatching so the schedule keeps its cadence.
-                    task.state.next_fire_at = next;
-                    if let Some(due) = next {
-                        task.timer = Some(self.timer.insert(
-                            due,
-                            TimerEntry {
-                                key: Arc::clone(&task.key),
-                                kind: TimerKind::Scheduled,
-                                generation: task.generation,
-                            },
-                        ));
-                    }
-                    for fire_at in fires {
-                        push_fire(
-                            &mut self.ready,
-                            &task.key,
-                            task.generation,
-                            task.spec.priority,
-                            fire_at,
-                            FireKind::Scheduled,
-                            now,
-                        );
+                        let next = task.schedule.next_after(fire_at, task.anchor);
+                        self.rearm_and_push(&mut task, next, vec![fire_at], now);
                     }
                 }
                 TimerKind::HeldRetry => {
@@ -781,6 +804,62 @@ impl Dispatcher {
             }
         }
         self.tasks.insert(Arc::clone(&task.key), task);
+    }
+
+    /// Runs what the task's misfire policy keeps of the fires from `first_missed` to `now`
+    /// (a stall, a paused namespace), with a notice of what it dropped, and re-arms.
+    fn replay_missed(&mut self, task: &mut Armed, first_missed: UtcMillis, now: UtcMillis) {
+        let plan = plan_misfires(
+            task.spec.misfire,
+            &task.schedule,
+            task.anchor,
+            Progress::NextDue(first_missed),
+            now,
+            self.config.catch_up_window,
+        );
+        if plan.skipped > 0 || plan.beyond_window > 0 {
+            self.notices.push(Notice::Misfired {
+                key: Arc::clone(&task.key),
+                missed: plan.missed,
+                skipped: plan.skipped,
+                beyond_window: plan.beyond_window,
+                oldest: plan.oldest_missed,
+            });
+        }
+        self.rearm_and_push(task, plan.next_fire, plan.run_now, now);
+    }
+
+    /// Arms the task's next fire, then queues `fires`: re-armed before dispatching, so the
+    /// schedule keeps its cadence.
+    fn rearm_and_push(
+        &mut self,
+        task: &mut Armed,
+        next: Option<UtcMillis>,
+        fires: Vec<UtcMillis>,
+        now: UtcMillis,
+    ) {
+        task.state.next_fire_at = next;
+        if let Some(due) = next {
+            task.timer = Some(self.timer.insert(
+                due,
+                TimerEntry {
+                    key: Arc::clone(&task.key),
+                    kind: TimerKind::Scheduled,
+                    generation: task.generation,
+                },
+            ));
+        }
+        for fire_at in fires {
+            push_fire(
+                &mut self.ready,
+                &task.key,
+                task.generation,
+                task.spec.priority,
+                fire_at,
+                FireKind::Scheduled,
+                now,
+            );
+        }
     }
 
     /// Takes what the enqueue of `dispatch` came to.

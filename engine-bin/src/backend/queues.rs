@@ -254,6 +254,11 @@ impl Backend {
                     .and_then(|q| u64::try_from(q).ok())
                     .unwrap_or(self.etcd_quota_bytes),
             });
+        let paused_namespaces = self
+            .registry
+            .paused_namespaces()
+            .await
+            .map_err(errors::registry)?;
         Ok(StatusView {
             leader: leader.map(|l| l.instance_id),
             replicas,
@@ -261,6 +266,7 @@ impl Backend {
             dlq_size,
             redis_warnings,
             etcd_db,
+            paused_namespaces,
         })
     }
 }

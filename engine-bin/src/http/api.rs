@@ -22,6 +22,8 @@
 //! | GET | `/dlq?queue=&limit=` | [`ApiBackend::dlq_list`] |
 //! | POST | `/dlq/requeue` (body: `{"ids": [...]}` or `{"all": true, "queue": ...}`) | [`ApiBackend::dlq_requeue`] |
 //! | POST | `/dlq/purge?queue=` | [`ApiBackend::dlq_purge`] |
+//! | POST | `/namespaces/{namespace}/pause` | [`ApiBackend::pause_namespace`] |
+//! | POST | `/namespaces/{namespace}/resume` | [`ApiBackend::resume_namespace`] |
 //! | GET | `/status` | [`ApiBackend::status`] |
 //! | GET | `/audit?since=&actor=&limit=&continue=` | [`ApiBackend::audit_list`] (paged, newest first) |
 
@@ -148,6 +150,10 @@ pub trait ApiBackend: Send + Sync {
     fn trigger(&self, key: TaskKey, params: TriggerParams) -> ApiFuture<'_, TriggerResult>;
     /// Runs the task's fires in a past range now, oldest first, each once.
     fn backfill(&self, key: TaskKey, params: BackfillParams) -> ApiFuture<'_, BackfillResult>;
+    /// Pauses a namespace: none of its tasks fires until it is resumed. `by` names who.
+    fn pause_namespace(&self, namespace: String, by: String) -> ApiFuture<'_, ()>;
+    /// Resumes a namespace; [`ApiError::NotFound`] when it was not paused.
+    fn resume_namespace(&self, namespace: String) -> ApiFuture<'_, ()>;
     /// The last `limit` executions of a task, newest first.
     fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>>;
     /// Dead-lettered executions, newest first.
@@ -271,6 +277,12 @@ pub const DEFAULT_BACKFILL_MAX: usize = 1000;
 /// Fires one backfill enqueues at most, even forced: each is an etcd key until the leader
 /// takes it.
 pub const BACKFILL_HARD_MAX: usize = 100_000;
+
+/// A namespace name as task specs allow it; [`ApiError::Invalid`] otherwise.
+pub fn check_namespace(namespace: &str) -> Result<(), ApiError> {
+    ax_scheduler_core::validate::check_name(namespace)
+        .map_err(|e| ApiError::invalid(format!("namespace: `{namespace}` {e}")))
+}
 
 /// What a backfill asks for: the body of `POST /tasks/{namespace}/{id}/backfill`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -396,6 +408,9 @@ pub struct StatusView {
     /// etcd's database size against its quota, when etcd answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_db: Option<EtcdDbView>,
+    /// Namespaces whose tasks do not fire, with who paused them and when.
+    #[serde(default)]
+    pub paused_namespaces: Vec<ax_registry::NamespacePause>,
 }
 
 /// etcd's database size against its quota.
@@ -468,6 +483,8 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
         .route("/dlq", get(dlq_list))
         .route("/dlq/requeue", post(dlq_requeue))
         .route("/dlq/purge", post(dlq_purge))
+        .route("/namespaces/{namespace}/pause", post(pause_namespace))
+        .route("/namespaces/{namespace}/resume", post(resume_namespace))
         .route("/status", get(status))
         .route("/audit", get(audit))
         .fallback(|| async { ApiError::NotFound("no such API route".into()) })
@@ -754,6 +771,25 @@ async fn audit(
         }
     }
     Ok(response)
+}
+
+async fn pause_namespace(
+    State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(namespace): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    s.backend()?
+        .pause_namespace(namespace, who.name.to_string())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn resume_namespace(
+    State(s): State<ApiState>,
+    Path(namespace): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    s.backend()?.resume_namespace(namespace).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn status(State(s): State<ApiState>) -> ApiResult<StatusView> {

@@ -85,6 +85,8 @@ pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
     ("GET", "/dlq", Role::Read),
     ("POST", "/dlq/requeue", Role::Operate),
     ("POST", "/dlq/purge", Role::Admin),
+    ("POST", "/namespaces/{namespace}/pause", Role::Operate),
+    ("POST", "/namespaces/{namespace}/resume", Role::Operate),
     ("GET", "/status", Role::Read),
     ("GET", "/audit", Role::Read),
 ];

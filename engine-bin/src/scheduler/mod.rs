@@ -35,6 +35,7 @@ mod direct_writes;
 mod events;
 mod fire;
 mod flusher;
+mod namespaces;
 mod role;
 mod term;
 mod triggers;

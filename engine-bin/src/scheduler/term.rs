@@ -25,7 +25,7 @@ use tracing::{debug, error, info, info_span, warn, Instrument};
 use super::catalog::{apply_event, in_scope, Catalog, CatalogEntry};
 use super::flusher::{self, FlushRequest};
 use super::triggers::{self, PendingTrigger};
-use super::{clock, direct_writes, events, fire, LeaderDeps, LeaderSettings};
+use super::{clock, direct_writes, events, fire, namespaces, LeaderDeps, LeaderSettings};
 use ax_registry::TaskWatcher;
 
 /// The state of one leadership term.
@@ -37,6 +37,8 @@ pub(super) struct Term {
     pub(super) flush_tx: mpsc::Sender<FlushRequest>,
     /// Spec changes the watch delivered, for the check of direct etcd writes.
     direct_tx: mpsc::Sender<direct_writes::Observed>,
+    /// The paused namespaces as last read.
+    paused_rx: tokio::sync::watch::Receiver<BTreeSet<String>>,
     trigger_rx: mpsc::Receiver<PendingTrigger>,
     /// Triggers to delete once their run-now execution is enqueued, by execution id.
     pub(super) pending_triggers: HashMap<String, PendingTrigger>,
@@ -186,8 +188,18 @@ impl Term {
             for q in &queues {
                 raise_fence(deps, q, token, &cluster).await?;
             }
+            // Read before anything can fire: a paused namespace must not fire in the first
+            // second of a term.
+            let paused = deps
+                .registry
+                .paused_namespaces()
+                .await
+                .context("cannot read the paused namespaces")?;
             let now = UtcMillis::now();
             let mut dispatcher = Dispatcher::new(settings.dispatcher.clone(), now);
+            for p in &paused {
+                dispatcher.pause_namespace(&p.namespace);
+            }
             for (key, entry) in &catalog.entries {
                 // Arming a million tasks is seconds of work: yield now and then so the
                 // runtime keeps serving the lease keep-alive meanwhile (it lost the lease
@@ -273,6 +285,18 @@ impl Term {
                 direct_writes::run(deps.audit.clone(), direct_rx, term_cancel.clone())
                     .instrument(info_span!("direct_writes")),
             );
+            let (paused_tx, paused_rx) = tokio::sync::watch::channel(
+                paused.into_iter().map(|p| p.namespace).collect::<BTreeSet<String>>(),
+            );
+            deps.tracker.spawn(
+                namespaces::poll(
+                    deps.registry.clone(),
+                    settings.trigger_interval,
+                    paused_tx,
+                    term_cancel.clone(),
+                )
+                .instrument(info_span!("paused_namespaces")),
+            );
             let (trigger_tx, trigger_rx) = mpsc::channel(256);
             deps.tracker.spawn(
                 triggers::poll(
@@ -303,6 +327,7 @@ impl Term {
                 cancel: term_cancel,
                 flush_tx,
                 direct_tx,
+                paused_rx,
                 trigger_rx,
                 pending_triggers: HashMap::new(),
                 consumed_triggers: Vec::new(),
@@ -372,6 +397,20 @@ impl Term {
                         // A change takes effect now, not at the next tick.
                         fire::fire(settings, deps, &mut self).await;
                     }
+                }
+                Ok(()) = self.paused_rx.changed() => {
+                    let paused = self.paused_rx.borrow_and_update().clone();
+                    let was: BTreeSet<String> =
+                        self.dispatcher.paused_namespaces().map(str::to_owned).collect();
+                    for ns in paused.difference(&was) {
+                        info!(namespace = %ns, "namespace paused: its tasks do not fire");
+                        self.dispatcher.pause_namespace(ns);
+                    }
+                    for ns in was.difference(&paused) {
+                        info!(namespace = %ns, "namespace resumed: missed fires follow each task's misfire policy");
+                        self.dispatcher.resume_namespace(ns, UtcMillis::now());
+                    }
+                    fire::fire(settings, deps, &mut self).await;
                 }
                 Some(request) = self.trigger_rx.recv() => {
                     if self.take_trigger(settings, catalog, request) {

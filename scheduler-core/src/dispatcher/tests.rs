@@ -797,3 +797,83 @@ fn at_most_one_state_write_per_short_execution_and_none_for_an_unchanged_takeove
     assert!(long <= 1.05, "{long} writes per 700 ms execution");
     assert_eq!(takeover, 0, "a takeover writes only what changed");
 }
+
+#[test]
+fn a_paused_namespace_fires_nothing_and_its_misfire_policy_decides_at_resume() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    let every = |misfire: &str| {
+        format!(r#"{{"handler":"log","schedule":{{"every":"1s"}},"misfire":"{misfire}"}}"#)
+    };
+    let in_ns = |ns: &str, id: &str, json: &str| {
+        (
+            TaskKey::new(ns, id),
+            TaskSpec::from_json(json.as_bytes(), ns, id).unwrap(),
+        )
+    };
+    for (k, s) in [
+        in_ns("batch", "once", &every("fire_once")),
+        in_ns("batch", "all", &every("fire_all")),
+        in_ns("batch", "skip", &every("skip")),
+        in_ns("web", "other", &every("fire_once")),
+    ] {
+        d.upsert(k, s, 5, None, at(0));
+    }
+    d.pause_namespace("batch");
+    assert_eq!(d.paused_namespaces().collect::<Vec<_>>(), ["batch"]);
+    let fired = run(&mut d, 0, 10_000);
+    assert!(
+        fired.iter().all(|(_, x)| &*x.key.namespace == "web"),
+        "a paused namespace fires nothing"
+    );
+    assert_eq!(fired.len(), 10, "the others keep their cadence");
+    // A run-now is an operator's request: it runs even while paused.
+    assert!(d.trigger(&TaskKey::new("batch", "once"), "run-1".into(), at(10_000)));
+    assert_eq!(d.poll(at(10_000)).len(), 1);
+
+    d.resume_namespace("batch", at(10_010));
+    let resumed: Vec<(String, i64)> = d
+        .poll(at(10_010))
+        .into_iter()
+        .map(|x| (x.key.id.to_string(), x.fire_at.0 - T0))
+        .collect();
+    let count = |id: &str| resumed.iter().filter(|(i, _)| i == id).count();
+    assert_eq!(
+        count("once"),
+        1,
+        "fire_once runs one missed fire: {resumed:?}"
+    );
+    assert_eq!(
+        count("all"),
+        10,
+        "fire_all runs every missed fire: {resumed:?}"
+    );
+    assert_eq!(count("skip"), 0, "skip runs none: {resumed:?}");
+    // And the cadence goes on.
+    let next: Vec<String> = run(&mut d, 10_020, 11_000)
+        .into_iter()
+        .map(|(_, x)| x.key.id.to_string())
+        .collect();
+    for id in ["once", "all", "skip", "other"] {
+        assert!(next.iter().any(|n| n == id), "{id} fires again: {next:?}");
+    }
+}
+
+#[test]
+fn a_takeover_into_a_paused_namespace_parks_its_missed_fires() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(60_000));
+    d.pause_namespace("default");
+    let mut recorded = TaskState::new(5, at(0), at(0));
+    recorded.last_fire_at = Some(at(10_000));
+    d.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","schedule":{"every":"10s"}}"#),
+        5,
+        Some(recorded),
+        at(65_000),
+    );
+    assert!(d.poll(at(65_000)).is_empty(), "the missed fire is parked");
+    assert!(run(&mut d, 65_010, 90_000).is_empty());
+    d.resume_namespace("default", at(90_010));
+    let fired = d.poll(at(90_010));
+    assert_eq!(fired.len(), 1, "fire_once: one run for all missed");
+}
