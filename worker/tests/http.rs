@@ -289,7 +289,10 @@ async fn an_opted_in_redirect_keeps_the_task_credentials_at_their_origin() {
     // As headers only: no body, at any origin, repeats the target or its credentials.
     for req in at_a.iter().chain(&at_b) {
         let body = req.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        assert!(!body.contains("s3cret") && !body.contains("\"http\":"), "{req}");
+        assert!(
+            !body.contains("s3cret") && !body.contains("\"http\":"),
+            "{req}"
+        );
     }
 }
 
