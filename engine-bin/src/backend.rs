@@ -11,10 +11,12 @@
 //! task.
 //!
 //! Submodules: [`connect`] (clients and library settings from the config), `tasks` (views,
-//! put, pause, resume, run now), `queues` (history, dead letters, status), `errors`
+//! put, pause, resume, run now), `queues` (history, dead letters, status), `control` (kill
+//! executions, pause queues), `errors`
 //! (library errors as API errors).
 
 pub mod connect;
+mod control;
 mod errors;
 mod queues;
 mod tasks;
@@ -34,8 +36,8 @@ pub use connect::{
 
 use crate::config::Config;
 use crate::http::api::{
-    ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
-    TaskKey, TaskList, TaskQuery, TaskView, TriggerResult,
+    ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, KillResult, PutTaskResult,
+    QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -152,5 +154,21 @@ impl ApiBackend for Backend {
 
     fn status(&self) -> ApiFuture<'_, StatusView> {
         Box::pin(async move { self.cluster_status().await })
+    }
+
+    fn kill_task(&self, key: TaskKey, execution: Option<String>) -> ApiFuture<'_, KillResult> {
+        Box::pin(async move { self.kill_of_task(&key, execution).await })
+    }
+
+    fn kill_execution(&self, id: String) -> ApiFuture<'_, KillResult> {
+        Box::pin(async move { self.kill_by_id(&id).await })
+    }
+
+    fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
+        Box::pin(async move { self.set_queue_paused(&name, true).await })
+    }
+
+    fn resume_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
+        Box::pin(async move { self.set_queue_paused(&name, false).await })
     }
 }

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::cli::{
-    Cli, CliError, Command, ConfigCommand, DlqCommand, FenceCommand, OutputFormat, TaskCommand,
-    TokenCommand,
+    Cli, CliError, Command, ConfigCommand, DlqCommand, FenceCommand, OutputFormat, QueueCommand,
+    TaskCommand, TokenCommand,
 };
 use crate::config::{Config, LoadOptions, DEFAULT_CONFIG_PATH};
 use crate::edge::Edge;
@@ -58,6 +58,16 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
         }) => task_put(&config, &file, dry_run, id.as_deref(), namespace.as_deref()).await,
         Command::Task(cmd) => task(&config, cmd).await,
         Command::Dlq(cmd) => dlq(&config, cmd).await,
+        Command::Queue(cmd) => {
+            let b = backend(&config).await?;
+            let state = match cmd {
+                QueueCommand::Pause { name } => b.pause_queue(name).await,
+                QueueCommand::Resume { name } => b.resume_queue(name).await,
+            }
+            .map_err(api_error)?;
+            let what = if state.paused { "paused" } else { "resumed" };
+            print_stdout(&format!("queue {} {what}\n", state.name))
+        }
         Command::Fence(FenceCommand::Reseat { queue }) => {
             let reseated = backend(&config)
                 .await?
@@ -210,7 +220,7 @@ async fn task_put(
     print_stdout(&out)
 }
 
-/// `ax task get|list|delete|pause|resume|trigger|history`.
+/// `ax task get|list|delete|pause|resume|trigger|kill|history`.
 async fn task(config: &Config, cmd: TaskCommand) -> Result<(), CliError> {
     // Parse the task name before connecting: a usage error needs no cluster.
     let key = match &cmd {
@@ -219,6 +229,7 @@ async fn task(config: &Config, cmd: TaskCommand) -> Result<(), CliError> {
         | TaskCommand::Pause(r)
         | TaskCommand::Resume(r)
         | TaskCommand::Trigger(r)
+        | TaskCommand::Kill { task: r, .. }
         | TaskCommand::History { task: r, .. } => Some(r.key()?),
         TaskCommand::Put { .. } | TaskCommand::List { .. } => None,
     };
@@ -293,6 +304,10 @@ async fn task(config: &Config, cmd: TaskCommand) -> Result<(), CliError> {
             // Only the id, so that `id=$(ax task trigger ...)` works.
             let r = b.trigger(k).await.map_err(api_error)?;
             format!("{}\n", r.execution_id)
+        }
+        (TaskCommand::Kill { execution, .. }, Some(k)) => {
+            let result = b.kill_task(k, execution).await.map_err(api_error)?;
+            output::kill_text(&result)
         }
         (TaskCommand::History { limit, output, .. }, Some(k)) => {
             let records = b.history(k, usize::from(limit)).await.map_err(api_error)?;

@@ -7,8 +7,8 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::http::api::{
-    ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
-    TaskKey, TaskList, TaskQuery, TaskView, TriggerResult,
+    ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, KillResult, PutTaskResult,
+    QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -76,5 +76,17 @@ impl ApiBackend for LateApi {
     }
     fn status(&self) -> ApiFuture<'_, StatusView> {
         delegate!(self, status())
+    }
+    fn kill_task(&self, key: TaskKey, execution: Option<String>) -> ApiFuture<'_, KillResult> {
+        delegate!(self, kill_task(key, execution))
+    }
+    fn kill_execution(&self, id: String) -> ApiFuture<'_, KillResult> {
+        delegate!(self, kill_execution(id))
+    }
+    fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
+        delegate!(self, pause_queue(name))
+    }
+    fn resume_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
+        delegate!(self, resume_queue(name))
     }
 }

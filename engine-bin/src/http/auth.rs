@@ -85,6 +85,10 @@ pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
     ("POST", "/dlq/requeue", Role::Operate),
     ("POST", "/dlq/purge", Role::Admin),
     ("GET", "/status", Role::Read),
+    ("POST", "/tasks/{namespace}/{id}/kill", Role::Operate),
+    ("POST", "/executions/{id}/kill", Role::Operate),
+    ("POST", "/queues/{name}/pause", Role::Operate),
+    ("POST", "/queues/{name}/resume", Role::Operate),
 ];
 
 /// The role a request needs, from its method and matched path (with or without the
