@@ -11,10 +11,12 @@
 //! task.
 //!
 //! Submodules: [`connect`] (clients and library settings from the config), `tasks` (views,
-//! put, pause, resume, run now), `queues` (history, dead letters, status), `errors`
+//! put, pause, resume, run now), `queues` (history, dead letters, status), `control` (kill
+//! executions, pause queues), `errors`
 //! (library errors as API errors).
 
 pub mod connect;
+mod control;
 pub(crate) mod errors;
 mod queues;
 mod tasks;
@@ -37,8 +39,8 @@ use crate::audit_store::AuditStore;
 use crate::config::Config;
 use crate::http::api::{
     ApiBackend, ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionRecord,
-    PutTaskResult, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams,
-    TriggerResult,
+    KillResult, PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView,
+    TriggerParams, TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -201,5 +203,21 @@ impl ApiBackend for Backend {
 
     fn audit_list(&self, query: AuditQuery) -> ApiFuture<'_, AuditPage> {
         Box::pin(async move { self.audit.page(&query).await })
+    }
+
+    fn kill_task(&self, key: TaskKey, execution: Option<String>) -> ApiFuture<'_, KillResult> {
+        Box::pin(async move { self.kill_of_task(&key, execution).await })
+    }
+
+    fn kill_execution(&self, id: String) -> ApiFuture<'_, KillResult> {
+        Box::pin(async move { self.kill_by_id(&id).await })
+    }
+
+    fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
+        Box::pin(async move { self.set_queue_paused(&name, true).await })
+    }
+
+    fn resume_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
+        Box::pin(async move { self.set_queue_paused(&name, false).await })
     }
 }

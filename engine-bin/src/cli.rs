@@ -119,6 +119,9 @@ pub enum Command {
     /// Inspect and act on dead-lettered executions.
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// Pause and resume queues.
+    #[command(subcommand)]
+    Queue(QueueCommand),
     /// Repair the queues' fences (see docs/runbook.md).
     #[command(subcommand)]
     Fence(FenceCommand),
@@ -360,6 +363,16 @@ pub enum TaskCommand {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Kill a task's current executions (waiting, retrying or running): they end KILLED,
+    /// without retry or failure alert.
+    Kill {
+        /// The task.
+        #[command(flatten)]
+        task: TaskRef,
+        /// Only this execution (default: every current one of the task).
+        #[arg(long, value_name = "ID")]
+        execution: Option<String>,
+    },
     /// Show the last executions of a task.
     History {
         /// The task.
@@ -371,6 +384,21 @@ pub enum TaskCommand {
         /// Output format.
         #[arg(long, short = 'o', value_enum, default_value_t)]
         output: OutputFormat,
+    },
+}
+
+/// `ax queue ...`
+#[derive(Debug, Subcommand)]
+pub enum QueueCommand {
+    /// Stop workers taking from a queue; running executions finish, new ones wait.
+    Pause {
+        /// Queue name.
+        name: String,
+    },
+    /// Let workers take from a paused queue again.
+    Resume {
+        /// Queue name.
+        name: String,
     },
 }
 

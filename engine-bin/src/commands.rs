@@ -14,7 +14,7 @@ use crate::audit::{AuditQuery, AuditRecord};
 use crate::backend::Backend;
 use crate::cli::{
     Cli, CliError, Command, ConfigCommand, DlqCommand, FenceCommand, NamespaceCommand,
-    OutputFormat, TaskCommand, TokenCommand,
+    OutputFormat, QueueCommand, TaskCommand, TokenCommand,
 };
 use crate::config::{Config, LoadOptions, DEFAULT_CONFIG_PATH};
 use crate::edge::Edge;
@@ -122,6 +122,17 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
                 OutputFormat::Table => output::audit_table(&page.items),
                 OutputFormat::Json => output::json(&page.items),
             })
+        }
+        Command::Queue(cmd) => {
+            let b = backend(&config).await?;
+            let (state, action) = match cmd {
+                QueueCommand::Pause { name } => (b.pause_queue(name).await, "queue.pause"),
+                QueueCommand::Resume { name } => (b.resume_queue(name).await, "queue.resume"),
+            };
+            let state = state.map_err(api_error)?;
+            audit(&b, actor, action, &state.name, None, None).await;
+            let what = if state.paused { "paused" } else { "resumed" };
+            print_stdout(&format!("queue {} {what}\n", state.name))
         }
         Command::Fence(FenceCommand::Reseat { queue }) => {
             let b = backend(&config).await?;
@@ -283,7 +294,7 @@ async fn task_put(
     print_stdout(&out)
 }
 
-/// `ax task get|list|delete|pause|resume|trigger|history`.
+/// `ax task get|list|delete|pause|resume|trigger|backfill|kill|history`.
 async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliError> {
     // Parse the task name before connecting: a usage error needs no cluster.
     let key = match &cmd {
@@ -293,6 +304,7 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
         | TaskCommand::Resume(r)
         | TaskCommand::Trigger { task: r, .. }
         | TaskCommand::Backfill { task: r, .. }
+        | TaskCommand::Kill { task: r, .. }
         | TaskCommand::History { task: r, .. } => Some(r.key()?),
         TaskCommand::Put { .. } | TaskCommand::List { .. } => None,
     };
@@ -425,6 +437,12 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
                 eprintln!("{} fire(s) of {name} would run (dry run)", r.fires.len());
             }
             out
+        }
+        (TaskCommand::Kill { execution, .. }, Some(k)) => {
+            let result = b.kill_task(k, execution).await.map_err(api_error)?;
+            let detail = serde_json::to_value(&result).ok();
+            audit(&b, actor, "task.kill", &name, detail, None).await;
+            output::kill_text(&result)
         }
         (TaskCommand::History { limit, output, .. }, Some(k)) => {
             let records = b.history(k, usize::from(limit)).await.map_err(api_error)?;

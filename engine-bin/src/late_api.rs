@@ -9,8 +9,8 @@ use std::sync::{Arc, OnceLock};
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::http::api::{
     ApiBackend, ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionRecord,
-    PutTaskResult, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams,
-    TriggerResult,
+    KillResult, PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView,
+    TriggerParams, TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -98,5 +98,18 @@ impl ApiBackend for LateApi {
 
     fn audit_list(&self, query: AuditQuery) -> ApiFuture<'_, AuditPage> {
         delegate!(self, audit_list(query))
+    }
+
+    fn kill_task(&self, key: TaskKey, execution: Option<String>) -> ApiFuture<'_, KillResult> {
+        delegate!(self, kill_task(key, execution))
+    }
+    fn kill_execution(&self, id: String) -> ApiFuture<'_, KillResult> {
+        delegate!(self, kill_execution(id))
+    }
+    fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
+        delegate!(self, pause_queue(name))
+    }
+    fn resume_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
+        delegate!(self, resume_queue(name))
     }
 }

@@ -40,6 +40,8 @@ pub const SCHEDULE_LATENCY_SECONDS: &str = "scheduler_schedule_latency_seconds";
 pub const EXECUTION_DURATION_SECONDS: &str = "scheduler_execution_duration_seconds";
 /// Executions waiting in a queue. Labels: `queue`.
 pub const QUEUE_DEPTH: &str = "scheduler_queue_depth";
+/// 1 while an operator has paused the queue (`ax queue pause`), else 0.
+pub const QUEUE_PAUSED: &str = "scheduler_queue_paused";
 /// Executions running on this replica.
 pub const ACTIVE_WORKERS: &str = "scheduler_active_workers";
 /// 1 while this replica leads, else 0.
@@ -83,6 +85,7 @@ pub const ALL_NAMES: &[&str] = &[
     SCHEDULE_LATENCY_SECONDS,
     EXECUTION_DURATION_SECONDS,
     QUEUE_DEPTH,
+    QUEUE_PAUSED,
     ACTIVE_WORKERS,
     IS_LEADER,
     LEADER_CHANGES_TOTAL,
@@ -201,6 +204,8 @@ pub struct Metrics {
     pub execution_duration_seconds: HistogramVec,
     /// [`QUEUE_DEPTH`] by `queue`.
     pub queue_depth: IntGaugeVec,
+    /// [`QUEUE_PAUSED`] by `queue`.
+    pub queue_paused: IntGaugeVec,
     /// [`ACTIVE_WORKERS`].
     pub active_workers: IntGauge,
     /// [`IS_LEADER`].
@@ -283,6 +288,16 @@ impl Metrics {
                 &registry,
                 IntGaugeVec::new(
                     Opts::new(QUEUE_DEPTH, "Executions waiting in the queue."),
+                    &["queue"],
+                )?,
+            )?,
+            queue_paused: register(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        QUEUE_PAUSED,
+                        "1 while an operator has paused the queue, else 0.",
+                    ),
                     &["queue"],
                 )?,
             )?,
@@ -412,6 +427,7 @@ impl Metrics {
         self.tasks_scheduled_total.with_label_values(&[queue]);
         self.schedule_latency_seconds.with_label_values(&[queue]);
         self.queue_depth.with_label_values(&[queue]);
+        self.queue_paused.with_label_values(&[queue]);
         self.oldest_queued_age_seconds.with_label_values(&[queue]);
         for handler in BUILTIN_HANDLERS {
             let handler = self.handler_label(handler);

@@ -7,7 +7,7 @@
 use ax_scheduler_core::UtcMillis;
 use serde::Serialize;
 
-use crate::http::api::{DeadLetter, ExecutionRecord, StatusView, TaskView};
+use crate::http::api::{DeadLetter, ExecutionRecord, KillResult, StatusView, TaskView};
 
 /// `value` as pretty JSON with a final newline.
 pub fn json<T: Serialize>(value: &T) -> String {
@@ -192,6 +192,23 @@ pub fn dlq_table(letters: &[DeadLetter]) -> String {
     )
 }
 
+/// What `ax task kill` did: one line per execution.
+pub fn kill_text(r: &KillResult) -> String {
+    r.killed
+        .iter()
+        .map(|k| {
+            let what = match k.state.as_str() {
+                "waiting" => "removed before it ran",
+                "retry_pending" => "its pending retry removed",
+                "running" => "its worker stops it within a second",
+                "already_killed" => "killed already",
+                other => other,
+            };
+            format!("execution {} killed: {what}\n", k.execution_id)
+        })
+        .collect()
+}
+
 /// `ax status`.
 pub fn status_text(s: &StatusView) -> String {
     let mut out = format!(
@@ -226,10 +243,14 @@ pub fn status_text(s: &StatusView) -> String {
                     q.depth.to_string(),
                     millis(q.oldest_age_ms),
                     q.dlq_size.to_string(),
+                    if q.paused { "paused" } else { "active" }.to_owned(),
                 ]
             })
             .collect();
-        out.push_str(&table(&["QUEUE", "DEPTH", "OLDEST", "DEAD LETTERS"], &rows));
+        out.push_str(&table(
+            &["QUEUE", "DEPTH", "OLDEST", "DEAD LETTERS", "STATE"],
+            &rows,
+        ));
     }
     out.push_str(&format!("\ndead letters: {}\n", s.dlq_size));
     if !s.paused_namespaces.is_empty() {
@@ -326,6 +347,7 @@ mod tests {
                 depth: 3,
                 oldest_age_ms: Some(1500),
                 dlq_size: 2,
+                paused: true,
             }],
             dlq_size: 2,
             redis_warnings: Vec::new(),
@@ -345,6 +367,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("default  3      1s 500ms"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("default") && l.ends_with("paused")),
+            "{text}"
+        );
         assert!(text.ends_with("dead letters: 2\n"), "{text}");
         let warned = StatusView {
             redis_warnings: vec!["Redis has neither AOF nor RDB persistence".into()],

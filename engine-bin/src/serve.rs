@@ -519,6 +519,10 @@ impl Parts<'_> {
                                 let depth = i64::try_from(stats.ready).unwrap_or(i64::MAX);
                                 metrics.queue_depth.with_label_values(&[q]).set(depth);
                                 metrics
+                                    .queue_paused
+                                    .with_label_values(&[q])
+                                    .set(i64::from(stats.paused));
+                                metrics
                                     .oldest_queued_age_seconds
                                     .with_label_values(&[q])
                                     .set(stats.oldest_age.map(|a| a.as_secs_f64()).unwrap_or(0.0));

@@ -1359,3 +1359,83 @@ async fn a_paused_namespace_fires_nothing_even_across_a_failover_and_resumes_by_
         "{audit}"
     );
 }
+
+/// `ax task kill` while the leader, which also runs the execution, is SIGKILLed: the kill
+/// order outlives the process, so when the reaper gives the dead worker's message back
+/// (after the visibility timeout) the surviving worker ends it `killed` without running it.
+/// The new leader records `KILLED`; no retry, no dead letter, no failure alert.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_racing_a_failover_is_not_undone_by_the_redelivery() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-kill").await;
+    // The leader is the only worker when the execution starts, so the process killed holds
+    // it; the standby schedules only.
+    c.start_replica("a", Roles::Both).await;
+    let old = c.wait_for_leader(None, Duration::from_secs(10)).await;
+    assert_eq!(old, "a");
+    c.start_replica("b", Roles::Scheduler).await;
+    c.receiver.slow_task("slow", Duration::from_secs(120));
+    let mut spec = http_task(&c, json!({ "at": rfc3339(now_ms() + 500) }));
+    spec["timeout"] = json!("5m");
+    spec["retry"] = json!({ "max_retries": 3, "initial_interval": "1s" });
+    c.put_task("kill", "slow", &spec).await;
+    wait_for_executions(&c, "slow", 1, Duration::from_secs(10)).await;
+    let execution = c.receiver.executions_of("slow")[0].execution_id.clone();
+    c.start_replica("w", Roles::Worker).await;
+
+    c.replica("a").kill();
+    let out = c.ax_ok(&["task", "kill", "kill/slow"]).await;
+    assert!(
+        out.contains(&execution) && out.contains("its worker stops it"),
+        "{out}"
+    );
+    c.wait_for_leader(Some("a"), Duration::from_secs(10)).await;
+
+    // The reaper gives the message back after the visibility timeout (30 s).
+    wait_until(
+        Duration::from_secs(60),
+        "the killed execution's end",
+        || {
+            let c = &c;
+            async move {
+                let h = c.ax_json(&["task", "history", "kill/slow"]).await;
+                h.as_array()
+                    .is_some_and(|a| a.iter().any(|e| e["outcome"] == "killed"))
+            }
+        },
+    )
+    .await;
+    wait_until(Duration::from_secs(5), "the task's state KILLED", || {
+        let c = &c;
+        async move {
+            c.state("kill", "slow")
+                .await
+                .is_some_and(|s| s["status"] == "KILLED")
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        c.receiver.executions_of("slow").len(),
+        1,
+        "the killed execution ran again"
+    );
+    let dead = c.ax_json(&["dlq", "list"]).await;
+    assert_eq!(dead.as_array().map(Vec::len), Some(0), "{dead}");
+    assert!(
+        !c.receiver
+            .alerts()
+            .iter()
+            .any(|a| a.to_string().contains("slow")),
+        "{:?}",
+        c.receiver.alerts()
+    );
+    // Killing it again: nothing current is left (exit 4), the id says it was killed.
+    let (code, _, err) = c.ax(&["task", "kill", "kill/slow"], None).await;
+    assert_eq!(code, 4, "{err}");
+    let again = c
+        .ax_ok(&["task", "kill", "kill/slow", "--execution", &execution])
+        .await;
+    assert!(again.contains("killed already"), "{again}");
+    c.clean_up().await;
+}

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use ax_engine::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
 use ax_engine::http::api::{
-    ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionRecord,
-    PutTaskResult, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams,
-    TriggerResult, CONTINUE_HEADER,
+    ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionRecord, KillResult,
+    KilledExecution, PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView,
+    TriggerParams, TriggerResult, CONTINUE_HEADER,
 };
 use ax_engine::http::auth::{self, Access, Role, TokenEntry, ROUTE_ROLES};
 use ax_engine::http::limits::ApiLimits;
@@ -279,6 +279,48 @@ impl ApiBackend for MemoryBackend {
             Ok(AuditPage {
                 items,
                 continue_token: None,
+            })
+        })
+    }
+
+    fn kill_task(&self, key: TaskKey, execution: Option<String>) -> ApiFuture<'_, KillResult> {
+        Box::pin(async move {
+            self.lookup(&key)?;
+            Ok(KillResult {
+                killed: vec![KilledExecution {
+                    execution_id: execution.unwrap_or_else(|| "e1".into()),
+                    namespace: Some(key.namespace),
+                    task_id: Some(key.id),
+                    queue: "default".into(),
+                    state: "running".into(),
+                }],
+            })
+        })
+    }
+
+    fn kill_execution(&self, id: String) -> ApiFuture<'_, KillResult> {
+        Box::pin(async move {
+            Ok(KillResult {
+                killed: vec![KilledExecution {
+                    execution_id: id,
+                    namespace: None,
+                    task_id: None,
+                    queue: "default".into(),
+                    state: "running".into(),
+                }],
+            })
+        })
+    }
+
+    fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
+        Box::pin(async move { Ok(QueueState { name, paused: true }) })
+    }
+
+    fn resume_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
+        Box::pin(async move {
+            Ok(QueueState {
+                name,
+                paused: false,
             })
         })
     }
@@ -812,7 +854,9 @@ async fn every_route_answers_each_caller_as_the_documented_access_table_says() {
     let concrete = |path: &str| {
         format!(
             "/api/v1{}",
-            path.replace("{namespace}", "default").replace("{id}", "t1")
+            path.replace("{namespace}", "default")
+                .replace("{id}", "t1")
+                .replace("{name}", "default")
         )
     };
     // The table lists every method the router serves on these paths, and no other.

@@ -10,6 +10,10 @@
 //! A take first moves up to `max` messages without blocking (one script call), and blocks
 //! only when the list is empty; after a blocking take returns one message, it tops the batch
 //! up the same way. Under load that is one round trip per batch rather than per message.
+//!
+//! A paused queue (an operator's flag, checked inside `take.lua`) gives nothing; since a
+//! `BLMOVE` cannot check the flag, the top-up after it does, and gives the message back when
+//! the queue was paused while the take blocked.
 
 use std::time::Duration;
 
@@ -20,6 +24,9 @@ use redis::Direction;
 use crate::error::{QueueError, Result};
 use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, manager_config, Delivery, Queue};
+
+/// How often a consumer of a paused queue looks again: a resume takes effect within it.
+pub const PAUSED_POLL: Duration = Duration::from_millis(250);
 
 /// Takes messages from one queue for one worker.
 pub struct Consumer {
@@ -106,20 +113,36 @@ impl Consumer {
     /// Takes up to `max` messages, waiting up to the block timeout for the first one. An empty
     /// result means the wait ran out. Messages that cannot be decoded go to the dead-letter
     /// queue instead of being returned.
+    ///
+    /// A paused queue gives nothing: the take waits [`PAUSED_POLL`] and returns empty. A
+    /// message a blocking take got just after the pause is given back, so a pause holds from
+    /// the next take on.
     pub async fn take(&mut self, max: usize) -> Result<Vec<Delivery>> {
         let max = max.max(1);
-        let mut raws = self.take_now(max).await?;
+        let (paused, mut raws) = self.take_now(max).await?;
+        if paused {
+            tokio::time::sleep(PAUSED_POLL.min(self.block_timeout)).await;
+            return Ok(Vec::new());
+        }
         if raws.is_empty() {
             if let Some(first) = self.block_one().await? {
-                raws.push(first);
-                if max > 1 {
-                    // The first message is already in the processing list: a failed top-up
-                    // must not drop it.
-                    match self.take_now(max - 1).await {
-                        Ok(more) => raws.extend(more),
-                        Err(e) => {
-                            tracing::warn!(queue = %self.name, error = %e, "topping up a take failed; going on with one message")
-                        }
+                // The first message is already in the processing list: a failed top-up
+                // must not drop it. A top-up of none still says whether the queue was
+                // paused while this take blocked.
+                match self.take_now(max - 1).await {
+                    Ok((true, _)) => {
+                        self.queue
+                            .release_raw(&self.name, &self.worker_id, &first)
+                            .await?;
+                        return Ok(Vec::new());
+                    }
+                    Ok((false, more)) => {
+                        raws.push(first);
+                        raws.extend(more);
+                    }
+                    Err(e) => {
+                        raws.push(first);
+                        tracing::warn!(queue = %self.name, error = %e, "topping up a take failed; going on with one message")
                     }
                 }
             }
@@ -146,14 +169,18 @@ impl Consumer {
         Ok(out)
     }
 
-    async fn take_now(&mut self, max: usize) -> Result<Vec<String>> {
+    /// Whether the queue is paused, and what was taken (nothing when it is).
+    async fn take_now(&mut self, max: usize) -> Result<(bool, Vec<String>)> {
         let k = self.queue.keys();
         let mut inv = self.queue.inner.scripts.take.prepare_invoke();
         inv.key(k.ready(&self.name))
             .key(k.processing(&self.name, &self.worker_id))
+            .key(k.paused(&self.name))
             .arg(max);
         let mut conn = self.conn.clone();
-        self.queue.run("take", inv.invoke_async(&mut conn)).await
+        let (paused, raws): (i64, Vec<String>) =
+            self.queue.run("take", inv.invoke_async(&mut conn)).await?;
+        Ok((paused == 1, raws))
     }
 
     async fn block_one(&mut self) -> Result<Option<String>> {

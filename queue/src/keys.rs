@@ -104,6 +104,18 @@ impl Keys {
         format!("{}:active:{}/{}", self.tag(queue), namespace, task_id)
     }
 
+    /// An operator's kill order for one execution (string with an expiry): every worker
+    /// running or about to run that execution stops it, and a retry of it is not scheduled.
+    /// Per execution rather than a set, so orders expire on their own.
+    pub fn kill(&self, queue: &str, execution_id: &str) -> String {
+        format!("{}:kill:{}", self.tag(queue), execution_id)
+    }
+
+    /// Present while the queue is paused: workers take nothing from it.
+    pub fn paused(&self, queue: &str) -> String {
+        format!("{}:paused", self.tag(queue))
+    }
+
     /// Stream of execution events (started, finished) from workers to the leader, read
     /// through a consumer group.
     pub fn events(&self) -> String {
@@ -164,6 +176,8 @@ mod tests {
             k.fence_owner(q),
             k.dlq(q),
             k.dlq_entries(q),
+            k.kill(q, "e1"),
+            k.paused(q),
         ];
         for key in &all {
             assert_eq!(slot_tag(key), "ax:q:default", "{key}");

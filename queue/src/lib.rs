@@ -9,6 +9,7 @@
 
 mod config;
 mod consumer;
+mod control;
 mod dlq;
 mod error;
 mod events;
@@ -24,7 +25,8 @@ pub use config::{
     ClientIdentity, QueueConfig, RedisTls, DEFAULT_DLQ_MAX_ENTRIES, DEFAULT_DLQ_RETENTION,
     DEFAULT_HISTORY_CAP, DEFAULT_HISTORY_RETENTION,
 };
-pub use consumer::Consumer;
+pub use consumer::{Consumer, PAUSED_POLL};
+pub use control::{Kill, KillState, StopOrder, StopProbe};
 pub use dlq::DlqEntry;
 pub use error::{QueueError, Result};
 pub use events::{EventEntry, ExecutionEventRecord, EVENTS_CAP};
@@ -34,5 +36,5 @@ pub use maintenance::{
     Maintenance, MaintenanceConfig, MaintenanceState, StepReport, DEFAULT_VISIBILITY_TIMEOUT,
 };
 pub use message::{AttemptError, Dedupe, ExecutionMessage};
-pub use queue::{Delivery, Fence, Queue, QueueStats, ENQUEUE_CHUNK, UNSERVED_AFTER};
+pub use queue::{Delivery, Fence, Queue, QueueStats, RetrySettle, ENQUEUE_CHUNK, UNSERVED_AFTER};
 pub use server::ServerInfo;

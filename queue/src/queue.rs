@@ -67,6 +67,17 @@ impl Fence {
     }
 }
 
+/// How [`Queue::retry_later`] settled a failed attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetrySettle {
+    /// The next attempt waits in the delayed set.
+    Scheduled,
+    /// An operator killed the execution: it ended here, no retry scheduled.
+    Killed,
+    /// The message was no longer held (the reaper gave it back).
+    NotHeld,
+}
+
 /// Cheap monitoring figures of one queue, read in one round trip.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueStats {
@@ -83,6 +94,8 @@ pub struct QueueStats {
     /// Time since the newest heartbeat of a worker that takes from the queue; `None` when no
     /// worker is registered for it.
     pub last_worker_beat: Option<Duration>,
+    /// An operator paused the queue: workers take nothing from it.
+    pub paused: bool,
 }
 
 /// How long messages may wait in a queue without any worker's heartbeat before the queue
@@ -487,38 +500,56 @@ impl Queue {
         Ok(held)
     }
 
-    /// Moves a failed message to the delayed set as `next` (its next attempt), due at `due`.
-    /// `false` when it was no longer held.
+    /// Moves a failed message to the delayed set as `next` (its next attempt), due at `due`,
+    /// unless an operator killed the execution meanwhile (see [`RetrySettle`]).
     pub async fn retry_later(
         &self,
         d: &Delivery,
         next: &ExecutionMessage,
         due: UtcMillis,
-    ) -> Result<bool> {
+    ) -> Result<RetrySettle> {
         let json = next.to_json()?;
         let k = &self.inner.keys;
+        let m = &d.message;
+        let id = m.execution_id.to_string();
         let mut conn = self.conn();
         let mut inv = self.inner.scripts.retry_later.prepare_invoke();
         inv.key(k.processing(&d.queue, &d.worker_id))
             .key(k.monitor(&d.queue))
             .key(k.delayed(&d.queue))
+            .key(k.kill(&d.queue, &id))
+            .key(k.active(&d.queue, &m.namespace, &m.task_id))
             .arg(&d.raw)
-            .arg(d.message.execution_id.to_string())
+            .arg(&id)
             .arg(json)
             .arg(due.0);
         let n: i64 = self.run("retry_later", inv.invoke_async(&mut conn)).await?;
-        Ok(n == 1)
+        Ok(match n {
+            1 => RetrySettle::Scheduled,
+            2 => RetrySettle::Killed,
+            _ => RetrySettle::NotHeld,
+        })
     }
 
     /// Gives a held message back to the front of the ready list (for work a stopping worker
     /// did not finish). `false` when it was no longer held.
     pub async fn release(&self, d: &Delivery) -> Result<bool> {
+        self.release_raw(&d.queue, &d.worker_id, &d.raw).await
+    }
+
+    /// [`Queue::release`] of a message as stored.
+    pub(crate) async fn release_raw(
+        &self,
+        queue: &str,
+        worker_id: &str,
+        raw: &str,
+    ) -> Result<bool> {
         let k = &self.inner.keys;
         let mut conn = self.conn();
         let mut inv = self.inner.scripts.release.prepare_invoke();
-        inv.key(k.processing(&d.queue, &d.worker_id))
-            .key(k.ready(&d.queue))
-            .arg(&d.raw);
+        inv.key(k.processing(queue, worker_id))
+            .key(k.ready(queue))
+            .arg(raw);
         let n: i64 = self.run("release", inv.invoke_async(&mut conn)).await?;
         Ok(n == 1)
     }
@@ -715,9 +746,18 @@ impl Queue {
             .zcard(k.delayed(queue))
             .zcard(k.dlq(queue))
             .zrange_withscores(k.monitor(queue), 0, 0)
-            .zrange_withscores(k.workers(queue), -1, -1);
-        type Reply = (u64, u64, u64, u64, Vec<(String, i64)>, Vec<(String, i64)>);
-        let (ready, unsettled, delayed, dead, first, beat): Reply =
+            .zrange_withscores(k.workers(queue), -1, -1)
+            .exists(k.paused(queue));
+        type Reply = (
+            u64,
+            u64,
+            u64,
+            u64,
+            Vec<(String, i64)>,
+            Vec<(String, i64)>,
+            bool,
+        );
+        let (ready, unsettled, delayed, dead, first, beat, paused): Reply =
             self.run("stats", pipe.query_async(&mut conn)).await?;
         Ok(QueueStats {
             ready,
@@ -726,6 +766,7 @@ impl Queue {
             dead,
             oldest_age: first.first().map(|(_, at)| now.since(UtcMillis(*at))),
             last_worker_beat: beat.first().map(|(_, at)| now.since(UtcMillis(*at))),
+            paused,
         })
     }
 }
@@ -744,6 +785,7 @@ mod tests {
             dead: 0,
             oldest_age: oldest,
             last_worker_beat: beat,
+            paused: false,
         };
         // No worker ever registered, work waiting 12 s.
         assert!(stats(3, secs(12), None).is_unserved());

@@ -22,6 +22,8 @@ pub(crate) struct Scripts {
     pub(crate) deregister: Script,
     pub(crate) read_events: Script,
     pub(crate) dlq_trim: Script,
+    pub(crate) kill: Script,
+    pub(crate) find: Script,
 }
 
 impl Scripts {
@@ -40,6 +42,8 @@ impl Scripts {
             deregister: Script::new(include_str!("lua/deregister.lua")),
             read_events: Script::new(include_str!("lua/read_events.lua")),
             dlq_trim: Script::new(include_str!("lua/dlq_trim.lua")),
+            kill: Script::new(include_str!("lua/kill.lua")),
+            find: Script::new(include_str!("lua/find.lua")),
         }
     }
 }

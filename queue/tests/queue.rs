@@ -340,7 +340,10 @@ async fn retry_waits_in_the_delayed_set_until_promoted() {
     let d = c.take(1).await.unwrap().remove(0);
     let next = d.message.next_attempt("boom", now);
     let due = now.add(Duration::from_secs(10));
-    assert!(q.retry_later(&d, &next, due).await.unwrap());
+    assert_eq!(
+        q.retry_later(&d, &next, due).await.unwrap(),
+        ax_queue::RetrySettle::Scheduled
+    );
     assert_eq!(q.delayed_len("default").await.unwrap(), 1);
     let mut raw = raw_conn(&redis_url()).await;
     let scored: Vec<(String, i64)> = raw

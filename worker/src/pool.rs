@@ -13,6 +13,14 @@
 //! release) is retried through short Redis outages, because an unsettled message of a live
 //! worker would sit in its processing list until that worker stops.
 //!
+//! Stopping one execution (an operator's kill, or overlap `replace`): every execution this
+//! pool holds, running or waiting for a slot, is registered with a `watch` channel; one loop
+//! asks Redis every [`STOP_POLL_INTERVAL`] about all of them in one round trip
+//! ([`Queue::stop_orders`]) and signals the ones to stop, so the cost does not grow with a
+//! round trip per execution. Messages just taken are asked about before they start, so a
+//! killed message that comes back (a dead worker's, given back by the reaper) never runs.
+//! A stopped execution ends `killed`: acknowledged, no retry, not a failure.
+//!
 //! Shutdown (the `CancellationToken` passed to [`WorkerPool::run`]): the fetch loops stop
 //! taking (a blocked take ends within the block timeout; anything it returns after the
 //! cancel is given straight back), in-flight attempts get up to `shutdown_grace` to finish,
@@ -25,7 +33,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ax_queue::{Delivery, Maintenance, MaintenanceConfig, Queue, QueueError};
+use ax_queue::{
+    Delivery, Maintenance, MaintenanceConfig, Queue, QueueError, RetrySettle, StopOrder, StopProbe,
+};
 use ax_scheduler_core::{AttemptEnd, AttemptOutcome, ReconnectBackoff, UtcMillis};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinError;
@@ -161,6 +171,14 @@ struct Shared {
     /// The attempts this pool runs now, by (execution id, attempt): what its processing
     /// lists should hold.
     held: std::sync::Mutex<HashSet<(u128, u32)>>,
+    /// The same attempts with what the stop loop asks about and how it tells them to stop.
+    watched: std::sync::Mutex<HashMap<(u128, u32), Watched>>,
+}
+
+/// One held attempt as the stop loop sees it.
+struct Watched {
+    probe: StopProbe,
+    stop: tokio::sync::watch::Sender<Option<StopOrder>>,
 }
 
 /// A pool of workers serving some queues. See the module notes for its life cycle.
@@ -218,6 +236,7 @@ impl WorkerPool {
                 http,
                 counters: Counters::default(),
                 held: std::sync::Mutex::new(HashSet::new()),
+                watched: std::sync::Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -286,6 +305,7 @@ impl WorkerPool {
         );
         background.spawn(maintenance.run(background_stop.clone()));
         background.spawn(reconcile_loop(self.shared.clone(), background_stop.clone()));
+        background.spawn(stop_loop(self.shared.clone(), background_stop.clone()));
 
         // Acks go through one batching task: under load, one script call settles many
         // messages. It ends when the last sender (held by fetchers and executions) is gone.
@@ -432,7 +452,8 @@ async fn fetch_loop(
                 sh.counters
                     .taken
                     .fetch_add(deliveries.len() as u64, Ordering::Relaxed);
-                for d in deliveries {
+                let orders = stop_orders_of(&sh, &deliveries).await;
+                for (d, order) in deliveries.into_iter().zip(orders) {
                     // One permit per delivery: take never returns more than asked.
                     let Some(permit) = permits.pop() else { break };
                     if cancel.is_cancelled() {
@@ -440,9 +461,11 @@ async fn fetch_loop(
                         continue;
                     }
                     hold(&sh, &d, true);
+                    let stop = watch(&sh, &d, order);
                     executions.spawn(execute(
                         sh.clone(),
                         d,
+                        stop,
                         (permit, slots.running.clone()),
                         cancel.clone(),
                         hard_stop.clone(),
@@ -499,26 +522,104 @@ where
     }
 }
 
-/// How often a running `replace` execution checks whether a newer one took its place.
-const REPLACE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+/// How often the pool asks whether any execution it holds must stop (killed, or replaced
+/// under overlap `replace`): a kill takes effect within it plus a round trip.
+const STOP_POLL_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Resolves when the task's active marker names another execution (overlap `replace`: a
-/// newer fire took over); never for other policies. A Redis error is not a replacement.
-async fn replaced(sh: &Shared, msg: &ax_queue::ExecutionMessage) {
-    if msg.overlap != ax_scheduler_core::OverlapPolicy::Replace {
-        return std::future::pending().await;
-    }
-    let own = msg.execution_id.to_string();
-    loop {
-        tokio::time::sleep(REPLACE_CHECK_INTERVAL).await;
-        match sh
-            .queue
-            .active_holder(&msg.queue, &msg.namespace, &msg.task_id)
-            .await
-        {
-            Ok(Some(holder)) if holder != own => return,
-            _ => {}
+/// Registers a held attempt with the stop loop; `order` is what was known when it was taken.
+fn watch(
+    sh: &Shared,
+    d: &Delivery,
+    order: Option<StopOrder>,
+) -> tokio::sync::watch::Receiver<Option<StopOrder>> {
+    let (stop, rx) = tokio::sync::watch::channel(order);
+    let key = (d.message.execution_id.as_u128(), d.message.attempt);
+    let watched = Watched {
+        probe: StopProbe::of(&d.message),
+        stop,
+    };
+    sh.watched
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(key, watched);
+    rx
+}
+
+fn unwatch(sh: &Shared, d: &Delivery) {
+    let key = (d.message.execution_id.as_u128(), d.message.attempt);
+    sh.watched
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .remove(&key);
+}
+
+/// The kill orders of messages just taken, so a killed one does not start. Only kills: a
+/// `replace` execution starts and is stopped by the loop when its marker moved, as before.
+/// On a Redis error nothing is known; the stop loop asks again within its interval.
+async fn stop_orders_of(sh: &Shared, deliveries: &[Delivery]) -> Vec<Option<StopOrder>> {
+    let probes: Vec<StopProbe> = deliveries
+        .iter()
+        .map(|d| StopProbe {
+            overlap: ax_scheduler_core::OverlapPolicy::Allow,
+            ..StopProbe::of(&d.message)
+        })
+        .collect();
+    match sh.queue.stop_orders(&probes).await {
+        Ok(orders) => orders,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read kill orders of a take; the stop loop will");
+            vec![None; deliveries.len()]
         }
+    }
+}
+
+/// Asks Redis, for every attempt the pool holds, whether it must stop, and tells those that
+/// must. A Redis error stops nothing: it is asked again next round.
+async fn stop_loop(sh: Arc<Shared>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(STOP_POLL_INTERVAL) => {}
+        }
+        let (keys, probes): (Vec<(u128, u32)>, Vec<StopProbe>) = {
+            let watched = sh
+                .watched
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            watched
+                .iter()
+                .filter(|(_, w)| w.stop.borrow().is_none())
+                .map(|(k, w)| (*k, w.probe.clone()))
+                .unzip()
+        };
+        if probes.is_empty() {
+            continue;
+        }
+        let orders = match sh.queue.stop_orders(&probes).await {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read stop orders; asking again next round");
+                continue;
+            }
+        };
+        let watched = sh
+            .watched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (key, order) in keys.iter().zip(orders) {
+            if let (Some(order), Some(w)) = (order, watched.get(key)) {
+                w.stop.send_replace(Some(order));
+            }
+        }
+    }
+}
+
+/// Resolves with the order once the attempt is told to stop; never when its pool forgets it.
+async fn stopped(rx: &mut tokio::sync::watch::Receiver<Option<StopOrder>>) -> StopOrder {
+    let order = rx.wait_for(Option::is_some).await.map(|o| *o);
+    match order {
+        Ok(order) => order.unwrap_or(StopOrder::Killed),
+        Err(_) => std::future::pending().await,
     }
 }
 
@@ -561,18 +662,22 @@ async fn ack(acks: &tokio::sync::mpsc::UnboundedSender<AckRequest>, d: &Delivery
 async fn execute(
     sh: Arc<Shared>,
     d: Delivery,
+    mut stop: tokio::sync::watch::Receiver<Option<StopOrder>>,
     (place, running): (OwnedSemaphorePermit, Arc<Semaphore>),
     cancel: CancellationToken,
     hard_stop: CancellationToken,
     acks: tokio::sync::mpsc::UnboundedSender<AckRequest>,
 ) {
+    // A message killed while it waits for a slot ends at once, without one.
     let slot = tokio::select! {
         biased;
         _ = cancel.cancelled() => None,
-        slot = running.acquire_owned() => slot.ok(),
+        _ = stopped(&mut stop) => Some(None),
+        slot = running.acquire_owned() => slot.ok().map(Some),
     };
     let Some(slot) = slot else {
         give_back(&sh, &d).await;
+        unwatch(&sh, &d);
         hold(&sh, &d, false);
         return;
     };
@@ -586,9 +691,10 @@ async fn execute(
         attempt = m.attempt,
         lateness_ms = tracing::field::Empty,
     );
-    execute_in_span(&sh, &d, &hard_stop, &acks, slot)
+    execute_in_span(&sh, &d, &hard_stop, &acks, slot, stop)
         .instrument(span)
         .await;
+    unwatch(&sh, &d);
     hold(&sh, &d, false);
     drop(place);
 }
@@ -689,7 +795,8 @@ async fn execute_in_span(
     d: &Delivery,
     hard_stop: &CancellationToken,
     acks: &tokio::sync::mpsc::UnboundedSender<AckRequest>,
-    permit: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
+    mut stop: tokio::sync::watch::Receiver<Option<StopOrder>>,
 ) {
     let msg = &d.message;
     let worker = sh.cfg.worker_id.as_str();
@@ -697,6 +804,16 @@ async fn execute_in_span(
     let lateness_ms = started.0 - msg.fire_at.0;
     tracing::Span::current().record("lateness_ms", lateness_ms);
     sh.reporter.on_started(msg, worker, started).await;
+
+    let ordered = *stop.borrow();
+    if let Some(order) = ordered {
+        tracing::warn!(reason = order.reason(), "stopped before it started");
+        drop(permit);
+        ack(acks, d).await;
+        let end = AttemptEnd::new(AttemptOutcome::Killed, Some(order.reason().to_owned()));
+        finish(sh, d, started, end).await;
+        return;
+    }
 
     let Some(handler) = sh.registry.get(&msg.handler) else {
         let reason = format!(
@@ -746,9 +863,9 @@ async fn execute_in_span(
             ),
         },
         _ = hard_stop.cancelled() => (AttemptOutcome::Released, None, false),
-        _ = replaced(sh, msg) => (
+        order = stopped(&mut stop) => (
             AttemptOutcome::Killed,
-            Some("replaced by a newer execution".to_owned()),
+            Some(order.reason().to_owned()),
             false,
         ),
     };
@@ -781,31 +898,38 @@ async fn execute_in_span(
             AttemptEnd::new(outcome, None)
         }
         AttemptOutcome::Killed => {
-            tracing::warn!("a newer execution replaced this one (overlap `replace`); stopped");
+            tracing::warn!(reason = error.as_deref().unwrap_or(""), "stopped");
             ack(acks, d).await;
             AttemptEnd::new(outcome, error)
         }
         _ => {
             let error = error.unwrap_or_else(|| "failed".to_owned());
-            let retry_at = fail(sh, d, &error, now, retryable).await;
-            AttemptEnd {
-                outcome,
-                error: Some(error),
-                retry_at,
+            match fail(sh, d, &error, now, retryable).await {
+                Failed::Killed => AttemptEnd::new(
+                    AttemptOutcome::Killed,
+                    Some(StopOrder::Killed.reason().to_owned()),
+                ),
+                Failed::RetryAt(retry_at) => AttemptEnd {
+                    outcome,
+                    error: Some(error),
+                    retry_at,
+                },
             }
         }
     };
     finish(sh, d, started, end).await;
 }
 
-/// Schedules a retry or dead-letters; returns when the retry is due, if one is.
-async fn fail(
-    sh: &Shared,
-    d: &Delivery,
-    error: &str,
-    now: UtcMillis,
-    retryable: bool,
-) -> Option<UtcMillis> {
+/// How a failed attempt was settled.
+enum Failed {
+    /// A retry is due then, or none follows (dead-lettered).
+    RetryAt(Option<UtcMillis>),
+    /// An operator killed the execution before its retry was scheduled: none is.
+    Killed,
+}
+
+/// Schedules a retry or dead-letters.
+async fn fail(sh: &Shared, d: &Delivery, error: &str, now: UtcMillis, retryable: bool) -> Failed {
     let msg = &d.message;
     let decision = if retryable {
         decide(
@@ -825,9 +949,14 @@ async fn fail(
         RetryDecision::RetryAt { due, wait } => {
             tracing::warn!(%error, retry_in = ?wait, "attempt failed; retry scheduled");
             let next = msg.next_attempt(error, now);
-            settle(sh, "retry_later", || q.retry_later(d, &next, due)).await;
+            if settle(sh, "retry_later", || q.retry_later(d, &next, due)).await
+                == Some(RetrySettle::Killed)
+            {
+                tracing::warn!("killed by an operator; no retry");
+                return Failed::Killed;
+            }
             sh.counters.retried.fetch_add(1, Ordering::Relaxed);
-            Some(due)
+            Failed::RetryAt(Some(due))
         }
         RetryDecision::GiveUp { reason } => {
             tracing::error!(%error, %reason, "attempt failed; dead-lettering");
@@ -835,7 +964,7 @@ async fn fail(
             if settle(sh, "dead_letter", || q.dead_letter(d, &full, now)).await == Some(true) {
                 sh.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
             }
-            None
+            Failed::RetryAt(None)
         }
     }
 }

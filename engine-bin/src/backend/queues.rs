@@ -235,6 +235,7 @@ impl Backend {
                     .oldest_age
                     .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 dlq_size: stats.dead,
+                paused: stats.paused,
             });
         }
         // Settings Redis will not tell (CONFIG disabled) are unknown, not wrong.

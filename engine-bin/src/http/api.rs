@@ -26,6 +26,10 @@
 //! | POST | `/namespaces/{namespace}/resume` | [`ApiBackend::resume_namespace`] |
 //! | GET | `/status` | [`ApiBackend::status`] |
 //! | GET | `/audit?since=&actor=&limit=&continue=` | [`ApiBackend::audit_list`] (paged, newest first) |
+//! | POST | `/tasks/{namespace}/{id}/kill?execution=` | [`ApiBackend::kill_task`] |
+//! | POST | `/executions/{id}/kill` | [`ApiBackend::kill_execution`] |
+//! | POST | `/queues/{name}/pause` | [`ApiBackend::pause_queue`] |
+//! | POST | `/queues/{name}/resume` | [`ApiBackend::resume_queue`] |
 
 use std::future::Future;
 use std::pin::Pin;
@@ -168,6 +172,50 @@ pub trait ApiBackend: Send + Sync {
     fn audit_record(&self, record: AuditRecord) -> ApiFuture<'_, ()>;
     /// A page of the audit log, newest first.
     fn audit_list(&self, query: AuditQuery) -> ApiFuture<'_, AuditPage>;
+    /// Kills a task's current executions (waiting, retrying or running), or only
+    /// `execution`; [`ApiError::NotFound`] when there is none.
+    fn kill_task(&self, key: TaskKey, execution: Option<String>) -> ApiFuture<'_, KillResult>;
+    /// Kills one execution, whatever its task; [`ApiError::NotFound`] when no queue has it
+    /// (finished, or unknown).
+    fn kill_execution(&self, id: String) -> ApiFuture<'_, KillResult>;
+    /// Pauses a queue: workers take nothing from it until it is resumed.
+    fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState>;
+    /// Resumes a paused queue.
+    fn resume_queue(&self, name: String) -> ApiFuture<'_, QueueState>;
+}
+
+/// What a kill did, per execution.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KillResult {
+    /// The executions killed (or found killed already).
+    pub killed: Vec<KilledExecution>,
+}
+
+/// One execution a kill reached.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KilledExecution {
+    /// Execution id.
+    pub execution_id: String,
+    /// Its task's namespace, when known (not for one killed before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Its task's id, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Its queue.
+    pub queue: String,
+    /// Where it was: `waiting` or `retry_pending` (removed: it never runs), `running` (its
+    /// worker stops it within a second), `already_killed`.
+    pub state: String,
+}
+
+/// A queue's pause state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueState {
+    /// Queue name.
+    pub name: String,
+    /// Whether workers are held off it.
+    pub paused: bool,
 }
 
 /// A task's address: `{prefix}/tasks/{namespace}/{id}`.
@@ -446,6 +494,9 @@ pub struct QueueView {
     /// Dead-lettered executions of this queue.
     #[serde(default)]
     pub dlq_size: u64,
+    /// An operator paused it: workers take nothing from it.
+    #[serde(default)]
+    pub paused: bool,
 }
 
 /// Shared by the API handlers: the backend, or `None` while this process has none (the
@@ -487,6 +538,10 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
         .route("/namespaces/{namespace}/resume", post(resume_namespace))
         .route("/status", get(status))
         .route("/audit", get(audit))
+        .route("/tasks/{namespace}/{id}/kill", post(kill_task))
+        .route("/executions/{id}/kill", post(kill_execution))
+        .route("/queues/{name}/pause", post(pause_queue))
+        .route("/queues/{name}/resume", post(resume_queue))
         .fallback(|| async { ApiError::NotFound("no such API route".into()) })
         .layer(DefaultBodyLimit::max(limits.max_request_bytes))
         .with_state(state)
@@ -794,4 +849,36 @@ async fn resume_namespace(
 
 async fn status(State(s): State<ApiState>) -> ApiResult<StatusView> {
     Ok(Json(s.backend()?.status().await?))
+}
+
+#[derive(Deserialize)]
+struct KillQuery {
+    execution: Option<String>,
+}
+
+async fn kill_task(
+    State(s): State<ApiState>,
+    Path(p): Path<(String, String)>,
+    q: Result<Query<KillQuery>, QueryRejection>,
+) -> ApiResult<KillResult> {
+    let q = query(q)?;
+    Ok(Json(s.backend()?.kill_task(key(p), q.execution).await?))
+}
+
+async fn kill_execution(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+) -> ApiResult<KillResult> {
+    Ok(Json(s.backend()?.kill_execution(id).await?))
+}
+
+async fn pause_queue(State(s): State<ApiState>, Path(name): Path<String>) -> ApiResult<QueueState> {
+    Ok(Json(s.backend()?.pause_queue(name).await?))
+}
+
+async fn resume_queue(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+) -> ApiResult<QueueState> {
+    Ok(Json(s.backend()?.resume_queue(name).await?))
 }

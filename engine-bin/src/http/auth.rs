@@ -89,6 +89,10 @@ pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
     ("POST", "/namespaces/{namespace}/resume", Role::Operate),
     ("GET", "/status", Role::Read),
     ("GET", "/audit", Role::Read),
+    ("POST", "/tasks/{namespace}/{id}/kill", Role::Operate),
+    ("POST", "/executions/{id}/kill", Role::Operate),
+    ("POST", "/queues/{name}/pause", Role::Operate),
+    ("POST", "/queues/{name}/resume", Role::Operate),
 ];
 
 /// The role a request needs, from its method and matched path (with or without the

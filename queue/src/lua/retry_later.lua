@@ -1,10 +1,20 @@
--- Moves a failed message to the delayed set as its next attempt, due at a given time.
--- KEYS: 1 processing list, 2 monitor zset, 3 delayed zset
+-- Moves a failed message to the delayed set as its next attempt, due at a given time, unless
+-- an operator killed the execution meanwhile: then it ends here (no retry), its task's active
+-- marker cleared as a final settle does.
+-- KEYS: 1 processing list, 2 monitor zset, 3 delayed zset, 4 the execution's kill order,
+--       5 the task's active marker
 -- ARGV: 1 message JSON as taken, 2 execution id, 3 next attempt's JSON, 4 due ms
--- Returns 1, or 0 when the message was no longer held (the reaper gave it back).
+-- Returns 1 (scheduled), 2 (killed: not scheduled), or 0 when the message was no longer held
+-- (the reaper gave it back).
 if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 0 then
   return 0
 end
 redis.call('ZREM', KEYS[2], ARGV[2])
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  if redis.call('GET', KEYS[5]) == ARGV[2] then
+    redis.call('DEL', KEYS[5])
+  end
+  return 2
+end
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
 return 1

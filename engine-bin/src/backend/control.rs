@@ -1,0 +1,173 @@
+//! Operator control: kill executions, pause and resume queues.
+//!
+//! The queue library does the atomic part (remove a waiting execution, or leave a kill order
+//! its worker polls for; see `ax_queue`'s `control` module). What is left here is finding the
+//! queue and telling the leader: an execution removed before it ran has no worker to report
+//! its end, so its `killed` event and history entry are written here, through the same
+//! stream the workers use, and the leader settles the task (overlap holds, status) as for a
+//! worker's report. A running execution's end is reported by its worker once it stopped.
+//!
+//! An execution id says nothing of its queue, so a kill by id tries the queues ax knows of
+//! (as the dead-letter commands do); a kill of a task looks only in the task's queue.
+
+use ax_queue::{ExecutionEventRecord, HistoryEntry, Kill, KillState, StopOrder};
+use ax_scheduler_core::{AttemptEnd, AttemptOutcome, ExecutionEvent, UtcMillis};
+use uuid::Uuid;
+
+use super::{errors, tasks::not_found, Backend};
+use crate::http::api::{KillResult, KilledExecution, QueueState, TaskKey};
+use crate::http::ApiError;
+
+/// The worker name recorded for an execution killed before any worker took it.
+const NO_WORKER: &str = "-";
+
+fn parse_id(id: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(id)
+        .map_err(|_| ApiError::invalid(format!("{id}: not an execution id (a UUID)")))
+}
+
+fn killed(queue: &str, k: &Kill) -> KilledExecution {
+    KilledExecution {
+        execution_id: k.execution_id.to_string(),
+        namespace: k.message.as_ref().map(|m| m.namespace.to_string()),
+        task_id: k.message.as_ref().map(|m| m.task_id.to_string()),
+        queue: queue.to_owned(),
+        state: k.state.as_str().to_owned(),
+    }
+}
+
+impl Backend {
+    pub(super) async fn kill_of_task(
+        &self,
+        key: &TaskKey,
+        execution: Option<String>,
+    ) -> Result<KillResult, ApiError> {
+        let execution = execution.as_deref().map(parse_id).transpose()?;
+        // An invalid spec has no queue one can trust: look in every queue ax knows of.
+        let queues = match self.registry.get(&key.namespace, &key.id).await {
+            Ok(Some(t)) => vec![t.spec.queue.to_string()],
+            Ok(None) => return Err(not_found(key)),
+            Err(ax_registry::RegistryError::Invalid { .. }) => self.known_queues().await?,
+            Err(e) => return Err(errors::registry(e)),
+        };
+        let q = self.queue().await?;
+        let mut out = KillResult::default();
+        for name in &queues {
+            let kills = match execution {
+                Some(id) => vec![q.kill_execution(name, id).await.map_err(errors::queue)?],
+                None => q
+                    .kill_task(name, &key.namespace, &key.id)
+                    .await
+                    .map_err(errors::queue)?,
+            };
+            for k in kills.iter().filter(|k| k.state != KillState::Gone) {
+                self.report_removed(k).await;
+                out.killed.push(killed(name, k));
+            }
+        }
+        if out.killed.is_empty() {
+            return Err(ApiError::NotFound(match execution {
+                Some(id) => format!(
+                    "execution {id} of task {}/{} is not waiting, retrying or running (it finished, or never existed)",
+                    key.namespace, key.id
+                ),
+                None => format!(
+                    "task {}/{} has no execution waiting, retrying or running",
+                    key.namespace, key.id
+                ),
+            }));
+        }
+        Ok(out)
+    }
+
+    pub(super) async fn kill_by_id(&self, id: &str) -> Result<KillResult, ApiError> {
+        let id = parse_id(id)?;
+        let q = self.queue().await?;
+        let queues = self.known_queues().await?;
+        for name in &queues {
+            let k = q.kill_execution(name, id).await.map_err(errors::queue)?;
+            if k.state != KillState::Gone {
+                self.report_removed(&k).await;
+                return Ok(KillResult {
+                    killed: vec![killed(name, &k)],
+                });
+            }
+        }
+        Err(ApiError::NotFound(format!(
+            "execution {id} is not waiting, retrying or running in queues {} (it finished, or never existed)",
+            queues.join(", ")
+        )))
+    }
+
+    /// Tells the leader (and the history) that an execution removed before it ran ended
+    /// `killed`. The kill itself is done: a failure here is logged, and the task's state
+    /// catches up with its next event.
+    async fn report_removed(&self, k: &Kill) {
+        let (true, Some(m)) = (k.state.removed(), &k.message) else {
+            return;
+        };
+        let Ok(q) = self.queue().await else { return };
+        let now = UtcMillis::now();
+        let end = AttemptEnd::new(
+            AttemptOutcome::Killed,
+            Some(StopOrder::Killed.reason().to_owned()),
+        );
+        let event = ExecutionEventRecord {
+            namespace: m.namespace.clone(),
+            task_id: m.task_id.clone(),
+            execution_id: m.execution_id,
+            fire_at: m.fire_at,
+            attempt: m.attempt,
+            kind: ExecutionEvent::Finished {
+                at: now,
+                end: end.clone(),
+            },
+        };
+        let history = HistoryEntry {
+            execution_id: m.execution_id,
+            fire_at: m.fire_at,
+            started_at: now,
+            finished_at: now,
+            lateness_ms: now.0 - m.fire_at.0,
+            duration_ms: 0,
+            end,
+            worker: NO_WORKER.to_owned(),
+            attempt: m.attempt,
+        };
+        if let Err(e) = q.report(&event, Some(&history)).await {
+            tracing::warn!(execution_id = %m.execution_id, error = %e, "killed, but the leader could not be told; the task's state catches up with its next execution");
+        }
+    }
+
+    /// `name` if ax knows the queue, else not found (a typo must not pause nothing).
+    async fn known_queue(&self, name: &str) -> Result<(), ApiError> {
+        let queues = self.known_queues().await?;
+        if queues.iter().any(|q| q == name) {
+            return Ok(());
+        }
+        Err(ApiError::NotFound(format!(
+            "queue {name} is not used by any task nor served by this configuration's workers (known: {})",
+            queues.join(", ")
+        )))
+    }
+
+    pub(super) async fn set_queue_paused(
+        &self,
+        name: &str,
+        paused: bool,
+    ) -> Result<QueueState, ApiError> {
+        self.known_queue(name).await?;
+        let q = self.queue().await?;
+        let changed = if paused {
+            q.pause_queue(name).await
+        } else {
+            q.resume_queue(name).await
+        }
+        .map_err(errors::queue)?;
+        tracing::info!(queue = name, paused, changed, "queue pause state set");
+        Ok(QueueState {
+            name: name.to_owned(),
+            paused,
+        })
+    }
+}

@@ -1,0 +1,313 @@
+//! Operator control of executions and queues: kill an execution, pause and resume a queue.
+//!
+//! A kill works in two steps. [`Queue::kill_execution`] first finds the message by scanning
+//! the queue (`find.lua`: ready list, delayed set, every worker's processing list, read-only),
+//! then `kill.lua` removes it atomically from where it waited (clearing its task's active
+//! marker, as a final settle does) or, when a worker holds it, leaves a kill order
+//! ([`crate::keys::Keys::kill`]). The find must come first because the script may only touch
+//! the keys it is given, and the active marker's key depends on the message's task. A
+//! message that moved between the two steps (a retry settled, a take) is looked for again.
+//!
+//! Workers learn of kill orders by polling ([`Queue::stop_orders`]: one pipelined round trip
+//! for everything a pool runs, which also reads the active markers an overlap `replace`
+//! watches). Polling rather than pub/sub because a message published while a worker
+//! reconnects is lost, and the order must also stop a message that comes back later (the
+//! reaper gives back a dead worker's messages): it is kept with a TTL, checked when a message
+//! is taken and when a failed attempt would be retried (`retry_later.lua`).
+//!
+//! A pause is one flag per queue, read by `take.lua`, so it holds from the next take.
+
+use ax_scheduler_core::OverlapPolicy;
+use redis::AsyncCommands;
+use uuid::Uuid;
+
+use crate::error::{QueueError, Result};
+use crate::message::ExecutionMessage;
+use crate::queue::{check_queue, Queue};
+
+/// Where a kill found an execution, and what it did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillState {
+    /// It waited in the ready list: removed, it never runs.
+    Waiting,
+    /// Its retry waited in the delayed set: removed, it never runs again.
+    RetryPending,
+    /// A worker holds it: ordered to stop (within a second).
+    Running,
+    /// It was killed before and nothing was left to remove.
+    AlreadyKilled,
+    /// Not in this queue: finished, or never here.
+    Gone,
+}
+
+impl KillState {
+    /// The name shown to users.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KillState::Waiting => "waiting",
+            KillState::RetryPending => "retry_pending",
+            KillState::Running => "running",
+            KillState::AlreadyKilled => "already_killed",
+            KillState::Gone => "gone",
+        }
+    }
+
+    /// Whether the kill removed the message itself: nobody will report its end, so the
+    /// caller does (see [`Queue::report_many`]).
+    pub fn removed(self) -> bool {
+        matches!(self, KillState::Waiting | KillState::RetryPending)
+    }
+}
+
+/// What [`Queue::kill_execution`] did to one execution.
+#[derive(Clone, Debug)]
+pub struct Kill {
+    /// The execution.
+    pub execution_id: Uuid,
+    /// What was done.
+    pub state: KillState,
+    /// The message as it was found; `None` when it was not found.
+    pub message: Option<ExecutionMessage>,
+}
+
+/// A running execution a worker asks about in [`Queue::stop_orders`].
+#[derive(Clone, Debug)]
+pub struct StopProbe {
+    /// Its queue.
+    pub queue: String,
+    /// Its task.
+    pub namespace: String,
+    /// Its task.
+    pub task_id: String,
+    /// The execution.
+    pub execution_id: Uuid,
+    /// Its overlap policy: a `replace` execution also stops when its task's active marker
+    /// names another execution.
+    pub overlap: OverlapPolicy,
+}
+
+impl StopProbe {
+    /// The probe of a message.
+    pub fn of(message: &ExecutionMessage) -> Self {
+        StopProbe {
+            queue: message.queue.to_string(),
+            namespace: message.namespace.to_string(),
+            task_id: message.task_id.to_string(),
+            execution_id: message.execution_id,
+            overlap: message.overlap,
+        }
+    }
+}
+
+/// Why a running execution must stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopOrder {
+    /// An operator killed it.
+    Killed,
+    /// A newer execution of its task took its place (overlap `replace`).
+    Replaced,
+}
+
+impl StopOrder {
+    /// The error recorded with the attempt.
+    pub fn reason(self) -> &'static str {
+        match self {
+            StopOrder::Killed => "killed by an operator",
+            StopOrder::Replaced => "replaced by a newer execution",
+        }
+    }
+}
+
+/// Most messages of one task a kill looks at.
+const MAX_FOUND: usize = 1000;
+/// How often a kill looks again for a message that moved while it was being killed.
+const KILL_ROUNDS: usize = 3;
+
+impl Queue {
+    /// Kills execution `id` in `queue`: removes it when it waits (ready list or delayed set),
+    /// orders its worker to stop it when it runs. [`KillState::Gone`] when the queue does not
+    /// have it. A removed execution's end is the caller's to report.
+    pub async fn kill_execution(&self, queue: &str, id: Uuid) -> Result<Kill> {
+        check_queue(queue)?;
+        let needle = format!("\"execution_id\":\"{id}\"");
+        for _ in 0..KILL_ROUNDS {
+            let found = self.find(queue, &needle).await?;
+            let message = found.into_iter().find(|(_, m)| m.execution_id == id);
+            let state = self.kill_found(queue, id, message.as_ref()).await?;
+            // Found and then gone: it moved in between (a failed attempt went to the delayed
+            // set as its next attempt, which is another text): look again.
+            if state == KillState::Gone && message.is_some() {
+                continue;
+            }
+            return Ok(Kill {
+                execution_id: id,
+                state,
+                message: message.map(|(_, m)| m),
+            });
+        }
+        Ok(Kill {
+            execution_id: id,
+            state: KillState::Gone,
+            message: None,
+        })
+    }
+
+    /// Kills every execution of a task `queue` holds (waiting, retrying or running; for
+    /// overlap `allow` there can be several). Empty when there is none.
+    pub async fn kill_task(
+        &self,
+        queue: &str,
+        namespace: &str,
+        task_id: &str,
+    ) -> Result<Vec<Kill>> {
+        check_queue(queue)?;
+        let encoded = serde_json::to_string(task_id).map_err(|source| QueueError::Json {
+            action: "encode",
+            what: "task id",
+            source,
+        })?;
+        let needle = format!("\"task_id\":{encoded}");
+        let mut ids: Vec<Uuid> = Vec::new();
+        for (_, m) in self.find(queue, &needle).await? {
+            if &*m.namespace == namespace
+                && &*m.task_id == task_id
+                && !ids.contains(&m.execution_id)
+            {
+                ids.push(m.execution_id);
+            }
+        }
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            out.push(self.kill_execution(queue, id).await?);
+        }
+        Ok(out)
+    }
+
+    /// The messages of `queue` whose stored text contains `needle`, with the text as stored.
+    async fn find(&self, queue: &str, needle: &str) -> Result<Vec<(String, ExecutionMessage)>> {
+        let k = self.keys();
+        let mut conn = self.conn();
+        let workers: Vec<String> = self
+            .run("kill (workers)", conn.zrange(k.workers(queue), 0, -1))
+            .await?;
+        let mut inv = self.inner.scripts.find.prepare_invoke();
+        inv.key(k.ready(queue)).key(k.delayed(queue));
+        for w in &workers {
+            inv.key(k.processing(queue, w));
+        }
+        inv.arg(needle).arg(MAX_FOUND);
+        let pairs: Vec<(String, String)> =
+            self.run("kill (find)", inv.invoke_async(&mut conn)).await?;
+        // The needle is a substring: a payload may contain it too. Only the decoded field
+        // counts, and an undecodable message is the reconciliation's business, not a kill's.
+        Ok(pairs
+            .into_iter()
+            .filter_map(|(_, raw)| ExecutionMessage::from_json(&raw).ok().map(|m| (raw, m)))
+            .collect())
+    }
+
+    async fn kill_found(
+        &self,
+        queue: &str,
+        id: Uuid,
+        found: Option<&(String, ExecutionMessage)>,
+    ) -> Result<KillState> {
+        let k = self.keys();
+        let id_text = id.to_string();
+        // Without a message there is no task: a marker key that is never set, in the slot.
+        let active = match found {
+            Some((_, m)) => k.active(queue, &m.namespace, &m.task_id),
+            None => k.active(queue, "-", "-"),
+        };
+        let ttl = u64::try_from(self.config().dedupe_ttl.as_millis()).unwrap_or(u64::MAX);
+        let mut inv = self.inner.scripts.kill.prepare_invoke();
+        inv.key(k.ready(queue))
+            .key(k.delayed(queue))
+            .key(k.monitor(queue))
+            .key(k.kill(queue, &id_text))
+            .key(active)
+            .arg(found.map_or("", |(raw, _)| raw.as_str()))
+            .arg(&id_text)
+            .arg(ttl.max(1));
+        let mut conn = self.conn();
+        let state: String = self.run("kill", inv.invoke_async(&mut conn)).await?;
+        match state.as_str() {
+            "waiting" => Ok(KillState::Waiting),
+            "retry_pending" => Ok(KillState::RetryPending),
+            "running" => Ok(KillState::Running),
+            "already" => Ok(KillState::AlreadyKilled),
+            "gone" => Ok(KillState::Gone),
+            other => Err(QueueError::UnexpectedReply {
+                op: "kill",
+                detail: format!("state `{other}`"),
+            }),
+        }
+    }
+
+    /// For each running execution, whether it must stop: killed by an operator, or (overlap
+    /// `replace`) replaced by a newer one. One pipelined round trip for all.
+    pub async fn stop_orders(&self, probes: &[StopProbe]) -> Result<Vec<Option<StopOrder>>> {
+        if probes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys();
+        let mut pipe = redis::pipe();
+        for p in probes {
+            pipe.exists(k.kill(&p.queue, &p.execution_id.to_string()))
+                .get(k.active(&p.queue, &p.namespace, &p.task_id));
+        }
+        let mut conn = self.conn();
+        let replies: Vec<(bool, Option<String>)> =
+            self.run("stop_orders", pipe.query_async(&mut conn)).await?;
+        Ok(probes
+            .iter()
+            .zip(replies)
+            .map(|(p, (killed, holder))| {
+                if killed {
+                    Some(StopOrder::Killed)
+                } else if p.overlap == OverlapPolicy::Replace
+                    && holder.is_some_and(|h| h != p.execution_id.to_string())
+                {
+                    Some(StopOrder::Replaced)
+                } else {
+                    None
+                }
+            })
+            .collect())
+    }
+
+    /// Pauses `queue`: workers take nothing from it from their next take on (running
+    /// executions go on). `false` when it was paused already.
+    pub async fn pause_queue(&self, queue: &str) -> Result<bool> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        let set: bool = self
+            .run(
+                "pause_queue",
+                conn.set_nx(
+                    self.keys().paused(queue),
+                    ax_scheduler_core::UtcMillis::now().0,
+                ),
+            )
+            .await?;
+        Ok(set)
+    }
+
+    /// Resumes a paused `queue`. `false` when it was not paused.
+    pub async fn resume_queue(&self, queue: &str) -> Result<bool> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        let n: i64 = self
+            .run("resume_queue", conn.del(self.keys().paused(queue)))
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// Whether `queue` is paused.
+    pub async fn is_paused(&self, queue: &str) -> Result<bool> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        self.run("is_paused", conn.exists(self.keys().paused(queue)))
+            .await
+    }
+}

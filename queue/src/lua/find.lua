@@ -1,0 +1,32 @@
+-- Finds the messages of one queue whose JSON contains a needle (an execution id or a task id
+-- as serialized), for a kill: waiting, pending retries and held by workers. Read-only. The
+-- ready list is read in chunks so a long backlog is never copied whole into the script.
+-- KEYS: 1 ready list, 2 delayed zset, then the processing lists to search
+-- ARGV: 1 needle (a plain substring), 2 most matches returned
+-- Returns pairs of (where: 'ready', 'delayed' or 'processing', message JSON).
+local out = {}
+local limit = tonumber(ARGV[2])
+local function look(where, items)
+  for _, m in ipairs(items) do
+    if #out >= 2 * limit then
+      return
+    end
+    if string.find(m, ARGV[1], 1, true) then
+      out[#out + 1] = where
+      out[#out + 1] = m
+    end
+  end
+end
+local chunk = 1000
+local len = redis.call('LLEN', KEYS[1])
+for from = 0, len - 1, chunk do
+  look('ready', redis.call('LRANGE', KEYS[1], from, from + chunk - 1))
+end
+local n = redis.call('ZCARD', KEYS[2])
+for from = 0, n - 1, chunk do
+  look('delayed', redis.call('ZRANGE', KEYS[2], from, from + chunk - 1))
+end
+for i = 3, #KEYS do
+  look('processing', redis.call('LRANGE', KEYS[i], 0, -1))
+end
+return out
