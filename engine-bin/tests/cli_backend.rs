@@ -357,6 +357,10 @@ async fn history_shows_the_recorded_attempts() {
             end,
             worker: "ax-0".into(),
             attempt,
+            queue: String::new(),
+            enqueued_at: None,
+            first_enqueued_at: None,
+            output: None,
         };
         q.record_history("default", "report", &entry).await.unwrap();
     }

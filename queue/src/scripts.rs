@@ -22,6 +22,7 @@ pub(crate) struct Scripts {
     pub(crate) deregister: Script,
     pub(crate) read_events: Script,
     pub(crate) dlq_trim: Script,
+    pub(crate) history_page: Script,
 }
 
 impl Scripts {
@@ -40,6 +41,7 @@ impl Scripts {
             deregister: Script::new(include_str!("lua/deregister.lua")),
             read_events: Script::new(include_str!("lua/read_events.lua")),
             dlq_trim: Script::new(include_str!("lua/dlq_trim.lua")),
+            history_page: Script::new(include_str!("lua/history_page.lua")),
         }
     }
 }

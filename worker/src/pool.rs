@@ -715,16 +715,19 @@ async fn execute_in_span(
             d,
             started,
             AttemptEnd::new(AttemptOutcome::DeadLettered, Some(reason)),
+            None,
         )
         .await;
         return;
     };
 
     let ctx_cancel = hard_stop.child_token();
+    let output = crate::handler::OutputSlot::default();
     let ctx = HandlerContext {
         worker_id: worker.to_string(),
         cancel: ctx_cancel.clone(),
         http: sh.http.clone(),
+        output: output.clone(),
     };
     let owned = msg.clone();
     let mut handle = tokio::spawn(async move { handler.run(ctx, &owned).await });
@@ -795,7 +798,7 @@ async fn execute_in_span(
             }
         }
     };
-    finish(sh, d, started, end).await;
+    finish(sh, d, started, end, output.take()).await;
 }
 
 /// Schedules a retry or dead-letters; returns when the retry is due, if one is.
@@ -840,7 +843,13 @@ async fn fail(
     }
 }
 
-async fn finish(sh: &Shared, d: &Delivery, started: UtcMillis, end: AttemptEnd) {
+async fn finish(
+    sh: &Shared,
+    d: &Delivery,
+    started: UtcMillis,
+    end: AttemptEnd,
+    output: Option<ax_scheduler_core::AttemptOutput>,
+) {
     let msg = &d.message;
     let finished = UtcMillis::now();
     let report = ExecutionReport {
@@ -856,6 +865,9 @@ async fn finish(sh: &Shared, d: &Delivery, started: UtcMillis, end: AttemptEnd) 
         finished_at: finished,
         duration: finished.since(started),
         end,
+        enqueued_at: msg.enqueued_at,
+        first_enqueued_at: msg.first_attempt_at,
+        output,
     };
     if sh.cfg.record_history {
         if let Err(e) = sh

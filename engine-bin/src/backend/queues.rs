@@ -286,6 +286,10 @@ mod tests {
             ),
             worker: "w1".into(),
             attempt: 0,
+            queue: String::new(),
+            enqueued_at: None,
+            first_enqueued_at: None,
+            output: None,
         };
         let r = record(&e);
         assert_eq!(r.attempt, 1);
