@@ -11,7 +11,8 @@
 //! task.
 //!
 //! Submodules: [`connect`] (clients and library settings from the config), `tasks` (views,
-//! put, pause, resume, run now), `queues` (history, dead letters, status), `errors`
+//! put, pause, resume, run now), `queues` (history per task and across tasks, one
+//! execution's story, dead letters, status), `errors`
 //! (library errors as API errors).
 
 pub mod connect;
@@ -34,8 +35,9 @@ pub use connect::{
 
 use crate::config::Config;
 use crate::http::api::{
-    ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
-    TaskKey, TaskList, TaskQuery, TaskView, TriggerResult,
+    ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
+    ExecutionStory, PutTaskResult, StatusView, TaskKey, TaskList, TaskQuery, TaskView,
+    TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -136,6 +138,14 @@ impl ApiBackend for Backend {
 
     fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>> {
         Box::pin(async move { self.history_of(&key, limit).await })
+    }
+
+    fn executions(&self, query: ExecutionQuery) -> ApiFuture<'_, ExecutionList> {
+        Box::pin(async move { self.executions_page(query).await })
+    }
+
+    fn execution(&self, id: String) -> ApiFuture<'_, ExecutionStory> {
+        Box::pin(async move { self.execution_story(&id).await })
     }
 
     fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>> {

@@ -7,8 +7,9 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::http::api::{
-    ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionRecord, PutTaskResult, StatusView,
-    TaskKey, TaskList, TaskQuery, TaskView, TriggerResult,
+    ApiBackend, ApiFuture, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
+    ExecutionStory, PutTaskResult, StatusView, TaskKey, TaskList, TaskQuery, TaskView,
+    TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -64,6 +65,12 @@ impl ApiBackend for LateApi {
     }
     fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>> {
         delegate!(self, history(key, limit))
+    }
+    fn executions(&self, query: ExecutionQuery) -> ApiFuture<'_, ExecutionList> {
+        delegate!(self, executions(query))
+    }
+    fn execution(&self, id: String) -> ApiFuture<'_, ExecutionStory> {
+        delegate!(self, execution(id))
     }
     fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>> {
         delegate!(self, dlq_list(queue, limit))
