@@ -318,6 +318,32 @@ async fn redis_command_costs(url: &str) -> Vec<(String, u64, u64)> {
     costs
 }
 
+/// The execution history stream across tasks: (entries, bytes by `MEMORY USAGE ... SAMPLES
+/// 0`, which counts every node rather than estimating from a sample).
+async fn history_stream_size(url: &str) -> (u64, u64) {
+    let Ok(client) = redis::Client::open(url) else {
+        return (0, 0);
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return (0, 0);
+    };
+    let key = ax_queue::Keys::new("axbench").executions();
+    let len: u64 = redis::cmd("XLEN")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or(0);
+    let bytes: Option<u64> = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(&key)
+        .arg("SAMPLES")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or(None);
+    (len, bytes.unwrap_or(0))
+}
+
 /// The process's `VmRSS` once settled: two readings 5 s apart within 1 % (at most 5 min).
 async fn settled_rss(pid: u32) -> u64 {
     let mut last = status_kib(pid, "VmRSS:");
@@ -791,6 +817,7 @@ async fn run(
         .collect();
     drop(procs);
     let redis_commands = redis_command_costs(&redis_server.url()).await;
+    let history_size = history_stream_size(&redis_server.url()).await;
 
     // Analysis.
     let mut starts: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
@@ -928,8 +955,13 @@ async fn run(
             "cpu per fire (ax + etcd + Redis from the first due to the last call): {:.0} µs",
             ours as f64 / hz * 1e6 / tasks as f64
         );
+        let (entries, bytes) = history_size;
+        println!(
+            "execution history stream: {entries} entries, {bytes} bytes ({:.0} bytes per entry)",
+            bytes as f64 / entries.max(1) as f64
+        );
         println!("Redis time per fire by command (INFO commandstats, whole run):");
-        for (command, calls, usec) in redis_commands.iter().take(10) {
+        for (command, calls, usec) in redis_commands.iter().take(16) {
             println!(
                 "  {command}: {:.1} µs per fire ({:.2} calls per fire)",
                 *usec as f64 / tasks as f64,

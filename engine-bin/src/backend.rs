@@ -11,8 +11,9 @@
 //! task.
 //!
 //! Submodules: [`connect`] (clients and library settings from the config), `tasks` (views,
-//! put, pause, resume, run now), `queues` (history, dead letters, status), `control` (kill
-//! executions, pause queues), `errors`
+//! put, pause, resume, run now, backfill), `queues` (history per task and across tasks, one
+//! execution's story, dead letters, status), `control` (kill executions, pause queues),
+//! `errors`
 //! (library errors as API errors).
 
 pub mod connect;
@@ -38,9 +39,9 @@ use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::audit_store::AuditStore;
 use crate::config::Config;
 use crate::http::api::{
-    ApiBackend, ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionRecord,
-    KillResult, PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView,
-    TriggerParams, TriggerResult,
+    ApiBackend, ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionList,
+    ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult, PutTaskResult, QueueState,
+    StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -179,6 +180,14 @@ impl ApiBackend for Backend {
 
     fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>> {
         Box::pin(async move { self.history_of(&key, limit).await })
+    }
+
+    fn executions(&self, query: ExecutionQuery) -> ApiFuture<'_, ExecutionList> {
+        Box::pin(async move { self.executions_page(query).await })
+    }
+
+    fn execution(&self, id: String) -> ApiFuture<'_, ExecutionStory> {
+        Box::pin(async move { self.execution_story(&id).await })
     }
 
     fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>> {

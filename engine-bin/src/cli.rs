@@ -116,6 +116,11 @@ pub enum Command {
     /// Manage tasks.
     #[command(subcommand)]
     Task(TaskCommand),
+    /// Show the execution history across tasks, newest first.
+    History(HistoryArgs),
+    /// Inspect one execution.
+    #[command(subcommand)]
+    Execution(ExecutionCommand),
     /// Inspect and act on dead-lettered executions.
     #[command(subcommand)]
     Dlq(DlqCommand),
@@ -399,6 +404,53 @@ pub enum QueueCommand {
     Resume {
         /// Queue name.
         name: String,
+    },
+}
+
+/// `ax history`: the filters of `GET /api/v1/executions`.
+#[derive(Debug, clap::Args)]
+pub struct HistoryArgs {
+    /// Only this task: `NAMESPACE/ID`, or `ID` with `-n` (else `default`).
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Only this namespace.
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Only failed attempts (retried ones included).
+    #[arg(long)]
+    pub failed: bool,
+    /// Only these outcomes, comma separated (succeeded, retrying, failed, timed_out,
+    /// panicked, dead_lettered, killed).
+    #[arg(long)]
+    pub outcome: Option<String>,
+    /// Only attempts that ended since: a duration before now (`1h`, `30m`) or
+    /// milliseconds since the epoch.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only attempts that ended until, as `--since`.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// How many attempts to show (1-1000).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub limit: u16,
+    /// Go on from the token a previous page printed.
+    #[arg(long = "continue", value_name = "TOKEN")]
+    pub continue_token: Option<String>,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
+
+/// `ax execution ...`
+#[derive(Debug, Subcommand)]
+pub enum ExecutionCommand {
+    /// Show one execution's story: fire, enqueue, each attempt, retries, outcome, dead letter.
+    Get {
+        /// The execution id.
+        id: String,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t)]
+        output: OutputFormat,
     },
 }
 

@@ -13,13 +13,13 @@ use std::time::Duration;
 use crate::audit::{AuditQuery, AuditRecord};
 use crate::backend::Backend;
 use crate::cli::{
-    Cli, CliError, Command, ConfigCommand, DlqCommand, FenceCommand, NamespaceCommand,
-    OutputFormat, QueueCommand, TaskCommand, TokenCommand,
+    Cli, CliError, Command, ConfigCommand, DlqCommand, ExecutionCommand, FenceCommand, HistoryArgs,
+    NamespaceCommand, OutputFormat, QueueCommand, TaskCommand, TokenCommand,
 };
 use crate::config::{Config, LoadOptions, DEFAULT_CONFIG_PATH};
 use crate::edge::Edge;
 use crate::http::api::{
-    ApiBackend, BackfillParams, DlqRequeue, TaskQuery, TaskView, TriggerParams,
+    ApiBackend, BackfillParams, DlqRequeue, ExecutionParams, TaskQuery, TaskView, TriggerParams,
 };
 use crate::http::ApiError;
 use crate::logging::{self, LogSettings, LogTarget};
@@ -97,6 +97,23 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
         }
         Command::Task(cmd) => task(&config, actor, cmd).await,
         Command::Dlq(cmd) => dlq(&config, actor, cmd).await,
+        Command::History(args) => history(&config, args).await,
+        Command::Execution(ExecutionCommand::Get { id, output }) => {
+            if id.parse::<uuid::Uuid>().is_err() {
+                return Err(CliError::Invalid(vec![format!(
+                    "`{id}` is not an execution id"
+                )]));
+            }
+            let story = backend(&config)
+                .await?
+                .execution(id)
+                .await
+                .map_err(api_error)?;
+            print_stdout(&match output {
+                OutputFormat::Table => output::story_text(&story),
+                OutputFormat::Json => output::json(&story),
+            })
+        }
         Command::Audit {
             since,
             actor: only,
@@ -461,6 +478,32 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
 }
 
 /// `ax dlq list|requeue|purge`.
+/// `ax history`: the same checks and query as `GET /api/v1/executions`.
+async fn history(config: &Config, args: HistoryArgs) -> Result<(), CliError> {
+    let params = ExecutionParams {
+        namespace: args.namespace,
+        task: args.task,
+        outcome: args.outcome,
+        failed: args.failed,
+        since: args.since,
+        until: args.until,
+        limit: Some(usize::from(args.limit)),
+        continue_token: args.continue_token,
+    };
+    let query = params
+        .resolve(ax_scheduler_core::UtcMillis::now())
+        .map_err(api_error)?;
+    let page = backend(config)
+        .await?
+        .executions(query)
+        .await
+        .map_err(api_error)?;
+    print_stdout(&match args.output {
+        OutputFormat::Table => output::executions_table(&page),
+        OutputFormat::Json => output::json(&page),
+    })
+}
+
 async fn dlq(config: &Config, actor: &str, cmd: DlqCommand) -> Result<(), CliError> {
     let b = backend(config).await?;
     let text = match cmd {

@@ -159,6 +159,12 @@ pub struct Redis {
     /// How long a task's execution history is kept after its last execution; default 30 d.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub history_retention: Duration,
+    /// How long the execution history across tasks (`ax history`) keeps an attempt;
+    /// default 7 d.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub execution_history_retention: Duration,
+    /// Most attempts the execution history across tasks keeps; default 1 000 000.
+    pub execution_history_max_entries: usize,
     /// How long a dead-letter entry is kept; default 90 d.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub dlq_retention: Duration,
@@ -177,6 +183,8 @@ impl Default for Redis {
             key_prefix: "ax".to_owned(),
             history_cap: ax_queue::DEFAULT_HISTORY_CAP,
             history_retention: ax_queue::DEFAULT_HISTORY_RETENTION,
+            execution_history_retention: ax_queue::DEFAULT_EXECUTION_HISTORY_RETENTION,
+            execution_history_max_entries: ax_queue::DEFAULT_EXECUTION_HISTORY_MAX_ENTRIES,
             dlq_retention: ax_queue::DEFAULT_DLQ_RETENTION,
             dlq_max_entries: ax_queue::DEFAULT_DLQ_MAX_ENTRIES,
         }

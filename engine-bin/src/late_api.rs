@@ -8,9 +8,9 @@ use std::sync::{Arc, OnceLock};
 
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::http::api::{
-    ApiBackend, ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionRecord,
-    KillResult, PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView,
-    TriggerParams, TriggerResult,
+    ApiBackend, ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionList,
+    ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult, PutTaskResult, QueueState,
+    StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -78,6 +78,12 @@ impl ApiBackend for LateApi {
 
     fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>> {
         delegate!(self, history(key, limit))
+    }
+    fn executions(&self, query: ExecutionQuery) -> ApiFuture<'_, ExecutionList> {
+        delegate!(self, executions(query))
+    }
+    fn execution(&self, id: String) -> ApiFuture<'_, ExecutionStory> {
+        delegate!(self, execution(id))
     }
     fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>> {
         delegate!(self, dlq_list(queue, limit))

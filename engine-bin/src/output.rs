@@ -7,7 +7,9 @@
 use ax_scheduler_core::UtcMillis;
 use serde::Serialize;
 
-use crate::http::api::{DeadLetter, ExecutionRecord, KillResult, StatusView, TaskView};
+use crate::http::api::{
+    DeadLetter, ExecutionList, ExecutionRecord, ExecutionStory, KillResult, StatusView, TaskView,
+};
 
 /// `value` as pretty JSON with a final newline.
 pub fn json<T: Serialize>(value: &T) -> String {
@@ -128,6 +130,136 @@ pub fn audit_table(records: &[crate::audit::AuditRecord]) -> String {
         })
         .collect();
     table(&["AT", "ACTOR", "VIA", "ACTION", "TARGET", "DETAIL"], &rows)
+}
+
+/// `ax history`: one line per attempt, newest first, and the token of the next page when
+/// there is one (a page can be short, even empty, and still have one: each request scans a
+/// bounded part of the history).
+pub fn executions_table(page: &ExecutionList) -> String {
+    let rows: Vec<Vec<String>> = page
+        .items
+        .iter()
+        .map(|r| {
+            vec![
+                instant(r.finished),
+                format!(
+                    "{}/{}",
+                    r.namespace.as_deref().unwrap_or("-"),
+                    r.task_id.as_deref().unwrap_or("-")
+                ),
+                r.execution_id.clone(),
+                r.attempt.to_string(),
+                r.outcome.clone(),
+                millis(r.duration_ms),
+                millis(r.lateness_ms),
+                r.worker.clone().unwrap_or_else(|| "-".to_owned()),
+                r.output
+                    .as_ref()
+                    .and_then(|o| o.status)
+                    .map_or_else(|| "-".to_owned(), |s| s.to_string()),
+                one_line(r.error.as_deref().unwrap_or_default(), 120),
+            ]
+        })
+        .collect();
+    let mut out = table(
+        &[
+            "FINISHED",
+            "TASK",
+            "EXECUTION",
+            "ATTEMPT",
+            "OUTCOME",
+            "DURATION",
+            "LATENESS",
+            "WORKER",
+            "HTTP",
+            "ERROR",
+        ],
+        &rows,
+    );
+    if let Some(token) = &page.continue_token {
+        out.push_str(&format!("more: --continue {token}\n"));
+    }
+    out
+}
+
+/// `text` on one line, cut to `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let mut cut: String = flat.chars().take(max).collect();
+        cut.push_str("...");
+        cut
+    }
+}
+
+/// `ax execution get`: the execution's story in order, one event per line: fire, enqueue,
+/// each attempt's start and end (with its worker, error and the start of its answer), each
+/// retry, the dead letter, then the outcome.
+pub fn story_text(story: &ExecutionStory) -> String {
+    let mut events: Vec<(Option<UtcMillis>, String)> = Vec::new();
+    events.push((story.due, "fired (due)".to_owned()));
+    if story.enqueued.is_some() {
+        events.push((story.enqueued, "enqueued".to_owned()));
+    }
+    for (i, a) in story.attempts.iter().enumerate() {
+        let n = a.attempt;
+        if i > 0 {
+            events.push((a.enqueued, format!("attempt {n} enqueued (retry)")));
+        }
+        events.push((
+            a.started,
+            format!(
+                "attempt {n} started on {} ({} late)",
+                a.worker.as_deref().unwrap_or("-"),
+                millis(a.lateness_ms)
+            ),
+        ));
+        let mut end = format!("attempt {n} {}", a.outcome);
+        if let Some(e) = &a.error {
+            end.push_str(&format!(": {}", one_line(e, 200)));
+        }
+        if let Some(due) = a.retry_at {
+            end.push_str(&format!(" (retry due {due})"));
+        }
+        events.push((a.finished, end));
+        if let Some(o) = &a.output {
+            let status = o.status.map_or_else(|| "-".to_owned(), |s| s.to_string());
+            let more = if o.truncated { " ..." } else { "" };
+            events.push((
+                None,
+                format!("  answer: HTTP {status} {}{more}", one_line(&o.body, 1024)),
+            ));
+        }
+    }
+    if let Some(d) = &story.dead_letter {
+        events.push((
+            Some(d.dead_at),
+            format!(
+                "dead-lettered after {} attempt(s): {}",
+                d.attempts,
+                one_line(&d.last_error, 200)
+            ),
+        ));
+    }
+    let mut out = format!(
+        "execution {}\ntask:    {}/{}\nqueue:   {}\noutcome: {}\n\n",
+        story.execution_id, story.namespace, story.task_id, story.queue, story.outcome
+    );
+    for (at, text) in events {
+        let at = at.map_or_else(String::new, |t| t.to_string());
+        out.push_str(&format!("{at:<26}{text}\n"));
+    }
+    if !story.complete {
+        out.push_str(
+            "(the search stopped at its bound: later attempts may exist; see ax history --task)\n",
+        );
+    }
+    out
 }
 
 /// `ax task history`.

@@ -382,6 +382,9 @@ mod tests {
             finished_at: UtcMillis(3_000),
             duration: Duration::from_secs(1),
             end,
+            enqueued_at: UtcMillis(1_000),
+            first_enqueued_at: UtcMillis(1_000),
+            output: None,
         }
     }
 

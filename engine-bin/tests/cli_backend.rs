@@ -314,9 +314,9 @@ fn status_without_a_leader_shows_the_known_queues() {
     assert!(shown.contains("replicas: 0\n"), "{shown}");
     assert!(shown.contains("queues: 2\n"), "{shown}");
     assert!(
-        shown
-            .lines()
-            .any(|l| l.split_whitespace().eq(["default", "0", "-", "0", "active"])),
+        shown.lines().any(|l| l
+            .split_whitespace()
+            .eq(["default", "0", "-", "0", "active"])),
         "{shown}"
     );
     assert!(shown.lines().any(|l| l.starts_with("heavy ")), "{shown}");
@@ -357,6 +357,10 @@ async fn history_shows_the_recorded_attempts() {
             end,
             worker: "ax-0".into(),
             attempt,
+            queue: String::new(),
+            enqueued_at: None,
+            first_enqueued_at: None,
+            output: None,
         };
         q.record_history("default", "report", &entry).await.unwrap();
     }

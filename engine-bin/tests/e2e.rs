@@ -1437,5 +1437,192 @@ async fn a_kill_racing_a_failover_is_not_undone_by_the_redelivery() {
         .ax_ok(&["task", "kill", "kill/slow", "--execution", &execution])
         .await;
     assert!(again.contains("killed already"), "{again}");
+}
+
+/// Where each of `needles` first occurs in `text`, failing on one that is missing.
+fn positions(text: &str, needles: &[&str]) -> Vec<usize> {
+    needles
+        .iter()
+        .map(|n| {
+            text.find(n)
+                .unwrap_or_else(|| panic!("`{n}` missing from:\n{text}"))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_execution_history_shows_every_attempt_across_tasks_and_each_executions_story() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-history").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    c.receiver.fail_task("flaky");
+    // Far more than the 1 KiB kept.
+    c.receiver.answer_with("flaky", "E".repeat(200_000));
+    c.receiver.answer_with("fine", "all good".into());
+
+    let due = now_ms() + 1000;
+    let mut spec = http_task(&c, json!({ "at": rfc3339(due) }));
+    spec["retry"] = json!({
+        "max_retries": 1,
+        "initial_interval": "200ms",
+        "jitter": 0,
+    });
+    c.put_task("default", "flaky", &spec).await;
+    c.put_task(
+        "other",
+        "fine",
+        &http_task(&c, json!({ "at": rfc3339(due) })),
+    )
+    .await;
+
+    wait_until(Duration::from_secs(10), "three recorded attempts", || {
+        let c = &c;
+        async move {
+            c.ax_json(&["history"]).await["items"]
+                .as_array()
+                .is_some_and(|a| a.len() >= 3)
+        }
+    })
+    .await;
+
+    let failed = c.ax_json(&["history", "--failed", "--since", "1h"]).await;
+    let items = failed["items"].as_array().unwrap();
+    let seen: Vec<(&str, &str, u64, &str)> = items
+        .iter()
+        .map(|i| {
+            (
+                i["namespace"].as_str().unwrap(),
+                i["task_id"].as_str().unwrap(),
+                i["attempt"].as_u64().unwrap(),
+                i["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("default", "flaky", 2, "failed"),
+            ("default", "flaky", 1, "retrying")
+        ],
+        "failed attempts only, newest first: {failed}"
+    );
+    assert!(failed.get("continue").is_none(), "{failed}");
+    for i in items {
+        let out = &i["output"];
+        assert_eq!(out["status"], 500, "{i}");
+        assert_eq!(
+            out["body"].as_str().unwrap(),
+            "E".repeat(1024),
+            "capped at 1 KiB"
+        );
+        assert_eq!(out["truncated"], true);
+        assert!(i["worker"].is_string() && i["finished"].is_i64() && i["due"] == due);
+    }
+    let id = items[0]["execution_id"].as_str().unwrap().to_owned();
+    assert_eq!(items[1]["execution_id"], id.as_str());
+
+    // The table a person reads.
+    let table = c.ax_ok(&["history", "--failed", "--since", "1h"]).await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(
+        lines[0].starts_with("FINISHED") && lines[0].contains("HTTP"),
+        "{table}"
+    );
+    assert!(
+        lines[1].contains("default/flaky") && lines[1].contains(" failed "),
+        "{table}"
+    );
+    assert!(
+        lines[2].contains("retrying") && lines[2].contains("500"),
+        "{table}"
+    );
+    assert!(!table.contains("other/fine"), "{table}");
+
+    // A task's filter, and a time range that ends before anything ran.
+    let fine = c.ax_json(&["history", "--task", "other/fine"]).await;
+    assert_eq!(fine["items"].as_array().unwrap().len(), 1, "{fine}");
+    assert_eq!(fine["items"][0]["outcome"], "succeeded");
+    assert_eq!(fine["items"][0]["output"]["body"], "all good");
+    let before = (due - 60_000).to_string();
+    let none = c.ax_json(&["history", "--until", &before]).await;
+    assert!(none["items"].as_array().unwrap().is_empty(), "{none}");
+
+    // Paging newest first with the cursor.
+    let mut paged = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut args = vec!["history", "--limit", "1"];
+        if let Some(t) = &token {
+            args.extend(["--continue", t.as_str()]);
+        }
+        let page = c.ax_json(&args).await;
+        for i in page["items"].as_array().unwrap() {
+            paged.push((i["task_id"].clone(), i["attempt"].clone()));
+        }
+        match page["continue"].as_str() {
+            Some(t) => token = Some(t.to_owned()),
+            None => break,
+        }
+    }
+    let all = c.ax_json(&["history"]).await;
+    let whole: Vec<_> = all["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["task_id"].clone(), i["attempt"].clone()))
+        .collect();
+    assert_eq!(paged, whole, "pages of one make the whole list");
+    assert_eq!(whole.len(), 3);
+
+    // One execution's story, in order.
+    let story = c.ax_ok(&["execution", "get", &id]).await;
+    let at = positions(
+        &story,
+        &[
+            "fired (due)",
+            "enqueued",
+            "attempt 1 started on r1",
+            "attempt 1 retrying: HTTP 500",
+            "answer: HTTP 500 EEEE",
+            "attempt 2 enqueued (retry)",
+            "attempt 2 started on r1",
+            "attempt 2 failed: HTTP 500",
+            "dead-lettered after 2 attempt(s)",
+        ],
+    );
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "out of order:\n{story}");
+    assert!(story.contains("outcome: failed"), "{story}");
+    let json_story = c.ax_json(&["execution", "get", &id]).await;
+    assert_eq!(json_story["attempts"].as_array().unwrap().len(), 2);
+    assert_eq!(json_story["dead_letter"]["execution_id"], id.as_str());
+    assert_eq!(json_story["complete"], true);
+    let (code, _, err) = c
+        .ax(
+            &["execution", "get", "0190f5a2-7b1c-7cc3-9a4e-1f2e3d4c5b6a"],
+            None,
+        )
+        .await;
+    assert_eq!(code, 4, "{err}");
+
+    // The same through the API of the replica.
+    let port = c.replica("r1").http_port;
+    let api: Value = reqwest::get(format!(
+        "http://127.0.0.1:{port}/api/v1/executions?task=default/flaky&outcome=failed"
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(api["items"].as_array().unwrap().len(), 1, "{api}");
+    let api_story: Value = reqwest::get(format!("http://127.0.0.1:{port}/api/v1/executions/{id}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(api_story, json_story);
     c.clean_up().await;
 }

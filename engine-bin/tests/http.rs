@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use ax_engine::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
 use ax_engine::http::api::{
-    ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionRecord, KillResult,
-    KilledExecution, PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView,
-    TriggerParams, TriggerResult, CONTINUE_HEADER,
+    ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionList,
+    ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult, KilledExecution, PutTaskResult,
+    QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    CONTINUE_HEADER,
 };
 use ax_engine::http::auth::{self, Access, Role, TokenEntry, ROUTE_ROLES};
 use ax_engine::http::limits::ApiLimits;
@@ -29,6 +30,30 @@ use tower::ServiceExt;
 struct MemoryBackend {
     tasks: Mutex<BTreeMap<(String, String), Value>>,
     audit: Arc<Mutex<Vec<AuditRecord>>>,
+    /// The last query `executions` was given.
+    execution_query: Arc<Mutex<Option<ExecutionQuery>>>,
+}
+
+/// An execution record with only the given parts set.
+fn record(id: &str, outcome: &str) -> ExecutionRecord {
+    ExecutionRecord {
+        execution_id: id.into(),
+        attempt: 1,
+        due: UtcMillis(1_000),
+        started: Some(UtcMillis(1_004)),
+        lateness_ms: Some(4),
+        duration_ms: Some(10),
+        outcome: outcome.into(),
+        error: None,
+        worker: Some("ax-1".into()),
+        namespace: None,
+        task_id: None,
+        queue: None,
+        enqueued: None,
+        finished: None,
+        retry_at: None,
+        output: None,
+    }
 }
 
 fn view(namespace: &str, id: &str, spec: &Value) -> TaskView {
@@ -211,18 +236,30 @@ impl ApiBackend for MemoryBackend {
         Box::pin(async move {
             self.lookup(&key)?;
             Ok((0..limit.min(2))
-                .map(|i| ExecutionRecord {
-                    execution_id: format!("e{i}"),
-                    attempt: 1,
-                    due: UtcMillis(1_000),
-                    started: Some(UtcMillis(1_004)),
-                    lateness_ms: Some(4),
-                    duration_ms: Some(10),
-                    outcome: "success".into(),
-                    error: None,
-                    worker: Some("ax-1".into()),
-                })
+                .map(|i| record(&format!("e{i}"), "success"))
                 .collect())
+        })
+    }
+
+    fn executions(&self, query: ExecutionQuery) -> ApiFuture<'_, ExecutionList> {
+        Box::pin(async move {
+            *self.execution_query.lock().unwrap() = Some(query);
+            Ok(ExecutionList {
+                items: vec![record("e1", "failed")],
+                continue_token: Some("1700000000000-3".into()),
+            })
+        })
+    }
+
+    fn execution(&self, id: String) -> ApiFuture<'_, ExecutionStory> {
+        Box::pin(async move {
+            Ok(ExecutionStory {
+                execution_id: id,
+                attempts: vec![record("e1", "failed")],
+                outcome: "failed".into(),
+                complete: true,
+                ..ExecutionStory::default()
+            })
         })
     }
 
@@ -547,6 +584,59 @@ async fn the_task_list_is_paged_with_a_continue_header_and_checks_its_query() {
 }
 
 #[tokio::test]
+async fn the_execution_query_is_checked_and_resolved_before_the_backend() {
+    let backend = MemoryBackend::default();
+    let seen = Arc::clone(&backend.execution_query);
+    let f = fixture(Some(backend), None);
+    let before = UtcMillis::now();
+    let (status, body) = get(
+        &f.router,
+        "/api/v1/executions?task=ops/nightly&failed=true&since=1h&limit=5",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let page: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(page["continue"], "1700000000000-3");
+    assert_eq!(page["items"][0]["outcome"], "failed");
+    let q = seen.lock().unwrap().clone().unwrap();
+    assert_eq!(q.namespace.as_deref(), Some("ops"));
+    assert_eq!(q.task_id.as_deref(), Some("nightly"));
+    assert_eq!(
+        q.outcomes,
+        [
+            "retrying",
+            "failed",
+            "timed_out",
+            "panicked",
+            "dead_lettered"
+        ]
+    );
+    let since = q.since.unwrap().0;
+    assert!((before.0 - 3_600_000 - since).abs() < 5_000, "{since}");
+    assert_eq!((q.until, q.limit), (None, 5));
+
+    for bad in [
+        "outcome=exploded",
+        "since=yesterday",
+        "limit=0",
+        "continue=abc",
+        "outcome=succeeded&failed=true",
+    ] {
+        let (status, body) = get(&f.router, &format!("/api/v1/executions?{bad}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        assert_eq!(error_code(&body), "invalid_input");
+    }
+    let (status, _) = get(&f.router, "/api/v1/executions/not-an-id").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, body) = get(
+        &f.router,
+        "/api/v1/executions/0190f5a2-7b1c-7cc3-9a4e-1f2e3d4c5b6a",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+#[tokio::test]
 async fn api_is_open_without_a_token_on_loopback_only() {
     for token in [None, Some("")] {
         let f = fixture(Some(MemoryBackend::with_task("default", "t1")), token);
@@ -852,10 +942,15 @@ async fn every_route_answers_each_caller_as_the_documented_access_table_says() {
     assert_eq!(table, code_table, "docs/security.md and ROUTE_ROLES differ");
 
     let concrete = |path: &str| {
+        let id = if path.starts_with("/executions/") {
+            "0190f5a2-7b1c-7cc3-9a4e-1f2e3d4c5b6a"
+        } else {
+            "t1"
+        };
         format!(
             "/api/v1{}",
             path.replace("{namespace}", "default")
-                .replace("{id}", "t1")
+                .replace("{id}", id)
                 .replace("{name}", "default")
         )
     };

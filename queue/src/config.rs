@@ -12,6 +12,10 @@ use crate::keys::{validate_name, DEFAULT_PREFIX};
 pub const DEFAULT_HISTORY_CAP: usize = 100;
 /// How long a task's history is kept after its last execution, by default (30 days).
 pub const DEFAULT_HISTORY_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How long the execution history across tasks keeps an attempt, by default (7 days).
+pub const DEFAULT_EXECUTION_HISTORY_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Most attempts the execution history across tasks keeps, by default.
+pub const DEFAULT_EXECUTION_HISTORY_MAX_ENTRIES: usize = 1_000_000;
 /// How long a dead-letter entry is kept, by default (90 days).
 pub const DEFAULT_DLQ_RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
 /// Most dead-letter entries kept per queue, by default.
@@ -36,6 +40,12 @@ pub struct QueueConfig {
     /// is removed with its state; this also bounds what tasks deleted by older versions left).
     /// Default [`DEFAULT_HISTORY_RETENTION`].
     pub history_retention: Duration,
+    /// How long the execution history across tasks (one stream) keeps an attempt. Default
+    /// [`DEFAULT_EXECUTION_HISTORY_RETENTION`].
+    pub execution_history_retention: Duration,
+    /// Most attempts that stream keeps (approximately: it is trimmed in whole nodes).
+    /// Default [`DEFAULT_EXECUTION_HISTORY_MAX_ENTRIES`].
+    pub execution_history_max_entries: usize,
     /// How long a dead-letter entry is kept. Default [`DEFAULT_DLQ_RETENTION`].
     pub dlq_retention: Duration,
     /// Most dead-letter entries kept per queue; the oldest go first. Default
@@ -87,6 +97,8 @@ impl Default for QueueConfig {
             dedupe_ttl: Duration::from_secs(24 * 3600),
             history_cap: DEFAULT_HISTORY_CAP,
             history_retention: DEFAULT_HISTORY_RETENTION,
+            execution_history_retention: DEFAULT_EXECUTION_HISTORY_RETENTION,
+            execution_history_max_entries: DEFAULT_EXECUTION_HISTORY_MAX_ENTRIES,
             dlq_retention: DEFAULT_DLQ_RETENTION,
             dlq_max_entries: DEFAULT_DLQ_MAX_ENTRIES,
             reconnect_retries: 4,
@@ -109,14 +121,24 @@ impl QueueConfig {
                 "command_timeout and dedupe_ttl must be positive".into(),
             ));
         }
-        if self.history_cap == 0 || self.dlq_max_entries == 0 {
+        if self.history_cap == 0
+            || self.dlq_max_entries == 0
+            || self.execution_history_max_entries == 0
+        {
             return Err(QueueError::InvalidConfig(
-                "history_cap and dlq_max_entries must be at least 1".into(),
+                "history_cap, execution_history_max_entries and dlq_max_entries must be at \
+                 least 1"
+                    .into(),
             ));
         }
-        if self.history_retention.as_millis() == 0 || self.dlq_retention.as_millis() == 0 {
+        if self.history_retention.as_millis() == 0
+            || self.dlq_retention.as_millis() == 0
+            || self.execution_history_retention.as_millis() == 0
+        {
             return Err(QueueError::InvalidConfig(
-                "history_retention and dlq_retention must be positive".into(),
+                "history_retention, execution_history_retention and dlq_retention must be \
+                 positive"
+                    .into(),
             ));
         }
         Ok(())

@@ -12,7 +12,8 @@
 //! entry's effects, so an entry read twice is applied once. The stream is capped
 //! (`MAXLEN ~`) so that a long time without a leader cannot grow it without bound; states
 //! are then corrected from the execution history. Event and history writes of one report go
-//! in one pipeline.
+//! in one pipeline (the history's: the task's list and the stream across tasks, see
+//! `history.rs`).
 
 use std::time::Duration;
 
@@ -110,11 +111,15 @@ impl Queue {
                 .arg(json)
                 .ignore();
         }
+        let mut recorded = false;
         for (event, history) in reports {
             if let Some(entry) = history {
-                let key = self.keys().history(&event.namespace, &event.task_id);
-                self.push_history(&mut pipe, &key, encode("history entry", entry)?);
+                self.push_history(&mut pipe, &event.namespace, &event.task_id, entry)?;
+                recorded = true;
             }
+        }
+        if recorded {
+            self.trim_executions(&mut pipe);
         }
         let mut conn = self.conn();
         self.run("report", pipe.query_async::<()>(&mut conn)).await

@@ -1,17 +1,44 @@
-//! Execution history per task: a capped list, newest first, read by `ax task history`.
+//! Execution history, kept twice for two ways of reading it: a capped list per task, newest
+//! first (`ax task history`), and one stream of every attempt of every task (`ax history`,
+//! `ax execution get`).
 //!
-//! LPUSH + LTRIM in one MULTI keeps the list bounded without a cleanup job, and each write
-//! renews the key's expiry ([`crate::QueueConfig::history_retention`]), so the history of a
-//! task that no longer runs goes by itself; the leader also deletes it with a deleted task's
-//! state. The list is keyed
-//! per task under its own hash tag: no script touches it together with queue keys.
+//! The per-task list stays because the stream cannot serve it fast: the last 20 attempts of
+//! a task that runs once a day sit among a week of everyone else's attempts, and finding
+//! them would mean scanning the stream. The list is bounded without a cleanup job (LPUSH +
+//! LTRIM), and each write renews its expiry ([`crate::QueueConfig::history_retention`]), so
+//! the history of a task that no longer runs goes by itself; the leader also deletes it with
+//! a deleted task's state. It leaves out the handler's output, which would multiply its
+//! size by the cap.
+//!
+//! The stream is one key (`{prefix:x}:executions`, one slot on Redis Cluster): queries
+//! across namespaces ("every failure of the last hour") read it in order rather than merge
+//! one stream per namespace, and one node takes the writes of every worker, far above what
+//! ax fires. Each write trims by age (`XADD ... MINID ~`) and each batch by count (`XTRIM
+//! MAXLEN ~`); XADD takes one trim strategy only. Entries carry the namespace, task and
+//! outcome as fields of their own, so the filters run inside Redis ([`Queue::executions`],
+//! `history_page.lua`) with a bound on what one request scans. Stream ids are the time the
+//! attempt was written, so a time range is an id range. Both are written in the pipeline
+//! that carries the attempt's event: no round trip of their own.
 
-use ax_scheduler_core::{AttemptEnd, UtcMillis};
+use ax_scheduler_core::{AttemptEnd, AttemptOutput, EventPosition, UtcMillis};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::error::{QueueError, Result};
 use crate::queue::Queue;
+
+/// Most stream entries one history request scans (in one script call) before it answers with
+/// a cursor, so a filter that matches rarely cannot make one request read the whole stream
+/// while Redis waits.
+pub const HISTORY_SCAN_MAX: usize = 10_000;
+
+/// Stream entries `ax execution get` scans at most (over several script calls): past this the
+/// story is returned as found, marked incomplete.
+const STORY_SCAN_MAX: usize = 200_000;
+
+/// How far before its id's time an execution's entries are looked for: the id is made by
+/// one machine and the entries' ids by Redis's clock.
+const STORY_CLOCK_SLACK_MS: i64 = 60_000;
 
 /// One attempt of one execution.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,28 +62,204 @@ pub struct HistoryEntry {
     pub worker: String,
     /// Attempt number, 0 for the first.
     pub attempt: u32,
+    /// Queue the attempt ran on.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub queue: String,
+    /// When the attempt was enqueued (a retry: when it became due).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enqueued_at: Option<UtcMillis>,
+    /// When the execution's first attempt was enqueued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_enqueued_at: Option<UtcMillis>,
+    /// The start of the handler's answer, when it gave one (only in the stream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<AttemptOutput>,
+}
+
+/// One attempt read from the history across tasks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutionItem {
+    /// Its stream id: when it was written, and the cursor to page on from.
+    pub position: EventPosition,
+    /// Task namespace.
+    pub namespace: String,
+    /// Task id.
+    pub task_id: String,
+    /// The attempt.
+    pub entry: HistoryEntry,
+}
+
+/// Which attempts [`Queue::executions`] returns; every part optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecutionFilter {
+    /// Only this namespace.
+    pub namespace: Option<String>,
+    /// Only this task (with `namespace`).
+    pub task_id: Option<String>,
+    /// Only attempts that ended with one of these labels ([`AttemptEnd::label`]); empty: all.
+    pub outcomes: Vec<String>,
+    /// Only attempts written at or after this instant.
+    pub since: Option<UtcMillis>,
+    /// Only attempts written at or before this instant.
+    pub until: Option<UtcMillis>,
+}
+
+/// One page of [`Queue::executions`], newest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecutionPage {
+    /// The attempts found.
+    pub items: Vec<ExecutionItem>,
+    /// Where the next page starts (the last entry scanned); `None` when the range is done.
+    /// A page can be short, even empty, with a cursor: the scan bound was reached.
+    pub next: Option<EventPosition>,
 }
 
 impl Queue {
-    /// Prepends `entry` to the task's history, keeping the newest
-    /// [`crate::QueueConfig::history_cap`] entries.
+    /// Records `entry` in the task's history (keeping the newest
+    /// [`crate::QueueConfig::history_cap`] entries) and in the history across tasks.
     pub async fn record_history(
         &self,
         namespace: &str,
         task_id: &str,
         entry: &HistoryEntry,
     ) -> Result<()> {
-        let json = serde_json::to_string(entry).map_err(|source| QueueError::Json {
-            action: "encode",
-            what: "history entry",
-            source,
-        })?;
-        let key = self.keys().history(namespace, task_id);
         let mut conn = self.conn();
         let mut pipe = redis::pipe();
-        self.push_history(pipe.atomic(), &key, json);
+        self.push_history(&mut pipe, namespace, task_id, entry)?;
+        self.trim_executions(&mut pipe);
         self.run("record_history", pipe.query_async::<()>(&mut conn))
             .await
+    }
+
+    /// One page of the attempts of every task `filter` selects, newest first, starting
+    /// after `cursor` (a previous page's [`ExecutionPage::next`]), at most `limit`, scanning
+    /// at most `scan_max` entries (capped at [`HISTORY_SCAN_MAX`]).
+    pub async fn executions(
+        &self,
+        filter: &ExecutionFilter,
+        cursor: Option<EventPosition>,
+        limit: usize,
+        scan_max: usize,
+    ) -> Result<ExecutionPage> {
+        let from = match (cursor, filter.until) {
+            (Some(c), _) => format!("({c}"),
+            (None, Some(until)) => format!("{}-{}", until.0.max(0), u64::MAX),
+            (None, None) => "+".to_owned(),
+        };
+        let to = filter
+            .since
+            .map_or_else(|| "-".to_owned(), |s| format!("{}-0", s.0.max(0)));
+        let outcomes = if filter.outcomes.is_empty() {
+            String::new()
+        } else {
+            format!(",{},", filter.outcomes.join(","))
+        };
+        let args = PageArgs {
+            forward: false,
+            from: &from,
+            to: &to,
+            limit,
+            scan_max: scan_max.clamp(1, HISTORY_SCAN_MAX),
+            namespace: filter.namespace.as_deref().unwrap_or(""),
+            task_id: filter.task_id.as_deref().unwrap_or(""),
+            outcomes: &outcomes,
+            execution: "",
+        };
+        self.history_page(&args).await
+    }
+
+    /// Every attempt of one execution recorded in the history across tasks, oldest first,
+    /// and whether the search saw its end (its final attempt, or the end of the stream)
+    /// rather than stopping at its scan bound. The search starts at the time in the id (a
+    /// UUID v7) and jumps ahead to each retry's due time, so it reads little beyond the
+    /// execution's own entries unless an attempt ran long under heavy traffic.
+    pub async fn execution_attempts(&self, id: Uuid) -> Result<(Vec<ExecutionItem>, bool)> {
+        let born = id
+            .get_timestamp()
+            .map(|t| {
+                let (secs, nanos) = t.to_unix();
+                i64::try_from(secs)
+                    .unwrap_or(0)
+                    .saturating_mul(1000)
+                    .saturating_add(i64::from(nanos / 1_000_000))
+            })
+            .unwrap_or(0);
+        let mut from = format!("{}-0", born.saturating_sub(STORY_CLOCK_SLACK_MS).max(0));
+        let needle = id.to_string();
+        let mut items = Vec::new();
+        let mut scanned = 0;
+        while scanned < STORY_SCAN_MAX {
+            let args = PageArgs {
+                forward: true,
+                from: &from,
+                to: "+",
+                limit: 1000,
+                scan_max: HISTORY_SCAN_MAX,
+                namespace: "",
+                task_id: "",
+                outcomes: "",
+                execution: &needle,
+            };
+            let page = self.history_page(&args).await?;
+            items.extend(page.items);
+            match page.next {
+                None => return Ok((items, true)),
+                Some(next) => from = format!("({next}"),
+            }
+            scanned += HISTORY_SCAN_MAX;
+        }
+        Ok((items, false))
+    }
+
+    async fn history_page(&self, a: &PageArgs<'_>) -> Result<ExecutionPage> {
+        const OP: &str = "history_page";
+        let mut inv = self.inner.scripts.history_page.prepare_invoke();
+        inv.key(self.keys().executions())
+            .arg(if a.forward { "fwd" } else { "rev" })
+            .arg(a.from)
+            .arg(a.to)
+            .arg(a.limit.max(1))
+            .arg(a.scan_max.max(1))
+            .arg(a.namespace)
+            .arg(a.task_id)
+            .arg(a.outcomes)
+            .arg(a.execution);
+        let mut conn = self.conn();
+        let reply: Vec<String> = self.run(OP, inv.invoke_async(&mut conn)).await?;
+        let mut parts = reply.into_iter();
+        let cursor = parts.next().ok_or_else(|| QueueError::UnexpectedReply {
+            op: OP,
+            detail: "empty reply".into(),
+        })?;
+        let next = if cursor.is_empty() {
+            None
+        } else {
+            Some(
+                cursor
+                    .parse()
+                    .map_err(|detail| QueueError::UnexpectedReply { op: OP, detail })?,
+            )
+        };
+        let mut items = Vec::new();
+        while let (Some(id), Some(namespace), Some(task_id), Some(json)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        {
+            let position = id
+                .parse()
+                .map_err(|detail| QueueError::UnexpectedReply { op: OP, detail })?;
+            // An entry another version wrote differently is passed over, not an error for
+            // the whole page.
+            match serde_json::from_str(&json) {
+                Ok(entry) => items.push(ExecutionItem {
+                    position,
+                    namespace,
+                    task_id,
+                    entry,
+                }),
+                Err(e) => tracing::debug!(error = %e, %position, "undecodable history entry"),
+            }
+        }
+        Ok(ExecutionPage { items, next })
     }
 
     /// Deletes the history of each task in `tasks` (namespace, id): they were deleted.
@@ -134,18 +337,84 @@ impl Queue {
     }
 }
 
+/// The arguments of `history_page.lua`.
+struct PageArgs<'a> {
+    forward: bool,
+    from: &'a str,
+    to: &'a str,
+    limit: usize,
+    scan_max: usize,
+    namespace: &'a str,
+    task_id: &'a str,
+    outcomes: &'a str,
+    execution: &'a str,
+}
+
 impl Queue {
-    /// Adds one history write to `pipe`: the entry pushed, the list cut to its cap, its
-    /// expiry renewed. The one way history is written (alone, or with a report's event).
-    pub(crate) fn push_history(&self, pipe: &mut redis::Pipeline, key: &str, json: String) {
-        let cap = isize::try_from(self.config().history_cap).unwrap_or(isize::MAX);
-        let retention =
-            i64::try_from(self.config().history_retention.as_millis()).unwrap_or(i64::MAX);
-        pipe.lpush(key, json)
+    /// Adds one attempt's history writes to `pipe`: into the task's list (without the
+    /// output; pushed, cut to its cap, its expiry renewed) and onto the stream across tasks
+    /// (trimmed by age). The one way history is written (alone, or with a report's event);
+    /// the stream's count trim is [`Queue::trim_executions`], once per pipeline.
+    pub(crate) fn push_history(
+        &self,
+        pipe: &mut redis::Pipeline,
+        namespace: &str,
+        task_id: &str,
+        entry: &HistoryEntry,
+    ) -> Result<()> {
+        let encode = |e: &HistoryEntry| {
+            serde_json::to_string(e).map_err(|source| QueueError::Json {
+                action: "encode",
+                what: "history entry",
+                source,
+            })
+        };
+        let full = encode(entry)?;
+        let listed = if entry.output.is_some() {
+            encode(&HistoryEntry {
+                output: None,
+                ..entry.clone()
+            })?
+        } else {
+            full.clone()
+        };
+        let cfg = self.config();
+        let key = self.keys().history(namespace, task_id);
+        let cap = isize::try_from(cfg.history_cap).unwrap_or(isize::MAX);
+        let retention = i64::try_from(cfg.history_retention.as_millis()).unwrap_or(i64::MAX);
+        pipe.lpush(&key, listed)
             .ignore()
-            .ltrim(key, 0, cap - 1)
+            .ltrim(&key, 0, cap - 1)
             .ignore()
-            .pexpire(key, retention)
+            .pexpire(&key, retention)
+            .ignore();
+        let keep = i64::try_from(cfg.execution_history_retention.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = UtcMillis::now().0.saturating_sub(keep).max(0);
+        pipe.cmd("XADD")
+            .arg(self.keys().executions())
+            .arg("MINID")
+            .arg("~")
+            .arg(cutoff)
+            .arg("*")
+            .arg("ns")
+            .arg(namespace)
+            .arg("task")
+            .arg(task_id)
+            .arg("out")
+            .arg(entry.end.label())
+            .arg("e")
+            .arg(full)
+            .ignore();
+        Ok(())
+    }
+
+    /// Adds the count trim of the stream across tasks to `pipe`.
+    pub(crate) fn trim_executions(&self, pipe: &mut redis::Pipeline) {
+        pipe.cmd("XTRIM")
+            .arg(self.keys().executions())
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(self.config().execution_history_max_entries)
             .ignore();
     }
 }

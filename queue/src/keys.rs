@@ -4,7 +4,8 @@
 //! the ready list, the processing lists, the delayed and monitoring sets, dedupe keys, the
 //! fence and the dead-letter set of a single queue) stays within one slot and the layout works
 //! unchanged on Redis Cluster. Execution history is per task and touched by plain commands
-//! only, so it has a tag of its own (`{prefix:h:ns/task}`). `docs/redis-layout.md` documents
+//! only, so it has a tag of its own (`{prefix:h:ns/task}`); the history across tasks is one
+//! stream under its own tag (`{prefix:x}`). `docs/redis-layout.md` documents
 //! each key; keep the two in step.
 
 /// Default key prefix.
@@ -128,6 +129,13 @@ impl Keys {
         format!("{{{}:ev}}:events", self.prefix)
     }
 
+    /// Stream of every task's attempts (the execution history across tasks), trimmed by age
+    /// and count. One stream, so one slot: a query across namespaces reads one key in
+    /// order instead of merging many.
+    pub fn executions(&self) -> String {
+        format!("{{{}:x}}:executions", self.prefix)
+    }
+
     /// Capped list of a task's recent executions, newest first.
     pub fn history(&self, namespace: &str, task_id: &str) -> String {
         format!("{{{}:h:{}/{}}}:history", self.prefix, namespace, task_id)
@@ -185,6 +193,7 @@ mod tests {
         assert_eq!(k.ready(q), "{ax:q:default}:ready");
         assert_eq!(k.processing(q, "w1"), "{ax:q:default}:processing:w1");
         assert_eq!(slot_tag(&k.history("ns", "t")), "ax:h:ns/t");
+        assert_eq!(k.executions(), "{ax:x}:executions");
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod server;
 
 pub use config::{
     ClientIdentity, QueueConfig, RedisTls, DEFAULT_DLQ_MAX_ENTRIES, DEFAULT_DLQ_RETENTION,
+    DEFAULT_EXECUTION_HISTORY_MAX_ENTRIES, DEFAULT_EXECUTION_HISTORY_RETENTION,
     DEFAULT_HISTORY_CAP, DEFAULT_HISTORY_RETENTION,
 };
 pub use consumer::{Consumer, PAUSED_POLL};
@@ -30,7 +31,7 @@ pub use control::{Kill, KillState, StopOrder, StopProbe};
 pub use dlq::DlqEntry;
 pub use error::{QueueError, Result};
 pub use events::{EventEntry, ExecutionEventRecord, EVENTS_CAP};
-pub use history::HistoryEntry;
+pub use history::{ExecutionFilter, ExecutionItem, ExecutionPage, HistoryEntry, HISTORY_SCAN_MAX};
 pub use keys::Keys;
 pub use maintenance::{
     Maintenance, MaintenanceConfig, MaintenanceState, StepReport, DEFAULT_VISIBILITY_TIMEOUT,

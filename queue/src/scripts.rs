@@ -24,6 +24,7 @@ pub(crate) struct Scripts {
     pub(crate) dlq_trim: Script,
     pub(crate) kill: Script,
     pub(crate) find: Script,
+    pub(crate) history_page: Script,
 }
 
 impl Scripts {
@@ -44,6 +45,7 @@ impl Scripts {
             dlq_trim: Script::new(include_str!("lua/dlq_trim.lua")),
             kill: Script::new(include_str!("lua/kill.lua")),
             find: Script::new(include_str!("lua/find.lua")),
+            history_page: Script::new(include_str!("lua/history_page.lua")),
         }
     }
 }

@@ -470,6 +470,10 @@ async fn a_tasks_history_expires_after_the_retention_and_is_deleted_on_demand() 
         end: AttemptEnd::succeeded(),
         worker: "w".into(),
         attempt: 0,
+        queue: String::new(),
+        enqueued_at: None,
+        first_enqueued_at: None,
+        output: None,
     };
     q.record_history("ns", "a", &entry).await.unwrap();
     q.record_history("ns", "b", &entry).await.unwrap();
@@ -580,6 +584,10 @@ async fn history_is_capped_newest_first() {
             end: AttemptEnd::succeeded(),
             worker: "w".into(),
             attempt: i,
+            queue: String::new(),
+            enqueued_at: None,
+            first_enqueued_at: None,
+            output: None,
         };
         q.record_history("ns", "t", &e).await.unwrap();
     }
@@ -943,6 +951,10 @@ async fn execution_events_reach_the_reader_in_order_with_history() {
         end: failed,
         worker: "w".into(),
         attempt: 0,
+        queue: String::new(),
+        enqueued_at: None,
+        first_enqueued_at: None,
+        output: None,
     };
     q.report(&started, None).await.unwrap();
     q.report(&finished, Some(&entry)).await.unwrap();

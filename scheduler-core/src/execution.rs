@@ -171,6 +171,53 @@ impl AttemptEnd {
     }
 }
 
+/// Most bytes of a handler's answer an attempt keeps ([`AttemptOutput::body`]).
+pub const MAX_OUTPUT_BYTES: usize = 1024;
+
+/// What a handler answered, cut short: for the `http` handler the response's status and the
+/// start of its body. Kept in the execution history beside the attempt's end, not in the
+/// end itself: the end also travels to the leader with every event, which has no use for
+/// a body. The body is the receiver's answer, not the task's secrets, so it is stored as it
+/// came, only capped.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptOutput {
+    /// HTTP status, for handlers that answer with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// The first [`MAX_OUTPUT_BYTES`] of the answer at most, as text (bytes that are not
+    /// UTF-8 replaced).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub body: String,
+    /// Whether the answer went on beyond `body`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+impl AttemptOutput {
+    /// The output for `status` and the start of an answer: `bytes` cut to
+    /// [`MAX_OUTPUT_BYTES`] on a character boundary; `more` says the answer went on beyond
+    /// `bytes`.
+    pub fn new(status: Option<u16>, bytes: &[u8], more: bool) -> Self {
+        let mut body =
+            String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_OUTPUT_BYTES)]).into_owned();
+        let mut truncated = more || bytes.len() > MAX_OUTPUT_BYTES;
+        // Replacement characters can make the text longer than the bytes it came from.
+        if body.len() > MAX_OUTPUT_BYTES {
+            let mut end = MAX_OUTPUT_BYTES;
+            while !body.is_char_boundary(end) {
+                end -= 1;
+            }
+            body.truncate(end);
+            truncated = true;
+        }
+        AttemptOutput {
+            status,
+            body,
+            truncated,
+        }
+    }
+}
+
 /// What a worker reports about one attempt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -269,6 +316,17 @@ mod tests {
         let capped = shown_error(huge);
         assert!(capped.len() <= MAX_ERROR_LEN, "{}", capped.len());
         assert!(capped.ends_with("bytes cut)"), "{capped}");
+    }
+
+    #[test]
+    fn outputs_are_capped_on_a_character_boundary() {
+        let small = AttemptOutput::new(Some(200), b"ok", false);
+        assert_eq!((small.body.as_str(), small.truncated), ("ok", false));
+        let big = AttemptOutput::new(Some(500), "é".repeat(5_000).as_bytes(), false);
+        assert!(big.body.len() <= MAX_OUTPUT_BYTES && big.body.len() > MAX_OUTPUT_BYTES - 2);
+        assert!(big.truncated);
+        let cut = AttemptOutput::new(None, b"abc", true);
+        assert!(cut.truncated);
     }
 
     #[test]

@@ -27,7 +27,10 @@ pub mod validate;
 pub use backoff::ReconnectBackoff;
 pub use dispatcher::{Dispatch, Dispatcher, DispatcherConfig, Notice, TaskKey};
 pub use error::CoreError;
-pub use execution::{AttemptEnd, AttemptOutcome, EnqueueOutcome, EventPosition, ExecutionEvent};
+pub use execution::{
+    AttemptEnd, AttemptOutcome, AttemptOutput, EnqueueOutcome, EventPosition, ExecutionEvent,
+    MAX_OUTPUT_BYTES,
+};
 pub use intern::Interner;
 pub use misfire::{plan_misfires, MisfirePlan, Progress};
 pub use schedule::CompiledSchedule;

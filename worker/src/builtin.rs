@@ -1,6 +1,8 @@
 //! The built-in handlers: `http` posts the execution to the task's URL, `log` logs it.
 //!
-//! `http` classifies answers for the retry policy: 2xx is success; 408 and 429 (the server
+//! `http` keeps the start of each final answer (status, first KiB of the body) for the
+//! execution history, reading no more of the body than that. It classifies answers for the
+//! retry policy: 2xx is success; 408 and 429 (the server
 //! asks to come back) and 5xx are retryable, as are connection errors and timeouts; any
 //! other status is permanent, since sending the same request again gets the same answer.
 //! The attempt's timeout bounds all its requests together, so a hung server cannot outlive
@@ -25,11 +27,12 @@ use std::time::Instant;
 use ax_queue::ExecutionMessage;
 use ax_scheduler_core::redact::{mask_url, mask_urls_in};
 use ax_scheduler_core::task::HttpTarget;
+use ax_scheduler_core::{AttemptOutput, MAX_OUTPUT_BYTES};
 use reqwest::header::{CONTENT_TYPE, LOCATION};
 use reqwest::{Method, StatusCode, Url};
 
 use crate::egress::EgressClient;
-use crate::handler::{Handler, HandlerContext, HandlerError, HandlerFuture};
+use crate::handler::{Handler, HandlerContext, HandlerError, HandlerFuture, OutputSlot};
 
 /// The header naming the execution (stable across retries and redeliveries).
 pub const EXECUTION_ID_HEADER: &str = "x-ax-execution-id";
@@ -78,7 +81,7 @@ impl Handler for HttpHandler {
                     "task has no `http` target for the http handler".into(),
                 ));
             };
-            post(&ctx.http, exec, target).await
+            post(&ctx.http, exec, target, &ctx.output).await
         })
     }
 }
@@ -88,6 +91,7 @@ async fn post(
     http: &EgressClient,
     exec: &ExecutionMessage,
     target: &HttpTarget,
+    output: &OutputSlot,
 ) -> Result<(), HandlerError> {
     let deadline = Instant::now() + exec.timeout();
     let task_url = Url::parse(&target.url).map_err(|e| {
@@ -127,6 +131,7 @@ async fn post(
             .map_err(|e| send_error(&method, &shown, e))?;
         let status = resp.status();
         if !matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308) {
+            output.set(excerpt(resp, deadline).await);
             return classify_status(status);
         }
         let next = resp
@@ -158,6 +163,36 @@ async fn post(
         "POST {} was redirected more than {MAX_REDIRECTS} times",
         mask_url(task_url.as_str())
     )))
+}
+
+/// The response's status and the start of its body, for the history: at most
+/// [`MAX_OUTPUT_BYTES`] are read (and one more to know whether it went on), whatever the
+/// body's size, and no later than the attempt's deadline. A body not read to its end costs
+/// the connection (it is not reused); bodies that fit are read whole, so the usual short
+/// answer keeps it.
+async fn excerpt(mut resp: reqwest::Response, deadline: Instant) -> AttemptOutput {
+    let status = Some(resp.status().as_u16());
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut more = false;
+    let read = async {
+        while bytes.len() <= MAX_OUTPUT_BYTES {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = MAX_OUTPUT_BYTES + 1 - bytes.len();
+                    bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                    more |= chunk.len() > room;
+                }
+                // A body cut off by the server or the network: what came is still the
+                // answer's start.
+                Ok(None) | Err(_) => break,
+            }
+        }
+    };
+    let left = deadline.saturating_duration_since(Instant::now());
+    if tokio::time::timeout(left, read).await.is_err() {
+        more = true;
+    }
+    AttemptOutput::new(status, &bytes, more)
 }
 
 /// The request body: the execution without its `http` target. The receiver gets the

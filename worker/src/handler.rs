@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use ax_queue::ExecutionMessage;
+use ax_scheduler_core::AttemptOutput;
 use tokio_util::sync::CancellationToken;
 
 /// Why a handler failed.
@@ -43,6 +44,34 @@ pub struct HandlerContext {
     /// policy (`WorkerConfig::http_allow_cidrs`, `http_allow_hosts`) and following no
     /// redirects.
     pub http: crate::egress::EgressClient,
+    /// Where a handler leaves the start of its answer for the execution history (optional;
+    /// the `http` handler leaves the response's status and first KiB).
+    pub output: OutputSlot,
+}
+
+/// A handler's answer, handed to the pool beside the handler's result: the [`Handler`]
+/// trait returns `Result<(), HandlerError>`, and a slot in the context adds the output
+/// without changing what every handler returns. Capped by [`AttemptOutput::new`].
+#[derive(Clone, Debug, Default)]
+pub struct OutputSlot(Arc<std::sync::Mutex<Option<AttemptOutput>>>);
+
+impl OutputSlot {
+    /// Keeps `output` as the attempt's (the last one set wins).
+    pub fn set(&self, output: AttemptOutput) {
+        *self.lock() = Some(output);
+    }
+
+    /// Takes what was set, if anything.
+    pub fn take(&self) -> Option<AttemptOutput> {
+        self.lock().take()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<AttemptOutput>> {
+        // A poisoned lock only means a handler panicked while setting it; the value is whole.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// A boxed handler future.

@@ -19,7 +19,9 @@ pub use builtin::{
 };
 pub use egress::{EgressClient, EgressPolicy, HostPattern};
 pub use error::{EgressError, Result, WorkerError};
-pub use handler::{Handler, HandlerContext, HandlerError, HandlerFuture, HandlerRegistry};
+pub use handler::{
+    Handler, HandlerContext, HandlerError, HandlerFuture, HandlerRegistry, OutputSlot,
+};
 pub use pool::{
     PoolSummary, WorkerConfig, WorkerPool, DEFAULT_CONCURRENCY, DEFAULT_PREFETCH,
     DEFAULT_SHUTDOWN_GRACE,

@@ -811,7 +811,7 @@ async fn execute_in_span(
         drop(permit);
         ack(acks, d).await;
         let end = AttemptEnd::new(AttemptOutcome::Killed, Some(order.reason().to_owned()));
-        finish(sh, d, started, end).await;
+        finish(sh, d, started, end, None).await;
         return;
     }
 
@@ -832,16 +832,19 @@ async fn execute_in_span(
             d,
             started,
             AttemptEnd::new(AttemptOutcome::DeadLettered, Some(reason)),
+            None,
         )
         .await;
         return;
     };
 
     let ctx_cancel = hard_stop.child_token();
+    let output = crate::handler::OutputSlot::default();
     let ctx = HandlerContext {
         worker_id: worker.to_string(),
         cancel: ctx_cancel.clone(),
         http: sh.http.clone(),
+        output: output.clone(),
     };
     let owned = msg.clone();
     let mut handle = tokio::spawn(async move { handler.run(ctx, &owned).await });
@@ -917,7 +920,7 @@ async fn execute_in_span(
             }
         }
     };
-    finish(sh, d, started, end).await;
+    finish(sh, d, started, end, output.take()).await;
 }
 
 /// How a failed attempt was settled.
@@ -969,7 +972,13 @@ async fn fail(sh: &Shared, d: &Delivery, error: &str, now: UtcMillis, retryable:
     }
 }
 
-async fn finish(sh: &Shared, d: &Delivery, started: UtcMillis, end: AttemptEnd) {
+async fn finish(
+    sh: &Shared,
+    d: &Delivery,
+    started: UtcMillis,
+    end: AttemptEnd,
+    output: Option<ax_scheduler_core::AttemptOutput>,
+) {
     let msg = &d.message;
     let finished = UtcMillis::now();
     let report = ExecutionReport {
@@ -985,6 +994,9 @@ async fn finish(sh: &Shared, d: &Delivery, started: UtcMillis, end: AttemptEnd) 
         finished_at: finished,
         duration: finished.since(started),
         end,
+        enqueued_at: msg.enqueued_at,
+        first_enqueued_at: msg.first_attempt_at,
+        output,
     };
     if sh.cfg.record_history {
         if let Err(e) = sh

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use ax_queue::{ExecutionMessage, HistoryEntry};
-use ax_scheduler_core::{AttemptEnd, UtcMillis};
+use ax_scheduler_core::{AttemptEnd, AttemptOutput, UtcMillis};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -40,6 +40,12 @@ pub struct ExecutionReport {
     pub duration: Duration,
     /// How it ended, and the retry that follows, if any.
     pub end: AttemptEnd,
+    /// When the attempt was enqueued.
+    pub enqueued_at: UtcMillis,
+    /// When the execution's first attempt was enqueued.
+    pub first_enqueued_at: UtcMillis,
+    /// The start of the handler's answer, if it left one.
+    pub output: Option<AttemptOutput>,
 }
 
 impl ExecutionReport {
@@ -56,6 +62,10 @@ impl ExecutionReport {
             end: self.end.clone(),
             worker: self.worker_id.clone(),
             attempt: self.attempt,
+            queue: self.queue.clone(),
+            enqueued_at: Some(self.enqueued_at),
+            first_enqueued_at: Some(self.first_enqueued_at),
+            output: self.output.clone(),
         }
     }
 }

@@ -11,7 +11,8 @@ use ax_queue::ExecutionMessage;
 use ax_scheduler_core::task::HttpTarget;
 use ax_worker::egress::parse_allow_cidr;
 use ax_worker::{
-    EgressClient, EgressPolicy, Handler, HandlerContext, HandlerError, HttpHandler, MAX_REDIRECTS,
+    EgressClient, EgressPolicy, Handler, HandlerContext, HandlerError, HttpHandler, OutputSlot,
+    MAX_REDIRECTS,
 };
 use common::Receiver;
 use tokio_util::sync::CancellationToken;
@@ -25,6 +26,7 @@ fn ctx_with(cidrs: &[&str], hosts: &[&str]) -> HandlerContext {
         worker_id: "w".into(),
         cancel: CancellationToken::new(),
         http: EgressClient::new(policy).unwrap(),
+        output: OutputSlot::default(),
     }
 }
 
@@ -358,4 +360,78 @@ async fn errors_mask_user_info_and_query_values() {
     let e = permanent(run(loopback_ctx(), &exec_to(&url, &[], false)).await);
     assert!(e.contains(&format!("127.0.0.1:{p}/y?key=***")), "{e}");
     assert!(!e.contains("s3cret"), "{e}");
+}
+
+/// A server answering every connection with `status` and `body_len` bytes of `a` (sent
+/// slowly past the first 64 KiB, so reading it all would take far longer than the test
+/// allows).
+async fn body_server(status: u16, body_len: usize) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let _ = sock.read(&mut buf).await;
+                let head = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-length: {body_len}\r\nconnection: close\r\n\r\n"
+                );
+                if sock.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let mut left = body_len;
+                let chunk = vec![b'a'; 65536];
+                let mut sent = 0;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if sock.write_all(&chunk[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n;
+                    sent += 1;
+                    if sent > 1 {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn the_answer_is_kept_capped_at_one_kib_without_reading_a_large_body() {
+    let port = body_server(500, 512 * 1024 * 1024).await;
+    let ctx = loopback_ctx();
+    let slot = ctx.output.clone();
+    let exec = exec_to(&format!("http://127.0.0.1:{port}/big"), &[], false);
+    let t0 = std::time::Instant::now();
+    retryable(run(ctx, &exec).await);
+    assert!(
+        t0.elapsed() < Duration::from_millis(1000),
+        "the body is not read to its end: {:?}",
+        t0.elapsed()
+    );
+    let out = slot.take().expect("the answer is kept");
+    assert_eq!(out.status, Some(500));
+    assert_eq!(out.body, "a".repeat(ax_scheduler_core::MAX_OUTPUT_BYTES));
+    assert!(out.truncated);
+
+    let port = body_server(200, 5).await;
+    let ctx = loopback_ctx();
+    let slot = ctx.output.clone();
+    run(
+        ctx,
+        &exec_to(&format!("http://127.0.0.1:{port}/"), &[], false),
+    )
+    .await
+    .unwrap();
+    let out = slot.take().expect("the answer is kept");
+    assert_eq!(
+        (out.status, out.body.as_str(), out.truncated),
+        (Some(200), "aaaaa", false)
+    );
 }

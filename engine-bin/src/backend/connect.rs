@@ -239,6 +239,8 @@ pub fn queue_config(config: &Config) -> QueueConfig {
         prefix: config.redis.key_prefix.clone(),
         history_cap: config.redis.history_cap,
         history_retention: config.redis.history_retention,
+        execution_history_retention: config.redis.execution_history_retention,
+        execution_history_max_entries: config.redis.execution_history_max_entries,
         dlq_retention: config.redis.dlq_retention,
         dlq_max_entries: config.redis.dlq_max_entries,
         ..QueueConfig::default()

@@ -6,13 +6,13 @@
 
 use std::collections::BTreeSet;
 
-use ax_queue::{DlqEntry, HistoryEntry};
+use ax_queue::{DlqEntry, ExecutionFilter, ExecutionItem, HistoryEntry, HISTORY_SCAN_MAX};
 use uuid::Uuid;
 
 use super::{errors, tasks::not_found, Backend};
 use crate::http::api::{
-    DeadLetter, DlqRequeue, EtcdDbView, ExecutionRecord, QueueView, ReplicaView, StatusView,
-    TaskKey,
+    DeadLetter, DlqRequeue, EtcdDbView, ExecutionList, ExecutionQuery, ExecutionRecord,
+    ExecutionStory, QueueView, ReplicaView, StatusView, TaskKey,
 };
 use crate::http::ApiError;
 use ax_scheduler_core::UtcMillis;
@@ -29,6 +29,22 @@ pub(super) fn record(e: &HistoryEntry) -> ExecutionRecord {
         outcome: e.end.label().to_owned(),
         error: e.end.error.clone(),
         worker: Some(e.worker.clone()),
+        namespace: None,
+        task_id: None,
+        queue: (!e.queue.is_empty()).then(|| e.queue.clone()),
+        enqueued: e.enqueued_at,
+        finished: Some(e.finished_at),
+        retry_at: e.end.retry_at,
+        output: e.output.clone(),
+    }
+}
+
+/// An attempt of the history across tasks, with its task.
+fn item_record(i: &ExecutionItem) -> ExecutionRecord {
+    ExecutionRecord {
+        namespace: Some(i.namespace.clone()),
+        task_id: Some(i.task_id.clone()),
+        ..record(&i.entry)
     }
 }
 
@@ -75,6 +91,76 @@ impl Backend {
             .await
             .map_err(errors::queue)?;
         Ok(entries.iter().map(record).collect())
+    }
+
+    /// One page of the history across tasks. Unlike a task's own history, a task that no
+    /// longer exists still shows: the history is of what ran.
+    pub(super) async fn executions_page(
+        &self,
+        q: ExecutionQuery,
+    ) -> Result<ExecutionList, ApiError> {
+        let cursor = match &q.continue_token {
+            Some(c) => Some(
+                c.parse()
+                    .map_err(|_| ApiError::invalid(format!("continue: `{c}` is not a token")))?,
+            ),
+            None => None,
+        };
+        let filter = ExecutionFilter {
+            namespace: q.namespace,
+            task_id: q.task_id,
+            outcomes: q.outcomes,
+            since: q.since,
+            until: q.until,
+        };
+        let page = self
+            .queue()
+            .await?
+            .executions(&filter, cursor, q.limit, HISTORY_SCAN_MAX)
+            .await
+            .map_err(errors::queue)?;
+        Ok(ExecutionList {
+            items: page.items.iter().map(item_record).collect(),
+            continue_token: page.next.map(|p| p.to_string()),
+        })
+    }
+
+    /// One execution's attempts from the history across tasks, and its dead letter from its
+    /// queue.
+    pub(super) async fn execution_story(&self, id: &str) -> Result<ExecutionStory, ApiError> {
+        let uuid: Uuid = id
+            .parse()
+            .map_err(|_| ApiError::invalid(format!("`{id}` is not an execution id")))?;
+        let q = self.queue().await?;
+        let (items, complete) = q.execution_attempts(uuid).await.map_err(errors::queue)?;
+        let Some(first) = items.first() else {
+            return Err(ApiError::NotFound(format!(
+                "execution {id} is not in the execution history (kept for \
+                 redis.execution_history_retention)"
+            )));
+        };
+        let queue = first.entry.queue.clone();
+        let dead = if queue.is_empty() {
+            None
+        } else {
+            q.dlq_get(&queue, uuid).await.map_err(errors::queue)?
+        };
+        let attempts: Vec<ExecutionRecord> = items.iter().map(item_record).collect();
+        Ok(ExecutionStory {
+            execution_id: id.to_owned(),
+            namespace: first.namespace.clone(),
+            task_id: first.task_id.clone(),
+            queue,
+            due: Some(first.entry.fire_at),
+            enqueued: first.entry.first_enqueued_at.or(first.entry.enqueued_at),
+            outcome: attempts
+                .last()
+                .map(|a| a.outcome.clone())
+                .unwrap_or_default(),
+            attempts,
+            dead_letter: dead.as_ref().map(dead_letter),
+            complete,
+        })
     }
 
     pub(super) async fn dead_letters(
@@ -293,6 +379,10 @@ mod tests {
             ),
             worker: "w1".into(),
             attempt: 0,
+            queue: String::new(),
+            enqueued_at: None,
+            first_enqueued_at: None,
+            output: None,
         };
         let r = record(&e);
         assert_eq!(r.attempt, 1);

@@ -97,6 +97,18 @@ impl Config {
         if self.redis.key_prefix.trim().is_empty() {
             err("redis.key_prefix", "must not be empty".into());
         }
+        if self.redis.execution_history_retention.as_millis() == 0 {
+            err(
+                "redis.execution_history_retention",
+                "must be above 0".into(),
+            );
+        }
+        if self.redis.execution_history_max_entries == 0 {
+            err(
+                "redis.execution_history_max_entries",
+                "must be at least 1".into(),
+            );
+        }
 
         // instance
         if self.instance.id.trim().is_empty() {
@@ -450,6 +462,17 @@ mod tests {
             c.etcd.prefix = p.into();
             assert!(errors(&c)[0].starts_with("etcd.prefix:"), "{p}");
         }
+    }
+
+    #[test]
+    fn the_execution_history_needs_a_retention_and_room() {
+        let mut c = valid();
+        c.redis.execution_history_retention = Duration::ZERO;
+        c.redis.execution_history_max_entries = 0;
+        let e = errors(&c);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].starts_with("redis.execution_history_retention:"));
+        assert!(e[1].starts_with("redis.execution_history_max_entries:"));
     }
 
     #[test]

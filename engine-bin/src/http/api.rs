@@ -19,6 +19,8 @@
 //! | POST | `/tasks/{namespace}/{id}/trigger` (body: optional [`TriggerParams`]) | [`ApiBackend::trigger`] |
 //! | POST | `/tasks/{namespace}/{id}/backfill` (body: [`BackfillParams`]) | [`ApiBackend::backfill`] |
 //! | GET | `/tasks/{namespace}/{id}/history?limit=` | [`ApiBackend::history`] |
+//! | GET | `/executions?namespace=&task=&outcome=&failed=&since=&until=&limit=&continue=` | [`ApiBackend::executions`] (paged: `continue` in the body and in `X-Ax-Continue`) |
+//! | GET | `/executions/{id}` | [`ApiBackend::execution`] |
 //! | GET | `/dlq?queue=&limit=` | [`ApiBackend::dlq_list`] |
 //! | POST | `/dlq/requeue` (body: `{"ids": [...]}` or `{"all": true, "queue": ...}`) | [`ApiBackend::dlq_requeue`] |
 //! | POST | `/dlq/purge?queue=` | [`ApiBackend::dlq_purge`] |
@@ -131,6 +133,212 @@ pub struct TaskList {
     pub continue_token: Option<String>,
 }
 
+/// Attempts in a page of `GET /executions` when the request gives no `limit`.
+pub const DEFAULT_EXECUTION_PAGE: usize = 50;
+
+/// The outcome labels an attempt can end with, as the history shows them.
+pub const OUTCOME_LABELS: [&str; 7] = [
+    "succeeded",
+    "retrying",
+    "failed",
+    "timed_out",
+    "panicked",
+    "dead_lettered",
+    "killed",
+];
+
+/// The labels of failed attempts (`failed=true`, `ax history --failed`): a retried failure
+/// is a failure too.
+pub const FAILED_LABELS: [&str; 5] = [
+    "retrying",
+    "failed",
+    "timed_out",
+    "panicked",
+    "dead_lettered",
+];
+
+/// The query string of `GET /executions`, as written; [`ExecutionParams::resolve`] checks it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionParams {
+    /// Only this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Only this task: `NS/ID`, or `ID` in `namespace` (else `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// Only these outcomes, comma separated ([`OUTCOME_LABELS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// Only failed attempts ([`FAILED_LABELS`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
+    /// Only attempts written at or after: milliseconds since the epoch, or a duration
+    /// before now (`1h`, `30m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Only attempts written at or before, as `since`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// Most attempts in the page, 1 to [`MAX_LIST_LIMIT`]; default
+    /// [`DEFAULT_EXECUTION_PAGE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// The previous page's `continue`.
+    #[serde(default, rename = "continue", skip_serializing_if = "Option::is_none")]
+    pub continue_token: Option<String>,
+}
+
+/// Which attempts [`ApiBackend::executions`] returns, checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecutionQuery {
+    /// Only this namespace.
+    pub namespace: Option<String>,
+    /// Only this task id (in `namespace`).
+    pub task_id: Option<String>,
+    /// Only these outcome labels; empty: all.
+    pub outcomes: Vec<String>,
+    /// Only attempts written at or after.
+    pub since: Option<UtcMillis>,
+    /// Only attempts written at or before.
+    pub until: Option<UtcMillis>,
+    /// Most attempts in the page.
+    pub limit: usize,
+    /// Where the page starts (a previous page's `continue`).
+    pub continue_token: Option<String>,
+}
+
+impl ExecutionParams {
+    /// The checked query, relative times taken back from `now`; [`ApiError::Invalid`]
+    /// names each problem.
+    pub fn resolve(&self, now: UtcMillis) -> Result<ExecutionQuery, ApiError> {
+        let mut problems = Vec::new();
+        let limit = match self.limit {
+            None => DEFAULT_EXECUTION_PAGE,
+            Some(n) if (1..=MAX_LIST_LIMIT).contains(&n) => n,
+            Some(n) => {
+                problems.push(format!("limit: {n} is outside 1 to {MAX_LIST_LIMIT}"));
+                DEFAULT_EXECUTION_PAGE
+            }
+        };
+        let mut instant = |name: &str, v: &Option<String>| -> Option<UtcMillis> {
+            let v = v.as_deref()?.trim();
+            if let Ok(ms) = v.parse::<i64>() {
+                return Some(UtcMillis(ms));
+            }
+            match ax_scheduler_core::duration_serde::parse(v) {
+                Ok(d) => Some(UtcMillis(
+                    now.0
+                        .saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+                )),
+                Err(e) => {
+                    problems.push(format!(
+                        "{name}: `{v}` is neither milliseconds since the epoch nor a duration \
+                         before now: {e}"
+                    ));
+                    None
+                }
+            }
+        };
+        let since = instant("since", &self.since);
+        let until = instant("until", &self.until);
+        let mut outcomes: Vec<String> = Vec::new();
+        for o in self.outcome.iter().flat_map(|o| o.split(',')) {
+            let o = o.trim().to_ascii_lowercase();
+            if o.is_empty() {
+                continue;
+            }
+            if OUTCOME_LABELS.contains(&o.as_str()) {
+                outcomes.push(o);
+            } else {
+                problems.push(format!(
+                    "outcome: `{o}` is not one of {}",
+                    OUTCOME_LABELS.join(", ")
+                ));
+            }
+        }
+        if self.failed {
+            if outcomes.is_empty() {
+                outcomes = FAILED_LABELS.iter().map(|s| (*s).to_owned()).collect();
+            } else {
+                outcomes.retain(|o| FAILED_LABELS.contains(&o.as_str()));
+                if outcomes.is_empty() {
+                    problems.push("outcome: no failed outcome named, and failed=true".into());
+                }
+            }
+        }
+        let (namespace, task_id) = match (&self.namespace, &self.task) {
+            (ns, Some(t)) => match t.split_once('/') {
+                Some((n, id)) => (Some(n.to_owned()), Some(id.to_owned())),
+                None => (
+                    Some(ns.clone().unwrap_or_else(|| "default".to_owned())),
+                    Some(t.clone()),
+                ),
+            },
+            (ns, None) => (ns.clone(), None),
+        };
+        if let Some(c) = &self.continue_token {
+            if c.parse::<ax_scheduler_core::EventPosition>().is_err() {
+                problems.push(format!("continue: `{c}` is not a continue token"));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(ApiError::Invalid {
+                message: format!("invalid execution query: {}", problems.join("; ")),
+                errors: problems,
+            });
+        }
+        Ok(ExecutionQuery {
+            namespace,
+            task_id,
+            outcomes,
+            since,
+            until,
+            limit,
+            continue_token: self.continue_token.clone(),
+        })
+    }
+}
+
+/// One page of `GET /executions`, newest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionList {
+    /// The attempts.
+    pub items: Vec<ExecutionRecord>,
+    /// Pass as `continue` for the next page; absent when the range is done. A page may be
+    /// short, even empty, and still have one: each request scans a bounded part of the
+    /// history.
+    #[serde(default, rename = "continue", skip_serializing_if = "Option::is_none")]
+    pub continue_token: Option<String>,
+}
+
+/// One execution's whole story (`GET /executions/{id}`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionStory {
+    /// Execution id.
+    pub execution_id: String,
+    /// The task.
+    pub namespace: String,
+    /// The task.
+    pub task_id: String,
+    /// Queue it ran on.
+    pub queue: String,
+    /// The fire it stands for (for a run-now execution, when it was asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due: Option<UtcMillis>,
+    /// When its first attempt was enqueued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enqueued: Option<UtcMillis>,
+    /// Every recorded attempt, oldest first.
+    pub attempts: Vec<ExecutionRecord>,
+    /// How it ended: the last attempt's outcome (`retrying` while a retry is pending).
+    pub outcome: String,
+    /// Its dead-letter entry, while there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter: Option<DeadLetter>,
+    /// False when the search for its attempts stopped at its bound before their end.
+    pub complete: bool,
+}
+
 /// What a backend call returns.
 pub type ApiFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ApiError>> + Send + 'a>>;
 
@@ -160,6 +368,10 @@ pub trait ApiBackend: Send + Sync {
     fn resume_namespace(&self, namespace: String) -> ApiFuture<'_, ()>;
     /// The last `limit` executions of a task, newest first.
     fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>>;
+    /// One page of the attempts of every task `query` selects, newest first.
+    fn executions(&self, query: ExecutionQuery) -> ApiFuture<'_, ExecutionList>;
+    /// One execution's story; [`ApiError::NotFound`] when nothing of it is recorded.
+    fn execution(&self, id: String) -> ApiFuture<'_, ExecutionStory>;
     /// Dead-lettered executions, newest first.
     fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>>;
     /// Puts dead-lettered executions back on their queues; returns how many.
@@ -398,6 +610,28 @@ pub struct ExecutionRecord {
     /// Instance id of the worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
+    /// The task (in the history across tasks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The task (in the history across tasks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Queue it ran on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// When the attempt was enqueued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enqueued: Option<UtcMillis>,
+    /// When it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<UtcMillis>,
+    /// When the retry that follows is due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<UtcMillis>,
+    /// The start of the handler's answer: `{"status", "body", "truncated"}`, the body's
+    /// first KiB at most (in the history across tasks only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<ax_scheduler_core::AttemptOutput>,
 }
 
 /// A dead-lettered execution.
@@ -531,6 +765,8 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
         .route("/tasks/{namespace}/{id}/trigger", post(trigger))
         .route("/tasks/{namespace}/{id}/backfill", post(backfill))
         .route("/tasks/{namespace}/{id}/history", get(history))
+        .route("/executions", get(executions))
+        .route("/executions/{id}", get(execution))
         .route("/dlq", get(dlq_list))
         .route("/dlq/requeue", post(dlq_requeue))
         .route("/dlq/purge", post(dlq_purge))
@@ -769,6 +1005,31 @@ async fn history(
 ) -> ApiResult<Vec<ExecutionRecord>> {
     let limit = check_limit(query(q)?.limit)?;
     Ok(Json(s.backend()?.history(key(p), limit).await?))
+}
+
+/// The page as the body (`{"items", "continue"}`), the token also in [`CONTINUE_HEADER`] as
+/// for tasks.
+async fn executions(
+    State(s): State<ApiState>,
+    q: Result<Query<ExecutionParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let q = query(q)?.resolve(UtcMillis::now())?;
+    let page = s.backend()?.executions(q).await?;
+    let token = page.continue_token.clone();
+    let mut response = Json(page).into_response();
+    if let Some(token) = token {
+        if let Ok(value) = axum::http::HeaderValue::from_str(&token) {
+            response.headers_mut().insert(CONTINUE_HEADER, value);
+        }
+    }
+    Ok(response)
+}
+
+async fn execution(State(s): State<ApiState>, Path(id): Path<String>) -> ApiResult<ExecutionStory> {
+    if id.parse::<uuid::Uuid>().is_err() {
+        return Err(ApiError::invalid(format!("`{id}` is not an execution id")));
+    }
+    Ok(Json(s.backend()?.execution(id).await?))
 }
 
 async fn dlq_list(

@@ -37,7 +37,7 @@ use crate::metrics::Metrics;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
-    /// Look: list and get tasks, history, dead letters, status. For dashboards.
+    /// Look: list and get tasks, history, executions, dead letters, status. For dashboards.
     Read,
     /// Run the system: pause, resume, trigger, requeue dead letters.
     Operate,
@@ -82,6 +82,8 @@ pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
     ("POST", "/tasks/{namespace}/{id}/trigger", Role::Operate),
     ("POST", "/tasks/{namespace}/{id}/backfill", Role::Operate),
     ("GET", "/tasks/{namespace}/{id}/history", Role::Read),
+    ("GET", "/executions", Role::Read),
+    ("GET", "/executions/{id}", Role::Read),
     ("GET", "/dlq", Role::Read),
     ("POST", "/dlq/requeue", Role::Operate),
     ("POST", "/dlq/purge", Role::Admin),

@@ -75,6 +75,8 @@ struct Inbox {
     failing: HashSet<String>,
     /// Tasks whose executions are answered only after this long (a slow endpoint).
     slow: HashMap<String, Duration>,
+    /// Tasks whose executions are answered with this body.
+    bodies: HashMap<String, String>,
     /// Bodies that could not be read: each is a test failure.
     malformed: Vec<String>,
 }
@@ -125,6 +127,15 @@ impl Receiver {
             .insert(task_id.to_owned());
     }
 
+    /// Executions of `task_id` are answered with `body` from now on.
+    pub(crate) fn answer_with(&self, task_id: &str, body: String) {
+        self.inbox
+            .lock()
+            .unwrap()
+            .bodies
+            .insert(task_id.to_owned(), body);
+    }
+
     /// Executions of `task_id` are answered only after `delay` from now on.
     pub(crate) fn slow_task(&self, task_id: &str, delay: Duration) {
         self.inbox
@@ -170,37 +181,41 @@ impl Drop for Receiver {
     }
 }
 
-async fn receive_execution(State(inbox): State<Arc<Mutex<Inbox>>>, body: Bytes) -> StatusCode {
+async fn receive_execution(
+    State(inbox): State<Arc<Mutex<Inbox>>>,
+    body: Bytes,
+) -> (StatusCode, String) {
     let arrived_at = now_ms();
     let parsed = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|v| parse_execution(&v, arrived_at));
-    let (status, delay) = {
+    let (status, delay, answer) = {
         let mut inbox = inbox.lock().unwrap();
         match parsed {
             Some(e) => {
                 let failing = inbox.failing.contains(&e.task_id);
                 let delay = inbox.slow.get(&e.task_id).copied();
+                let answer = inbox.bodies.get(&e.task_id).cloned().unwrap_or_default();
                 inbox.executions.push(e);
                 let status = if failing {
                     StatusCode::INTERNAL_SERVER_ERROR
                 } else {
                     StatusCode::OK
                 };
-                (status, delay)
+                (status, delay, answer)
             }
             None => {
                 inbox
                     .malformed
                     .push(String::from_utf8_lossy(&body).into_owned());
-                (StatusCode::BAD_REQUEST, None)
+                (StatusCode::BAD_REQUEST, None, String::new())
             }
         }
     };
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
     }
-    status
+    (status, answer)
 }
 
 fn parse_execution(v: &Value, arrived_at: i64) -> Option<Execution> {
