@@ -1296,3 +1296,43 @@ async fn every_change_through_the_api_is_audited_with_its_caller_and_reads_are_n
         "dlq.purge"
     );
 }
+
+#[test]
+fn the_openapi_document_lists_exactly_the_routes_methods_and_roles_of_the_router() {
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let mut documented = Vec::new();
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        let route = path.strip_prefix("/api/v1").unwrap();
+        for (method, op) in ops.as_object().unwrap() {
+            let role: Role = op["x-ax-role"].as_str().unwrap().parse().unwrap();
+            documented.push((method.to_uppercase(), route.to_owned(), role));
+            // Every parameter of the path is described.
+            for segment in route.split('/').filter(|s| s.starts_with('{')) {
+                let name = segment.trim_matches(['{', '}']);
+                assert!(
+                    op["parameters"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|p| p["in"] == "path" && p["name"] == name),
+                    "{method} {path}: no parameter {name}"
+                );
+            }
+        }
+    }
+    let mut routes: Vec<(String, String, Role)> = ROUTE_ROLES
+        .iter()
+        .map(|(m, p, r)| ((*m).to_owned(), (*p).to_owned(), *r))
+        .collect();
+    documented.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    routes.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    // ROUTE_ROLES is the router's own list: the access-table sweep proves it.
+    assert_eq!(
+        documented, routes,
+        "docs/openapi.json and the router differ"
+    );
+}
