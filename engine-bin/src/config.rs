@@ -163,7 +163,7 @@ pub struct Redis {
     /// default 7 d.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub execution_history_retention: Duration,
-    /// Most attempts the execution history across tasks keeps; default 1 000 000.
+    /// Most attempts the execution history across tasks keeps; default 200 000.
     pub execution_history_max_entries: usize,
     /// How long a dead-letter entry is kept; default 90 d.
     #[serde(with = "ax_scheduler_core::duration_serde")]

@@ -15,7 +15,7 @@ pub const DEFAULT_HISTORY_RETENTION: Duration = Duration::from_secs(30 * 24 * 36
 /// How long the execution history across tasks keeps an attempt, by default (7 days).
 pub const DEFAULT_EXECUTION_HISTORY_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Most attempts the execution history across tasks keeps, by default.
-pub const DEFAULT_EXECUTION_HISTORY_MAX_ENTRIES: usize = 1_000_000;
+pub const DEFAULT_EXECUTION_HISTORY_MAX_ENTRIES: usize = 200_000;
 /// How long a dead-letter entry is kept, by default (90 days).
 pub const DEFAULT_DLQ_RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
 /// Most dead-letter entries kept per queue, by default.
