@@ -3,8 +3,10 @@
 //!
 //! Keys sort by time, so a page newest first is one descending range read and retention is
 //! one range delete of the keys before the cutoff. That delete rides in the same
-//! transaction as each new record: changes are human-scale, so trimming at each write keeps
-//! the log bounded without a loop of its own, and a log nobody writes to does not grow.
+//! transaction as each new record, so a log nobody writes to does not grow and needs no loop
+//! of its own. Age alone does not bound it: a script rewriting specs with `etcdctl` every
+//! second would leave millions of records in etcd within the retention. So each write also
+//! counts the records (a count-only read) and deletes the oldest beyond `audit.max_records`.
 
 use std::time::Duration;
 
@@ -21,16 +23,25 @@ pub struct AuditStore {
     etcd: Client,
     prefix: String,
     retention: Duration,
+    max_records: usize,
     request_timeout: Duration,
 }
 
 impl AuditStore {
-    /// The log under `{prefix}/audit/`, keeping records for `retention`.
-    pub fn new(etcd: Client, prefix: &str, retention: Duration, request_timeout: Duration) -> Self {
+    /// The log under `{prefix}/audit/`, keeping records for `retention`, at most
+    /// `max_records` of them.
+    pub fn new(
+        etcd: Client,
+        prefix: &str,
+        retention: Duration,
+        max_records: usize,
+        request_timeout: Duration,
+    ) -> Self {
         AuditStore {
             etcd,
             prefix: format!("{prefix}/audit/"),
             retention,
+            max_records: max_records.max(1),
             request_timeout,
         }
     }
@@ -41,6 +52,7 @@ impl AuditStore {
             etcd,
             &config.etcd.prefix,
             config.audit.retention,
+            config.audit.max_records,
             config.etcd.timeout,
         )
     }
@@ -73,6 +85,61 @@ impl AuditStore {
             .await
             .map_err(|_| ApiError::Unavailable("etcd audit write timed out".into()))?
             .map_err(|e| errors::etcd("audit write", e))?;
+        self.trim_to_cap().await
+    }
+
+    /// Deletes the oldest records beyond `max_records` (at most [`MAX_TRIM`] a call: a log
+    /// far over its cap, after the cap was lowered, shrinks over the next writes).
+    async fn trim_to_cap(&self) -> Result<(), ApiError> {
+        let prefix = self.audit_prefix();
+        let mut kv = self.etcd.kv_client();
+        let counted = tokio::time::timeout(
+            self.request_timeout,
+            kv.get(
+                prefix.clone(),
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            ),
+        )
+        .await
+        .map_err(|_| ApiError::Unavailable("etcd audit count timed out".into()))?
+        .map_err(|e| errors::etcd("audit count", e))?;
+        let count = usize::try_from(counted.count()).unwrap_or(0);
+        if count <= self.max_records {
+            return Ok(());
+        }
+        let excess = (count - self.max_records).min(MAX_TRIM);
+        let oldest = tokio::time::timeout(
+            self.request_timeout,
+            kv.get(
+                prefix.clone(),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_sort(SortTarget::Key, SortOrder::Ascend)
+                        .with_limit(i64::try_from(excess).unwrap_or(1)),
+                ),
+            ),
+        )
+        .await
+        .map_err(|_| ApiError::Unavailable("etcd audit read timed out".into()))?
+        .map_err(|e| errors::etcd("audit read", e))?;
+        let Some(last) = oldest.kvs().last() else {
+            return Ok(());
+        };
+        // Up to and including the last of the oldest: the range ends just after it.
+        let mut end = last.key().to_vec();
+        end.push(0);
+        tokio::time::timeout(
+            self.request_timeout,
+            kv.delete(
+                prefix,
+                Some(etcd_client::DeleteOptions::new().with_range(end)),
+            ),
+        )
+        .await
+        .map_err(|_| ApiError::Unavailable("etcd audit trim timed out".into()))?
+        .map_err(|e| errors::etcd("audit trim", e))?;
         Ok(())
     }
 
@@ -139,6 +206,9 @@ impl AuditStore {
         })
     }
 }
+
+/// Records one write deletes at most to get back under the cap.
+const MAX_TRIM: usize = 1000;
 
 /// Range reads one page request makes at most.
 const MAX_READS: usize = 10;

@@ -434,12 +434,15 @@ pub struct Audit {
     /// How long a record is kept; default 90 d.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub retention: Duration,
+    /// Most records kept (the oldest go first); default 100 000.
+    pub max_records: usize,
 }
 
 impl Default for Audit {
     fn default() -> Self {
         Audit {
             retention: Duration::from_secs(90 * 24 * 3600),
+            max_records: 100_000,
         }
     }
 }

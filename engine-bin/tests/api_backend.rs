@@ -336,7 +336,7 @@ async fn tasks_are_listed_page_by_page_with_filters() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_audit_log_pages_newest_first_filters_and_forgets_after_its_retention() {
+async fn the_audit_log_pages_newest_first_filters_and_keeps_to_its_retention_and_cap() {
     use ax_engine::audit::{AuditQuery, AuditRecord};
     use ax_engine::backend::Backend;
     use ax_scheduler_core::UtcMillis;
@@ -346,6 +346,7 @@ async fn the_audit_log_pages_newest_first_filters_and_forgets_after_its_retentio
     config.etcd.prefix = format!("/{}", ax_testkit::unique_name("audit"));
     config.redis.url = ax_testkit::redis_url();
     config.audit.retention = std::time::Duration::from_secs(24 * 3600);
+    config.audit.max_records = 4;
     let b = Backend::connect_lazy(&config).await.unwrap();
     let now = UtcMillis::now();
     let record = |at: UtcMillis, actor: &str, target: &str| AuditRecord {
@@ -387,8 +388,8 @@ async fn the_audit_log_pages_newest_first_filters_and_forgets_after_its_retentio
     }
     assert_eq!(
         targets,
-        ["x/t4", "x/t3", "x/t2", "x/t1", "x/t0"],
-        "newest first, old one trimmed"
+        ["x/t4", "x/t3", "x/t2", "x/t1"],
+        "newest first; the old one past the retention and the oldest beyond the cap trimmed"
     );
 
     let ops = b
@@ -399,7 +400,7 @@ async fn the_audit_log_pages_newest_first_filters_and_forgets_after_its_retentio
         .await
         .unwrap();
     let ops: Vec<String> = ops.items.into_iter().map(|r| r.target).collect();
-    assert_eq!(ops, ["x/t4", "x/t2", "x/t0"]);
+    assert_eq!(ops, ["x/t4", "x/t2"]);
     let recent = b
         .audit_list(AuditQuery {
             since: Some(UtcMillis(now.0 + 3)),

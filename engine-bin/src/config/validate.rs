@@ -269,6 +269,9 @@ impl Config {
         }
 
         positive(&mut err, "audit.retention", self.audit.retention);
+        if self.audit.max_records == 0 {
+            err("audit.max_records", "must be at least 1".into());
+        }
 
         // limits
         if self.limits.max_request_bytes < 1024 {
