@@ -57,13 +57,9 @@ impl AuditStore {
         )
     }
 
-    fn audit_prefix(&self) -> String {
-        self.prefix.clone()
-    }
-
     /// Writes `record`, and deletes the records older than the retention.
     pub async fn write(&self, record: &AuditRecord) -> Result<(), ApiError> {
-        let prefix = self.audit_prefix();
+        let prefix = self.prefix.clone();
         let suffix: u32 = rand::random();
         let key = format!("{prefix}{:013}-{suffix:08x}", record.at.0.max(0));
         let value = serde_json::to_vec(record)
@@ -91,7 +87,7 @@ impl AuditStore {
     /// Deletes the oldest records beyond `max_records` (at most [`MAX_TRIM`] a call: a log
     /// far over its cap, after the cap was lowered, shrinks over the next writes).
     async fn trim_to_cap(&self) -> Result<(), ApiError> {
-        let prefix = self.audit_prefix();
+        let prefix = self.prefix.clone();
         let mut kv = self.etcd.kv_client();
         let counted = tokio::time::timeout(
             self.request_timeout,
@@ -151,7 +147,7 @@ impl AuditStore {
                 "limit: {limit} is outside 1 to {MAX_LIST_LIMIT}"
             )));
         }
-        let prefix = self.audit_prefix();
+        let prefix = self.prefix.clone();
         let start = match query.since {
             Some(t) => format!("{prefix}{:013}", t.0.max(0)),
             None => prefix.clone(),

@@ -36,6 +36,14 @@ fn http_task(c: &Cluster, schedule: Value) -> Value {
     })
 }
 
+/// Registers `spec` as `NAMESPACE/ID` with `ax task put -`, which must succeed.
+async fn cli_put(c: &Cluster, namespace: &str, id: &str, mut spec: Value) {
+    spec["id"] = json!(id);
+    spec["namespace"] = json!(namespace);
+    let (code, out, err) = c.ax(&["task", "put", "-"], Some(&spec.to_string())).await;
+    assert_eq!(code, 0, "task put {namespace}/{id}: {out} {err}");
+}
+
 /// Registers an `http` one-shot due at `due` (ms), as `etcdctl put` would.
 async fn put_one_shot(c: &Cluster, namespace: &str, id: &str, due: i64) {
     c.put_task(namespace, id, &http_task(c, json!({ "at": rfc3339(due) })))
@@ -214,11 +222,7 @@ async fn pause_resume_trigger_and_delete_through_the_cli() {
     c.start_replica("r1", Roles::Both).await;
     c.wait_for_leader(None, Duration::from_secs(10)).await;
 
-    let mut spec = http_task(&c, json!({ "every": "1s" }));
-    spec["id"] = json!("tick");
-    spec["namespace"] = json!("ops");
-    let (code, out, err) = c.ax(&["task", "put", "-"], Some(&spec.to_string())).await;
-    assert_eq!(code, 0, "task put: {out} {err}");
+    cli_put(&c, "ops", "tick", http_task(&c, json!({ "every": "1s" }))).await;
     wait_for_executions(&c, "tick", 2, Duration::from_secs(5)).await;
 
     // Pause: at most one execution already on its way, then nothing.
@@ -1082,11 +1086,7 @@ async fn spec_changes_written_to_etcd_without_ax_are_audited_as_direct() {
     c.wait_for_leader(None, Duration::from_secs(10)).await;
 
     // One task through the CLI (audited by it), one written to etcd by hand.
-    let mut spec = http_task(&c, json!({ "every": "1h" }));
-    spec["id"] = json!("by-ax");
-    spec["namespace"] = json!("ops");
-    let (code, out, err) = c.ax(&["task", "put", "-"], Some(&spec.to_string())).await;
-    assert_eq!(code, 0, "task put: {out} {err}");
+    cli_put(&c, "ops", "by-ax", http_task(&c, json!({ "every": "1h" }))).await;
     c.put_task("ops", "by-hand", &http_task(&c, json!({ "every": "1h" })))
         .await;
 
@@ -1150,43 +1150,30 @@ async fn a_run_now_carries_its_payload_and_its_idempotency_key_runs_it_once() {
     c.wait_for_leader(None, Duration::from_secs(10)).await;
 
     let mut spec = http_task(&c, json!({ "every": "1h" }));
-    spec["id"] = json!("report");
-    spec["namespace"] = json!("ops");
     spec["payload"] = json!({"day": "spec"});
-    let (code, out, err) = c.ax(&["task", "put", "-"], Some(&spec.to_string())).await;
-    assert_eq!(code, 0, "task put: {out} {err}");
+    cli_put(&c, "ops", "report", spec).await;
 
-    let (code, first, err) = c
-        .ax(
-            &[
-                "task",
-                "trigger",
-                "ops/report",
-                "--payload",
-                "-",
-                "--idempotency-key",
-                "2026-11-29",
-            ],
-            Some(r#"{"day": "2026-11-29"}"#),
-        )
-        .await;
-    assert_eq!(code, 0, "{err}");
-    // The same key again: a second request, enqueued once.
-    let (code, second, err) = c
-        .ax(
-            &[
-                "task",
-                "trigger",
-                "ops/report",
-                "--payload",
-                "-",
-                "--idempotency-key",
-                "2026-11-29",
-            ],
-            Some(r#"{"day": "2026-11-29"}"#),
-        )
-        .await;
-    assert_eq!(code, 0, "{err}");
+    // The same key twice: two requests, enqueued once.
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (code, id, err) = c
+            .ax(
+                &[
+                    "task",
+                    "trigger",
+                    "ops/report",
+                    "--payload",
+                    "-",
+                    "--idempotency-key",
+                    "2026-11-29",
+                ],
+                Some(r#"{"day": "2026-11-29"}"#),
+            )
+            .await;
+        assert_eq!(code, 0, "{err}");
+        ids.push(id);
+    }
+    let (first, second) = (&ids[0], &ids[1]);
     assert_ne!(first.trim(), second.trim());
     // Without a key, a run-now with the spec's payload.
     let third = c.ax_ok(&["task", "trigger", "ops/report"]).await;
@@ -1226,11 +1213,13 @@ async fn a_backfill_runs_each_past_fire_of_the_range_once() {
     c.start_replica("r1", Roles::Both).await;
     c.wait_for_leader(None, Duration::from_secs(10)).await;
 
-    let mut spec = http_task(&c, json!({ "cron": "0 0 * * * *" }));
-    spec["id"] = json!("hourly");
-    spec["namespace"] = json!("ops");
-    let (code, out, err) = c.ax(&["task", "put", "-"], Some(&spec.to_string())).await;
-    assert_eq!(code, 0, "task put: {out} {err}");
+    cli_put(
+        &c,
+        "ops",
+        "hourly",
+        http_task(&c, json!({ "cron": "0 0 * * * *" })),
+    )
+    .await;
 
     let (from, to) = ("2026-11-01T00:00:00Z", "2026-11-01T05:00:00Z");
     let listed = c
@@ -1299,11 +1288,8 @@ async fn a_paused_namespace_fires_nothing_even_across_a_failover_and_resumes_by_
     c.wait_for_leader(None, Duration::from_secs(10)).await;
     for (ns, id) in [("batch", "b1"), ("web", "w1")] {
         let mut spec = http_task(&c, json!({ "every": "1s" }));
-        spec["id"] = json!(id);
-        spec["namespace"] = json!(ns);
         spec["misfire"] = json!("fire_once");
-        let (code, out, err) = c.ax(&["task", "put", "-"], Some(&spec.to_string())).await;
-        assert_eq!(code, 0, "task put: {out} {err}");
+        cli_put(&c, ns, id, spec).await;
     }
     wait_for_executions(&c, "b1", 1, Duration::from_secs(5)).await;
 

@@ -66,41 +66,49 @@ impl Registry {
         id: &str,
         request: &TriggerRequest,
     ) -> Result<i64, RegistryError> {
-        let task = self.keys().task(namespace, id);
-        let key = self.keys().trigger(namespace, id, &request.execution_id);
-        // Strings, an integer and a JSON value always serialize.
-        let value = serde_json::to_vec(request).unwrap_or_default();
-        let txn = Txn::new()
-            .when([Compare::create_revision(task, CompareOp::Greater, 0)])
-            .and_then([TxnOp::put(key, value, None)]);
-        let mut kv = self.client().kv_client();
-        let resp = timed("trigger put", self.config().request_timeout, kv.txn(txn)).await?;
-        if !resp.succeeded() {
-            return Err(RegistryError::NotFound {
-                namespace: namespace.to_string(),
-                id: id.to_string(),
-            });
-        }
+        let revision = self
+            .write_triggers(namespace, id, std::slice::from_ref(request))
+            .await?;
         tracing::info!(task_id = id, namespace, execution_id = %request.execution_id, "run-now requested");
-        Ok(resp.header().map(|h| h.revision()).unwrap_or(0))
+        Ok(revision)
     }
 
-    /// Writes many run-now requests of one task (a backfill), up to 128 per transaction
-    /// (etcd's default `--max-txn-ops`), each transaction only while the task exists. The
-    /// requests go in the order given; when the task is deleted midway, the ones written stay
-    /// (the leader drops them) and [`RegistryError::NotFound`] says so.
+    /// Writes many run-now requests of one task (a backfill), in the order given. When the
+    /// task is deleted midway, the ones written stay (the leader drops them) and
+    /// [`RegistryError::NotFound`] says so.
     pub async fn request_triggers(
         &self,
         namespace: &str,
         id: &str,
         requests: &[TriggerRequest],
     ) -> Result<(), RegistryError> {
+        self.write_triggers(namespace, id, requests).await?;
+        tracing::info!(
+            task_id = id,
+            namespace,
+            requests = requests.len(),
+            "run-now requests written"
+        );
+        Ok(())
+    }
+
+    /// Puts `requests` up to 128 per transaction (etcd's default `--max-txn-ops`), each
+    /// transaction only while the task's spec key exists, so a request racing a delete never
+    /// outlives its task. Returns the last write's revision.
+    async fn write_triggers(
+        &self,
+        namespace: &str,
+        id: &str,
+        requests: &[TriggerRequest],
+    ) -> Result<i64, RegistryError> {
         let task = self.keys().task(namespace, id);
+        let mut revision = 0;
         for chunk in requests.chunks(128) {
             let ops: Vec<TxnOp> = chunk
                 .iter()
                 .map(|r| {
                     let key = self.keys().trigger(namespace, id, &r.execution_id);
+                    // Strings, integers and a JSON value always serialize.
                     TxnOp::put(key, serde_json::to_vec(r).unwrap_or_default(), None)
                 })
                 .collect();
@@ -119,14 +127,9 @@ impl Registry {
                     id: id.to_string(),
                 });
             }
+            revision = resp.header().map_or(0, |h| h.revision());
         }
-        tracing::info!(
-            task_id = id,
-            namespace,
-            requests = requests.len(),
-            "run-now requests written"
-        );
-        Ok(())
+        Ok(revision)
     }
 
     /// Every pending run-now request, in key order, with the revision of the listing (watch

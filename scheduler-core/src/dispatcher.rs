@@ -582,6 +582,14 @@ impl Dispatcher {
     }
 
     fn arm(&mut self, task: &mut Armed, next: Option<UtcMillis>, now: UtcMillis) {
+        self.set_next(task, next);
+        if next.is_some() && !task.state.status.is_executing() {
+            set_status(&mut task.state, TaskStatus::Scheduled, now);
+        }
+    }
+
+    /// Records the task's next fire and arms its timer for it (none for `None`).
+    fn set_next(&mut self, task: &mut Armed, next: Option<UtcMillis>) {
         task.state.next_fire_at = next;
         if let Some(due) = next {
             task.timer = Some(self.timer.insert(
@@ -592,9 +600,6 @@ impl Dispatcher {
                     generation: task.generation,
                 },
             ));
-            if !task.state.status.is_executing() {
-                set_status(&mut task.state, TaskStatus::Scheduled, now);
-            }
         }
     }
 
@@ -838,17 +843,7 @@ impl Dispatcher {
         fires: Vec<UtcMillis>,
         now: UtcMillis,
     ) {
-        task.state.next_fire_at = next;
-        if let Some(due) = next {
-            task.timer = Some(self.timer.insert(
-                due,
-                TimerEntry {
-                    key: Arc::clone(&task.key),
-                    kind: TimerKind::Scheduled,
-                    generation: task.generation,
-                },
-            ));
-        }
+        self.set_next(task, next);
         for fire_at in fires {
             push_fire(
                 &mut self.ready,

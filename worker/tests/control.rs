@@ -17,21 +17,6 @@ use common::*;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
-struct Running {
-    cancel: CancellationToken,
-    handle: tokio::task::JoinHandle<ax_worker::PoolSummary>,
-}
-
-impl Running {
-    async fn stop(self) -> ax_worker::PoolSummary {
-        self.cancel.cancel();
-        tokio::time::timeout(Duration::from_secs(20), self.handle)
-            .await
-            .expect("pool stops")
-            .unwrap()
-    }
-}
-
 /// A pool whose `slow` handler sleeps 30 s (ignoring cancellation, as a careless handler
 /// would) and whose `flaky` handler fails; `runs` counts handler starts.
 fn start(q: &Queue, runs: &Arc<AtomicU32>) -> (Running, UnboundedReceiver<ReportEvent>) {

@@ -53,21 +53,6 @@ async fn ran_within(seen: &Seen, id: Uuid, limit: Duration) -> bool {
     eventually(limit, || seen.lock().unwrap().contains_key(&id)).await
 }
 
-struct Running {
-    cancel: CancellationToken,
-    handle: tokio::task::JoinHandle<ax_worker::PoolSummary>,
-}
-
-impl Running {
-    async fn stop(self) -> ax_worker::PoolSummary {
-        self.cancel.cancel();
-        tokio::time::timeout(Duration::from_secs(20), self.handle)
-            .await
-            .expect("pool stops")
-            .unwrap()
-    }
-}
-
 fn start(pool: WorkerPool) -> Running {
     let cancel = CancellationToken::new();
     let c = cancel.clone();

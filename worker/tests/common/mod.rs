@@ -153,3 +153,20 @@ async fn answer(path: &str) -> String {
     }
     reply(path.trim_start_matches('/').parse().unwrap_or(200), None)
 }
+
+/// A pool running on its own task, stopped with [`Running::stop`].
+pub struct Running {
+    pub cancel: tokio_util::sync::CancellationToken,
+    pub handle: tokio::task::JoinHandle<ax_worker::PoolSummary>,
+}
+
+impl Running {
+    /// Cancels the pool and waits (20 s at most) for its summary.
+    pub async fn stop(self) -> ax_worker::PoolSummary {
+        self.cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(20), self.handle)
+            .await
+            .expect("pool stops")
+            .unwrap()
+    }
+}
