@@ -11,6 +11,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use ax_scheduler_core::deadline::Miss;
 use ax_scheduler_core::UtcMillis;
 use serde::{Deserialize, Serialize};
 
@@ -94,6 +95,8 @@ pub enum AlertKind {
     /// A queue's fence refuses every leader of this installation (another installation, an
     /// etcd restore).
     FenceConflict,
+    /// A task with `expect_success_within` did not succeed in time after a due fire.
+    DeadlineMissed,
     /// Anything else.
     Other,
 }
@@ -114,6 +117,7 @@ impl AlertKind {
             AlertKind::BackendUnavailable => "backend_unavailable",
             AlertKind::BackendRestarted => "backend_restarted",
             AlertKind::FenceConflict => "fence_conflict",
+            AlertKind::DeadlineMissed => "deadline_missed",
             AlertKind::Other => "other",
         }
     }
@@ -406,6 +410,43 @@ impl Alert {
         )
     }
 
+    /// Trigger: fires of a task were not followed by a successful execution within
+    /// `within` (critical: the task's own promise to its users broke). One alert per
+    /// judgement, however many fires it counts; the reason is the earliest one's.
+    pub fn deadline_missed(
+        namespace: impl Into<String>,
+        id: impl Into<String>,
+        within: Duration,
+        miss: &Miss,
+        now: UtcMillis,
+    ) -> Self {
+        let (namespace, id) = (namespace.into(), id.into());
+        let window = humantime::format_duration(within);
+        let fires = if miss.missed == 1 {
+            format!("the fire of {}", miss.first_fire)
+        } else {
+            format!(
+                "{} fires from {} to {}",
+                miss.missed, miss.first_fire, miss.last_fire
+            )
+        };
+        Alert::new(
+            Level::Critical,
+            AlertKind::DeadlineMissed,
+            format!("Deadline missed: {namespace}/{id}"),
+            format!(
+                "No execution succeeded within {window} of {fires} (deadline {}): {}",
+                miss.deadline, miss.reason
+            ),
+            now,
+        )
+        .with_task(namespace, id)
+        .with_field("fire_at", miss.first_fire)
+        .with_field("missed", miss.missed)
+        .with_field("within", window)
+        .with_field("reason", miss.reason.as_str())
+    }
+
     /// Trigger: Redis restarted under the leader (critical). Without persistence
     /// (`persistent` false or unknown) whatever was queued, running or waiting for a retry is
     /// gone; the leader has raised the fences again.
@@ -495,6 +536,7 @@ mod tests {
             AlertKind::BackendUnavailable,
             AlertKind::BackendRestarted,
             AlertKind::FenceConflict,
+            AlertKind::DeadlineMissed,
             AlertKind::Other,
         ] {
             assert_eq!(

@@ -70,6 +70,9 @@ pub const BACKEND_ERRORS_TOTAL: &str = "scheduler_backend_errors_total";
 /// `/api/v1` requests refused before reaching a route. Labels: `reason` (one of
 /// [`crate::http::auth::REFUSAL_REASONS`]).
 pub const API_AUTH_FAILURES_TOTAL: &str = "scheduler_api_auth_failures_total";
+/// Fires of tasks with `expect_success_within` not followed by a success in time. Labels:
+/// `reason` (one of [`ax_scheduler_core::deadline::MissReason::ALL`]).
+pub const DEADLINE_MISSES_TOTAL: &str = "scheduler_deadline_misses_total";
 /// Alerts handed to a channel. Labels: `channel`, `outcome`.
 pub const ALERTS_TOTAL: &str = "scheduler_alerts_total";
 /// Always 1; the label carries the version.
@@ -96,6 +99,7 @@ pub const ALL_NAMES: &[&str] = &[
     ETCD_DB_QUOTA_BYTES,
     BACKEND_ERRORS_TOTAL,
     API_AUTH_FAILURES_TOTAL,
+    DEADLINE_MISSES_TOTAL,
     ALERTS_TOTAL,
     BUILD_INFO,
 ];
@@ -230,6 +234,8 @@ pub struct Metrics {
     pub backend_errors_total: IntCounterVec,
     /// [`API_AUTH_FAILURES_TOTAL`] by `reason`.
     pub api_auth_failures_total: IntCounterVec,
+    /// [`DEADLINE_MISSES_TOTAL`] by `reason`.
+    pub deadline_misses_total: IntCounterVec,
     /// [`ALERTS_TOTAL`] by `channel`, `outcome`.
     pub alerts_total: IntCounterVec,
     /// [`BUILD_INFO`] by `version`.
@@ -374,6 +380,13 @@ impl Metrics {
                 "API requests refused for a missing, wrong or insufficient token.",
                 &["reason"],
             )?,
+            deadline_misses_total: counter_vec(
+                &registry,
+                DEADLINE_MISSES_TOTAL,
+                "Fires not followed by a successful execution within the task's \
+                 expect_success_within, by reason.",
+                &["reason"],
+            )?,
             alerts_total: counter_vec(
                 &registry,
                 ALERTS_TOTAL,
@@ -399,6 +412,9 @@ impl Metrics {
         }
         for reason in crate::http::auth::REFUSAL_REASONS {
             m.api_auth_failures_total.with_label_values(&[*reason]);
+        }
+        for reason in ax_scheduler_core::deadline::MissReason::ALL {
+            m.deadline_misses_total.with_label_values(&[reason]);
         }
         for queue in queues {
             m.touch_queue(queue);
@@ -496,6 +512,13 @@ impl Metrics {
         self.backend_errors_total
             .with_label_values(&[backend])
             .inc();
+    }
+
+    /// Counts `missed` fires whose deadline passed, for `reason`.
+    pub fn record_deadline_misses(&self, reason: &str, missed: u64) {
+        self.deadline_misses_total
+            .with_label_values(&[reason])
+            .inc_by(missed);
     }
 
     /// The registry, for callers that add metrics of their own.

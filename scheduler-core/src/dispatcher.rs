@@ -39,6 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::breaker::{Admission, BreakerConfig, CircuitBreaker, Transition};
+use crate::deadline::{judge, Expectation, Miss};
 use crate::execution::{
     shown_error, AttemptOutcome, EnqueueOutcome, EventPosition, ExecutionEvent,
 };
@@ -175,6 +176,16 @@ pub enum Notice {
         /// The skipped fire.
         fire_at: UtcMillis,
     },
+    /// Fires of a task with `expect_success_within` were not followed by a success in time
+    /// (each missed fire is reported once; see [`crate::deadline`]).
+    DeadlineMissed {
+        /// The task.
+        key: Arc<TaskKey>,
+        /// Its window.
+        within: Duration,
+        /// What was missed, and why.
+        miss: Miss,
+    },
 }
 
 /// A state to write (`Some`) or delete (`None`).
@@ -186,6 +197,8 @@ enum TimerKind {
     Scheduled,
     /// The task's held fire asks again (its completion event may have been lost).
     HeldRetry,
+    /// The task's next deadline (`expect_success_within`) is to be judged.
+    Deadline,
 }
 
 /// Why a fire is in the ready queue.
@@ -227,6 +240,8 @@ struct Armed {
     /// The held fire's one retry timer (the fire itself is the state's `held_fire_at`, so
     /// that it is written and a new leader finds it).
     held_timer: Option<TimerHandle>,
+    /// When the task's deadline is judged next (tasks with `expect_success_within` only).
+    deadline_timer: Option<TimerHandle>,
     /// Boxed: created at a task's first execution, and 80 bytes inline.
     breaker: Option<Box<CircuitBreaker>>,
     state: TaskState,
@@ -273,6 +288,9 @@ pub struct Dispatcher {
     /// the task's generation then. On resume the task's misfire policy decides what of
     /// them runs, as after a leader's stall.
     parked: HashMap<Arc<TaskKey>, (UtcMillis, u64)>,
+    /// When this term began: a fire due before it and never sent was missed for want of a
+    /// leader.
+    term_start: UtcMillis,
 }
 
 impl Dispatcher {
@@ -293,6 +311,7 @@ impl Dispatcher {
             next_generation: 0,
             paused_namespaces: HashSet::new(),
             parked: HashMap::new(),
+            term_start: now,
         }
     }
 
@@ -326,6 +345,9 @@ impl Dispatcher {
             if task.generation == generation && task.timer.is_none() {
                 self.replay_missed(&mut task, first_missed, now);
             }
+            // The fires due while paused are not judged by the deadline.
+            task.state.deadline_mark = task.state.deadline_mark.max(Some(now));
+            self.judge_deadline(&mut task, now);
             self.tasks.insert(key, task);
         }
     }
@@ -439,6 +461,7 @@ impl Dispatcher {
             generation,
             timer: None,
             held_timer: None,
+            deadline_timer: None,
             breaker: None,
             last_end: None,
             state,
@@ -490,6 +513,7 @@ impl Dispatcher {
                 self.arm(&mut task, None, now);
             }
         }
+        self.judge_deadline(&mut task, now);
         let unchanged = written.is_some_and(|mut w| {
             // The time of the last write is not a change.
             w.updated_at = task.state.updated_at;
@@ -531,6 +555,9 @@ impl Dispatcher {
         if let Some(handle) = task.held_timer.take() {
             self.timer.cancel(handle);
         }
+        // Deadlines start afresh from a spec change: the fires of the old spec (or of the
+        // pause this change may end) are not judged by the new one.
+        task.state.deadline_mark = task.state.deadline_mark.max(Some(now));
         if spec.paused {
             task.state.held_fire_at = None;
             task.state.next_fire_at = None;
@@ -576,9 +603,54 @@ impl Dispatcher {
                 arm_held_retry(&mut self.timer, &mut task, self.config.hold_retry, now);
             }
         }
+        self.judge_deadline(&mut task, now);
         self.pending
             .insert(Arc::clone(&task.key), Pending::WriteCurrent);
         self.tasks.insert(Arc::clone(&task.key), task);
+    }
+
+    /// Judges the task's deadline at `now` (see [`crate::deadline`]): raises the miss,
+    /// records how far its fires are accounted for, and arms the next judgement.
+    fn judge_deadline(&mut self, task: &mut Armed, now: UtcMillis) {
+        if let Some(handle) = task.deadline_timer.take() {
+            self.timer.cancel(handle);
+        }
+        let Some(within) = task.spec.expect_success_within else {
+            return;
+        };
+        let expectation = Expectation {
+            schedule: &task.schedule,
+            anchor: task.anchor,
+            within,
+            paused: task.spec.paused || self.paused_namespaces.contains(&task.key.namespace),
+            leader_since: self.term_start,
+        };
+        let judgement = judge(&expectation, &task.state, now);
+        if let Some(mark) = judgement
+            .mark
+            .filter(|m| task.state.deadline_mark != Some(*m))
+        {
+            task.state.deadline_mark = Some(mark);
+            self.pending
+                .insert(Arc::clone(&task.key), Pending::WriteCurrent);
+        }
+        if let Some(miss) = judgement.miss {
+            self.notices.push(Notice::DeadlineMissed {
+                key: Arc::clone(&task.key),
+                within,
+                miss,
+            });
+        }
+        if let Some(at) = judgement.check_at {
+            task.deadline_timer = Some(self.timer.insert(
+                at,
+                TimerEntry {
+                    key: Arc::clone(&task.key),
+                    kind: TimerKind::Deadline,
+                    generation: task.generation,
+                },
+            ));
+        }
     }
 
     fn arm(&mut self, task: &mut Armed, next: Option<UtcMillis>, now: UtcMillis) {
@@ -615,7 +687,10 @@ impl Dispatcher {
         let key: Arc<TaskKey> = key.into();
         let state = match self.tasks.remove(&key) {
             Some(task) => {
-                for handle in [task.timer, task.held_timer].into_iter().flatten() {
+                for handle in [task.timer, task.held_timer, task.deadline_timer]
+                    .into_iter()
+                    .flatten()
+                {
                     self.timer.cancel(handle);
                 }
                 let mut state = task.state;
@@ -634,7 +709,10 @@ impl Dispatcher {
     pub fn remove(&mut self, key: &TaskKey) {
         let key = match self.tasks.remove_entry(key) {
             Some((key, task)) => {
-                for handle in [task.timer, task.held_timer].into_iter().flatten() {
+                for handle in [task.timer, task.held_timer, task.deadline_timer]
+                    .into_iter()
+                    .flatten()
+                {
                     self.timer.cancel(handle);
                 }
                 key
@@ -791,6 +869,10 @@ impl Dispatcher {
                         let next = task.schedule.next_after(fire_at, task.anchor);
                         self.rearm_and_push(&mut task, next, vec![fire_at], now);
                     }
+                }
+                TimerKind::Deadline => {
+                    task.deadline_timer = None;
+                    self.judge_deadline(&mut task, now);
                 }
                 TimerKind::HeldRetry => {
                     task.held_timer = None;

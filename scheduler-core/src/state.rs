@@ -139,6 +139,14 @@ pub struct TaskState {
     /// The last failure's message.
     #[serde(default)]
     pub last_error: Option<String>,
+    /// When an execution last succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success_at: Option<UtcMillis>,
+    /// The instant through which the task's fires are accounted for by its deadline
+    /// (`expect_success_within`): alerted as missed, or not judged (paused, before a spec
+    /// change). Written so a new leader alerts no fire twice (see [`crate::deadline`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_mark: Option<UtcMillis>,
     /// Why the spec is INVALID; empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub validation_errors: Vec<FieldError>,
@@ -169,6 +177,8 @@ impl TaskState {
             failure_count: 0,
             consecutive_failures: 0,
             last_error: None,
+            last_success_at: None,
+            deadline_mark: None,
             validation_errors: Vec::new(),
             held_fire_at: None,
             last_event: None,
@@ -216,6 +226,7 @@ impl TaskState {
         match outcome {
             Ok(()) => {
                 self.success_count += 1;
+                self.last_success_at = Some(now);
                 self.consecutive_failures = 0;
             }
             Err(e) => {

@@ -88,6 +88,14 @@ pub struct TaskSpec {
     pub overlap: OverlapPolicy,
     /// A paused task stays registered but does not fire.
     pub paused: bool,
+    /// Each due fire must be followed by a successful execution within this long, or an
+    /// alert says why not (see [`crate::deadline`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::duration_serde::option"
+    )]
+    pub expect_success_within: Option<Duration>,
     /// Free-form labels for people and tooling.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,

@@ -121,6 +121,7 @@ const TASK_FIELDS: &[&str] = &[
     "misfire",
     "overlap",
     "paused",
+    "expect_success_within",
     "labels",
     "version",
     "created_at",
@@ -509,6 +510,10 @@ impl TaskSpec {
             )
         });
         let paused = field(&obj, "paused").map_or(Some(false), |v| c.bool(v, "paused"));
+        let expect_success_within = match field(&obj, "expect_success_within") {
+            None => Some(None),
+            Some(v) => c.duration(v, "expect_success_within").map(Some),
+        };
         let labels =
             field(&obj, "labels").map_or(Some(BTreeMap::new()), |v| c.string_map(v, "labels"));
         if let Some(labels) = &labels {
@@ -536,6 +541,7 @@ impl TaskSpec {
             misfire,
             overlap,
             paused,
+            expect_success_within,
             labels,
             version,
             created_at,
@@ -551,6 +557,7 @@ impl TaskSpec {
                 Some(misfire),
                 Some(overlap),
                 Some(paused),
+                Some(expect_success_within),
                 Some(labels),
                 Some(version),
                 Some(created_at),
@@ -570,6 +577,7 @@ impl TaskSpec {
                 misfire,
                 overlap,
                 paused,
+                expect_success_within,
                 labels,
                 version,
                 created_at,
@@ -626,6 +634,11 @@ impl TaskSpec {
             serde_json::to_value(self.overlap).unwrap_or(Value::Null),
         );
         obj.insert("paused".into(), self.paused.into());
+        obj.insert(
+            "expect_success_within".into(),
+            self.expect_success_within
+                .map_or(Value::Null, duration_json),
+        );
         obj.insert("labels".into(), string_map_json(&self.labels));
         obj.insert("version".into(), self.version.into());
         obj.insert(
@@ -1362,6 +1375,7 @@ mod tests {
                             misfire,
                             overlap,
                             paused,
+                            expect_success_within: (version % 3 == 0).then(|| timeout * 2),
                             labels,
                             version,
                             created_at: created.map(UtcMillis),
@@ -1378,6 +1392,28 @@ mod tests {
                 prop_assert_eq!(back.as_ref(), Ok(&spec), "{}", String::from_utf8_lossy(&json));
                 prop_assert!(spec.validate().is_ok());
             }
+        }
+    }
+
+    #[test]
+    fn expect_success_within_is_a_positive_duration() {
+        let ok = TaskSpec::from_json(
+            br#"{"handler":"log","schedule":{"every":"1m"},"expect_success_within":"2h"}"#,
+            "default",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(ok.expect_success_within, Some(Duration::from_secs(7200)));
+        for (bad, reason) in [(r#""0s""#, "is zero"), ("30", "duration string")] {
+            let json = format!(
+                r#"{{"handler":"log","schedule":{{"every":"1m"}},"expect_success_within":{bad}}}"#
+            );
+            let err = TaskSpec::from_json(json.as_bytes(), "default", "t").unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains("expect_success_within") && text.contains(reason),
+                "{text}"
+            );
         }
     }
 

@@ -168,6 +168,23 @@ pub(super) fn notice_alerts(
             Notice::BreakerSkipped { key, fire_at } => {
                 debug!(task_id = %key, fire_at = %fire_at, "fire skipped: circuit breaker open");
             }
+            Notice::DeadlineMissed { key, within, miss } => {
+                warn!(
+                    task_id = %key,
+                    fire_at = %miss.first_fire,
+                    missed = miss.missed,
+                    reason = miss.reason.as_str(),
+                    "deadline missed: {}",
+                    miss.reason
+                );
+                alerts.push(Alert::deadline_missed(
+                    &*key.namespace,
+                    &*key.id,
+                    within,
+                    &miss,
+                    now,
+                ));
+            }
         }
     }
     alerts
@@ -178,11 +195,14 @@ pub(super) fn notice_alerts(
 pub(super) async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mut Term) {
     let now = UtcMillis::now();
     let dispatches = term.dispatcher.poll(now);
-    let alerts = notice_alerts(
-        term.dispatcher.take_notices(),
-        settings.dispatcher.breaker.window,
-        now,
-    );
+    let notices = term.dispatcher.take_notices();
+    for notice in &notices {
+        if let Notice::DeadlineMissed { miss, .. } = notice {
+            deps.metrics
+                .record_deadline_misses(miss.reason.as_str(), miss.missed);
+        }
+    }
+    let alerts = notice_alerts(notices, settings.dispatcher.breaker.window, now);
     send_alerts(deps, alerts);
     if dispatches.is_empty() {
         return;

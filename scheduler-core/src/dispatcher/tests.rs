@@ -877,3 +877,177 @@ fn a_takeover_into_a_paused_namespace_parks_its_missed_fires() {
     let fired = d.poll(at(90_010));
     assert_eq!(fired.len(), 1, "fire_once: one run for all missed");
 }
+
+fn deadline_misses(d: &mut Dispatcher) -> Vec<crate::deadline::Miss> {
+    d.take_notices()
+        .into_iter()
+        .filter_map(|n| match n {
+            Notice::DeadlineMissed { miss, .. } => Some(miss),
+            _ => None,
+        })
+        .collect()
+}
+
+const DEADLINE_TASK: &str =
+    r#"{"handler":"log","schedule":{"every":"10s"},"expect_success_within":"5s"}"#;
+
+#[test]
+fn a_deadline_is_alerted_once_per_missed_fire_and_a_success_meets_the_next() {
+    let mut d = one_task("a", DEADLINE_TASK);
+    // The fire at 10 s goes out and fails for good; its deadline passes at 15 s.
+    let x = d.poll(at(10_000)).pop().unwrap();
+    d.on_enqueued(&x, EnqueueOutcome::Enqueued, at(10_000));
+    d.on_execution(
+        &key("a"),
+        1,
+        0,
+        &finished(AttemptOutcome::Failed, Some("HTTP 503".into()), None),
+        at(11_000),
+    );
+    assert!(deadline_misses(&mut d).is_empty());
+    d.poll(at(14_990));
+    assert!(
+        deadline_misses(&mut d).is_empty(),
+        "not before the deadline"
+    );
+    d.poll(at(15_000));
+    let misses = deadline_misses(&mut d);
+    assert_eq!(misses.len(), 1, "{misses:?}");
+    assert_eq!(misses[0].first_fire, at(10_000));
+    assert_eq!(
+        misses[0].reason,
+        crate::deadline::MissReason::Failing {
+            consecutive_failures: 1,
+            last_error: Some("HTTP 503".into())
+        }
+    );
+    assert_eq!(
+        d.state(&key("a")).unwrap().deadline_mark,
+        Some(at(10_000)),
+        "recorded, to be written"
+    );
+    // Polling on does not raise it again; the fire at 20 s succeeds and meets its deadline.
+    run(&mut d, 15_010, 19_990);
+    assert!(deadline_misses(&mut d).is_empty());
+    let x = d.poll(at(20_000)).pop().unwrap();
+    d.on_enqueued(&x, EnqueueOutcome::Enqueued, at(20_000));
+    d.on_execution(
+        &key("a"),
+        2,
+        0,
+        &finished(AttemptOutcome::Succeeded, None, None),
+        at(21_000),
+    );
+    run(&mut d, 20_010, 29_990);
+    assert!(deadline_misses(&mut d).is_empty());
+}
+
+#[test]
+fn a_new_leader_does_not_alert_a_missed_deadline_again_and_names_the_outage() {
+    let mut old = one_task("a", DEADLINE_TASK);
+    // The fire at 10 s is sent and never ends; its deadline is alerted at 15 s.
+    let x = old.poll(at(10_000)).pop().unwrap();
+    old.on_enqueued(&x, EnqueueOutcome::Enqueued, at(10_000));
+    old.poll(at(15_000));
+    let misses = deadline_misses(&mut old);
+    assert_eq!(
+        misses[0].reason,
+        crate::deadline::MissReason::Running {
+            since: Some(at(10_000))
+        }
+    );
+    let written = old
+        .take_state_writes(UtcMillis::MAX)
+        .into_iter()
+        .find_map(|(_, s)| s)
+        .unwrap();
+    assert_eq!(written.deadline_mark, Some(at(10_000)));
+
+    // The leader dies at 16 s; nobody leads until 40 s.
+    let mut new = Dispatcher::new(DispatcherConfig::default(), at(40_000));
+    new.upsert(
+        key("a"),
+        spec("a", DEADLINE_TASK),
+        5,
+        Some(written),
+        at(40_000),
+    );
+    let misses = deadline_misses(&mut new);
+    assert_eq!(misses.len(), 1, "{misses:?}");
+    // The fire at 10 s is not alerted again; those at 20 and 30 s were due with no leader.
+    assert_eq!(
+        (misses[0].first_fire, misses[0].last_fire, misses[0].missed),
+        (at(20_000), at(30_000), 2)
+    );
+    assert_eq!(
+        misses[0].reason,
+        crate::deadline::MissReason::Running {
+            since: Some(at(10_000))
+        },
+        "the execution of 10 s still runs: that is why, not the outage"
+    );
+}
+
+#[test]
+fn fires_never_sent_before_a_takeover_miss_for_want_of_a_leader() {
+    let mut old = one_task("a", DEADLINE_TASK);
+    let written = old
+        .take_state_writes(UtcMillis::MAX)
+        .into_iter()
+        .find_map(|(_, s)| s)
+        .unwrap();
+    let mut new = Dispatcher::new(DispatcherConfig::default(), at(17_000));
+    new.upsert(
+        key("a"),
+        spec("a", DEADLINE_TASK),
+        5,
+        Some(written),
+        at(17_000),
+    );
+    let misses = deadline_misses(&mut new);
+    assert_eq!(misses.len(), 1, "{misses:?}");
+    assert_eq!(
+        misses[0].reason,
+        crate::deadline::MissReason::NoLeader {
+            leader_since: at(17_000)
+        }
+    );
+    assert_eq!(misses[0].reason.as_str(), "no_leader");
+}
+
+#[test]
+fn a_paused_namespace_or_task_is_not_judged_and_a_spec_change_starts_afresh() {
+    let mut d = one_task("a", DEADLINE_TASK);
+    d.pause_namespace("default");
+    run(&mut d, 0, 60_000);
+    assert!(deadline_misses(&mut d).is_empty());
+    d.resume_namespace("default", at(60_000));
+    // The parked fire runs at resume (fire_once) and fails; its deadline is not judged
+    // (due while paused), the next fire's (70 s, by 75 s) is.
+    run(&mut d, 60_010, 74_990);
+    assert!(deadline_misses(&mut d).is_empty());
+    run(&mut d, 75_000, 75_000);
+    assert_eq!(deadline_misses(&mut d).len(), 1);
+
+    // A paused task.
+    let paused = r#"{"handler":"log","schedule":{"every":"10s"},"expect_success_within":"5s","paused":true}"#;
+    d.upsert(key("a"), spec("a", paused), 6, None, at(80_000));
+    run(&mut d, 80_000, 200_000);
+    assert!(deadline_misses(&mut d).is_empty());
+    // Resumed at 200 s: the first judged fire is 210 s, missed at 215 s.
+    d.upsert(key("a"), spec("a", DEADLINE_TASK), 7, None, at(200_000));
+    run(&mut d, 200_000, 214_990);
+    assert!(deadline_misses(&mut d).is_empty());
+    run(&mut d, 215_000, 215_000);
+    let misses = deadline_misses(&mut d);
+    assert_eq!(misses.len(), 1);
+    assert_eq!(misses[0].first_fire, at(210_000));
+}
+
+#[test]
+fn a_task_without_a_deadline_costs_no_timer() {
+    let d = one_task("a", r#"{"handler":"log","schedule":{"every":"10s"}}"#);
+    assert_eq!(d.armed_len(), 1);
+    let d = one_task("a", DEADLINE_TASK);
+    assert_eq!(d.armed_len(), 2);
+}
