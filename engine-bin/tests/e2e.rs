@@ -1612,3 +1612,227 @@ async fn the_execution_history_shows_every_attempt_across_tasks_and_each_executi
     assert_eq!(api_story, json_story);
     c.clean_up().await;
 }
+
+/// The value of one labelled series (`name{label="v"}`, as `/metrics` prints it) on the
+/// replica listening on `port`.
+async fn series(port: u16, series: &str) -> Option<f64> {
+    let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// The `deadline_missed` alerts of one task, oldest first.
+fn deadline_alerts(c: &Cluster, task_id: &str) -> Vec<Value> {
+    c.receiver
+        .alerts()
+        .into_iter()
+        .filter(|a| a["kind"] == "deadline_missed" && a["task"]["id"] == task_id)
+        .collect()
+}
+
+/// Waits for the first `deadline_missed` alert of `task_id` and returns it.
+async fn first_deadline_alert(c: &Cluster, task_id: &str, within: Duration) -> Value {
+    wait_until(within, &format!("deadline alert of {task_id}"), || {
+        let got = !deadline_alerts(c, task_id).is_empty();
+        async move { got }
+    })
+    .await;
+    deadline_alerts(c, task_id).remove(0)
+}
+
+fn fire_field(alert: &Value) -> i64 {
+    let text = alert["fields"]["fire_at"].as_str().unwrap();
+    chrono::DateTime::parse_from_rfc3339(text)
+        .unwrap_or_else(|e| panic!("fire_at {text}: {e}"))
+        .timestamp_millis()
+}
+
+/// `expect_success_within` through real processes: a failing task, a stuck one (running,
+/// then its next fire held behind it) and a healthy one, then an outage with no leader. Each
+/// miss names its reason; the healthy task raises nothing while it is healthy; the next
+/// leader alerts only fires the last one had not (its mark is in the state).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missed_deadline_is_alerted_once_with_its_reason_through_a_failover() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-deadline").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    c.receiver.fail_task("fails");
+    c.receiver.slow_task("stuck", Duration::from_secs(60));
+    for (id, within) in [("fails", "1s"), ("stuck", "1s"), ("steady", "1500ms")] {
+        let mut spec = http_task(&c, json!({ "every": "2s" }));
+        spec["expect_success_within"] = json!(within);
+        spec["retry"] = json!({ "max_retries": 0 });
+        spec["timeout"] = json!("2m");
+        cli_put(&c, "default", id, spec).await;
+    }
+
+    let failing = first_deadline_alert(&c, "fails", Duration::from_secs(10)).await;
+    assert_eq!(failing["fields"]["reason"], "failing", "{failing}");
+    assert_eq!(failing["level"], "critical");
+    let message = failing["message"].as_str().unwrap();
+    assert!(message.contains("HTTP 500"), "the last error: {message}");
+    let stuck = first_deadline_alert(&c, "stuck", Duration::from_secs(10)).await;
+    assert_eq!(stuck["fields"]["reason"], "running", "{stuck}");
+    // The next fire is held behind the stuck execution (overlap forbid), and missed for that.
+    let r1 = c.replica("r1").http_port;
+    wait_until(
+        Duration::from_secs(10),
+        "a held deadline miss",
+        || async move {
+            series(r1, "scheduler_deadline_misses_total{reason=\"held\"}")
+                .await
+                .is_some_and(|v| v >= 1.0)
+        },
+    )
+    .await;
+    assert!(
+        deadline_alerts(&c, "steady").is_empty(),
+        "a task that succeeds in time raises nothing: {:?}",
+        deadline_alerts(&c, "steady")
+    );
+
+    // Nobody leads for a while.
+    c.replica("r1").kill();
+    let killed = now_ms();
+    let marked = c.state("default", "fails").await.unwrap()["deadline_mark"]
+        .as_i64()
+        .expect("the failing task's mark is written");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    c.start_replica("r2", Roles::Both).await;
+    let orphaned = first_deadline_alert(&c, "steady", Duration::from_secs(15)).await;
+    assert_eq!(orphaned["fields"]["reason"], "no_leader", "{orphaned}");
+    assert!(fire_field(&orphaned) > killed - 2000, "{orphaned}");
+    // The fires r1 alerted are not alerted again by r2.
+    wait_until(
+        Duration::from_secs(10),
+        "r2 judges the failing task",
+        || {
+            let n = deadline_alerts(&c, "fails").len();
+            async move { n >= 2 }
+        },
+    )
+    .await;
+    for alert in &deadline_alerts(&c, "fails")[1..] {
+        assert!(
+            fire_field(alert) > marked,
+            "r2 alerted a fire r1 had (mark {marked}): {alert}"
+        );
+    }
+    let r2 = c.replica("r2").http_port;
+    assert!(
+        series(r2, "scheduler_deadline_misses_total{reason=\"no_leader\"}")
+            .await
+            .is_some_and(|v| v >= 1.0)
+    );
+    c.clean_up().await;
+}
+
+/// A leader stalled past the stall threshold (SIGSTOP, shorter than its lease) skips the
+/// fires it missed (misfire `skip`): their deadlines are missed as `never_fired`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fires_a_stalled_leader_skipped_miss_their_deadline_as_never_fired() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-deadline-stall").await;
+    c.env.push(("AX_LEASE_TTL", "30s".to_owned()));
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    let mut spec = http_task(&c, json!({ "every": "2s" }));
+    spec["expect_success_within"] = json!("1s");
+    spec["misfire"] = json!("skip");
+    cli_put(&c, "default", "steady", spec).await;
+    wait_for_executions(&c, "steady", 2, Duration::from_secs(10)).await;
+    // Right after an execution, so none is in flight when the process stops.
+    let seen = c.receiver.executions_of("steady").len();
+    wait_for_executions(&c, "steady", seen + 1, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = c.replica("r1").pid().unwrap();
+    ax_testkit::signal(pid, "STOP");
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    ax_testkit::signal(pid, "CONT");
+    let alert = first_deadline_alert(&c, "steady", Duration::from_secs(10)).await;
+    assert_eq!(alert["fields"]["reason"], "never_fired", "{alert}");
+    c.assert_running(&["r1"]);
+    c.clean_up().await;
+}
+
+/// `ax queue pause`: workers stop taking from the queue (the leader keeps enqueueing), the
+/// metric and `ax status` say so, and `resume` lets the waiting executions run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_queue_holds_its_executions_until_resumed() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-queue-pause").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    cli_put(
+        &c,
+        "default",
+        "tick",
+        http_task(&c, json!({ "every": "1s" })),
+    )
+    .await;
+    wait_for_executions(&c, "tick", 1, Duration::from_secs(5)).await;
+
+    c.ax_ok(&["queue", "pause", "default"]).await;
+    // Workers read the flag with each take; one execution may be on its way.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let paused_at = now_ms();
+    let metric = "scheduler_queue_paused{queue=\"default\"}";
+    let r1 = c.replica("r1").http_port;
+    wait_until(
+        Duration::from_secs(10),
+        "the paused metric",
+        || async move { series(r1, metric).await == Some(1.0) },
+    )
+    .await;
+    let status = c.ax_ok(&["status"]).await;
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("default") && l.ends_with("paused")),
+        "{status}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during: Vec<Execution> = c
+        .receiver
+        .executions_of("tick")
+        .into_iter()
+        .filter(|e| e.arrived_at > paused_at)
+        .collect();
+    assert!(during.is_empty(), "ran from a paused queue: {during:?}");
+
+    c.ax_ok(&["queue", "resume", "default"]).await;
+    // The fires enqueued meanwhile run now, each once.
+    wait_until(Duration::from_secs(10), "the waiting executions", || {
+        let n = c
+            .receiver
+            .executions_of("tick")
+            .iter()
+            .filter(|e| e.arrived_at > paused_at)
+            .count();
+        async move { n >= 3 }
+    })
+    .await;
+    let all = c.receiver.executions_of("tick");
+    let mut fires: Vec<i64> = all.iter().map(|e| e.fire_at).collect();
+    fires.sort_unstable();
+    fires.dedup();
+    assert_eq!(fires.len(), all.len(), "no fire ran twice");
+    wait_until(
+        Duration::from_secs(10),
+        "the metric back at 0",
+        || async move { series(r1, metric).await == Some(0.0) },
+    )
+    .await;
+    c.clean_up().await;
+}
