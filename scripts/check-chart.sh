@@ -11,14 +11,17 @@
 #     ConfigMap (valid JSON equal to charts/ax/dashboards/, the sidecar's label);
 #   - values the chart must refuse (e.g. a termination grace period shorter than the workers'
 #     shutdown grace);
-#   - helm package: the packaged chart carries the rules file itself (not a dangling symlink).
-# helm and kubernetes-validate come from scripts/setup-helm.sh. Exits non-zero on any failure.
+#   - helm package: the packaged chart carries the rules file itself (not a dangling symlink);
+#   - every PromQL query of the Grafana dashboards parses (promtool check rules; which metrics
+#     they name is engine-bin/tests/dashboard.rs's part, against a running ax).
+# helm and kubernetes-validate come from scripts/setup-helm.sh, promtool from scripts/setup.sh. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/tools-env.sh
 . scripts/tools-env.sh
 
 command -v helm >/dev/null 2>&1 || { echo "check-chart: helm is missing; run scripts/setup.sh" >&2; exit 1; }
+command -v promtool >/dev/null 2>&1 || { echo "check-chart: promtool is missing; run scripts/setup.sh" >&2; exit 1; }
 python3 -c 'import kubernetes_validate, yaml' 2>/dev/null \
   || { echo "check-chart: kubernetes-validate is missing; run scripts/setup.sh" >&2; exit 1; }
 
@@ -173,6 +176,25 @@ done
 helm template ax "$pkg" --set prometheusRule.enabled=true --set dashboards.enabled=true >"$tmp/packaged.yaml"
 mkdir -p "$tmp/packaged"
 python3 scripts/chart_checks.py packaged "$tmp/packaged.yaml" "$rules" "$tmp/packaged"
+
+# Grafana expands its interval variables before Prometheus sees a query; stand-ins of the same
+# syntax let promtool parse each one as a recording rule.
+echo "check-chart: the dashboards' PromQL parses"
+python3 - "$chart/dashboards" "$tmp/dashboard-rules.yaml" <<'PY'
+import glob, json, os, re, sys, yaml
+rules = []
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    d = json.load(open(path))
+    panels = [p for top in d["panels"] for p in [top] + top.get("panels", [])]
+    for p in panels:
+        for t in p.get("targets", []):
+            expr = re.sub(r"\$__(rate_interval|interval|range)\b", "1m", t["expr"])
+            rules.append({"record": f"dashboard:{len(rules)}", "expr": expr,
+                          "labels": {"where": f'{os.path.basename(path)}: {p["title"]} {t["refId"]}'}})
+yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}, open(sys.argv[2], "w"))
+print(f"check-chart: {len(rules)} queries")
+PY
+promtool check rules "$tmp/dashboard-rules.yaml" >"$tmp/promtool.txt" || { cat "$tmp/promtool.txt"; exit 1; }
 
 # The image the chart runs: the Dockerfile builds the `ax` binary of the engine crate, runs it
 # as the user the chart's securityContext names, and exposes the chart's port. No image is
