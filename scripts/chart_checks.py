@@ -16,12 +16,16 @@ has no schema for CustomResourceDefinitions) and checks the rest itself:
   seccomp, probes on /healthz and /readyz, the pod name as AX_INSTANCE_ID, secrets only
   through secretKeyRef, and a termination grace period longer than the shutdown grace;
 - the chart renders no Secret (secrets are referenced by name only);
+- the Grafana dashboards ConfigMap, where a case switches it on, holds every file of
+  charts/ax/dashboards/ as the same, valid JSON, with the label and namespace the Grafana
+  sidecar looks for;
 - the kinds each case switches on are there.
 
 The values-doc form checks that every value is documented, in values.yaml and in the chart
 README. Exits 1 with one line per problem.
 """
 
+import json
 import os
 import re
 import sys
@@ -54,7 +58,9 @@ EXPECTED = {
     "default": {"StatefulSet": 1, "Service": 2, "ConfigMap": 1, "PodDisruptionBudget": 1,
                 "ServiceAccount": 1},
     "all-features": {"StatefulSet": 1, "Service": 2, "Ingress": 1, "ServiceMonitor": 1,
-                     "PrometheusRule": 1, "NetworkPolicy": 1},
+                     "PrometheusRule": 1, "NetworkPolicy": 1, "ConfigMap": 2},
+    "dashboards-custom": {"ConfigMap": 2},
+    "packaged": {"ConfigMap": 2},
     "split": {"StatefulSet": 1, "Deployment": 1, "HorizontalPodAutoscaler": 1,
               "PodDisruptionBudget": 2, "ServiceMonitor": 1, "PrometheusRule": 1},
     "alternatives": {"Deployment": 2, "Service": 1, "PodDisruptionBudget": 2,
@@ -67,6 +73,64 @@ ABSENT = {
     "deployment": {"StatefulSet", "PodDisruptionBudget", "ServiceAccount", "HorizontalPodAutoscaler"},
     "alternatives": {"StatefulSet", "HorizontalPodAutoscaler"},
 }
+
+
+# The dashboards ConfigMap each case renders: its labels, annotations and namespace (None:
+# the release's, left to Helm). Cases not listed render none.
+DASHBOARDS = {
+    "all-features": {"labels": {"grafana_dashboard": "1", "team": "platform"},
+                     "annotations": {"grafana_folder": "ax"}, "namespace": None},
+    "dashboards-custom": {"labels": {"grafana_dashboard": "ax"}, "annotations": {},
+                          "namespace": "monitoring"},
+    "packaged": {"labels": {"grafana_dashboard": "1"}, "annotations": {}, "namespace": None},
+}
+DASHBOARD_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "charts", "ax",
+                             "dashboards")
+
+
+def check_dashboards(case, docs, err):
+    """The dashboards ConfigMap: the chart's dashboard files, intact, labelled for the sidecar."""
+    cms = [d for d in docs if d["kind"] == "ConfigMap"
+           and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "dashboards"]
+    want = DASHBOARDS.get(case)
+    if want is None:
+        if cms:
+            err("dashboards ConfigMap rendered but not switched on")
+        return
+    if len(cms) != 1:
+        err(f"expected 1 dashboards ConfigMap, rendered {len(cms)}")
+        return
+    (cm,) = cms
+    meta = cm["metadata"]
+    for key, value in want["labels"].items():
+        if meta.get("labels", {}).get(key) != value:
+            err(f"dashboards ConfigMap: label {key} must be {value!r}, is {meta.get('labels', {}).get(key)!r}")
+    for key, value in want["annotations"].items():
+        if (meta.get("annotations") or {}).get(key) != value:
+            err(f"dashboards ConfigMap: annotation {key} must be {value!r}")
+    if meta.get("namespace") != want["namespace"]:
+        err(f"dashboards ConfigMap: namespace {meta.get('namespace')!r}, want {want['namespace']!r}")
+    files = sorted(f for f in os.listdir(DASHBOARD_DIR) if f.endswith(".json"))
+    data = cm.get("data") or {}
+    if sorted(data) != files:
+        err(f"dashboards ConfigMap holds {sorted(data)}, the chart has {files}")
+    for name in files:
+        if name not in data:
+            continue
+        try:
+            rendered = json.loads(data[name])
+        except json.JSONDecodeError as e:
+            err(f"dashboards ConfigMap: {name} is not valid JSON: {e}")
+            continue
+        with open(os.path.join(DASHBOARD_DIR, name), encoding="utf-8") as f:
+            if rendered != json.load(f):
+                err(f"dashboards ConfigMap: {name} differs from charts/ax/dashboards/{name}")
+        if not (rendered.get("uid") and rendered.get("title") and rendered.get("panels")):
+            err(f"dashboards ConfigMap: {name} lacks a uid, title or panels")
+    # A ConfigMap holds at most 1 MiB.
+    size = sum(len(v.encode()) for v in data.values())
+    if size > 1024 * 1024:
+        err(f"dashboards ConfigMap is {size} bytes, over the 1 MiB a ConfigMap holds")
 
 
 def seconds(duration):
@@ -109,8 +173,9 @@ def main():
 
     # ConfigMap: the ax.toml of the contract.
     toml_cfg = None
+    check_dashboards(case, docs, err)
     for d in docs:
-        if d["kind"] == "ConfigMap":
+        if d["kind"] == "ConfigMap" and "ax.toml" in (d.get("data") or {}):
             try:
                 toml_cfg = tomllib.loads(d["data"]["ax.toml"])
             except (KeyError, tomllib.TOMLDecodeError) as e:

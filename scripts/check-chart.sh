@@ -7,17 +7,21 @@
 #   - scripts/chart_checks.py on each render: the custom resources (ServiceMonitor,
 #     PrometheusRule, which kubernetes-validate has no schema for), the PrometheusRule being
 #     exactly alert-rules/ax-rules.yaml, ax.toml against the configuration contract, the pods'
-#     security settings, probes, instance id and secret references;
+#     security settings, probes, instance id and secret references, the Grafana dashboards
+#     ConfigMap (valid JSON equal to charts/ax/dashboards/, the sidecar's label);
 #   - values the chart must refuse (e.g. a termination grace period shorter than the workers'
 #     shutdown grace);
-#   - helm package: the packaged chart carries the rules file itself (not a dangling symlink).
-# helm and kubernetes-validate come from scripts/setup-helm.sh. Exits non-zero on any failure.
+#   - helm package: the packaged chart carries the rules file itself (not a dangling symlink);
+#   - every PromQL query of the Grafana dashboards parses (promtool check rules; which metrics
+#     they name is engine-bin/tests/dashboard.rs's part, against a running ax).
+# helm and kubernetes-validate come from scripts/setup-helm.sh, promtool from scripts/setup.sh. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/tools-env.sh
 . scripts/tools-env.sh
 
 command -v helm >/dev/null 2>&1 || { echo "check-chart: helm is missing; run scripts/setup.sh" >&2; exit 1; }
+command -v promtool >/dev/null 2>&1 || { echo "check-chart: promtool is missing; run scripts/setup.sh" >&2; exit 1; }
 python3 -c 'import kubernetes_validate, yaml' 2>/dev/null \
   || { echo "check-chart: kubernetes-validate is missing; run scripts/setup.sh" >&2; exit 1; }
 
@@ -74,6 +78,15 @@ for case in "${cases[@]}"; do
   done
 done
 
+# The dashboards with the sidecar's label value and namespace set (all-features has the
+# defaults).
+echo "check-chart: dashboards-custom: helm template"
+quiet_helm template ax "$chart" --namespace ax --set dashboards.enabled=true \
+  --set dashboards.labelValue=ax --set dashboards.namespace=monitoring >"$tmp/dashboards-custom.yaml"
+mkdir -p "$tmp/dashboards-custom"
+python3 scripts/chart_checks.py dashboards-custom "$tmp/dashboards-custom.yaml" "$rules" "$tmp/dashboards-custom"
+python3 -m kubernetes_validate --strict --quiet -k "$newest" "$tmp/dashboards-custom/builtin.yaml"
+
 # The engine itself accepts each rendered configuration: `ax config print` loads ax.toml with
 # the environment each container gets (placeholders for the Secrets' values) and validates
 # it. scripts/test.sh builds target/debug/ax (cargo test builds the binary for the engine's
@@ -86,7 +99,7 @@ if [ -x "$ax_bin" ]; then
 import os, subprocess, sys, yaml
 rendered, out_dir, ax = sys.argv[1:4]
 docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
-(toml,) = [d["data"]["ax.toml"] for d in docs if d["kind"] == "ConfigMap"]
+(toml,) = [d["data"]["ax.toml"] for d in docs if d["kind"] == "ConfigMap" and "ax.toml" in d["data"]]
 path = os.path.join(out_dir, "ax.toml")
 open(path, "w").write(toml)
 failed = False
@@ -142,6 +155,7 @@ refuse "podAntiAffinity must be soft, hard or empty" --set podAntiAffinity=somet
 refuse "must be both set or both empty" --set secrets.etcdTls.existingSecret=x --set secrets.etcdTls.keyKey=
 refuse "config.redis.url must be rediss://" --set secrets.redisTls.existingSecret=x
 refuse "must be both set or both empty" --set config.redis.url=rediss://r:6380 --set secrets.redisTls.existingSecret=x --set secrets.redisTls.certKey=
+refuse "dashboards.label must name" --set dashboards.enabled=true --set dashboards.label=
 refuse "neither caKey nor certKey" --set config.redis.url=rediss://r:6380 --set secrets.redisTls.existingSecret=x --set secrets.redisTls.caKey= --set secrets.redisTls.certKey= --set secrets.redisTls.keyKey=
 
 # The packaged chart must carry the rules themselves: helm package follows the symlink.
@@ -153,15 +167,34 @@ if [ -L "$tmp/pkg/ax/files/ax-rules.yaml" ] || ! cmp -s "$tmp/pkg/ax/files/ax-ru
   echo "check-chart: the packaged chart's files/ax-rules.yaml is not a copy of $rules" >&2
   exit 1
 fi
-for f in ci/ values.yaml templates/NOTES.txt; do
+for f in ci/ values.yaml templates/NOTES.txt dashboards/ax.json; do
   case $f in
     ci/) [ ! -e "$tmp/pkg/ax/ci" ] || { echo "check-chart: the package should leave out ci/" >&2; exit 1; } ;;
     *) [ -e "$tmp/pkg/ax/$f" ] || { echo "check-chart: the package lacks $f" >&2; exit 1; } ;;
   esac
 done
-helm template ax "$pkg" --set prometheusRule.enabled=true >"$tmp/packaged.yaml"
+helm template ax "$pkg" --set prometheusRule.enabled=true --set dashboards.enabled=true >"$tmp/packaged.yaml"
 mkdir -p "$tmp/packaged"
 python3 scripts/chart_checks.py packaged "$tmp/packaged.yaml" "$rules" "$tmp/packaged"
+
+# Grafana expands its interval variables before Prometheus sees a query; stand-ins of the same
+# syntax let promtool parse each one as a recording rule.
+echo "check-chart: the dashboards' PromQL parses"
+python3 - "$chart/dashboards" "$tmp/dashboard-rules.yaml" <<'PY'
+import glob, json, os, re, sys, yaml
+rules = []
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    d = json.load(open(path))
+    panels = [p for top in d["panels"] for p in [top] + top.get("panels", [])]
+    for p in panels:
+        for t in p.get("targets", []):
+            expr = re.sub(r"\$__(rate_interval|interval|range)\b", "1m", t["expr"])
+            rules.append({"record": f"dashboard:{len(rules)}", "expr": expr,
+                          "labels": {"where": f'{os.path.basename(path)}: {p["title"]} {t["refId"]}'}})
+yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}, open(sys.argv[2], "w"))
+print(f"check-chart: {len(rules)} queries")
+PY
+promtool check rules "$tmp/dashboard-rules.yaml" >"$tmp/promtool.txt" || { cat "$tmp/promtool.txt"; exit 1; }
 
 # The image the chart runs: the Dockerfile builds the `ax` binary of the engine crate, runs it
 # as the user the chart's securityContext names, and exposes the chart's port. No image is

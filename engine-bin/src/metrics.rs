@@ -14,6 +14,10 @@
 //! `rate()` sees the first increment and the names show up before anything happens. Gauges
 //! of shared state (queue depth, dead letters) may be reported by every replica; the rules
 //! combine them with `max`.
+//!
+//! On Linux the registry also carries the Prometheus client's process collector
+//! (`process_cpu_seconds_total`, `process_resident_memory_bytes`, ...), whose names are the
+//! client's and not constants here.
 
 use std::collections::HashSet;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -407,6 +411,12 @@ impl Metrics {
         m.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
+        // CPU and memory per replica, for the dashboard and capacity planning: the kubelet's
+        // container metrics are not always scraped, and these need no extra exporter.
+        #[cfg(target_os = "linux")]
+        m.registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
         for backend in [BACKEND_ETCD, BACKEND_REDIS] {
             m.backend_errors_total.with_label_values(&[backend]);
         }
@@ -592,6 +602,15 @@ mod tests {
             "ax_build_info{{version=\"{}\"}} 1",
             env!("CARGO_PKG_VERSION")
         )));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_process_metrics_are_exposed_on_linux() {
+        let text = metrics().gather_text().unwrap();
+        for name in ["process_cpu_seconds_total", "process_resident_memory_bytes"] {
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
+        }
     }
 
     #[test]
