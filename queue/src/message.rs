@@ -82,6 +82,10 @@ pub struct ExecutionMessage {
     /// the epoch). It runs now, as a run-now does; this says which period it is for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backfill_of: Option<UtcMillis>,
+    /// The run of a chain of dependent tasks this execution belongs to (the id of the
+    /// chain's first execution; see `ax_scheduler_core::workflow`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
 }
 
 /// How the enqueue recognises a message that was enqueued before (a fire dispatched by two
@@ -146,6 +150,10 @@ impl ExecutionMessage {
             overlap: dispatch.overlap,
             previous_errors: Vec::new(),
             backfill_of: None,
+            run_id: dispatch
+                .run_id
+                .clone()
+                .or_else(|| dispatch.starts_run.then(|| execution_id.to_string())),
         }
     }
 
@@ -291,6 +299,8 @@ fn standalone(spec: &TaskSpec, fire_at: UtcMillis, run_now: Option<String>) -> D
         fire_at,
         overlap: dispatch_mode(spec, run_now.is_some()),
         run_now,
+        run_id: None,
+        starts_run: false,
     }
 }
 

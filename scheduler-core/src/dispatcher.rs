@@ -53,6 +53,10 @@ use crate::task::{OverlapPolicy, Schedule, TaskSpec};
 use crate::time::UtcMillis;
 use crate::timer::{TimerConfig, TimerHandle, TimerWheel};
 use crate::validate::FieldError;
+use crate::workflow::{
+    execution_id_text, key_text, step_execution_id, verdict, Graph, RunProgress, StepOutcome,
+    Verdict, MAX_RUNS_IN_PROGRESS,
+};
 
 /// A task's identity: its namespace and id (the last two segments of its etcd key).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -137,6 +141,11 @@ pub struct Dispatch {
     /// What the enqueue does about the task's still-active previous execution, as this
     /// dispatcher decided it (see [`crate::overlap`]); Redis only enforces it.
     pub overlap: OverlapPolicy,
+    /// The run (see [`crate::workflow`]) this execution is a step of.
+    pub run_id: Option<String>,
+    /// The execution starts a run: its task is the first of a chain. Its own execution id is
+    /// the run's id.
+    pub starts_run: bool,
 }
 
 /// Something the engine should alert on or log.
@@ -176,6 +185,15 @@ pub enum Notice {
         /// The skipped fire.
         fire_at: UtcMillis,
     },
+    /// A dependent task's step in a run was skipped (and so are the steps after it).
+    StepSkipped {
+        /// The task.
+        key: Arc<TaskKey>,
+        /// The run.
+        run: String,
+        /// Why.
+        reason: String,
+    },
     /// Fires of a task with `expect_success_within` were not followed by a success in time
     /// (each missed fire is reported once; see [`crate::deadline`]).
     DeadlineMissed {
@@ -210,6 +228,8 @@ enum FireKind {
     HeldAgain,
     /// A run-now request with its execution id.
     RunNow(String),
+    /// A dependent task's step in a run: its (derived) execution id, and the run.
+    Step(Box<(String, String)>),
 }
 
 #[derive(Clone, Debug)]
@@ -284,6 +304,15 @@ pub struct Dispatcher {
     next_generation: u64,
     /// Namespaces whose tasks do not fire (an operator paused them).
     paused_namespaces: HashSet<Arc<str>>,
+    /// Every task's place in the dependency graph.
+    graph: Graph,
+    /// Valid specs held back because of their place in the graph (a missing parent, a
+    /// cycle): INVALID until the graph is mended, then armed from here.
+    graph_held: HashMap<Arc<TaskKey>, (Arc<TaskSpec>, i64)>,
+    /// Tasks whose state holds runs in progress (swept for parents that are too late).
+    with_runs: HashSet<Arc<TaskKey>>,
+    /// When those are swept next.
+    next_run_sweep: UtcMillis,
     /// Tasks of paused namespaces whose scheduled fire came due: the first missed fire and
     /// the task's generation then. On resume the task's misfire policy decides what of
     /// them runs, as after a leader's stall.
@@ -311,6 +340,10 @@ impl Dispatcher {
             next_generation: 0,
             paused_namespaces: HashSet::new(),
             parked: HashMap::new(),
+            graph: Graph::default(),
+            graph_held: HashMap::new(),
+            with_runs: HashSet::new(),
+            next_run_sweep: now,
             term_start: now,
         }
     }
@@ -395,15 +428,43 @@ impl Dispatcher {
     ) {
         // Shared, not copied: the engine's catalog holds the same spec.
         let spec: Arc<TaskSpec> = spec.into();
+        let key: Arc<TaskKey> = key.into();
+        self.graph.insert(&key, &spec.depends_on);
+        self.place(key.clone(), spec, revision, recorded, now);
+        // Tasks downstream may have become valid (their missing parent arrived) or not (a
+        // cycle closed through this one).
+        for other in self.graph.affected(&key) {
+            if other != key {
+                self.recheck(&other, now);
+            }
+        }
+    }
+
+    /// Arms a task whose place in the graph is sound, or holds it INVALID with the reason.
+    fn place(
+        &mut self,
+        key: Arc<TaskKey>,
+        spec: Arc<TaskSpec>,
+        revision: i64,
+        recorded: Option<TaskState>,
+        now: UtcMillis,
+    ) {
+        let problems = self.graph.problems(&key);
+        if !problems.is_empty() {
+            self.graph_held
+                .insert(Arc::clone(&key), (Arc::clone(&spec), revision));
+            self.invalidate(key, revision, problems, now);
+            return;
+        }
+        self.graph_held.remove(&key);
         let schedule = match spec.schedule.compile() {
             Ok(s) => s,
             Err(e) => {
                 let errors = vec![FieldError::new("schedule", e.to_string())];
-                self.mark_invalid(key, revision, errors, now);
+                self.invalidate(key, revision, errors, now);
                 return;
             }
         };
-        let key: Arc<TaskKey> = key.into();
         match self.tasks.remove(&key) {
             Some(old) if old.revision == revision => {
                 // The same spec again (a relist after reconnecting): nothing changes.
@@ -411,6 +472,25 @@ impl Dispatcher {
             }
             Some(old) => self.update(old, spec, schedule, revision, now),
             None => self.load(key, spec, schedule, revision, recorded, now),
+        }
+    }
+
+    /// Re-checks a task downstream of a graph change: arms one whose problems are gone,
+    /// holds one that has some now.
+    fn recheck(&mut self, key: &Arc<TaskKey>, now: UtcMillis) {
+        let problems = self.graph.problems(key);
+        if let Some((spec, revision)) = self.graph_held.get(key).cloned() {
+            if problems.is_empty() {
+                self.place(Arc::clone(key), spec, revision, None, now);
+            } else {
+                self.invalidate(Arc::clone(key), revision, problems, now);
+            }
+        } else if !problems.is_empty() {
+            if let Some(task) = self.tasks.get(key) {
+                let (spec, revision) = (Arc::clone(&task.spec), task.revision);
+                self.graph_held.insert(Arc::clone(key), (spec, revision));
+                self.invalidate(Arc::clone(key), revision, problems, now);
+            }
         }
     }
 
@@ -514,6 +594,24 @@ impl Dispatcher {
             }
         }
         self.judge_deadline(&mut task, now);
+        // Steps a previous leader fired may not have reached the queue: send them again
+        // under the same execution id (a duplicate if they had).
+        for progress in &task.state.runs {
+            if let Some(execution) = &progress.execution {
+                push_fire(
+                    &mut self.ready,
+                    &key,
+                    generation,
+                    spec.priority,
+                    now,
+                    FireKind::Step(Box::new((execution.clone(), progress.run.clone()))),
+                    now,
+                );
+            }
+        }
+        if !task.state.runs.is_empty() {
+            self.with_runs.insert(Arc::clone(&key));
+        }
         let unchanged = written.is_some_and(|mut w| {
             // The time of the last write is not a change.
             w.updated_at = task.state.updated_at;
@@ -676,7 +774,8 @@ impl Dispatcher {
     }
 
     /// Records a spec that does not validate: the task stops firing and its state becomes
-    /// INVALID with the errors.
+    /// INVALID with the errors. It still exists for the graph (its children wait; they do
+    /// not name a missing parent).
     pub fn mark_invalid(
         &mut self,
         key: impl Into<Arc<TaskKey>>,
@@ -685,6 +784,24 @@ impl Dispatcher {
         now: UtcMillis,
     ) {
         let key: Arc<TaskKey> = key.into();
+        self.graph.insert(&key, &[]);
+        self.graph_held.remove(&key);
+        self.invalidate(Arc::clone(&key), revision, errors, now);
+        for other in self.graph.affected(&key) {
+            if other != key {
+                self.recheck(&other, now);
+            }
+        }
+    }
+
+    fn invalidate(
+        &mut self,
+        key: Arc<TaskKey>,
+        revision: i64,
+        errors: Vec<FieldError>,
+        now: UtcMillis,
+    ) {
+        self.with_runs.remove(&key);
         let state = match self.tasks.remove(&key) {
             Some(task) => {
                 for handle in [task.timer, task.held_timer, task.deadline_timer]
@@ -705,8 +822,13 @@ impl Dispatcher {
         self.pending.insert(key, Pending::Write(Box::new(state)));
     }
 
-    /// Forgets a deleted task: nothing more fires and its state is deleted.
-    pub fn remove(&mut self, key: &TaskKey) {
+    /// Forgets a deleted task: nothing more fires and its state is deleted. Tasks that
+    /// depend on it become INVALID (a missing parent).
+    pub fn remove(&mut self, key: &TaskKey, now: UtcMillis) {
+        let downstream = self.graph.affected(&Arc::new(key.clone()));
+        self.graph.remove(key);
+        self.graph_held.remove(key);
+        self.with_runs.remove(key);
         let key = match self.tasks.remove_entry(key) {
             Some((key, task)) => {
                 for handle in [task.timer, task.held_timer, task.deadline_timer]
@@ -721,7 +843,12 @@ impl Dispatcher {
         };
         self.parked.remove(&key);
         // Ready entries of the task are dropped when they come up (the task is gone).
-        self.pending.insert(key, Pending::Delete);
+        self.pending.insert(Arc::clone(&key), Pending::Delete);
+        for other in downstream {
+            if other != key {
+                self.recheck(&other, now);
+            }
+        }
     }
 
     /// Queues a run-now execution with its own id; the periodic schedule is not disturbed.
@@ -767,6 +894,7 @@ impl Dispatcher {
             self.on_timer(fire_at, entry, now);
         }
         self.due = due;
+        self.sweep_runs(now);
 
         let mut out = Vec::new();
         loop {
@@ -781,9 +909,22 @@ impl Dispatcher {
             let Some(task) = self.tasks.get_mut(&item.key) else {
                 continue;
             };
-            let run_now = match &item.kind {
-                FireKind::RunNow(id) => Some(id.clone()),
-                FireKind::Scheduled | FireKind::HeldAgain => None,
+            let (run_now, run_id) = match &item.kind {
+                FireKind::RunNow(id) => (Some(id.clone()), None),
+                FireKind::Step(step) => {
+                    let (execution, run) = &**step;
+                    // Stale: the step ended (its end was replayed) or was dropped meanwhile.
+                    if !task
+                        .state
+                        .runs
+                        .iter()
+                        .any(|r| r.execution.as_deref() == Some(execution.as_str()))
+                    {
+                        continue;
+                    }
+                    (Some(execution.clone()), Some(run.clone()))
+                }
+                FireKind::Scheduled | FireKind::HeldAgain => (None, None),
             };
             if run_now.is_none() {
                 // Queued before the spec changed or the task was paused: stale.
@@ -798,7 +939,7 @@ impl Dispatcher {
                     // Released since (enqueued, or superseded by a newer fire).
                     None => continue,
                 },
-                FireKind::Scheduled | FireKind::RunNow(_) => item.fire_at,
+                FireKind::Scheduled | FireKind::RunNow(_) | FireKind::Step(_) => item.fire_at,
             };
             if matches!(item.kind, FireKind::Scheduled)
                 && self.paused_namespaces.contains(&task.key.namespace)
@@ -834,12 +975,17 @@ impl Dispatcher {
             }
             set_status(&mut task.state, TaskStatus::Running, now);
             write_running(&mut self.pending, &task.key, &self.config, now);
+            let starts_run = run_id.is_none()
+                && task.spec.depends_on.is_empty()
+                && self.graph.has_children(&task.key);
             out.push(Dispatch {
                 key: Arc::clone(&task.key),
                 spec: Arc::clone(&task.spec),
                 fire_at,
                 overlap: dispatch_mode(&task.spec, run_now.is_some()),
                 run_now,
+                run_id,
+                starts_run,
             });
         }
         out
@@ -1015,6 +1161,30 @@ impl Dispatcher {
         event: &ExecutionEvent,
         now: UtcMillis,
     ) {
+        self.apply_to_state(key, position, execution, attempt, event, now);
+        if let ExecutionEvent::Finished { end, .. } = event {
+            if end.is_last() && end.outcome != AttemptOutcome::Released {
+                let outcome = if end.is_success() {
+                    StepOutcome::Succeeded
+                } else {
+                    StepOutcome::Failed
+                };
+                // Even when the state says the event was applied: the children's states are
+                // other records, and may not have been written with it (see `on_step_end`).
+                self.on_step_end(key, execution, outcome, now);
+            }
+        }
+    }
+
+    fn apply_to_state(
+        &mut self,
+        key: &TaskKey,
+        position: Option<EventPosition>,
+        execution: u128,
+        attempt: u32,
+        event: &ExecutionEvent,
+        now: UtcMillis,
+    ) {
         let Some(task) = self.tasks.get_mut(key) else {
             return;
         };
@@ -1085,6 +1255,193 @@ impl Dispatcher {
                 }
                 self.pending
                     .insert(Arc::clone(&task.key), Pending::WriteCurrent);
+            }
+        }
+    }
+
+    /// A task's execution ended for good: its part of a run is over, and its children learn
+    /// it. A first task (no parents) starts a run named after the execution; a dependent
+    /// task ends the step its execution was fired for (its other executions, run by hand,
+    /// belong to no run). Idempotent: the same end again records nothing new, a step fired
+    /// again keeps its execution id, and runs a child finished are remembered.
+    fn on_step_end(
+        &mut self,
+        key: &TaskKey,
+        execution: u128,
+        outcome: StepOutcome,
+        now: UtcMillis,
+    ) {
+        let Some(task) = self.tasks.get_mut(key) else {
+            return;
+        };
+        let execution = execution_id_text(execution);
+        let run = if task.spec.depends_on.is_empty() {
+            execution
+        } else {
+            let Some(i) = task
+                .state
+                .runs
+                .iter()
+                .position(|r| r.execution.as_deref() == Some(&execution))
+            else {
+                return;
+            };
+            let done = task.state.runs.remove(i);
+            remember_done(&mut task.state, &done.run);
+            if task.state.runs.is_empty() {
+                self.with_runs.remove(key);
+            }
+            self.pending
+                .insert(Arc::clone(&task.key), Pending::WriteCurrent);
+            done.run
+        };
+        let parent = Arc::clone(&task.key);
+        self.propagate(parent, &run, outcome, now);
+    }
+
+    /// Hands `parent`'s outcome in `run` to its children, and a skip on down the chain.
+    fn propagate(&mut self, parent: Arc<TaskKey>, run: &str, outcome: StepOutcome, now: UtcMillis) {
+        let mut work = vec![(parent, outcome)];
+        while let Some((parent, outcome)) = work.pop() {
+            let parent_text = key_text(&parent);
+            for child in self.graph.children(&parent).to_vec() {
+                let Some(task) = self.tasks.get_mut(&child) else {
+                    // INVALID or held: its step does not run, and nothing runs after it.
+                    work.push((child, StepOutcome::Skipped));
+                    continue;
+                };
+                if task.state.runs_done.iter().any(|r| r == run) {
+                    continue;
+                }
+                let i = match task.state.runs.iter().position(|r| r.run == run) {
+                    Some(i) => i,
+                    None => {
+                        if task.state.runs.len() >= MAX_RUNS_IN_PROGRESS {
+                            // The oldest run gives way; its step is skipped.
+                            let oldest = task.state.runs.remove(0);
+                            remember_done(&mut task.state, &oldest.run);
+                            self.notices.push(Notice::StepSkipped {
+                                key: Arc::clone(&task.key),
+                                run: oldest.run.clone(),
+                                reason: format!(
+                                    "more than {MAX_RUNS_IN_PROGRESS} runs in progress"
+                                ),
+                            });
+                            if oldest.execution.is_none() {
+                                let c = Arc::clone(&task.key);
+                                let r = oldest.run;
+                                self.propagate(c, &r, StepOutcome::Skipped, now);
+                            }
+                            let Some(again) = self.tasks.get_mut(&child) else {
+                                continue;
+                            };
+                            again.state.runs.push(RunProgress {
+                                run: run.to_owned(),
+                                started_at: now,
+                                done: Default::default(),
+                                execution: None,
+                            });
+                            again.state.runs.len() - 1
+                        } else {
+                            task.state.runs.push(RunProgress {
+                                run: run.to_owned(),
+                                started_at: now,
+                                done: Default::default(),
+                                execution: None,
+                            });
+                            task.state.runs.len() - 1
+                        }
+                    }
+                };
+                let Some(task) = self.tasks.get_mut(&child) else {
+                    continue;
+                };
+                self.with_runs.insert(Arc::clone(&child));
+                self.pending
+                    .insert(Arc::clone(&child), Pending::WriteCurrent);
+                let progress = &mut task.state.runs[i];
+                if progress.execution.is_some() {
+                    continue;
+                }
+                progress.done.insert(parent_text.clone(), outcome);
+                if let Some(skip) = self.decide_step(&child, i, now) {
+                    work.push((child, skip));
+                }
+            }
+        }
+    }
+
+    /// Fires the step at `runs[i]` of `key` if its parents allow it now, or skips it.
+    /// Returns `Some(Skipped)` when the step was skipped (to hand on to its children).
+    fn decide_step(&mut self, key: &Arc<TaskKey>, i: usize, now: UtcMillis) -> Option<StepOutcome> {
+        let paused = self.paused_namespaces.contains(&key.namespace);
+        let task = self.tasks.get_mut(key)?;
+        let progress = task.state.runs.get(i)?;
+        let mut decided = verdict(&task.spec.depends_on, progress, now);
+        if decided == Verdict::Fire && (task.spec.paused || paused) {
+            decided = Verdict::Skip("the task is paused".to_owned());
+        }
+        match decided {
+            Verdict::Wait => None,
+            Verdict::Fire => {
+                let run = progress.run.clone();
+                let execution = step_execution_id(&run, key);
+                task.state.runs[i].execution = Some(execution.clone());
+                push_fire(
+                    &mut self.ready,
+                    &task.key,
+                    task.generation,
+                    task.spec.priority,
+                    now,
+                    FireKind::Step(Box::new((execution, run))),
+                    now,
+                );
+                None
+            }
+            Verdict::Skip(reason) => {
+                let done = task.state.runs.remove(i);
+                remember_done(&mut task.state, &done.run);
+                self.notices.push(Notice::StepSkipped {
+                    key: Arc::clone(key),
+                    run: done.run,
+                    reason,
+                });
+                Some(StepOutcome::Skipped)
+            }
+        }
+    }
+
+    /// Skips the steps whose parents are too late, once a second at most.
+    fn sweep_runs(&mut self, now: UtcMillis) {
+        if now < self.next_run_sweep || self.with_runs.is_empty() {
+            return;
+        }
+        self.next_run_sweep = now.add(Duration::from_secs(1));
+        let keys: Vec<Arc<TaskKey>> = self.with_runs.iter().cloned().collect();
+        for key in keys {
+            let mut i = 0;
+            loop {
+                let Some(task) = self.tasks.get(&key) else {
+                    break;
+                };
+                let Some(progress) = task.state.runs.get(i) else {
+                    if task.state.runs.is_empty() {
+                        self.with_runs.remove(&key);
+                    }
+                    break;
+                };
+                if progress.execution.is_some() {
+                    i += 1;
+                    continue;
+                }
+                let run = progress.run.clone();
+                match self.decide_step(&key, i, now) {
+                    Some(skipped) => {
+                        self.pending.insert(Arc::clone(&key), Pending::WriteCurrent);
+                        self.propagate(Arc::clone(&key), &run, skipped, now);
+                    }
+                    None => i += 1,
+                }
             }
         }
     }
@@ -1167,6 +1524,18 @@ impl Dispatcher {
         std::mem::take(&mut self.notices)
     }
 }
+
+/// Keeps the last runs a task finished its step of, so that a parent's end read again
+/// (after a failover) does not start the step anew.
+fn remember_done(state: &mut TaskState, run: &str) {
+    if state.runs_done.len() >= RUNS_REMEMBERED {
+        state.runs_done.remove(0);
+    }
+    state.runs_done.push(run.to_owned());
+}
+
+/// Finished runs a task remembers (see [`remember_done`]).
+const RUNS_REMEMBERED: usize = 16;
 
 /// Marks a task's RUNNING state for writing once `running_write_delay` has passed; a change
 /// already waiting to be written goes as soon as it would have.

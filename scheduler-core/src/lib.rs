@@ -24,6 +24,7 @@ pub mod task;
 pub mod time;
 pub mod timer;
 pub mod validate;
+pub mod workflow;
 
 pub use backoff::ReconnectBackoff;
 pub use dispatcher::{Dispatch, Dispatcher, DispatcherConfig, Notice, TaskKey};

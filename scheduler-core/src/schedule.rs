@@ -32,6 +32,8 @@ enum Kind {
     Delay(i64),
     Every(i64),
     Cron(Box<CronSchedule>),
+    /// Fires only when its parents finish (see [`crate::workflow`]): never by the clock.
+    Never,
 }
 
 impl Schedule {
@@ -60,6 +62,7 @@ impl Schedule {
                 })?;
                 Kind::Cron(Box::new(cron))
             }
+            Schedule::Dependent => Kind::Never,
         };
         Ok(CompiledSchedule { kind })
     }
@@ -111,6 +114,7 @@ impl CompiledSchedule {
                 i64::try_from(t).ok().map(UtcMillis)
             }
             Kind::Cron(c) => c.next_after(after.0).map(UtcMillis),
+            Kind::Never => None,
         }
     }
 
@@ -121,6 +125,7 @@ impl CompiledSchedule {
     pub fn first_fire(&self, anchor: UtcMillis) -> Option<UtcMillis> {
         match &self.kind {
             Kind::At(t) => Some(*t),
+            Kind::Never => None,
             _ => self.next_after(anchor, anchor),
         }
     }

@@ -147,6 +147,14 @@ pub struct TaskState {
     /// change). Written so a new leader alerts no fire twice (see [`crate::deadline`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_mark: Option<UtcMillis>,
+    /// Runs this dependent task takes part in and has not finished (see
+    /// [`crate::workflow`]): which parents finished, and the step's execution once fired.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<crate::workflow::RunProgress>,
+    /// The last runs this task's step finished in (a few), so that a parent's end read
+    /// again does not start the step anew.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs_done: Vec<String>,
     /// Why the spec is INVALID; empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub validation_errors: Vec<FieldError>,
@@ -179,6 +187,8 @@ impl TaskState {
             last_error: None,
             last_success_at: None,
             deadline_mark: None,
+            runs: Vec::new(),
+            runs_done: Vec::new(),
             validation_errors: Vec::new(),
             held_fire_at: None,
             last_event: None,

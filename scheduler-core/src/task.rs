@@ -40,6 +40,12 @@ pub const MAX_NAME_LEN: usize = 128;
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
 /// Most labels on a task.
 pub const MAX_LABELS: usize = 64;
+/// Most parents (`depends_on`) of one task.
+pub const MAX_PARENTS: usize = 16;
+/// Default `depends_on[].within`: a parent has a day to finish its part of a run.
+pub const DEFAULT_DEPENDENCY_WITHIN: Duration = Duration::from_secs(24 * 3600);
+/// Longest `depends_on[].within`: a run's progress is kept in the child's state until then.
+pub const MAX_DEPENDENCY_WITHIN: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Longest label key or value, bytes.
 pub const MAX_LABEL_BYTES: usize = 256;
 /// Most `http.headers` of a task.
@@ -88,6 +94,9 @@ pub struct TaskSpec {
     pub overlap: OverlapPolicy,
     /// A paused task stays registered but does not fire.
     pub paused: bool,
+    /// The tasks this one runs after (empty: an ordinary task with a schedule of its own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<Dependency>,
     /// Each due fire must be followed by a successful execution within this long, or an
     /// alert says why not (see [`crate::deadline`]).
     #[serde(
@@ -137,6 +146,34 @@ pub enum Schedule {
         /// IANA zone name; default `UTC`.
         timezone: String,
     },
+    /// No time of its own: the task fires when its parents (`depends_on`) have finished a
+    /// run. In the JSON form the `schedule` field is absent.
+    Dependent,
+}
+
+/// One parent of a dependent task (`depends_on`): see [`crate::workflow`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dependency {
+    /// The parent, `namespace/id`.
+    pub task: String,
+    /// Which of the parent's outcomes lets the child run.
+    pub on: DependOn,
+    /// How long after the run started the parent may take to finish; later, the child's
+    /// step is skipped.
+    #[serde(with = "crate::duration_serde")]
+    pub within: Duration,
+}
+
+/// The parent outcome a dependency waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DependOn {
+    /// The parent's execution succeeded.
+    Success,
+    /// The parent's execution failed for good (retries exhausted, or killed).
+    Failure,
+    /// Either.
+    Any,
 }
 
 /// Retry settings: exponential backoff with jitter, bounded in count and in total time.

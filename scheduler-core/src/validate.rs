@@ -18,10 +18,11 @@ use serde_json::{Map, Value};
 
 use crate::redact::holds_mask;
 use crate::task::{
-    HttpTarget, MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec, DEFAULT_PRIORITY,
-    DEFAULT_QUEUE, DEFAULT_TIMEOUT, DEFAULT_TIMEZONE, DEFAULT_VERSION, MAX_HTTP_HEADERS,
+    DependOn, Dependency, HttpTarget, MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule,
+    TaskSpec, DEFAULT_DEPENDENCY_WITHIN, DEFAULT_PRIORITY, DEFAULT_QUEUE, DEFAULT_TIMEOUT,
+    DEFAULT_TIMEZONE, DEFAULT_VERSION, MAX_DEPENDENCY_WITHIN, MAX_HTTP_HEADERS,
     MAX_HTTP_HEADER_BYTES, MAX_IDEMPOTENCY_KEY_LEN, MAX_LABELS, MAX_LABEL_BYTES, MAX_MULTIPLIER,
-    MAX_NAME_LEN, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RETRIES, MAX_URL_BYTES,
+    MAX_NAME_LEN, MAX_PARENTS, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RETRIES, MAX_URL_BYTES,
 };
 use crate::time::UtcMillis;
 
@@ -121,6 +122,7 @@ const TASK_FIELDS: &[&str] = &[
     "misfire",
     "overlap",
     "paused",
+    "depends_on",
     "expect_success_within",
     "labels",
     "version",
@@ -410,8 +412,21 @@ impl TaskSpec {
                 None
             }
         };
+        let depends_on = match field(&obj, "depends_on") {
+            None => Some(Vec::new()),
+            Some(v) => parse_depends_on(&mut c, v, namespace, id),
+        };
+        let dependent = depends_on.as_ref().is_some_and(|d| !d.is_empty());
         let schedule = match field(&obj, "schedule") {
+            Some(_) if dependent => {
+                c.err(
+                    "schedule",
+                    "a task with depends_on fires when its parents finish, not by the clock; remove schedule (or depends_on)",
+                );
+                None
+            }
             Some(v) => parse_schedule(&mut c, v),
+            None if dependent => Some(Schedule::Dependent),
             None => {
                 c.err(
                     "schedule",
@@ -477,8 +492,10 @@ impl TaskSpec {
                 }
             }),
         };
-        if let (Some(Some(_)), Some(Schedule::Every(_) | Schedule::Cron { .. })) =
-            (&idempotency_key, &schedule)
+        if let (
+            Some(Some(_)),
+            Some(Schedule::Every(_) | Schedule::Cron { .. } | Schedule::Dependent),
+        ) = (&idempotency_key, &schedule)
         {
             c.err(
                 "idempotency_key",
@@ -512,6 +529,13 @@ impl TaskSpec {
         let paused = field(&obj, "paused").map_or(Some(false), |v| c.bool(v, "paused"));
         let expect_success_within = match field(&obj, "expect_success_within") {
             None => Some(None),
+            Some(_) if dependent => {
+                c.err(
+                    "expect_success_within",
+                    "judges the fires of a schedule, and a task with depends_on has none; put it on the chain's first task",
+                );
+                None
+            }
             Some(v) => c.duration(v, "expect_success_within").map(Some),
         };
         let labels =
@@ -541,6 +565,7 @@ impl TaskSpec {
             misfire,
             overlap,
             paused,
+            depends_on,
             expect_success_within,
             labels,
             version,
@@ -557,6 +582,7 @@ impl TaskSpec {
                 Some(misfire),
                 Some(overlap),
                 Some(paused),
+                Some(depends_on),
                 Some(expect_success_within),
                 Some(labels),
                 Some(version),
@@ -577,6 +603,7 @@ impl TaskSpec {
                 misfire,
                 overlap,
                 paused,
+                depends_on,
                 expect_success_within,
                 labels,
                 version,
@@ -595,7 +622,9 @@ impl TaskSpec {
         obj.insert("id".into(), Value::from(&*self.id));
         obj.insert("namespace".into(), Value::from(&*self.namespace));
         obj.insert("handler".into(), Value::from(&*self.handler));
-        obj.insert("schedule".into(), schedule_json(&self.schedule));
+        if self.schedule != Schedule::Dependent {
+            obj.insert("schedule".into(), schedule_json(&self.schedule));
+        }
         obj.insert("payload".into(), self.payload.clone());
         if let Some(h) = &self.http {
             let mut http = Map::new();
@@ -634,6 +663,23 @@ impl TaskSpec {
             serde_json::to_value(self.overlap).unwrap_or(Value::Null),
         );
         obj.insert("paused".into(), self.paused.into());
+        if !self.depends_on.is_empty() {
+            let deps = self
+                .depends_on
+                .iter()
+                .map(|d| {
+                    let mut o = Map::new();
+                    o.insert("task".into(), d.task.clone().into());
+                    o.insert(
+                        "on".into(),
+                        serde_json::to_value(d.on).unwrap_or(Value::Null),
+                    );
+                    o.insert("within".into(), duration_json(d.within));
+                    Value::Object(o)
+                })
+                .collect();
+            obj.insert("depends_on".into(), Value::Array(deps));
+        }
         obj.insert(
             "expect_success_within".into(),
             self.expect_success_within
@@ -690,8 +736,111 @@ fn schedule_json(s: &Schedule) -> Value {
             obj.insert("cron".into(), expr.clone().into());
             obj.insert("timezone".into(), timezone.clone().into());
         }
+        // Written as an absent `schedule` (see `to_json`).
+        Schedule::Dependent => {}
     }
     Value::Object(obj)
+}
+
+const DEPENDENCY_FIELDS: &[&str] = &["task", "on", "within"];
+
+/// `depends_on`: parents as `namespace/id` (or `id`, in the task's own namespace), each once,
+/// never the task itself. Whether they exist and form no cycle is the graph's to say (it
+/// needs every task; see `crate::workflow`).
+fn parse_depends_on(
+    c: &mut Checker,
+    v: &Value,
+    namespace: &str,
+    id: &str,
+) -> Option<Vec<Dependency>> {
+    let Value::Array(items) = v else {
+        c.err(
+            "depends_on",
+            format!(
+                "must be a list such as [{{\"task\": \"ns/parent\"}}], found {}",
+                kind(v)
+            ),
+        );
+        return None;
+    };
+    if items.is_empty() || items.len() > MAX_PARENTS {
+        c.err(
+            "depends_on",
+            format!(
+                "lists {} parents; give 1 to {MAX_PARENTS} (or remove it)",
+                items.len()
+            ),
+        );
+        return None;
+    }
+    let errors_before = c.errors.len();
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("depends_on[{i}]");
+        let Value::Object(obj) = item else {
+            c.err(&path, format!("must be an object, found {}", kind(item)));
+            continue;
+        };
+        c.unknown_fields(obj, &path, DEPENDENCY_FIELDS);
+        let task_path = format!("{path}.task");
+        let task = match field(obj, "task") {
+            Some(t) => c.string(t, &task_path),
+            None => {
+                c.err(
+                    &task_path,
+                    "missing; name the parent as \"namespace/id\" or \"id\"",
+                );
+                None
+            }
+        };
+        let task = task.and_then(|t| {
+            let (ns, parent) = t.split_once('/').unwrap_or((namespace, t.as_str()));
+            for part in [ns, parent] {
+                if let Err(e) = check_name(part) {
+                    c.err(&task_path, format!("`{t}`: {e}"));
+                    return None;
+                }
+            }
+            if ns == namespace && parent == id {
+                c.err(&task_path, "a task cannot depend on itself");
+                return None;
+            }
+            Some(format!("{ns}/{parent}"))
+        });
+        let on = field(obj, "on").map_or(Some(DependOn::Success), |v| {
+            enum_value(
+                c,
+                v,
+                &format!("{path}.on"),
+                &[
+                    ("success", DependOn::Success),
+                    ("failure", DependOn::Failure),
+                    ("any", DependOn::Any),
+                ],
+            )
+        });
+        let within_path = format!("{path}.within");
+        let within = field(obj, "within").map_or(Some(DEFAULT_DEPENDENCY_WITHIN), |v| {
+            c.duration(v, &within_path)
+        });
+        if within.is_some_and(|w| w > MAX_DEPENDENCY_WITHIN) {
+            c.err(
+                &within_path,
+                format!(
+                    "is above the maximum of {}",
+                    humantime::format_duration(MAX_DEPENDENCY_WITHIN)
+                ),
+            );
+        }
+        if let (Some(task), Some(on), Some(within)) = (task, on, within) {
+            if out.iter().any(|d: &Dependency| d.task == task) {
+                c.err(&task_path, format!("`{task}` is listed twice"));
+            } else {
+                out.push(Dependency { task, on, within });
+            }
+        }
+    }
+    (c.errors.len() == errors_before).then_some(out)
 }
 
 fn enum_value<T: Copy>(c: &mut Checker, v: &Value, path: &str, options: &[(&str, T)]) -> Option<T> {
@@ -968,6 +1117,7 @@ fn parse_retry(c: &mut Checker, v: &Value) -> Option<RetryPolicy> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::DependOn;
 
     fn parse(json: &str) -> Result<TaskSpec, ValidationErrors> {
         TaskSpec::from_json(json.as_bytes(), "default", "t1")
@@ -1375,6 +1525,7 @@ mod tests {
                             misfire,
                             overlap,
                             paused,
+                            depends_on: Vec::new(),
                             expect_success_within: (version % 3 == 0).then(|| timeout * 2),
                             labels,
                             version,
@@ -1392,6 +1543,51 @@ mod tests {
                 prop_assert_eq!(back.as_ref(), Ok(&spec), "{}", String::from_utf8_lossy(&json));
                 prop_assert!(spec.validate().is_ok());
             }
+        }
+    }
+
+    #[test]
+    fn depends_on_replaces_the_schedule_and_names_each_parent_once() {
+        let json = br#"{"handler":"log","depends_on":[{"task":"r"},{"task":"other/x","on":"any","within":"1h"}]}"#;
+        let spec = TaskSpec::from_json(json, "ns", "c").unwrap();
+        assert_eq!(spec.schedule, Schedule::Dependent);
+        assert_eq!(spec.depends_on[0].task, "ns/r");
+        assert_eq!(spec.depends_on[0].on, DependOn::Success);
+        assert_eq!(spec.depends_on[0].within, DEFAULT_DEPENDENCY_WITHIN);
+        assert_eq!(spec.depends_on[1].task, "other/x");
+        let back = TaskSpec::from_json(&spec.to_json(), "ns", "c").unwrap();
+        assert_eq!(back, spec);
+        for (bad, expected) in [
+            (
+                r#"{"handler":"log","schedule":{"every":"1m"},"depends_on":[{"task":"r"}]}"#,
+                "schedule: a task with depends_on fires when its parents finish",
+            ),
+            (
+                r#"{"handler":"log","depends_on":[{"task":"c"}]}"#,
+                "cannot depend on itself",
+            ),
+            (
+                r#"{"handler":"log","depends_on":[{"task":"r"},{"task":"ns/r"}]}"#,
+                "`ns/r` is listed twice",
+            ),
+            (
+                r#"{"handler":"log","depends_on":[{"task":"r","within":"30days"}]}"#,
+                "depends_on[0].within: is above the maximum",
+            ),
+            (r#"{"handler":"log","depends_on":[]}"#, "lists 0 parents"),
+            (
+                r#"{"handler":"log","depends_on":[{"task":"r","on":"maybe"}]}"#,
+                "depends_on[0].on: `maybe` is not one of success, failure, any",
+            ),
+            (
+                r#"{"handler":"log","depends_on":[{"task":"a b"}]}"#,
+                "depends_on[0].task",
+            ),
+        ] {
+            let err = TaskSpec::from_json(bad.as_bytes(), "ns", "c")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expected), "{bad}: {err}");
         }
     }
 

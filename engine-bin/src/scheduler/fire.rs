@@ -168,6 +168,9 @@ pub(super) fn notice_alerts(
             Notice::BreakerSkipped { key, fire_at } => {
                 debug!(task_id = %key, fire_at = %fire_at, "fire skipped: circuit breaker open");
             }
+            Notice::StepSkipped { key, run, reason } => {
+                info!(task_id = %key, run_id = %run, "step skipped: {reason}");
+            }
             Notice::DeadlineMissed { key, within, miss } => {
                 warn!(
                     task_id = %key,

@@ -234,7 +234,7 @@ impl Term {
                 if in_scope(settings, &key.namespace)
                     && !catalog.may_not_have_seen(state.spec_revision)
                 {
-                    dispatcher.remove(&key);
+                    dispatcher.remove(&key, now);
                     orphans += 1;
                 }
             }
@@ -571,7 +571,7 @@ impl Term {
             Some(CatalogEntry::Invalid { errors, revision }) => {
                 self.dispatcher.mark_invalid(key, revision, errors, now);
             }
-            None => self.dispatcher.remove(&key),
+            None => self.dispatcher.remove(&key, now),
         }
     }
 

@@ -232,7 +232,7 @@ fn pause_resume_delete_and_same_revision() {
     // The same revision delivered again changes nothing.
     d.upsert(key("a"), spec("a", every), 7, None, at(8000));
     assert_eq!(d.armed_len(), 1);
-    d.remove(&key("a"));
+    d.remove(&key("a"), at(0));
     assert!(run(&mut d, 8000, 12_000).is_empty());
     let writes = d.take_state_writes(UtcMillis::MAX);
     assert!(writes.iter().any(|(k, s)| **k == key("a") && s.is_none()));
@@ -1050,4 +1050,234 @@ fn a_task_without_a_deadline_costs_no_timer() {
     assert_eq!(d.armed_len(), 1);
     let d = one_task("a", DEADLINE_TASK);
     assert_eq!(d.armed_len(), 2);
+}
+
+fn exec_of(d: &Dispatch) -> u128 {
+    let text = d
+        .run_now
+        .as_deref()
+        .expect("a step carries its execution id");
+    u128::from_str_radix(&text.replace('-', ""), 16).unwrap()
+}
+
+fn ended(d: &mut Dispatcher, id: &str, execution: u128, ok: bool, t: i64) {
+    let outcome = if ok {
+        AttemptOutcome::Succeeded
+    } else {
+        AttemptOutcome::Failed
+    };
+    let error = (!ok).then(|| "boom".to_owned());
+    d.on_execution(
+        &key(id),
+        execution,
+        0,
+        &finished(outcome, error, None),
+        at(t),
+    );
+}
+
+const ROOT: &str = r#"{"handler":"log","schedule":{"every":"10s"}}"#;
+
+fn chain() -> Dispatcher {
+    // r -> a, r -> b, (a, b) -> c; d runs after c whatever its end.
+    let mut d = one_task("r", ROOT);
+    for (id, json) in [
+        ("a", r#"{"handler":"log","depends_on":[{"task":"r"}]}"#),
+        (
+            "b",
+            r#"{"handler":"log","depends_on":[{"task":"default/r"}]}"#,
+        ),
+        (
+            "c",
+            r#"{"handler":"log","depends_on":[{"task":"a"},{"task":"b","on":"any","within":"30s"}]}"#,
+        ),
+        (
+            "d",
+            r#"{"handler":"log","depends_on":[{"task":"c","on":"any"}]}"#,
+        ),
+    ] {
+        d.upsert(key(id), spec(id, json), 5, None, at(0));
+    }
+    d
+}
+
+#[test]
+fn a_chain_fans_out_and_in_once_per_run_carrying_the_run_id() {
+    let mut d = chain();
+    let root = d.poll(at(10_000)).pop().unwrap();
+    assert!(root.starts_run && root.run_id.is_none());
+    let run = crate::workflow::execution_id_text(7);
+    ended(&mut d, "r", 7, true, 10_500);
+    let steps = d.poll(at(10_500));
+    let mut names: Vec<&str> = steps.iter().map(|s| &*s.key.id).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["a", "b"]);
+    assert!(steps
+        .iter()
+        .all(|s| s.run_id.as_deref() == Some(run.as_str())));
+    // c waits for both.
+    let a = steps.iter().find(|s| &*s.key.id == "a").unwrap();
+    let b = steps.iter().find(|s| &*s.key.id == "b").unwrap();
+    ended(&mut d, "a", exec_of(a), true, 11_000);
+    assert!(d.poll(at(11_000)).is_empty());
+    ended(&mut d, "b", exec_of(b), false, 11_500);
+    let c = d.poll(at(11_500));
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(&*c[0].key.id, "c");
+    assert_eq!(c[0].run_id.as_deref(), Some(run.as_str()));
+    // The same ends read again start nothing.
+    ended(&mut d, "r", 7, true, 11_600);
+    ended(&mut d, "b", exec_of(b), false, 11_600);
+    assert!(d.poll(at(11_600)).is_empty());
+    ended(&mut d, "c", exec_of(&c[0]), true, 12_000);
+    let last = d.poll(at(12_000));
+    assert_eq!(last.len(), 1);
+    assert_eq!(&*last[0].key.id, "d");
+    ended(&mut d, "d", exec_of(&last[0]), true, 12_500);
+    for id in ["a", "b", "c", "d"] {
+        assert!(
+            d.state(&key(id)).unwrap().runs.is_empty(),
+            "{id} keeps no run"
+        );
+    }
+}
+
+#[test]
+fn an_unmet_edge_skips_the_step_and_everything_after_it() {
+    let mut d = chain();
+    d.poll(at(10_000));
+    ended(&mut d, "r", 7, true, 10_500);
+    let steps = d.poll(at(10_500));
+    for s in &steps {
+        // a fails: c waits for a's success.
+        ended(&mut d, &s.key.id, exec_of(s), &*s.key.id == "b", 11_000);
+    }
+    assert!(d.poll(at(11_000)).is_empty(), "neither c nor d runs");
+    let skipped: Vec<String> = d
+        .take_notices()
+        .into_iter()
+        .filter_map(|n| match n {
+            Notice::StepSkipped { key, reason, .. } => Some(format!("{}: {reason}", key.id)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            "c: parent default/a ended in failure, the edge waits for success",
+            "d: parent default/c ended skipped, the edge waits for any end"
+        ]
+    );
+}
+
+#[test]
+fn a_parent_too_late_skips_the_step() {
+    let mut d = chain();
+    d.poll(at(10_000));
+    ended(&mut d, "r", 7, true, 10_500);
+    let steps = d.poll(at(10_500));
+    let a = steps.iter().find(|s| &*s.key.id == "a").unwrap();
+    ended(&mut d, "a", exec_of(a), true, 11_000);
+    // b never ends; c's edge to b allows 30 s from the run's start at c (11 s).
+    run(&mut d, 11_010, 40_990);
+    assert!(d.state(&key("c")).unwrap().runs.len() == 1);
+    // Swept once a second: skipped within a second of the window's end.
+    d.poll(at(42_000));
+    assert!(d.state(&key("c")).unwrap().runs.is_empty());
+    assert!(d.take_notices().iter().any(
+        |n| matches!(n, Notice::StepSkipped { key, reason, .. } if &*key.id == "c" && reason.contains("within 30s"))
+    ));
+}
+
+#[test]
+fn a_new_leader_finishes_a_chain_without_repeating_or_skipping_a_step() {
+    let mut old = chain();
+    old.poll(at(10_000));
+    ended(&mut old, "r", 7, true, 10_500);
+    let steps = old.poll(at(10_500));
+    let a = steps.iter().find(|s| &*s.key.id == "a").unwrap().clone();
+    ended(&mut old, "a", exec_of(&a), true, 11_000);
+    // The old leader wrote its states and died; b still runs.
+    let written: HashMap<String, TaskState> = old
+        .take_state_writes(UtcMillis::MAX)
+        .into_iter()
+        .filter_map(|(k, s)| Some((k.id.to_string(), s?)))
+        .collect();
+    let mut new = Dispatcher::new(DispatcherConfig::default(), at(12_000));
+    for (id, json) in [
+        ("r", ROOT),
+        ("a", r#"{"handler":"log","depends_on":[{"task":"r"}]}"#),
+        (
+            "b",
+            r#"{"handler":"log","depends_on":[{"task":"default/r"}]}"#,
+        ),
+        (
+            "c",
+            r#"{"handler":"log","depends_on":[{"task":"a"},{"task":"b","on":"any","within":"30s"}]}"#,
+        ),
+        (
+            "d",
+            r#"{"handler":"log","depends_on":[{"task":"c","on":"any"}]}"#,
+        ),
+    ] {
+        new.upsert(
+            key(id),
+            spec(id, json),
+            5,
+            written.get(id).cloned(),
+            at(12_000),
+        );
+    }
+    // The events the old leader had not acknowledged are read again.
+    ended(&mut new, "r", 7, true, 12_000);
+    ended(&mut new, "a", exec_of(&a), true, 12_000);
+    // b, fired by the old leader, is sent again under the same id (the queue refuses the
+    // duplicate); a is not sent again.
+    let again = new.poll(at(12_000));
+    let ids: Vec<(&str, u128)> = again.iter().map(|s| (&*s.key.id, exec_of(s))).collect();
+    let b = steps.iter().find(|s| &*s.key.id == "b").unwrap();
+    assert_eq!(ids, [("b", exec_of(b))]);
+    ended(&mut new, "b", exec_of(b), true, 13_000);
+    let c = new.poll(at(13_000));
+    assert_eq!(c.len(), 1);
+    assert_eq!(&*c[0].key.id, "c");
+}
+
+#[test]
+fn missing_parents_and_cycles_hold_a_task_invalid_until_mended() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.upsert(
+        key("b"),
+        spec("b", r#"{"handler":"log","depends_on":[{"task":"a"}]}"#),
+        5,
+        None,
+        at(0),
+    );
+    let st = d.state(&key("b"));
+    assert!(st.is_none(), "held, not armed");
+    let writes = d.take_state_writes(at(0));
+    let invalid = writes[0].1.as_ref().unwrap();
+    assert_eq!(invalid.status, TaskStatus::Invalid);
+    assert!(invalid.validation_errors[0]
+        .reason
+        .contains("default/a does not exist"));
+    // The parent arrives: b is armed.
+    d.upsert(key("a"), spec("a", ROOT), 6, None, at(1));
+    assert_eq!(d.state(&key("b")).unwrap().status, TaskStatus::Waiting);
+    // a made to depend on b: a cycle, both held.
+    d.upsert(
+        key("a"),
+        spec("a", r#"{"handler":"log","depends_on":[{"task":"b"}]}"#),
+        7,
+        None,
+        at(2),
+    );
+    assert!(d.state(&key("a")).is_none() && d.state(&key("b")).is_none());
+    let writes = d.take_state_writes(at(2));
+    assert!(writes.iter().any(|(k, s)| &*k.id == "a"
+        && s.as_ref().unwrap().validation_errors[0].reason
+            == "is a cycle: default/a -> default/b -> default/a"));
+    // Deleting a leaves b with a missing parent.
+    d.remove(&key("a"), at(3));
+    assert!(d.state(&key("b")).is_none());
 }

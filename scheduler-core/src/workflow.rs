@@ -1,0 +1,437 @@
+//! Dependencies between tasks (`depends_on`): the graph, and the progress of a run.
+//!
+//! A **run** is one execution of a chain's first task (its root) and everything that follows
+//! from it; its id is the root execution's id, and every execution of the run carries it. A
+//! dependent task (a child) fires for a run once every parent has finished its part of that
+//! run: it fires when each parent reached the outcome its edge asks for (`on`), and its step
+//! is skipped when one did not, or did not finish within the edge's `within` of the run's
+//! start. A skipped step counts as a finished parent that satisfies no edge, so the skip
+//! travels down the chain and every run ends.
+//!
+//! Where the progress lives: in each child's state ([`RunProgress`] in
+//! [`crate::state::TaskState::runs`]), written with the parent's end that caused it, before
+//! that end is acknowledged. A new leader therefore finds every run where the old one left
+//! it. The child's execution id for a run is derived from the run and the child
+//! ([`step_execution_id`]), so sending it again after a failover is refused by the queue as
+//! a duplicate: a step is neither skipped nor repeated.
+//!
+//! The graph is checked as a whole, which one spec cannot do: a parent that does not exist,
+//! a cycle, or parents from chains with different roots (whose runs never meet, so the task
+//! could never fire) make the task INVALID with the reason, until the graph is mended.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::dispatcher::TaskKey;
+use crate::task::{DependOn, Dependency};
+use crate::time::UtcMillis;
+use crate::validate::FieldError;
+
+/// Runs one child keeps in progress at most: a root that fires faster than its chain
+/// finishes must not grow a state without bound. The oldest run is dropped (skipped) first.
+pub const MAX_RUNS_IN_PROGRESS: usize = 64;
+
+/// How a task's part of a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepOutcome {
+    /// Its execution succeeded.
+    Succeeded,
+    /// Its execution failed for good (or was killed).
+    Failed,
+    /// It did not run in this run (an edge unmet, a parent too late, the task paused).
+    Skipped,
+}
+
+impl StepOutcome {
+    /// Whether an edge waiting for `on` is satisfied by this outcome.
+    pub fn satisfies(self, on: DependOn) -> bool {
+        matches!(
+            (self, on),
+            (StepOutcome::Succeeded, DependOn::Success | DependOn::Any)
+                | (StepOutcome::Failed, DependOn::Failure | DependOn::Any)
+        )
+    }
+}
+
+/// A child's progress in one run (kept in the child's state until its step ends).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunProgress {
+    /// The run's id (its root execution's id).
+    pub run: String,
+    /// When the first parent finished its part (the `within` windows count from here).
+    pub started_at: UtcMillis,
+    /// The parents that finished, `namespace/id` -> outcome.
+    #[serde(default)]
+    pub done: BTreeMap<String, StepOutcome>,
+    /// Once the step fired: its execution id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<String>,
+}
+
+/// What a child does next in a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Parents are still running, within their windows.
+    Wait,
+    /// Every parent finished as its edge asks: fire.
+    Fire,
+    /// The step does not run; why.
+    Skip(String),
+}
+
+/// Decides a child's step from its edges and its progress at `now`.
+pub fn verdict(deps: &[Dependency], progress: &RunProgress, now: UtcMillis) -> Verdict {
+    let mut waiting = false;
+    for dep in deps {
+        match progress.done.get(&dep.task) {
+            Some(outcome) if outcome.satisfies(dep.on) => {}
+            Some(outcome) => {
+                return Verdict::Skip(format!(
+                    "parent {} ended {}, the edge waits for {}",
+                    dep.task,
+                    outcome_name(*outcome),
+                    on_name(dep.on)
+                ))
+            }
+            None if progress.started_at.add(dep.within) <= now => {
+                return Verdict::Skip(format!(
+                    "parent {} did not finish within {} of the run's start",
+                    dep.task,
+                    humantime::format_duration(dep.within)
+                ))
+            }
+            None => waiting = true,
+        }
+    }
+    if waiting {
+        Verdict::Wait
+    } else {
+        Verdict::Fire
+    }
+}
+
+fn outcome_name(o: StepOutcome) -> &'static str {
+    match o {
+        StepOutcome::Succeeded => "in success",
+        StepOutcome::Failed => "in failure",
+        StepOutcome::Skipped => "skipped",
+    }
+}
+
+fn on_name(on: DependOn) -> &'static str {
+    match on {
+        DependOn::Success => "success",
+        DependOn::Failure => "failure",
+        DependOn::Any => "any end",
+    }
+}
+
+/// An execution id (a UUID's 128 bits) as the queue writes it: lowercase, hyphenated.
+pub fn execution_id_text(id: u128) -> String {
+    let h = format!("{id:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// The execution id of `child`'s step in `run`: the same on every leader, so a step sent
+/// again is a duplicate to the queue. A UUID of version 8 (custom), from SHA-256.
+pub fn step_execution_id(run: &str, child: &TaskKey) -> String {
+    let digest = Sha256::new()
+        .chain_update(run.as_bytes())
+        .chain_update([0u8])
+        .chain_update(child.namespace.as_bytes())
+        .chain_update([0u8])
+        .chain_update(child.id.as_bytes())
+        .finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    bytes[6] = (bytes[6] & 0x0f) | 0x80;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    execution_id_text(u128::from_be_bytes(bytes))
+}
+
+/// `namespace/id` of a key, as `depends_on` names it.
+pub fn key_text(key: &TaskKey) -> String {
+    format!("{}/{}", key.namespace, key.id)
+}
+
+/// The key a `depends_on[].task` names (validated as `namespace/id`).
+pub fn parse_key(task: &str) -> TaskKey {
+    let (ns, id) = task.split_once('/').unwrap_or(("", task));
+    TaskKey::new(ns, id)
+}
+
+/// Every registered task and its edges, to check the graph and to find a task's children.
+#[derive(Debug, Default)]
+pub struct Graph {
+    known: HashSet<Arc<TaskKey>>,
+    parents: HashMap<Arc<TaskKey>, Vec<Arc<TaskKey>>>,
+    children: HashMap<Arc<TaskKey>, Vec<Arc<TaskKey>>>,
+}
+
+impl Graph {
+    /// Records `key` with its parents (none for an ordinary task), replacing what it had.
+    pub fn insert(&mut self, key: &Arc<TaskKey>, deps: &[Dependency]) {
+        self.unlink(key);
+        self.known.insert(Arc::clone(key));
+        if deps.is_empty() {
+            return;
+        }
+        let parents: Vec<Arc<TaskKey>> =
+            deps.iter().map(|d| Arc::new(parse_key(&d.task))).collect();
+        for p in &parents {
+            self.children
+                .entry(Arc::clone(p))
+                .or_default()
+                .push(Arc::clone(key));
+        }
+        self.parents.insert(Arc::clone(key), parents);
+    }
+
+    /// Forgets `key` (deleted); its children now name a missing parent.
+    pub fn remove(&mut self, key: &TaskKey) {
+        self.unlink(key);
+        self.known.remove(key);
+    }
+
+    fn unlink(&mut self, key: &TaskKey) {
+        if let Some(old) = self.parents.remove(key) {
+            for p in old {
+                if let Some(c) = self.children.get_mut(&p) {
+                    c.retain(|k| **k != *key);
+                    if c.is_empty() {
+                        self.children.remove(&p);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The tasks that depend on `key` directly.
+    pub fn children(&self, key: &TaskKey) -> &[Arc<TaskKey>] {
+        self.children.get(key).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether any task depends on `key`.
+    pub fn has_children(&self, key: &TaskKey) -> bool {
+        self.children.contains_key(key)
+    }
+
+    /// `key` and every task downstream of it: those whose problems may change with it.
+    pub fn affected(&self, key: &Arc<TaskKey>) -> Vec<Arc<TaskKey>> {
+        let mut seen: HashSet<Arc<TaskKey>> = HashSet::new();
+        let mut out = Vec::new();
+        let mut stack = vec![Arc::clone(key)];
+        while let Some(k) = stack.pop() {
+            if !seen.insert(Arc::clone(&k)) {
+                continue;
+            }
+            stack.extend(self.children(&k).iter().cloned());
+            out.push(k);
+        }
+        out
+    }
+
+    /// What is wrong with `key`'s place in the graph: a missing parent, a cycle through it,
+    /// parents of different chains. Empty for a task without parents.
+    pub fn problems(&self, key: &TaskKey) -> Vec<FieldError> {
+        let Some(parents) = self.parents.get(key) else {
+            return Vec::new();
+        };
+        let mut errors = Vec::new();
+        for (i, p) in parents.iter().enumerate() {
+            if !self.known.contains(p) {
+                errors.push(FieldError::new(
+                    format!("depends_on[{i}].task"),
+                    format!("task {} does not exist; register it first", key_text(p)),
+                ));
+            }
+        }
+        if let Some(cycle) = self.cycle_through(key) {
+            errors.push(FieldError::new(
+                "depends_on",
+                format!("is a cycle: {}", cycle.join(" -> ")),
+            ));
+            return errors;
+        }
+        let roots = self.roots(key);
+        if roots.len() > 1 {
+            let names: Vec<String> = roots.iter().map(|r| key_text(r)).collect();
+            errors.push(FieldError::new(
+                "depends_on",
+                format!(
+                    "leads back to {} chains (first tasks {}); a run is one execution of one first task, so this task would never fire; make its parents share one first task",
+                    roots.len(),
+                    names.join(", ")
+                ),
+            ));
+        }
+        errors
+    }
+
+    /// A cycle through `key`, as `ns/id` names in the order the tasks would run (each one a
+    /// parent of the next), if there is one.
+    fn cycle_through(&self, key: &TaskKey) -> Option<Vec<String>> {
+        // Depth-first over parents with an explicit stack of (task, next parent index).
+        let mut path: Vec<(TaskKey, usize)> = vec![(key.clone(), 0)];
+        let mut done: HashSet<TaskKey> = HashSet::new();
+        while let Some((k, i)) = path.last().cloned() {
+            let ps = self.parents.get(&k).map_or(&[][..], Vec::as_slice);
+            if i >= ps.len() {
+                done.insert(k);
+                path.pop();
+                continue;
+            }
+            if let Some(top) = path.last_mut() {
+                top.1 += 1;
+            }
+            let next = ps[i].as_ref();
+            if next == key {
+                let mut names: Vec<String> = path.iter().rev().map(|(k, _)| key_text(k)).collect();
+                names.insert(0, key_text(key));
+                return Some(names);
+            }
+            if !done.contains(next) && !path.iter().any(|(k, _)| k == next) {
+                path.push((next.clone(), 0));
+            }
+        }
+        None
+    }
+
+    /// The first tasks (no parents, registered) upstream of `key`.
+    fn roots(&self, key: &TaskKey) -> Vec<TaskKey> {
+        let mut roots = Vec::new();
+        let mut seen: HashSet<TaskKey> = HashSet::new();
+        let mut stack = vec![key.clone()];
+        while let Some(k) = stack.pop() {
+            if !seen.insert(k.clone()) {
+                continue;
+            }
+            match self.parents.get(&k) {
+                Some(ps) => stack.extend(ps.iter().map(|p| TaskKey::clone(p))),
+                None if self.known.contains(&k) => roots.push(k),
+                None => {}
+            }
+        }
+        roots.sort();
+        roots
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn dep(task: &str, on: DependOn) -> Dependency {
+        Dependency {
+            task: task.to_owned(),
+            on,
+            within: Duration::from_secs(60),
+        }
+    }
+
+    fn key(id: &str) -> Arc<TaskKey> {
+        Arc::new(TaskKey::new("ns", id))
+    }
+
+    #[test]
+    fn a_child_fires_when_every_edge_is_met_and_skips_when_one_is_not() {
+        let deps = [dep("ns/a", DependOn::Success), dep("ns/b", DependOn::Any)];
+        let mut p = RunProgress {
+            run: "r".into(),
+            started_at: UtcMillis(0),
+            done: BTreeMap::new(),
+            execution: None,
+        };
+        p.done.insert("ns/a".into(), StepOutcome::Succeeded);
+        assert_eq!(verdict(&deps, &p, UtcMillis(1_000)), Verdict::Wait);
+        p.done.insert("ns/b".into(), StepOutcome::Failed);
+        assert_eq!(verdict(&deps, &p, UtcMillis(1_000)), Verdict::Fire);
+        p.done.insert("ns/a".into(), StepOutcome::Skipped);
+        assert!(
+            matches!(verdict(&deps, &p, UtcMillis(1_000)), Verdict::Skip(r) if r.contains("ns/a ended skipped"))
+        );
+        // A parent too late.
+        p.done.remove("ns/a");
+        assert!(
+            matches!(verdict(&deps, &p, UtcMillis(60_000)), Verdict::Skip(r) if r.contains("within 1m"))
+        );
+    }
+
+    #[test]
+    fn missing_parents_cycles_and_split_roots_are_problems() {
+        let mut g = Graph::default();
+        g.insert(&key("b"), &[dep("ns/a", DependOn::Success)]);
+        let p = g.problems(&key("b"));
+        assert!(p[0].reason.contains("ns/a does not exist"), "{p:?}");
+        g.insert(&key("a"), &[]);
+        assert!(g.problems(&key("b")).is_empty());
+        assert_eq!(g.children(&key("a")).len(), 1);
+
+        // a -> b -> c -> a
+        g.insert(&key("c"), &[dep("ns/b", DependOn::Success)]);
+        g.insert(&key("a"), &[dep("ns/c", DependOn::Success)]);
+        let p = g.problems(&key("a"));
+        assert_eq!(p.len(), 1, "{p:?}");
+        // Arrows point from a parent to the task that runs after it.
+        assert_eq!(p[0].reason, "is a cycle: ns/a -> ns/b -> ns/c -> ns/a");
+        assert!(!g.problems(&key("b")).is_empty());
+
+        // Two roots: x and y both first tasks of z.
+        let mut g = Graph::default();
+        g.insert(&key("x"), &[]);
+        g.insert(&key("y"), &[]);
+        g.insert(
+            &key("z"),
+            &[
+                dep("ns/x", DependOn::Success),
+                dep("ns/y", DependOn::Success),
+            ],
+        );
+        let p = g.problems(&key("z"));
+        assert!(
+            p[0].reason.contains("2 chains (first tasks ns/x, ns/y)"),
+            "{p:?}"
+        );
+        // A diamond under one root is fine.
+        let mut g = Graph::default();
+        g.insert(&key("r"), &[]);
+        g.insert(&key("a"), &[dep("ns/r", DependOn::Success)]);
+        g.insert(&key("b"), &[dep("ns/r", DependOn::Success)]);
+        g.insert(
+            &key("c"),
+            &[dep("ns/a", DependOn::Success), dep("ns/b", DependOn::Any)],
+        );
+        assert!(g.problems(&key("c")).is_empty());
+        let mut affected: Vec<String> = g.affected(&key("r")).iter().map(|k| key_text(k)).collect();
+        affected.sort();
+        assert_eq!(affected, ["ns/a", "ns/b", "ns/c", "ns/r"]);
+        g.remove(&key("r"));
+        assert!(!g.problems(&key("a")).is_empty());
+    }
+
+    #[test]
+    fn step_ids_are_stable_uuids_per_run_and_child() {
+        let a = step_execution_id("run-1", &TaskKey::new("ns", "c"));
+        assert_eq!(a, step_execution_id("run-1", &TaskKey::new("ns", "c")));
+        assert_ne!(a, step_execution_id("run-2", &TaskKey::new("ns", "c")));
+        assert_ne!(a, step_execution_id("run-1", &TaskKey::new("ns", "d")));
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "8", "version 8: {a}");
+        assert_eq!(
+            execution_id_text(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef),
+            "01234567-89ab-cdef-0123-456789abcdef"
+        );
+    }
+}
