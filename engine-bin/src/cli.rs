@@ -368,6 +368,16 @@ pub enum TaskCommand {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Show the chain of dependent tasks a task belongs to (`depends_on`): each task with
+    /// its status, each edge with the outcome it waits for; DOT with `--dot`.
+    Graph {
+        /// The task.
+        #[command(flatten)]
+        task: TaskRef,
+        /// Print Graphviz DOT (`ax task graph T --dot | dot -Tsvg > chain.svg`).
+        #[arg(long)]
+        dot: bool,
+    },
     /// Kill a task's current executions (waiting, retrying or running): they end KILLED,
     /// without retry or failure alert.
     Kill {

@@ -322,6 +322,7 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
         | TaskCommand::Trigger { task: r, .. }
         | TaskCommand::Backfill { task: r, .. }
         | TaskCommand::Kill { task: r, .. }
+        | TaskCommand::Graph { task: r, .. }
         | TaskCommand::History { task: r, .. } => Some(r.key()?),
         TaskCommand::Put { .. } | TaskCommand::List { .. } => None,
     };
@@ -331,6 +332,32 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
         .map(|k| format!("{}/{}", k.namespace, k.id))
         .unwrap_or_default();
     let text = match (cmd, key) {
+        (TaskCommand::Graph { dot, .. }, Some(key)) => {
+            let mut query = TaskQuery {
+                namespace: None,
+                status: None,
+                label: None,
+                limit: None,
+                continue_token: None,
+                show_secrets: false,
+            };
+            let mut tasks = Vec::new();
+            loop {
+                let page = b.list_tasks(query.clone()).await.map_err(api_error)?;
+                tasks.extend(page.items);
+                match page.continue_token {
+                    Some(token) => query.continue_token = Some(token),
+                    None => break,
+                }
+            }
+            let chain = output::Chain::around(&key.namespace, &key.id, &tasks)
+                .ok_or_else(|| CliError::NotFound(format!("task {name} does not exist")))?;
+            if dot {
+                chain.dot()
+            } else {
+                chain.text()
+            }
+        }
         (
             TaskCommand::List {
                 namespace,

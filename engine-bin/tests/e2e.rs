@@ -1836,3 +1836,89 @@ async fn a_paused_queue_holds_its_executions_until_resumed() {
     .await;
     c.clean_up().await;
 }
+
+/// A chain (r, then a and b, then c after both) runs each step once with the run's id, across
+/// the scheduler that leads being SIGKILLed while a step runs; a cycle is INVALID with the
+/// cycle printed; `ax task graph` shows the chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_chain_runs_each_step_once_through_a_failover_in_the_middle() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-chain").await;
+    c.start_replica("s1", Roles::Scheduler).await;
+    let first = c.wait_for_leader(None, Duration::from_secs(10)).await;
+    c.start_replica("s2", Roles::Scheduler).await;
+    c.start_replica("w1", Roles::Worker).await;
+    c.receiver.slow_task("a", Duration::from_secs(4));
+    let url = c.receiver.exec_url();
+    let step =
+        |deps: Value| json!({ "handler": "http", "http": { "url": url }, "depends_on": deps });
+    cli_put(&c, "default", "a", step(json!([{ "task": "r" }]))).await;
+    cli_put(&c, "default", "b", step(json!([{ "task": "r" }]))).await;
+    cli_put(
+        &c,
+        "default",
+        "c",
+        step(json!([{ "task": "a" }, { "task": "b", "on": "any", "within": "1m" }])),
+    )
+    .await;
+    put_one_shot(&c, "default", "r", now_ms() + 1000).await;
+
+    // The leader dies while a runs.
+    wait_for_executions(&c, "a", 1, Duration::from_secs(10)).await;
+    c.replica(&first).kill();
+    c.wait_for_leader(Some(&first), Duration::from_secs(10))
+        .await;
+    wait_for_executions(&c, "c", 1, Duration::from_secs(20)).await;
+    // Anything sent twice would arrive within a few seconds.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let root = c.receiver.executions_of("r");
+    assert_eq!(root.len(), 1, "{root:?}");
+    let run = root[0].execution_id.clone();
+    assert_eq!(
+        root[0].run_id.as_deref(),
+        Some(run.as_str()),
+        "the run is named after r"
+    );
+    for id in ["a", "b", "c"] {
+        let got = c.receiver.executions_of(id);
+        assert_eq!(got.len(), 1, "{id} runs once: {got:?}");
+        assert_eq!(
+            got[0].run_id.as_deref(),
+            Some(run.as_str()),
+            "{id} carries the run"
+        );
+    }
+    let a_ended = c.receiver.executions_of("a")[0].arrived_at + 4000;
+    assert!(
+        c.receiver.executions_of("c")[0].arrived_at >= a_ended - 500,
+        "c waits for a"
+    );
+
+    let graph = c.ax_ok(&["task", "graph", "default/b"]).await;
+    assert!(
+        graph.contains("default/c")
+            && graph.contains(
+                "after default/a (on success, within 1day), default/b (on any, within 1m)"
+            ),
+        "{graph}"
+    );
+    let dot = c.ax_ok(&["task", "graph", "default/b", "--dot"]).await;
+    assert!(dot.contains("\"default/r\" -> \"default/a\""), "{dot}");
+
+    // A cycle: both tasks INVALID, the cycle in their errors.
+    cli_put(&c, "default", "x", step(json!([{ "task": "y" }]))).await;
+    cli_put(&c, "default", "y", step(json!([{ "task": "x" }]))).await;
+    wait_until(Duration::from_secs(10), "the cycle marked INVALID", || {
+        let c = &c;
+        async move {
+            let state = c.state("default", "x").await;
+            state.is_some_and(|s| {
+                s["status"] == "INVALID"
+                    && s.to_string()
+                        .contains("is a cycle: default/x -> default/y -> default/x")
+            })
+        }
+    })
+    .await;
+    c.clean_up().await;
+}

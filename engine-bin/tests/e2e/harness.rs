@@ -64,6 +64,8 @@ pub(crate) struct Execution {
     pub(crate) payload: Value,
     /// For a backfill, the past fire it stands for.
     pub(crate) backfill_of: Option<i64>,
+    /// The run of a chain of dependent tasks it belongs to.
+    pub(crate) run_id: Option<String>,
     /// When the receiver got it (ms since the epoch).
     pub(crate) arrived_at: i64,
 }
@@ -228,6 +230,7 @@ fn parse_execution(v: &Value, arrived_at: i64) -> Option<Execution> {
         run_now: v.get("run_now").and_then(Value::as_bool).unwrap_or(false),
         payload: v.get("payload").cloned().unwrap_or(Value::Null),
         backfill_of: v.get("backfill_of").and_then(Value::as_i64),
+        run_id: v.get("run_id").and_then(Value::as_str).map(str::to_owned),
         arrived_at,
     })
 }
