@@ -347,6 +347,7 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
                 namespace,
                 status,
                 label,
+                search: None,
                 limit: limit.map(usize::from),
                 continue_token,
                 show_secrets,

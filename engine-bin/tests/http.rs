@@ -72,6 +72,10 @@ fn view(namespace: &str, id: &str, spec: &Value) -> TaskView {
         next_fire: None,
         last_fire: None,
         errors: vec![],
+        schedule_text: None,
+        upcoming_fires: vec![],
+        last_outcome: None,
+        last_error: None,
     }
 }
 
@@ -293,6 +297,8 @@ impl ApiBackend for MemoryBackend {
     fn status(&self) -> ApiFuture<'_, StatusView> {
         Box::pin(async {
             Ok(StatusView {
+                leader_since: None,
+                clock: None,
                 leader: Some("ax-0".into()),
                 replicas: vec![],
                 queues: vec![],
