@@ -596,6 +596,37 @@ mod tests {
     }
 
     #[test]
+    fn upcoming_fires_start_at_the_armed_fire_and_keep_the_anchor() {
+        let now = UtcMillis(1_800_000_000_000);
+        let every = spec(r#"{"handler": "log", "schedule": {"every": "1m"}}"#);
+        let mut state = TaskState::new(1, now, now);
+        state.anchor_at = Some(UtcMillis(now.0 - 30_000));
+        let armed = UtcMillis(now.0 + 30_000);
+        let fires = upcoming_fires(&every, Some(&state), Some(armed), now, 3);
+        assert_eq!(
+            fires,
+            vec![
+                armed,
+                UtcMillis(armed.0 + 60_000),
+                UtcMillis(armed.0 + 120_000)
+            ]
+        );
+        // Not armed yet: from now, on the anchor's grid.
+        let fires = upcoming_fires(&every, Some(&state), None, now, 2);
+        assert_eq!(fires, vec![armed, UtcMillis(armed.0 + 60_000)]);
+        // A one-shot has one fire; a paused task none.
+        let once = spec(r#"{"handler": "log", "schedule": {"delay": "1m"}}"#);
+        assert_eq!(
+            upcoming_fires(&once, Some(&state), Some(armed), now, 10),
+            vec![armed]
+        );
+        let paused = spec(r#"{"handler": "log", "schedule": {"every": "1m"}, "paused": true}"#);
+        assert!(upcoming_fires(&paused, Some(&state), None, now, 10).is_empty());
+        let v = view_of_spec(&every, Some(&state));
+        assert_eq!(v.schedule_text.as_deref(), Some("every 1m"));
+    }
+
+    #[test]
     fn an_invalid_value_is_shown_as_written_with_its_errors() {
         let v = view_from_raw("default", "t", br#"{"schedule": {"every": "soon"}}"#, None);
         assert_eq!(v.status.as_deref(), Some("INVALID"));
