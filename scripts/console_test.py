@@ -245,10 +245,10 @@ class Test:
         if etcdctl:
             self.wait_text("the invalid task's errors", "schedule.every", "tr.invalid.errors")
         self.wait("the heartbeat to fire", lambda: "succeeded" in self.text("main"), 45)
+        self.shot("tasks")
         d.type("input[name=search]", "night")
         d.click("form.filters button[type=submit]")
         self.wait("the search filter", lambda: "nightly-report" in self.text("main") and "heartbeat" not in self.text("tbody"))
-        self.shot("tasks")
         self.check_log("the task list")
 
         # A task page: next fires, trigger with a payload, the execution shows up.
@@ -258,6 +258,8 @@ class Test:
         self.confirm({"payload": '{"message": "from the console"}'})
         self.wait_text("the trigger's result", "Triggered console/nightly-report", "#notice")
         self.wait("the triggered execution", lambda: "succeeded" in self.text("main"), 45)
+        if "\nnull\n" in f"\n{self.text('main')}\n":
+            raise Failure("the task page shows a stray `null`")
         self.shot("task")
         self.check_log("the task page")
 

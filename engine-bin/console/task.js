@@ -92,12 +92,13 @@ export function task(root, { params, role, go }) {
       a.error ? h('span', { class: 'err' }, a.error) : '',
       a.output ? h('code', { class: 'excerpt' }, `${a.output.status ?? ''} ${a.output.body ?? ''}${a.output.truncated ? ' …' : ''}`.trim()) : '',
     ]);
-    clear(body).append(
+    clear(body).append(...[
       errors,
       section('State', state),
       section('Next fires', fires),
       section('Recent executions', table(['Execution', 'Attempt', 'Outcome', 'Due', 'Lateness', 'Took', 'Error', 'Output'], rows, 'No execution recorded yet.')),
-      section('Spec', h('p', { class: 'muted' }, 'Secrets show as ***.'), h('pre', { class: 'spec' }, JSON.stringify(view.spec, null, 2))));
+      section('Spec', h('p', { class: 'muted' }, 'Secrets show as ***.'), h('pre', { class: 'spec' }, JSON.stringify(view.spec, null, 2))),
+    ].filter(Boolean));
   }
   return { refresh };
 }
