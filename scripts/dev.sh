@@ -56,6 +56,7 @@ cat <<INFO
 
 ax is running: $replicas replicas, etcd at $AX_ETCD_ENDPOINT, Redis at $AX_REDIS_URL.
 
+  console:  $first/ui/
   status:   AX_ETCD_ENDPOINTS=$AX_ETCD_ENDPOINT AX_REDIS_URL=$AX_REDIS_URL $ax status
   tasks:    ... $ax task list        history: ... $ax task history default/interval-heartbeat
   metrics:  $(for p in "${ports[@]}"; do printf 'http://127.0.0.1:%s/metrics ' "$p"; done)

@@ -9,6 +9,8 @@
 #   promtool, amtool       Debian: prometheus, prometheus-alertmanager (alert rule tests)
 #   libfaketime            Debian: libfaketime (the chaos suite steps a leader's clock)
 #   a C compiler           Debian: gcc (the mimalloc crate builds its allocator from C)
+#   Chromium, chromedriver Debian: chromium, chromium-driver (the console's browser tests,
+#                          scripts/check-console.sh)
 #   helm, kubernetes-validate  PyPI (chart checks), see scripts/setup-helm.sh
 set -euo pipefail
 
@@ -24,6 +26,8 @@ have promtool || need+=(prometheus)
 compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null || need+=(libfaketime)
 have amtool || need+=(prometheus-alertmanager)
 have cc || need+=(gcc)
+have chromium || need+=(chromium)
+have chromedriver || need+=(chromium-driver)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"

@@ -94,6 +94,70 @@ pub async fn register_instance(
     Ok(InstanceRegistration { session, key })
 }
 
+/// A live instance record with how long ago its replica last renewed the record's lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstanceLiveness {
+    /// The record.
+    pub record: InstanceRecord,
+    /// Time since the replica's last lease renewal (its heartbeat), to the second etcd
+    /// counts in; `None` when etcd could not say (the lease just expired, or the call
+    /// failed).
+    pub heartbeat_age: Option<std::time::Duration>,
+}
+
+/// The live instance records with their heartbeat ages, sorted by instance id.
+///
+/// etcd keeps no renewal time, but a lease's remaining TTL restarts at its granted TTL on
+/// every keep-alive, so granted minus remaining is the time since the last one. One lease
+/// query per replica: fine for a status page, not for a hot path.
+pub async fn list_instances_with_liveness(
+    client: &Client,
+    config: &ElectionConfig,
+) -> Result<Vec<InstanceLiveness>, ElectionError> {
+    let mut kv = client.kv_client();
+    let resp = timed(
+        "instances list",
+        config.request_timeout,
+        kv.get(
+            instances_prefix(&config.prefix),
+            Some(GetOptions::new().with_prefix()),
+        ),
+    )
+    .await?;
+    let mut out = Vec::with_capacity(resp.kvs().len());
+    for kv in resp.kvs() {
+        let record = decode_record(kv)?;
+        let heartbeat_age = if kv.lease() == 0 {
+            None
+        } else {
+            let mut leases = client.lease_client();
+            timed(
+                "instance lease ttl",
+                config.request_timeout,
+                leases.time_to_live(kv.lease(), None),
+            )
+            .await
+            .ok()
+            .and_then(|t| {
+                let age = t.granted_ttl().checked_sub(t.ttl())?;
+                (t.ttl() >= 0).then(|| std::time::Duration::from_secs(age.unsigned_abs()))
+            })
+        };
+        out.push(InstanceLiveness {
+            record,
+            heartbeat_age,
+        });
+    }
+    Ok(out)
+}
+
+fn decode_record(kv: &etcd_client::KeyValue) -> Result<InstanceRecord, ElectionError> {
+    serde_json::from_slice(kv.value()).map_err(|source| ElectionError::Decode {
+        key: String::from_utf8_lossy(kv.key()).into_owned(),
+        source,
+    })
+}
+
 /// Lists the live instance records, sorted by instance id.
 pub async fn list_instances(
     client: &Client,
@@ -109,13 +173,5 @@ pub async fn list_instances(
         ),
     )
     .await?;
-    resp.kvs()
-        .iter()
-        .map(|kv| {
-            serde_json::from_slice(kv.value()).map_err(|source| ElectionError::Decode {
-                key: String::from_utf8_lossy(kv.key()).into_owned(),
-                source,
-            })
-        })
-        .collect()
+    resp.kvs().iter().map(decode_record).collect()
 }

@@ -33,7 +33,10 @@ pub use campaign::{Candidate, Leadership};
 pub use config::{ElectionConfig, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL};
 pub use error::ElectionError;
 pub use hold::LossReason;
-pub use instances::{list_instances, register_instance, InstanceRecord, InstanceRegistration};
+pub use instances::{
+    list_instances, list_instances_with_liveness, register_instance, InstanceLiveness,
+    InstanceRecord, InstanceRegistration,
+};
 pub use keys::{instance_key, leader_key, lock_key};
 pub use lock::{LockGuard, TaskLock};
 pub use observe::{current_leader, observe, LeaderInfo, LeaderObserver};

@@ -39,11 +39,12 @@ use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::audit_store::AuditStore;
 use crate::config::Config;
 use crate::http::api::{
-    ApiBackend, ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionList,
-    ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult, PutTaskResult, QueueState,
-    StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    ApiBackend, ApiFuture, BackfillParams, BackfillResult, ClockView, DeadLetter, DlqRequeue,
+    ExecutionList, ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult, PutTaskResult,
+    QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::http::ApiError;
+use crate::scheduler::clock::ClockCheck;
 
 /// The etcd registry and Redis queues behind the CLI and `/api/v1`.
 pub struct Backend {
@@ -58,6 +59,9 @@ pub struct Backend {
     etcd_quota_bytes: u64,
     max_tasks_per_namespace: u64,
     audit: AuditStore,
+    /// Built on the first status call; `None` inside when it cannot be (no endpoint, bad
+    /// TLS files: the replica's own check says why at campaign time).
+    clock: OnceCell<Option<ClockCheck>>,
 }
 
 impl Backend {
@@ -88,7 +92,31 @@ impl Backend {
             request_timeout: config.etcd.timeout,
             etcd_quota_bytes: config.etcd.quota_backend_bytes,
             max_tasks_per_namespace: config.limits.max_tasks_per_namespace,
+            clock: OnceCell::new(),
         }
+    }
+
+    /// This host's clock against etcd's, as a replica checks it before campaigning; `None`
+    /// when it cannot be measured (shown as unknown, not as a failure of the status).
+    async fn clock_against_etcd(&self) -> Option<ClockView> {
+        let check = self
+            .clock
+            .get_or_init(|| async {
+                let tls = etcd_tls(&self.config).ok()?;
+                let endpoint = self.config.etcd.endpoints.first()?;
+                ClockCheck::new(endpoint, tls.as_ref()).ok()
+            })
+            .await
+            .as_ref()?;
+        let skew = check.skew().await.ok()?;
+        // Seconds as f64 to milliseconds: the measurement is good to about half a second.
+        #[allow(clippy::cast_possible_truncation)]
+        let skew_ms = (skew * 1000.0).round() as i64;
+        Some(ClockView {
+            skew_ms,
+            max_skew_ms: u64::try_from(self.config.scheduler.max_clock_skew.as_millis())
+                .unwrap_or(u64::MAX),
+        })
     }
 
     /// The task registry.

@@ -333,14 +333,7 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
         .unwrap_or_default();
     let text = match (cmd, key) {
         (TaskCommand::Graph { dot, .. }, Some(key)) => {
-            let mut query = TaskQuery {
-                namespace: None,
-                status: None,
-                label: None,
-                limit: None,
-                continue_token: None,
-                show_secrets: false,
-            };
+            let mut query = TaskQuery::default();
             let mut tasks = Vec::new();
             loop {
                 let page = b.list_tasks(query.clone()).await.map_err(api_error)?;
@@ -374,6 +367,7 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
                 namespace,
                 status,
                 label,
+                search: None,
                 limit: limit.map(usize::from),
                 continue_token,
                 show_secrets,

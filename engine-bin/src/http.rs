@@ -1,4 +1,5 @@
-//! The one HTTP port of a replica: `/metrics`, `/healthz`, `/readyz` and `/api/v1`.
+//! The one HTTP port of a replica: `/metrics`, `/healthz`, `/readyz`, `/api/v1` and the web
+//! console at `/ui` ([`console`]).
 //!
 //! [`app`] builds the whole `Router` from an [`AppState`] and nothing else, so tests drive it
 //! with `tower::ServiceExt::oneshot` and no socket; `serve.rs` binds it. Probes and metrics
@@ -7,6 +8,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod console;
 pub mod error;
 pub mod limits;
 
@@ -70,6 +72,7 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state)
+        .merge(console::router())
         .nest(API_PREFIX, api)
 }
 

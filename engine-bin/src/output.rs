@@ -93,7 +93,9 @@ pub fn task_table(tasks: &[TaskView]) -> String {
         .map(|t| {
             vec![
                 format!("{}/{}", t.namespace, t.id),
-                schedule_summary(&t.spec),
+                t.schedule_text
+                    .clone()
+                    .unwrap_or_else(|| schedule_summary(&t.spec)),
                 t.status.clone().unwrap_or_else(|| "-".to_owned()),
                 instant(t.next_fire),
                 instant(t.last_fire),
@@ -461,17 +463,23 @@ mod tests {
     #[test]
     fn status_marks_the_leader() {
         let s = StatusView {
+            leader_since: None,
+            clock: None,
             leader: Some("ax-1".into()),
             replicas: vec![
                 ReplicaView {
                     id: "ax-0".into(),
                     roles: vec!["worker".into()],
                     version: "0.1.0".into(),
+                    started_at: None,
+                    heartbeat_age_ms: None,
                 },
                 ReplicaView {
                     id: "ax-1".into(),
                     roles: vec!["scheduler".into(), "worker".into()],
                     version: "0.1.0".into(),
+                    started_at: None,
+                    heartbeat_age_ms: None,
                 },
             ],
             queues: vec![QueueView {
@@ -689,6 +697,10 @@ mod chain_tests {
             next_fire: None,
             last_fire: None,
             errors: Vec::new(),
+            last_outcome: None,
+            last_error: None,
+            schedule_text: None,
+            upcoming_fires: Vec::new(),
         }
     }
 

@@ -159,7 +159,8 @@ fn put_get_list_pause_resume_delete() {
     assert_eq!(lines.len(), 3, "{table}");
     assert!(lines[0].starts_with("TASK"), "{table}");
     assert!(
-        lines[1].starts_with("default/nightly") && lines[1].contains("cron 0 3 * * * Europe/Paris"),
+        lines[1].starts_with("default/nightly")
+            && lines[1].contains("every day at 03:00 Europe/Paris"),
         "{table}"
     );
     assert!(

@@ -72,6 +72,10 @@ fn view(namespace: &str, id: &str, spec: &Value) -> TaskView {
         next_fire: None,
         last_fire: None,
         errors: vec![],
+        schedule_text: None,
+        upcoming_fires: vec![],
+        last_outcome: None,
+        last_error: None,
     }
 }
 
@@ -293,6 +297,8 @@ impl ApiBackend for MemoryBackend {
     fn status(&self) -> ApiFuture<'_, StatusView> {
         Box::pin(async {
             Ok(StatusView {
+                leader_since: None,
+                clock: None,
                 leader: Some("ax-0".into()),
                 replicas: vec![],
                 queues: vec![],
@@ -1335,4 +1341,87 @@ fn the_openapi_document_lists_exactly_the_routes_methods_and_roles_of_the_router
         documented, routes,
         "docs/openapi.json and the router differ"
     );
+}
+
+#[tokio::test]
+async fn whoami_names_the_caller_and_its_role() {
+    let f = tokens_fixture();
+    for role in Role::ALL {
+        let (status, body) = call(
+            &f.router,
+            Method::GET,
+            "/api/v1/whoami",
+            Some(&token_of(role)),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let me: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(me["name"], format!("{}-bot", role.as_str()));
+        assert_eq!(me["role"], role.as_str());
+    }
+    // Where the API admits callers without a token, they are the anonymous admin.
+    let open = fixture(None, None);
+    let (status, body) = get(&open.router, "/api/v1/whoami").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"name": "anonymous", "role": "admin"})
+    );
+}
+
+#[tokio::test]
+async fn the_console_is_served_from_the_binary_with_a_strict_policy() {
+    use ax_engine::http::console::{ASSETS, CONTENT_SECURITY_POLICY};
+    // Served without a token even where the API needs one: the files hold no data.
+    let f = tokens_fixture();
+    let resp = f
+        .router
+        .clone()
+        .oneshot(Request::get("/ui").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert!(resp.status().is_redirection());
+    assert_eq!(resp.headers()[header::LOCATION], "/ui/");
+    for (name, content_type, content) in ASSETS {
+        let uri = if *name == "index.html" {
+            "/ui/".to_owned()
+        } else {
+            format!("/ui/{name}")
+        };
+        let resp = f
+            .router
+            .clone()
+            .oneshot(Request::get(&uri).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{uri}");
+        let h = resp.headers();
+        assert_eq!(h[header::CONTENT_TYPE], *content_type, "{uri}");
+        assert_eq!(h[header::CONTENT_SECURITY_POLICY], CONTENT_SECURITY_POLICY);
+        assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+        // Offline: nothing is fetched from elsewhere, and no markup is built from strings.
+        let content = content.replace("http://www.w3.org/2000/svg", "");
+        for banned in [
+            "http://",
+            "https://",
+            "innerHTML",
+            "outerHTML",
+            "eval(",
+            "document.write",
+        ] {
+            assert!(!content.contains(banned), "{name} contains {banned}");
+        }
+    }
+    // No inline script or handler in the page: the policy would block it anyway.
+    let (_, _, index) = ASSETS.iter().find(|(n, _, _)| *n == "index.html").unwrap();
+    assert!(!index.contains("<script>") && !index.contains(" onclick="));
+    assert_eq!(
+        index.matches("<script").count(),
+        index.matches("<script type=\"module\" src=\"/ui/").count()
+    );
+    assert!(CONTENT_SECURITY_POLICY.contains("script-src 'self'"));
+    assert!(!CONTENT_SECURITY_POLICY.contains("unsafe"));
+    let (status, _) = get(&f.router, "/ui/nope.js").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }

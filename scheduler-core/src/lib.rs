@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod breaker;
 mod cron;
 pub mod deadline;
+pub mod describe;
 pub mod dispatcher;
 pub mod duration_serde;
 pub mod error;

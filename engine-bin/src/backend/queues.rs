@@ -297,14 +297,18 @@ impl Backend {
 
     pub(super) async fn cluster_status(&self) -> Result<StatusView, ApiError> {
         let leader = self.current_leader().await?;
-        let replicas = ax_election::list_instances(&self.etcd, &self.election)
+        let replicas = ax_election::list_instances_with_liveness(&self.etcd, &self.election)
             .await
             .map_err(errors::election)?
             .into_iter()
             .map(|r| ReplicaView {
-                id: r.instance_id,
-                roles: r.roles,
-                version: r.version,
+                id: r.record.instance_id,
+                roles: r.record.roles,
+                version: r.record.version,
+                started_at: Some(r.record.started_at),
+                heartbeat_age_ms: r
+                    .heartbeat_age
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             })
             .collect();
         let q = self.queue().await?;
@@ -346,7 +350,10 @@ impl Backend {
             .paused_namespaces()
             .await
             .map_err(errors::registry)?;
+        let clock = self.clock_against_etcd().await;
         Ok(StatusView {
+            leader_since: leader.as_ref().map(|l| l.since),
+            clock,
             leader: leader.map(|l| l.instance_id),
             replicas,
             queues,

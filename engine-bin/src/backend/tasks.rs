@@ -15,7 +15,7 @@ use ax_scheduler_core::{TaskSpec, TaskState, TaskStatus, UtcMillis};
 use super::{errors, Backend};
 use crate::http::api::{
     BackfillParams, BackfillResult, PutTaskResult, TaskKey, TaskList, TaskQuery, TaskView,
-    TriggerParams, TriggerResult, BACKFILL_HARD_MAX, DEFAULT_BACKFILL_MAX,
+    TriggerParams, TriggerResult, BACKFILL_HARD_MAX, DEFAULT_BACKFILL_MAX, UPCOMING_FIRES,
 };
 use crate::http::ApiError;
 use crate::task_file::PREVIEW_FIRES;
@@ -38,8 +38,27 @@ pub(super) fn view_from_raw(
             next_fire: None,
             last_fire: state.and_then(|s| s.last_fire_at),
             errors: errors.iter().map(ToString::to_string).collect(),
+            schedule_text: None,
+            upcoming_fires: Vec::new(),
+            last_outcome: last_outcome(state),
+            last_error: None,
         },
     }
+}
+
+/// How the last finished execution ended, from the state's counters: a failure since the
+/// last success means the last one failed.
+fn last_outcome(state: Option<&TaskState>) -> Option<String> {
+    let s = state?;
+    s.last_finished_at?;
+    Some(
+        if s.consecutive_failures > 0 {
+            "failed"
+        } else {
+            "succeeded"
+        }
+        .to_owned(),
+    )
 }
 
 /// The view of a valid spec: the spec in its normalized form (every default spelled out).
@@ -63,6 +82,40 @@ pub(super) fn view_of_spec(spec: &TaskSpec, state: Option<&TaskState>) -> TaskVi
         next_fire,
         last_fire: state.and_then(|s| s.last_fire_at),
         errors: Vec::new(),
+        schedule_text: Some(spec.schedule.describe()),
+        upcoming_fires: Vec::new(),
+        last_outcome: last_outcome(state),
+        last_error: state
+            .filter(|s| s.consecutive_failures > 0)
+            .and_then(|s| s.last_error.clone()),
+    }
+}
+
+/// The next `n` fires of a task, from its armed next fire when the leader computed one
+/// (then on, from the countdown anchor the leader recorded), else from `now`. None for a
+/// paused task: it does not fire.
+pub(super) fn upcoming_fires(
+    spec: &TaskSpec,
+    state: Option<&TaskState>,
+    next_fire: Option<UtcMillis>,
+    now: UtcMillis,
+    n: usize,
+) -> Vec<UtcMillis> {
+    if spec.paused || n == 0 {
+        return Vec::new();
+    }
+    let Ok(compiled) = spec.schedule.compile() else {
+        return Vec::new();
+    };
+    let anchor = state
+        .and_then(|s| s.anchor_at)
+        .or(spec.created_at)
+        .unwrap_or(now);
+    match next_fire {
+        Some(first) => std::iter::once(first)
+            .chain(compiled.upcoming(first, anchor, n - 1))
+            .collect(),
+        None => compiled.upcoming(now, anchor, n),
     }
 }
 
@@ -141,6 +194,7 @@ impl Backend {
             let last = views.len();
             for (i, view) in views.into_iter().enumerate() {
                 let wanted = status.is_none_or(|s| view.status.as_deref() == Some(s.as_str()))
+                    && query.id_matches(&view.id)
                     && label.is_none_or(|(k, v)| has_label(&view, k, v));
                 if !wanted {
                     continue;
@@ -177,12 +231,17 @@ impl Backend {
     pub(super) async fn get_view(&self, key: &TaskKey) -> Result<TaskView, ApiError> {
         let raw = self.raw_spec(key).await?.ok_or_else(|| not_found(key))?;
         let state = self.state_of(&key.namespace, &key.id).await;
-        let mut view = view_from_raw(
-            &key.namespace,
-            &key.id,
-            &raw,
-            state.as_ref().ok().and_then(Option::as_ref),
-        );
+        let known = state.as_ref().ok().and_then(Option::as_ref);
+        let mut view = view_from_raw(&key.namespace, &key.id, &raw, known);
+        if let Ok(spec) = TaskSpec::from_json(&raw, &key.namespace, &key.id) {
+            view.upcoming_fires = upcoming_fires(
+                &spec,
+                known,
+                view.next_fire,
+                UtcMillis::now(),
+                UPCOMING_FIRES,
+            );
+        }
         if let Err(error) = &state {
             view.errors.push(unreadable_state(error));
         }
@@ -483,6 +542,10 @@ fn views_of_page(page: TaskPage) -> Vec<TaskView> {
                 next_fire: None,
                 last_fire: state(&bad.namespace, &bad.id).and_then(|s| s.last_fire_at),
                 errors: bad.errors.iter().map(ToString::to_string).collect(),
+                schedule_text: None,
+                upcoming_fires: Vec::new(),
+                last_outcome: last_outcome(state(&bad.namespace, &bad.id)),
+                last_error: None,
             }
         }))
         .collect();
@@ -530,6 +593,37 @@ mod tests {
         let v = view_of_spec(&s, None);
         assert_eq!(v.status.as_deref(), Some("WAITING"));
         assert_eq!(v.spec["schedule"]["every"], "1m");
+    }
+
+    #[test]
+    fn upcoming_fires_start_at_the_armed_fire_and_keep_the_anchor() {
+        let now = UtcMillis(1_800_000_000_000);
+        let every = spec(r#"{"handler": "log", "schedule": {"every": "1m"}}"#);
+        let mut state = TaskState::new(1, now, now);
+        state.anchor_at = Some(UtcMillis(now.0 - 30_000));
+        let armed = UtcMillis(now.0 + 30_000);
+        let fires = upcoming_fires(&every, Some(&state), Some(armed), now, 3);
+        assert_eq!(
+            fires,
+            vec![
+                armed,
+                UtcMillis(armed.0 + 60_000),
+                UtcMillis(armed.0 + 120_000)
+            ]
+        );
+        // Not armed yet: from now, on the anchor's grid.
+        let fires = upcoming_fires(&every, Some(&state), None, now, 2);
+        assert_eq!(fires, vec![armed, UtcMillis(armed.0 + 60_000)]);
+        // A one-shot has one fire; a paused task none.
+        let once = spec(r#"{"handler": "log", "schedule": {"delay": "1m"}}"#);
+        assert_eq!(
+            upcoming_fires(&once, Some(&state), Some(armed), now, 10),
+            vec![armed]
+        );
+        let paused = spec(r#"{"handler": "log", "schedule": {"every": "1m"}, "paused": true}"#);
+        assert!(upcoming_fires(&paused, Some(&state), None, now, 10).is_empty());
+        let v = view_of_spec(&every, Some(&state));
+        assert_eq!(v.schedule_text.as_deref(), Some("every 1m"));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //!
 //! | method | path | backend call |
 //! | --- | --- | --- |
-//! | GET | `/tasks?namespace=&status=&label=&limit=&continue=&show_secrets=` | [`ApiBackend::list_tasks`] (paged: the next page's token in `X-Ax-Continue`) |
+//! | GET | `/tasks?namespace=&status=&label=&search=&limit=&continue=&show_secrets=` | [`ApiBackend::list_tasks`] (paged: the next page's token in `X-Ax-Continue`) |
 //! | POST | `/tasks?dry_run=true` (body: task spec) | [`ApiBackend::put_task`] |
 //! | GET | `/tasks/{namespace}/{id}?show_secrets=` | [`ApiBackend::get_task`] |
 //! | DELETE | `/tasks/{namespace}/{id}` | [`ApiBackend::delete_task`] |
@@ -32,6 +32,7 @@
 //! | POST | `/executions/{id}/kill` | [`ApiBackend::kill_execution`] |
 //! | POST | `/queues/{name}/pause` | [`ApiBackend::pause_queue`] |
 //! | POST | `/queues/{name}/resume` | [`ApiBackend::resume_queue`] |
+//! | GET | `/whoami` | none: the caller's token name and role ([`WhoAmI`]) |
 
 use std::future::Future;
 use std::pin::Pin;
@@ -71,6 +72,9 @@ pub struct TaskQuery {
     /// Only tasks with this label: `key` (any value) or `key=value`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// Only tasks whose id contains this text (any case).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<String>,
     /// Most tasks in the page, 1 to [`MAX_LIST_LIMIT`]; default [`DEFAULT_TASK_PAGE`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
@@ -113,6 +117,13 @@ impl TaskQuery {
                     .collect();
                 ApiError::invalid(format!("status: `{s}` is not one of {}", names.join(", ")))
             })
+    }
+
+    /// Whether a task id passes the `search` filter.
+    pub fn id_matches(&self, id: &str) -> bool {
+        self.search
+            .as_deref()
+            .is_none_or(|text| id.to_lowercase().contains(&text.trim().to_lowercase()))
     }
 
     /// The label filter: (key, value if one is required).
@@ -460,7 +471,23 @@ pub struct TaskView {
     /// Validation errors of an invalid spec.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// How the last finished execution ended, `succeeded` or `failed`, once one has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_outcome: Option<String>,
+    /// The last failure's message, while the task fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// The schedule in words (`every day at 02:30 Asia/Shanghai`), for a valid spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_text: Option<String>,
+    /// The next fires, up to [`UPCOMING_FIRES`], oldest first: in `GET
+    /// /tasks/{namespace}/{id}` only (a listing would compute them for every task).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upcoming_fires: Vec<UtcMillis>,
 }
+
+/// Fires a task's view lists ahead ([`TaskView::upcoming_fires`]).
+pub const UPCOMING_FIRES: usize = 10;
 
 impl TaskView {
     /// Replaces the spec's secrets by `***` (see [`ax_scheduler_core::redact::mask_spec`]).
@@ -677,6 +704,9 @@ pub enum DlqRequeue {
 pub struct StatusView {
     /// Instance id of the leader, if there is one.
     pub leader: Option<String>,
+    /// When the leader's term started (it won the election).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_since: Option<UtcMillis>,
     /// Registered replicas.
     pub replicas: Vec<ReplicaView>,
     /// Queues.
@@ -693,6 +723,25 @@ pub struct StatusView {
     /// Namespaces whose tasks do not fire, with who paused them and when.
     #[serde(default)]
     pub paused_namespaces: Vec<ax_registry::NamespacePause>,
+    /// The answering host's clock against etcd's, when it could be measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ClockView>,
+}
+
+/// One host's clock against etcd's (the check a replica makes before it campaigns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockView {
+    /// How far the host's clock is ahead of etcd's (negative: behind), milliseconds.
+    pub skew_ms: i64,
+    /// `scheduler.max_clock_skew`: a replica this far off refuses to lead, milliseconds.
+    pub max_skew_ms: u64,
+}
+
+impl ClockView {
+    /// Whether the skew is beyond what a leader may have.
+    pub fn too_far(&self) -> bool {
+        self.skew_ms.unsigned_abs() > self.max_skew_ms
+    }
 }
 
 /// etcd's database size against its quota.
@@ -713,6 +762,13 @@ pub struct ReplicaView {
     pub roles: Vec<String>,
     /// ax version it runs.
     pub version: String,
+    /// When it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<UtcMillis>,
+    /// Time since it last renewed its registration in etcd (its heartbeat), milliseconds;
+    /// absent when etcd could not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_age_ms: Option<u64>,
 }
 
 /// One queue.
@@ -731,6 +787,16 @@ pub struct QueueView {
     /// An operator paused it: workers take nothing from it.
     #[serde(default)]
     pub paused: bool,
+}
+
+/// Who is calling: the body of `GET /whoami`, so a client (the console) can offer only what
+/// the caller's role allows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WhoAmI {
+    /// The token's name, or `anonymous` where the API admits callers without one.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
 }
 
 /// Shared by the API handlers: the backend, or `None` while this process has none (the
@@ -778,6 +844,7 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
         .route("/executions/{id}/kill", post(kill_execution))
         .route("/queues/{name}/pause", post(pause_queue))
         .route("/queues/{name}/resume", post(resume_queue))
+        .route("/whoami", get(whoami))
         .fallback(|| async { ApiError::NotFound("no such API route".into()) })
         .layer(DefaultBodyLimit::max(limits.max_request_bytes))
         .with_state(state)
@@ -1142,4 +1209,12 @@ async fn resume_queue(
     Path(name): Path<String>,
 ) -> ApiResult<QueueState> {
     Ok(Json(s.backend()?.resume_queue(name).await?))
+}
+
+/// Needs no backend: the answer is the authorization layer's.
+async fn whoami(Extension(who): Extension<Principal>) -> Json<WhoAmI> {
+    Json(WhoAmI {
+        name: who.name.to_string(),
+        role: who.role,
+    })
 }

@@ -95,6 +95,7 @@ pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
     ("POST", "/executions/{id}/kill", Role::Operate),
     ("POST", "/queues/{name}/pause", Role::Operate),
     ("POST", "/queues/{name}/resume", Role::Operate),
+    ("GET", "/whoami", Role::Read),
 ];
 
 /// The role a request needs, from its method and matched path (with or without the

@@ -1,0 +1,163 @@
+// DOM building without markup strings: every value goes in through textContent or an
+// attribute, so nothing the API returns can become HTML (and the CSP forbids inline code
+// anyway).
+
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  setAttrs(el, attrs);
+  append(el, children);
+  return el;
+}
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+export function s(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(SVG_NS, tag);
+  setAttrs(el, attrs);
+  append(el, children);
+  return el;
+}
+
+function setAttrs(el, attrs) {
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+}
+
+function append(el, children) {
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+}
+
+export function clear(el) {
+  while (el.firstChild) el.firstChild.remove();
+  return el;
+}
+
+// "2026-11-30 22:31:05" in the browser's zone, with the zone's offset.
+export function absolute(ms) {
+  if (ms === undefined || ms === null) return '–';
+  const d = new Date(ms);
+  const p = (n) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+}
+
+export function duration(ms) {
+  if (ms === undefined || ms === null) return '–';
+  const a = Math.abs(ms);
+  if (a < 1000) return `${Math.round(a)}ms`;
+  if (a < 60e3) return `${(a / 1000).toFixed(a < 10e3 ? 1 : 0)}s`;
+  if (a < 3600e3) return `${Math.floor(a / 60e3)}m ${Math.floor((a % 60e3) / 1000)}s`;
+  if (a < 86400e3) return `${Math.floor(a / 3600e3)}h ${Math.floor((a % 3600e3) / 60e3)}m`;
+  return `${Math.floor(a / 86400e3)}d ${Math.floor((a % 86400e3) / 3600e3)}h`;
+}
+
+// "in 3m 2s" / "5s ago".
+export function relative(ms, now = Date.now()) {
+  if (ms === undefined || ms === null) return '–';
+  const d = ms - now;
+  return d >= 0 ? `in ${duration(d)}` : `${duration(-d)} ago`;
+}
+
+// A time shown both ways: relative, with the absolute one beside it (and on hover).
+export function when(ms) {
+  if (ms === undefined || ms === null) return h('span', { class: 'muted' }, '–');
+  return h('time', { datetime: new Date(ms).toISOString(), title: new Date(ms).toISOString() },
+    relative(ms), h('small', { class: 'abs' }, absolute(ms)));
+}
+
+export function badge(text, kind) {
+  return h('span', { class: `badge ${kind || String(text).toLowerCase()}` }, text);
+}
+
+export function percentile(sorted, p) {
+  if (!sorted.length) return null;
+  const i = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1);
+  return sorted[Math.max(0, i)];
+}
+
+// A table from column heads and rows of cells; `empty` is shown when there are no rows.
+export function table(heads, rows, empty = 'Nothing to show.', caption) {
+  if (!rows.length) return h('p', { class: 'empty' }, empty);
+  return h('div', { class: 'scroll' },
+    h('table', {},
+      caption ? h('caption', {}, caption) : null,
+      h('thead', {}, h('tr', {}, heads.map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, rows.map((r) => (r instanceof Node ? r : h('tr', {}, r.map((c) => h('td', {}, c))))))));
+}
+
+export function section(title, ...body) {
+  return h('section', { class: 'card' }, h('h2', {}, title), ...body);
+}
+
+let noticeTimer;
+
+// The outcome of an action, read out by screen readers; errors stay until replaced.
+export function notice(text, kind = 'ok') {
+  const el = document.getElementById('notice');
+  el.textContent = text;
+  el.className = `notice ${kind}`;
+  el.hidden = false;
+  clearTimeout(noticeTimer);
+  if (kind === 'ok') noticeTimer = setTimeout(() => { el.hidden = true; }, 8000);
+}
+
+// Asks before an action: resolves to the fields' values when confirmed, null otherwise.
+// `fields`: [{name, label, value, multiline}].
+export function confirmDialog(title, text, fields = []) {
+  const dialog = document.getElementById('confirm');
+  document.getElementById('confirm-title').textContent = title;
+  document.getElementById('confirm-text').textContent = text;
+  const box = clear(document.getElementById('confirm-fields'));
+  const inputs = {};
+  for (const f of fields) {
+    const id = `confirm-field-${f.name}`;
+    const input = f.multiline
+      ? h('textarea', { id, name: f.name, rows: 4, spellcheck: 'false' })
+      : h('input', { id, name: f.name, type: 'text', spellcheck: 'false' });
+    input.value = f.value || '';
+    inputs[f.name] = input;
+    box.append(h('label', { for: id }, f.label), input);
+  }
+  return new Promise((resolve) => {
+    dialog.returnValue = '';
+    dialog.addEventListener('close', () => {
+      if (dialog.returnValue !== 'ok') return resolve(null);
+      const values = {};
+      for (const [k, el] of Object.entries(inputs)) values[k] = el.value;
+      resolve(values);
+    }, { once: true });
+    dialog.showModal();
+    (fields.length ? inputs[fields[0].name] : document.getElementById('confirm-cancel')).focus();
+  });
+}
+
+// A line chart of series over x in [x0, x1]: {name, cls, points: [[x, y]]}; y in ms.
+export function lineChart(series, x0, x1, label) {
+  const W = 600, H = 160, L = 48, R = 8, T = 10, B = 22;
+  const ys = series.flatMap((sr) => sr.points.map((p) => p[1]));
+  const ymax = Math.max(1, ...ys) * 1.1;
+  const X = (x) => L + ((x - x0) / (x1 - x0 || 1)) * (W - L - R);
+  const Y = (y) => T + (1 - y / ymax) * (H - T - B);
+  const grid = [0, 0.5, 1].map((f) => {
+    const y = ymax * f;
+    return [
+      s('line', { x1: L, x2: W - R, y1: Y(y), y2: Y(y), class: 'grid' }),
+      s('text', { x: L - 4, y: Y(y) + 4, class: 'tick', 'text-anchor': 'end' }, duration(y)),
+    ];
+  });
+  const ticks = [x0, (x0 + x1) / 2, x1].map((x, i) => s('text', {
+    x: X(x), y: H - 6, class: 'tick', 'text-anchor': ['start', 'middle', 'end'][i],
+  }, i === 2 ? 'now' : `-${duration(x1 - x)}`));
+  const lines = series.map((sr) => [
+    s('polyline', { class: `line ${sr.cls}`, points: sr.points.map((p) => `${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(' ') }),
+    sr.points.map((p) => s('circle', { class: `dot ${sr.cls}`, cx: X(p[0]).toFixed(1), cy: Y(p[1]).toFixed(1), r: 2.5 },
+      s('title', {}, `${sr.name} ${duration(p[1])} at ${absolute(p[0])}`))),
+  ]);
+  return s('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': label },
+    s('title', {}, label), grid, ticks, lines);
+}

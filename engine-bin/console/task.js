@@ -1,0 +1,104 @@
+// One task: its spec (masked by the API: the console never asks for secrets), state, next
+// fires, recent executions, and the actions the caller's role allows.
+
+import { allows, call, get, query, taskPath } from './api.js';
+import { badge, clear, duration, h, section, table, when } from './dom.js';
+import { act } from './views.js';
+
+// A time typed by a person: ISO text, or a duration before now (`2h`, `1d`).
+function instant(text) {
+  const m = /^\s*(\d+)\s*([smhd])\s*$/.exec(text);
+  if (m) return Date.now() - Number(m[1]) * { s: 1e3, m: 60e3, h: 3600e3, d: 86400e3 }[m[2]];
+  if (/^\s*now\s*$/.test(text)) return Date.now();
+  const t = Date.parse(text);
+  if (Number.isNaN(t)) throw new Error(`\`${text}\` is neither a date nor a duration before now`);
+  return t;
+}
+
+export function task(root, { params, role, go }) {
+  const ns = params.get('ns');
+  const id = params.get('id');
+  const path = taskPath(ns, id);
+  const title = h('h1', {}, `${ns}/${id}`);
+  const actions = h('p', { class: 'actions' });
+  const body = h('div', { class: 'grid' });
+  root.append(h('p', {}, h('a', { href: '#/tasks' }, '← Tasks')), title, actions, body);
+
+  function buttons(view) {
+    clear(actions);
+    const label = `${ns}/${id}`;
+    const b = (name, text, needed, spec, cls) => (allows(role, needed)
+      ? h('button', { type: 'button', class: cls, 'data-action': name, onclick: () => act(spec) }, text) : null);
+    actions.append(
+      view.status === 'PAUSED'
+        ? b('resume', 'Resume', 'operate', {
+          title: 'Resume task', text: `${label} fires again on its schedule.`,
+          run: () => call(`${path}/resume`, { method: 'POST' }), done: () => `Resumed ${label}.`, then: refresh,
+        })
+        : b('pause', 'Pause', 'operate', {
+          title: 'Pause task', text: `${label} stops firing until resumed. A running execution goes on.`,
+          run: () => call(`${path}/pause`, { method: 'POST' }), done: () => `Paused ${label}.`, then: refresh,
+        }),
+      b('trigger', 'Trigger', 'operate', {
+        title: 'Trigger task', text: `Run ${label} now, outside its schedule. Leave the payload empty to use the spec's.`,
+        fields: [{ name: 'payload', label: 'Payload (JSON, optional)', multiline: true }],
+        run: (v) => call(`${path}/trigger`, { method: 'POST', body: v.payload.trim() ? { payload: JSON.parse(v.payload) } : {} }),
+        done: (r) => `Triggered ${label}: execution ${r.body.execution_id}.`, then: refresh,
+      }),
+      b('kill', 'Kill', 'operate', {
+        title: 'Kill executions', text: `Stop every waiting, retrying or running execution of ${label}.`,
+        run: () => call(`${path}/kill`, { method: 'POST' }),
+        done: (r) => `Killed ${r.body.killed.map((k) => `${k.execution_id} (${k.state})`).join(', ')}.`, then: refresh,
+      }, 'danger'),
+      b('backfill', 'Backfill', 'operate', {
+        title: 'Backfill', text: `Run each fire of ${label} in a past range once, oldest first. Times: a date (2026-01-31T00:00Z) or a duration before now (6h).`,
+        fields: [{ name: 'from', label: 'From', value: '1h' }, { name: 'to', label: 'To', value: 'now' }],
+        run: (v) => call(`${path}/backfill`, { method: 'POST', body: { from: instant(v.from), to: instant(v.to) } }),
+        done: (r) => `Backfill enqueued ${r.body.execution_ids.length} fire(s).`, then: refresh,
+      }),
+      b('delete', 'Delete', 'admin', {
+        title: 'Delete task', text: `Delete ${label}. Its history stays; it never fires again.`,
+        run: () => call(path, { method: 'DELETE' }), done: () => `Deleted ${label}.`, then: () => go('#/tasks'),
+      }, 'danger'));
+  }
+
+  async function refresh() {
+    const [view, page] = await Promise.all([
+      get(path),
+      get(`/executions${query({ task: `${ns}/${id}`, limit: 20 })}`),
+    ]);
+    buttons(view);
+    const invalid = view.status === 'INVALID';
+    const state = h('dl', { class: 'facts' },
+      h('dt', {}, 'Status'), h('dd', {}, badge(view.status || '?')),
+      h('dt', {}, 'Schedule'), h('dd', {}, view.schedule_text || '–'),
+      h('dt', {}, 'Next fire'), h('dd', {}, when(view.next_fire)),
+      h('dt', {}, 'Last fire'), h('dd', {}, when(view.last_fire)),
+      h('dt', {}, 'Last outcome'), h('dd', {}, view.last_outcome ? badge(view.last_outcome) : 'never ran'),
+      view.last_error ? [h('dt', {}, 'Last error'), h('dd', { class: 'err' }, view.last_error)] : null);
+    const errors = view.errors && view.errors.length
+      ? section(invalid ? 'Invalid spec' : 'Problems', h('ul', { class: 'warnings' }, view.errors.map((e) => h('li', {}, e))))
+      : null;
+    const fires = view.upcoming_fires && view.upcoming_fires.length
+      ? h('ol', { class: 'fires', id: 'upcoming' }, view.upcoming_fires.map((t) => h('li', {}, when(t))))
+      : h('p', { class: 'empty' }, view.status === 'PAUSED' ? 'Paused: no fire.' : 'No fire ahead.');
+    const rows = page.items.map((a) => [
+      h('code', { class: 'id', title: a.execution_id }, a.execution_id.slice(0, 8)),
+      String(a.attempt),
+      badge(a.outcome),
+      when(a.due),
+      a.lateness_ms === undefined ? '–' : duration(a.lateness_ms),
+      a.duration_ms === undefined ? '–' : duration(a.duration_ms),
+      a.error ? h('span', { class: 'err' }, a.error) : '',
+      a.output ? h('code', { class: 'excerpt' }, `${a.output.status ?? ''} ${a.output.body ?? ''}${a.output.truncated ? ' …' : ''}`.trim()) : '',
+    ]);
+    clear(body).append(...[
+      errors,
+      section('State', state),
+      section('Next fires', fires),
+      section('Recent executions', table(['Execution', 'Attempt', 'Outcome', 'Due', 'Lateness', 'Took', 'Error', 'Output'], rows, 'No execution recorded yet.')),
+      section('Spec', h('p', { class: 'muted' }, 'Secrets show as ***.'), h('pre', { class: 'spec' }, JSON.stringify(view.spec, null, 2))),
+    ].filter(Boolean));
+  }
+  return { refresh };
+}

@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""The web console in headless Chromium, over W3C WebDriver (chromedriver), standard library only.
+
+Run by scripts/check-console.sh against a running local cluster; it walks every view, acts
+through the page (trigger, requeue), checks what a read-only token sees and that the API's
+refusal is shown, saves a PNG of each view, and fails on any browser console error that
+the step did not expect. Every wait is bounded; all traffic stays on loopback.
+"""
+
+import argparse
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+CHROME_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+]
+WAIT = 30.0
+SECRET_BITS = ["sekret-header", "hunter2", "qs-secret"]
+
+
+class Failure(Exception):
+    pass
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def http(method, url, body=None, token=None, timeout=10):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            raw = r.read()
+            return r.status, dict(r.headers), (json.loads(raw) if raw.strip().startswith((b"{", b"[")) else raw)
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        return e.code, dict(e.headers), raw
+
+
+class Driver:
+    """A chromedriver session: just the W3C commands this test needs."""
+
+    def __init__(self, work):
+        self.port = free_port()
+        self.log = open(os.path.join(work, "chromedriver.log"), "w")
+        self.proc = subprocess.Popen(
+            ["chromedriver", f"--port={self.port}", "--allowed-ips=127.0.0.1"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        self.base = f"http://127.0.0.1:{self.port}"
+        deadline = time.time() + 15
+        while True:
+            try:
+                if http("GET", f"{self.base}/status", timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                raise Failure("chromedriver did not start")
+            time.sleep(0.1)
+        self.profile = tempfile.mkdtemp(prefix="ax-console-chrome.", dir=work)
+        caps = {"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {"binary": shutil.which("chromium") or "/usr/bin/chromium",
+                                   "args": CHROME_ARGS + [f"--user-data-dir={self.profile}"]},
+            "goog:loggingPrefs": {"browser": "ALL"},
+            "timeouts": {"pageLoad": 20000, "script": 10000, "implicit": 0},
+        }}}
+        status, _, body = http("POST", f"{self.base}/session", caps, timeout=60)
+        if status != 200:
+            raise Failure(f"cannot start Chromium: {body}")
+        self.sid = body["value"]["sessionId"]
+
+    def cmd(self, method, path, body=None):
+        status, _, resp = http(method, f"{self.base}/session/{self.sid}{path}", body, timeout=30)
+        if status != 200:
+            raise Failure(f"webdriver {method} {path}: {resp[:500] if isinstance(resp, bytes) else resp}")
+        return resp["value"]
+
+    def js(self, script, *args):
+        return self.cmd("POST", "/execute/sync", {"script": script, "args": list(args)})
+
+    def go(self, url):
+        self.cmd("POST", "/url", {"url": url})
+
+    def find(self, css):
+        el = self.cmd("POST", "/element", {"using": "css selector", "value": css})
+        return next(iter(el.values()))
+
+    def click(self, css):
+        self.cmd("POST", f"/element/{self.find(css)}/click", {})
+
+    def type(self, css, text):
+        el = self.find(css)
+        self.cmd("POST", f"/element/{el}/clear", {})
+        self.cmd("POST", f"/element/{el}/value", {"text": text})
+
+    def size(self, width, height):
+        self.cmd("POST", "/window/rect", {"width": width, "height": height})
+
+    def screenshot(self, path):
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(self.cmd("GET", "/screenshot")))
+
+    def browser_log(self):
+        return self.cmd("POST", "/se/log", {"type": "browser"})
+
+    def close(self):
+        try:
+            http("DELETE", f"{self.base}/session/{self.sid}", timeout=10)
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+class Test:
+    def __init__(self, args):
+        self.args = args
+        self.url = args.url
+        self.tokens = {r: os.environ[f"AX_CONSOLE_{r.upper()}_TOKEN"] for r in ("admin", "operate", "read")}
+        self.d = Driver(args.work)
+        os.makedirs(args.screenshots, exist_ok=True)
+
+    def wait(self, what, predicate, timeout=WAIT):
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            try:
+                last = predicate()
+                if last:
+                    return last
+            except Failure as e:
+                last = e
+            time.sleep(0.25)
+        raise Failure(f"timed out after {timeout:.0f}s waiting for {what} (last: {last})")
+
+    def text(self, css="body"):
+        return self.d.js("const e = document.querySelector(arguments[0]); return e ? e.innerText : '';", css)
+
+    def wait_text(self, what, needle, css="body", timeout=WAIT):
+        return self.wait(what, lambda: needle in self.text(css), timeout)
+
+    def check_log(self, step, allowed=()):
+        """Fails on a console error in the browser, except those this step expects."""
+        for entry in self.d.browser_log():
+            if entry.get("level") not in ("SEVERE", "ERROR"):
+                continue
+            msg = entry.get("message", "")
+            if any(a in msg for a in allowed):
+                continue
+            raise Failure(f"browser console error during {step}: {msg}")
+
+    def shot(self, name):
+        self.d.screenshot(os.path.join(self.args.screenshots, f"console-{name}.png"))
+
+    def ax(self, *argv, stdin=None):
+        env = dict(os.environ, AX_ETCD_ENDPOINTS=self.args.etcd)
+        r = subprocess.run([self.args.ax, *argv], input=stdin, capture_output=True, text=True, env=env, timeout=30)
+        if r.returncode != 0:
+            raise Failure(f"ax {' '.join(argv)}: {r.stdout} {r.stderr}")
+        return r.stdout
+
+    def login(self, role):
+        self.d.type("#token-input", self.tokens[role])
+        self.d.click("#token-form button[type=submit]")
+        self.wait_text(f"the {role} token to be taken", f"console-{role}", "#whoami")
+
+    def confirm(self, fields=None):
+        self.wait("the confirmation dialog", lambda: self.d.js("return document.getElementById('confirm').open"))
+        for name, value in (fields or {}).items():
+            self.d.type(f"#confirm-field-{name}", value)
+        self.d.click("#confirm-ok")
+
+    def run(self):
+        d = self.d
+        d.size(1280, 1000)
+
+        # The page, its headers and the token prompt.
+        status, headers, _ = http("GET", f"{self.url}/ui/")
+        csp = {k.lower(): v for k, v in headers.items()}.get("content-security-policy", "")
+        if status != 200 or "script-src 'self'" not in csp or "unsafe-inline" in csp:
+            raise Failure(f"/ui/ answered {status} with CSP `{csp}`")
+        d.go(f"{self.url}/ui/#/overview")
+        self.wait_text("the token prompt", "Sign in", "main")
+        self.check_log("the token prompt", allowed=["status of 401"])
+
+        # Overview as admin: a leader, both replicas.
+        self.login("admin")
+        self.wait("a leader on the overview", lambda: self.text("#leader") not in ("", "none"), 45)
+        self.wait_text("both replicas", "console-2", "main")
+        self.check_log("the overview")
+
+        # Tasks registered through the CLI appear, in words; an invalid one stands out.
+        self.ax("task", "put", "-", stdin=json.dumps({
+            "id": "nightly-report", "namespace": "console", "handler": "log",
+            "schedule": {"cron": "30 2 * * *", "timezone": "Asia/Shanghai"},
+            "payload": {"message": "report"}, "labels": {"team": "data"}}))
+        self.ax("task", "put", "-", stdin=json.dumps({
+            "id": "heartbeat", "namespace": "console", "handler": "log",
+            "schedule": {"every": "20s"}, "payload": {"message": "beat"}}))
+        self.ax("task", "put", "-", stdin=json.dumps({
+            "id": "flaky-hook", "namespace": "console", "handler": "http",
+            "schedule": {"every": "1h"}, "timeout": "2s", "retry": {"max_retries": 0},
+            "http": {"url": "http://user:hunter2@127.0.0.1:9/hook?key=qs-secret",
+                     "headers": {"Authorization": "Bearer sekret-header"}}}))
+        etcdctl = shutil.which("etcdctl")
+        if etcdctl:
+            subprocess.run([etcdctl, f"--endpoints={self.args.etcd}", "put", "/scheduler/tasks/console/broken",
+                            '{"handler": "log", "schedule": {"every": "soon"}}'],
+                           check=True, capture_output=True, timeout=15,
+                           env=dict(os.environ, ETCDCTL_API="3"))
+        d.go(f"{self.url}/ui/#/tasks?namespace=console")
+        self.wait_text("the CLI's task in the table", "every day at 02:30 Asia/Shanghai", "main")
+        if etcdctl:
+            self.wait_text("the invalid task's errors", "schedule.every", "tr.invalid.errors")
+        self.wait("the heartbeat to fire", lambda: "succeeded" in self.text("main"), 45)
+        self.shot("tasks")
+        d.type("input[name=search]", "night")
+        d.click("form.filters button[type=submit]")
+        self.wait("the search filter", lambda: "nightly-report" in self.text("main") and "heartbeat" not in self.text("tbody"))
+        self.check_log("the task list")
+
+        # A task page: next fires, trigger with a payload, the execution shows up.
+        d.go(f"{self.url}/ui/#/task/console/nightly-report")
+        self.wait("10 upcoming fires", lambda: self.d.js("return document.querySelectorAll('#upcoming li').length") == 10)
+        d.click("[data-action=trigger]")
+        self.confirm({"payload": '{"message": "from the console"}'})
+        self.wait_text("the trigger's result", "Triggered console/nightly-report", "#notice")
+        self.wait("the triggered execution", lambda: "succeeded" in self.text("main"), 45)
+        if "\nnull\n" in f"\n{self.text('main')}\n":
+            raise Failure("the task page shows a stray `null`")
+        self.shot("task")
+        self.check_log("the task page")
+
+        # Secrets stay masked on the page.
+        d.go(f"{self.url}/ui/#/task/console/flaky-hook")
+        self.wait_text("the http task's spec", "***", "pre.spec")
+        page = self.text("body")
+        for bit in SECRET_BITS:
+            if bit in page:
+                raise Failure(f"the task page shows the secret `{bit}`")
+
+        # A failing run reaches the dead letters and is requeued from the page.
+        d.click("[data-action=trigger]")
+        self.confirm()
+        self.wait_text("the failing trigger's result", "Triggered console/flaky-hook", "#notice")
+        d.go(f"{self.url}/ui/#/dlq")
+        self.wait_text("the dead letter", "console/flaky-hook", "main", 45)
+        self.wait_text("its errors per attempt", "#1 failed: POST", "main")
+        self.shot("dlq")
+        d.click("[data-action=requeue]")
+        self.confirm()
+        self.wait_text("the requeue's result", "Requeued 1 dead letter", "#notice")
+        self.check_log("the dead letters")
+
+        # The audit log names who did it.
+        d.go(f"{self.url}/ui/#/audit?actor=console-admin")
+        self.wait_text("the trigger in the audit log", "trigger", "main")
+        self.wait_text("the requeue in the audit log", "console-admin", "main")
+        self.shot("audit")
+        self.check_log("the audit log")
+
+        # The overview counts the fires and failures of the last hour.
+        d.go(f"{self.url}/ui/#/overview")
+        self.wait("fires counted", lambda: int(self.text("#fires-count") or 0) >= 2)
+        self.wait("failures counted", lambda: int(self.text("#failures-count") or 0) >= 1)
+        self.wait("the lateness chart", lambda: self.d.js("return document.querySelectorAll('svg.chart polyline').length") == 2)
+        self.shot("overview")
+        self.check_log("the overview with history")
+
+        # A phone-sized screen: nothing wider than the screen but the tables' own scrollers.
+        d.size(390, 844)
+        d.go(f"{self.url}/ui/#/overview")
+        self.wait("the overview on a phone", lambda: int(self.text("#fires-count") or 0) >= 2)
+        overflow = d.js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        if overflow > 1:
+            raise Failure(f"the overview is {overflow}px wider than a phone screen")
+        self.shot("overview-phone")
+        d.size(1280, 1000)
+
+        # Keyboard: the nav links are reachable and followed with Enter.
+        d.js("document.querySelector('[data-nav=dlq]').focus()")
+        self.d.cmd("POST", "/actions", {"actions": [{"type": "key", "id": "kb", "actions": [
+            {"type": "keyDown", "value": "\ue007"}, {"type": "keyUp", "value": "\ue007"}]}]})
+        self.wait("Enter on a focused nav link", lambda: self.d.js("return location.hash") == "#/dlq")
+
+        # A read-only token sees no action buttons.
+        self.d.click("#token-clear")
+        self.wait_text("the token prompt", "Sign in", "main")
+        self.login("read")
+        for view in ("task/console/nightly-report", "dlq", "tasks"):
+            d.go(f"{self.url}/ui/#/{view}")
+            self.wait(f"#/{view} as read", lambda: self.text("main").strip() and "Sign in" not in self.text("main"))
+            time.sleep(0.5)
+            buttons = d.js("return document.querySelectorAll('[data-action]').length")
+            if buttons:
+                raise Failure(f"a read token sees {buttons} action button(s) on #/{view}")
+        self.check_log("the read-only views", allowed=["status of 401"])
+
+        # An action the token's role does not allow is refused, and the refusal is shown:
+        # the page was loaded as operate, then the tab's token was swapped for a read one.
+        self.d.click("#token-clear")
+        self.wait_text("the token prompt", "Sign in", "main")
+        self.login("operate")
+        d.go(f"{self.url}/ui/#/task/console/nightly-report")
+        self.wait("the trigger button", lambda: self.d.js("return !!document.querySelector('[data-action=trigger]')"))
+        d.js("sessionStorage.setItem('ax.token', arguments[0])", self.tokens["read"])
+        d.click("[data-action=trigger]")
+        self.confirm()
+        self.wait_text("the API's refusal", "403", "#notice")
+        self.wait_text("the refusal's reason", "needs the `operate` role", "#notice")
+        self.check_log("the refused action", allowed=["status of 403", "status of 401"])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--url", required=True)
+    p.add_argument("--ax", required=True)
+    p.add_argument("--etcd", required=True)
+    p.add_argument("--screenshots", required=True)
+    p.add_argument("--work", required=True)
+    args = p.parse_args()
+    for tool in ("chromium", "chromedriver"):
+        if not shutil.which(tool):
+            print(f"console: {tool} is missing; run scripts/setup.sh", file=sys.stderr)
+            return 1
+    started = time.time()
+    test = None
+    try:
+        test = Test(args)
+        test.run()
+    except (Failure, OSError, subprocess.SubprocessError, KeyError) as e:
+        if test:
+            try:
+                test.shot("failure")
+                print(f"console: page at failure:\n{test.text('body')[:3000]}", file=sys.stderr)
+            except Exception:  # noqa: BLE001 - the report must not hide the failure
+                pass
+        print(f"console: FAILED: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if test:
+            test.d.close()
+    print(f"console: all checks passed in {time.time() - started:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
