@@ -86,6 +86,16 @@ pub struct ExecutionMessage {
     /// chain's first execution; see `ax_scheduler_core::workflow`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// For a fanned-out fire: this execution's shard, 0-based (see
+    /// `ax_scheduler_core::fanout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_index: Option<u32>,
+    /// For a fanned-out fire: how many shards it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_total: Option<u32>,
+    /// For a fanned-out fire: the id the shards of the fire share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fanout_id: Option<String>,
 }
 
 /// How the enqueue recognises a message that was enqueued before (a fire dispatched by two
@@ -117,12 +127,20 @@ impl ExecutionMessage {
     /// namespace fields may be empty), and its overlap mode is carried as decided.
     pub fn for_dispatch(dispatch: &Dispatch, now: UtcMillis, fencing_token: u64) -> Self {
         let spec = &dispatch.spec;
-        let (execution_id, run_now) = match &dispatch.run_now {
+        let (mut execution_id, run_now) = match &dispatch.run_now {
             // A run-now request names its execution id (its trigger key); a malformed one
             // still runs, under a fresh id.
             Some(id) => (id.parse().unwrap_or_else(|_| Uuid::now_v7()), true),
             None => (Uuid::now_v7(), false),
         };
+        if let Some(shard) = &dispatch.shard {
+            // Derived from the fire: the same on every leader (a duplicate when sent again).
+            execution_id = shard.execution_id().parse().unwrap_or(execution_id);
+        }
+        let run_of_its_own = dispatch
+            .shard
+            .as_ref()
+            .map_or_else(|| execution_id.to_string(), |shard| shard.fanout.clone());
         ExecutionMessage {
             execution_id,
             task_id: dispatch.key.id.clone(),
@@ -153,7 +171,10 @@ impl ExecutionMessage {
             run_id: dispatch
                 .run_id
                 .clone()
-                .or_else(|| dispatch.starts_run.then(|| execution_id.to_string())),
+                .or_else(|| dispatch.starts_run.then_some(run_of_its_own)),
+            shard_index: dispatch.shard.as_ref().map(|s| s.index),
+            shard_total: dispatch.shard.as_ref().map(|s| s.total),
+            fanout_id: dispatch.shard.as_ref().map(|s| s.fanout.clone()),
         }
     }
 
@@ -224,7 +245,10 @@ impl ExecutionMessage {
 
     /// How the enqueue recognises this message if it was enqueued before.
     pub fn dedupe(&self) -> Dedupe {
-        if self.run_now {
+        if self.shard_index.is_some() {
+            // Each shard of a fire once: by its derived execution id.
+            Dedupe::Key(format!("shard:{}", self.execution_id))
+        } else if self.run_now {
             match (&self.idempotency_key, self.backfill_of) {
                 (Some(key), _) => {
                     Dedupe::Key(format!("run-key:{}/{}:{key}", self.namespace, self.task_id))
@@ -301,6 +325,7 @@ fn standalone(spec: &TaskSpec, fire_at: UtcMillis, run_now: Option<String>) -> D
         run_now,
         run_id: None,
         starts_run: false,
+        shard: None,
     }
 }
 

@@ -34,8 +34,12 @@ fn exec(text: &str) -> u128 {
 
 fn chain(n: usize) -> Dispatcher {
     let mut d = Dispatcher::new(DispatcherConfig::default(), UtcMillis(T0));
-    let root = TaskSpec::from_json(br#"{"handler":"noop","schedule":{"every":"1h"}}"#, "b", "root")
-        .unwrap();
+    let root = TaskSpec::from_json(
+        br#"{"handler":"noop","schedule":{"every":"1h"}}"#,
+        "b",
+        "root",
+    )
+    .unwrap();
     d.upsert(TaskKey::new("b", "root"), root, 1, None, UtcMillis(T0));
     let mut group = Vec::new();
     for i in 0..n {
@@ -52,7 +56,13 @@ fn chain(n: usize) -> Dispatcher {
             let sink_id = format!("sink{}", i / 16);
             let sink = serde_json::json!({ "handler": "noop", "depends_on": group });
             let sink = TaskSpec::from_json(sink.to_string().as_bytes(), "b", &sink_id).unwrap();
-            d.upsert(TaskKey::new("b", sink_id.as_str()), sink, 1, None, UtcMillis(T0));
+            d.upsert(
+                TaskKey::new("b", sink_id.as_str()),
+                sink,
+                1,
+                None,
+                UtcMillis(T0),
+            );
             group = Vec::new();
         }
     }

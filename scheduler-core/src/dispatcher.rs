@@ -43,13 +43,14 @@ use crate::deadline::{judge, Expectation, Miss};
 use crate::execution::{
     shown_error, AttemptOutcome, EnqueueOutcome, EventPosition, ExecutionEvent,
 };
+use crate::fanout::{fire_fanout_id, shard_of, FanoutProgress, Shard};
 use crate::limiter::TokenBucket;
 use crate::misfire::{plan_misfires, Progress, DEFAULT_CATCH_UP_WINDOW};
 use crate::overlap::{dispatch_mode, merge_held};
 use crate::ready::{ReadyConfig, ReadyQueue};
 use crate::schedule::CompiledSchedule;
 use crate::state::{TaskState, TaskStatus};
-use crate::task::{OverlapPolicy, Schedule, TaskSpec};
+use crate::task::{Fanout, OverlapPolicy, Schedule, TaskSpec};
 use crate::time::UtcMillis;
 use crate::timer::{TimerConfig, TimerHandle, TimerWheel};
 use crate::validate::FieldError;
@@ -143,9 +144,11 @@ pub struct Dispatch {
     pub overlap: OverlapPolicy,
     /// The run (see [`crate::workflow`]) this execution is a step of.
     pub run_id: Option<String>,
-    /// The execution starts a run: its task is the first of a chain. Its own execution id is
-    /// the run's id.
+    /// The execution starts a run: its task is the first of a chain. Its own execution id
+    /// (its fan-out id, for a fanned-out fire) is the run's id.
     pub starts_run: bool,
+    /// For a fanned-out fire: which shard this is (see [`crate::fanout`]).
+    pub shard: Option<Shard>,
 }
 
 /// Something the engine should alert on or log.
@@ -230,6 +233,9 @@ enum FireKind {
     RunNow(String),
     /// A dependent task's step in a run: its (derived) execution id, and the run.
     Step(Box<(String, String)>),
+    /// The shards not ended of a fanned-out fire, sent again by a new leader (those already
+    /// queued are refused as duplicates): the fan-out id.
+    Resend(Box<String>),
 }
 
 #[derive(Clone, Debug)]
@@ -612,6 +618,17 @@ impl Dispatcher {
         if !task.state.runs.is_empty() {
             self.with_runs.insert(Arc::clone(&key));
         }
+        for progress in &task.state.fanouts {
+            push_fire(
+                &mut self.ready,
+                &key,
+                generation,
+                spec.priority,
+                now,
+                FireKind::Resend(Box::new(progress.id.clone())),
+                now,
+            );
+        }
         let unchanged = written.is_some_and(|mut w| {
             // The time of the last write is not a change.
             w.updated_at = task.state.updated_at;
@@ -909,7 +926,31 @@ impl Dispatcher {
             let Some(task) = self.tasks.get_mut(&item.key) else {
                 continue;
             };
+            if let FireKind::Resend(id) = &item.kind {
+                if let Some(progress) = task.state.fanouts.iter().find(|f| f.id == **id) {
+                    for index in progress.open() {
+                        out.push(Dispatch {
+                            key: Arc::clone(&task.key),
+                            spec: Arc::clone(&task.spec),
+                            fire_at: progress.fire_at,
+                            overlap: OverlapPolicy::Allow,
+                            run_now: None,
+                            run_id: progress.run.clone(),
+                            starts_run: progress.run.is_none()
+                                && task.spec.depends_on.is_empty()
+                                && self.graph.has_children(&task.key),
+                            shard: Some(Shard {
+                                index,
+                                total: progress.total,
+                                fanout: progress.id.clone(),
+                            }),
+                        });
+                    }
+                }
+                continue;
+            }
             let (run_now, run_id) = match &item.kind {
+                FireKind::Resend(_) => continue,
                 FireKind::RunNow(id) => (Some(id.clone()), None),
                 FireKind::Step(step) => {
                     let (execution, run) = &**step;
@@ -939,7 +980,10 @@ impl Dispatcher {
                     // Released since (enqueued, or superseded by a newer fire).
                     None => continue,
                 },
-                FireKind::Scheduled | FireKind::RunNow(_) | FireKind::Step(_) => item.fire_at,
+                FireKind::Scheduled
+                | FireKind::RunNow(_)
+                | FireKind::Step(_)
+                | FireKind::Resend(_) => item.fire_at,
             };
             if matches!(item.kind, FireKind::Scheduled)
                 && self.paused_namespaces.contains(&task.key.namespace)
@@ -978,6 +1022,36 @@ impl Dispatcher {
             let starts_run = run_id.is_none()
                 && task.spec.depends_on.is_empty()
                 && self.graph.has_children(&task.key);
+            if let Some(Fanout::Shards(total)) = task.spec.fanout {
+                let id = run_now
+                    .clone()
+                    .unwrap_or_else(|| fire_fanout_id(&task.key, fire_at));
+                if !task.state.fanouts.iter().any(|f| f.id == id) {
+                    task.state.fanouts.push(FanoutProgress::new(
+                        id.clone(),
+                        fire_at,
+                        total,
+                        run_id.clone(),
+                    ));
+                }
+                for index in 0..total {
+                    out.push(Dispatch {
+                        key: Arc::clone(&task.key),
+                        spec: Arc::clone(&task.spec),
+                        fire_at,
+                        overlap: OverlapPolicy::Allow,
+                        run_now: run_now.clone(),
+                        run_id: run_id.clone(),
+                        starts_run,
+                        shard: Some(Shard {
+                            index,
+                            total,
+                            fanout: id.clone(),
+                        }),
+                    });
+                }
+                continue;
+            }
             out.push(Dispatch {
                 key: Arc::clone(&task.key),
                 spec: Arc::clone(&task.spec),
@@ -986,6 +1060,7 @@ impl Dispatcher {
                 run_now,
                 run_id,
                 starts_run,
+                shard: None,
             });
         }
         out
@@ -1161,6 +1236,18 @@ impl Dispatcher {
         event: &ExecutionEvent,
         now: UtcMillis,
     ) {
+        if let Some(task) = self.tasks.get(key) {
+            // A fanned-out task's executions are shards: a final end that matches no fire in
+            // progress is one already counted (read again), not an execution of its own.
+            if task.spec.fanout.is_some() {
+                if let Some((step, outcome)) =
+                    self.apply_shard(key, position, execution, attempt, event, now)
+                {
+                    self.on_step_end(key, step, outcome, now);
+                }
+                return;
+            }
+        }
         self.apply_to_state(key, position, execution, attempt, event, now);
         if let ExecutionEvent::Finished { end, .. } = event {
             if end.is_last() && end.outcome != AttemptOutcome::Released {
@@ -1174,6 +1261,93 @@ impl Dispatcher {
                 self.on_step_end(key, execution, outcome, now);
             }
         }
+    }
+
+    /// A shard's event: a start or a retry as for any execution; a final end counted in its
+    /// fire's progress. The fire's one end (all succeeded, or how many failed) is applied
+    /// once the last shard has ended, and returned (its fan-out id as an execution, and the
+    /// outcome) for the dependency chain.
+    fn apply_shard(
+        &mut self,
+        key: &TaskKey,
+        position: Option<EventPosition>,
+        execution: u128,
+        attempt: u32,
+        event: &ExecutionEvent,
+        now: UtcMillis,
+    ) -> Option<(u128, StepOutcome)> {
+        let ExecutionEvent::Finished { at, end } = event else {
+            self.apply_to_state(key, position, execution, attempt, event, now);
+            return None;
+        };
+        if !end.is_last() {
+            self.apply_to_state(key, position, execution, attempt, event, now);
+            return None;
+        }
+        let task = self.tasks.get_mut(key)?;
+        let slot = task
+            .state
+            .fanouts
+            .iter()
+            .position(|f| shard_of(&f.id, execution, f.total).is_some())?;
+        let progress = &mut task.state.fanouts[slot];
+        let index = shard_of(&progress.id, execution, progress.total)?;
+        if let Some(p) = position {
+            if task.state.last_event.is_some_and(|applied| applied >= p) {
+                return None;
+            }
+            task.state.last_event = Some(p);
+        }
+        let progress = &mut task.state.fanouts[slot];
+        if !progress.record(index, end.is_success()) {
+            return None;
+        }
+        if let Some(e) = &end.error {
+            task.state.last_error = Some(shown_error(e.clone()));
+        }
+        self.pending
+            .insert(Arc::clone(&task.key), Pending::WriteCurrent);
+        if !progress.complete() {
+            return None;
+        }
+        let done = task.state.fanouts.remove(slot);
+        let failures = done.failures();
+        let whole = crate::execution::AttemptEnd {
+            outcome: if failures == 0 {
+                AttemptOutcome::Succeeded
+            } else {
+                AttemptOutcome::Failed
+            },
+            error: (failures > 0).then(|| {
+                format!(
+                    "{failures} of {} shards failed; last error: {}",
+                    done.total,
+                    task.state.last_error.clone().unwrap_or_default()
+                )
+            }),
+            retry_at: None,
+        };
+        let fanout = u128::from_str_radix(&done.id.replace('-', ""), 16).ok()?;
+        // The fire's end, as one execution's: counted, settled, a held fire released.
+        self.apply_to_state(
+            key,
+            None,
+            fanout,
+            0,
+            &ExecutionEvent::Finished {
+                at: *at,
+                end: whole.clone(),
+            },
+            now,
+        );
+        Some((
+            fanout,
+            if whole.is_success() {
+                StepOutcome::Succeeded
+            } else {
+                StepOutcome::Failed
+            },
+        ))
     }
 
     fn apply_to_state(

@@ -13,6 +13,7 @@ pub mod duration_serde;
 pub mod error;
 pub mod etcd_keys;
 pub mod execution;
+pub mod fanout;
 pub mod intern;
 pub mod limiter;
 pub mod misfire;

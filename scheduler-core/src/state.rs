@@ -151,6 +151,9 @@ pub struct TaskState {
     /// [`crate::workflow`]): which parents finished, and the step's execution once fired.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runs: Vec<crate::workflow::RunProgress>,
+    /// Fanned-out fires whose shards have not all ended (see [`crate::fanout`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fanouts: Vec<crate::fanout::FanoutProgress>,
     /// The last runs this task's step finished in (a few), so that a parent's end read
     /// again does not start the step anew.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -189,6 +192,7 @@ impl TaskState {
             deadline_mark: None,
             runs: Vec::new(),
             runs_done: Vec::new(),
+            fanouts: Vec::new(),
             validation_errors: Vec::new(),
             held_fire_at: None,
             last_event: None,

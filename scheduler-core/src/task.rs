@@ -40,6 +40,8 @@ pub const MAX_NAME_LEN: usize = 128;
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
 /// Most labels on a task.
 pub const MAX_LABELS: usize = 64;
+/// Most shards of one fire (`fanout.shards`).
+pub const MAX_SHARDS: u32 = 1000;
 /// Most parents (`depends_on`) of one task.
 pub const MAX_PARENTS: usize = 16;
 /// Default `depends_on[].within`: a parent has a day to finish its part of a run.
@@ -94,6 +96,9 @@ pub struct TaskSpec {
     pub overlap: OverlapPolicy,
     /// A paused task stays registered but does not fire.
     pub paused: bool,
+    /// Each fire runs as several executions (see [`Fanout`]); `None`: one execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fanout: Option<Fanout>,
     /// The tasks this one runs after (empty: an ordinary task with a schedule of its own).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<Dependency>,
@@ -149,6 +154,14 @@ pub enum Schedule {
     /// No time of its own: the task fires when its parents (`depends_on`) have finished a
     /// run. In the JSON form the `schedule` field is absent.
     Dependent,
+}
+
+/// How one fire of a task is split into executions (see [`crate::fanout`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fanout {
+    /// N executions, each told its `shard_index` (0-based) and `shard_total`.
+    Shards(u32),
 }
 
 /// One parent of a dependent task (`depends_on`): see [`crate::workflow`].

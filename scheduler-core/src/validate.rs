@@ -18,11 +18,12 @@ use serde_json::{Map, Value};
 
 use crate::redact::holds_mask;
 use crate::task::{
-    DependOn, Dependency, HttpTarget, MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule,
+    DependOn, Dependency, Fanout, HttpTarget, MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule,
     TaskSpec, DEFAULT_DEPENDENCY_WITHIN, DEFAULT_PRIORITY, DEFAULT_QUEUE, DEFAULT_TIMEOUT,
     DEFAULT_TIMEZONE, DEFAULT_VERSION, MAX_DEPENDENCY_WITHIN, MAX_HTTP_HEADERS,
     MAX_HTTP_HEADER_BYTES, MAX_IDEMPOTENCY_KEY_LEN, MAX_LABELS, MAX_LABEL_BYTES, MAX_MULTIPLIER,
-    MAX_NAME_LEN, MAX_PARENTS, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RETRIES, MAX_URL_BYTES,
+    MAX_NAME_LEN, MAX_PARENTS, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RETRIES, MAX_SHARDS,
+    MAX_URL_BYTES,
 };
 use crate::time::UtcMillis;
 
@@ -122,6 +123,7 @@ const TASK_FIELDS: &[&str] = &[
     "misfire",
     "overlap",
     "paused",
+    "fanout",
     "depends_on",
     "expect_success_within",
     "labels",
@@ -514,7 +516,27 @@ impl TaskSpec {
                 ],
             )
         });
-        let overlap = field(&obj, "overlap").map_or(Some(OverlapPolicy::default()), |v| {
+        let fanout = match field(&obj, "fanout") {
+            None => Some(None),
+            Some(v) => parse_fanout(&mut c, v).map(Some),
+        };
+        let fanned = fanout.is_some_and(|f| f.is_some());
+        // The shards of one fire run side by side: `forbid` would hold the second behind
+        // the first. Overlap between fires is therefore `allow` for a fanned-out task.
+        let default_overlap = if fanned {
+            OverlapPolicy::Allow
+        } else {
+            OverlapPolicy::default()
+        };
+        if let (true, Some(v)) = (fanned, field(&obj, "overlap")) {
+            if v.as_str() != Some("allow") {
+                c.err(
+                    "overlap",
+                    "a task with fanout runs its shards side by side, so its overlap is `allow`; remove overlap",
+                );
+            }
+        }
+        let overlap = field(&obj, "overlap").map_or(Some(default_overlap), |v| {
             enum_value(
                 &mut c,
                 v,
@@ -565,7 +587,7 @@ impl TaskSpec {
             misfire,
             overlap,
             paused,
-            depends_on,
+            (fanout, depends_on),
             expect_success_within,
             labels,
             version,
@@ -582,7 +604,7 @@ impl TaskSpec {
                 Some(misfire),
                 Some(overlap),
                 Some(paused),
-                Some(depends_on),
+                (Some(fanout), Some(depends_on)),
                 Some(expect_success_within),
                 Some(labels),
                 Some(version),
@@ -603,6 +625,7 @@ impl TaskSpec {
                 misfire,
                 overlap,
                 paused,
+                fanout,
                 depends_on,
                 expect_success_within,
                 labels,
@@ -663,6 +686,11 @@ impl TaskSpec {
             serde_json::to_value(self.overlap).unwrap_or(Value::Null),
         );
         obj.insert("paused".into(), self.paused.into());
+        if let Some(Fanout::Shards(n)) = self.fanout {
+            let mut f = Map::new();
+            f.insert("shards".into(), n.into());
+            obj.insert("fanout".into(), Value::Object(f));
+        }
         if !self.depends_on.is_empty() {
             let deps = self
                 .depends_on
@@ -743,6 +771,32 @@ fn schedule_json(s: &Schedule) -> Value {
 }
 
 const DEPENDENCY_FIELDS: &[&str] = &["task", "on", "within"];
+const FANOUT_FIELDS: &[&str] = &["shards"];
+
+/// `fanout`: `{"shards": N}`, 2 to [`MAX_SHARDS`].
+fn parse_fanout(c: &mut Checker, v: &Value) -> Option<Fanout> {
+    let Value::Object(obj) = v else {
+        c.err(
+            "fanout",
+            format!(
+                "must be an object such as {{\"shards\": 4}}, found {}",
+                kind(v)
+            ),
+        );
+        return None;
+    };
+    c.unknown_fields(obj, "fanout", FANOUT_FIELDS);
+    let Some(n) = field(obj, "shards") else {
+        c.err(
+            "fanout.shards",
+            "missing; give the number of executions per fire",
+        );
+        return None;
+    };
+    let n = c.integer(n, "fanout.shards", 2, u64::from(MAX_SHARDS), "shards")?;
+    // In range: at most MAX_SHARDS.
+    Some(Fanout::Shards(u32::try_from(n).unwrap_or(MAX_SHARDS)))
+}
 
 /// `depends_on`: parents as `namespace/id` (or `id`, in the task's own namespace), each once,
 /// never the task itself. Whether they exist and form no cycle is the graph's to say (it
@@ -1525,6 +1579,7 @@ mod tests {
                             misfire,
                             overlap,
                             paused,
+                            fanout: None,
                             depends_on: Vec::new(),
                             expect_success_within: (version % 3 == 0).then(|| timeout * 2),
                             labels,

@@ -1281,3 +1281,97 @@ fn missing_parents_and_cycles_hold_a_task_invalid_until_mended() {
     d.remove(&key("a"), at(3));
     assert!(d.state(&key("b")).is_none());
 }
+
+fn shard_exec(d: &Dispatch) -> u128 {
+    let id = d.shard.as_ref().unwrap().execution_id();
+    u128::from_str_radix(&id.replace('-', ""), 16).unwrap()
+}
+
+const SHARDED: &str = r#"{"handler":"log","schedule":{"every":"10s"},"fanout":{"shards":3}}"#;
+
+#[test]
+fn a_sharded_fire_runs_each_shard_and_ends_once_when_all_have() {
+    let mut d = one_task("s", SHARDED);
+    let shards = d.poll(at(10_000));
+    assert_eq!(shards.len(), 3);
+    let indexes: Vec<u32> = shards
+        .iter()
+        .map(|s| s.shard.as_ref().unwrap().index)
+        .collect();
+    assert_eq!(indexes, [0, 1, 2]);
+    let fanout = &shards[0].shard.as_ref().unwrap().fanout;
+    assert!(shards
+        .iter()
+        .all(|s| &s.shard.as_ref().unwrap().fanout == fanout));
+    assert!(shards.iter().all(|s| s.overlap == OverlapPolicy::Allow));
+    assert_eq!(d.state(&key("s")).unwrap().fire_count, 1, "one fire");
+    // Shard 1 retries once, then every shard ends; shard 2 fails for good.
+    d.on_execution(
+        &key("s"),
+        shard_exec(&shards[1]),
+        0,
+        &finished(AttemptOutcome::Failed, Some("503".into()), Some(at(12_000))),
+        at(11_000),
+    );
+    assert_eq!(d.state(&key("s")).unwrap().status, TaskStatus::Retrying);
+    ended(&mut d, "s", shard_exec(&shards[0]), true, 11_100);
+    ended(&mut d, "s", shard_exec(&shards[1]), true, 12_100);
+    assert_eq!(d.state(&key("s")).unwrap().success_count, 0, "not yet");
+    ended(&mut d, "s", shard_exec(&shards[2]), false, 12_200);
+    // The same end again counts nothing.
+    ended(&mut d, "s", shard_exec(&shards[2]), false, 12_300);
+    let st = d.state(&key("s")).unwrap();
+    assert_eq!((st.success_count, st.failure_count), (0, 1));
+    assert_eq!(
+        st.last_error.as_deref(),
+        Some("1 of 3 shards failed; last error: boom")
+    );
+    assert!(st.fanouts.is_empty());
+}
+
+#[test]
+fn a_new_leader_sends_the_shards_not_ended_under_the_same_ids() {
+    let mut old = one_task("s", SHARDED);
+    let shards = old.poll(at(10_000));
+    ended(&mut old, "s", shard_exec(&shards[0]), true, 11_000);
+    let written = old
+        .take_state_writes(UtcMillis::MAX)
+        .into_iter()
+        .find_map(|(_, s)| s)
+        .unwrap();
+    assert_eq!(written.fanouts.len(), 1);
+    let mut new = Dispatcher::new(DispatcherConfig::default(), at(12_000));
+    new.upsert(key("s"), spec("s", SHARDED), 5, Some(written), at(12_000));
+    let again = new.poll(at(12_000));
+    let ids: Vec<u128> = again.iter().map(shard_exec).collect();
+    assert_eq!(ids, [shard_exec(&shards[1]), shard_exec(&shards[2])]);
+    for s in &again {
+        ended(&mut new, "s", shard_exec(s), true, 13_000);
+    }
+    assert_eq!(new.state(&key("s")).unwrap().success_count, 1);
+}
+
+#[test]
+fn a_chain_waits_for_every_shard_of_its_parent() {
+    let mut d = one_task("s", SHARDED);
+    d.upsert(
+        key("after"),
+        spec("after", r#"{"handler":"log","depends_on":[{"task":"s"}]}"#),
+        5,
+        None,
+        at(0),
+    );
+    let shards = d.poll(at(10_000));
+    assert!(shards.iter().all(|s| s.starts_run));
+    ended(&mut d, "s", shard_exec(&shards[0]), true, 11_000);
+    ended(&mut d, "s", shard_exec(&shards[1]), true, 11_000);
+    assert!(d.poll(at(11_000)).is_empty());
+    ended(&mut d, "s", shard_exec(&shards[2]), true, 11_000);
+    let next = d.poll(at(11_000));
+    assert_eq!(next.len(), 1);
+    assert_eq!(
+        next[0].run_id.as_deref(),
+        Some(shards[0].shard.as_ref().unwrap().fanout.as_str()),
+        "the run is the fire's fan-out id"
+    );
+}

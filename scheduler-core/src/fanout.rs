@@ -1,0 +1,192 @@
+//! Fan-out: one fire of a task with `fanout: {"shards": N}` runs as N executions.
+//!
+//! Each shard is an execution of its own (its own retries, its own history), told its
+//! `shard_index` and `shard_total`. The fire they share has an id, the **fan-out id**: the
+//! run-now's or the dependency step's execution id, or, for a scheduled fire, an id derived
+//! from the task and the fire instant. Shard `i`'s execution id is the fan-out id with its
+//! last 16 bits replaced by `i`: the same on every leader, so shards sent again after a
+//! failover are duplicates to the queue, and a shard's end maps back to its fan-out and
+//! index without a table.
+//!
+//! The fire's progress (which shards ended, and how) is kept in the task's state, written
+//! with the ends, so a new leader finishes the count (and sends the shards not yet ended
+//! again: those already queued are refused as duplicates). The fire ends once every shard
+//! has: it succeeded when all did; that single outcome is what the task's state, its
+//! dependency chain and its deadline see.
+
+use serde::{Deserialize, Serialize};
+
+use crate::dispatcher::TaskKey;
+use crate::time::UtcMillis;
+use crate::workflow::{execution_id_text, step_execution_id};
+
+/// One shard of a fanned-out fire, carried by its dispatch and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// 0-based.
+    pub index: u32,
+    /// How many shards the fire has.
+    pub total: u32,
+    /// The fire's fan-out id.
+    pub fanout: String,
+}
+
+impl Shard {
+    /// This shard's execution id.
+    pub fn execution_id(&self) -> String {
+        shard_execution_id(&self.fanout, self.index)
+    }
+}
+
+/// The fan-out id of a scheduled fire of `key` at `fire_at`.
+pub fn fire_fanout_id(key: &TaskKey, fire_at: UtcMillis) -> String {
+    step_execution_id(&format!("fire@{}", fire_at.0), key)
+}
+
+fn parse_id(text: &str) -> Option<u128> {
+    let hex: String = text.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    u128::from_str_radix(&hex, 16).ok()
+}
+
+const INDEX_BITS: u128 = 0xffff;
+
+/// Shard `index`'s execution id under `fanout`.
+pub fn shard_execution_id(fanout: &str, index: u32) -> String {
+    let base = parse_id(fanout).unwrap_or(0);
+    execution_id_text((base & !INDEX_BITS) | u128::from(index) & INDEX_BITS)
+}
+
+/// The shard index of `execution` if it is a shard of `fanout`.
+pub fn shard_of(fanout: &str, execution: u128, total: u32) -> Option<u32> {
+    let base = parse_id(fanout)?;
+    let index = u32::try_from(execution & INDEX_BITS).ok()?;
+    (execution & !INDEX_BITS == base & !INDEX_BITS && index < total).then_some(index)
+}
+
+/// A fanned-out fire whose shards have not all ended (in the task's state).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FanoutProgress {
+    /// The fan-out id.
+    pub id: String,
+    /// The fire's due instant.
+    pub fire_at: UtcMillis,
+    /// Shards in all.
+    pub total: u32,
+    /// The dependency run the fire is a step of, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+    /// Bit `i` set: shard `i` succeeded.
+    #[serde(default)]
+    pub succeeded: Vec<u64>,
+    /// Bit `i` set: shard `i` failed for good (or was killed).
+    #[serde(default)]
+    pub failed: Vec<u64>,
+}
+
+impl FanoutProgress {
+    /// A fire whose `total` shards have just been sent.
+    pub fn new(id: String, fire_at: UtcMillis, total: u32, run: Option<String>) -> Self {
+        FanoutProgress {
+            id,
+            fire_at,
+            total,
+            run,
+            succeeded: Vec::new(),
+            failed: Vec::new(),
+        }
+    }
+
+    fn has(bits: &[u64], i: u32) -> bool {
+        let (word, bit) = ((i / 64) as usize, i % 64);
+        bits.get(word).is_some_and(|w| w & (1 << bit) != 0)
+    }
+
+    fn set(bits: &mut Vec<u64>, i: u32) {
+        let (word, bit) = ((i / 64) as usize, i % 64);
+        if bits.len() <= word {
+            bits.resize(word + 1, 0);
+        }
+        bits[word] |= 1 << bit;
+    }
+
+    /// Whether shard `i` has ended.
+    pub fn ended(&self, i: u32) -> bool {
+        Self::has(&self.succeeded, i) || Self::has(&self.failed, i)
+    }
+
+    /// Records shard `i`'s end; false when it was recorded already.
+    pub fn record(&mut self, i: u32, succeeded: bool) -> bool {
+        if i >= self.total || self.ended(i) {
+            return false;
+        }
+        if succeeded {
+            Self::set(&mut self.succeeded, i);
+        } else {
+            Self::set(&mut self.failed, i);
+        }
+        true
+    }
+
+    fn count(bits: &[u64]) -> u32 {
+        bits.iter().map(|w| w.count_ones()).sum()
+    }
+
+    /// Shards that failed.
+    pub fn failures(&self) -> u32 {
+        Self::count(&self.failed)
+    }
+
+    /// Whether every shard has ended.
+    pub fn complete(&self) -> bool {
+        Self::count(&self.succeeded) + self.failures() >= self.total
+    }
+
+    /// The shards not ended yet.
+    pub fn open(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.total).filter(|i| !self.ended(*i))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_ids_map_back_to_their_fanout_and_index() {
+        let key = TaskKey::new("ns", "t");
+        let f = fire_fanout_id(&key, UtcMillis(1_000));
+        assert_eq!(f, fire_fanout_id(&key, UtcMillis(1_000)));
+        assert_ne!(f, fire_fanout_id(&key, UtcMillis(2_000)));
+        let ids: Vec<String> = (0..5).map(|i| shard_execution_id(&f, i)).collect();
+        for (i, id) in ids.iter().enumerate() {
+            let n = parse_id(id).unwrap();
+            assert_eq!(shard_of(&f, n, 5), Some(i as u32));
+            assert_eq!(shard_of(&f, n, 2).is_some(), i < 2);
+            assert_eq!(
+                shard_of(&fire_fanout_id(&key, UtcMillis(2_000)), n, 5),
+                None
+            );
+        }
+        let mut unique = ids.clone();
+        unique.dedup();
+        assert_eq!(unique.len(), 5);
+    }
+
+    #[test]
+    fn progress_counts_each_shard_once() {
+        let mut p = FanoutProgress::new("x".into(), UtcMillis(0), 130, None);
+        for i in 0..130 {
+            assert!(p.record(i, i != 70));
+            assert!(!p.record(i, true), "once");
+            assert_eq!(p.complete(), i == 129);
+        }
+        assert_eq!(p.failures(), 1);
+        assert_eq!(p.open().count(), 0);
+        assert!(!p.record(200, true));
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(serde_json::from_str::<FanoutProgress>(&json).unwrap(), p);
+    }
+}
