@@ -847,6 +847,7 @@ async fn execute_in_span(
         output: output.clone(),
     };
     let owned = msg.clone();
+    let stop_grace = handler.stop_grace(msg);
     let mut handle = tokio::spawn(async move { handler.run(ctx, &owned).await });
     // How the attempt ended, its error, and whether that error may be retried.
     let (outcome, error, retryable) = tokio::select! {
@@ -877,10 +878,16 @@ async fn execute_in_span(
         AttemptOutcome::TimedOut | AttemptOutcome::Released | AttemptOutcome::Killed
     ) {
         ctx_cancel.cancel();
-        handle.abort();
-        // Wait for the abort so the handler is gone before its message is settled; a
-        // handler that ignores cancellation and never yields cannot be waited for.
-        let _ = tokio::time::timeout(Duration::from_secs(1), handle).await;
+        // A handler that stops something outside (a command's processes) gets its grace to
+        // do it; the others are dropped at once.
+        let ended =
+            !stop_grace.is_zero() && tokio::time::timeout(stop_grace, &mut handle).await.is_ok();
+        if !ended {
+            handle.abort();
+            // Wait for the abort so the handler is gone before its message is settled; a
+            // handler that ignores cancellation and never yields cannot be waited for.
+            let _ = tokio::time::timeout(Duration::from_secs(1), handle).await;
+        }
     }
     drop(permit);
     // Errors can echo anything (a URL with its credentials, a response body): masked and
