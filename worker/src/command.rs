@@ -127,58 +127,71 @@ impl CommandConfig {
 }
 
 impl CommandsConfig {
-    /// Every problem of the configuration, each starting with its key
-    /// (`worker.commands.<name>.<field>`).
-    pub fn problems(&self) -> Vec<String> {
+    /// Every problem of the configuration as (its key, `worker.commands.<name>.<field>`,
+    /// what is wrong).
+    pub fn problems(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
+        let mut push = |key: String, problem: String| out.push((key, problem));
         for (name, c) in &self.commands {
             let key = format!("worker.commands.{name}");
             if let Err(e) = check_name(name) {
-                out.push(format!("{key}: the command name {e}"));
+                push(key.clone(), format!("the command name {e}"));
             }
             if !c.path.is_absolute() {
-                out.push(format!(
-                    "{key}.path: `{}` must be an absolute path (no PATH search)",
-                    c.path.display()
-                ));
+                push(
+                    format!("{key}.path"),
+                    format!(
+                        "`{}` must be an absolute path (no PATH search)",
+                        c.path.display()
+                    ),
+                );
             }
             if let Some(dir) = &c.working_dir {
                 if !dir.is_absolute() {
-                    out.push(format!(
-                        "{key}.working_dir: `{}` must be an absolute path",
-                        dir.display()
-                    ));
+                    push(
+                        format!("{key}.working_dir"),
+                        format!("`{}` must be an absolute path", dir.display()),
+                    );
                 }
             }
             for (i, a) in c.args.iter().enumerate() {
                 if a.contains('\0') {
-                    out.push(format!("{key}.args[{i}]: contains a NUL byte"));
+                    push(
+                        format!("{key}.args"),
+                        format!("entry {i} contains a NUL byte"),
+                    );
                 }
             }
             for (k, v) in &c.env {
                 if let Err(e) = check_env_name(k) {
-                    out.push(format!("{key}.env: {e}"));
+                    push(format!("{key}.env"), e);
                 }
                 if v.contains('\0') {
-                    out.push(format!("{key}.env.{k}: contains a NUL byte"));
+                    push(format!("{key}.env.{k}"), "contains a NUL byte".into());
                 }
             }
             for k in &c.allow_env {
                 if let Err(e) = check_env_name(k) {
-                    out.push(format!("{key}.allow_env: {e}"));
+                    push(format!("{key}.allow_env"), e);
                 }
             }
             if c.max_output_bytes == 0 || c.max_output_bytes > MAX_COMMAND_OUTPUT_BYTES {
-                out.push(format!(
-                    "{key}.max_output_bytes: {} is out of range 1-{MAX_COMMAND_OUTPUT_BYTES}",
-                    c.max_output_bytes
-                ));
+                push(
+                    format!("{key}.max_output_bytes"),
+                    format!(
+                        "{} is out of range 1-{MAX_COMMAND_OUTPUT_BYTES}",
+                        c.max_output_bytes
+                    ),
+                );
             }
             if c.kill_grace > MAX_KILL_GRACE {
-                out.push(format!(
-                    "{key}.kill_grace: {:?} is longer than the most allowed, {:?}",
-                    c.kill_grace, MAX_KILL_GRACE
-                ));
+                push(
+                    format!("{key}.kill_grace"),
+                    format!(
+                        "{:?} is longer than the most allowed, {:?}",
+                        c.kill_grace, MAX_KILL_GRACE
+                    ),
+                );
             }
         }
         out
@@ -198,7 +211,8 @@ impl CommandHandler {
     pub fn new(cfg: CommandsConfig) -> Result<Self, WorkerError> {
         let problems = cfg.problems();
         if !problems.is_empty() {
-            return Err(WorkerError::InvalidConfig(problems.join("; ")));
+            let lines: Vec<String> = problems.iter().map(|(k, p)| format!("{k}: {p}")).collect();
+            return Err(WorkerError::InvalidConfig(lines.join("; ")));
         }
         let euid = rustix::process::geteuid().as_raw();
         for (name, c) in &cfg.commands {
@@ -429,7 +443,11 @@ mod tests {
                 ..CommandConfig::new("backup.sh")
             },
         );
-        let p = cfg.problems();
+        let p: Vec<String> = cfg
+            .problems()
+            .iter()
+            .map(|(k, p)| format!("{k}: {p}"))
+            .collect();
         assert_eq!(p.len(), 7, "{p:?}");
         assert!(
             p[0].starts_with("worker.commands.bad name: the command name"),
