@@ -28,175 +28,33 @@
 //! `commands_allow_root` says otherwise; ax's image and chart run as a non-root user.
 
 mod capture;
+mod config;
 mod env;
 mod group;
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use ax_queue::ExecutionMessage;
 use ax_scheduler_core::task::CommandCall;
-use ax_scheduler_core::validate::{check_env_name, check_name};
-use ax_scheduler_core::{AttemptOutput, MAX_COMMAND_OUTPUT_BYTES};
+use ax_scheduler_core::AttemptOutput;
 use rustix::process::Signal;
-use serde::{Deserialize, Serialize};
 
 use crate::error::WorkerError;
 use crate::handler::{Handler, HandlerContext, HandlerError, HandlerFuture};
 use capture::Excerpt;
+pub use config::{
+    CommandConfig, CommandsConfig, DEFAULT_KILL_GRACE, DEFAULT_MAX_OUTPUT_BYTES, MAX_KILL_GRACE,
+    STOP_MARGIN,
+};
 pub use env::BASE_ENV;
 use group::GroupGuard;
 
-/// Bytes of each stream a command's history entry keeps, by default.
-pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 4096;
-/// How long a stopped command has between SIGTERM and SIGKILL, by default.
-pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
-/// Longest `kill_grace` a command may be given.
-pub const MAX_KILL_GRACE: Duration = Duration::from_secs(300);
 /// How long the pipes are still read after the command is gone (a process that left the
 /// group may hold them open).
 const DRAIN_GRACE: Duration = Duration::from_secs(1);
-/// What the pool waits beyond `kill_grace` for the handler to report a stopped command.
-const STOP_MARGIN: Duration = Duration::from_secs(2);
 /// Bytes of stderr's end an error message quotes.
 const ERROR_STDERR_BYTES: usize = 512;
-
-/// The commands a replica runs: `[worker.commands.<name>]` and `commands_allow_root`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct CommandsConfig {
-    /// Commands by the name tasks use.
-    pub commands: BTreeMap<String, CommandConfig>,
-    /// Run commands even when the replica runs as root. Off by default: a command would
-    /// then have every right on the machine.
-    pub allow_root: bool,
-}
-
-/// One configured command.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CommandConfig {
-    /// Absolute path of the executable.
-    pub path: PathBuf,
-    /// Arguments it always gets, before the task's.
-    #[serde(default)]
-    pub args: Vec<String>,
-    /// Environment variables it always gets (over [`BASE_ENV`]).
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Names of the environment variables a task may set; default none.
-    #[serde(default)]
-    pub allow_env: Vec<String>,
-    /// Directory it runs in; default the replica's own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub working_dir: Option<PathBuf>,
-    /// Bytes of each of stdout and stderr kept in the history (the first and last halves);
-    /// default [`DEFAULT_MAX_OUTPUT_BYTES`], at most [`MAX_COMMAND_OUTPUT_BYTES`].
-    #[serde(default = "default_max_output")]
-    pub max_output_bytes: usize,
-    /// Time between SIGTERM and SIGKILL when it is stopped; default [`DEFAULT_KILL_GRACE`].
-    #[serde(
-        default = "default_kill_grace",
-        with = "ax_scheduler_core::duration_serde"
-    )]
-    pub kill_grace: Duration,
-}
-
-fn default_max_output() -> usize {
-    DEFAULT_MAX_OUTPUT_BYTES
-}
-
-fn default_kill_grace() -> Duration {
-    DEFAULT_KILL_GRACE
-}
-
-impl CommandConfig {
-    /// The command at `path` with every other setting at its default.
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        CommandConfig {
-            path: path.into(),
-            args: Vec::new(),
-            env: BTreeMap::new(),
-            allow_env: Vec::new(),
-            working_dir: None,
-            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
-            kill_grace: DEFAULT_KILL_GRACE,
-        }
-    }
-}
-
-impl CommandsConfig {
-    /// Every problem of the configuration as (its key, `worker.commands.<name>.<field>`,
-    /// what is wrong).
-    pub fn problems(&self) -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        let mut push = |key: String, problem: String| out.push((key, problem));
-        for (name, c) in &self.commands {
-            let key = format!("worker.commands.{name}");
-            if let Err(e) = check_name(name) {
-                push(key.clone(), format!("the command name {e}"));
-            }
-            if !c.path.is_absolute() {
-                push(
-                    format!("{key}.path"),
-                    format!(
-                        "`{}` must be an absolute path (no PATH search)",
-                        c.path.display()
-                    ),
-                );
-            }
-            if let Some(dir) = &c.working_dir {
-                if !dir.is_absolute() {
-                    push(
-                        format!("{key}.working_dir"),
-                        format!("`{}` must be an absolute path", dir.display()),
-                    );
-                }
-            }
-            for (i, a) in c.args.iter().enumerate() {
-                if a.contains('\0') {
-                    push(
-                        format!("{key}.args"),
-                        format!("entry {i} contains a NUL byte"),
-                    );
-                }
-            }
-            for (k, v) in &c.env {
-                if let Err(e) = check_env_name(k) {
-                    push(format!("{key}.env"), e);
-                }
-                if v.contains('\0') {
-                    push(format!("{key}.env.{k}"), "contains a NUL byte".into());
-                }
-            }
-            for k in &c.allow_env {
-                if let Err(e) = check_env_name(k) {
-                    push(format!("{key}.allow_env"), e);
-                }
-            }
-            if c.max_output_bytes == 0 || c.max_output_bytes > MAX_COMMAND_OUTPUT_BYTES {
-                push(
-                    format!("{key}.max_output_bytes"),
-                    format!(
-                        "{} is out of range 1-{MAX_COMMAND_OUTPUT_BYTES}",
-                        c.max_output_bytes
-                    ),
-                );
-            }
-            if c.kill_grace > MAX_KILL_GRACE {
-                push(
-                    format!("{key}.kill_grace"),
-                    format!(
-                        "{:?} is longer than the most allowed, {:?}",
-                        c.kill_grace, MAX_KILL_GRACE
-                    ),
-                );
-            }
-        }
-        out
-    }
-}
 
 /// Runs the configured command a task names. See the module notes.
 #[derive(Clone, Debug)]
@@ -396,7 +254,12 @@ fn judge(
         format!("; stderr: {tail}")
     };
     match (status.code(), status.signal()) {
-        (Some(0), _) if !stopped => Ok(()),
+        // The pool has already settled a stopped attempt by why it stopped it; this only
+        // keeps a command that exits 0 on SIGTERM from reading as a success.
+        (Some(0), _) if stopped => Err(HandlerError::Retryable(format!(
+            "command `{name}` was stopped (it exited with code 0){tail}"
+        ))),
+        (Some(0), _) => Ok(()),
         (Some(code), _) => Err(HandlerError::Retryable(format!(
             "command `{name}` exited with code {code}{tail}"
         ))),
@@ -428,41 +291,6 @@ fn spawn_error(name: &str, cfg: &CommandConfig, e: std::io::Error) -> HandlerErr
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn configuration_problems_name_their_key() {
-        let mut cfg = CommandsConfig::default();
-        cfg.commands.insert(
-            "bad name".into(),
-            CommandConfig {
-                env: [("AX_TASK".to_owned(), "x".to_owned())].into(),
-                allow_env: vec!["1X".into()],
-                working_dir: Some("data".into()),
-                max_output_bytes: 0,
-                kill_grace: Duration::from_secs(301),
-                ..CommandConfig::new("backup.sh")
-            },
-        );
-        let p: Vec<String> = cfg
-            .problems()
-            .iter()
-            .map(|(k, p)| format!("{k}: {p}"))
-            .collect();
-        assert_eq!(p.len(), 7, "{p:?}");
-        assert!(
-            p[0].starts_with("worker.commands.bad name: the command name"),
-            "{p:?}"
-        );
-        assert!(
-            p[1].starts_with("worker.commands.bad name.path: `backup.sh` must be an absolute path")
-        );
-        assert!(p[2].starts_with("worker.commands.bad name.working_dir:"));
-        assert!(p[3].starts_with("worker.commands.bad name.env: `AX_TASK` is reserved"));
-        assert!(p[4].starts_with("worker.commands.bad name.allow_env: `1X` is not"));
-        assert!(p[5].starts_with("worker.commands.bad name.max_output_bytes: 0 is out of range"));
-        assert!(p[6].starts_with("worker.commands.bad name.kill_grace:"));
-        assert!(CommandHandler::new(cfg).is_err());
-    }
 
     fn exec(json: &str) -> ExecutionMessage {
         let spec = ax_scheduler_core::TaskSpec::from_json(json.as_bytes(), "ns", "t").unwrap();
