@@ -180,7 +180,7 @@ async fn run(
     let mut err = Excerpt::new(cfg.max_output_bytes);
     let mut stopped = false;
     let status = {
-        let reading = std::pin::pin!(async {
+        let mut reading = std::pin::pin!(async {
             tokio::join!(
                 async {
                     if let Some(s) = stdout {
@@ -194,7 +194,6 @@ async fn run(
                 }
             )
         });
-        let mut reading = reading;
         let mut read_all = false;
         let mut kill_at: Option<tokio::time::Instant> = None;
         let mut killed = false;
@@ -264,11 +263,26 @@ fn judge(
             "command `{name}` exited with code {code}{tail}"
         ))),
         (None, Some(sig)) => Err(HandlerError::Retryable(format!(
-            "command `{name}` was killed by signal {sig}{tail}"
+            "command `{name}` was killed by signal {sig}{}{tail}",
+            signal_name(sig)
         ))),
         (None, None) => Err(HandlerError::Retryable(format!(
             "command `{name}` ended without an exit code{tail}"
         ))),
+    }
+}
+
+/// ` (SIGKILL)` for the signals people know by name; empty for the others.
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        1 => " (SIGHUP)",
+        2 => " (SIGINT)",
+        6 => " (SIGABRT)",
+        9 => " (SIGKILL)",
+        11 => " (SIGSEGV)",
+        13 => " (SIGPIPE)",
+        15 => " (SIGTERM)",
+        _ => "",
     }
 }
 

@@ -194,7 +194,7 @@ async fn a_non_zero_exit_is_a_retryable_failure_with_its_code_and_stderr() {
         .unwrap_err();
     assert_eq!(
         e,
-        HandlerError::Retryable("command `job` was killed by signal 9".into())
+        HandlerError::Retryable("command `job` was killed by signal 9 (SIGKILL)".into())
     );
     assert_eq!(out.take().unwrap().exit_code, None);
 }
@@ -253,7 +253,10 @@ async fn a_cancelled_command_and_its_grandchild_are_killed() {
         let took = t0.elapsed();
         assert!(e.is_retryable(), "{e}");
         if ignores_term {
-            assert_eq!(e.to_string(), "command `job` was killed by signal 9");
+            assert_eq!(
+                e.to_string(),
+                "command `job` was killed by signal 9 (SIGKILL)"
+            );
             assert!(
                 took >= Duration::from_millis(450),
                 "SIGKILL after the grace: {took:?}"
@@ -261,7 +264,7 @@ async fn a_cancelled_command_and_its_grandchild_are_killed() {
         } else {
             assert!(
                 e.to_string()
-                    .starts_with("command `job` was killed by signal 15"),
+                    .starts_with("command `job` was killed by signal 15 (SIGTERM)"),
                 "{e}"
             );
         }
