@@ -19,7 +19,10 @@
 //! ([`Queue::stop_orders`]) and signals the ones to stop, so the cost does not grow with a
 //! round trip per execution. Messages just taken are asked about before they start, so a
 //! killed message that comes back (a dead worker's, given back by the reaper) never runs.
-//! A stopped execution ends `killed`: acknowledged, no retry, not a failure.
+//! A stopped execution ends `killed`: acknowledged, no retry, not a failure. However an
+//! attempt is stopped (timeout, kill, shutdown), its handler's token is cancelled and the
+//! handler gets its [`crate::Handler::stop_grace`] to end by itself (the `command` handler
+//! stops a process group) before its future is dropped.
 //!
 //! Shutdown (the `CancellationToken` passed to [`WorkerPool::run`]): the fetch loops stop
 //! taking (a blocked take ends within the block timeout; anything it returns after the
