@@ -185,7 +185,10 @@ pub fn load_config(cli: &Cli, edge: &Edge) -> Result<Config, CliError> {
 }
 
 async fn serve(config: Config) -> Result<(), CliError> {
-    let deadline = config.worker.shutdown_grace + SHUTDOWN_MARGIN;
+    // A command stopped at the end of the grace gets its own grace to end.
+    let deadline = config.worker.shutdown_grace
+        + config.worker.commands_config().longest_stop()
+        + SHUTDOWN_MARGIN;
     let shutdown = Shutdown::new();
     shutdown
         .listen_for_signals()

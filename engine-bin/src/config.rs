@@ -15,7 +15,7 @@ mod env;
 mod mask;
 mod validate;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -343,6 +343,12 @@ pub struct Worker {
     /// Host names (`name`, `*.suffix`) the `http` handler may call whatever they resolve to;
     /// default none.
     pub http_allow_hosts: Vec<String>,
+    /// Let the `command` handler run commands while the replica runs as root. Dangerous: a
+    /// command then has every right on the machine; default false.
+    pub commands_allow_root: bool,
+    /// The commands the `command` handler runs, by the name tasks give
+    /// (`[worker.commands.<name>]`); default none.
+    pub commands: BTreeMap<String, ax_worker::CommandConfig>,
 }
 
 impl Default for Worker {
@@ -355,6 +361,8 @@ impl Default for Worker {
             visibility_timeout: ax_queue::DEFAULT_VISIBILITY_TIMEOUT,
             http_allow_cidrs: Vec::new(),
             http_allow_hosts: Vec::new(),
+            commands_allow_root: false,
+            commands: BTreeMap::new(),
         }
     }
 }
@@ -385,6 +393,14 @@ impl Worker {
             Ok((cidrs, hosts))
         } else {
             Err(errors)
+        }
+    }
+
+    /// The `command` handler's configuration.
+    pub fn commands_config(&self) -> ax_worker::CommandsConfig {
+        ax_worker::CommandsConfig {
+            commands: self.commands.clone(),
+            allow_root: self.commands_allow_root,
         }
     }
 
@@ -692,6 +708,61 @@ mod tests {
         c.scheduler.catch_up_window = Duration::from_millis(90_500);
         let back = Config::from_toml_str(&c.to_masked_toml()).unwrap();
         assert_eq!(back, c);
+    }
+
+    #[test]
+    fn commands_are_a_table_of_named_commands() {
+        let c = Config::from_toml_str(
+            r#"
+            [worker]
+            commands_allow_root = true
+            [worker.commands.backup]
+            path = "/usr/local/bin/backup.sh"
+            args = ["--quiet"]
+            env = { BACKUP_DIR = "/data" }
+            allow_env = ["TARGET"]
+            working_dir = "/data"
+            max_output_bytes = 8192
+            kill_grace = "10s"
+            [worker.commands.report]
+            path = "/usr/local/bin/report"
+            "#,
+        )
+        .unwrap();
+        let w = &c.worker;
+        assert!(w.commands_allow_root);
+        let backup = &w.commands["backup"];
+        assert_eq!(backup.path, Path::new("/usr/local/bin/backup.sh"));
+        assert_eq!(backup.args, ["--quiet"]);
+        assert_eq!(backup.env["BACKUP_DIR"], "/data");
+        assert_eq!(backup.allow_env, ["TARGET"]);
+        assert_eq!(backup.working_dir.as_deref(), Some(Path::new("/data")));
+        assert_eq!(backup.max_output_bytes, 8192);
+        assert_eq!(backup.kill_grace, Duration::from_secs(10));
+        assert_eq!(
+            w.commands["report"],
+            ax_worker::CommandConfig::new("/usr/local/bin/report")
+        );
+        assert_eq!(
+            Config::from_toml_str(&c.to_masked_toml()).unwrap().worker,
+            {
+                let mut w = w.clone();
+                w.commands
+                    .get_mut("backup")
+                    .unwrap()
+                    .env
+                    .insert("BACKUP_DIR".into(), MASK.into());
+                w
+            }
+        );
+        let e = Config::from_toml_str("[worker.commands.x]\npath = \"/x\"\nshell = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `shell`"), "{e}");
+        let e = Config::from_toml_str("[worker.commands.x]\nargs = []\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing field `path`"), "{e}");
     }
 
     #[test]

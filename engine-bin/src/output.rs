@@ -157,8 +157,7 @@ pub fn executions_table(page: &ExecutionList) -> String {
                 r.worker.clone().unwrap_or_else(|| "-".to_owned()),
                 r.output
                     .as_ref()
-                    .and_then(|o| o.status)
-                    .map_or_else(|| "-".to_owned(), |s| s.to_string()),
+                    .map_or_else(|| "-".to_owned(), answer_code),
                 one_line(r.error.as_deref().unwrap_or_default(), 120),
             ]
         })
@@ -173,7 +172,7 @@ pub fn executions_table(page: &ExecutionList) -> String {
             "DURATION",
             "LATENESS",
             "WORKER",
-            "HTTP",
+            "ANSWER",
             "ERROR",
         ],
         &rows,
@@ -182,6 +181,15 @@ pub fn executions_table(page: &ExecutionList) -> String {
         out.push_str(&format!("more: --continue {token}\n"));
     }
     out
+}
+
+/// The history table's answer column: an HTTP status, or a command's exit code.
+fn answer_code(o: &ax_scheduler_core::AttemptOutput) -> String {
+    match (o.status, o.exit_code) {
+        (Some(s), _) => s.to_string(),
+        (None, Some(c)) => format!("exit {c}"),
+        (None, None) => "-".to_owned(),
+    }
 }
 
 /// `text` on one line, cut to `max` characters.
@@ -230,12 +238,28 @@ pub fn story_text(story: &ExecutionStory) -> String {
         }
         events.push((a.finished, end));
         if let Some(o) = &a.output {
-            let status = o.status.map_or_else(|| "-".to_owned(), |s| s.to_string());
             let more = if o.truncated { " ..." } else { "" };
-            events.push((
-                None,
-                format!("  answer: HTTP {status} {}{more}", one_line(&o.body, 1024)),
-            ));
+            if o.status.is_none() && (o.exit_code.is_some() || !o.stderr.is_empty()) {
+                let code = o
+                    .exit_code
+                    .map_or_else(|| "-".to_owned(), |c| c.to_string());
+                events.push((
+                    None,
+                    format!(
+                        "  exit code {code}; stdout: {}{more}",
+                        one_line(&o.body, 1024)
+                    ),
+                ));
+                if !o.stderr.is_empty() {
+                    events.push((None, format!("  stderr: {}", one_line(&o.stderr, 1024))));
+                }
+            } else {
+                let status = o.status.map_or_else(|| "-".to_owned(), |s| s.to_string());
+                events.push((
+                    None,
+                    format!("  answer: HTTP {status} {}{more}", one_line(&o.body, 1024)),
+                ));
+            }
         }
     }
     if let Some(d) = &story.dead_letter {

@@ -26,7 +26,9 @@ use ax_queue::Queue;
 use ax_registry::Registry;
 use ax_scheduler_core::timer::TimerConfig;
 use ax_scheduler_core::{DispatcherConfig, ReconnectBackoff, UtcMillis};
-use ax_worker::{HandlerRegistry, PoolSummary, WorkerConfig, WorkerPool};
+use ax_worker::{
+    CommandHandler, HandlerRegistry, PoolSummary, WorkerConfig, WorkerError, WorkerPool,
+};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
@@ -334,7 +336,9 @@ impl Parts<'_> {
             instance_id: self.config.instance.id.clone(),
             roles: self.roles(),
             handlers: if self.config.instance.has_role(Role::Worker) {
-                HandlerRegistry::with_builtins().names()
+                handler_registry(&self.config.worker)
+                    .map(|r| r.names())
+                    .unwrap_or_default()
             } else {
                 Vec::new()
             },
@@ -467,7 +471,7 @@ impl Parts<'_> {
         let pool = WorkerPool::new(
             self.queue.clone(),
             pool_config,
-            HandlerRegistry::with_builtins(),
+            handler_registry(&config.worker)?,
             Arc::new(reporter),
         )?;
         // Refuses to start beside a live process under the same id (the process then exits
@@ -630,4 +634,13 @@ fn alert_channels(config: &Config) -> Vec<&'static str> {
         channels.push("webhook");
     }
     channels
+}
+
+/// The handlers a worker replica serves: the built-ins and `command` with the replica's
+/// commands (registered even with none, so a task naming a command gets the reason it cannot
+/// run here rather than "unknown handler").
+fn handler_registry(worker: &crate::config::Worker) -> Result<HandlerRegistry, WorkerError> {
+    let mut registry = HandlerRegistry::with_builtins();
+    registry.register("command", CommandHandler::new(worker.commands_config())?);
+    Ok(registry)
 }

@@ -1513,7 +1513,7 @@ async fn the_execution_history_shows_every_attempt_across_tasks_and_each_executi
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 3, "{table}");
     assert!(
-        lines[0].starts_with("FINISHED") && lines[0].contains("HTTP"),
+        lines[0].starts_with("FINISHED") && lines[0].contains("ANSWER"),
         "{table}"
     );
     assert!(
@@ -1920,5 +1920,180 @@ async fn a_dependency_chain_runs_each_step_once_through_a_failover_in_the_middle
         }
     })
     .await;
+    c.clean_up().await;
+}
+
+/// The `command` handler in a real replica, configured by its `ax.toml` (`AX_CONFIG`): a
+/// task runs a script with its arguments, allowed environment and payload; the exit code and
+/// the output excerpts are in `ax history` and `ax execution get`; a non-zero exit fails
+/// with its code and stderr (alerted), an unknown command fails once, for good; `ax task
+/// kill` stops a running command with its whole process group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_handler_runs_configured_scripts_and_records_their_exit_and_output() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-command").await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    std::fs::write(
+        dir.path().join("report.sh"),
+        "echo \"args: $*\"\necho \"greeting: $GREETING\"\necho \"payload: $AX_PAYLOAD\"\n\
+         echo \"attempt $AX_ATTEMPT of $AX_TASK\" >&2\nexit \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("hang.sh"),
+        "sleep 600 &\necho $! > grandchild\necho $$ > child\nsleep 600\n",
+    )
+    .unwrap();
+    // Scripts run as `/bin/sh FILE`; the test machine may run as root.
+    let toml = format!(
+        "[worker]\ncommands_allow_root = true\n\
+         [worker.commands.report]\npath = \"/bin/sh\"\nargs = [\"{d}/report.sh\"]\n\
+         allow_env = [\"GREETING\"]\n\
+         [worker.commands.hang]\npath = \"/bin/sh\"\nargs = [\"{d}/hang.sh\"]\n\
+         working_dir = \"{d}\"\nkill_grace = \"1s\"\n"
+    );
+    let config = dir.path().join("ax.toml");
+    std::fs::write(&config, toml).unwrap();
+    c.env.push(("AX_CONFIG", config.display().to_string()));
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+
+    let due = json!({ "at": rfc3339(now_ms() + 500) });
+    let command_task = |args: Value, retries: u32| {
+        json!({
+            "handler": "command",
+            "schedule": due,
+            "payload": {"day": "mon"},
+            "command": {"name": "report", "args": args, "env": {"GREETING": "hi there"}},
+            "retry": {"max_retries": retries},
+        })
+    };
+    cli_put(&c, "default", "ok", command_task(json!(["0", "a b"]), 0)).await;
+    cli_put(&c, "default", "bad", command_task(json!(["3"]), 0)).await;
+    let mut unknown = command_task(json!([]), 3);
+    unknown["command"] = json!({"name": "restore"});
+    cli_put(&c, "default", "unknown", unknown).await;
+    // A path in the spec is refused before it is stored.
+    let mut with_path = command_task(json!([]), 0);
+    with_path["command"]["path"] = json!("/bin/sh");
+    with_path["id"] = json!("p");
+    let (code, _, err) = c
+        .ax(&["task", "put", "-"], Some(&with_path.to_string()))
+        .await;
+    assert_ne!(code, 0);
+    assert!(err.contains("command.path: unknown field `path`"), "{err}");
+
+    wait_until(Duration::from_secs(15), "three command attempts", || {
+        let c = &c;
+        async move {
+            c.ax_json(&["history"]).await["items"]
+                .as_array()
+                .is_some_and(|a| a.len() >= 3)
+        }
+    })
+    .await;
+    let item = |task: &'static str| {
+        let c = &c;
+        async move {
+            let h = c
+                .ax_json(&["history", "--task", &format!("default/{task}")])
+                .await;
+            let items = h["items"].as_array().unwrap().clone();
+            assert_eq!(items.len(), 1, "one attempt of {task}: {h}");
+            items[0].clone()
+        }
+    };
+    let ok = item("ok").await;
+    assert_eq!(ok["outcome"], "succeeded", "{ok}");
+    assert_eq!(ok["output"]["exit_code"], 0, "{ok}");
+    assert_eq!(
+        ok["output"]["body"],
+        "args: 0 a b\ngreeting: hi there\npayload: {\"day\":\"mon\"}\n"
+    );
+    assert_eq!(ok["output"]["stderr"], "attempt 0 of ok\n");
+
+    let bad = item("bad").await;
+    assert_eq!(bad["outcome"], "failed", "{bad}");
+    assert_eq!(bad["output"]["exit_code"], 3);
+    assert!(
+        bad["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("command `report` exited with code 3; stderr: attempt 0 of bad"),
+        "{bad}"
+    );
+    let story = c
+        .ax_ok(&["execution", "get", bad["execution_id"].as_str().unwrap()])
+        .await;
+    assert!(
+        story.contains("exit code 3; stdout: args: 3 greeting: hi there")
+            && story.contains("stderr: attempt 0 of bad"),
+        "{story}"
+    );
+    let table = c.ax_ok(&["history", "--task", "default/bad"]).await;
+    assert!(table.contains("exit 3"), "{table}");
+
+    let unknown = item("unknown").await;
+    assert_eq!(
+        unknown["outcome"], "failed",
+        "no retry for a command the replica lacks: {unknown}"
+    );
+    assert!(
+        unknown["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("unknown command `restore`: this replica configures [hang, report]"),
+        "{unknown}"
+    );
+    wait_until(Duration::from_secs(10), "the failure alerts", || {
+        let c = &c;
+        async move {
+            c.receiver.has_alert("exited with code 3") && c.receiver.has_alert("unknown command")
+        }
+    })
+    .await;
+
+    // A running command killed by an operator: SIGTERM to its group, none of it left.
+    let mut hang = command_task(json!([]), 0);
+    hang["command"] = json!({"name": "hang"});
+    hang["timeout"] = json!("5m");
+    hang["schedule"] = json!({ "at": rfc3339(now_ms() + 300) });
+    cli_put(&c, "default", "hang", hang).await;
+    let pid = |name: &'static str| {
+        let file = dir.path().join(name);
+        async move {
+            wait_until(Duration::from_secs(10), name, || {
+                let ready = std::fs::read_to_string(&file).is_ok_and(|t| t.ends_with('\n'));
+                async move { ready }
+            })
+            .await;
+            std::fs::read_to_string(&file)
+                .unwrap()
+                .trim()
+                .parse::<u32>()
+                .unwrap()
+        }
+    };
+    let (child, grandchild) = (pid("child").await, pid("grandchild").await);
+    let alive = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, r)| !r.starts_with('Z')))
+            .unwrap_or(false)
+    };
+    assert!(alive(child) && alive(grandchild));
+    c.ax_ok(&["task", "kill", "default/hang"]).await;
+    wait_until(Duration::from_secs(10), "the killed command's end", || {
+        let c = &c;
+        async move {
+            let h = c.ax_json(&["task", "history", "default/hang"]).await;
+            h.as_array()
+                .is_some_and(|a| a.iter().any(|e| e["outcome"] == "killed"))
+        }
+    })
+    .await;
+    assert!(!alive(child), "the killed command is gone");
+    assert!(!alive(grandchild), "and so is what it started");
     c.clean_up().await;
 }

@@ -1,9 +1,9 @@
 //! The execution message: one fire of one task, as it travels through Redis.
 //!
-//! It carries everything a worker needs (handler, payload, HTTP target, timeout, retry policy)
-//! so workers never read the task registry. It is stored as JSON, and the exact stored string
-//! is what the worker settles with (LREM needs the same bytes), so a [`crate::Delivery`] keeps
-//! the raw text beside the decoded message. A retry is a new message (attempt + 1, the error
+//! It carries everything a worker needs (handler, payload, HTTP target or command call,
+//! timeout, retry policy) so workers never read the task registry. It is stored as JSON, and
+//! the exact stored string is what the worker settles with (LREM needs the same bytes), so a
+//! [`crate::Delivery`] keeps the raw text beside the decoded message. A retry is a new message (attempt + 1, the error
 //! appended) with the same execution id; a dead-letter requeue is a new execution id.
 
 use std::time::Duration;
@@ -11,7 +11,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use ax_scheduler_core::overlap::dispatch_mode;
-use ax_scheduler_core::task::HttpTarget;
+use ax_scheduler_core::task::{CommandCall, HttpTarget};
 use ax_scheduler_core::{Dispatch, OverlapPolicy, RetryPolicy, TaskKey, TaskSpec, UtcMillis};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -57,6 +57,9 @@ pub struct ExecutionMessage {
     /// Target of the `http` handler.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpTarget>,
+    /// What the `command` handler runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<CommandCall>,
     /// Longest one attempt may run, in milliseconds.
     pub timeout_ms: u64,
     /// Retry settings of the task.
@@ -153,6 +156,7 @@ impl ExecutionMessage {
             handler: spec.handler.clone(),
             payload: spec.payload.clone(),
             http: spec.http.clone(),
+            command: spec.command.clone(),
             timeout_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
             retry: spec.retry.clone(),
             priority: spec.priority,

@@ -174,8 +174,14 @@ impl AttemptEnd {
 /// Most bytes of a handler's answer an attempt keeps ([`AttemptOutput::body`]).
 pub const MAX_OUTPUT_BYTES: usize = 1024;
 
+/// Most bytes of each of a command's streams an attempt keeps ([`AttemptOutput::body`] for
+/// stdout, [`AttemptOutput::stderr`]): the bound on a replica's `max_output_bytes`, so one
+/// history entry stays small whatever a configuration asks.
+pub const MAX_COMMAND_OUTPUT_BYTES: usize = 64 * 1024;
+
 /// What a handler answered, cut short: for the `http` handler the response's status and the
-/// start of its body. Kept in the execution history beside the attempt's end, not in the
+/// start of its body; for the `command` handler the exit code and excerpts of stdout and
+/// stderr. Kept in the execution history beside the attempt's end, not in the
 /// end itself: the end also travels to the leader with every event, which has no use for
 /// a body. The body is the receiver's answer, not the task's secrets, so it is stored as it
 /// came, only capped.
@@ -188,9 +194,15 @@ pub struct AttemptOutput {
     /// UTF-8 replaced).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub body: String,
-    /// Whether the answer went on beyond `body`.
+    /// Whether the answer went on beyond `body` (or, for a command, beyond either excerpt).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// A command's exit code; absent when a signal ended it (or for other handlers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// An excerpt of a command's stderr (its `body` is stdout's).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stderr: String,
 }
 
 impl AttemptOutput {
@@ -198,24 +210,46 @@ impl AttemptOutput {
     /// [`MAX_OUTPUT_BYTES`] on a character boundary; `more` says the answer went on beyond
     /// `bytes`.
     pub fn new(status: Option<u16>, bytes: &[u8], more: bool) -> Self {
-        let mut body =
-            String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_OUTPUT_BYTES)]).into_owned();
-        let mut truncated = more || bytes.len() > MAX_OUTPUT_BYTES;
-        // Replacement characters can make the text longer than the bytes it came from.
-        if body.len() > MAX_OUTPUT_BYTES {
-            let mut end = MAX_OUTPUT_BYTES;
-            while !body.is_char_boundary(end) {
-                end -= 1;
-            }
-            body.truncate(end);
-            truncated = true;
-        }
+        let (body, cut) = capped_text(bytes, MAX_OUTPUT_BYTES);
         AttemptOutput {
             status,
             body,
-            truncated,
+            truncated: more || cut,
+            ..AttemptOutput::default()
         }
     }
+
+    /// A command's output: its exit code and excerpts of its streams, already cut by the
+    /// handler (which marks a cut inside the text) and held here to
+    /// [`MAX_COMMAND_OUTPUT_BYTES`] each in case they were not.
+    pub fn command(exit_code: Option<i32>, stdout: &[u8], stderr: &[u8], truncated: bool) -> Self {
+        let (body, out_cut) = capped_text(stdout, MAX_COMMAND_OUTPUT_BYTES);
+        let (stderr, err_cut) = capped_text(stderr, MAX_COMMAND_OUTPUT_BYTES);
+        AttemptOutput {
+            status: None,
+            body,
+            truncated: truncated || out_cut || err_cut,
+            exit_code,
+            stderr,
+        }
+    }
+}
+
+/// `bytes` as text (bytes that are not UTF-8 replaced) of at most `max` bytes, cut on a
+/// character boundary; and whether anything was cut.
+fn capped_text(bytes: &[u8], max: usize) -> (String, bool) {
+    // Replacement characters can make the text longer than the bytes it came from.
+    let mut text = String::from_utf8_lossy(&bytes[..bytes.len().min(max)]).into_owned();
+    let mut cut = bytes.len() > max;
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        cut = true;
+    }
+    (text, cut)
 }
 
 /// What a worker reports about one attempt.
@@ -327,6 +361,28 @@ mod tests {
         assert!(big.truncated);
         let cut = AttemptOutput::new(None, b"abc", true);
         assert!(cut.truncated);
+    }
+
+    #[test]
+    fn command_outputs_keep_both_streams_capped() {
+        let ok = AttemptOutput::command(Some(3), b"out", b"err", false);
+        assert_eq!(
+            serde_json::to_string(&ok).unwrap(),
+            r#"{"body":"out","exit_code":3,"stderr":"err"}"#
+        );
+        let big = "é".repeat(MAX_COMMAND_OUTPUT_BYTES);
+        let cut = AttemptOutput::command(None, big.as_bytes(), big.as_bytes(), false);
+        assert!(
+            cut.body.len() <= MAX_COMMAND_OUTPUT_BYTES
+                && cut.stderr.len() <= MAX_COMMAND_OUTPUT_BYTES
+        );
+        assert!(cut.truncated && cut.exit_code.is_none());
+        // An http answer is read as before: the new fields stay out of its JSON.
+        let http = AttemptOutput::new(Some(200), b"ok", false);
+        assert_eq!(
+            serde_json::to_string(&http).unwrap(),
+            r#"{"status":200,"body":"ok"}"#
+        );
     }
 
     #[test]

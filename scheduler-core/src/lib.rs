@@ -33,7 +33,7 @@ pub use dispatcher::{Dispatch, Dispatcher, DispatcherConfig, Notice, TaskKey};
 pub use error::CoreError;
 pub use execution::{
     AttemptEnd, AttemptOutcome, AttemptOutput, EnqueueOutcome, EventPosition, ExecutionEvent,
-    MAX_OUTPUT_BYTES,
+    MAX_COMMAND_OUTPUT_BYTES, MAX_OUTPUT_BYTES,
 };
 pub use intern::Interner;
 pub use misfire::{plan_misfires, MisfirePlan, Progress};

@@ -56,6 +56,12 @@ pub const MAX_HTTP_HEADERS: usize = 32;
 pub const MAX_HTTP_HEADER_BYTES: usize = 8 * 1024;
 /// Longest `http.url`, bytes.
 pub const MAX_URL_BYTES: usize = 2048;
+/// Most `command.args` of a task.
+pub const MAX_COMMAND_ARGS: usize = 64;
+/// Longest `command.args` entry or `command.env` value, bytes.
+pub const MAX_COMMAND_ARG_BYTES: usize = 4096;
+/// Most `command.env` entries of a task.
+pub const MAX_COMMAND_ENV: usize = 32;
 /// Highest `retry.max_retries`.
 pub const MAX_RETRIES: u32 = 100;
 /// Highest `retry.multiplier`.
@@ -78,6 +84,9 @@ pub struct TaskSpec {
     /// Target of the built-in `http` handler; required when `handler` is `http`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpTarget>,
+    /// What the built-in `command` handler runs; required when `handler` is `command`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<CommandCall>,
     /// Redis queue its executions go to, so heavy tasks can get workers of their own.
     pub queue: Arc<str>,
     /// 0 (lowest) ..= 9 (highest).
@@ -132,6 +141,21 @@ pub struct HttpTarget {
     /// only to the URL's own origin). Off by default: a redirect fails the execution.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub follow_redirects: bool,
+}
+
+/// What the built-in `command` handler runs: a command by the name a replica's configuration
+/// gives it, never a path. The replica's `[worker.commands.<name>]` entry says which
+/// executable that is, its leading arguments and which `env` names a task may set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandCall {
+    /// The configured command's name.
+    pub name: String,
+    /// Arguments after the command's configured ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Environment variables for the command, each allowed by its configuration.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 /// When a task fires. Exactly one kind per task.

@@ -18,12 +18,12 @@ use serde_json::{Map, Value};
 
 use crate::redact::holds_mask;
 use crate::task::{
-    DependOn, Dependency, Fanout, HttpTarget, MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule,
-    TaskSpec, DEFAULT_DEPENDENCY_WITHIN, DEFAULT_PRIORITY, DEFAULT_QUEUE, DEFAULT_TIMEOUT,
-    DEFAULT_TIMEZONE, DEFAULT_VERSION, MAX_DEPENDENCY_WITHIN, MAX_HTTP_HEADERS,
-    MAX_HTTP_HEADER_BYTES, MAX_IDEMPOTENCY_KEY_LEN, MAX_LABELS, MAX_LABEL_BYTES, MAX_MULTIPLIER,
-    MAX_NAME_LEN, MAX_PARENTS, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RETRIES, MAX_SHARDS,
-    MAX_URL_BYTES,
+    CommandCall, DependOn, Dependency, Fanout, HttpTarget, MisfirePolicy, OverlapPolicy,
+    RetryPolicy, Schedule, TaskSpec, DEFAULT_DEPENDENCY_WITHIN, DEFAULT_PRIORITY, DEFAULT_QUEUE,
+    DEFAULT_TIMEOUT, DEFAULT_TIMEZONE, DEFAULT_VERSION, MAX_COMMAND_ARGS, MAX_COMMAND_ARG_BYTES,
+    MAX_COMMAND_ENV, MAX_DEPENDENCY_WITHIN, MAX_HTTP_HEADERS, MAX_HTTP_HEADER_BYTES,
+    MAX_IDEMPOTENCY_KEY_LEN, MAX_LABELS, MAX_LABEL_BYTES, MAX_MULTIPLIER, MAX_NAME_LEN,
+    MAX_PARENTS, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RETRIES, MAX_SHARDS, MAX_URL_BYTES,
 };
 use crate::time::UtcMillis;
 
@@ -115,6 +115,7 @@ const TASK_FIELDS: &[&str] = &[
     "schedule",
     "payload",
     "http",
+    "command",
     "queue",
     "priority",
     "timeout",
@@ -141,6 +142,7 @@ const RETRY_FIELDS: &[&str] = &[
     "max_elapsed",
 ];
 const HTTP_FIELDS: &[&str] = &["url", "headers", "follow_redirects"];
+const COMMAND_FIELDS: &[&str] = &["name", "args", "env"];
 
 /// Checks a name used as an etcd/Redis key segment: `[A-Za-z0-9._-]`, 1 to 128 characters.
 pub fn check_name(name: &str) -> Result<(), String> {
@@ -461,6 +463,18 @@ impl TaskSpec {
             ),
             _ => {}
         }
+        let command = field(&obj, "command").and_then(|v| parse_command(&mut c, v));
+        match (handler.as_deref(), field(&obj, "command")) {
+            (Some("command"), None) => c.err(
+                "command.name",
+                "missing; the command handler needs {\"command\": {\"name\": \"...\"}}, naming a command of the replicas' [worker.commands]",
+            ),
+            (Some(h), Some(_)) if h != "command" => c.err(
+                "command",
+                format!("is only read by the `command` handler, not `{h}`; remove it"),
+            ),
+            _ => {}
+        }
         let queue =
             field(&obj, "queue").map_or(Some(DEFAULT_QUEUE.to_string()), |v| c.name(v, "queue"));
         let priority = field(&obj, "priority").map_or(Some(u64::from(DEFAULT_PRIORITY)), |v| {
@@ -616,6 +630,7 @@ impl TaskSpec {
                 schedule,
                 payload,
                 http,
+                command,
                 queue: queue.into(),
                 // Checked against MAX_PRIORITY above.
                 priority: u8::try_from(priority).unwrap_or(MAX_PRIORITY),
@@ -655,6 +670,13 @@ impl TaskSpec {
             http.insert("headers".into(), string_map_json(&h.headers));
             http.insert("follow_redirects".into(), h.follow_redirects.into());
             obj.insert("http".into(), Value::Object(http));
+        }
+        if let Some(cmd) = &self.command {
+            let mut command = Map::new();
+            command.insert("name".into(), cmd.name.clone().into());
+            command.insert("args".into(), cmd.args.clone().into());
+            command.insert("env".into(), string_map_json(&cmd.env));
+            obj.insert("command".into(), Value::Object(command));
         }
         obj.insert("queue".into(), Value::from(&*self.queue));
         obj.insert("priority".into(), self.priority.into());
@@ -1050,6 +1072,131 @@ fn parse_http(c: &mut Checker, v: &Value) -> Option<HttpTarget> {
     })
 }
 
+fn parse_command(c: &mut Checker, v: &Value) -> Option<CommandCall> {
+    let Value::Object(obj) = v else {
+        c.err(
+            "command",
+            format!(
+                "must be an object like {{\"name\": \"backup\"}}, found {}",
+                kind(v)
+            ),
+        );
+        return None;
+    };
+    c.unknown_fields(obj, "command", COMMAND_FIELDS);
+    let name = match field(obj, "name") {
+        None => {
+            c.err(
+                "command.name",
+                "missing; name a command of the replicas' [worker.commands] (a task never gives a path)",
+            );
+            None
+        }
+        Some(v) => c.name(v, "command.name"),
+    };
+    let args = match field(obj, "args") {
+        None => Some(Vec::new()),
+        Some(Value::Array(items)) => {
+            if items.len() > MAX_COMMAND_ARGS {
+                c.err(
+                    "command.args",
+                    format!(
+                        "has {} arguments; at most {MAX_COMMAND_ARGS} are allowed",
+                        items.len()
+                    ),
+                );
+            }
+            let mut args = Vec::with_capacity(items.len());
+            let mut ok = true;
+            for (i, item) in items.iter().enumerate() {
+                let path = format!("command.args.{i}");
+                match c.string(item, &path) {
+                    Some(a) => match check_command_text(&a) {
+                        Ok(()) => args.push(a),
+                        Err(e) => {
+                            c.err(&path, e);
+                            ok = false;
+                        }
+                    },
+                    None => ok = false,
+                }
+            }
+            ok.then_some(args)
+        }
+        Some(other) => {
+            c.err(
+                "command.args",
+                format!("must be an array of strings, found {}", kind(other)),
+            );
+            None
+        }
+    };
+    let env = field(obj, "env").map_or(Some(BTreeMap::new()), |e| c.string_map(e, "command.env"));
+    if let Some(env) = &env {
+        if env.len() > MAX_COMMAND_ENV {
+            c.err(
+                "command.env",
+                format!(
+                    "has {} variables; at most {MAX_COMMAND_ENV} are allowed",
+                    env.len()
+                ),
+            );
+        }
+        for (k, v) in env {
+            let path = join("command.env", k);
+            if let Err(e) = check_env_name(k) {
+                c.err(&path, e);
+            }
+            if let Err(e) = check_command_text(v) {
+                c.err(&path, e);
+            }
+        }
+    }
+    Some(CommandCall {
+        name: name?,
+        args: args?,
+        env: env?,
+    })
+}
+
+/// An argument or environment value: a C string of bounded size, since that is what
+/// `execve` passes on.
+fn check_command_text(text: &str) -> Result<(), String> {
+    if text.contains('\0') {
+        return Err("contains a NUL byte, which no program can receive".into());
+    }
+    if text.len() > MAX_COMMAND_ARG_BYTES {
+        return Err(format!(
+            "is {} bytes long; at most {MAX_COMMAND_ARG_BYTES} are allowed",
+            text.len()
+        ));
+    }
+    Ok(())
+}
+
+/// An environment variable name a task may set: a portable shell identifier
+/// (`[A-Za-z_][A-Za-z0-9_]*`), outside ax's own `AX_` names.
+pub fn check_env_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let valid = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= MAX_NAME_LEN;
+    if !valid {
+        return Err(format!(
+            "`{}` is not an environment variable name: use letters, digits and `_`, not starting with a digit, at most {MAX_NAME_LEN} characters",
+            name.escape_debug()
+        ));
+    }
+    if name.starts_with("AX_") {
+        return Err(format!(
+            "`{name}` is reserved: ax sets the AX_ variables of a command itself"
+        ));
+    }
+    Ok(())
+}
+
 /// Why a spec holding `***` in a secret is refused.
 const MASKED_SECRET: &str = "holds `***`, a secret masked as ax shows it: give the real \
      value (an admin sees it with `ax task get --show-secrets`)";
@@ -1402,6 +1549,105 @@ mod tests {
     }
 
     #[test]
+    fn command_calls_name_a_configured_command_with_bounded_args_and_env() {
+        let cmd = |call: &str| {
+            errors(&format!(
+                r#"{{"handler":"command","schedule":{{"every":"1m"}},"command":{call}}}"#
+            ))
+        };
+        let spec = parse(
+            r#"{"handler":"command","schedule":{"every":"1m"},
+            "command":{"name":"backup","args":["--full","a b"],"env":{"TARGET":"s3://b/x","_x1":""}}}"#,
+        )
+        .unwrap();
+        let call = spec.command.as_ref().unwrap();
+        assert_eq!(call.name, "backup");
+        assert_eq!(call.args, ["--full", "a b"]);
+        assert_eq!(call.env["TARGET"], "s3://b/x");
+        assert_eq!(
+            TaskSpec::from_json(&spec.to_json(), "default", "t1").unwrap(),
+            spec
+        );
+
+        assert_eq!(
+            errors(r#"{"handler":"command","schedule":{"every":"1m"}}"#),
+            vec!["command.name: missing; the command handler needs {\"command\": {\"name\": \"...\"}}, naming a command of the replicas' [worker.commands]"]
+        );
+        assert_eq!(
+            errors(r#"{"handler":"log","schedule":{"every":"1m"},"command":{"name":"x"}}"#),
+            vec!["command: is only read by the `command` handler, not `log`; remove it"]
+        );
+        assert_eq!(
+            cmd(r#"{"name":"b","path":"/bin/sh"}"#),
+            vec!["command.path: unknown field `path`; allowed: name, args, env"]
+        );
+        assert_eq!(
+            cmd(r#"{"args":[]}"#),
+            vec!["command.name: missing; name a command of the replicas' [worker.commands] (a task never gives a path)"]
+        );
+        assert_eq!(
+            cmd(r#"{"name":"/bin/sh"}"#),
+            vec![
+                "command.name: `/bin/sh` contains '/'; use only letters, digits, `.`, `_` and `-`"
+            ]
+        );
+        assert_eq!(
+            cmd(r#""backup""#),
+            vec![r#"command: must be an object like {"name": "backup"}, found a string"#]
+        );
+        assert_eq!(
+            cmd(r#"{"name":"b","args":"--full"}"#),
+            vec!["command.args: must be an array of strings, found a string"]
+        );
+        assert_eq!(
+            cmd(r#"{"name":"b","args":["ok",1,"a\u0000b"]}"#),
+            vec![
+                "command.args.1: must be a string, found a number",
+                "command.args.2: contains a NUL byte, which no program can receive"
+            ]
+        );
+        let many = vec!["\"a\""; 65].join(",");
+        assert_eq!(
+            cmd(&format!(r#"{{"name":"b","args":[{many}]}}"#)),
+            vec!["command.args: has 65 arguments; at most 64 are allowed"]
+        );
+        assert_eq!(
+            cmd(&format!(
+                r#"{{"name":"b","args":["{}"]}}"#,
+                "x".repeat(4097)
+            )),
+            vec!["command.args.0: is 4097 bytes long; at most 4096 are allowed"]
+        );
+        assert_eq!(
+            cmd(r#"{"name":"b","env":{"N":1}}"#),
+            vec!["command.env.N: must be a string, found a number"]
+        );
+        let e = cmd(r#"{"name":"b","env":{"1X":"a","A-B":"a","AX_TASK":"a","OK":"a\u0000"}}"#);
+        assert_eq!(e.len(), 4, "{e:?}");
+        assert!(
+            e[0].starts_with("command.env.1X: `1X` is not an environment variable name"),
+            "{e:?}"
+        );
+        assert!(
+            e[1].starts_with("command.env.A-B: `A-B` is not an environment variable name"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e[2],
+            "command.env.AX_TASK: `AX_TASK` is reserved: ax sets the AX_ variables of a command itself"
+        );
+        assert_eq!(
+            e[3],
+            "command.env.OK: contains a NUL byte, which no program can receive"
+        );
+        let env: Vec<String> = (0..33).map(|i| format!(r#""V{i}":"x""#)).collect();
+        assert_eq!(
+            cmd(&format!(r#"{{"name":"b","env":{{{}}}}}"#, env.join(","))),
+            vec!["command.env: has 33 variables; at most 32 are allowed"]
+        );
+    }
+
+    #[test]
     fn names_http_and_payload() {
         let e = TaskSpec::from_json(
             br#"{"handler":"log","schedule":{"every":"1m"}}"#,
@@ -1507,7 +1753,7 @@ mod tests {
         fn spec() -> impl Strategy<Value = TaskSpec> {
             (
                 (
-                    prop::sample::select(vec!["http", "log", "report.daily"]),
+                    prop::sample::select(vec!["http", "log", "report.daily", "command"]),
                     schedule(),
                     0u8..=9,
                     duration(1),
@@ -1553,6 +1799,14 @@ mod tests {
                             headers: labels.clone(),
                             follow_redirects,
                         });
+                        let command = (handler == "command").then(|| CommandCall {
+                            name: "backup".into(),
+                            args: labels.values().cloned().collect(),
+                            env: labels
+                                .iter()
+                                .map(|(k, v)| (k.to_uppercase(), v.clone()))
+                                .collect(),
+                        });
                         // Periodic tasks take no idempotency key.
                         let key = key
                             .filter(|_| matches!(schedule, Schedule::At(_) | Schedule::Delay(_)));
@@ -1564,6 +1818,7 @@ mod tests {
                             payload: payload
                                 .map_or(Value::Null, |(s, n)| serde_json::json!({"s": s, "n": n})),
                             http,
+                            command,
                             queue: "q-1".into(),
                             priority,
                             timeout,

@@ -81,6 +81,15 @@ pub type HandlerFuture<'a> = Pin<Box<dyn Future<Output = Result<(), HandlerError
 pub trait Handler: Send + Sync + 'static {
     /// Runs one attempt.
     fn run<'a>(&'a self, ctx: HandlerContext, exec: &'a ExecutionMessage) -> HandlerFuture<'a>;
+
+    /// How long the pool waits, once it cancelled [`HandlerContext::cancel`] (a timeout, a
+    /// kill, shutdown), for the attempt to end by itself before it drops the handler's
+    /// future. Zero (the default) drops it at once; a handler with something outside the
+    /// process to stop cleanly (the `command` handler's process group) asks for the time
+    /// that takes.
+    fn stop_grace(&self, _exec: &ExecutionMessage) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// A handler from an async closure `|ctx, execution| async move { ... }`.
@@ -116,7 +125,8 @@ impl HandlerRegistry {
         Self::default()
     }
 
-    /// A registry with the built-ins `http` and `log`.
+    /// A registry with the built-ins `http`, `log` and `noop` (`command` needs its
+    /// configuration: register a [`crate::CommandHandler`]).
     pub fn with_builtins() -> Self {
         let mut r = Self::new();
         r.register("http", crate::builtin::HttpHandler);

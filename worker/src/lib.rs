@@ -1,11 +1,13 @@
 //! ax's worker pool: runs execution messages from the Redis queue.
 //!
 //! A [`WorkerPool`] serves some queues with bounded concurrency, finds each execution's
-//! handler in a [`HandlerRegistry`] (built-ins `http` and `log`, plus user async closures),
-//! runs it under its timeout with panics caught, settles the message (ack, a jittered retry
-//! in Redis's delayed set, or the dead-letter queue) and tells an [`ExecutionReporter`].
+//! handler in a [`HandlerRegistry`] (built-ins `http`, `log`, `noop` and `command`, plus
+//! user async closures), runs it under its timeout with panics caught, settles the message
+//! (ack, a jittered retry in Redis's delayed set, or the dead-letter queue) and tells an
+//! [`ExecutionReporter`].
 
 mod builtin;
+pub mod command;
 pub mod egress;
 mod error;
 mod handler;
@@ -17,6 +19,7 @@ pub use builtin::{
     classify_status, HttpHandler, LogHandler, NoopHandler, ATTEMPT_HEADER, EXECUTION_ID_HEADER,
     MAX_REDIRECTS,
 };
+pub use command::{CommandConfig, CommandHandler, CommandsConfig};
 pub use egress::{EgressClient, EgressPolicy, HostPattern};
 pub use error::{EgressError, Result, WorkerError};
 pub use handler::{

@@ -19,7 +19,10 @@
 //! ([`Queue::stop_orders`]) and signals the ones to stop, so the cost does not grow with a
 //! round trip per execution. Messages just taken are asked about before they start, so a
 //! killed message that comes back (a dead worker's, given back by the reaper) never runs.
-//! A stopped execution ends `killed`: acknowledged, no retry, not a failure.
+//! A stopped execution ends `killed`: acknowledged, no retry, not a failure. However an
+//! attempt is stopped (timeout, kill, shutdown), its handler's token is cancelled and the
+//! handler gets its [`crate::Handler::stop_grace`] to end by itself (the `command` handler
+//! stops a process group) before its future is dropped.
 //!
 //! Shutdown (the `CancellationToken` passed to [`WorkerPool::run`]): the fetch loops stop
 //! taking (a blocked take ends within the block timeout; anything it returns after the
@@ -847,6 +850,7 @@ async fn execute_in_span(
         output: output.clone(),
     };
     let owned = msg.clone();
+    let stop_grace = handler.stop_grace(msg);
     let mut handle = tokio::spawn(async move { handler.run(ctx, &owned).await });
     // How the attempt ended, its error, and whether that error may be retried.
     let (outcome, error, retryable) = tokio::select! {
@@ -877,10 +881,16 @@ async fn execute_in_span(
         AttemptOutcome::TimedOut | AttemptOutcome::Released | AttemptOutcome::Killed
     ) {
         ctx_cancel.cancel();
-        handle.abort();
-        // Wait for the abort so the handler is gone before its message is settled; a
-        // handler that ignores cancellation and never yields cannot be waited for.
-        let _ = tokio::time::timeout(Duration::from_secs(1), handle).await;
+        // A handler that stops something outside (a command's processes) gets its grace to
+        // do it; the others are dropped at once.
+        let ended =
+            !stop_grace.is_zero() && tokio::time::timeout(stop_grace, &mut handle).await.is_ok();
+        if !ended {
+            handle.abort();
+            // Wait for the abort so the handler is gone before its message is settled; a
+            // handler that ignores cancellation and never yields cannot be waited for.
+            let _ = tokio::time::timeout(Duration::from_secs(1), handle).await;
+        }
     }
     drop(permit);
     // Errors can echo anything (a URL with its credentials, a response body): masked and

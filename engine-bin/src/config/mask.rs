@@ -14,7 +14,8 @@ pub(crate) use ax_scheduler_core::redact::mask_url_password;
 impl Config {
     /// A copy with every secret replaced by `***`: etcd and Redis passwords, the password in
     /// the Redis and webhook URLs, the API token, the Feishu webhook (it carries the bot
-    /// token) and the Feishu secret.
+    /// token), the Feishu secret, and the values of the variables commands are given
+    /// (`worker.commands.<name>.env`, where credentials go).
     pub fn masked(&self) -> Config {
         let mut c = self.clone();
         mask(&mut c.etcd.password);
@@ -25,6 +26,9 @@ impl Config {
         mask(&mut c.alerts.feishu_secret);
         // A webhook URL may carry its token in the query as well as in the user info.
         c.alerts.webhook_url = mask_url(&c.alerts.webhook_url);
+        for command in c.worker.commands.values_mut() {
+            command.env.values_mut().for_each(mask);
+        }
         c
     }
 }

@@ -223,6 +223,9 @@ impl Config {
                 err(key, problem);
             }
         }
+        for (key, problem) in self.worker.commands_config().problems() {
+            err(&key, problem);
+        }
 
         // http
         if !is_host_port(&self.http.listen) {
@@ -535,6 +538,25 @@ mod tests {
         assert!(e[1].starts_with("worker.http_allow_hosts: `api.*.example` is not a host name"));
         c.worker.http_allow_hosts = vec!["LocalHost".into()];
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn command_problems_name_their_key() {
+        let mut c = valid();
+        c.worker.commands.insert(
+            "backup".into(),
+            ax_worker::CommandConfig {
+                allow_env: vec!["AX_TASK".into()],
+                ..ax_worker::CommandConfig::new("backup.sh")
+            },
+        );
+        let e = errors(&c);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(
+            e[0].starts_with("worker.commands.backup.path: `backup.sh` must be an absolute path"),
+            "{e:?}"
+        );
+        assert!(e[1].starts_with("worker.commands.backup.allow_env: `AX_TASK` is reserved"));
     }
 
     #[test]
