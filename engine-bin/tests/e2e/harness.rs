@@ -66,6 +66,8 @@ pub(crate) struct Execution {
     pub(crate) backfill_of: Option<i64>,
     /// The run of a chain of dependent tasks it belongs to.
     pub(crate) run_id: Option<String>,
+    /// For a sharded fire: this shard's index and the shard count.
+    pub(crate) shard: Option<(u64, u64)>,
     /// When the receiver got it (ms since the epoch).
     pub(crate) arrived_at: i64,
 }
@@ -231,6 +233,10 @@ fn parse_execution(v: &Value, arrived_at: i64) -> Option<Execution> {
         payload: v.get("payload").cloned().unwrap_or(Value::Null),
         backfill_of: v.get("backfill_of").and_then(Value::as_i64),
         run_id: v.get("run_id").and_then(Value::as_str).map(str::to_owned),
+        shard: v
+            .get("shard_index")
+            .and_then(Value::as_u64)
+            .zip(v.get("shard_total").and_then(Value::as_u64)),
         arrived_at,
     })
 }
