@@ -263,6 +263,21 @@ class Test:
         self.shot("task")
         self.check_log("the task page")
 
+        # A sharded task and the task after it: the shards and the run show on their pages.
+        self.ax("task", "put", "-", stdin=json.dumps({
+            "id": "sharded", "namespace": "console", "handler": "log",
+            "schedule": {"every": "1h"}, "fanout": {"shards": 3}}))
+        self.ax("task", "put", "-", stdin=json.dumps({
+            "id": "after-shards", "namespace": "console", "handler": "log",
+            "depends_on": [{"task": "sharded"}]}))
+        self.ax("task", "trigger", "console/sharded")
+        d.go(f"{self.url}/ui/#/task/console/sharded")
+        self.wait_text("the shards of the fire", "shard 3/3", "main", 45)
+        d.go(f"{self.url}/ui/#/task/console/after-shards")
+        self.wait_text("the task's parent", "console/sharded (on success)", "#depends-on")
+        self.wait_text("the step of the run", "run ", "main", 45)
+        self.check_log("the sharded task and its chain")
+
         # Secrets stay masked on the page.
         d.go(f"{self.url}/ui/#/task/console/flaky-hook")
         self.wait_text("the http task's spec", "***", "pre.spec")

@@ -69,13 +69,20 @@ export function task(root, { params, role, go }) {
     ]);
     buttons(view);
     const invalid = view.status === 'INVALID';
+    const spec = view.spec || {};
+    // depends_on names a parent as ns/id or id (in the task's own namespace).
+    const deps = (Array.isArray(spec.depends_on) ? spec.depends_on : [])
+      .map((d) => ({ ...d, task: String(d.task || '').includes('/') ? d.task : `${view.namespace}/${d.task}` }));
+    const shards = spec.fanout && spec.fanout.shards;
     const state = h('dl', { class: 'facts' },
       h('dt', {}, 'Status'), h('dd', {}, badge(view.status || '?')),
       h('dt', {}, 'Schedule'), h('dd', {}, view.schedule_text || '–'),
       h('dt', {}, 'Next fire'), h('dd', {}, when(view.next_fire)),
       h('dt', {}, 'Last fire'), h('dd', {}, when(view.last_fire)),
       h('dt', {}, 'Last outcome'), h('dd', {}, view.last_outcome ? badge(view.last_outcome) : 'never ran'),
-      view.last_error ? [h('dt', {}, 'Last error'), h('dd', { class: 'err' }, view.last_error)] : null);
+      view.last_error ? [h('dt', {}, 'Last error'), h('dd', { class: 'err' }, view.last_error)] : null,
+      deps.length ? [h('dt', {}, 'Runs after'), h('dd', { id: 'depends-on' }, deps.map((d, i) => [i ? ', ' : '', h('a', { href: `#/task/${d.task}` }, d.task), ` (on ${d.on || 'success'})`]))] : null,
+      shards ? [h('dt', {}, 'Fan-out'), h('dd', {}, `${shards} shards per fire`)] : null);
     const errors = view.errors && view.errors.length
       ? section(invalid ? 'Invalid spec' : 'Problems', h('ul', { class: 'warnings' }, view.errors.map((e) => h('li', {}, e))))
       : null;
@@ -83,7 +90,9 @@ export function task(root, { params, role, go }) {
       ? h('ol', { class: 'fires', id: 'upcoming' }, view.upcoming_fires.map((t) => h('li', {}, when(t))))
       : h('p', { class: 'empty' }, view.status === 'PAUSED' ? 'Paused: no fire.' : 'No fire ahead.');
     const rows = page.items.map((a) => [
-      h('code', { class: 'id', title: a.execution_id }, a.execution_id.slice(0, 8)),
+      [h('code', { class: 'id', title: a.execution_id }, a.execution_id.slice(0, 8)),
+        a.shard_total ? h('span', { class: 'muted', title: `fan-out ${a.fanout_id}` }, ` shard ${a.shard_index + 1}/${a.shard_total}`) : null,
+        a.run_id ? h('span', { class: 'muted', title: `run ${a.run_id}` }, ` run ${a.run_id.slice(0, 8)}`) : null],
       String(a.attempt),
       badge(a.outcome),
       when(a.due),

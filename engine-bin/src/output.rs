@@ -273,9 +273,20 @@ pub fn story_text(story: &ExecutionStory) -> String {
         ));
     }
     let mut out = format!(
-        "execution {}\ntask:    {}/{}\nqueue:   {}\noutcome: {}\n\n",
+        "execution {}\ntask:    {}/{}\nqueue:   {}\noutcome: {}\n",
         story.execution_id, story.namespace, story.task_id, story.queue, story.outcome
     );
+    if let Some(lineage) = story.attempts.first().map(|a| &a.lineage) {
+        if let Some(run) = &lineage.run_id {
+            out.push_str(&format!("run:     {run}\n"));
+        }
+        if let (Some(i), Some(n), Some(f)) =
+            (lineage.shard_index, lineage.shard_total, &lineage.fanout_id)
+        {
+            out.push_str(&format!("shard:   {i} of 0..{n} (fan-out {f})\n"));
+        }
+    }
+    out.push('\n');
     for (at, text) in events {
         let at = at.map_or_else(String::new, |t| t.to_string());
         out.push_str(&format!("{at:<26}{text}\n"));

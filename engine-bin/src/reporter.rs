@@ -385,6 +385,7 @@ mod tests {
             enqueued_at: UtcMillis(1_000),
             first_enqueued_at: UtcMillis(1_000),
             output: None,
+            lineage: Default::default(),
         }
     }
 

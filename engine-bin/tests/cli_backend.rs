@@ -362,6 +362,7 @@ async fn history_shows_the_recorded_attempts() {
             enqueued_at: None,
             first_enqueued_at: None,
             output: None,
+            lineage: Default::default(),
         };
         q.record_history("default", "report", &entry).await.unwrap();
     }

@@ -53,6 +53,7 @@ fn record(id: &str, outcome: &str) -> ExecutionRecord {
         finished: None,
         retry_at: None,
         output: None,
+        lineage: Default::default(),
     }
 }
 

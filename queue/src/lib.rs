@@ -36,6 +36,6 @@ pub use keys::Keys;
 pub use maintenance::{
     Maintenance, MaintenanceConfig, MaintenanceState, StepReport, DEFAULT_VISIBILITY_TIMEOUT,
 };
-pub use message::{AttemptError, Dedupe, ExecutionMessage};
+pub use message::{AttemptError, Dedupe, ExecutionMessage, Lineage};
 pub use queue::{Delivery, Fence, Queue, QueueStats, RetrySettle, ENQUEUE_CHUNK, UNSERVED_AFTER};
 pub use server::ServerInfo;

@@ -85,20 +85,28 @@ pub struct ExecutionMessage {
     /// the epoch). It runs now, as a run-now does; this says which period it is for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backfill_of: Option<UtcMillis>,
-    /// The run of a chain of dependent tasks this execution belongs to (the id of the
-    /// chain's first execution; see `ax_scheduler_core::workflow`).
+    /// Where it stands in a larger whole: a dependency run, a sharded fire.
+    #[serde(flatten)]
+    pub lineage: Lineage,
+}
+
+/// Where an execution stands in a larger whole, carried from its message into its history
+/// entries: the run of a dependency chain (see `ax_scheduler_core::workflow`) and the shard
+/// of a fanned-out fire (see `ax_scheduler_core::fanout`). Empty for a lone execution.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lineage {
+    /// The run of a chain of dependent tasks (the id of the chain's first execution).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
-    /// For a fanned-out fire: this execution's shard, 0-based (see
-    /// `ax_scheduler_core::fanout`).
+    /// For a fanned-out fire: the id its shards share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fanout_id: Option<String>,
+    /// For a fanned-out fire: this execution's shard, 0-based.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard_index: Option<u32>,
     /// For a fanned-out fire: how many shards it has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard_total: Option<u32>,
-    /// For a fanned-out fire: the id the shards of the fire share.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fanout_id: Option<String>,
 }
 
 /// How the enqueue recognises a message that was enqueued before (a fire dispatched by two
@@ -172,13 +180,15 @@ impl ExecutionMessage {
             overlap: dispatch.overlap,
             previous_errors: Vec::new(),
             backfill_of: None,
-            run_id: dispatch
-                .run_id
-                .clone()
-                .or_else(|| dispatch.starts_run.then_some(run_of_its_own)),
-            shard_index: dispatch.shard.as_ref().map(|s| s.index),
-            shard_total: dispatch.shard.as_ref().map(|s| s.total),
-            fanout_id: dispatch.shard.as_ref().map(|s| s.fanout.clone()),
+            lineage: Lineage {
+                run_id: dispatch
+                    .run_id
+                    .clone()
+                    .or_else(|| dispatch.starts_run.then_some(run_of_its_own)),
+                fanout_id: dispatch.shard.as_ref().map(|s| s.fanout.clone()),
+                shard_index: dispatch.shard.as_ref().map(|s| s.index),
+                shard_total: dispatch.shard.as_ref().map(|s| s.total),
+            },
         }
     }
 
@@ -249,7 +259,7 @@ impl ExecutionMessage {
 
     /// How the enqueue recognises this message if it was enqueued before.
     pub fn dedupe(&self) -> Dedupe {
-        if self.shard_index.is_some() {
+        if self.lineage.shard_index.is_some() {
             // Each shard of a fire once: by its derived execution id.
             Dedupe::Key(format!("shard:{}", self.execution_id))
         } else if self.run_now {

@@ -39,6 +39,7 @@ fn entry(id: Uuid, attempt: u32, end: AttemptEnd) -> HistoryEntry {
         enqueued_at: Some(UtcMillis(now.0 - 45)),
         first_enqueued_at: Some(UtcMillis(now.0 - 45)),
         output: None,
+        lineage: Default::default(),
     }
 }
 

@@ -474,6 +474,7 @@ async fn a_tasks_history_expires_after_the_retention_and_is_deleted_on_demand() 
         enqueued_at: None,
         first_enqueued_at: None,
         output: None,
+        lineage: Default::default(),
     };
     q.record_history("ns", "a", &entry).await.unwrap();
     q.record_history("ns", "b", &entry).await.unwrap();
@@ -588,6 +589,7 @@ async fn history_is_capped_newest_first() {
             enqueued_at: None,
             first_enqueued_at: None,
             output: None,
+            lineage: Default::default(),
         };
         q.record_history("ns", "t", &e).await.unwrap();
     }
@@ -955,6 +957,7 @@ async fn execution_events_reach_the_reader_in_order_with_history() {
         enqueued_at: None,
         first_enqueued_at: None,
         output: None,
+        lineage: Default::default(),
     };
     q.report(&started, None).await.unwrap();
     q.report(&finished, Some(&entry)).await.unwrap();

@@ -1007,6 +1007,7 @@ async fn finish(
         enqueued_at: msg.enqueued_at,
         first_enqueued_at: msg.first_attempt_at,
         output,
+        lineage: msg.lineage.clone(),
     };
     if sh.cfg.record_history {
         if let Err(e) = sh

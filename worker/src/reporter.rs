@@ -46,6 +46,8 @@ pub struct ExecutionReport {
     pub first_enqueued_at: UtcMillis,
     /// The start of the handler's answer, if it left one.
     pub output: Option<AttemptOutput>,
+    /// The run and shard it belongs to, if any.
+    pub lineage: ax_queue::Lineage,
 }
 
 impl ExecutionReport {
@@ -66,6 +68,7 @@ impl ExecutionReport {
             enqueued_at: Some(self.enqueued_at),
             first_enqueued_at: Some(self.first_enqueued_at),
             output: self.output.clone(),
+            lineage: self.lineage.clone(),
         }
     }
 }

@@ -137,6 +137,7 @@ impl Backend {
             enqueued_at: Some(m.enqueued_at),
             first_enqueued_at: Some(m.first_attempt_at),
             output: None,
+            lineage: m.lineage.clone(),
         };
         if let Err(e) = q.report(&event, Some(&history)).await {
             tracing::warn!(execution_id = %m.execution_id, error = %e, "killed, but the leader could not be told; the task's state catches up with its next execution");

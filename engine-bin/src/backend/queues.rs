@@ -36,6 +36,7 @@ pub(super) fn record(e: &HistoryEntry) -> ExecutionRecord {
         finished: Some(e.finished_at),
         retry_at: e.end.retry_at,
         output: e.output.clone(),
+        lineage: e.lineage.clone(),
     }
 }
 
@@ -390,6 +391,7 @@ mod tests {
             enqueued_at: None,
             first_enqueued_at: None,
             output: None,
+            lineage: Default::default(),
         };
         let r = record(&e);
         assert_eq!(r.attempt, 1);

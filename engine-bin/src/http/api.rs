@@ -659,6 +659,10 @@ pub struct ExecutionRecord {
     /// first KiB at most (in the history across tasks only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<ax_scheduler_core::AttemptOutput>,
+    /// The dependency run and the shard of a sharded fire it belongs to (`run_id`,
+    /// `fanout_id`, `shard_index`, `shard_total`), when it does.
+    #[serde(flatten)]
+    pub lineage: ax_queue::Lineage,
 }
 
 /// A dead-lettered execution.
