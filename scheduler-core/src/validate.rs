@@ -138,7 +138,7 @@ const RETRY_FIELDS: &[&str] = &[
     "jitter",
     "max_elapsed",
 ];
-const HTTP_FIELDS: &[&str] = &["url", "headers", "follow_redirects"];
+const HTTP_FIELDS: &[&str] = &["url", "headers", "follow_redirects", "async"];
 
 /// Checks a name used as an etcd/Redis key segment: `[A-Za-z0-9._-]`, 1 to 128 characters.
 pub fn check_name(name: &str) -> Result<(), String> {
@@ -631,6 +631,9 @@ impl TaskSpec {
             http.insert("url".into(), h.url.clone().into());
             http.insert("headers".into(), string_map_json(&h.headers));
             http.insert("follow_redirects".into(), h.follow_redirects.into());
+            if h.await_completion {
+                http.insert("async".into(), true.into());
+            }
             obj.insert("http".into(), Value::Object(http));
         }
         obj.insert("queue".into(), Value::from(&*self.queue));
@@ -989,10 +992,12 @@ fn parse_http(c: &mut Checker, v: &Value) -> Option<HttpTarget> {
     }
     let follow_redirects =
         field(obj, "follow_redirects").map_or(Some(false), |v| c.bool(v, "http.follow_redirects"));
+    let await_completion = field(obj, "async").map_or(Some(false), |v| c.bool(v, "http.async"));
     Some(HttpTarget {
         url: url?,
         headers: headers?,
         follow_redirects: follow_redirects?,
+        await_completion: await_completion?,
     })
 }
 
@@ -1498,6 +1503,7 @@ mod tests {
                             url: "https://example.com/hook".into(),
                             headers: labels.clone(),
                             follow_redirects,
+                            await_completion: follow_redirects && priority % 2 == 0,
                         });
                         // Periodic tasks take no idempotency key.
                         let key = key

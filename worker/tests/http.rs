@@ -50,6 +50,7 @@ fn exec_to(url: &str, headers: &[(&str, &str)], follow_redirects: bool) -> Execu
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
         follow_redirects,
+        await_completion: false,
     });
     common::msg(&s, 1)
 }
