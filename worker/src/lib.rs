@@ -4,7 +4,10 @@
 //! handler in a [`HandlerRegistry`] (built-ins `http` and `log`, plus user async closures),
 //! runs it under its timeout with panics caught, settles the message (ack, a jittered retry
 //! in Redis's delayed set, or the dead-letter queue) and tells an [`ExecutionReporter`].
+//! An `http.async` attempt whose receiver answers 202 is parked instead and ended later by
+//! its completion or its deadline ([`awaiting`]).
 
+pub mod awaiting;
 mod builtin;
 pub mod egress;
 mod error;
@@ -14,8 +17,8 @@ mod reporter;
 pub mod retry;
 
 pub use builtin::{
-    classify_status, HttpHandler, LogHandler, NoopHandler, ATTEMPT_HEADER, EXECUTION_ID_HEADER,
-    MAX_REDIRECTS,
+    classify_status, HttpHandler, LogHandler, NoopHandler, ATTEMPT_HEADER, COMPLETION_TOKEN_HEADER,
+    COMPLETION_URL_HEADER, EXECUTION_ID_HEADER, MAX_REDIRECTS,
 };
 pub use egress::{EgressClient, EgressPolicy, HostPattern};
 pub use error::{EgressError, Result, WorkerError};

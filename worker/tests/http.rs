@@ -27,6 +27,7 @@ fn ctx_with(cidrs: &[&str], hosts: &[&str]) -> HandlerContext {
         cancel: CancellationToken::new(),
         http: EgressClient::new(policy).unwrap(),
         output: OutputSlot::default(),
+        completion: None,
     }
 }
 
