@@ -278,6 +278,10 @@ pub enum Parked {
 pub enum EndBy<'a> {
     /// The job, with this SHA-256 of its token.
     Completion(&'a str),
+    /// The job, with this SHA-256 of its token, for an attempt read as pending: the
+    /// completion may only be kept for its worker ([`EndResult::Moved`] when it was parked
+    /// meanwhile).
+    Early(&'a str),
     /// The deadline, which must have passed.
     Deadline,
     /// An operator.
@@ -321,6 +325,8 @@ pub enum EndResult {
     Forbidden,
     /// The deadline moved (a progress report came first).
     Alive,
+    /// An [`EndBy::Early`] found the attempt parked meanwhile: read the record again.
+    Moved,
     /// No record, or the attempt is not waiting.
     Gone,
 }
@@ -367,6 +373,22 @@ fn reported(op: &'static str, json: Option<&String>) -> Result<ReportedEnd> {
         what: "reported end",
         source,
     })
+}
+
+fn parse_end(reply: &[String]) -> EndResult {
+    match reply.first().map(String::as_str) {
+        Some("ended") => EndResult::Ended,
+        Some("early") => EndResult::Early,
+        Some("stale") => {
+            let (current, end) = stale(reply);
+            EndResult::Stale { current, end }
+        }
+        Some("done") => EndResult::Done(reply.get(1).cloned().unwrap_or_default()),
+        Some("forbidden") => EndResult::Forbidden,
+        Some("alive") => EndResult::Alive,
+        Some("moved") => EndResult::Moved,
+        _ => EndResult::Gone,
+    }
 }
 
 fn stale(reply: &[String]) -> (u32, String) {
@@ -492,6 +514,7 @@ impl Queue {
         let k = self.keys();
         let (how, hash) = match by {
             EndBy::Completion(hash) => ("complete", hash),
+            EndBy::Early(hash) => ("early", hash),
             EndBy::Deadline => ("deadline", ""),
             EndBy::Kill => ("kill", ""),
         };
@@ -522,18 +545,47 @@ impl Queue {
         let reply: Vec<String> = self
             .run("end_awaiting", inv.invoke_async(&mut conn))
             .await?;
-        Ok(match reply.first().map(String::as_str) {
-            Some("ended") => EndResult::Ended,
-            Some("early") => EndResult::Early,
-            Some("stale") => {
-                let (current, end) = stale(&reply);
-                EndResult::Stale { current, end }
-            }
-            Some("done") => EndResult::Done(reply.get(1).cloned().unwrap_or_default()),
-            Some("forbidden") => EndResult::Forbidden,
-            Some("alive") => EndResult::Alive,
-            _ => EndResult::Gone,
-        })
+        Ok(parse_end(&reply))
+    }
+
+    /// A completion of `attempt` of execution `id` in `queue` read as pending: kept for its
+    /// worker ([`EndResult::Early`]), or [`EndResult::Moved`] when it was parked meanwhile.
+    pub async fn end_awaiting_early(
+        &self,
+        queue: &str,
+        id: Uuid,
+        attempt: u32,
+        token_hash: &str,
+        outcome: &ReportedEnd,
+        now: UtcMillis,
+    ) -> Result<EndResult> {
+        check_queue(queue)?;
+        let id_text = id.to_string();
+        let k = self.keys();
+        let mut inv = self.inner.scripts.awaiting_end.prepare_invoke();
+        // The settle's keys are never touched on this path; they only keep the slot.
+        inv.key(k.awaiting(queue, &id_text))
+            .key(k.awaiting_due(queue))
+            .key(k.delayed(queue))
+            .key(k.dlq(queue))
+            .key(k.dlq_entries(queue))
+            .key(k.active(queue, "-", "-"))
+            .arg("early")
+            .arg(attempt)
+            .arg(token_hash)
+            .arg(now.0)
+            .arg(outcome.status.label())
+            .arg("ack")
+            .arg("")
+            .arg(0)
+            .arg(&id_text)
+            .arg(encode("reported end", outcome)?)
+            .arg(ms(self.awaiting_retention()));
+        let mut conn = self.conn();
+        let reply: Vec<String> = self
+            .run("end_awaiting", inv.invoke_async(&mut conn))
+            .await?;
+        Ok(parse_end(&reply))
     }
 
     /// Records a progress report of `attempt` of execution `id` in `queue` and moves its

@@ -174,7 +174,7 @@ pub async fn end_waiting(
     now: UtcMillis,
 ) -> ax_queue::Result<(EndResult, Option<ExecutionReport>)> {
     let Some((_, message)) = &rec.message else {
-        return Ok((EndResult::Gone, None));
+        return end_pending(queue, rec, attempt, by, &end, now).await;
     };
     let (attempt_end, settle) = attempt_end(message, &end, now);
     let reported = match &end {
@@ -220,6 +220,25 @@ pub async fn end_waiting(
         awaited: true,
     };
     Ok((EndResult::Ended, Some(report)))
+}
+
+/// A completion of an attempt whose record has no message yet (its worker has not seen the
+/// 202): kept for the worker, which settles it.
+async fn end_pending(
+    queue: &Queue,
+    rec: &AwaitingRecord,
+    attempt: u32,
+    by: EndBy<'_>,
+    end: &WaitingEnd,
+    now: UtcMillis,
+) -> ax_queue::Result<(EndResult, Option<ExecutionReport>)> {
+    let (EndBy::Completion(hash), WaitingEnd::Reported(reported)) = (by, end) else {
+        return Ok((EndResult::Gone, None));
+    };
+    let result = queue
+        .end_awaiting_early(&rec.queue, rec.execution_id, attempt, hash, reported, now)
+        .await?;
+    Ok((result, None))
 }
 
 /// Most expired attempts one round of [`expire_due`] ends per queue.

@@ -5,28 +5,33 @@
 -- recorded for the worker to settle.
 -- KEYS: 1 the execution's awaiting record, 2 awaiting zset, 3 delayed zset, 4 dlq zset,
 --       5 dlq entries hash, 6 the task's active marker
--- ARGV: 1 how ('complete', 'deadline' or 'kill'), 2 attempt, 3 token hash (complete only),
+-- ARGV: 1 how ('complete', 'early' (a completion of an attempt read as pending, without its
+--       message: it may only be kept for the worker), 'deadline' or 'kill'), 2 attempt, 3 token hash (complete only),
 --       4 now ms, 5 end label, 6 settle ('ack', 'retry' or 'dlq'), 7 next attempt JSON
 --       (retry) or dlq entry JSON (dlq), 8 retry due ms, 9 execution id, 10 outcome JSON,
 --       11 record TTL ms after the end
 -- Returns {'ended'}, {'early'} (recorded for the worker), {'stale', current attempt, this
 -- attempt's end or ''}, {'done', this attempt's end}, {'forbidden'}, {'alive'} (the
--- deadline moved) or {'gone'} (no record).
+-- deadline moved), {'moved'} (an 'early' call found it parked meanwhile: read it again) or
+-- {'gone'} (no record).
 local how, attempt = ARGV[1], ARGV[2]
 local rec = KEYS[1]
 local current = redis.call('HGET', rec, 'attempt')
 if not current then
   return {'gone'}
 end
-if how == 'complete' and redis.call('HGET', rec, 't:' .. attempt) ~= ARGV[3] then
+if (how == 'complete' or how == 'early') and redis.call('HGET', rec, 't:' .. attempt) ~= ARGV[3] then
   return {'forbidden'}
 end
 if current ~= attempt then
   return {'stale', current, redis.call('HGET', rec, 'end:' .. attempt) or ''}
 end
 local state = redis.call('HGET', rec, 'state')
+if how == 'early' and state == 'waiting' then
+  return {'moved'}
+end
 if state == 'pending' then
-  if how ~= 'complete' then
+  if how ~= 'complete' and how ~= 'early' then
     return {'gone'}
   end
   if redis.call('HEXISTS', rec, 'early') == 1 then
