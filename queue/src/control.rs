@@ -222,7 +222,7 @@ impl Queue {
                 now,
             )
             .await?;
-        Ok((ended == EndResult::Ended).then(|| Kill {
+        Ok((ended == EndResult::Ended).then_some(Kill {
             execution_id: id,
             state: KillState::AwaitingCompletion,
             message: Some(message),

@@ -1420,10 +1420,7 @@ impl Dispatcher {
         let keys: Vec<Arc<TaskKey>> = self.with_runs.iter().cloned().collect();
         for key in keys {
             let mut i = 0;
-            loop {
-                let Some(task) = self.tasks.get(&key) else {
-                    break;
-                };
+            while let Some(task) = self.tasks.get(&key) {
                 let Some(progress) = task.state.runs.get(i) else {
                     if task.state.runs.is_empty() {
                         self.with_runs.remove(&key);

@@ -123,7 +123,7 @@ impl Backend {
             };
             let ended = reported(&request, status, now);
             let (result, report) = end_waiting(
-                &q,
+                q,
                 &rec,
                 claim.attempt,
                 EndBy::Completion(&hash),
@@ -136,7 +136,7 @@ impl Backend {
             return match result {
                 EndResult::Ended => {
                     if let Some(report) = report {
-                        self.publish(&q, &report).await;
+                        self.publish(q, &report).await;
                     }
                     Ok(reply(label, false, None))
                 }

@@ -269,8 +269,7 @@ impl Config {
         }
 
         let public = self.http.public_url.trim();
-        if !public.is_empty() && !(public.starts_with("http://") || public.starts_with("https://"))
-        {
+        if !(public.is_empty() || public.starts_with("http://") || public.starts_with("https://")) {
             err(
                 "http.public_url",
                 format!("`{public}` must start with http:// or https://"),
