@@ -12,10 +12,12 @@
 //!
 //! Submodules: [`connect`] (clients and library settings from the config), `tasks` (views,
 //! put, pause, resume, run now, backfill), `queues` (history per task and across tasks, one
-//! execution's story, dead letters, status), `control` (kill executions, pause queues),
+//! execution's story, dead letters, status), `control` (kill executions, pause queues), `completion` (a job's report on an
+//! `http.async` execution),
 //! `errors`
 //! (library errors as API errors).
 
+mod completion;
 pub mod connect;
 mod control;
 pub(crate) mod errors;
@@ -39,9 +41,10 @@ use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::audit_store::AuditStore;
 use crate::config::Config;
 use crate::http::api::{
-    ApiBackend, ApiFuture, BackfillParams, BackfillResult, ClockView, DeadLetter, DlqRequeue,
-    ExecutionList, ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult, PutTaskResult,
-    QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    ApiBackend, ApiFuture, BackfillParams, BackfillResult, ClockView, CompletionReply,
+    CompletionRequest, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
+    ExecutionStory, KillResult, PutTaskResult, QueueState, StatusView, TaskKey, TaskList,
+    TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::http::ApiError;
 use crate::scheduler::clock::ClockCheck;
@@ -256,5 +259,12 @@ impl ApiBackend for Backend {
 
     fn resume_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
         Box::pin(async move { self.set_queue_paused(&name, false).await })
+    }
+    fn complete_execution(
+        &self,
+        id: String,
+        request: CompletionRequest,
+    ) -> ApiFuture<'_, CompletionReply> {
+        Box::pin(async move { self.complete(&id, request).await })
     }
 }

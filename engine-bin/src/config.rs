@@ -430,6 +430,11 @@ pub struct Http {
     /// that is not loopback-only. Without a token and without this, such a replica refuses
     /// every API call; default false.
     pub insecure_open_api: bool,
+    /// The base URL under which the jobs of `http.async` tasks reach this API
+    /// (`https://ax.example.com`, behind whatever proxy or ingress): the completion URL
+    /// each request of such a task carries is built from it. Empty for none: such tasks
+    /// then fail, saying to set this.
+    pub public_url: String,
 }
 
 impl Default for Http {
@@ -439,6 +444,7 @@ impl Default for Http {
             api_token: String::new(),
             tokens: Vec::new(),
             insecure_open_api: false,
+            public_url: String::new(),
         }
     }
 }

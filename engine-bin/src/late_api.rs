@@ -8,9 +8,10 @@ use std::sync::{Arc, OnceLock};
 
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::http::api::{
-    ApiBackend, ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionList,
-    ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult, PutTaskResult, QueueState,
-    StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    ApiBackend, ApiFuture, BackfillParams, BackfillResult, CompletionReply, CompletionRequest,
+    DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord, ExecutionStory,
+    KillResult, PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView,
+    TriggerParams, TriggerResult,
 };
 use crate::http::ApiError;
 
@@ -117,5 +118,12 @@ impl ApiBackend for LateApi {
     }
     fn resume_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
         delegate!(self, resume_queue(name))
+    }
+    fn complete_execution(
+        &self,
+        id: String,
+        request: CompletionRequest,
+    ) -> ApiFuture<'_, CompletionReply> {
+        delegate!(self, complete_execution(id, request))
     }
 }

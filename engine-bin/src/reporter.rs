@@ -232,7 +232,10 @@ impl ExecutionReporter for EngineReporter {
 
     fn on_finished<'a>(&'a self, report: &'a ExecutionReport) -> ReportFuture<'a> {
         Box::pin(async move {
-            self.metrics.active_workers.dec();
+            // A parked attempt gave its place back when it was parked (`on_parked`).
+            if !report.awaited {
+                self.metrics.active_workers.dec();
+            }
             let end = &report.end;
             let task = format!("{}/{}", report.namespace, report.task_id);
             if end.outcome == AttemptOutcome::Released {
@@ -286,6 +289,19 @@ impl ExecutionReporter for EngineReporter {
                 },
             };
             self.send(event, Some(history)).await;
+        })
+    }
+
+    fn on_parked<'a>(&'a self, exec: &'a ExecutionMessage, worker_id: &'a str) -> ReportFuture<'a> {
+        Box::pin(async move {
+            self.metrics.active_workers.dec();
+            debug!(
+                task_id = %format!("{}/{}", exec.namespace, exec.task_id),
+                execution_id = %exec.execution_id,
+                attempt = exec.attempt,
+                worker = worker_id,
+                "accepted by its receiver; waiting for its completion"
+            );
         })
     }
 }
@@ -386,6 +402,7 @@ mod tests {
             first_enqueued_at: UtcMillis(1_000),
             output: None,
             lineage: Default::default(),
+            awaited: false,
         }
     }
 

@@ -460,6 +460,8 @@ impl Parts<'_> {
             http_allow_hosts,
             // The reporter writes history in one pipeline with the leader's event.
             record_history: false,
+            completion_public_url: Some(config.http.public_url.clone())
+                .filter(|u| !u.trim().is_empty()),
             ..WorkerConfig::default()
         };
         let reporter = EngineReporter::new(

@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use ax_engine::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
 use ax_engine::http::api::{
-    ApiFuture, BackfillParams, BackfillResult, DeadLetter, DlqRequeue, ExecutionList,
-    ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult, KilledExecution, PutTaskResult,
-    QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
-    CONTINUE_HEADER,
+    ApiFuture, BackfillParams, BackfillResult, CompletionReply, CompletionRequest,
+    CompletionStatus, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
+    ExecutionStory, KillResult, KilledExecution, PutTaskResult, QueueState, StatusView, TaskKey,
+    TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult, CONTINUE_HEADER,
 };
 use ax_engine::http::auth::{self, Access, Role, TokenEntry, ROUTE_ROLES};
 use ax_engine::http::limits::ApiLimits;
@@ -32,6 +32,15 @@ struct MemoryBackend {
     audit: Arc<Mutex<Vec<AuditRecord>>>,
     /// The last query `executions` was given.
     execution_query: Arc<Mutex<Option<ExecutionQuery>>>,
+    /// How the one async execution ([`ASYNC_EXECUTION`]) ended, once it did.
+    completed: Mutex<Option<String>>,
+}
+
+/// The execution of an `http.async` task the memory backend knows, and its token.
+const ASYNC_EXECUTION: &str = "0190f5a2-7b1c-7cc3-9a4e-1f2e3d4c5b6a";
+
+fn async_token() -> String {
+    format!("axc.0.{}.default", "ab".repeat(32))
 }
 
 /// An execution record with only the given parts set.
@@ -365,6 +374,49 @@ impl ApiBackend for MemoryBackend {
             Ok(QueueState {
                 name,
                 paused: false,
+            })
+        })
+    }
+    fn complete_execution(
+        &self,
+        id: String,
+        request: CompletionRequest,
+    ) -> ApiFuture<'_, CompletionReply> {
+        Box::pin(async move {
+            if ax_queue::TokenClaim::parse(&request.token).is_none() {
+                return Err(ApiError::Unauthorized("a report needs `token`".into()));
+            }
+            if id != ASYNC_EXECUTION || request.token != async_token() {
+                return Err(ApiError::Forbidden(format!(
+                    "the token is not the one issued for execution {id}"
+                )));
+            }
+            let mut ended = self.completed.lock().unwrap();
+            let state = match request.status {
+                CompletionStatus::Progress => "waiting",
+                CompletionStatus::Succeeded => "succeeded",
+                CompletionStatus::Failed => "failed",
+            };
+            let repeated = match (ended.as_deref(), state) {
+                (Some(end), "waiting") => {
+                    return Err(ApiError::Conflict(format!("the attempt ended `{end}`")))
+                }
+                (Some(end), _) if end == state => true,
+                (Some(end), _) => {
+                    return Err(ApiError::Conflict(format!("the attempt ended `{end}`")))
+                }
+                (None, "waiting") => false,
+                (None, _) => {
+                    *ended = Some(state.to_owned());
+                    false
+                }
+            };
+            Ok(CompletionReply {
+                execution_id: id,
+                attempt: 0,
+                state: state.to_owned(),
+                repeated,
+                deadline: None,
             })
         })
     }
@@ -1315,7 +1367,12 @@ fn the_openapi_document_lists_exactly_the_routes_methods_and_roles_of_the_router
     for (path, ops) in doc["paths"].as_object().unwrap() {
         let route = path.strip_prefix("/api/v1").unwrap();
         for (method, op) in ops.as_object().unwrap() {
-            let role: Role = op["x-ax-role"].as_str().unwrap().parse().unwrap();
+            // A route with its own credential is marked so; compared as the router's list
+            // of them, which the chain below reads as `read`.
+            let role: Role = match op["x-ax-role"].as_str().unwrap() {
+                "execution_token" => Role::Read,
+                other => other.parse().unwrap(),
+            };
             documented.push((method.to_uppercase(), route.to_owned(), role));
             // Every parameter of the path is described.
             for segment in route.split('/').filter(|s| s.starts_with('{')) {
@@ -1334,6 +1391,12 @@ fn the_openapi_document_lists_exactly_the_routes_methods_and_roles_of_the_router
     let mut routes: Vec<(String, String, Role)> = ROUTE_ROLES
         .iter()
         .map(|(m, p, r)| ((*m).to_owned(), (*p).to_owned(), *r))
+        // Routes with their own credential are documented without a role (read here).
+        .chain(
+            auth::EXECUTION_TOKEN_ROUTES
+                .iter()
+                .map(|(m, p)| ((*m).to_owned(), (*p).to_owned(), Role::Read)),
+        )
         .collect();
     documented.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     routes.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
@@ -1425,4 +1488,86 @@ async fn the_console_is_served_from_the_binary_with_a_strict_policy() {
     assert!(!CONTENT_SECURITY_POLICY.contains("unsafe"));
     let (status, _) = get(&f.router, "/ui/nope.js").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_job_reports_with_its_completion_token_where_the_api_is_closed_to_everyone_else() {
+    let uri = format!("/api/v1/executions/{ASYNC_EXECUTION}/complete");
+    let body = |token: &str, status: &str| json!({"token": token, "status": status}).to_string();
+    let closed = fixture_with(
+        Some(MemoryBackend::default()),
+        Access::new(&[], "", "0.0.0.0:8080", false),
+        ApiLimits::default(),
+    );
+    let with_tokens = tokens_fixture();
+    for f in [&closed, &with_tokens] {
+        // Every other route stays shut to a caller without an API token.
+        let (status, _) = get(&f.router, "/api/v1/tasks").await;
+        assert!(status == StatusCode::FORBIDDEN || status == StatusCode::UNAUTHORIZED);
+    }
+    let f = &with_tokens;
+    let post = |b: String, bearer: Option<String>| {
+        let uri = uri.clone();
+        async move { call(&f.router, Method::POST, &uri, bearer.as_deref(), Some(&b)).await }
+    };
+    // No token, or not shaped like one: 401, even for an admin's API token.
+    let (status, text) = post(json!({"status": "succeeded"}).to_string(), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{text}");
+    let (status, _) = post(body("ax_secret", "succeeded"), Some(token_of(Role::Admin))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // A token of another attempt or execution: 403.
+    let forged = format!("axc.0.{}.default", "cd".repeat(32));
+    let (status, _) = post(body(&forged, "succeeded"), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let other = "/api/v1/executions/0190f5a2-0000-7cc3-9a4e-1f2e3d4c5b6a/complete";
+    let (status, _) = call(
+        &f.router,
+        Method::POST,
+        other,
+        None,
+        Some(&body(&async_token(), "succeeded")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // Progress, the end, its repeat; another end and more progress after it: 409.
+    let (status, text) = post(body(&async_token(), "progress"), None).await;
+    assert_eq!(
+        (status, text.contains("waiting")),
+        (StatusCode::OK, true),
+        "{text}"
+    );
+    let (status, text) = post(body(&async_token(), "succeeded"), None).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["state"],
+        "succeeded"
+    );
+    let (status, text) = post(body(&async_token(), "succeeded"), None).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["repeated"],
+        true
+    );
+    assert_eq!(status, StatusCode::OK);
+    for late in ["failed", "progress"] {
+        let (status, text) = post(body(&async_token(), late), None).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{late}: {text}");
+        assert!(text.contains("ended `succeeded`"), "{text}");
+    }
+    // An unknown status or field is a 400; a body past the limit a 413, before any check.
+    let (status, _) = post(body(&async_token(), "done"), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let big =
+        json!({"token": async_token(), "status": "succeeded", "message": "x".repeat(2 << 20)});
+    let (status, _) = post(big.to_string(), None).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    // Reports are not changes made by a user: nothing in the audit log.
+    let (_, text) = call(
+        &f.router,
+        Method::GET,
+        "/api/v1/audit",
+        Some(&token_of(Role::Admin)),
+        None,
+    )
+    .await;
+    assert!(!text.contains("complete"), "{text}");
 }

@@ -21,6 +21,7 @@ use ax_scheduler_core::OverlapPolicy;
 use redis::AsyncCommands;
 use uuid::Uuid;
 
+use crate::awaiting::{AwaitSettle, AwaitingState, EndBy, EndResult, ReportedEnd, ReportedStatus};
 use crate::error::{QueueError, Result};
 use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, Queue};
@@ -34,6 +35,9 @@ pub enum KillState {
     RetryPending,
     /// A worker holds it: ordered to stop (within a second).
     Running,
+    /// It waited for its completion (`http.async`): ended here, a later completion is
+    /// refused.
+    AwaitingCompletion,
     /// It was killed before and nothing was left to remove.
     AlreadyKilled,
     /// Not in this queue: finished, or never here.
@@ -47,6 +51,7 @@ impl KillState {
             KillState::Waiting => "waiting",
             KillState::RetryPending => "retry_pending",
             KillState::Running => "running",
+            KillState::AwaitingCompletion => "awaiting_completion",
             KillState::AlreadyKilled => "already_killed",
             KillState::Gone => "gone",
         }
@@ -55,7 +60,10 @@ impl KillState {
     /// Whether the kill removed the message itself: nobody will report its end, so the
     /// caller does (see [`Queue::report_many`]).
     pub fn removed(self) -> bool {
-        matches!(self, KillState::Waiting | KillState::RetryPending)
+        matches!(
+            self,
+            KillState::Waiting | KillState::RetryPending | KillState::AwaitingCompletion
+        )
     }
 }
 
@@ -129,6 +137,9 @@ impl Queue {
     /// have it. A removed execution's end is the caller's to report.
     pub async fn kill_execution(&self, queue: &str, id: Uuid) -> Result<Kill> {
         check_queue(queue)?;
+        if let Some(kill) = self.kill_awaiting(queue, id).await? {
+            return Ok(kill);
+        }
         let needle = format!("\"execution_id\":\"{id}\"");
         for _ in 0..KILL_ROUNDS {
             let found = self.find(queue, &needle).await?;
@@ -181,6 +192,41 @@ impl Queue {
             out.push(self.kill_execution(queue, id).await?);
         }
         Ok(out)
+    }
+
+    /// Ends execution `id` killed if it waits for its completion in `queue`; `None` when it
+    /// does not (it may still be pending at its worker, which the kill order stops).
+    async fn kill_awaiting(&self, queue: &str, id: Uuid) -> Result<Option<Kill>> {
+        let Some(rec) = self.awaiting_record(queue, id).await? else {
+            return Ok(None);
+        };
+        let Some((_, message)) = rec.message.filter(|_| rec.state == AwaitingState::Waiting) else {
+            return Ok(None);
+        };
+        let now = ax_scheduler_core::UtcMillis::now();
+        let outcome = ReportedEnd {
+            status: ReportedStatus::Failed,
+            message: Some(StopOrder::Killed.reason().to_owned()),
+            output: None,
+            retryable: false,
+            at: now,
+        };
+        let ended = self
+            .end_awaiting(
+                &message,
+                rec.attempt,
+                EndBy::Kill,
+                ax_scheduler_core::AttemptOutcome::Killed.as_str(),
+                &AwaitSettle::Done,
+                &outcome,
+                now,
+            )
+            .await?;
+        Ok((ended == EndResult::Ended).then_some(Kill {
+            execution_id: id,
+            state: KillState::AwaitingCompletion,
+            message: Some(message),
+        }))
     }
 
     /// The messages of `queue` whose stored text contains `needle`, with the text as stored.

@@ -112,6 +112,20 @@ impl Keys {
         format!("{}:kill:{}", self.tag(queue), execution_id)
     }
 
+    /// The record of an execution whose attempt waits for (or waited for) a completion
+    /// reported through the API (`http.async`): hash of its attempt, state, token hashes per
+    /// attempt, each attempt's end, the parked message, deadline and last progress. Kept a
+    /// while after the end (with an expiry), so a repeated completion is recognised.
+    pub fn awaiting(&self, queue: &str, execution_id: &str) -> String {
+        format!("{}:awaiting:{}", self.tag(queue), execution_id)
+    }
+
+    /// Sorted set of execution ids waiting for their completion, scored by the deadline a
+    /// completion or progress report must come by.
+    pub fn awaiting_due(&self, queue: &str) -> String {
+        format!("{}:awaiting", self.tag(queue))
+    }
+
     /// Present while the queue is paused: workers take nothing from it.
     pub fn paused(&self, queue: &str) -> String {
         format!("{}:paused", self.tag(queue))
@@ -186,6 +200,8 @@ mod tests {
             k.dlq_entries(q),
             k.kill(q, "e1"),
             k.paused(q),
+            k.awaiting(q, "e1"),
+            k.awaiting_due(q),
         ];
         for key in &all {
             assert_eq!(slot_tag(key), "ax:q:default", "{key}");

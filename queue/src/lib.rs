@@ -5,8 +5,11 @@
 //! messages with a [`Consumer`] (BLMOVE into a per-worker processing list) and settle them
 //! with [`Queue::ack`], [`Queue::retry_later`] (a delayed set), [`Queue::dead_letter`] or
 //! [`Queue::release`]. A [`Maintenance`] loop promotes due retries and gives back the messages
-//! of workers whose heartbeat is gone. Keys are listed in `docs/redis-layout.md`.
+//! of workers whose heartbeat is gone. An execution whose receiver takes it on to report its
+//! end later waits parked in an awaiting set instead of a worker's list (see `awaiting.rs`).
+//! Keys are listed in `docs/redis-layout.md`.
 
+mod awaiting;
 mod config;
 mod consumer;
 mod control;
@@ -21,6 +24,10 @@ mod queue;
 mod scripts;
 mod server;
 
+pub use awaiting::{
+    token_hash, AwaitSettle, AwaitingRecord, AwaitingState, CompletionToken, EndBy, EndResult,
+    Opened, Parked, Progress, ProgressResult, ReportedEnd, ReportedStatus, TokenClaim,
+};
 pub use config::{
     ClientIdentity, QueueConfig, RedisTls, DEFAULT_DLQ_MAX_ENTRIES, DEFAULT_DLQ_RETENTION,
     DEFAULT_EXECUTION_HISTORY_MAX_ENTRIES, DEFAULT_EXECUTION_HISTORY_RETENTION,

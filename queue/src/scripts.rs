@@ -25,6 +25,11 @@ pub(crate) struct Scripts {
     pub(crate) kill: Script,
     pub(crate) find: Script,
     pub(crate) history_page: Script,
+    pub(crate) awaiting_open: Script,
+    pub(crate) awaiting_park: Script,
+    pub(crate) awaiting_close: Script,
+    pub(crate) awaiting_end: Script,
+    pub(crate) awaiting_progress: Script,
 }
 
 impl Scripts {
@@ -46,6 +51,11 @@ impl Scripts {
             kill: Script::new(include_str!("lua/kill.lua")),
             find: Script::new(include_str!("lua/find.lua")),
             history_page: Script::new(include_str!("lua/history_page.lua")),
+            awaiting_open: Script::new(include_str!("lua/awaiting_open.lua")),
+            awaiting_park: Script::new(include_str!("lua/awaiting_park.lua")),
+            awaiting_close: Script::new(include_str!("lua/awaiting_close.lua")),
+            awaiting_end: Script::new(include_str!("lua/awaiting_end.lua")),
+            awaiting_progress: Script::new(include_str!("lua/awaiting_progress.lua")),
         }
     }
 }

@@ -235,7 +235,7 @@ enum FireKind {
     Step(Box<(String, String)>),
     /// The shards not ended of a fanned-out fire, sent again by a new leader (those already
     /// queued are refused as duplicates): the fan-out id.
-    Resend(Box<String>),
+    Resend(String),
 }
 
 #[derive(Clone, Debug)]
@@ -625,7 +625,7 @@ impl Dispatcher {
                 generation,
                 spec.priority,
                 now,
-                FireKind::Resend(Box::new(progress.id.clone())),
+                FireKind::Resend(progress.id.clone()),
                 now,
             );
         }
@@ -927,7 +927,7 @@ impl Dispatcher {
                 continue;
             };
             if let FireKind::Resend(id) = &item.kind {
-                if let Some(progress) = task.state.fanouts.iter().find(|f| f.id == **id) {
+                if let Some(progress) = task.state.fanouts.iter().find(|f| f.id == *id) {
                     for index in progress.open() {
                         out.push(Dispatch {
                             key: Arc::clone(&task.key),
@@ -1594,10 +1594,7 @@ impl Dispatcher {
         let keys: Vec<Arc<TaskKey>> = self.with_runs.iter().cloned().collect();
         for key in keys {
             let mut i = 0;
-            loop {
-                let Some(task) = self.tasks.get(&key) else {
-                    break;
-                };
+            while let Some(task) = self.tasks.get(&key) {
                 let Some(progress) = task.state.runs.get(i) else {
                     if task.state.runs.is_empty() {
                         self.with_runs.remove(&key);

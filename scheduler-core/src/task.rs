@@ -141,6 +141,11 @@ pub struct HttpTarget {
     /// only to the URL's own origin). Off by default: a redirect fails the execution.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub follow_redirects: bool,
+    /// The receiver may answer `202 Accepted` and report the end later through the
+    /// completion URL the request carries (`"async": true`; see `docs/tasks.md`). Opt-in, so
+    /// a receiver that answers 202 without knowing the contract is not left waiting for.
+    #[serde(default, rename = "async", skip_serializing_if = "std::ops::Not::not")]
+    pub await_completion: bool,
 }
 
 /// What the built-in `command` handler runs: a command by the name a replica's configuration

@@ -141,7 +141,7 @@ const RETRY_FIELDS: &[&str] = &[
     "jitter",
     "max_elapsed",
 ];
-const HTTP_FIELDS: &[&str] = &["url", "headers", "follow_redirects"];
+const HTTP_FIELDS: &[&str] = &["url", "headers", "follow_redirects", "async"];
 const COMMAND_FIELDS: &[&str] = &["name", "args", "env"];
 
 /// Checks a name used as an etcd/Redis key segment: `[A-Za-z0-9._-]`, 1 to 128 characters.
@@ -669,6 +669,9 @@ impl TaskSpec {
             http.insert("url".into(), h.url.clone().into());
             http.insert("headers".into(), string_map_json(&h.headers));
             http.insert("follow_redirects".into(), h.follow_redirects.into());
+            if h.await_completion {
+                http.insert("async".into(), true.into());
+            }
             obj.insert("http".into(), Value::Object(http));
         }
         if let Some(cmd) = &self.command {
@@ -1065,10 +1068,12 @@ fn parse_http(c: &mut Checker, v: &Value) -> Option<HttpTarget> {
     }
     let follow_redirects =
         field(obj, "follow_redirects").map_or(Some(false), |v| c.bool(v, "http.follow_redirects"));
+    let await_completion = field(obj, "async").map_or(Some(false), |v| c.bool(v, "http.async"));
     Some(HttpTarget {
         url: url?,
         headers: headers?,
         follow_redirects: follow_redirects?,
+        await_completion: await_completion?,
     })
 }
 
@@ -1798,6 +1803,7 @@ mod tests {
                             url: "https://example.com/hook".into(),
                             headers: labels.clone(),
                             follow_redirects,
+                            await_completion: follow_redirects && priority % 2 == 0,
                         });
                         let command = (handler == "command").then(|| CommandCall {
                             name: "backup".into(),

@@ -266,7 +266,7 @@ impl Graph {
         }
         let roots = self.roots(key);
         if roots.len() > 1 {
-            let names: Vec<String> = roots.iter().map(|r| key_text(r)).collect();
+            let names: Vec<String> = roots.iter().map(key_text).collect();
             errors.push(FieldError::new(
                 "depends_on",
                 format!(

@@ -14,6 +14,12 @@
 //! `attempt`): a receiver drops a repeat by the execution id, which retries and redeliveries
 //! keep.
 //!
+//! A task with `http.async` gets two more headers ([`COMPLETION_URL_HEADER`],
+//! [`COMPLETION_TOKEN_HEADER`]) and body fields (`completion_url`, `completion_token`): the
+//! receiver that answers `202 Accepted` takes the job on and reports its end there later
+//! (see [`crate::awaiting`]); any other answer counts as it would for any task. The token is
+//! never part of an error, the output or a log line.
+//!
 //! Requests go through the pool's [`EgressClient`]: what its policy refuses fails the
 //! execution permanently (the same target is refused again). Redirects are followed only for
 //! tasks that opt in (`http.follow_redirects`), by hand, up to [`MAX_REDIRECTS`] hops, each
@@ -31,6 +37,7 @@ use ax_scheduler_core::{AttemptOutput, MAX_OUTPUT_BYTES};
 use reqwest::header::{CONTENT_TYPE, LOCATION};
 use reqwest::{Method, StatusCode, Url};
 
+use crate::awaiting::Completion;
 use crate::egress::EgressClient;
 use crate::handler::{Handler, HandlerContext, HandlerError, HandlerFuture, OutputSlot};
 
@@ -38,6 +45,10 @@ use crate::handler::{Handler, HandlerContext, HandlerError, HandlerFuture, Outpu
 pub const EXECUTION_ID_HEADER: &str = "x-ax-execution-id";
 /// The header naming the attempt (0 for the first).
 pub const ATTEMPT_HEADER: &str = "x-ax-attempt";
+/// The header carrying the completion URL of an `http.async` attempt.
+pub const COMPLETION_URL_HEADER: &str = "x-ax-completion-url";
+/// The header carrying the completion token of an `http.async` attempt.
+pub const COMPLETION_TOKEN_HEADER: &str = "x-ax-completion-token";
 /// Most redirects an opted-in task follows in one attempt.
 pub const MAX_REDIRECTS: usize = 10;
 
@@ -81,7 +92,14 @@ impl Handler for HttpHandler {
                     "task has no `http` target for the http handler".into(),
                 ));
             };
-            post(&ctx.http, exec, target, &ctx.output).await
+            post(
+                &ctx.http,
+                exec,
+                target,
+                &ctx.output,
+                ctx.completion.as_ref(),
+            )
+            .await
         })
     }
 }
@@ -92,6 +110,7 @@ async fn post(
     exec: &ExecutionMessage,
     target: &HttpTarget,
     output: &OutputSlot,
+    completion: Option<&Completion>,
 ) -> Result<(), HandlerError> {
     let deadline = Instant::now() + exec.timeout();
     let task_url = Url::parse(&target.url).map_err(|e| {
@@ -100,7 +119,7 @@ async fn post(
             mask_url(&target.url)
         ))
     })?;
-    let encoded = body(exec)?;
+    let encoded = body(exec, completion)?;
     let mut url = task_url.clone();
     let mut method = Method::POST;
     let mut with_body = true;
@@ -119,6 +138,12 @@ async fn post(
             for (k, v) in &target.headers {
                 req = req.header(k, v);
             }
+            // The token is a credential, like the task's headers: only for its own origin.
+            if let Some(c) = completion {
+                req = req
+                    .header(COMPLETION_URL_HEADER, c.url())
+                    .header(COMPLETION_TOKEN_HEADER, c.token());
+            }
         }
         if with_body {
             req = req
@@ -132,6 +157,9 @@ async fn post(
         let status = resp.status();
         if !matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308) {
             output.set(excerpt(resp, deadline).await);
+            if let (Some(c), StatusCode::ACCEPTED) = (completion, status) {
+                c.accept();
+            }
             return classify_status(status);
         }
         let next = resp
@@ -199,16 +227,19 @@ async fn excerpt(mut resp: reqwest::Response, deadline: Instant) -> AttemptOutpu
 /// task's headers as headers; a copy in the body would only spread the credentials they
 /// carry to wherever the receiver stores or forwards bodies, and to another origin after a
 /// redirect.
-fn body(exec: &ExecutionMessage) -> Result<Vec<u8>, HandlerError> {
-    let encoded = if exec.http.is_some() {
-        serde_json::to_vec(&ExecutionMessage {
-            http: None,
-            ..exec.clone()
-        })
-    } else {
-        serde_json::to_vec(exec)
-    };
-    encoded.map_err(|e| HandlerError::Permanent(format!("cannot encode the execution: {e}")))
+fn body(exec: &ExecutionMessage, completion: Option<&Completion>) -> Result<Vec<u8>, HandlerError> {
+    let fail =
+        |e: serde_json::Error| HandlerError::Permanent(format!("cannot encode the execution: {e}"));
+    let mut value = serde_json::to_value(ExecutionMessage {
+        http: None,
+        ..exec.clone()
+    })
+    .map_err(fail)?;
+    if let (Some(c), Some(obj)) = (completion, value.as_object_mut()) {
+        obj.insert("completion_url".into(), c.url().into());
+        obj.insert("completion_token".into(), c.token().into());
+    }
+    serde_json::to_vec(&value).map_err(fail)
 }
 
 /// `next` with the task URL's user info when it goes to the task's origin without its own,

@@ -47,6 +47,10 @@ pub struct HandlerContext {
     /// Where a handler leaves the start of its answer for the execution history (optional;
     /// the `http` handler leaves the response's status and first KiB).
     pub output: OutputSlot,
+    /// For an attempt of an `http.async` task: where and with which token the job reports
+    /// its end, and how the handler says the receiver took the job on (see
+    /// [`crate::awaiting`]). `None` for every other attempt.
+    pub completion: Option<crate::awaiting::Completion>,
 }
 
 /// A handler's answer, handed to the pool beside the handler's result: the [`Handler`]

@@ -4,8 +4,10 @@
 //! handler in a [`HandlerRegistry`] (built-ins `http`, `log`, `noop` and `command`, plus
 //! user async closures), runs it under its timeout with panics caught, settles the message
 //! (ack, a jittered retry in Redis's delayed set, or the dead-letter queue) and tells an
-//! [`ExecutionReporter`].
+//! [`ExecutionReporter`]. An `http.async` attempt whose receiver answers 202 is parked
+//! instead and ended later by its completion or its deadline ([`awaiting`]).
 
+pub mod awaiting;
 mod builtin;
 pub mod command;
 pub mod egress;
@@ -16,8 +18,8 @@ mod reporter;
 pub mod retry;
 
 pub use builtin::{
-    classify_status, HttpHandler, LogHandler, NoopHandler, ATTEMPT_HEADER, EXECUTION_ID_HEADER,
-    MAX_REDIRECTS,
+    classify_status, HttpHandler, LogHandler, NoopHandler, ATTEMPT_HEADER, COMPLETION_TOKEN_HEADER,
+    COMPLETION_URL_HEADER, EXECUTION_ID_HEADER, MAX_REDIRECTS,
 };
 pub use command::{CommandConfig, CommandHandler, CommandsConfig};
 pub use egress::{EgressClient, EgressPolicy, HostPattern};

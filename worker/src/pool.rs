@@ -37,7 +37,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_queue::{
-    Delivery, Maintenance, MaintenanceConfig, Queue, QueueError, RetrySettle, StopOrder, StopProbe,
+    Delivery, Maintenance, MaintenanceConfig, Parked, Queue, QueueError, ReportedEnd,
+    ReportedStatus, RetrySettle, StopOrder, StopProbe,
 };
 use ax_scheduler_core::{AttemptEnd, AttemptOutcome, ReconnectBackoff, UtcMillis};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -95,6 +96,9 @@ pub struct WorkerConfig {
     pub http_allow_cidrs: Vec<crate::egress::IpNet>,
     /// Host names the `http` handler may call whatever they resolve to. Default none.
     pub http_allow_hosts: Vec<crate::egress::HostPattern>,
+    /// The public base URL of ax's API (`https://ax.example.com`), under which the jobs of
+    /// `http.async` tasks report their end. Default none: such tasks fail, saying so.
+    pub completion_public_url: Option<String>,
 }
 
 /// Attempts a pool runs at once by default. Handlers are async I/O (an HTTP call waits on the
@@ -130,6 +134,7 @@ impl Default for WorkerConfig {
             reconcile_interval: Duration::from_secs(10),
             http_allow_cidrs: Vec::new(),
             http_allow_hosts: Vec::new(),
+            completion_public_url: None,
         }
     }
 }
@@ -309,6 +314,7 @@ impl WorkerPool {
         background.spawn(maintenance.run(background_stop.clone()));
         background.spawn(reconcile_loop(self.shared.clone(), background_stop.clone()));
         background.spawn(stop_loop(self.shared.clone(), background_stop.clone()));
+        background.spawn(deadline_loop(self.shared.clone(), background_stop.clone()));
 
         // Acks go through one batching task: under load, one script call settles many
         // messages. It ends when the last sender (held by fetchers and executions) is gone.
@@ -617,6 +623,35 @@ async fn stop_loop(sh: Arc<Shared>, stop: CancellationToken) {
     }
 }
 
+/// Ends the attempts of this pool's queues that waited for a completion past their
+/// deadline (see [`crate::awaiting::expire_due`]), reporting each as the pool reports its
+/// own ends. Every pool runs it; each attempt is ended by one of them.
+async fn deadline_loop(sh: Arc<Shared>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(sh.cfg.maintenance_interval) => {}
+        }
+        for q in &sh.cfg.queues {
+            match crate::awaiting::expire_due(&sh.queue, q, UtcMillis::now()).await {
+                Ok(reports) => {
+                    for report in reports {
+                        tracing::warn!(
+                            execution_id = %report.execution_id,
+                            attempt = report.attempt,
+                            "no completion by the deadline"
+                        );
+                        publish(&sh, &report).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(queue = %q, error = %e, "cannot end expired waiting attempts")
+                }
+            }
+        }
+    }
+}
+
 /// Resolves with the order once the attempt is told to stop; never when its pool forgets it.
 async fn stopped(rx: &mut tokio::sync::watch::Receiver<Option<StopOrder>>) -> StopOrder {
     let order = rx.wait_for(Option::is_some).await.map(|o| *o);
@@ -841,55 +876,93 @@ async fn execute_in_span(
         return;
     };
 
+    // An `http.async` attempt is opened before its request goes out (see `crate::awaiting`);
+    // a completion that came before a crash ends it without sending the request again.
+    let (completion, before) = open_completion(sh, d, started).await;
     let ctx_cancel = hard_stop.child_token();
     let output = crate::handler::OutputSlot::default();
-    let ctx = HandlerContext {
-        worker_id: worker.to_string(),
-        cancel: ctx_cancel.clone(),
-        http: sh.http.clone(),
-        output: output.clone(),
-    };
-    let owned = msg.clone();
-    let stop_grace = handler.stop_grace(msg);
-    let mut handle = tokio::spawn(async move { handler.run(ctx, &owned).await });
-    // How the attempt ended, its error, and whether that error may be retried.
-    let (outcome, error, retryable) = tokio::select! {
-        r = tokio::time::timeout(msg.timeout(), &mut handle) => match r {
-            Ok(Ok(Ok(()))) => (AttemptOutcome::Succeeded, None, false),
-            Ok(Ok(Err(HandlerError::Retryable(e)))) => (AttemptOutcome::Failed, Some(e), true),
-            Ok(Ok(Err(HandlerError::Permanent(e)))) => (AttemptOutcome::Failed, Some(e), false),
-            Ok(Err(e)) => {
-                let message = panic_message(e);
-                tracing::error!(panic = %message, "handler panicked");
-                (AttemptOutcome::Panicked, Some(format!("handler panicked: {message}")), true)
+    let (mut outcome, mut error, mut retryable) = match before {
+        Some(ended) => reported_outcome(&ended, &output),
+        None => {
+            let ctx = HandlerContext {
+                worker_id: worker.to_string(),
+                cancel: ctx_cancel.clone(),
+                http: sh.http.clone(),
+                output: output.clone(),
+                completion: completion.clone(),
+            };
+            let owned = msg.clone();
+            let stop_grace = handler.stop_grace(msg);
+            let mut handle = tokio::spawn(async move { handler.run(ctx, &owned).await });
+            // How the attempt ended, its error, and whether that error may be retried.
+            let ended = tokio::select! {
+                r = tokio::time::timeout(msg.timeout(), &mut handle) => match r {
+                    Ok(Ok(Ok(()))) => (AttemptOutcome::Succeeded, None, false),
+                    Ok(Ok(Err(HandlerError::Retryable(e)))) => (AttemptOutcome::Failed, Some(e), true),
+                    Ok(Ok(Err(HandlerError::Permanent(e)))) => (AttemptOutcome::Failed, Some(e), false),
+                    Ok(Err(e)) => {
+                        let message = panic_message(e);
+                        tracing::error!(panic = %message, "handler panicked");
+                        (AttemptOutcome::Panicked, Some(format!("handler panicked: {message}")), true)
+                    }
+                    Err(_) => (
+                        AttemptOutcome::TimedOut,
+                        Some(format!("timed out after {:?}", msg.timeout())),
+                        true,
+                    ),
+                },
+                _ = hard_stop.cancelled() => (AttemptOutcome::Released, None, false),
+                order = stopped(&mut stop) => (
+                    AttemptOutcome::Killed,
+                    Some(order.reason().to_owned()),
+                    false,
+                ),
+            };
+            if matches!(
+                ended.0,
+                AttemptOutcome::TimedOut | AttemptOutcome::Released | AttemptOutcome::Killed
+            ) {
+                ctx_cancel.cancel();
+                // A handler that stops something outside (a command's processes) gets its
+                // grace to do it; the others are dropped at once.
+                let stopped_in_grace = !stop_grace.is_zero()
+                    && tokio::time::timeout(stop_grace, &mut handle).await.is_ok();
+                if !stopped_in_grace {
+                    handle.abort();
+                    // Wait for the abort so the handler is gone before its message is
+                    // settled; a handler that ignores cancellation and never yields cannot
+                    // be waited for.
+                    let _ = tokio::time::timeout(Duration::from_secs(1), handle).await;
+                }
             }
-            Err(_) => (
-                AttemptOutcome::TimedOut,
-                Some(format!("timed out after {:?}", msg.timeout())),
-                true,
-            ),
-        },
-        _ = hard_stop.cancelled() => (AttemptOutcome::Released, None, false),
-        order = stopped(&mut stop) => (
-            AttemptOutcome::Killed,
-            Some(order.reason().to_owned()),
-            false,
-        ),
+            ended
+        }
     };
-    if matches!(
-        outcome,
-        AttemptOutcome::TimedOut | AttemptOutcome::Released | AttemptOutcome::Killed
-    ) {
-        ctx_cancel.cancel();
-        // A handler that stops something outside (a command's processes) gets its grace to
-        // do it; the others are dropped at once.
-        let ended =
-            !stop_grace.is_zero() && tokio::time::timeout(stop_grace, &mut handle).await.is_ok();
-        if !ended {
-            handle.abort();
-            // Wait for the abort so the handler is gone before its message is settled; a
-            // handler that ignores cancellation and never yields cannot be waited for.
-            let _ = tokio::time::timeout(Duration::from_secs(1), handle).await;
+    if let Some(c) = &completion {
+        if outcome == AttemptOutcome::Succeeded && c.accepted() {
+            match park(sh, d).await {
+                Park::Parked => {
+                    drop(permit);
+                    sh.reporter.on_parked(msg, worker).await;
+                    return;
+                }
+                Park::NotHeld => {
+                    tracing::warn!(
+                        "accepted, but the message was no longer held (the reaper gave it back)"
+                    );
+                    return;
+                }
+                Park::Early(ended) => {
+                    (outcome, error, retryable) = reported_outcome(&ended, &output);
+                }
+                Park::Ended(o, e, r) => (outcome, error, retryable) = (o, e, r),
+            }
+        } else {
+            let q = &sh.queue;
+            settle(sh, "close_awaiting", || {
+                q.close_awaiting(d, closed_label(outcome))
+            })
+            .await;
         }
     }
     drop(permit);
@@ -931,6 +1004,122 @@ async fn execute_in_span(
         }
     };
     finish(sh, d, started, end, output.take()).await;
+}
+
+/// What a pool does before an attempt of an `http.async` task: opens it with a new token
+/// and returns its completion contract, or the end the attempt has already (a completion
+/// that came before a crash; or no public URL to offer, a permanent failure).
+async fn open_completion(
+    sh: &Shared,
+    d: &Delivery,
+    started: UtcMillis,
+) -> (Option<crate::awaiting::Completion>, Option<ReportedEnd>) {
+    let msg = &d.message;
+    if !msg.http.as_ref().is_some_and(|h| h.await_completion) {
+        return (None, None);
+    }
+    let Some(base) = &sh.cfg.completion_public_url else {
+        return (
+            None,
+            Some(failure(
+                "the task waits for a completion (http.async), but this replica has no \
+                 public URL for the job to call back (set `http.public_url` in ax.toml)",
+                false,
+            )),
+        );
+    };
+    let token = ax_queue::CompletionToken::issue(&d.queue, msg.attempt);
+    let q = &sh.queue;
+    match settle(sh, "open_awaiting", || q.open_awaiting(d, &token, started)).await {
+        Some(ax_queue::Opened::Opened) => {
+            let url = crate::awaiting::completion_url(base, msg.execution_id);
+            (Some(crate::awaiting::Completion::new(url, token)), None)
+        }
+        Some(ax_queue::Opened::Early(ended)) => (None, Some(ended)),
+        None => (
+            None,
+            Some(failure(
+                "cannot record the attempt's completion token in Redis",
+                true,
+            )),
+        ),
+    }
+}
+
+fn failure(message: &str, retryable: bool) -> ReportedEnd {
+    ReportedEnd {
+        status: ReportedStatus::Failed,
+        message: Some(message.to_owned()),
+        output: None,
+        retryable,
+        at: UtcMillis::now(),
+    }
+}
+
+/// A reported end as the pool's (outcome, error, retryable), its output kept as the
+/// attempt's.
+fn reported_outcome(
+    ended: &ReportedEnd,
+    output: &crate::handler::OutputSlot,
+) -> (AttemptOutcome, Option<String>, bool) {
+    if let Some(o) = &ended.output {
+        output.set(o.clone());
+    }
+    match ended.status {
+        ReportedStatus::Succeeded => (AttemptOutcome::Succeeded, None, false),
+        ReportedStatus::Failed => (
+            AttemptOutcome::Failed,
+            Some(
+                ended
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| "the job reported a failure".into()),
+            ),
+            ended.retryable,
+        ),
+    }
+}
+
+/// The end recorded for an opened attempt that ended at its worker.
+fn closed_label(outcome: AttemptOutcome) -> &'static str {
+    match outcome {
+        // Succeeded without a 202: the receiver answered at once.
+        AttemptOutcome::Succeeded => "answered",
+        other => other.as_str(),
+    }
+}
+
+/// How a park came out, as far as the pool goes on.
+enum Park {
+    /// Parked: the pool is done with the attempt.
+    Parked,
+    /// The message was gone: nothing to settle or report.
+    NotHeld,
+    /// The job's completion overtook its 202: the attempt ends here with it.
+    Early(ReportedEnd),
+    /// The attempt ends here after all, so.
+    Ended(AttemptOutcome, Option<String>, bool),
+}
+
+/// Parks an accepted attempt until a full timeout from now.
+async fn park(sh: &Shared, d: &Delivery) -> Park {
+    let deadline = UtcMillis::now().add(d.message.timeout());
+    let q = &sh.queue;
+    match settle(sh, "park_awaiting", || q.park_awaiting(d, deadline)).await {
+        Some(Parked::Parked) => Park::Parked,
+        Some(Parked::NotHeld) => Park::NotHeld,
+        Some(Parked::Early(ended)) => Park::Early(ended),
+        Some(Parked::Killed) => Park::Ended(
+            AttemptOutcome::Killed,
+            Some(StopOrder::Killed.reason().to_owned()),
+            false,
+        ),
+        Some(Parked::Gone) | None => Park::Ended(
+            AttemptOutcome::Failed,
+            Some("accepted, but the attempt could not be parked to wait for its completion".into()),
+            true,
+        ),
+    }
 }
 
 /// How a failed attempt was settled.
@@ -1008,15 +1197,21 @@ async fn finish(
         first_enqueued_at: msg.first_attempt_at,
         output,
         lineage: msg.lineage.clone(),
+        awaited: false,
     };
+    publish(sh, &report).await;
+}
+
+/// Records an attempt's end in the history (if this pool writes it) and tells the reporter.
+async fn publish(sh: &Shared, report: &ExecutionReport) {
     if sh.cfg.record_history {
         if let Err(e) = sh
             .queue
-            .record_history(&msg.namespace, &msg.task_id, &report.history())
+            .record_history(&report.namespace, &report.task_id, &report.history())
             .await
         {
             tracing::warn!(error = %e, "could not record execution history");
         }
     }
-    sh.reporter.on_finished(&report).await;
+    sh.reporter.on_finished(report).await;
 }

@@ -48,6 +48,9 @@ pub struct ExecutionReport {
     pub output: Option<AttemptOutput>,
     /// The run and shard it belongs to, if any.
     pub lineage: ax_queue::Lineage,
+    /// The attempt waited for its completion (`http.async`): its worker let go of it when
+    /// it was parked ([`ExecutionReporter::on_parked`]), and it was ended elsewhere.
+    pub awaited: bool,
 }
 
 impl ExecutionReport {
@@ -88,6 +91,15 @@ pub trait ExecutionReporter: Send + Sync + 'static {
     ) -> ReportFuture<'a>;
     /// An attempt ended.
     fn on_finished<'a>(&'a self, report: &'a ExecutionReport) -> ReportFuture<'a>;
+    /// An attempt's receiver took it on (`http.async`): the worker let go of it, and its end
+    /// comes later, possibly on another replica, as an [`ExecutionReport`] marked `awaited`.
+    fn on_parked<'a>(
+        &'a self,
+        _exec: &'a ExecutionMessage,
+        _worker_id: &'a str,
+    ) -> ReportFuture<'a> {
+        Box::pin(async {})
+    }
 }
 
 /// Ignores every event.

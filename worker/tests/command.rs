@@ -65,6 +65,7 @@ fn new_ctx() -> (HandlerContext, CancellationToken, OutputSlot) {
         cancel: cancel.clone(),
         http: EgressClient::new(EgressPolicy::default()).unwrap(),
         output: output.clone(),
+        completion: None,
     };
     (ctx, cancel, output)
 }

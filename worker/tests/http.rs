@@ -27,6 +27,7 @@ fn ctx_with(cidrs: &[&str], hosts: &[&str]) -> HandlerContext {
         cancel: CancellationToken::new(),
         http: EgressClient::new(policy).unwrap(),
         output: OutputSlot::default(),
+        completion: None,
     }
 }
 
@@ -50,6 +51,7 @@ fn exec_to(url: &str, headers: &[(&str, &str)], follow_redirects: bool) -> Execu
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
         follow_redirects,
+        await_completion: false,
     });
     common::msg(&s, 1)
 }

@@ -630,6 +630,7 @@ async fn the_pools_egress_settings_reach_the_http_handler() {
         url: format!("http://127.0.0.1:{}/200", receiver.port),
         headers: Default::default(),
         follow_redirects: false,
+        await_completion: false,
     });
     let run_one = |cfg: WorkerConfig, fire: i64| {
         let (q, s) = (q.clone(), s.clone());

@@ -271,6 +271,14 @@ impl Config {
             );
         }
 
+        let public = self.http.public_url.trim();
+        if !(public.is_empty() || public.starts_with("http://") || public.starts_with("https://")) {
+            err(
+                "http.public_url",
+                format!("`{public}` must start with http:// or https://"),
+            );
+        }
+
         positive(&mut err, "audit.retention", self.audit.retention);
         if self.audit.max_records == 0 {
             err("audit.max_records", "must be at least 1".into());

@@ -33,6 +33,7 @@
 //! | POST | `/queues/{name}/pause` | [`ApiBackend::pause_queue`] |
 //! | POST | `/queues/{name}/resume` | [`ApiBackend::resume_queue`] |
 //! | GET | `/whoami` | none: the caller's token name and role ([`WhoAmI`]) |
+//! | POST | `/executions/{id}/complete` (body: [`CompletionRequest`]; authenticated by its token, not an API token) | [`ApiBackend::complete_execution`] |
 
 use std::future::Future;
 use std::pin::Pin;
@@ -405,6 +406,70 @@ pub trait ApiBackend: Send + Sync {
     fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState>;
     /// Resumes a paused queue.
     fn resume_queue(&self, name: String) -> ApiFuture<'_, QueueState>;
+    /// A job's report on an execution of an `http.async` task (its end, or progress),
+    /// authenticated by the completion token its request carried: [`ApiError::Unauthorized`]
+    /// without a token shaped like one, [`ApiError::Forbidden`] when it is not the
+    /// execution's, [`ApiError::Conflict`] when the attempt ended otherwise (timed out,
+    /// killed, completed with another outcome, superseded by a retry).
+    fn complete_execution(
+        &self,
+        id: String,
+        request: CompletionRequest,
+    ) -> ApiFuture<'_, CompletionReply>;
+}
+
+/// How a job's report on its execution says it went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompletionStatus {
+    /// It did its work: the attempt succeeds.
+    Succeeded,
+    /// It failed: the attempt fails and is retried as the task says (unless `retryable` is
+    /// false).
+    Failed,
+    /// It is still at work: the deadline moves to a full task timeout from now.
+    Progress,
+}
+
+/// The body of `POST /executions/{id}/complete`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionRequest {
+    /// The completion token the job's request carried (`x-ax-completion-token`,
+    /// `completion_token`).
+    #[serde(default)]
+    pub token: String,
+    /// What is reported.
+    pub status: CompletionStatus,
+    /// A message: the error of a failure, what a progress report says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The job's output (any JSON), kept (its first KiB) in the history like an answer's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
+    /// How far along a progress report is, 0 to 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<f64>,
+    /// For a failure: `false` sends it to the dead-letter queue at once instead of retrying.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retryable: Option<bool>,
+}
+
+/// What a completion call did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CompletionReply {
+    /// The execution.
+    pub execution_id: String,
+    /// The attempt the token belongs to (0 for the first).
+    pub attempt: u32,
+    /// `succeeded`, `failed`, or `waiting` after a progress report.
+    pub state: String,
+    /// The same end was reported before: nothing more was done.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repeated: bool,
+    /// After a progress report: when the next report or the end must come by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<UtcMillis>,
 }
 
 /// What a kill did, per execution.
@@ -810,6 +875,7 @@ pub struct ApiState {
     backend: Option<Arc<dyn ApiBackend>>,
     limits: ApiLimits,
     triggers: TriggerLimiter,
+    completions: limits::CompletionLimiter,
 }
 
 impl ApiState {
@@ -826,6 +892,7 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
         backend,
         limits,
         triggers: TriggerLimiter::new(limits.triggers_per_task_per_minute),
+        completions: limits::CompletionLimiter::new(),
     };
     Router::new()
         .route("/tasks", get(list_tasks).post(put_task))
@@ -849,6 +916,7 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
         .route("/queues/{name}/pause", post(pause_queue))
         .route("/queues/{name}/resume", post(resume_queue))
         .route("/whoami", get(whoami))
+        .route("/executions/{id}/complete", post(complete_execution))
         .fallback(|| async { ApiError::NotFound("no such API route".into()) })
         .layer(DefaultBodyLimit::max(limits.max_request_bytes))
         .with_state(state)
@@ -1213,6 +1281,23 @@ async fn resume_queue(
     Path(name): Path<String>,
 ) -> ApiResult<QueueState> {
     Ok(Json(s.backend()?.resume_queue(name).await?))
+}
+
+/// Not behind an API token: the completion token in the body is the credential, checked by
+/// the backend (see `auth::EXECUTION_TOKEN_ROUTES`).
+async fn complete_execution(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<CompletionReply> {
+    let body = limits::body(body, &s.limits)?;
+    s.completions.admit(&id, UtcMillis::now())?;
+    let request: CompletionRequest = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::invalid(format!(
+            "the body must be {{\"token\": ..., \"status\": \"succeeded\" | \"failed\" | \"progress\", ...}}: {e}"
+        ))
+    })?;
+    Ok(Json(s.backend()?.complete_execution(id, request).await?))
 }
 
 /// Needs no backend: the answer is the authorization layer's.

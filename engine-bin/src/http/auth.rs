@@ -17,7 +17,9 @@
 //! Which role a route needs is one table, [`ROUTE_ROLES`], read by the middleware through
 //! the route's matched path: a route missing from it needs [`Role::Admin`], so a new route
 //! is closed until someone decides otherwise. `docs/security.md` prints the same table, and
-//! a test sweeps every route with every kind of caller against it.
+//! a test sweeps every route with every kind of caller against it. The one route that takes
+//! no API token ([`EXECUTION_TOKEN_ROUTES`]: a job reporting its end with the completion
+//! token its request carried) is listed apart, and documented apart.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -97,6 +99,24 @@ pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
     ("POST", "/queues/{name}/resume", Role::Operate),
     ("GET", "/whoami", Role::Read),
 ];
+
+/// Routes that take no API token: their own credential is in the request (the completion
+/// token of `POST /executions/{id}/complete`, checked by the backend against the hash
+/// stored for the execution's attempt). They answer even where the API is closed to
+/// callers without a token, run no role check, and are not audited (a job's progress
+/// reports would flood the log); the input limits apply as to any route.
+pub const EXECUTION_TOKEN_ROUTES: &[(&str, &str)] = &[("POST", "/executions/{id}/complete")];
+
+/// Whether a request to `matched_path` (with or without the `/api/v1` prefix) brings its own
+/// credential ([`EXECUTION_TOKEN_ROUTES`]).
+pub fn is_execution_token_route(method: &Method, matched_path: &str) -> bool {
+    let path = matched_path
+        .strip_prefix(super::API_PREFIX)
+        .unwrap_or(matched_path);
+    EXECUTION_TOKEN_ROUTES
+        .iter()
+        .any(|(m, p)| *m == method.as_str() && *p == path)
+}
 
 /// The role a request needs, from its method and matched path (with or without the
 /// `/api/v1` prefix). Seeing secrets (`show_secrets=true`) is checked by the route itself.
@@ -288,6 +308,12 @@ pub async fn authorize(
         })
     });
     let method = request.method().clone();
+    if route
+        .as_deref()
+        .is_some_and(|r| is_execution_token_route(&method, r))
+    {
+        return next.run(request).await;
+    }
     let refuse = |reason: &'static str, who: &str, error: ApiError| {
         state
             .metrics

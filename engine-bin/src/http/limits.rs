@@ -174,6 +174,56 @@ impl TriggerLimiter {
     }
 }
 
+/// Reports (progress and ends) one execution may make a minute through the completion
+/// route: far above a job that reports every few seconds, low enough that a runaway loop
+/// cannot keep Redis busy for one execution.
+pub const COMPLETIONS_PER_EXECUTION_PER_MINUTE: u32 = 120;
+
+/// The rate of completion calls per execution id (`POST /executions/{id}/complete`), which
+/// no API token guards.
+#[derive(Clone, Debug)]
+pub struct CompletionLimiter {
+    buckets: Arc<Mutex<KeyedBuckets<String>>>,
+}
+
+impl CompletionLimiter {
+    /// A limiter at [`COMPLETIONS_PER_EXECUTION_PER_MINUTE`].
+    pub fn new() -> Self {
+        let per_minute = f64::from(COMPLETIONS_PER_EXECUTION_PER_MINUTE);
+        CompletionLimiter {
+            buckets: Arc::new(Mutex::new(KeyedBuckets::new(
+                per_minute / 60.0,
+                per_minute,
+                MAX_TRACKED_TASKS,
+            ))),
+        }
+    }
+
+    /// Takes one call for `execution` at `now`, or refuses with 429.
+    pub fn admit(&self, execution: &str, now: UtcMillis) -> Result<(), ApiError> {
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        buckets
+            .try_take(&execution.to_owned(), now)
+            .map_err(|next| {
+                let wait_s = (next.0 - now.0).max(0).unsigned_abs().div_ceil(1000);
+                limit(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!(
+                        "execution {execution} was reported on more than \
+                     {COMPLETIONS_PER_EXECUTION_PER_MINUTE} times in the last minute; try \
+                     again in {wait_s} s"
+                    ),
+                )
+            })
+    }
+}
+
+impl Default for CompletionLimiter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use axum::body::Body;

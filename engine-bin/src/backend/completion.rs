@@ -1,0 +1,239 @@
+//! A job's report on its execution (`POST /executions/{id}/complete`), for tasks with
+//! `http.async`.
+//!
+//! The token is the credential: its claim names the attempt and the queue, its hash must be
+//! the one stored for that attempt (compared in constant time), and nothing else is needed,
+//! so any replica answers. The end itself is the worker crate's [`end_waiting`] (the retry
+//! policy, one script that writes the end with its retry or dead letter); this replica then
+//! publishes the attempt's report through the same stream and history as a worker's end, and
+//! the leader settles the task from it. A report is published by the call that ended the
+//! attempt only, so a repeat, or a completion that lost to the deadline or a kill, publishes
+//! nothing.
+
+use std::time::Duration;
+
+use ax_queue::{
+    token_hash, EndBy, EndResult, ExecutionEventRecord, Progress, ProgressResult, ReportedEnd,
+    ReportedStatus, TokenClaim,
+};
+use ax_scheduler_core::{AttemptOutput, ExecutionEvent, UtcMillis};
+use ax_worker::awaiting::{end_waiting, WaitingEnd};
+use ax_worker::ExecutionReport;
+use uuid::Uuid;
+
+use super::{errors, Backend};
+use crate::http::api::{CompletionReply, CompletionRequest, CompletionStatus};
+use crate::http::ApiError;
+
+/// How often an ended attempt's report is tried before the call gives up on it.
+const PUBLISH_TRIES: u32 = 3;
+/// How often a completion that found its attempt being parked reads it again.
+const MOVED_ROUNDS: usize = 3;
+
+fn conflict(id: Uuid, what: &str) -> ApiError {
+    ApiError::Conflict(format!(
+        "execution {id}: {what}; this report changes nothing"
+    ))
+}
+
+fn stale(id: Uuid, attempt: u32, current: u32, end: &str) -> ApiError {
+    let how = if end.is_empty() {
+        "ended".to_owned()
+    } else {
+        format!("ended `{end}`")
+    };
+    conflict(
+        id,
+        &format!("attempt {attempt} {how} and attempt {current} runs now, with a token of its own"),
+    )
+}
+
+impl Backend {
+    pub(super) async fn complete(
+        &self,
+        id: &str,
+        request: CompletionRequest,
+    ) -> Result<CompletionReply, ApiError> {
+        let id = Uuid::parse_str(id)
+            .map_err(|_| ApiError::invalid(format!("{id}: not an execution id (a UUID)")))?;
+        let claim = TokenClaim::parse(request.token.trim()).ok_or_else(|| {
+            ApiError::Unauthorized(
+                "a report needs `token`: the completion token the job's request carried \
+                 (header x-ax-completion-token, body field completion_token)"
+                    .into(),
+            )
+        })?;
+        let token = request.token.trim();
+        let q = self.queue().await?;
+        let forbidden = || {
+            ApiError::Forbidden(format!(
+                "the token is not the one issued for execution {id}"
+            ))
+        };
+        let reply = |state: &str, repeated: bool, deadline: Option<UtcMillis>| CompletionReply {
+            execution_id: id.to_string(),
+            attempt: claim.attempt,
+            state: state.to_owned(),
+            repeated,
+            deadline,
+        };
+        for _ in 0..MOVED_ROUNDS {
+            let rec = q
+                .awaiting_record(&claim.queue, id)
+                .await
+                .map_err(errors::queue)?
+                .ok_or_else(forbidden)?;
+            if !rec.token_matches(claim.attempt, token) {
+                return Err(forbidden());
+            }
+            let hash = token_hash(token);
+            let now = UtcMillis::now();
+            let status = match request.status {
+                CompletionStatus::Progress => {
+                    let timeout = rec
+                        .message
+                        .as_ref()
+                        .map_or(Duration::ZERO, |(_, m)| m.timeout());
+                    let deadline = now.add(timeout);
+                    let progress = progress(&request, now)?;
+                    return match q
+                        .progress_awaiting(
+                            &claim.queue,
+                            id,
+                            claim.attempt,
+                            &hash,
+                            deadline,
+                            &progress,
+                        )
+                        .await
+                        .map_err(errors::queue)?
+                    {
+                        ProgressResult::Recorded => Ok(reply("waiting", false, Some(deadline))),
+                        ProgressResult::Stale { current, end } => {
+                            Err(stale(id, claim.attempt, current, &end))
+                        }
+                        ProgressResult::Done(end) => {
+                            Err(conflict(id, &format!("the attempt ended `{end}`")))
+                        }
+                        ProgressResult::Forbidden | ProgressResult::Gone => Err(forbidden()),
+                    };
+                }
+                CompletionStatus::Succeeded => ReportedStatus::Succeeded,
+                CompletionStatus::Failed => ReportedStatus::Failed,
+            };
+            let ended = reported(&request, status, now);
+            let (result, report) = end_waiting(
+                q,
+                &rec,
+                claim.attempt,
+                EndBy::Completion(&hash),
+                WaitingEnd::Reported(ended),
+                now,
+            )
+            .await
+            .map_err(errors::queue)?;
+            let label = status.label();
+            return match result {
+                EndResult::Ended => {
+                    if let Some(report) = report {
+                        self.publish(q, &report).await;
+                    }
+                    Ok(reply(label, false, None))
+                }
+                // Kept for the worker, which has not seen the 202 yet and settles it.
+                EndResult::Early => Ok(reply(label, false, None)),
+                EndResult::Done(end) if end == label => Ok(reply(label, true, None)),
+                EndResult::Done(end) => Err(conflict(
+                    id,
+                    &format!("the attempt ended `{end}` before this `{label}`"),
+                )),
+                EndResult::Stale { current, end } if end == label => {
+                    let _ = current;
+                    Ok(reply(label, true, None))
+                }
+                EndResult::Stale { current, end } => Err(stale(id, claim.attempt, current, &end)),
+                EndResult::Moved => continue,
+                EndResult::Forbidden | EndResult::Gone | EndResult::Alive => Err(forbidden()),
+            };
+        }
+        Err(ApiError::Unavailable(format!(
+            "execution {id} is being handed from its worker to the completion queue; report again"
+        )))
+    }
+
+    /// Publishes an attempt's end for the leader and the history, as a worker's end goes.
+    async fn publish(&self, q: &ax_queue::Queue, report: &ExecutionReport) {
+        let event = ExecutionEventRecord {
+            namespace: report.namespace.clone(),
+            task_id: report.task_id.clone(),
+            execution_id: report.execution_id,
+            fire_at: report.fire_at,
+            attempt: report.attempt,
+            kind: ExecutionEvent::Finished {
+                at: report.finished_at,
+                end: report.end.clone(),
+            },
+        };
+        let history = report.history();
+        for attempt in 1..=PUBLISH_TRIES {
+            match q.report(&event, Some(&history)).await {
+                Ok(()) => {
+                    tracing::info!(
+                        task_id = %format!("{}/{}", report.namespace, report.task_id),
+                        execution_id = %report.execution_id,
+                        attempt = report.attempt,
+                        outcome = report.end.label(),
+                        "finished (reported by its job)"
+                    );
+                    return;
+                }
+                Err(e) if attempt < PUBLISH_TRIES => {
+                    tracing::warn!(error = %e, "cannot publish a reported end yet; trying again");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => tracing::error!(
+                    execution_id = %report.execution_id,
+                    error = %e,
+                    "the end is recorded, but the leader could not be told; the task's state catches up with its next execution"
+                ),
+            }
+        }
+    }
+}
+
+fn reported(request: &CompletionRequest, status: ReportedStatus, now: UtcMillis) -> ReportedEnd {
+    ReportedEnd {
+        status,
+        message: request
+            .message
+            .clone()
+            .map(ax_scheduler_core::execution::shown_error),
+        output: request.output.as_ref().map(|o| {
+            let text = match o {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            AttemptOutput::new(None, text.as_bytes(), false)
+        }),
+        retryable: request.retryable.unwrap_or(true),
+        at: now,
+    }
+}
+
+fn progress(request: &CompletionRequest, now: UtcMillis) -> Result<Progress, ApiError> {
+    if let Some(p) = request.percent {
+        if !(0.0..=100.0).contains(&p) {
+            return Err(ApiError::invalid(format!(
+                "percent: {p} is outside 0 to 100"
+            )));
+        }
+    }
+    Ok(Progress {
+        percent: request.percent,
+        message: request
+            .message
+            .clone()
+            .map(ax_scheduler_core::execution::shown_error),
+        at: now,
+    })
+}

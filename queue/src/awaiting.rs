@@ -1,0 +1,750 @@
+//! Executions that wait for a completion reported later (`http.async`): the receiver answers
+//! `202 Accepted`, the worker's slot is freed, and the job reports its end (or progress)
+//! through the API with a per-attempt token.
+//!
+//! Each such execution has a record ([`crate::keys::Keys::awaiting`], a hash in the queue's
+//! slot) and, while it waits, an entry in the queue's awaiting set scored by its deadline.
+//! An attempt goes `pending` (opened before its request is sent, so a completion that
+//! overtakes the 202 finds it and is kept for the worker) → `waiting` (parked: the message
+//! left the worker's processing list) → `ended`. Every transition is one script, and the end
+//! of a waiting attempt is one script for the three ways it can come (the completion, the
+//! deadline, a kill), guarded by the attempt's state: exactly one of them wins, the others
+//! learn what it did. The retry or dead letter that follows a failed end is written by the
+//! same script, so a failover between the end and its settle cannot lose or repeat it.
+//!
+//! The token is made by the worker for one attempt of one execution; only its SHA-256 is
+//! stored (per attempt, so a late call of an attempt that timed out is told so rather than
+//! refused as a forgery) and it is compared in constant time. It names its attempt and queue
+//! (the record is in the queue's slot, and an execution id says nothing of its queue); it is
+//! random beyond that, and opaque to the job.
+
+use std::collections::BTreeMap;
+
+use ax_scheduler_core::{AttemptOutput, UtcMillis};
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use uuid::Uuid;
+
+use crate::dlq::DlqEntry;
+use crate::error::{QueueError, Result};
+use crate::message::ExecutionMessage;
+use crate::queue::{check_queue, Delivery, Queue};
+
+/// What every completion token starts with.
+const TOKEN_PREFIX: &str = "axc";
+
+/// The secret of one attempt's completion: `axc.<attempt>.<64 hex digits>.<queue>`. Its
+/// `Debug` shows no secret, so it cannot reach a log by accident.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CompletionToken(String);
+
+impl std::fmt::Debug for CompletionToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CompletionToken(***)")
+    }
+}
+
+impl CompletionToken {
+    /// A new token for `attempt` of an execution in `queue`: 256 random bits from the OS's
+    /// generator.
+    pub fn issue(queue: &str, attempt: u32) -> Self {
+        let bytes: [u8; 32] = rand::random();
+        CompletionToken(format!("{TOKEN_PREFIX}.{attempt}.{}.{queue}", hex(&bytes)))
+    }
+
+    /// The token's text, to send to the receiver (and nowhere else).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The SHA-256 of the token, as stored.
+    pub fn hash(&self) -> String {
+        token_hash(&self.0)
+    }
+}
+
+/// What a presented token claims: its attempt and queue. Nothing is proven until its hash
+/// matches the record's ([`AwaitingRecord::token_matches`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenClaim {
+    /// The attempt the token was made for.
+    pub attempt: u32,
+    /// The queue of the execution.
+    pub queue: String,
+}
+
+impl TokenClaim {
+    /// The claim of a presented token; `None` when it is not shaped like one.
+    pub fn parse(token: &str) -> Option<Self> {
+        let mut parts = token.splitn(4, '.');
+        let (prefix, attempt, secret, queue) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let well_formed = prefix == TOKEN_PREFIX
+            && secret.len() == 64
+            && secret.bytes().all(|b| b.is_ascii_hexdigit())
+            && crate::keys::validate_name(queue);
+        let attempt = attempt.parse().ok()?;
+        well_formed.then(|| TokenClaim {
+            attempt,
+            queue: queue.to_owned(),
+        })
+    }
+}
+
+/// SHA-256 of a token, as 64 lowercase hex digits.
+pub fn token_hash(token: &str) -> String {
+    hex(&Sha256::digest(token.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Where an awaiting attempt is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AwaitingState {
+    /// Its request is being sent; the message is still the worker's.
+    Pending,
+    /// The receiver accepted it: it waits for the completion, the worker is free.
+    Waiting,
+    /// It ended (see [`AwaitingRecord::end_of`]).
+    Ended,
+}
+
+/// How a job reported its end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportedStatus {
+    /// The job did its work.
+    Succeeded,
+    /// The job failed.
+    Failed,
+}
+
+impl ReportedStatus {
+    /// The end label recorded for the attempt (an [`ax_scheduler_core::AttemptOutcome`]
+    /// name).
+    pub fn label(self) -> &'static str {
+        match self {
+            ReportedStatus::Succeeded => "succeeded",
+            ReportedStatus::Failed => "failed",
+        }
+    }
+}
+
+/// A job's report of its end, as kept with the record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportedEnd {
+    /// How it ended.
+    pub status: ReportedStatus,
+    /// Its message (the error of a failure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The start of its output, for the history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<AttemptOutput>,
+    /// A failure the retry policy may retry (default); `false` dead-letters it at once.
+    #[serde(default = "yes")]
+    pub retryable: bool,
+    /// When it was reported.
+    pub at: UtcMillis,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A job's last progress report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// How far it is, 0 to 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<f64>,
+    /// What it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When it was reported.
+    pub at: UtcMillis,
+}
+
+/// An execution's awaiting record, as read.
+#[derive(Clone, Debug)]
+pub struct AwaitingRecord {
+    /// Its queue.
+    pub queue: String,
+    /// The execution.
+    pub execution_id: Uuid,
+    /// The newest attempt opened.
+    pub attempt: u32,
+    /// Where that attempt is.
+    pub state: AwaitingState,
+    /// The parked message, as stored (while it waits, and after its end).
+    pub message: Option<(String, ExecutionMessage)>,
+    /// The worker that sent the request.
+    pub worker: String,
+    /// When the attempt started.
+    pub started_at: UtcMillis,
+    /// When a completion or progress report must come by, while it waits.
+    pub deadline: Option<UtcMillis>,
+    /// The last progress report.
+    pub progress: Option<Progress>,
+    token_hashes: BTreeMap<u32, String>,
+    ends: BTreeMap<u32, String>,
+}
+
+impl AwaitingRecord {
+    /// Whether `token` is the one issued for `attempt`, compared in constant time.
+    pub fn token_matches(&self, attempt: u32, token: &str) -> bool {
+        let presented = token_hash(token);
+        let stored = self.token_hashes.get(&attempt).map_or("", String::as_str);
+        // Equal lengths are compared in constant time; a missing hash is the empty string,
+        // and the length of a hash is no secret.
+        bool::from(presented.as_bytes().ct_eq(stored.as_bytes()))
+    }
+
+    /// How `attempt` ended (`succeeded`, `failed`, `timed_out`, `killed`, or `answered`
+    /// when its receiver answered without a 202), if it did.
+    pub fn end_of(&self, attempt: u32) -> Option<&str> {
+        self.ends.get(&attempt).map(String::as_str)
+    }
+
+    fn from_fields(queue: &str, id: Uuid, fields: BTreeMap<String, String>) -> Option<Self> {
+        let attempt = fields.get("attempt")?.parse().ok()?;
+        let state = match fields.get("state").map(String::as_str) {
+            Some("pending") => AwaitingState::Pending,
+            Some("waiting") => AwaitingState::Waiting,
+            _ => AwaitingState::Ended,
+        };
+        let message = fields
+            .get("msg")
+            .and_then(|raw| Some((raw.clone(), ExecutionMessage::from_json(raw).ok()?)));
+        let mut token_hashes = BTreeMap::new();
+        let mut ends = BTreeMap::new();
+        for (k, v) in &fields {
+            if let Some(n) = k.strip_prefix("t:").and_then(|n| n.parse().ok()) {
+                token_hashes.insert(n, v.clone());
+            } else if let Some(n) = k.strip_prefix("end:").and_then(|n| n.parse().ok()) {
+                ends.insert(n, v.clone());
+            }
+        }
+        let ms = |k: &str| fields.get(k).and_then(|v| v.parse().ok()).map(UtcMillis);
+        Some(AwaitingRecord {
+            queue: queue.to_owned(),
+            execution_id: id,
+            attempt,
+            state,
+            message,
+            worker: fields.get("worker").cloned().unwrap_or_default(),
+            started_at: ms("started").unwrap_or(UtcMillis(0)),
+            deadline: ms("deadline"),
+            progress: fields
+                .get("progress")
+                .and_then(|p| serde_json::from_str(p).ok()),
+            token_hashes,
+            ends,
+        })
+    }
+}
+
+/// What [`Queue::open_awaiting`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Opened {
+    /// The attempt is open: send the request.
+    Opened,
+    /// The job reported this attempt's end before (the worker that sent the request died
+    /// before settling it): settle it so, without sending the request again.
+    Early(ReportedEnd),
+}
+
+/// What [`Queue::park_awaiting`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Parked {
+    /// The message waits for its completion; the worker is done with it.
+    Parked,
+    /// The job's completion overtook its 202: the worker settles the attempt with it.
+    Early(ReportedEnd),
+    /// An operator killed the execution while its request was sent.
+    Killed,
+    /// The record is not this attempt's pending one (it expired): settle as a plain end.
+    Gone,
+    /// The message was no longer held (the reaper gave it back).
+    NotHeld,
+}
+
+/// Who ends a waiting attempt in [`Queue::end_awaiting`].
+#[derive(Clone, Copy, Debug)]
+pub enum EndBy<'a> {
+    /// The job, with this SHA-256 of its token.
+    Completion(&'a str),
+    /// The job, with this SHA-256 of its token, for an attempt read as pending: the
+    /// completion may only be kept for its worker ([`EndResult::Moved`] when it was parked
+    /// meanwhile).
+    Early(&'a str),
+    /// The deadline, which must have passed.
+    Deadline,
+    /// An operator.
+    Kill,
+}
+
+/// What follows the end of a waiting attempt, written with it.
+#[derive(Clone, Debug)]
+pub enum AwaitSettle {
+    /// Nothing: it succeeded, or was killed.
+    Done,
+    /// The next attempt, due then.
+    Retry {
+        /// The next attempt's message.
+        next: ExecutionMessage,
+        /// When it is due.
+        due: UtcMillis,
+    },
+    /// The dead-letter queue.
+    DeadLetter(DlqEntry),
+}
+
+/// What [`Queue::end_awaiting`] came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EndResult {
+    /// This call ended the attempt: its report is the caller's to make.
+    Ended,
+    /// The attempt is still pending (its 202 not yet seen by the worker): the completion is
+    /// kept and the worker settles it.
+    Early,
+    /// A newer attempt is current; this one ended so (empty when unknown).
+    Stale {
+        /// The current attempt.
+        current: u32,
+        /// How the presented attempt ended.
+        end: String,
+    },
+    /// The attempt ended before, so.
+    Done(String),
+    /// The token is not the attempt's.
+    Forbidden,
+    /// The deadline moved (a progress report came first).
+    Alive,
+    /// An [`EndBy::Early`] found the attempt parked meanwhile: read the record again.
+    Moved,
+    /// No record, or the attempt is not waiting.
+    Gone,
+}
+
+/// What [`Queue::progress_awaiting`] came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProgressResult {
+    /// Kept; the deadline moved.
+    Recorded,
+    /// A newer attempt is current.
+    Stale {
+        /// The current attempt.
+        current: u32,
+        /// How the presented attempt ended.
+        end: String,
+    },
+    /// The attempt ended, so.
+    Done(String),
+    /// The token is not the attempt's.
+    Forbidden,
+    /// No record.
+    Gone,
+}
+
+fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<String> {
+    serde_json::to_string(value).map_err(|source| QueueError::Json {
+        action: "encode",
+        what,
+        source,
+    })
+}
+
+fn reported(op: &'static str, json: Option<&String>) -> Result<ReportedEnd> {
+    let json = json.ok_or_else(|| QueueError::UnexpectedReply {
+        op,
+        detail: "no completion with `early`".into(),
+    })?;
+    serde_json::from_str(json).map_err(|source| QueueError::Json {
+        action: "decode",
+        what: "reported end",
+        source,
+    })
+}
+
+fn parse_end(reply: &[String]) -> EndResult {
+    match reply.first().map(String::as_str) {
+        Some("ended") => EndResult::Ended,
+        Some("early") => EndResult::Early,
+        Some("stale") => {
+            let (current, end) = stale(reply);
+            EndResult::Stale { current, end }
+        }
+        Some("done") => EndResult::Done(reply.get(1).cloned().unwrap_or_default()),
+        Some("forbidden") => EndResult::Forbidden,
+        Some("alive") => EndResult::Alive,
+        Some("moved") => EndResult::Moved,
+        _ => EndResult::Gone,
+    }
+}
+
+fn stale(reply: &[String]) -> (u32, String) {
+    (
+        reply.get(1).and_then(|a| a.parse().ok()).unwrap_or(0),
+        reply.get(2).cloned().unwrap_or_default(),
+    )
+}
+
+impl Queue {
+    /// How long a record is kept past its deadline or end: repeats are recognised that long.
+    fn awaiting_retention(&self) -> std::time::Duration {
+        self.config().dedupe_ttl
+    }
+
+    /// Opens the attempt `d` is before its request is sent, with `token`'s hash.
+    pub async fn open_awaiting(
+        &self,
+        d: &Delivery,
+        token: &CompletionToken,
+        started: UtcMillis,
+    ) -> Result<Opened> {
+        let m = &d.message;
+        let k = self.keys();
+        let ttl = m.timeout().saturating_mul(2) + self.awaiting_retention();
+        let mut inv = self.inner.scripts.awaiting_open.prepare_invoke();
+        inv.key(k.awaiting(&d.queue, &m.execution_id.to_string()))
+            .arg(m.attempt)
+            .arg(token.hash())
+            .arg(&d.worker_id)
+            .arg(started.0)
+            .arg(ms(ttl));
+        let mut conn = self.conn();
+        let reply: Vec<String> = self
+            .run("open_awaiting", inv.invoke_async(&mut conn))
+            .await?;
+        match reply.first().map(String::as_str) {
+            Some("opened") => Ok(Opened::Opened),
+            Some("early") => Ok(Opened::Early(reported("open_awaiting", reply.get(1))?)),
+            other => Err(QueueError::UnexpectedReply {
+                op: "open_awaiting",
+                detail: format!("{other:?}"),
+            }),
+        }
+    }
+
+    /// Parks `d` (its receiver answered 202) until `deadline`.
+    pub async fn park_awaiting(&self, d: &Delivery, deadline: UtcMillis) -> Result<Parked> {
+        let m = &d.message;
+        let id = m.execution_id.to_string();
+        let k = self.keys();
+        let left = deadline.since(UtcMillis::now());
+        let mut inv = self.inner.scripts.awaiting_park.prepare_invoke();
+        inv.key(k.processing(&d.queue, &d.worker_id))
+            .key(k.awaiting(&d.queue, &id))
+            .key(k.awaiting_due(&d.queue))
+            .key(k.kill(&d.queue, &id))
+            .key(k.monitor(&d.queue))
+            .arg(&d.raw)
+            .arg(&id)
+            .arg(m.attempt)
+            .arg(deadline.0)
+            .arg(ms(left + self.awaiting_retention()));
+        let mut conn = self.conn();
+        let reply: Vec<String> = self
+            .run("park_awaiting", inv.invoke_async(&mut conn))
+            .await?;
+        Ok(match reply.first().map(String::as_str) {
+            Some("parked") => Parked::Parked,
+            Some("early") => Parked::Early(reported("park_awaiting", reply.get(1))?),
+            Some("killed") => Parked::Killed,
+            Some("not_held") => Parked::NotHeld,
+            _ => Parked::Gone,
+        })
+    }
+
+    /// Closes an opened attempt that ended at its worker, recording `label` as its end.
+    /// `false` when it was not pending.
+    pub async fn close_awaiting(&self, d: &Delivery, label: &str) -> Result<bool> {
+        let m = &d.message;
+        let mut inv = self.inner.scripts.awaiting_close.prepare_invoke();
+        inv.key(self.keys().awaiting(&d.queue, &m.execution_id.to_string()))
+            .arg(m.attempt)
+            .arg(label)
+            .arg(ms(self.awaiting_retention()));
+        let mut conn = self.conn();
+        let n: i64 = self
+            .run("close_awaiting", inv.invoke_async(&mut conn))
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// The record of execution `id` in `queue`, if there is one.
+    pub async fn awaiting_record(&self, queue: &str, id: Uuid) -> Result<Option<AwaitingRecord>> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        let fields: BTreeMap<String, String> = self
+            .run(
+                "awaiting_record",
+                conn.hgetall(self.keys().awaiting(queue, &id.to_string())),
+            )
+            .await?;
+        Ok(AwaitingRecord::from_fields(queue, id, fields))
+    }
+
+    /// Ends `attempt` of `message` (waiting for its completion) as `label` (an
+    /// [`ax_scheduler_core::AttemptOutcome`] name), with `settle` written in the same
+    /// script, if `by` may: see [`EndResult`]. `outcome` is kept with the record.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn end_awaiting(
+        &self,
+        message: &ExecutionMessage,
+        attempt: u32,
+        by: EndBy<'_>,
+        label: &str,
+        settle: &AwaitSettle,
+        outcome: &ReportedEnd,
+        now: UtcMillis,
+    ) -> Result<EndResult> {
+        let q = &*message.queue;
+        check_queue(q)?;
+        let id = message.execution_id.to_string();
+        let k = self.keys();
+        let (how, hash) = match by {
+            EndBy::Completion(hash) => ("complete", hash),
+            EndBy::Early(hash) => ("early", hash),
+            EndBy::Deadline => ("deadline", ""),
+            EndBy::Kill => ("kill", ""),
+        };
+        let (kind, payload, due) = match settle {
+            AwaitSettle::Done => ("ack", String::new(), 0),
+            AwaitSettle::Retry { next, due } => ("retry", next.to_json()?, due.0),
+            AwaitSettle::DeadLetter(entry) => ("dlq", encode("dead-letter entry", entry)?, 0),
+        };
+        let mut inv = self.inner.scripts.awaiting_end.prepare_invoke();
+        inv.key(k.awaiting(q, &id))
+            .key(k.awaiting_due(q))
+            .key(k.delayed(q))
+            .key(k.dlq(q))
+            .key(k.dlq_entries(q))
+            .key(k.active(q, &message.namespace, &message.task_id))
+            .arg(how)
+            .arg(attempt)
+            .arg(hash)
+            .arg(now.0)
+            .arg(label)
+            .arg(kind)
+            .arg(payload)
+            .arg(due)
+            .arg(&id)
+            .arg(encode("reported end", outcome)?)
+            .arg(ms(self.awaiting_retention()));
+        let mut conn = self.conn();
+        let reply: Vec<String> = self
+            .run("end_awaiting", inv.invoke_async(&mut conn))
+            .await?;
+        Ok(parse_end(&reply))
+    }
+
+    /// A completion of `attempt` of execution `id` in `queue` read as pending: kept for its
+    /// worker ([`EndResult::Early`]), or [`EndResult::Moved`] when it was parked meanwhile.
+    pub async fn end_awaiting_early(
+        &self,
+        queue: &str,
+        id: Uuid,
+        attempt: u32,
+        token_hash: &str,
+        outcome: &ReportedEnd,
+        now: UtcMillis,
+    ) -> Result<EndResult> {
+        check_queue(queue)?;
+        let id_text = id.to_string();
+        let k = self.keys();
+        let mut inv = self.inner.scripts.awaiting_end.prepare_invoke();
+        // The settle's keys are never touched on this path; they only keep the slot.
+        inv.key(k.awaiting(queue, &id_text))
+            .key(k.awaiting_due(queue))
+            .key(k.delayed(queue))
+            .key(k.dlq(queue))
+            .key(k.dlq_entries(queue))
+            .key(k.active(queue, "-", "-"))
+            .arg("early")
+            .arg(attempt)
+            .arg(token_hash)
+            .arg(now.0)
+            .arg(outcome.status.label())
+            .arg("ack")
+            .arg("")
+            .arg(0)
+            .arg(&id_text)
+            .arg(encode("reported end", outcome)?)
+            .arg(ms(self.awaiting_retention()));
+        let mut conn = self.conn();
+        let reply: Vec<String> = self
+            .run("end_awaiting", inv.invoke_async(&mut conn))
+            .await?;
+        Ok(parse_end(&reply))
+    }
+
+    /// Records a progress report of `attempt` of execution `id` in `queue` and moves its
+    /// deadline to `deadline`, if `token_hash` is the attempt's.
+    pub async fn progress_awaiting(
+        &self,
+        queue: &str,
+        id: Uuid,
+        attempt: u32,
+        token_hash: &str,
+        deadline: UtcMillis,
+        progress: &Progress,
+    ) -> Result<ProgressResult> {
+        check_queue(queue)?;
+        let id_text = id.to_string();
+        let k = self.keys();
+        let left = deadline.since(UtcMillis::now());
+        let mut inv = self.inner.scripts.awaiting_progress.prepare_invoke();
+        inv.key(k.awaiting(queue, &id_text))
+            .key(k.awaiting_due(queue))
+            .arg(attempt)
+            .arg(token_hash)
+            .arg(deadline.0)
+            .arg(encode("progress", progress)?)
+            .arg(&id_text)
+            .arg(ms(left + self.awaiting_retention()));
+        let mut conn = self.conn();
+        let reply: Vec<String> = self
+            .run("progress_awaiting", inv.invoke_async(&mut conn))
+            .await?;
+        Ok(match reply.first().map(String::as_str) {
+            Some("ok") => ProgressResult::Recorded,
+            Some("stale") => {
+                let (current, end) = stale(&reply);
+                ProgressResult::Stale { current, end }
+            }
+            Some("done") => ProgressResult::Done(reply.get(1).cloned().unwrap_or_default()),
+            Some("forbidden") => ProgressResult::Forbidden,
+            _ => ProgressResult::Gone,
+        })
+    }
+
+    /// Up to `max` executions of `queue` whose completion deadline passed by `now`.
+    pub async fn due_awaiting(&self, queue: &str, now: UtcMillis, max: usize) -> Result<Vec<Uuid>> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        let ids: Vec<String> = self
+            .run(
+                "due_awaiting",
+                redis::cmd("ZRANGEBYSCORE")
+                    .arg(self.keys().awaiting_due(queue))
+                    .arg("-inf")
+                    .arg(now.0)
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(max.max(1))
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(ids.iter().filter_map(|i| i.parse().ok()).collect())
+    }
+
+    /// Drops `id` from `queue`'s awaiting set (its record is gone: nothing to end).
+    pub async fn forget_awaiting(&self, queue: &str, id: Uuid) -> Result<()> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        let _: i64 = self
+            .run(
+                "forget_awaiting",
+                conn.zrem(self.keys().awaiting_due(queue), id.to_string()),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Executions of `queue` waiting for their completion.
+    pub async fn awaiting_len(&self, queue: &str) -> Result<u64> {
+        check_queue(queue)?;
+        let mut conn = self.conn();
+        self.run("awaiting_len", conn.zcard(self.keys().awaiting_due(queue)))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_name_their_attempt_and_queue_and_hide_their_secret() {
+        let t = CompletionToken::issue("jobs.long", 3);
+        let claim = TokenClaim::parse(t.expose()).unwrap();
+        assert_eq!(
+            claim,
+            TokenClaim {
+                attempt: 3,
+                queue: "jobs.long".into()
+            }
+        );
+        assert_ne!(t, CompletionToken::issue("jobs.long", 3));
+        assert!(!format!("{t:?}").contains(&t.expose()[8..20]));
+        assert_eq!(t.hash().len(), 64);
+        assert_ne!(t.hash(), t.expose());
+    }
+
+    #[test]
+    fn malformed_tokens_claim_nothing() {
+        let secret = "a".repeat(64);
+        for bad in [
+            String::new(),
+            "axc".into(),
+            format!("axc.x.{secret}.default"),
+            format!("axd.0.{secret}.default"),
+            format!("axc.0.{}.default", "a".repeat(63)),
+            format!("axc.0.{}.default", "g".repeat(64)),
+            format!("axc.0.{secret}.de{{f}}"),
+            format!("axc.0.{secret}."),
+        ] {
+            assert_eq!(TokenClaim::parse(&bad), None, "{bad}");
+        }
+    }
+
+    fn record(fields: &[(&str, &str)]) -> AwaitingRecord {
+        AwaitingRecord::from_fields(
+            "default",
+            Uuid::nil(),
+            fields
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_token_matches_only_its_own_attempt() {
+        let t0 = CompletionToken::issue("default", 0);
+        let t1 = CompletionToken::issue("default", 1);
+        let r = record(&[
+            ("attempt", "1"),
+            ("state", "waiting"),
+            ("t:0", &t0.hash()),
+            ("t:1", &t1.hash()),
+            ("end:0", "timed_out"),
+        ]);
+        assert!(r.token_matches(0, t0.expose()));
+        assert!(r.token_matches(1, t1.expose()));
+        assert!(!r.token_matches(1, t0.expose()));
+        assert!(!r.token_matches(2, t1.expose()));
+        assert!(!r.token_matches(1, ""));
+        assert_eq!(r.state, AwaitingState::Waiting);
+        assert_eq!(r.end_of(0), Some("timed_out"));
+        assert_eq!(r.end_of(1), None);
+    }
+
+    #[test]
+    fn a_reported_end_is_retryable_unless_it_says_otherwise() {
+        let end: ReportedEnd = serde_json::from_str(r#"{"status":"failed","at":1}"#).unwrap();
+        assert!(end.retryable);
+        assert_eq!(end.status.label(), "failed");
+    }
+}
