@@ -191,7 +191,9 @@ impl Queue {
             .run("kill (workers)", conn.zrange(k.workers(queue), 0, -1))
             .await?;
         let mut inv = self.inner.scripts.find.prepare_invoke();
-        inv.key(k.ready(queue)).key(k.delayed(queue));
+        inv.key(k.queued(queue))
+            .key(k.delayed(queue))
+            .key(k.legacy_ready(queue));
         for w in &workers {
             inv.key(k.processing(queue, w));
         }
@@ -221,11 +223,13 @@ impl Queue {
         };
         let ttl = u64::try_from(self.config().dedupe_ttl.as_millis()).unwrap_or(u64::MAX);
         let mut inv = self.inner.scripts.kill.prepare_invoke();
-        inv.key(k.ready(queue))
+        inv.key(k.queued(queue))
             .key(k.delayed(queue))
             .key(k.monitor(queue))
             .key(k.kill(queue, &id_text))
             .key(active)
+            .key(k.legacy_ready(queue))
+            .key(k.order(queue))
             .arg(found.map_or("", |(raw, _)| raw.as_str()))
             .arg(&id_text)
             .arg(ttl.max(1));

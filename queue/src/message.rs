@@ -61,7 +61,7 @@ pub struct ExecutionMessage {
     pub timeout_ms: u64,
     /// Retry settings of the task.
     pub retry: Arc<RetryPolicy>,
-    /// Task priority, 0 ..= 9; above the default it jumps ahead of waiting messages.
+    /// Task priority, 0 ..= 9: the queue's order of waiting messages (priority with aging).
     pub priority: u8,
     /// Idempotency key of the task, if any: executions sharing it are enqueued once per
     /// dedupe window.
