@@ -1,7 +1,7 @@
 //! Every Redis key the queue uses, built in one place.
 //!
 //! Keys of one queue share the hash tag `{prefix:q:queue}`, so each Lua script (which touches
-//! the ready list, the processing lists, the delayed and monitoring sets, dedupe keys, the
+//! the queued set, the processing lists, the delayed and monitoring sets, dedupe keys, the
 //! fence and the dead-letter set of a single queue) stays within one slot and the layout works
 //! unchanged on Redis Cluster. Execution history is per task and touched by plain commands
 //! only, so it has a tag of its own (`{prefix:h:ns/task}`); the history across tasks is one

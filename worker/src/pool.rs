@@ -715,7 +715,7 @@ fn hold(sh: &Shared, d: &Delivery, held: bool) {
 }
 
 /// Gives back what the processing lists hold and the pool does not: messages a failed reply
-/// left there (a `BLMOVE` or top-up whose answer was lost after Redis moved them), which would
+/// left there (a take whose answer was lost after Redis moved them), which would
 /// otherwise stay until the process stops. An entry must be found unknown on two rounds in a
 /// row, so a take whose reply is on its way is never mistaken for one.
 async fn reconcile_loop(sh: Arc<Shared>, stop: CancellationToken) {
