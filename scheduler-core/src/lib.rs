@@ -5,6 +5,7 @@
 
 pub mod backoff;
 pub mod breaker;
+pub mod concurrency;
 mod cron;
 pub mod deadline;
 pub mod dispatcher;
@@ -26,6 +27,7 @@ pub mod timer;
 pub mod validate;
 
 pub use backoff::ReconnectBackoff;
+pub use concurrency::Concurrency;
 pub use dispatcher::{Dispatch, Dispatcher, DispatcherConfig, Notice, TaskKey};
 pub use error::CoreError;
 pub use execution::{
