@@ -3,6 +3,7 @@
 //! TLS material is plain PEM bytes, not file paths: the caller decides where certificates
 //! come from (files, a secret store) and this crate never touches the file system for them.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ax_scheduler_core::ready::DEFAULT_AGING_INTERVAL;
@@ -69,9 +70,22 @@ pub struct QueueConfig {
     /// anything above [`STRICT_PRIORITY_STEP`]) means that step: strict priority in practice,
     /// where a low priority can wait for ever under a stream of higher ones.
     pub priority_aging: Duration,
+    /// Limits per queue name, enforced inside the take script so they hold across all
+    /// workers; every worker of a queue must be given the same. Default none.
+    pub limits: BTreeMap<String, QueueLimits>,
     /// TLS settings for a `rediss://` URL beyond the defaults (a private CA, a client
     /// certificate). Default none: `rediss://` trusts the system's root certificates.
     pub tls: Option<RedisTls>,
+}
+
+/// Limits of one queue, across all its workers.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct QueueLimits {
+    /// Most executions taken and not settled at once; 0: no limit.
+    pub max_running: u32,
+    /// Most executions taken per second (a token bucket holding one second's worth, at
+    /// least one); 0: no limit.
+    pub rate: f64,
 }
 
 /// TLS material for `rediss://`, as PEM bytes.
@@ -118,6 +132,7 @@ impl Default for QueueConfig {
             reconnect_retries: 4,
             reconnect_max_delay: Duration::from_secs(1),
             priority_aging: DEFAULT_AGING_INTERVAL,
+            limits: BTreeMap::new(),
             tls: None,
         }
     }
@@ -165,6 +180,19 @@ impl QueueConfig {
                     .into(),
             ));
         }
+        for (queue, l) in &self.limits {
+            if !validate_name(queue) || !l.rate.is_finite() || l.rate < 0.0 {
+                return Err(QueueError::InvalidConfig(format!(
+                    "limits of queue `{queue}`: the name must be non-empty without braces or \
+                     spaces, the rate a number of at least 0"
+                )));
+            }
+        }
         Ok(())
+    }
+
+    /// The limits of `queue` (none when unset).
+    pub(crate) fn limits_of(&self, queue: &str) -> QueueLimits {
+        self.limits.get(queue).copied().unwrap_or_default()
     }
 }

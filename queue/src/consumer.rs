@@ -26,12 +26,23 @@ use ax_scheduler_core::task::DEFAULT_PRIORITY;
 use ax_scheduler_core::UtcMillis;
 use redis::aio::ConnectionManager;
 
+use crate::config::QueueLimits;
 use crate::error::{QueueError, Result};
 use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, manager_config, Delivery, Queue};
 
 /// How often a consumer of a paused queue looks again: a resume takes effect within it.
 pub const PAUSED_POLL: Duration = Duration::from_millis(250);
+
+/// What one call of `take.lua` answered.
+struct Taken {
+    /// The queue is paused (nothing was taken).
+    paused: bool,
+    /// The messages, each with how long it waited parked on its concurrency key.
+    raws: Vec<(String, Option<Duration>)>,
+    /// 0; -1 when the queue is at `max_running`; else ms until its rate allows a take.
+    hold: i64,
+}
 
 /// Takes messages from one queue for one worker.
 pub struct Consumer {
@@ -40,6 +51,7 @@ pub struct Consumer {
     name: String,
     worker_id: String,
     block_timeout: Duration,
+    limits: QueueLimits,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -100,6 +112,7 @@ impl Queue {
             name: queue.to_string(),
             worker_id: worker_id.to_string(),
             block_timeout,
+            limits: cfg.limits_of(queue),
         })
     }
 }
@@ -119,29 +132,40 @@ impl Consumer {
     /// result means the wait ran out. Messages that cannot be decoded go to the dead-letter
     /// queue instead of being returned.
     ///
-    /// A paused queue gives nothing: the take waits [`PAUSED_POLL`] and returns empty.
+    /// A paused queue gives nothing: the take waits [`PAUSED_POLL`] and returns empty. A
+    /// queue at its rate waits until the rate allows a take (at most the block timeout);
+    /// one at its `max_running` waits for a wake, as an empty one does.
     pub async fn take(&mut self, max: usize) -> Result<Vec<Delivery>> {
         let max = max.max(1);
-        let (paused, mut raws) = self.take_now(max).await?;
-        if paused {
+        let mut taken = self.take_now(max).await?;
+        if taken.paused {
             tokio::time::sleep(PAUSED_POLL.min(self.block_timeout)).await;
             return Ok(Vec::new());
         }
-        if raws.is_empty() && self.wait_for_wake().await? {
-            let (paused, more) = self.take_now(max).await?;
-            if paused {
-                return Ok(Vec::new());
+        if taken.raws.is_empty() {
+            let woken = match u64::try_from(taken.hold) {
+                Ok(ms) if ms > 0 => {
+                    tokio::time::sleep(Duration::from_millis(ms).min(self.block_timeout)).await;
+                    true
+                }
+                _ => self.wait_for_wake().await?,
+            };
+            if woken {
+                taken = self.take_now(max).await?;
+                if taken.paused {
+                    return Ok(Vec::new());
+                }
             }
-            raws = more;
         }
-        let mut out = Vec::with_capacity(raws.len());
-        for raw in raws {
+        let mut out = Vec::with_capacity(taken.raws.len());
+        for (raw, limited_wait) in taken.raws {
             match ExecutionMessage::from_json(&raw) {
                 Ok(message) => out.push(Delivery {
                     queue: self.name.clone(),
                     worker_id: self.worker_id.clone(),
                     raw,
                     message,
+                    limited_wait,
                 }),
                 Err(e) => {
                     // The decoded ones are held already: a failure here must not drop them.
@@ -156,8 +180,8 @@ impl Consumer {
         Ok(out)
     }
 
-    /// Whether the queue is paused, and what was taken (nothing when it is).
-    async fn take_now(&mut self, max: usize) -> Result<(bool, Vec<String>)> {
+    /// One call of `take.lua`.
+    async fn take_now(&mut self, max: usize) -> Result<Taken> {
         let k = self.queue.keys();
         let mut inv = self.queue.inner.scripts.take.prepare_invoke();
         inv.key(k.queued(&self.name))
@@ -170,11 +194,25 @@ impl Consumer {
             .key(k.legacy_moved(&self.name))
             .arg(max)
             .arg(self.queue.config().aging_step_us())
-            .arg(DEFAULT_PRIORITY);
+            .arg(DEFAULT_PRIORITY)
+            .arg(self.limits.max_running)
+            .arg(self.limits.rate);
         let mut conn = self.conn.clone();
-        let (paused, raws): (i64, Vec<String>) =
+        let (paused, raws, hold, waits): (i64, Vec<String>, i64, Vec<i64>) =
             self.queue.run("take", inv.invoke_async(&mut conn)).await?;
-        Ok((paused == 1, raws))
+        let taken = raws
+            .into_iter()
+            .zip(waits.into_iter().chain(std::iter::repeat(-1)))
+            .map(|(raw, wait)| {
+                let wait = u64::try_from(wait).ok().map(Duration::from_millis);
+                (raw, wait)
+            })
+            .collect();
+        Ok(Taken {
+            paused: paused == 1,
+            raws: taken,
+            hold,
+        })
     }
 
     /// Waits up to the block timeout for a wake token; `true` when one came.

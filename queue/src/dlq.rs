@@ -159,11 +159,19 @@ impl Queue {
             .key(k.dlq_entries(queue))
             .key(active)
             .key(k.order(queue))
+            .key(k.queued(queue))
+            .key(k.wake(queue))
             .arg(raw)
             .arg(entry.id.to_string())
             .arg(json)
             .arg(now.0)
-            .arg(execution);
+            .arg(execution)
+            .arg(
+                entry
+                    .message
+                    .as_ref()
+                    .map_or("", crate::queue::concurrency_key),
+            );
         let n: i64 = self.run("dead_letter", inv.invoke_async(&mut conn)).await?;
         Ok(n == 1)
     }

@@ -38,6 +38,9 @@ pub struct Delivery {
     pub raw: String,
     /// The decoded message.
     pub message: ExecutionMessage,
+    /// How long it waited parked because its concurrency key was at its limit (`None`:
+    /// it was not held back by its key).
+    pub limited_wait: Option<Duration>,
 }
 
 /// A queue's fence after a leader raised it.
@@ -188,6 +191,11 @@ pub(crate) fn check_queue(name: &str) -> Result<()> {
 
 /// Messages per script call in [`Queue::enqueue_batch`].
 pub const ENQUEUE_CHUNK: usize = 100;
+
+/// The concurrency key argument of the settle scripts ('' for none).
+pub(crate) fn concurrency_key(m: &ExecutionMessage) -> &str {
+    m.concurrency.as_ref().map_or("", |c| c.key.as_str())
+}
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -490,14 +498,17 @@ impl Queue {
             let mut inv = self.inner.scripts.ack.prepare_invoke();
             inv.key(self.inner.keys.processing(queue, worker))
                 .key(self.inner.keys.monitor(queue))
-                .key(self.inner.keys.order(queue));
+                .key(self.inner.keys.order(queue))
+                .key(self.inner.keys.queued(queue))
+                .key(self.inner.keys.wake(queue));
             for &i in &group {
                 let m = &ds[i].message;
                 inv.key(self.inner.keys.active(queue, &m.namespace, &m.task_id));
             }
             for &i in &group {
                 inv.arg(&ds[i].raw)
-                    .arg(ds[i].message.execution_id.to_string());
+                    .arg(ds[i].message.execution_id.to_string())
+                    .arg(concurrency_key(&ds[i].message));
             }
             let flags: Vec<i64> = self.run("ack", inv.invoke_async(&mut conn)).await?;
             for (&i, flag) in group.iter().zip(flags) {
@@ -527,10 +538,13 @@ impl Queue {
             .key(k.kill(&d.queue, &id))
             .key(k.active(&d.queue, &m.namespace, &m.task_id))
             .key(k.order(&d.queue))
+            .key(k.queued(&d.queue))
+            .key(k.wake(&d.queue))
             .arg(&d.raw)
             .arg(&id)
             .arg(json)
-            .arg(due.0);
+            .arg(due.0)
+            .arg(concurrency_key(m));
         let n: i64 = self.run("retry_later", inv.invoke_async(&mut conn)).await?;
         Ok(match n {
             1 => RetrySettle::Scheduled,
@@ -564,6 +578,11 @@ impl Queue {
             .arg(raw)
             .arg(self.inner.cfg.aging_step_us())
             .arg(DEFAULT_PRIORITY);
+        // The slots it held go with it; an undecodable message held none.
+        match ExecutionMessage::from_json(raw) {
+            Ok(m) => inv.arg(m.execution_id.to_string()).arg(concurrency_key(&m)),
+            Err(_) => inv.arg("").arg(""),
+        };
         let n: i64 = self.run("release", inv.invoke_async(&mut conn)).await?;
         Ok(n == 1)
     }

@@ -67,15 +67,7 @@ async fn two_consumers_take_in_priority_order_fifo_within_a_priority() {
         taken.extend(a.take(2).await.unwrap());
         taken.extend(b.take(3).await.unwrap());
     }
-    let mut want: Vec<(u8, i64)> = ids(&msgs
-        .iter()
-        .map(|m| Delivery {
-            queue: "default".into(),
-            worker_id: String::new(),
-            raw: String::new(),
-            message: m.clone(),
-        })
-        .collect::<Vec<_>>());
+    let mut want: Vec<(u8, i64)> = msgs.iter().map(|m| (m.priority, m.fire_at.0)).collect();
     // Highest priority first; within one, the order of enqueue (the fire instants here).
     want.sort_by_key(|&(p, fire)| (std::cmp::Reverse(p), fire));
     assert_eq!(ids(&taken), want);

@@ -766,6 +766,7 @@ async fn release_stuck(sh: &Shared, queue: &str, raw: String) {
                 worker_id: worker.clone(),
                 raw,
                 message,
+                limited_wait: None,
             };
             sh.queue.release(&d).await
         }

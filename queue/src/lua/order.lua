@@ -86,3 +86,30 @@ local function ax_wake(wake, n)
   redis.call('LTRIM', wake, 0, 255)
 end
 
+-- The hash tag part of the queue's keys (`{PREFIX:q:QUEUE}`), from its queued set's name.
+-- Keys named by a message (a concurrency key's slots and parked list) are built from it
+-- inside the script, so they are in the script's slot although no caller could declare
+-- them before the message was popped.
+local function ax_tag(queued)
+  return string.sub(queued, 1, -8)
+end
+
+-- Frees the slots a held execution took: the queue's (`max_running`) and its concurrency
+-- key's. A freed key slot moves the first execution parked on that key back to the queued
+-- set, at its place; a freed queue slot wakes a consumer when messages wait.
+local function ax_free(queued, order, wake, id, key)
+  local tag = ax_tag(queued)
+  if redis.call('ZREM', tag .. ':running', id) == 1 and redis.call('ZCARD', queued) > 0 then
+    ax_wake(wake, 1)
+  end
+  if key and key ~= '' and redis.call('ZREM', tag .. ':slots:' .. key, id) == 1 then
+    local m = redis.call('LPOP', tag .. ':held:' .. key)
+    if m then
+      local pid = string.match(m, '"execution_id":"([^"]+)"')
+      local score = pid and redis.call('HGET', order, pid)
+      redis.call('ZADD', queued, score or '0', m)
+      ax_wake(wake, 1)
+    end
+  end
+end
+
