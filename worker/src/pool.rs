@@ -804,6 +804,9 @@ async fn execute_in_span(
     let started = ax_scheduler_core::UtcMillis::now();
     let lateness_ms = started.0 - msg.fire_at.0;
     tracing::Span::current().record("lateness_ms", lateness_ms);
+    if let Some(wait) = d.limited_wait {
+        sh.reporter.on_concurrency_wait(&d.queue, wait);
+    }
     sh.reporter.on_started(msg, worker, started).await;
 
     let ordered = *stop.borrow();

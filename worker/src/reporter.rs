@@ -85,6 +85,11 @@ pub trait ExecutionReporter: Send + Sync + 'static {
     ) -> ReportFuture<'a>;
     /// An attempt ended.
     fn on_finished<'a>(&'a self, report: &'a ExecutionReport) -> ReportFuture<'a>;
+    /// An execution of `queue` was taken after waiting `wait` for a slot of its concurrency
+    /// key (called before its `on_started`). Ignored unless implemented.
+    fn on_concurrency_wait(&self, queue: &str, wait: Duration) {
+        let _ = (queue, wait);
+    }
 }
 
 /// Ignores every event.
