@@ -138,9 +138,10 @@ async fn a_low_priority_message_is_taken_within_the_bound_under_a_stream_of_high
     }
     // ...and everything enqueued within the bound did, as strict priority would have it.
     assert!(before_low.len() >= 30, "{before_low:?}");
-    // Its wait: the bound plus the time to drain what went before it (10 ms a take).
+    // Its wait: the bound plus the time to drain what went before it (10 ms a take, and
+    // room for a busy machine).
     assert!(
-        waited < bound + Duration::from_millis(20) * (before_low.len() as u32 + 10),
+        waited < bound + Duration::from_millis(50) * (before_low.len() as u32 + 10),
         "{waited:?}"
     );
 }
