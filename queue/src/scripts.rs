@@ -49,7 +49,7 @@ impl Scripts {
             deregister: Script::new(include_str!("lua/deregister.lua")),
             read_events: Script::new(include_str!("lua/read_events.lua")),
             dlq_trim: Script::new(include_str!("lua/dlq_trim.lua")),
-            kill: Script::new(include_str!("lua/kill.lua")),
+            kill: ordered(include_str!("lua/kill.lua")),
             find: Script::new(include_str!("lua/find.lua")),
             history_page: Script::new(include_str!("lua/history_page.lua")),
         }

@@ -116,6 +116,31 @@ async fn a_dead_consumers_slot_is_released_by_the_reaper() {
 }
 
 #[tokio::test]
+async fn a_parked_execution_can_be_killed_while_it_waits() {
+    let q = queue(None).await;
+    let now = UtcMillis::now();
+    let one = limited("a", 1);
+    let msgs = [
+        fire(&one, "42", 1, now),
+        fire(&one, "42", 2, now),
+        fire(&one, "42", 3, now),
+    ];
+    q.enqueue_batch(&msgs).await.unwrap();
+    let mut c = q.consumer("default", "w", BLOCK, now).await.unwrap();
+    let running = c.take(10).await.unwrap();
+    assert_eq!(fires(&running), vec![1]);
+    let kill = q
+        .kill_execution("default", msgs[1].execution_id)
+        .await
+        .unwrap();
+    assert_eq!(kill.state, ax_queue::KillState::Waiting);
+    // The slot goes to the next one waiting, and the killed one never runs.
+    assert!(q.ack(&running[0]).await.unwrap());
+    assert_eq!(fires(&c.take(10).await.unwrap()), vec![3]);
+    assert!(c.take(10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn a_queues_max_running_holds_across_consumers() {
     let q = queue(Some(QueueLimits {
         max_running: 2,

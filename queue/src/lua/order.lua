@@ -104,6 +104,9 @@ local function ax_free(queued, order, wake, id, key)
   end
   if key and key ~= '' and redis.call('ZREM', tag .. ':slots:' .. key, id) == 1 then
     local m = redis.call('LPOP', tag .. ':held:' .. key)
+    if redis.call('EXISTS', tag .. ':held:' .. key) == 0 then
+      redis.call('SREM', tag .. ':heldkeys', key)
+    end
     if m then
       local pid = string.match(m, '"execution_id":"([^"]+)"')
       local score = pid and redis.call('HGET', order, pid)

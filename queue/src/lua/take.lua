@@ -102,6 +102,7 @@ while #out < max and parked < 1000 do
           take = false
           parked = parked + 1
           redis.call('RPUSH', tag .. ':held:' .. c.key, m)
+          redis.call('SADD', tag .. ':heldkeys', c.key)
           redis.call('HSETNX', tag .. ':limited', msg.execution_id, now())
         else
           redis.call('ZADD', slots, now(), msg.execution_id)
