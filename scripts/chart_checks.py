@@ -44,7 +44,7 @@ CONTRACT = {
     "election": {"lease_ttl"},
     "scheduler": {"tick", "catch_up_window", "max_clock_skew", "enqueue_rate_limit", "backlog_alert_threshold"},
     "worker": {"concurrency", "prefetch", "queues", "shutdown_grace", "visibility_timeout",
-               "http_allow_cidrs", "http_allow_hosts", "commands_allow_root", "commands"},
+               "http_allow_cidrs", "http_allow_hosts", "commands_allow_root", "commands", "queue_limits"},
     "http": {"listen", "api_token", "tokens", "public_url"},
     "limits": {"max_request_bytes", "max_tasks_per_namespace", "triggers_per_task_per_minute"},
     "alerts": {"feishu_webhook", "feishu_secret", "webhook_url", "min_level"},

@@ -349,6 +349,25 @@ pub struct Worker {
     /// The commands the `command` handler runs, by the name tasks give
     /// (`[worker.commands.<name>]`); default none.
     pub commands: BTreeMap<String, ax_worker::CommandConfig>,
+    /// Limits per queue (`[[worker.queue_limits]]`), enforced in Redis across all workers;
+    /// default none. Give every replica the same.
+    pub queue_limits: Vec<QueueLimit>,
+}
+
+/// `[[worker.queue_limits]]`: the limits of one queue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueLimit {
+    /// The queue.
+    pub queue: String,
+    /// Most executions of the queue running at once, across all workers; 0 (the default):
+    /// no limit.
+    #[serde(default)]
+    pub max_running: u32,
+    /// Most executions taken from the queue per second, across all workers (a token bucket
+    /// holding one second's worth, at least one); 0 (the default): no limit.
+    #[serde(default)]
+    pub rate: f64,
 }
 
 impl Default for Worker {
@@ -363,6 +382,7 @@ impl Default for Worker {
             http_allow_hosts: Vec::new(),
             commands_allow_root: false,
             commands: BTreeMap::new(),
+            queue_limits: Vec::new(),
         }
     }
 }
@@ -694,6 +714,41 @@ mod tests {
         assert_eq!(c.scheduler.enqueue_stall_limit, Duration::from_secs(30));
         assert_eq!(c.http.listen, "0.0.0.0:8080");
         assert_eq!(c.alerts.min_level, AlertLevel::Warn);
+    }
+
+    #[test]
+    fn queue_limits_are_read_checked_and_given_to_the_queue_client() {
+        let c = Config::from_toml_str(
+            "[instance]\nid = \"r1\"\n[worker]\nqueue_limits = [{queue = \"reports\", max_running = 4, rate = 2.5}, \
+             {queue = \"mail\", rate = 10}]",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let q = crate::backend::connect::queue_config(&c);
+        assert_eq!(q.limits["reports"].max_running, 4);
+        assert_eq!(q.limits["reports"].rate, 2.5);
+        assert_eq!(q.limits["mail"].max_running, 0);
+        let bad = Config::from_toml_str(
+            "[instance]\nid = \"r1\"\n[worker]\nqueue_limits = [{queue = \"a\", rate = -1}, {queue = \"a\"}, \
+             {queue = \"b c\"}]",
+        )
+        .unwrap();
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("worker.queue_limits[0]: rate -1 must be a number of at least 0"),
+            "{e}"
+        );
+        assert!(
+            e.contains("worker.queue_limits[1]: queue `a` has limits twice"),
+            "{e}"
+        );
+        assert!(
+            e.contains("worker.queue_limits[2]: queue `b c` is not a queue name"),
+            "{e}"
+        );
+        assert!(
+            Config::from_toml_str("[worker]\nqueue_limits = [{queue = \"a\", max = 1}]").is_err()
+        );
     }
 
     #[test]

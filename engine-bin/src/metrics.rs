@@ -40,6 +40,9 @@ pub const TASKS_RETRIED_TOTAL: &str = "scheduler_tasks_retried_total";
 pub const DLQ_SIZE: &str = "scheduler_dlq_size";
 /// Enqueue or start time minus due time, seconds. Labels: `queue`.
 pub const SCHEDULE_LATENCY_SECONDS: &str = "scheduler_schedule_latency_seconds";
+/// How long an execution waited because its concurrency key was at its limit. Labels:
+/// `queue`.
+pub const CONCURRENCY_WAIT_SECONDS: &str = "scheduler_concurrency_wait_seconds";
 /// Execution run time, seconds. Labels: `queue`, `handler`, `outcome`.
 pub const EXECUTION_DURATION_SECONDS: &str = "scheduler_execution_duration_seconds";
 /// Executions waiting in a queue. Labels: `queue`.
@@ -90,6 +93,7 @@ pub const ALL_NAMES: &[&str] = &[
     TASKS_RETRIED_TOTAL,
     DLQ_SIZE,
     SCHEDULE_LATENCY_SECONDS,
+    CONCURRENCY_WAIT_SECONDS,
     EXECUTION_DURATION_SECONDS,
     QUEUE_DEPTH,
     QUEUE_PAUSED,
@@ -185,6 +189,10 @@ pub const BUILTIN_HANDLERS: &[&str] = &["http", "log"];
 pub const SCHEDULE_LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
+/// Concurrency wait buckets, 10 ms to 1 h: a limited execution waits for others to finish.
+pub const CONCURRENCY_WAIT_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
 /// Execution duration buckets, 5 ms to 10 min.
 pub const EXECUTION_DURATION_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
@@ -210,6 +218,8 @@ pub struct Metrics {
     pub schedule_latency_seconds: HistogramVec,
     /// [`EXECUTION_DURATION_SECONDS`] by `queue`, `handler`, `outcome`.
     pub execution_duration_seconds: HistogramVec,
+    /// [`CONCURRENCY_WAIT_SECONDS`] by `queue`.
+    pub concurrency_wait_seconds: HistogramVec,
     /// [`QUEUE_DEPTH`] by `queue`.
     pub queue_depth: IntGaugeVec,
     /// [`QUEUE_PAUSED`] by `queue`.
@@ -286,6 +296,13 @@ impl Metrics {
                 "Enqueue or start time minus due time, in seconds.",
                 &["queue"],
                 SCHEDULE_LATENCY_BUCKETS,
+            )?,
+            concurrency_wait_seconds: histogram_vec(
+                &registry,
+                CONCURRENCY_WAIT_SECONDS,
+                "Time an execution waited for a slot of its concurrency key, in seconds.",
+                &["queue"],
+                CONCURRENCY_WAIT_BUCKETS,
             )?,
             execution_duration_seconds: histogram_vec(
                 &registry,
@@ -452,6 +469,7 @@ impl Metrics {
         let queue = self.queue_label(queue);
         self.tasks_scheduled_total.with_label_values(&[queue]);
         self.schedule_latency_seconds.with_label_values(&[queue]);
+        self.concurrency_wait_seconds.with_label_values(&[queue]);
         self.queue_depth.with_label_values(&[queue]);
         self.queue_paused.with_label_values(&[queue]);
         self.oldest_queued_age_seconds.with_label_values(&[queue]);
@@ -497,6 +515,13 @@ impl Metrics {
     /// Records the lateness of a fire's first start, in `queue`.
     pub fn record_start_lateness(&self, queue: &str, seconds: f64) {
         self.schedule_latency_seconds
+            .with_label_values(&[self.queue_label(queue)])
+            .observe(seconds);
+    }
+
+    /// Records how long an execution of `queue` waited for a slot of its concurrency key.
+    pub fn record_concurrency_wait(&self, queue: &str, seconds: f64) {
+        self.concurrency_wait_seconds
             .with_label_values(&[self.queue_label(queue)])
             .observe(seconds);
     }
@@ -619,6 +644,8 @@ mod tests {
         for needle in [
             "scheduler_schedule_latency_seconds_bucket{queue=\"default\",le=\"0.001\"}",
             "scheduler_schedule_latency_seconds_bucket{queue=\"default\",le=\"60\"}",
+            "scheduler_concurrency_wait_seconds_bucket{queue=\"default\",le=\"0.01\"}",
+            "scheduler_concurrency_wait_seconds_bucket{queue=\"default\",le=\"3600\"}",
             "scheduler_execution_duration_seconds_bucket{handler=\"http\",outcome=\"success\",queue=\"default\",le=\"0.005\"}",
             "scheduler_execution_duration_seconds_bucket{handler=\"http\",outcome=\"success\",queue=\"default\",le=\"600\"}",
         ] {

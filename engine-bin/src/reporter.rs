@@ -193,6 +193,11 @@ fn failure_alerts(report: &ExecutionReport) -> Vec<Alert> {
 }
 
 impl ExecutionReporter for EngineReporter {
+    fn on_concurrency_wait(&self, queue: &str, wait: std::time::Duration) {
+        self.metrics
+            .record_concurrency_wait(queue, wait.as_secs_f64());
+    }
+
     fn on_started<'a>(
         &'a self,
         exec: &'a ExecutionMessage,

@@ -2142,3 +2142,78 @@ async fn a_sharded_fire_runs_each_shard_once_through_a_failover() {
     assert_eq!(state["success_count"], 1, "one fire, one outcome: {state}");
     c.clean_up().await;
 }
+
+/// A concurrency key holds across the workers of two replicas: ten one-shots of one
+/// customer, `max: 2`, each answered after 1 s, run two at a time (never three), all of them,
+/// on both replicas; the waits show in `scheduler_concurrency_wait_seconds`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrency_key_holds_across_two_replicas_workers() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-conc").await;
+    c.start_replica("a", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    c.start_replica("b", Roles::Worker).await;
+    let due = now_ms() + 1_500;
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let id = format!("c{i}");
+        c.receiver.slow_task(&id, Duration::from_secs(1));
+        let mut spec = http_task(&c, json!({ "at": rfc3339(due) }));
+        spec["payload"] = json!({ "customer": "42" });
+        spec["concurrency"] = json!({ "key": "customer-{payload.customer}", "max": 2 });
+        tasks.push(("conc".to_owned(), id, spec));
+    }
+    c.put_tasks(&tasks).await;
+    wait_until(Duration::from_secs(30), "ten executions", || {
+        let n = c.receiver.executions().len();
+        async move { n >= 10 }
+    })
+    .await;
+    let mut arrivals: Vec<i64> = c
+        .receiver
+        .executions()
+        .iter()
+        .map(|e| e.arrived_at)
+        .collect();
+    arrivals.sort_unstable();
+    // Each holds its slot for at least 1 s after it arrives: never three within 900 ms.
+    for (i, &t) in arrivals.iter().enumerate() {
+        let in_flight = arrivals[..=i].iter().filter(|&&a| a > t - 900).count();
+        assert!(in_flight <= 2, "three at once: {arrivals:?}");
+    }
+    assert!(
+        arrivals[9] - arrivals[0] >= 4_000,
+        "five rounds of two take at least 4 s: {arrivals:?}"
+    );
+    // Both replicas' workers ran some (each attempt's worker is in the task's history).
+    wait_until(Duration::from_secs(10), "every history", || {
+        let c = &c;
+        async move {
+            let mut workers = std::collections::HashSet::new();
+            for i in 0..10 {
+                let h = c.ax_json(&["task", "history", &format!("conc/c{i}")]).await;
+                if let Some(w) = h
+                    .as_array()
+                    .and_then(|a| a.first())
+                    .and_then(|e| e["worker"].as_str())
+                {
+                    workers.insert(w.to_owned());
+                }
+            }
+            workers.len() == 2
+        }
+    })
+    .await;
+    let mut waits = 0.0;
+    for r in ["a", "b"] {
+        waits += c
+            .metric(
+                r,
+                "scheduler_concurrency_wait_seconds_count{queue=\"default\"}",
+            )
+            .await
+            .unwrap_or(0.0);
+    }
+    assert!(waits >= 8.0, "{waits} waits recorded");
+    c.clean_up().await;
+}

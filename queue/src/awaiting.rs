@@ -447,11 +447,15 @@ impl Queue {
             .key(k.awaiting_due(&d.queue))
             .key(k.kill(&d.queue, &id))
             .key(k.monitor(&d.queue))
+            .key(k.order(&d.queue))
+            .key(k.queued(&d.queue))
+            .key(k.wake(&d.queue))
             .arg(&d.raw)
             .arg(&id)
             .arg(m.attempt)
             .arg(deadline.0)
-            .arg(ms(left + self.awaiting_retention()));
+            .arg(ms(left + self.awaiting_retention()))
+            .arg(crate::queue::concurrency_key(m));
         let mut conn = self.conn();
         let reply: Vec<String> = self
             .run("park_awaiting", inv.invoke_async(&mut conn))

@@ -3,7 +3,10 @@
 //! TLS material is plain PEM bytes, not file paths: the caller decides where certificates
 //! come from (files, a secret store) and this crate never touches the file system for them.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use ax_scheduler_core::ready::DEFAULT_AGING_INTERVAL;
 
 use crate::error::{QueueError, Result};
 use crate::keys::{validate_name, DEFAULT_PREFIX};
@@ -20,6 +23,10 @@ pub const DEFAULT_EXECUTION_HISTORY_MAX_ENTRIES: usize = 200_000;
 pub const DEFAULT_DLQ_RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
 /// Most dead-letter entries kept per queue, by default.
 pub const DEFAULT_DLQ_MAX_ENTRIES: usize = 10_000;
+
+/// The longest aging step (about 11.6 days), also used for a step of zero. Scores stay exact
+/// integers in a double with it: an instant in µs (about 1.8e15 now) less 9 steps (9e12).
+pub const STRICT_PRIORITY_STEP: Duration = Duration::from_secs(1_000_000);
 
 /// How a [`crate::Queue`] talks to Redis.
 #[derive(Clone, Debug)]
@@ -55,9 +62,30 @@ pub struct QueueConfig {
     pub reconnect_retries: usize,
     /// Longest wait between reconnect attempts. Default 1 s.
     pub reconnect_max_delay: Duration,
+    /// Waiting time worth one priority level in the order of waiting messages: a message of
+    /// priority `p` is never overtaken by one of priority `q > p` enqueued more than
+    /// `(q - p) x priority_aging` after it (see `docs/redis-layout.md`). Every process that
+    /// enqueues into a queue (leader, workers' retries, operators' requeues) must use the
+    /// same value. Default [`DEFAULT_AGING_INTERVAL`], as the leader's ready queue. Zero (or
+    /// anything above [`STRICT_PRIORITY_STEP`]) means that step: strict priority in practice,
+    /// where a low priority can wait for ever under a stream of higher ones.
+    pub priority_aging: Duration,
+    /// Limits per queue name, enforced inside the take script so they hold across all
+    /// workers; every worker of a queue must be given the same. Default none.
+    pub limits: BTreeMap<String, QueueLimits>,
     /// TLS settings for a `rediss://` URL beyond the defaults (a private CA, a client
     /// certificate). Default none: `rediss://` trusts the system's root certificates.
     pub tls: Option<RedisTls>,
+}
+
+/// Limits of one queue, across all its workers.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct QueueLimits {
+    /// Most executions taken and not settled at once; 0: no limit.
+    pub max_running: u32,
+    /// Most executions taken per second (a token bucket holding one second's worth, at
+    /// least one); 0: no limit.
+    pub rate: f64,
 }
 
 /// TLS material for `rediss://`, as PEM bytes.
@@ -103,12 +131,23 @@ impl Default for QueueConfig {
             dlq_max_entries: DEFAULT_DLQ_MAX_ENTRIES,
             reconnect_retries: 4,
             reconnect_max_delay: Duration::from_secs(1),
+            priority_aging: DEFAULT_AGING_INTERVAL,
+            limits: BTreeMap::new(),
             tls: None,
         }
     }
 }
 
 impl QueueConfig {
+    /// [`QueueConfig::priority_aging`] in the scripts' unit (µs).
+    pub(crate) fn aging_step_us(&self) -> u64 {
+        let strict = u64::try_from(STRICT_PRIORITY_STEP.as_micros()).unwrap_or(u64::MAX);
+        match u64::try_from(self.priority_aging.as_micros()) {
+            Ok(0) | Err(_) => strict,
+            Ok(us) => us.min(strict),
+        }
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         if !validate_name(&self.prefix) {
             return Err(QueueError::InvalidConfig(format!(
@@ -141,6 +180,19 @@ impl QueueConfig {
                     .into(),
             ));
         }
+        for (queue, l) in &self.limits {
+            if !validate_name(queue) || !l.rate.is_finite() || l.rate < 0.0 {
+                return Err(QueueError::InvalidConfig(format!(
+                    "limits of queue `{queue}`: the name must be non-empty without braces or \
+                     spaces, the rate a number of at least 0"
+                )));
+            }
+        }
         Ok(())
+    }
+
+    /// The limits of `queue` (none when unset).
+    pub(crate) fn limits_of(&self, queue: &str) -> QueueLimits {
+        self.limits.get(queue).copied().unwrap_or_default()
     }
 }

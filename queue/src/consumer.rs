@@ -1,32 +1,48 @@
-//! Taking messages: a blocking move from the ready list into the worker's processing list.
+//! Taking messages: a move from the queued set into the worker's processing list.
 //!
-//! BLMOVE (not BRPOP) keeps every taken message in Redis until it is settled, so a worker that
-//! dies holding one loses nothing: the reaper gives its processing list back. Each consumer
-//! owns a dedicated connection, because a blocking command would hold up every other command
-//! multiplexed on a shared socket; that connection's response timeout is set to the block
-//! timeout plus the command timeout, deliberately, so a long block is not cut short (the
-//! client's multiplexed default would fail it) while a dead socket is still noticed.
+//! The move (`take.lua`: `ZPOPMIN` of up to `max` messages, then `LPUSH` into the processing
+//! list, in one script) keeps every taken message in Redis until it is settled, so a worker
+//! that dies holding one loses nothing: the reaper gives its processing list back. Messages
+//! come out in the queue's order, priority with aging (see `order.lua`): a sorted set, so a
+//! take costs O(log n) per message whatever the backlog.
 //!
-//! A take first moves up to `max` messages without blocking (one script call), and blocks
-//! only when the list is empty; after a blocking take returns one message, it tops the batch
-//! up the same way. Under load that is one round trip per batch rather than per message.
+//! A sorted set has no blocking atomic move (`BZPOPMIN` hands the message to the client,
+//! which could die before holding it), so an idle consumer blocks on the queue's wake list
+//! instead: every push into the queued set adds tokens there, `BLPOP` returns when one comes
+//! (or the block timeout runs out), and the consumer then takes with the script as always. A
+//! token taken when someone else got the messages costs one empty take; the script drops the
+//! tokens whenever it leaves the set empty, so they do not pile up.
 //!
-//! A paused queue (an operator's flag, checked inside `take.lua`) gives nothing; since a
-//! `BLMOVE` cannot check the flag, the top-up after it does, and gives the message back when
-//! the queue was paused while the take blocked.
+//! Each consumer owns a dedicated connection for the blocking wait, because a blocking
+//! command would hold up every other command multiplexed on a shared socket; that
+//! connection's response timeout is set to the block timeout plus the command timeout,
+//! deliberately, so a long block is not cut short while a dead socket is still noticed.
+//!
+//! A paused queue (an operator's flag, checked inside `take.lua`) gives nothing.
 
 use std::time::Duration;
 
+use ax_scheduler_core::task::DEFAULT_PRIORITY;
 use ax_scheduler_core::UtcMillis;
 use redis::aio::ConnectionManager;
-use redis::Direction;
 
+use crate::config::QueueLimits;
 use crate::error::{QueueError, Result};
 use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, manager_config, Delivery, Queue};
 
 /// How often a consumer of a paused queue looks again: a resume takes effect within it.
 pub const PAUSED_POLL: Duration = Duration::from_millis(250);
+
+/// What one call of `take.lua` answered.
+struct Taken {
+    /// The queue is paused (nothing was taken).
+    paused: bool,
+    /// The messages, each with how long it waited parked on its concurrency key.
+    raws: Vec<(String, Option<Duration>)>,
+    /// 0; -1 when the queue is at `max_running`; else ms until its rate allows a take.
+    hold: i64,
+}
 
 /// Takes messages from one queue for one worker.
 pub struct Consumer {
@@ -35,6 +51,7 @@ pub struct Consumer {
     name: String,
     worker_id: String,
     block_timeout: Duration,
+    limits: QueueLimits,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -95,6 +112,7 @@ impl Queue {
             name: queue.to_string(),
             worker_id: worker_id.to_string(),
             block_timeout,
+            limits: cfg.limits_of(queue),
         })
     }
 }
@@ -115,46 +133,39 @@ impl Consumer {
     /// queue instead of being returned.
     ///
     /// A paused queue gives nothing: the take waits [`PAUSED_POLL`] and returns empty. A
-    /// message a blocking take got just after the pause is given back, so a pause holds from
-    /// the next take on.
+    /// queue at its rate waits until the rate allows a take (at most the block timeout);
+    /// one at its `max_running` waits for a wake, as an empty one does.
     pub async fn take(&mut self, max: usize) -> Result<Vec<Delivery>> {
         let max = max.max(1);
-        let (paused, mut raws) = self.take_now(max).await?;
-        if paused {
+        let mut taken = self.take_now(max).await?;
+        if taken.paused {
             tokio::time::sleep(PAUSED_POLL.min(self.block_timeout)).await;
             return Ok(Vec::new());
         }
-        if raws.is_empty() {
-            if let Some(first) = self.block_one().await? {
-                // The first message is already in the processing list: a failed top-up
-                // must not drop it. A top-up of none still says whether the queue was
-                // paused while this take blocked.
-                match self.take_now(max - 1).await {
-                    Ok((true, _)) => {
-                        self.queue
-                            .release_raw(&self.name, &self.worker_id, &first)
-                            .await?;
-                        return Ok(Vec::new());
-                    }
-                    Ok((false, more)) => {
-                        raws.push(first);
-                        raws.extend(more);
-                    }
-                    Err(e) => {
-                        raws.push(first);
-                        tracing::warn!(queue = %self.name, error = %e, "topping up a take failed; going on with one message")
-                    }
+        if taken.raws.is_empty() {
+            let woken = match u64::try_from(taken.hold) {
+                Ok(ms) if ms > 0 => {
+                    tokio::time::sleep(Duration::from_millis(ms).min(self.block_timeout)).await;
+                    true
+                }
+                _ => self.wait_for_wake().await?,
+            };
+            if woken {
+                taken = self.take_now(max).await?;
+                if taken.paused {
+                    return Ok(Vec::new());
                 }
             }
         }
-        let mut out = Vec::with_capacity(raws.len());
-        for raw in raws {
+        let mut out = Vec::with_capacity(taken.raws.len());
+        for (raw, limited_wait) in taken.raws {
             match ExecutionMessage::from_json(&raw) {
                 Ok(message) => out.push(Delivery {
                     queue: self.name.clone(),
                     worker_id: self.worker_id.clone(),
                     raw,
                     message,
+                    limited_wait,
                 }),
                 Err(e) => {
                     // The decoded ones are held already: a failure here must not drop them.
@@ -169,37 +180,55 @@ impl Consumer {
         Ok(out)
     }
 
-    /// Whether the queue is paused, and what was taken (nothing when it is).
-    async fn take_now(&mut self, max: usize) -> Result<(bool, Vec<String>)> {
+    /// One call of `take.lua`.
+    async fn take_now(&mut self, max: usize) -> Result<Taken> {
         let k = self.queue.keys();
         let mut inv = self.queue.inner.scripts.take.prepare_invoke();
-        inv.key(k.ready(&self.name))
+        inv.key(k.queued(&self.name))
             .key(k.processing(&self.name, &self.worker_id))
             .key(k.paused(&self.name))
-            .arg(max);
+            .key(k.legacy_ready(&self.name))
+            .key(k.order(&self.name))
+            .key(k.clock(&self.name))
+            .key(k.wake(&self.name))
+            .key(k.legacy_moved(&self.name))
+            .arg(max)
+            .arg(self.queue.config().aging_step_us())
+            .arg(DEFAULT_PRIORITY)
+            .arg(self.limits.max_running)
+            .arg(self.limits.rate);
         let mut conn = self.conn.clone();
-        let (paused, raws): (i64, Vec<String>) =
+        let (paused, raws, hold, waits): (i64, Vec<String>, i64, Vec<i64>) =
             self.queue.run("take", inv.invoke_async(&mut conn)).await?;
-        Ok((paused == 1, raws))
+        let taken = raws
+            .into_iter()
+            .zip(waits.into_iter().chain(std::iter::repeat(-1)))
+            .map(|(raw, wait)| {
+                let wait = u64::try_from(wait).ok().map(Duration::from_millis);
+                (raw, wait)
+            })
+            .collect();
+        Ok(Taken {
+            paused: paused == 1,
+            raws: taken,
+            hold,
+        })
     }
 
-    async fn block_one(&mut self) -> Result<Option<String>> {
-        let k = self.queue.keys();
-        let ready = k.ready(&self.name);
-        let processing = k.processing(&self.name, &self.worker_id);
+    /// Waits up to the block timeout for a wake token; `true` when one came.
+    async fn wait_for_wake(&mut self) -> Result<bool> {
+        let wake = self.queue.keys().wake(&self.name);
         let after = self.block_timeout + self.queue.config().command_timeout;
         let secs = self.block_timeout.as_secs_f64().max(0.01);
-        let mut cmd = redis::cmd("BLMOVE");
-        cmd.arg(ready)
-            .arg(processing)
-            .arg(Direction::Right)
-            .arg(Direction::Left)
-            .arg(secs);
-        let fut = cmd.query_async::<Option<String>>(&mut self.conn);
+        let mut cmd = redis::cmd("BLPOP");
+        cmd.arg(wake).arg(secs);
+        let fut = cmd.query_async::<Option<(String, String)>>(&mut self.conn);
         match tokio::time::timeout(after, fut).await {
-            Ok(r) => r.map_err(QueueError::redis("take (BLMOVE)")),
+            Ok(r) => r
+                .map(|token| token.is_some())
+                .map_err(QueueError::redis("take (BLPOP)")),
             Err(_) => Err(QueueError::Timeout {
-                op: "take (BLMOVE)",
+                op: "take (BLPOP)",
                 after,
             }),
         }

@@ -1,7 +1,7 @@
 //! Operator control of executions and queues: kill an execution, pause and resume a queue.
 //!
 //! A kill works in two steps. [`Queue::kill_execution`] first finds the message by scanning
-//! the queue (`find.lua`: ready list, delayed set, every worker's processing list, read-only),
+//! the queue (`find.lua`: queued set, delayed set, every worker's processing list, read-only),
 //! then `kill.lua` removes it atomically from where it waited (clearing its task's active
 //! marker, as a final settle does) or, when a worker holds it, leaves a kill order
 //! ([`crate::keys::Keys::kill`]). The find must come first because the script may only touch
@@ -29,7 +29,7 @@ use crate::queue::{check_queue, Queue};
 /// Where a kill found an execution, and what it did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KillState {
-    /// It waited in the ready list: removed, it never runs.
+    /// It waited to be taken: removed, it never runs.
     Waiting,
     /// Its retry waited in the delayed set: removed, it never runs again.
     RetryPending,
@@ -132,7 +132,7 @@ const MAX_FOUND: usize = 1000;
 const KILL_ROUNDS: usize = 3;
 
 impl Queue {
-    /// Kills execution `id` in `queue`: removes it when it waits (ready list or delayed set),
+    /// Kills execution `id` in `queue`: removes it when it waits (queued set or delayed set),
     /// orders its worker to stop it when it runs. [`KillState::Gone`] when the queue does not
     /// have it. A removed execution's end is the caller's to report.
     pub async fn kill_execution(&self, queue: &str, id: Uuid) -> Result<Kill> {
@@ -237,7 +237,9 @@ impl Queue {
             .run("kill (workers)", conn.zrange(k.workers(queue), 0, -1))
             .await?;
         let mut inv = self.inner.scripts.find.prepare_invoke();
-        inv.key(k.ready(queue)).key(k.delayed(queue));
+        inv.key(k.queued(queue))
+            .key(k.delayed(queue))
+            .key(k.legacy_ready(queue));
         for w in &workers {
             inv.key(k.processing(queue, w));
         }
@@ -267,11 +269,13 @@ impl Queue {
         };
         let ttl = u64::try_from(self.config().dedupe_ttl.as_millis()).unwrap_or(u64::MAX);
         let mut inv = self.inner.scripts.kill.prepare_invoke();
-        inv.key(k.ready(queue))
+        inv.key(k.queued(queue))
             .key(k.delayed(queue))
             .key(k.monitor(queue))
             .key(k.kill(queue, &id_text))
             .key(active)
+            .key(k.legacy_ready(queue))
+            .key(k.order(queue))
             .arg(found.map_or("", |(raw, _)| raw.as_str()))
             .arg(&id_text)
             .arg(ttl.max(1));

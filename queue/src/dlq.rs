@@ -158,11 +158,20 @@ impl Queue {
             .key(k.dlq(queue))
             .key(k.dlq_entries(queue))
             .key(active)
+            .key(k.order(queue))
+            .key(k.queued(queue))
+            .key(k.wake(queue))
             .arg(raw)
             .arg(entry.id.to_string())
             .arg(json)
             .arg(now.0)
-            .arg(execution);
+            .arg(execution)
+            .arg(
+                entry
+                    .message
+                    .as_ref()
+                    .map_or("", crate::queue::concurrency_key),
+            );
         let n: i64 = self.run("dead_letter", inv.invoke_async(&mut conn)).await?;
         Ok(n == 1)
     }
@@ -273,12 +282,17 @@ impl Queue {
         let mut inv = self.inner.scripts.dlq_requeue.prepare_invoke();
         inv.key(k.dlq(queue))
             .key(k.dlq_entries(queue))
-            .key(k.ready(queue))
+            .key(k.queued(queue))
             .key(k.monitor(queue))
+            .key(k.order(queue))
+            .key(k.clock(queue))
+            .key(k.wake(queue))
             .arg(entry_id.to_string())
             .arg(json)
             .arg(fresh.execution_id.to_string())
-            .arg(now.0);
+            .arg(now.0)
+            .arg(fresh.priority.min(ax_scheduler_core::task::MAX_PRIORITY))
+            .arg(self.config().aging_step_us());
         let n: i64 = self.run("dlq_requeue", inv.invoke_async(&mut conn)).await?;
         Ok((n == 1).then_some(fresh.execution_id))
     }

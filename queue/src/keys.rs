@@ -1,7 +1,7 @@
 //! Every Redis key the queue uses, built in one place.
 //!
 //! Keys of one queue share the hash tag `{prefix:q:queue}`, so each Lua script (which touches
-//! the ready list, the processing lists, the delayed and monitoring sets, dedupe keys, the
+//! the queued set, the processing lists, the delayed and monitoring sets, dedupe keys, the
 //! fence and the dead-letter set of a single queue) stays within one slot and the layout works
 //! unchanged on Redis Cluster. Execution history is per task and touched by plain commands
 //! only, so it has a tag of its own (`{prefix:h:ns/task}`); the history across tasks is one
@@ -36,8 +36,39 @@ impl Keys {
         format!("{{{}:q:{}}}", self.prefix, queue)
     }
 
-    /// List of messages waiting to be taken (LPUSH in, taken from the right).
-    pub fn ready(&self, queue: &str) -> String {
+    /// Sorted set of messages waiting to be taken, scored by their order (an enqueue instant
+    /// less the priority's head start, see `order.lua`): taken lowest score first.
+    pub fn queued(&self, queue: &str) -> String {
+        format!("{}:queued", self.tag(queue))
+    }
+
+    /// Hash of execution id -> order score of every unsettled message, so a message given
+    /// back (reaped, released) returns to its place.
+    pub fn order(&self, queue: &str) -> String {
+        format!("{}:order", self.tag(queue))
+    }
+
+    /// The queue's order clock: the last enqueue instant handed out (µs), strictly
+    /// increasing, so no two enqueues share an instant.
+    pub fn clock(&self, queue: &str) -> String {
+        format!("{}:clock", self.tag(queue))
+    }
+
+    /// List of wake tokens: every push into the queued set adds some, and a consumer with
+    /// nothing to take blocks on it (a sorted set has no blocking atomic move).
+    pub fn wake(&self, queue: &str) -> String {
+        format!("{}:wake", self.tag(queue))
+    }
+
+    /// While [`Keys::legacy_ready`] is being moved: the last enqueue instant (µs) given to a
+    /// moved message, so the next move keeps their order.
+    pub fn legacy_moved(&self, queue: &str) -> String {
+        format!("{}:ready:moved", self.tag(queue))
+    }
+
+    /// The ready list of earlier versions (LPUSH in, taken from the right). Takes move what
+    /// it still holds into the queued set.
+    pub fn legacy_ready(&self, queue: &str) -> String {
         format!("{}:ready", self.tag(queue))
     }
 
@@ -186,7 +217,12 @@ mod tests {
         let k = Keys::new("ax");
         let q = "default";
         let all = [
-            k.ready(q),
+            k.queued(q),
+            k.order(q),
+            k.clock(q),
+            k.wake(q),
+            k.legacy_ready(q),
+            k.legacy_moved(q),
             k.processing(q, "w1"),
             k.workers(q),
             k.heartbeat(q, "w1"),
@@ -206,7 +242,8 @@ mod tests {
         for key in &all {
             assert_eq!(slot_tag(key), "ax:q:default", "{key}");
         }
-        assert_eq!(k.ready(q), "{ax:q:default}:ready");
+        assert_eq!(k.queued(q), "{ax:q:default}:queued");
+        assert_eq!(k.legacy_ready(q), "{ax:q:default}:ready");
         assert_eq!(k.processing(q, "w1"), "{ax:q:default}:processing:w1");
         assert_eq!(slot_tag(&k.history("ns", "t")), "ax:h:ns/t");
         assert_eq!(k.executions(), "{ax:x}:executions");

@@ -2,7 +2,7 @@
 //!
 //! A scheduler enqueues one [`ExecutionMessage`] per fire with [`Queue::enqueue_batch`] (idempotent
 //! per task and fire instant, refused for a deposed leader's fencing token); workers take
-//! messages with a [`Consumer`] (BLMOVE into a per-worker processing list) and settle them
+//! messages with a [`Consumer`] (in priority order with aging, moved into a per-worker processing list) and settle them
 //! with [`Queue::ack`], [`Queue::retry_later`] (a delayed set), [`Queue::dead_letter`] or
 //! [`Queue::release`]. A [`Maintenance`] loop promotes due retries and gives back the messages
 //! of workers whose heartbeat is gone. An execution whose receiver takes it on to report its
@@ -29,9 +29,10 @@ pub use awaiting::{
     Opened, Parked, Progress, ProgressResult, ReportedEnd, ReportedStatus, TokenClaim,
 };
 pub use config::{
-    ClientIdentity, QueueConfig, RedisTls, DEFAULT_DLQ_MAX_ENTRIES, DEFAULT_DLQ_RETENTION,
-    DEFAULT_EXECUTION_HISTORY_MAX_ENTRIES, DEFAULT_EXECUTION_HISTORY_RETENTION,
-    DEFAULT_HISTORY_CAP, DEFAULT_HISTORY_RETENTION,
+    ClientIdentity, QueueConfig, QueueLimits, RedisTls, DEFAULT_DLQ_MAX_ENTRIES,
+    DEFAULT_DLQ_RETENTION, DEFAULT_EXECUTION_HISTORY_MAX_ENTRIES,
+    DEFAULT_EXECUTION_HISTORY_RETENTION, DEFAULT_HISTORY_CAP, DEFAULT_HISTORY_RETENTION,
+    STRICT_PRIORITY_STEP,
 };
 pub use consumer::{Consumer, PAUSED_POLL};
 pub use control::{Kill, KillState, StopOrder, StopProbe};

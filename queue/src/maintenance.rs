@@ -47,7 +47,7 @@ impl Default for MaintenanceConfig {
 /// Where the loop is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MaintenanceState {
-    /// Next: move due delayed messages to their ready lists.
+    /// Next: move due delayed messages to their queued sets.
     Promote,
     /// Next: give back messages held by dead workers.
     Reap,
@@ -61,7 +61,7 @@ pub enum MaintenanceState {
 /// What one step did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepReport {
-    /// Delayed messages moved to ready lists.
+    /// Delayed messages moved to queued sets.
     pub promoted: usize,
     /// Messages given back from dead workers.
     pub reaped: usize,

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use ax_scheduler_core::overlap::dispatch_mode;
 use ax_scheduler_core::task::{CommandCall, HttpTarget};
-use ax_scheduler_core::{Dispatch, OverlapPolicy, RetryPolicy, TaskKey, TaskSpec, UtcMillis};
+use ax_scheduler_core::{
+    Concurrency, Dispatch, OverlapPolicy, RetryPolicy, TaskKey, TaskSpec, UtcMillis,
+};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -64,7 +66,7 @@ pub struct ExecutionMessage {
     pub timeout_ms: u64,
     /// Retry settings of the task.
     pub retry: Arc<RetryPolicy>,
-    /// Task priority, 0 ..= 9; above the default it jumps ahead of waiting messages.
+    /// Task priority, 0 ..= 9: the queue's order of waiting messages (priority with aging).
     pub priority: u8,
     /// Idempotency key of the task, if any: executions sharing it are enqueued once per
     /// dedupe window.
@@ -81,6 +83,11 @@ pub struct ExecutionMessage {
     /// Errors of earlier attempts, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub previous_errors: Vec<AttemptError>,
+    /// The task's concurrency limit with its key resolved for this execution (see
+    /// `ax_scheduler_core::concurrency`): the queue runs at most `max` executions with this
+    /// key at once, across all workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<Concurrency>,
     /// For a backfill: the past fire of the schedule this execution stands for (ms since
     /// the epoch). It runs now, as a run-now does; this says which period it is for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -152,7 +159,7 @@ impl ExecutionMessage {
             .shard
             .as_ref()
             .map_or_else(|| execution_id.to_string(), |shard| shard.fanout.clone());
-        ExecutionMessage {
+        let mut m = ExecutionMessage {
             execution_id,
             task_id: dispatch.key.id.clone(),
             namespace: dispatch.key.namespace.clone(),
@@ -179,6 +186,7 @@ impl ExecutionMessage {
             queue: spec.queue.clone(),
             overlap: dispatch.overlap,
             previous_errors: Vec::new(),
+            concurrency: None,
             backfill_of: None,
             lineage: Lineage {
                 run_id: dispatch
@@ -189,7 +197,19 @@ impl ExecutionMessage {
                 shard_index: dispatch.shard.as_ref().map(|s| s.index),
                 shard_total: dispatch.shard.as_ref().map(|s| s.total),
             },
-        }
+        };
+        m.resolve_concurrency(spec.concurrency.as_ref());
+        m
+    }
+
+    /// Sets the concurrency key of this execution from the task's `limit` (resolved against
+    /// this message's namespace, task id and payload; call it again after the payload
+    /// changes, as a run-now request with a payload of its own does).
+    pub fn resolve_concurrency(&mut self, limit: Option<&Concurrency>) {
+        self.concurrency = limit.map(|l| Concurrency {
+            key: l.resolve(&self.namespace, &self.task_id, &self.payload),
+            max: l.max,
+        });
     }
 
     /// The first attempt of the scheduled fire of `spec` at `fire_at` (tools and tests):

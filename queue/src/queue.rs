@@ -15,6 +15,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ax_scheduler_core::task::{DEFAULT_PRIORITY, MAX_PRIORITY};
 use ax_scheduler_core::{EnqueueOutcome, UtcMillis};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisResult};
@@ -37,6 +38,9 @@ pub struct Delivery {
     pub raw: String,
     /// The decoded message.
     pub message: ExecutionMessage,
+    /// How long it waited parked because its concurrency key was at its limit (`None`:
+    /// it was not held back by its key).
+    pub limited_wait: Option<Duration>,
 }
 
 /// A queue's fence after a leader raised it.
@@ -81,7 +85,7 @@ pub enum RetrySettle {
 /// Cheap monitoring figures of one queue, read in one round trip.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueStats {
-    /// Messages waiting in the ready list.
+    /// Messages waiting to be taken.
     pub ready: u64,
     /// Messages enqueued and not yet settled (ready plus taken).
     pub unsettled: u64,
@@ -187,6 +191,11 @@ pub(crate) fn check_queue(name: &str) -> Result<()> {
 
 /// Messages per script call in [`Queue::enqueue_batch`].
 pub const ENQUEUE_CHUNK: usize = 100;
+
+/// The concurrency key argument of the settle scripts ('' for none).
+pub(crate) fn concurrency_key(m: &ExecutionMessage) -> &str {
+    m.concurrency.as_ref().map_or("", |c| c.key.as_str())
+}
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -345,7 +354,12 @@ impl Queue {
         let k = &self.inner.keys;
         let q = &*msgs[chunk[0]].queue;
         let mut inv = script.prepare_invoke();
-        inv.key(k.ready(q)).key(k.monitor(q)).key(k.fence(q));
+        inv.key(k.queued(q))
+            .key(k.monitor(q))
+            .key(k.fence(q))
+            .key(k.order(q))
+            .key(k.clock(q))
+            .key(k.wake(q));
         let dedupes: Vec<Dedupe> = chunk.iter().map(|&i| msgs[i].dedupe()).collect();
         for (&i, dedupe) in chunk.iter().zip(&dedupes) {
             let m = &msgs[i];
@@ -355,15 +369,15 @@ impl Queue {
             };
             inv.key(key).key(k.active(q, &m.namespace, &m.task_id));
         }
-        inv.arg(ms(self.inner.cfg.dedupe_ttl).max(1));
+        inv.arg(ms(self.inner.cfg.dedupe_ttl).max(1))
+            .arg(self.inner.cfg.aging_step_us());
         for (&i, dedupe) in chunk.iter().zip(&dedupes) {
             let m = &msgs[i];
-            let jumps = m.priority > ax_scheduler_core::task::DEFAULT_PRIORITY;
             inv.arg(&jsons[i])
                 .arg(m.execution_id.to_string())
                 .arg(m.enqueued_at.0)
                 .arg(m.fencing_token)
-                .arg(if jumps { "1" } else { "0" })
+                .arg(m.priority.min(MAX_PRIORITY))
                 .arg(m.overlap_mode())
                 .arg(m.active_ttl_ms())
                 .arg(match dedupe {
@@ -483,14 +497,18 @@ impl Queue {
             let mut conn = self.conn();
             let mut inv = self.inner.scripts.ack.prepare_invoke();
             inv.key(self.inner.keys.processing(queue, worker))
-                .key(self.inner.keys.monitor(queue));
+                .key(self.inner.keys.monitor(queue))
+                .key(self.inner.keys.order(queue))
+                .key(self.inner.keys.queued(queue))
+                .key(self.inner.keys.wake(queue));
             for &i in &group {
                 let m = &ds[i].message;
                 inv.key(self.inner.keys.active(queue, &m.namespace, &m.task_id));
             }
             for &i in &group {
                 inv.arg(&ds[i].raw)
-                    .arg(ds[i].message.execution_id.to_string());
+                    .arg(ds[i].message.execution_id.to_string())
+                    .arg(concurrency_key(&ds[i].message));
             }
             let flags: Vec<i64> = self.run("ack", inv.invoke_async(&mut conn)).await?;
             for (&i, flag) in group.iter().zip(flags) {
@@ -519,10 +537,14 @@ impl Queue {
             .key(k.delayed(&d.queue))
             .key(k.kill(&d.queue, &id))
             .key(k.active(&d.queue, &m.namespace, &m.task_id))
+            .key(k.order(&d.queue))
+            .key(k.queued(&d.queue))
+            .key(k.wake(&d.queue))
             .arg(&d.raw)
             .arg(&id)
             .arg(json)
-            .arg(due.0);
+            .arg(due.0)
+            .arg(concurrency_key(m));
         let n: i64 = self.run("retry_later", inv.invoke_async(&mut conn)).await?;
         Ok(match n {
             1 => RetrySettle::Scheduled,
@@ -531,8 +553,9 @@ impl Queue {
         })
     }
 
-    /// Gives a held message back to the front of the ready list (for work a stopping worker
-    /// did not finish). `false` when it was no longer held.
+    /// Gives a held message back to its place in the queue (for work a stopping worker did
+    /// not finish): taken before anything enqueued after it. `false` when it was no longer
+    /// held.
     pub async fn release(&self, d: &Delivery) -> Result<bool> {
         self.release_raw(&d.queue, &d.worker_id, &d.raw).await
     }
@@ -548,23 +571,38 @@ impl Queue {
         let mut conn = self.conn();
         let mut inv = self.inner.scripts.release.prepare_invoke();
         inv.key(k.processing(queue, worker_id))
-            .key(k.ready(queue))
-            .arg(raw);
+            .key(k.queued(queue))
+            .key(k.order(queue))
+            .key(k.clock(queue))
+            .key(k.wake(queue))
+            .arg(raw)
+            .arg(self.inner.cfg.aging_step_us())
+            .arg(DEFAULT_PRIORITY);
+        // The slots it held go with it; an undecodable message held none.
+        match ExecutionMessage::from_json(raw) {
+            Ok(m) => inv.arg(m.execution_id.to_string()).arg(concurrency_key(&m)),
+            Err(_) => inv.arg("").arg(""),
+        };
         let n: i64 = self.run("release", inv.invoke_async(&mut conn)).await?;
         Ok(n == 1)
     }
 
-    /// Moves up to `batch` delayed messages due at `now` to the ready list; returns how many.
+    /// Moves up to `batch` delayed messages due at `now` to the queued set; returns how many.
     pub async fn promote_due(&self, queue: &str, now: UtcMillis, batch: usize) -> Result<usize> {
         check_queue(queue)?;
         let k = &self.inner.keys;
         let mut conn = self.conn();
         let mut inv = self.inner.scripts.promote_due.prepare_invoke();
         inv.key(k.delayed(queue))
-            .key(k.ready(queue))
+            .key(k.queued(queue))
             .key(k.monitor(queue))
+            .key(k.order(queue))
+            .key(k.clock(queue))
+            .key(k.wake(queue))
             .arg(now.0)
-            .arg(batch.max(1));
+            .arg(batch.max(1))
+            .arg(self.inner.cfg.aging_step_us())
+            .arg(DEFAULT_PRIORITY);
         self.run("promote_due", inv.invoke_async(&mut conn)).await
     }
 
@@ -650,13 +688,7 @@ impl Queue {
             .await?;
         let mut given_back = 0usize;
         for worker in suspects {
-            let mut inv = self.inner.scripts.reap.prepare_invoke();
-            inv.key(k.ready(queue))
-                .key(k.workers(queue))
-                .key(k.processing(queue, &worker))
-                .key(k.heartbeat(queue, &worker))
-                .arg(&worker)
-                .arg(cutoff.0);
+            let inv = self.reap_invocation(queue, &worker, cutoff.0);
             let n: i64 = self.run("reap", inv.invoke_async(&mut conn)).await?;
             if n > 0 {
                 tracing::warn!(queue, worker = %worker, messages = n, "gave back messages of a dead worker");
@@ -664,6 +696,29 @@ impl Queue {
             }
         }
         Ok(given_back)
+    }
+
+    /// The call of `reap.lua` for `worker` of `queue`, dead if last seen at `cutoff` or before.
+    fn reap_invocation(
+        &self,
+        queue: &str,
+        worker: &str,
+        cutoff: i64,
+    ) -> redis::ScriptInvocation<'_> {
+        let k = &self.inner.keys;
+        let mut inv = self.inner.scripts.reap.prepare_invoke();
+        inv.key(k.queued(queue))
+            .key(k.workers(queue))
+            .key(k.processing(queue, worker))
+            .key(k.heartbeat(queue, worker))
+            .key(k.order(queue))
+            .key(k.clock(queue))
+            .key(k.wake(queue))
+            .arg(worker)
+            .arg(cutoff)
+            .arg(self.inner.cfg.aging_step_us())
+            .arg(DEFAULT_PRIORITY);
+        inv
     }
 
     /// Gives back everything an earlier process under `worker_id` left in its processing
@@ -677,13 +732,7 @@ impl Queue {
         let _: () = self
             .run("recover_worker", conn.del(k.heartbeat(queue, worker_id)))
             .await?;
-        let mut inv = self.inner.scripts.reap.prepare_invoke();
-        inv.key(k.ready(queue))
-            .key(k.workers(queue))
-            .key(k.processing(queue, worker_id))
-            .key(k.heartbeat(queue, worker_id))
-            .arg(worker_id)
-            .arg(i64::MAX);
+        let inv = self.reap_invocation(queue, worker_id, i64::MAX);
         let n: i64 = self
             .run("recover_worker", inv.invoke_async(&mut conn))
             .await?;
@@ -709,11 +758,15 @@ impl Queue {
         .await
     }
 
-    /// Messages waiting in the ready list (LLEN).
+    /// Messages waiting to be taken (ZCARD of the queued set, plus what an earlier version
+    /// left in its ready list and no take has moved yet).
     pub async fn depth(&self, queue: &str) -> Result<u64> {
+        let k = &self.inner.keys;
         let mut conn = self.conn();
-        self.run("depth", conn.llen(self.inner.keys.ready(queue)))
-            .await
+        let mut pipe = redis::pipe();
+        pipe.zcard(k.queued(queue)).llen(k.legacy_ready(queue));
+        let (queued, legacy): (u64, u64) = self.run("depth", pipe.query_async(&mut conn)).await?;
+        Ok(queued + legacy)
     }
 
     /// Messages waiting in the delayed set (ZCARD).
@@ -741,7 +794,8 @@ impl Queue {
         let k = &self.inner.keys;
         let mut conn = self.conn();
         let mut pipe = redis::pipe();
-        pipe.llen(k.ready(queue))
+        pipe.zcard(k.queued(queue))
+            .llen(k.legacy_ready(queue))
             .zcard(k.monitor(queue))
             .zcard(k.delayed(queue))
             .zcard(k.dlq(queue))
@@ -753,14 +807,15 @@ impl Queue {
             u64,
             u64,
             u64,
+            u64,
             Vec<(String, i64)>,
             Vec<(String, i64)>,
             bool,
         );
-        let (ready, unsettled, delayed, dead, first, beat, paused): Reply =
+        let (queued, legacy, unsettled, delayed, dead, first, beat, paused): Reply =
             self.run("stats", pipe.query_async(&mut conn)).await?;
         Ok(QueueStats {
-            ready,
+            ready: queued + legacy,
             unsettled,
             delayed,
             dead,

@@ -7,6 +7,12 @@
 
 use redis::Script;
 
+/// A script that puts messages in the queued set, with the order functions (`order.lua`)
+/// before its own text: one definition of the order, however many scripts push.
+fn ordered(body: &str) -> Script {
+    Script::new(&format!("{}\n{body}", include_str!("lua/order.lua")))
+}
+
 /// The compiled-in scripts.
 pub(crate) struct Scripts {
     pub(crate) enqueue_many: Script,
@@ -35,24 +41,24 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
-            enqueue_many: Script::new(include_str!("lua/enqueue_many.lua")),
+            enqueue_many: ordered(include_str!("lua/enqueue_many.lua")),
             advance_fence: Script::new(include_str!("lua/advance_fence.lua")),
-            take: Script::new(include_str!("lua/take.lua")),
-            ack: Script::new(include_str!("lua/ack.lua")),
-            retry_later: Script::new(include_str!("lua/retry_later.lua")),
-            promote_due: Script::new(include_str!("lua/promote_due.lua")),
-            reap: Script::new(include_str!("lua/reap.lua")),
-            dead_letter: Script::new(include_str!("lua/dead_letter.lua")),
-            dlq_requeue: Script::new(include_str!("lua/dlq_requeue.lua")),
-            release: Script::new(include_str!("lua/release.lua")),
+            take: ordered(include_str!("lua/take.lua")),
+            ack: ordered(include_str!("lua/ack.lua")),
+            retry_later: ordered(include_str!("lua/retry_later.lua")),
+            promote_due: ordered(include_str!("lua/promote_due.lua")),
+            reap: ordered(include_str!("lua/reap.lua")),
+            dead_letter: ordered(include_str!("lua/dead_letter.lua")),
+            dlq_requeue: ordered(include_str!("lua/dlq_requeue.lua")),
+            release: ordered(include_str!("lua/release.lua")),
             deregister: Script::new(include_str!("lua/deregister.lua")),
             read_events: Script::new(include_str!("lua/read_events.lua")),
             dlq_trim: Script::new(include_str!("lua/dlq_trim.lua")),
-            kill: Script::new(include_str!("lua/kill.lua")),
+            kill: ordered(include_str!("lua/kill.lua")),
             find: Script::new(include_str!("lua/find.lua")),
             history_page: Script::new(include_str!("lua/history_page.lua")),
             awaiting_open: Script::new(include_str!("lua/awaiting_open.lua")),
-            awaiting_park: Script::new(include_str!("lua/awaiting_park.lua")),
+            awaiting_park: ordered(include_str!("lua/awaiting_park.lua")),
             awaiting_close: Script::new(include_str!("lua/awaiting_close.lua")),
             awaiting_end: Script::new(include_str!("lua/awaiting_end.lua")),
             awaiting_progress: Script::new(include_str!("lua/awaiting_progress.lua")),

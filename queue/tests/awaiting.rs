@@ -318,3 +318,30 @@ async fn a_kill_while_the_request_is_sent_stops_the_park() {
         EndResult::Done("killed".into())
     );
 }
+
+/// A parked execution lets go of its concurrency slot, as an ack does: the next execution
+/// of the same key, waiting for the slot, is taken at once.
+#[tokio::test]
+async fn parking_frees_the_execution_s_concurrency_slot() {
+    let q = queue().await;
+    let json = r#"{"handler":"http","schedule":{"every":"60s"},"overlap":"allow",
+        "http":{"url":"http://127.0.0.1:9/","async":true},
+        "concurrency":{"key":"customer-1","max":1}}"#;
+    let s = ax_scheduler_core::TaskSpec::from_json(json.as_bytes(), "default", "limited").unwrap();
+    let now = UtcMillis::now();
+    let msgs: Vec<ExecutionMessage> = (1..=2)
+        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 0))
+        .collect();
+    q.enqueue_batch(&msgs).await.unwrap();
+    let mut c = q
+        .consumer("default", "w", Duration::from_millis(200), now)
+        .await
+        .unwrap();
+    let first = c.take(10).await.unwrap();
+    assert_eq!(first.len(), 1, "max 1: the second waits for the slot");
+    let token = parked(&q, &first[0], UtcMillis(now.0 + 60_000)).await;
+    let second = c.take(10).await.unwrap();
+    assert_eq!(second.len(), 1, "the park freed the slot");
+    assert_eq!(second[0].message.fire_at, UtcMillis(2));
+    assert_eq!(complete(&q, &first[0], &token).await, EndResult::Ended);
+}

@@ -552,7 +552,7 @@ async fn undecodable_message_goes_to_the_dead_letter_queue() {
     let now = ax_scheduler_core::UtcMillis::now();
     let mut raw = raw_conn(&redis_url()).await;
     let _: () = raw
-        .lpush(q.keys().ready("default"), "not json")
+        .zadd(q.keys().queued("default"), "not json", 1)
         .await
         .unwrap();
     let mut c = q.consumer("default", "w", BLOCK, now).await.unwrap();

@@ -5,6 +5,7 @@
 
 pub mod backoff;
 pub mod breaker;
+pub mod concurrency;
 mod cron;
 pub mod deadline;
 pub mod describe;
@@ -29,6 +30,7 @@ pub mod validate;
 pub mod workflow;
 
 pub use backoff::ReconnectBackoff;
+pub use concurrency::Concurrency;
 pub use dispatcher::{Dispatch, Dispatcher, DispatcherConfig, Notice, TaskKey};
 pub use error::CoreError;
 pub use execution::{

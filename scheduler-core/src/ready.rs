@@ -40,6 +40,10 @@ use crate::time::UtcMillis;
 /// Number of priority levels (0 ..= [`MAX_PRIORITY`]).
 const LEVELS: usize = MAX_PRIORITY as usize + 1;
 
+/// Default [`ReadyConfig::aging_interval`]; the Redis queue orders its waiting messages with
+/// the same step by default, so a priority means the same head start in both places.
+pub const DEFAULT_AGING_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Settings of a [`ReadyQueue`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadyConfig {
@@ -53,7 +57,7 @@ pub struct ReadyConfig {
 impl Default for ReadyConfig {
     fn default() -> Self {
         ReadyConfig {
-            aging_interval: Duration::from_secs(1),
+            aging_interval: DEFAULT_AGING_INTERVAL,
         }
     }
 }

@@ -91,6 +91,10 @@ pub struct TaskSpec {
     pub queue: Arc<str>,
     /// 0 (lowest) ..= 9 (highest).
     pub priority: u8,
+    /// At most `max` executions with the same resolved key run at once, across all workers
+    /// (see [`crate::concurrency`]); over it they wait, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<crate::concurrency::Concurrency>,
     /// Longest one execution may run before it is stopped and counted as failed.
     #[serde(with = "crate::duration_serde")]
     pub timeout: Duration,

@@ -16,6 +16,7 @@ use chrono::{DateTime, SecondsFormat};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::concurrency::{Concurrency, MAX_CONCURRENCY};
 use crate::redact::holds_mask;
 use crate::task::{
     CommandCall, DependOn, Dependency, Fanout, HttpTarget, MisfirePolicy, OverlapPolicy,
@@ -118,6 +119,7 @@ const TASK_FIELDS: &[&str] = &[
     "command",
     "queue",
     "priority",
+    "concurrency",
     "timeout",
     "retry",
     "idempotency_key",
@@ -562,6 +564,10 @@ impl TaskSpec {
                 ],
             )
         });
+        let concurrency = match field(&obj, "concurrency") {
+            None => Some(None),
+            Some(v) => concurrency(&mut c, v).map(Some),
+        };
         let paused = field(&obj, "paused").map_or(Some(false), |v| c.bool(v, "paused"));
         let expect_success_within = match field(&obj, "expect_success_within") {
             None => Some(None),
@@ -600,7 +606,7 @@ impl TaskSpec {
             idempotency_key,
             misfire,
             overlap,
-            paused,
+            (paused, concurrency),
             (fanout, depends_on),
             expect_success_within,
             labels,
@@ -617,7 +623,7 @@ impl TaskSpec {
                 Some(idempotency_key),
                 Some(misfire),
                 Some(overlap),
-                Some(paused),
+                (Some(paused), Some(concurrency)),
                 (Some(fanout), Some(depends_on)),
                 Some(expect_success_within),
                 Some(labels),
@@ -634,6 +640,7 @@ impl TaskSpec {
                 queue: queue.into(),
                 // Checked against MAX_PRIORITY above.
                 priority: u8::try_from(priority).unwrap_or(MAX_PRIORITY),
+                concurrency,
                 timeout,
                 retry: Arc::new(retry),
                 idempotency_key,
@@ -711,6 +718,12 @@ impl TaskSpec {
             serde_json::to_value(self.overlap).unwrap_or(Value::Null),
         );
         obj.insert("paused".into(), self.paused.into());
+        if let Some(cc) = &self.concurrency {
+            let mut limit = Map::new();
+            limit.insert("key".into(), Value::from(cc.key.as_str()));
+            limit.insert("max".into(), cc.max.into());
+            obj.insert("concurrency".into(), Value::Object(limit));
+        }
         if let Some(Fanout::Shards(n)) = self.fanout {
             let mut f = Map::new();
             f.insert("shards".into(), n.into());
@@ -1207,6 +1220,58 @@ const MASKED_SECRET: &str = "holds `***`, a secret masked as ax shows it: give t
      value (an admin sees it with `ax task get --show-secrets`)";
 
 /// Label count and sizes.
+/// `concurrency: {"key": "...", "max": N}`.
+fn concurrency(c: &mut Checker, v: &Value) -> Option<Concurrency> {
+    let Value::Object(obj) = v else {
+        c.err(
+            "concurrency",
+            format!(
+                "must be an object like {{\"key\": \"customer-{{payload.customer}}\", \"max\": 2}}, found {}",
+                kind(v)
+            ),
+        );
+        return None;
+    };
+    c.unknown_fields(obj, "concurrency", &["key", "max"]);
+    let key = match field(obj, "key") {
+        None => {
+            c.err("concurrency.key", "missing");
+            None
+        }
+        Some(Value::String(k)) => match Concurrency::check_key(k) {
+            Ok(()) => Some(k.clone()),
+            Err(e) => {
+                c.err("concurrency.key", e);
+                None
+            }
+        },
+        Some(other) => {
+            c.err(
+                "concurrency.key",
+                format!("must be a string, found {}", kind(other)),
+            );
+            None
+        }
+    };
+    let max = match field(obj, "max") {
+        None => {
+            c.err("concurrency.max", "missing");
+            None
+        }
+        Some(m) => c.integer(
+            m,
+            "concurrency.max",
+            1,
+            u64::from(MAX_CONCURRENCY),
+            "concurrency max",
+        ),
+    };
+    Some(Concurrency {
+        key: key?,
+        max: u32::try_from(max?).ok()?,
+    })
+}
+
 fn check_labels(c: &mut Checker, labels: &BTreeMap<String, String>) {
     if labels.len() > MAX_LABELS {
         c.err(
@@ -1827,6 +1892,7 @@ mod tests {
                             command,
                             queue: "q-1".into(),
                             priority,
+                            concurrency: None,
                             timeout,
                             retry: Arc::new(RetryPolicy {
                                 max_retries: retries,
@@ -1942,5 +2008,51 @@ mod tests {
         );
         let boxed: Box<dyn std::error::Error> = Box::new(e);
         assert!(boxed.to_string().contains('\n'));
+    }
+
+    #[test]
+    fn a_concurrency_key_is_read_written_back_and_checked() {
+        let spec = TaskSpec::from_json(
+            br#"{"handler":"log","schedule":{"every":"60s"},
+                 "concurrency":{"key":"customer-{payload.customer}","max":2}}"#,
+            "ns",
+            "t",
+        )
+        .unwrap();
+        let limit = spec.concurrency.clone().unwrap();
+        assert_eq!(
+            (limit.key.as_str(), limit.max),
+            ("customer-{payload.customer}", 2)
+        );
+        assert_eq!(
+            TaskSpec::from_json(&spec.to_json(), "ns", "t").unwrap(),
+            spec
+        );
+        let bad = |json: &str| {
+            TaskSpec::from_json(json.as_bytes(), "ns", "t")
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad(
+            r#"{"handler":"log","schedule":{"every":"60s"},"concurrency":{"key":"c-{customer}","max":0}}"#,
+        );
+        assert!(
+            e.contains("concurrency.key: has an unknown placeholder `{customer}`"),
+            "{e}"
+        );
+        assert!(
+            e.contains("concurrency.max: concurrency max 0 is out of range 1-10000"),
+            "{e}"
+        );
+        let e = bad(
+            r#"{"handler":"log","schedule":{"every":"60s"},"concurrency":{"max":2,"limit":3}}"#,
+        );
+        assert!(e.contains("concurrency.key: missing"), "{e}");
+        assert!(
+            e.contains("concurrency.limit: unknown field `limit`"),
+            "{e}"
+        );
+        let e = bad(r#"{"handler":"log","schedule":{"every":"60s"},"concurrency":"c"}"#);
+        assert!(e.contains("concurrency: must be an object"), "{e}");
     }
 }

@@ -753,7 +753,7 @@ fn hold(sh: &Shared, d: &Delivery, held: bool) {
 }
 
 /// Gives back what the processing lists hold and the pool does not: messages a failed reply
-/// left there (a `BLMOVE` or top-up whose answer was lost after Redis moved them), which would
+/// left there (a take whose answer was lost after Redis moved them), which would
 /// otherwise stay until the process stops. An entry must be found unknown on two rounds in a
 /// row, so a take whose reply is on its way is never mistaken for one.
 async fn reconcile_loop(sh: Arc<Shared>, stop: CancellationToken) {
@@ -804,6 +804,7 @@ async fn release_stuck(sh: &Shared, queue: &str, raw: String) {
                 worker_id: worker.clone(),
                 raw,
                 message,
+                limited_wait: None,
             };
             sh.queue.release(&d).await
         }
@@ -841,6 +842,9 @@ async fn execute_in_span(
     let started = ax_scheduler_core::UtcMillis::now();
     let lateness_ms = started.0 - msg.fire_at.0;
     tracing::Span::current().record("lateness_ms", lateness_ms);
+    if let Some(wait) = d.limited_wait {
+        sh.reporter.on_concurrency_wait(&d.queue, wait);
+    }
     sh.reporter.on_started(msg, worker, started).await;
 
     let ordered = *stop.borrow();

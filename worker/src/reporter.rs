@@ -100,6 +100,12 @@ pub trait ExecutionReporter: Send + Sync + 'static {
     ) -> ReportFuture<'a> {
         Box::pin(async {})
     }
+
+    /// An execution of `queue` was taken after waiting `wait` for a slot of its concurrency
+    /// key (called before its `on_started`). Ignored unless implemented.
+    fn on_concurrency_wait(&self, queue: &str, wait: Duration) {
+        let _ = (queue, wait);
+    }
 }
 
 /// Ignores every event.

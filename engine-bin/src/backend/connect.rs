@@ -243,6 +243,18 @@ pub fn queue_config(config: &Config) -> QueueConfig {
         execution_history_max_entries: config.redis.execution_history_max_entries,
         dlq_retention: config.redis.dlq_retention,
         dlq_max_entries: config.redis.dlq_max_entries,
+        limits: config
+            .worker
+            .queue_limits
+            .iter()
+            .map(|l| {
+                let limits = ax_queue::QueueLimits {
+                    max_running: l.max_running,
+                    rate: l.rate,
+                };
+                (l.queue.clone(), limits)
+            })
+            .collect(),
         ..QueueConfig::default()
     }
 }

@@ -213,6 +213,31 @@ impl Config {
                 );
             }
         }
+        let mut limited = std::collections::HashSet::new();
+        for (i, l) in self.worker.queue_limits.iter().enumerate() {
+            let key = format!("worker.queue_limits[{i}]");
+            if !is_key_segment(&l.queue) || !ax_queue::keys::validate_name(&l.queue) {
+                err(
+                    &key,
+                    format!(
+                        "queue `{}` is not a queue name (non-empty, no `/`, braces or spaces)",
+                        l.queue
+                    ),
+                );
+            }
+            if !limited.insert(l.queue.as_str()) {
+                err(&key, format!("queue `{}` has limits twice", l.queue));
+            }
+            if !l.rate.is_finite() || l.rate < 0.0 {
+                err(
+                    &key,
+                    format!(
+                        "rate {} must be a number of at least 0 (per second; 0: no limit)",
+                        l.rate
+                    ),
+                );
+            }
+        }
         positive(
             &mut err,
             "worker.visibility_timeout",

@@ -233,6 +233,7 @@ pub(super) async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mu
                     request.idempotency_key.clone(),
                     request.backfill_of,
                 );
+                m.resolve_concurrency(d.spec.concurrency.as_ref());
             }
             m
         })

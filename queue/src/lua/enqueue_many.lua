@@ -1,12 +1,13 @@
 -- Idempotent, fenced enqueue of messages of one queue in one call, with the overlap check: the
 -- one enqueue path (a single message is a batch of one).
--- KEYS: 1 ready list, 2 monitor zset, 3 fence, then per message 2 keys: its dedupe key (the
---       task's fire mark for a scheduled fire, else the identity's marker), the task's active
---       marker
--- ARGV: 1 dedupe TTL ms, then per message 8 values: message JSON, execution id,
---       enqueued_at ms, fencing token, '1' to push at the taking end, overlap mode
---       ('a', 'f', 'r'), marker TTL ms, fire instant ms for a scheduled fire ('' for an
---       identity)
+-- KEYS: 1 queued zset, 2 monitor zset, 3 fence, 4 order hash, 5 clock, 6 wake list, then per
+--       message 2 keys: its dedupe key (the task's fire mark for a scheduled fire, else the
+--       identity's marker), the task's active marker
+-- ARGV: 1 dedupe TTL ms, 2 aging step µs, then per message 8 values: message JSON,
+--       execution id, enqueued_at ms, fencing token, priority, overlap mode ('a', 'f', 'r'),
+--       marker TTL ms, fire instant ms for a scheduled fire ('' for an identity)
+-- Each message enqueued gets the next instant of the queue's clock and its place by
+-- priority with aging (`order.lua`).
 -- A scheduled fire is a duplicate when its instant is at or before the task's fire mark (the
 -- newest instant enqueued; a task's fires come in time order), an identity when its marker
 -- exists. Both expire after the dedupe TTL, refreshed by each enqueue.
@@ -16,11 +17,14 @@
 -- alone; 'f' and 'r' point it at the new execution (for 'r' the running one sees it move).
 local newest = tonumber(redis.call('GET', KEYS[3]) or '0')
 local out = {}
-local count = (#KEYS - 3) / 2
+local count = (#KEYS - 6) / 2
+local step = tonumber(ARGV[2])
+local clock = ax_clock(KEYS[5])
+local pushed = 0
 for i = 1, count do
-  local base = 1 + (i - 1) * 8
-  local dedupe = KEYS[2 + 2 * i]
-  local active = KEYS[3 + 2 * i]
+  local base = 2 + (i - 1) * 8
+  local dedupe = KEYS[5 + 2 * i]
+  local active = KEYS[6 + 2 * i]
   local token = tonumber(ARGV[base + 4])
   local mode = ARGV[base + 6]
   local fire = ARGV[base + 8]
@@ -51,15 +55,15 @@ for i = 1, count do
       if mode ~= 'a' then
         redis.call('SET', active, ARGV[base + 2], 'PX', ARGV[base + 7])
       end
-      if ARGV[base + 5] == '1' then
-        redis.call('RPUSH', KEYS[1], ARGV[base + 1])
-      else
-        redis.call('LPUSH', KEYS[1], ARGV[base + 1])
-      end
+      local score = ax_score(ax_tick(clock), tonumber(ARGV[base + 5]), step)
+      ax_push(KEYS[1], KEYS[4], ARGV[base + 1], ARGV[base + 2], score)
+      pushed = pushed + 1
       redis.call('ZADD', KEYS[2], ARGV[base + 3], ARGV[base + 2])
       out[i] = 1
     end
   end
 end
+ax_clock_close(clock)
+ax_wake(KEYS[6], pushed)
 out[count + 1] = tostring(newest)
 return out

@@ -1,7 +1,9 @@
 -- Finds the messages of one queue whose JSON contains a needle (an execution id or a task id
 -- as serialized), for a kill: waiting, pending retries and held by workers. Read-only. The
--- ready list is read in chunks so a long backlog is never copied whole into the script.
--- KEYS: 1 ready list, 2 delayed zset, then the processing lists to search
+-- queued set is read in chunks so a long backlog is never copied whole into the script.
+-- KEYS: 1 queued zset, 2 delayed zset, 3 the former ready list, then the processing lists;
+--       the lists of executions parked on a concurrency key are named by the set of keys
+--       with parked executions and built from the queue's tag (`order.lua`)
 -- ARGV: 1 needle (a plain substring), 2 most matches returned
 -- Returns pairs of (where: 'ready', 'delayed' or 'processing', message JSON).
 local out = {}
@@ -18,15 +20,27 @@ local function look(where, items)
   end
 end
 local chunk = 1000
-local len = redis.call('LLEN', KEYS[1])
+local waiting = redis.call('ZCARD', KEYS[1])
+for from = 0, waiting - 1, chunk do
+  look('ready', redis.call('ZRANGE', KEYS[1], from, from + chunk - 1))
+end
+local len = redis.call('LLEN', KEYS[3])
 for from = 0, len - 1, chunk do
-  look('ready', redis.call('LRANGE', KEYS[1], from, from + chunk - 1))
+  look('ready', redis.call('LRANGE', KEYS[3], from, from + chunk - 1))
+end
+local tag = string.sub(KEYS[1], 1, -8)
+for _, key in ipairs(redis.call('SMEMBERS', tag .. ':heldkeys')) do
+  local held = tag .. ':held:' .. key
+  local count = redis.call('LLEN', held)
+  for from = 0, count - 1, chunk do
+    look('ready', redis.call('LRANGE', held, from, from + chunk - 1))
+  end
 end
 local n = redis.call('ZCARD', KEYS[2])
 for from = 0, n - 1, chunk do
   look('delayed', redis.call('ZRANGE', KEYS[2], from, from + chunk - 1))
 end
-for i = 3, #KEYS do
+for i = 4, #KEYS do
   look('processing', redis.call('LRANGE', KEYS[i], 0, -1))
 end
 return out

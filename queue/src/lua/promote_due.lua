@@ -1,14 +1,27 @@
--- Moves delayed messages that are due to the ready list, up to a batch size.
--- KEYS: 1 delayed zset, 2 ready list, 3 monitor zset
--- ARGV: 1 now ms, 2 batch size
+-- Moves delayed messages that are due to the queued set, up to a batch size. A retry waits
+-- as a new enqueue of its priority: it gets the next instant of the queue's clock.
+-- KEYS: 1 delayed zset, 2 queued zset, 3 monitor zset, 4 order hash, 5 clock, 6 wake list
+-- ARGV: 1 now ms, 2 batch size, 3 aging step µs, 4 default priority
 -- Returns how many moved.
+local step, default = tonumber(ARGV[3]), tonumber(ARGV[4])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+if #due == 0 then
+  return 0
+end
+local clock = ax_clock(KEYS[5])
 for _, m in ipairs(due) do
   redis.call('ZREM', KEYS[1], m)
-  redis.call('LPUSH', KEYS[2], m)
   local ok, msg = pcall(cjson.decode, m)
-  if ok and type(msg) == 'table' and msg.execution_id then
-    redis.call('ZADD', KEYS[3], ARGV[1], msg.execution_id)
+  local decoded = ok and type(msg) == 'table' and type(msg.execution_id) == 'string'
+  local priority = default
+  local id = nil
+  if decoded then
+    priority = ax_priority(msg, default)
+    id = msg.execution_id
+    redis.call('ZADD', KEYS[3], ARGV[1], id)
   end
+  ax_push(KEYS[2], KEYS[4], m, id, ax_score(ax_tick(clock), priority, step))
 end
+ax_clock_close(clock)
+ax_wake(KEYS[6], #due)
 return #due
