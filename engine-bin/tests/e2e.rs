@@ -2217,3 +2217,115 @@ async fn a_concurrency_key_holds_across_two_replicas_workers() {
     assert!(waits >= 8.0, "{waits} waits recorded");
     c.clean_up().await;
 }
+
+/// Reports one end of an `http.async` execution through its completion URL; the answer's
+/// status and body.
+async fn report(e: &Execution, body: Value) -> (u16, Value) {
+    let (url, token) = e
+        .completion
+        .clone()
+        .expect("the request carries a completion URL");
+    let mut body = body;
+    body["token"] = json!(token);
+    let res = reqwest::Client::new()
+        .post(&url)
+        .json(&body)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+/// Long jobs that report back (`http.async`): a 202 frees the worker; the job's completion,
+/// sent to a replica that does not lead while the leader is SIGKILLed, ends it once; progress
+/// reports keep a job alive past its timeout; a job that never reports fails at its timeout,
+/// is retried, then dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_jobs_report_back_through_the_completion_url_across_a_failover() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-long").await;
+    c.start_replica("s1", Roles::Scheduler).await;
+    let first = c.wait_for_leader(None, Duration::from_secs(10)).await;
+    c.start_replica("s2", Roles::Scheduler).await;
+    let other = if first == "s1" { "s2" } else { "s1" };
+    let port = c.replica(other).http_port;
+    c.env
+        .push(("AX_HTTP_PUBLIC_URL", format!("http://127.0.0.1:{port}")));
+    c.start_replica("w1", Roles::Worker).await;
+    for (id, timeout, retries) in [
+        ("long", "30s", 0),
+        ("beating", "3s", 0),
+        ("silent", "2s", 1),
+    ] {
+        c.receiver.accept_task(id);
+        let mut spec = http_task(&c, json!({ "at": rfc3339(now_ms() + 500) }));
+        spec["http"]["async"] = json!(true);
+        spec["timeout"] = json!(timeout);
+        spec["retry"] = json!({ "max_retries": retries, "initial_interval": "1s" });
+        cli_put(&c, "default", id, spec).await;
+    }
+    wait_for_executions(&c, "long", 1, Duration::from_secs(10)).await;
+    wait_for_executions(&c, "beating", 1, Duration::from_secs(10)).await;
+
+    // The leader dies; the job reports to the other replica meanwhile.
+    c.replica(&first).kill();
+    let long = c.receiver.executions_of("long").remove(0);
+    let (status, body) = report(&long, json!({ "status": "succeeded" })).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = report(&long, json!({ "status": "succeeded" })).await;
+    assert_eq!(
+        (status, body["repeated"].clone()),
+        (200, json!(true)),
+        "{body}"
+    );
+    c.wait_for_leader(Some(&first), Duration::from_secs(10))
+        .await;
+
+    // Progress every second keeps the 3 s job alive for 5 s.
+    let beating = c.receiver.executions_of("beating").remove(0);
+    for percent in [20, 40, 60, 80, 90] {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (status, body) = report(
+            &beating,
+            json!({ "status": "progress", "percent": percent }),
+        )
+        .await;
+        assert_eq!(status, 200, "progress {percent}: {body}");
+    }
+    let (status, body) = report(&beating, json!({ "status": "succeeded" })).await;
+    assert_eq!(status, 200, "{body}");
+
+    for id in ["long", "beating"] {
+        wait_until(
+            Duration::from_secs(15),
+            &format!("{id} recorded as succeeded"),
+            || {
+                let c = &c;
+                async move {
+                    c.state("default", id)
+                        .await
+                        .is_some_and(|s| s["success_count"] == 1 && s["failure_count"] == 0)
+                }
+            },
+        )
+        .await;
+        assert_eq!(c.receiver.executions_of(id).len(), 1, "{id} was sent once");
+    }
+    // Never reported: fails at its timeout, is retried once, then dead-lettered.
+    wait_for_executions(&c, "silent", 2, Duration::from_secs(20)).await;
+    wait_until(
+        Duration::from_secs(20),
+        "the silent job dead-lettered",
+        || {
+            let c = &c;
+            async move { c.ax_ok(&["dlq", "list"]).await.contains("default/silent") }
+        },
+    )
+    .await;
+    let silent = c.receiver.executions_of("silent").remove(0);
+    let (status, _) = report(&silent, json!({ "status": "succeeded" })).await;
+    assert_eq!(status, 409, "a timed-out attempt's completion is refused");
+    c.clean_up().await;
+}

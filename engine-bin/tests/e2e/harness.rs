@@ -68,6 +68,8 @@ pub(crate) struct Execution {
     pub(crate) run_id: Option<String>,
     /// For a sharded fire: this shard's index and the shard count.
     pub(crate) shard: Option<(u64, u64)>,
+    /// For an `http.async` task: where and with which token to report the end.
+    pub(crate) completion: Option<(String, String)>,
     /// When the receiver got it (ms since the epoch).
     pub(crate) arrived_at: i64,
 }
@@ -81,6 +83,8 @@ struct Inbox {
     slow: HashMap<String, Duration>,
     /// Tasks whose executions are answered with this body.
     bodies: HashMap<String, String>,
+    /// Tasks whose executions are answered `202 Accepted` (they report back later).
+    accepting: HashSet<String>,
     /// Bodies that could not be read: each is a test failure.
     malformed: Vec<String>,
 }
@@ -138,6 +142,16 @@ impl Receiver {
             .unwrap()
             .bodies
             .insert(task_id.to_owned(), body);
+    }
+
+    /// Executions of `task_id` are answered `202 Accepted` from now on: the test reports
+    /// their end through the completion URL they carry.
+    pub(crate) fn accept_task(&self, task_id: &str) {
+        self.inbox
+            .lock()
+            .unwrap()
+            .accepting
+            .insert(task_id.to_owned());
     }
 
     /// Executions of `task_id` are answered only after `delay` from now on.
@@ -198,11 +212,14 @@ async fn receive_execution(
         match parsed {
             Some(e) => {
                 let failing = inbox.failing.contains(&e.task_id);
+                let accepting = inbox.accepting.contains(&e.task_id);
                 let delay = inbox.slow.get(&e.task_id).copied();
                 let answer = inbox.bodies.get(&e.task_id).cloned().unwrap_or_default();
                 inbox.executions.push(e);
                 let status = if failing {
                     StatusCode::INTERNAL_SERVER_ERROR
+                } else if accepting {
+                    StatusCode::ACCEPTED
                 } else {
                     StatusCode::OK
                 };
@@ -233,6 +250,15 @@ fn parse_execution(v: &Value, arrived_at: i64) -> Option<Execution> {
         payload: v.get("payload").cloned().unwrap_or(Value::Null),
         backfill_of: v.get("backfill_of").and_then(Value::as_i64),
         run_id: v.get("run_id").and_then(Value::as_str).map(str::to_owned),
+        completion: v
+            .get("completion_url")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .zip(
+                v.get("completion_token")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            ),
         shard: v
             .get("shard_index")
             .and_then(Value::as_u64)
