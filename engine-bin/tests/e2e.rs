@@ -2375,6 +2375,23 @@ async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_
             "{id}: {s}"
         );
     }
+    // Settled means gone from the queue: nothing held, waiting or unsettled is left.
+    let client = redis::Client::open(c.redis_url.as_str()).unwrap();
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let tag = format!("{{{}:q:{queue}}}", c.redis_prefix);
+    let processing = format!("{tag}:processing:{worker_id}");
+    let (held, unsettled, delayed): (u64, u64, u64) = redis::pipe()
+        .llen(&processing)
+        .zcard(format!("{tag}:monitor"))
+        .zcard(format!("{tag}:delayed"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(
+        (held, unsettled, delayed),
+        (0, 0, 0),
+        "held, unsettled and delayed messages left after every task settled"
+    );
     let doomed = c.state("default", "doomed").await.unwrap();
     assert_eq!(
         doomed["last_error"], "asked to fail (attempt 1)",
@@ -2467,10 +2484,6 @@ async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_
         task(json!({ "sleep_ms": 60_000 }), 0),
     )
     .await;
-    let client = redis::Client::open(c.redis_url.as_str()).unwrap();
-    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
-    let tag = format!("{{{}:q:{queue}}}", c.redis_prefix);
-    let processing = format!("{tag}:processing:{worker_id}");
     wait_until(Duration::from_secs(10), "the long one taken", || {
         let mut redis = redis.clone();
         let processing = processing.clone();
