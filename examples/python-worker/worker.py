@@ -33,6 +33,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 
 try:
     import redis
@@ -452,8 +453,6 @@ class Worker:
         self.finish(msg, started, {"outcome": "succeeded"})
 
     def dead_letter_garbage(self, raw, error):
-        import uuid
-
         now = now_ms()
         entry_id = str(uuid.uuid4())
         entry = {
