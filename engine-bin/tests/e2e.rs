@@ -2329,3 +2329,314 @@ async fn long_jobs_report_back_through_the_completion_url_across_a_failover() {
     assert_eq!(status, 409, "a timed-out attempt's completion is refused");
     c.clean_up().await;
 }
+
+/// The example worker in Python (`examples/python-worker/`), a child process killed when
+/// dropped; its log is printed when the test fails.
+struct PythonWorker {
+    child: Option<std::process::Child>,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl PythonWorker {
+    /// Starts the worker on `queue` of `c`'s Redis key prefix as `worker_id`. Fails the test,
+    /// saying what to install, when python3 or its `redis` package is missing.
+    fn start(c: &Cluster, queue: &str, worker_id: &str) -> PythonWorker {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        let probe = std::process::Command::new("python3")
+            .args(["-c", "import redis"])
+            .output();
+        match probe {
+            Ok(out) => assert!(
+                out.status.success(),
+                "python3 cannot import the `redis` package (run scripts/setup.sh, or \
+                 python3 -m pip install -r examples/python-worker/requirements.txt): {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => {
+                panic!("python3 is needed for the Python worker test (run scripts/setup.sh): {e}")
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("python-worker.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = std::process::Command::new("python3")
+            .arg(format!("{root}/examples/python-worker/worker.py"))
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", std::env::var("HOME").unwrap_or_default())
+            .env("AX_REDIS_URL", &c.redis_url)
+            .env("AX_REDIS_KEY_PREFIX", &c.redis_prefix)
+            .env("AX_QUEUE", queue)
+            .env("AX_WORKER_ID", worker_id)
+            .stdin(std::process::Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        PythonWorker {
+            child: Some(child),
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits up to `within` for the exit; its status (`None`: still
+    /// running, then killed).
+    fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for PythonWorker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("---- the Python worker's log ----\n{}", self.log_text());
+        }
+    }
+}
+
+/// The protocol of `docs/worker-protocol.md`, proven by a worker in another language: a
+/// scheduler-only replica leads, the Python example worker serves the queue, and ax itself
+/// (task states, `ax history`, `ax dlq list`, `ax status`) shows what it did: a success, a
+/// success after one retry, a dead letter after the last attempt. SIGTERM gives the message
+/// in hand back to the queue and deregisters the worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_scripts() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-python").await;
+    c.start_replica("s1", Roles::Scheduler).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    let queue = "python";
+    let worker_id = "py-e2e";
+    let mut py = PythonWorker::start(&c, queue, worker_id);
+
+    let due = now_ms() + 1000;
+    let task = |payload: Value, max_retries: u32| {
+        json!({
+            "handler": "python",
+            "queue": queue,
+            "schedule": { "at": rfc3339(due) },
+            "payload": payload,
+            "retry": {
+                "max_retries": max_retries,
+                "initial_interval": "300ms",
+                "max_interval": "1s",
+                "multiplier": 2,
+                "jitter": 0,
+            },
+        })
+    };
+    cli_put(&c, "default", "ok", task(json!({ "sleep_ms": 50 }), 2)).await;
+    cli_put(
+        &c,
+        "default",
+        "flaky",
+        task(json!({ "fail_attempts": 1 }), 2),
+    )
+    .await;
+    cli_put(&c, "default", "doomed", task(json!({ "fail": true }), 1)).await;
+
+    let want = [
+        ("ok", "SUCCESS"),
+        ("flaky", "SUCCESS"),
+        ("doomed", "FAILED"),
+    ];
+    wait_until(Duration::from_secs(20), "the three tasks settled", || {
+        let c = &c;
+        async move {
+            for (id, status) in want {
+                if !c
+                    .state("default", id)
+                    .await
+                    .is_some_and(|s| s["status"] == status)
+                {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    for (id, success, failure) in [("ok", 1, 0), ("flaky", 1, 0), ("doomed", 0, 1)] {
+        let s = c.state("default", id).await.unwrap();
+        assert_eq!(
+            (&s["success_count"], &s["failure_count"]),
+            (&json!(success), &json!(failure)),
+            "{id}: {s}"
+        );
+    }
+    // Settled means gone from the queue: nothing held, waiting or unsettled is left.
+    let client = redis::Client::open(c.redis_url.as_str()).unwrap();
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let tag = format!("{{{}:q:{queue}}}", c.redis_prefix);
+    let processing = format!("{tag}:processing:{worker_id}");
+    let (held, unsettled, delayed): (u64, u64, u64) = redis::pipe()
+        .llen(&processing)
+        .zcard(format!("{tag}:monitor"))
+        .zcard(format!("{tag}:delayed"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(
+        (held, unsettled, delayed),
+        (0, 0, 0),
+        "held, unsettled and delayed messages left after every task settled"
+    );
+    let doomed = c.state("default", "doomed").await.unwrap();
+    assert_eq!(
+        doomed["last_error"], "asked to fail (attempt 1)",
+        "{doomed}"
+    );
+
+    // Every attempt is in the history across tasks, written by the Python worker.
+    let outcomes = |task: &str| {
+        let c = &c;
+        let task = format!("default/{task}");
+        async move {
+            let h = c.ax_json(&["history", "--task", &task]).await;
+            let items = h["items"].as_array().cloned().unwrap_or_default();
+            for i in &items {
+                assert_eq!(i["worker"], worker_id, "{i}");
+                assert_eq!(i["queue"], queue, "{i}");
+            }
+            // Newest first: oldest first reads as the story.
+            let mut v: Vec<(u64, String)> = items
+                .iter()
+                .map(|i| {
+                    (
+                        i["attempt"].as_u64().unwrap(),
+                        i["outcome"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect();
+            v.reverse();
+            v
+        }
+    };
+    let story = |v: &[(u64, &str)]| -> Vec<(u64, String)> {
+        v.iter().map(|(a, o)| (*a, (*o).to_owned())).collect()
+    };
+    // Attempts as people count them, from 1.
+    assert_eq!(outcomes("ok").await, story(&[(1, "succeeded")]));
+    assert_eq!(
+        outcomes("flaky").await,
+        story(&[(1, "retrying"), (2, "succeeded")])
+    );
+    assert_eq!(
+        outcomes("doomed").await,
+        story(&[(1, "retrying"), (2, "failed")])
+    );
+    // The task's own history too (`ax task history`), the retry 300 ms after the failure.
+    let flaky = c.ax_json(&["task", "history", "default/flaky"]).await;
+    let flaky = flaky.as_array().unwrap();
+    assert_eq!(flaky.len(), 2, "{flaky:?}");
+    let gap = flaky[0]["started"].as_i64().unwrap() - flaky[1]["finished"].as_i64().unwrap();
+    assert!(
+        (300..2000).contains(&gap),
+        "retried after {gap} ms: {flaky:?}"
+    );
+
+    // The last attempt's failure is a dead letter with every attempt's error.
+    let dlq = c.ax_json(&["dlq", "list", "--queue", queue]).await;
+    let letters = dlq.as_array().unwrap();
+    assert_eq!(letters.len(), 1, "{dlq}");
+    assert_eq!(
+        (
+            &letters[0]["task_id"],
+            &letters[0]["attempts"],
+            &letters[0]["last_error"]
+        ),
+        (
+            &json!("doomed"),
+            &json!(2),
+            &json!("asked to fail (attempt 1) (retries exhausted (1 of 1))")
+        ),
+        "{dlq}"
+    );
+
+    // `ax status` lists the Python worker on its queue.
+    let status = c.ax_json(&["status"]).await;
+    let served = status["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == queue)
+        .cloned()
+        .unwrap_or_else(|| panic!("no queue {queue}: {status}"));
+    assert_eq!(served["workers"], json!([worker_id]), "{status}");
+    assert_eq!(served["depth"], 0, "{status}");
+
+    // A long execution in hand when SIGTERM comes goes back to the queue, at once.
+    cli_put(
+        &c,
+        "default",
+        "long",
+        task(json!({ "sleep_ms": 60_000 }), 0),
+    )
+    .await;
+    wait_until(Duration::from_secs(10), "the long one taken", || {
+        let mut redis = redis.clone();
+        let processing = processing.clone();
+        async move {
+            redis::AsyncCommands::llen::<_, u64>(&mut redis, processing)
+                .await
+                .unwrap()
+                == 1
+        }
+    })
+    .await;
+    let exit = py.terminate(Duration::from_secs(10));
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "the worker did not stop cleanly within 10 s: {exit:?}\n{}",
+        py.log_text()
+    );
+    let (held, queued, beat): (u64, u64, bool) = redis::pipe()
+        .llen(&processing)
+        .zcard(format!("{tag}:queued"))
+        .exists(format!("{tag}:worker:{worker_id}"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(
+        (held, queued, beat),
+        (0, 1, false),
+        "released and deregistered"
+    );
+    let status = c.ax_json(&["status"]).await;
+    let served = status["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == queue)
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (&served["workers"], &served["depth"]),
+        (&json!([]), &json!(1)),
+        "{status}"
+    );
+    c.clean_up().await;
+}

@@ -654,6 +654,32 @@ impl Queue {
         .await
     }
 
+    /// The workers serving `queue` now: those in its workers set whose heartbeat key lives
+    /// (a worker of any language registers the same way, see `docs/worker-protocol.md`).
+    pub async fn live_workers(&self, queue: &str) -> Result<Vec<String>> {
+        check_queue(queue)?;
+        let k = &self.inner.keys;
+        let mut conn = self.conn();
+        let ids: Vec<String> = self
+            .run("live_workers", conn.zrange(k.workers(queue), 0, -1))
+            .await?;
+        if ids.is_empty() {
+            return Ok(ids);
+        }
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.exists(k.heartbeat(queue, id));
+        }
+        let alive: Vec<bool> = self
+            .run("live_workers", pipe.query_async(&mut conn))
+            .await?;
+        Ok(ids
+            .into_iter()
+            .zip(alive)
+            .filter_map(|(id, alive)| alive.then_some(id))
+            .collect())
+    }
+
     /// Removes a cleanly stopping worker that holds nothing. `false` when it still holds
     /// messages (the reaper will give them back after the visibility timeout).
     pub async fn deregister(&self, queue: &str, worker_id: &str) -> Result<bool> {

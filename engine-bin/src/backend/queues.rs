@@ -318,6 +318,7 @@ impl Backend {
         let mut dlq_size = 0;
         for name in self.known_queues().await? {
             let stats = q.stats(&name, now).await.map_err(errors::queue)?;
+            let workers = q.live_workers(&name).await.map_err(errors::queue)?;
             dlq_size += stats.dead;
             queues.push(QueueView {
                 name,
@@ -327,6 +328,7 @@ impl Backend {
                     .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 dlq_size: stats.dead,
                 paused: stats.paused,
+                workers,
             });
         }
         // Settings Redis will not tell (CONFIG disabled) are unknown, not wrong.

@@ -856,6 +856,9 @@ pub struct QueueView {
     /// An operator paused it: workers take nothing from it.
     #[serde(default)]
     pub paused: bool,
+    /// Ids of the workers serving it now (heartbeat alive), whatever their language.
+    #[serde(default)]
+    pub workers: Vec<String>,
 }
 
 /// Who is calling: the body of `GET /whoami`, so a client (the console) can offer only what
