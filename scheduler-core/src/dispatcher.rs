@@ -437,13 +437,7 @@ impl Dispatcher {
         let key: Arc<TaskKey> = key.into();
         self.graph.insert(&key, &spec.depends_on);
         self.place(key.clone(), spec, revision, recorded, now);
-        // Tasks downstream may have become valid (their missing parent arrived) or not (a
-        // cycle closed through this one).
-        for other in self.graph.affected(&key) {
-            if other != key {
-                self.recheck(&other, now);
-            }
-        }
+        self.recheck_downstream(&key, now);
     }
 
     /// Arms a task whose place in the graph is sound, or holds it INVALID with the reason.
@@ -478,6 +472,16 @@ impl Dispatcher {
             }
             Some(old) => self.update(old, spec, schedule, revision, now),
             None => self.load(key, spec, schedule, revision, recorded, now),
+        }
+    }
+
+    /// Re-checks every task downstream of `key` after it changed: they may have become
+    /// valid (their missing parent arrived) or not (a cycle closed through it).
+    fn recheck_downstream(&mut self, key: &Arc<TaskKey>, now: UtcMillis) {
+        for other in self.graph.affected(key) {
+            if other != *key {
+                self.recheck(&other, now);
+            }
         }
     }
 
@@ -804,11 +808,7 @@ impl Dispatcher {
         self.graph.insert(&key, &[]);
         self.graph_held.remove(&key);
         self.invalidate(Arc::clone(&key), revision, errors, now);
-        for other in self.graph.affected(&key) {
-            if other != key {
-                self.recheck(&other, now);
-            }
-        }
+        self.recheck_downstream(&key, now);
     }
 
     fn invalidate(
@@ -842,7 +842,6 @@ impl Dispatcher {
     /// Forgets a deleted task: nothing more fires and its state is deleted. Tasks that
     /// depend on it become INVALID (a missing parent).
     pub fn remove(&mut self, key: &TaskKey, now: UtcMillis) {
-        let downstream = self.graph.affected(&Arc::new(key.clone()));
         self.graph.remove(key);
         self.graph_held.remove(key);
         self.with_runs.remove(key);
@@ -861,11 +860,8 @@ impl Dispatcher {
         self.parked.remove(&key);
         // Ready entries of the task are dropped when they come up (the task is gone).
         self.pending.insert(Arc::clone(&key), Pending::Delete);
-        for other in downstream {
-            if other != key {
-                self.recheck(&other, now);
-            }
-        }
+        // Its children keep their edges to it, now to a missing parent.
+        self.recheck_downstream(&key, now);
     }
 
     /// Queues a run-now execution with its own id; the periodic schedule is not disturbed.
