@@ -317,7 +317,7 @@ fn status_without_a_leader_shows_the_known_queues() {
     assert!(
         shown.lines().any(|l| l
             .split_whitespace()
-            .eq(["default", "0", "-", "0", "active"])),
+            .eq(["default", "0", "-", "0", "0", "active"])),
         "{shown}"
     );
     assert!(shown.lines().any(|l| l.starts_with("heavy ")), "{shown}");

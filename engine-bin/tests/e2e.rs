@@ -2269,20 +2269,6 @@ async fn long_jobs_report_back_through_the_completion_url_across_a_failover() {
     wait_for_executions(&c, "long", 1, Duration::from_secs(10)).await;
     wait_for_executions(&c, "beating", 1, Duration::from_secs(10)).await;
 
-    // The leader dies; the job reports to the other replica meanwhile.
-    c.replica(&first).kill();
-    let long = c.receiver.executions_of("long").remove(0);
-    let (status, body) = report(&long, json!({ "status": "succeeded" })).await;
-    assert_eq!(status, 200, "{body}");
-    let (status, body) = report(&long, json!({ "status": "succeeded" })).await;
-    assert_eq!(
-        (status, body["repeated"].clone()),
-        (200, json!(true)),
-        "{body}"
-    );
-    c.wait_for_leader(Some(&first), Duration::from_secs(10))
-        .await;
-
     // Progress every second keeps the 3 s job alive for 5 s.
     let beating = c.receiver.executions_of("beating").remove(0);
     for percent in [20, 40, 60, 80, 90] {
@@ -2296,6 +2282,20 @@ async fn long_jobs_report_back_through_the_completion_url_across_a_failover() {
     }
     let (status, body) = report(&beating, json!({ "status": "succeeded" })).await;
     assert_eq!(status, 200, "{body}");
+
+    // The leader dies; the job reports to the other replica meanwhile.
+    c.replica(&first).kill();
+    let long = c.receiver.executions_of("long").remove(0);
+    let (status, body) = report(&long, json!({ "status": "succeeded" })).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = report(&long, json!({ "status": "succeeded" })).await;
+    assert_eq!(
+        (status, body["repeated"].clone()),
+        (200, json!(true)),
+        "{body}"
+    );
+    c.wait_for_leader(Some(&first), Duration::from_secs(10))
+        .await;
 
     for id in ["long", "beating"] {
         wait_until(
