@@ -334,6 +334,11 @@ async fn next_is_cancel_safe_inside_select() {
             let mut revs = Vec::new();
             for i in 0..200 {
                 revs.push(put(&mut client, &reg, &format!("s{i:03}"), &spec_json(1, i)).await);
+                if i % 20 == 19 {
+                    // A pause now and then, so that the reader's `next()` is pending (and
+                    // abandoned) mid-stream however fast etcd answers on this machine.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
             revs
         })
