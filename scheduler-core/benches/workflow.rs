@@ -29,7 +29,7 @@ fn succeeded() -> ExecutionEvent {
 }
 
 fn exec(text: &str) -> u128 {
-    u128::from_str_radix(&text.replace('-', ""), 16).unwrap()
+    ax_scheduler_core::workflow::parse_execution_id(text).unwrap()
 }
 
 fn chain(n: usize) -> Dispatcher {

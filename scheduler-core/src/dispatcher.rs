@@ -55,8 +55,8 @@ use crate::time::UtcMillis;
 use crate::timer::{TimerConfig, TimerHandle, TimerWheel};
 use crate::validate::FieldError;
 use crate::workflow::{
-    execution_id_text, key_text, step_execution_id, verdict, Graph, RunProgress, StepOutcome,
-    Verdict, MAX_RUNS_IN_PROGRESS,
+    execution_id_text, key_text, parse_execution_id, step_execution_id, verdict, Graph,
+    RunProgress, StepOutcome, Verdict, MAX_RUNS_IN_PROGRESS,
 };
 
 /// A task's identity: its namespace and id (the last two segments of its etcd key).
@@ -924,24 +924,16 @@ impl Dispatcher {
             };
             if let FireKind::Resend(id) = &item.kind {
                 if let Some(progress) = task.state.fanouts.iter().find(|f| f.id == *id) {
-                    for index in progress.open() {
-                        out.push(Dispatch {
-                            key: Arc::clone(&task.key),
-                            spec: Arc::clone(&task.spec),
-                            fire_at: progress.fire_at,
-                            overlap: OverlapPolicy::Allow,
-                            run_now: None,
-                            run_id: progress.run.clone(),
-                            starts_run: progress.run.is_none()
-                                && task.spec.depends_on.is_empty()
-                                && self.graph.has_children(&task.key),
-                            shard: Some(Shard {
-                                index,
-                                total: progress.total,
-                                fanout: progress.id.clone(),
-                            }),
-                        });
-                    }
+                    let fire = ShardedFire {
+                        fire_at: progress.fire_at,
+                        run_now: None,
+                        run_id: progress.run.clone(),
+                        starts_run: progress.run.is_none()
+                            && self.graph.starts_runs(&task.key, &task.spec),
+                        fanout: &progress.id,
+                        total: progress.total,
+                    };
+                    out.extend(progress.open().map(|index| fire.shard(task, index)));
                 }
                 continue;
             }
@@ -1015,9 +1007,7 @@ impl Dispatcher {
             }
             set_status(&mut task.state, TaskStatus::Running, now);
             write_running(&mut self.pending, &task.key, &self.config, now);
-            let starts_run = run_id.is_none()
-                && task.spec.depends_on.is_empty()
-                && self.graph.has_children(&task.key);
+            let starts_run = run_id.is_none() && self.graph.starts_runs(&task.key, &task.spec);
             if let Some(Fanout::Shards(total)) = task.spec.fanout {
                 let id = run_now
                     .clone()
@@ -1030,22 +1020,15 @@ impl Dispatcher {
                         run_id.clone(),
                     ));
                 }
-                for index in 0..total {
-                    out.push(Dispatch {
-                        key: Arc::clone(&task.key),
-                        spec: Arc::clone(&task.spec),
-                        fire_at,
-                        overlap: OverlapPolicy::Allow,
-                        run_now: run_now.clone(),
-                        run_id: run_id.clone(),
-                        starts_run,
-                        shard: Some(Shard {
-                            index,
-                            total,
-                            fanout: id.clone(),
-                        }),
-                    });
-                }
+                let fire = ShardedFire {
+                    fire_at,
+                    run_now,
+                    run_id,
+                    starts_run,
+                    fanout: &id,
+                    total,
+                };
+                out.extend((0..total).map(|index| fire.shard(task, index)));
                 continue;
             }
             out.push(Dispatch {
@@ -1246,15 +1229,10 @@ impl Dispatcher {
         }
         self.apply_to_state(key, position, execution, attempt, event, now);
         if let ExecutionEvent::Finished { end, .. } = event {
-            if end.is_last() && end.outcome != AttemptOutcome::Released {
-                let outcome = if end.is_success() {
-                    StepOutcome::Succeeded
-                } else {
-                    StepOutcome::Failed
-                };
+            if end.is_last() {
                 // Even when the state says the event was applied: the children's states are
                 // other records, and may not have been written with it (see `on_step_end`).
-                self.on_step_end(key, execution, outcome, now);
+                self.on_step_end(key, execution, StepOutcome::of(end), now);
             }
         }
     }
@@ -1281,13 +1259,12 @@ impl Dispatcher {
             return None;
         }
         let task = self.tasks.get_mut(key)?;
-        let slot = task
+        let (slot, index) = task
             .state
             .fanouts
             .iter()
-            .position(|f| shard_of(&f.id, execution, f.total).is_some())?;
-        let progress = &mut task.state.fanouts[slot];
-        let index = shard_of(&progress.id, execution, progress.total)?;
+            .enumerate()
+            .find_map(|(slot, f)| Some((slot, shard_of(&f.id, execution, f.total)?)))?;
         if let Some(p) = position {
             if task.state.last_event.is_some_and(|applied| applied >= p) {
                 return None;
@@ -1323,7 +1300,7 @@ impl Dispatcher {
             }),
             retry_at: None,
         };
-        let fanout = u128::from_str_radix(&done.id.replace('-', ""), 16).ok()?;
+        let fanout = parse_execution_id(&done.id)?;
         // The fire's end, as one execution's: counted, settled, a held fire released.
         self.apply_to_state(
             key,
@@ -1336,14 +1313,7 @@ impl Dispatcher {
             },
             now,
         );
-        Some((
-            fanout,
-            if whole.is_success() {
-                StepOutcome::Succeeded
-            } else {
-                StepOutcome::Failed
-            },
-        ))
+        Some((fanout, StepOutcome::of(&whole)))
     }
 
     fn apply_to_state(
@@ -1444,6 +1414,10 @@ impl Dispatcher {
         let Some(task) = self.tasks.get_mut(key) else {
             return;
         };
+        if task.spec.depends_on.is_empty() && !self.graph.has_children(key) {
+            // Neither a step nor the first task of a chain: the common case, kept free.
+            return;
+        }
         let execution = execution_id_text(execution);
         let run = if task.spec.depends_on.is_empty() {
             execution
@@ -1487,40 +1461,13 @@ impl Dispatcher {
                     Some(i) => i,
                     None => {
                         if task.state.runs.len() >= MAX_RUNS_IN_PROGRESS {
-                            // The oldest run gives way; its step is skipped.
-                            let oldest = task.state.runs.remove(0);
-                            remember_done(&mut task.state, &oldest.run);
-                            self.notices.push(Notice::StepSkipped {
-                                key: Arc::clone(&task.key),
-                                run: oldest.run.clone(),
-                                reason: format!(
-                                    "more than {MAX_RUNS_IN_PROGRESS} runs in progress"
-                                ),
-                            });
-                            if oldest.execution.is_none() {
-                                let c = Arc::clone(&task.key);
-                                let r = oldest.run;
-                                self.propagate(c, &r, StepOutcome::Skipped, now);
-                            }
-                            let Some(again) = self.tasks.get_mut(&child) else {
-                                continue;
-                            };
-                            again.state.runs.push(RunProgress {
-                                run: run.to_owned(),
-                                started_at: now,
-                                done: Default::default(),
-                                execution: None,
-                            });
-                            again.state.runs.len() - 1
-                        } else {
-                            task.state.runs.push(RunProgress {
-                                run: run.to_owned(),
-                                started_at: now,
-                                done: Default::default(),
-                                execution: None,
-                            });
-                            task.state.runs.len() - 1
+                            self.drop_oldest_run(&child, now);
                         }
+                        let Some(task) = self.tasks.get_mut(&child) else {
+                            continue;
+                        };
+                        task.state.runs.push(RunProgress::new(run, now));
+                        task.state.runs.len() - 1
                     }
                 };
                 let Some(task) = self.tasks.get_mut(&child) else {
@@ -1538,6 +1485,27 @@ impl Dispatcher {
                     work.push((child, skip));
                 }
             }
+        }
+    }
+
+    /// Makes room for a new run in `key`'s state: the oldest run gives way, its step
+    /// skipped (and the steps after it, if it had not fired).
+    fn drop_oldest_run(&mut self, key: &Arc<TaskKey>, now: UtcMillis) {
+        let Some(task) = self.tasks.get_mut(key) else {
+            return;
+        };
+        if task.state.runs.is_empty() {
+            return;
+        }
+        let oldest = task.state.runs.remove(0);
+        remember_done(&mut task.state, &oldest.run);
+        self.notices.push(Notice::StepSkipped {
+            key: Arc::clone(key),
+            run: oldest.run.clone(),
+            reason: format!("more than {MAX_RUNS_IN_PROGRESS} runs in progress"),
+        });
+        if oldest.execution.is_none() {
+            self.propagate(Arc::clone(key), &oldest.run, StepOutcome::Skipped, now);
         }
     }
 
@@ -1689,6 +1657,36 @@ impl Dispatcher {
     /// Notices raised since the last call.
     pub fn take_notices(&mut self) -> Vec<Notice> {
         std::mem::take(&mut self.notices)
+    }
+}
+
+/// The shards of one fanned-out fire, to dispatch (see [`crate::fanout`]).
+struct ShardedFire<'a> {
+    fire_at: UtcMillis,
+    run_now: Option<String>,
+    run_id: Option<String>,
+    starts_run: bool,
+    fanout: &'a str,
+    total: u32,
+}
+
+impl ShardedFire<'_> {
+    /// Shard `index`: side by side with the others, so overlap `allow`.
+    fn shard(&self, task: &Armed, index: u32) -> Dispatch {
+        Dispatch {
+            key: Arc::clone(&task.key),
+            spec: Arc::clone(&task.spec),
+            fire_at: self.fire_at,
+            overlap: OverlapPolicy::Allow,
+            run_now: self.run_now.clone(),
+            run_id: self.run_id.clone(),
+            starts_run: self.starts_run,
+            shard: Some(Shard {
+                index,
+                total: self.total,
+                fanout: self.fanout.to_owned(),
+            }),
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dispatcher::TaskKey;
 use crate::time::UtcMillis;
-use crate::workflow::{execution_id_text, step_execution_id};
+use crate::workflow::{execution_id_text, parse_execution_id, step_execution_id};
 
 /// One shard of a fanned-out fire, carried by its dispatch and message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,25 +43,17 @@ pub fn fire_fanout_id(key: &TaskKey, fire_at: UtcMillis) -> String {
     step_execution_id(&format!("fire@{}", fire_at.0), key)
 }
 
-fn parse_id(text: &str) -> Option<u128> {
-    let hex: String = text.chars().filter(|c| *c != '-').collect();
-    if hex.len() != 32 {
-        return None;
-    }
-    u128::from_str_radix(&hex, 16).ok()
-}
-
 const INDEX_BITS: u128 = 0xffff;
 
 /// Shard `index`'s execution id under `fanout`.
 pub fn shard_execution_id(fanout: &str, index: u32) -> String {
-    let base = parse_id(fanout).unwrap_or(0);
+    let base = parse_execution_id(fanout).unwrap_or(0);
     execution_id_text((base & !INDEX_BITS) | u128::from(index) & INDEX_BITS)
 }
 
 /// The shard index of `execution` if it is a shard of `fanout`.
 pub fn shard_of(fanout: &str, execution: u128, total: u32) -> Option<u32> {
-    let base = parse_id(fanout)?;
+    let base = parse_execution_id(fanout)?;
     let index = u32::try_from(execution & INDEX_BITS).ok()?;
     (execution & !INDEX_BITS == base & !INDEX_BITS && index < total).then_some(index)
 }
@@ -162,7 +154,7 @@ mod tests {
         assert_ne!(f, fire_fanout_id(&key, UtcMillis(2_000)));
         let ids: Vec<String> = (0..5).map(|i| shard_execution_id(&f, i)).collect();
         for (i, id) in ids.iter().enumerate() {
-            let n = parse_id(id).unwrap();
+            let n = parse_execution_id(id).unwrap();
             assert_eq!(shard_of(&f, n, 5), Some(i as u32));
             assert_eq!(shard_of(&f, n, 2).is_some(), i < 2);
             assert_eq!(

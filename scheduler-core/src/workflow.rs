@@ -47,6 +47,15 @@ pub enum StepOutcome {
 }
 
 impl StepOutcome {
+    /// How an execution's last attempt ended, as a step of a run.
+    pub fn of(end: &crate::execution::AttemptEnd) -> Self {
+        if end.is_success() {
+            StepOutcome::Succeeded
+        } else {
+            StepOutcome::Failed
+        }
+    }
+
     /// Whether an edge waiting for `on` is satisfied by this outcome.
     pub fn satisfies(self, on: DependOn) -> bool {
         matches!(
@@ -70,6 +79,18 @@ pub struct RunProgress {
     /// Once the step fired: its execution id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execution: Option<String>,
+}
+
+impl RunProgress {
+    /// `run` reached this task at `now` (its first parent ended).
+    pub fn new(run: &str, now: UtcMillis) -> Self {
+        RunProgress {
+            run: run.to_owned(),
+            started_at: now,
+            done: BTreeMap::new(),
+            execution: None,
+        }
+    }
 }
 
 /// What a child does next in a run.
@@ -141,6 +162,16 @@ pub fn execution_id_text(id: u128) -> String {
         &h[16..20],
         &h[20..32]
     )
+}
+
+/// The 128 bits of an execution id written as [`execution_id_text`] does (hyphens
+/// optional); `None` for anything else.
+pub fn parse_execution_id(text: &str) -> Option<u128> {
+    let hex: String = text.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    u128::from_str_radix(&hex, 16).ok()
 }
 
 /// The execution id of `child`'s step in `run`: the same on every leader, so a step sent
@@ -225,6 +256,12 @@ impl Graph {
     /// Whether any task depends on `key`.
     pub fn has_children(&self, key: &TaskKey) -> bool {
         self.children.contains_key(key)
+    }
+
+    /// Whether an execution of `key` (with `spec`) starts a run: it is the first task of a
+    /// chain (no parents of its own, some children).
+    pub fn starts_runs(&self, key: &TaskKey, spec: &crate::task::TaskSpec) -> bool {
+        spec.depends_on.is_empty() && self.has_children(key)
     }
 
     /// `key` and every task downstream of it: those whose problems may change with it.

@@ -1057,7 +1057,7 @@ fn exec_of(d: &Dispatch) -> u128 {
         .run_now
         .as_deref()
         .expect("a step carries its execution id");
-    u128::from_str_radix(&text.replace('-', ""), 16).unwrap()
+    crate::workflow::parse_execution_id(text).unwrap()
 }
 
 fn ended(d: &mut Dispatcher, id: &str, execution: u128, ok: bool, t: i64) {
@@ -1284,7 +1284,7 @@ fn missing_parents_and_cycles_hold_a_task_invalid_until_mended() {
 
 fn shard_exec(d: &Dispatch) -> u128 {
     let id = d.shard.as_ref().unwrap().execution_id();
-    u128::from_str_radix(&id.replace('-', ""), 16).unwrap()
+    crate::workflow::parse_execution_id(&id).unwrap()
 }
 
 const SHARDED: &str = r#"{"handler":"log","schedule":{"every":"10s"},"fanout":{"shards":3}}"#;
