@@ -114,16 +114,7 @@ pub async fn list_instances_with_liveness(
     client: &Client,
     config: &ElectionConfig,
 ) -> Result<Vec<InstanceLiveness>, ElectionError> {
-    let mut kv = client.kv_client();
-    let resp = timed(
-        "instances list",
-        config.request_timeout,
-        kv.get(
-            instances_prefix(&config.prefix),
-            Some(GetOptions::new().with_prefix()),
-        ),
-    )
-    .await?;
+    let resp = instance_keys(client, config).await?;
     let mut out = Vec::with_capacity(resp.kvs().len());
     for kv in resp.kvs() {
         let record = decode_record(kv)?;
@@ -151,6 +142,23 @@ pub async fn list_instances_with_liveness(
     Ok(out)
 }
 
+/// Every instance key, in key (instance id) order.
+async fn instance_keys(
+    client: &Client,
+    config: &ElectionConfig,
+) -> Result<etcd_client::GetResponse, ElectionError> {
+    let mut kv = client.kv_client();
+    timed(
+        "instances list",
+        config.request_timeout,
+        kv.get(
+            instances_prefix(&config.prefix),
+            Some(GetOptions::new().with_prefix()),
+        ),
+    )
+    .await
+}
+
 fn decode_record(kv: &etcd_client::KeyValue) -> Result<InstanceRecord, ElectionError> {
     serde_json::from_slice(kv.value()).map_err(|source| ElectionError::Decode {
         key: String::from_utf8_lossy(kv.key()).into_owned(),
@@ -163,15 +171,6 @@ pub async fn list_instances(
     client: &Client,
     config: &ElectionConfig,
 ) -> Result<Vec<InstanceRecord>, ElectionError> {
-    let mut kv = client.kv_client();
-    let resp = timed(
-        "instances list",
-        config.request_timeout,
-        kv.get(
-            instances_prefix(&config.prefix),
-            Some(GetOptions::new().with_prefix()),
-        ),
-    )
-    .await?;
+    let resp = instance_keys(client, config).await?;
     resp.kvs().iter().map(decode_record).collect()
 }

@@ -106,12 +106,14 @@ impl MissReason {
 
 impl std::fmt::Display for MissReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let at = |t: &Option<UtcMillis>| t.map_or_else(|| "an earlier fire".to_owned(), rfc3339);
+        let at = |t: &Option<UtcMillis>| {
+            t.map_or_else(|| "an earlier fire".to_owned(), UtcMillis::to_rfc3339)
+        };
         match self {
             MissReason::NoLeader { leader_since } => write!(
                 f,
                 "no leader sent the fire: the current leader took over at {}",
-                rfc3339(*leader_since)
+                leader_since.to_rfc3339()
             ),
             MissReason::NeverFired => f.write_str(
                 "the fire was not sent: skipped by its misfire policy after a stall, or by its \
@@ -144,10 +146,6 @@ impl std::fmt::Display for MissReason {
             MissReason::Killed => f.write_str("the last execution was killed by an operator"),
         }
     }
-}
-
-fn rfc3339(t: UtcMillis) -> String {
-    t.to_rfc3339()
 }
 
 /// Missed deadlines found by one judgement.
@@ -423,6 +421,25 @@ mod tests {
         st.record_fire(UtcMillis(60 * S), UtcMillis(60 * S));
         st.status = TaskStatus::Killed;
         assert_eq!(judge(&e, &st, at).miss.unwrap().reason, MissReason::Killed);
+    }
+
+    #[test]
+    fn every_reason_has_its_label_in_all() {
+        let reasons = [
+            MissReason::NoLeader {
+                leader_since: UtcMillis(0),
+            },
+            MissReason::NeverFired,
+            MissReason::Held { behind: None },
+            MissReason::Running { since: None },
+            MissReason::Failing {
+                consecutive_failures: 1,
+                last_error: None,
+            },
+            MissReason::Killed,
+        ];
+        let labels: Vec<&str> = reasons.iter().map(MissReason::as_str).collect();
+        assert_eq!(labels, MissReason::ALL);
     }
 
     #[test]

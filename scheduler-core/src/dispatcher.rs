@@ -55,8 +55,8 @@ use crate::time::UtcMillis;
 use crate::timer::{TimerConfig, TimerHandle, TimerWheel};
 use crate::validate::FieldError;
 use crate::workflow::{
-    execution_id_text, key_text, parse_execution_id, step_execution_id, verdict, Graph,
-    RunProgress, StepOutcome, Verdict, MAX_RUNS_IN_PROGRESS,
+    execution_id_text, parse_execution_id, step_execution_id, verdict, Graph, RunProgress,
+    StepOutcome, Verdict, MAX_RUNS_IN_PROGRESS,
 };
 
 /// A task's identity: its namespace and id (the last two segments of its etcd key).
@@ -385,7 +385,7 @@ impl Dispatcher {
                 self.replay_missed(&mut task, first_missed, now);
             }
             // The fires due while paused are not judged by the deadline.
-            task.state.deadline_mark = task.state.deadline_mark.max(Some(now));
+            restart_deadlines(&mut task.state, &task.spec, now);
             self.judge_deadline(&mut task, now);
             self.tasks.insert(key, task);
         }
@@ -478,6 +478,10 @@ impl Dispatcher {
     /// Re-checks every task downstream of `key` after it changed: they may have become
     /// valid (their missing parent arrived) or not (a cycle closed through it).
     fn recheck_downstream(&mut self, key: &Arc<TaskKey>, now: UtcMillis) {
+        if !self.graph.has_children(key) {
+            // Nothing downstream (almost every task): no walk, no allocation.
+            return;
+        }
         for other in self.graph.affected(key) {
             if other != *key {
                 self.recheck(&other, now);
@@ -676,7 +680,7 @@ impl Dispatcher {
         }
         // Deadlines start afresh from a spec change: the fires of the old spec (or of the
         // pause this change may end) are not judged by the new one.
-        task.state.deadline_mark = task.state.deadline_mark.max(Some(now));
+        restart_deadlines(&mut task.state, &spec, now);
         if spec.paused {
             task.state.held_fire_at = None;
             task.state.next_fire_at = None;
@@ -922,23 +926,22 @@ impl Dispatcher {
             let Some(task) = self.tasks.get_mut(&item.key) else {
                 continue;
             };
-            if let FireKind::Resend(id) = &item.kind {
-                if let Some(progress) = task.state.fanouts.iter().find(|f| f.id == *id) {
-                    let fire = ShardedFire {
-                        fire_at: progress.fire_at,
-                        run_now: None,
-                        run_id: progress.run.clone(),
-                        starts_run: progress.run.is_none()
-                            && self.graph.starts_runs(&task.key, &task.spec),
-                        fanout: &progress.id,
-                        total: progress.total,
-                    };
-                    out.extend(progress.open().map(|index| fire.shard(task, index)));
-                }
-                continue;
-            }
             let (run_now, run_id) = match &item.kind {
-                FireKind::Resend(_) => continue,
+                FireKind::Resend(id) => {
+                    if let Some(progress) = task.state.fanouts.iter().find(|f| f.id == *id) {
+                        let fire = ShardedFire {
+                            fire_at: progress.fire_at,
+                            run_now: None,
+                            run_id: progress.run.clone(),
+                            starts_run: progress.run.is_none()
+                                && self.graph.starts_runs(&task.key, &task.spec),
+                            fanout: &progress.id,
+                            total: progress.total,
+                        };
+                        out.extend(progress.open().map(|index| fire.shard(task, index)));
+                    }
+                    continue;
+                }
                 FireKind::RunNow(id) => (Some(id.clone()), None),
                 FireKind::Step(step) => {
                     let (execution, run) = &**step;
@@ -1447,7 +1450,7 @@ impl Dispatcher {
     fn propagate(&mut self, parent: Arc<TaskKey>, run: &str, outcome: StepOutcome, now: UtcMillis) {
         let mut work = vec![(parent, outcome)];
         while let Some((parent, outcome)) = work.pop() {
-            let parent_text = key_text(&parent);
+            let parent_text = parent.to_string();
             for child in self.graph.children(&parent).to_vec() {
                 let Some(task) = self.tasks.get_mut(&child) else {
                     // INVALID or held: its step does not run, and nothing runs after it.
@@ -1657,6 +1660,14 @@ impl Dispatcher {
     /// Notices raised since the last call.
     pub fn take_notices(&mut self) -> Vec<Notice> {
         std::mem::take(&mut self.notices)
+    }
+}
+
+/// Deadlines start afresh at `now` (a spec change, a resume): fires due before are not
+/// judged. Only for a task with a deadline: the mark is read by nothing else.
+fn restart_deadlines(state: &mut TaskState, spec: &TaskSpec, now: UtcMillis) {
+    if spec.expect_success_within.is_some() {
+        state.deadline_mark = state.deadline_mark.max(Some(now));
     }
 }
 

@@ -162,8 +162,7 @@ mod tests {
                 None
             );
         }
-        let mut unique = ids.clone();
-        unique.dedup();
+        let unique: std::collections::HashSet<&String> = ids.iter().collect();
         assert_eq!(unique.len(), 5);
     }
 

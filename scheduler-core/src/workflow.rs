@@ -191,11 +191,6 @@ pub fn step_execution_id(run: &str, child: &TaskKey) -> String {
     execution_id_text(u128::from_be_bytes(bytes))
 }
 
-/// `namespace/id` of a key, as `depends_on` names it.
-pub fn key_text(key: &TaskKey) -> String {
-    format!("{}/{}", key.namespace, key.id)
-}
-
 /// The key a `depends_on[].task` names (validated as `namespace/id`).
 pub fn parse_key(task: &str) -> TaskKey {
     let (ns, id) = task.split_once('/').unwrap_or(("", task));
@@ -290,7 +285,7 @@ impl Graph {
             if !self.known.contains(p) {
                 errors.push(FieldError::new(
                     format!("depends_on[{i}].task"),
-                    format!("task {} does not exist; register it first", key_text(p)),
+                    format!("task {} does not exist; register it first", p),
                 ));
             }
         }
@@ -303,7 +298,7 @@ impl Graph {
         }
         let roots = self.roots(key);
         if roots.len() > 1 {
-            let names: Vec<String> = roots.iter().map(key_text).collect();
+            let names: Vec<String> = roots.iter().map(ToString::to_string).collect();
             errors.push(FieldError::new(
                 "depends_on",
                 format!(
@@ -334,8 +329,9 @@ impl Graph {
             }
             let next = ps[i].as_ref();
             if next == key {
-                let mut names: Vec<String> = path.iter().rev().map(|(k, _)| key_text(k)).collect();
-                names.insert(0, key_text(key));
+                let mut names: Vec<String> =
+                    path.iter().rev().map(|(k, _)| k.to_string()).collect();
+                names.insert(0, key.to_string());
                 return Some(names);
             }
             if !done.contains(next) && !path.iter().any(|(k, _)| k == next) {
@@ -451,7 +447,11 @@ mod tests {
             &[dep("ns/a", DependOn::Success), dep("ns/b", DependOn::Any)],
         );
         assert!(g.problems(&key("c")).is_empty());
-        let mut affected: Vec<String> = g.affected(&key("r")).iter().map(|k| key_text(k)).collect();
+        let mut affected: Vec<String> = g
+            .affected(&key("r"))
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
         affected.sort();
         assert_eq!(affected, ["ns/a", "ns/b", "ns/c", "ns/r"]);
         g.remove(&key("r"));
