@@ -273,15 +273,24 @@ pub enum Parked {
     NotHeld,
 }
 
+/// The arguments of one `awaiting_end.lua` call.
+struct EndScript<'a> {
+    queue: &'a str,
+    id: &'a str,
+    active: &'a str,
+    how: &'a str,
+    attempt: u32,
+    hash: &'a str,
+    label: &'a str,
+    /// The settle written with the end: kind (`ack`, `retry`, `dlq`), its payload, retry due.
+    settle: (&'a str, &'a str, i64),
+}
+
 /// Who ends a waiting attempt in [`Queue::end_awaiting`].
 #[derive(Clone, Copy, Debug)]
 pub enum EndBy<'a> {
     /// The job, with this SHA-256 of its token.
     Completion(&'a str),
-    /// The job, with this SHA-256 of its token, for an attempt read as pending: the
-    /// completion may only be kept for its worker ([`EndResult::Moved`] when it was parked
-    /// meanwhile).
-    Early(&'a str),
     /// The deadline, which must have passed.
     Deadline,
     /// An operator.
@@ -518,7 +527,6 @@ impl Queue {
         let k = self.keys();
         let (how, hash) = match by {
             EndBy::Completion(hash) => ("complete", hash),
-            EndBy::Early(hash) => ("early", hash),
             EndBy::Deadline => ("deadline", ""),
             EndBy::Kill => ("kill", ""),
         };
@@ -527,29 +535,18 @@ impl Queue {
             AwaitSettle::Retry { next, due } => ("retry", next.to_json()?, due.0),
             AwaitSettle::DeadLetter(entry) => ("dlq", encode("dead-letter entry", entry)?, 0),
         };
-        let mut inv = self.inner.scripts.awaiting_end.prepare_invoke();
-        inv.key(k.awaiting(q, &id))
-            .key(k.awaiting_due(q))
-            .key(k.delayed(q))
-            .key(k.dlq(q))
-            .key(k.dlq_entries(q))
-            .key(k.active(q, &message.namespace, &message.task_id))
-            .arg(how)
-            .arg(attempt)
-            .arg(hash)
-            .arg(now.0)
-            .arg(label)
-            .arg(kind)
-            .arg(payload)
-            .arg(due)
-            .arg(&id)
-            .arg(encode("reported end", outcome)?)
-            .arg(ms(self.awaiting_retention()));
-        let mut conn = self.conn();
-        let reply: Vec<String> = self
-            .run("end_awaiting", inv.invoke_async(&mut conn))
-            .await?;
-        Ok(parse_end(&reply))
+        let active = k.active(q, &message.namespace, &message.task_id);
+        let script = EndScript {
+            queue: q,
+            id: &id,
+            active: &active,
+            how,
+            attempt,
+            hash,
+            label,
+            settle: (kind, &payload, due),
+        };
+        self.invoke_end(&script, outcome, now).await
     }
 
     /// A completion of `attempt` of execution `id` in `queue` read as pending: kept for its
@@ -565,24 +562,46 @@ impl Queue {
     ) -> Result<EndResult> {
         check_queue(queue)?;
         let id_text = id.to_string();
-        let k = self.keys();
-        let mut inv = self.inner.scripts.awaiting_end.prepare_invoke();
         // The settle's keys are never touched on this path; they only keep the slot.
-        inv.key(k.awaiting(queue, &id_text))
-            .key(k.awaiting_due(queue))
-            .key(k.delayed(queue))
-            .key(k.dlq(queue))
-            .key(k.dlq_entries(queue))
-            .key(k.active(queue, "-", "-"))
-            .arg("early")
-            .arg(attempt)
-            .arg(token_hash)
+        let active = self.keys().active(queue, "-", "-");
+        let script = EndScript {
+            queue,
+            id: &id_text,
+            active: &active,
+            how: "early",
+            attempt,
+            hash: token_hash,
+            label: outcome.status.label(),
+            settle: ("ack", "", 0),
+        };
+        self.invoke_end(&script, outcome, now).await
+    }
+
+    /// Runs `awaiting_end.lua` (the one way an awaiting attempt ends).
+    async fn invoke_end(
+        &self,
+        e: &EndScript<'_>,
+        outcome: &ReportedEnd,
+        now: UtcMillis,
+    ) -> Result<EndResult> {
+        let k = self.keys();
+        let (kind, payload, due) = e.settle;
+        let mut inv = self.inner.scripts.awaiting_end.prepare_invoke();
+        inv.key(k.awaiting(e.queue, e.id))
+            .key(k.awaiting_due(e.queue))
+            .key(k.delayed(e.queue))
+            .key(k.dlq(e.queue))
+            .key(k.dlq_entries(e.queue))
+            .key(e.active)
+            .arg(e.how)
+            .arg(e.attempt)
+            .arg(e.hash)
             .arg(now.0)
-            .arg(outcome.status.label())
-            .arg("ack")
-            .arg("")
-            .arg(0)
-            .arg(&id_text)
+            .arg(e.label)
+            .arg(kind)
+            .arg(payload)
+            .arg(due)
+            .arg(e.id)
             .arg(encode("reported end", outcome)?)
             .arg(ms(self.awaiting_retention()));
         let mut conn = self.conn();

@@ -303,27 +303,43 @@ impl Queue {
         let k = self.keys();
         let mut pipe = redis::pipe();
         for p in probes {
-            pipe.exists(k.kill(&p.queue, &p.execution_id.to_string()))
-                .get(k.active(&p.queue, &p.namespace, &p.task_id));
+            pipe.exists(k.kill(&p.queue, &p.execution_id.to_string()));
+            // Only a `replace` execution can be replaced: the others ask one question.
+            if p.overlap == OverlapPolicy::Replace {
+                pipe.get(k.active(&p.queue, &p.namespace, &p.task_id));
+            }
         }
         let mut conn = self.conn();
-        let replies: Vec<(bool, Option<String>)> =
+        let replies: Vec<redis::Value> =
             self.run("stop_orders", pipe.query_async(&mut conn)).await?;
-        Ok(probes
-            .iter()
-            .zip(replies)
-            .map(|(p, (killed, holder))| {
-                if killed {
-                    Some(StopOrder::Killed)
-                } else if p.overlap == OverlapPolicy::Replace
-                    && holder.is_some_and(|h| h != p.execution_id.to_string())
-                {
-                    Some(StopOrder::Replaced)
-                } else {
-                    None
-                }
-            })
-            .collect())
+        let mut replies = replies.into_iter();
+        let unexpected = |detail: String| QueueError::UnexpectedReply {
+            op: "stop_orders",
+            detail,
+        };
+        let mut next = || {
+            replies
+                .next()
+                .ok_or_else(|| unexpected("fewer replies than questions".into()))
+        };
+        let mut out = Vec::with_capacity(probes.len());
+        for p in probes {
+            let killed: bool =
+                redis::from_redis_value(&next()?).map_err(|e| unexpected(e.to_string()))?;
+            let holder: Option<String> = if p.overlap == OverlapPolicy::Replace {
+                redis::from_redis_value(&next()?).map_err(|e| unexpected(e.to_string()))?
+            } else {
+                None
+            };
+            out.push(if killed {
+                Some(StopOrder::Killed)
+            } else if holder.is_some_and(|h| h != p.execution_id.to_string()) {
+                Some(StopOrder::Replaced)
+            } else {
+                None
+            });
+        }
+        Ok(out)
     }
 
     /// Pauses `queue`: workers take nothing from it from their next take on (running

@@ -557,32 +557,20 @@ impl Queue {
     /// not finish): taken before anything enqueued after it. `false` when it was no longer
     /// held.
     pub async fn release(&self, d: &Delivery) -> Result<bool> {
-        self.release_raw(&d.queue, &d.worker_id, &d.raw).await
-    }
-
-    /// [`Queue::release`] of a message as stored.
-    pub(crate) async fn release_raw(
-        &self,
-        queue: &str,
-        worker_id: &str,
-        raw: &str,
-    ) -> Result<bool> {
         let k = &self.inner.keys;
         let mut conn = self.conn();
         let mut inv = self.inner.scripts.release.prepare_invoke();
-        inv.key(k.processing(queue, worker_id))
-            .key(k.queued(queue))
-            .key(k.order(queue))
-            .key(k.clock(queue))
-            .key(k.wake(queue))
-            .arg(raw)
+        inv.key(k.processing(&d.queue, &d.worker_id))
+            .key(k.queued(&d.queue))
+            .key(k.order(&d.queue))
+            .key(k.clock(&d.queue))
+            .key(k.wake(&d.queue))
+            .arg(&d.raw)
             .arg(self.inner.cfg.aging_step_us())
-            .arg(DEFAULT_PRIORITY);
-        // The slots it held go with it; an undecodable message held none.
-        match ExecutionMessage::from_json(raw) {
-            Ok(m) => inv.arg(m.execution_id.to_string()).arg(concurrency_key(&m)),
-            Err(_) => inv.arg("").arg(""),
-        };
+            .arg(DEFAULT_PRIORITY)
+            // The slots it held go with it.
+            .arg(d.message.execution_id.to_string())
+            .arg(concurrency_key(&d.message));
         let n: i64 = self.run("release", inv.invoke_async(&mut conn)).await?;
         Ok(n == 1)
     }

@@ -80,9 +80,6 @@ pub enum WaitingEnd {
     Reported(ReportedEnd),
     /// Neither a completion nor a progress report came by the deadline.
     Deadline,
-    /// An operator killed it (the queue's kill does this itself; here for completeness of
-    /// the vocabulary of [`attempt_end`]).
-    Killed,
 }
 
 /// The attempt's end as the history shows it, and what is written with it, decided at
@@ -111,15 +108,6 @@ pub fn attempt_end(
             ),
             true,
         ),
-        WaitingEnd::Killed => {
-            return (
-                AttemptEnd::new(
-                    AttemptOutcome::Killed,
-                    Some(ax_queue::StopOrder::Killed.reason().to_owned()),
-                ),
-                AwaitSettle::Done,
-            )
-        }
     };
     let error = ax_scheduler_core::execution::shown_error(error);
     let decision = if retryable {
