@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-for tool in chromium chromedriver etcd redis-server python3; do
+for tool in chromium chromedriver etcd etcdctl redis-server python3; do
   command -v "$tool" >/dev/null 2>&1 || { echo "check-console: $tool is missing; run scripts/setup.sh" >&2; exit 1; }
 done
 cargo build --quiet -p ax-engine --bin ax

@@ -241,6 +241,29 @@ async fn backend(config: &Config) -> Result<Backend, CliError> {
     Ok(Backend::connect_lazy(config).await?)
 }
 
+/// The tasks `query` selects, page after page; only its first page when `one_page` (then
+/// saying on stderr how to get the next).
+async fn list_tasks(
+    b: &Backend,
+    mut query: TaskQuery,
+    one_page: bool,
+) -> Result<Vec<TaskView>, CliError> {
+    let mut tasks = Vec::new();
+    loop {
+        let page = b.list_tasks(query.clone()).await.map_err(api_error)?;
+        tasks.extend(page.items);
+        match page.continue_token {
+            Some(token) if one_page => {
+                eprintln!("more tasks follow: add --continue {token}");
+                break;
+            }
+            Some(token) => query.continue_token = Some(token),
+            None => break,
+        }
+    }
+    Ok(tasks)
+}
+
 /// An API error as the CLI reports it (and its exit code).
 fn api_error(e: ApiError) -> CliError {
     match e {
@@ -336,16 +359,7 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
         .unwrap_or_default();
     let text = match (cmd, key) {
         (TaskCommand::Graph { dot, .. }, Some(key)) => {
-            let mut query = TaskQuery::default();
-            let mut tasks = Vec::new();
-            loop {
-                let page = b.list_tasks(query.clone()).await.map_err(api_error)?;
-                tasks.extend(page.items);
-                match page.continue_token {
-                    Some(token) => query.continue_token = Some(token),
-                    None => break,
-                }
-            }
+            let tasks = list_tasks(&b, TaskQuery::default(), false).await?;
             let chain = output::Chain::around(&key.namespace, &key.id, &tasks)
                 .ok_or_else(|| CliError::NotFound(format!("task {name} does not exist")))?;
             if dot {
@@ -366,7 +380,7 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
             },
             _,
         ) => {
-            let mut query = TaskQuery {
+            let query = TaskQuery {
                 namespace,
                 status,
                 label,
@@ -375,22 +389,9 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
                 continue_token,
                 show_secrets,
             };
-            let mut tasks = Vec::new();
-            loop {
-                let mut page = b.list_tasks(query.clone()).await.map_err(api_error)?;
-                if !show_secrets {
-                    page.items.iter_mut().for_each(TaskView::mask_secrets);
-                }
-                tasks.extend(page.items);
-                match page.continue_token {
-                    // One page was asked for: say how to get the next.
-                    Some(token) if limit.is_some() => {
-                        eprintln!("more tasks follow: add --continue {token}");
-                        break;
-                    }
-                    Some(token) => query.continue_token = Some(token),
-                    None => break,
-                }
+            let mut tasks = list_tasks(&b, query, limit.is_some()).await?;
+            if !show_secrets {
+                tasks.iter_mut().for_each(TaskView::mask_secrets);
             }
             match output {
                 OutputFormat::Table => output::task_table(&tasks),

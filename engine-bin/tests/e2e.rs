@@ -1613,24 +1613,6 @@ async fn the_execution_history_shows_every_attempt_across_tasks_and_each_executi
     c.clean_up().await;
 }
 
-/// The value of one labelled series (`name{label="v"}`, as `/metrics` prints it) on the
-/// replica listening on `port`.
-async fn series(port: u16, series: &str) -> Option<f64> {
-    let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    text.lines().find_map(|l| {
-        l.strip_prefix(series)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
-
 /// The `deadline_missed` alerts of one task, oldest first.
 fn deadline_alerts(c: &Cluster, task_id: &str) -> Vec<Value> {
     c.receiver
@@ -1690,7 +1672,7 @@ async fn a_missed_deadline_is_alerted_once_with_its_reason_through_a_failover() 
         Duration::from_secs(10),
         "a held deadline miss",
         || async move {
-            series(r1, "scheduler_deadline_misses_total{reason=\"held\"}")
+            harness::metric_at(r1, "scheduler_deadline_misses_total{reason=\"held\"}")
                 .await
                 .is_some_and(|v| v >= 1.0)
         },
@@ -1731,7 +1713,7 @@ async fn a_missed_deadline_is_alerted_once_with_its_reason_through_a_failover() 
     }
     let r2 = c.replica("r2").http_port;
     assert!(
-        series(r2, "scheduler_deadline_misses_total{reason=\"no_leader\"}")
+        harness::metric_at(r2, "scheduler_deadline_misses_total{reason=\"no_leader\"}")
             .await
             .is_some_and(|v| v >= 1.0)
     );
@@ -1792,7 +1774,7 @@ async fn a_paused_queue_holds_its_executions_until_resumed() {
     wait_until(
         Duration::from_secs(10),
         "the paused metric",
-        || async move { series(r1, metric).await == Some(1.0) },
+        || async move { harness::metric_at(r1, metric).await == Some(1.0) },
     )
     .await;
     let status = c.ax_ok(&["status"]).await;
@@ -1831,7 +1813,7 @@ async fn a_paused_queue_holds_its_executions_until_resumed() {
     wait_until(
         Duration::from_secs(10),
         "the metric back at 0",
-        || async move { series(r1, metric).await == Some(0.0) },
+        || async move { harness::metric_at(r1, metric).await == Some(0.0) },
     )
     .await;
     c.clean_up().await;

@@ -36,6 +36,24 @@ const LOG_TAIL_LINES: usize = 40;
 /// timings: tests take this lock and run one at a time.
 pub(crate) static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The value of one series on the `/metrics` of the replica listening on `port`: a name
+/// without labels, or one with them as `/metrics` prints it (`name{label="v"}`).
+pub(crate) async fn metric_at(port: u16, series: &str) -> Option<f64> {
+    let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 /// Milliseconds since the Unix epoch, on the clock the engine uses too.
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
@@ -594,15 +612,7 @@ impl Cluster {
 
     /// The value of a metric without labels on a replica's `/metrics`.
     pub(crate) async fn metric(&mut self, replica: &str, name: &str) -> Option<f64> {
-        let port = self.replica(replica).http_port;
-        let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        metric_at(self.replica(replica).http_port, name).await
     }
 
     /// Removes the test's keys from the shared etcd (Redis keys expire or stay under their
