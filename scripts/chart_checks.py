@@ -40,7 +40,7 @@ CONTRACT = {
     "etcd": {"endpoints", "prefix", "username", "password", "ca_file", "cert_file", "key_file", "timeout",
              "quota_backend_bytes"},
     "redis": {"url", "password", "ca_file", "cert_file", "key_file", "key_prefix"},
-    "instance": {"id", "roles", "namespaces"},
+    "instance": {"id", "roles"},
     "election": {"lease_ttl"},
     "scheduler": {"tick", "catch_up_window", "max_clock_skew", "enqueue_rate_limit", "backlog_alert_threshold"},
     "worker": {"concurrency", "prefetch", "queues", "shutdown_grace", "visibility_timeout",

@@ -61,9 +61,6 @@ pub struct GlobalArgs {
     /// Roles, comma separated: scheduler, worker [instance.roles].
     #[arg(long, global = true, value_delimiter = ',', value_name = "ROLES")]
     pub roles: Option<Vec<Role>>,
-    /// Namespaces served, comma separated; none means all [instance.namespaces].
-    #[arg(long, global = true, value_delimiter = ',', value_name = "NAMES")]
-    pub namespaces: Option<Vec<String>>,
     /// Concurrent executions; 0 means twice the CPU cores [worker.concurrency].
     #[arg(long, global = true, value_name = "N")]
     pub worker_concurrency: Option<usize>,
@@ -87,7 +84,6 @@ impl GlobalArgs {
             redis_url: self.redis_url.clone(),
             instance_id: self.instance_id.clone(),
             roles: self.roles.clone(),
-            namespaces: self.namespaces.clone(),
             worker_concurrency: self.worker_concurrency,
             worker_queues: self.worker_queues.clone(),
             http_listen: self.http_listen.clone(),

@@ -233,8 +233,6 @@ pub struct Instance {
     pub id: String,
     /// Roles; default both.
     pub roles: Vec<Role>,
-    /// Namespaces this replica schedules and works for; empty means all.
-    pub namespaces: Vec<String>,
 }
 
 impl Default for Instance {
@@ -242,7 +240,6 @@ impl Default for Instance {
         Instance {
             id: String::new(),
             roles: vec![Role::Scheduler, Role::Worker],
-            namespaces: Vec::new(),
         }
     }
 }
@@ -558,8 +555,6 @@ pub struct ConfigOverrides {
     pub instance_id: Option<String>,
     /// `--roles`.
     pub roles: Option<Vec<Role>>,
-    /// `--namespaces`.
-    pub namespaces: Option<Vec<String>>,
     /// `--worker-concurrency`.
     pub worker_concurrency: Option<usize>,
     /// `--worker-queues`.
@@ -584,6 +579,29 @@ pub struct LoadOptions<'a> {
     pub hostname: Option<&'a str>,
 }
 
+/// Settings that no longer exist, with what to do instead: `(key, variable, why)`. Left
+/// silently ignored, a removed setting would change what a replica does without a word.
+const REMOVED_SETTINGS: &[(&str, &str, &str)] = &[(
+    "instance.namespaces",
+    "AX_NAMESPACES",
+    "removed: it filtered what the one leader fires, so a replica scoped to some namespaces \
+     that won the election never fired the others (and dropped their run-now requests); every \
+     leader now fires every namespace. Delete the setting; to keep teams' tasks apart, give \
+     each installation its own `etcd.prefix` and `redis.key_prefix`",
+)];
+
+/// The first removed setting `text` (a config file) sets, as an error message.
+fn removed_setting_in(text: &str) -> Option<String> {
+    let table: toml::Table = text.parse().ok()?;
+    REMOVED_SETTINGS.iter().find_map(|(key, _, why)| {
+        let mut parts = key.split('.');
+        let section = table.get(parts.next()?)?.as_table()?;
+        section
+            .contains_key(parts.next()?)
+            .then(|| format!("`{key}` was {why}"))
+    })
+}
+
 impl Config {
     /// Assembles and validates the effective configuration: defaults, then the file (from
     /// `--config`, `AX_CONFIG` or the default path), then the environment, then flags.
@@ -592,6 +610,14 @@ impl Config {
             Some(path) => Config::from_file(&path)?,
             None => Config::default(),
         };
+        for (key, var, why) in REMOVED_SETTINGS {
+            if opts.env.get(*var).is_some_and(|v| !v.trim().is_empty()) {
+                return Err(ConfigError::Env {
+                    var: (*var).to_owned(),
+                    message: format!("sets `{key}`, which was {why}"),
+                });
+            }
+        }
         config.apply_env(opts.env)?;
         config.apply_overrides(opts.overrides);
         if config.instance.id.is_empty() {
@@ -620,7 +646,9 @@ impl Config {
     fn parse_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
         toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
-            message: e.to_string().trim_end().to_owned(),
+            // A removed setting is an unknown key to the parser; say what became of it.
+            message: removed_setting_in(text)
+                .unwrap_or_else(|| e.to_string().trim_end().to_owned()),
         })
     }
 
@@ -640,9 +668,6 @@ impl Config {
         }
         if let Some(v) = &o.roles {
             self.instance.roles = v.clone();
-        }
-        if let Some(v) = &o.namespaces {
-            self.instance.namespaces = v.clone();
         }
         if let Some(v) = o.worker_concurrency {
             self.worker.concurrency = v;
@@ -697,7 +722,6 @@ mod tests {
         assert_eq!(c.redis.url, "redis://127.0.0.1:6379/0");
         assert_eq!(c.redis.key_prefix, "ax");
         assert_eq!(c.instance.roles, [Role::Scheduler, Role::Worker]);
-        assert!(c.instance.namespaces.is_empty());
         assert_eq!(c.election.lease_ttl, Duration::from_secs(10));
         assert_eq!(c.scheduler.tick, Duration::from_millis(10));
         assert_eq!(c.scheduler.catch_up_window, Duration::from_secs(600));
@@ -760,6 +784,37 @@ mod tests {
         let len = doc[start..].find("```").expect("the block ends");
         let text = &doc[start..start + len];
         assert_eq!(Config::from_toml_str(text).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn a_removed_setting_is_refused_with_what_to_do_instead() {
+        let e = Config::from_toml_str("[instance]\nnamespaces = [\"billing\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`instance.namespaces` was removed"), "{e}");
+        assert!(e.contains("etcd.prefix"), "{e}");
+        // Other unknown keys keep the parser's message.
+        let e = Config::from_toml_str("[instance]\nnamespace = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `namespace`"), "{e}");
+
+        let env: HashMap<String, String> = [("AX_NAMESPACES".to_owned(), "billing".to_owned())]
+            .into_iter()
+            .collect();
+        let e = Config::load(LoadOptions {
+            config_flag: None,
+            env: &env,
+            overrides: &ConfigOverrides::default(),
+            default_path: None,
+            hostname: Some("h"),
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("AX_NAMESPACES") && e.contains("`instance.namespaces`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -419,7 +419,6 @@ impl Parts<'_> {
                 .first()
                 .map(|endpoint| ClockCheck::new(endpoint, etcd_tls.as_ref()))
                 .transpose()?,
-            namespaces: config.instance.namespaces.clone(),
         };
         let deps = LeaderDeps {
             registry: Registry::new(self.etcd.clone(), registry_config(config)),

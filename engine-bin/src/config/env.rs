@@ -25,7 +25,6 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("AX_REDIS_KEY_PREFIX", "redis.key_prefix"),
     ("AX_INSTANCE_ID", "instance.id"),
     ("AX_ROLES", "instance.roles"),
-    ("AX_NAMESPACES", "instance.namespaces"),
     ("AX_LEASE_TTL", "election.lease_ttl"),
     ("AX_TICK", "scheduler.tick"),
     ("AX_CATCH_UP_WINDOW", "scheduler.catch_up_window"),
@@ -77,7 +76,6 @@ impl Config {
             "AX_REDIS_KEY_PREFIX" => self.redis.key_prefix = text,
             "AX_INSTANCE_ID" => self.instance.id = text,
             "AX_ROLES" => self.instance.roles = parse_roles(value)?,
-            "AX_NAMESPACES" => self.instance.namespaces = split_list(value),
             "AX_LEASE_TTL" => self.election.lease_ttl = parse_duration(value)?,
             "AX_TICK" => self.scheduler.tick = parse_duration(value)?,
             "AX_CATCH_UP_WINDOW" => self.scheduler.catch_up_window = parse_duration(value)?,
@@ -171,7 +169,6 @@ mod tests {
         c.apply_env(&env(&[
             ("AX_ETCD_ENDPOINTS", "http://a:2379, http://b:2379,"),
             ("AX_ROLES", "worker,worker"),
-            ("AX_NAMESPACES", "billing,ops"),
             ("AX_LEASE_TTL", "15s"),
             ("AX_TICK", "5ms"),
             ("AX_WORKER_CONCURRENCY", "12"),
@@ -186,7 +183,6 @@ mod tests {
         .unwrap();
         assert_eq!(c.etcd.endpoints, ["http://a:2379", "http://b:2379"]);
         assert_eq!(c.instance.roles, [Role::Worker]);
-        assert_eq!(c.instance.namespaces, ["billing", "ops"]);
         assert_eq!(c.election.lease_ttl, Duration::from_secs(15));
         assert_eq!(c.scheduler.tick, Duration::from_millis(5));
         assert_eq!(c.worker.concurrency, 12);

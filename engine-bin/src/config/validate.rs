@@ -132,14 +132,6 @@ impl Config {
                 "must name at least one role (`scheduler`, `worker`)".into(),
             );
         }
-        for ns in &self.instance.namespaces {
-            if !is_key_segment(ns) {
-                err(
-                    "instance.namespaces",
-                    format!("`{ns}` is not a namespace name (non-empty, no `/`)"),
-                );
-            }
-        }
 
         // election, scheduler
         if self.election.lease_ttl < Duration::from_secs(2) {

@@ -13,7 +13,6 @@ use ax_registry::RegistryEvent;
 use ax_scheduler_core::{FieldError, Interner, TaskKey, TaskSpec};
 use tracing::{debug, warn};
 
-use super::LeaderSettings;
 use crate::metrics::{Metrics, BACKEND_ETCD};
 
 #[derive(Clone, Debug)]
@@ -54,14 +53,9 @@ impl Catalog {
     }
 }
 
-pub(super) fn in_scope(settings: &LeaderSettings, namespace: &str) -> bool {
-    settings.namespaces.is_empty() || settings.namespaces.iter().any(|n| n == namespace)
-}
-
 /// Applies a registry event to the catalog; returns the key and entry it changed (`None`
 /// entry for a delete), or nothing for bookkeeping events.
 pub(super) fn apply_event(
-    settings: &LeaderSettings,
     catalog: &mut Catalog,
     metrics: &Metrics,
     event: RegistryEvent,
@@ -122,9 +116,6 @@ pub(super) fn apply_event(
         }
     };
     let (key, entry) = changed?;
-    if !in_scope(settings, &key.namespace) {
-        return None;
-    }
     // The key already held, if any, is the one handed on: the dispatcher shares it.
     let (key, old) = match catalog.entries.remove_entry(&key) {
         Some((held, old)) => (held, Some(old)),
@@ -148,26 +139,7 @@ pub(super) fn apply_event(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use ax_scheduler_core::DispatcherConfig;
-
     use super::*;
-
-    fn settings() -> LeaderSettings {
-        LeaderSettings {
-            instance_id: "r1".into(),
-            dispatcher: DispatcherConfig::default(),
-            events_interval: Duration::from_millis(100),
-            flush_interval: Duration::from_millis(500),
-            trigger_interval: Duration::from_millis(250),
-            enqueue_stall_limit: Duration::from_secs(30),
-            delay_alert_threshold: Duration::from_secs(30),
-            max_clock_skew: Duration::from_secs(2),
-            clock_check: None,
-            namespaces: Vec::new(),
-        }
-    }
 
     fn put(id: &str, revision: i64) -> RegistryEvent {
         RegistryEvent::Put {
@@ -182,13 +154,12 @@ mod tests {
     fn a_run_now_written_after_what_the_catalog_saw_waits_for_its_task() {
         let metrics = Metrics::new(&[], &[]).unwrap();
         let mut catalog = Catalog::default();
-        apply_event(&settings(), &mut catalog, &metrics, put("a", 5));
+        apply_event(&mut catalog, &metrics, put("a", 5));
         assert!(
             catalog.may_not_have_seen(3),
             "not synced yet: anything may come"
         );
         apply_event(
-            &settings(),
             &mut catalog,
             &metrics,
             RegistryEvent::Synced { revision: 7 },
@@ -198,9 +169,8 @@ mod tests {
         assert!(catalog.may_not_have_seen(9));
         // One at 6 whose task is unknown: the task was deleted since.
         assert!(!catalog.may_not_have_seen(6));
-        apply_event(&settings(), &mut catalog, &metrics, put("b", 8));
+        apply_event(&mut catalog, &metrics, put("b", 8));
         apply_event(
-            &settings(),
             &mut catalog,
             &metrics,
             RegistryEvent::Delete {

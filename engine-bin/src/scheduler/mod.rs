@@ -77,8 +77,6 @@ pub struct LeaderSettings {
     /// The check of this host's clock against etcd's (HTTP `Date` of `/version`); `None`
     /// only in tests.
     pub clock_check: Option<clock::ClockCheck>,
-    /// Only these namespaces (empty: all).
-    pub namespaces: Vec<String>,
 }
 
 /// What the role needs from the rest of the replica.

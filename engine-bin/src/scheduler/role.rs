@@ -96,7 +96,7 @@ impl Role {
                 _ = tokio::time::sleep_until(campaign_after), if waiting => {}
                 _ = cancel.cancelled() => return Phase::Following,
                 event = watcher.next() => match event {
-                    Some(event) => { apply_event(settings, catalog, &deps.metrics, event); }
+                    Some(event) => { apply_event(catalog, &deps.metrics, event); }
                     None => return Phase::Following,
                 },
                 won = async { match campaign.as_mut() { Some(rx) => rx.await, None => std::future::pending().await } } => {

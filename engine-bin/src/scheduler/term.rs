@@ -22,7 +22,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, info_span, warn, Instrument};
 
-use super::catalog::{apply_event, in_scope, Catalog, CatalogEntry};
+use super::catalog::{apply_event, Catalog, CatalogEntry};
 use super::flusher::{self, FlushRequest};
 use super::triggers::{self, PendingTrigger};
 use super::{clock, direct_writes, events, fire, namespaces, LeaderDeps, LeaderSettings};
@@ -231,9 +231,7 @@ impl Term {
             let mut orphans = 0;
             for (key, state) in states {
                 tokio::task::coop::consume_budget().await;
-                if in_scope(settings, &key.namespace)
-                    && !catalog.may_not_have_seen(state.spec_revision)
-                {
+                if !catalog.may_not_have_seen(state.spec_revision) {
                     dispatcher.remove(&key, now);
                     orphans += 1;
                 }
@@ -385,7 +383,7 @@ impl Term {
                         self.end(settings, deps, role_cancel.is_cancelled()).await;
                         return;
                     };
-                    if let Some((key, entry)) = apply_event(settings, catalog, &deps.metrics, event) {
+                    if let Some((key, entry)) = apply_event(catalog, &deps.metrics, event) {
                         // Full only under a burst the checker cannot keep up with: those
                         // changes go unchecked rather than stall the leader.
                         let _ = self.direct_tx.try_send(direct_writes::Observed {
@@ -413,7 +411,7 @@ impl Term {
                     fire::fire(settings, deps, &mut self).await;
                 }
                 Some(request) = self.trigger_rx.recv() => {
-                    if self.take_trigger(settings, catalog, request) {
+                    if self.take_trigger(catalog, request) {
                         fire::fire(settings, deps, &mut self).await;
                     }
                 }
@@ -431,7 +429,7 @@ impl Term {
                     let waiting = std::mem::take(&mut self.early_triggers);
                     let mut queued = false;
                     for request in waiting {
-                        queued |= self.take_trigger(settings, catalog, request);
+                        queued |= self.take_trigger(catalog, request);
                     }
                     if queued {
                         fire::fire(settings, deps, &mut self).await;
@@ -522,16 +520,8 @@ impl Term {
 
     /// Queues a run-now request; true when it was queued. A request for a task the catalog
     /// has not seen yet (the watch lags the trigger poll) waits for it; one for a task that
-    /// is gone is dropped; one for a namespace this replica does not schedule is left alone.
-    fn take_trigger(
-        &mut self,
-        settings: &LeaderSettings,
-        catalog: &Catalog,
-        request: PendingTrigger,
-    ) -> bool {
-        if !in_scope(settings, &request.namespace) {
-            return false;
-        }
+    /// is gone is dropped.
+    fn take_trigger(&mut self, catalog: &Catalog, request: PendingTrigger) -> bool {
         let key = TaskKey::new(request.namespace.clone(), request.id.clone());
         if self
             .dispatcher
