@@ -177,12 +177,16 @@ pub struct Judgement {
 /// Judges the task's deadlines at `now` from its `state`; see the [module notes](self).
 pub fn judge(exp: &Expectation<'_>, state: &TaskState, now: UtcMillis) -> Judgement {
     if exp.paused {
-        // Fires due so far are not judged; the next one is, once the task runs again (a
-        // resume of the task is a spec change and moves the mark itself).
+        // Fires due so far are not judged, and nothing is judged until the task runs again:
+        // a resume of the task is a spec change, one of its namespace is a call of its own,
+        // and both start the deadlines afresh. No judgement meanwhile, so a paused task
+        // costs no timer and no state write at each of its deadline instants. (A namespace
+        // resumed while no replica leads has its paused fires judged by the next leader,
+        // as fires its outage missed.)
         return Judgement {
             miss: None,
             mark: Some(state.deadline_mark.map_or(now, |m| m.max(now))),
-            check_at: next_deadline(exp, now),
+            check_at: None,
         };
     }
     let Some(first) = first_judged(exp, state) else {
@@ -478,7 +482,7 @@ mod tests {
         let j = judge(&e, &state(), UtcMillis(640 * S));
         assert_eq!(j.miss, None);
         assert_eq!(j.mark, Some(UtcMillis(640 * S)));
-        assert_eq!(j.check_at, Some(UtcMillis(690 * S)));
+        assert_eq!(j.check_at, None);
     }
 
     #[test]

@@ -1045,6 +1045,24 @@ fn a_paused_namespace_or_task_is_not_judged_and_a_spec_change_starts_afresh() {
 }
 
 #[test]
+fn a_paused_task_with_a_deadline_writes_no_state_while_paused() {
+    // A paused namespace of many such tasks must not cost an etcd write per task at each
+    // of their deadline instants.
+    let mut d = one_task("a", DEADLINE_TASK);
+    run(&mut d, 0, 10_000);
+    d.take_state_writes(at(10_000));
+    d.pause_namespace("default");
+    run(&mut d, 10_010, 100_000);
+    d.take_state_writes(at(100_000));
+    run(&mut d, 100_010, 300_000);
+    assert!(d.take_state_writes(at(300_000)).is_empty());
+    assert_eq!(d.armed_len(), 0, "no deadline timer while paused");
+    // The resume judges afresh and arms the next deadline.
+    d.resume_namespace("default", at(300_000));
+    assert_eq!(d.armed_len(), 2);
+}
+
+#[test]
 fn a_task_without_a_deadline_costs_no_timer() {
     let d = one_task("a", r#"{"handler":"log","schedule":{"every":"10s"}}"#);
     assert_eq!(d.armed_len(), 1);
