@@ -19,6 +19,7 @@ pub mod intern;
 pub mod limiter;
 pub mod misfire;
 pub mod overlap;
+pub mod placement;
 pub mod ready;
 pub mod redact;
 pub mod schedule;
