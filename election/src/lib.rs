@@ -28,6 +28,7 @@ mod keys;
 mod lock;
 mod observe;
 mod session;
+mod shards;
 
 pub use campaign::{Candidate, Leadership};
 pub use config::{ElectionConfig, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL};
@@ -37,7 +38,8 @@ pub use instances::{
     list_instances, list_instances_with_liveness, register_instance, InstanceLiveness,
     InstanceRecord, InstanceRegistration,
 };
-pub use keys::{instance_key, leader_key, lock_key};
+pub use keys::{instance_key, leader_key, lock_key, shard_owner_key};
 pub use lock::{LockGuard, TaskLock};
 pub use observe::{current_leader, observe, LeaderInfo, LeaderObserver};
 pub use session::Session;
+pub use shards::{own_shards, ShardEvent, ShardGuard, ShardOwner, ShardSettings};
