@@ -2376,6 +2376,12 @@ async fn long_jobs_report_back_through_the_completion_url_across_a_failover() {
         .await;
         assert_eq!(status, 200, "progress {percent}: {body}");
     }
+    // `ax execution get` shows the last report while it waits.
+    let story = c
+        .ax_json(&["execution", "get", &beating.execution_id])
+        .await;
+    assert_eq!(story["outcome"], "waiting", "{story}");
+    assert_eq!(story["waiting"]["progress"]["percent"], 90.0, "{story}");
     let (status, body) = report(&beating, json!({ "status": "succeeded" })).await;
     assert_eq!(status, 200, "{body}");
 
