@@ -78,20 +78,27 @@ pub(super) async fn run(
         // Not raced against the cancellation: a request handed over (the last flush of a
         // term that is ending) is written before the flusher ends.
         let Some(first) = rx.recv().await else { return };
-        let (states, keys, acks, end_alerts, waiters) = (
+        take(
+            first,
             &mut states,
             &mut keys,
             &mut acks,
             &mut end_alerts,
             &mut waiters,
         );
-        take(first, states, keys, acks, end_alerts, waiters);
         while let Ok(more) = rx.try_recv() {
-            take(more, states, keys, acks, end_alerts, waiters);
+            take(
+                more,
+                &mut states,
+                &mut keys,
+                &mut acks,
+                &mut end_alerts,
+                &mut waiters,
+            );
         }
         let mut backoff = ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
-            match write(&registry, &queue, fence, states, keys).await {
+            match write(&registry, &queue, fence, &states, &keys).await {
                 Ok(()) => {
                     debug!(
                         states = states.len(),
@@ -106,7 +113,7 @@ pub(super) async fn run(
                             sender.send(alert);
                         }
                     }
-                    if let Err(e) = queue.ack_events(acks).await {
+                    if let Err(e) = queue.ack_events(&acks).await {
                         warn!(error = %e, events = acks.len(), "cannot acknowledge execution events; they will be read again and ignored");
                     }
                     // Emptied and given back past a small size: the first flush of a term
@@ -137,7 +144,7 @@ pub(super) async fn run(
                     warn!(error = %e, attempt, states = states.len(), "cannot write task states; retrying");
                     if attempt >= ISOLATE_AFTER && matches!(e, RegistryError::Etcd { .. }) {
                         // etcd answers and still refuses: find the record it refuses.
-                        match isolate(&registry, fence, states).await {
+                        match isolate(&registry, fence, &mut states).await {
                             Err(RegistryError::Fenced { .. }) => {
                                 warn!("state write refused: another replica leads now");
                                 cancel.cancel();
@@ -153,7 +160,14 @@ pub(super) async fn run(
                     }
                     // Merge what arrived meanwhile, so the retry writes the newest states.
                     while let Ok(more) = rx.try_recv() {
-                        take(more, states, keys, acks, end_alerts, waiters);
+                        take(
+                            more,
+                            &mut states,
+                            &mut keys,
+                            &mut acks,
+                            &mut end_alerts,
+                            &mut waiters,
+                        );
                     }
                 }
             }
