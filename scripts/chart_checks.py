@@ -11,10 +11,12 @@ has no schema for CustomResourceDefinitions) and checks the rest itself:
 
 - the Prometheus Operator kinds (ServiceMonitor, PrometheusRule) have the structure their CRDs
   require, and the PrometheusRule holds exactly the groups of alert-rules/ax-rules.yaml;
-- the ConfigMap's ax.toml parses and uses only the keys of the configuration contract;
+- the ConfigMap's ax.toml parses and uses only the keys of the configuration contract, the
+  commands ([worker.commands.<name>]) included;
 - every pod runs non-root with a read-only root file system, no capabilities, RuntimeDefault
   seccomp, probes on /healthz and /readyz, the pod name as AX_INSTANCE_ID, secrets only
-  through secretKeyRef, and a termination grace period longer than the shutdown grace;
+  through secretKeyRef, and a termination grace period longer than the shutdown grace (plus
+  the longest command kill grace);
 - the chart renders no Secret (secrets are referenced by name only);
 - the Grafana dashboards ConfigMap, where a case switches it on, holds every file of
   charts/ax/dashboards/ as the same, valid JSON, with the label and namespace the Grafana
@@ -49,6 +51,8 @@ CONTRACT = {
     "limits": {"max_request_bytes", "max_tasks_per_namespace", "triggers_per_task_per_minute"},
     "alerts": {"feishu_webhook", "feishu_secret", "webhook_url", "min_level"},
 }
+# The keys of one [worker.commands.<name>] table.
+COMMAND_KEYS = {"path", "args", "env", "allow_env", "working_dir", "max_output_bytes", "kill_grace"}
 # Secrets never belong in the ConfigMap.
 SECRET_KEYS = {("etcd", "password"), ("redis", "password"), ("http", "api_token"),
                ("alerts", "feishu_webhook"), ("alerts", "feishu_secret")}
@@ -193,7 +197,23 @@ def main():
     if toml_cfg is None:
         err("no ConfigMap with ax.toml")
         toml_cfg = {}
+    commands = toml_cfg.get("worker", {}).get("commands", {})
+    for name, cmd in commands.items():
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+            err(f"ax.toml: worker.commands.{name}: not a command name")
+        if not isinstance(cmd, dict) or not isinstance(cmd.get("path"), str) or not cmd["path"].startswith("/"):
+            err(f"ax.toml: worker.commands.{name} needs an absolute path")
+            continue
+        for key in cmd:
+            if key not in COMMAND_KEYS:
+                err(f"ax.toml: unknown key worker.commands.{name}.{key}")
+    if case == "all-features" and not commands:
+        err("ax.toml: the all-features case renders no [worker.commands.<name>]")
     grace = seconds(toml_cfg.get("worker", {}).get("shutdown_grace", "30s"))
+    # A command stopped at the end of the shutdown grace gets its own kill grace.
+    kill_graces = [seconds(c.get("kill_grace", "5s")) or 0 for c in commands.values() if isinstance(c, dict)]
+    if grace is not None and kill_graces:
+        grace += max(kill_graces)
 
     # Pods.
     for d in docs:
@@ -210,7 +230,8 @@ def main():
             err(f"{where}: the service account token must not be mounted")
         tgps = spec.get("terminationGracePeriodSeconds")
         if grace is not None and (tgps is None or tgps <= grace):
-            err(f"{where}: terminationGracePeriodSeconds {tgps} must exceed shutdown_grace {grace}s")
+            err(f"{where}: terminationGracePeriodSeconds {tgps} must exceed shutdown_grace plus the longest "
+                f"command kill_grace, {grace}s")
         for c in spec["containers"]:
             sc = c.get("securityContext", {})
             if sc.get("readOnlyRootFilesystem") is not True:

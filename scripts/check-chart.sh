@@ -96,7 +96,7 @@ if [ -x "$ax_bin" ]; then
   for case in "${cases[@]}"; do
     echo "check-chart: $case: ax config print accepts the rendered configuration"
     python3 - "$tmp/$case.yaml" "$tmp/$case" "$ax_bin" <<'PY'
-import os, subprocess, sys, yaml
+import os, subprocess, sys, tomllib, yaml
 rendered, out_dir, ax = sys.argv[1:4]
 docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
 (toml,) = [d["data"]["ax.toml"] for d in docs if d["kind"] == "ConfigMap" and "ax.toml" in d["data"]]
@@ -123,6 +123,18 @@ for w in docs:
             failed = True
             print(f'check-chart: ax rejects the configuration of {w["kind"]} {w["metadata"]["name"]}:\n{r.stderr}',
                   file=sys.stderr)
+            continue
+        # The commands the engine loaded are the ones rendered (env values are masked).
+        rendered_cmds = tomllib.loads(toml).get("worker", {}).get("commands", {})
+        loaded_cmds = tomllib.loads(r.stdout).get("worker", {}).get("commands", {})
+        def shape(cmds):
+            return {n: {k: (sorted(v) if k == "env" else v) for k, v in c.items()} for n, c in cmds.items()}
+        loaded = {n: {k: v for k, v in c.items() if k in rendered_cmds.get(n, {})}
+                  for n, c in shape(loaded_cmds).items()}
+        if loaded != shape(rendered_cmds):
+            failed = True
+            print(f'check-chart: ax loads other commands than the chart renders for {w["metadata"]["name"]}:\n'
+                  f'rendered {shape(rendered_cmds)}\nloaded {loaded}', file=sys.stderr)
 sys.exit(1 if failed else 0)
 PY
   done
@@ -149,6 +161,11 @@ refuse() { # expected-message helm-args...
 echo "check-chart: values the chart refuses"
 refuse "must exceed config.worker.shutdownGrace" --set terminationGracePeriodSeconds=30
 refuse "must exceed config.worker.shutdownGrace" --set config.worker.shutdownGrace=2m
+refuse "plus the longest command killGrace (20s)" --set config.worker.commands.backup.path=/bin/b --set config.worker.commands.backup.killGrace=20s
+refuse "plus the longest command killGrace (5s)" --set config.worker.commands.backup.path=/bin/b --set terminationGracePeriodSeconds=35
+refuse "is not a command name" --set config.worker.commands.bad/name.path=/bin/b
+refuse "config.worker.commands.backup.path is required" --set config.worker.commands.backup.args={x}
+refuse "is not a command setting" --set config.worker.commands.backup.path=/bin/b --set config.worker.commands.backup.shell=true
 refuse "must be StatefulSet or Deployment" --set kind=DaemonSet
 refuse "ingress.enabled needs an API token" --set ingress.enabled=true
 refuse "podAntiAffinity must be soft, hard or empty" --set podAntiAffinity=sometimes

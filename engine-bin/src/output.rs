@@ -207,9 +207,22 @@ fn one_line(text: &str, max: usize) -> String {
     }
 }
 
+/// A job's progress report in words: `progress 40%: copying`.
+fn progress_text(p: &ax_queue::Progress) -> String {
+    let mut out = "progress".to_owned();
+    if let Some(percent) = p.percent {
+        out.push_str(&format!(" {percent}%"));
+    }
+    if let Some(m) = &p.message {
+        out.push_str(&format!(": {}", one_line(m, 200)));
+    }
+    out
+}
+
 /// `ax execution get`: the execution's story in order, one event per line: fire, enqueue,
 /// each attempt's start and end (with its worker, error and the start of its answer), each
-/// retry, the dead letter, then the outcome.
+/// retry, the attempt waiting for its completion with the job's last progress report, the
+/// dead letter, then the outcome.
 pub fn story_text(story: &ExecutionStory) -> String {
     let mut events: Vec<(Option<UtcMillis>, String)> = Vec::new();
     events.push((story.due, "fired (due)".to_owned()));
@@ -260,6 +273,25 @@ pub fn story_text(story: &ExecutionStory) -> String {
                     format!("  answer: HTTP {status} {}{more}", one_line(&o.body, 1024)),
                 ));
             }
+        }
+    }
+    if let Some(w) = &story.waiting {
+        let n = w.attempt;
+        events.push((
+            Some(w.started),
+            format!(
+                "attempt {n} started on {}; accepted, waiting for its completion",
+                w.worker
+            ),
+        ));
+        if let Some(p) = &w.progress {
+            events.push((Some(p.at), format!("attempt {n} {}", progress_text(p))));
+        }
+        if let Some(due) = w.deadline {
+            events.push((
+                None,
+                format!("  its completion or next progress report is due by {due}"),
+            ));
         }
     }
     if let Some(d) = &story.dead_letter {

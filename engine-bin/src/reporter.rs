@@ -4,8 +4,10 @@
 //! lateness, duration and outcome (a warning when the attempt failed); `started` and the
 //! leader's `enqueued` are debug. Each start and end also goes to the leader as an event (task
 //! states, overlap holds, breaker), the end with the task's history entry, and to this
-//! replica's metrics; final failures raise alerts. Nothing here fails an execution: a report
-//! that cannot be written is logged and counted.
+//! replica's metrics. Nothing here alerts: the leader raises the failure alerts from the end
+//! events, the one place every end reaches, whoever ended the attempt (see the scheduler's
+//! `fire::failure_alerts`). Nothing here fails an execution: a report that cannot be written
+//! is logged and counted.
 //!
 //! Reports go through a publisher task that writes whatever has piled up in one pipeline
 //! ([`Queue::report_many`]). Awaiting a Redis round trip per report inside the execution held
@@ -21,7 +23,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ax_alerting::{Alert, AlertSender};
 use ax_queue::{ExecutionEventRecord, ExecutionMessage, HistoryEntry, Queue};
 use ax_scheduler_core::{AttemptOutcome, ExecutionEvent, UtcMillis};
 use ax_worker::{ExecutionReport, ExecutionReporter, ReportFuture};
@@ -36,7 +37,6 @@ use crate::metrics::{Metrics, BACKEND_REDIS};
 pub struct EngineReporter {
     reports: mpsc::Sender<Report>,
     metrics: Arc<Metrics>,
-    alerts: Option<AlertSender>,
 }
 
 /// An event for the leader, with the history entry of a finished attempt.
@@ -48,21 +48,12 @@ const REPORT_BUFFER: usize = 10_000;
 const REPORT_BATCH: usize = 512;
 
 impl EngineReporter {
-    /// A reporter writing to `queue`, `metrics` and `alerts`. Its publisher runs on
-    /// `tracker` until the reporter is dropped and everything sent before is written.
-    pub fn new(
-        queue: Queue,
-        metrics: Arc<Metrics>,
-        alerts: Option<AlertSender>,
-        tracker: &TaskTracker,
-    ) -> Self {
+    /// A reporter writing to `queue` and `metrics`. Its publisher runs on `tracker` until
+    /// the reporter is dropped and everything sent before is written.
+    pub fn new(queue: Queue, metrics: Arc<Metrics>, tracker: &TaskTracker) -> Self {
         let (reports, rx) = mpsc::channel(REPORT_BUFFER);
         tracker.spawn(publish(queue, Arc::clone(&metrics), rx));
-        EngineReporter {
-            reports,
-            metrics,
-            alerts,
-        }
+        EngineReporter { reports, metrics }
     }
 
     async fn send(&self, event: ExecutionEventRecord, history: Option<HistoryEntry>) {
@@ -162,36 +153,6 @@ impl HeldStarts {
     }
 }
 
-/// The alerts a finished attempt raises. Every failed attempt is a (warn) failure alert,
-/// de-duplicated per task by the alert manager; the end of the line is a (critical)
-/// dead-letter alert. Attempts are counted from 1 here, as people (and the history) count
-/// them; the queue counts from 0.
-fn failure_alerts(report: &ExecutionReport) -> Vec<Alert> {
-    // A run stopped because a newer one replaced it (overlap `replace`) did not fail.
-    if !report.end.outcome.is_failure() {
-        return Vec::new();
-    }
-    let attempt = report.attempt.saturating_add(1);
-    let reason = report.end.error.as_deref().unwrap_or_default();
-    let mut alerts = vec![Alert::task_failed(
-        &*report.namespace,
-        &*report.task_id,
-        attempt,
-        reason,
-        report.finished_at,
-    )];
-    if report.end.is_dead_lettered() {
-        alerts.push(Alert::task_dead_lettered(
-            &*report.namespace,
-            &*report.task_id,
-            attempt,
-            reason,
-            report.finished_at,
-        ));
-    }
-    alerts
-}
-
 impl ExecutionReporter for EngineReporter {
     fn on_concurrency_wait(&self, queue: &str, wait: std::time::Duration) {
         self.metrics
@@ -277,11 +238,6 @@ impl ExecutionReporter for EngineReporter {
             } else {
                 finished!(tracing::Level::INFO);
             }
-            if let Some(alerts) = &self.alerts {
-                for alert in failure_alerts(report) {
-                    alerts.send(alert);
-                }
-            }
             let event = ExecutionEventRecord {
                 namespace: report.namespace.clone(),
                 task_id: report.task_id.clone(),
@@ -315,7 +271,6 @@ impl ExecutionReporter for EngineReporter {
 mod tests {
     use std::time::Duration;
 
-    use ax_alerting::AlertKind;
     use ax_scheduler_core::AttemptEnd;
 
     use super::*;
@@ -387,56 +342,5 @@ mod tests {
         held.release_all(&mut out);
         assert_eq!(kinds(&out), [(4, 1, false)]);
         assert_eq!(held.next_due(), None);
-    }
-
-    fn report(attempt: u32, end: AttemptEnd) -> ExecutionReport {
-        ExecutionReport {
-            execution_id: uuid::Uuid::nil(),
-            namespace: "ns".into(),
-            task_id: "t".into(),
-            queue: "default".into(),
-            handler: "http".into(),
-            worker_id: "w".into(),
-            attempt,
-            fire_at: UtcMillis(1_000),
-            started_at: UtcMillis(2_000),
-            finished_at: UtcMillis(3_000),
-            duration: Duration::from_secs(1),
-            end,
-            enqueued_at: UtcMillis(1_000),
-            first_enqueued_at: UtcMillis(1_000),
-            output: None,
-            lineage: Default::default(),
-            awaited: false,
-        }
-    }
-
-    #[test]
-    fn alerts_count_attempts_from_one() {
-        let mut failed = AttemptEnd::new(AttemptOutcome::Failed, Some("HTTP 500".into()));
-        failed.retry_at = Some(UtcMillis(9_000));
-        let alerts = failure_alerts(&report(0, failed));
-        assert_eq!(alerts.len(), 1);
-        assert_eq!(alerts[0].kind, AlertKind::TaskFailed);
-        assert_eq!(alerts[0].message, "Attempt 1 failed: HTTP 500");
-        assert_eq!(alerts[0].fields["attempt"], "1");
-
-        let exhausted = AttemptEnd::new(AttemptOutcome::Failed, Some("HTTP 500".into()));
-        let alerts = failure_alerts(&report(2, exhausted));
-        assert_eq!(alerts.len(), 2);
-        assert_eq!(alerts[0].fields["attempt"], "3");
-        assert_eq!(alerts[1].kind, AlertKind::TaskDeadLettered);
-        assert_eq!(alerts[1].fields["attempts"], "3");
-        assert_eq!(
-            alerts[1].message,
-            "Gave up after 3 attempts; last error: HTTP 500"
-        );
-
-        assert!(failure_alerts(&report(0, AttemptEnd::succeeded())).is_empty());
-        let killed = AttemptEnd::new(AttemptOutcome::Killed, Some("replaced".into()));
-        assert!(
-            failure_alerts(&report(0, killed)).is_empty(),
-            "a replaced run is not a failure"
-        );
     }
 }

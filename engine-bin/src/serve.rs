@@ -466,7 +466,6 @@ impl Parts<'_> {
         let reporter = EngineReporter::new(
             self.queue.clone(),
             Arc::clone(self.metrics),
-            self.alerts.clone(),
             shutdown.tracker(),
         );
         let pool = WorkerPool::new(

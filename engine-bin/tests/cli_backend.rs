@@ -509,3 +509,103 @@ fn changes_made_with_the_cli_are_in_the_audit_log_newest_first() {
         "{table}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parked_long_job_shows_its_last_progress_report() {
+    let c = Cluster::new("cli-progress");
+    let q = c.queue().await;
+    let mut spec = ax_testkit::spec("long", "default", "http");
+    spec.timeout = Duration::from_secs(60);
+    spec.http = Some(ax_scheduler_core::task::HttpTarget {
+        url: "http://127.0.0.1:9/".into(),
+        headers: Default::default(),
+        follow_redirects: false,
+        await_completion: true,
+    });
+    let now = UtcMillis::now();
+    let message = ExecutionMessage::for_fire(&spec, now, now, 0);
+    let id = message.execution_id.to_string();
+    q.enqueue(&message).await.unwrap();
+    let mut consumer = q
+        .consumer("default", "ax-1", Duration::from_millis(200), now)
+        .await
+        .unwrap();
+    let d = consumer.take(1).await.unwrap().pop().unwrap();
+    // Not parked yet: in no history, waiting for nothing.
+    c.fails(&["execution", "get", &id], 4);
+    let token = ax_queue::CompletionToken::issue("default", 0);
+    q.open_awaiting(&d, &token, now).await.unwrap();
+    let deadline = now.add(Duration::from_secs(60));
+    assert_eq!(
+        q.park_awaiting(&d, deadline).await.unwrap(),
+        ax_queue::Parked::Parked
+    );
+    let story: Value =
+        serde_json::from_str(&c.ok(&["execution", "get", &id, "-o", "json"])).unwrap();
+    assert_eq!(
+        (
+            &story["outcome"],
+            &story["namespace"],
+            &story["task_id"],
+            &story["queue"]
+        ),
+        (
+            &Value::from("waiting"),
+            &Value::from("ns"),
+            &Value::from("long"),
+            &Value::from("default")
+        ),
+        "{story}"
+    );
+    assert_eq!(story["waiting"]["attempt"], 1, "{story}");
+    assert_eq!(story["waiting"]["worker"], "ax-1", "{story}");
+    assert!(story["waiting"].get("progress").is_none(), "{story}");
+
+    let reported = UtcMillis(now.0 + 1_500);
+    let progress = ax_queue::Progress {
+        percent: Some(42.5),
+        message: Some("copying files".into()),
+        at: reported,
+    };
+    let moved = now.add(Duration::from_secs(90));
+    assert_eq!(
+        q.progress_awaiting(
+            "default",
+            d.message.execution_id,
+            0,
+            &token.hash(),
+            moved,
+            &progress
+        )
+        .await
+        .unwrap(),
+        ax_queue::ProgressResult::Recorded
+    );
+    let story: Value =
+        serde_json::from_str(&c.ok(&["execution", "get", &id, "-o", "json"])).unwrap();
+    let waiting = &story["waiting"];
+    assert_eq!(
+        waiting["progress"],
+        serde_json::json!({ "percent": 42.5, "message": "copying files", "at": reported.0 }),
+        "{story}"
+    );
+    assert_eq!(waiting["deadline"], moved.0, "{story}");
+    assert_eq!(story["attempts"], serde_json::json!([]), "{story}");
+
+    let text = c.ok(&["execution", "get", &id]);
+    assert!(text.contains("outcome: waiting"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "{reported}  attempt 1 progress 42.5%: copying files"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("attempt 1 started on ax-1; accepted, waiting for its completion"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("next progress report is due by {moved}")),
+        "{text}"
+    );
+}

@@ -484,8 +484,11 @@ async fn an_invalid_spec_is_marked_invalid_and_the_others_run() {
 async fn a_failing_http_task_retries_then_lands_in_the_dlq_with_an_alert() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new("e2e-dlq").await;
-    c.start_replica("r1", Roles::Both).await;
+    // Leader and worker in two processes, each with its own alert manager and the same
+    // webhook: an end alerted by both would arrive twice.
+    c.start_replica("s1", Roles::Scheduler).await;
     c.wait_for_leader(None, Duration::from_secs(10)).await;
+    c.start_replica("w1", Roles::Worker).await;
     c.receiver.fail_task("flaky");
 
     let due = now_ms() + 1000;
@@ -553,7 +556,8 @@ async fn a_failing_http_task_retries_then_lands_in_the_dlq_with_an_alert() {
         "HTTP 500 Internal Server Error (retries exhausted (2 of 2))"
     );
 
-    // The webhook: one task_failed (repeats de-duplicated) and one task_dead_lettered.
+    // The webhook: one task_failed (repeats de-duplicated) and one task_dead_lettered,
+    // raised by the leader from the end events, naming the execution.
     wait_until(Duration::from_secs(5), "the dead-letter alert", || {
         let seen = c
             .receiver
@@ -589,7 +593,7 @@ async fn a_failing_http_task_retries_then_lands_in_the_dlq_with_an_alert() {
             "title": "Task dead-lettered: default/flaky",
             "message": "Gave up after 3 attempts; last error: HTTP 500 Internal Server Error",
             "task": { "namespace": "default", "id": "flaky" },
-            "fields": { "attempts": "3" },
+            "fields": { "attempts": "3", "execution_id": runs[0].execution_id },
             "at": rfc3339(at_ms),
             "at_ms": at_ms,
         })
@@ -610,13 +614,13 @@ async fn a_failing_http_task_retries_then_lands_in_the_dlq_with_an_alert() {
             &json!("Task failed: default/flaky"),
             &json!("Attempt 1 failed: HTTP 500 Internal Server Error"),
             &json!({ "namespace": "default", "id": "flaky" }),
-            &json!({ "attempt": "1" }),
+            &json!({ "attempt": "1", "execution_id": runs[0].execution_id }),
         ),
         "{failed}"
     );
 
-    // The replica said so in its log (at warn and above), as plain text for a file.
-    let log = c.replica("r1").log_text();
+    // The worker said so in its log (at warn and above), as plain text for a file.
+    let log = c.replica("w1").log_text();
     assert!(log.contains("dead-lettering"), "{log}");
     assert!(!log.contains('\x1b'), "colour codes in a log file: {log}");
 
@@ -629,7 +633,115 @@ async fn a_failing_http_task_retries_then_lands_in_the_dlq_with_an_alert() {
         }
     })
     .await;
+    // Nothing more comes: the worker raised none of them.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for kind in ["task_failed", "task_dead_lettered"] {
+        let alerts = task_alerts(&c, kind, "flaky");
+        assert_eq!(alerts.len(), 1, "{alerts:?}");
+    }
     c.clean_up().await;
+}
+
+/// Whether the leader has read every end event of `task_id` there is (at least one), and
+/// acknowledged none: its effects are not written yet.
+async fn ends_read_and_unwritten(c: &Cluster, task_id: &str) -> bool {
+    let client = redis::Client::open(c.redis_url.as_str()).unwrap();
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let stream = format!("{{{}:ev}}:stream", c.redis_prefix);
+    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg(&stream)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut redis)
+        .await
+        .unwrap_or_default();
+    let ends: Vec<String> = entries
+        .into_iter()
+        .filter(|(_, fields)| {
+            fields.iter().any(|(_, v)| {
+                v.contains(&format!("\"{task_id}\"")) && v.to_lowercase().contains("finished")
+            })
+        })
+        .map(|(id, _)| id)
+        .collect();
+    let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg(&stream)
+        .arg("leader")
+        .arg("-")
+        .arg("+")
+        .arg(1000)
+        .query_async(&mut redis)
+        .await
+        .unwrap_or_default();
+    !ends.is_empty() && ends.iter().all(|id| pending.iter().any(|p| &p.0 == id))
+}
+
+/// A leader sends the alerts of failed attempts only once the task states holding those
+/// ends are written: one that dies before has sent none, and its successor applies the ends
+/// again and alerts each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_read_by_a_leader_that_dies_before_writing_it_is_alerted_once_by_the_next() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-alert-failover").await;
+    // The first leader writes states once an hour (after its takeover): it dies holding
+    // what it read.
+    c.env.push(("AX_FLUSH_INTERVAL", "1h".to_owned()));
+    c.start_replica("s1", Roles::Scheduler).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    c.env.clear();
+    c.start_replica("s2", Roles::Scheduler).await;
+    c.start_replica("w1", Roles::Worker).await;
+    c.receiver.fail_task("doomed");
+    let mut spec = http_task(&c, json!({ "at": rfc3339(now_ms() + 500) }));
+    spec["retry"] = json!({ "max_retries": 0 });
+    c.put_task("default", "doomed", &spec).await;
+    wait_until(
+        Duration::from_secs(10),
+        "the end read by the leader and not written",
+        || ends_read_and_unwritten(&c, "doomed"),
+    )
+    .await;
+    // Past a few reads of events: the leader holds the alerts with the unwritten state.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !c.receiver
+            .alerts()
+            .iter()
+            .any(|a| a["task"]["id"] == "doomed"),
+        "{:?}",
+        c.receiver.alerts()
+    );
+    c.replica("s1").kill();
+    c.wait_for_leader(Some("s1"), Duration::from_secs(10)).await;
+    wait_until(Duration::from_secs(10), "the dead-letter alert", || {
+        let c = &c;
+        async move { !task_alerts(c, "task_dead_lettered", "doomed").is_empty() }
+    })
+    .await;
+    wait_until(Duration::from_secs(5), "state FAILED", || {
+        let c = &c;
+        async move {
+            c.state("default", "doomed")
+                .await
+                .is_some_and(|s| s["status"] == "FAILED" && s["failure_count"] == 1)
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for kind in ["task_failed", "task_dead_lettered"] {
+        let alerts = task_alerts(&c, kind, "doomed");
+        assert_eq!(alerts.len(), 1, "{alerts:?}");
+    }
+    c.clean_up().await;
+}
+
+/// The alerts of `kind` about task `default/{task_id}`, in arrival order.
+fn task_alerts(c: &Cluster, kind: &str, task_id: &str) -> Vec<Value> {
+    c.receiver
+        .alerts()
+        .into_iter()
+        .filter(|a| a["kind"] == kind && a["task"]["id"] == task_id)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2240,6 +2352,7 @@ async fn long_jobs_report_back_through_the_completion_url_across_a_failover() {
         ("long", "30s", 0),
         ("beating", "3s", 0),
         ("silent", "2s", 1),
+        ("failing", "30s", 2),
     ] {
         c.receiver.accept_task(id);
         let mut spec = http_task(&c, json!({ "at": rfc3339(now_ms() + 500) }));
@@ -2248,8 +2361,9 @@ async fn long_jobs_report_back_through_the_completion_url_across_a_failover() {
         spec["retry"] = json!({ "max_retries": retries, "initial_interval": "1s" });
         cli_put(&c, "default", id, spec).await;
     }
-    wait_for_executions(&c, "long", 1, Duration::from_secs(10)).await;
-    wait_for_executions(&c, "beating", 1, Duration::from_secs(10)).await;
+    for id in ["long", "beating", "failing"] {
+        wait_for_executions(&c, id, 1, Duration::from_secs(10)).await;
+    }
 
     // Progress every second keeps the 3 s job alive for 5 s.
     let beating = c.receiver.executions_of("beating").remove(0);
@@ -2262,6 +2376,12 @@ async fn long_jobs_report_back_through_the_completion_url_across_a_failover() {
         .await;
         assert_eq!(status, 200, "progress {percent}: {body}");
     }
+    // `ax execution get` shows the last report while it waits.
+    let story = c
+        .ax_json(&["execution", "get", &beating.execution_id])
+        .await;
+    assert_eq!(story["outcome"], "waiting", "{story}");
+    assert_eq!(story["waiting"]["progress"]["percent"], 90.0, "{story}");
     let (status, body) = report(&beating, json!({ "status": "succeeded" })).await;
     assert_eq!(status, 200, "{body}");
 
@@ -2276,6 +2396,15 @@ async fn long_jobs_report_back_through_the_completion_url_across_a_failover() {
         (200, json!(true)),
         "{body}"
     );
+    // A job that fails for good, reported while no replica leads: dead-lettered at once
+    // (retries left, but the job says retrying is pointless), alerted by the next leader.
+    let failing = c.receiver.executions_of("failing").remove(0);
+    let (status, body) = report(
+        &failing,
+        json!({ "status": "failed", "message": "disk full", "retryable": false }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
     c.wait_for_leader(Some(&first), Duration::from_secs(10))
         .await;
 
@@ -2309,6 +2438,60 @@ async fn long_jobs_report_back_through_the_completion_url_across_a_failover() {
     let silent = c.receiver.executions_of("silent").remove(0);
     let (status, _) = report(&silent, json!({ "status": "succeeded" })).await;
     assert_eq!(status, 409, "a timed-out attempt's completion is refused");
+
+    // Ends that no worker reported are alerted all the same, none twice: the job's failure,
+    // the silent job's timeouts; the successes raise nothing. (Each leader de-duplicates
+    // the failures of a task it alerts; the silent job's two attempts may have ended under
+    // two leaders, each alerting its own.)
+    wait_until(Duration::from_secs(10), "the dead-letter alerts", || {
+        let c = &c;
+        async move {
+            ["failing", "silent"]
+                .iter()
+                .all(|id| !task_alerts(c, "task_dead_lettered", id).is_empty())
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for (id, execution, failed, dead_message) in [
+        (
+            "failing",
+            &failing.execution_id,
+            "Attempt 1 failed: disk full",
+            "Gave up after 1 attempts; last error: disk full",
+        ),
+        (
+            "silent",
+            &silent.execution_id,
+            "Attempt 1 failed: no completion",
+            "Gave up after 2 attempts; last error: no completion",
+        ),
+    ] {
+        let failures = task_alerts(&c, "task_failed", id);
+        let mut attempts: Vec<&Value> = failures.iter().map(|a| &a["fields"]["attempt"]).collect();
+        attempts.dedup();
+        assert_eq!(attempts.len(), failures.len(), "{failures:?}");
+        let dead = task_alerts(&c, "task_dead_lettered", id);
+        assert_eq!(dead.len(), 1, "{dead:?}");
+        for (alert, message) in [(&failures[0], failed), (&dead[0], dead_message)] {
+            assert!(
+                alert["message"].as_str().unwrap().starts_with(message),
+                "{alert}"
+            );
+            assert_eq!(
+                alert["fields"]["execution_id"],
+                execution.as_str(),
+                "{alert}"
+            );
+        }
+    }
+    for id in ["long", "beating"] {
+        assert!(
+            !c.receiver.alerts().iter().any(|a| a["task"]["id"] == id),
+            "{:?}",
+            c.receiver.alerts()
+        );
+    }
     c.clean_up().await;
 }
 
@@ -2557,6 +2740,57 @@ async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_
         ),
         "{dlq}"
     );
+
+    // Its failures are alerted as a Rust worker's are (the leader raises them from the end
+    // events): the flaky task's failed attempt, the doomed one's failure and dead letter.
+    wait_until(
+        Duration::from_secs(5),
+        "the Python worker's failures alerted",
+        || {
+            let c = &c;
+            async move {
+                !task_alerts(c, "task_dead_lettered", "doomed").is_empty()
+                    && !task_alerts(c, "task_failed", "flaky").is_empty()
+            }
+        },
+    )
+    .await;
+    let execution_of = |task: &str| {
+        let letter = letters.iter().find(|l| l["task_id"] == task);
+        letter.map(|l| l["execution_id"].clone())
+    };
+    for (kind, task, level, message) in [
+        (
+            "task_failed",
+            "flaky",
+            "warn",
+            "Attempt 1 failed: asked to fail (attempt 0)",
+        ),
+        (
+            "task_failed",
+            "doomed",
+            "warn",
+            "Attempt 1 failed: asked to fail (attempt 0)",
+        ),
+        (
+            "task_dead_lettered",
+            "doomed",
+            "critical",
+            "Gave up after 2 attempts; last error: asked to fail (attempt 1)",
+        ),
+    ] {
+        let alerts = task_alerts(&c, kind, task);
+        assert_eq!(alerts.len(), 1, "{kind} of {task}: {alerts:?}");
+        assert_eq!(
+            (&alerts[0]["level"], &alerts[0]["message"]),
+            (&json!(level), &json!(message)),
+            "{}",
+            alerts[0]
+        );
+        if let Some(id) = execution_of(task) {
+            assert_eq!(alerts[0]["fields"]["execution_id"], id, "{}", alerts[0]);
+        }
+    }
 
     // `ax status` lists the Python worker on its queue.
     let status = c.ax_json(&["status"]).await;

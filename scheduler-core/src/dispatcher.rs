@@ -197,6 +197,23 @@ pub enum Notice {
         /// Why.
         reason: String,
     },
+    /// An attempt failed (it may be retried, or it was the last and went to the dead-letter
+    /// queue). Raised once per attempt end the dispatcher applies: an event read again, or
+    /// an end read both from the history and from its event, raises nothing more, so the
+    /// engine alerts on failures from here, whoever ended the attempt (a worker in any
+    /// language, a job's completion report, a deadline).
+    AttemptFailed {
+        /// The task.
+        key: Arc<TaskKey>,
+        /// The execution (its id as a number).
+        execution: u128,
+        /// The attempt, 0 for the first.
+        attempt: u32,
+        /// When it ended.
+        at: UtcMillis,
+        /// How it ended, and the retry that follows, if any.
+        end: crate::execution::AttemptEnd,
+    },
     /// Fires of a task with `expect_success_within` were not followed by a success in time
     /// (each missed fire is reported once; see [`crate::deadline`]).
     DeadlineMissed {
@@ -1278,6 +1295,9 @@ impl Dispatcher {
         if !progress.record(index, end.is_success()) {
             return None;
         }
+        // The shard's own last attempt; the fire's end below is not an attempt of its own.
+        self.notices
+            .extend(failure_notice(&task.key, execution, attempt, event));
         if let Some(e) = &end.error {
             task.state.last_error = Some(shown_error(e.clone()));
         }
@@ -1364,6 +1384,12 @@ impl Dispatcher {
                     return;
                 }
                 task.last_end = Some((execution, attempt));
+                // Not for a fanned-out fire's own end: that is no attempt (its shards', each
+                // applied here or in `apply_shard`, are).
+                if task.spec.fanout.is_none() || !end.is_last() {
+                    self.notices
+                        .extend(failure_notice(&task.key, execution, attempt, event));
+                }
                 let breaker = task.breaker.get_or_insert_with(|| {
                     Box::new(CircuitBreaker::new(self.config.breaker.clone()))
                 });
@@ -1660,6 +1686,27 @@ impl Dispatcher {
     /// Notices raised since the last call.
     pub fn take_notices(&mut self) -> Vec<Notice> {
         std::mem::take(&mut self.notices)
+    }
+}
+
+/// The notice of an attempt that failed, if `event` ends one that did.
+fn failure_notice(
+    key: &Arc<TaskKey>,
+    execution: u128,
+    attempt: u32,
+    event: &ExecutionEvent,
+) -> Option<Notice> {
+    match event {
+        ExecutionEvent::Finished { at, end } if end.outcome.is_failure() => {
+            Some(Notice::AttemptFailed {
+                key: Arc::clone(key),
+                execution,
+                attempt,
+                at: *at,
+                end: end.clone(),
+            })
+        }
+        _ => None,
     }
 }
 

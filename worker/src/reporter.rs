@@ -1,6 +1,6 @@
 //! How the pool tells the rest of ax what happened to each attempt.
 //!
-//! The engine implements [`ExecutionReporter`] (execution state in etcd, metrics, alerts), so
+//! The engine implements [`ExecutionReporter`] (events for the leader, history, metrics), so
 //! this crate needs no etcd. [`NoopReporter`] ignores everything; [`ChannelReporter`] sends
 //! every event to a channel, for tests and simple embedding.
 

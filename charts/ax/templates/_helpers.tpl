@@ -106,6 +106,26 @@ Refuses values that would kill running executions on every rollout.
 {{- if and $grace (le (int .Values.terminationGracePeriodSeconds) (atoi $grace)) }}
 {{- fail (printf "terminationGracePeriodSeconds (%v) must exceed config.worker.shutdownGrace (%s), or Kubernetes kills executions that are still finishing" .Values.terminationGracePeriodSeconds .Values.config.worker.shutdownGrace) }}
 {{- end }}
+{{- /* A command stopped at the end of the shutdown grace gets its own kill grace (5s by default). */}}
+{{- $killGrace := 0 }}
+{{- range $name, $cmd := .Values.config.worker.commands }}
+{{- if not (regexMatch "^[A-Za-z0-9._-]+$" $name) }}
+{{- fail (printf "config.worker.commands: %q is not a command name: letters, digits, '.', '_' and '-' only" $name) }}
+{{- end }}
+{{- if not (kindIs "map" $cmd) }}
+{{- fail (printf "config.worker.commands.%s must be a map with path, and optionally args, env, allowEnv, workingDir, maxOutputBytes, killGrace" $name) }}
+{{- end }}
+{{- range $key, $_ := $cmd }}
+{{- if not (has $key (list "path" "args" "env" "allowEnv" "workingDir" "maxOutputBytes" "killGrace")) }}
+{{- fail (printf "config.worker.commands.%s.%s is not a command setting: path, args, env, allowEnv, workingDir, maxOutputBytes, killGrace" $name $key) }}
+{{- end }}
+{{- end }}
+{{- $k := include "ax.seconds" (default "5s" $cmd.killGrace) }}
+{{- if and $k (gt (atoi $k) $killGrace) }}{{ $killGrace = atoi $k }}{{ end }}
+{{- end }}
+{{- if and $grace $killGrace (le (int .Values.terminationGracePeriodSeconds) (add (atoi $grace) $killGrace)) }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed config.worker.shutdownGrace (%s) plus the longest command killGrace (%ds), or Kubernetes kills commands that are still stopping" .Values.terminationGracePeriodSeconds .Values.config.worker.shutdownGrace $killGrace) }}
+{{- end }}
 {{- if and .Values.secrets.etcdTls.existingSecret (not .Values.secrets.etcdTls.caKey) }}
 {{- fail "secrets.etcdTls.caKey must name the CA certificate's key in secrets.etcdTls.existingSecret" }}
 {{- end }}

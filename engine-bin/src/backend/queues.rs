@@ -6,13 +6,16 @@
 
 use std::collections::BTreeSet;
 
-use ax_queue::{DlqEntry, ExecutionFilter, ExecutionItem, HistoryEntry, HISTORY_SCAN_MAX};
+use ax_queue::{
+    AwaitingRecord, AwaitingState, DlqEntry, ExecutionFilter, ExecutionItem, HistoryEntry,
+    HISTORY_SCAN_MAX,
+};
 use uuid::Uuid;
 
 use super::{errors, tasks::not_found, Backend};
 use crate::http::api::{
     DeadLetter, DlqRequeue, EtcdDbView, ExecutionList, ExecutionQuery, ExecutionRecord,
-    ExecutionStory, QueueView, ReplicaView, StatusView, TaskKey,
+    ExecutionStory, QueueView, ReplicaView, StatusView, TaskKey, WaitingAttempt,
 };
 use crate::http::ApiError;
 use ax_scheduler_core::UtcMillis;
@@ -59,6 +62,13 @@ pub(super) fn dead_letter(e: &DlqEntry) -> DeadLetter {
         last_error: e.reason.clone(),
         dead_at: e.dead_lettered_at,
     }
+}
+
+fn not_in_history(id: &str) -> ApiError {
+    ApiError::NotFound(format!(
+        "execution {id} is not in the execution history (kept for \
+         redis.execution_history_retention)"
+    ))
 }
 
 impl Backend {
@@ -126,42 +136,97 @@ impl Backend {
         })
     }
 
-    /// One execution's attempts from the history across tasks, and its dead letter from its
-    /// queue.
+    /// One execution's attempts from the history across tasks, its dead letter from its
+    /// queue, and the attempt that waits for its completion (`http.async`) from its awaiting
+    /// record: an execution whose first attempt waits is in no history yet, and is looked
+    /// for in every known queue.
     pub(super) async fn execution_story(&self, id: &str) -> Result<ExecutionStory, ApiError> {
         let uuid: Uuid = id
             .parse()
             .map_err(|_| ApiError::invalid(format!("`{id}` is not an execution id")))?;
         let q = self.queue().await?;
         let (items, complete) = q.execution_attempts(uuid).await.map_err(errors::queue)?;
-        let Some(first) = items.first() else {
-            return Err(ApiError::NotFound(format!(
-                "execution {id} is not in the execution history (kept for \
-                 redis.execution_history_retention)"
-            )));
+        let record = match items.first() {
+            Some(first) if first.entry.queue.is_empty() => None,
+            Some(first) => q
+                .awaiting_record(&first.entry.queue, uuid)
+                .await
+                .map_err(errors::queue)?,
+            None => self.find_awaiting(q, uuid).await?,
         };
-        let queue = first.entry.queue.clone();
-        let dead = if queue.is_empty() {
+        let recorded = items.last().map(|i| i.entry.attempt);
+        let waiting = record.filter(|r| {
+            r.state == AwaitingState::Waiting && recorded.is_none_or(|a| r.attempt > a)
+        });
+        let attempts: Vec<ExecutionRecord> = items.iter().map(item_record).collect();
+        let mut story = match (items.first(), &waiting) {
+            (Some(first), _) => ExecutionStory {
+                namespace: first.namespace.clone(),
+                task_id: first.task_id.clone(),
+                queue: first.entry.queue.clone(),
+                due: Some(first.entry.fire_at),
+                enqueued: first.entry.first_enqueued_at.or(first.entry.enqueued_at),
+                ..ExecutionStory::default()
+            },
+            (None, Some(rec)) => {
+                let Some((_, m)) = &rec.message else {
+                    // The park writes the message with the state; a record without one
+                    // says nothing of whose execution it is.
+                    return Err(not_in_history(id));
+                };
+                ExecutionStory {
+                    namespace: m.namespace.to_string(),
+                    task_id: m.task_id.to_string(),
+                    queue: rec.queue.clone(),
+                    due: Some(m.fire_at),
+                    enqueued: Some(m.first_attempt_at),
+                    ..ExecutionStory::default()
+                }
+            }
+            (None, None) => return Err(not_in_history(id)),
+        };
+        story.dead_letter = if story.queue.is_empty() {
             None
         } else {
-            q.dlq_get(&queue, uuid).await.map_err(errors::queue)?
+            q.dlq_get(&story.queue, uuid)
+                .await
+                .map_err(errors::queue)?
+                .as_ref()
+                .map(dead_letter)
         };
-        let attempts: Vec<ExecutionRecord> = items.iter().map(item_record).collect();
-        Ok(ExecutionStory {
-            execution_id: id.to_owned(),
-            namespace: first.namespace.clone(),
-            task_id: first.task_id.clone(),
-            queue,
-            due: Some(first.entry.fire_at),
-            enqueued: first.entry.first_enqueued_at.or(first.entry.enqueued_at),
-            outcome: attempts
+        story.execution_id = id.to_owned();
+        story.outcome = match &waiting {
+            Some(_) => "waiting".to_owned(),
+            None => attempts
                 .last()
                 .map(|a| a.outcome.clone())
                 .unwrap_or_default(),
-            attempts,
-            dead_letter: dead.as_ref().map(dead_letter),
-            complete,
-        })
+        };
+        story.waiting = waiting.map(|r| WaitingAttempt {
+            // The queue counts attempts from 0, people from 1.
+            attempt: r.attempt.saturating_add(1),
+            worker: r.worker,
+            started: r.started_at,
+            deadline: r.deadline,
+            progress: r.progress,
+        });
+        story.attempts = attempts;
+        story.complete = complete;
+        Ok(story)
+    }
+
+    /// The awaiting record of execution `id` in the first known queue that has one.
+    async fn find_awaiting(
+        &self,
+        q: &ax_queue::Queue,
+        id: Uuid,
+    ) -> Result<Option<AwaitingRecord>, ApiError> {
+        for name in self.known_queues().await? {
+            if let Some(rec) = q.awaiting_record(&name, id).await.map_err(errors::queue)? {
+                return Ok(Some(rec));
+            }
+        }
+        Ok(None)
     }
 
     pub(super) async fn dead_letters(

@@ -323,8 +323,27 @@ pub struct ExecutionList {
     pub continue_token: Option<String>,
 }
 
+/// An attempt of an `http.async` task that its receiver accepted (`202`) and that waits
+/// for the job's completion report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WaitingAttempt {
+    /// The attempt, counted from 1.
+    pub attempt: u32,
+    /// The worker that sent its request.
+    pub worker: String,
+    /// When it started.
+    pub started: UtcMillis,
+    /// When the completion or the next progress report must come by: it times out then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<UtcMillis>,
+    /// The job's last progress report (`percent`, `message` as stored, and `at`, when it
+    /// came), if it sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ax_queue::Progress>,
+}
+
 /// One execution's whole story (`GET /executions/{id}`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExecutionStory {
     /// Execution id.
     pub execution_id: String,
@@ -342,7 +361,12 @@ pub struct ExecutionStory {
     pub enqueued: Option<UtcMillis>,
     /// Every recorded attempt, oldest first.
     pub attempts: Vec<ExecutionRecord>,
-    /// How it ended: the last attempt's outcome (`retrying` while a retry is pending).
+    /// The attempt that waits for its completion now (`http.async`), with the job's last
+    /// progress report; it has no record in `attempts` before it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<WaitingAttempt>,
+    /// How it ended: the last attempt's outcome (`retrying` while a retry is pending,
+    /// `waiting` while an attempt waits for its completion).
     pub outcome: String,
     /// Its dead-letter entry, while there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -5,15 +5,19 @@
 //! retries, then carry out the effects), and [`settle`] is a synchronous step that applies the
 //! enqueue outcomes to the dispatcher and returns what to do about them ([`FireEffects`]:
 //! metrics, alerts, consumed triggers, stepping down). [`notice_alerts`] does the same for the
-//! dispatcher's notices.
+//! dispatcher's notices, [`failure_alerts`] for the failed attempts among them: the one place
+//! an attempt's failure becomes an alert, whoever ended it (a Rust worker, a worker in another
+//! language, a job's completion report, a deadline), since every end reaches the leader as
+//! an event.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use ax_alerting::Alert;
 use ax_queue::ExecutionMessage;
+use ax_scheduler_core::workflow::execution_id_text;
 use ax_scheduler_core::{
-    Dispatch, Dispatcher, EnqueueOutcome, Notice, ReconnectBackoff, UtcMillis,
+    AttemptEnd, Dispatch, Dispatcher, EnqueueOutcome, Notice, ReconnectBackoff, TaskKey, UtcMillis,
 };
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -109,15 +113,68 @@ pub(super) fn settle(
     effects
 }
 
+/// The alerts the dispatcher's notices raise, by when they may go.
+#[derive(Debug, Default)]
+pub(super) struct NoticeAlerts {
+    /// To send at once.
+    pub(super) now: Vec<Alert>,
+    /// Alerts of failed attempts, to send once the task states holding those ends are
+    /// written (they go to the flusher with those states): a leader that dies before
+    /// that has sent none of them, and its successor applies the ends again and sends them;
+    /// one that wrote the states has sent them, and its successor applies nothing again.
+    pub(super) after_write: Vec<Alert>,
+}
+
+/// The alerts of a failed attempt (`attempt` counted from 0, as the queue counts): every
+/// failed attempt is a (warn) failure alert, which the alert manager de-duplicates per task;
+/// the last one, with no retry after it, is also a (critical) dead-letter alert. The alerts
+/// count attempts from 1, as people and the history do, and name the execution.
+pub(super) fn failure_alerts(
+    key: &TaskKey,
+    execution: u128,
+    attempt: u32,
+    end: &AttemptEnd,
+    at: UtcMillis,
+) -> Vec<Alert> {
+    if !end.outcome.is_failure() {
+        return Vec::new();
+    }
+    let attempt = attempt.saturating_add(1);
+    let reason = end.error.as_deref().unwrap_or_default();
+    let execution_id = execution_id_text(execution);
+    let mut alerts = vec![
+        Alert::task_failed(&*key.namespace, &*key.id, attempt, reason, at)
+            .with_field("execution_id", &execution_id),
+    ];
+    if end.is_dead_lettered() {
+        alerts.push(
+            Alert::task_dead_lettered(&*key.namespace, &*key.id, attempt, reason, at)
+                .with_field("execution_id", &execution_id),
+        );
+    }
+    alerts
+}
+
 /// Logs the dispatcher's notices and returns the alerts they raise.
 pub(super) fn notice_alerts(
     notices: Vec<Notice>,
     breaker_window: Duration,
     now: UtcMillis,
-) -> Vec<Alert> {
-    let mut alerts = Vec::new();
+) -> NoticeAlerts {
+    let mut out = NoticeAlerts::default();
+    let alerts = &mut out.now;
     for notice in notices {
         match notice {
+            Notice::AttemptFailed {
+                key,
+                execution,
+                attempt,
+                at,
+                end,
+            } => {
+                out.after_write
+                    .extend(failure_alerts(&key, execution, attempt, &end, at));
+            }
             Notice::Misfired {
                 key,
                 missed,
@@ -190,7 +247,7 @@ pub(super) fn notice_alerts(
             }
         }
     }
-    alerts
+    out
 }
 
 /// Polls the dispatcher and enqueues what is due, in one pipeline. Nothing here fails the
@@ -198,15 +255,7 @@ pub(super) fn notice_alerts(
 pub(super) async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mut Term) {
     let now = UtcMillis::now();
     let dispatches = term.dispatcher.poll(now);
-    let notices = term.dispatcher.take_notices();
-    for notice in &notices {
-        if let Notice::DeadlineMissed { miss, .. } = notice {
-            deps.metrics
-                .record_deadline_misses(miss.reason.as_str(), miss.missed);
-        }
-    }
-    let alerts = notice_alerts(notices, settings.dispatcher.breaker.window, now);
-    send_alerts(deps, alerts);
+    term.take_notices(settings, deps, now);
     if dispatches.is_empty() {
         return;
     }
@@ -337,7 +386,7 @@ async fn enqueue_until_accepted(
 /// How long refused enqueues go on before the alert (a blip is only logged).
 const ALERT_AFTER: Duration = Duration::from_secs(2);
 
-fn send_alerts(deps: &LeaderDeps, alerts: Vec<Alert>) {
+pub(super) fn send_alerts(deps: &LeaderDeps, alerts: Vec<Alert>) {
     if let Some(sender) = &deps.alerts {
         for alert in alerts {
             sender.send(alert);
@@ -350,7 +399,7 @@ mod tests {
     use std::sync::Arc;
 
     use ax_alerting::AlertKind;
-    use ax_scheduler_core::{DispatcherConfig, TaskKey, TaskSpec};
+    use ax_scheduler_core::{AttemptOutcome, DispatcherConfig, TaskSpec};
 
     use super::*;
 
@@ -508,7 +557,7 @@ mod tests {
             Duration::from_secs(300),
             at(600_000),
         );
-        let kinds: Vec<AlertKind> = alerts.iter().map(|a| a.kind).collect();
+        let kinds: Vec<AlertKind> = alerts.now.iter().map(|a| a.kind).collect();
         assert_eq!(
             kinds,
             [
@@ -517,5 +566,69 @@ mod tests {
                 AlertKind::CircuitOpen
             ]
         );
+        assert!(alerts.after_write.is_empty());
+    }
+
+    #[test]
+    fn a_failed_attempt_alerts_after_its_state_is_written_counting_from_one() {
+        let key = TaskKey::new("ns", "t");
+        let execution = 0x0192_0000_0000_7000_8000_0000_0000_002a_u128;
+        let mut retried = AttemptEnd::new(AttemptOutcome::Failed, Some("HTTP 500".into()));
+        retried.retry_at = Some(at(9_000));
+        let alerts = notice_alerts(
+            vec![Notice::AttemptFailed {
+                key: Arc::new(key.clone()),
+                execution,
+                attempt: 0,
+                at: at(3_000),
+                end: retried,
+            }],
+            Duration::from_secs(300),
+            at(3_100),
+        );
+        assert!(alerts.now.is_empty(), "{:?}", alerts.now);
+        let [failed] = &alerts.after_write[..] else {
+            panic!("{:?}", alerts.after_write)
+        };
+        assert_eq!(failed.kind, AlertKind::TaskFailed);
+        assert_eq!(failed.level, ax_alerting::Level::Warn);
+        assert_eq!(failed.message, "Attempt 1 failed: HTTP 500");
+        assert_eq!(failed.fields["attempt"], "1");
+        assert_eq!(
+            failed.fields["execution_id"],
+            "01920000-0000-7000-8000-00000000002a"
+        );
+        assert_eq!(failed.at, at(3_000), "observed when the attempt ended");
+
+        // The last attempt, timed out: a failure and a dead letter.
+        let exhausted = AttemptEnd::new(AttemptOutcome::TimedOut, Some("no completion".into()));
+        let alerts = failure_alerts(&key, execution, 2, &exhausted, at(5_000));
+        let kinds: Vec<_> = alerts.iter().map(|a| (a.kind, a.level)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (AlertKind::TaskFailed, ax_alerting::Level::Warn),
+                (AlertKind::TaskDeadLettered, ax_alerting::Level::Critical)
+            ]
+        );
+        assert_eq!(alerts[0].fields["attempt"], "3");
+        assert_eq!(alerts[1].fields["attempts"], "3");
+        assert_eq!(
+            alerts[1].message,
+            "Gave up after 3 attempts; last error: no completion"
+        );
+        assert_eq!(alerts[1].title, "Task dead-lettered: ns/t");
+
+        // Ends that are no failure raise nothing.
+        for end in [
+            AttemptEnd::succeeded(),
+            AttemptEnd::new(AttemptOutcome::Killed, Some("replaced".into())),
+            AttemptEnd::new(AttemptOutcome::Released, None),
+        ] {
+            assert!(
+                failure_alerts(&key, execution, 0, &end, at(5_000)).is_empty(),
+                "{end:?}"
+            );
+        }
     }
 }

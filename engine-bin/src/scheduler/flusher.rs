@@ -15,6 +15,13 @@
 //! A failed acknowledgement is only logged: the events are claimed again later and ignored
 //! by position, since the states already hold them.
 //!
+//! The alerts of the failed attempts those events ended are sent here too, once the states
+//! holding the ends are written, never before: a leader that dies (or is deposed) before
+//! the write has sent none of them, and its successor applies the ends again and sends
+//! them; one that wrote them has sent them, and its successor ignores the ends by position.
+//! So through a failover each failed attempt is alerted once; an alert is lost only with
+//! the process that wrote its state, in the moment before the alert manager delivered it.
+//!
 //! The flusher lives as long as its term's sender: it writes everything it was handed, the
 //! term's last flush included, and ends when the term drops the sender. The term's
 //! cancellation only cuts short the waits between failed attempts, so a shutdown is not held
@@ -23,6 +30,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use ax_alerting::{Alert, AlertSender};
 use ax_queue::Queue;
 use ax_registry::{PendingTrigger, Registry, RegistryError, MAX_TXN_OPS};
 use ax_scheduler_core::dispatcher::StateWrite;
@@ -43,6 +51,9 @@ pub(super) struct FlushRequest {
     pub(super) triggers: Vec<PendingTrigger>,
     /// Worker events applied to these states, to acknowledge once they are written.
     pub(super) acks: Vec<EventPosition>,
+    /// Alerts of the failed attempts those events (or the history) ended, to send once the
+    /// states are written.
+    pub(super) alerts: Vec<Alert>,
     /// Answered when these (and everything before them) are written.
     pub(super) done: Option<oneshot::Sender<()>>,
 }
@@ -55,19 +66,35 @@ pub(super) async fn run(
     queue: Queue,
     fence: i64,
     mut rx: mpsc::Receiver<FlushRequest>,
+    alerts: Option<AlertSender>,
     cancel: CancellationToken,
 ) {
     let mut states: HashMap<TaskKey, Option<TaskState>> = HashMap::new();
     let mut keys: Vec<PendingTrigger> = Vec::new();
     let mut acks: Vec<EventPosition> = Vec::new();
+    let mut end_alerts: Vec<Alert> = Vec::new();
     let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
     loop {
         // Not raced against the cancellation: a request handed over (the last flush of a
         // term that is ending) is written before the flusher ends.
         let Some(first) = rx.recv().await else { return };
-        take(first, &mut states, &mut keys, &mut acks, &mut waiters);
+        take(
+            first,
+            &mut states,
+            &mut keys,
+            &mut acks,
+            &mut end_alerts,
+            &mut waiters,
+        );
         while let Ok(more) = rx.try_recv() {
-            take(more, &mut states, &mut keys, &mut acks, &mut waiters);
+            take(
+                more,
+                &mut states,
+                &mut keys,
+                &mut acks,
+                &mut end_alerts,
+                &mut waiters,
+            );
         }
         let mut backoff = ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
@@ -77,8 +104,15 @@ pub(super) async fn run(
                         states = states.len(),
                         keys = keys.len(),
                         events = acks.len(),
+                        alerts = end_alerts.len(),
                         "flushed"
                     );
+                    // The states hold the ends: no successor applies them again.
+                    for alert in end_alerts.drain(..) {
+                        if let Some(sender) = &alerts {
+                            sender.send(alert);
+                        }
+                    }
                     if let Err(e) = queue.ack_events(&acks).await {
                         warn!(error = %e, events = acks.len(), "cannot acknowledge execution events; they will be read again and ignored");
                     }
@@ -97,7 +131,10 @@ pub(super) async fn run(
                     break;
                 }
                 Err(RegistryError::Fenced { .. }) => {
-                    warn!("state write refused: another replica leads now");
+                    warn!(
+                        alerts = end_alerts.len(),
+                        "state write refused: another replica leads now (and applies these ends, and alerts, again)"
+                    );
                     cancel.cancel();
                     return;
                 }
@@ -123,7 +160,14 @@ pub(super) async fn run(
                     }
                     // Merge what arrived meanwhile, so the retry writes the newest states.
                     while let Ok(more) = rx.try_recv() {
-                        take(more, &mut states, &mut keys, &mut acks, &mut waiters);
+                        take(
+                            more,
+                            &mut states,
+                            &mut keys,
+                            &mut acks,
+                            &mut end_alerts,
+                            &mut waiters,
+                        );
                     }
                 }
             }
@@ -173,6 +217,7 @@ fn take(
     states: &mut HashMap<TaskKey, Option<TaskState>>,
     keys: &mut Vec<PendingTrigger>,
     acks: &mut Vec<EventPosition>,
+    alerts: &mut Vec<Alert>,
     waiters: &mut Vec<oneshot::Sender<()>>,
 ) {
     for (key, state) in request.writes {
@@ -180,6 +225,7 @@ fn take(
     }
     keys.extend(request.triggers);
     acks.extend(request.acks);
+    alerts.extend(request.alerts);
     waiters.extend(request.done);
 }
 
@@ -262,11 +308,19 @@ mod tests {
         let queue = Queue::connect(&ax_testkit::redis_url(), ax_queue::QueueConfig::default())
             .await
             .unwrap();
-        let flusher = tokio::spawn(run(registry.clone(), queue, fence, rx, cancel.clone()));
+        let flusher = tokio::spawn(run(
+            registry.clone(),
+            queue,
+            fence,
+            rx,
+            None,
+            cancel.clone(),
+        ));
         let (done_tx, done_rx) = oneshot::channel();
         tx.send(FlushRequest {
             triggers: Vec::new(),
             acks: Vec::new(),
+            alerts: Vec::new(),
             writes: vec![
                 (Arc::new(TaskKey::new("ns", "good")), Some(good.clone())),
                 (Arc::new(TaskKey::new("ns", "huge")), Some(huge)),
@@ -284,6 +338,127 @@ mod tests {
         assert!(registry.get_state("ns", "huge").await.unwrap().is_none());
         drop(tx);
         flusher.await.unwrap();
+        client
+            .kv_client()
+            .delete(
+                format!("{prefix}/"),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// A channel that records each alert it delivers, and whether the task's state was in
+    /// etcd at that moment.
+    struct Recorder {
+        registry: Registry,
+        seen: std::sync::Mutex<Vec<(String, bool)>>,
+    }
+
+    impl ax_alerting::Channel for Recorder {
+        fn name(&self) -> &str {
+            "recorder"
+        }
+
+        fn send<'a>(&'a self, alert: &'a Alert) -> ax_alerting::SendFuture<'a> {
+            Box::pin(async move {
+                let task = alert.task.clone().unwrap();
+                let written = self
+                    .registry
+                    .get_state(&task.namespace, &task.id)
+                    .await
+                    .unwrap()
+                    .is_some();
+                self.seen
+                    .lock()
+                    .unwrap()
+                    .push((alert.title.clone(), written));
+                Ok(())
+            })
+        }
+    }
+
+    /// Flushes one state of `id` with its failure alert under `fence`; what the alert
+    /// channel saw once everything stopped.
+    async fn flush_with_alert(registry: &Registry, fence: i64, id: &str) -> Vec<(String, bool)> {
+        let recorder = Arc::new(Recorder {
+            registry: registry.clone(),
+            seen: Default::default(),
+        });
+        let tracker = tokio_util::task::TaskTracker::new();
+        let sender = ax_alerting::AlertManager::new(
+            ax_alerting::AlertManagerConfig::default(),
+            vec![recorder.clone() as Arc<dyn ax_alerting::Channel>],
+        )
+        .unwrap()
+        .spawn(&tracker, CancellationToken::new());
+        let queue = Queue::connect(&ax_testkit::redis_url(), ax_queue::QueueConfig::default())
+            .await
+            .unwrap();
+        let (tx, rx) = mpsc::channel(4);
+        let cancel = CancellationToken::new();
+        let flusher = tokio::spawn(run(
+            registry.clone(),
+            queue,
+            fence,
+            rx,
+            Some(sender),
+            cancel.clone(),
+        ));
+        let now = UtcMillis(1_800_000_000_000);
+        tx.send(FlushRequest {
+            writes: vec![(
+                Arc::new(TaskKey::new("ns", id)),
+                Some(TaskState::new(1, now, now)),
+            )],
+            triggers: Vec::new(),
+            acks: Vec::new(),
+            alerts: vec![Alert::task_failed("ns", id, 1, "boom", now)],
+            done: None,
+        })
+        .await
+        .unwrap();
+        drop(tx);
+        tokio::time::timeout(Duration::from_secs(20), flusher)
+            .await
+            .unwrap()
+            .unwrap();
+        // The flusher held the last sender: the manager delivers what it took and ends.
+        tracker.close();
+        tokio::time::timeout(Duration::from_secs(20), tracker.wait())
+            .await
+            .unwrap();
+        let seen = recorder.seen.lock().unwrap().clone();
+        seen
+    }
+
+    #[tokio::test]
+    async fn failure_alerts_go_only_once_their_states_are_written() {
+        let client = etcd_client::Client::connect([ax_testkit::etcd_endpoint()], None)
+            .await
+            .unwrap();
+        let prefix = format!("/{}", ax_testkit::unique_name("flusher-alerts"));
+        let registry = Registry::new(
+            client.clone(),
+            RegistryConfig {
+                prefix: prefix.clone(),
+                ..RegistryConfig::default()
+            },
+        );
+        let resp = client
+            .kv_client()
+            .put(registry.keys().leader(), "me", None)
+            .await
+            .unwrap();
+        let fence = resp.header().unwrap().revision();
+        // Written: the alert goes, after the state.
+        let seen = flush_with_alert(&registry, fence, "written").await;
+        assert_eq!(seen, [("Task failed: ns/written".to_owned(), true)]);
+        // Refused (a newer leader): nothing written, nothing alerted; the successor applies
+        // the end again and alerts it.
+        let seen = flush_with_alert(&registry, fence - 1, "refused").await;
+        assert_eq!(seen, []);
+        assert!(registry.get_state("ns", "refused").await.unwrap().is_none());
         client
             .kv_client()
             .delete(

@@ -52,6 +52,9 @@ pub(super) struct Term {
     /// Worker events applied to the dispatcher and not yet acknowledged: they go with the
     /// flush that writes what they changed.
     unacked: BTreeSet<EventPosition>,
+    /// Alerts of failed attempts whose ends were applied: they go with the flush that writes
+    /// the states holding those ends, and are sent once it is written.
+    end_alerts: Vec<Alert>,
     /// The etcd cluster id the fences are bound to.
     cluster: String,
     /// The Redis server process the fences were raised on (its run id).
@@ -274,6 +277,7 @@ impl Term {
                     deps.queue.clone(),
                     leadership.fencing_token(),
                     flush_rx,
+                    deps.alerts.clone(),
                     term_cancel.clone(),
                 )
                 .instrument(info_span!("state_flusher")),
@@ -332,6 +336,7 @@ impl Term {
                 early_triggers: Vec::new(),
                 duplicates: Vec::new(),
                 unacked,
+                end_alerts: Vec::new(),
                 cluster,
                 redis_run_id,
                 redis_tick: ticker(REDIS_CHECK_INTERVAL),
@@ -441,7 +446,7 @@ impl Term {
                     }
                 }
                 _ = self.flush_tick.tick() => {
-                    self.flush(false).await;
+                    self.flush(settings, deps, false).await;
                 }
                 _ = self.redis_tick.tick() => {
                     self.check_redis(deps).await;
@@ -573,7 +578,7 @@ impl Term {
         if self.unsent {
             warn!("fires taken for enqueue were not accepted: leaving the task states as last written, so the next leader replays them");
         } else if shutting_down {
-            self.flush(true).await;
+            self.flush(settings, deps, true).await;
         }
         if shutting_down {
             if let Err(e) = self.leadership.resign().await {
@@ -592,17 +597,44 @@ impl Term {
         }
     }
 
-    /// Hands the changed states, consumed triggers and applied events to the flusher; with
-    /// `wait` (the last flush of a term), every state, those whose write waits included, and
-    /// until they are written (at most a few seconds). Never waits for room: when the
-    /// flusher is behind (etcd slow), the changes stay in the dispatcher, coalesced, for a
-    /// later flush.
-    async fn flush(&mut self, wait: bool) {
+    /// Takes the dispatcher's notices: logs them, sends the alerts they raise, and keeps
+    /// those of failed attempts for the next flush (see [`fire::NoticeAlerts`]).
+    pub(super) fn take_notices(
+        &mut self,
+        settings: &LeaderSettings,
+        deps: &LeaderDeps,
+        now: UtcMillis,
+    ) {
+        let notices = self.dispatcher.take_notices();
+        if notices.is_empty() {
+            return;
+        }
+        for notice in &notices {
+            if let ax_scheduler_core::Notice::DeadlineMissed { miss, .. } = notice {
+                deps.metrics
+                    .record_deadline_misses(miss.reason.as_str(), miss.missed);
+            }
+        }
+        let alerts = fire::notice_alerts(notices, settings.dispatcher.breaker.window, now);
+        fire::send_alerts(deps, alerts.now);
+        if deps.alerts.is_some() {
+            self.end_alerts.extend(alerts.after_write);
+        }
+    }
+
+    /// Hands the changed states, consumed triggers, applied events and the alerts of the
+    /// failed attempts among them to the flusher; with `wait` (the last flush of a term),
+    /// every state, those whose write waits included, and until they are written (at most a
+    /// few seconds). Never waits for room: when the flusher is behind (etcd slow), the
+    /// changes stay in the dispatcher, coalesced, for a later flush, and the alerts here.
+    async fn flush(&mut self, settings: &LeaderSettings, deps: &LeaderDeps, wait: bool) {
         let due = if wait {
             UtcMillis::MAX
         } else {
             UtcMillis::now()
         };
+        // Every end applied so far has its alert in this flush, with its state.
+        self.take_notices(settings, deps, UtcMillis::now());
         // Reserved before anything is taken: a full channel leaves the changes where they
         // are, and a closed one means the term is over.
         let Ok(permit) = self.flush_tx.try_reserve() else {
@@ -610,7 +642,11 @@ impl Term {
             return;
         };
         let writes = self.dispatcher.take_state_writes(due);
-        if writes.is_empty() && self.consumed_triggers.is_empty() && self.unacked.is_empty() {
+        if writes.is_empty()
+            && self.consumed_triggers.is_empty()
+            && self.unacked.is_empty()
+            && self.end_alerts.is_empty()
+        {
             // Nothing to hand over: the permit goes back unused.
             return;
         }
@@ -619,6 +655,7 @@ impl Term {
             writes,
             triggers: std::mem::take(&mut self.consumed_triggers),
             acks: std::mem::take(&mut self.unacked).into_iter().collect(),
+            alerts: std::mem::take(&mut self.end_alerts),
             done: wait.then_some(done_tx),
         });
         if wait {

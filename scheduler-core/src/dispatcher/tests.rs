@@ -1393,3 +1393,120 @@ fn a_chain_waits_for_every_shard_of_its_parent() {
         "the run is the fire's fan-out id"
     );
 }
+
+/// The failed attempts noticed since the last call: (execution, attempt, outcome, retried).
+fn failures(d: &mut Dispatcher) -> Vec<(u128, u32, AttemptOutcome, bool)> {
+    d.take_notices()
+        .into_iter()
+        .filter_map(|n| match n {
+            Notice::AttemptFailed {
+                execution,
+                attempt,
+                end,
+                ..
+            } => Some((execution, attempt, end.outcome, end.retry_at.is_some())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn each_failed_attempt_is_noticed_once_however_its_end_arrives() {
+    let pos = |seq| EventPosition { ms: 1_000, seq };
+    let json = r#"{"handler":"log","schedule":{"every":"1s"}}"#;
+    let mut d = one_task("a", json);
+    let fire = d.poll(at(1000)).pop().unwrap();
+    d.on_enqueued(&fire, EnqueueOutcome::Enqueued, at(1000));
+    d.take_notices();
+    let retried = finished(
+        AttemptOutcome::TimedOut,
+        Some("slow".into()),
+        Some(at(2000)),
+    );
+    d.on_event(&key("a"), pos(1), 7, 0, &retried, at(1100));
+    assert_eq!(failures(&mut d), [(7, 0, AttemptOutcome::TimedOut, true)]);
+    // Read twice by this leader: nothing more.
+    d.on_event(&key("a"), pos(1), 7, 0, &retried, at(1150));
+    assert_eq!(failures(&mut d), []);
+    let last = finished(AttemptOutcome::Failed, Some("boom".into()), None);
+    d.on_event(&key("a"), pos(2), 7, 1, &last, at(2100));
+    assert_eq!(failures(&mut d), [(7, 1, AttemptOutcome::Failed, false)]);
+    // The same end from the history (a fire refused as a duplicate): nothing more.
+    d.reconcile(
+        &key("a"),
+        7,
+        1,
+        at(2050),
+        &crate::execution::AttemptEnd::new(AttemptOutcome::Failed, Some("boom".into())),
+        at(2200),
+    );
+    assert_eq!(failures(&mut d), []);
+    // A successor that loads the written state and reads the events again: nothing more.
+    let written = d.state(&key("a")).unwrap().clone();
+    let mut next = Dispatcher::new(DispatcherConfig::default(), at(2300));
+    next.upsert(key("a"), spec("a", json), 5, Some(written), at(2300));
+    next.take_notices();
+    next.on_event(&key("a"), pos(1), 7, 0, &retried, at(2300));
+    next.on_event(&key("a"), pos(2), 7, 1, &last, at(2300));
+    assert_eq!(failures(&mut next), []);
+    // A successor of a leader that died before writing them applies and notices both.
+    let mut fresh = Dispatcher::new(DispatcherConfig::default(), at(2300));
+    fresh.upsert(key("a"), spec("a", json), 5, None, at(2300));
+    fresh.take_notices();
+    fresh.on_event(&key("a"), pos(1), 7, 0, &retried, at(2300));
+    fresh.on_event(&key("a"), pos(2), 7, 1, &last, at(2300));
+    assert_eq!(
+        failures(&mut fresh),
+        [
+            (7, 0, AttemptOutcome::TimedOut, true),
+            (7, 1, AttemptOutcome::Failed, false)
+        ]
+    );
+    // Successes, kills and give-backs are no failures; an unknown task's end is nobody's.
+    for (n, outcome) in [
+        AttemptOutcome::Succeeded,
+        AttemptOutcome::Killed,
+        AttemptOutcome::Released,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let seq = 3 + n as u64;
+        d.on_event(
+            &key("a"),
+            pos(seq),
+            8 + n as u128,
+            0,
+            &finished(outcome, None, None),
+            at(3000),
+        );
+    }
+    d.on_event(&key("gone"), pos(9), 9, 0, &last, at(3000));
+    assert_eq!(failures(&mut d), []);
+}
+
+#[test]
+fn a_sharded_fire_notices_its_shards_failures_and_not_its_own_end() {
+    let mut d = one_task("s", SHARDED);
+    let shards = d.poll(at(10_000));
+    d.take_notices();
+    d.on_execution(
+        &key("s"),
+        shard_exec(&shards[1]),
+        0,
+        &finished(AttemptOutcome::Failed, Some("503".into()), Some(at(12_000))),
+        at(11_000),
+    );
+    ended(&mut d, "s", shard_exec(&shards[0]), true, 11_100);
+    ended(&mut d, "s", shard_exec(&shards[1]), true, 12_100);
+    ended(&mut d, "s", shard_exec(&shards[2]), false, 12_200);
+    ended(&mut d, "s", shard_exec(&shards[2]), false, 12_300);
+    assert_eq!(
+        failures(&mut d),
+        [
+            (shard_exec(&shards[1]), 0, AttemptOutcome::Failed, true),
+            (shard_exec(&shards[2]), 0, AttemptOutcome::Failed, false)
+        ]
+    );
+    assert_eq!(d.state(&key("s")).unwrap().failure_count, 1);
+}
