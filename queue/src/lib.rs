@@ -11,6 +11,7 @@
 
 mod awaiting;
 mod config;
+mod conn;
 mod consumer;
 mod control;
 mod dlq;
@@ -34,6 +35,7 @@ pub use config::{
     DEFAULT_EXECUTION_HISTORY_RETENTION, DEFAULT_HISTORY_CAP, DEFAULT_HISTORY_RETENTION,
     STRICT_PRIORITY_STEP,
 };
+pub use conn::{slot, Connection};
 pub use consumer::{Consumer, PAUSED_POLL};
 pub use control::{Kill, KillState, StopOrder, StopProbe};
 pub use dlq::DlqEntry;
