@@ -60,11 +60,21 @@ ax_start_redis_cluster() {
   for i in 1 2 3 4 5 6; do
     port=$(ax_free_port); bus=$(ax_free_port)
     mkdir -p "$dir/cluster/$i"
-    # AOF on: a restarted node comes back with its data, as a production node would.
-    setsid redis-server --port "$port" --cluster-port "$bus" --bind 127.0.0.1 \
-      --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 1000 \
-      --appendonly yes --save '' --dir "$dir/cluster/$i" \
-      >"$dir/cluster/$i/redis.log" 2>&1 &
+    # A config file per node, so a test that kills one restarts it as it was (`redis-server
+    # FILE`, the file named by INFO's config_file). AOF on: it comes back with its data.
+    cat >"$dir/cluster/$i/redis.conf" <<CONF
+port $port
+cluster-port $bus
+bind 127.0.0.1
+cluster-enabled yes
+cluster-config-file nodes.conf
+cluster-node-timeout 1000
+appendonly yes
+save ""
+dir $dir/cluster/$i
+logfile $dir/cluster/$i/redis.log
+CONF
+    setsid redis-server "$dir/cluster/$i/redis.conf" >/dev/null 2>&1 &
     pids+=($!)
     nodes+=("127.0.0.1:$port")
   done
@@ -89,6 +99,11 @@ ax_start_redis_cluster() {
 }
 
 ax_stop_redis_cluster() {
+  # By port first: a node a test killed and started again has a process id of its own.
+  local url
+  for url in ${AX_REDIS_CLUSTER//,/ }; do
+    redis-cli -p "${url##*:}" shutdown nosave >/dev/null 2>&1 || true
+  done
   for pid in ${AX_REDIS_CLUSTER_PIDS:-}; do
     kill "$pid" 2>/dev/null || true
   done

@@ -78,8 +78,9 @@ pub struct QueueConfig {
     /// [`QueueConfig::command_timeout`]. Narrows what a failover can lose (Redis replicates
     /// asynchronously: a primary that dies loses what its replica had not received yet) to
     /// writes whose WAIT had not returned, at the cost of a replication round trip per
-    /// write; it does not make Redis strongly consistent. A WAIT that ends with fewer
-    /// replicas is logged, not an error: the write stands on the primary. Default 0 (off).
+    /// write; it does not make Redis strongly consistent. A WAIT ends after
+    /// [`crate::REPLICA_ACK_WAIT`] at most; with fewer replicas it is logged, not an error:
+    /// the write stands on the primary. Default 0 (off).
     pub replica_acks: u32,
     /// TLS settings for a `rediss://` URL beyond the defaults (a private CA, a client
     /// certificate). Default none: `rediss://` trusts the system's root certificates.

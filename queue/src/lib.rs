@@ -47,5 +47,8 @@ pub use maintenance::{
     Maintenance, MaintenanceConfig, MaintenanceState, StepReport, DEFAULT_VISIBILITY_TIMEOUT,
 };
 pub use message::{AttemptError, Dedupe, ExecutionMessage, Lineage};
-pub use queue::{Delivery, Fence, Queue, QueueStats, RetrySettle, ENQUEUE_CHUNK, UNSERVED_AFTER};
+pub use queue::{
+    Delivery, Fence, Queue, QueueStats, RetrySettle, ENQUEUE_CHUNK, REPLICA_ACK_WAIT,
+    UNSERVED_AFTER,
+};
 pub use server::ServerInfo;

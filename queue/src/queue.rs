@@ -153,6 +153,11 @@ pub(crate) fn check_queue(name: &str) -> Result<()> {
     }
 }
 
+/// Longest wait for [`QueueConfig::replica_acks`] replicas after a write (Redis's own
+/// `WAIT` timeout, well inside the command timeout): a primary whose replica is gone (just
+/// promoted, its old primary not back yet) holds each write this long, and it stands.
+pub const REPLICA_ACK_WAIT: Duration = Duration::from_millis(500);
+
 /// Messages per script call in [`Queue::enqueue_batch`].
 pub const ENQUEUE_CHUNK: usize = 100;
 
@@ -391,27 +396,16 @@ impl Queue {
 
     /// With [`QueueConfig::replica_acks`] set, waits until that many replicas have the writes
     /// made so far on the connection to the primary of `key` (each primary has one socket per
-    /// client, so that includes the write just made).
+    /// client, so that includes the write just made), at most [`REPLICA_ACK_WAIT`].
     pub(crate) async fn replicated(&self, key: &str) -> Result<()> {
         let wanted = self.inner.cfg.replica_acks;
         if wanted == 0 {
             return Ok(());
         }
         let mut cmd = redis::cmd("WAIT");
-        cmd.arg(wanted).arg(ms(self.inner.cfg.command_timeout));
+        cmd.arg(wanted).arg(ms(REPLICA_ACK_WAIT));
         let mut conn = self.conn();
-        // The server's own limit first; the client's a little later so it does not cut the
-        // reply off.
-        let after = self.inner.cfg.command_timeout.saturating_mul(2);
-        let got: i64 = match tokio::time::timeout(after, conn.query_at(key, &cmd)).await {
-            Ok(r) => r.map_err(QueueError::redis("wait replicas"))?,
-            Err(_) => {
-                return Err(QueueError::Timeout {
-                    op: "wait replicas",
-                    after,
-                })
-            }
-        };
+        let got: i64 = self.run("wait replicas", conn.query_at(key, &cmd)).await?;
         if got < i64::from(wanted) {
             tracing::warn!(key, wanted, got, "fewer replicas than asked have the write");
         }

@@ -18,6 +18,8 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("AX_ETCD_CERT_FILE", "etcd.cert_file"),
     ("AX_ETCD_KEY_FILE", "etcd.key_file"),
     ("AX_REDIS_URL", "redis.url"),
+    ("AX_REDIS_CLUSTER_NODES", "redis.cluster_nodes"),
+    ("AX_REDIS_REPLICA_ACKS", "redis.replica_acks"),
     ("AX_REDIS_PASSWORD", "redis.password"),
     ("AX_REDIS_CA_FILE", "redis.ca_file"),
     ("AX_REDIS_CERT_FILE", "redis.cert_file"),
@@ -70,6 +72,12 @@ impl Config {
             "AX_ETCD_CERT_FILE" => self.etcd.cert_file = text,
             "AX_ETCD_KEY_FILE" => self.etcd.key_file = text,
             "AX_REDIS_URL" => self.redis.url = text,
+            "AX_REDIS_CLUSTER_NODES" => self.redis.cluster_nodes = split_list(value),
+            "AX_REDIS_REPLICA_ACKS" => {
+                self.redis.replica_acks = value
+                    .parse()
+                    .map_err(|_| format!("`{value}` is not a whole number of replicas"))?
+            }
             "AX_REDIS_PASSWORD" => self.redis.password = text,
             "AX_REDIS_CA_FILE" => self.redis.ca_file = text,
             "AX_REDIS_CERT_FILE" => self.redis.cert_file = text,

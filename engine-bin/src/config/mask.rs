@@ -21,6 +21,9 @@ impl Config {
         mask(&mut c.etcd.password);
         mask(&mut c.redis.password);
         c.redis.url = mask_url_password(&c.redis.url);
+        for node in &mut c.redis.cluster_nodes {
+            *node = mask_url_password(node);
+        }
         mask(&mut c.http.api_token);
         mask(&mut c.alerts.feishu_webhook);
         mask(&mut c.alerts.feishu_secret);
