@@ -185,11 +185,6 @@ fn certificates(tls: &RedisTls) -> redis::TlsCertificates {
 }
 
 impl Connection {
-    /// Whether this is a cluster connection.
-    pub fn is_cluster(&self) -> bool {
-        matches!(self, Connection::Cluster(_))
-    }
-
     /// Sends `cmd` to the primary that serves the slot of `key` (on a single server: to
     /// the server). For commands that name no key but concern one (`WAIT` after a write).
     pub(crate) async fn query_at<T: redis::FromRedisValue>(
