@@ -341,5 +341,11 @@ async fn a_primary_sigkilled_mid_run_fails_over_and_ax_keeps_going() {
     let _node = restarted.spawn().unwrap();
     f.assert_clean("primary SIGKILL");
     c.assert_running(&["r1", "r2", "r3"]);
+    // A new primary may lack the newest fence: the leader saw the cluster's run id change
+    // and raised the fences again.
+    assert!(
+        c.receiver.has_alert("backend_restarted"),
+        "no backend_restarted alert after the failover"
+    );
     c.clean_up().await;
 }

@@ -163,7 +163,7 @@ mod tests {
                 | "AX_CATCH_UP_WINDOW"
                 | "AX_ENQUEUE_STALL_LIMIT"
                 | "AX_FLUSH_INTERVAL" => "7s",
-                "AX_WORKER_CONCURRENCY" => "7",
+                "AX_WORKER_CONCURRENCY" | "AX_REDIS_REPLICA_ACKS" => "7",
                 _ => "x7",
             };
             let mut c = Config::default();
@@ -183,6 +183,7 @@ mod tests {
             ("AX_LEASE_TTL", "15s"),
             ("AX_TICK", "5ms"),
             ("AX_WORKER_CONCURRENCY", "12"),
+            ("AX_REDIS_CLUSTER_NODES", "redis://a:7000, redis://b:7001"),
             ("AX_WORKER_QUEUES", "default,slow"),
             ("AX_WORKER_HTTP_ALLOW_CIDRS", "127.0.0.0/8, ::1/128"),
             (
@@ -198,6 +199,7 @@ mod tests {
         assert_eq!(c.election.lease_ttl, Duration::from_secs(15));
         assert_eq!(c.scheduler.tick, Duration::from_millis(5));
         assert_eq!(c.worker.concurrency, 12);
+        assert_eq!(c.redis.cluster_nodes, ["redis://a:7000", "redis://b:7001"]);
         assert_eq!(c.worker.queues, ["default", "slow"]);
         assert_eq!(c.worker.http_allow_cidrs, ["127.0.0.0/8", "::1/128"]);
         assert_eq!(
