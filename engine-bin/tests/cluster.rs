@@ -332,13 +332,18 @@ async fn a_primary_sigkilled_mid_run_fails_over_and_ax_keeps_going() {
     );
     // The killed node comes back (it rejoins as a replica of the promoted one), so the
     // cluster is whole again for whatever runs next.
-    let mut restarted = std::process::Command::new("redis-server");
-    restarted
-        .arg(config)
+    // Daemonized, so it outlives this test like the other nodes (the cluster suite's script
+    // stops every node by its port).
+    let pidfile = std::path::Path::new(&config).with_file_name("redis.pid");
+    let restarted = std::process::Command::new("redis-server")
+        .arg(&config)
+        .args(["--daemonize", "yes", "--pidfile"])
+        .arg(pidfile)
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    // Not waited for: the cluster suite's script stops every node by its port.
-    let _node = restarted.spawn().unwrap();
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(restarted.success(), "cannot start {victim} again");
     f.assert_clean("primary SIGKILL");
     c.assert_running(&["r1", "r2", "r3"]);
     // A new primary may lack the newest fence: the leader saw the cluster's run id change
