@@ -1050,3 +1050,30 @@ async fn requeue_all_ends_when_entries_fail_again_while_it_runs() {
     bouncer.await.unwrap();
     assert_eq!(requeued, 50, "each entry present at the start, once");
 }
+
+#[tokio::test]
+async fn the_run_id_is_stable_and_on_a_cluster_names_every_primary() {
+    let q = queue().await;
+    let id = q.run_id().await.unwrap();
+    assert!(!id.is_empty());
+    assert_eq!(q.run_id().await.unwrap(), id);
+    if ax_testkit::redis_cluster_nodes().is_some() {
+        // The cluster suite's cluster: 3 primaries, each `address=run_id`.
+        let parts: Vec<&str> = id.split(',').collect();
+        assert_eq!(parts.len(), 3, "{id}");
+        assert!(
+            parts.iter().all(|p| p
+                .split_once('=')
+                .is_some_and(|(a, r)| !a.is_empty() && !r.is_empty())),
+            "{id}"
+        );
+    } else {
+        assert!(!id.contains('='), "{id}");
+    }
+    // CONFIG is allowed on the test servers: the settings are known.
+    let info = q.server_info().await.unwrap();
+    assert!(
+        info.persistent.is_some() && info.maxmemory_policy.is_some(),
+        "{info:?}"
+    );
+}
