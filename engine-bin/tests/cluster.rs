@@ -298,7 +298,8 @@ async fn a_primary_sigkilled_mid_run_fails_over_and_ax_keeps_going() {
     tokio::time::sleep(Duration::from_secs(4)).await;
 
     // The primary of the busiest queue (the periodic task's, and a quarter of the rest).
-    let slot = ax_queue::slot(format!("{{{}:q:default}}", c.redis_prefix).as_bytes());
+    let queued = ax_queue::Keys::new(c.redis_prefix.clone()).queued("default");
+    let slot = ax_queue::slot(queued.as_bytes());
     let victim = primary_of(&live_node().await, slot).await.unwrap();
     let (pid, config) = node_process(&victim).await;
     let killed_at = now_ms();
