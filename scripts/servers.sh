@@ -49,3 +49,65 @@ ax_stop_servers() {
     wait "$pid" 2>/dev/null || true
   done
 }
+
+# A local Redis Cluster: 6 nodes (3 primaries, 1 replica each) on free loopback ports, each
+# with its own folder under DIR. A small node timeout (1 s) so a killed primary's replica is
+# promoted within a few seconds (the failover tests rely on it).
+#   ax_start_redis_cluster DIR   sets AX_REDIS_CLUSTER (comma-separated redis:// URLs of the
+#                                nodes) and AX_REDIS_CLUSTER_PIDS (space-separated)
+ax_start_redis_cluster() {
+  local dir=$1 nodes=() pids=() port bus
+  for i in 1 2 3 4 5 6; do
+    port=$(ax_free_port); bus=$(ax_free_port)
+    mkdir -p "$dir/cluster/$i"
+    # A config file per node, so a test that kills one restarts it as it was (`redis-server
+    # FILE`, the file named by INFO's config_file). AOF on: it comes back with its data.
+    cat >"$dir/cluster/$i/redis.conf" <<CONF
+port $port
+cluster-port $bus
+bind 127.0.0.1
+cluster-enabled yes
+cluster-config-file nodes.conf
+cluster-node-timeout 1000
+appendonly yes
+save ""
+dir $dir/cluster/$i
+logfile $dir/cluster/$i/redis.log
+CONF
+    setsid redis-server "$dir/cluster/$i/redis.conf" >/dev/null 2>&1 &
+    pids+=($!)
+    nodes+=("127.0.0.1:$port")
+  done
+  for n in "${nodes[@]}"; do
+    ax_wait "redis cluster node $n" 100 redis-cli -p "${n#*:}" ping \
+      || { tail -20 "$dir"/cluster/*/redis.log >&2; return 1; }
+  done
+  redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes \
+    >"$dir/cluster/create.log" 2>&1 || { cat "$dir/cluster/create.log" >&2; return 1; }
+  local first=${nodes[0]#*:}
+  ax_wait "redis cluster" 150 sh -c "redis-cli -p $first cluster info | grep -q 'cluster_state:ok'" \
+    || { redis-cli -p "$first" cluster info >&2; return 1; }
+  # Every node must see the whole cluster (ok on one node is not enough for a client that
+  # starts from another).
+  for n in "${nodes[@]}"; do
+    ax_wait "redis cluster at $n" 150 sh -c "redis-cli -p ${n#*:} cluster info | grep -q 'cluster_state:ok'" \
+      || return 1
+  done
+  AX_REDIS_CLUSTER=$(printf 'redis://%s,' "${nodes[@]}"); AX_REDIS_CLUSTER=${AX_REDIS_CLUSTER%,}
+  AX_REDIS_CLUSTER_PIDS="${pids[*]}"
+  export AX_REDIS_CLUSTER AX_REDIS_CLUSTER_PIDS
+}
+
+ax_stop_redis_cluster() {
+  # By port first: a node a test killed and started again has a process id of its own.
+  local url
+  for url in ${AX_REDIS_CLUSTER//,/ }; do
+    redis-cli -p "${url##*:}" shutdown nosave >/dev/null 2>&1 || true
+  done
+  for pid in ${AX_REDIS_CLUSTER_PIDS:-}; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in ${AX_REDIS_CLUSTER_PIDS:-}; do
+    wait "$pid" 2>/dev/null || true
+  done
+}

@@ -141,8 +141,16 @@ impl Default for Etcd {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Redis {
-    /// `redis://` or `rediss://` (TLS) URL; default `redis://127.0.0.1:6379/0`.
+    /// `redis://` or `rediss://` (TLS) URL; default `redis://127.0.0.1:6379/0`. Not used
+    /// when `cluster_nodes` is set.
     pub url: String,
+    /// `redis://` or `rediss://` URLs of some nodes of a Redis Cluster (one reachable node is
+    /// enough to find the rest); when set, ax uses the cluster instead of `url`. Default
+    /// empty.
+    pub cluster_nodes: Vec<String>,
+    /// Replicas that must have each enqueue and settle before it counts as done (`WAIT`);
+    /// 0 (the default) does not wait.
+    pub replica_acks: u32,
     /// Password (secret); when set it replaces any password in `url`.
     pub password: String,
     /// CA bundle that signed the server's certificate (`rediss://` only); empty: the
@@ -176,6 +184,8 @@ impl Default for Redis {
     fn default() -> Self {
         Redis {
             url: "redis://127.0.0.1:6379/0".to_owned(),
+            cluster_nodes: Vec::new(),
+            replica_acks: 0,
             password: String::new(),
             ca_file: String::new(),
             cert_file: String::new(),
@@ -691,6 +701,30 @@ impl Config {
     /// The Redis URL to connect with: `url` with `password` put in when one is set.
     pub fn redis_connection_url(&self) -> String {
         mask::with_url_password(&self.redis.url, &self.redis.password)
+    }
+
+    /// The Redis Cluster node URLs to connect with (`cluster_nodes`, each with `password`
+    /// put in when one is set); empty for a single server.
+    pub fn redis_cluster_urls(&self) -> Vec<String> {
+        self.redis
+            .cluster_nodes
+            .iter()
+            .map(|url| mask::with_url_password(url, &self.redis.password))
+            .collect()
+    }
+
+    /// The Redis URLs in use (`redis.cluster_nodes` when set, else `redis.url`): what TLS
+    /// settings and messages are about.
+    pub fn redis_urls(&self) -> Vec<&str> {
+        if self.redis.cluster_nodes.is_empty() {
+            vec![self.redis.url.as_str()]
+        } else {
+            self.redis
+                .cluster_nodes
+                .iter()
+                .map(String::as_str)
+                .collect()
+        }
     }
 }
 

@@ -73,6 +73,15 @@ pub struct QueueConfig {
     /// Limits per queue name, enforced inside the take script so they hold across all
     /// workers; every worker of a queue must be given the same. Default none.
     pub limits: BTreeMap<String, QueueLimits>,
+    /// Replicas that must have an enqueue or a settle (ack, retry, dead letter) before it
+    /// returns: `WAIT n` on the primary that took the write, bounded by
+    /// [`QueueConfig::command_timeout`]. Narrows what a failover can lose (Redis replicates
+    /// asynchronously: a primary that dies loses what its replica had not received yet) to
+    /// writes whose WAIT had not returned, at the cost of a replication round trip per
+    /// write; it does not make Redis strongly consistent. A WAIT ends after
+    /// [`crate::REPLICA_ACK_WAIT`] at most; with fewer replicas it is logged, not an error:
+    /// the write stands on the primary. Default 0 (off).
+    pub replica_acks: u32,
     /// TLS settings for a `rediss://` URL beyond the defaults (a private CA, a client
     /// certificate). Default none: `rediss://` trusts the system's root certificates.
     pub tls: Option<RedisTls>,
@@ -133,6 +142,7 @@ impl Default for QueueConfig {
             reconnect_max_delay: Duration::from_secs(1),
             priority_aging: DEFAULT_AGING_INTERVAL,
             limits: BTreeMap::new(),
+            replica_acks: 0,
             tls: None,
         }
     }

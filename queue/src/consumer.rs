@@ -24,12 +24,12 @@ use std::time::Duration;
 
 use ax_scheduler_core::task::DEFAULT_PRIORITY;
 use ax_scheduler_core::UtcMillis;
-use redis::aio::ConnectionManager;
 
 use crate::config::QueueLimits;
+use crate::conn::Connection;
 use crate::error::{QueueError, Result};
 use crate::message::ExecutionMessage;
-use crate::queue::{check_queue, manager_config, Delivery, Queue};
+use crate::queue::{check_queue, Delivery, Queue};
 
 /// How often a consumer of a paused queue looks again: a resume takes effect within it.
 pub const PAUSED_POLL: Duration = Duration::from_millis(250);
@@ -47,7 +47,7 @@ struct Taken {
 /// Takes messages from one queue for one worker.
 pub struct Consumer {
     queue: Queue,
-    conn: ConnectionManager,
+    conn: Connection,
     name: String,
     worker_id: String,
     block_timeout: Duration,
@@ -78,22 +78,11 @@ impl Queue {
         check_queue(worker_id)?;
         let cfg = &self.inner.cfg;
         let response_timeout = block_timeout + cfg.command_timeout;
-        let mcfg = manager_config(cfg, response_timeout);
-        let limit = cfg.connect_timeout.saturating_mul(2);
-        let conn = match tokio::time::timeout(
-            limit,
-            ConnectionManager::new_with_config(self.inner.client.clone(), mcfg),
-        )
-        .await
-        {
-            Ok(r) => r.map_err(QueueError::redis("consumer connect"))?,
-            Err(_) => {
-                return Err(QueueError::Timeout {
-                    op: "consumer connect",
-                    after: limit,
-                })
-            }
-        };
+        let conn = self
+            .inner
+            .client
+            .connect(cfg, response_timeout, "consumer connect")
+            .await?;
         let mut reg = self.conn();
         let workers = self.inner.keys.workers(queue);
         self.run(

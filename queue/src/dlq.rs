@@ -173,6 +173,7 @@ impl Queue {
                     .map_or("", crate::queue::concurrency_key),
             );
         let n: i64 = self.run("dead_letter", inv.invoke_async(&mut conn)).await?;
+        self.replicated(&k.queued(queue)).await?;
         Ok(n == 1)
     }
 

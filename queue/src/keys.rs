@@ -249,6 +249,217 @@ mod tests {
         assert_eq!(k.executions(), "{ax:x}:executions");
     }
 
+    /// The keys each script is given (as its header lists them), for one queue, one worker,
+    /// one execution and one task; keys a script builds itself come from the tag of its
+    /// first key (`ax_tag`), so they are in its slot by construction.
+    fn script_keys(k: &Keys) -> Vec<(&'static str, Vec<String>)> {
+        let (q, w, e) = ("default", "w1", "e1");
+        let active = k.active(q, "ns", "t");
+        vec![
+            (
+                "enqueue_many",
+                vec![
+                    k.queued(q),
+                    k.monitor(q),
+                    k.fence(q),
+                    k.order(q),
+                    k.clock(q),
+                    k.wake(q),
+                    k.fired(q, "ns", "t"),
+                    active.clone(),
+                    k.dedupe(q, "run:1"),
+                    active.clone(),
+                ],
+            ),
+            ("advance_fence", vec![k.fence(q), k.fence_owner(q)]),
+            (
+                "take",
+                vec![
+                    k.queued(q),
+                    k.processing(q, w),
+                    k.paused(q),
+                    k.legacy_ready(q),
+                    k.order(q),
+                    k.clock(q),
+                    k.wake(q),
+                    k.legacy_moved(q),
+                ],
+            ),
+            (
+                "ack",
+                vec![
+                    k.processing(q, w),
+                    k.monitor(q),
+                    k.order(q),
+                    k.queued(q),
+                    k.wake(q),
+                    active.clone(),
+                ],
+            ),
+            (
+                "retry_later",
+                vec![
+                    k.processing(q, w),
+                    k.monitor(q),
+                    k.delayed(q),
+                    k.kill(q, e),
+                    active.clone(),
+                    k.order(q),
+                    k.queued(q),
+                    k.wake(q),
+                ],
+            ),
+            (
+                "promote_due",
+                vec![
+                    k.delayed(q),
+                    k.queued(q),
+                    k.monitor(q),
+                    k.order(q),
+                    k.clock(q),
+                    k.wake(q),
+                ],
+            ),
+            (
+                "reap",
+                vec![
+                    k.queued(q),
+                    k.workers(q),
+                    k.processing(q, w),
+                    k.heartbeat(q, w),
+                    k.order(q),
+                    k.clock(q),
+                    k.wake(q),
+                ],
+            ),
+            (
+                "dead_letter",
+                vec![
+                    k.processing(q, w),
+                    k.monitor(q),
+                    k.dlq(q),
+                    k.dlq_entries(q),
+                    active.clone(),
+                    k.order(q),
+                    k.queued(q),
+                    k.wake(q),
+                ],
+            ),
+            (
+                "dlq_requeue",
+                vec![
+                    k.dlq(q),
+                    k.dlq_entries(q),
+                    k.queued(q),
+                    k.monitor(q),
+                    k.order(q),
+                    k.clock(q),
+                    k.wake(q),
+                ],
+            ),
+            (
+                "release",
+                vec![
+                    k.processing(q, w),
+                    k.queued(q),
+                    k.order(q),
+                    k.clock(q),
+                    k.wake(q),
+                ],
+            ),
+            (
+                "deregister",
+                vec![k.processing(q, w), k.workers(q), k.heartbeat(q, w)],
+            ),
+            ("read_events", vec![k.events(), k.legacy_events()]),
+            ("dlq_trim", vec![k.dlq(q), k.dlq_entries(q)]),
+            (
+                "kill",
+                vec![
+                    k.queued(q),
+                    k.delayed(q),
+                    k.monitor(q),
+                    k.kill(q, e),
+                    active.clone(),
+                    k.legacy_ready(q),
+                    k.order(q),
+                ],
+            ),
+            (
+                "find",
+                vec![
+                    k.queued(q),
+                    k.delayed(q),
+                    k.legacy_ready(q),
+                    k.processing(q, w),
+                    k.processing(q, "w2"),
+                ],
+            ),
+            ("history_page", vec![k.executions()]),
+            ("awaiting_open", vec![k.awaiting(q, e)]),
+            (
+                "awaiting_park",
+                vec![
+                    k.processing(q, w),
+                    k.awaiting(q, e),
+                    k.awaiting_due(q),
+                    k.kill(q, e),
+                    k.monitor(q),
+                    k.order(q),
+                    k.queued(q),
+                    k.wake(q),
+                ],
+            ),
+            ("awaiting_close", vec![k.awaiting(q, e)]),
+            (
+                "awaiting_end",
+                vec![
+                    k.awaiting(q, e),
+                    k.awaiting_due(q),
+                    k.delayed(q),
+                    k.dlq(q),
+                    k.dlq_entries(q),
+                    active,
+                ],
+            ),
+            (
+                "awaiting_progress",
+                vec![k.awaiting(q, e), k.awaiting_due(q)],
+            ),
+            // MULTI/EXEC transactions are held to one slot as scripts are.
+            ("reseat_fence", vec![k.fence(q), k.fence_owner(q)]),
+            ("dlq_purge", vec![k.dlq(q), k.dlq_entries(q)]),
+        ]
+    }
+
+    #[test]
+    fn every_script_touches_one_cluster_slot() {
+        let k = Keys::new("ax");
+        let scripts = script_keys(&k);
+        let seen: Vec<&str> = scripts.iter().map(|(name, _)| *name).collect();
+        // Every script file has its key set here (a new script must be added).
+        for file in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lua")).unwrap() {
+            let name = file.unwrap().file_name().into_string().unwrap();
+            let name = name.trim_end_matches(".lua");
+            assert!(
+                name == "order" || seen.contains(&name),
+                "no key set for {name}.lua"
+            );
+        }
+        for (name, keys) in &scripts {
+            let slot = crate::conn::slot(keys[0].as_bytes());
+            for key in keys {
+                assert_eq!(crate::conn::slot(key.as_bytes()), slot, "{name}: {key}");
+            }
+        }
+        // Keys of different queues are apart (the test would pass for a layout that put
+        // everything in one slot, which would make a cluster pointless).
+        assert_ne!(
+            crate::conn::slot(k.queued("a").as_bytes()),
+            crate::conn::slot(k.queued("b").as_bytes())
+        );
+    }
+
     #[test]
     fn names_with_braces_are_refused() {
         assert!(validate_name("default"));

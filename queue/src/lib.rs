@@ -11,6 +11,7 @@
 
 mod awaiting;
 mod config;
+mod conn;
 mod consumer;
 mod control;
 mod dlq;
@@ -34,6 +35,7 @@ pub use config::{
     DEFAULT_EXECUTION_HISTORY_RETENTION, DEFAULT_HISTORY_CAP, DEFAULT_HISTORY_RETENTION,
     STRICT_PRIORITY_STEP,
 };
+pub use conn::{slot, Connection};
 pub use consumer::{Consumer, PAUSED_POLL};
 pub use control::{Kill, KillState, StopOrder, StopProbe};
 pub use dlq::DlqEntry;
@@ -45,5 +47,8 @@ pub use maintenance::{
     Maintenance, MaintenanceConfig, MaintenanceState, StepReport, DEFAULT_VISIBILITY_TIMEOUT,
 };
 pub use message::{AttemptError, Dedupe, ExecutionMessage, Lineage};
-pub use queue::{Delivery, Fence, Queue, QueueStats, RetrySettle, ENQUEUE_CHUNK, UNSERVED_AFTER};
+pub use queue::{
+    Delivery, Fence, Queue, QueueStats, RetrySettle, ENQUEUE_CHUNK, REPLICA_ACK_WAIT,
+    UNSERVED_AFTER,
+};
 pub use server::ServerInfo;

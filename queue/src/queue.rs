@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use ax_scheduler_core::task::{DEFAULT_PRIORITY, MAX_PRIORITY};
 use ax_scheduler_core::{EnqueueOutcome, UtcMillis};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisResult};
 
-use crate::config::{QueueConfig, RedisTls};
+use crate::config::QueueConfig;
+use crate::conn::{Client, Connection};
 use crate::error::{QueueError, Result};
 use crate::keys::{validate_name, Keys};
 use crate::message::{Dedupe, ExecutionMessage};
@@ -128,8 +128,8 @@ pub struct Queue {
 }
 
 pub(crate) struct Inner {
-    pub(crate) client: redis::Client,
-    pub(crate) conn: ConnectionManager,
+    pub(crate) client: Client,
+    pub(crate) conn: Connection,
     pub(crate) keys: Keys,
     pub(crate) cfg: QueueConfig,
     pub(crate) scripts: Scripts,
@@ -143,42 +143,6 @@ impl std::fmt::Debug for Queue {
     }
 }
 
-pub(crate) fn manager_config(
-    cfg: &QueueConfig,
-    response_timeout: Duration,
-) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_response_timeout(response_timeout)
-        .set_connection_timeout(cfg.connect_timeout)
-        .set_number_of_retries(cfg.reconnect_retries)
-        .set_max_delay(u64::try_from(cfg.reconnect_max_delay.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// The one way this crate makes a Redis client: every connection (the shared one and each
-/// consumer's, which clone it) carries the same TLS settings.
-fn client(url: &str, tls: Option<&RedisTls>) -> Result<redis::Client> {
-    let Some(tls) = tls else {
-        return redis::Client::open(url).map_err(QueueError::redis("connect"));
-    };
-    // Checked here rather than left to the client, whose own message does not say that the
-    // certificates were given for a plain connection.
-    if !url.starts_with("rediss://") {
-        return Err(QueueError::InvalidConfig(
-            "TLS settings are given but the URL is not rediss://".into(),
-        ));
-    }
-    let certificates = redis::TlsCertificates {
-        client_tls: tls.client.as_ref().map(|id| redis::ClientTlsConfig {
-            client_cert: id.cert.clone(),
-            client_key: id.key.clone(),
-        }),
-        root_cert: tls.ca.clone(),
-    };
-    // The client parses the PEM here, so an error is bad material, not a network failure.
-    redis::Client::build_with_tls(url, certificates)
-        .map_err(|e| QueueError::InvalidConfig(format!("TLS certificates or key: {e}")))
-}
-
 pub(crate) fn check_queue(name: &str) -> Result<()> {
     if validate_name(name) {
         Ok(())
@@ -188,6 +152,11 @@ pub(crate) fn check_queue(name: &str) -> Result<()> {
         )))
     }
 }
+
+/// Longest wait for [`QueueConfig::replica_acks`] replicas after a write (Redis's own
+/// `WAIT` timeout, well inside the command timeout): a primary whose replica is gone (just
+/// promoted, its old primary not back yet) holds each write this long, and it stands.
+pub const REPLICA_ACK_WAIT: Duration = Duration::from_millis(500);
 
 /// Messages per script call in [`Queue::enqueue_batch`].
 pub const ENQUEUE_CHUNK: usize = 100;
@@ -206,23 +175,22 @@ impl Queue {
     /// [`QueueConfig::tls`]).
     pub async fn connect(url: &str, cfg: QueueConfig) -> Result<Self> {
         cfg.validate()?;
-        let client = client(url, cfg.tls.as_ref())?;
-        let mcfg = manager_config(&cfg, cfg.command_timeout);
-        let limit = cfg.connect_timeout.saturating_mul(2);
-        let conn = match tokio::time::timeout(
-            limit,
-            ConnectionManager::new_with_config(client.clone(), mcfg),
-        )
-        .await
-        {
-            Ok(r) => r.map_err(QueueError::redis("connect"))?,
-            Err(_) => {
-                return Err(QueueError::Timeout {
-                    op: "connect",
-                    after: limit,
-                })
-            }
-        };
+        let client = Client::single(url, cfg.tls.as_ref())?;
+        Self::with_client(client, cfg).await
+    }
+
+    /// Connects to the Redis Cluster that `nodes` belong to (`redis://host:port` or
+    /// `rediss://` URLs of some of its nodes; one reachable node is enough to find the
+    /// rest). Every script touches one slot, so the queue works on a cluster as on a single
+    /// server (see `docs/redis-layout.md`).
+    pub async fn connect_cluster(nodes: &[String], cfg: QueueConfig) -> Result<Self> {
+        cfg.validate()?;
+        let client = Client::cluster(nodes, &cfg)?;
+        Self::with_client(client, cfg).await
+    }
+
+    async fn with_client(client: Client, cfg: QueueConfig) -> Result<Self> {
+        let conn = client.connect(&cfg, cfg.command_timeout, "connect").await?;
         Ok(Queue {
             inner: Arc::new(Inner {
                 client,
@@ -244,8 +212,14 @@ impl Queue {
         &self.inner.cfg
     }
 
-    pub(crate) fn conn(&self) -> ConnectionManager {
+    pub(crate) fn conn(&self) -> Connection {
         self.inner.conn.clone()
+    }
+
+    /// The shared connection (for tools and tests that inspect Redis directly): a single
+    /// server's or the cluster's, whichever the queue was connected to.
+    pub fn connection(&self) -> Connection {
+        self.conn()
     }
 
     /// Runs one Redis future under the command timeout.
@@ -339,6 +313,9 @@ impl Queue {
                 out[i] = Self::outcome(code, &newest)?;
             }
         }
+        for queue in by_queue.keys() {
+            self.replicated(&self.inner.keys.queued(queue)).await?;
+        }
         Ok(out)
     }
 
@@ -415,6 +392,24 @@ impl Queue {
                 op: "enqueue",
                 after,
             })
+    }
+
+    /// With [`QueueConfig::replica_acks`] set, waits until that many replicas have the writes
+    /// made so far on the connection to the primary of `key` (each primary has one socket per
+    /// client, so that includes the write just made), at most [`REPLICA_ACK_WAIT`].
+    pub(crate) async fn replicated(&self, key: &str) -> Result<()> {
+        let wanted = self.inner.cfg.replica_acks;
+        if wanted == 0 {
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(wanted).arg(ms(REPLICA_ACK_WAIT));
+        let mut conn = self.conn();
+        let got: i64 = self.run("wait replicas", conn.query_at(key, &cmd)).await?;
+        if got < i64::from(wanted) {
+            tracing::warn!(key, wanted, got, "fewer replicas than asked have the write");
+        }
+        Ok(())
     }
 
     /// The newest fencing token `queue` has seen (0 when none).
@@ -514,6 +509,7 @@ impl Queue {
             for (&i, flag) in group.iter().zip(flags) {
                 held[i] = flag == 1;
             }
+            self.replicated(&self.inner.keys.queued(queue)).await?;
         }
         Ok(held)
     }
@@ -546,6 +542,7 @@ impl Queue {
             .arg(due.0)
             .arg(concurrency_key(m));
         let n: i64 = self.run("retry_later", inv.invoke_async(&mut conn)).await?;
+        self.replicated(&k.queued(&d.queue)).await?;
         Ok(match n {
             1 => RetrySettle::Scheduled,
             2 => RetrySettle::Killed,

@@ -53,18 +53,40 @@ fn info_field(info: &str, name: &str) -> Option<String> {
     })
 }
 
+/// The run id in an `INFO` reply: one server's text, or a cluster's map of primary address
+/// to text (then `address=run_id` of each, sorted, joined by commas).
+fn run_id_of(info: redis::Value) -> String {
+    let text =
+        |v: &redis::Value| -> String { redis::from_redis_value::<String>(v).unwrap_or_default() };
+    match info {
+        redis::Value::Map(nodes) => {
+            let mut ids: Vec<String> = nodes
+                .iter()
+                .map(|(addr, v)| {
+                    let id = info_field(&text(v), "run_id").unwrap_or_default();
+                    format!("{}={id}", text(addr))
+                })
+                .collect();
+            ids.sort();
+            ids.join(",")
+        }
+        other => info_field(&text(&other), "run_id").unwrap_or_default(),
+    }
+}
+
 impl Queue {
     /// The server's run id alone (one `INFO server`): what a leader watches to notice a
-    /// restart.
+    /// restart. On a cluster, the run ids of all primaries, by address: a failover (a replica
+    /// promoted, which may lack the newest writes) changes it as a restart does.
     pub async fn run_id(&self) -> Result<String> {
         let mut conn = self.conn();
-        let info: String = self
+        let info: redis::Value = self
             .run(
                 "server_info",
                 redis::cmd("INFO").arg("server").query_async(&mut conn),
             )
             .await?;
-        Ok(info_field(&info, "run_id").unwrap_or_default())
+        Ok(run_id_of(info))
     }
 
     /// Reads the server's run id and, where `CONFIG` is allowed, its persistence and
@@ -131,5 +153,17 @@ mod tests {
         let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\n";
         assert_eq!(info_field(info, "run_id").as_deref(), Some("abc123"));
         assert_eq!(info_field(info, "run"), None);
+    }
+
+    #[test]
+    fn a_clusters_run_id_names_every_primary() {
+        let info = |id: &str| {
+            redis::Value::BulkString(format!("# Server\r\nrun_id:{id}\r\n").into_bytes())
+        };
+        let addr = |a: &str| redis::Value::BulkString(a.as_bytes().to_vec());
+        let single = run_id_of(info("abc"));
+        assert_eq!(single, "abc");
+        let cluster = redis::Value::Map(vec![(addr("h2:2"), info("b")), (addr("h1:1"), info("a"))]);
+        assert_eq!(run_id_of(cluster), "h1:1=a,h2:2=b");
     }
 }

@@ -3,6 +3,8 @@
 //! end, a kill ends it for good, a completion that overtakes the 202 is kept for the worker.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::time::Duration;
 
 use ax_queue::{
@@ -11,14 +13,14 @@ use ax_queue::{
     ReportedStatus,
 };
 use ax_scheduler_core::UtcMillis;
-use ax_testkit::{redis_url, unique_name};
+use ax_testkit::unique_name;
 
 async fn queue() -> Queue {
     let cfg = QueueConfig {
         prefix: unique_name("axa"),
         ..QueueConfig::default()
     };
-    Queue::connect(&redis_url(), cfg).await.unwrap()
+    common::connect(cfg).await
 }
 
 /// One execution of an async http task, taken by worker `w`.
@@ -137,9 +139,7 @@ async fn a_parked_execution_frees_its_worker_and_ends_once_by_its_completion() {
 async fn a_completion_racing_the_deadline_has_exactly_one_winner() {
     let q = queue().await;
     // Another connection, as another replica's reaper would have: the two calls really race.
-    let other = Queue::connect(&redis_url(), q.config().clone())
-        .await
-        .unwrap();
+    let other = common::connect(q.config().clone()).await;
     for _ in 0..40 {
         let d = taken(&q).await;
         let due = UtcMillis::now();

@@ -3,11 +3,13 @@
 //! and by count, and one execution's attempts found across retries.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::time::Duration;
 
 use ax_queue::{ExecutionEventRecord, ExecutionFilter, HistoryEntry, Queue, QueueConfig};
 use ax_scheduler_core::{AttemptEnd, AttemptOutcome, AttemptOutput, ExecutionEvent, UtcMillis};
-use ax_testkit::{redis_url, unique_name};
+use ax_testkit::unique_name;
 use uuid::Uuid;
 
 async fn queue_with(f: impl FnOnce(&mut QueueConfig)) -> Queue {
@@ -16,7 +18,7 @@ async fn queue_with(f: impl FnOnce(&mut QueueConfig)) -> Queue {
         ..QueueConfig::default()
     };
     f(&mut cfg);
-    Queue::connect(&redis_url(), cfg).await.unwrap()
+    common::connect(cfg).await
 }
 
 async fn queue() -> Queue {
@@ -50,11 +52,7 @@ fn failed(retry_at: Option<UtcMillis>) -> AttemptEnd {
 }
 
 async fn xlen(q: &Queue) -> usize {
-    let mut conn = redis::Client::open(redis_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = q.connection();
     redis::cmd("XLEN")
         .arg(q.keys().executions())
         .query_async(&mut conn)

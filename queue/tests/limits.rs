@@ -3,12 +3,14 @@
 //! by the reaper, a queue's `max_running` and its `rate`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use ax_queue::{Delivery, ExecutionMessage, Queue, QueueConfig, QueueLimits};
 use ax_scheduler_core::{TaskSpec, UtcMillis};
-use ax_testkit::{redis_url, unique_name};
+use ax_testkit::unique_name;
 
 const BLOCK: Duration = Duration::from_millis(200);
 
@@ -20,7 +22,7 @@ async fn queue(limits: Option<QueueLimits>) -> Queue {
     if let Some(l) = limits {
         cfg.limits = BTreeMap::from([("default".to_string(), l)]);
     }
-    Queue::connect(&redis_url(), cfg).await.unwrap()
+    common::connect(cfg).await
 }
 
 /// A task limited per customer: at most `max` of one customer's executions at once.

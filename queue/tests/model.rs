@@ -4,9 +4,11 @@
 //! the model's order is strict priority, then enqueue order.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::time::Duration;
 
-use ax_queue::{Delivery, ExecutionMessage, Queue, QueueConfig};
+use ax_queue::{Delivery, ExecutionMessage, QueueConfig};
 use ax_scheduler_core::{EnqueueOutcome, TaskSpec, UtcMillis};
 use proptest::prelude::*;
 
@@ -40,7 +42,7 @@ async fn check(ops: Vec<Op>) {
         priority_aging: Duration::from_secs(3600),
         ..QueueConfig::default()
     };
-    let q = Queue::connect(&ax_testkit::redis_url(), cfg).await.unwrap();
+    let q = common::connect(cfg).await;
     let now = ax_scheduler_core::UtcMillis::now();
     let mut c = q
         .consumer("default", "w", Duration::from_millis(20), now)

@@ -4,11 +4,13 @@
 //! dead-letter requeue) and by the move of an earlier version's ready list.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use ax_queue::{Delivery, ExecutionMessage, Queue, QueueConfig};
 use ax_scheduler_core::UtcMillis;
-use ax_testkit::{redis_url, unique_name};
+use ax_testkit::unique_name;
 use redis::AsyncCommands;
 
 const BLOCK: Duration = Duration::from_millis(200);
@@ -19,7 +21,7 @@ async fn queue_with_aging(aging: Duration) -> Queue {
         priority_aging: aging,
         ..QueueConfig::default()
     };
-    Queue::connect(&redis_url(), cfg).await.unwrap()
+    common::connect(cfg).await
 }
 
 /// Fire `fire` of a task of priority `priority` (one task per priority, so fires of one
@@ -217,11 +219,7 @@ async fn a_dead_letter_requeue_keeps_its_priority() {
 async fn an_earlier_versions_ready_list_is_moved_in_order_and_nothing_is_lost() {
     let q = queue_with_aging(Duration::from_secs(3600)).await;
     let now = UtcMillis::now();
-    let mut raw = redis::Client::open(redis_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = q.connection();
     // 1 200 messages as the earlier version left them (LPUSHed: the oldest on the right),
     // more than one take moves at once, with an older enqueue time than anything new.
     let old = UtcMillis(now.0 - 60_000);

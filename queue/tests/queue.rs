@@ -2,6 +2,8 @@
 //! history, maintenance and reconnects.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::time::Duration;
 
 use ax_queue::{
@@ -12,7 +14,7 @@ use ax_scheduler_core::{
     AttemptEnd, AttemptOutcome, EnqueueOutcome, ExecutionEvent, OverlapPolicy, Schedule, TaskSpec,
     UtcMillis,
 };
-use ax_testkit::{redis_url, unique_name, RedisServer};
+use ax_testkit::{unique_name, RedisServer};
 use redis::AsyncCommands;
 
 fn spec(id: &str, queue: &str) -> TaskSpec {
@@ -24,7 +26,7 @@ async fn queue() -> Queue {
         prefix: unique_name("axq"),
         ..QueueConfig::default()
     };
-    Queue::connect(&redis_url(), cfg).await.unwrap()
+    common::connect(cfg).await
 }
 
 async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
@@ -120,7 +122,7 @@ async fn scheduled_fires_keep_one_dedupe_mark_per_task_not_a_key_per_fire() {
         ..QueueConfig::default()
     };
     let prefix = cfg.prefix.clone();
-    let q = Queue::connect(&redis_url(), cfg).await.unwrap();
+    let q = common::connect(cfg).await;
     let now = ax_scheduler_core::UtcMillis::now();
     let tasks: Vec<TaskSpec> = (0..3).map(|i| spec(&format!("t{i}"), "default")).collect();
     // A day of a task firing every second, scaled down: 500 fires of each of 3 tasks.
@@ -142,7 +144,7 @@ async fn scheduled_fires_keep_one_dedupe_mark_per_task_not_a_key_per_fire() {
     let next = ExecutionMessage::for_fire(&tasks[0], UtcMillis(501_000), now, 1);
     assert_eq!(q.enqueue(&next).await.unwrap(), EnqueueOutcome::Enqueued);
     // What dedupes them is one key per task, however many fires.
-    let mut conn = raw_conn(&redis_url()).await;
+    let mut conn = q.connection();
     let keys: Vec<String> = conn
         .keys(format!("{{{prefix}:q:default}}:*"))
         .await
@@ -189,7 +191,7 @@ async fn dedupe_key_expires_after_its_ttl() {
         dedupe_ttl: Duration::from_millis(150),
         ..QueueConfig::default()
     };
-    let q = Queue::connect(&redis_url(), cfg).await.unwrap();
+    let q = common::connect(cfg).await;
     let s = spec("t", "default");
     let m = ExecutionMessage::for_fire(&s, UtcMillis(10), ax_scheduler_core::UtcMillis::now(), 1);
     assert_eq!(q.enqueue(&m).await.unwrap(), EnqueueOutcome::Enqueued);
@@ -272,7 +274,7 @@ async fn take_is_fifo_and_ack_settles() {
     let fires: Vec<i64> = got.iter().map(|d| d.message.fire_at.0).collect();
     assert_eq!(fires, vec![0, 1, 2]);
     let k = q.keys();
-    let mut raw = raw_conn(&redis_url()).await;
+    let mut raw = q.connection();
     let held: u64 = raw.llen(k.processing("default", "w1")).await.unwrap();
     assert_eq!(held, 3);
     assert_eq!(q.ack_many(&got).await.unwrap(), vec![true; 3]);
@@ -345,7 +347,7 @@ async fn retry_waits_in_the_delayed_set_until_promoted() {
         ax_queue::RetrySettle::Scheduled
     );
     assert_eq!(q.delayed_len("default").await.unwrap(), 1);
-    let mut raw = raw_conn(&redis_url()).await;
+    let mut raw = q.connection();
     let scored: Vec<(String, i64)> = raw
         .zrange_withscores(q.keys().delayed("default"), 0, -1)
         .await
@@ -415,7 +417,7 @@ async fn release_puts_unfinished_work_first_and_deregister_cleans_up() {
     );
     assert!(q.release(&d).await.unwrap());
     assert!(q.deregister("default", "w").await.unwrap());
-    let mut raw = raw_conn(&redis_url()).await;
+    let mut raw = q.connection();
     let hb: bool = raw
         .exists(q.keys().heartbeat("default", "w"))
         .await
@@ -433,7 +435,7 @@ async fn the_dead_letter_queue_keeps_its_retention_and_its_cap() {
         dlq_retention: Duration::from_secs(3600),
         ..QueueConfig::default()
     };
-    let q = Queue::connect(&redis_url(), cfg).await.unwrap();
+    let q = common::connect(cfg).await;
     let t0 = ax_scheduler_core::UtcMillis::now();
     let ds = taken(&q, 50, t0).await;
     // Ten dead-lettered two hours ago, forty now.
@@ -446,7 +448,7 @@ async fn the_dead_letter_queue_keeps_its_retention_and_its_cap() {
     let removed = q.trim_dlq("default", t0).await.unwrap();
     assert_eq!(removed, 20);
     assert_eq!(q.dlq_size("default").await.unwrap(), 30);
-    let mut conn = raw_conn(&redis_url()).await;
+    let mut conn = q.connection();
     let entries: usize = conn.hlen(q.keys().dlq_entries("default")).await.unwrap();
     assert_eq!(entries, 30, "entries and their index go together");
     assert_eq!(q.trim_dlq("default", t0).await.unwrap(), 0);
@@ -459,7 +461,7 @@ async fn a_tasks_history_expires_after_the_retention_and_is_deleted_on_demand() 
         history_retention: Duration::from_secs(600),
         ..QueueConfig::default()
     };
-    let q = Queue::connect(&redis_url(), cfg).await.unwrap();
+    let q = common::connect(cfg).await;
     let entry = HistoryEntry {
         execution_id: uuid::Uuid::now_v7(),
         fire_at: UtcMillis(5),
@@ -478,7 +480,7 @@ async fn a_tasks_history_expires_after_the_retention_and_is_deleted_on_demand() 
     };
     q.record_history("ns", "a", &entry).await.unwrap();
     q.record_history("ns", "b", &entry).await.unwrap();
-    let mut conn = raw_conn(&redis_url()).await;
+    let mut conn = q.connection();
     let ttl: i64 = conn.pttl(q.keys().history("ns", "a")).await.unwrap();
     assert!(ttl > 590_000 && ttl <= 600_000, "{ttl}");
     q.delete_histories(&[("ns", "a")]).await.unwrap();
@@ -550,7 +552,7 @@ async fn dead_letter_life_cycle() {
 async fn undecodable_message_goes_to_the_dead_letter_queue() {
     let q = queue().await;
     let now = ax_scheduler_core::UtcMillis::now();
-    let mut raw = raw_conn(&redis_url()).await;
+    let mut raw = q.connection();
     let _: () = raw
         .zadd(q.keys().queued("default"), "not json", 1)
         .await
@@ -573,7 +575,7 @@ async fn history_is_capped_newest_first() {
         history_cap: 5,
         ..QueueConfig::default()
     };
-    let q = Queue::connect(&redis_url(), cfg).await.unwrap();
+    let q = common::connect(cfg).await;
     for i in 0..8u32 {
         let e = HistoryEntry {
             execution_id: uuid::Uuid::now_v7(),
@@ -649,7 +651,7 @@ async fn maintenance_trims_the_dead_letters_every_few_seconds_not_every_round() 
         dlq_max_entries: 1,
         ..QueueConfig::default()
     };
-    let q = Queue::connect(&redis_url(), cfg).await.unwrap();
+    let q = common::connect(cfg).await;
     let t0 = ax_scheduler_core::UtcMillis::now();
     let ds = taken(&q, 4, t0).await;
     for d in &ds[..3] {
@@ -847,7 +849,7 @@ async fn events_read_and_not_acknowledged_are_claimed_by_the_next_reader() {
     };
     // Events of a version that kept them in a list (pushed on the left) move into the
     // stream, oldest first, at its end (a stream only grows at its end).
-    let mut conn = raw_conn(&redis_url()).await;
+    let mut conn = q.connection();
     for task in ["old-1", "old-2"] {
         let _: () = conn
             .lpush(
@@ -1047,4 +1049,31 @@ async fn requeue_all_ends_when_entries_fail_again_while_it_runs() {
     stop.cancel();
     bouncer.await.unwrap();
     assert_eq!(requeued, 50, "each entry present at the start, once");
+}
+
+#[tokio::test]
+async fn the_run_id_is_stable_and_on_a_cluster_names_every_primary() {
+    let q = queue().await;
+    let id = q.run_id().await.unwrap();
+    assert!(!id.is_empty());
+    assert_eq!(q.run_id().await.unwrap(), id);
+    if ax_testkit::redis_cluster_nodes().is_some() {
+        // The cluster suite's cluster: 3 primaries, each `address=run_id`.
+        let parts: Vec<&str> = id.split(',').collect();
+        assert_eq!(parts.len(), 3, "{id}");
+        assert!(
+            parts.iter().all(|p| p
+                .split_once('=')
+                .is_some_and(|(a, r)| !a.is_empty() && !r.is_empty())),
+            "{id}"
+        );
+    } else {
+        assert!(!id.contains('='), "{id}");
+    }
+    // CONFIG is allowed on the test servers: the settings are known.
+    let info = q.server_info().await.unwrap();
+    assert!(
+        info.persistent.is_some() && info.maxmemory_policy.is_some(),
+        "{info:?}"
+    );
 }

@@ -39,6 +39,21 @@ pub fn redis_url() -> String {
     required_env("AX_TEST_REDIS", "Redis")
 }
 
+/// The node URLs of the shared test Redis Cluster (`AX_TEST_REDIS_CLUSTER`, comma-separated
+/// `redis://` URLs), when the tests run against one: the cluster suite (`scripts/cluster.sh`)
+/// sets it and runs the queue's tests again, connected to the cluster. `None` when unset:
+/// the tests then use the single server of [`redis_url`] (and fail without it).
+pub fn redis_cluster_nodes() -> Option<Vec<String>> {
+    let nodes: Vec<String> = std::env::var("AX_TEST_REDIS_CLUSTER")
+        .ok()?
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect();
+    (!nodes.is_empty()).then_some(nodes)
+}
+
 fn required_env(var: &str, what: &str) -> String {
     match std::env::var(var) {
         Ok(v) if !v.trim().is_empty() => v,

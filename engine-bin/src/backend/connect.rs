@@ -200,16 +200,25 @@ pub(crate) fn tls_hint(error: &str, backend: &str, ca_set: bool) -> String {
     }
 }
 
-/// Connects the Redis queue client (`redis.url` with `redis.password`, `redis.key_prefix`,
-/// the TLS files): the one way ax connects to Redis.
+/// Connects the Redis queue client (`redis.url`, or the cluster of `redis.cluster_nodes`,
+/// with `redis.password`, `redis.key_prefix`, the TLS files): the one way ax connects to
+/// Redis.
 pub async fn connect_queue(config: &Config) -> anyhow::Result<Queue> {
-    let shown = config.masked().redis.url;
+    let masked = config.masked();
     let mut settings = queue_config(config);
     settings.tls = redis_tls(config)?;
-    match Queue::connect(&config.redis_connection_url(), settings).await {
+    let (connected, shown, key) = if config.redis.cluster_nodes.is_empty() {
+        let connected = Queue::connect(&config.redis_connection_url(), settings).await;
+        (connected, masked.redis.url, "redis.url")
+    } else {
+        let connected = Queue::connect_cluster(&config.redis_cluster_urls(), settings).await;
+        let shown = format!("the cluster of {}", masked.redis.cluster_nodes.join(", "));
+        (connected, shown, "redis.cluster_nodes")
+    };
+    match connected {
         Ok(queue) => Ok(queue),
         Err(e) => bail!(
-            "cannot connect to Redis at {shown} (redis.url): {e}{}",
+            "cannot connect to Redis at {shown} ({key}): {e}{}",
             tls_hint(&e.to_string(), "redis", !config.redis.ca_file.is_empty())
         ),
     }
@@ -243,6 +252,7 @@ pub fn queue_config(config: &Config) -> QueueConfig {
         execution_history_max_entries: config.redis.execution_history_max_entries,
         dlq_retention: config.redis.dlq_retention,
         dlq_max_entries: config.redis.dlq_max_entries,
+        replica_acks: config.redis.replica_acks,
         limits: config
             .worker
             .queue_limits

@@ -18,6 +18,8 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("AX_ETCD_CERT_FILE", "etcd.cert_file"),
     ("AX_ETCD_KEY_FILE", "etcd.key_file"),
     ("AX_REDIS_URL", "redis.url"),
+    ("AX_REDIS_CLUSTER_NODES", "redis.cluster_nodes"),
+    ("AX_REDIS_REPLICA_ACKS", "redis.replica_acks"),
     ("AX_REDIS_PASSWORD", "redis.password"),
     ("AX_REDIS_CA_FILE", "redis.ca_file"),
     ("AX_REDIS_CERT_FILE", "redis.cert_file"),
@@ -69,6 +71,12 @@ impl Config {
             "AX_ETCD_CERT_FILE" => self.etcd.cert_file = text,
             "AX_ETCD_KEY_FILE" => self.etcd.key_file = text,
             "AX_REDIS_URL" => self.redis.url = text,
+            "AX_REDIS_CLUSTER_NODES" => self.redis.cluster_nodes = split_list(value),
+            "AX_REDIS_REPLICA_ACKS" => {
+                self.redis.replica_acks = value
+                    .parse()
+                    .map_err(|_| format!("`{value}` is not a whole number of replicas"))?
+            }
             "AX_REDIS_PASSWORD" => self.redis.password = text,
             "AX_REDIS_CA_FILE" => self.redis.ca_file = text,
             "AX_REDIS_CERT_FILE" => self.redis.cert_file = text,
@@ -153,7 +161,7 @@ mod tests {
                 | "AX_CATCH_UP_WINDOW"
                 | "AX_ENQUEUE_STALL_LIMIT"
                 | "AX_FLUSH_INTERVAL" => "7s",
-                "AX_WORKER_CONCURRENCY" => "7",
+                "AX_WORKER_CONCURRENCY" | "AX_REDIS_REPLICA_ACKS" => "7",
                 _ => "x7",
             };
             let mut c = Config::default();
@@ -172,6 +180,7 @@ mod tests {
             ("AX_LEASE_TTL", "15s"),
             ("AX_TICK", "5ms"),
             ("AX_WORKER_CONCURRENCY", "12"),
+            ("AX_REDIS_CLUSTER_NODES", "redis://a:7000, redis://b:7001"),
             ("AX_WORKER_QUEUES", "default,slow"),
             ("AX_WORKER_HTTP_ALLOW_CIDRS", "127.0.0.0/8, ::1/128"),
             (
@@ -186,6 +195,7 @@ mod tests {
         assert_eq!(c.election.lease_ttl, Duration::from_secs(15));
         assert_eq!(c.scheduler.tick, Duration::from_millis(5));
         assert_eq!(c.worker.concurrency, 12);
+        assert_eq!(c.redis.cluster_nodes, ["redis://a:7000", "redis://b:7001"]);
         assert_eq!(c.worker.queues, ["default", "slow"]);
         assert_eq!(c.worker.http_allow_cidrs, ["127.0.0.0/8", "::1/128"]);
         assert_eq!(

@@ -21,6 +21,9 @@ impl Config {
         mask(&mut c.etcd.password);
         mask(&mut c.redis.password);
         c.redis.url = mask_url_password(&c.redis.url);
+        for node in &mut c.redis.cluster_nodes {
+            *node = mask_url_password(node);
+        }
         mask(&mut c.http.api_token);
         mask(&mut c.alerts.feishu_webhook);
         mask(&mut c.alerts.feishu_secret);
@@ -100,6 +103,7 @@ mod tests {
         c.etcd.password = "etcd-pw".into();
         c.redis.password = "redis-pw".into();
         c.redis.url = "redis://:url-pw@h:6379/0".into();
+        c.redis.cluster_nodes = vec!["redis://:node-pw@n1:7000".into()];
         c.http.api_token = "api-token".into();
         c.alerts.feishu_webhook = "https://open.feishu.cn/hook/feishu-token".into();
         c.alerts.feishu_secret = "feishu-secret".into();
@@ -109,6 +113,7 @@ mod tests {
             "etcd-pw",
             "redis-pw",
             "url-pw",
+            "node-pw",
             "api-token",
             "feishu-token",
             "feishu-secret",
@@ -117,6 +122,6 @@ mod tests {
         ] {
             assert!(!shown.contains(secret), "{secret} shown in:\n{shown}");
         }
-        assert_eq!(shown.matches(MASK).count(), 8, "{shown}");
+        assert_eq!(shown.matches(MASK).count(), 9, "{shown}");
     }
 }

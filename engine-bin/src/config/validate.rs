@@ -63,15 +63,34 @@ impl Config {
         positive(&mut err, "etcd.timeout", self.etcd.timeout);
 
         // redis
-        match self.redis.url.split_once("://") {
-            Some(("redis" | "rediss", rest)) if !rest.is_empty() => {}
-            _ => err(
-                "redis.url",
-                format!(
-                    "`{}` must start with redis:// or rediss:// (TLS) and name a host",
-                    super::mask::mask_url_password(&self.redis.url)
+        let redis_key = if self.redis.cluster_nodes.is_empty() {
+            "redis.url"
+        } else {
+            "redis.cluster_nodes"
+        };
+        for url in self.redis_urls() {
+            match url.split_once("://") {
+                Some(("redis" | "rediss", rest)) if !rest.is_empty() => {}
+                _ => err(
+                    redis_key,
+                    format!(
+                        "`{}` must start with redis:// or rediss:// (TLS) and name a host",
+                        super::mask::mask_url_password(url)
+                    ),
                 ),
-            ),
+            }
+        }
+        let tls = self
+            .redis_urls()
+            .iter()
+            .filter(|u| u.starts_with("rediss://"))
+            .count();
+        if tls != 0 && tls != self.redis.cluster_nodes.len().max(1) {
+            err(
+                "redis.cluster_nodes",
+                "mixes redis:// and rediss:// (TLS): every node of a cluster is reached alike"
+                    .into(),
+            );
         }
         if self.redis.cert_file.is_empty() != self.redis.key_file.is_empty() {
             err(
@@ -80,7 +99,7 @@ impl Config {
                     .into(),
             );
         }
-        if !self.redis.url.starts_with("rediss://") {
+        if tls == 0 {
             for (key, value) in [
                 ("redis.ca_file", &self.redis.ca_file),
                 ("redis.cert_file", &self.redis.cert_file),
@@ -88,8 +107,10 @@ impl Config {
                 if !value.is_empty() {
                     err(
                         key,
-                        "is set, so connections use TLS, but redis.url is not rediss://: use rediss://"
-                            .into(),
+                        format!(
+                            "is set, so connections use TLS, but {redis_key} is not rediss://: \
+                             use rediss://"
+                        ),
                     );
                 }
             }
@@ -448,6 +469,34 @@ mod tests {
             let mut c = valid();
             c.redis.url = url.into();
             assert_eq!(c.validate().is_ok(), ok, "{url}");
+        }
+    }
+
+    #[test]
+    fn redis_cluster_nodes() {
+        for (nodes, ca, ok) in [
+            (vec!["redis://a:7000", "redis://b:7001"], false, true),
+            (vec!["rediss://a:7000", "rediss://b:7001"], true, true),
+            (vec!["rediss://a:7000", "redis://b:7001"], true, false),
+            (vec!["redis://a:7000"], true, false),
+            (vec!["a:7000"], false, false),
+        ] {
+            let mut c = valid();
+            // The nodes replace the URL: a bad one there does not matter.
+            c.redis.url = "unused".into();
+            c.redis.cluster_nodes = nodes.iter().map(|s| s.to_string()).collect();
+            if ca {
+                c.redis.ca_file = "/ca.pem".into();
+            }
+            let e = c
+                .validate()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert_eq!(e.is_empty(), ok, "{nodes:?}: {e}");
+            if !ok {
+                assert!(e.contains("redis.cluster_nodes"), "{e}");
+            }
         }
     }
 
