@@ -34,7 +34,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::backend::{
-    connect_etcd, connect_queue, election_config, etcd_tls, registry_config, Backend,
+    connect_etcd, connect_queue, election_config, endpoints, etcd_connect_options, etcd_tls,
+    registry_config, Backend,
 };
 use crate::config::{AlertLevel, Config, Role};
 use crate::http::{self, ApiBackend, AppState};
@@ -157,6 +158,7 @@ impl Server {
             alerts: &alerts,
             address: addr.map(|a| a.to_string()),
         };
+        parts.watch_etcd_endpoints(shutdown)?;
         parts.register_instance(shutdown);
         if config.instance.has_role(Role::Scheduler) {
             parts.start_scheduler(shutdown)?;
@@ -327,6 +329,30 @@ impl Parts<'_> {
             .iter()
             .map(|r| format!("{r:?}").to_lowercase())
             .collect()
+    }
+
+    /// With several etcd endpoints: keeps members that do not answer out of the client's
+    /// channel (`backend::endpoints`).
+    fn watch_etcd_endpoints(&self, shutdown: &Shutdown) -> anyhow::Result<()> {
+        let etcd = &self.config.etcd;
+        if etcd.endpoints.len() < 2 {
+            return Ok(());
+        }
+        let tls = etcd_tls(self.config)?.is_some();
+        let client = self.etcd.clone();
+        let urls = etcd
+            .endpoints
+            .iter()
+            .map(|e| endpoints::endpoint_url(e, tls))
+            .collect();
+        let options = etcd_connect_options(self.config)?;
+        let key = ax_scheduler_core::etcd_keys::leader(&etcd.prefix);
+        let timeout = etcd.timeout;
+        shutdown.spawn(move |cancel| {
+            endpoints::watch_endpoints(client, urls, options, key, timeout, cancel)
+                .instrument(info_span!("etcd_endpoints"))
+        });
+        Ok(())
     }
 
     /// Keeps `{prefix}/instances/{id}` alive on a lease for as long as the replica runs,

@@ -17,6 +17,7 @@ use ax_scheduler_core::UtcMillis;
 use tokio::time::Instant;
 
 use crate::backend::connect::tls_hint;
+use crate::backend::endpoints::endpoint_url;
 use crate::backend::EtcdTls;
 
 /// The tokio instant at which the wall clock will read `target` (now, if it is past).
@@ -42,14 +43,10 @@ impl ClockCheck {
     /// given. A bare `host:port` gets the scheme the etcd client gives it: `https://` with
     /// TLS, else `http://`.
     pub fn new(endpoint: &str, tls: Option<&EtcdTls>) -> anyhow::Result<ClockCheck> {
-        let base = endpoint.trim_end_matches('/');
-        let url = if base.contains("://") {
-            format!("{base}/version")
-        } else if tls.is_some() {
-            format!("https://{base}/version")
-        } else {
-            format!("http://{base}/version")
-        };
+        let url = format!(
+            "{}/version",
+            endpoint_url(endpoint, tls.is_some()).trim_end_matches('/')
+        );
         let mut builder = reqwest::Client::builder().timeout(CHECK_TIMEOUT);
         if let Some(tls) = tls {
             let roots = reqwest::Certificate::from_pem_bundle(&tls.ca)
