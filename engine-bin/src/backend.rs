@@ -108,8 +108,7 @@ impl Backend {
             .clock
             .get_or_init(|| async {
                 let tls = etcd_tls(&self.config).ok()?;
-                let endpoint = self.config.etcd.endpoints.first()?;
-                ClockCheck::new(endpoint, tls.as_ref()).ok()
+                ClockCheck::new(&self.config.etcd.endpoints, tls.as_ref()).ok()
             })
             .await
             .as_ref()?;

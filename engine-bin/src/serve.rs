@@ -439,12 +439,7 @@ impl Parts<'_> {
             enqueue_stall_limit: config.scheduler.enqueue_stall_limit,
             delay_alert_threshold: ax_alerting::DEFAULT_SCHEDULE_DELAY_THRESHOLD,
             max_clock_skew: config.scheduler.max_clock_skew,
-            clock_check: config
-                .etcd
-                .endpoints
-                .first()
-                .map(|endpoint| ClockCheck::new(endpoint, etcd_tls.as_ref()))
-                .transpose()?,
+            clock_check: Some(ClockCheck::new(&config.etcd.endpoints, etcd_tls.as_ref())?),
             namespaces: config.instance.namespaces.clone(),
         };
         let deps = LeaderDeps {

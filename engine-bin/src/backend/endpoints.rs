@@ -23,7 +23,7 @@ use std::time::Duration;
 use etcd_client::{Client, ConnectOptions, GetOptions};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// How often each member is probed.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -111,6 +111,7 @@ pub async fn watch_endpoints(
             });
         }
         let mut answered = BTreeMap::new();
+        let mut errors = BTreeMap::new();
         loop {
             let next = tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -128,10 +129,11 @@ pub async fn watch_endpoints(
                     answered.insert(endpoint, true);
                 }
                 Err(error) => {
-                    if serving.contains(&endpoint) {
-                        warn!(%endpoint, %error, "etcd member does not answer");
-                    }
-                    answered.insert(endpoint, false);
+                    // Said once, when the member is left out (while no member answers, the
+                    // rest of the replica says that etcd is down).
+                    debug!(%endpoint, %error, "etcd member does not answer");
+                    answered.insert(endpoint.clone(), false);
+                    errors.insert(endpoint, error);
                 }
             }
         }
@@ -146,7 +148,8 @@ pub async fn watch_endpoints(
                     serving.insert(e);
                 }
                 (Ok(()), Change::Remove(e)) => {
-                    warn!(endpoint = %e, "etcd member left out until it answers again");
+                    let error = errors.get(&e).map(String::as_str).unwrap_or_default();
+                    warn!(endpoint = %e, error, "etcd member does not answer; left out until it answers again");
                     serving.remove(&e);
                 }
                 (Err(error), change) => {
