@@ -2,7 +2,8 @@
 # The etcd-cluster suite: two `ax serve` replicas against a 3-member etcd cluster on loopback,
 # one member failure per scenario (the etcd leader SIGKILLed; the member carrying the ax
 # leader's streams SIGKILLed; each member SIGSTOPped in turn; a hung member left out of the
-# client's channel), with a fresh cluster for each. Each scenario prints one `etcd-cluster:`
+# client's channel; a standby whose leader watch goes through a hung member), with a fresh
+# cluster for each. Each scenario prints one `etcd-cluster:`
 # line with its figures; the summary repeats them. Run by scripts/test.sh, which starts the
 # shared Redis the replicas use. Arguments: scenario names to run only those.
 set -euo pipefail

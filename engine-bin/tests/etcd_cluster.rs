@@ -5,6 +5,10 @@
 //! `AX_TEST_ETCD_CLUSTER_PIDS` (the members' process ids, same order); the target has
 //! `test = false`, so a plain `cargo test` neither runs nor skips it.
 //!
+//! Besides the scenarios with replicas, two tests drive the pieces alone on the cluster: the
+//! member probes of a replica (`a_hung_member_gets_no_requests_once_noticed`) and a standby
+//! candidate waiting through a hung member (`a_standby_watching_through_a_hung_member_...`).
+//!
 //! Every scenario checks that each due slot of each task ran exactly once between the fault
 //! and the end (the tasks use `misfire: fire_all`, so a slot a stalled leader missed is still
 //! owed), that no execution id ran twice, and that both replicas still run; it prints one
@@ -20,6 +24,7 @@ mod harness;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use ax_election::{Candidate, ElectionConfig};
 use ax_engine::backend::endpoints::{endpoint_url, watch_endpoints};
 use ax_engine::backend::{connect_etcd, etcd_connect_options};
 use ax_engine::config::Config;
@@ -426,4 +431,77 @@ async fn a_hung_member_gets_no_requests_once_noticed() {
          3 s after it stopped"
     );
     assert_eq!(unanswered, 0, "requests still sent to the hung member");
+}
+
+/// A standby whose wait on the leader key goes through a member that then hangs still
+/// notices the leader resign: its watch is asked for progress and, unanswered, opened anew
+/// through a member that answers (as the replica's probes leave the hung one out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_watching_through_a_hung_member_still_takes_over() {
+    let _serial = SERIAL.lock().await;
+    let members = Members::from_env();
+    let election = ElectionConfig {
+        prefix: "/etcd-cluster-standby".to_owned(),
+        ttl: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(5),
+    };
+    let options = etcd_connect_options(&Config::default()).unwrap();
+    let holder_client = Client::connect(&members.endpoints, Some(options.clone()))
+        .await
+        .unwrap();
+    let standby_client = Client::connect(&members.endpoints, Some(options))
+        .await
+        .unwrap();
+    // A follower: the cluster keeps its leader, so the other members answer throughout.
+    let hung = (members.leader().await + 1) % 3;
+    let url = |i: usize| endpoint_url(&members.endpoints[i], false);
+    let others: Vec<usize> = (0..3).filter(|i| *i != hung).collect();
+    // The holder never uses the member that will hang; the standby uses it alone, so its
+    // watch on the leader key goes through it.
+    holder_client.remove_endpoint(url(hung)).await.unwrap();
+    for i in &others {
+        standby_client.remove_endpoint(url(*i)).await.unwrap();
+    }
+    let holder = Candidate::new(holder_client, election.clone(), "holder", json!({})).unwrap();
+    let leadership = holder.campaign(&CancellationToken::new()).await.unwrap();
+    let standby = Candidate::new(
+        standby_client.clone(),
+        election.clone(),
+        "standby",
+        json!({}),
+    )
+    .unwrap();
+    let cancel = CancellationToken::new();
+    let campaign = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { standby.campaign(&cancel).await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!campaign.is_finished(), "the standby waits");
+    ax_testkit::signal(members.pids[hung], "STOP");
+    for i in &others {
+        standby_client.add_endpoint(url(*i)).await.unwrap();
+    }
+    standby_client.remove_endpoint(url(hung)).await.unwrap();
+    let resigned = std::time::Instant::now();
+    leadership.resign().await.unwrap();
+    let won = tokio::time::timeout(Duration::from_secs(30), campaign).await;
+    let took = resigned.elapsed();
+    ax_testkit::signal(members.pids[hung], "CONT");
+    cancel.cancel();
+    println!(
+        "etcd-cluster: a standby watching through a hung member led {} ms after the \
+         resignation (lease TTL 2 s)",
+        took.as_millis()
+    );
+    let lead = won
+        .expect("the standby never led")
+        .unwrap()
+        .expect("campaign failed");
+    assert_eq!(lead.instance_id(), "standby");
+    // Progress asked every TTL/3 (667 ms) and given up after 500 ms, then a new attempt.
+    assert!(
+        took < Duration::from_secs(4),
+        "the standby noticed the resignation only after {took:?}"
+    );
 }
