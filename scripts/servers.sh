@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Sourced by test.sh and dev.sh: starts a throwaway etcd and Redis on free loopback ports with
-# their data in a temp folder, and stops them with ax_stop_servers.
-#   ax_start_servers DIR   sets AX_ETCD_ENDPOINT, AX_REDIS_URL, AX_ETCD_PID, AX_REDIS_PID
+# their data in a temp folder, and stops them with ax_stop_servers; a 3-member etcd cluster for
+# the tests of member failures (ax_start_etcd_cluster, ax_stop_etcd_cluster); and a Redis
+# Cluster (ax_start_redis_cluster, ax_stop_redis_cluster, described where they are defined).
+#   ax_start_servers DIR       sets AX_ETCD_ENDPOINT, AX_REDIS_URL, AX_ETCD_PID, AX_REDIS_PID
+#   ax_start_etcd_cluster DIR  sets AX_ETCD_CLUSTER (the 3 client URLs, comma-separated) and
+#                              AX_ETCD_CLUSTER_PIDS (the members' process ids, same order)
 
 ax_free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
@@ -108,6 +112,45 @@ ax_stop_redis_cluster() {
     kill "$pid" 2>/dev/null || true
   done
   for pid in ${AX_REDIS_CLUSTER_PIDS:-}; do
+    wait "$pid" 2>/dev/null || true
+  done
+}
+
+ax_start_etcd_cluster() {
+  local dir=$1 i initial="" cluster_token
+  local -a names cports pports
+  AX_ETCD_CLUSTER="" AX_ETCD_CLUSTER_PIDS=""
+  cluster_token="ax-$(basename "$dir")-$$"
+  for i in 1 2 3; do
+    names[i]="m$i"; cports[i]=$(ax_free_port); pports[i]=$(ax_free_port)
+    initial+="${initial:+,}m$i=http://127.0.0.1:${pports[i]}"
+  done
+  for i in 1 2 3; do
+    mkdir -p "$dir/${names[i]}"
+    # setsid, as in ax_start_servers. Each member has its own data folder and log.
+    setsid etcd --name "${names[i]}" --data-dir "$dir/${names[i]}/data" \
+      --listen-client-urls "http://127.0.0.1:${cports[i]}" \
+      --advertise-client-urls "http://127.0.0.1:${cports[i]}" \
+      --listen-peer-urls "http://127.0.0.1:${pports[i]}" \
+      --initial-advertise-peer-urls "http://127.0.0.1:${pports[i]}" \
+      --initial-cluster "$initial" --initial-cluster-token "$cluster_token" \
+      --initial-cluster-state new >"$dir/${names[i]}/etcd.log" 2>&1 &
+    AX_ETCD_CLUSTER_PIDS+="${AX_ETCD_CLUSTER_PIDS:+,}$!"
+    AX_ETCD_CLUSTER+="${AX_ETCD_CLUSTER:+,}http://127.0.0.1:${cports[i]}"
+  done
+  export AX_ETCD_CLUSTER AX_ETCD_CLUSTER_PIDS
+  ax_wait "etcd cluster" 150 env ETCDCTL_API=3 etcdctl --endpoints "$AX_ETCD_CLUSTER" \
+    endpoint health --cluster \
+    || { for i in 1 2 3; do tail -5 "$dir/${names[i]}/etcd.log" >&2; done; return 1; }
+}
+
+ax_stop_etcd_cluster() {
+  local pid
+  for pid in ${AX_ETCD_CLUSTER_PIDS//,/ }; do
+    kill -CONT "$pid" 2>/dev/null || true # a member a test left stopped
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in ${AX_ETCD_CLUSTER_PIDS//,/ }; do
     wait "$pid" 2>/dev/null || true
   done
 }

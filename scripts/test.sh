@@ -28,15 +28,17 @@ echo "test: cargo fmt --check"
 cargo fmt --all -- --check
 echo "test: cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-# --all-targets leaves out the chaos suite, the soak and the Redis Cluster suite (test = false,
-# run by their scripts): lint them too.
-cargo clippy -p ax-engine --test chaos --test soak --test cluster --locked -- -D warnings
+# --all-targets leaves out the chaos suite, the cluster suites and the soak (test = false, run
+# by their scripts): lint them too.
+cargo clippy -p ax-engine --test chaos --test cluster --test etcd_cluster --test soak --locked -- -D warnings
 echo "test: cargo test"
 cargo test --workspace --locked --no-fail-fast
 echo "test: chaos suite"
 scripts/chaos.sh
 echo "test: Redis Cluster suite"
 scripts/cluster.sh
+echo "test: etcd-cluster suite"
+scripts/etcd-cluster.sh
 echo "test: soak (2 minutes)"
 scripts/soak.sh
 

@@ -8,7 +8,11 @@
 //! session and create the key on it in one transaction only if it does not exist
 //! (`create_revision == 0`); when someone else holds it, close the session, watch the key
 //! from the revision of that read + 1 (so a delete in between is not missed) and try again
-//! once it is deleted or its lease expires. A fresh session per attempt keeps a waiting
+//! once it is deleted or its lease expires. While waiting, the watch is asked for progress
+//! every TTL/3 and given up when etcd does not answer within the hold's answer timeout
+//! (`hold.rs`): a watch on a member that hangs would otherwise miss the key's deletion until
+//! the connection's HTTP/2 keep-alive gave up (15 s), and the next attempt watches through
+//! a member that answers. A fresh session per attempt keeps a waiting
 //! candidate from renewing a lease it does not use. Failed attempts wait with the shared
 //! jittered [`ReconnectBackoff`], so candidates that lost etcd together do not return in
 //! lockstep.
@@ -23,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ElectionConfig;
 use crate::error::{timed, ElectionError};
-use crate::hold::LossReason;
+use crate::hold::{answer_timeout, LossReason};
 use crate::keys::leader_key;
 use crate::session::{Created, HeldKey, Session};
 
@@ -53,6 +57,10 @@ enum CampaignState {
     Waiting {
         watch: Box<etcd_client::WatchStream>,
         holder: String,
+        /// When to ask the watch for progress next.
+        ask_at: Instant,
+        /// When the unanswered progress request was sent, if one is out.
+        asked_at: Option<Instant>,
     },
     /// etcd failed; try again at `until`.
     Backoff {
@@ -115,41 +123,64 @@ impl Candidate {
             CampaignState::Won(l) => CampaignState::Won(l),
             CampaignState::Attempt => match self.attempt().await {
                 Ok(Ok(leadership)) => CampaignState::Won(Box::new(leadership)),
-                Ok(Err((watch, holder))) => CampaignState::Waiting {
-                    watch: Box::new(watch),
-                    holder,
-                },
+                Ok(Err((watch, holder))) => self.waiting(watch, holder),
                 Err(error) => {
                     tracing::warn!(instance_id = %self.instance_id, %error, "campaign attempt failed");
                     retry_later(campaign_backoff())
                 }
             },
-            CampaignState::Waiting { mut watch, holder } => match watch.message().await {
-                Ok(Some(resp)) => {
-                    if resp.canceled() {
-                        return CampaignState::Attempt;
+            CampaignState::Waiting {
+                mut watch,
+                holder,
+                ask_at,
+                asked_at,
+            } => {
+                let answer_by = asked_at.map(|at| {
+                    at + answer_timeout(self.config.effective_ttl(), self.config.request_timeout)
+                });
+                tokio::select! {
+                    message = watch.message() => match message {
+                        Ok(Some(resp)) => {
+                            if resp.canceled() {
+                                return CampaignState::Attempt;
+                            }
+                            if resp
+                                .events()
+                                .iter()
+                                .any(|e| e.event_type() == EventType::Delete)
+                            {
+                                tracing::info!(instance_id = %self.instance_id, previous = %holder, "leader key released; campaigning");
+                                return CampaignState::Attempt;
+                            }
+                            // Any answer (an event, a progress report) shows the watch alive.
+                            CampaignState::Waiting { watch, holder, ask_at, asked_at: None }
+                        }
+                        Ok(None) | Err(_) => retry_later(campaign_backoff()),
+                    },
+                    // `unwrap_or` is never awaited: the branch is off without a request out.
+                    _ = tokio::time::sleep_until(answer_by.unwrap_or(ask_at)), if answer_by.is_some() => {
+                        tracing::info!(instance_id = %self.instance_id, "leader watch unanswered; watching anew");
+                        retry_later(campaign_backoff())
                     }
-                    if resp
-                        .events()
-                        .iter()
-                        .any(|e| e.event_type() == EventType::Delete)
-                    {
-                        tracing::info!(instance_id = %self.instance_id, previous = %holder, "leader key released; campaigning");
-                        CampaignState::Attempt
-                    } else {
-                        CampaignState::Waiting { watch, holder }
+                    _ = tokio::time::sleep_until(ask_at), if asked_at.is_none() => {
+                        let now = Instant::now();
+                        match watch.request_progress().await {
+                            Ok(()) => CampaignState::Waiting {
+                                watch,
+                                holder,
+                                ask_at: now + self.config.effective_ttl() / 3,
+                                asked_at: Some(now),
+                            },
+                            Err(_) => retry_later(campaign_backoff()),
+                        }
                     }
                 }
-                Ok(None) | Err(_) => retry_later(campaign_backoff()),
-            },
+            }
             CampaignState::Backoff { until, backoff } => {
                 tokio::time::sleep_until(until).await;
                 match self.attempt().await {
                     Ok(Ok(leadership)) => CampaignState::Won(Box::new(leadership)),
-                    Ok(Err((watch, holder))) => CampaignState::Waiting {
-                        watch: Box::new(watch),
-                        holder,
-                    },
+                    Ok(Err((watch, holder))) => self.waiting(watch, holder),
                     Err(error) => {
                         tracing::debug!(instance_id = %self.instance_id, %error, failures = backoff.failures(), "campaign attempt failed");
                         retry_later(backoff)
@@ -215,6 +246,18 @@ impl Candidate {
         )
         .await?;
         Ok(Err((watch, holder)))
+    }
+}
+
+impl Candidate {
+    /// The waiting state on `watch`, its first progress request due in TTL/3.
+    fn waiting(&self, watch: etcd_client::WatchStream, holder: String) -> CampaignState {
+        CampaignState::Waiting {
+            watch: Box::new(watch),
+            holder,
+            ask_at: Instant::now() + self.config.effective_ttl() / 3,
+            asked_at: None,
+        }
     }
 }
 

@@ -13,6 +13,14 @@
 //! was paused: the first check after waking sees the deadline in the past even if the
 //! keep-alive task has not run yet.
 //!
+//! A renewal etcd does not answer within [`answer_timeout`] ends the keep-alive stream, and a
+//! new one is opened at once (each attempt bounded the same way). The stream lives on one
+//! connection to one member; with several endpoints, a hung member (stopped, overloaded,
+//! half-dead network) would otherwise hold the stream until the safe deadline passed and the
+//! lease was given up, while the other members could have renewed it. A reopened stream goes
+//! wherever the client's balanced channel sends it; the binary keeps a member that does not
+//! answer out of that channel, so the next attempt lands on a live one.
+//!
 //! The loop knows nothing of keys: several keys may live on one lease, and each is watched by
 //! its own guard (`session.rs`), so losing one key does not end the lease or the other keys.
 //! Losing the lease ends them all: each key's loss token is a child of the lease's.
@@ -216,6 +224,17 @@ pub(crate) fn safe_window(ttl: Duration) -> Duration {
     ttl - ttl / 3
 }
 
+/// How long a renewal (or the opening of a keep-alive stream) may wait for etcd's answer
+/// before the stream is given up and opened anew: TTL/10 (at least 500 ms, at most the
+/// request timeout). A renewal sent TTL/3 after the last confirmed one is given up at
+/// 0.43 TTL, which leaves 0.23 TTL of the safe window (2.3 s of the default 10 s) for
+/// attempts on other members.
+pub(crate) fn answer_timeout(ttl: Duration, request_timeout: Duration) -> Duration {
+    (ttl / 10)
+        .max(Duration::from_millis(500))
+        .min(request_timeout)
+}
+
 /// The keep-alive loop's states.
 enum HoldState {
     /// (Re)open the keep-alive stream at `retry_at`.
@@ -305,7 +324,8 @@ impl Holder {
                     _ = sleep_until(safe_until) => return self.lose(LossReason::RenewalOverdue),
                     _ = sleep_until(retry_at) => {}
                 }
-                let deadline = (Instant::now() + self.request_timeout).min(safe_until);
+                let attempt = answer_timeout(self.ttl, self.request_timeout);
+                let deadline = (Instant::now() + attempt).min(safe_until);
                 let outcome = tokio::select! {
                     biased;
                     _ = self.stop.cancelled() => return HoldState::Done,
@@ -340,10 +360,18 @@ impl Holder {
                     retry_at: Instant::now(),
                     backoff: reconnect_backoff(),
                 };
+                let unanswered_at = in_flight
+                    .front()
+                    .map(|sent| *sent + answer_timeout(self.ttl, self.request_timeout));
                 tokio::select! {
                     biased;
                     _ = self.stop.cancelled() => HoldState::Done,
                     _ = sleep_until(safe_until) => self.lose(LossReason::RenewalOverdue),
+                    // `unwrap_or` is never awaited: the branch is off without a renewal out.
+                    _ = sleep_until(unanswered_at.unwrap_or(safe_until)), if unanswered_at.is_some() => {
+                        tracing::info!(lease_id = self.lease_id, "lease renewal unanswered; reopening the keep-alive stream");
+                        reconnect
+                    }
                     msg = responses.message() => match msg {
                         Ok(Some(resp)) if resp.ttl() > 0 => {
                             if let Some(sent_at) = in_flight.pop_front() {
@@ -414,5 +442,23 @@ mod tests {
             assert!(backoff.next_delay(&mut rand::rng()) <= Duration::from_millis(400));
         }
         assert_eq!(backoff.base(), Duration::from_millis(400));
+    }
+
+    #[test]
+    fn a_renewal_is_given_up_with_time_left_to_renew_elsewhere() {
+        let t = Duration::from_secs(5);
+        let ttl = Duration::from_secs(10);
+        assert_eq!(answer_timeout(ttl, t), Duration::from_secs(1));
+        // Sent TTL/3 after the last confirmed renewal and given up: two more attempts fit.
+        assert!(ttl / 3 + 3 * answer_timeout(ttl, t) < safe_window(ttl));
+        assert_eq!(
+            answer_timeout(Duration::from_secs(2), t),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            answer_timeout(Duration::from_secs(120), t),
+            t,
+            "never past the request timeout"
+        );
     }
 }

@@ -10,7 +10,8 @@
 //! the task commands need only etcd, and a Redis outage must not stop a user from pausing a
 //! task.
 //!
-//! Submodules: [`connect`] (clients and library settings from the config), `tasks` (views,
+//! Submodules: [`connect`] (clients and library settings from the config), [`endpoints`]
+//! (members that do not answer kept out of the etcd client's channel), `tasks` (views,
 //! put, pause, resume, run now, backfill), `queues` (history per task and across tasks, one
 //! execution's story, dead letters, status), `control` (kill executions, pause queues), `completion` (a job's report on an
 //! `http.async` execution),
@@ -20,6 +21,7 @@
 mod completion;
 pub mod connect;
 mod control;
+pub mod endpoints;
 pub(crate) mod errors;
 mod queues;
 mod tasks;
@@ -33,8 +35,8 @@ use etcd_client::Client;
 use tokio::sync::OnceCell;
 
 pub use connect::{
-    connect_etcd, connect_queue, election_config, etcd_tls, queue_config, redis_tls,
-    registry_config, EtcdTls,
+    connect_etcd, connect_queue, election_config, etcd_connect_options, etcd_tls, queue_config,
+    redis_tls, registry_config, EtcdTls,
 };
 
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
@@ -106,8 +108,7 @@ impl Backend {
             .clock
             .get_or_init(|| async {
                 let tls = etcd_tls(&self.config).ok()?;
-                let endpoint = self.config.etcd.endpoints.first()?;
-                ClockCheck::new(endpoint, tls.as_ref()).ok()
+                ClockCheck::new(&self.config.etcd.endpoints, tls.as_ref()).ok()
             })
             .await
             .as_ref()?;

@@ -34,7 +34,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::backend::{
-    connect_etcd, connect_queue, election_config, etcd_tls, registry_config, Backend,
+    connect_etcd, connect_queue, election_config, endpoints, etcd_connect_options, etcd_tls,
+    registry_config, Backend,
 };
 use crate::config::{AlertLevel, Config, Role};
 use crate::http::{self, ApiBackend, AppState};
@@ -157,6 +158,7 @@ impl Server {
             alerts: &alerts,
             address: addr.map(|a| a.to_string()),
         };
+        parts.watch_etcd_endpoints(shutdown)?;
         parts.register_instance(shutdown);
         if config.instance.has_role(Role::Scheduler) {
             parts.start_scheduler(shutdown)?;
@@ -329,6 +331,30 @@ impl Parts<'_> {
             .collect()
     }
 
+    /// With several etcd endpoints: keeps members that do not answer out of the client's
+    /// channel (`backend::endpoints`).
+    fn watch_etcd_endpoints(&self, shutdown: &Shutdown) -> anyhow::Result<()> {
+        let etcd = &self.config.etcd;
+        if etcd.endpoints.len() < 2 {
+            return Ok(());
+        }
+        let tls = etcd_tls(self.config)?.is_some();
+        let client = self.etcd.clone();
+        let urls = etcd
+            .endpoints
+            .iter()
+            .map(|e| endpoints::endpoint_url(e, tls))
+            .collect();
+        let options = etcd_connect_options(self.config)?;
+        let key = ax_scheduler_core::etcd_keys::leader(&etcd.prefix);
+        let timeout = etcd.timeout;
+        shutdown.spawn(move |cancel| {
+            endpoints::watch_endpoints(client, urls, options, key, timeout, cancel)
+                .instrument(info_span!("etcd_endpoints"))
+        });
+        Ok(())
+    }
+
     /// Keeps `{prefix}/instances/{id}` alive on a lease for as long as the replica runs,
     /// registering again after the lease is lost (etcd restarted, partition).
     fn register_instance(&self, shutdown: &Shutdown) {
@@ -413,12 +439,7 @@ impl Parts<'_> {
             enqueue_stall_limit: config.scheduler.enqueue_stall_limit,
             delay_alert_threshold: ax_alerting::DEFAULT_SCHEDULE_DELAY_THRESHOLD,
             max_clock_skew: config.scheduler.max_clock_skew,
-            clock_check: config
-                .etcd
-                .endpoints
-                .first()
-                .map(|endpoint| ClockCheck::new(endpoint, etcd_tls.as_ref()))
-                .transpose()?,
+            clock_check: Some(ClockCheck::new(&config.etcd.endpoints, etcd_tls.as_ref())?),
         };
         let deps = LeaderDeps {
             registry: Registry::new(self.etcd.clone(), registry_config(config)),

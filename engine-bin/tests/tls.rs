@@ -136,18 +136,18 @@ async fn the_clock_check_reads_tls_etcds_clock_and_fails_loudly_without_its_ca()
     // The same CA and client certificate as the etcd client; etcd runs on this host, so
     // the clocks agree within the check's precision.
     let c = config(&etcd, &redis, &tls, Some(&tls));
-    let check = ClockCheck::new(&etcd.endpoint(), etcd_tls(&c).unwrap().as_ref()).unwrap();
+    let check = ClockCheck::new(&[etcd.endpoint()], etcd_tls(&c).unwrap().as_ref()).unwrap();
     let skew = check.skew().await.unwrap();
     assert!(skew.abs() <= 1.5, "{skew}");
 
     let wrong_ca = config(&etcd, &redis, &other, Some(&tls));
-    let check = ClockCheck::new(&etcd.endpoint(), etcd_tls(&wrong_ca).unwrap().as_ref()).unwrap();
+    let check = ClockCheck::new(&[etcd.endpoint()], etcd_tls(&wrong_ca).unwrap().as_ref()).unwrap();
     let e = format!("{:#}", check.skew().await.unwrap_err());
     assert!(e.contains("check etcd.ca_file"), "{e}");
 
     // etcd's --client-cert-auth covers its HTTP endpoints too.
     let no_cert = config(&etcd, &redis, &tls, None);
-    let check = ClockCheck::new(&etcd.endpoint(), etcd_tls(&no_cert).unwrap().as_ref()).unwrap();
+    let check = ClockCheck::new(&[etcd.endpoint()], etcd_tls(&no_cert).unwrap().as_ref()).unwrap();
     let e = format!("{:#}", check.skew().await.unwrap_err());
     assert!(e.contains("check etcd.cert_file and etcd.key_file"), "{e}");
 }

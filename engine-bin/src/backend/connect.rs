@@ -33,16 +33,7 @@ const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 pub async fn connect_etcd(config: &Config) -> anyhow::Result<Client> {
     let etcd = &config.etcd;
     let endpoints = etcd.endpoints.join(",");
-    let mut options = ConnectOptions::new()
-        .with_connect_timeout(etcd.timeout)
-        .with_keep_alive(KEEP_ALIVE_INTERVAL, etcd.timeout)
-        .with_keep_alive_while_idle(true);
-    if !etcd.username.is_empty() {
-        options = options.with_user(etcd.username.clone(), etcd.password.clone());
-    }
-    if let Some(tls) = tls_options(config)? {
-        options = options.with_tls(tls);
-    }
+    let options = etcd_connect_options(config)?;
     // With a user, `connect` authenticates, which is a request: bound it too.
     let client = match tokio::time::timeout(
         etcd.timeout,
@@ -78,6 +69,23 @@ pub async fn connect_etcd(config: &Config) -> anyhow::Result<Client> {
             humantime::format_duration(etcd.timeout)
         ),
     }
+}
+
+/// The etcd client's settings from `[etcd]`: timeouts, HTTP/2 keep-alive, user, TLS. Every
+/// etcd client of a replica (the shared one, the member probes) is made with these.
+pub fn etcd_connect_options(config: &Config) -> anyhow::Result<ConnectOptions> {
+    let etcd = &config.etcd;
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(etcd.timeout)
+        .with_keep_alive(KEEP_ALIVE_INTERVAL, etcd.timeout)
+        .with_keep_alive_while_idle(true);
+    if !etcd.username.is_empty() {
+        options = options.with_user(etcd.username.clone(), etcd.password.clone());
+    }
+    if let Some(tls) = tls_options(config)? {
+        options = options.with_tls(tls);
+    }
+    Ok(options)
 }
 
 /// etcd's TLS material as PEM bytes, for every client that talks to etcd (the gRPC client,

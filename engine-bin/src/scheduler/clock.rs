@@ -5,7 +5,9 @@
 //! with [`UtcMillis::now`] and sleeps on tokio deadlines computed here.
 //!
 //! The clock check talks HTTP to etcd's client port, beside the gRPC client, so it needs the
-//! same TLS settings: [`ClockCheck`] is built from the same [`EtcdTls`] as the etcd client
+//! same TLS settings. It asks the members in the order of `etcd.endpoints` and takes the first
+//! answer, each member under [`CHECK_TIMEOUT`]: a dead or hung first member delays the check
+//! by at most that, and does not make it fail while another member answers. Its TLS: [`ClockCheck`] is built from the same [`EtcdTls`] as the etcd client
 //! (the CA alone, never the built-in web roots, and the client certificate for
 //! `--client-cert-auth`). A check that fails says why and which setting to look at; the
 //! caller decides what a failed check means.
@@ -17,6 +19,7 @@ use ax_scheduler_core::UtcMillis;
 use tokio::time::Instant;
 
 use crate::backend::connect::tls_hint;
+use crate::backend::endpoints::endpoint_url;
 use crate::backend::EtcdTls;
 
 /// The tokio instant at which the wall clock will read `target` (now, if it is past).
@@ -25,31 +28,35 @@ pub fn instant_at(target: UtcMillis) -> Instant {
     Instant::now() + wait
 }
 
-/// Limit on one clock check, connection included.
-const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
+/// Limit on asking one member, connection included.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Compares this host's clock with one etcd member's. Cheap to clone (one shared HTTP
-/// client, built once with etcd's TLS settings).
+/// Compares this host's clock with the first etcd member's that answers. Cheap to clone (one
+/// shared HTTP client, built once with etcd's TLS settings).
 #[derive(Clone, Debug)]
 pub struct ClockCheck {
     client: reqwest::Client,
-    url: String,
+    urls: Vec<String>,
     tls: bool,
 }
 
 impl ClockCheck {
-    /// A check against `endpoint` (an `etcd.endpoints` entry), over TLS with `tls` when
-    /// given. A bare `host:port` gets the scheme the etcd client gives it: `https://` with
-    /// TLS, else `http://`.
-    pub fn new(endpoint: &str, tls: Option<&EtcdTls>) -> anyhow::Result<ClockCheck> {
-        let base = endpoint.trim_end_matches('/');
-        let url = if base.contains("://") {
-            format!("{base}/version")
-        } else if tls.is_some() {
-            format!("https://{base}/version")
-        } else {
-            format!("http://{base}/version")
-        };
+    /// A check against `endpoints` (`etcd.endpoints`, at least one), over TLS with `tls`
+    /// when given. A bare `host:port` gets the scheme the etcd client gives it: `https://`
+    /// with TLS, else `http://`.
+    pub fn new(endpoints: &[String], tls: Option<&EtcdTls>) -> anyhow::Result<ClockCheck> {
+        if endpoints.is_empty() {
+            anyhow::bail!("no etcd endpoint to check the clock against (etcd.endpoints)");
+        }
+        let urls = endpoints
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}/version",
+                    endpoint_url(e, tls.is_some()).trim_end_matches('/')
+                )
+            })
+            .collect();
         let mut builder = reqwest::Client::builder().timeout(CHECK_TIMEOUT);
         if let Some(tls) = tls {
             let roots = reqwest::Certificate::from_pem_bundle(&tls.ca)
@@ -77,7 +84,7 @@ impl ClockCheck {
             .context("cannot build the HTTP client for the clock check")?;
         Ok(ClockCheck {
             client,
-            url,
+            urls,
             tls: tls.is_some(),
         })
     }
@@ -89,13 +96,25 @@ impl ClockCheck {
     /// middle of that second and of the request's round trip: good to about half a second
     /// plus half the round trip, enough for a threshold of seconds.
     pub async fn skew(&self) -> anyhow::Result<f64> {
+        let mut failure = None;
+        for url in &self.urls {
+            match self.skew_at(url).await {
+                Ok(skew) => return Ok(skew),
+                Err(e) => failure = Some(e),
+            }
+        }
+        // `new` refuses an empty list, so a failure was recorded.
+        Err(failure.unwrap_or_else(|| anyhow::anyhow!("no etcd endpoint")))
+    }
+
+    async fn skew_at(&self, url: &str) -> anyhow::Result<f64> {
         let before = UtcMillis::now();
-        let response = match self.client.get(&self.url).send().await {
+        let response = match self.client.get(url).send().await {
             Ok(response) => response,
             Err(e) => {
                 let e = anyhow::Error::new(e);
                 let hint = tls_hint(&format!("{e:#}"), "etcd", self.tls);
-                return Err(e.context(format!("cannot reach {}{hint}", self.url)));
+                return Err(e.context(format!("cannot reach {url}{hint}")));
             }
         };
         let after = UtcMillis::now();
@@ -138,7 +157,7 @@ mod tests {
     }
 
     async fn skew_against(endpoint: &str) -> anyhow::Result<f64> {
-        ClockCheck::new(endpoint, None)?.skew().await
+        ClockCheck::new(&[endpoint.to_owned()], None)?.skew().await
     }
 
     #[tokio::test]
@@ -153,13 +172,26 @@ mod tests {
         assert!(skew_against(&bare).await.unwrap().abs() <= 1.0);
     }
 
+    #[tokio::test]
+    async fn a_dead_or_hung_first_member_leaves_the_check_to_the_next() {
+        let dead = format!("http://127.0.0.1:{}", ax_testkit::free_port());
+        // Accepts connections and never answers, as a stopped process's kernel does.
+        let hung = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let hung_url = format!("http://{}", hung.local_addr().unwrap());
+        let live = fake_etcd(0).await;
+        let check = ClockCheck::new(&[dead, hung_url, live], None).unwrap();
+        let skew = check.skew().await.unwrap();
+        assert!(skew.abs() <= 1.0, "{skew}");
+        drop(hung);
+    }
+
     #[test]
     fn a_ca_file_without_certificates_is_refused() {
         let tls = EtcdTls {
             ca: b"not PEM".to_vec(),
             identity: None,
         };
-        let e = ClockCheck::new("https://etcd:2379", Some(&tls)).unwrap_err();
+        let e = ClockCheck::new(&["https://etcd:2379".to_owned()], Some(&tls)).unwrap_err();
         assert!(e.to_string().contains("etcd.ca_file"), "{e}");
     }
 

@@ -394,7 +394,7 @@ pub(crate) struct Cluster {
     pub(crate) redis_prefix: String,
     /// The Redis the replicas use: the shared one unless a test brings its own.
     pub(crate) redis_url: String,
-    /// The etcd the replicas use.
+    /// The etcd the replicas use: one endpoint, or a cluster's, comma-separated.
     pub(crate) etcd_endpoint: String,
     /// Extra environment for the replicas started from now on (overrides the defaults).
     pub(crate) env: Vec<(&'static str, String)>,
@@ -412,7 +412,7 @@ impl Cluster {
 
     /// Like [`Cluster::new`], on servers of the test's own (to stop or kill them).
     pub(crate) async fn on(label: &str, etcd_endpoint: String, redis_url: String) -> Cluster {
-        let etcd = Client::connect([etcd_endpoint.clone()], None)
+        let etcd = Client::connect(etcd_endpoint.split(',').collect::<Vec<_>>(), None)
             .await
             .unwrap();
         Cluster {

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The etcd-cluster suite: two `ax serve` replicas against a 3-member etcd cluster on loopback,
+# one member failure per scenario (the etcd leader SIGKILLed; the member carrying the ax
+# leader's streams SIGKILLed; each member SIGSTOPped in turn; a hung member left out of the
+# client's channel; a standby whose leader watch goes through a hung member), with a fresh
+# cluster for each. Each scenario prints one `etcd-cluster:`
+# line with its figures; the summary repeats them. Run by scripts/test.sh, which starts the
+# shared Redis the replicas use. Arguments: scenario names to run only those.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${AX_TEST_REDIS:?start the servers first (scripts/test.sh does)}"
+# shellcheck source=scripts/servers.sh
+. scripts/servers.sh
+tmp=$(mktemp -d -t ax-etcd-cluster.XXXXXX)
+out="$tmp/out"
+cleanup() { ax_stop_etcd_cluster; rm -rf "$tmp"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+start=$(date +%s)
+cargo build -p ax-engine --test etcd_cluster --bin ax --locked
+if [ $# -gt 0 ]; then
+  scenarios="$*"
+else
+  scenarios=$(cargo test -p ax-engine --test etcd_cluster --locked -- --list 2>/dev/null \
+    | sed -n 's/: test$//p')
+fi
+[ -n "$scenarios" ] || { echo "etcd-cluster: no scenario found" >&2; exit 1; }
+for scenario in $scenarios; do
+  ax_start_etcd_cluster "$tmp/$scenario"
+  AX_TEST_ETCD_CLUSTER="$AX_ETCD_CLUSTER" AX_TEST_ETCD_CLUSTER_PIDS="$AX_ETCD_CLUSTER_PIDS" \
+    cargo test -p ax-engine --test etcd_cluster --locked -- --exact "$scenario" --nocapture 2>&1 \
+    | tee -a "$out"
+  ax_stop_etcd_cluster
+done
+echo "etcd-cluster: summary ($(($(date +%s) - start)) s)"
+grep -o 'etcd-cluster: .*' "$out" | grep -v '^etcd-cluster: summary' \
+  || { echo "etcd-cluster: no scenario reported" >&2; exit 1; }
