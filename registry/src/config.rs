@@ -16,6 +16,12 @@ pub struct RegistryConfig {
     pub watch_backoff_max: Duration,
     /// Keys per page when listing; default 1000 (pages are read at one revision).
     pub list_page_size: i64,
+    /// How long the watch may go without a message before it asks etcd for progress;
+    /// default 2 s.
+    pub watch_progress_interval: Duration,
+    /// How long that request may go unanswered before the watch is opened anew (through
+    /// another member, when one hangs); default 1 s.
+    pub watch_answer_timeout: Duration,
 }
 
 impl Default for RegistryConfig {
@@ -26,6 +32,8 @@ impl Default for RegistryConfig {
             watch_backoff_initial: Duration::from_millis(100),
             watch_backoff_max: Duration::from_secs(5),
             list_page_size: 1000,
+            watch_progress_interval: Duration::from_secs(2),
+            watch_answer_timeout: Duration::from_secs(1),
         }
     }
 }

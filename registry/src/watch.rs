@@ -100,8 +100,14 @@ enum WatchState {
     Initial,
     /// Open a watch from `rev + 1`.
     Resuming { rev: i64, backoff: ReconnectBackoff },
-    /// Following events; `rev` is the last revision reported.
-    Watching { stream: Box<WatchStream>, rev: i64 },
+    /// Following events; `rev` is the last revision reported. `quiet_since` is when the
+    /// stream last said anything, `asked_at` when progress was asked of it, if it was since.
+    Watching {
+        stream: Box<WatchStream>,
+        rev: i64,
+        quiet_since: Instant,
+        asked_at: Option<Instant>,
+    },
     /// Waiting before the next attempt.
     Backoff {
         until: Instant,
@@ -258,7 +264,12 @@ impl TaskWatcher {
                 }
             }
             WatchState::Resuming { rev, backoff } => match Self::open(registry, rev).await {
-                Ok(Some(stream)) => WatchState::Watching { stream, rev },
+                Ok(Some(stream)) => WatchState::Watching {
+                    stream,
+                    rev,
+                    quiet_since: Instant::now(),
+                    asked_at: None,
+                },
                 Ok(None) => {
                     tracing::info!(rev, "task watch revision compacted; listing again");
                     WatchState::Relisting {
@@ -269,68 +280,133 @@ impl TaskWatcher {
             },
             WatchState::Watching {
                 mut stream,
-                mut rev,
-            } => match stream.message().await {
-                Ok(Some(resp)) => {
-                    if resp.compact_revision() > 0 {
-                        tracing::info!(
-                            rev,
-                            compact_revision = resp.compact_revision(),
-                            "task watch fell behind compaction; listing again"
-                        );
-                        return WatchState::Relisting {
-                            backoff: Self::fresh_backoff(registry),
-                        };
-                    }
-                    if resp.canceled() {
-                        let reason = format!("watch cancelled by etcd: {}", resp.cancel_reason());
-                        let backoff = Self::fresh_backoff(registry);
-                        return Self::broken(pending, reason, backoff, Resume::From(rev));
-                    }
-                    for event in resp.events() {
-                        let Some(kv) = event.kv() else { continue };
-                        if kv.mod_revision() <= rev {
-                            // Already reported; cannot happen with a watch started after
-                            // `rev`, but a repeat must never reach the consumer.
-                            continue;
+                rev,
+                quiet_since,
+                asked_at,
+            } => {
+                // A quiet watch is asked for progress; one that does not answer is opened
+                // anew. A member that hangs (stopped, not dead) keeps its connection open, so
+                // a watch through it would see nothing until the HTTP/2 keep-alive gave up
+                // (15 s) while the other members go on.
+                let cfg = registry.config();
+                let message = match asked_at {
+                    None => {
+                        let ask_at = quiet_since + cfg.watch_progress_interval;
+                        tokio::select! {
+                            m = stream.message() => Some(m),
+                            _ = tokio::time::sleep_until(ask_at) => None,
                         }
-                        match event.event_type() {
-                            EventType::Put => Self::report_put(registry, known, pending, kv),
-                            EventType::Delete => {
-                                known.remove(kv.key());
-                                let (namespace, id) = task_ids(registry.keys(), kv.key());
-                                pending.push_back(RegistryEvent::Delete {
-                                    namespace,
-                                    id,
-                                    mod_revision: kv.mod_revision(),
-                                });
+                    }
+                    Some(at) => {
+                        let answer_by = at + cfg.watch_answer_timeout;
+                        tokio::select! {
+                            m = stream.message() => Some(m),
+                            _ = tokio::time::sleep_until(answer_by) => {
+                                return Self::broken(
+                                    pending,
+                                    format!("watch unanswered for {:?}", cfg.watch_answer_timeout),
+                                    Self::fresh_backoff(registry),
+                                    Resume::From(rev),
+                                );
                             }
                         }
                     }
-                    if let Some(max) = resp
-                        .events()
-                        .iter()
-                        .filter_map(|e| e.kv())
-                        .map(|kv| kv.mod_revision())
-                        .max()
-                    {
-                        rev = rev.max(max);
-                    }
-                    WatchState::Watching { stream, rev }
+                };
+                let Some(message) = message else {
+                    return match stream.request_progress().await {
+                        Ok(()) => WatchState::Watching {
+                            stream,
+                            rev,
+                            quiet_since,
+                            asked_at: Some(Instant::now()),
+                        },
+                        Err(e) => Self::broken(
+                            pending,
+                            e.to_string(),
+                            Self::fresh_backoff(registry),
+                            Resume::From(rev),
+                        ),
+                    };
+                };
+                Self::on_message(registry, known, pending, stream, rev, message)
+            }
+        }
+    }
+
+    /// Applies one message of the watch stream (any message shows the watch alive).
+    fn on_message(
+        registry: &Registry,
+        known: &mut HashMap<Vec<u8>, i64>,
+        pending: &mut VecDeque<RegistryEvent>,
+        stream: Box<WatchStream>,
+        mut rev: i64,
+        message: Result<Option<etcd_client::WatchResponse>, etcd_client::Error>,
+    ) -> WatchState {
+        match message {
+            Ok(Some(resp)) => {
+                if resp.compact_revision() > 0 {
+                    tracing::info!(
+                        rev,
+                        compact_revision = resp.compact_revision(),
+                        "task watch fell behind compaction; listing again"
+                    );
+                    return WatchState::Relisting {
+                        backoff: Self::fresh_backoff(registry),
+                    };
                 }
-                Ok(None) => Self::broken(
-                    pending,
-                    "watch stream ended".to_string(),
-                    Self::fresh_backoff(registry),
-                    Resume::From(rev),
-                ),
-                Err(e) => Self::broken(
-                    pending,
-                    e.to_string(),
-                    Self::fresh_backoff(registry),
-                    Resume::From(rev),
-                ),
-            },
+                if resp.canceled() {
+                    let reason = format!("watch cancelled by etcd: {}", resp.cancel_reason());
+                    let backoff = Self::fresh_backoff(registry);
+                    return Self::broken(pending, reason, backoff, Resume::From(rev));
+                }
+                for event in resp.events() {
+                    let Some(kv) = event.kv() else { continue };
+                    if kv.mod_revision() <= rev {
+                        // Already reported; cannot happen with a watch started after
+                        // `rev`, but a repeat must never reach the consumer.
+                        continue;
+                    }
+                    match event.event_type() {
+                        EventType::Put => Self::report_put(registry, known, pending, kv),
+                        EventType::Delete => {
+                            known.remove(kv.key());
+                            let (namespace, id) = task_ids(registry.keys(), kv.key());
+                            pending.push_back(RegistryEvent::Delete {
+                                namespace,
+                                id,
+                                mod_revision: kv.mod_revision(),
+                            });
+                        }
+                    }
+                }
+                if let Some(max) = resp
+                    .events()
+                    .iter()
+                    .filter_map(|e| e.kv())
+                    .map(|kv| kv.mod_revision())
+                    .max()
+                {
+                    rev = rev.max(max);
+                }
+                WatchState::Watching {
+                    stream,
+                    rev,
+                    quiet_since: Instant::now(),
+                    asked_at: None,
+                }
+            }
+            Ok(None) => Self::broken(
+                pending,
+                "watch stream ended".to_string(),
+                Self::fresh_backoff(registry),
+                Resume::From(rev),
+            ),
+            Err(e) => Self::broken(
+                pending,
+                e.to_string(),
+                Self::fresh_backoff(registry),
+                Resume::From(rev),
+            ),
         }
     }
 

@@ -356,3 +356,47 @@ async fn next_is_cancel_safe_inside_select() {
     assert_eq!(seen, writer.await.unwrap());
     assert!(interrupted > 0);
 }
+
+/// A quiet watch is asked for progress and kept while etcd answers; a watch through an etcd
+/// that hangs (stopped, connection open) is given up within the answer timeout and resumed,
+/// instead of seeing nothing until the HTTP/2 keep-alive closes the connection (15 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_watch_is_kept_and_a_hung_etcd_is_noticed() {
+    let server = ax_testkit::EtcdServer::start();
+    let pid = server.pid().unwrap();
+    let (reg, mut client) = registry_at(&server.endpoint(), "watch-hung").await;
+    let reg = Registry::new(
+        client.clone(),
+        RegistryConfig {
+            watch_backoff_initial: Duration::from_millis(50),
+            watch_backoff_max: Duration::from_millis(200),
+            watch_progress_interval: Duration::from_millis(200),
+            watch_answer_timeout: Duration::from_millis(300),
+            ..reg.config().clone()
+        },
+    );
+    let mut w = reg.watch(CancellationToken::new());
+    until_synced(&mut w).await;
+    // Quiet for many progress intervals: answered each time, never reopened.
+    assert!(
+        timeout(Duration::from_secs(2), w.next()).await.is_err(),
+        "a quiet watch on a healthy etcd must stay as it is"
+    );
+
+    ax_testkit::signal(pid, "STOP");
+    let stopped = std::time::Instant::now();
+    let event = timeout(Duration::from_secs(5), w.next()).await;
+    let noticed = stopped.elapsed();
+    ax_testkit::signal(pid, "CONT");
+    match event {
+        Ok(Some(RegistryEvent::Reconnecting { .. })) => {}
+        other => panic!("expected Reconnecting within 5 s of etcd hanging, got {other:?}"),
+    }
+    // Progress asked within 200 ms of the last answer, given up 300 ms later.
+    assert!(noticed < Duration::from_millis(1500), "{noticed:?}");
+    let rev = put(&mut client, &reg, "after", &spec_json(1, 1)).await;
+    assert_eq!(
+        summary(&next_change(&mut w).await),
+        ('P', "after".into(), rev)
+    );
+}
