@@ -19,124 +19,10 @@ mod harness;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use harness::{counts, now_ms, rfc3339, wait_until, Cluster, Execution, Roles, SERIAL};
+use harness::{
+    counts, http_task, now_ms, rfc3339, wait_until, Cluster, Figures, Roles, Workload, SERIAL,
+};
 use serde_json::{json, Value};
-
-fn http_task(c: &Cluster, schedule: Value) -> Value {
-    json!({
-        "handler": "http",
-        "schedule": schedule,
-        "http": { "url": c.receiver.exec_url() },
-        "timeout": "20s",
-        "retry": { "max_retries": 0 },
-    })
-}
-
-/// The tasks of one scenario.
-struct Workload {
-    one_shots: Vec<String>,
-    last_due: i64,
-}
-
-impl Workload {
-    /// `n` one-shots due evenly over `span` from `start`, and the periodic task `tick`.
-    async fn start(c: &Cluster, n: usize, start: i64, span: Duration) -> Workload {
-        let step = i64::try_from(span.as_millis()).unwrap() / i64::try_from(n).unwrap();
-        let tasks: Vec<(String, String, Value)> = (0..n)
-            .map(|i| {
-                let due = start + step * i64::try_from(i).unwrap();
-                (
-                    "chaos".to_owned(),
-                    format!("o{i:03}"),
-                    http_task(c, json!({ "at": rfc3339(due) })),
-                )
-            })
-            .collect();
-        c.put_tasks(&tasks).await;
-        let mut tick = http_task(c, json!({ "every": "1s" }));
-        tick["misfire"] = json!("skip");
-        tick["overlap"] = json!("allow");
-        c.put_task("chaos", "tick", &tick).await;
-        Workload {
-            one_shots: tasks.into_iter().map(|(_, id, _)| id).collect(),
-            last_due: start + step * i64::try_from(n - 1).unwrap(),
-        }
-    }
-
-    /// Waits until every one-shot ran (at most `within` after the last due), then a moment
-    /// for repeats to show; returns (lost, duplicated one-shots, execution ids seen twice,
-    /// periodic slots run twice, periodic runs after `since`).
-    async fn settle(&self, c: &Cluster, within: Duration, since: i64) -> Figures {
-        let deadline = Instant::now()
-            + Duration::from_millis(u64::try_from(self.last_due - now_ms()).unwrap_or(0))
-            + within;
-        while Instant::now() < deadline {
-            let n = counts(&c.receiver.executions());
-            if self.one_shots.iter().all(|id| n.contains_key(id)) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(2500)).await;
-        let runs = c.receiver.executions();
-        let n = counts(&runs);
-        let lost = self
-            .one_shots
-            .iter()
-            .filter(|id| !n.contains_key(*id))
-            .count();
-        let duplicated = self
-            .one_shots
-            .iter()
-            .filter(|id| n.get(*id).is_some_and(|k| *k > 1))
-            .count();
-        let mut ids: HashMap<&str, usize> = HashMap::new();
-        for r in &runs {
-            *ids.entry(r.execution_id.as_str()).or_default() += 1;
-        }
-        let repeated_ids = ids.values().filter(|k| **k > 1).count();
-        let ticks: Vec<&Execution> = runs.iter().filter(|r| r.task_id == "tick").collect();
-        let mut slots: HashMap<i64, usize> = HashMap::new();
-        for t in &ticks {
-            *slots.entry(t.fire_at).or_default() += 1;
-        }
-        Figures {
-            lost,
-            duplicated,
-            repeated_ids,
-            tick_slots_twice: slots.values().filter(|k| **k > 1).count(),
-            ticks_after: ticks.iter().filter(|t| t.arrived_at > since).count(),
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Figures {
-    lost: usize,
-    duplicated: usize,
-    repeated_ids: usize,
-    tick_slots_twice: usize,
-    ticks_after: usize,
-}
-
-impl Figures {
-    fn assert_clean(&self, name: &str) {
-        assert_eq!(self.lost, 0, "{name}: one-shots lost: {self:?}");
-        assert_eq!(self.duplicated, 0, "{name}: one-shots run twice: {self:?}");
-        assert_eq!(
-            self.repeated_ids, 0,
-            "{name}: executions run twice: {self:?}"
-        );
-        assert_eq!(
-            self.tick_slots_twice, 0,
-            "{name}: periodic slots run twice: {self:?}"
-        );
-        assert!(
-            self.ticks_after > 0,
-            "{name}: the periodic task stopped: {self:?}"
-        );
-    }
-}
 
 fn report(name: &str, f: &Figures, extra: &str) {
     println!(
@@ -168,7 +54,15 @@ async fn leader_sigkill_twice() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new("chaos-kill2").await;
     let first = three_schedulers_and_a_worker(&mut c).await;
-    let w = Workload::start(&c, 60, now_ms() + 1500, Duration::from_secs(12)).await;
+    let w = Workload::start(
+        &c,
+        "chaos",
+        &["default"],
+        60,
+        now_ms() + 1500,
+        Duration::from_secs(12),
+    )
+    .await;
     let mut failovers = Vec::new();
     let mut leader = first;
     for _ in 0..2 {
@@ -204,7 +98,15 @@ async fn leader_sigstop_past_the_ttl() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new("chaos-stop").await;
     let leader = three_replicas(&mut c).await;
-    let w = Workload::start(&c, 40, now_ms() + 1500, Duration::from_secs(10)).await;
+    let w = Workload::start(
+        &c,
+        "chaos",
+        &["default"],
+        40,
+        now_ms() + 1500,
+        Duration::from_secs(10),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pid = c.replica(&leader).pid().unwrap();
     ax_testkit::signal(pid, "STOP");
@@ -240,7 +142,7 @@ async fn worker_sigkill_mid_execution() {
     c.put_task(
         "chaos",
         "slow",
-        &http_task(&c, json!({ "at": rfc3339(now_ms() + 500) })),
+        &http_task(&c, json!({ "at": rfc3339(now_ms() + 500) }), "default"),
     )
     .await;
     wait_until(Duration::from_secs(5), "the slow execution started", || {
@@ -277,7 +179,15 @@ async fn etcd_sigkill_and_restart() {
     let mut etcd = ax_testkit::EtcdServer::start();
     let mut c = Cluster::on("chaos-etcd-kill", etcd.endpoint(), ax_testkit::redis_url()).await;
     let leader = three_replicas(&mut c).await;
-    let w = Workload::start(&c, 40, now_ms() + 1500, Duration::from_secs(10)).await;
+    let w = Workload::start(
+        &c,
+        "chaos",
+        &["default"],
+        40,
+        now_ms() + 1500,
+        Duration::from_secs(10),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     etcd.kill();
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -302,7 +212,15 @@ async fn etcd_sigstop() {
     let etcd = ax_testkit::EtcdServer::start();
     let mut c = Cluster::on("chaos-etcd-stop", etcd.endpoint(), ax_testkit::redis_url()).await;
     three_replicas(&mut c).await;
-    let w = Workload::start(&c, 40, now_ms() + 1500, Duration::from_secs(12)).await;
+    let w = Workload::start(
+        &c,
+        "chaos",
+        &["default"],
+        40,
+        now_ms() + 1500,
+        Duration::from_secs(12),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pid = etcd.pid().unwrap();
     ax_testkit::signal(pid, "STOP");
@@ -326,7 +244,15 @@ async fn redis_sigkill_and_restart_with_aof() {
     let mut redis = ax_testkit::RedisServer::start_with_aof();
     let mut c = Cluster::on("chaos-redis-aof", ax_testkit::etcd_endpoint(), redis.url()).await;
     three_replicas(&mut c).await;
-    let w = Workload::start(&c, 40, now_ms() + 1500, Duration::from_secs(10)).await;
+    let w = Workload::start(
+        &c,
+        "chaos",
+        &["default"],
+        40,
+        now_ms() + 1500,
+        Duration::from_secs(10),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     redis.kill();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -350,7 +276,15 @@ async fn redis_sigkill_and_restart_without_persistence() {
     let mut c = Cluster::on("chaos-redis-mem", ax_testkit::etcd_endpoint(), redis.url()).await;
     three_replicas(&mut c).await;
     // Everything queued when Redis dies is gone with it; one-shots due later still run.
-    let w = Workload::start(&c, 40, now_ms() + 6000, Duration::from_secs(8)).await;
+    let w = Workload::start(
+        &c,
+        "chaos",
+        &["default"],
+        40,
+        now_ms() + 6000,
+        Duration::from_secs(8),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     redis.kill();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -390,7 +324,15 @@ async fn garbage_in_a_ready_list() {
             .await
             .unwrap();
     }
-    let w = Workload::start(&c, 20, now_ms() + 1000, Duration::from_secs(5)).await;
+    let w = Workload::start(
+        &c,
+        "chaos",
+        &["default"],
+        20,
+        now_ms() + 1000,
+        Duration::from_secs(5),
+    )
+    .await;
     let f = w.settle(&c, Duration::from_secs(10), now_ms()).await;
     report(
         "garbage pushed into a ready list",
@@ -408,7 +350,7 @@ async fn a_long_running_forbid_task() {
     let mut c = Cluster::new("chaos-forbid").await;
     three_replicas(&mut c).await;
     c.receiver.slow_task("long", Duration::from_secs(5));
-    let mut long = http_task(&c, json!({ "every": "1s" }));
+    let mut long = http_task(&c, json!({ "every": "1s" }), "default");
     long["overlap"] = json!("forbid");
     c.put_task("chaos", "long", &long).await;
     tokio::time::sleep(Duration::from_secs(16)).await;
@@ -452,7 +394,15 @@ async fn redis_turned_read_only_by_a_failover() {
     redis_cmd(&b.url(), &["REPLICAOF", "127.0.0.1", &a_port]).await;
     let mut c = Cluster::on("chaos-readonly", ax_testkit::etcd_endpoint(), a.url()).await;
     three_replicas(&mut c).await;
-    let w = Workload::start(&c, 40, now_ms() + 1500, Duration::from_secs(12)).await;
+    let w = Workload::start(
+        &c,
+        "chaos",
+        &["default"],
+        40,
+        now_ms() + 1500,
+        Duration::from_secs(12),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     redis_cmd(&b.url(), &["REPLICAOF", "NO", "ONE"]).await;
     redis_cmd(&a.url(), &["REPLICAOF", "127.0.0.1", &b_port]).await;
@@ -481,7 +431,15 @@ async fn leader_sigkill_with_the_default_lease_ttl() {
     let leader = three_schedulers_and_a_worker(&mut c).await;
     // Settle into the lease's keep-alive rhythm, then kill the leader.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let w = Workload::start(&c, 30, now_ms() + 1000, Duration::from_secs(15)).await;
+    let w = Workload::start(
+        &c,
+        "chaos",
+        &["default"],
+        30,
+        now_ms() + 1000,
+        Duration::from_secs(15),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let killed_at = now_ms();
     c.replica(&leader).kill();
@@ -537,7 +495,7 @@ async fn etcd_stopped_within_the_lease_does_not_delay_fires() {
         .collect();
     c.put_tasks(&churn).await;
     let start = now_ms() + 3000;
-    let w = Workload::start(&c, 20, start, Duration::from_secs(4)).await;
+    let w = Workload::start(&c, "chaos", &["default"], 20, start, Duration::from_secs(4)).await;
     tokio::time::sleep(Duration::from_millis(
         u64::try_from(start - 500 - now_ms()).unwrap_or(0),
     ))
@@ -590,7 +548,7 @@ async fn the_leaders_clock_steps_forward() {
     c.start_replica("r1", Roles::Both).await;
     c.wait_for_leader(None, Duration::from_secs(10)).await;
     for (id, misfire) in [("skip", "skip"), ("once", "fire_once")] {
-        let mut t = http_task(&c, json!({ "every": "1s" }));
+        let mut t = http_task(&c, json!({ "every": "1s" }), "default");
         t["misfire"] = json!(misfire);
         t["overlap"] = json!("allow");
         c.put_task("chaos", id, &t).await;
@@ -650,7 +608,15 @@ async fn leader_sigkill_before_it_writes_what_it_heard() {
     c.env.clear();
     c.start_replica("s2", Roles::Scheduler).await;
     c.start_replica("w1", Roles::Worker).await;
-    let w = Workload::start(&c, 10, now_ms() + 1000, Duration::from_secs(3)).await;
+    let w = Workload::start(
+        &c,
+        "chaos",
+        &["default"],
+        10,
+        now_ms() + 1000,
+        Duration::from_secs(3),
+    )
+    .await;
     wait_until(Duration::from_secs(15), "every one-shot ran", || {
         let n = counts(&c.receiver.executions());
         let done = w.one_shots.iter().all(|id| n.contains_key(id))
@@ -733,8 +699,12 @@ async fn a_replica_started_onto_many_tasks_keeps_its_leases() {
     c.wait_for_leader(None, Duration::from_secs(60)).await;
     // A one-shot written once it leads: it fires only when the takeover is done.
     let due = now_ms() + 1000;
-    c.put_task("probe", "once", &http_task(&c, json!({"at": rfc3339(due)})))
-        .await;
+    c.put_task(
+        "probe",
+        "once",
+        &http_task(&c, json!({"at": rfc3339(due)}), "default"),
+    )
+    .await;
     wait_until(Duration::from_secs(120), "the probe fired", || {
         let fired = !c.receiver.executions_of("once").is_empty();
         async move { fired }

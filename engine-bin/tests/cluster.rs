@@ -14,11 +14,9 @@
 #[allow(dead_code)]
 mod harness;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use harness::{counts, now_ms, rfc3339, Cluster, Roles, SERIAL};
-use serde_json::{json, Value};
+use harness::{now_ms, Cluster, Roles, Workload, SERIAL};
 
 /// The queues the tasks are spread over (and every worker serves).
 const QUEUES: [&str; 4] = ["default", "q1", "q2", "q3"];
@@ -36,108 +34,6 @@ async fn on_the_cluster(label: &str) -> Cluster {
     c.env.push(("AX_REDIS_CLUSTER_NODES", nodes().join(",")));
     c.env.push(("AX_WORKER_QUEUES", QUEUES.join(",")));
     c
-}
-
-fn http_task(c: &Cluster, schedule: Value, queue: &str) -> Value {
-    json!({
-        "handler": "http",
-        "schedule": schedule,
-        "queue": queue,
-        "http": { "url": c.receiver.exec_url() },
-        "timeout": "20s",
-        "retry": { "max_retries": 0 },
-    })
-}
-
-struct Workload {
-    one_shots: Vec<String>,
-    last_due: i64,
-}
-
-#[derive(Debug)]
-struct Figures {
-    lost: usize,
-    duplicated: usize,
-    repeated_ids: usize,
-    ticks_after: usize,
-}
-
-impl Workload {
-    /// `n` one-shots due evenly over `span` from `start`, round robin over [`QUEUES`], and
-    /// the periodic task `tick` (every second, on `default`).
-    async fn start(c: &Cluster, n: usize, start: i64, span: Duration) -> Workload {
-        let step = i64::try_from(span.as_millis()).unwrap() / i64::try_from(n).unwrap();
-        let tasks: Vec<(String, String, Value)> = (0..n)
-            .map(|i| {
-                let due = start + step * i64::try_from(i).unwrap();
-                let queue = QUEUES[i % QUEUES.len()];
-                let spec = http_task(c, json!({ "at": rfc3339(due) }), queue);
-                ("cluster".to_owned(), format!("o{i:03}"), spec)
-            })
-            .collect();
-        c.put_tasks(&tasks).await;
-        let mut tick = http_task(c, json!({ "every": "1s" }), "default");
-        tick["misfire"] = json!("skip");
-        c.put_task("cluster", "tick", &tick).await;
-        Workload {
-            one_shots: tasks.into_iter().map(|(_, id, _)| id).collect(),
-            last_due: start + step * i64::try_from(n - 1).unwrap(),
-        }
-    }
-
-    /// Waits until every one-shot ran (at most `within` after the last due), then a moment
-    /// for repeats to show.
-    async fn settle(&self, c: &Cluster, within: Duration, since: i64) -> Figures {
-        let deadline = Instant::now()
-            + Duration::from_millis(u64::try_from(self.last_due - now_ms()).unwrap_or(0))
-            + within;
-        while Instant::now() < deadline {
-            let n = counts(&c.receiver.executions());
-            if self.one_shots.iter().all(|id| n.contains_key(id)) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(2500)).await;
-        let runs = c.receiver.executions();
-        let n = counts(&runs);
-        let mut ids: HashMap<&str, usize> = HashMap::new();
-        for r in &runs {
-            *ids.entry(r.execution_id.as_str()).or_default() += 1;
-        }
-        Figures {
-            lost: self
-                .one_shots
-                .iter()
-                .filter(|id| !n.contains_key(*id))
-                .count(),
-            duplicated: self
-                .one_shots
-                .iter()
-                .filter(|id| n.get(*id).is_some_and(|k| *k > 1))
-                .count(),
-            repeated_ids: ids.values().filter(|k| **k > 1).count(),
-            ticks_after: runs
-                .iter()
-                .filter(|r| r.task_id == "tick" && r.arrived_at > since)
-                .count(),
-        }
-    }
-}
-
-impl Figures {
-    fn assert_clean(&self, name: &str) {
-        assert_eq!(self.lost, 0, "{name}: one-shots lost: {self:?}");
-        assert_eq!(self.duplicated, 0, "{name}: one-shots run twice: {self:?}");
-        assert_eq!(
-            self.repeated_ids, 0,
-            "{name}: executions run twice: {self:?}"
-        );
-        assert!(
-            self.ticks_after > 0,
-            "{name}: the periodic task stopped: {self:?}"
-        );
-    }
 }
 
 async fn redis(url: &str) -> redis::aio::MultiplexedConnection {
@@ -227,7 +123,15 @@ async fn tasks_over_four_queues_run_exactly_once_on_a_cluster() {
     }
     c.wait_for_leader(None, Duration::from_secs(10)).await;
     let started = now_ms();
-    let w = Workload::start(&c, 200, started + 1500, Duration::from_secs(6)).await;
+    let w = Workload::start(
+        &c,
+        "cluster",
+        &QUEUES,
+        200,
+        started + 1500,
+        Duration::from_secs(6),
+    )
+    .await;
     let f = w.settle(&c, Duration::from_secs(15), started).await;
     let spread = primaries_holding(&c.redis_prefix).await;
     println!(
@@ -294,7 +198,15 @@ async fn a_primary_sigkilled_mid_run_fails_over_and_ax_keeps_going() {
         c.start_replica(id, Roles::Both).await;
     }
     c.wait_for_leader(None, Duration::from_secs(10)).await;
-    let w = Workload::start(&c, 120, now_ms() + 1500, Duration::from_secs(12)).await;
+    let w = Workload::start(
+        &c,
+        "cluster",
+        &QUEUES,
+        120,
+        now_ms() + 1500,
+        Duration::from_secs(12),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(4)).await;
 
     // The primary of the busiest queue (the periodic task's, and a quarter of the rest).

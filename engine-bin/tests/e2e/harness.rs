@@ -673,3 +673,132 @@ pub(crate) fn counts(executions: &[Execution]) -> HashMap<String, usize> {
     }
     counts
 }
+
+/// An `http` task posting to the receiver, run once (no retry), on `queue`.
+pub(crate) fn http_task(c: &Cluster, schedule: Value, queue: &str) -> Value {
+    serde_json::json!({
+        "handler": "http",
+        "schedule": schedule,
+        "queue": queue,
+        "http": { "url": c.receiver.exec_url() },
+        "timeout": "20s",
+        "retry": { "max_retries": 0 },
+    })
+}
+
+/// The workload of the fault suites: one-shot tasks due before, during and after a fault,
+/// and a periodic task `tick` (every second, misfire `skip`, overlap `allow`).
+pub(crate) struct Workload {
+    /// The one-shots' ids.
+    pub(crate) one_shots: Vec<String>,
+    last_due: i64,
+}
+
+/// What a workload's executions show once settled.
+#[derive(Debug)]
+pub(crate) struct Figures {
+    /// One-shots that never ran.
+    pub(crate) lost: usize,
+    /// One-shots that ran more than once.
+    pub(crate) duplicated: usize,
+    /// Execution ids seen more than once.
+    pub(crate) repeated_ids: usize,
+    /// Periodic slots run more than once.
+    pub(crate) tick_slots_twice: usize,
+    /// Periodic runs after the instant given to `settle`.
+    pub(crate) ticks_after: usize,
+}
+
+impl Workload {
+    /// `n` one-shots in `namespace` due evenly over `span` from `start`, round robin over
+    /// `queues`, and the periodic task `tick` (on the first queue).
+    pub(crate) async fn start(
+        c: &Cluster,
+        namespace: &str,
+        queues: &[&str],
+        n: usize,
+        start: i64,
+        span: Duration,
+    ) -> Workload {
+        let step = i64::try_from(span.as_millis()).unwrap() / i64::try_from(n).unwrap();
+        let tasks: Vec<(String, String, Value)> = (0..n)
+            .map(|i| {
+                let due = start + step * i64::try_from(i).unwrap();
+                let queue = queues[i % queues.len()];
+                let spec = http_task(c, serde_json::json!({ "at": rfc3339(due) }), queue);
+                (namespace.to_owned(), format!("o{i:03}"), spec)
+            })
+            .collect();
+        c.put_tasks(&tasks).await;
+        let mut tick = http_task(c, serde_json::json!({ "every": "1s" }), queues[0]);
+        tick["misfire"] = serde_json::json!("skip");
+        tick["overlap"] = serde_json::json!("allow");
+        c.put_task(namespace, "tick", &tick).await;
+        Workload {
+            one_shots: tasks.into_iter().map(|(_, id, _)| id).collect(),
+            last_due: start + step * i64::try_from(n - 1).unwrap(),
+        }
+    }
+
+    /// Waits until every one-shot ran (at most `within` after the last due), then a moment
+    /// for repeats to show; periodic runs are counted from `since`.
+    pub(crate) async fn settle(&self, c: &Cluster, within: Duration, since: i64) -> Figures {
+        let deadline = Instant::now()
+            + Duration::from_millis(u64::try_from(self.last_due - now_ms()).unwrap_or(0))
+            + within;
+        while Instant::now() < deadline {
+            let n = counts(&c.receiver.executions());
+            if self.one_shots.iter().all(|id| n.contains_key(id)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let runs = c.receiver.executions();
+        let n = counts(&runs);
+        let mut ids: HashMap<&str, usize> = HashMap::new();
+        for r in &runs {
+            *ids.entry(r.execution_id.as_str()).or_default() += 1;
+        }
+        let ticks: Vec<&Execution> = runs.iter().filter(|r| r.task_id == "tick").collect();
+        let mut slots: HashMap<i64, usize> = HashMap::new();
+        for t in &ticks {
+            *slots.entry(t.fire_at).or_default() += 1;
+        }
+        Figures {
+            lost: self
+                .one_shots
+                .iter()
+                .filter(|id| !n.contains_key(*id))
+                .count(),
+            duplicated: self
+                .one_shots
+                .iter()
+                .filter(|id| n.get(*id).is_some_and(|k| *k > 1))
+                .count(),
+            repeated_ids: ids.values().filter(|k| **k > 1).count(),
+            tick_slots_twice: slots.values().filter(|k| **k > 1).count(),
+            ticks_after: ticks.iter().filter(|t| t.arrived_at > since).count(),
+        }
+    }
+}
+
+impl Figures {
+    /// Nothing lost, nothing twice, and the periodic task runs on.
+    pub(crate) fn assert_clean(&self, name: &str) {
+        assert_eq!(self.lost, 0, "{name}: one-shots lost: {self:?}");
+        assert_eq!(self.duplicated, 0, "{name}: one-shots run twice: {self:?}");
+        assert_eq!(
+            self.repeated_ids, 0,
+            "{name}: executions run twice: {self:?}"
+        );
+        assert_eq!(
+            self.tick_slots_twice, 0,
+            "{name}: periodic slots run twice: {self:?}"
+        );
+        assert!(
+            self.ticks_after > 0,
+            "{name}: the periodic task stopped: {self:?}"
+        );
+    }
+}
