@@ -360,6 +360,7 @@ fn standalone(spec: &TaskSpec, fire_at: UtcMillis, run_now: Option<String>) -> D
         run_id: None,
         starts_run: false,
         shard: None,
+        broadcast: false,
     }
 }
 
