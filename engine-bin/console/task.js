@@ -74,6 +74,7 @@ export function task(root, { params, role, go }) {
     const deps = (Array.isArray(spec.depends_on) ? spec.depends_on : [])
       .map((d) => ({ ...d, task: String(d.task || '').includes('/') ? d.task : `${view.namespace}/${d.task}` }));
     const shards = spec.fanout && spec.fanout.shards;
+    const broadcast = spec.fanout && spec.fanout.broadcast;
     const state = h('dl', { class: 'facts' },
       h('dt', {}, 'Status'), h('dd', {}, badge(view.status || '?')),
       h('dt', {}, 'Schedule'), h('dd', {}, view.schedule_text || '–'),
@@ -82,7 +83,8 @@ export function task(root, { params, role, go }) {
       h('dt', {}, 'Last outcome'), h('dd', {}, view.last_outcome ? badge(view.last_outcome) : 'never ran'),
       view.last_error ? [h('dt', {}, 'Last error'), h('dd', { class: 'err' }, view.last_error)] : null,
       deps.length ? [h('dt', {}, 'Runs after'), h('dd', { id: 'depends-on' }, deps.map((d, i) => [i ? ', ' : '', h('a', { href: `#/task/${d.task}` }, d.task), ` (on ${d.on || 'success'})`]))] : null,
-      shards ? [h('dt', {}, 'Fan-out'), h('dd', {}, `${shards} shards per fire`)] : null);
+      shards ? [h('dt', {}, 'Fan-out'), h('dd', {}, `${shards} shards per fire`)] : null,
+      broadcast ? [h('dt', {}, 'Fan-out'), h('dd', {}, 'broadcast: one execution per live worker of the queue, per fire')] : null);
     const errors = view.errors && view.errors.length
       ? section(invalid ? 'Invalid spec' : 'Problems', h('ul', { class: 'warnings' }, view.errors.map((e) => h('li', {}, e))))
       : null;
@@ -92,6 +94,7 @@ export function task(root, { params, role, go }) {
     const rows = page.items.map((a) => [
       [h('code', { class: 'id', title: a.execution_id }, a.execution_id.slice(0, 8)),
         a.shard_total ? h('span', { class: 'muted', title: `fan-out ${a.fanout_id}` }, ` shard ${a.shard_index + 1}/${a.shard_total}`) : null,
+        a.target_worker ? h('span', { class: 'muted', title: 'the worker this broadcast execution is addressed to' }, ` on ${a.target_worker}`) : null,
         a.run_id ? h('span', { class: 'muted', title: `run ${a.run_id}` }, ` run ${a.run_id.slice(0, 8)}`) : null],
       String(a.attempt),
       badge(a.outcome),

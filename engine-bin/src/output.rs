@@ -285,6 +285,9 @@ pub fn story_text(story: &ExecutionStory) -> String {
         {
             out.push_str(&format!("shard:   {i} of 0..{n} (fan-out {f})\n"));
         }
+        if let Some(w) = &lineage.target_worker {
+            out.push_str(&format!("worker:  {w} (broadcast: runs there only)\n"));
+        }
     }
     out.push('\n');
     for (at, text) in events {

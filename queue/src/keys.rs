@@ -77,6 +77,26 @@ impl Keys {
         format!("{}:processing:{}", self.tag(queue), worker_id)
     }
 
+    /// List of messages addressed to one worker (a broadcast fire's shards), oldest first:
+    /// that worker's takes move them before anything of the shared queue. `order.lua`
+    /// (`ax_addressed`) builds the same name for a due retry; keep the two in step.
+    pub fn addressed(&self, queue: &str, worker_id: &str) -> String {
+        format!("{}:addressed:{}", self.tag(queue), worker_id)
+    }
+
+    /// Wake tokens of one worker alone: an addressed message adds one, and the worker's
+    /// blocking wait watches this list beside the queue's (`ax_worker_wake` in `order.lua`).
+    pub fn worker_wake(&self, queue: &str, worker_id: &str) -> String {
+        format!("{}:wake:{}", self.tag(queue), worker_id)
+    }
+
+    /// List of addressed messages whose worker is gone (reaped, stopped, or never there
+    /// when the message came): no other worker may run them, so a live worker ends each
+    /// failed, as its own attempt's end would be recorded.
+    pub fn orphaned(&self, queue: &str) -> String {
+        format!("{}:orphaned", self.tag(queue))
+    }
+
     /// Sorted set of worker ids that took from this queue, scored by their last heartbeat.
     pub fn workers(&self, queue: &str) -> String {
         format!("{}:workers", self.tag(queue))
@@ -238,6 +258,9 @@ mod tests {
             k.paused(q),
             k.awaiting(q, "e1"),
             k.awaiting_due(q),
+            k.addressed(q, "w1"),
+            k.worker_wake(q, "w1"),
+            k.orphaned(q),
         ];
         for key in &all {
             assert_eq!(slot_tag(key), "ax:q:default", "{key}");

@@ -359,7 +359,9 @@ impl Queue {
             .key(k.fence(q))
             .key(k.order(q))
             .key(k.clock(q))
-            .key(k.wake(q));
+            .key(k.wake(q))
+            .key(k.workers(q))
+            .key(k.orphaned(q));
         let dedupes: Vec<Dedupe> = chunk.iter().map(|&i| msgs[i].dedupe()).collect();
         for (&i, dedupe) in chunk.iter().zip(&dedupes) {
             let m = &msgs[i];
@@ -383,7 +385,8 @@ impl Queue {
                 .arg(match dedupe {
                     Dedupe::Fire(at) => at.0.to_string(),
                     Dedupe::Key(_) => String::new(),
-                });
+                })
+                .arg(m.lineage.target_worker.as_deref().unwrap_or(""));
         }
         inv
     }
@@ -565,12 +568,16 @@ impl Queue {
             .key(k.order(&d.queue))
             .key(k.clock(&d.queue))
             .key(k.wake(&d.queue))
+            .key(k.addressed(&d.queue, &d.worker_id))
+            .key(k.orphaned(&d.queue))
+            .key(k.worker_wake(&d.queue, &d.worker_id))
             .arg(&d.raw)
             .arg(self.inner.cfg.aging_step_us())
             .arg(DEFAULT_PRIORITY)
             // The slots it held go with it.
             .arg(d.message.execution_id.to_string())
-            .arg(concurrency_key(&d.message));
+            .arg(concurrency_key(&d.message))
+            .arg(&d.worker_id);
         let n: i64 = self.run("release", inv.invoke_async(&mut conn)).await?;
         Ok(n == 1)
     }
@@ -587,6 +594,8 @@ impl Queue {
             .key(k.order(queue))
             .key(k.clock(queue))
             .key(k.wake(queue))
+            .key(k.workers(queue))
+            .key(k.orphaned(queue))
             .arg(now.0)
             .arg(batch.max(1))
             .arg(self.inner.cfg.aging_step_us())
@@ -668,8 +677,9 @@ impl Queue {
             .collect())
     }
 
-    /// Removes a cleanly stopping worker that holds nothing. `false` when it still holds
-    /// messages (the reaper will give them back after the visibility timeout).
+    /// Removes a cleanly stopping worker that holds nothing; messages still addressed to it
+    /// become orphans (see [`Queue::take_orphans`]). `false` when it still holds messages
+    /// (the reaper will give them back after the visibility timeout).
     pub async fn deregister(&self, queue: &str, worker_id: &str) -> Result<bool> {
         let k = &self.inner.keys;
         let mut conn = self.conn();
@@ -677,13 +687,62 @@ impl Queue {
         inv.key(k.processing(queue, worker_id))
             .key(k.workers(queue))
             .key(k.heartbeat(queue, worker_id))
+            .key(k.addressed(queue, worker_id))
+            .key(k.orphaned(queue))
+            .key(k.worker_wake(queue, worker_id))
             .arg(worker_id);
         let n: i64 = self.run("deregister", inv.invoke_async(&mut conn)).await?;
         Ok(n == 1)
     }
 
+    /// Takes up to `max` orphans of `queue` (messages addressed to a worker that is gone)
+    /// into `worker_id`'s processing list, for it to end each failed with
+    /// [`Queue::dead_letter`]: none may run elsewhere, and each must end for its fire to.
+    pub async fn take_orphans(
+        &self,
+        queue: &str,
+        worker_id: &str,
+        max: usize,
+    ) -> Result<Vec<Delivery>> {
+        check_queue(queue)?;
+        check_queue(worker_id)?;
+        let k = &self.inner.keys;
+        let mut conn = self.conn();
+        let mut inv = self.inner.scripts.take_orphans.prepare_invoke();
+        inv.key(k.orphaned(queue))
+            .key(k.processing(queue, worker_id))
+            .arg(max.max(1));
+        let raws: Vec<String> = self
+            .run("take_orphans", inv.invoke_async(&mut conn))
+            .await?;
+        let mut out = Vec::with_capacity(raws.len());
+        for raw in raws {
+            match ExecutionMessage::from_json(&raw) {
+                Ok(message) => out.push(Delivery {
+                    queue: queue.to_owned(),
+                    worker_id: worker_id.to_owned(),
+                    raw,
+                    message,
+                    limited_wait: None,
+                }),
+                Err(e) => {
+                    self.dead_letter_undecodable(
+                        queue,
+                        worker_id,
+                        &raw,
+                        &e.to_string(),
+                        UtcMillis::now(),
+                    )
+                    .await?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Gives back the messages of workers of `queue` whose heartbeat key is gone and whose
-    /// last beat is older than `visibility_timeout`. Returns how many messages went back.
+    /// last beat is older than `visibility_timeout`; messages addressed to such a worker
+    /// become orphans (see [`Queue::take_orphans`]). Returns how many messages moved.
     pub async fn reap(
         &self,
         queue: &str,
@@ -702,7 +761,7 @@ impl Queue {
             .await?;
         let mut given_back = 0usize;
         for worker in suspects {
-            let inv = self.reap_invocation(queue, &worker, cutoff.0);
+            let inv = self.reap_invocation(queue, &worker, cutoff.0, false);
             let n: i64 = self.run("reap", inv.invoke_async(&mut conn)).await?;
             if n > 0 {
                 tracing::warn!(queue, worker = %worker, messages = n, "gave back messages of a dead worker");
@@ -712,12 +771,14 @@ impl Queue {
         Ok(given_back)
     }
 
-    /// The call of `reap.lua` for `worker` of `queue`, dead if last seen at `cutoff` or before.
+    /// The call of `reap.lua` for `worker` of `queue`, dead if last seen at `cutoff` or before
+    /// (`restart`: the worker is starting again under the same id).
     fn reap_invocation(
         &self,
         queue: &str,
         worker: &str,
         cutoff: i64,
+        restart: bool,
     ) -> redis::ScriptInvocation<'_> {
         let k = &self.inner.keys;
         let mut inv = self.inner.scripts.reap.prepare_invoke();
@@ -728,10 +789,14 @@ impl Queue {
             .key(k.order(queue))
             .key(k.clock(queue))
             .key(k.wake(queue))
+            .key(k.addressed(queue, worker))
+            .key(k.orphaned(queue))
+            .key(k.worker_wake(queue, worker))
             .arg(worker)
             .arg(cutoff)
             .arg(self.inner.cfg.aging_step_us())
-            .arg(DEFAULT_PRIORITY);
+            .arg(DEFAULT_PRIORITY)
+            .arg(if restart { "1" } else { "0" });
         inv
     }
 
@@ -746,7 +811,7 @@ impl Queue {
         let _: () = self
             .run("recover_worker", conn.del(k.heartbeat(queue, worker_id)))
             .await?;
-        let inv = self.reap_invocation(queue, worker_id, i64::MAX);
+        let inv = self.reap_invocation(queue, worker_id, i64::MAX, true);
         let n: i64 = self
             .run("recover_worker", inv.invoke_async(&mut conn))
             .await?;

@@ -725,7 +725,8 @@ pub struct ExecutionRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<ax_scheduler_core::AttemptOutput>,
     /// The dependency run and the shard of a sharded fire it belongs to (`run_id`,
-    /// `fanout_id`, `shard_index`, `shard_total`), when it does.
+    /// `fanout_id`, `shard_index`, `shard_total`, and for a broadcast fire the worker it is
+    /// addressed to, `target_worker`), when it does.
     #[serde(flatten)]
     pub lineage: ax_queue::Lineage,
 }
