@@ -2439,11 +2439,16 @@ async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_
     )
     .await;
     cli_put(&c, "default", "doomed", task(json!({ "fail": true }), 1)).await;
+    // A broadcast fire: addressed to the one live worker, its retry back to it.
+    let mut everyone = task(json!({ "fail_attempts": 1 }), 2);
+    everyone["fanout"] = json!({ "broadcast": true });
+    cli_put(&c, "default", "everyone", everyone).await;
 
     let want = [
         ("ok", "SUCCESS"),
         ("flaky", "SUCCESS"),
         ("doomed", "FAILED"),
+        ("everyone", "SUCCESS"),
     ];
     wait_until(Duration::from_secs(20), "the three tasks settled", || {
         let c = &c;
@@ -2461,7 +2466,12 @@ async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_
         }
     })
     .await;
-    for (id, success, failure) in [("ok", 1, 0), ("flaky", 1, 0), ("doomed", 0, 1)] {
+    for (id, success, failure) in [
+        ("ok", 1, 0),
+        ("flaky", 1, 0),
+        ("doomed", 0, 1),
+        ("everyone", 1, 0),
+    ] {
         let s = c.state("default", id).await.unwrap();
         assert_eq!(
             (&s["success_count"], &s["failure_count"]),
@@ -2530,6 +2540,18 @@ async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_
         outcomes("doomed").await,
         story(&[(1, "retrying"), (2, "failed")])
     );
+    assert_eq!(
+        outcomes("everyone").await,
+        story(&[(1, "retrying"), (2, "succeeded")])
+    );
+    let everyone = c.ax_json(&["task", "history", "default/everyone"]).await;
+    for a in everyone.as_array().unwrap() {
+        assert_eq!(a["target_worker"], worker_id, "{a}");
+        assert_eq!(
+            (&a["shard_index"], &a["shard_total"]),
+            (&json!(0), &json!(1))
+        );
+    }
     // The task's own history too (`ax task history`), the retry 300 ms after the failure.
     let flaky = c.ax_json(&["task", "history", "default/flaky"]).await;
     let flaky = flaky.as_array().unwrap();
