@@ -263,3 +263,31 @@ async fn a_stopping_worker_s_addressed_messages_become_orphans_and_a_restart_kee
         1
     );
 }
+
+#[tokio::test]
+async fn a_kill_removes_an_addressed_message_where_it_waits() {
+    let q = queue().await;
+    let now = UtcMillis::now();
+    let mut w1 = q.consumer("default", "w1", BLOCK, now).await.unwrap();
+    let _w2 = q.consumer("default", "w2", BLOCK, now).await.unwrap();
+    let sent = shards(&spec("b"), 5, &["w1", "w2", "gone"], now);
+    q.enqueue_batch(&sent).await.unwrap();
+    let running = w1.take(1).await.unwrap();
+    let s = spec("b");
+    let kills = q.kill_task("default", &s.namespace, "b").await.unwrap();
+    let mut states: Vec<_> = kills.iter().map(|k| (k.execution_id, k.state)).collect();
+    states.sort_by_key(|(id, _)| *id);
+    let mut want = vec![
+        (sent[0].execution_id, ax_queue::KillState::Running),
+        (sent[1].execution_id, ax_queue::KillState::Waiting),
+        (sent[2].execution_id, ax_queue::KillState::Waiting),
+    ];
+    want.sort_by_key(|(id, _)| *id);
+    assert_eq!(states, want, "the one on w2's list and the orphan removed");
+    assert_eq!(running.len(), 1);
+    assert!(q
+        .take_orphans("default", "w1", 10)
+        .await
+        .unwrap()
+        .is_empty());
+}
