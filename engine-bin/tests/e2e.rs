@@ -2845,3 +2845,47 @@ async fn a_broadcast_fire_through_a_leader_failover_runs_once_per_worker() {
     assert_eq!(history.len(), 3, "{history:?}");
     c.clean_up().await;
 }
+
+/// A broadcast fire on a queue no live worker serves ends failed at once: the reason in the
+/// task's state and history, and a task-failed alert.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broadcast_fire_without_a_live_worker_fails_at_once_with_its_reason() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-broadcast-none").await;
+    c.start_replica("s1", Roles::Scheduler).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    let mut spec = http_task(&c, json!({ "at": rfc3339(now_ms() + 500) }));
+    spec["fanout"] = json!({ "broadcast": true });
+    spec["queue"] = json!("nobody");
+    cli_put(&c, "default", "none", spec).await;
+    let reason = "no live worker serves queue nobody";
+    wait_until(Duration::from_secs(10), "the fire failed", || {
+        let c = &c;
+        async move {
+            c.state("default", "none")
+                .await
+                .is_some_and(|s| s["failure_count"] == 1)
+        }
+    })
+    .await;
+    let state = c.state("default", "none").await.unwrap();
+    assert_eq!(state["last_error"], reason, "{state}");
+    let history = history_of(&c, "none").await;
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(
+        (
+            &history[0]["outcome"],
+            &history[0]["error"],
+            &history[0]["queue"]
+        ),
+        (&json!("failed"), &json!(reason), &json!("nobody")),
+        "{history:?}"
+    );
+    wait_until(Duration::from_secs(10), "the alert", || {
+        let got = c.receiver.has_alert(reason);
+        async move { got }
+    })
+    .await;
+    assert!(c.receiver.executions_of("none").is_empty());
+    c.clean_up().await;
+}

@@ -212,6 +212,8 @@ pub enum Notice {
         fire_at: UtcMillis,
         /// The dependency run the fire is a step of, if any.
         run: Option<String>,
+        /// The task's queue.
+        queue: Arc<str>,
         /// Why it failed, as recorded.
         reason: String,
     },
@@ -1135,6 +1137,7 @@ impl Dispatcher {
                     fanout: id.clone(),
                     fire_at: dispatch.fire_at,
                     run: dispatch.run_id.clone(),
+                    queue: Arc::clone(&task.spec.queue),
                     reason: reason.clone(),
                 });
                 let end = crate::execution::AttemptEnd {

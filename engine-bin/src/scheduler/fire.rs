@@ -334,6 +334,7 @@ async fn record_unserved_fires(deps: &LeaderDeps, notices: &[Notice]) {
             fanout,
             fire_at,
             run,
+            queue,
             reason,
         } = notice
         else {
@@ -356,7 +357,7 @@ async fn record_unserved_fires(deps: &LeaderDeps, notices: &[Notice]) {
             ),
             worker: String::new(),
             attempt: 0,
-            queue: String::new(),
+            queue: queue.to_string(),
             enqueued_at: None,
             first_enqueued_at: None,
             output: None,
