@@ -91,7 +91,7 @@ export function task(root, { params, role, go }) {
     const fires = view.upcoming_fires && view.upcoming_fires.length
       ? h('ol', { class: 'fires', id: 'upcoming' }, view.upcoming_fires.map((t) => h('li', {}, when(t))))
       : h('p', { class: 'empty' }, view.status === 'PAUSED' ? 'Paused: no fire.' : 'No fire ahead.');
-    const rows = page.items.map((a) => [
+    const row = (a) => [
       [h('code', { class: 'id', title: a.execution_id }, a.execution_id.slice(0, 8)),
         a.shard_total ? h('span', { class: 'muted', title: `fan-out ${a.fanout_id}` }, ` shard ${a.shard_index + 1}/${a.shard_total}`) : null,
         a.target_worker ? h('span', { class: 'muted', title: 'the worker this broadcast execution is addressed to' }, ` on ${a.target_worker}`) : null,
@@ -103,7 +103,32 @@ export function task(root, { params, role, go }) {
       a.duration_ms === undefined ? '–' : duration(a.duration_ms),
       a.error ? h('span', { class: 'err' }, a.error) : '',
       a.output ? h('code', { class: 'excerpt' }, `${a.output.status ?? ''} ${a.output.body ?? ''}${a.output.truncated ? ' …' : ''}`.trim()) : '',
-    ]);
+    ];
+    // The executions of one fanned-out fire (shards, or a broadcast's one per worker) under
+    // a row for the fire itself, in the order the fires first appear on the page.
+    const groups = [];
+    const byFire = new Map();
+    for (const a of page.items) {
+      if (!a.fanout_id) { groups.push([a]); continue; }
+      if (!byFire.has(a.fanout_id)) { byFire.set(a.fanout_id, []); groups.push(byFire.get(a.fanout_id)); }
+      byFire.get(a.fanout_id).push(a);
+    }
+    const fireRow = (items) => {
+      const latest = new Map();
+      for (const a of items) if (!latest.has(a.execution_id)) latest.set(a.execution_id, a);
+      const ends = {};
+      for (const a of latest.values()) ends[a.outcome] = (ends[a.outcome] || 0) + 1;
+      const total = items[0].shard_total;
+      const kind = items.some((a) => a.target_worker) ? `broadcast to ${total} worker${total === 1 ? '' : 's'}`
+        : total ? `${total} shards` : 'broadcast to no live worker';
+      const tally = Object.entries(ends).map(([o, n]) => `${n} ${o}`).join(', ');
+      return h('tr', { class: 'fire' }, h('td', { colspan: 8 },
+        h('code', { class: 'id', title: items[0].fanout_id }, `fire ${items[0].fanout_id.slice(0, 8)}`),
+        ` ${kind}; due `, when(items[0].due), `: ${tally}`));
+    };
+    const rows = groups.flatMap((g) => (g[0].fanout_id
+      ? [fireRow(g), ...g.map((a) => h('tr', { class: 'child' }, row(a).map((c) => h('td', {}, c))))]
+      : [row(g[0])]));
     clear(body).append(...[
       errors,
       section('State', state),
