@@ -2889,3 +2889,83 @@ async fn a_broadcast_fire_without_a_live_worker_fails_at_once_with_its_reason() 
     assert!(c.receiver.executions_of("none").is_empty());
     c.clean_up().await;
 }
+
+/// A worker of a broadcast task stopped cleanly (SIGTERM) while it runs its part of a fire:
+/// it finishes that part within its shutdown grace, and from the moment it stops taking it is
+/// no longer addressed (it beats as a stopping worker): the fires after go to the two left,
+/// and no fire fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stopping_cleanly_finishes_its_part_and_is_no_longer_addressed() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-broadcast-stop").await;
+    c.start_replica("s1", Roles::Scheduler).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    for w in ["w1", "w2", "w3"] {
+        c.start_replica(w, Roles::Worker).await;
+    }
+    c.receiver.slow_task("bcs", Duration::from_secs(4));
+    let mut spec = http_task(&c, json!({ "every": "2s" }));
+    spec["fanout"] = json!({ "broadcast": true });
+    cli_put(&c, "default", "bcs", spec).await;
+
+    let on_w3 = |c: &Cluster| -> Vec<i64> {
+        c.receiver
+            .executions_of("bcs")
+            .iter()
+            .filter(|e| e.target_worker.as_deref() == Some("w3"))
+            .map(|e| e.fire_at)
+            .collect()
+    };
+    wait_until(Duration::from_secs(20), "two fires on w3", || {
+        let n = on_w3(&c).len();
+        async move { n >= 2 }
+    })
+    .await;
+    // Just after w3 got its part of a fire (answered in 4 s): stopped while it runs it, and
+    // fires come meanwhile.
+    let running_fire = *on_w3(&c).iter().max().unwrap();
+    let stopped_at = now_ms();
+    let status = c.replica("w3").terminate(Duration::from_secs(20));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "w3 exits cleanly: {status:?}"
+    );
+    let resumed = now_ms();
+    wait_until(Duration::from_secs(20), "two fires on the two left", || {
+        let by_fire = targets_by_fire(&c.receiver.executions_of("bcs"));
+        let done = by_fire.iter().filter(|(at, _)| **at > resumed).count() >= 2;
+        async move { done }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let by_fire = targets_by_fire(&c.receiver.executions_of("bcs"));
+    for (at, workers) in &by_fire {
+        let mut unique = workers.clone();
+        unique.dedup();
+        assert_eq!(&unique, workers, "fire {at}: once per worker");
+        if *at > stopped_at + 1_000 {
+            assert_eq!(
+                workers,
+                &["w1".to_owned(), "w2".to_owned()],
+                "fire {at} after w3 stopped taking"
+            );
+        }
+    }
+    let history = history_of(&c, "bcs").await;
+    for r in &history {
+        assert_eq!(r["worker"], r["target_worker"], "{r}");
+    }
+    assert!(
+        history.iter().any(|r| r["target_worker"] == "w3"
+            && r["due"] == running_fire
+            && r["outcome"] == "succeeded"),
+        "w3 finished the part it ran when stopped: {history:?}"
+    );
+    let state = c.state("default", "bcs").await.unwrap();
+    assert_eq!(
+        state["failure_count"], 0,
+        "a clean stop fails no fire: {state}"
+    );
+    c.clean_up().await;
+}

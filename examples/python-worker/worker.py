@@ -210,7 +210,9 @@ class Worker:
     def heartbeat(self):
         now = now_ms()
         pipe = self.r.pipeline(transaction=False)
-        pipe.set(self.k(f"worker:{self.id}"), now, px=HEARTBEAT_TTL_MS)
+        # Negated once stopping: alive, but no broadcast fire is addressed to it any more.
+        beat = -now if self.stopping.is_set() else now
+        pipe.set(self.k(f"worker:{self.id}"), beat, px=HEARTBEAT_TTL_MS)
         pipe.zadd(self.k("workers"), {self.id: now})
         pipe.execute()
 

@@ -612,6 +612,31 @@ impl Queue {
         ttl: Duration,
         now: UtcMillis,
     ) -> Result<()> {
+        self.beat(queue, worker_id, ttl, now, false).await
+    }
+
+    /// The heartbeat of a worker that is stopping: alive (the reaper leaves what it holds, a
+    /// second process under its id is refused) but taking nothing new, so it is not among
+    /// the [`Queue::live_workers`] a broadcast fire is addressed to. The key holds the beat
+    /// negated.
+    pub async fn heartbeat_stopping(
+        &self,
+        queue: &str,
+        worker_id: &str,
+        ttl: Duration,
+        now: UtcMillis,
+    ) -> Result<()> {
+        self.beat(queue, worker_id, ttl, now, true).await
+    }
+
+    async fn beat(
+        &self,
+        queue: &str,
+        worker_id: &str,
+        ttl: Duration,
+        now: UtcMillis,
+        stopping: bool,
+    ) -> Result<()> {
         check_queue(queue)?;
         check_queue(worker_id)?;
         let k = &self.inner.keys;
@@ -619,7 +644,7 @@ impl Queue {
         let mut pipe = redis::pipe();
         pipe.cmd("SET")
             .arg(k.heartbeat(queue, worker_id))
-            .arg(now.0)
+            .arg(if stopping { -now.0 } else { now.0 })
             .arg("PX")
             .arg(ms(ttl).max(1))
             .ignore()
@@ -652,7 +677,8 @@ impl Queue {
     }
 
     /// The workers serving `queue` now: those in its workers set whose heartbeat key lives
-    /// (a worker of any language registers the same way, see `docs/worker-protocol.md`).
+    /// and is not a stopping worker's (a worker of any language registers the same way, see
+    /// `docs/worker-protocol.md`).
     pub async fn live_workers(&self, queue: &str) -> Result<Vec<String>> {
         check_queue(queue)?;
         let k = &self.inner.keys;
@@ -665,15 +691,19 @@ impl Queue {
         }
         let mut pipe = redis::pipe();
         for id in &ids {
-            pipe.exists(k.heartbeat(queue, id));
+            pipe.get(k.heartbeat(queue, id));
         }
-        let alive: Vec<bool> = self
+        let beats: Vec<Option<String>> = self
             .run("live_workers", pipe.query_async(&mut conn))
             .await?;
         Ok(ids
             .into_iter()
-            .zip(alive)
-            .filter_map(|(id, alive)| alive.then_some(id))
+            .zip(beats)
+            .filter_map(|(id, beat)| {
+                // A stopping worker's beat is negative; any other value is a live one's.
+                let stopping = beat.as_deref().is_some_and(|b| b.starts_with('-'));
+                (beat.is_some() && !stopping).then_some(id)
+            })
             .collect())
     }
 

@@ -291,3 +291,28 @@ async fn a_kill_removes_an_addressed_message_where_it_waits() {
         .unwrap()
         .is_empty());
 }
+
+#[tokio::test]
+async fn a_stopping_worker_is_alive_but_no_longer_live_for_a_broadcast() {
+    let q = queue().await;
+    let now = UtcMillis::now();
+    let ttl = Duration::from_secs(60);
+    for w in ["a", "b"] {
+        q.consumer("default", w, BLOCK, now).await.unwrap();
+        q.heartbeat("default", w, ttl, now).await.unwrap();
+    }
+    assert_eq!(q.live_workers("default").await.unwrap(), ["a", "b"]);
+    q.heartbeat_stopping("default", "b", ttl, now)
+        .await
+        .unwrap();
+    assert_eq!(q.live_workers("default").await.unwrap(), ["a"]);
+    // Still alive to the reaper, however old its registration.
+    let later = now.add(Duration::from_secs(40));
+    assert_eq!(
+        q.reap("default", later, Duration::from_secs(30))
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(q.last_heartbeat("default", "b").await.unwrap().is_some());
+}

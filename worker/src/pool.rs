@@ -300,8 +300,12 @@ impl WorkerPool {
         let background_stop = CancellationToken::new();
         let background = TaskTracker::new();
 
-        heartbeat_once(sh, ax_scheduler_core::UtcMillis::now()).await;
-        background.spawn(heartbeat_loop(self.shared.clone(), background_stop.clone()));
+        heartbeat_once(sh, ax_scheduler_core::UtcMillis::now(), false).await;
+        background.spawn(heartbeat_loop(
+            self.shared.clone(),
+            cancel.clone(),
+            background_stop.clone(),
+        ));
         let maintenance = Maintenance::new(
             sh.queue.clone(),
             MaintenanceConfig {
@@ -373,25 +377,33 @@ impl WorkerPool {
     }
 }
 
-async fn heartbeat_once(sh: &Shared, now: UtcMillis) {
+/// One heartbeat on every queue; `stopping` once the pool takes nothing new (see
+/// [`ax_queue::Queue::heartbeat_stopping`]: no broadcast fire is addressed to it then).
+async fn heartbeat_once(sh: &Shared, now: UtcMillis, stopping: bool) {
     for q in &sh.cfg.queues {
-        if let Err(e) = sh
-            .queue
-            .heartbeat(q, &sh.cfg.worker_id, sh.cfg.heartbeat_ttl, now)
-            .await
-        {
+        let (id, ttl) = (&sh.cfg.worker_id, sh.cfg.heartbeat_ttl);
+        let beat = if stopping {
+            sh.queue.heartbeat_stopping(q, id, ttl, now).await
+        } else {
+            sh.queue.heartbeat(q, id, ttl, now).await
+        };
+        if let Err(e) = beat {
             tracing::warn!(queue = %q, error = %e, "heartbeat failed");
         }
     }
 }
 
-async fn heartbeat_loop(sh: Arc<Shared>, stop: CancellationToken) {
+/// Beats until `stop`; from `cancel` on (the pool takes nothing new) as a stopping worker,
+/// at once and then at every interval.
+async fn heartbeat_loop(sh: Arc<Shared>, cancel: CancellationToken, stop: CancellationToken) {
+    let mut stopping = false;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
+            _ = cancel.cancelled(), if !stopping => stopping = true,
             _ = tokio::time::sleep(sh.cfg.heartbeat_interval) => {}
         }
-        heartbeat_once(&sh, ax_scheduler_core::UtcMillis::now()).await;
+        heartbeat_once(&sh, ax_scheduler_core::UtcMillis::now(), stopping).await;
     }
 }
 
