@@ -2843,6 +2843,23 @@ async fn a_broadcast_fire_through_a_leader_failover_runs_once_per_worker() {
     assert_eq!(state["failure_count"], 0, "{state}");
     let history = history_of(&c, "bcf").await;
     assert_eq!(history.len(), 3, "{history:?}");
+    // Any one execution's story shows its fire with all three.
+    let story = c
+        .ax_json(&["execution", "get", &executions[0].execution_id])
+        .await;
+    let mut on: Vec<&str> = story["fire"]["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["target_worker"].as_str().unwrap())
+        .collect();
+    on.sort_unstable();
+    assert_eq!(on, ["w1", "w2", "w3"], "{story}");
+    assert_eq!(story["fire"]["total"], 3, "{story}");
+    let text = c
+        .ax_ok(&["execution", "get", &executions[0].execution_id])
+        .await;
+    assert!(text.contains("fire:") && text.contains(" on w3 "), "{text}");
     c.clean_up().await;
 }
 

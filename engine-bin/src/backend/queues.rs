@@ -12,10 +12,13 @@ use uuid::Uuid;
 use super::{errors, tasks::not_found, Backend};
 use crate::http::api::{
     DeadLetter, DlqRequeue, EtcdDbView, ExecutionList, ExecutionQuery, ExecutionRecord,
-    ExecutionStory, QueueView, ReplicaView, StatusView, TaskKey,
+    ExecutionStory, FireView, QueueView, ReplicaView, StatusView, TaskKey,
 };
 use crate::http::ApiError;
 use ax_scheduler_core::UtcMillis;
+
+/// How many of a task's recent attempts a story reads for the other executions of its fire.
+const FIRE_HISTORY_SCAN: usize = 1000;
 
 pub(super) fn record(e: &HistoryEntry) -> ExecutionRecord {
     ExecutionRecord {
@@ -147,6 +150,19 @@ impl Backend {
             q.dlq_get(&queue, uuid).await.map_err(errors::queue)?
         };
         let attempts: Vec<ExecutionRecord> = items.iter().map(item_record).collect();
+        let fire = match (
+            &first.entry.lineage.fanout_id,
+            first.entry.lineage.shard_total,
+        ) {
+            (Some(fanout), Some(total)) => Some(FireView {
+                fanout_id: fanout.clone(),
+                total,
+                executions: self
+                    .fire_executions(q, &first.namespace, &first.task_id, fanout)
+                    .await?,
+            }),
+            _ => None,
+        };
         Ok(ExecutionStory {
             execution_id: id.to_owned(),
             namespace: first.namespace.clone(),
@@ -161,7 +177,32 @@ impl Backend {
             attempts,
             dead_letter: dead.as_ref().map(dead_letter),
             complete,
+            fire,
         })
+    }
+
+    /// The last recorded attempt of each execution of fan-out `fanout`, by shard index, from
+    /// its task's recent history.
+    async fn fire_executions(
+        &self,
+        q: &ax_queue::Queue,
+        namespace: &str,
+        task_id: &str,
+        fanout: &str,
+    ) -> Result<Vec<ExecutionRecord>, ApiError> {
+        let entries = q
+            .history(namespace, task_id, FIRE_HISTORY_SCAN)
+            .await
+            .map_err(errors::queue)?;
+        // Newest first: the first entry of an execution is its last attempt.
+        let mut seen = std::collections::HashSet::new();
+        let mut of_fire: Vec<&HistoryEntry> = entries
+            .iter()
+            .filter(|e| e.lineage.fanout_id.as_deref() == Some(fanout))
+            .filter(|e| seen.insert(e.execution_id))
+            .collect();
+        of_fire.sort_by_key(|e| e.lineage.shard_index);
+        Ok(of_fire.into_iter().map(record).collect())
     }
 
     pub(super) async fn dead_letters(

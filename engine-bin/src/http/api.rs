@@ -349,6 +349,22 @@ pub struct ExecutionStory {
     pub dead_letter: Option<DeadLetter>,
     /// False when the search for its attempts stopped at its bound before their end.
     pub complete: bool,
+    /// For an execution of a fanned-out fire (shards, or a broadcast's one per worker):
+    /// that fire with all its executions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fire: Option<FireView>,
+}
+
+/// A fanned-out fire and its executions, in an execution's story.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FireView {
+    /// The fan-out id its executions share.
+    pub fanout_id: String,
+    /// How many executions it has (shards, or workers of a broadcast).
+    pub total: u32,
+    /// The last recorded attempt of each of its executions, by shard index (from the task's
+    /// recent history: executions not recorded yet, or no longer kept, are missing).
+    pub executions: Vec<ExecutionRecord>,
 }
 
 /// What a backend call returns.
