@@ -2904,6 +2904,25 @@ async fn a_broadcast_fire_without_a_live_worker_fails_at_once_with_its_reason() 
     })
     .await;
     assert!(c.receiver.executions_of("none").is_empty());
+    // Run now, it fails the same way, and its request is done with (not replayed).
+    let id = c.ax_ok(&["task", "trigger", "default/none"]).await;
+    let id = id.trim().to_owned();
+    wait_until(Duration::from_secs(10), "the run-now failed", || {
+        let c = &c;
+        async move {
+            c.state("default", "none")
+                .await
+                .is_some_and(|s| s["failure_count"] == 2)
+        }
+    })
+    .await;
+    let trigger = format!("{}/triggers/default/none/{id}", c.prefix);
+    wait_until(Duration::from_secs(10), "the trigger consumed", || {
+        let c = &c;
+        let trigger = trigger.clone();
+        async move { c.get(&trigger).await.is_none() }
+    })
+    .await;
     c.clean_up().await;
 }
 

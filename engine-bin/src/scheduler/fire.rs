@@ -226,6 +226,13 @@ pub(super) async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mu
     let notices = term.dispatcher.take_notices();
     record_unserved_fires(deps, &notices).await;
     for notice in &notices {
+        // A run-now broadcast that found no worker ended: its trigger is done with.
+        if let Notice::NoLiveWorker { fanout, .. } = notice {
+            term.consumed_triggers
+                .extend(term.pending_triggers.remove(fanout.as_str()));
+        }
+    }
+    for notice in &notices {
         if let Notice::DeadlineMissed { miss, .. } = notice {
             deps.metrics
                 .record_deadline_misses(miss.reason.as_str(), miss.missed);
