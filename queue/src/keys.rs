@@ -97,6 +97,13 @@ impl Keys {
         format!("{}:orphaned", self.tag(queue))
     }
 
+    /// The workers a broadcast fire was addressed to (JSON list of ids, with the dedupe TTL),
+    /// fixed by the first leader that sent it: a successor that lost the fire's progress
+    /// addresses it the same way.
+    pub fn fanout_workers(&self, queue: &str, fanout_id: &str) -> String {
+        format!("{}:fanout:{}", self.tag(queue), fanout_id)
+    }
+
     /// Sorted set of worker ids that took from this queue, scored by their last heartbeat.
     pub fn workers(&self, queue: &str) -> String {
         format!("{}:workers", self.tag(queue))
@@ -261,6 +268,7 @@ mod tests {
             k.addressed(q, "w1"),
             k.worker_wake(q, "w1"),
             k.orphaned(q),
+            k.fanout_workers(q, "f1"),
         ];
         for key in &all {
             assert_eq!(slot_tag(key), "ax:q:default", "{key}");

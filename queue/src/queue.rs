@@ -707,6 +707,47 @@ impl Queue {
             .collect())
     }
 
+    /// Fixes the workers broadcast fire `fanout_id` of `queue` is addressed to: `workers`
+    /// when it is the first to, else those given first (by another leader, before a
+    /// failover), for as long as the fire's executions are deduplicated. Returns the list
+    /// that holds.
+    pub async fn fix_fanout_workers(
+        &self,
+        queue: &str,
+        fanout_id: &str,
+        workers: &[String],
+    ) -> Result<Vec<String>> {
+        check_queue(queue)?;
+        let key = self.inner.keys.fanout_workers(queue, fanout_id);
+        let json = serde_json::to_string(workers).map_err(|source| QueueError::Json {
+            action: "encode",
+            what: "broadcast workers",
+            source,
+        })?;
+        let mut conn = self.conn();
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(&key)
+            .arg(&json)
+            .arg("NX")
+            .arg("PX")
+            .arg(ms(self.inner.cfg.dedupe_ttl).max(1))
+            .ignore()
+            .get(&key);
+        let (held,): (Option<String>,) = self
+            .run("fix_fanout_workers", pipe.query_async(&mut conn))
+            .await?;
+        match held {
+            Some(text) => serde_json::from_str(&text).map_err(|source| QueueError::Json {
+                action: "decode",
+                what: "broadcast workers",
+                source,
+            }),
+            // Expired in between (a dedupe TTL shorter than a round trip): ours.
+            None => Ok(workers.to_vec()),
+        }
+    }
+
     /// Removes a cleanly stopping worker that holds nothing; messages still addressed to it
     /// become orphans (see [`Queue::take_orphans`]). `false` when it still holds messages
     /// (the reaper will give them back after the visibility timeout).

@@ -316,3 +316,26 @@ async fn a_stopping_worker_is_alive_but_no_longer_live_for_a_broadcast() {
     );
     assert!(q.last_heartbeat("default", "b").await.unwrap().is_some());
 }
+
+#[tokio::test]
+async fn the_first_leader_to_address_a_fire_fixes_its_workers() {
+    let q = queue().await;
+    let names = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let first = q
+        .fix_fanout_workers("default", "f-1", &names(&["a", "c"]))
+        .await
+        .unwrap();
+    assert_eq!(first, names(&["a", "c"]));
+    // A successor that lost the fire's progress and lists other workers: the first list.
+    let again = q
+        .fix_fanout_workers("default", "f-1", &names(&["a", "b", "c"]))
+        .await
+        .unwrap();
+    assert_eq!(again, names(&["a", "c"]));
+    // Another fire is addressed on its own.
+    let other = q
+        .fix_fanout_workers("default", "f-2", &names(&["b"]))
+        .await
+        .unwrap();
+    assert_eq!(other, names(&["b"]));
+}

@@ -155,6 +155,18 @@ pub struct Dispatch {
     pub broadcast: bool,
 }
 
+impl Dispatch {
+    /// For a broadcast fire not addressed yet: its fan-out id (the run-now's execution id, or
+    /// derived from the task and the fire instant), the same on every leader.
+    pub fn broadcast_fanout_id(&self) -> Option<String> {
+        self.broadcast.then(|| {
+            self.run_now
+                .clone()
+                .unwrap_or_else(|| fire_fanout_id(&self.key, self.fire_at))
+        })
+    }
+}
+
 /// Something the engine should alert on or log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Notice {
@@ -1120,10 +1132,9 @@ impl Dispatcher {
         let Some(task) = self.tasks.get_mut(&dispatch.key) else {
             return Vec::new();
         };
-        let id = dispatch
-            .run_now
-            .clone()
-            .unwrap_or_else(|| fire_fanout_id(&task.key, dispatch.fire_at));
+        let Some(id) = dispatch.broadcast_fanout_id() else {
+            return Vec::new();
+        };
         if !task.state.fanouts.iter().any(|f| f.id == id) {
             workers.sort();
             workers.dedup();

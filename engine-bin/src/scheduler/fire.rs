@@ -298,9 +298,11 @@ pub(super) async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mu
 }
 
 /// Addresses the broadcast fires among `dispatches` (see `ax_scheduler_core::fanout`): the
-/// live workers of each one's queue, listed once per queue and round, go to the
-/// dispatcher, which returns a shard per worker (or ends the fire failed when there is
-/// none). The listing is retried as an enqueue is; `None` when the term ends first.
+/// live workers of each one's queue, listed once per queue and round and fixed per fire in
+/// Redis (a fire sent by a leader that died before writing its progress keeps the workers
+/// it was sent to), go to the dispatcher, which returns a shard per worker (or ends the
+/// fire failed when there is none). Each call is retried as an enqueue is; `None` when the
+/// term ends first.
 async fn address_broadcasts(
     settings: &LeaderSettings,
     deps: &LeaderDeps,
@@ -315,18 +317,26 @@ async fn address_broadcasts(
             out.push(d);
             continue;
         }
+        let Some(fanout) = d.broadcast_fanout_id() else {
+            continue;
+        };
         let queue = std::sync::Arc::clone(&d.spec.queue);
-        let workers = match listed.get(&queue) {
+        let mut live = match listed.get(&queue) {
             Some(workers) => workers.clone(),
             None => {
                 let workers = until_redis_answers(settings, deps, term, 1, || {
                     deps.queue.live_workers(&queue)
                 })
                 .await?;
-                listed.insert(queue, workers.clone());
+                listed.insert(std::sync::Arc::clone(&queue), workers.clone());
                 workers
             }
         };
+        live.sort();
+        let workers = until_redis_answers(settings, deps, term, 1, || {
+            deps.queue.fix_fanout_workers(&queue, &fanout, &live)
+        })
+        .await?;
         out.extend(term.dispatcher.address_broadcast(&d, workers, now));
     }
     Some(out)

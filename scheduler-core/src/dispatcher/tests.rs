@@ -1493,3 +1493,31 @@ fn a_new_leader_sends_a_broadcast_s_open_shards_to_the_same_workers() {
     let st = new.state(&key("b")).unwrap();
     assert_eq!((st.success_count, st.failure_count), (1, 0));
 }
+
+#[test]
+fn a_broadcast_fire_replayed_without_its_progress_keeps_its_fanout_id() {
+    let mut old = one_task("b", BROADCAST);
+    // Written before the fire; the leader dies after sending it, before writing again.
+    let before = old
+        .take_state_writes(UtcMillis::MAX)
+        .into_iter()
+        .find_map(|(_, s)| s)
+        .unwrap();
+    let fire = old.poll(at(10_000));
+    let sent = old.address_broadcast(&fire[0], workers(&["w1", "w2"]), at(10_000));
+    let mut new = Dispatcher::new(DispatcherConfig::default(), at(12_000));
+    new.upsert(key("b"), spec("b", BROADCAST), 5, Some(before), at(12_000));
+    let replay = new.poll(at(12_000));
+    assert_eq!(replay.len(), 1);
+    assert_eq!(
+        replay[0].broadcast_fanout_id(),
+        fire[0].broadcast_fanout_id(),
+        "the same fire"
+    );
+    // Addressed to the workers the first leader fixed: the same executions, duplicates.
+    let again = new.address_broadcast(&replay[0], workers(&["w2", "w1"]), at(12_000));
+    let ids: Vec<u128> = again.iter().map(shard_exec).collect();
+    assert_eq!(ids, sent.iter().map(shard_exec).collect::<Vec<_>>());
+    let to: Vec<&str> = again.iter().map(shard_worker).collect();
+    assert_eq!(to, ["w1", "w2"]);
+}
