@@ -278,6 +278,17 @@ class Test:
         self.wait_text("the step of the run", "run ", "main", 45)
         self.check_log("the sharded task and its chain")
 
+        # A broadcast task: one execution per live worker, grouped under their fire.
+        self.ax("task", "put", "-", stdin=json.dumps({
+            "id": "everywhere", "namespace": "console", "handler": "log",
+            "schedule": {"every": "1h"}, "fanout": {"broadcast": True}}))
+        self.ax("task", "trigger", "console/everywhere")
+        d.go(f"{self.url}/ui/#/task/console/everywhere")
+        self.wait_text("the fire's row", "broadcast to 2 workers", "main", 45)
+        self.wait_text("each worker's execution", "on console-1", "main", 45)
+        self.wait_text("each worker's execution", "on console-2", "main", 45)
+        self.check_log("the broadcast task")
+
         # Secrets stay masked on the page.
         d.go(f"{self.url}/ui/#/task/console/flaky-hook")
         self.wait_text("the http task's spec", "***", "pre.spec")

@@ -74,6 +74,7 @@ export function task(root, { params, role, go }) {
     const deps = (Array.isArray(spec.depends_on) ? spec.depends_on : [])
       .map((d) => ({ ...d, task: String(d.task || '').includes('/') ? d.task : `${view.namespace}/${d.task}` }));
     const shards = spec.fanout && spec.fanout.shards;
+    const broadcast = spec.fanout && spec.fanout.broadcast;
     const state = h('dl', { class: 'facts' },
       h('dt', {}, 'Status'), h('dd', {}, badge(view.status || '?')),
       h('dt', {}, 'Schedule'), h('dd', {}, view.schedule_text || '–'),
@@ -82,16 +83,18 @@ export function task(root, { params, role, go }) {
       h('dt', {}, 'Last outcome'), h('dd', {}, view.last_outcome ? badge(view.last_outcome) : 'never ran'),
       view.last_error ? [h('dt', {}, 'Last error'), h('dd', { class: 'err' }, view.last_error)] : null,
       deps.length ? [h('dt', {}, 'Runs after'), h('dd', { id: 'depends-on' }, deps.map((d, i) => [i ? ', ' : '', h('a', { href: `#/task/${d.task}` }, d.task), ` (on ${d.on || 'success'})`]))] : null,
-      shards ? [h('dt', {}, 'Fan-out'), h('dd', {}, `${shards} shards per fire`)] : null);
+      shards ? [h('dt', {}, 'Fan-out'), h('dd', {}, `${shards} shards per fire`)] : null,
+      broadcast ? [h('dt', {}, 'Fan-out'), h('dd', {}, 'broadcast: one execution per live worker of the queue, per fire')] : null);
     const errors = view.errors && view.errors.length
       ? section(invalid ? 'Invalid spec' : 'Problems', h('ul', { class: 'warnings' }, view.errors.map((e) => h('li', {}, e))))
       : null;
     const fires = view.upcoming_fires && view.upcoming_fires.length
       ? h('ol', { class: 'fires', id: 'upcoming' }, view.upcoming_fires.map((t) => h('li', {}, when(t))))
       : h('p', { class: 'empty' }, view.status === 'PAUSED' ? 'Paused: no fire.' : 'No fire ahead.');
-    const rows = page.items.map((a) => [
+    const row = (a) => [
       [h('code', { class: 'id', title: a.execution_id }, a.execution_id.slice(0, 8)),
         a.shard_total ? h('span', { class: 'muted', title: `fan-out ${a.fanout_id}` }, ` shard ${a.shard_index + 1}/${a.shard_total}`) : null,
+        a.target_worker ? h('span', { class: 'muted', title: 'the worker this broadcast execution is addressed to' }, ` on ${a.target_worker}`) : null,
         a.run_id ? h('span', { class: 'muted', title: `run ${a.run_id}` }, ` run ${a.run_id.slice(0, 8)}`) : null],
       String(a.attempt),
       badge(a.outcome),
@@ -100,7 +103,32 @@ export function task(root, { params, role, go }) {
       a.duration_ms === undefined ? '–' : duration(a.duration_ms),
       a.error ? h('span', { class: 'err' }, a.error) : '',
       a.output ? h('code', { class: 'excerpt' }, `${a.output.status ?? ''} ${a.output.body ?? ''}${a.output.truncated ? ' …' : ''}`.trim()) : '',
-    ]);
+    ];
+    // The executions of one fanned-out fire (shards, or a broadcast's one per worker) under
+    // a row for the fire itself, in the order the fires first appear on the page.
+    const groups = [];
+    const byFire = new Map();
+    for (const a of page.items) {
+      if (!a.fanout_id) { groups.push([a]); continue; }
+      if (!byFire.has(a.fanout_id)) { byFire.set(a.fanout_id, []); groups.push(byFire.get(a.fanout_id)); }
+      byFire.get(a.fanout_id).push(a);
+    }
+    const fireRow = (items) => {
+      const latest = new Map();
+      for (const a of items) if (!latest.has(a.execution_id)) latest.set(a.execution_id, a);
+      const ends = {};
+      for (const a of latest.values()) ends[a.outcome] = (ends[a.outcome] || 0) + 1;
+      const total = items[0].shard_total;
+      const kind = items.some((a) => a.target_worker) ? `broadcast to ${total} worker${total === 1 ? '' : 's'}`
+        : total ? `${total} shards` : 'broadcast to no live worker';
+      const tally = Object.entries(ends).map(([o, n]) => `${n} ${o}`).join(', ');
+      return h('tr', { class: 'fire' }, h('td', { colspan: 8 },
+        h('code', { class: 'id', title: items[0].fanout_id }, `fire ${items[0].fanout_id.slice(0, 8)}`),
+        ` ${kind}; due `, when(items[0].due), `: ${tally}`));
+    };
+    const rows = groups.flatMap((g) => (g[0].fanout_id
+      ? [fireRow(g), ...g.map((a) => h('tr', { class: 'child' }, row(a).map((c) => h('td', {}, c))))]
+      : [row(g[0])]));
     clear(body).append(...[
       errors,
       section('State', state),

@@ -317,6 +317,33 @@ pub fn story_text(story: &ExecutionStory) -> String {
         {
             out.push_str(&format!("shard:   {i} of 0..{n} (fan-out {f})\n"));
         }
+        if let Some(w) = &lineage.target_worker {
+            out.push_str(&format!("worker:  {w} (broadcast: runs there only)\n"));
+        }
+    }
+    if let Some(fire) = &story.fire {
+        out.push_str(&format!(
+            "fire:    {} ({} executions, {} recorded)\n",
+            fire.fanout_id,
+            fire.total,
+            fire.executions.len()
+        ));
+        for e in &fire.executions {
+            let place = match (e.lineage.shard_index, &e.lineage.target_worker) {
+                (Some(i), Some(w)) => format!("{i} on {w}"),
+                (Some(i), None) => i.to_string(),
+                _ => "-".to_owned(),
+            };
+            let mark = if e.execution_id == story.execution_id {
+                " (this one)"
+            } else {
+                ""
+            };
+            out.push_str(&format!(
+                "  shard {place:<14} {}  {}{mark}\n",
+                e.execution_id, e.outcome
+            ));
+        }
     }
     out.push('\n');
     for (at, text) in events {
@@ -762,6 +789,7 @@ impl Chain {
 #[cfg(test)]
 mod chain_tests {
     use super::*;
+    use crate::http::api::FireView;
     use serde_json::json;
 
     fn view(ns: &str, id: &str, spec: serde_json::Value, status: &str) -> TaskView {
@@ -835,5 +863,57 @@ mod chain_tests {
             "{dot}"
         );
         assert!(Chain::around("ns", "nope", &tasks).is_none());
+    }
+
+    fn attempt(id: &str, index: u32, worker: &str, outcome: &str) -> ExecutionRecord {
+        serde_json::from_value(json!({
+            "execution_id": id, "attempt": 1, "due": 1000, "outcome": outcome,
+            "fanout_id": "f-1", "shard_index": index, "shard_total": 2,
+            "target_worker": worker,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_broadcast_execution_s_story_shows_its_worker_and_its_fire() {
+        let story = ExecutionStory {
+            execution_id: "e-1".into(),
+            namespace: "ns".into(),
+            task_id: "t".into(),
+            queue: "default".into(),
+            attempts: vec![attempt("e-1", 1, "w2", "failed")],
+            outcome: "failed".into(),
+            complete: true,
+            fire: Some(FireView {
+                fanout_id: "f-1".into(),
+                total: 2,
+                executions: vec![
+                    attempt("e-0", 0, "w1", "succeeded"),
+                    attempt("e-1", 1, "w2", "failed"),
+                ],
+            }),
+            ..ExecutionStory::default()
+        };
+        let text = story_text(&story);
+        assert!(
+            text.contains("shard:   1 of 0..2 (fan-out f-1)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("worker:  w2 (broadcast: runs there only)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fire:    f-1 (2 executions, 2 recorded)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  shard 0 on w1        e-0  succeeded\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  shard 1 on w2        e-1  failed (this one)\n"),
+            "{text}"
+        );
     }
 }

@@ -2622,11 +2622,16 @@ async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_
     )
     .await;
     cli_put(&c, "default", "doomed", task(json!({ "fail": true }), 1)).await;
+    // A broadcast fire: addressed to the one live worker, its retry back to it.
+    let mut everyone = task(json!({ "fail_attempts": 1 }), 2);
+    everyone["fanout"] = json!({ "broadcast": true });
+    cli_put(&c, "default", "everyone", everyone).await;
 
     let want = [
         ("ok", "SUCCESS"),
         ("flaky", "SUCCESS"),
         ("doomed", "FAILED"),
+        ("everyone", "SUCCESS"),
     ];
     wait_until(Duration::from_secs(20), "the three tasks settled", || {
         let c = &c;
@@ -2644,7 +2649,12 @@ async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_
         }
     })
     .await;
-    for (id, success, failure) in [("ok", 1, 0), ("flaky", 1, 0), ("doomed", 0, 1)] {
+    for (id, success, failure) in [
+        ("ok", 1, 0),
+        ("flaky", 1, 0),
+        ("doomed", 0, 1),
+        ("everyone", 1, 0),
+    ] {
         let s = c.state("default", id).await.unwrap();
         assert_eq!(
             (&s["success_count"], &s["failure_count"]),
@@ -2713,6 +2723,18 @@ async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_
         outcomes("doomed").await,
         story(&[(1, "retrying"), (2, "failed")])
     );
+    assert_eq!(
+        outcomes("everyone").await,
+        story(&[(1, "retrying"), (2, "succeeded")])
+    );
+    let everyone = c.ax_json(&["task", "history", "default/everyone"]).await;
+    for a in everyone.as_array().unwrap() {
+        assert_eq!(a["target_worker"], worker_id, "{a}");
+        assert_eq!(
+            (&a["shard_index"], &a["shard_total"]),
+            (&json!(0), &json!(1))
+        );
+    }
     // The task's own history too (`ax task history`), the retry 300 ms after the failure.
     let flaky = c.ax_json(&["task", "history", "default/flaky"]).await;
     let flaky = flaky.as_array().unwrap();
@@ -2853,6 +2875,367 @@ async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_
         (&served["workers"], &served["depth"]),
         (&json!([]), &json!(1)),
         "{status}"
+    );
+    c.clean_up().await;
+}
+
+/// The history of `task` (newest first, up to 500 attempts).
+async fn history_of(c: &Cluster, task: &str) -> Vec<Value> {
+    let h = c
+        .ax_json(&[
+            "task",
+            "history",
+            &format!("default/{task}"),
+            "--limit",
+            "500",
+        ])
+        .await;
+    h.as_array().cloned().unwrap_or_default()
+}
+
+/// The workers the executions of each fire were addressed to, by fire, as the receiver got
+/// them.
+fn targets_by_fire(executions: &[Execution]) -> std::collections::BTreeMap<i64, Vec<String>> {
+    let mut by_fire: std::collections::BTreeMap<i64, Vec<String>> = Default::default();
+    for e in executions {
+        by_fire.entry(e.fire_at).or_default().push(
+            e.target_worker
+                .clone()
+                .expect("a broadcast execution names its worker"),
+        );
+    }
+    for workers in by_fire.values_mut() {
+        workers.sort();
+    }
+    by_fire
+}
+
+/// A broadcast task (`fanout.broadcast`) on three worker replicas: each fire runs once on
+/// each live worker, on the worker it is addressed to. A worker SIGKILLed while it runs its
+/// execution: no other worker runs that execution; it ends failed ("worker w3 is gone") once
+/// the reaper finds the worker dead, and its fire fails; the fires go on meanwhile, on the
+/// two workers left once the dead one's heartbeat has expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broadcast_fire_runs_once_on_each_live_worker_and_a_killed_worker_s_share_fails() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-broadcast").await;
+    c.start_replica("s1", Roles::Scheduler).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    for w in ["w1", "w2", "w3"] {
+        c.start_replica(w, Roles::Worker).await;
+    }
+    c.receiver.slow_task("bc", Duration::from_secs(2));
+    let mut spec = http_task(&c, json!({ "every": "4s" }));
+    spec["fanout"] = json!({ "broadcast": true });
+    cli_put(&c, "default", "bc", spec).await;
+    let all3 = vec!["w1".to_owned(), "w2".to_owned(), "w3".to_owned()];
+
+    // Two whole fires, then w3 is killed while it runs its part of the next one.
+    let on_w3 = |c: &Cluster| {
+        c.receiver
+            .executions_of("bc")
+            .iter()
+            .filter(|e| e.target_worker.as_deref() == Some("w3"))
+            .count()
+    };
+    wait_until(Duration::from_secs(20), "three fires on w3", || {
+        let n = on_w3(&c);
+        async move { n >= 3 }
+    })
+    .await;
+    c.replica("w3").kill();
+    let killed_at = now_ms();
+    let killed_fire = c
+        .receiver
+        .executions_of("bc")
+        .iter()
+        .filter(|e| e.target_worker.as_deref() == Some("w3"))
+        .map(|e| e.fire_at)
+        .max()
+        .unwrap();
+
+    // The reaper (after the 30 s visibility timeout) leaves its part to be ended failed.
+    wait_until(Duration::from_secs(60), "w3's part failed", || {
+        let c = &c;
+        async move {
+            history_of(c, "bc").await.iter().any(|r| {
+                r["target_worker"] == "w3" && r["due"] == killed_fire && r["outcome"] == "failed"
+            })
+        }
+    })
+    .await;
+    // A fire after it, on the two left.
+    let resumed = now_ms();
+    wait_until(Duration::from_secs(20), "a fire on the two left", || {
+        let by_fire = targets_by_fire(&c.receiver.executions_of("bc"));
+        let done = by_fire.iter().any(|(at, w)| *at > resumed && w.len() == 2);
+        async move { done }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let executions = c.receiver.executions_of("bc");
+    let by_fire = targets_by_fire(&executions);
+    for (at, workers) in &by_fire {
+        let mut unique = workers.clone();
+        unique.dedup();
+        assert_eq!(&unique, workers, "fire {at}: once per worker: {workers:?}");
+        if *at <= killed_fire {
+            assert_eq!(workers, &all3, "fire {at} before the kill: on all three");
+        }
+    }
+    assert!(
+        by_fire
+            .iter()
+            .filter(|(at, _)| **at > killed_at + 7_000)
+            .all(|(_, w)| w == &["w1".to_owned(), "w2".to_owned()]),
+        "once its heartbeat expired, w3 is no longer addressed: {by_fire:?}"
+    );
+    assert!(
+        executions
+            .iter()
+            .all(|e| e.target_worker.as_deref() != Some("w3") || e.arrived_at < killed_at),
+        "no one ran w3's part after it died"
+    );
+    let history = history_of(&c, "bc").await;
+    for r in &history {
+        assert_eq!(
+            r["worker"], r["target_worker"],
+            "each attempt is its addressee's: {r}"
+        );
+    }
+    let failed: Vec<&Value> = history
+        .iter()
+        .filter(|r| r["outcome"] == "failed")
+        .collect();
+    assert!(!failed.is_empty());
+    assert!(
+        failed.iter().all(|r| r["target_worker"] == "w3"
+            && r["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("worker w3 is gone"))),
+        "{failed:?}"
+    );
+    let state = c.state("default", "bc").await.unwrap();
+    assert!(
+        state["failure_count"].as_u64().unwrap() >= 1,
+        "the fire w3 died in failed: {state}"
+    );
+    assert!(
+        state["success_count"].as_u64().unwrap() >= 3,
+        "the others succeeded: {state}"
+    );
+    c.clean_up().await;
+}
+
+/// A broadcast fire through a failover: the leader SIGKILLed while the three workers run
+/// their parts. The new leader finishes the fire's count from the stored progress (no new
+/// listing, nothing sent twice): each worker ran once, and the fire succeeded once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broadcast_fire_through_a_leader_failover_runs_once_per_worker() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-broadcast-failover").await;
+    c.start_replica("s1", Roles::Scheduler).await;
+    let first = c.wait_for_leader(None, Duration::from_secs(10)).await;
+    c.start_replica("s2", Roles::Scheduler).await;
+    for w in ["w1", "w2", "w3"] {
+        c.start_replica(w, Roles::Worker).await;
+    }
+    c.receiver.slow_task("bcf", Duration::from_secs(3));
+    let mut spec = http_task(&c, json!({ "at": rfc3339(now_ms() + 1000) }));
+    spec["fanout"] = json!({ "broadcast": true });
+    cli_put(&c, "default", "bcf", spec).await;
+
+    wait_for_executions(&c, "bcf", 3, Duration::from_secs(10)).await;
+    c.replica(&first).kill();
+    c.wait_for_leader(Some(&first), Duration::from_secs(10))
+        .await;
+    wait_until(Duration::from_secs(20), "the fire's one outcome", || {
+        let c = &c;
+        async move {
+            c.state("default", "bcf")
+                .await
+                .is_some_and(|s| s["success_count"] == 1)
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let executions = c.receiver.executions_of("bcf");
+    let by_fire = targets_by_fire(&executions);
+    assert_eq!(by_fire.len(), 1, "one fire: {by_fire:?}");
+    assert_eq!(
+        by_fire.values().next().unwrap(),
+        &["w1".to_owned(), "w2".to_owned(), "w3".to_owned()],
+        "once on each worker"
+    );
+    let ids: std::collections::HashSet<&str> =
+        executions.iter().map(|e| e.execution_id.as_str()).collect();
+    assert_eq!(ids.len(), 3);
+    let state = c.state("default", "bcf").await.unwrap();
+    assert_eq!(state["success_count"], 1, "{state}");
+    assert_eq!(state["failure_count"], 0, "{state}");
+    let history = history_of(&c, "bcf").await;
+    assert_eq!(history.len(), 3, "{history:?}");
+    // Any one execution's story shows its fire with all three.
+    let story = c
+        .ax_json(&["execution", "get", &executions[0].execution_id])
+        .await;
+    let mut on: Vec<&str> = story["fire"]["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["target_worker"].as_str().unwrap())
+        .collect();
+    on.sort_unstable();
+    assert_eq!(on, ["w1", "w2", "w3"], "{story}");
+    assert_eq!(story["fire"]["total"], 3, "{story}");
+    let text = c
+        .ax_ok(&["execution", "get", &executions[0].execution_id])
+        .await;
+    assert!(text.contains("fire:") && text.contains(" on w3 "), "{text}");
+    c.clean_up().await;
+}
+
+/// A broadcast fire on a queue no live worker serves ends failed at once: the reason in the
+/// task's state and history, and a task-failed alert.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broadcast_fire_without_a_live_worker_fails_at_once_with_its_reason() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-broadcast-none").await;
+    c.start_replica("s1", Roles::Scheduler).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    let mut spec = http_task(&c, json!({ "at": rfc3339(now_ms() + 500) }));
+    spec["fanout"] = json!({ "broadcast": true });
+    spec["queue"] = json!("nobody");
+    cli_put(&c, "default", "none", spec).await;
+    let reason = "no live worker serves queue nobody";
+    wait_until(Duration::from_secs(10), "the fire failed", || {
+        let c = &c;
+        async move {
+            c.state("default", "none")
+                .await
+                .is_some_and(|s| s["failure_count"] == 1)
+        }
+    })
+    .await;
+    let state = c.state("default", "none").await.unwrap();
+    assert_eq!(state["last_error"], reason, "{state}");
+    let history = history_of(&c, "none").await;
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(
+        (
+            &history[0]["outcome"],
+            &history[0]["error"],
+            &history[0]["queue"]
+        ),
+        (&json!("failed"), &json!(reason), &json!("nobody")),
+        "{history:?}"
+    );
+    wait_until(Duration::from_secs(10), "the alert", || {
+        let got = c.receiver.has_alert(reason);
+        async move { got }
+    })
+    .await;
+    assert!(c.receiver.executions_of("none").is_empty());
+    // Run now, it fails the same way, and its request is done with (not replayed).
+    let id = c.ax_ok(&["task", "trigger", "default/none"]).await;
+    let id = id.trim().to_owned();
+    wait_until(Duration::from_secs(10), "the run-now failed", || {
+        let c = &c;
+        async move {
+            c.state("default", "none")
+                .await
+                .is_some_and(|s| s["failure_count"] == 2)
+        }
+    })
+    .await;
+    let trigger = format!("{}/triggers/default/none/{id}", c.prefix);
+    wait_until(Duration::from_secs(10), "the trigger consumed", || {
+        let c = &c;
+        let trigger = trigger.clone();
+        async move { c.get(&trigger).await.is_none() }
+    })
+    .await;
+    c.clean_up().await;
+}
+
+/// A worker of a broadcast task stopped cleanly (SIGTERM) while it runs its part of a fire:
+/// it finishes that part within its shutdown grace, and from the moment it stops taking it is
+/// no longer addressed (it beats as a stopping worker): the fires after go to the two left,
+/// and no fire fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stopping_cleanly_finishes_its_part_and_is_no_longer_addressed() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-broadcast-stop").await;
+    c.start_replica("s1", Roles::Scheduler).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    for w in ["w1", "w2", "w3"] {
+        c.start_replica(w, Roles::Worker).await;
+    }
+    c.receiver.slow_task("bcs", Duration::from_secs(4));
+    let mut spec = http_task(&c, json!({ "every": "2s" }));
+    spec["fanout"] = json!({ "broadcast": true });
+    cli_put(&c, "default", "bcs", spec).await;
+
+    let on_w3 = |c: &Cluster| -> Vec<i64> {
+        c.receiver
+            .executions_of("bcs")
+            .iter()
+            .filter(|e| e.target_worker.as_deref() == Some("w3"))
+            .map(|e| e.fire_at)
+            .collect()
+    };
+    wait_until(Duration::from_secs(20), "two fires on w3", || {
+        let n = on_w3(&c).len();
+        async move { n >= 2 }
+    })
+    .await;
+    // Just after w3 got its part of a fire (answered in 4 s): stopped while it runs it, and
+    // fires come meanwhile.
+    let running_fire = *on_w3(&c).iter().max().unwrap();
+    let stopped_at = now_ms();
+    let status = c.replica("w3").terminate(Duration::from_secs(20));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "w3 exits cleanly: {status:?}"
+    );
+    let resumed = now_ms();
+    wait_until(Duration::from_secs(20), "two fires on the two left", || {
+        let by_fire = targets_by_fire(&c.receiver.executions_of("bcs"));
+        let done = by_fire.iter().filter(|(at, _)| **at > resumed).count() >= 2;
+        async move { done }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let by_fire = targets_by_fire(&c.receiver.executions_of("bcs"));
+    for (at, workers) in &by_fire {
+        let mut unique = workers.clone();
+        unique.dedup();
+        assert_eq!(&unique, workers, "fire {at}: once per worker");
+        if *at > stopped_at + 1_000 {
+            assert_eq!(
+                workers,
+                &["w1".to_owned(), "w2".to_owned()],
+                "fire {at} after w3 stopped taking"
+            );
+        }
+    }
+    let history = history_of(&c, "bcs").await;
+    for r in &history {
+        assert_eq!(r["worker"], r["target_worker"], "{r}");
+    }
+    assert!(
+        history.iter().any(|r| r["target_worker"] == "w3"
+            && r["due"] == running_fire
+            && r["outcome"] == "succeeded"),
+        "w3 finished the part it ran when stopped: {history:?}"
+    );
+    let state = c.state("default", "bcs").await.unwrap();
+    assert_eq!(
+        state["failure_count"], 0,
+        "a clean stop fails no fire: {state}"
     );
     c.clean_up().await;
 }

@@ -74,6 +74,7 @@ SCRIPTS = {
     "promote_due": True,
     "reap": True,
     "deregister": False,
+    "take_orphans": False,
 }
 
 
@@ -209,7 +210,9 @@ class Worker:
     def heartbeat(self):
         now = now_ms()
         pipe = self.r.pipeline(transaction=False)
-        pipe.set(self.k(f"worker:{self.id}"), now, px=HEARTBEAT_TTL_MS)
+        # Negated once stopping: alive, but no broadcast fire is addressed to it any more.
+        beat = -now if self.stopping.is_set() else now
+        pipe.set(self.k(f"worker:{self.id}"), beat, px=HEARTBEAT_TTL_MS)
         pipe.zadd(self.k("workers"), {self.id: now})
         pipe.execute()
 
@@ -225,7 +228,7 @@ class Worker:
         # (`Queue::recover_worker`): its heartbeat goes, then the reaper's script with a
         # cutoff no beat is after.
         self.r.delete(self.k(f"worker:{self.id}"))
-        back = self.reap(self.id, 2**63 - 1)
+        back = self.reap(self.id, 2**63 - 1, restart=True)
         if back > 0:
             self.log(f"gave back {back} message(s) an earlier process under this id held")
         self.r.zadd(self.k("workers"), {self.id: now_ms()}, nx=True)
@@ -234,15 +237,17 @@ class Worker:
     # -- maintenance: due retries and dead workers (every worker does it; scripts are safe
     #    to run from any number of workers at once) --
 
-    def reap(self, worker, cutoff):
+    def reap(self, worker, cutoff, restart=False):
         keys = [self.k("queued"), self.k("workers"), self.k(f"processing:{worker}"),
-                self.k(f"worker:{worker}"), self.k("order"), self.k("clock"), self.k("wake")]
-        return self.scripts["reap"](keys, [worker, cutoff, AGING_STEP_US, DEFAULT_PRIORITY])
+                self.k(f"worker:{worker}"), self.k("order"), self.k("clock"), self.k("wake"),
+                self.k(f"addressed:{worker}"), self.k("orphaned"), self.k(f"wake:{worker}")]
+        return self.scripts["reap"](
+            keys, [worker, cutoff, AGING_STEP_US, DEFAULT_PRIORITY, "1" if restart else "0"])
 
     def maintain(self):
         now = now_ms()
         keys = [self.k("delayed"), self.k("queued"), self.k("monitor"), self.k("order"),
-                self.k("clock"), self.k("wake")]
+                self.k("clock"), self.k("wake"), self.k("workers"), self.k("orphaned")]
         while self.scripts["promote_due"](keys, [now, 500, AGING_STEP_US, DEFAULT_PRIORITY]) >= 500:
             pass
         cutoff = now - VISIBILITY_TIMEOUT_MS
@@ -250,13 +255,33 @@ class Worker:
             n = self.reap(worker, cutoff)
             if n > 0:
                 self.log(f"gave back {n} message(s) of dead worker {worker}")
+        self.end_orphans()
+
+    def end_orphans(self):
+        """Ends failed the broadcast executions addressed to a worker that is gone: no other
+        worker may run them (each runs its own copy), and their fire ends only once they do."""
+        keys = [self.k("orphaned"), self.k(f"processing:{self.id}")]
+        for raw in self.scripts["take_orphans"](keys, [100]):
+            try:
+                msg = json.loads(raw)
+                msg["execution_id"], msg["namespace"], msg["task_id"]
+            except (ValueError, KeyError, TypeError) as e:
+                self.dead_letter_garbage(raw, str(e))
+                continue
+            worker = msg.get("target_worker", "")
+            reason = f"worker {worker} is gone: a broadcast execution runs only on its worker"
+            now = now_ms()
+            self.report(msg, {"type": "started", "at": now})
+            self.dead_letter(raw, msg, reason, now)
+            self.finish(msg, now, {"outcome": "failed", "error": reason}, worker=worker)
 
     # -- taking --
 
     def take_now(self):
         keys = [self.k("queued"), self.k(f"processing:{self.id}"), self.k("paused"),
                 self.k("ready"), self.k("order"), self.k("clock"), self.k("wake"),
-                self.k("ready:moved")]
+                self.k("ready:moved"), self.k(f"addressed:{self.id}"),
+                self.k(f"wake:{self.id}")]
         # ARGV 4 and 5 are the queue's limits (`redis.limits` in ax.toml): 0, none here.
         paused, raws, hold, _waits = self.scripts["take"](
             keys, [1, AGING_STEP_US, DEFAULT_PRIORITY, 0, 0])
@@ -271,7 +296,8 @@ class Worker:
         if not raws:
             if hold > 0:
                 self.stopping.wait(min(hold / 1000, BLOCK_TIMEOUT))
-            elif self.blocking.blpop([self.k("wake")], timeout=BLOCK_TIMEOUT) is None:
+            elif self.blocking.blpop([self.k("wake"), self.k(f"wake:{self.id}")],
+                                     timeout=BLOCK_TIMEOUT) is None:
                 return None
             if self.stopping.is_set():
                 return None
@@ -353,9 +379,11 @@ class Worker:
 
     def release(self, raw, msg):
         keys = [self.k(f"processing:{self.id}"), self.k("queued"), self.k("order"),
-                self.k("clock"), self.k("wake")]
+                self.k("clock"), self.k("wake"), self.k(f"addressed:{self.id}"),
+                self.k("orphaned"), self.k(f"wake:{self.id}")]
         return self.scripts["release"](
-            keys, [raw, AGING_STEP_US, DEFAULT_PRIORITY, msg["execution_id"], concurrency_key(msg)])
+            keys, [raw, AGING_STEP_US, DEFAULT_PRIORITY, msg["execution_id"], concurrency_key(msg),
+                   self.id])
 
     def fail(self, raw, msg, outcome, error, now):
         """Retries or dead-letters a failed attempt; returns its end."""
@@ -394,17 +422,17 @@ class Worker:
                 "XTRIM", self.executions_key(), "MAXLEN", "~", EXECUTION_HISTORY_MAX_ENTRIES)
         pipe.execute()
 
-    def finish(self, msg, started, end):
+    def finish(self, msg, started, end, worker=None):
         finished = now_ms()
         entry = {
             "execution_id": msg["execution_id"], "fire_at": msg["fire_at"],
             "started_at": started, "finished_at": finished,
             "lateness_ms": started - msg["fire_at"], "duration_ms": finished - started,
             **end,
-            "worker": self.id, "attempt": msg["attempt"], "queue": msg["queue"],
+            "worker": worker or self.id, "attempt": msg["attempt"], "queue": msg["queue"],
             "enqueued_at": msg["enqueued_at"], "first_enqueued_at": msg["first_attempt_at"],
         }
-        for field in ("run_id", "fanout_id", "shard_index", "shard_total"):
+        for field in ("run_id", "fanout_id", "shard_index", "shard_total", "target_worker"):
             if msg.get(field) is not None:
                 entry[field] = msg[field]
         self.report(msg, {"type": "finished", "at": finished, "end": end}, entry)
@@ -494,7 +522,8 @@ class Worker:
         self.beating.set()
         beat.join()
         gone = self.scripts["deregister"](
-            [self.k(f"processing:{self.id}"), self.k("workers"), self.k(f"worker:{self.id}")],
+            [self.k(f"processing:{self.id}"), self.k("workers"), self.k(f"worker:{self.id}"),
+             self.k(f"addressed:{self.id}"), self.k("orphaned"), self.k(f"wake:{self.id}")],
             [self.id])
         self.log("deregistered" if gone == 1 else "still holds messages; the reaper gives them back")
 

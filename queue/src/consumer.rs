@@ -19,6 +19,10 @@
 //! deliberately, so a long block is not cut short while a dead socket is still noticed.
 //!
 //! A paused queue (an operator's flag, checked inside `take.lua`) gives nothing.
+//!
+//! Messages addressed to this worker (a broadcast fire's shards) wait in a list of its own
+//! and are taken first; their wake tokens go to a wake list of its own, which the blocking
+//! wait watches beside the queue's (both in the queue's slot).
 
 use std::time::Duration;
 
@@ -181,6 +185,8 @@ impl Consumer {
             .key(k.clock(&self.name))
             .key(k.wake(&self.name))
             .key(k.legacy_moved(&self.name))
+            .key(k.addressed(&self.name, &self.worker_id))
+            .key(k.worker_wake(&self.name, &self.worker_id))
             .arg(max)
             .arg(self.queue.config().aging_step_us())
             .arg(DEFAULT_PRIORITY)
@@ -204,13 +210,15 @@ impl Consumer {
         })
     }
 
-    /// Waits up to the block timeout for a wake token; `true` when one came.
+    /// Waits up to the block timeout for a wake token, the queue's or this worker's own
+    /// (a message addressed to it); `true` when one came.
     async fn wait_for_wake(&mut self) -> Result<bool> {
         let wake = self.queue.keys().wake(&self.name);
+        let own = self.queue.keys().worker_wake(&self.name, &self.worker_id);
         let after = self.block_timeout + self.queue.config().command_timeout;
         let secs = self.block_timeout.as_secs_f64().max(0.01);
         let mut cmd = redis::cmd("BLPOP");
-        cmd.arg(wake).arg(secs);
+        cmd.arg(wake).arg(own).arg(secs);
         let fut = cmd.query_async::<Option<(String, String)>>(&mut self.conn);
         match tokio::time::timeout(after, fut).await {
             Ok(r) => r

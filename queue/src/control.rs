@@ -241,8 +241,9 @@ impl Queue {
             .key(k.delayed(queue))
             .key(k.legacy_ready(queue));
         for w in &workers {
-            inv.key(k.processing(queue, w));
+            inv.key(k.processing(queue, w)).key(k.addressed(queue, w));
         }
+        inv.key(k.orphaned(queue));
         inv.arg(needle).arg(MAX_FOUND);
         let pairs: Vec<(String, String)> =
             self.run("kill (find)", inv.invoke_async(&mut conn)).await?;
@@ -276,6 +277,7 @@ impl Queue {
             .key(active)
             .key(k.legacy_ready(queue))
             .key(k.order(queue))
+            .key(k.orphaned(queue))
             .arg(found.map_or("", |(raw, _)| raw.as_str()))
             .arg(&id_text)
             .arg(ttl.max(1));

@@ -77,6 +77,33 @@ impl Keys {
         format!("{}:processing:{}", self.tag(queue), worker_id)
     }
 
+    /// List of messages addressed to one worker (a broadcast fire's shards), oldest first:
+    /// that worker's takes move them before anything of the shared queue. `order.lua`
+    /// (`ax_addressed`) builds the same name for a due retry; keep the two in step.
+    pub fn addressed(&self, queue: &str, worker_id: &str) -> String {
+        format!("{}:addressed:{}", self.tag(queue), worker_id)
+    }
+
+    /// Wake tokens of one worker alone: an addressed message adds one, and the worker's
+    /// blocking wait watches this list beside the queue's (`ax_worker_wake` in `order.lua`).
+    pub fn worker_wake(&self, queue: &str, worker_id: &str) -> String {
+        format!("{}:wake:{}", self.tag(queue), worker_id)
+    }
+
+    /// List of addressed messages whose worker is gone (reaped, stopped, or never there
+    /// when the message came): no other worker may run them, so a live worker ends each
+    /// failed, as its own attempt's end would be recorded.
+    pub fn orphaned(&self, queue: &str) -> String {
+        format!("{}:orphaned", self.tag(queue))
+    }
+
+    /// The workers a broadcast fire was addressed to (JSON list of ids, with the dedupe TTL),
+    /// fixed by the first leader that sent it: a successor that lost the fire's progress
+    /// addresses it the same way.
+    pub fn fanout_workers(&self, queue: &str, fanout_id: &str) -> String {
+        format!("{}:fanout:{}", self.tag(queue), fanout_id)
+    }
+
     /// Sorted set of worker ids that took from this queue, scored by their last heartbeat.
     pub fn workers(&self, queue: &str) -> String {
         format!("{}:workers", self.tag(queue))
@@ -238,6 +265,10 @@ mod tests {
             k.paused(q),
             k.awaiting(q, "e1"),
             k.awaiting_due(q),
+            k.addressed(q, "w1"),
+            k.worker_wake(q, "w1"),
+            k.orphaned(q),
+            k.fanout_workers(q, "f1"),
         ];
         for key in &all {
             assert_eq!(slot_tag(key), "ax:q:default", "{key}");
@@ -265,6 +296,8 @@ mod tests {
                     k.order(q),
                     k.clock(q),
                     k.wake(q),
+                    k.workers(q),
+                    k.orphaned(q),
                     k.fired(q, "ns", "t"),
                     active.clone(),
                     k.dedupe(q, "run:1"),
@@ -283,6 +316,8 @@ mod tests {
                     k.clock(q),
                     k.wake(q),
                     k.legacy_moved(q),
+                    k.addressed(q, w),
+                    k.worker_wake(q, w),
                 ],
             ),
             (
@@ -318,6 +353,8 @@ mod tests {
                     k.order(q),
                     k.clock(q),
                     k.wake(q),
+                    k.workers(q),
+                    k.orphaned(q),
                 ],
             ),
             (
@@ -330,6 +367,9 @@ mod tests {
                     k.order(q),
                     k.clock(q),
                     k.wake(q),
+                    k.addressed(q, w),
+                    k.orphaned(q),
+                    k.worker_wake(q, w),
                 ],
             ),
             (
@@ -365,11 +405,21 @@ mod tests {
                     k.order(q),
                     k.clock(q),
                     k.wake(q),
+                    k.addressed(q, w),
+                    k.orphaned(q),
+                    k.worker_wake(q, w),
                 ],
             ),
             (
                 "deregister",
-                vec![k.processing(q, w), k.workers(q), k.heartbeat(q, w)],
+                vec![
+                    k.processing(q, w),
+                    k.workers(q),
+                    k.heartbeat(q, w),
+                    k.addressed(q, w),
+                    k.orphaned(q),
+                    k.worker_wake(q, w),
+                ],
             ),
             ("read_events", vec![k.events(), k.legacy_events()]),
             ("dlq_trim", vec![k.dlq(q), k.dlq_entries(q)]),
@@ -383,8 +433,10 @@ mod tests {
                     active.clone(),
                     k.legacy_ready(q),
                     k.order(q),
+                    k.orphaned(q),
                 ],
             ),
+            ("take_orphans", vec![k.orphaned(q), k.processing(q, w)]),
             (
                 "find",
                 vec![
@@ -393,6 +445,8 @@ mod tests {
                     k.legacy_ready(q),
                     k.processing(q, w),
                     k.processing(q, "w2"),
+                    k.addressed(q, w),
+                    k.orphaned(q),
                 ],
             ),
             ("history_page", vec![k.executions()]),

@@ -114,6 +114,10 @@ pub struct Lineage {
     /// For a fanned-out fire: how many shards it has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard_total: Option<u32>,
+    /// For a broadcast fire: the worker this shard is addressed to. Only that worker takes
+    /// it (its retries too); if the worker is gone it ends failed, never runs elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_worker: Option<String>,
 }
 
 /// How the enqueue recognises a message that was enqueued before (a fire dispatched by two
@@ -196,6 +200,7 @@ impl ExecutionMessage {
                 fanout_id: dispatch.shard.as_ref().map(|s| s.fanout.clone()),
                 shard_index: dispatch.shard.as_ref().map(|s| s.index),
                 shard_total: dispatch.shard.as_ref().map(|s| s.total),
+                target_worker: dispatch.shard.as_ref().and_then(|s| s.worker.clone()),
             },
         };
         m.resolve_concurrency(spec.concurrency.as_ref());
@@ -327,6 +332,8 @@ impl ExecutionMessage {
         m.run_now = true;
         m.idempotency_key = None;
         m.overlap = OverlapPolicy::Allow;
+        // The worker it was addressed to may be gone: a requeue runs on any worker.
+        m.lineage.target_worker = None;
         m
     }
 
@@ -360,6 +367,7 @@ fn standalone(spec: &TaskSpec, fire_at: UtcMillis, run_now: Option<String>) -> D
         run_id: None,
         starts_run: false,
         shard: None,
+        broadcast: false,
     }
 }
 

@@ -336,7 +336,9 @@ impl Queue {
             .key(k.fence(q))
             .key(k.order(q))
             .key(k.clock(q))
-            .key(k.wake(q));
+            .key(k.wake(q))
+            .key(k.workers(q))
+            .key(k.orphaned(q));
         let dedupes: Vec<Dedupe> = chunk.iter().map(|&i| msgs[i].dedupe()).collect();
         for (&i, dedupe) in chunk.iter().zip(&dedupes) {
             let m = &msgs[i];
@@ -360,7 +362,8 @@ impl Queue {
                 .arg(match dedupe {
                     Dedupe::Fire(at) => at.0.to_string(),
                     Dedupe::Key(_) => String::new(),
-                });
+                })
+                .arg(m.lineage.target_worker.as_deref().unwrap_or(""));
         }
         inv
     }
@@ -562,12 +565,16 @@ impl Queue {
             .key(k.order(&d.queue))
             .key(k.clock(&d.queue))
             .key(k.wake(&d.queue))
+            .key(k.addressed(&d.queue, &d.worker_id))
+            .key(k.orphaned(&d.queue))
+            .key(k.worker_wake(&d.queue, &d.worker_id))
             .arg(&d.raw)
             .arg(self.inner.cfg.aging_step_us())
             .arg(DEFAULT_PRIORITY)
             // The slots it held go with it.
             .arg(d.message.execution_id.to_string())
-            .arg(concurrency_key(&d.message));
+            .arg(concurrency_key(&d.message))
+            .arg(&d.worker_id);
         let n: i64 = self.run("release", inv.invoke_async(&mut conn)).await?;
         Ok(n == 1)
     }
@@ -584,6 +591,8 @@ impl Queue {
             .key(k.order(queue))
             .key(k.clock(queue))
             .key(k.wake(queue))
+            .key(k.workers(queue))
+            .key(k.orphaned(queue))
             .arg(now.0)
             .arg(batch.max(1))
             .arg(self.inner.cfg.aging_step_us())
@@ -600,6 +609,31 @@ impl Queue {
         ttl: Duration,
         now: UtcMillis,
     ) -> Result<()> {
+        self.beat(queue, worker_id, ttl, now, false).await
+    }
+
+    /// The heartbeat of a worker that is stopping: alive (the reaper leaves what it holds, a
+    /// second process under its id is refused) but taking nothing new, so it is not among
+    /// the [`Queue::live_workers`] a broadcast fire is addressed to. The key holds the beat
+    /// negated.
+    pub async fn heartbeat_stopping(
+        &self,
+        queue: &str,
+        worker_id: &str,
+        ttl: Duration,
+        now: UtcMillis,
+    ) -> Result<()> {
+        self.beat(queue, worker_id, ttl, now, true).await
+    }
+
+    async fn beat(
+        &self,
+        queue: &str,
+        worker_id: &str,
+        ttl: Duration,
+        now: UtcMillis,
+        stopping: bool,
+    ) -> Result<()> {
         check_queue(queue)?;
         check_queue(worker_id)?;
         let k = &self.inner.keys;
@@ -607,7 +641,7 @@ impl Queue {
         let mut pipe = redis::pipe();
         pipe.cmd("SET")
             .arg(k.heartbeat(queue, worker_id))
-            .arg(now.0)
+            .arg(if stopping { -now.0 } else { now.0 })
             .arg("PX")
             .arg(ms(ttl).max(1))
             .ignore()
@@ -640,7 +674,8 @@ impl Queue {
     }
 
     /// The workers serving `queue` now: those in its workers set whose heartbeat key lives
-    /// (a worker of any language registers the same way, see `docs/worker-protocol.md`).
+    /// and is not a stopping worker's (a worker of any language registers the same way, see
+    /// `docs/worker-protocol.md`).
     pub async fn live_workers(&self, queue: &str) -> Result<Vec<String>> {
         check_queue(queue)?;
         let k = &self.inner.keys;
@@ -653,20 +688,66 @@ impl Queue {
         }
         let mut pipe = redis::pipe();
         for id in &ids {
-            pipe.exists(k.heartbeat(queue, id));
+            pipe.get(k.heartbeat(queue, id));
         }
-        let alive: Vec<bool> = self
+        let beats: Vec<Option<String>> = self
             .run("live_workers", pipe.query_async(&mut conn))
             .await?;
         Ok(ids
             .into_iter()
-            .zip(alive)
-            .filter_map(|(id, alive)| alive.then_some(id))
+            .zip(beats)
+            .filter_map(|(id, beat)| {
+                // A stopping worker's beat is negative; any other value is a live one's.
+                let stopping = beat.as_deref().is_some_and(|b| b.starts_with('-'));
+                (beat.is_some() && !stopping).then_some(id)
+            })
             .collect())
     }
 
-    /// Removes a cleanly stopping worker that holds nothing. `false` when it still holds
-    /// messages (the reaper will give them back after the visibility timeout).
+    /// Fixes the workers broadcast fire `fanout_id` of `queue` is addressed to: `workers`
+    /// when it is the first to, else those given first (by another leader, before a
+    /// failover), for as long as the fire's executions are deduplicated. Returns the list
+    /// that holds.
+    pub async fn fix_fanout_workers(
+        &self,
+        queue: &str,
+        fanout_id: &str,
+        workers: &[String],
+    ) -> Result<Vec<String>> {
+        check_queue(queue)?;
+        let key = self.inner.keys.fanout_workers(queue, fanout_id);
+        let json = serde_json::to_string(workers).map_err(|source| QueueError::Json {
+            action: "encode",
+            what: "broadcast workers",
+            source,
+        })?;
+        let mut conn = self.conn();
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(&key)
+            .arg(&json)
+            .arg("NX")
+            .arg("PX")
+            .arg(ms(self.inner.cfg.dedupe_ttl).max(1))
+            .ignore()
+            .get(&key);
+        let (held,): (Option<String>,) = self
+            .run("fix_fanout_workers", pipe.query_async(&mut conn))
+            .await?;
+        match held {
+            Some(text) => serde_json::from_str(&text).map_err(|source| QueueError::Json {
+                action: "decode",
+                what: "broadcast workers",
+                source,
+            }),
+            // Expired in between (a dedupe TTL shorter than a round trip): ours.
+            None => Ok(workers.to_vec()),
+        }
+    }
+
+    /// Removes a cleanly stopping worker that holds nothing; messages still addressed to it
+    /// become orphans (see [`Queue::take_orphans`]). `false` when it still holds messages
+    /// (the reaper will give them back after the visibility timeout).
     pub async fn deregister(&self, queue: &str, worker_id: &str) -> Result<bool> {
         let k = &self.inner.keys;
         let mut conn = self.conn();
@@ -674,13 +755,62 @@ impl Queue {
         inv.key(k.processing(queue, worker_id))
             .key(k.workers(queue))
             .key(k.heartbeat(queue, worker_id))
+            .key(k.addressed(queue, worker_id))
+            .key(k.orphaned(queue))
+            .key(k.worker_wake(queue, worker_id))
             .arg(worker_id);
         let n: i64 = self.run("deregister", inv.invoke_async(&mut conn)).await?;
         Ok(n == 1)
     }
 
+    /// Takes up to `max` orphans of `queue` (messages addressed to a worker that is gone)
+    /// into `worker_id`'s processing list, for it to end each failed with
+    /// [`Queue::dead_letter`]: none may run elsewhere, and each must end for its fire to.
+    pub async fn take_orphans(
+        &self,
+        queue: &str,
+        worker_id: &str,
+        max: usize,
+    ) -> Result<Vec<Delivery>> {
+        check_queue(queue)?;
+        check_queue(worker_id)?;
+        let k = &self.inner.keys;
+        let mut conn = self.conn();
+        let mut inv = self.inner.scripts.take_orphans.prepare_invoke();
+        inv.key(k.orphaned(queue))
+            .key(k.processing(queue, worker_id))
+            .arg(max.max(1));
+        let raws: Vec<String> = self
+            .run("take_orphans", inv.invoke_async(&mut conn))
+            .await?;
+        let mut out = Vec::with_capacity(raws.len());
+        for raw in raws {
+            match ExecutionMessage::from_json(&raw) {
+                Ok(message) => out.push(Delivery {
+                    queue: queue.to_owned(),
+                    worker_id: worker_id.to_owned(),
+                    raw,
+                    message,
+                    limited_wait: None,
+                }),
+                Err(e) => {
+                    self.dead_letter_undecodable(
+                        queue,
+                        worker_id,
+                        &raw,
+                        &e.to_string(),
+                        UtcMillis::now(),
+                    )
+                    .await?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Gives back the messages of workers of `queue` whose heartbeat key is gone and whose
-    /// last beat is older than `visibility_timeout`. Returns how many messages went back.
+    /// last beat is older than `visibility_timeout`; messages addressed to such a worker
+    /// become orphans (see [`Queue::take_orphans`]). Returns how many messages moved.
     pub async fn reap(
         &self,
         queue: &str,
@@ -699,7 +829,7 @@ impl Queue {
             .await?;
         let mut given_back = 0usize;
         for worker in suspects {
-            let inv = self.reap_invocation(queue, &worker, cutoff.0);
+            let inv = self.reap_invocation(queue, &worker, cutoff.0, false);
             let n: i64 = self.run("reap", inv.invoke_async(&mut conn)).await?;
             if n > 0 {
                 tracing::warn!(queue, worker = %worker, messages = n, "gave back messages of a dead worker");
@@ -709,12 +839,14 @@ impl Queue {
         Ok(given_back)
     }
 
-    /// The call of `reap.lua` for `worker` of `queue`, dead if last seen at `cutoff` or before.
+    /// The call of `reap.lua` for `worker` of `queue`, dead if last seen at `cutoff` or before
+    /// (`restart`: the worker is starting again under the same id).
     fn reap_invocation(
         &self,
         queue: &str,
         worker: &str,
         cutoff: i64,
+        restart: bool,
     ) -> redis::ScriptInvocation<'_> {
         let k = &self.inner.keys;
         let mut inv = self.inner.scripts.reap.prepare_invoke();
@@ -725,10 +857,14 @@ impl Queue {
             .key(k.order(queue))
             .key(k.clock(queue))
             .key(k.wake(queue))
+            .key(k.addressed(queue, worker))
+            .key(k.orphaned(queue))
+            .key(k.worker_wake(queue, worker))
             .arg(worker)
             .arg(cutoff)
             .arg(self.inner.cfg.aging_step_us())
-            .arg(DEFAULT_PRIORITY);
+            .arg(DEFAULT_PRIORITY)
+            .arg(if restart { "1" } else { "0" });
         inv
     }
 
@@ -743,7 +879,7 @@ impl Queue {
         let _: () = self
             .run("recover_worker", conn.del(k.heartbeat(queue, worker_id)))
             .await?;
-        let inv = self.reap_invocation(queue, worker_id, i64::MAX);
+        let inv = self.reap_invocation(queue, worker_id, i64::MAX, true);
         let n: i64 = self
             .run("recover_worker", inv.invoke_async(&mut conn))
             .await?;

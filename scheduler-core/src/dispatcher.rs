@@ -50,7 +50,7 @@ use crate::overlap::{dispatch_mode, merge_held};
 use crate::ready::{ReadyConfig, ReadyQueue};
 use crate::schedule::CompiledSchedule;
 use crate::state::{TaskState, TaskStatus};
-use crate::task::{Fanout, OverlapPolicy, Schedule, TaskSpec};
+use crate::task::{Fanout, OverlapPolicy, Schedule, TaskSpec, MAX_SHARDS};
 use crate::time::UtcMillis;
 use crate::timer::{TimerConfig, TimerHandle, TimerWheel};
 use crate::validate::FieldError;
@@ -149,6 +149,22 @@ pub struct Dispatch {
     pub starts_run: bool,
     /// For a fanned-out fire: which shard this is (see [`crate::fanout`]).
     pub shard: Option<Shard>,
+    /// A broadcast fire not addressed yet: never enqueued as it is. The shell lists the
+    /// live workers of the task's queue and hands them to
+    /// [`Dispatcher::address_broadcast`], which returns the executions to enqueue.
+    pub broadcast: bool,
+}
+
+impl Dispatch {
+    /// For a broadcast fire not addressed yet: its fan-out id (the run-now's execution id, or
+    /// derived from the task and the fire instant), the same on every leader.
+    pub fn broadcast_fanout_id(&self) -> Option<String> {
+        self.broadcast.then(|| {
+            self.run_now
+                .clone()
+                .unwrap_or_else(|| fire_fanout_id(&self.key, self.fire_at))
+        })
+    }
 }
 
 /// Something the engine should alert on or log.
@@ -213,6 +229,22 @@ pub enum Notice {
         at: UtcMillis,
         /// How it ended, and the retry that follows, if any.
         end: crate::execution::AttemptEnd,
+    },
+    /// A broadcast fire found no live worker on its task's queue: it ended failed at once
+    /// (its end is in the task's state; the shell records it in the history).
+    NoLiveWorker {
+        /// The task.
+        key: Arc<TaskKey>,
+        /// The fire's fan-out id, the id its end is recorded under.
+        fanout: String,
+        /// The fire.
+        fire_at: UtcMillis,
+        /// The dependency run the fire is a step of, if any.
+        run: Option<String>,
+        /// The task's queue.
+        queue: Arc<str>,
+        /// Why it failed, as recorded.
+        reason: String,
     },
     /// Fires of a task with `expect_success_within` were not followed by a success in time
     /// (each missed fire is reported once; see [`crate::deadline`]).
@@ -954,6 +986,7 @@ impl Dispatcher {
                                 && self.graph.starts_runs(&task.key, &task.spec),
                             fanout: &progress.id,
                             total: progress.total,
+                            workers: &progress.workers,
                         };
                         out.extend(progress.open().map(|index| fire.shard(task, index)));
                     }
@@ -1028,10 +1061,44 @@ impl Dispatcher {
             set_status(&mut task.state, TaskStatus::Running, now);
             write_running(&mut self.pending, &task.key, &self.config, now);
             let starts_run = run_id.is_none() && self.graph.starts_runs(&task.key, &task.spec);
-            if let Some(Fanout::Shards(total)) = task.spec.fanout {
+            if let Some(fanout) = task.spec.fanout {
                 let id = run_now
                     .clone()
                     .unwrap_or_else(|| fire_fanout_id(&task.key, fire_at));
+                let total = match fanout {
+                    Fanout::Shards(total) => total,
+                    Fanout::Broadcast => match task.state.fanouts.iter().find(|f| f.id == id) {
+                        Some(progress) => {
+                            // Addressed before (a fire replayed after a failover): its shards
+                            // not ended go to the workers they were addressed to.
+                            let fire = ShardedFire {
+                                fire_at,
+                                run_now,
+                                run_id,
+                                starts_run,
+                                fanout: &progress.id,
+                                total: progress.total,
+                                workers: &progress.workers,
+                            };
+                            out.extend(progress.open().map(|index| fire.shard(task, index)));
+                            continue;
+                        }
+                        None => {
+                            out.push(Dispatch {
+                                key: Arc::clone(&task.key),
+                                spec: Arc::clone(&task.spec),
+                                fire_at,
+                                overlap: OverlapPolicy::Allow,
+                                run_now,
+                                run_id,
+                                starts_run,
+                                shard: None,
+                                broadcast: true,
+                            });
+                            continue;
+                        }
+                    },
+                };
                 if !task.state.fanouts.iter().any(|f| f.id == id) {
                     task.state.fanouts.push(FanoutProgress::new(
                         id.clone(),
@@ -1047,6 +1114,7 @@ impl Dispatcher {
                     starts_run,
                     fanout: &id,
                     total,
+                    workers: &[],
                 };
                 out.extend((0..total).map(|index| fire.shard(task, index)));
                 continue;
@@ -1060,9 +1128,92 @@ impl Dispatcher {
                 run_id,
                 starts_run,
                 shard: None,
+                broadcast: false,
             });
         }
         out
+    }
+
+    /// Addresses a broadcast fire `poll` returned (its `broadcast` set) to `workers`, the
+    /// live workers of the task's queue the shell found: one shard each, in sorted order,
+    /// at most [`MAX_SHARDS`]. The fire's progress keeps the list (written at once: a new
+    /// leader sends what is not ended to the same workers). With no worker the fire ends
+    /// failed here, with a [`Notice::NoLiveWorker`]. Returns the executions to enqueue;
+    /// a fire addressed already gets its shards not ended, as addressed then.
+    pub fn address_broadcast(
+        &mut self,
+        dispatch: &Dispatch,
+        mut workers: Vec<String>,
+        now: UtcMillis,
+    ) -> Vec<Dispatch> {
+        let Some(task) = self.tasks.get_mut(&dispatch.key) else {
+            return Vec::new();
+        };
+        let Some(id) = dispatch.broadcast_fanout_id() else {
+            return Vec::new();
+        };
+        if !task.state.fanouts.iter().any(|f| f.id == id) {
+            workers.sort();
+            workers.dedup();
+            workers.truncate(MAX_SHARDS as usize);
+            if workers.is_empty() {
+                let reason = format!("no live worker serves queue {}", task.spec.queue);
+                task.state.last_error = Some(reason.clone());
+                let key = Arc::clone(&task.key);
+                self.notices.push(Notice::NoLiveWorker {
+                    key: Arc::clone(&key),
+                    fanout: id.clone(),
+                    fire_at: dispatch.fire_at,
+                    run: dispatch.run_id.clone(),
+                    queue: Arc::clone(&task.spec.queue),
+                    reason: reason.clone(),
+                });
+                let end = crate::execution::AttemptEnd {
+                    outcome: AttemptOutcome::Failed,
+                    error: Some(reason),
+                    retry_at: None,
+                };
+                if let Some(execution) = parse_execution_id(&id) {
+                    self.apply_to_state(
+                        &key,
+                        None,
+                        execution,
+                        0,
+                        &ExecutionEvent::Finished {
+                            at: now,
+                            end: end.clone(),
+                        },
+                        now,
+                    );
+                    self.on_step_end(&key, execution, StepOutcome::of(&end), now);
+                }
+                return Vec::new();
+            }
+            task.state.fanouts.push(FanoutProgress::broadcast(
+                id.clone(),
+                dispatch.fire_at,
+                workers,
+                dispatch.run_id.clone(),
+            ));
+            self.pending
+                .insert(Arc::clone(&task.key), Pending::WriteCurrent);
+        }
+        let Some(progress) = task.state.fanouts.iter().find(|f| f.id == id) else {
+            return Vec::new();
+        };
+        let fire = ShardedFire {
+            fire_at: dispatch.fire_at,
+            run_now: dispatch.run_now.clone(),
+            run_id: dispatch.run_id.clone(),
+            starts_run: dispatch.starts_run,
+            fanout: &progress.id,
+            total: progress.total,
+            workers: &progress.workers,
+        };
+        progress
+            .open()
+            .map(|index| fire.shard(task, index))
+            .collect()
     }
 
     fn on_timer(&mut self, fire_at: UtcMillis, entry: TimerEntry, now: UtcMillis) {
@@ -1726,6 +1877,8 @@ struct ShardedFire<'a> {
     starts_run: bool,
     fanout: &'a str,
     total: u32,
+    /// A broadcast fire's workers, by shard (empty for `shards`).
+    workers: &'a [String],
 }
 
 impl ShardedFire<'_> {
@@ -1743,7 +1896,9 @@ impl ShardedFire<'_> {
                 index,
                 total: self.total,
                 fanout: self.fanout.to_owned(),
+                worker: self.workers.get(index as usize).cloned(),
             }),
+            broadcast: false,
         }
     }
 }

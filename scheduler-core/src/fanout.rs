@@ -1,4 +1,5 @@
-//! Fan-out: one fire of a task with `fanout: {"shards": N}` runs as N executions.
+//! Fan-out: one fire of a task with `fanout: {"shards": N}` runs as N executions; with
+//! `fanout: {"broadcast": true}`, as one execution on each live worker of its queue.
 //!
 //! Each shard is an execution of its own (its own retries, its own history), told its
 //! `shard_index` and `shard_total`. The fire they share has an id, the **fan-out id**: the
@@ -13,6 +14,13 @@
 //! again: those already queued are refused as duplicates). The fire ends once every shard
 //! has: it succeeded when all did; that single outcome is what the task's state, its
 //! dependency chain and its deadline see.
+//!
+//! A broadcast fire is a sharded fire whose shard count is the number of live workers the
+//! leader found when it sent the fire: shard `i` is addressed to the `i`-th of them, sorted.
+//! The list is kept in the progress with the count, so a new leader sends the shards not
+//! ended to the same workers, never to a fresh listing. The dispatcher leaves a broadcast
+//! fire unaddressed until the shell has listed the workers
+//! ([`crate::Dispatcher::address_broadcast`]): the listing is I/O, the rest is decided here.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +37,8 @@ pub struct Shard {
     pub total: u32,
     /// The fire's fan-out id.
     pub fanout: String,
+    /// For a broadcast fire: the worker this shard runs on, and nowhere else.
+    pub worker: Option<String>,
 }
 
 impl Shard {
@@ -76,6 +86,9 @@ pub struct FanoutProgress {
     /// Bit `i` set: shard `i` failed for good (or was killed).
     #[serde(default)]
     pub failed: Vec<u64>,
+    /// For a broadcast fire: the worker of each shard, in shard order (`total` of them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<String>,
 }
 
 impl FanoutProgress {
@@ -88,7 +101,27 @@ impl FanoutProgress {
             run,
             succeeded: Vec::new(),
             failed: Vec::new(),
+            workers: Vec::new(),
         }
+    }
+
+    /// A broadcast fire just sent to `workers`, one shard each, in this order.
+    pub fn broadcast(
+        id: String,
+        fire_at: UtcMillis,
+        workers: Vec<String>,
+        run: Option<String>,
+    ) -> Self {
+        let total = u32::try_from(workers.len()).unwrap_or(u32::MAX);
+        FanoutProgress {
+            workers,
+            ..Self::new(id, fire_at, total, run)
+        }
+    }
+
+    /// The worker shard `i` is addressed to (a broadcast fire's shards only).
+    pub fn worker(&self, i: u32) -> Option<&str> {
+        self.workers.get(i as usize).map(String::as_str)
     }
 
     fn has(bits: &[u64], i: u32) -> bool {

@@ -195,6 +195,9 @@ pub enum Schedule {
 pub enum Fanout {
     /// N executions, each told its `shard_index` (0-based) and `shard_total`.
     Shards(u32),
+    /// One execution on every live worker of the task's queue, counted when the fire is
+    /// sent; each is addressed to its worker (see [`crate::fanout`]).
+    Broadcast,
 }
 
 /// One parent of a dependent task (`depends_on`): see [`crate::workflow`].

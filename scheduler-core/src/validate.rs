@@ -724,9 +724,12 @@ impl TaskSpec {
             limit.insert("max".into(), cc.max.into());
             obj.insert("concurrency".into(), Value::Object(limit));
         }
-        if let Some(Fanout::Shards(n)) = self.fanout {
+        if let Some(fanout) = self.fanout {
             let mut f = Map::new();
-            f.insert("shards".into(), n.into());
+            match fanout {
+                Fanout::Shards(n) => f.insert("shards".into(), n.into()),
+                Fanout::Broadcast => f.insert("broadcast".into(), true.into()),
+            };
             obj.insert("fanout".into(), Value::Object(f));
         }
         if !self.depends_on.is_empty() {
@@ -809,27 +812,51 @@ fn schedule_json(s: &Schedule) -> Value {
 }
 
 const DEPENDENCY_FIELDS: &[&str] = &["task", "on", "within"];
-const FANOUT_FIELDS: &[&str] = &["shards"];
+const FANOUT_FIELDS: &[&str] = &["shards", "broadcast"];
 
-/// `fanout`: `{"shards": N}`, 2 to [`MAX_SHARDS`].
+/// `fanout`: `{"shards": N}`, 2 to [`MAX_SHARDS`], or `{"broadcast": true}`.
 fn parse_fanout(c: &mut Checker, v: &Value) -> Option<Fanout> {
     let Value::Object(obj) = v else {
         c.err(
             "fanout",
             format!(
-                "must be an object such as {{\"shards\": 4}}, found {}",
+                "must be an object such as {{\"shards\": 4}} or {{\"broadcast\": true}}, found {}",
                 kind(v)
             ),
         );
         return None;
     };
     c.unknown_fields(obj, "fanout", FANOUT_FIELDS);
-    let Some(n) = field(obj, "shards") else {
-        c.err(
-            "fanout.shards",
-            "missing; give the number of executions per fire",
-        );
-        return None;
+    let n = match (field(obj, "shards"), field(obj, "broadcast")) {
+        (Some(n), None) => n,
+        (Some(_), Some(_)) => {
+            c.err(
+                "fanout",
+                "give either shards (N executions per fire) or broadcast (one per live worker), not both",
+            );
+            return None;
+        }
+        (None, Some(Value::Bool(true))) => return Some(Fanout::Broadcast),
+        (None, Some(b)) => {
+            let found = match b {
+                Value::Bool(false) => "false",
+                other => kind(other),
+            };
+            c.err(
+                "fanout.broadcast",
+                format!(
+                    "must be true (leave fanout out for one execution per fire), found {found}"
+                ),
+            );
+            return None;
+        }
+        (None, None) => {
+            c.err(
+                "fanout",
+                "give shards (the number of executions per fire) or broadcast: true (one per live worker)",
+            );
+            return None;
+        }
     };
     let n = c.integer(n, "fanout.shards", 2, u64::from(MAX_SHARDS), "shards")?;
     // In range: at most MAX_SHARDS.
@@ -1424,6 +1451,41 @@ mod tests {
                 expr: "@daily".into(),
                 timezone: "UTC".into()
             }
+        );
+    }
+
+    #[test]
+    fn broadcast_fanout_parses_round_trips_and_excludes_shards() {
+        let spec =
+            parse(r#"{"handler":"log","schedule":{"every":"10s"},"fanout":{"broadcast":true}}"#)
+                .unwrap();
+        assert_eq!(spec.fanout, Some(Fanout::Broadcast));
+        assert_eq!(
+            spec.overlap,
+            OverlapPolicy::Allow,
+            "its shards run side by side"
+        );
+        let again = TaskSpec::from_json(&spec.to_json(), "default", "t1");
+        assert_eq!(again.unwrap().fanout, Some(Fanout::Broadcast));
+        let both = errors(
+            r#"{"handler":"log","schedule":{"every":"10s"},"fanout":{"broadcast":true,"shards":3}}"#,
+        );
+        assert!(
+            both.iter()
+                .any(|e| e.starts_with("fanout:") && e.contains("not both")),
+            "{both:?}"
+        );
+        let off =
+            errors(r#"{"handler":"log","schedule":{"every":"10s"},"fanout":{"broadcast":false}}"#);
+        assert!(
+            off.iter()
+                .any(|e| e.starts_with("fanout.broadcast:") && e.contains("found false")),
+            "{off:?}"
+        );
+        let empty = errors(r#"{"handler":"log","schedule":{"every":"10s"},"fanout":{}}"#);
+        assert!(
+            empty.iter().any(|e| e.contains("broadcast: true")),
+            "{empty:?}"
         );
     }
 

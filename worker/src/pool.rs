@@ -300,8 +300,12 @@ impl WorkerPool {
         let background_stop = CancellationToken::new();
         let background = TaskTracker::new();
 
-        heartbeat_once(sh, ax_scheduler_core::UtcMillis::now()).await;
-        background.spawn(heartbeat_loop(self.shared.clone(), background_stop.clone()));
+        heartbeat_once(sh, ax_scheduler_core::UtcMillis::now(), false).await;
+        background.spawn(heartbeat_loop(
+            self.shared.clone(),
+            cancel.clone(),
+            background_stop.clone(),
+        ));
         let maintenance = Maintenance::new(
             sh.queue.clone(),
             MaintenanceConfig {
@@ -373,25 +377,33 @@ impl WorkerPool {
     }
 }
 
-async fn heartbeat_once(sh: &Shared, now: UtcMillis) {
+/// One heartbeat on every queue; `stopping` once the pool takes nothing new (see
+/// [`ax_queue::Queue::heartbeat_stopping`]: no broadcast fire is addressed to it then).
+async fn heartbeat_once(sh: &Shared, now: UtcMillis, stopping: bool) {
     for q in &sh.cfg.queues {
-        if let Err(e) = sh
-            .queue
-            .heartbeat(q, &sh.cfg.worker_id, sh.cfg.heartbeat_ttl, now)
-            .await
-        {
+        let (id, ttl) = (&sh.cfg.worker_id, sh.cfg.heartbeat_ttl);
+        let beat = if stopping {
+            sh.queue.heartbeat_stopping(q, id, ttl, now).await
+        } else {
+            sh.queue.heartbeat(q, id, ttl, now).await
+        };
+        if let Err(e) = beat {
             tracing::warn!(queue = %q, error = %e, "heartbeat failed");
         }
     }
 }
 
-async fn heartbeat_loop(sh: Arc<Shared>, stop: CancellationToken) {
+/// Beats until `stop`; from `cancel` on (the pool takes nothing new) as a stopping worker,
+/// at once and then at every interval.
+async fn heartbeat_loop(sh: Arc<Shared>, cancel: CancellationToken, stop: CancellationToken) {
+    let mut stopping = false;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
+            _ = cancel.cancelled(), if !stopping => stopping = true,
             _ = tokio::time::sleep(sh.cfg.heartbeat_interval) => {}
         }
-        heartbeat_once(&sh, ax_scheduler_core::UtcMillis::now()).await;
+        heartbeat_once(&sh, ax_scheduler_core::UtcMillis::now(), stopping).await;
     }
 }
 
@@ -648,7 +660,66 @@ async fn deadline_loop(sh: Arc<Shared>, stop: CancellationToken) {
                     tracing::debug!(queue = %q, error = %e, "cannot end expired waiting attempts")
                 }
             }
+            end_orphans(&sh, q).await;
         }
+    }
+}
+
+/// Orphans one round of [`end_orphans`] ends per queue.
+const ORPHAN_BATCH: usize = 100;
+
+/// Ends the messages of `queue` addressed to a worker that is gone (a broadcast fire's
+/// shards, see [`ax_queue::Queue::take_orphans`]): none may run on another worker, which
+/// runs its own copy, so each fails for good, as an attempt of the worker it was addressed
+/// to (dead letter, history, the leader's event), and its fire can end.
+async fn end_orphans(sh: &Shared, queue: &str) {
+    let orphans = match sh
+        .queue
+        .take_orphans(queue, &sh.cfg.worker_id, ORPHAN_BATCH)
+        .await
+    {
+        Ok(orphans) => orphans,
+        Err(e) => {
+            tracing::debug!(queue, error = %e, "cannot take the orphans of gone workers");
+            return;
+        }
+    };
+    for d in orphans {
+        let msg = &d.message;
+        let worker = msg.lineage.target_worker.clone().unwrap_or_default();
+        let reason =
+            format!("worker {worker} is gone: a broadcast execution runs only on its worker");
+        let now = UtcMillis::now();
+        tracing::warn!(execution_id = %msg.execution_id, attempt = msg.attempt, %worker, "{reason}");
+        sh.reporter.on_started(msg, &worker, now).await;
+        let q = &sh.queue;
+        if settle(sh, "dead_letter", || q.dead_letter(&d, &reason, now)).await == Some(true) {
+            sh.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        }
+        let report = ExecutionReport {
+            execution_id: msg.execution_id,
+            namespace: msg.namespace.clone(),
+            task_id: msg.task_id.clone(),
+            queue: d.queue.clone(),
+            handler: msg.handler.clone(),
+            worker_id: worker,
+            attempt: msg.attempt,
+            fire_at: msg.fire_at,
+            started_at: now,
+            finished_at: now,
+            duration: Duration::ZERO,
+            end: AttemptEnd {
+                outcome: AttemptOutcome::Failed,
+                error: Some(reason),
+                retry_at: None,
+            },
+            enqueued_at: msg.enqueued_at,
+            first_enqueued_at: msg.first_attempt_at,
+            output: None,
+            lineage: msg.lineage.clone(),
+            awaited: false,
+        };
+        publish(sh, &report).await;
     }
 }
 

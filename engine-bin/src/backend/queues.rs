@@ -15,10 +15,13 @@ use uuid::Uuid;
 use super::{errors, tasks::not_found, Backend};
 use crate::http::api::{
     DeadLetter, DlqRequeue, EtcdDbView, ExecutionList, ExecutionQuery, ExecutionRecord,
-    ExecutionStory, QueueView, ReplicaView, StatusView, TaskKey, WaitingAttempt,
+    ExecutionStory, FireView, QueueView, ReplicaView, StatusView, TaskKey, WaitingAttempt,
 };
 use crate::http::ApiError;
 use ax_scheduler_core::UtcMillis;
+
+/// How many of a task's recent attempts a story reads for the other executions of its fire.
+const FIRE_HISTORY_SCAN: usize = 1000;
 
 pub(super) fn record(e: &HistoryEntry) -> ExecutionRecord {
     ExecutionRecord {
@@ -210,6 +213,19 @@ impl Backend {
             deadline: r.deadline,
             progress: r.progress,
         });
+        story.fire = match items.first().map(|f| (f, &f.entry.lineage)) {
+            Some((first, lineage)) => match (&lineage.fanout_id, lineage.shard_total) {
+                (Some(fanout), Some(total)) => Some(FireView {
+                    fanout_id: fanout.clone(),
+                    total,
+                    executions: self
+                        .fire_executions(q, &first.namespace, &first.task_id, fanout)
+                        .await?,
+                }),
+                _ => None,
+            },
+            None => None,
+        };
         story.attempts = attempts;
         story.complete = complete;
         Ok(story)
@@ -227,6 +243,30 @@ impl Backend {
             }
         }
         Ok(None)
+    }
+
+    /// The last recorded attempt of each execution of fan-out `fanout`, by shard index, from
+    /// its task's recent history.
+    async fn fire_executions(
+        &self,
+        q: &ax_queue::Queue,
+        namespace: &str,
+        task_id: &str,
+        fanout: &str,
+    ) -> Result<Vec<ExecutionRecord>, ApiError> {
+        let entries = q
+            .history(namespace, task_id, FIRE_HISTORY_SCAN)
+            .await
+            .map_err(errors::queue)?;
+        // Newest first: the first entry of an execution is its last attempt.
+        let mut seen = std::collections::HashSet::new();
+        let mut of_fire: Vec<&HistoryEntry> = entries
+            .iter()
+            .filter(|e| e.lineage.fanout_id.as_deref() == Some(fanout))
+            .filter(|e| seen.insert(e.execution_id))
+            .collect();
+        of_fire.sort_by_key(|e| e.lineage.shard_index);
+        Ok(of_fire.into_iter().map(record).collect())
     }
 
     pub(super) async fn dead_letters(

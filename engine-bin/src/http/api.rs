@@ -373,6 +373,22 @@ pub struct ExecutionStory {
     pub dead_letter: Option<DeadLetter>,
     /// False when the search for its attempts stopped at its bound before their end.
     pub complete: bool,
+    /// For an execution of a fanned-out fire (shards, or a broadcast's one per worker):
+    /// that fire with all its executions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fire: Option<FireView>,
+}
+
+/// A fanned-out fire and its executions, in an execution's story.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FireView {
+    /// The fan-out id its executions share.
+    pub fanout_id: String,
+    /// How many executions it has (shards, or workers of a broadcast).
+    pub total: u32,
+    /// The last recorded attempt of each of its executions, by shard index (from the task's
+    /// recent history: executions not recorded yet, or no longer kept, are missing).
+    pub executions: Vec<ExecutionRecord>,
 }
 
 /// What a backend call returns.
@@ -749,7 +765,8 @@ pub struct ExecutionRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<ax_scheduler_core::AttemptOutput>,
     /// The dependency run and the shard of a sharded fire it belongs to (`run_id`,
-    /// `fanout_id`, `shard_index`, `shard_total`), when it does.
+    /// `fanout_id`, `shard_index`, `shard_total`, and for a broadcast fire the worker it is
+    /// addressed to, `target_worker`), when it does.
     #[serde(flatten)]
     pub lineage: ax_queue::Lineage,
 }

@@ -225,6 +225,22 @@ pub(super) fn notice_alerts(
             Notice::BreakerSkipped { key, fire_at } => {
                 debug!(task_id = %key, fire_at = %fire_at, "fire skipped: circuit breaker open");
             }
+            Notice::NoLiveWorker {
+                key,
+                fanout,
+                fire_at,
+                reason,
+                ..
+            } => {
+                warn!(task_id = %key, fanout_id = %fanout, fire_at = %fire_at, "broadcast fire failed: {reason}");
+                alerts.push(Alert::task_failed(
+                    &*key.namespace,
+                    &*key.id,
+                    1,
+                    reason,
+                    now,
+                ));
+            }
             Notice::StepSkipped { key, run, reason } => {
                 info!(task_id = %key, run_id = %run, "step skipped: {reason}");
             }
@@ -254,8 +270,19 @@ pub(super) fn notice_alerts(
 /// term: what cannot be done ends it (`term.cancel`) or waits.
 pub(super) async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mut Term) {
     let now = UtcMillis::now();
-    let dispatches = term.dispatcher.poll(now);
+    let polled = term.dispatcher.poll(now);
+    let dispatches = if polled.iter().any(|d| d.broadcast) {
+        match address_broadcasts(settings, deps, term, polled, now).await {
+            Some(addressed) => addressed,
+            // The term is over; the fires taken were not recorded anywhere.
+            None => return,
+        }
+    } else {
+        polled
+    };
     term.take_notices(settings, deps, now);
+    let unserved = std::mem::take(&mut term.unserved_fires);
+    record_unserved_fires(deps, &unserved).await;
     if dispatches.is_empty() {
         return;
     }
@@ -313,6 +340,105 @@ pub(super) async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mu
     }
 }
 
+/// Addresses the broadcast fires among `dispatches` (see `ax_scheduler_core::fanout`): the
+/// live workers of each one's queue, listed once per queue and round and fixed per fire in
+/// Redis (a fire sent by a leader that died before writing its progress keeps the workers
+/// it was sent to), go to the dispatcher, which returns a shard per worker (or ends the
+/// fire failed when there is none). Each call is retried as an enqueue is; `None` when the
+/// term ends first.
+async fn address_broadcasts(
+    settings: &LeaderSettings,
+    deps: &LeaderDeps,
+    term: &mut Term,
+    dispatches: Vec<Dispatch>,
+    now: UtcMillis,
+) -> Option<Vec<Dispatch>> {
+    let mut listed: HashMap<std::sync::Arc<str>, Vec<String>> = HashMap::new();
+    let mut out = Vec::with_capacity(dispatches.len());
+    for d in dispatches {
+        if !d.broadcast {
+            out.push(d);
+            continue;
+        }
+        let Some(fanout) = d.broadcast_fanout_id() else {
+            continue;
+        };
+        let queue = std::sync::Arc::clone(&d.spec.queue);
+        let mut live = match listed.get(&queue) {
+            Some(workers) => workers.clone(),
+            None => {
+                let workers = until_redis_answers(settings, deps, term, 1, || {
+                    deps.queue.live_workers(&queue)
+                })
+                .await?;
+                listed.insert(std::sync::Arc::clone(&queue), workers.clone());
+                workers
+            }
+        };
+        live.sort();
+        let workers = until_redis_answers(settings, deps, term, 1, || {
+            deps.queue.fix_fanout_workers(&queue, &fanout, &live)
+        })
+        .await?;
+        out.extend(term.dispatcher.address_broadcast(&d, workers, now));
+    }
+    Some(out)
+}
+
+/// Records in the history the broadcast fires that found no live worker (their end is in
+/// the task's state already): the one attempt people see, failed, with the reason.
+async fn record_unserved_fires(deps: &LeaderDeps, notices: &[Notice]) {
+    for notice in notices {
+        let Notice::NoLiveWorker {
+            key,
+            fanout,
+            fire_at,
+            run,
+            queue,
+            reason,
+        } = notice
+        else {
+            continue;
+        };
+        let Ok(execution_id) = fanout.parse() else {
+            continue;
+        };
+        let now = UtcMillis::now();
+        let entry = ax_queue::HistoryEntry {
+            execution_id,
+            fire_at: *fire_at,
+            started_at: now,
+            finished_at: now,
+            lateness_ms: now.0 - fire_at.0,
+            duration_ms: 0,
+            end: ax_scheduler_core::AttemptEnd::new(
+                ax_scheduler_core::AttemptOutcome::Failed,
+                Some(reason.clone()),
+            ),
+            worker: String::new(),
+            attempt: 0,
+            queue: queue.to_string(),
+            enqueued_at: None,
+            first_enqueued_at: None,
+            output: None,
+            lineage: ax_queue::Lineage {
+                run_id: run.clone(),
+                fanout_id: Some(fanout.clone()),
+                shard_index: None,
+                shard_total: Some(0),
+                target_worker: None,
+            },
+        };
+        if let Err(e) = deps
+            .queue
+            .record_history(&key.namespace, &key.id, &entry)
+            .await
+        {
+            warn!(task_id = %key, error = %e, "cannot record a broadcast fire without workers in the history");
+        }
+    }
+}
+
 /// Enqueues `messages`, retrying whatever Redis answers (a refused write, `OOM`, `READONLY`,
 /// `LOADING`, a lost connection: all the same here) with backoff, since every message is
 /// deduplicated by its fire and a repeat is safe. No enqueue error ends the process. The
@@ -326,12 +452,31 @@ async fn enqueue_until_accepted(
     term: &mut Term,
     messages: &[ExecutionMessage],
 ) -> Option<Vec<EnqueueOutcome>> {
+    until_redis_answers(settings, deps, term, messages.len(), || {
+        deps.queue.enqueue_batch(messages)
+    })
+    .await
+}
+
+/// Runs `call` until Redis answers it, as [`enqueue_until_accepted`] says, for `pending`
+/// fires waiting on it.
+async fn until_redis_answers<T, F, Fut>(
+    settings: &LeaderSettings,
+    deps: &LeaderDeps,
+    term: &mut Term,
+    pending: usize,
+    mut call: F,
+) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ax_queue::Result<T>>,
+{
     let mut backoff = ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(5));
     let started = Instant::now();
     let mut alerted = false;
     loop {
-        let error = match deps.queue.enqueue_batch(messages).await {
-            Ok(outcomes) => {
+        let error = match call().await {
+            Ok(answer) => {
                 if alerted {
                     info!(
                         after_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -339,7 +484,7 @@ async fn enqueue_until_accepted(
                     );
                 }
                 term.unsent = false;
-                return Some(outcomes);
+                return Some(answer);
             }
             Err(e) => e,
         };
@@ -353,7 +498,7 @@ async fn enqueue_until_accepted(
                 vec![Alert::backend_unavailable(
                     BACKEND_REDIS,
                     &error.to_string(),
-                    messages.len(),
+                    pending,
                     stalled,
                     UtcMillis::now(),
                 )],
@@ -362,7 +507,7 @@ async fn enqueue_until_accepted(
         if stalled >= settings.enqueue_stall_limit {
             error!(
                 error = %error,
-                pending = messages.len(),
+                pending,
                 stalled_ms = u64::try_from(stalled.as_millis()).unwrap_or(u64::MAX),
                 "Redis refused enqueues for too long: stepping down so that a replica that can reach it leads"
             );
@@ -370,7 +515,7 @@ async fn enqueue_until_accepted(
             return None;
         }
         let wait = backoff.next_delay(&mut rand::rng());
-        warn!(error = %error, pending = messages.len(), retry_in = ?wait, "enqueue refused; the fires wait and are retried");
+        warn!(error = %error, pending, retry_in = ?wait, "enqueue refused; the fires wait and are retried");
         tokio::select! {
             _ = term.cancel.cancelled() => return None,
             _ = tokio::time::sleep(wait) => {}

@@ -55,6 +55,9 @@ pub(super) struct Term {
     /// Alerts of failed attempts whose ends were applied: they go with the flush that writes
     /// the states holding those ends, and are sent once it is written.
     end_alerts: Vec<Alert>,
+    /// Broadcast fires that found no live worker, whose history entries the next fire
+    /// round writes.
+    pub(super) unserved_fires: Vec<ax_scheduler_core::Notice>,
     /// The etcd cluster id the fences are bound to.
     cluster: String,
     /// The Redis server process the fences were raised on (its run id).
@@ -337,6 +340,7 @@ impl Term {
                 duplicates: Vec::new(),
                 unacked,
                 end_alerts: Vec::new(),
+                unserved_fires: Vec::new(),
                 cluster,
                 redis_run_id,
                 redis_tick: ticker(REDIS_CHECK_INTERVAL),
@@ -610,9 +614,18 @@ impl Term {
             return;
         }
         for notice in &notices {
-            if let ax_scheduler_core::Notice::DeadlineMissed { miss, .. } = notice {
-                deps.metrics
-                    .record_deadline_misses(miss.reason.as_str(), miss.missed);
+            match notice {
+                ax_scheduler_core::Notice::DeadlineMissed { miss, .. } => deps
+                    .metrics
+                    .record_deadline_misses(miss.reason.as_str(), miss.missed),
+                // A run-now broadcast that found no worker ended: its trigger is done with,
+                // and its history entry is written by the fire path (it needs Redis).
+                ax_scheduler_core::Notice::NoLiveWorker { fanout, .. } => {
+                    self.consumed_triggers
+                        .extend(self.pending_triggers.remove(fanout.as_str()));
+                    self.unserved_fires.push(notice.clone());
+                }
+                _ => {}
             }
         }
         let alerts = fire::notice_alerts(notices, settings.dispatcher.breaker.window, now);

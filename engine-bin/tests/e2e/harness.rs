@@ -86,6 +86,8 @@ pub(crate) struct Execution {
     pub(crate) run_id: Option<String>,
     /// For a sharded fire: this shard's index and the shard count.
     pub(crate) shard: Option<(u64, u64)>,
+    /// For a broadcast fire: the worker the execution is addressed to.
+    pub(crate) target_worker: Option<String>,
     /// For an `http.async` task: where and with which token to report the end.
     pub(crate) completion: Option<(String, String)>,
     /// When the receiver got it (ms since the epoch).
@@ -281,6 +283,10 @@ fn parse_execution(v: &Value, arrived_at: i64) -> Option<Execution> {
             .get("shard_index")
             .and_then(Value::as_u64)
             .zip(v.get("shard_total").and_then(Value::as_u64)),
+        target_worker: v
+            .get("target_worker")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
         arrived_at,
     })
 }

@@ -1,13 +1,15 @@
 -- Idempotent, fenced enqueue of messages of one queue in one call, with the overlap check: the
 -- one enqueue path (a single message is a batch of one).
--- KEYS: 1 queued zset, 2 monitor zset, 3 fence, 4 order hash, 5 clock, 6 wake list, then per
---       message 2 keys: its dedupe key (the task's fire mark for a scheduled fire, else the
---       identity's marker), the task's active marker
--- ARGV: 1 dedupe TTL ms, 2 aging step µs, then per message 8 values: message JSON,
+-- KEYS: 1 queued zset, 2 monitor zset, 3 fence, 4 order hash, 5 clock, 6 wake list,
+--       7 workers zset, 8 orphaned list, then per message 2 keys: its dedupe key (the task's
+--       fire mark for a scheduled fire, else the identity's marker), the task's active marker
+-- ARGV: 1 dedupe TTL ms, 2 aging step µs, then per message 9 values: message JSON,
 --       execution id, enqueued_at ms, fencing token, priority, overlap mode ('a', 'f', 'r'),
---       marker TTL ms, fire instant ms for a scheduled fire ('' for an identity)
+--       marker TTL ms, fire instant ms for a scheduled fire ('' for an identity), the worker
+--       it is addressed to ('' for any)
 -- Each message enqueued gets the next instant of the queue's clock and its place by
--- priority with aging (`order.lua`).
+-- priority with aging (`order.lua`); an addressed one goes to its worker's list instead
+-- (`ax_address`).
 -- A scheduled fire is a duplicate when its instant is at or before the task's fire mark (the
 -- newest instant enqueued; a task's fires come in time order), an identity when its marker
 -- exists. Both expire after the dedupe TTL, refreshed by each enqueue.
@@ -17,14 +19,16 @@
 -- alone; 'f' and 'r' point it at the new execution (for 'r' the running one sees it move).
 local newest = tonumber(redis.call('GET', KEYS[3]) or '0')
 local out = {}
-local count = (#KEYS - 6) / 2
+local count = (#KEYS - 8) / 2
+local tag = ax_tag(KEYS[1])
 local step = tonumber(ARGV[2])
 local clock = ax_clock(KEYS[5])
 local pushed = 0
 for i = 1, count do
-  local base = 2 + (i - 1) * 8
-  local dedupe = KEYS[5 + 2 * i]
-  local active = KEYS[6 + 2 * i]
+  local base = 2 + (i - 1) * 9
+  local dedupe = KEYS[7 + 2 * i]
+  local active = KEYS[8 + 2 * i]
+  local target = ARGV[base + 9]
   local token = tonumber(ARGV[base + 4])
   local mode = ARGV[base + 6]
   local fire = ARGV[base + 8]
@@ -55,9 +59,13 @@ for i = 1, count do
       if mode ~= 'a' then
         redis.call('SET', active, ARGV[base + 2], 'PX', ARGV[base + 7])
       end
-      local score = ax_score(ax_tick(clock), tonumber(ARGV[base + 5]), step)
-      ax_push(KEYS[1], KEYS[4], ARGV[base + 1], ARGV[base + 2], score)
-      pushed = pushed + 1
+      if target ~= '' then
+        ax_address(tag, KEYS[7], KEYS[8], target, ARGV[base + 1])
+      else
+        local score = ax_score(ax_tick(clock), tonumber(ARGV[base + 5]), step)
+        ax_push(KEYS[1], KEYS[4], ARGV[base + 1], ARGV[base + 2], score)
+        pushed = pushed + 1
+      end
       redis.call('ZADD', KEYS[2], ARGV[base + 3], ARGV[base + 2])
       out[i] = 1
     end

@@ -1,7 +1,9 @@
 -- Finds the messages of one queue whose JSON contains a needle (an execution id or a task id
 -- as serialized), for a kill: waiting, pending retries and held by workers. Read-only. The
 -- queued set is read in chunks so a long backlog is never copied whole into the script.
--- KEYS: 1 queued zset, 2 delayed zset, 3 the former ready list, then the processing lists;
+-- KEYS: 1 queued zset, 2 delayed zset, 3 the former ready list, then the processing lists,
+--       the lists of messages addressed to each worker and the orphaned list (all read as
+--       'processing': a kill tells waiting from running by the message's place, not this);
 --       the lists of executions parked on a concurrency key are named by the set of keys
 --       with parked executions and built from the queue's tag (`order.lua`)
 -- ARGV: 1 needle (a plain substring), 2 most matches returned

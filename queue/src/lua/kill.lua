@@ -3,8 +3,10 @@
 -- a running one (taken, so still in the monitor set) gets a kill order that its worker polls
 -- for. The order is left in every case, so a message that comes back later (the reaper gives
 -- back a dead worker's messages, a retry settled just after this call) is stopped when taken.
+-- A message addressed to a worker (a broadcast fire's shard) waits in that worker's list or,
+-- its worker gone, in the orphaned list: removed from there as from the queued set.
 -- KEYS: 1 queued zset, 2 delayed zset, 3 monitor zset, 4 the execution's kill order, 5 the
---       task's active marker, 6 the former ready list, 7 order hash
+--       task's active marker, 6 the former ready list, 7 order hash, 8 orphaned list
 -- ARGV: 1 the message JSON as found ('' when it was not found waiting), 2 execution id,
 --       3 kill order TTL ms
 -- Returns 'waiting' or 'retry_pending' (removed), 'running' (ordered), 'already' (an order
@@ -29,11 +31,21 @@ local function unpark(m)
   redis.call('HDEL', tag .. ':limited', ARGV[2])
   return true
 end
+-- Removes an addressed message from where it waits, if it waits there.
+local function unaddress(m)
+  local ok, msg = pcall(cjson.decode, m)
+  local target = ok and ax_target(msg)
+  if not target then
+    return false
+  end
+  return redis.call('LREM', ax_addressed(ax_tag(KEYS[1]), target), 0, m) > 0
+    or redis.call('LREM', KEYS[8], 0, m) > 0
+end
 local state
 if ARGV[1] ~= '' then
   if redis.call('ZREM', KEYS[1], ARGV[1]) > 0 or redis.call('LREM', KEYS[6], 0, ARGV[1]) > 0 then
     state = 'waiting'
-  elseif unpark(ARGV[1]) then
+  elseif unpark(ARGV[1]) or unaddress(ARGV[1]) then
     state = 'waiting'
   elseif redis.call('ZREM', KEYS[2], ARGV[1]) > 0 then
     state = 'retry_pending'

@@ -116,3 +116,38 @@ local function ax_free(queued, order, wake, id, key)
   end
 end
 
+
+-- Messages addressed to one worker (a broadcast fire's shards, see `take.lua`): the worker's
+-- list and its wake list, named as `keys.rs` names them (`Keys::addressed`,
+-- `Keys::worker_wake`). Built here only where the worker is known from a message the script
+-- decoded (a due retry); callers declare them otherwise.
+local function ax_addressed(tag, worker)
+  return tag .. ':addressed:' .. worker
+end
+
+local function ax_worker_wake(tag, worker)
+  return tag .. ':wake:' .. worker
+end
+
+-- The worker a decoded message is addressed to, or nil.
+local function ax_target(msg)
+  if type(msg) == 'table' and type(msg.target_worker) == 'string' and msg.target_worker ~= '' then
+    return msg.target_worker
+  end
+  return nil
+end
+
+-- Puts an addressed message where it waits: at the end of its worker's list (taken before
+-- the shared queue, first in first out) with a wake token for that worker alone, while the
+-- worker is registered (`workers` zset); else in the queue's orphaned list, where a live
+-- worker ends it failed (its worker is gone: no other worker may run it, each runs its own
+-- copy). Returns true when it went to the worker.
+local function ax_address(tag, workers, orphaned, worker, member)
+  if redis.call('ZSCORE', workers, worker) then
+    redis.call('RPUSH', ax_addressed(tag, worker), member)
+    ax_wake(ax_worker_wake(tag, worker), 1)
+    return true
+  end
+  redis.call('RPUSH', orphaned, member)
+  return false
+end

@@ -1,11 +1,17 @@
 -- Gives a dead worker's held messages back to the queued set, each at its place (the order
 -- score kept for its execution, see `order.lua`), so it is taken before what was enqueued
 -- after it, and frees the slots they held (queue and concurrency key).
+-- Messages addressed to the worker (a broadcast fire's shards: held, or waiting in its own
+-- list) never go to another worker, which runs its own copy: they move to the orphaned
+-- list, where a live worker ends them failed. When a worker restarts under the same id
+-- (recover), what it held addressed to itself goes back to the front of its own list
+-- instead, and it stays registered.
 -- KEYS: 1 queued zset, 2 workers zset, 3 the worker's processing list, 4 its heartbeat key,
---       5 order hash, 6 clock, 7 wake list
+--       5 order hash, 6 clock, 7 wake list, 8 the worker's addressed list, 9 orphaned list,
+--       10 the worker's own wake list
 -- ARGV: 1 worker id, 2 cutoff ms (a worker last seen after it is not dead yet), 3 aging step
---       µs, 4 default priority
--- Returns the number of messages given back, or -1 when the worker is alive.
+--       µs, 4 default priority, 5 '1' for a restart under the same id, else '0'
+-- Returns the number of messages given back or orphaned, or -1 when the worker is alive.
 if redis.call('EXISTS', KEYS[4]) == 1 then
   return -1
 end
@@ -13,11 +19,24 @@ local seen = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if seen and tonumber(seen) > tonumber(ARGV[2]) then
   return -1
 end
+local recover = ARGV[5] == '1'
 local held = redis.call('LRANGE', KEYS[3], 0, -1)
+local moved = #held
 if #held > 0 then
   local clock = ax_clock(KEYS[6])
+  local shared = 0
   for _, m in ipairs(held) do
-    ax_restore(KEYS[1], KEYS[5], clock, m, tonumber(ARGV[3]), tonumber(ARGV[4]))
+    local ok, msg = pcall(cjson.decode, m)
+    local target = ok and ax_target(msg)
+    if not target then
+      ax_restore(KEYS[1], KEYS[5], clock, m, tonumber(ARGV[3]), tonumber(ARGV[4]))
+      shared = shared + 1
+    elseif recover and target == ARGV[1] then
+      redis.call('LPUSH', KEYS[8], m)
+      ax_wake(KEYS[10], 1)
+    else
+      redis.call('RPUSH', KEYS[9], m)
+    end
   end
   -- Its slots go with it: the dead worker's heartbeat is gone.
   for _, m in ipairs(held) do
@@ -29,7 +48,16 @@ if #held > 0 then
   end
   ax_clock_close(clock)
   redis.call('DEL', KEYS[3])
-  ax_wake(KEYS[7], #held)
+  ax_wake(KEYS[7], shared)
 end
+if recover then
+  return moved
+end
+local waiting = redis.call('LRANGE', KEYS[8], 0, -1)
+if #waiting > 0 then
+  redis.call('RPUSH', KEYS[9], unpack(waiting))
+  moved = moved + #waiting
+end
+redis.call('DEL', KEYS[8], KEYS[10])
 redis.call('ZREM', KEYS[2], ARGV[1])
-return #held
+return moved

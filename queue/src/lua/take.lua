@@ -5,7 +5,9 @@
 -- scored by its own enqueue time and priority.
 -- KEYS: 1 queued zset, 2 processing list, 3 the queue's pause flag, 4 the former ready list,
 --       5 order hash, 6 clock, 7 wake list, 8 the moved mark (last instant given to a moved
---       message while the former list still holds some)
+--       message while the former list still holds some), 9 the worker's addressed list,
+--       10 its own wake list (9 and 10 may be left out by a worker that takes no addressed
+--       messages, but then the broadcast fires addressed to it wait until it is reaped)
 -- ARGV: 1 max count (0 only asks whether the queue is paused), 2 aging step µs,
 --       3 default priority, 4 the queue's max_running (0: none), 5 its rate per second
 --       (0: none)
@@ -15,6 +17,10 @@
 -- has `max` executions running is parked on the key's list, in order, and moved back to the
 -- queued set at its place when a slot of the key frees (`ax_free`, in every settle and the
 -- reaper); up to 1000 are parked per call.
+-- Messages addressed to this worker (a broadcast fire's shards) are taken first, oldest
+-- first, up to N, and only here: they count against no queue limit (max_running, rate) and
+-- no concurrency key, since a broadcast runs one per worker by construction. A pause holds
+-- them as it holds the rest.
 -- Returns {1 when paused else 0, {the moved messages, in order}, hold, {per message: ms it
 -- waited parked, or -1}}; hold is 0, -1 (the queue is at max_running: wait for a wake) or
 -- the ms until the rate allows a take. When the set is left empty, or nothing can be taken
@@ -50,6 +56,14 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
   ax_clock_close(clock)
 end
 local max = tonumber(ARGV[1])
+local mine = {}
+if KEYS[9] and max > 0 then
+  mine = redis.call('LPOP', KEYS[9], max) or {}
+  if redis.call('EXISTS', KEYS[9]) == 0 then
+    redis.call('DEL', KEYS[10])
+  end
+  max = max - #mine
+end
 local max_running, rate = tonumber(ARGV[4]), tonumber(ARGV[5])
 local tag = ax_tag(KEYS[1])
 local now_ms
@@ -126,11 +140,15 @@ while #out < max and parked < 1000 do
     end
   end
 end
-if #out > 0 then
-  redis.call('LPUSH', KEYS[2], unpack(out))
-end
 if tokens then
   redis.call('HSET', tag .. ':rate', 'tokens', tostring(tokens - #out), 'at', now())
+end
+for i = #mine, 1, -1 do
+  table.insert(out, 1, mine[i])
+  table.insert(waits, 1, -1)
+end
+if #out > 0 then
+  redis.call('LPUSH', KEYS[2], unpack(out))
 end
 if hold == -1 or redis.call('ZCARD', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[7])

@@ -1510,3 +1510,149 @@ fn a_sharded_fire_notices_its_shards_failures_and_not_its_own_end() {
     );
     assert_eq!(d.state(&key("s")).unwrap().failure_count, 1);
 }
+
+const BROADCAST: &str =
+    r#"{"handler":"log","schedule":{"every":"10s"},"fanout":{"broadcast":true}}"#;
+
+fn workers(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| (*n).to_owned()).collect()
+}
+
+fn shard_worker(d: &Dispatch) -> &str {
+    d.shard.as_ref().unwrap().worker.as_deref().unwrap()
+}
+
+#[test]
+fn a_broadcast_fire_waits_for_its_workers_then_runs_one_shard_on_each() {
+    let mut d = one_task("b", BROADCAST);
+    let fire = d.poll(at(10_000));
+    assert_eq!(fire.len(), 1);
+    assert!(
+        fire[0].broadcast && fire[0].shard.is_none(),
+        "not addressed yet"
+    );
+    assert!(d.state(&key("b")).unwrap().fanouts.is_empty());
+    let shards = d.address_broadcast(&fire[0], workers(&["w3", "w1", "w2", "w1"]), at(10_010));
+    assert_eq!(shards.len(), 3, "one per worker, each once");
+    let to: Vec<&str> = shards.iter().map(shard_worker).collect();
+    assert_eq!(to, ["w1", "w2", "w3"], "shard i on the i-th worker, sorted");
+    assert!(shards.iter().all(|s| !s.broadcast));
+    assert!(shards.iter().all(|s| s.shard.as_ref().unwrap().total == 3));
+    let progress = &d.state(&key("b")).unwrap().fanouts[0];
+    assert_eq!(progress.workers, workers(&["w1", "w2", "w3"]));
+    // Written at once, not after the RUNNING delay: a new leader needs the addressing.
+    assert!(d
+        .take_state_writes(at(10_010))
+        .iter()
+        .any(|(_, s)| s.as_ref().is_some_and(|s| s.fanouts.len() == 1)));
+    // Addressing the same fire again (a repeat) changes nothing.
+    let again = d.address_broadcast(&fire[0], workers(&["w9"]), at(10_020));
+    let to: Vec<&str> = again.iter().map(shard_worker).collect();
+    assert_eq!(to, ["w1", "w2", "w3"]);
+    ended(&mut d, "b", shard_exec(&shards[0]), true, 11_000);
+    ended(&mut d, "b", shard_exec(&shards[2]), true, 11_000);
+    assert_eq!(d.state(&key("b")).unwrap().success_count, 0, "not yet");
+    ended(&mut d, "b", shard_exec(&shards[1]), false, 11_500);
+    let st = d.state(&key("b")).unwrap();
+    assert_eq!((st.success_count, st.failure_count), (0, 1));
+    assert_eq!(
+        st.last_error.as_deref(),
+        Some("1 of 3 shards failed; last error: boom")
+    );
+    assert!(st.fanouts.is_empty());
+    // The next fire lists the workers anew.
+    let next = d.poll(at(20_000));
+    assert!(next.len() == 1 && next[0].broadcast);
+    let shards = d.address_broadcast(&next[0], workers(&["w1"]), at(20_000));
+    assert_eq!(shards.len(), 1);
+    ended(&mut d, "b", shard_exec(&shards[0]), true, 21_000);
+    assert_eq!(d.state(&key("b")).unwrap().success_count, 1);
+}
+
+#[test]
+fn a_broadcast_fire_without_a_live_worker_fails_at_once_and_says_why() {
+    let mut d = one_task("b", BROADCAST);
+    d.upsert(
+        key("after"),
+        spec("after", r#"{"handler":"log","depends_on":[{"task":"b"}]}"#),
+        5,
+        None,
+        at(0),
+    );
+    let fire = d.poll(at(10_000));
+    assert!(d
+        .address_broadcast(&fire[0], Vec::new(), at(10_000))
+        .is_empty());
+    let st = d.state(&key("b")).unwrap();
+    assert_eq!((st.success_count, st.failure_count), (0, 1));
+    assert_eq!(
+        st.last_error.as_deref(),
+        Some("no live worker serves queue default")
+    );
+    assert!(st.fanouts.is_empty());
+    assert_ne!(st.status, TaskStatus::Running);
+    let notices = d.take_notices();
+    assert!(
+        notices
+            .iter()
+            .any(|n| matches!(n, Notice::NoLiveWorker { reason, fire_at, .. }
+            if reason == "no live worker serves queue default" && *fire_at == at(10_000))),
+        "{notices:?}"
+    );
+    // The chain sees a failed step: its child does not run on success only.
+    assert!(d.poll(at(10_100)).is_empty());
+}
+
+#[test]
+fn a_new_leader_sends_a_broadcast_s_open_shards_to_the_same_workers() {
+    let mut old = one_task("b", BROADCAST);
+    let fire = old.poll(at(10_000));
+    let shards = old.address_broadcast(&fire[0], workers(&["w1", "w2", "w3"]), at(10_000));
+    ended(&mut old, "b", shard_exec(&shards[1]), true, 11_000);
+    let written = old
+        .take_state_writes(UtcMillis::MAX)
+        .into_iter()
+        .find_map(|(_, s)| s)
+        .unwrap();
+    let mut new = Dispatcher::new(DispatcherConfig::default(), at(12_000));
+    new.upsert(key("b"), spec("b", BROADCAST), 5, Some(written), at(12_000));
+    let again = new.poll(at(12_000));
+    assert!(again.iter().all(|s| !s.broadcast), "no new listing");
+    let ids: Vec<u128> = again.iter().map(shard_exec).collect();
+    assert_eq!(ids, [shard_exec(&shards[0]), shard_exec(&shards[2])]);
+    let to: Vec<&str> = again.iter().map(shard_worker).collect();
+    assert_eq!(to, ["w1", "w3"]);
+    for s in &again {
+        ended(&mut new, "b", shard_exec(s), true, 13_000);
+    }
+    let st = new.state(&key("b")).unwrap();
+    assert_eq!((st.success_count, st.failure_count), (1, 0));
+}
+
+#[test]
+fn a_broadcast_fire_replayed_without_its_progress_keeps_its_fanout_id() {
+    let mut old = one_task("b", BROADCAST);
+    // Written before the fire; the leader dies after sending it, before writing again.
+    let before = old
+        .take_state_writes(UtcMillis::MAX)
+        .into_iter()
+        .find_map(|(_, s)| s)
+        .unwrap();
+    let fire = old.poll(at(10_000));
+    let sent = old.address_broadcast(&fire[0], workers(&["w1", "w2"]), at(10_000));
+    let mut new = Dispatcher::new(DispatcherConfig::default(), at(12_000));
+    new.upsert(key("b"), spec("b", BROADCAST), 5, Some(before), at(12_000));
+    let replay = new.poll(at(12_000));
+    assert_eq!(replay.len(), 1);
+    assert_eq!(
+        replay[0].broadcast_fanout_id(),
+        fire[0].broadcast_fanout_id(),
+        "the same fire"
+    );
+    // Addressed to the workers the first leader fixed: the same executions, duplicates.
+    let again = new.address_broadcast(&replay[0], workers(&["w2", "w1"]), at(12_000));
+    let ids: Vec<u128> = again.iter().map(shard_exec).collect();
+    assert_eq!(ids, sent.iter().map(shard_exec).collect::<Vec<_>>());
+    let to: Vec<&str> = again.iter().map(shard_worker).collect();
+    assert_eq!(to, ["w1", "w2"]);
+}
