@@ -4,6 +4,10 @@
 //! The backlog is enqueued first, so only takes run while the clock runs. Uses the Redis at
 //! `AX_TEST_REDIS`, or starts a private one.
 //!
+//! The keyed rows give every message a concurrency key (one of 100 customers, `max` above what
+//! a key ever holds here, so none waits): what the key's bookkeeping adds to a take. The ack
+//! rows settle what was taken, `prefetch` at a time, which frees the keys' slots.
+//!
 //! Run: `cargo bench -p ax-queue --bench take` (prints a Markdown table).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -33,9 +37,18 @@ async fn evalsha_stats(conn: &mut redis::aio::MultiplexedConnection) -> (f64, f6
     (0.0, 0.0)
 }
 
-/// Enqueues `n` messages (priorities 0..=9 in turn), then takes them all `prefetch` at a
-/// time; returns (messages per second, take calls, Redis µs per take call).
-async fn run(url: &str, n: usize, prefetch: usize) -> (f64, f64, f64) {
+/// What one run measured.
+struct Figures {
+    taken_per_s: f64,
+    take_calls: f64,
+    take_us: f64,
+    acked_per_s: f64,
+    ack_us_per_msg: f64,
+}
+
+/// Enqueues `n` messages (priorities 0..=9 in turn, with a concurrency key when `keyed`),
+/// takes them all `prefetch` at a time, then acks them as many at a time.
+async fn run(url: &str, n: usize, prefetch: usize, keyed: bool) -> Figures {
     let prefix = format!("axtakebench-{}-{}", std::process::id(), UtcMillis::now().0);
     let q = Queue::connect(
         url,
@@ -51,6 +64,12 @@ async fn run(url: &str, n: usize, prefetch: usize) -> (f64, f64, f64) {
         .map(|i| {
             let mut s = ax_testkit::spec(&format!("t{}", i % 100), "default", "noop");
             s.priority = (i % 10) as u8;
+            if keyed {
+                s.concurrency = Some(ax_scheduler_core::Concurrency {
+                    key: format!("customer-{}", i % 100),
+                    max: 1_000_000,
+                });
+            }
             ExecutionMessage::for_fire(&s, UtcMillis(i as i64), now, 1)
         })
         .collect();
@@ -68,20 +87,28 @@ async fn run(url: &str, n: usize, prefetch: usize) -> (f64, f64, f64) {
         .unwrap();
     let (calls0, usec0) = evalsha_stats(&mut raw).await;
     let t0 = Instant::now();
-    let mut taken = 0;
-    while taken < n {
+    let mut held = Vec::with_capacity(n);
+    while held.len() < n {
         let got = consumer.take(prefetch).await.unwrap();
-        assert!(!got.is_empty(), "the backlog ran dry after {taken}");
-        taken += got.len();
+        assert!(!got.is_empty(), "the backlog ran dry after {}", held.len());
+        held.extend(got);
     }
     let elapsed = t0.elapsed();
     let (calls1, usec1) = evalsha_stats(&mut raw).await;
     let calls = calls1 - calls0;
-    (
-        n as f64 / elapsed.as_secs_f64(),
-        calls,
-        (usec1 - usec0) / calls.max(1.0),
-    )
+    let t1 = Instant::now();
+    for batch in held.chunks(prefetch) {
+        q.ack_many(batch).await.unwrap();
+    }
+    let ack_elapsed = t1.elapsed();
+    let (_, usec2) = evalsha_stats(&mut raw).await;
+    Figures {
+        taken_per_s: n as f64 / elapsed.as_secs_f64(),
+        take_calls: calls,
+        take_us: (usec1 - usec0) / calls.max(1.0),
+        acked_per_s: n as f64 / ack_elapsed.as_secs_f64(),
+        ack_us_per_msg: (usec2 - usec1) / n as f64,
+    }
 }
 
 fn main() {
@@ -95,11 +122,21 @@ fn main() {
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     println!(
-        "| Backlog | Prefetch | Messages taken per second | Take calls | Redis µs per take call |"
+        "| Backlog | Prefetch | Concurrency key | Taken per second | Take calls | Redis µs per take call | Acked per second | Redis µs per ack (per message) |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for (n, prefetch) in [(20_000usize, 1usize), (100_000, 16)] {
-        let (rate, calls, usec) = rt.block_on(run(&url, n, prefetch));
-        println!("| {n} | {prefetch} | {rate:.0} | {calls:.0} | {usec:.1} |");
+        for keyed in [false, true] {
+            let f = rt.block_on(run(&url, n, prefetch, keyed));
+            println!(
+                "| {n} | {prefetch} | {} | {:.0} | {:.0} | {:.1} | {:.0} | {:.1} |",
+                if keyed { "yes" } else { "no" },
+                f.taken_per_s,
+                f.take_calls,
+                f.take_us,
+                f.acked_per_s,
+                f.ack_us_per_msg
+            );
+        }
     }
 }
