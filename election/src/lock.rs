@@ -4,8 +4,8 @@
 //! task and skips the task when another holder has it. A lock is a key held on a session, so
 //! its [`LockGuard::lost`] and [`LockGuard::is_valid`] carry the same guarantee as
 //! leadership, and one session (one lease, one keep-alive stream) carries any number of
-//! locks. Nothing in the engine takes task locks yet; they are the building block for
-//! ownership records (sharding), which need exactly this guarantee.
+//! locks. Nothing in the engine takes task locks yet; shard ownership (`shards.rs`) holds its
+//! keys through the same guard.
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -95,5 +95,17 @@ impl LockGuard {
     /// Releases the lock: deletes the key if still ours. The session stays open.
     pub async fn release(self) -> Result<(), ElectionError> {
         self.held.release("lock delete").await
+    }
+
+    /// Stops guarding without deleting, as a crashed process would: the key stays until its
+    /// lease runs out. For fault drills and tests.
+    pub fn abandon(self) {
+        self.held.abandon();
+    }
+}
+
+impl From<HeldKey> for LockGuard {
+    fn from(held: HeldKey) -> Self {
+        LockGuard { held }
     }
 }

@@ -25,14 +25,13 @@ use ax_scheduler_core::UtcMillis;
 use etcd_client::{Client, EventType, GetOptions, KeyValue, WatchOptions, WatchStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::ElectionConfig;
 use crate::error::{timed, ElectionError};
-use crate::hold::LossReason;
 use crate::keys::{shard_member_key, shard_owner_key, shards_prefix, ShardKey};
+use crate::lock::LockGuard;
 use crate::session::{Created, HeldKey, Session};
 
 /// How a replica takes part in shard ownership.
@@ -60,21 +59,15 @@ pub enum ShardEvent {
     Map(ShardMap),
 }
 
-/// A held shard. Dropping it releases the shard in the background; [`ShardGuard::release`]
-/// releases it and waits. Losing the session ends it too.
+/// A held shard: the lock guard of its owner key (its revision is the shard's fencing token,
+/// its `lost()`/`is_valid()` say whether ownership holds), with the shard it is for. Dropping
+/// it releases the shard in the background; [`LockGuard::release`] releases it and waits.
+/// Losing the session ends it too.
+#[derive(Debug)]
 pub struct ShardGuard {
     shard: u32,
     /// Boxed: a held key carries its etcd client, which is large.
-    held: Box<HeldKey>,
-}
-
-impl std::fmt::Debug for ShardGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ShardGuard")
-            .field("shard", &self.shard)
-            .field("revision", &self.held.create_revision())
-            .finish()
-    }
+    lock: Box<LockGuard>,
 }
 
 impl ShardGuard {
@@ -83,40 +76,17 @@ impl ShardGuard {
         self.shard
     }
 
-    /// The owner key's create revision: the shard's fencing token.
-    pub fn revision(&self) -> i64 {
-        self.held.create_revision()
+    /// Gives up the shard's guard, to release or abandon it.
+    pub fn into_lock(self) -> LockGuard {
+        *self.lock
     }
+}
 
-    /// Fires the moment ownership is lost or in doubt (same rules as leadership).
-    pub fn lost(&self) -> CancellationToken {
-        self.held.lost()
-    }
+impl std::ops::Deref for ShardGuard {
+    type Target = LockGuard;
 
-    /// Whether the shard may be relied on right now (loss signal and monotonic deadline).
-    pub fn is_valid(&self) -> bool {
-        self.held.is_valid()
-    }
-
-    /// The monotonic instant until which ownership is trusted.
-    pub fn valid_until(&self) -> Instant {
-        self.held.valid_until()
-    }
-
-    /// Why ownership ended, once it has.
-    pub fn loss_reason(&self) -> Option<LossReason> {
-        self.held.loss_reason()
-    }
-
-    /// Releases the shard (deletes its key if still ours), for the next owner to take.
-    pub async fn release(self) -> Result<(), ElectionError> {
-        self.held.release("shard release").await
-    }
-
-    /// Stops guarding without deleting, as a crashed process would: the key stays until its
-    /// lease runs out. For fault drills and tests.
-    pub fn abandon(self) {
-        self.held.abandon();
+    fn deref(&self) -> &LockGuard {
+        &self.lock
     }
 }
 
@@ -504,12 +474,15 @@ impl OwnLoop {
                     "shard acquired"
                 );
                 m.holders[s as usize] = Holder::Me;
-                let guard = ShardGuard { shard: s, held };
+                let guard = ShardGuard {
+                    shard: s,
+                    lock: Box::new(LockGuard::from(*held)),
+                };
                 if let Err(mpsc::error::SendError(ShardEvent::Acquired(guard))) =
                     self.tx.send(ShardEvent::Acquired(guard))
                 {
                     // Nobody listens: give the shard back rather than hold it unscheduled.
-                    let _ = guard.release().await;
+                    let _ = guard.into_lock().release().await;
                 }
             }
             Ok(Created::Taken { value, .. }) => {

@@ -80,7 +80,7 @@ fn member(
                             .entry(id.clone())
                             .or_default()
                             .remove(&s);
-                        g.release().await.unwrap();
+                        g.into_lock().release().await.unwrap();
                     }
                 }
                 Some(ShardEvent::Map(_)) => {}
@@ -90,7 +90,7 @@ fn member(
         // A crash: nothing is released, the lease takes the keys.
         owned.lock().unwrap().remove(&id);
         for (_, g) in guards {
-            g.abandon();
+            g.into_lock().abandon();
         }
         owner.abandon().await;
     });

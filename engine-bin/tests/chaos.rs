@@ -24,6 +24,12 @@ use harness::{
 };
 use serde_json::{json, Value};
 
+/// The scenario's workload: `n` one-shots in namespace `chaos` on the default queue, due
+/// evenly over `span` from `start`, and the periodic task.
+async fn workload(c: &Cluster, n: usize, start: i64, span: Duration) -> Workload {
+    Workload::start(c, "chaos", &["default"], n, start, span).await
+}
+
 fn report(name: &str, f: &Figures, extra: &str) {
     println!(
         "chaos: {name}: lost {}, duplicated {}, repeated executions {}, periodic slots twice {}; {extra}",
@@ -54,15 +60,7 @@ async fn leader_sigkill_twice() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new("chaos-kill2").await;
     let first = three_schedulers_and_a_worker(&mut c).await;
-    let w = Workload::start(
-        &c,
-        "chaos",
-        &["default"],
-        60,
-        now_ms() + 1500,
-        Duration::from_secs(12),
-    )
-    .await;
+    let w = workload(&c, 60, now_ms() + 1500, Duration::from_secs(12)).await;
     let mut failovers = Vec::new();
     let mut leader = first;
     for _ in 0..2 {
@@ -98,15 +96,7 @@ async fn leader_sigstop_past_the_ttl() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new("chaos-stop").await;
     let leader = three_replicas(&mut c).await;
-    let w = Workload::start(
-        &c,
-        "chaos",
-        &["default"],
-        40,
-        now_ms() + 1500,
-        Duration::from_secs(10),
-    )
-    .await;
+    let w = workload(&c, 40, now_ms() + 1500, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pid = c.replica(&leader).pid().unwrap();
     ax_testkit::signal(pid, "STOP");
@@ -179,15 +169,7 @@ async fn etcd_sigkill_and_restart() {
     let mut etcd = ax_testkit::EtcdServer::start();
     let mut c = Cluster::on("chaos-etcd-kill", etcd.endpoint(), ax_testkit::redis_url()).await;
     let leader = three_replicas(&mut c).await;
-    let w = Workload::start(
-        &c,
-        "chaos",
-        &["default"],
-        40,
-        now_ms() + 1500,
-        Duration::from_secs(10),
-    )
-    .await;
+    let w = workload(&c, 40, now_ms() + 1500, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     etcd.kill();
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -212,15 +194,7 @@ async fn etcd_sigstop() {
     let etcd = ax_testkit::EtcdServer::start();
     let mut c = Cluster::on("chaos-etcd-stop", etcd.endpoint(), ax_testkit::redis_url()).await;
     three_replicas(&mut c).await;
-    let w = Workload::start(
-        &c,
-        "chaos",
-        &["default"],
-        40,
-        now_ms() + 1500,
-        Duration::from_secs(12),
-    )
-    .await;
+    let w = workload(&c, 40, now_ms() + 1500, Duration::from_secs(12)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pid = etcd.pid().unwrap();
     ax_testkit::signal(pid, "STOP");
@@ -244,15 +218,7 @@ async fn redis_sigkill_and_restart_with_aof() {
     let mut redis = ax_testkit::RedisServer::start_with_aof();
     let mut c = Cluster::on("chaos-redis-aof", ax_testkit::etcd_endpoint(), redis.url()).await;
     three_replicas(&mut c).await;
-    let w = Workload::start(
-        &c,
-        "chaos",
-        &["default"],
-        40,
-        now_ms() + 1500,
-        Duration::from_secs(10),
-    )
-    .await;
+    let w = workload(&c, 40, now_ms() + 1500, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     redis.kill();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -276,15 +242,7 @@ async fn redis_sigkill_and_restart_without_persistence() {
     let mut c = Cluster::on("chaos-redis-mem", ax_testkit::etcd_endpoint(), redis.url()).await;
     three_replicas(&mut c).await;
     // Everything queued when Redis dies is gone with it; one-shots due later still run.
-    let w = Workload::start(
-        &c,
-        "chaos",
-        &["default"],
-        40,
-        now_ms() + 6000,
-        Duration::from_secs(8),
-    )
-    .await;
+    let w = workload(&c, 40, now_ms() + 6000, Duration::from_secs(8)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     redis.kill();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -324,15 +282,7 @@ async fn garbage_in_a_ready_list() {
             .await
             .unwrap();
     }
-    let w = Workload::start(
-        &c,
-        "chaos",
-        &["default"],
-        20,
-        now_ms() + 1000,
-        Duration::from_secs(5),
-    )
-    .await;
+    let w = workload(&c, 20, now_ms() + 1000, Duration::from_secs(5)).await;
     let f = w.settle(&c, Duration::from_secs(10), now_ms()).await;
     report(
         "garbage pushed into a ready list",
@@ -394,15 +344,7 @@ async fn redis_turned_read_only_by_a_failover() {
     redis_cmd(&b.url(), &["REPLICAOF", "127.0.0.1", &a_port]).await;
     let mut c = Cluster::on("chaos-readonly", ax_testkit::etcd_endpoint(), a.url()).await;
     three_replicas(&mut c).await;
-    let w = Workload::start(
-        &c,
-        "chaos",
-        &["default"],
-        40,
-        now_ms() + 1500,
-        Duration::from_secs(12),
-    )
-    .await;
+    let w = workload(&c, 40, now_ms() + 1500, Duration::from_secs(12)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     redis_cmd(&b.url(), &["REPLICAOF", "NO", "ONE"]).await;
     redis_cmd(&a.url(), &["REPLICAOF", "127.0.0.1", &b_port]).await;
@@ -431,15 +373,7 @@ async fn leader_sigkill_with_the_default_lease_ttl() {
     let leader = three_schedulers_and_a_worker(&mut c).await;
     // Settle into the lease's keep-alive rhythm, then kill the leader.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let w = Workload::start(
-        &c,
-        "chaos",
-        &["default"],
-        30,
-        now_ms() + 1000,
-        Duration::from_secs(15),
-    )
-    .await;
+    let w = workload(&c, 30, now_ms() + 1000, Duration::from_secs(15)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let killed_at = now_ms();
     c.replica(&leader).kill();
@@ -495,7 +429,7 @@ async fn etcd_stopped_within_the_lease_does_not_delay_fires() {
         .collect();
     c.put_tasks(&churn).await;
     let start = now_ms() + 3000;
-    let w = Workload::start(&c, "chaos", &["default"], 20, start, Duration::from_secs(4)).await;
+    let w = workload(&c, 20, start, Duration::from_secs(4)).await;
     tokio::time::sleep(Duration::from_millis(
         u64::try_from(start - 500 - now_ms()).unwrap_or(0),
     ))
@@ -608,15 +542,7 @@ async fn leader_sigkill_before_it_writes_what_it_heard() {
     c.env.clear();
     c.start_replica("s2", Roles::Scheduler).await;
     c.start_replica("w1", Roles::Worker).await;
-    let w = Workload::start(
-        &c,
-        "chaos",
-        &["default"],
-        10,
-        now_ms() + 1000,
-        Duration::from_secs(3),
-    )
-    .await;
+    let w = workload(&c, 10, now_ms() + 1000, Duration::from_secs(3)).await;
     wait_until(Duration::from_secs(15), "every one-shot ran", || {
         let n = counts(&c.receiver.executions());
         let done = w.one_shots.iter().all(|id| n.contains_key(id))

@@ -190,23 +190,16 @@ pub async fn end_waiting(
         return Ok((result, None));
     }
     let report = ExecutionReport {
-        execution_id: message.execution_id,
-        namespace: message.namespace.clone(),
-        task_id: message.task_id.clone(),
-        queue: message.queue.to_string(),
-        handler: message.handler.clone(),
-        worker_id: rec.worker.clone(),
-        attempt: message.attempt,
-        fire_at: message.fire_at,
-        started_at: rec.started_at,
-        finished_at: now,
-        duration: now.since(rec.started_at),
-        end: attempt_end,
-        enqueued_at: message.enqueued_at,
-        first_enqueued_at: message.first_attempt_at,
         output: reported.output,
-        lineage: message.lineage.clone(),
         awaited: true,
+        ..ExecutionReport::of(
+            message,
+            &message.queue,
+            rec.worker.clone(),
+            rec.started_at,
+            now,
+            attempt_end,
+        )
     };
     Ok((EndResult::Ended, Some(report)))
 }

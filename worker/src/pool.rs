@@ -696,29 +696,12 @@ async fn end_orphans(sh: &Shared, queue: &str) {
         if settle(sh, "dead_letter", || q.dead_letter(&d, &reason, now)).await == Some(true) {
             sh.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
         }
-        let report = ExecutionReport {
-            execution_id: msg.execution_id,
-            namespace: msg.namespace.clone(),
-            task_id: msg.task_id.clone(),
-            queue: d.queue.clone(),
-            handler: msg.handler.clone(),
-            worker_id: worker,
-            attempt: msg.attempt,
-            fire_at: msg.fire_at,
-            started_at: now,
-            finished_at: now,
-            duration: Duration::ZERO,
-            end: AttemptEnd {
-                outcome: AttemptOutcome::Failed,
-                error: Some(reason),
-                retry_at: None,
-            },
-            enqueued_at: msg.enqueued_at,
-            first_enqueued_at: msg.first_attempt_at,
-            output: None,
-            lineage: msg.lineage.clone(),
-            awaited: false,
+        let end = AttemptEnd {
+            outcome: AttemptOutcome::Failed,
+            error: Some(reason),
+            retry_at: None,
         };
+        let report = ExecutionReport::of(msg, &d.queue, worker, now, now, end);
         publish(sh, &report).await;
     }
 }
@@ -1254,25 +1237,16 @@ async fn finish(
     output: Option<ax_scheduler_core::AttemptOutput>,
 ) {
     let msg = &d.message;
-    let finished = UtcMillis::now();
     let report = ExecutionReport {
-        execution_id: msg.execution_id,
-        namespace: msg.namespace.clone(),
-        task_id: msg.task_id.clone(),
-        queue: d.queue.clone(),
-        handler: msg.handler.clone(),
-        worker_id: sh.cfg.worker_id.clone(),
-        attempt: msg.attempt,
-        fire_at: msg.fire_at,
-        started_at: started,
-        finished_at: finished,
-        duration: finished.since(started),
-        end,
-        enqueued_at: msg.enqueued_at,
-        first_enqueued_at: msg.first_attempt_at,
         output,
-        lineage: msg.lineage.clone(),
-        awaited: false,
+        ..ExecutionReport::of(
+            msg,
+            &d.queue,
+            sh.cfg.worker_id.clone(),
+            started,
+            UtcMillis::now(),
+            end,
+        )
     };
     publish(sh, &report).await;
 }

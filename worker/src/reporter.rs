@@ -54,6 +54,37 @@ pub struct ExecutionReport {
 }
 
 impl ExecutionReport {
+    /// The report of an attempt of `message` (on `queue`) by `worker_id`, from `started_at`
+    /// to `finished_at`, ended as `end`; not awaited, no output (set them after).
+    pub fn of(
+        message: &ax_queue::ExecutionMessage,
+        queue: &str,
+        worker_id: String,
+        started_at: UtcMillis,
+        finished_at: UtcMillis,
+        end: AttemptEnd,
+    ) -> Self {
+        ExecutionReport {
+            execution_id: message.execution_id,
+            namespace: message.namespace.clone(),
+            task_id: message.task_id.clone(),
+            queue: queue.to_owned(),
+            handler: message.handler.clone(),
+            worker_id,
+            attempt: message.attempt,
+            fire_at: message.fire_at,
+            started_at,
+            finished_at,
+            duration: finished_at.since(started_at),
+            end,
+            enqueued_at: message.enqueued_at,
+            first_enqueued_at: message.first_attempt_at,
+            output: None,
+            lineage: message.lineage.clone(),
+            awaited: false,
+        }
+    }
+
     /// The attempt as recorded in the task's history (written by the pool itself when
     /// `WorkerConfig::record_history` is set; a reporter that writes it can unset that).
     pub fn history(&self) -> HistoryEntry {
