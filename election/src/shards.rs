@@ -295,14 +295,18 @@ impl OwnLoop {
             msg = watch.message() => match msg {
                 Ok(Some(resp)) if !resp.canceled() && resp.compact_revision() == 0 => {
                     let now = UtcMillis::now();
+                    let mut members_changed = false;
                     for event in resp.events() {
                         let Some(kv) = event.kv() else { continue };
-                        match event.event_type() {
+                        members_changed |= match event.event_type() {
                             EventType::Put => self.seen(&mut m, kv),
                             EventType::Delete => self.gone(&mut m, kv, now),
-                        }
+                        };
                     }
-                    self.remap(&mut m);
+                    // Owner keys come and go with every handover; the map only with members.
+                    if members_changed {
+                        self.remap(&mut m);
+                    }
                     self.act(&mut m).await;
                     OwnState::Watching(m, watch)
                 }
@@ -360,14 +364,11 @@ impl OwnLoop {
         )
         .await?;
         let now = UtcMillis::now();
-        let previous = std::mem::replace(
-            &mut m.holders,
-            vec![Holder::Free(now); self.settings.shards as usize],
-        );
-        // A shard free before the listing stays free since when it was first seen free.
-        for (s, h) in previous.into_iter().enumerate() {
-            if let Holder::Free(since) = h {
-                m.holders[s] = Holder::Free(since);
+        // The listing says who holds what; a shard free before it stays free since when it
+        // was first seen free.
+        for h in &mut m.holders {
+            if !matches!(h, Holder::Free(_)) {
+                *h = Holder::Free(now);
             }
         }
         m.members.clear();
@@ -392,11 +393,10 @@ impl OwnLoop {
         .await
     }
 
-    fn seen(&self, m: &mut Member, kv: &KeyValue) {
+    /// Applies a put; whether it added a member.
+    fn seen(&self, m: &mut Member, kv: &KeyValue) -> bool {
         match ShardKey::parse(&self.config.prefix, kv.key()) {
-            Some(ShardKey::Member(id)) => {
-                m.members.insert(id);
-            }
+            Some(ShardKey::Member(id)) => m.members.insert(id),
             Some(ShardKey::Owner(s)) if s < self.settings.shards => {
                 let holder = String::from_utf8_lossy(kv.value()).into_owned();
                 // Our id on another lease is an earlier process of ours: someone else.
@@ -407,21 +407,22 @@ impl OwnLoop {
                         m.handing.remove(&s);
                         Holder::Other(holder)
                     };
+                false
             }
-            _ => {}
+            _ => false,
         }
     }
 
-    fn gone(&self, m: &mut Member, kv: &KeyValue, now: UtcMillis) {
+    /// Applies a delete; whether it removed a member.
+    fn gone(&self, m: &mut Member, kv: &KeyValue, now: UtcMillis) -> bool {
         match ShardKey::parse(&self.config.prefix, kv.key()) {
-            Some(ShardKey::Member(id)) => {
-                m.members.remove(&id);
-            }
+            Some(ShardKey::Member(id)) => m.members.remove(&id),
             Some(ShardKey::Owner(s)) if s < self.settings.shards => {
                 m.handing.remove(&s);
                 m.holders[s as usize] = Holder::Free(now);
+                false
             }
-            _ => {}
+            _ => false,
         }
     }
 

@@ -238,17 +238,7 @@ impl ExecutionReporter for EngineReporter {
             } else {
                 finished!(tracing::Level::INFO);
             }
-            let event = ExecutionEventRecord {
-                namespace: report.namespace.clone(),
-                task_id: report.task_id.clone(),
-                execution_id: report.execution_id,
-                fire_at: report.fire_at,
-                attempt: report.attempt,
-                kind: ExecutionEvent::Finished {
-                    at: report.finished_at,
-                    end: end.clone(),
-                },
-            };
+            let event = report.finished_event();
             self.send(event, Some(history)).await;
         })
     }

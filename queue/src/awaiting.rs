@@ -360,8 +360,9 @@ pub enum ProgressResult {
     Gone,
 }
 
-fn ms(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+/// A TTL in milliseconds: at least 1, which Redis requires of `PX`/`PEXPIRE`.
+fn ttl_ms(d: std::time::Duration) -> u64 {
+    crate::queue::ms(d).max(1)
 }
 
 fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<String> {
@@ -429,7 +430,7 @@ impl Queue {
             .arg(token.hash())
             .arg(&d.worker_id)
             .arg(started.0)
-            .arg(ms(ttl));
+            .arg(ttl_ms(ttl));
         let mut conn = self.conn();
         let reply: Vec<String> = self
             .run("open_awaiting", inv.invoke_async(&mut conn))
@@ -463,7 +464,7 @@ impl Queue {
             .arg(&id)
             .arg(m.attempt)
             .arg(deadline.0)
-            .arg(ms(left + self.awaiting_retention()))
+            .arg(ttl_ms(left + self.awaiting_retention()))
             .arg(crate::queue::concurrency_key(m));
         let mut conn = self.conn();
         let reply: Vec<String> = self
@@ -486,7 +487,7 @@ impl Queue {
         inv.key(self.keys().awaiting(&d.queue, &m.execution_id.to_string()))
             .arg(m.attempt)
             .arg(label)
-            .arg(ms(self.awaiting_retention()));
+            .arg(ttl_ms(self.awaiting_retention()));
         let mut conn = self.conn();
         let n: i64 = self
             .run("close_awaiting", inv.invoke_async(&mut conn))
@@ -603,7 +604,7 @@ impl Queue {
             .arg(due)
             .arg(e.id)
             .arg(encode("reported end", outcome)?)
-            .arg(ms(self.awaiting_retention()));
+            .arg(ttl_ms(self.awaiting_retention()));
         let mut conn = self.conn();
         let reply: Vec<String> = self
             .run("end_awaiting", inv.invoke_async(&mut conn))
@@ -634,7 +635,7 @@ impl Queue {
             .arg(deadline.0)
             .arg(encode("progress", progress)?)
             .arg(&id_text)
-            .arg(ms(left + self.awaiting_retention()));
+            .arg(ttl_ms(left + self.awaiting_retention()));
         let mut conn = self.conn();
         let reply: Vec<String> = self
             .run("progress_awaiting", inv.invoke_async(&mut conn))

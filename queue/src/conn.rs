@@ -28,6 +28,7 @@ use redis::{Arg, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::config::{QueueConfig, RedisTls};
 use crate::error::{QueueError, Result};
+use crate::queue::ms;
 
 /// Number of hash slots of a Redis Cluster.
 const SLOTS: u16 = 16384;
@@ -156,10 +157,6 @@ impl Client {
         };
         made.map_err(QueueError::redis(op))
     }
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 // Checked here rather than left to the client, whose own message does not say that the

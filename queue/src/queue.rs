@@ -166,7 +166,8 @@ pub(crate) fn concurrency_key(m: &ExecutionMessage) -> &str {
     m.concurrency.as_ref().map_or("", |c| c.key.as_str())
 }
 
-fn ms(d: Duration) -> u64 {
+/// A duration as whole milliseconds (for Redis TTLs and scores).
+pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 

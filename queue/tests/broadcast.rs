@@ -4,13 +4,15 @@
 //! handed to another worker.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use ax_queue::{Delivery, ExecutionMessage, Queue, QueueConfig};
 use ax_scheduler_core::fanout::{fire_fanout_id, Shard};
 use ax_scheduler_core::{Dispatch, OverlapPolicy, TaskKey, TaskSpec, UtcMillis};
-use ax_testkit::{redis_url, unique_name};
+use ax_testkit::unique_name;
 
 const BLOCK: Duration = Duration::from_millis(200);
 
@@ -19,7 +21,7 @@ async fn queue() -> Queue {
         prefix: unique_name("axbc"),
         ..QueueConfig::default()
     };
-    Queue::connect(&redis_url(), cfg).await.unwrap()
+    common::connect(cfg).await
 }
 
 fn spec(id: &str) -> TaskSpec {

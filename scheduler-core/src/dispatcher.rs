@@ -1168,11 +1168,7 @@ impl Dispatcher {
                     queue: Arc::clone(&task.spec.queue),
                     reason: reason.clone(),
                 });
-                let end = crate::execution::AttemptEnd {
-                    outcome: AttemptOutcome::Failed,
-                    error: Some(reason),
-                    retry_at: None,
-                };
+                let end = crate::execution::AttemptEnd::new(AttemptOutcome::Failed, Some(reason));
                 if let Some(execution) = parse_execution_id(&id) {
                     self.apply_to_state(
                         &key,
@@ -1183,6 +1179,7 @@ impl Dispatcher {
                             at: now,
                             end: end.clone(),
                         },
+                        false,
                         now,
                     );
                     self.on_step_end(&key, execution, StepOutcome::of(&end), now);
@@ -1398,7 +1395,7 @@ impl Dispatcher {
                 return;
             }
         }
-        self.apply_to_state(key, position, execution, attempt, event, now);
+        self.apply_to_state(key, position, execution, attempt, event, true, now);
         if let ExecutionEvent::Finished { end, .. } = event {
             if end.is_last() {
                 // Even when the state says the event was applied: the children's states are
@@ -1422,11 +1419,11 @@ impl Dispatcher {
         now: UtcMillis,
     ) -> Option<(u128, StepOutcome)> {
         let ExecutionEvent::Finished { at, end } = event else {
-            self.apply_to_state(key, position, execution, attempt, event, now);
+            self.apply_to_state(key, position, execution, attempt, event, true, now);
             return None;
         };
         if !end.is_last() {
-            self.apply_to_state(key, position, execution, attempt, event, now);
+            self.apply_to_state(key, position, execution, attempt, event, true, now);
             return None;
         }
         let task = self.tasks.get_mut(key)?;
@@ -1459,21 +1456,20 @@ impl Dispatcher {
         }
         let done = task.state.fanouts.remove(slot);
         let failures = done.failures();
-        let whole = crate::execution::AttemptEnd {
-            outcome: if failures == 0 {
+        let whole = crate::execution::AttemptEnd::new(
+            if failures == 0 {
                 AttemptOutcome::Succeeded
             } else {
                 AttemptOutcome::Failed
             },
-            error: (failures > 0).then(|| {
+            (failures > 0).then(|| {
                 format!(
                     "{failures} of {} shards failed; last error: {}",
                     done.total,
                     task.state.last_error.clone().unwrap_or_default()
                 )
             }),
-            retry_at: None,
-        };
+        );
         let fanout = parse_execution_id(&done.id)?;
         // The fire's end, as one execution's: counted, settled, a held fire released.
         self.apply_to_state(
@@ -1485,11 +1481,16 @@ impl Dispatcher {
                 at: *at,
                 end: whole.clone(),
             },
+            false,
             now,
         );
         Some((fanout, StepOutcome::of(&whole)))
     }
 
+    /// Applies an execution's event to its task's state. `attempt` is false for the made-up
+    /// end of a fanned-out fire as a whole, which is no attempt of its own (its shards' are)
+    /// and so raises no failure notice.
+    #[allow(clippy::too_many_arguments)]
     fn apply_to_state(
         &mut self,
         key: &TaskKey,
@@ -1497,6 +1498,7 @@ impl Dispatcher {
         execution: u128,
         attempt: u32,
         event: &ExecutionEvent,
+        is_attempt: bool,
         now: UtcMillis,
     ) {
         let Some(task) = self.tasks.get_mut(key) else {
@@ -1535,9 +1537,7 @@ impl Dispatcher {
                     return;
                 }
                 task.last_end = Some((execution, attempt));
-                // Not for a fanned-out fire's own end: that is no attempt (its shards', each
-                // applied here or in `apply_shard`, are).
-                if task.spec.fanout.is_none() || !end.is_last() {
+                if is_attempt {
                     self.notices
                         .extend(failure_notice(&task.key, execution, attempt, event));
                 }

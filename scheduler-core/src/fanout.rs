@@ -119,11 +119,6 @@ impl FanoutProgress {
         }
     }
 
-    /// The worker shard `i` is addressed to (a broadcast fire's shards only).
-    pub fn worker(&self, i: u32) -> Option<&str> {
-        self.workers.get(i as usize).map(String::as_str)
-    }
-
     fn has(bits: &[u64], i: u32) -> bool {
         let (word, bit) = ((i / 64) as usize, i % 64);
         bits.get(word).is_some_and(|w| w & (1 << bit) != 0)

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use ax_queue::{ExecutionMessage, HistoryEntry};
+use ax_queue::{ExecutionEventRecord, ExecutionMessage, HistoryEntry};
 use ax_scheduler_core::{AttemptEnd, AttemptOutput, UtcMillis};
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -82,6 +82,21 @@ impl ExecutionReport {
             output: None,
             lineage: message.lineage.clone(),
             awaited: false,
+        }
+    }
+
+    /// The attempt's end as the event the leader reads.
+    pub fn finished_event(&self) -> ExecutionEventRecord {
+        ExecutionEventRecord {
+            namespace: self.namespace.clone(),
+            task_id: self.task_id.clone(),
+            execution_id: self.execution_id,
+            fire_at: self.fire_at,
+            attempt: self.attempt,
+            kind: ax_scheduler_core::ExecutionEvent::Finished {
+                at: self.finished_at,
+                end: self.end.clone(),
+            },
         }
     }
 

@@ -13,10 +13,9 @@
 use std::time::Duration;
 
 use ax_queue::{
-    token_hash, EndBy, EndResult, ExecutionEventRecord, Progress, ProgressResult, ReportedEnd,
-    ReportedStatus, TokenClaim,
+    token_hash, EndBy, EndResult, Progress, ProgressResult, ReportedEnd, ReportedStatus, TokenClaim,
 };
-use ax_scheduler_core::{AttemptOutput, ExecutionEvent, UtcMillis};
+use ax_scheduler_core::{AttemptOutput, UtcMillis};
 use ax_worker::awaiting::{end_waiting, WaitingEnd};
 use ax_worker::ExecutionReport;
 use uuid::Uuid;
@@ -147,10 +146,7 @@ impl Backend {
                     id,
                     &format!("the attempt ended `{end}` before this `{label}`"),
                 )),
-                EndResult::Stale { current, end } if end == label => {
-                    let _ = current;
-                    Ok(reply(label, true, None))
-                }
+                EndResult::Stale { end, .. } if end == label => Ok(reply(label, true, None)),
                 EndResult::Stale { current, end } => Err(stale(id, claim.attempt, current, &end)),
                 EndResult::Moved => continue,
                 EndResult::Forbidden | EndResult::Gone | EndResult::Alive => Err(forbidden()),
@@ -163,17 +159,7 @@ impl Backend {
 
     /// Publishes an attempt's end for the leader and the history, as a worker's end goes.
     async fn publish(&self, q: &ax_queue::Queue, report: &ExecutionReport) {
-        let event = ExecutionEventRecord {
-            namespace: report.namespace.clone(),
-            task_id: report.task_id.clone(),
-            execution_id: report.execution_id,
-            fire_at: report.fire_at,
-            attempt: report.attempt,
-            kind: ExecutionEvent::Finished {
-                at: report.finished_at,
-                end: report.end.clone(),
-            },
-        };
+        let event = report.finished_event();
         let history = report.history();
         for attempt in 1..=PUBLISH_TRIES {
             match q.report(&event, Some(&history)).await {

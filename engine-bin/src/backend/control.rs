@@ -10,8 +10,8 @@
 //! An execution id says nothing of its queue, so a kill by id tries the queues ax knows of
 //! (as the dead-letter commands do); a kill of a task looks only in the task's queue.
 
-use ax_queue::{ExecutionEventRecord, HistoryEntry, Kill, KillState, StopOrder};
-use ax_scheduler_core::{AttemptEnd, AttemptOutcome, ExecutionEvent, UtcMillis};
+use ax_queue::{Kill, KillState, StopOrder};
+use ax_scheduler_core::{AttemptEnd, AttemptOutcome, UtcMillis};
 use uuid::Uuid;
 
 use super::{errors, tasks::not_found, Backend};
@@ -112,33 +112,9 @@ impl Backend {
             AttemptOutcome::Killed,
             Some(StopOrder::Killed.reason().to_owned()),
         );
-        let event = ExecutionEventRecord {
-            namespace: m.namespace.clone(),
-            task_id: m.task_id.clone(),
-            execution_id: m.execution_id,
-            fire_at: m.fire_at,
-            attempt: m.attempt,
-            kind: ExecutionEvent::Finished {
-                at: now,
-                end: end.clone(),
-            },
-        };
-        let history = HistoryEntry {
-            execution_id: m.execution_id,
-            fire_at: m.fire_at,
-            started_at: now,
-            finished_at: now,
-            lateness_ms: now.0 - m.fire_at.0,
-            duration_ms: 0,
-            end,
-            worker: NO_WORKER.to_owned(),
-            attempt: m.attempt,
-            queue: m.queue.to_string(),
-            enqueued_at: Some(m.enqueued_at),
-            first_enqueued_at: Some(m.first_attempt_at),
-            output: None,
-            lineage: m.lineage.clone(),
-        };
+        let report =
+            ax_worker::ExecutionReport::of(m, &m.queue, NO_WORKER.to_owned(), now, now, end);
+        let (event, history) = (report.finished_event(), report.history());
         if let Err(e) = q.report(&event, Some(&history)).await {
             tracing::warn!(execution_id = %m.execution_id, error = %e, "killed, but the leader could not be told; the task's state catches up with its next execution");
         }

@@ -278,12 +278,13 @@ mod tests {
 
     use super::*;
 
-    #[tokio::test]
-    async fn a_state_etcd_refuses_is_isolated_and_the_others_are_written() {
+    /// A registry under a fresh prefix whose leader key this test holds: the client, the
+    /// prefix, the registry and the fence (the leader key's create revision).
+    async fn led_registry(label: &str) -> (etcd_client::Client, String, Registry, i64) {
         let client = etcd_client::Client::connect([ax_testkit::etcd_endpoint()], None)
             .await
             .unwrap();
-        let prefix = format!("/{}", ax_testkit::unique_name("flusher"));
+        let prefix = format!("/{}", ax_testkit::unique_name(label));
         let registry = Registry::new(
             client.clone(),
             RegistryConfig {
@@ -291,13 +292,18 @@ mod tests {
                 ..RegistryConfig::default()
             },
         );
-        // The fence: the leader key's create revision.
         let resp = client
             .kv_client()
             .put(registry.keys().leader(), "me", None)
             .await
             .unwrap();
         let fence = resp.header().unwrap().revision();
+        (client, prefix, registry, fence)
+    }
+
+    #[tokio::test]
+    async fn a_state_etcd_refuses_is_isolated_and_the_others_are_written() {
+        let (client, prefix, registry, fence) = led_registry("flusher").await;
         let now = UtcMillis(1_800_000_000_000);
         let good = TaskState::new(1, now, now);
         let mut huge = TaskState::new(1, now, now);
@@ -434,23 +440,7 @@ mod tests {
 
     #[tokio::test]
     async fn failure_alerts_go_only_once_their_states_are_written() {
-        let client = etcd_client::Client::connect([ax_testkit::etcd_endpoint()], None)
-            .await
-            .unwrap();
-        let prefix = format!("/{}", ax_testkit::unique_name("flusher-alerts"));
-        let registry = Registry::new(
-            client.clone(),
-            RegistryConfig {
-                prefix: prefix.clone(),
-                ..RegistryConfig::default()
-            },
-        );
-        let resp = client
-            .kv_client()
-            .put(registry.keys().leader(), "me", None)
-            .await
-            .unwrap();
-        let fence = resp.header().unwrap().revision();
+        let (client, prefix, registry, fence) = led_registry("flusher-alerts").await;
         // Written: the alert goes, after the state.
         let seen = flush_with_alert(&registry, fence, "written").await;
         assert_eq!(seen, [("Task failed: ns/written".to_owned(), true)]);

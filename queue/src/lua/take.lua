@@ -59,7 +59,8 @@ local max = tonumber(ARGV[1])
 local mine = {}
 if KEYS[9] and max > 0 then
   mine = redis.call('LPOP', KEYS[9], max) or {}
-  if redis.call('EXISTS', KEYS[9]) == 0 then
+  -- Fewer than asked for: the list is empty now (and gone); no need to ask.
+  if #mine < max or redis.call('EXISTS', KEYS[9]) == 0 then
     redis.call('DEL', KEYS[10])
   end
   max = max - #mine
