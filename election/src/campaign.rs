@@ -94,6 +94,27 @@ impl Candidate {
         &self.instance_id
     }
 
+    /// Takes part in shard ownership instead of campaigning for the one leader key: with
+    /// this candidate's client, election settings and instance id, among `shards` shards
+    /// (see [`crate::own_shards`]).
+    pub fn own_shards(
+        &self,
+        shards: u32,
+        orphan_after: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<crate::ShardOwner, ElectionError> {
+        crate::own_shards(
+            self.client.clone(),
+            self.config.clone(),
+            crate::ShardSettings {
+                instance_id: self.instance_id.clone(),
+                shards,
+                orphan_after,
+            },
+            cancel,
+        )
+    }
+
     /// Campaigns until this candidate leads or `cancel` fires. etcd errors are retried with
     /// backoff; only cancellation ends the campaign without leadership.
     pub async fn campaign(&self, cancel: &CancellationToken) -> Result<Leadership, ElectionError> {

@@ -42,4 +42,7 @@ pub use keys::{instance_key, leader_key, lock_key, shard_owner_key};
 pub use lock::{LockGuard, TaskLock};
 pub use observe::{current_leader, observe, LeaderInfo, LeaderObserver};
 pub use session::Session;
-pub use shards::{own_shards, ShardEvent, ShardGuard, ShardOwner, ShardSettings};
+pub use shards::{
+    list_shard_owners, own_shards, ShardEvent, ShardGuard, ShardOwner, ShardOwnerRecord,
+    ShardSettings,
+};

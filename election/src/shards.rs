@@ -106,6 +106,12 @@ impl ShardOwner {
         self.events.recv().await
     }
 
+    /// The next event if one is waiting: several shards acquired at once are armed in one
+    /// pass over the catalog instead of one pass each.
+    pub fn try_next(&mut self) -> Option<ShardEvent> {
+        self.events.try_recv().ok()
+    }
+
     /// Stops the loop and waits for it: the session is closed, so every shard still held is
     /// released at once (release what you can first, after flushing).
     pub async fn stop(mut self) {
@@ -132,6 +138,49 @@ impl Drop for ShardOwner {
     fn drop(&mut self) {
         self.stop.cancel();
     }
+}
+
+/// One shard's owner as recorded in etcd.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ShardOwnerRecord {
+    /// The shard.
+    pub shard: u32,
+    /// The owning replica's instance id.
+    pub owner: String,
+    /// The owner's fencing token for the shard (its key's create revision).
+    pub token: i64,
+}
+
+/// The recorded owner of each owned shard, in shard order (a shard without an owner is
+/// missing), for `ax status`.
+pub async fn list_shard_owners(
+    client: &Client,
+    config: &ElectionConfig,
+) -> Result<Vec<ShardOwnerRecord>, ElectionError> {
+    let mut kv = client.kv_client();
+    let resp = timed(
+        "shard owners list",
+        config.request_timeout,
+        kv.get(
+            format!("{}owners/", shards_prefix(&config.prefix)),
+            Some(GetOptions::new().with_prefix()),
+        ),
+    )
+    .await?;
+    let mut owners: Vec<ShardOwnerRecord> = resp
+        .kvs()
+        .iter()
+        .filter_map(|kv| match ShardKey::parse(&config.prefix, kv.key()) {
+            Some(ShardKey::Owner(shard)) => Some(ShardOwnerRecord {
+                shard,
+                owner: String::from_utf8_lossy(kv.value()).into_owned(),
+                token: kv.create_revision(),
+            }),
+            _ => None,
+        })
+        .collect();
+    owners.sort_by_key(|o| o.shard);
+    Ok(owners)
 }
 
 /// Starts taking part in shard ownership; see the [module notes](self). The loop runs until

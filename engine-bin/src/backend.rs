@@ -62,6 +62,8 @@ pub struct Backend {
     worker_queues: Vec<String>,
     request_timeout: Duration,
     etcd_quota_bytes: u64,
+    /// `scheduler.shards`: how many shards the status should find owned.
+    shards: u32,
     max_tasks_per_namespace: u64,
     audit: AuditStore,
     /// Built on the first status call; `None` inside when it cannot be (no endpoint, bad
@@ -96,6 +98,7 @@ impl Backend {
             worker_queues: config.worker.queues.clone(),
             request_timeout: config.etcd.timeout,
             etcd_quota_bytes: config.etcd.quota_backend_bytes,
+            shards: config.scheduler.shards,
             max_tasks_per_namespace: config.limits.max_tasks_per_namespace,
             clock: OnceCell::new(),
         }

@@ -308,6 +308,11 @@ pub struct Scheduler {
     /// Queue depth above which a backlog alert is raised; default
     /// [`ax_alerting::DEFAULT_QUEUE_BACKLOG_THRESHOLD`] (1000).
     pub backlog_alert_threshold: u64,
+    /// Shards the task space is split into, each scheduled by one replica at a time; 1
+    /// (default): one leader schedules everything. The same on every replica.
+    pub shards: u32,
+    /// What a task's shard is computed from: `task` (default) or `namespace`.
+    pub placement: ax_scheduler_core::placement::PlaceBy,
 }
 
 impl Default for Scheduler {
@@ -322,6 +327,8 @@ impl Default for Scheduler {
             enqueue_stall_limit: crate::scheduler::DEFAULT_ENQUEUE_STALL_LIMIT,
             enqueue_rate_limit: 0,
             backlog_alert_threshold: ax_alerting::DEFAULT_QUEUE_BACKLOG_THRESHOLD,
+            shards: 1,
+            placement: ax_scheduler_core::placement::PlaceBy::Task,
         }
     }
 }

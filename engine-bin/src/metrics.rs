@@ -51,8 +51,13 @@ pub const QUEUE_DEPTH: &str = "scheduler_queue_depth";
 pub const QUEUE_PAUSED: &str = "scheduler_queue_paused";
 /// Executions running on this replica.
 pub const ACTIVE_WORKERS: &str = "scheduler_active_workers";
-/// 1 while this replica leads, else 0.
+/// 1 while this replica leads (or, with shards, owns at least one), else 0.
 pub const IS_LEADER: &str = "scheduler_is_leader";
+/// Shards this replica schedules (0 with one shard: see [`IS_LEADER`]).
+pub const SHARDS_OWNED: &str = "scheduler_shards_owned";
+/// Shards of the installation (`scheduler.shards`), so that rules can compare the owned
+/// total with it.
+pub const SHARDS: &str = "scheduler_shards";
 /// Times this replica became leader.
 pub const LEADER_CHANGES_TOTAL: &str = "scheduler_leader_changes_total";
 /// Registered specs that failed validation.
@@ -230,6 +235,10 @@ pub struct Metrics {
     pub is_leader: IntGauge,
     /// [`LEADER_CHANGES_TOTAL`].
     pub leader_changes_total: IntCounter,
+    /// [`SHARDS_OWNED`].
+    pub shards_owned: IntGauge,
+    /// [`SHARDS`].
+    pub shards: IntGauge,
     /// [`INVALID_SPECS`].
     pub invalid_specs: IntGauge,
     /// [`UNDECODABLE_STATES`].
@@ -335,6 +344,14 @@ impl Metrics {
             is_leader: register(
                 &registry,
                 IntGauge::new(IS_LEADER, "1 while this replica is the leader, else 0.")?,
+            )?,
+            shards_owned: register(
+                &registry,
+                IntGauge::new(SHARDS_OWNED, "Shards this replica schedules.")?,
+            )?,
+            shards: register(
+                &registry,
+                IntGauge::new(SHARDS, "Shards of the installation (scheduler.shards).")?,
             )?,
             leader_changes_total: register(
                 &registry,
@@ -540,6 +557,12 @@ impl Metrics {
             self.leader_changes_total.inc();
         }
         self.is_leader.set(i64::from(leading));
+    }
+
+    /// Sets how many shards this replica schedules.
+    pub fn set_shards_owned(&self, owned: usize) {
+        self.shards_owned
+            .set(i64::try_from(owned).unwrap_or(i64::MAX));
     }
 
     /// Counts a failed call to `backend` ([`BACKEND_ETCD`], [`BACKEND_REDIS`]).

@@ -488,6 +488,9 @@ pub fn status_text(s: &StatusView) -> String {
             &rows,
         ));
     }
+    if let Some(shards) = &s.shards {
+        out.push_str(&shards_text(shards));
+    }
     out.push_str(&format!("\ndead letters: {}\n", s.dlq_size));
     if !s.paused_namespaces.is_empty() {
         out.push_str(&format!(
@@ -525,6 +528,41 @@ pub fn status_text(s: &StatusView) -> String {
     }
     for w in &s.redis_warnings {
         out.push_str(&format!("\nwarning: {w}\n"));
+    }
+    out
+}
+
+/// The shard map: shards per owner, and the shards nobody owns.
+fn shards_text(shards: &crate::http::api::ShardsView) -> String {
+    let mut per_owner: std::collections::BTreeMap<&str, Vec<u32>> = Default::default();
+    for o in &shards.owners {
+        per_owner.entry(o.owner.as_str()).or_default().push(o.shard);
+    }
+    let mut out = format!(
+        "\nshards: {} ({} owned)\n",
+        shards.total,
+        shards.owners.len()
+    );
+    let rows: Vec<Vec<String>> = per_owner
+        .iter()
+        .map(|(owner, list)| {
+            let names: Vec<String> = list.iter().map(u32::to_string).collect();
+            vec![(*owner).to_owned(), list.len().to_string(), names.join(",")]
+        })
+        .collect();
+    if !rows.is_empty() {
+        out.push_str(&table(&["OWNER", "SHARDS", "WHICH"], &rows));
+    }
+    let owned: std::collections::BTreeSet<u32> = shards.owners.iter().map(|o| o.shard).collect();
+    let unowned: Vec<String> = (0..shards.total)
+        .filter(|s| !owned.contains(s))
+        .map(|s| s.to_string())
+        .collect();
+    if !unowned.is_empty() {
+        out.push_str(&format!(
+            "warning: shards without an owner (their tasks do not fire): {}\n",
+            unowned.join(",")
+        ));
     }
     out
 }
@@ -596,6 +634,7 @@ mod tests {
             redis_warnings: Vec::new(),
             etcd_db: None,
             paused_namespaces: vec![],
+            shards: None,
         };
         let text = status_text(&s);
         assert!(text.starts_with("leader: ax-1\n"), "{text}");
@@ -636,6 +675,28 @@ mod tests {
         );
         assert!(
             text.contains("warning: etcd's database is near its quota"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn status_shows_the_shard_map_and_unowned_shards() {
+        let owner = |shard, owner: &str| ax_election::ShardOwnerRecord {
+            shard,
+            owner: owner.into(),
+            token: 7,
+        };
+        let text = shards_text(&crate::http::api::ShardsView {
+            total: 4,
+            owners: vec![owner(0, "ax-1"), owner(1, "ax-0"), owner(3, "ax-1")],
+        });
+        assert!(text.contains("shards: 4 (3 owned)"), "{text}");
+        assert!(
+            text.lines().any(|l| l.starts_with("ax-1") && l.ends_with("2       0,3")),
+            "{text}"
+        );
+        assert!(
+            text.contains("shards without an owner (their tasks do not fire): 2"),
             "{text}"
         );
     }

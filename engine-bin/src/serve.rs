@@ -422,8 +422,17 @@ impl Parts<'_> {
         });
         // The clock check trusts and presents what the etcd client does.
         let etcd_tls = etcd_tls(config)?;
+        let placement = ax_scheduler_core::placement::Placement {
+            shards: config.scheduler.shards,
+            by: config.scheduler.placement,
+        };
+        self.metrics.shards.set(i64::from(placement.shards));
         let settings = LeaderSettings {
             instance_id: config.instance.id.clone(),
+            placement,
+            // A member that is listed but does not act (a hung process whose lease is still
+            // kept) leaves its shards free: after three lease lifetimes anyone takes them.
+            shard_orphan_after: config.election.lease_ttl * 3,
             dispatcher: DispatcherConfig {
                 timer: TimerConfig {
                     tick: config.scheduler.tick,

@@ -653,3 +653,141 @@ async fn a_replica_started_onto_many_tasks_keeps_its_leases() {
     c.assert_running(&["r1"]);
     c.clean_up().await;
 }
+
+/// Shards of the sharded scenarios: several per replica, so a loss or a join moves some.
+const SHARDS: u32 = 16;
+
+/// Three scheduler-only replicas sharing [`SHARDS`] shards and one worker; returns once
+/// every shard has an owner.
+async fn three_shard_owners_and_a_worker(c: &mut Cluster) {
+    c.env.push(("AX_SHARDS", SHARDS.to_string()));
+    for id in ["s1", "s2", "s3"] {
+        c.start_replica(id, Roles::Scheduler).await;
+    }
+    c.start_replica("w1", Roles::Worker).await;
+    c.wait_for_shards(SHARDS, &["s1", "s2", "s3"], Duration::from_secs(20))
+        .await;
+}
+
+/// The replica owning the most shards, and how many it owns.
+async fn busiest_owner(c: &Cluster) -> (String, usize) {
+    let mut loads: HashMap<String, usize> = HashMap::new();
+    for owner in c.shard_owners().await.into_values() {
+        *loads.entry(owner).or_default() += 1;
+    }
+    loads.into_iter().max_by_key(|(_, n)| *n).unwrap()
+}
+
+/// Waits until no shard is owned by `gone` and every shard is owned; returns how long it
+/// took from `since`.
+async fn shards_moved_off(c: &Cluster, gone: &str, since: i64) -> i64 {
+    wait_until(Duration::from_secs(15), "shards moved to live replicas", || async {
+        let owners = c.shard_owners().await;
+        owners.len() == SHARDS as usize && owners.values().all(|o| o != gone)
+    })
+    .await;
+    now_ms() - since
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_owner_sigkill() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("chaos-shard-kill").await;
+    three_shard_owners_and_a_worker(&mut c).await;
+    let w = workload(&c, 60, now_ms() + 1500, Duration::from_secs(12)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (victim, held) = busiest_owner(&c).await;
+    let killed_at = now_ms();
+    c.replica(&victim).kill();
+    let moved = shards_moved_off(&c, &victim, killed_at).await;
+    let f = w.settle(&c, Duration::from_secs(15), now_ms()).await;
+    // A run-now request is taken by its task's shard owner, once.
+    let before = c.receiver.executions_of("o007").len();
+    c.ax_ok(&["task", "trigger", "chaos/o007"]).await;
+    wait_until(Duration::from_secs(5), "the run-now ran", || {
+        let ran = c.receiver.executions_of("o007").len() > before;
+        async move { ran }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    report(
+        "shard owner SIGKILL (16 shards, 3 schedulers)",
+        &f,
+        &format!("{victim} held {held} shards; all moved within {moved} ms (lease TTL 2 s); a run-now after it ran once"),
+    );
+    f.assert_clean("shard owner SIGKILL");
+    assert_eq!(c.receiver.executions_of("o007").len(), before + 1);
+    assert!(moved <= 3000, "shards move within TTL + 1 s: {moved} ms");
+    let live: Vec<&str> = ["s1", "s2", "s3"]
+        .into_iter()
+        .filter(|id| *id != victim)
+        .collect();
+    c.assert_running(&live);
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_owner_sigstop_past_the_ttl() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("chaos-shard-stop").await;
+    three_shard_owners_and_a_worker(&mut c).await;
+    let w = workload(&c, 40, now_ms() + 1500, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (victim, held) = busiest_owner(&c).await;
+    let pid = c.replica(&victim).pid().unwrap();
+    ax_testkit::signal(pid, "STOP");
+    let stopped_at = now_ms();
+    let moved = shards_moved_off(&c, &victim, stopped_at).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ax_testkit::signal(pid, "CONT");
+    let f = w.settle(&c, Duration::from_secs(15), now_ms()).await;
+    // The resumed replica joins again and gets its share back by handovers.
+    let owners = c
+        .wait_for_shards(SHARDS, &[], Duration::from_secs(20))
+        .await;
+    wait_until(Duration::from_secs(20), "the resumed replica owns shards again", || async {
+        c.shard_owners().await.values().any(|o| *o == victim)
+    })
+    .await;
+    let g = w.settle(&c, Duration::from_secs(5), now_ms()).await;
+    report(
+        "shard owner SIGSTOP past the TTL, then SIGCONT",
+        &g,
+        &format!(
+            "{victim} held {held} shards; moved within {moved} ms; resumed without acting, then owned shards again ({} owners)",
+            owners.len()
+        ),
+    );
+    f.assert_clean("shard owner SIGSTOP");
+    g.assert_clean("shard owner SIGSTOP, after its return");
+    assert!(moved <= 3000, "shards move within TTL + 1 s: {moved} ms");
+    c.assert_running(&["s1", "s2", "s3"]);
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_joining_under_load_takes_its_share() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("chaos-shard-join").await;
+    three_shard_owners_and_a_worker(&mut c).await;
+    let w = workload(&c, 60, now_ms() + 1500, Duration::from_secs(12)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let started = now_ms();
+    c.start_replica("s4", Roles::Scheduler).await;
+    let share = (SHARDS / 4) as usize;
+    wait_until(Duration::from_secs(20), "the new replica owns its share", || async {
+        let owners = c.shard_owners().await;
+        owners.len() == SHARDS as usize && owners.values().filter(|o| *o == "s4").count() >= share
+    })
+    .await;
+    let took = now_ms() - started;
+    let f = w.settle(&c, Duration::from_secs(15), now_ms()).await;
+    report(
+        "a 4th replica joins under load (16 shards)",
+        &f,
+        &format!("it owned its {share} shards {took} ms after it started (handed over: stop, flush, release)"),
+    );
+    f.assert_clean("a replica joining");
+    c.assert_running(&["s1", "s2", "s3", "s4"]);
+    c.clean_up().await;
+}

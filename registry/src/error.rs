@@ -71,7 +71,8 @@ pub enum RegistryError {
         /// Every problem found.
         errors: ValidationErrors,
     },
-    /// A fenced write was refused: the leader key no longer has the given create revision.
+    /// A fenced write was refused: the fence key (leader or shard owner) no longer has the given
+    /// create revision.
     #[error("write refused: fencing token {token} is no longer the leader's")]
     Fenced {
         /// The token the writer held.

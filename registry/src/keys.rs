@@ -71,6 +71,12 @@ impl Keys {
         ax_scheduler_core::etcd_keys::leader(&self.prefix)
     }
 
+    /// `{prefix}/shards/owners/{shard}`: a shard's owner record
+    /// ([`ax_scheduler_core::etcd_keys::shard_owner`]).
+    pub fn shard_owner(&self, shard: u32) -> String {
+        ax_scheduler_core::etcd_keys::shard_owner(&self.prefix, shard)
+    }
+
     /// `{prefix}/locks/{namespace}/{id}`: a task's lock (the lock name is
     /// `{namespace}/{id}`, so ids in different namespaces do not collide).
     pub fn lock(&self, namespace: &str, id: &str) -> String {

@@ -68,6 +68,22 @@ pub struct UndecodableState {
     pub error: String,
 }
 
+/// What a fenced state write compares: the key whose create revision is the writer's
+/// fencing token (the leader key, or a shard's owner key). Built by
+/// [`Registry::leader_fence`] and [`Registry::shard_fence`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateFence {
+    key: String,
+    token: i64,
+}
+
+impl StateFence {
+    /// The fencing token.
+    pub fn token(&self) -> i64 {
+        self.token
+    }
+}
+
 /// Every state record under a prefix: the readable ones and the ones that are not.
 #[derive(Clone, Debug, Default)]
 pub struct StateListing {
@@ -570,27 +586,32 @@ impl Registry {
         TxnOp::put(self.keys.state(namespace, id), value, None)
     }
 
-    fn fence(&self, token: Option<i64>) -> Vec<Compare> {
-        token
-            .map(|t| {
-                vec![Compare::create_revision(
-                    self.keys.leader(),
-                    CompareOp::Equal,
-                    t,
-                )]
-            })
-            .unwrap_or_default()
+    /// The fence of the one leader: `{prefix}/leader` with create revision `token`.
+    pub fn leader_fence(&self, token: i64) -> StateFence {
+        StateFence {
+            key: self.keys.leader(),
+            token,
+        }
     }
 
-    /// Writes a task's state. With `fence`, the write happens only while `{prefix}/leader`
-    /// still has that create revision (the leader's fencing token), else
+    /// The fence of a shard's owner: `{prefix}/shards/owners/{shard}` with create revision
+    /// `token`.
+    pub fn shard_fence(&self, shard: u32, token: i64) -> StateFence {
+        StateFence {
+            key: self.keys.shard_owner(shard),
+            token,
+        }
+    }
+
+    /// Writes a task's state. With `fence`, the write happens only while the fence's key
+    /// still has its create revision (the writer's fencing token), else
     /// [`RegistryError::Fenced`]. Returns the write's revision.
     pub async fn put_state(
         &self,
         namespace: &str,
         id: &str,
         state: &TaskState,
-        fence: Option<i64>,
+        fence: Option<&StateFence>,
     ) -> Result<i64, RegistryError> {
         self.put_states(&[(TaskKey::new(namespace, id), state.clone())], fence)
             .await
@@ -601,24 +622,56 @@ impl Registry {
     pub async fn put_states(
         &self,
         states: &[(TaskKey, TaskState)],
-        fence: Option<i64>,
+        fence: Option<&StateFence>,
     ) -> Result<i64, RegistryError> {
         let mut revision = 0;
+        let compare: Vec<Compare> = fence
+            .map(|f| {
+                vec![Compare::create_revision(
+                    f.key.as_str(),
+                    CompareOp::Equal,
+                    f.token,
+                )]
+            })
+            .unwrap_or_default();
         for chunk in states.chunks(MAX_TXN_OPS) {
             let ops: Vec<TxnOp> = chunk
                 .iter()
                 .map(|(key, st)| self.state_put(&key.namespace, &key.id, st))
                 .collect();
-            let txn = Txn::new().when(self.fence(fence)).and_then(ops);
+            let txn = Txn::new().when(compare.clone()).and_then(ops);
             let resp = self.txn("state put", txn).await?;
             if !resp.succeeded() {
                 return Err(RegistryError::Fenced {
-                    token: fence.unwrap_or(0),
+                    token: fence.map_or(0, |f| f.token),
                 });
             }
             revision = resp.header().map(|h| h.revision()).unwrap_or(revision);
         }
         Ok(revision)
+    }
+
+    /// Reads the states of `keys` (those that have one), [`MAX_TXN_OPS`] gets to a
+    /// transaction. A shard owner's takeover reads its own tasks' states this way: listing
+    /// every state to keep a shard's would cost each takeover the whole installation.
+    pub async fn get_states(&self, keys: &[TaskKey]) -> Result<StateListing, RegistryError> {
+        let mut listing = StateListing::default();
+        for chunk in keys.chunks(MAX_TXN_OPS) {
+            let ops: Vec<TxnOp> = chunk
+                .iter()
+                .map(|k| TxnOp::get(self.keys.state(&k.namespace, &k.id), None))
+                .collect();
+            let resp = self.txn("state get", Txn::new().and_then(ops)).await?;
+            for op in resp.op_responses() {
+                if let etcd_client::TxnOpResponse::Get(get) = op {
+                    for kv in get.kvs() {
+                        self.decode_into(kv, &mut listing);
+                    }
+                }
+            }
+            tokio::task::coop::consume_budget().await;
+        }
+        Ok(listing)
     }
 
     /// Reads a task's state; `None` if none was written.

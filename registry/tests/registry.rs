@@ -278,6 +278,14 @@ async fn states_roundtrip_batch_and_fence() {
         .delete(reg.keys().state("x", "y"), None)
         .await
         .unwrap();
+    // Read by key, in transactions of at most 128 gets: what exists, decoded or listed
+    // apart, and nothing for keys without a state.
+    let mut wanted: Vec<TaskKey> = (0..300).map(|i| TaskKey::new("bulk", format!("t{i:03}"))).collect();
+    wanted.push(TaskKey::new("bulk", "never"));
+    let got = reg.get_states(&wanted).await.unwrap();
+    assert_eq!(got.states.len(), 299);
+    assert_eq!(got.undecodable.len(), 1);
+    assert_eq!(got.undecodable[0].id, "t100");
     reg.put_states(&batch[100..101], None).await.unwrap();
 
     // Fenced writes succeed only under the current leader key's create revision.
@@ -288,15 +296,35 @@ async fn states_roundtrip_batch_and_fence() {
         .header()
         .unwrap()
         .revision();
-    reg.put_state("default", "a", &st, Some(token))
+    reg.put_state("default", "a", &st, Some(&reg.leader_fence(token)))
         .await
         .unwrap();
     let err = reg
-        .put_state("default", "a", &st, Some(token - 1))
+        .put_state("default", "a", &st, Some(&reg.leader_fence(token - 1)))
         .await
         .unwrap_err();
     assert!(matches!(err, RegistryError::Fenced { .. }));
     assert!(!err.is_retryable());
+
+    // A shard owner's writes are fenced on its own owner key: the leader's token does not
+    // pass, nor does another shard's.
+    let shard_token = client
+        .put(reg.keys().shard_owner(3), "r1", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    reg.put_state("default", "a", &st, Some(&reg.shard_fence(3, shard_token)))
+        .await
+        .unwrap();
+    for refused in [reg.shard_fence(3, token), reg.shard_fence(4, shard_token)] {
+        let err = reg
+            .put_state("default", "a", &st, Some(&refused))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RegistryError::Fenced { .. }), "{refused:?}");
+    }
 
     // Unregistering a task deletes its state too.
     reg.register(&spec("default", "a", 1, 0)).await.unwrap();

@@ -2,7 +2,11 @@
 //!
 //! Tasks map to a fixed number of shards by a stable hash of `namespace/id` (the first 8
 //! bytes of its SHA-256: the same on every replica, build and platform, which std's hasher
-//! is not). Shards map to the live scheduler replicas by [`ShardMap::assign`]: every replica
+//! is not), or of the namespace alone ([`PlaceBy::Namespace`]): a shard is scheduled like a
+//! whole installation by one leader, so a dependency chain works only inside one shard, and
+//! placing by namespace keeps a namespace's chains together. The shard is a function of the
+//! task's key alone, so every replica, the run-now path and the tools agree on it without
+//! reading the spec. Shards map to the live scheduler replicas by [`ShardMap::assign`]: every replica
 //! computes the same map from the same membership, so nobody publishes it. The map only says
 //! who should ask for a shard; ownership itself is a key per shard on the owner's etcd lease,
 //! taken only if absent, whose create revision fences the owner's writes.
@@ -28,7 +32,9 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use crate::dispatcher::TaskKey;
+use crate::task::TaskSpec;
 use crate::time::UtcMillis;
+use crate::validate::FieldError;
 
 /// The most shards an installation may have.
 pub const MAX_SHARDS: u32 = 4096;
@@ -51,6 +57,76 @@ pub fn shard_of(key: &TaskKey, shards: u32) -> u32 {
     let h = hash64(&[key.namespace.as_bytes(), key.id.as_bytes()]);
     // `shards.max(1)` keeps the modulo defined; the result is below `shards`, so it fits.
     (h % u64::from(shards.max(1))) as u32
+}
+
+/// What a task's shard is computed from (`scheduler.placement`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlaceBy {
+    /// `namespace/id`: tasks spread evenly; a dependency chain must fit in one shard.
+    #[default]
+    Task,
+    /// The namespace: a namespace's tasks (and so its chains) share a shard.
+    Namespace,
+}
+
+/// How an installation spreads its tasks over shards: the same on every replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Shards in the installation (1: one leader schedules everything).
+    pub shards: u32,
+    /// What a task's shard is computed from.
+    pub by: PlaceBy,
+}
+
+impl Default for Placement {
+    fn default() -> Self {
+        Placement {
+            shards: 1,
+            by: PlaceBy::Task,
+        }
+    }
+}
+
+impl Placement {
+    /// Whether scheduling is split over shard owners (more than one shard).
+    pub fn is_sharded(&self) -> bool {
+        self.shards > 1
+    }
+
+    /// The shard of `key`.
+    pub fn shard_of(&self, key: &TaskKey) -> u32 {
+        match self.by {
+            PlaceBy::Task => shard_of(key, self.shards),
+            // `shards.max(1)` keeps the modulo defined; the result is below `shards`.
+            PlaceBy::Namespace => {
+                (hash64(&[key.namespace.as_bytes()]) % u64::from(self.shards.max(1))) as u32
+            }
+        }
+    }
+
+    /// Why `spec` (the task at `key`) cannot be scheduled under this placement, if so: a
+    /// parent (`depends_on`) in another shard, whose ends its owner never sees. Without this
+    /// the task would look like it waits on a parent that does not exist.
+    pub fn chain_error(&self, key: &TaskKey, spec: &TaskSpec) -> Option<FieldError> {
+        if !self.is_sharded() {
+            return None;
+        }
+        let own = self.shard_of(key);
+        spec.depends_on.iter().enumerate().find_map(|(i, dep)| {
+            let (namespace, id) = dep.task.split_once('/')?;
+            let theirs = self.shard_of(&TaskKey::new(namespace, id));
+            (theirs != own).then(|| FieldError {
+                path: format!("depends_on[{i}].task"),
+                reason: format!(
+                    "parent {} is scheduled in shard {theirs} and this task in shard {own} \
+                     (scheduler.shards = {}): a chain runs only within one shard. Put the \
+                     chain's tasks in one namespace and set scheduler.placement = \"namespace\"",
+                    dep.task, self.shards
+                ),
+            })
+        })
+    }
 }
 
 fn score(shard: u32, replica: &str) -> u64 {
@@ -210,6 +286,40 @@ mod tests {
 
     fn names(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("ax-{i}")).collect()
+    }
+
+    fn child(ns: &str, id: &str, parent: &str) -> TaskSpec {
+        let json = format!(r#"{{"handler":"log","depends_on":[{{"task":"{parent}"}}]}}"#);
+        TaskSpec::from_json(json.as_bytes(), ns, id).unwrap()
+    }
+
+    #[test]
+    fn a_chain_across_shards_is_refused_and_placing_by_namespace_keeps_it_whole() {
+        let by_task = Placement {
+            shards: 16,
+            by: PlaceBy::Task,
+        };
+        let key = TaskKey::new("etl", "load");
+        // Some parent in etl lands in another shard than etl/load.
+        let other = (0..100)
+            .map(|i| format!("extract-{i}"))
+            .find(|id| by_task.shard_of(&TaskKey::new("etl", id.as_str())) != by_task.shard_of(&key))
+            .unwrap();
+        let spec = child("etl", "load", &format!("etl/{other}"));
+        let err = by_task.chain_error(&key, &spec).expect("parent in another shard");
+        assert_eq!(err.path, "depends_on[0].task");
+        assert!(err.reason.contains("scheduler.placement"), "{}", err.reason);
+        let by_ns = Placement {
+            shards: 16,
+            by: PlaceBy::Namespace,
+        };
+        assert_eq!(by_ns.chain_error(&key, &spec), None);
+        assert_eq!(
+            by_ns.shard_of(&key),
+            by_ns.shard_of(&TaskKey::new("etl", other.as_str()))
+        );
+        // One shard: nothing to refuse.
+        assert_eq!(Placement::default().chain_error(&key, &spec), None);
     }
 
     #[test]

@@ -15,7 +15,8 @@ use uuid::Uuid;
 use super::{errors, tasks::not_found, Backend};
 use crate::http::api::{
     DeadLetter, DlqRequeue, EtcdDbView, ExecutionList, ExecutionQuery, ExecutionRecord,
-    ExecutionStory, FireView, QueueView, ReplicaView, StatusView, TaskKey, WaitingAttempt,
+    ExecutionStory, FireView, QueueView, ReplicaView, ShardsView, StatusView, TaskKey,
+    WaitingAttempt,
 };
 use crate::http::ApiError;
 use ax_scheduler_core::UtcMillis;
@@ -459,7 +460,17 @@ impl Backend {
             .await
             .map_err(errors::registry)?;
         let clock = self.clock_against_etcd().await;
+        let owners = ax_election::list_shard_owners(&self.etcd, &self.election)
+            .await
+            .map_err(errors::election)?;
+        // Owners without shards configured here: the status was asked with another
+        // configuration than the replicas'; show what etcd holds.
+        let shards = (self.shards > 1 || !owners.is_empty()).then(|| ShardsView {
+            total: self.shards.max(owners.iter().map(|o| o.shard + 1).max().unwrap_or(0)),
+            owners,
+        });
         Ok(StatusView {
+            shards,
             leader_since: leader.as_ref().map(|l| l.since),
             clock,
             leader: leader.map(|l| l.instance_id),

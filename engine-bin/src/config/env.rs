@@ -32,6 +32,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("AX_CATCH_UP_WINDOW", "scheduler.catch_up_window"),
     ("AX_ENQUEUE_STALL_LIMIT", "scheduler.enqueue_stall_limit"),
     ("AX_FLUSH_INTERVAL", "scheduler.flush_interval"),
+    ("AX_SHARDS", "scheduler.shards"),
     ("AX_WORKER_CONCURRENCY", "worker.concurrency"),
     ("AX_WORKER_QUEUES", "worker.queues"),
     ("AX_WORKER_HTTP_ALLOW_CIDRS", "worker.http_allow_cidrs"),
@@ -89,6 +90,11 @@ impl Config {
             "AX_CATCH_UP_WINDOW" => self.scheduler.catch_up_window = parse_duration(value)?,
             "AX_ENQUEUE_STALL_LIMIT" => self.scheduler.enqueue_stall_limit = parse_duration(value)?,
             "AX_FLUSH_INTERVAL" => self.scheduler.flush_interval = parse_duration(value)?,
+            "AX_SHARDS" => {
+                self.scheduler.shards = value
+                    .parse()
+                    .map_err(|_| format!("`{value}` is not a whole number of shards"))?
+            }
             "AX_WORKER_CONCURRENCY" => {
                 self.worker.concurrency = value
                     .parse()
@@ -161,7 +167,7 @@ mod tests {
                 | "AX_CATCH_UP_WINDOW"
                 | "AX_ENQUEUE_STALL_LIMIT"
                 | "AX_FLUSH_INTERVAL" => "7s",
-                "AX_WORKER_CONCURRENCY" | "AX_REDIS_REPLICA_ACKS" => "7",
+                "AX_WORKER_CONCURRENCY" | "AX_REDIS_REPLICA_ACKS" | "AX_SHARDS" => "7",
                 _ => "x7",
             };
             let mut c = Config::default();

@@ -211,6 +211,17 @@ impl Config {
             positive(&mut err, key, value);
         }
 
+        let max_shards = ax_scheduler_core::placement::MAX_SHARDS;
+        if self.scheduler.shards == 0 || self.scheduler.shards > max_shards {
+            err(
+                "scheduler.shards",
+                format!(
+                    "is {}; from 1 (one leader) to {max_shards}",
+                    self.scheduler.shards
+                ),
+            );
+        }
+
         // worker
         if self.instance.has_role(Role::Worker) && self.worker.queues.is_empty() {
             err(

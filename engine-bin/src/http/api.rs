@@ -836,6 +836,19 @@ pub struct StatusView {
     /// The answering host's clock against etcd's, when it could be measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<ClockView>,
+    /// The shard map, with sharded scheduling (`scheduler.shards` above 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<ShardsView>,
+}
+
+/// Who schedules which shard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardsView {
+    /// Shards of the installation.
+    pub total: u32,
+    /// Each owned shard's owner and fencing token, in shard order; a shard missing here
+    /// has no owner (nothing of it fires).
+    pub owners: Vec<ax_election::ShardOwnerRecord>,
 }
 
 /// One host's clock against etcd's (the check a replica makes before it campaigns).

@@ -10,9 +10,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ax_registry::RegistryEvent;
+use ax_scheduler_core::placement::Placement;
 use ax_scheduler_core::{FieldError, Interner, TaskKey, TaskSpec};
 use tracing::{debug, warn};
 
+use super::authority::Scope;
 use crate::metrics::{Metrics, BACKEND_ETCD};
 
 #[derive(Clone, Debug)]
@@ -25,6 +27,44 @@ pub(super) enum CatalogEntry {
         errors: Vec<FieldError>,
         revision: i64,
     },
+}
+
+impl CatalogEntry {
+    /// The entry as a term of `placement` schedules it: a task whose parent is scheduled in
+    /// another shard is invalid there, with the reason (its spec alone is fine).
+    pub(super) fn placed(self, placement: &Placement, key: &TaskKey) -> CatalogEntry {
+        match &self {
+            CatalogEntry::Valid { spec, revision } => match placement.chain_error(key, spec) {
+                Some(error) => CatalogEntry::Invalid {
+                    errors: vec![error],
+                    revision: *revision,
+                },
+                None => self,
+            },
+            CatalogEntry::Invalid { .. } => self,
+        }
+    }
+}
+
+/// A registry change handed to the term whose scope holds the key (`None`: deleted).
+pub(super) struct Change {
+    pub(super) key: Arc<TaskKey>,
+    pub(super) entry: Option<CatalogEntry>,
+}
+
+/// The catalog's entries in one term's scope, placed, as a takeover arms them.
+pub(super) struct CatalogSlice {
+    pub(super) entries: Vec<(Arc<TaskKey>, CatalogEntry)>,
+    /// The catalog's revision when the slice was taken.
+    pub(super) revision: i64,
+}
+
+impl CatalogSlice {
+    /// Whether a task unknown to the slice may still appear (see
+    /// [`Catalog::may_not_have_seen`]); a slice is only taken from a synced catalog.
+    pub(super) fn may_not_have_seen(&self, revision: i64) -> bool {
+        self.revision < revision
+    }
 }
 
 /// The registry as last seen: what a takeover starts from.
@@ -50,6 +90,39 @@ impl Catalog {
     /// while its task exists, so once the catalog is past it, an unknown task is gone.
     pub(super) fn may_not_have_seen(&self, revision: i64) -> bool {
         !self.synced || self.revision < revision
+    }
+}
+
+impl Catalog {
+    /// The entries of each scope (in the order given), in one pass over the catalog: many
+    /// shards acquired at once cost one pass, not one each.
+    pub(super) fn slices(&self, placement: &Placement, scopes: &[Scope]) -> Vec<CatalogSlice> {
+        let mut slices: Vec<CatalogSlice> = scopes
+            .iter()
+            .map(|_| CatalogSlice {
+                entries: Vec::new(),
+                revision: self.revision,
+            })
+            .collect();
+        let by_shard: HashMap<Option<u32>, usize> = scopes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.shard(), i))
+            .collect();
+        let whole = by_shard.get(&None).copied();
+        for (key, entry) in &self.entries {
+            let i = match whole {
+                Some(i) => i,
+                None => match by_shard.get(&Some(placement.shard_of(key))) {
+                    Some(&i) => i,
+                    None => continue,
+                },
+            };
+            slices[i]
+                .entries
+                .push((Arc::clone(key), entry.clone().placed(placement, key)));
+        }
+        slices
     }
 }
 

@@ -1,7 +1,8 @@
 //! Worker events into the leader's dispatcher.
 //!
-//! Workers on every replica append their execution events to one Redis stream; the leader reads
-//! it in batches on its events interval and hands each event to the dispatcher as it is (the
+//! Workers on every replica append their execution events to a Redis stream (one per shard
+//! when scheduling is sharded: the message names its shard, and so the stream its events go
+//! to); the term of that shard (or the one leader) reads it in batches on its events interval and hands each event to the dispatcher as it is (the
 //! event type is the core's, serialized by the queue), which updates task states, releases held
 //! fires and feeds the circuit breakers.
 //!
@@ -47,11 +48,12 @@ pub(super) const STALE_PENDING: Duration = Duration::from_secs(60);
 /// Reads every waiting event and applies it; its position goes to `unacked`.
 pub(super) async fn consume(
     deps: &LeaderDeps,
+    shard: Option<u32>,
     dispatcher: &mut Dispatcher,
     unacked: &mut BTreeSet<EventPosition>,
 ) {
     loop {
-        let events = match deps.queue.read_events(EVENTS_BATCH).await {
+        let events = match deps.queue.read_events(shard, EVENTS_BATCH).await {
             Ok(events) => events,
             Err(e) => {
                 deps.metrics.backend_error(BACKEND_REDIS);
@@ -72,6 +74,7 @@ pub(super) async fn consume(
 /// deposed leader read after this one took over. Returns how many it claimed.
 pub(super) async fn replay(
     deps: &LeaderDeps,
+    shard: Option<u32>,
     dispatcher: &mut Dispatcher,
     unacked: &mut BTreeSet<EventPosition>,
     min_idle: Duration,
@@ -81,7 +84,7 @@ pub(super) async fn replay(
     loop {
         let (next, events) = match deps
             .queue
-            .claim_events(min_idle, &cursor, EVENTS_BATCH)
+            .claim_events(shard, min_idle, &cursor, EVENTS_BATCH)
             .await
         {
             Ok(r) => r,

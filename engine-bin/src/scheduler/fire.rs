@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::term::Term;
-use super::triggers::PendingTrigger;
+use ax_registry::PendingTrigger;
 use super::{LeaderDeps, LeaderSettings};
 use crate::metrics::BACKEND_REDIS;
 
@@ -286,7 +286,7 @@ pub(super) async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mu
     if dispatches.is_empty() {
         return;
     }
-    if !term.leadership.is_valid() {
+    if !term.authority.is_valid() {
         // The lease may have expired while this process was stopped: act as leader no more.
         warn!(
             pending = dispatches.len(),
@@ -299,6 +299,8 @@ pub(super) async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mu
         .iter()
         .map(|d| {
             let mut m = ExecutionMessage::for_dispatch(d, now, term.token);
+            // Checked against the shard's fence; its events go to the shard's stream.
+            m.shard = term.scope.shard();
             if let Some(request) = d
                 .run_now
                 .as_ref()
@@ -520,7 +522,7 @@ where
             _ = term.cancel.cancelled() => return None,
             _ = tokio::time::sleep(wait) => {}
         }
-        if !term.leadership.is_valid() {
+        if !term.authority.is_valid() {
             warn!("leadership not valid any more; not enqueuing");
             term.cancel.cancel();
             return None;

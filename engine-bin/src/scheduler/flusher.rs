@@ -7,7 +7,8 @@
 //! write, so the write rate adapts to what etcd sustains instead of queuing without bound.
 //! The leader never waits for room in the channel: when it is full (etcd slow or stopped),
 //! the changes stay in the dispatcher, which coalesces them, and go with a later flush, so a
-//! slow etcd never delays a fire. Every state write is fenced on the leader key's create
+//! slow etcd never delays a fire. Every state write is fenced on the leader key's (or the shard
+//! owner key's) create
 //! revision: a deposed leader's writes are refused, and that refusal ends its term.
 //!
 //! Events are acknowledged only after everything handed over with them (and before them) is
@@ -32,7 +33,7 @@ use std::time::Duration;
 
 use ax_alerting::{Alert, AlertSender};
 use ax_queue::Queue;
-use ax_registry::{PendingTrigger, Registry, RegistryError, MAX_TXN_OPS};
+use ax_registry::{PendingTrigger, Registry, RegistryError, StateFence, MAX_TXN_OPS};
 use ax_scheduler_core::dispatcher::StateWrite;
 use ax_scheduler_core::{EventPosition, ReconnectBackoff};
 use ax_scheduler_core::{TaskKey, TaskState};
@@ -59,12 +60,13 @@ pub(super) struct FlushRequest {
 }
 
 /// Runs until the channel closes (the term dropped its sender), or a write is refused or
-/// fails after `cancel` fired. `fence` is the leader key's create revision; a refused write
+/// fails after `cancel` fired. `fence` is the term's (leader or shard owner); a refused write
 /// cancels `cancel` (the term is over).
 pub(super) async fn run(
     registry: Registry,
     queue: Queue,
-    fence: i64,
+    fence: StateFence,
+    shard: Option<u32>,
     mut rx: mpsc::Receiver<FlushRequest>,
     alerts: Option<AlertSender>,
     cancel: CancellationToken,
@@ -98,7 +100,7 @@ pub(super) async fn run(
         }
         let mut backoff = ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
-            match write(&registry, &queue, fence, &states, &keys).await {
+            match write(&registry, &queue, &fence, &states, &keys).await {
                 Ok(()) => {
                     debug!(
                         states = states.len(),
@@ -113,7 +115,7 @@ pub(super) async fn run(
                             sender.send(alert);
                         }
                     }
-                    if let Err(e) = queue.ack_events(&acks).await {
+                    if let Err(e) = queue.ack_events(shard, &acks).await {
                         warn!(error = %e, events = acks.len(), "cannot acknowledge execution events; they will be read again and ignored");
                     }
                     // Emptied and given back past a small size: the first flush of a term
@@ -144,7 +146,7 @@ pub(super) async fn run(
                     warn!(error = %e, attempt, states = states.len(), "cannot write task states; retrying");
                     if attempt >= ISOLATE_AFTER && matches!(e, RegistryError::Etcd { .. }) {
                         // etcd answers and still refuses: find the record it refuses.
-                        match isolate(&registry, fence, &mut states).await {
+                        match isolate(&registry, &fence, &mut states).await {
                             Err(RegistryError::Fenced { .. }) => {
                                 warn!("state write refused: another replica leads now");
                                 cancel.cancel();
@@ -187,7 +189,7 @@ const ISOLATE_AFTER: u32 = 3;
 /// error that is not about the record (etcd not answering, a newer leader).
 async fn isolate(
     registry: &Registry,
-    fence: i64,
+    fence: &StateFence,
     states: &mut HashMap<TaskKey, Option<TaskState>>,
 ) -> Result<(), RegistryError> {
     let puts: Vec<(TaskKey, TaskState)> = states
@@ -232,7 +234,7 @@ fn take(
 async fn write(
     registry: &Registry,
     queue: &Queue,
-    fence: i64,
+    fence: &StateFence,
     states: &HashMap<TaskKey, Option<TaskState>>,
     keys: &[PendingTrigger],
 ) -> Result<(), RegistryError> {
@@ -297,7 +299,7 @@ mod tests {
             .put(registry.keys().leader(), "me", None)
             .await
             .unwrap();
-        let fence = resp.header().unwrap().revision();
+        let fence = registry.leader_fence(resp.header().unwrap().revision());
         (client, prefix, registry, fence)
     }
 
@@ -318,6 +320,7 @@ mod tests {
             registry.clone(),
             queue,
             fence,
+            None,
             rx,
             None,
             cancel.clone(),
@@ -386,7 +389,7 @@ mod tests {
 
     /// Flushes one state of `id` with its failure alert under `fence`; what the alert
     /// channel saw once everything stopped.
-    async fn flush_with_alert(registry: &Registry, fence: i64, id: &str) -> Vec<(String, bool)> {
+    async fn flush_with_alert(registry: &Registry, fence: StateFence, id: &str) -> Vec<(String, bool)> {
         let recorder = Arc::new(Recorder {
             registry: registry.clone(),
             seen: Default::default(),
@@ -407,6 +410,7 @@ mod tests {
             registry.clone(),
             queue,
             fence,
+            None,
             rx,
             Some(sender),
             cancel.clone(),
@@ -442,11 +446,11 @@ mod tests {
     async fn failure_alerts_go_only_once_their_states_are_written() {
         let (client, prefix, registry, fence) = led_registry("flusher-alerts").await;
         // Written: the alert goes, after the state.
-        let seen = flush_with_alert(&registry, fence, "written").await;
+        let seen = flush_with_alert(&registry, fence.clone(), "written").await;
         assert_eq!(seen, [("Task failed: ns/written".to_owned(), true)]);
         // Refused (a newer leader): nothing written, nothing alerted; the successor applies
         // the end again and alerts it.
-        let seen = flush_with_alert(&registry, fence - 1, "refused").await;
+        let seen = flush_with_alert(&registry, registry.leader_fence(fence.token() - 1), "refused").await;
         assert_eq!(seen, []);
         assert!(registry.get_state("ns", "refused").await.unwrap().is_none());
         client

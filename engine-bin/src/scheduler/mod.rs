@@ -1,21 +1,29 @@
-//! The scheduler role: follow the registry, campaign, and while leading, fire every task.
+//! The scheduler role: follow the registry, win authority (the leader key, or shards), and
+//! fire the tasks it covers.
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `role.rs` | the role's state machine: `Following` (catalog warm, campaign running) and `Leading` |
+//! | `role.rs` | the role's loop: the catalog, the campaign or the shard ownership, a term per authority |
+//! | `authority.rs` | what a term schedules under (leader key or shard owner key) and what it covers |
 //! | `catalog.rs` | the registry as last seen, kept by every replica: what a takeover starts from |
-//! | `term.rs` | one leadership term: takeover, the loop, the end (resign or loss) |
+//! | `feeds.rs` | run-now requests and paused namespaces, polled once per replica |
+//! | `term.rs` | one term: takeover, the loop, the end (give up or loss) |
 //! | `fire.rs` | the fire path: the enqueue I/O and the synchronous step that acts on its outcomes |
 //! | `events.rs` | worker events into the dispatcher |
 //! | `flusher.rs` | coalesced task states and consumed triggers to etcd, off the fire path |
-//! | `triggers.rs` | run-now requests read from etcd |
 //! | `clock.rs` | wall-clock deadlines and the clock check against etcd |
 //!
+//! With `scheduler.shards = 1` (the default) one replica leads and schedules everything; the
+//! others stand by. With more, the task space is split into shards by a stable hash
+//! ([`Placement`]), each owned by one replica at a time on its own etcd key, and every
+//! replica schedules the shards it owns, each in a term of its own exactly as the one leader
+//! would: its own dispatcher, fences, event stream and state writes.
+//!
 //! Losing the lease, for any reason, ends the term at once: no fire is enqueued after the
-//! loss is known, and each enqueue first checks `Leadership::is_valid` (a monotonic
-//! deadline, so a process resumed after SIGSTOP stops before acting). A deposed leader that
-//! still reaches Redis is refused by the fencing token in the enqueue script; a fire both
-//! leaders dispatched is enqueued once (dedupe key).
+//! loss is known, and each enqueue first checks the authority's validity (a monotonic
+//! deadline, so a process resumed after SIGSTOP stops before acting). A deposed owner that
+//! still reaches Redis is refused by the fencing token in the enqueue script (per queue and
+//! shard); a fire both owners dispatched is enqueued once (dedupe key).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,21 +32,22 @@ use ax_alerting::AlertSender;
 use ax_election::Candidate;
 use ax_queue::Queue;
 use ax_registry::Registry;
+use ax_scheduler_core::placement::Placement;
 use ax_scheduler_core::DispatcherConfig;
 use tokio_util::task::TaskTracker;
 
 use crate::metrics::Metrics;
 
+mod authority;
 mod catalog;
 pub mod clock;
 mod direct_writes;
 mod events;
+mod feeds;
 mod fire;
 mod flusher;
-mod namespaces;
 mod role;
 mod term;
-mod triggers;
 
 pub use role::run;
 
@@ -60,6 +69,10 @@ pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(2);
 pub struct LeaderSettings {
     /// This replica's id.
     pub instance_id: String,
+    /// How tasks are spread over shards (one shard: one leader).
+    pub placement: Placement,
+    /// How long a shard may stay unowned before any replica takes it, whatever the map says.
+    pub shard_orphan_after: Duration,
     /// The dispatcher's settings (tick, catch-up window, rate limit).
     pub dispatcher: DispatcherConfig,
     /// How often worker events are read from Redis.
@@ -79,7 +92,8 @@ pub struct LeaderSettings {
     pub clock_check: Option<clock::ClockCheck>,
 }
 
-/// What the role needs from the rest of the replica.
+/// What the role needs from the rest of the replica; cloned into each term's task.
+#[derive(Clone)]
 pub struct LeaderDeps {
     /// The etcd registry.
     pub registry: Registry,

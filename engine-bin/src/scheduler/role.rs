@@ -1,30 +1,70 @@
-//! The role's state machine: follow until the campaign is won, lead until the term ends.
+//! The role's loop: keep the catalog, win authority, run a term per authority held.
 //!
-//! One task runs it ([`run`]). `Following` keeps the registry catalog warm (watching even when
-//! not leading, so a takeover starts from memory) and waits for the campaign, which runs in
-//! its own task; `Leading` runs a [`Term`]. The registry watcher and the catalog live across
-//! terms, in [`Role`].
+//! One task runs it ([`run`]). It keeps the registry catalog warm (watching even when not
+//! scheduling, so a takeover starts from memory) and gets its authority from one of two
+//! sources ([`Source`]): with one shard, the campaign for the leader key; with more, the
+//! shard ownership loop ([`ax_election::ShardOwner`]), which gives it shards as the map
+//! assigns them and asks for them back when a replica joins. Each authority held runs one
+//! [`Term`] in a task of its own, armed from the catalog's entries in its scope; the role
+//! hands each registry change to the term whose scope holds its key. Every term is the same
+//! code: with one shard it is the one leader's term, with many, one shard's.
+//!
+//! A handover stops the shard's term the way a shutdown does (it writes what it holds, then
+//! releases the key), so the next owner starts from written states. Losing a key ends its
+//! term at once.
 
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use ax_election::Leadership;
+use ax_election::{Leadership, ShardEvent, ShardOwner};
 use ax_registry::TaskWatcher;
 use ax_scheduler_core::ReconnectBackoff;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info_span, warn, Instrument};
+use tracing::{info, info_span, warn, Instrument};
 
-use super::catalog::{apply_event, Catalog};
-use super::term::Term;
+use super::authority::{Authority, Scope};
+use super::catalog::{apply_event, Catalog, CatalogSlice, Change};
+use super::feeds::Feeds;
+use super::term::{Term, TermInput};
 use super::{LeaderDeps, LeaderSettings};
 use crate::metrics::BACKEND_ETCD;
 
-enum Phase {
-    Following,
-    Leading(Box<Term>),
+/// Changes a term may have waiting: a burst past this makes the role wait for the term
+/// (the watch waits meanwhile) instead of growing without bound.
+const CHANGES_CAPACITY: usize = 4096;
+
+/// A term running in its task.
+struct RunningTerm {
+    changes: mpsc::Sender<Change>,
+    /// Cancelled to hand the shard over: the term writes what it holds and releases it.
+    stop: CancellationToken,
+}
+
+/// A term's end, as its task reports it.
+struct Ended {
+    shard: Option<u32>,
+    /// The term ended in its takeover (a backend refused): campaign again after a pause.
+    failed_to_start: bool,
+}
+
+/// Where authority comes from.
+enum Source {
+    /// One shard: campaign for the leader key while no term runs.
+    Election {
+        campaign: Option<oneshot::Receiver<anyhow::Result<Leadership>>>,
+        campaign_after: Instant,
+    },
+    /// Several shards: the ownership loop, once the catalog is synced and the clock check
+    /// passed (`gate`).
+    Shards {
+        owner: Option<ShardOwner>,
+        gate: Option<oneshot::Receiver<()>>,
+    },
 }
 
 /// What lives across terms.
@@ -33,101 +73,407 @@ struct Role {
     deps: LeaderDeps,
     watcher: TaskWatcher,
     catalog: Catalog,
+    /// The newest registry revision the catalog reflects, for the terms (see
+    /// [`Catalog::may_not_have_seen`]).
+    seen: Arc<AtomicI64>,
+    feeds: Feeds,
     cancel: CancellationToken,
+    terms: BTreeMap<Option<u32>, RunningTerm>,
+    ended_tx: mpsc::UnboundedSender<Ended>,
     /// Waits between failed takeovers: a takeover that fails at once (a backend refusing)
     /// would otherwise campaign again at once, each time with a new lease and token.
     takeover_backoff: ReconnectBackoff,
+    /// The same per shard: a shard whose takeover failed is released, taken again at once
+    /// by the ownership loop, and started only after its pause.
+    shard_backoff: HashMap<u32, (ReconnectBackoff, Instant)>,
+    /// Shards held and waiting for their pause to end before their term starts.
+    delayed: Vec<(Instant, Authority)>,
 }
 
 /// Runs the scheduler role until `cancel` fires. Nothing ends it earlier: what fails is
 /// retried, reported, or ends a term.
 pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: CancellationToken) {
     let watcher = deps.registry.watch(cancel.child_token());
+    let feeds = Feeds::start(&deps, settings.trigger_interval, &cancel);
+    let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
+    let mut source = if settings.placement.is_sharded() {
+        Source::Shards {
+            owner: None,
+            gate: None,
+        }
+    } else {
+        Source::Election {
+            campaign: None,
+            campaign_after: Instant::now(),
+        }
+    };
     let mut role = Role {
         settings,
         deps,
         watcher,
         catalog: Catalog::default(),
+        seen: Arc::new(AtomicI64::new(0)),
+        feeds,
         cancel,
+        terms: BTreeMap::new(),
+        ended_tx,
         takeover_backoff: ReconnectBackoff::new(Duration::from_secs(1), Duration::from_secs(30)),
+        shard_backoff: HashMap::new(),
+        delayed: Vec::new(),
     };
-    let mut phase = Phase::Following;
+    role.deps.metrics.set_leader(false);
     loop {
-        phase = match phase {
-            Phase::Following => role.follow().await,
-            Phase::Leading(term) => {
-                let Role {
-                    settings,
-                    deps,
-                    watcher,
-                    catalog,
-                    cancel,
-                    ..
-                } = &mut role;
-                term.run(settings, deps, watcher, catalog, cancel).await;
-                Phase::Following
+        role.start_source(&mut source);
+        let waiting_until = match &source {
+            Source::Election {
+                campaign: None,
+                campaign_after,
+            } if Instant::now() < *campaign_after => Some(*campaign_after),
+            _ => role.delayed.iter().map(|(at, _)| *at).min(),
+        };
+        let step = tokio::select! {
+            biased;
+            _ = role.cancel.cancelled() => break,
+            Some(ended) = ended_rx.recv() => Step::Ended(ended),
+            event = role.watcher.next() => match event {
+                Some(event) => Step::Registry(event),
+                None => break,
+            },
+            event = source_event(&mut source) => Step::Source(event),
+            _ = sleep_until(waiting_until) => {
+                role.start_delayed();
+                continue;
             }
         };
-        if role.cancel.is_cancelled() {
-            return;
+        match step {
+            Step::Ended(ended) => role.on_ended(&mut source, ended),
+            Step::Registry(event) => role.on_registry_event(event).await,
+            Step::Source(SourceEvent::Campaign(won)) => role.on_campaign(&mut source, won),
+            Step::Source(SourceEvent::Shard(Some(event))) => {
+                role.on_shard_event(&mut source, event)
+            }
+            // The loop stopped (only with the role's cancellation): nothing more comes.
+            Step::Source(SourceEvent::Shard(None)) => {
+                if let Source::Shards { owner, .. } = &mut source {
+                    *owner = None;
+                }
+            }
+            Step::Source(SourceEvent::ClockChecked) => role.own_shards(&mut source),
         }
+    }
+    // Shutdown: each term's stop token is a child of the role's, so every term writes what
+    // it holds and gives its key up; the ownership loop ends with the same token, once the
+    // terms have released their shards (they hold their guards, not the loop).
+    let open = role.terms.len();
+    role.terms.clear();
+    for _ in 0..open {
+        if ended_rx.recv().await.is_none() {
+            break;
+        }
+    }
+    if let Source::Shards {
+        owner: Some(owner), ..
+    } = source
+    {
+        owner.stop().await;
+    }
+    role.deps.metrics.set_leader(false);
+    role.deps.metrics.set_shards_owned(0);
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One turn of the role's loop.
+enum Step {
+    Ended(Ended),
+    Registry(ax_registry::RegistryEvent),
+    Source(SourceEvent),
+}
+
+/// What the source of authority said.
+enum SourceEvent {
+    Campaign(Result<anyhow::Result<Leadership>, ()>),
+    Shard(Option<ShardEvent>),
+    ClockChecked,
+}
+
+async fn source_event(source: &mut Source) -> SourceEvent {
+    match source {
+        Source::Election {
+            campaign: Some(rx), ..
+        } => SourceEvent::Campaign(rx.await.map_err(|_| ())),
+        Source::Shards {
+            owner: Some(owner), ..
+        } => SourceEvent::Shard(owner.next().await),
+        Source::Shards {
+            owner: None,
+            gate: Some(gate),
+        } => match gate.await {
+            Ok(()) => SourceEvent::ClockChecked,
+            // Only the role's cancellation drops the gate's sender.
+            Err(_) => std::future::pending().await,
+        },
+        _ => std::future::pending().await,
     }
 }
 
 impl Role {
-    async fn follow(&mut self) -> Phase {
-        let (settings, deps, watcher, catalog, cancel, backoff) = (
-            &self.settings,
-            &self.deps,
-            &mut self.watcher,
-            &mut self.catalog,
-            &self.cancel,
-            &mut self.takeover_backoff,
-        );
-        deps.metrics.set_leader(false);
-        let mut campaign: Option<oneshot::Receiver<anyhow::Result<Leadership>>> = None;
-        let mut campaign_after = Instant::now();
-        loop {
-            let waiting = Instant::now() < campaign_after;
-            if campaign.is_none() && catalog.synced && !waiting {
-                campaign = Some(start_campaign(settings, deps, cancel));
+    /// Starts the campaign or the ownership loop when it is time: once the catalog is
+    /// synced (a term arms from it), and for the campaign, while no term runs and no pause
+    /// after a failed takeover is pending.
+    fn start_source(&mut self, source: &mut Source) {
+        if !self.catalog.synced || self.cancel.is_cancelled() {
+            return;
+        }
+        match source {
+            Source::Election {
+                campaign,
+                campaign_after,
+            } => {
+                if campaign.is_none() && self.terms.is_empty() && Instant::now() >= *campaign_after
+                {
+                    *campaign = Some(start_campaign(&self.settings, &self.deps, &self.cancel));
+                }
             }
-            tokio::select! {
-                _ = tokio::time::sleep_until(campaign_after), if waiting => {}
-                _ = cancel.cancelled() => return Phase::Following,
-                event = watcher.next() => match event {
-                    Some(event) => { apply_event(catalog, &deps.metrics, event); }
-                    None => return Phase::Following,
-                },
-                won = async { match campaign.as_mut() { Some(rx) => rx.await, None => std::future::pending().await } } => {
-                    campaign = None;
-                    match won {
-                        Ok(Ok(leadership)) => {
-                            match Term::start(settings, deps, catalog, leadership, cancel).await {
-                                Ok(term) => {
-                                    backoff.reset();
-                                    return Phase::Leading(Box::new(term));
-                                }
-                                Err(e) => {
-                                    let wait = backoff.next_delay(&mut rand::rng());
-                                    warn!(error = %format!("{e:#}"), retry_in = ?wait, "could not take over; campaigning again after a pause");
-                                    campaign_after = Instant::now() + wait;
-                                }
+            Source::Shards { owner, gate } => {
+                if owner.is_none() && gate.is_none() {
+                    let (tx, rx) = oneshot::channel();
+                    let (settings, metrics, cancel) = (
+                        self.settings.clone(),
+                        Arc::clone(&self.deps.metrics),
+                        self.cancel.clone(),
+                    );
+                    self.deps.tracker.spawn(
+                        async move {
+                            if clock_agrees(&settings, &metrics, &cancel).await {
+                                let _ = tx.send(());
                             }
                         }
-                        Ok(Err(e)) => {
-                            if cancel.is_cancelled() {
-                                return Phase::Following;
-                            }
-                            let wait = backoff.next_delay(&mut rand::rng());
-                            warn!(error = %format!("{e:#}"), retry_in = ?wait, "campaign ended with an error; retrying");
-                            campaign_after = Instant::now() + wait;
-                        }
-                        Err(_) => {}
-                    }
+                        .instrument(info_span!("clock_check")),
+                    );
+                    *gate = Some(rx);
                 }
             }
         }
+    }
+
+    /// Joins the shard ownership, once the clock check passed.
+    fn own_shards(&mut self, source: &mut Source) {
+        let Source::Shards { owner, gate } = source else {
+            return;
+        };
+        match self.deps.candidate.own_shards(
+            self.settings.placement.shards,
+            self.settings.shard_orphan_after,
+            &self.cancel,
+        ) {
+            Ok(o) => {
+                *owner = Some(o);
+                *gate = None;
+            }
+            // Only a bad configuration fails here, which validation refused; the gate stays
+            // passed, so this is not retried in a loop.
+            Err(e) => warn!(error = %e, "cannot take part in shard ownership"),
+        }
+    }
+
+    async fn on_registry_event(&mut self, event: ax_registry::RegistryEvent) {
+        let Some((key, entry)) = apply_event(&mut self.catalog, &self.deps.metrics, event) else {
+            self.seen.store(self.catalog.revision, Ordering::Release);
+            return;
+        };
+        let scope_key = (!self.settings.placement.is_sharded())
+            .then_some(None)
+            .unwrap_or_else(|| Some(self.settings.placement.shard_of(&key)));
+        if let Some(term) = self.terms.get(&scope_key) {
+            let entry = entry.map(|e| e.placed(&self.settings.placement, &key));
+            // A term that ended drops its receiver; its end is on its way.
+            let _ = term.changes.send(Change { key, entry }).await;
+        }
+        // After the change is handed on: a term that sees this revision finds the change in
+        // its channel (see `Term::take_trigger`).
+        self.seen.store(self.catalog.revision, Ordering::Release);
+    }
+
+    fn on_campaign(&mut self, source: &mut Source, won: Result<anyhow::Result<Leadership>, ()>) {
+        let Source::Election {
+            campaign,
+            campaign_after,
+        } = source
+        else {
+            return;
+        };
+        *campaign = None;
+        match won {
+            Ok(Ok(leadership)) => {
+                self.spawn_terms(vec![Authority::Leader(leadership)]);
+            }
+            Ok(Err(e)) => {
+                if self.cancel.is_cancelled() {
+                    return;
+                }
+                let wait = self.takeover_backoff.next_delay(&mut rand::rng());
+                warn!(error = %format!("{e:#}"), retry_in = ?wait, "campaign ended with an error; retrying");
+                *campaign_after = Instant::now() + wait;
+            }
+            Err(()) => {}
+        }
+    }
+
+    fn on_shard_event(&mut self, source: &mut Source, first: ShardEvent) {
+        let Source::Shards {
+            owner: Some(owner), ..
+        } = source
+        else {
+            return;
+        };
+        let mut acquired = Vec::new();
+        let mut next = Some(first);
+        while let Some(event) = next {
+            match event {
+                ShardEvent::Acquired(guard) => {
+                    info!(
+                        shard = guard.shard(),
+                        fencing_token = guard.revision(),
+                        "shard acquired"
+                    );
+                    let pause = self.shard_backoff.get(&guard.shard()).map(|(_, at)| *at);
+                    match pause {
+                        Some(at) if at > Instant::now() => {
+                            self.delayed.push((at, Authority::Shard(guard)))
+                        }
+                        _ => acquired.push(Authority::Shard(guard)),
+                    }
+                }
+                ShardEvent::HandOver(shard) => {
+                    info!(shard, "handing the shard over");
+                    if let Some(term) = self.terms.get(&Some(shard)) {
+                        term.stop.cancel();
+                    }
+                    // A shard still waiting to start goes at once (dropping its guard
+                    // releases it).
+                    self.delayed.retain(|(_, a)| a.shard() != Some(shard));
+                }
+                ShardEvent::Map(map) => {
+                    let loads = map.loads();
+                    info!(?loads, "shard map changed");
+                }
+            }
+            next = owner.try_next();
+        }
+        self.spawn_terms(acquired);
+    }
+
+    /// Starts the terms of the delayed shards whose pause is over.
+    fn start_delayed(&mut self) {
+        let now = Instant::now();
+        let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.delayed = waiting;
+        self.spawn_terms(due.into_iter().map(|(_, a)| a).collect());
+    }
+
+    fn on_ended(&mut self, source: &mut Source, ended: Ended) {
+        self.terms.remove(&ended.shard);
+        self.publish_owned();
+        if let Some(shard) = ended.shard {
+            if ended.failed_to_start {
+                let (backoff, at) = self.shard_backoff.entry(shard).or_insert_with(|| {
+                    (
+                        ReconnectBackoff::new(Duration::from_secs(1), Duration::from_secs(30)),
+                        Instant::now(),
+                    )
+                });
+                let wait = backoff.next_delay(&mut rand::rng());
+                *at = Instant::now() + wait;
+                warn!(shard, retry_in = ?wait, "could not take the shard over; starting it again after a pause");
+            } else {
+                self.shard_backoff.remove(&shard);
+            }
+        }
+        if let Source::Election { campaign_after, .. } = source {
+            if ended.failed_to_start {
+                let wait = self.takeover_backoff.next_delay(&mut rand::rng());
+                warn!(retry_in = ?wait, "could not take over; campaigning again after a pause");
+                *campaign_after = Instant::now() + wait;
+            } else {
+                self.takeover_backoff.reset();
+            }
+        }
+    }
+
+    fn publish_owned(&self) {
+        let metrics = &self.deps.metrics;
+        metrics.set_leader(!self.terms.is_empty());
+        if self.settings.placement.is_sharded() {
+            metrics.set_shards_owned(self.terms.len());
+        }
+    }
+
+    /// Starts a term for each authority, all armed from one pass over the catalog.
+    fn spawn_terms(&mut self, authorities: Vec<Authority>) {
+        if authorities.is_empty() {
+            return;
+        }
+        let placement = self.settings.placement;
+        let scopes: Vec<Scope> = authorities.iter().map(|a| a.scope(placement)).collect();
+        let mut slices = self.catalog.slices(&placement, &scopes);
+        for (authority, slice) in authorities.into_iter().zip(slices.drain(..)) {
+            self.spawn_term(authority, slice);
+        }
+        self.publish_owned();
+    }
+
+    fn spawn_term(&mut self, authority: Authority, slice: CatalogSlice) {
+        let shard = authority.shard();
+        let (changes_tx, changes_rx) = mpsc::channel(CHANGES_CAPACITY);
+        let stop = self.cancel.child_token();
+        let input = TermInput {
+            slice,
+            changes: changes_rx,
+            seen: Arc::clone(&self.seen),
+            feeds: self.feeds.clone(),
+        };
+        let settings = self.settings.clone();
+        let deps = self.deps.clone();
+        let ended_tx = self.ended_tx.clone();
+        let term_stop = stop.clone();
+        let span = match shard {
+            Some(shard) => info_span!("shard", shard),
+            None => info_span!("leader"),
+        };
+        self.deps.tracker.spawn(
+            async move {
+                let failed_to_start = match Term::start(&settings, &deps, input, authority).await {
+                    Ok(term) => {
+                        term.run(&settings, &deps, &term_stop).await;
+                        false
+                    }
+                    Err(e) => {
+                        warn!(error = %format!("{e:#}"), "could not take over");
+                        true
+                    }
+                };
+                let _ = ended_tx.send(Ended {
+                    shard,
+                    failed_to_start,
+                });
+            }
+            .instrument(span),
+        );
+        self.terms.insert(
+            shard,
+            RunningTerm {
+                changes: changes_tx,
+                stop,
+            },
+        );
     }
 }
 
@@ -139,39 +485,12 @@ fn start_campaign(
     let (tx, rx) = oneshot::channel();
     let candidate = deps.candidate.clone();
     let cancel = cancel.clone();
-    let max_skew = settings.max_clock_skew;
-    let clock_check = settings.clock_check.clone();
+    let settings = settings.clone();
     let metrics = Arc::clone(&deps.metrics);
     deps.tracker.spawn(
         async move {
-            // A replica whose clock disagrees with etcd's would fire early or late for
-            // everyone: it does not lead until the clocks agree.
-            if let Some(check) = clock_check {
-                loop {
-                    match check.skew().await {
-                        Ok(skew) if skew.abs() <= max_skew.as_secs_f64() => break,
-                        Ok(skew) => warn!(
-                            skew_seconds = skew,
-                            max_seconds = max_skew.as_secs_f64(),
-                            "clock skew against etcd is too large: refusing to lead; fix NTP on this host"
-                        ),
-                        Err(e) => {
-                            // The check guards against a bad clock, not a bad etcd: leading
-                            // goes on without it (the gRPC client may well reach etcd), but
-                            // never unannounced.
-                            metrics.backend_error(BACKEND_ETCD);
-                            warn!(
-                                error = %format!("{e:#}"),
-                                "cannot check this host's clock against etcd's (scheduler.max_clock_skew); campaigning without the check"
-                            );
-                            break;
-                        }
-                    }
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = tokio::time::sleep(Duration::from_secs(10)) => {}
-                    }
-                }
+            if !clock_agrees(&settings, &metrics, &cancel).await {
+                return;
             }
             let result = candidate.campaign(&cancel).await.context("campaign failed");
             let _ = tx.send(result);
@@ -179,4 +498,42 @@ fn start_campaign(
         .instrument(info_span!("campaign")),
     );
     rx
+}
+
+/// Waits until this host's clock agrees with etcd's; false when cancelled first. A replica
+/// whose clock disagrees would fire early or late for everyone: it does not schedule until
+/// the clocks agree.
+async fn clock_agrees(
+    settings: &LeaderSettings,
+    metrics: &crate::metrics::Metrics,
+    cancel: &CancellationToken,
+) -> bool {
+    let Some(check) = &settings.clock_check else {
+        return true;
+    };
+    let max_skew = settings.max_clock_skew;
+    loop {
+        match check.skew().await {
+            Ok(skew) if skew.abs() <= max_skew.as_secs_f64() => return true,
+            Ok(skew) => warn!(
+                skew_seconds = skew,
+                max_seconds = max_skew.as_secs_f64(),
+                "clock skew against etcd is too large: refusing to schedule; fix NTP on this host"
+            ),
+            Err(e) => {
+                // The check guards against a bad clock, not a bad etcd: scheduling goes on
+                // without it (the gRPC client may well reach etcd), but never unannounced.
+                metrics.backend_error(BACKEND_ETCD);
+                warn!(
+                    error = %format!("{e:#}"),
+                    "cannot check this host's clock against etcd's (scheduler.max_clock_skew); going on without the check"
+                );
+                return true;
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return false,
+            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+        }
+    }
 }

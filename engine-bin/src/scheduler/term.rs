@@ -1,20 +1,22 @@
-//! One leadership term: the leadership, its dispatcher, its helpers and its loop.
+//! One term: an authority (the leader key, or one shard's owner key), its dispatcher, its
+//! helpers and its loop.
 //!
-//! A term starts when the campaign is won ([`Term::start`]: load the recorded states, raise
-//! every queue's fence, arm a fresh [`Dispatcher`] from the catalog, start the state flusher
-//! and the trigger poller on a child of the leadership's `lost()` token) and ends when that
-//! token fires, for any reason: lease lost, fenced, shutdown. [`Term::run`] is its loop; it
+//! A term starts when the role gets an authority ([`Term::start`]: load the recorded states
+//! of its scope, raise its fence on every queue, arm a fresh [`Dispatcher`] from its slice
+//! of the catalog, start the state flusher on a child of the key's `lost()` token) and ends
+//! when that token fires, for any reason (lease lost, fenced), or when the role stops it
+//! (shutdown, or a shard handed over: then it writes what it holds and gives the key up). [`Term::run`] is its loop; it
 //! owns its tickers, and everything it does between fires is cheap (the fire path, one read
 //! of worker events per interval, handing states to the flusher), so a slow etcd never
 //! delays a fire.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use ax_alerting::Alert;
-use ax_election::Leadership;
 use ax_queue::Fence;
 use ax_scheduler_core::{Dispatcher, EventPosition, TaskKey, TaskState, UtcMillis};
 use tokio::sync::{mpsc, oneshot};
@@ -22,24 +24,44 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, info_span, warn, Instrument};
 
-use super::catalog::{apply_event, Catalog, CatalogEntry};
+use super::authority::{Authority, Scope};
+use super::catalog::{CatalogEntry, CatalogSlice, Change};
+use super::feeds::Feeds;
 use super::flusher::{self, FlushRequest};
-use super::triggers::{self, PendingTrigger};
-use super::{clock, direct_writes, events, fire, namespaces, LeaderDeps, LeaderSettings};
-use ax_registry::TaskWatcher;
+use super::{clock, direct_writes, events, fire, LeaderDeps, LeaderSettings};
+use ax_registry::PendingTrigger;
 
-/// The state of one leadership term.
+/// What the role gives a term besides its authority.
+pub(super) struct TermInput {
+    /// The catalog's entries in the term's scope.
+    pub(super) slice: CatalogSlice,
+    /// Registry changes in the term's scope, after the slice.
+    pub(super) changes: mpsc::Receiver<Change>,
+    /// The newest registry revision the role's catalog reflects (its changes in this
+    /// term's scope are in `changes` by then).
+    pub(super) seen: Arc<AtomicI64>,
+    /// Run-now requests and paused namespaces.
+    pub(super) feeds: Feeds,
+}
+
+/// The state of one term.
 pub(super) struct Term {
-    pub(super) leadership: Leadership,
+    pub(super) authority: Authority,
     pub(super) token: u64,
+    /// The tasks this term schedules.
+    pub(super) scope: Scope,
     pub(super) dispatcher: Dispatcher,
     pub(super) cancel: CancellationToken,
     pub(super) flush_tx: mpsc::Sender<FlushRequest>,
     /// Spec changes the watch delivered, for the check of direct etcd writes.
     direct_tx: mpsc::Sender<direct_writes::Observed>,
-    /// The paused namespaces as last read.
-    paused_rx: tokio::sync::watch::Receiver<BTreeSet<String>>,
-    trigger_rx: mpsc::Receiver<PendingTrigger>,
+    changes: mpsc::Receiver<Change>,
+    seen: Arc<AtomicI64>,
+    /// The catalog revision of the slice the term was armed from.
+    armed_at: i64,
+    feeds: Feeds,
+    /// Run-now requests already taken (by execution id), while they are pending.
+    triggers_taken: HashSet<String>,
     /// Triggers to delete once their run-now execution is enqueued, by execution id.
     pub(super) pending_triggers: HashMap<String, PendingTrigger>,
     /// Consumed triggers whose keys go with the next flush.
@@ -98,17 +120,18 @@ fn fence_problem(queue: &str, fence: &Fence) -> Option<String> {
     }
 }
 
-/// Raises `queue`'s fence to `token` for `cluster`. A fence that refuses this leader (see
+/// Raises `queue`'s fence (that of `shard`, if the term has one) to `token` for `cluster`. A fence that refuses this leader (see
 /// [`fence_problem`]) is an error, reported where people look (log and alert).
 async fn raise_fence(
     deps: &LeaderDeps,
     queue: &str,
+    shard: Option<u32>,
     token: u64,
     cluster: &str,
 ) -> anyhow::Result<()> {
     let fence = deps
         .queue
-        .advance_fence(queue, token, cluster)
+        .advance_fence(queue, shard, token, cluster)
         .await
         .with_context(|| format!("cannot raise the fence of queue {queue}"))?;
     if let Some(problem) = fence_problem(queue, &fence) {
@@ -121,6 +144,8 @@ async fn raise_fence(
     Ok(())
 }
 
+/// How long a takeover waits for the first read of the paused namespaces.
+const PAUSED_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the leader checks that Redis is the server it raised the fences on.
 const REDIS_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 /// How often the leader looks for queues its tasks use that no worker serves.
@@ -134,26 +159,36 @@ fn ticker(period: Duration) -> Interval {
 
 impl Term {
     /// Takes over: loads the recorded states, raises every queue's fence, builds the
-    /// dispatcher from the catalog and starts the term's helpers.
+    /// dispatcher from the catalog slice and starts the term's helpers.
     pub(super) async fn start(
         settings: &LeaderSettings,
         deps: &LeaderDeps,
-        catalog: &Catalog,
-        leadership: Leadership,
-        cancel: &CancellationToken,
+        input: TermInput,
+        authority: Authority,
     ) -> anyhow::Result<Term> {
-        let token = u64::try_from(leadership.fencing_token()).unwrap_or(0);
+        let token = authority.token();
+        let scope = authority.scope(settings.placement);
         let span = info_span!("takeover", fencing_token = token);
+        let TermInput {
+            slice,
+            changes,
+            seen,
+            mut feeds,
+        } = input;
         async {
-            info!(
-                tasks = catalog.entries.len(),
-                "became leader; loading task states"
-            );
-            let listing = deps
-                .registry
-                .list_states(None)
-                .await
-                .context("cannot load task states")?;
+            info!(tasks = slice.entries.len(), "taking over; loading task states");
+            // The one leader lists every state (and finds the orphans among them); a shard's
+            // owner reads its own tasks' states by key, since listing them all would cost
+            // each shard's takeover the whole installation.
+            let listing = match scope.shard() {
+                None => deps.registry.list_states(None).await,
+                Some(_) => {
+                    let keys: Vec<TaskKey> =
+                        slice.entries.iter().map(|(k, _)| TaskKey::clone(k)).collect();
+                    deps.registry.get_states(&keys).await
+                }
+            }
+            .context("cannot load task states")?;
             // One unreadable record must not stop the takeover (and so all firing): its task
             // is armed as if nothing was recorded, and the next state write replaces it.
             for bad in &listing.undecodable {
@@ -175,10 +210,10 @@ impl Term {
             let redis_run_id = deps.queue.run_id().await.ok();
             // Raise every queue's fence before the first fire, so a deposed leader that still
             // reaches Redis is refused on all of them, not only where this leader pushed.
-            let mut queues: HashSet<Arc<str>> = catalog
+            let mut queues: HashSet<Arc<str>> = slice
                 .entries
-                .values()
-                .filter_map(|e| match e {
+                .iter()
+                .filter_map(|(_, e)| match e {
                     CatalogEntry::Valid { spec, .. } => Some(spec.queue.clone()),
                     CatalogEntry::Invalid { .. } => None,
                 })
@@ -192,21 +227,25 @@ impl Term {
                 .0
                 .to_string();
             for q in &queues {
-                raise_fence(deps, q, token, &cluster).await?;
+                raise_fence(deps, q, scope.shard(), token, &cluster).await?;
             }
-            // Read before anything can fire: a paused namespace must not fire in the first
+            // Known before anything can fire: a paused namespace must not fire in the first
             // second of a term.
-            let paused = deps
-                .registry
-                .paused_namespaces()
-                .await
-                .context("cannot read the paused namespaces")?;
+            let paused = tokio::time::timeout(
+                PAUSED_READ_TIMEOUT,
+                feeds.paused.wait_for(Option::is_some),
+            )
+            .await
+            .ok()
+            .and_then(|r| r.ok().map(|p| p.clone().unwrap_or_default()))
+            .context("cannot read the paused namespaces")?;
+            feeds.paused.borrow_and_update();
             let now = UtcMillis::now();
             let mut dispatcher = Dispatcher::new(settings.dispatcher.clone(), now);
             for p in &paused {
-                dispatcher.pause_namespace(&p.namespace);
+                dispatcher.pause_namespace(p);
             }
-            for (key, entry) in &catalog.entries {
+            for (key, entry) in &slice.entries {
                 // Arming a million tasks is seconds of work: yield now and then so the
                 // runtime keeps serving the lease keep-alive meanwhile (it lost the lease
                 // it had just won, and campaigned again, over and over).
@@ -237,7 +276,7 @@ impl Term {
             let mut orphans = 0;
             for (key, state) in states {
                 tokio::task::coop::consume_budget().await;
-                if !catalog.may_not_have_seen(state.spec_revision) {
+                if !slice.may_not_have_seen(state.spec_revision) {
                     dispatcher.remove(&key, now);
                     orphans += 1;
                 }
@@ -245,40 +284,32 @@ impl Term {
             if orphans > 0 {
                 info!(orphans, "deleting the states of tasks deleted while no replica led");
             }
-            if !leadership.is_valid() {
-                anyhow::bail!("leadership lost while taking over");
+            if !authority.is_valid() {
+                anyhow::bail!("authority lost while taking over");
             }
             // Events a leader read and died before writing: claim them first (they are older
             // than any unread one), then read what still waits, then take the ends that no
             // event brings any more from the history.
             let mut unacked = BTreeSet::new();
             let replayed =
-                events::replay(deps, &mut dispatcher, &mut unacked, Duration::ZERO).await;
+                events::replay(deps, scope.shard(), &mut dispatcher, &mut unacked, Duration::ZERO).await;
             if replayed > 0 {
                 info!(replayed, "applied the execution events an earlier leader read and did not write");
             }
-            events::consume(deps, &mut dispatcher, &mut unacked).await;
+            events::consume(deps, scope.shard(), &mut dispatcher, &mut unacked).await;
             let in_flight = dispatcher.in_flight();
             let reconciled = events::reconcile(deps, &mut dispatcher, &in_flight).await;
             if reconciled > 0 {
                 info!(reconciled, in_flight = in_flight.len(), "task states corrected from the execution history");
             }
-            let term_cancel = leadership.lost().child_token();
-            // The role's own cancellation ends the term too.
-            let role_cancel = cancel.clone();
-            let tc = term_cancel.clone();
-            deps.tracker.spawn(async move {
-                tokio::select! {
-                    _ = role_cancel.cancelled() => tc.cancel(),
-                    _ = tc.cancelled() => {}
-                }
-            });
+            let term_cancel = authority.lost().child_token();
             let (flush_tx, flush_rx) = mpsc::channel(64);
             deps.tracker.spawn(
                 flusher::run(
                     deps.registry.clone(),
                     deps.queue.clone(),
-                    leadership.fencing_token(),
+                    authority.state_fence(&deps.registry),
+                    scope.shard(),
                     flush_rx,
                     deps.alerts.clone(),
                     term_cancel.clone(),
@@ -290,30 +321,9 @@ impl Term {
                 direct_writes::run(deps.audit.clone(), direct_rx, term_cancel.clone())
                     .instrument(info_span!("direct_writes")),
             );
-            let (paused_tx, paused_rx) = tokio::sync::watch::channel(
-                paused.into_iter().map(|p| p.namespace).collect::<BTreeSet<String>>(),
-            );
-            deps.tracker.spawn(
-                namespaces::poll(
-                    deps.registry.clone(),
-                    settings.trigger_interval,
-                    paused_tx,
-                    term_cancel.clone(),
-                )
-                .instrument(info_span!("paused_namespaces")),
-            );
-            let (trigger_tx, trigger_rx) = mpsc::channel(256);
-            deps.tracker.spawn(
-                triggers::poll(
-                    deps.registry.clone(),
-                    settings.trigger_interval,
-                    trigger_tx,
-                    term_cancel.clone(),
-                )
-                .instrument(info_span!("triggers")),
-            );
-            deps.metrics.set_leader(true);
-            if let Some(alerts) = &deps.alerts {
+            // A shard changing hands is routine (every join and leave moves some); only the
+            // one leader's change is news.
+            if let (Authority::Leader(_), Some(alerts)) = (&authority, &deps.alerts) {
                 alerts.send(Alert::leader_changed(
                     None,
                     Some(&settings.instance_id),
@@ -323,17 +333,21 @@ impl Term {
             info!(
                 armed = dispatcher.armed_len(),
                 due_now = dispatcher.ready_len(),
-                "leading"
+                "scheduling"
             );
             Ok(Term {
-                leadership,
+                authority,
                 token,
+                scope,
                 dispatcher,
                 cancel: term_cancel,
                 flush_tx,
                 direct_tx,
-                paused_rx,
-                trigger_rx,
+                changes,
+                seen,
+                armed_at: slice.revision,
+                feeds,
+                triggers_taken: HashSet::new(),
                 pending_triggers: HashMap::new(),
                 consumed_triggers: Vec::new(),
                 early_triggers: Vec::new(),
@@ -356,16 +370,9 @@ impl Term {
         .await
     }
 
-    /// Runs the term until it ends (leadership lost or given up, or shutdown). Registry events
-    /// keep `catalog` current meanwhile.
-    pub(super) async fn run(
-        mut self,
-        settings: &LeaderSettings,
-        deps: &LeaderDeps,
-        watcher: &mut TaskWatcher,
-        catalog: &mut Catalog,
-        role_cancel: &CancellationToken,
-    ) {
+    /// Runs the term until it ends: its key lost, or `stop` (shutdown, or a handover), after
+    /// which it writes what it holds and gives the key up.
+    pub(super) async fn run(mut self, settings: &LeaderSettings, deps: &LeaderDeps, stop: &CancellationToken) {
         loop {
             let wake = self
                 .dispatcher
@@ -374,39 +381,30 @@ impl Term {
                 .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
             tokio::select! {
                 biased;
-                // Shutdown first: the watch ends with it too, and a term that stopped on that
-                // instead would skip its last flush and its resignation.
-                _ = role_cancel.cancelled() => {
+                // Stopping first: the changes end with the role too, and a term that stopped on
+                // that instead would skip its last flush and giving its key up.
+                _ = stop.cancelled() => {
                     self.end(settings, deps, true).await;
                     return;
                 }
                 _ = self.cancel.cancelled() => {
-                    self.end(settings, deps, role_cancel.is_cancelled()).await;
+                    self.end(settings, deps, stop.is_cancelled()).await;
                     return;
                 }
                 _ = tokio::time::sleep_until(wake) => {
                     fire::fire(settings, deps, &mut self).await;
                 }
-                event = watcher.next() => {
-                    let Some(event) = event else {
-                        self.end(settings, deps, role_cancel.is_cancelled()).await;
+                change = self.changes.recv() => {
+                    let Some(change) = change else {
+                        self.end(settings, deps, stop.is_cancelled()).await;
                         return;
                     };
-                    if let Some((key, entry)) = apply_event(catalog, &deps.metrics, event) {
-                        // Full only under a burst the checker cannot keep up with: those
-                        // changes go unchecked rather than stall the leader.
-                        let _ = self.direct_tx.try_send(direct_writes::Observed {
-                            target: format!("{}/{}", key.namespace, key.id),
-                            deleted: entry.is_none(),
-                            seen_at: UtcMillis::now(),
-                        });
-                        self.on_registry_change(deps, key, entry).await;
-                        // A change takes effect now, not at the next tick.
-                        fire::fire(settings, deps, &mut self).await;
-                    }
+                    self.on_registry_change(deps, change).await;
+                    // A change takes effect now, not at the next tick.
+                    fire::fire(settings, deps, &mut self).await;
                 }
-                Ok(()) = self.paused_rx.changed() => {
-                    let paused = self.paused_rx.borrow_and_update().clone();
+                Ok(()) = self.feeds.paused.changed() => {
+                    let paused = self.feeds.paused.borrow_and_update().clone().unwrap_or_default();
                     let was: BTreeSet<String> =
                         self.dispatcher.paused_namespaces().map(str::to_owned).collect();
                     for ns in paused.difference(&was) {
@@ -419,16 +417,16 @@ impl Term {
                     }
                     fire::fire(settings, deps, &mut self).await;
                 }
-                Some(request) = self.trigger_rx.recv() => {
-                    if self.take_trigger(catalog, request) {
+                Ok(()) = self.feeds.triggers.changed() => {
+                    if self.take_triggers(deps).await {
                         fire::fire(settings, deps, &mut self).await;
                     }
                 }
                 _ = self.events_tick.tick() => {
                     // A leader resumed after its lease ran out must not take events its
                     // successor would then never see (it cannot write what they change).
-                    if self.leadership.is_valid() {
-                        events::consume(deps, &mut self.dispatcher, &mut self.unacked).await;
+                    if self.authority.is_valid() {
+                        events::consume(deps, self.scope.shard(), &mut self.dispatcher, &mut self.unacked).await;
                     }
                     if !self.duplicates.is_empty() {
                         let duplicates = std::mem::take(&mut self.duplicates);
@@ -438,15 +436,15 @@ impl Term {
                     let waiting = std::mem::take(&mut self.early_triggers);
                     let mut queued = false;
                     for request in waiting {
-                        queued |= self.take_trigger(catalog, request);
+                        queued |= self.take_trigger(deps, request).await;
                     }
                     if queued {
                         fire::fire(settings, deps, &mut self).await;
                     }
                 }
                 _ = self.pending_tick.tick() => {
-                    if self.leadership.is_valid() {
-                        events::replay(deps, &mut self.dispatcher, &mut self.unacked, events::STALE_PENDING).await;
+                    if self.authority.is_valid() {
+                        events::replay(deps, self.scope.shard(), &mut self.dispatcher, &mut self.unacked, events::STALE_PENDING).await;
                     }
                 }
                 _ = self.flush_tick.tick() => {
@@ -488,7 +486,7 @@ impl Term {
             "Redis restarted under this leader; raising the fences again"
         );
         for q in &self.queues {
-            if let Err(e) = raise_fence(deps, q, self.token, &self.cluster).await {
+            if let Err(e) = raise_fence(deps, q, self.scope.shard(), self.token, &self.cluster).await {
                 warn!(error = %format!("{e:#}"), "cannot raise a queue's fence");
             }
         }
@@ -499,7 +497,7 @@ impl Term {
 
     /// Finds the queues its tasks use where executions wait and no worker serves them (a
     /// queue name no worker is configured for, every worker of it gone): sets the gauge and
-    /// alerts for each (the alert manager de-duplicates repeats).
+    /// alerts for each (the alert manager de-duplicates repeats, also across shards).
     async fn check_unserved(&mut self, deps: &LeaderDeps) {
         let now = UtcMillis::now();
         let mut unserved = 0;
@@ -524,14 +522,42 @@ impl Term {
                 }
             }
         }
-        deps.metrics.unserved_queues.set(unserved);
+        // A shard's term sees only its tasks' queues: the replica's gauge is the one
+        // leader's alone, and with shards the alert (de-duplicated across terms) tells.
+        if self.scope.shard().is_none() {
+            deps.metrics.unserved_queues.set(unserved);
+        }
+    }
+
+    /// Takes the new run-now requests in this term's scope from the published list; true
+    /// when one was queued.
+    async fn take_triggers(&mut self, deps: &LeaderDeps) -> bool {
+        let pending = Arc::clone(&self.feeds.triggers.borrow_and_update());
+        let present: HashSet<&str> = pending.iter().map(|t| t.execution_id.as_str()).collect();
+        self.triggers_taken.retain(|id| present.contains(id.as_str()));
+        let mut queued = false;
+        for request in pending.iter() {
+            let key = TaskKey::new(request.namespace.clone(), request.id.clone());
+            if !self.scope.contains(&key) || !self.triggers_taken.insert(request.execution_id.clone()) {
+                continue;
+            }
+            queued |= self.take_trigger(deps, request.clone()).await;
+        }
+        queued
     }
 
     /// Queues a run-now request; true when it was queued. A request for a task the catalog
     /// has not seen yet (the watch lags the trigger poll) waits for it; one for a task that
     /// is gone is dropped.
-    fn take_trigger(&mut self, catalog: &Catalog, request: PendingTrigger) -> bool {
+    async fn take_trigger(&mut self, deps: &LeaderDeps, request: PendingTrigger) -> bool {
         let key = TaskKey::new(request.namespace.clone(), request.id.clone());
+        // What the role's catalog has seen, read before taking the changes waiting for this
+        // term: every change up to it is then applied (the role hands a change on before it
+        // publishes its revision), so an unknown task past it is really gone.
+        let seen = self.seen.load(Ordering::Acquire).max(self.armed_at);
+        while let Ok(change) = self.changes.try_recv() {
+            self.on_registry_change(deps, change).await;
+        }
         if self
             .dispatcher
             .trigger(&key, request.execution_id.clone(), UtcMillis::now())
@@ -540,7 +566,7 @@ impl Term {
                 .insert(request.execution_id.clone(), request);
             return true;
         }
-        if catalog.may_not_have_seen(request.mod_revision) {
+        if seen < request.mod_revision {
             debug!(task_id = %key, execution_id = %request.execution_id, "run-now before its task reached this leader; waiting for it");
             self.early_triggers.push(request);
         } else {
@@ -550,17 +576,21 @@ impl Term {
         false
     }
 
-    async fn on_registry_change(
-        &mut self,
-        deps: &LeaderDeps,
-        key: Arc<TaskKey>,
-        entry: Option<CatalogEntry>,
-    ) {
+    async fn on_registry_change(&mut self, deps: &LeaderDeps, change: Change) {
+        let Change { key, entry } = change;
+        // Full only under a burst the checker cannot keep up with: those changes go
+        // unchecked rather than stall the term.
+        let _ = self.direct_tx.try_send(direct_writes::Observed {
+            target: format!("{}/{}", key.namespace, key.id),
+            deleted: entry.is_none(),
+            seen_at: UtcMillis::now(),
+        });
         let now = UtcMillis::now();
         match entry {
             Some(CatalogEntry::Valid { spec, revision }) => {
                 if self.queues.insert(spec.queue.clone()) {
-                    if let Err(e) = raise_fence(deps, &spec.queue, self.token, &self.cluster).await
+                    if let Err(e) =
+                        raise_fence(deps, &spec.queue, self.scope.shard(), self.token, &self.cluster).await
                     {
                         warn!(error = %format!("{e:#}"), "cannot raise a queue's fence");
                     }
@@ -574,25 +604,27 @@ impl Term {
         }
     }
 
-    /// The term is over: on shutdown, write the last states and hand over at once (instead
-    /// of after the lease's TTL); otherwise report the loss.
+    /// The term is over: when stopped (shutdown, handover), write the last states and give
+    /// the key up at once (instead of after the lease's TTL); otherwise report the loss.
     async fn end(mut self, settings: &LeaderSettings, deps: &LeaderDeps, shutting_down: bool) {
-        deps.metrics.set_leader(false);
-        deps.metrics.unserved_queues.set(0);
+        if self.scope.shard().is_none() {
+            deps.metrics.unserved_queues.set(0);
+        }
         if self.unsent {
             warn!("fires taken for enqueue were not accepted: leaving the task states as last written, so the next leader replays them");
         } else if shutting_down {
             self.flush(settings, deps, true).await;
         }
         if shutting_down {
-            if let Err(e) = self.leadership.resign().await {
-                warn!(error = %e, "resign failed; the lease will expire instead");
+            let is_leader = matches!(self.authority, Authority::Leader(_));
+            if let Err(e) = self.authority.give_up().await {
+                warn!(error = %e, "giving the key up failed; its lease will expire instead");
             }
-            info!("resigned leadership");
+            info!(leader = is_leader, "gave the key up");
             return;
         }
-        warn!(reason = ?self.leadership.loss_reason(), "leadership lost; stopped firing");
-        if let Some(alerts) = &deps.alerts {
+        warn!(reason = ?self.authority.loss_reason(), "key lost; stopped firing");
+        if let (Authority::Leader(_), Some(alerts)) = (&self.authority, &deps.alerts) {
             alerts.send(Alert::leader_changed(
                 Some(&settings.instance_id),
                 None,

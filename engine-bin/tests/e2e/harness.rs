@@ -529,6 +529,52 @@ impl Cluster {
         }
     }
 
+    /// Each owned shard's owner (`{prefix}/shards/owners/{shard}`, whose value is the
+    /// instance id), with sharded scheduling.
+    pub(crate) async fn shard_owners(&self) -> std::collections::BTreeMap<u32, String> {
+        let prefix = format!("{}/shards/owners/", self.prefix);
+        let resp = self
+            .etcd
+            .clone()
+            .get(
+                prefix.as_str(),
+                Some(etcd_client::GetOptions::new().with_prefix()),
+            )
+            .await
+            .unwrap();
+        resp.kvs()
+            .iter()
+            .filter_map(|kv| {
+                let shard = kv.key_str().ok()?.strip_prefix(&prefix)?.parse().ok()?;
+                Some((shard, String::from_utf8_lossy(kv.value()).into_owned()))
+            })
+            .collect()
+    }
+
+    /// Waits until every one of `shards` shards is owned by a replica in `by` (any replica
+    /// when empty); returns the owners.
+    pub(crate) async fn wait_for_shards(
+        &self,
+        shards: u32,
+        by: &[&str],
+        within: Duration,
+    ) -> std::collections::BTreeMap<u32, String> {
+        let start = Instant::now();
+        loop {
+            let owners = self.shard_owners().await;
+            if owners.len() == shards as usize
+                && (by.is_empty() || owners.values().all(|o| by.contains(&o.as_str())))
+            {
+                return owners;
+            }
+            assert!(
+                start.elapsed() < within,
+                "shards not all owned by {by:?} within {within:?}: {owners:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The JSON value at `key`, if present.
     pub(crate) async fn get(&self, key: &str) -> Option<Value> {
         let resp = self.etcd.clone().get(key, None).await.unwrap();
