@@ -383,7 +383,7 @@ impl Backend {
         let q = self.queue().await?;
         let mut done = Vec::new();
         for name in self.queues_or(queue).await? {
-            q.reseat_fence(&name, token, &cluster)
+            q.reseat_fence(&name, None, token, &cluster)
                 .await
                 .map_err(errors::queue)?;
             done.push((name, token));

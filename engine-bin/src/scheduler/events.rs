@@ -51,7 +51,7 @@ pub(super) async fn consume(
     unacked: &mut BTreeSet<EventPosition>,
 ) {
     loop {
-        let events = match deps.queue.read_events(EVENTS_BATCH).await {
+        let events = match deps.queue.read_events(None, EVENTS_BATCH).await {
             Ok(events) => events,
             Err(e) => {
                 deps.metrics.backend_error(BACKEND_REDIS);
@@ -81,7 +81,7 @@ pub(super) async fn replay(
     loop {
         let (next, events) = match deps
             .queue
-            .claim_events(min_idle, &cursor, EVENTS_BATCH)
+            .claim_events(None, min_idle, &cursor, EVENTS_BATCH)
             .await
         {
             Ok(r) => r,

@@ -113,7 +113,7 @@ pub(super) async fn run(
                             sender.send(alert);
                         }
                     }
-                    if let Err(e) = queue.ack_events(&acks).await {
+                    if let Err(e) = queue.ack_events(None, &acks).await {
                         warn!(error = %e, events = acks.len(), "cannot acknowledge execution events; they will be read again and ignored");
                     }
                     // Emptied and given back past a small size: the first flush of a term

@@ -108,7 +108,7 @@ async fn raise_fence(
 ) -> anyhow::Result<()> {
     let fence = deps
         .queue
-        .advance_fence(queue, token, cluster)
+        .advance_fence(queue, None, token, cluster)
         .await
         .with_context(|| format!("cannot raise the fence of queue {queue}"))?;
     if let Some(problem) = fence_problem(queue, &fence) {
