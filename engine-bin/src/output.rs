@@ -692,7 +692,8 @@ mod tests {
         });
         assert!(text.contains("shards: 4 (3 owned)"), "{text}");
         assert!(
-            text.lines().any(|l| l.starts_with("ax-1") && l.ends_with("2       0,3")),
+            text.lines()
+                .any(|l| l.starts_with("ax-1") && l.ends_with("2       0,3")),
             "{text}"
         );
         assert!(

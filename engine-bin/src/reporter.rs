@@ -191,6 +191,7 @@ impl ExecutionReporter for EngineReporter {
                 fire_at: exec.fire_at,
                 attempt: exec.attempt,
                 kind: ExecutionEvent::Started { at },
+                shard: exec.shard,
             };
             self.send(event, None).await;
         })
@@ -281,6 +282,7 @@ mod tests {
             fire_at: UtcMillis(1),
             attempt,
             kind,
+            shard: None,
         };
         (record, None)
     }

@@ -681,10 +681,14 @@ async fn busiest_owner(c: &Cluster) -> (String, usize) {
 /// Waits until no shard is owned by `gone` and every shard is owned; returns how long it
 /// took from `since`.
 async fn shards_moved_off(c: &Cluster, gone: &str, since: i64) -> i64 {
-    wait_until(Duration::from_secs(15), "shards moved to live replicas", || async {
-        let owners = c.shard_owners().await;
-        owners.len() == SHARDS as usize && owners.values().all(|o| o != gone)
-    })
+    wait_until(
+        Duration::from_secs(15),
+        "shards moved to live replicas",
+        || async {
+            let owners = c.shard_owners().await;
+            owners.len() == SHARDS as usize && owners.values().all(|o| o != gone)
+        },
+    )
     .await;
     now_ms() - since
 }
@@ -745,9 +749,11 @@ async fn shard_owner_sigstop_past_the_ttl() {
     let owners = c
         .wait_for_shards(SHARDS, &[], Duration::from_secs(20))
         .await;
-    wait_until(Duration::from_secs(20), "the resumed replica owns shards again", || async {
-        c.shard_owners().await.values().any(|o| *o == victim)
-    })
+    wait_until(
+        Duration::from_secs(20),
+        "the resumed replica owns shards again",
+        || async { c.shard_owners().await.values().any(|o| *o == victim) },
+    )
     .await;
     let g = w.settle(&c, Duration::from_secs(5), now_ms()).await;
     report(
@@ -775,10 +781,15 @@ async fn a_replica_joining_under_load_takes_its_share() {
     let started = now_ms();
     c.start_replica("s4", Roles::Scheduler).await;
     let share = (SHARDS / 4) as usize;
-    wait_until(Duration::from_secs(20), "the new replica owns its share", || async {
-        let owners = c.shard_owners().await;
-        owners.len() == SHARDS as usize && owners.values().filter(|o| *o == "s4").count() >= share
-    })
+    wait_until(
+        Duration::from_secs(20),
+        "the new replica owns its share",
+        || async {
+            let owners = c.shard_owners().await;
+            owners.len() == SHARDS as usize
+                && owners.values().filter(|o| *o == "s4").count() >= share
+        },
+    )
     .await;
     let took = now_ms() - started;
     let f = w.settle(&c, Duration::from_secs(15), now_ms()).await;

@@ -1,5 +1,6 @@
-//! Execution events from workers to the leader: one Redis stream, read through a consumer
-//! group and acknowledged only once their effects are written.
+//! Execution events from workers to the leader: one Redis stream (per scheduling shard, when
+//! the task space is sharded), read through a consumer group and acknowledged only once
+//! their effects are written.
 //!
 //! Workers run on every replica; the leader alone writes task states and judges failure
 //! rates (circuit breaker) and overlap holds, so it needs to hear when executions start and
@@ -14,6 +15,11 @@
 //! are then corrected from the execution history. Event and history writes of one report go
 //! in one pipeline (the history's: the task's list and the stream across tasks, see
 //! `history.rs`).
+//!
+//! With sharded scheduling each shard's owner reads its own stream, as a lone leader reads
+//! the one stream: an event carries the shard of its execution's message
+//! ([`ExecutionEventRecord::shard`]) and goes to that shard's stream. `None` is the stream
+//! of an unsharded install, under the name it always had.
 
 use std::time::Duration;
 
@@ -62,6 +68,10 @@ pub struct ExecutionEventRecord {
     pub attempt: u32,
     /// What happened.
     pub kind: ExecutionEvent,
+    /// The scheduling shard of the execution's message ([`crate::ExecutionMessage::shard`]):
+    /// the event goes to that shard's stream, read by its owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
 }
 
 fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<String> {
@@ -94,15 +104,18 @@ impl Queue {
         if reports.is_empty() {
             return Ok(());
         }
-        let events = self.keys().events();
+        let keys = self.keys();
         let encoded = reports
             .iter()
             .map(|(event, _)| encode("execution event", event))
             .collect::<Result<Vec<_>>>()?;
         let mut pipe = redis::pipe();
-        for json in &encoded {
+        // Each event to its shard's stream. Streams of several shards are in several slots;
+        // on a Redis Cluster the connection splits the pipeline by slot, each part in order,
+        // so every stream still gets its events in the order given.
+        for ((event, _), json) in reports.iter().zip(&encoded) {
             pipe.cmd("XADD")
-                .arg(&events)
+                .arg(keys.events(event.shard))
                 .arg("MAXLEN")
                 .arg("~")
                 .arg(EVENTS_CAP)
@@ -125,26 +138,30 @@ impl Queue {
         self.run("report", pipe.query_async::<()>(&mut conn)).await
     }
 
-    /// Reads up to `max` events no leader has read yet, oldest first.
-    pub async fn read_events(&self, max: usize) -> Result<Vec<EventEntry>> {
-        Ok(self.read_events_script("", "0-0", max).await?.1)
+    /// Reads up to `max` events of scheduling `shard` (`None`: an unsharded install's) that
+    /// no owner has read yet, oldest first.
+    pub async fn read_events(&self, shard: Option<u32>, max: usize) -> Result<Vec<EventEntry>> {
+        Ok(self.read_events_script(shard, "", "0-0", max).await?.1)
     }
 
-    /// Claims up to `max` events read before and not acknowledged for at least `min_idle`
-    /// (left by a leader that died before writing their effects), from `cursor` (`"0-0"` to
-    /// start). Returns them with the cursor to go on from, `"0-0"` when there are no more.
+    /// Claims up to `max` events of scheduling `shard` read before and not acknowledged for
+    /// at least `min_idle` (left by an owner that died before writing their effects), from
+    /// `cursor` (`"0-0"` to start). Returns them with the cursor to go on from, `"0-0"` when
+    /// there are no more.
     pub async fn claim_events(
         &self,
+        shard: Option<u32>,
         min_idle: Duration,
         cursor: &str,
         max: usize,
     ) -> Result<(String, Vec<EventEntry>)> {
         let idle = min_idle.as_millis().to_string();
-        self.read_events_script(&idle, cursor, max).await
+        self.read_events_script(shard, &idle, cursor, max).await
     }
 
     async fn read_events_script(
         &self,
+        shard: Option<u32>,
         min_idle: &str,
         cursor: &str,
         max: usize,
@@ -152,8 +169,8 @@ impl Queue {
         const OP: &str = "read_events";
         let keys = self.keys();
         let mut inv = self.inner.scripts.read_events.prepare_invoke();
-        inv.key(keys.events())
-            .key(keys.legacy_events())
+        inv.key(keys.events(shard))
+            .key(keys.legacy_events(shard))
             .arg(GROUP)
             .arg(CONSUMER)
             .arg(max.max(1))
@@ -187,12 +204,13 @@ impl Queue {
         Ok((next, entries))
     }
 
-    /// Acknowledges and deletes events whose effects are written: they are not read again.
-    pub async fn ack_events(&self, positions: &[EventPosition]) -> Result<()> {
+    /// Acknowledges and deletes events of scheduling `shard` whose effects are written: they
+    /// are not read again.
+    pub async fn ack_events(&self, shard: Option<u32>, positions: &[EventPosition]) -> Result<()> {
         if positions.is_empty() {
             return Ok(());
         }
-        let key = self.keys().events();
+        let key = self.keys().events(shard);
         let ids: Vec<String> = positions.iter().map(ToString::to_string).collect();
         let mut pipe = redis::pipe();
         pipe.cmd("XACK")
@@ -207,5 +225,39 @@ impl Queue {
         let mut conn = self.conn();
         self.run("ack_events", pipe.query_async::<()>(&mut conn))
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scheduling_shard_is_left_out_when_there_is_none() {
+        let mut record = ExecutionEventRecord {
+            namespace: "ns".into(),
+            task_id: "t".into(),
+            execution_id: Uuid::from_u128(7),
+            fire_at: UtcMillis(1),
+            attempt: 0,
+            kind: ExecutionEvent::Started { at: UtcMillis(2) },
+            shard: None,
+        };
+        // The bytes an unsharded install always wrote, and they decode as unsharded.
+        let text = encode("execution event", &record).unwrap();
+        assert_eq!(
+            text,
+            concat!(
+                r#"{"namespace":"ns","task_id":"t","execution_id":"00000000-0000-0000-0000-000000000007","#,
+                r#""fire_at":1,"attempt":0,"kind":{"type":"started","at":2}}"#
+            )
+        );
+        let back: ExecutionEventRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, record);
+        record.shard = Some(3);
+        let text = encode("execution event", &record).unwrap();
+        assert!(text.ends_with(r#","shard":3}"#), "{text}");
+        let back: ExecutionEventRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, record);
     }
 }

@@ -136,14 +136,20 @@ impl Keys {
         format!("{}:fired:{}/{}", self.tag(queue), namespace, task_id)
     }
 
-    /// Newest fencing token this queue has seen.
-    pub fn fence(&self, queue: &str) -> String {
-        format!("{}:fence", self.tag(queue))
+    /// Newest fencing token this queue has seen from the owners of scheduling `shard`
+    /// (`None`: the one leader of an unsharded install). Each shard has a fence of its own,
+    /// since the tokens of different shards are unrelated numbers: one shard's higher token
+    /// must not refuse another shard's owner. In the queue's slot, as the enqueue checks it.
+    pub fn fence(&self, queue: &str, shard: Option<u32>) -> String {
+        match shard {
+            None => format!("{}:fence", self.tag(queue)),
+            Some(s) => format!("{}:fence:s{s}", self.tag(queue)),
+        }
     }
 
-    /// The etcd cluster id whose leaders' tokens the fence holds.
-    pub fn fence_owner(&self, queue: &str) -> String {
-        format!("{}:fence:owner", self.tag(queue))
+    /// The etcd cluster id whose tokens [`Keys::fence`] of the same queue and shard holds.
+    pub fn fence_owner(&self, queue: &str, shard: Option<u32>) -> String {
+        format!("{}:owner", self.fence(queue, shard))
     }
 
     /// Sorted set of dead-letter entry ids, scored by the time they were dead-lettered.
@@ -189,16 +195,26 @@ impl Keys {
         format!("{}:paused", self.tag(queue))
     }
 
-    /// Stream of execution events (started, finished) from workers to the leader, read
-    /// through a consumer group.
-    pub fn events(&self) -> String {
-        format!("{{{}:ev}}:stream", self.prefix)
+    fn events_tag(&self, shard: Option<u32>) -> String {
+        match shard {
+            None => format!("{{{}:ev}}", self.prefix),
+            Some(s) => format!("{{{}:ev:s{s}}}", self.prefix),
+        }
+    }
+
+    /// Stream of execution events (started, finished) from workers to the owner of
+    /// scheduling `shard` (`None`: the one leader of an unsharded install), read through a
+    /// consumer group. Each shard's stream has a hash tag of its own, so on a Redis Cluster
+    /// the shards' event traffic spreads over the nodes.
+    pub fn events(&self, shard: Option<u32>) -> String {
+        format!("{}:stream", self.events_tag(shard))
     }
 
     /// The list that carried the events before the stream; the leader moves what is left in
-    /// it into the stream. In the stream's slot, since one script touches both.
-    pub fn legacy_events(&self) -> String {
-        format!("{{{}:ev}}:events", self.prefix)
+    /// it into the stream. In the stream's slot, since one script touches both. Only the
+    /// unsharded stream ever had one: a shard's name is a key nothing writes.
+    pub fn legacy_events(&self, shard: Option<u32>) -> String {
+        format!("{}:events", self.events_tag(shard))
     }
 
     /// Stream of every task's attempts (the execution history across tasks), trimmed by age
@@ -257,8 +273,10 @@ mod tests {
             k.monitor(q),
             k.dedupe(q, "run:1"),
             k.fired(q, "ns", "t"),
-            k.fence(q),
-            k.fence_owner(q),
+            k.fence(q, None),
+            k.fence_owner(q, None),
+            k.fence(q, Some(3)),
+            k.fence_owner(q, Some(3)),
             k.dlq(q),
             k.dlq_entries(q),
             k.kill(q, "e1"),
@@ -278,6 +296,17 @@ mod tests {
         assert_eq!(k.processing(q, "w1"), "{ax:q:default}:processing:w1");
         assert_eq!(slot_tag(&k.history("ns", "t")), "ax:h:ns/t");
         assert_eq!(k.executions(), "{ax:x}:executions");
+        // Unsharded names are those of one-leader installs; a shard's are apart from them
+        // and from each other's.
+        assert_eq!(k.fence(q, None), "{ax:q:default}:fence");
+        assert_eq!(k.fence_owner(q, None), "{ax:q:default}:fence:owner");
+        assert_eq!(k.fence(q, Some(3)), "{ax:q:default}:fence:s3");
+        assert_eq!(k.fence_owner(q, Some(3)), "{ax:q:default}:fence:s3:owner");
+        assert_ne!(k.fence(q, Some(0)), k.fence(q, None));
+        assert_eq!(k.events(None), "{ax:ev}:stream");
+        assert_eq!(k.legacy_events(None), "{ax:ev}:events");
+        assert_eq!(k.events(Some(3)), "{ax:ev:s3}:stream");
+        assert_eq!(slot_tag(&k.legacy_events(Some(3))), "ax:ev:s3");
     }
 
     /// The keys each script is given (as its header lists them), for one queue, one worker,
@@ -292,7 +321,7 @@ mod tests {
                 vec![
                     k.queued(q),
                     k.monitor(q),
-                    k.fence(q),
+                    k.fence(q, None),
                     k.order(q),
                     k.clock(q),
                     k.wake(q),
@@ -304,7 +333,16 @@ mod tests {
                     active.clone(),
                 ],
             ),
-            ("advance_fence", vec![k.fence(q), k.fence_owner(q)]),
+            // A shard's enqueue: its fence in place of the unsharded one.
+            ("enqueue_many", vec![k.queued(q), k.fence(q, Some(1))]),
+            (
+                "advance_fence",
+                vec![k.fence(q, None), k.fence_owner(q, None)],
+            ),
+            (
+                "advance_fence",
+                vec![k.fence(q, Some(2)), k.fence_owner(q, Some(2))],
+            ),
             (
                 "take",
                 vec![
@@ -421,7 +459,11 @@ mod tests {
                     k.worker_wake(q, w),
                 ],
             ),
-            ("read_events", vec![k.events(), k.legacy_events()]),
+            ("read_events", vec![k.events(None), k.legacy_events(None)]),
+            (
+                "read_events",
+                vec![k.events(Some(5)), k.legacy_events(Some(5))],
+            ),
             ("dlq_trim", vec![k.dlq(q), k.dlq_entries(q)]),
             (
                 "kill",
@@ -481,7 +523,14 @@ mod tests {
                 vec![k.awaiting(q, e), k.awaiting_due(q)],
             ),
             // MULTI/EXEC transactions are held to one slot as scripts are.
-            ("reseat_fence", vec![k.fence(q), k.fence_owner(q)]),
+            (
+                "reseat_fence",
+                vec![k.fence(q, None), k.fence_owner(q, None)],
+            ),
+            (
+                "reseat_fence",
+                vec![k.fence(q, Some(2)), k.fence_owner(q, Some(2))],
+            ),
             ("dlq_purge", vec![k.dlq(q), k.dlq_entries(q)]),
         ]
     }
@@ -512,6 +561,14 @@ mod tests {
             crate::conn::slot(k.queued("a").as_bytes()),
             crate::conn::slot(k.queued("b").as_bytes())
         );
+        // So are the event streams of different shards (each shard's owner reads its own).
+        let mut streams: Vec<u16> = [None, Some(0), Some(1), Some(2), Some(3)]
+            .into_iter()
+            .map(|shard| crate::conn::slot(k.events(shard).as_bytes()))
+            .collect();
+        streams.sort_unstable();
+        streams.dedup();
+        assert_eq!(streams.len(), 5, "event streams share a slot");
     }
 
     #[test]

@@ -95,6 +95,11 @@ pub struct ExecutionMessage {
     /// Where it stands in a larger whole: a dependency run, a sharded fire.
     #[serde(flatten)]
     pub lineage: Lineage,
+    /// The scheduling shard whose owner enqueued it (`None`: the one leader of an unsharded
+    /// install). It selects the fence the enqueue checks and the event stream its attempts'
+    /// events go to; retries and requeues keep it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
 }
 
 /// Where an execution stands in a larger whole, carried from its message into its history
@@ -202,6 +207,8 @@ impl ExecutionMessage {
                 shard_total: dispatch.shard.as_ref().map(|s| s.total),
                 target_worker: dispatch.shard.as_ref().and_then(|s| s.worker.clone()),
             },
+            // Set by the engine, which knows which shard owns the task.
+            shard: None,
         };
         m.resolve_concurrency(spec.concurrency.as_ref());
         m
@@ -424,6 +431,33 @@ pub(crate) mod tests {
         m = ExecutionMessage::for_fire(&s, UtcMillis(1000), UtcMillis(1001), 3);
         let back = ExecutionMessage::from_json(&m.to_json().unwrap()).unwrap();
         assert_eq!(back.http.map(|h| h.follow_redirects), Some(true));
+    }
+
+    #[test]
+    fn the_scheduling_shard_is_left_out_when_there_is_none() {
+        let s = spec("t", "default");
+        let mut m = ExecutionMessage::for_fire(&s, UtcMillis(1000), UtcMillis(1001), 3);
+        assert_eq!(m.shard, None);
+        // Unsharded messages keep the bytes of a one-leader install.
+        let text = m.to_json().unwrap();
+        assert!(!text.contains("\"shard\""), "{text}");
+        // A message stored before shards existed decodes as unsharded.
+        let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        value.as_object_mut().unwrap().remove("shard");
+        assert_eq!(
+            ExecutionMessage::from_json(&value.to_string())
+                .unwrap()
+                .shard,
+            None
+        );
+        m.shard = Some(2);
+        let text = m.to_json().unwrap();
+        assert!(text.contains("\"shard\":2"), "{text}");
+        let back = ExecutionMessage::from_json(&text).unwrap();
+        assert_eq!(back, m);
+        // Its next attempt and a requeue stay with the shard.
+        assert_eq!(back.next_attempt("boom", UtcMillis(2000)).shard, Some(2));
+        assert_eq!(back.fresh_copy(UtcMillis(3000)).shard, Some(2));
     }
 
     #[test]

@@ -249,9 +249,10 @@ impl Queue {
     }
 
     /// Enqueues many messages, each at most once per dedupe identity within the dedupe
-    /// window and only if its fencing token is not older than the newest its queue has seen:
-    /// one call of `enqueue_many.lua` per queue and chunk of [`ENQUEUE_CHUNK`] messages, all
-    /// in one pipeline (one round trip). Each message gets its own outcome, in order. Safe to
+    /// window and only if its fencing token is not older than the newest its queue's fence
+    /// of its shard ([`ExecutionMessage::shard`]) has seen: one call of `enqueue_many.lua`
+    /// per (queue, shard) and chunk of [`ENQUEUE_CHUNK`] messages, all in one pipeline (one
+    /// round trip). Each message gets its own outcome, in order. Safe to
     /// repeat after an error: every message is deduplicated.
     pub async fn enqueue_batch(&self, msgs: &[ExecutionMessage]) -> Result<Vec<EnqueueOutcome>> {
         if msgs.is_empty() {
@@ -262,12 +263,13 @@ impl Queue {
             check_queue(&m.queue)?;
             jsons.push(m.to_json()?);
         }
-        // Indices grouped by queue (a script touches one queue's slot), then chunked.
-        let mut by_queue: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        // Indices grouped by queue (a script touches one queue's slot) and shard (a script
+        // checks one fence), then chunked.
+        let mut by_fence: BTreeMap<(&str, Option<u32>), Vec<usize>> = BTreeMap::new();
         for (i, m) in msgs.iter().enumerate() {
-            by_queue.entry(&*m.queue).or_default().push(i);
+            by_fence.entry((&*m.queue, m.shard)).or_default().push(i);
         }
-        let chunks: Vec<&[usize]> = by_queue
+        let chunks: Vec<&[usize]> = by_fence
             .values()
             .flat_map(|v| v.chunks(ENQUEUE_CHUNK))
             .collect();
@@ -314,14 +316,15 @@ impl Queue {
                 out[i] = Self::outcome(code, &newest)?;
             }
         }
-        for queue in by_queue.keys() {
+        let queues: std::collections::BTreeSet<&str> = by_fence.keys().map(|(q, _)| *q).collect();
+        for queue in queues {
             self.replicated(&self.inner.keys.queued(queue)).await?;
         }
         Ok(out)
     }
 
-    /// The call of `enqueue_many.lua` for one queue's `chunk` of `msgs` (KEYS and ARGV as the
-    /// script's header lists them).
+    /// The call of `enqueue_many.lua` for one (queue, shard)'s `chunk` of `msgs` (KEYS and
+    /// ARGV as the script's header lists them).
     fn enqueue_invocation<'s>(
         &self,
         script: &'s redis::Script,
@@ -330,11 +333,12 @@ impl Queue {
         chunk: &[usize],
     ) -> redis::ScriptInvocation<'s> {
         let k = &self.inner.keys;
-        let q = &*msgs[chunk[0]].queue;
+        let first = &msgs[chunk[0]];
+        let q = &*first.queue;
         let mut inv = script.prepare_invoke();
         inv.key(k.queued(q))
             .key(k.monitor(q))
-            .key(k.fence(q))
+            .key(k.fence(q, first.shard))
             .key(k.order(q))
             .key(k.clock(q))
             .key(k.wake(q))
@@ -416,26 +420,34 @@ impl Queue {
         Ok(())
     }
 
-    /// The newest fencing token `queue` has seen (0 when none).
-    pub async fn fence(&self, queue: &str) -> Result<u64> {
+    /// The newest fencing token `queue` has seen from the owners of scheduling `shard`
+    /// (`None`: an unsharded install's leaders), 0 when none.
+    pub async fn fence(&self, queue: &str, shard: Option<u32>) -> Result<u64> {
         check_queue(queue)?;
         let mut conn = self.conn();
         let v: Option<u64> = self
-            .run("fence", conn.get(self.inner.keys.fence(queue)))
+            .run("fence", conn.get(self.inner.keys.fence(queue, shard)))
             .await?;
         Ok(v.unwrap_or(0))
     }
 
-    /// Raises `queue`'s fence to `token`, issued by the etcd cluster `cluster` (a new leader
-    /// calls this for every queue it knows, so a deposed one is refused even on queues the
-    /// new leader has not pushed to yet). The first cluster to raise a fence owns it; a fence
-    /// owned by another cluster is not touched (see [`Fence::is_foreign`]).
-    pub async fn advance_fence(&self, queue: &str, token: u64, cluster: &str) -> Result<Fence> {
+    /// Raises `queue`'s fence of scheduling `shard` to `token`, issued by the etcd cluster
+    /// `cluster` (a new leader, or a shard's new owner, calls this for every queue it knows,
+    /// so a deposed one is refused even on queues the new one has not pushed to yet). The
+    /// first cluster to raise a fence owns it; a fence owned by another cluster is not
+    /// touched (see [`Fence::is_foreign`]). Other shards' fences are not touched either.
+    pub async fn advance_fence(
+        &self,
+        queue: &str,
+        shard: Option<u32>,
+        token: u64,
+        cluster: &str,
+    ) -> Result<Fence> {
         check_queue(queue)?;
         let mut conn = self.conn();
         let mut inv = self.inner.scripts.advance_fence.prepare_invoke();
-        inv.key(self.inner.keys.fence(queue))
-            .key(self.inner.keys.fence_owner(queue))
+        inv.key(self.inner.keys.fence(queue, shard))
+            .key(self.inner.keys.fence_owner(queue, shard))
             .arg(token)
             .arg(cluster);
         let (newest, owner): (String, String) = self
@@ -453,17 +465,24 @@ impl Queue {
         })
     }
 
-    /// Sets `queue`'s fence to `token` and its owner to `cluster`, whatever they were: the
-    /// operator's repair after an etcd restore or a change of cluster (`ax fence reseat`).
-    /// Safe only when no other installation uses this Redis key prefix.
-    pub async fn reseat_fence(&self, queue: &str, token: u64, cluster: &str) -> Result<()> {
+    /// Sets `queue`'s fence of scheduling `shard` to `token` and its owner to `cluster`,
+    /// whatever they were: the operator's repair after an etcd restore or a change of
+    /// cluster (`ax fence reseat`). Safe only when no other installation uses this Redis key
+    /// prefix.
+    pub async fn reseat_fence(
+        &self,
+        queue: &str,
+        shard: Option<u32>,
+        token: u64,
+        cluster: &str,
+    ) -> Result<()> {
         check_queue(queue)?;
         let k = &self.inner.keys;
         let mut pipe = redis::pipe();
         pipe.atomic()
-            .set(k.fence(queue), token)
+            .set(k.fence(queue, shard), token)
             .ignore()
-            .set(k.fence_owner(queue), cluster)
+            .set(k.fence_owner(queue, shard), cluster)
             .ignore();
         let mut conn = self.conn();
         self.run("reseat_fence", pipe.query_async::<()>(&mut conn))

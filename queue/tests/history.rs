@@ -80,6 +80,7 @@ async fn a_report_writes_the_stream_with_the_output_and_the_task_list_without_it
             at: e.finished_at,
             end: e.end.clone(),
         },
+        shard: None,
     };
     q.report_many(&[(event, Some(e.clone()))]).await.unwrap();
     let page = q

@@ -75,19 +75,25 @@ async fn enqueue_is_idempotent_per_fire_and_fenced() {
     );
     assert_eq!(q.depth("default").await.unwrap(), 2);
     // A new leader raises the fence on a queue before pushing to it.
-    assert_eq!(q.advance_fence("other", 9, "c1").await.unwrap().newest, 9);
-    let lower = q.advance_fence("other", 3, "c1").await.unwrap();
+    assert_eq!(
+        q.advance_fence("other", None, 9, "c1")
+            .await
+            .unwrap()
+            .newest,
+        9
+    );
+    let lower = q.advance_fence("other", None, 3, "c1").await.unwrap();
     assert_eq!(
         (lower.newest, lower.is_ahead(), lower.is_foreign()),
         (9, true, false)
     );
     // Another etcd cluster's token is not comparable: the fence is left alone and said so.
-    let foreign = q.advance_fence("other", 50, "c2").await.unwrap();
+    let foreign = q.advance_fence("other", None, 50, "c2").await.unwrap();
     assert_eq!((foreign.newest, foreign.is_foreign()), (9, true));
-    assert_eq!(q.fence("other").await.unwrap(), 9);
+    assert_eq!(q.fence("other", None).await.unwrap(), 9);
     // The operator's repair: reseat it for the cluster that leads now.
-    q.reseat_fence("other", 50, "c2").await.unwrap();
-    let now_ours = q.advance_fence("other", 50, "c2").await.unwrap();
+    q.reseat_fence("other", None, 50, "c2").await.unwrap();
+    let now_ours = q.advance_fence("other", None, 50, "c2").await.unwrap();
     assert_eq!(
         (now_ours.newest, now_ours.is_foreign(), now_ours.is_ahead()),
         (50, false, false)
@@ -846,6 +852,7 @@ async fn events_read_and_not_acknowledged_are_claimed_by_the_next_reader() {
         fire_at: UtcMillis(5),
         attempt: 0,
         kind: ExecutionEvent::Started { at: UtcMillis(6) },
+        shard: None,
     };
     // Events of a version that kept them in a list (pushed on the left) move into the
     // stream, oldest first, at its end (a stream only grows at its end).
@@ -853,21 +860,21 @@ async fn events_read_and_not_acknowledged_are_claimed_by_the_next_reader() {
     for task in ["old-1", "old-2"] {
         let _: () = conn
             .lpush(
-                q.keys().legacy_events(),
+                q.keys().legacy_events(None),
                 serde_json::to_string(&event(task)).unwrap(),
             )
             .await
             .unwrap();
     }
     let _: () = conn
-        .lpush(q.keys().legacy_events(), "not json")
+        .lpush(q.keys().legacy_events(None), "not json")
         .await
         .unwrap();
     q.report_many(&[(event("a"), None), (event("b"), None), (event("c"), None)])
         .await
         .unwrap();
     // A leader reads them all and writes the effects of the first three only.
-    let read = q.read_events(100).await.unwrap();
+    let read = q.read_events(None, 100).await.unwrap();
     let tasks: Vec<Option<std::sync::Arc<str>>> = read
         .iter()
         .map(|e| e.record.as_ref().map(|r| r.task_id.clone()))
@@ -884,39 +891,45 @@ async fn events_read_and_not_acknowledged_are_claimed_by_the_next_reader() {
         ]
         .map(|t| t.map(std::sync::Arc::from))
     );
-    let exists: bool = conn.exists(q.keys().legacy_events()).await.unwrap();
+    let exists: bool = conn.exists(q.keys().legacy_events(None)).await.unwrap();
     assert!(!exists, "the former list is gone once moved");
-    q.ack_events(&positions(&read[..3])).await.unwrap();
+    q.ack_events(None, &positions(&read[..3])).await.unwrap();
     // It dies. New events are not what a successor reads first: it claims the pending ones.
     q.report(&event("d"), None).await.unwrap();
-    let (cursor, claimed) = q.claim_events(Duration::ZERO, "0-0", 2).await.unwrap();
+    let (cursor, claimed) = q
+        .claim_events(None, Duration::ZERO, "0-0", 2)
+        .await
+        .unwrap();
     assert_eq!(positions(&claimed), positions(&read[3..5]));
     assert_ne!(cursor, "0-0");
-    let (cursor, rest) = q.claim_events(Duration::ZERO, &cursor, 2).await.unwrap();
+    let (cursor, rest) = q
+        .claim_events(None, Duration::ZERO, &cursor, 2)
+        .await
+        .unwrap();
     assert_eq!(positions(&rest), positions(&read[5..]));
     assert_eq!(cursor, "0-0", "the pending entries are all claimed");
     // Entries pending for less than the idle time stay with their reader.
     assert!(q
-        .claim_events(Duration::from_secs(60), "0-0", 10)
+        .claim_events(None, Duration::from_secs(60), "0-0", 10)
         .await
         .unwrap()
         .1
         .is_empty());
-    let new = q.read_events(100).await.unwrap();
+    let new = q.read_events(None, 100).await.unwrap();
     let new_tasks: Vec<std::sync::Arc<str>> =
         records(&new).into_iter().map(|r| r.task_id).collect();
     assert_eq!(new_tasks, [std::sync::Arc::from("d")]);
     // Acknowledged entries are deleted: nothing is left to claim or read.
-    q.ack_events(&positions(&read[3..])).await.unwrap();
-    q.ack_events(&positions(&new)).await.unwrap();
+    q.ack_events(None, &positions(&read[3..])).await.unwrap();
+    q.ack_events(None, &positions(&new)).await.unwrap();
     let len: usize = redis::cmd("XLEN")
-        .arg(q.keys().events())
+        .arg(q.keys().events(None))
         .query_async(&mut conn)
         .await
         .unwrap();
     assert_eq!(len, 0);
     assert!(q
-        .claim_events(Duration::ZERO, "0-0", 10)
+        .claim_events(None, Duration::ZERO, "0-0", 10)
         .await
         .unwrap()
         .1
@@ -935,6 +948,7 @@ async fn execution_events_reach_the_reader_in_order_with_history() {
         fire_at: UtcMillis(5),
         attempt,
         kind,
+        shard: None,
     };
     let failed = AttemptEnd::new(AttemptOutcome::Failed, Some("boom".into()));
     let started = event(0, ExecutionEvent::Started { at: UtcMillis(6) });
@@ -963,11 +977,11 @@ async fn execution_events_reach_the_reader_in_order_with_history() {
     };
     q.report(&started, None).await.unwrap();
     q.report(&finished, Some(&entry)).await.unwrap();
-    let got = q.read_events(10).await.unwrap();
+    let got = q.read_events(None, 10).await.unwrap();
     assert_eq!(records(&got), vec![started.clone(), finished.clone()]);
     assert!(got[0].position < got[1].position);
-    assert!(q.read_events(10).await.unwrap().is_empty());
-    q.ack_events(&positions(&got)).await.unwrap();
+    assert!(q.read_events(None, 10).await.unwrap().is_empty());
+    q.ack_events(None, &positions(&got)).await.unwrap();
     assert_eq!(
         q.history("ns", "ev", 10).await.unwrap(),
         vec![entry.clone()]
@@ -981,7 +995,7 @@ async fn execution_events_reach_the_reader_in_order_with_history() {
     ];
     q.report_many(&batch).await.unwrap();
     q.report_many(&[]).await.unwrap();
-    let got = q.read_events(10).await.unwrap();
+    let got = q.read_events(None, 10).await.unwrap();
     assert_eq!(records(&got), vec![started.clone(), finished, started]);
     assert_eq!(
         q.history("ns", "ev", 10).await.unwrap(),

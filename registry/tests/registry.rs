@@ -280,7 +280,9 @@ async fn states_roundtrip_batch_and_fence() {
         .unwrap();
     // Read by key, in transactions of at most 128 gets: what exists, decoded or listed
     // apart, and nothing for keys without a state.
-    let mut wanted: Vec<TaskKey> = (0..300).map(|i| TaskKey::new("bulk", format!("t{i:03}"))).collect();
+    let mut wanted: Vec<TaskKey> = (0..300)
+        .map(|i| TaskKey::new("bulk", format!("t{i:03}")))
+        .collect();
     wanted.push(TaskKey::new("bulk", "never"));
     let got = reg.get_states(&wanted).await.unwrap();
     assert_eq!(got.states.len(), 299);

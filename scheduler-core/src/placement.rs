@@ -303,10 +303,14 @@ mod tests {
         // Some parent in etl lands in another shard than etl/load.
         let other = (0..100)
             .map(|i| format!("extract-{i}"))
-            .find(|id| by_task.shard_of(&TaskKey::new("etl", id.as_str())) != by_task.shard_of(&key))
+            .find(|id| {
+                by_task.shard_of(&TaskKey::new("etl", id.as_str())) != by_task.shard_of(&key)
+            })
             .unwrap();
         let spec = child("etl", "load", &format!("etl/{other}"));
-        let err = by_task.chain_error(&key, &spec).expect("parent in another shard");
+        let err = by_task
+            .chain_error(&key, &spec)
+            .expect("parent in another shard");
         assert_eq!(err.path, "depends_on[0].task");
         assert!(err.reason.contains("scheduler.placement"), "{}", err.reason);
         let by_ns = Placement {

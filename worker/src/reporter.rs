@@ -51,6 +51,9 @@ pub struct ExecutionReport {
     /// The attempt waited for its completion (`http.async`): its worker let go of it when
     /// it was parked ([`ExecutionReporter::on_parked`]), and it was ended elsewhere.
     pub awaited: bool,
+    /// The scheduling shard of the message ([`ExecutionMessage::shard`]): whose owner hears
+    /// of the end.
+    pub shard: Option<u32>,
 }
 
 impl ExecutionReport {
@@ -82,6 +85,7 @@ impl ExecutionReport {
             output: None,
             lineage: message.lineage.clone(),
             awaited: false,
+            shard: message.shard,
         }
     }
 
@@ -97,6 +101,7 @@ impl ExecutionReport {
                 at: self.finished_at,
                 end: self.end.clone(),
             },
+            shard: self.shard,
         }
     }
 

@@ -598,7 +598,7 @@ async fn a_deposed_leaders_fires_never_reach_a_worker() {
     let pool = recording_pool(&q, fast_config("w"), &seen);
     let running = start(pool);
     let s = spec("f", "record");
-    q.advance_fence("default", 10, "test-cluster")
+    q.advance_fence("default", None, 10, "test-cluster")
         .await
         .unwrap();
     let old = ExecutionMessage::for_fire(&s, UtcMillis(1), ax_scheduler_core::UtcMillis::now(), 9);

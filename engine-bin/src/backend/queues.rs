@@ -384,7 +384,7 @@ impl Backend {
         let q = self.queue().await?;
         let mut done = Vec::new();
         for name in self.queues_or(queue).await? {
-            q.reseat_fence(&name, token, &cluster)
+            q.reseat_fence(&name, None, token, &cluster)
                 .await
                 .map_err(errors::queue)?;
             done.push((name, token));
@@ -466,7 +466,9 @@ impl Backend {
         // Owners without shards configured here: the status was asked with another
         // configuration than the replicas'; show what etcd holds.
         let shards = (self.shards > 1 || !owners.is_empty()).then(|| ShardsView {
-            total: self.shards.max(owners.iter().map(|o| o.shard + 1).max().unwrap_or(0)),
+            total: self
+                .shards
+                .max(owners.iter().map(|o| o.shard + 1).max().unwrap_or(0)),
             owners,
         });
         Ok(StatusView {

@@ -83,10 +83,7 @@ impl Authority {
 
     /// What the term covers.
     pub(super) fn scope(&self, placement: Placement) -> Scope {
-        Scope {
-            placement,
-            shard: self.shard(),
-        }
+        Scope::new(placement, self.shard())
     }
 }
 
@@ -98,12 +95,9 @@ pub(super) struct Scope {
 }
 
 impl Scope {
-    /// Every task (the one leader's term).
-    pub(super) fn all(placement: Placement) -> Scope {
-        Scope {
-            placement,
-            shard: None,
-        }
+    /// The tasks of `shard` under `placement`; all of them with `None`.
+    pub(super) fn new(placement: Placement, shard: Option<u32>) -> Scope {
+        Scope { placement, shard }
     }
 
     /// The shard covered; `None` for all.
@@ -113,7 +107,6 @@ impl Scope {
 
     /// Whether `key` is this term's to schedule.
     pub(super) fn contains(&self, key: &TaskKey) -> bool {
-        self.shard
-            .is_none_or(|s| self.placement.shard_of(key) == s)
+        self.shard.is_none_or(|s| self.placement.shard_of(key) == s)
     }
 }

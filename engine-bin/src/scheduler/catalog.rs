@@ -80,17 +80,9 @@ pub(super) struct Catalog {
     pub(super) invalid: usize,
     pub(super) synced: bool,
     /// The newest etcd revision the catalog reflects: a run-now request written after it
-    /// may name a task whose put the watch has not delivered yet.
+    /// may name a task whose put the watch has not delivered yet (see
+    /// [`CatalogSlice::may_not_have_seen`] and the terms' run-now path).
     pub(super) revision: i64,
-}
-
-impl Catalog {
-    /// Whether a task unknown to the catalog may still appear: the request for it was written
-    /// at `revision`, which the catalog has not caught up with. A request is only written
-    /// while its task exists, so once the catalog is past it, an unknown task is gone.
-    pub(super) fn may_not_have_seen(&self, revision: i64) -> bool {
-        !self.synced || self.revision < revision
-    }
 }
 
 impl Catalog {
@@ -227,21 +219,19 @@ mod tests {
     fn a_run_now_written_after_what_the_catalog_saw_waits_for_its_task() {
         let metrics = Metrics::new(&[], &[]).unwrap();
         let mut catalog = Catalog::default();
+        let all = [Scope::new(Placement::default(), None)];
         apply_event(&mut catalog, &metrics, put("a", 5));
-        assert!(
-            catalog.may_not_have_seen(3),
-            "not synced yet: anything may come"
-        );
         apply_event(
             &mut catalog,
             &metrics,
             RegistryEvent::Synced { revision: 7 },
         );
         assert_eq!(catalog.revision, 7);
+        let slice = catalog.slices(&Placement::default(), &all).remove(0);
         // A request at revision 9 (its task put at 8, not delivered yet) waits.
-        assert!(catalog.may_not_have_seen(9));
+        assert!(slice.may_not_have_seen(9));
         // One at 6 whose task is unknown: the task was deleted since.
-        assert!(!catalog.may_not_have_seen(6));
+        assert!(!slice.may_not_have_seen(6));
         apply_event(&mut catalog, &metrics, put("b", 8));
         apply_event(
             &mut catalog,
@@ -252,7 +242,53 @@ mod tests {
                 mod_revision: 10,
             },
         );
-        assert!(!catalog.may_not_have_seen(9));
-        assert_eq!(catalog.entries.len(), 1);
+        let slice = catalog.slices(&Placement::default(), &all).remove(0);
+        assert!(!slice.may_not_have_seen(9));
+        assert_eq!(slice.entries.len(), 1);
+    }
+
+    #[test]
+    fn slices_split_the_catalog_by_shard_and_refuse_chains_across_shards() {
+        let metrics = Metrics::new(&[], &[]).unwrap();
+        let mut catalog = Catalog::default();
+        for i in 0..40 {
+            apply_event(&mut catalog, &metrics, put(&format!("t{i}"), i + 1));
+        }
+        let placement = Placement {
+            shards: 4,
+            by: ax_scheduler_core::placement::PlaceBy::Task,
+        };
+        // A child of t0 in another shard than t0.
+        let child = (0..100)
+            .map(|i| format!("c{i}"))
+            .find(|id| {
+                placement.shard_of(&TaskKey::new("ns", id.as_str()))
+                    != placement.shard_of(&TaskKey::new("ns", "t0"))
+            })
+            .unwrap();
+        let json = br#"{"handler":"log","depends_on":[{"task":"ns/t0"}]}"#;
+        apply_event(
+            &mut catalog,
+            &metrics,
+            RegistryEvent::Put {
+                spec: TaskSpec::from_json(json, "ns", &child).unwrap(),
+                mod_revision: 50,
+                create_revision: 50,
+            },
+        );
+        let scopes: Vec<Scope> = (0..4).map(|s| Scope::new(placement, Some(s))).collect();
+        let slices = catalog.slices(&placement, &scopes);
+        assert_eq!(slices.iter().map(|s| s.entries.len()).sum::<usize>(), 41);
+        for (s, slice) in slices.iter().enumerate() {
+            for (key, entry) in &slice.entries {
+                assert!(scopes[s].contains(key));
+                let invalid = matches!(entry, CatalogEntry::Invalid { .. });
+                assert_eq!(invalid, key.id.as_ref() == child, "{key}");
+            }
+        }
+        // Only some shards: the others' entries are left out.
+        let two = catalog.slices(&placement, &scopes[..2]);
+        assert_eq!(two.len(), 2);
+        assert!(two.iter().map(|s| s.entries.len()).sum::<usize>() < 41);
     }
 }

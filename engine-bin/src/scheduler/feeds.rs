@@ -38,16 +38,30 @@ pub(super) struct Feeds {
 
 impl Feeds {
     /// Starts the pollers on the role's tracker; they stop with `cancel`.
-    pub(super) fn start(deps: &LeaderDeps, interval: Duration, cancel: &CancellationToken) -> Feeds {
+    pub(super) fn start(
+        deps: &LeaderDeps,
+        interval: Duration,
+        cancel: &CancellationToken,
+    ) -> Feeds {
         let (triggers_tx, triggers) = watch::channel(Arc::new(Vec::new()));
         let (paused_tx, paused) = watch::channel(None);
         deps.tracker.spawn(
-            poll_triggers(deps.registry.clone(), interval, triggers_tx, cancel.child_token())
-                .instrument(info_span!("triggers")),
+            poll_triggers(
+                deps.registry.clone(),
+                interval,
+                triggers_tx,
+                cancel.child_token(),
+            )
+            .instrument(info_span!("triggers")),
         );
         deps.tracker.spawn(
-            poll_paused(deps.registry.clone(), interval, paused_tx, cancel.child_token())
-                .instrument(info_span!("paused_namespaces")),
+            poll_paused(
+                deps.registry.clone(),
+                interval,
+                paused_tx,
+                cancel.child_token(),
+            )
+            .instrument(info_span!("paused_namespaces")),
         );
         Feeds { triggers, paused }
     }

@@ -23,9 +23,9 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::term::Term;
-use ax_registry::PendingTrigger;
 use super::{LeaderDeps, LeaderSettings};
 use crate::metrics::BACKEND_REDIS;
+use ax_registry::PendingTrigger;
 
 /// What the shell does after one round of enqueues.
 #[derive(Debug, Default)]

@@ -281,8 +281,8 @@ mod tests {
     use super::*;
 
     /// A registry under a fresh prefix whose leader key this test holds: the client, the
-    /// prefix, the registry and the fence (the leader key's create revision).
-    async fn led_registry(label: &str) -> (etcd_client::Client, String, Registry, i64) {
+    /// prefix, the registry and the fence (on the leader key's create revision).
+    async fn led_registry(label: &str) -> (etcd_client::Client, String, Registry, StateFence) {
         let client = etcd_client::Client::connect([ax_testkit::etcd_endpoint()], None)
             .await
             .unwrap();
@@ -389,7 +389,11 @@ mod tests {
 
     /// Flushes one state of `id` with its failure alert under `fence`; what the alert
     /// channel saw once everything stopped.
-    async fn flush_with_alert(registry: &Registry, fence: StateFence, id: &str) -> Vec<(String, bool)> {
+    async fn flush_with_alert(
+        registry: &Registry,
+        fence: StateFence,
+        id: &str,
+    ) -> Vec<(String, bool)> {
         let recorder = Arc::new(Recorder {
             registry: registry.clone(),
             seen: Default::default(),
@@ -450,7 +454,12 @@ mod tests {
         assert_eq!(seen, [("Task failed: ns/written".to_owned(), true)]);
         // Refused (a newer leader): nothing written, nothing alerted; the successor applies
         // the end again and alerts it.
-        let seen = flush_with_alert(&registry, registry.leader_fence(fence.token() - 1), "refused").await;
+        let seen = flush_with_alert(
+            &registry,
+            registry.leader_fence(fence.token() - 1),
+            "refused",
+        )
+        .await;
         assert_eq!(seen, []);
         assert!(registry.get_state("ns", "refused").await.unwrap().is_none());
         client

@@ -372,7 +372,12 @@ impl Term {
 
     /// Runs the term until it ends: its key lost, or `stop` (shutdown, or a handover), after
     /// which it writes what it holds and gives the key up.
-    pub(super) async fn run(mut self, settings: &LeaderSettings, deps: &LeaderDeps, stop: &CancellationToken) {
+    pub(super) async fn run(
+        mut self,
+        settings: &LeaderSettings,
+        deps: &LeaderDeps,
+        stop: &CancellationToken,
+    ) {
         loop {
             let wake = self
                 .dispatcher
@@ -486,7 +491,9 @@ impl Term {
             "Redis restarted under this leader; raising the fences again"
         );
         for q in &self.queues {
-            if let Err(e) = raise_fence(deps, q, self.scope.shard(), self.token, &self.cluster).await {
+            if let Err(e) =
+                raise_fence(deps, q, self.scope.shard(), self.token, &self.cluster).await
+            {
                 warn!(error = %format!("{e:#}"), "cannot raise a queue's fence");
             }
         }
@@ -534,11 +541,14 @@ impl Term {
     async fn take_triggers(&mut self, deps: &LeaderDeps) -> bool {
         let pending = Arc::clone(&self.feeds.triggers.borrow_and_update());
         let present: HashSet<&str> = pending.iter().map(|t| t.execution_id.as_str()).collect();
-        self.triggers_taken.retain(|id| present.contains(id.as_str()));
+        self.triggers_taken
+            .retain(|id| present.contains(id.as_str()));
         let mut queued = false;
         for request in pending.iter() {
             let key = TaskKey::new(request.namespace.clone(), request.id.clone());
-            if !self.scope.contains(&key) || !self.triggers_taken.insert(request.execution_id.clone()) {
+            if !self.scope.contains(&key)
+                || !self.triggers_taken.insert(request.execution_id.clone())
+            {
                 continue;
             }
             queued |= self.take_trigger(deps, request.clone()).await;
@@ -589,8 +599,14 @@ impl Term {
         match entry {
             Some(CatalogEntry::Valid { spec, revision }) => {
                 if self.queues.insert(spec.queue.clone()) {
-                    if let Err(e) =
-                        raise_fence(deps, &spec.queue, self.scope.shard(), self.token, &self.cluster).await
+                    if let Err(e) = raise_fence(
+                        deps,
+                        &spec.queue,
+                        self.scope.shard(),
+                        self.token,
+                        &self.cluster,
+                    )
+                    .await
                     {
                         warn!(error = %format!("{e:#}"), "cannot raise a queue's fence");
                     }

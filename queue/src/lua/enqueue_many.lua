@@ -1,6 +1,7 @@
 -- Idempotent, fenced enqueue of messages of one queue in one call, with the overlap check: the
 -- one enqueue path (a single message is a batch of one).
--- KEYS: 1 queued zset, 2 monitor zset, 3 fence, 4 order hash, 5 clock, 6 wake list,
+-- KEYS: 1 queued zset, 2 monitor zset, 3 fence (of the messages' scheduling shard: the
+--       messages of one call share it), 4 order hash, 5 clock, 6 wake list,
 --       7 workers zset, 8 orphaned list, then per message 2 keys: its dedupe key (the task's
 --       fire mark for a scheduled fire, else the identity's marker), the task's active marker
 -- ARGV: 1 dedupe TTL ms, 2 aging step µs, then per message 9 values: message JSON,
