@@ -371,23 +371,44 @@ impl Backend {
 
     /// `ax fence reseat`: binds each queue's fence (or `queue`'s) to this etcd cluster at the
     /// current leader's token, or, when no replica leads (they refuse to while the fence is
-    /// wrong), at etcd's current revision, below any leader key created from now on.
-    /// Returns (queue, token) per queue reseated.
+    /// wrong), at etcd's current revision, below any leader key created from now on. With
+    /// sharded scheduling, each shard's fence of each queue the same way, at its owner's
+    /// token or etcd's revision. Returns (queue, token) per fence reseated.
     pub async fn reseat_fences(
         &self,
         queue: Option<String>,
     ) -> Result<Vec<(String, u64)>, ApiError> {
-        let leader = self.current_leader().await?;
         let (cluster, revision) = self.registry.cluster().await.map_err(errors::registry)?;
-        let token = u64::try_from(leader.map_or(revision, |l| l.fencing_token)).unwrap_or(0);
+        let as_token = |t: i64| u64::try_from(t).unwrap_or(0);
+        // (shard, token) per fence: the one leader's, or every shard's.
+        let fences: Vec<(Option<u32>, u64)> = if self.shards > 1 {
+            let owners = ax_election::list_shard_owners(&self.etcd, &self.election)
+                .await
+                .map_err(errors::election)?;
+            (0..self.shards)
+                .map(|s| {
+                    let owner = owners.iter().find(|o| o.shard == s);
+                    (Some(s), as_token(owner.map_or(revision, |o| o.token)))
+                })
+                .collect()
+        } else {
+            let leader = self.current_leader().await?;
+            vec![(None, as_token(leader.map_or(revision, |l| l.fencing_token)))]
+        };
         let cluster = cluster.to_string();
         let q = self.queue().await?;
         let mut done = Vec::new();
         for name in self.queues_or(queue).await? {
-            q.reseat_fence(&name, None, token, &cluster)
-                .await
-                .map_err(errors::queue)?;
-            done.push((name, token));
+            for (shard, token) in &fences {
+                q.reseat_fence(&name, *shard, *token, &cluster)
+                    .await
+                    .map_err(errors::queue)?;
+                let label = match shard {
+                    Some(s) => format!("{name} (shard {s})"),
+                    None => name.clone(),
+                };
+                done.push((label, *token));
+            }
         }
         Ok(done)
     }

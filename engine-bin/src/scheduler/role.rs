@@ -43,13 +43,22 @@ struct RunningTerm {
     changes: mpsc::Sender<Change>,
     /// Cancelled to hand the shard over: the term writes what it holds and releases it.
     stop: CancellationToken,
+    /// Its takeover is done: it fires (what the metrics count).
+    started: bool,
 }
 
-/// A term's end, as its task reports it.
-struct Ended {
+/// What a term's task reports.
+struct TermNote {
     shard: Option<u32>,
-    /// The term ended in its takeover (a backend refused): campaign again after a pause.
-    failed_to_start: bool,
+    kind: NoteKind,
+}
+
+enum NoteKind {
+    /// The takeover is done.
+    Started,
+    /// The term is over; `failed_to_start` when it ended in its takeover (a backend
+    /// refused): campaign again, or start the shard again, after a pause.
+    Ended { failed_to_start: bool },
 }
 
 /// Where authority comes from.
@@ -79,7 +88,7 @@ struct Role {
     feeds: Feeds,
     cancel: CancellationToken,
     terms: BTreeMap<Option<u32>, RunningTerm>,
-    ended_tx: mpsc::UnboundedSender<Ended>,
+    notes_tx: mpsc::UnboundedSender<TermNote>,
     /// Waits between failed takeovers: a takeover that fails at once (a backend refusing)
     /// would otherwise campaign again at once, each time with a new lease and token.
     takeover_backoff: ReconnectBackoff,
@@ -95,7 +104,7 @@ struct Role {
 pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: CancellationToken) {
     let watcher = deps.registry.watch(cancel.child_token());
     let feeds = Feeds::start(&deps, settings.trigger_interval, &cancel);
-    let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
+    let (notes_tx, mut notes_rx) = mpsc::unbounded_channel();
     let mut source = if settings.placement.is_sharded() {
         Source::Shards {
             owner: None,
@@ -116,7 +125,7 @@ pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: Cancellatio
         feeds,
         cancel,
         terms: BTreeMap::new(),
-        ended_tx,
+        notes_tx,
         takeover_backoff: ReconnectBackoff::new(Duration::from_secs(1), Duration::from_secs(30)),
         shard_backoff: HashMap::new(),
         delayed: Vec::new(),
@@ -134,7 +143,7 @@ pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: Cancellatio
         let step = tokio::select! {
             biased;
             _ = role.cancel.cancelled() => break,
-            Some(ended) = ended_rx.recv() => Step::Ended(ended),
+            Some(note) = notes_rx.recv() => Step::Term(note),
             event = role.watcher.next() => match event {
                 Some(event) => Step::Registry(event),
                 None => break,
@@ -146,7 +155,7 @@ pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: Cancellatio
             }
         };
         match step {
-            Step::Ended(ended) => role.on_ended(&mut source, ended),
+            Step::Term(note) => role.on_term_note(&mut source, note),
             Step::Registry(event) => role.on_registry_event(event).await,
             Step::Source(SourceEvent::Campaign(won)) => role.on_campaign(&mut source, won),
             Step::Source(SourceEvent::Shard(Some(event))) => {
@@ -164,11 +173,16 @@ pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: Cancellatio
     // Shutdown: each term's stop token is a child of the role's, so every term writes what
     // it holds and gives its key up; the ownership loop ends with the same token, once the
     // terms have released their shards (they hold their guards, not the loop).
-    let open = role.terms.len();
+    let mut open = role.terms.len();
     role.terms.clear();
-    for _ in 0..open {
-        if ended_rx.recv().await.is_none() {
-            break;
+    while open > 0 {
+        match notes_rx.recv().await {
+            Some(TermNote {
+                kind: NoteKind::Ended { .. },
+                ..
+            }) => open -= 1,
+            Some(_) => {}
+            None => break,
         }
     }
     if let Source::Shards {
@@ -190,7 +204,7 @@ async fn sleep_until(at: Option<Instant>) {
 
 /// One turn of the role's loop.
 enum Step {
-    Ended(Ended),
+    Term(TermNote),
     Registry(ax_registry::RegistryEvent),
     Source(SourceEvent),
 }
@@ -379,11 +393,21 @@ impl Role {
         self.spawn_terms(due.into_iter().map(|(_, a)| a).collect());
     }
 
-    fn on_ended(&mut self, source: &mut Source, ended: Ended) {
-        self.terms.remove(&ended.shard);
+    fn on_term_note(&mut self, source: &mut Source, note: TermNote) {
+        let failed_to_start = match note.kind {
+            NoteKind::Started => {
+                if let Some(term) = self.terms.get_mut(&note.shard) {
+                    term.started = true;
+                }
+                self.publish_owned();
+                return;
+            }
+            NoteKind::Ended { failed_to_start } => failed_to_start,
+        };
+        self.terms.remove(&note.shard);
         self.publish_owned();
-        if let Some(shard) = ended.shard {
-            if ended.failed_to_start {
+        if let Some(shard) = note.shard {
+            if failed_to_start {
                 let (backoff, at) = self.shard_backoff.entry(shard).or_insert_with(|| {
                     (
                         ReconnectBackoff::new(Duration::from_secs(1), Duration::from_secs(30)),
@@ -398,7 +422,7 @@ impl Role {
             }
         }
         if let Source::Election { campaign_after, .. } = source {
-            if ended.failed_to_start {
+            if failed_to_start {
                 let wait = self.takeover_backoff.next_delay(&mut rand::rng());
                 warn!(retry_in = ?wait, "could not take over; campaigning again after a pause");
                 *campaign_after = Instant::now() + wait;
@@ -410,9 +434,10 @@ impl Role {
 
     fn publish_owned(&self) {
         let metrics = &self.deps.metrics;
-        metrics.set_leader(!self.terms.is_empty());
+        let started = self.terms.values().filter(|t| t.started).count();
+        metrics.set_leader(started > 0);
         if self.settings.placement.is_sharded() {
-            metrics.set_shards_owned(self.terms.len());
+            metrics.set_shards_owned(started);
         }
     }
 
@@ -427,7 +452,6 @@ impl Role {
         for (authority, slice) in authorities.into_iter().zip(slices.drain(..)) {
             self.spawn_term(authority, slice);
         }
-        self.publish_owned();
     }
 
     fn spawn_term(&mut self, authority: Authority, slice: CatalogSlice) {
@@ -442,7 +466,7 @@ impl Role {
         };
         let settings = self.settings.clone();
         let deps = self.deps.clone();
-        let ended_tx = self.ended_tx.clone();
+        let notes_tx = self.notes_tx.clone();
         let term_stop = stop.clone();
         let span = match shard {
             Some(shard) => info_span!("shard", shard),
@@ -452,6 +476,10 @@ impl Role {
             async move {
                 let failed_to_start = match Term::start(&settings, &deps, input, authority).await {
                     Ok(term) => {
+                        let _ = notes_tx.send(TermNote {
+                            shard,
+                            kind: NoteKind::Started,
+                        });
                         term.run(&settings, &deps, &term_stop).await;
                         false
                     }
@@ -460,9 +488,9 @@ impl Role {
                         true
                     }
                 };
-                let _ = ended_tx.send(Ended {
+                let _ = notes_tx.send(TermNote {
                     shard,
-                    failed_to_start,
+                    kind: NoteKind::Ended { failed_to_start },
                 });
             }
             .instrument(span),
@@ -472,6 +500,7 @@ impl Role {
             RunningTerm {
                 changes: changes_tx,
                 stop,
+                started: false,
             },
         );
     }
