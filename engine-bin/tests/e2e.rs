@@ -2826,6 +2826,85 @@ async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_
     assert_eq!(served["workers"], json!([worker_id]), "{status}");
     assert_eq!(served["depth"], 0, "{status}");
 
+    // A message of a scheduling shard (enqueued as that shard's owner would): each of its
+    // events goes to that shard's stream with the shard, its retry's too.
+    let q = ax_queue::Queue::connect(
+        &c.redis_url,
+        ax_queue::QueueConfig {
+            prefix: c.redis_prefix.clone(),
+            ..ax_queue::QueueConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let spec = ax_scheduler_core::TaskSpec::from_json(
+        task(json!({ "fail_attempts": 1 }), 2)
+            .to_string()
+            .as_bytes(),
+        "default",
+        "sharded",
+    )
+    .unwrap();
+    let now = ax_scheduler_core::UtcMillis::now();
+    let mut sharded = ax_queue::ExecutionMessage::for_fire(&spec, now, now, 1);
+    sharded.shard = Some(7);
+    assert_eq!(
+        q.enqueue(&sharded).await.unwrap(),
+        ax_scheduler_core::EnqueueOutcome::Enqueued
+    );
+    let shard_stream = q.keys().events(Some(7));
+    let shard_events = || {
+        let mut redis = redis.clone();
+        let key = shard_stream.clone();
+        async move {
+            let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+                .arg(&key)
+                .arg("-")
+                .arg("+")
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            entries
+                .into_iter()
+                .map(|(_, fields)| serde_json::from_str::<Value>(&fields[1]).unwrap())
+                .collect::<Vec<Value>>()
+        }
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "the sharded execution's events",
+        || {
+            let shard_events = &shard_events;
+            async move { shard_events().await.len() == 4 }
+        },
+    )
+    .await;
+    let events = shard_events().await;
+    let story: Vec<(u64, &str)> = events
+        .iter()
+        .map(|e| {
+            assert_eq!(e["shard"], 7, "{e}");
+            assert_eq!(e["execution_id"], sharded.execution_id.to_string(), "{e}");
+            (
+                e["attempt"].as_u64().unwrap(),
+                e["kind"]["type"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        story,
+        [
+            (0, "started"),
+            (0, "finished"),
+            (1, "started"),
+            (1, "finished")
+        ]
+    );
+    assert_eq!(
+        events[3]["kind"]["end"]["outcome"], "succeeded",
+        "{events:?}"
+    );
+
     // A long execution in hand when SIGTERM comes goes back to the queue, at once.
     cli_put(
         &c,

@@ -193,8 +193,12 @@ class Worker:
     def k(self, suffix):
         return f"{{{self.prefix}:q:{self.queue}}}:{suffix}"
 
-    def events_key(self):
-        return f"{{{self.prefix}:ev}}:stream"
+    def events_key(self, shard=None):
+        # The stream of the scheduling shard whose owner enqueued the message; an unsharded
+        # install's (no shard) keeps its one stream.
+        if shard is None:
+            return f"{{{self.prefix}:ev}}:stream"
+        return f"{{{self.prefix}:ev:s{shard}}}:stream"
 
     def executions_key(self):
         return f"{{{self.prefix}:x}}:executions"
@@ -405,8 +409,12 @@ class Worker:
             "execution_id": msg["execution_id"], "fire_at": msg["fire_at"],
             "attempt": msg["attempt"], "kind": kind,
         }
+        shard = msg.get("shard")
+        if shard is not None:
+            event["shard"] = shard
         pipe = self.r.pipeline(transaction=False)
-        pipe.xadd(self.events_key(), {"e": compact(event)}, maxlen=EVENTS_CAP, approximate=True)
+        pipe.xadd(self.events_key(shard), {"e": compact(event)}, maxlen=EVENTS_CAP,
+                  approximate=True)
         if history is not None:
             text = compact(history)
             key = self.history_key(msg["namespace"], msg["task_id"])

@@ -5,7 +5,10 @@
 //! fence and the dead-letter set of a single queue) stays within one slot and the layout works
 //! unchanged on Redis Cluster. Execution history is per task and touched by plain commands
 //! only, so it has a tag of its own (`{prefix:h:ns/task}`); the history across tasks is one
-//! stream under its own tag (`{prefix:x}`). `docs/redis-layout.md` documents
+//! stream under its own tag (`{prefix:x}`). The worker event stream has its own tag too
+//! (`{prefix:ev}`), and with sharded scheduling each shard's stream another
+//! (`{prefix:ev:sN}`), so the shards' streams spread over a cluster; a shard's fence stays in
+//! its queue's slot, which the enqueue checks it in. `docs/redis-layout.md` documents
 //! each key; keep the two in step.
 
 /// Default key prefix.

@@ -865,3 +865,42 @@ async fn ready_becomes(q: &Queue, ready: u64) -> ax_queue::QueueStats {
     }
     s
 }
+
+/// A message of a scheduling shard keeps it through the pool's retry, and every attempt's
+/// end event names it (the event goes to that shard's stream, read by its owner).
+#[tokio::test]
+async fn every_attempts_end_event_names_the_messages_shard() {
+    let q = queue().await;
+    let mut reg = HandlerRegistry::new();
+    reg.register_fn("once", |_ctx, exec: ExecutionMessage| async move {
+        if exec.attempt == 0 {
+            return Err(HandlerError::Retryable("first".into()));
+        }
+        Ok(())
+    });
+    let (reporter, mut rx) = ChannelReporter::new();
+    let pool = WorkerPool::new(q.clone(), fast_config("w"), reg, Arc::new(reporter)).unwrap();
+    let running = start(pool);
+    let mut s = spec("sharded", "once");
+    s.retry = Arc::new(RetryPolicy {
+        max_retries: 1,
+        initial_interval: Duration::from_millis(50),
+        max_interval: Duration::from_millis(50),
+        multiplier: 1.0,
+        jitter: 0.0,
+        max_elapsed: None,
+    });
+    let mut m = msg(&s, 1);
+    m.shard = Some(3);
+    q.enqueue(&m).await.unwrap();
+    for attempt in 0..2u32 {
+        let r = next_finished(&mut rx).await;
+        assert_eq!((r.attempt, r.shard), (attempt, Some(3)));
+        assert_eq!(r.finished_event().shard, Some(3));
+    }
+    // An unsharded message's event names none (the stream of a one-leader install).
+    q.enqueue(&msg(&s, 2)).await.unwrap();
+    let r = next_finished(&mut rx).await;
+    assert_eq!((r.attempt, r.finished_event().shard), (0, None));
+    running.stop().await;
+}
