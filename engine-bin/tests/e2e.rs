@@ -1007,8 +1007,18 @@ async fn a_redis_restart_without_persistence_is_noticed_fenced_and_alerted() {
             v.unwrap_or(0)
         }
     };
+    // The leader key is written when the campaign is won, the fences in the takeover that
+    // follows.
+    wait_until(
+        Duration::from_secs(5),
+        "the leader raised the fence",
+        || {
+            let fence = &fence;
+            async move { fence().await > 0 }
+        },
+    )
+    .await;
     let token = fence().await;
-    assert!(token > 0, "the leader raised the fence");
     redis.restart();
     assert_eq!(
         fence().await,

@@ -171,8 +171,8 @@ pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: Cancellatio
         }
     }
     // Shutdown: each term's stop token is a child of the role's, so every term writes what
-    // it holds and gives its key up; the ownership loop ends with the same token, once the
-    // terms have released their shards (they hold their guards, not the loop).
+    // it holds and gives its key up; the ownership loop is stopped only then (its session
+    // holds the owner keys the terms' writes are fenced on).
     let mut open = role.terms.len();
     role.terms.clear();
     while open > 0 {
@@ -281,10 +281,13 @@ impl Role {
         let Source::Shards { owner, gate } = source else {
             return;
         };
+        // Not a child of the role's token: at shutdown the loop must outlive the terms,
+        // whose last state writes are fenced on the owner keys its session holds. The role
+        // stops it once they are done (and dropping it stops it too).
         match self.deps.candidate.own_shards(
             self.settings.placement.shards,
             self.settings.shard_orphan_after,
-            &self.cancel,
+            &CancellationToken::new(),
         ) {
             Ok(o) => {
                 *owner = Some(o);
