@@ -727,6 +727,19 @@ async fn shard_owner_sigkill() {
         .filter(|id| *id != victim)
         .collect();
     c.assert_running(&live);
+    // What operators see: the map in `ax status`, the shards each replica schedules.
+    let status = c.ax_ok(&["status"]).await;
+    assert!(status.contains("shards: 16 (16 owned)"), "{status}");
+    assert!(!status.contains(&format!("\n{victim} ")), "{status}");
+    let mut owned = 0.0;
+    for id in &live {
+        owned += c.metric(id, "scheduler_shards_owned").await.unwrap();
+    }
+    assert_eq!(
+        owned,
+        f64::from(SHARDS),
+        "scheduler_shards_owned over the live replicas"
+    );
     c.clean_up().await;
 }
 
@@ -792,13 +805,29 @@ async fn a_replica_joining_under_load_takes_its_share() {
     )
     .await;
     let took = now_ms() - started;
+    // And one leaves cleanly (SIGTERM) while firing goes on: its terms write what they hold
+    // and release their keys, so the others take them without waiting for the lease.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stopping = now_ms();
+    let status = c.replica("s1").terminate(Duration::from_secs(15));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "s1 stopped cleanly: {status:?}"
+    );
+    let moved = shards_moved_off(&c, "s1", stopping).await;
     let f = w.settle(&c, Duration::from_secs(15), now_ms()).await;
     report(
-        "a 4th replica joins under load (16 shards)",
+        "a 4th replica joins under load, then one leaves with SIGTERM (16 shards)",
         &f,
-        &format!("it owned its {share} shards {took} ms after it started (handed over: stop, flush, release)"),
+        &format!(
+            "it owned its {share} shards {took} ms after it started (handed over: stop, flush, release); the leaver's shards were owned again {moved} ms after its SIGTERM"
+        ),
     );
-    f.assert_clean("a replica joining");
-    c.assert_running(&["s1", "s2", "s3", "s4"]);
+    f.assert_clean("a replica joining and one leaving");
+    assert!(
+        moved <= 3000,
+        "a clean leave moves its shards at once: {moved} ms"
+    );
+    c.assert_running(&["s2", "s3", "s4"]);
     c.clean_up().await;
 }

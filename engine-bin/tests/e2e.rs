@@ -3328,3 +3328,84 @@ async fn a_worker_stopping_cleanly_finishes_its_part_and_is_no_longer_addressed(
     );
     c.clean_up().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_shards_a_chain_runs_within_its_shard_and_is_refused_across_shards() {
+    use ax_scheduler_core::placement::{PlaceBy, Placement};
+    use ax_scheduler_core::TaskKey;
+    let _serial = SERIAL.lock().await;
+    const SHARDS: u32 = 8;
+    let by_task = Placement {
+        shards: SHARDS,
+        by: PlaceBy::Task,
+    };
+    let shard = |id: &str| by_task.shard_of(&TaskKey::new("etl", id));
+    // A child placed in another shard than its parent `r`, by its id.
+    let stray = (0..100)
+        .map(|i| format!("x{i}"))
+        .find(|id| shard(id) != shard("r"))
+        .unwrap();
+    let chain = |c: &Cluster, url: &str| {
+        let step =
+            |deps: Value| json!({ "handler": "http", "http": { "url": url }, "depends_on": deps });
+        vec![
+            ("a".to_owned(), step(json!([{ "task": "r" }]))),
+            ("b".to_owned(), step(json!([{ "task": "a" }]))),
+            (stray.clone(), step(json!([{ "task": "r" }]))),
+            (
+                "r".to_owned(),
+                http_task(c, json!({ "at": rfc3339(now_ms() + 1500) })),
+            ),
+        ]
+    };
+
+    // Placed by task: the stray child is INVALID with the reason; the rest of its shard's
+    // chain (if any) is left alone.
+    let mut c = Cluster::new("e2e-shard-chain-task").await;
+    c.env.push(("AX_SHARDS", SHARDS.to_string()));
+    c.start_replica("r1", Roles::Both).await;
+    c.start_replica("r2", Roles::Both).await;
+    c.wait_for_shards(SHARDS, &["r1", "r2"], Duration::from_secs(15))
+        .await;
+    let url = c.receiver.exec_url();
+    for (id, spec) in chain(&c, &url) {
+        c.put_task("etl", &id, &spec).await;
+    }
+    wait_until(
+        Duration::from_secs(10),
+        "the stray child is INVALID",
+        || async {
+            c.state("etl", &stray)
+                .await
+                .is_some_and(|s| s["status"] == "INVALID")
+        },
+    )
+    .await;
+    let state = c.state("etl", &stray).await.unwrap().to_string();
+    assert!(state.contains("scheduler.placement"), "{state}");
+    wait_for_executions(&c, "r", 1, Duration::from_secs(10)).await;
+    c.clean_up().await;
+
+    // Placed by namespace: the whole chain is in one shard and runs, each step once.
+    let mut c = Cluster::new("e2e-shard-chain-ns").await;
+    c.env.push(("AX_SHARDS", SHARDS.to_string()));
+    c.env.push(("AX_PLACEMENT", "namespace".to_owned()));
+    c.start_replica("r1", Roles::Both).await;
+    c.start_replica("r2", Roles::Both).await;
+    c.wait_for_shards(SHARDS, &["r1", "r2"], Duration::from_secs(15))
+        .await;
+    let url = c.receiver.exec_url();
+    for (id, spec) in chain(&c, &url) {
+        c.put_task("etl", &id, &spec).await;
+    }
+    wait_for_executions(&c, "b", 1, Duration::from_secs(15)).await;
+    wait_for_executions(&c, &stray, 1, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let run = c.receiver.executions_of("r")[0].execution_id.clone();
+    for id in ["r", "a", "b", stray.as_str()] {
+        let got = c.receiver.executions_of(id);
+        assert_eq!(got.len(), 1, "{id} runs once: {got:?}");
+        assert_eq!(got[0].run_id.as_deref(), Some(run.as_str()), "{id}");
+    }
+    c.clean_up().await;
+}

@@ -114,8 +114,7 @@ impl Placement {
         }
         let own = self.shard_of(key);
         spec.depends_on.iter().enumerate().find_map(|(i, dep)| {
-            let (namespace, id) = dep.task.split_once('/')?;
-            let theirs = self.shard_of(&TaskKey::new(namespace, id));
+            let theirs = self.shard_of(&crate::workflow::parse_key(&dep.task));
             (theirs != own).then(|| FieldError {
                 path: format!("depends_on[{i}].task"),
                 reason: format!(

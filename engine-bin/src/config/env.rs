@@ -33,6 +33,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("AX_ENQUEUE_STALL_LIMIT", "scheduler.enqueue_stall_limit"),
     ("AX_FLUSH_INTERVAL", "scheduler.flush_interval"),
     ("AX_SHARDS", "scheduler.shards"),
+    ("AX_PLACEMENT", "scheduler.placement"),
     ("AX_WORKER_CONCURRENCY", "worker.concurrency"),
     ("AX_WORKER_QUEUES", "worker.queues"),
     ("AX_WORKER_HTTP_ALLOW_CIDRS", "worker.http_allow_cidrs"),
@@ -90,6 +91,15 @@ impl Config {
             "AX_CATCH_UP_WINDOW" => self.scheduler.catch_up_window = parse_duration(value)?,
             "AX_ENQUEUE_STALL_LIMIT" => self.scheduler.enqueue_stall_limit = parse_duration(value)?,
             "AX_FLUSH_INTERVAL" => self.scheduler.flush_interval = parse_duration(value)?,
+            "AX_PLACEMENT" => {
+                self.scheduler.placement = match value {
+                    "task" => ax_scheduler_core::placement::PlaceBy::Task,
+                    "namespace" => ax_scheduler_core::placement::PlaceBy::Namespace,
+                    other => {
+                        return Err(format!("`{other}` is not a placement: task or namespace"))
+                    }
+                }
+            }
             "AX_SHARDS" => {
                 self.scheduler.shards = value
                     .parse()
@@ -168,6 +178,7 @@ mod tests {
                 | "AX_ENQUEUE_STALL_LIMIT"
                 | "AX_FLUSH_INTERVAL" => "7s",
                 "AX_WORKER_CONCURRENCY" | "AX_REDIS_REPLICA_ACKS" | "AX_SHARDS" => "7",
+                "AX_PLACEMENT" => "namespace",
                 _ => "x7",
             };
             let mut c = Config::default();
