@@ -316,6 +316,7 @@ impl ApiBackend for MemoryBackend {
                 redis_warnings: vec![],
                 etcd_db: None,
                 paused_namespaces: vec![],
+                shards: None,
             })
         })
     }

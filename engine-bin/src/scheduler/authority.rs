@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 /// The key a term schedules under.
 pub(super) enum Authority {
-    /// The one leader: every task.
-    Leader(Leadership),
+    /// The one leader: every task. Boxed: a leadership carries its etcd client.
+    Leader(Box<Leadership>),
     /// The owner of one shard: that shard's tasks.
     Shard(ShardGuard),
 }

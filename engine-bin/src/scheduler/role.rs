@@ -145,7 +145,7 @@ pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: Cancellatio
             _ = role.cancel.cancelled() => break,
             Some(note) = notes_rx.recv() => Step::Term(note),
             event = role.watcher.next() => match event {
-                Some(event) => Step::Registry(event),
+                Some(event) => Step::Registry(Box::new(event)),
                 None => break,
             },
             event = source_event(&mut source) => Step::Source(event),
@@ -156,7 +156,7 @@ pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: Cancellatio
         };
         match step {
             Step::Term(note) => role.on_term_note(&mut source, note),
-            Step::Registry(event) => role.on_registry_event(event).await,
+            Step::Registry(event) => role.on_registry_event(*event).await,
             Step::Source(SourceEvent::Campaign(won)) => role.on_campaign(&mut source, won),
             Step::Source(SourceEvent::Shard(Some(event))) => {
                 role.on_shard_event(&mut source, event)
@@ -205,13 +205,14 @@ async fn sleep_until(at: Option<Instant>) {
 /// One turn of the role's loop.
 enum Step {
     Term(TermNote),
-    Registry(ax_registry::RegistryEvent),
+    /// Boxed: a put carries its spec.
+    Registry(Box<ax_registry::RegistryEvent>),
     Source(SourceEvent),
 }
 
 /// What the source of authority said.
 enum SourceEvent {
-    Campaign(Result<anyhow::Result<Leadership>, ()>),
+    Campaign(Result<anyhow::Result<Box<Leadership>>, ()>),
     Shard(Option<ShardEvent>),
     ClockChecked,
 }
@@ -220,7 +221,7 @@ async fn source_event(source: &mut Source) -> SourceEvent {
     match source {
         Source::Election {
             campaign: Some(rx), ..
-        } => SourceEvent::Campaign(rx.await.map_err(|_| ())),
+        } => SourceEvent::Campaign(rx.await.map(|r| r.map(Box::new)).map_err(|_| ())),
         Source::Shards {
             owner: Some(owner), ..
         } => SourceEvent::Shard(owner.next().await),
@@ -304,9 +305,11 @@ impl Role {
             self.seen.store(self.catalog.revision, Ordering::Release);
             return;
         };
-        let scope_key = (!self.settings.placement.is_sharded())
-            .then_some(None)
-            .unwrap_or_else(|| Some(self.settings.placement.shard_of(&key)));
+        let scope_key = if self.settings.placement.is_sharded() {
+            Some(self.settings.placement.shard_of(&key))
+        } else {
+            None
+        };
         if let Some(term) = self.terms.get(&scope_key) {
             let entry = entry.map(|e| e.placed(&self.settings.placement, &key));
             // A term that ended drops its receiver; its end is on its way.
@@ -317,7 +320,11 @@ impl Role {
         self.seen.store(self.catalog.revision, Ordering::Release);
     }
 
-    fn on_campaign(&mut self, source: &mut Source, won: Result<anyhow::Result<Leadership>, ()>) {
+    fn on_campaign(
+        &mut self,
+        source: &mut Source,
+        won: Result<anyhow::Result<Box<Leadership>>, ()>,
+    ) {
         let Source::Election {
             campaign,
             campaign_after,
