@@ -96,10 +96,11 @@ impl Candidate {
 
     /// Takes part in shard ownership instead of campaigning for the one leader key: with
     /// this candidate's client, election settings and instance id, among `shards` shards
-    /// (see [`crate::own_shards`]).
+    /// laid out as `layout` says (see [`crate::own_shards`]).
     pub fn own_shards(
         &self,
         shards: u32,
+        layout: String,
         orphan_after: Duration,
         cancel: &CancellationToken,
     ) -> Result<crate::ShardOwner, ElectionError> {
@@ -110,6 +111,7 @@ impl Candidate {
                 instance_id: self.instance_id.clone(),
                 shards,
                 orphan_after,
+                layout,
             },
             cancel,
         )

@@ -45,6 +45,19 @@ pub struct ShardSettings {
     /// member that is listed but does not act (a hung process whose lease has not run out)
     /// must not leave its shards unscheduled. The map's owner gets it back by a handover.
     pub orphan_after: Duration,
+    /// What a shard means to this replica beyond its number (the engine's placement rule):
+    /// published in the member key. Members must agree on it and on `shards`, since a shard
+    /// number names other tasks under another layout: a member that finds an earlier member
+    /// with another layout does not take part (it logs why), and the earlier members leave
+    /// it out of their map.
+    pub layout: String,
+}
+
+impl ShardSettings {
+    /// The member key's value: the shard count and the layout.
+    fn member_value(&self) -> String {
+        format!("shards={} {}", self.shards, self.layout)
+    }
 }
 
 /// What the ownership loop tells the engine.
@@ -224,7 +237,13 @@ struct Member {
     session: Session,
     /// Our member key; its loss (deleted by hand) ends the membership like a lost session.
     _member: HeldKey,
+    /// Members with this member's layout: the map's members.
     members: BTreeSet<String>,
+    /// Members with another layout, with their member key's create revision and value.
+    strangers: BTreeMap<String, (i64, String)>,
+    /// Whether this member stands aside (an earlier member has another layout), as last
+    /// logged.
+    aside: bool,
     holders: Vec<Holder>,
     /// Shards the engine was told to hand over and still holds.
     handing: BTreeSet<u32>,
@@ -377,7 +396,11 @@ impl OwnLoop {
         let session = Session::open(&self.client, &self.config).await?;
         let key = shard_member_key(&self.config.prefix, &self.settings.instance_id);
         let member = match session
-            .create_if_absent(key, Vec::new(), "shard member txn")
+            .create_if_absent(
+                key,
+                self.settings.member_value().into_bytes(),
+                "shard member txn",
+            )
             .await?
         {
             Created::Held(held) => *held,
@@ -395,6 +418,8 @@ impl OwnLoop {
             session,
             _member: member,
             members: BTreeSet::new(),
+            strangers: BTreeMap::new(),
+            aside: false,
             holders: vec![Holder::Free(now); self.settings.shards as usize],
             handing: BTreeSet::new(),
             map: ShardMap::assign(self.settings.shards, &[self.settings.instance_id.as_str()]),
@@ -421,6 +446,7 @@ impl OwnLoop {
             }
         }
         m.members.clear();
+        m.strangers.clear();
         for kv in resp.kvs() {
             self.seen(m, kv);
         }
@@ -445,7 +471,17 @@ impl OwnLoop {
     /// Applies a put; whether it added a member.
     fn seen(&self, m: &mut Member, kv: &KeyValue) -> bool {
         match ShardKey::parse(&self.config.prefix, kv.key()) {
-            Some(ShardKey::Member(id)) => m.members.insert(id),
+            Some(ShardKey::Member(id)) => {
+                let value = String::from_utf8_lossy(kv.value()).into_owned();
+                if value == self.settings.member_value() {
+                    m.strangers.remove(&id);
+                    m.members.insert(id)
+                } else {
+                    m.strangers
+                        .insert(id.clone(), (kv.create_revision(), value));
+                    m.members.remove(&id)
+                }
+            }
             Some(ShardKey::Owner(s)) if s < self.settings.shards => {
                 let holder = String::from_utf8_lossy(kv.value()).into_owned();
                 // Our id on another lease is an earlier process of ours: someone else.
@@ -465,7 +501,10 @@ impl OwnLoop {
     /// Applies a delete; whether it removed a member.
     fn gone(&self, m: &mut Member, kv: &KeyValue, now: UtcMillis) -> bool {
         match ShardKey::parse(&self.config.prefix, kv.key()) {
-            Some(ShardKey::Member(id)) => m.members.remove(&id),
+            Some(ShardKey::Member(id)) => {
+                m.strangers.remove(&id);
+                m.members.remove(&id)
+            }
             Some(ShardKey::Owner(s)) if s < self.settings.shards => {
                 m.handing.remove(&s);
                 m.holders[s as usize] = Holder::Free(now);
@@ -491,6 +530,28 @@ impl OwnLoop {
         if !m.members.contains(&self.settings.instance_id) {
             // Our member key is not listed yet (the watch lags the create): acting on a map
             // without us would hand everything away.
+            return;
+        }
+        let ours = m._member.create_revision();
+        let elder = m
+            .strangers
+            .iter()
+            .find(|(_, (revision, _))| *revision < ours)
+            .map(|(id, (_, value))| (id.clone(), value.clone()));
+        if let Some((id, theirs)) = &elder {
+            if !m.aside {
+                tracing::error!(
+                    member = %id,
+                    theirs = %theirs,
+                    ours = %self.settings.member_value(),
+                    "a running scheduler replica has another shard layout (scheduler.shards, \
+                     scheduler.placement): this replica schedules nothing until every replica \
+                     has the same; change the layout only with every scheduler stopped"
+                );
+            }
+        }
+        m.aside = elder.is_some();
+        if m.aside {
             return;
         }
         let actions = ownership_step(

@@ -41,6 +41,19 @@ fn member(
     drain: Duration,
     owned: &Owned,
 ) -> Member {
+    member_in_layout(client, prefix, id, shards, "placement=task", drain, owned)
+}
+
+/// [`member`] with a layout of its own.
+fn member_in_layout(
+    client: &Client,
+    prefix: &str,
+    id: &str,
+    shards: u32,
+    layout: &str,
+    drain: Duration,
+    owned: &Owned,
+) -> Member {
     let stop = CancellationToken::new();
     let mut owner = own_shards(
         client.clone(),
@@ -49,6 +62,7 @@ fn member(
             instance_id: id.to_owned(),
             shards,
             orphan_after: Duration::from_secs(5),
+            layout: layout.to_owned(),
         },
         // Not `stop`: a cancelled parent would close the session cleanly, and `stop` is a
         // crash here.
@@ -207,6 +221,45 @@ async fn members_share_the_shards_and_a_joiner_gets_its_share_by_handover() {
         assert!(token > old, "shard {s}: {token} after {old}");
     }
     for m in [a, b, c] {
+        m.stop.cancel();
+        m.task.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_member_with_another_layout_stands_aside_and_the_others_keep_their_shards() {
+    let client = Client::connect([ax_testkit::etcd_endpoint()], None)
+        .await
+        .unwrap();
+    let prefix = format!("/{}", ax_testkit::unique_name("shards-layout"));
+    let owned: Owned = Arc::default();
+    let drain = Duration::from_millis(100);
+    let a = member(&client, &prefix, "a", 12, drain, &owned);
+    let b = member(&client, &prefix, "b", 12, drain, &owned);
+    settle(&owned, &expected(12, &["a", "b"]), Duration::from_secs(5)).await;
+    // Another shard count, then another placement: neither takes a shard, and nothing is
+    // handed to them.
+    let c = member(&client, &prefix, "c", 16, drain, &owned);
+    let d = member_in_layout(
+        &client,
+        &prefix,
+        "d",
+        12,
+        "placement=namespace",
+        drain,
+        &owned,
+    );
+    sleep(Duration::from_secs(3)).await;
+    let now = owned.lock().unwrap().clone();
+    for stranger in ["c", "d"] {
+        assert!(
+            now.get(stranger).is_none_or(|s| s.is_empty()),
+            "{stranger} took shards: {now:?}"
+        );
+    }
+    settle(&owned, &expected(12, &["a", "b"]), Duration::from_secs(1)).await;
+    assert_eq!(owner_keys(&client, &prefix).await.len(), 12);
+    for m in [a, b, c, d] {
         m.stop.cancel();
         m.task.await.unwrap();
     }

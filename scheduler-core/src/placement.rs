@@ -88,7 +88,22 @@ impl Default for Placement {
     }
 }
 
+impl PlaceBy {
+    /// Its name in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlaceBy::Task => "task",
+            PlaceBy::Namespace => "namespace",
+        }
+    }
+}
+
 impl Placement {
+    /// What replicas sharing shards must agree on besides the count: the placement rule.
+    pub fn layout(&self) -> String {
+        format!("placement={}", self.by.as_str())
+    }
+
     /// Whether scheduling is split over shard owners (more than one shard).
     pub fn is_sharded(&self) -> bool {
         self.shards > 1

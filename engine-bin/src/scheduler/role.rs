@@ -287,6 +287,7 @@ impl Role {
         // stops it once they are done (and dropping it stops it too).
         match self.deps.candidate.own_shards(
             self.settings.placement.shards,
+            self.settings.placement.layout(),
             self.settings.shard_orphan_after,
             &CancellationToken::new(),
         ) {
