@@ -164,6 +164,52 @@ async fn tasks_over_four_queues_run_exactly_once_on_a_cluster() {
     c.clean_up().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_scheduling_on_a_cluster_runs_each_fire_once() {
+    let _serial = SERIAL.lock().await;
+    let mut c = on_the_cluster("cluster-shards").await;
+    c.env.push(("AX_SHARDS", "8".to_owned()));
+    for id in ["r1", "r2", "r3"] {
+        c.start_replica(id, Roles::Both).await;
+    }
+    c.wait_for_shards(8, &["r1", "r2", "r3"], Duration::from_secs(15))
+        .await;
+    let started = now_ms();
+    let w = Workload::start(
+        &c,
+        "cluster",
+        &QUEUES,
+        200,
+        started + 1500,
+        Duration::from_secs(6),
+    )
+    .await;
+    let f = w.settle(&c, Duration::from_secs(15), started).await;
+    // Each shard's fences sit with its queues; its event stream has a slot of its own.
+    let streams: std::collections::BTreeSet<String> = {
+        let keys = ax_queue::Keys::new(c.redis_prefix.clone());
+        let node = live_node().await;
+        let mut primaries = std::collections::BTreeSet::new();
+        for shard in 0..8 {
+            let slot = ax_queue::slot(keys.events(Some(shard)).as_bytes());
+            primaries.insert(primary_of(&node, slot).await.unwrap());
+        }
+        primaries
+    };
+    println!(
+        "cluster: 200 one-shots over 4 queues, 3 replicas sharing 8 shards: lost {}, duplicated \
+         {}, repeated executions {}; the shards' event streams on {} of 3 primaries",
+        f.lost,
+        f.duplicated,
+        f.repeated_ids,
+        streams.len()
+    );
+    f.assert_clean("sharded scheduling on a cluster");
+    assert!(streams.len() >= 2, "the shards' streams are on one primary");
+    c.assert_running(&["r1", "r2", "r3"]);
+    c.clean_up().await;
+}
+
 /// A Redis node's process id and config file (`scripts/servers.sh` starts each node from a
 /// file of its own, so it can be started again as it was).
 async fn node_process(addr: &str) -> (u32, String) {

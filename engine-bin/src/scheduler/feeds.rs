@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info_span, warn, Instrument};
 
+use super::term::ticker;
 use super::LeaderDeps;
 
 /// The published values; cloned into every term.
@@ -65,12 +66,6 @@ impl Feeds {
         );
         Feeds { triggers, paused }
     }
-}
-
-fn ticker(interval: Duration) -> tokio::time::Interval {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick
 }
 
 async fn poll_triggers(

@@ -151,7 +151,9 @@ const REDIS_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 /// How often the leader looks for queues its tasks use that no worker serves.
 const UNSERVED_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
-fn ticker(period: Duration) -> Interval {
+/// A ticker that, when late, waits a whole period after the late tick (no burst of
+/// catch-up ticks).
+pub(super) fn ticker(period: Duration) -> Interval {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     tick
