@@ -3361,12 +3361,18 @@ async fn with_shards_a_chain_runs_within_its_shard_and_is_refused_across_shards(
 
     // Placed by task: the stray child is INVALID with the reason; the rest of its shard's
     // chain (if any) is left alone.
-    let mut c = Cluster::new("e2e-shard-chain-task").await;
-    c.env.push(("AX_SHARDS", SHARDS.to_string()));
-    c.start_replica("r1", Roles::Both).await;
-    c.start_replica("r2", Roles::Both).await;
-    c.wait_for_shards(SHARDS, &["r1", "r2"], Duration::from_secs(15))
-        .await;
+    // Two replicas sharing the shards, the chain written.
+    let sharing = |label: &'static str, placement: &'static str| async move {
+        let mut c = Cluster::new(label).await;
+        c.env.push(("AX_SHARDS", SHARDS.to_string()));
+        c.env.push(("AX_PLACEMENT", placement.to_owned()));
+        c.start_replica("r1", Roles::Both).await;
+        c.start_replica("r2", Roles::Both).await;
+        c.wait_for_shards(SHARDS, &["r1", "r2"], Duration::from_secs(15))
+            .await;
+        c
+    };
+    let mut c = sharing("e2e-shard-chain-task", "task").await;
     let url = c.receiver.exec_url();
     for (id, spec) in chain(&c, &url) {
         c.put_task("etl", &id, &spec).await;
@@ -3387,13 +3393,7 @@ async fn with_shards_a_chain_runs_within_its_shard_and_is_refused_across_shards(
     c.clean_up().await;
 
     // Placed by namespace: the whole chain is in one shard and runs, each step once.
-    let mut c = Cluster::new("e2e-shard-chain-ns").await;
-    c.env.push(("AX_SHARDS", SHARDS.to_string()));
-    c.env.push(("AX_PLACEMENT", "namespace".to_owned()));
-    c.start_replica("r1", Roles::Both).await;
-    c.start_replica("r2", Roles::Both).await;
-    c.wait_for_shards(SHARDS, &["r1", "r2"], Duration::from_secs(15))
-        .await;
+    let mut c = sharing("e2e-shard-chain-ns", "namespace").await;
     let url = c.receiver.exec_url();
     for (id, spec) in chain(&c, &url) {
         c.put_task("etl", &id, &spec).await;

@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ax_registry::{PendingTrigger, Registry};
+use ax_registry::PendingTrigger;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info_span, warn, Instrument};
@@ -44,23 +44,52 @@ impl Feeds {
         interval: Duration,
         cancel: &CancellationToken,
     ) -> Feeds {
-        let (triggers_tx, triggers) = watch::channel(Arc::new(Vec::new()));
+        let (triggers_tx, triggers) = watch::channel(Arc::new(Vec::<PendingTrigger>::new()));
         let (paused_tx, paused) = watch::channel(None);
+        let registry = deps.registry.clone();
         deps.tracker.spawn(
-            poll_triggers(
-                deps.registry.clone(),
+            poll(
                 interval,
-                triggers_tx,
                 cancel.child_token(),
+                move || {
+                    let registry = registry.clone();
+                    async move { registry.list_triggers().await.map(|(_, p)| p) }
+                },
+                move |pending: Vec<PendingTrigger>| {
+                    triggers_tx.send_if_modified(|current| {
+                        let same = current.len() == pending.len()
+                            && current
+                                .iter()
+                                .zip(&pending)
+                                .all(|(a, b)| a.execution_id == b.execution_id);
+                        if !same {
+                            *current = Arc::new(pending);
+                        }
+                        !same
+                    });
+                },
             )
             .instrument(info_span!("triggers")),
         );
+        let registry = deps.registry.clone();
         deps.tracker.spawn(
-            poll_paused(
-                deps.registry.clone(),
+            poll(
                 interval,
-                paused_tx,
                 cancel.child_token(),
+                move || {
+                    let registry = registry.clone();
+                    async move { registry.paused_namespaces().await }
+                },
+                move |paused: Vec<ax_registry::NamespacePause>| {
+                    let set: BTreeSet<String> = paused.into_iter().map(|p| p.namespace).collect();
+                    paused_tx.send_if_modified(|current| {
+                        let changed = current.as_ref() != Some(&set);
+                        if changed {
+                            *current = Some(set);
+                        }
+                        changed
+                    });
+                },
             )
             .instrument(info_span!("paused_namespaces")),
         );
@@ -68,64 +97,25 @@ impl Feeds {
     }
 }
 
-async fn poll_triggers(
-    registry: Registry,
+/// Reads with `read` every `interval` and hands what it read to `publish`; a failed read
+/// is logged and the last published value stays.
+async fn poll<V, Fut>(
     interval: Duration,
-    tx: watch::Sender<Arc<Vec<PendingTrigger>>>,
     cancel: CancellationToken,
-) {
+    read: impl Fn() -> Fut,
+    publish: impl Fn(V),
+) where
+    Fut: std::future::Future<Output = Result<V, ax_registry::RegistryError>>,
+{
     let mut tick = ticker(interval);
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match registry.list_triggers().await {
-            Ok((_, pending)) => {
-                tx.send_if_modified(|current| {
-                    let same = current.len() == pending.len()
-                        && current
-                            .iter()
-                            .zip(&pending)
-                            .all(|(a, b)| a.execution_id == b.execution_id);
-                    if !same {
-                        *current = Arc::new(pending);
-                    }
-                    !same
-                });
-            }
-            Err(e) => warn!(error = %e, "cannot read run-now triggers"),
-        }
-    }
-}
-
-async fn poll_paused(
-    registry: Registry,
-    interval: Duration,
-    tx: watch::Sender<Option<BTreeSet<String>>>,
-    cancel: CancellationToken,
-) {
-    let mut tick = ticker(interval);
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        match registry.paused_namespaces().await {
-            Ok(paused) => {
-                let set: BTreeSet<String> = paused.into_iter().map(|p| p.namespace).collect();
-                tx.send_if_modified(|current| {
-                    if current.as_ref() == Some(&set) {
-                        false
-                    } else {
-                        *current = Some(set);
-                        true
-                    }
-                });
-            }
-            Err(e) => {
-                warn!(error = %e, "cannot read the paused namespaces; keeping the last known")
-            }
+        match read().await {
+            Ok(value) => publish(value),
+            Err(e) => warn!(error = %e, "cannot read from etcd; keeping the last value"),
         }
     }
 }
