@@ -122,17 +122,7 @@ async fn tasks_over_four_queues_run_exactly_once_on_a_cluster() {
         c.start_replica(id, Roles::Both).await;
     }
     c.wait_for_leader(None, Duration::from_secs(10)).await;
-    let started = now_ms();
-    let w = Workload::start(
-        &c,
-        "cluster",
-        &QUEUES,
-        200,
-        started + 1500,
-        Duration::from_secs(6),
-    )
-    .await;
-    let f = w.settle(&c, Duration::from_secs(15), started).await;
+    let f = two_hundred_one_shots(&c).await;
     let spread = primaries_holding(&c.redis_prefix).await;
     println!(
         "cluster: 200 one-shots over 4 queues, 2 replicas: lost {}, duplicated {}, repeated \
@@ -174,17 +164,7 @@ async fn sharded_scheduling_on_a_cluster_runs_each_fire_once() {
     }
     c.wait_for_shards(8, &["r1", "r2", "r3"], Duration::from_secs(15))
         .await;
-    let started = now_ms();
-    let w = Workload::start(
-        &c,
-        "cluster",
-        &QUEUES,
-        200,
-        started + 1500,
-        Duration::from_secs(6),
-    )
-    .await;
-    let f = w.settle(&c, Duration::from_secs(15), started).await;
+    let f = two_hundred_one_shots(&c).await;
     // Each shard's fences sit with its queues; its event stream has a slot of its own.
     let streams: std::collections::BTreeSet<String> = {
         let keys = ax_queue::Keys::new(c.redis_prefix.clone());
@@ -208,6 +188,22 @@ async fn sharded_scheduling_on_a_cluster_runs_each_fire_once() {
     assert!(streams.len() >= 2, "the shards' streams are on one primary");
     c.assert_running(&["r1", "r2", "r3"]);
     c.clean_up().await;
+}
+
+/// 200 one-shots over [`QUEUES`] due within 6 s, and the periodic task: their figures once
+/// settled.
+async fn two_hundred_one_shots(c: &Cluster) -> harness::Figures {
+    let started = now_ms();
+    let w = Workload::start(
+        c,
+        "cluster",
+        &QUEUES,
+        200,
+        started + 1500,
+        Duration::from_secs(6),
+    )
+    .await;
+    w.settle(c, Duration::from_secs(15), started).await
 }
 
 /// A Redis node's process id and config file (`scripts/servers.sh` starts each node from a
