@@ -45,11 +45,15 @@ struct RunningTerm {
     stop: CancellationToken,
     /// Its takeover is done: it fires (what the metrics count).
     started: bool,
+    /// Which term of its shard this is: a shard lost and taken again has a new term before
+    /// the old one's end is reported, and that report must not remove the new one.
+    generation: u64,
 }
 
 /// What a term's task reports.
 struct TermNote {
     shard: Option<u32>,
+    generation: u64,
     kind: NoteKind,
 }
 
@@ -88,6 +92,8 @@ struct Role {
     feeds: Feeds,
     cancel: CancellationToken,
     terms: BTreeMap<Option<u32>, RunningTerm>,
+    /// The generation of the next term.
+    generation: u64,
     notes_tx: mpsc::UnboundedSender<TermNote>,
     /// Waits between failed takeovers: a takeover that fails at once (a backend refusing)
     /// would otherwise campaign again at once, each time with a new lease and token.
@@ -125,6 +131,7 @@ pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: Cancellatio
         feeds,
         cancel,
         terms: BTreeMap::new(),
+        generation: 0,
         notes_tx,
         takeover_backoff: ReconnectBackoff::new(Duration::from_secs(1), Duration::from_secs(30)),
         shard_backoff: HashMap::new(),
@@ -173,14 +180,19 @@ pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: Cancellatio
     // Shutdown: each term's stop token is a child of the role's, so every term writes what
     // it holds and gives its key up; the ownership loop is stopped only then (its session
     // holds the owner keys the terms' writes are fenced on).
-    let mut open = role.terms.len();
+    let mut open: std::collections::BTreeSet<u64> =
+        role.terms.values().map(|t| t.generation).collect();
     role.terms.clear();
-    while open > 0 {
+    role.delayed.clear();
+    while !open.is_empty() {
         match notes_rx.recv().await {
             Some(TermNote {
+                generation,
                 kind: NoteKind::Ended { .. },
                 ..
-            }) => open -= 1,
+            }) => {
+                open.remove(&generation);
+            }
             Some(_) => {}
             None => break,
         }
@@ -405,9 +417,13 @@ impl Role {
     }
 
     fn on_term_note(&mut self, source: &mut Source, note: TermNote) {
+        let current = self
+            .terms
+            .get(&note.shard)
+            .is_some_and(|t| t.generation == note.generation);
         let failed_to_start = match note.kind {
             NoteKind::Started => {
-                if let Some(term) = self.terms.get_mut(&note.shard) {
+                if let Some(term) = self.terms.get_mut(&note.shard).filter(|_| current) {
                     term.started = true;
                 }
                 self.publish_owned();
@@ -415,6 +431,10 @@ impl Role {
             }
             NoteKind::Ended { failed_to_start } => failed_to_start,
         };
+        if !current {
+            // An earlier term of a shard held again: its successor runs on.
+            return;
+        }
         self.terms.remove(&note.shard);
         self.publish_owned();
         if let Some(shard) = note.shard {
@@ -467,6 +487,8 @@ impl Role {
 
     fn spawn_term(&mut self, authority: Authority, slice: CatalogSlice) {
         let shard = authority.shard();
+        let generation = self.generation;
+        self.generation += 1;
         let (changes_tx, changes_rx) = mpsc::channel(CHANGES_CAPACITY);
         let stop = self.cancel.child_token();
         let input = TermInput {
@@ -489,6 +511,7 @@ impl Role {
                     Ok(term) => {
                         let _ = notes_tx.send(TermNote {
                             shard,
+                            generation,
                             kind: NoteKind::Started,
                         });
                         term.run(&settings, &deps, &term_stop).await;
@@ -501,6 +524,7 @@ impl Role {
                 };
                 let _ = notes_tx.send(TermNote {
                     shard,
+                    generation,
                     kind: NoteKind::Ended { failed_to_start },
                 });
             }
@@ -512,6 +536,7 @@ impl Role {
                 changes: changes_tx,
                 stop,
                 started: false,
+                generation,
             },
         );
     }
