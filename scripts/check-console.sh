@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The web console in a real browser: a local cluster (etcd, Redis, 2 `ax serve` replicas with
 # read, operate and admin tokens) and headless Chromium driven over WebDriver by
-# scripts/console_test.py. Everything listens on loopback; servers are stopped however it ends.
+# scripts/console_test.py; then the same replicas sharing 4 shards, for the overview's shard map. Everything listens on loopback; servers are stopped however it ends.
 #   scripts/check-console.sh                   check
 #   scripts/check-console.sh --screenshots     check, and write docs/images/console-*.png
 set -euo pipefail
@@ -49,26 +49,40 @@ PY
 # shellcheck disable=SC1090
 . "$tokens"
 
-ports=()
-for i in 1 2; do
-  port=$(ax_free_port)
-  ports+=("$port")
-  AX_INSTANCE_ID="console-$i" AX_HTTP_LISTEN="127.0.0.1:$port" \
-    "$ax" serve --config "$tmp/ax.toml" >"$tmp/ax-$i.log" 2>&1 &
-  pids+=($!)
-done
-for port in "${ports[@]}"; do
-  for _ in $(seq 150); do
-    curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-    sleep 0.2
+# Starts the two replicas (logs ax-$1-N.log) and waits until they are ready.
+start_replicas() {
+  ports=()
+  pids=()
+  for i in 1 2; do
+    port=$(ax_free_port)
+    ports+=("$port")
+    AX_INSTANCE_ID="console-$i" AX_HTTP_LISTEN="127.0.0.1:$port" \
+      "$ax" serve --config "$tmp/ax.toml" >"$tmp/ax-$1-$i.log" 2>&1 &
+    pids+=($!)
   done
-  curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || { keep=1; echo "check-console: replica on $port did not start" >&2; exit 1; }
-done
+  for port in "${ports[@]}"; do
+    for _ in $(seq 150); do
+      curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+      sleep 0.2
+    done
+    curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || { keep=1; echo "check-console: replica on $port did not start" >&2; exit 1; }
+  done
+}
 
 shots="$tmp/shots"
 [ "${1:-}" = "--screenshots" ] && shots="$root/docs/images"
 status=0
+start_replicas leader
 timeout 170 python3 scripts/console_test.py --url "http://127.0.0.1:${ports[0]}" --ax "$ax" \
   --etcd "$AX_ETCD_ENDPOINT" --screenshots "$shots" --work "$tmp" || status=$?
+if [ "$status" -eq 0 ]; then
+  # The same replicas sharing 4 shards: the overview shows the shard map, not a missing leader.
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  export AX_SHARDS=4
+  start_replicas sharded
+  timeout 90 python3 scripts/console_test.py --sharded --url "http://127.0.0.1:${ports[0]}" \
+    --ax "$ax" --etcd "$AX_ETCD_ENDPOINT" --screenshots "$shots" --work "$tmp" || status=$?
+fi
 if [ "$status" -ne 0 ]; then keep=1; echo "check-console: failed (replica logs: $tmp/ax-*.log)" >&2; fi
 exit "$status"

@@ -215,6 +215,9 @@ class Test:
         self.wait_text("the token prompt", "Sign in", "main")
         self.check_log("the token prompt", allowed=["status of 401"])
 
+        if self.args.sharded:
+            return self.run_sharded()
+
         # Overview as admin: a leader, both replicas.
         self.login("admin")
         self.wait("a leader on the overview", lambda: self.text("#leader") not in ("", "none"), 45)
@@ -369,6 +372,20 @@ class Test:
         self.check_log("the refused action", allowed=["status of 403", "status of 401"])
 
 
+    def run_sharded(self):
+        """The overview of replicas sharing shards: the shard map instead of a leader."""
+        self.login("admin")
+        self.wait("every shard owned", lambda: self.text("#shards") == "4 of 4 owned", 45)
+        self.wait_text("both replicas", "console-2", "main")
+        text = self.text("main")
+        if "No leader" in text or "shards have no owner" in text:
+            raise Failure(f"a sharded cluster shown as not scheduling:\n{text[:2000]}")
+        if text.count(" shards") < 2:
+            raise Failure(f"no replica shown with its shards:\n{text[:2000]}")
+        self.shot("overview-sharded")
+        self.check_log("the sharded overview")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--url", required=True)
@@ -376,6 +393,8 @@ def main():
     p.add_argument("--etcd", required=True)
     p.add_argument("--screenshots", required=True)
     p.add_argument("--work", required=True)
+    p.add_argument("--sharded", action="store_true",
+                   help="the replicas share 4 shards: check the overview's shard map only")
     args = p.parse_args()
     for tool in ("chromium", "chromedriver"):
         if not shutil.which(tool):

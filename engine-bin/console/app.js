@@ -53,12 +53,16 @@ async function refresh() {
   // A modal dialog is open: the user is deciding about what they see, so leave it alone.
   if (document.getElementById('confirm').open) return;
   busy = true;
+  // The view this refresh is for: the user may navigate away while it waits for the API.
+  const view = current;
   try {
-    await current.refresh();
+    await view.refresh();
+    if (view !== current) return;
     document.getElementById('updated').textContent = `Updated ${new Date().toLocaleTimeString()} · refreshes every ${POLL_MS / 1000}s`;
-    current.root.classList.remove('stale');
+    view.root.classList.remove('stale');
   } catch (e) {
-    current.root.classList.add('stale');
+    if (view !== current) return;
+    view.root.classList.add('stale');
     notice(`Could not load: ${e}`, 'error');
   } finally {
     busy = false;

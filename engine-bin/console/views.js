@@ -58,7 +58,13 @@ export function overview(root) {
 
 function warnings(status) {
   const w = [];
-  if (!status.leader) w.push('No leader: nothing fires until a scheduler replica wins the election.');
+  if (status.shards) {
+    // Sharded scheduling: no leader key; what matters is that every shard has an owner.
+    const unowned = status.shards.total - status.shards.owners.length;
+    if (unowned > 0) w.push(`${unowned} of ${status.shards.total} shards have no owner: their tasks do not fire until a scheduler replica takes them.`);
+  } else if (!status.leader) {
+    w.push('No leader: nothing fires until a scheduler replica wins the election.');
+  }
   for (const r of status.redis_warnings || []) w.push(`Redis: ${r}`);
   if (status.clock && Math.abs(status.clock.skew_ms) > status.clock.max_skew_ms) {
     w.push(`Clock skew: the answering host is ${duration(status.clock.skew_ms)} ${status.clock.skew_ms > 0 ? 'ahead of' : 'behind'} etcd (limit ${duration(status.clock.max_skew_ms)}); a replica this far off refuses to lead. Fix NTP.`);
@@ -71,21 +77,28 @@ function warnings(status) {
     ? h('p', { class: 'muted' }, `Clock against etcd: ${status.clock.skew_ms >= 0 ? '+' : '−'}${duration(Math.abs(status.clock.skew_ms))} (limit ${duration(status.clock.max_skew_ms)}).`)
     : h('p', { class: 'muted' }, 'Clock against etcd: not measured.');
   return section('Warnings',
-    w.length ? h('ul', { class: 'warnings', id: 'warnings' }, w.map((t) => h('li', {}, t))) : h('p', { class: 'ok', id: 'warnings' }, 'None: leader elected, Redis persistent, clocks in step.'),
+    w.length ? h('ul', { class: 'warnings', id: 'warnings' }, w.map((t) => h('li', {}, t))) : h('p', { class: 'ok', id: 'warnings' }, `None: ${status.shards ? 'every shard owned' : 'leader elected'}, Redis persistent, clocks in step.`),
     clock);
 }
 
 function leader(status, now) {
+  const owned = new Map();
+  for (const o of (status.shards && status.shards.owners) || []) owned.set(o.owner, (owned.get(o.owner) || 0) + 1);
   const rows = status.replicas.map((r) => [
-    h('span', {}, r.id, r.id === status.leader ? badge('leader', 'leader') : null),
+    h('span', {}, r.id, r.id === status.leader ? badge('leader', 'leader') : null,
+      owned.get(r.id) ? badge(`${owned.get(r.id)} shards`, 'leader') : null),
     r.roles.join(', '),
     r.version,
     r.heartbeat_age_ms === undefined ? '–' : `${duration(r.heartbeat_age_ms)} ago`,
     when(r.started_at),
   ]);
+  const who = status.shards
+    ? h('p', {}, 'Shards: ', h('strong', { id: 'shards' }, `${status.shards.owners.length} of ${status.shards.total} owned`),
+      ' (each scheduled by one replica at a time)')
+    : h('p', {}, 'Leader: ', h('strong', { id: 'leader' }, status.leader || 'none'),
+      status.leader_since ? [' since ', when(status.leader_since), ` (term ${duration(now - status.leader_since)})`] : null);
   return section('Cluster',
-    h('p', {}, 'Leader: ', h('strong', { id: 'leader' }, status.leader || 'none'),
-      status.leader_since ? [' since ', when(status.leader_since), ` (term ${duration(now - status.leader_since)})`] : null),
+    who,
     table(['Replica', 'Roles', 'Version', 'Heartbeat', 'Started'], rows, 'No replica registered.'));
 }
 
