@@ -439,11 +439,13 @@ pub fn kill_text(r: &KillResult) -> String {
 
 /// `ax status`.
 pub fn status_text(s: &StatusView) -> String {
-    let mut out = format!(
-        "leader: {}\n\nreplicas: {}\n",
-        s.leader.as_deref().unwrap_or("none"),
-        s.replicas.len()
-    );
+    let leader = match (&s.leader, &s.shards) {
+        (Some(leader), _) => leader.clone(),
+        // Nobody holds the leader key by design: the shards below say who schedules.
+        (None, Some(_)) => "none (sharded scheduling: see shards)".to_owned(),
+        (None, None) => "none".to_owned(),
+    };
+    let mut out = format!("leader: {leader}\n\nreplicas: {}\n", s.replicas.len());
     if !s.replicas.is_empty() {
         let rows: Vec<Vec<String>> = s
             .replicas
