@@ -136,18 +136,17 @@ pub fn body(read: Result<Bytes, BytesRejection>, limits: &ApiLimits) -> Result<B
     })
 }
 
-/// Run-now requests per task through this replica: a token bucket per task, a minute's
-/// worth of burst.
+/// A token bucket per key with a minute's worth of burst, for what one replica's API admits
+/// per task or per execution.
 #[derive(Clone, Debug)]
-pub struct TriggerLimiter {
+struct PerMinute<K> {
     per_minute: u32,
-    buckets: Arc<Mutex<KeyedBuckets<TaskKey>>>,
+    buckets: Arc<Mutex<KeyedBuckets<K>>>,
 }
 
-impl TriggerLimiter {
-    /// At most `per_minute` run-now requests per task per minute.
-    pub fn new(per_minute: u32) -> Self {
-        TriggerLimiter {
+impl<K: Eq + std::hash::Hash + Clone> PerMinute<K> {
+    fn new(per_minute: u32) -> Self {
+        PerMinute {
             per_minute,
             buckets: Arc::new(Mutex::new(KeyedBuckets::new(
                 f64::from(per_minute) / 60.0,
@@ -157,17 +156,35 @@ impl TriggerLimiter {
         }
     }
 
+    /// Takes one for `key` at `now`, or says in how many seconds the next one may come.
+    fn take(&self, key: &K, now: UtcMillis) -> Result<(), u64> {
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        buckets
+            .try_take(key, now)
+            .map_err(|next| (next.0 - now.0).max(0).unsigned_abs().div_ceil(1000))
+    }
+}
+
+/// Run-now requests per task through this replica: a token bucket per task, a minute's
+/// worth of burst.
+#[derive(Clone, Debug)]
+pub struct TriggerLimiter(PerMinute<TaskKey>);
+
+impl TriggerLimiter {
+    /// At most `per_minute` run-now requests per task per minute.
+    pub fn new(per_minute: u32) -> Self {
+        TriggerLimiter(PerMinute::new(per_minute))
+    }
+
     /// Admits one run-now request of `key` at `now`, or says when the next one may come.
     pub fn admit(&self, key: &TaskKey, now: UtcMillis) -> Result<(), ApiError> {
-        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
-        buckets.try_take(key, now).map_err(|next| {
-            let wait_s = (next.0 - now.0).max(0).unsigned_abs().div_ceil(1000);
+        self.0.take(key, now).map_err(|wait_s| {
             limit(
                 StatusCode::TOO_MANY_REQUESTS,
                 format!(
                     "task {}/{} was run now {} times in the last minute, the limit \
                      (limits.triggers_per_task_per_minute); try again in {wait_s} s",
-                    key.namespace, key.id, self.per_minute
+                    key.namespace, key.id, self.0.per_minute
                 ),
             )
         })
@@ -182,39 +199,26 @@ pub const COMPLETIONS_PER_EXECUTION_PER_MINUTE: u32 = 120;
 /// The rate of completion calls per execution id (`POST /executions/{id}/complete`), which
 /// no API token guards.
 #[derive(Clone, Debug)]
-pub struct CompletionLimiter {
-    buckets: Arc<Mutex<KeyedBuckets<String>>>,
-}
+pub struct CompletionLimiter(PerMinute<String>);
 
 impl CompletionLimiter {
     /// A limiter at [`COMPLETIONS_PER_EXECUTION_PER_MINUTE`].
     pub fn new() -> Self {
-        let per_minute = f64::from(COMPLETIONS_PER_EXECUTION_PER_MINUTE);
-        CompletionLimiter {
-            buckets: Arc::new(Mutex::new(KeyedBuckets::new(
-                per_minute / 60.0,
-                per_minute,
-                MAX_TRACKED_TASKS,
-            ))),
-        }
+        CompletionLimiter(PerMinute::new(COMPLETIONS_PER_EXECUTION_PER_MINUTE))
     }
 
     /// Takes one call for `execution` at `now`, or refuses with 429.
     pub fn admit(&self, execution: &str, now: UtcMillis) -> Result<(), ApiError> {
-        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
-        buckets
-            .try_take(&execution.to_owned(), now)
-            .map_err(|next| {
-                let wait_s = (next.0 - now.0).max(0).unsigned_abs().div_ceil(1000);
-                limit(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    format!(
-                        "execution {execution} was reported on more than \
+        self.0.take(&execution.to_owned(), now).map_err(|wait_s| {
+            limit(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "execution {execution} was reported on more than \
                      {COMPLETIONS_PER_EXECUTION_PER_MINUTE} times in the last minute; try \
                      again in {wait_s} s"
-                    ),
-                )
-            })
+                ),
+            )
+        })
     }
 }
 
