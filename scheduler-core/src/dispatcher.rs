@@ -978,17 +978,16 @@ impl Dispatcher {
             let (run_now, run_id) = match &item.kind {
                 FireKind::Resend(id) => {
                     if let Some(progress) = task.state.fanouts.iter().find(|f| f.id == *id) {
-                        let fire = ShardedFire {
-                            fire_at: progress.fire_at,
-                            run_now: None,
-                            run_id: progress.run.clone(),
-                            starts_run: progress.run.is_none()
-                                && self.graph.starts_runs(&task.key, &task.spec),
-                            fanout: &progress.id,
-                            total: progress.total,
-                            workers: &progress.workers,
-                        };
-                        out.extend(progress.open().map(|index| fire.shard(task, index)));
+                        let starts_run =
+                            progress.run.is_none() && self.graph.starts_runs(&task.key, &task.spec);
+                        let fire = ShardedFire::of(
+                            progress,
+                            progress.fire_at,
+                            None,
+                            progress.run.clone(),
+                            starts_run,
+                        );
+                        out.extend(fire.open(task, progress));
                     }
                     continue;
                 }
@@ -1071,16 +1070,9 @@ impl Dispatcher {
                         Some(progress) => {
                             // Addressed before (a fire replayed after a failover): its shards
                             // not ended go to the workers they were addressed to.
-                            let fire = ShardedFire {
-                                fire_at,
-                                run_now,
-                                run_id,
-                                starts_run,
-                                fanout: &progress.id,
-                                total: progress.total,
-                                workers: &progress.workers,
-                            };
-                            out.extend(progress.open().map(|index| fire.shard(task, index)));
+                            let fire =
+                                ShardedFire::of(progress, fire_at, run_now, run_id, starts_run);
+                            out.extend(fire.open(task, progress));
                             continue;
                         }
                         None => {
@@ -1198,19 +1190,14 @@ impl Dispatcher {
         let Some(progress) = task.state.fanouts.iter().find(|f| f.id == id) else {
             return Vec::new();
         };
-        let fire = ShardedFire {
-            fire_at: dispatch.fire_at,
-            run_now: dispatch.run_now.clone(),
-            run_id: dispatch.run_id.clone(),
-            starts_run: dispatch.starts_run,
-            fanout: &progress.id,
-            total: progress.total,
-            workers: &progress.workers,
-        };
-        progress
-            .open()
-            .map(|index| fire.shard(task, index))
-            .collect()
+        ShardedFire::of(
+            progress,
+            dispatch.fire_at,
+            dispatch.run_now.clone(),
+            dispatch.run_id.clone(),
+            dispatch.starts_run,
+        )
+        .open(task, progress)
     }
 
     fn on_timer(&mut self, fire_at: UtcMillis, entry: TimerEntry, now: UtcMillis) {
@@ -1881,7 +1868,35 @@ struct ShardedFire<'a> {
     workers: &'a [String],
 }
 
-impl ShardedFire<'_> {
+impl<'a> ShardedFire<'a> {
+    /// The fire `progress` records, to send its shards not ended again (after a failover,
+    /// or to the workers a broadcast was addressed to).
+    fn of(
+        progress: &'a FanoutProgress,
+        fire_at: UtcMillis,
+        run_now: Option<String>,
+        run_id: Option<String>,
+        starts_run: bool,
+    ) -> Self {
+        ShardedFire {
+            fire_at,
+            run_now,
+            run_id,
+            starts_run,
+            fanout: &progress.id,
+            total: progress.total,
+            workers: &progress.workers,
+        }
+    }
+
+    /// Its shards `progress` shows open.
+    fn open(&self, task: &Armed, progress: &FanoutProgress) -> Vec<Dispatch> {
+        progress
+            .open()
+            .map(|index| self.shard(task, index))
+            .collect()
+    }
+
     /// Shard `index`: side by side with the others, so overlap `allow`.
     fn shard(&self, task: &Armed, index: u32) -> Dispatch {
         Dispatch {
