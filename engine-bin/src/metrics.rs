@@ -559,10 +559,13 @@ impl Metrics {
         self.is_leader.set(i64::from(leading));
     }
 
-    /// Sets how many shards this replica schedules.
+    /// Sets how many shards this replica schedules, and [`IS_LEADER`] to whether it
+    /// schedules any. Not a leadership change: shards move at every join and leave, which
+    /// the flapping alert must not count.
     pub fn set_shards_owned(&self, owned: usize) {
         self.shards_owned
             .set(i64::try_from(owned).unwrap_or(i64::MAX));
+        self.is_leader.set(i64::from(owned > 0));
     }
 
     /// Counts a failed call to `backend` ([`BACKEND_ETCD`], [`BACKEND_REDIS`]).

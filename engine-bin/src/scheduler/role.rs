@@ -203,8 +203,11 @@ pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: Cancellatio
     {
         owner.stop().await;
     }
-    role.deps.metrics.set_leader(false);
-    role.deps.metrics.set_shards_owned(0);
+    if role.settings.placement.is_sharded() {
+        role.deps.metrics.set_shards_owned(0);
+    } else {
+        role.deps.metrics.set_leader(false);
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -466,9 +469,10 @@ impl Role {
     fn publish_owned(&self) {
         let metrics = &self.deps.metrics;
         let started = self.terms.values().filter(|t| t.started).count();
-        metrics.set_leader(started > 0);
         if self.settings.placement.is_sharded() {
             metrics.set_shards_owned(started);
+        } else {
+            metrics.set_leader(started > 0);
         }
     }
 
