@@ -178,6 +178,10 @@ pub struct Redis {
     pub dlq_retention: Duration,
     /// Most dead-letter entries kept per queue (the oldest go first); default 10 000.
     pub dlq_max_entries: usize,
+    /// Partitions per queue name (`{ hot = 4 }`), 1 to 256: such a queue is that many
+    /// physical queues on different Redis Cluster slots. Every replica and the CLI must
+    /// have the same. Default none.
+    pub queue_partitions: BTreeMap<String, u32>,
 }
 
 impl Default for Redis {
@@ -197,6 +201,7 @@ impl Default for Redis {
             execution_history_max_entries: ax_queue::DEFAULT_EXECUTION_HISTORY_MAX_ENTRIES,
             dlq_retention: ax_queue::DEFAULT_DLQ_RETENTION,
             dlq_max_entries: ax_queue::DEFAULT_DLQ_MAX_ENTRIES,
+            queue_partitions: BTreeMap::new(),
         }
     }
 }

@@ -70,7 +70,8 @@ impl std::fmt::Debug for Consumer {
 impl Queue {
     /// A consumer of `queue` for `worker_id`, on its own connection. It registers the worker
     /// in the queue's workers set at `now` so its processing list is never unknown to the
-    /// reaper; keep it alive with [`Queue::heartbeat`].
+    /// reaper; keep it alive with [`Queue::heartbeat`]. A partitioned queue is consumed by
+    /// its partitions' names ([`Queue::physical_queues`]), each with a consumer of its own.
     pub async fn consumer(
         &self,
         queue: &str,
@@ -80,6 +81,13 @@ impl Queue {
     ) -> Result<Consumer> {
         check_queue(queue)?;
         check_queue(worker_id)?;
+        if self.partitions(queue) > 1 {
+            // Its messages wait in its partitions: a consumer of the name would wait for ever.
+            return Err(QueueError::InvalidConfig(format!(
+                "queue `{queue}` has partitions: consume each of its physical queues \
+                 (Queue::physical_queues)"
+            )));
+        }
         let cfg = &self.inner.cfg;
         let response_timeout = block_timeout + cfg.command_timeout;
         let conn = self
@@ -105,7 +113,7 @@ impl Queue {
             name: queue.to_string(),
             worker_id: worker_id.to_string(),
             block_timeout,
-            limits: cfg.limits_of(queue),
+            limits: cfg.limits_of(self.logical_queue(queue)),
         })
     }
 }
