@@ -787,6 +787,38 @@ mod tests {
     }
 
     #[test]
+    fn queue_partitions_are_read_checked_and_given_to_the_queue_client() {
+        let c = Config::from_toml_str(
+            "[instance]\nid = \"r1\"\n[redis]\nqueue_partitions = { hot = 4, warm = 1 }",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let q = crate::backend::connect::queue_config(&c);
+        assert_eq!(q.partitions["hot"], 4);
+        assert_eq!(q.partitions["warm"], 1);
+        assert!(Config::default().redis.queue_partitions.is_empty());
+        let bad = Config::from_toml_str(
+            "[instance]\nid = \"r1\"\n[redis]\nqueue_partitions = { hot = 0, cold = 257, \"a#p1\" = 2 }\n\
+             [worker]\nqueues = [\"default\", \"b#p0\"]",
+        )
+        .unwrap();
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("redis.queue_partitions: queue `hot` has 0 partitions; 1 to 256"),
+            "{e}"
+        );
+        assert!(e.contains("queue `cold` has 257 partitions"), "{e}");
+        assert!(
+            e.contains("redis.queue_partitions: queue `a#p1` contains `#`"),
+            "{e}"
+        );
+        assert!(
+            e.contains("worker.queues: queue `b#p0` contains `#`"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn queue_limits_are_read_checked_and_given_to_the_queue_client() {
         let c = Config::from_toml_str(
             "[instance]\nid = \"r1\"\n[worker]\nqueue_limits = [{queue = \"reports\", max_running = 4, rate = 2.5}, \

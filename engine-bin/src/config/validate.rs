@@ -399,11 +399,11 @@ fn show(d: Duration) -> String {
 fn queue_name_problem(q: &str) -> Option<String> {
     if !is_key_segment(q) || !ax_queue::keys::validate_name(q) {
         Some(format!(
-            "`{q}` is not a queue name (non-empty, no `/`, braces or spaces)"
+            "queue `{q}` is not a queue name (non-empty, no `/`, braces or spaces)"
         ))
     } else if q.contains(ax_queue::PARTITION_SEPARATOR) {
         Some(format!(
-            "`{q}` contains `{sep}`, which separates a queue from its partition's number; \
+            "queue `{q}` contains `{sep}`, which separates a queue from its partition's number; \
              name the queue (a worker of it serves every partition)",
             sep = ax_queue::PARTITION_SEPARATOR
         ))
