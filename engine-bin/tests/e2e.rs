@@ -3494,5 +3494,32 @@ async fn tasks_on_a_partitioned_queue_run_exactly_once_on_two_replicas() {
     let mut live = q.live_workers("hot").await.unwrap();
     live.sort();
     assert_eq!(live, ["a", "b"]);
+    // A replica's status names the logical queue with its partitions.
+    let port = c.replica("a").http_port;
+    let status: Value = reqwest::get(format!("http://127.0.0.1:{port}/api/v1/status"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let hot = status["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "hot")
+        .unwrap_or_else(|| panic!("no queue hot: {status}"));
+    assert_eq!(
+        (&hot["partitions"], &hot["depth"]),
+        (&json!(4), &json!(0)),
+        "{status}"
+    );
+    let mut served: Vec<&str> = hot["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    served.sort_unstable();
+    assert_eq!(served, ["a", "b"], "{status}");
     c.clean_up().await;
 }
