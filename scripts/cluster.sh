@@ -3,9 +3,10 @@
 # each, node timeout 1 s; scripts/servers.sh), runs the queue crate's integration tests on it
 # (AX_TEST_REDIS_CLUSTER makes them connect to the cluster), then the scenarios with real
 # `ax serve` processes (engine-bin/tests/cluster.rs: tasks over four queues run exactly
-# once; a primary SIGKILLed mid-run, its replica promoted, nothing lost or run twice). Each
-# scenario prints one `cluster:` line; the summary repeats them. Run by scripts/test.sh,
-# which starts the shared etcd and Redis (tests that restart a server use a private one).
+# once; a partitioned queue spread over the primaries runs them exactly once; a primary
+# SIGKILLed mid-run, its replica promoted, nothing lost or run twice). Each scenario prints
+# one `cluster:` line; the summary repeats them. Run by scripts/test.sh, which starts the
+# shared etcd and Redis (tests that restart a server use a private one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${AX_TEST_ETCD:?start the servers first (scripts/test.sh does)}"

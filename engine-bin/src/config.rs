@@ -178,6 +178,10 @@ pub struct Redis {
     pub dlq_retention: Duration,
     /// Most dead-letter entries kept per queue (the oldest go first); default 10 000.
     pub dlq_max_entries: usize,
+    /// Partitions per queue name (`{ hot = 4 }`), 1 to 256: such a queue is that many
+    /// physical queues on different Redis Cluster slots. Every replica and the CLI must
+    /// have the same. Default none.
+    pub queue_partitions: BTreeMap<String, u32>,
 }
 
 impl Default for Redis {
@@ -197,6 +201,7 @@ impl Default for Redis {
             execution_history_max_entries: ax_queue::DEFAULT_EXECUTION_HISTORY_MAX_ENTRIES,
             dlq_retention: ax_queue::DEFAULT_DLQ_RETENTION,
             dlq_max_entries: ax_queue::DEFAULT_DLQ_MAX_ENTRIES,
+            queue_partitions: BTreeMap::new(),
         }
     }
 }
@@ -779,6 +784,38 @@ mod tests {
         assert_eq!(c.scheduler.enqueue_stall_limit, Duration::from_secs(30));
         assert_eq!(c.http.listen, "0.0.0.0:8080");
         assert_eq!(c.alerts.min_level, AlertLevel::Warn);
+    }
+
+    #[test]
+    fn queue_partitions_are_read_checked_and_given_to_the_queue_client() {
+        let c = Config::from_toml_str(
+            "[instance]\nid = \"r1\"\n[redis]\nqueue_partitions = { hot = 4, warm = 1 }",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let q = crate::backend::connect::queue_config(&c);
+        assert_eq!(q.partitions["hot"], 4);
+        assert_eq!(q.partitions["warm"], 1);
+        assert!(Config::default().redis.queue_partitions.is_empty());
+        let bad = Config::from_toml_str(
+            "[instance]\nid = \"r1\"\n[redis]\nqueue_partitions = { hot = 0, cold = 257, \"a#p1\" = 2 }\n\
+             [worker]\nqueues = [\"default\", \"b#p0\"]",
+        )
+        .unwrap();
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("redis.queue_partitions: queue `hot` has 0 partitions; 1 to 256"),
+            "{e}"
+        );
+        assert!(e.contains("queue `cold` has 257 partitions"), "{e}");
+        assert!(
+            e.contains("redis.queue_partitions: queue `a#p1` contains `#`"),
+            "{e}"
+        );
+        assert!(
+            e.contains("worker.queues: queue `b#p0` contains `#`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -471,9 +471,12 @@ impl Metrics {
         Ok(m)
     }
 
-    /// The `queue` label value for `queue` (see [`MAX_LABEL_VALUES`]).
+    /// The `queue` label value for `queue` (see [`MAX_LABEL_VALUES`]). A partition's
+    /// physical name (`hot#p3`) counts as its queue's, so a partitioned queue has one series
+    /// as the gauges (summed over its partitions) do.
     pub fn queue_label<'a>(&self, queue: &'a str) -> &'a str {
-        self.queue_labels.get(queue)
+        let logical = ax_queue::split_partition(queue).map_or(queue, |(logical, _)| logical);
+        self.queue_labels.get(logical)
     }
 
     /// The `handler` label value for `handler` (see [`MAX_LABEL_VALUES`]).
@@ -662,6 +665,20 @@ mod tests {
         for name in ["process_cpu_seconds_total", "process_resident_memory_bytes"] {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
         }
+    }
+
+    #[test]
+    fn a_partition_counts_as_its_queue() {
+        let m = metrics();
+        assert_eq!(m.queue_label("hot#p3"), "hot");
+        assert_eq!(m.queue_label("default"), "default");
+        m.record_attempt("default#p1", "http", &AttemptEnd::succeeded(), 0.2);
+        assert_eq!(
+            m.tasks_executed_total
+                .with_label_values(&["default", "http", "success"])
+                .get(),
+            1
+        );
     }
 
     #[test]

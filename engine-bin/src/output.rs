@@ -469,7 +469,11 @@ pub fn status_text(s: &StatusView) -> String {
             .iter()
             .map(|q| {
                 vec![
-                    q.name.clone(),
+                    if q.partitions > 1 {
+                        format!("{} ({} partitions)", q.name, q.partitions)
+                    } else {
+                        q.name.clone()
+                    },
                     q.depth.to_string(),
                     millis(q.oldest_age_ms),
                     q.dlq_size.to_string(),
@@ -631,6 +635,7 @@ mod tests {
                 dlq_size: 2,
                 paused: true,
                 workers: vec!["py-1".into()],
+                partitions: 1,
             }],
             dlq_size: 2,
             redis_warnings: Vec::new(),

@@ -480,7 +480,8 @@ impl Parts<'_> {
             })?;
         let pool_config = WorkerConfig {
             worker_id,
-            queues: config.worker.queues.clone(),
+            // A partitioned queue is served by its partitions, each taken from on its own.
+            queues: self.queue.physical_queues_of(&config.worker.queues),
             concurrency: config.worker.effective_concurrency(),
             prefetch: config.worker.prefetch,
             shutdown_grace: config.worker.shutdown_grace,

@@ -7,7 +7,9 @@
 //! The workload: one-shot tasks over four queues (so that the queues' keys, the event stream
 //! and the histories land on different primaries) and a periodic task. Each scenario checks
 //! that every one-shot ran exactly once, no execution ran twice and the periodic task keeps
-//! running, and prints one `cluster:` line with its figures.
+//! running, and prints one `cluster:` line with its figures. One scenario puts the one-shots
+//! on a partitioned queue instead, whose partitions spread over the primaries; another has
+//! three replicas share the scheduling shards.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "e2e/harness.rs"]
@@ -204,6 +206,67 @@ async fn two_hundred_one_shots(c: &Cluster) -> harness::Figures {
     )
     .await;
     w.settle(c, Duration::from_secs(15), started).await
+}
+
+/// A partitioned queue on the cluster: `hot` in eight partitions, each in a slot of its own,
+/// spread over the primaries; every one-shot on it runs exactly once with two replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_queue_spreads_over_the_primaries_and_runs_exactly_once() {
+    const PARTS: u32 = 8;
+    let _serial = SERIAL.lock().await;
+    let mut c = on_the_cluster("cluster-part").await;
+    c.env
+        .push(("AX_REDIS_QUEUE_PARTITIONS", format!("hot={PARTS}")));
+    c.env.push(("AX_WORKER_QUEUES", "default,hot".to_owned()));
+    for id in ["r1", "r2"] {
+        c.start_replica(id, Roles::Both).await;
+    }
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    let started = now_ms();
+    let w = Workload::start(
+        &c,
+        "part",
+        &["hot"],
+        200,
+        started + 1500,
+        Duration::from_secs(6),
+    )
+    .await;
+    let f = w.settle(&c, Duration::from_secs(15), started).await;
+    let cfg = ax_queue::QueueConfig {
+        prefix: c.redis_prefix.clone(),
+        partitions: std::collections::BTreeMap::from([("hot".to_owned(), PARTS)]),
+        ..ax_queue::QueueConfig::default()
+    };
+    let q = ax_queue::Queue::connect_cluster(&nodes(), cfg)
+        .await
+        .unwrap();
+    // The leader raised every partition's fence; the partitions' primaries.
+    let node = live_node().await;
+    let mut on = std::collections::BTreeSet::new();
+    for p in q.physical_queues("hot") {
+        assert!(q.fence(&p, None).await.unwrap() > 0, "{p} has no fence");
+        let slot = ax_queue::slot(q.keys().queued(&p).as_bytes());
+        on.insert(primary_of(&node, slot).await.unwrap());
+    }
+    println!(
+        "cluster: 200 one-shots on a queue of {PARTS} partitions, 2 replicas: lost {}, \
+         duplicated {}, repeated executions {}; partitions on {} of 3 primaries",
+        f.lost,
+        f.duplicated,
+        f.repeated_ids,
+        on.len()
+    );
+    f.assert_clean("exactly once on a partitioned queue");
+    // Eight partitions on one primary of three: a chance of 3 in 6561.
+    assert!(on.len() >= 2, "every partition on one primary");
+    let stats = q
+        .stats("hot", ax_scheduler_core::UtcMillis::now())
+        .await
+        .unwrap();
+    assert_eq!((stats.ready, stats.dead), (0, 0));
+    c.assert_running(&["r1", "r2"]);
+    c.clean_up().await;
 }
 
 /// A Redis node's process id and config file (`scripts/servers.sh` starts each node from a

@@ -3409,3 +3409,117 @@ async fn with_shards_a_chain_runs_within_its_shard_and_is_refused_across_shards(
     }
     c.clean_up().await;
 }
+
+/// A partitioned queue (`redis.queue_partitions`) served by two replicas: every one-shot on it
+/// runs exactly once, spread over the four physical queues and over both replicas' workers,
+/// and the logical name's figures cover the partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_on_a_partitioned_queue_run_exactly_once_on_two_replicas() {
+    const N: usize = 200;
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-part").await;
+    c.env
+        .push(("AX_REDIS_QUEUE_PARTITIONS", "hot=4".to_owned()));
+    c.env.push(("AX_WORKER_QUEUES", "default,hot".to_owned()));
+    c.start_replica("a", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    c.start_replica("b", Roles::Both).await;
+
+    let due = now_ms() + 2_000;
+    let tasks: Vec<(String, String, Value)> = (0..N)
+        .map(|i| {
+            let mut spec = http_task(&c, json!({ "at": rfc3339(due + i as i64) }));
+            spec["queue"] = json!("hot");
+            ("part".to_owned(), format!("t{i:03}"), spec)
+        })
+        .collect();
+    c.put_tasks(&tasks).await;
+    wait_until(Duration::from_secs(30), "every task executed", || {
+        let n = c.receiver.executions().len();
+        async move { n >= N }
+    })
+    .await;
+    // Room for duplicates to show up.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let runs = c.receiver.executions();
+    let per_task = counts(&runs);
+    let twice: Vec<_> = per_task.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "run more than once: {twice:?}");
+    assert_eq!((runs.len(), per_task.len()), (N, N));
+
+    let q = ax_queue::Queue::connect(
+        &c.redis_url,
+        ax_queue::QueueConfig {
+            prefix: c.redis_prefix.clone(),
+            partitions: std::collections::BTreeMap::from([("hot".to_owned(), 4)]),
+            ..ax_queue::QueueConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut queues = std::collections::BTreeSet::new();
+    let mut workers = std::collections::BTreeSet::new();
+    wait_until(Duration::from_secs(10), "every history", || {
+        let (q, tasks) = (&q, &tasks);
+        async move {
+            for (ns, id, _) in tasks {
+                if q.history(ns, id, 1).await.unwrap().is_empty() {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    for (ns, id, _) in &tasks {
+        let h = q.history(ns, id, 1).await.unwrap();
+        queues.insert(h[0].queue.clone());
+        workers.insert(h[0].worker.clone());
+    }
+    assert_eq!(
+        queues.into_iter().collect::<Vec<_>>(),
+        q.physical_queues("hot"),
+        "attempts ran on every partition"
+    );
+    assert_eq!(
+        workers.into_iter().collect::<Vec<_>>(),
+        ["a", "b"],
+        "both replicas' workers took from the partitions"
+    );
+    let stats = q
+        .stats("hot", ax_scheduler_core::UtcMillis::now())
+        .await
+        .unwrap();
+    assert_eq!((stats.ready, stats.unsettled, stats.dead), (0, 0, 0));
+    let mut live = q.live_workers("hot").await.unwrap();
+    live.sort();
+    assert_eq!(live, ["a", "b"]);
+    // A replica's status names the logical queue with its partitions.
+    let port = c.replica("a").http_port;
+    let status: Value = reqwest::get(format!("http://127.0.0.1:{port}/api/v1/status"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let hot = status["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "hot")
+        .unwrap_or_else(|| panic!("no queue hot: {status}"));
+    assert_eq!(
+        (&hot["partitions"], &hot["depth"]),
+        (&json!(4), &json!(0)),
+        "{status}"
+    );
+    let mut served: Vec<&str> = hot["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    served.sort_unstable();
+    assert_eq!(served, ["a", "b"], "{status}");
+    c.clean_up().await;
+}

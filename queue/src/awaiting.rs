@@ -496,16 +496,23 @@ impl Queue {
     }
 
     /// The record of execution `id` in `queue`, if there is one.
+    /// Looked for in every partition of a partitioned queue; the record names the
+    /// physical queue that holds it.
     pub async fn awaiting_record(&self, queue: &str, id: Uuid) -> Result<Option<AwaitingRecord>> {
         check_queue(queue)?;
         let mut conn = self.conn();
-        let fields: BTreeMap<String, String> = self
-            .run(
-                "awaiting_record",
-                conn.hgetall(self.keys().awaiting(queue, &id.to_string())),
-            )
-            .await?;
-        Ok(AwaitingRecord::from_fields(queue, id, fields))
+        for q in self.physical_queues(queue) {
+            let fields: BTreeMap<String, String> = self
+                .run(
+                    "awaiting_record",
+                    conn.hgetall(self.keys().awaiting(&q, &id.to_string())),
+                )
+                .await?;
+            if let Some(rec) = AwaitingRecord::from_fields(&q, id, fields) {
+                return Ok(Some(rec));
+            }
+        }
+        Ok(None)
     }
 
     /// Ends `attempt` of `message` (waiting for its completion) as `label` (an

@@ -10,6 +10,7 @@ use ax_scheduler_core::ready::DEFAULT_AGING_INTERVAL;
 
 use crate::error::{QueueError, Result};
 use crate::keys::{validate_name, DEFAULT_PREFIX};
+use crate::partitions::{MAX_PARTITIONS, PARTITION_SEPARATOR};
 
 /// Executions kept per task in its history list, by default.
 pub const DEFAULT_HISTORY_CAP: usize = 100;
@@ -73,6 +74,12 @@ pub struct QueueConfig {
     /// Limits per queue name, enforced inside the take script so they hold across all
     /// workers; every worker of a queue must be given the same. Default none.
     pub limits: BTreeMap<String, QueueLimits>,
+    /// Partitions per queue name, 1 ..= [`crate::MAX_PARTITIONS`] (see `partitions.rs`): a
+    /// queue named here is that many physical queues on different cluster slots. Every
+    /// process that enqueues into, serves or operates on a queue must be given the same
+    /// count. A partitioned queue's [`QueueConfig::limits`] apply to each partition. Default
+    /// none (every queue is one).
+    pub partitions: BTreeMap<String, u32>,
     /// Replicas that must have an enqueue or a settle (ack, retry, dead letter) before it
     /// returns: `WAIT n` on the primary that took the write, bounded by
     /// [`QueueConfig::command_timeout`]. Narrows what a failover can lose (Redis replicates
@@ -142,6 +149,7 @@ impl Default for QueueConfig {
             reconnect_max_delay: Duration::from_secs(1),
             priority_aging: DEFAULT_AGING_INTERVAL,
             limits: BTreeMap::new(),
+            partitions: BTreeMap::new(),
             replica_acks: 0,
             tls: None,
         }
@@ -195,6 +203,19 @@ impl QueueConfig {
                 return Err(QueueError::InvalidConfig(format!(
                     "limits of queue `{queue}`: the name must be non-empty without braces or \
                      spaces, the rate a number of at least 0"
+                )));
+            }
+        }
+        for (queue, &n) in &self.partitions {
+            if !validate_name(queue) || queue.contains(PARTITION_SEPARATOR) {
+                return Err(QueueError::InvalidConfig(format!(
+                    "partitions of queue `{queue}`: the name must be non-empty without braces, \
+                     spaces or `{PARTITION_SEPARATOR}`"
+                )));
+            }
+            if !(1..=MAX_PARTITIONS).contains(&n) {
+                return Err(QueueError::InvalidConfig(format!(
+                    "partitions of queue `{queue}`: {n}; 1 to {MAX_PARTITIONS} are allowed"
                 )));
             }
         }

@@ -56,6 +56,21 @@ pub struct Consumer {
     worker_id: String,
     block_timeout: Duration,
     limits: QueueLimits,
+    /// What the last take found, for [`Consumer::wait_for_work`].
+    last: Found,
+}
+
+/// What the last take found when it took nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Found {
+    /// Messages, or no take yet.
+    Work,
+    /// The queue is paused.
+    Paused,
+    /// The queue's rate allows a take again after this long.
+    RateHold(Duration),
+    /// Nothing to take (empty, or at its `max_running`).
+    Nothing,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -70,7 +85,8 @@ impl std::fmt::Debug for Consumer {
 impl Queue {
     /// A consumer of `queue` for `worker_id`, on its own connection. It registers the worker
     /// in the queue's workers set at `now` so its processing list is never unknown to the
-    /// reaper; keep it alive with [`Queue::heartbeat`].
+    /// reaper; keep it alive with [`Queue::heartbeat`]. A partitioned queue is consumed by
+    /// its partitions' names ([`Queue::physical_queues`]), each with a consumer of its own.
     pub async fn consumer(
         &self,
         queue: &str,
@@ -80,6 +96,13 @@ impl Queue {
     ) -> Result<Consumer> {
         check_queue(queue)?;
         check_queue(worker_id)?;
+        if self.partitions(queue) > 1 {
+            // Its messages wait in its partitions: a consumer of the name would wait for ever.
+            return Err(QueueError::InvalidConfig(format!(
+                "queue `{queue}` has partitions: consume each of its physical queues \
+                 (Queue::physical_queues)"
+            )));
+        }
         let cfg = &self.inner.cfg;
         let response_timeout = block_timeout + cfg.command_timeout;
         let conn = self
@@ -105,7 +128,8 @@ impl Queue {
             name: queue.to_string(),
             worker_id: worker_id.to_string(),
             block_timeout,
-            limits: cfg.limits_of(queue),
+            limits: cfg.limits_of(self.logical_queue(queue)),
+            last: Found::Work,
         })
     }
 }
@@ -129,27 +153,34 @@ impl Consumer {
     /// queue at its rate waits until the rate allows a take (at most the block timeout);
     /// one at its `max_running` waits for a wake, as an empty one does.
     pub async fn take(&mut self, max: usize) -> Result<Vec<Delivery>> {
-        let max = max.max(1);
-        let mut taken = self.take_now(max).await?;
-        if taken.paused {
-            tokio::time::sleep(PAUSED_POLL.min(self.block_timeout)).await;
+        let first = self.take_ready(max).await?;
+        if !first.is_empty() {
+            return Ok(first);
+        }
+        let paused = self.last == Found::Paused;
+        if !self.wait_for_work().await? || paused {
             return Ok(Vec::new());
         }
-        if taken.raws.is_empty() {
-            let woken = match u64::try_from(taken.hold) {
-                Ok(ms) if ms > 0 => {
-                    tokio::time::sleep(Duration::from_millis(ms).min(self.block_timeout)).await;
-                    true
-                }
-                _ => self.wait_for_wake().await?,
-            };
-            if woken {
-                taken = self.take_now(max).await?;
-                if taken.paused {
-                    return Ok(Vec::new());
-                }
+        let again = self.take_ready(max).await?;
+        Ok(again)
+    }
+
+    /// Takes up to `max` messages without waiting (one call of `take.lua`): empty when there
+    /// is nothing to take now. [`Consumer::wait_for_work`] then waits as [`Consumer::take`]
+    /// would. A caller that reserves room for what it takes (a worker pool serving several
+    /// queues) reserves it for this call only, not for the wait.
+    pub async fn take_ready(&mut self, max: usize) -> Result<Vec<Delivery>> {
+        let taken = self.take_now(max.max(1)).await?;
+        self.last = if taken.paused {
+            Found::Paused
+        } else if !taken.raws.is_empty() {
+            Found::Work
+        } else {
+            match u64::try_from(taken.hold) {
+                Ok(ms) if ms > 0 => Found::RateHold(Duration::from_millis(ms)),
+                _ => Found::Nothing,
             }
-        }
+        };
         let mut out = Vec::with_capacity(taken.raws.len());
         for (raw, limited_wait) in taken.raws {
             match ExecutionMessage::from_json(&raw) {
@@ -171,6 +202,24 @@ impl Consumer {
             }
         }
         Ok(out)
+    }
+
+    /// Waits for something to take after a [`Consumer::take_ready`] that took nothing: a
+    /// wake (at most the block timeout), the queue's rate, or [`PAUSED_POLL`] on a paused
+    /// queue. `false` when a wake wait ran out; returns at once after a take that found work.
+    pub async fn wait_for_work(&mut self) -> Result<bool> {
+        match self.last {
+            Found::Work => Ok(true),
+            Found::Paused => {
+                tokio::time::sleep(PAUSED_POLL.min(self.block_timeout)).await;
+                Ok(true)
+            }
+            Found::RateHold(after) => {
+                tokio::time::sleep(after.min(self.block_timeout)).await;
+                Ok(true)
+            }
+            Found::Nothing => self.wait_for_wake().await,
+        }
     }
 
     /// One call of `take.lua`.

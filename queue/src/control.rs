@@ -135,8 +135,26 @@ impl Queue {
     /// Kills execution `id` in `queue`: removes it when it waits (queued set or delayed set),
     /// orders its worker to stop it when it runs. [`KillState::Gone`] when the queue does not
     /// have it. A removed execution's end is the caller's to report.
+    /// A partitioned queue's partitions are looked through in turn.
     pub async fn kill_execution(&self, queue: &str, id: Uuid) -> Result<Kill> {
         check_queue(queue)?;
+        let mut gone = None;
+        for q in self.physical_queues(queue) {
+            let kill = self.kill_in(&q, id).await?;
+            if kill.state != KillState::Gone {
+                return Ok(kill);
+            }
+            gone = Some(kill);
+        }
+        Ok(gone.unwrap_or(Kill {
+            execution_id: id,
+            state: KillState::Gone,
+            message: None,
+        }))
+    }
+
+    /// [`Queue::kill_execution`] in one physical queue.
+    async fn kill_in(&self, queue: &str, id: Uuid) -> Result<Kill> {
         if let Some(kill) = self.kill_awaiting(queue, id).await? {
             return Ok(kill);
         }
@@ -178,18 +196,22 @@ impl Queue {
             source,
         })?;
         let needle = format!("\"task_id\":{encoded}");
-        let mut ids: Vec<Uuid> = Vec::new();
-        for (_, m) in self.find(queue, &needle).await? {
-            if &*m.namespace == namespace
-                && &*m.task_id == task_id
-                && !ids.contains(&m.execution_id)
-            {
-                ids.push(m.execution_id);
+        let mut out = Vec::new();
+        // A task's executions share a partition unless its concurrency key moved them
+        // (a key from the payload), so every partition is looked through.
+        for q in self.physical_queues(queue) {
+            let mut ids: Vec<Uuid> = Vec::new();
+            for (_, m) in self.find(&q, &needle).await? {
+                if &*m.namespace == namespace
+                    && &*m.task_id == task_id
+                    && !ids.contains(&m.execution_id)
+                {
+                    ids.push(m.execution_id);
+                }
             }
-        }
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            out.push(self.kill_execution(queue, id).await?);
+            for id in ids {
+                out.push(self.kill_in(&q, id).await?);
+            }
         }
         Ok(out)
     }
@@ -346,36 +368,48 @@ impl Queue {
 
     /// Pauses `queue`: workers take nothing from it from their next take on (running
     /// executions go on). `false` when it was paused already.
+    /// A partitioned queue: every partition; `false` when all were paused already.
     pub async fn pause_queue(&self, queue: &str) -> Result<bool> {
         check_queue(queue)?;
         let mut conn = self.conn();
-        let set: bool = self
-            .run(
-                "pause_queue",
-                conn.set_nx(
-                    self.keys().paused(queue),
-                    ax_scheduler_core::UtcMillis::now().0,
-                ),
-            )
-            .await?;
-        Ok(set)
+        let now = ax_scheduler_core::UtcMillis::now().0;
+        let mut changed = false;
+        for q in self.physical_queues(queue) {
+            let set: bool = self
+                .run("pause_queue", conn.set_nx(self.keys().paused(&q), now))
+                .await?;
+            changed |= set;
+        }
+        Ok(changed)
     }
 
-    /// Resumes a paused `queue`. `false` when it was not paused.
+    /// Resumes a paused `queue` (every partition of a partitioned one). `false` when it was
+    /// not paused.
     pub async fn resume_queue(&self, queue: &str) -> Result<bool> {
         check_queue(queue)?;
         let mut conn = self.conn();
-        let n: i64 = self
-            .run("resume_queue", conn.del(self.keys().paused(queue)))
-            .await?;
-        Ok(n > 0)
+        let mut changed = false;
+        for q in self.physical_queues(queue) {
+            let n: i64 = self
+                .run("resume_queue", conn.del(self.keys().paused(&q)))
+                .await?;
+            changed |= n > 0;
+        }
+        Ok(changed)
     }
 
-    /// Whether `queue` is paused.
+    /// Whether `queue` is paused (any partition of a partitioned one).
     pub async fn is_paused(&self, queue: &str) -> Result<bool> {
         check_queue(queue)?;
         let mut conn = self.conn();
-        self.run("is_paused", conn.exists(self.keys().paused(queue)))
-            .await
+        for q in self.physical_queues(queue) {
+            let paused: bool = self
+                .run("is_paused", conn.exists(self.keys().paused(&q)))
+                .await?;
+            if paused {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 }

@@ -180,8 +180,17 @@ impl Queue {
     /// Removes `queue`'s dead-letter entries older than the retention and the oldest beyond
     /// the cap ([`crate::QueueConfig::dlq_retention`], [`crate::QueueConfig::dlq_max_entries`]),
     /// at most 500 per call. Returns how many went.
+    /// A partitioned queue's partitions are trimmed each by these limits.
     pub async fn trim_dlq(&self, queue: &str, now: UtcMillis) -> Result<usize> {
         check_queue(queue)?;
+        let mut total = 0;
+        for q in self.physical_queues(queue) {
+            total += self.trim_dlq_of(&q, now).await?;
+        }
+        Ok(total)
+    }
+
+    async fn trim_dlq_of(&self, queue: &str, now: UtcMillis) -> Result<usize> {
         let cfg = self.config();
         let retention = i64::try_from(cfg.dlq_retention.as_millis()).unwrap_or(i64::MAX);
         let k = self.keys();
@@ -203,15 +212,24 @@ impl Queue {
         Ok(n)
     }
 
-    /// Number of dead-letter entries of `queue` (ZCARD).
+    /// Number of dead-letter entries of `queue` (ZCARD; summed over a partitioned queue's
+    /// partitions).
     pub async fn dlq_size(&self, queue: &str) -> Result<u64> {
         check_queue(queue)?;
         let mut conn = self.conn();
-        self.run("dlq_size", conn.zcard(self.keys().dlq(queue)))
-            .await
+        let mut total = 0;
+        for q in self.physical_queues(queue) {
+            let n: u64 = self
+                .run("dlq_size", conn.zcard(self.keys().dlq(&q)))
+                .await?;
+            total += n;
+        }
+        Ok(total)
     }
 
-    /// A page of dead-letter entries, oldest first.
+    /// A page of dead-letter entries, oldest first. A partitioned queue's page merges its
+    /// partitions' by the time they were dead-lettered (each partition read up to the
+    /// page's end, so deep pages cost more).
     pub async fn dlq_list(
         &self,
         queue: &str,
@@ -222,6 +240,20 @@ impl Queue {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        let parts = self.physical_queues(queue);
+        if parts.len() == 1 {
+            return self.dlq_page(queue, offset, limit).await;
+        }
+        let end = offset.saturating_add(limit);
+        let mut all = Vec::new();
+        for q in &parts {
+            all.extend(self.dlq_page(q, 0, end).await?);
+        }
+        all.sort_by_key(|e| (e.dead_lettered_at, e.id));
+        Ok(all.into_iter().skip(offset).take(limit).collect())
+    }
+
+    async fn dlq_page(&self, queue: &str, offset: usize, limit: usize) -> Result<Vec<DlqEntry>> {
         let k = self.keys();
         let mut conn = self.conn();
         let start = isize::try_from(offset).unwrap_or(isize::MAX);
@@ -249,16 +281,30 @@ impl Queue {
     }
 
     /// One dead-letter entry by id.
+    /// Looked for in every partition of a partitioned queue.
     pub async fn dlq_get(&self, queue: &str, entry_id: Uuid) -> Result<Option<DlqEntry>> {
         check_queue(queue)?;
+        Ok(self
+            .dlq_find(queue, entry_id)
+            .await?
+            .map(|(_, entry)| entry))
+    }
+
+    /// The entry and the physical queue that holds it.
+    async fn dlq_find(&self, queue: &str, entry_id: Uuid) -> Result<Option<(String, DlqEntry)>> {
         let mut conn = self.conn();
-        let json: Option<String> = self
-            .run(
-                "dlq_get",
-                conn.hget(self.keys().dlq_entries(queue), entry_id.to_string()),
-            )
-            .await?;
-        json.map(|j| DlqEntry::from_json(&j)).transpose()
+        for q in self.physical_queues(queue) {
+            let json: Option<String> = self
+                .run(
+                    "dlq_get",
+                    conn.hget(self.keys().dlq_entries(&q), entry_id.to_string()),
+                )
+                .await?;
+            if let Some(j) = json {
+                return Ok(Some((q, DlqEntry::from_json(&j)?)));
+            }
+        }
+        Ok(None)
     }
 
     /// Enqueues an entry again as a new execution (new id, attempt 0) and removes it from
@@ -270,9 +316,12 @@ impl Queue {
         entry_id: Uuid,
         now: UtcMillis,
     ) -> Result<Option<Uuid>> {
-        let Some(entry) = self.dlq_get(queue, entry_id).await? else {
+        check_queue(queue)?;
+        // The entry goes back to the partition that holds it (its message names it).
+        let Some((queue, entry)) = self.dlq_find(queue, entry_id).await? else {
             return Ok(None);
         };
+        let queue = queue.as_str();
         let Some(msg) = entry.message else {
             return Ok(None);
         };
@@ -301,8 +350,17 @@ impl Queue {
     /// Requeues every entry `queue` holds when the call starts; returns how many were
     /// requeued. The ids are read first: an execution that fails for good again while this
     /// runs comes back as a new entry, and paging the live set would meet it again and again.
+    /// Every partition of a partitioned queue.
     pub async fn dlq_requeue_all(&self, queue: &str, now: UtcMillis) -> Result<usize> {
         check_queue(queue)?;
+        let mut requeued = 0;
+        for q in self.physical_queues(queue) {
+            requeued += self.dlq_requeue_all_of(&q, now).await?;
+        }
+        Ok(requeued)
+    }
+
+    async fn dlq_requeue_all_of(&self, queue: &str, now: UtcMillis) -> Result<usize> {
         let mut conn = self.conn();
         let ids: Vec<String> = self
             .run(
@@ -321,19 +379,24 @@ impl Queue {
         Ok(requeued)
     }
 
-    /// Deletes every dead-letter entry of `queue`; returns how many there were.
+    /// Deletes every dead-letter entry of `queue` (of each partition of a partitioned one);
+    /// returns how many there were.
     pub async fn dlq_purge(&self, queue: &str) -> Result<u64> {
         check_queue(queue)?;
         let k = self.keys();
         let mut conn = self.conn();
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .zcard(k.dlq(queue))
-            .del(k.dlq(queue))
-            .ignore()
-            .del(k.dlq_entries(queue))
-            .ignore();
-        let (n,): (u64,) = self.run("dlq_purge", pipe.query_async(&mut conn)).await?;
-        Ok(n)
+        let mut total = 0;
+        for q in self.physical_queues(queue) {
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .zcard(k.dlq(&q))
+                .del(k.dlq(&q))
+                .ignore()
+                .del(k.dlq_entries(&q))
+                .ignore();
+            let (n,): (u64,) = self.run("dlq_purge", pipe.query_async(&mut conn)).await?;
+            total += n;
+        }
+        Ok(total)
     }
 }

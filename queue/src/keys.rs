@@ -572,6 +572,22 @@ mod tests {
         streams.sort_unstable();
         streams.dedup();
         assert_eq!(streams.len(), 5, "event streams share a slot");
+        // A partitioned queue's partitions each have a slot of their own, and every
+        // partition's scripts stay in its slot (the keys above come from any name).
+        let mut partitions: Vec<u16> = (0..8)
+            .map(|p| crate::partition_name("hot", p))
+            .map(|q| crate::conn::slot(k.queued(&q).as_bytes()))
+            .collect();
+        assert_eq!(
+            crate::conn::slot(
+                k.fence(&crate::partition_name("hot", 3), Some(1))
+                    .as_bytes()
+            ),
+            crate::conn::slot(k.queued(&crate::partition_name("hot", 3)).as_bytes())
+        );
+        partitions.sort_unstable();
+        partitions.dedup();
+        assert_eq!(partitions.len(), 8, "partitions share a slot");
     }
 
     #[test]

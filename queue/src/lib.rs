@@ -21,6 +21,7 @@ mod history;
 pub mod keys;
 mod maintenance;
 mod message;
+mod partitions;
 mod queue;
 mod scripts;
 mod server;
@@ -47,6 +48,9 @@ pub use maintenance::{
     Maintenance, MaintenanceConfig, MaintenanceState, StepReport, DEFAULT_VISIBILITY_TIMEOUT,
 };
 pub use message::{AttemptError, Dedupe, ExecutionMessage, Lineage};
+pub use partitions::{
+    partition_name, partition_of, split_partition, MAX_PARTITIONS, PARTITION_SEPARATOR,
+};
 pub use queue::{
     Delivery, Fence, Queue, QueueStats, RetrySettle, ENQUEUE_CHUNK, REPLICA_ACK_WAIT,
     UNSERVED_AFTER,

@@ -92,8 +92,12 @@ pub struct Maintenance {
 const DLQ_TRIM_INTERVAL: Duration = Duration::from_secs(5);
 
 impl Maintenance {
-    /// A loop in state [`MaintenanceState::Promote`].
-    pub fn new(queue: Queue, cfg: MaintenanceConfig) -> Self {
+    /// A loop in state [`MaintenanceState::Promote`]. A partitioned queue among
+    /// [`MaintenanceConfig::queues`] stands for all its partitions.
+    pub fn new(queue: Queue, mut cfg: MaintenanceConfig) -> Self {
+        let mut physical = queue.physical_queues_of(&cfg.queues);
+        physical.dedup();
+        cfg.queues = physical;
         Maintenance {
             queue,
             state: MaintenanceState::Promote,

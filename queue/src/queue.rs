@@ -107,6 +107,23 @@ pub struct QueueStats {
 pub const UNSERVED_AFTER: Duration = Duration::from_secs(30);
 
 impl QueueStats {
+    /// The figures of two partitions of one queue as one: counts add up, the oldest age is
+    /// the older, the last beat the newer; paused when either is.
+    pub fn merge(&self, other: &QueueStats) -> QueueStats {
+        QueueStats {
+            ready: self.ready + other.ready,
+            unsettled: self.unsettled + other.unsettled,
+            delayed: self.delayed + other.delayed,
+            dead: self.dead + other.dead,
+            oldest_age: self.oldest_age.max(other.oldest_age),
+            last_worker_beat: match (self.last_worker_beat, other.last_worker_beat) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            paused: self.paused || other.paused,
+        }
+    }
+
     /// Whether messages wait that no worker will take: some have waited at least 10 s, and no
     /// worker serving the queue has beaten its heart for [`UNSERVED_AFTER`] (or none ever
     /// registered): a queue name no worker is configured for, or every worker gone.
@@ -253,8 +270,25 @@ impl Queue {
     /// of its shard ([`ExecutionMessage::shard`]) has seen: one call of `enqueue_many.lua`
     /// per (queue, shard) and chunk of [`ENQUEUE_CHUNK`] messages, all in one pipeline (one
     /// round trip). Each message gets its own outcome, in order. Safe to
-    /// repeat after an error: every message is deduplicated.
+    /// repeat after an error: every message is deduplicated. A message for a partitioned
+    /// queue goes to its partition (see `partitions.rs`), stored under that physical name.
     pub async fn enqueue_batch(&self, msgs: &[ExecutionMessage]) -> Result<Vec<EnqueueOutcome>> {
+        if msgs.iter().any(|m| self.partitions(&m.queue) > 1) {
+            let routed: Vec<ExecutionMessage> = msgs
+                .iter()
+                .map(|m| {
+                    let mut routed = m.clone();
+                    routed.queue = self.physical_queue(m).into();
+                    routed
+                })
+                .collect();
+            return self.enqueue_physical(&routed).await;
+        }
+        self.enqueue_physical(msgs).await
+    }
+
+    /// [`Queue::enqueue_batch`] of messages that name their physical queue.
+    async fn enqueue_physical(&self, msgs: &[ExecutionMessage]) -> Result<Vec<EnqueueOutcome>> {
         if msgs.is_empty() {
             return Ok(Vec::new());
         }
@@ -422,13 +456,18 @@ impl Queue {
 
     /// The newest fencing token `queue` has seen from the owners of scheduling `shard`
     /// (`None`: an unsharded install's leaders), 0 when none.
+    /// A partitioned queue's is the highest of its partitions'.
     pub async fn fence(&self, queue: &str, shard: Option<u32>) -> Result<u64> {
         check_queue(queue)?;
         let mut conn = self.conn();
-        let v: Option<u64> = self
-            .run("fence", conn.get(self.inner.keys.fence(queue, shard)))
-            .await?;
-        Ok(v.unwrap_or(0))
+        let mut newest = 0;
+        for q in self.physical_queues(queue) {
+            let v: Option<u64> = self
+                .run("fence", conn.get(self.inner.keys.fence(&q, shard)))
+                .await?;
+            newest = newest.max(v.unwrap_or(0));
+        }
+        Ok(newest)
     }
 
     /// Raises `queue`'s fence of scheduling `shard` to `token`, issued by the etcd cluster
@@ -436,6 +475,8 @@ impl Queue {
     /// so a deposed one is refused even on queues the new one has not pushed to yet). The
     /// first cluster to raise a fence owns it; a fence owned by another cluster is not
     /// touched (see [`Fence::is_foreign`]). Other shards' fences are not touched either.
+    /// A partitioned queue's fence is raised on every partition; the answer is the first
+    /// partition's that is foreign or ahead, else the last one's.
     pub async fn advance_fence(
         &self,
         queue: &str,
@@ -444,6 +485,29 @@ impl Queue {
         cluster: &str,
     ) -> Result<Fence> {
         check_queue(queue)?;
+        let mut last = None;
+        for q in self.physical_queues(queue) {
+            let fence = self.advance_one_fence(&q, shard, token, cluster).await?;
+            let refuses = fence.is_foreign() || fence.is_ahead();
+            last = Some(fence);
+            if refuses {
+                break;
+            }
+        }
+        // `physical_queues` lists at least the queue itself.
+        last.ok_or_else(|| QueueError::UnexpectedReply {
+            op: "advance_fence",
+            detail: "no physical queue".into(),
+        })
+    }
+
+    async fn advance_one_fence(
+        &self,
+        queue: &str,
+        shard: Option<u32>,
+        token: u64,
+        cluster: &str,
+    ) -> Result<Fence> {
         let mut conn = self.conn();
         let mut inv = self.inner.scripts.advance_fence.prepare_invoke();
         inv.key(self.inner.keys.fence(queue, shard))
@@ -468,7 +532,7 @@ impl Queue {
     /// Sets `queue`'s fence of scheduling `shard` to `token` and its owner to `cluster`,
     /// whatever they were: the operator's repair after an etcd restore or a change of
     /// cluster (`ax fence reseat`). Safe only when no other installation uses this Redis key
-    /// prefix.
+    /// prefix. A partitioned queue's fence is set on every partition.
     pub async fn reseat_fence(
         &self,
         queue: &str,
@@ -478,15 +542,18 @@ impl Queue {
     ) -> Result<()> {
         check_queue(queue)?;
         let k = &self.inner.keys;
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .set(k.fence(queue, shard), token)
-            .ignore()
-            .set(k.fence_owner(queue, shard), cluster)
-            .ignore();
-        let mut conn = self.conn();
-        self.run("reseat_fence", pipe.query_async::<()>(&mut conn))
-            .await
+        for q in self.physical_queues(queue) {
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .set(k.fence(&q, shard), token)
+                .ignore()
+                .set(k.fence_owner(&q, shard), cluster)
+                .ignore();
+            let mut conn = self.conn();
+            self.run("reseat_fence", pipe.query_async::<()>(&mut conn))
+                .await?;
+        }
+        Ok(())
     }
 
     /// Settles a finished message. `false` when it was no longer held (the reaper gave it
@@ -696,8 +763,21 @@ impl Queue {
     /// The workers serving `queue` now: those in its workers set whose heartbeat key lives
     /// and is not a stopping worker's (a worker of any language registers the same way, see
     /// `docs/worker-protocol.md`).
+    /// A partitioned queue's are those live on any partition.
     pub async fn live_workers(&self, queue: &str) -> Result<Vec<String>> {
         check_queue(queue)?;
+        let mut all = Vec::new();
+        for q in self.physical_queues(queue) {
+            for id in self.live_workers_of(&q).await? {
+                if !all.contains(&id) {
+                    all.push(id);
+                }
+            }
+        }
+        Ok(all)
+    }
+
+    async fn live_workers_of(&self, queue: &str) -> Result<Vec<String>> {
         let k = &self.inner.keys;
         let mut conn = self.conn();
         let ids: Vec<String> = self
@@ -735,7 +815,9 @@ impl Queue {
         workers: &[String],
     ) -> Result<Vec<String>> {
         check_queue(queue)?;
-        let key = self.inner.keys.fanout_workers(queue, fanout_id);
+        // One place per fire whatever the partitions: the first partition's slot.
+        let home = self.physical_queues(queue).swap_remove(0);
+        let key = self.inner.keys.fanout_workers(&home, fanout_id);
         let json = serde_json::to_string(workers).map_err(|source| QueueError::Json {
             action: "encode",
             what: "broadcast workers",
@@ -927,20 +1009,33 @@ impl Queue {
 
     /// Messages waiting to be taken (ZCARD of the queued set, plus what an earlier version
     /// left in its ready list and no take has moved yet).
+    /// Summed over a partitioned queue's partitions.
     pub async fn depth(&self, queue: &str) -> Result<u64> {
         let k = &self.inner.keys;
         let mut conn = self.conn();
-        let mut pipe = redis::pipe();
-        pipe.zcard(k.queued(queue)).llen(k.legacy_ready(queue));
-        let (queued, legacy): (u64, u64) = self.run("depth", pipe.query_async(&mut conn)).await?;
-        Ok(queued + legacy)
+        let mut total = 0;
+        for q in self.physical_queues(queue) {
+            let mut pipe = redis::pipe();
+            pipe.zcard(k.queued(&q)).llen(k.legacy_ready(&q));
+            let (queued, legacy): (u64, u64) =
+                self.run("depth", pipe.query_async(&mut conn)).await?;
+            total += queued + legacy;
+        }
+        Ok(total)
     }
 
-    /// Messages waiting in the delayed set (ZCARD).
+    /// Messages waiting in the delayed set (ZCARD), summed over a partitioned queue's
+    /// partitions.
     pub async fn delayed_len(&self, queue: &str) -> Result<u64> {
         let mut conn = self.conn();
-        self.run("delayed_len", conn.zcard(self.inner.keys.delayed(queue)))
-            .await
+        let mut total = 0;
+        for q in self.physical_queues(queue) {
+            let n: u64 = self
+                .run("delayed_len", conn.zcard(self.inner.keys.delayed(&q)))
+                .await?;
+            total += n;
+        }
+        Ok(total)
     }
 
     /// How long the oldest unsettled message has waited since it was enqueued, from the
@@ -956,8 +1051,39 @@ impl Queue {
         Ok(first.first().map(|(_, at)| now.since(UtcMillis(*at))))
     }
 
-    /// All monitoring figures of `queue` in one round trip.
+    /// All monitoring figures of `queue` in one round trip (one per partition of a
+    /// partitioned queue, summed: see [`QueueStats::merge`]).
     pub async fn stats(&self, queue: &str, now: UtcMillis) -> Result<QueueStats> {
+        let mut total: Option<QueueStats> = None;
+        for q in self.physical_queues(queue) {
+            let one = self.partition_stats(&q, now).await?;
+            total = Some(match total {
+                None => one,
+                Some(t) => t.merge(&one),
+            });
+        }
+        total.ok_or_else(|| QueueError::UnexpectedReply {
+            op: "stats",
+            detail: "no physical queue".into(),
+        })
+    }
+
+    /// The figures of each physical queue of `queue`, by name (one entry for a queue
+    /// without partitions).
+    pub async fn partition_stats_of(
+        &self,
+        queue: &str,
+        now: UtcMillis,
+    ) -> Result<Vec<(String, QueueStats)>> {
+        let mut out = Vec::new();
+        for q in self.physical_queues(queue) {
+            let stats = self.partition_stats(&q, now).await?;
+            out.push((q, stats));
+        }
+        Ok(out)
+    }
+
+    async fn partition_stats(&self, queue: &str, now: UtcMillis) -> Result<QueueStats> {
         let k = &self.inner.keys;
         let mut conn = self.conn();
         let mut pipe = redis::pipe();

@@ -54,9 +54,16 @@ fn hash64(parts: &[&[u8]]) -> u64 {
 
 /// The shard of `key` among `shards` (at least 1).
 pub fn shard_of(key: &TaskKey, shards: u32) -> u32 {
-    let h = hash64(&[key.namespace.as_bytes(), key.id.as_bytes()]);
-    // `shards.max(1)` keeps the modulo defined; the result is below `shards`, so it fits.
-    (h % u64::from(shards.max(1))) as u32
+    bucket_of(&[key.namespace.as_bytes(), key.id.as_bytes()], shards)
+}
+
+/// The bucket of the name made of `parts` among `buckets` (at least 1), by the same stable
+/// hash as [`shard_of`]: the same on every process and version, so it can place stored data
+/// (a queue's partitions use it).
+pub fn bucket_of(parts: &[&[u8]], buckets: u32) -> u32 {
+    let h = hash64(parts);
+    // `buckets.max(1)` keeps the modulo defined; the result is below `buckets`, so it fits.
+    (h % u64::from(buckets.max(1))) as u32
 }
 
 /// What a task's shard is computed from (`scheduler.placement`).

@@ -5,7 +5,11 @@
 //! `concurrency + prefetch` places: the prefetched messages wait, in order, for a running
 //! slot, so a slot that frees starts the next message at once instead of after a round trip
 //! to Redis (without them every execution paid a take's round trip on top of its handler, and
-//! a pool of N ran at most N messages per round trip).
+//! a pool of N ran at most N messages per round trip). The take itself never blocks: a fetch
+//! loop whose last take found nothing waits for a wake (`Consumer::wait_for_work`) before it
+//! reserves places, so the fetch loops of idle queues (a partitioned queue's quiet
+//! partitions) hold none of the places the busy ones need, and the busy ones share the
+//! places in the semaphore's first-come order.
 //!
 //! Each message runs in its own task; the handler itself runs in a further spawned task
 //! so a panic surfaces as a `JoinError` (recorded with its message) instead of unwinding
@@ -430,6 +434,9 @@ async fn fetch_loop(
 ) {
     let mut backoff = error_backoff();
     let mut consumer = None;
+    // The last take found nothing: wait for work before reserving places, so a fetcher of
+    // an idle queue (or partition) holds none of the places the busy ones need.
+    let mut idle = false;
     while !cancel.is_cancelled() {
         let c = match &mut consumer {
             Some(c) => c,
@@ -452,6 +459,19 @@ async fn fetch_loop(
                 }
             },
         };
+        if idle {
+            let waited = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                w = c.wait_for_work() => w,
+            };
+            if let Err(e) = waited {
+                tracing::warn!(queue = %queue_name, error = %e, retryable = e.is_retryable(), "waiting for messages failed");
+                let wait = backoff.next_delay(&mut rand::rng());
+                pause(&cancel, wait).await;
+                continue;
+            }
+        }
         let first = tokio::select! {
             biased;
             _ = cancel.cancelled() => break,
@@ -467,9 +487,10 @@ async fn fetch_loop(
                 Err(_) => break,
             }
         }
-        match c.take(permits.len()).await {
+        match c.take_ready(permits.len()).await {
             Ok(deliveries) => {
                 backoff.reset();
+                idle = deliveries.is_empty();
                 sh.counters
                     .taken
                     .fetch_add(deliveries.len() as u64, Ordering::Relaxed);

@@ -904,3 +904,37 @@ async fn every_attempts_end_event_names_the_messages_shard() {
     assert_eq!((r.attempt, r.finished_event().shard), (0, None));
     running.stop().await;
 }
+
+/// A pool serving the partitions of a queue, with fewer places than partitions: the fetch
+/// loops of the idle partitions hold no place while they wait, so the busy partition's
+/// messages run at once instead of after the idle ones' block timeouts.
+#[tokio::test]
+async fn idle_partitions_hold_no_place_from_a_busy_one() {
+    let cfg = ax_queue::QueueConfig {
+        prefix: unique_name("axwp"),
+        partitions: std::collections::BTreeMap::from([("hot".to_owned(), 4)]),
+        ..ax_queue::QueueConfig::default()
+    };
+    let q = Queue::connect(&redis_url(), cfg).await.unwrap();
+    let seen: Seen = Arc::default();
+    let mut wc = fast_config("w");
+    wc.queues = q.physical_queues("hot");
+    wc.concurrency = 1;
+    wc.prefetch = 0;
+    // Long enough that a place held through one idle wait shows.
+    wc.block_timeout = Duration::from_secs(20);
+    let running = start(recording_pool(&q, wc, &seen));
+    // Every fetch loop has found its partition empty and waits.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut s = spec("busy", "record");
+    s.queue = "hot".into();
+    let fires: Vec<ExecutionMessage> = (1..=3).map(|i| msg(&s, i)).collect();
+    q.enqueue_batch(&fires).await.unwrap();
+    for m in &fires {
+        assert!(
+            ran_within(&seen, m.execution_id, Duration::from_secs(10)).await,
+            "a fire waited behind the idle partitions"
+        );
+    }
+    running.stop().await;
+}

@@ -273,6 +273,7 @@ pub fn queue_config(config: &Config) -> QueueConfig {
                 (l.queue.clone(), limits)
             })
             .collect(),
+        partitions: config.redis.queue_partitions.clone(),
         ..QueueConfig::default()
     }
 }

@@ -446,6 +446,7 @@ impl Backend {
         for name in self.known_queues().await? {
             let stats = q.stats(&name, now).await.map_err(errors::queue)?;
             let workers = q.live_workers(&name).await.map_err(errors::queue)?;
+            let partitions = q.partitions(&name);
             dlq_size += stats.dead;
             queues.push(QueueView {
                 name,
@@ -456,6 +457,7 @@ impl Backend {
                 dlq_size: stats.dead,
                 paused: stats.paused,
                 workers,
+                partitions,
             });
         }
         // Settings Redis will not tell (CONFIG disabled) are unknown, not wrong.

@@ -25,6 +25,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("AX_REDIS_CERT_FILE", "redis.cert_file"),
     ("AX_REDIS_KEY_FILE", "redis.key_file"),
     ("AX_REDIS_KEY_PREFIX", "redis.key_prefix"),
+    ("AX_REDIS_QUEUE_PARTITIONS", "redis.queue_partitions"),
     ("AX_INSTANCE_ID", "instance.id"),
     ("AX_ROLES", "instance.roles"),
     ("AX_LEASE_TTL", "election.lease_ttl"),
@@ -84,6 +85,20 @@ impl Config {
             "AX_REDIS_CERT_FILE" => self.redis.cert_file = text,
             "AX_REDIS_KEY_FILE" => self.redis.key_file = text,
             "AX_REDIS_KEY_PREFIX" => self.redis.key_prefix = text,
+            "AX_REDIS_QUEUE_PARTITIONS" => {
+                self.redis.queue_partitions = split_list(value)
+                    .iter()
+                    .map(|pair| {
+                        let (queue, n) = pair.split_once('=').ok_or_else(|| {
+                            format!("`{pair}` is not QUEUE=PARTITIONS (e.g. `hot=4`)")
+                        })?;
+                        let n = n.trim().parse().map_err(|_| {
+                            format!("`{pair}`: `{n}` is not a whole number of partitions")
+                        })?;
+                        Ok((queue.trim().to_owned(), n))
+                    })
+                    .collect::<Result<_, String>>()?
+            }
             "AX_INSTANCE_ID" => self.instance.id = text,
             "AX_ROLES" => self.instance.roles = parse_roles(value)?,
             "AX_LEASE_TTL" => self.election.lease_ttl = parse_duration(value)?,
@@ -179,6 +194,7 @@ mod tests {
                 | "AX_FLUSH_INTERVAL" => "7s",
                 "AX_WORKER_CONCURRENCY" | "AX_REDIS_REPLICA_ACKS" | "AX_SHARDS" => "7",
                 "AX_PLACEMENT" => "namespace",
+                "AX_REDIS_QUEUE_PARTITIONS" => "x7=7",
                 _ => "x7",
             };
             let mut c = Config::default();
@@ -199,6 +215,7 @@ mod tests {
             ("AX_WORKER_CONCURRENCY", "12"),
             ("AX_REDIS_CLUSTER_NODES", "redis://a:7000, redis://b:7001"),
             ("AX_WORKER_QUEUES", "default,slow"),
+            ("AX_REDIS_QUEUE_PARTITIONS", "hot=4, warm = 2"),
             ("AX_WORKER_HTTP_ALLOW_CIDRS", "127.0.0.0/8, ::1/128"),
             (
                 "AX_WORKER_HTTP_ALLOW_HOSTS",
@@ -214,6 +231,10 @@ mod tests {
         assert_eq!(c.worker.concurrency, 12);
         assert_eq!(c.redis.cluster_nodes, ["redis://a:7000", "redis://b:7001"]);
         assert_eq!(c.worker.queues, ["default", "slow"]);
+        assert_eq!(
+            c.redis.queue_partitions,
+            std::collections::BTreeMap::from([("hot".to_owned(), 4), ("warm".to_owned(), 2)])
+        );
         assert_eq!(c.worker.http_allow_cidrs, ["127.0.0.0/8", "::1/128"]);
         assert_eq!(
             c.worker.http_allow_hosts,

@@ -130,6 +130,20 @@ impl Config {
                 "must be at least 1".into(),
             );
         }
+        for (q, &n) in &self.redis.queue_partitions {
+            if let Some(problem) = queue_name_problem(q) {
+                err("redis.queue_partitions", problem);
+            }
+            if !(1..=ax_queue::MAX_PARTITIONS).contains(&n) {
+                err(
+                    "redis.queue_partitions",
+                    format!(
+                        "queue `{q}` has {n} partitions; 1 to {} are allowed",
+                        ax_queue::MAX_PARTITIONS
+                    ),
+                );
+            }
+        }
 
         // instance
         if self.instance.id.trim().is_empty() {
@@ -230,24 +244,15 @@ impl Config {
             );
         }
         for q in &self.worker.queues {
-            if !is_key_segment(q) {
-                err(
-                    "worker.queues",
-                    format!("`{q}` is not a queue name (non-empty, no `/`)"),
-                );
+            if let Some(problem) = queue_name_problem(q) {
+                err("worker.queues", problem);
             }
         }
         let mut limited = std::collections::HashSet::new();
         for (i, l) in self.worker.queue_limits.iter().enumerate() {
             let key = format!("worker.queue_limits[{i}]");
-            if !is_key_segment(&l.queue) || !ax_queue::keys::validate_name(&l.queue) {
-                err(
-                    &key,
-                    format!(
-                        "queue `{}` is not a queue name (non-empty, no `/`, braces or spaces)",
-                        l.queue
-                    ),
-                );
+            if let Some(problem) = queue_name_problem(&l.queue) {
+                err(&key, problem);
             }
             if !limited.insert(l.queue.as_str()) {
                 err(&key, format!("queue `{}` has limits twice", l.queue));
@@ -387,6 +392,24 @@ fn positive(err: &mut impl FnMut(&str, String), key: &str, d: Duration) {
 
 fn show(d: Duration) -> String {
     humantime::format_duration(d).to_string()
+}
+
+/// What is wrong with a queue name in the configuration, if anything. The partition
+/// separator is refused: `hot#p3` names a partition of `hot` (see `redis.queue_partitions`).
+fn queue_name_problem(q: &str) -> Option<String> {
+    if !is_key_segment(q) || !ax_queue::keys::validate_name(q) {
+        Some(format!(
+            "queue `{q}` is not a queue name (non-empty, no `/`, braces or spaces)"
+        ))
+    } else if q.contains(ax_queue::PARTITION_SEPARATOR) {
+        Some(format!(
+            "queue `{q}` contains `{sep}`, which separates a queue from its partition's number; \
+             name the queue (a worker of it serves every partition)",
+            sep = ax_queue::PARTITION_SEPARATOR
+        ))
+    } else {
+        None
+    }
 }
 
 fn is_key_segment(s: &str) -> bool {

@@ -913,6 +913,18 @@ pub struct QueueView {
     /// Ids of the workers serving it now (heartbeat alive), whatever their language.
     #[serde(default)]
     pub workers: Vec<String>,
+    /// Physical queues it is spread over (`redis.queue_partitions`); the figures above are
+    /// their sums. 1 (left out) when it has no partitions.
+    #[serde(default = "one_partition", skip_serializing_if = "is_one_partition")]
+    pub partitions: u32,
+}
+
+fn one_partition() -> u32 {
+    1
+}
+
+fn is_one_partition(n: &u32) -> bool {
+    *n == 1
 }
 
 /// Who is calling: the body of `GET /whoami`, so a client (the console) can offer only what
