@@ -41,10 +41,11 @@ CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 CONTRACT = {
     "etcd": {"endpoints", "prefix", "username", "password", "ca_file", "cert_file", "key_file", "timeout",
              "quota_backend_bytes"},
-    "redis": {"url", "password", "ca_file", "cert_file", "key_file", "key_prefix"},
+    "redis": {"url", "password", "ca_file", "cert_file", "key_file", "key_prefix", "queue_partitions"},
     "instance": {"id", "roles"},
     "election": {"lease_ttl"},
-    "scheduler": {"tick", "catch_up_window", "max_clock_skew", "enqueue_rate_limit", "backlog_alert_threshold"},
+    "scheduler": {"tick", "catch_up_window", "max_clock_skew", "enqueue_rate_limit", "backlog_alert_threshold",
+                  "shards", "placement"},
     "worker": {"concurrency", "prefetch", "queues", "shutdown_grace", "visibility_timeout",
                "http_allow_cidrs", "http_allow_hosts", "commands_allow_root", "commands", "queue_limits"},
     "http": {"listen", "api_token", "tokens", "public_url"},
