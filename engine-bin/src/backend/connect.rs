@@ -196,9 +196,19 @@ pub(crate) fn tls_hint(error: &str, backend: &str, ca_set: bool) -> String {
             " (the server refused this client's certificate, or wanted one: check \
              {backend}.cert_file and {backend}.key_file against the CA the server trusts)"
         )
-    } else if ca_set && error.contains("connection closed") {
+    } else if ca_set
+        && [
+            "connection closed",
+            "broken pipe",
+            "BrokenPipe",
+            "ConnectionReset",
+        ]
+        .iter()
+        .any(|words| error.contains(words))
+    {
         // Under TLS 1.3 a client learns only after its handshake that the server refused its
-        // certificate (etcd's gRPC client sees no more than the connection closing).
+        // certificate (etcd's gRPC client sees no more than the connection closing, or, when
+        // it wrote first, a broken pipe).
         format!(
             " (the server closed the TLS connection: if it asks for client certificates, \
              check {backend}.cert_file and {backend}.key_file)"
@@ -342,6 +352,16 @@ mod tests {
         );
         let hint = tls_hint("received fatal alert: UnknownCA", "redis", true);
         assert!(hint.contains("check redis.cert_file"), "{hint}");
+        // The server closing a TLS 1.3 connection after the handshake, as gRPC words it.
+        let closed = r#"transport error: hyper::Error(Io, Custom { kind: BrokenPipe, error: "stream closed because of a broken pipe" })"#;
+        assert!(
+            tls_hint(closed, "etcd", true).contains("check etcd.cert_file and etcd.key_file"),
+            "{closed}"
+        );
+        assert!(
+            tls_hint(closed, "etcd", false).is_empty(),
+            "no TLS: no hint"
+        );
         assert!(tls_hint("connection refused", "etcd", true).is_empty());
     }
 
