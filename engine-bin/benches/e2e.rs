@@ -47,7 +47,17 @@
 //! the shares are even (the owner keys, or the leader key with one shard); one marker per
 //! shard shows when each owner has consumed the watch. Lateness, lost and twice count over
 //! every replica's log, and the report adds CPU per process kind (the scheduler replicas
-//! together, the workers together, etcd, Redis), also per 1 000 fires.
+//! together, the workers together, etcd, Redis), also per 1 000 fires. Every mode measures
+//! each process's idle CPU first (`AX_BENCH_IDLE_SECS`, default 5, once the replicas are ready
+//! and before any task is registered) and gives the cost per 1 000 fires also without it.
+//!
+//! `AX_BENCH_PRELOAD=1` registers the tasks before the replicas start, so each term arms
+//! them from its takeover's listing instead of its watch. Tasks written to etcd while a term
+//! runs, not through ax, are checked for the audit log and recorded there one by one
+//! ("changed in etcd without ax", up to 10 000 a term), which goes on into the firing window
+//! and adds to the etcd and scheduler CPU of every other mode; installations register
+//! through the API, whose own record the check finds. The idle CPU is then taken between
+//! the arming and the first due.
 //!
 //! `AX_BENCH_MEMORY=1` measures the leader's memory per registered task instead of firing:
 //! a scheduler-only leader and a worker, N small periodic `http` tasks (a 60-byte loopback URL,
@@ -398,6 +408,21 @@ async fn settled_rss(pid: u32) -> u64 {
     last
 }
 
+/// A counter or gauge of etcd's own metrics (`/metrics` on its client URL), summed over
+/// its label sets.
+async fn etcd_metric(endpoint: &str, name: &str) -> f64 {
+    let Some((200, body)) = http_get(&format!("{endpoint}/metrics")).await else {
+        return 0.0;
+    };
+    body.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The pid of the process whose command line contains `needle` (a server's port).
 fn find_pid(program: &str, needle: &str) -> Option<u32> {
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
@@ -473,6 +498,8 @@ struct Setup {
     writers: usize,
     margin_ms: i64,
     memory: bool,
+    /// Register the tasks before the replicas start (`AX_BENCH_PRELOAD`).
+    preload: bool,
 }
 
 fn main() {
@@ -520,6 +547,7 @@ fn main() {
         writers,
         margin_ms,
         memory,
+        preload: !memory && env_or("AX_BENCH_PRELOAD", 0) == 1,
     }));
 }
 
@@ -625,6 +653,113 @@ async fn sharded_memory(
     }
 }
 
+/// Starts the replicas of `kinds` and waits until they schedule: every shard owned with even
+/// shares (sharded), or the first replica leading; then until every replica is ready.
+async fn start_replicas(
+    kinds: &[(String, Kind)],
+    dir: &Path,
+    etcd_server: &EtcdServer,
+    redis_server: &RedisServer,
+    client: &Client,
+    sharded: bool,
+    shards: u32,
+) -> Vec<Replica> {
+    let procs: Vec<Replica> = kinds
+        .iter()
+        .map(|(name, kind)| {
+            Replica::start(
+                dir,
+                name,
+                *kind,
+                &etcd_server.endpoint(),
+                &redis_server.url(),
+            )
+        })
+        .collect();
+    let schedulers = procs.iter().filter(|p| p.kind.schedules()).count();
+    if sharded {
+        // Every shard owned, and the shares even: the map caps a replica at ⌈shards/n⌉, and a
+        // joiner takes its share from the replicas that started first.
+        let n = schedulers.min(shards as usize);
+        let cap = (shards as usize).div_ceil(schedulers);
+        wait_for("every shard owned", Duration::from_secs(120), async || {
+            let owned = owners(client, shards).await;
+            let mut per: HashMap<&str, usize> = HashMap::new();
+            for owner in owned.values() {
+                *per.entry(owner.as_str()).or_default() += 1;
+            }
+            owned.len() == shards as usize && per.len() == n && per.values().all(|c| *c <= cap)
+        })
+        .await;
+    } else {
+        let metrics_url = format!("{}/metrics", procs[0].http);
+        wait_for("the leader", Duration::from_secs(60), async || {
+            matches!(http_get(&metrics_url).await, Some((200, body)) if body.contains("\nscheduler_is_leader 1"))
+        })
+        .await;
+    }
+    for p in &procs {
+        let url = format!("{}/readyz", p.http);
+        wait_for("readiness", Duration::from_secs(120), async || {
+            matches!(http_get(&url).await, Some((200, _)))
+        })
+        .await;
+    }
+    if sharded {
+        let owned = owners(client, shards).await;
+        let mut per: HashMap<&str, usize> = HashMap::new();
+        for owner in owned.values() {
+            *per.entry(owner.as_str()).or_default() += 1;
+        }
+        let mut per: Vec<_> = per.into_iter().collect();
+        per.sort();
+        println!("shard owners: {per:?}");
+    }
+    procs
+}
+
+/// The processes whose CPU time the report gives (the replicas, the bench, etcd, Redis),
+/// with the kind each counts towards in the per-kind totals.
+fn cpu_processes(
+    procs: &[Replica],
+    etcd_port: &str,
+    redis_port: &str,
+) -> (Vec<(String, u32)>, Vec<&'static str>) {
+    let mut pids: Vec<(String, u32)> = procs.iter().map(|p| (p.name.clone(), p.pid())).collect();
+    let mut kinds: Vec<&'static str> = procs
+        .iter()
+        .map(|p| match p.kind {
+            Kind::Both => "replicas (both roles)",
+            Kind::Scheduler => "schedulers",
+            Kind::Worker => "workers",
+        })
+        .collect();
+    pids.push(("bench".to_owned(), std::process::id()));
+    kinds.push("bench");
+    if let Some(pid) = find_pid("etcd", &format!(":{etcd_port}")) {
+        pids.push(("etcd".to_owned(), pid));
+        kinds.push("etcd");
+    }
+    if let Some(pid) = find_pid("redis-server", &format!(":{redis_port}")) {
+        pids.push(("redis".to_owned(), pid));
+        kinds.push("redis");
+    }
+    (pids, kinds)
+}
+
+/// Each process's CPU ticks over `span` while nothing fires, and the span in seconds.
+async fn idle_cpu(pids: &[(String, u32)], span: Duration) -> (Vec<u64>, f64) {
+    let before: Vec<u64> = pids.iter().map(|(_, p)| cpu_ticks(*p)).collect();
+    let start = Instant::now();
+    tokio::time::sleep(span).await;
+    let ticks = pids
+        .iter()
+        .zip(&before)
+        .map(|((_, p), before)| cpu_ticks(*p).saturating_sub(*before))
+        .collect();
+    (ticks, start.elapsed().as_secs_f64())
+}
+
 /// When `log` (JSON lines) first says `message`, in microseconds since the epoch.
 fn first_line_at(log: &Path, message: &str) -> Option<i64> {
     let text = std::fs::read_to_string(log).ok()?;
@@ -648,6 +783,7 @@ async fn run(setup: Setup) {
         writers,
         margin_ms,
         memory,
+        preload,
     } = setup;
     let replicas = kinds.len();
     let etcd_server = EtcdServer::start_with(&[
@@ -681,64 +817,33 @@ async fn run(setup: Setup) {
             .join(", ")
     );
 
-    let mut procs: Vec<Replica> = kinds
-        .iter()
-        .map(|(name, kind)| {
-            Replica::start(
-                dir.path(),
-                name,
-                *kind,
-                &etcd_server.endpoint(),
-                &redis_server.url(),
-            )
-        })
-        .collect();
     let client = Client::connect([etcd_server.endpoint()], None)
         .await
         .unwrap();
-    let scheduler_names: Vec<String> = procs
-        .iter()
-        .filter(|p| p.kind.schedules())
-        .map(|p| p.name.clone())
-        .collect();
-    if sharded {
-        // Every shard owned, and the shares even: the map caps a replica at ⌈shards/n⌉, and a
-        // joiner takes its share from the replicas that started first.
-        let n = scheduler_names.len().min(shards as usize);
-        let cap = (shards as usize).div_ceil(scheduler_names.len());
-        wait_for("every shard owned", Duration::from_secs(120), async || {
-            let owned = owners(&client, shards).await;
-            let mut per: HashMap<&str, usize> = HashMap::new();
-            for owner in owned.values() {
-                *per.entry(owner.as_str()).or_default() += 1;
-            }
-            owned.len() == shards as usize && per.len() == n && per.values().all(|c| *c <= cap)
-        })
-        .await;
+    let start = || {
+        start_replicas(
+            kinds,
+            dir.path(),
+            &etcd_server,
+            &redis_server,
+            &client,
+            sharded,
+            shards,
+        )
+    };
+    // With the tasks preloaded, the replicas start once they are registered.
+    let mut procs: Vec<Replica> = if preload { Vec::new() } else { start().await };
+    let (mut pids, mut pid_kinds) = cpu_processes(&procs, &etcd_port, &redis_port);
+    let idle_secs: u64 = if memory {
+        0
     } else {
-        let metrics_url = format!("{}/metrics", procs[0].http);
-        wait_for("the leader", Duration::from_secs(60), async || {
-            matches!(http_get(&metrics_url).await, Some((200, body)) if body.contains("\nscheduler_is_leader 1"))
-        })
-        .await;
-    }
-    for p in &procs {
-        let url = format!("{}/readyz", p.http);
-        wait_for("readiness", Duration::from_secs(60), async || {
-            matches!(http_get(&url).await, Some((200, _)))
-        })
-        .await;
-    }
-    if sharded {
-        let owned = owners(&client, shards).await;
-        let mut per: HashMap<&str, usize> = HashMap::new();
-        for owner in owned.values() {
-            *per.entry(owner.as_str()).or_default() += 1;
-        }
-        let mut per: Vec<_> = per.into_iter().collect();
-        per.sort();
-        println!("shard owners: {per:?}");
-    }
+        env_or("AX_BENCH_IDLE_SECS", 5)
+    };
+    let (mut idle_ticks, mut idle_s) = if preload {
+        (Vec::new(), 0.0)
+    } else {
+        idle_cpu(&pids, Duration::from_secs(idle_secs)).await
+    };
 
     // Calibration under a prefix no replica watches.
     let calib = tasks.clamp(1, 4096);
@@ -761,19 +866,23 @@ async fn run(setup: Setup) {
     let estimate_ms = (tasks as f64 / calib_rate * 1000.0) as i64;
     // The watch and the leader's arming run beside the writes and have to catch up after
     // them: a margin of half the estimate plus two seconds.
-    let plan_ms = estimate_ms + estimate_ms / 2 + 2000 + margin_ms;
+    let mut plan_ms = estimate_ms + estimate_ms / 2 + 2000 + margin_ms;
+    if preload {
+        // The replicas start after registration: allow for their start, the shares settling
+        // and each term listing and arming its tasks.
+        plan_ms += 8000 + (tasks / 10) as i64;
+    }
     println!(
         "calibration: {calib} keys at {calib_rate:.0} keys/s; registration planned to end in {} ms",
         plan_ms
     );
 
-    let leader = &procs[0];
     // Every replica's memory before registration (the memory mode's baseline).
     let baselines: Vec<u64> = procs
         .iter()
         .map(|p| status_kib(p.pid(), "VmRSS:"))
         .collect();
-    let baseline_kib = baselines[0];
+    let baseline_kib = baselines.first().copied().unwrap_or(0);
     let register_start_ms = now_ms();
     let planned_end = register_start_ms + plan_ms;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -796,6 +905,11 @@ async fn run(setup: Setup) {
     write_all(&client, Arc::new(pairs), writers).await;
     let register_ms = t_register.elapsed().as_millis() as i64;
     let register_end_ms = now_ms();
+    if preload {
+        procs = start().await;
+        (pids, pid_kinds) = cpu_processes(&procs, &etcd_port, &redis_port);
+    }
+    let leader = &procs[0];
     let marker_at = now_ms();
     // One transaction: every owner sees them at one revision, after the last batch.
     let markers = marker_tasks(shards);
@@ -858,6 +972,11 @@ async fn run(setup: Setup) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let armed_ms = armed_us / 1000;
+    if preload {
+        // What each process costs while nothing fires: every task armed, none due yet.
+        let left = Duration::from_millis((first_due - now_ms() - 200).max(0) as u64);
+        (idle_ticks, idle_s) = idle_cpu(&pids, left.min(Duration::from_secs(idle_secs))).await;
+    }
     println!(
         "registered {tasks} keys in {register_ms} ms ({:.0} keys/s); armed {} ms after registration started ({} ms after it ended); first due {} ms after registration started",
         tasks as f64 / (register_ms as f64 / 1000.0),
@@ -882,6 +1001,14 @@ async fn run(setup: Setup) {
             },
         )
         .await;
+        let endpoint = etcd_server.endpoint();
+        let db_in_use = etcd_metric(&endpoint, "etcd_mvcc_db_total_size_in_use_in_bytes").await;
+        let keys = etcd_metric(&endpoint, "etcd_debugging_mvcc_keys_total").await;
+        println!(
+            "memory: etcd database in use {:.1} MiB with {keys:.0} keys ({:.0} bytes per task: its spec and its state, with what the calibration and the markers left)",
+            db_in_use / 1048576.0,
+            db_in_use / tasks as f64
+        );
         if sharded {
             sharded_memory(&client, &procs, &baselines, &dues, shards).await;
             return;
@@ -961,30 +1088,11 @@ async fn run(setup: Setup) {
     }
 
     // CPU time over the firing window.
-    let mut pids: Vec<(String, u32)> = procs.iter().map(|p| (p.name.clone(), p.pid())).collect();
-    // What each process counts towards in the per-kind totals.
-    let mut pid_kinds: Vec<&str> = procs
-        .iter()
-        .map(|p| match p.kind {
-            Kind::Both => "replicas (both roles)",
-            Kind::Scheduler => "schedulers",
-            Kind::Worker => "workers",
-        })
-        .collect();
-    pids.push(("bench".to_owned(), std::process::id()));
-    pid_kinds.push("bench");
-    if let Some(pid) = find_pid("etcd", &format!(":{etcd_port}")) {
-        pids.push(("etcd".to_owned(), pid));
-        pid_kinds.push("etcd");
-    }
-    if let Some(pid) = find_pid("redis-server", &format!(":{redis_port}")) {
-        pids.push(("redis".to_owned(), pid));
-        pid_kinds.push("redis");
-    }
     let wait_ms = (first_due - now_ms()).max(0) as u64;
     tokio::time::sleep(Duration::from_millis(wait_ms)).await;
     let cpu_before: Vec<u64> = pids.iter().map(|(_, p)| cpu_ticks(*p)).collect();
     let window_start = Instant::now();
+    let puts_before = etcd_metric(&etcd_server.endpoint(), "etcd_mvcc_put_total").await;
 
     // Wait for every start (or give up a minute after the last due), then a little longer so
     // that a duplicate would show.
@@ -999,6 +1107,7 @@ async fn run(setup: Setup) {
     // CPU when the last execution started (or the call arrived): the work of every fire,
     // also when it ran past the window.
     let mut cpu_done: Option<Vec<u64>> = None;
+    let mut done_s = 0.0f64;
     loop {
         for t in &mut tails {
             started += t
@@ -1019,6 +1128,7 @@ async fn run(setup: Setup) {
         }
         if started >= tasks && cpu_done.is_none() {
             cpu_done = Some(pids.iter().map(|(_, p)| cpu_ticks(*p)).collect());
+            done_s = window_start.elapsed().as_secs_f64();
         }
         if started >= tasks && cpu_after.is_some() {
             break;
@@ -1030,6 +1140,8 @@ async fn run(setup: Setup) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // The states of the last fires are written at the next flush (500 ms by default).
+    let puts = etcd_metric(&etcd_server.endpoint(), "etcd_mvcc_put_total").await - puts_before;
     let (cpu_after, window_s) = cpu_after.unwrap_or_else(|| {
         (
             pids.iter().map(|(_, p)| cpu_ticks(*p)).collect(),
@@ -1174,12 +1286,27 @@ async fn run(setup: Setup) {
                 count += 1;
             }
         }
+        let idle: u64 = (0..pids.len())
+            .filter(|i| pid_kinds[*i] == kind)
+            .map(|i| idle_ticks[i])
+            .sum();
+        // The idle rate over the same span, taken off: what the fires themselves cost.
+        let all_s = all as f64 / hz;
+        let idle_rate = idle as f64 / hz / idle_s.max(0.001);
+        let span_s = window_s.max(done_s);
+        let marginal = (all_s - idle_rate * span_s).max(0.0);
         println!(
-            "cpu by kind, {kind} ({count}): {:.0}% of one core over the window; {:.1} CPU-ms per 1 000 fires",
+            "cpu by kind, {kind} ({count}): {:.0}% of one core over the window, {:.1}% idle; {:.1} CPU-ms per 1 000 fires ({:.1} without the idle rate)",
             window as f64 / hz / window_s * 100.0,
-            all as f64 / hz * 1000.0 / tasks as f64 * 1000.0
+            idle_rate * 100.0,
+            all_s * 1000.0 / tasks as f64 * 1000.0,
+            marginal * 1000.0 / tasks as f64 * 1000.0
         );
     }
+    println!(
+        "etcd writes from the first due to 3 s after the last start: {puts:.0} puts ({:.2} per fire; the window also takes the last registered tasks' first states)",
+        puts / tasks as f64
+    );
     println!("log lines: {log_lines}");
     if let Some(r) = &receiver {
         let mut arrivals: HashMap<String, Vec<i64>> = HashMap::new();
