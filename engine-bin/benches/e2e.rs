@@ -799,7 +799,16 @@ async fn run(setup: Setup) {
         .unwrap()
         .to_owned();
     let redis_port = redis_server.url().rsplit(':').next().unwrap().to_owned();
-    let dir = tempfile::tempdir().unwrap();
+    // Kept from the start with `AX_BENCH_KEEP`, so a run that fails leaves its logs too.
+    let keep = std::env::var_os("AX_BENCH_KEEP").is_some();
+    let tempdir = tempfile::tempdir().unwrap();
+    let (dir, _cleanup) = if keep {
+        let kept = tempdir.keep();
+        println!("logs kept in {}", kept.display());
+        (kept, None)
+    } else {
+        (tempdir.path().to_owned(), Some(tempdir))
+    };
     let receiver = if http_mode() {
         Some(receiver::Receiver::start().await)
     } else {
@@ -823,7 +832,7 @@ async fn run(setup: Setup) {
     let start = || {
         start_replicas(
             kinds,
-            dir.path(),
+            &dir,
             &etcd_server,
             &redis_server,
             &client,
@@ -1004,8 +1013,33 @@ async fn run(setup: Setup) {
         let endpoint = etcd_server.endpoint();
         let db_in_use = etcd_metric(&endpoint, "etcd_mvcc_db_total_size_in_use_in_bytes").await;
         let keys = etcd_metric(&endpoint, "etcd_debugging_mvcc_keys_total").await;
+        // The audit records of the direct writes (see the header) share the database.
+        let count = |prefix: String| {
+            let mut client = client.clone();
+            async move {
+                let opts = GetOptions::new().with_prefix().with_count_only();
+                client
+                    .get(prefix, Some(opts))
+                    .await
+                    .map_or(0, |r| r.count())
+            }
+        };
+        let value_len = |key: String| {
+            let mut client = client.clone();
+            async move {
+                client
+                    .get(key, None)
+                    .await
+                    .ok()
+                    .and_then(|r| r.kvs().first().map(|kv| kv.value().len()))
+                    .unwrap_or(0)
+            }
+        };
+        let audit = count(format!("{PREFIX}/audit/")).await;
+        let spec_len = value_len(format!("{PREFIX}/tasks/{NAMESPACE}/t000000")).await;
+        let state_len = value_len(format!("{PREFIX}/state/{NAMESPACE}/t000000")).await;
         println!(
-            "memory: etcd database in use {:.1} MiB with {keys:.0} keys ({:.0} bytes per task: its spec and its state, with what the calibration and the markers left)",
+            "memory: etcd database in use {:.1} MiB with {keys:.0} keys, {audit} of them audit records ({:.0} bytes per task, all of it counted); one spec {spec_len} bytes, one state {state_len} bytes",
             db_in_use / 1048576.0,
             db_in_use / tasks as f64
         );
@@ -1025,7 +1059,7 @@ async fn run(setup: Setup) {
         procs[0].child.kill().unwrap();
         procs[0].child.wait().unwrap();
         let fresh = Replica::start(
-            dir.path(),
+            &dir,
             "restarted",
             Kind::Scheduler,
             &etcd_server.endpoint(),
@@ -1354,9 +1388,5 @@ async fn run(setup: Setup) {
                 *calls as f64 / tasks as f64
             );
         }
-    }
-    if std::env::var_os("AX_BENCH_KEEP").is_some() {
-        let kept = dir.keep();
-        println!("logs kept in {}", kept.display());
     }
 }
