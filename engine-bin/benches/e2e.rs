@@ -161,7 +161,8 @@ impl Replica {
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ax"));
         // The `noop` mode reads lateness from the `enqueued` and `started` lines (debug); the
-        // `http` mode measures from the calls, at the engine's default level.
+        // `http` mode measures from the calls, at the engine's default level. The takeover
+        // and memory modes wait for a term's `scheduling` line (info).
         match std::env::var("AX_BENCH_LOG") {
             Ok(filter) => {
                 cmd.env("AX_LOG", filter);
@@ -169,7 +170,7 @@ impl Replica {
             Err(_) if !http_mode() => {
                 cmd.env(
                     "AX_LOG",
-                    "warn,ax_engine::scheduler::fire=debug,ax_engine::reporter=debug",
+                    "warn,ax_engine::scheduler::term=info,ax_engine::scheduler::fire=debug,ax_engine::reporter=debug",
                 );
             }
             Err(_) => {}
