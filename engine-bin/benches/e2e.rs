@@ -41,11 +41,32 @@
 //! otherwise. The report adds the CPU per fire of ax, etcd and Redis together, and Redis's
 //! own time per command (`INFO commandstats`) per fire.
 //!
+//! `AX_BENCH_SCHEDULERS=N` runs sharded scheduling instead: N scheduler-only replicas and
+//! `AX_BENCH_WORKERS` (default 1) worker-only ones, with the `AX_SHARDS` of the environment
+//! (passed on like every `AX_*` variable). The run starts once every shard has an owner and
+//! the shares are even (the owner keys, or the leader key with one shard); one marker per
+//! shard shows when each owner has consumed the watch. Lateness, lost and twice count over
+//! every replica's log, and the report adds CPU per process kind (the scheduler replicas
+//! together, the workers together, etcd, Redis), also per 1 000 fires. Every mode measures
+//! each process's idle CPU first (`AX_BENCH_IDLE_SECS`, default 5, once the replicas are ready
+//! and before any task is registered) and gives the cost per 1 000 fires also without it.
+//!
+//! `AX_BENCH_PRELOAD=1` registers the tasks before the replicas start, so each term arms
+//! them from its takeover's listing instead of its watch. Tasks written to etcd while a term
+//! runs, not through ax, are checked for the audit log and recorded there one by one
+//! ("changed in etcd without ax", up to 10 000 a term), which goes on into the firing window
+//! and adds to the etcd and scheduler CPU of every other mode; installations register
+//! through the API, whose own record the check finds. The idle CPU is then taken between
+//! the arming and the first due.
+//!
 //! `AX_BENCH_MEMORY=1` measures the leader's memory per registered task instead of firing:
 //! a scheduler-only leader and a worker, N small periodic `http` tasks (a 60-byte loopback URL,
 //! no headers, no payload, `every: 1h`, so none fires during the run), and the leader's
 //! `VmRSS` before registration and once it has armed and written every task's state and its
-//! memory has settled.
+//! memory has settled. With `AX_BENCH_SCHEDULERS=N` it measures every scheduler replica
+//! instead: each holds the whole catalog and arms only the tasks of the shards it owns (all
+//! of them for the leader with one shard, none for a standby), so the replicas' memory splits
+//! into a cost per task held and a cost per task armed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -99,21 +120,49 @@ impl Rng {
     }
 }
 
+/// What a replica runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Both,
+    Scheduler,
+    Worker,
+}
+
+impl Kind {
+    fn roles(self) -> &'static str {
+        match self {
+            Kind::Both => "scheduler,worker",
+            Kind::Scheduler => "scheduler",
+            Kind::Worker => "worker",
+        }
+    }
+
+    fn schedules(self) -> bool {
+        self != Kind::Worker
+    }
+
+    fn works(self) -> bool {
+        self != Kind::Scheduler
+    }
+}
+
 /// One `ax serve` process.
 struct Replica {
     name: String,
+    kind: Kind,
     child: Child,
     log: PathBuf,
     http: String,
 }
 
 impl Replica {
-    fn start(dir: &Path, name: &str, roles: &str, etcd: &str, redis: &str) -> Replica {
+    fn start(dir: &Path, name: &str, kind: Kind, etcd: &str, redis: &str) -> Replica {
         let log = dir.join(format!("{name}.log"));
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ax"));
         // The `noop` mode reads lateness from the `enqueued` and `started` lines (debug); the
-        // `http` mode measures from the calls, at the engine's default level.
+        // `http` mode measures from the calls, at the engine's default level. The takeover
+        // and memory modes wait for a term's `scheduling` line (info).
         match std::env::var("AX_BENCH_LOG") {
             Ok(filter) => {
                 cmd.env("AX_LOG", filter);
@@ -121,7 +170,7 @@ impl Replica {
             Err(_) if !http_mode() => {
                 cmd.env(
                     "AX_LOG",
-                    "warn,ax_engine::scheduler::fire=debug,ax_engine::reporter=debug",
+                    "warn,ax_engine::scheduler::term=info,ax_engine::scheduler::fire=debug,ax_engine::reporter=debug",
                 );
             }
             Err(_) => {}
@@ -135,7 +184,7 @@ impl Replica {
             .env("AX_REDIS_URL", redis)
             .env("AX_REDIS_KEY_PREFIX", "axbench")
             .env("AX_INSTANCE_ID", name)
-            .env("AX_ROLES", roles)
+            .env("AX_ROLES", kind.roles())
             .env("AX_HTTP_LISTEN", format!("127.0.0.1:{port}"))
             // The receiver listens on loopback, which the http handler refuses by default.
             .env("AX_WORKER_HTTP_ALLOW_CIDRS", "127.0.0.0/8,::1/128")
@@ -146,6 +195,7 @@ impl Replica {
         let child = cmd.spawn().expect("start ax serve");
         Replica {
             name: name.to_owned(),
+            kind,
             child,
             log,
             http: format!("http://127.0.0.1:{port}"),
@@ -359,6 +409,21 @@ async fn settled_rss(pid: u32) -> u64 {
     last
 }
 
+/// A counter or gauge of etcd's own metrics (`/metrics` on its client URL), summed over
+/// its label sets.
+async fn etcd_metric(endpoint: &str, name: &str) -> f64 {
+    let Some((200, body)) = http_get(&format!("{endpoint}/metrics")).await else {
+        return 0.0;
+    };
+    body.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The pid of the process whose command line contains `needle` (a server's port).
 fn find_pid(program: &str, needle: &str) -> Option<u32> {
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
@@ -422,27 +487,278 @@ fn parse_line(line: &str) -> Option<Line> {
     })
 }
 
+/// The replicas to start and what the run does.
+struct Setup {
+    tasks: usize,
+    spread_ms: i64,
+    /// The replicas in start order; the first scheduler is the one leader, if there is one.
+    kinds: Vec<(String, Kind)>,
+    /// Sharded scheduling (`AX_BENCH_SCHEDULERS`): wait for the owner keys, not a leader.
+    sharded: bool,
+    shards: u32,
+    writers: usize,
+    margin_ms: i64,
+    memory: bool,
+    /// Register the tasks before the replicas start (`AX_BENCH_PRELOAD`).
+    preload: bool,
+}
+
 fn main() {
     let tasks: usize = env_or("AX_BENCH_TASKS", 100_000);
     let spread_ms: i64 = env_or::<i64>("AX_BENCH_SPREAD_SECS", 10) * 1000;
     let replicas: usize = env_or("AX_BENCH_REPLICAS", 1);
+    let schedulers: usize = env_or("AX_BENCH_SCHEDULERS", 0);
+    let workers: usize = env_or("AX_BENCH_WORKERS", 1);
+    let shards: u32 = env_or("AX_SHARDS", 1);
     let writers: usize = env_or("AX_BENCH_WRITERS", 4);
     let margin_ms: i64 = env_or::<i64>("AX_BENCH_MARGIN_SECS", 0) * 1000;
     let takeover = env_or("AX_BENCH_TAKEOVER", 0) == 1;
     let memory = env_or("AX_BENCH_MEMORY", 0) == 1;
-    let replicas = if takeover {
-        3
-    } else if memory {
-        2
+    let named = |names: &[(&str, Kind)]| -> Vec<(String, Kind)> {
+        names.iter().map(|(n, k)| ((*n).to_owned(), *k)).collect()
+    };
+    let kinds = if schedulers > 0 {
+        let mut kinds: Vec<(String, Kind)> = (1..=schedulers)
+            .map(|i| (format!("scheduler-{i}"), Kind::Scheduler))
+            .collect();
+        kinds.extend((1..=workers.max(1)).map(|i| (format!("worker-{i}"), Kind::Worker)));
+        kinds
+    } else if takeover {
+        named(&[
+            ("leader", Kind::Scheduler),
+            ("worker", Kind::Worker),
+            ("standby", Kind::Scheduler),
+        ])
+    } else if memory || replicas >= 2 {
+        named(&[("leader", Kind::Scheduler), ("worker", Kind::Worker)])
     } else {
-        replicas
+        named(&[("replica", Kind::Both)])
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(run(tasks, spread_ms, replicas, writers, margin_ms, memory));
+    runtime.block_on(run(Setup {
+        tasks,
+        spread_ms,
+        kinds,
+        sharded: schedulers > 0,
+        shards: shards.max(1),
+        writers,
+        margin_ms,
+        memory,
+        preload: !memory && env_or("AX_BENCH_PRELOAD", 0) == 1,
+    }));
+}
+
+/// Who holds each shard: the owner keys, or the leader key with one shard.
+async fn owners(client: &Client, shards: u32) -> HashMap<u32, String> {
+    let mut client = client.clone();
+    if shards <= 1 {
+        let key = ax_scheduler_core::etcd_keys::leader(PREFIX);
+        let Ok(resp) = client.get(key, None).await else {
+            return HashMap::new();
+        };
+        return resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let v: serde_json::Value = serde_json::from_slice(kv.value()).ok()?;
+                Some((0, v.get("instance_id")?.as_str()?.to_owned()))
+            })
+            .collect();
+    }
+    let mut found = HashMap::new();
+    for shard in 0..shards {
+        let key = ax_scheduler_core::etcd_keys::shard_owner(PREFIX, shard);
+        if let Ok(resp) = client.get(key, None).await {
+            if let Some(kv) = resp.kvs().first() {
+                found.insert(shard, String::from_utf8_lossy(kv.value()).into_owned());
+            }
+        }
+    }
+    found
+}
+
+/// A task's shard, as the replicas compute it (`placement = "task"`).
+fn shard_of(task: &str, shards: u32) -> u32 {
+    let (namespace, id) = task.split_once('/').unwrap();
+    ax_scheduler_core::placement::shard_of(&ax_scheduler_core::TaskKey::new(namespace, id), shards)
+}
+
+/// One marker task per shard (ids of the marker namespace found by trying): each shows when
+/// its shard's owner has consumed the watch up to the last put.
+fn marker_tasks(shards: u32) -> Vec<String> {
+    let mut markers: Vec<Option<String>> = vec![None; shards as usize];
+    let mut i = 0usize;
+    while markers.iter().any(Option::is_none) {
+        let task = format!("{MARKER_NAMESPACE}/m{i}");
+        let slot = &mut markers[shard_of(&task, shards) as usize];
+        if slot.is_none() {
+            *slot = Some(task);
+        }
+        i += 1;
+    }
+    markers.into_iter().flatten().collect()
+}
+
+/// The memory mode with several scheduler replicas: each one's settled `VmRSS` over its own
+/// baseline, beside the tasks it arms (those of the shards it owns). Every replica holds the
+/// whole catalog, so `delta = tasks * held + armed * per_armed`; two replicas that arm
+/// different shares solve it.
+async fn sharded_memory(
+    client: &Client,
+    procs: &[Replica],
+    baselines: &[u64],
+    dues: &HashMap<String, i64>,
+    shards: u32,
+) {
+    let tasks = dues.len();
+    let owned = owners(client, shards).await;
+    let mut armed: HashMap<&str, usize> = HashMap::new();
+    for task in dues.keys() {
+        if let Some(owner) = owned.get(&shard_of(task, shards)) {
+            *armed.entry(owner.as_str()).or_default() += 1;
+        }
+    }
+    let mut points = Vec::new();
+    for (p, baseline) in procs.iter().zip(baselines) {
+        if !p.kind.schedules() {
+            continue;
+        }
+        let rss = settled_rss(p.pid()).await;
+        let armed = armed.get(p.name.as_str()).copied().unwrap_or(0);
+        let shards_owned = owned.values().filter(|o| **o == p.name).count();
+        let delta = (rss.saturating_sub(*baseline) * 1024) as f64;
+        println!(
+            "memory {}: {shards_owned} of {shards} shards, {armed} of {tasks} tasks armed; VmRSS {:.1} MiB, {:.1} MiB before registration: {:.0} bytes per task held; VmHWM {:.1} MiB",
+            p.name,
+            rss as f64 / 1024.0,
+            *baseline as f64 / 1024.0,
+            delta / tasks as f64,
+            status_kib(p.pid(), "VmHWM:") as f64 / 1024.0,
+        );
+        points.push((armed as f64, delta));
+    }
+    // The two replicas farthest apart in tasks armed give the line.
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if let (Some(lo), Some(hi)) = (points.first(), points.last()) {
+        if hi.0 - lo.0 >= tasks as f64 / 2.0 {
+            let per_armed = (hi.1 - lo.1) / (hi.0 - lo.0);
+            let held = (lo.1 - lo.0 * per_armed) / tasks as f64;
+            println!(
+                "memory: {held:.0} bytes per task held (catalog, every replica), {per_armed:.0} bytes more per task armed (its owner only)"
+            );
+        }
+    }
+}
+
+/// Starts the replicas of `kinds` and waits until they schedule: every shard owned with even
+/// shares (sharded), or the first replica leading; then until every replica is ready.
+async fn start_replicas(
+    kinds: &[(String, Kind)],
+    dir: &Path,
+    etcd_server: &EtcdServer,
+    redis_server: &RedisServer,
+    client: &Client,
+    sharded: bool,
+    shards: u32,
+) -> Vec<Replica> {
+    let procs: Vec<Replica> = kinds
+        .iter()
+        .map(|(name, kind)| {
+            Replica::start(
+                dir,
+                name,
+                *kind,
+                &etcd_server.endpoint(),
+                &redis_server.url(),
+            )
+        })
+        .collect();
+    let schedulers = procs.iter().filter(|p| p.kind.schedules()).count();
+    if sharded {
+        // Every shard owned, and the shares even: the map caps a replica at ⌈shards/n⌉, and a
+        // joiner takes its share from the replicas that started first.
+        let n = schedulers.min(shards as usize);
+        let cap = (shards as usize).div_ceil(schedulers);
+        wait_for("every shard owned", Duration::from_secs(120), async || {
+            let owned = owners(client, shards).await;
+            let mut per: HashMap<&str, usize> = HashMap::new();
+            for owner in owned.values() {
+                *per.entry(owner.as_str()).or_default() += 1;
+            }
+            owned.len() == shards as usize && per.len() == n && per.values().all(|c| *c <= cap)
+        })
+        .await;
+    } else {
+        let metrics_url = format!("{}/metrics", procs[0].http);
+        wait_for("the leader", Duration::from_secs(60), async || {
+            matches!(http_get(&metrics_url).await, Some((200, body)) if body.contains("\nscheduler_is_leader 1"))
+        })
+        .await;
+    }
+    for p in &procs {
+        let url = format!("{}/readyz", p.http);
+        wait_for("readiness", Duration::from_secs(120), async || {
+            matches!(http_get(&url).await, Some((200, _)))
+        })
+        .await;
+    }
+    if sharded {
+        let owned = owners(client, shards).await;
+        let mut per: HashMap<&str, usize> = HashMap::new();
+        for owner in owned.values() {
+            *per.entry(owner.as_str()).or_default() += 1;
+        }
+        let mut per: Vec<_> = per.into_iter().collect();
+        per.sort();
+        println!("shard owners: {per:?}");
+    }
+    procs
+}
+
+/// The processes whose CPU time the report gives (the replicas, the bench, etcd, Redis),
+/// with the kind each counts towards in the per-kind totals.
+fn cpu_processes(
+    procs: &[Replica],
+    etcd_port: &str,
+    redis_port: &str,
+) -> (Vec<(String, u32)>, Vec<&'static str>) {
+    let mut pids: Vec<(String, u32)> = procs.iter().map(|p| (p.name.clone(), p.pid())).collect();
+    let mut kinds: Vec<&'static str> = procs
+        .iter()
+        .map(|p| match p.kind {
+            Kind::Both => "replicas (both roles)",
+            Kind::Scheduler => "schedulers",
+            Kind::Worker => "workers",
+        })
+        .collect();
+    pids.push(("bench".to_owned(), std::process::id()));
+    kinds.push("bench");
+    if let Some(pid) = find_pid("etcd", &format!(":{etcd_port}")) {
+        pids.push(("etcd".to_owned(), pid));
+        kinds.push("etcd");
+    }
+    if let Some(pid) = find_pid("redis-server", &format!(":{redis_port}")) {
+        pids.push(("redis".to_owned(), pid));
+        kinds.push("redis");
+    }
+    (pids, kinds)
+}
+
+/// Each process's CPU ticks over `span` while nothing fires, and the span in seconds.
+async fn idle_cpu(pids: &[(String, u32)], span: Duration) -> (Vec<u64>, f64) {
+    let before: Vec<u64> = pids.iter().map(|(_, p)| cpu_ticks(*p)).collect();
+    let start = Instant::now();
+    tokio::time::sleep(span).await;
+    let ticks = pids
+        .iter()
+        .zip(&before)
+        .map(|((_, p), before)| cpu_ticks(*p).saturating_sub(*before))
+        .collect();
+    (ticks, start.elapsed().as_secs_f64())
 }
 
 /// When `log` (JSON lines) first says `message`, in microseconds since the epoch.
@@ -458,14 +774,19 @@ fn first_line_at(log: &Path, message: &str) -> Option<i64> {
     })
 }
 
-async fn run(
-    tasks: usize,
-    spread_ms: i64,
-    replicas: usize,
-    writers: usize,
-    margin_ms: i64,
-    memory: bool,
-) {
+async fn run(setup: Setup) {
+    let Setup {
+        tasks,
+        spread_ms,
+        ref kinds,
+        sharded,
+        shards,
+        writers,
+        margin_ms,
+        memory,
+        preload,
+    } = setup;
+    let replicas = kinds.len();
     let etcd_server = EtcdServer::start_with(&[
         "--quota-backend-bytes=8589934592",
         "--auto-compaction-mode=periodic",
@@ -479,70 +800,60 @@ async fn run(
         .unwrap()
         .to_owned();
     let redis_port = redis_server.url().rsplit(':').next().unwrap().to_owned();
-    let dir = tempfile::tempdir().unwrap();
+    // Kept from the start with `AX_BENCH_KEEP`, so a run that fails leaves its logs too.
+    let keep = std::env::var_os("AX_BENCH_KEEP").is_some();
+    let tempdir = tempfile::tempdir().unwrap();
+    let (dir, _cleanup) = if keep {
+        let kept = tempdir.keep();
+        println!("logs kept in {}", kept.display());
+        (kept, None)
+    } else {
+        (tempdir.path().to_owned(), Some(tempdir))
+    };
     let receiver = if http_mode() {
         Some(receiver::Receiver::start().await)
     } else {
         None
     };
     println!(
-        "e2e: {tasks} one-shot {} tasks due over {} s, {} replica(s), {writers} writers",
+        "e2e: {tasks} one-shot {} tasks due over {} s, {} replica(s) ({}), {shards} shard(s), {writers} writers",
         if receiver.is_some() { "http" } else { "noop" },
         spread_ms / 1000,
-        replicas
+        replicas,
+        kinds
+            .iter()
+            .map(|(n, k)| format!("{n}: {}", k.roles()))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
-
-    let mut procs = Vec::new();
-    if replicas >= 2 {
-        procs.push(Replica::start(
-            dir.path(),
-            "leader",
-            "scheduler",
-            &etcd_server.endpoint(),
-            &redis_server.url(),
-        ));
-        procs.push(Replica::start(
-            dir.path(),
-            "worker",
-            "worker",
-            &etcd_server.endpoint(),
-            &redis_server.url(),
-        ));
-        if replicas >= 3 {
-            procs.push(Replica::start(
-                dir.path(),
-                "standby",
-                "scheduler",
-                &etcd_server.endpoint(),
-                &redis_server.url(),
-            ));
-        }
-    } else {
-        procs.push(Replica::start(
-            dir.path(),
-            "replica",
-            "scheduler,worker",
-            &etcd_server.endpoint(),
-            &redis_server.url(),
-        ));
-    }
-    let leader = &procs[0];
-    let metrics_url = format!("{}/metrics", leader.http);
-    wait_for("the leader", Duration::from_secs(60), async || {
-        matches!(http_get(&metrics_url).await, Some((200, body)) if body.contains("\nscheduler_is_leader 1"))
-    })
-    .await;
-    for p in &procs {
-        let url = format!("{}/readyz", p.http);
-        wait_for("readiness", Duration::from_secs(60), async || {
-            matches!(http_get(&url).await, Some((200, _)))
-        })
-        .await;
-    }
 
     let client = Client::connect([etcd_server.endpoint()], None)
         .await
         .unwrap();
+    let start = || {
+        start_replicas(
+            kinds,
+            &dir,
+            &etcd_server,
+            &redis_server,
+            &client,
+            sharded,
+            shards,
+        )
+    };
+    // With the tasks preloaded, the replicas start once they are registered.
+    let mut procs: Vec<Replica> = if preload { Vec::new() } else { start().await };
+    let (mut pids, mut pid_kinds) = cpu_processes(&procs, &etcd_port, &redis_port);
+    let idle_secs: u64 = if memory {
+        0
+    } else {
+        env_or("AX_BENCH_IDLE_SECS", 5)
+    };
+    let (mut idle_ticks, mut idle_s) = if preload {
+        (Vec::new(), 0.0)
+    } else {
+        idle_cpu(&pids, Duration::from_secs(idle_secs)).await
+    };
 
     // Calibration under a prefix no replica watches.
     let calib = tasks.clamp(1, 4096);
@@ -565,13 +876,23 @@ async fn run(
     let estimate_ms = (tasks as f64 / calib_rate * 1000.0) as i64;
     // The watch and the leader's arming run beside the writes and have to catch up after
     // them: a margin of half the estimate plus two seconds.
-    let plan_ms = estimate_ms + estimate_ms / 2 + 2000 + margin_ms;
+    let mut plan_ms = estimate_ms + estimate_ms / 2 + 2000 + margin_ms;
+    if preload {
+        // The replicas start after registration: allow for their start, the shares settling
+        // and each term listing and arming its tasks.
+        plan_ms += 8000 + (tasks / 10) as i64;
+    }
     println!(
         "calibration: {calib} keys at {calib_rate:.0} keys/s; registration planned to end in {} ms",
         plan_ms
     );
 
-    let baseline_kib = status_kib(leader.pid(), "VmRSS:");
+    // Every replica's memory before registration (the memory mode's baseline).
+    let baselines: Vec<u64> = procs
+        .iter()
+        .map(|p| status_kib(p.pid(), "VmRSS:"))
+        .collect();
+    let baseline_kib = baselines.first().copied().unwrap_or(0);
     let register_start_ms = now_ms();
     let planned_end = register_start_ms + plan_ms;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -594,50 +915,78 @@ async fn run(
     write_all(&client, Arc::new(pairs), writers).await;
     let register_ms = t_register.elapsed().as_millis() as i64;
     let register_end_ms = now_ms();
+    if preload {
+        procs = start().await;
+        (pids, pid_kinds) = cpu_processes(&procs, &etcd_port, &redis_port);
+    }
+    let leader = &procs[0];
     let marker_at = now_ms();
-    client
-        .clone()
-        .put(
-            format!("{PREFIX}/tasks/{MARKER_NAMESPACE}/m"),
-            match &receiver {
-                Some(r) => http_call_spec(marker_at, &r.base, MARKER_NAMESPACE, "m"),
+    // One transaction: every owner sees them at one revision, after the last batch.
+    let markers = marker_tasks(shards);
+    let ops: Vec<TxnOp> = markers
+        .iter()
+        .map(|m| {
+            let (ns, id) = m.split_once('/').unwrap();
+            let value = match &receiver {
+                Some(r) => http_call_spec(marker_at, &r.base, ns, id),
                 None => spec(marker_at),
-            },
-            None,
-        )
-        .await
-        .unwrap();
+            };
+            TxnOp::put(format!("{PREFIX}/tasks/{m}"), value, None)
+        })
+        .collect();
+    client.clone().txn(Txn::new().and_then(ops)).await.unwrap();
 
-    // The marker's `enqueued` line: the leader has consumed the watch up to the last put.
-    let mut tail = Tail::open(&leader.log);
-    let marker_task = format!("{MARKER_NAMESPACE}/m");
+    // The markers' `enqueued` lines, from every scheduler replica's log: the owner of each
+    // shard has consumed the watch up to the last put. Armed is the last of them.
+    let mut tails: Vec<Tail> = procs
+        .iter()
+        .filter(|p| p.kind.schedules())
+        .map(|p| Tail::open(&p.log))
+        .collect();
+    let mut marked: HashMap<String, i64> = HashMap::new();
     let armed_us = loop {
-        // In the http mode the marker's call (the replicas log at their default level,
+        // In the http mode the markers' calls (the replicas log at their default level,
         // where `enqueued` is not written).
-        let found = match &receiver {
-            Some(r) => r
-                .arrivals()
-                .iter()
-                .find(|(task, _)| *task == marker_task)
-                .map(|(_, at)| *at),
-            None => tail.lines().iter().find_map(|l| {
-                if l.contains(&marker_task) && l.contains("\"enqueued\"") {
-                    parse_line(l).map(|p| p.at_us)
-                } else {
-                    None
+        match &receiver {
+            Some(r) => {
+                for (task, at) in r.arrivals() {
+                    if markers.contains(&task) {
+                        marked.entry(task).or_insert(at);
+                    }
                 }
-            }),
-        };
-        if let Some(at) = found {
-            break at;
+            }
+            None => {
+                for tail in &mut tails {
+                    for l in tail.lines() {
+                        if !l.contains("\"enqueued\"") || !l.contains(MARKER_NAMESPACE) {
+                            continue;
+                        }
+                        if let Some(p) = parse_line(&l) {
+                            if markers.contains(&p.task) {
+                                marked.entry(p.task).or_insert(p.at_us);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if marked.len() == markers.len() {
+            break marked.values().copied().max().unwrap_or(0);
         }
         assert!(
             now_ms() < planned_end + spread_ms + 120_000,
-            "the leader never enqueued the marker"
+            "{} of {} markers never enqueued",
+            markers.len() - marked.len(),
+            markers.len()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let armed_ms = armed_us / 1000;
+    if preload {
+        // What each process costs while nothing fires: every task armed, none due yet.
+        let left = Duration::from_millis((first_due - now_ms() - 200).max(0) as u64);
+        (idle_ticks, idle_s) = idle_cpu(&pids, left.min(Duration::from_secs(idle_secs))).await;
+    }
     println!(
         "registered {tasks} keys in {register_ms} ms ({:.0} keys/s); armed {} ms after registration started ({} ms after it ended); first due {} ms after registration started",
         tasks as f64 / (register_ms as f64 / 1000.0),
@@ -662,6 +1011,43 @@ async fn run(
             },
         )
         .await;
+        let endpoint = etcd_server.endpoint();
+        let db_in_use = etcd_metric(&endpoint, "etcd_mvcc_db_total_size_in_use_in_bytes").await;
+        let keys = etcd_metric(&endpoint, "etcd_debugging_mvcc_keys_total").await;
+        // The audit records of the direct writes (see the header) share the database.
+        let count = |prefix: String| {
+            let mut client = client.clone();
+            async move {
+                let opts = GetOptions::new().with_prefix().with_count_only();
+                client
+                    .get(prefix, Some(opts))
+                    .await
+                    .map_or(0, |r| r.count())
+            }
+        };
+        let value_len = |key: String| {
+            let mut client = client.clone();
+            async move {
+                client
+                    .get(key, None)
+                    .await
+                    .ok()
+                    .and_then(|r| r.kvs().first().map(|kv| kv.value().len()))
+                    .unwrap_or(0)
+            }
+        };
+        let audit = count(format!("{PREFIX}/audit/")).await;
+        let spec_len = value_len(format!("{PREFIX}/tasks/{NAMESPACE}/t000000")).await;
+        let state_len = value_len(format!("{PREFIX}/state/{NAMESPACE}/t000000")).await;
+        println!(
+            "memory: etcd database in use {:.1} MiB with {keys:.0} keys, {audit} of them audit records ({:.0} bytes per task, all of it counted); one spec {spec_len} bytes, one state {state_len} bytes",
+            db_in_use / 1048576.0,
+            db_in_use / tasks as f64
+        );
+        if sharded {
+            sharded_memory(&client, &procs, &baselines, &dues, shards).await;
+            return;
+        }
         let rss = settled_rss(leader.pid()).await;
         println!(
             "memory: leader VmRSS {:.1} MiB with {tasks} tasks armed, {:.1} MiB before registration: {:.0} bytes per task; VmHWM {:.1} MiB",
@@ -674,9 +1060,9 @@ async fn run(
         procs[0].child.kill().unwrap();
         procs[0].child.wait().unwrap();
         let fresh = Replica::start(
-            dir.path(),
+            &dir,
             "restarted",
-            "scheduler",
+            Kind::Scheduler,
             &etcd_server.endpoint(),
             &redis_server.url(),
         );
@@ -684,7 +1070,7 @@ async fn run(
         wait_for(
             "the restarted replica to arm",
             Duration::from_secs(600),
-            async || first_line_at(&fresh.log, "leading").is_some(),
+            async || first_line_at(&fresh.log, "scheduling").is_some(),
         )
         .await;
         let armed_s = started.elapsed().as_secs_f64();
@@ -704,7 +1090,7 @@ async fn run(
         procs.push(fresh);
         return;
     }
-    if replicas >= 3 {
+    if !sharded && replicas >= 3 {
         // Wait until the standby's catalog holds every task too (its memory is then the
         // leader's at N tasks), then kill the leader.
         let standby_metrics = format!("{}/metrics", procs[2].http);
@@ -718,10 +1104,10 @@ async fn run(
         .await;
         let led_ms = killed.elapsed().as_millis();
         wait_for("the standby to arm", Duration::from_secs(300), async || {
-            first_line_at(&procs[2].log, "leading").is_some()
+            first_line_at(&procs[2].log, "scheduling").is_some()
         })
         .await;
-        let armed_after = first_line_at(&procs[2].log, "leading").unwrap_or(0) - killed_us;
+        let armed_after = first_line_at(&procs[2].log, "scheduling").unwrap_or(0) - killed_us;
         println!(
             "takeover: the standby led {led_ms} ms after the leader was killed and had armed every task {} ms after the kill; VmRSS {:.1} MiB",
             armed_after / 1000,
@@ -737,33 +1123,26 @@ async fn run(
     }
 
     // CPU time over the firing window.
-    let mut pids: Vec<(String, u32)> = procs.iter().map(|p| (p.name.clone(), p.pid())).collect();
-    pids.push(("bench".to_owned(), std::process::id()));
-    if let Some(pid) = find_pid("etcd", &format!(":{etcd_port}")) {
-        pids.push(("etcd".to_owned(), pid));
-    }
-    if let Some(pid) = find_pid("redis-server", &format!(":{redis_port}")) {
-        pids.push(("redis".to_owned(), pid));
-    }
     let wait_ms = (first_due - now_ms()).max(0) as u64;
     tokio::time::sleep(Duration::from_millis(wait_ms)).await;
     let cpu_before: Vec<u64> = pids.iter().map(|(_, p)| cpu_ticks(*p)).collect();
     let window_start = Instant::now();
+    let puts_before = etcd_metric(&etcd_server.endpoint(), "etcd_mvcc_put_total").await;
 
     // Wait for every start (or give up a minute after the last due), then a little longer so
     // that a duplicate would show.
-    let worker_logs: Vec<&Replica> = if replicas >= 2 {
-        vec![&procs[1]]
-    } else {
-        vec![&procs[0]]
-    };
-    let mut tails: Vec<Tail> = worker_logs.iter().map(|r| Tail::open(&r.log)).collect();
+    let mut tails: Vec<Tail> = procs
+        .iter()
+        .filter(|p| p.kind.works())
+        .map(|r| Tail::open(&r.log))
+        .collect();
     let mut started = 0usize;
     let last_due = planned_end + spread_ms;
     let mut cpu_after: Option<(Vec<u64>, f64)> = None;
     // CPU when the last execution started (or the call arrived): the work of every fire,
     // also when it ran past the window.
     let mut cpu_done: Option<Vec<u64>> = None;
+    let mut done_s = 0.0f64;
     loop {
         for t in &mut tails {
             started += t
@@ -784,6 +1163,7 @@ async fn run(
         }
         if started >= tasks && cpu_done.is_none() {
             cpu_done = Some(pids.iter().map(|(_, p)| cpu_ticks(*p)).collect());
+            done_s = window_start.elapsed().as_secs_f64();
         }
         if started >= tasks && cpu_after.is_some() {
             break;
@@ -795,6 +1175,8 @@ async fn run(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // The states of the last fires are written at the next flush (500 ms by default).
+    let puts = etcd_metric(&etcd_server.endpoint(), "etcd_mvcc_put_total").await - puts_before;
     let (cpu_after, window_s) = cpu_after.unwrap_or_else(|| {
         (
             pids.iter().map(|(_, p)| cpu_ticks(*p)).collect(),
@@ -891,7 +1273,7 @@ async fn run(
         );
         println!(
             "{}",
-            summary("enqueue lateness (leader)", &mut enqueue_lateness)
+            summary("enqueue lateness (schedulers)", &mut enqueue_lateness)
         );
         println!(
             "{}",
@@ -921,6 +1303,45 @@ async fn run(
             ticks as f64 / hz / window_s * 100.0
         );
     }
+    // Per kind: over the window, and per 1 000 fires up to the later of the window's end
+    // and the last start (every fire's work, also when it ran past the window).
+    let done = cpu_done.as_ref().unwrap_or(&cpu_after);
+    let mut seen_kinds: Vec<&str> = Vec::new();
+    for kind in &pid_kinds {
+        if !seen_kinds.contains(kind) {
+            seen_kinds.push(kind);
+        }
+    }
+    for kind in seen_kinds {
+        let (mut window, mut all, mut count) = (0u64, 0u64, 0usize);
+        for (i, k) in pid_kinds.iter().enumerate() {
+            if *k == kind {
+                window += cpu_after[i].saturating_sub(cpu_before[i]);
+                all += cpu_after[i].max(done[i]).saturating_sub(cpu_before[i]);
+                count += 1;
+            }
+        }
+        let idle: u64 = (0..pids.len())
+            .filter(|i| pid_kinds[*i] == kind)
+            .map(|i| idle_ticks[i])
+            .sum();
+        // The idle rate over the same span, taken off: what the fires themselves cost.
+        let all_s = all as f64 / hz;
+        let idle_rate = idle as f64 / hz / idle_s.max(0.001);
+        let span_s = window_s.max(done_s);
+        let marginal = (all_s - idle_rate * span_s).max(0.0);
+        println!(
+            "cpu by kind, {kind} ({count}): {:.0}% of one core over the window, {:.1}% idle; {:.1} CPU-ms per 1 000 fires ({:.1} without the idle rate)",
+            window as f64 / hz / window_s * 100.0,
+            idle_rate * 100.0,
+            all_s * 1000.0 / tasks as f64 * 1000.0,
+            marginal * 1000.0 / tasks as f64 * 1000.0
+        );
+    }
+    println!(
+        "etcd writes from the first due to 3 s after the last start: {puts:.0} puts ({:.2} per fire; the window also takes the last registered tasks' first states)",
+        puts / tasks as f64
+    );
     println!("log lines: {log_lines}");
     if let Some(r) = &receiver {
         let mut arrivals: HashMap<String, Vec<i64>> = HashMap::new();
@@ -968,9 +1389,5 @@ async fn run(
                 *calls as f64 / tasks as f64
             );
         }
-    }
-    if std::env::var_os("AX_BENCH_KEEP").is_some() {
-        let kept = dir.keep();
-        println!("logs kept in {}", kept.display());
     }
 }

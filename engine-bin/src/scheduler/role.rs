@@ -372,7 +372,7 @@ impl Role {
         else {
             return;
         };
-        let mut acquired = Vec::new();
+        let mut steps = Vec::new();
         let mut next = Some(first);
         while let Some(event) = next {
             match event {
@@ -382,13 +382,7 @@ impl Role {
                         fencing_token = guard.revision(),
                         "shard acquired"
                     );
-                    let pause = self.shard_backoff.get(&guard.shard()).map(|(_, at)| *at);
-                    match pause {
-                        Some(at) if at > Instant::now() => {
-                            self.delayed.push((at, Authority::Shard(guard)))
-                        }
-                        _ => acquired.push(Authority::Shard(guard)),
-                    }
+                    steps.push(BatchStep::Acquired(Authority::Shard(guard)));
                 }
                 ShardEvent::HandOver(shard) => {
                     info!(shard, "handing the shard over");
@@ -398,6 +392,7 @@ impl Role {
                     // A shard still waiting to start goes at once (dropping its guard
                     // releases it).
                     self.delayed.retain(|(_, a)| a.shard() != Some(shard));
+                    steps.push(BatchStep::HandOver(shard));
                 }
                 ShardEvent::Map(map) => {
                     let loads = map.loads();
@@ -405,6 +400,17 @@ impl Role {
                 }
             }
             next = owner.try_next();
+        }
+        let mut acquired = Vec::new();
+        for authority in to_start(steps, Authority::shard) {
+            let pause = authority
+                .shard()
+                .and_then(|shard| self.shard_backoff.get(&shard))
+                .map(|(_, at)| *at);
+            match pause {
+                Some(at) if at > Instant::now() => self.delayed.push((at, authority)),
+                _ => acquired.push(authority),
+            }
         }
         self.spawn_terms(acquired);
     }
@@ -546,6 +552,28 @@ impl Role {
     }
 }
 
+/// One ownership event of a batch, as far as starting terms goes.
+enum BatchStep<A> {
+    Acquired(A),
+    HandOver(u32),
+}
+
+/// The shards of a batch to start once the batch is read (its terms are armed from one pass
+/// over the catalog): those acquired and not asked back later in the same batch. A handover
+/// is told once, and a shard acquired and asked back before its term exists has no term to
+/// hear it: started, it would be held for good against the map. Dropping the withdrawn
+/// guard releases the shard for its new owner.
+fn to_start<A>(steps: Vec<BatchStep<A>>, shard_of: impl Fn(&A) -> Option<u32>) -> Vec<A> {
+    let mut start: Vec<A> = Vec::new();
+    for step in steps {
+        match step {
+            BatchStep::Acquired(a) => start.push(a),
+            BatchStep::HandOver(shard) => start.retain(|a| shard_of(a) != Some(shard)),
+        }
+    }
+    start
+}
+
 fn start_campaign(
     settings: &LeaderSettings,
     deps: &LeaderDeps,
@@ -604,5 +632,39 @@ async fn clock_agrees(
             _ = cancel.cancelled() => return false,
             _ = tokio::time::sleep(Duration::from_secs(10)) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(a: &u32) -> Option<u32> {
+        Some(*a)
+    }
+
+    #[test]
+    fn a_shard_acquired_and_asked_back_in_one_batch_does_not_start() {
+        // The first replica up takes every shard, and the join of the next one asks for
+        // some back before the role has read the acquisitions.
+        let steps = vec![
+            BatchStep::Acquired(1),
+            BatchStep::Acquired(2),
+            BatchStep::Acquired(3),
+            BatchStep::HandOver(1),
+            BatchStep::HandOver(3),
+        ];
+        assert_eq!(to_start(steps, shard), vec![2]);
+    }
+
+    #[test]
+    fn a_shard_asked_back_then_acquired_again_in_one_batch_starts() {
+        let steps = vec![
+            BatchStep::Acquired(1),
+            BatchStep::HandOver(1),
+            BatchStep::Acquired(1),
+            BatchStep::HandOver(4),
+        ];
+        assert_eq!(to_start(steps, shard), vec![1]);
     }
 }
