@@ -147,34 +147,26 @@ pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: Cancellatio
             } if Instant::now() < *campaign_after => Some(*campaign_after),
             _ => role.delayed.iter().map(|(at, _)| *at).min(),
         };
-        let step = tokio::select! {
+        tokio::select! {
             biased;
             _ = role.cancel.cancelled() => break,
-            Some(note) = notes_rx.recv() => Step::Term(note),
+            Some(note) = notes_rx.recv() => role.on_term_note(&mut source, note),
             event = role.watcher.next() => match event {
-                Some(event) => Step::Registry(Box::new(event)),
+                Some(event) => role.on_registry_event(event).await,
                 None => break,
             },
-            event = source_event(&mut source) => Step::Source(event),
-            _ = sleep_until(waiting_until) => {
-                role.start_delayed();
-                continue;
-            }
-        };
-        match step {
-            Step::Term(note) => role.on_term_note(&mut source, note),
-            Step::Registry(event) => role.on_registry_event(*event).await,
-            Step::Source(SourceEvent::Campaign(won)) => role.on_campaign(&mut source, won),
-            Step::Source(SourceEvent::Shard(Some(event))) => {
-                role.on_shard_event(&mut source, event)
-            }
-            // The loop stopped (only with the role's cancellation): nothing more comes.
-            Step::Source(SourceEvent::Shard(None)) => {
-                if let Source::Shards { owner, .. } = &mut source {
-                    *owner = None;
+            event = source_event(&mut source) => match event {
+                SourceEvent::Campaign(won) => role.on_campaign(&mut source, won),
+                SourceEvent::Shard(Some(event)) => role.on_shard_event(&mut source, event),
+                // The loop stopped (only with the role's cancellation): nothing more comes.
+                SourceEvent::Shard(None) => {
+                    if let Source::Shards { owner, .. } = &mut source {
+                        *owner = None;
+                    }
                 }
-            }
-            Step::Source(SourceEvent::ClockChecked) => role.own_shards(&mut source),
+                SourceEvent::ClockChecked => role.own_shards(&mut source),
+            },
+            _ = sleep_until(waiting_until) => role.start_delayed(),
         }
     }
     // Shutdown: each term's stop token is a child of the role's, so every term writes what
@@ -215,14 +207,6 @@ async fn sleep_until(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-/// One turn of the role's loop.
-enum Step {
-    Term(TermNote),
-    /// Boxed: a put carries its spec.
-    Registry(Box<ax_registry::RegistryEvent>),
-    Source(SourceEvent),
 }
 
 /// What the source of authority said.
