@@ -303,6 +303,18 @@ mod tests {
         (client, prefix, registry, fence)
     }
 
+    /// Removes the test's keys.
+    async fn clean_up(client: &etcd_client::Client, prefix: &str) {
+        client
+            .kv_client()
+            .delete(
+                format!("{prefix}/"),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            )
+            .await
+            .unwrap();
+    }
+
     #[tokio::test]
     async fn a_state_etcd_refuses_is_isolated_and_the_others_are_written() {
         let (client, prefix, registry, fence) = led_registry("flusher").await;
@@ -347,14 +359,7 @@ mod tests {
         assert!(registry.get_state("ns", "huge").await.unwrap().is_none());
         drop(tx);
         flusher.await.unwrap();
-        client
-            .kv_client()
-            .delete(
-                format!("{prefix}/"),
-                Some(etcd_client::DeleteOptions::new().with_prefix()),
-            )
-            .await
-            .unwrap();
+        clean_up(&client, &prefix).await;
     }
 
     /// A channel that records each alert it delivers, and whether the task's state was in
@@ -462,13 +467,6 @@ mod tests {
         .await;
         assert_eq!(seen, []);
         assert!(registry.get_state("ns", "refused").await.unwrap().is_none());
-        client
-            .kv_client()
-            .delete(
-                format!("{prefix}/"),
-                Some(etcd_client::DeleteOptions::new().with_prefix()),
-            )
-            .await
-            .unwrap();
+        clean_up(&client, &prefix).await;
     }
 }
