@@ -41,6 +41,7 @@ pub use connect::{
 
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::audit_store::AuditStore;
+use crate::clock_check::ClockCheck;
 use crate::config::Config;
 use crate::http::api::{
     ApiBackend, ApiFuture, BackfillParams, BackfillResult, ClockView, CompletionReply,
@@ -49,7 +50,6 @@ use crate::http::api::{
     TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::http::ApiError;
-use crate::scheduler::clock::ClockCheck;
 
 /// The etcd registry and Redis queues behind the CLI and `/api/v1`.
 pub struct Backend {

@@ -5,12 +5,14 @@
 //! ([`config`]), command line ([`cli`], [`commands`], [`output`]), the etcd and Redis backend
 //! behind the CLI and the API ([`backend`]), observability ([`logging`],
 //! [`metrics`], [`readiness`]), the HTTP port ([`http`]), process lifetime ([`shutdown`]) and
-//! the server that ties them together ([`serve`]).
+//! the server that ties them together ([`serve`]), which composes the scheduler role
+//! ([`ax_scheduler`]) through [`scheduler_role`] and the clock check ([`clock_check`]).
 
 pub mod audit;
 pub mod audit_store;
 pub mod backend;
 pub mod cli;
+pub mod clock_check;
 pub mod commands;
 pub mod config;
 pub mod edge;
@@ -21,7 +23,7 @@ pub mod metrics;
 pub mod output;
 pub mod readiness;
 pub mod reporter;
-pub mod scheduler;
+pub mod scheduler_role;
 pub mod serve;
 pub mod shutdown;
 pub mod task_file;

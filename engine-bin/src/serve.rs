@@ -37,6 +37,7 @@ use crate::backend::{
     connect_etcd, connect_queue, election_config, endpoints, etcd_connect_options, etcd_tls,
     registry_config, Backend,
 };
+use crate::clock_check::ClockCheck;
 use crate::config::{AlertLevel, Config, Role};
 use crate::http::{self, ApiBackend, AppState};
 use crate::late_api::LateApi;
@@ -45,9 +46,9 @@ use crate::metrics::{
 };
 use crate::readiness::Readiness;
 use crate::reporter::EngineReporter;
-use crate::scheduler::clock::ClockCheck;
-use crate::scheduler::{self, LeaderDeps, LeaderSettings};
 use crate::shutdown::Shutdown;
+use ax_scheduler::clock::SystemClock;
+use ax_scheduler::{self as scheduler, LeaderDeps, LeaderSettings};
 
 /// A replica, bound and ready to run.
 pub struct Server {
@@ -448,16 +449,21 @@ impl Parts<'_> {
             enqueue_stall_limit: config.scheduler.enqueue_stall_limit,
             delay_alert_threshold: ax_alerting::DEFAULT_SCHEDULE_DELAY_THRESHOLD,
             max_clock_skew: config.scheduler.max_clock_skew,
-            clock_check: Some(ClockCheck::new(&config.etcd.endpoints, etcd_tls.as_ref())?),
         };
+        let clock_check = ClockCheck::new(&config.etcd.endpoints, etcd_tls.as_ref())?;
         let deps = LeaderDeps {
             registry: Registry::new(self.etcd.clone(), registry_config(config)),
             queue: self.queue.clone(),
             candidate,
-            metrics: Arc::clone(self.metrics),
+            clock: Arc::new(SystemClock),
+            clock_check: Some(Arc::new(clock_check)),
+            metrics: Arc::clone(self.metrics) as Arc<dyn ax_scheduler::RoleMetrics>,
             alerts: self.alerts.clone(),
             tracker: shutdown.tracker().clone(),
-            audit: crate::audit_store::AuditStore::of(self.etcd.clone(), config),
+            audit: Arc::new(crate::audit_store::AuditStore::of(
+                self.etcd.clone(),
+                config,
+            )),
         };
         shutdown.spawn(move |cancel| {
             scheduler::run(settings, deps, cancel).instrument(info_span!("scheduler"))

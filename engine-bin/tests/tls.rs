@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use ax_election::Candidate;
 use ax_engine::backend::{connect_etcd, connect_queue, election_config, etcd_tls, Backend};
+use ax_engine::clock_check::ClockCheck;
 use ax_engine::config::Config;
 use ax_engine::http::ApiBackend;
-use ax_engine::scheduler::clock::ClockCheck;
 use ax_testkit::{unique_name, ClientAuth, EtcdServer, RedisServer, TlsMaterial};
 
 fn path(p: std::path::PathBuf) -> String {

@@ -43,5 +43,5 @@ pub use misfire::{plan_misfires, MisfirePlan, Progress};
 pub use schedule::CompiledSchedule;
 pub use state::{TaskState, TaskStatus};
 pub use task::{MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec};
-pub use time::UtcMillis;
+pub use time::{Clock, SystemClock, UtcMillis};
 pub use validate::{FieldError, ValidationErrors};

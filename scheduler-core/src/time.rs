@@ -11,6 +11,27 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
+/// The wall clock, injected into everything that runs around the core.
+///
+/// The core itself takes `now` as an argument; the shells (the scheduler role, the worker
+/// pool, alert dispatch) read it through a `Clock` they are given, so a test hands them one
+/// that follows tokio's paused time and whole failovers run on virtual time. Monotonic
+/// deadlines are tokio's `Instant`s, which the same paused runtime drives.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// The wall clock now.
+    fn now(&self) -> UtcMillis;
+}
+
+/// The host's clock ([`UtcMillis::now`]): what a replica runs on.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> UtcMillis {
+        UtcMillis::now()
+    }
+}
+
 /// A UTC instant in whole milliseconds since 1970-01-01T00:00:00Z.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]

@@ -15,7 +15,7 @@ use ax_scheduler_core::{FieldError, Interner, TaskKey, TaskSpec};
 use tracing::{debug, warn};
 
 use super::authority::Scope;
-use crate::metrics::{Metrics, BACKEND_ETCD};
+use crate::metrics::{Backend, RoleMetrics};
 
 #[derive(Clone, Debug)]
 pub(super) enum CatalogEntry {
@@ -122,7 +122,7 @@ impl Catalog {
 /// entry for a delete), or nothing for bookkeeping events.
 pub(super) fn apply_event(
     catalog: &mut Catalog,
-    metrics: &Metrics,
+    metrics: &dyn RoleMetrics,
     event: RegistryEvent,
 ) -> Option<(Arc<TaskKey>, Option<CatalogEntry>)> {
     let revision = match &event {
@@ -175,7 +175,7 @@ pub(super) fn apply_event(
             None
         }
         RegistryEvent::Reconnecting { error, attempt } => {
-            metrics.backend_error(BACKEND_ETCD);
+            metrics.backend_error(Backend::Etcd);
             warn!(%error, attempt, "registry watch reconnecting");
             None
         }
@@ -196,9 +196,7 @@ pub(super) fn apply_event(
     if entry.as_ref().is_some_and(is_invalid) {
         catalog.invalid += 1;
     }
-    metrics
-        .invalid_specs
-        .set(i64::try_from(catalog.invalid).unwrap_or(i64::MAX));
+    metrics.set_invalid_specs(catalog.invalid);
     Some((key, entry))
 }
 
@@ -217,7 +215,7 @@ mod tests {
 
     #[test]
     fn a_run_now_written_after_what_the_catalog_saw_waits_for_its_task() {
-        let metrics = Metrics::new(&[], &[]).unwrap();
+        let metrics = crate::metrics::NoMetrics;
         let mut catalog = Catalog::default();
         let all = [Scope::new(Placement::default(), None)];
         apply_event(&mut catalog, &metrics, put("a", 5));
@@ -249,7 +247,7 @@ mod tests {
 
     #[test]
     fn slices_split_the_catalog_by_shard_and_refuse_chains_across_shards() {
-        let metrics = Metrics::new(&[], &[]).unwrap();
+        let metrics = crate::metrics::NoMetrics;
         let mut catalog = Catalog::default();
         for i in 0..40 {
             apply_event(&mut catalog, &metrics, put(&format!("t{i}"), i + 1));

@@ -1,5 +1,9 @@
 //! The scheduler role: follow the registry, win authority (the leader key, or shards), and
-//! fire the tasks it covers.
+//! fire the tasks it covers. This crate is the leader's I/O shell around the core's
+//! [`Dispatcher`](ax_scheduler_core::Dispatcher): the core decides, this crate talks to
+//! etcd and Redis and keeps time. A replica (`ax serve`) composes it from plain
+//! [`LeaderSettings`] and [`LeaderDeps`]: the backends, an injected [`Clock`], a
+//! [`RoleMetrics`] handle and an [`AuditLog`].
 //!
 //! | file | what it holds |
 //! |---|---|
@@ -11,7 +15,11 @@
 //! | `fire.rs` | the fire path: the enqueue I/O and the synchronous step that acts on its outcomes |
 //! | `events.rs` | worker events into the dispatcher |
 //! | `flusher.rs` | coalesced task states and consumed triggers to etcd, off the fire path |
-//! | `clock.rs` | wall-clock deadlines and the clock check against etcd |
+//! | `clock.rs` | the injected clock, wall-clock deadlines, the clock check's seam |
+//! | `metrics.rs` | the facts the role reports to the replica's metrics |
+//! | `audit.rs` | the audit log's seam: ax's recorded changes, direct writes recorded |
+//! | `direct_writes.rs` | spec changes written to etcd without ax, told from ax's own |
+//! | `error.rs` | why a takeover failed |
 //!
 //! With `scheduler.shards = 1` (the default) one replica leads and schedules everything; the
 //! others stand by. With more, the task space is split into shards by a stable hash
@@ -36,19 +44,24 @@ use ax_scheduler_core::placement::Placement;
 use ax_scheduler_core::DispatcherConfig;
 use tokio_util::task::TaskTracker;
 
-use crate::metrics::Metrics;
-
+pub mod audit;
 mod authority;
 mod catalog;
 pub mod clock;
 mod direct_writes;
+mod error;
 mod events;
 mod feeds;
 mod fire;
 mod flusher;
+pub mod metrics;
 mod role;
 mod term;
 
+pub use audit::AuditLog;
+pub use clock::{Clock, ClockProbe};
+pub use error::Error;
+pub use metrics::RoleMetrics;
 pub use role::run;
 
 /// How often the leader reads worker events, by default.
@@ -87,9 +100,6 @@ pub struct LeaderSettings {
     pub delay_alert_threshold: Duration,
     /// The largest clock offset from etcd this replica leads with.
     pub max_clock_skew: Duration,
-    /// The check of this host's clock against etcd's (HTTP `Date` of `/version`); `None`
-    /// only in tests.
-    pub clock_check: Option<clock::ClockCheck>,
 }
 
 /// What the role needs from the rest of the replica; cloned into each term's task.
@@ -101,12 +111,17 @@ pub struct LeaderDeps {
     pub queue: Queue,
     /// The election candidate.
     pub candidate: Candidate,
-    /// Metrics of this replica.
-    pub metrics: Arc<Metrics>,
+    /// The wall clock.
+    pub clock: Arc<dyn Clock>,
+    /// The check of this host's clock against etcd's, before the role schedules; `None`
+    /// schedules without it.
+    pub clock_check: Option<Arc<dyn ClockProbe>>,
+    /// Where the role reports its metrics.
+    pub metrics: Arc<dyn RoleMetrics>,
     /// Alerts, when channels are configured.
     pub alerts: Option<AlertSender>,
     /// The tracker the role's helper tasks run on.
     pub tracker: TaskTracker,
     /// The audit log, where the leader records spec changes written to etcd without ax.
-    pub audit: crate::audit_store::AuditStore,
+    pub audit: Arc<dyn AuditLog>,
 }

@@ -34,7 +34,7 @@ use ax_scheduler_core::{Dispatcher, EventPosition, TaskKey, UtcMillis};
 use tracing::warn;
 
 use super::LeaderDeps;
-use crate::metrics::BACKEND_REDIS;
+use crate::metrics::Backend;
 
 /// Events read per round trip.
 const EVENTS_BATCH: usize = 1000;
@@ -56,13 +56,13 @@ pub(super) async fn consume(
         let events = match deps.queue.read_events(shard, EVENTS_BATCH).await {
             Ok(events) => events,
             Err(e) => {
-                deps.metrics.backend_error(BACKEND_REDIS);
+                deps.metrics.backend_error(Backend::Redis);
                 warn!(error = %e, "cannot read execution events");
                 return;
             }
         };
         let n = events.len();
-        apply(dispatcher, events, unacked);
+        apply(dispatcher, events, unacked, deps.clock.now());
         if n < EVENTS_BATCH {
             return;
         }
@@ -89,13 +89,13 @@ pub(super) async fn replay(
         {
             Ok(r) => r,
             Err(e) => {
-                deps.metrics.backend_error(BACKEND_REDIS);
+                deps.metrics.backend_error(Backend::Redis);
                 warn!(error = %e, "cannot claim unacknowledged execution events");
                 return claimed;
             }
         };
         claimed += events.len();
-        apply(dispatcher, events, unacked);
+        apply(dispatcher, events, unacked, deps.clock.now());
         if next == "0-0" {
             return claimed;
         }
@@ -107,8 +107,8 @@ fn apply(
     dispatcher: &mut Dispatcher,
     events: Vec<EventEntry>,
     unacked: &mut BTreeSet<EventPosition>,
+    now: UtcMillis,
 ) {
-    let now = UtcMillis::now();
     for entry in events {
         unacked.insert(entry.position);
         let Some(record) = entry.record else { continue };
@@ -142,12 +142,12 @@ pub(super) async fn reconcile(
         let histories = match deps.queue.history_many(&tasks, HISTORY_DEPTH).await {
             Ok(h) => h,
             Err(e) => {
-                deps.metrics.backend_error(BACKEND_REDIS);
+                deps.metrics.backend_error(Backend::Redis);
                 warn!(error = %e, "cannot read execution history to reconcile task states");
                 return applied;
             }
         };
-        let now = UtcMillis::now();
+        let now = deps.clock.now();
         for ((key, fire_at), entries) in chunk.iter().zip(histories) {
             // Newest first: the latest attempt of that fire.
             if let Some(e) = entries.iter().find(|e| e.fire_at == *fire_at) {

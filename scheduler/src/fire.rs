@@ -1,7 +1,7 @@
 //! The fire path: poll the dispatcher, enqueue what is due, act on what the enqueue said.
 //!
 //! Split in two so the decisions run on virtual time in tests, as the dispatcher's do:
-//! [`fire`] is the thin I/O shell (read the clock, check the lease, one pipelined enqueue with
+//! [`Term::fire`] is the thin I/O shell (read the clock, check the lease, one pipelined enqueue with
 //! retries, then carry out the effects), and [`settle`] is a synchronous step that applies the
 //! enqueue outcomes to the dispatcher and returns what to do about them ([`FireEffects`]:
 //! metrics, alerts, consumed triggers, stepping down). [`notice_alerts`] does the same for the
@@ -24,7 +24,7 @@ use tracing::{debug, error, info, warn};
 
 use super::term::Term;
 use super::{LeaderDeps, LeaderSettings};
-use crate::metrics::BACKEND_REDIS;
+use crate::metrics::Backend;
 use ax_registry::PendingTrigger;
 
 /// What the shell does after one round of enqueues.
@@ -266,79 +266,81 @@ pub(super) fn notice_alerts(
     out
 }
 
-/// Polls the dispatcher and enqueues what is due, in one pipeline. Nothing here fails the
-/// term: what cannot be done ends it (`term.cancel`) or waits.
-pub(super) async fn fire(settings: &LeaderSettings, deps: &LeaderDeps, term: &mut Term) {
-    let now = UtcMillis::now();
-    let polled = term.dispatcher.poll(now);
-    let dispatches = if polled.iter().any(|d| d.broadcast) {
-        match address_broadcasts(settings, deps, term, polled, now).await {
-            Some(addressed) => addressed,
-            // The term is over; the fires taken were not recorded anywhere.
-            None => return,
-        }
-    } else {
-        polled
-    };
-    term.take_notices(settings, deps, now);
-    let unserved = std::mem::take(&mut term.unserved_fires);
-    record_unserved_fires(deps, &unserved).await;
-    if dispatches.is_empty() {
-        return;
-    }
-    if !term.authority.is_valid() {
-        // The lease may have expired while this process was stopped: act as leader no more.
-        warn!(
-            pending = dispatches.len(),
-            "leadership not valid any more; not enqueuing"
-        );
-        term.cancel.cancel();
-        return;
-    }
-    let messages: Vec<ExecutionMessage> = dispatches
-        .iter()
-        .map(|d| {
-            let mut m = ExecutionMessage::for_dispatch(d, now, term.token);
-            // Checked against the shard's fence; its events go to the shard's stream.
-            m.shard = term.scope.shard();
-            if let Some(request) = d
-                .run_now
-                .as_ref()
-                .and_then(|id| term.pending_triggers.get(id))
-            {
-                m.with_run_now_request(
-                    request.payload.clone(),
-                    request.idempotency_key.clone(),
-                    request.backfill_of,
-                );
-                m.resolve_concurrency(d.spec.concurrency.as_ref());
+impl Term {
+    /// Polls the dispatcher and enqueues what is due, in one pipeline. Nothing here fails
+    /// the term: what cannot be done ends it (`self.cancel`) or waits.
+    pub(super) async fn fire(&mut self, settings: &LeaderSettings, deps: &LeaderDeps) {
+        let now = deps.clock.now();
+        let polled = self.dispatcher.poll(now);
+        let dispatches = if polled.iter().any(|d| d.broadcast) {
+            match address_broadcasts(settings, deps, self, polled, now).await {
+                Some(addressed) => addressed,
+                // The term is over; the fires taken were not recorded anywhere.
+                None => return,
             }
-            m
-        })
-        .collect();
-    let Some(outcomes) = enqueue_until_accepted(settings, deps, term, &messages).await else {
-        // The term is over; the fires taken for this batch were not recorded anywhere.
-        return;
-    };
-    let effects = settle(
-        &mut term.dispatcher,
-        &dispatches,
-        &messages,
-        &outcomes,
-        &mut term.pending_triggers,
-        settings.delay_alert_threshold,
-        now,
-    );
-    for queue in &effects.scheduled {
-        deps.metrics.record_scheduled(queue);
-    }
-    send_alerts(deps, effects.alerts);
-    // Their keys go with the next flush, and the duplicates' outcomes are looked up with the
-    // next events: the fire path waits for neither etcd nor a history read.
-    term.consumed_triggers.extend(effects.done_triggers);
-    term.duplicates.extend(effects.duplicates);
-    if effects.fenced.is_some() {
-        term.cancel.cancel();
+        } else {
+            polled
+        };
+        self.take_notices(settings, deps, now);
+        let unserved = std::mem::take(&mut self.unserved_fires);
+        record_unserved_fires(deps, &unserved).await;
+        if dispatches.is_empty() {
+            return;
+        }
+        if !self.authority.is_valid() {
+            // The lease may have expired while this process was stopped: act as leader no more.
+            warn!(
+                pending = dispatches.len(),
+                "leadership not valid any more; not enqueuing"
+            );
+            self.cancel.cancel();
+            return;
+        }
+        let messages: Vec<ExecutionMessage> = dispatches
+            .iter()
+            .map(|d| {
+                let mut m = ExecutionMessage::for_dispatch(d, now, self.token);
+                // Checked against the shard's fence; its events go to the shard's stream.
+                m.shard = self.scope.shard();
+                if let Some(request) = d
+                    .run_now
+                    .as_ref()
+                    .and_then(|id| self.pending_triggers.get(id))
+                {
+                    m.with_run_now_request(
+                        request.payload.clone(),
+                        request.idempotency_key.clone(),
+                        request.backfill_of,
+                    );
+                    m.resolve_concurrency(d.spec.concurrency.as_ref());
+                }
+                m
+            })
+            .collect();
+        let Some(outcomes) = enqueue_until_accepted(settings, deps, self, &messages).await else {
+            // The term is over; the fires taken for this batch were not recorded anywhere.
+            return;
+        };
+        let effects = settle(
+            &mut self.dispatcher,
+            &dispatches,
+            &messages,
+            &outcomes,
+            &mut self.pending_triggers,
+            settings.delay_alert_threshold,
+            now,
+        );
+        for queue in &effects.scheduled {
+            deps.metrics.scheduled(queue);
+        }
+        send_alerts(deps, effects.alerts);
+        // Their keys go with the next flush, and the duplicates' outcomes are looked up with the
+        // next events: the fire path waits for neither etcd nor a history read.
+        self.consumed_triggers.extend(effects.done_triggers);
+        self.duplicates.extend(effects.duplicates);
+        if effects.fenced.is_some() {
+            self.cancel.cancel();
+        }
     }
 }
 
@@ -405,7 +407,7 @@ async fn record_unserved_fires(deps: &LeaderDeps, notices: &[Notice]) {
         let Ok(execution_id) = fanout.parse() else {
             continue;
         };
-        let now = UtcMillis::now();
+        let now = deps.clock.now();
         let entry = ax_queue::HistoryEntry {
             execution_id,
             fire_at: *fire_at,
@@ -491,18 +493,18 @@ where
             Err(e) => e,
         };
         term.unsent = true;
-        deps.metrics.backend_error(BACKEND_REDIS);
+        deps.metrics.backend_error(Backend::Redis);
         let stalled = started.elapsed();
         if !alerted && stalled >= ALERT_AFTER {
             alerted = true;
             send_alerts(
                 deps,
                 vec![Alert::backend_unavailable(
-                    BACKEND_REDIS,
+                    Backend::Redis.label(),
                     &error.to_string(),
                     pending,
                     stalled,
-                    UtcMillis::now(),
+                    deps.clock.now(),
                 )],
             );
         }

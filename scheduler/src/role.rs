@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use ax_election::{Leadership, ShardEvent, ShardOwner};
 use ax_registry::TaskWatcher;
 use ax_scheduler_core::ReconnectBackoff;
@@ -31,8 +30,10 @@ use super::authority::{Authority, Scope};
 use super::catalog::{apply_event, Catalog, CatalogSlice, Change};
 use super::feeds::Feeds;
 use super::term::{Term, TermInput};
-use super::{LeaderDeps, LeaderSettings};
-use crate::metrics::BACKEND_ETCD;
+use super::{Error, LeaderDeps, LeaderSettings};
+use crate::clock::{ClockProbe, CLOCK_RECHECK};
+use crate::metrics::Backend;
+use crate::metrics::RoleMetrics;
 
 /// Changes a term may have waiting: a burst past this makes the role wait for the term
 /// (the watch waits meanwhile) instead of growing without bound.
@@ -69,7 +70,7 @@ enum NoteKind {
 enum Source {
     /// One shard: campaign for the leader key while no term runs.
     Election {
-        campaign: Option<oneshot::Receiver<anyhow::Result<Leadership>>>,
+        campaign: Option<oneshot::Receiver<Result<Leadership, Error>>>,
         campaign_after: Instant,
     },
     /// Several shards: the ownership loop, once the catalog is synced and the clock check
@@ -211,7 +212,7 @@ async fn sleep_until(at: Option<Instant>) {
 
 /// What the source of authority said.
 enum SourceEvent {
-    Campaign(Result<anyhow::Result<Box<Leadership>>, ()>),
+    Campaign(Result<Result<Box<Leadership>, Error>, ()>),
     Shard(Option<ShardEvent>),
     ClockChecked,
 }
@@ -257,14 +258,13 @@ impl Role {
             Source::Shards { owner, gate } => {
                 if owner.is_none() && gate.is_none() {
                     let (tx, rx) = oneshot::channel();
-                    let (settings, metrics, cancel) = (
-                        self.settings.clone(),
-                        Arc::clone(&self.deps.metrics),
+                    let (check, cancel) = (
+                        ClockAgreement::of(&self.settings, &self.deps),
                         self.cancel.clone(),
                     );
                     self.deps.tracker.spawn(
                         async move {
-                            if clock_agrees(&settings, &metrics, &cancel).await {
+                            if check.wait(&cancel).await {
                                 let _ = tx.send(());
                             }
                         }
@@ -301,7 +301,7 @@ impl Role {
     }
 
     async fn on_registry_event(&mut self, event: ax_registry::RegistryEvent) {
-        let Some((key, entry)) = apply_event(&mut self.catalog, &self.deps.metrics, event) else {
+        let Some((key, entry)) = apply_event(&mut self.catalog, &*self.deps.metrics, event) else {
             self.seen.store(self.catalog.revision, Ordering::Release);
             return;
         };
@@ -323,7 +323,7 @@ impl Role {
     fn on_campaign(
         &mut self,
         source: &mut Source,
-        won: Result<anyhow::Result<Box<Leadership>>, ()>,
+        won: Result<Result<Box<Leadership>, Error>, ()>,
     ) {
         let Source::Election {
             campaign,
@@ -562,18 +562,17 @@ fn start_campaign(
     settings: &LeaderSettings,
     deps: &LeaderDeps,
     cancel: &CancellationToken,
-) -> oneshot::Receiver<anyhow::Result<Leadership>> {
+) -> oneshot::Receiver<Result<Leadership, Error>> {
     let (tx, rx) = oneshot::channel();
     let candidate = deps.candidate.clone();
     let cancel = cancel.clone();
-    let settings = settings.clone();
-    let metrics = Arc::clone(&deps.metrics);
+    let check = ClockAgreement::of(settings, deps);
     deps.tracker.spawn(
         async move {
-            if !clock_agrees(&settings, &metrics, &cancel).await {
+            if !check.wait(&cancel).await {
                 return;
             }
-            let result = candidate.campaign(&cancel).await.context("campaign failed");
+            let result = candidate.campaign(&cancel).await.map_err(Error::from);
             let _ = tx.send(result);
         }
         .instrument(info_span!("campaign")),
@@ -581,40 +580,54 @@ fn start_campaign(
     rx
 }
 
-/// Waits until this host's clock agrees with etcd's; false when cancelled first. A replica
-/// whose clock disagrees would fire early or late for everyone: it does not schedule until
-/// the clocks agree.
-async fn clock_agrees(
-    settings: &LeaderSettings,
-    metrics: &crate::metrics::Metrics,
-    cancel: &CancellationToken,
-) -> bool {
-    let Some(check) = &settings.clock_check else {
-        return true;
-    };
-    let max_skew = settings.max_clock_skew;
-    loop {
-        match check.skew().await {
-            Ok(skew) if skew.abs() <= max_skew.as_secs_f64() => return true,
-            Ok(skew) => warn!(
-                skew_seconds = skew,
-                max_seconds = max_skew.as_secs_f64(),
-                "clock skew against etcd is too large: refusing to schedule; fix NTP on this host"
-            ),
-            Err(e) => {
-                // The check guards against a bad clock, not a bad etcd: scheduling goes on
-                // without it (the gRPC client may well reach etcd), but never unannounced.
-                metrics.backend_error(BACKEND_ETCD);
-                warn!(
-                    error = %format!("{e:#}"),
-                    "cannot check this host's clock against etcd's (scheduler.max_clock_skew); going on without the check"
-                );
-                return true;
-            }
+/// The check that this host's clock agrees with etcd's, before the role schedules.
+struct ClockAgreement {
+    probe: Option<Arc<dyn ClockProbe>>,
+    max_skew: Duration,
+    metrics: Arc<dyn RoleMetrics>,
+}
+
+impl ClockAgreement {
+    fn of(settings: &LeaderSettings, deps: &LeaderDeps) -> Self {
+        ClockAgreement {
+            probe: deps.clock_check.clone(),
+            max_skew: settings.max_clock_skew,
+            metrics: Arc::clone(&deps.metrics),
         }
-        tokio::select! {
-            _ = cancel.cancelled() => return false,
-            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+    }
+
+    /// Waits until the clocks agree; false when cancelled first. A replica whose clock
+    /// disagrees would fire early or late for everyone: it does not schedule until the
+    /// clocks agree.
+    async fn wait(&self, cancel: &CancellationToken) -> bool {
+        let Some(probe) = &self.probe else {
+            return true;
+        };
+        let max_skew = self.max_skew;
+        loop {
+            match probe.skew().await {
+                Ok(skew) if skew.abs() <= max_skew.as_secs_f64() => return true,
+                Ok(skew) => warn!(
+                    skew_seconds = skew,
+                    max_seconds = max_skew.as_secs_f64(),
+                    "clock skew against etcd is too large: refusing to schedule; fix NTP on this host"
+                ),
+                Err(e) => {
+                    // The check guards against a bad clock, not a bad etcd: scheduling goes
+                    // on without it (the gRPC client may well reach etcd), but never
+                    // unannounced.
+                    self.metrics.backend_error(Backend::Etcd);
+                    warn!(
+                        error = %e,
+                        "cannot check this host's clock against etcd's (scheduler.max_clock_skew); going on without the check"
+                    );
+                    return true;
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return false,
+                _ = tokio::time::sleep(CLOCK_RECHECK) => {}
+            }
         }
     }
 }

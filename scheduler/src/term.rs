@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use ax_alerting::Alert;
 use ax_queue::Fence;
 use ax_scheduler_core::{Dispatcher, EventPosition, TaskKey, TaskState, UtcMillis};
@@ -28,7 +27,7 @@ use super::authority::{Authority, Scope};
 use super::catalog::{CatalogEntry, CatalogSlice, Change};
 use super::feeds::Feeds;
 use super::flusher::{self, FlushRequest};
-use super::{clock, direct_writes, events, fire, LeaderDeps, LeaderSettings};
+use super::{clock, direct_writes, events, fire, Error, LeaderDeps, LeaderSettings};
 use ax_registry::PendingTrigger;
 
 /// What the role gives a term besides its authority.
@@ -54,7 +53,7 @@ pub(super) struct Term {
     pub(super) cancel: CancellationToken,
     pub(super) flush_tx: mpsc::Sender<FlushRequest>,
     /// Spec changes the watch delivered, for the check of direct etcd writes.
-    direct_tx: mpsc::Sender<direct_writes::Observed>,
+    direct_tx: mpsc::Sender<crate::audit::Observed>,
     changes: mpsc::Receiver<Change>,
     seen: Arc<AtomicI64>,
     /// The catalog revision of the slice the term was armed from.
@@ -128,18 +127,21 @@ async fn raise_fence(
     shard: Option<u32>,
     token: u64,
     cluster: &str,
-) -> anyhow::Result<()> {
+) -> Result<(), Error> {
     let fence = deps
         .queue
         .advance_fence(queue, shard, token, cluster)
         .await
-        .with_context(|| format!("cannot raise the fence of queue {queue}"))?;
+        .map_err(|source| Error::Fence {
+            queue: queue.to_owned(),
+            source,
+        })?;
     if let Some(problem) = fence_problem(queue, &fence) {
         error!(%problem, "cannot lead: enqueues would be refused");
         if let Some(alerts) = &deps.alerts {
-            alerts.send(Alert::fence_conflict(&problem, UtcMillis::now()));
+            alerts.send(Alert::fence_conflict(&problem, deps.clock.now()));
         }
-        anyhow::bail!(problem);
+        return Err(Error::FenceRefused(problem));
     }
     Ok(())
 }
@@ -167,7 +169,7 @@ impl Term {
         deps: &LeaderDeps,
         input: TermInput,
         authority: Authority,
-    ) -> anyhow::Result<Term> {
+    ) -> Result<Term, Error> {
         let token = authority.token();
         let scope = authority.scope(settings.placement);
         let span = info_span!("takeover", fencing_token = token);
@@ -190,7 +192,10 @@ impl Term {
                     deps.registry.get_states(&keys).await
                 }
             }
-            .context("cannot load task states")?;
+            .map_err(|source| Error::Registry {
+                what: "cannot load task states",
+                source,
+            })?;
             // One unreadable record must not stop the takeover (and so all firing): its task
             // is armed as if nothing was recorded, and the next state write replaces it.
             for bad in &listing.undecodable {
@@ -200,9 +205,7 @@ impl Term {
                     "task state record cannot be decoded; the task is armed afresh and the record rewritten"
                 );
             }
-            deps.metrics
-                .undecodable_states
-                .set(i64::try_from(listing.undecodable.len()).unwrap_or(i64::MAX));
+            deps.metrics.set_undecodable_states(listing.undecodable.len());
             let mut states: HashMap<TaskKey, TaskState> = listing
                 .states
                 .into_iter()
@@ -225,7 +228,10 @@ impl Term {
                 .registry
                 .cluster()
                 .await
-                .context("cannot read etcd's cluster id")?
+                .map_err(|source| Error::Registry {
+                    what: "cannot read etcd's cluster id",
+                    source,
+                })?
                 .0
                 .to_string();
             for q in &queues {
@@ -240,9 +246,9 @@ impl Term {
             .await
             .ok()
             .and_then(|r| r.ok().map(|p| p.clone().unwrap_or_default()))
-            .context("cannot read the paused namespaces")?;
+            .ok_or(Error::PausedUnknown)?;
             feeds.paused.borrow_and_update();
-            let now = UtcMillis::now();
+            let now = deps.clock.now();
             let mut dispatcher = Dispatcher::new(settings.dispatcher.clone(), now);
             for p in &paused {
                 dispatcher.pause_namespace(p);
@@ -287,7 +293,7 @@ impl Term {
                 info!(orphans, "deleting the states of tasks deleted while no replica led");
             }
             if !authority.is_valid() {
-                anyhow::bail!("authority lost while taking over");
+                return Err(Error::AuthorityLost);
             }
             // Events a leader read and died before writing: claim them first (they are older
             // than any unread one), then read what still waits, then take the ends that no
@@ -320,7 +326,12 @@ impl Term {
             );
             let (direct_tx, direct_rx) = mpsc::channel(1024);
             deps.tracker.spawn(
-                direct_writes::run(deps.audit.clone(), direct_rx, term_cancel.clone())
+                direct_writes::run(
+                    Arc::clone(&deps.audit),
+                    Arc::clone(&deps.clock),
+                    direct_rx,
+                    term_cancel.clone(),
+                )
                     .instrument(info_span!("direct_writes")),
             );
             // A shard changing hands is routine (every join and leave moves some); only the
@@ -383,8 +394,8 @@ impl Term {
         loop {
             let wake = self
                 .dispatcher
-                .next_wakeup(UtcMillis::now())
-                .map(clock::instant_at)
+                .next_wakeup(deps.clock.now())
+                .map(|at| clock::instant_at(&*deps.clock, at))
                 .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
             tokio::select! {
                 biased;
@@ -399,7 +410,7 @@ impl Term {
                     return;
                 }
                 _ = tokio::time::sleep_until(wake) => {
-                    fire::fire(settings, deps, &mut self).await;
+                    self.fire(settings, deps).await;
                 }
                 change = self.changes.recv() => {
                     let Some(change) = change else {
@@ -408,7 +419,7 @@ impl Term {
                     };
                     self.on_registry_change(deps, change).await;
                     // A change takes effect now, not at the next tick.
-                    fire::fire(settings, deps, &mut self).await;
+                    self.fire(settings, deps).await;
                 }
                 Ok(()) = self.feeds.paused.changed() => {
                     let paused = self.feeds.paused.borrow_and_update().clone().unwrap_or_default();
@@ -420,13 +431,13 @@ impl Term {
                     }
                     for ns in was.difference(&paused) {
                         info!(namespace = %ns, "namespace resumed: missed fires follow each task's misfire policy");
-                        self.dispatcher.resume_namespace(ns, UtcMillis::now());
+                        self.dispatcher.resume_namespace(ns, deps.clock.now());
                     }
-                    fire::fire(settings, deps, &mut self).await;
+                    self.fire(settings, deps).await;
                 }
                 Ok(()) = self.feeds.triggers.changed() => {
                     if self.take_triggers(deps).await {
-                        fire::fire(settings, deps, &mut self).await;
+                        self.fire(settings, deps).await;
                     }
                 }
                 _ = self.events_tick.tick() => {
@@ -446,7 +457,7 @@ impl Term {
                         queued |= self.take_trigger(deps, request).await;
                     }
                     if queued {
-                        fire::fire(settings, deps, &mut self).await;
+                        self.fire(settings, deps).await;
                     }
                 }
                 _ = self.pending_tick.tick() => {
@@ -500,7 +511,7 @@ impl Term {
             }
         }
         if let Some(alerts) = &deps.alerts {
-            alerts.send(Alert::redis_restarted(persistent, UtcMillis::now()));
+            alerts.send(Alert::redis_restarted(persistent, deps.clock.now()));
         }
     }
 
@@ -508,7 +519,7 @@ impl Term {
     /// queue name no worker is configured for, every worker of it gone): sets the gauge and
     /// alerts for each (the alert manager de-duplicates repeats, also across shards).
     async fn check_unserved(&mut self, deps: &LeaderDeps) {
-        let now = UtcMillis::now();
+        let now = deps.clock.now();
         let mut unserved = 0;
         for q in &self.queues {
             let stats = match deps.queue.stats(q, now).await {
@@ -534,7 +545,7 @@ impl Term {
         // A shard's term sees only its tasks' queues: the replica's gauge is the one
         // leader's alone, and with shards the alert (de-duplicated across terms) tells.
         if self.scope.shard().is_none() {
-            deps.metrics.unserved_queues.set(unserved);
+            deps.metrics.set_unserved_queues(unserved);
         }
     }
 
@@ -572,7 +583,7 @@ impl Term {
         }
         if self
             .dispatcher
-            .trigger(&key, request.execution_id.clone(), UtcMillis::now())
+            .trigger(&key, request.execution_id.clone(), deps.clock.now())
         {
             self.pending_triggers
                 .insert(request.execution_id.clone(), request);
@@ -592,12 +603,12 @@ impl Term {
         let Change { key, entry } = change;
         // Full only under a burst the checker cannot keep up with: those changes go
         // unchecked rather than stall the term.
-        let _ = self.direct_tx.try_send(direct_writes::Observed {
+        let _ = self.direct_tx.try_send(crate::audit::Observed {
             target: format!("{}/{}", key.namespace, key.id),
             deleted: entry.is_none(),
-            seen_at: UtcMillis::now(),
+            seen_at: deps.clock.now(),
         });
-        let now = UtcMillis::now();
+        let now = deps.clock.now();
         match entry {
             Some(CatalogEntry::Valid { spec, revision }) => {
                 if self.queues.insert(spec.queue.clone()) {
@@ -626,7 +637,7 @@ impl Term {
     /// the key up at once (instead of after the lease's TTL); otherwise report the loss.
     async fn end(mut self, settings: &LeaderSettings, deps: &LeaderDeps, shutting_down: bool) {
         if self.scope.shard().is_none() {
-            deps.metrics.unserved_queues.set(0);
+            deps.metrics.set_unserved_queues(0);
         }
         if self.unsent {
             warn!("fires taken for enqueue were not accepted: leaving the task states as last written, so the next leader replays them");
@@ -646,7 +657,7 @@ impl Term {
             alerts.send(Alert::leader_changed(
                 Some(&settings.instance_id),
                 None,
-                UtcMillis::now(),
+                deps.clock.now(),
             ));
         }
     }
@@ -667,7 +678,7 @@ impl Term {
             match notice {
                 ax_scheduler_core::Notice::DeadlineMissed { miss, .. } => deps
                     .metrics
-                    .record_deadline_misses(miss.reason.as_str(), miss.missed),
+                    .deadline_misses(miss.reason.as_str(), miss.missed),
                 // A run-now broadcast that found no worker ended: its trigger is done with,
                 // and its history entry is written by the fire path (it needs Redis).
                 ax_scheduler_core::Notice::NoLiveWorker { fanout, .. } => {
@@ -694,10 +705,10 @@ impl Term {
         let due = if wait {
             UtcMillis::MAX
         } else {
-            UtcMillis::now()
+            deps.clock.now()
         };
         // Every end applied so far has its alert in this flush, with its state.
-        self.take_notices(settings, deps, UtcMillis::now());
+        self.take_notices(settings, deps, deps.clock.now());
         // Reserved before anything is taken: a full channel leaves the changes where they
         // are, and a closed one means the term is over.
         let Ok(permit) = self.flush_tx.try_reserve() else {

@@ -1,8 +1,5 @@
-//! The scheduler's clock edge: wall-clock targets as tokio deadlines, and the check of this
-//! host's clock against etcd's.
-//!
-//! The scheduling core works on [`UtcMillis`] handed to it; the leader reads the wall clock
-//! with [`UtcMillis::now`] and sleeps on tokio deadlines computed here.
+//! The check of this host's clock against etcd's, which the scheduler role runs before it
+//! schedules ([`ax_scheduler::clock::ClockProbe`]) and `ax status` shows.
 //!
 //! The clock check talks HTTP to etcd's client port, beside the gRPC client, so it needs the
 //! same TLS settings. It asks the members in the order of `etcd.endpoints` and takes the first
@@ -16,17 +13,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use ax_scheduler_core::UtcMillis;
-use tokio::time::Instant;
 
 use crate::backend::connect::tls_hint;
 use crate::backend::endpoints::endpoint_url;
 use crate::backend::EtcdTls;
-
-/// The tokio instant at which the wall clock will read `target` (now, if it is past).
-pub fn instant_at(target: UtcMillis) -> Instant {
-    let wait = target.since(UtcMillis::now());
-    Instant::now() + wait
-}
 
 /// Limit on asking one member, connection included.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
@@ -131,6 +121,16 @@ impl ClockCheck {
     }
 }
 
+impl ax_scheduler::clock::ClockProbe for ClockCheck {
+    fn skew(&self) -> ax_scheduler::clock::SkewFuture<'_> {
+        Box::pin(async move {
+            ClockCheck::skew(self)
+                .await
+                .map_err(|e| format!("{e:#}").into())
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,14 +193,5 @@ mod tests {
         };
         let e = ClockCheck::new(&["https://etcd:2379".to_owned()], Some(&tls)).unwrap_err();
         assert!(e.to_string().contains("etcd.ca_file"), "{e}");
-    }
-
-    #[test]
-    fn instant_at_the_past_is_now() {
-        let start = Instant::now();
-        let at = instant_at(UtcMillis(0));
-        assert!(at >= start && at <= Instant::now());
-        let later = instant_at(UtcMillis::now().add(Duration::from_secs(10)));
-        assert!(later >= start + Duration::from_secs(9));
     }
 }

@@ -14,14 +14,15 @@
 //! recorded as direct.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ax_scheduler_core::UtcMillis;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::{AuditQuery, AuditRecord, VIA_ETCD};
-use crate::audit_store::AuditStore;
+use crate::audit::{AuditLog, Observed, RecordedChange};
+use crate::clock::Clock;
 
 /// How long after a change its ax record is waited for.
 pub(super) const GRACE: Duration = Duration::from_secs(5);
@@ -30,19 +31,8 @@ pub(super) const WINDOW: Duration = Duration::from_secs(60);
 /// Observations kept at most: a burst of direct writes beyond it is recorded in part (with
 /// a warning), never held without bound.
 const MAX_PENDING: usize = 10_000;
-/// Records read per check at most (pages of 1000).
-const MAX_PAGES: usize = 5;
-
-/// A change to a task spec the watch delivered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Observed {
-    /// `namespace/id`.
-    pub target: String,
-    /// Whether the spec was deleted (else written).
-    pub deleted: bool,
-    /// When the leader saw it.
-    pub seen_at: UtcMillis,
-}
+/// Records read per check at most.
+const MAX_RECORDS: usize = 5000;
 
 /// The changes waiting for their check.
 #[derive(Debug, Default)]
@@ -76,33 +66,21 @@ impl DirectWrites {
         self.pending.front().map(|o| o.seen_at.sub(WINDOW))
     }
 
-    /// Takes the changes due at `now` and returns the records of those no ax record in
-    /// `records` accounts for.
-    pub(super) fn settle(&mut self, now: UtcMillis, records: &[AuditRecord]) -> Vec<AuditRecord> {
+    /// Takes the changes due at `now` and returns those no change ax recorded in `records`
+    /// accounts for.
+    pub(super) fn settle(&mut self, now: UtcMillis, records: &[RecordedChange]) -> Vec<Observed> {
         let mut direct = Vec::new();
         while let Some(o) = self.pending.front() {
             if o.seen_at.add(GRACE) > now {
                 break;
             }
             let window = i64::try_from(WINDOW.as_millis()).unwrap_or(i64::MAX);
-            let ours = records.iter().any(|r| {
-                r.via != VIA_ETCD
-                    && r.target == o.target
-                    && r.action.starts_with("task.")
-                    && (r.at.0 - o.seen_at.0).abs() <= window
-            });
-            if !ours {
-                direct.push(AuditRecord {
-                    at: o.seen_at,
-                    actor: VIA_ETCD.to_owned(),
-                    via: VIA_ETCD.to_owned(),
-                    action: if o.deleted { "task.delete" } else { "task.put" }.to_owned(),
-                    target: o.target.clone(),
-                    detail: None,
-                    revision: None,
-                });
+            let ours = records
+                .iter()
+                .any(|r| r.target == o.target && (r.at.0 - o.seen_at.0).abs() <= window);
+            if let Some(o) = self.pending.pop_front().filter(|_| !ours) {
+                direct.push(o);
             }
-            self.pending.pop_front();
         }
         direct
     }
@@ -110,7 +88,8 @@ impl DirectWrites {
 
 /// Checks the changes `changes` delivers until `cancel`, recording the direct ones.
 pub(super) async fn run(
-    store: AuditStore,
+    log: Arc<dyn AuditLog>,
+    clock: Arc<dyn Clock>,
     mut changes: mpsc::Receiver<Observed>,
     cancel: CancellationToken,
 ) {
@@ -118,7 +97,7 @@ pub(super) async fn run(
     let mut reported_drops = 0;
     loop {
         let wait = state.next_due().map_or(Duration::from_secs(3600), |due| {
-            Duration::from_millis(u64::try_from(due.0 - UtcMillis::now().0).unwrap_or(0))
+            Duration::from_millis(u64::try_from(due.0 - clock.now().0).unwrap_or(0))
         });
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -128,7 +107,7 @@ pub(super) async fn run(
             },
             _ = tokio::time::sleep(wait) => {
                 let Some(since) = state.records_since() else { continue };
-                let records = match read_since(&store, since).await {
+                let records = match log.ax_changes_since(since, MAX_RECORDS).await {
                     Ok(records) => records,
                     Err(e) => {
                         // Checked again at the next due change or after a pause; nothing is
@@ -138,10 +117,11 @@ pub(super) async fn run(
                         continue;
                     }
                 };
-                for record in state.settle(UtcMillis::now(), &records) {
-                    tracing::info!(target_task = %record.target, action = %record.action, "task spec changed in etcd without ax");
-                    if let Err(e) = store.write(&record).await {
-                        tracing::warn!(error = %e, target_task = %record.target, "cannot record a direct etcd write in the audit log");
+                for change in state.settle(clock.now(), &records) {
+                    let action = if change.deleted { "task.delete" } else { "task.put" };
+                    tracing::info!(target_task = %change.target, action, "task spec changed in etcd without ax");
+                    if let Err(e) = log.record_direct(&change).await {
+                        tracing::warn!(error = %e, target_task = %change.target, "cannot record a direct etcd write in the audit log");
                     }
                 }
                 if state.dropped() > reported_drops {
@@ -153,40 +133,14 @@ pub(super) async fn run(
     }
 }
 
-async fn read_since(
-    store: &AuditStore,
-    since: UtcMillis,
-) -> Result<Vec<AuditRecord>, crate::http::ApiError> {
-    let mut records = Vec::new();
-    let mut query = AuditQuery {
-        since: Some(since),
-        limit: Some(1000),
-        ..AuditQuery::default()
-    };
-    for _ in 0..MAX_PAGES {
-        let page = store.page(&query).await?;
-        records.extend(page.items);
-        match page.continue_token {
-            Some(token) => query.continue_token = Some(token),
-            None => break,
-        }
-    }
-    Ok(records)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn ours(at: i64, target: &str) -> AuditRecord {
-        AuditRecord {
+    fn ours(at: i64, target: &str) -> RecordedChange {
+        RecordedChange {
             at: UtcMillis(at),
-            actor: "ops".into(),
-            via: "api".into(),
-            action: "task.pause".into(),
             target: target.into(),
-            detail: None,
-            revision: None,
         }
     }
 
@@ -210,29 +164,16 @@ mod tests {
         // Before its grace nothing is decided.
         assert!(d.settle(UtcMillis(104_999), &records).is_empty());
         let direct = d.settle(UtcMillis(105_500), &records);
-        let summary: Vec<(&str, &str, &str)> = direct
-            .iter()
-            .map(|r| (r.target.as_str(), r.action.as_str(), r.actor.as_str()))
-            .collect();
         // a has its record; b has none; c's is too far away and is still waiting.
-        assert_eq!(summary, [("ns/b", "task.delete", VIA_ETCD)]);
+        assert_eq!(direct, [seen("ns/b", 100_500, true)]);
         assert_eq!(d.next_due(), Some(UtcMillis(106_000)));
         let direct = d.settle(UtcMillis(106_000), &records);
         assert_eq!(direct.len(), 1);
         assert_eq!(
-            (direct[0].target.as_str(), direct[0].at),
+            (direct[0].target.as_str(), direct[0].seen_at),
             ("ns/c", UtcMillis(101_000))
         );
         assert_eq!(d.next_due(), None);
-    }
-
-    #[test]
-    fn a_direct_record_does_not_account_for_a_later_change() {
-        let mut d = DirectWrites::default();
-        d.observe(seen("ns/a", 100_000, false));
-        let mut earlier = ours(99_000, "ns/a");
-        earlier.via = VIA_ETCD.into();
-        assert_eq!(d.settle(UtcMillis(200_000), &[earlier]).len(), 1);
     }
 
     #[test]

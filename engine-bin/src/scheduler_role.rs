@@ -1,0 +1,143 @@
+//! How a replica plugs into the scheduler role ([`ax_scheduler`]): its metrics and its audit
+//! log behind the role's seams.
+//!
+//! The role states facts; this module turns them into this replica's metric series and
+//! audit records, so the role's crate knows neither Prometheus nor the audit log's layout.
+
+use ax_scheduler::audit::{AuditFuture, AuditLog, Observed, RecordedChange};
+use ax_scheduler::metrics::{Backend, RoleMetrics};
+use ax_scheduler_core::UtcMillis;
+
+use crate::audit::{AuditQuery, AuditRecord, VIA_ETCD};
+use crate::audit_store::AuditStore;
+use crate::metrics::Metrics;
+
+fn gauge(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+impl RoleMetrics for Metrics {
+    fn backend_error(&self, backend: Backend) {
+        Metrics::backend_error(self, backend.label());
+    }
+
+    fn scheduled(&self, queue: &str) {
+        self.record_scheduled(queue);
+    }
+
+    fn set_leader(&self, leading: bool) {
+        Metrics::set_leader(self, leading);
+    }
+
+    fn set_shards_owned(&self, owned: usize) {
+        Metrics::set_shards_owned(self, owned);
+    }
+
+    fn set_invalid_specs(&self, count: usize) {
+        self.invalid_specs.set(gauge(count));
+    }
+
+    fn set_undecodable_states(&self, count: usize) {
+        self.undecodable_states.set(gauge(count));
+    }
+
+    fn set_unserved_queues(&self, count: usize) {
+        self.unserved_queues.set(gauge(count));
+    }
+
+    fn deadline_misses(&self, reason: &str, missed: u64) {
+        self.record_deadline_misses(reason, missed);
+    }
+}
+
+/// Records read per page of the audit log.
+const PAGE: usize = 1000;
+
+/// The change ax made that `record` is, if it is one: a `task.*` action through the API or
+/// the CLI. A record of a direct write is not ax's, so it accounts for no later change.
+fn recorded_change(record: AuditRecord) -> Option<RecordedChange> {
+    (record.via != VIA_ETCD && record.action.starts_with("task.")).then_some(RecordedChange {
+        at: record.at,
+        target: record.target,
+    })
+}
+
+impl AuditLog for AuditStore {
+    fn ax_changes_since(
+        &self,
+        since: UtcMillis,
+        limit: usize,
+    ) -> AuditFuture<'_, Vec<RecordedChange>> {
+        Box::pin(async move {
+            let mut changes = Vec::new();
+            let mut query = AuditQuery {
+                since: Some(since),
+                limit: Some(PAGE),
+                ..AuditQuery::default()
+            };
+            for _ in 0..limit.div_ceil(PAGE) {
+                let page = self.page(&query).await?;
+                changes.extend(page.items.into_iter().filter_map(recorded_change));
+                match page.continue_token {
+                    Some(token) => query.continue_token = Some(token),
+                    None => break,
+                }
+            }
+            Ok(changes)
+        })
+    }
+
+    fn record_direct(&self, change: &Observed) -> AuditFuture<'_, ()> {
+        let record = AuditRecord {
+            at: change.seen_at,
+            actor: VIA_ETCD.to_owned(),
+            via: VIA_ETCD.to_owned(),
+            action: if change.deleted {
+                "task.delete"
+            } else {
+                "task.put"
+            }
+            .to_owned(),
+            target: change.target.clone(),
+            detail: None,
+            revision: None,
+        };
+        Box::pin(async move { Ok(self.write(&record).await?) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(via: &str, action: &str) -> AuditRecord {
+        AuditRecord {
+            at: UtcMillis(99_000),
+            actor: "ops".into(),
+            via: via.into(),
+            action: action.into(),
+            target: "ns/a".into(),
+            detail: None,
+            revision: None,
+        }
+    }
+
+    #[test]
+    fn the_roles_backends_are_the_replicas_labels() {
+        assert_eq!(Backend::Etcd.label(), crate::metrics::BACKEND_ETCD);
+        assert_eq!(Backend::Redis.label(), crate::metrics::BACKEND_REDIS);
+    }
+
+    #[test]
+    fn a_direct_record_does_not_account_for_a_later_change() {
+        assert_eq!(recorded_change(record(VIA_ETCD, "task.put")), None);
+        assert_eq!(recorded_change(record("api", "dlq.purge")), None);
+        assert_eq!(
+            recorded_change(record("api", "task.pause")),
+            Some(RecordedChange {
+                at: UtcMillis(99_000),
+                target: "ns/a".into()
+            })
+        );
+    }
+}
