@@ -2,7 +2,7 @@
 //!
 //! The JSON form is the user-facing contract (see `docs/tasks.md`). Durations are written as
 //! humantime strings (`"30s"`, `"5m"`), instants as RFC 3339; inside the process they are
-//! `std::time::Duration` and [`UtcMillis`]. Parsing and validation live in `validate.rs`:
+//! `std::time::Duration` and [`UtcMillis`]. Parsing and validation live in `validate`:
 //! they report every problem at once with its field path, so this module only holds the
 //! types and their documented defaults.
 

@@ -1,0 +1,143 @@
+//! The `http` section: the target the `http` handler POSTs to.
+//!
+//! The URL and header values are the places a spec carries secrets (tokens, basic auth), and
+//! ax shows them masked as `***`. A spec read back from ax and stored again would then hold
+//! the mask instead of the secret, so a masked value is refused here rather than sent.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::checker::{field, join, kind, Checker};
+use crate::redact::holds_mask;
+use crate::task::{HttpTarget, MAX_HTTP_HEADERS, MAX_HTTP_HEADER_BYTES, MAX_URL_BYTES};
+
+const HTTP_FIELDS: &[&str] = &["url", "headers", "follow_redirects", "async"];
+
+/// Why a spec holding `***` in a secret is refused.
+const MASKED_SECRET: &str = "holds `***`, a secret masked as ax shows it: give the real \
+     value (an admin sees it with `ax task get --show-secrets`)";
+
+/// The top-level `http`, which the `http` handler needs and no other handler reads.
+pub(super) fn read_http(
+    c: &mut Checker,
+    obj: &Map<String, Value>,
+    handler: Option<&str>,
+) -> Option<HttpTarget> {
+    let http = field(obj, "http").and_then(|v| parse_http(c, v));
+    match (handler, field(obj, "http")) {
+        (Some("http"), None) => c.err(
+            "http.url",
+            "missing; the http handler needs {\"http\": {\"url\": \"https://...\"}}",
+        ),
+        (Some(h), Some(_)) if h != "http" => c.err(
+            "http",
+            format!("is only read by the `http` handler, not `{h}`; remove it"),
+        ),
+        _ => {}
+    }
+    http
+}
+
+fn parse_http(c: &mut Checker, v: &Value) -> Option<HttpTarget> {
+    let Value::Object(obj) = v else {
+        c.err(
+            "http",
+            format!(
+                "must be an object like {{\"url\": \"https://...\"}}, found {}",
+                kind(v)
+            ),
+        );
+        return None;
+    };
+    c.unknown_fields(obj, "http", HTTP_FIELDS);
+    let url = match field(obj, "url") {
+        None => {
+            c.err(
+                "http.url",
+                "missing; give the http(s) URL that receives the POST",
+            );
+            None
+        }
+        Some(u) => c.string(u, "http.url").and_then(|u| match check_url(&u) {
+            Ok(()) => Some(u),
+            Err(e) => {
+                c.err("http.url", e);
+                None
+            }
+        }),
+    };
+    if let Some(u) = &url {
+        if u.len() > MAX_URL_BYTES {
+            c.err(
+                "http.url",
+                format!(
+                    "is {} bytes long; at most {MAX_URL_BYTES} are allowed",
+                    u.len()
+                ),
+            );
+        } else if holds_mask(u) {
+            c.err("http.url", MASKED_SECRET.to_owned());
+        }
+    }
+    let headers =
+        field(obj, "headers").map_or(Some(BTreeMap::new()), |h| c.string_map(h, "http.headers"));
+    if let Some(headers) = &headers {
+        check_headers(c, headers);
+    }
+    let follow_redirects =
+        field(obj, "follow_redirects").map_or(Some(false), |v| c.bool(v, "http.follow_redirects"));
+    let await_completion = field(obj, "async").map_or(Some(false), |v| c.bool(v, "http.async"));
+    Some(HttpTarget {
+        url: url?,
+        headers: headers?,
+        follow_redirects: follow_redirects?,
+        await_completion: await_completion?,
+    })
+}
+
+/// Header count and sizes, and no masked value.
+fn check_headers(c: &mut Checker, headers: &BTreeMap<String, String>) {
+    if headers.len() > MAX_HTTP_HEADERS {
+        c.err(
+            "http.headers",
+            format!(
+                "has {} headers; at most {MAX_HTTP_HEADERS} are allowed",
+                headers.len()
+            ),
+        );
+    }
+    for (k, v) in headers {
+        let path = join("http.headers", k);
+        if k.len() + v.len() > MAX_HTTP_HEADER_BYTES {
+            c.err(
+                &path,
+                format!(
+                    "is {} bytes with its name; at most {MAX_HTTP_HEADER_BYTES} are allowed",
+                    k.len() + v.len()
+                ),
+            );
+        } else if holds_mask(v) {
+            c.err(&path, MASKED_SECRET.to_owned());
+        }
+    }
+}
+
+/// An `http://` or `https://` URL with a host; no full URL parser is needed for that.
+fn check_url(url: &str) -> Result<(), String> {
+    // Errors quote the URL as ax shows URLs everywhere: without credentials or query values.
+    let shown = crate::redact::mask_url(url);
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("`{shown}` must start with http:// or https://"))?;
+    if url.chars().any(char::is_whitespace) {
+        return Err(format!("`{shown}` contains whitespace"));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit('@').next().unwrap_or("");
+    if host.is_empty() || host.starts_with(':') {
+        return Err(format!("`{shown}` has no host"));
+    }
+    Ok(())
+}
