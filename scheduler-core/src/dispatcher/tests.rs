@@ -1,5 +1,8 @@
 use super::*;
-use crate::task::MisfirePolicy;
+use crate::execution::{AttemptOutcome, EnqueueOutcome, EventPosition, ExecutionEvent};
+use crate::state::TaskStatus;
+use crate::task::{MisfirePolicy, OverlapPolicy, TaskSpec};
+use crate::validate::FieldError;
 
 const T0: i64 = 1_800_000_000_000;
 

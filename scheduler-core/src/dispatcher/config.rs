@@ -1,0 +1,54 @@
+//! The dispatcher's settings. Every duration the fire path waits on is here, so tests run
+//! the same code on virtual time with short settings and the engine maps its own
+//! configuration onto one value.
+
+use std::time::Duration;
+
+use crate::breaker::BreakerConfig;
+use crate::misfire::DEFAULT_CATCH_UP_WINDOW;
+use crate::ready::ReadyConfig;
+use crate::timer::TimerConfig;
+
+/// Settings of a [`Dispatcher`](super::Dispatcher).
+#[derive(Clone, Debug)]
+pub struct DispatcherConfig {
+    /// Timer shape (tick, levels).
+    pub timer: TimerConfig,
+    /// Ready-queue aging.
+    pub ready: ReadyConfig,
+    /// Missed fires older than this are not replayed by `fire_all` and raise an alert.
+    pub catch_up_window: Duration,
+    /// Per-task circuit breaker.
+    pub breaker: BreakerConfig,
+    /// Enqueue rate limit as (fires per second, burst); `None` (the default) for no limit.
+    pub rate_limit: Option<(f64, f64)>,
+    /// How often a held fire asks again whether the previous execution finished, in case
+    /// its completion event was lost.
+    pub hold_retry: Duration,
+    /// A timer that comes due later than this means the leader stalled; the fires it missed
+    /// follow the task's misfire policy.
+    pub stall_threshold: Duration,
+    /// How long after a fire its state (RUNNING) waits to be written on its own: an
+    /// execution that ends sooner has its end written instead, in one write.
+    pub running_write_delay: Duration,
+}
+
+/// Default [`DispatcherConfig::stall_threshold`]: far above any lateness of a working
+/// leader (milliseconds), well below the outages it stands for (a backend down for minutes,
+/// a clock stepped forward).
+pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_secs(5);
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        DispatcherConfig {
+            timer: TimerConfig::default(),
+            ready: ReadyConfig::default(),
+            catch_up_window: DEFAULT_CATCH_UP_WINDOW,
+            breaker: BreakerConfig::default(),
+            rate_limit: None,
+            hold_retry: Duration::from_secs(5),
+            stall_threshold: DEFAULT_STALL_THRESHOLD,
+            running_write_delay: Duration::from_secs(5),
+        }
+    }
+}

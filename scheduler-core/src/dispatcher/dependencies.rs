@@ -1,0 +1,74 @@
+//! Every task's place in the dependency graph, and the specs the graph holds back.
+//!
+//! A valid spec whose place is unsound (a parent missing, a cycle) is not armed: it is kept
+//! here, INVALID, until a change elsewhere in the graph mends it, and then armed from here
+//! without the registry sending it again. The graph itself ([`Graph`]) knows only edges.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::task::{Dependency, TaskSpec};
+use crate::validate::FieldError;
+use crate::workflow::Graph;
+
+use super::TaskKey;
+
+#[derive(Debug, Default)]
+pub(super) struct Dependencies {
+    graph: Graph,
+    /// Valid specs held back because of their place in the graph, with their revision.
+    held: HashMap<Arc<TaskKey>, (Arc<TaskSpec>, i64)>,
+}
+
+impl Dependencies {
+    /// Records the task's parents (none for an invalid spec: it still exists for its
+    /// children, which wait rather than name a missing parent).
+    pub(super) fn insert(&mut self, key: &Arc<TaskKey>, depends_on: &[Dependency]) {
+        self.graph.insert(key, depends_on);
+    }
+
+    /// Forgets a deleted task; its children keep their edges, to a missing parent now.
+    pub(super) fn remove(&mut self, key: &TaskKey) {
+        self.graph.remove(key);
+        self.held.remove(key);
+    }
+
+    /// What is wrong with the task's place in the graph (nothing, almost always).
+    pub(super) fn problems(&self, key: &TaskKey) -> Vec<FieldError> {
+        self.graph.problems(key)
+    }
+
+    /// Holds back a valid spec whose place is unsound.
+    pub(super) fn hold(&mut self, key: &Arc<TaskKey>, spec: &Arc<TaskSpec>, revision: i64) {
+        self.held
+            .insert(Arc::clone(key), (Arc::clone(spec), revision));
+    }
+
+    /// The task is armed, or invalid for its own spec: nothing of it is held any more.
+    pub(super) fn release(&mut self, key: &TaskKey) {
+        self.held.remove(key);
+    }
+
+    /// The spec held back for the task, if any.
+    pub(super) fn held(&self, key: &TaskKey) -> Option<(Arc<TaskSpec>, i64)> {
+        self.held.get(key).cloned()
+    }
+
+    pub(super) fn has_children(&self, key: &TaskKey) -> bool {
+        self.graph.has_children(key)
+    }
+
+    /// The tasks downstream of `key` (and `key` itself), to re-check after it changed.
+    pub(super) fn affected(&self, key: &Arc<TaskKey>) -> Vec<Arc<TaskKey>> {
+        self.graph.affected(key)
+    }
+
+    pub(super) fn children(&self, key: &TaskKey) -> &[Arc<TaskKey>] {
+        self.graph.children(key)
+    }
+
+    /// Whether a fire of the task starts a run (it is the first of a chain).
+    pub(super) fn starts_runs(&self, key: &TaskKey, spec: &TaskSpec) -> bool {
+        self.graph.starts_runs(key, spec)
+    }
+}

@@ -1,0 +1,323 @@
+//! Fan-out (see [`crate::fanout`]): one fire sent as many shards, and their ends counted
+//! back into one.
+//!
+//! A fire's progress lives in its task's state, not in the dispatcher: it must be written
+//! with the shards' ends so a new leader finishes the count, and the task holds it next to
+//! the rest of what is written. So this part has no state of its own: it turns a fire that
+//! leaves the ready queue into its shards ([`ShardedFire`]), addresses broadcast fires once
+//! the shell has listed the workers, and folds each shard's last end into its fire's.
+
+use std::sync::Arc;
+
+use crate::execution::{shown_error, AttemptEnd, AttemptOutcome, EventPosition, ExecutionEvent};
+use crate::fanout::{fire_fanout_id, shard_of, FanoutProgress, Shard};
+use crate::task::{Fanout, OverlapPolicy, MAX_SHARDS};
+use crate::time::UtcMillis;
+use crate::workflow::{parse_execution_id, StepOutcome};
+
+use super::armed::{Armed, FireKind};
+use super::dependencies::Dependencies;
+use super::output::{failure_notice, Notice};
+use super::{Dispatch, Dispatcher, TaskKey};
+
+/// A fire on its way out of the dispatcher: its instant and the ids it carries.
+#[derive(Debug)]
+pub(super) struct Outgoing {
+    pub(super) fire_at: UtcMillis,
+    pub(super) run_now: Option<String>,
+    pub(super) run_id: Option<String>,
+    pub(super) starts_run: bool,
+}
+
+impl Outgoing {
+    /// The fire as one execution of `task`, not (yet) sharded.
+    pub(super) fn dispatch(
+        self,
+        task: &Armed,
+        overlap: OverlapPolicy,
+        broadcast: bool,
+    ) -> Dispatch {
+        Dispatch {
+            key: Arc::clone(&task.key),
+            spec: Arc::clone(&task.spec),
+            fire_at: self.fire_at,
+            overlap,
+            run_now: self.run_now,
+            run_id: self.run_id,
+            starts_run: self.starts_run,
+            shard: None,
+            broadcast,
+        }
+    }
+}
+
+/// The shards of one fanned-out fire, to dispatch.
+struct ShardedFire<'a> {
+    fire: Outgoing,
+    fanout: &'a str,
+    total: u32,
+    /// A broadcast fire's workers, by shard (empty for `shards`).
+    workers: &'a [String],
+}
+
+impl<'a> ShardedFire<'a> {
+    /// The fire `progress` records, to send its shards not ended again (after a failover,
+    /// or to the workers a broadcast was addressed to).
+    fn of(progress: &'a FanoutProgress, fire: Outgoing) -> Self {
+        debug_assert!(
+            progress.workers.is_empty() || progress.workers.len() == progress.total as usize,
+            "a broadcast fire has one worker per shard"
+        );
+        ShardedFire {
+            fire,
+            fanout: &progress.id,
+            total: progress.total,
+            workers: &progress.workers,
+        }
+    }
+
+    /// Its shards `progress` shows open.
+    fn open(&self, task: &Armed, progress: &FanoutProgress) -> Vec<Dispatch> {
+        progress
+            .open()
+            .map(|index| self.shard(task, index))
+            .collect()
+    }
+
+    /// Shard `index`: side by side with the others, so overlap `allow`.
+    fn shard(&self, task: &Armed, index: u32) -> Dispatch {
+        Dispatch {
+            key: Arc::clone(&task.key),
+            spec: Arc::clone(&task.spec),
+            fire_at: self.fire.fire_at,
+            overlap: OverlapPolicy::Allow,
+            run_now: self.fire.run_now.clone(),
+            run_id: self.fire.run_id.clone(),
+            starts_run: self.fire.starts_run,
+            shard: Some(Shard {
+                index,
+                total: self.total,
+                fanout: self.fanout.to_owned(),
+                worker: self.workers.get(index as usize).cloned(),
+            }),
+            broadcast: false,
+        }
+    }
+}
+
+/// Sends `fire` of a fanned-out task: every shard of a new `shards` fire (its progress
+/// started), a broadcast fire unaddressed (the shell lists the workers), or the shards not
+/// ended of a fire addressed before.
+pub(super) fn fan_out(task: &mut Armed, fanout: Fanout, fire: Outgoing, out: &mut Vec<Dispatch>) {
+    let id = fire
+        .run_now
+        .clone()
+        .unwrap_or_else(|| fire_fanout_id(&task.key, fire.fire_at));
+    let total = match fanout {
+        Fanout::Shards(total) => total,
+        Fanout::Broadcast => {
+            match task.state.fanouts.iter().find(|f| f.id == id) {
+                // Addressed before (a fire replayed after a failover): its shards not ended
+                // go to the workers they were addressed to.
+                Some(progress) => out.extend(ShardedFire::of(progress, fire).open(task, progress)),
+                None => out.push(fire.dispatch(task, OverlapPolicy::Allow, true)),
+            }
+            return;
+        }
+    };
+    if !task.state.fanouts.iter().any(|f| f.id == id) {
+        task.state.fanouts.push(FanoutProgress::new(
+            id.clone(),
+            fire.fire_at,
+            total,
+            fire.run_id.clone(),
+        ));
+    }
+    let fire = ShardedFire {
+        fire,
+        fanout: &id,
+        total,
+        workers: &[],
+    };
+    out.extend((0..total).map(|index| fire.shard(task, index)));
+}
+
+/// Sends again the shards not ended of the task's fire `id` (a new leader's resend).
+pub(super) fn resend(task: &Armed, id: &str, deps: &Dependencies, out: &mut Vec<Dispatch>) {
+    let Some(progress) = task.state.fanouts.iter().find(|f| f.id == id) else {
+        return;
+    };
+    let fire = Outgoing {
+        fire_at: progress.fire_at,
+        run_now: None,
+        run_id: progress.run.clone(),
+        starts_run: progress.run.is_none() && deps.starts_runs(&task.key, &task.spec),
+    };
+    out.extend(ShardedFire::of(progress, fire).open(task, progress));
+}
+
+impl Dispatcher {
+    /// Addresses a broadcast fire `poll` returned (its `broadcast` set) to `workers`, the
+    /// live workers of the task's queue the shell found: one shard each, in sorted order,
+    /// at most [`MAX_SHARDS`]. The fire's progress keeps the list (written at once: a new
+    /// leader sends what is not ended to the same workers). With no worker the fire ends
+    /// failed here, with a [`Notice::NoLiveWorker`]. Returns the executions to enqueue;
+    /// a fire addressed already gets its shards not ended, as addressed then.
+    pub fn address_broadcast(
+        &mut self,
+        dispatch: &Dispatch,
+        mut workers: Vec<String>,
+        now: UtcMillis,
+    ) -> Vec<Dispatch> {
+        let Some(task) = self.tasks.get_mut(&dispatch.key) else {
+            return Vec::new();
+        };
+        let Some(id) = dispatch.broadcast_fanout_id() else {
+            return Vec::new();
+        };
+        if !task.state.fanouts.iter().any(|f| f.id == id) {
+            workers.sort();
+            workers.dedup();
+            workers.truncate(MAX_SHARDS as usize);
+            if workers.is_empty() {
+                self.no_live_worker(dispatch, id, now);
+                return Vec::new();
+            }
+            task.state.fanouts.push(FanoutProgress::broadcast(
+                id.clone(),
+                dispatch.fire_at,
+                workers,
+                dispatch.run_id.clone(),
+            ));
+            self.writes.current(&task.key);
+        }
+        let Some(progress) = task.state.fanouts.iter().find(|f| f.id == id) else {
+            return Vec::new();
+        };
+        let fire = Outgoing {
+            fire_at: dispatch.fire_at,
+            run_now: dispatch.run_now.clone(),
+            run_id: dispatch.run_id.clone(),
+            starts_run: dispatch.starts_run,
+        };
+        ShardedFire::of(progress, fire).open(task, progress)
+    }
+
+    /// A broadcast fire found no live worker: it ends failed at once, as one execution.
+    fn no_live_worker(&mut self, dispatch: &Dispatch, id: String, now: UtcMillis) {
+        let Some(task) = self.tasks.get_mut(&dispatch.key) else {
+            return;
+        };
+        let reason = format!("no live worker serves queue {}", task.spec.queue);
+        task.state.last_error = Some(reason.clone());
+        let key = Arc::clone(&task.key);
+        let execution = parse_execution_id(&id);
+        self.notices.push(Notice::NoLiveWorker {
+            key: Arc::clone(&key),
+            fanout: id,
+            fire_at: dispatch.fire_at,
+            run: dispatch.run_id.clone(),
+            queue: Arc::clone(&task.spec.queue),
+            reason: reason.clone(),
+        });
+        let end = AttemptEnd::new(AttemptOutcome::Failed, Some(reason));
+        if let Some(execution) = execution {
+            let event = ExecutionEvent::Finished {
+                at: now,
+                end: end.clone(),
+            };
+            self.apply_to_state(&key, None, execution, 0, &event, false, now);
+            self.on_step_end(&key, execution, StepOutcome::of(&end), now);
+        }
+    }
+
+    /// A shard's event: a start or a retry as for any execution; a final end counted in its
+    /// fire's progress. The fire's one end (all succeeded, or how many failed) is applied
+    /// once the last shard has ended, and returned (its fan-out id as an execution, and the
+    /// outcome) for the dependency chain.
+    pub(super) fn apply_shard(
+        &mut self,
+        key: &TaskKey,
+        position: Option<EventPosition>,
+        execution: u128,
+        attempt: u32,
+        event: &ExecutionEvent,
+        now: UtcMillis,
+    ) -> Option<(u128, StepOutcome)> {
+        let ExecutionEvent::Finished { at, end } = event else {
+            self.apply_to_state(key, position, execution, attempt, event, true, now);
+            return None;
+        };
+        if !end.is_last() {
+            self.apply_to_state(key, position, execution, attempt, event, true, now);
+            return None;
+        }
+        let task = self.tasks.get_mut(key)?;
+        let (slot, index) = task
+            .state
+            .fanouts
+            .iter()
+            .enumerate()
+            .find_map(|(slot, f)| Some((slot, shard_of(&f.id, execution, f.total)?)))?;
+        if let Some(p) = position {
+            if task.state.last_event.is_some_and(|applied| applied >= p) {
+                return None;
+            }
+            task.state.last_event = Some(p);
+        }
+        let progress = &mut task.state.fanouts[slot];
+        if !progress.record(index, end.is_success()) {
+            return None;
+        }
+        // The shard's own last attempt; the fire's end below is not an attempt of its own.
+        self.notices
+            .extend(failure_notice(&task.key, execution, attempt, event));
+        if let Some(e) = &end.error {
+            task.state.last_error = Some(shown_error(e.clone()));
+        }
+        self.writes.current(&task.key);
+        if !task.state.fanouts[slot].complete() {
+            return None;
+        }
+        let done = task.state.fanouts.remove(slot);
+        let whole = fanout_end(&done, task.state.last_error.as_deref());
+        let fanout = parse_execution_id(&done.id)?;
+        // The fire's end, as one execution's: counted, settled, a held fire released.
+        let event = ExecutionEvent::Finished {
+            at: *at,
+            end: whole.clone(),
+        };
+        self.apply_to_state(key, None, fanout, 0, &event, false, now);
+        Some((fanout, StepOutcome::of(&whole)))
+    }
+
+    /// Queues again, for a task just loaded, the shards not ended of its fires in progress
+    /// (those already queued are refused as duplicates).
+    pub(super) fn resend_fanouts(&mut self, task: &Armed, now: UtcMillis) {
+        for progress in &task.state.fanouts {
+            self.fires
+                .push(task, now, FireKind::Resend(progress.id.clone()), now);
+        }
+    }
+}
+
+/// The one end of a fanned-out fire whose shards have all ended: it succeeded when every
+/// shard did; otherwise it failed, with the count and the last shard error.
+fn fanout_end(done: &FanoutProgress, last_error: Option<&str>) -> AttemptEnd {
+    debug_assert!(done.complete(), "a fire ends once every shard has");
+    let failures = done.failures();
+    AttemptEnd::new(
+        if failures == 0 {
+            AttemptOutcome::Succeeded
+        } else {
+            AttemptOutcome::Failed
+        },
+        (failures > 0).then(|| {
+            format!(
+                "{failures} of {} shards failed; last error: {}",
+                done.total,
+                last_error.unwrap_or_default()
+            )
+        }),
+    )
+}
