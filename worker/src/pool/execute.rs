@@ -1,0 +1,288 @@
+//! One attempt, from its running slot to its end: the handler under its timeout with panics
+//! caught, then the outcome settled and reported.
+//!
+//! Each message runs in its own task; the handler itself runs in a further spawned task so
+//! a panic surfaces as a `JoinError` (recorded with its message) instead of unwinding
+//! through the pool, and so a timeout can abort it. The attempt is a short sequence of
+//! steps that each decide one thing (may it start, how did the handler end, is it parked,
+//! how is its message settled), passing on a [`Verdict`], so no step knows the others'
+//! details.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ax_queue::{Delivery, ExecutionMessage, StopOrder};
+use ax_scheduler_core::{AttemptEnd, AttemptOutcome, UtcMillis};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::{JoinError, JoinHandle};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::ack::{ack, Acks};
+use super::park::{conclude, open_completion, reported_outcome, Park};
+use super::reconcile::hold;
+use super::settle::{dead_letter, fail, finish, give_back, Failed};
+use super::stop::{stopped, unwatch};
+use super::Shared;
+use crate::handler::{Handler, HandlerContext, HandlerError, OutputSlot};
+
+/// How an attempt ended, its error, and whether that error may be retried.
+pub(super) type Verdict = (AttemptOutcome, Option<String>, bool);
+
+/// Waits for a running slot (a prefetched message), then runs the delivery. A message still
+/// waiting when the pool stops has not started: it goes back to the queue at once.
+pub(super) async fn execute(
+    sh: Arc<Shared>,
+    d: Delivery,
+    mut stop: watch::Receiver<Option<StopOrder>>,
+    (place, running): (OwnedSemaphorePermit, Arc<Semaphore>),
+    cancel: CancellationToken,
+    hard_stop: CancellationToken,
+    acks: Acks,
+) {
+    // A message killed while it waits for a slot ends at once, without one.
+    let slot = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => None,
+        _ = stopped(&mut stop) => Some(None),
+        slot = running.acquire_owned() => slot.ok().map(Some),
+    };
+    let Some(slot) = slot else {
+        give_back(&sh, &d).await;
+        unwatch(&sh, &d);
+        hold(&sh, &d, false);
+        return;
+    };
+    let m = &d.message;
+    let span = tracing::info_span!(
+        "execution",
+        task_id = %m.task_id,
+        namespace = %m.namespace,
+        execution_id = %m.execution_id,
+        fire_at = %m.fire_at,
+        attempt = m.attempt,
+        lateness_ms = tracing::field::Empty,
+    );
+    execute_in_span(&sh, &d, &hard_stop, &acks, slot, stop)
+        .instrument(span)
+        .await;
+    unwatch(&sh, &d);
+    hold(&sh, &d, false);
+    drop(place);
+}
+
+/// Runs one delivery. The concurrency permit bounds running handlers: it is given back as
+/// soon as the handler is done, so settling (a Redis round trip, batched with others) does
+/// not keep the next message waiting.
+async fn execute_in_span(
+    sh: &Shared,
+    d: &Delivery,
+    hard_stop: &CancellationToken,
+    acks: &Acks,
+    permit: Option<OwnedSemaphorePermit>,
+    mut stop: watch::Receiver<Option<StopOrder>>,
+) {
+    let msg = &d.message;
+    let worker = sh.cfg.worker_id.as_str();
+    let started = UtcMillis::now();
+    let lateness_ms = started.0 - msg.fire_at.0;
+    tracing::Span::current().record("lateness_ms", lateness_ms);
+    if let Some(wait) = d.limited_wait {
+        sh.reporter.on_concurrency_wait(&d.queue, wait);
+    }
+    sh.reporter.on_started(msg, worker, started).await;
+
+    let ordered = *stop.borrow();
+    if let Some(order) = ordered {
+        tracing::warn!(reason = order.reason(), "stopped before it started");
+        drop(permit);
+        ack(acks, d).await;
+        let end = AttemptEnd::new(AttemptOutcome::Killed, Some(order.reason().to_owned()));
+        finish(sh, d, started, end, None).await;
+        return;
+    }
+    let Some(handler) = sh.registry.get(&msg.handler) else {
+        unknown_handler(sh, d, started).await;
+        return;
+    };
+
+    // An `http.async` attempt is opened before its request goes out (see `crate::awaiting`);
+    // a completion that came before a crash ends it without sending the request again.
+    let (completion, before) = open_completion(sh, d, started).await;
+    let output = OutputSlot::default();
+    let mut verdict = match before {
+        Some(ended) => reported_outcome(&ended, &output),
+        None => {
+            let ctx = HandlerContext {
+                worker_id: worker.to_string(),
+                cancel: hard_stop.child_token(),
+                http: sh.http.clone(),
+                output: output.clone(),
+                completion: completion.clone(),
+            };
+            run_handler(handler, ctx, msg, hard_stop, &mut stop).await
+        }
+    };
+    if let Some(c) = &completion {
+        match conclude(sh, d, c, verdict, &output).await {
+            Park::Parked => {
+                drop(permit);
+                sh.reporter.on_parked(msg, worker).await;
+                return;
+            }
+            Park::NotHeld => return,
+            Park::Ended(v) => verdict = v,
+        }
+    }
+    drop(permit);
+    let end = settle_verdict(sh, d, acks, verdict).await;
+    finish(sh, d, started, end, output.take()).await;
+}
+
+/// Dead-letters an execution whose handler this worker does not serve.
+async fn unknown_handler(sh: &Shared, d: &Delivery, started: UtcMillis) {
+    let reason = format!(
+        "unknown handler `{}`; this worker serves: [{}]",
+        d.message.handler,
+        sh.registry.names().join(", ")
+    );
+    tracing::error!(%reason, "dead-lettering execution");
+    dead_letter(sh, d, &reason, UtcMillis::now()).await;
+    finish(
+        sh,
+        d,
+        started,
+        AttemptEnd::new(AttemptOutcome::DeadLettered, Some(reason)),
+        None,
+    )
+    .await;
+}
+
+/// Runs the handler in a task of its own until it ends, times out, is killed or the pool
+/// stops for good; a handler stopped on the way gets its stop grace, then is aborted.
+async fn run_handler(
+    handler: Arc<dyn Handler>,
+    ctx: HandlerContext,
+    msg: &ExecutionMessage,
+    hard_stop: &CancellationToken,
+    stop: &mut watch::Receiver<Option<StopOrder>>,
+) -> Verdict {
+    let ctx_cancel = ctx.cancel.clone();
+    let owned = msg.clone();
+    let stop_grace = handler.stop_grace(msg);
+    let mut handle = tokio::spawn(async move { handler.run(ctx, &owned).await });
+    let ended = tokio::select! {
+        r = tokio::time::timeout(msg.timeout(), &mut handle) => match r {
+            Ok(joined) => joined_verdict(joined),
+            Err(_) => (
+                AttemptOutcome::TimedOut,
+                Some(format!("timed out after {:?}", msg.timeout())),
+                true,
+            ),
+        },
+        _ = hard_stop.cancelled() => (AttemptOutcome::Released, None, false),
+        order = stopped(stop) => (
+            AttemptOutcome::Killed,
+            Some(order.reason().to_owned()),
+            false,
+        ),
+    };
+    if matches!(
+        ended.0,
+        AttemptOutcome::TimedOut | AttemptOutcome::Released | AttemptOutcome::Killed
+    ) {
+        ctx_cancel.cancel();
+        stop_handler(handle, stop_grace).await;
+    }
+    ended
+}
+
+/// The verdict of a handler task that ended by itself.
+fn joined_verdict(joined: Result<Result<(), HandlerError>, JoinError>) -> Verdict {
+    match joined {
+        Ok(Ok(())) => (AttemptOutcome::Succeeded, None, false),
+        Ok(Err(HandlerError::Retryable(e))) => (AttemptOutcome::Failed, Some(e), true),
+        Ok(Err(HandlerError::Permanent(e))) => (AttemptOutcome::Failed, Some(e), false),
+        Err(e) => {
+            let message = panic_message(e);
+            tracing::error!(panic = %message, "handler panicked");
+            (
+                AttemptOutcome::Panicked,
+                Some(format!("handler panicked: {message}")),
+                true,
+            )
+        }
+    }
+}
+
+/// Ends a handler whose token is cancelled. A handler that stops something outside (a
+/// command's processes) gets its grace to do it; the others are dropped at once.
+async fn stop_handler(mut handle: JoinHandle<Result<(), HandlerError>>, grace: Duration) {
+    let stopped_in_grace =
+        !grace.is_zero() && tokio::time::timeout(grace, &mut handle).await.is_ok();
+    if !stopped_in_grace {
+        handle.abort();
+        // Wait for the abort so the handler is gone before its message is settled; a
+        // handler that ignores cancellation and never yields cannot be waited for.
+        let _ = tokio::time::timeout(Duration::from_secs(1), handle).await;
+    }
+}
+
+fn panic_message(e: JoinError) -> String {
+    match e.try_into_panic() {
+        Ok(p) => {
+            if let Some(s) = p.downcast_ref::<&str>() {
+                (*s).to_string()
+            } else if let Some(s) = p.downcast_ref::<String>() {
+                s.clone()
+            } else {
+                "panic with a non-string payload".to_string()
+            }
+        }
+        Err(e) => format!("handler task ended abnormally: {e}"),
+    }
+}
+
+/// Settles the message as the verdict says (ack, release, retry or dead letter) and
+/// returns the attempt's end.
+async fn settle_verdict(sh: &Shared, d: &Delivery, acks: &Acks, verdict: Verdict) -> AttemptEnd {
+    let (outcome, error, retryable) = verdict;
+    // Errors can echo anything (a URL with its credentials, a response body): masked and
+    // capped once here, before they go into the message, the dead letter, the history, the
+    // events and the alerts.
+    let error = error.map(ax_scheduler_core::execution::shown_error);
+    let now = UtcMillis::now();
+    match outcome {
+        AttemptOutcome::Succeeded => {
+            if ack(acks, d).await == Some(false) {
+                tracing::warn!("ack found the message gone (the reaper gave it back)");
+            }
+            sh.counters.succeeded.fetch_add(1, Ordering::Relaxed);
+            AttemptEnd::succeeded()
+        }
+        AttemptOutcome::Released => {
+            give_back(sh, d).await;
+            AttemptEnd::new(outcome, None)
+        }
+        AttemptOutcome::Killed => {
+            tracing::warn!(reason = error.as_deref().unwrap_or(""), "stopped");
+            ack(acks, d).await;
+            AttemptEnd::new(outcome, error)
+        }
+        _ => {
+            let error = error.unwrap_or_else(|| "failed".to_owned());
+            match fail(sh, d, &error, now, retryable).await {
+                Failed::Killed => AttemptEnd::new(
+                    AttemptOutcome::Killed,
+                    Some(StopOrder::Killed.reason().to_owned()),
+                ),
+                Failed::RetryAt(retry_at) => AttemptEnd {
+                    outcome,
+                    error: Some(error),
+                    retry_at,
+                },
+            }
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! The worker pool: takes messages from its queues and runs them with bounded concurrency.
+//!
+//! The pool is a set of roles, each in a module of its own and each a loop that ends on a
+//! token the pool cancels at a known step of its shutdown, so the order in which they start
+//! and stop is written once, in [`WorkerPool::run`]:
+//!
+//! - [`fetch`]: one loop per queue takes messages when the pool has places for them;
+//! - [`execute`]: one attempt, its handler under its timeout with panics caught, its
+//!   outcome settled ([`settle`]) and reported; [`park`] for an `http.async` attempt;
+//! - [`ack`]: batches the acks of all executions into few script calls;
+//! - [`heartbeat`]: tells the queues this worker is alive;
+//! - [`stop`]: tells the attempts an operator kills (or overlap `replace` ends) to stop;
+//! - [`reconcile`]: gives back what the processing lists hold and the pool does not;
+//! - [`deadline`]: ends parked attempts past their deadline and messages of gone workers;
+//! - the queue's [`Maintenance`]: promotes due retries and gives back dead workers' messages.
+//!
+//! The state they share ([`Shared`]) is one `Arc`: the queue, the settings, the handlers,
+//! the reporter, the counters, and what the pool holds now.
+//!
+//! Shutdown (the `CancellationToken` passed to [`WorkerPool::run`]): the fetch loops stop
+//! taking (a blocked take ends within the block timeout; anything it returns after the
+//! cancel is given straight back), in-flight attempts get up to `shutdown_grace` to finish,
+//! the rest are stopped and their messages released to the front of the queue; then the
+//! heartbeat stops and the worker deregisters.
+
+mod ack;
+mod config;
+mod deadline;
+mod execute;
+mod fetch;
+mod heartbeat;
+mod park;
+mod reconcile;
+mod settle;
+mod stop;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ax_queue::{Maintenance, MaintenanceConfig, Queue};
+use ax_scheduler_core::UtcMillis;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use config::{WorkerConfig, DEFAULT_CONCURRENCY, DEFAULT_PREFETCH, DEFAULT_SHUTDOWN_GRACE};
+
+use crate::egress::{EgressClient, EgressPolicy};
+use crate::error::{Result, WorkerError};
+use crate::handler::HandlerRegistry;
+use crate::reporter::ExecutionReporter;
+
+/// Counts of what a pool did, returned when it stops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolSummary {
+    /// Messages taken.
+    pub taken: u64,
+    /// Attempts that succeeded.
+    pub succeeded: u64,
+    /// Attempts that failed and were scheduled for retry.
+    pub retried: u64,
+    /// Executions sent to the dead-letter queue.
+    pub dead_lettered: u64,
+    /// Messages given back unfinished.
+    pub released: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    taken: AtomicU64,
+    succeeded: AtomicU64,
+    retried: AtomicU64,
+    dead_lettered: AtomicU64,
+    released: AtomicU64,
+}
+
+impl Counters {
+    fn summary(&self) -> PoolSummary {
+        PoolSummary {
+            taken: self.taken.load(Ordering::Relaxed),
+            succeeded: self.succeeded.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            released: self.released.load(Ordering::Relaxed),
+        }
+    }
+}
+
+struct Shared {
+    queue: Queue,
+    cfg: WorkerConfig,
+    registry: HandlerRegistry,
+    reporter: Arc<dyn ExecutionReporter>,
+    http: EgressClient,
+    counters: Counters,
+    /// The attempts this pool runs now, by (execution id, attempt): what its processing
+    /// lists should hold.
+    held: std::sync::Mutex<HashSet<(u128, u32)>>,
+    /// The same attempts with what the stop loop asks about and how it tells them to stop.
+    watched: std::sync::Mutex<HashMap<(u128, u32), stop::Watched>>,
+}
+
+/// A pool of workers serving some queues. See the module notes for its life cycle.
+#[derive(Clone)]
+pub struct WorkerPool {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for WorkerPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerPool")
+            .field("cfg", &self.shared.cfg)
+            .field("handlers", &self.shared.registry.names())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerPool {
+    /// A pool on `queue` with `registry`'s handlers, reporting to `reporter`.
+    pub fn new(
+        queue: Queue,
+        cfg: WorkerConfig,
+        registry: HandlerRegistry,
+        reporter: Arc<dyn ExecutionReporter>,
+    ) -> Result<Self> {
+        if cfg.concurrency == 0 || cfg.fetch_batch == 0 {
+            return Err(WorkerError::InvalidConfig(
+                "concurrency and fetch_batch must be at least 1".into(),
+            ));
+        }
+        if cfg.queues.is_empty() {
+            return Err(WorkerError::InvalidConfig("no queues to serve".into()));
+        }
+        if !ax_queue::keys::validate_name(&cfg.worker_id) {
+            return Err(WorkerError::InvalidConfig(format!(
+                "worker id `{}` must be non-empty without braces or spaces",
+                cfg.worker_id
+            )));
+        }
+        if cfg.heartbeat_ttl <= cfg.heartbeat_interval {
+            return Err(WorkerError::InvalidConfig(
+                "heartbeat_ttl must be longer than heartbeat_interval".into(),
+            ));
+        }
+        let http = EgressClient::new(EgressPolicy::new(
+            cfg.http_allow_cidrs.clone(),
+            cfg.http_allow_hosts.clone(),
+        ))?;
+        Ok(WorkerPool {
+            shared: Arc::new(Shared {
+                queue,
+                cfg,
+                registry,
+                reporter,
+                http,
+                counters: Counters::default(),
+                held: std::sync::Mutex::new(HashSet::new()),
+                watched: std::sync::Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Takes this pool's worker id over from an earlier process under the same id (a
+    /// restart under a stable id, such as a StatefulSet pod): gives back at once what that
+    /// process left in its processing lists. Call it before [`WorkerPool::run`]. Refuses with
+    /// [`WorkerError::IdInUse`] when another process under the id is alive: a heartbeat
+    /// found is watched for two heartbeat intervals, and one that advances belongs to a
+    /// live process (a dead one's only expires).
+    pub async fn claim_id(&self) -> Result<usize> {
+        let sh = &self.shared;
+        let id = &sh.cfg.worker_id;
+        let mut seen = Vec::new();
+        for q in &sh.cfg.queues {
+            if let Some(beat) = sh.queue.last_heartbeat(q, id).await? {
+                seen.push((q, beat));
+            }
+        }
+        if !seen.is_empty() {
+            tokio::time::sleep(sh.cfg.heartbeat_interval * 2).await;
+            for (q, beat) in seen {
+                let now = sh.queue.last_heartbeat(q, id).await?;
+                if now.is_some_and(|n| n != beat) {
+                    return Err(WorkerError::IdInUse {
+                        worker_id: id.clone(),
+                        queue: q.clone(),
+                    });
+                }
+            }
+        }
+        let mut given_back = 0;
+        for q in &sh.cfg.queues {
+            given_back += sh.queue.recover_worker(q, id).await?;
+        }
+        Ok(given_back)
+    }
+
+    /// The worker id.
+    pub fn worker_id(&self) -> &str {
+        &self.shared.cfg.worker_id
+    }
+
+    /// Serves the queues until `cancel` fires, then shuts down gracefully.
+    pub async fn run(&self, cancel: CancellationToken) -> PoolSummary {
+        let sh = &self.shared;
+        let executions = TaskTracker::new();
+        let hard_stop = CancellationToken::new();
+        let background = Background::start(sh, &cancel).await;
+        // Acks go through one batching task: under load, one script call settles many
+        // messages. It ends when the last sender (held by fetchers and executions) is gone.
+        let (acks, acker) = ack::start(sh.clone());
+        let fetchers = fetch::start(sh, &executions, &cancel, &hard_stop, acks);
+
+        cancel.cancelled().await;
+        tracing::info!(worker = %sh.cfg.worker_id, "worker pool stopping: no new messages");
+        fetchers.wait().await;
+        drain(&sh.cfg, &executions, &hard_stop).await;
+        if let Err(e) = acker.await {
+            tracing::error!(error = %e, "ack task failed");
+        }
+        background.stop().await;
+        deregister(sh).await;
+        sh.counters.summary()
+    }
+}
+
+/// The background roles that run beside the executions from the first heartbeat until the
+/// last ack is settled, and stop together on a token of their own (not the pool's
+/// cancellation, which comes before the executions are done).
+struct Background {
+    stop: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Background {
+    /// Beats once (so the worker is alive before it takes anything), then starts the
+    /// heartbeat, maintenance, reconcile, stop and deadline loops.
+    async fn start(sh: &Arc<Shared>, cancel: &CancellationToken) -> Self {
+        let stop = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        heartbeat::heartbeat_once(sh, UtcMillis::now(), false).await;
+        tasks.spawn(heartbeat::heartbeat_loop(
+            sh.clone(),
+            cancel.clone(),
+            stop.clone(),
+        ));
+        let maintenance = Maintenance::new(
+            sh.queue.clone(),
+            MaintenanceConfig {
+                queues: sh.cfg.queues.clone(),
+                interval: sh.cfg.maintenance_interval,
+                visibility_timeout: sh.cfg.visibility_timeout,
+                ..MaintenanceConfig::default()
+            },
+        );
+        tasks.spawn(maintenance.run(stop.clone()));
+        tasks.spawn(reconcile::reconcile_loop(sh.clone(), stop.clone()));
+        tasks.spawn(stop::stop_loop(sh.clone(), stop.clone()));
+        tasks.spawn(deadline::deadline_loop(sh.clone(), stop.clone()));
+        Background { stop, tasks }
+    }
+
+    /// Stops every background loop and waits until each has ended.
+    async fn stop(self) {
+        self.stop.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+/// Waits for the executions, for up to the shutdown grace; then stops the ones still
+/// running (their messages go back to the queue) and waits for them too.
+async fn drain(cfg: &WorkerConfig, executions: &TaskTracker, hard_stop: &CancellationToken) {
+    executions.close();
+    if tokio::time::timeout(cfg.shutdown_grace, executions.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(worker = %cfg.worker_id, grace = ?cfg.shutdown_grace, "grace period over: giving back unfinished work");
+        hard_stop.cancel();
+        executions.wait().await;
+    }
+}
+
+/// Deregisters the worker from every queue (see [`Queue::deregister`]): one that still holds
+/// messages stays, for the reaper.
+async fn deregister(sh: &Shared) {
+    for q in &sh.cfg.queues {
+        match sh.queue.deregister(q, &sh.cfg.worker_id).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(queue = %q, "worker still holds messages; the reaper will give them back")
+            }
+            Err(e) => tracing::warn!(queue = %q, error = %e, "could not deregister the worker"),
+        }
+    }
+}
