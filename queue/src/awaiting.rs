@@ -34,23 +34,17 @@ use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, Delivery, Queue};
 use crate::scripts::ordered;
 
-/// `awaiting_open.lua` (it puts nothing in the queued set: no order functions).
+// The scripts of an awaiting attempt, each built and hashed once per process. Only the park
+// comes after the order functions: taking the message out of the worker's list frees its
+// slots, which can let a held message in; the others put nothing in the queued set.
 static AWAITING_OPEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("awaiting/awaiting_open.lua")));
-
-/// `awaiting_park.lua`, after the order functions (a freed slot can let a held message in).
 static AWAITING_PARK: LazyLock<Script> =
     LazyLock::new(|| ordered(include_str!("awaiting/awaiting_park.lua")));
-
-/// `awaiting_close.lua` (it puts nothing in the queued set: no order functions).
 static AWAITING_CLOSE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("awaiting/awaiting_close.lua")));
-
-/// `awaiting_end.lua` (it puts nothing in the queued set: no order functions).
 static AWAITING_END: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("awaiting/awaiting_end.lua")));
-
-/// `awaiting_progress.lua` (it puts nothing in the queued set: no order functions).
 static AWAITING_PROGRESS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("awaiting/awaiting_progress.lua")));
 
