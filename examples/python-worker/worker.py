@@ -2,9 +2,9 @@
 """A small ax worker in Python: the protocol of docs/worker-protocol.md, end to end.
 
 It serves one queue, one execution at a time. Every change of queue state goes through the
-repository's own Lua scripts (queue/src/lua/), loaded from disk with `order.lua` prepended
-where the Rust side prepends it, so this worker cannot drift from the layout the Rust worker
-uses. It writes the same execution events and history entries, so the leader's task states,
+repository's own Lua scripts (under queue/src/, each beside the Rust module that calls it),
+loaded from disk with `order.lua` prepended where the Rust side prepends it, so this worker
+cannot drift from the layout the Rust worker uses. It writes the same execution events and history entries, so the leader's task states,
 `ax history` and `ax task history` show its attempts like any other.
 
 The handler is a demonstration: the payload `{"sleep_ms": N, "fail": true|false,
@@ -16,7 +16,8 @@ Settings (arguments override the environment):
   --prefix P         AX_REDIS_KEY_PREFIX   ax
   --queue Q          AX_QUEUE              default
   --worker-id ID     AX_WORKER_ID          py-<host>-<pid>
-  --lua-dir DIR      AX_LUA_DIR            queue/src/lua beside this file's repository
+  --lua-dir DIR      AX_LUA_DIR            queue/src beside this file's repository (the
+                                           scripts are found in it at any depth)
 
 SIGTERM or SIGINT: stop taking, give the message in hand back to its place in the queue,
 deregister, exit 0.
@@ -64,7 +65,7 @@ KILLED = "killed by an operator"
 REPLACED = "replaced by a newer execution"
 
 # The scripts this worker runs, and whether the Rust side prepends `order.lua` to each
-# (queue/src/scripts.rs: every script that puts messages in the queued set).
+# (`ordered()` in queue/src/scripts.rs, used where a script puts messages in the queued set).
 SCRIPTS = {
     "take": True,
     "ack": True,
@@ -171,6 +172,20 @@ class Stopped(Exception):
         self.error = error
 
 
+def lua_files(lua_dir):
+    """The Lua scripts under `lua_dir` by name (`take` for `.../consumer/take.lua`): each sits
+    beside the Rust module that calls it, so they are spread over subfolders."""
+    files = {}
+    for root, _dirs, names in os.walk(lua_dir):
+        for n in names:
+            if n.endswith(".lua"):
+                files.setdefault(n[: -len(".lua")], os.path.join(root, n))
+    missing = [n for n in ["order", *SCRIPTS] if n not in files]
+    if missing:
+        raise SystemExit(f"no {', '.join(missing)} script under {lua_dir}")
+    return files
+
+
 class Worker:
     def __init__(self, url, prefix, queue, worker_id, lua_dir):
         for name in (prefix, queue, worker_id):
@@ -181,9 +196,10 @@ class Worker:
         self.blocking = redis.Redis.from_url(url, decode_responses=True)
         self.prefix, self.queue, self.id = prefix, queue, worker_id
         self.scripts = {}
-        order = open(os.path.join(lua_dir, "order.lua"), encoding="utf-8").read()
+        files = lua_files(lua_dir)
+        order = open(files["order"], encoding="utf-8").read()
         for name, ordered in SCRIPTS.items():
-            body = open(os.path.join(lua_dir, f"{name}.lua"), encoding="utf-8").read()
+            body = open(files[name], encoding="utf-8").read()
             # The same text as `ordered()` in scripts.rs, so the same SHA1 too.
             self.scripts[name] = self.r.register_script(f"{order}\n{body}" if ordered else body)
         self.stopping = threading.Event()
@@ -543,7 +559,7 @@ def concurrency_key(msg):
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    default_lua = os.path.join(here, "..", "..", "queue", "src", "lua")
+    default_lua = os.path.join(here, "..", "..", "queue", "src")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--redis", default=os.environ.get("AX_REDIS_URL", "redis://127.0.0.1:6379"))
     p.add_argument("--prefix", default=os.environ.get("AX_REDIS_KEY_PREFIX", "ax"))

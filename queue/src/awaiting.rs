@@ -19,9 +19,10 @@
 //! random beyond that, and opaque to the job.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use ax_scheduler_core::{AttemptOutput, UtcMillis};
-use redis::AsyncCommands;
+use redis::{AsyncCommands, Script};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -31,6 +32,21 @@ use crate::dlq::DlqEntry;
 use crate::error::{QueueError, Result};
 use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, Delivery, Queue};
+use crate::scripts::ordered;
+
+// The scripts of an awaiting attempt, each built and hashed once per process. Only the park
+// comes after the order functions: taking the message out of the worker's list frees its
+// slots, which can let a held message in; the others put nothing in the queued set.
+static AWAITING_OPEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("awaiting/awaiting_open.lua")));
+static AWAITING_PARK: LazyLock<Script> =
+    LazyLock::new(|| ordered(include_str!("awaiting/awaiting_park.lua")));
+static AWAITING_CLOSE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("awaiting/awaiting_close.lua")));
+static AWAITING_END: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("awaiting/awaiting_end.lua")));
+static AWAITING_PROGRESS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("awaiting/awaiting_progress.lua")));
 
 /// What every completion token starts with.
 const TOKEN_PREFIX: &str = "axc";
@@ -424,7 +440,7 @@ impl Queue {
         let m = &d.message;
         let k = self.keys();
         let ttl = m.timeout().saturating_mul(2) + self.awaiting_retention();
-        let mut inv = self.inner.scripts.awaiting_open.prepare_invoke();
+        let mut inv = AWAITING_OPEN.prepare_invoke();
         inv.key(k.awaiting(&d.queue, &m.execution_id.to_string()))
             .arg(m.attempt)
             .arg(token.hash())
@@ -451,7 +467,7 @@ impl Queue {
         let id = m.execution_id.to_string();
         let k = self.keys();
         let left = deadline.since(UtcMillis::now());
-        let mut inv = self.inner.scripts.awaiting_park.prepare_invoke();
+        let mut inv = AWAITING_PARK.prepare_invoke();
         inv.key(k.processing(&d.queue, &d.worker_id))
             .key(k.awaiting(&d.queue, &id))
             .key(k.awaiting_due(&d.queue))
@@ -483,7 +499,7 @@ impl Queue {
     /// `false` when it was not pending.
     pub async fn close_awaiting(&self, d: &Delivery, label: &str) -> Result<bool> {
         let m = &d.message;
-        let mut inv = self.inner.scripts.awaiting_close.prepare_invoke();
+        let mut inv = AWAITING_CLOSE.prepare_invoke();
         inv.key(self.keys().awaiting(&d.queue, &m.execution_id.to_string()))
             .arg(m.attempt)
             .arg(label)
@@ -594,7 +610,7 @@ impl Queue {
     ) -> Result<EndResult> {
         let k = self.keys();
         let (kind, payload, due) = e.settle;
-        let mut inv = self.inner.scripts.awaiting_end.prepare_invoke();
+        let mut inv = AWAITING_END.prepare_invoke();
         inv.key(k.awaiting(e.queue, e.id))
             .key(k.awaiting_due(e.queue))
             .key(k.delayed(e.queue))
@@ -634,7 +650,7 @@ impl Queue {
         let id_text = id.to_string();
         let k = self.keys();
         let left = deadline.since(UtcMillis::now());
-        let mut inv = self.inner.scripts.awaiting_progress.prepare_invoke();
+        let mut inv = AWAITING_PROGRESS.prepare_invoke();
         inv.key(k.awaiting(queue, &id_text))
             .key(k.awaiting_due(queue))
             .arg(attempt)

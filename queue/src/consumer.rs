@@ -24,16 +24,22 @@
 //! and are taken first; their wake tokens go to a wake list of its own, which the blocking
 //! wait watches beside the queue's (both in the queue's slot).
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use ax_scheduler_core::task::DEFAULT_PRIORITY;
 use ax_scheduler_core::UtcMillis;
+use redis::Script;
 
 use crate::config::QueueLimits;
 use crate::conn::Connection;
 use crate::error::{QueueError, Result};
 use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, Delivery, Queue};
+use crate::scripts::ordered;
+
+/// `take.lua`, after the order functions (it takes in the queue order).
+static TAKE: LazyLock<Script> = LazyLock::new(|| ordered(include_str!("consumer/take.lua")));
 
 /// How often a consumer of a paused queue looks again: a resume takes effect within it.
 pub const PAUSED_POLL: Duration = Duration::from_millis(250);
@@ -225,7 +231,7 @@ impl Consumer {
     /// One call of `take.lua`.
     async fn take_now(&mut self, max: usize) -> Result<Taken> {
         let k = self.queue.keys();
-        let mut inv = self.queue.inner.scripts.take.prepare_invoke();
+        let mut inv = TAKE.prepare_invoke();
         inv.key(k.queued(&self.name))
             .key(k.processing(&self.name, &self.worker_id))
             .key(k.paused(&self.name))

@@ -17,14 +17,23 @@
 //!
 //! A pause is one flag per queue, read by `take.lua`, so it holds from the next take.
 
+use std::sync::LazyLock;
+
 use ax_scheduler_core::OverlapPolicy;
-use redis::AsyncCommands;
+use redis::{AsyncCommands, Script};
 use uuid::Uuid;
 
 use crate::awaiting::{AwaitSettle, AwaitingState, EndBy, EndResult, ReportedEnd, ReportedStatus};
 use crate::error::{QueueError, Result};
 use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, Queue};
+use crate::scripts::ordered;
+
+/// `find.lua` (it puts nothing in the queued set: no order functions).
+static FIND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("control/find.lua")));
+
+/// `kill.lua`, after the order functions (it finds where addressed messages wait).
+static KILL: LazyLock<Script> = LazyLock::new(|| ordered(include_str!("control/kill.lua")));
 
 /// Where a kill found an execution, and what it did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,7 +267,7 @@ impl Queue {
         let workers: Vec<String> = self
             .run("kill (workers)", conn.zrange(k.workers(queue), 0, -1))
             .await?;
-        let mut inv = self.inner.scripts.find.prepare_invoke();
+        let mut inv = FIND.prepare_invoke();
         inv.key(k.queued(queue))
             .key(k.delayed(queue))
             .key(k.legacy_ready(queue));
@@ -291,7 +300,7 @@ impl Queue {
             None => k.active(queue, "-", "-"),
         };
         let ttl = u64::try_from(self.config().dedupe_ttl.as_millis()).unwrap_or(u64::MAX);
-        let mut inv = self.inner.scripts.kill.prepare_invoke();
+        let mut inv = KILL.prepare_invoke();
         inv.key(k.queued(queue))
             .key(k.delayed(queue))
             .key(k.monitor(queue))

@@ -6,14 +6,28 @@
 //! new execution (new id, attempt 0), moved in one script so an entry is requeued once even
 //! when two operators click at the same time.
 
+use std::sync::LazyLock;
+
 use ax_scheduler_core::UtcMillis;
-use redis::AsyncCommands;
+use redis::{AsyncCommands, Script};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::error::{QueueError, Result};
 use crate::message::{AttemptError, ExecutionMessage};
 use crate::queue::{check_queue, Delivery, Queue};
+use crate::scripts::ordered;
+
+/// `dead_letter.lua`, after the order functions (a freed slot can let a held message in).
+static DEAD_LETTER: LazyLock<Script> =
+    LazyLock::new(|| ordered(include_str!("dlq/dead_letter.lua")));
+
+/// `dlq_requeue.lua`, after the order functions (it pushes into the queued set).
+static DLQ_REQUEUE: LazyLock<Script> =
+    LazyLock::new(|| ordered(include_str!("dlq/dlq_requeue.lua")));
+
+/// `dlq_trim.lua` (it puts nothing in the queued set: no order functions).
+static DLQ_TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("dlq/dlq_trim.lua")));
 
 /// One dead-lettered execution.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -152,7 +166,7 @@ impl Queue {
         let k = self.keys();
         let json = entry.to_json()?;
         let mut conn = self.conn();
-        let mut inv = self.inner.scripts.dead_letter.prepare_invoke();
+        let mut inv = DEAD_LETTER.prepare_invoke();
         inv.key(k.processing(queue, worker_id))
             .key(k.monitor(queue))
             .key(k.dlq(queue))
@@ -194,7 +208,7 @@ impl Queue {
         let cfg = self.config();
         let retention = i64::try_from(cfg.dlq_retention.as_millis()).unwrap_or(i64::MAX);
         let k = self.keys();
-        let mut inv = self.inner.scripts.dlq_trim.prepare_invoke();
+        let mut inv = DLQ_TRIM.prepare_invoke();
         inv.key(k.dlq(queue))
             .key(k.dlq_entries(queue))
             .arg(now.0.saturating_sub(retention))
@@ -329,7 +343,7 @@ impl Queue {
         let json = fresh.to_json()?;
         let k = self.keys();
         let mut conn = self.conn();
-        let mut inv = self.inner.scripts.dlq_requeue.prepare_invoke();
+        let mut inv = DLQ_REQUEUE.prepare_invoke();
         inv.key(k.dlq(queue))
             .key(k.dlq_entries(queue))
             .key(k.queued(queue))

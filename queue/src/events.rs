@@ -21,15 +21,21 @@
 //! ([`ExecutionEventRecord::shard`]) and goes to that shard's stream. `None` is the stream
 //! of an unsharded install, under the name it always had.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use ax_scheduler_core::{EventPosition, ExecutionEvent, UtcMillis};
+use redis::Script;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::error::{QueueError, Result};
 use crate::history::HistoryEntry;
 use crate::queue::Queue;
+
+/// `read_events.lua` (it puts nothing in the queued set: no order functions).
+static READ_EVENTS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("events/read_events.lua")));
 
 /// Most events kept waiting for a leader (approximately: the stream is trimmed in whole
 /// nodes).
@@ -168,7 +174,7 @@ impl Queue {
     ) -> Result<(String, Vec<EventEntry>)> {
         const OP: &str = "read_events";
         let keys = self.keys();
-        let mut inv = self.inner.scripts.read_events.prepare_invoke();
+        let mut inv = READ_EVENTS.prepare_invoke();
         inv.key(keys.events(shard))
             .key(keys.legacy_events(shard))
             .arg(GROUP)

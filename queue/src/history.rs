@@ -20,12 +20,19 @@
 //! attempt was written, so a time range is an id range. Both are written in the pipeline
 //! that carries the attempt's event: no round trip of their own.
 
+use std::sync::LazyLock;
+
 use ax_scheduler_core::{AttemptEnd, AttemptOutput, EventPosition, UtcMillis};
+use redis::Script;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::error::{QueueError, Result};
 use crate::queue::Queue;
+
+/// `history_page.lua` (it puts nothing in the queued set: no order functions).
+static HISTORY_PAGE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("history/history_page.lua")));
 
 /// Most stream entries one history request scans (in one script call) before it answers with
 /// a cursor, so a filter that matches rarely cannot make one request read the whole stream
@@ -216,7 +223,7 @@ impl Queue {
 
     async fn history_page(&self, a: &PageArgs<'_>) -> Result<ExecutionPage> {
         const OP: &str = "history_page";
-        let mut inv = self.inner.scripts.history_page.prepare_invoke();
+        let mut inv = HISTORY_PAGE.prepare_invoke();
         inv.key(self.keys().executions())
             .arg(if a.forward { "fwd" } else { "rev" })
             .arg(a.from)

@@ -15,16 +15,22 @@ mod conn;
 mod consumer;
 mod control;
 mod dlq;
+mod enqueue;
 mod error;
 mod events;
+mod fence;
 mod history;
 pub mod keys;
 mod maintenance;
 mod message;
 mod partitions;
 mod queue;
+mod retry;
 mod scripts;
 mod server;
+mod settle;
+mod stats;
+mod workers;
 
 pub use awaiting::{
     token_hash, AwaitSettle, AwaitingRecord, AwaitingState, CompletionToken, EndBy, EndResult,
@@ -40,8 +46,10 @@ pub use conn::{slot, Connection};
 pub use consumer::{Consumer, PAUSED_POLL};
 pub use control::{Kill, KillState, StopOrder, StopProbe};
 pub use dlq::DlqEntry;
+pub use enqueue::ENQUEUE_CHUNK;
 pub use error::{QueueError, Result};
 pub use events::{EventEntry, ExecutionEventRecord, EVENTS_CAP};
+pub use fence::Fence;
 pub use history::{ExecutionFilter, ExecutionItem, ExecutionPage, HistoryEntry, HISTORY_SCAN_MAX};
 pub use keys::Keys;
 pub use maintenance::{
@@ -51,8 +59,7 @@ pub use message::{AttemptError, Dedupe, ExecutionMessage, Lineage};
 pub use partitions::{
     partition_name, partition_of, split_partition, MAX_PARTITIONS, PARTITION_SEPARATOR,
 };
-pub use queue::{
-    Delivery, Fence, Queue, QueueStats, RetrySettle, ENQUEUE_CHUNK, REPLICA_ACK_WAIT,
-    UNSERVED_AFTER,
-};
+pub use queue::{Delivery, Queue, REPLICA_ACK_WAIT};
+pub use retry::RetrySettle;
 pub use server::ServerInfo;
+pub use stats::{QueueStats, UNSERVED_AFTER};
