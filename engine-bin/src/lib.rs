@@ -2,11 +2,13 @@
 //!
 //! `main.rs` only reads the edge (environment, host name), parses the command line and calls
 //! [`commands::run`]. The layout follows what a replica is made of: configuration
-//! ([`config`]), command line ([`cli`], [`commands`], [`output`]), the etcd and Redis backend
-//! behind the CLI and the API ([`backend`]), observability ([`logging`],
+//! ([`config`]), the API as data and one trait, free of any transport ([`api`], [`audit`]),
+//! command line ([`cli`], [`commands`], [`output`]), the etcd and Redis backend behind the
+//! CLI and the API ([`backend`]), observability ([`logging`],
 //! [`metrics`], [`readiness`]), the HTTP port ([`http`]), process lifetime ([`shutdown`]) and
 //! the server that ties them together ([`serve`]).
 
+pub mod api;
 pub mod audit;
 pub mod audit_store;
 pub mod backend;

@@ -1,0 +1,219 @@
+//! The audit log in etcd: one key per record, `{prefix}/audit/{at:013}-{random}`, written
+//! by the API, the CLI and the leader (for changes written to etcd without ax).
+//!
+//! Keys sort by time, so a page newest first is one descending range read and retention is
+//! one range delete of the keys before the cutoff. That delete rides in the same
+//! transaction as each new record, so a log nobody writes to does not grow and needs no loop
+//! of its own. Age alone does not bound it: a script rewriting specs with `etcdctl` every
+//! second would leave millions of records in etcd within the retention. So each write also
+//! counts the records (a count-only read) and deletes the oldest beyond `audit.max_records`.
+
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+
+use super::errors;
+use crate::api::{ApiError, MAX_LIST_LIMIT};
+use crate::audit::{AuditPage, AuditQuery, AuditRecord, DEFAULT_AUDIT_PAGE};
+
+/// The audit log's records in etcd.
+#[derive(Clone)]
+pub struct AuditStore {
+    etcd: Client,
+    prefix: String,
+    retention: Duration,
+    max_records: usize,
+    request_timeout: Duration,
+}
+
+impl AuditStore {
+    /// The log under `{prefix}/audit/`, keeping records for `retention`, at most
+    /// `max_records` of them.
+    pub fn new(
+        etcd: Client,
+        prefix: &str,
+        retention: Duration,
+        max_records: usize,
+        request_timeout: Duration,
+    ) -> Self {
+        AuditStore {
+            etcd,
+            prefix: format!("{prefix}/audit/"),
+            retention,
+            max_records: max_records.max(1),
+            request_timeout,
+        }
+    }
+
+    /// The log as `config` sets it up.
+    pub fn of(etcd: Client, config: &crate::config::Config) -> Self {
+        AuditStore::new(
+            etcd,
+            &config.etcd.prefix,
+            config.audit.retention,
+            config.audit.max_records,
+            config.etcd.timeout,
+        )
+    }
+
+    /// Writes `record`, and deletes the records older than the retention.
+    pub async fn write(&self, record: &AuditRecord) -> Result<(), ApiError> {
+        let prefix = self.prefix.clone();
+        let suffix: u32 = rand::random();
+        let key = format!("{prefix}{:013}-{suffix:08x}", record.at.0.max(0));
+        let value = serde_json::to_vec(record)
+            .map_err(|e| ApiError::Internal(format!("cannot encode an audit record: {e}")))?;
+        let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = format!(
+            "{prefix}{:013}",
+            record.at.0.saturating_sub(retention_ms).max(0)
+        );
+        let txn = Txn::new().and_then([
+            TxnOp::put(key, value, None),
+            TxnOp::delete(
+                prefix,
+                Some(etcd_client::DeleteOptions::new().with_range(cutoff)),
+            ),
+        ]);
+        let mut kv = self.etcd.kv_client();
+        tokio::time::timeout(self.request_timeout, kv.txn(txn))
+            .await
+            .map_err(|_| ApiError::Unavailable("etcd audit write timed out".into()))?
+            .map_err(|e| errors::etcd("audit write", e))?;
+        self.trim_to_cap().await
+    }
+
+    /// Deletes the oldest records beyond `max_records` (at most [`MAX_TRIM`] a call: a log
+    /// far over its cap, after the cap was lowered, shrinks over the next writes).
+    async fn trim_to_cap(&self) -> Result<(), ApiError> {
+        let prefix = self.prefix.clone();
+        let mut kv = self.etcd.kv_client();
+        let counted = tokio::time::timeout(
+            self.request_timeout,
+            kv.get(
+                prefix.clone(),
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            ),
+        )
+        .await
+        .map_err(|_| ApiError::Unavailable("etcd audit count timed out".into()))?
+        .map_err(|e| errors::etcd("audit count", e))?;
+        let count = usize::try_from(counted.count()).unwrap_or(0);
+        if count <= self.max_records {
+            return Ok(());
+        }
+        let excess = (count - self.max_records).min(MAX_TRIM);
+        let oldest = tokio::time::timeout(
+            self.request_timeout,
+            kv.get(
+                prefix.clone(),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_sort(SortTarget::Key, SortOrder::Ascend)
+                        .with_limit(i64::try_from(excess).unwrap_or(1)),
+                ),
+            ),
+        )
+        .await
+        .map_err(|_| ApiError::Unavailable("etcd audit read timed out".into()))?
+        .map_err(|e| errors::etcd("audit read", e))?;
+        let Some(last) = oldest.kvs().last() else {
+            return Ok(());
+        };
+        // Up to and including the last of the oldest: the range ends just after it.
+        let mut end = last.key().to_vec();
+        end.push(0);
+        tokio::time::timeout(
+            self.request_timeout,
+            kv.delete(
+                prefix,
+                Some(etcd_client::DeleteOptions::new().with_range(end)),
+            ),
+        )
+        .await
+        .map_err(|_| ApiError::Unavailable("etcd audit trim timed out".into()))?
+        .map_err(|e| errors::etcd("audit trim", e))?;
+        Ok(())
+    }
+
+    /// A page of records, newest first.
+    pub async fn page(&self, query: &AuditQuery) -> Result<AuditPage, ApiError> {
+        let limit = query.limit.unwrap_or(DEFAULT_AUDIT_PAGE);
+        if limit == 0 || limit > MAX_LIST_LIMIT {
+            return Err(ApiError::invalid(format!(
+                "limit: {limit} is outside 1 to {MAX_LIST_LIMIT}"
+            )));
+        }
+        let prefix = self.prefix.clone();
+        let start = match query.since {
+            Some(t) => format!("{prefix}{:013}", t.0.max(0)),
+            None => prefix.clone(),
+        };
+        // Continue below the last key shown; the first page ends at the prefix's end.
+        let end = match &query.continue_token {
+            Some(last) if last.starts_with(&prefix) => last.clone(),
+            Some(_) => return Err(ApiError::invalid("continue: not a token of this listing")),
+            None => prefix_end(&prefix),
+        };
+        let mut items = Vec::new();
+        let mut range_end = end;
+        let mut more = true;
+        // Reads go on until `limit` records of the actor are found or the range is done,
+        // each bounded, and so is the whole scan (etcd cannot filter by value): a rare
+        // actor gets a continue token rather than a read of the whole log.
+        for _ in 0..MAX_READS {
+            let options = GetOptions::new()
+                .with_range(range_end.clone())
+                .with_sort(SortTarget::Key, SortOrder::Descend)
+                .with_limit(i64::try_from(limit).unwrap_or(1000));
+            let mut kv = self.etcd.kv_client();
+            let resp =
+                tokio::time::timeout(self.request_timeout, kv.get(start.clone(), Some(options)))
+                    .await
+                    .map_err(|_| ApiError::Unavailable("etcd audit read timed out".into()))?
+                    .map_err(|e| errors::etcd("audit read", e))?;
+            let kvs = resp.kvs();
+            let mut read = 0;
+            for kv in kvs {
+                read += 1;
+                range_end = String::from_utf8_lossy(kv.key()).into_owned();
+                let Ok(record) = serde_json::from_slice::<AuditRecord>(kv.value()) else {
+                    continue;
+                };
+                if query.actor.as_deref().is_some_and(|a| a != record.actor) {
+                    continue;
+                }
+                items.push(record);
+                if items.len() == limit {
+                    break;
+                }
+            }
+            more = resp.more() || read < kvs.len();
+            if items.len() == limit || !more {
+                break;
+            }
+        }
+        Ok(AuditPage {
+            continue_token: more.then_some(range_end),
+            items,
+        })
+    }
+}
+
+/// Records one write deletes at most to get back under the cap.
+const MAX_TRIM: usize = 1000;
+
+/// Range reads one page request makes at most.
+const MAX_READS: usize = 10;
+
+/// The smallest key after every key starting with `prefix`.
+fn prefix_end(prefix: &str) -> String {
+    let mut end = prefix.as_bytes().to_vec();
+    // The prefix ends in `/`, so its last byte can be incremented.
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    String::from_utf8_lossy(&end).into_owned()
+}
