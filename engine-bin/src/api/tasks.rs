@@ -14,7 +14,8 @@ use crate::audit::AuditDetail;
 /// Tasks in a page when the request gives no `limit`.
 pub const DEFAULT_TASK_PAGE: usize = 500;
 
-/// Which tasks [`ApiBackend::list_tasks`](super::ApiBackend::list_tasks) returns (the query string of `GET /tasks`).
+/// Which tasks [`ApiBackend::list_tasks`](super::ApiBackend::list_tasks) returns (the query
+/// string of `GET /tasks`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskQuery {
     /// Only this namespace.

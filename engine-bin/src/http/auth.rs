@@ -3,9 +3,10 @@
 //! Callers present `Authorization: Bearer <token>`. Tokens are configured by name with a
 //! [`Role`], as the SHA-256 of the token, so a leaked configuration does not hand out access
 //! and the name can be logged (and audited) in place of the token; the roles, the caller
-//! ([`Principal`]) and the hashes are the API's own, in [`crate::api`]. The presented token is hashed and compared with every
-//! configured hash in constant time (`subtle`), without stopping at a match, so timing says
-//! nothing about which or how much of a token was right.
+//! ([`Principal`]) and the hashes are the API's own, in [`crate::api`]. The presented token
+//! is hashed and compared with every configured hash in constant time (`subtle`), without
+//! stopping at a match, so timing says nothing about which or how much of a token was
+//! right.
 //!
 //! Closed by default: with no token configured, the API answers only when the listener is
 //! loopback-only (a developer's machine) or the operator set `http.insecure_open_api`; any

@@ -20,8 +20,8 @@
 //! | DELETE | `/tasks/{namespace}/{id}` | [`ApiBackend::delete_task`] |
 //! | POST | `/tasks/{namespace}/{id}/pause` | [`ApiBackend::pause`] |
 //! | POST | `/tasks/{namespace}/{id}/resume` | [`ApiBackend::resume`] |
-//! | POST | `/tasks/{namespace}/{id}/trigger` (body: optional [`TriggerParams`](crate::api::TriggerParams)) | [`ApiBackend::trigger`] |
-//! | POST | `/tasks/{namespace}/{id}/backfill` (body: [`BackfillParams`](crate::api::BackfillParams)) | [`ApiBackend::backfill`] |
+//! | POST | `/tasks/{namespace}/{id}/trigger` (body: optional [`TriggerParams`]) | [`ApiBackend::trigger`] |
+//! | POST | `/tasks/{namespace}/{id}/backfill` (body: [`BackfillParams`]) | [`ApiBackend::backfill`] |
 //! | GET | `/tasks/{namespace}/{id}/history?limit=` | [`ApiBackend::history`] |
 //! | GET | `/executions?namespace=&task=&outcome=&failed=&since=&until=&limit=&continue=` | [`ApiBackend::executions`] (paged: `continue` in the body and in `X-Ax-Continue`) |
 //! | GET | `/executions/{id}` | [`ApiBackend::execution`] |
@@ -36,8 +36,13 @@
 //! | POST | `/executions/{id}/kill` | [`ApiBackend::kill_execution`] |
 //! | POST | `/queues/{name}/pause` | [`ApiBackend::pause_queue`] |
 //! | POST | `/queues/{name}/resume` | [`ApiBackend::resume_queue`] |
-//! | GET | `/whoami` | none: the caller's token name and role ([`WhoAmI`](crate::api::WhoAmI)) |
-//! | POST | `/executions/{id}/complete` (body: [`CompletionRequest`](crate::api::CompletionRequest); authenticated by its token, not an API token) | [`ApiBackend::complete_execution`] |
+//! | GET | `/whoami` | none: the caller's token name and role ([`WhoAmI`]) |
+//! | POST | `/executions/{id}/complete` (body: [`CompletionRequest`]; authenticated by its token, not an API token) | [`ApiBackend::complete_execution`] |
+//!
+//! [`TriggerParams`]: crate::api::TriggerParams
+//! [`BackfillParams`]: crate::api::BackfillParams
+//! [`WhoAmI`]: crate::api::WhoAmI
+//! [`CompletionRequest`]: crate::api::CompletionRequest
 
 mod audit;
 mod dlq;
