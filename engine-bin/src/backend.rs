@@ -10,7 +10,8 @@
 //! the task commands need only etcd, and a Redis outage must not stop a user from pausing a
 //! task.
 //!
-//! Submodules: [`connect`] (clients and library settings from the config), [`endpoints`]
+//! Submodules: [`audit_store`] (the audit log in etcd), [`connect`] (clients and library
+//! settings from the config), [`endpoints`]
 //! (members that do not answer kept out of the etcd client's channel), `tasks` (views,
 //! put, pause, resume, run now, backfill), `queues` (history per task and across tasks, one
 //! execution's story, dead letters, status), `control` (kill executions, pause queues), `completion` (a job's report on an
@@ -18,11 +19,12 @@
 //! `errors`
 //! (library errors as API errors).
 
+pub mod audit_store;
 mod completion;
 pub mod connect;
 mod control;
 pub mod endpoints;
-pub(crate) mod errors;
+mod errors;
 mod queues;
 mod tasks;
 
@@ -39,17 +41,17 @@ pub use connect::{
     redis_tls, registry_config, EtcdTls,
 };
 
-use crate::audit::{AuditPage, AuditQuery, AuditRecord};
-use crate::audit_store::AuditStore;
-use crate::clock_check::ClockCheck;
-use crate::config::Config;
-use crate::http::api::{
-    ApiBackend, ApiFuture, BackfillParams, BackfillResult, ClockView, CompletionReply,
+pub use audit_store::AuditStore;
+
+use crate::api::{
+    ApiBackend, ApiError, ApiFuture, BackfillParams, BackfillResult, ClockView, CompletionReply,
     CompletionRequest, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
     ExecutionStory, KillResult, PutTaskResult, QueueState, StatusView, TaskKey, TaskList,
     TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
-use crate::http::ApiError;
+use crate::audit::{AuditPage, AuditQuery, AuditRecord};
+use crate::clock_check::ClockCheck;
+use crate::config::Config;
 
 /// The etcd registry and Redis queues behind the CLI and `/api/v1`.
 pub struct Backend {
@@ -183,7 +185,7 @@ impl ApiBackend for Backend {
 
     fn pause_namespace(&self, namespace: String, by: String) -> ApiFuture<'_, ()> {
         Box::pin(async move {
-            crate::http::api::check_namespace(&namespace)?;
+            crate::api::check_namespace(&namespace)?;
             let pause = ax_registry::NamespacePause {
                 namespace,
                 paused_at: ax_scheduler_core::UtcMillis::now(),

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::api::TaskKey;
 use crate::config::{ConfigError, ConfigOverrides, Role};
-use crate::http::api::TaskKey;
 
 /// Success.
 pub const EXIT_OK: u8 = 0;
@@ -197,7 +197,7 @@ pub enum TokenCommand {
         name: String,
         /// What it may do: read, operate or admin.
         #[arg(long)]
-        role: crate::http::auth::Role,
+        role: crate::api::Role,
     },
 }
 

@@ -10,6 +10,10 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
+use crate::api::{
+    ApiBackend, ApiError, BackfillParams, DlqRequeue, ExecutionParams, TaskQuery, TaskView,
+    TriggerParams,
+};
 use crate::audit::{AuditQuery, AuditRecord};
 use crate::backend::Backend;
 use crate::cli::{
@@ -18,10 +22,6 @@ use crate::cli::{
 };
 use crate::config::{Config, LoadOptions, DEFAULT_CONFIG_PATH};
 use crate::edge::Edge;
-use crate::http::api::{
-    ApiBackend, BackfillParams, DlqRequeue, ExecutionParams, TaskQuery, TaskView, TriggerParams,
-};
-use crate::http::ApiError;
 use crate::logging::{self, LogSettings, LogTarget};
 use crate::output;
 use crate::serve::Server;
@@ -215,9 +215,9 @@ async fn serve(config: Config) -> Result<(), CliError> {
 }
 
 /// A new token and its configuration entry.
-fn new_token(name: &str, role: crate::http::auth::Role) -> String {
-    let token = crate::http::auth::new_token();
-    let hash = crate::http::auth::to_hex(&crate::http::auth::sha256(&token));
+fn new_token(name: &str, role: crate::api::Role) -> String {
+    let token = crate::api::new_token();
+    let hash = crate::api::to_hex(&crate::api::sha256(&token));
     format!(
         "# The token, for its holder only (Authorization: Bearer <token>); ax keeps no copy:\n\
          # {token}\n\

@@ -454,6 +454,19 @@ impl Worker {
     }
 }
 
+/// One configured token: `[[http.tokens]]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenEntry {
+    /// Who holds it (logged, and named in the audit); unique.
+    pub name: String,
+    /// What it may do.
+    pub role: crate::api::Role,
+    /// SHA-256 of the token, 64 hex digits (`ax token new` prints it; or
+    /// `printf %s "$TOKEN" | sha256sum`).
+    pub sha256: String,
+}
+
 /// `[http]`: the one HTTP port.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -464,7 +477,7 @@ pub struct Http {
     /// Kubernetes secret, `AX_API_TOKEN`); empty for none.
     pub api_token: String,
     /// Named tokens with roles, stored as SHA-256 hashes (`ax token new` makes one).
-    pub tokens: Vec<crate::http::auth::TokenEntry>,
+    pub tokens: Vec<TokenEntry>,
     /// Lets anyone who reaches the port use the whole API without a token, on a listener
     /// that is not loopback-only. Without a token and without this, such a replica refuses
     /// every API call; default false.
@@ -784,73 +797,6 @@ mod tests {
         assert_eq!(c.scheduler.enqueue_stall_limit, Duration::from_secs(30));
         assert_eq!(c.http.listen, "0.0.0.0:8080");
         assert_eq!(c.alerts.min_level, AlertLevel::Warn);
-    }
-
-    #[test]
-    fn queue_partitions_are_read_checked_and_given_to_the_queue_client() {
-        let c = Config::from_toml_str(
-            "[instance]\nid = \"r1\"\n[redis]\nqueue_partitions = { hot = 4, warm = 1 }",
-        )
-        .unwrap();
-        c.validate().unwrap();
-        let q = crate::backend::connect::queue_config(&c);
-        assert_eq!(q.partitions["hot"], 4);
-        assert_eq!(q.partitions["warm"], 1);
-        assert!(Config::default().redis.queue_partitions.is_empty());
-        let bad = Config::from_toml_str(
-            "[instance]\nid = \"r1\"\n[redis]\nqueue_partitions = { hot = 0, cold = 257, \"a#p1\" = 2 }\n\
-             [worker]\nqueues = [\"default\", \"b#p0\"]",
-        )
-        .unwrap();
-        let e = bad.validate().unwrap_err().to_string();
-        assert!(
-            e.contains("redis.queue_partitions: queue `hot` has 0 partitions; 1 to 256"),
-            "{e}"
-        );
-        assert!(e.contains("queue `cold` has 257 partitions"), "{e}");
-        assert!(
-            e.contains("redis.queue_partitions: queue `a#p1` contains `#`"),
-            "{e}"
-        );
-        assert!(
-            e.contains("worker.queues: queue `b#p0` contains `#`"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn queue_limits_are_read_checked_and_given_to_the_queue_client() {
-        let c = Config::from_toml_str(
-            "[instance]\nid = \"r1\"\n[worker]\nqueue_limits = [{queue = \"reports\", max_running = 4, rate = 2.5}, \
-             {queue = \"mail\", rate = 10}]",
-        )
-        .unwrap();
-        c.validate().unwrap();
-        let q = crate::backend::connect::queue_config(&c);
-        assert_eq!(q.limits["reports"].max_running, 4);
-        assert_eq!(q.limits["reports"].rate, 2.5);
-        assert_eq!(q.limits["mail"].max_running, 0);
-        let bad = Config::from_toml_str(
-            "[instance]\nid = \"r1\"\n[worker]\nqueue_limits = [{queue = \"a\", rate = -1}, {queue = \"a\"}, \
-             {queue = \"b c\"}]",
-        )
-        .unwrap();
-        let e = bad.validate().unwrap_err().to_string();
-        assert!(
-            e.contains("worker.queue_limits[0]: rate -1 must be a number of at least 0"),
-            "{e}"
-        );
-        assert!(
-            e.contains("worker.queue_limits[1]: queue `a` has limits twice"),
-            "{e}"
-        );
-        assert!(
-            e.contains("worker.queue_limits[2]: queue `b c` is not a queue name"),
-            "{e}"
-        );
-        assert!(
-            Config::from_toml_str("[worker]\nqueue_limits = [{queue = \"a\", max = 1}]").is_err()
-        );
     }
 
     #[test]

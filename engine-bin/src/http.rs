@@ -3,14 +3,17 @@
 //!
 //! [`app`] builds the whole `Router` from an [`AppState`] and nothing else, so tests drive it
 //! with `tower::ServiceExt::oneshot` and no socket; `serve.rs` binds it. Probes and metrics
-//! never need a token (the kubelet and Prometheus call them); `/api/v1` goes through
-//! [`auth::authorize`] (who calls, with which role) and the input limits of [`limits`].
+//! never need a token (the kubelet and Prometheus call them); `/api/v1` ([`routes`]) goes
+//! through [`auth::authorize`] (who calls, with which role), the input limits of [`limits`]
+//! and the record of each change ([`audit`]). The API itself (its types, the backend trait
+//! and the errors) is [`crate::api`]'s; this module puts it on the port.
 
-pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod console;
 pub mod error;
 pub mod limits;
+pub mod routes;
 
 use std::sync::Arc;
 
@@ -23,8 +26,7 @@ use axum::{Json, Router};
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
 
-pub use api::ApiBackend;
-pub use error::ApiError;
+pub use crate::api::{ApiBackend, ApiError};
 
 /// What the routes share.
 #[derive(Clone)]
@@ -48,13 +50,13 @@ pub const API_PREFIX: &str = "/api/v1";
 pub fn app(state: AppState) -> Router {
     // Layers run outside in: the size limits first (nothing else reads an oversized
     // request), then authorization, then the audit of what changed.
-    let api = api::router(state.api.clone(), state.limits)
+    let api = routes::router(state.api.clone(), state.limits)
         // Innermost: sees the caller the authorization found and the route's answer.
         .layer(axum::middleware::from_fn_with_state(
-            crate::audit::AuditState {
+            audit::AuditState {
                 backend: state.api.clone(),
             },
-            crate::audit::record_changes,
+            audit::record_changes,
         ))
         .layer(axum::middleware::from_fn_with_state(
             auth::AuthState {

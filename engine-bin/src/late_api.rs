@@ -6,14 +6,13 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::audit::{AuditPage, AuditQuery, AuditRecord};
-use crate::http::api::{
-    ApiBackend, ApiFuture, BackfillParams, BackfillResult, CompletionReply, CompletionRequest,
-    DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord, ExecutionStory,
-    KillResult, PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView,
-    TriggerParams, TriggerResult,
+use crate::api::{
+    ApiBackend, ApiError, ApiFuture, BackfillParams, BackfillResult, CompletionReply,
+    CompletionRequest, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
+    ExecutionStory, KillResult, PutTaskResult, QueueState, StatusView, TaskKey, TaskList,
+    TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
-use crate::http::ApiError;
+use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 
 /// An [`ApiBackend`] that is unavailable until set.
 #[derive(Default)]

@@ -2,14 +2,15 @@
 //!
 //! `main.rs` only reads the edge (environment, host name), parses the command line and calls
 //! [`commands::run`]. The layout follows what a replica is made of: configuration
-//! ([`config`]), command line ([`cli`], [`commands`], [`output`]), the etcd and Redis backend
-//! behind the CLI and the API ([`backend`]), observability ([`logging`],
+//! ([`config`]), the API as data and one trait, free of any transport ([`api`], [`audit`]),
+//! command line ([`cli`], [`commands`], [`output`]), the etcd and Redis backend behind the
+//! CLI and the API ([`backend`]), observability ([`logging`],
 //! [`metrics`], [`readiness`]), the HTTP port ([`http`]), process lifetime ([`shutdown`]) and
 //! the server that ties them together ([`serve`]), which composes the scheduler role
 //! ([`ax_scheduler`]) through [`scheduler_role`] and the clock check ([`clock_check`]).
 
+pub mod api;
 pub mod audit;
-pub mod audit_store;
 pub mod backend;
 pub mod cli;
 pub mod clock_check;

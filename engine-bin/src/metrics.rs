@@ -80,7 +80,7 @@ pub const OLDEST_QUEUED_AGE_SECONDS: &str = "scheduler_oldest_queued_age_seconds
 /// Failed calls to a backend. Labels: `backend` (`etcd`, `redis`).
 pub const BACKEND_ERRORS_TOTAL: &str = "scheduler_backend_errors_total";
 /// `/api/v1` requests refused before reaching a route. Labels: `reason` (one of
-/// [`crate::http::auth::REFUSAL_REASONS`]).
+/// [`crate::api::REFUSAL_REASONS`]).
 pub const API_AUTH_FAILURES_TOTAL: &str = "scheduler_api_auth_failures_total";
 /// Fires of tasks with `expect_success_within` not followed by a success in time. Labels:
 /// `reason` (one of [`ax_scheduler_core::deadline::MissReason::ALL`]).
@@ -454,7 +454,7 @@ impl Metrics {
         for backend in [BACKEND_ETCD, BACKEND_REDIS] {
             m.backend_errors_total.with_label_values(&[backend]);
         }
-        for reason in crate::http::auth::REFUSAL_REASONS {
+        for reason in crate::api::REFUSAL_REASONS {
             m.api_auth_failures_total.with_label_values(&[*reason]);
         }
         for reason in ax_scheduler_core::deadline::MissReason::ALL {

@@ -7,7 +7,7 @@
 use ax_scheduler_core::UtcMillis;
 use serde::Serialize;
 
-use crate::http::api::{
+use crate::api::{
     DeadLetter, ExecutionList, ExecutionRecord, ExecutionStory, KillResult, StatusView, TaskView,
 };
 
@@ -539,7 +539,7 @@ pub fn status_text(s: &StatusView) -> String {
 }
 
 /// The shard map: shards per owner, and the shards nobody owns.
-fn shards_text(shards: &crate::http::api::ShardsView) -> String {
+fn shards_text(shards: &crate::api::ShardsView) -> String {
     let mut per_owner: std::collections::BTreeMap<&str, Vec<u32>> = Default::default();
     for o in &shards.owners {
         per_owner.entry(o.owner.as_str()).or_default().push(o.shard);
@@ -578,7 +578,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::http::api::{QueueView, ReplicaView};
+    use crate::api::{QueueView, ReplicaView};
 
     #[test]
     fn tables_align_columns() {
@@ -669,7 +669,7 @@ mod tests {
         assert!(status_text(&warned)
             .ends_with("\nwarning: Redis has neither AOF nor RDB persistence\n"));
         let full = StatusView {
-            etcd_db: Some(crate::http::api::EtcdDbView {
+            etcd_db: Some(crate::api::EtcdDbView {
                 bytes: 1800 * 1024 * 1024,
                 quota_bytes: 2048 * 1024 * 1024,
             }),
@@ -693,7 +693,7 @@ mod tests {
             owner: owner.into(),
             token: 7,
         };
-        let text = shards_text(&crate::http::api::ShardsView {
+        let text = shards_text(&crate::api::ShardsView {
             total: 4,
             owners: vec![owner(0, "ax-1"), owner(1, "ax-0"), owner(3, "ax-1")],
         });
@@ -858,7 +858,7 @@ impl Chain {
 #[cfg(test)]
 mod chain_tests {
     use super::*;
-    use crate::http::api::FireView;
+    use crate::api::FireView;
     use serde_json::json;
 
     fn view(ns: &str, id: &str, spec: serde_json::Value, status: &str) -> TaskView {

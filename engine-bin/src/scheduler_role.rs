@@ -9,7 +9,7 @@ use ax_scheduler::metrics::{Backend, RoleMetrics};
 use ax_scheduler_core::UtcMillis;
 
 use crate::audit::{AuditQuery, AuditRecord, VIA_ETCD};
-use crate::audit_store::AuditStore;
+use crate::backend::AuditStore;
 use crate::metrics::Metrics;
 
 fn gauge(count: usize) -> i64 {

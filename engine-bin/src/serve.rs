@@ -460,10 +460,7 @@ impl Parts<'_> {
             metrics: Arc::clone(self.metrics) as Arc<dyn ax_scheduler::RoleMetrics>,
             alerts: self.alerts.clone(),
             tracker: shutdown.tracker().clone(),
-            audit: Arc::new(crate::audit_store::AuditStore::of(
-                self.etcd.clone(),
-                config,
-            )),
+            audit: Arc::new(crate::backend::AuditStore::of(self.etcd.clone(), config)),
         };
         shutdown.spawn(move |cancel| {
             scheduler::run(settings, deps, cancel).instrument(info_span!("scheduler"))

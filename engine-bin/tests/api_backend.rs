@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
+use ax_engine::api::TaskQuery;
 use ax_engine::backend::Backend;
 use ax_engine::config::Config;
-use ax_engine::http::api::TaskQuery;
 use ax_engine::http::{app, ApiBackend, AppState};
 use ax_engine::metrics::Metrics;
 use ax_engine::readiness::Readiness;

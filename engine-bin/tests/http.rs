@@ -5,15 +5,17 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use ax_engine::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
-use ax_engine::http::api::{
-    ApiFuture, BackfillParams, BackfillResult, CompletionReply, CompletionRequest,
+use ax_engine::api::{
+    self, ApiFuture, BackfillParams, BackfillResult, CompletionReply, CompletionRequest,
     CompletionStatus, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
-    ExecutionStory, KillResult, KilledExecution, PutTaskResult, QueueState, StatusView, TaskKey,
-    TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult, CONTINUE_HEADER,
+    ExecutionStory, KillResult, KilledExecution, PutTaskResult, QueueState, Role, StatusView,
+    TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
-use ax_engine::http::auth::{self, Access, Role, TokenEntry, ROUTE_ROLES};
+use ax_engine::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
+use ax_engine::config::TokenEntry;
+use ax_engine::http::auth::{self, Access, ROUTE_ROLES};
 use ax_engine::http::limits::ApiLimits;
+use ax_engine::http::routes::CONTINUE_HEADER;
 use ax_engine::http::{app, ApiBackend, ApiError, AppState};
 use ax_engine::metrics::{Metrics, ALL_NAMES};
 use ax_engine::readiness::Readiness;
@@ -905,7 +907,7 @@ fn tokens_fixture() -> Fixture {
         .map(|r| TokenEntry {
             name: format!("{}-bot", r.as_str()),
             role: *r,
-            sha256: auth::to_hex(&auth::sha256(&format!("tok-{}", r.as_str()))),
+            sha256: api::to_hex(&api::sha256(&format!("tok-{}", r.as_str()))),
         })
         .collect();
     fixture_with(
@@ -1245,7 +1247,7 @@ async fn every_change_through_the_api_is_audited_with_its_caller_and_reads_are_n
         .map(|r| TokenEntry {
             name: format!("{}-bot", r.as_str()),
             role: *r,
-            sha256: auth::to_hex(&auth::sha256(&token_of(*r))),
+            sha256: api::to_hex(&api::sha256(&token_of(*r))),
         })
         .collect();
     let f = fixture_with(

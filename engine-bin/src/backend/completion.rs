@@ -21,8 +21,7 @@ use ax_worker::ExecutionReport;
 use uuid::Uuid;
 
 use super::{errors, Backend};
-use crate::http::api::{CompletionReply, CompletionRequest, CompletionStatus};
-use crate::http::ApiError;
+use crate::api::{ApiError, CompletionReply, CompletionRequest, CompletionStatus};
 
 /// How often an ended attempt's report is tried before the call gives up on it.
 const PUBLISH_TRIES: u32 = 3;

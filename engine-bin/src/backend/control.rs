@@ -15,8 +15,7 @@ use ax_scheduler_core::{AttemptEnd, AttemptOutcome, UtcMillis};
 use uuid::Uuid;
 
 use super::{errors, tasks::not_found, Backend};
-use crate::http::api::{KillResult, KilledExecution, QueueState, TaskKey};
-use crate::http::ApiError;
+use crate::api::{ApiError, KillResult, KilledExecution, QueueState, TaskKey};
 
 /// The worker name recorded for an execution killed before any worker took it.
 const NO_WORKER: &str = "-";

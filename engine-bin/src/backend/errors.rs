@@ -8,7 +8,7 @@ use ax_election::ElectionError;
 use ax_queue::QueueError;
 use ax_registry::RegistryError;
 
-use crate::http::ApiError;
+use crate::api::ApiError;
 
 pub(super) fn registry(e: RegistryError) -> ApiError {
     match e {
@@ -46,7 +46,7 @@ pub(super) fn election(e: ElectionError) -> ApiError {
     }
 }
 
-pub(crate) fn etcd(op: &str, e: etcd_client::Error) -> ApiError {
+pub(super) fn etcd(op: &str, e: etcd_client::Error) -> ApiError {
     // Every etcd client error reaching here is transport or server trouble: requests are
     // well-formed by construction.
     ApiError::Unavailable(format!("etcd {op} failed: {e}"))

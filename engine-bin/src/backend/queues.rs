@@ -13,12 +13,11 @@ use ax_queue::{
 use uuid::Uuid;
 
 use super::{errors, tasks::not_found, Backend};
-use crate::http::api::{
-    DeadLetter, DlqRequeue, EtcdDbView, ExecutionList, ExecutionQuery, ExecutionRecord,
+use crate::api::{
+    ApiError, DeadLetter, DlqRequeue, EtcdDbView, ExecutionList, ExecutionQuery, ExecutionRecord,
     ExecutionStory, FireView, QueueView, ReplicaView, ShardsView, StatusView, TaskKey,
     WaitingAttempt,
 };
-use crate::http::ApiError;
 use ax_scheduler_core::UtcMillis;
 
 /// How many of a task's recent attempts a story reads for the other executions of its fire.

@@ -13,11 +13,11 @@ use ax_scheduler_core::task::DEFAULT_NAMESPACE;
 use ax_scheduler_core::{TaskSpec, TaskState, TaskStatus, UtcMillis};
 
 use super::{errors, Backend};
-use crate::http::api::{
-    BackfillParams, BackfillResult, PutTaskResult, TaskKey, TaskList, TaskQuery, TaskView,
-    TriggerParams, TriggerResult, BACKFILL_HARD_MAX, DEFAULT_BACKFILL_MAX, UPCOMING_FIRES,
+use crate::api::{
+    ApiError, BackfillParams, BackfillResult, LimitKind, PutTaskResult, TaskKey, TaskList,
+    TaskQuery, TaskView, TriggerParams, TriggerResult, BACKFILL_HARD_MAX, DEFAULT_BACKFILL_MAX,
+    UPCOMING_FIRES,
 };
-use crate::http::ApiError;
 use crate::task_file::PREVIEW_FIRES;
 
 /// The view of the value stored under `namespace/id`.
@@ -334,7 +334,7 @@ impl Backend {
             .map_err(errors::registry)?;
         if held >= self.max_tasks_per_namespace {
             return Err(ApiError::Limit {
-                status: axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                kind: LimitKind::Count,
                 message: format!(
                     "namespace {} holds {held} tasks, the limit \
                      (limits.max_tasks_per_namespace = {}); delete tasks or raise it",
@@ -442,7 +442,7 @@ impl Backend {
         );
         if fires.len() > limit {
             return Err(ApiError::Limit {
-                status: axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                kind: LimitKind::Count,
                 message: if params.force {
                     format!(
                         "the range holds more than {BACKFILL_HARD_MAX} fires, the most one \

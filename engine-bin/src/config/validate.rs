@@ -296,14 +296,12 @@ impl Config {
             let key = format!("http.tokens[{i}]");
             if t.name.trim().is_empty() {
                 err(&key, "name must not be empty".into());
-            } else if t.name == crate::http::auth::API_TOKEN_NAME
-                || t.name == crate::http::auth::ANONYMOUS
-            {
+            } else if t.name == crate::api::API_TOKEN_NAME || t.name == crate::api::ANONYMOUS {
                 err(&key, format!("name `{}` is reserved", t.name));
             } else if !names.insert(t.name.as_str()) {
                 err(&key, format!("name `{}` is used twice", t.name));
             }
-            if crate::http::auth::parse_sha256(&t.sha256).is_none() {
+            if crate::api::parse_sha256(&t.sha256).is_none() {
                 err(
                     &key,
                     format!(

@@ -2,11 +2,11 @@
 //!
 //! Callers present `Authorization: Bearer <token>`. Tokens are configured by name with a
 //! [`Role`], as the SHA-256 of the token, so a leaked configuration does not hand out access
-//! and the name can be logged (and audited) in place of the token. Tokens are random and
-//! long (`ax token new` makes 256-bit ones), so a plain hash is enough; a slow password hash
-//! would only cost every request. The presented token is hashed and compared with every
-//! configured hash in constant time (`subtle`), without stopping at a match, so timing says
-//! nothing about which or how much of a token was right.
+//! and the name can be logged (and audited) in place of the token; the roles, the caller
+//! ([`Principal`]) and the hashes are the API's own, in [`crate::api`]. The presented token
+//! is hashed and compared with every configured hash in constant time (`subtle`), without
+//! stopping at a match, so timing says nothing about which or how much of a token was
+//! right.
 //!
 //! Closed by default: with no token configured, the API answers only when the listener is
 //! loopback-only (a developer's machine) or the operator set `http.insecure_open_api`; any
@@ -28,49 +28,11 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::error::ApiError;
+use crate::api::{parse_sha256, sha256, ApiError, Principal, Role, ANONYMOUS, API_TOKEN_NAME};
+use crate::config::TokenEntry;
 use crate::metrics::Metrics;
-
-/// What a caller may do; each role includes the ones below it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Look: list and get tasks, history, executions, dead letters, status. For dashboards.
-    Read,
-    /// Run the system: pause, resume, trigger, requeue dead letters.
-    Operate,
-    /// Change it: register and delete tasks, purge dead letters, see secrets.
-    Admin,
-}
-
-impl Role {
-    /// Every role, lowest first.
-    pub const ALL: [Role; 3] = [Role::Read, Role::Operate, Role::Admin];
-
-    /// The name used in the configuration and the docs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Read => "read",
-            Role::Operate => "operate",
-            Role::Admin => "admin",
-        }
-    }
-}
-
-impl std::str::FromStr for Role {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Role::ALL
-            .into_iter()
-            .find(|r| r.as_str() == s.trim())
-            .ok_or_else(|| format!("unknown role `{s}`, expected `read`, `operate` or `admin`"))
-    }
-}
 
 /// The role each route needs: (method, path under `/api/v1`, role). A route not listed
 /// needs [`Role::Admin`]. `HEAD` is checked as `GET`.
@@ -135,34 +97,6 @@ pub fn required_role(method: &Method, matched_path: &str) -> Role {
         .map_or(Role::Admin, |(_, _, role)| *role)
 }
 
-/// Why a request was refused, the `reason` label of the metric.
-pub const REFUSAL_REASONS: &[&str] = &["missing", "invalid", "forbidden", "closed"];
-
-/// One configured token: `[[http.tokens]]`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TokenEntry {
-    /// Who holds it (logged, and named in the audit); unique.
-    pub name: String,
-    /// What it may do.
-    pub role: Role,
-    /// SHA-256 of the token, 64 hex digits (`ax token new` prints it; or
-    /// `printf %s "$TOKEN" | sha256sum`).
-    pub sha256: String,
-}
-
-/// Who made a request, put in the request's extensions for the routes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Principal {
-    /// The token's name, or [`ANONYMOUS`].
-    pub name: Arc<str>,
-    /// What it may do.
-    pub role: Role,
-}
-
-/// The name of a caller without a token, where the API lets one in.
-pub const ANONYMOUS: &str = "anonymous";
-
 /// What callers without a token get.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Anonymous {
@@ -182,10 +116,6 @@ pub struct Access {
     tokens: Vec<(Arc<str>, Role, [u8; 32])>,
     anonymous: Anonymous,
 }
-
-/// The plain-token admin name: `http.api_token` (from a secret, like `AX_API_TOKEN`) is an
-/// admin token under this name.
-pub const API_TOKEN_NAME: &str = "api_token";
 
 impl Access {
     /// Access from the configured tokens, the plain `http.api_token` (empty for none), the
@@ -248,36 +178,6 @@ pub fn is_loopback_listen(listen: &str) -> bool {
             .rsplit_once(':')
             .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost")),
     }
-}
-
-/// SHA-256 of a token.
-pub fn sha256(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
-
-/// 64 hex digits as a hash; `None` otherwise.
-pub fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
-    let hex = hex.trim();
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
-
-/// A hash as 64 lowercase hex digits.
-pub fn to_hex(hash: &[u8; 32]) -> String {
-    hash.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A new random token: 32 bytes from the OS's generator, as 64 hex digits prefixed `ax_`
-/// (so secret scanners and people can tell what it is).
-pub fn new_token() -> String {
-    let bytes: [u8; 32] = rand::random();
-    format!("ax_{}", to_hex(&bytes))
 }
 
 /// What the middleware shares.
@@ -389,6 +289,7 @@ pub async fn authorize(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::to_hex;
 
     fn entry(name: &str, role: Role, token: &str) -> TokenEntry {
         TokenEntry {
@@ -452,20 +353,6 @@ mod tests {
     }
 
     #[test]
-    fn hashes_parse_from_hex_only() {
-        let h = sha256("abc");
-        assert_eq!(
-            to_hex(&h),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-        assert_eq!(parse_sha256(&to_hex(&h)), Some(h));
-        assert_eq!(parse_sha256(&to_hex(&h).to_uppercase()), Some(h));
-        assert_eq!(parse_sha256("abc"), None);
-        assert_eq!(parse_sha256(&"g".repeat(64)), None);
-        assert_eq!(parse_sha256(&"é".repeat(32)), None);
-    }
-
-    #[test]
     fn routes_need_their_listed_role_and_unlisted_ones_admin() {
         assert_eq!(required_role(&Method::GET, "/api/v1/tasks"), Role::Read);
         assert_eq!(required_role(&Method::HEAD, "/api/v1/tasks"), Role::Read);
@@ -479,13 +366,5 @@ mod tests {
             required_role(&Method::GET, "/api/v1/new-thing"),
             Role::Admin
         );
-    }
-
-    #[test]
-    fn new_tokens_are_long_and_distinct() {
-        let (a, b) = (new_token(), new_token());
-        assert_ne!(a, b);
-        assert_eq!(a.len(), 3 + 64);
-        assert!(a.starts_with("ax_"));
     }
 }

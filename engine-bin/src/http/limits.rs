@@ -19,8 +19,7 @@ use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::api::TaskKey;
-use super::error::ApiError;
+use crate::api::{ApiError, LimitKind, TaskKey};
 
 /// Longest request target (path and query), bytes.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
@@ -55,13 +54,13 @@ impl Default for ApiLimits {
     }
 }
 
-fn limit(status: StatusCode, message: String) -> ApiError {
-    ApiError::Limit { status, message }
+fn limit(kind: LimitKind, message: String) -> ApiError {
+    ApiError::Limit { kind, message }
 }
 
 fn body_too_large(max: usize) -> ApiError {
     limit(
-        StatusCode::PAYLOAD_TOO_LARGE,
+        LimitKind::Body,
         format!(
             "the request body is larger than {max} bytes (limits.max_request_bytes); a task \
              spec's payload is limited to 32 KiB anyway"
@@ -89,14 +88,14 @@ fn request_error(request: &Request, limits: &ApiLimits) -> Option<ApiError> {
         .map_or(0, |pq| pq.as_str().len());
     if uri > MAX_URI_BYTES {
         return Some(limit(
-            StatusCode::URI_TOO_LONG,
+            LimitKind::Url,
             format!("the URL is {uri} bytes; the limit is {MAX_URI_BYTES}"),
         ));
     }
     let headers = request.headers();
     if headers.len() > MAX_HEADERS {
         return Some(limit(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            LimitKind::Headers,
             format!(
                 "the request has {} headers; the limit is {MAX_HEADERS}",
                 headers.len()
@@ -109,7 +108,7 @@ fn request_error(request: &Request, limits: &ApiLimits) -> Option<ApiError> {
         .sum();
     if header_bytes > MAX_HEADER_BYTES {
         return Some(limit(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            LimitKind::Headers,
             format!(
                 "the request headers are {header_bytes} bytes; the limit is {MAX_HEADER_BYTES}"
             ),
@@ -180,7 +179,7 @@ impl TriggerLimiter {
     pub fn admit(&self, key: &TaskKey, now: UtcMillis) -> Result<(), ApiError> {
         self.0.take(key, now).map_err(|wait_s| {
             limit(
-                StatusCode::TOO_MANY_REQUESTS,
+                LimitKind::Rate,
                 format!(
                     "task {}/{} was run now {} times in the last minute, the limit \
                      (limits.triggers_per_task_per_minute); try again in {wait_s} s",
@@ -211,7 +210,7 @@ impl CompletionLimiter {
     pub fn admit(&self, execution: &str, now: UtcMillis) -> Result<(), ApiError> {
         self.0.take(&execution.to_owned(), now).map_err(|wait_s| {
             limit(
-                StatusCode::TOO_MANY_REQUESTS,
+                LimitKind::Rate,
                 format!(
                     "execution {execution} was reported on more than \
                      {COMPLETIONS_PER_EXECUTION_PER_MINUTE} times in the last minute; try \

@@ -12,10 +12,9 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
+use super::errors;
+use crate::api::{ApiError, MAX_LIST_LIMIT};
 use crate::audit::{AuditPage, AuditQuery, AuditRecord, DEFAULT_AUDIT_PAGE};
-use crate::backend::errors;
-use crate::http::api::MAX_LIST_LIMIT;
-use crate::http::ApiError;
 
 /// The audit log's records in etcd.
 #[derive(Clone)]

@@ -1,0 +1,49 @@
+//! The API of ax as data and one trait, with no transport: what the HTTP routes, the CLI and
+//! the backends share.
+//!
+//! The request and response types, the [`ApiBackend`] trait they travel through and the
+//! [`ApiError`] every call can fail with live here, free of HTTP, so the CLI, the output
+//! formats and the backends depend on the API without depending on the web server. The
+//! routes that put it on a port, and the status codes of each error, are in
+//! [`crate::http`]. One file per concept (tasks, executions, the dead-letter queue, status,
+//! completions, access); everything is re-exported here, so callers name `crate::api::X`.
+
+mod access;
+mod backend;
+mod completion;
+mod dlq;
+mod error;
+mod executions;
+mod status;
+mod tasks;
+
+pub use access::{
+    new_token, parse_sha256, sha256, to_hex, Principal, Role, WhoAmI, ANONYMOUS, API_TOKEN_NAME,
+    REFUSAL_REASONS,
+};
+pub use backend::{ApiBackend, ApiFuture};
+pub use completion::{CompletionReply, CompletionRequest, CompletionStatus};
+pub use dlq::{DeadLetter, DlqRequeue};
+pub use error::{ApiError, LimitKind};
+pub use executions::{
+    ExecutionList, ExecutionParams, ExecutionQuery, ExecutionRecord, ExecutionStory, FireView,
+    KillResult, KilledExecution, WaitingAttempt, DEFAULT_EXECUTION_PAGE, FAILED_LABELS,
+    OUTCOME_LABELS,
+};
+pub use status::{
+    ClockView, EtcdDbView, QueueState, QueueView, ReplicaView, ShardsView, StatusView,
+};
+pub use tasks::{
+    BackfillParams, BackfillResult, PutTaskResult, TaskKey, TaskList, TaskQuery, TaskView,
+    TriggerParams, TriggerResult, BACKFILL_HARD_MAX, DEFAULT_BACKFILL_MAX, DEFAULT_TASK_PAGE,
+    UPCOMING_FIRES,
+};
+
+/// Largest `limit` a list call accepts.
+pub const MAX_LIST_LIMIT: usize = 1000;
+
+/// A namespace name as task specs allow it; [`ApiError::Invalid`] otherwise.
+pub fn check_namespace(namespace: &str) -> Result<(), ApiError> {
+    ax_scheduler_core::validate::check_name(namespace)
+        .map_err(|e| ApiError::invalid(format!("namespace: `{namespace}` {e}")))
+}

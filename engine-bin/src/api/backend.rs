@@ -1,0 +1,83 @@
+//! The operations behind the API, as one trait that the HTTP routes and the CLI both call.
+//!
+//! The trait uses boxed futures rather than `async fn` so it can be used as
+//! `dyn ApiBackend`: the server swaps in its backend once connected, and tests put an
+//! in-memory one behind the same routes.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use super::{
+    ApiError, BackfillParams, BackfillResult, CompletionReply, CompletionRequest, DeadLetter,
+    DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult,
+    PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams,
+    TriggerResult,
+};
+use crate::audit::{AuditPage, AuditQuery, AuditRecord};
+
+/// What a backend call returns.
+pub type ApiFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ApiError>> + Send + 'a>>;
+
+/// The operations behind `/api/v1`. Implemented over etcd and Redis by the engine.
+pub trait ApiBackend: Send + Sync {
+    /// One page of the tasks `query` selects, in key order (namespace, then id).
+    fn list_tasks(&self, query: TaskQuery) -> ApiFuture<'_, TaskList>;
+    /// One task; [`ApiError::NotFound`] if it does not exist.
+    fn get_task(&self, key: TaskKey) -> ApiFuture<'_, TaskView>;
+    /// Validates `spec` (the JSON a user wrote) and, unless `dry_run`, registers it.
+    /// [`ApiError::Invalid`] lists every problem; [`ApiError::Conflict`] when a newer version
+    /// is registered.
+    fn put_task(&self, spec: serde_json::Value, dry_run: bool) -> ApiFuture<'_, PutTaskResult>;
+    /// Deletes a task.
+    fn delete_task(&self, key: TaskKey) -> ApiFuture<'_, ()>;
+    /// Pauses a task.
+    fn pause(&self, key: TaskKey) -> ApiFuture<'_, TaskView>;
+    /// Resumes a task.
+    fn resume(&self, key: TaskKey) -> ApiFuture<'_, TaskView>;
+    /// Runs a task now, outside its schedule, as `params` ask.
+    fn trigger(&self, key: TaskKey, params: TriggerParams) -> ApiFuture<'_, TriggerResult>;
+    /// Runs the task's fires in a past range now, oldest first, each once.
+    fn backfill(&self, key: TaskKey, params: BackfillParams) -> ApiFuture<'_, BackfillResult>;
+    /// Pauses a namespace: none of its tasks fires until it is resumed. `by` names who.
+    fn pause_namespace(&self, namespace: String, by: String) -> ApiFuture<'_, ()>;
+    /// Resumes a namespace; [`ApiError::NotFound`] when it was not paused.
+    fn resume_namespace(&self, namespace: String) -> ApiFuture<'_, ()>;
+    /// The last `limit` executions of a task, newest first.
+    fn history(&self, key: TaskKey, limit: usize) -> ApiFuture<'_, Vec<ExecutionRecord>>;
+    /// One page of the attempts of every task `query` selects, newest first.
+    fn executions(&self, query: ExecutionQuery) -> ApiFuture<'_, ExecutionList>;
+    /// One execution's story; [`ApiError::NotFound`] when nothing of it is recorded.
+    fn execution(&self, id: String) -> ApiFuture<'_, ExecutionStory>;
+    /// Dead-lettered executions, newest first.
+    fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>>;
+    /// Puts dead-lettered executions back on their queues; returns how many.
+    fn dlq_requeue(&self, request: DlqRequeue) -> ApiFuture<'_, u64>;
+    /// Deletes dead-lettered executions; returns how many.
+    fn dlq_purge(&self, queue: Option<String>) -> ApiFuture<'_, u64>;
+    /// The cluster at a glance.
+    fn status(&self) -> ApiFuture<'_, StatusView>;
+    /// Records a change in the audit log.
+    fn audit_record(&self, record: AuditRecord) -> ApiFuture<'_, ()>;
+    /// A page of the audit log, newest first.
+    fn audit_list(&self, query: AuditQuery) -> ApiFuture<'_, AuditPage>;
+    /// Kills a task's current executions (waiting, retrying or running), or only
+    /// `execution`; [`ApiError::NotFound`] when there is none.
+    fn kill_task(&self, key: TaskKey, execution: Option<String>) -> ApiFuture<'_, KillResult>;
+    /// Kills one execution, whatever its task; [`ApiError::NotFound`] when no queue has it
+    /// (finished, or unknown).
+    fn kill_execution(&self, id: String) -> ApiFuture<'_, KillResult>;
+    /// Pauses a queue: workers take nothing from it until it is resumed.
+    fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState>;
+    /// Resumes a paused queue.
+    fn resume_queue(&self, name: String) -> ApiFuture<'_, QueueState>;
+    /// A job's report on an execution of an `http.async` task (its end, or progress),
+    /// authenticated by the completion token its request carried: [`ApiError::Unauthorized`]
+    /// without a token shaped like one, [`ApiError::Forbidden`] when it is not the
+    /// execution's, [`ApiError::Conflict`] when the attempt ended otherwise (timed out,
+    /// killed, completed with another outcome, superseded by a retry).
+    fn complete_execution(
+        &self,
+        id: String,
+        request: CompletionRequest,
+    ) -> ApiFuture<'_, CompletionReply>;
+}

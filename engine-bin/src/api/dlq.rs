@@ -1,0 +1,45 @@
+//! The dead-letter queue as the API shows it: one dead letter, and what a requeue names.
+//!
+//! A requeue names its executions or asks for all of them (of one queue), one untagged
+//! body, so a caller writes `{"ids": [...]}` or `{"all": true}` and nothing else.
+
+use ax_scheduler_core::UtcMillis;
+use serde::{Deserialize, Serialize};
+
+/// A dead-lettered execution.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    /// Execution id.
+    pub execution_id: String,
+    /// The task.
+    pub namespace: String,
+    /// The task.
+    pub task_id: String,
+    /// Queue it ran on.
+    pub queue: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Error of the last attempt.
+    pub last_error: String,
+    /// When it was dead-lettered.
+    pub dead_at: UtcMillis,
+}
+
+/// What [`ApiBackend::dlq_requeue`](super::ApiBackend::dlq_requeue) puts back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DlqRequeue {
+    /// These executions.
+    Ids {
+        /// Execution ids.
+        ids: Vec<String>,
+    },
+    /// Every dead letter, or those of one queue.
+    All {
+        /// Must be true.
+        all: bool,
+        /// Only this queue.
+        #[serde(default)]
+        queue: Option<String>,
+    },
+}

@@ -1,0 +1,94 @@
+//! Why an API call failed, as every caller of the API sees it.
+//!
+//! The variants follow what a caller can do about a failure (fix the input, look elsewhere,
+//! retry the change, wait, report a bug), and each has a stable code the clients branch
+//! on. How a failure travels (the HTTP status, the JSON body, the CLI's exit code) belongs
+//! to each transport: the HTTP mapping is in `crate::http::error`, keyed on [`LimitKind`]
+//! where one variant spans several statuses.
+
+/// Which input limit a request went past; each transport says it its own way (HTTP: 413,
+/// 414, 431, 429, 422).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LimitKind {
+    /// The request body is too large.
+    Body,
+    /// The request URL is too long.
+    Url,
+    /// Too many request headers, or too many bytes of them.
+    Headers,
+    /// Too many requests in a time window.
+    Rate,
+    /// Too many things: tasks in a namespace, fires in a backfill.
+    Count,
+}
+
+/// Why an API call failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// `invalid_input`: the request or the task spec failed validation; `errors` has one
+    /// entry per problem.
+    #[error("{message}")]
+    Invalid {
+        /// Summary.
+        message: String,
+        /// Each problem, with its field path where there is one.
+        errors: Vec<String>,
+    },
+    /// `unauthorized`: missing or wrong bearer token.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// `forbidden`: the token's role is too low for the route.
+    #[error("{0}")]
+    Forbidden(String),
+    /// `api_closed`: no token is configured on a replica the network can reach; the
+    /// message says what to configure.
+    #[error("{0}")]
+    Closed(String),
+    /// `not_found`.
+    #[error("{0}")]
+    NotFound(String),
+    /// `conflict`: the change lost a race or a newer version exists.
+    #[error("{0}")]
+    Conflict(String),
+    /// `limit_exceeded`: a limit on input was exceeded. The message names the limit and the
+    /// setting that raises it.
+    #[error("{message}")]
+    Limit {
+        /// Which limit.
+        kind: LimitKind,
+        /// What was exceeded, and how to raise it.
+        message: String,
+    },
+    /// `backend_unavailable`: etcd or Redis cannot be reached (retry later).
+    #[error("{0}")]
+    Unavailable(String),
+    /// `internal`: a bug or an unexpected backend answer.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// An [`ApiError::Invalid`] with a single problem.
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        let message = message.into();
+        ApiError::Invalid {
+            errors: vec![message.clone()],
+            message,
+        }
+    }
+
+    /// The stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Invalid { .. } => "invalid_input",
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::Closed(_) => "api_closed",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::Limit { .. } => "limit_exceeded",
+            ApiError::Unavailable(_) => "backend_unavailable",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! Executions as the API shows them: the history across tasks (query, page, one record),
+//! one execution's whole story, and what a kill reached.
+//!
+//! [`ExecutionParams`] is the query as a caller wrote it and [`ExecutionQuery`] the checked
+//! one a backend reads, so relative times and outcome names are resolved in one place and
+//! a backend never sees input it would have to refuse.
+
+use ax_scheduler_core::UtcMillis;
+use serde::{Deserialize, Serialize};
+
+use super::{ApiError, DeadLetter, MAX_LIST_LIMIT};
+
+/// Attempts in a page of `GET /executions` when the request gives no `limit`.
+pub const DEFAULT_EXECUTION_PAGE: usize = 50;
+
+/// The outcome labels an attempt can end with, as the history shows them.
+pub const OUTCOME_LABELS: [&str; 7] = [
+    "succeeded",
+    "retrying",
+    "failed",
+    "timed_out",
+    "panicked",
+    "dead_lettered",
+    "killed",
+];
+
+/// The labels of failed attempts (`failed=true`, `ax history --failed`): a retried failure
+/// is a failure too.
+pub const FAILED_LABELS: [&str; 5] = [
+    "retrying",
+    "failed",
+    "timed_out",
+    "panicked",
+    "dead_lettered",
+];
+
+/// The query string of `GET /executions`, as written; [`ExecutionParams::resolve`] checks it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionParams {
+    /// Only this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Only this task: `NS/ID`, or `ID` in `namespace` (else `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// Only these outcomes, comma separated ([`OUTCOME_LABELS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// Only failed attempts ([`FAILED_LABELS`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
+    /// Only attempts written at or after: milliseconds since the epoch, or a duration
+    /// before now (`1h`, `30m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Only attempts written at or before, as `since`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// Most attempts in the page, 1 to [`MAX_LIST_LIMIT`]; default
+    /// [`DEFAULT_EXECUTION_PAGE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// The previous page's `continue`.
+    #[serde(default, rename = "continue", skip_serializing_if = "Option::is_none")]
+    pub continue_token: Option<String>,
+}
+
+/// Which attempts [`ApiBackend::executions`](super::ApiBackend::executions) returns, checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecutionQuery {
+    /// Only this namespace.
+    pub namespace: Option<String>,
+    /// Only this task id (in `namespace`).
+    pub task_id: Option<String>,
+    /// Only these outcome labels; empty: all.
+    pub outcomes: Vec<String>,
+    /// Only attempts written at or after.
+    pub since: Option<UtcMillis>,
+    /// Only attempts written at or before.
+    pub until: Option<UtcMillis>,
+    /// Most attempts in the page.
+    pub limit: usize,
+    /// Where the page starts (a previous page's `continue`).
+    pub continue_token: Option<String>,
+}
+
+impl ExecutionParams {
+    /// The checked query, relative times taken back from `now`; [`ApiError::Invalid`]
+    /// names each problem.
+    pub fn resolve(&self, now: UtcMillis) -> Result<ExecutionQuery, ApiError> {
+        let mut problems = Vec::new();
+        let limit = match self.limit {
+            None => DEFAULT_EXECUTION_PAGE,
+            Some(n) if (1..=MAX_LIST_LIMIT).contains(&n) => n,
+            Some(n) => {
+                problems.push(format!("limit: {n} is outside 1 to {MAX_LIST_LIMIT}"));
+                DEFAULT_EXECUTION_PAGE
+            }
+        };
+        let mut instant = |name: &str, v: &Option<String>| -> Option<UtcMillis> {
+            let v = v.as_deref()?.trim();
+            if let Ok(ms) = v.parse::<i64>() {
+                return Some(UtcMillis(ms));
+            }
+            match ax_scheduler_core::duration_serde::parse(v) {
+                Ok(d) => Some(UtcMillis(
+                    now.0
+                        .saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+                )),
+                Err(e) => {
+                    problems.push(format!(
+                        "{name}: `{v}` is neither milliseconds since the epoch nor a duration \
+                         before now: {e}"
+                    ));
+                    None
+                }
+            }
+        };
+        let since = instant("since", &self.since);
+        let until = instant("until", &self.until);
+        let mut outcomes: Vec<String> = Vec::new();
+        for o in self.outcome.iter().flat_map(|o| o.split(',')) {
+            let o = o.trim().to_ascii_lowercase();
+            if o.is_empty() {
+                continue;
+            }
+            if OUTCOME_LABELS.contains(&o.as_str()) {
+                outcomes.push(o);
+            } else {
+                problems.push(format!(
+                    "outcome: `{o}` is not one of {}",
+                    OUTCOME_LABELS.join(", ")
+                ));
+            }
+        }
+        if self.failed {
+            if outcomes.is_empty() {
+                outcomes = FAILED_LABELS.iter().map(|s| (*s).to_owned()).collect();
+            } else {
+                outcomes.retain(|o| FAILED_LABELS.contains(&o.as_str()));
+                if outcomes.is_empty() {
+                    problems.push("outcome: no failed outcome named, and failed=true".into());
+                }
+            }
+        }
+        let (namespace, task_id) = match (&self.namespace, &self.task) {
+            (ns, Some(t)) => match t.split_once('/') {
+                Some((n, id)) => (Some(n.to_owned()), Some(id.to_owned())),
+                None => (
+                    Some(ns.clone().unwrap_or_else(|| "default".to_owned())),
+                    Some(t.clone()),
+                ),
+            },
+            (ns, None) => (ns.clone(), None),
+        };
+        if let Some(c) = &self.continue_token {
+            if c.parse::<ax_scheduler_core::EventPosition>().is_err() {
+                problems.push(format!("continue: `{c}` is not a continue token"));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(ApiError::Invalid {
+                message: format!("invalid execution query: {}", problems.join("; ")),
+                errors: problems,
+            });
+        }
+        Ok(ExecutionQuery {
+            namespace,
+            task_id,
+            outcomes,
+            since,
+            until,
+            limit,
+            continue_token: self.continue_token.clone(),
+        })
+    }
+}
+
+/// One page of `GET /executions`, newest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionList {
+    /// The attempts.
+    pub items: Vec<ExecutionRecord>,
+    /// Pass as `continue` for the next page; absent when the range is done. A page may be
+    /// short, even empty, and still have one: each request scans a bounded part of the
+    /// history.
+    #[serde(default, rename = "continue", skip_serializing_if = "Option::is_none")]
+    pub continue_token: Option<String>,
+}
+
+/// An attempt of an `http.async` task that its receiver accepted (`202`) and that waits
+/// for the job's completion report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WaitingAttempt {
+    /// The attempt, counted from 1.
+    pub attempt: u32,
+    /// The worker that sent its request.
+    pub worker: String,
+    /// When it started.
+    pub started: UtcMillis,
+    /// When the completion or the next progress report must come by: it times out then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<UtcMillis>,
+    /// The job's last progress report (`percent`, `message` as stored, and `at`, when it
+    /// came), if it sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ax_queue::Progress>,
+}
+
+/// One execution's whole story (`GET /executions/{id}`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionStory {
+    /// Execution id.
+    pub execution_id: String,
+    /// The task.
+    pub namespace: String,
+    /// The task.
+    pub task_id: String,
+    /// Queue it ran on.
+    pub queue: String,
+    /// The fire it stands for (for a run-now execution, when it was asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due: Option<UtcMillis>,
+    /// When its first attempt was enqueued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enqueued: Option<UtcMillis>,
+    /// Every recorded attempt, oldest first.
+    pub attempts: Vec<ExecutionRecord>,
+    /// The attempt that waits for its completion now (`http.async`), with the job's last
+    /// progress report; it has no record in `attempts` before it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<WaitingAttempt>,
+    /// How it ended: the last attempt's outcome (`retrying` while a retry is pending,
+    /// `waiting` while an attempt waits for its completion).
+    pub outcome: String,
+    /// Its dead-letter entry, while there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter: Option<DeadLetter>,
+    /// False when the search for its attempts stopped at its bound before their end.
+    pub complete: bool,
+    /// For an execution of a fanned-out fire (shards, or a broadcast's one per worker):
+    /// that fire with all its executions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fire: Option<FireView>,
+}
+
+/// A fanned-out fire and its executions, in an execution's story.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FireView {
+    /// The fan-out id its executions share.
+    pub fanout_id: String,
+    /// How many executions it has (shards, or workers of a broadcast).
+    pub total: u32,
+    /// The last recorded attempt of each of its executions, by shard index (from the task's
+    /// recent history: executions not recorded yet, or no longer kept, are missing).
+    pub executions: Vec<ExecutionRecord>,
+}
+
+/// One execution of a task, as kept in its history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionRecord {
+    /// Execution id.
+    pub execution_id: String,
+    /// Attempt number, 1 for the first.
+    pub attempt: u32,
+    /// When it was due.
+    pub due: UtcMillis,
+    /// When a worker started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<UtcMillis>,
+    /// Start minus due, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lateness_ms: Option<u64>,
+    /// Run time, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// How the attempt ended: `succeeded`, `retrying` (failed, a retry is scheduled),
+    /// `dead_lettered` (failed for good), `timed_out`, `panicked`, or `released` (given back
+    /// unfinished at a worker's shutdown).
+    pub outcome: String,
+    /// Error message of a failed attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Instance id of the worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// The task (in the history across tasks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The task (in the history across tasks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Queue it ran on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// When the attempt was enqueued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enqueued: Option<UtcMillis>,
+    /// When it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<UtcMillis>,
+    /// When the retry that follows is due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<UtcMillis>,
+    /// The start of the handler's answer: `{"status", "body", "truncated"}`, the body's
+    /// first KiB at most (in the history across tasks only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<ax_scheduler_core::AttemptOutput>,
+    /// The dependency run and the shard of a sharded fire it belongs to (`run_id`,
+    /// `fanout_id`, `shard_index`, `shard_total`, and for a broadcast fire the worker it is
+    /// addressed to, `target_worker`), when it does.
+    #[serde(flatten)]
+    pub lineage: ax_queue::Lineage,
+}
+
+/// What a kill did, per execution.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KillResult {
+    /// The executions killed (or found killed already).
+    pub killed: Vec<KilledExecution>,
+}
+
+/// One execution a kill reached.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KilledExecution {
+    /// Execution id.
+    pub execution_id: String,
+    /// Its task's namespace, when known (not for one killed before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Its task's id, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Its queue.
+    pub queue: String,
+    /// Where it was: `waiting` or `retry_pending` (removed: it never runs), `running` (its
+    /// worker stops it within a second), `already_killed`.
+    pub state: String,
+}

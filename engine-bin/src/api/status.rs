@@ -1,0 +1,135 @@
+//! The cluster at a glance (`GET /status`): leader, replicas, queues, etcd and clock; and
+//! a queue's pause state, as pausing or resuming it answers.
+//!
+//! Every figure is optional where a backend may fail to measure it, so one unreachable part
+//! leaves a gap in the view instead of failing the whole call.
+
+use ax_scheduler_core::UtcMillis;
+use serde::{Deserialize, Serialize};
+
+/// The cluster at a glance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusView {
+    /// Instance id of the leader, if there is one.
+    pub leader: Option<String>,
+    /// When the leader's term started (it won the election).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_since: Option<UtcMillis>,
+    /// Registered replicas.
+    pub replicas: Vec<ReplicaView>,
+    /// Queues.
+    pub queues: Vec<QueueView>,
+    /// Dead-lettered executions.
+    pub dlq_size: u64,
+    /// Redis settings that would lose ax's queue state (no persistence, evicting memory
+    /// policy), one sentence each; empty when none or unknown.
+    #[serde(default)]
+    pub redis_warnings: Vec<String>,
+    /// etcd's database size against its quota, when etcd answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_db: Option<EtcdDbView>,
+    /// Namespaces whose tasks do not fire, with who paused them and when.
+    #[serde(default)]
+    pub paused_namespaces: Vec<ax_registry::NamespacePause>,
+    /// The answering host's clock against etcd's, when it could be measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ClockView>,
+    /// The shard map, with sharded scheduling (`scheduler.shards` above 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<ShardsView>,
+}
+
+/// Who schedules which shard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardsView {
+    /// Shards of the installation.
+    pub total: u32,
+    /// Each owned shard's owner and fencing token, in shard order; a shard missing here
+    /// has no owner (nothing of it fires).
+    pub owners: Vec<ax_election::ShardOwnerRecord>,
+}
+
+/// One host's clock against etcd's (the check a replica makes before it campaigns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockView {
+    /// How far the host's clock is ahead of etcd's (negative: behind), milliseconds.
+    pub skew_ms: i64,
+    /// `scheduler.max_clock_skew`: a replica this far off refuses to lead, milliseconds.
+    pub max_skew_ms: u64,
+}
+
+impl ClockView {
+    /// Whether the skew is beyond what a leader may have.
+    pub fn too_far(&self) -> bool {
+        self.skew_ms.unsigned_abs() > self.max_skew_ms
+    }
+}
+
+/// etcd's database size against its quota.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdDbView {
+    /// Size of the database file, bytes.
+    pub bytes: u64,
+    /// The quota, bytes (`--quota-backend-bytes`).
+    pub quota_bytes: u64,
+}
+
+/// One replica.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaView {
+    /// Instance id.
+    pub id: String,
+    /// Roles.
+    pub roles: Vec<String>,
+    /// ax version it runs.
+    pub version: String,
+    /// When it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<UtcMillis>,
+    /// Time since it last renewed its registration in etcd (its heartbeat), milliseconds;
+    /// absent when etcd could not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_age_ms: Option<u64>,
+}
+
+/// One queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueView {
+    /// Queue name.
+    pub name: String,
+    /// Waiting executions.
+    pub depth: u64,
+    /// Age of the oldest waiting execution, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_age_ms: Option<u64>,
+    /// Dead-lettered executions of this queue.
+    #[serde(default)]
+    pub dlq_size: u64,
+    /// An operator paused it: workers take nothing from it.
+    #[serde(default)]
+    pub paused: bool,
+    /// Ids of the workers serving it now (heartbeat alive), whatever their language.
+    #[serde(default)]
+    pub workers: Vec<String>,
+    /// Physical queues it is spread over (`redis.queue_partitions`); the figures above are
+    /// their sums. 1 (left out) when it has no partitions.
+    #[serde(default = "one_partition", skip_serializing_if = "is_one_partition")]
+    pub partitions: u32,
+}
+
+fn one_partition() -> u32 {
+    1
+}
+
+fn is_one_partition(n: &u32) -> bool {
+    *n == 1
+}
+
+/// A queue's pause state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueState {
+    /// Queue name.
+    pub name: String,
+    /// Whether workers are held off it.
+    pub paused: bool,
+}

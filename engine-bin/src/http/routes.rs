@@ -1,0 +1,155 @@
+//! `/api/v1`: the JSON API behind the CLI, over an [`ApiBackend`] trait object.
+//!
+//! The routes only translate HTTP to backend calls and results to JSON; what a call does
+//! (etcd writes, Redis reads) lives in the backend, and the types and errors are the API's
+//! ([`crate::api`]), so the routes, their status codes and the auth layer are tested with an
+//! in-memory backend in `tests/http.rs`. Specs leave through
+//! [`TaskView::mask_secrets`](crate::api::TaskView::mask_secrets) unless an admin asks for
+//! `show_secrets`. The table below is the whole API, kept in one [`router`] so it reads as
+//! one; the handlers are grouped by what they act on (one module each), and the request
+//! parts they share (a task's path, a query string, a JSON body) come through the
+//! extractors of `extract`, which refuse with the API's own errors.
+//!
+//! Routes (all JSON):
+//!
+//! | method | path | backend call |
+//! | --- | --- | --- |
+//! | GET | `/tasks?namespace=&status=&label=&search=&limit=&continue=&show_secrets=` | [`ApiBackend::list_tasks`] (paged: the next page's token in `X-Ax-Continue`) |
+//! | POST | `/tasks?dry_run=true` (body: task spec) | [`ApiBackend::put_task`] |
+//! | GET | `/tasks/{namespace}/{id}?show_secrets=` | [`ApiBackend::get_task`] |
+//! | DELETE | `/tasks/{namespace}/{id}` | [`ApiBackend::delete_task`] |
+//! | POST | `/tasks/{namespace}/{id}/pause` | [`ApiBackend::pause`] |
+//! | POST | `/tasks/{namespace}/{id}/resume` | [`ApiBackend::resume`] |
+//! | POST | `/tasks/{namespace}/{id}/trigger` (body: optional [`TriggerParams`]) | [`ApiBackend::trigger`] |
+//! | POST | `/tasks/{namespace}/{id}/backfill` (body: [`BackfillParams`]) | [`ApiBackend::backfill`] |
+//! | GET | `/tasks/{namespace}/{id}/history?limit=` | [`ApiBackend::history`] |
+//! | GET | `/executions?namespace=&task=&outcome=&failed=&since=&until=&limit=&continue=` | [`ApiBackend::executions`] (paged: `continue` in the body and in `X-Ax-Continue`) |
+//! | GET | `/executions/{id}` | [`ApiBackend::execution`] |
+//! | GET | `/dlq?queue=&limit=` | [`ApiBackend::dlq_list`] |
+//! | POST | `/dlq/requeue` (body: `{"ids": [...]}` or `{"all": true, "queue": ...}`) | [`ApiBackend::dlq_requeue`] |
+//! | POST | `/dlq/purge?queue=` | [`ApiBackend::dlq_purge`] |
+//! | POST | `/namespaces/{namespace}/pause` | [`ApiBackend::pause_namespace`] |
+//! | POST | `/namespaces/{namespace}/resume` | [`ApiBackend::resume_namespace`] |
+//! | GET | `/status` | [`ApiBackend::status`] |
+//! | GET | `/audit?since=&actor=&limit=&continue=` | [`ApiBackend::audit_list`] (paged, newest first) |
+//! | POST | `/tasks/{namespace}/{id}/kill?execution=` | [`ApiBackend::kill_task`] |
+//! | POST | `/executions/{id}/kill` | [`ApiBackend::kill_execution`] |
+//! | POST | `/queues/{name}/pause` | [`ApiBackend::pause_queue`] |
+//! | POST | `/queues/{name}/resume` | [`ApiBackend::resume_queue`] |
+//! | GET | `/whoami` | none: the caller's token name and role ([`WhoAmI`]) |
+//! | POST | `/executions/{id}/complete` (body: [`CompletionRequest`]; authenticated by its token, not an API token) | [`ApiBackend::complete_execution`] |
+//!
+//! [`TriggerParams`]: crate::api::TriggerParams
+//! [`BackfillParams`]: crate::api::BackfillParams
+//! [`WhoAmI`]: crate::api::WhoAmI
+//! [`CompletionRequest`]: crate::api::CompletionRequest
+
+mod audit;
+mod dlq;
+mod executions;
+mod extract;
+mod namespaces;
+mod queues;
+mod status;
+mod tasks;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use super::limits::{ApiLimits, CompletionLimiter, TriggerLimiter};
+use crate::api::{ApiBackend, ApiError, MAX_LIST_LIMIT};
+
+/// Response header holding the token of the next page of a listing.
+pub const CONTINUE_HEADER: &str = "x-ax-continue";
+
+/// Shared by the API handlers: the backend, or `None` while this process has none (the
+/// API then answers 503), and the input limits.
+#[derive(Clone)]
+pub struct ApiState {
+    backend: Option<Arc<dyn ApiBackend>>,
+    limits: ApiLimits,
+    triggers: TriggerLimiter,
+    completions: CompletionLimiter,
+}
+
+impl ApiState {
+    fn backend(&self) -> Result<&dyn ApiBackend, ApiError> {
+        self.backend.as_deref().ok_or_else(|| {
+            ApiError::Unavailable("this replica has no API backend connected yet".into())
+        })
+    }
+}
+
+/// The `/api/v1` routes (to be nested) with their input limits, without authentication.
+pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router {
+    let state = ApiState {
+        backend,
+        limits,
+        triggers: TriggerLimiter::new(limits.triggers_per_task_per_minute),
+        completions: CompletionLimiter::new(),
+    };
+    Router::new()
+        .route("/tasks", get(tasks::list_tasks).post(tasks::put_task))
+        .route(
+            "/tasks/{namespace}/{id}",
+            get(tasks::get_task).delete(tasks::delete_task),
+        )
+        .route("/tasks/{namespace}/{id}/pause", post(tasks::pause))
+        .route("/tasks/{namespace}/{id}/resume", post(tasks::resume))
+        .route("/tasks/{namespace}/{id}/trigger", post(tasks::trigger))
+        .route("/tasks/{namespace}/{id}/backfill", post(tasks::backfill))
+        .route("/tasks/{namespace}/{id}/history", get(tasks::history))
+        .route("/executions", get(executions::executions))
+        .route("/executions/{id}", get(executions::execution))
+        .route("/dlq", get(dlq::dlq_list))
+        .route("/dlq/requeue", post(dlq::dlq_requeue))
+        .route("/dlq/purge", post(dlq::dlq_purge))
+        .route(
+            "/namespaces/{namespace}/pause",
+            post(namespaces::pause_namespace),
+        )
+        .route(
+            "/namespaces/{namespace}/resume",
+            post(namespaces::resume_namespace),
+        )
+        .route("/status", get(status::status))
+        .route("/audit", get(audit::audit))
+        .route("/tasks/{namespace}/{id}/kill", post(tasks::kill_task))
+        .route("/executions/{id}/kill", post(executions::kill_execution))
+        .route("/queues/{name}/pause", post(queues::pause_queue))
+        .route("/queues/{name}/resume", post(queues::resume_queue))
+        .route("/whoami", get(status::whoami))
+        .route(
+            "/executions/{id}/complete",
+            post(executions::complete_execution),
+        )
+        .fallback(|| async { ApiError::NotFound("no such API route".into()) })
+        .layer(DefaultBodyLimit::max(limits.max_request_bytes))
+        .with_state(state)
+}
+
+type ApiResult<T> = Result<Json<T>, ApiError>;
+
+fn check_limit(limit: usize) -> Result<usize, ApiError> {
+    if limit == 0 || limit > MAX_LIST_LIMIT {
+        return Err(ApiError::invalid(format!(
+            "limit must be between 1 and {MAX_LIST_LIMIT}"
+        )));
+    }
+    Ok(limit)
+}
+
+/// `response` with the next page's token in [`CONTINUE_HEADER`], when there is one (and it
+/// can be a header value).
+fn with_continue(mut response: Response, token: Option<String>) -> Response {
+    if let Some(token) = token {
+        if let Ok(value) = axum::http::HeaderValue::from_str(&token) {
+            response.headers_mut().insert(CONTINUE_HEADER, value);
+        }
+    }
+    response
+}

@@ -1,0 +1,75 @@
+//! The dead-letter routes: list, requeue and purge, under `/dlq`.
+//!
+//! A requeue that would do nothing (no ids, or `all: false`) is refused here rather than
+//! passed on, so a caller's mistake is an error and not a silent count of 0.
+
+use axum::extract::State;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use super::extract::{ApiBody, ApiQuery, JsonBody};
+use super::{check_limit, ApiResult, ApiState};
+use crate::api::{ApiError, DeadLetter, DlqRequeue};
+
+#[derive(Deserialize)]
+pub(super) struct DlqQuery {
+    queue: Option<String>,
+    #[serde(default = "default_dlq_limit")]
+    limit: usize,
+}
+
+fn default_dlq_limit() -> usize {
+    50
+}
+
+#[derive(Deserialize)]
+pub(super) struct QueueQuery {
+    queue: Option<String>,
+}
+
+/// Count of items a DLQ call acted on.
+#[derive(Serialize)]
+pub(super) struct Count {
+    count: u64,
+}
+
+impl ApiBody for DlqRequeue {
+    fn refusal(e: serde_json::Error) -> ApiError {
+        ApiError::invalid(format!(
+            "the body must be {{\"ids\": [...]}} or {{\"all\": true, \"queue\": ...}}: {e}"
+        ))
+    }
+}
+
+pub(super) async fn dlq_list(
+    State(s): State<ApiState>,
+    ApiQuery(q): ApiQuery<DlqQuery>,
+) -> ApiResult<Vec<DeadLetter>> {
+    let limit = check_limit(q.limit)?;
+    Ok(Json(s.backend()?.dlq_list(q.queue, limit).await?))
+}
+
+pub(super) async fn dlq_requeue(
+    State(s): State<ApiState>,
+    JsonBody(request): JsonBody<DlqRequeue>,
+) -> ApiResult<Count> {
+    match &request {
+        DlqRequeue::Ids { ids } if ids.is_empty() => {
+            return Err(ApiError::invalid("ids is empty"));
+        }
+        DlqRequeue::All { all: false, .. } => {
+            return Err(ApiError::invalid("all must be true when no ids are given"));
+        }
+        _ => {}
+    }
+    let count = s.backend()?.dlq_requeue(request).await?;
+    Ok(Json(Count { count }))
+}
+
+pub(super) async fn dlq_purge(
+    State(s): State<ApiState>,
+    ApiQuery(q): ApiQuery<QueueQuery>,
+) -> ApiResult<Count> {
+    let count = s.backend()?.dlq_purge(q.queue).await?;
+    Ok(Json(Count { count }))
+}

@@ -1,0 +1,29 @@
+//! The namespace routes: pause and resume every task of a namespace at once.
+//!
+//! A pause records who asked (the caller's token name), so `ax status` can say why a
+//! namespace is quiet.
+
+use axum::extract::{Extension, Path, State};
+use axum::http::StatusCode;
+
+use super::ApiState;
+use crate::api::{ApiError, Principal};
+
+pub(super) async fn pause_namespace(
+    State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(namespace): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    s.backend()?
+        .pause_namespace(namespace, who.name.to_string())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(super) async fn resume_namespace(
+    State(s): State<ApiState>,
+    Path(namespace): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    s.backend()?.resume_namespace(namespace).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

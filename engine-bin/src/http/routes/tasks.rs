@@ -1,0 +1,224 @@
+//! The task routes: list, put, get, delete, pause, resume, run now, backfill, history and
+//! kill, under `/tasks`.
+//!
+//! Specs leave masked (secrets as `***`) except where an admin asks for `show_secrets` on a
+//! read; the answers of pause and resume are always masked, since no one asked to see the
+//! secrets there. Routes whose change the path does not say (a put, a run-now, a backfill)
+//! hand their audit detail to the audit layer as a response extension.
+
+use ax_scheduler_core::UtcMillis;
+use axum::extract::{Extension, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+
+use super::extract::{ApiBody, ApiQuery, JsonBody, TaskPath};
+use super::{check_limit, with_continue, ApiResult, ApiState};
+use crate::api::{
+    ApiError, BackfillParams, ExecutionRecord, KillResult, Principal, Role, TaskQuery, TaskView,
+    TriggerParams,
+};
+use crate::audit::AuditDetail;
+
+#[derive(Deserialize)]
+pub(super) struct PutQuery {
+    #[serde(default)]
+    dry_run: bool,
+}
+
+#[derive(Deserialize)]
+pub(super) struct SecretsQuery {
+    #[serde(default)]
+    show_secrets: bool,
+}
+
+#[derive(Deserialize)]
+pub(super) struct LimitQuery {
+    #[serde(default = "default_history_limit")]
+    limit: usize,
+}
+
+fn default_history_limit() -> usize {
+    20
+}
+
+#[derive(Deserialize)]
+pub(super) struct KillQuery {
+    execution: Option<String>,
+}
+
+/// A put's body is the task spec as its author wrote it; the backend validates it.
+impl ApiBody for serde_json::Value {
+    fn refusal(e: serde_json::Error) -> ApiError {
+        ApiError::invalid(format!("the body is not JSON: {e}"))
+    }
+}
+
+impl ApiBody for TriggerParams {
+    fn refusal(e: serde_json::Error) -> ApiError {
+        ApiError::invalid(format!(
+            "the body must be {{\"payload\": ..., \"idempotency_key\": \"...\"}} (both optional): {e}"
+        ))
+    }
+
+    /// An empty body runs the task as its spec says.
+    fn blank() -> Option<Self> {
+        Some(TriggerParams::default())
+    }
+}
+
+impl ApiBody for BackfillParams {
+    fn refusal(e: serde_json::Error) -> ApiError {
+        ApiError::invalid(format!(
+            "the body must be {{\"from\": MS, \"to\": MS, \"max\": N, \"force\": BOOL, \"dry_run\": BOOL}}: {e}"
+        ))
+    }
+}
+
+/// The page's tasks as the body (a JSON array, as before paging), and the next page's token
+/// in the [`CONTINUE_HEADER`](super::CONTINUE_HEADER) header when there is one.
+pub(super) async fn list_tasks(
+    State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    ApiQuery(q): ApiQuery<TaskQuery>,
+) -> Result<Response, ApiError> {
+    q.page_size()?;
+    q.status_filter()?;
+    let show = secrets_shown(q.show_secrets, &who)?;
+    let mut page = s.backend()?.list_tasks(q).await?;
+    if !show {
+        page.items.iter_mut().for_each(TaskView::mask_secrets);
+    }
+    Ok(with_continue(
+        Json(page.items).into_response(),
+        page.continue_token,
+    ))
+}
+
+pub(super) async fn put_task(
+    State(s): State<ApiState>,
+    ApiQuery(q): ApiQuery<PutQuery>,
+    JsonBody(spec): JsonBody<serde_json::Value>,
+) -> Result<Response, ApiError> {
+    let mut result = s.backend()?.put_task(spec, q.dry_run).await?;
+    let status = if result.written {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let audit = result.audit.take();
+    let mut response = (status, Json(result)).into_response();
+    if let Some(audit) = audit {
+        response.extensions_mut().insert(audit);
+    }
+    Ok(response)
+}
+
+pub(super) async fn get_task(
+    State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    TaskPath(key): TaskPath,
+    ApiQuery(q): ApiQuery<SecretsQuery>,
+) -> ApiResult<TaskView> {
+    let show = secrets_shown(q.show_secrets, &who)?;
+    let mut view = s.backend()?.get_task(key).await?;
+    if !show {
+        view.mask_secrets();
+    }
+    Ok(Json(view))
+}
+
+/// Whether a request may see secrets: only when it asks and its role is admin.
+fn secrets_shown(asked: bool, who: &Principal) -> Result<bool, ApiError> {
+    if asked && who.role < Role::Admin {
+        return Err(ApiError::Forbidden(format!(
+            "show_secrets needs the `admin` role; token `{}` has `{}`",
+            who.name,
+            who.role.as_str()
+        )));
+    }
+    Ok(asked)
+}
+
+pub(super) async fn delete_task(
+    State(s): State<ApiState>,
+    TaskPath(key): TaskPath,
+) -> Result<StatusCode, ApiError> {
+    s.backend()?.delete_task(key).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(super) async fn pause(
+    State(s): State<ApiState>,
+    TaskPath(key): TaskPath,
+) -> ApiResult<TaskView> {
+    let mut view = s.backend()?.pause(key).await?;
+    view.mask_secrets();
+    Ok(Json(view))
+}
+
+pub(super) async fn resume(
+    State(s): State<ApiState>,
+    TaskPath(key): TaskPath,
+) -> ApiResult<TaskView> {
+    let mut view = s.backend()?.resume(key).await?;
+    view.mask_secrets();
+    Ok(Json(view))
+}
+
+pub(super) async fn trigger(
+    State(s): State<ApiState>,
+    TaskPath(key): TaskPath,
+    JsonBody(params): JsonBody<TriggerParams>,
+) -> Result<Response, ApiError> {
+    params.check()?;
+    let backend = s.backend()?;
+    s.triggers.admit(&key, UtcMillis::now())?;
+    let mut detail = serde_json::to_value(&params).unwrap_or_default();
+    let result = backend.trigger(key, params).await?;
+    detail["execution_id"] = serde_json::Value::String(result.execution_id.clone());
+    let mut response = (StatusCode::ACCEPTED, Json(result)).into_response();
+    response.extensions_mut().insert(AuditDetail {
+        detail: Some(detail),
+        ..AuditDetail::default()
+    });
+    Ok(response)
+}
+
+pub(super) async fn backfill(
+    State(s): State<ApiState>,
+    TaskPath(key): TaskPath,
+    JsonBody(params): JsonBody<BackfillParams>,
+) -> Result<Response, ApiError> {
+    let detail = serde_json::to_value(&params).unwrap_or_default();
+    let result = s.backend()?.backfill(key, params).await?;
+    let status = if result.written {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    let mut response = (status, Json(result)).into_response();
+    response.extensions_mut().insert(AuditDetail {
+        detail: Some(detail),
+        ..AuditDetail::default()
+    });
+    Ok(response)
+}
+
+pub(super) async fn history(
+    State(s): State<ApiState>,
+    TaskPath(key): TaskPath,
+    ApiQuery(q): ApiQuery<LimitQuery>,
+) -> ApiResult<Vec<ExecutionRecord>> {
+    let limit = check_limit(q.limit)?;
+    Ok(Json(s.backend()?.history(key, limit).await?))
+}
+
+pub(super) async fn kill_task(
+    State(s): State<ApiState>,
+    TaskPath(key): TaskPath,
+    ApiQuery(q): ApiQuery<KillQuery>,
+) -> ApiResult<KillResult> {
+    Ok(Json(s.backend()?.kill_task(key, q.execution).await?))
+}
