@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one test command: setup, throwaway etcd and Redis, format, lints, every test, and the
-# non-Rust checks (alert rules, Helm chart). Servers it starts are stopped however it ends.
+# other checks (alert rules, Helm chart, console, module cycles). Servers it starts are
+# stopped however it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
