@@ -7,7 +7,8 @@
 //! CLI and the API ([`backend`]), observability ([`logging`],
 //! [`metrics`], [`readiness`]), the HTTP port ([`http`]), process lifetime ([`shutdown`]) and
 //! the server that ties them together ([`serve`]), which composes the scheduler role
-//! ([`ax_scheduler`]) through [`scheduler_role`] and the clock check ([`clock_check`]).
+//! ([`ax_scheduler`]) through [`scheduler_role`] and the clock check ([`clock_check`]), and the
+//! worker role ([`ax_worker`]) through [`worker_role`].
 
 pub mod api;
 pub mod audit;
@@ -23,8 +24,8 @@ pub mod logging;
 pub mod metrics;
 pub mod output;
 pub mod readiness;
-pub mod reporter;
 pub mod scheduler_role;
 pub mod serve;
 pub mod shutdown;
 pub mod task_file;
+pub mod worker_role;

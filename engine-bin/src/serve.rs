@@ -45,7 +45,6 @@ use crate::metrics::{
     Metrics, ALERT_FAILED, ALERT_SENT, ALERT_SUPPRESSED, BACKEND_ETCD, BACKEND_REDIS,
 };
 use crate::readiness::Readiness;
-use crate::reporter::EngineReporter;
 use crate::shutdown::Shutdown;
 use ax_scheduler::clock::SystemClock;
 use ax_scheduler::{self as scheduler, LeaderDeps, LeaderSettings};
@@ -497,9 +496,9 @@ impl Parts<'_> {
                 .filter(|u| !u.trim().is_empty()),
             ..WorkerConfig::default()
         };
-        let reporter = EngineReporter::new(
+        let reporter = ax_worker::QueueReporter::new(
             self.queue.clone(),
-            Arc::clone(self.metrics),
+            Arc::clone(self.metrics) as Arc<dyn ax_worker::WorkerMetrics>,
             shutdown.tracker(),
         );
         let pool = WorkerPool::new(

@@ -4,7 +4,8 @@
 //! handler in a [`HandlerRegistry`] (built-ins `http`, `log`, `noop` and `command`, plus
 //! user async closures), runs it under its timeout with panics caught, settles the message
 //! (ack, a jittered retry in Redis's delayed set, or the dead-letter queue) and tells an
-//! [`ExecutionReporter`]. An `http.async` attempt whose receiver answers 202 is parked
+//! [`ExecutionReporter`] ([`QueueReporter`] in a cluster: events for the leader and history
+//! through Redis). An `http.async` attempt whose receiver answers 202 is parked
 //! instead and ended later by its completion or its deadline ([`awaiting`]).
 
 pub mod awaiting;
@@ -14,6 +15,7 @@ pub mod egress;
 mod error;
 mod handler;
 mod pool;
+mod publisher;
 mod reporter;
 pub mod retry;
 
@@ -31,6 +33,7 @@ pub use pool::{
     PoolSummary, WorkerConfig, WorkerPool, DEFAULT_CONCURRENCY, DEFAULT_PREFETCH,
     DEFAULT_SHUTDOWN_GRACE,
 };
+pub use publisher::{QueueReporter, WorkerMetrics};
 pub use reporter::{
     ChannelReporter, ExecutionReport, ExecutionReporter, NoopReporter, ReportEvent, ReportFuture,
 };

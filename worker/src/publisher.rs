@@ -1,10 +1,12 @@
-//! What a worker on this replica tells the rest of ax about each execution.
+//! The [`ExecutionReporter`] a worker of the cluster uses: what it tells the rest of ax
+//! about each execution, through Redis.
 //!
 //! One structured log line per execution comes from here at the default level: `finished`, with
 //! lateness, duration and outcome (a warning when the attempt failed); `started` and the
 //! leader's `enqueued` are debug. Each start and end also goes to the leader as an event (task
-//! states, overlap holds, breaker), the end with the task's history entry, and to this
-//! replica's metrics. Nothing here alerts: the leader raises the failure alerts from the end
+//! states, overlap holds, breaker), the end with the task's history entry, and to the
+//! process's metrics ([`WorkerMetrics`], which the process implements: this crate picks no
+//! metrics library). Nothing here alerts: the leader raises the failure alerts from the end
 //! events, the one place every end reaches, whoever ended the attempt (see the scheduler's
 //! `fire::failure_alerts`). Nothing here fails an execution: a report that cannot be written
 //! is logged and counted.
@@ -21,22 +23,37 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ax_queue::{ExecutionEventRecord, ExecutionMessage, HistoryEntry, Queue};
-use ax_scheduler_core::{AttemptOutcome, ExecutionEvent, UtcMillis};
-use ax_worker::{ExecutionReport, ExecutionReporter, ReportFuture};
+use ax_scheduler_core::{AttemptEnd, AttemptOutcome, ExecutionEvent, UtcMillis};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
-use crate::metrics::{Metrics, BACKEND_REDIS};
+use crate::reporter::{ExecutionReport, ExecutionReporter, ReportFuture};
 
-/// The engine's [`ExecutionReporter`].
-pub struct EngineReporter {
+/// What the publisher reports to the process's metrics. Called on the execution path, so
+/// each call must be cheap and must not block.
+pub trait WorkerMetrics: Send + Sync {
+    /// A write of reports to Redis failed.
+    fn redis_error(&self);
+    /// An attempt took a place of the pool (`delta` 1) or gave it back (`delta` -1).
+    fn active_attempts(&self, delta: i64);
+    /// A first, scheduled attempt on `queue` started `seconds` after its fire instant.
+    fn start_lateness(&self, queue: &str, seconds: f64);
+    /// An attempt on `queue` waited `seconds` for its concurrency key.
+    fn concurrency_wait(&self, queue: &str, seconds: f64);
+    /// An attempt of `handler` on `queue` ended with `end` after `seconds`.
+    fn attempt(&self, queue: &str, handler: &str, end: &AttemptEnd, seconds: f64);
+}
+
+/// Reports every execution to Redis: events for the leader, history, and metrics.
+pub struct QueueReporter {
     reports: mpsc::Sender<Report>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn WorkerMetrics>,
 }
 
 /// An event for the leader, with the history entry of a finished attempt.
@@ -47,13 +64,13 @@ const REPORT_BUFFER: usize = 10_000;
 /// Reports written in one pipeline at most.
 const REPORT_BATCH: usize = 512;
 
-impl EngineReporter {
+impl QueueReporter {
     /// A reporter writing to `queue` and `metrics`. Its publisher runs on `tracker` until
     /// the reporter is dropped and everything sent before is written.
-    pub fn new(queue: Queue, metrics: Arc<Metrics>, tracker: &TaskTracker) -> Self {
+    pub fn new(queue: Queue, metrics: Arc<dyn WorkerMetrics>, tracker: &TaskTracker) -> Self {
         let (reports, rx) = mpsc::channel(REPORT_BUFFER);
         tracker.spawn(publish(queue, Arc::clone(&metrics), rx));
-        EngineReporter { reports, metrics }
+        QueueReporter { reports, metrics }
     }
 
     async fn send(&self, event: ExecutionEventRecord, history: Option<HistoryEntry>) {
@@ -65,7 +82,7 @@ impl EngineReporter {
 }
 
 /// Writes reports in batches until every sender is gone and the channel is drained.
-async fn publish(queue: Queue, metrics: Arc<Metrics>, mut rx: mpsc::Receiver<Report>) {
+async fn publish(queue: Queue, metrics: Arc<dyn WorkerMetrics>, mut rx: mpsc::Receiver<Report>) {
     let mut incoming = Vec::with_capacity(REPORT_BATCH);
     let mut held = HeldStarts::default();
     let mut out = Vec::with_capacity(REPORT_BATCH);
@@ -74,7 +91,7 @@ async fn publish(queue: Queue, metrics: Arc<Metrics>, mut rx: mpsc::Receiver<Rep
         let closed = match held.next_due() {
             Some(due) => tokio::select! {
                 n = rx.recv_many(&mut incoming, REPORT_BATCH) => n == 0,
-                _ = tokio::time::sleep_until(due.into()) => false,
+                _ = tokio::time::sleep_until(due) => false,
             },
             None => rx.recv_many(&mut incoming, REPORT_BATCH).await == 0,
         };
@@ -84,7 +101,7 @@ async fn publish(queue: Queue, metrics: Arc<Metrics>, mut rx: mpsc::Receiver<Rep
         }
         if !out.is_empty() {
             if let Err(e) = queue.report_many(&out).await {
-                metrics.backend_error(BACKEND_REDIS);
+                metrics.redis_error();
                 warn!(reports = out.len(), error = %e, "could not report executions");
             }
             out.clear();
@@ -153,10 +170,9 @@ impl HeldStarts {
     }
 }
 
-impl ExecutionReporter for EngineReporter {
+impl ExecutionReporter for QueueReporter {
     fn on_concurrency_wait(&self, queue: &str, wait: std::time::Duration) {
-        self.metrics
-            .record_concurrency_wait(queue, wait.as_secs_f64());
+        self.metrics.concurrency_wait(queue, wait.as_secs_f64());
     }
 
     fn on_started<'a>(
@@ -167,10 +183,10 @@ impl ExecutionReporter for EngineReporter {
     ) -> ReportFuture<'a> {
         Box::pin(async move {
             let lateness_ms = at.0 - exec.fire_at.0;
-            self.metrics.active_workers.inc();
+            self.metrics.active_attempts(1);
             if exec.attempt == 0 && !exec.run_now {
                 self.metrics
-                    .record_start_lateness(&exec.queue, lateness_ms.max(0) as f64 / 1000.0);
+                    .start_lateness(&exec.queue, lateness_ms.max(0) as f64 / 1000.0);
             }
             // Debug, as the leader's `enqueued`: one line per execution at info (`finished`,
             // with the start's lateness), since each line costs CPU on the fire path.
@@ -201,7 +217,7 @@ impl ExecutionReporter for EngineReporter {
         Box::pin(async move {
             // A parked attempt gave its place back when it was parked (`on_parked`).
             if !report.awaited {
-                self.metrics.active_workers.dec();
+                self.metrics.active_attempts(-1);
             }
             let end = &report.end;
             let task = format!("{}/{}", report.namespace, report.task_id);
@@ -209,7 +225,7 @@ impl ExecutionReporter for EngineReporter {
                 info!(task_id = %task, execution_id = %report.execution_id, attempt = report.attempt, "released unfinished (shutdown); it runs elsewhere");
                 return;
             }
-            self.metrics.record_attempt(
+            self.metrics.attempt(
                 &report.queue,
                 &report.handler,
                 end,
@@ -246,7 +262,7 @@ impl ExecutionReporter for EngineReporter {
 
     fn on_parked<'a>(&'a self, exec: &'a ExecutionMessage, worker_id: &'a str) -> ReportFuture<'a> {
         Box::pin(async move {
-            self.metrics.active_workers.dec();
+            self.metrics.active_attempts(-1);
             debug!(
                 task_id = %format!("{}/{}", exec.namespace, exec.task_id),
                 execution_id = %exec.execution_id,
@@ -261,8 +277,6 @@ impl ExecutionReporter for EngineReporter {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
-
-    use ax_scheduler_core::AttemptEnd;
 
     use super::*;
 
