@@ -28,8 +28,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::ElectionConfig;
 use crate::error::{timed, ElectionError};
 use crate::hold::{answer_timeout, LossReason};
+use crate::key_hold::KeyHold;
 use crate::keys::leader_key;
-use crate::session::{Created, HeldKey, Session};
+use crate::session::{Created, Session};
 
 /// The JSON stored at `{prefix}/leader`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -243,10 +244,10 @@ impl Candidate {
         };
         let (revision, value) = match created {
             Created::Held(held) => {
-                let fencing_token = held.create_revision();
+                let fencing_token = held.fencing_token();
                 tracing::info!(instance_id = %self.instance_id, fencing_token, "elected leader");
                 return Ok(Ok(Leadership {
-                    key: *held,
+                    hold: *held,
                     session,
                     instance_id: self.instance_id.clone(),
                     since,
@@ -300,10 +301,12 @@ fn retry_later(mut backoff: ReconnectBackoff) -> CampaignState {
 
 /// Leadership won by a campaign: valid until [`Leadership::lost`] fires.
 ///
-/// Dropping it revokes the lease in the background (a successor takes over at once);
+/// The leader key is a [`KeyHold`] ([`Leadership::hold`]), trusted by the same rules as a
+/// task lock or a shard's owner key; the validity methods here are that key's. Dropping it
+/// revokes the lease in the background (a successor takes over at once);
 /// [`Leadership::resign`] does the same and waits for it.
 pub struct Leadership {
-    key: HeldKey,
+    hold: KeyHold,
     session: Session,
     instance_id: String,
     since: UtcMillis,
@@ -313,17 +316,22 @@ impl std::fmt::Debug for Leadership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Leadership")
             .field("instance_id", &self.instance_id)
-            .field("fencing_token", &self.key.create_revision())
+            .field("fencing_token", &self.hold.fencing_token())
             .field("lease_id", &self.session.lease_id())
             .finish()
     }
 }
 
 impl Leadership {
+    /// The leader key, for code that acts under any held key alike.
+    pub fn hold(&self) -> &KeyHold {
+        &self.hold
+    }
+
     /// The leader key's create revision: grows with every new leadership, so writes
     /// stamped with it can be refused when they come from an older leader.
     pub fn fencing_token(&self) -> i64 {
-        self.key.create_revision()
+        self.hold.fencing_token()
     }
 
     /// The winning instance id.
@@ -345,7 +353,7 @@ impl Leadership {
     /// an expired lease, the key deleted or taken over, or no renewal confirmed within
     /// TTL - TTL/3. Stop all leader work when it fires.
     pub fn lost(&self) -> CancellationToken {
-        self.key.lost()
+        self.hold.lost()
     }
 
     /// Whether this process may act as leader right now: the loss signal has not fired
@@ -357,31 +365,31 @@ impl Leadership {
     /// for a moment while another replica already leads; the deadline check cannot be
     /// fooled that way because the monotonic clock kept running during the pause.
     pub fn is_valid(&self) -> bool {
-        self.key.is_valid()
+        self.hold.is_valid()
     }
 
     /// The monotonic instant until which this leadership is trusted (moves forward with
     /// each confirmed renewal).
     pub fn valid_until(&self) -> Instant {
-        self.key.valid_until()
+        self.hold.valid_until()
     }
 
     /// Why leadership ended, once it has.
     pub fn loss_reason(&self) -> Option<LossReason> {
-        self.key.loss_reason()
+        self.hold.loss_reason()
     }
 
     /// Gives leadership up: fires [`Leadership::lost`], deletes the leader key if it is
     /// still ours and revokes the lease, so a successor takes over at once.
     pub async fn resign(self) -> Result<(), ElectionError> {
         let Leadership {
-            key,
+            hold,
             session,
             instance_id,
             ..
         } = self;
-        let fencing_token = key.create_revision();
-        let deleted = key.release("leader delete").await;
+        let fencing_token = hold.fencing_token();
+        let deleted = hold.release("leader delete").await;
         let revoked = session.close().await;
         tracing::info!(%instance_id, fencing_token, "resigned leadership");
         deleted?;
@@ -398,7 +406,7 @@ impl Leadership {
     /// would: the lease expires after its TTL and only then can a successor win. For fault
     /// drills and tests.
     pub fn abandon(self) {
-        self.key.abandon();
+        self.hold.abandon();
         self.session.abandon();
     }
 }

@@ -11,7 +11,9 @@
 //!
 //! `safe_until` is a monotonic [`Instant`], so `is_valid()` stays right after the process
 //! was paused: the first check after waking sees the deadline in the past even if the
-//! keep-alive task has not run yet.
+//! keep-alive task has not run yet. The loop only moves the deadline and fires the loss
+//! signal; both live in the lease's [`Validity`] (`validity.rs`), which answers every
+//! `is_valid()`, so the rule holders check is written once for the lease and its keys.
 //!
 //! A renewal etcd does not answer within [`answer_timeout`] ends the keep-alive stream, and a
 //! new one is opened at once (each attempt bounded the same way). The stream lives on one
@@ -22,12 +24,13 @@
 //! answer out of that channel, so the next attempt lands on a live one.
 //!
 //! The loop knows nothing of keys: several keys may live on one lease, and each is watched by
-//! its own guard (`session.rs`), so losing one key does not end the lease or the other keys.
-//! Losing the lease ends them all: each key's loss token is a child of the lease's.
+//! its own guard (`key_hold.rs`), so losing one key does not end the lease or the other keys.
+//! Losing the lease ends them all: each key's validity shares the lease's deadline, and its
+//! loss token is a child of the lease's.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ax_scheduler_core::ReconnectBackoff;
@@ -36,6 +39,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+use crate::validity::Validity;
 
 /// Why a hold (leadership, lock, instance record) ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,50 +78,10 @@ impl std::fmt::Display for LossReason {
     }
 }
 
+/// What the keep-alive task shares with its [`LeaseHold`].
 struct Shared {
-    lost: CancellationToken,
-    safe_until: Mutex<Instant>,
-    reason: Mutex<Option<LossReason>>,
+    validity: Validity,
     revoke_on_stop: AtomicBool,
-}
-
-impl Shared {
-    fn lose(&self, reason: LossReason) {
-        if let Ok(mut r) = self.reason.lock() {
-            if r.is_none() {
-                *r = Some(reason);
-            }
-        }
-        self.lost.cancel();
-    }
-
-    fn safe_until(&self) -> Instant {
-        // A poisoned lock only means another thread panicked mid-update; an Instant is
-        // always whole, so reading through the poison is sound.
-        match self.safe_until.lock() {
-            Ok(g) => *g,
-            Err(p) => *p.into_inner(),
-        }
-    }
-}
-
-/// A read-only view of a hold's state, for keys living on its lease.
-#[derive(Clone)]
-pub(crate) struct HoldView(Arc<Shared>);
-
-impl HoldView {
-    /// The lease's own loss token (not a child): keys derive theirs from it.
-    pub(crate) fn lost_token(&self) -> &CancellationToken {
-        &self.0.lost
-    }
-
-    pub(crate) fn safe_until(&self) -> Instant {
-        self.0.safe_until()
-    }
-
-    pub(crate) fn loss_reason(&self) -> Option<LossReason> {
-        self.0.reason.lock().ok().and_then(|r| r.clone())
-    }
 }
 
 /// A lease kept alive by a background task owned by this value.
@@ -141,9 +106,7 @@ impl LeaseHold {
         sent_at: Instant,
     ) -> Self {
         let shared = Arc::new(Shared {
-            lost: CancellationToken::new(),
-            safe_until: Mutex::new(sent_at + safe_window(ttl)),
-            reason: Mutex::new(None),
+            validity: Validity::lease(sent_at + safe_window(ttl)),
             revoke_on_stop: AtomicBool::new(true),
         });
         let stop = CancellationToken::new();
@@ -169,30 +132,15 @@ impl LeaseHold {
         self.lease_id
     }
 
-    pub(crate) fn view(&self) -> HoldView {
-        HoldView(self.shared.clone())
-    }
-
-    pub(crate) fn lost(&self) -> CancellationToken {
-        self.shared.lost.child_token()
-    }
-
-    pub(crate) fn is_valid(&self) -> bool {
-        !self.shared.lost.is_cancelled() && Instant::now() < self.shared.safe_until()
-    }
-
-    pub(crate) fn safe_until(&self) -> Instant {
-        self.shared.safe_until()
-    }
-
-    pub(crate) fn loss_reason(&self) -> Option<LossReason> {
-        self.shared.reason.lock().ok().and_then(|r| r.clone())
+    /// The lease's validity; keys on it derive theirs with [`Validity::key`].
+    pub(crate) fn validity(&self) -> &Validity {
+        &self.shared.validity
     }
 
     /// Marks the hold lost and stops the task without revoking; waits for the task.
     pub(crate) async fn stop_without_revoke(&mut self, reason: LossReason) {
         self.shared.revoke_on_stop.store(false, Ordering::SeqCst);
-        self.shared.lose(reason);
+        self.shared.validity.lose(reason);
         self.stop.cancel();
         if let Some(task) = self.task.take() {
             let _ = task.await;
@@ -202,7 +150,7 @@ impl LeaseHold {
     /// Stops renewing without revoking: the lease expires after its TTL.
     pub(crate) fn abandon(mut self) {
         self.shared.revoke_on_stop.store(false, Ordering::SeqCst);
-        self.shared.lose(LossReason::Dropped);
+        self.shared.validity.lose(LossReason::Dropped);
         self.stop.cancel();
         if let Some(task) = self.task.take() {
             task.abort();
@@ -212,7 +160,7 @@ impl LeaseHold {
 
 impl Drop for LeaseHold {
     fn drop(&mut self) {
-        self.shared.lose(LossReason::Dropped);
+        self.shared.validity.lose(LossReason::Dropped);
         // The task sees `stop`, revokes the lease under the request timeout and ends; it is
         // not awaited here because drop cannot wait.
         self.stop.cancel();
@@ -292,26 +240,23 @@ impl Holder {
                 Err(_) => tracing::debug!(lease_id = self.lease_id, "lease revoke timed out"),
             }
         }
-        self.shared.lose(LossReason::Dropped);
+        self.shared.validity.lose(LossReason::Dropped);
     }
 
     fn lose(&self, reason: LossReason) -> HoldState {
         tracing::warn!(lease_id = self.lease_id, %reason, "lease hold lost");
-        self.shared.lose(reason);
+        self.shared.validity.lose(reason);
         HoldState::Done
     }
 
     fn renewed(&self, sent_at: Instant) {
-        let until = sent_at + safe_window(self.ttl);
-        if let Ok(mut g) = self.shared.safe_until.lock() {
-            if until > *g {
-                *g = until;
-            }
-        }
+        self.shared
+            .validity
+            .renewed(sent_at + safe_window(self.ttl));
     }
 
     async fn step(&mut self, state: HoldState) -> HoldState {
-        let safe_until = self.shared.safe_until();
+        let safe_until = self.shared.validity.valid_until();
         match state {
             HoldState::Done => HoldState::Done,
             HoldState::Connecting {

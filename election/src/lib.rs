@@ -18,17 +18,24 @@
 //! per-task lock ([`TaskLock`]) is a key under `{prefix}/locks/` on a session (one session
 //! carries any number of locks); an instance record ([`register_instance`]) is a key on its
 //! own session. All share the guarantee above.
+//!
+//! Leadership, a task lock and a shard's ownership ([`ShardGuard`]) are each a key created on
+//! a session only if absent: a [`KeyHold`], which carries the key's fencing token and its
+//! validity (`lost()`, `is_valid()`, `loss_reason()`) once for all three. Each exposes it as
+//! `hold()`, so code acting under whichever key it was given checks it the same way.
 
 mod campaign;
 mod config;
 mod error;
 mod hold;
 mod instances;
+mod key_hold;
 mod keys;
 mod lock;
 mod observe;
 mod session;
 mod shards;
+mod validity;
 
 pub use campaign::{Candidate, Leadership};
 pub use config::{ElectionConfig, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL};
@@ -38,6 +45,7 @@ pub use instances::{
     list_instances, list_instances_with_liveness, register_instance, InstanceLiveness,
     InstanceRecord, InstanceRegistration,
 };
+pub use key_hold::KeyHold;
 pub use keys::{instance_key, leader_key, lock_key, shard_owner_key};
 pub use lock::{LockGuard, TaskLock};
 pub use observe::{current_leader, observe, LeaderInfo, LeaderObserver};

@@ -1,9 +1,9 @@
 //! Per-task locks: `{prefix}/locks/{task_id}` created only if absent, on a [`Session`].
 //!
 //! A try-lock, not a queue: a replica asks for a task's lock when it is about to act on the
-//! task and skips the task when another holder has it. A lock is a key held on a session, so
-//! its [`LockGuard::lost`] and [`LockGuard::is_valid`] carry the same guarantee as
-//! leadership, and one session (one lease, one keep-alive stream) carries any number of
+//! task and skips the task when another holder has it. A lock is a [`KeyHold`] on a session,
+//! like the leader key, so its [`LockGuard::lost`] and [`LockGuard::is_valid`] carry the same
+//! guarantee as leadership, and one session (one lease, one keep-alive stream) carries any number of
 //! locks. Nothing in the engine takes task locks yet; shard ownership (`shards.rs`) holds its
 //! keys through the same guard.
 
@@ -12,8 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::ElectionError;
 use crate::hold::LossReason;
+use crate::key_hold::KeyHold;
 use crate::keys::lock_key;
-use crate::session::{Created, HeldKey, Session};
+use crate::session::{Created, Session};
 
 /// Entry point for task locks.
 pub struct TaskLock;
@@ -36,76 +37,81 @@ impl TaskLock {
                 tracing::debug!(
                     task_id,
                     holder,
-                    revision = held.create_revision(),
+                    revision = held.fencing_token(),
                     "task lock acquired"
                 );
-                Ok(Some(LockGuard { held: *held }))
+                Ok(Some(LockGuard::new(*held)))
             }
             Created::Taken { .. } => Ok(None),
         }
     }
 }
 
-/// A held task lock. Dropping it releases the lock in the background; [`LockGuard::release`]
+/// A held task lock: a [`KeyHold`] ([`LockGuard::hold`]) whose validity methods are the
+/// ones here. Dropping it releases the lock in the background; [`LockGuard::release`]
 /// releases it and waits. Closing or losing its session ends it too.
 pub struct LockGuard {
-    held: HeldKey,
+    hold: KeyHold,
 }
 
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("key", &self.held.key())
-            .field("revision", &self.held.create_revision())
+            .field("key", &self.hold.key())
+            .field("revision", &self.hold.fencing_token())
             .finish()
     }
 }
 
 impl LockGuard {
+    /// Guards `hold` as a lock: also the guard of a shard's owner key.
+    pub(crate) fn new(hold: KeyHold) -> LockGuard {
+        LockGuard { hold }
+    }
+
+    /// The lock key, for code that acts under any held key alike.
+    pub fn hold(&self) -> &KeyHold {
+        &self.hold
+    }
+
     /// The lock key's create revision, usable as a fencing token for the task.
     pub fn revision(&self) -> i64 {
-        self.held.create_revision()
+        self.hold.fencing_token()
     }
 
     /// The lock key.
     pub fn key(&self) -> &str {
-        self.held.key()
+        self.hold.key()
     }
 
     /// Fires the moment the lock is lost or in doubt (same rules as leadership).
     pub fn lost(&self) -> CancellationToken {
-        self.held.lost()
+        self.hold.lost()
     }
 
     /// Whether the lock may be relied on right now (loss signal and monotonic deadline).
     pub fn is_valid(&self) -> bool {
-        self.held.is_valid()
+        self.hold.is_valid()
     }
 
     /// The monotonic instant until which the lock is trusted (its session's deadline).
     pub fn valid_until(&self) -> Instant {
-        self.held.valid_until()
+        self.hold.valid_until()
     }
 
     /// Why the lock ended, once it has.
     pub fn loss_reason(&self) -> Option<LossReason> {
-        self.held.loss_reason()
+        self.hold.loss_reason()
     }
 
     /// Releases the lock: deletes the key if still ours. The session stays open.
     pub async fn release(self) -> Result<(), ElectionError> {
-        self.held.release("lock delete").await
+        self.hold.release("lock delete").await
     }
 
     /// Stops guarding without deleting, as a crashed process would: the key stays until its
     /// lease runs out. For fault drills and tests.
     pub fn abandon(self) {
-        self.held.abandon();
-    }
-}
-
-impl From<HeldKey> for LockGuard {
-    fn from(held: HeldKey) -> Self {
-        LockGuard { held }
+        self.hold.abandon();
     }
 }

@@ -30,9 +30,10 @@ use tracing::Instrument;
 
 use crate::config::ElectionConfig;
 use crate::error::{timed, ElectionError};
+use crate::key_hold::KeyHold;
 use crate::keys::{shard_member_key, shard_owner_key, shards_prefix, ShardKey};
 use crate::lock::LockGuard;
-use crate::session::{Created, HeldKey, Session};
+use crate::session::{Created, Session};
 
 /// How a replica takes part in shard ownership.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,9 +74,9 @@ pub enum ShardEvent {
 }
 
 /// A held shard: the lock guard of its owner key (its revision is the shard's fencing token,
-/// its `lost()`/`is_valid()` say whether ownership holds), with the shard it is for. Dropping
-/// it releases the shard in the background; [`LockGuard::release`] releases it and waits.
-/// Losing the session ends it too.
+/// its `lost()`/`is_valid()` say whether ownership holds, its [`LockGuard::hold`] is the
+/// owner key itself), with the shard it is for. Dropping it releases the shard in the
+/// background; [`LockGuard::release`] releases it and waits. Losing the session ends it too.
 #[derive(Debug)]
 pub struct ShardGuard {
     shard: u32,
@@ -236,7 +237,7 @@ pub fn own_shards(
 struct Member {
     session: Session,
     /// Our member key; its loss (deleted by hand) ends the membership like a lost session.
-    _member: HeldKey,
+    _member: KeyHold,
     /// Members with this member's layout: the map's members.
     members: BTreeSet<String>,
     /// Members with another layout, with their member key's create revision and value.
@@ -532,7 +533,8 @@ impl OwnLoop {
             // without us would hand everything away.
             return;
         }
-        let ours = m._member.create_revision();
+        // Create revisions order the members by when they joined.
+        let ours = m._member.fencing_token();
         let elder = m
             .strangers
             .iter()
@@ -581,13 +583,13 @@ impl OwnLoop {
             Ok(Created::Held(held)) => {
                 tracing::info!(
                     shard = s,
-                    fencing_token = held.create_revision(),
+                    fencing_token = held.fencing_token(),
                     "shard acquired"
                 );
                 m.holders[s as usize] = Holder::Me;
                 let guard = ShardGuard {
                     shard: s,
-                    lock: Box::new(LockGuard::from(*held)),
+                    lock: Box::new(LockGuard::new(*held)),
                 };
                 if let Err(mpsc::error::SendError(ShardEvent::Acquired(guard))) =
                     self.tx.send(ShardEvent::Acquired(guard))
