@@ -27,10 +27,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ElectionConfig;
 use crate::error::{timed, ElectionError};
-use crate::hold::{answer_timeout, LossReason};
+use crate::hold::answer_timeout;
+use crate::key_hold::Created;
 use crate::key_hold::KeyHold;
 use crate::keys::leader_key;
-use crate::session::{Created, Session};
+use crate::session::Session;
+use crate::validity::LossReason;
 
 /// The JSON stored at `{prefix}/leader`.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::hold::LossReason;
+use crate::validity::LossReason;
 
 /// Errors of elections, locks and instance records.
 #[derive(Debug, thiserror::Error)]

@@ -13,9 +13,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ElectionConfig;
 use crate::error::{timed, ElectionError};
-use crate::hold::LossReason;
 use crate::keys::{instance_key, instances_prefix};
 use crate::session::Session;
+use crate::validity::LossReason;
 
 /// What a replica publishes about itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -23,16 +23,19 @@
 use std::time::Duration;
 
 use ax_scheduler_core::ReconnectBackoff;
-use etcd_client::{Client, Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions, WatchStream};
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    WatchStream,
+};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{timed, ElectionError};
-use crate::hold::{reconnect_backoff, LossReason};
+use crate::hold::reconnect_backoff;
 use crate::session::Session;
-use crate::validity::Validity;
+use crate::validity::{LossReason, Validity};
 
 /// A key created on a session only if absent and still believed ours: the leader key, a
 /// task lock or a shard's owner key.
@@ -313,5 +316,55 @@ fn broken(what: &str) -> ElectionError {
     ElectionError::Etcd {
         op: "key watch",
         source: etcd_client::Error::WatchError(what.to_string()),
+    }
+}
+
+/// What creating a key found.
+pub(crate) enum Created {
+    /// The key was absent and is now ours.
+    Held(Box<KeyHold>),
+    /// Someone holds it: the transaction's revision and the value found.
+    Taken { revision: i64, value: Vec<u8> },
+}
+
+// Key creation belongs with the keys it creates: the session only carries them.
+impl Session {
+    /// Creates `key` with `value` on this session's lease if it does not exist
+    /// (`create_revision == 0`), in one transaction that otherwise reads the holder's value.
+    pub(crate) async fn create_if_absent(
+        &self,
+        key: String,
+        value: Vec<u8>,
+        what: &'static str,
+    ) -> Result<Created, ElectionError> {
+        if !self.is_valid() {
+            return Err(ElectionError::SessionLost {
+                reason: self.loss_reason().unwrap_or(LossReason::RenewalOverdue),
+            });
+        }
+        let t = self.request_timeout();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                value,
+                Some(PutOptions::new().with_lease(self.lease_id())),
+            )])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let mut kv = self.client().kv_client();
+        let resp = timed(what, t, kv.txn(txn)).await?;
+        let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+        if !resp.succeeded() {
+            let value = resp
+                .op_responses()
+                .into_iter()
+                .find_map(|op| match op {
+                    TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.value().to_vec()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            return Ok(Created::Taken { revision, value });
+        }
+        Ok(Created::Held(Box::new(KeyHold::start(self, key, revision))))
     }
 }

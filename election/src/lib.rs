@@ -40,7 +40,6 @@ mod validity;
 pub use campaign::{Candidate, Leadership};
 pub use config::{ElectionConfig, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL};
 pub use error::ElectionError;
-pub use hold::LossReason;
 pub use instances::{
     list_instances, list_instances_with_liveness, register_instance, InstanceLiveness,
     InstanceRecord, InstanceRegistration,
@@ -54,3 +53,4 @@ pub use shards::{
     list_shard_owners, own_shards, ShardEvent, ShardGuard, ShardOwner, ShardOwnerRecord,
     ShardSettings,
 };
+pub use validity::LossReason;

@@ -11,10 +11,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ElectionError;
-use crate::hold::LossReason;
+use crate::key_hold::Created;
 use crate::key_hold::KeyHold;
 use crate::keys::lock_key;
-use crate::session::{Created, Session};
+use crate::session::Session;
+use crate::validity::LossReason;
 
 /// Entry point for task locks.
 pub struct TaskLock;

@@ -15,15 +15,14 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::Client;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ElectionConfig;
 use crate::error::{timed, ElectionError};
-use crate::hold::{LeaseHold, LossReason};
-use crate::key_hold::KeyHold;
-use crate::validity::Validity;
+use crate::hold::LeaseHold;
+use crate::validity::{LossReason, Validity};
 
 /// One etcd lease kept alive in the background, carrying any number of keys.
 ///
@@ -46,14 +45,6 @@ impl std::fmt::Debug for Session {
             .field("prefix", &self.prefix)
             .finish()
     }
-}
-
-/// What creating a key found.
-pub(crate) enum Created {
-    /// The key was absent and is now ours.
-    Held(Box<KeyHold>),
-    /// Someone holds it: the transaction's revision and the value found.
-    Taken { revision: i64, value: Vec<u8> },
 }
 
 impl Session {
@@ -138,44 +129,5 @@ impl Session {
 
     pub(crate) fn request_timeout(&self) -> Duration {
         self.request_timeout
-    }
-
-    /// Creates `key` with `value` on this session's lease if it does not exist
-    /// (`create_revision == 0`), in one transaction that otherwise reads the holder's value.
-    pub(crate) async fn create_if_absent(
-        &self,
-        key: String,
-        value: Vec<u8>,
-        what: &'static str,
-    ) -> Result<Created, ElectionError> {
-        if !self.is_valid() {
-            return Err(ElectionError::SessionLost {
-                reason: self.loss_reason().unwrap_or(LossReason::RenewalOverdue),
-            });
-        }
-        let t = self.request_timeout;
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.clone(),
-                value,
-                Some(PutOptions::new().with_lease(self.lease_id())),
-            )])
-            .or_else([TxnOp::get(key.clone(), None)]);
-        let mut kv = self.client.kv_client();
-        let resp = timed(what, t, kv.txn(txn)).await?;
-        let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
-        if !resp.succeeded() {
-            let value = resp
-                .op_responses()
-                .into_iter()
-                .find_map(|op| match op {
-                    TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.value().to_vec()),
-                    _ => None,
-                })
-                .unwrap_or_default();
-            return Ok(Created::Taken { revision, value });
-        }
-        Ok(Created::Held(Box::new(KeyHold::start(self, key, revision))))
     }
 }

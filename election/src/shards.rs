@@ -30,10 +30,11 @@ use tracing::Instrument;
 
 use crate::config::ElectionConfig;
 use crate::error::{timed, ElectionError};
+use crate::key_hold::Created;
 use crate::key_hold::KeyHold;
 use crate::keys::{shard_member_key, shard_owner_key, shards_prefix, ShardKey};
 use crate::lock::LockGuard;
-use crate::session::{Created, Session};
+use crate::session::Session;
 
 /// How a replica takes part in shard ownership.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -17,7 +17,41 @@ use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::hold::LossReason;
+/// Why a hold (leadership, lock, instance record) ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LossReason {
+    /// No renewal was confirmed within TTL - TTL/3 of the last confirmed one, so the lease
+    /// may be about to expire (etcd unreachable, process paused, overloaded loop).
+    RenewalOverdue,
+    /// etcd reports the lease expired or unknown.
+    LeaseExpired,
+    /// The guarded key was deleted.
+    KeyDeleted,
+    /// The guarded key now belongs to another holder (another create revision).
+    KeyTakenOver {
+        /// Create revision of the key found.
+        create_revision: i64,
+    },
+    /// The holder resigned or released it.
+    Released,
+    /// The holder was dropped or abandoned.
+    Dropped,
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LossReason::RenewalOverdue => f.write_str("no lease renewal confirmed in time"),
+            LossReason::LeaseExpired => f.write_str("lease expired"),
+            LossReason::KeyDeleted => f.write_str("key deleted"),
+            LossReason::KeyTakenOver { create_revision } => {
+                write!(f, "key taken over (create revision {create_revision})")
+            }
+            LossReason::Released => f.write_str("released"),
+            LossReason::Dropped => f.write_str("dropped"),
+        }
+    }
+}
 
 /// A loss signal: a token that fires once, and the reason it first fired for.
 struct Loss {
