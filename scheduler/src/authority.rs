@@ -7,10 +7,11 @@
 //! the key up (resign, or release after a handover).
 
 use ax_election::{ElectionError, Leadership, LossReason, ShardGuard};
-use ax_registry::{Registry, StateFence};
 use ax_scheduler_core::placement::Placement;
 use ax_scheduler_core::TaskKey;
 use tokio_util::sync::CancellationToken;
+
+use crate::backend::WriteFence;
 
 /// The key a term schedules under.
 pub(super) enum Authority {
@@ -64,11 +65,10 @@ impl Authority {
     }
 
     /// The fence of this term's etcd state writes.
-    pub(super) fn state_fence(&self, registry: &Registry) -> StateFence {
-        let token = i64::try_from(self.token()).unwrap_or(i64::MAX);
-        match self.shard() {
-            None => registry.leader_fence(token),
-            Some(shard) => registry.shard_fence(shard, token),
+    pub(super) fn state_fence(&self) -> WriteFence {
+        WriteFence {
+            shard: self.shard(),
+            token: i64::try_from(self.token()).unwrap_or(i64::MAX),
         }
     }
 
