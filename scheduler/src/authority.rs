@@ -19,6 +19,9 @@ pub(super) enum Authority {
     Leader(Box<Leadership>),
     /// The owner of one shard: that shard's tasks.
     Shard(ShardGuard),
+    /// A stand-in key, held and lost as a test says.
+    #[cfg(test)]
+    Test(crate::term::fakes::FakeKey),
 }
 
 impl Authority {
@@ -27,6 +30,8 @@ impl Authority {
         let revision = match self {
             Authority::Leader(l) => l.fencing_token(),
             Authority::Shard(g) => g.revision(),
+            #[cfg(test)]
+            Authority::Test(k) => k.token,
         };
         u64::try_from(revision).unwrap_or(0)
     }
@@ -36,6 +41,8 @@ impl Authority {
         match self {
             Authority::Leader(_) => None,
             Authority::Shard(g) => Some(g.shard()),
+            #[cfg(test)]
+            Authority::Test(k) => k.shard,
         }
     }
 
@@ -45,6 +52,8 @@ impl Authority {
         match self {
             Authority::Leader(l) => l.is_valid(),
             Authority::Shard(g) => g.is_valid(),
+            #[cfg(test)]
+            Authority::Test(k) => k.is_valid(),
         }
     }
 
@@ -53,6 +62,8 @@ impl Authority {
         match self {
             Authority::Leader(l) => l.lost(),
             Authority::Shard(g) => g.lost(),
+            #[cfg(test)]
+            Authority::Test(k) => k.lost.clone(),
         }
     }
 
@@ -61,6 +72,8 @@ impl Authority {
         match self {
             Authority::Leader(l) => l.loss_reason(),
             Authority::Shard(g) => g.loss_reason(),
+            #[cfg(test)]
+            Authority::Test(_) => None,
         }
     }
 
@@ -78,6 +91,11 @@ impl Authority {
         match self {
             Authority::Leader(l) => l.resign().await,
             Authority::Shard(g) => g.into_lock().release().await,
+            #[cfg(test)]
+            Authority::Test(k) => {
+                k.give_up();
+                Ok(())
+            }
         }
     }
 

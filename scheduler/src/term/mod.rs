@@ -36,6 +36,11 @@ use ax_alerting::AlertSender;
 use ax_registry::PendingTrigger;
 use tokio_util::task::TaskTracker;
 
+#[cfg(test)]
+pub(crate) mod fakes;
+#[cfg(test)]
+mod tests;
+
 /// What a term uses of the replica: the role's dependencies without the watch, the
 /// election and the clock check, which stay with the role. So a term is built, in tests,
 /// from stand-ins alone.
