@@ -450,9 +450,11 @@ impl Parts<'_> {
             max_clock_skew: config.scheduler.max_clock_skew,
         };
         let clock_check = ClockCheck::new(&config.etcd.endpoints, etcd_tls.as_ref())?;
+        let registry = Registry::new(self.etcd.clone(), registry_config(config));
         let deps = LeaderDeps {
-            registry: Registry::new(self.etcd.clone(), registry_config(config)),
-            queue: self.queue.clone(),
+            store: Arc::new(registry.clone()),
+            registry,
+            queue: Arc::new(self.queue.clone()),
             candidate,
             clock: Arc::new(SystemClock),
             clock_check: Some(Arc::new(clock_check)),

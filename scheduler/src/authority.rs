@@ -7,10 +7,11 @@
 //! the key up (resign, or release after a handover).
 
 use ax_election::{ElectionError, Leadership, LossReason, ShardGuard};
-use ax_registry::{Registry, StateFence};
 use ax_scheduler_core::placement::Placement;
 use ax_scheduler_core::TaskKey;
 use tokio_util::sync::CancellationToken;
+
+use crate::backend::WriteFence;
 
 /// The key a term schedules under.
 pub(super) enum Authority {
@@ -18,6 +19,9 @@ pub(super) enum Authority {
     Leader(Box<Leadership>),
     /// The owner of one shard: that shard's tasks.
     Shard(ShardGuard),
+    /// A stand-in key, held and lost as a test says.
+    #[cfg(test)]
+    Test(crate::term::fakes::FakeKey),
 }
 
 impl Authority {
@@ -26,6 +30,8 @@ impl Authority {
         let revision = match self {
             Authority::Leader(l) => l.fencing_token(),
             Authority::Shard(g) => g.revision(),
+            #[cfg(test)]
+            Authority::Test(k) => k.token,
         };
         u64::try_from(revision).unwrap_or(0)
     }
@@ -35,6 +41,8 @@ impl Authority {
         match self {
             Authority::Leader(_) => None,
             Authority::Shard(g) => Some(g.shard()),
+            #[cfg(test)]
+            Authority::Test(k) => k.shard,
         }
     }
 
@@ -44,6 +52,8 @@ impl Authority {
         match self {
             Authority::Leader(l) => l.is_valid(),
             Authority::Shard(g) => g.is_valid(),
+            #[cfg(test)]
+            Authority::Test(k) => k.is_valid(),
         }
     }
 
@@ -52,6 +62,8 @@ impl Authority {
         match self {
             Authority::Leader(l) => l.lost(),
             Authority::Shard(g) => g.lost(),
+            #[cfg(test)]
+            Authority::Test(k) => k.lost.clone(),
         }
     }
 
@@ -60,15 +72,16 @@ impl Authority {
         match self {
             Authority::Leader(l) => l.loss_reason(),
             Authority::Shard(g) => g.loss_reason(),
+            #[cfg(test)]
+            Authority::Test(_) => None,
         }
     }
 
     /// The fence of this term's etcd state writes.
-    pub(super) fn state_fence(&self, registry: &Registry) -> StateFence {
-        let token = i64::try_from(self.token()).unwrap_or(i64::MAX);
-        match self.shard() {
-            None => registry.leader_fence(token),
-            Some(shard) => registry.shard_fence(shard, token),
+    pub(super) fn state_fence(&self) -> WriteFence {
+        WriteFence {
+            shard: self.shard(),
+            token: i64::try_from(self.token()).unwrap_or(i64::MAX),
         }
     }
 
@@ -78,6 +91,11 @@ impl Authority {
         match self {
             Authority::Leader(l) => l.resign().await,
             Authority::Shard(g) => g.into_lock().release().await,
+            #[cfg(test)]
+            Authority::Test(k) => {
+                k.give_up();
+                Ok(())
+            }
         }
     }
 

@@ -33,7 +33,7 @@ use ax_queue::EventEntry;
 use ax_scheduler_core::{Dispatcher, EventPosition, TaskKey, UtcMillis};
 use tracing::warn;
 
-use super::LeaderDeps;
+use super::term::TermDeps;
 use crate::metrics::Backend;
 
 /// Events read per round trip.
@@ -47,7 +47,7 @@ pub(super) const STALE_PENDING: Duration = Duration::from_secs(60);
 
 /// Reads every waiting event and applies it; its position goes to `unacked`.
 pub(super) async fn consume(
-    deps: &LeaderDeps,
+    deps: &TermDeps,
     shard: Option<u32>,
     dispatcher: &mut Dispatcher,
     unacked: &mut BTreeSet<EventPosition>,
@@ -73,7 +73,7 @@ pub(super) async fn consume(
 /// takeover (`min_idle` zero) what the previous leader read and did not write, later what a
 /// deposed leader read after this one took over. Returns how many it claimed.
 pub(super) async fn replay(
-    deps: &LeaderDeps,
+    deps: &TermDeps,
     shard: Option<u32>,
     dispatcher: &mut Dispatcher,
     unacked: &mut BTreeSet<EventPosition>,
@@ -132,7 +132,7 @@ const RECONCILE_BATCH: usize = 500;
 /// Applies, for each (task, fire), the newest end the execution history holds for that fire.
 /// A fire with no end in the history is still queued or running: its event will come.
 pub(super) async fn reconcile(
-    deps: &LeaderDeps,
+    deps: &TermDeps,
     dispatcher: &mut Dispatcher,
     fires: &[(Arc<TaskKey>, UtcMillis)],
 ) -> usize {

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info_span, warn, Instrument};
 
 use super::term::ticker;
-use super::LeaderDeps;
+use super::term::TermDeps;
 
 /// The published values; cloned into every term.
 #[derive(Clone)]
@@ -39,21 +39,17 @@ pub(super) struct Feeds {
 
 impl Feeds {
     /// Starts the pollers on the role's tracker; they stop with `cancel`.
-    pub(super) fn start(
-        deps: &LeaderDeps,
-        interval: Duration,
-        cancel: &CancellationToken,
-    ) -> Feeds {
+    pub(super) fn start(deps: &TermDeps, interval: Duration, cancel: &CancellationToken) -> Feeds {
         let (triggers_tx, triggers) = watch::channel(Arc::new(Vec::<PendingTrigger>::new()));
         let (paused_tx, paused) = watch::channel(None);
-        let registry = deps.registry.clone();
+        let store = Arc::clone(&deps.store);
         deps.tracker.spawn(
             poll(
                 interval,
                 cancel.child_token(),
                 move || {
-                    let registry = registry.clone();
-                    async move { registry.list_triggers().await.map(|(_, p)| p) }
+                    let store = Arc::clone(&store);
+                    async move { store.list_triggers().await.map(|(_, p)| p) }
                 },
                 move |pending: Vec<PendingTrigger>| {
                     triggers_tx.send_if_modified(|current| {
@@ -71,14 +67,14 @@ impl Feeds {
             )
             .instrument(info_span!("triggers")),
         );
-        let registry = deps.registry.clone();
+        let store = Arc::clone(&deps.store);
         deps.tracker.spawn(
             poll(
                 interval,
                 cancel.child_token(),
                 move || {
-                    let registry = registry.clone();
-                    async move { registry.paused_namespaces().await }
+                    let store = Arc::clone(&store);
+                    async move { store.paused_namespaces().await }
                 },
                 move |paused: Vec<ax_registry::NamespacePause>| {
                     let set: BTreeSet<String> = paused.into_iter().map(|p| p.namespace).collect();

@@ -23,7 +23,8 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::term::Term;
-use super::{LeaderDeps, LeaderSettings};
+use super::term::TermDeps;
+use super::LeaderSettings;
 use crate::metrics::Backend;
 use ax_registry::PendingTrigger;
 
@@ -269,7 +270,7 @@ pub(super) fn notice_alerts(
 impl Term {
     /// Polls the dispatcher and enqueues what is due, in one pipeline. Nothing here fails
     /// the term: what cannot be done ends it (`self.cancel`) or waits.
-    pub(super) async fn fire(&mut self, settings: &LeaderSettings, deps: &LeaderDeps) {
+    pub(super) async fn fire(&mut self, settings: &LeaderSettings, deps: &TermDeps) {
         let now = deps.clock.now();
         let polled = self.dispatcher.poll(now);
         let dispatches = if polled.iter().any(|d| d.broadcast) {
@@ -352,7 +353,7 @@ impl Term {
 /// term ends first.
 async fn address_broadcasts(
     settings: &LeaderSettings,
-    deps: &LeaderDeps,
+    deps: &TermDeps,
     term: &mut Term,
     dispatches: Vec<Dispatch>,
     now: UtcMillis,
@@ -391,7 +392,7 @@ async fn address_broadcasts(
 
 /// Records in the history the broadcast fires that found no live worker (their end is in
 /// the task's state already): the one attempt people see, failed, with the reason.
-async fn record_unserved_fires(deps: &LeaderDeps, notices: &[Notice]) {
+async fn record_unserved_fires(deps: &TermDeps, notices: &[Notice]) {
     for notice in notices {
         let Notice::NoLiveWorker {
             key,
@@ -452,7 +453,7 @@ async fn record_unserved_fires(deps: &LeaderDeps, notices: &[Notice]) {
 /// replica that can reach Redis leads and replays the fires by their misfire policy.
 async fn enqueue_until_accepted(
     settings: &LeaderSettings,
-    deps: &LeaderDeps,
+    deps: &TermDeps,
     term: &mut Term,
     messages: &[ExecutionMessage],
 ) -> Option<Vec<EnqueueOutcome>> {
@@ -466,7 +467,7 @@ async fn enqueue_until_accepted(
 /// fires waiting on it.
 async fn until_redis_answers<T, F, Fut>(
     settings: &LeaderSettings,
-    deps: &LeaderDeps,
+    deps: &TermDeps,
     term: &mut Term,
     pending: usize,
     mut call: F,
@@ -535,7 +536,7 @@ where
 /// How long refused enqueues go on before the alert (a blip is only logged).
 const ALERT_AFTER: Duration = Duration::from_secs(2);
 
-pub(super) fn send_alerts(deps: &LeaderDeps, alerts: Vec<Alert>) {
+pub(super) fn send_alerts(deps: &TermDeps, alerts: Vec<Alert>) {
     if let Some(sender) = &deps.alerts {
         for alert in alerts {
             sender.send(alert);

@@ -29,17 +29,19 @@
 //! up by an unreachable etcd.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ax_alerting::{Alert, AlertSender};
-use ax_queue::Queue;
-use ax_registry::{PendingTrigger, Registry, RegistryError, StateFence, MAX_TXN_OPS};
+use ax_registry::{PendingTrigger, RegistryError, MAX_TXN_OPS};
 use ax_scheduler_core::dispatcher::StateWrite;
 use ax_scheduler_core::{EventPosition, ReconnectBackoff};
 use ax_scheduler_core::{TaskKey, TaskState};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
+
+use crate::backend::{TermQueue, TermStore, WriteFence};
 
 /// Pause between two state transactions of one flush.
 const PACE: Duration = Duration::from_millis(2);
@@ -63,9 +65,9 @@ pub(super) struct FlushRequest {
 /// fails after `cancel` fired. `fence` is the term's (leader or shard owner); a refused write
 /// cancels `cancel` (the term is over).
 pub(super) async fn run(
-    registry: Registry,
-    queue: Queue,
-    fence: StateFence,
+    registry: Arc<dyn TermStore>,
+    queue: Arc<dyn TermQueue>,
+    fence: WriteFence,
     shard: Option<u32>,
     mut rx: mpsc::Receiver<FlushRequest>,
     alerts: Option<AlertSender>,
@@ -100,7 +102,7 @@ pub(super) async fn run(
         }
         let mut backoff = ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
-            match write(&registry, &queue, &fence, &states, &keys).await {
+            match write(&*registry, &*queue, &fence, &states, &keys).await {
                 Ok(()) => {
                     debug!(
                         states = states.len(),
@@ -146,7 +148,7 @@ pub(super) async fn run(
                     warn!(error = %e, attempt, states = states.len(), "cannot write task states; retrying");
                     if attempt >= ISOLATE_AFTER && matches!(e, RegistryError::Etcd { .. }) {
                         // etcd answers and still refuses: find the record it refuses.
-                        match isolate(&registry, &fence, &mut states).await {
+                        match isolate(&*registry, &fence, &mut states).await {
                             Err(RegistryError::Fenced { .. }) => {
                                 warn!("state write refused: another replica leads now");
                                 cancel.cancel();
@@ -188,8 +190,8 @@ const ISOLATE_AFTER: u32 = 3;
 /// stop every other task's state from being written for the rest of the term. Stops at an
 /// error that is not about the record (etcd not answering, a newer leader).
 async fn isolate(
-    registry: &Registry,
-    fence: &StateFence,
+    registry: &dyn TermStore,
+    fence: &WriteFence,
     states: &mut HashMap<TaskKey, Option<TaskState>>,
 ) -> Result<(), RegistryError> {
     let puts: Vec<(TaskKey, TaskState)> = states
@@ -198,7 +200,7 @@ async fn isolate(
         .collect();
     for (key, state) in puts {
         let one = [(key.clone(), state)];
-        match registry.put_states(&one, Some(fence)).await {
+        match registry.put_states(&one, fence).await {
             Ok(_) => {
                 states.remove(&key);
             }
@@ -232,9 +234,9 @@ fn take(
 }
 
 async fn write(
-    registry: &Registry,
-    queue: &Queue,
-    fence: &StateFence,
+    registry: &dyn TermStore,
+    queue: &dyn TermQueue,
+    fence: &WriteFence,
     states: &HashMap<TaskKey, Option<TaskState>>,
     keys: &[PendingTrigger],
 ) -> Result<(), RegistryError> {
@@ -246,7 +248,7 @@ async fn write(
     // takes the CPU etcd, Redis and the fire path share, and shows up as lateness spikes.
     let chunks = puts.chunks(MAX_TXN_OPS).count();
     for (i, chunk) in puts.chunks(MAX_TXN_OPS).enumerate() {
-        registry.put_states(chunk, Some(fence)).await?;
+        registry.put_states(chunk, fence).await?;
         if i + 1 < chunks {
             tokio::time::sleep(PACE).await;
         }
@@ -273,16 +275,15 @@ async fn write(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use ax_registry::RegistryConfig;
+    use ax_queue::Queue;
+    use ax_registry::{Registry, RegistryConfig};
     use ax_scheduler_core::UtcMillis;
 
     use super::*;
 
     /// A registry under a fresh prefix whose leader key this test holds: the client, the
     /// prefix, the registry and the fence (on the leader key's create revision).
-    async fn led_registry(label: &str) -> (etcd_client::Client, String, Registry, StateFence) {
+    async fn led_registry(label: &str) -> (etcd_client::Client, String, Registry, WriteFence) {
         let client = etcd_client::Client::connect([ax_testkit::etcd_endpoint()], None)
             .await
             .unwrap();
@@ -299,7 +300,10 @@ mod tests {
             .put(registry.keys().leader(), "me", None)
             .await
             .unwrap();
-        let fence = registry.leader_fence(resp.header().unwrap().revision());
+        let fence = WriteFence {
+            shard: None,
+            token: resp.header().unwrap().revision(),
+        };
         (client, prefix, registry, fence)
     }
 
@@ -329,8 +333,8 @@ mod tests {
             .await
             .unwrap();
         let flusher = tokio::spawn(run(
-            registry.clone(),
-            queue,
+            Arc::new(registry.clone()),
+            Arc::new(queue),
             fence,
             None,
             rx,
@@ -396,7 +400,7 @@ mod tests {
     /// channel saw once everything stopped.
     async fn flush_with_alert(
         registry: &Registry,
-        fence: StateFence,
+        fence: WriteFence,
         id: &str,
     ) -> Vec<(String, bool)> {
         let recorder = Arc::new(Recorder {
@@ -416,8 +420,8 @@ mod tests {
         let (tx, rx) = mpsc::channel(4);
         let cancel = CancellationToken::new();
         let flusher = tokio::spawn(run(
-            registry.clone(),
-            queue,
+            Arc::new(registry.clone()),
+            Arc::new(queue),
             fence,
             None,
             rx,
@@ -455,13 +459,16 @@ mod tests {
     async fn failure_alerts_go_only_once_their_states_are_written() {
         let (client, prefix, registry, fence) = led_registry("flusher-alerts").await;
         // Written: the alert goes, after the state.
-        let seen = flush_with_alert(&registry, fence.clone(), "written").await;
+        let seen = flush_with_alert(&registry, fence, "written").await;
         assert_eq!(seen, [("Task failed: ns/written".to_owned(), true)]);
         // Refused (a newer leader): nothing written, nothing alerted; the successor applies
         // the end again and alerts it.
         let seen = flush_with_alert(
             &registry,
-            registry.leader_fence(fence.token() - 1),
+            WriteFence {
+                shard: None,
+                token: fence.token - 1,
+            },
             "refused",
         )
         .await;

@@ -11,7 +11,8 @@
 //! | `authority.rs` | what a term schedules under (leader key or shard owner key) and what it covers |
 //! | `catalog.rs` | the registry as last seen, kept by every replica: what a takeover starts from |
 //! | `feeds.rs` | run-now requests and paused namespaces, polled once per replica |
-//! | `term.rs` | one term: takeover, the loop, the end (give up or loss) |
+//! | `term/` | one term: takeover, the loop, the end (give up or loss); its tests on paused time against stand-ins |
+//! | `backend.rs` | the term's seams to Redis and etcd ([`TermQueue`], [`TermStore`]) |
 //! | `fire.rs` | the fire path: the enqueue I/O and the synchronous step that acts on its outcomes |
 //! | `events.rs` | worker events into the dispatcher |
 //! | `flusher.rs` | coalesced task states and consumed triggers to etcd, off the fire path |
@@ -38,7 +39,6 @@ use std::time::Duration;
 
 use ax_alerting::AlertSender;
 use ax_election::Candidate;
-use ax_queue::Queue;
 use ax_registry::Registry;
 use ax_scheduler_core::placement::Placement;
 use ax_scheduler_core::DispatcherConfig;
@@ -46,6 +46,7 @@ use tokio_util::task::TaskTracker;
 
 pub mod audit;
 mod authority;
+pub mod backend;
 mod catalog;
 pub mod clock;
 mod direct_writes;
@@ -59,6 +60,7 @@ mod role;
 mod term;
 
 pub use audit::AuditLog;
+pub use backend::{TermQueue, TermStore};
 pub use clock::{Clock, ClockProbe};
 pub use error::Error;
 pub use metrics::RoleMetrics;
@@ -105,10 +107,12 @@ pub struct LeaderSettings {
 /// What the role needs from the rest of the replica; cloned into each term's task.
 #[derive(Clone)]
 pub struct LeaderDeps {
-    /// The etcd registry.
+    /// The etcd registry, whose watch the role follows.
     pub registry: Registry,
+    /// Task states, run-now requests and paused namespaces: the registry, in a replica.
+    pub store: Arc<dyn TermStore>,
     /// The Redis queue.
-    pub queue: Queue,
+    pub queue: Arc<dyn TermQueue>,
     /// The election candidate.
     pub candidate: Candidate,
     /// The wall clock.

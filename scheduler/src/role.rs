@@ -29,7 +29,7 @@ use tracing::{info, info_span, warn, Instrument};
 use super::authority::{Authority, Scope};
 use super::catalog::{apply_event, Catalog, CatalogSlice, Change};
 use super::feeds::Feeds;
-use super::term::{Term, TermInput};
+use super::term::{Term, TermDeps, TermInput};
 use super::{Error, LeaderDeps, LeaderSettings};
 use crate::clock::{ClockProbe, CLOCK_RECHECK};
 use crate::metrics::Backend;
@@ -85,6 +85,8 @@ enum Source {
 struct Role {
     settings: LeaderSettings,
     deps: LeaderDeps,
+    /// What each term is given of `deps`.
+    term_deps: TermDeps,
     watcher: TaskWatcher,
     catalog: Catalog,
     /// The newest registry revision the catalog reflects, for the terms (see
@@ -110,7 +112,8 @@ struct Role {
 /// retried, reported, or ends a term.
 pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: CancellationToken) {
     let watcher = deps.registry.watch(cancel.child_token());
-    let feeds = Feeds::start(&deps, settings.trigger_interval, &cancel);
+    let term_deps = TermDeps::of(&deps);
+    let feeds = Feeds::start(&term_deps, settings.trigger_interval, &cancel);
     let (notes_tx, mut notes_rx) = mpsc::unbounded_channel();
     let mut source = if settings.placement.is_sharded() {
         Source::Shards {
@@ -126,6 +129,7 @@ pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: Cancellatio
     let mut role = Role {
         settings,
         deps,
+        term_deps,
         watcher,
         catalog: Catalog::default(),
         seen: Arc::new(AtomicI64::new(0)),
@@ -492,7 +496,7 @@ impl Role {
             feeds: self.feeds.clone(),
         };
         let settings = self.settings.clone();
-        let deps = self.deps.clone();
+        let deps = self.term_deps.clone();
         let notes_tx = self.notes_tx.clone();
         let term_stop = stop.clone();
         let span = match shard {

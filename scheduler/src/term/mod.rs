@@ -28,7 +28,54 @@ use super::catalog::{CatalogEntry, CatalogSlice, Change};
 use super::feeds::Feeds;
 use super::flusher::{self, FlushRequest};
 use super::{clock, direct_writes, events, fire, Error, LeaderDeps, LeaderSettings};
+use crate::audit::AuditLog;
+use crate::backend::{TermQueue, TermStore};
+use crate::clock::Clock;
+use crate::metrics::RoleMetrics;
+use ax_alerting::AlertSender;
 use ax_registry::PendingTrigger;
+use tokio_util::task::TaskTracker;
+
+#[cfg(test)]
+pub(crate) mod fakes;
+#[cfg(test)]
+mod tests;
+
+/// What a term uses of the replica: the role's dependencies without the watch, the
+/// election and the clock check, which stay with the role. So a term is built, in tests,
+/// from stand-ins alone.
+#[derive(Clone)]
+pub(super) struct TermDeps {
+    /// Task states, run-now requests and paused namespaces (etcd).
+    pub(super) store: Arc<dyn TermStore>,
+    /// Enqueues, fences, worker events and the execution history (Redis).
+    pub(super) queue: Arc<dyn TermQueue>,
+    /// The wall clock.
+    pub(super) clock: Arc<dyn Clock>,
+    /// Where the term reports its metrics.
+    pub(super) metrics: Arc<dyn RoleMetrics>,
+    /// Alerts, when channels are configured.
+    pub(super) alerts: Option<AlertSender>,
+    /// The tracker the term's helper tasks run on.
+    pub(super) tracker: TaskTracker,
+    /// The audit log, for spec changes written to etcd without ax.
+    pub(super) audit: Arc<dyn AuditLog>,
+}
+
+impl TermDeps {
+    /// A term's share of the role's dependencies.
+    pub(super) fn of(deps: &LeaderDeps) -> TermDeps {
+        TermDeps {
+            store: Arc::clone(&deps.store),
+            queue: Arc::clone(&deps.queue),
+            clock: Arc::clone(&deps.clock),
+            metrics: Arc::clone(&deps.metrics),
+            alerts: deps.alerts.clone(),
+            tracker: deps.tracker.clone(),
+            audit: Arc::clone(&deps.audit),
+        }
+    }
+}
 
 /// What the role gives a term besides its authority.
 pub(super) struct TermInput {
@@ -122,7 +169,7 @@ fn fence_problem(queue: &str, fence: &Fence) -> Option<String> {
 /// Raises `queue`'s fence (that of `shard`, if the term has one) to `token` for `cluster`. A fence that refuses this leader (see
 /// [`fence_problem`]) is an error, reported where people look (log and alert).
 async fn raise_fence(
-    deps: &LeaderDeps,
+    deps: &TermDeps,
     queue: &str,
     shard: Option<u32>,
     token: u64,
@@ -166,7 +213,7 @@ impl Term {
     /// dispatcher from the catalog slice and starts the term's helpers.
     pub(super) async fn start(
         settings: &LeaderSettings,
-        deps: &LeaderDeps,
+        deps: &TermDeps,
         input: TermInput,
         authority: Authority,
     ) -> Result<Term, Error> {
@@ -185,11 +232,11 @@ impl Term {
             // owner reads its own tasks' states by key, since listing them all would cost
             // each shard's takeover the whole installation.
             let listing = match scope.shard() {
-                None => deps.registry.list_states(None).await,
+                None => deps.store.list_states(None).await,
                 Some(_) => {
                     let keys: Vec<TaskKey> =
                         slice.entries.iter().map(|(k, _)| TaskKey::clone(k)).collect();
-                    deps.registry.get_states(&keys).await
+                    deps.store.get_states(&keys).await
                 }
             }
             .map_err(|source| Error::Registry {
@@ -225,7 +272,7 @@ impl Term {
                 .collect();
             queues.insert(ax_scheduler_core::task::DEFAULT_QUEUE.into());
             let cluster = deps
-                .registry
+                .store
                 .cluster()
                 .await
                 .map_err(|source| Error::Registry {
@@ -314,9 +361,9 @@ impl Term {
             let (flush_tx, flush_rx) = mpsc::channel(64);
             deps.tracker.spawn(
                 flusher::run(
-                    deps.registry.clone(),
-                    deps.queue.clone(),
-                    authority.state_fence(&deps.registry),
+                    Arc::clone(&deps.store),
+                    Arc::clone(&deps.queue),
+                    authority.state_fence(),
                     scope.shard(),
                     flush_rx,
                     deps.alerts.clone(),
@@ -388,7 +435,7 @@ impl Term {
     pub(super) async fn run(
         mut self,
         settings: &LeaderSettings,
-        deps: &LeaderDeps,
+        deps: &TermDeps,
         stop: &CancellationToken,
     ) {
         loop {
@@ -480,7 +527,7 @@ impl Term {
 
     /// Notices a Redis restart (a new run id): the fences are gone with a server that does
     /// not persist, so a deposed leader could enqueue again; raise them at once, and alert.
-    async fn check_redis(&mut self, deps: &LeaderDeps) {
+    async fn check_redis(&mut self, deps: &TermDeps) {
         let Ok(run_id) = deps.queue.run_id().await else {
             return;
         };
@@ -518,7 +565,7 @@ impl Term {
     /// Finds the queues its tasks use where executions wait and no worker serves them (a
     /// queue name no worker is configured for, every worker of it gone): sets the gauge and
     /// alerts for each (the alert manager de-duplicates repeats, also across shards).
-    async fn check_unserved(&mut self, deps: &LeaderDeps) {
+    async fn check_unserved(&mut self, deps: &TermDeps) {
         let now = deps.clock.now();
         let mut unserved = 0;
         for q in &self.queues {
@@ -551,7 +598,7 @@ impl Term {
 
     /// Takes the new run-now requests in this term's scope from the published list; true
     /// when one was queued.
-    async fn take_triggers(&mut self, deps: &LeaderDeps) -> bool {
+    async fn take_triggers(&mut self, deps: &TermDeps) -> bool {
         let pending = Arc::clone(&self.feeds.triggers.borrow_and_update());
         let present: HashSet<&str> = pending.iter().map(|t| t.execution_id.as_str()).collect();
         self.triggers_taken
@@ -572,7 +619,7 @@ impl Term {
     /// Queues a run-now request; true when it was queued. A request for a task the catalog
     /// has not seen yet (the watch lags the trigger poll) waits for it; one for a task that
     /// is gone is dropped.
-    async fn take_trigger(&mut self, deps: &LeaderDeps, request: PendingTrigger) -> bool {
+    async fn take_trigger(&mut self, deps: &TermDeps, request: PendingTrigger) -> bool {
         let key = TaskKey::new(request.namespace.clone(), request.id.clone());
         // What the role's catalog has seen, read before taking the changes waiting for this
         // term: every change up to it is then applied (the role hands a change on before it
@@ -599,7 +646,7 @@ impl Term {
         false
     }
 
-    async fn on_registry_change(&mut self, deps: &LeaderDeps, change: Change) {
+    async fn on_registry_change(&mut self, deps: &TermDeps, change: Change) {
         let Change { key, entry } = change;
         // Full only under a burst the checker cannot keep up with: those changes go
         // unchecked rather than stall the term.
@@ -635,7 +682,7 @@ impl Term {
 
     /// The term is over: when stopped (shutdown, handover), write the last states and give
     /// the key up at once (instead of after the lease's TTL); otherwise report the loss.
-    async fn end(mut self, settings: &LeaderSettings, deps: &LeaderDeps, shutting_down: bool) {
+    async fn end(mut self, settings: &LeaderSettings, deps: &TermDeps, shutting_down: bool) {
         if self.scope.shard().is_none() {
             deps.metrics.set_unserved_queues(0);
         }
@@ -667,7 +714,7 @@ impl Term {
     pub(super) fn take_notices(
         &mut self,
         settings: &LeaderSettings,
-        deps: &LeaderDeps,
+        deps: &TermDeps,
         now: UtcMillis,
     ) {
         let notices = self.dispatcher.take_notices();
@@ -701,7 +748,7 @@ impl Term {
     /// every state, those whose write waits included, and until they are written (at most a
     /// few seconds). Never waits for room: when the flusher is behind (etcd slow), the
     /// changes stay in the dispatcher, coalesced, for a later flush, and the alerts here.
-    async fn flush(&mut self, settings: &LeaderSettings, deps: &LeaderDeps, wait: bool) {
+    async fn flush(&mut self, settings: &LeaderSettings, deps: &TermDeps, wait: bool) {
         let due = if wait {
             UtcMillis::MAX
         } else {

@@ -1,0 +1,428 @@
+//! In-memory stand-ins for a term's key, Redis and etcd, for the term's tests.
+//!
+//! Each answers as the real backend does only where a test looks: the queue enqueues once
+//! per fire (or dedupe key), refuses a token older than its fence, holds a `forbid` fire
+//! while an execution of its task is active, and can be told to refuse everything (Redis
+//! down); the store keeps states in a map and logs every write. Everything else answers
+//! "nothing there". No behaviour beyond that, so a test that passes says something about
+//! the term, not about the stand-in.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ax_queue::{
+    Dedupe, EventEntry, ExecutionEventRecord, ExecutionMessage, Fence, HistoryEntry, QueueError,
+    QueueStats, ServerInfo,
+};
+use ax_registry::{NamespacePause, PendingTrigger, RegistryError, StateListing, StoredState};
+use ax_scheduler_core::{
+    AttemptEnd, EnqueueOutcome, EventPosition, ExecutionEvent, OverlapPolicy, TaskKey, TaskState,
+    UtcMillis,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{QueueFuture, StoreFuture, TermQueue, TermStore, WriteFence};
+
+/// A key a test holds and loses at will; clones share its state.
+#[derive(Clone, Debug)]
+pub(crate) struct FakeKey {
+    /// The fencing token.
+    pub(crate) token: i64,
+    /// The shard it owns; `None`: the leader key.
+    pub(crate) shard: Option<u32>,
+    /// Cancelled when the key is lost.
+    pub(crate) lost: CancellationToken,
+    valid: Arc<AtomicBool>,
+    gave_up: Arc<AtomicBool>,
+}
+
+impl FakeKey {
+    /// A valid leader key with `token`.
+    pub(crate) fn leader(token: i64) -> FakeKey {
+        FakeKey {
+            token,
+            shard: None,
+            lost: CancellationToken::new(),
+            valid: Arc::new(AtomicBool::new(true)),
+            gave_up: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Whether the key is still held by its deadline.
+    pub(crate) fn is_valid(&self) -> bool {
+        self.valid.load(Ordering::SeqCst)
+    }
+
+    /// The key's deadline passed (the lease ran out while the process was stopped); etcd
+    /// has not said so yet.
+    pub(crate) fn expire(&self) {
+        self.valid.store(false, Ordering::SeqCst);
+    }
+
+    /// The key is lost and known to be.
+    pub(crate) fn lose(&self) {
+        self.expire();
+        self.lost.cancel();
+    }
+
+    /// The term gave the key up.
+    pub(crate) fn give_up(&self) {
+        self.valid.store(false, Ordering::SeqCst);
+        self.gave_up.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the term gave the key up.
+    pub(crate) fn was_given_up(&self) -> bool {
+        self.gave_up.load(Ordering::SeqCst)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn down(op: &'static str) -> QueueError {
+    QueueError::Timeout {
+        op,
+        after: Duration::ZERO,
+    }
+}
+
+type Task = (String, String);
+
+fn task_of(m: &ExecutionMessage) -> Task {
+    (m.namespace.to_string(), m.task_id.to_string())
+}
+
+#[derive(Default)]
+struct QueueInner {
+    pushed: Vec<ExecutionMessage>,
+    /// The newest fire enqueued per task (the real queue's dedupe mark).
+    marks: HashMap<Task, UtcMillis>,
+    keys: HashSet<String>,
+    /// The execution that holds each task's active marker (`forbid`, `replace`).
+    active: HashMap<Task, uuid::Uuid>,
+    fences: HashMap<(String, Option<u32>), u64>,
+    events: Vec<EventEntry>,
+    next_seq: u64,
+    refusing: bool,
+}
+
+/// Redis, in memory.
+#[derive(Default)]
+pub(crate) struct FakeQueue {
+    inner: Mutex<QueueInner>,
+}
+
+impl FakeQueue {
+    /// Every message pushed, in order.
+    pub(crate) fn pushed(&self) -> Vec<ExecutionMessage> {
+        lock(&self.inner).pushed.clone()
+    }
+
+    /// The fires of task `id` pushed, in order.
+    pub(crate) fn fires_of(&self, id: &str) -> Vec<UtcMillis> {
+        self.pushed()
+            .iter()
+            .filter(|m| &*m.task_id == id)
+            .map(|m| m.fire_at)
+            .collect()
+    }
+
+    /// Redis refuses every call from now (`true`) or answers again (`false`).
+    pub(crate) fn refuse(&self, refusing: bool) {
+        lock(&self.inner).refusing = refusing;
+    }
+
+    /// A fire of `ns/id` at `fire_at` is in the queue already (a dead leader sent it).
+    pub(crate) fn mark_enqueued(&self, ns: &str, id: &str, fire_at: UtcMillis) {
+        lock(&self.inner)
+            .marks
+            .insert((ns.into(), id.into()), fire_at);
+    }
+
+    /// The execution of `message` ended successfully at `at`: its active marker goes and its
+    /// final event waits in the stream.
+    pub(crate) fn finish(&self, message: &ExecutionMessage, at: UtcMillis) {
+        let mut inner = lock(&self.inner);
+        let task = task_of(message);
+        if inner.active.get(&task) == Some(&message.execution_id) {
+            inner.active.remove(&task);
+        }
+        inner.next_seq += 1;
+        let position = EventPosition {
+            ms: u64::try_from(at.0).unwrap_or(0),
+            seq: inner.next_seq,
+        };
+        inner.events.push(EventEntry {
+            position,
+            record: Some(ExecutionEventRecord {
+                namespace: Arc::clone(&message.namespace),
+                task_id: Arc::clone(&message.task_id),
+                execution_id: message.execution_id,
+                fire_at: message.fire_at,
+                attempt: message.attempt,
+                kind: ExecutionEvent::Finished {
+                    at,
+                    end: AttemptEnd::succeeded(),
+                },
+                shard: message.shard,
+            }),
+        });
+    }
+
+    fn enqueue_one(inner: &mut QueueInner, m: &ExecutionMessage) -> EnqueueOutcome {
+        let newest = inner
+            .fences
+            .get(&(m.queue.to_string(), m.shard))
+            .copied()
+            .unwrap_or(0);
+        if m.fencing_token < newest {
+            return EnqueueOutcome::Fenced { newest };
+        }
+        let task = task_of(m);
+        let dedupe = m.dedupe();
+        let duplicate = match &dedupe {
+            Dedupe::Fire(at) => inner.marks.get(&task).is_some_and(|mark| mark >= at),
+            Dedupe::Key(key) => inner.keys.contains(key),
+        };
+        if duplicate {
+            return EnqueueOutcome::Duplicate;
+        }
+        if m.overlap == OverlapPolicy::Forbid && inner.active.contains_key(&task) {
+            return EnqueueOutcome::Held;
+        }
+        match dedupe {
+            Dedupe::Fire(at) => {
+                inner.marks.insert(task.clone(), at);
+            }
+            Dedupe::Key(key) => {
+                inner.keys.insert(key);
+            }
+        }
+        if m.overlap != OverlapPolicy::Allow {
+            inner.active.insert(task, m.execution_id);
+        }
+        inner.pushed.push(m.clone());
+        EnqueueOutcome::Enqueued
+    }
+
+    fn answer<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut QueueInner) -> T,
+    ) -> QueueFuture<'_, T> {
+        let mut inner = lock(&self.inner);
+        let result = if inner.refusing {
+            Err(down(op))
+        } else {
+            Ok(f(&mut inner))
+        };
+        Box::pin(std::future::ready(result))
+    }
+}
+
+impl TermQueue for FakeQueue {
+    fn enqueue_batch<'a>(
+        &'a self,
+        msgs: &'a [ExecutionMessage],
+    ) -> QueueFuture<'a, Vec<EnqueueOutcome>> {
+        self.answer("enqueue", |inner| {
+            msgs.iter().map(|m| Self::enqueue_one(inner, m)).collect()
+        })
+    }
+
+    fn advance_fence<'a>(
+        &'a self,
+        queue: &'a str,
+        shard: Option<u32>,
+        token: u64,
+        cluster: &'a str,
+    ) -> QueueFuture<'a, Fence> {
+        self.answer("advance_fence", |inner| {
+            let newest = inner.fences.entry((queue.to_owned(), shard)).or_insert(0);
+            *newest = (*newest).max(token);
+            Fence {
+                newest: *newest,
+                token,
+                owner: cluster.to_owned(),
+                cluster: cluster.to_owned(),
+            }
+        })
+    }
+
+    fn run_id(&self) -> QueueFuture<'_, String> {
+        self.answer("run_id", |_| "fake".to_owned())
+    }
+
+    fn server_info(&self) -> QueueFuture<'_, ServerInfo> {
+        Box::pin(std::future::ready(Err(down("server_info"))))
+    }
+
+    fn stats<'a>(&'a self, _: &'a str, _: UtcMillis) -> QueueFuture<'a, QueueStats> {
+        Box::pin(std::future::ready(Err(down("stats"))))
+    }
+
+    fn read_events(&self, _: Option<u32>, max: usize) -> QueueFuture<'_, Vec<EventEntry>> {
+        self.answer("read_events", |inner| {
+            let n = inner.events.len().min(max);
+            inner.events.drain(..n).collect()
+        })
+    }
+
+    fn claim_events<'a>(
+        &'a self,
+        _: Option<u32>,
+        _: Duration,
+        _: &'a str,
+        _: usize,
+    ) -> QueueFuture<'a, (String, Vec<EventEntry>)> {
+        self.answer("claim_events", |_| ("0-0".to_owned(), Vec::new()))
+    }
+
+    fn ack_events<'a>(&'a self, _: Option<u32>, _: &'a [EventPosition]) -> QueueFuture<'a, ()> {
+        self.answer("ack_events", |_| ())
+    }
+
+    fn history_many<'a>(
+        &'a self,
+        tasks: &'a [(&'a str, &'a str)],
+        _: usize,
+    ) -> QueueFuture<'a, Vec<Vec<HistoryEntry>>> {
+        self.answer("history_many", |_| vec![Vec::new(); tasks.len()])
+    }
+
+    fn record_history<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: &'a HistoryEntry,
+    ) -> QueueFuture<'a, ()> {
+        self.answer("record_history", |_| ())
+    }
+
+    fn delete_histories<'a>(&'a self, _: &'a [(&'a str, &'a str)]) -> QueueFuture<'a, ()> {
+        self.answer("delete_histories", |_| ())
+    }
+
+    fn live_workers<'a>(&'a self, _: &'a str) -> QueueFuture<'a, Vec<String>> {
+        self.answer("live_workers", |_| Vec::new())
+    }
+
+    fn fix_fanout_workers<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        workers: &'a [String],
+    ) -> QueueFuture<'a, Vec<String>> {
+        self.answer("fix_fanout_workers", |_| workers.to_vec())
+    }
+}
+
+#[derive(Default)]
+struct StoreInner {
+    states: HashMap<TaskKey, TaskState>,
+    /// Every state written, in order.
+    writes: Vec<(TaskKey, TaskState)>,
+}
+
+/// etcd's task states, in memory.
+#[derive(Default)]
+pub(crate) struct FakeStore {
+    inner: Mutex<StoreInner>,
+}
+
+impl FakeStore {
+    /// A store holding `states`.
+    pub(crate) fn with(states: impl IntoIterator<Item = (TaskKey, TaskState)>) -> FakeStore {
+        let store = FakeStore::default();
+        lock(&store.inner).states.extend(states);
+        store
+    }
+
+    /// The state stored for `ns/id`.
+    pub(crate) fn state(&self, ns: &str, id: &str) -> Option<TaskState> {
+        lock(&self.inner).states.get(&TaskKey::new(ns, id)).cloned()
+    }
+
+    /// Every state of `ns/id` written, in order.
+    pub(crate) fn writes_of(&self, ns: &str, id: &str) -> Vec<TaskState> {
+        let key = TaskKey::new(ns, id);
+        lock(&self.inner)
+            .writes
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, s)| s.clone())
+            .collect()
+    }
+
+    fn listing(&self, keep: impl Fn(&TaskKey) -> bool) -> StateListing {
+        let inner = lock(&self.inner);
+        StateListing {
+            states: inner
+                .states
+                .iter()
+                .filter(|(k, _)| keep(k))
+                .map(|(k, s)| StoredState {
+                    namespace: k.namespace.to_string(),
+                    id: k.id.to_string(),
+                    state: s.clone(),
+                    mod_revision: 1,
+                })
+                .collect(),
+            undecodable: Vec::new(),
+        }
+    }
+}
+
+fn ready<T: Send + 'static>(value: T) -> StoreFuture<'static, T> {
+    Box::pin(std::future::ready(Ok::<T, RegistryError>(value)))
+}
+
+impl TermStore for FakeStore {
+    fn list_states<'a>(&'a self, _: Option<&'a str>) -> StoreFuture<'a, StateListing> {
+        ready(self.listing(|_| true))
+    }
+
+    fn get_states<'a>(&'a self, keys: &'a [TaskKey]) -> StoreFuture<'a, StateListing> {
+        ready(self.listing(|k| keys.contains(k)))
+    }
+
+    fn cluster(&self) -> StoreFuture<'_, (u64, i64)> {
+        ready((1, 1))
+    }
+
+    fn put_states<'a>(
+        &'a self,
+        states: &'a [(TaskKey, TaskState)],
+        _: &'a WriteFence,
+    ) -> StoreFuture<'a, i64> {
+        let mut inner = lock(&self.inner);
+        for (k, s) in states {
+            inner.states.insert(k.clone(), s.clone());
+            inner.writes.push((k.clone(), s.clone()));
+        }
+        ready(1)
+    }
+
+    fn delete_state<'a>(&'a self, namespace: &'a str, id: &'a str) -> StoreFuture<'a, ()> {
+        lock(&self.inner)
+            .states
+            .remove(&TaskKey::new(namespace, id));
+        ready(())
+    }
+
+    fn list_triggers(&self) -> StoreFuture<'_, (i64, Vec<PendingTrigger>)> {
+        ready((0, Vec::new()))
+    }
+
+    fn delete_trigger<'a>(&'a self, _: &'a str, _: &'a str, _: &'a str) -> StoreFuture<'a, ()> {
+        ready(())
+    }
+
+    fn paused_namespaces(&self) -> StoreFuture<'_, Vec<NamespacePause>> {
+        ready(Vec::new())
+    }
+}

@@ -1,0 +1,368 @@
+//! A term on tokio's paused time against the in-memory key, queue and store of `fakes`:
+//! a test starts a term the way the role does, lets virtual time run (`sleep` with the
+//! runtime's auto-advance fires every timer in order; `advance` jumps) and looks at what
+//! reached the queue and the store.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ax_scheduler_core::placement::Placement;
+use ax_scheduler_core::{DispatcherConfig, TaskKey, TaskSpec, TaskState, UtcMillis};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::fakes::{FakeKey, FakeQueue, FakeStore};
+use super::{Term, TermDeps, TermInput};
+use crate::audit::NoAudit;
+use crate::authority::Authority;
+use crate::catalog::{CatalogEntry, CatalogSlice, Change};
+use crate::clock::TokioClock;
+use crate::feeds::Feeds;
+use crate::metrics::NoMetrics;
+use crate::LeaderSettings;
+
+/// The wall clock when each test starts (a whole minute).
+const T0: i64 = 1_800_000_000_000;
+
+fn at(ms: i64) -> UtcMillis {
+    UtcMillis(T0 + ms)
+}
+
+fn settings() -> LeaderSettings {
+    LeaderSettings {
+        instance_id: "test".into(),
+        placement: Placement::default(),
+        shard_orphan_after: Duration::from_secs(30),
+        dispatcher: DispatcherConfig::default(),
+        events_interval: Duration::from_millis(100),
+        flush_interval: Duration::from_millis(500),
+        trigger_interval: Duration::from_millis(250),
+        enqueue_stall_limit: Duration::from_secs(30),
+        delay_alert_threshold: Duration::from_secs(5),
+        max_clock_skew: Duration::from_secs(2),
+    }
+}
+
+fn task(id: &str, json: &str) -> (Arc<TaskKey>, CatalogEntry) {
+    let spec = TaskSpec::from_json(json.as_bytes(), "ns", id).unwrap();
+    (
+        Arc::new(TaskKey::new("ns", id)),
+        CatalogEntry::Valid {
+            spec: Arc::new(spec),
+            revision: 1,
+        },
+    )
+}
+
+/// Overlap `allow`: its fires go whether or not the last execution ended (the default,
+/// `forbid`, is tested on its own).
+const EVERY_10S: &str = r#"{"handler":"log","schedule":{"every":"10s"},"overlap":"allow"}"#;
+
+/// A running term and the handles a test drives it by.
+struct Running {
+    queue: Arc<FakeQueue>,
+    store: Arc<FakeStore>,
+    key: FakeKey,
+    stop: CancellationToken,
+    run: JoinHandle<()>,
+    started: Instant,
+    /// Held so that the term's inputs stay open.
+    _changes: mpsc::Sender<Change>,
+    _triggers: watch::Sender<Arc<Vec<ax_registry::PendingTrigger>>>,
+    _paused: watch::Sender<Option<BTreeSet<String>>>,
+}
+
+impl Running {
+    /// Sleeps until `ms` after the term started, every timer before it firing in order.
+    async fn until(&self, ms: u64) {
+        tokio::time::sleep_until(self.started + Duration::from_millis(ms)).await;
+    }
+
+    /// Whether the term's task has ended, once everything ready has run.
+    async fn ended(&mut self) -> bool {
+        tokio::time::timeout(Duration::from_millis(1), &mut self.run)
+            .await
+            .is_ok()
+    }
+}
+
+/// Takes over with `tasks` and the states in `store`, as the role does, at [`T0`], and runs
+/// the term.
+async fn start(
+    settings: LeaderSettings,
+    tasks: Vec<(Arc<TaskKey>, CatalogEntry)>,
+    store: FakeStore,
+) -> Running {
+    start_with(settings, tasks, store, Arc::new(FakeQueue::default())).await
+}
+
+async fn start_with(
+    settings: LeaderSettings,
+    tasks: Vec<(Arc<TaskKey>, CatalogEntry)>,
+    store: FakeStore,
+    queue: Arc<FakeQueue>,
+) -> Running {
+    let store = Arc::new(store);
+    let deps = TermDeps {
+        store: Arc::clone(&store) as _,
+        queue: Arc::clone(&queue) as _,
+        clock: Arc::new(TokioClock::starting_at(at(0))),
+        metrics: Arc::new(NoMetrics),
+        alerts: None,
+        tracker: TaskTracker::new(),
+        audit: Arc::new(NoAudit),
+    };
+    let (changes_tx, changes) = mpsc::channel(16);
+    let (triggers_tx, triggers) = watch::channel(Arc::new(Vec::new()));
+    let (paused_tx, paused) = watch::channel(Some(BTreeSet::new()));
+    let input = TermInput {
+        slice: CatalogSlice {
+            entries: tasks,
+            revision: 1,
+        },
+        changes,
+        seen: Arc::new(AtomicI64::new(1)),
+        feeds: Feeds { triggers, paused },
+    };
+    let key = FakeKey::leader(7);
+    let started = Instant::now();
+    let term = Term::start(&settings, &deps, input, Authority::Test(key.clone()))
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn({
+        let stop = stop.clone();
+        async move { term.run(&settings, &deps, &stop).await }
+    });
+    Running {
+        queue,
+        store,
+        key,
+        stop,
+        run,
+        started,
+        _changes: changes_tx,
+        _triggers: triggers_tx,
+        _paused: paused_tx,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_fires_on_time_and_not_before() {
+    let term = start(settings(), vec![task("a", EVERY_10S)], FakeStore::default()).await;
+    term.until(9_999).await;
+    assert!(term.queue.pushed().is_empty(), "nothing is due before 10 s");
+    term.until(10_001).await;
+    assert_eq!(term.queue.fires_of("a"), [at(10_000)]);
+    let sent = &term.queue.pushed()[0];
+    assert_eq!(sent.fencing_token, 7, "sent under the term's token");
+    assert_eq!(sent.enqueued_at, at(10_000), "enqueued on the dot");
+    term.until(30_001).await;
+    assert_eq!(
+        term.queue.fires_of("a"),
+        [at(10_000), at(20_000), at(30_000)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_takeover_arms_from_the_recorded_states() {
+    // The last leader fired `late` at -30 s and died: the fires at -20, -10 and 0 s were
+    // missed, and the default misfire policy runs one of them at once. `fresh` was never
+    // recorded: it starts on its schedule.
+    let mut recorded = TaskState::new(1, at(-60_000), at(-30_000));
+    recorded.last_fire_at = Some(at(-30_000));
+    recorded.fire_count = 3;
+    let store = FakeStore::with([(TaskKey::new("ns", "late"), recorded)]);
+    let term = start(
+        settings(),
+        vec![task("late", EVERY_10S), task("fresh", EVERY_10S)],
+        store,
+    )
+    .await;
+    term.until(1).await;
+    let caught_up = term.queue.fires_of("late");
+    assert_eq!(
+        caught_up.len(),
+        1,
+        "one run for the fires missed: {caught_up:?}"
+    );
+    assert!(caught_up[0] > at(-30_000) && caught_up[0] <= at(0));
+    assert!(term.queue.fires_of("fresh").is_empty());
+    // Its RUNNING is written once the running write delay (5 s) has passed.
+    term.until(5_600).await;
+    let written = term.store.state("ns", "late").unwrap();
+    assert_eq!(written.fire_count, 4, "counted on from the recorded state");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_states_of_tasks_deleted_while_no_one_led_are_deleted() {
+    let store = FakeStore::with([
+        (TaskKey::new("ns", "gone"), TaskState::new(1, at(0), at(0))),
+        (TaskKey::new("ns", "kept"), TaskState::new(1, at(0), at(0))),
+    ]);
+    let term = start(settings(), vec![task("kept", EVERY_10S)], store).await;
+    term.until(600).await;
+    assert!(term.store.state("ns", "gone").is_none());
+    assert!(term.store.state("ns", "kept").is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fire_a_dead_leader_enqueued_is_not_enqueued_again() {
+    // The last leader sent the fire at -10 s and died before writing that it had.
+    let mut recorded = TaskState::new(1, at(-60_000), at(-20_000));
+    recorded.last_fire_at = Some(at(-20_000));
+    let store = FakeStore::with([(TaskKey::new("ns", "a"), recorded)]);
+    let queue = Arc::new(FakeQueue::default());
+    queue.mark_enqueued("ns", "a", at(0));
+    let term = start_with(settings(), vec![task("a", EVERY_10S)], store, queue).await;
+    term.until(10_001).await;
+    assert_eq!(
+        term.queue.fires_of("a"),
+        [at(10_000)],
+        "the replayed fire was refused as a duplicate; the next one goes"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_forbid_fire_goes_when_the_running_execution_ends() {
+    let forbid = r#"{"handler":"log","schedule":{"every":"10s"},"overlap":"forbid"}"#;
+    let term = start(settings(), vec![task("a", forbid)], FakeStore::default()).await;
+    term.until(20_001).await;
+    // The 10 s execution still runs: the 20 s fire is held, nothing pushed.
+    assert_eq!(term.queue.fires_of("a"), [at(10_000)]);
+    term.until(21_000).await;
+    assert_eq!(term.queue.fires_of("a"), [at(10_000)], "still held");
+    let running = term.queue.pushed()[0].clone();
+    term.queue.finish(&running, at(21_000));
+    // Its end comes with the next read of events (100 ms), well before the hold's retry
+    // timer (5 s): the held fire goes then.
+    term.until(21_150).await;
+    assert_eq!(term.queue.fires_of("a"), [at(10_000), at(20_000)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn state_changes_between_flushes_are_written_once_at_their_newest() {
+    let mut settings = settings();
+    settings.flush_interval = Duration::from_millis(2_500);
+    let every_1s = r#"{"handler":"log","schedule":{"every":"1s"}}"#;
+    let term = start(settings, vec![task("a", every_1s)], FakeStore::default()).await;
+    // Each execution ends 50 ms after its fire: two ends before the flush at 2.5 s, two
+    // more before the one at 5 s.
+    for second in 1..=4 {
+        term.until(second * 1_000 + 50).await;
+        let last = term.queue.pushed().last().cloned().unwrap();
+        term.queue
+            .finish(&last, at(i64::try_from(second).unwrap() * 1_000 + 50));
+    }
+    term.until(5_100).await;
+    let successes: Vec<u64> = term
+        .store
+        .writes_of("ns", "a")
+        .iter()
+        .map(|s| s.success_count)
+        .filter(|n| *n > 0)
+        .collect();
+    assert_eq!(
+        successes,
+        [2, 4],
+        "one write per flush, holding every end before it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn stopping_writes_what_it_holds_and_gives_the_key_up() {
+    let mut settings = settings();
+    // No flush before the stop: what is written is the last flush's.
+    settings.flush_interval = Duration::from_secs(3600);
+    let mut term = start(settings, vec![task("a", EVERY_10S)], FakeStore::default()).await;
+    term.until(10_050).await;
+    let running = term.queue.pushed()[0].clone();
+    term.queue.finish(&running, at(10_050));
+    term.until(10_200).await;
+    let before = term.store.state("ns", "a").map(|s| s.success_count);
+    assert_ne!(before, Some(1), "not written yet");
+    term.stop.cancel();
+    term.until(10_300).await;
+    assert!(term.ended().await);
+    assert_eq!(term.store.state("ns", "a").unwrap().success_count, 1);
+    assert!(term.key.was_given_up());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_key_ends_the_term_at_once_without_enqueuing() {
+    let mut term = start(settings(), vec![task("a", EVERY_10S)], FakeStore::default()).await;
+    term.until(9_000).await;
+    term.key.lose();
+    // A millisecond on, well before the next fire would have found the key invalid.
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert!(term.ended().await, "the term ends with the key");
+    term.until(30_000).await;
+    assert!(
+        term.queue.pushed().is_empty(),
+        "nothing enqueued after the loss"
+    );
+    assert!(!term.key.was_given_up(), "a lost key is not given up");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_past_its_deadline_enqueues_nothing_and_ends_the_term() {
+    // A process stopped past its lease: the deadline has passed, etcd has not said so.
+    let mut term = start(settings(), vec![task("a", EVERY_10S)], FakeStore::default()).await;
+    term.until(9_000).await;
+    term.key.expire();
+    term.until(10_001).await;
+    assert!(term.queue.pushed().is_empty());
+    assert!(term.ended().await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_enqueues_are_retried_until_redis_answers() {
+    let mut term = start(settings(), vec![task("a", EVERY_10S)], FakeStore::default()).await;
+    term.until(9_000).await;
+    term.queue.refuse(true);
+    term.until(13_000).await;
+    assert!(term.queue.pushed().is_empty());
+    term.queue.refuse(false);
+    term.until(19_000).await;
+    assert_eq!(
+        term.queue.fires_of("a"),
+        [at(10_000)],
+        "the fire waited, late, and went once"
+    );
+    assert!(!term.ended().await, "a blip does not end the term");
+}
+
+#[tokio::test(start_paused = true)]
+async fn enqueues_refused_past_the_stall_limit_end_the_term() {
+    let mut settings = settings();
+    settings.enqueue_stall_limit = Duration::from_secs(5);
+    let mut term = start(settings, vec![task("a", EVERY_10S)], FakeStore::default()).await;
+    term.queue.refuse(true);
+    term.until(14_000).await;
+    assert!(!term.ended().await, "within the limit");
+    // At the first refusal past the limit: the retries wait at most 5 s.
+    term.until(21_000).await;
+    assert!(term.ended().await, "stepped down");
+    assert!(term.queue.pushed().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_newer_token_in_redis_ends_the_term() {
+    use crate::backend::TermQueue;
+    let mut term = start(settings(), vec![task("a", EVERY_10S)], FakeStore::default()).await;
+    term.until(5_000).await;
+    // A newer leader took over and raised the fence.
+    let queue: &dyn TermQueue = &*term.queue;
+    queue
+        .advance_fence(ax_scheduler_core::task::DEFAULT_QUEUE, None, 9, "1")
+        .await
+        .unwrap();
+    term.until(10_001).await;
+    assert!(term.queue.pushed().is_empty(), "refused by the fence");
+    assert!(term.ended().await);
+}
