@@ -170,7 +170,7 @@ impl Replica {
             Err(_) if !http_mode() => {
                 cmd.env(
                     "AX_LOG",
-                    "warn,ax_scheduler::term=info,ax_scheduler::fire=debug,ax_worker::publisher=debug",
+                    "warn,ax_scheduler::term=info,ax_scheduler::term::fire=debug,ax_worker::publisher=debug",
                 );
             }
             Err(_) => {}

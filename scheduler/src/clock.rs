@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use ax_scheduler_core::UtcMillis;
 pub use ax_scheduler_core::{Clock, SystemClock};
-use tokio::time::Instant;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 /// The tokio instant at which `clock` will read `target` (now, if it is past).
 pub fn instant_at(clock: &dyn Clock, target: UtcMillis) -> Instant {
@@ -65,6 +65,13 @@ pub trait ClockProbe: Send + Sync {
     fn skew(&self) -> SkewFuture<'_>;
 }
 
+/// A ticker that, when late, waits a whole period after the late tick (no burst of
+/// catch-up ticks).
+pub(crate) fn ticker(period: Duration) -> Interval {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    tick
+}
 /// How long a refused clock check waits before it checks again.
 pub(crate) const CLOCK_RECHECK: Duration = Duration::from_secs(10);
 

@@ -33,7 +33,7 @@ use ax_queue::EventEntry;
 use ax_scheduler_core::{Dispatcher, EventPosition, TaskKey, UtcMillis};
 use tracing::warn;
 
-use super::term::TermDeps;
+use crate::deps::TermDeps;
 use crate::metrics::Backend;
 
 /// Events read per round trip.

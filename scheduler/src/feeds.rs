@@ -25,8 +25,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info_span, warn, Instrument};
 
-use super::term::ticker;
-use super::term::TermDeps;
+use crate::clock::ticker;
+use crate::deps::TermDeps;
 
 /// The published values; cloned into every term.
 #[derive(Clone)]

@@ -13,7 +13,7 @@
 //! | `feeds.rs` | run-now requests and paused namespaces, polled once per replica |
 //! | `term/` | one term: takeover, the loop, the end (give up or loss); its tests on paused time against stand-ins |
 //! | `backend.rs` | the term's seams to Redis and etcd ([`TermQueue`], [`TermStore`]) |
-//! | `fire.rs` | the fire path: the enqueue I/O and the synchronous step that acts on its outcomes |
+//! | `term/fire.rs` | the fire path: the enqueue I/O and the synchronous step that acts on its outcomes |
 //! | `events.rs` | worker events into the dispatcher |
 //! | `flusher.rs` | coalesced task states and consumed triggers to etcd, off the fire path |
 //! | `clock.rs` | the injected clock, wall-clock deadlines, the clock check's seam |
@@ -21,6 +21,7 @@
 //! | `audit.rs` | the audit log's seam: ax's recorded changes, direct writes recorded |
 //! | `direct_writes.rs` | spec changes written to etcd without ax, told from ax's own |
 //! | `error.rs` | why a takeover failed |
+//! | `deps.rs` | what a term uses of the replica ([`LeaderDeps`] without the watch and the election) |
 //!
 //! With `scheduler.shards = 1` (the default) one replica leads and schedules everything; the
 //! others stand by. With more, the task space is split into shards by a stable hash
@@ -49,11 +50,11 @@ mod authority;
 pub mod backend;
 mod catalog;
 pub mod clock;
+mod deps;
 mod direct_writes;
 mod error;
 mod events;
 mod feeds;
-mod fire;
 mod flusher;
 pub mod metrics;
 mod role;

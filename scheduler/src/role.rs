@@ -29,9 +29,10 @@ use tracing::{info, info_span, warn, Instrument};
 use super::authority::{Authority, Scope};
 use super::catalog::{apply_event, Catalog, CatalogSlice, Change};
 use super::feeds::Feeds;
-use super::term::{Term, TermDeps, TermInput};
+use super::term::{Term, TermInput};
 use super::{Error, LeaderDeps, LeaderSettings};
 use crate::clock::{ClockProbe, CLOCK_RECHECK};
+use crate::deps::TermDeps;
 use crate::metrics::Backend;
 use crate::metrics::RoleMetrics;
 

@@ -19,7 +19,7 @@ use ax_alerting::Alert;
 use ax_queue::Fence;
 use ax_scheduler_core::{Dispatcher, EventPosition, TaskKey, TaskState, UtcMillis};
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio::time::{Instant, Interval};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, info_span, warn, Instrument};
 
@@ -27,55 +27,16 @@ use super::authority::{Authority, Scope};
 use super::catalog::{CatalogEntry, CatalogSlice, Change};
 use super::feeds::Feeds;
 use super::flusher::{self, FlushRequest};
-use super::{clock, direct_writes, events, fire, Error, LeaderDeps, LeaderSettings};
-use crate::audit::AuditLog;
-use crate::backend::{TermQueue, TermStore};
-use crate::clock::Clock;
-use crate::metrics::RoleMetrics;
-use ax_alerting::AlertSender;
+use super::{clock, direct_writes, events, Error, LeaderSettings};
+use crate::clock::ticker;
+use crate::deps::TermDeps;
 use ax_registry::PendingTrigger;
-use tokio_util::task::TaskTracker;
 
 #[cfg(test)]
 pub(crate) mod fakes;
+mod fire;
 #[cfg(test)]
 mod tests;
-
-/// What a term uses of the replica: the role's dependencies without the watch, the
-/// election and the clock check, which stay with the role. So a term is built, in tests,
-/// from stand-ins alone.
-#[derive(Clone)]
-pub(super) struct TermDeps {
-    /// Task states, run-now requests and paused namespaces (etcd).
-    pub(super) store: Arc<dyn TermStore>,
-    /// Enqueues, fences, worker events and the execution history (Redis).
-    pub(super) queue: Arc<dyn TermQueue>,
-    /// The wall clock.
-    pub(super) clock: Arc<dyn Clock>,
-    /// Where the term reports its metrics.
-    pub(super) metrics: Arc<dyn RoleMetrics>,
-    /// Alerts, when channels are configured.
-    pub(super) alerts: Option<AlertSender>,
-    /// The tracker the term's helper tasks run on.
-    pub(super) tracker: TaskTracker,
-    /// The audit log, for spec changes written to etcd without ax.
-    pub(super) audit: Arc<dyn AuditLog>,
-}
-
-impl TermDeps {
-    /// A term's share of the role's dependencies.
-    pub(super) fn of(deps: &LeaderDeps) -> TermDeps {
-        TermDeps {
-            store: Arc::clone(&deps.store),
-            queue: Arc::clone(&deps.queue),
-            clock: Arc::clone(&deps.clock),
-            metrics: Arc::clone(&deps.metrics),
-            alerts: deps.alerts.clone(),
-            tracker: deps.tracker.clone(),
-            audit: Arc::clone(&deps.audit),
-        }
-    }
-}
 
 /// What the role gives a term besides its authority.
 pub(super) struct TermInput {
@@ -199,14 +160,6 @@ const PAUSED_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const REDIS_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 /// How often the leader looks for queues its tasks use that no worker serves.
 const UNSERVED_CHECK_INTERVAL: Duration = Duration::from_secs(5);
-
-/// A ticker that, when late, waits a whole period after the late tick (no burst of
-/// catch-up ticks).
-pub(super) fn ticker(period: Duration) -> Interval {
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    tick
-}
 
 impl Term {
     /// Takes over: loads the recorded states, raises every queue's fence, builds the

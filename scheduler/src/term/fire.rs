@@ -22,10 +22,10 @@ use ax_scheduler_core::{
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
-use super::term::Term;
-use super::term::TermDeps;
-use super::LeaderSettings;
+use super::Term;
+use crate::deps::TermDeps;
 use crate::metrics::Backend;
+use crate::LeaderSettings;
 use ax_registry::PendingTrigger;
 
 /// What the shell does after one round of enqueues.
