@@ -16,25 +16,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_alerting::Alert;
-use ax_queue::Fence;
-use ax_scheduler_core::{Dispatcher, EventPosition, TaskKey, TaskState, UtcMillis};
+use ax_scheduler_core::{Dispatcher, EventPosition, TaskKey, UtcMillis};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, Interval};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, info_span, warn, Instrument};
+use tracing::{debug, info, warn};
 
 use super::authority::{Authority, Scope};
 use super::catalog::{CatalogEntry, CatalogSlice, Change};
 use super::feeds::Feeds;
-use super::flusher::{self, FlushRequest};
-use super::{clock, direct_writes, events, Error, LeaderSettings};
-use crate::clock::ticker;
+use super::flusher::FlushRequest;
+use super::{clock, events, LeaderSettings};
 use crate::deps::TermDeps;
 use ax_registry::PendingTrigger;
 
 #[cfg(test)]
 pub(crate) mod fakes;
 mod fire;
+mod takeover;
+
+use takeover::raise_fence;
 #[cfg(test)]
 mod tests;
 
@@ -103,286 +104,12 @@ pub(super) struct Term {
     pub(super) unsent: bool,
 }
 
-/// What is wrong with a queue's fence for this leader, if anything, in words an operator can
-/// act on. Either way every enqueue of this leader to the queue would be refused, and taking
-/// over again would change nothing: the fence has to be reseated by hand.
-fn fence_problem(queue: &str, fence: &Fence) -> Option<String> {
-    if fence.is_foreign() {
-        Some(format!(
-            "the fence of queue {queue} belongs to etcd cluster {}, this leader's cluster is {}: \
-             two installations share the Redis key prefix, or etcd was rebuilt. Give each \
-             installation its own redis.key_prefix; if this one is the only user of the prefix, \
-             run `ax fence reseat` (docs/runbook.md)",
-            fence.owner, fence.cluster
-        ))
-    } else if fence.is_ahead() {
-        Some(format!(
-            "the fence of queue {queue} is {}, above this leader's token {}: etcd was restored \
-             or rebuilt and its revisions start lower. If no older installation still writes to \
-             this Redis prefix, run `ax fence reseat` (docs/runbook.md)",
-            fence.newest, fence.token
-        ))
-    } else {
-        None
-    }
-}
-
-/// Raises `queue`'s fence (that of `shard`, if the term has one) to `token` for `cluster`. A fence that refuses this leader (see
-/// [`fence_problem`]) is an error, reported where people look (log and alert).
-async fn raise_fence(
-    deps: &TermDeps,
-    queue: &str,
-    shard: Option<u32>,
-    token: u64,
-    cluster: &str,
-) -> Result<(), Error> {
-    let fence = deps
-        .queue
-        .advance_fence(queue, shard, token, cluster)
-        .await
-        .map_err(|source| Error::Fence {
-            queue: queue.to_owned(),
-            source,
-        })?;
-    if let Some(problem) = fence_problem(queue, &fence) {
-        error!(%problem, "cannot lead: enqueues would be refused");
-        if let Some(alerts) = &deps.alerts {
-            alerts.send(Alert::fence_conflict(&problem, deps.clock.now()));
-        }
-        return Err(Error::FenceRefused(problem));
-    }
-    Ok(())
-}
-
-/// How long a takeover waits for the first read of the paused namespaces.
-const PAUSED_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the leader checks that Redis is the server it raised the fences on.
 const REDIS_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 /// How often the leader looks for queues its tasks use that no worker serves.
 const UNSERVED_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
 impl Term {
-    /// Takes over: loads the recorded states, raises every queue's fence, builds the
-    /// dispatcher from the catalog slice and starts the term's helpers.
-    pub(super) async fn start(
-        settings: &LeaderSettings,
-        deps: &TermDeps,
-        input: TermInput,
-        authority: Authority,
-    ) -> Result<Term, Error> {
-        let token = authority.token();
-        let scope = authority.scope(settings.placement);
-        let span = info_span!("takeover", fencing_token = token);
-        let TermInput {
-            slice,
-            changes,
-            seen,
-            mut feeds,
-        } = input;
-        async {
-            info!(tasks = slice.entries.len(), "taking over; loading task states");
-            // The one leader lists every state (and finds the orphans among them); a shard's
-            // owner reads its own tasks' states by key, since listing them all would cost
-            // each shard's takeover the whole installation.
-            let listing = match scope.shard() {
-                None => deps.store.list_states(None).await,
-                Some(_) => {
-                    let keys: Vec<TaskKey> =
-                        slice.entries.iter().map(|(k, _)| TaskKey::clone(k)).collect();
-                    deps.store.get_states(&keys).await
-                }
-            }
-            .map_err(|source| Error::Registry {
-                what: "cannot load task states",
-                source,
-            })?;
-            // One unreadable record must not stop the takeover (and so all firing): its task
-            // is armed as if nothing was recorded, and the next state write replaces it.
-            for bad in &listing.undecodable {
-                warn!(
-                    task_id = %format!("{}/{}", bad.namespace, bad.id),
-                    error = %bad.error,
-                    "task state record cannot be decoded; the task is armed afresh and the record rewritten"
-                );
-            }
-            deps.metrics.set_undecodable_states(listing.undecodable.len());
-            let mut states: HashMap<TaskKey, TaskState> = listing
-                .states
-                .into_iter()
-                .map(|s| (TaskKey::new(s.namespace, s.id), s.state))
-                .collect();
-            // The server the fences go on: a restart of it (a new run id) takes them away.
-            let redis_run_id = deps.queue.run_id().await.ok();
-            // Raise every queue's fence before the first fire, so a deposed leader that still
-            // reaches Redis is refused on all of them, not only where this leader pushed.
-            let mut queues: HashSet<Arc<str>> = slice
-                .entries
-                .iter()
-                .filter_map(|(_, e)| match e {
-                    CatalogEntry::Valid { spec, .. } => Some(spec.queue.clone()),
-                    CatalogEntry::Invalid { .. } => None,
-                })
-                .collect();
-            queues.insert(ax_scheduler_core::task::DEFAULT_QUEUE.into());
-            let cluster = deps
-                .store
-                .cluster()
-                .await
-                .map_err(|source| Error::Registry {
-                    what: "cannot read etcd's cluster id",
-                    source,
-                })?
-                .0
-                .to_string();
-            for q in &queues {
-                raise_fence(deps, q, scope.shard(), token, &cluster).await?;
-            }
-            // Known before anything can fire: a paused namespace must not fire in the first
-            // second of a term.
-            let paused = tokio::time::timeout(
-                PAUSED_READ_TIMEOUT,
-                feeds.paused.wait_for(Option::is_some),
-            )
-            .await
-            .ok()
-            .and_then(|r| r.ok().map(|p| p.clone().unwrap_or_default()))
-            .ok_or(Error::PausedUnknown)?;
-            feeds.paused.borrow_and_update();
-            let now = deps.clock.now();
-            let mut dispatcher = Dispatcher::new(settings.dispatcher.clone(), now);
-            for p in &paused {
-                dispatcher.pause_namespace(p);
-            }
-            for (key, entry) in &slice.entries {
-                // Arming a million tasks is seconds of work: yield now and then so the
-                // runtime keeps serving the lease keep-alive meanwhile (it lost the lease
-                // it had just won, and campaigned again, over and over).
-                tokio::task::coop::consume_budget().await;
-                match entry {
-                    CatalogEntry::Valid { spec, revision } => dispatcher.upsert(
-                        key.clone(),
-                        Arc::clone(spec),
-                        *revision,
-                        states.remove(key),
-                        now,
-                    ),
-                    CatalogEntry::Invalid { errors, revision } => {
-                        let already = states.remove(key).is_some_and(|s| {
-                            s.spec_revision == *revision
-                                && s.status == ax_scheduler_core::TaskStatus::Invalid
-                        });
-                        if !already {
-                            dispatcher.mark_invalid(key.clone(), *revision, errors.clone(), now);
-                        }
-                    }
-                }
-            }
-            // What is left are states of tasks the catalog does not hold: deleted while no
-            // replica led, so no leader saw the delete. Nothing else would ever remove them
-            // (or their history). A state the catalog may not have caught up with (its spec
-            // is newer than what this replica has seen) is left alone.
-            let mut orphans = 0;
-            for (key, state) in states {
-                tokio::task::coop::consume_budget().await;
-                if !slice.may_not_have_seen(state.spec_revision) {
-                    dispatcher.remove(&key, now);
-                    orphans += 1;
-                }
-            }
-            if orphans > 0 {
-                info!(orphans, "deleting the states of tasks deleted while no replica led");
-            }
-            if !authority.is_valid() {
-                return Err(Error::AuthorityLost);
-            }
-            // Events a leader read and died before writing: claim them first (they are older
-            // than any unread one), then read what still waits, then take the ends that no
-            // event brings any more from the history.
-            let mut unacked = BTreeSet::new();
-            let replayed =
-                events::replay(deps, scope.shard(), &mut dispatcher, &mut unacked, Duration::ZERO).await;
-            if replayed > 0 {
-                info!(replayed, "applied the execution events an earlier leader read and did not write");
-            }
-            events::consume(deps, scope.shard(), &mut dispatcher, &mut unacked).await;
-            let in_flight = dispatcher.in_flight();
-            let reconciled = events::reconcile(deps, &mut dispatcher, &in_flight).await;
-            if reconciled > 0 {
-                info!(reconciled, in_flight = in_flight.len(), "task states corrected from the execution history");
-            }
-            let term_cancel = authority.lost().child_token();
-            let (flush_tx, flush_rx) = mpsc::channel(64);
-            deps.tracker.spawn(
-                flusher::run(
-                    Arc::clone(&deps.store),
-                    Arc::clone(&deps.queue),
-                    authority.state_fence(),
-                    scope.shard(),
-                    flush_rx,
-                    deps.alerts.clone(),
-                    term_cancel.clone(),
-                )
-                .instrument(info_span!("state_flusher")),
-            );
-            let (direct_tx, direct_rx) = mpsc::channel(1024);
-            deps.tracker.spawn(
-                direct_writes::run(
-                    Arc::clone(&deps.audit),
-                    Arc::clone(&deps.clock),
-                    direct_rx,
-                    term_cancel.clone(),
-                )
-                    .instrument(info_span!("direct_writes")),
-            );
-            // A shard changing hands is routine (every join and leave moves some); only the
-            // one leader's change is news.
-            if let (Authority::Leader(_), Some(alerts)) = (&authority, &deps.alerts) {
-                alerts.send(Alert::leader_changed(
-                    None,
-                    Some(&settings.instance_id),
-                    now,
-                ));
-            }
-            info!(
-                armed = dispatcher.armed_len(),
-                due_now = dispatcher.ready_len(),
-                "scheduling"
-            );
-            Ok(Term {
-                authority,
-                token,
-                scope,
-                dispatcher,
-                cancel: term_cancel,
-                flush_tx,
-                direct_tx,
-                changes,
-                seen,
-                armed_at: slice.revision,
-                feeds,
-                triggers_taken: HashSet::new(),
-                pending_triggers: HashMap::new(),
-                consumed_triggers: Vec::new(),
-                early_triggers: Vec::new(),
-                duplicates: Vec::new(),
-                unacked,
-                end_alerts: Vec::new(),
-                unserved_fires: Vec::new(),
-                cluster,
-                redis_run_id,
-                redis_tick: ticker(REDIS_CHECK_INTERVAL),
-                queues,
-                unserved_tick: ticker(UNSERVED_CHECK_INTERVAL),
-                events_tick: ticker(settings.events_interval),
-                pending_tick: ticker(events::PENDING_CHECK_INTERVAL),
-                flush_tick: ticker(settings.flush_interval),
-                unsent: false,
-            })
-        }
-        .instrument(span)
-        .await
-    }
-
     /// Runs the term until it ends: its key lost, or `stop` (shutdown, or a handover), after
     /// which it writes what it holds and gives the key up.
     pub(super) async fn run(
