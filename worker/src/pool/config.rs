@@ -52,6 +52,9 @@ pub struct WorkerConfig {
     /// The public base URL of ax's API (`https://ax.example.com`), under which the jobs of
     /// `http.async` tasks report their end. Default none: such tasks fail, saying so.
     pub completion_public_url: Option<String>,
+    /// The wall clock the pool stamps starts, ends, heartbeats and deadlines with; a test
+    /// passes one that follows tokio's paused time.
+    pub clock: std::sync::Arc<dyn ax_scheduler_core::Clock>,
 }
 
 /// Attempts a pool runs at once by default. Handlers are async I/O (an HTTP call waits on the
@@ -72,6 +75,7 @@ impl Default for WorkerConfig {
         let id = uuid::Uuid::new_v4().simple().to_string();
         WorkerConfig {
             worker_id: format!("worker-{}", &id[..12]),
+            clock: std::sync::Arc::new(ax_scheduler_core::SystemClock),
             queues: vec![ax_scheduler_core::task::DEFAULT_QUEUE.to_string()],
             concurrency: DEFAULT_CONCURRENCY,
             fetch_batch: 64,

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use ax_scheduler_core::{AttemptEnd, AttemptOutcome, UtcMillis};
+use ax_scheduler_core::{AttemptEnd, AttemptOutcome};
 use tokio_util::sync::CancellationToken;
 
 use super::settle::{dead_letter, publish};
@@ -24,7 +24,7 @@ pub(super) async fn deadline_loop(sh: Arc<Shared>, stop: CancellationToken) {
             _ = tokio::time::sleep(sh.cfg.maintenance_interval) => {}
         }
         for q in &sh.cfg.queues {
-            match crate::awaiting::expire_due(&sh.queue, q, UtcMillis::now()).await {
+            match crate::awaiting::expire_due(&sh.queue, q, sh.cfg.clock.now()).await {
                 Ok(reports) => {
                     for report in reports {
                         tracing::warn!(
@@ -68,7 +68,7 @@ async fn end_orphans(sh: &Shared, queue: &str) {
         let worker = msg.lineage.target_worker.clone().unwrap_or_default();
         let reason =
             format!("worker {worker} is gone: a broadcast execution runs only on its worker");
-        let now = UtcMillis::now();
+        let now = sh.cfg.clock.now();
         tracing::warn!(execution_id = %msg.execution_id, attempt = msg.attempt, %worker, "{reason}");
         sh.reporter.on_started(msg, &worker, now).await;
         dead_letter(sh, &d, &reason, now).await;

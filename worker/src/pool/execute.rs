@@ -85,7 +85,7 @@ async fn execute_in_span(
 ) {
     let msg = &d.message;
     let worker = sh.cfg.worker_id.as_str();
-    let started = UtcMillis::now();
+    let started = sh.cfg.clock.now();
     let lateness_ms = started.0 - msg.fire_at.0;
     tracing::Span::current().record("lateness_ms", lateness_ms);
     if let Some(wait) = d.limited_wait {
@@ -148,7 +148,7 @@ async fn unknown_handler(sh: &Shared, d: &Delivery, started: UtcMillis) {
         sh.registry.names().join(", ")
     );
     tracing::error!(%reason, "dead-lettering execution");
-    dead_letter(sh, d, &reason, UtcMillis::now()).await;
+    dead_letter(sh, d, &reason, sh.cfg.clock.now()).await;
     finish(
         sh,
         d,
@@ -252,7 +252,7 @@ async fn settle_verdict(sh: &Shared, d: &Delivery, acks: &Acks, verdict: Verdict
     // capped once here, before they go into the message, the dead letter, the history, the
     // events and the alerts.
     let error = error.map(ax_scheduler_core::execution::shown_error);
-    let now = UtcMillis::now();
+    let now = sh.cfg.clock.now();
     match outcome {
         AttemptOutcome::Succeeded => {
             if ack(acks, d).await == Some(false) {

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_queue::{Consumer, Delivery};
-use ax_scheduler_core::UtcMillis;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -139,7 +138,7 @@ impl Fetcher {
                 queue_name,
                 &sh.cfg.worker_id,
                 sh.cfg.block_timeout,
-                UtcMillis::now(),
+                sh.cfg.clock.now(),
             )
             .await
     }

@@ -42,6 +42,6 @@ pub(super) async fn heartbeat_loop(
             _ = cancel.cancelled(), if !stopping => stopping = true,
             _ = tokio::time::sleep(sh.cfg.heartbeat_interval) => {}
         }
-        heartbeat_once(&sh, UtcMillis::now(), stopping).await;
+        heartbeat_once(&sh, sh.cfg.clock.now(), stopping).await;
     }
 }

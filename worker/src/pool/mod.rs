@@ -39,7 +39,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ax_queue::{Maintenance, MaintenanceConfig, Queue};
-use ax_scheduler_core::UtcMillis;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -237,7 +236,7 @@ impl Background {
     async fn start(sh: &Arc<Shared>, cancel: &CancellationToken) -> Self {
         let stop = CancellationToken::new();
         let tasks = TaskTracker::new();
-        heartbeat::heartbeat_once(sh, UtcMillis::now(), false).await;
+        heartbeat::heartbeat_once(sh, sh.cfg.clock.now(), false).await;
         tasks.spawn(heartbeat::heartbeat_loop(
             sh.clone(),
             cancel.clone(),

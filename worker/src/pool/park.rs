@@ -36,6 +36,7 @@ pub(super) async fn open_completion(
                 "the task waits for a completion (http.async), but this replica has no \
                  public URL for the job to call back (set `http.public_url` in ax.toml)",
                 false,
+                sh.cfg.clock.now(),
             )),
         );
     };
@@ -52,18 +53,19 @@ pub(super) async fn open_completion(
             Some(failure(
                 "cannot record the attempt's completion token in Redis",
                 true,
+                sh.cfg.clock.now(),
             )),
         ),
     }
 }
 
-fn failure(message: &str, retryable: bool) -> ReportedEnd {
+fn failure(message: &str, retryable: bool, at: UtcMillis) -> ReportedEnd {
     ReportedEnd {
         status: ReportedStatus::Failed,
         message: Some(message.to_owned()),
         output: None,
         retryable,
-        at: UtcMillis::now(),
+        at,
     }
 }
 
@@ -135,7 +137,7 @@ pub(super) async fn conclude(
 
 /// Parks an accepted attempt until a full timeout from now.
 async fn park(sh: &Shared, d: &Delivery, output: &OutputSlot) -> Park {
-    let deadline = UtcMillis::now().add(d.message.timeout());
+    let deadline = sh.cfg.clock.now().add(d.message.timeout());
     let q = &sh.queue;
     match settle(sh, "park_awaiting", || q.park_awaiting(d, deadline)).await {
         Some(Parked::Parked) => Park::Parked,

@@ -9,7 +9,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use ax_queue::Delivery;
-use ax_scheduler_core::UtcMillis;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
@@ -87,7 +86,7 @@ async fn release_stuck(sh: &Shared, queue: &str, raw: String) {
         }
         Err(e) => {
             sh.queue
-                .dead_letter_undecodable(queue, worker, &raw, &e.to_string(), UtcMillis::now())
+                .dead_letter_undecodable(queue, worker, &raw, &e.to_string(), sh.cfg.clock.now())
                 .await
         }
     };

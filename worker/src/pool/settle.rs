@@ -130,7 +130,7 @@ pub(super) async fn finish(
             &d.queue,
             sh.cfg.worker_id.clone(),
             started,
-            UtcMillis::now(),
+            sh.cfg.clock.now(),
             end,
         )
     };
