@@ -12,7 +12,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use ax_scheduler_core::deadline::Miss;
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{TaskKey, UtcMillis};
 use serde::{Deserialize, Serialize};
 
 use crate::error::AlertError;
@@ -129,19 +129,11 @@ impl fmt::Display for AlertKind {
     }
 }
 
-/// The task an alert is about.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct TaskRef {
-    /// The task's namespace.
-    pub namespace: String,
-    /// The task's id within its namespace.
-    pub id: String,
-}
-
-impl fmt::Display for TaskRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.id)
-    }
+/// The key of the task a trigger names; the constructors take its parts as any string, as
+/// callers hold them.
+fn task_key(namespace: impl Into<String>, id: impl Into<String>) -> TaskKey {
+    let (namespace, id): (String, String) = (namespace.into(), id.into());
+    TaskKey::new(namespace, id)
 }
 
 /// One alert, as raised by the engine.
@@ -156,7 +148,7 @@ pub struct Alert {
     /// Details for a person (may change between repeats of the same condition).
     pub message: String,
     /// The task concerned, if any; part of the de-duplication key.
-    pub task: Option<TaskRef>,
+    pub task: Option<TaskKey>,
     /// Structured details (ordered, so payloads are deterministic).
     pub fields: BTreeMap<String, String>,
     /// When the engine observed the condition.
@@ -203,11 +195,8 @@ impl Alert {
     }
 
     /// Sets the task the alert is about.
-    pub fn with_task(mut self, namespace: impl Into<String>, id: impl Into<String>) -> Self {
-        self.task = Some(TaskRef {
-            namespace: namespace.into(),
-            id: id.into(),
-        });
+    pub fn with_task(mut self, task: TaskKey) -> Self {
+        self.task = Some(task);
         self
     }
 
@@ -231,15 +220,15 @@ impl Alert {
         error: impl Into<String>,
         now: UtcMillis,
     ) -> Self {
-        let (namespace, id, error) = (namespace.into(), id.into(), error.into());
+        let (task, error) = (task_key(namespace, id), error.into());
         Alert::new(
             Level::Warn,
             AlertKind::TaskFailed,
-            format!("Task failed: {namespace}/{id}"),
+            format!("Task failed: {task}"),
             format!("Attempt {attempt} failed: {error}"),
             now,
         )
-        .with_task(namespace, id)
+        .with_task(task)
         .with_field("attempt", attempt)
     }
 
@@ -251,15 +240,15 @@ impl Alert {
         error: impl Into<String>,
         now: UtcMillis,
     ) -> Self {
-        let (namespace, id, error) = (namespace.into(), id.into(), error.into());
+        let (task, error) = (task_key(namespace, id), error.into());
         Alert::new(
             Level::Critical,
             AlertKind::TaskDeadLettered,
-            format!("Task dead-lettered: {namespace}/{id}"),
+            format!("Task dead-lettered: {task}"),
             format!("Gave up after {attempts} attempts; last error: {error}"),
             now,
         )
-        .with_task(namespace, id)
+        .with_task(task)
         .with_field("attempts", attempts)
     }
 
@@ -339,18 +328,18 @@ impl Alert {
         lateness: Duration,
         now: UtcMillis,
     ) -> Self {
-        let (namespace, id) = (namespace.into(), id.into());
+        let task = task_key(namespace, id);
         Alert::new(
             Level::Warn,
             AlertKind::ScheduleDelay,
-            format!("Schedule delay: {namespace}/{id}"),
+            format!("Schedule delay: {task}"),
             format!(
                 "Fire of {fire_at} dispatched {:.1} s late",
                 lateness.as_secs_f64()
             ),
             now,
         )
-        .with_task(namespace, id)
+        .with_task(task)
         .with_field("fire_at", fire_at)
         .with_field("lateness_ms", lateness.as_millis())
     }
@@ -362,15 +351,15 @@ impl Alert {
         skipped: u64,
         now: UtcMillis,
     ) -> Self {
-        let (namespace, id) = (namespace.into(), id.into());
+        let task = task_key(namespace, id);
         Alert::new(
             Level::Warn,
             AlertKind::MisfireSkipped,
-            format!("Fires skipped: {namespace}/{id}"),
+            format!("Fires skipped: {task}"),
             format!("Misfire policy skipped {skipped} missed fire(s)"),
             now,
         )
-        .with_task(namespace, id)
+        .with_task(task)
         .with_field("skipped", skipped)
     }
 
@@ -420,7 +409,7 @@ impl Alert {
         miss: &Miss,
         now: UtcMillis,
     ) -> Self {
-        let (namespace, id) = (namespace.into(), id.into());
+        let task = task_key(namespace, id);
         let window = humantime::format_duration(within);
         let fires = if miss.missed == 1 {
             format!("the fire of {}", miss.first_fire)
@@ -433,14 +422,14 @@ impl Alert {
         Alert::new(
             Level::Critical,
             AlertKind::DeadlineMissed,
-            format!("Deadline missed: {namespace}/{id}"),
+            format!("Deadline missed: {task}"),
             format!(
                 "No execution succeeded within {window} of {fires} (deadline {}): {}",
                 miss.deadline, miss.reason
             ),
             now,
         )
-        .with_task(namespace, id)
+        .with_task(task)
         .with_field("fire_at", miss.first_fire)
         .with_field("missed", miss.missed)
         .with_field("within", window)

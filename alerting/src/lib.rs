@@ -22,8 +22,7 @@ mod stats;
 mod webhook;
 
 pub use alert::{
-    Alert, AlertKind, Level, TaskRef, DEFAULT_QUEUE_BACKLOG_THRESHOLD,
-    DEFAULT_SCHEDULE_DELAY_THRESHOLD,
+    Alert, AlertKind, Level, DEFAULT_QUEUE_BACKLOG_THRESHOLD, DEFAULT_SCHEDULE_DELAY_THRESHOLD,
 };
 pub use channel::{Channel, SendFuture};
 pub use dispatch::DeliveryRetry;

@@ -19,9 +19,9 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{TaskKey, UtcMillis};
 
-use crate::alert::{Alert, AlertKind, Level, TaskRef};
+use crate::alert::{Alert, AlertKind, Level};
 use crate::error::AlertError;
 
 /// How many distinct titles a summary itemises; the rest are counted per kind only.
@@ -96,7 +96,7 @@ pub enum Decision {
     Filtered,
 }
 
-type DedupeKey = (String, Option<TaskRef>);
+type DedupeKey = (String, Option<TaskKey>);
 
 #[derive(Debug)]
 struct Seen {

@@ -34,10 +34,13 @@ pub use status::{
     ClockView, EtcdDbView, QueueState, QueueView, ReplicaView, ShardsView, StatusView,
 };
 pub use tasks::{
-    BackfillParams, BackfillResult, PutTaskResult, TaskKey, TaskList, TaskQuery, TaskView,
-    TriggerParams, TriggerResult, BACKFILL_HARD_MAX, DEFAULT_BACKFILL_MAX, DEFAULT_TASK_PAGE,
-    UPCOMING_FIRES,
+    BackfillParams, BackfillResult, PutTaskResult, TaskList, TaskQuery, TaskView, TriggerParams,
+    TriggerResult, BACKFILL_HARD_MAX, DEFAULT_BACKFILL_MAX, DEFAULT_TASK_PAGE, UPCOMING_FIRES,
 };
+
+/// A task's address, `{prefix}/tasks/{namespace}/{id}`: the core's key, so the engine and
+/// the API name a task the same way.
+pub use ax_scheduler_core::TaskKey;
 
 /// Largest `limit` a list call accepts.
 pub const MAX_LIST_LIMIT: usize = 1000;

@@ -221,9 +221,10 @@ pub enum ConfigCommand {
     Print,
 }
 
-/// A task named on the command line: `ID` or `NAMESPACE/ID`, or `ID -n NAMESPACE`.
+/// A task as the command line names it: `ID` or `NAMESPACE/ID`, or `ID -n NAMESPACE`. Only
+/// the argument as typed: [`TaskArg::key`] turns it into the task's key.
 #[derive(Debug, Clone, Args)]
-pub struct TaskRef {
+pub struct TaskArg {
     /// Task id, or NAMESPACE/ID.
     #[arg(value_name = "[NAMESPACE/]ID")]
     pub id: String,
@@ -232,7 +233,7 @@ pub struct TaskRef {
     pub namespace: Option<String>,
 }
 
-impl TaskRef {
+impl TaskArg {
     /// The task's key: the namespace from `NAMESPACE/ID` or `-n` (they must agree when both
     /// are given), else `default`.
     pub fn key(&self) -> Result<TaskKey, CliError> {
@@ -256,10 +257,7 @@ impl TaskRef {
                 self.id
             )));
         }
-        Ok(TaskKey {
-            namespace: namespace.to_owned(),
-            id: id.to_owned(),
-        })
+        Ok(TaskKey::new(namespace, id))
     }
 }
 
@@ -294,7 +292,7 @@ pub enum TaskCommand {
     Get {
         /// The task.
         #[command(flatten)]
-        task: TaskRef,
+        task: TaskArg,
         /// Show header values and URL credentials in full.
         #[arg(long)]
         show_secrets: bool,
@@ -325,16 +323,16 @@ pub enum TaskCommand {
         output: OutputFormat,
     },
     /// Delete a task.
-    Delete(TaskRef),
+    Delete(TaskArg),
     /// Pause a task (it stays registered and does not fire).
-    Pause(TaskRef),
+    Pause(TaskArg),
     /// Resume a paused task.
-    Resume(TaskRef),
+    Resume(TaskArg),
     /// Run a task now, outside its schedule (prints the execution id).
     Trigger {
         /// The task.
         #[command(flatten)]
-        task: TaskRef,
+        task: TaskArg,
         /// Run with this payload (JSON from FILE, or stdin for `-`) instead of the spec's.
         #[arg(long, value_name = "FILE|-")]
         payload: Option<String>,
@@ -347,7 +345,7 @@ pub enum TaskCommand {
     Backfill {
         /// The task.
         #[command(flatten)]
-        task: TaskRef,
+        task: TaskArg,
         /// Start of the range, inclusive (RFC 3339, like 2026-11-01T00:00:00Z).
         #[arg(long, value_parser = parse_instant)]
         from: ax_scheduler_core::UtcMillis,
@@ -369,7 +367,7 @@ pub enum TaskCommand {
     Graph {
         /// The task.
         #[command(flatten)]
-        task: TaskRef,
+        task: TaskArg,
         /// Print Graphviz DOT (`ax task graph T --dot | dot -Tsvg > chain.svg`).
         #[arg(long)]
         dot: bool,
@@ -379,7 +377,7 @@ pub enum TaskCommand {
     Kill {
         /// The task.
         #[command(flatten)]
-        task: TaskRef,
+        task: TaskArg,
         /// Only this execution (default: every current one of the task).
         #[arg(long, value_name = "ID")]
         execution: Option<String>,
@@ -388,7 +386,7 @@ pub enum TaskCommand {
     History {
         /// The task.
         #[command(flatten)]
-        task: TaskRef,
+        task: TaskArg,
         /// How many executions to show (1-1000).
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=1000))]
         limit: u16,
@@ -577,9 +575,7 @@ mod tests {
         let key = |args: &[&str]| {
             let cli = Cli::try_parse_from(args).unwrap();
             match cli.command {
-                Command::Task(TaskCommand::Pause(r)) => {
-                    r.key().map(|k| format!("{}/{}", k.namespace, k.id))
-                }
+                Command::Task(TaskCommand::Pause(r)) => r.key().map(|k| k.to_string()),
                 other => panic!("{other:?}"),
             }
         };

@@ -303,8 +303,8 @@ async fn task_put(
     let mut doc: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| CliError::Invalid(vec![format!("not valid JSON: {e}")]))?;
     if let Some(obj) = doc.as_object_mut() {
-        obj.insert("id".into(), key.id.clone().into());
-        obj.insert("namespace".into(), key.namespace.clone().into());
+        obj.insert("id".into(), serde_json::Value::from(&*key.id));
+        obj.insert("namespace".into(), serde_json::Value::from(&*key.namespace));
     }
     let b = backend(config).await?;
     let mut result = b.put_task(doc, false).await.map_err(api_error)?;
@@ -353,10 +353,7 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
         TaskCommand::Put { .. } | TaskCommand::List { .. } => None,
     };
     let b = backend(config).await?;
-    let name = key
-        .as_ref()
-        .map(|k| format!("{}/{}", k.namespace, k.id))
-        .unwrap_or_default();
+    let name = key.as_ref().map(ToString::to_string).unwrap_or_default();
     let text = match (cmd, key) {
         (TaskCommand::Graph { dot, .. }, Some(key)) => {
             let tasks = list_tasks(&b, TaskQuery::default(), false).await?;

@@ -11,27 +11,19 @@
 use std::path::Path;
 
 use ax_scheduler_core::task::DEFAULT_NAMESPACE;
-use ax_scheduler_core::{TaskSpec, UtcMillis};
+use ax_scheduler_core::{TaskKey, TaskSpec, UtcMillis};
 
 /// How many fires `--dry-run` shows.
 pub const PREVIEW_FIRES: usize = 5;
 
-/// The key a spec file is registered under.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SpecKey {
-    /// Namespace.
-    pub namespace: String,
-    /// Id.
-    pub id: String,
-}
-
-/// Works out the key of `bytes` read from `source` (a path, or `-` for stdin).
+/// Works out the key a spec file is registered under, from `bytes` read from `source` (a
+/// path, or `-` for stdin).
 pub fn resolve_key(
     bytes: &[u8],
     source: &str,
     id_flag: Option<&str>,
     namespace_flag: Option<&str>,
-) -> Result<SpecKey, String> {
+) -> Result<TaskKey, String> {
     let doc: Option<serde_json::Value> = serde_json::from_slice(bytes).ok();
     let field = |name: &str| {
         doc.as_ref()
@@ -57,11 +49,11 @@ pub fn resolve_key(
         .map(str::to_owned)
         .or_else(|| field("namespace"))
         .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
-    Ok(SpecKey { namespace, id })
+    Ok(TaskKey::new(namespace, id))
 }
 
 /// Validates `bytes` as the spec stored under `key`; every problem as one line.
-pub fn validate(bytes: &[u8], key: &SpecKey) -> Result<TaskSpec, Vec<String>> {
+pub fn validate(bytes: &[u8], key: &TaskKey) -> Result<TaskSpec, Vec<String>> {
     TaskSpec::from_json(bytes, &key.namespace, &key.id)
         .map_err(|errors| errors.iter().map(ToString::to_string).collect())
 }
@@ -105,28 +97,19 @@ mod tests {
     fn key_precedence() {
         let doc = br#"{"id": "in-json", "namespace": "ops"}"#;
         let k = resolve_key(doc, "dir/file-name.json", Some("flag-id"), Some("flag-ns")).unwrap();
-        assert_eq!(
-            (k.namespace.as_str(), k.id.as_str()),
-            ("flag-ns", "flag-id")
-        );
+        assert_eq!((&*k.namespace, &*k.id), ("flag-ns", "flag-id"));
         let k = resolve_key(doc, "dir/file-name.json", None, None).unwrap();
-        assert_eq!((k.namespace.as_str(), k.id.as_str()), ("ops", "in-json"));
+        assert_eq!((&*k.namespace, &*k.id), ("ops", "in-json"));
         let k = resolve_key(b"{}", "dir/file-name.json", None, None).unwrap();
-        assert_eq!(
-            (k.namespace.as_str(), k.id.as_str()),
-            ("default", "file-name")
-        );
+        assert_eq!((&*k.namespace, &*k.id), ("default", "file-name"));
         assert!(resolve_key(b"{}", "-", None, None).is_err());
         // Unparseable JSON still gets a key, so that validation reports the syntax error.
-        assert_eq!(resolve_key(b"{", "t.json", None, None).unwrap().id, "t");
+        assert_eq!(&*resolve_key(b"{", "t.json", None, None).unwrap().id, "t");
     }
 
     #[test]
     fn every_fires_from_now() {
-        let key = SpecKey {
-            namespace: "default".into(),
-            id: "beat".into(),
-        };
+        let key = TaskKey::new("default", "beat");
         let spec = validate(br#"{"handler": "log", "schedule": {"every": "1m"}}"#, &key).unwrap();
         let now = UtcMillis(1_800_000_000_000);
         let report = preview(&spec, now).unwrap();
@@ -143,10 +126,7 @@ mod tests {
 
     #[test]
     fn a_past_one_shot_says_it_runs_late() {
-        let key = SpecKey {
-            namespace: "default".into(),
-            id: "once".into(),
-        };
+        let key = TaskKey::new("default", "once");
         let spec = validate(
             br#"{"handler": "log", "schedule": {"at": "2020-01-01T00:00:00Z"}}"#,
             &key,
@@ -161,10 +141,7 @@ mod tests {
 
     #[test]
     fn invalid_specs_list_every_problem() {
-        let key = SpecKey {
-            namespace: "default".into(),
-            id: "bad".into(),
-        };
+        let key = TaskKey::new("default", "bad");
         let errors =
             validate(br#"{"schedule": {"every": "soon"}, "colour": 1}"#, &key).unwrap_err();
         assert!(errors.len() >= 3, "{errors:#?}");

@@ -102,25 +102,25 @@ impl MemoryBackend {
     }
 
     fn lookup(&self, key: &TaskKey) -> Result<Value, ApiError> {
-        if key.namespace == "unreachable" {
+        if &*key.namespace == "unreachable" {
             return Err(ApiError::Unavailable("etcd: connection refused".into()));
         }
         self.tasks
             .lock()
             .unwrap()
-            .get(&(key.namespace.clone(), key.id.clone()))
+            .get(&(key.namespace.to_string(), key.id.to_string()))
             .cloned()
-            .ok_or_else(|| ApiError::NotFound(format!("task {}/{}", key.namespace, key.id)))
+            .ok_or_else(|| ApiError::NotFound(format!("task {key}")))
     }
 
     fn set_paused(&self, key: TaskKey, paused: bool) -> ApiFuture<'_, TaskView> {
         Box::pin(async move {
             let mut spec = self.lookup(&key)?;
             spec["paused"] = json!(paused);
-            self.tasks
-                .lock()
-                .unwrap()
-                .insert((key.namespace.clone(), key.id.clone()), spec.clone());
+            self.tasks.lock().unwrap().insert(
+                (key.namespace.to_string(), key.id.to_string()),
+                spec.clone(),
+            );
             Ok(view(&key.namespace, &key.id, &spec))
         })
     }
@@ -207,7 +207,10 @@ impl ApiBackend for MemoryBackend {
     fn delete_task(&self, key: TaskKey) -> ApiFuture<'_, ()> {
         Box::pin(async move {
             self.lookup(&key)?;
-            self.tasks.lock().unwrap().remove(&(key.namespace, key.id));
+            self.tasks
+                .lock()
+                .unwrap()
+                .remove(&(key.namespace.to_string(), key.id.to_string()));
             Ok(())
         })
     }
@@ -345,8 +348,8 @@ impl ApiBackend for MemoryBackend {
             Ok(KillResult {
                 killed: vec![KilledExecution {
                     execution_id: execution.unwrap_or_else(|| "e1".into()),
-                    namespace: Some(key.namespace),
-                    task_id: Some(key.id),
+                    namespace: Some(key.namespace.to_string()),
+                    task_id: Some(key.id.to_string()),
                     queue: "default".into(),
                     state: "running".into(),
                 }],

@@ -99,15 +99,6 @@ pub struct TaskList {
     pub continue_token: Option<String>,
 }
 
-/// A task's address: `{prefix}/tasks/{namespace}/{id}`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct TaskKey {
-    /// Namespace.
-    pub namespace: String,
-    /// Id.
-    pub id: String,
-}
-
 /// A task as the API shows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskView {

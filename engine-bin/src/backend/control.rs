@@ -67,13 +67,9 @@ impl Backend {
         if out.killed.is_empty() {
             return Err(ApiError::NotFound(match execution {
                 Some(id) => format!(
-                    "execution {id} of task {}/{} is not waiting, retrying or running (it finished, or never existed)",
-                    key.namespace, key.id
+                    "execution {id} of task {key} is not waiting, retrying or running (it finished, or never existed)"
                 ),
-                None => format!(
-                    "task {}/{} has no execution waiting, retrying or running",
-                    key.namespace, key.id
-                ),
+                None => format!("task {key} has no execution waiting, retrying or running"),
             }));
         }
         Ok(out)

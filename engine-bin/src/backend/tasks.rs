@@ -147,7 +147,7 @@ fn key_of(doc: &serde_json::Value) -> Result<TaskKey, ApiError> {
         Some(_) => return Err(ApiError::invalid("namespace: must be a string")),
         None => DEFAULT_NAMESPACE.to_owned(),
     };
-    Ok(TaskKey { namespace, id })
+    Ok(TaskKey::new(namespace, id))
 }
 
 /// What a task view says of a state record that cannot be decoded.
@@ -279,7 +279,7 @@ impl Backend {
             .map_err(|e| ApiError::Internal(format!("cannot encode the spec: {e}")))?;
         let mut spec = TaskSpec::from_json(&bytes, &key.namespace, &key.id).map_err(|errors| {
             ApiError::Invalid {
-                message: format!("task {}/{} is invalid", key.namespace, key.id),
+                message: format!("task {key} is invalid"),
                 errors: errors.iter().map(ToString::to_string).collect(),
             }
         })?;
@@ -309,14 +309,14 @@ impl Backend {
             let written: serde_json::Value =
                 serde_json::from_slice(&spec.to_json()).unwrap_or(serde_json::Value::Null);
             audit = Some(crate::audit::AuditDetail {
-                target: Some(format!("{}/{}", key.namespace, key.id)),
+                target: Some(key.to_string()),
                 detail: Some(crate::audit::spec_diff(previous.as_ref(), &written)),
                 revision: Some(revision),
             });
         }
         Ok(PutTaskResult {
-            namespace: key.namespace,
-            id: key.id,
+            namespace: key.namespace.to_string(),
+            id: key.id.to_string(),
             written: !dry_run,
             next_fires,
             audit,
@@ -489,10 +489,7 @@ impl Backend {
 }
 
 pub(super) fn not_found(key: &TaskKey) -> ApiError {
-    ApiError::NotFound(format!(
-        "task {}/{} is not registered",
-        key.namespace, key.id
-    ))
+    ApiError::NotFound(format!("task {key} is not registered"))
 }
 
 /// Whether a task's spec has label `key` (with `value`, when one is asked for). An invalid
@@ -644,9 +641,9 @@ mod tests {
     #[test]
     fn submitted_specs_name_their_key() {
         let k = key_of(&serde_json::json!({"id": "a", "namespace": "ops"})).unwrap();
-        assert_eq!((k.namespace.as_str(), k.id.as_str()), ("ops", "a"));
+        assert_eq!((&*k.namespace, &*k.id), ("ops", "a"));
         let k = key_of(&serde_json::json!({"id": "a"})).unwrap();
-        assert_eq!(k.namespace, "default");
+        assert_eq!(&*k.namespace, "default");
         assert!(matches!(
             key_of(&serde_json::json!({})),
             Err(ApiError::Invalid { .. })

@@ -181,9 +181,9 @@ impl TriggerLimiter {
             limit(
                 LimitKind::Rate,
                 format!(
-                    "task {}/{} was run now {} times in the last minute, the limit \
+                    "task {key} was run now {} times in the last minute, the limit \
                      (limits.triggers_per_task_per_minute); try again in {wait_s} s",
-                    key.namespace, key.id, self.0.per_minute
+                    self.0.per_minute
                 ),
             )
         })

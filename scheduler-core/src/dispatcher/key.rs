@@ -1,11 +1,18 @@
 //! A task's identity. Every map of the dispatcher is keyed by it, shared as an `Arc` so a
 //! task's timer, ready and pending entries cost a pointer each rather than two strings.
+//!
+//! It is the one key type of the workspace: the API, the CLI and alerts name a task by it
+//! too. Its serde shape, `{"namespace": .., "id": ..}`, is what the HTTP API and alert
+//! payloads show; nothing stored in etcd or Redis serializes it (they store the two fields of
+//! their own records), so that shape is free to be the edge's.
 
 use std::fmt;
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 /// A task's identity: its namespace and id (the last two segments of its etcd key).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TaskKey {
     /// Namespace.
     pub namespace: Arc<str>,
@@ -23,8 +30,24 @@ impl TaskKey {
     }
 }
 
+/// `namespace/id`, as logs, alert titles and the CLI write a task.
 impl fmt::Display for TaskKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.namespace, self.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serializes_as_namespace_and_id() {
+        let key = TaskKey::new("ops", "nightly");
+        let json = serde_json::to_string(&key).expect("serializes");
+        assert_eq!(json, r#"{"namespace":"ops","id":"nightly"}"#);
+        let back: TaskKey = serde_json::from_str(&json).expect("deserializes");
+        assert_eq!(back, key);
+        assert_eq!(key.to_string(), "ops/nightly");
     }
 }

@@ -26,7 +26,7 @@ impl<S: Send + Sync> FromRequestParts<S> for TaskPath {
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let Path((namespace, id)) =
             Path::<(String, String)>::from_request_parts(parts, state).await?;
-        Ok(TaskPath(TaskKey { namespace, id }))
+        Ok(TaskPath(TaskKey::new(namespace, id)))
     }
 }
 
