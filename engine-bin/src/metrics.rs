@@ -19,13 +19,18 @@
 //! (`process_cpu_seconds_total`, `process_resident_memory_bytes`, ...), whose names are the
 //! client's and not constants here.
 
+mod families;
+
 use std::collections::HashSet;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use ax_scheduler_core::{AttemptEnd, AttemptOutcome};
+use families::{
+    alerting_family, ProcessFamilies, QueueFamilies, SchedulerFamilies, WorkerFamilies,
+};
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
+    TextEncoder,
 };
 
 /// Fires enqueued by the leader. Labels: `queue`.
@@ -270,205 +275,77 @@ impl Metrics {
     /// built-in handlers and the alert `channels` (such as `feishu`, `webhook`).
     pub fn new(queues: &[String], channels: &[&str]) -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
+        let s = SchedulerFamilies::register(&registry)?;
+        let w = WorkerFamilies::register(&registry)?;
+        let q = QueueFamilies::register(&registry)?;
+        let p = ProcessFamilies::register(&registry)?;
+        let alerts_total = alerting_family(&registry)?;
         let m = Metrics {
-            tasks_scheduled_total: counter_vec(
-                &registry,
-                TASKS_SCHEDULED_TOTAL,
-                "Fires enqueued by the leader.",
-                &["queue"],
-            )?,
-            tasks_executed_total: counter_vec(
-                &registry,
-                TASKS_EXECUTED_TOTAL,
-                "Executions finished, successful or not.",
-                &["queue", "handler", "outcome"],
-            )?,
-            tasks_failed_total: counter_vec(
-                &registry,
-                TASKS_FAILED_TOTAL,
-                "Executions that failed (included in the executed total).",
-                &["queue", "handler"],
-            )?,
-            tasks_retried_total: counter_vec(
-                &registry,
-                TASKS_RETRIED_TOTAL,
-                "Retries scheduled after a failed execution.",
-                &["queue", "handler"],
-            )?,
-            dlq_size: register(
-                &registry,
-                IntGauge::new(DLQ_SIZE, "Executions in the dead-letter queue.")?,
-            )?,
-            schedule_latency_seconds: histogram_vec(
-                &registry,
-                SCHEDULE_LATENCY_SECONDS,
-                "Enqueue or start time minus due time, in seconds.",
-                &["queue"],
-                SCHEDULE_LATENCY_BUCKETS,
-            )?,
-            concurrency_wait_seconds: histogram_vec(
-                &registry,
-                CONCURRENCY_WAIT_SECONDS,
-                "Time an execution waited for a slot of its concurrency key, in seconds.",
-                &["queue"],
-                CONCURRENCY_WAIT_BUCKETS,
-            )?,
-            execution_duration_seconds: histogram_vec(
-                &registry,
-                EXECUTION_DURATION_SECONDS,
-                "Execution run time, in seconds.",
-                &["queue", "handler", "outcome"],
-                EXECUTION_DURATION_BUCKETS,
-            )?,
-            queue_depth: register(
-                &registry,
-                IntGaugeVec::new(
-                    Opts::new(QUEUE_DEPTH, "Executions waiting in the queue."),
-                    &["queue"],
-                )?,
-            )?,
-            queue_paused: register(
-                &registry,
-                IntGaugeVec::new(
-                    Opts::new(
-                        QUEUE_PAUSED,
-                        "1 while an operator has paused the queue, else 0.",
-                    ),
-                    &["queue"],
-                )?,
-            )?,
-            active_workers: register(
-                &registry,
-                IntGauge::new(ACTIVE_WORKERS, "Executions running on this replica.")?,
-            )?,
-            is_leader: register(
-                &registry,
-                IntGauge::new(IS_LEADER, "1 while this replica is the leader, else 0.")?,
-            )?,
-            shards_owned: register(
-                &registry,
-                IntGauge::new(SHARDS_OWNED, "Shards this replica schedules.")?,
-            )?,
-            shards: register(
-                &registry,
-                IntGauge::new(SHARDS, "Shards of the installation (scheduler.shards).")?,
-            )?,
-            leader_changes_total: register(
-                &registry,
-                IntCounter::new(
-                    LEADER_CHANGES_TOTAL,
-                    "Times this replica gained or lost leadership.",
-                )?,
-            )?,
-            invalid_specs: register(
-                &registry,
-                IntGauge::new(
-                    INVALID_SPECS,
-                    "Registered task specs that failed validation.",
-                )?,
-            )?,
-            undecodable_states: register(
-                &registry,
-                IntGauge::new(
-                    UNDECODABLE_STATES,
-                    "Task state records the last takeover could not decode.",
-                )?,
-            )?,
-            redis_config_warnings: register(
-                &registry,
-                IntGauge::new(
-                    REDIS_CONFIG_WARNINGS,
-                    "Redis settings that would lose ax's queue state, found at start.",
-                )?,
-            )?,
-            etcd_db_bytes: register(
-                &registry,
-                IntGauge::new(ETCD_DB_BYTES, "Size of etcd's database file, in bytes.")?,
-            )?,
-            etcd_db_quota_bytes: register(
-                &registry,
-                IntGauge::new(ETCD_DB_QUOTA_BYTES, "etcd's database quota, in bytes.")?,
-            )?,
-            unserved_queues: register(
-                &registry,
-                IntGauge::new(
-                    UNSERVED_QUEUES,
-                    "Queues where executions wait that no worker serves.",
-                )?,
-            )?,
-            oldest_queued_age_seconds: register(
-                &registry,
-                GaugeVec::new(
-                    Opts::new(
-                        OLDEST_QUEUED_AGE_SECONDS,
-                        "Age of the oldest waiting execution, in seconds.",
-                    ),
-                    &["queue"],
-                )?,
-            )?,
-            backend_errors_total: counter_vec(
-                &registry,
-                BACKEND_ERRORS_TOTAL,
-                "Failed calls to a backend.",
-                &["backend"],
-            )?,
-            api_auth_failures_total: counter_vec(
-                &registry,
-                API_AUTH_FAILURES_TOTAL,
-                "API requests refused for a missing, wrong or insufficient token.",
-                &["reason"],
-            )?,
-            deadline_misses_total: counter_vec(
-                &registry,
-                DEADLINE_MISSES_TOTAL,
-                "Fires not followed by a successful execution within the task's \
-                 expect_success_within, by reason.",
-                &["reason"],
-            )?,
-            alerts_total: counter_vec(
-                &registry,
-                ALERTS_TOTAL,
-                "Alerts handed to a channel, by outcome.",
-                &["channel", "outcome"],
-            )?,
-            build_info: register(
-                &registry,
-                IntGaugeVec::new(
-                    Opts::new(BUILD_INFO, "Always 1; labelled with the ax version."),
-                    &["version"],
-                )?,
-            )?,
+            tasks_scheduled_total: s.tasks_scheduled_total,
+            tasks_executed_total: w.tasks_executed_total,
+            tasks_failed_total: w.tasks_failed_total,
+            tasks_retried_total: w.tasks_retried_total,
+            dlq_size: q.dlq_size,
+            schedule_latency_seconds: s.schedule_latency_seconds,
+            concurrency_wait_seconds: w.concurrency_wait_seconds,
+            execution_duration_seconds: w.execution_duration_seconds,
+            queue_depth: q.queue_depth,
+            queue_paused: q.queue_paused,
+            active_workers: w.active_workers,
+            is_leader: s.is_leader,
+            shards_owned: s.shards_owned,
+            shards: s.shards,
+            leader_changes_total: s.leader_changes_total,
+            invalid_specs: s.invalid_specs,
+            undecodable_states: s.undecodable_states,
+            redis_config_warnings: p.redis_config_warnings,
+            etcd_db_bytes: p.etcd_db_bytes,
+            etcd_db_quota_bytes: p.etcd_db_quota_bytes,
+            unserved_queues: s.unserved_queues,
+            oldest_queued_age_seconds: q.oldest_queued_age_seconds,
+            backend_errors_total: p.backend_errors_total,
+            api_auth_failures_total: p.api_auth_failures_total,
+            deadline_misses_total: s.deadline_misses_total,
+            alerts_total,
+            build_info: p.build_info,
             registry,
             queue_labels: Arc::default(),
             handler_labels: Arc::default(),
         };
-        m.build_info
+        m.seed(queues, channels)?;
+        Ok(m)
+    }
+
+    /// Sets what is known from the start: the build info, the process collector, and the
+    /// series at zero of every bounded label value known now.
+    fn seed(&self, queues: &[String], channels: &[&str]) -> Result<(), prometheus::Error> {
+        self.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
         // CPU and memory per replica, for the dashboard and capacity planning: the kubelet's
         // container metrics are not always scraped, and these need no extra exporter.
         #[cfg(target_os = "linux")]
-        m.registry.register(Box::new(
+        self.registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
         for backend in [BACKEND_ETCD, BACKEND_REDIS] {
-            m.backend_errors_total.with_label_values(&[backend]);
+            self.backend_errors_total.with_label_values(&[backend]);
         }
         for reason in crate::api::REFUSAL_REASONS {
-            m.api_auth_failures_total.with_label_values(&[*reason]);
+            self.api_auth_failures_total.with_label_values(&[*reason]);
         }
         for reason in ax_scheduler_core::deadline::MissReason::ALL {
-            m.deadline_misses_total.with_label_values(&[reason]);
+            self.deadline_misses_total.with_label_values(&[reason]);
         }
         for queue in queues {
-            m.touch_queue(queue);
+            self.touch_queue(queue);
         }
         for channel in channels {
             for outcome in [ALERT_SENT, ALERT_FAILED, ALERT_SUPPRESSED] {
-                m.alerts_total.with_label_values(&[*channel, outcome]);
+                self.alerts_total.with_label_values(&[*channel, outcome]);
             }
         }
-        Ok(m)
+        Ok(())
     }
 
     /// The `queue` label value for `queue` (see [`MAX_LABEL_VALUES`]). A partition's
@@ -596,39 +473,6 @@ impl Metrics {
         TextEncoder::new().encode(&self.registry.gather(), &mut buf)?;
         String::from_utf8(buf).map_err(|e| prometheus::Error::Msg(e.to_string()))
     }
-}
-
-fn register<C: prometheus::core::Collector + Clone + 'static>(
-    registry: &Registry,
-    c: C,
-) -> Result<C, prometheus::Error> {
-    registry.register(Box::new(c.clone()))?;
-    Ok(c)
-}
-
-fn counter_vec(
-    registry: &Registry,
-    name: &str,
-    help: &str,
-    labels: &[&str],
-) -> Result<IntCounterVec, prometheus::Error> {
-    register(registry, IntCounterVec::new(Opts::new(name, help), labels)?)
-}
-
-fn histogram_vec(
-    registry: &Registry,
-    name: &str,
-    help: &str,
-    labels: &[&str],
-    buckets: &[f64],
-) -> Result<HistogramVec, prometheus::Error> {
-    register(
-        registry,
-        HistogramVec::new(
-            HistogramOpts::new(name, help).buckets(buckets.to_vec()),
-            labels,
-        )?,
-    )
 }
 
 #[cfg(test)]

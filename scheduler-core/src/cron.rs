@@ -192,84 +192,101 @@ fn check_field(def: &FieldDef, text: &str, errors: &mut Vec<String>) {
             errors.push(format!("empty item in the {name} field `{text}`"));
             continue;
         }
-        let upper = item.to_ascii_uppercase();
-        let (base, step) = match upper.split_once('/') {
-            Some((b, s)) => (b, Some(s)),
-            None => (upper.as_str(), None),
-        };
-        if let Some(s) = step {
-            match s.parse::<u32>() {
-                Err(_) => errors.push(format!("{name} step `{s}` in `{item}` is not a number")),
-                Ok(0) => errors.push(format!("{name} step in `{item}` must be at least 1")),
-                Ok(n) if n > def.max - def.min + 1 => errors.push(format!(
-                    "{name} step {n} in `{item}` is larger than the whole range {}-{}",
-                    def.min, def.max
+        check_item(def, item, errors);
+    }
+}
+
+/// One comma-separated item of a field: a wildcard, a range or a value, each with an
+/// optional step.
+fn check_item(def: &FieldDef, item: &str, errors: &mut Vec<String>) {
+    let name = def.name;
+    let upper = item.to_ascii_uppercase();
+    let (base, step) = match upper.split_once('/') {
+        Some((b, s)) => (b, Some(s)),
+        None => (upper.as_str(), None),
+    };
+    if let Some(s) = step {
+        check_step(def, item, s, errors);
+    }
+    let wildcard = base == "*" || (base == "?" && def.kind != Kind::Plain);
+    if wildcard {
+        return;
+    }
+    if base == "?" {
+        errors.push(format!(
+            "`?` is only allowed in day-of-month and day-of-week, not {name}"
+        ));
+        return;
+    }
+    if let Some((a, b)) = base.split_once('-') {
+        let lo = value(def, a, errors);
+        let hi = value(def, b, errors);
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            if lo > hi {
+                errors.push(format!(
+                    "{name} range {a}-{b} runs backwards; ranges do not wrap, write \
+                     {a}-{},{}-{b}",
+                    def.max, def.min
+                ));
+            }
+        }
+        return;
+    }
+    if step.is_some() {
+        errors.push(format!(
+            "{name} `{item}`: a step needs `*` or a range before it, e.g. `*/{s}` or \
+             `{base}-{max}/{s}`",
+            s = step.unwrap_or_default(),
+            max = def.max
+        ));
+        return;
+    }
+    check_value(def, item, base, errors);
+}
+
+/// The step `s` after the `/` of `item`.
+fn check_step(def: &FieldDef, item: &str, s: &str, errors: &mut Vec<String>) {
+    let name = def.name;
+    match s.parse::<u32>() {
+        Err(_) => errors.push(format!("{name} step `{s}` in `{item}` is not a number")),
+        Ok(0) => errors.push(format!("{name} step in `{item}` must be at least 1")),
+        Ok(n) if n > def.max - def.min + 1 => errors.push(format!(
+            "{name} step {n} in `{item}` is larger than the whole range {}-{}",
+            def.min, def.max
+        )),
+        Ok(_) => {}
+    }
+}
+
+/// A single value `base` (upper-cased `item`), or one of the special forms of the day
+/// fields (`L`, `15W`, `FRI#2`, `5L`).
+fn check_value(def: &FieldDef, item: &str, base: &str, errors: &mut Vec<String>) {
+    match def.kind {
+        Kind::DayOfMonth if base == "L" => {}
+        Kind::DayOfMonth if base.ends_with('W') => {
+            let day = &base[..base.len() - 1];
+            match day.parse::<u32>() {
+                Ok(d) if (1..=31).contains(&d) => {}
+                _ => errors.push(format!(
+                    "day-of-month `{item}`: `W` (nearest weekday) needs a day 1-31 before it"
                 )),
-                Ok(_) => {}
             }
         }
-        let wildcard = base == "*" || (base == "?" && def.kind != Kind::Plain);
-        if wildcard {
-            continue;
-        }
-        if base == "?" {
-            errors.push(format!(
-                "`?` is only allowed in day-of-month and day-of-week, not {name}"
-            ));
-            continue;
-        }
-        if let Some((a, b)) = base.split_once('-') {
-            let lo = value(def, a, errors);
-            let hi = value(def, b, errors);
-            if let (Some(lo), Some(hi)) = (lo, hi) {
-                if lo > hi {
-                    errors.push(format!(
-                        "{name} range {a}-{b} runs backwards; ranges do not wrap, write \
-                         {a}-{},{}-{b}",
-                        def.max, def.min
-                    ));
-                }
+        Kind::DayOfWeek if base.contains('#') => {
+            let (day, nth) = base.split_once('#').unwrap_or((base, ""));
+            value(def, day, errors);
+            if !(nth == "L" || matches!(nth.parse::<u32>(), Ok(1..=5))) {
+                errors.push(format!(
+                    "day-of-week `{item}`: the occurrence after `#` must be 1-5 or L"
+                ));
             }
-            continue;
         }
-        if step.is_some() {
-            errors.push(format!(
-                "{name} `{item}`: a step needs `*` or a range before it, e.g. `*/{s}` or \
-                 `{base}-{max}/{s}`",
-                s = step.unwrap_or_default(),
-                max = def.max
-            ));
-            continue;
+        Kind::DayOfWeek if base.len() > 1 && base.ends_with('L') => {
+            value(def, &base[..base.len() - 1], errors);
         }
-        match def.kind {
-            Kind::DayOfMonth if base == "L" => continue,
-            Kind::DayOfMonth if base.ends_with('W') => {
-                let day = &base[..base.len() - 1];
-                match day.parse::<u32>() {
-                    Ok(d) if (1..=31).contains(&d) => {}
-                    _ => errors.push(format!(
-                        "day-of-month `{item}`: `W` (nearest weekday) needs a day 1-31 before it"
-                    )),
-                }
-                continue;
-            }
-            Kind::DayOfWeek if base.contains('#') => {
-                let (day, nth) = base.split_once('#').unwrap_or((base, ""));
-                value(def, day, errors);
-                if !(nth == "L" || matches!(nth.parse::<u32>(), Ok(1..=5))) {
-                    errors.push(format!(
-                        "day-of-week `{item}`: the occurrence after `#` must be 1-5 or L"
-                    ));
-                }
-                continue;
-            }
-            Kind::DayOfWeek if base.len() > 1 && base.ends_with('L') => {
-                value(def, &base[..base.len() - 1], errors);
-                continue;
-            }
-            _ => {}
+        _ => {
+            value(def, base, errors);
         }
-        value(def, base, errors);
     }
 }
 

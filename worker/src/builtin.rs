@@ -135,15 +135,7 @@ async fn post(
             .header(EXECUTION_ID_HEADER, exec.execution_id.to_string())
             .header(ATTEMPT_HEADER, exec.attempt.to_string());
         if own_origin {
-            for (k, v) in &target.headers {
-                req = req.header(k, v);
-            }
-            // The token is a credential, like the task's headers: only for its own origin.
-            if let Some(c) = completion {
-                req = req
-                    .header(COMPLETION_URL_HEADER, c.url())
-                    .header(COMPLETION_TOKEN_HEADER, c.token());
-            }
+            req = with_credentials(req, target, completion);
         }
         if with_body {
             req = req
@@ -162,23 +154,7 @@ async fn post(
             }
             return classify_status(status);
         }
-        let next = resp
-            .headers()
-            .get(LOCATION)
-            .and_then(|l| l.to_str().ok())
-            .and_then(|l| url.join(l).ok())
-            .ok_or_else(|| {
-                HandlerError::Permanent(format!(
-                    "{method} {shown} answered HTTP {status} without a usable Location"
-                ))
-            })?;
-        if !target.follow_redirects {
-            return Err(HandlerError::Permanent(format!(
-                "{method} {shown} answered HTTP {status}, redirecting to {}: the http handler \
-                 follows redirects only for tasks with \"http\": {{\"follow_redirects\": true}}",
-                mask_url(next.as_str())
-            )));
-        }
+        let next = redirect_target(&resp, &url, &method, &shown, target.follow_redirects)?;
         // 307 and 308 repeat the request as it was; the others turn it into a GET, as
         // browsers do.
         if !matches!(status.as_u16(), 307 | 308) {
@@ -191,6 +167,55 @@ async fn post(
         "POST {} was redirected more than {MAX_REDIRECTS} times",
         mask_url(task_url.as_str())
     )))
+}
+
+/// The task's credentials on a request to the task URL's own origin: its headers and, for
+/// an `http.async` task, the completion URL and token.
+fn with_credentials(
+    mut req: reqwest::RequestBuilder,
+    target: &HttpTarget,
+    completion: Option<&Completion>,
+) -> reqwest::RequestBuilder {
+    for (k, v) in &target.headers {
+        req = req.header(k, v);
+    }
+    // The token is a credential, like the task's headers: only for its own origin.
+    if let Some(c) = completion {
+        req = req
+            .header(COMPLETION_URL_HEADER, c.url())
+            .header(COMPLETION_TOKEN_HEADER, c.token());
+    }
+    req
+}
+
+/// Where a redirect answer to `method` `url` (`shown` masked) points, if the task follows
+/// redirects and the answer names a usable place.
+fn redirect_target(
+    resp: &reqwest::Response,
+    url: &Url,
+    method: &Method,
+    shown: &str,
+    follow_redirects: bool,
+) -> Result<Url, HandlerError> {
+    let status = resp.status();
+    let next = resp
+        .headers()
+        .get(LOCATION)
+        .and_then(|l| l.to_str().ok())
+        .and_then(|l| url.join(l).ok())
+        .ok_or_else(|| {
+            HandlerError::Permanent(format!(
+                "{method} {shown} answered HTTP {status} without a usable Location"
+            ))
+        })?;
+    if !follow_redirects {
+        return Err(HandlerError::Permanent(format!(
+            "{method} {shown} answered HTTP {status}, redirecting to {}: the http handler \
+             follows redirects only for tasks with \"http\": {{\"follow_redirects\": true}}",
+            mask_url(next.as_str())
+        )));
+    }
+    Ok(next)
 }
 
 /// The response's status and the start of its body, for the history: at most

@@ -32,6 +32,7 @@ mod config;
 mod env;
 mod group;
 
+use std::collections::BTreeMap;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -158,74 +159,27 @@ async fn run(
             names.join(", ")
         ))
     })?;
-    let mut cmd = tokio::process::Command::new(&cfg.path);
-    cmd.args(&cfg.args)
-        .args(&call.args)
-        .env_clear()
-        .envs(&env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        // The group guard kills the whole group; the child alone is not enough.
-        .kill_on_drop(false);
-    if let Some(dir) = &cfg.working_dir {
-        cmd.current_dir(dir);
-    }
-    let mut child = cmd.spawn().map_err(|e| spawn_error(name, cfg, e))?;
+    let mut child = spawn(cfg, call, &env).map_err(|e| spawn_error(name, cfg, e))?;
     let guard = GroupGuard::new(child.id());
     tracing::debug!(command = name, pid = child.id(), "command started");
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let mut out = Excerpt::new(cfg.max_output_bytes);
     let mut err = Excerpt::new(cfg.max_output_bytes);
-    let mut stopped = false;
-    let status = {
-        let mut reading = std::pin::pin!(async {
-            tokio::join!(
-                async {
-                    if let Some(s) = stdout {
-                        capture::drain(s, &mut out).await;
-                    }
-                },
-                async {
-                    if let Some(s) = stderr {
-                        capture::drain(s, &mut err).await;
-                    }
+    let reading = async {
+        tokio::join!(
+            async {
+                if let Some(s) = stdout {
+                    capture::drain(s, &mut out).await;
                 }
-            )
-        });
-        let mut read_all = false;
-        let mut kill_at: Option<tokio::time::Instant> = None;
-        let mut killed = false;
-        let status = loop {
-            tokio::select! {
-                status = child.wait() => break status,
-                _ = &mut reading, if !read_all => read_all = true,
-                _ = ctx.cancel.cancelled(), if kill_at.is_none() => {
-                    tracing::info!(command = name, grace = ?cfg.kill_grace, "stopping the command: SIGTERM to its process group");
-                    stopped = true;
-                    guard.signal(Signal::TERM);
-                    kill_at = Some(tokio::time::Instant::now() + cfg.kill_grace);
-                }
-                _ = tokio::time::sleep_until(kill_at.unwrap_or_else(tokio::time::Instant::now)),
-                    if kill_at.is_some() && !killed => {
-                    tracing::warn!(command = name, "the command outlived its grace: SIGKILL to its process group");
-                    guard.signal(Signal::KILL);
-                    killed = true;
+            },
+            async {
+                if let Some(s) = stderr {
+                    capture::drain(s, &mut err).await;
                 }
             }
-        };
-        if guard.kill_rest() && status.is_ok() {
-            tracing::info!(
-                command = name,
-                "killed what the command left running in its process group"
-            );
-        }
-        if !read_all {
-            let _ = tokio::time::timeout(DRAIN_GRACE, &mut reading).await;
-        }
-        status
+        )
     };
+    let (status, stopped) = supervise(child, guard, reading, cfg, ctx, name).await;
     let status = status
         .map_err(|e| HandlerError::Retryable(format!("cannot wait for command `{name}`: {e}")))?;
     tracing::debug!(command = name, exit_code = status.code(), "command ended");
@@ -236,6 +190,76 @@ async fn run(
         out.is_cut() || err.is_cut(),
     ));
     judge(name, status, &err, stopped)
+}
+
+/// Starts the command with nothing but what `cfg` and the task give it, leading a process
+/// group of its own.
+fn spawn(
+    cfg: &CommandConfig,
+    call: &CommandCall,
+    env: &BTreeMap<String, String>,
+) -> std::io::Result<tokio::process::Child> {
+    let mut cmd = tokio::process::Command::new(&cfg.path);
+    cmd.args(&cfg.args)
+        .args(&call.args)
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        // The group guard kills the whole group; the child alone is not enough.
+        .kill_on_drop(false);
+    if let Some(dir) = &cfg.working_dir {
+        cmd.current_dir(dir);
+    }
+    cmd.spawn()
+}
+
+/// Waits for the command while `reading` drains its pipes, stopping its group when the
+/// token is cancelled (SIGTERM, then SIGKILL after `kill_grace`), and kills what it left
+/// in its group. Returns its exit status and whether it was stopped.
+async fn supervise(
+    mut child: tokio::process::Child,
+    guard: GroupGuard,
+    reading: impl std::future::Future<Output = ((), ())>,
+    cfg: &CommandConfig,
+    ctx: &HandlerContext,
+    name: &str,
+) -> (std::io::Result<ExitStatus>, bool) {
+    let mut stopped = false;
+    let mut reading = std::pin::pin!(reading);
+    let mut read_all = false;
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let mut killed = false;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            _ = &mut reading, if !read_all => read_all = true,
+            _ = ctx.cancel.cancelled(), if kill_at.is_none() => {
+                tracing::info!(command = name, grace = ?cfg.kill_grace, "stopping the command: SIGTERM to its process group");
+                stopped = true;
+                guard.signal(Signal::TERM);
+                kill_at = Some(tokio::time::Instant::now() + cfg.kill_grace);
+            }
+            _ = tokio::time::sleep_until(kill_at.unwrap_or_else(tokio::time::Instant::now)),
+                if kill_at.is_some() && !killed => {
+                tracing::warn!(command = name, "the command outlived its grace: SIGKILL to its process group");
+                guard.signal(Signal::KILL);
+                killed = true;
+            }
+        }
+    };
+    if guard.kill_rest() && status.is_ok() {
+        tracing::info!(
+            command = name,
+            "killed what the command left running in its process group"
+        );
+    }
+    if !read_all {
+        let _ = tokio::time::timeout(DRAIN_GRACE, &mut reading).await;
+    }
+    (status, stopped)
 }
 
 /// The attempt's result from the command's exit status.

@@ -14,8 +14,27 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut errors = Vec::new();
         let mut err = |key: &str, msg: String| errors.push(format!("{key}: {msg}"));
+        // The order of the sections is the order of the problems in the message.
+        self.check_etcd(&mut err);
+        self.check_redis(&mut err);
+        self.check_instance(&mut err);
+        self.check_election(&mut err);
+        self.check_scheduler(&mut err);
+        self.check_worker(&mut err);
+        self.check_http(&mut err);
+        self.check_audit(&mut err);
+        self.check_limits(&mut err);
+        self.check_alerts(&mut err);
 
-        // etcd
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(errors))
+        }
+    }
+
+    /// `[etcd]`.
+    fn check_etcd(&self, err: &mut impl FnMut(&str, String)) {
         if self.etcd.endpoints.is_empty() {
             err("etcd.endpoints", "must list at least one endpoint".into());
         }
@@ -60,9 +79,45 @@ impl Config {
         if !self.etcd.username.is_empty() && self.etcd.password.is_empty() {
             err("etcd.password", "must be set when etcd.username is".into());
         }
-        positive(&mut err, "etcd.timeout", self.etcd.timeout);
+        positive(err, "etcd.timeout", self.etcd.timeout);
+    }
 
-        // redis
+    /// `[redis]`.
+    fn check_redis(&self, err: &mut impl FnMut(&str, String)) {
+        self.check_redis_urls(err);
+        if self.redis.key_prefix.trim().is_empty() {
+            err("redis.key_prefix", "must not be empty".into());
+        }
+        if self.redis.execution_history_retention.as_millis() == 0 {
+            err(
+                "redis.execution_history_retention",
+                "must be above 0".into(),
+            );
+        }
+        if self.redis.execution_history_max_entries == 0 {
+            err(
+                "redis.execution_history_max_entries",
+                "must be at least 1".into(),
+            );
+        }
+        for (q, &n) in &self.redis.queue_partitions {
+            if let Some(problem) = queue_name_problem(q) {
+                err("redis.queue_partitions", problem);
+            }
+            if !(1..=ax_queue::MAX_PARTITIONS).contains(&n) {
+                err(
+                    "redis.queue_partitions",
+                    format!(
+                        "queue `{q}` has {n} partitions; 1 to {} are allowed",
+                        ax_queue::MAX_PARTITIONS
+                    ),
+                );
+            }
+        }
+    }
+
+    /// `[redis]`: the URLs in use and the TLS settings that depend on their scheme.
+    fn check_redis_urls(&self, err: &mut impl FnMut(&str, String)) {
         let redis_key = if self.redis.cluster_nodes.is_empty() {
             "redis.url"
         } else {
@@ -115,37 +170,10 @@ impl Config {
                 }
             }
         }
-        if self.redis.key_prefix.trim().is_empty() {
-            err("redis.key_prefix", "must not be empty".into());
-        }
-        if self.redis.execution_history_retention.as_millis() == 0 {
-            err(
-                "redis.execution_history_retention",
-                "must be above 0".into(),
-            );
-        }
-        if self.redis.execution_history_max_entries == 0 {
-            err(
-                "redis.execution_history_max_entries",
-                "must be at least 1".into(),
-            );
-        }
-        for (q, &n) in &self.redis.queue_partitions {
-            if let Some(problem) = queue_name_problem(q) {
-                err("redis.queue_partitions", problem);
-            }
-            if !(1..=ax_queue::MAX_PARTITIONS).contains(&n) {
-                err(
-                    "redis.queue_partitions",
-                    format!(
-                        "queue `{q}` has {n} partitions; 1 to {} are allowed",
-                        ax_queue::MAX_PARTITIONS
-                    ),
-                );
-            }
-        }
+    }
 
-        // instance
+    /// `[instance]`.
+    fn check_instance(&self, err: &mut impl FnMut(&str, String)) {
         if self.instance.id.trim().is_empty() {
             err(
                 "instance.id",
@@ -167,8 +195,10 @@ impl Config {
                 "must name at least one role (`scheduler`, `worker`)".into(),
             );
         }
+    }
 
-        // election, scheduler
+    /// `[election]`.
+    fn check_election(&self, err: &mut impl FnMut(&str, String)) {
         if self.election.lease_ttl < Duration::from_secs(2) {
             err(
                 "election.lease_ttl",
@@ -178,7 +208,11 @@ impl Config {
                 ),
             );
         }
-        positive(&mut err, "scheduler.tick", self.scheduler.tick);
+    }
+
+    /// `[scheduler]`.
+    fn check_scheduler(&self, err: &mut impl FnMut(&str, String)) {
+        positive(err, "scheduler.tick", self.scheduler.tick);
         if self.scheduler.tick > Duration::from_secs(1) {
             err(
                 "scheduler.tick",
@@ -195,7 +229,7 @@ impl Config {
             );
         }
         positive(
-            &mut err,
+            err,
             "scheduler.catch_up_window",
             self.scheduler.catch_up_window,
         );
@@ -222,7 +256,7 @@ impl Config {
                 self.scheduler.enqueue_stall_limit,
             ),
         ] {
-            positive(&mut err, key, value);
+            positive(err, key, value);
         }
 
         let max_shards = ax_scheduler_core::placement::MAX_SHARDS;
@@ -235,8 +269,10 @@ impl Config {
                 ),
             );
         }
+    }
 
-        // worker
+    /// `[worker]`.
+    fn check_worker(&self, err: &mut impl FnMut(&str, String)) {
         if self.instance.has_role(Role::Worker) && self.worker.queues.is_empty() {
             err(
                 "worker.queues",
@@ -268,7 +304,7 @@ impl Config {
             }
         }
         positive(
-            &mut err,
+            err,
             "worker.visibility_timeout",
             self.worker.visibility_timeout,
         );
@@ -280,8 +316,10 @@ impl Config {
         for (key, problem) in self.worker.commands_config().problems() {
             err(&key, problem);
         }
+    }
 
-        // http
+    /// `[http]`.
+    fn check_http(&self, err: &mut impl FnMut(&str, String)) {
         if !is_host_port(&self.http.listen) {
             err(
                 "http.listen",
@@ -330,13 +368,18 @@ impl Config {
                 format!("`{public}` must start with http:// or https://"),
             );
         }
+    }
 
-        positive(&mut err, "audit.retention", self.audit.retention);
+    /// `[audit]`.
+    fn check_audit(&self, err: &mut impl FnMut(&str, String)) {
+        positive(err, "audit.retention", self.audit.retention);
         if self.audit.max_records == 0 {
             err("audit.max_records", "must be at least 1".into());
         }
+    }
 
-        // limits
+    /// `[limits]`.
+    fn check_limits(&self, err: &mut impl FnMut(&str, String)) {
         if self.limits.max_request_bytes < 1024 {
             err(
                 "limits.max_request_bytes",
@@ -355,8 +398,10 @@ impl Config {
                 "must be at least 1".into(),
             );
         }
+    }
 
-        // alerts
+    /// `[alerts]`.
+    fn check_alerts(&self, err: &mut impl FnMut(&str, String)) {
         for (key, url) in [
             ("alerts.feishu_webhook", &self.alerts.feishu_webhook),
             ("alerts.webhook_url", &self.alerts.webhook_url),
@@ -372,12 +417,6 @@ impl Config {
                 "alerts.feishu_secret",
                 "is set but alerts.feishu_webhook is not".into(),
             );
-        }
-
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(ConfigError::Invalid(errors))
         }
     }
 }

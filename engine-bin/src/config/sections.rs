@@ -1,0 +1,446 @@
+//! The section structs of the configuration, one per `[section]` of the file.
+//!
+//! Plain data that serde reads and writes: every struct denies unknown keys and takes its
+//! missing keys from its [`Default`], so a partial file is complete once parsed. The
+//! defaults themselves live in `defaults`, where they read as one table; the methods here
+//! only interpret a section's own values.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// `[etcd]`: connection to the etcd cluster.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Etcd {
+    /// Client URLs (`http://host:2379`, `https://...`); default `["http://127.0.0.1:2379"]`.
+    pub endpoints: Vec<String>,
+    /// Key prefix under which ax keeps everything; default `/scheduler`.
+    pub prefix: String,
+    /// User name for etcd authentication; empty for none.
+    pub username: String,
+    /// Password for etcd authentication (secret).
+    pub password: String,
+    /// CA bundle; when set, connections use TLS.
+    pub ca_file: String,
+    /// Client certificate for mutual TLS (with `key_file`).
+    pub cert_file: String,
+    /// Client key for mutual TLS (with `cert_file`).
+    pub key_file: String,
+    /// Timeout of every etcd request; default 5 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub timeout: Duration,
+    /// etcd's `--quota-backend-bytes`, for the database-size gauge, alert and `ax status`
+    /// (etcd 3.6 and later report it themselves, and that wins); default 2 GiB, etcd's own
+    /// default.
+    pub quota_backend_bytes: u64,
+}
+
+/// `[redis]`: connection to Redis.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Redis {
+    /// `redis://` or `rediss://` (TLS) URL; default `redis://127.0.0.1:6379/0`. Not used
+    /// when `cluster_nodes` is set.
+    pub url: String,
+    /// `redis://` or `rediss://` URLs of some nodes of a Redis Cluster (one reachable node is
+    /// enough to find the rest); when set, ax uses the cluster instead of `url`. Default
+    /// empty.
+    pub cluster_nodes: Vec<String>,
+    /// Replicas that must have each enqueue and settle before it counts as done (`WAIT`);
+    /// 0 (the default) does not wait.
+    pub replica_acks: u32,
+    /// Password (secret); when set it replaces any password in `url`.
+    pub password: String,
+    /// CA bundle that signed the server's certificate (`rediss://` only); empty: the
+    /// system's root certificates.
+    pub ca_file: String,
+    /// Client certificate for mutual TLS (with `key_file`; `rediss://` only).
+    pub cert_file: String,
+    /// Client key for mutual TLS (with `cert_file`).
+    pub key_file: String,
+    /// Prefix of every Redis key ax writes; default `ax`.
+    pub key_prefix: String,
+    /// Executions kept in each task's history (`ax task history`); default 100.
+    pub history_cap: usize,
+    /// How long a task's execution history is kept after its last execution; default 30 d.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub history_retention: Duration,
+    /// How long the execution history across tasks (`ax history`) keeps an attempt;
+    /// default 7 d.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub execution_history_retention: Duration,
+    /// Most attempts the execution history across tasks keeps; default 200 000.
+    pub execution_history_max_entries: usize,
+    /// How long a dead-letter entry is kept; default 90 d.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub dlq_retention: Duration,
+    /// Most dead-letter entries kept per queue (the oldest go first); default 10 000.
+    pub dlq_max_entries: usize,
+    /// Partitions per queue name (`{ hot = 4 }`), 1 to 256: such a queue is that many
+    /// physical queues on different Redis Cluster slots. Every replica and the CLI must
+    /// have the same. Default none.
+    pub queue_partitions: BTreeMap<String, u32>,
+}
+
+/// What a replica does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Joins the election; the leader fires tasks.
+    Scheduler,
+    /// Runs executions from the queues.
+    Worker,
+}
+
+impl Role {
+    /// The name used in the file, the environment and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Scheduler => "scheduler",
+            Role::Worker => "worker",
+        }
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "scheduler" => Ok(Role::Scheduler),
+            "worker" => Ok(Role::Worker),
+            other => Err(format!(
+                "unknown role `{other}`, expected `scheduler` or `worker`"
+            )),
+        }
+    }
+}
+
+/// `[instance]`: this replica.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Instance {
+    /// Unique id among replicas; empty means the host name (the pod name under Kubernetes).
+    pub id: String,
+    /// Roles; default both.
+    pub roles: Vec<Role>,
+}
+
+impl Instance {
+    /// Whether this replica has `role`.
+    pub fn has_role(&self, role: Role) -> bool {
+        self.roles.contains(&role)
+    }
+}
+
+/// `[election]`: leader election on an etcd lease.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Election {
+    /// Lease TTL: how long a dead leader keeps leadership at most; default 10 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub lease_ttl: Duration,
+}
+
+/// `[scheduler]`: the leader's firing loop.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Scheduler {
+    /// Timer resolution; default 10 ms.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub tick: Duration,
+    /// Missed fires older than this are not run (an alert is raised); default 10 min.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub catch_up_window: Duration,
+    /// Clock skew against etcd beyond which a replica refuses to lead; default 2 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub max_clock_skew: Duration,
+    /// How often the leader reads worker events; default 100 ms.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub events_interval: Duration,
+    /// How often the leader writes changed task states to etcd; default 500 ms.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub flush_interval: Duration,
+    /// How often the leader reads run-now requests; default 250 ms.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub trigger_interval: Duration,
+    /// How long the leader retries enqueues Redis refuses before stepping down; default 30 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub enqueue_stall_limit: Duration,
+    /// Enqueues per second at most; 0 (default) means no limit.
+    pub enqueue_rate_limit: u32,
+    /// Queue depth above which a backlog alert is raised; default
+    /// [`ax_alerting::DEFAULT_QUEUE_BACKLOG_THRESHOLD`] (1000).
+    pub backlog_alert_threshold: u64,
+    /// Shards the task space is split into, each scheduled by one replica at a time; 1
+    /// (default): one leader schedules everything. The same on every replica.
+    pub shards: u32,
+    /// What a task's shard is computed from: `task` (default) or `namespace`.
+    pub placement: ax_scheduler_core::placement::PlaceBy,
+}
+
+/// `[worker]`: the worker pool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Worker {
+    /// Executions run at once; default [`ax_worker::DEFAULT_CONCURRENCY`] (0 means the
+    /// default too).
+    pub concurrency: usize,
+    /// Executions taken ahead of a free slot; default [`ax_worker::DEFAULT_PREFETCH`].
+    pub prefetch: usize,
+    /// Queues taken from; default `["default"]`.
+    pub queues: Vec<String>,
+    /// How long running executions may finish after a stop is asked; default 30 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub shutdown_grace: Duration,
+    /// How long a worker must have stopped heartbeating before its executions go to another
+    /// worker; default 30 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub visibility_timeout: Duration,
+    /// Address blocks (CIDR, or one address) the `http` handler may call besides public
+    /// addresses; default none.
+    pub http_allow_cidrs: Vec<String>,
+    /// Host names (`name`, `*.suffix`) the `http` handler may call whatever they resolve to;
+    /// default none.
+    pub http_allow_hosts: Vec<String>,
+    /// Let the `command` handler run commands while the replica runs as root. Dangerous: a
+    /// command then has every right on the machine; default false.
+    pub commands_allow_root: bool,
+    /// The commands the `command` handler runs, by the name tasks give
+    /// (`[worker.commands.<name>]`); default none.
+    pub commands: BTreeMap<String, ax_worker::CommandConfig>,
+    /// Limits per queue (`[[worker.queue_limits]]`), enforced in Redis across all workers;
+    /// default none. Give every replica the same.
+    pub queue_limits: Vec<QueueLimit>,
+}
+
+/// `[[worker.queue_limits]]`: the limits of one queue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueLimit {
+    /// The queue.
+    pub queue: String,
+    /// Most executions of the queue running at once, across all workers; 0 (the default):
+    /// no limit.
+    #[serde(default)]
+    pub max_running: u32,
+    /// Most executions taken from the queue per second, across all workers (a token bucket
+    /// holding one second's worth, at least one); 0 (the default): no limit.
+    #[serde(default)]
+    pub rate: f64,
+}
+
+/// The `http` handler's allow lists, parsed.
+pub type EgressAllow = (Vec<ax_worker::egress::IpNet>, Vec<ax_worker::HostPattern>);
+
+impl Worker {
+    /// `http_allow_cidrs` and `http_allow_hosts` parsed, or every entry that does not parse
+    /// as `(key, problem)`.
+    pub fn egress_allow(&self) -> Result<EgressAllow, Vec<(&'static str, String)>> {
+        let mut errors = Vec::new();
+        let mut cidrs = Vec::new();
+        for text in &self.http_allow_cidrs {
+            match ax_worker::egress::parse_allow_cidr(text) {
+                Ok(net) => cidrs.push(net),
+                Err(e) => errors.push(("worker.http_allow_cidrs", e.to_string())),
+            }
+        }
+        let mut hosts = Vec::new();
+        for text in &self.http_allow_hosts {
+            match text.parse::<ax_worker::HostPattern>() {
+                Ok(pattern) => hosts.push(pattern),
+                Err(e) => errors.push(("worker.http_allow_hosts", e.to_string())),
+            }
+        }
+        if errors.is_empty() {
+            Ok((cidrs, hosts))
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// The `command` handler's configuration.
+    pub fn commands_config(&self) -> ax_worker::CommandsConfig {
+        ax_worker::CommandsConfig {
+            commands: self.commands.clone(),
+            allow_root: self.commands_allow_root,
+        }
+    }
+
+    /// The concurrency to run with: `concurrency`, or the default for 0 (what older
+    /// configurations and charts wrote for "the default").
+    pub fn effective_concurrency(&self) -> usize {
+        if self.concurrency == 0 {
+            ax_worker::DEFAULT_CONCURRENCY
+        } else {
+            self.concurrency
+        }
+    }
+}
+
+/// One configured token: `[[http.tokens]]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenEntry {
+    /// Who holds it (logged, and named in the audit); unique.
+    pub name: String,
+    /// What it may do.
+    pub role: crate::api::Role,
+    /// SHA-256 of the token, 64 hex digits (`ax token new` prints it; or
+    /// `printf %s "$TOKEN" | sha256sum`).
+    pub sha256: String,
+}
+
+/// `[http]`: the one HTTP port.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Http {
+    /// `host:port` to listen on; default `0.0.0.0:8080`.
+    pub listen: String,
+    /// A plain admin token for `/api/v1`, named `api_token` (secret; for a token kept in a
+    /// Kubernetes secret, `AX_API_TOKEN`); empty for none.
+    pub api_token: String,
+    /// Named tokens with roles, stored as SHA-256 hashes (`ax token new` makes one).
+    pub tokens: Vec<TokenEntry>,
+    /// Lets anyone who reaches the port use the whole API without a token, on a listener
+    /// that is not loopback-only. Without a token and without this, such a replica refuses
+    /// every API call; default false.
+    pub insecure_open_api: bool,
+    /// The base URL under which the jobs of `http.async` tasks reach this API
+    /// (`https://ax.example.com`, behind whatever proxy or ingress): the completion URL
+    /// each request of such a task carries is built from it. Empty for none: such tasks
+    /// then fail, saying to set this.
+    pub public_url: String,
+}
+
+/// `[audit]`: the audit log of changes made through ax.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Audit {
+    /// How long a record is kept; default 90 d.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub retention: Duration,
+    /// Most records kept (the oldest go first); default 100 000.
+    pub max_records: usize,
+}
+
+/// `[limits]`: bounds on what API and CLI callers may send, each refused with a message
+/// naming it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest `/api/v1` request body, bytes; default 1 MiB.
+    pub max_request_bytes: usize,
+    /// Most tasks one namespace may hold (checked when the API or CLI creates a task);
+    /// default 100 000.
+    pub max_tasks_per_namespace: u64,
+    /// Run-now requests per task per minute through this replica's API; default 60.
+    pub triggers_per_task_per_minute: u32,
+}
+
+/// Alert severity, lowest first.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertLevel {
+    /// For the record.
+    Info,
+    /// Needs a look.
+    #[default]
+    Warn,
+    /// Needs action now.
+    Critical,
+    /// The engine cannot do its job.
+    Fatal,
+}
+
+/// `[alerts]`: alert channels.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Alerts {
+    /// Feishu bot webhook URL (secret: it carries the bot's token); empty disables Feishu.
+    pub feishu_webhook: String,
+    /// Feishu signing secret (secret); when set, messages are signed.
+    pub feishu_secret: String,
+    /// Generic JSON webhook URL; empty disables it.
+    pub webhook_url: String,
+    /// Alerts below this level are not sent; default `warn`.
+    pub min_level: AlertLevel,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::{Config, MASK};
+
+    #[test]
+    fn commands_are_a_table_of_named_commands() {
+        let c = Config::from_toml_str(
+            r#"
+            [worker]
+            commands_allow_root = true
+            [worker.commands.backup]
+            path = "/usr/local/bin/backup.sh"
+            args = ["--quiet"]
+            env = { BACKUP_DIR = "/data" }
+            allow_env = ["TARGET"]
+            working_dir = "/data"
+            max_output_bytes = 8192
+            kill_grace = "10s"
+            [worker.commands.report]
+            path = "/usr/local/bin/report"
+            "#,
+        )
+        .unwrap();
+        let w = &c.worker;
+        assert!(w.commands_allow_root);
+        let backup = &w.commands["backup"];
+        assert_eq!(backup.path, Path::new("/usr/local/bin/backup.sh"));
+        assert_eq!(backup.args, ["--quiet"]);
+        assert_eq!(backup.env["BACKUP_DIR"], "/data");
+        assert_eq!(backup.allow_env, ["TARGET"]);
+        assert_eq!(backup.working_dir.as_deref(), Some(Path::new("/data")));
+        assert_eq!(backup.max_output_bytes, 8192);
+        assert_eq!(backup.kill_grace, Duration::from_secs(10));
+        assert_eq!(
+            w.commands["report"],
+            ax_worker::CommandConfig::new("/usr/local/bin/report")
+        );
+        assert_eq!(
+            Config::from_toml_str(&c.to_masked_toml()).unwrap().worker,
+            {
+                let mut w = w.clone();
+                w.commands
+                    .get_mut("backup")
+                    .unwrap()
+                    .env
+                    .insert("BACKUP_DIR".into(), MASK.into());
+                w
+            }
+        );
+        let e = Config::from_toml_str("[worker.commands.x]\npath = \"/x\"\nshell = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `shell`"), "{e}");
+        let e = Config::from_toml_str("[worker.commands.x]\nargs = []\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing field `path`"), "{e}");
+    }
+
+    #[test]
+    fn concurrency_zero_is_the_default() {
+        let mut w = Worker::default();
+        assert_eq!(w.effective_concurrency(), ax_worker::DEFAULT_CONCURRENCY);
+        w.concurrency = 0;
+        assert_eq!(w.effective_concurrency(), ax_worker::DEFAULT_CONCURRENCY);
+        w.concurrency = 3;
+        assert_eq!(w.effective_concurrency(), 3);
+    }
+}
