@@ -18,8 +18,8 @@ mod status;
 mod tasks;
 
 pub use access::{
-    new_token, parse_sha256, sha256, to_hex, Principal, Role, WhoAmI, ANONYMOUS, API_TOKEN_NAME,
-    REFUSAL_REASONS,
+    new_token, parse_sha256, sha256, to_hex, Principal, TokenRole, WhoAmI, ANONYMOUS,
+    API_TOKEN_NAME, REFUSAL_REASONS,
 };
 pub use backend::{ApiBackend, ApiFuture};
 pub use completion::{CompletionReply, CompletionRequest, CompletionStatus};

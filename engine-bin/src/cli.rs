@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::api::TaskKey;
-use crate::config::{ConfigError, ConfigOverrides, Role};
+use crate::config::{ConfigError, ConfigOverrides, ReplicaRole};
 
 /// Success.
 pub const EXIT_OK: u8 = 0;
@@ -60,7 +60,7 @@ pub struct GlobalArgs {
     pub instance_id: Option<String>,
     /// Roles, comma separated: scheduler, worker [instance.roles].
     #[arg(long, global = true, value_delimiter = ',', value_name = "ROLES")]
-    pub roles: Option<Vec<Role>>,
+    pub roles: Option<Vec<ReplicaRole>>,
     /// Concurrent executions; 0 means twice the CPU cores [worker.concurrency].
     #[arg(long, global = true, value_name = "N")]
     pub worker_concurrency: Option<usize>,
@@ -91,9 +91,9 @@ impl GlobalArgs {
     }
 }
 
-impl ValueEnum for Role {
+impl ValueEnum for ReplicaRole {
     fn value_variants<'a>() -> &'a [Self] {
-        &[Role::Scheduler, Role::Worker]
+        &[ReplicaRole::Scheduler, ReplicaRole::Worker]
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
@@ -197,7 +197,7 @@ pub enum TokenCommand {
         name: String,
         /// What it may do: read, operate or admin.
         #[arg(long)]
-        role: crate::api::Role,
+        role: crate::api::TokenRole,
     },
 }
 
@@ -559,7 +559,7 @@ mod tests {
             o.etcd_endpoints.unwrap(),
             ["http://a:2379", "http://b:2379"]
         );
-        assert_eq!(o.roles.unwrap(), [Role::Worker]);
+        assert_eq!(o.roles.unwrap(), [ReplicaRole::Worker]);
         assert_eq!(o.redis_url.unwrap(), "rediss://r:6380");
         assert!(o.http_listen.is_none());
     }

@@ -215,7 +215,7 @@ async fn serve(config: Config) -> Result<(), CliError> {
 }
 
 /// A new token and its configuration entry.
-fn new_token(name: &str, role: crate::api::Role) -> String {
+fn new_token(name: &str, role: crate::api::TokenRole) -> String {
     let token = crate::api::new_token();
     let hash = crate::api::to_hex(&crate::api::sha256(&token));
     format!(

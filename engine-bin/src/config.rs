@@ -27,7 +27,7 @@ pub use env::ENV_VARS;
 pub use load::{config_file_path, ConfigOverrides, LoadOptions};
 pub use sections::{
     AlertLevel, Alerts, Audit, EgressAllow, Election, Etcd, Http, Instance, Limits, QueueLimit,
-    Redis, Role, Scheduler, TokenEntry, Worker,
+    Redis, ReplicaRole, Scheduler, TokenEntry, Worker,
 };
 
 /// Where the server looks for its file when neither `--config` nor `AX_CONFIG` names one.

@@ -38,7 +38,7 @@ use crate::backend::{
     registry_config, Backend,
 };
 use crate::clock_check::ClockCheck;
-use crate::config::{AlertLevel, Config, Role};
+use crate::config::{AlertLevel, Config, ReplicaRole};
 use crate::http::{self, ApiBackend, AppState};
 use crate::late_api::LateApi;
 use crate::metrics::{
@@ -64,7 +64,9 @@ impl Server {
             Metrics::new(&config.worker.queues, &alert_channels(&config))
                 .context("cannot register metrics")?,
         );
-        let readiness = Arc::new(Readiness::new(config.instance.has_role(Role::Worker)));
+        let readiness = Arc::new(Readiness::new(
+            config.instance.has_role(ReplicaRole::Worker),
+        ));
         let listener = TcpListener::bind(&config.http.listen)
             .await
             .with_context(|| format!("cannot listen on {} (http.listen)", config.http.listen))?;
@@ -160,10 +162,10 @@ impl Server {
         };
         parts.watch_etcd_endpoints(shutdown)?;
         parts.register_instance(shutdown);
-        if config.instance.has_role(Role::Scheduler) {
+        if config.instance.has_role(ReplicaRole::Scheduler) {
             parts.start_scheduler(shutdown)?;
         }
-        let pool = if config.instance.has_role(Role::Worker) {
+        let pool = if config.instance.has_role(ReplicaRole::Worker) {
             Some(parts.start_workers(shutdown).await?)
         } else {
             None
@@ -361,7 +363,7 @@ impl Parts<'_> {
         let record = InstanceRecord {
             instance_id: self.config.instance.id.clone(),
             roles: self.roles(),
-            handlers: if self.config.instance.has_role(Role::Worker) {
+            handlers: if self.config.instance.has_role(ReplicaRole::Worker) {
                 handler_registry(&self.config.worker)
                     .map(|r| r.names())
                     .unwrap_or_default()

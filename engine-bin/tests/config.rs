@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use ax_engine::config::{Config, ConfigError, ConfigOverrides, LoadOptions, Role};
+use ax_engine::config::{Config, ConfigError, ConfigOverrides, LoadOptions, ReplicaRole};
 
 fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs
@@ -84,7 +84,7 @@ fn the_config_file_can_come_from_ax_config() {
     let e = env(&[("AX_CONFIG", file.to_str().unwrap())]);
     let c = load(None, &e, &ConfigOverrides::default()).unwrap();
     assert_eq!(c.instance.id, "from-file");
-    assert_eq!(c.instance.roles, [Role::Worker]);
+    assert_eq!(c.instance.roles, [ReplicaRole::Worker]);
 }
 
 #[test]

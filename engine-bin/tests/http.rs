@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use ax_engine::api::{
     self, ApiFuture, BackfillParams, BackfillResult, CompletionReply, CompletionRequest,
     CompletionStatus, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
-    ExecutionStory, KillResult, KilledExecution, PutTaskResult, QueueState, Role, StatusView,
-    TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    ExecutionStory, KillResult, KilledExecution, PutTaskResult, QueueState, StatusView, TaskKey,
+    TaskList, TaskQuery, TaskView, TokenRole, TriggerParams, TriggerResult,
 };
 use ax_engine::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
 use ax_engine::config::TokenEntry;
@@ -905,7 +905,7 @@ async fn api_without_a_backend_answers_503() {
 
 /// A replica listening on all interfaces with one token per role.
 fn tokens_fixture() -> Fixture {
-    let tokens: Vec<TokenEntry> = Role::ALL
+    let tokens: Vec<TokenEntry> = TokenRole::ALL
         .iter()
         .map(|r| TokenEntry {
             name: format!("{}-bot", r.as_str()),
@@ -920,7 +920,7 @@ fn tokens_fixture() -> Fixture {
     )
 }
 
-fn token_of(role: Role) -> String {
+fn token_of(role: TokenRole) -> String {
     format!("tok-{}", role.as_str())
 }
 
@@ -971,7 +971,7 @@ async fn a_replica_reachable_from_the_network_without_a_token_refuses_the_api() 
 }
 
 /// The access table of docs/security.md: (method, route under the prefix, role).
-fn documented_access_table() -> Vec<(String, String, Role)> {
+fn documented_access_table() -> Vec<(String, String, TokenRole)> {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/security.md"))
         .unwrap();
     let start = doc
@@ -1000,7 +1000,7 @@ type Expected = Result<(), (StatusCode, &'static str)>;
 #[tokio::test]
 async fn every_route_answers_each_caller_as_the_documented_access_table_says() {
     let table = documented_access_table();
-    let code_table: Vec<(String, String, Role)> = ROUTE_ROLES
+    let code_table: Vec<(String, String, TokenRole)> = ROUTE_ROLES
         .iter()
         .map(|(m, p, r)| ((*m).to_owned(), (*p).to_owned(), *r))
         .collect();
@@ -1021,7 +1021,7 @@ async fn every_route_answers_each_caller_as_the_documented_access_table_says() {
     };
     // The table lists every method the router serves on these paths, and no other.
     let f = tokens_fixture();
-    let admin = token_of(Role::Admin);
+    let admin = token_of(TokenRole::Admin);
     let mut paths: Vec<&str> = table.iter().map(|(_, p, _)| p.as_str()).collect();
     paths.dedup();
     for path in paths {
@@ -1074,7 +1074,7 @@ async fn every_route_answers_each_caller_as_the_documented_access_table_says() {
                 Err((StatusCode::UNAUTHORIZED, "unauthorized")),
             ),
         ];
-        for role in Role::ALL {
+        for role in TokenRole::ALL {
             let expect = if role >= *needed {
                 Ok(())
             } else {
@@ -1112,7 +1112,7 @@ async fn refusals_are_counted_by_reason() {
         r,
         Method::DELETE,
         "/api/v1/tasks/default/t1",
-        Some(&token_of(Role::Read)),
+        Some(&token_of(TokenRole::Read)),
         None,
     )
     .await;
@@ -1137,12 +1137,12 @@ async fn secrets_are_masked_unless_an_admin_asks() {
         r,
         Method::POST,
         "/api/v1/tasks",
-        Some(&token_of(Role::Admin)),
+        Some(&token_of(TokenRole::Admin)),
         Some(spec),
     )
     .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    let read = token_of(Role::Read);
+    let read = token_of(TokenRole::Read);
     for uri in [
         "/api/v1/tasks/default/hook",
         "/api/v1/tasks?namespace=default",
@@ -1174,7 +1174,7 @@ async fn secrets_are_masked_unless_an_admin_asks() {
         r,
         Method::GET,
         "/api/v1/tasks/default/hook?show_secrets=true",
-        Some(&token_of(Role::Admin)),
+        Some(&token_of(TokenRole::Admin)),
         None,
     )
     .await;
@@ -1245,7 +1245,7 @@ async fn oversized_requests_and_run_now_floods_are_refused_naming_their_limit() 
 async fn every_change_through_the_api_is_audited_with_its_caller_and_reads_are_not() {
     let backend = MemoryBackend::with_task("default", "t1");
     let audit = Arc::clone(&backend.audit);
-    let tokens: Vec<TokenEntry> = Role::ALL
+    let tokens: Vec<TokenEntry> = TokenRole::ALL
         .iter()
         .map(|r| TokenEntry {
             name: format!("{}-bot", r.as_str()),
@@ -1260,9 +1260,9 @@ async fn every_change_through_the_api_is_audited_with_its_caller_and_reads_are_n
     );
     let r = &f.router;
     let (admin, operate, read) = (
-        token_of(Role::Admin),
-        token_of(Role::Operate),
-        token_of(Role::Read),
+        token_of(TokenRole::Admin),
+        token_of(TokenRole::Operate),
+        token_of(TokenRole::Read),
     );
     let spec = r#"{"id": "hook", "version": 1, "schedule": {"every": "1m"},
         "http": {"url": "https://h/x", "headers": {"Authorization": "Bearer s3cret"}}}"#;
@@ -1375,8 +1375,8 @@ fn the_openapi_document_lists_exactly_the_routes_methods_and_roles_of_the_router
         for (method, op) in ops.as_object().unwrap() {
             // A route with its own credential is marked so; compared as the router's list
             // of them, which the chain below reads as `read`.
-            let role: Role = match op["x-ax-role"].as_str().unwrap() {
-                "execution_token" => Role::Read,
+            let role: TokenRole = match op["x-ax-role"].as_str().unwrap() {
+                "execution_token" => TokenRole::Read,
                 other => other.parse().unwrap(),
             };
             documented.push((method.to_uppercase(), route.to_owned(), role));
@@ -1394,14 +1394,14 @@ fn the_openapi_document_lists_exactly_the_routes_methods_and_roles_of_the_router
             }
         }
     }
-    let mut routes: Vec<(String, String, Role)> = ROUTE_ROLES
+    let mut routes: Vec<(String, String, TokenRole)> = ROUTE_ROLES
         .iter()
         .map(|(m, p, r)| ((*m).to_owned(), (*p).to_owned(), *r))
         // Routes with their own credential are documented without a role (read here).
         .chain(
             auth::EXECUTION_TOKEN_ROUTES
                 .iter()
-                .map(|(m, p)| ((*m).to_owned(), (*p).to_owned(), Role::Read)),
+                .map(|(m, p)| ((*m).to_owned(), (*p).to_owned(), TokenRole::Read)),
         )
         .collect();
     documented.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
@@ -1416,7 +1416,7 @@ fn the_openapi_document_lists_exactly_the_routes_methods_and_roles_of_the_router
 #[tokio::test]
 async fn whoami_names_the_caller_and_its_role() {
     let f = tokens_fixture();
-    for role in Role::ALL {
+    for role in TokenRole::ALL {
         let (status, body) = call(
             &f.router,
             Method::GET,
@@ -1519,7 +1519,11 @@ async fn a_job_reports_with_its_completion_token_where_the_api_is_closed_to_ever
     // No token, or not shaped like one: 401, even for an admin's API token.
     let (status, text) = post(json!({"status": "succeeded"}).to_string(), None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{text}");
-    let (status, _) = post(body("ax_secret", "succeeded"), Some(token_of(Role::Admin))).await;
+    let (status, _) = post(
+        body("ax_secret", "succeeded"),
+        Some(token_of(TokenRole::Admin)),
+    )
+    .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     // A token of another attempt or execution: 403.
     let forged = format!("axc.0.{}.default", "cd".repeat(32));
@@ -1571,7 +1575,7 @@ async fn a_job_reports_with_its_completion_token_where_the_api_is_closed_to_ever
         &f.router,
         Method::GET,
         "/api/v1/audit",
-        Some(&token_of(Role::Admin)),
+        Some(&token_of(TokenRole::Admin)),
         None,
     )
     .await;

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 /// What a caller may do; each role includes the ones below it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Role {
+pub enum TokenRole {
     /// Look: list and get tasks, history, executions, dead letters, status. For dashboards.
     Read,
     /// Run the system: pause, resume, trigger, requeue dead letters.
@@ -24,25 +24,25 @@ pub enum Role {
     Admin,
 }
 
-impl Role {
+impl TokenRole {
     /// Every role, lowest first.
-    pub const ALL: [Role; 3] = [Role::Read, Role::Operate, Role::Admin];
+    pub const ALL: [TokenRole; 3] = [TokenRole::Read, TokenRole::Operate, TokenRole::Admin];
 
     /// The name used in the configuration and the docs.
     pub fn as_str(self) -> &'static str {
         match self {
-            Role::Read => "read",
-            Role::Operate => "operate",
-            Role::Admin => "admin",
+            TokenRole::Read => "read",
+            TokenRole::Operate => "operate",
+            TokenRole::Admin => "admin",
         }
     }
 }
 
-impl std::str::FromStr for Role {
+impl std::str::FromStr for TokenRole {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Role::ALL
+        TokenRole::ALL
             .into_iter()
             .find(|r| r.as_str() == s.trim())
             .ok_or_else(|| format!("unknown role `{s}`, expected `read`, `operate` or `admin`"))
@@ -55,7 +55,7 @@ pub struct Principal {
     /// The token's name, or [`ANONYMOUS`].
     pub name: Arc<str>,
     /// What it may do.
-    pub role: Role,
+    pub role: TokenRole,
 }
 
 /// The name of a caller without a token, where the API lets one in.
@@ -105,7 +105,7 @@ pub struct WhoAmI {
     /// The token's name, or `anonymous` where the API admits callers without one.
     pub name: String,
     /// What it may do.
-    pub role: Role,
+    pub role: TokenRole,
 }
 
 #[cfg(test)]

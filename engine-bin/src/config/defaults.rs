@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{Audit, Election, Etcd, Http, Instance, Limits, Redis, Role, Scheduler, Worker};
+use super::{Audit, Election, Etcd, Http, Instance, Limits, Redis, ReplicaRole, Scheduler, Worker};
 
 /// etcd's default database quota (`--quota-backend-bytes`).
 pub const DEFAULT_ETCD_QUOTA_BYTES: u64 = 2 * 1024 * 1024 * 1024;
@@ -53,7 +53,7 @@ impl Default for Instance {
     fn default() -> Self {
         Instance {
             id: String::new(),
-            roles: vec![Role::Scheduler, Role::Worker],
+            roles: vec![ReplicaRole::Scheduler, ReplicaRole::Worker],
         }
     }
 }
@@ -136,7 +136,7 @@ impl Default for Limits {
 mod tests {
     use std::time::Duration;
 
-    use crate::config::{AlertLevel, Config, Role};
+    use crate::config::{AlertLevel, Config, ReplicaRole};
 
     #[test]
     fn defaults_match_the_contract() {
@@ -146,7 +146,10 @@ mod tests {
         assert_eq!(c.etcd.timeout, Duration::from_secs(5));
         assert_eq!(c.redis.url, "redis://127.0.0.1:6379/0");
         assert_eq!(c.redis.key_prefix, "ax");
-        assert_eq!(c.instance.roles, [Role::Scheduler, Role::Worker]);
+        assert_eq!(
+            c.instance.roles,
+            [ReplicaRole::Scheduler, ReplicaRole::Worker]
+        );
         assert_eq!(c.election.lease_ttl, Duration::from_secs(10));
         assert_eq!(c.scheduler.tick, Duration::from_millis(10));
         assert_eq!(c.scheduler.catch_up_window, Duration::from_secs(600));

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::{Config, ConfigError, Role};
+use super::{Config, ConfigError, ReplicaRole};
 
 /// Every environment variable the configuration reads, with the key it sets.
 pub const ENV_VARS: &[(&str, &str)] = &[
@@ -152,10 +152,10 @@ pub(crate) fn split_list(value: &str) -> Vec<String> {
 }
 
 /// Parses a comma separated list of roles.
-pub(crate) fn parse_roles(value: &str) -> Result<Vec<Role>, String> {
+pub(crate) fn parse_roles(value: &str) -> Result<Vec<ReplicaRole>, String> {
     let mut roles = Vec::new();
     for name in split_list(value) {
-        let role: Role = name.parse()?;
+        let role: ReplicaRole = name.parse()?;
         if !roles.contains(&role) {
             roles.push(role);
         }
@@ -225,7 +225,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(c.etcd.endpoints, ["http://a:2379", "http://b:2379"]);
-        assert_eq!(c.instance.roles, [Role::Worker]);
+        assert_eq!(c.instance.roles, [ReplicaRole::Worker]);
         assert_eq!(c.election.lease_ttl, Duration::from_secs(15));
         assert_eq!(c.scheduler.tick, Duration::from_millis(5));
         assert_eq!(c.worker.concurrency, 12);

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::{Config, ConfigError, Role, CONFIG_ENV_VAR};
+use super::{Config, ConfigError, ReplicaRole, CONFIG_ENV_VAR};
 
 /// Overrides from command-line flags, the top layer. `None` leaves a key as the lower layers
 /// set it.
@@ -22,7 +22,7 @@ pub struct ConfigOverrides {
     /// `--instance-id`.
     pub instance_id: Option<String>,
     /// `--roles`.
-    pub roles: Option<Vec<Role>>,
+    pub roles: Option<Vec<ReplicaRole>>,
     /// `--worker-concurrency`.
     pub worker_concurrency: Option<usize>,
     /// `--worker-queues`.

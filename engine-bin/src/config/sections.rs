@@ -87,30 +87,30 @@ pub struct Redis {
 /// What a replica does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Role {
+pub enum ReplicaRole {
     /// Joins the election; the leader fires tasks.
     Scheduler,
     /// Runs executions from the queues.
     Worker,
 }
 
-impl Role {
+impl ReplicaRole {
     /// The name used in the file, the environment and flags.
     pub fn as_str(self) -> &'static str {
         match self {
-            Role::Scheduler => "scheduler",
-            Role::Worker => "worker",
+            ReplicaRole::Scheduler => "scheduler",
+            ReplicaRole::Worker => "worker",
         }
     }
 }
 
-impl std::str::FromStr for Role {
+impl std::str::FromStr for ReplicaRole {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim() {
-            "scheduler" => Ok(Role::Scheduler),
-            "worker" => Ok(Role::Worker),
+            "scheduler" => Ok(ReplicaRole::Scheduler),
+            "worker" => Ok(ReplicaRole::Worker),
             other => Err(format!(
                 "unknown role `{other}`, expected `scheduler` or `worker`"
             )),
@@ -125,12 +125,12 @@ pub struct Instance {
     /// Unique id among replicas; empty means the host name (the pod name under Kubernetes).
     pub id: String,
     /// Roles; default both.
-    pub roles: Vec<Role>,
+    pub roles: Vec<ReplicaRole>,
 }
 
 impl Instance {
     /// Whether this replica has `role`.
-    pub fn has_role(&self, role: Role) -> bool {
+    pub fn has_role(&self, role: ReplicaRole) -> bool {
         self.roles.contains(&role)
     }
 }
@@ -287,7 +287,7 @@ pub struct TokenEntry {
     /// Who holds it (logged, and named in the audit); unique.
     pub name: String,
     /// What it may do.
-    pub role: crate::api::Role,
+    pub role: crate::api::TokenRole,
     /// SHA-256 of the token, 64 hex digits (`ax token new` prints it; or
     /// `printf %s "$TOKEN" | sha256sum`).
     pub sha256: String,

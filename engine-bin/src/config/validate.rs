@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ax_scheduler_core::misfire::MAX_CATCH_UP_WINDOW;
 
-use super::{Config, ConfigError, Role};
+use super::{Config, ConfigError, ReplicaRole};
 
 impl Config {
     /// Checks every rule; `Err(ConfigError::Invalid)` lists all the problems.
@@ -273,7 +273,7 @@ impl Config {
 
     /// `[worker]`.
     fn check_worker(&self, err: &mut impl FnMut(&str, String)) {
-        if self.instance.has_role(Role::Worker) && self.worker.queues.is_empty() {
+        if self.instance.has_role(ReplicaRole::Worker) && self.worker.queues.is_empty() {
             err(
                 "worker.queues",
                 "must name at least one queue on a replica with the worker role".into(),
@@ -709,7 +709,7 @@ mod tests {
         let mut c = valid();
         c.worker.queues.clear();
         assert!(errors(&c)[0].starts_with("worker.queues:"));
-        c.instance.roles = vec![Role::Scheduler];
+        c.instance.roles = vec![ReplicaRole::Scheduler];
         c.validate().unwrap();
     }
 }

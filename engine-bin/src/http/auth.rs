@@ -1,7 +1,7 @@
 //! Who may call `/api/v1`, and what each caller may do.
 //!
 //! Callers present `Authorization: Bearer <token>`. Tokens are configured by name with a
-//! [`Role`], as the SHA-256 of the token, so a leaked configuration does not hand out access
+//! [`TokenRole`], as the SHA-256 of the token, so a leaked configuration does not hand out access
 //! and the name can be logged (and audited) in place of the token; the roles, the caller
 //! ([`Principal`]) and the hashes are the API's own, in [`crate::api`]. The presented token
 //! is hashed and compared with every configured hash in constant time (`subtle`), without
@@ -15,7 +15,7 @@
 //! call them), and hold no secrets.
 //!
 //! Which role a route needs is one table, [`ROUTE_ROLES`], read by the middleware through
-//! the route's matched path: a route missing from it needs [`Role::Admin`], so a new route
+//! the route's matched path: a route missing from it needs [`TokenRole::Admin`], so a new route
 //! is closed until someone decides otherwise. `docs/security.md` prints the same table, and
 //! a test sweeps every route with every kind of caller against it. The one route that takes
 //! no API token ([`EXECUTION_TOKEN_ROUTES`]: a job reporting its end with the completion
@@ -30,36 +30,44 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
-use crate::api::{parse_sha256, sha256, ApiError, Principal, Role, ANONYMOUS, API_TOKEN_NAME};
+use crate::api::{parse_sha256, sha256, ApiError, Principal, TokenRole, ANONYMOUS, API_TOKEN_NAME};
 use crate::config::TokenEntry;
 use crate::metrics::Metrics;
 
 /// The role each route needs: (method, path under `/api/v1`, role). A route not listed
-/// needs [`Role::Admin`]. `HEAD` is checked as `GET`.
-pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
-    ("GET", "/tasks", Role::Read),
-    ("POST", "/tasks", Role::Admin),
-    ("GET", "/tasks/{namespace}/{id}", Role::Read),
-    ("DELETE", "/tasks/{namespace}/{id}", Role::Admin),
-    ("POST", "/tasks/{namespace}/{id}/pause", Role::Operate),
-    ("POST", "/tasks/{namespace}/{id}/resume", Role::Operate),
-    ("POST", "/tasks/{namespace}/{id}/trigger", Role::Operate),
-    ("POST", "/tasks/{namespace}/{id}/backfill", Role::Operate),
-    ("GET", "/tasks/{namespace}/{id}/history", Role::Read),
-    ("GET", "/executions", Role::Read),
-    ("GET", "/executions/{id}", Role::Read),
-    ("GET", "/dlq", Role::Read),
-    ("POST", "/dlq/requeue", Role::Operate),
-    ("POST", "/dlq/purge", Role::Admin),
-    ("POST", "/namespaces/{namespace}/pause", Role::Operate),
-    ("POST", "/namespaces/{namespace}/resume", Role::Operate),
-    ("GET", "/status", Role::Read),
-    ("GET", "/audit", Role::Read),
-    ("POST", "/tasks/{namespace}/{id}/kill", Role::Operate),
-    ("POST", "/executions/{id}/kill", Role::Operate),
-    ("POST", "/queues/{name}/pause", Role::Operate),
-    ("POST", "/queues/{name}/resume", Role::Operate),
-    ("GET", "/whoami", Role::Read),
+/// needs [`TokenRole::Admin`]. `HEAD` is checked as `GET`.
+pub const ROUTE_ROLES: &[(&str, &str, TokenRole)] = &[
+    ("GET", "/tasks", TokenRole::Read),
+    ("POST", "/tasks", TokenRole::Admin),
+    ("GET", "/tasks/{namespace}/{id}", TokenRole::Read),
+    ("DELETE", "/tasks/{namespace}/{id}", TokenRole::Admin),
+    ("POST", "/tasks/{namespace}/{id}/pause", TokenRole::Operate),
+    ("POST", "/tasks/{namespace}/{id}/resume", TokenRole::Operate),
+    (
+        "POST",
+        "/tasks/{namespace}/{id}/trigger",
+        TokenRole::Operate,
+    ),
+    (
+        "POST",
+        "/tasks/{namespace}/{id}/backfill",
+        TokenRole::Operate,
+    ),
+    ("GET", "/tasks/{namespace}/{id}/history", TokenRole::Read),
+    ("GET", "/executions", TokenRole::Read),
+    ("GET", "/executions/{id}", TokenRole::Read),
+    ("GET", "/dlq", TokenRole::Read),
+    ("POST", "/dlq/requeue", TokenRole::Operate),
+    ("POST", "/dlq/purge", TokenRole::Admin),
+    ("POST", "/namespaces/{namespace}/pause", TokenRole::Operate),
+    ("POST", "/namespaces/{namespace}/resume", TokenRole::Operate),
+    ("GET", "/status", TokenRole::Read),
+    ("GET", "/audit", TokenRole::Read),
+    ("POST", "/tasks/{namespace}/{id}/kill", TokenRole::Operate),
+    ("POST", "/executions/{id}/kill", TokenRole::Operate),
+    ("POST", "/queues/{name}/pause", TokenRole::Operate),
+    ("POST", "/queues/{name}/resume", TokenRole::Operate),
+    ("GET", "/whoami", TokenRole::Read),
 ];
 
 /// Routes that take no API token: their own credential is in the request (the completion
@@ -82,7 +90,7 @@ pub fn is_execution_token_route(method: &Method, matched_path: &str) -> bool {
 
 /// The role a request needs, from its method and matched path (with or without the
 /// `/api/v1` prefix). Seeing secrets (`show_secrets=true`) is checked by the route itself.
-pub fn required_role(method: &Method, matched_path: &str) -> Role {
+pub fn required_role(method: &Method, matched_path: &str) -> TokenRole {
     let path = matched_path
         .strip_prefix(super::API_PREFIX)
         .unwrap_or(matched_path);
@@ -94,7 +102,7 @@ pub fn required_role(method: &Method, matched_path: &str) -> Role {
     ROUTE_ROLES
         .iter()
         .find(|(m, p, _)| *m == method && *p == path)
-        .map_or(Role::Admin, |(_, _, role)| *role)
+        .map_or(TokenRole::Admin, |(_, _, role)| *role)
 }
 
 /// What callers without a token get.
@@ -113,7 +121,7 @@ pub enum Anonymous {
 /// The access settings of one replica, built once from the configuration.
 #[derive(Clone, Debug)]
 pub struct Access {
-    tokens: Vec<(Arc<str>, Role, [u8; 32])>,
+    tokens: Vec<(Arc<str>, TokenRole, [u8; 32])>,
     anonymous: Anonymous,
 }
 
@@ -122,12 +130,16 @@ impl Access {
     /// listen address and the opt-out. Hashes must have been validated
     /// ([`parse_sha256`] is what validation calls); one that does not parse matches nothing.
     pub fn new(tokens: &[TokenEntry], api_token: &str, listen: &str, insecure_open: bool) -> Self {
-        let mut known: Vec<(Arc<str>, Role, [u8; 32])> = tokens
+        let mut known: Vec<(Arc<str>, TokenRole, [u8; 32])> = tokens
             .iter()
             .filter_map(|t| Some((Arc::from(t.name.as_str()), t.role, parse_sha256(&t.sha256)?)))
             .collect();
         if !api_token.is_empty() {
-            known.push((Arc::from(API_TOKEN_NAME), Role::Admin, sha256(api_token)));
+            known.push((
+                Arc::from(API_TOKEN_NAME),
+                TokenRole::Admin,
+                sha256(api_token),
+            ));
         }
         let anonymous = if !known.is_empty() {
             Anonymous::NeedToken
@@ -250,7 +262,7 @@ pub async fn authorize(
         None => match state.access.anonymous() {
             Anonymous::Admitted => Principal {
                 name: Arc::from(ANONYMOUS),
-                role: Role::Admin,
+                role: TokenRole::Admin,
             },
             Anonymous::NeedToken => {
                 return refuse(
@@ -291,7 +303,7 @@ mod tests {
     use super::*;
     use crate::api::to_hex;
 
-    fn entry(name: &str, role: Role, token: &str) -> TokenEntry {
+    fn entry(name: &str, role: TokenRole, token: &str) -> TokenEntry {
         TokenEntry {
             name: name.into(),
             role,
@@ -303,17 +315,20 @@ mod tests {
     fn tokens_are_found_by_their_hash_only() {
         let a = Access::new(
             &[
-                entry("grafana", Role::Read, "ax_read"),
-                entry("ops", Role::Operate, "ax_ops"),
+                entry("grafana", TokenRole::Read, "ax_read"),
+                entry("ops", TokenRole::Operate, "ax_ops"),
             ],
             "plain-admin",
             "0.0.0.0:8080",
             false,
         );
-        assert_eq!(a.identify("ax_read").unwrap().role, Role::Read);
+        assert_eq!(a.identify("ax_read").unwrap().role, TokenRole::Read);
         assert_eq!(&*a.identify("ax_ops").unwrap().name, "ops");
         let admin = a.identify("plain-admin").unwrap();
-        assert_eq!((&*admin.name, admin.role), (API_TOKEN_NAME, Role::Admin));
+        assert_eq!(
+            (&*admin.name, admin.role),
+            (API_TOKEN_NAME, TokenRole::Admin)
+        );
         for wrong in ["", "ax_rea", "ax_readx", "AX_READ"] {
             assert!(a.identify(wrong).is_none(), "{wrong}");
         }
@@ -354,17 +369,29 @@ mod tests {
 
     #[test]
     fn routes_need_their_listed_role_and_unlisted_ones_admin() {
-        assert_eq!(required_role(&Method::GET, "/api/v1/tasks"), Role::Read);
-        assert_eq!(required_role(&Method::HEAD, "/api/v1/tasks"), Role::Read);
-        assert_eq!(required_role(&Method::POST, "/api/v1/tasks"), Role::Admin);
+        assert_eq!(
+            required_role(&Method::GET, "/api/v1/tasks"),
+            TokenRole::Read
+        );
+        assert_eq!(
+            required_role(&Method::HEAD, "/api/v1/tasks"),
+            TokenRole::Read
+        );
+        assert_eq!(
+            required_role(&Method::POST, "/api/v1/tasks"),
+            TokenRole::Admin
+        );
         assert_eq!(
             required_role(&Method::POST, "/api/v1/tasks/{namespace}/{id}/trigger"),
-            Role::Operate
+            TokenRole::Operate
         );
-        assert_eq!(required_role(&Method::PUT, "/api/v1/tasks"), Role::Admin);
+        assert_eq!(
+            required_role(&Method::PUT, "/api/v1/tasks"),
+            TokenRole::Admin
+        );
         assert_eq!(
             required_role(&Method::GET, "/api/v1/new-thing"),
-            Role::Admin
+            TokenRole::Admin
         );
     }
 }

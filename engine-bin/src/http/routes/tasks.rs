@@ -16,8 +16,8 @@ use serde::Deserialize;
 use super::extract::{ApiBody, ApiQuery, JsonBody, TaskPath};
 use super::{check_limit, with_continue, ApiResult, ApiState};
 use crate::api::{
-    ApiError, BackfillParams, ExecutionRecord, KillResult, Principal, Role, TaskQuery, TaskView,
-    TriggerParams,
+    ApiError, BackfillParams, ExecutionRecord, KillResult, Principal, TaskQuery, TaskView,
+    TokenRole, TriggerParams,
 };
 use crate::audit::AuditDetail;
 
@@ -131,7 +131,7 @@ pub(super) async fn get_task(
 
 /// Whether a request may see secrets: only when it asks and its role is admin.
 fn secrets_shown(asked: bool, who: &Principal) -> Result<bool, ApiError> {
-    if asked && who.role < Role::Admin {
+    if asked && who.role < TokenRole::Admin {
         return Err(ApiError::Forbidden(format!(
             "show_secrets needs the `admin` role; token `{}` has `{}`",
             who.name,
