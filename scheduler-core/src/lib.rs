@@ -39,7 +39,7 @@ pub use execution::{
     MAX_COMMAND_OUTPUT_BYTES, MAX_OUTPUT_BYTES,
 };
 pub use intern::Interner;
-pub use misfire::{plan_misfires, MisfirePlan, Progress};
+pub use misfire::{plan_misfires, MisfirePlan, ScheduleCursor};
 pub use schedule::CompiledSchedule;
 pub use state::{TaskState, TaskStatus};
 pub use task::{MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec};

@@ -37,9 +37,10 @@ pub const MAX_CATCH_UP_FIRES: usize = 1000;
 /// Missed fires older than the window are counted up to this many (cron only).
 pub const MAX_COUNTED_MISSES: u64 = 10_000;
 
-/// How far the engine got with a task, as recorded in its state.
+/// Where a task stands on its schedule, as recorded in its state: the point from which
+/// missed fires are counted. (Not the progress an `http.async` job reports.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Progress {
+pub enum ScheduleCursor {
     /// The last fire dispatched was due at this instant; later fires are candidates.
     LastFire(UtcMillis),
     /// The next fire was armed for this instant and has not been dispatched; it and later
@@ -83,13 +84,13 @@ pub fn plan_misfires(
     policy: MisfirePolicy,
     schedule: &CompiledSchedule,
     anchor: UtcMillis,
-    progress: Progress,
+    progress: ScheduleCursor,
     now: UtcMillis,
     catch_up_window: Duration,
 ) -> MisfirePlan {
     let from = match progress {
-        Progress::LastFire(t) => t,
-        Progress::NextDue(t) => UtcMillis(t.0.saturating_sub(1)),
+        ScheduleCursor::LastFire(t) => t,
+        ScheduleCursor::NextDue(t) => UtcMillis(t.0.saturating_sub(1)),
     };
     let next_fire = schedule.next_after(from.max(now), anchor);
     if from >= now {
@@ -241,7 +242,7 @@ mod tests {
             MisfirePolicy::FireAll,
             &s,
             UtcMillis(0),
-            Progress::LastFire(UtcMillis(60 * MIN)),
+            ScheduleCursor::LastFire(UtcMillis(60 * MIN)),
             UtcMillis(60 * MIN + 30_000),
             DEFAULT_CATCH_UP_WINDOW,
         );
@@ -265,7 +266,7 @@ mod tests {
                 p,
                 &s,
                 UtcMillis(0),
-                Progress::LastFire(UtcMillis(10 * MIN)),
+                ScheduleCursor::LastFire(UtcMillis(10 * MIN)),
                 now,
                 DEFAULT_CATCH_UP_WINDOW,
             )
@@ -301,7 +302,7 @@ mod tests {
                 policy,
                 &s,
                 UtcMillis(0),
-                Progress::NextDue(UtcMillis(1_000)),
+                ScheduleCursor::NextDue(UtcMillis(1_000)),
                 UtcMillis(10_000_000),
                 DEFAULT_CATCH_UP_WINDOW,
             );
@@ -312,7 +313,7 @@ mod tests {
             MisfirePolicy::Skip,
             &s,
             UtcMillis(0),
-            Progress::NextDue(UtcMillis(1_000)),
+            ScheduleCursor::NextDue(UtcMillis(1_000)),
             UtcMillis(10_000_000),
             DEFAULT_CATCH_UP_WINDOW,
         );
@@ -322,7 +323,7 @@ mod tests {
             MisfirePolicy::FireOnce,
             &s,
             UtcMillis(0),
-            Progress::NextDue(UtcMillis(1_000)),
+            ScheduleCursor::NextDue(UtcMillis(1_000)),
             UtcMillis(999),
             DEFAULT_CATCH_UP_WINDOW,
         );
@@ -337,7 +338,7 @@ mod tests {
             MisfirePolicy::FireAll,
             &s,
             UtcMillis(0),
-            Progress::LastFire(UtcMillis(0)),
+            ScheduleCursor::LastFire(UtcMillis(0)),
             now,
             Duration::from_secs(1800),
         );
@@ -357,7 +358,7 @@ mod tests {
             MisfirePolicy::FireOnce,
             &s,
             UtcMillis(0),
-            Progress::LastFire(UtcMillis(0)),
+            ScheduleCursor::LastFire(UtcMillis(0)),
             now,
             DEFAULT_CATCH_UP_WINDOW,
         );
@@ -370,7 +371,7 @@ mod tests {
             MisfirePolicy::FireAll,
             &daily,
             UtcMillis(0),
-            Progress::LastFire(UtcMillis(0)),
+            ScheduleCursor::LastFire(UtcMillis(0)),
             UtcMillis(400 * 86_400_000),
             DEFAULT_CATCH_UP_WINDOW,
         );
@@ -440,9 +441,9 @@ mod tests {
             let now = UtcMillis(mark.0 + span);
             let window = Duration::from_secs(window_s);
             let (progress, from) = if next_due {
-                (Progress::NextDue(mark), UtcMillis(mark.0 - 1))
+                (ScheduleCursor::NextDue(mark), UtcMillis(mark.0 - 1))
             } else {
-                (Progress::LastFire(mark), mark)
+                (ScheduleCursor::LastFire(mark), mark)
             };
             let plan = plan_misfires(policy, &s, anchor, progress, now, window);
             let (run, missed, old, next) = reference(policy, &s, anchor, from, now, window);

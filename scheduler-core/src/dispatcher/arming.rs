@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::misfire::{plan_misfires, Progress};
+use crate::misfire::{plan_misfires, ScheduleCursor};
 use crate::schedule::CompiledSchedule;
 use crate::state::{TaskState, TaskStatus};
 use crate::task::{Schedule, TaskSpec};
@@ -160,8 +160,11 @@ impl Dispatcher {
     /// missed since run as its misfire policy says, with a notice of what it dropped.
     fn arm_loaded(&mut self, task: &mut Armed, now: UtcMillis) {
         let progress = match task.state.last_fire_at {
-            Some(last) => Some(Progress::LastFire(last)),
-            None => task.schedule.first_fire(task.anchor).map(Progress::NextDue),
+            Some(last) => Some(ScheduleCursor::LastFire(last)),
+            None => task
+                .schedule
+                .first_fire(task.anchor)
+                .map(ScheduleCursor::NextDue),
         };
         let Some(progress) = progress else {
             self.arm(task, None, now);
@@ -244,7 +247,7 @@ impl Dispatcher {
             task.spec.misfire,
             &task.schedule,
             task.anchor,
-            Progress::NextDue(first),
+            ScheduleCursor::NextDue(first),
             now,
             self.config.catch_up_window,
         );

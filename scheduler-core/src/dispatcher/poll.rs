@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use crate::misfire::{plan_misfires, Progress};
+use crate::misfire::{plan_misfires, ScheduleCursor};
 use crate::overlap::dispatch_mode;
 use crate::state::TaskStatus;
 use crate::time::UtcMillis;
@@ -172,7 +172,7 @@ impl Dispatcher {
             task.spec.misfire,
             &task.schedule,
             task.anchor,
-            Progress::NextDue(first_missed),
+            ScheduleCursor::NextDue(first_missed),
             now,
             self.config.catch_up_window,
         );
