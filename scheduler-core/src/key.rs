@@ -1,5 +1,8 @@
 //! A task's identity. Every map of the dispatcher is keyed by it, shared as an `Arc` so a
 //! task's timer, ready and pending entries cost a pointer each rather than two strings.
+//!
+//! It is a module of its own, below the dispatcher, because the modules the dispatcher builds
+//! on (fan-out, workflows, placement) name tasks too; the dispatcher re-exports it.
 
 use std::fmt;
 use std::sync::Arc;
