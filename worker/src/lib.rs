@@ -14,6 +14,7 @@ pub mod egress;
 mod error;
 mod handler;
 mod pool;
+mod registry;
 mod reporter;
 pub mod retry;
 
@@ -22,15 +23,14 @@ pub use builtin::{
     COMPLETION_URL_HEADER, EXECUTION_ID_HEADER, MAX_REDIRECTS,
 };
 pub use command::{CommandConfig, CommandHandler, CommandsConfig};
-pub use egress::{EgressClient, EgressPolicy, HostPattern};
-pub use error::{EgressError, Result, WorkerError};
-pub use handler::{
-    Handler, HandlerContext, HandlerError, HandlerFuture, HandlerRegistry, OutputSlot,
-};
+pub use egress::{EgressClient, EgressError, EgressPolicy, HostPattern};
+pub use error::{Result, WorkerError};
+pub use handler::{Handler, HandlerContext, HandlerError, HandlerFuture, OutputSlot};
 pub use pool::{
     PoolSummary, WorkerConfig, WorkerPool, DEFAULT_CONCURRENCY, DEFAULT_PREFETCH,
     DEFAULT_SHUTDOWN_GRACE,
 };
+pub use registry::HandlerRegistry;
 pub use reporter::{
     ChannelReporter, ExecutionReport, ExecutionReporter, NoopReporter, ReportEvent, ReportFuture,
 };
