@@ -10,20 +10,15 @@
 //! the task commands need only etcd, and a Redis outage must not stop a user from pausing a
 //! task.
 //!
-//! Submodules: [`audit_store`] (the audit log in etcd), [`connect`] (clients and library
-//! settings from the config), [`endpoints`]
-//! (members that do not answer kept out of the etcd client's channel), `tasks` (views,
-//! put, pause, resume, run now, backfill), `queues` (history per task and across tasks, one
-//! execution's story, dead letters, status), `control` (kill executions, pause queues), `completion` (a job's report on an
-//! `http.async` execution),
-//! `errors`
-//! (library errors as API errors).
+//! Submodules: [`audit_store`] (the audit log in etcd), `tasks` (views, put, pause, resume,
+//! run now, backfill), `queues` (history per task and across tasks, one execution's story,
+//! dead letters, status), `control` (kill executions, pause queues), `completion` (a job's
+//! report on an `http.async` execution), `errors` (library errors as API errors). The clients
+//! themselves come from [`crate::connect`], which the clock check and the server share.
 
 pub mod audit_store;
 mod completion;
-pub mod connect;
 mod control;
-pub mod endpoints;
 mod errors;
 mod queues;
 mod tasks;
@@ -36,7 +31,7 @@ use ax_registry::Registry;
 use etcd_client::Client;
 use tokio::sync::OnceCell;
 
-pub use connect::{
+pub use crate::connect::{
     connect_etcd, connect_queue, election_config, etcd_connect_options, etcd_tls, queue_config,
     redis_tls, registry_config, EtcdTls,
 };

@@ -14,9 +14,8 @@ use std::time::Duration;
 use anyhow::Context;
 use ax_scheduler_core::UtcMillis;
 
-use crate::backend::connect::tls_hint;
-use crate::backend::endpoints::endpoint_url;
-use crate::backend::EtcdTls;
+use crate::connect::{tls_hint, EtcdTls};
+use crate::endpoints::endpoint_url;
 
 /// Limit on asking one member, connection included.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(1);

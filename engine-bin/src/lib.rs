@@ -3,12 +3,12 @@
 //! `main.rs` only reads the edge (environment, host name), parses the command line and calls
 //! [`commands::run`]. The layout follows what a replica is made of: configuration
 //! ([`config`]), the API as data and one trait, free of any transport ([`api`], [`audit`]),
-//! command line ([`cli`], [`commands`], [`output`]), the etcd and Redis backend behind the
-//! CLI and the API ([`backend`]), observability ([`logging`],
-//! [`metrics`], [`readiness`]), the HTTP port ([`http`]), process lifetime ([`shutdown`]) and
-//! the server that ties them together ([`serve`]), which composes the scheduler role
-//! ([`ax_scheduler`]) through [`scheduler_role`] and the clock check ([`clock_check`]), and the
-//! worker role ([`ax_worker`]) through [`worker_role`].
+//! command line ([`cli`], [`commands`], [`output`]), the etcd and Redis clients ([`connect`],
+//! [`endpoints`]) and the backend behind the CLI and the API ([`backend`]), observability
+//! ([`logging`], [`metrics`], [`readiness`]), the HTTP port ([`http`]), process lifetime
+//! ([`shutdown`]) and the server that ties them together ([`serve`]), which composes the
+//! scheduler role ([`ax_scheduler`]) through [`scheduler_role`] and the clock check
+//! ([`clock_check`]), and the worker role ([`ax_worker`]) through [`worker_role`].
 
 pub mod api;
 pub mod audit;
@@ -17,7 +17,9 @@ pub mod cli;
 pub mod clock_check;
 pub mod commands;
 pub mod config;
+pub mod connect;
 pub mod edge;
+pub mod endpoints;
 pub mod http;
 pub mod late_api;
 pub mod logging;

@@ -33,12 +33,13 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::backend::{
-    connect_etcd, connect_queue, election_config, endpoints, etcd_connect_options, etcd_tls,
-    registry_config, Backend,
-};
+use crate::backend::Backend;
 use crate::clock_check::ClockCheck;
 use crate::config::{AlertLevel, Config, ReplicaRole};
+use crate::connect::{
+    connect_etcd, connect_queue, election_config, etcd_connect_options, etcd_tls, registry_config,
+};
+use crate::endpoints;
 use crate::http::{self, ApiBackend, AppState};
 use crate::late_api::LateApi;
 use crate::metrics::{
@@ -334,7 +335,7 @@ impl Parts<'_> {
     }
 
     /// With several etcd endpoints: keeps members that do not answer out of the client's
-    /// channel (`backend::endpoints`).
+    /// channel ([`endpoints`]).
     fn watch_etcd_endpoints(&self, shutdown: &Shutdown) -> anyhow::Result<()> {
         let etcd = &self.config.etcd;
         if etcd.endpoints.len() < 2 {

@@ -25,9 +25,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use ax_election::{Candidate, ElectionConfig};
-use ax_engine::backend::endpoints::{endpoint_url, watch_endpoints};
 use ax_engine::backend::{connect_etcd, etcd_connect_options};
 use ax_engine::config::Config;
+use ax_engine::endpoints::{endpoint_url, watch_endpoints};
 use etcd_client::{Client, GetOptions};
 use harness::{now_ms, Cluster, Execution, Roles, SERIAL};
 use serde_json::json;

@@ -378,7 +378,7 @@ pub enum ProgressResult {
 
 /// A TTL in milliseconds: at least 1, which Redis requires of `PX`/`PEXPIRE`.
 fn ttl_ms(d: std::time::Duration) -> u64 {
-    crate::queue::ms(d).max(1)
+    crate::millis::ms(d).max(1)
 }
 
 fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<String> {

@@ -28,7 +28,7 @@ use redis::{Arg, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::config::{QueueConfig, RedisTls};
 use crate::error::{QueueError, Result};
-use crate::queue::ms;
+use crate::millis::ms;
 
 /// Number of hash slots of a Redis Cluster.
 const SLOTS: u16 = 16384;

@@ -16,7 +16,8 @@ use redis::{AsyncCommands, RedisResult, Script};
 
 use crate::error::{QueueError, Result};
 use crate::message::{Dedupe, ExecutionMessage};
-use crate::queue::{check_queue, ms, Queue};
+use crate::millis::ms;
+use crate::queue::{check_queue, Queue};
 use crate::scripts::ordered;
 
 /// `enqueue_many.lua`, after the order functions (it pushes into the queued set).

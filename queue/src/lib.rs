@@ -23,6 +23,7 @@ mod history;
 pub mod keys;
 mod maintenance;
 mod message;
+mod millis;
 mod partitions;
 mod queue;
 mod retry;

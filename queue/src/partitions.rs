@@ -12,16 +12,13 @@
 //! marker stay together). The stored message names its physical queue, so everything that
 //! settles it works on the partition as on any queue. Operations an operator names a queue in
 //! (stats, pause, dead letters, kills, fences) take the logical name and cover every
-//! partition; a worker serves the physical queues [`Queue::physical_queues`] lists. Every
+//! partition; a worker serves the physical queues [`crate::Queue::physical_queues`] lists. Every
 //! process must be given the same partition counts: a different count sends a task's fires
 //! to another partition, where its dedupe marks are not.
-
-use std::borrow::Cow;
 
 use ax_scheduler_core::placement::bucket_of;
 
 use crate::message::ExecutionMessage;
-use crate::queue::Queue;
 
 /// The character that separates a queue's name from its partition's number: refused in the
 /// names of user queues.
@@ -52,52 +49,6 @@ pub fn partition_of(msg: &ExecutionMessage, partitions: u32) -> u32 {
             &[b"t", msg.namespace.as_bytes(), msg.task_id.as_bytes()],
             partitions,
         ),
-    }
-}
-
-impl Queue {
-    /// How many partitions `queue` has (1: it is one physical queue, by its own name).
-    pub fn partitions(&self, queue: &str) -> u32 {
-        self.inner
-            .cfg
-            .partitions
-            .get(queue)
-            .copied()
-            .unwrap_or(1)
-            .max(1)
-    }
-
-    /// The physical queues of `queue`: its partitions, or itself when it has none (or when it
-    /// is a partition's name already). A worker of `queue` serves all of them.
-    pub fn physical_queues(&self, queue: &str) -> Vec<String> {
-        match self.partitions(queue) {
-            1 => vec![queue.to_owned()],
-            n => (0..n).map(|p| partition_name(queue, p)).collect(),
-        }
-    }
-
-    /// [`Queue::physical_queues`] of each of `queues`, in order.
-    pub fn physical_queues_of(&self, queues: &[String]) -> Vec<String> {
-        queues
-            .iter()
-            .flat_map(|q| self.physical_queues(q))
-            .collect()
-    }
-
-    /// The physical queue `msg` goes to: its own queue, or the partition it hashes to.
-    pub(crate) fn physical_queue<'m>(&self, msg: &'m ExecutionMessage) -> Cow<'m, str> {
-        match self.partitions(&msg.queue) {
-            1 => Cow::Borrowed(&*msg.queue),
-            n => Cow::Owned(partition_name(&msg.queue, partition_of(msg, n))),
-        }
-    }
-
-    /// The configured name whose settings (limits) apply to physical queue `physical`.
-    pub(crate) fn logical_queue<'a>(&self, physical: &'a str) -> &'a str {
-        match split_partition(physical) {
-            Some((logical, p)) if p < self.partitions(logical) => logical,
-            _ => physical,
-        }
     }
 }
 

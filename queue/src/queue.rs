@@ -1,7 +1,8 @@
-//! The queue client: its connection, the command timeout and the replica wait that every
-//! operation shares. The operations sit beside it by concern, each module with the scripts it
-//! runs in a folder of its own name (`enqueue.rs`, `fence.rs`, `settle.rs`, `retry.rs`,
-//! `workers.rs`, `stats.rs`, `dlq.rs`, ...), so a script's caller and its text are read together.
+//! The queue client: its connection, the command timeout, the replica wait and the partition
+//! routing that every operation shares. The operations sit beside it by concern, each module
+//! with the scripts it runs in a folder of its own name (`enqueue.rs`, `fence.rs`, `settle.rs`,
+//! `retry.rs`, `workers.rs`, `stats.rs`, `dlq.rs`, ...), so a script's caller and its text are
+//! read together.
 //!
 //! One `ConnectionManager` (a multiplexed connection that reconnects by itself) carries every
 //! non-blocking command; concurrent callers share it and their commands are pipelined on the
@@ -13,6 +14,7 @@
 //! with the TLS settings of [`QueueConfig::tls`], so a consumer's connection can never differ
 //! from the shared one in what it trusts or presents.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +26,8 @@ use crate::conn::{Client, Connection};
 use crate::error::{QueueError, Result};
 use crate::keys::{validate_name, Keys};
 use crate::message::ExecutionMessage;
+use crate::millis::ms;
+use crate::partitions::{partition_name, partition_of, split_partition};
 
 /// A message a consumer took: settle it with [`Queue::ack`], [`Queue::retry_later`],
 /// [`Queue::dead_letter`] or [`Queue::release`].
@@ -81,11 +85,6 @@ pub const REPLICA_ACK_WAIT: Duration = Duration::from_millis(500);
 /// The concurrency key argument of the settle scripts ('' for none).
 pub(crate) fn concurrency_key(m: &ExecutionMessage) -> &str {
     m.concurrency.as_ref().map_or("", |c| c.key.as_str())
-}
-
-/// A duration as whole milliseconds (for Redis TTLs and scores).
-pub(crate) fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl Queue {
@@ -168,5 +167,53 @@ impl Queue {
             tracing::warn!(key, wanted, got, "fewer replicas than asked have the write");
         }
         Ok(())
+    }
+}
+
+// Every operation routes by partition, so the queue's own partition counts are read here,
+// beside the settings every operation shares.
+impl Queue {
+    /// How many partitions `queue` has (1: it is one physical queue, by its own name).
+    pub fn partitions(&self, queue: &str) -> u32 {
+        self.inner
+            .cfg
+            .partitions
+            .get(queue)
+            .copied()
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// The physical queues of `queue`: its partitions, or itself when it has none (or when it
+    /// is a partition's name already). A worker of `queue` serves all of them.
+    pub fn physical_queues(&self, queue: &str) -> Vec<String> {
+        match self.partitions(queue) {
+            1 => vec![queue.to_owned()],
+            n => (0..n).map(|p| partition_name(queue, p)).collect(),
+        }
+    }
+
+    /// [`Queue::physical_queues`] of each of `queues`, in order.
+    pub fn physical_queues_of(&self, queues: &[String]) -> Vec<String> {
+        queues
+            .iter()
+            .flat_map(|q| self.physical_queues(q))
+            .collect()
+    }
+
+    /// The physical queue `msg` goes to: its own queue, or the partition it hashes to.
+    pub(crate) fn physical_queue<'m>(&self, msg: &'m ExecutionMessage) -> Cow<'m, str> {
+        match self.partitions(&msg.queue) {
+            1 => Cow::Borrowed(&*msg.queue),
+            n => Cow::Owned(partition_name(&msg.queue, partition_of(msg, n))),
+        }
+    }
+
+    /// The configured name whose settings (limits) apply to physical queue `physical`.
+    pub(crate) fn logical_queue<'a>(&self, physical: &'a str) -> &'a str {
+        match split_partition(physical) {
+            Some((logical, p)) if p < self.partitions(logical) => logical,
+            _ => physical,
+        }
     }
 }

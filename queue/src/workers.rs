@@ -16,7 +16,8 @@ use redis::{AsyncCommands, Script};
 
 use crate::error::{QueueError, Result};
 use crate::message::ExecutionMessage;
-use crate::queue::{check_queue, ms, Delivery, Queue};
+use crate::millis::ms;
+use crate::queue::{check_queue, Delivery, Queue};
 use crate::scripts::ordered;
 
 /// `deregister.lua` (it puts nothing in the queued set: no order functions).

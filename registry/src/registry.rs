@@ -18,7 +18,6 @@ use crate::config::RegistryConfig;
 use crate::decode::{decode_task, raw_version, Decoded, StoredTask, TaskListing};
 use crate::error::{timed, RegistryError};
 use crate::keys::Keys;
-use crate::watch::TaskWatcher;
 
 /// Attempts an [`Registry::update`] makes before reporting [`RegistryError::Conflict`].
 pub const UPDATE_ATTEMPTS: u32 = 3;
@@ -763,12 +762,6 @@ impl Registry {
         )
         .await?;
         Ok(())
-    }
-
-    /// Lists every task, then follows changes: see [`TaskWatcher`]. The stream ends when
-    /// `cancel` fires.
-    pub fn watch(&self, cancel: tokio_util::sync::CancellationToken) -> TaskWatcher {
-        TaskWatcher::new(self.clone(), cancel)
     }
 
     pub(crate) fn client(&self) -> &Client {

@@ -142,8 +142,18 @@ pub struct TaskWatcher {
     in_flight: Option<BoxFuture<'static, StepOutput>>,
 }
 
+// The watcher is built on the registry's client, so the registry's way to open one lives
+// here: the registry itself knows nothing of watching.
+impl Registry {
+    /// Lists every task, then follows changes: see [`TaskWatcher`]. The stream ends when
+    /// `cancel` fires.
+    pub fn watch(&self, cancel: CancellationToken) -> TaskWatcher {
+        TaskWatcher::new(self.clone(), cancel)
+    }
+}
+
 impl TaskWatcher {
-    pub(crate) fn new(registry: Registry, cancel: CancellationToken) -> Self {
+    fn new(registry: Registry, cancel: CancellationToken) -> Self {
         TaskWatcher {
             registry,
             cancel,

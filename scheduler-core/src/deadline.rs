@@ -23,7 +23,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::schedule::CompiledSchedule;
-use crate::state::{TaskState, TaskStatus};
+use crate::state::TaskState;
+use crate::status::TaskStatus;
 use crate::time::UtcMillis;
 
 /// Missed fires counted in one [`Miss`] at most: a schedule firing every second that missed

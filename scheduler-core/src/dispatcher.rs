@@ -59,7 +59,6 @@ mod dependencies;
 mod events;
 mod fires;
 mod held;
-mod key;
 mod output;
 mod pauses;
 mod poll;
@@ -68,8 +67,8 @@ mod shards;
 mod timers;
 mod writes;
 
+pub use crate::key::TaskKey;
 pub use config::{DispatcherConfig, DEFAULT_STALL_THRESHOLD};
-pub use key::TaskKey;
 pub use output::{Dispatch, Notice, StateWrite};
 
 use armed::Armed;

@@ -4,7 +4,7 @@
 //! retrying the same call with the same input gives the same answer. `is_retryable` is
 //! therefore `false` throughout; it exists so that callers treat every crate's errors alike.
 
-use crate::state::TaskStatus;
+use crate::status::TaskStatus;
 use crate::validate::ValidationErrors;
 
 /// Errors of the scheduling core.

@@ -24,7 +24,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::dispatcher::TaskKey;
+use crate::key::TaskKey;
 use crate::time::UtcMillis;
 use crate::workflow::{execution_id_text, parse_execution_id, step_execution_id};
 

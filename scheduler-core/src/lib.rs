@@ -16,6 +16,7 @@ pub mod etcd_keys;
 pub mod execution;
 pub mod fanout;
 pub mod intern;
+pub mod key;
 pub mod limiter;
 pub mod misfire;
 pub mod overlap;
@@ -24,6 +25,7 @@ pub mod ready;
 pub mod redact;
 pub mod schedule;
 pub mod state;
+pub mod status;
 pub mod task;
 pub mod time;
 pub mod timer;
@@ -32,16 +34,18 @@ pub mod workflow;
 
 pub use backoff::ReconnectBackoff;
 pub use concurrency::Concurrency;
-pub use dispatcher::{Dispatch, Dispatcher, DispatcherConfig, Notice, TaskKey};
+pub use dispatcher::{Dispatch, Dispatcher, DispatcherConfig, Notice};
 pub use error::CoreError;
 pub use execution::{
     AttemptEnd, AttemptOutcome, AttemptOutput, EnqueueOutcome, EventPosition, ExecutionEvent,
     MAX_COMMAND_OUTPUT_BYTES, MAX_OUTPUT_BYTES,
 };
 pub use intern::Interner;
+pub use key::TaskKey;
 pub use misfire::{plan_misfires, MisfirePlan, ScheduleCursor};
 pub use schedule::CompiledSchedule;
-pub use state::{TaskState, TaskStatus};
+pub use state::TaskState;
+pub use status::TaskStatus;
 pub use task::{MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec};
 pub use time::{Clock, SystemClock, UtcMillis};
 pub use validate::{FieldError, ValidationErrors};

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::dispatcher::TaskKey;
+use crate::key::TaskKey;
 use crate::task::TaskSpec;
 use crate::time::UtcMillis;
 use crate::validate::FieldError;

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::dispatcher::TaskKey;
+use crate::key::TaskKey;
 use crate::task::{DependOn, Dependency};
 use crate::time::UtcMillis;
 use crate::validate::FieldError;

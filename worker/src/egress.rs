@@ -19,11 +19,11 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
-use crate::error::EgressError;
-
 mod client;
+mod error;
 
 pub use client::EgressClient;
+pub use error::EgressError;
 pub use ipnet::IpNet;
 
 /// The kinds of non-public address.

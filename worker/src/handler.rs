@@ -5,7 +5,6 @@
 //! [`HandlerError::Permanent`] at once. Handlers are trait objects (boxed futures) so user
 //! code can register plain async closures next to the built-ins.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -93,74 +92,5 @@ pub trait Handler: Send + Sync + 'static {
     /// that takes.
     fn stop_grace(&self, _exec: &ExecutionMessage) -> std::time::Duration {
         std::time::Duration::ZERO
-    }
-}
-
-/// A handler from an async closure `|ctx, execution| async move { ... }`.
-struct FnHandler<F>(F);
-
-impl<F, Fut> Handler for FnHandler<F>
-where
-    F: Fn(HandlerContext, ExecutionMessage) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
-{
-    fn run<'a>(&'a self, ctx: HandlerContext, exec: &'a ExecutionMessage) -> HandlerFuture<'a> {
-        Box::pin((self.0)(ctx, exec.clone()))
-    }
-}
-
-/// Handlers by name.
-#[derive(Clone, Default)]
-pub struct HandlerRegistry {
-    handlers: BTreeMap<String, Arc<dyn Handler>>,
-}
-
-impl std::fmt::Debug for HandlerRegistry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HandlerRegistry")
-            .field("handlers", &self.names())
-            .finish()
-    }
-}
-
-impl HandlerRegistry {
-    /// An empty registry.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A registry with the built-ins `http`, `log` and `noop` (`command` needs its
-    /// configuration: register a [`crate::CommandHandler`]).
-    pub fn with_builtins() -> Self {
-        let mut r = Self::new();
-        r.register("http", crate::builtin::HttpHandler);
-        r.register("log", crate::builtin::LogHandler);
-        r.register("noop", crate::builtin::NoopHandler);
-        r
-    }
-
-    /// Registers (or replaces) a handler under `name`.
-    pub fn register(&mut self, name: impl Into<String>, handler: impl Handler) -> &mut Self {
-        self.handlers.insert(name.into(), Arc::new(handler));
-        self
-    }
-
-    /// Registers an async closure `|ctx, execution| async move { ... }` under `name`.
-    pub fn register_fn<F, Fut>(&mut self, name: impl Into<String>, f: F) -> &mut Self
-    where
-        F: Fn(HandlerContext, ExecutionMessage) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
-    {
-        self.register(name, FnHandler(f))
-    }
-
-    /// The handler registered under `name`.
-    pub fn get(&self, name: &str) -> Option<Arc<dyn Handler>> {
-        self.handlers.get(name).cloned()
-    }
-
-    /// Registered names, sorted.
-    pub fn names(&self) -> Vec<String> {
-        self.handlers.keys().cloned().collect()
     }
 }

@@ -16,6 +16,7 @@ mod error;
 mod handler;
 mod pool;
 mod publisher;
+mod registry;
 mod reporter;
 pub mod retry;
 
@@ -24,16 +25,15 @@ pub use builtin::{
     COMPLETION_URL_HEADER, EXECUTION_ID_HEADER, MAX_REDIRECTS,
 };
 pub use command::{CommandConfig, CommandHandler, CommandsConfig};
-pub use egress::{EgressClient, EgressPolicy, HostPattern};
-pub use error::{EgressError, Result, WorkerError};
-pub use handler::{
-    Handler, HandlerContext, HandlerError, HandlerFuture, HandlerRegistry, OutputSlot,
-};
+pub use egress::{EgressClient, EgressError, EgressPolicy, HostPattern};
+pub use error::{Result, WorkerError};
+pub use handler::{Handler, HandlerContext, HandlerError, HandlerFuture, OutputSlot};
 pub use pool::{
     PoolSummary, WorkerConfig, WorkerPool, DEFAULT_CONCURRENCY, DEFAULT_PREFETCH,
     DEFAULT_SHUTDOWN_GRACE,
 };
 pub use publisher::{QueueReporter, WorkerMetrics};
+pub use registry::HandlerRegistry;
 pub use reporter::{
     ChannelReporter, ExecutionReport, ExecutionReporter, NoopReporter, ReportEvent, ReportFuture,
 };

@@ -12,13 +12,14 @@ use std::sync::Arc;
 use crate::breaker::{Admission, BreakerConfig, CircuitBreaker};
 use crate::execution::{shown_error, AttemptEnd, AttemptOutcome};
 use crate::schedule::CompiledSchedule;
-use crate::state::{TaskState, TaskStatus};
+use crate::state::TaskState;
+use crate::status::TaskStatus;
 use crate::task::TaskSpec;
 use crate::time::UtcMillis;
 use crate::timer::TimerHandle;
 
 use super::output::{breaker_notice, Notice};
-use super::TaskKey;
+use crate::key::TaskKey;
 
 #[derive(Clone, Copy, Debug)]
 pub(super) enum TimerKind {

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use crate::misfire::{plan_misfires, ScheduleCursor};
 use crate::schedule::CompiledSchedule;
-use crate::state::{TaskState, TaskStatus};
+use crate::state::TaskState;
+use crate::status::TaskStatus;
 use crate::task::{Schedule, TaskSpec};
 use crate::time::UtcMillis;
 use crate::validate::FieldError;
@@ -20,7 +21,8 @@ use crate::validate::FieldError;
 use super::armed::{set_status, Armed, FireKind};
 use super::deadlines::restart_deadlines;
 use super::output::misfire_notice;
-use super::{Dispatcher, TaskKey};
+use super::Dispatcher;
+use crate::key::TaskKey;
 
 impl Dispatcher {
     /// Adds or updates a task from its spec at etcd `revision`, with the state recorded for it

@@ -11,7 +11,7 @@ use crate::task::{Dependency, TaskSpec};
 use crate::validate::FieldError;
 use crate::workflow::Graph;
 
-use super::TaskKey;
+use crate::key::TaskKey;
 
 #[derive(Debug, Default)]
 pub(super) struct Dependencies {

@@ -10,13 +10,14 @@
 use std::sync::Arc;
 
 use crate::execution::{AttemptEnd, AttemptOutcome, EventPosition, ExecutionEvent};
-use crate::state::TaskStatus;
+use crate::status::TaskStatus;
 use crate::time::UtcMillis;
 use crate::workflow::StepOutcome;
 
 use super::armed::{set_status, FireKind};
 use super::output::failure_notice;
-use super::{Dispatcher, TaskKey};
+use super::Dispatcher;
+use crate::key::TaskKey;
 
 impl Dispatcher {
     /// Takes a worker event read from the event log at `position`. An event at or before the

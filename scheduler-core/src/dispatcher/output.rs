@@ -17,7 +17,7 @@ use crate::state::TaskState;
 use crate::task::{OverlapPolicy, TaskSpec};
 use crate::time::UtcMillis;
 
-use super::TaskKey;
+use crate::key::TaskKey;
 
 /// One execution to enqueue.
 #[derive(Clone, Debug)]

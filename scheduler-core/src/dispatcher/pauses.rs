@@ -12,7 +12,8 @@ use std::sync::Arc;
 use crate::time::UtcMillis;
 
 use super::deadlines::restart_deadlines;
-use super::{Dispatcher, TaskKey};
+use super::Dispatcher;
+use crate::key::TaskKey;
 
 /// A parked task's first missed fire, and its generation when it was parked.
 #[derive(Clone, Copy, Debug)]

@@ -11,13 +11,14 @@ use std::sync::Arc;
 
 use crate::misfire::{plan_misfires, ScheduleCursor};
 use crate::overlap::dispatch_mode;
-use crate::state::TaskStatus;
+use crate::status::TaskStatus;
 use crate::time::UtcMillis;
 
 use super::armed::{set_status, Armed, FireKind, ReadyFire, TimerEntry, TimerKind};
 use super::output::misfire_notice;
 use super::shards::{fan_out, resend, Outgoing};
-use super::{Dispatch, Dispatcher, TaskKey};
+use super::{Dispatch, Dispatcher};
+use crate::key::TaskKey;
 
 impl Dispatcher {
     /// Queues a run-now execution with its own id; the periodic schedule is not disturbed.

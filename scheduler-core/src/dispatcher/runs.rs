@@ -20,7 +20,8 @@ use crate::workflow::{
 
 use super::armed::{Armed, FireKind};
 use super::output::Notice;
-use super::{Dispatcher, TaskKey};
+use super::Dispatcher;
+use crate::key::TaskKey;
 
 /// Finished runs a task remembers (see [`remember_done`]).
 const RUNS_REMEMBERED: usize = 16;

@@ -18,7 +18,8 @@ use crate::workflow::{parse_execution_id, StepOutcome};
 use super::armed::{Armed, FireKind};
 use super::dependencies::Dependencies;
 use super::output::{failure_notice, Notice};
-use super::{Dispatch, Dispatcher, TaskKey};
+use super::{Dispatch, Dispatcher};
+use crate::key::TaskKey;
 
 /// A fire on its way out of the dispatcher: its instant and the ids it carries.
 #[derive(Debug)]

@@ -1,6 +1,6 @@
 use super::*;
 use crate::execution::{AttemptOutcome, EnqueueOutcome, EventPosition, ExecutionEvent};
-use crate::state::TaskStatus;
+use crate::status::TaskStatus;
 use crate::task::{MisfirePolicy, OverlapPolicy, TaskSpec};
 use crate::validate::FieldError;
 

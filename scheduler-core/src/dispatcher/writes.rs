@@ -14,7 +14,8 @@ use std::time::Duration;
 use crate::state::TaskState;
 use crate::time::UtcMillis;
 
-use super::{StateWrite, TaskKey};
+use super::StateWrite;
+use crate::key::TaskKey;
 
 #[derive(Debug)]
 enum Pending {

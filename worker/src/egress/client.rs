@@ -18,8 +18,8 @@ use std::sync::Arc;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::Url;
 
-use super::EgressPolicy;
-use crate::error::{EgressError, WorkerError};
+use super::{EgressError, EgressPolicy};
+use crate::error::WorkerError;
 
 /// A `reqwest::Client` that calls only what its [`EgressPolicy`] allows and follows no
 /// redirects. Cheap to clone (the connection pool is shared).

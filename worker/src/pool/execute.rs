@@ -24,11 +24,8 @@ use super::park::{conclude, open_completion, reported_outcome, Park};
 use super::reconcile::hold;
 use super::settle::{dead_letter, fail, finish, give_back, Failed};
 use super::stop::{stopped, unwatch};
-use super::Shared;
+use super::{Shared, Verdict};
 use crate::handler::{Handler, HandlerContext, HandlerError, OutputSlot};
-
-/// How an attempt ended, its error, and whether that error may be retried.
-pub(super) type Verdict = (AttemptOutcome, Option<String>, bool);
 
 /// Waits for a running slot (a prefetched message), then runs the delivery. A message still
 /// waiting when the pool stops has not started: it goes back to the queue at once.

@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ax_queue::{Maintenance, MaintenanceConfig, Queue};
+use ax_scheduler_core::AttemptOutcome;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -46,8 +47,12 @@ pub use config::{WorkerConfig, DEFAULT_CONCURRENCY, DEFAULT_PREFETCH, DEFAULT_SH
 
 use crate::egress::{EgressClient, EgressPolicy};
 use crate::error::{Result, WorkerError};
-use crate::handler::HandlerRegistry;
+use crate::registry::HandlerRegistry;
 use crate::reporter::ExecutionReporter;
+
+/// How an attempt ended, its error, and whether that error may be retried: what the steps of
+/// an attempt hand on, in `execute` and in `park` alike.
+type Verdict = (AttemptOutcome, Option<String>, bool);
 
 /// Counts of what a pool did, returned when it stops.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

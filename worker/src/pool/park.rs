@@ -11,9 +11,8 @@
 use ax_queue::{Delivery, Parked, ReportedEnd, ReportedStatus, StopOrder};
 use ax_scheduler_core::{AttemptOutcome, UtcMillis};
 
-use super::execute::Verdict;
 use super::settle::settle;
-use super::Shared;
+use super::{Shared, Verdict};
 use crate::awaiting::Completion;
 use crate::handler::OutputSlot;
 

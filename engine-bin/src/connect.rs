@@ -13,6 +13,9 @@
 //! libraries as bytes: the libraries never read files, and a replica that reconnects picks
 //! up renewed certificates. A failed TLS handshake is reported with the setting to look at,
 //! since the TLS library's words ("UnknownIssuer") do not name one.
+//!
+//! Everything that talks to etcd or Redis connects through here (the API backend, the
+//! server's roles, the clock check), so this module depends on the configuration alone.
 
 use std::time::Duration;
 

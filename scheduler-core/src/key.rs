@@ -5,6 +5,9 @@
 //! too. Its serde shape, `{"namespace": .., "id": ..}`, is what the HTTP API and alert
 //! payloads show; nothing stored in etcd or Redis serializes it (they store the two fields of
 //! their own records), so that shape is free to be the edge's.
+//!
+//! It is a module of its own, below the dispatcher, because the modules the dispatcher builds
+//! on (fan-out, workflows, placement) name tasks too; the dispatcher re-exports it.
 
 use std::fmt;
 use std::sync::Arc;
