@@ -17,11 +17,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::fakes::{FakeKey, FakeQueue, FakeStore};
-use super::{Term, TermDeps, TermInput};
+use super::{Term, TermInput};
 use crate::audit::NoAudit;
 use crate::authority::Authority;
 use crate::catalog::{CatalogEntry, CatalogSlice, Change};
 use crate::clock::TokioClock;
+use crate::deps::TermDeps;
 use crate::feeds::Feeds;
 use crate::metrics::NoMetrics;
 use crate::LeaderSettings;
@@ -213,19 +214,51 @@ async fn the_states_of_tasks_deleted_while_no_one_led_are_deleted() {
 
 #[tokio::test(start_paused = true)]
 async fn a_fire_a_dead_leader_enqueued_is_not_enqueued_again() {
-    // The last leader sent the fire at -10 s and died before writing that it had.
+    // The last leader sent the fire at 0 and died before writing that it had; its execution
+    // ran and ended, and only the history holds that end (its event was never read).
     let mut recorded = TaskState::new(1, at(-60_000), at(-20_000));
     recorded.last_fire_at = Some(at(-20_000));
     let store = FakeStore::with([(TaskKey::new("ns", "a"), recorded)]);
     let queue = Arc::new(FakeQueue::default());
     queue.mark_enqueued("ns", "a", at(0));
+    queue.record_end("ns", "a", succeeded(at(0), at(300)));
     let term = start_with(settings(), vec![task("a", EVERY_10S)], store, queue).await;
-    term.until(10_001).await;
-    assert_eq!(
-        term.queue.fires_of("a"),
-        [at(10_000)],
-        "the replayed fire was refused as a duplicate; the next one goes"
+    term.until(1_000).await;
+    assert!(
+        term.queue.fires_of("a").is_empty(),
+        "the replayed fire is a duplicate"
     );
+    let state = term
+        .store
+        .state("ns", "a")
+        .expect("written at the first flush");
+    assert_eq!(
+        (state.success_count, state.last_fire_at),
+        (1, Some(at(0))),
+        "the duplicate's end is taken from the history"
+    );
+    term.until(10_001).await;
+    assert_eq!(term.queue.fires_of("a"), [at(10_000)], "the next fire goes");
+}
+
+/// The history entry of a first attempt of a fire at `fire_at` that succeeded at `end`.
+fn succeeded(fire_at: UtcMillis, end: UtcMillis) -> ax_queue::HistoryEntry {
+    ax_queue::HistoryEntry {
+        execution_id: uuid::Uuid::from_u128(7),
+        fire_at,
+        started_at: fire_at,
+        finished_at: end,
+        lateness_ms: 0,
+        duration_ms: u64::try_from(end.0 - fire_at.0).unwrap_or(0),
+        end: ax_scheduler_core::AttemptEnd::new(ax_scheduler_core::AttemptOutcome::Succeeded, None),
+        worker: "w".into(),
+        attempt: 0,
+        queue: "default".into(),
+        enqueued_at: None,
+        first_enqueued_at: None,
+        output: None,
+        lineage: ax_queue::Lineage::default(),
+    }
 }
 
 #[tokio::test(start_paused = true)]
