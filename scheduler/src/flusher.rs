@@ -29,6 +29,7 @@
 //! up by an unreachable etcd.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,108 +74,168 @@ pub(super) async fn run(
     alerts: Option<AlertSender>,
     cancel: CancellationToken,
 ) {
-    let mut states: HashMap<TaskKey, Option<TaskState>> = HashMap::new();
-    let mut keys: Vec<PendingTrigger> = Vec::new();
-    let mut acks: Vec<EventPosition> = Vec::new();
-    let mut end_alerts: Vec<Alert> = Vec::new();
-    let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
+    let flusher = Flusher {
+        registry,
+        queue,
+        fence,
+        shard,
+        alerts,
+        cancel,
+    };
+    let mut batch = Batch::default();
     loop {
         // Not raced against the cancellation: a request handed over (the last flush of a
         // term that is ending) is written before the flusher ends.
         let Some(first) = rx.recv().await else { return };
-        take(
-            first,
-            &mut states,
-            &mut keys,
-            &mut acks,
-            &mut end_alerts,
-            &mut waiters,
-        );
-        while let Ok(more) = rx.try_recv() {
-            take(
-                more,
-                &mut states,
-                &mut keys,
-                &mut acks,
-                &mut end_alerts,
-                &mut waiters,
-            );
+        batch.take(first);
+        batch.take_waiting(&mut rx);
+        if flusher.flush(&mut batch, &mut rx).await.is_break() {
+            return;
         }
+    }
+}
+
+/// What one flush writes: the requests taken since the last written one, merged.
+#[derive(Default)]
+struct Batch {
+    states: HashMap<TaskKey, Option<TaskState>>,
+    keys: Vec<PendingTrigger>,
+    acks: Vec<EventPosition>,
+    alerts: Vec<Alert>,
+    waiters: Vec<oneshot::Sender<()>>,
+}
+
+impl Batch {
+    fn take(&mut self, request: FlushRequest) {
+        for (key, state) in request.writes {
+            self.states.insert((*key).clone(), state);
+        }
+        self.keys.extend(request.triggers);
+        self.acks.extend(request.acks);
+        self.alerts.extend(request.alerts);
+        self.waiters.extend(request.done);
+    }
+
+    /// Merges what is already in the channel, without waiting for more.
+    fn take_waiting(&mut self, rx: &mut mpsc::Receiver<FlushRequest>) {
+        while let Ok(more) = rx.try_recv() {
+            self.take(more);
+        }
+    }
+}
+
+/// What stays the same across the flushes of one term.
+struct Flusher {
+    registry: Arc<dyn TermStore>,
+    queue: Arc<dyn TermQueue>,
+    fence: WriteFence,
+    shard: Option<u32>,
+    alerts: Option<AlertSender>,
+    cancel: CancellationToken,
+}
+
+impl Flusher {
+    /// Writes `batch`, retrying until it is written, then releases what waited on it.
+    /// Breaks when the flusher ends: the write was refused, or `cancel` fired between
+    /// attempts.
+    async fn flush(
+        &self,
+        batch: &mut Batch,
+        rx: &mut mpsc::Receiver<FlushRequest>,
+    ) -> ControlFlow<()> {
         let mut backoff = ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
-            match write(&*registry, &*queue, &fence, &states, &keys).await {
+            match write(
+                &*self.registry,
+                &*self.queue,
+                &self.fence,
+                &batch.states,
+                &batch.keys,
+            )
+            .await
+            {
                 Ok(()) => {
-                    debug!(
-                        states = states.len(),
-                        keys = keys.len(),
-                        events = acks.len(),
-                        alerts = end_alerts.len(),
-                        "flushed"
-                    );
-                    // The states hold the ends: no successor applies them again.
-                    for alert in end_alerts.drain(..) {
-                        if let Some(sender) = &alerts {
-                            sender.send(alert);
-                        }
-                    }
-                    if let Err(e) = queue.ack_events(shard, &acks).await {
-                        warn!(error = %e, events = acks.len(), "cannot acknowledge execution events; they will be read again and ignored");
-                    }
-                    // Emptied and given back past a small size: the first flush of a term
-                    // holds every task's state, and a table keeps its largest capacity
-                    // (about 500 bytes a task at a million tasks) for as long as it lives.
-                    states.clear();
-                    states.shrink_to(KEPT_CAPACITY);
-                    keys.clear();
-                    keys.shrink_to(KEPT_CAPACITY);
-                    acks.clear();
-                    acks.shrink_to(KEPT_CAPACITY);
-                    for w in waiters.drain(..) {
-                        let _ = w.send(());
-                    }
-                    break;
+                    self.release(batch).await;
+                    return ControlFlow::Continue(());
                 }
                 Err(RegistryError::Fenced { .. }) => {
                     warn!(
-                        alerts = end_alerts.len(),
+                        alerts = batch.alerts.len(),
                         "state write refused: another replica leads now (and applies these ends, and alerts, again)"
                     );
-                    cancel.cancel();
-                    return;
+                    self.cancel.cancel();
+                    return ControlFlow::Break(());
                 }
                 Err(e) => {
-                    let wait = backoff.next_delay(&mut rand::rng());
-                    let attempt = backoff.failures();
-                    warn!(error = %e, attempt, states = states.len(), "cannot write task states; retrying");
-                    if attempt >= ISOLATE_AFTER && matches!(e, RegistryError::Etcd { .. }) {
-                        // etcd answers and still refuses: find the record it refuses.
-                        match isolate(&*registry, &fence, &mut states).await {
-                            Err(RegistryError::Fenced { .. }) => {
-                                warn!("state write refused: another replica leads now");
-                                cancel.cancel();
-                                return;
-                            }
-                            Err(e) => warn!(error = %e, "cannot write task states one by one"),
-                            Ok(()) => {}
-                        }
-                    }
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = tokio::time::sleep(wait) => {}
-                    }
+                    self.after_failure(e, &mut backoff, &mut batch.states)
+                        .await?;
                     // Merge what arrived meanwhile, so the retry writes the newest states.
-                    while let Ok(more) = rx.try_recv() {
-                        take(
-                            more,
-                            &mut states,
-                            &mut keys,
-                            &mut acks,
-                            &mut end_alerts,
-                            &mut waiters,
-                        );
-                    }
+                    batch.take_waiting(rx);
                 }
             }
+        }
+    }
+
+    /// Once `batch` is written: sends its alerts, acknowledges its events, answers its
+    /// waiters, and empties it for the next flush.
+    async fn release(&self, batch: &mut Batch) {
+        debug!(
+            states = batch.states.len(),
+            keys = batch.keys.len(),
+            events = batch.acks.len(),
+            alerts = batch.alerts.len(),
+            "flushed"
+        );
+        // The states hold the ends: no successor applies them again.
+        for alert in batch.alerts.drain(..) {
+            if let Some(sender) = &self.alerts {
+                sender.send(alert);
+            }
+        }
+        if let Err(e) = self.queue.ack_events(self.shard, &batch.acks).await {
+            warn!(error = %e, events = batch.acks.len(), "cannot acknowledge execution events; they will be read again and ignored");
+        }
+        // Emptied and given back past a small size: the first flush of a term
+        // holds every task's state, and a table keeps its largest capacity
+        // (about 500 bytes a task at a million tasks) for as long as it lives.
+        batch.states.clear();
+        batch.states.shrink_to(KEPT_CAPACITY);
+        batch.keys.clear();
+        batch.keys.shrink_to(KEPT_CAPACITY);
+        batch.acks.clear();
+        batch.acks.shrink_to(KEPT_CAPACITY);
+        for w in batch.waiters.drain(..) {
+            let _ = w.send(());
+        }
+    }
+
+    /// After a failed write (not a refusal): reports it, isolates a refused record once
+    /// the failures repeat, and waits before the next attempt. Breaks when the flusher
+    /// ends: a newer leader refused a write, or `cancel` fired during the wait.
+    async fn after_failure(
+        &self,
+        e: RegistryError,
+        backoff: &mut ReconnectBackoff,
+        states: &mut HashMap<TaskKey, Option<TaskState>>,
+    ) -> ControlFlow<()> {
+        let wait = backoff.next_delay(&mut rand::rng());
+        let attempt = backoff.failures();
+        warn!(error = %e, attempt, states = states.len(), "cannot write task states; retrying");
+        if attempt >= ISOLATE_AFTER && matches!(e, RegistryError::Etcd { .. }) {
+            // etcd answers and still refuses: find the record it refuses.
+            match isolate(&*self.registry, &self.fence, states).await {
+                Err(RegistryError::Fenced { .. }) => {
+                    warn!("state write refused: another replica leads now");
+                    self.cancel.cancel();
+                    return ControlFlow::Break(());
+                }
+                Err(e) => warn!(error = %e, "cannot write task states one by one"),
+                Ok(()) => {}
+            }
+        }
+        tokio::select! {
+            _ = self.cancel.cancelled() => ControlFlow::Break(()),
+            _ = tokio::time::sleep(wait) => ControlFlow::Continue(()),
         }
     }
 }
@@ -214,23 +275,6 @@ async fn isolate(
         }
     }
     Ok(())
-}
-
-fn take(
-    request: FlushRequest,
-    states: &mut HashMap<TaskKey, Option<TaskState>>,
-    keys: &mut Vec<PendingTrigger>,
-    acks: &mut Vec<EventPosition>,
-    alerts: &mut Vec<Alert>,
-    waiters: &mut Vec<oneshot::Sender<()>>,
-) {
-    for (key, state) in request.writes {
-        states.insert((*key).clone(), state);
-    }
-    keys.extend(request.triggers);
-    acks.extend(request.acks);
-    alerts.extend(request.alerts);
-    waiters.extend(request.done);
 }
 
 async fn write(

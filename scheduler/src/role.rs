@@ -112,47 +112,11 @@ struct Role {
 /// Runs the scheduler role until `cancel` fires. Nothing ends it earlier: what fails is
 /// retried, reported, or ends a term.
 pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: CancellationToken) {
-    let watcher = deps.registry.watch(cancel.child_token());
-    let term_deps = TermDeps::of(&deps);
-    let feeds = Feeds::start(&term_deps, settings.trigger_interval, &cancel);
-    let (notes_tx, mut notes_rx) = mpsc::unbounded_channel();
-    let mut source = if settings.placement.is_sharded() {
-        Source::Shards {
-            owner: None,
-            gate: None,
-        }
-    } else {
-        Source::Election {
-            campaign: None,
-            campaign_after: Instant::now(),
-        }
-    };
-    let mut role = Role {
-        settings,
-        deps,
-        term_deps,
-        watcher,
-        catalog: Catalog::default(),
-        seen: Arc::new(AtomicI64::new(0)),
-        feeds,
-        cancel,
-        terms: BTreeMap::new(),
-        generation: 0,
-        notes_tx,
-        takeover_backoff: ReconnectBackoff::new(Duration::from_secs(1), Duration::from_secs(30)),
-        shard_backoff: HashMap::new(),
-        delayed: Vec::new(),
-    };
+    let (mut role, mut source, mut notes_rx) = Role::new(settings, deps, cancel);
     role.deps.metrics.set_leader(false);
     loop {
         role.start_source(&mut source);
-        let waiting_until = match &source {
-            Source::Election {
-                campaign: None,
-                campaign_after,
-            } if Instant::now() < *campaign_after => Some(*campaign_after),
-            _ => role.delayed.iter().map(|(at, _)| *at).min(),
-        };
+        let waiting_until = role.waiting_until(&source);
         tokio::select! {
             biased;
             _ = role.cancel.cancelled() => break,
@@ -161,51 +125,11 @@ pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: Cancellatio
                 Some(event) => role.on_registry_event(event).await,
                 None => break,
             },
-            event = source_event(&mut source) => match event {
-                SourceEvent::Campaign(won) => role.on_campaign(&mut source, won),
-                SourceEvent::Shard(Some(event)) => role.on_shard_event(&mut source, event),
-                // The loop stopped (only with the role's cancellation): nothing more comes.
-                SourceEvent::Shard(None) => {
-                    if let Source::Shards { owner, .. } = &mut source {
-                        *owner = None;
-                    }
-                }
-                SourceEvent::ClockChecked => role.own_shards(&mut source),
-            },
+            event = source_event(&mut source) => role.on_source_event(&mut source, event),
             _ = sleep_until(waiting_until) => role.start_delayed(),
         }
     }
-    // Shutdown: each term's stop token is a child of the role's, so every term writes what
-    // it holds and gives its key up; the ownership loop is stopped only then (its session
-    // holds the owner keys the terms' writes are fenced on).
-    let mut open: std::collections::BTreeSet<u64> =
-        role.terms.values().map(|t| t.generation).collect();
-    role.terms.clear();
-    role.delayed.clear();
-    while !open.is_empty() {
-        match notes_rx.recv().await {
-            Some(TermNote {
-                generation,
-                kind: NoteKind::Ended { .. },
-                ..
-            }) => {
-                open.remove(&generation);
-            }
-            Some(_) => {}
-            None => break,
-        }
-    }
-    if let Source::Shards {
-        owner: Some(owner), ..
-    } = source
-    {
-        owner.stop().await;
-    }
-    if role.settings.placement.is_sharded() {
-        role.deps.metrics.set_shards_owned(0);
-    } else {
-        role.deps.metrics.set_leader(false);
-    }
+    role.shut_down(source, notes_rx).await;
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -243,6 +167,111 @@ async fn source_event(source: &mut Source) -> SourceEvent {
 }
 
 impl Role {
+    /// The role before its loop starts: no term, no authority sought yet; with the receiver
+    /// of its terms' notes.
+    fn new(
+        settings: LeaderSettings,
+        deps: LeaderDeps,
+        cancel: CancellationToken,
+    ) -> (Self, Source, mpsc::UnboundedReceiver<TermNote>) {
+        let watcher = deps.registry.watch(cancel.child_token());
+        let term_deps = TermDeps::of(&deps);
+        let feeds = Feeds::start(&term_deps, settings.trigger_interval, &cancel);
+        let (notes_tx, notes_rx) = mpsc::unbounded_channel();
+        let source = if settings.placement.is_sharded() {
+            Source::Shards {
+                owner: None,
+                gate: None,
+            }
+        } else {
+            Source::Election {
+                campaign: None,
+                campaign_after: Instant::now(),
+            }
+        };
+        let role = Role {
+            settings,
+            deps,
+            term_deps,
+            watcher,
+            catalog: Catalog::default(),
+            seen: Arc::new(AtomicI64::new(0)),
+            feeds,
+            cancel,
+            terms: BTreeMap::new(),
+            generation: 0,
+            notes_tx,
+            takeover_backoff: ReconnectBackoff::new(
+                Duration::from_secs(1),
+                Duration::from_secs(30),
+            ),
+            shard_backoff: HashMap::new(),
+            delayed: Vec::new(),
+        };
+        (role, source, notes_rx)
+    }
+
+    /// When the loop next has something to start: the campaign after its pause, or the
+    /// first delayed shard.
+    fn waiting_until(&self, source: &Source) -> Option<Instant> {
+        match source {
+            Source::Election {
+                campaign: None,
+                campaign_after,
+            } if Instant::now() < *campaign_after => Some(*campaign_after),
+            _ => self.delayed.iter().map(|(at, _)| *at).min(),
+        }
+    }
+
+    /// Acts on what the source of authority said.
+    fn on_source_event(&mut self, source: &mut Source, event: SourceEvent) {
+        match event {
+            SourceEvent::Campaign(won) => self.on_campaign(source, won),
+            SourceEvent::Shard(Some(event)) => self.on_shard_event(source, event),
+            // The loop stopped (only with the role's cancellation): nothing more comes.
+            SourceEvent::Shard(None) => {
+                if let Source::Shards { owner, .. } = source {
+                    *owner = None;
+                }
+            }
+            SourceEvent::ClockChecked => self.own_shards(source),
+        }
+    }
+
+    /// Shutdown: each term's stop token is a child of the role's, so every term writes what
+    /// it holds and gives its key up; the ownership loop is stopped only then (its session
+    /// holds the owner keys the terms' writes are fenced on).
+    async fn shut_down(mut self, source: Source, mut notes_rx: mpsc::UnboundedReceiver<TermNote>) {
+        let mut open: std::collections::BTreeSet<u64> =
+            self.terms.values().map(|t| t.generation).collect();
+        self.terms.clear();
+        self.delayed.clear();
+        while !open.is_empty() {
+            match notes_rx.recv().await {
+                Some(TermNote {
+                    generation,
+                    kind: NoteKind::Ended { .. },
+                    ..
+                }) => {
+                    open.remove(&generation);
+                }
+                Some(_) => {}
+                None => break,
+            }
+        }
+        if let Source::Shards {
+            owner: Some(owner), ..
+        } = source
+        {
+            owner.stop().await;
+        }
+        if self.settings.placement.is_sharded() {
+            self.deps.metrics.set_shards_owned(0);
+        } else {
+            self.deps.metrics.set_leader(false);
+        }
+    }
+
     /// Starts the campaign or the ownership loop when it is time: once the catalog is
     /// synced (a term arms from it), and for the campaign, while no term runs and no pause
     /// after a failed takeover is pending.

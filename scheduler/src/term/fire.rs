@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use ax_alerting::Alert;
 use ax_queue::ExecutionMessage;
+use ax_scheduler_core::deadline::Miss;
 use ax_scheduler_core::workflow::execution_id_text;
 use ax_scheduler_core::{
     AttemptEnd, Dispatch, Dispatcher, EnqueueOutcome, Notice, ReconnectBackoff, TaskKey, UtcMillis,
@@ -163,7 +164,6 @@ pub(super) fn notice_alerts(
     now: UtcMillis,
 ) -> NoticeAlerts {
     let mut out = NoticeAlerts::default();
-    let alerts = &mut out.now;
     for notice in notices {
         match notice {
             Notice::AttemptFailed {
@@ -182,46 +182,26 @@ pub(super) fn notice_alerts(
                 skipped,
                 beyond_window,
                 oldest,
-            } => {
-                warn!(
-                    task_id = %key,
-                    missed,
-                    skipped,
-                    beyond_window,
-                    oldest = ?oldest.map(|o| o.to_rfc3339()),
-                    "missed fires found (takeover or stall); the misfire policy applied"
-                );
-                if skipped > 0 {
-                    alerts.push(Alert::misfire_skipped(
-                        &*key.namespace,
-                        &*key.id,
-                        skipped,
-                        now,
-                    ));
-                }
-                if let (true, Some(oldest)) = (beyond_window > 0, oldest) {
-                    alerts.push(Alert::schedule_delay(
-                        &*key.namespace,
-                        &*key.id,
-                        oldest,
-                        now.since(oldest),
-                        now,
-                    ));
-                }
-            }
+            } => misfire_alerts(
+                &key,
+                missed,
+                skipped,
+                beyond_window,
+                oldest,
+                now,
+                &mut out.now,
+            ),
             Notice::CircuitOpened {
                 key,
                 failures,
                 executions,
-            } => {
-                warn!(task_id = %key, failures, executions, "circuit breaker open: dispatch slowed to a tenth");
-                alerts.push(Alert::circuit_open(
-                    key.to_string(),
-                    failures,
-                    breaker_window,
-                    now,
-                ));
-            }
+            } => out.now.push(circuit_open_alert(
+                &key,
+                failures,
+                executions,
+                breaker_window,
+                now,
+            )),
             Notice::CircuitClosed { key } => info!(task_id = %key, "circuit breaker closed"),
             Notice::BreakerSkipped { key, fire_at } => {
                 debug!(task_id = %key, fire_at = %fire_at, "fire skipped: circuit breaker open");
@@ -232,39 +212,93 @@ pub(super) fn notice_alerts(
                 fire_at,
                 reason,
                 ..
-            } => {
-                warn!(task_id = %key, fanout_id = %fanout, fire_at = %fire_at, "broadcast fire failed: {reason}");
-                alerts.push(Alert::task_failed(
-                    &*key.namespace,
-                    &*key.id,
-                    1,
-                    reason,
-                    now,
-                ));
-            }
+            } => out
+                .now
+                .push(no_live_worker_alert(&key, &fanout, fire_at, reason, now)),
             Notice::StepSkipped { key, run, reason } => {
                 info!(task_id = %key, run_id = %run, "step skipped: {reason}");
             }
             Notice::DeadlineMissed { key, within, miss } => {
-                warn!(
-                    task_id = %key,
-                    fire_at = %miss.first_fire,
-                    missed = miss.missed,
-                    reason = miss.reason.as_str(),
-                    "deadline missed: {}",
-                    miss.reason
-                );
-                alerts.push(Alert::deadline_missed(
-                    &*key.namespace,
-                    &*key.id,
-                    within,
-                    &miss,
-                    now,
-                ));
+                out.now.push(deadline_alert(&key, within, &miss, now));
             }
         }
     }
     out
+}
+
+/// Logs missed fires found at a takeover or after a stall; alerts the fires the policy
+/// skipped, and the delay of those older than the misfire window.
+fn misfire_alerts(
+    key: &TaskKey,
+    missed: u64,
+    skipped: u64,
+    beyond_window: u64,
+    oldest: Option<UtcMillis>,
+    now: UtcMillis,
+    alerts: &mut Vec<Alert>,
+) {
+    warn!(
+        task_id = %key,
+        missed,
+        skipped,
+        beyond_window,
+        oldest = ?oldest.map(|o| o.to_rfc3339()),
+        "missed fires found (takeover or stall); the misfire policy applied"
+    );
+    if skipped > 0 {
+        alerts.push(Alert::misfire_skipped(
+            &*key.namespace,
+            &*key.id,
+            skipped,
+            now,
+        ));
+    }
+    if let (true, Some(oldest)) = (beyond_window > 0, oldest) {
+        alerts.push(Alert::schedule_delay(
+            &*key.namespace,
+            &*key.id,
+            oldest,
+            now.since(oldest),
+            now,
+        ));
+    }
+}
+
+/// Logs and alerts a task whose circuit breaker opened.
+fn circuit_open_alert(
+    key: &TaskKey,
+    failures: u32,
+    executions: u32,
+    breaker_window: Duration,
+    now: UtcMillis,
+) -> Alert {
+    warn!(task_id = %key, failures, executions, "circuit breaker open: dispatch slowed to a tenth");
+    Alert::circuit_open(key.to_string(), failures, breaker_window, now)
+}
+
+/// Logs and alerts a broadcast fire that found no live worker.
+fn no_live_worker_alert(
+    key: &TaskKey,
+    fanout: &str,
+    fire_at: UtcMillis,
+    reason: String,
+    now: UtcMillis,
+) -> Alert {
+    warn!(task_id = %key, fanout_id = %fanout, fire_at = %fire_at, "broadcast fire failed: {reason}");
+    Alert::task_failed(&*key.namespace, &*key.id, 1, reason, now)
+}
+
+/// Logs and alerts a missed deadline.
+fn deadline_alert(key: &TaskKey, within: Duration, miss: &Miss, now: UtcMillis) -> Alert {
+    warn!(
+        task_id = %key,
+        fire_at = %miss.first_fire,
+        missed = miss.missed,
+        reason = miss.reason.as_str(),
+        "deadline missed: {}",
+        miss.reason
+    );
+    Alert::deadline_missed(&*key.namespace, &*key.id, within, miss, now)
 }
 
 impl Term {

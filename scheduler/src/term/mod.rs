@@ -119,11 +119,7 @@ impl Term {
         stop: &CancellationToken,
     ) {
         loop {
-            let wake = self
-                .dispatcher
-                .next_wakeup(deps.clock.now())
-                .map(|at| clock::instant_at(&*deps.clock, at))
-                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            let wake = self.next_wake(deps);
             tokio::select! {
                 biased;
                 // Stopping first: the changes end with the role too, and a term that stopped on
@@ -149,17 +145,7 @@ impl Term {
                     self.fire(settings, deps).await;
                 }
                 Ok(()) = self.feeds.paused.changed() => {
-                    let paused = self.feeds.paused.borrow_and_update().clone().unwrap_or_default();
-                    let was: BTreeSet<String> =
-                        self.dispatcher.paused_namespaces().map(str::to_owned).collect();
-                    for ns in paused.difference(&was) {
-                        info!(namespace = %ns, "namespace paused: its tasks do not fire");
-                        self.dispatcher.pause_namespace(ns);
-                    }
-                    for ns in was.difference(&paused) {
-                        info!(namespace = %ns, "namespace resumed: missed fires follow each task's misfire policy");
-                        self.dispatcher.resume_namespace(ns, deps.clock.now());
-                    }
+                    self.on_paused_changed(deps);
                     self.fire(settings, deps).await;
                 }
                 Ok(()) = self.feeds.triggers.changed() => {
@@ -168,24 +154,7 @@ impl Term {
                     }
                 }
                 _ = self.events_tick.tick() => {
-                    // A leader resumed after its lease ran out must not take events its
-                    // successor would then never see (it cannot write what they change).
-                    if self.authority.is_valid() {
-                        events::consume(deps, self.scope.shard(), &mut self.dispatcher, &mut self.unacked).await;
-                    }
-                    if !self.duplicates.is_empty() {
-                        let duplicates = std::mem::take(&mut self.duplicates);
-                        events::reconcile(deps, &mut self.dispatcher, &duplicates).await;
-                    }
-                    // Requests that came before their task's put: try again.
-                    let waiting = std::mem::take(&mut self.early_triggers);
-                    let mut queued = false;
-                    for request in waiting {
-                        queued |= self.take_trigger(deps, request).await;
-                    }
-                    if queued {
-                        self.fire(settings, deps).await;
-                    }
+                    self.on_events_tick(settings, deps).await;
                 }
                 _ = self.pending_tick.tick() => {
                     if self.authority.is_valid() {
@@ -202,6 +171,67 @@ impl Term {
                     self.check_unserved(deps).await;
                 }
             }
+        }
+    }
+
+    /// When the dispatcher next has something due, on the runtime's clock; an hour ahead
+    /// when nothing is armed.
+    fn next_wake(&mut self, deps: &TermDeps) -> Instant {
+        self.dispatcher
+            .next_wakeup(deps.clock.now())
+            .map(|at| clock::instant_at(&*deps.clock, at))
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600))
+    }
+
+    /// Pauses the namespaces newly paused and resumes those no longer paused.
+    fn on_paused_changed(&mut self, deps: &TermDeps) {
+        let paused = self
+            .feeds
+            .paused
+            .borrow_and_update()
+            .clone()
+            .unwrap_or_default();
+        let was: BTreeSet<String> = self
+            .dispatcher
+            .paused_namespaces()
+            .map(str::to_owned)
+            .collect();
+        for ns in paused.difference(&was) {
+            info!(namespace = %ns, "namespace paused: its tasks do not fire");
+            self.dispatcher.pause_namespace(ns);
+        }
+        for ns in was.difference(&paused) {
+            info!(namespace = %ns, "namespace resumed: missed fires follow each task's misfire policy");
+            self.dispatcher.resume_namespace(ns, deps.clock.now());
+        }
+    }
+
+    /// Reads worker events and the outcomes of duplicate fires, and retries the run-now
+    /// requests that came before their task.
+    async fn on_events_tick(&mut self, settings: &LeaderSettings, deps: &TermDeps) {
+        // A leader resumed after its lease ran out must not take events its
+        // successor would then never see (it cannot write what they change).
+        if self.authority.is_valid() {
+            events::consume(
+                deps,
+                self.scope.shard(),
+                &mut self.dispatcher,
+                &mut self.unacked,
+            )
+            .await;
+        }
+        if !self.duplicates.is_empty() {
+            let duplicates = std::mem::take(&mut self.duplicates);
+            events::reconcile(deps, &mut self.dispatcher, &duplicates).await;
+        }
+        // Requests that came before their task's put: try again.
+        let waiting = std::mem::take(&mut self.early_triggers);
+        let mut queued = false;
+        for request in waiting {
+            queued |= self.take_trigger(deps, request).await;
+        }
+        if queued {
+            self.fire(settings, deps).await;
         }
     }
 
