@@ -378,7 +378,6 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
     let b = backend(config).await?;
     let name = key.as_ref().map(ToString::to_string).unwrap_or_default();
     let text = match (cmd, key) {
-        (TaskCommand::Graph { dot, .. }, Some(key)) => task_graph(&b, &key, &name, dot).await?,
         (
             TaskCommand::List {
                 namespace,
@@ -402,53 +401,63 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
             };
             task_list(&b, query, output).await?
         }
-        (TaskCommand::Get { show_secrets, .. }, Some(k)) => {
+        (cmd, Some(k)) => task_keyed(&b, actor, &name, k, cmd).await?,
+        (cmd, None) => return Err(unexpected(&cmd)),
+    };
+    print_stdout(&text)
+}
+
+/// The task commands that name one task, `key`; what they print.
+async fn task_keyed(
+    b: &Backend,
+    actor: &str,
+    name: &str,
+    k: TaskKey,
+    cmd: TaskCommand,
+) -> Result<String, CliError> {
+    Ok(match cmd {
+        TaskCommand::Graph { dot, .. } => task_graph(b, &k, name, dot).await?,
+        TaskCommand::Get { show_secrets, .. } => {
             let mut view = b.get_task(k).await.map_err(api_error)?;
             if !show_secrets {
                 view.mask_secrets();
             }
             output::json(&view)
         }
-        (TaskCommand::Delete(_), Some(k)) => {
+        TaskCommand::Delete(_) => {
             b.delete_task(k).await.map_err(api_error)?;
-            audit(&b, actor, "task.delete", &name, None, None).await;
+            audit(b, actor, "task.delete", name, None, None).await;
             format!("task {name} deleted\n")
         }
-        (TaskCommand::Pause(_), Some(k)) => {
+        TaskCommand::Pause(_) => {
             b.pause(k).await.map_err(api_error)?;
-            audit(&b, actor, "task.pause", &name, None, None).await;
+            audit(b, actor, "task.pause", name, None, None).await;
             format!("task {name} paused\n")
         }
-        (TaskCommand::Resume(_), Some(k)) => {
+        TaskCommand::Resume(_) => {
             b.resume(k).await.map_err(api_error)?;
-            audit(&b, actor, "task.resume", &name, None, None).await;
+            audit(b, actor, "task.resume", name, None, None).await;
             format!("task {name} resumed\n")
         }
-        (
-            TaskCommand::Trigger {
-                payload,
-                idempotency_key,
-                ..
-            },
-            Some(k),
-        ) => {
+        TaskCommand::Trigger {
+            payload,
+            idempotency_key,
+            ..
+        } => {
             let params = TriggerParams {
                 payload: read_payload(payload.as_deref())?,
                 idempotency_key,
             };
-            task_trigger(&b, actor, &name, k, params).await?
+            task_trigger(b, actor, name, k, params).await?
         }
-        (
-            TaskCommand::Backfill {
-                from,
-                to,
-                max,
-                force,
-                dry_run,
-                ..
-            },
-            Some(k),
-        ) => {
+        TaskCommand::Backfill {
+            from,
+            to,
+            max,
+            force,
+            dry_run,
+            ..
+        } => {
             let params = BackfillParams {
                 from,
                 to,
@@ -456,28 +465,30 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
                 force,
                 dry_run,
             };
-            task_backfill(&b, actor, &name, k, params).await?
+            task_backfill(b, actor, name, k, params).await?
         }
-        (TaskCommand::Kill { execution, .. }, Some(k)) => {
+        TaskCommand::Kill { execution, .. } => {
             let result = b.kill_task(k, execution).await.map_err(api_error)?;
             let detail = serde_json::to_value(&result).ok();
-            audit(&b, actor, "task.kill", &name, detail, None).await;
+            audit(b, actor, "task.kill", name, detail, None).await;
             output::kill_text(&result)
         }
-        (TaskCommand::History { limit, output, .. }, Some(k)) => {
+        TaskCommand::History { limit, output, .. } => {
             let records = b.history(k, usize::from(limit)).await.map_err(api_error)?;
             match output {
                 OutputFormat::Table => output::history_table(&records),
                 OutputFormat::Json => output::json(&records),
             }
         }
-        (cmd, _) => {
-            return Err(CliError::Failed(anyhow::anyhow!(
-                "internal error: unexpected task command {cmd:?}"
-            )))
-        }
-    };
-    print_stdout(&text)
+        cmd @ (TaskCommand::Put { .. } | TaskCommand::List { .. }) => return Err(unexpected(&cmd)),
+    })
+}
+
+/// A task command routed where it does not belong: a bug, not a usage error.
+fn unexpected(cmd: &TaskCommand) -> CliError {
+    CliError::Failed(anyhow::anyhow!(
+        "internal error: unexpected task command {cmd:?}"
+    ))
 }
 
 /// `ax task graph`: the chain around `key`, as text or DOT.
