@@ -27,7 +27,7 @@ use crate::output;
 use crate::serve::Server;
 use crate::shutdown::Shutdown;
 use crate::task_file;
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{TaskKey, UtcMillis};
 
 /// Time allowed past `worker.shutdown_grace` for everything else to stop.
 const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
@@ -50,30 +50,7 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
     let actor = actor.as_str();
     match cli.command {
         Command::Token(TokenCommand::New { name, role }) => print_stdout(&new_token(&name, role)),
-        Command::Namespace(cmd) => {
-            let b = backend(&config).await?;
-            let (action, namespace) = match cmd {
-                NamespaceCommand::Pause { namespace } => {
-                    b.pause_namespace(namespace.clone(), actor.to_owned())
-                        .await
-                        .map_err(api_error)?;
-                    ("namespace.pause", namespace)
-                }
-                NamespaceCommand::Resume { namespace } => {
-                    b.resume_namespace(namespace.clone())
-                        .await
-                        .map_err(api_error)?;
-                    ("namespace.resume", namespace)
-                }
-            };
-            audit(&b, actor, action, &namespace, None, None).await;
-            let done = if action == "namespace.pause" {
-                "paused"
-            } else {
-                "resumed"
-            };
-            print_stdout(&format!("namespace {namespace} {done}\n"))
-        }
+        Command::Namespace(cmd) => namespace(&config, actor, cmd).await,
         Command::Serve => serve(config).await,
         Command::Config(ConfigCommand::Print) => {
             print_stdout(&config.to_masked_toml())?;
@@ -99,20 +76,7 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
         Command::Dlq(cmd) => dlq(&config, actor, cmd).await,
         Command::History(args) => history(&config, args).await,
         Command::Execution(ExecutionCommand::Get { id, output }) => {
-            if id.parse::<uuid::Uuid>().is_err() {
-                return Err(CliError::Invalid(vec![format!(
-                    "`{id}` is not an execution id"
-                )]));
-            }
-            let story = backend(&config)
-                .await?
-                .execution(id)
-                .await
-                .map_err(api_error)?;
-            print_stdout(&match output {
-                OutputFormat::Table => output::story_text(&story),
-                OutputFormat::Json => output::json(&story),
-            })
+            execution_get(&config, id, output).await
         }
         Command::Audit {
             since,
@@ -127,41 +91,10 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
                 limit: Some(usize::from(limit)),
                 continue_token,
             };
-            let page = backend(&config)
-                .await?
-                .audit_list(query)
-                .await
-                .map_err(api_error)?;
-            if let Some(token) = &page.continue_token {
-                eprintln!("more records follow: add --continue {token}");
-            }
-            print_stdout(&match output {
-                OutputFormat::Table => output::audit_table(&page.items),
-                OutputFormat::Json => output::json(&page.items),
-            })
+            audit_list(&config, query, output).await
         }
-        Command::Queue(cmd) => {
-            let b = backend(&config).await?;
-            let (state, action) = match cmd {
-                QueueCommand::Pause { name } => (b.pause_queue(name).await, "queue.pause"),
-                QueueCommand::Resume { name } => (b.resume_queue(name).await, "queue.resume"),
-            };
-            let state = state.map_err(api_error)?;
-            audit(&b, actor, action, &state.name, None, None).await;
-            let what = if state.paused { "paused" } else { "resumed" };
-            print_stdout(&format!("queue {} {what}\n", state.name))
-        }
-        Command::Fence(FenceCommand::Reseat { queue }) => {
-            let b = backend(&config).await?;
-            let reseated = b.reseat_fences(queue.clone()).await.map_err(api_error)?;
-            let mut text = String::new();
-            for (queue, token) in &reseated {
-                text.push_str(&format!("queue {queue}: fence reseated at {token}\n"));
-            }
-            let target = queue.unwrap_or_default();
-            audit(&b, actor, "fence.reseat", &target, None, None).await;
-            print_stdout(&text)
-        }
+        Command::Queue(cmd) => queue(&config, actor, cmd).await,
+        Command::Fence(FenceCommand::Reseat { queue }) => fence_reseat(&config, actor, queue).await,
         Command::Status { output } => {
             let status = backend(&config).await?.status().await.map_err(api_error)?;
             print_stdout(&match output {
@@ -170,6 +103,96 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
             })
         }
     }
+}
+
+/// `ax namespace pause|resume`.
+async fn namespace(config: &Config, actor: &str, cmd: NamespaceCommand) -> Result<(), CliError> {
+    let b = backend(config).await?;
+    let (action, namespace) = match cmd {
+        NamespaceCommand::Pause { namespace } => {
+            b.pause_namespace(namespace.clone(), actor.to_owned())
+                .await
+                .map_err(api_error)?;
+            ("namespace.pause", namespace)
+        }
+        NamespaceCommand::Resume { namespace } => {
+            b.resume_namespace(namespace.clone())
+                .await
+                .map_err(api_error)?;
+            ("namespace.resume", namespace)
+        }
+    };
+    audit(&b, actor, action, &namespace, None, None).await;
+    let done = if action == "namespace.pause" {
+        "paused"
+    } else {
+        "resumed"
+    };
+    print_stdout(&format!("namespace {namespace} {done}\n"))
+}
+
+/// `ax execution get`: the id is checked before anything is connected.
+async fn execution_get(config: &Config, id: String, output: OutputFormat) -> Result<(), CliError> {
+    if id.parse::<uuid::Uuid>().is_err() {
+        return Err(CliError::Invalid(vec![format!(
+            "`{id}` is not an execution id"
+        )]));
+    }
+    let story = backend(config)
+        .await?
+        .execution(id)
+        .await
+        .map_err(api_error)?;
+    print_stdout(&match output {
+        OutputFormat::Table => output::story_text(&story),
+        OutputFormat::Json => output::json(&story),
+    })
+}
+
+/// `ax audit`: one page of the audit log, and on stderr how to get the next.
+async fn audit_list(
+    config: &Config,
+    query: AuditQuery,
+    output: OutputFormat,
+) -> Result<(), CliError> {
+    let page = backend(config)
+        .await?
+        .audit_list(query)
+        .await
+        .map_err(api_error)?;
+    if let Some(token) = &page.continue_token {
+        eprintln!("more records follow: add --continue {token}");
+    }
+    print_stdout(&match output {
+        OutputFormat::Table => output::audit_table(&page.items),
+        OutputFormat::Json => output::json(&page.items),
+    })
+}
+
+/// `ax queue pause|resume`.
+async fn queue(config: &Config, actor: &str, cmd: QueueCommand) -> Result<(), CliError> {
+    let b = backend(config).await?;
+    let (state, action) = match cmd {
+        QueueCommand::Pause { name } => (b.pause_queue(name).await, "queue.pause"),
+        QueueCommand::Resume { name } => (b.resume_queue(name).await, "queue.resume"),
+    };
+    let state = state.map_err(api_error)?;
+    audit(&b, actor, action, &state.name, None, None).await;
+    let what = if state.paused { "paused" } else { "resumed" };
+    print_stdout(&format!("queue {} {what}\n", state.name))
+}
+
+/// `ax fence reseat`: one queue, or all of them.
+async fn fence_reseat(config: &Config, actor: &str, queue: Option<String>) -> Result<(), CliError> {
+    let b = backend(config).await?;
+    let reseated = b.reseat_fences(queue.clone()).await.map_err(api_error)?;
+    let mut text = String::new();
+    for (queue, token) in &reseated {
+        text.push_str(&format!("queue {queue}: fence reseated at {token}\n"));
+    }
+    let target = queue.unwrap_or_default();
+    audit(&b, actor, "fence.reseat", &target, None, None).await;
+    print_stdout(&text)
 }
 
 /// Loads the effective configuration from the command line and the edge.
@@ -337,7 +360,7 @@ async fn task_put(
     print_stdout(&out)
 }
 
-/// `ax task get|list|delete|pause|resume|trigger|backfill|kill|history`.
+/// `ax task get|list|delete|pause|resume|trigger|backfill|kill|graph|history`.
 async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliError> {
     // Parse the task name before connecting: a usage error needs no cluster.
     let key = match &cmd {
@@ -355,16 +378,6 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
     let b = backend(config).await?;
     let name = key.as_ref().map(ToString::to_string).unwrap_or_default();
     let text = match (cmd, key) {
-        (TaskCommand::Graph { dot, .. }, Some(key)) => {
-            let tasks = list_tasks(&b, TaskQuery::default(), false).await?;
-            let chain = output::Chain::around(&key.namespace, &key.id, &tasks)
-                .ok_or_else(|| CliError::NotFound(format!("task {name} does not exist")))?;
-            if dot {
-                chain.dot()
-            } else {
-                chain.text()
-            }
-        }
         (
             TaskCommand::List {
                 namespace,
@@ -386,73 +399,65 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
                 continue_token,
                 show_secrets,
             };
-            let mut tasks = list_tasks(&b, query, limit.is_some()).await?;
-            if !show_secrets {
-                tasks.iter_mut().for_each(TaskView::mask_secrets);
-            }
-            match output {
-                OutputFormat::Table => output::task_table(&tasks),
-                OutputFormat::Json => output::json(&tasks),
-            }
+            task_list(&b, query, output).await?
         }
-        (TaskCommand::Get { show_secrets, .. }, Some(k)) => {
+        (cmd, Some(k)) => task_keyed(&b, actor, &name, k, cmd).await?,
+        (cmd, None) => return Err(unexpected(&cmd)),
+    };
+    print_stdout(&text)
+}
+
+/// The task commands that name one task, `key`; what they print.
+async fn task_keyed(
+    b: &Backend,
+    actor: &str,
+    name: &str,
+    k: TaskKey,
+    cmd: TaskCommand,
+) -> Result<String, CliError> {
+    Ok(match cmd {
+        TaskCommand::Graph { dot, .. } => task_graph(b, &k, name, dot).await?,
+        TaskCommand::Get { show_secrets, .. } => {
             let mut view = b.get_task(k).await.map_err(api_error)?;
             if !show_secrets {
                 view.mask_secrets();
             }
             output::json(&view)
         }
-        (TaskCommand::Delete(_), Some(k)) => {
+        TaskCommand::Delete(_) => {
             b.delete_task(k).await.map_err(api_error)?;
-            audit(&b, actor, "task.delete", &name, None, None).await;
+            audit(b, actor, "task.delete", name, None, None).await;
             format!("task {name} deleted\n")
         }
-        (TaskCommand::Pause(_), Some(k)) => {
+        TaskCommand::Pause(_) => {
             b.pause(k).await.map_err(api_error)?;
-            audit(&b, actor, "task.pause", &name, None, None).await;
+            audit(b, actor, "task.pause", name, None, None).await;
             format!("task {name} paused\n")
         }
-        (TaskCommand::Resume(_), Some(k)) => {
+        TaskCommand::Resume(_) => {
             b.resume(k).await.map_err(api_error)?;
-            audit(&b, actor, "task.resume", &name, None, None).await;
+            audit(b, actor, "task.resume", name, None, None).await;
             format!("task {name} resumed\n")
         }
-        (
-            TaskCommand::Trigger {
-                payload,
-                idempotency_key,
-                ..
-            },
-            Some(k),
-        ) => {
-            let payload = match payload {
-                Some(file) => Some(serde_json::from_slice(&read_input(&file)?).map_err(|e| {
-                    CliError::Invalid(vec![format!("--payload: not valid JSON: {e}")])
-                })?),
-                None => None,
-            };
+        TaskCommand::Trigger {
+            payload,
+            idempotency_key,
+            ..
+        } => {
             let params = TriggerParams {
-                payload,
+                payload: read_payload(payload.as_deref())?,
                 idempotency_key,
             };
-            let mut detail = serde_json::to_value(&params).unwrap_or_default();
-            // Only the id, so that `id=$(ax task trigger ...)` works.
-            let r = b.trigger(k, params).await.map_err(api_error)?;
-            detail["execution_id"] = serde_json::Value::String(r.execution_id.clone());
-            audit(&b, actor, "task.trigger", &name, Some(detail), None).await;
-            format!("{}\n", r.execution_id)
+            task_trigger(b, actor, name, k, params).await?
         }
-        (
-            TaskCommand::Backfill {
-                from,
-                to,
-                max,
-                force,
-                dry_run,
-                ..
-            },
-            Some(k),
-        ) => {
+        TaskCommand::Backfill {
+            from,
+            to,
+            max,
+            force,
+            dry_run,
+            ..
+        } => {
             let params = BackfillParams {
                 from,
                 to,
@@ -460,46 +465,111 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
                 force,
                 dry_run,
             };
-            let detail = serde_json::to_value(&params).ok();
-            let r = b.backfill(k, params).await.map_err(api_error)?;
-            let mut out = String::new();
-            for (i, t) in r.fires.iter().enumerate() {
-                match r.execution_ids.get(i) {
-                    Some(id) => out.push_str(&format!("{t}  {id}\n")),
-                    None => out.push_str(&format!("{t}\n")),
-                }
-            }
-            if r.written {
-                audit(&b, actor, "task.backfill", &name, detail, None).await;
-                eprintln!("{} fire(s) of {name} enqueued to run now", r.fires.len());
-            } else {
-                eprintln!("{} fire(s) of {name} would run (dry run)", r.fires.len());
-            }
-            out
+            task_backfill(b, actor, name, k, params).await?
         }
-        (TaskCommand::Kill { execution, .. }, Some(k)) => {
+        TaskCommand::Kill { execution, .. } => {
             let result = b.kill_task(k, execution).await.map_err(api_error)?;
             let detail = serde_json::to_value(&result).ok();
-            audit(&b, actor, "task.kill", &name, detail, None).await;
+            audit(b, actor, "task.kill", name, detail, None).await;
             output::kill_text(&result)
         }
-        (TaskCommand::History { limit, output, .. }, Some(k)) => {
+        TaskCommand::History { limit, output, .. } => {
             let records = b.history(k, usize::from(limit)).await.map_err(api_error)?;
             match output {
                 OutputFormat::Table => output::history_table(&records),
                 OutputFormat::Json => output::json(&records),
             }
         }
-        (cmd, _) => {
-            return Err(CliError::Failed(anyhow::anyhow!(
-                "internal error: unexpected task command {cmd:?}"
-            )))
-        }
-    };
-    print_stdout(&text)
+        cmd @ (TaskCommand::Put { .. } | TaskCommand::List { .. }) => return Err(unexpected(&cmd)),
+    })
 }
 
-/// `ax dlq list|requeue|purge`.
+/// A task command routed where it does not belong: a bug, not a usage error.
+fn unexpected(cmd: &TaskCommand) -> CliError {
+    CliError::Failed(anyhow::anyhow!(
+        "internal error: unexpected task command {cmd:?}"
+    ))
+}
+
+/// `ax task graph`: the chain around `key`, as text or DOT.
+async fn task_graph(b: &Backend, key: &TaskKey, name: &str, dot: bool) -> Result<String, CliError> {
+    let tasks = list_tasks(b, TaskQuery::default(), false).await?;
+    let chain = output::Chain::around(&key.namespace, &key.id, &tasks)
+        .ok_or_else(|| CliError::NotFound(format!("task {name} does not exist")))?;
+    Ok(if dot { chain.dot() } else { chain.text() })
+}
+
+/// `ax task list`: every page, or only the first when a limit is given.
+async fn task_list(
+    b: &Backend,
+    query: TaskQuery,
+    output: OutputFormat,
+) -> Result<String, CliError> {
+    let show_secrets = query.show_secrets;
+    let one_page = query.limit.is_some();
+    let mut tasks = list_tasks(b, query, one_page).await?;
+    if !show_secrets {
+        tasks.iter_mut().for_each(TaskView::mask_secrets);
+    }
+    Ok(match output {
+        OutputFormat::Table => output::task_table(&tasks),
+        OutputFormat::Json => output::json(&tasks),
+    })
+}
+
+/// The JSON document of `--payload FILE`, if given.
+fn read_payload(file: Option<&str>) -> Result<Option<serde_json::Value>, CliError> {
+    match file {
+        Some(file) => Ok(Some(serde_json::from_slice(&read_input(file)?).map_err(
+            |e| CliError::Invalid(vec![format!("--payload: not valid JSON: {e}")]),
+        )?)),
+        None => Ok(None),
+    }
+}
+
+/// `ax task trigger`: prints only the execution id, so that `id=$(ax task trigger ...)`
+/// works.
+async fn task_trigger(
+    b: &Backend,
+    actor: &str,
+    name: &str,
+    key: TaskKey,
+    params: TriggerParams,
+) -> Result<String, CliError> {
+    let mut detail = serde_json::to_value(&params).unwrap_or_default();
+    let r = b.trigger(key, params).await.map_err(api_error)?;
+    detail["execution_id"] = serde_json::Value::String(r.execution_id.clone());
+    audit(b, actor, "task.trigger", name, Some(detail), None).await;
+    Ok(format!("{}\n", r.execution_id))
+}
+
+/// `ax task backfill`: one line per fire (with its execution id once enqueued), and on
+/// stderr whether they run or a dry run only listed them.
+async fn task_backfill(
+    b: &Backend,
+    actor: &str,
+    name: &str,
+    key: TaskKey,
+    params: BackfillParams,
+) -> Result<String, CliError> {
+    let detail = serde_json::to_value(&params).ok();
+    let r = b.backfill(key, params).await.map_err(api_error)?;
+    let mut out = String::new();
+    for (i, t) in r.fires.iter().enumerate() {
+        match r.execution_ids.get(i) {
+            Some(id) => out.push_str(&format!("{t}  {id}\n")),
+            None => out.push_str(&format!("{t}\n")),
+        }
+    }
+    if r.written {
+        audit(b, actor, "task.backfill", name, detail, None).await;
+        eprintln!("{} fire(s) of {name} enqueued to run now", r.fires.len());
+    } else {
+        eprintln!("{} fire(s) of {name} would run (dry run)", r.fires.len());
+    }
+    Ok(out)
+}
+
 /// `ax history`: the same checks and query as `GET /api/v1/executions`.
 async fn history(config: &Config, args: HistoryArgs) -> Result<(), CliError> {
     let params = ExecutionParams {
@@ -526,6 +596,7 @@ async fn history(config: &Config, args: HistoryArgs) -> Result<(), CliError> {
     })
 }
 
+/// `ax dlq list|requeue|purge`.
 async fn dlq(config: &Config, actor: &str, cmd: DlqCommand) -> Result<(), CliError> {
     let b = backend(config).await?;
     let text = match cmd {

@@ -1,0 +1,87 @@
+//! The shared pieces of every table and line the CLI prints: column alignment, instants,
+//! durations, one-line cuts, and the JSON form.
+//!
+//! Kept apart from the views so each view renders the same cell the same way: a missing
+//! instant or duration is `-` everywhere.
+
+use ax_scheduler_core::UtcMillis;
+use serde::Serialize;
+
+/// `value` as pretty JSON with a final newline.
+pub fn json<T: Serialize>(value: &T) -> String {
+    // The API types are plain data: serializing them cannot fail.
+    let mut s = serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("\"{e}\""));
+    s.push('\n');
+    s
+}
+
+/// Columns padded to their widest cell, two spaces apart; no trailing blanks.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            let pad = widths
+                .get(i)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(cell.chars().count())
+                + 2;
+            line.push_str(&" ".repeat(pad));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+pub(super) fn instant(t: Option<UtcMillis>) -> String {
+    t.map_or_else(|| "-".to_owned(), |t| t.to_string())
+}
+
+pub(super) fn millis(ms: Option<u64>) -> String {
+    ms.map_or_else(
+        || "-".to_owned(),
+        |ms| humantime::format_duration(std::time::Duration::from_millis(ms)).to_string(),
+    )
+}
+
+/// `text` on one line, cut to `max` characters.
+pub(super) fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let mut cut: String = flat.chars().take(max).collect();
+        cut.push_str("...");
+        cut
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns() {
+        let t = table(
+            &["A", "BB"],
+            &[
+                vec!["long cell".into(), "x".into()],
+                vec!["y".into(), "z".into()],
+            ],
+        );
+        assert_eq!(t, "A          BB\nlong cell  x\ny          z\n");
+    }
+}
