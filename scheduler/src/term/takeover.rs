@@ -34,20 +34,8 @@ const PAUSED_READ_TIMEOUT: Duration = Duration::from_secs(10);
 impl Term {
     /// Takes over: loads the recorded states, raises every queue's fence, builds the
     /// dispatcher from the catalog slice and starts the term's helpers.
+    #[tracing::instrument(name = "takeover", skip_all, fields(fencing_token = authority.token()))]
     pub(crate) async fn start(
-        settings: &LeaderSettings,
-        deps: &TermDeps,
-        input: TermInput,
-        authority: Authority,
-    ) -> Result<Term, Error> {
-        let token = authority.token();
-        let span = info_span!("takeover", fencing_token = token);
-        Self::take_over(settings, deps, input, authority)
-            .instrument(span)
-            .await
-    }
-
-    async fn take_over(
         settings: &LeaderSettings,
         deps: &TermDeps,
         input: TermInput,
@@ -252,14 +240,14 @@ fn fence_problem(queue: &str, fence: &Fence) -> Option<String> {
 
 /// The paused namespaces, known before anything can fire: a paused namespace must not fire
 /// in the first second of a term.
-async fn read_paused(feeds: &mut Feeds) -> Result<Vec<String>, Error> {
+async fn read_paused(feeds: &mut Feeds) -> Result<BTreeSet<String>, Error> {
     let paused = tokio::time::timeout(PAUSED_READ_TIMEOUT, feeds.paused.wait_for(Option::is_some))
         .await
         .ok()
         .and_then(|r| r.ok().map(|p| p.clone().unwrap_or_default()))
         .ok_or(Error::PausedUnknown)?;
     feeds.paused.borrow_and_update();
-    Ok(paused.into_iter().collect())
+    Ok(paused)
 }
 
 /// A fresh dispatcher armed with the slice's tasks and their recorded `states`; the states
@@ -269,7 +257,7 @@ async fn arm(
     deps: &TermDeps,
     slice: &CatalogSlice,
     mut states: HashMap<TaskKey, TaskState>,
-    paused: &[String],
+    paused: &BTreeSet<String>,
 ) -> Dispatcher {
     let now = deps.clock.now();
     let mut dispatcher = Dispatcher::new(settings.dispatcher.clone(), now);
