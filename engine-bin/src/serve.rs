@@ -495,8 +495,6 @@ impl Parts<'_> {
             visibility_timeout: config.worker.visibility_timeout,
             http_allow_cidrs,
             http_allow_hosts,
-            // The reporter writes history in one pipeline with the leader's event.
-            record_history: false,
             completion_public_url: Some(config.http.public_url.clone())
                 .filter(|u| !u.trim().is_empty()),
             ..WorkerConfig::default()

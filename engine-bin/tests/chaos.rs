@@ -16,6 +16,9 @@
 #[allow(dead_code)]
 mod harness;
 
+#[path = "chaos/topology.rs"]
+mod topology;
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

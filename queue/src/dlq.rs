@@ -13,6 +13,7 @@ use redis::{AsyncCommands, Script};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::ends::{EndRecord, Settled};
 use crate::error::{QueueError, Result};
 use crate::message::{AttemptError, ExecutionMessage};
 use crate::queue::{check_queue, Delivery, Queue};
@@ -124,8 +125,23 @@ impl Queue {
     /// Moves a held message to the dead-letter queue with `reason` as its last error.
     /// `false` when it was no longer held.
     pub async fn dead_letter(&self, d: &Delivery, reason: &str, now: UtcMillis) -> Result<bool> {
+        Ok(self
+            .dead_letter_recorded(d, reason, now, None)
+            .await?
+            .was_held())
+    }
+
+    /// [`Queue::dead_letter`], appending the attempt's end `record` to the queue's end log in
+    /// the same script (see `ends.rs`).
+    pub async fn dead_letter_recorded(
+        &self,
+        d: &Delivery,
+        reason: &str,
+        now: UtcMillis,
+        record: Option<&EndRecord>,
+    ) -> Result<Settled> {
         let entry = DlqEntry::from_message(&d.message, reason, now);
-        self.dead_letter_raw(&d.queue, &d.worker_id, &d.raw, &entry, now)
+        self.dead_letter_raw(&d.queue, &d.worker_id, &d.raw, &entry, now, record)
             .await
     }
 
@@ -142,8 +158,10 @@ impl Queue {
         let id = Uuid::new_v4();
         tracing::error!(queue, entry = %id, error, "undecodable message moved to the dead-letter queue");
         let entry = DlqEntry::undecodable(id, queue, raw, error.to_owned(), now);
-        self.dead_letter_raw(queue, worker_id, raw, &entry, now)
-            .await
+        Ok(self
+            .dead_letter_raw(queue, worker_id, raw, &entry, now, None)
+            .await?
+            .was_held())
     }
 
     pub(crate) async fn dead_letter_raw(
@@ -153,7 +171,8 @@ impl Queue {
         raw: &str,
         entry: &DlqEntry,
         now: UtcMillis,
-    ) -> Result<bool> {
+        record: Option<&EndRecord>,
+    ) -> Result<Settled> {
         // The task's active marker is cleared if it names this execution. Without a
         // decodable message there is no task: a key that is never set, in the queue's slot.
         let (active, execution) = match &entry.message {
@@ -175,6 +194,7 @@ impl Queue {
             .key(k.order(queue))
             .key(k.queued(queue))
             .key(k.wake(queue))
+            .key(k.ends(queue))
             .arg(raw)
             .arg(entry.id.to_string())
             .arg(json)
@@ -185,10 +205,14 @@ impl Queue {
                     .message
                     .as_ref()
                     .map_or("", crate::queue::concurrency_key),
-            );
-        let n: i64 = self.run("dead_letter", inv.invoke_async(&mut conn)).await?;
+            )
+            .arg(match record {
+                Some(r) => r.to_json()?,
+                None => String::new(),
+            });
+        let reply: String = self.run("dead_letter", inv.invoke_async(&mut conn)).await?;
         self.replicated(&k.queued(queue)).await?;
-        Ok(n == 1)
+        Ok(Settled::from_reply(&reply))
     }
 
     /// Removes `queue`'s dead-letter entries older than the retention and the oldest beyond

@@ -96,7 +96,7 @@ impl Queue {
         event: &ExecutionEventRecord,
         history: Option<&HistoryEntry>,
     ) -> Result<()> {
-        self.report_many(&[(event.clone(), history.cloned())]).await
+        self.report_each(std::iter::once((event, history))).await
     }
 
     /// Publishes many reports in one pipeline: one `XADD` per event (in the given order, so
@@ -107,19 +107,26 @@ impl Queue {
         &self,
         reports: &[(ExecutionEventRecord, Option<HistoryEntry>)],
     ) -> Result<()> {
-        if reports.is_empty() {
-            return Ok(());
-        }
+        self.report_each(
+            reports
+                .iter()
+                .map(|(event, history)| (event, history.as_ref())),
+        )
+        .await
+    }
+
+    /// [`Queue::report_many`] over borrowed events and entries.
+    pub(crate) async fn report_each<'a>(
+        &self,
+        reports: impl Iterator<Item = (&'a ExecutionEventRecord, Option<&'a HistoryEntry>)> + Clone,
+    ) -> Result<()> {
         let keys = self.keys();
-        let encoded = reports
-            .iter()
-            .map(|(event, _)| encode("execution event", event))
-            .collect::<Result<Vec<_>>>()?;
         let mut pipe = redis::pipe();
+        let mut any = false;
         // Each event to its shard's stream. Streams of several shards are in several slots;
         // on a Redis Cluster the connection splits the pipeline by slot, each part in order,
         // so every stream still gets its events in the order given.
-        for ((event, _), json) in reports.iter().zip(&encoded) {
+        for (event, _) in reports.clone() {
             pipe.cmd("XADD")
                 .arg(keys.events(event.shard))
                 .arg("MAXLEN")
@@ -127,8 +134,12 @@ impl Queue {
                 .arg(EVENTS_CAP)
                 .arg("*")
                 .arg(FIELD)
-                .arg(json)
+                .arg(encode("execution event", event)?)
                 .ignore();
+            any = true;
+        }
+        if !any {
+            return Ok(());
         }
         let mut recorded = false;
         for (event, history) in reports {

@@ -193,6 +193,19 @@ impl Keys {
         format!("{}:awaiting", self.tag(queue))
     }
 
+    /// The queue's end log (stream): each attempt's end, appended by the script that settles
+    /// its message, until a relay has written it to the event stream and the history. In
+    /// the queue's slot, since the settle scripts append to it.
+    pub fn ends(&self, queue: &str) -> String {
+        format!("{}:ends", self.tag(queue))
+    }
+
+    /// Which worker sweeps the queue's end log (string with an expiry), so that old
+    /// entries are relayed by one worker rather than by every worker of the queue.
+    pub fn ends_sweeper(&self, queue: &str) -> String {
+        format!("{}:ends:sweeper", self.tag(queue))
+    }
+
     /// Present while the queue is paused: workers take nothing from it.
     pub fn paused(&self, queue: &str) -> String {
         format!("{}:paused", self.tag(queue))
@@ -369,6 +382,7 @@ mod tests {
                     k.order(q),
                     k.queued(q),
                     k.wake(q),
+                    k.ends(q),
                     active.clone(),
                 ],
             ),
@@ -383,8 +397,10 @@ mod tests {
                     k.order(q),
                     k.queued(q),
                     k.wake(q),
+                    k.ends(q),
                 ],
             ),
+            ("sweep_ends", vec![k.ends(q), k.ends_sweeper(q)]),
             (
                 "promote_due",
                 vec![
@@ -424,6 +440,7 @@ mod tests {
                     k.order(q),
                     k.queued(q),
                     k.wake(q),
+                    k.ends(q),
                 ],
             ),
             (

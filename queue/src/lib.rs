@@ -4,7 +4,8 @@
 //! per task and fire instant, refused for a deposed leader's fencing token); workers take
 //! messages with a [`Consumer`] (in priority order with aging, moved into a per-worker processing list) and settle them
 //! with [`Queue::ack`], [`Queue::retry_later`] (a delayed set), [`Queue::dead_letter`] or
-//! [`Queue::release`]. A [`Maintenance`] loop promotes due retries and gives back the messages
+//! [`Queue::release`]; a settle that ends an attempt records its end in the queue's end log
+//! in the same script, and [`Queue::relay_ends`] moves it on to the leader and the history. A [`Maintenance`] loop promotes due retries and gives back the messages
 //! of workers whose heartbeat is gone. An execution whose receiver takes it on to report its
 //! end later waits parked in an awaiting set instead of a worker's list (see `awaiting.rs`).
 //! Keys are listed in `docs/redis-layout.md`.
@@ -15,6 +16,7 @@ mod conn;
 mod consumer;
 mod control;
 mod dlq;
+mod ends;
 mod enqueue;
 mod error;
 mod events;
@@ -47,6 +49,7 @@ pub use conn::{slot, Connection};
 pub use consumer::{Consumer, PAUSED_POLL};
 pub use control::{Kill, KillState, StopOrder, StopProbe};
 pub use dlq::DlqEntry;
+pub use ends::{EndRecord, PendingEnd, Settled, END_RELAY_AFTER};
 pub use enqueue::ENQUEUE_CHUNK;
 pub use error::{QueueError, Result};
 pub use events::{EventEntry, ExecutionEventRecord, EVENTS_CAP};

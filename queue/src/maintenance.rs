@@ -1,5 +1,6 @@
-//! The maintenance loop: promotes due retries, reaps dead workers' messages and keeps the
-//! dead-letter queues within their retention.
+//! The maintenance loop: promotes due retries, reaps dead workers' messages, relays the end
+//! records a dead worker left in an end log (`ends.rs`) and keeps the dead-letter queues
+//! within their retention.
 //!
 //! Every worker pool runs one for the queues it serves. Both jobs are single scripts, so any
 //! number of these loops may run at once against the same queues without harm. The loop is an
@@ -12,6 +13,7 @@ use std::time::Duration;
 use ax_scheduler_core::{ReconnectBackoff, UtcMillis};
 use tokio_util::sync::CancellationToken;
 
+use crate::ends::END_RELAY_AFTER;
 use crate::error::Result;
 use crate::queue::Queue;
 
@@ -30,6 +32,12 @@ pub struct MaintenanceConfig {
     pub promote_batch: usize,
     /// Longest wait after repeated Redis errors. Default 10 s.
     pub max_backoff: Duration,
+    /// Who sweeps the end logs (one sweeper per queue at a time): the worker's id. Default
+    /// a fresh random id.
+    pub sweeper: String,
+    /// How old an end record must be before the sweep relays it. Default
+    /// [`END_RELAY_AFTER`].
+    pub relay_after: Duration,
 }
 
 impl Default for MaintenanceConfig {
@@ -40,6 +48,8 @@ impl Default for MaintenanceConfig {
             visibility_timeout: DEFAULT_VISIBILITY_TIMEOUT,
             promote_batch: 500,
             max_backoff: Duration::from_secs(10),
+            sweeper: uuid::Uuid::new_v4().to_string(),
+            relay_after: END_RELAY_AFTER,
         }
     }
 }
@@ -67,6 +77,8 @@ pub struct StepReport {
     pub reaped: usize,
     /// Dead-letter entries removed by the retention or the cap.
     pub dlq_trimmed: usize,
+    /// End records relayed from the end logs.
+    pub ends_relayed: usize,
     /// How long to wait before the next step.
     pub wait: Duration,
 }
@@ -86,10 +98,16 @@ pub struct Maintenance {
     /// When the dead-letter queues are trimmed next: retention is not worth a script call
     /// per queue every round.
     next_trim: UtcMillis,
+    /// When the end logs are swept next.
+    next_sweep: UtcMillis,
 }
 
 /// How often the loop enforces the dead-letter retention.
 const DLQ_TRIM_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How often the loop sweeps the end logs: an end a dead worker left is relayed within
+/// [`END_RELAY_AFTER`] plus this (plus the sweeper key's expiry if it was the sweeper).
+const ENDS_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Maintenance {
     /// A loop in state [`MaintenanceState::Promote`]. A partitioned queue among
@@ -103,6 +121,7 @@ impl Maintenance {
             state: MaintenanceState::Promote,
             backoff: ReconnectBackoff::new(cfg.interval, cfg.max_backoff),
             next_trim: UtcMillis(0),
+            next_sweep: UtcMillis(0),
             cfg,
         }
     }
@@ -118,6 +137,7 @@ impl Maintenance {
             promoted: 0,
             reaped: 0,
             dlq_trimmed: 0,
+            ends_relayed: 0,
             wait: Duration::ZERO,
         };
         let result = match self.state {
@@ -125,9 +145,10 @@ impl Maintenance {
                 report.promoted = n;
                 self.state = MaintenanceState::Reap;
             }),
-            MaintenanceState::Reap => self.reap(now).await.map(|(n, trimmed)| {
+            MaintenanceState::Reap => self.reap(now).await.map(|(n, trimmed, relayed)| {
                 report.reaped = n;
                 report.dlq_trimmed = trimmed;
+                report.ends_relayed = relayed;
                 self.backoff.reset();
                 self.state = MaintenanceState::Promote;
                 report.wait = self.cfg.interval;
@@ -165,20 +186,52 @@ impl Maintenance {
     }
 
     /// Reaps dead workers, then, every [`DLQ_TRIM_INTERVAL`], trims the dead-letter queues
-    /// (one bounded call each).
-    async fn reap(&mut self, now: UtcMillis) -> Result<(usize, usize)> {
+    /// (one bounded call each), and every [`ENDS_SWEEP_INTERVAL`] relays old end records.
+    async fn reap(&mut self, now: UtcMillis) -> Result<(usize, usize, usize)> {
         let mut reaped = 0;
         for q in &self.cfg.queues {
             reaped += self.queue.reap(q, now, self.cfg.visibility_timeout).await?;
         }
-        let mut trimmed = 0;
+        let (mut trimmed, mut relayed) = (0, 0);
         if now >= self.next_trim {
             for q in &self.cfg.queues {
                 trimmed += self.queue.trim_dlq(q, now).await?;
             }
             self.next_trim = now.add(DLQ_TRIM_INTERVAL);
         }
-        Ok((reaped, trimmed))
+        if now >= self.next_sweep {
+            for q in &self.cfg.queues {
+                relayed += self.relay_old_ends(q).await?;
+            }
+            self.next_sweep = now.add(ENDS_SWEEP_INTERVAL);
+        }
+        Ok((reaped, trimmed, relayed))
+    }
+
+    /// Relays the end records of `queue` left in its log longer than the settling worker
+    /// takes to relay them itself (that worker died), in bounded batches.
+    async fn relay_old_ends(&self, queue: &str) -> Result<usize> {
+        const BATCH: usize = 500;
+        let mut total = 0;
+        loop {
+            let ends = self
+                .queue
+                .sweep_ends(queue, &self.cfg.sweeper, self.cfg.relay_after, BATCH)
+                .await?;
+            if ends.is_empty() {
+                return Ok(total);
+            }
+            self.queue.relay_ends(&ends).await?;
+            total += ends.len();
+            tracing::warn!(
+                queue,
+                relayed = ends.len(),
+                "relayed end records a worker left unrelayed"
+            );
+            if ends.len() < BATCH {
+                return Ok(total);
+            }
+        }
     }
 
     /// Steps with the clock until `cancel` fires.

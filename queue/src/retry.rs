@@ -3,7 +3,8 @@
 //! `promote_due.lua` beside this file).
 //!
 //! The move into the delayed set reads the operator's kill mark in the same script, so a
-//! killed execution never gets another attempt.
+//! killed execution never gets another attempt, and appends the attempt's end record to the
+//! queue's end log (`ends.rs`) for whichever of the two ends applies.
 
 use std::sync::LazyLock;
 
@@ -11,6 +12,7 @@ use ax_scheduler_core::task::DEFAULT_PRIORITY;
 use ax_scheduler_core::UtcMillis;
 use redis::Script;
 
+use crate::ends::EndRecord;
 use crate::error::Result;
 use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, concurrency_key, Delivery, Queue};
@@ -44,7 +46,25 @@ impl Queue {
         next: &ExecutionMessage,
         due: UtcMillis,
     ) -> Result<RetrySettle> {
+        Ok(self.retry_later_recorded(d, next, due, None).await?.0)
+    }
+
+    /// [`Queue::retry_later`], appending the attempt's end record to the queue's end log in
+    /// the same script (see `ends.rs`): `records.0` when the retry is scheduled, `records.1`
+    /// when a kill order ends the execution instead. Returns how it settled and the id of the
+    /// record appended.
+    pub async fn retry_later_recorded(
+        &self,
+        d: &Delivery,
+        next: &ExecutionMessage,
+        due: UtcMillis,
+        records: Option<(&EndRecord, &EndRecord)>,
+    ) -> Result<(RetrySettle, Option<String>)> {
         let json = next.to_json()?;
+        let (scheduled, killed) = match records {
+            Some((s, k)) => (s.to_json()?, k.to_json()?),
+            None => (String::new(), String::new()),
+        };
         let k = &self.inner.keys;
         let m = &d.message;
         let id = m.execution_id.to_string();
@@ -58,18 +78,23 @@ impl Queue {
             .key(k.order(&d.queue))
             .key(k.queued(&d.queue))
             .key(k.wake(&d.queue))
+            .key(k.ends(&d.queue))
             .arg(&d.raw)
             .arg(&id)
             .arg(json)
             .arg(due.0)
-            .arg(concurrency_key(m));
-        let n: i64 = self.run("retry_later", inv.invoke_async(&mut conn)).await?;
+            .arg(concurrency_key(m))
+            .arg(scheduled)
+            .arg(killed);
+        let (n, logged): (i64, String) =
+            self.run("retry_later", inv.invoke_async(&mut conn)).await?;
         self.replicated(&k.queued(&d.queue)).await?;
-        Ok(match n {
+        let settle = match n {
             1 => RetrySettle::Scheduled,
             2 => RetrySettle::Killed,
             _ => RetrySettle::NotHeld,
-        })
+        };
+        Ok((settle, (!logged.is_empty()).then_some(logged)))
     }
 
     /// Moves up to `batch` delayed messages due at `now` to the queued set; returns how many.

@@ -1,5 +1,6 @@
 //! Settling what a worker holds: ack (done) and release (given back undone), through
-//! `ack.lua` and `release.lua` beside this file. A failed attempt's retry is in `retry.rs`,
+//! `ack.lua` and `release.lua` beside this file. An ack may carry the attempt's end record,
+//! which the same script appends to the queue's end log (`ends.rs`). A failed attempt's retry is in `retry.rs`,
 //! its dead letter in `dlq.rs`.
 //!
 //! Each settle removes the stored text from the worker's processing list by value, so a
@@ -12,6 +13,7 @@ use std::sync::LazyLock;
 use ax_scheduler_core::task::DEFAULT_PRIORITY;
 use redis::Script;
 
+use crate::ends::{EndRecord, Settled};
 use crate::error::Result;
 use crate::queue::{concurrency_key, Delivery, Queue};
 use crate::scripts::ordered;
@@ -37,38 +39,62 @@ impl Queue {
     /// Settles many finished messages, one script call per (queue, worker). Returns, per
     /// delivery in order, whether it was still held.
     pub async fn ack_many(&self, ds: &[Delivery]) -> Result<Vec<bool>> {
+        let items: Vec<(&Delivery, Option<&EndRecord>)> = ds.iter().map(|d| (d, None)).collect();
+        Ok(self
+            .ack_recorded(&items)
+            .await?
+            .iter()
+            .map(Settled::was_held)
+            .collect())
+    }
+
+    /// Settles many finished messages, each with its attempt's end record if given (appended
+    /// to the queue's end log in the same script, see `ends.rs`), one script call per
+    /// (queue, worker). Returns, per delivery in order, how it was settled.
+    pub async fn ack_recorded(
+        &self,
+        items: &[(&Delivery, Option<&EndRecord>)],
+    ) -> Result<Vec<Settled>> {
         let mut groups: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
-        for (i, d) in ds.iter().enumerate() {
+        for (i, (d, _)) in items.iter().enumerate() {
             groups
                 .entry((d.queue.as_str(), d.worker_id.as_str()))
                 .or_default()
                 .push(i);
         }
-        let mut held = vec![false; ds.len()];
+        let mut settled = vec![Settled::NotHeld; items.len()];
         for ((queue, worker), group) in groups {
+            let k = &self.inner.keys;
             let mut conn = self.conn();
             let mut inv = ACK.prepare_invoke();
-            inv.key(self.inner.keys.processing(queue, worker))
-                .key(self.inner.keys.monitor(queue))
-                .key(self.inner.keys.order(queue))
-                .key(self.inner.keys.queued(queue))
-                .key(self.inner.keys.wake(queue));
+            inv.key(k.processing(queue, worker))
+                .key(k.monitor(queue))
+                .key(k.order(queue))
+                .key(k.queued(queue))
+                .key(k.wake(queue))
+                .key(k.ends(queue));
             for &i in &group {
-                let m = &ds[i].message;
-                inv.key(self.inner.keys.active(queue, &m.namespace, &m.task_id));
+                let m = &items[i].0.message;
+                inv.key(k.active(queue, &m.namespace, &m.task_id));
             }
             for &i in &group {
-                inv.arg(&ds[i].raw)
-                    .arg(ds[i].message.execution_id.to_string())
-                    .arg(concurrency_key(&ds[i].message));
+                let (d, record) = items[i];
+                let record = match record {
+                    Some(r) => r.to_json()?,
+                    None => String::new(),
+                };
+                inv.arg(&d.raw)
+                    .arg(d.message.execution_id.to_string())
+                    .arg(concurrency_key(&d.message))
+                    .arg(record);
             }
-            let flags: Vec<i64> = self.run("ack", inv.invoke_async(&mut conn)).await?;
-            for (&i, flag) in group.iter().zip(flags) {
-                held[i] = flag == 1;
+            let replies: Vec<String> = self.run("ack", inv.invoke_async(&mut conn)).await?;
+            for (&i, reply) in group.iter().zip(replies) {
+                settled[i] = Settled::from_reply(&reply);
             }
-            self.replicated(&self.inner.keys.queued(queue)).await?;
+            self.replicated(&k.queued(queue)).await?;
         }
-        Ok(held)
+        Ok(settled)
     }
 
     /// Gives a held message back to its place in the queue (for work a stopping worker did

@@ -1,25 +1,24 @@
 //! The [`ExecutionReporter`] a worker of the cluster uses: what it tells the rest of ax
-//! about each execution, through Redis.
+//! about each execution besides its end.
 //!
 //! One structured log line per execution comes from here at the default level: `finished`, with
 //! lateness, duration and outcome (a warning when the attempt failed); `started` and the
-//! leader's `enqueued` are debug. Each start and end also goes to the leader as an event (task
-//! states, overlap holds, breaker), the end with the task's history entry, and to the
-//! process's metrics ([`WorkerMetrics`], which the process implements: this crate picks no
-//! metrics library). Nothing here alerts: the leader raises the failure alerts from the end
-//! events, the one place every end reaches, whoever ended the attempt (see the scheduler's
-//! `fire::failure_alerts`). Nothing here fails an execution: a report that cannot be written
-//! is logged and counted.
+//! leader's `enqueued` are debug. Each start goes to the leader as an event (a retry's start
+//! marks its task RUNNING), and each start and end to the process's metrics
+//! ([`WorkerMetrics`], which the process implements: this crate picks no metrics library).
+//! An attempt's end is not written here: the pool settles its message with the end recorded
+//! in the same step and relays it to the leader and the history itself, so an end cannot be
+//! lost between the two. Nothing here alerts: the leader raises the failure alerts from the
+//! end events, the one place every end reaches, whoever ended the attempt (see the
+//! scheduler's `fire::failure_alerts`). Nothing here fails an execution: a report that
+//! cannot be written is logged and counted.
 //!
-//! Reports go through a publisher task that writes whatever has piled up in one pipeline
-//! ([`Queue::report_many`]). Awaiting a Redis round trip per report inside the execution held
-//! the worker's concurrency permit for two extra round trips per execution, which bounded a
-//! replica at its default concurrency to about 4 000 no-op executions a second; the leader
-//! reads events every 100 ms anyway, so a report a few milliseconds later changes nothing for
-//! it. The channel is bounded, so a Redis outage slows executions down instead of growing
-//! memory. A start waits [`START_HOLD`] in the publisher and is dropped if its end comes
-//! meanwhile (see [`HeldStarts`]); one that is sent always goes before its end, and the
-//! publisher writes in order.
+//! Starts go through a publisher task that writes whatever has piled up in one pipeline
+//! ([`Queue::report_many`]), so an execution never waits on a Redis round trip for its
+//! start; the channel is bounded, so a Redis outage slows executions down instead of
+//! growing memory. A start waits [`START_HOLD`] in the publisher and is dropped if its end
+//! comes meanwhile (see [`HeldStarts`]); a start sent after its end is harmless, as the
+//! leader ignores a start older than the task's last end.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -56,8 +55,12 @@ pub struct QueueReporter {
     metrics: Arc<dyn WorkerMetrics>,
 }
 
-/// An event for the leader, with the history entry of a finished attempt.
-type Report = (ExecutionEventRecord, Option<HistoryEntry>);
+/// What the publisher is told: a start to send, or that an attempt ended (so its start,
+/// if still held, need not be).
+enum Report {
+    Started(ExecutionEventRecord),
+    Ended((Uuid, u32)),
+}
 
 /// Reports waiting for the publisher at most; executions wait beyond that.
 const REPORT_BUFFER: usize = 10_000;
@@ -73,8 +76,8 @@ impl QueueReporter {
         QueueReporter { reports, metrics }
     }
 
-    async fn send(&self, event: ExecutionEventRecord, history: Option<HistoryEntry>) {
-        if self.reports.send((event, history)).await.is_err() {
+    async fn send(&self, report: Report) {
+        if self.reports.send(report).await.is_err() {
             // Only after the publisher ended, which it does once this reporter is gone.
             warn!("execution report dropped: the publisher has stopped");
         }
@@ -122,25 +125,32 @@ const START_HOLD: Duration = Duration::from_millis(200);
 /// the leader reads and acknowledges. A pure step: reports and the time in, reports out.
 #[derive(Default)]
 struct HeldStarts {
-    by_attempt: HashMap<(Uuid, u32), Report>,
+    by_attempt: HashMap<(Uuid, u32), ExecutionEventRecord>,
     /// Held starts in arrival order; an entry whose start was replaced is passed over.
     order: VecDeque<(Instant, (Uuid, u32))>,
 }
 
+/// A start to write, as [`Queue::report_many`] takes it.
+type Outgoing = (ExecutionEventRecord, Option<HistoryEntry>);
+
 impl HeldStarts {
-    /// Takes new reports and appends to `out` what is to be sent at `now`: every report but
-    /// a start, minus the starts their ends replaced, and the starts held long enough.
-    fn take(&mut self, reports: impl Iterator<Item = Report>, now: Instant, out: &mut Vec<Report>) {
+    /// Takes new reports and appends to `out` what is to be sent at `now`: the starts held
+    /// long enough, minus those whose attempts ended.
+    fn take(
+        &mut self,
+        reports: impl Iterator<Item = Report>,
+        now: Instant,
+        out: &mut Vec<Outgoing>,
+    ) {
         for report in reports {
-            let attempt = (report.0.execution_id, report.0.attempt);
-            match report.0.kind {
-                ExecutionEvent::Started { .. } => {
+            match report {
+                Report::Started(event) => {
+                    let attempt = (event.execution_id, event.attempt);
                     self.order.push_back((now, attempt));
-                    self.by_attempt.insert(attempt, report);
+                    self.by_attempt.insert(attempt, event);
                 }
-                ExecutionEvent::Finished { .. } => {
+                Report::Ended(attempt) => {
                     self.by_attempt.remove(&attempt);
-                    out.push(report);
                 }
             }
         }
@@ -150,7 +160,7 @@ impl HeldStarts {
             }
             self.order.pop_front();
             if let Some(start) = self.by_attempt.remove(&attempt) {
-                out.push(start);
+                out.push((start, None));
             }
         }
     }
@@ -161,10 +171,10 @@ impl HeldStarts {
     }
 
     /// Appends every held start to `out` (the publisher is stopping).
-    fn release_all(&mut self, out: &mut Vec<Report>) {
+    fn release_all(&mut self, out: &mut Vec<Outgoing>) {
         for (_, attempt) in self.order.drain(..) {
             if let Some(start) = self.by_attempt.remove(&attempt) {
-                out.push(start);
+                out.push((start, None));
             }
         }
     }
@@ -209,7 +219,7 @@ impl ExecutionReporter for QueueReporter {
                 kind: ExecutionEvent::Started { at },
                 shard: exec.shard,
             };
-            self.send(event, None).await;
+            self.send(Report::Started(event)).await;
         })
     }
 
@@ -221,6 +231,8 @@ impl ExecutionReporter for QueueReporter {
             }
             let end = &report.end;
             let task = format!("{}/{}", report.namespace, report.task_id);
+            self.send(Report::Ended((report.execution_id, report.attempt)))
+                .await;
             if end.outcome == AttemptOutcome::Released {
                 info!(task_id = %task, execution_id = %report.execution_id, attempt = report.attempt, "released unfinished (shutdown); it runs elsewhere");
                 return;
@@ -231,7 +243,8 @@ impl ExecutionReporter for QueueReporter {
                 end,
                 report.duration.as_secs_f64(),
             );
-            let history = report.history();
+            let lateness_ms = report.started_at.0 - report.fire_at.0;
+            let duration_ms = u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX);
             // The one line per execution at the default level; a failure is a warning.
             macro_rules! finished {
                 ($level:expr) => {
@@ -240,9 +253,9 @@ impl ExecutionReporter for QueueReporter {
                         task_id = %task,
                         execution_id = %report.execution_id,
                         fire_at = %report.fire_at,
-                        lateness_ms = history.lateness_ms,
+                        lateness_ms,
                         attempt = report.attempt,
-                        duration_ms = history.duration_ms,
+                        duration_ms,
                         outcome = end.label(),
                         retry_at = ?end.retry_at.map(|t| t.to_rfc3339()),
                         error = end.error.as_deref().unwrap_or(""),
@@ -255,8 +268,6 @@ impl ExecutionReporter for QueueReporter {
             } else {
                 finished!(tracing::Level::INFO);
             }
-            let event = report.finished_event();
-            self.send(event, Some(history)).await;
         })
     }
 
@@ -281,31 +292,26 @@ mod tests {
     use super::*;
 
     fn event(id: u128, attempt: u32, finished: bool) -> Report {
-        let kind = if finished {
-            ExecutionEvent::Finished {
-                at: UtcMillis(3),
-                end: AttemptEnd::new(AttemptOutcome::Succeeded, None),
-            }
-        } else {
-            ExecutionEvent::Started { at: UtcMillis(2) }
-        };
-        let record = ExecutionEventRecord {
+        let execution_id = uuid::Uuid::from_u128(id);
+        if finished {
+            return Report::Ended((execution_id, attempt));
+        }
+        Report::Started(ExecutionEventRecord {
             namespace: "ns".into(),
             task_id: "t".into(),
-            execution_id: uuid::Uuid::from_u128(id),
+            execution_id,
             fire_at: UtcMillis(1),
             attempt,
-            kind,
+            kind: ExecutionEvent::Started { at: UtcMillis(2) },
             shard: None,
-        };
-        (record, None)
+        })
     }
 
-    fn kinds(out: &[Report]) -> Vec<(u128, u32, bool)> {
+    fn starts(out: &[Outgoing]) -> Vec<(u128, u32)> {
         out.iter()
             .map(|(e, _)| {
-                let finished = matches!(e.kind, ExecutionEvent::Finished { .. });
-                (e.execution_id.as_u128(), e.attempt, finished)
+                assert!(matches!(e.kind, ExecutionEvent::Started { .. }));
+                (e.execution_id.as_u128(), e.attempt)
             })
             .collect()
     }
@@ -328,25 +334,23 @@ mod tests {
             t0,
             &mut out,
         );
-        assert_eq!(kinds(&out), [(1, 0, true)]);
+        assert_eq!(starts(&out), []);
         assert_eq!(held.next_due(), Some(t0 + START_HOLD));
-        out.clear();
         let t1 = t0 + Duration::from_millis(100);
         held.take(
             [event(2, 0, true), event(4, 1, false), event(4, 0, true)].into_iter(),
             t1,
             &mut out,
         );
-        assert_eq!(kinds(&out), [(2, 0, true), (4, 0, true)]);
-        out.clear();
+        assert_eq!(starts(&out), []);
         // At the hold's end the long one's start goes; the retry's start waits on.
         held.take(std::iter::empty(), t0 + START_HOLD, &mut out);
-        assert_eq!(kinds(&out), [(3, 0, false)]);
+        assert_eq!(starts(&out), [(3, 0)]);
         assert_eq!(held.next_due(), Some(t1 + START_HOLD));
         out.clear();
         // Stopping sends what is still held.
         held.release_all(&mut out);
-        assert_eq!(kinds(&out), [(4, 1, false)]);
+        assert_eq!(starts(&out), [(4, 1)]);
         assert_eq!(held.next_due(), None);
     }
 }

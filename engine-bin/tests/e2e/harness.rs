@@ -612,6 +612,28 @@ impl Cluster {
         format!("{}/tasks/{namespace}/{id}", self.prefix)
     }
 
+    /// Every task state of `namespace` written so far, by task id (one range read).
+    pub(crate) async fn states(&self, namespace: &str) -> HashMap<String, Value> {
+        let prefix = format!("{}/state/{namespace}/", self.prefix);
+        let resp = self
+            .etcd
+            .clone()
+            .get(
+                prefix.as_str(),
+                Some(etcd_client::GetOptions::new().with_prefix()),
+            )
+            .await
+            .unwrap();
+        resp.kvs()
+            .iter()
+            .map(|kv| {
+                let key = kv.key_str().unwrap();
+                let id = key.strip_prefix(&prefix).unwrap().to_owned();
+                (id, serde_json::from_slice(kv.value()).unwrap())
+            })
+            .collect()
+    }
+
     /// The task's runtime state record, if written.
     pub(crate) async fn state(&self, namespace: &str, id: &str) -> Option<Value> {
         self.get(&format!("{}/state/{namespace}/{id}", self.prefix))

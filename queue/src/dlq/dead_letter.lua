@@ -1,12 +1,14 @@
 -- Moves a held message to the dead-letter queue, clearing the task's active marker when it
--- still names this execution.
+-- still names this execution, and appends the attempt's end record (when given) to the
+-- queue's end log in the same step.
 -- KEYS: 1 processing list, 2 monitor zset, 3 dlq zset, 4 dlq entries hash, 5 active marker,
---       6 order hash, 7 queued zset, 8 wake list
+--       6 order hash, 7 queued zset, 8 wake list, 9 end log stream
 -- ARGV: 1 message JSON as taken, 2 entry id, 3 entry JSON, 4 now ms, 5 execution id,
---       6 concurrency key or '' (its slot is freed)
--- Returns 1, or 0 when the message was no longer held.
+--       6 concurrency key or '' (its slot is freed), 7 end record JSON or ''
+-- Returns '0' when the message was no longer held, '1' when it was dead-lettered without an
+-- end record, else the end log id of its record.
 if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 0 then
-  return 0
+  return '0'
 end
 redis.call('ZREM', KEYS[2], ARGV[5])
 redis.call('HDEL', KEYS[6], ARGV[5])
@@ -16,4 +18,7 @@ redis.call('ZADD', KEYS[3], ARGV[4], ARGV[2])
 if redis.call('GET', KEYS[5]) == ARGV[5] then
   redis.call('DEL', KEYS[5])
 end
-return 1
+if ARGV[7] ~= '' then
+  return redis.call('XADD', KEYS[9], '*', 'r', ARGV[7])
+end
+return '1'

@@ -10,9 +10,8 @@ use std::sync::Arc;
 use ax_scheduler_core::{AttemptEnd, AttemptOutcome};
 use tokio_util::sync::CancellationToken;
 
-use super::settle::{dead_letter, publish};
+use super::settle::{dead_letter, publish, Ending};
 use super::Shared;
-use crate::reporter::ExecutionReport;
 
 /// Ends the attempts of this pool's queues that waited for a completion past their
 /// deadline (see [`crate::awaiting::expire_due`]), reporting each as the pool reports its
@@ -71,13 +70,17 @@ async fn end_orphans(sh: &Shared, queue: &str) {
         let now = sh.cfg.clock.now();
         tracing::warn!(execution_id = %msg.execution_id, attempt = msg.attempt, %worker, "{reason}");
         sh.reporter.on_started(msg, &worker, now).await;
-        dead_letter(sh, &d, &reason, now).await;
         let end = AttemptEnd {
             outcome: AttemptOutcome::Failed,
-            error: Some(reason),
+            error: Some(reason.clone()),
             retry_at: None,
         };
-        let report = ExecutionReport::of(msg, &d.queue, worker, now, now, end);
-        publish(sh, &report).await;
+        let ending = Ending {
+            d: &d,
+            worker: &worker,
+            started: now,
+            output: None,
+        };
+        dead_letter(sh, &ending, &reason, end, now).await;
     }
 }

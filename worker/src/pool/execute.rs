@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ax_queue::{Delivery, ExecutionMessage, StopOrder};
+use ax_queue::{Delivery, ExecutionMessage, Settled, StopOrder};
 use ax_scheduler_core::{AttemptEnd, AttemptOutcome, UtcMillis};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinHandle};
@@ -22,7 +22,7 @@ use tracing::Instrument;
 use super::ack::{ack, Acks};
 use super::park::{conclude, open_completion, reported_outcome, Park};
 use super::reconcile::hold;
-use super::settle::{dead_letter, fail, finish, give_back, Failed};
+use super::settle::{dead_letter, end_record, fail, finish, give_back, Ending};
 use super::stop::{stopped, unwatch};
 use super::{Shared, Verdict};
 use crate::handler::{Handler, HandlerContext, HandlerError, OutputSlot};
@@ -94,9 +94,14 @@ async fn execute_in_span(
     if let Some(order) = ordered {
         tracing::warn!(reason = order.reason(), "stopped before it started");
         drop(permit);
-        ack(acks, d).await;
         let end = AttemptEnd::new(AttemptOutcome::Killed, Some(order.reason().to_owned()));
-        finish(sh, d, started, end, None).await;
+        let ending = Ending {
+            d,
+            worker,
+            started,
+            output: None,
+        };
+        ack_end(sh, acks, &ending, end).await;
         return;
     }
     let Some(handler) = sh.registry.get(&msg.handler) else {
@@ -133,8 +138,13 @@ async fn execute_in_span(
         }
     }
     drop(permit);
-    let end = settle_verdict(sh, d, acks, verdict).await;
-    finish(sh, d, started, end, output.take()).await;
+    let ending = Ending {
+        d,
+        worker,
+        started,
+        output: output.take(),
+    };
+    settle_verdict(sh, &ending, acks, verdict).await;
 }
 
 /// Dead-letters an execution whose handler this worker does not serve.
@@ -145,15 +155,14 @@ async fn unknown_handler(sh: &Shared, d: &Delivery, started: UtcMillis) {
         sh.registry.names().join(", ")
     );
     tracing::error!(%reason, "dead-lettering execution");
-    dead_letter(sh, d, &reason, sh.cfg.clock.now()).await;
-    finish(
-        sh,
+    let ending = Ending {
         d,
+        worker: &sh.cfg.worker_id,
         started,
-        AttemptEnd::new(AttemptOutcome::DeadLettered, Some(reason)),
-        None,
-    )
-    .await;
+        output: None,
+    };
+    let end = AttemptEnd::new(AttemptOutcome::DeadLettered, Some(reason.clone()));
+    dead_letter(sh, &ending, &reason, end, sh.cfg.clock.now()).await;
 }
 
 /// Runs the handler in a task of its own until it ends, times out, is killed or the pool
@@ -241,9 +250,21 @@ fn panic_message(e: JoinError) -> String {
     }
 }
 
-/// Settles the message as the verdict says (ack, release, retry or dead letter) and
-/// returns the attempt's end.
-async fn settle_verdict(sh: &Shared, d: &Delivery, acks: &Acks, verdict: Verdict) -> AttemptEnd {
+/// Acks an attempt that ended as `end` now, with its end recorded in the same step, and
+/// finishes it.
+async fn ack_end(sh: &Shared, acks: &Acks, ending: &Ending<'_>, end: AttemptEnd) {
+    let report = ending.report(end, sh.cfg.clock.now());
+    let (settled, record) = ack(acks, ending.d, end_record(sh, &report)).await;
+    if settled == Some(Settled::NotHeld) {
+        tracing::warn!("ack found the message gone (the reaper gave it back)");
+    }
+    let record = record.unwrap_or_else(|| end_record(sh, &report));
+    finish(sh, &report, record, settled).await;
+}
+
+/// Settles the message as the verdict says (ack, release, retry or dead letter) together
+/// with the attempt's end, and finishes the attempt.
+async fn settle_verdict(sh: &Shared, ending: &Ending<'_>, acks: &Acks, verdict: Verdict) {
     let (outcome, error, retryable) = verdict;
     // Errors can echo anything (a URL with its credentials, a response body): masked and
     // capped once here, before they go into the message, the dead letter, the history, the
@@ -252,34 +273,22 @@ async fn settle_verdict(sh: &Shared, d: &Delivery, acks: &Acks, verdict: Verdict
     let now = sh.cfg.clock.now();
     match outcome {
         AttemptOutcome::Succeeded => {
-            if ack(acks, d).await == Some(false) {
-                tracing::warn!("ack found the message gone (the reaper gave it back)");
-            }
             sh.counters.succeeded.fetch_add(1, Ordering::Relaxed);
-            AttemptEnd::succeeded()
+            ack_end(sh, acks, ending, AttemptEnd::succeeded()).await;
         }
         AttemptOutcome::Released => {
-            give_back(sh, d).await;
-            AttemptEnd::new(outcome, None)
+            // Given back undone: it runs again, so there is no end to record.
+            give_back(sh, ending.d).await;
+            let report = ending.report(AttemptEnd::new(outcome, None), now);
+            sh.reporter.on_finished(&report).await;
         }
         AttemptOutcome::Killed => {
             tracing::warn!(reason = error.as_deref().unwrap_or(""), "stopped");
-            ack(acks, d).await;
-            AttemptEnd::new(outcome, error)
+            ack_end(sh, acks, ending, AttemptEnd::new(outcome, error)).await;
         }
         _ => {
             let error = error.unwrap_or_else(|| "failed".to_owned());
-            match fail(sh, d, &error, now, retryable).await {
-                Failed::Killed => AttemptEnd::new(
-                    AttemptOutcome::Killed,
-                    Some(StopOrder::Killed.reason().to_owned()),
-                ),
-                Failed::RetryAt(retry_at) => AttemptEnd {
-                    outcome,
-                    error: Some(error),
-                    retry_at,
-                },
-            }
+            fail(sh, ending, outcome, error, now, retryable).await;
         }
     }
 }

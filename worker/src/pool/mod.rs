@@ -8,6 +8,7 @@
 //! - [`execute`]: one attempt, its handler under its timeout with panics caught, its
 //!   outcome settled ([`settle`]) and reported; [`park`] for an `http.async` attempt;
 //! - [`ack`]: batches the acks of all executions into few script calls;
+//! - [`relay`]: writes the ends settled with their messages to the leader and the history;
 //! - [`heartbeat`]: tells the queues this worker is alive;
 //! - [`stop`]: tells the attempts an operator kills (or overlap `replace` ends) to stop;
 //! - [`reconcile`]: gives back what the processing lists hold and the pool does not;
@@ -31,6 +32,7 @@ mod fetch;
 mod heartbeat;
 mod park;
 mod reconcile;
+mod relay;
 mod settle;
 mod stop;
 
@@ -102,6 +104,8 @@ struct Shared {
     held: std::sync::Mutex<HashSet<(u128, u32)>>,
     /// The same attempts with what the stop loop asks about and how it tells them to stop.
     watched: std::sync::Mutex<HashMap<(u128, u32), stop::Watched>>,
+    /// Where ends go to be relayed, while the pool runs.
+    relays: std::sync::Mutex<Option<relay::Relays>>,
 }
 
 /// A pool of workers serving some queues. See the module notes for its life cycle.
@@ -160,6 +164,7 @@ impl WorkerPool {
                 counters: Counters::default(),
                 held: std::sync::Mutex::new(HashSet::new()),
                 watched: std::sync::Mutex::new(HashMap::new()),
+                relays: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -208,6 +213,7 @@ impl WorkerPool {
         let sh = &self.shared;
         let executions = TaskTracker::new();
         let hard_stop = CancellationToken::new();
+        let relay = relay::start(sh);
         let background = Background::start(sh, &cancel).await;
         // Acks go through one batching task: under load, one script call settles many
         // messages. It ends when the last sender (held by fetchers and executions) is gone.
@@ -222,6 +228,10 @@ impl WorkerPool {
             tracing::error!(error = %e, "ack task failed");
         }
         background.stop().await;
+        relay::stop(sh);
+        if let Err(e) = relay.await {
+            tracing::error!(error = %e, "relay task failed");
+        }
         deregister(sh).await;
         sh.counters.summary()
     }
@@ -253,6 +263,7 @@ impl Background {
                 queues: sh.cfg.queues.clone(),
                 interval: sh.cfg.maintenance_interval,
                 visibility_timeout: sh.cfg.visibility_timeout,
+                sweeper: sh.cfg.worker_id.clone(),
                 ..MaintenanceConfig::default()
             },
         );

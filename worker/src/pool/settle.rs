@@ -1,16 +1,23 @@
-//! Settling a message (release, retry, dead letter) and reporting an attempt's end.
+//! Settling a message (ack, release, retry, dead letter) together with its attempt's end.
+//!
+//! An attempt that ends is settled with its end record ([`ax_queue::EndRecord`]: the
+//! leader's event and the history entry), which the settle script appends to the queue's end
+//! log in the same step, so a worker that dies after settling cannot lose the end: it is
+//! either unsettled (redelivered) or in the log. The pool then hands the record to its relay
+//! ([`super::relay`]), which writes it to the event stream and the history and clears it
+//! from the log; the queue's sweep relays what a dead worker left. Every end, the pool's own
+//! and those the deadline loop finds, goes through [`finish`], so the relay and the
+//! reporter see them all the same way.
 //!
 //! Settling is retried through short Redis outages ([`settle`]), because an unsettled
-//! message of a live worker would sit in its processing list until that worker stops. Every
-//! end, the pool's own and those the deadline loop finds, is told through [`publish`], so
-//! the history and the reporter see them all the same way.
+//! message of a live worker would sit in its processing list until that worker stops.
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use ax_queue::{Delivery, QueueError, RetrySettle};
-use ax_scheduler_core::{AttemptEnd, ReconnectBackoff, UtcMillis};
+use ax_queue::{Delivery, EndRecord, PendingEnd, QueueError, RetrySettle, Settled};
+use ax_scheduler_core::{AttemptEnd, AttemptOutcome, AttemptOutput, ReconnectBackoff, UtcMillis};
 
 use super::Shared;
 use crate::reporter::ExecutionReport;
@@ -54,30 +61,77 @@ pub(super) async fn give_back(sh: &Shared, d: &Delivery) {
     }
 }
 
-/// Dead-letters a message for good, counting it.
-pub(super) async fn dead_letter(sh: &Shared, d: &Delivery, reason: &str, now: UtcMillis) {
-    let q = &sh.queue;
-    if settle(sh, "dead_letter", || q.dead_letter(d, reason, now)).await == Some(true) {
-        sh.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+/// An attempt of a delivery that is ending: what its report is made of besides its end.
+pub(super) struct Ending<'a> {
+    /// The delivery.
+    pub(super) d: &'a Delivery,
+    /// The worker the attempt counts as run by.
+    pub(super) worker: &'a str,
+    /// When it started.
+    pub(super) started: UtcMillis,
+    /// The start of the handler's answer, if it left one.
+    pub(super) output: Option<AttemptOutput>,
+}
+
+impl Ending<'_> {
+    /// The attempt's report, ended as `end` at `now`.
+    pub(super) fn report(&self, end: AttemptEnd, now: UtcMillis) -> ExecutionReport {
+        ExecutionReport {
+            output: self.output.clone(),
+            ..ExecutionReport::of(
+                &self.d.message,
+                &self.d.queue,
+                self.worker.to_owned(),
+                self.started,
+                now,
+                end,
+            )
+        }
     }
 }
 
-/// How a failed attempt was settled.
-pub(super) enum Failed {
-    /// A retry is due then, or none follows (dead-lettered).
-    RetryAt(Option<UtcMillis>),
-    /// An operator killed the execution before its retry was scheduled: none is.
-    Killed,
+/// The record an end is settled with: the leader's event and, when this pool keeps the
+/// history, the attempt's entry.
+pub(super) fn end_record(sh: &Shared, report: &ExecutionReport) -> EndRecord {
+    EndRecord {
+        event: report.finished_event(),
+        history: sh.cfg.record_history.then(|| report.history()),
+    }
 }
 
-/// Schedules a retry or dead-letters.
+/// Dead-letters a message for good with the attempt's end (`DeadLettered`, or the failure
+/// `end` given), counting it, and finishes the attempt.
+pub(super) async fn dead_letter(
+    sh: &Shared,
+    ending: &Ending<'_>,
+    reason: &str,
+    end: AttemptEnd,
+    now: UtcMillis,
+) {
+    let d = ending.d;
+    let report = ending.report(end, now);
+    let record = end_record(sh, &report);
+    let q = &sh.queue;
+    let settled = settle(sh, "dead_letter", || {
+        q.dead_letter_recorded(d, reason, now, Some(&record))
+    })
+    .await;
+    if settled.as_ref().is_some_and(Settled::was_held) {
+        sh.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+    }
+    finish(sh, &report, record, settled).await;
+}
+
+/// Schedules a retry or dead-letters a failed attempt, and finishes it.
 pub(super) async fn fail(
     sh: &Shared,
-    d: &Delivery,
-    error: &str,
+    ending: &Ending<'_>,
+    outcome: AttemptOutcome,
+    error: String,
     now: UtcMillis,
     retryable: bool,
-) -> Failed {
+) {
+    let d = ending.d;
     let msg = &d.message;
     let decision = if retryable {
         decide(
@@ -95,58 +149,76 @@ pub(super) async fn fail(
     match decision {
         RetryDecision::RetryAt { due, wait } => {
             tracing::warn!(%error, retry_in = ?wait, "attempt failed; retry scheduled");
-            let next = msg.next_attempt(error, now);
+            let next = msg.next_attempt(&error, now);
+            let retrying = ending.report(
+                AttemptEnd {
+                    outcome,
+                    error: Some(error),
+                    retry_at: Some(due),
+                },
+                now,
+            );
+            // An operator's kill found by the same script ends the execution instead.
+            let killed = ending.report(
+                AttemptEnd::new(
+                    AttemptOutcome::Killed,
+                    Some(ax_queue::StopOrder::Killed.reason().to_owned()),
+                ),
+                now,
+            );
+            let records = (end_record(sh, &retrying), end_record(sh, &killed));
             let q = &sh.queue;
-            if settle(sh, "retry_later", || q.retry_later(d, &next, due)).await
-                == Some(RetrySettle::Killed)
-            {
-                tracing::warn!("killed by an operator; no retry");
-                return Failed::Killed;
-            }
-            sh.counters.retried.fetch_add(1, Ordering::Relaxed);
-            Failed::RetryAt(Some(due))
+            let settled = settle(sh, "retry_later", || {
+                q.retry_later_recorded(d, &next, due, Some((&records.0, &records.1)))
+            })
+            .await;
+            let (report, record, settled) = match settled {
+                Some((RetrySettle::Killed, logged)) => {
+                    tracing::warn!("killed by an operator; no retry");
+                    (killed, records.1, Some(Settled::Done(logged)))
+                }
+                Some((RetrySettle::Scheduled, logged)) => {
+                    sh.counters.retried.fetch_add(1, Ordering::Relaxed);
+                    (retrying, records.0, Some(Settled::Done(logged)))
+                }
+                Some((RetrySettle::NotHeld, _)) => (retrying, records.0, Some(Settled::NotHeld)),
+                None => (retrying, records.0, None),
+            };
+            finish(sh, &report, record, settled).await;
         }
         RetryDecision::GiveUp { reason } => {
             tracing::error!(%error, %reason, "attempt failed; dead-lettering");
-            dead_letter(sh, d, &format!("{error} ({reason})"), now).await;
-            Failed::RetryAt(None)
+            let end = AttemptEnd {
+                outcome,
+                error: Some(error.clone()),
+                retry_at: None,
+            };
+            dead_letter(sh, ending, &format!("{error} ({reason})"), end, now).await;
         }
     }
 }
 
-/// Reports the end of an attempt this pool ran.
+/// After an end was settled (`settled`: how; `None` when settling failed): relays its
+/// record, from the end log when the settle put it there, else written directly (the
+/// message was no longer held, or Redis could not be reached: best effort, as nothing else
+/// will write it), and tells the reporter.
 pub(super) async fn finish(
     sh: &Shared,
-    d: &Delivery,
-    started: UtcMillis,
-    end: AttemptEnd,
-    output: Option<ax_scheduler_core::AttemptOutput>,
+    report: &ExecutionReport,
+    record: EndRecord,
+    settled: Option<Settled>,
 ) {
-    let msg = &d.message;
-    let report = ExecutionReport {
-        output,
-        ..ExecutionReport::of(
-            msg,
-            &d.queue,
-            sh.cfg.worker_id.clone(),
-            started,
-            sh.cfg.clock.now(),
-            end,
-        )
+    let logged = match settled {
+        Some(Settled::Done(Some(id))) => Some((report.queue.clone(), id)),
+        _ => None,
     };
-    publish(sh, &report).await;
+    super::relay::relay(sh, PendingEnd { logged, record });
+    sh.reporter.on_finished(report).await;
 }
 
-/// Records an attempt's end in the history (if this pool writes it) and tells the reporter.
+/// Reports an end that was settled elsewhere (an `http.async` attempt past its deadline):
+/// written through the relay, and told to the reporter.
 pub(super) async fn publish(sh: &Shared, report: &ExecutionReport) {
-    if sh.cfg.record_history {
-        if let Err(e) = sh
-            .queue
-            .record_history(&report.namespace, &report.task_id, &report.history())
-            .await
-        {
-            tracing::warn!(error = %e, "could not record execution history");
-        }
-    }
-    sh.reporter.on_finished(report).await;
+    let record = end_record(sh, report);
+    finish(sh, report, record, None).await;
 }
