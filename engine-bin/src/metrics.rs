@@ -90,6 +90,12 @@ pub const API_AUTH_FAILURES_TOTAL: &str = "scheduler_api_auth_failures_total";
 /// Fires of tasks with `expect_success_within` not followed by a success in time. Labels:
 /// `reason` (one of [`ax_scheduler_core::deadline::MissReason::ALL`]).
 pub const DEADLINE_MISSES_TOTAL: &str = "scheduler_deadline_misses_total";
+/// Task states in doubt the leader repaired. Label: `how` (`history`, `lost`).
+pub const STATE_REPAIRS_TOTAL: &str = "scheduler_state_repairs_total";
+/// `how` of a state repaired from the end found in the execution history.
+pub const REPAIR_HISTORY: &str = "history";
+/// `how` of a state repaired as lost: no end anywhere, no work left in its queue.
+pub const REPAIR_LOST: &str = "lost";
 /// Alerts handed to a channel. Labels: `channel`, `outcome`.
 pub const ALERTS_TOTAL: &str = "scheduler_alerts_total";
 /// Always 1; the label carries the version.
@@ -118,6 +124,7 @@ pub const ALL_NAMES: &[&str] = &[
     BACKEND_ERRORS_TOTAL,
     API_AUTH_FAILURES_TOTAL,
     DEADLINE_MISSES_TOTAL,
+    STATE_REPAIRS_TOTAL,
     ALERTS_TOTAL,
     BUILD_INFO,
 ];
@@ -264,6 +271,8 @@ pub struct Metrics {
     pub api_auth_failures_total: IntCounterVec,
     /// [`DEADLINE_MISSES_TOTAL`] by `reason`.
     pub deadline_misses_total: IntCounterVec,
+    /// [`STATE_REPAIRS_TOTAL`] by `how`.
+    pub state_repairs_total: IntCounterVec,
     /// [`ALERTS_TOTAL`] by `channel`, `outcome`.
     pub alerts_total: IntCounterVec,
     /// [`BUILD_INFO`] by `version`.
@@ -306,6 +315,7 @@ impl Metrics {
             backend_errors_total: p.backend_errors_total,
             api_auth_failures_total: p.api_auth_failures_total,
             deadline_misses_total: s.deadline_misses_total,
+            state_repairs_total: s.state_repairs_total,
             alerts_total,
             build_info: p.build_info,
             registry,
@@ -336,6 +346,9 @@ impl Metrics {
         }
         for reason in ax_scheduler_core::deadline::MissReason::ALL {
             self.deadline_misses_total.with_label_values(&[reason]);
+        }
+        for how in [REPAIR_HISTORY, REPAIR_LOST] {
+            self.state_repairs_total.with_label_values(&[how]);
         }
         for queue in queues {
             self.touch_queue(queue);

@@ -48,6 +48,12 @@ impl RoleMetrics for Metrics {
     fn deadline_misses(&self, reason: &str, missed: u64) {
         self.record_deadline_misses(reason, missed);
     }
+
+    fn state_repairs(&self, how: &str, count: u64) {
+        self.state_repairs_total
+            .with_label_values(&[how])
+            .inc_by(count);
+    }
 }
 
 /// Records read per page of the audit log.

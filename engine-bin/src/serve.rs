@@ -451,6 +451,7 @@ impl Parts<'_> {
             enqueue_stall_limit: config.scheduler.enqueue_stall_limit,
             delay_alert_threshold: ax_alerting::DEFAULT_SCHEDULE_DELAY_THRESHOLD,
             max_clock_skew: config.scheduler.max_clock_skew,
+            repair_after: config.scheduler.repair_after,
         };
         let clock_check = ClockCheck::new(&config.etcd.endpoints, etcd_tls.as_ref())?;
         let registry = Registry::new(self.etcd.clone(), registry_config(config));

@@ -511,6 +511,19 @@ mod tests {
                     k.orphaned(q),
                 ],
             ),
+            (
+                "live_tasks",
+                vec![
+                    k.queued(q),
+                    k.delayed(q),
+                    k.legacy_ready(q),
+                    k.ends(q),
+                    k.awaiting_due(q),
+                    k.processing(q, w),
+                    k.addressed(q, w),
+                    k.orphaned(q),
+                ],
+            ),
             ("history_page", vec![k.executions()]),
             ("awaiting_open", vec![k.awaiting(q, e)]),
             (

@@ -33,6 +33,7 @@ mod scripts;
 mod server;
 mod settle;
 mod stats;
+mod work;
 mod workers;
 
 pub use awaiting::{

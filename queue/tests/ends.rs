@@ -243,3 +243,43 @@ async fn a_retry_and_a_dead_letter_record_the_end_that_applies() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_queue_tells_which_tasks_still_have_work_in_it() {
+    let q = queue().await;
+    let now = UtcMillis::now();
+    let spec = |id: &str| ax_testkit::spec(id, "default", "log");
+    // waiting: queued; running: held by a worker; retrying: in the delayed set; ending: its
+    // end record not relayed; done: settled and relayed; never: nothing at all.
+    for id in ["waiting", "running", "retrying", "ending", "done"] {
+        let m = ExecutionMessage::for_fire(&spec(id), UtcMillis(1), now, 0);
+        q.enqueue_batch(&[m]).await.unwrap();
+    }
+    let mut c = q
+        .consumer("default", "w", Duration::from_millis(200), now)
+        .await
+        .unwrap();
+    let taken = c.take(5).await.unwrap();
+    let by = |id: &str| taken.iter().find(|d| &*d.message.task_id == id).unwrap();
+    // Give `waiting` back to the queue: it waits again.
+    assert!(q.release(by("waiting")).await.unwrap());
+    let r = by("retrying");
+    let next = r.message.next_attempt("boom", now);
+    q.retry_later(r, &next, now.add(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let e = by("ending");
+    q.ack_recorded(&[(e, Some(&record(e, AttemptOutcome::Succeeded)))])
+        .await
+        .unwrap();
+    assert!(q.ack(by("done")).await.unwrap());
+    let ns = taken[0].message.namespace.to_string();
+    let asked: Vec<(&str, &str)> = ["waiting", "running", "retrying", "ending", "done", "never"]
+        .into_iter()
+        .map(|id| (ns.as_str(), id))
+        .collect();
+    let live = q.tasks_with_work("default", &asked).await.unwrap();
+    let mut live: Vec<&str> = live.iter().map(|(_, id)| id.as_str()).collect();
+    live.sort_unstable();
+    assert_eq!(live, ["ending", "retrying", "running", "waiting"]);
+}

@@ -62,6 +62,7 @@ mod held;
 mod output;
 mod pauses;
 mod poll;
+mod repair;
 mod runs;
 mod shards;
 mod timers;
@@ -70,6 +71,7 @@ mod writes;
 pub use crate::key::TaskKey;
 pub use config::{DispatcherConfig, DEFAULT_STALL_THRESHOLD};
 pub use output::{Dispatch, Notice, StateWrite};
+pub use repair::{InDoubt, LOST_END_ERROR};
 
 use armed::Armed;
 use dependencies::Dependencies;

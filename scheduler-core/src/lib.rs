@@ -34,7 +34,7 @@ pub mod workflow;
 
 pub use backoff::ReconnectBackoff;
 pub use concurrency::Concurrency;
-pub use dispatcher::{Dispatch, Dispatcher, DispatcherConfig, Notice};
+pub use dispatcher::{Dispatch, Dispatcher, DispatcherConfig, InDoubt, Notice, LOST_END_ERROR};
 pub use error::CoreError;
 pub use execution::{
     AttemptEnd, AttemptOutcome, AttemptOutput, EnqueueOutcome, EventPosition, ExecutionEvent,

@@ -9,6 +9,7 @@
 //! way. The registry watch and the election are not behind them: the role's loop keeps
 //! those, and a term is built without them.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -82,6 +83,12 @@ pub trait TermQueue: Send + Sync {
     fn delete_histories<'a>(&'a self, tasks: &'a [(&'a str, &'a str)]) -> QueueFuture<'a, ()>;
     /// [`Queue::live_workers`].
     fn live_workers<'a>(&'a self, queue: &'a str) -> QueueFuture<'a, Vec<String>>;
+    /// [`Queue::tasks_with_work`].
+    fn tasks_with_work<'a>(
+        &'a self,
+        queue: &'a str,
+        tasks: &'a [(&'a str, &'a str)],
+    ) -> QueueFuture<'a, HashSet<(String, String)>>;
     /// [`Queue::fix_fanout_workers`].
     fn fix_fanout_workers<'a>(
         &'a self,
@@ -162,6 +169,14 @@ impl TermQueue for Queue {
 
     fn delete_histories<'a>(&'a self, tasks: &'a [(&'a str, &'a str)]) -> QueueFuture<'a, ()> {
         Box::pin(Queue::delete_histories(self, tasks))
+    }
+
+    fn tasks_with_work<'a>(
+        &'a self,
+        queue: &'a str,
+        tasks: &'a [(&'a str, &'a str)],
+    ) -> QueueFuture<'a, HashSet<(String, String)>> {
+        Box::pin(Queue::tasks_with_work(self, queue, tasks))
     }
 
     fn live_workers<'a>(&'a self, queue: &'a str) -> QueueFuture<'a, Vec<String>> {

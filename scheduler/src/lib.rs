@@ -77,6 +77,10 @@ pub const DEFAULT_TRIGGER_INTERVAL: Duration = Duration::from_millis(250);
 /// How long the leader keeps retrying enqueues that Redis refuses before it steps down, by
 /// default.
 pub const DEFAULT_ENQUEUE_STALL_LIMIT: Duration = Duration::from_secs(30);
+/// How long after its fire a task still executing is in doubt, by default (see
+/// [`LeaderSettings::repair_after`]): past any end on its way, and short enough that a lost
+/// end is repaired within minutes.
+pub const DEFAULT_REPAIR_AFTER: Duration = Duration::from_secs(60);
 /// The largest clock offset from etcd a replica leads with, by default.
 pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(2);
 
@@ -103,6 +107,10 @@ pub struct LeaderSettings {
     pub delay_alert_threshold: Duration,
     /// The largest clock offset from etcd this replica leads with.
     pub max_clock_skew: Duration,
+    /// How long after its fire a task still executing is in doubt: its end is looked for in
+    /// the history and its work in the queue, every half of this, and a task with neither on
+    /// two checks in a row is repaired as lost. Default [`DEFAULT_REPAIR_AFTER`].
+    pub repair_after: Duration,
 }
 
 /// What the role needs from the rest of the replica; cloned into each term's task.

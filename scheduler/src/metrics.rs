@@ -43,6 +43,9 @@ pub trait RoleMetrics: Send + Sync {
     fn set_unserved_queues(&self, count: usize);
     /// `missed` fires whose deadline passed, for `reason`.
     fn deadline_misses(&self, reason: &str, missed: u64);
+    /// `count` task states in doubt were repaired: `how` is `history` (the end was found in
+    /// the execution history) or `lost` (no end anywhere and no work left in the queue).
+    fn state_repairs(&self, how: &str, count: u64);
 }
 
 /// Reports nothing: for tests and programs without metrics.
@@ -58,4 +61,5 @@ impl RoleMetrics for NoMetrics {
     fn set_undecodable_states(&self, _: usize) {}
     fn set_unserved_queues(&self, _: usize) {}
     fn deadline_misses(&self, _: &str, _: u64) {}
+    fn state_repairs(&self, _: &str, _: u64) {}
 }

@@ -72,6 +72,7 @@ impl Default for Scheduler {
             tick: ax_scheduler_core::timer::TimerConfig::default().tick,
             catch_up_window: ax_scheduler_core::misfire::DEFAULT_CATCH_UP_WINDOW,
             max_clock_skew: ax_scheduler::DEFAULT_MAX_CLOCK_SKEW,
+            repair_after: ax_scheduler::DEFAULT_REPAIR_AFTER,
             events_interval: ax_scheduler::DEFAULT_EVENTS_INTERVAL,
             flush_interval: ax_scheduler::DEFAULT_FLUSH_INTERVAL,
             trigger_interval: ax_scheduler::DEFAULT_TRIGGER_INTERVAL,

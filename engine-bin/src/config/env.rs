@@ -33,6 +33,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("AX_CATCH_UP_WINDOW", "scheduler.catch_up_window"),
     ("AX_ENQUEUE_STALL_LIMIT", "scheduler.enqueue_stall_limit"),
     ("AX_FLUSH_INTERVAL", "scheduler.flush_interval"),
+    ("AX_REPAIR_AFTER", "scheduler.repair_after"),
     ("AX_SHARDS", "scheduler.shards"),
     ("AX_PLACEMENT", "scheduler.placement"),
     ("AX_WORKER_CONCURRENCY", "worker.concurrency"),
@@ -106,6 +107,7 @@ impl Config {
             "AX_CATCH_UP_WINDOW" => self.scheduler.catch_up_window = parse_duration(value)?,
             "AX_ENQUEUE_STALL_LIMIT" => self.scheduler.enqueue_stall_limit = parse_duration(value)?,
             "AX_FLUSH_INTERVAL" => self.scheduler.flush_interval = parse_duration(value)?,
+            "AX_REPAIR_AFTER" => self.scheduler.repair_after = parse_duration(value)?,
             "AX_PLACEMENT" => {
                 self.scheduler.placement = match value {
                     "task" => ax_scheduler_core::placement::PlaceBy::Task,
@@ -191,7 +193,8 @@ mod tests {
                 | "AX_TICK"
                 | "AX_CATCH_UP_WINDOW"
                 | "AX_ENQUEUE_STALL_LIMIT"
-                | "AX_FLUSH_INTERVAL" => "7s",
+                | "AX_FLUSH_INTERVAL"
+                | "AX_REPAIR_AFTER" => "7s",
                 "AX_WORKER_CONCURRENCY" | "AX_REDIS_REPLICA_ACKS" | "AX_SHARDS" => "7",
                 "AX_PLACEMENT" => "namespace",
                 "AX_REDIS_QUEUE_PARTITIONS" => "x7=7",

@@ -169,6 +169,10 @@ pub struct Scheduler {
     /// How long the leader retries enqueues Redis refuses before stepping down; default 30 s.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub enqueue_stall_limit: Duration,
+    /// How long after its fire a task still executing is in doubt (its end looked for, and
+    /// repaired as lost when none is coming); default 60 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub repair_after: Duration,
     /// Enqueues per second at most; 0 (default) means no limit.
     pub enqueue_rate_limit: u32,
     /// Queue depth above which a backlog alert is raised; default

@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use ax_scheduler_core::misfire::MAX_CATCH_UP_WINDOW;
 
+/// The shortest `scheduler.repair_after`: well past the seconds an end takes from its settle
+/// to the leader, even when a dead worker's end is relayed by another.
+const MIN_REPAIR_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
 use super::{Config, ConfigError, ReplicaRole};
 
 impl Config {
@@ -257,6 +261,16 @@ impl Config {
             ),
         ] {
             positive(err, key, value);
+        }
+        if self.scheduler.repair_after < MIN_REPAIR_AFTER {
+            err(
+                "scheduler.repair_after",
+                format!(
+                    "{} is shorter than {}: an end on its way (relayed within seconds) would be taken for lost",
+                    show(self.scheduler.repair_after),
+                    show(MIN_REPAIR_AFTER)
+                ),
+            );
         }
 
         let max_shards = ax_scheduler_core::placement::MAX_SHARDS;

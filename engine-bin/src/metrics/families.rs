@@ -15,8 +15,8 @@ use super::{
     ETCD_DB_BYTES, ETCD_DB_QUOTA_BYTES, EXECUTION_DURATION_BUCKETS, EXECUTION_DURATION_SECONDS,
     INVALID_SPECS, IS_LEADER, LEADER_CHANGES_TOTAL, OLDEST_QUEUED_AGE_SECONDS, QUEUE_DEPTH,
     QUEUE_PAUSED, REDIS_CONFIG_WARNINGS, SCHEDULE_LATENCY_BUCKETS, SCHEDULE_LATENCY_SECONDS,
-    SHARDS, SHARDS_OWNED, TASKS_EXECUTED_TOTAL, TASKS_FAILED_TOTAL, TASKS_RETRIED_TOTAL,
-    TASKS_SCHEDULED_TOTAL, UNDECODABLE_STATES, UNSERVED_QUEUES,
+    SHARDS, SHARDS_OWNED, STATE_REPAIRS_TOTAL, TASKS_EXECUTED_TOTAL, TASKS_FAILED_TOTAL,
+    TASKS_RETRIED_TOTAL, TASKS_SCHEDULED_TOTAL, UNDECODABLE_STATES, UNSERVED_QUEUES,
 };
 
 /// The leader's firing: what it enqueued, how late, and who leads.
@@ -31,6 +31,7 @@ pub(super) struct SchedulerFamilies {
     pub(super) undecodable_states: IntGauge,
     pub(super) unserved_queues: IntGauge,
     pub(super) deadline_misses_total: IntCounterVec,
+    pub(super) state_repairs_total: IntCounterVec,
 }
 
 impl SchedulerFamilies {
@@ -95,6 +96,13 @@ impl SchedulerFamilies {
                 "Fires not followed by a successful execution within the task's \
                  expect_success_within, by reason.",
                 &["reason"],
+            )?,
+            state_repairs_total: counter_vec(
+                registry,
+                STATE_REPAIRS_TOTAL,
+                "Task states in doubt (executing long after their fire) the leader repaired, \
+                 by how: from the execution history, or as lost.",
+                &["how"],
             )?,
         })
     }

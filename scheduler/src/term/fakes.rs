@@ -110,6 +110,8 @@ struct QueueInner {
     refusing: bool,
     /// Each task's execution history, newest first.
     history: HashMap<Task, Vec<HistoryEntry>>,
+    /// Executions no longer in the queue: ended, or lost.
+    gone: HashSet<uuid::Uuid>,
 }
 
 /// Redis, in memory.
@@ -154,10 +156,17 @@ impl FakeQueue {
             .insert(0, entry);
     }
 
+    /// The queue lost the execution of `message` (a Redis that restarted empty): no
+    /// trace of it is left, no end will come.
+    pub(crate) fn lose(&self, message: &ExecutionMessage) {
+        lock(&self.inner).gone.insert(message.execution_id);
+    }
+
     /// The execution of `message` ended successfully at `at`: its active marker goes and its
     /// final event waits in the stream.
     pub(crate) fn finish(&self, message: &ExecutionMessage, at: UtcMillis) {
         let mut inner = lock(&self.inner);
+        inner.gone.insert(message.execution_id);
         let task = task_of(message);
         if inner.active.get(&task) == Some(&message.execution_id) {
             inner.active.remove(&task);
@@ -328,6 +337,26 @@ impl TermQueue for FakeQueue {
 
     fn live_workers<'a>(&'a self, _: &'a str) -> QueueFuture<'a, Vec<String>> {
         self.answer("live_workers", |_| Vec::new())
+    }
+
+    fn tasks_with_work<'a>(
+        &'a self,
+        _: &'a str,
+        tasks: &'a [(&'a str, &'a str)],
+    ) -> QueueFuture<'a, HashSet<(String, String)>> {
+        self.answer("tasks_with_work", |inner| {
+            let asked: HashSet<Task> = tasks
+                .iter()
+                .map(|(ns, id)| ((*ns).to_owned(), (*id).to_owned()))
+                .collect();
+            inner
+                .pushed
+                .iter()
+                .filter(|m| !inner.gone.contains(&m.execution_id))
+                .map(task_of)
+                .filter(|t| asked.contains(t))
+                .collect()
+        })
     }
 
     fn fix_fanout_workers<'a>(

@@ -33,6 +33,7 @@ use ax_registry::PendingTrigger;
 #[cfg(test)]
 pub(crate) mod fakes;
 mod fire;
+mod repair;
 mod takeover;
 
 use takeover::raise_fence;
@@ -98,6 +99,10 @@ pub(super) struct Term {
     events_tick: Interval,
     pending_tick: Interval,
     flush_tick: Interval,
+    /// The check of task states in doubt (`repair`), every half of `repair_after`.
+    repair_tick: Interval,
+    /// Tasks in doubt found with no work left at the last check.
+    no_work: repair::NoWork,
     /// Fires were taken from the dispatcher and not yet accepted by Redis: the dispatcher's
     /// states count them as fired, so they must not be written (the next leader would
     /// think they ran).
@@ -169,6 +174,11 @@ impl Term {
                 }
                 _ = self.unserved_tick.tick() => {
                     self.check_unserved(deps).await;
+                }
+                _ = self.repair_tick.tick() => {
+                    if self.authority.is_valid() {
+                        self.repair_states(deps, settings.repair_after).await;
+                    }
                 }
             }
         }

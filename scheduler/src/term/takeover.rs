@@ -106,6 +106,8 @@ impl Term {
             events_tick: ticker(settings.events_interval),
             pending_tick: ticker(events::PENDING_CHECK_INTERVAL),
             flush_tick: ticker(settings.flush_interval),
+            repair_tick: ticker(settings.repair_after / 2),
+            no_work: super::repair::NoWork::new(),
             unsent: false,
         })
     }

@@ -46,6 +46,7 @@ fn settings() -> LeaderSettings {
         enqueue_stall_limit: Duration::from_secs(30),
         delay_alert_threshold: Duration::from_secs(5),
         max_clock_skew: Duration::from_secs(2),
+        repair_after: Duration::from_secs(60),
     }
 }
 
@@ -398,4 +399,40 @@ async fn a_newer_token_in_redis_ends_the_term() {
     term.until(10_001).await;
     assert!(term.queue.pushed().is_empty(), "refused by the fence");
     assert!(term.ended().await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_shot_whose_execution_the_queue_lost_is_repaired_as_failed_and_no_sooner() {
+    let one_shot = format!(
+        r#"{{"handler":"log","schedule":{{"at":"{}"}}}}"#,
+        at(1_000).to_rfc3339()
+    );
+    let lost = task("lost", &one_shot);
+    let slow = task("slow", &one_shot);
+    let term = start(settings(), vec![lost, slow], FakeStore::default()).await;
+    term.until(1_100).await;
+    let pushed = term.queue.pushed();
+    assert_eq!(pushed.len(), 2);
+    let of = |id: &str| pushed.iter().find(|m| &*m.task_id == id).unwrap().clone();
+    // The queue loses one execution; the other keeps running for minutes.
+    term.queue.lose(&of("lost"));
+    let status = |id: &str| term.store.state("ns", id).map(|s| s.status);
+    // In doubt from 61 s; found without work at the check after (90 s) and again at the one
+    // after that (120 s): repaired then, written with the next flush.
+    term.until(100_000).await;
+    assert_eq!(status("lost"), Some(ax_scheduler_core::TaskStatus::Running));
+    term.until(121_000).await;
+    assert_eq!(status("lost"), Some(ax_scheduler_core::TaskStatus::Failed));
+    let state = term.store.state("ns", "lost").unwrap();
+    assert_eq!(state.failure_count, 1);
+    assert_eq!(
+        state.last_error.as_deref(),
+        Some(ax_scheduler_core::LOST_END_ERROR)
+    );
+    // The long one still has work in its queue: left alone however long it runs.
+    term.until(600_000).await;
+    assert_eq!(status("slow"), Some(ax_scheduler_core::TaskStatus::Running));
+    term.queue.finish(&of("slow"), at(600_000));
+    term.until(601_000).await;
+    assert_eq!(status("slow"), Some(ax_scheduler_core::TaskStatus::Success));
 }
