@@ -20,7 +20,7 @@
 //!
 //! A paused queue (an operator's flag, checked inside `take.lua`) gives nothing.
 //!
-//! Messages addressed to this worker (a broadcast fire's shards) wait in a list of its own
+//! Messages addressed to this worker (a broadcast fire's pieces) wait in a list of its own
 //! and are taken first; their wake tokens go to a wake list of its own, which the blocking
 //! wait watches beside the queue's (both in the queue's slot).
 

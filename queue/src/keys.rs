@@ -80,7 +80,7 @@ impl Keys {
         format!("{}:processing:{}", self.tag(queue), worker_id)
     }
 
-    /// List of messages addressed to one worker (a broadcast fire's shards), oldest first:
+    /// List of messages addressed to one worker (a broadcast fire's pieces), oldest first:
     /// that worker's takes move them before anything of the shared queue. `order.lua`
     /// (`ax_addressed`) builds the same name for a due retry; keep the two in step.
     pub fn addressed(&self, queue: &str, worker_id: &str) -> String {

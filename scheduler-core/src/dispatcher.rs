@@ -41,7 +41,7 @@
 //! index of tasks with runs in progress (`runs`). What is the task's own, because it is
 //! written with its state (a held fire, a deadline mark, a fan-out's progress, a run's
 //! steps) or lives and dies with it (its breaker), is kept in the task (`armed`); the
-//! modules `held`, `deadlines`, `shards` and `runs` handle it through the task table. The
+//! modules `held`, `deadlines`, `pieces` and `runs` handle it through the task table. The
 //! task's life (`arming`), the fire path (`poll`) and execution events (`events`) tie them
 //! together.
 
@@ -61,9 +61,9 @@ mod fires;
 mod held;
 mod output;
 mod pauses;
+mod pieces;
 mod poll;
 mod runs;
-mod shards;
 mod timers;
 mod writes;
 

@@ -64,7 +64,7 @@ pub struct TaskState {
     /// [`crate::workflow`]): which parents finished, and the step's execution once fired.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runs: Vec<crate::workflow::RunProgress>,
-    /// Fanned-out fires whose shards have not all ended (see [`crate::fanout`]).
+    /// Fanned-out fires whose pieces have not all ended (see [`crate::fanout`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fanouts: Vec<crate::fanout::FanoutProgress>,
     /// The last runs this task's step finished in (a few), so that a parent's end read

@@ -46,7 +46,7 @@ pub struct ExecutionReport {
     pub first_enqueued_at: UtcMillis,
     /// The start of the handler's answer, if it left one.
     pub output: Option<AttemptOutput>,
-    /// The run and shard it belongs to, if any.
+    /// The run and fan-out piece it belongs to, if any.
     pub lineage: ax_queue::Lineage,
     /// The attempt waited for its completion (`http.async`): its worker let go of it when
     /// it was parked ([`ExecutionReporter::on_parked`]), and it was ended elsewhere.

@@ -17,7 +17,7 @@
 -- has `max` executions running is parked on the key's list, in order, and moved back to the
 -- queued set at its place when a slot of the key frees (`ax_free`, in every settle and the
 -- reaper); up to 1000 are parked per call.
--- Messages addressed to this worker (a broadcast fire's shards) are taken first, oldest
+-- Messages addressed to this worker (a broadcast fire's pieces) are taken first, oldest
 -- first, up to N, and only here: they count against no queue limit (max_running, rate) and
 -- no concurrency key, since a broadcast runs one per worker by construction. A pause holds
 -- them as it holds the rest.

@@ -3,7 +3,7 @@
 -- a running one (taken, so still in the monitor set) gets a kill order that its worker polls
 -- for. The order is left in every case, so a message that comes back later (the reaper gives
 -- back a dead worker's messages, a retry settled just after this call) is stopped when taken.
--- A message addressed to a worker (a broadcast fire's shard) waits in that worker's list or,
+-- A message addressed to a worker (a broadcast fire's piece) waits in that worker's list or,
 -- its worker gone, in the orphaned list: removed from there as from the queued set.
 -- KEYS: 1 queued zset, 2 delayed zset, 3 monitor zset, 4 the execution's kill order, 5 the
 --       task's active marker, 6 the former ready list, 7 order hash, 8 orphaned list

@@ -117,7 +117,7 @@ local function ax_free(queued, order, wake, id, key)
 end
 
 
--- Messages addressed to one worker (a broadcast fire's shards, see `take.lua`): the worker's
+-- Messages addressed to one worker (a broadcast fire's pieces, see `take.lua`): the worker's
 -- list and its wake list, named as `keys.rs` names them (`Keys::addressed`,
 -- `Keys::worker_wake`). Built here only where the worker is known from a message the script
 -- decoded (a due retry); callers declare them otherwise.

@@ -1,6 +1,6 @@
 -- Gives a held message back to the queued set at its place (shutdown, unfinished work): the
 -- order score kept for its execution (see `order.lua`). A message addressed to this worker
--- (a broadcast fire's shard) goes back to the front of its own list instead (it runs here
+-- (a broadcast fire's piece) goes back to the front of its own list instead (it runs here
 -- after a restart under the same id, or ends failed once the worker deregisters); one
 -- addressed to another worker, to the orphaned list.
 -- KEYS: 1 processing list, 2 queued zset, 3 order hash, 4 clock, 5 wake list, 6 the worker's

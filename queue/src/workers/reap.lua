@@ -1,7 +1,7 @@
 -- Gives a dead worker's held messages back to the queued set, each at its place (the order
 -- score kept for its execution, see `order.lua`), so it is taken before what was enqueued
 -- after it, and frees the slots they held (queue and concurrency key).
--- Messages addressed to the worker (a broadcast fire's shards: held, or waiting in its own
+-- Messages addressed to the worker (a broadcast fire's pieces: held, or waiting in its own
 -- list) never go to another worker, which runs its own copy: they move to the orphaned
 -- list, where a live worker ends them failed. When a worker restarts under the same id
 -- (recover), what it held addressed to itself goes back to the front of its own list

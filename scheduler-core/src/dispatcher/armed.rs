@@ -42,7 +42,7 @@ pub(super) enum FireKind {
     RunNow(String),
     /// A dependent task's step in a run: its (derived) execution id, and the run.
     Step(Box<(String, String)>),
-    /// The shards not ended of a fanned-out fire, sent again by a new leader (those already
+    /// The pieces not ended of a fanned-out fire, sent again by a new leader (those already
     /// queued are refused as duplicates): the fan-out id.
     Resend(String),
 }

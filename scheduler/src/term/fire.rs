@@ -382,7 +382,7 @@ impl Term {
 /// Addresses the broadcast fires among `dispatches` (see `ax_scheduler_core::fanout`): the
 /// live workers of each one's queue, listed once per queue and round and fixed per fire in
 /// Redis (a fire sent by a leader that died before writing its progress keeps the workers
-/// it was sent to), go to the dispatcher, which returns a shard per worker (or ends the
+/// it was sent to), go to the dispatcher, which returns a piece per worker (or ends the
 /// fire failed when there is none). Each call is retried as an enqueue is; `None` when the
 /// term ends first.
 async fn address_broadcasts(
@@ -463,8 +463,8 @@ async fn record_unserved_fires(deps: &TermDeps, notices: &[Notice]) {
             lineage: ax_queue::Lineage {
                 run_id: run.clone(),
                 fanout_id: Some(fanout.clone()),
-                shard_index: None,
-                shard_total: Some(0),
+                piece_index: None,
+                piece_total: Some(0),
                 target_worker: None,
             },
         };

@@ -48,7 +48,7 @@ pub(super) async fn deadline_loop(sh: Arc<Shared>, stop: CancellationToken) {
 const ORPHAN_BATCH: usize = 100;
 
 /// Ends the messages of `queue` addressed to a worker that is gone (a broadcast fire's
-/// shards, see [`ax_queue::Queue::take_orphans`]): none may run on another worker, which
+/// pieces, see [`ax_queue::Queue::take_orphans`]): none may run on another worker, which
 /// runs its own copy, so each fails for good, as an attempt of the worker it was addressed
 /// to (dead letter, history, the leader's event), and its fire can end.
 async fn end_orphans(sh: &Shared, queue: &str) {
