@@ -48,7 +48,7 @@ pub const PAUSED_POLL: Duration = Duration::from_millis(250);
 struct Taken {
     /// The queue is paused (nothing was taken).
     paused: bool,
-    /// The messages, each with how long it waited parked on its concurrency key.
+    /// The messages, each with how long it waited gated on its concurrency key.
     raws: Vec<(String, Option<Duration>)>,
     /// 0; -1 when the queue is at `max_running`; else ms until its rate allows a take.
     hold: i64,

@@ -181,7 +181,7 @@ impl Keys {
 
     /// The record of an execution whose attempt waits for (or waited for) a completion
     /// reported through the API (`http.async`): hash of its attempt, state, token hashes per
-    /// attempt, each attempt's end, the parked message, deadline and last progress. Kept a
+    /// attempt, each attempt's end, the awaiting message, deadline and last progress. Kept a
     /// while after the end (with an expiry), so a repeated completion is recognised.
     pub fn awaiting(&self, queue: &str, execution_id: &str) -> String {
         format!("{}:awaiting:{}", self.tag(queue), execution_id)
@@ -497,7 +497,7 @@ mod tests {
             ("history_page", vec![k.executions()]),
             ("awaiting_open", vec![k.awaiting(q, e)]),
             (
-                "awaiting_park",
+                "awaiting_start",
                 vec![
                     k.processing(q, w),
                     k.awaiting(q, e),

@@ -6,7 +6,7 @@
 //! with [`Queue::ack`], [`Queue::retry_later`] (a delayed set), [`Queue::dead_letter`] or
 //! [`Queue::release`]. A [`Maintenance`] loop promotes due retries and gives back the messages
 //! of workers whose heartbeat is gone. An execution whose receiver takes it on to report its
-//! end later waits parked in an awaiting set instead of a worker's list (see `awaiting.rs`).
+//! end later waits in an awaiting set instead of a worker's list (see `awaiting.rs`).
 //! Keys are listed in `docs/redis-layout.md`.
 
 mod awaiting;
@@ -34,8 +34,8 @@ mod stats;
 mod workers;
 
 pub use awaiting::{
-    token_hash, AwaitSettle, AwaitingRecord, AwaitingState, CompletionToken, EndBy, EndResult,
-    Opened, Parked, Progress, ProgressResult, ReportedEnd, ReportedStatus, TokenClaim,
+    token_hash, AwaitSettle, AwaitStart, AwaitingRecord, AwaitingState, CompletionToken, EndBy,
+    EndResult, Opened, Progress, ProgressResult, ReportedEnd, ReportedStatus, TokenClaim,
 };
 pub use config::{
     ClientIdentity, QueueConfig, QueueLimits, RedisTls, DEFAULT_DLQ_MAX_ENTRIES,

@@ -215,7 +215,7 @@ impl ExecutionReporter for QueueReporter {
 
     fn on_finished<'a>(&'a self, report: &'a ExecutionReport) -> ReportFuture<'a> {
         Box::pin(async move {
-            // A parked attempt gave its place back when it was parked (`on_parked`).
+            // An awaiting attempt gave its place back when it started awaiting (`on_awaiting`).
             if !report.awaited {
                 self.metrics.active_attempts(-1);
             }
@@ -260,7 +260,11 @@ impl ExecutionReporter for QueueReporter {
         })
     }
 
-    fn on_parked<'a>(&'a self, exec: &'a ExecutionMessage, worker_id: &'a str) -> ReportFuture<'a> {
+    fn on_awaiting<'a>(
+        &'a self,
+        exec: &'a ExecutionMessage,
+        worker_id: &'a str,
+    ) -> ReportFuture<'a> {
         Box::pin(async move {
             self.metrics.active_attempts(-1);
             debug!(

@@ -173,7 +173,7 @@ impl Backend {
             },
             (None, Some(rec)) => {
                 let Some((_, m)) = &rec.message else {
-                    // The park writes the message with the state; a record without one
+                    // The move to awaiting writes the message with the state; a record without one
                     // says nothing of whose execution it is.
                     return Err(not_in_history(id));
                 };

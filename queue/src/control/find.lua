@@ -4,8 +4,8 @@
 -- KEYS: 1 queued zset, 2 delayed zset, 3 the former ready list, then the processing lists,
 --       the lists of messages addressed to each worker and the orphaned list (all read as
 --       'processing': a kill tells waiting from running by the message's place, not this);
---       the lists of executions parked on a concurrency key are named by the set of keys
---       with parked executions and built from the queue's tag (`order.lua`)
+--       the lists of executions gated on a concurrency key are named by the set of keys
+--       with gated executions and built from the queue's tag (`order.lua`)
 -- ARGV: 1 needle (a plain substring), 2 most matches returned
 -- Returns pairs of (where: 'ready', 'delayed' or 'processing', message JSON).
 local out = {}

@@ -87,7 +87,7 @@ local function ax_wake(wake, n)
 end
 
 -- The hash tag part of the queue's keys (`{PREFIX:q:QUEUE}`), from its queued set's name.
--- Keys named by a message (a concurrency key's slots and parked list) are built from it
+-- Keys named by a message (a concurrency key's slots and list of gated messages) are built from it
 -- inside the script, so they are in the script's slot although no caller could declare
 -- them before the message was popped.
 local function ax_tag(queued)
@@ -95,7 +95,7 @@ local function ax_tag(queued)
 end
 
 -- Frees the slots a held execution took: the queue's (`max_running`) and its concurrency
--- key's. A freed key slot moves the first execution parked on that key back to the queued
+-- key's. A freed key slot moves the first execution gated on that key back to the queued
 -- set, at its place; a freed queue slot wakes a consumer when messages wait.
 local function ax_free(queued, order, wake, id, key)
   local tag = ax_tag(queued)

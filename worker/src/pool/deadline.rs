@@ -1,7 +1,7 @@
 //! The deadline loop: ends what no worker will end by itself.
 //!
 //! Two kinds of message wait in Redis with no execution behind them: `http.async` attempts
-//! parked past their deadline, and broadcast messages addressed to a worker that is gone.
+//! awaiting past their deadline, and broadcast messages addressed to a worker that is gone.
 //! Every pool runs this loop on the maintenance period, and Redis hands each such message
 //! to one of them, which reports its end as it reports its own attempts' ends.
 

@@ -4,7 +4,7 @@
 //! Each message runs in its own task; the handler itself runs in a further spawned task so
 //! a panic surfaces as a `JoinError` (recorded with its message) instead of unwinding
 //! through the pool, and so a timeout can abort it. The attempt is a short sequence of
-//! steps that each decide one thing (may it start, how did the handler end, is it parked,
+//! steps that each decide one thing (may it start, how did the handler end, is it awaiting,
 //! how is its message settled), passing on a [`Verdict`], so no step knows the others'
 //! details.
 
@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::ack::{ack, Acks};
-use super::park::{conclude, open_completion, reported_outcome, Park};
+use super::awaiting::{conclude, open_completion, reported_outcome, Concluded};
 use super::reconcile::hold;
 use super::settle::{dead_letter, fail, finish, give_back, Failed};
 use super::stop::{stopped, unwatch};
@@ -123,13 +123,13 @@ async fn execute_in_span(
     };
     if let Some(c) = &completion {
         match conclude(sh, d, c, verdict, &output).await {
-            Park::Parked => {
+            Concluded::Awaiting => {
                 drop(permit);
-                sh.reporter.on_parked(msg, worker).await;
+                sh.reporter.on_awaiting(msg, worker).await;
                 return;
             }
-            Park::NotHeld => return,
-            Park::Ended(v) => verdict = v,
+            Concluded::NotHeld => return,
+            Concluded::Ended(v) => verdict = v,
         }
     }
     drop(permit);

@@ -6,12 +6,12 @@
 //!
 //! - [`fetch`]: one loop per queue takes messages when the pool has places for them;
 //! - [`execute`]: one attempt, its handler under its timeout with panics caught, its
-//!   outcome settled ([`settle`]) and reported; [`park`] for an `http.async` attempt;
+//!   outcome settled ([`settle`]) and reported; [`awaiting`] for an `http.async` attempt;
 //! - [`ack`]: batches the acks of all executions into few script calls;
 //! - [`heartbeat`]: tells the queues this worker is alive;
 //! - [`stop`]: tells the attempts an operator kills (or overlap `replace` ends) to stop;
 //! - [`reconcile`]: gives back what the processing lists hold and the pool does not;
-//! - [`deadline`]: ends parked attempts past their deadline and messages of gone workers;
+//! - [`deadline`]: ends awaiting attempts past their deadline and messages of gone workers;
 //! - the queue's [`Maintenance`]: promotes due retries and gives back dead workers' messages.
 //!
 //! The state they share ([`Shared`]) is one `Arc`: the queue, the settings, the handlers,
@@ -24,12 +24,12 @@
 //! heartbeat stops and the worker deregisters.
 
 mod ack;
+mod awaiting;
 mod config;
 mod deadline;
 mod execute;
 mod fetch;
 mod heartbeat;
-mod park;
 mod reconcile;
 mod settle;
 mod stop;
@@ -51,7 +51,7 @@ use crate::registry::HandlerRegistry;
 use crate::reporter::ExecutionReporter;
 
 /// How an attempt ended, its error, and whether that error may be retried: what the steps of
-/// an attempt hand on, in `execute` and in `park` alike.
+/// an attempt hand on, in `execute` and in `awaiting` alike.
 type Verdict = (AttemptOutcome, Option<String>, bool);
 
 /// Counts of what a pool did, returned when it stops.
