@@ -36,7 +36,7 @@ use crate::scripts::ordered;
 
 // The scripts of an awaiting attempt, each built and hashed once per process. Only the start
 // of awaiting comes after the order functions: taking the message out of the worker's list frees its
-// slots, which can let a held message in; the others put nothing in the queued set.
+// slots, which can let a gated message in; the others put nothing in the queued set.
 static AWAITING_OPEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("awaiting/awaiting_open.lua")));
 static AWAITING_START: LazyLock<Script> =
@@ -285,8 +285,8 @@ pub enum AwaitStart {
     Killed,
     /// The record is not this attempt's pending one (it expired): settle as a plain end.
     Gone,
-    /// The message was no longer held (the reaper gave it back).
-    NotHeld,
+    /// The message was no longer taken (the reaper gave it back).
+    NotTaken,
 }
 
 /// The arguments of one `awaiting_end.lua` call.
@@ -490,7 +490,7 @@ impl Queue {
             Some("awaiting") => AwaitStart::Awaiting,
             Some("early") => AwaitStart::Early(reported("start_awaiting", reply.get(1))?),
             Some("killed") => AwaitStart::Killed,
-            Some("not_held") => AwaitStart::NotHeld,
+            Some("not_taken") => AwaitStart::NotTaken,
             _ => AwaitStart::Gone,
         })
     }

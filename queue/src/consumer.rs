@@ -198,7 +198,7 @@ impl Consumer {
                     limited_wait,
                 }),
                 Err(e) => {
-                    // The decoded ones are held already: a failure here must not drop them.
+                    // The decoded ones are taken already: a failure here must not drop them.
                     // What stays in the processing list is found by the worker's
                     // reconciliation.
                     if let Err(dl) = self.dead_letter_garbage(raw, &e).await {

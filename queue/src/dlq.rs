@@ -18,7 +18,7 @@ use crate::message::{AttemptError, ExecutionMessage};
 use crate::queue::{check_queue, Delivery, Queue};
 use crate::scripts::ordered;
 
-/// `dead_letter.lua`, after the order functions (a freed slot can let a held message in).
+/// `dead_letter.lua`, after the order functions (a freed slot can let a gated message in).
 static DEAD_LETTER: LazyLock<Script> =
     LazyLock::new(|| ordered(include_str!("dlq/dead_letter.lua")));
 
@@ -121,8 +121,8 @@ impl DlqEntry {
 const DLQ_TRIM_BATCH: usize = 500;
 
 impl Queue {
-    /// Moves a held message to the dead-letter queue with `reason` as its last error.
-    /// `false` when it was no longer held.
+    /// Moves a taken message to the dead-letter queue with `reason` as its last error.
+    /// `false` when it was no longer taken.
     pub async fn dead_letter(&self, d: &Delivery, reason: &str, now: UtcMillis) -> Result<bool> {
         let entry = DlqEntry::from_message(&d.message, reason, now);
         self.dead_letter_raw(&d.queue, &d.worker_id, &d.raw, &entry, now)

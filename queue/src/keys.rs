@@ -525,7 +525,7 @@ mod tests {
                 "awaiting_progress",
                 vec![k.awaiting(q, e), k.awaiting_due(q)],
             ),
-            // MULTI/EXEC transactions are held to one slot as scripts are.
+            // MULTI/EXEC transactions are kept to one slot as scripts are.
             (
                 "reseat_fence",
                 vec![k.fence(q, None), k.fence_owner(q, None)],

@@ -16,7 +16,7 @@ use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, concurrency_key, Delivery, Queue};
 use crate::scripts::ordered;
 
-/// `retry_later.lua`, after the order functions (a freed slot can let a held message in).
+/// `retry_later.lua`, after the order functions (a freed slot can let a gated message in).
 static RETRY_LATER: LazyLock<Script> =
     LazyLock::new(|| ordered(include_str!("retry/retry_later.lua")));
 
@@ -31,8 +31,8 @@ pub enum RetrySettle {
     Scheduled,
     /// An operator killed the execution: it ended here, no retry scheduled.
     Killed,
-    /// The message was no longer held (the reaper gave it back).
-    NotHeld,
+    /// The message was no longer taken (the reaper gave it back).
+    NotTaken,
 }
 
 impl Queue {
@@ -68,7 +68,7 @@ impl Queue {
         Ok(match n {
             1 => RetrySettle::Scheduled,
             2 => RetrySettle::Killed,
-            _ => RetrySettle::NotHeld,
+            _ => RetrySettle::NotTaken,
         })
     }
 

@@ -3,7 +3,7 @@
 //! its dead letter in `dlq.rs`.
 //!
 //! Each settle removes the stored text from the worker's processing list by value, so a
-//! message the reaper gave back meanwhile is reported as no longer held instead of being
+//! message the reaper gave back meanwhile is reported as no longer taken instead of being
 //! settled twice; acks are grouped per (queue, worker) so that one script call settles many.
 
 use std::collections::BTreeMap;
@@ -16,14 +16,14 @@ use crate::error::Result;
 use crate::queue::{concurrency_key, Delivery, Queue};
 use crate::scripts::ordered;
 
-/// `ack.lua`, after the order functions (a freed slot can let a held message in).
+/// `ack.lua`, after the order functions (a freed slot can let a gated message in).
 static ACK: LazyLock<Script> = LazyLock::new(|| ordered(include_str!("settle/ack.lua")));
 
 /// `release.lua`, after the order functions (it puts the message back in its place).
 static RELEASE: LazyLock<Script> = LazyLock::new(|| ordered(include_str!("settle/release.lua")));
 
 impl Queue {
-    /// Settles a finished message. `false` when it was no longer held (the reaper gave it
+    /// Settles a finished message. `false` when it was no longer taken (the reaper gave it
     /// back because this worker looked dead).
     pub async fn ack(&self, d: &Delivery) -> Result<bool> {
         Ok(self
@@ -35,7 +35,7 @@ impl Queue {
     }
 
     /// Settles many finished messages, one script call per (queue, worker). Returns, per
-    /// delivery in order, whether it was still held.
+    /// delivery in order, whether it was still taken.
     pub async fn ack_many(&self, ds: &[Delivery]) -> Result<Vec<bool>> {
         let mut groups: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
         for (i, d) in ds.iter().enumerate() {
@@ -44,7 +44,7 @@ impl Queue {
                 .or_default()
                 .push(i);
         }
-        let mut held = vec![false; ds.len()];
+        let mut taken = vec![false; ds.len()];
         for ((queue, worker), group) in groups {
             let mut conn = self.conn();
             let mut inv = ACK.prepare_invoke();
@@ -64,16 +64,16 @@ impl Queue {
             }
             let flags: Vec<i64> = self.run("ack", inv.invoke_async(&mut conn)).await?;
             for (&i, flag) in group.iter().zip(flags) {
-                held[i] = flag == 1;
+                taken[i] = flag == 1;
             }
             self.replicated(&self.inner.keys.queued(queue)).await?;
         }
-        Ok(held)
+        Ok(taken)
     }
 
-    /// Gives a held message back to its place in the queue (for work a stopping worker did
+    /// Gives a taken message back to its place in the queue (for work a stopping worker did
     /// not finish): taken before anything enqueued after it. `false` when it was no longer
-    /// held.
+    /// taken.
     pub async fn release(&self, d: &Delivery) -> Result<bool> {
         let k = &self.inner.keys;
         let mut conn = self.conn();
@@ -89,7 +89,7 @@ impl Queue {
             .arg(&d.raw)
             .arg(self.inner.cfg.aging_step_us())
             .arg(DEFAULT_PRIORITY)
-            // The slots it held go with it.
+            // The slots it took go with it.
             .arg(d.message.execution_id.to_string())
             .arg(concurrency_key(&d.message))
             .arg(&d.worker_id);

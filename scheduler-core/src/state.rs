@@ -74,7 +74,7 @@ pub struct TaskState {
     /// Why the spec is INVALID; empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub validation_errors: Vec<FieldError>,
-    /// The fire held back by overlap `forbid` while the previous execution runs: counted as
+    /// The fire held by overlap `forbid` while the previous execution runs: counted as
     /// fired, not yet enqueued. Recorded so a new leader sends it instead of losing it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_fire_at: Option<UtcMillis>,

@@ -9,7 +9,7 @@
 -- ARGV: 1 message JSON as taken, 2 execution id, 3 attempt, 4 deadline ms, 5 record TTL ms,
 --       6 concurrency key or ''
 -- Returns {'awaiting'}, {'early', outcome JSON}, {'killed'}, {'gone'} (the record is not this
--- attempt's pending one) or {'not_held'} (the reaper gave the message back).
+-- attempt's pending one) or {'not_taken'} (the reaper gave the message back).
 local attempt = ARGV[3]
 if redis.call('HGET', KEYS[2], 'attempt') ~= attempt then
   return {'gone'}
@@ -26,7 +26,7 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
   return {'killed'}
 end
 if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 0 then
-  return {'not_held'}
+  return {'not_taken'}
 end
 redis.call('ZREM', KEYS[5], ARGV[2])
 redis.call('HDEL', KEYS[6], ARGV[2])

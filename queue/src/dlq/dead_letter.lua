@@ -1,10 +1,10 @@
--- Moves a held message to the dead-letter queue, clearing the task's active marker when it
+-- Moves a taken message to the dead-letter queue, clearing the task's active marker when it
 -- still names this execution.
 -- KEYS: 1 processing list, 2 monitor zset, 3 dlq zset, 4 dlq entries hash, 5 active marker,
 --       6 order hash, 7 queued zset, 8 wake list
 -- ARGV: 1 message JSON as taken, 2 entry id, 3 entry JSON, 4 now ms, 5 execution id,
 --       6 concurrency key or '' (its slot is freed)
--- Returns 1, or 0 when the message was no longer held.
+-- Returns 1, or 0 when the message was no longer taken.
 if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 0 then
   return 0
 end

@@ -6,7 +6,7 @@
 --       7 queued zset, 8 wake list
 -- ARGV: 1 message JSON as taken, 2 execution id, 3 next attempt's JSON, 4 due ms,
 --       5 concurrency key or '' (its slot is freed: the next attempt takes one when taken)
--- Returns 1 (scheduled), 2 (killed: not scheduled), or 0 when the message was no longer held
+-- Returns 1 (scheduled), 2 (killed: not scheduled), or 0 when the message was no longer taken
 -- (the reaper gave it back).
 if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 0 then
   return 0

@@ -94,7 +94,7 @@ local function ax_tag(queued)
   return string.sub(queued, 1, -8)
 end
 
--- Frees the slots a held execution took: the queue's (`max_running`) and its concurrency
+-- Frees the slots a taken execution took: the queue's (`max_running`) and its concurrency
 -- key's. A freed key slot moves the first execution gated on that key back to the queued
 -- set, at its place; a freed queue slot wakes a consumer when messages wait.
 local function ax_free(queued, order, wake, id, key)

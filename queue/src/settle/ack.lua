@@ -5,7 +5,7 @@
 -- KEYS: 1 processing list, 2 monitor zset, 3 order hash, 4 queued zset, 5 wake list, then
 --       one active-marker key per message
 -- ARGV: triples of (message JSON as taken, execution id, concurrency key or '')
--- Returns one flag per pair: 1 if it was still held, 0 if not (the reaper gave it back).
+-- Returns one flag per pair: 1 if it was still taken, 0 if not (the reaper gave it back).
 local out = {}
 for i = 1, #ARGV, 3 do
   local n = (i + 2) / 3

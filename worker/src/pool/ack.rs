@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use super::settle::settle;
 use super::Shared;
 
-/// An ack waiting for the batcher; the execution learns whether the message was still held.
+/// An ack waiting for the batcher; the execution learns whether the message was still taken.
 type AckRequest = (Delivery, oneshot::Sender<Option<bool>>);
 
 /// Where executions send their acks.
@@ -35,9 +35,9 @@ async fn ack_loop(sh: Arc<Shared>, mut rx: UnboundedReceiver<AckRequest>) {
     while rx.recv_many(&mut batch, ACK_BATCH).await > 0 {
         let (deliveries, replies): (Vec<Delivery>, Vec<_>) = batch.drain(..).unzip();
         let q = &sh.queue;
-        let held = settle(&sh, "ack", || q.ack_many(&deliveries)).await;
+        let taken = settle(&sh, "ack", || q.ack_many(&deliveries)).await;
         for (i, reply) in replies.into_iter().enumerate() {
-            let _ = reply.send(held.as_ref().map(|h| h.get(i).copied().unwrap_or(false)));
+            let _ = reply.send(taken.as_ref().map(|h| h.get(i).copied().unwrap_or(false)));
         }
     }
 }

@@ -102,7 +102,7 @@ pub(super) enum Concluded {
     /// Awaiting its completion: the pool is done with the attempt.
     Awaiting,
     /// The message was gone: nothing to settle or report.
-    NotHeld,
+    NotTaken,
     /// The attempt ends at the pool: settled and reported as any other.
     Ended(Verdict),
 }
@@ -118,9 +118,9 @@ pub(super) async fn conclude(
 ) -> Concluded {
     if verdict.0 == AttemptOutcome::Succeeded && completion.accepted() {
         let concluded = start_awaiting(sh, d, output).await;
-        if matches!(concluded, Concluded::NotHeld) {
+        if matches!(concluded, Concluded::NotTaken) {
             tracing::warn!(
-                "accepted, but the message was no longer held (the reaper gave it back)"
+                "accepted, but the message was no longer taken (the reaper gave it back)"
             );
         }
         concluded
@@ -140,7 +140,7 @@ async fn start_awaiting(sh: &Shared, d: &Delivery, output: &OutputSlot) -> Concl
     let q = &sh.queue;
     match settle(sh, "start_awaiting", || q.start_awaiting(d, deadline)).await {
         Some(AwaitStart::Awaiting) => Concluded::Awaiting,
-        Some(AwaitStart::NotHeld) => Concluded::NotHeld,
+        Some(AwaitStart::NotTaken) => Concluded::NotTaken,
         // The job's completion overtook its 202: the attempt ends here with it.
         Some(AwaitStart::Early(ended)) => Concluded::Ended(reported_outcome(&ended, output)),
         Some(AwaitStart::Killed) => Concluded::Ended((

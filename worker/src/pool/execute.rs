@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use super::ack::{ack, Acks};
 use super::awaiting::{conclude, open_completion, reported_outcome, Concluded};
-use super::reconcile::hold;
+use super::reconcile::mark_in_hand;
 use super::settle::{dead_letter, fail, finish, give_back, Failed};
 use super::stop::{stopped, unwatch};
 use super::{Shared, Verdict};
@@ -48,7 +48,7 @@ pub(super) async fn execute(
     let Some(slot) = slot else {
         give_back(&sh, &d).await;
         unwatch(&sh, &d);
-        hold(&sh, &d, false);
+        mark_in_hand(&sh, &d, false);
         return;
     };
     let m = &d.message;
@@ -65,7 +65,7 @@ pub(super) async fn execute(
         .instrument(span)
         .await;
     unwatch(&sh, &d);
-    hold(&sh, &d, false);
+    mark_in_hand(&sh, &d, false);
     drop(place);
 }
 
@@ -128,7 +128,7 @@ async fn execute_in_span(
                 sh.reporter.on_awaiting(msg, worker).await;
                 return;
             }
-            Concluded::NotHeld => return,
+            Concluded::NotTaken => return,
             Concluded::Ended(v) => verdict = v,
         }
     }

@@ -25,7 +25,7 @@ use tokio_util::task::TaskTracker;
 
 use super::ack::Acks;
 use super::execute::execute;
-use super::reconcile::hold;
+use super::reconcile::mark_in_hand;
 use super::settle::{error_backoff, give_back};
 use super::stop::{stop_orders_of, watch};
 use super::Shared;
@@ -175,7 +175,7 @@ impl Fetcher {
                 give_back(sh, &d).await;
                 continue;
             }
-            hold(sh, &d, true);
+            mark_in_hand(sh, &d, true);
             let stop = watch(sh, &d, order);
             self.executions.spawn(execute(
                 sh.clone(),

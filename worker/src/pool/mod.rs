@@ -10,12 +10,12 @@
 //! - [`ack`]: batches the acks of all executions into few script calls;
 //! - [`heartbeat`]: tells the queues this worker is alive;
 //! - [`stop`]: tells the attempts an operator kills (or overlap `replace` ends) to stop;
-//! - [`reconcile`]: gives back what the processing lists hold and the pool does not;
+//! - [`reconcile`]: gives back what the processing lists hold beyond what the pool has in hand;
 //! - [`deadline`]: ends awaiting attempts past their deadline and messages of gone workers;
 //! - the queue's [`Maintenance`]: promotes due retries and gives back dead workers' messages.
 //!
 //! The state they share ([`Shared`]) is one `Arc`: the queue, the settings, the handlers,
-//! the reporter, the counters, and what the pool holds now.
+//! the reporter, the counters, and what the pool has in hand now.
 //!
 //! Shutdown (the `CancellationToken` passed to [`WorkerPool::run`]): the fetch loops stop
 //! taking (a blocked take ends within the block timeout; anything it returns after the
@@ -97,9 +97,9 @@ struct Shared {
     reporter: Arc<dyn ExecutionReporter>,
     http: EgressClient,
     counters: Counters,
-    /// The attempts this pool runs now, by (execution id, attempt): what its processing
-    /// lists should hold.
-    held: std::sync::Mutex<HashSet<(u128, u32)>>,
+    /// The attempts this pool has in hand now, by (execution id, attempt): what its
+    /// processing lists should hold.
+    in_hand: std::sync::Mutex<HashSet<(u128, u32)>>,
     /// The same attempts with what the stop loop asks about and how it tells them to stop.
     watched: std::sync::Mutex<HashMap<(u128, u32), stop::Watched>>,
 }
@@ -158,7 +158,7 @@ impl WorkerPool {
                 reporter,
                 http,
                 counters: Counters::default(),
-                held: std::sync::Mutex::new(HashSet::new()),
+                in_hand: std::sync::Mutex::new(HashSet::new()),
                 watched: std::sync::Mutex::new(HashMap::new()),
             }),
         })
@@ -210,7 +210,7 @@ impl WorkerPool {
         let hard_stop = CancellationToken::new();
         let background = Background::start(sh, &cancel).await;
         // Acks go through one batching task: under load, one script call settles many
-        // messages. It ends when the last sender (held by fetchers and executions) is gone.
+        // messages. It ends when the last sender (kept by fetchers and executions) is gone.
         let (acks, acker) = ack::start(sh.clone());
         let fetchers = fetch::start(sh, &executions, &cancel, &hard_stop, acks);
 
