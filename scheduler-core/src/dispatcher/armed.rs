@@ -177,12 +177,12 @@ impl Armed {
                 now,
             );
         }
-        self.settle_status(end, now);
+        self.apply_end_status(end, now);
     }
 
     /// The status `end` leaves the task in: RETRYING when another attempt follows, else the
     /// outcome's, then SCHEDULED (a next fire is armed) or PAUSED.
-    pub(super) fn settle_status(&mut self, end: &AttemptEnd, now: UtcMillis) {
+    pub(super) fn apply_end_status(&mut self, end: &AttemptEnd, now: UtcMillis) {
         if !end.is_last() {
             set_status(&mut self.state, TaskStatus::Retrying, now);
             return;

@@ -162,7 +162,7 @@ impl Dispatcher {
     /// [`in_flight`](Self::in_flight)), as if its event had arrived; the event itself, if it
     /// still comes, is then ignored.
     ///
-    /// An end already applied (its event came first) is not counted again, but still settles
+    /// An end already applied (its event came first) is not counted again, but still sets
     /// the status: the history is read for a fire sent again and refused as a duplicate (its
     /// first dispatch was not in the state a new leader loaded), and that re-dispatch moved
     /// the status back to RUNNING.
@@ -178,7 +178,7 @@ impl Dispatcher {
         if let Some(task) = self.tasks.get_mut(key) {
             if task.last_end == Some((execution, attempt)) {
                 if task.state.status.is_executing() {
-                    task.settle_status(end, now);
+                    task.apply_end_status(end, now);
                     self.writes.current(&task.key);
                 }
                 return;

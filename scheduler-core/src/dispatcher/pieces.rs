@@ -285,7 +285,7 @@ impl Dispatcher {
         let done = task.state.fanouts.remove(slot);
         let whole = fanout_end(&done, task.state.last_error.as_deref());
         let fanout = parse_execution_id(&done.id)?;
-        // The fire's end, as one execution's: counted, settled, a held fire released.
+        // The fire's end, as one execution's: counted, its status set, a held fire released.
         let event = ExecutionEvent::Finished {
             at: *at,
             end: whole.clone(),

@@ -692,7 +692,7 @@ fn an_event_read_again_after_a_failover_is_not_applied_twice() {
 }
 
 #[test]
-fn a_one_shot_sent_again_after_a_failover_settles_as_its_replayed_end_says() {
+fn a_one_shot_sent_again_after_a_failover_ends_as_its_replayed_end_says() {
     // The dead leader sent the one-shot and heard its end, and wrote neither. Its successor
     // arms it afresh, applies the end it claims from the event stream, sends the fire again
     // (refused as a duplicate) and reads the end from the history.
