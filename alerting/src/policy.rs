@@ -432,7 +432,7 @@ mod tests {
         assert_eq!(p.flush(at(80.0)), None, "only one summary");
         assert_eq!(p.deferred(), 0);
         assert_eq!(summary.kind, AlertKind::DeferredSummary);
-        assert_eq!(summary.level, Level::Critical, "highest held level");
+        assert_eq!(summary.level, Level::Critical, "highest deferred level");
         assert_eq!(summary.title, "5 alert(s) held back by the rate limit");
         assert_eq!(summary.at, at(80.0));
         assert_eq!(summary.fields["held_back"], "5");

@@ -214,7 +214,7 @@ async fn ten_a_minute_then_one_summary() {
     assert_eq!(memory.delivered().len(), 10);
     assert_eq!(run.sender.stats().rate_limited, 4);
 
-    // Nothing more until a minute after the first held-back alert.
+    // Nothing more until a minute after the first deferred alert.
     tokio::time::sleep(Duration::from_secs(59)).await;
     assert_eq!(memory.delivered().len(), 10);
     tokio::time::sleep(Duration::from_secs(2)).await;
