@@ -86,8 +86,9 @@ pub enum AlertKind {
     MisfireSkipped,
     /// A circuit breaker opened.
     CircuitOpen,
-    /// The summary of alerts held back by the rate limit.
-    HeldBackSummary,
+    /// The summary of alerts the rate limit deferred.
+    #[serde(rename = "held_back_summary")]
+    DeferredSummary,
     /// A backend (etcd, Redis) refuses the engine's writes: fires wait.
     BackendUnavailable,
     /// Redis restarted under the leader (its run id changed).
@@ -113,7 +114,7 @@ impl AlertKind {
             AlertKind::ScheduleDelay => "schedule_delay",
             AlertKind::MisfireSkipped => "misfire_skipped",
             AlertKind::CircuitOpen => "circuit_open",
-            AlertKind::HeldBackSummary => "held_back_summary",
+            AlertKind::DeferredSummary => "held_back_summary",
             AlertKind::BackendUnavailable => "backend_unavailable",
             AlertKind::BackendRestarted => "backend_restarted",
             AlertKind::FenceConflict => "fence_conflict",
@@ -521,7 +522,7 @@ mod tests {
             AlertKind::ScheduleDelay,
             AlertKind::MisfireSkipped,
             AlertKind::CircuitOpen,
-            AlertKind::HeldBackSummary,
+            AlertKind::DeferredSummary,
             AlertKind::BackendUnavailable,
             AlertKind::BackendRestarted,
             AlertKind::FenceConflict,

@@ -9,7 +9,7 @@
 //! worker per channel (see `dispatch`).
 //!
 //! Shutdown: cancelling the token stops the manager and the channel workers promptly,
-//! abandoning alerts still queued or held back (in-flight requests are aborted). Dropping
+//! abandoning alerts still queued or deferred (in-flight requests are aborted). Dropping
 //! every [`AlertSender`] instead ends the manager gracefully: the pending summary (if any) is
 //! sent at once and the workers finish their queues (with retries) before exiting.
 
@@ -251,9 +251,9 @@ impl Driver {
             tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => {
-                    let held_back = self.policy.held_back();
-                    if held_back > 0 {
-                        warn!(held_back, "alert manager cancelled with alerts held back");
+                    let deferred = self.policy.deferred();
+                    if deferred > 0 {
+                        warn!(deferred, "alert manager cancelled with alerts deferred");
                     }
                     break;
                 }
@@ -286,9 +286,9 @@ impl Driver {
                 bump(&counters.deduplicated);
                 debug!(kind = kind.as_str(), %title, "duplicate alert suppressed");
             }
-            Decision::HeldBack => {
+            Decision::Deferred => {
                 bump(&counters.rate_limited);
-                debug!(kind = kind.as_str(), %title, "alert held back by the rate limit");
+                debug!(kind = kind.as_str(), %title, "alert deferred by the rate limit");
             }
             Decision::Filtered => {
                 bump(&counters.filtered);
@@ -297,7 +297,7 @@ impl Driver {
     }
 
     fn dispatch(&self, alert: Alert) {
-        if alert.kind == crate::alert::AlertKind::HeldBackSummary {
+        if alert.kind == crate::alert::AlertKind::DeferredSummary {
             bump(&self.shared.counters.summaries);
         }
         let alert = Arc::new(alert);

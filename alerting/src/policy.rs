@@ -1,4 +1,4 @@
-//! De-duplication, rate limiting and the held-back summary, as a pure state machine.
+//! De-duplication, rate limiting and the deferred summary, as a pure state machine.
 //!
 //! Everything that decides *whether* an alert goes out lives here, without clocks, tasks or
 //! I/O: the caller passes `now` to [`Policy::offer`] and [`Policy::flush`], so the rules are
@@ -11,9 +11,9 @@
 //!    The first alert after the window is sent again and carries the number suppressed in
 //!    field `duplicates_suppressed`.
 //! 3. Rate limit: at most `rate_limit` alerts in any rolling `rate_window`. Alerts over the
-//!    limit are held back ([`Decision::HeldBack`]); one `rate_window` after the first of them,
-//!    [`Policy::flush`] yields a single summary alert listing what was held back (counts by
-//!    kind and by title, level = the highest held). The summary is not itself limited, so a
+//!    limit are deferred ([`Decision::Deferred`]); one `rate_window` after the first of them,
+//!    [`Policy::flush`] yields a single summary alert listing what was deferred (counts by
+//!    kind and by title, level = the highest deferred). The summary is not itself limited, so a
 //!    flood costs at most `rate_limit + 1` messages per window.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -26,8 +26,8 @@ use crate::error::AlertError;
 
 /// How many distinct titles a summary itemises; the rest are counted per kind only.
 const SUMMARY_MAX_TITLES: usize = 20;
-/// Distinct titles tracked per held-back batch (bounds memory under a flood of unique titles).
-const HELD_MAX_TITLES: usize = 200;
+/// Distinct titles tracked per deferred batch (bounds memory under a flood of unique titles).
+const DEFERRED_MAX_TITLES: usize = 200;
 /// How often expired de-duplication entries are swept.
 const PRUNE_EVERY: Duration = Duration::from_secs(1);
 
@@ -91,7 +91,7 @@ pub enum Decision {
     /// Suppressed: the same `(title, task)` was seen within the de-duplication window.
     Duplicate,
     /// Over the rate limit; it will be counted in the next summary.
-    HeldBack,
+    Deferred,
     /// Below the minimum level.
     Filtered,
 }
@@ -105,18 +105,18 @@ struct Seen {
 }
 
 #[derive(Debug)]
-struct HeldEntry {
+struct DeferredEntry {
     count: u64,
     level: Level,
 }
 
 #[derive(Debug)]
-struct HeldBatch {
+struct DeferredBatch {
     since: UtcMillis,
     total: u64,
     highest: Level,
     by_kind: BTreeMap<AlertKind, u64>,
-    by_title: BTreeMap<(AlertKind, String), HeldEntry>,
+    by_title: BTreeMap<(AlertKind, String), DeferredEntry>,
     untracked: u64,
 }
 
@@ -127,7 +127,7 @@ pub struct Policy {
     seen: HashMap<DedupeKey, Seen>,
     next_prune: UtcMillis,
     sent: VecDeque<UtcMillis>,
-    held: Option<HeldBatch>,
+    deferred: Option<DeferredBatch>,
 }
 
 impl Policy {
@@ -139,7 +139,7 @@ impl Policy {
             seen: HashMap::new(),
             next_prune: UtcMillis(i64::MIN),
             sent: VecDeque::new(),
-            held: None,
+            deferred: None,
         })
     }
 
@@ -183,23 +183,23 @@ impl Policy {
             self.sent.push_back(now);
             return Decision::Send(alert);
         }
-        self.hold(&alert, now);
-        Decision::HeldBack
+        self.defer(&alert, now);
+        Decision::Deferred
     }
 
-    /// When the pending summary is due, if alerts are held back.
+    /// When the pending summary is due, if alerts are deferred.
     pub fn next_deadline(&self) -> Option<UtcMillis> {
-        self.held
+        self.deferred
             .as_ref()
-            .map(|held| plus(held.since, self.config.rate_window))
+            .map(|deferred| plus(deferred.since, self.config.rate_window))
     }
 
-    /// Number of alerts currently held back (waiting for the summary).
-    pub fn held_back(&self) -> u64 {
-        self.held.as_ref().map_or(0, |held| held.total)
+    /// Number of alerts currently deferred (waiting for the summary).
+    pub fn deferred(&self) -> u64 {
+        self.deferred.as_ref().map_or(0, |deferred| deferred.total)
     }
 
-    /// The summary of held-back alerts once it is due at `now`, else `None`.
+    /// The summary of deferred alerts once it is due at `now`, else `None`.
     pub fn flush(&mut self, now: UtcMillis) -> Option<Alert> {
         match self.next_deadline() {
             Some(due) if now >= due => self.flush_now(now),
@@ -207,12 +207,12 @@ impl Policy {
         }
     }
 
-    /// The summary of held-back alerts regardless of the deadline (used on shutdown).
+    /// The summary of deferred alerts regardless of the deadline (used on shutdown).
     pub fn flush_now(&mut self, now: UtcMillis) -> Option<Alert> {
-        let held = self.held.take()?;
+        let deferred = self.deferred.take()?;
         self.expire_sent(now);
         self.sent.push_back(now);
-        Some(self.summary(held, now))
+        Some(self.summary(deferred, now))
     }
 
     fn prune(&mut self, now: UtcMillis) {
@@ -239,8 +239,8 @@ impl Policy {
         }
     }
 
-    fn hold(&mut self, alert: &Alert, now: UtcMillis) {
-        let held = self.held.get_or_insert_with(|| HeldBatch {
+    fn defer(&mut self, alert: &Alert, now: UtcMillis) {
+        let deferred = self.deferred.get_or_insert_with(|| DeferredBatch {
             since: now,
             total: 0,
             highest: alert.level,
@@ -248,31 +248,31 @@ impl Policy {
             by_title: BTreeMap::new(),
             untracked: 0,
         });
-        held.total += 1;
-        held.highest = held.highest.max(alert.level);
-        *held.by_kind.entry(alert.kind).or_insert(0) += 1;
+        deferred.total += 1;
+        deferred.highest = deferred.highest.max(alert.level);
+        *deferred.by_kind.entry(alert.kind).or_insert(0) += 1;
         let key = (alert.kind, alert.title.clone());
-        let room = held.by_title.len() < HELD_MAX_TITLES;
-        match held.by_title.get_mut(&key) {
+        let room = deferred.by_title.len() < DEFERRED_MAX_TITLES;
+        match deferred.by_title.get_mut(&key) {
             Some(entry) => {
                 entry.count += 1;
                 entry.level = entry.level.max(alert.level);
             }
             None if room => {
-                held.by_title.insert(
+                deferred.by_title.insert(
                     key,
-                    HeldEntry {
+                    DeferredEntry {
                         count: 1,
                         level: alert.level,
                     },
                 );
             }
-            None => held.untracked += 1,
+            None => deferred.untracked += 1,
         }
     }
 
-    fn summary(&self, held: HeldBatch, now: UtcMillis) -> Alert {
-        let mut entries: Vec<_> = held.by_title.into_iter().collect();
+    fn summary(&self, deferred: DeferredBatch, now: UtcMillis) -> Alert {
+        let mut entries: Vec<_> = deferred.by_title.into_iter().collect();
         entries.sort_by(|((ka, ta), a), ((kb, tb), b)| {
             b.level
                 .cmp(&a.level)
@@ -282,10 +282,10 @@ impl Policy {
         });
         let mut message = format!(
             "{} alert(s) over the rate limit ({} per {} s) were held back since {}:",
-            held.total,
+            deferred.total,
             self.config.rate_limit,
             self.config.rate_window.as_secs(),
-            held.since
+            deferred.since
         );
         let itemised = entries.len().min(SUMMARY_MAX_TITLES);
         for ((kind, title), entry) in &entries[..itemised] {
@@ -298,21 +298,22 @@ impl Policy {
             .iter()
             .map(|(_, e)| e.count)
             .sum::<u64>()
-            + held.untracked;
+            + deferred.untracked;
         if not_itemised > 0 {
             message.push_str(&format!("\n- … and {not_itemised} more"));
         }
 
         let mut alert = Alert::new(
-            held.highest,
-            AlertKind::HeldBackSummary,
-            format!("{} alert(s) held back by the rate limit", held.total),
+            deferred.highest,
+            AlertKind::DeferredSummary,
+            format!("{} alert(s) held back by the rate limit", deferred.total),
             message,
             now,
         )
-        .with_field("held_back", held.total)
-        .with_field("held_since", held.since);
-        for (kind, count) in held.by_kind {
+        // The summary's title and field names are its wire form, read by alert routes.
+        .with_field("held_back", deferred.total)
+        .with_field("held_since", deferred.since);
+        for (kind, count) in deferred.by_kind {
             alert = alert.with_field(format!("held.{kind}"), count);
         }
         alert
@@ -419,19 +420,19 @@ mod tests {
                 "",
                 at(secs),
             );
-            assert_eq!(p.offer(alert, at(secs)), Decision::HeldBack);
+            assert_eq!(p.offer(alert, at(secs)), Decision::Deferred);
         }
         let dead = Alert::task_dead_lettered("ns", "x", 3, "boom", at(24.0));
-        assert_eq!(p.offer(dead, at(24.0)), Decision::HeldBack);
-        assert_eq!(p.held_back(), 5);
+        assert_eq!(p.offer(dead, at(24.0)), Decision::Deferred);
+        assert_eq!(p.deferred(), 5);
         assert_eq!(p.next_deadline(), Some(at(80.0)));
         assert_eq!(p.flush(at(79.9)), None);
 
         let summary = p.flush(at(80.0)).expect("summary due");
         assert_eq!(p.flush(at(80.0)), None, "only one summary");
-        assert_eq!(p.held_back(), 0);
-        assert_eq!(summary.kind, AlertKind::HeldBackSummary);
-        assert_eq!(summary.level, Level::Critical, "highest held level");
+        assert_eq!(p.deferred(), 0);
+        assert_eq!(summary.kind, AlertKind::DeferredSummary);
+        assert_eq!(summary.level, Level::Critical, "highest deferred level");
         assert_eq!(summary.title, "5 alert(s) held back by the rate limit");
         assert_eq!(summary.at, at(80.0));
         assert_eq!(summary.fields["held_back"], "5");
@@ -461,12 +462,12 @@ mod tests {
         assert!(is_send(&p.offer(failed("first", 0.0), at(0.0))));
         // With de-duplication off, the same title repeats and is counted under one line.
         for _ in 0..3 {
-            assert_eq!(p.offer(failed("same", 1.0), at(1.0)), Decision::HeldBack);
+            assert_eq!(p.offer(failed("same", 1.0), at(1.0)), Decision::Deferred);
         }
         for i in 0..25 {
             assert_eq!(
                 p.offer(failed(&format!("u{i:02}"), 2.0), at(2.0)),
-                Decision::HeldBack
+                Decision::Deferred
             );
         }
         let summary = p.flush(at(61.0)).unwrap();
@@ -486,26 +487,26 @@ mod tests {
         .unwrap();
         assert!(is_send(&p.offer(failed("a", 0.0), at(0.0))));
         assert!(is_send(&p.offer(failed("b", 30.0), at(30.0))));
-        assert_eq!(p.offer(failed("c", 59.9), at(59.9)), Decision::HeldBack);
+        assert_eq!(p.offer(failed("c", 59.9), at(59.9)), Decision::Deferred);
         // The slot of "a" frees at 60 s.
         assert!(is_send(&p.offer(failed("d", 60.0), at(60.0))));
-        assert_eq!(p.offer(failed("e", 61.0), at(61.0)), Decision::HeldBack);
+        assert_eq!(p.offer(failed("e", 61.0), at(61.0)), Decision::Deferred);
         let summary = p.flush(at(119.9)).unwrap();
         assert_eq!(summary.fields["held_back"], "2");
         // The summary used a slot: with "d" (60 s) and the summary (119.9 s) the window is full.
-        assert_eq!(p.offer(failed("f", 119.9), at(119.9)), Decision::HeldBack);
+        assert_eq!(p.offer(failed("f", 119.9), at(119.9)), Decision::Deferred);
         assert!(is_send(&p.offer(failed("g", 120.0), at(120.0))));
     }
 
     #[test]
-    fn held_back_alerts_are_deduplicated_too() {
+    fn deferred_alerts_are_deduplicated_too() {
         let mut p = Policy::new(PolicyConfig {
             rate_limit: 1,
             ..PolicyConfig::default()
         })
         .unwrap();
         assert!(is_send(&p.offer(failed("a", 0.0), at(0.0))));
-        assert_eq!(p.offer(failed("b", 1.0), at(1.0)), Decision::HeldBack);
+        assert_eq!(p.offer(failed("b", 1.0), at(1.0)), Decision::Deferred);
         assert_eq!(p.offer(failed("b", 2.0), at(2.0)), Decision::Duplicate);
         assert_eq!(p.flush_now(at(3.0)).unwrap().fields["held_back"], "1");
         assert_eq!(p.flush_now(at(3.0)), None);

@@ -40,7 +40,7 @@ pub struct AlertStats {
     pub filtered: u64,
     /// Alerts suppressed as duplicates.
     pub deduplicated: u64,
-    /// Alerts held back by the rate limit (reported in a summary instead).
+    /// Alerts the rate limit deferred (reported in a summary instead).
     pub rate_limited: u64,
     /// Summary alerts produced.
     pub summaries: u64,

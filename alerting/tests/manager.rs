@@ -214,14 +214,14 @@ async fn ten_a_minute_then_one_summary() {
     assert_eq!(memory.delivered().len(), 10);
     assert_eq!(run.sender.stats().rate_limited, 4);
 
-    // Nothing more until a minute after the first held-back alert.
+    // Nothing more until a minute after the first deferred alert.
     tokio::time::sleep(Duration::from_secs(59)).await;
     assert_eq!(memory.delivered().len(), 10);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let delivered = memory.delivered();
     assert_eq!(delivered.len(), 11);
     let summary = &delivered[10];
-    assert_eq!(summary.kind, AlertKind::HeldBackSummary);
+    assert_eq!(summary.kind, AlertKind::DeferredSummary);
     assert_eq!(summary.level, Level::Critical);
     assert_eq!(summary.title, "4 alert(s) held back by the rate limit");
     assert_eq!(summary.fields["held_back"], "4");
@@ -418,7 +418,7 @@ async fn dropping_every_sender_flushes_the_summary() {
         .expect("manager ends when all senders are gone");
     let delivered = memory.delivered();
     assert_eq!(delivered.len(), 2);
-    assert_eq!(delivered[1].kind, AlertKind::HeldBackSummary);
+    assert_eq!(delivered[1].kind, AlertKind::DeferredSummary);
     assert_eq!(delivered[1].fields["held_back"], "2");
 }
 

@@ -142,7 +142,7 @@ pub const EXECUTION_OUTCOMES: &[&str] = &[OUTCOME_SUCCESS, OUTCOME_FAILURE, OUTC
 pub const ALERT_SENT: &str = "sent";
 /// `outcome` of an alert whose delivery failed after retries.
 pub const ALERT_FAILED: &str = "failed";
-/// `outcome` of an alert held back by de-duplication or the rate limit.
+/// `outcome` of an alert suppressed as a duplicate or deferred by the rate limit.
 pub const ALERT_SUPPRESSED: &str = "suppressed";
 
 /// `backend` label value for etcd.

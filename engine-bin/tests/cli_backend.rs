@@ -511,7 +511,7 @@ fn changes_made_with_the_cli_are_in_the_audit_log_newest_first() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_parked_long_job_shows_its_last_progress_report() {
+async fn an_awaiting_long_job_shows_its_last_progress_report() {
     let c = Cluster::new("cli-progress");
     let q = c.queue().await;
     let mut spec = ax_testkit::spec("long", "default", "http");
@@ -531,14 +531,14 @@ async fn a_parked_long_job_shows_its_last_progress_report() {
         .await
         .unwrap();
     let d = consumer.take(1).await.unwrap().pop().unwrap();
-    // Not parked yet: in no history, waiting for nothing.
+    // Not awaiting yet: in no history, waiting for nothing.
     c.fails(&["execution", "get", &id], 4);
     let token = ax_queue::CompletionToken::issue("default", 0);
     q.open_awaiting(&d, &token, now).await.unwrap();
     let deadline = now.add(Duration::from_secs(60));
     assert_eq!(
-        q.park_awaiting(&d, deadline).await.unwrap(),
-        ax_queue::Parked::Parked
+        q.start_awaiting(&d, deadline).await.unwrap(),
+        ax_queue::AwaitStart::Awaiting
     );
     let story: Value =
         serde_json::from_str(&c.ok(&["execution", "get", &id, "-o", "json"])).unwrap();

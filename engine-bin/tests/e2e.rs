@@ -2202,11 +2202,11 @@ async fn the_command_handler_runs_configured_scripts_and_records_their_exit_and_
     c.clean_up().await;
 }
 
-/// A sharded task (`fanout.shards`): each fire runs its shards once each, told their index
-/// and total, across the scheduler that leads being SIGKILLed while shards run; a failing
-/// shard retries on its own; the task after it in a chain runs once all shards have ended.
+/// A fanned-out task (`fanout.shards`): each fire runs its pieces once each, told their index
+/// and total, across the scheduler that leads being SIGKILLed while pieces run; a failing
+/// piece retries on its own; the task after it in a chain runs once all pieces have ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sharded_fire_runs_each_shard_once_through_a_failover() {
+async fn a_fanned_out_fire_runs_each_piece_once_through_a_failover() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new("e2e-shards").await;
     c.start_replica("s1", Roles::Scheduler).await;
@@ -2228,19 +2228,19 @@ async fn a_sharded_fire_runs_each_shard_once_through_a_failover() {
     wait_for_executions(&c, "after", 1, Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
 
-    let shards = c.receiver.executions_of("sharded");
-    let mut seen: Vec<(u64, u64)> = shards.iter().map(|e| e.shard.unwrap()).collect();
+    let pieces = c.receiver.executions_of("sharded");
+    let mut seen: Vec<(u64, u64)> = pieces.iter().map(|e| e.piece.unwrap()).collect();
     seen.sort_unstable();
-    assert_eq!(seen, [(0, 4), (1, 4), (2, 4), (3, 4)], "each shard once");
+    assert_eq!(seen, [(0, 4), (1, 4), (2, 4), (3, 4)], "each piece once");
     let ids: std::collections::HashSet<&str> =
-        shards.iter().map(|e| e.execution_id.as_str()).collect();
+        pieces.iter().map(|e| e.execution_id.as_str()).collect();
     assert_eq!(ids.len(), 4);
     let after = c.receiver.executions_of("after");
     assert_eq!(after.len(), 1, "{after:?}");
-    let last_shard_end = shards.iter().map(|e| e.arrived_at).max().unwrap() + 3000;
+    let last_piece_end = pieces.iter().map(|e| e.arrived_at).max().unwrap() + 3000;
     assert!(
-        after[0].arrived_at >= last_shard_end - 500,
-        "after waits for every shard"
+        after[0].arrived_at >= last_piece_end - 500,
+        "after waits for every piece"
     );
     let state = c.state("default", "sharded").await.unwrap();
     assert_eq!(state["success_count"], 1, "one fire, one outcome: {state}");

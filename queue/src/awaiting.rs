@@ -5,7 +5,7 @@
 //! Each such execution has a record ([`crate::keys::Keys::awaiting`], a hash in the queue's
 //! slot) and, while it waits, an entry in the queue's awaiting set scored by its deadline.
 //! An attempt goes `pending` (opened before its request is sent, so a completion that
-//! overtakes the 202 finds it and is kept for the worker) → `waiting` (parked: the message
+//! overtakes the 202 finds it and is kept for the worker) → `waiting` (awaiting: the message
 //! left the worker's processing list) → `ended`. Every transition is one script, and the end
 //! of a waiting attempt is one script for the three ways it can come (the completion, the
 //! deadline, a kill), guarded by the attempt's state: exactly one of them wins, the others
@@ -34,13 +34,13 @@ use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, Delivery, Queue};
 use crate::scripts::ordered;
 
-// The scripts of an awaiting attempt, each built and hashed once per process. Only the park
-// comes after the order functions: taking the message out of the worker's list frees its
-// slots, which can let a held message in; the others put nothing in the queued set.
+// The scripts of an awaiting attempt, each built and hashed once per process. Only the start
+// of awaiting comes after the order functions: taking the message out of the worker's list frees its
+// slots, which can let a gated message in; the others put nothing in the queued set.
 static AWAITING_OPEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("awaiting/awaiting_open.lua")));
-static AWAITING_PARK: LazyLock<Script> =
-    LazyLock::new(|| ordered(include_str!("awaiting/awaiting_park.lua")));
+static AWAITING_START: LazyLock<Script> =
+    LazyLock::new(|| ordered(include_str!("awaiting/awaiting_start.lua")));
 static AWAITING_CLOSE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("awaiting/awaiting_close.lua")));
 static AWAITING_END: LazyLock<Script> =
@@ -196,7 +196,7 @@ pub struct AwaitingRecord {
     pub attempt: u32,
     /// Where that attempt is.
     pub state: AwaitingState,
-    /// The parked message, as stored (while it waits, and after its end).
+    /// The awaiting message, as stored (while it waits, and after its end).
     pub message: Option<(String, ExecutionMessage)>,
     /// The worker that sent the request.
     pub worker: String,
@@ -274,19 +274,19 @@ pub enum Opened {
     Early(ReportedEnd),
 }
 
-/// What [`Queue::park_awaiting`] did.
+/// What [`Queue::start_awaiting`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Parked {
+pub enum AwaitStart {
     /// The message waits for its completion; the worker is done with it.
-    Parked,
+    Awaiting,
     /// The job's completion overtook its 202: the worker settles the attempt with it.
     Early(ReportedEnd),
     /// An operator killed the execution while its request was sent.
     Killed,
     /// The record is not this attempt's pending one (it expired): settle as a plain end.
     Gone,
-    /// The message was no longer held (the reaper gave it back).
-    NotHeld,
+    /// The message was no longer taken (the reaper gave it back).
+    NotTaken,
 }
 
 /// The arguments of one `awaiting_end.lua` call.
@@ -350,7 +350,7 @@ pub enum EndResult {
     Forbidden,
     /// The deadline moved (a progress report came first).
     Alive,
-    /// An [`EndBy::Early`] found the attempt parked meanwhile: read the record again.
+    /// An [`EndBy::Early`] found the attempt awaiting meanwhile: read the record again.
     Moved,
     /// No record, or the attempt is not waiting.
     Gone,
@@ -461,13 +461,13 @@ impl Queue {
         }
     }
 
-    /// Parks `d` (its receiver answered 202) until `deadline`.
-    pub async fn park_awaiting(&self, d: &Delivery, deadline: UtcMillis) -> Result<Parked> {
+    /// Moves `d` (its receiver answered 202) to awaiting its completion until `deadline`.
+    pub async fn start_awaiting(&self, d: &Delivery, deadline: UtcMillis) -> Result<AwaitStart> {
         let m = &d.message;
         let id = m.execution_id.to_string();
         let k = self.keys();
         let left = deadline.since(UtcMillis::now());
-        let mut inv = AWAITING_PARK.prepare_invoke();
+        let mut inv = AWAITING_START.prepare_invoke();
         inv.key(k.processing(&d.queue, &d.worker_id))
             .key(k.awaiting(&d.queue, &id))
             .key(k.awaiting_due(&d.queue))
@@ -484,14 +484,14 @@ impl Queue {
             .arg(crate::queue::concurrency_key(m));
         let mut conn = self.conn();
         let reply: Vec<String> = self
-            .run("park_awaiting", inv.invoke_async(&mut conn))
+            .run("start_awaiting", inv.invoke_async(&mut conn))
             .await?;
         Ok(match reply.first().map(String::as_str) {
-            Some("parked") => Parked::Parked,
-            Some("early") => Parked::Early(reported("park_awaiting", reply.get(1))?),
-            Some("killed") => Parked::Killed,
-            Some("not_held") => Parked::NotHeld,
-            _ => Parked::Gone,
+            Some("awaiting") => AwaitStart::Awaiting,
+            Some("early") => AwaitStart::Early(reported("start_awaiting", reply.get(1))?),
+            Some("killed") => AwaitStart::Killed,
+            Some("not_taken") => AwaitStart::NotTaken,
+            _ => AwaitStart::Gone,
         })
     }
 
@@ -574,7 +574,7 @@ impl Queue {
     }
 
     /// A completion of `attempt` of execution `id` in `queue` read as pending: kept for its
-    /// worker ([`EndResult::Early`]), or [`EndResult::Moved`] when it was parked meanwhile.
+    /// worker ([`EndResult::Early`]), or [`EndResult::Moved`] when it moved to awaiting meanwhile.
     pub async fn end_awaiting_early(
         &self,
         queue: &str,

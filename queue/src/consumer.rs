@@ -20,7 +20,7 @@
 //!
 //! A paused queue (an operator's flag, checked inside `take.lua`) gives nothing.
 //!
-//! Messages addressed to this worker (a broadcast fire's shards) wait in a list of its own
+//! Messages addressed to this worker (a broadcast fire's pieces) wait in a list of its own
 //! and are taken first; their wake tokens go to a wake list of its own, which the blocking
 //! wait watches beside the queue's (both in the queue's slot).
 
@@ -48,7 +48,7 @@ pub const PAUSED_POLL: Duration = Duration::from_millis(250);
 struct Taken {
     /// The queue is paused (nothing was taken).
     paused: bool,
-    /// The messages, each with how long it waited parked on its concurrency key.
+    /// The messages, each with how long it waited gated on its concurrency key.
     raws: Vec<(String, Option<Duration>)>,
     /// 0; -1 when the queue is at `max_running`; else ms until its rate allows a take.
     hold: i64,
@@ -198,7 +198,7 @@ impl Consumer {
                     limited_wait,
                 }),
                 Err(e) => {
-                    // The decoded ones are held already: a failure here must not drop them.
+                    // The decoded ones are taken already: a failure here must not drop them.
                     // What stays in the processing list is found by the worker's
                     // reconciliation.
                     if let Err(dl) = self.dead_letter_garbage(raw, &e).await {

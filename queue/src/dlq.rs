@@ -19,7 +19,7 @@ use crate::message::{AttemptError, ExecutionMessage};
 use crate::queue::{check_queue, Delivery, Queue};
 use crate::scripts::ordered;
 
-/// `dead_letter.lua`, after the order functions (a freed slot can let a held message in).
+/// `dead_letter.lua`, after the order functions (a freed slot can let a gated message in).
 static DEAD_LETTER: LazyLock<Script> =
     LazyLock::new(|| ordered(include_str!("dlq/dead_letter.lua")));
 
@@ -122,13 +122,13 @@ impl DlqEntry {
 const DLQ_TRIM_BATCH: usize = 500;
 
 impl Queue {
-    /// Moves a held message to the dead-letter queue with `reason` as its last error.
-    /// `false` when it was no longer held.
+    /// Moves a taken message to the dead-letter queue with `reason` as its last error.
+    /// `false` when it was no longer taken.
     pub async fn dead_letter(&self, d: &Delivery, reason: &str, now: UtcMillis) -> Result<bool> {
         Ok(self
             .dead_letter_recorded(d, reason, now, None)
             .await?
-            .was_held())
+            .was_taken())
     }
 
     /// [`Queue::dead_letter`], appending the attempt's end `record` to the queue's end log in
@@ -161,7 +161,7 @@ impl Queue {
         Ok(self
             .dead_letter_raw(queue, worker_id, raw, &entry, now, None)
             .await?
-            .was_held())
+            .was_taken())
     }
 
     pub(crate) async fn dead_letter_raw(

@@ -65,26 +65,26 @@ impl EndRecord {
 /// How settling a message with an end record went.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Settled {
-    /// The message was no longer held (the reaper gave it back): nothing was settled and
+    /// The message was no longer taken (the reaper gave it back): nothing was settled and
     /// nothing recorded.
-    NotHeld,
+    NotTaken,
     /// Settled; the end record given, if any, is in the end log under this id.
     Done(Option<String>),
 }
 
 impl Settled {
-    /// From a settle script's reply: `0` not held, `1` settled without a record, else the
+    /// From a settle script's reply: `0` not taken, `1` settled without a record, else the
     /// record's id.
     pub(crate) fn from_reply(reply: &str) -> Self {
         match reply {
-            "0" | "" => Settled::NotHeld,
+            "0" | "" => Settled::NotTaken,
             "1" => Settled::Done(None),
             id => Settled::Done(Some(id.to_owned())),
         }
     }
 
-    /// Whether the message was still held.
-    pub fn was_held(&self) -> bool {
+    /// Whether the message was still taken.
+    pub fn was_taken(&self) -> bool {
         matches!(self, Settled::Done(_))
     }
 }
@@ -193,14 +193,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_settle_reply_says_whether_it_was_held_and_where_its_record_went() {
-        assert_eq!(Settled::from_reply("0"), Settled::NotHeld);
+    fn a_settle_reply_says_whether_it_was_taken_and_where_its_record_went() {
+        assert_eq!(Settled::from_reply("0"), Settled::NotTaken);
         assert_eq!(Settled::from_reply("1"), Settled::Done(None));
         assert_eq!(
             Settled::from_reply("1700000000000-0"),
             Settled::Done(Some("1700000000000-0".into()))
         );
-        assert!(!Settled::NotHeld.was_held());
-        assert!(Settled::Done(None).was_held());
+        assert!(!Settled::NotTaken.was_taken());
+        assert!(Settled::Done(None).was_taken());
     }
 }

@@ -81,7 +81,7 @@ pub struct HistoryEntry {
     /// The start of the handler's answer, when it gave one (only in the stream).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<AttemptOutput>,
-    /// The run and shard it belongs to, if any.
+    /// The run and fan-out piece it belongs to, if any.
     #[serde(flatten)]
     pub lineage: crate::message::Lineage,
 }

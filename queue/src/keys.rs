@@ -80,7 +80,7 @@ impl Keys {
         format!("{}:processing:{}", self.tag(queue), worker_id)
     }
 
-    /// List of messages addressed to one worker (a broadcast fire's shards), oldest first:
+    /// List of messages addressed to one worker (a broadcast fire's pieces), oldest first:
     /// that worker's takes move them before anything of the shared queue. `order.lua`
     /// (`ax_addressed`) builds the same name for a due retry; keep the two in step.
     pub fn addressed(&self, queue: &str, worker_id: &str) -> String {
@@ -181,7 +181,7 @@ impl Keys {
 
     /// The record of an execution whose attempt waits for (or waited for) a completion
     /// reported through the API (`http.async`): hash of its attempt, state, token hashes per
-    /// attempt, each attempt's end, the parked message, deadline and last progress. Kept a
+    /// attempt, each attempt's end, the awaiting message, deadline and last progress. Kept a
     /// while after the end (with an expiry), so a repeated completion is recognised.
     pub fn awaiting(&self, queue: &str, execution_id: &str) -> String {
         format!("{}:awaiting:{}", self.tag(queue), execution_id)
@@ -527,7 +527,7 @@ mod tests {
             ("history_page", vec![k.executions()]),
             ("awaiting_open", vec![k.awaiting(q, e)]),
             (
-                "awaiting_park",
+                "awaiting_start",
                 vec![
                     k.processing(q, w),
                     k.awaiting(q, e),
@@ -555,7 +555,7 @@ mod tests {
                 "awaiting_progress",
                 vec![k.awaiting(q, e), k.awaiting_due(q)],
             ),
-            // MULTI/EXEC transactions are held to one slot as scripts are.
+            // MULTI/EXEC transactions are kept to one slot as scripts are.
             (
                 "reseat_fence",
                 vec![k.fence(q, None), k.fence_owner(q, None)],

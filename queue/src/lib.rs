@@ -7,7 +7,7 @@
 //! [`Queue::release`]; a settle that ends an attempt records its end in the queue's end log
 //! in the same script, and [`Queue::relay_ends`] moves it on to the leader and the history. A [`Maintenance`] loop promotes due retries and gives back the messages
 //! of workers whose heartbeat is gone. An execution whose receiver takes it on to report its
-//! end later waits parked in an awaiting set instead of a worker's list (see `awaiting.rs`).
+//! end later waits in an awaiting set instead of a worker's list (see `awaiting.rs`).
 //! Keys are listed in `docs/redis-layout.md`.
 
 mod awaiting;
@@ -37,8 +37,8 @@ mod work;
 mod workers;
 
 pub use awaiting::{
-    token_hash, AwaitSettle, AwaitingRecord, AwaitingState, CompletionToken, EndBy, EndResult,
-    Opened, Parked, Progress, ProgressResult, ReportedEnd, ReportedStatus, TokenClaim,
+    token_hash, AwaitSettle, AwaitStart, AwaitingRecord, AwaitingState, CompletionToken, EndBy,
+    EndResult, Opened, Progress, ProgressResult, ReportedEnd, ReportedStatus, TokenClaim,
 };
 pub use config::{
     ClientIdentity, QueueConfig, QueueLimits, RedisTls, DEFAULT_DLQ_MAX_ENTRIES,

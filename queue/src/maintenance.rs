@@ -59,7 +59,7 @@ impl Default for MaintenanceConfig {
 pub enum MaintenanceState {
     /// Next: move due delayed messages to their queued sets.
     Promote,
-    /// Next: give back messages held by dead workers.
+    /// Next: give back messages taken by dead workers.
     Reap,
     /// A Redis call failed `failures` times in a row; the next step starts a new round.
     Backoff {

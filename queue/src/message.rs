@@ -92,7 +92,7 @@ pub struct ExecutionMessage {
     /// the epoch). It runs now, as a run-now does; this says which period it is for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backfill_of: Option<UtcMillis>,
-    /// Where it stands in a larger whole: a dependency run, a sharded fire.
+    /// Where it stands in a larger whole: a dependency run, a fanned-out fire.
     #[serde(flatten)]
     pub lineage: Lineage,
     /// The scheduling shard whose owner enqueued it (`None`: the one leader of an unsharded
@@ -103,23 +103,31 @@ pub struct ExecutionMessage {
 }
 
 /// Where an execution stands in a larger whole, carried from its message into its history
-/// entries: the run of a dependency chain (see `ax_scheduler_core::workflow`) and the shard
+/// entries: the run of a dependency chain (see `ax_scheduler_core::workflow`) and the piece
 /// of a fanned-out fire (see `ax_scheduler_core::fanout`). Empty for a lone execution.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lineage {
     /// The run of a chain of dependent tasks (the id of the chain's first execution).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
-    /// For a fanned-out fire: the id its shards share.
+    /// For a fanned-out fire: the id its pieces share.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fanout_id: Option<String>,
-    /// For a fanned-out fire: this execution's shard, 0-based.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shard_index: Option<u32>,
-    /// For a fanned-out fire: how many shards it has.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shard_total: Option<u32>,
-    /// For a broadcast fire: the worker this shard is addressed to. Only that worker takes
+    /// For a fanned-out fire: this execution's piece, 0-based.
+    #[serde(
+        default,
+        rename = "shard_index",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub piece_index: Option<u32>,
+    /// For a fanned-out fire: how many pieces it has.
+    #[serde(
+        default,
+        rename = "shard_total",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub piece_total: Option<u32>,
+    /// For a broadcast fire: the worker this piece is addressed to. Only that worker takes
     /// it (its retries too); if the worker is gone it ends failed, never runs elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_worker: Option<String>,
@@ -160,14 +168,14 @@ impl ExecutionMessage {
             Some(id) => (id.parse().unwrap_or_else(|_| Uuid::now_v7()), true),
             None => (Uuid::now_v7(), false),
         };
-        if let Some(shard) = &dispatch.shard {
+        if let Some(piece) = &dispatch.piece {
             // Derived from the fire: the same on every leader (a duplicate when sent again).
-            execution_id = shard.execution_id().parse().unwrap_or(execution_id);
+            execution_id = piece.execution_id().parse().unwrap_or(execution_id);
         }
         let run_of_its_own = dispatch
-            .shard
+            .piece
             .as_ref()
-            .map_or_else(|| execution_id.to_string(), |shard| shard.fanout.clone());
+            .map_or_else(|| execution_id.to_string(), |piece| piece.fanout.clone());
         let mut m = ExecutionMessage {
             execution_id,
             task_id: dispatch.key.id.clone(),
@@ -202,12 +210,12 @@ impl ExecutionMessage {
                     .run_id
                     .clone()
                     .or_else(|| dispatch.starts_run.then_some(run_of_its_own)),
-                fanout_id: dispatch.shard.as_ref().map(|s| s.fanout.clone()),
-                shard_index: dispatch.shard.as_ref().map(|s| s.index),
-                shard_total: dispatch.shard.as_ref().map(|s| s.total),
-                target_worker: dispatch.shard.as_ref().and_then(|s| s.worker.clone()),
+                fanout_id: dispatch.piece.as_ref().map(|p| p.fanout.clone()),
+                piece_index: dispatch.piece.as_ref().map(|p| p.index),
+                piece_total: dispatch.piece.as_ref().map(|p| p.total),
+                target_worker: dispatch.piece.as_ref().and_then(|p| p.worker.clone()),
             },
-            // Set by the engine, which knows which shard owns the task.
+            // Set by the engine, which knows which scheduling shard owns the task.
             shard: None,
         };
         m.resolve_concurrency(spec.concurrency.as_ref());
@@ -291,8 +299,9 @@ impl ExecutionMessage {
 
     /// How the enqueue recognises this message if it was enqueued before.
     pub fn dedupe(&self) -> Dedupe {
-        if self.lineage.shard_index.is_some() {
-            // Each shard of a fire once: by its derived execution id.
+        if self.lineage.piece_index.is_some() {
+            // Each piece of a fire once: by its derived execution id (the key's `shard:`
+            // prefix is part of the stored layout).
             Dedupe::Key(format!("shard:{}", self.execution_id))
         } else if self.run_now {
             match (&self.idempotency_key, self.backfill_of) {
@@ -373,7 +382,7 @@ fn standalone(spec: &TaskSpec, fire_at: UtcMillis, run_now: Option<String>) -> D
         run_now,
         run_id: None,
         starts_run: false,
-        shard: None,
+        piece: None,
         broadcast: false,
     }
 }
@@ -458,6 +467,20 @@ pub(crate) mod tests {
         // Its next attempt and a requeue stay with the shard.
         assert_eq!(back.next_attempt("boom", UtcMillis(2000)).shard, Some(2));
         assert_eq!(back.fresh_copy(UtcMillis(3000)).shard, Some(2));
+    }
+
+    #[test]
+    fn a_piece_keeps_its_wire_names() {
+        let s = spec("t", "default");
+        let mut m = ExecutionMessage::for_fire(&s, UtcMillis(1000), UtcMillis(1001), 3);
+        m.lineage.piece_index = Some(1);
+        m.lineage.piece_total = Some(4);
+        let text = m.to_json().unwrap();
+        // Workers and stored messages know these fields by their wire names.
+        assert!(text.contains("\"shard_index\":1"), "{text}");
+        assert!(text.contains("\"shard_total\":4"), "{text}");
+        assert!(!text.contains("piece"), "{text}");
+        assert_eq!(ExecutionMessage::from_json(&text).unwrap(), m);
     }
 
     #[test]

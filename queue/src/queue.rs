@@ -41,8 +41,8 @@ pub struct Delivery {
     pub raw: String,
     /// The decoded message.
     pub message: ExecutionMessage,
-    /// How long it waited parked because its concurrency key was at its limit (`None`:
-    /// it was not held back by its key).
+    /// How long it waited gated because its concurrency key was at its limit (`None`:
+    /// its key did not gate it).
     pub limited_wait: Option<Duration>,
 }
 

@@ -18,7 +18,7 @@ use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, concurrency_key, Delivery, Queue};
 use crate::scripts::ordered;
 
-/// `retry_later.lua`, after the order functions (a freed slot can let a held message in).
+/// `retry_later.lua`, after the order functions (a freed slot can let a gated message in).
 static RETRY_LATER: LazyLock<Script> =
     LazyLock::new(|| ordered(include_str!("retry/retry_later.lua")));
 
@@ -33,8 +33,8 @@ pub enum RetrySettle {
     Scheduled,
     /// An operator killed the execution: it ended here, no retry scheduled.
     Killed,
-    /// The message was no longer held (the reaper gave it back).
-    NotHeld,
+    /// The message was no longer taken (the reaper gave it back).
+    NotTaken,
 }
 
 impl Queue {
@@ -92,7 +92,7 @@ impl Queue {
         let settle = match n {
             1 => RetrySettle::Scheduled,
             2 => RetrySettle::Killed,
-            _ => RetrySettle::NotHeld,
+            _ => RetrySettle::NotTaken,
         };
         Ok((settle, (!logged.is_empty()).then_some(logged)))
     }

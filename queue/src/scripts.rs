@@ -1,5 +1,5 @@
 //! What the Lua scripts share. Each script sits beside the module that calls it, in a folder of
-//! that module's name (`settle/ack.lua` for `settle.rs`), and is held there in a `static`:
+//! that module's name (`settle/ack.lua` for `settle.rs`), and is kept there in a `static`:
 //! built and hashed once per process, whichever `Queue` runs it.
 //!
 //! Every state change that touches more than one key runs as one script so it is atomic

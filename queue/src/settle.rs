@@ -4,7 +4,7 @@
 //! its dead letter in `dlq.rs`.
 //!
 //! Each settle removes the stored text from the worker's processing list by value, so a
-//! message the reaper gave back meanwhile is reported as no longer held instead of being
+//! message the reaper gave back meanwhile is reported as no longer taken instead of being
 //! settled twice; acks are grouped per (queue, worker) so that one script call settles many.
 
 use std::collections::BTreeMap;
@@ -18,14 +18,14 @@ use crate::error::Result;
 use crate::queue::{concurrency_key, Delivery, Queue};
 use crate::scripts::ordered;
 
-/// `ack.lua`, after the order functions (a freed slot can let a held message in).
+/// `ack.lua`, after the order functions (a freed slot can let a gated message in).
 static ACK: LazyLock<Script> = LazyLock::new(|| ordered(include_str!("settle/ack.lua")));
 
 /// `release.lua`, after the order functions (it puts the message back in its place).
 static RELEASE: LazyLock<Script> = LazyLock::new(|| ordered(include_str!("settle/release.lua")));
 
 impl Queue {
-    /// Settles a finished message. `false` when it was no longer held (the reaper gave it
+    /// Settles a finished message. `false` when it was no longer taken (the reaper gave it
     /// back because this worker looked dead).
     pub async fn ack(&self, d: &Delivery) -> Result<bool> {
         Ok(self
@@ -37,14 +37,14 @@ impl Queue {
     }
 
     /// Settles many finished messages, one script call per (queue, worker). Returns, per
-    /// delivery in order, whether it was still held.
+    /// delivery in order, whether it was still taken.
     pub async fn ack_many(&self, ds: &[Delivery]) -> Result<Vec<bool>> {
         let items: Vec<(&Delivery, Option<&EndRecord>)> = ds.iter().map(|d| (d, None)).collect();
         Ok(self
             .ack_recorded(&items)
             .await?
             .iter()
-            .map(Settled::was_held)
+            .map(Settled::was_taken)
             .collect())
     }
 
@@ -62,7 +62,7 @@ impl Queue {
                 .or_default()
                 .push(i);
         }
-        let mut settled = vec![Settled::NotHeld; items.len()];
+        let mut settled = vec![Settled::NotTaken; items.len()];
         for ((queue, worker), group) in groups {
             let k = &self.inner.keys;
             let mut conn = self.conn();
@@ -97,9 +97,9 @@ impl Queue {
         Ok(settled)
     }
 
-    /// Gives a held message back to its place in the queue (for work a stopping worker did
+    /// Gives a taken message back to its place in the queue (for work a stopping worker did
     /// not finish): taken before anything enqueued after it. `false` when it was no longer
-    /// held.
+    /// taken.
     pub async fn release(&self, d: &Delivery) -> Result<bool> {
         let k = &self.inner.keys;
         let mut conn = self.conn();
@@ -115,7 +115,7 @@ impl Queue {
             .arg(&d.raw)
             .arg(self.inner.cfg.aging_step_us())
             .arg(DEFAULT_PRIORITY)
-            // The slots it held go with it.
+            // The slots it took go with it.
             .arg(d.message.execution_id.to_string())
             .arg(concurrency_key(&d.message))
             .arg(&d.worker_id);

@@ -1,5 +1,5 @@
 //! The workers of a queue as Redis sees them: heartbeats, the live set, a clean stop, and the
-//! reaper that gives back what a dead worker held (`deregister.lua`, `take_orphans.lua` and
+//! reaper that gives back what a dead worker had taken (`deregister.lua`, `take_orphans.lua` and
 //! `reap.lua` beside this file).
 //!
 //! A worker counts as alive while its heartbeat key lives; the workers set keeps each one's
@@ -178,10 +178,10 @@ impl Queue {
             .arg(ms(self.inner.cfg.dedupe_ttl).max(1))
             .ignore()
             .get(&key);
-        let (held,): (Option<String>,) = self
+        let (kept,): (Option<String>,) = self
             .run("fix_fanout_workers", pipe.query_async(&mut conn))
             .await?;
-        match held {
+        match kept {
             Some(text) => serde_json::from_str(&text).map_err(|source| QueueError::Json {
                 action: "decode",
                 what: "broadcast workers",
@@ -331,7 +331,7 @@ impl Queue {
             .run("recover_worker", inv.invoke_async(&mut conn))
             .await?;
         if n > 0 {
-            tracing::warn!(queue, worker = %worker_id, messages = n, "gave back what this worker id held before a restart");
+            tracing::warn!(queue, worker = %worker_id, messages = n, "gave back what this worker id had taken before a restart");
         }
         Ok(usize::try_from(n).unwrap_or(0))
     }

@@ -1,4 +1,4 @@
-//! Executions waiting for a completion (`http.async`) against a real Redis: the park frees
+//! Executions waiting for a completion (`http.async`) against a real Redis: moving to awaiting frees
 //! the worker, the completion and the deadline race and exactly one wins, a repeat finds the
 //! end, a kill ends it for good, a completion that overtakes the 202 is kept for the worker.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use ax_queue::{
-    AwaitSettle, AwaitingState, CompletionToken, Delivery, EndBy, EndResult, ExecutionMessage,
-    KillState, Opened, Parked, Progress, ProgressResult, Queue, QueueConfig, ReportedEnd,
+    AwaitSettle, AwaitStart, AwaitingState, CompletionToken, Delivery, EndBy, EndResult,
+    ExecutionMessage, KillState, Opened, Progress, ProgressResult, Queue, QueueConfig, ReportedEnd,
     ReportedStatus,
 };
 use ax_scheduler_core::UtcMillis;
@@ -57,14 +57,17 @@ fn end(status: ReportedStatus) -> ReportedEnd {
     }
 }
 
-/// `d` opened with a fresh token and parked until `deadline`; returns the token.
-async fn parked(q: &Queue, d: &Delivery, deadline: UtcMillis) -> CompletionToken {
+/// `d` opened with a fresh token and moved to awaiting until `deadline`; returns the token.
+async fn awaiting_until(q: &Queue, d: &Delivery, deadline: UtcMillis) -> CompletionToken {
     let token = CompletionToken::issue(&d.queue, d.message.attempt);
     assert_eq!(
         q.open_awaiting(d, &token, UtcMillis::now()).await.unwrap(),
         Opened::Opened
     );
-    assert_eq!(q.park_awaiting(d, deadline).await.unwrap(), Parked::Parked);
+    assert_eq!(
+        q.start_awaiting(d, deadline).await.unwrap(),
+        AwaitStart::Awaiting
+    );
     token
 }
 
@@ -98,10 +101,10 @@ async fn time_out(q: &Queue, d: &Delivery, now: UtcMillis) -> EndResult {
 }
 
 #[tokio::test]
-async fn a_parked_execution_frees_its_worker_and_ends_once_by_its_completion() {
+async fn an_awaiting_execution_frees_its_worker_and_ends_once_by_its_completion() {
     let q = queue().await;
     let d = taken(&q).await;
-    let token = parked(&q, &d, UtcMillis::now().add(Duration::from_secs(60))).await;
+    let token = awaiting_until(&q, &d, UtcMillis::now().add(Duration::from_secs(60))).await;
     assert!(q
         .processing_entries("default", "w")
         .await
@@ -143,7 +146,7 @@ async fn a_completion_racing_the_deadline_has_exactly_one_winner() {
     for _ in 0..40 {
         let d = taken(&q).await;
         let due = UtcMillis::now();
-        let token = parked(&q, &d, due).await;
+        let token = awaiting_until(&q, &d, due).await;
         let later = due.add(Duration::from_millis(1));
         let (a, b) = tokio::join!(complete(&q, &d, &token), time_out(&other, &d, later));
 
@@ -178,7 +181,7 @@ async fn progress_moves_the_deadline_and_a_late_attempt_is_told_it_is_stale() {
     let q = queue().await;
     let d = taken(&q).await;
     let start = UtcMillis::now();
-    let token = parked(&q, &d, start).await;
+    let token = awaiting_until(&q, &d, start).await;
     let progress = Progress {
         percent: Some(40.0),
         message: Some("copying".into()),
@@ -245,7 +248,7 @@ async fn progress_moves_the_deadline_and_a_late_attempt_is_told_it_is_stale() {
 async fn a_killed_execution_refuses_its_completion() {
     let q = queue().await;
     let d = taken(&q).await;
-    let token = parked(&q, &d, UtcMillis::now().add(Duration::from_secs(60))).await;
+    let token = awaiting_until(&q, &d, UtcMillis::now().add(Duration::from_secs(60))).await;
     let kill = q
         .kill_execution("default", d.message.execution_id)
         .await
@@ -278,8 +281,8 @@ async fn a_completion_that_overtakes_the_202_is_settled_by_the_worker_and_never_
         complete(&q, &d, &token).await,
         EndResult::Done("succeeded".into())
     );
-    let Parked::Early(e) = q
-        .park_awaiting(&d, UtcMillis::now().add(Duration::from_secs(60)))
+    let AwaitStart::Early(e) = q
+        .start_awaiting(&d, UtcMillis::now().add(Duration::from_secs(60)))
         .await
         .unwrap()
     else {
@@ -297,7 +300,7 @@ async fn a_completion_that_overtakes_the_202_is_settled_by_the_worker_and_never_
 }
 
 #[tokio::test]
-async fn a_kill_while_the_request_is_sent_stops_the_park() {
+async fn a_kill_while_the_request_is_sent_stops_the_move_to_awaiting() {
     let q = queue().await;
     let d = taken(&q).await;
     let token = CompletionToken::issue("default", 0);
@@ -308,10 +311,10 @@ async fn a_kill_while_the_request_is_sent_stops_the_park() {
         .unwrap();
     assert_eq!(kill.state, KillState::Running);
     assert_eq!(
-        q.park_awaiting(&d, UtcMillis::now().add(Duration::from_secs(60)))
+        q.start_awaiting(&d, UtcMillis::now().add(Duration::from_secs(60)))
             .await
             .unwrap(),
-        Parked::Killed
+        AwaitStart::Killed
     );
     assert_eq!(
         complete(&q, &d, &token).await,
@@ -319,10 +322,10 @@ async fn a_kill_while_the_request_is_sent_stops_the_park() {
     );
 }
 
-/// A parked execution lets go of its concurrency slot, as an ack does: the next execution
+/// An awaiting execution lets go of its concurrency slot, as an ack does: the next execution
 /// of the same key, waiting for the slot, is taken at once.
 #[tokio::test]
-async fn parking_frees_the_execution_s_concurrency_slot() {
+async fn awaiting_frees_the_execution_s_concurrency_slot() {
     let q = queue().await;
     let json = r#"{"handler":"http","schedule":{"every":"60s"},"overlap":"allow",
         "http":{"url":"http://127.0.0.1:9/","async":true},
@@ -339,9 +342,9 @@ async fn parking_frees_the_execution_s_concurrency_slot() {
         .unwrap();
     let first = c.take(10).await.unwrap();
     assert_eq!(first.len(), 1, "max 1: the second waits for the slot");
-    let token = parked(&q, &first[0], UtcMillis(now.0 + 60_000)).await;
+    let token = awaiting_until(&q, &first[0], UtcMillis(now.0 + 60_000)).await;
     let second = c.take(10).await.unwrap();
-    assert_eq!(second.len(), 1, "the park freed the slot");
+    assert_eq!(second.len(), 1, "awaiting freed the slot");
     assert_eq!(second[0].message.fire_at, UtcMillis(2));
     assert_eq!(complete(&q, &first[0], &token).await, EndResult::Ended);
 }

@@ -1,4 +1,4 @@
-//! Messages addressed to one worker (a broadcast fire's shards) against a real Redis: taken
+//! Messages addressed to one worker (a broadcast fire's pieces) against a real Redis: taken
 //! by that worker before the shared queue and by no other, a retry back to the same worker,
 //! and a gone worker's messages (reaped, stopped, or never there) ended as orphans, never
 //! handed to another worker.
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_queue::{Delivery, ExecutionMessage, Queue, QueueConfig};
-use ax_scheduler_core::fanout::{fire_fanout_id, Shard};
+use ax_scheduler_core::fanout::{fire_fanout_id, Piece};
 use ax_scheduler_core::{Dispatch, OverlapPolicy, TaskKey, TaskSpec, UtcMillis};
 use ax_testkit::unique_name;
 
@@ -28,9 +28,9 @@ fn spec(id: &str) -> TaskSpec {
     ax_testkit::spec(id, "default", "log")
 }
 
-/// The shards of `spec`'s fire at `fire`, one addressed to each of `workers`, as the leader
+/// The pieces of `spec`'s fire at `fire`, one addressed to each of `workers`, as the leader
 /// enqueues them.
-fn shards(spec: &TaskSpec, fire: i64, workers: &[&str], now: UtcMillis) -> Vec<ExecutionMessage> {
+fn pieces(spec: &TaskSpec, fire: i64, workers: &[&str], now: UtcMillis) -> Vec<ExecutionMessage> {
     let key = Arc::new(TaskKey::new(spec.namespace.clone(), spec.id.clone()));
     let fanout = fire_fanout_id(&key, UtcMillis(fire));
     workers
@@ -45,7 +45,7 @@ fn shards(spec: &TaskSpec, fire: i64, workers: &[&str], now: UtcMillis) -> Vec<E
                 overlap: OverlapPolicy::Allow,
                 run_id: None,
                 starts_run: false,
-                shard: Some(Shard {
+                piece: Some(Piece {
                     index: u32::try_from(i).unwrap(),
                     total: u32::try_from(workers.len()).unwrap(),
                     fanout: fanout.clone(),
@@ -81,7 +81,7 @@ async fn an_addressed_message_is_taken_by_its_worker_first_and_by_no_other() {
     ))
     .await
     .unwrap();
-    let sent = shards(&spec("b"), 5, &["w1", "w2", "w3"], now);
+    let sent = pieces(&spec("b"), 5, &["w1", "w2", "w3"], now);
     q.enqueue_batch(&sent).await.unwrap();
     // Sent again (a new leader): duplicates, not a second copy on any worker.
     let again = q.enqueue_batch(&sent).await.unwrap();
@@ -119,7 +119,7 @@ async fn a_worker_waiting_for_work_wakes_for_a_message_addressed_to_it() {
     let q2 = q.clone();
     let push = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        q2.enqueue_batch(&shards(&spec("b"), 5, &["w1"], now))
+        q2.enqueue_batch(&pieces(&spec("b"), 5, &["w1"], now))
             .await
             .unwrap();
     });
@@ -135,7 +135,7 @@ async fn a_retry_goes_back_to_the_same_worker() {
     let now = UtcMillis::now();
     let mut w1 = q.consumer("default", "w1", BLOCK, now).await.unwrap();
     let mut w2 = q.consumer("default", "w2", BLOCK, now).await.unwrap();
-    q.enqueue_batch(&shards(&spec("b"), 5, &["w1", "w2"], now))
+    q.enqueue_batch(&pieces(&spec("b"), 5, &["w1", "w2"], now))
         .await
         .unwrap();
     let first = w1.take(1).await.unwrap().remove(0);
@@ -143,7 +143,7 @@ async fn a_retry_goes_back_to_the_same_worker() {
     q.retry_later(&first, &next, now).await.unwrap();
     assert_eq!(q.promote_due("default", now, 10).await.unwrap(), 1);
     let got = w2.take(10).await.unwrap();
-    assert_eq!(targets(&got), [Some("w2")], "only its own shard");
+    assert_eq!(targets(&got), [Some("w2")], "only its own piece");
     assert_eq!(
         q.depth("default").await.unwrap(),
         0,
@@ -170,13 +170,13 @@ async fn a_dead_worker_s_addressed_messages_become_orphans_never_another_s_work(
     let t0 = UtcMillis::now();
     let mut dead = q.consumer("default", "dead", BLOCK, t0).await.unwrap();
     let mut alive = q.consumer("default", "alive", BLOCK, t0).await.unwrap();
-    q.enqueue_batch(&shards(&spec("b"), 5, &["alive", "dead"], t0))
+    q.enqueue_batch(&pieces(&spec("b"), 5, &["alive", "dead"], t0))
         .await
         .unwrap();
-    // The dead one holds its shard of the first fire; its shard of the second waits.
+    // The dead one holds its piece of the first fire; its piece of the second waits.
     let held = dead.take(1).await.unwrap();
     assert_eq!(targets(&held), [Some("dead")]);
-    let second = shards(&spec("b"), 6, &["alive", "dead"], t0);
+    let second = pieces(&spec("b"), 6, &["alive", "dead"], t0);
     q.enqueue_batch(&second).await.unwrap();
     let later = t0.add(Duration::from_secs(40));
     q.heartbeat("default", "alive", Duration::from_secs(60), later)
@@ -194,7 +194,7 @@ async fn a_dead_worker_s_addressed_messages_become_orphans_never_another_s_work(
     assert!(alive.take(10).await.unwrap().is_empty());
     // A fire addressed to the reaped worker after is an orphan too.
     assert!(!q.ack(&held[0]).await.unwrap(), "no longer held by it");
-    q.enqueue_batch(&shards(&spec("b"), 7, &["alive", "dead"], later)[1..])
+    q.enqueue_batch(&pieces(&spec("b"), 7, &["alive", "dead"], later)[1..])
         .await
         .unwrap();
     // The orphans go to whoever ends them, held as that worker's until it settles each.
@@ -235,10 +235,10 @@ async fn a_stopping_worker_s_addressed_messages_become_orphans_and_a_restart_kee
     q.heartbeat("default", "w", Duration::from_secs(60), now)
         .await
         .unwrap();
-    q.enqueue_batch(&shards(&spec("b"), 5, &["w"], now))
+    q.enqueue_batch(&pieces(&spec("b"), 5, &["w"], now))
         .await
         .unwrap();
-    q.enqueue_batch(&shards(&spec("b"), 6, &["w"], now))
+    q.enqueue_batch(&pieces(&spec("b"), 6, &["w"], now))
         .await
         .unwrap();
     // A restart under the same id: what it held addressed to itself is its own again.
@@ -257,7 +257,7 @@ async fn a_stopping_worker_s_addressed_messages_become_orphans_and_a_restart_kee
     let orphans = q.take_orphans("default", "other", 10).await.unwrap();
     assert_eq!(orphans.len(), 2);
     // Enqueued to a worker that is not registered: an orphan at once.
-    q.enqueue_batch(&shards(&spec("b"), 7, &["w"], now))
+    q.enqueue_batch(&pieces(&spec("b"), 7, &["w"], now))
         .await
         .unwrap();
     assert_eq!(
@@ -272,7 +272,7 @@ async fn a_kill_removes_an_addressed_message_where_it_waits() {
     let now = UtcMillis::now();
     let mut w1 = q.consumer("default", "w1", BLOCK, now).await.unwrap();
     let _w2 = q.consumer("default", "w2", BLOCK, now).await.unwrap();
-    let sent = shards(&spec("b"), 5, &["w1", "w2", "gone"], now);
+    let sent = pieces(&spec("b"), 5, &["w1", "w2", "gone"], now);
     q.enqueue_batch(&sent).await.unwrap();
     let running = w1.take(1).await.unwrap();
     let s = spec("b");

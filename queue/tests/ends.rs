@@ -106,7 +106,7 @@ async fn a_settled_end_survives_its_worker_and_is_relayed_once_by_the_sweep() {
     assert_eq!(q.end_log_len("default").await.unwrap(), 3);
     // Acking again finds nothing held and records nothing more.
     let again = q.ack_recorded(&items).await.unwrap();
-    assert!(again.iter().all(|s| *s == Settled::NotHeld));
+    assert!(again.iter().all(|s| *s == Settled::NotTaken));
     assert_eq!(q.end_log_len("default").await.unwrap(), 3);
 
     // Another worker's maintenance relays them once they are old enough.

@@ -79,7 +79,7 @@ async fn a_concurrency_key_holds_across_two_consumers_and_its_waiting_ones_run_i
         let c = if i == 1 { &mut a } else { &mut b };
         let got = c.take(10).await.unwrap();
         assert_eq!(got.len(), 1, "one slot freed, one runs");
-        assert!(got[0].limited_wait.is_some(), "it waited parked");
+        assert!(got[0].limited_wait.is_some(), "it waited gated");
         after.extend(fires(&got));
         running.extend(got);
         assert!(a.take(10).await.unwrap().is_empty());
@@ -118,7 +118,7 @@ async fn a_dead_consumers_slot_is_released_by_the_reaper() {
 }
 
 #[tokio::test]
-async fn a_parked_execution_can_be_killed_while_it_waits() {
+async fn a_gated_execution_can_be_killed_while_it_waits() {
     let q = queue(None).await;
     let now = UtcMillis::now();
     let one = limited("a", 1);

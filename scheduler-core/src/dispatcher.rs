@@ -11,7 +11,7 @@
 //! next fire). When [`Dispatcher::poll`] advances it, each due task is re-armed for its
 //! following fire at once (so the schedule never drifts with dispatch delays) and the due fire
 //! goes to the [`ReadyQueue`](crate::ready::ReadyQueue), which orders fires by priority with
-//! aging when the optional [`TokenBucket`](crate::limiter::TokenBucket) holds them back. Fires
+//! aging when the optional [`TokenBucket`](crate::limiter::TokenBucket) defers them. Fires
 //! leaving the ready queue pass the task's [`CircuitBreaker`](crate::breaker::CircuitBreaker)
 //! and become [`Dispatch`]es.
 //!
@@ -37,11 +37,11 @@
 //! Layout: each concern that keeps state of its own between calls is a small struct the
 //! [`Dispatcher`] owns and delegates to: the timers (`timers`), the rate-limited ready queue
 //! (`fires`), the coalesced state writes (`writes`), paused namespaces and their parked fires
-//! (`pauses`), the dependency graph and the specs it holds back (`dependencies`), and the
+//! (`pauses`), the dependency graph and the specs it sets aside (`dependencies`), and the
 //! index of tasks with runs in progress (`runs`). What is the task's own, because it is
 //! written with its state (a held fire, a deadline mark, a fan-out's progress, a run's
 //! steps) or lives and dies with it (its breaker), is kept in the task (`armed`); the
-//! modules `held`, `deadlines`, `shards` and `runs` handle it through the task table. The
+//! modules `held`, `deadlines`, `pieces` and `runs` handle it through the task table. The
 //! task's life (`arming`), the fire path (`poll`) and execution events (`events`) tie them
 //! together.
 
@@ -61,10 +61,10 @@ mod fires;
 mod held;
 mod output;
 mod pauses;
+mod pieces;
 mod poll;
 mod repair;
 mod runs;
-mod shards;
 mod timers;
 mod writes;
 
@@ -130,7 +130,7 @@ impl Dispatcher {
         self.tasks.is_empty()
     }
 
-    /// Fires due but not yet dispatched (held back by the rate limit).
+    /// Fires due but not yet dispatched (deferred by the rate limit).
     pub fn ready_len(&self) -> usize {
         self.fires.len()
     }

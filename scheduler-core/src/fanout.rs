@@ -1,23 +1,23 @@
 //! Fan-out: one fire of a task with `fanout: {"shards": N}` runs as N executions; with
 //! `fanout: {"broadcast": true}`, as one execution on each live worker of its queue.
 //!
-//! Each shard is an execution of its own (its own retries, its own history), told its
-//! `shard_index` and `shard_total`. The fire they share has an id, the **fan-out id**: the
+//! Each piece is an execution of its own (its own retries, its own history), told its
+//! `piece_index` and `piece_total`. The fire they share has an id, the **fan-out id**: the
 //! run-now's or the dependency step's execution id, or, for a scheduled fire, an id derived
-//! from the task and the fire instant. Shard `i`'s execution id is the fan-out id with its
-//! last 16 bits replaced by `i`: the same on every leader, so shards sent again after a
-//! failover are duplicates to the queue, and a shard's end maps back to its fan-out and
+//! from the task and the fire instant. Piece `i`'s execution id is the fan-out id with its
+//! last 16 bits replaced by `i`: the same on every leader, so pieces sent again after a
+//! failover are duplicates to the queue, and a piece's end maps back to its fan-out and
 //! index without a table.
 //!
-//! The fire's progress (which shards ended, and how) is kept in the task's state, written
-//! with the ends, so a new leader finishes the count (and sends the shards not yet ended
-//! again: those already queued are refused as duplicates). The fire ends once every shard
+//! The fire's progress (which pieces ended, and how) is kept in the task's state, written
+//! with the ends, so a new leader finishes the count (and sends the pieces not yet ended
+//! again: those already queued are refused as duplicates). The fire ends once every piece
 //! has: it succeeded when all did; that single outcome is what the task's state, its
 //! dependency chain and its deadline see.
 //!
-//! A broadcast fire is a sharded fire whose shard count is the number of live workers the
-//! leader found when it sent the fire: shard `i` is addressed to the `i`-th of them, sorted.
-//! The list is kept in the progress with the count, so a new leader sends the shards not
+//! A broadcast fire is a fanned-out fire whose piece count is the number of live workers the
+//! leader found when it sent the fire: piece `i` is addressed to the `i`-th of them, sorted.
+//! The list is kept in the progress with the count, so a new leader sends the pieces not
 //! ended to the same workers, never to a fresh listing. The dispatcher leaves a broadcast
 //! fire unaddressed until the shell has listed the workers
 //! ([`crate::Dispatcher::address_broadcast`]): the listing is I/O, the rest is decided here.
@@ -28,23 +28,23 @@ use crate::key::TaskKey;
 use crate::time::UtcMillis;
 use crate::workflow::{execution_id_text, parse_execution_id, step_execution_id};
 
-/// One shard of a fanned-out fire, carried by its dispatch and message.
+/// One piece of a fanned-out fire, carried by its dispatch and message.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Shard {
+pub struct Piece {
     /// 0-based.
     pub index: u32,
-    /// How many shards the fire has.
+    /// How many pieces the fire has.
     pub total: u32,
     /// The fire's fan-out id.
     pub fanout: String,
-    /// For a broadcast fire: the worker this shard runs on, and nowhere else.
+    /// For a broadcast fire: the worker this piece runs on, and nowhere else.
     pub worker: Option<String>,
 }
 
-impl Shard {
-    /// This shard's execution id.
+impl Piece {
+    /// This piece's execution id.
     pub fn execution_id(&self) -> String {
-        shard_execution_id(&self.fanout, self.index)
+        piece_execution_id(&self.fanout, self.index)
     }
 }
 
@@ -55,44 +55,44 @@ pub fn fire_fanout_id(key: &TaskKey, fire_at: UtcMillis) -> String {
 
 const INDEX_BITS: u128 = 0xffff;
 
-/// Shard `index`'s execution id under `fanout`.
-pub fn shard_execution_id(fanout: &str, index: u32) -> String {
+/// Piece `index`'s execution id under `fanout`.
+pub fn piece_execution_id(fanout: &str, index: u32) -> String {
     let base = parse_execution_id(fanout).unwrap_or(0);
     execution_id_text((base & !INDEX_BITS) | u128::from(index) & INDEX_BITS)
 }
 
-/// The shard index of `execution` if it is a shard of `fanout`.
-pub fn shard_of(fanout: &str, execution: u128, total: u32) -> Option<u32> {
+/// The piece index of `execution` if it is a piece of `fanout`.
+pub fn piece_of(fanout: &str, execution: u128, total: u32) -> Option<u32> {
     let base = parse_execution_id(fanout)?;
     let index = u32::try_from(execution & INDEX_BITS).ok()?;
     (execution & !INDEX_BITS == base & !INDEX_BITS && index < total).then_some(index)
 }
 
-/// A fanned-out fire whose shards have not all ended (in the task's state).
+/// A fanned-out fire whose pieces have not all ended (in the task's state).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FanoutProgress {
     /// The fan-out id.
     pub id: String,
     /// The fire's due instant.
     pub fire_at: UtcMillis,
-    /// Shards in all.
+    /// Pieces in all.
     pub total: u32,
     /// The dependency run the fire is a step of, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<String>,
-    /// Bit `i` set: shard `i` succeeded.
+    /// Bit `i` set: piece `i` succeeded.
     #[serde(default)]
     pub succeeded: Vec<u64>,
-    /// Bit `i` set: shard `i` failed for good (or was killed).
+    /// Bit `i` set: piece `i` failed for good (or was killed).
     #[serde(default)]
     pub failed: Vec<u64>,
-    /// For a broadcast fire: the worker of each shard, in shard order (`total` of them).
+    /// For a broadcast fire: the worker of each piece, in piece order (`total` of them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workers: Vec<String>,
 }
 
 impl FanoutProgress {
-    /// A fire whose `total` shards have just been sent.
+    /// A fire whose `total` pieces have just been sent.
     pub fn new(id: String, fire_at: UtcMillis, total: u32, run: Option<String>) -> Self {
         FanoutProgress {
             id,
@@ -105,7 +105,7 @@ impl FanoutProgress {
         }
     }
 
-    /// A broadcast fire just sent to `workers`, one shard each, in this order.
+    /// A broadcast fire just sent to `workers`, one piece each, in this order.
     pub fn broadcast(
         id: String,
         fire_at: UtcMillis,
@@ -132,12 +132,12 @@ impl FanoutProgress {
         bits[word] |= 1 << bit;
     }
 
-    /// Whether shard `i` has ended.
+    /// Whether piece `i` has ended.
     pub fn ended(&self, i: u32) -> bool {
         Self::has(&self.succeeded, i) || Self::has(&self.failed, i)
     }
 
-    /// Records shard `i`'s end; false when it was recorded already.
+    /// Records piece `i`'s end; false when it was recorded already.
     pub fn record(&mut self, i: u32, succeeded: bool) -> bool {
         if i >= self.total || self.ended(i) {
             return false;
@@ -154,17 +154,17 @@ impl FanoutProgress {
         bits.iter().map(|w| w.count_ones()).sum()
     }
 
-    /// Shards that failed.
+    /// Pieces that failed.
     pub fn failures(&self) -> u32 {
         Self::count(&self.failed)
     }
 
-    /// Whether every shard has ended.
+    /// Whether every piece has ended.
     pub fn complete(&self) -> bool {
         Self::count(&self.succeeded) + self.failures() >= self.total
     }
 
-    /// The shards not ended yet.
+    /// The pieces not ended yet.
     pub fn open(&self) -> impl Iterator<Item = u32> + '_ {
         (0..self.total).filter(|i| !self.ended(*i))
     }
@@ -175,18 +175,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shard_ids_map_back_to_their_fanout_and_index() {
+    fn piece_ids_map_back_to_their_fanout_and_index() {
         let key = TaskKey::new("ns", "t");
         let f = fire_fanout_id(&key, UtcMillis(1_000));
         assert_eq!(f, fire_fanout_id(&key, UtcMillis(1_000)));
         assert_ne!(f, fire_fanout_id(&key, UtcMillis(2_000)));
-        let ids: Vec<String> = (0..5).map(|i| shard_execution_id(&f, i)).collect();
+        let ids: Vec<String> = (0..5).map(|i| piece_execution_id(&f, i)).collect();
         for (i, id) in ids.iter().enumerate() {
             let n = parse_execution_id(id).unwrap();
-            assert_eq!(shard_of(&f, n, 5), Some(i as u32));
-            assert_eq!(shard_of(&f, n, 2).is_some(), i < 2);
+            assert_eq!(piece_of(&f, n, 5), Some(i as u32));
+            assert_eq!(piece_of(&f, n, 2).is_some(), i < 2);
             assert_eq!(
-                shard_of(&fire_fanout_id(&key, UtcMillis(2_000)), n, 5),
+                piece_of(&fire_fanout_id(&key, UtcMillis(2_000)), n, 5),
                 None
             );
         }
@@ -195,7 +195,7 @@ mod tests {
     }
 
     #[test]
-    fn progress_counts_each_shard_once() {
+    fn progress_counts_each_piece_once() {
         let mut p = FanoutProgress::new("x".into(), UtcMillis(0), 130, None);
         for i in 0..130 {
             assert!(p.record(i, i != 70));

@@ -64,7 +64,7 @@ pub struct TaskState {
     /// [`crate::workflow`]): which parents finished, and the step's execution once fired.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runs: Vec<crate::workflow::RunProgress>,
-    /// Fanned-out fires whose shards have not all ended (see [`crate::fanout`]).
+    /// Fanned-out fires whose pieces have not all ended (see [`crate::fanout`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fanouts: Vec<crate::fanout::FanoutProgress>,
     /// The last runs this task's step finished in (a few), so that a parent's end read
@@ -74,7 +74,7 @@ pub struct TaskState {
     /// Why the spec is INVALID; empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub validation_errors: Vec<FieldError>,
-    /// The fire held back by overlap `forbid` while the previous execution runs: counted as
+    /// The fire held by overlap `forbid` while the previous execution runs: counted as
     /// fired, not yet enqueued. Recorded so a new leader sends it instead of losing it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_fire_at: Option<UtcMillis>,

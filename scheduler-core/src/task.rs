@@ -40,8 +40,8 @@ pub const MAX_NAME_LEN: usize = 128;
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
 /// Most labels on a task.
 pub const MAX_LABELS: usize = 64;
-/// Most shards of one fire (`fanout.shards`).
-pub const MAX_SHARDS: u32 = 1000;
+/// Most pieces of one fanned-out fire (the spec's `fanout.shards`).
+pub const MAX_PIECES: u32 = 1000;
 /// Most parents (`depends_on`) of one task.
 pub const MAX_PARENTS: usize = 16;
 /// Default `depends_on[].within`: a parent has a day to finish its part of a run.
@@ -193,8 +193,10 @@ pub enum Schedule {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fanout {
-    /// N executions, each told its `shard_index` (0-based) and `shard_total`.
-    Shards(u32),
+    /// `{"shards": N}`: N executions (pieces), each told its piece index (0-based) and
+    /// the piece count.
+    #[serde(rename = "shards")]
+    Pieces(u32),
     /// One execution on every live worker of the task's queue, counted when the fire is
     /// sent; each is addressed to its worker (see [`crate::fanout`]).
     Broadcast,

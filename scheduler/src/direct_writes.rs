@@ -68,7 +68,7 @@ impl DirectWrites {
 
     /// Takes the changes due at `now` and returns those no change ax recorded in `records`
     /// accounts for.
-    pub(super) fn settle(&mut self, now: UtcMillis, records: &[RecordedChange]) -> Vec<Observed> {
+    pub(super) fn take_due(&mut self, now: UtcMillis, records: &[RecordedChange]) -> Vec<Observed> {
         let mut direct = Vec::new();
         while let Some(o) = self.pending.front() {
             if o.seen_at.add(GRACE) > now {
@@ -117,7 +117,7 @@ pub(super) async fn run(
                         continue;
                     }
                 };
-                for change in state.settle(clock.now(), &records) {
+                for change in state.take_due(clock.now(), &records) {
                     let action = if change.deleted { "task.delete" } else { "task.put" };
                     tracing::info!(target_task = %change.target, action, "task spec changed in etcd without ax");
                     if let Err(e) = log.record_direct(&change).await {
@@ -162,12 +162,12 @@ mod tests {
         assert_eq!(d.records_since(), Some(UtcMillis(40_000)));
         let records = [ours(100_020, "ns/a"), ours(30_000, "ns/c")];
         // Before its grace nothing is decided.
-        assert!(d.settle(UtcMillis(104_999), &records).is_empty());
-        let direct = d.settle(UtcMillis(105_500), &records);
+        assert!(d.take_due(UtcMillis(104_999), &records).is_empty());
+        let direct = d.take_due(UtcMillis(105_500), &records);
         // a has its record; b has none; c's is too far away and is still waiting.
         assert_eq!(direct, [seen("ns/b", 100_500, true)]);
         assert_eq!(d.next_due(), Some(UtcMillis(106_000)));
-        let direct = d.settle(UtcMillis(106_000), &records);
+        let direct = d.take_due(UtcMillis(106_000), &records);
         assert_eq!(direct.len(), 1);
         assert_eq!(
             (direct[0].target.as_str(), direct[0].seen_at),

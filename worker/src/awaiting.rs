@@ -4,8 +4,8 @@
 //! Before the request of an async task is sent, the pool opens the attempt with a new
 //! [`ax_queue::CompletionToken`] and hands the handler a [`Completion`]: the URL to call
 //! and the token, which the `http` handler puts in its request. A receiver that answers
-//! `202 Accepted` takes the job on ([`Completion::accept`]); the pool then parks the message
-//! (its slot and permit are freed at once) and forgets it. What follows is written by
+//! `202 Accepted` takes the job on ([`Completion::accept`]); the pool then moves the message
+//! to awaiting (its slot and permit are freed at once) and forgets it. What follows is written by
 //! whoever ends it, through [`end_waiting`]: the completion call on any replica's API, or
 //! the deadline loop of any pool ([`expire_due`]) when neither a completion nor a progress
 //! report came within the task's timeout. The retry decision is the worker's own

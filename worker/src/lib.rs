@@ -5,7 +5,7 @@
 //! user async closures), runs it under its timeout with panics caught, settles the message
 //! (ack, a jittered retry in Redis's delayed set, or the dead-letter queue) and tells an
 //! [`ExecutionReporter`] ([`QueueReporter`] in a cluster: events for the leader and history
-//! through Redis). An `http.async` attempt whose receiver answers 202 is parked
+//! through Redis). An `http.async` attempt whose receiver answers 202 is awaiting
 //! instead and ended later by its completion or its deadline ([`awaiting`]).
 
 pub mod awaiting;

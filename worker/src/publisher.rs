@@ -16,8 +16,8 @@
 //! Starts go through a publisher task that writes whatever has piled up in one pipeline
 //! ([`Queue::report_many`]), so an execution never waits on a Redis round trip for its
 //! start; the channel is bounded, so a Redis outage slows executions down instead of
-//! growing memory. A start waits [`START_HOLD`] in the publisher and is dropped if its end
-//! comes meanwhile (see [`HeldStarts`]); a start sent after its end is harmless, as the
+//! growing memory. A start waits [`START_DELAY`] in the publisher and is dropped if its end
+//! comes meanwhile (see [`DelayedStarts`]); a start sent after its end is harmless, as the
 //! leader ignores a start older than the task's last end.
 
 use std::collections::{HashMap, VecDeque};
@@ -56,7 +56,7 @@ pub struct QueueReporter {
 }
 
 /// What the publisher is told: a start to send, or that an attempt ended (so its start,
-/// if still held, need not be).
+/// if still delayed, need not be).
 enum Report {
     Started(ExecutionEventRecord),
     Ended((Uuid, u32)),
@@ -87,20 +87,20 @@ impl QueueReporter {
 /// Writes reports in batches until every sender is gone and the channel is drained.
 async fn publish(queue: Queue, metrics: Arc<dyn WorkerMetrics>, mut rx: mpsc::Receiver<Report>) {
     let mut incoming = Vec::with_capacity(REPORT_BATCH);
-    let mut held = HeldStarts::default();
+    let mut delayed = DelayedStarts::default();
     let mut out = Vec::with_capacity(REPORT_BATCH);
     loop {
-        // Woken by reports, or by the oldest held start coming due.
-        let closed = match held.next_due() {
+        // Woken by reports, or by the oldest delayed start coming due.
+        let closed = match delayed.next_due() {
             Some(due) => tokio::select! {
                 n = rx.recv_many(&mut incoming, REPORT_BATCH) => n == 0,
                 _ = tokio::time::sleep_until(due) => false,
             },
             None => rx.recv_many(&mut incoming, REPORT_BATCH).await == 0,
         };
-        held.take(incoming.drain(..), Instant::now(), &mut out);
+        delayed.take(incoming.drain(..), Instant::now(), &mut out);
         if closed {
-            held.release_all(&mut out);
+            delayed.release_all(&mut out);
         }
         if !out.is_empty() {
             if let Err(e) = queue.report_many(&out).await {
@@ -116,25 +116,25 @@ async fn publish(queue: Queue, metrics: Arc<dyn WorkerMetrics>, mut rx: mpsc::Re
 }
 
 /// How long a `started` event waits for its attempt's end before it is sent.
-const START_HOLD: Duration = Duration::from_millis(200);
+const START_DELAY: Duration = Duration::from_millis(200);
 
-/// `started` events held back for [`START_HOLD`]: an end that comes meanwhile replaces its
+/// `started` events delayed for [`START_DELAY`]: an end that comes meanwhile replaces its
 /// start, since the end settles the task on its own (a start only marks a retry RUNNING,
 /// which the leader writes no sooner than `running_write_delay` anyway). Most executions are
 /// shorter than that, so most send one stream entry instead of two, which Redis writes and
 /// the leader reads and acknowledges. A pure step: reports and the time in, reports out.
 #[derive(Default)]
-struct HeldStarts {
+struct DelayedStarts {
     by_attempt: HashMap<(Uuid, u32), ExecutionEventRecord>,
-    /// Held starts in arrival order; an entry whose start was replaced is passed over.
+    /// Delayed starts in arrival order; an entry whose start was replaced is passed over.
     order: VecDeque<(Instant, (Uuid, u32))>,
 }
 
 /// A start to write, as [`Queue::report_many`] takes it.
 type Outgoing = (ExecutionEventRecord, Option<HistoryEntry>);
 
-impl HeldStarts {
-    /// Takes new reports and appends to `out` what is to be sent at `now`: the starts held
+impl DelayedStarts {
+    /// Takes new reports and appends to `out` what is to be sent at `now`: the starts delayed
     /// long enough, minus those whose attempts ended.
     fn take(
         &mut self,
@@ -155,7 +155,7 @@ impl HeldStarts {
             }
         }
         while let Some((since, attempt)) = self.order.front().copied() {
-            if now < since + START_HOLD && self.by_attempt.contains_key(&attempt) {
+            if now < since + START_DELAY && self.by_attempt.contains_key(&attempt) {
                 break;
             }
             self.order.pop_front();
@@ -165,12 +165,12 @@ impl HeldStarts {
         }
     }
 
-    /// When the oldest held start is due.
+    /// When the oldest delayed start is due.
     fn next_due(&self) -> Option<Instant> {
-        self.order.front().map(|(since, _)| *since + START_HOLD)
+        self.order.front().map(|(since, _)| *since + START_DELAY)
     }
 
-    /// Appends every held start to `out` (the publisher is stopping).
+    /// Appends every delayed start to `out` (the publisher is stopping).
     fn release_all(&mut self, out: &mut Vec<Outgoing>) {
         for (_, attempt) in self.order.drain(..) {
             if let Some(start) = self.by_attempt.remove(&attempt) {
@@ -225,7 +225,7 @@ impl ExecutionReporter for QueueReporter {
 
     fn on_finished<'a>(&'a self, report: &'a ExecutionReport) -> ReportFuture<'a> {
         Box::pin(async move {
-            // A parked attempt gave its place back when it was parked (`on_parked`).
+            // An awaiting attempt gave its place back when it started awaiting (`on_awaiting`).
             if !report.awaited {
                 self.metrics.active_attempts(-1);
             }
@@ -271,7 +271,11 @@ impl ExecutionReporter for QueueReporter {
         })
     }
 
-    fn on_parked<'a>(&'a self, exec: &'a ExecutionMessage, worker_id: &'a str) -> ReportFuture<'a> {
+    fn on_awaiting<'a>(
+        &'a self,
+        exec: &'a ExecutionMessage,
+        worker_id: &'a str,
+    ) -> ReportFuture<'a> {
         Box::pin(async move {
             self.metrics.active_attempts(-1);
             debug!(
@@ -317,13 +321,13 @@ mod tests {
     }
 
     #[test]
-    fn a_start_is_sent_only_when_its_end_does_not_follow_within_the_hold() {
+    fn a_start_is_sent_only_when_its_end_does_not_follow_within_the_delay() {
         let t0 = Instant::now();
-        let mut held = HeldStarts::default();
+        let mut delayed = DelayedStarts::default();
         let mut out = Vec::new();
         // 1 ends in the same batch, 2 ends 100 ms later, 3 runs long, 4 is a retry whose
         // first attempt's end comes.
-        held.take(
+        delayed.take(
             [
                 event(1, 0, false),
                 event(2, 0, false),
@@ -335,22 +339,22 @@ mod tests {
             &mut out,
         );
         assert_eq!(starts(&out), []);
-        assert_eq!(held.next_due(), Some(t0 + START_HOLD));
+        assert_eq!(delayed.next_due(), Some(t0 + START_DELAY));
         let t1 = t0 + Duration::from_millis(100);
-        held.take(
+        delayed.take(
             [event(2, 0, true), event(4, 1, false), event(4, 0, true)].into_iter(),
             t1,
             &mut out,
         );
         assert_eq!(starts(&out), []);
-        // At the hold's end the long one's start goes; the retry's start waits on.
-        held.take(std::iter::empty(), t0 + START_HOLD, &mut out);
+        // At the delay's end the long one's start goes; the retry's start waits on.
+        delayed.take(std::iter::empty(), t0 + START_DELAY, &mut out);
         assert_eq!(starts(&out), [(3, 0)]);
-        assert_eq!(held.next_due(), Some(t1 + START_HOLD));
+        assert_eq!(delayed.next_due(), Some(t1 + START_DELAY));
         out.clear();
-        // Stopping sends what is still held.
-        held.release_all(&mut out);
+        // Stopping sends what is still delayed.
+        delayed.release_all(&mut out);
         assert_eq!(starts(&out), [(4, 1)]);
-        assert_eq!(held.next_due(), None);
+        assert_eq!(delayed.next_due(), None);
     }
 }

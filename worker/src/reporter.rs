@@ -46,10 +46,10 @@ pub struct ExecutionReport {
     pub first_enqueued_at: UtcMillis,
     /// The start of the handler's answer, if it left one.
     pub output: Option<AttemptOutput>,
-    /// The run and shard it belongs to, if any.
+    /// The run and fan-out piece it belongs to, if any.
     pub lineage: ax_queue::Lineage,
     /// The attempt waited for its completion (`http.async`): its worker let go of it when
-    /// it was parked ([`ExecutionReporter::on_parked`]), and it was ended elsewhere.
+    /// it started awaiting ([`ExecutionReporter::on_awaiting`]), and it was ended elsewhere.
     pub awaited: bool,
     /// The scheduling shard of the message ([`ExecutionMessage::shard`]): whose owner hears
     /// of the end.
@@ -144,7 +144,7 @@ pub trait ExecutionReporter: Send + Sync + 'static {
     fn on_finished<'a>(&'a self, report: &'a ExecutionReport) -> ReportFuture<'a>;
     /// An attempt's receiver took it on (`http.async`): the worker let go of it, and its end
     /// comes later, possibly on another replica, as an [`ExecutionReport`] marked `awaited`.
-    fn on_parked<'a>(
+    fn on_awaiting<'a>(
         &'a self,
         _exec: &'a ExecutionMessage,
         _worker_id: &'a str,

@@ -148,7 +148,7 @@ async fn a_202_frees_the_slot_and_the_completion_ends_the_attempt_once() {
     .await
     .unwrap();
     assert_eq!((again, none), (EndResult::Done("succeeded".into()), None));
-    // The pool itself reports no end for the parked attempt.
+    // The pool itself reports no end for the awaiting attempt.
     assert!(finished_within(&mut rx, Duration::from_millis(500))
         .await
         .is_none());

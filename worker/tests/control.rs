@@ -111,7 +111,7 @@ async fn a_running_execution_is_killed_within_a_second_and_not_retried() {
             .await
             .unwrap(),
         None,
-        "the task's next fire is not held back"
+        "the task's next fire is not held"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let h = q.history(&s.namespace, &s.id, 10).await.unwrap();

@@ -238,7 +238,7 @@ pub struct ExecutionStory {
     pub dead_letter: Option<DeadLetter>,
     /// False when the search for its attempts stopped at its bound before their end.
     pub complete: bool,
-    /// For an execution of a fanned-out fire (shards, or a broadcast's one per worker):
+    /// For an execution of a fanned-out fire (`shards`, or a broadcast's one per worker):
     /// that fire with all its executions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fire: Option<FireView>,
@@ -249,9 +249,9 @@ pub struct ExecutionStory {
 pub struct FireView {
     /// The fan-out id its executions share.
     pub fanout_id: String,
-    /// How many executions it has (shards, or workers of a broadcast).
+    /// How many executions it has (`shards`, or workers of a broadcast).
     pub total: u32,
-    /// The last recorded attempt of each of its executions, by shard index (from the task's
+    /// The last recorded attempt of each of its executions, by piece index (from the task's
     /// recent history: executions not recorded yet, or no longer kept, are missing).
     pub executions: Vec<ExecutionRecord>,
 }
@@ -306,7 +306,7 @@ pub struct ExecutionRecord {
     /// first KiB at most (in the history across tasks only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<ax_scheduler_core::AttemptOutput>,
-    /// The dependency run and the shard of a sharded fire it belongs to (`run_id`,
+    /// The dependency run and the piece of a fanned-out fire it belongs to (`run_id`,
     /// `fanout_id`, `shard_index`, `shard_total`, and for a broadcast fire the worker it is
     /// addressed to, `target_worker`), when it does.
     #[serde(flatten)]

@@ -25,7 +25,7 @@ use crate::api::{ApiError, CompletionReply, CompletionRequest, CompletionStatus}
 
 /// How often an ended attempt's report is tried before the call gives up on it.
 const PUBLISH_TRIES: u32 = 3;
-/// How often a completion that found its attempt being parked reads it again.
+/// How often a completion that found its attempt moving to awaiting reads it again.
 const MOVED_ROUNDS: usize = 3;
 
 fn conflict(id: Uuid, what: &str) -> ApiError {

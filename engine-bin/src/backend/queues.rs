@@ -173,7 +173,7 @@ impl Backend {
             },
             (None, Some(rec)) => {
                 let Some((_, m)) = &rec.message else {
-                    // The park writes the message with the state; a record without one
+                    // The move to awaiting writes the message with the state; a record without one
                     // says nothing of whose execution it is.
                     return Err(not_in_history(id));
                 };
@@ -214,7 +214,7 @@ impl Backend {
             progress: r.progress,
         });
         story.fire = match items.first().map(|f| (f, &f.entry.lineage)) {
-            Some((first, lineage)) => match (&lineage.fanout_id, lineage.shard_total) {
+            Some((first, lineage)) => match (&lineage.fanout_id, lineage.piece_total) {
                 (Some(fanout), Some(total)) => Some(FireView {
                     fanout_id: fanout.clone(),
                     total,
@@ -245,7 +245,7 @@ impl Backend {
         Ok(None)
     }
 
-    /// The last recorded attempt of each execution of fan-out `fanout`, by shard index, from
+    /// The last recorded attempt of each execution of fan-out `fanout`, by piece index, from
     /// its task's recent history.
     async fn fire_executions(
         &self,
@@ -265,7 +265,7 @@ impl Backend {
             .filter(|e| e.lineage.fanout_id.as_deref() == Some(fanout))
             .filter(|e| seen.insert(e.execution_id))
             .collect();
-        of_fire.sort_by_key(|e| e.lineage.shard_index);
+        of_fire.sort_by_key(|e| e.lineage.piece_index);
         Ok(of_fire.into_iter().map(record).collect())
     }
 

@@ -155,7 +155,7 @@ fn story_header(story: &ExecutionStory) -> String {
             out.push_str(&format!("run:     {run}\n"));
         }
         if let (Some(i), Some(n), Some(f)) =
-            (lineage.shard_index, lineage.shard_total, &lineage.fanout_id)
+            (lineage.piece_index, lineage.piece_total, &lineage.fanout_id)
         {
             out.push_str(&format!("shard:   {i} of 0..{n} (fan-out {f})\n"));
         }
@@ -178,7 +178,7 @@ fn fire_text(fire: &FireView, this: &str) -> String {
         fire.executions.len()
     );
     for e in &fire.executions {
-        let place = match (e.lineage.shard_index, &e.lineage.target_worker) {
+        let place = match (e.lineage.piece_index, &e.lineage.target_worker) {
             (Some(i), Some(w)) => format!("{i} on {w}"),
             (Some(i), None) => i.to_string(),
             _ => "-".to_owned(),

@@ -84,8 +84,8 @@ pub(crate) struct Execution {
     pub(crate) backfill_of: Option<i64>,
     /// The run of a chain of dependent tasks it belongs to.
     pub(crate) run_id: Option<String>,
-    /// For a sharded fire: this shard's index and the shard count.
-    pub(crate) shard: Option<(u64, u64)>,
+    /// For a fanned-out fire: this piece's index and the piece count.
+    pub(crate) piece: Option<(u64, u64)>,
     /// For a broadcast fire: the worker the execution is addressed to.
     pub(crate) target_worker: Option<String>,
     /// For an `http.async` task: where and with which token to report the end.
@@ -279,7 +279,7 @@ fn parse_execution(v: &Value, arrived_at: i64) -> Option<Execution> {
                     .and_then(Value::as_str)
                     .map(str::to_owned),
             ),
-        shard: v
+        piece: v
             .get("shard_index")
             .and_then(Value::as_u64)
             .zip(v.get("shard_total").and_then(Value::as_u64)),

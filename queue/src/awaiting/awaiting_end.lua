@@ -12,7 +12,7 @@
 --       11 record TTL ms after the end
 -- Returns {'ended'}, {'early'} (recorded for the worker), {'stale', current attempt, this
 -- attempt's end or ''}, {'done', this attempt's end}, {'forbidden'}, {'alive'} (the
--- deadline moved), {'moved'} (an 'early' call found it parked meanwhile: read it again) or
+-- deadline moved), {'moved'} (an 'early' call found it awaiting meanwhile: read it again) or
 -- {'gone'} (no record).
 local how, attempt = ARGV[1], ARGV[2]
 local rec = KEYS[1]

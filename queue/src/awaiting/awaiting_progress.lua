@@ -1,6 +1,6 @@
 -- A progress report of an attempt waiting for its completion: keeps what it says and moves
--- the deadline to a full timeout from now. One that comes before the worker parked the
--- attempt is kept too (the park sets the deadline).
+-- the deadline to a full timeout from now. One that comes before the worker moved the
+-- attempt to awaiting is kept too (that move sets the deadline).
 -- KEYS: 1 the execution's awaiting record, 2 awaiting zset
 -- ARGV: 1 attempt, 2 token hash, 3 new deadline ms, 4 progress JSON, 5 execution id,
 --       6 record TTL ms

@@ -14,15 +14,15 @@
 -- The queue's limits hold across all workers: `max_running` counts the executions taken and
 -- not settled (the running set, kept while the limit is set), `rate` is a token bucket
 -- (burst: one second's worth, at least 1) on Redis's clock. A message whose concurrency key
--- has `max` executions running is parked on the key's list, in order, and moved back to the
+-- has `max` executions running is gated: it waits on the key's list (`:held:KEY`), in order, and moved back to the
 -- queued set at its place when a slot of the key frees (`ax_free`, in every settle and the
--- reaper); up to 1000 are parked per call.
--- Messages addressed to this worker (a broadcast fire's shards) are taken first, oldest
+-- reaper); up to 1000 are gated per call.
+-- Messages addressed to this worker (a broadcast fire's pieces) are taken first, oldest
 -- first, up to N, and only here: they count against no queue limit (max_running, rate) and
 -- no concurrency key, since a broadcast runs one per worker by construction. A pause holds
 -- them as it holds the rest.
 -- Returns {1 when paused else 0, {the moved messages, in order}, hold, {per message: ms it
--- waited parked, or -1}}; hold is 0, -1 (the queue is at max_running: wait for a wake) or
+-- waited gated, or -1}}; hold is 0, -1 (the queue is at max_running: wait for a wake) or
 -- the ms until the rate allows a take. When the set is left empty, or nothing can be taken
 -- until a slot frees, the wake tokens go: a freed slot or a push adds new ones.
 if redis.call('EXISTS', KEYS[3]) == 1 then
@@ -97,8 +97,8 @@ if max > 0 and rate > 0 then
   end
 end
 local out, waits = {}, {}
-local parked = 0
-while #out < max and parked < 1000 do
+local gated = 0
+while #out < max and gated < 1000 do
   local popped = redis.call('ZPOPMIN', KEYS[1], max - #out)
   if #popped == 0 then
     break
@@ -113,9 +113,9 @@ while #out < max and parked < 1000 do
       if c and type(c.key) == 'string' and type(msg.execution_id) == 'string' then
         local slots = tag .. ':slots:' .. c.key
         if redis.call('ZCARD', slots) >= (tonumber(c.max) or 1) then
-          -- Over its key's limit: parked in order until a slot of the key frees.
+          -- Over its key's limit: gated, in order, until a slot of the key frees.
           take = false
-          parked = parked + 1
+          gated = gated + 1
           redis.call('RPUSH', tag .. ':held:' .. c.key, m)
           redis.call('SADD', tag .. ':heldkeys', c.key)
           redis.call('HSETNX', tag .. ':limited', msg.execution_id, now())

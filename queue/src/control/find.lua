@@ -1,11 +1,11 @@
 -- Finds the messages of one queue whose JSON contains a needle (an execution id or a task id
--- as serialized), for a kill: waiting, pending retries and held by workers. Read-only. The
+-- as serialized), for a kill: waiting, pending retries and taken by workers. Read-only. The
 -- queued set is read in chunks so a long backlog is never copied whole into the script.
 -- KEYS: 1 queued zset, 2 delayed zset, 3 the former ready list, then the processing lists,
 --       the lists of messages addressed to each worker and the orphaned list (all read as
 --       'processing': a kill tells waiting from running by the message's place, not this);
---       the lists of executions parked on a concurrency key are named by the set of keys
---       with parked executions and built from the queue's tag (`order.lua`)
+--       the lists of executions gated on a concurrency key are named by the set of keys
+--       with gated executions and built from the queue's tag (`order.lua`)
 -- ARGV: 1 needle (a plain substring), 2 most matches returned
 -- Returns pairs of (where: 'ready', 'delayed' or 'processing', message JSON).
 local out = {}
@@ -32,10 +32,10 @@ for from = 0, len - 1, chunk do
 end
 local tag = string.sub(KEYS[1], 1, -8)
 for _, key in ipairs(redis.call('SMEMBERS', tag .. ':heldkeys')) do
-  local held = tag .. ':held:' .. key
-  local count = redis.call('LLEN', held)
+  local gated = tag .. ':held:' .. key
+  local count = redis.call('LLEN', gated)
   for from = 0, count - 1, chunk do
-    look('ready', redis.call('LRANGE', held, from, from + chunk - 1))
+    look('ready', redis.call('LRANGE', gated, from, from + chunk - 1))
   end
 end
 local n = redis.call('ZCARD', KEYS[2])

@@ -1,9 +1,9 @@
 -- An operator's kill of one execution, wherever it is in this queue. A waiting message (queued
--- set, parked on its concurrency key, or the ready list of an earlier version) or a pending retry (delayed set) is removed here and its task's active marker cleared;
+-- set, waiting on its concurrency key, or the ready list of an earlier version) or a pending retry (delayed set) is removed here and its task's active marker cleared;
 -- a running one (taken, so still in the monitor set) gets a kill order that its worker polls
 -- for. The order is left in every case, so a message that comes back later (the reaper gives
 -- back a dead worker's messages, a retry settled just after this call) is stopped when taken.
--- A message addressed to a worker (a broadcast fire's shard) waits in that worker's list or,
+-- A message addressed to a worker (a broadcast fire's piece) waits in that worker's list or,
 -- its worker gone, in the orphaned list: removed from there as from the queued set.
 -- KEYS: 1 queued zset, 2 delayed zset, 3 monitor zset, 4 the execution's kill order, 5 the
 --       task's active marker, 6 the former ready list, 7 order hash, 8 orphaned list
@@ -11,8 +11,8 @@
 --       3 kill order TTL ms
 -- Returns 'waiting' or 'retry_pending' (removed), 'running' (ordered), 'already' (an order
 -- exists and nothing was removed), 'gone' (not in this queue: finished, or never here).
--- Removes the message from its concurrency key's parked list, if it is parked there.
-local function unpark(m)
+-- Removes the message from its concurrency key's list of gated messages, if it waits there.
+local function ungate(m)
   if not string.find(m, '"concurrency":', 1, true) then
     return false
   end
@@ -45,7 +45,7 @@ local state
 if ARGV[1] ~= '' then
   if redis.call('ZREM', KEYS[1], ARGV[1]) > 0 or redis.call('LREM', KEYS[6], 0, ARGV[1]) > 0 then
     state = 'waiting'
-  elseif unpark(ARGV[1]) or unaddress(ARGV[1]) then
+  elseif ungate(ARGV[1]) or unaddress(ARGV[1]) then
     state = 'waiting'
   elseif redis.call('ZREM', KEYS[2], ARGV[1]) > 0 then
     state = 'retry_pending'

@@ -1,11 +1,11 @@
--- Moves a held message to the dead-letter queue, clearing the task's active marker when it
+-- Moves a taken message to the dead-letter queue, clearing the task's active marker when it
 -- still names this execution, and appends the attempt's end record (when given) to the
 -- queue's end log in the same step.
 -- KEYS: 1 processing list, 2 monitor zset, 3 dlq zset, 4 dlq entries hash, 5 active marker,
 --       6 order hash, 7 queued zset, 8 wake list, 9 end log stream
 -- ARGV: 1 message JSON as taken, 2 entry id, 3 entry JSON, 4 now ms, 5 execution id,
 --       6 concurrency key or '' (its slot is freed), 7 end record JSON or ''
--- Returns '0' when the message was no longer held, '1' when it was dead-lettered without an
+-- Returns '0' when the message was no longer taken, '1' when it was dead-lettered without an
 -- end record, else the end log id of its record.
 if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 0 then
   return '0'

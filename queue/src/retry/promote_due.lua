@@ -1,6 +1,6 @@
 -- Moves delayed messages that are due to the queued set, up to a batch size. A retry waits
 -- as a new enqueue of its priority: it gets the next instant of the queue's clock.
--- A retry of an addressed message (a broadcast fire's shard) goes back to its worker's own
+-- A retry of an addressed message (a broadcast fire's piece) goes back to its worker's own
 -- list, or to the orphaned list when that worker is gone (`ax_address`).
 -- KEYS: 1 delayed zset, 2 queued zset, 3 monitor zset, 4 order hash, 5 clock, 6 wake list,
 --       7 workers zset, 8 orphaned list

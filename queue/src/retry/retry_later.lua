@@ -9,7 +9,7 @@
 --       5 concurrency key or '' (its slot is freed: the next attempt takes one when taken),
 --       6 end record JSON if scheduled or '', 7 end record JSON if killed or ''
 -- Returns {1 (scheduled) or 2 (killed: not scheduled), end log id or ''}, or {0, ''} when the
--- message was no longer held (the reaper gave it back).
+-- message was no longer taken (the reaper gave it back).
 if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 0 then
   return {0, ''}
 end

@@ -87,15 +87,15 @@ local function ax_wake(wake, n)
 end
 
 -- The hash tag part of the queue's keys (`{PREFIX:q:QUEUE}`), from its queued set's name.
--- Keys named by a message (a concurrency key's slots and parked list) are built from it
+-- Keys named by a message (a concurrency key's slots and list of gated messages) are built from it
 -- inside the script, so they are in the script's slot although no caller could declare
 -- them before the message was popped.
 local function ax_tag(queued)
   return string.sub(queued, 1, -8)
 end
 
--- Frees the slots a held execution took: the queue's (`max_running`) and its concurrency
--- key's. A freed key slot moves the first execution parked on that key back to the queued
+-- Frees the slots a taken execution took: the queue's (`max_running`) and its concurrency
+-- key's. A freed key slot moves the first execution gated on that key back to the queued
 -- set, at its place; a freed queue slot wakes a consumer when messages wait.
 local function ax_free(queued, order, wake, id, key)
   local tag = ax_tag(queued)
@@ -117,7 +117,7 @@ local function ax_free(queued, order, wake, id, key)
 end
 
 
--- Messages addressed to one worker (a broadcast fire's shards, see `take.lua`): the worker's
+-- Messages addressed to one worker (a broadcast fire's pieces, see `take.lua`): the worker's
 -- list and its wake list, named as `keys.rs` names them (`Keys::addressed`,
 -- `Keys::worker_wake`). Built here only where the worker is known from a message the script
 -- decoded (a due retry); callers declare them otherwise.

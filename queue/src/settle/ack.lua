@@ -7,7 +7,7 @@
 --       6 end log stream, then one active-marker key per message
 -- ARGV: quadruples of (message JSON as taken, execution id, concurrency key or '',
 --       end record JSON or '')
--- Returns one string per message: '0' if it was no longer held (the reaper gave it back),
+-- Returns one string per message: '0' if it was no longer taken (the reaper gave it back),
 -- '1' if it was settled without an end record, else the end log id of its record.
 local out = {}
 for i = 1, #ARGV, 4 do

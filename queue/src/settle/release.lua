@@ -1,13 +1,13 @@
--- Gives a held message back to the queued set at its place (shutdown, unfinished work): the
+-- Gives a taken message back to the queued set at its place (shutdown, unfinished work): the
 -- order score kept for its execution (see `order.lua`). A message addressed to this worker
--- (a broadcast fire's shard) goes back to the front of its own list instead (it runs here
+-- (a broadcast fire's piece) goes back to the front of its own list instead (it runs here
 -- after a restart under the same id, or ends failed once the worker deregisters); one
 -- addressed to another worker, to the orphaned list.
 -- KEYS: 1 processing list, 2 queued zset, 3 order hash, 4 clock, 5 wake list, 6 the worker's
 --       addressed list, 7 orphaned list, 8 the worker's own wake list
 -- ARGV: 1 message JSON as taken, 2 aging step µs, 3 default priority, 4 execution id,
 --       5 concurrency key or '' (its slots are freed), 6 worker id
--- Returns 1, or 0 when the message was no longer held.
+-- Returns 1, or 0 when the message was no longer taken.
 if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 0 then
   return 0
 end

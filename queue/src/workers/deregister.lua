@@ -1,5 +1,5 @@
 -- Removes a worker that stops cleanly, when it holds nothing. Messages still addressed to it
--- (a broadcast fire's shards it will not take now) move to the orphaned list, where a live
+-- (a broadcast fire's pieces it will not take now) move to the orphaned list, where a live
 -- worker ends them failed: no other worker may run them.
 -- KEYS: 1 processing list, 2 workers zset, 3 heartbeat key, 4 the worker's addressed list,
 --       5 orphaned list, 6 the worker's own wake list

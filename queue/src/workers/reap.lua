@@ -1,10 +1,10 @@
--- Gives a dead worker's held messages back to the queued set, each at its place (the order
+-- Gives a dead worker's taken messages back to the queued set, each at its place (the order
 -- score kept for its execution, see `order.lua`), so it is taken before what was enqueued
--- after it, and frees the slots they held (queue and concurrency key).
--- Messages addressed to the worker (a broadcast fire's shards: held, or waiting in its own
+-- after it, and frees the slots they took (queue and concurrency key).
+-- Messages addressed to the worker (a broadcast fire's pieces: taken, or waiting in its own
 -- list) never go to another worker, which runs its own copy: they move to the orphaned
 -- list, where a live worker ends them failed. When a worker restarts under the same id
--- (recover), what it held addressed to itself goes back to the front of its own list
+-- (recover), what it had taken addressed to itself goes back to the front of its own list
 -- instead, and it stays registered.
 -- KEYS: 1 queued zset, 2 workers zset, 3 the worker's processing list, 4 its heartbeat key,
 --       5 order hash, 6 clock, 7 wake list, 8 the worker's addressed list, 9 orphaned list,
@@ -20,12 +20,12 @@ if seen and tonumber(seen) > tonumber(ARGV[2]) then
   return -1
 end
 local recover = ARGV[5] == '1'
-local held = redis.call('LRANGE', KEYS[3], 0, -1)
-local moved = #held
-if #held > 0 then
+local taken = redis.call('LRANGE', KEYS[3], 0, -1)
+local moved = #taken
+if #taken > 0 then
   local clock = ax_clock(KEYS[6])
   local shared = 0
-  for _, m in ipairs(held) do
+  for _, m in ipairs(taken) do
     local ok, msg = pcall(cjson.decode, m)
     local target = ok and ax_target(msg)
     if not target then
@@ -39,7 +39,7 @@ if #held > 0 then
     end
   end
   -- Its slots go with it: the dead worker's heartbeat is gone.
-  for _, m in ipairs(held) do
+  for _, m in ipairs(taken) do
     local ok, msg = pcall(cjson.decode, m)
     if ok and type(msg) == 'table' and type(msg.execution_id) == 'string' then
       local key = type(msg.concurrency) == 'table' and msg.concurrency.key or ''

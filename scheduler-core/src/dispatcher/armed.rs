@@ -42,7 +42,7 @@ pub(super) enum FireKind {
     RunNow(String),
     /// A dependent task's step in a run: its (derived) execution id, and the run.
     Step(Box<(String, String)>),
-    /// The shards not ended of a fanned-out fire, sent again by a new leader (those already
+    /// The pieces not ended of a fanned-out fire, sent again by a new leader (those already
     /// queued are refused as duplicates): the fan-out id.
     Resend(String),
 }
@@ -177,12 +177,12 @@ impl Armed {
                 now,
             );
         }
-        self.settle_status(end, now);
+        self.apply_end_status(end, now);
     }
 
     /// The status `end` leaves the task in: RETRYING when another attempt follows, else the
     /// outcome's, then SCHEDULED (a next fire is armed) or PAUSED.
-    pub(super) fn settle_status(&mut self, end: &AttemptEnd, now: UtcMillis) {
+    pub(super) fn apply_end_status(&mut self, end: &AttemptEnd, now: UtcMillis) {
         if !end.is_last() {
             set_status(&mut self.state, TaskStatus::Retrying, now);
             return;

@@ -1,5 +1,5 @@
-//! A task's life in the dispatcher: armed from its spec (loaded, or updated in place), held
-//! INVALID, or gone.
+//! A task's life in the dispatcher: armed from its spec (loaded, or updated in place), set
+//! aside INVALID, or gone.
 //!
 //! Loading is where a takeover's missed fires are found (the recorded state says how far
 //! the last leader got, and the task's misfire policy says what of the rest runs); an
@@ -55,11 +55,11 @@ impl Dispatcher {
     ) {
         let problems = self.deps.problems(&key);
         if !problems.is_empty() {
-            self.deps.hold(&key, &spec, revision);
+            self.deps.set_aside(&key, &spec, revision);
             self.invalidate(key, revision, problems, now);
             return;
         }
-        self.deps.release(&key);
+        self.deps.clear_set_aside(&key);
         let schedule = match spec.schedule.compile() {
             Ok(s) => s,
             Err(e) => {
@@ -93,10 +93,10 @@ impl Dispatcher {
     }
 
     /// Re-checks a task downstream of a graph change: arms one whose problems are gone,
-    /// holds one that has some now.
+    /// sets aside one that has some now.
     fn recheck(&mut self, key: &Arc<TaskKey>, now: UtcMillis) {
         let problems = self.deps.problems(key);
-        if let Some((spec, revision)) = self.deps.held(key) {
+        if let Some((spec, revision)) = self.deps.set_aside_spec(key) {
             if problems.is_empty() {
                 self.place(Arc::clone(key), spec, revision, None, now);
             } else {
@@ -105,7 +105,7 @@ impl Dispatcher {
         } else if !problems.is_empty() {
             if let Some(task) = self.tasks.get(key) {
                 let (spec, revision) = (Arc::clone(&task.spec), task.revision);
-                self.deps.hold(key, &spec, revision);
+                self.deps.set_aside(key, &spec, revision);
                 self.invalidate(Arc::clone(key), revision, problems, now);
             }
         }
@@ -278,7 +278,7 @@ impl Dispatcher {
     ) {
         let key: Arc<TaskKey> = key.into();
         self.deps.insert(&key, &[]);
-        self.deps.release(&key);
+        self.deps.clear_set_aside(&key);
         self.invalidate(Arc::clone(&key), revision, errors, now);
         self.recheck_downstream(&key, now);
     }

@@ -1,4 +1,4 @@
-//! Every task's place in the dependency graph, and the specs the graph holds back.
+//! Every task's place in the dependency graph, and the specs the graph sets aside.
 //!
 //! A valid spec whose place is unsound (a parent missing, a cycle) is not armed: it is kept
 //! here, INVALID, until a change elsewhere in the graph mends it, and then armed from here
@@ -16,8 +16,8 @@ use crate::key::TaskKey;
 #[derive(Debug, Default)]
 pub(super) struct Dependencies {
     graph: Graph,
-    /// Valid specs held back because of their place in the graph, with their revision.
-    held: HashMap<Arc<TaskKey>, (Arc<TaskSpec>, i64)>,
+    /// Valid specs set aside because of their place in the graph, with their revision.
+    set_aside: HashMap<Arc<TaskKey>, (Arc<TaskSpec>, i64)>,
 }
 
 impl Dependencies {
@@ -30,7 +30,7 @@ impl Dependencies {
     /// Forgets a deleted task; its children keep their edges, to a missing parent now.
     pub(super) fn remove(&mut self, key: &TaskKey) {
         self.graph.remove(key);
-        self.held.remove(key);
+        self.set_aside.remove(key);
     }
 
     /// What is wrong with the task's place in the graph (nothing, almost always).
@@ -38,20 +38,20 @@ impl Dependencies {
         self.graph.problems(key)
     }
 
-    /// Holds back a valid spec whose place is unsound.
-    pub(super) fn hold(&mut self, key: &Arc<TaskKey>, spec: &Arc<TaskSpec>, revision: i64) {
-        self.held
+    /// Sets aside a valid spec whose place is unsound.
+    pub(super) fn set_aside(&mut self, key: &Arc<TaskKey>, spec: &Arc<TaskSpec>, revision: i64) {
+        self.set_aside
             .insert(Arc::clone(key), (Arc::clone(spec), revision));
     }
 
-    /// The task is armed, or invalid for its own spec: nothing of it is held any more.
-    pub(super) fn release(&mut self, key: &TaskKey) {
-        self.held.remove(key);
+    /// The task is armed, or invalid for its own spec: nothing of it is set aside any more.
+    pub(super) fn clear_set_aside(&mut self, key: &TaskKey) {
+        self.set_aside.remove(key);
     }
 
-    /// The spec held back for the task, if any.
-    pub(super) fn held(&self, key: &TaskKey) -> Option<(Arc<TaskSpec>, i64)> {
-        self.held.get(key).cloned()
+    /// The spec set aside for the task, if any.
+    pub(super) fn set_aside_spec(&self, key: &TaskKey) -> Option<(Arc<TaskSpec>, i64)> {
+        self.set_aside.get(key).cloned()
     }
 
     pub(super) fn has_children(&self, key: &TaskKey) -> bool {

@@ -4,8 +4,8 @@
 //! Every source can repeat an event (a leader that died before acknowledging, an end read
 //! both from the history and from its event), so applying one is idempotent twice over: the
 //! event log's position goes into the state with the event's effects, and the last attempt
-//! end applied is remembered by the task. Fanned-out tasks' events are shards, counted in
-//! their fire's progress first (see the `shards` module).
+//! end applied is remembered by the task. Fanned-out tasks' events are pieces, counted in
+//! their fire's progress first (see the `pieces` module).
 
 use std::sync::Arc;
 
@@ -60,11 +60,11 @@ impl Dispatcher {
         now: UtcMillis,
     ) {
         if let Some(task) = self.tasks.get(key) {
-            // A fanned-out task's executions are shards: a final end that matches no fire in
+            // A fanned-out task's executions are pieces: a final end that matches no fire in
             // progress is one already counted (read again), not an execution of its own.
             if task.spec.fanout.is_some() {
                 if let Some((step, outcome)) =
-                    self.apply_shard(key, position, execution, attempt, event, now)
+                    self.apply_piece(key, position, execution, attempt, event, now)
                 {
                     self.on_step_end(key, step, outcome, now);
                 }
@@ -83,7 +83,7 @@ impl Dispatcher {
 
     /// Applies an execution's event to its task's state. `is_attempt` is false for the
     /// made-up end of a fanned-out fire as a whole, which is no attempt of its own (its
-    /// shards' are) and so raises no failure notice.
+    /// pieces' are) and so raises no failure notice.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn apply_to_state(
         &mut self,
@@ -162,7 +162,7 @@ impl Dispatcher {
     /// [`in_flight`](Self::in_flight)), as if its event had arrived; the event itself, if it
     /// still comes, is then ignored.
     ///
-    /// An end already applied (its event came first) is not counted again, but still settles
+    /// An end already applied (its event came first) is not counted again, but still sets
     /// the status: the history is read for a fire sent again and refused as a duplicate (its
     /// first dispatch was not in the state a new leader loaded), and that re-dispatch moved
     /// the status back to RUNNING.
@@ -178,7 +178,7 @@ impl Dispatcher {
         if let Some(task) = self.tasks.get_mut(key) {
             if task.last_end == Some((execution, attempt)) {
                 if task.state.status.is_executing() {
-                    task.settle_status(end, now);
+                    task.apply_end_status(end, now);
                     self.writes.current(&task.key);
                 }
                 return;

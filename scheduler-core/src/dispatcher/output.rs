@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::breaker::Transition;
 use crate::deadline::Miss;
 use crate::execution::ExecutionEvent;
-use crate::fanout::{fire_fanout_id, Shard};
+use crate::fanout::{fire_fanout_id, Piece};
 use crate::misfire::MisfirePlan;
 use crate::state::TaskState;
 use crate::task::{OverlapPolicy, TaskSpec};
@@ -38,8 +38,8 @@ pub struct Dispatch {
     /// The execution starts a run: its task is the first of a chain. Its own execution id
     /// (its fan-out id, for a fanned-out fire) is the run's id.
     pub starts_run: bool,
-    /// For a fanned-out fire: which shard this is (see [`crate::fanout`]).
-    pub shard: Option<Shard>,
+    /// For a fanned-out fire: which piece this is (see [`crate::fanout`]).
+    pub piece: Option<Piece>,
     /// A broadcast fire not addressed yet: never enqueued as it is. The shell lists the
     /// live workers of the task's queue and hands them to
     /// [`Dispatcher::address_broadcast`](super::Dispatcher::address_broadcast), which

@@ -16,7 +16,7 @@ use crate::time::UtcMillis;
 
 use super::armed::{set_status, Armed, FireKind, ReadyFire, TimerEntry, TimerKind};
 use super::output::misfire_notice;
-use super::shards::{fan_out, resend, Outgoing};
+use super::pieces::{fan_out, resend, Outgoing};
 use super::{Dispatch, Dispatcher};
 use crate::key::TaskKey;
 

@@ -692,7 +692,7 @@ fn an_event_read_again_after_a_failover_is_not_applied_twice() {
 }
 
 #[test]
-fn a_one_shot_sent_again_after_a_failover_settles_as_its_replayed_end_says() {
+fn a_one_shot_sent_again_after_a_failover_ends_as_its_replayed_end_says() {
     // The dead leader sent the one-shot and heard its end, and wrote neither. Its successor
     // arms it afresh, applies the end it claims from the event stream, sends the fire again
     // (refused as a duplicate) and reads the end from the history.
@@ -1303,44 +1303,44 @@ fn missing_parents_and_cycles_hold_a_task_invalid_until_mended() {
     assert!(d.state(&key("b")).is_none());
 }
 
-fn shard_exec(d: &Dispatch) -> u128 {
-    let id = d.shard.as_ref().unwrap().execution_id();
+fn piece_exec(d: &Dispatch) -> u128 {
+    let id = d.piece.as_ref().unwrap().execution_id();
     crate::workflow::parse_execution_id(&id).unwrap()
 }
 
-const SHARDED: &str = r#"{"handler":"log","schedule":{"every":"10s"},"fanout":{"shards":3}}"#;
+const FANNED_OUT: &str = r#"{"handler":"log","schedule":{"every":"10s"},"fanout":{"shards":3}}"#;
 
 #[test]
-fn a_sharded_fire_runs_each_shard_and_ends_once_when_all_have() {
-    let mut d = one_task("s", SHARDED);
-    let shards = d.poll(at(10_000));
-    assert_eq!(shards.len(), 3);
-    let indexes: Vec<u32> = shards
+fn a_fanned_out_fire_runs_each_piece_and_ends_once_when_all_have() {
+    let mut d = one_task("s", FANNED_OUT);
+    let pieces = d.poll(at(10_000));
+    assert_eq!(pieces.len(), 3);
+    let indexes: Vec<u32> = pieces
         .iter()
-        .map(|s| s.shard.as_ref().unwrap().index)
+        .map(|s| s.piece.as_ref().unwrap().index)
         .collect();
     assert_eq!(indexes, [0, 1, 2]);
-    let fanout = &shards[0].shard.as_ref().unwrap().fanout;
-    assert!(shards
+    let fanout = &pieces[0].piece.as_ref().unwrap().fanout;
+    assert!(pieces
         .iter()
-        .all(|s| &s.shard.as_ref().unwrap().fanout == fanout));
-    assert!(shards.iter().all(|s| s.overlap == OverlapPolicy::Allow));
+        .all(|s| &s.piece.as_ref().unwrap().fanout == fanout));
+    assert!(pieces.iter().all(|s| s.overlap == OverlapPolicy::Allow));
     assert_eq!(d.state(&key("s")).unwrap().fire_count, 1, "one fire");
-    // Shard 1 retries once, then every shard ends; shard 2 fails for good.
+    // Piece 1 retries once, then every piece ends; piece 2 fails for good.
     d.on_execution(
         &key("s"),
-        shard_exec(&shards[1]),
+        piece_exec(&pieces[1]),
         0,
         &finished(AttemptOutcome::Failed, Some("503".into()), Some(at(12_000))),
         at(11_000),
     );
     assert_eq!(d.state(&key("s")).unwrap().status, TaskStatus::Retrying);
-    ended(&mut d, "s", shard_exec(&shards[0]), true, 11_100);
-    ended(&mut d, "s", shard_exec(&shards[1]), true, 12_100);
+    ended(&mut d, "s", piece_exec(&pieces[0]), true, 11_100);
+    ended(&mut d, "s", piece_exec(&pieces[1]), true, 12_100);
     assert_eq!(d.state(&key("s")).unwrap().success_count, 0, "not yet");
-    ended(&mut d, "s", shard_exec(&shards[2]), false, 12_200);
+    ended(&mut d, "s", piece_exec(&pieces[2]), false, 12_200);
     // The same end again counts nothing.
-    ended(&mut d, "s", shard_exec(&shards[2]), false, 12_300);
+    ended(&mut d, "s", piece_exec(&pieces[2]), false, 12_300);
     let st = d.state(&key("s")).unwrap();
     assert_eq!((st.success_count, st.failure_count), (0, 1));
     assert_eq!(
@@ -1351,10 +1351,10 @@ fn a_sharded_fire_runs_each_shard_and_ends_once_when_all_have() {
 }
 
 #[test]
-fn a_new_leader_sends_the_shards_not_ended_under_the_same_ids() {
-    let mut old = one_task("s", SHARDED);
-    let shards = old.poll(at(10_000));
-    ended(&mut old, "s", shard_exec(&shards[0]), true, 11_000);
+fn a_new_leader_sends_the_pieces_not_ended_under_the_same_ids() {
+    let mut old = one_task("s", FANNED_OUT);
+    let pieces = old.poll(at(10_000));
+    ended(&mut old, "s", piece_exec(&pieces[0]), true, 11_000);
     let written = old
         .take_state_writes(UtcMillis::MAX)
         .into_iter()
@@ -1362,19 +1362,25 @@ fn a_new_leader_sends_the_shards_not_ended_under_the_same_ids() {
         .unwrap();
     assert_eq!(written.fanouts.len(), 1);
     let mut new = Dispatcher::new(DispatcherConfig::default(), at(12_000));
-    new.upsert(key("s"), spec("s", SHARDED), 5, Some(written), at(12_000));
+    new.upsert(
+        key("s"),
+        spec("s", FANNED_OUT),
+        5,
+        Some(written),
+        at(12_000),
+    );
     let again = new.poll(at(12_000));
-    let ids: Vec<u128> = again.iter().map(shard_exec).collect();
-    assert_eq!(ids, [shard_exec(&shards[1]), shard_exec(&shards[2])]);
+    let ids: Vec<u128> = again.iter().map(piece_exec).collect();
+    assert_eq!(ids, [piece_exec(&pieces[1]), piece_exec(&pieces[2])]);
     for s in &again {
-        ended(&mut new, "s", shard_exec(s), true, 13_000);
+        ended(&mut new, "s", piece_exec(s), true, 13_000);
     }
     assert_eq!(new.state(&key("s")).unwrap().success_count, 1);
 }
 
 #[test]
-fn a_chain_waits_for_every_shard_of_its_parent() {
-    let mut d = one_task("s", SHARDED);
+fn a_chain_waits_for_every_piece_of_its_parent() {
+    let mut d = one_task("s", FANNED_OUT);
     d.upsert(
         key("after"),
         spec("after", r#"{"handler":"log","depends_on":[{"task":"s"}]}"#),
@@ -1382,17 +1388,17 @@ fn a_chain_waits_for_every_shard_of_its_parent() {
         None,
         at(0),
     );
-    let shards = d.poll(at(10_000));
-    assert!(shards.iter().all(|s| s.starts_run));
-    ended(&mut d, "s", shard_exec(&shards[0]), true, 11_000);
-    ended(&mut d, "s", shard_exec(&shards[1]), true, 11_000);
+    let pieces = d.poll(at(10_000));
+    assert!(pieces.iter().all(|s| s.starts_run));
+    ended(&mut d, "s", piece_exec(&pieces[0]), true, 11_000);
+    ended(&mut d, "s", piece_exec(&pieces[1]), true, 11_000);
     assert!(d.poll(at(11_000)).is_empty());
-    ended(&mut d, "s", shard_exec(&shards[2]), true, 11_000);
+    ended(&mut d, "s", piece_exec(&pieces[2]), true, 11_000);
     let next = d.poll(at(11_000));
     assert_eq!(next.len(), 1);
     assert_eq!(
         next[0].run_id.as_deref(),
-        Some(shards[0].shard.as_ref().unwrap().fanout.as_str()),
+        Some(pieces[0].piece.as_ref().unwrap().fanout.as_str()),
         "the run is the fire's fan-out id"
     );
 }
@@ -1489,26 +1495,26 @@ fn each_failed_attempt_is_noticed_once_however_its_end_arrives() {
 }
 
 #[test]
-fn a_sharded_fire_notices_its_shards_failures_and_not_its_own_end() {
-    let mut d = one_task("s", SHARDED);
-    let shards = d.poll(at(10_000));
+fn a_fanned_out_fire_notices_its_pieces_failures_and_not_its_own_end() {
+    let mut d = one_task("s", FANNED_OUT);
+    let pieces = d.poll(at(10_000));
     d.take_notices();
     d.on_execution(
         &key("s"),
-        shard_exec(&shards[1]),
+        piece_exec(&pieces[1]),
         0,
         &finished(AttemptOutcome::Failed, Some("503".into()), Some(at(12_000))),
         at(11_000),
     );
-    ended(&mut d, "s", shard_exec(&shards[0]), true, 11_100);
-    ended(&mut d, "s", shard_exec(&shards[1]), true, 12_100);
-    ended(&mut d, "s", shard_exec(&shards[2]), false, 12_200);
-    ended(&mut d, "s", shard_exec(&shards[2]), false, 12_300);
+    ended(&mut d, "s", piece_exec(&pieces[0]), true, 11_100);
+    ended(&mut d, "s", piece_exec(&pieces[1]), true, 12_100);
+    ended(&mut d, "s", piece_exec(&pieces[2]), false, 12_200);
+    ended(&mut d, "s", piece_exec(&pieces[2]), false, 12_300);
     assert_eq!(
         failures(&mut d),
         [
-            (shard_exec(&shards[1]), 0, AttemptOutcome::Failed, true),
-            (shard_exec(&shards[2]), 0, AttemptOutcome::Failed, false)
+            (piece_exec(&pieces[1]), 0, AttemptOutcome::Failed, true),
+            (piece_exec(&pieces[2]), 0, AttemptOutcome::Failed, false)
         ]
     );
     assert_eq!(d.state(&key("s")).unwrap().failure_count, 1);
@@ -1521,26 +1527,26 @@ fn workers(names: &[&str]) -> Vec<String> {
     names.iter().map(|n| (*n).to_owned()).collect()
 }
 
-fn shard_worker(d: &Dispatch) -> &str {
-    d.shard.as_ref().unwrap().worker.as_deref().unwrap()
+fn piece_worker(d: &Dispatch) -> &str {
+    d.piece.as_ref().unwrap().worker.as_deref().unwrap()
 }
 
 #[test]
-fn a_broadcast_fire_waits_for_its_workers_then_runs_one_shard_on_each() {
+fn a_broadcast_fire_waits_for_its_workers_then_runs_one_piece_on_each() {
     let mut d = one_task("b", BROADCAST);
     let fire = d.poll(at(10_000));
     assert_eq!(fire.len(), 1);
     assert!(
-        fire[0].broadcast && fire[0].shard.is_none(),
+        fire[0].broadcast && fire[0].piece.is_none(),
         "not addressed yet"
     );
     assert!(d.state(&key("b")).unwrap().fanouts.is_empty());
-    let shards = d.address_broadcast(&fire[0], workers(&["w3", "w1", "w2", "w1"]), at(10_010));
-    assert_eq!(shards.len(), 3, "one per worker, each once");
-    let to: Vec<&str> = shards.iter().map(shard_worker).collect();
-    assert_eq!(to, ["w1", "w2", "w3"], "shard i on the i-th worker, sorted");
-    assert!(shards.iter().all(|s| !s.broadcast));
-    assert!(shards.iter().all(|s| s.shard.as_ref().unwrap().total == 3));
+    let pieces = d.address_broadcast(&fire[0], workers(&["w3", "w1", "w2", "w1"]), at(10_010));
+    assert_eq!(pieces.len(), 3, "one per worker, each once");
+    let to: Vec<&str> = pieces.iter().map(piece_worker).collect();
+    assert_eq!(to, ["w1", "w2", "w3"], "piece i on the i-th worker, sorted");
+    assert!(pieces.iter().all(|s| !s.broadcast));
+    assert!(pieces.iter().all(|s| s.piece.as_ref().unwrap().total == 3));
     let progress = &d.state(&key("b")).unwrap().fanouts[0];
     assert_eq!(progress.workers, workers(&["w1", "w2", "w3"]));
     // Written at once, not after the RUNNING delay: a new leader needs the addressing.
@@ -1550,12 +1556,12 @@ fn a_broadcast_fire_waits_for_its_workers_then_runs_one_shard_on_each() {
         .any(|(_, s)| s.as_ref().is_some_and(|s| s.fanouts.len() == 1)));
     // Addressing the same fire again (a repeat) changes nothing.
     let again = d.address_broadcast(&fire[0], workers(&["w9"]), at(10_020));
-    let to: Vec<&str> = again.iter().map(shard_worker).collect();
+    let to: Vec<&str> = again.iter().map(piece_worker).collect();
     assert_eq!(to, ["w1", "w2", "w3"]);
-    ended(&mut d, "b", shard_exec(&shards[0]), true, 11_000);
-    ended(&mut d, "b", shard_exec(&shards[2]), true, 11_000);
+    ended(&mut d, "b", piece_exec(&pieces[0]), true, 11_000);
+    ended(&mut d, "b", piece_exec(&pieces[2]), true, 11_000);
     assert_eq!(d.state(&key("b")).unwrap().success_count, 0, "not yet");
-    ended(&mut d, "b", shard_exec(&shards[1]), false, 11_500);
+    ended(&mut d, "b", piece_exec(&pieces[1]), false, 11_500);
     let st = d.state(&key("b")).unwrap();
     assert_eq!((st.success_count, st.failure_count), (0, 1));
     assert_eq!(
@@ -1566,9 +1572,9 @@ fn a_broadcast_fire_waits_for_its_workers_then_runs_one_shard_on_each() {
     // The next fire lists the workers anew.
     let next = d.poll(at(20_000));
     assert!(next.len() == 1 && next[0].broadcast);
-    let shards = d.address_broadcast(&next[0], workers(&["w1"]), at(20_000));
-    assert_eq!(shards.len(), 1);
-    ended(&mut d, "b", shard_exec(&shards[0]), true, 21_000);
+    let pieces = d.address_broadcast(&next[0], workers(&["w1"]), at(20_000));
+    assert_eq!(pieces.len(), 1);
+    ended(&mut d, "b", piece_exec(&pieces[0]), true, 21_000);
     assert_eq!(d.state(&key("b")).unwrap().success_count, 1);
 }
 
@@ -1607,11 +1613,11 @@ fn a_broadcast_fire_without_a_live_worker_fails_at_once_and_says_why() {
 }
 
 #[test]
-fn a_new_leader_sends_a_broadcast_s_open_shards_to_the_same_workers() {
+fn a_new_leader_sends_a_broadcast_s_open_pieces_to_the_same_workers() {
     let mut old = one_task("b", BROADCAST);
     let fire = old.poll(at(10_000));
-    let shards = old.address_broadcast(&fire[0], workers(&["w1", "w2", "w3"]), at(10_000));
-    ended(&mut old, "b", shard_exec(&shards[1]), true, 11_000);
+    let pieces = old.address_broadcast(&fire[0], workers(&["w1", "w2", "w3"]), at(10_000));
+    ended(&mut old, "b", piece_exec(&pieces[1]), true, 11_000);
     let written = old
         .take_state_writes(UtcMillis::MAX)
         .into_iter()
@@ -1621,12 +1627,12 @@ fn a_new_leader_sends_a_broadcast_s_open_shards_to_the_same_workers() {
     new.upsert(key("b"), spec("b", BROADCAST), 5, Some(written), at(12_000));
     let again = new.poll(at(12_000));
     assert!(again.iter().all(|s| !s.broadcast), "no new listing");
-    let ids: Vec<u128> = again.iter().map(shard_exec).collect();
-    assert_eq!(ids, [shard_exec(&shards[0]), shard_exec(&shards[2])]);
-    let to: Vec<&str> = again.iter().map(shard_worker).collect();
+    let ids: Vec<u128> = again.iter().map(piece_exec).collect();
+    assert_eq!(ids, [piece_exec(&pieces[0]), piece_exec(&pieces[2])]);
+    let to: Vec<&str> = again.iter().map(piece_worker).collect();
     assert_eq!(to, ["w1", "w3"]);
     for s in &again {
-        ended(&mut new, "b", shard_exec(s), true, 13_000);
+        ended(&mut new, "b", piece_exec(s), true, 13_000);
     }
     let st = new.state(&key("b")).unwrap();
     assert_eq!((st.success_count, st.failure_count), (1, 0));
@@ -1654,8 +1660,8 @@ fn a_broadcast_fire_replayed_without_its_progress_keeps_its_fanout_id() {
     );
     // Addressed to the workers the first leader fixed: the same executions, duplicates.
     let again = new.address_broadcast(&replay[0], workers(&["w2", "w1"]), at(12_000));
-    let ids: Vec<u128> = again.iter().map(shard_exec).collect();
-    assert_eq!(ids, sent.iter().map(shard_exec).collect::<Vec<_>>());
-    let to: Vec<&str> = again.iter().map(shard_worker).collect();
+    let ids: Vec<u128> = again.iter().map(piece_exec).collect();
+    assert_eq!(ids, sent.iter().map(piece_exec).collect::<Vec<_>>());
+    let to: Vec<&str> = again.iter().map(piece_worker).collect();
     assert_eq!(to, ["w1", "w2"]);
 }

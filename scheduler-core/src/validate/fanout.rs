@@ -7,7 +7,7 @@
 use serde_json::{Map, Value};
 
 use super::checker::{field, kind, Checker};
-use crate::task::{Fanout, MAX_SHARDS};
+use crate::task::{Fanout, MAX_PIECES};
 
 const FANOUT_FIELDS: &[&str] = &["shards", "broadcast"];
 
@@ -19,7 +19,7 @@ pub(super) fn read_fanout(c: &mut Checker, obj: &Map<String, Value>) -> Option<O
     }
 }
 
-/// `fanout`: `{"shards": N}`, 2 to [`MAX_SHARDS`], or `{"broadcast": true}`.
+/// `fanout`: `{"shards": N}`, 2 to [`MAX_PIECES`], or `{"broadcast": true}`.
 fn parse_fanout(c: &mut Checker, v: &Value) -> Option<Fanout> {
     let Value::Object(obj) = v else {
         c.err(
@@ -63,7 +63,7 @@ fn parse_fanout(c: &mut Checker, v: &Value) -> Option<Fanout> {
             return None;
         }
     };
-    let n = c.integer(n, "fanout.shards", 2, u64::from(MAX_SHARDS), "shards")?;
-    // In range: at most MAX_SHARDS.
-    Some(Fanout::Shards(u32::try_from(n).unwrap_or(MAX_SHARDS)))
+    let n = c.integer(n, "fanout.shards", 2, u64::from(MAX_PIECES), "shards")?;
+    // In range: at most MAX_PIECES.
+    Some(Fanout::Pieces(u32::try_from(n).unwrap_or(MAX_PIECES)))
 }

@@ -2,7 +2,7 @@
 //! and with a fire that comes while the previous one still runs.
 //!
 //! Both are plain names. Overlap is read with the task's fanout known, because a fanned-out
-//! task runs its shards side by side and only `allow` fits it; the default follows suit.
+//! task runs its pieces side by side and only `allow` fits it; the default follows suit.
 
 use serde_json::{Map, Value};
 
@@ -31,7 +31,7 @@ pub(super) fn read_overlap(
     obj: &Map<String, Value>,
     fanned: bool,
 ) -> Option<OverlapPolicy> {
-    // The shards of one fire run side by side: `forbid` would hold the second behind
+    // The pieces of one fire run side by side: `forbid` would hold the second behind
     // the first. Overlap between fires is therefore `allow` for a fanned-out task.
     let default_overlap = if fanned {
         OverlapPolicy::Allow

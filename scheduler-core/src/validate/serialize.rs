@@ -120,7 +120,7 @@ fn concurrency_json(cc: &Concurrency) -> Value {
 fn fanout_json(fanout: Fanout) -> Value {
     let mut f = Map::new();
     match fanout {
-        Fanout::Shards(n) => f.insert("shards".into(), n.into()),
+        Fanout::Pieces(n) => f.insert("shards".into(), n.into()),
         Fanout::Broadcast => f.insert("broadcast".into(), true.into()),
     };
     Value::Object(f)

@@ -57,6 +57,19 @@ fn minimal_spec_gets_documented_defaults() {
 }
 
 #[test]
+fn a_fanout_of_pieces_is_shards_in_json() {
+    let spec =
+        parse(r#"{"handler":"log","schedule":{"every":"10s"},"fanout":{"shards":3}}"#).unwrap();
+    assert_eq!(spec.fanout, Some(Fanout::Pieces(3)));
+    assert_eq!(
+        serde_json::to_value(Fanout::Pieces(3)).unwrap(),
+        serde_json::json!({"shards": 3})
+    );
+    let back: serde_json::Value = serde_json::from_slice(&spec.to_json()).unwrap();
+    assert_eq!(back["fanout"], serde_json::json!({"shards": 3}));
+}
+
+#[test]
 fn broadcast_fanout_parses_round_trips_and_excludes_shards() {
     let spec = parse(r#"{"handler":"log","schedule":{"every":"10s"},"fanout":{"broadcast":true}}"#)
         .unwrap();
@@ -64,7 +77,7 @@ fn broadcast_fanout_parses_round_trips_and_excludes_shards() {
     assert_eq!(
         spec.overlap,
         OverlapPolicy::Allow,
-        "its shards run side by side"
+        "its pieces run side by side"
     );
     let again = TaskSpec::from_json(&spec.to_json(), "default", "t1");
     assert_eq!(again.unwrap().fanout, Some(Fanout::Broadcast));

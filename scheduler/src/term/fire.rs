@@ -2,7 +2,7 @@
 //!
 //! Split in two so the decisions run on virtual time in tests, as the dispatcher's do:
 //! [`Term::fire`] is the thin I/O shell (read the clock, check the lease, one pipelined enqueue with
-//! retries, then carry out the effects), and [`settle`] is a synchronous step that applies the
+//! retries, then carry out the effects), and [`apply_outcomes`] is a synchronous step that applies the
 //! enqueue outcomes to the dispatcher and returns what to do about them ([`FireEffects`]:
 //! metrics, alerts, consumed triggers, stepping down). [`notice_alerts`] does the same for the
 //! dispatcher's notices, [`failure_alerts`] for the failed attempts among them: the one place
@@ -48,7 +48,7 @@ pub(super) struct FireEffects {
 /// Applies the enqueue `outcomes` of `dispatches` (sent as `messages`) to the dispatcher and
 /// returns the effects to carry out. Stops at the first fenced outcome: nothing after it
 /// was pushed, and the term ends.
-pub(super) fn settle(
+pub(super) fn apply_outcomes(
     dispatcher: &mut Dispatcher,
     dispatches: &[Dispatch],
     messages: &[ExecutionMessage],
@@ -356,7 +356,7 @@ impl Term {
             // The term is over; the fires taken for this batch were not recorded anywhere.
             return;
         };
-        let effects = settle(
+        let effects = apply_outcomes(
             &mut self.dispatcher,
             &dispatches,
             &messages,
@@ -382,7 +382,7 @@ impl Term {
 /// Addresses the broadcast fires among `dispatches` (see `ax_scheduler_core::fanout`): the
 /// live workers of each one's queue, listed once per queue and round and fixed per fire in
 /// Redis (a fire sent by a leader that died before writing its progress keeps the workers
-/// it was sent to), go to the dispatcher, which returns a shard per worker (or ends the
+/// it was sent to), go to the dispatcher, which returns a piece per worker (or ends the
 /// fire failed when there is none). Each call is retried as an enqueue is; `None` when the
 /// term ends first.
 async fn address_broadcasts(
@@ -463,8 +463,8 @@ async fn record_unserved_fires(deps: &TermDeps, notices: &[Notice]) {
             lineage: ax_queue::Lineage {
                 run_id: run.clone(),
                 fanout_id: Some(fanout.clone()),
-                shard_index: None,
-                shard_total: Some(0),
+                piece_index: None,
+                piece_total: Some(0),
                 target_worker: None,
             },
         };
@@ -637,7 +637,7 @@ mod tests {
         let dispatches = d.poll(now);
         assert_eq!(dispatches.len(), 2);
         let msgs = messages(&dispatches, now);
-        let effects = settle(
+        let effects = apply_outcomes(
             &mut d,
             &dispatches,
             &msgs,
@@ -669,7 +669,7 @@ mod tests {
         ]);
         let dispatches = d.poll(at(1000));
         let msgs = messages(&dispatches, at(1000));
-        let effects = settle(
+        let effects = apply_outcomes(
             &mut d,
             &dispatches,
             &msgs,
@@ -705,7 +705,7 @@ mod tests {
             id,
             "the trigger names the execution"
         );
-        let effects = settle(
+        let effects = apply_outcomes(
             &mut d,
             &dispatches,
             &msgs,

@@ -48,11 +48,11 @@ pub(crate) fn build(
     env.insert("AX_ATTEMPT".into(), exec.attempt.to_string());
     env.insert("AX_FIRE_AT".into(), exec.fire_at.to_string());
     env.insert("AX_PAYLOAD".into(), exec.payload.to_string());
-    // A step of a dependency chain, a shard of a fanned-out fire: where it stands.
+    // A step of a dependency chain, a piece of a fanned-out fire: where it stands.
     if let Some(run) = &exec.lineage.run_id {
         env.insert("AX_RUN_ID".into(), run.clone());
     }
-    if let (Some(index), Some(total)) = (exec.lineage.shard_index, exec.lineage.shard_total) {
+    if let (Some(index), Some(total)) = (exec.lineage.piece_index, exec.lineage.piece_total) {
         env.insert("AX_SHARD_INDEX".into(), index.to_string());
         env.insert("AX_SHARD_TOTAL".into(), total.to_string());
     }

@@ -13,7 +13,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::settle::settle;
+use super::retrying::settle;
 use super::Shared;
 
 /// An ack waiting for the batcher, with the end to record; the execution learns how it was
@@ -47,7 +47,7 @@ async fn ack_loop(sh: Arc<Shared>, mut rx: UnboundedReceiver<AckRequest>) {
         for (i, (_, record, reply)) in batch.drain(..).enumerate() {
             let how = settled
                 .as_ref()
-                .map(|s| s.get(i).cloned().unwrap_or(Settled::NotHeld));
+                .map(|s| s.get(i).cloned().unwrap_or(Settled::NotTaken));
             let _ = reply.send((how, record));
         }
     }

@@ -41,7 +41,7 @@ pub struct WorkerConfig {
     pub record_history: bool,
     /// How long settling an attempt is retried through Redis errors. Default 30 s.
     pub settle_retry_for: Duration,
-    /// How often the processing lists are checked against what the pool really holds.
+    /// How often the processing lists are checked against what the pool really has in hand.
     /// Default 10 s.
     pub reconcile_interval: Duration,
     /// Address blocks the `http` handler may call besides public addresses (see

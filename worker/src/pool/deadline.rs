@@ -1,7 +1,7 @@
 //! The deadline loop: ends what no worker will end by itself.
 //!
 //! Two kinds of message wait in Redis with no execution behind them: `http.async` attempts
-//! parked past their deadline, and broadcast messages addressed to a worker that is gone.
+//! awaiting past their deadline, and broadcast messages addressed to a worker that is gone.
 //! Every pool runs this loop on the maintenance period, and Redis hands each such message
 //! to one of them, which reports its end as it reports its own attempts' ends.
 
@@ -47,7 +47,7 @@ pub(super) async fn deadline_loop(sh: Arc<Shared>, stop: CancellationToken) {
 const ORPHAN_BATCH: usize = 100;
 
 /// Ends the messages of `queue` addressed to a worker that is gone (a broadcast fire's
-/// shards, see [`ax_queue::Queue::take_orphans`]): none may run on another worker, which
+/// pieces, see [`ax_queue::Queue::take_orphans`]): none may run on another worker, which
 /// runs its own copy, so each fails for good, as an attempt of the worker it was addressed
 /// to (dead letter, history, the leader's event), and its fire can end.
 async fn end_orphans(sh: &Shared, queue: &str) {

@@ -4,7 +4,7 @@
 //! Each message runs in its own task; the handler itself runs in a further spawned task so
 //! a panic surfaces as a `JoinError` (recorded with its message) instead of unwinding
 //! through the pool, and so a timeout can abort it. The attempt is a short sequence of
-//! steps that each decide one thing (may it start, how did the handler end, is it parked,
+//! steps that each decide one thing (may it start, how did the handler end, is it awaiting,
 //! how is its message settled), passing on a [`Verdict`], so no step knows the others'
 //! details.
 
@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::ack::{ack, Acks};
-use super::park::{conclude, open_completion, reported_outcome, Park};
-use super::reconcile::hold;
+use super::awaiting::{conclude, open_completion, reported_outcome, Concluded};
+use super::reconcile::mark_in_hand;
 use super::settle::{dead_letter, end_record, fail, finish, give_back, Ending};
 use super::stop::{stopped, unwatch};
 use super::{Shared, Verdict};
@@ -48,7 +48,7 @@ pub(super) async fn execute(
     let Some(slot) = slot else {
         give_back(&sh, &d).await;
         unwatch(&sh, &d);
-        hold(&sh, &d, false);
+        mark_in_hand(&sh, &d, false);
         return;
     };
     let m = &d.message;
@@ -65,7 +65,7 @@ pub(super) async fn execute(
         .instrument(span)
         .await;
     unwatch(&sh, &d);
-    hold(&sh, &d, false);
+    mark_in_hand(&sh, &d, false);
     drop(place);
 }
 
@@ -128,13 +128,13 @@ async fn execute_in_span(
     };
     if let Some(c) = &completion {
         match conclude(sh, d, c, verdict, &output).await {
-            Park::Parked => {
+            Concluded::Awaiting => {
                 drop(permit);
-                sh.reporter.on_parked(msg, worker).await;
+                sh.reporter.on_awaiting(msg, worker).await;
                 return;
             }
-            Park::NotHeld => return,
-            Park::Ended(v) => verdict = v,
+            Concluded::NotTaken => return,
+            Concluded::Ended(v) => verdict = v,
         }
     }
     drop(permit);
@@ -255,7 +255,7 @@ fn panic_message(e: JoinError) -> String {
 async fn ack_end(sh: &Shared, acks: &Acks, ending: &Ending<'_>, end: AttemptEnd) {
     let report = ending.report(end, sh.cfg.clock.now());
     let (settled, record) = ack(acks, ending.d, end_record(sh, &report)).await;
-    if settled == Some(Settled::NotHeld) {
+    if settled == Some(Settled::NotTaken) {
         tracing::warn!("ack found the message gone (the reaper gave it back)");
     }
     let record = record.unwrap_or_else(|| end_record(sh, &report));

@@ -25,8 +25,9 @@ use tokio_util::task::TaskTracker;
 
 use super::ack::Acks;
 use super::execute::execute;
-use super::reconcile::hold;
-use super::settle::{error_backoff, give_back};
+use super::reconcile::mark_in_hand;
+use super::retrying::error_backoff;
+use super::settle::give_back;
 use super::stop::{stop_orders_of, watch};
 use super::Shared;
 
@@ -175,7 +176,7 @@ impl Fetcher {
                 give_back(sh, &d).await;
                 continue;
             }
-            hold(sh, &d, true);
+            mark_in_hand(sh, &d, true);
             let stop = watch(sh, &d, order);
             self.executions.spawn(execute(
                 sh.clone(),

@@ -6,17 +6,18 @@
 //!
 //! - [`fetch`]: one loop per queue takes messages when the pool has places for them;
 //! - [`execute`]: one attempt, its handler under its timeout with panics caught, its
-//!   outcome settled ([`settle`]) and reported; [`park`] for an `http.async` attempt;
+//!   outcome settled ([`settle`]) and reported; [`awaiting`] for an `http.async` attempt;
 //! - [`ack`]: batches the acks of all executions into few script calls;
 //! - [`relay`]: writes the ends settled with their messages to the leader and the history;
+//! - [`retrying`]: retries the pool's Redis writes through short outages;
 //! - [`heartbeat`]: tells the queues this worker is alive;
 //! - [`stop`]: tells the attempts an operator kills (or overlap `replace` ends) to stop;
-//! - [`reconcile`]: gives back what the processing lists hold and the pool does not;
-//! - [`deadline`]: ends parked attempts past their deadline and messages of gone workers;
+//! - [`reconcile`]: gives back what the processing lists hold beyond what the pool has in hand;
+//! - [`deadline`]: ends awaiting attempts past their deadline and messages of gone workers;
 //! - the queue's [`Maintenance`]: promotes due retries and gives back dead workers' messages.
 //!
 //! The state they share ([`Shared`]) is one `Arc`: the queue, the settings, the handlers,
-//! the reporter, the counters, and what the pool holds now.
+//! the reporter, the counters, and what the pool has in hand now.
 //!
 //! Shutdown (the `CancellationToken` passed to [`WorkerPool::run`]): the fetch loops stop
 //! taking (a blocked take ends within the block timeout; anything it returns after the
@@ -25,14 +26,15 @@
 //! heartbeat stops and the worker deregisters.
 
 mod ack;
+mod awaiting;
 mod config;
 mod deadline;
 mod execute;
 mod fetch;
 mod heartbeat;
-mod park;
 mod reconcile;
 mod relay;
+mod retrying;
 mod settle;
 mod stop;
 
@@ -53,7 +55,7 @@ use crate::registry::HandlerRegistry;
 use crate::reporter::ExecutionReporter;
 
 /// How an attempt ended, its error, and whether that error may be retried: what the steps of
-/// an attempt hand on, in `execute` and in `park` alike.
+/// an attempt hand on, in `execute` and in `awaiting` alike.
 type Verdict = (AttemptOutcome, Option<String>, bool);
 
 /// Counts of what a pool did, returned when it stops.
@@ -99,9 +101,9 @@ struct Shared {
     reporter: Arc<dyn ExecutionReporter>,
     http: EgressClient,
     counters: Counters,
-    /// The attempts this pool runs now, by (execution id, attempt): what its processing
-    /// lists should hold.
-    held: std::sync::Mutex<HashSet<(u128, u32)>>,
+    /// The attempts this pool has in hand now, by (execution id, attempt): what its
+    /// processing lists should hold.
+    in_hand: std::sync::Mutex<HashSet<(u128, u32)>>,
     /// The same attempts with what the stop loop asks about and how it tells them to stop.
     watched: std::sync::Mutex<HashMap<(u128, u32), stop::Watched>>,
     /// Where ends go to be relayed, while the pool runs.
@@ -162,7 +164,7 @@ impl WorkerPool {
                 reporter,
                 http,
                 counters: Counters::default(),
-                held: std::sync::Mutex::new(HashSet::new()),
+                in_hand: std::sync::Mutex::new(HashSet::new()),
                 watched: std::sync::Mutex::new(HashMap::new()),
                 relays: std::sync::Mutex::new(None),
             }),
@@ -216,7 +218,7 @@ impl WorkerPool {
         let relay = relay::start(sh);
         let background = Background::start(sh, &cancel).await;
         // Acks go through one batching task: under load, one script call settles many
-        // messages. It ends when the last sender (held by fetchers and executions) is gone.
+        // messages. It ends when the last sender (kept by fetchers and executions) is gone.
         let (acks, acker) = ack::start(sh.clone());
         let fetchers = fetch::start(sh, &executions, &cancel, &hard_stop, acks);
 

@@ -1,8 +1,8 @@
-//! The reconciler: checks the processing lists against what the pool really holds.
+//! The reconciler: checks the processing lists against what the pool really has in hand.
 //!
 //! A take whose reply is lost after Redis moved its messages leaves them in this worker's
 //! processing list with no execution to settle them, and the reaper gives back only a dead
-//! worker's messages. So the pool keeps the set of attempts it holds ([`hold`]), and a loop
+//! worker's messages. So the pool keeps the set of attempts it has in hand ([`mark_in_hand`]), and a loop
 //! of its own, on a slow period, gives back what the lists hold beyond it.
 
 use std::collections::{HashMap, HashSet};
@@ -13,15 +13,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 
-/// Marks a delivery as held by this pool (or no longer).
-pub(super) fn hold(sh: &Shared, d: &Delivery, held: bool) {
+/// Marks a delivery as in hand at this pool (or no longer).
+pub(super) fn mark_in_hand(sh: &Shared, d: &Delivery, in_hand: bool) {
     let key = (d.message.execution_id.as_u128(), d.message.attempt);
     // A poisoned lock only means a panic elsewhere while holding it; the set stays usable.
     let mut set = sh
-        .held
+        .in_hand
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if held {
+    if in_hand {
         set.insert(key);
     } else {
         set.remove(&key);
@@ -48,14 +48,14 @@ pub(super) async fn reconcile_loop(sh: Arc<Shared>, stop: CancellationToken) {
                 }
             };
             let unknown: HashSet<String> = {
-                let held = sh
-                    .held
+                let in_hand = sh
+                    .in_hand
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 entries
                     .into_iter()
                     .filter(|raw| match ax_queue::ExecutionMessage::from_json(raw) {
-                        Ok(m) => !held.contains(&(m.execution_id.as_u128(), m.attempt)),
+                        Ok(m) => !in_hand.contains(&(m.execution_id.as_u128(), m.attempt)),
                         Err(_) => true,
                     })
                     .collect()
@@ -93,7 +93,7 @@ async fn release_stuck(sh: &Shared, queue: &str, raw: String) {
     match result {
         Ok(true) => tracing::warn!(
             queue,
-            "gave back a message this worker held without knowing it (a lost reply)"
+            "gave back a message this worker had taken without knowing it (a lost reply)"
         ),
         Ok(false) => {}
         Err(e) => {

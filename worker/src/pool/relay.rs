@@ -13,7 +13,7 @@ use ax_queue::PendingEnd;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::task::JoinHandle;
 
-use super::settle::settle;
+use super::retrying::settle;
 use super::Shared;
 
 /// Most ends relayed in one pipeline.

@@ -9,49 +9,18 @@
 //! and those the deadline loop finds, goes through [`finish`], so the relay and the
 //! reporter see them all the same way.
 //!
-//! Settling is retried through short Redis outages ([`settle`]), because an unsettled
+//! Settling is retried through short Redis outages (`retrying.rs`), because an unsettled
 //! message of a live worker would sit in its processing list until that worker stops.
 
-use std::future::Future;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
-use ax_queue::{Delivery, EndRecord, PendingEnd, QueueError, RetrySettle, Settled};
-use ax_scheduler_core::{AttemptEnd, AttemptOutcome, AttemptOutput, ReconnectBackoff, UtcMillis};
+use ax_queue::{Delivery, EndRecord, PendingEnd, RetrySettle, Settled};
+use ax_scheduler_core::{AttemptEnd, AttemptOutcome, AttemptOutput, UtcMillis};
 
+use super::retrying::settle;
 use super::Shared;
 use crate::reporter::ExecutionReport;
 use crate::retry::{decide, RetryDecision};
-
-/// Waits between failed Redis calls of the fetch and settle loops.
-pub(super) fn error_backoff() -> ReconnectBackoff {
-    ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(5))
-}
-
-/// Runs a settling operation, retrying retryable errors for up to `settle_retry_for`.
-/// `None` when it could not be done (logged).
-pub(super) async fn settle<T, F, Fut>(sh: &Shared, op: &'static str, mut f: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = std::result::Result<T, QueueError>>,
-{
-    let start = tokio::time::Instant::now();
-    let mut backoff = error_backoff();
-    loop {
-        match f().await {
-            Ok(v) => return Some(v),
-            Err(e) if e.is_retryable() && start.elapsed() < sh.cfg.settle_retry_for => {
-                tracing::warn!(op, error = %e, "settling failed; retrying");
-                let wait = backoff.next_delay(&mut rand::rng());
-                tokio::time::sleep(wait).await;
-            }
-            Err(e) => {
-                tracing::error!(op, error = %e, "settling failed; the message stays with this worker until it stops");
-                return None;
-            }
-        }
-    }
-}
 
 /// Gives an unfinished message back to the front of its queue.
 pub(super) async fn give_back(sh: &Shared, d: &Delivery) {
@@ -116,7 +85,7 @@ pub(super) async fn dead_letter(
         q.dead_letter_recorded(d, reason, now, Some(&record))
     })
     .await;
-    if settled.as_ref().is_some_and(Settled::was_held) {
+    if settled.as_ref().is_some_and(Settled::was_taken) {
         sh.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
     }
     finish(sh, &report, record, settled).await;
@@ -181,7 +150,7 @@ pub(super) async fn fail(
                     sh.counters.retried.fetch_add(1, Ordering::Relaxed);
                     (retrying, records.0, Some(Settled::Done(logged)))
                 }
-                Some((RetrySettle::NotHeld, _)) => (retrying, records.0, Some(Settled::NotHeld)),
+                Some((RetrySettle::NotTaken, _)) => (retrying, records.0, Some(Settled::NotTaken)),
                 None => (retrying, records.0, None),
             };
             finish(sh, &report, record, settled).await;
@@ -200,7 +169,7 @@ pub(super) async fn fail(
 
 /// After an end was settled (`settled`: how; `None` when settling failed): relays its
 /// record, from the end log when the settle put it there, else written directly (the
-/// message was no longer held, or Redis could not be reached: best effort, as nothing else
+/// message was no longer taken, or Redis could not be reached: best effort, as nothing else
 /// will write it), and tells the reporter.
 pub(super) async fn finish(
     sh: &Shared,

@@ -1,6 +1,6 @@
 //! The stop listener: stopping one execution (an operator's kill, or overlap `replace`).
 //!
-//! Every execution this pool holds, running or waiting for a slot, is registered with a
+//! Every execution this pool has in hand, running or waiting for a slot, is registered with a
 //! `watch` channel; one loop asks Redis every [`STOP_POLL_INTERVAL`] about all of them in one
 //! round trip ([`ax_queue::Queue::stop_orders`]) and signals the ones to stop, so the cost
 //! does not grow with a round trip per execution. Messages just taken are asked about before
@@ -19,17 +19,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 
-/// How often the pool asks whether any execution it holds must stop (killed, or replaced
+/// How often the pool asks whether any execution it has in hand must stop (killed, or replaced
 /// under overlap `replace`): a kill takes effect within it plus a round trip.
 const STOP_POLL_INTERVAL: Duration = Duration::from_millis(250);
 
-/// One held attempt as the stop loop sees it.
+/// One attempt in hand as the stop loop sees it.
 pub(super) struct Watched {
     probe: StopProbe,
     stop: watch::Sender<Option<StopOrder>>,
 }
 
-/// Registers a held attempt with the stop loop; `order` is what was known when it was taken.
+/// Registers an attempt in hand with the stop loop; `order` is what was known when it was taken.
 pub(super) fn watch(
     sh: &Shared,
     d: &Delivery,
@@ -76,7 +76,7 @@ pub(super) async fn stop_orders_of(sh: &Shared, deliveries: &[Delivery]) -> Vec<
     }
 }
 
-/// Asks Redis, for every attempt the pool holds, whether it must stop, and tells those that
+/// Asks Redis, for every attempt the pool has in hand, whether it must stop, and tells those that
 /// must. A Redis error stops nothing: it is asked again next round.
 pub(super) async fn stop_loop(sh: Arc<Shared>, stop: CancellationToken) {
     loop {

@@ -1,17 +1,17 @@
-//! Parking: the part of an attempt that belongs to `http.async` (see [`crate::awaiting`]).
+//! Awaiting: the part of an attempt that belongs to `http.async` (see [`crate::awaiting`]).
 //!
 //! Such an attempt is opened in Redis with a fresh completion token before its request goes
 //! out ([`open_completion`]), so a completion that came before a crash ends the attempt
-//! without sending the request again. When the receiver accepts it (202), the attempt is
-//! parked with a deadline a full timeout away ([`conclude`]) and the pool lets go of it; its
+//! without sending the request again. When the receiver accepts it (202), the attempt
+//! moves to awaiting with a deadline a full timeout away ([`conclude`]) and the pool lets go of it; its
 //! completion or its deadline ends it later. Every other end closes the opened attempt and
 //! goes on as any attempt's. Kept apart so the execution reads the same for every handler:
 //! it calls in here once before its handler runs and once after.
 
-use ax_queue::{Delivery, Parked, ReportedEnd, ReportedStatus, StopOrder};
+use ax_queue::{AwaitStart, Delivery, ReportedEnd, ReportedStatus, StopOrder};
 use ax_scheduler_core::{AttemptOutcome, UtcMillis};
 
-use super::settle::settle;
+use super::retrying::settle;
 use super::{Shared, Verdict};
 use crate::awaiting::Completion;
 use crate::handler::OutputSlot;
@@ -98,16 +98,16 @@ fn closed_label(outcome: AttemptOutcome) -> &'static str {
 }
 
 /// What the pool does next with an opened attempt whose handler is done.
-pub(super) enum Park {
-    /// Parked: the pool is done with the attempt.
-    Parked,
+pub(super) enum Concluded {
+    /// Awaiting its completion: the pool is done with the attempt.
+    Awaiting,
     /// The message was gone: nothing to settle or report.
-    NotHeld,
+    NotTaken,
     /// The attempt ends at the pool: settled and reported as any other.
     Ended(Verdict),
 }
 
-/// What comes of an opened attempt once its handler is done with `verdict`: parked when
+/// What comes of an opened attempt once its handler is done with `verdict`: awaiting when
 /// the receiver accepted it, else closed and ending as the verdict says.
 pub(super) async fn conclude(
     sh: &Shared,
@@ -115,42 +115,42 @@ pub(super) async fn conclude(
     completion: &Completion,
     verdict: Verdict,
     output: &OutputSlot,
-) -> Park {
+) -> Concluded {
     if verdict.0 == AttemptOutcome::Succeeded && completion.accepted() {
-        let parked = park(sh, d, output).await;
-        if matches!(parked, Park::NotHeld) {
+        let concluded = start_awaiting(sh, d, output).await;
+        if matches!(concluded, Concluded::NotTaken) {
             tracing::warn!(
-                "accepted, but the message was no longer held (the reaper gave it back)"
+                "accepted, but the message was no longer taken (the reaper gave it back)"
             );
         }
-        parked
+        concluded
     } else {
         let q = &sh.queue;
         settle(sh, "close_awaiting", || {
             q.close_awaiting(d, closed_label(verdict.0))
         })
         .await;
-        Park::Ended(verdict)
+        Concluded::Ended(verdict)
     }
 }
 
-/// Parks an accepted attempt until a full timeout from now.
-async fn park(sh: &Shared, d: &Delivery, output: &OutputSlot) -> Park {
+/// Moves an accepted attempt to awaiting its completion until a full timeout from now.
+async fn start_awaiting(sh: &Shared, d: &Delivery, output: &OutputSlot) -> Concluded {
     let deadline = sh.cfg.clock.now().add(d.message.timeout());
     let q = &sh.queue;
-    match settle(sh, "park_awaiting", || q.park_awaiting(d, deadline)).await {
-        Some(Parked::Parked) => Park::Parked,
-        Some(Parked::NotHeld) => Park::NotHeld,
+    match settle(sh, "start_awaiting", || q.start_awaiting(d, deadline)).await {
+        Some(AwaitStart::Awaiting) => Concluded::Awaiting,
+        Some(AwaitStart::NotTaken) => Concluded::NotTaken,
         // The job's completion overtook its 202: the attempt ends here with it.
-        Some(Parked::Early(ended)) => Park::Ended(reported_outcome(&ended, output)),
-        Some(Parked::Killed) => Park::Ended((
+        Some(AwaitStart::Early(ended)) => Concluded::Ended(reported_outcome(&ended, output)),
+        Some(AwaitStart::Killed) => Concluded::Ended((
             AttemptOutcome::Killed,
             Some(StopOrder::Killed.reason().to_owned()),
             false,
         )),
-        Some(Parked::Gone) | None => Park::Ended((
+        Some(AwaitStart::Gone) | None => Concluded::Ended((
             AttemptOutcome::Failed,
-            Some("accepted, but the attempt could not be parked to wait for its completion".into()),
+            Some("accepted, but the attempt could not start awaiting its completion".into()),
             true,
         )),
     }

@@ -1,17 +1,17 @@
-//! Fan-out (see [`crate::fanout`]): one fire sent as many shards, and their ends counted
+//! Fan-out (see [`crate::fanout`]): one fire sent as many pieces, and their ends counted
 //! back into one.
 //!
 //! A fire's progress lives in its task's state, not in the dispatcher: it must be written
-//! with the shards' ends so a new leader finishes the count, and the task holds it next to
+//! with the pieces' ends so a new leader finishes the count, and the task holds it next to
 //! the rest of what is written. So this part has no state of its own: it turns a fire that
-//! leaves the ready queue into its shards ([`ShardedFire`]), addresses broadcast fires once
-//! the shell has listed the workers, and folds each shard's last end into its fire's.
+//! leaves the ready queue into its pieces ([`FannedOutFire`]), addresses broadcast fires once
+//! the shell has listed the workers, and folds each piece's last end into its fire's.
 
 use std::sync::Arc;
 
 use crate::execution::{shown_error, AttemptEnd, AttemptOutcome, EventPosition, ExecutionEvent};
-use crate::fanout::{fire_fanout_id, shard_of, FanoutProgress, Shard};
-use crate::task::{Fanout, OverlapPolicy, MAX_SHARDS};
+use crate::fanout::{fire_fanout_id, piece_of, FanoutProgress, Piece};
+use crate::task::{Fanout, OverlapPolicy, MAX_PIECES};
 use crate::time::UtcMillis;
 use crate::workflow::{parse_execution_id, StepOutcome};
 
@@ -31,7 +31,7 @@ pub(super) struct Outgoing {
 }
 
 impl Outgoing {
-    /// The fire as one execution of `task`, not (yet) sharded.
+    /// The fire as one execution of `task`, not (yet) fanned out.
     pub(super) fn dispatch(
         self,
         task: &Armed,
@@ -46,30 +46,30 @@ impl Outgoing {
             run_now: self.run_now,
             run_id: self.run_id,
             starts_run: self.starts_run,
-            shard: None,
+            piece: None,
             broadcast,
         }
     }
 }
 
-/// The shards of one fanned-out fire, to dispatch.
-struct ShardedFire<'a> {
+/// The pieces of one fanned-out fire, to dispatch.
+struct FannedOutFire<'a> {
     fire: Outgoing,
     fanout: &'a str,
     total: u32,
-    /// A broadcast fire's workers, by shard (empty for `shards`).
+    /// A broadcast fire's workers, by piece (empty for `shards`).
     workers: &'a [String],
 }
 
-impl<'a> ShardedFire<'a> {
-    /// The fire `progress` records, to send its shards not ended again (after a failover,
+impl<'a> FannedOutFire<'a> {
+    /// The fire `progress` records, to send its pieces not ended again (after a failover,
     /// or to the workers a broadcast was addressed to).
     fn of(progress: &'a FanoutProgress, fire: Outgoing) -> Self {
         debug_assert!(
             progress.workers.is_empty() || progress.workers.len() == progress.total as usize,
-            "a broadcast fire has one worker per shard"
+            "a broadcast fire has one worker per piece"
         );
-        ShardedFire {
+        FannedOutFire {
             fire,
             fanout: &progress.id,
             total: progress.total,
@@ -77,16 +77,16 @@ impl<'a> ShardedFire<'a> {
         }
     }
 
-    /// Its shards `progress` shows open.
+    /// Its pieces `progress` shows open.
     fn open(&self, task: &Armed, progress: &FanoutProgress) -> Vec<Dispatch> {
         progress
             .open()
-            .map(|index| self.shard(task, index))
+            .map(|index| self.piece(task, index))
             .collect()
     }
 
-    /// Shard `index`: side by side with the others, so overlap `allow`.
-    fn shard(&self, task: &Armed, index: u32) -> Dispatch {
+    /// Piece `index`: side by side with the others, so overlap `allow`.
+    fn piece(&self, task: &Armed, index: u32) -> Dispatch {
         Dispatch {
             key: Arc::clone(&task.key),
             spec: Arc::clone(&task.spec),
@@ -95,7 +95,7 @@ impl<'a> ShardedFire<'a> {
             run_now: self.fire.run_now.clone(),
             run_id: self.fire.run_id.clone(),
             starts_run: self.fire.starts_run,
-            shard: Some(Shard {
+            piece: Some(Piece {
                 index,
                 total: self.total,
                 fanout: self.fanout.to_owned(),
@@ -106,8 +106,8 @@ impl<'a> ShardedFire<'a> {
     }
 }
 
-/// Sends `fire` of a fanned-out task: every shard of a new `shards` fire (its progress
-/// started), a broadcast fire unaddressed (the shell lists the workers), or the shards not
+/// Sends `fire` of a fanned-out task: every piece of a new `shards` fire (its progress
+/// started), a broadcast fire unaddressed (the shell lists the workers), or the pieces not
 /// ended of a fire addressed before.
 pub(super) fn fan_out(task: &mut Armed, fanout: Fanout, fire: Outgoing, out: &mut Vec<Dispatch>) {
     let id = fire
@@ -115,12 +115,14 @@ pub(super) fn fan_out(task: &mut Armed, fanout: Fanout, fire: Outgoing, out: &mu
         .clone()
         .unwrap_or_else(|| fire_fanout_id(&task.key, fire.fire_at));
     let total = match fanout {
-        Fanout::Shards(total) => total,
+        Fanout::Pieces(total) => total,
         Fanout::Broadcast => {
             match task.state.fanouts.iter().find(|f| f.id == id) {
-                // Addressed before (a fire replayed after a failover): its shards not ended
+                // Addressed before (a fire replayed after a failover): its pieces not ended
                 // go to the workers they were addressed to.
-                Some(progress) => out.extend(ShardedFire::of(progress, fire).open(task, progress)),
+                Some(progress) => {
+                    out.extend(FannedOutFire::of(progress, fire).open(task, progress))
+                }
                 None => out.push(fire.dispatch(task, OverlapPolicy::Allow, true)),
             }
             return;
@@ -134,16 +136,16 @@ pub(super) fn fan_out(task: &mut Armed, fanout: Fanout, fire: Outgoing, out: &mu
             fire.run_id.clone(),
         ));
     }
-    let fire = ShardedFire {
+    let fire = FannedOutFire {
         fire,
         fanout: &id,
         total,
         workers: &[],
     };
-    out.extend((0..total).map(|index| fire.shard(task, index)));
+    out.extend((0..total).map(|index| fire.piece(task, index)));
 }
 
-/// Sends again the shards not ended of the task's fire `id` (a new leader's resend).
+/// Sends again the pieces not ended of the task's fire `id` (a new leader's resend).
 pub(super) fn resend(task: &Armed, id: &str, deps: &Dependencies, out: &mut Vec<Dispatch>) {
     let Some(progress) = task.state.fanouts.iter().find(|f| f.id == id) else {
         return;
@@ -154,16 +156,16 @@ pub(super) fn resend(task: &Armed, id: &str, deps: &Dependencies, out: &mut Vec<
         run_id: progress.run.clone(),
         starts_run: progress.run.is_none() && deps.starts_runs(&task.key, &task.spec),
     };
-    out.extend(ShardedFire::of(progress, fire).open(task, progress));
+    out.extend(FannedOutFire::of(progress, fire).open(task, progress));
 }
 
 impl Dispatcher {
     /// Addresses a broadcast fire `poll` returned (its `broadcast` set) to `workers`, the
-    /// live workers of the task's queue the shell found: one shard each, in sorted order,
-    /// at most [`MAX_SHARDS`]. The fire's progress keeps the list (written at once: a new
+    /// live workers of the task's queue the shell found: one piece each, in sorted order,
+    /// at most [`MAX_PIECES`]. The fire's progress keeps the list (written at once: a new
     /// leader sends what is not ended to the same workers). With no worker the fire ends
     /// failed here, with a [`Notice::NoLiveWorker`]. Returns the executions to enqueue;
-    /// a fire addressed already gets its shards not ended, as addressed then.
+    /// a fire addressed already gets its pieces not ended, as addressed then.
     pub fn address_broadcast(
         &mut self,
         dispatch: &Dispatch,
@@ -179,7 +181,7 @@ impl Dispatcher {
         if !task.state.fanouts.iter().any(|f| f.id == id) {
             workers.sort();
             workers.dedup();
-            workers.truncate(MAX_SHARDS as usize);
+            workers.truncate(MAX_PIECES as usize);
             if workers.is_empty() {
                 self.no_live_worker(dispatch, id, now);
                 return Vec::new();
@@ -201,7 +203,7 @@ impl Dispatcher {
             run_id: dispatch.run_id.clone(),
             starts_run: dispatch.starts_run,
         };
-        ShardedFire::of(progress, fire).open(task, progress)
+        FannedOutFire::of(progress, fire).open(task, progress)
     }
 
     /// A broadcast fire found no live worker: it ends failed at once, as one execution.
@@ -232,11 +234,11 @@ impl Dispatcher {
         }
     }
 
-    /// A shard's event: a start or a retry as for any execution; a final end counted in its
+    /// A piece's event: a start or a retry as for any execution; a final end counted in its
     /// fire's progress. The fire's one end (all succeeded, or how many failed) is applied
-    /// once the last shard has ended, and returned (its fan-out id as an execution, and the
+    /// once the last piece has ended, and returned (its fan-out id as an execution, and the
     /// outcome) for the dependency chain.
-    pub(super) fn apply_shard(
+    pub(super) fn apply_piece(
         &mut self,
         key: &TaskKey,
         position: Option<EventPosition>,
@@ -259,7 +261,7 @@ impl Dispatcher {
             .fanouts
             .iter()
             .enumerate()
-            .find_map(|(slot, f)| Some((slot, shard_of(&f.id, execution, f.total)?)))?;
+            .find_map(|(slot, f)| Some((slot, piece_of(&f.id, execution, f.total)?)))?;
         if let Some(p) = position {
             if task.state.last_event.is_some_and(|applied| applied >= p) {
                 return None;
@@ -270,7 +272,7 @@ impl Dispatcher {
         if !progress.record(index, end.is_success()) {
             return None;
         }
-        // The shard's own last attempt; the fire's end below is not an attempt of its own.
+        // The piece's own last attempt; the fire's end below is not an attempt of its own.
         self.notices
             .extend(failure_notice(&task.key, execution, attempt, event));
         if let Some(e) = &end.error {
@@ -283,7 +285,7 @@ impl Dispatcher {
         let done = task.state.fanouts.remove(slot);
         let whole = fanout_end(&done, task.state.last_error.as_deref());
         let fanout = parse_execution_id(&done.id)?;
-        // The fire's end, as one execution's: counted, settled, a held fire released.
+        // The fire's end, as one execution's: counted, its status set, a held fire released.
         let event = ExecutionEvent::Finished {
             at: *at,
             end: whole.clone(),
@@ -292,7 +294,7 @@ impl Dispatcher {
         Some((fanout, StepOutcome::of(&whole)))
     }
 
-    /// Queues again, for a task just loaded, the shards not ended of its fires in progress
+    /// Queues again, for a task just loaded, the pieces not ended of its fires in progress
     /// (those already queued are refused as duplicates).
     pub(super) fn resend_fanouts(&mut self, task: &Armed, now: UtcMillis) {
         for progress in &task.state.fanouts {
@@ -302,10 +304,10 @@ impl Dispatcher {
     }
 }
 
-/// The one end of a fanned-out fire whose shards have all ended: it succeeded when every
-/// shard did; otherwise it failed, with the count and the last shard error.
+/// The one end of a fanned-out fire whose pieces have all ended: it succeeded when every
+/// piece did; otherwise it failed, with the count and the last piece error.
 fn fanout_end(done: &FanoutProgress, last_error: Option<&str>) -> AttemptEnd {
-    debug_assert!(done.complete(), "a fire ends once every shard has");
+    debug_assert!(done.complete(), "a fire ends once every piece has");
     let failures = done.failures();
     AttemptEnd::new(
         if failures == 0 {
@@ -314,6 +316,7 @@ fn fanout_end(done: &FanoutProgress, last_error: Option<&str>) -> AttemptEnd {
             AttemptOutcome::Failed
         },
         (failures > 0).then(|| {
+            // Worded in the spec's own term (`fanout.shards`): users read this error.
             format!(
                 "{failures} of {} shards failed; last error: {}",
                 done.total,
