@@ -8,6 +8,7 @@
 
 use std::sync::LazyLock;
 
+use ax_scheduler_core::ExecutionId;
 use ax_scheduler_core::UtcMillis;
 use redis::{AsyncCommands, Script};
 use serde::{Deserialize, Serialize};
@@ -64,7 +65,7 @@ impl DlqEntry {
             error: reason.clone(),
         });
         DlqEntry {
-            id: msg.execution_id,
+            id: msg.execution_id.as_uuid(),
             queue: msg.queue.to_string(),
             namespace: msg.namespace.to_string(),
             task_id: msg.task_id.to_string(),
@@ -329,7 +330,7 @@ impl Queue {
         queue: &str,
         entry_id: Uuid,
         now: UtcMillis,
-    ) -> Result<Option<Uuid>> {
+    ) -> Result<Option<ExecutionId>> {
         check_queue(queue)?;
         // The entry goes back to the partition that holds it (its message names it).
         let Some((queue, entry)) = self.dlq_find(queue, entry_id).await? else {

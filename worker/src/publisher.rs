@@ -26,12 +26,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_queue::{ExecutionEventRecord, ExecutionMessage, HistoryEntry, Queue};
+use ax_scheduler_core::ExecutionId;
 use ax_scheduler_core::{AttemptEnd, AttemptOutcome, ExecutionEvent, UtcMillis};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
-use uuid::Uuid;
 
 use crate::reporter::{ExecutionReport, ExecutionReporter, ReportFuture};
 
@@ -122,9 +122,9 @@ const START_HOLD: Duration = Duration::from_millis(200);
 /// the leader reads and acknowledges. A pure step: reports and the time in, reports out.
 #[derive(Default)]
 struct HeldStarts {
-    by_attempt: HashMap<(Uuid, u32), Report>,
+    by_attempt: HashMap<(ExecutionId, u32), Report>,
     /// Held starts in arrival order; an entry whose start was replaced is passed over.
-    order: VecDeque<(Instant, (Uuid, u32))>,
+    order: VecDeque<(Instant, (ExecutionId, u32))>,
 }
 
 impl HeldStarts {
@@ -292,7 +292,7 @@ mod tests {
         let record = ExecutionEventRecord {
             namespace: "ns".into(),
             task_id: "t".into(),
-            execution_id: uuid::Uuid::from_u128(id),
+            execution_id: ExecutionId::from_u128(id),
             fire_at: UtcMillis(1),
             attempt,
             kind,
