@@ -24,7 +24,8 @@ use crate::time::UtcMillis;
 /// The low bits of a fan-out id that hold a shard's index (see [`crate::fanout`]).
 const INDEX_BITS: u128 = 0xffff;
 
-/// The id of one execution (the same across its retries and redeliveries).
+/// The id of one execution (the same across its retries and redeliveries). Its default is
+/// the nil id, which no execution has.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct ExecutionId(Uuid);
 
@@ -57,18 +58,19 @@ impl ExecutionId {
     /// The execution id of `child`'s step in `run`: the same on every leader, so a step sent
     /// again is a duplicate to the queue.
     pub fn step(run: ExecutionId, child: &TaskKey) -> Self {
-        Self::derived(&run.to_string(), child)
+        let mut text = Uuid::encode_buffer();
+        Self::derived(run.0.hyphenated().encode_lower(&mut text).as_bytes(), child)
     }
 
     /// The fan-out id of a scheduled fire of `key` at `fire_at`.
     pub fn for_fire(key: &TaskKey, fire_at: UtcMillis) -> Self {
-        Self::derived(&format!("fire@{}", fire_at.0), key)
+        Self::derived(format!("fire@{}", fire_at.0).as_bytes(), key)
     }
 
     /// A UUID of version 8 (custom) from SHA-256 of `seed` and the task's key.
-    fn derived(seed: &str, key: &TaskKey) -> Self {
+    fn derived(seed: &[u8], key: &TaskKey) -> Self {
         let digest = Sha256::new()
-            .chain_update(seed.as_bytes())
+            .chain_update(seed)
             .chain_update([0u8])
             .chain_update(key.namespace.as_bytes())
             .chain_update([0u8])
