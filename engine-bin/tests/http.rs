@@ -287,7 +287,7 @@ impl ApiBackend for MemoryBackend {
     fn dlq_list(&self, queue: Option<String>, _limit: usize) -> ApiFuture<'_, Vec<DeadLetter>> {
         Box::pin(async move {
             Ok(vec![DeadLetter {
-                execution_id: "e9".into(),
+                execution_id: ExecutionId::from_u128(9),
                 namespace: "default".into(),
                 task_id: "t".into(),
                 queue: queue.unwrap_or_else(|| "default".into()),

@@ -33,8 +33,9 @@ static DLQ_TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("d
 /// One dead-lettered execution.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DlqEntry {
-    /// Entry id (the execution id of the dead execution).
-    pub id: Uuid,
+    /// Entry id (the execution id of the dead execution; a fresh one for a message that
+    /// could not be decoded).
+    pub id: ExecutionId,
     /// Queue it came from.
     pub queue: String,
     /// Task namespace (empty when the message could not be decoded).
@@ -65,7 +66,7 @@ impl DlqEntry {
             error: reason.clone(),
         });
         DlqEntry {
-            id: msg.execution_id.as_uuid(),
+            id: msg.execution_id,
             queue: msg.queue.to_string(),
             namespace: msg.namespace.to_string(),
             task_id: msg.task_id.to_string(),
@@ -78,7 +79,7 @@ impl DlqEntry {
     }
 
     pub(crate) fn undecodable(
-        id: Uuid,
+        id: ExecutionId,
         queue: &str,
         raw: &str,
         reason: String,
@@ -140,7 +141,7 @@ impl Queue {
         error: &str,
         now: UtcMillis,
     ) -> Result<bool> {
-        let id = Uuid::new_v4();
+        let id = ExecutionId::from(Uuid::new_v4());
         tracing::error!(queue, entry = %id, error, "undecodable message moved to the dead-letter queue");
         let entry = DlqEntry::undecodable(id, queue, raw, error.to_owned(), now);
         self.dead_letter_raw(queue, worker_id, raw, &entry, now)
@@ -297,7 +298,7 @@ impl Queue {
 
     /// One dead-letter entry by id.
     /// Looked for in every partition of a partitioned queue.
-    pub async fn dlq_get(&self, queue: &str, entry_id: Uuid) -> Result<Option<DlqEntry>> {
+    pub async fn dlq_get(&self, queue: &str, entry_id: ExecutionId) -> Result<Option<DlqEntry>> {
         check_queue(queue)?;
         Ok(self
             .dlq_find(queue, entry_id)
@@ -306,7 +307,11 @@ impl Queue {
     }
 
     /// The entry and the physical queue that holds it.
-    async fn dlq_find(&self, queue: &str, entry_id: Uuid) -> Result<Option<(String, DlqEntry)>> {
+    async fn dlq_find(
+        &self,
+        queue: &str,
+        entry_id: ExecutionId,
+    ) -> Result<Option<(String, DlqEntry)>> {
         let mut conn = self.conn();
         for q in self.physical_queues(queue) {
             let json: Option<String> = self
@@ -328,7 +333,7 @@ impl Queue {
     pub async fn dlq_requeue(
         &self,
         queue: &str,
-        entry_id: Uuid,
+        entry_id: ExecutionId,
         now: UtcMillis,
     ) -> Result<Option<ExecutionId>> {
         check_queue(queue)?;
@@ -386,7 +391,9 @@ impl Queue {
         let mut requeued = 0;
         for id in ids {
             // An id that is not a UUID cannot have been written by ax; it stays for a person.
-            let Ok(id) = id.parse::<Uuid>() else { continue };
+            let Ok(id) = id.parse::<ExecutionId>() else {
+                continue;
+            };
             if self.dlq_requeue(queue, id, now).await?.is_some() {
                 requeued += 1;
             }

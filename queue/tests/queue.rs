@@ -532,7 +532,7 @@ async fn dead_letter_life_cycle() {
         .await
         .unwrap()
         .unwrap();
-    assert_ne!(new_id.as_uuid(), page[0].id);
+    assert_ne!(new_id, page[0].id);
     assert_eq!(
         q.dlq_requeue("default", page[0].id, now).await.unwrap(),
         None

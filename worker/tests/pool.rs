@@ -334,7 +334,7 @@ async fn retries_wait_in_redis_within_the_jitter_bounds_then_dead_letter() {
             (3, "fail #3 (retries exhausted (3 of 3))")
         ]
     );
-    assert_eq!(dead[0].id, m.execution_id.as_uuid());
+    assert_eq!(dead[0].id, m.execution_id);
 }
 
 #[tokio::test]

@@ -10,7 +10,6 @@ use ax_queue::{
     AwaitingRecord, AwaitingState, DlqEntry, ExecutionFilter, ExecutionItem, HistoryEntry,
     HISTORY_SCAN_MAX,
 };
-use uuid::Uuid;
 
 use super::{errors, tasks::not_found, Backend};
 use crate::api::{
@@ -57,7 +56,7 @@ fn item_record(i: &ExecutionItem) -> ExecutionRecord {
 
 pub(super) fn dead_letter(e: &DlqEntry) -> DeadLetter {
     DeadLetter {
-        execution_id: e.id.to_string(),
+        execution_id: e.id,
         namespace: e.namespace.clone(),
         task_id: e.task_id.clone(),
         queue: e.queue.clone(),
@@ -191,7 +190,7 @@ impl Backend {
         story.dead_letter = if story.queue.is_empty() {
             None
         } else {
-            q.dlq_get(&story.queue, id.as_uuid())
+            q.dlq_get(&story.queue, id)
                 .await
                 .map_err(errors::queue)?
                 .as_ref()
@@ -313,7 +312,7 @@ impl Backend {
                 let mut parsed = Vec::with_capacity(ids.len());
                 let mut bad = Vec::new();
                 for id in &ids {
-                    match Uuid::parse_str(id) {
+                    match id.parse::<ExecutionId>() {
                         Ok(u) => parsed.push(u),
                         Err(_) => bad.push(format!("{id}: not an execution id (a UUID)")),
                     }
