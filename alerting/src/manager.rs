@@ -4,8 +4,9 @@
 //! The engine must never wait on alerting, so the intake is a bounded queue fed with
 //! `try_send`: when it is full the alert is counted as dropped and logged, and the engine moves
 //! on. The manager task owns the pure [`Policy`] and feeds it a monotonic clock (a wall-clock
-//! anchor taken at spawn plus tokio's elapsed time), so wall-clock jumps do not reopen or
-//! stretch windows and tests can drive it with `tokio::time::pause()`. Delivery happens in one
+//! anchor read once at spawn from the injected [`Clock`], plus tokio's elapsed time), so
+//! wall-clock jumps do not reopen or stretch windows, the manager reads no wall clock of its
+//! own, and tests can drive it with `tokio::time::pause()`. Delivery happens in one
 //! worker per channel (see `dispatch`).
 //!
 //! Shutdown: cancelling the token stops the manager and the channel workers promptly,
@@ -17,7 +18,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{Clock, SystemClock, UtcMillis};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -69,6 +70,8 @@ pub struct AlertManager {
     config: AlertManagerConfig,
     policy: Policy,
     channels: Vec<Arc<dyn Channel>>,
+    /// The wall clock the manager's time is anchored to at spawn.
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for AlertManager {
@@ -77,12 +80,14 @@ impl std::fmt::Debug for AlertManager {
         f.debug_struct("AlertManager")
             .field("config", &self.config)
             .field("channels", &names)
+            .field("clock", &self.clock)
             .finish()
     }
 }
 
 impl AlertManager {
-    /// Validates the configuration; channel names must be unique.
+    /// Validates the configuration; channel names must be unique. The manager runs on the
+    /// host's clock ([`SystemClock`]) unless given another with [`with_clock`](Self::with_clock).
     pub fn new(
         config: AlertManagerConfig,
         channels: Vec<Arc<dyn Channel>>,
@@ -113,7 +118,14 @@ impl AlertManager {
             config,
             policy,
             channels,
+            clock: Arc::new(SystemClock),
         })
+    }
+
+    /// Anchors the manager's time to `clock` (the one the rest of the process runs on).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Starts the manager and one worker per channel on `tracker`; they stop when `cancel`
@@ -150,7 +162,7 @@ impl AlertManager {
             intake: rx,
             outputs,
             shared: shared.clone(),
-            clock: MonotonicClock::start(),
+            clock: MonotonicClock::start(&*self.clock),
             cancel,
         };
         tracker.spawn(driver.run().instrument(info_span!("alert_manager")));
@@ -203,17 +215,18 @@ impl AlertSender {
     }
 }
 
-/// Maps tokio's monotonic clock onto UTC milliseconds, anchored once at start.
+/// Maps tokio's monotonic clock onto UTC milliseconds, anchored once at start to the wall
+/// clock given.
 struct MonotonicClock {
     start: Instant,
     start_utc: UtcMillis,
 }
 
 impl MonotonicClock {
-    fn start() -> Self {
+    fn start(clock: &dyn Clock) -> Self {
         MonotonicClock {
             start: Instant::now(),
-            start_utc: UtcMillis::now(),
+            start_utc: clock.now(),
         }
     }
 

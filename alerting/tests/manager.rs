@@ -15,7 +15,7 @@ use ax_alerting::{
     DeliveryRetry, FeishuChannel, FeishuConfig, Level, PolicyConfig, SendFuture, WebhookChannel,
     WebhookConfig,
 };
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{Clock, UtcMillis};
 use serde_json::json;
 use support::{dead_url, Receiver};
 use tokio::time::Instant;
@@ -197,6 +197,49 @@ async fn urls_in_alerts_reach_no_channel_with_their_credentials() {
         "https://example.com/x?key=***"
     );
     run.stop().await;
+}
+
+/// A wall clock stopped at one instant.
+#[derive(Debug)]
+struct Stopped(UtcMillis);
+
+impl Clock for Stopped {
+    fn now(&self) -> UtcMillis {
+        self.0
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_manager_s_time_is_anchored_to_the_clock_it_is_given() {
+    let memory = Memory::new("memory");
+    let tracker = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    let config = AlertManagerConfig {
+        policy: PolicyConfig {
+            rate_limit: 1,
+            ..PolicyConfig::default()
+        },
+        ..AlertManagerConfig::default()
+    };
+    let sender = AlertManager::new(config, vec![memory.clone()])
+        .unwrap()
+        .with_clock(Arc::new(Stopped(UtcMillis(0))))
+        .spawn(&tracker, cancel.clone());
+    assert!(sender.send(failed("a", 1)));
+    assert!(sender.send(failed("b", 1)));
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    let delivered = memory.delivered();
+    assert_eq!(delivered.len(), 2, "{delivered:?}");
+    // Held back at the clock's instant, not the host's.
+    assert!(
+        delivered[1].message.contains("since 1970-01-01T00:0"),
+        "{}",
+        delivered[1].message
+    );
+    cancel.cancel();
+    tracker.close();
+    tracker.wait().await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -28,6 +28,7 @@ use std::time::Duration;
 use ax_election::ElectionConfig;
 use ax_queue::Queue;
 use ax_registry::Registry;
+use ax_scheduler_core::ExecutionId;
 use etcd_client::Client;
 use tokio::sync::OnceCell;
 
@@ -218,8 +219,8 @@ impl ApiBackend for Backend {
         Box::pin(async move { self.executions_page(query).await })
     }
 
-    fn execution(&self, id: String) -> ApiFuture<'_, ExecutionStory> {
-        Box::pin(async move { self.execution_story(&id).await })
+    fn execution(&self, id: ExecutionId) -> ApiFuture<'_, ExecutionStory> {
+        Box::pin(async move { self.execution_story(id).await })
     }
 
     fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>> {
@@ -246,12 +247,12 @@ impl ApiBackend for Backend {
         Box::pin(async move { self.audit.page(&query).await })
     }
 
-    fn kill_task(&self, key: TaskKey, execution: Option<String>) -> ApiFuture<'_, KillResult> {
+    fn kill_task(&self, key: TaskKey, execution: Option<ExecutionId>) -> ApiFuture<'_, KillResult> {
         Box::pin(async move { self.kill_of_task(&key, execution).await })
     }
 
-    fn kill_execution(&self, id: String) -> ApiFuture<'_, KillResult> {
-        Box::pin(async move { self.kill_by_id(&id).await })
+    fn kill_execution(&self, id: ExecutionId) -> ApiFuture<'_, KillResult> {
+        Box::pin(async move { self.kill_by_id(id).await })
     }
 
     fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
@@ -263,9 +264,9 @@ impl ApiBackend for Backend {
     }
     fn complete_execution(
         &self,
-        id: String,
+        id: ExecutionId,
         request: CompletionRequest,
     ) -> ApiFuture<'_, CompletionReply> {
-        Box::pin(async move { self.complete(&id, request).await })
+        Box::pin(async move { self.complete(id, request).await })
     }
 }

@@ -27,7 +27,7 @@ use crate::output;
 use crate::serve::Server;
 use crate::shutdown::Shutdown;
 use crate::task_file;
-use ax_scheduler_core::{TaskKey, UtcMillis};
+use ax_scheduler_core::{ExecutionId, TaskKey, UtcMillis};
 
 /// Time allowed past `worker.shutdown_grace` for everything else to stop.
 const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
@@ -131,13 +131,15 @@ async fn namespace(config: &Config, actor: &str, cmd: NamespaceCommand) -> Resul
     print_stdout(&format!("namespace {namespace} {done}\n"))
 }
 
+/// An execution id given on the command line, parsed once here.
+fn execution_arg(text: &str) -> Result<ExecutionId, CliError> {
+    text.parse()
+        .map_err(|_| CliError::Invalid(vec![format!("`{text}` is not an execution id")]))
+}
+
 /// `ax execution get`: the id is checked before anything is connected.
 async fn execution_get(config: &Config, id: String, output: OutputFormat) -> Result<(), CliError> {
-    if id.parse::<uuid::Uuid>().is_err() {
-        return Err(CliError::Invalid(vec![format!(
-            "`{id}` is not an execution id"
-        )]));
-    }
+    let id = execution_arg(&id)?;
     let story = backend(config)
         .await?
         .execution(id)
@@ -468,6 +470,7 @@ async fn task_keyed(
             task_backfill(b, actor, name, k, params).await?
         }
         TaskCommand::Kill { execution, .. } => {
+            let execution = execution.as_deref().map(execution_arg).transpose()?;
             let result = b.kill_task(k, execution).await.map_err(api_error)?;
             let detail = serde_json::to_value(&result).ok();
             audit(b, actor, "task.kill", name, detail, None).await;
@@ -538,7 +541,7 @@ async fn task_trigger(
 ) -> Result<String, CliError> {
     let mut detail = serde_json::to_value(&params).unwrap_or_default();
     let r = b.trigger(key, params).await.map_err(api_error)?;
-    detail["execution_id"] = serde_json::Value::String(r.execution_id.clone());
+    detail["execution_id"] = serde_json::Value::String(r.execution_id.to_string());
     audit(b, actor, "task.trigger", name, Some(detail), None).await;
     Ok(format!("{}\n", r.execution_id))
 }

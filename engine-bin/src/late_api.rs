@@ -6,6 +6,8 @@
 
 use std::sync::{Arc, OnceLock};
 
+use ax_scheduler_core::ExecutionId;
+
 use crate::api::{
     ApiBackend, ApiError, ApiFuture, BackfillParams, BackfillResult, CompletionReply,
     CompletionRequest, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
@@ -82,7 +84,7 @@ impl ApiBackend for LateApi {
     fn executions(&self, query: ExecutionQuery) -> ApiFuture<'_, ExecutionList> {
         delegate!(self, executions(query))
     }
-    fn execution(&self, id: String) -> ApiFuture<'_, ExecutionStory> {
+    fn execution(&self, id: ExecutionId) -> ApiFuture<'_, ExecutionStory> {
         delegate!(self, execution(id))
     }
     fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>> {
@@ -106,10 +108,10 @@ impl ApiBackend for LateApi {
         delegate!(self, audit_list(query))
     }
 
-    fn kill_task(&self, key: TaskKey, execution: Option<String>) -> ApiFuture<'_, KillResult> {
+    fn kill_task(&self, key: TaskKey, execution: Option<ExecutionId>) -> ApiFuture<'_, KillResult> {
         delegate!(self, kill_task(key, execution))
     }
-    fn kill_execution(&self, id: String) -> ApiFuture<'_, KillResult> {
+    fn kill_execution(&self, id: ExecutionId) -> ApiFuture<'_, KillResult> {
         delegate!(self, kill_execution(id))
     }
     fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
@@ -120,7 +122,7 @@ impl ApiBackend for LateApi {
     }
     fn complete_execution(
         &self,
-        id: String,
+        id: ExecutionId,
         request: CompletionRequest,
     ) -> ApiFuture<'_, CompletionReply> {
         delegate!(self, complete_execution(id, request))

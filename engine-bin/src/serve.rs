@@ -47,7 +47,7 @@ use crate::metrics::{
 };
 use crate::readiness::Readiness;
 use crate::shutdown::Shutdown;
-use ax_scheduler::clock::SystemClock;
+use ax_scheduler::clock::{Clock, SystemClock};
 use ax_scheduler::{self as scheduler, LeaderDeps, LeaderSettings};
 
 /// A replica, bound and ready to run.
@@ -151,7 +151,9 @@ impl Server {
         )));
         check_redis_settings(&queue, &metrics).await;
 
-        let alerts = start_alerts(&config, shutdown)?;
+        // One wall clock for the whole replica: the alert manager and the scheduler role.
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let alerts = start_alerts(&config, shutdown, &clock)?;
         let parts = Parts {
             config: &config,
             metrics: &metrics,
@@ -159,6 +161,7 @@ impl Server {
             etcd: &etcd,
             queue: &queue,
             alerts: &alerts,
+            clock: &clock,
             address: addr.map(|a| a.to_string()),
         };
         parts.watch_etcd_endpoints(shutdown)?;
@@ -274,7 +277,11 @@ async fn check_redis_settings(queue: &Queue, metrics: &Metrics) {
     }
 }
 
-fn start_alerts(config: &Config, shutdown: &Shutdown) -> anyhow::Result<Option<AlertSender>> {
+fn start_alerts(
+    config: &Config,
+    shutdown: &Shutdown,
+    clock: &Arc<dyn Clock>,
+) -> anyhow::Result<Option<AlertSender>> {
     let mut channels: Vec<Arc<dyn Channel>> = Vec::new();
     if !config.alerts.feishu_webhook.is_empty() {
         channels.push(Arc::new(FeishuChannel::new(FeishuConfig {
@@ -307,7 +314,8 @@ fn start_alerts(config: &Config, shutdown: &Shutdown) -> anyhow::Result<Option<A
             ..AlertManagerConfig::default()
         },
         channels,
-    )?;
+    )?
+    .with_clock(Arc::clone(clock));
     Ok(Some(
         manager.spawn(shutdown.tracker(), shutdown.child_token()),
     ))
@@ -321,6 +329,8 @@ struct Parts<'a> {
     etcd: &'a etcd_client::Client,
     queue: &'a Queue,
     alerts: &'a Option<AlertSender>,
+    /// The wall clock the replica runs on.
+    clock: &'a Arc<dyn Clock>,
     address: Option<String>,
 }
 
@@ -460,7 +470,7 @@ impl Parts<'_> {
             registry,
             queue: Arc::new(self.queue.clone()),
             candidate,
-            clock: Arc::new(SystemClock),
+            clock: Arc::clone(self.clock),
             clock_check: Some(Arc::new(clock_check)),
             metrics: Arc::clone(self.metrics) as Arc<dyn ax_scheduler::RoleMetrics>,
             alerts: self.alerts.clone(),

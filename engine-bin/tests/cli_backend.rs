@@ -349,7 +349,7 @@ async fn history_shows_the_recorded_attempts() {
     retrying.retry_at = Some(UtcMillis(1_767_171_601_000));
     for (attempt, end) in [(0, retrying), (1, AttemptEnd::succeeded())] {
         let entry = HistoryEntry {
-            execution_id: uuid::Uuid::now_v7(),
+            execution_id: ax_queue::new_execution_id(),
             fire_at: UtcMillis(1_767_171_600_000),
             started_at: UtcMillis(1_767_171_600_012),
             finished_at: UtcMillis(1_767_171_600_100),

@@ -19,7 +19,7 @@ use ax_engine::http::routes::CONTINUE_HEADER;
 use ax_engine::http::{app, ApiBackend, ApiError, AppState};
 use ax_engine::metrics::{Metrics, ALL_NAMES};
 use ax_engine::readiness::Readiness;
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{ExecutionId, UtcMillis};
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
@@ -40,15 +40,17 @@ struct MemoryBackend {
 
 /// The execution of an `http.async` task the memory backend knows, and its token.
 const ASYNC_EXECUTION: &str = "0190f5a2-7b1c-7cc3-9a4e-1f2e3d4c5b6a";
+/// The execution id the in-memory backend's run-now answers with.
+const RUN_NOW: &str = "0190f5a2-7b1c-7cc3-9a4e-00000000002a";
 
 fn async_token() -> String {
     format!("axc.0.{}.default", "ab".repeat(32))
 }
 
 /// An execution record with only the given parts set.
-fn record(id: &str, outcome: &str) -> ExecutionRecord {
+fn record(id: u128, outcome: &str) -> ExecutionRecord {
     ExecutionRecord {
-        execution_id: id.into(),
+        execution_id: ExecutionId::from_u128(id),
         attempt: 1,
         due: UtcMillis(1_000),
         started: Some(UtcMillis(1_004)),
@@ -227,7 +229,7 @@ impl ApiBackend for MemoryBackend {
         Box::pin(async move {
             self.lookup(&key)?;
             Ok(TriggerResult {
-                execution_id: format!("run-now-{}", key.id),
+                execution_id: RUN_NOW.parse().unwrap(),
             })
         })
     }
@@ -255,7 +257,7 @@ impl ApiBackend for MemoryBackend {
         Box::pin(async move {
             self.lookup(&key)?;
             Ok((0..limit.min(2))
-                .map(|i| record(&format!("e{i}"), "success"))
+                .map(|i| record(i as u128, "success"))
                 .collect())
         })
     }
@@ -264,17 +266,17 @@ impl ApiBackend for MemoryBackend {
         Box::pin(async move {
             *self.execution_query.lock().unwrap() = Some(query);
             Ok(ExecutionList {
-                items: vec![record("e1", "failed")],
+                items: vec![record(1, "failed")],
                 continue_token: Some("1700000000000-3".into()),
             })
         })
     }
 
-    fn execution(&self, id: String) -> ApiFuture<'_, ExecutionStory> {
+    fn execution(&self, id: ExecutionId) -> ApiFuture<'_, ExecutionStory> {
         Box::pin(async move {
             Ok(ExecutionStory {
                 execution_id: id,
-                attempts: vec![record("e1", "failed")],
+                attempts: vec![record(1, "failed")],
                 outcome: "failed".into(),
                 complete: true,
                 ..ExecutionStory::default()
@@ -285,7 +287,7 @@ impl ApiBackend for MemoryBackend {
     fn dlq_list(&self, queue: Option<String>, _limit: usize) -> ApiFuture<'_, Vec<DeadLetter>> {
         Box::pin(async move {
             Ok(vec![DeadLetter {
-                execution_id: "e9".into(),
+                execution_id: ExecutionId::from_u128(9),
                 namespace: "default".into(),
                 task_id: "t".into(),
                 queue: queue.unwrap_or_else(|| "default".into()),
@@ -342,12 +344,12 @@ impl ApiBackend for MemoryBackend {
         })
     }
 
-    fn kill_task(&self, key: TaskKey, execution: Option<String>) -> ApiFuture<'_, KillResult> {
+    fn kill_task(&self, key: TaskKey, execution: Option<ExecutionId>) -> ApiFuture<'_, KillResult> {
         Box::pin(async move {
             self.lookup(&key)?;
             Ok(KillResult {
                 killed: vec![KilledExecution {
-                    execution_id: execution.unwrap_or_else(|| "e1".into()),
+                    execution_id: execution.unwrap_or(ExecutionId::from_u128(1)),
                     namespace: Some(key.namespace.to_string()),
                     task_id: Some(key.id.to_string()),
                     queue: "default".into(),
@@ -357,7 +359,7 @@ impl ApiBackend for MemoryBackend {
         })
     }
 
-    fn kill_execution(&self, id: String) -> ApiFuture<'_, KillResult> {
+    fn kill_execution(&self, id: ExecutionId) -> ApiFuture<'_, KillResult> {
         Box::pin(async move {
             Ok(KillResult {
                 killed: vec![KilledExecution {
@@ -385,14 +387,14 @@ impl ApiBackend for MemoryBackend {
     }
     fn complete_execution(
         &self,
-        id: String,
+        id: ExecutionId,
         request: CompletionRequest,
     ) -> ApiFuture<'_, CompletionReply> {
         Box::pin(async move {
             if ax_queue::TokenClaim::parse(&request.token).is_none() {
                 return Err(ApiError::Unauthorized("a report needs `token`".into()));
             }
-            if id != ASYNC_EXECUTION || request.token != async_token() {
+            if id.to_string() != ASYNC_EXECUTION || request.token != async_token() {
                 return Err(ApiError::Forbidden(format!(
                     "the token is not the one issued for execution {id}"
                 )));
@@ -552,7 +554,7 @@ async fn metrics_expose_every_fixed_name_without_a_token() {
     // Metrics are served without a token, so no label may carry a task's data: only these
     // bounded names, none of them a URL, header or payload.
     let allowed = [
-        "queue", "handler", "outcome", "backend", "channel", "reason", "version", "le",
+        "queue", "handler", "outcome", "backend", "channel", "reason", "how", "version", "le",
     ];
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some((_, labels)) = line.split_once('{') else {
@@ -844,7 +846,7 @@ async fn api_operations_reach_the_backend() {
     assert_eq!(status, StatusCode::ACCEPTED);
     assert_eq!(
         serde_json::from_str::<Value>(&body).unwrap()["execution_id"],
-        json!("run-now-t2")
+        json!(RUN_NOW)
     );
 
     let (status, body) = get(r, "/api/v1/tasks/ops/t2/history?limit=5").await;

@@ -21,12 +21,12 @@
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
+use ax_scheduler_core::ExecutionId;
 use ax_scheduler_core::{AttemptOutput, UtcMillis};
 use redis::{AsyncCommands, Script};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use uuid::Uuid;
 
 use crate::dlq::DlqEntry;
 use crate::error::{QueueError, Result};
@@ -191,7 +191,7 @@ pub struct AwaitingRecord {
     /// Its queue.
     pub queue: String,
     /// The execution.
-    pub execution_id: Uuid,
+    pub execution_id: ExecutionId,
     /// The newest attempt opened.
     pub attempt: u32,
     /// Where that attempt is.
@@ -226,7 +226,7 @@ impl AwaitingRecord {
         self.ends.get(&attempt).map(String::as_str)
     }
 
-    fn from_fields(queue: &str, id: Uuid, fields: BTreeMap<String, String>) -> Option<Self> {
+    fn from_fields(queue: &str, id: ExecutionId, fields: BTreeMap<String, String>) -> Option<Self> {
         let attempt = fields.get("attempt")?.parse().ok()?;
         let state = match fields.get("state").map(String::as_str) {
             Some("pending") => AwaitingState::Pending,
@@ -292,7 +292,7 @@ pub enum AwaitStart {
 /// The arguments of one `awaiting_end.lua` call.
 struct EndScript<'a> {
     queue: &'a str,
-    id: &'a str,
+    id: ExecutionId,
     active: &'a str,
     how: &'a str,
     attempt: u32,
@@ -441,7 +441,7 @@ impl Queue {
         let k = self.keys();
         let ttl = m.timeout().saturating_mul(2) + self.awaiting_retention();
         let mut inv = AWAITING_OPEN.prepare_invoke();
-        inv.key(k.awaiting(&d.queue, &m.execution_id.to_string()))
+        inv.key(k.awaiting(&d.queue, m.execution_id))
             .arg(m.attempt)
             .arg(token.hash())
             .arg(&d.worker_id)
@@ -469,9 +469,9 @@ impl Queue {
         let left = deadline.since(UtcMillis::now());
         let mut inv = AWAITING_START.prepare_invoke();
         inv.key(k.processing(&d.queue, &d.worker_id))
-            .key(k.awaiting(&d.queue, &id))
+            .key(k.awaiting(&d.queue, m.execution_id))
             .key(k.awaiting_due(&d.queue))
-            .key(k.kill(&d.queue, &id))
+            .key(k.kill(&d.queue, m.execution_id))
             .key(k.monitor(&d.queue))
             .key(k.order(&d.queue))
             .key(k.queued(&d.queue))
@@ -500,7 +500,7 @@ impl Queue {
     pub async fn close_awaiting(&self, d: &Delivery, label: &str) -> Result<bool> {
         let m = &d.message;
         let mut inv = AWAITING_CLOSE.prepare_invoke();
-        inv.key(self.keys().awaiting(&d.queue, &m.execution_id.to_string()))
+        inv.key(self.keys().awaiting(&d.queue, m.execution_id))
             .arg(m.attempt)
             .arg(label)
             .arg(ttl_ms(self.awaiting_retention()));
@@ -514,14 +514,18 @@ impl Queue {
     /// The record of execution `id` in `queue`, if there is one.
     /// Looked for in every partition of a partitioned queue; the record names the
     /// physical queue that holds it.
-    pub async fn awaiting_record(&self, queue: &str, id: Uuid) -> Result<Option<AwaitingRecord>> {
+    pub async fn awaiting_record(
+        &self,
+        queue: &str,
+        id: ExecutionId,
+    ) -> Result<Option<AwaitingRecord>> {
         check_queue(queue)?;
         let mut conn = self.conn();
         for q in self.physical_queues(queue) {
             let fields: BTreeMap<String, String> = self
                 .run(
                     "awaiting_record",
-                    conn.hgetall(self.keys().awaiting(&q, &id.to_string())),
+                    conn.hgetall(self.keys().awaiting(&q, id)),
                 )
                 .await?;
             if let Some(rec) = AwaitingRecord::from_fields(&q, id, fields) {
@@ -547,7 +551,7 @@ impl Queue {
     ) -> Result<EndResult> {
         let q = &*message.queue;
         check_queue(q)?;
-        let id = message.execution_id.to_string();
+        let id = message.execution_id;
         let k = self.keys();
         let (how, hash) = match by {
             EndBy::Completion(hash) => ("complete", hash),
@@ -562,7 +566,7 @@ impl Queue {
         let active = k.active(q, &message.namespace, &message.task_id);
         let script = EndScript {
             queue: q,
-            id: &id,
+            id,
             active: &active,
             how,
             attempt,
@@ -578,19 +582,18 @@ impl Queue {
     pub async fn end_awaiting_early(
         &self,
         queue: &str,
-        id: Uuid,
+        id: ExecutionId,
         attempt: u32,
         token_hash: &str,
         outcome: &ReportedEnd,
         now: UtcMillis,
     ) -> Result<EndResult> {
         check_queue(queue)?;
-        let id_text = id.to_string();
         // The settle's keys are never touched on this path; they only keep the slot.
         let active = self.keys().active(queue, "-", "-");
         let script = EndScript {
             queue,
-            id: &id_text,
+            id,
             active: &active,
             how: "early",
             attempt,
@@ -625,7 +628,7 @@ impl Queue {
             .arg(kind)
             .arg(payload)
             .arg(due)
-            .arg(e.id)
+            .arg(e.id.to_string())
             .arg(encode("reported end", outcome)?)
             .arg(ttl_ms(self.awaiting_retention()));
         let mut conn = self.conn();
@@ -640,7 +643,7 @@ impl Queue {
     pub async fn progress_awaiting(
         &self,
         queue: &str,
-        id: Uuid,
+        id: ExecutionId,
         attempt: u32,
         token_hash: &str,
         deadline: UtcMillis,
@@ -651,7 +654,7 @@ impl Queue {
         let k = self.keys();
         let left = deadline.since(UtcMillis::now());
         let mut inv = AWAITING_PROGRESS.prepare_invoke();
-        inv.key(k.awaiting(queue, &id_text))
+        inv.key(k.awaiting(queue, id))
             .key(k.awaiting_due(queue))
             .arg(attempt)
             .arg(token_hash)
@@ -676,7 +679,12 @@ impl Queue {
     }
 
     /// Up to `max` executions of `queue` whose completion deadline passed by `now`.
-    pub async fn due_awaiting(&self, queue: &str, now: UtcMillis, max: usize) -> Result<Vec<Uuid>> {
+    pub async fn due_awaiting(
+        &self,
+        queue: &str,
+        now: UtcMillis,
+        max: usize,
+    ) -> Result<Vec<ExecutionId>> {
         check_queue(queue)?;
         let mut conn = self.conn();
         let ids: Vec<String> = self
@@ -696,7 +704,7 @@ impl Queue {
     }
 
     /// Drops `id` from `queue`'s awaiting set (its record is gone: nothing to end).
-    pub async fn forget_awaiting(&self, queue: &str, id: Uuid) -> Result<()> {
+    pub async fn forget_awaiting(&self, queue: &str, id: ExecutionId) -> Result<()> {
         check_queue(queue)?;
         let mut conn = self.conn();
         let _: i64 = self
@@ -758,7 +766,7 @@ mod tests {
     fn record(fields: &[(&str, &str)]) -> AwaitingRecord {
         AwaitingRecord::from_fields(
             "default",
-            Uuid::nil(),
+            ExecutionId::from_u128(0),
             fields
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))

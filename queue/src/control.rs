@@ -19,9 +19,9 @@
 
 use std::sync::LazyLock;
 
+use ax_scheduler_core::ExecutionId;
 use ax_scheduler_core::OverlapPolicy;
 use redis::{AsyncCommands, Script};
-use uuid::Uuid;
 
 use crate::awaiting::{AwaitSettle, AwaitingState, EndBy, EndResult, ReportedEnd, ReportedStatus};
 use crate::error::{QueueError, Result};
@@ -80,7 +80,7 @@ impl KillState {
 #[derive(Clone, Debug)]
 pub struct Kill {
     /// The execution.
-    pub execution_id: Uuid,
+    pub execution_id: ExecutionId,
     /// What was done.
     pub state: KillState,
     /// The message as it was found; `None` when it was not found.
@@ -97,7 +97,7 @@ pub struct StopProbe {
     /// Its task.
     pub task_id: String,
     /// The execution.
-    pub execution_id: Uuid,
+    pub execution_id: ExecutionId,
     /// Its overlap policy: a `replace` execution also stops when its task's active marker
     /// names another execution.
     pub overlap: OverlapPolicy,
@@ -145,7 +145,7 @@ impl Queue {
     /// orders its worker to stop it when it runs. [`KillState::Gone`] when the queue does not
     /// have it. A removed execution's end is the caller's to report.
     /// A partitioned queue's partitions are looked through in turn.
-    pub async fn kill_execution(&self, queue: &str, id: Uuid) -> Result<Kill> {
+    pub async fn kill_execution(&self, queue: &str, id: ExecutionId) -> Result<Kill> {
         check_queue(queue)?;
         let mut gone = None;
         for q in self.physical_queues(queue) {
@@ -163,7 +163,7 @@ impl Queue {
     }
 
     /// [`Queue::kill_execution`] in one physical queue.
-    async fn kill_in(&self, queue: &str, id: Uuid) -> Result<Kill> {
+    async fn kill_in(&self, queue: &str, id: ExecutionId) -> Result<Kill> {
         if let Some(kill) = self.kill_awaiting(queue, id).await? {
             return Ok(kill);
         }
@@ -209,7 +209,7 @@ impl Queue {
         // A task's executions share a partition unless its concurrency key moved them
         // (a key from the payload), so every partition is looked through.
         for q in self.physical_queues(queue) {
-            let mut ids: Vec<Uuid> = Vec::new();
+            let mut ids: Vec<ExecutionId> = Vec::new();
             for (_, m) in self.find(&q, &needle).await? {
                 if &*m.namespace == namespace
                     && &*m.task_id == task_id
@@ -227,7 +227,7 @@ impl Queue {
 
     /// Ends execution `id` killed if it waits for its completion in `queue`; `None` when it
     /// does not (it may still be pending at its worker, which the kill order stops).
-    async fn kill_awaiting(&self, queue: &str, id: Uuid) -> Result<Option<Kill>> {
+    async fn kill_awaiting(&self, queue: &str, id: ExecutionId) -> Result<Option<Kill>> {
         let Some(rec) = self.awaiting_record(queue, id).await? else {
             return Ok(None);
         };
@@ -289,7 +289,7 @@ impl Queue {
     async fn kill_found(
         &self,
         queue: &str,
-        id: Uuid,
+        id: ExecutionId,
         found: Option<&(String, ExecutionMessage)>,
     ) -> Result<KillState> {
         let k = self.keys();
@@ -304,7 +304,7 @@ impl Queue {
         inv.key(k.queued(queue))
             .key(k.delayed(queue))
             .key(k.monitor(queue))
-            .key(k.kill(queue, &id_text))
+            .key(k.kill(queue, id))
             .key(active)
             .key(k.legacy_ready(queue))
             .key(k.order(queue))
@@ -336,7 +336,7 @@ impl Queue {
         let k = self.keys();
         let mut pipe = redis::pipe();
         for p in probes {
-            pipe.exists(k.kill(&p.queue, &p.execution_id.to_string()));
+            pipe.exists(k.kill(&p.queue, p.execution_id));
             // Only a `replace` execution can be replaced: the others ask one question.
             if p.overlap == OverlapPolicy::Replace {
                 pipe.get(k.active(&p.queue, &p.namespace, &p.task_id));

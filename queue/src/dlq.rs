@@ -8,6 +8,7 @@
 
 use std::sync::LazyLock;
 
+use ax_scheduler_core::ExecutionId;
 use ax_scheduler_core::UtcMillis;
 use redis::{AsyncCommands, Script};
 use serde::{Deserialize, Serialize};
@@ -33,8 +34,9 @@ static DLQ_TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("d
 /// One dead-lettered execution.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DlqEntry {
-    /// Entry id (the execution id of the dead execution).
-    pub id: Uuid,
+    /// Entry id (the execution id of the dead execution; a fresh one for a message that
+    /// could not be decoded).
+    pub id: ExecutionId,
     /// Queue it came from.
     pub queue: String,
     /// Task namespace (empty when the message could not be decoded).
@@ -78,7 +80,7 @@ impl DlqEntry {
     }
 
     pub(crate) fn undecodable(
-        id: Uuid,
+        id: ExecutionId,
         queue: &str,
         raw: &str,
         reason: String,
@@ -155,7 +157,7 @@ impl Queue {
         error: &str,
         now: UtcMillis,
     ) -> Result<bool> {
-        let id = Uuid::new_v4();
+        let id = ExecutionId::from(Uuid::new_v4());
         tracing::error!(queue, entry = %id, error, "undecodable message moved to the dead-letter queue");
         let entry = DlqEntry::undecodable(id, queue, raw, error.to_owned(), now);
         Ok(self
@@ -320,7 +322,7 @@ impl Queue {
 
     /// One dead-letter entry by id.
     /// Looked for in every partition of a partitioned queue.
-    pub async fn dlq_get(&self, queue: &str, entry_id: Uuid) -> Result<Option<DlqEntry>> {
+    pub async fn dlq_get(&self, queue: &str, entry_id: ExecutionId) -> Result<Option<DlqEntry>> {
         check_queue(queue)?;
         Ok(self
             .dlq_find(queue, entry_id)
@@ -329,7 +331,11 @@ impl Queue {
     }
 
     /// The entry and the physical queue that holds it.
-    async fn dlq_find(&self, queue: &str, entry_id: Uuid) -> Result<Option<(String, DlqEntry)>> {
+    async fn dlq_find(
+        &self,
+        queue: &str,
+        entry_id: ExecutionId,
+    ) -> Result<Option<(String, DlqEntry)>> {
         let mut conn = self.conn();
         for q in self.physical_queues(queue) {
             let json: Option<String> = self
@@ -351,9 +357,9 @@ impl Queue {
     pub async fn dlq_requeue(
         &self,
         queue: &str,
-        entry_id: Uuid,
+        entry_id: ExecutionId,
         now: UtcMillis,
-    ) -> Result<Option<Uuid>> {
+    ) -> Result<Option<ExecutionId>> {
         check_queue(queue)?;
         // The entry goes back to the partition that holds it (its message names it).
         let Some((queue, entry)) = self.dlq_find(queue, entry_id).await? else {
@@ -409,7 +415,9 @@ impl Queue {
         let mut requeued = 0;
         for id in ids {
             // An id that is not a UUID cannot have been written by ax; it stays for a person.
-            let Ok(id) = id.parse::<Uuid>() else { continue };
+            let Ok(id) = id.parse::<ExecutionId>() else {
+                continue;
+            };
             if self.dlq_requeue(queue, id, now).await?.is_some() {
                 requeued += 1;
             }

@@ -24,10 +24,10 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use ax_scheduler_core::ExecutionId;
 use ax_scheduler_core::{EventPosition, ExecutionEvent, UtcMillis};
 use redis::Script;
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::error::{QueueError, Result};
 use crate::history::HistoryEntry;
@@ -67,7 +67,7 @@ pub struct ExecutionEventRecord {
     /// Task id.
     pub task_id: std::sync::Arc<str>,
     /// Execution id.
-    pub execution_id: Uuid,
+    pub execution_id: ExecutionId,
     /// The fire the execution stands for.
     pub fire_at: UtcMillis,
     /// Attempt number, 0 for the first.
@@ -254,7 +254,7 @@ mod tests {
         let mut record = ExecutionEventRecord {
             namespace: "ns".into(),
             task_id: "t".into(),
-            execution_id: Uuid::from_u128(7),
+            execution_id: ExecutionId::from_u128(7),
             fire_at: UtcMillis(1),
             attempt: 0,
             kind: ExecutionEvent::Started { at: UtcMillis(2) },

@@ -22,10 +22,10 @@
 
 use std::sync::LazyLock;
 
+use ax_scheduler_core::ExecutionId;
 use ax_scheduler_core::{AttemptEnd, AttemptOutput, EventPosition, UtcMillis};
 use redis::Script;
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::error::{QueueError, Result};
 use crate::queue::Queue;
@@ -51,7 +51,7 @@ const STORY_CLOCK_SLACK_MS: i64 = 60_000;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryEntry {
     /// Execution id.
-    pub execution_id: Uuid,
+    pub execution_id: ExecutionId,
     /// Schedule instant.
     pub fire_at: UtcMillis,
     /// When the handler started.
@@ -183,8 +183,9 @@ impl Queue {
     /// rather than stopping at its scan bound. The search starts at the time in the id (a
     /// UUID v7) and jumps ahead to each retry's due time, so it reads little beyond the
     /// execution's own entries unless an attempt ran long under heavy traffic.
-    pub async fn execution_attempts(&self, id: Uuid) -> Result<(Vec<ExecutionItem>, bool)> {
+    pub async fn execution_attempts(&self, id: ExecutionId) -> Result<(Vec<ExecutionItem>, bool)> {
         let born = id
+            .as_uuid()
             .get_timestamp()
             .map(|t| {
                 let (secs, nanos) = t.to_unix();

@@ -11,6 +11,8 @@
 //! its queue's slot, which the enqueue checks it in. `docs/redis-layout.md` documents
 //! each key; keep the two in step.
 
+use ax_scheduler_core::ExecutionId;
+
 /// Default key prefix.
 pub const DEFAULT_PREFIX: &str = "ax";
 
@@ -103,7 +105,7 @@ impl Keys {
     /// The workers a broadcast fire was addressed to (JSON list of ids, with the dedupe TTL),
     /// fixed by the first leader that sent it: a successor that lost the fire's progress
     /// addresses it the same way.
-    pub fn fanout_workers(&self, queue: &str, fanout_id: &str) -> String {
+    pub fn fanout_workers(&self, queue: &str, fanout_id: ExecutionId) -> String {
         format!("{}:fanout:{}", self.tag(queue), fanout_id)
     }
 
@@ -175,7 +177,7 @@ impl Keys {
     /// An operator's kill order for one execution (string with an expiry): every worker
     /// running or about to run that execution stops it, and a retry of it is not scheduled.
     /// Per execution rather than a set, so orders expire on their own.
-    pub fn kill(&self, queue: &str, execution_id: &str) -> String {
+    pub fn kill(&self, queue: &str, execution_id: ExecutionId) -> String {
         format!("{}:kill:{}", self.tag(queue), execution_id)
     }
 
@@ -183,7 +185,7 @@ impl Keys {
     /// reported through the API (`http.async`): hash of its attempt, state, token hashes per
     /// attempt, each attempt's end, the awaiting message, deadline and last progress. Kept a
     /// while after the end (with an expiry), so a repeated completion is recognised.
-    pub fn awaiting(&self, queue: &str, execution_id: &str) -> String {
+    pub fn awaiting(&self, queue: &str, execution_id: ExecutionId) -> String {
         format!("{}:awaiting:{}", self.tag(queue), execution_id)
     }
 
@@ -295,14 +297,14 @@ mod tests {
             k.fence_owner(q, Some(3)),
             k.dlq(q),
             k.dlq_entries(q),
-            k.kill(q, "e1"),
+            k.kill(q, ExecutionId::from_u128(1)),
             k.paused(q),
-            k.awaiting(q, "e1"),
+            k.awaiting(q, ExecutionId::from_u128(1)),
             k.awaiting_due(q),
             k.addressed(q, "w1"),
             k.worker_wake(q, "w1"),
             k.orphaned(q),
-            k.fanout_workers(q, "f1"),
+            k.fanout_workers(q, ExecutionId::from_u128(2)),
         ];
         for key in &all {
             assert_eq!(slot_tag(key), "ax:q:default", "{key}");
@@ -329,7 +331,7 @@ mod tests {
     /// one execution and one task; keys a script builds itself come from the tag of its
     /// first key (`ax_tag`), so they are in its slot by construction.
     fn script_keys(k: &Keys) -> Vec<(&'static str, Vec<String>)> {
-        let (q, w, e) = ("default", "w1", "e1");
+        let (q, w, e) = ("default", "w1", ExecutionId::from_u128(1));
         let active = k.active(q, "ns", "t");
         vec![
             (

@@ -60,7 +60,7 @@ pub use keys::Keys;
 pub use maintenance::{
     Maintenance, MaintenanceConfig, MaintenanceState, StepReport, DEFAULT_VISIBILITY_TIMEOUT,
 };
-pub use message::{AttemptError, Dedupe, ExecutionMessage, Lineage};
+pub use message::{new_execution_id, AttemptError, Dedupe, ExecutionMessage, Lineage};
 pub use partitions::{
     partition_name, partition_of, split_partition, MAX_PARTITIONS, PARTITION_SEPARATOR,
 };

@@ -13,12 +13,18 @@ use std::sync::Arc;
 use ax_scheduler_core::overlap::dispatch_mode;
 use ax_scheduler_core::task::{CommandCall, HttpTarget};
 use ax_scheduler_core::{
-    Concurrency, Dispatch, OverlapPolicy, RetryPolicy, TaskKey, TaskSpec, UtcMillis,
+    Concurrency, Dispatch, ExecutionId, OverlapPolicy, RetryPolicy, TaskKey, TaskSpec, UtcMillis,
 };
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::error::{QueueError, Result};
+
+/// A fresh execution id: a UUID v7, so ids sort by creation time. Drawn here, in the shell,
+/// since the core reads no clock and draws no randomness.
+pub fn new_execution_id() -> ExecutionId {
+    ExecutionId::from(Uuid::now_v7())
+}
 
 /// One failed attempt, as kept on the message and in dead-letter entries.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,7 +41,7 @@ pub struct AttemptError {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExecutionMessage {
     /// Unique id of this execution (UUID v7, so ids sort by creation time).
-    pub execution_id: Uuid,
+    pub execution_id: ExecutionId,
     /// Task id.
     pub task_id: Arc<str>,
     /// Task namespace.
@@ -109,10 +115,10 @@ pub struct ExecutionMessage {
 pub struct Lineage {
     /// The run of a chain of dependent tasks (the id of the chain's first execution).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
+    pub run_id: Option<ExecutionId>,
     /// For a fanned-out fire: the id its pieces share.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fanout_id: Option<String>,
+    pub fanout_id: Option<ExecutionId>,
     /// For a fanned-out fire: this execution's piece, 0-based.
     #[serde(
         default,
@@ -162,20 +168,17 @@ impl ExecutionMessage {
     /// namespace fields may be empty), and its overlap mode is carried as decided.
     pub fn for_dispatch(dispatch: &Dispatch, now: UtcMillis, fencing_token: u64) -> Self {
         let spec = &dispatch.spec;
-        let (mut execution_id, run_now) = match &dispatch.run_now {
-            // A run-now request names its execution id (its trigger key); a malformed one
-            // still runs, under a fresh id.
-            Some(id) => (id.parse().unwrap_or_else(|_| Uuid::now_v7()), true),
-            None => (Uuid::now_v7(), false),
-        };
-        if let Some(piece) = &dispatch.piece {
+        let (execution_id, run_now) = match (&dispatch.piece, dispatch.run_now) {
             // Derived from the fire: the same on every leader (a duplicate when sent again).
-            execution_id = piece.execution_id().parse().unwrap_or(execution_id);
-        }
+            (Some(piece), run_now) => (piece.execution_id(), run_now.is_some()),
+            // A run-now request names its execution id (its trigger key).
+            (None, Some(id)) => (id, true),
+            (None, None) => (new_execution_id(), false),
+        };
         let run_of_its_own = dispatch
             .piece
             .as_ref()
-            .map_or_else(|| execution_id.to_string(), |piece| piece.fanout.clone());
+            .map_or(execution_id, |piece| piece.fanout);
         let mut m = ExecutionMessage {
             execution_id,
             task_id: dispatch.key.id.clone(),
@@ -208,12 +211,11 @@ impl ExecutionMessage {
             lineage: Lineage {
                 run_id: dispatch
                     .run_id
-                    .clone()
                     .or_else(|| dispatch.starts_run.then_some(run_of_its_own)),
-                fanout_id: dispatch.piece.as_ref().map(|p| p.fanout.clone()),
-                piece_index: dispatch.piece.as_ref().map(|p| p.index),
-                piece_total: dispatch.piece.as_ref().map(|p| p.total),
-                target_worker: dispatch.piece.as_ref().and_then(|p| p.worker.clone()),
+                fanout_id: dispatch.piece.as_ref().map(|s| s.fanout),
+                piece_index: dispatch.piece.as_ref().map(|s| s.index),
+                piece_total: dispatch.piece.as_ref().map(|s| s.total),
+                target_worker: dispatch.piece.as_ref().and_then(|s| s.worker.clone()),
             },
             // Set by the engine, which knows which scheduling shard owns the task.
             shard: None,
@@ -245,7 +247,7 @@ impl ExecutionMessage {
 
     /// A run started by hand at `now`: deduplicated by its own execution id only.
     pub fn run_now(spec: &TaskSpec, now: UtcMillis, fencing_token: u64) -> Self {
-        let id = Uuid::now_v7().to_string();
+        let id = new_execution_id();
         Self::for_dispatch(&standalone(spec, now, Some(id)), now, fencing_token)
     }
 
@@ -338,7 +340,7 @@ impl ExecutionMessage {
     /// A fresh execution of the same work (a dead-letter requeue): new id, attempt 0, no errors.
     pub fn fresh_copy(&self, now: UtcMillis) -> Self {
         let mut m = self.clone();
-        m.execution_id = Uuid::now_v7();
+        m.execution_id = new_execution_id();
         m.attempt = 0;
         m.first_attempt_at = now;
         m.enqueued_at = now;
@@ -373,7 +375,7 @@ impl ExecutionMessage {
 }
 
 /// The dispatch the leader would make for one fire of `spec` outside a dispatcher.
-fn standalone(spec: &TaskSpec, fire_at: UtcMillis, run_now: Option<String>) -> Dispatch {
+fn standalone(spec: &TaskSpec, fire_at: UtcMillis, run_now: Option<ExecutionId>) -> Dispatch {
     Dispatch {
         key: Arc::new(TaskKey::new(spec.namespace.clone(), spec.id.clone())),
         spec: Arc::new(spec.clone()),

@@ -73,7 +73,7 @@ impl Queue {
         inv.key(k.processing(&d.queue, &d.worker_id))
             .key(k.monitor(&d.queue))
             .key(k.delayed(&d.queue))
-            .key(k.kill(&d.queue, &id))
+            .key(k.kill(&d.queue, m.execution_id))
             .key(k.active(&d.queue, &m.namespace, &m.task_id))
             .key(k.order(&d.queue))
             .key(k.queued(&d.queue))

@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use ax_scheduler_core::task::DEFAULT_PRIORITY;
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{ExecutionId, UtcMillis};
 use redis::{AsyncCommands, Script};
 
 use crate::error::{QueueError, Result};
@@ -156,7 +156,7 @@ impl Queue {
     pub async fn fix_fanout_workers(
         &self,
         queue: &str,
-        fanout_id: &str,
+        fanout_id: ExecutionId,
         workers: &[String],
     ) -> Result<Vec<String>> {
         check_queue(queue)?;

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_queue::{Delivery, ExecutionMessage, Queue, QueueConfig};
-use ax_scheduler_core::fanout::{fire_fanout_id, Piece};
+use ax_scheduler_core::fanout::Piece;
+use ax_scheduler_core::ExecutionId;
 use ax_scheduler_core::{Dispatch, OverlapPolicy, TaskKey, TaskSpec, UtcMillis};
 use ax_testkit::unique_name;
 
@@ -32,7 +33,7 @@ fn spec(id: &str) -> TaskSpec {
 /// enqueues them.
 fn pieces(spec: &TaskSpec, fire: i64, workers: &[&str], now: UtcMillis) -> Vec<ExecutionMessage> {
     let key = Arc::new(TaskKey::new(spec.namespace.clone(), spec.id.clone()));
-    let fanout = fire_fanout_id(&key, UtcMillis(fire));
+    let fanout = ExecutionId::for_fire(&key, UtcMillis(fire));
     workers
         .iter()
         .enumerate()
@@ -48,7 +49,7 @@ fn pieces(spec: &TaskSpec, fire: i64, workers: &[&str], now: UtcMillis) -> Vec<E
                 piece: Some(Piece {
                     index: u32::try_from(i).unwrap(),
                     total: u32::try_from(workers.len()).unwrap(),
-                    fanout: fanout.clone(),
+                    fanout,
                     worker: Some((*w).to_owned()),
                 }),
                 broadcast: false,
@@ -324,19 +325,23 @@ async fn the_first_leader_to_address_a_fire_fixes_its_workers() {
     let q = queue().await;
     let names = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
     let first = q
-        .fix_fanout_workers("default", "f-1", &names(&["a", "c"]))
+        .fix_fanout_workers("default", ExecutionId::from_u128(1), &names(&["a", "c"]))
         .await
         .unwrap();
     assert_eq!(first, names(&["a", "c"]));
     // A successor that lost the fire's progress and lists other workers: the first list.
     let again = q
-        .fix_fanout_workers("default", "f-1", &names(&["a", "b", "c"]))
+        .fix_fanout_workers(
+            "default",
+            ExecutionId::from_u128(1),
+            &names(&["a", "b", "c"]),
+        )
         .await
         .unwrap();
     assert_eq!(again, names(&["a", "c"]));
     // Another fire is addressed on its own.
     let other = q
-        .fix_fanout_workers("default", "f-2", &names(&["b"]))
+        .fix_fanout_workers("default", ExecutionId::from_u128(2), &names(&["b"]))
         .await
         .unwrap();
     assert_eq!(other, names(&["b"]));

@@ -74,7 +74,7 @@ fn record(d: &Delivery, outcome: AttemptOutcome) -> EndRecord {
 }
 
 /// The ends the leader would read, as (execution id, outcome label).
-async fn events(q: &Queue) -> Vec<(uuid::Uuid, String)> {
+async fn events(q: &Queue) -> Vec<(ax_scheduler_core::ExecutionId, String)> {
     q.read_events(None, 100)
         .await
         .unwrap()
@@ -227,7 +227,7 @@ async fn a_retry_and_a_dead_letter_record_the_end_that_applies() {
         .sweep_ends("default", "w2", Duration::ZERO, 10)
         .await
         .unwrap();
-    let outcomes: Vec<(uuid::Uuid, AttemptOutcome)> = ends
+    let outcomes: Vec<(ax_scheduler_core::ExecutionId, AttemptOutcome)> = ends
         .iter()
         .map(|e| match &e.record.event.kind {
             ExecutionEvent::Finished { end, .. } => (e.record.event.execution_id, end.outcome),

@@ -7,10 +7,11 @@ mod common;
 
 use std::time::Duration;
 
+use ax_queue::new_execution_id;
 use ax_queue::{ExecutionEventRecord, ExecutionFilter, HistoryEntry, Queue, QueueConfig};
+use ax_scheduler_core::ExecutionId;
 use ax_scheduler_core::{AttemptEnd, AttemptOutcome, AttemptOutput, ExecutionEvent, UtcMillis};
 use ax_testkit::unique_name;
-use uuid::Uuid;
 
 async fn queue_with(f: impl FnOnce(&mut QueueConfig)) -> Queue {
     let mut cfg = QueueConfig {
@@ -25,7 +26,7 @@ async fn queue() -> Queue {
     queue_with(|_| {}).await
 }
 
-fn entry(id: Uuid, attempt: u32, end: AttemptEnd) -> HistoryEntry {
+fn entry(id: ExecutionId, attempt: u32, end: AttemptEnd) -> HistoryEntry {
     let now = UtcMillis::now();
     HistoryEntry {
         execution_id: id,
@@ -63,7 +64,7 @@ async fn xlen(q: &Queue) -> usize {
 #[tokio::test]
 async fn a_report_writes_the_stream_with_the_output_and_the_task_list_without_it() {
     let q = queue().await;
-    let id = Uuid::now_v7();
+    let id = new_execution_id();
     let mut e = entry(id, 0, failed(None));
     e.output = Some(AttemptOutput::new(
         Some(500),
@@ -118,7 +119,7 @@ async fn filters_page_newest_first_with_a_cursor() {
         } else {
             AttemptEnd::succeeded()
         };
-        let id = Uuid::now_v7();
+        let id = new_execution_id();
         q.record_history(ns, &format!("t{}", i % 4), &entry(id, 0, end.clone()))
             .await
             .unwrap();
@@ -129,7 +130,7 @@ async fn filters_page_newest_first_with_a_cursor() {
         outcomes: vec!["failed".into()],
         ..ExecutionFilter::default()
     };
-    let expected: Vec<Uuid> = written
+    let expected: Vec<ExecutionId> = written
         .iter()
         .rev()
         .filter(|(ns, _, out, _)| *ns == "a" && *out == "failed")
@@ -158,20 +159,20 @@ async fn filters_page_newest_first_with_a_cursor() {
         ..ExecutionFilter::default()
     };
     let page = q.executions(&by_task, None, 100, 1000).await.unwrap();
-    let expected: Vec<Uuid> = written
+    let expected: Vec<ExecutionId> = written
         .iter()
         .rev()
         .filter(|(ns, t, _, _)| *ns == "b" && t == "t1")
         .map(|w| w.3)
         .collect();
-    let got: Vec<Uuid> = page.items.iter().map(|i| i.entry.execution_id).collect();
+    let got: Vec<ExecutionId> = page.items.iter().map(|i| i.entry.execution_id).collect();
     assert_eq!(got, expected);
 }
 
 #[tokio::test]
 async fn a_rare_filter_stops_at_the_scan_bound_and_goes_on_from_its_cursor() {
     let q = queue().await;
-    let rare = Uuid::now_v7();
+    let rare = new_execution_id();
     q.record_history("rare", "t", &entry(rare, 0, AttemptEnd::succeeded()))
         .await
         .unwrap();
@@ -179,7 +180,7 @@ async fn a_rare_filter_stops_at_the_scan_bound_and_goes_on_from_its_cursor() {
         q.record_history(
             "busy",
             "t",
-            &entry(Uuid::now_v7(), 0, AttemptEnd::succeeded()),
+            &entry(new_execution_id(), 0, AttemptEnd::succeeded()),
         )
         .await
         .unwrap();
@@ -212,7 +213,7 @@ async fn a_time_range_is_an_id_range() {
     for b in 0..3 {
         let mut ids = Vec::new();
         for _ in 0..3 {
-            let id = Uuid::now_v7();
+            let id = new_execution_id();
             q.record_history(
                 "ns",
                 &format!("b{b}"),
@@ -243,8 +244,8 @@ async fn a_time_range_is_an_id_range() {
         ..ExecutionFilter::default()
     };
     let page = q.executions(&filter, None, 100, 1000).await.unwrap();
-    let got: Vec<Uuid> = page.items.iter().map(|i| i.entry.execution_id).collect();
-    let want: Vec<Uuid> = batches[1].iter().rev().copied().collect();
+    let got: Vec<ExecutionId> = page.items.iter().map(|i| i.entry.execution_id).collect();
+    let want: Vec<ExecutionId> = batches[1].iter().rev().copied().collect();
     assert_eq!(got, want);
 }
 
@@ -255,7 +256,7 @@ async fn retention_trims_the_stream_by_age() {
         q.record_history(
             "ns",
             "t",
-            &entry(Uuid::now_v7(), 0, AttemptEnd::succeeded()),
+            &entry(new_execution_id(), 0, AttemptEnd::succeeded()),
         )
         .await
         .unwrap();
@@ -265,7 +266,7 @@ async fn retention_trims_the_stream_by_age() {
     q.record_history(
         "ns",
         "t",
-        &entry(Uuid::now_v7(), 0, AttemptEnd::succeeded()),
+        &entry(new_execution_id(), 0, AttemptEnd::succeeded()),
     )
     .await
     .unwrap();
@@ -283,7 +284,7 @@ async fn retention_trims_the_stream_by_count() {
         q.record_history(
             "ns",
             "t",
-            &entry(Uuid::now_v7(), 0, AttemptEnd::succeeded()),
+            &entry(new_execution_id(), 0, AttemptEnd::succeeded()),
         )
         .await
         .unwrap();
@@ -302,14 +303,14 @@ async fn an_executions_attempts_are_found_in_order_across_its_retries() {
                 q.record_history(
                     "ns",
                     "other",
-                    &entry(Uuid::now_v7(), 0, AttemptEnd::succeeded()),
+                    &entry(new_execution_id(), 0, AttemptEnd::succeeded()),
                 )
                 .await
                 .unwrap();
             }
         }
     };
-    let id = Uuid::now_v7();
+    let id = new_execution_id();
     noise(&q, 30).await;
     let retry_at = UtcMillis(UtcMillis::now().0 + 300);
     q.record_history("ns", "t", &entry(id, 0, failed(Some(retry_at))))
@@ -328,6 +329,6 @@ async fn an_executions_attempts_are_found_in_order_across_its_retries() {
         .map(|i| (i.entry.attempt, i.entry.end.label()))
         .collect();
     assert_eq!(got, [(0, "retrying"), (1, "failed")]);
-    let (none, complete) = q.execution_attempts(Uuid::now_v7()).await.unwrap();
+    let (none, complete) = q.execution_attempts(new_execution_id()).await.unwrap();
     assert!(none.is_empty() && complete);
 }

@@ -469,7 +469,7 @@ async fn a_tasks_history_expires_after_the_retention_and_is_deleted_on_demand() 
     };
     let q = common::connect(cfg).await;
     let entry = HistoryEntry {
-        execution_id: uuid::Uuid::now_v7(),
+        execution_id: ax_queue::new_execution_id(),
         fire_at: UtcMillis(5),
         started_at: UtcMillis(6),
         finished_at: UtcMillis(9),
@@ -584,7 +584,7 @@ async fn history_is_capped_newest_first() {
     let q = common::connect(cfg).await;
     for i in 0..8u32 {
         let e = HistoryEntry {
-            execution_id: uuid::Uuid::now_v7(),
+            execution_id: ax_queue::new_execution_id(),
             fire_at: UtcMillis(i64::from(i)),
             started_at: UtcMillis(10),
             finished_at: UtcMillis(20),
@@ -848,7 +848,7 @@ async fn events_read_and_not_acknowledged_are_claimed_by_the_next_reader() {
     let event = |task: &str| ExecutionEventRecord {
         namespace: "ns".into(),
         task_id: task.into(),
-        execution_id: uuid::Uuid::now_v7(),
+        execution_id: ax_queue::new_execution_id(),
         fire_at: UtcMillis(5),
         attempt: 0,
         kind: ExecutionEvent::Started { at: UtcMillis(6) },
@@ -940,7 +940,7 @@ async fn events_read_and_not_acknowledged_are_claimed_by_the_next_reader() {
 async fn execution_events_reach_the_reader_in_order_with_history() {
     use ax_queue::ExecutionEventRecord;
     let q = queue().await;
-    let id = uuid::Uuid::now_v7();
+    let id = ax_queue::new_execution_id();
     let event = |attempt: u32, kind: ExecutionEvent| ExecutionEventRecord {
         namespace: "ns".into(),
         task_id: "ev".into(),

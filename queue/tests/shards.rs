@@ -147,7 +147,7 @@ fn event(task: &str, shard: Option<u32>) -> ExecutionEventRecord {
     ExecutionEventRecord {
         namespace: "ns".into(),
         task_id: task.into(),
-        execution_id: uuid::Uuid::now_v7(),
+        execution_id: ax_queue::new_execution_id(),
         fire_at: UtcMillis(5),
         attempt: 0,
         kind: ExecutionEvent::Started { at: UtcMillis(6) },

@@ -5,6 +5,8 @@
 //! silently skipped, because a user who wrote it expects a task; the watch reports it as
 //! invalid with the reason from [`Keys::parse_task_key`].
 
+use ax_scheduler_core::ExecutionId;
+
 /// The layout under one prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Keys {
@@ -111,20 +113,20 @@ impl Keys {
 
     /// `{prefix}/triggers/{namespace}/{id}/{execution_id}`: one run-now request, written by
     /// the CLI or the API and deleted by the leader once it has enqueued the execution.
-    pub fn trigger(&self, namespace: &str, id: &str, execution_id: &str) -> String {
+    pub fn trigger(&self, namespace: &str, id: &str, execution_id: ExecutionId) -> String {
         format!("{}/triggers/{namespace}/{id}/{execution_id}", self.prefix)
     }
 
     /// Splits a key under [`Keys::triggers_prefix`] into `(namespace, id, execution_id)`;
-    /// `None` when it does not have exactly those three segments.
-    pub fn parse_trigger_key(&self, key: &str) -> Option<(String, String, String)> {
+    /// `None` when it does not have exactly those three segments, the last an execution id.
+    pub fn parse_trigger_key(&self, key: &str) -> Option<(String, String, ExecutionId)> {
         let rest = key.strip_prefix(&self.triggers_prefix())?;
         let mut parts = rest.split('/');
         let (ns, id, exec) = (parts.next()?, parts.next()?, parts.next()?);
-        if parts.next().is_some() || ns.is_empty() || id.is_empty() || exec.is_empty() {
+        if parts.next().is_some() || ns.is_empty() || id.is_empty() {
             return None;
         }
-        Some((ns.to_string(), id.to_string(), exec.to_string()))
+        Some((ns.to_string(), id.to_string(), exec.parse().ok()?))
     }
 
     /// Splits a key under [`Keys::tasks_prefix`] into `(namespace, id)`.
@@ -189,18 +191,19 @@ mod tests {
     fn trigger_keys_round_trip() {
         let k = Keys::new("/scheduler");
         assert_eq!(k.triggers_prefix(), "/scheduler/triggers/");
-        let key = k.trigger("ops", "nightly", "0190a0b0-0000-7000-8000-000000000000");
+        let exec: ExecutionId = "0190a0b0-0000-7000-8000-000000000000".parse().unwrap();
+        let key = k.trigger("ops", "nightly", exec);
         assert_eq!(
             key,
             "/scheduler/triggers/ops/nightly/0190a0b0-0000-7000-8000-000000000000"
         );
         assert_eq!(
             k.parse_trigger_key(&key),
-            Some((
-                "ops".into(),
-                "nightly".into(),
-                "0190a0b0-0000-7000-8000-000000000000".into()
-            ))
+            Some(("ops".into(), "nightly".into(), exec))
+        );
+        assert_eq!(
+            k.parse_trigger_key("/scheduler/triggers/ops/nightly/not-an-id"),
+            None
         );
         assert_eq!(k.parse_trigger_key("/scheduler/triggers/ops/nightly"), None);
         assert_eq!(k.parse_trigger_key("/scheduler/triggers/a/b/c/d"), None);

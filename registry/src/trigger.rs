@@ -10,7 +10,7 @@
 //! The request is written only if the task's spec key exists, checked in the same
 //! transaction, so a trigger racing a delete never leaves a request for a task that is gone.
 
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{ExecutionId, UtcMillis};
 use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
@@ -21,7 +21,7 @@ use crate::registry::Registry;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TriggerRequest {
     /// Id of the execution to enqueue (a UUID v7, also the last key segment).
-    pub execution_id: String,
+    pub execution_id: ExecutionId,
     /// When the run was asked for.
     pub requested_at: UtcMillis,
     /// The payload this execution runs with instead of the spec's.
@@ -44,7 +44,7 @@ pub struct PendingTrigger {
     /// Task id (from the key).
     pub id: String,
     /// Execution id (from the key, which is authoritative).
-    pub execution_id: String,
+    pub execution_id: ExecutionId,
     /// When it was asked for; `None` when the value cannot be decoded.
     pub requested_at: Option<UtcMillis>,
     /// The payload override, if the request has one.
@@ -107,7 +107,7 @@ impl Registry {
             let ops: Vec<TxnOp> = chunk
                 .iter()
                 .map(|r| {
-                    let key = self.keys().trigger(namespace, id, &r.execution_id);
+                    let key = self.keys().trigger(namespace, id, r.execution_id);
                     // Strings, integers and a JSON value always serialize.
                     TxnOp::put(key, serde_json::to_vec(r).unwrap_or_default(), None)
                 })
@@ -133,7 +133,8 @@ impl Registry {
     }
 
     /// Every pending run-now request, in key order, with the revision of the listing (watch
-    /// from the next one). Keys without the three segments are skipped with a warning.
+    /// from the next one). Keys without the three segments, or whose last is not an execution
+    /// id, are skipped with a warning.
     pub async fn list_triggers(&self) -> Result<(i64, Vec<PendingTrigger>), RegistryError> {
         let (revision, kvs) = self.list_range(&self.keys().triggers_prefix()).await?;
         let mut out = Vec::with_capacity(kvs.len());
@@ -163,7 +164,7 @@ impl Registry {
         &self,
         namespace: &str,
         id: &str,
-        execution_id: &str,
+        execution_id: ExecutionId,
     ) -> Result<(), RegistryError> {
         let mut kv = self.client().kv_client();
         timed(

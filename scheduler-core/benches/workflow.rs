@@ -10,8 +10,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use ax_scheduler_core::{
-    AttemptEnd, AttemptOutcome, Dispatcher, DispatcherConfig, ExecutionEvent, TaskKey, TaskSpec,
-    UtcMillis,
+    AttemptEnd, AttemptOutcome, Dispatcher, DispatcherConfig, ExecutionEvent, ExecutionId, TaskKey,
+    TaskSpec, UtcMillis,
 };
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
@@ -26,10 +26,6 @@ fn succeeded() -> ExecutionEvent {
             retry_at: None,
         },
     }
-}
-
-fn exec(text: &str) -> u128 {
-    ax_scheduler_core::workflow::parse_execution_id(text).unwrap()
 }
 
 fn chain(n: usize) -> Dispatcher {
@@ -69,18 +65,18 @@ fn chain(n: usize) -> Dispatcher {
     d
 }
 
-fn one_run(d: &mut Dispatcher, run: u128, now: UtcMillis) -> usize {
+fn one_run(d: &mut Dispatcher, run: ExecutionId, now: UtcMillis) -> usize {
     d.on_execution(&TaskKey::new("b", "root"), run, 0, &succeeded(), now);
     let steps = d.poll(now);
     let mut dispatched = steps.len();
     for s in &steps {
-        let id = exec(s.run_now.as_deref().unwrap());
+        let id = s.run_now.unwrap();
         d.on_execution(&s.key, id, 0, &succeeded(), now);
     }
     let last = d.poll(now);
     dispatched += last.len();
     for s in &last {
-        let id = exec(s.run_now.as_deref().unwrap());
+        let id = s.run_now.unwrap();
         d.on_execution(&s.key, id, 0, &succeeded(), now);
     }
     d.take_state_writes(UtcMillis::MAX);
@@ -100,7 +96,7 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 run += 1;
                 now += 1;
-                let sent = one_run(&mut d, run, UtcMillis(now));
+                let sent = one_run(&mut d, ExecutionId::from_u128(run), UtcMillis(now));
                 assert_eq!(sent, n + n / 16);
                 black_box(sent)
             });

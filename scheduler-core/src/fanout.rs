@@ -4,9 +4,10 @@
 //! Each piece is an execution of its own (its own retries, its own history), told its
 //! `piece_index` and `piece_total`. The fire they share has an id, the **fan-out id**: the
 //! run-now's or the dependency step's execution id, or, for a scheduled fire, an id derived
-//! from the task and the fire instant. Piece `i`'s execution id is the fan-out id with its
-//! last 16 bits replaced by `i`: the same on every leader, so pieces sent again after a
-//! failover are duplicates to the queue, and a piece's end maps back to its fan-out and
+//! from the task and the fire instant ([`ExecutionId::for_fire`]). Piece `i`'s execution id
+//! is the fan-out id with its last 16 bits replaced by `i` ([`ExecutionId::piece`]): the
+//! same on every leader, so pieces sent again after a failover are duplicates to the queue,
+//! and a piece's end maps back to its fan-out and
 //! index without a table.
 //!
 //! The fire's progress (which pieces ended, and how) is kept in the task's state, written
@@ -24,9 +25,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::key::TaskKey;
+use crate::execution_id::ExecutionId;
 use crate::time::UtcMillis;
-use crate::workflow::{execution_id_text, parse_execution_id, step_execution_id};
 
 /// One piece of a fanned-out fire, carried by its dispatch and message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,50 +36,30 @@ pub struct Piece {
     /// How many pieces the fire has.
     pub total: u32,
     /// The fire's fan-out id.
-    pub fanout: String,
+    pub fanout: ExecutionId,
     /// For a broadcast fire: the worker this piece runs on, and nowhere else.
     pub worker: Option<String>,
 }
 
 impl Piece {
     /// This piece's execution id.
-    pub fn execution_id(&self) -> String {
-        piece_execution_id(&self.fanout, self.index)
+    pub fn execution_id(&self) -> ExecutionId {
+        self.fanout.piece(self.index)
     }
-}
-
-/// The fan-out id of a scheduled fire of `key` at `fire_at`.
-pub fn fire_fanout_id(key: &TaskKey, fire_at: UtcMillis) -> String {
-    step_execution_id(&format!("fire@{}", fire_at.0), key)
-}
-
-const INDEX_BITS: u128 = 0xffff;
-
-/// Piece `index`'s execution id under `fanout`.
-pub fn piece_execution_id(fanout: &str, index: u32) -> String {
-    let base = parse_execution_id(fanout).unwrap_or(0);
-    execution_id_text((base & !INDEX_BITS) | u128::from(index) & INDEX_BITS)
-}
-
-/// The piece index of `execution` if it is a piece of `fanout`.
-pub fn piece_of(fanout: &str, execution: u128, total: u32) -> Option<u32> {
-    let base = parse_execution_id(fanout)?;
-    let index = u32::try_from(execution & INDEX_BITS).ok()?;
-    (execution & !INDEX_BITS == base & !INDEX_BITS && index < total).then_some(index)
 }
 
 /// A fanned-out fire whose pieces have not all ended (in the task's state).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FanoutProgress {
     /// The fan-out id.
-    pub id: String,
+    pub id: ExecutionId,
     /// The fire's due instant.
     pub fire_at: UtcMillis,
     /// Pieces in all.
     pub total: u32,
     /// The dependency run the fire is a step of, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run: Option<String>,
+    pub run: Option<ExecutionId>,
     /// Bit `i` set: piece `i` succeeded.
     #[serde(default)]
     pub succeeded: Vec<u64>,
@@ -93,7 +73,7 @@ pub struct FanoutProgress {
 
 impl FanoutProgress {
     /// A fire whose `total` pieces have just been sent.
-    pub fn new(id: String, fire_at: UtcMillis, total: u32, run: Option<String>) -> Self {
+    pub fn new(id: ExecutionId, fire_at: UtcMillis, total: u32, run: Option<ExecutionId>) -> Self {
         FanoutProgress {
             id,
             fire_at,
@@ -107,10 +87,10 @@ impl FanoutProgress {
 
     /// A broadcast fire just sent to `workers`, one piece each, in this order.
     pub fn broadcast(
-        id: String,
+        id: ExecutionId,
         fire_at: UtcMillis,
         workers: Vec<String>,
-        run: Option<String>,
+        run: Option<ExecutionId>,
     ) -> Self {
         let total = u32::try_from(workers.len()).unwrap_or(u32::MAX);
         FanoutProgress {
@@ -173,30 +153,30 @@ impl FanoutProgress {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::TaskKey;
 
     #[test]
     fn piece_ids_map_back_to_their_fanout_and_index() {
         let key = TaskKey::new("ns", "t");
-        let f = fire_fanout_id(&key, UtcMillis(1_000));
-        assert_eq!(f, fire_fanout_id(&key, UtcMillis(1_000)));
-        assert_ne!(f, fire_fanout_id(&key, UtcMillis(2_000)));
-        let ids: Vec<String> = (0..5).map(|i| piece_execution_id(&f, i)).collect();
+        let f = ExecutionId::for_fire(&key, UtcMillis(1_000));
+        assert_eq!(f, ExecutionId::for_fire(&key, UtcMillis(1_000)));
+        assert_ne!(f, ExecutionId::for_fire(&key, UtcMillis(2_000)));
+        let ids: Vec<ExecutionId> = (0..5).map(|i| f.piece(i)).collect();
         for (i, id) in ids.iter().enumerate() {
-            let n = parse_execution_id(id).unwrap();
-            assert_eq!(piece_of(&f, n, 5), Some(i as u32));
-            assert_eq!(piece_of(&f, n, 2).is_some(), i < 2);
+            assert_eq!(f.piece_index(*id, 5), Some(i as u32));
+            assert_eq!(f.piece_index(*id, 2).is_some(), i < 2);
             assert_eq!(
-                piece_of(&fire_fanout_id(&key, UtcMillis(2_000)), n, 5),
+                ExecutionId::for_fire(&key, UtcMillis(2_000)).piece_index(*id, 5),
                 None
             );
         }
-        let unique: std::collections::HashSet<&String> = ids.iter().collect();
+        let unique: std::collections::HashSet<&ExecutionId> = ids.iter().collect();
         assert_eq!(unique.len(), 5);
     }
 
     #[test]
     fn progress_counts_each_piece_once() {
-        let mut p = FanoutProgress::new("x".into(), UtcMillis(0), 130, None);
+        let mut p = FanoutProgress::new(ExecutionId::from_u128(1), UtcMillis(0), 130, None);
         for i in 0..130 {
             assert!(p.record(i, i != 70));
             assert!(!p.record(i, true), "once");

@@ -14,6 +14,7 @@ pub mod duration_serde;
 pub mod error;
 pub mod etcd_keys;
 pub mod execution;
+pub mod execution_id;
 pub mod fanout;
 pub mod intern;
 pub mod key;
@@ -40,6 +41,7 @@ pub use execution::{
     AttemptEnd, AttemptOutcome, AttemptOutput, EnqueueOutcome, EventPosition, ExecutionEvent,
     MAX_COMMAND_OUTPUT_BYTES, MAX_OUTPUT_BYTES,
 };
+pub use execution_id::{ExecutionId, ParseExecutionIdError};
 pub use intern::Interner;
 pub use key::TaskKey;
 pub use misfire::{plan_misfires, MisfirePlan, ScheduleCursor};

@@ -70,7 +70,7 @@ pub struct TaskState {
     /// The last runs this task's step finished in (a few), so that a parent's end read
     /// again does not start the step anew.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub runs_done: Vec<String>,
+    pub runs_done: Vec<crate::execution_id::ExecutionId>,
     /// Why the spec is INVALID; empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub validation_errors: Vec<FieldError>,

@@ -12,7 +12,7 @@
 //! [`crate::state::TaskState::runs`]), written with the parent's end that caused it, before
 //! that end is acknowledged. A new leader therefore finds every run where the old one left
 //! it. The child's execution id for a run is derived from the run and the child
-//! ([`step_execution_id`]), so sending it again after a failover is refused by the queue as
+//! ([`ExecutionId::step`]), so sending it again after a failover is refused by the queue as
 //! a duplicate: a step is neither skipped nor repeated.
 //!
 //! The graph is checked as a whole, which one spec cannot do: a parent that does not exist,
@@ -23,8 +23,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
+use crate::execution_id::ExecutionId;
 use crate::key::TaskKey;
 use crate::task::{DependOn, Dependency};
 use crate::time::UtcMillis;
@@ -70,7 +70,7 @@ impl StepOutcome {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunProgress {
     /// The run's id (its root execution's id).
-    pub run: String,
+    pub run: ExecutionId,
     /// When the first parent finished its part (the `within` windows count from here).
     pub started_at: UtcMillis,
     /// The parents that finished, `namespace/id` -> outcome.
@@ -78,14 +78,14 @@ pub struct RunProgress {
     pub done: BTreeMap<String, StepOutcome>,
     /// Once the step fired: its execution id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub execution: Option<String>,
+    pub execution: Option<ExecutionId>,
 }
 
 impl RunProgress {
     /// `run` reached this task at `now` (its first parent ended).
-    pub fn new(run: &str, now: UtcMillis) -> Self {
+    pub fn new(run: ExecutionId, now: UtcMillis) -> Self {
         RunProgress {
-            run: run.to_owned(),
+            run,
             started_at: now,
             done: BTreeMap::new(),
             execution: None,
@@ -149,46 +149,6 @@ fn on_name(on: DependOn) -> &'static str {
         DependOn::Failure => "failure",
         DependOn::Any => "any end",
     }
-}
-
-/// An execution id (a UUID's 128 bits) as the queue writes it: lowercase, hyphenated.
-pub fn execution_id_text(id: u128) -> String {
-    let h = format!("{id:032x}");
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
-/// The 128 bits of an execution id written as [`execution_id_text`] does (hyphens
-/// optional); `None` for anything else.
-pub fn parse_execution_id(text: &str) -> Option<u128> {
-    let hex: String = text.chars().filter(|c| *c != '-').collect();
-    if hex.len() != 32 {
-        return None;
-    }
-    u128::from_str_radix(&hex, 16).ok()
-}
-
-/// The execution id of `child`'s step in `run`: the same on every leader, so a step sent
-/// again is a duplicate to the queue. A UUID of version 8 (custom), from SHA-256.
-pub fn step_execution_id(run: &str, child: &TaskKey) -> String {
-    let digest = Sha256::new()
-        .chain_update(run.as_bytes())
-        .chain_update([0u8])
-        .chain_update(child.namespace.as_bytes())
-        .chain_update([0u8])
-        .chain_update(child.id.as_bytes())
-        .finalize();
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest[..16]);
-    bytes[6] = (bytes[6] & 0x0f) | 0x80;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    execution_id_text(u128::from_be_bytes(bytes))
 }
 
 /// The key a `depends_on[].task` names (validated as `namespace/id`).
@@ -382,7 +342,7 @@ mod tests {
     fn a_child_fires_when_every_edge_is_met_and_skips_when_one_is_not() {
         let deps = [dep("ns/a", DependOn::Success), dep("ns/b", DependOn::Any)];
         let mut p = RunProgress {
-            run: "r".into(),
+            run: ExecutionId::from_u128(1),
             started_at: UtcMillis(0),
             done: BTreeMap::new(),
             execution: None,
@@ -460,14 +420,16 @@ mod tests {
 
     #[test]
     fn step_ids_are_stable_uuids_per_run_and_child() {
-        let a = step_execution_id("run-1", &TaskKey::new("ns", "c"));
-        assert_eq!(a, step_execution_id("run-1", &TaskKey::new("ns", "c")));
-        assert_ne!(a, step_execution_id("run-2", &TaskKey::new("ns", "c")));
-        assert_ne!(a, step_execution_id("run-1", &TaskKey::new("ns", "d")));
-        assert_eq!(a.len(), 36);
-        assert_eq!(&a[14..15], "8", "version 8: {a}");
+        let (run_1, run_2) = (ExecutionId::from_u128(1), ExecutionId::from_u128(2));
+        let a = ExecutionId::step(run_1, &TaskKey::new("ns", "c"));
+        assert_eq!(a, ExecutionId::step(run_1, &TaskKey::new("ns", "c")));
+        assert_ne!(a, ExecutionId::step(run_2, &TaskKey::new("ns", "c")));
+        assert_ne!(a, ExecutionId::step(run_1, &TaskKey::new("ns", "d")));
+        let text = a.to_string();
+        assert_eq!(text.len(), 36);
+        assert_eq!(&text[14..15], "8", "version 8: {text}");
         assert_eq!(
-            execution_id_text(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef),
+            ExecutionId::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef).to_string(),
             "01234567-89ab-cdef-0123-456789abcdef"
         );
     }

@@ -20,7 +20,9 @@ use ax_queue::{
 use ax_registry::{
     NamespacePause, PendingTrigger, Registry, RegistryError, StateFence, StateListing,
 };
-use ax_scheduler_core::{EnqueueOutcome, EventPosition, TaskKey, TaskState, UtcMillis};
+use ax_scheduler_core::{
+    EnqueueOutcome, EventPosition, ExecutionId, TaskKey, TaskState, UtcMillis,
+};
 
 /// The future of a backend call.
 pub type BackendFuture<'a, T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'a>>;
@@ -93,7 +95,7 @@ pub trait TermQueue: Send + Sync {
     fn fix_fanout_workers<'a>(
         &'a self,
         queue: &'a str,
-        fanout_id: &'a str,
+        fanout_id: ExecutionId,
         workers: &'a [String],
     ) -> QueueFuture<'a, Vec<String>>;
 }
@@ -186,7 +188,7 @@ impl TermQueue for Queue {
     fn fix_fanout_workers<'a>(
         &'a self,
         queue: &'a str,
-        fanout_id: &'a str,
+        fanout_id: ExecutionId,
         workers: &'a [String],
     ) -> QueueFuture<'a, Vec<String>> {
         Box::pin(Queue::fix_fanout_workers(self, queue, fanout_id, workers))
@@ -238,7 +240,7 @@ pub trait TermStore: Send + Sync {
         &'a self,
         namespace: &'a str,
         id: &'a str,
-        execution_id: &'a str,
+        execution_id: ExecutionId,
     ) -> StoreFuture<'a, ()>;
     /// [`Registry::paused_namespaces`].
     fn paused_namespaces(&self) -> StoreFuture<'_, Vec<NamespacePause>>;
@@ -278,7 +280,7 @@ impl TermStore for Registry {
         &'a self,
         namespace: &'a str,
         id: &'a str,
-        execution_id: &'a str,
+        execution_id: ExecutionId,
     ) -> StoreFuture<'a, ()> {
         Box::pin(Registry::delete_trigger(self, namespace, id, execution_id))
     }

@@ -116,7 +116,7 @@ fn apply(
         dispatcher.on_event(
             &key,
             entry.position,
-            record.execution_id.as_u128(),
+            record.execution_id,
             record.attempt,
             &record.kind,
             now,
@@ -151,14 +151,7 @@ pub(super) async fn reconcile(
         for ((key, fire_at), entries) in chunk.iter().zip(histories) {
             // Newest first: the latest attempt of that fire.
             if let Some(e) = entries.iter().find(|e| e.fire_at == *fire_at) {
-                dispatcher.reconcile(
-                    key,
-                    e.execution_id.as_u128(),
-                    e.attempt,
-                    e.finished_at,
-                    &e.end,
-                    now,
-                );
+                dispatcher.reconcile(key, e.execution_id, e.attempt, e.finished_at, &e.end, now);
                 applied += 1;
             }
         }

@@ -311,7 +311,7 @@ async fn write(
     }
     for t in keys {
         registry
-            .delete_trigger(&t.namespace, &t.id, &t.execution_id)
+            .delete_trigger(&t.namespace, &t.id, t.execution_id)
             .await?;
     }
     Ok(())

@@ -26,7 +26,7 @@ use crate::reporter::ExecutionReport;
 use crate::retry::{decide, RetryDecision};
 
 /// Where `/api/v1` takes the completion of execution `id`, under the API's public base URL.
-pub fn completion_url(public_url: &str, id: uuid::Uuid) -> String {
+pub fn completion_url(public_url: &str, id: ax_scheduler_core::ExecutionId) -> String {
     format!(
         "{}/api/v1/executions/{id}/complete",
         public_url.trim_end_matches('/')
@@ -324,7 +324,7 @@ mod tests {
 
     #[test]
     fn the_completion_url_is_under_the_public_api() {
-        let id = uuid::Uuid::nil();
+        let id = ax_scheduler_core::ExecutionId::from_u128(0);
         assert_eq!(
             completion_url("https://ax.example.com/", id),
             format!("https://ax.example.com/api/v1/executions/{id}/complete")

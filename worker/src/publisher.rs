@@ -25,12 +25,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_queue::{ExecutionEventRecord, ExecutionMessage, HistoryEntry, Queue};
+use ax_scheduler_core::ExecutionId;
 use ax_scheduler_core::{AttemptEnd, AttemptOutcome, ExecutionEvent, UtcMillis};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
-use uuid::Uuid;
 
 use crate::reporter::{ExecutionReport, ExecutionReporter, ReportFuture};
 
@@ -59,7 +59,7 @@ pub struct QueueReporter {
 /// if still delayed, need not be).
 enum Report {
     Started(ExecutionEventRecord),
-    Ended((Uuid, u32)),
+    Ended((ExecutionId, u32)),
 }
 
 /// Reports waiting for the publisher at most; executions wait beyond that.
@@ -125,9 +125,9 @@ const START_DELAY: Duration = Duration::from_millis(200);
 /// the leader reads and acknowledges. A pure step: reports and the time in, reports out.
 #[derive(Default)]
 struct DelayedStarts {
-    by_attempt: HashMap<(Uuid, u32), ExecutionEventRecord>,
+    by_attempt: HashMap<(ExecutionId, u32), ExecutionEventRecord>,
     /// Delayed starts in arrival order; an entry whose start was replaced is passed over.
-    order: VecDeque<(Instant, (Uuid, u32))>,
+    order: VecDeque<(Instant, (ExecutionId, u32))>,
 }
 
 /// A start to write, as [`Queue::report_many`] takes it.
@@ -296,7 +296,7 @@ mod tests {
     use super::*;
 
     fn event(id: u128, attempt: u32, finished: bool) -> Report {
-        let execution_id = uuid::Uuid::from_u128(id);
+        let execution_id = ExecutionId::from_u128(id);
         if finished {
             return Report::Ended((execution_id, attempt));
         }

@@ -9,15 +9,15 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use ax_queue::{ExecutionEventRecord, ExecutionMessage, HistoryEntry};
+use ax_scheduler_core::ExecutionId;
 use ax_scheduler_core::{AttemptEnd, AttemptOutput, UtcMillis};
 use tokio::sync::mpsc;
-use uuid::Uuid;
 
 /// One finished attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecutionReport {
     /// Execution id.
-    pub execution_id: Uuid,
+    pub execution_id: ExecutionId,
     /// Task namespace.
     pub namespace: std::sync::Arc<str>,
     /// Task id.

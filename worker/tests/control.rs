@@ -170,7 +170,10 @@ async fn a_waiting_execution_is_removed_and_its_task_marker_cleared() {
     );
     // An unknown execution is gone, and leaves nothing behind.
     let unknown = q
-        .kill_execution("default", uuid::Uuid::new_v4())
+        .kill_execution(
+            "default",
+            ax_scheduler_core::ExecutionId::from(uuid::Uuid::new_v4()),
+        )
         .await
         .unwrap();
     assert_eq!(unknown.state, KillState::Gone);

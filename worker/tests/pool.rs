@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ax_queue::{ExecutionMessage, Queue};
-use ax_scheduler_core::{AttemptOutcome, EnqueueOutcome};
+use ax_scheduler_core::{AttemptOutcome, EnqueueOutcome, ExecutionId};
 use ax_scheduler_core::{RetryPolicy, UtcMillis};
 use ax_testkit::{redis_url, unique_name, RedisServer};
 use ax_worker::{
@@ -20,9 +20,8 @@ use common::*;
 use redis::AsyncCommands;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
-type Seen = Arc<Mutex<HashMap<Uuid, u32>>>;
+type Seen = Arc<Mutex<HashMap<ExecutionId, u32>>>;
 
 fn recording_registry(seen: &Seen) -> HandlerRegistry {
     let mut r = HandlerRegistry::with_builtins();
@@ -49,7 +48,7 @@ fn recording_pool(q: &Queue, cfg: WorkerConfig, seen: &Seen) -> WorkerPool {
 }
 
 /// Whether execution `id` ran within `limit`.
-async fn ran_within(seen: &Seen, id: Uuid, limit: Duration) -> bool {
+async fn ran_within(seen: &Seen, id: ExecutionId, limit: Duration) -> bool {
     eventually(limit, || seen.lock().unwrap().contains_key(&id)).await
 }
 

@@ -7,6 +7,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use ax_scheduler_core::ExecutionId;
+
 use super::{
     ApiError, BackfillParams, BackfillResult, CompletionReply, CompletionRequest, DeadLetter,
     DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult,
@@ -47,7 +49,7 @@ pub trait ApiBackend: Send + Sync {
     /// One page of the attempts of every task `query` selects, newest first.
     fn executions(&self, query: ExecutionQuery) -> ApiFuture<'_, ExecutionList>;
     /// One execution's story; [`ApiError::NotFound`] when nothing of it is recorded.
-    fn execution(&self, id: String) -> ApiFuture<'_, ExecutionStory>;
+    fn execution(&self, id: ExecutionId) -> ApiFuture<'_, ExecutionStory>;
     /// Dead-lettered executions, newest first.
     fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>>;
     /// Puts dead-lettered executions back on their queues; returns how many.
@@ -62,10 +64,10 @@ pub trait ApiBackend: Send + Sync {
     fn audit_list(&self, query: AuditQuery) -> ApiFuture<'_, AuditPage>;
     /// Kills a task's current executions (waiting, retrying or running), or only
     /// `execution`; [`ApiError::NotFound`] when there is none.
-    fn kill_task(&self, key: TaskKey, execution: Option<String>) -> ApiFuture<'_, KillResult>;
+    fn kill_task(&self, key: TaskKey, execution: Option<ExecutionId>) -> ApiFuture<'_, KillResult>;
     /// Kills one execution, whatever its task; [`ApiError::NotFound`] when no queue has it
     /// (finished, or unknown).
-    fn kill_execution(&self, id: String) -> ApiFuture<'_, KillResult>;
+    fn kill_execution(&self, id: ExecutionId) -> ApiFuture<'_, KillResult>;
     /// Pauses a queue: workers take nothing from it until it is resumed.
     fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState>;
     /// Resumes a paused queue.
@@ -77,7 +79,7 @@ pub trait ApiBackend: Send + Sync {
     /// killed, completed with another outcome, superseded by a retry).
     fn complete_execution(
         &self,
-        id: String,
+        id: ExecutionId,
         request: CompletionRequest,
     ) -> ApiFuture<'_, CompletionReply>;
 }

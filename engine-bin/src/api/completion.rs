@@ -48,7 +48,7 @@ pub struct CompletionRequest {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CompletionReply {
     /// The execution.
-    pub execution_id: String,
+    pub execution_id: ax_scheduler_core::ExecutionId,
     /// The attempt the token belongs to (0 for the first).
     pub attempt: u32,
     /// `succeeded`, `failed`, or `waiting` after a progress report.

@@ -3,14 +3,14 @@
 //! A requeue names its executions or asks for all of them (of one queue), one untagged
 //! body, so a caller writes `{"ids": [...]}` or `{"all": true}` and nothing else.
 
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{ExecutionId, UtcMillis};
 use serde::{Deserialize, Serialize};
 
 /// A dead-lettered execution.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeadLetter {
     /// Execution id.
-    pub execution_id: String,
+    pub execution_id: ExecutionId,
     /// The task.
     pub namespace: String,
     /// The task.

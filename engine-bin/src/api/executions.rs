@@ -5,7 +5,7 @@
 //! one a backend reads, so relative times and outcome names are resolved in one place and
 //! a backend never sees input it would have to refuse.
 
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{ExecutionId, UtcMillis};
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, DeadLetter, MAX_LIST_LIMIT};
@@ -211,7 +211,7 @@ pub struct WaitingAttempt {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExecutionStory {
     /// Execution id.
-    pub execution_id: String,
+    pub execution_id: ExecutionId,
     /// The task.
     pub namespace: String,
     /// The task.
@@ -248,7 +248,7 @@ pub struct ExecutionStory {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FireView {
     /// The fan-out id its executions share.
-    pub fanout_id: String,
+    pub fanout_id: ExecutionId,
     /// How many executions it has (`shards`, or workers of a broadcast).
     pub total: u32,
     /// The last recorded attempt of each of its executions, by piece index (from the task's
@@ -260,7 +260,7 @@ pub struct FireView {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecutionRecord {
     /// Execution id.
-    pub execution_id: String,
+    pub execution_id: ExecutionId,
     /// Attempt number, 1 for the first.
     pub attempt: u32,
     /// When it was due.
@@ -324,7 +324,7 @@ pub struct KillResult {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KilledExecution {
     /// Execution id.
-    pub execution_id: String,
+    pub execution_id: ExecutionId,
     /// Its task's namespace, when known (not for one killed before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,

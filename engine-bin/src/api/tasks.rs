@@ -240,7 +240,7 @@ pub struct BackfillResult {
     /// The fires of the range, oldest first.
     pub fires: Vec<UtcMillis>,
     /// The execution enqueued for each fire, in the same order (empty for a dry run).
-    pub execution_ids: Vec<String>,
+    pub execution_ids: Vec<ax_scheduler_core::ExecutionId>,
     /// Whether the requests were written (false for a dry run).
     pub written: bool,
 }
@@ -249,5 +249,5 @@ pub struct BackfillResult {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TriggerResult {
     /// The execution started for this trigger.
-    pub execution_id: String,
+    pub execution_id: ax_scheduler_core::ExecutionId,
 }

@@ -15,10 +15,9 @@ use std::time::Duration;
 use ax_queue::{
     token_hash, EndBy, EndResult, Progress, ProgressResult, ReportedEnd, ReportedStatus, TokenClaim,
 };
-use ax_scheduler_core::{AttemptOutput, UtcMillis};
+use ax_scheduler_core::{AttemptOutput, ExecutionId, UtcMillis};
 use ax_worker::awaiting::{end_waiting, WaitingEnd};
 use ax_worker::ExecutionReport;
-use uuid::Uuid;
 
 use super::{errors, Backend};
 use crate::api::{ApiError, CompletionReply, CompletionRequest, CompletionStatus};
@@ -28,13 +27,13 @@ const PUBLISH_TRIES: u32 = 3;
 /// How often a completion that found its attempt moving to awaiting reads it again.
 const MOVED_ROUNDS: usize = 3;
 
-fn conflict(id: Uuid, what: &str) -> ApiError {
+fn conflict(id: ExecutionId, what: &str) -> ApiError {
     ApiError::Conflict(format!(
         "execution {id}: {what}; this report changes nothing"
     ))
 }
 
-fn stale(id: Uuid, attempt: u32, current: u32, end: &str) -> ApiError {
+fn stale(id: ExecutionId, attempt: u32, current: u32, end: &str) -> ApiError {
     let how = if end.is_empty() {
         "ended".to_owned()
     } else {
@@ -49,11 +48,9 @@ fn stale(id: Uuid, attempt: u32, current: u32, end: &str) -> ApiError {
 impl Backend {
     pub(super) async fn complete(
         &self,
-        id: &str,
+        id: ExecutionId,
         request: CompletionRequest,
     ) -> Result<CompletionReply, ApiError> {
-        let id = Uuid::parse_str(id)
-            .map_err(|_| ApiError::invalid(format!("{id}: not an execution id (a UUID)")))?;
         let claim = TokenClaim::parse(request.token.trim()).ok_or_else(|| {
             ApiError::Unauthorized(
                 "a report needs `token`: the completion token the job's request carried \
@@ -69,7 +66,7 @@ impl Backend {
             ))
         };
         let reply = |state: &str, repeated: bool, deadline: Option<UtcMillis>| CompletionReply {
-            execution_id: id.to_string(),
+            execution_id: id,
             attempt: claim.attempt,
             state: state.to_owned(),
             repeated,

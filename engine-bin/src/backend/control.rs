@@ -11,8 +11,7 @@
 //! (as the dead-letter commands do); a kill of a task looks only in the task's queue.
 
 use ax_queue::{Kill, KillState, StopOrder};
-use ax_scheduler_core::{AttemptEnd, AttemptOutcome, UtcMillis};
-use uuid::Uuid;
+use ax_scheduler_core::{AttemptEnd, AttemptOutcome, ExecutionId, UtcMillis};
 
 use super::{errors, tasks::not_found, Backend};
 use crate::api::{ApiError, KillResult, KilledExecution, QueueState, TaskKey};
@@ -20,14 +19,9 @@ use crate::api::{ApiError, KillResult, KilledExecution, QueueState, TaskKey};
 /// The worker name recorded for an execution killed before any worker took it.
 const NO_WORKER: &str = "-";
 
-fn parse_id(id: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(id)
-        .map_err(|_| ApiError::invalid(format!("{id}: not an execution id (a UUID)")))
-}
-
 fn killed(queue: &str, k: &Kill) -> KilledExecution {
     KilledExecution {
-        execution_id: k.execution_id.to_string(),
+        execution_id: k.execution_id,
         namespace: k.message.as_ref().map(|m| m.namespace.to_string()),
         task_id: k.message.as_ref().map(|m| m.task_id.to_string()),
         queue: queue.to_owned(),
@@ -39,9 +33,8 @@ impl Backend {
     pub(super) async fn kill_of_task(
         &self,
         key: &TaskKey,
-        execution: Option<String>,
+        execution: Option<ExecutionId>,
     ) -> Result<KillResult, ApiError> {
-        let execution = execution.as_deref().map(parse_id).transpose()?;
         // An invalid spec has no queue one can trust: look in every queue ax knows of.
         let queues = match self.registry.get(&key.namespace, &key.id).await {
             Ok(Some(t)) => vec![t.spec.queue.to_string()],
@@ -75,8 +68,7 @@ impl Backend {
         Ok(out)
     }
 
-    pub(super) async fn kill_by_id(&self, id: &str) -> Result<KillResult, ApiError> {
-        let id = parse_id(id)?;
+    pub(super) async fn kill_by_id(&self, id: ExecutionId) -> Result<KillResult, ApiError> {
         let q = self.queue().await?;
         let queues = self.known_queues().await?;
         for name in &queues {

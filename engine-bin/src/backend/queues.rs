@@ -10,7 +10,6 @@ use ax_queue::{
     AwaitingRecord, AwaitingState, DlqEntry, ExecutionFilter, ExecutionItem, HistoryEntry,
     HISTORY_SCAN_MAX,
 };
-use uuid::Uuid;
 
 use super::{errors, tasks::not_found, Backend};
 use crate::api::{
@@ -18,14 +17,14 @@ use crate::api::{
     ExecutionStory, FireView, QueueView, ReplicaView, ShardsView, StatusView, TaskKey,
     WaitingAttempt,
 };
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{ExecutionId, UtcMillis};
 
 /// How many of a task's recent attempts a story reads for the other executions of its fire.
 const FIRE_HISTORY_SCAN: usize = 1000;
 
 pub(super) fn record(e: &HistoryEntry) -> ExecutionRecord {
     ExecutionRecord {
-        execution_id: e.execution_id.to_string(),
+        execution_id: e.execution_id,
         // The queue counts attempts from 0, people from 1.
         attempt: e.attempt.saturating_add(1),
         due: e.fire_at,
@@ -57,7 +56,7 @@ fn item_record(i: &ExecutionItem) -> ExecutionRecord {
 
 pub(super) fn dead_letter(e: &DlqEntry) -> DeadLetter {
     DeadLetter {
-        execution_id: e.id.to_string(),
+        execution_id: e.id,
         namespace: e.namespace.clone(),
         task_id: e.task_id.clone(),
         queue: e.queue.clone(),
@@ -67,7 +66,7 @@ pub(super) fn dead_letter(e: &DlqEntry) -> DeadLetter {
     }
 }
 
-fn not_in_history(id: &str) -> ApiError {
+fn not_in_history(id: ExecutionId) -> ApiError {
     ApiError::NotFound(format!(
         "execution {id} is not in the execution history (kept for \
          redis.execution_history_retention)"
@@ -143,19 +142,19 @@ impl Backend {
     /// queue, and the attempt that waits for its completion (`http.async`) from its awaiting
     /// record: an execution whose first attempt waits is in no history yet, and is looked
     /// for in every known queue.
-    pub(super) async fn execution_story(&self, id: &str) -> Result<ExecutionStory, ApiError> {
-        let uuid: Uuid = id
-            .parse()
-            .map_err(|_| ApiError::invalid(format!("`{id}` is not an execution id")))?;
+    pub(super) async fn execution_story(
+        &self,
+        id: ExecutionId,
+    ) -> Result<ExecutionStory, ApiError> {
         let q = self.queue().await?;
-        let (items, complete) = q.execution_attempts(uuid).await.map_err(errors::queue)?;
+        let (items, complete) = q.execution_attempts(id).await.map_err(errors::queue)?;
         let record = match items.first() {
             Some(first) if first.entry.queue.is_empty() => None,
             Some(first) => q
-                .awaiting_record(&first.entry.queue, uuid)
+                .awaiting_record(&first.entry.queue, id)
                 .await
                 .map_err(errors::queue)?,
-            None => self.find_awaiting(q, uuid).await?,
+            None => self.find_awaiting(q, id).await?,
         };
         let recorded = items.last().map(|i| i.entry.attempt);
         let waiting = record.filter(|r| {
@@ -191,13 +190,13 @@ impl Backend {
         story.dead_letter = if story.queue.is_empty() {
             None
         } else {
-            q.dlq_get(&story.queue, uuid)
+            q.dlq_get(&story.queue, id)
                 .await
                 .map_err(errors::queue)?
                 .as_ref()
                 .map(dead_letter)
         };
-        story.execution_id = id.to_owned();
+        story.execution_id = id;
         story.outcome = match &waiting {
             Some(_) => "waiting".to_owned(),
             None => attempts
@@ -216,10 +215,10 @@ impl Backend {
         story.fire = match items.first().map(|f| (f, &f.entry.lineage)) {
             Some((first, lineage)) => match (&lineage.fanout_id, lineage.piece_total) {
                 (Some(fanout), Some(total)) => Some(FireView {
-                    fanout_id: fanout.clone(),
+                    fanout_id: *fanout,
                     total,
                     executions: self
-                        .fire_executions(q, &first.namespace, &first.task_id, fanout)
+                        .fire_executions(q, &first.namespace, &first.task_id, *fanout)
                         .await?,
                 }),
                 _ => None,
@@ -235,7 +234,7 @@ impl Backend {
     async fn find_awaiting(
         &self,
         q: &ax_queue::Queue,
-        id: Uuid,
+        id: ExecutionId,
     ) -> Result<Option<AwaitingRecord>, ApiError> {
         for name in self.known_queues().await? {
             if let Some(rec) = q.awaiting_record(&name, id).await.map_err(errors::queue)? {
@@ -252,7 +251,7 @@ impl Backend {
         q: &ax_queue::Queue,
         namespace: &str,
         task_id: &str,
-        fanout: &str,
+        fanout: ExecutionId,
     ) -> Result<Vec<ExecutionRecord>, ApiError> {
         let entries = q
             .history(namespace, task_id, FIRE_HISTORY_SCAN)
@@ -262,7 +261,7 @@ impl Backend {
         let mut seen = std::collections::HashSet::new();
         let mut of_fire: Vec<&HistoryEntry> = entries
             .iter()
-            .filter(|e| e.lineage.fanout_id.as_deref() == Some(fanout))
+            .filter(|e| e.lineage.fanout_id == Some(fanout))
             .filter(|e| seen.insert(e.execution_id))
             .collect();
         of_fire.sort_by_key(|e| e.lineage.piece_index);
@@ -313,7 +312,7 @@ impl Backend {
                 let mut parsed = Vec::with_capacity(ids.len());
                 let mut bad = Vec::new();
                 for id in &ids {
-                    match Uuid::parse_str(id) {
+                    match id.parse::<ExecutionId>() {
                         Ok(u) => parsed.push(u),
                         Err(_) => bad.push(format!("{id}: not an execution id (a UUID)")),
                     }
@@ -517,7 +516,7 @@ mod tests {
     #[test]
     fn history_attempts_count_from_one_and_early_starts_are_not_late() {
         let e = HistoryEntry {
-            execution_id: Uuid::nil(),
+            execution_id: ExecutionId::from_u128(0),
             fire_at: UtcMillis(1_000),
             started_at: UtcMillis(990),
             finished_at: UtcMillis(1_500),

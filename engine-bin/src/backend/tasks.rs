@@ -389,7 +389,7 @@ impl Backend {
             return Err(not_found(key));
         }
         let request = TriggerRequest {
-            execution_id: uuid::Uuid::now_v7().to_string(),
+            execution_id: ax_queue::new_execution_id(),
             requested_at: UtcMillis::now(),
             payload: params.payload,
             idempotency_key: params.idempotency_key,
@@ -469,7 +469,7 @@ impl Backend {
         let requests: Vec<TriggerRequest> = fires
             .iter()
             .map(|t| TriggerRequest {
-                execution_id: uuid::Uuid::now_v7().to_string(),
+                execution_id: ax_queue::new_execution_id(),
                 requested_at: now,
                 payload: None,
                 idempotency_key: None,

@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ax_scheduler_core::limiter::KeyedBuckets;
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{ExecutionId, UtcMillis};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Request, State};
@@ -198,7 +198,7 @@ pub const COMPLETIONS_PER_EXECUTION_PER_MINUTE: u32 = 120;
 /// The rate of completion calls per execution id (`POST /executions/{id}/complete`), which
 /// no API token guards.
 #[derive(Clone, Debug)]
-pub struct CompletionLimiter(PerMinute<String>);
+pub struct CompletionLimiter(PerMinute<ExecutionId>);
 
 impl CompletionLimiter {
     /// A limiter at [`COMPLETIONS_PER_EXECUTION_PER_MINUTE`].
@@ -207,8 +207,8 @@ impl CompletionLimiter {
     }
 
     /// Takes one call for `execution` at `now`, or refuses with 429.
-    pub fn admit(&self, execution: &str, now: UtcMillis) -> Result<(), ApiError> {
-        self.0.take(&execution.to_owned(), now).map_err(|wait_s| {
+    pub fn admit(&self, execution: ExecutionId, now: UtcMillis) -> Result<(), ApiError> {
+        self.0.take(&execution, now).map_err(|wait_s| {
             limit(
                 LimitKind::Rate,
                 format!(

@@ -11,7 +11,7 @@ pub fn dlq_table(letters: &[DeadLetter]) -> String {
         .iter()
         .map(|d| {
             vec![
-                d.execution_id.clone(),
+                d.execution_id.to_string(),
                 format!("{}/{}", d.namespace, d.task_id),
                 d.queue.clone(),
                 d.attempts.to_string(),

@@ -22,7 +22,7 @@ pub fn executions_table(page: &ExecutionList) -> String {
                     r.namespace.as_deref().unwrap_or("-"),
                     r.task_id.as_deref().unwrap_or("-")
                 ),
-                r.execution_id.clone(),
+                r.execution_id.to_string(),
                 r.attempt.to_string(),
                 r.outcome.clone(),
                 millis(r.duration_ms),
@@ -71,7 +71,7 @@ pub fn history_table(records: &[ExecutionRecord]) -> String {
         .iter()
         .map(|r| {
             vec![
-                r.execution_id.clone(),
+                r.execution_id.to_string(),
                 r.attempt.to_string(),
                 r.due.to_string(),
                 instant(r.started),

@@ -5,7 +5,7 @@
 //! the same time column whatever part of the story it comes from; lines with no instant of
 //! their own (an attempt's answer, a deadline) leave that column blank.
 
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{ExecutionId, UtcMillis};
 
 use super::format::{millis, one_line};
 use crate::api::{ExecutionRecord, ExecutionStory, FireView, WaitingAttempt};
@@ -164,13 +164,13 @@ fn story_header(story: &ExecutionStory) -> String {
         }
     }
     if let Some(fire) = &story.fire {
-        out.push_str(&fire_text(fire, &story.execution_id));
+        out.push_str(&fire_text(fire, story.execution_id));
     }
     out
 }
 
 /// The fire the execution belongs to: every execution of it, this one marked.
-fn fire_text(fire: &FireView, this: &str) -> String {
+fn fire_text(fire: &FireView, this: ExecutionId) -> String {
     let mut out = format!(
         "fire:    {} ({} executions, {} recorded)\n",
         fire.fanout_id,
@@ -201,10 +201,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const F: &str = "0190f5a2-7b1c-7cc3-9a4e-1f2e3d4c0000";
+    const E0: &str = "0190f5a2-7b1c-7cc3-9a4e-1f2e3d4c0000";
+    const E1: &str = "0190f5a2-7b1c-7cc3-9a4e-1f2e3d4c0001";
+
     fn attempt(id: &str, index: u32, worker: &str, outcome: &str) -> ExecutionRecord {
         serde_json::from_value(json!({
             "execution_id": id, "attempt": 1, "due": 1000, "outcome": outcome,
-            "fanout_id": "f-1", "shard_index": index, "shard_total": 2,
+            "fanout_id": F, "shard_index": index, "shard_total": 2,
             "target_worker": worker,
         }))
         .unwrap()
@@ -213,26 +217,26 @@ mod tests {
     #[test]
     fn a_broadcast_execution_s_story_shows_its_worker_and_its_fire() {
         let story = ExecutionStory {
-            execution_id: "e-1".into(),
+            execution_id: E1.parse().unwrap(),
             namespace: "ns".into(),
             task_id: "t".into(),
             queue: "default".into(),
-            attempts: vec![attempt("e-1", 1, "w2", "failed")],
+            attempts: vec![attempt(E1, 1, "w2", "failed")],
             outcome: "failed".into(),
             complete: true,
             fire: Some(FireView {
-                fanout_id: "f-1".into(),
+                fanout_id: F.parse().unwrap(),
                 total: 2,
                 executions: vec![
-                    attempt("e-0", 0, "w1", "succeeded"),
-                    attempt("e-1", 1, "w2", "failed"),
+                    attempt(E0, 0, "w1", "succeeded"),
+                    attempt(E1, 1, "w2", "failed"),
                 ],
             }),
             ..ExecutionStory::default()
         };
         let text = story_text(&story);
         assert!(
-            text.contains("shard:   1 of 0..2 (fan-out f-1)\n"),
+            text.contains(&format!("shard:   1 of 0..2 (fan-out {F})\n")),
             "{text}"
         );
         assert!(
@@ -240,15 +244,15 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("fire:    f-1 (2 executions, 2 recorded)\n"),
+            text.contains(&format!("fire:    {F} (2 executions, 2 recorded)\n")),
             "{text}"
         );
         assert!(
-            text.contains("  shard 0 on w1        e-0  succeeded\n"),
+            text.contains(&format!("  shard 0 on w1        {E0}  succeeded\n")),
             "{text}"
         );
         assert!(
-            text.contains("  shard 1 on w2        e-1  failed (this one)\n"),
+            text.contains(&format!("  shard 1 on w2        {E1}  failed (this one)\n")),
             "{text}"
         );
     }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::breaker::{Admission, BreakerConfig, CircuitBreaker};
 use crate::execution::{shown_error, AttemptEnd, AttemptOutcome};
+use crate::execution_id::ExecutionId;
 use crate::schedule::CompiledSchedule;
 use crate::state::TaskState;
 use crate::status::TaskStatus;
@@ -39,12 +40,12 @@ pub(super) enum FireKind {
     /// The held fire is dispatched again: the same fire, not a new one.
     HeldAgain,
     /// A run-now request with its execution id.
-    RunNow(String),
+    RunNow(ExecutionId),
     /// A dependent task's step in a run: its (derived) execution id, and the run.
-    Step(Box<(String, String)>),
+    Step(Box<(ExecutionId, ExecutionId)>),
     /// The pieces not ended of a fanned-out fire, sent again by a new leader (those already
     /// queued are refused as duplicates): the fan-out id.
-    Resend(String),
+    Resend(ExecutionId),
 }
 
 #[derive(Clone, Debug)]
@@ -84,7 +85,7 @@ pub(super) struct Armed {
     /// history): the same end arriving again (its event after a reconciliation, the history
     /// after the event, or a finished execution run again after its worker died) is not
     /// counted a second time.
-    pub(super) last_end: Option<(u128, u32)>,
+    pub(super) last_end: Option<(ExecutionId, u32)>,
 }
 
 impl Armed {
@@ -201,11 +202,11 @@ impl Armed {
     }
 
     /// Whether a step fired as `execution` is still in progress in one of the task's runs.
-    pub(super) fn has_step(&self, execution: &str) -> bool {
+    pub(super) fn has_step(&self, execution: ExecutionId) -> bool {
         self.state
             .runs
             .iter()
-            .any(|r| r.execution.as_deref() == Some(execution))
+            .any(|r| r.execution == Some(execution))
     }
 }
 

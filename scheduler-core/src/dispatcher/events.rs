@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use crate::execution::{AttemptEnd, AttemptOutcome, EventPosition, ExecutionEvent};
+use crate::execution_id::ExecutionId;
 use crate::status::TaskStatus;
 use crate::time::UtcMillis;
 use crate::workflow::StepOutcome;
@@ -28,7 +29,7 @@ impl Dispatcher {
         &mut self,
         key: &TaskKey,
         position: EventPosition,
-        execution: u128,
+        execution: ExecutionId,
         attempt: u32,
         event: &ExecutionEvent,
         now: UtcMillis,
@@ -37,11 +38,11 @@ impl Dispatcher {
     }
 
     /// Takes an execution event reported by a worker.
-    /// `execution` and `attempt` name the attempt (the execution id as a number).
+    /// `execution` and `attempt` name the attempt.
     pub fn on_execution(
         &mut self,
         key: &TaskKey,
-        execution: u128,
+        execution: ExecutionId,
         attempt: u32,
         event: &ExecutionEvent,
         now: UtcMillis,
@@ -54,7 +55,7 @@ impl Dispatcher {
         &mut self,
         key: &TaskKey,
         position: Option<EventPosition>,
-        execution: u128,
+        execution: ExecutionId,
         attempt: u32,
         event: &ExecutionEvent,
         now: UtcMillis,
@@ -89,7 +90,7 @@ impl Dispatcher {
         &mut self,
         key: &TaskKey,
         position: Option<EventPosition>,
-        execution: u128,
+        execution: ExecutionId,
         attempt: u32,
         event: &ExecutionEvent,
         is_attempt: bool,
@@ -169,7 +170,7 @@ impl Dispatcher {
     pub fn reconcile(
         &mut self,
         key: &TaskKey,
-        execution: u128,
+        execution: ExecutionId,
         attempt: u32,
         finished_at: UtcMillis,
         end: &AttemptEnd,

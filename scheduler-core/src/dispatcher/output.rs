@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::breaker::Transition;
 use crate::deadline::Miss;
 use crate::execution::ExecutionEvent;
-use crate::fanout::{fire_fanout_id, Piece};
+use crate::execution_id::ExecutionId;
+use crate::fanout::Piece;
 use crate::misfire::MisfirePlan;
 use crate::state::TaskState;
 use crate::task::{OverlapPolicy, TaskSpec};
@@ -29,12 +30,12 @@ pub struct Dispatch {
     /// The due instant this execution is for; with the key, the dedupe identity.
     pub fire_at: UtcMillis,
     /// For a run-now request: its execution id (its own dedupe identity).
-    pub run_now: Option<String>,
+    pub run_now: Option<ExecutionId>,
     /// What the enqueue does about the task's still-active previous execution, as this
     /// dispatcher decided it (see [`crate::overlap`]); Redis only enforces it.
     pub overlap: OverlapPolicy,
     /// The run (see [`crate::workflow`]) this execution is a step of.
-    pub run_id: Option<String>,
+    pub run_id: Option<ExecutionId>,
     /// The execution starts a run: its task is the first of a chain. Its own execution id
     /// (its fan-out id, for a fanned-out fire) is the run's id.
     pub starts_run: bool,
@@ -50,11 +51,10 @@ pub struct Dispatch {
 impl Dispatch {
     /// For a broadcast fire not addressed yet: its fan-out id (the run-now's execution id, or
     /// derived from the task and the fire instant), the same on every leader.
-    pub fn broadcast_fanout_id(&self) -> Option<String> {
+    pub fn broadcast_fanout_id(&self) -> Option<ExecutionId> {
         self.broadcast.then(|| {
             self.run_now
-                .clone()
-                .unwrap_or_else(|| fire_fanout_id(&self.key, self.fire_at))
+                .unwrap_or_else(|| ExecutionId::for_fire(&self.key, self.fire_at))
         })
     }
 }
@@ -101,7 +101,7 @@ pub enum Notice {
         /// The task.
         key: Arc<TaskKey>,
         /// The run.
-        run: String,
+        run: ExecutionId,
         /// Why.
         reason: String,
     },
@@ -113,8 +113,8 @@ pub enum Notice {
     AttemptFailed {
         /// The task.
         key: Arc<TaskKey>,
-        /// The execution (its id as a number).
-        execution: u128,
+        /// The execution.
+        execution: ExecutionId,
         /// The attempt, 0 for the first.
         attempt: u32,
         /// When it ended.
@@ -128,11 +128,11 @@ pub enum Notice {
         /// The task.
         key: Arc<TaskKey>,
         /// The fire's fan-out id, the id its end is recorded under.
-        fanout: String,
+        fanout: ExecutionId,
         /// The fire.
         fire_at: UtcMillis,
         /// The dependency run the fire is a step of, if any.
-        run: Option<String>,
+        run: Option<ExecutionId>,
         /// The task's queue.
         queue: Arc<str>,
         /// Why it failed, as recorded.
@@ -156,7 +156,7 @@ pub type StateWrite = (Arc<TaskKey>, Option<TaskState>);
 /// The notice of an attempt that failed, if `event` ends one that did.
 pub(super) fn failure_notice(
     key: &Arc<TaskKey>,
-    execution: u128,
+    execution: ExecutionId,
     attempt: u32,
     event: &ExecutionEvent,
 ) -> Option<Notice> {

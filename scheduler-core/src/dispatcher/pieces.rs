@@ -10,10 +10,11 @@
 use std::sync::Arc;
 
 use crate::execution::{shown_error, AttemptEnd, AttemptOutcome, EventPosition, ExecutionEvent};
-use crate::fanout::{fire_fanout_id, piece_of, FanoutProgress, Piece};
+use crate::execution_id::ExecutionId;
+use crate::fanout::{FanoutProgress, Piece};
 use crate::task::{Fanout, OverlapPolicy, MAX_PIECES};
 use crate::time::UtcMillis;
-use crate::workflow::{parse_execution_id, StepOutcome};
+use crate::workflow::StepOutcome;
 
 use super::armed::{Armed, FireKind};
 use super::dependencies::Dependencies;
@@ -25,8 +26,8 @@ use crate::key::TaskKey;
 #[derive(Debug)]
 pub(super) struct Outgoing {
     pub(super) fire_at: UtcMillis,
-    pub(super) run_now: Option<String>,
-    pub(super) run_id: Option<String>,
+    pub(super) run_now: Option<ExecutionId>,
+    pub(super) run_id: Option<ExecutionId>,
     pub(super) starts_run: bool,
 }
 
@@ -55,7 +56,7 @@ impl Outgoing {
 /// The pieces of one fanned-out fire, to dispatch.
 struct FannedOutFire<'a> {
     fire: Outgoing,
-    fanout: &'a str,
+    fanout: ExecutionId,
     total: u32,
     /// A broadcast fire's workers, by piece (empty for `shards`).
     workers: &'a [String],
@@ -71,7 +72,7 @@ impl<'a> FannedOutFire<'a> {
         );
         FannedOutFire {
             fire,
-            fanout: &progress.id,
+            fanout: progress.id,
             total: progress.total,
             workers: &progress.workers,
         }
@@ -92,13 +93,13 @@ impl<'a> FannedOutFire<'a> {
             spec: Arc::clone(&task.spec),
             fire_at: self.fire.fire_at,
             overlap: OverlapPolicy::Allow,
-            run_now: self.fire.run_now.clone(),
-            run_id: self.fire.run_id.clone(),
+            run_now: self.fire.run_now,
+            run_id: self.fire.run_id,
             starts_run: self.fire.starts_run,
             piece: Some(Piece {
                 index,
                 total: self.total,
-                fanout: self.fanout.to_owned(),
+                fanout: self.fanout,
                 worker: self.workers.get(index as usize).cloned(),
             }),
             broadcast: false,
@@ -112,8 +113,7 @@ impl<'a> FannedOutFire<'a> {
 pub(super) fn fan_out(task: &mut Armed, fanout: Fanout, fire: Outgoing, out: &mut Vec<Dispatch>) {
     let id = fire
         .run_now
-        .clone()
-        .unwrap_or_else(|| fire_fanout_id(&task.key, fire.fire_at));
+        .unwrap_or_else(|| ExecutionId::for_fire(&task.key, fire.fire_at));
     let total = match fanout {
         Fanout::Pieces(total) => total,
         Fanout::Broadcast => {
@@ -129,16 +129,13 @@ pub(super) fn fan_out(task: &mut Armed, fanout: Fanout, fire: Outgoing, out: &mu
         }
     };
     if !task.state.fanouts.iter().any(|f| f.id == id) {
-        task.state.fanouts.push(FanoutProgress::new(
-            id.clone(),
-            fire.fire_at,
-            total,
-            fire.run_id.clone(),
-        ));
+        task.state
+            .fanouts
+            .push(FanoutProgress::new(id, fire.fire_at, total, fire.run_id));
     }
     let fire = FannedOutFire {
         fire,
-        fanout: &id,
+        fanout: id,
         total,
         workers: &[],
     };
@@ -146,14 +143,14 @@ pub(super) fn fan_out(task: &mut Armed, fanout: Fanout, fire: Outgoing, out: &mu
 }
 
 /// Sends again the pieces not ended of the task's fire `id` (a new leader's resend).
-pub(super) fn resend(task: &Armed, id: &str, deps: &Dependencies, out: &mut Vec<Dispatch>) {
+pub(super) fn resend(task: &Armed, id: ExecutionId, deps: &Dependencies, out: &mut Vec<Dispatch>) {
     let Some(progress) = task.state.fanouts.iter().find(|f| f.id == id) else {
         return;
     };
     let fire = Outgoing {
         fire_at: progress.fire_at,
         run_now: None,
-        run_id: progress.run.clone(),
+        run_id: progress.run,
         starts_run: progress.run.is_none() && deps.starts_runs(&task.key, &task.spec),
     };
     out.extend(FannedOutFire::of(progress, fire).open(task, progress));
@@ -187,10 +184,10 @@ impl Dispatcher {
                 return Vec::new();
             }
             task.state.fanouts.push(FanoutProgress::broadcast(
-                id.clone(),
+                id,
                 dispatch.fire_at,
                 workers,
-                dispatch.run_id.clone(),
+                dispatch.run_id,
             ));
             self.writes.current(&task.key);
         }
@@ -199,39 +196,36 @@ impl Dispatcher {
         };
         let fire = Outgoing {
             fire_at: dispatch.fire_at,
-            run_now: dispatch.run_now.clone(),
-            run_id: dispatch.run_id.clone(),
+            run_now: dispatch.run_now,
+            run_id: dispatch.run_id,
             starts_run: dispatch.starts_run,
         };
         FannedOutFire::of(progress, fire).open(task, progress)
     }
 
     /// A broadcast fire found no live worker: it ends failed at once, as one execution.
-    fn no_live_worker(&mut self, dispatch: &Dispatch, id: String, now: UtcMillis) {
+    fn no_live_worker(&mut self, dispatch: &Dispatch, id: ExecutionId, now: UtcMillis) {
         let Some(task) = self.tasks.get_mut(&dispatch.key) else {
             return;
         };
         let reason = format!("no live worker serves queue {}", task.spec.queue);
         task.state.last_error = Some(reason.clone());
         let key = Arc::clone(&task.key);
-        let execution = parse_execution_id(&id);
         self.notices.push(Notice::NoLiveWorker {
             key: Arc::clone(&key),
             fanout: id,
             fire_at: dispatch.fire_at,
-            run: dispatch.run_id.clone(),
+            run: dispatch.run_id,
             queue: Arc::clone(&task.spec.queue),
             reason: reason.clone(),
         });
         let end = AttemptEnd::new(AttemptOutcome::Failed, Some(reason));
-        if let Some(execution) = execution {
-            let event = ExecutionEvent::Finished {
-                at: now,
-                end: end.clone(),
-            };
-            self.apply_to_state(&key, None, execution, 0, &event, false, now);
-            self.on_step_end(&key, execution, StepOutcome::of(&end), now);
-        }
+        let event = ExecutionEvent::Finished {
+            at: now,
+            end: end.clone(),
+        };
+        self.apply_to_state(&key, None, id, 0, &event, false, now);
+        self.on_step_end(&key, id, StepOutcome::of(&end), now);
     }
 
     /// A piece's event: a start or a retry as for any execution; a final end counted in its
@@ -242,11 +236,11 @@ impl Dispatcher {
         &mut self,
         key: &TaskKey,
         position: Option<EventPosition>,
-        execution: u128,
+        execution: ExecutionId,
         attempt: u32,
         event: &ExecutionEvent,
         now: UtcMillis,
-    ) -> Option<(u128, StepOutcome)> {
+    ) -> Option<(ExecutionId, StepOutcome)> {
         let ExecutionEvent::Finished { at, end } = event else {
             self.apply_to_state(key, position, execution, attempt, event, true, now);
             return None;
@@ -261,7 +255,7 @@ impl Dispatcher {
             .fanouts
             .iter()
             .enumerate()
-            .find_map(|(slot, f)| Some((slot, piece_of(&f.id, execution, f.total)?)))?;
+            .find_map(|(slot, f)| Some((slot, f.id.piece_index(execution, f.total)?)))?;
         if let Some(p) = position {
             if task.state.last_event.is_some_and(|applied| applied >= p) {
                 return None;
@@ -284,8 +278,8 @@ impl Dispatcher {
         }
         let done = task.state.fanouts.remove(slot);
         let whole = fanout_end(&done, task.state.last_error.as_deref());
-        let fanout = parse_execution_id(&done.id)?;
-        // The fire's end, as one execution's: counted, its status set, a held fire released.
+        let fanout = done.id;
+        // The fire's end, as one execution's: counted, settled, a held fire released.
         let event = ExecutionEvent::Finished {
             at: *at,
             end: whole.clone(),
@@ -299,7 +293,7 @@ impl Dispatcher {
     pub(super) fn resend_fanouts(&mut self, task: &Armed, now: UtcMillis) {
         for progress in &task.state.fanouts {
             self.fires
-                .push(task, now, FireKind::Resend(progress.id.clone()), now);
+                .push(task, now, FireKind::Resend(progress.id), now);
         }
     }
 }

@@ -18,12 +18,13 @@ use super::armed::{set_status, Armed, FireKind, ReadyFire, TimerEntry, TimerKind
 use super::output::misfire_notice;
 use super::pieces::{fan_out, resend, Outgoing};
 use super::{Dispatch, Dispatcher};
+use crate::execution_id::ExecutionId;
 use crate::key::TaskKey;
 
 impl Dispatcher {
     /// Queues a run-now execution with its own id; the periodic schedule is not disturbed.
     /// Returns false for an unknown task.
-    pub fn trigger(&mut self, key: &TaskKey, execution_id: String, now: UtcMillis) -> bool {
+    pub fn trigger(&mut self, key: &TaskKey, execution_id: ExecutionId, now: UtcMillis) -> bool {
         let Some(task) = self.tasks.get(key) else {
             return false;
         };
@@ -65,15 +66,15 @@ impl Dispatcher {
             return;
         };
         let (run_now, run_id) = match &item.kind {
-            FireKind::Resend(id) => return resend(task, id, &self.deps, out),
-            FireKind::RunNow(id) => (Some(id.clone()), None),
+            FireKind::Resend(id) => return resend(task, *id, &self.deps, out),
+            FireKind::RunNow(id) => (Some(*id), None),
             FireKind::Step(step) => {
-                let (execution, run) = &**step;
+                let (execution, run) = **step;
                 // Stale: the step ended (its end was replayed) or was dropped meanwhile.
                 if !task.has_step(execution) {
                     return;
                 }
-                (Some(execution.clone()), Some(run.clone()))
+                (Some(execution), Some(run))
             }
             FireKind::Scheduled | FireKind::HeldAgain => (None, None),
         };

@@ -14,6 +14,7 @@
 use std::sync::Arc;
 
 use crate::execution::{AttemptEnd, AttemptOutcome, ExecutionEvent};
+use crate::execution_id::ExecutionId;
 use crate::key::TaskKey;
 use crate::time::UtcMillis;
 
@@ -66,7 +67,7 @@ impl Dispatcher {
         let event = ExecutionEvent::Finished { at: now, end };
         // No real execution id is known: one made of the fire instant, unique per fire of
         // the task, so a second repair of a later fire is not taken for this one.
-        let made_up = u128::from(fire_at.0.unsigned_abs());
+        let made_up = ExecutionId::from_u128(u128::from(fire_at.0.unsigned_abs()));
         self.on_execution(key, made_up, 0, &event, now);
         true
     }
@@ -140,7 +141,7 @@ mod tests {
             at: at(1500),
             end: AttemptEnd::succeeded(),
         };
-        d.on_execution(&key, 7, 0, &end, at(1500));
+        d.on_execution(&key, ExecutionId::from_u128(7), 0, &end, at(1500));
         assert!(d.executing_since(at(60_000)).is_empty());
         assert!(!d.mark_lost(&key, fire, at(70_000)));
         assert_eq!(status(&d, "one"), TaskStatus::Success);

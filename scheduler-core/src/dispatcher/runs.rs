@@ -11,12 +11,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::execution_id::ExecutionId;
 use crate::state::TaskState;
 use crate::time::UtcMillis;
-use crate::workflow::{
-    execution_id_text, step_execution_id, verdict, RunProgress, StepOutcome, Verdict,
-    MAX_RUNS_IN_PROGRESS,
-};
+use crate::workflow::{verdict, RunProgress, StepOutcome, Verdict, MAX_RUNS_IN_PROGRESS};
 
 use super::armed::{Armed, FireKind};
 use super::output::Notice;
@@ -70,7 +68,7 @@ impl Dispatcher {
     pub(super) fn on_step_end(
         &mut self,
         key: &TaskKey,
-        execution: u128,
+        execution: ExecutionId,
         outcome: StepOutcome,
         now: UtcMillis,
     ) {
@@ -81,7 +79,6 @@ impl Dispatcher {
             // Neither a step nor the first task of a chain: the common case, kept free.
             return;
         }
-        let execution = execution_id_text(execution);
         let run = if task.spec.depends_on.is_empty() {
             execution
         } else {
@@ -89,12 +86,12 @@ impl Dispatcher {
                 .state
                 .runs
                 .iter()
-                .position(|r| r.execution.as_deref() == Some(&execution))
+                .position(|r| r.execution == Some(execution))
             else {
                 return;
             };
             let done = task.state.runs.remove(i);
-            remember_done(&mut task.state, &done.run);
+            remember_done(&mut task.state, done.run);
             if task.state.runs.is_empty() {
                 self.runs.untrack(key);
             }
@@ -102,11 +99,17 @@ impl Dispatcher {
             done.run
         };
         let parent = Arc::clone(&task.key);
-        self.propagate(parent, &run, outcome, now);
+        self.propagate(parent, run, outcome, now);
     }
 
     /// Hands `parent`'s outcome in `run` to its children, and a skip on down the chain.
-    fn propagate(&mut self, parent: Arc<TaskKey>, run: &str, outcome: StepOutcome, now: UtcMillis) {
+    fn propagate(
+        &mut self,
+        parent: Arc<TaskKey>,
+        run: ExecutionId,
+        outcome: StepOutcome,
+        now: UtcMillis,
+    ) {
         let mut work = vec![(parent, outcome)];
         while let Some((parent, outcome)) = work.pop() {
             let parent_text = parent.to_string();
@@ -116,7 +119,7 @@ impl Dispatcher {
                     work.push((child, StepOutcome::Skipped));
                     continue;
                 };
-                if task.state.runs_done.iter().any(|r| r == run) {
+                if task.state.runs_done.contains(&run) {
                     continue;
                 }
                 let i = match task.state.runs.iter().position(|r| r.run == run) {
@@ -159,14 +162,14 @@ impl Dispatcher {
             return;
         }
         let oldest = task.state.runs.remove(0);
-        remember_done(&mut task.state, &oldest.run);
+        remember_done(&mut task.state, oldest.run);
         self.notices.push(Notice::StepSkipped {
             key: Arc::clone(key),
-            run: oldest.run.clone(),
+            run: oldest.run,
             reason: format!("more than {MAX_RUNS_IN_PROGRESS} runs in progress"),
         });
         if oldest.execution.is_none() {
-            self.propagate(Arc::clone(key), &oldest.run, StepOutcome::Skipped, now);
+            self.propagate(Arc::clone(key), oldest.run, StepOutcome::Skipped, now);
         }
     }
 
@@ -183,16 +186,16 @@ impl Dispatcher {
         match decided {
             Verdict::Wait => None,
             Verdict::Fire => {
-                let run = progress.run.clone();
-                let execution = step_execution_id(&run, key);
-                task.state.runs[i].execution = Some(execution.clone());
+                let run = progress.run;
+                let execution = ExecutionId::step(run, key);
+                task.state.runs[i].execution = Some(execution);
                 let step = FireKind::Step(Box::new((execution, run)));
                 self.fires.push(task, now, step, now);
                 None
             }
             Verdict::Skip(reason) => {
                 let done = task.state.runs.remove(i);
-                remember_done(&mut task.state, &done.run);
+                remember_done(&mut task.state, done.run);
                 self.notices.push(Notice::StepSkipped {
                     key: Arc::clone(key),
                     run: done.run,
@@ -221,11 +224,11 @@ impl Dispatcher {
                     i += 1;
                     continue;
                 }
-                let run = progress.run.clone();
+                let run = progress.run;
                 match self.decide_step(&key, i, now) {
                     Some(skipped) => {
                         self.writes.current(&key);
-                        self.propagate(Arc::clone(&key), &run, skipped, now);
+                        self.propagate(Arc::clone(&key), run, skipped, now);
                     }
                     None => i += 1,
                 }
@@ -237,8 +240,8 @@ impl Dispatcher {
     /// have reached the queue (under the same execution id, a duplicate if they had).
     pub(super) fn resend_steps(&mut self, task: &Armed, now: UtcMillis) {
         for progress in &task.state.runs {
-            if let Some(execution) = &progress.execution {
-                let step = FireKind::Step(Box::new((execution.clone(), progress.run.clone())));
+            if let Some(execution) = progress.execution {
+                let step = FireKind::Step(Box::new((execution, progress.run)));
                 self.fires.push(task, now, step, now);
             }
         }
@@ -250,9 +253,9 @@ impl Dispatcher {
 
 /// Keeps the last runs a task finished its step of, so that a parent's end read again
 /// (after a failover) does not start the step anew.
-fn remember_done(state: &mut TaskState, run: &str) {
+fn remember_done(state: &mut TaskState, run: ExecutionId) {
     if state.runs_done.len() >= RUNS_REMEMBERED {
         state.runs_done.remove(0);
     }
-    state.runs_done.push(run.to_owned());
+    state.runs_done.push(run);
 }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::execution::{AttemptOutcome, EnqueueOutcome, EventPosition, ExecutionEvent};
+use crate::execution_id::ExecutionId;
 use crate::status::TaskStatus;
 use crate::task::{MisfirePolicy, OverlapPolicy, TaskSpec};
 use crate::validate::FieldError;
@@ -258,11 +259,11 @@ fn paused_one_shot_fires_when_resumed_after_its_time() {
 #[test]
 fn run_now_has_its_own_id_and_keeps_the_schedule() {
     let mut d = one_task("a", r#"{"handler":"log","schedule":{"every":"10s"}}"#);
-    assert!(d.trigger(&key("a"), "exec-1".into(), at(3000)));
-    assert!(!d.trigger(&key("nope"), "exec-2".into(), at(3000)));
+    assert!(d.trigger(&key("a"), ExecutionId::from_u128(1), at(3000)));
+    assert!(!d.trigger(&key("nope"), ExecutionId::from_u128(2), at(3000)));
     let fired = d.poll(at(3000));
     assert_eq!(fired.len(), 1);
-    assert_eq!(fired[0].run_now.as_deref(), Some("exec-1"));
+    assert_eq!(fired[0].run_now, Some(ExecutionId::from_u128(1)));
     assert_eq!(d.state(&key("a")).unwrap().next_fire_at, Some(at(10_000)));
     assert_eq!(
         d.state(&key("a")).unwrap().fire_count,
@@ -284,7 +285,7 @@ fn forbid_holds_one_fire_until_the_previous_execution_ends() {
     assert!(d.poll(at(3500)).is_empty());
     d.on_execution(
         &key("a"),
-        0,
+        ExecutionId::from_u128(0),
         0,
         &finished(AttemptOutcome::Succeeded, None, None),
         at(3600),
@@ -330,7 +331,7 @@ fn breaker_opens_slows_dispatch_and_notices() {
         assert_eq!(d.poll(at(t * 1000)).len(), 1);
         d.on_execution(
             &key("a"),
-            u128::try_from(t).unwrap(),
+            ExecutionId::from_u128(u128::try_from(t).unwrap()),
             0,
             &finished(AttemptOutcome::Failed, Some("boom".into()), None),
             at(t * 1000 + 100),
@@ -425,7 +426,7 @@ fn retry_and_final_outcome_states() {
     assert_eq!(d.state(&key("a")).unwrap().status, TaskStatus::Running);
     d.on_execution(
         &key("a"),
-        0,
+        ExecutionId::from_u128(0),
         0,
         &finished(AttemptOutcome::Failed, Some("503".into()), Some(at(9_000))),
         at(1100),
@@ -434,14 +435,14 @@ fn retry_and_final_outcome_states() {
     // The retry's end arrives before its start.
     d.on_execution(
         &key("a"),
-        0,
+        ExecutionId::from_u128(0),
         1,
         &finished(AttemptOutcome::Succeeded, None, None),
         at(2100),
     );
     d.on_execution(
         &key("a"),
-        0,
+        ExecutionId::from_u128(0),
         1,
         &ExecutionEvent::Started { at: at(2000) },
         at(2200),
@@ -489,7 +490,7 @@ fn a_long_forbid_execution_holds_one_fire_for_an_hour_without_multiplying() {
     // The execution ends: the one held fire (the newest) runs once.
     d.on_execution(
         &key("a"),
-        0,
+        ExecutionId::from_u128(0),
         0,
         &finished(AttemptOutcome::Succeeded, None, None),
         at(3_601_005),
@@ -549,7 +550,7 @@ fn a_huge_error_is_capped_in_the_state() {
     let huge = format!("POST http://x/{} failed", "a".repeat(1_000_000));
     d.on_execution(
         &key("a"),
-        0,
+        ExecutionId::from_u128(0),
         0,
         &finished(AttemptOutcome::Failed, Some(huge.clone()), Some(at(5000))),
         at(1100),
@@ -558,7 +559,7 @@ fn a_huge_error_is_capped_in_the_state() {
     assert!(retrying.len() <= crate::execution::MAX_ERROR_LEN);
     d.on_execution(
         &key("a"),
-        0,
+        ExecutionId::from_u128(0),
         0,
         &finished(AttemptOutcome::Failed, Some(huge), None),
         at(1200),
@@ -587,7 +588,14 @@ fn an_end_read_from_history_is_applied_once() {
     assert_eq!(in_flight.len(), 1);
     assert_eq!(in_flight[0].1, at(1000));
     let end = crate::execution::AttemptEnd::succeeded();
-    d.reconcile(&key("a"), 42, 0, at(1500), &end, at(2000));
+    d.reconcile(
+        &key("a"),
+        ExecutionId::from_u128(42),
+        0,
+        at(1500),
+        &end,
+        at(2000),
+    );
     let state = d.state(&key("a")).unwrap();
     assert_eq!(
         (state.status, state.success_count),
@@ -597,7 +605,7 @@ fn an_end_read_from_history_is_applied_once() {
     // Its event still arrives (it was in the list after all): not counted twice.
     d.on_execution(
         &key("a"),
-        42,
+        ExecutionId::from_u128(42),
         0,
         &finished(AttemptOutcome::Succeeded, None, None),
         at(2100),
@@ -606,7 +614,7 @@ fn an_end_read_from_history_is_applied_once() {
     // Another execution's end is applied as usual.
     d.on_execution(
         &key("a"),
-        43,
+        ExecutionId::from_u128(43),
         0,
         &finished(AttemptOutcome::Succeeded, None, None),
         at(2200),
@@ -653,9 +661,23 @@ fn an_event_read_again_after_a_failover_is_not_applied_twice() {
     let fire = d.poll(at(1000)).pop().unwrap();
     d.on_enqueued(&fire, EnqueueOutcome::Enqueued, at(1000));
     let success = finished(AttemptOutcome::Succeeded, None, None);
-    d.on_event(&key("a"), pos(1), 7, 0, &success, at(1100));
+    d.on_event(
+        &key("a"),
+        pos(1),
+        ExecutionId::from_u128(7),
+        0,
+        &success,
+        at(1100),
+    );
     // The same event again (this leader read it twice): nothing changes.
-    d.on_event(&key("a"), pos(1), 7, 0, &success, at(1150));
+    d.on_event(
+        &key("a"),
+        pos(1),
+        ExecutionId::from_u128(7),
+        0,
+        &success,
+        at(1150),
+    );
     let written = d.state(&key("a")).unwrap().clone();
     assert_eq!(written.success_count, 1);
     assert_eq!(written.last_event, Some(pos(1)));
@@ -669,11 +691,25 @@ fn an_event_read_again_after_a_failover_is_not_applied_twice() {
         Some(written),
         at(1200),
     );
-    next.on_event(&key("a"), pos(1), 7, 0, &success, at(1200));
+    next.on_event(
+        &key("a"),
+        pos(1),
+        ExecutionId::from_u128(7),
+        0,
+        &success,
+        at(1200),
+    );
     assert_eq!(next.state(&key("a")).unwrap().success_count, 1);
     // A later event still counts.
     let failure = finished(AttemptOutcome::Failed, Some("boom".into()), None);
-    next.on_event(&key("a"), pos(2), 8, 0, &failure, at(2100));
+    next.on_event(
+        &key("a"),
+        pos(2),
+        ExecutionId::from_u128(8),
+        0,
+        &failure,
+        at(2100),
+    );
     let state = next.state(&key("a")).unwrap();
     assert_eq!((state.success_count, state.failure_count), (1, 1));
     assert_eq!(state.last_event, Some(pos(2)));
@@ -681,7 +717,7 @@ fn an_event_read_again_after_a_failover_is_not_applied_twice() {
     // end read from the history: the end its event brought is not counted again.
     next.reconcile(
         &key("a"),
-        8,
+        ExecutionId::from_u128(8),
         0,
         at(2050),
         &crate::execution::AttemptEnd::new(AttemptOutcome::Failed, Some("boom".into())),
@@ -706,7 +742,7 @@ fn a_one_shot_sent_again_after_a_failover_ends_as_its_replayed_end_says() {
     d.on_event(
         &key("a"),
         pos(0),
-        42,
+        ExecutionId::from_u128(42),
         0,
         &ExecutionEvent::Started { at: at(1001) },
         at(2000),
@@ -714,7 +750,7 @@ fn a_one_shot_sent_again_after_a_failover_ends_as_its_replayed_end_says() {
     d.on_event(
         &key("a"),
         pos(1),
-        42,
+        ExecutionId::from_u128(42),
         0,
         &finished(AttemptOutcome::Succeeded, None, None),
         at(2000),
@@ -724,7 +760,14 @@ fn a_one_shot_sent_again_after_a_failover_ends_as_its_replayed_end_says() {
     d.on_enqueued(&again[0], EnqueueOutcome::Duplicate, at(2000));
     assert_eq!(d.state(&key("a")).unwrap().status, TaskStatus::Running);
     let end = crate::execution::AttemptEnd::succeeded();
-    d.reconcile(&key("a"), 42, 0, at(1002), &end, at(2100));
+    d.reconcile(
+        &key("a"),
+        ExecutionId::from_u128(42),
+        0,
+        at(1002),
+        &end,
+        at(2100),
+    );
     let state = d.state(&key("a")).unwrap();
     assert_eq!(
         (state.status, state.success_count, state.failure_count),
@@ -774,7 +817,7 @@ fn write_amplification(run_ms: i64) -> (f64, usize) {
             if matches!(event, ExecutionEvent::Finished { .. }) {
                 executions += 1;
             }
-            d.on_execution(&k, exec, 0, &event, at(t));
+            d.on_execution(&k, ExecutionId::from_u128(exec), 0, &event, at(t));
         }
         if t % 500 == 0 {
             writes += d.take_state_writes(at(t)).len();
@@ -830,7 +873,11 @@ fn a_paused_namespace_fires_nothing_and_its_misfire_policy_decides_at_resume() {
     );
     assert_eq!(fired.len(), 10, "the others keep their cadence");
     // A run-now is an operator's request: it runs even while paused.
-    assert!(d.trigger(&TaskKey::new("batch", "once"), "run-1".into(), at(10_000)));
+    assert!(d.trigger(
+        &TaskKey::new("batch", "once"),
+        ExecutionId::from_u128(1),
+        at(10_000)
+    ));
     assert_eq!(d.poll(at(10_000)).len(), 1);
 
     d.resume_namespace("batch", at(10_010));
@@ -902,7 +949,7 @@ fn a_deadline_is_alerted_once_per_missed_fire_and_a_success_meets_the_next() {
     d.on_enqueued(&x, EnqueueOutcome::Enqueued, at(10_000));
     d.on_execution(
         &key("a"),
-        1,
+        ExecutionId::from_u128(1),
         0,
         &finished(AttemptOutcome::Failed, Some("HTTP 503".into()), None),
         at(11_000),
@@ -936,7 +983,7 @@ fn a_deadline_is_alerted_once_per_missed_fire_and_a_success_meets_the_next() {
     d.on_enqueued(&x, EnqueueOutcome::Enqueued, at(20_000));
     d.on_execution(
         &key("a"),
-        2,
+        ExecutionId::from_u128(2),
         0,
         &finished(AttemptOutcome::Succeeded, None, None),
         at(21_000),
@@ -1073,15 +1120,11 @@ fn a_task_without_a_deadline_costs_no_timer() {
     assert_eq!(d.armed_len(), 2);
 }
 
-fn exec_of(d: &Dispatch) -> u128 {
-    let text = d
-        .run_now
-        .as_deref()
-        .expect("a step carries its execution id");
-    crate::workflow::parse_execution_id(text).unwrap()
+fn exec_of(d: &Dispatch) -> ExecutionId {
+    d.run_now.expect("a step carries its execution id")
 }
 
-fn ended(d: &mut Dispatcher, id: &str, execution: u128, ok: bool, t: i64) {
+fn ended(d: &mut Dispatcher, id: &str, execution: ExecutionId, ok: bool, t: i64) {
     let outcome = if ok {
         AttemptOutcome::Succeeded
     } else {
@@ -1127,15 +1170,13 @@ fn a_chain_fans_out_and_in_once_per_run_carrying_the_run_id() {
     let mut d = chain();
     let root = d.poll(at(10_000)).pop().unwrap();
     assert!(root.starts_run && root.run_id.is_none());
-    let run = crate::workflow::execution_id_text(7);
-    ended(&mut d, "r", 7, true, 10_500);
+    let run = ExecutionId::from_u128(7);
+    ended(&mut d, "r", ExecutionId::from_u128(7), true, 10_500);
     let steps = d.poll(at(10_500));
     let mut names: Vec<&str> = steps.iter().map(|s| &*s.key.id).collect();
     names.sort_unstable();
     assert_eq!(names, ["a", "b"]);
-    assert!(steps
-        .iter()
-        .all(|s| s.run_id.as_deref() == Some(run.as_str())));
+    assert!(steps.iter().all(|s| s.run_id == Some(run)));
     // c waits for both.
     let a = steps.iter().find(|s| &*s.key.id == "a").unwrap();
     let b = steps.iter().find(|s| &*s.key.id == "b").unwrap();
@@ -1145,9 +1186,9 @@ fn a_chain_fans_out_and_in_once_per_run_carrying_the_run_id() {
     let c = d.poll(at(11_500));
     assert_eq!(c.len(), 1, "{c:?}");
     assert_eq!(&*c[0].key.id, "c");
-    assert_eq!(c[0].run_id.as_deref(), Some(run.as_str()));
+    assert_eq!(c[0].run_id, Some(run));
     // The same ends read again start nothing.
-    ended(&mut d, "r", 7, true, 11_600);
+    ended(&mut d, "r", ExecutionId::from_u128(7), true, 11_600);
     ended(&mut d, "b", exec_of(b), false, 11_600);
     assert!(d.poll(at(11_600)).is_empty());
     ended(&mut d, "c", exec_of(&c[0]), true, 12_000);
@@ -1167,7 +1208,7 @@ fn a_chain_fans_out_and_in_once_per_run_carrying_the_run_id() {
 fn an_unmet_edge_skips_the_step_and_everything_after_it() {
     let mut d = chain();
     d.poll(at(10_000));
-    ended(&mut d, "r", 7, true, 10_500);
+    ended(&mut d, "r", ExecutionId::from_u128(7), true, 10_500);
     let steps = d.poll(at(10_500));
     for s in &steps {
         // a fails: c waits for a's success.
@@ -1195,7 +1236,7 @@ fn an_unmet_edge_skips_the_step_and_everything_after_it() {
 fn a_parent_too_late_skips_the_step() {
     let mut d = chain();
     d.poll(at(10_000));
-    ended(&mut d, "r", 7, true, 10_500);
+    ended(&mut d, "r", ExecutionId::from_u128(7), true, 10_500);
     let steps = d.poll(at(10_500));
     let a = steps.iter().find(|s| &*s.key.id == "a").unwrap();
     ended(&mut d, "a", exec_of(a), true, 11_000);
@@ -1214,7 +1255,7 @@ fn a_parent_too_late_skips_the_step() {
 fn a_new_leader_finishes_a_chain_without_repeating_or_skipping_a_step() {
     let mut old = chain();
     old.poll(at(10_000));
-    ended(&mut old, "r", 7, true, 10_500);
+    ended(&mut old, "r", ExecutionId::from_u128(7), true, 10_500);
     let steps = old.poll(at(10_500));
     let a = steps.iter().find(|s| &*s.key.id == "a").unwrap().clone();
     ended(&mut old, "a", exec_of(&a), true, 11_000);
@@ -1250,12 +1291,12 @@ fn a_new_leader_finishes_a_chain_without_repeating_or_skipping_a_step() {
         );
     }
     // The events the old leader had not acknowledged are read again.
-    ended(&mut new, "r", 7, true, 12_000);
+    ended(&mut new, "r", ExecutionId::from_u128(7), true, 12_000);
     ended(&mut new, "a", exec_of(&a), true, 12_000);
     // b, fired by the old leader, is sent again under the same id (the queue refuses the
     // duplicate); a is not sent again.
     let again = new.poll(at(12_000));
-    let ids: Vec<(&str, u128)> = again.iter().map(|s| (&*s.key.id, exec_of(s))).collect();
+    let ids: Vec<(&str, ExecutionId)> = again.iter().map(|s| (&*s.key.id, exec_of(s))).collect();
     let b = steps.iter().find(|s| &*s.key.id == "b").unwrap();
     assert_eq!(ids, [("b", exec_of(b))]);
     ended(&mut new, "b", exec_of(b), true, 13_000);
@@ -1303,9 +1344,8 @@ fn missing_parents_and_cycles_hold_a_task_invalid_until_mended() {
     assert!(d.state(&key("b")).is_none());
 }
 
-fn piece_exec(d: &Dispatch) -> u128 {
-    let id = d.piece.as_ref().unwrap().execution_id();
-    crate::workflow::parse_execution_id(&id).unwrap()
+fn piece_exec(d: &Dispatch) -> ExecutionId {
+    d.piece.as_ref().unwrap().execution_id()
 }
 
 const FANNED_OUT: &str = r#"{"handler":"log","schedule":{"every":"10s"},"fanout":{"shards":3}}"#;
@@ -1370,7 +1410,7 @@ fn a_new_leader_sends_the_pieces_not_ended_under_the_same_ids() {
         at(12_000),
     );
     let again = new.poll(at(12_000));
-    let ids: Vec<u128> = again.iter().map(piece_exec).collect();
+    let ids: Vec<ExecutionId> = again.iter().map(piece_exec).collect();
     assert_eq!(ids, [piece_exec(&pieces[1]), piece_exec(&pieces[2])]);
     for s in &again {
         ended(&mut new, "s", piece_exec(s), true, 13_000);
@@ -1397,14 +1437,14 @@ fn a_chain_waits_for_every_piece_of_its_parent() {
     let next = d.poll(at(11_000));
     assert_eq!(next.len(), 1);
     assert_eq!(
-        next[0].run_id.as_deref(),
-        Some(pieces[0].piece.as_ref().unwrap().fanout.as_str()),
+        next[0].run_id,
+        Some(pieces[0].piece.as_ref().unwrap().fanout),
         "the run is the fire's fan-out id"
     );
 }
 
 /// The failed attempts noticed since the last call: (execution, attempt, outcome, retried).
-fn failures(d: &mut Dispatcher) -> Vec<(u128, u32, AttemptOutcome, bool)> {
+fn failures(d: &mut Dispatcher) -> Vec<(ExecutionId, u32, AttemptOutcome, bool)> {
     d.take_notices()
         .into_iter()
         .filter_map(|n| match n {
@@ -1432,18 +1472,45 @@ fn each_failed_attempt_is_noticed_once_however_its_end_arrives() {
         Some("slow".into()),
         Some(at(2000)),
     );
-    d.on_event(&key("a"), pos(1), 7, 0, &retried, at(1100));
-    assert_eq!(failures(&mut d), [(7, 0, AttemptOutcome::TimedOut, true)]);
+    d.on_event(
+        &key("a"),
+        pos(1),
+        ExecutionId::from_u128(7),
+        0,
+        &retried,
+        at(1100),
+    );
+    assert_eq!(
+        failures(&mut d),
+        [(ExecutionId::from_u128(7), 0, AttemptOutcome::TimedOut, true)]
+    );
     // Read twice by this leader: nothing more.
-    d.on_event(&key("a"), pos(1), 7, 0, &retried, at(1150));
+    d.on_event(
+        &key("a"),
+        pos(1),
+        ExecutionId::from_u128(7),
+        0,
+        &retried,
+        at(1150),
+    );
     assert_eq!(failures(&mut d), []);
     let last = finished(AttemptOutcome::Failed, Some("boom".into()), None);
-    d.on_event(&key("a"), pos(2), 7, 1, &last, at(2100));
-    assert_eq!(failures(&mut d), [(7, 1, AttemptOutcome::Failed, false)]);
+    d.on_event(
+        &key("a"),
+        pos(2),
+        ExecutionId::from_u128(7),
+        1,
+        &last,
+        at(2100),
+    );
+    assert_eq!(
+        failures(&mut d),
+        [(ExecutionId::from_u128(7), 1, AttemptOutcome::Failed, false)]
+    );
     // The same end from the history (a fire refused as a duplicate): nothing more.
     d.reconcile(
         &key("a"),
-        7,
+        ExecutionId::from_u128(7),
         1,
         at(2050),
         &crate::execution::AttemptEnd::new(AttemptOutcome::Failed, Some("boom".into())),
@@ -1455,20 +1522,48 @@ fn each_failed_attempt_is_noticed_once_however_its_end_arrives() {
     let mut next = Dispatcher::new(DispatcherConfig::default(), at(2300));
     next.upsert(key("a"), spec("a", json), 5, Some(written), at(2300));
     next.take_notices();
-    next.on_event(&key("a"), pos(1), 7, 0, &retried, at(2300));
-    next.on_event(&key("a"), pos(2), 7, 1, &last, at(2300));
+    next.on_event(
+        &key("a"),
+        pos(1),
+        ExecutionId::from_u128(7),
+        0,
+        &retried,
+        at(2300),
+    );
+    next.on_event(
+        &key("a"),
+        pos(2),
+        ExecutionId::from_u128(7),
+        1,
+        &last,
+        at(2300),
+    );
     assert_eq!(failures(&mut next), []);
     // A successor of a leader that died before writing them applies and notices both.
     let mut fresh = Dispatcher::new(DispatcherConfig::default(), at(2300));
     fresh.upsert(key("a"), spec("a", json), 5, None, at(2300));
     fresh.take_notices();
-    fresh.on_event(&key("a"), pos(1), 7, 0, &retried, at(2300));
-    fresh.on_event(&key("a"), pos(2), 7, 1, &last, at(2300));
+    fresh.on_event(
+        &key("a"),
+        pos(1),
+        ExecutionId::from_u128(7),
+        0,
+        &retried,
+        at(2300),
+    );
+    fresh.on_event(
+        &key("a"),
+        pos(2),
+        ExecutionId::from_u128(7),
+        1,
+        &last,
+        at(2300),
+    );
     assert_eq!(
         failures(&mut fresh),
         [
-            (7, 0, AttemptOutcome::TimedOut, true),
-            (7, 1, AttemptOutcome::Failed, false)
+            (ExecutionId::from_u128(7), 0, AttemptOutcome::TimedOut, true),
+            (ExecutionId::from_u128(7), 1, AttemptOutcome::Failed, false)
         ]
     );
     // Successes, kills and give-backs are no failures; an unknown task's end is nobody's.
@@ -1484,13 +1579,20 @@ fn each_failed_attempt_is_noticed_once_however_its_end_arrives() {
         d.on_event(
             &key("a"),
             pos(seq),
-            8 + n as u128,
+            ExecutionId::from_u128(8 + n as u128),
             0,
             &finished(outcome, None, None),
             at(3000),
         );
     }
-    d.on_event(&key("gone"), pos(9), 9, 0, &last, at(3000));
+    d.on_event(
+        &key("gone"),
+        pos(9),
+        ExecutionId::from_u128(9),
+        0,
+        &last,
+        at(3000),
+    );
     assert_eq!(failures(&mut d), []);
 }
 
@@ -1627,7 +1729,7 @@ fn a_new_leader_sends_a_broadcast_s_open_pieces_to_the_same_workers() {
     new.upsert(key("b"), spec("b", BROADCAST), 5, Some(written), at(12_000));
     let again = new.poll(at(12_000));
     assert!(again.iter().all(|s| !s.broadcast), "no new listing");
-    let ids: Vec<u128> = again.iter().map(piece_exec).collect();
+    let ids: Vec<ExecutionId> = again.iter().map(piece_exec).collect();
     assert_eq!(ids, [piece_exec(&pieces[0]), piece_exec(&pieces[2])]);
     let to: Vec<&str> = again.iter().map(piece_worker).collect();
     assert_eq!(to, ["w1", "w3"]);
@@ -1660,7 +1762,7 @@ fn a_broadcast_fire_replayed_without_its_progress_keeps_its_fanout_id() {
     );
     // Addressed to the workers the first leader fixed: the same executions, duplicates.
     let again = new.address_broadcast(&replay[0], workers(&["w2", "w1"]), at(12_000));
-    let ids: Vec<u128> = again.iter().map(piece_exec).collect();
+    let ids: Vec<ExecutionId> = again.iter().map(piece_exec).collect();
     assert_eq!(ids, sent.iter().map(piece_exec).collect::<Vec<_>>());
     let to: Vec<&str> = again.iter().map(piece_worker).collect();
     assert_eq!(to, ["w1", "w2"]);

@@ -18,8 +18,8 @@ use ax_queue::{
 };
 use ax_registry::{NamespacePause, PendingTrigger, RegistryError, StateListing, StoredState};
 use ax_scheduler_core::{
-    AttemptEnd, EnqueueOutcome, EventPosition, ExecutionEvent, OverlapPolicy, TaskKey, TaskState,
-    UtcMillis,
+    AttemptEnd, EnqueueOutcome, EventPosition, ExecutionEvent, ExecutionId, OverlapPolicy, TaskKey,
+    TaskState, UtcMillis,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -103,7 +103,7 @@ struct QueueInner {
     marks: HashMap<Task, UtcMillis>,
     keys: HashSet<String>,
     /// The execution that holds each task's active marker (`forbid`, `replace`).
-    active: HashMap<Task, uuid::Uuid>,
+    active: HashMap<Task, ExecutionId>,
     fences: HashMap<(String, Option<u32>), u64>,
     events: Vec<EventEntry>,
     next_seq: u64,
@@ -111,7 +111,7 @@ struct QueueInner {
     /// Each task's execution history, newest first.
     history: HashMap<Task, Vec<HistoryEntry>>,
     /// Executions no longer in the queue: ended, or lost.
-    gone: HashSet<uuid::Uuid>,
+    gone: HashSet<ExecutionId>,
 }
 
 /// Redis, in memory.
@@ -362,7 +362,7 @@ impl TermQueue for FakeQueue {
     fn fix_fanout_workers<'a>(
         &'a self,
         _: &'a str,
-        _: &'a str,
+        _: ExecutionId,
         workers: &'a [String],
     ) -> QueueFuture<'a, Vec<String>> {
         self.answer("fix_fanout_workers", |_| workers.to_vec())
@@ -466,7 +466,7 @@ impl TermStore for FakeStore {
         ready((0, Vec::new()))
     }
 
-    fn delete_trigger<'a>(&'a self, _: &'a str, _: &'a str, _: &'a str) -> StoreFuture<'a, ()> {
+    fn delete_trigger<'a>(&'a self, _: &'a str, _: &'a str, _: ExecutionId) -> StoreFuture<'a, ()> {
         ready(())
     }
 

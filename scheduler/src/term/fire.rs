@@ -16,9 +16,9 @@ use std::time::Duration;
 use ax_alerting::Alert;
 use ax_queue::ExecutionMessage;
 use ax_scheduler_core::deadline::Miss;
-use ax_scheduler_core::workflow::execution_id_text;
 use ax_scheduler_core::{
-    AttemptEnd, Dispatch, Dispatcher, EnqueueOutcome, Notice, ReconnectBackoff, TaskKey, UtcMillis,
+    AttemptEnd, Dispatch, Dispatcher, EnqueueOutcome, ExecutionId, Notice, ReconnectBackoff,
+    TaskKey, UtcMillis,
 };
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -53,7 +53,7 @@ pub(super) fn apply_outcomes(
     dispatches: &[Dispatch],
     messages: &[ExecutionMessage],
     outcomes: &[EnqueueOutcome],
-    pending_triggers: &mut HashMap<String, PendingTrigger>,
+    pending_triggers: &mut HashMap<ExecutionId, PendingTrigger>,
     delay_alert_threshold: Duration,
     now: UtcMillis,
 ) -> FireEffects {
@@ -133,7 +133,7 @@ pub(super) struct NoticeAlerts {
 /// count attempts from 1, as people and the history do, and name the execution.
 pub(super) fn failure_alerts(
     key: &TaskKey,
-    execution: u128,
+    execution: ExecutionId,
     attempt: u32,
     end: &AttemptEnd,
     at: UtcMillis,
@@ -143,7 +143,7 @@ pub(super) fn failure_alerts(
     }
     let attempt = attempt.saturating_add(1);
     let reason = end.error.as_deref().unwrap_or_default();
-    let execution_id = execution_id_text(execution);
+    let execution_id = execution.to_string();
     let mut alerts = vec![
         Alert::task_failed(&*key.namespace, &*key.id, attempt, reason, at)
             .with_field("execution_id", &execution_id),
@@ -214,7 +214,7 @@ pub(super) fn notice_alerts(
                 ..
             } => out
                 .now
-                .push(no_live_worker_alert(&key, &fanout, fire_at, reason, now)),
+                .push(no_live_worker_alert(&key, fanout, fire_at, reason, now)),
             Notice::StepSkipped { key, run, reason } => {
                 info!(task_id = %key, run_id = %run, "step skipped: {reason}");
             }
@@ -279,7 +279,7 @@ fn circuit_open_alert(
 /// Logs and alerts a broadcast fire that found no live worker.
 fn no_live_worker_alert(
     key: &TaskKey,
-    fanout: &str,
+    fanout: ExecutionId,
     fire_at: UtcMillis,
     reason: String,
     now: UtcMillis,
@@ -416,7 +416,7 @@ async fn address_broadcasts(
         };
         live.sort();
         let workers = until_redis_answers(settings, deps, term, 1, || {
-            deps.queue.fix_fanout_workers(&queue, &fanout, &live)
+            deps.queue.fix_fanout_workers(&queue, fanout, &live)
         })
         .await?;
         out.extend(term.dispatcher.address_broadcast(&d, workers, now));
@@ -439,9 +439,7 @@ async fn record_unserved_fires(deps: &TermDeps, notices: &[Notice]) {
         else {
             continue;
         };
-        let Ok(execution_id) = fanout.parse() else {
-            continue;
-        };
+        let execution_id = *fanout;
         let now = deps.clock.now();
         let entry = ax_queue::HistoryEntry {
             execution_id,
@@ -461,8 +459,8 @@ async fn record_unserved_fires(deps: &TermDeps, notices: &[Notice]) {
             first_enqueued_at: None,
             output: None,
             lineage: ax_queue::Lineage {
-                run_id: run.clone(),
-                fanout_id: Some(fanout.clone()),
+                run_id: *run,
+                fanout_id: Some(*fanout),
                 piece_index: None,
                 piece_total: Some(0),
                 target_worker: None,
@@ -609,11 +607,11 @@ mod tests {
             .collect()
     }
 
-    fn trigger(id: &str, execution_id: &str) -> PendingTrigger {
+    fn trigger(id: &str, execution_id: ExecutionId) -> PendingTrigger {
         PendingTrigger {
             namespace: "ns".into(),
             id: id.into(),
-            execution_id: execution_id.into(),
+            execution_id,
             requested_at: None,
             payload: None,
             idempotency_key: None,
@@ -694,17 +692,13 @@ mod tests {
             "a",
             r#"{"handler":"log","schedule":{"every":"1h"},"overlap":"forbid"}"#,
         )]);
-        let id = uuid::Uuid::now_v7().to_string();
-        assert!(d.trigger(&TaskKey::new("ns", "a"), id.clone(), at(10)));
-        let mut pending = HashMap::from([(id.clone(), trigger("a", &id))]);
+        let id = ax_queue::new_execution_id();
+        assert!(d.trigger(&TaskKey::new("ns", "a"), id, at(10)));
+        let mut pending = HashMap::from([(id, trigger("a", id))]);
         let dispatches = d.poll(at(10));
         assert_eq!(dispatches.len(), 1);
         let msgs = messages(&dispatches, at(10));
-        assert_eq!(
-            msgs[0].execution_id.to_string(),
-            id,
-            "the trigger names the execution"
-        );
+        assert_eq!(msgs[0].execution_id, id, "the trigger names the execution");
         let effects = apply_outcomes(
             &mut d,
             &dispatches,
@@ -756,7 +750,7 @@ mod tests {
     #[test]
     fn a_failed_attempt_alerts_after_its_state_is_written_counting_from_one() {
         let key = TaskKey::new("ns", "t");
-        let execution = 0x0192_0000_0000_7000_8000_0000_0000_002a_u128;
+        let execution = ExecutionId::from_u128(0x0192_0000_0000_7000_8000_0000_0000_002a);
         let mut retried = AttemptEnd::new(AttemptOutcome::Failed, Some("HTTP 500".into()));
         retried.retry_at = Some(at(9_000));
         let alerts = notice_alerts(

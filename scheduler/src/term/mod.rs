@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_alerting::Alert;
-use ax_scheduler_core::{Dispatcher, EventPosition, TaskKey, UtcMillis};
+use ax_scheduler_core::{Dispatcher, EventPosition, ExecutionId, TaskKey, UtcMillis};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, Interval};
 use tokio_util::sync::CancellationToken;
@@ -70,9 +70,9 @@ pub(super) struct Term {
     armed_at: i64,
     feeds: Feeds,
     /// Run-now requests already taken (by execution id), while they are pending.
-    triggers_taken: HashSet<String>,
+    triggers_taken: HashSet<ExecutionId>,
     /// Triggers to delete once their run-now execution is enqueued, by execution id.
-    pub(super) pending_triggers: HashMap<String, PendingTrigger>,
+    pub(super) pending_triggers: HashMap<ExecutionId, PendingTrigger>,
     /// Consumed triggers whose keys go with the next flush.
     pub(super) consumed_triggers: Vec<PendingTrigger>,
     /// Run-now requests seen before their task's put reached the catalog.
@@ -320,15 +320,12 @@ impl Term {
     /// when one was queued.
     async fn take_triggers(&mut self, deps: &TermDeps) -> bool {
         let pending = Arc::clone(&self.feeds.triggers.borrow_and_update());
-        let present: HashSet<&str> = pending.iter().map(|t| t.execution_id.as_str()).collect();
-        self.triggers_taken
-            .retain(|id| present.contains(id.as_str()));
+        let present: HashSet<ExecutionId> = pending.iter().map(|t| t.execution_id).collect();
+        self.triggers_taken.retain(|id| present.contains(id));
         let mut queued = false;
         for request in pending.iter() {
             let key = TaskKey::new(request.namespace.clone(), request.id.clone());
-            if !self.scope.contains(&key)
-                || !self.triggers_taken.insert(request.execution_id.clone())
-            {
+            if !self.scope.contains(&key) || !self.triggers_taken.insert(request.execution_id) {
                 continue;
             }
             queued |= self.take_trigger(deps, request.clone()).await;
@@ -350,10 +347,9 @@ impl Term {
         }
         if self
             .dispatcher
-            .trigger(&key, request.execution_id.clone(), deps.clock.now())
+            .trigger(&key, request.execution_id, deps.clock.now())
         {
-            self.pending_triggers
-                .insert(request.execution_id.clone(), request);
+            self.pending_triggers.insert(request.execution_id, request);
             return true;
         }
         if seen < request.mod_revision {
@@ -450,7 +446,7 @@ impl Term {
                 // and its history entry is written by the fire path (it needs Redis).
                 ax_scheduler_core::Notice::NoLiveWorker { fanout, .. } => {
                     self.consumed_triggers
-                        .extend(self.pending_triggers.remove(fanout.as_str()));
+                        .extend(self.pending_triggers.remove(fanout));
                     self.unserved_fires.push(notice.clone());
                 }
                 _ => {}

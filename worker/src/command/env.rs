@@ -50,7 +50,7 @@ pub(crate) fn build(
     env.insert("AX_PAYLOAD".into(), exec.payload.to_string());
     // A step of a dependency chain, a piece of a fanned-out fire: where it stands.
     if let Some(run) = &exec.lineage.run_id {
-        env.insert("AX_RUN_ID".into(), run.clone());
+        env.insert("AX_RUN_ID".into(), run.to_string());
     }
     if let (Some(index), Some(total)) = (exec.lineage.piece_index, exec.lineage.piece_total) {
         env.insert("AX_SHARD_INDEX".into(), index.to_string());

@@ -6,11 +6,11 @@
 //! even parsed: a runaway job is refused cheaply.
 
 use ax_scheduler_core::UtcMillis;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use super::extract::{parse, ApiBody, ApiQuery, Body};
+use super::extract::{parse, ApiBody, ApiQuery, Body, ExecutionPath};
 use super::{with_continue, ApiResult, ApiState};
 use crate::api::{
     ApiError, CompletionReply, CompletionRequest, ExecutionParams, ExecutionStory, KillResult,
@@ -38,17 +38,14 @@ pub(super) async fn executions(
 
 pub(super) async fn execution(
     State(s): State<ApiState>,
-    Path(id): Path<String>,
+    ExecutionPath(id): ExecutionPath,
 ) -> ApiResult<ExecutionStory> {
-    if id.parse::<uuid::Uuid>().is_err() {
-        return Err(ApiError::invalid(format!("`{id}` is not an execution id")));
-    }
     Ok(Json(s.backend()?.execution(id).await?))
 }
 
 pub(super) async fn kill_execution(
     State(s): State<ApiState>,
-    Path(id): Path<String>,
+    ExecutionPath(id): ExecutionPath,
 ) -> ApiResult<KillResult> {
     Ok(Json(s.backend()?.kill_execution(id).await?))
 }
@@ -57,10 +54,10 @@ pub(super) async fn kill_execution(
 /// the backend (see `auth::EXECUTION_TOKEN_ROUTES`).
 pub(super) async fn complete_execution(
     State(s): State<ApiState>,
-    Path(id): Path<String>,
+    ExecutionPath(id): ExecutionPath,
     Body(body): Body,
 ) -> ApiResult<CompletionReply> {
-    s.completions.admit(&id, UtcMillis::now())?;
+    s.completions.admit(id, UtcMillis::now())?;
     let request: CompletionRequest = parse(&body)?;
     Ok(Json(s.backend()?.complete_execution(id, request).await?))
 }

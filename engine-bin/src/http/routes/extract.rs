@@ -6,10 +6,12 @@
 //! any content type is accepted: what it must look like is the body type's own business
 //! ([`ApiBody`]), so a syntax error gets the same error shape as a validation error.
 
+use ax_scheduler_core::ExecutionId;
 use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use super::ApiState;
@@ -28,6 +30,29 @@ impl<S: Send + Sync> FromRequestParts<S> for TaskPath {
             Path::<(String, String)>::from_request_parts(parts, state).await?;
         Ok(TaskPath(TaskKey::new(namespace, id)))
     }
+}
+
+/// The execution an `/executions/{id}/...` route names, parsed once here: text that is not
+/// an execution id is `invalid_input`, a path that does not decode keeps axum's refusal.
+pub(super) struct ExecutionPath(pub(super) ExecutionId);
+
+impl<S: Send + Sync> FromRequestParts<S> for ExecutionPath {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        parse_execution_id(&id)
+            .map(ExecutionPath)
+            .map_err(IntoResponse::into_response)
+    }
+}
+
+/// `text` as an execution id, or `invalid_input` saying it is not one.
+pub(super) fn parse_execution_id(text: &str) -> Result<ExecutionId, ApiError> {
+    text.parse()
+        .map_err(|_| ApiError::invalid(format!("`{text}` is not an execution id")))
 }
 
 /// A query string as `T`, or `invalid_input` saying what is wrong with it.

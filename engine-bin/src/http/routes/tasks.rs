@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 
-use super::extract::{ApiBody, ApiQuery, JsonBody, TaskPath};
+use super::extract::{parse_execution_id, ApiBody, ApiQuery, JsonBody, TaskPath};
 use super::{check_limit, with_continue, ApiResult, ApiState};
 use crate::api::{
     ApiError, BackfillParams, ExecutionRecord, KillResult, Principal, TaskQuery, TaskView,
@@ -177,7 +177,7 @@ pub(super) async fn trigger(
     s.triggers.admit(&key, UtcMillis::now())?;
     let mut detail = serde_json::to_value(&params).unwrap_or_default();
     let result = backend.trigger(key, params).await?;
-    detail["execution_id"] = serde_json::Value::String(result.execution_id.clone());
+    detail["execution_id"] = serde_json::Value::String(result.execution_id.to_string());
     let mut response = (StatusCode::ACCEPTED, Json(result)).into_response();
     response.extensions_mut().insert(AuditDetail {
         detail: Some(detail),
@@ -220,5 +220,6 @@ pub(super) async fn kill_task(
     TaskPath(key): TaskPath,
     ApiQuery(q): ApiQuery<KillQuery>,
 ) -> ApiResult<KillResult> {
-    Ok(Json(s.backend()?.kill_task(key, q.execution).await?))
+    let execution = q.execution.as_deref().map(parse_execution_id).transpose()?;
+    Ok(Json(s.backend()?.kill_task(key, execution).await?))
 }
