@@ -76,7 +76,13 @@ SCRIPTS = {
     "reap": True,
     "deregister": False,
     "take_orphans": False,
+    "sweep_ends": False,
 }
+
+# A record left in a queue's end log this long (its worker died before relaying it) is
+# relayed by the one worker holding the queue's sweep (`END_RELAY_AFTER`, queue/src/ends.rs).
+END_RELAY_AFTER_MS = 5000
+SWEEPER_TTL_MS = 3000
 
 
 def now_ms():
@@ -276,6 +282,22 @@ class Worker:
             if n > 0:
                 self.log(f"gave back {n} message(s) of dead worker {worker}")
         self.end_orphans()
+        self.relay_old_ends()
+
+    def relay_old_ends(self):
+        """Relays the end records a dead worker settled and did not relay (see `relay`)."""
+        found = self.scripts["sweep_ends"](
+            [self.k("ends"), self.k("ends:sweeper")],
+            [self.id, SWEEPER_TTL_MS, END_RELAY_AFTER_MS, 500])
+        for logged, text in zip(found[::2], found[1::2]):
+            try:
+                rec = json.loads(text)
+                event = rec["event"]
+            except (ValueError, KeyError, TypeError) as e:
+                self.log(f"undecodable end record {logged} deleted: {e}")
+                self.r.xdel(self.k("ends"), logged)
+                continue
+            self.relay(event, rec, logged)
 
     def end_orphans(self):
         """Ends failed the broadcast executions addressed to a worker that is gone: no other
@@ -292,8 +314,8 @@ class Worker:
             reason = f"worker {worker} is gone: a broadcast execution runs only on its worker"
             now = now_ms()
             self.report(msg, {"type": "started", "at": now})
-            self.dead_letter(raw, msg, reason, now)
-            self.finish(msg, now, {"outcome": "failed", "error": reason}, worker=worker)
+            rec = self.end_record(msg, now, {"outcome": "failed", "error": reason}, worker)
+            self.relay(msg, rec, self.dead_letter(raw, msg, reason, now, rec))
 
     # -- taking --
 
@@ -359,17 +381,24 @@ class Worker:
         if payload.get("fail") or msg["attempt"] < int(payload.get("fail_attempts", 0)):
             raise RuntimeError(payload.get("error", f"asked to fail (attempt {msg['attempt']})"))
 
-    # -- settling --
+    # -- settling (each with the attempt's end record: queue/src/ends.rs) --
+    #
+    # A settle script also appends the attempt's end record (its event and history entry)
+    # to the queue's end log, in the same step: a worker that dies after settling leaves the
+    # end there, where a live worker's maintenance relays it. The worker relays it itself
+    # right after (`relay`). Each returns the record's end log id, or None when the message
+    # was no longer taken (the reaper gave it back).
 
-    def ack(self, raw, msg):
+    def ack(self, raw, msg, rec):
         keys = [self.k(f"processing:{self.id}"), self.k("monitor"), self.k("order"),
-                self.k("queued"), self.k("wake"),
+                self.k("queued"), self.k("wake"), self.k("ends"),
                 self.k(f"active:{msg['namespace']}/{msg['task_id']}")]
-        (held,) = self.scripts["ack"](keys, [raw, msg["execution_id"], concurrency_key(msg)])
-        if held != 1:
-            self.log("ack found the message gone (the reaper gave it back)")
+        (reply,) = self.scripts["ack"](
+            keys, [raw, msg["execution_id"], concurrency_key(msg), compact(rec)])
+        return self.logged(reply, "ack")
 
-    def retry_later(self, raw, msg, error, now, due):
+    def retry_later(self, raw, msg, error, now, due, recs):
+        """Returns (1 scheduled or 2 killed meanwhile or 0 not taken, end log id)."""
         nxt = copy.deepcopy(msg)
         nxt.setdefault("previous_errors", []).append(
             {"attempt": msg["attempt"], "at": now, "error": error})
@@ -378,11 +407,13 @@ class Worker:
         eid = msg["execution_id"]
         keys = [self.k(f"processing:{self.id}"), self.k("monitor"), self.k("delayed"),
                 self.k(f"kill:{eid}"), self.k(f"active:{msg['namespace']}/{msg['task_id']}"),
-                self.k("order"), self.k("queued"), self.k("wake")]
-        return self.scripts["retry_later"](
-            keys, [raw, eid, compact(nxt), due, concurrency_key(msg)])
+                self.k("order"), self.k("queued"), self.k("wake"), self.k("ends")]
+        code, logged = self.scripts["retry_later"](
+            keys, [raw, eid, compact(nxt), due, concurrency_key(msg),
+                   compact(recs[0]), compact(recs[1])])
+        return code, (as_text(logged) or None)
 
-    def dead_letter(self, raw, msg, reason, now):
+    def dead_letter(self, raw, msg, reason, now, rec):
         errors = list(msg.get("previous_errors", []))
         errors.append({"attempt": msg["attempt"], "at": now, "error": reason})
         entry = {
@@ -392,10 +423,18 @@ class Worker:
         }
         keys = [self.k(f"processing:{self.id}"), self.k("monitor"), self.k("dlq"),
                 self.k("dlq:entries"), self.k(f"active:{msg['namespace']}/{msg['task_id']}"),
-                self.k("order"), self.k("queued"), self.k("wake")]
-        self.scripts["dead_letter"](
+                self.k("order"), self.k("queued"), self.k("wake"), self.k("ends")]
+        reply = self.scripts["dead_letter"](
             keys, [raw, msg["execution_id"], compact(entry), now, msg["execution_id"],
-                   concurrency_key(msg)])
+                   concurrency_key(msg), compact(rec)])
+        return self.logged(reply, "dead letter")
+
+    def logged(self, reply, what):
+        reply = as_text(reply)
+        if reply == "0":
+            self.log(f"{what} found the message gone (the reaper gave it back)")
+            return None
+        return None if reply == "1" else reply
 
     def release(self, raw, msg):
         keys = [self.k(f"processing:{self.id}"), self.k("queued"), self.k("order"),
@@ -405,32 +444,43 @@ class Worker:
             keys, [raw, AGING_STEP_US, DEFAULT_PRIORITY, msg["execution_id"], concurrency_key(msg),
                    self.id])
 
-    def fail(self, raw, msg, outcome, error, now):
-        """Retries or dead-letters a failed attempt; returns its end."""
+    def fail(self, raw, msg, started, outcome, error, now):
+        """Retries or dead-letters a failed attempt, with its end recorded, and relays it."""
         due, give_up = decide(msg["retry"], msg["attempt"], msg["first_attempt_at"], now)
         if due is not None:
-            if self.retry_later(raw, msg, error, now, due) == 2:
-                return {"outcome": "killed", "error": KILLED}
+            retrying = self.end_record(
+                msg, started, {"outcome": outcome, "error": error, "retry_at": due})
+            killed = self.end_record(msg, started, {"outcome": "killed", "error": KILLED})
+            code, logged = self.retry_later(raw, msg, error, now, due, (retrying, killed))
+            if code == 2:
+                self.relay(msg, killed, logged)
+                return
             self.log(f"{msg['task_id']} attempt {msg['attempt']} failed: {error}; retry at {due}")
-            return {"outcome": outcome, "error": error, "retry_at": due}
+            self.relay(msg, retrying, logged)
+            return
         self.log(f"{msg['task_id']} attempt {msg['attempt']} failed: {error}; dead-lettering")
-        self.dead_letter(raw, msg, f"{error} ({give_up})", now)
-        return {"outcome": outcome, "error": error}
+        rec = self.end_record(msg, started, {"outcome": outcome, "error": error})
+        self.relay(msg, rec, self.dead_letter(raw, msg, f"{error} ({give_up})", now, rec))
 
-    # -- reporting (queue/src/events.rs, queue/src/history.rs) --
+    # -- reporting (queue/src/events.rs, queue/src/history.rs, queue/src/ends.rs) --
 
-    def report(self, msg, kind, history=None):
+    def event(self, msg, kind):
         event = {
             "namespace": msg["namespace"], "task_id": msg["task_id"],
             "execution_id": msg["execution_id"], "fire_at": msg["fire_at"],
             "attempt": msg["attempt"], "kind": kind,
         }
+        if msg.get("shard") is not None:
+            event["shard"] = msg["shard"]
+        return event
+
+    def report(self, msg, kind, history=None, logged=None):
+        """Writes an event (and the attempt's history entry) for the leader; with `logged`,
+        then deletes the end record it came from in the queue's end log."""
         shard = msg.get("shard")
-        if shard is not None:
-            event["shard"] = shard
         pipe = self.r.pipeline(transaction=False)
-        pipe.xadd(self.events_key(shard), {"e": compact(event)}, maxlen=EVENTS_CAP,
-                  approximate=True)
+        pipe.xadd(self.events_key(shard), {"e": compact(self.event(msg, kind))},
+                  maxlen=EVENTS_CAP, approximate=True)
         if history is not None:
             text = compact(history)
             key = self.history_key(msg["namespace"], msg["task_id"])
@@ -445,8 +495,13 @@ class Worker:
             pipe.execute_command(
                 "XTRIM", self.executions_key(), "MAXLEN", "~", EXECUTION_HISTORY_MAX_ENTRIES)
         pipe.execute()
+        if logged is not None:
+            # Only once the writes above are done: a record deleted first could be lost.
+            self.r.xdel(self.k("ends"), logged)
 
-    def finish(self, msg, started, end, worker=None):
+    def end_record(self, msg, started, end, worker=None):
+        """The attempt's end as the settle scripts record it (`EndRecord`): the leader's
+        event and the history entry."""
         finished = now_ms()
         entry = {
             "execution_id": msg["execution_id"], "fire_at": msg["fire_at"],
@@ -459,7 +514,13 @@ class Worker:
         for field in ("run_id", "fanout_id", "shard_index", "shard_total", "target_worker"):
             if msg.get(field) is not None:
                 entry[field] = msg[field]
-        self.report(msg, {"type": "finished", "at": finished, "end": end}, entry)
+        kind = {"type": "finished", "at": finished, "end": end}
+        return {"event": self.event(msg, kind), "history": entry}
+
+    def relay(self, msg, rec, logged):
+        """Writes a settled attempt's end for the leader and the history, then clears its
+        end log record (`logged`, None when it is not in the log)."""
+        self.report(msg, rec["event"]["kind"], rec.get("history"), logged)
 
     # -- one execution --
 
@@ -474,14 +535,14 @@ class Worker:
         started = now_ms()
         order = self.stop_order(msg)
         if order:
-            self.ack(raw, msg)
-            self.finish(msg, started, {"outcome": "killed", "error": order})
+            rec = self.end_record(msg, started, {"outcome": "killed", "error": order})
+            self.relay(msg, rec, self.ack(raw, msg, rec))
             return
         self.report(msg, {"type": "started", "at": started})
         if msg.get("handler") != "python":
             reason = f"unknown handler `{msg.get('handler')}`; this worker serves: [python]"
-            self.dead_letter(raw, msg, reason, now_ms())
-            self.finish(msg, started, {"outcome": "dead_lettered", "error": reason})
+            rec = self.end_record(msg, started, {"outcome": "dead_lettered", "error": reason})
+            self.relay(msg, rec, self.dead_letter(raw, msg, reason, now_ms(), rec))
             return
         try:
             self.run_handler(msg)
@@ -491,18 +552,17 @@ class Worker:
                 self.log(f"released {msg['execution_id']} (stopping)")
                 return  # not an end: the execution runs again elsewhere
             if s.outcome == "killed":
-                self.ack(raw, msg)
-                self.finish(msg, started, {"outcome": "killed", "error": s.error})
+                rec = self.end_record(msg, started, {"outcome": "killed", "error": s.error})
+                self.relay(msg, rec, self.ack(raw, msg, rec))
                 return
-            end = self.fail(raw, msg, s.outcome, s.error, now_ms())
-            self.finish(msg, started, end)
+            self.fail(raw, msg, started, s.outcome, s.error, now_ms())
             return
         except Exception as e:  # the handler's failure, whatever it is
-            end = self.fail(raw, msg, "failed", shown_error(str(e) or type(e).__name__), now_ms())
-            self.finish(msg, started, end)
+            self.fail(raw, msg, started, "failed", shown_error(str(e) or type(e).__name__),
+                      now_ms())
             return
-        self.ack(raw, msg)
-        self.finish(msg, started, {"outcome": "succeeded"})
+        rec = self.end_record(msg, started, {"outcome": "succeeded"})
+        self.relay(msg, rec, self.ack(raw, msg, rec))
 
     def dead_letter_garbage(self, raw, error):
         now = now_ms()
@@ -515,8 +575,8 @@ class Worker:
         }
         keys = [self.k(f"processing:{self.id}"), self.k("monitor"), self.k("dlq"),
                 self.k("dlq:entries"), self.k("active:-/-"), self.k("order"),
-                self.k("queued"), self.k("wake")]
-        self.scripts["dead_letter"](keys, [raw, entry_id, compact(entry), now, "", ""])
+                self.k("queued"), self.k("wake"), self.k("ends")]
+        self.scripts["dead_letter"](keys, [raw, entry_id, compact(entry), now, "", "", ""])
 
     # -- life cycle --
 
@@ -550,6 +610,10 @@ class Worker:
              self.k(f"addressed:{self.id}"), self.k("orphaned"), self.k(f"wake:{self.id}")],
             [self.id])
         self.log("deregistered" if gone == 1 else "still holds messages; the reaper gives them back")
+
+
+def as_text(reply):
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
 
 
 def concurrency_key(msg):
