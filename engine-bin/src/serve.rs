@@ -47,7 +47,7 @@ use crate::metrics::{
 };
 use crate::readiness::Readiness;
 use crate::shutdown::Shutdown;
-use ax_scheduler::clock::SystemClock;
+use ax_scheduler::clock::SteadyClock;
 use ax_scheduler::{self as scheduler, LeaderDeps, LeaderSettings};
 
 /// A replica, bound and ready to run.
@@ -459,7 +459,7 @@ impl Parts<'_> {
             registry,
             queue: Arc::new(self.queue.clone()),
             candidate,
-            clock: Arc::new(SystemClock),
+            clock: Arc::new(SteadyClock::new()),
             clock_check: Some(Arc::new(clock_check)),
             metrics: Arc::clone(self.metrics) as Arc<dyn ax_scheduler::RoleMetrics>,
             alerts: self.alerts.clone(),

@@ -42,3 +42,61 @@ async fn a_replica_whose_disk_is_full() {
     assert!(status.is_some_and(|s| s.success()), "exit: {status:?}");
     c.clean_up().await;
 }
+
+/// The leader's wall clock steps a minute back (an NTP step after the clock ran fast, a VM
+/// restored), its monotonic clock not; a second replica's clock is right. One-shots are due
+/// before, during and after the step, and the periodic task runs every second: none may run
+/// twice (a slot the leader already fired comes round again by its clock) and none may be
+/// lost or wait for the leader's clock to catch up a minute later.
+///
+/// A bug before the role read its clock through `SteadyClock`: the leader followed the step,
+/// so every due instant lay a minute further off; it kept leading (the clock check runs only
+/// before a campaign), and nothing fired for a minute (23 of 30 one-shots not run 10 s after
+/// the last was due, the periodic task stopped). Now the step is absorbed at a tenth of real
+/// time: fires go on, late by a tenth of the time since the step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leaders_clock_steps_back() {
+    let _serial = SERIAL.lock().await;
+    let clock = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(clock.path(), "+0\n").unwrap();
+    let mut c = Cluster::new("chaos-clock-back").await;
+    c.env.push((
+        "LD_PRELOAD",
+        ax_testkit::libfaketime().display().to_string(),
+    ));
+    c.env.push((
+        "FAKETIME_TIMESTAMP_FILE",
+        clock.path().display().to_string(),
+    ));
+    c.env.push(("FAKETIME_NO_CACHE", "1".to_owned()));
+    c.env.push(("DONT_FAKE_MONOTONIC", "1".to_owned()));
+    c.start_replica("r1", Roles::Both).await;
+    let leader = c.wait_for_leader(None, Duration::from_secs(10)).await;
+    c.env.clear();
+    c.start_replica("r2", Roles::Both).await;
+    let w = workload(&c, 30, now_ms() + 1500, Duration::from_secs(12)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let stepped_at = now_ms();
+    std::fs::write(clock.path(), "-60\n").unwrap();
+    let f = w
+        .settle(&c, Duration::from_secs(10), stepped_at + 2000)
+        .await;
+    let runs = c.receiver.executions();
+    let late = runs
+        .iter()
+        .filter(|r| r.task_id.starts_with('o'))
+        .map(|r| r.arrived_at - r.fire_at)
+        .max()
+        .unwrap_or(0);
+    let after = c.leader().await;
+    report(
+        "the leader's clock steps 1 min back",
+        &f,
+        &format!(
+            "leader before {leader}, after {after:?} (the clock check runs before a campaign only); worst lateness of a one-shot {late} ms"
+        ),
+    );
+    f.assert_clean("the leader's clock steps back");
+    c.assert_running(&["r1", "r2"]);
+    c.clean_up().await;
+}
