@@ -100,3 +100,139 @@ async fn the_leaders_clock_steps_back() {
     c.assert_running(&["r1", "r2"]);
     c.clean_up().await;
 }
+
+/// etcd's space quota for the out-of-space scenario: small, so junk fills it in a second.
+const SMALL_QUOTA: u64 = 16 * 1024 * 1024;
+
+/// Runs `etcdctl` against `endpoint`; fails the test unless it succeeds.
+fn etcdctl(endpoint: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg("--endpoints")
+        .arg(endpoint)
+        .args(args)
+        .output()
+        .expect("etcdctl (scripts/setup.sh installs it)");
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Writes 1 MiB junk values outside ax's prefix until etcd refuses one for space (the
+/// NOSPACE alarm is raised then); returns how many it took.
+async fn fill(etcd: &etcd_client::Client) -> usize {
+    let junk = vec![b'x'; 1024 * 1024];
+    for i in 0..64 {
+        match etcd
+            .clone()
+            .put(format!("/junk/{i}"), junk.clone(), None)
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if e.to_string().contains("database space exceeded") => return i,
+            Err(e) => panic!("junk write {i}: {e}"),
+        }
+    }
+    panic!("etcd took 64 MiB of junk under a {SMALL_QUOTA} byte quota");
+}
+
+/// etcd reaches its space quota (`--quota-backend-bytes`, 16 MiB here) and raises the
+/// NOSPACE alarm: it refuses every write (deletes aside) until an operator frees space and
+/// disarms the alarm. Registered tasks must keep firing (enqueues go to Redis), the states
+/// etcd refuses must wait in memory, an alert must name the cause and the fix, and once
+/// space is back every state must be written: nothing lost, nothing twice.
+///
+/// Fires went on already. Two bugs: no alert said why the states were not written, and the
+/// flusher, after three refused batches, wrote each state alone to find "the record etcd
+/// refuses", was refused alike for each and dropped them all (every one-shot's state stayed
+/// untrue after space came back). Now a refusal for space is not blamed on a record, and it
+/// is alerted once for each batch it holds back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_at_its_space_quota() {
+    let _serial = SERIAL.lock().await;
+    let quota = format!("--quota-backend-bytes={SMALL_QUOTA}");
+    let etcd = ax_testkit::EtcdServer::start_with(&[&quota]);
+    let mut c = Cluster::on("chaos-etcd-full", etcd.endpoint(), ax_testkit::redis_url()).await;
+    for id in ["r1", "r2"] {
+        c.start_replica(id, Roles::Both).await;
+    }
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    let w = workload(&c, 30, now_ms() + 4000, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let junk = fill(&c.etcd).await;
+    let full_at = now_ms();
+    let alarms = etcdctl(&etcd.endpoint(), &["alarm", "list"]);
+    assert!(alarms.contains("NOSPACE"), "no NOSPACE alarm: {alarms}");
+    // Every one-shot comes due while etcd is full.
+    let during = w.settle(&c, Duration::from_secs(5), full_at).await;
+    let alert = c
+        .receiver
+        .alerts()
+        .into_iter()
+        .find(|a| a.to_string().contains("NOSPACE"));
+    c.assert_running(&["r1", "r2"]);
+    // Space comes back: the junk deleted, the history compacted, the file defragmented, the
+    // alarm disarmed.
+    let freed_at = now_ms();
+    c.etcd
+        .clone()
+        .delete(
+            "/junk/",
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let revision = c.etcd.clone().get("/junk/", None).await.unwrap();
+    let revision = revision.header().unwrap().revision().to_string();
+    etcdctl(&etcd.endpoint(), &["compact", &revision, "--physical"]);
+    etcdctl(&etcd.endpoint(), &["defrag"]);
+    etcdctl(&etcd.endpoint(), &["alarm", "disarm"]);
+    let after = w.settle(&c, Duration::from_secs(3), freed_at).await;
+    // Every one-shot's state says it ran once and succeeded.
+    let mut wrong = Vec::new();
+    let mut written_after = None;
+    let settled = std::time::Instant::now();
+    while settled.elapsed() < Duration::from_secs(15) {
+        let states = c.states("chaos").await;
+        wrong = w
+            .one_shots
+            .iter()
+            .filter(|id| {
+                states
+                    .get(*id)
+                    .is_none_or(|s| s["status"] != "SUCCESS" || s["success_count"] != 1)
+            })
+            .cloned()
+            .collect();
+        if wrong.is_empty() {
+            written_after = Some(now_ms() - freed_at);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    report(
+        "etcd at its space quota (NOSPACE alarm, 16 MiB quota)",
+        &after,
+        &format!(
+            "{junk} MiB of junk filled it; while full: lost {}, periodic runs {}; alert: {}; states true {} ms after space came back, wrong {}",
+            during.lost,
+            during.ticks_after,
+            alert.as_ref().map_or("none".to_owned(), |a| a["title"].to_string()),
+            written_after.map_or("never".to_owned(), |ms| ms.to_string()),
+            wrong.len()
+        ),
+    );
+    during.assert_clean("etcd at its space quota");
+    after.assert_clean("etcd at its space quota, after space came back");
+    let alert = alert.expect("an alert naming the cause");
+    let text = alert.to_string();
+    for fix in ["compact", "defrag", "alarm disarm", "quota-backend-bytes"] {
+        assert!(text.contains(fix), "the alert does not say `{fix}`: {text}");
+    }
+    assert!(wrong.is_empty(), "one-shot states not true: {wrong:?}");
+    c.assert_running(&["r1", "r2"]);
+    c.clean_up().await;
+}
