@@ -5,7 +5,9 @@
 # worker events it read, leader SIGSTOP past its lease,
 # worker SIGKILL mid-execution, etcd SIGKILL and SIGSTOP (past and inside the lease), Redis SIGKILL with and without
 # persistence, Redis read-only after a failover, garbage in a ready list, a long `forbid`
-# task, the leader's wall clock stepped 10 minutes forward (libfaketime); with 3 replicas sharing
+# task, the leader's wall clock stepped 10 minutes forward and 1 minute back (libfaketime), a
+# replica whose disk is full (its logs on /dev/full), etcd at its space quota (NOSPACE); with
+# 3 replicas sharing
 # 16 shards: a shard owner SIGKILLed, one SIGSTOPped past its lease, a 4th replica joining under
 # load and one leaving with SIGTERM; Redis at maxmemory, a Redis restart, a garbage state record and a foreign fence are
 # in the end-to-end tests). Each scenario prints one `chaos:` line with its figures;

@@ -492,9 +492,52 @@ impl Alert {
     }
 }
 
+impl Alert {
+    /// Trigger: etcd refuses the leader's state writes because its database reached its space
+    /// quota (the NOSPACE alarm; critical). Fires go on (they are sent to Redis); `waiting`
+    /// task states are kept in memory and retried. The message says what frees the space.
+    pub fn etcd_out_of_space(error: &str, waiting: usize, now: UtcMillis) -> Self {
+        Alert::new(
+            Level::Critical,
+            AlertKind::BackendUnavailable,
+            "etcd is out of space: it refuses task state writes",
+            format!(
+                "etcd's database reached its space quota and etcd raised the NOSPACE alarm; it \
+                 refuses every write until space is freed and the alarm disarmed. Fires go on; \
+                 {waiting} task state(s) wait in memory and are retried. Fix: compact etcd's \
+                 history and defragment it (`etcdctl compact <revision>`, `etcdctl defrag`, or \
+                 turn on `--auto-compaction-retention`), then `etcdctl alarm disarm`; or raise \
+                 `--quota-backend-bytes` (and `etcd.quota_backend_bytes`). {error}"
+            ),
+            now,
+        )
+        .with_field("backend", "etcd")
+        .with_field("cause", "nospace")
+        .with_field("error", error)
+        .with_field("waiting", waiting)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_out_of_space_alert_names_the_cause_and_the_fix() {
+        let a = Alert::etcd_out_of_space("database space exceeded", 7, UtcMillis(0));
+        assert_eq!(a.level, Level::Critical);
+        assert_eq!(a.kind, AlertKind::BackendUnavailable);
+        for text in [
+            "NOSPACE",
+            "compact",
+            "defrag",
+            "alarm disarm",
+            "quota-backend-bytes",
+        ] {
+            assert!(a.message.contains(text), "{text}: {}", a.message);
+        }
+        assert_eq!(a.fields["waiting"], "7");
+    }
 
     #[test]
     fn levels_are_ordered_and_parse() {

@@ -47,7 +47,7 @@ use crate::metrics::{
 };
 use crate::readiness::Readiness;
 use crate::shutdown::Shutdown;
-use ax_scheduler::clock::{Clock, SystemClock};
+use ax_scheduler::clock::{Clock, SteadyClock};
 use ax_scheduler::{self as scheduler, LeaderDeps, LeaderSettings};
 
 /// A replica, bound and ready to run.
@@ -152,7 +152,9 @@ impl Server {
         check_redis_settings(&queue, &metrics).await;
 
         // One wall clock for the whole replica: the alert manager and the scheduler role.
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        // One clock for the replica's shell, which never reads an earlier time than it has:
+        // a step of the host clock back is absorbed instead of followed (see `SteadyClock`).
+        let clock: Arc<dyn Clock> = Arc::new(SteadyClock::new());
         let alerts = start_alerts(&config, shutdown, &clock)?;
         let parts = Parts {
             config: &config,

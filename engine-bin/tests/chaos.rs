@@ -16,6 +16,9 @@
 #[allow(dead_code)]
 mod harness;
 
+#[path = "chaos/faults.rs"]
+mod faults;
+
 #[path = "chaos/topology.rs"]
 mod topology;
 

@@ -108,6 +108,19 @@ impl RegistryError {
     }
 }
 
+/// What etcd says to a write once its database reached its space quota and it raised the
+/// NOSPACE alarm (`ErrGRPCNoSpace`).
+const NO_SPACE: &str = "database space exceeded";
+
+impl RegistryError {
+    /// Whether etcd refused the write because its database is at its space quota (the
+    /// NOSPACE alarm): every write fails alike until an operator frees space and disarms the
+    /// alarm, so it says nothing about the record written.
+    pub fn is_out_of_space(&self) -> bool {
+        matches!(self, RegistryError::Etcd { source, .. } if source.to_string().contains(NO_SPACE))
+    }
+}
+
 /// Runs one etcd request under `after`.
 pub(crate) async fn timed<T>(
     op: &'static str,
@@ -145,5 +158,24 @@ mod tests {
             attempts: 3,
         };
         assert!(c.is_retryable());
+        assert!(!c.is_out_of_space());
+    }
+
+    #[test]
+    fn a_nospace_refusal_is_out_of_space() {
+        // What the client shows of etcd's gRPC status; only its message matters here.
+        let e = RegistryError::Etcd {
+            op: "state put",
+            source: etcd_client::Error::InvalidArgs(
+                "etcdserver: mvcc: database space exceeded".into(),
+            ),
+        };
+        assert!(e.is_out_of_space());
+        assert!(e.is_retryable());
+        let other = RegistryError::Etcd {
+            op: "state put",
+            source: etcd_client::Error::InvalidArgs("request is too large".into()),
+        };
+        assert!(!other.is_out_of_space());
     }
 }

@@ -36,7 +36,7 @@ use std::time::Duration;
 use ax_alerting::{Alert, AlertSender};
 use ax_registry::{PendingTrigger, RegistryError, MAX_TXN_OPS};
 use ax_scheduler_core::dispatcher::StateWrite;
-use ax_scheduler_core::{EventPosition, ReconnectBackoff};
+use ax_scheduler_core::{Clock, EventPosition, ReconnectBackoff};
 use ax_scheduler_core::{TaskKey, TaskState};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -62,6 +62,14 @@ pub(super) struct FlushRequest {
     pub(super) done: Option<oneshot::Sender<()>>,
 }
 
+/// Where the flusher's alerts go, and the clock that dates them.
+pub(super) struct Alerts {
+    /// The alert manager, if alerts are configured.
+    pub(super) sender: Option<AlertSender>,
+    /// The role's clock.
+    pub(super) clock: Arc<dyn Clock>,
+}
+
 /// Runs until the channel closes (the term dropped its sender), or a write is refused or
 /// fails after `cancel` fired. `fence` is the term's (leader or shard owner); a refused write
 /// cancels `cancel` (the term is over).
@@ -71,7 +79,7 @@ pub(super) async fn run(
     fence: WriteFence,
     shard: Option<u32>,
     mut rx: mpsc::Receiver<FlushRequest>,
-    alerts: Option<AlertSender>,
+    alerts: Alerts,
     cancel: CancellationToken,
 ) {
     let flusher = Flusher {
@@ -79,7 +87,8 @@ pub(super) async fn run(
         queue,
         fence,
         shard,
-        alerts,
+        alerts: alerts.sender,
+        clock: alerts.clock,
         cancel,
     };
     let mut batch = Batch::default();
@@ -131,6 +140,7 @@ struct Flusher {
     fence: WriteFence,
     shard: Option<u32>,
     alerts: Option<AlertSender>,
+    clock: Arc<dyn Clock>,
     cancel: CancellationToken,
 }
 
@@ -144,6 +154,7 @@ impl Flusher {
         rx: &mut mpsc::Receiver<FlushRequest>,
     ) -> ControlFlow<()> {
         let mut backoff = ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(2));
+        let mut alerted = false;
         loop {
             match write(
                 &*self.registry,
@@ -167,6 +178,10 @@ impl Flusher {
                     return ControlFlow::Break(());
                 }
                 Err(e) => {
+                    if e.is_out_of_space() && !alerted {
+                        alerted = true;
+                        self.alert_out_of_space(&e, batch.states.len());
+                    }
                     self.after_failure(e, &mut backoff, &mut batch.states)
                         .await?;
                     // Merge what arrived meanwhile, so the retry writes the newest states.
@@ -209,6 +224,19 @@ impl Flusher {
         }
     }
 
+    /// Tells a person that etcd is at its space quota, once for each batch it refuses: what
+    /// waits for it, and how to give it space again.
+    fn alert_out_of_space(&self, e: &RegistryError, waiting: usize) {
+        error!(error = %e, states = waiting, "etcd is at its space quota (NOSPACE alarm): task states wait in memory until it takes writes again; compact and defragment etcd, then disarm the alarm");
+        if let Some(sender) = &self.alerts {
+            sender.send(Alert::etcd_out_of_space(
+                &e.to_string(),
+                waiting,
+                self.clock.now(),
+            ));
+        }
+    }
+
     /// After a failed write (not a refusal): reports it, isolates a refused record once
     /// the failures repeat, and waits before the next attempt. Breaks when the flusher
     /// ends: a newer leader refused a write, or `cancel` fired during the wait.
@@ -221,8 +249,12 @@ impl Flusher {
         let wait = backoff.next_delay(&mut rand::rng());
         let attempt = backoff.failures();
         warn!(error = %e, attempt, states = states.len(), "cannot write task states; retrying");
-        if attempt >= ISOLATE_AFTER && matches!(e, RegistryError::Etcd { .. }) {
-            // etcd answers and still refuses: find the record it refuses.
+        if attempt >= ISOLATE_AFTER
+            && matches!(e, RegistryError::Etcd { .. })
+            && !e.is_out_of_space()
+        {
+            // etcd answers and still refuses: find the record it refuses. Not when it is out
+            // of space: then it refuses every record alike, and each would be dropped.
             match isolate(&*self.registry, &self.fence, states).await {
                 Err(RegistryError::Fenced { .. }) => {
                     warn!("state write refused: another replica leads now");
@@ -268,6 +300,8 @@ async fn isolate(
             Err(e @ (RegistryError::Fenced { .. } | RegistryError::Timeout { .. })) => {
                 return Err(e)
             }
+            // Not about this record: every write fails alike until etcd has space again.
+            Err(e) if e.is_out_of_space() => return Err(e),
             Err(e) => {
                 error!(task_id = %key, error = %e, "task state cannot be written; dropped until the task changes again");
                 states.remove(&key);
@@ -382,7 +416,10 @@ mod tests {
             fence,
             None,
             rx,
-            None,
+            Alerts {
+                sender: None,
+                clock: Arc::new(ax_scheduler_core::SystemClock),
+            },
             cancel.clone(),
         ));
         let (done_tx, done_rx) = oneshot::channel();
@@ -469,7 +506,10 @@ mod tests {
             fence,
             None,
             rx,
-            Some(sender),
+            Alerts {
+                sender: Some(sender),
+                clock: Arc::new(ax_scheduler_core::SystemClock),
+            },
             cancel.clone(),
         ));
         let now = UtcMillis(1_800_000_000_000);

@@ -451,9 +451,21 @@ impl Cluster {
     /// Starts `ax serve` as instance `id` and waits until it is ready (etcd and Redis
     /// connected, worker pool running where it has one).
     pub(crate) async fn start_replica(&mut self, id: &str, roles: Roles) -> &Replica {
-        let port = ax_testkit::free_port();
         let log = self.logs.path().join(format!("{id}.log"));
         let out = File::create(&log).unwrap();
+        self.start_replica_writing_to(id, roles, out, log).await
+    }
+
+    /// Like [`Cluster::start_replica`], with stdout and stderr going to `out` (a full disk,
+    /// `/dev/full`); its log is read from `log` (a path that need not exist).
+    pub(crate) async fn start_replica_writing_to(
+        &mut self,
+        id: &str,
+        roles: Roles,
+        out: File,
+        log: PathBuf,
+    ) -> &Replica {
+        let port = ax_testkit::free_port();
         let mut cmd = Command::new(AX);
         cmd.arg("serve")
             .env_clear()

@@ -366,7 +366,10 @@ impl Helpers {
                 authority.state_fence(),
                 scope.shard(),
                 flush_rx,
-                deps.alerts.clone(),
+                flusher::Alerts {
+                    sender: deps.alerts.clone(),
+                    clock: Arc::clone(&deps.clock),
+                },
                 cancel.clone(),
             )
             .instrument(info_span!("state_flusher")),
