@@ -19,6 +19,8 @@ mod harness;
 #[path = "chaos/faults.rs"]
 mod faults;
 
+#[path = "chaos/repair.rs"]
+mod repair;
 #[path = "chaos/topology.rs"]
 mod topology;
 
