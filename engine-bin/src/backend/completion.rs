@@ -13,7 +13,8 @@
 use std::time::Duration;
 
 use ax_queue::{
-    token_hash, EndBy, EndResult, Progress, ProgressResult, ReportedEnd, ReportedStatus, TokenClaim,
+    token_hash, AwaitingRecord, EndBy, EndResult, Progress, ProgressResult, Queue, ReportedEnd,
+    ReportedStatus, TokenClaim,
 };
 use ax_scheduler_core::{AttemptOutput, ExecutionId, UtcMillis};
 use ax_worker::awaiting::{end_waiting, WaitingEnd};
@@ -45,116 +46,170 @@ fn stale(id: ExecutionId, attempt: u32, current: u32, end: &str) -> ApiError {
     )
 }
 
+fn forbidden(id: ExecutionId) -> ApiError {
+    ApiError::Forbidden(format!(
+        "the token is not the one issued for execution {id}"
+    ))
+}
+
+/// The claim of a report's token, or why there is none.
+fn parse_claim(request: &CompletionRequest) -> Result<TokenClaim, ApiError> {
+    TokenClaim::parse(request.token.trim()).ok_or_else(|| {
+        ApiError::Unauthorized(
+            "a report needs `token`: the completion token the job's request carried \
+             (header x-ax-completion-token, body field completion_token)"
+                .into(),
+        )
+    })
+}
+
+/// One reading of the attempt a report names: what the report is checked and applied
+/// against until the attempt moves.
+struct Round<'a> {
+    id: ExecutionId,
+    claim: &'a TokenClaim,
+    rec: &'a AwaitingRecord,
+    /// The SHA-256 of the report's token.
+    hash: &'a str,
+    now: UtcMillis,
+}
+
+impl Round<'_> {
+    fn reply(&self, state: &str, repeated: bool, deadline: Option<UtcMillis>) -> CompletionReply {
+        CompletionReply {
+            execution_id: self.id,
+            attempt: self.claim.attempt,
+            state: state.to_owned(),
+            repeated,
+            deadline,
+        }
+    }
+
+    /// Records a progress report: it pushes the attempt's deadline a timeout further.
+    async fn progress(
+        &self,
+        q: &Queue,
+        request: &CompletionRequest,
+    ) -> Result<CompletionReply, ApiError> {
+        let (id, attempt) = (self.id, self.claim.attempt);
+        let timeout = self
+            .rec
+            .message
+            .as_ref()
+            .map_or(Duration::ZERO, |(_, m)| m.timeout());
+        let deadline = self.now.add(timeout);
+        let progress = progress(request, self.now)?;
+        match q
+            .progress_awaiting(
+                &self.claim.queue,
+                id,
+                attempt,
+                self.hash,
+                deadline,
+                &progress,
+            )
+            .await
+            .map_err(errors::queue)?
+        {
+            ProgressResult::Recorded => Ok(self.reply("waiting", false, Some(deadline))),
+            ProgressResult::Stale { current, end } => Err(stale(id, attempt, current, &end)),
+            ProgressResult::Done(end) => Err(conflict(id, &format!("the attempt ended `{end}`"))),
+            ProgressResult::Forbidden | ProgressResult::Gone => Err(forbidden(id)),
+        }
+    }
+
+    /// The answer to an end report from what ending the attempt did; `None` when the
+    /// attempt moved meanwhile and must be read again.
+    fn end_reply(
+        &self,
+        label: &str,
+        result: EndResult,
+    ) -> Option<Result<CompletionReply, ApiError>> {
+        let (id, attempt) = (self.id, self.claim.attempt);
+        Some(match result {
+            // `Early`: kept for the worker, which has not seen the 202 yet and settles it.
+            EndResult::Ended | EndResult::Early => Ok(self.reply(label, false, None)),
+            EndResult::Done(end) if end == label => Ok(self.reply(label, true, None)),
+            EndResult::Done(end) => Err(conflict(
+                id,
+                &format!("the attempt ended `{end}` before this `{label}`"),
+            )),
+            EndResult::Stale { end, .. } if end == label => Ok(self.reply(label, true, None)),
+            EndResult::Stale { current, end } => Err(stale(id, attempt, current, &end)),
+            EndResult::Moved => return None,
+            EndResult::Forbidden | EndResult::Gone | EndResult::Alive => Err(forbidden(id)),
+        })
+    }
+}
+
 impl Backend {
     pub(super) async fn complete(
         &self,
         id: ExecutionId,
         request: CompletionRequest,
     ) -> Result<CompletionReply, ApiError> {
-        let claim = TokenClaim::parse(request.token.trim()).ok_or_else(|| {
-            ApiError::Unauthorized(
-                "a report needs `token`: the completion token the job's request carried \
-                 (header x-ax-completion-token, body field completion_token)"
-                    .into(),
-            )
-        })?;
+        let claim = parse_claim(&request)?;
         let token = request.token.trim();
         let q = self.queue().await?;
-        let forbidden = || {
-            ApiError::Forbidden(format!(
-                "the token is not the one issued for execution {id}"
-            ))
-        };
-        let reply = |state: &str, repeated: bool, deadline: Option<UtcMillis>| CompletionReply {
-            execution_id: id,
-            attempt: claim.attempt,
-            state: state.to_owned(),
-            repeated,
-            deadline,
-        };
         for _ in 0..MOVED_ROUNDS {
             let rec = q
                 .awaiting_record(&claim.queue, id)
                 .await
                 .map_err(errors::queue)?
-                .ok_or_else(forbidden)?;
+                .ok_or_else(|| forbidden(id))?;
             if !rec.token_matches(claim.attempt, token) {
-                return Err(forbidden());
+                return Err(forbidden(id));
             }
             let hash = token_hash(token);
-            let now = UtcMillis::now();
+            let round = Round {
+                id,
+                claim: &claim,
+                rec: &rec,
+                hash: &hash,
+                now: UtcMillis::now(),
+            };
             let status = match request.status {
-                CompletionStatus::Progress => {
-                    let timeout = rec
-                        .message
-                        .as_ref()
-                        .map_or(Duration::ZERO, |(_, m)| m.timeout());
-                    let deadline = now.add(timeout);
-                    let progress = progress(&request, now)?;
-                    return match q
-                        .progress_awaiting(
-                            &claim.queue,
-                            id,
-                            claim.attempt,
-                            &hash,
-                            deadline,
-                            &progress,
-                        )
-                        .await
-                        .map_err(errors::queue)?
-                    {
-                        ProgressResult::Recorded => Ok(reply("waiting", false, Some(deadline))),
-                        ProgressResult::Stale { current, end } => {
-                            Err(stale(id, claim.attempt, current, &end))
-                        }
-                        ProgressResult::Done(end) => {
-                            Err(conflict(id, &format!("the attempt ended `{end}`")))
-                        }
-                        ProgressResult::Forbidden | ProgressResult::Gone => Err(forbidden()),
-                    };
-                }
+                CompletionStatus::Progress => return round.progress(q, &request).await,
                 CompletionStatus::Succeeded => ReportedStatus::Succeeded,
                 CompletionStatus::Failed => ReportedStatus::Failed,
             };
-            let ended = reported(&request, status, now);
-            let (result, report) = end_waiting(
-                q,
-                &rec,
-                claim.attempt,
-                EndBy::Completion(&hash),
-                WaitingEnd::Reported(ended),
-                now,
-            )
-            .await
-            .map_err(errors::queue)?;
-            let label = status.label();
-            return match result {
-                EndResult::Ended => {
-                    if let Some(report) = report {
-                        self.publish(q, &report).await;
-                    }
-                    Ok(reply(label, false, None))
-                }
-                // Kept for the worker, which has not seen the 202 yet and settles it.
-                EndResult::Early => Ok(reply(label, false, None)),
-                EndResult::Done(end) if end == label => Ok(reply(label, true, None)),
-                EndResult::Done(end) => Err(conflict(
-                    id,
-                    &format!("the attempt ended `{end}` before this `{label}`"),
-                )),
-                EndResult::Stale { end, .. } if end == label => Ok(reply(label, true, None)),
-                EndResult::Stale { current, end } => Err(stale(id, claim.attempt, current, &end)),
-                EndResult::Moved => continue,
-                EndResult::Forbidden | EndResult::Gone | EndResult::Alive => Err(forbidden()),
-            };
+            if let Some(reply) = self.end(q, &round, &request, status).await? {
+                return Ok(reply);
+            }
         }
         Err(ApiError::Unavailable(format!(
             "execution {id} is being handed from its worker to the completion queue; report again"
         )))
     }
 
+    /// Ends the attempt as the report says and publishes its end if this call ended it;
+    /// `None` when the attempt moved meanwhile.
+    async fn end(
+        &self,
+        q: &Queue,
+        round: &Round<'_>,
+        request: &CompletionRequest,
+        status: ReportedStatus,
+    ) -> Result<Option<CompletionReply>, ApiError> {
+        let ended = reported(request, status, round.now);
+        let (result, report) = end_waiting(
+            q,
+            round.rec,
+            round.claim.attempt,
+            EndBy::Completion(round.hash),
+            WaitingEnd::Reported(ended),
+            round.now,
+        )
+        .await
+        .map_err(errors::queue)?;
+        if let (EndResult::Ended, Some(report)) = (&result, report) {
+            self.publish(q, &report).await;
+        }
+        round.end_reply(status.label(), result).transpose()
+    }
+
     /// Publishes an attempt's end for the leader and the history, as a worker's end goes.
-    async fn publish(&self, q: &ax_queue::Queue, report: &ExecutionReport) {
+    async fn publish(&self, q: &Queue, report: &ExecutionReport) {
         let event = report.finished_event();
         let history = report.history();
         for attempt in 1..=PUBLISH_TRIES {
