@@ -21,8 +21,8 @@ use ax_alerting::{
     Alert, AlertManager, AlertManagerConfig, AlertSender, Channel, FeishuChannel, FeishuConfig,
     Level, PolicyConfig, WebhookChannel, WebhookConfig,
 };
-use ax_election::{register_instance, Candidate, InstanceRecord};
-use ax_queue::Queue;
+use ax_election::{register_instance, Candidate, ElectionConfig, InstanceRecord};
+use ax_queue::{Queue, QueueStats};
 use ax_registry::Registry;
 use ax_scheduler_core::timer::TimerConfig;
 use ax_scheduler_core::{DispatcherConfig, ReconnectBackoff, UtcMillis};
@@ -30,6 +30,7 @@ use ax_worker::{
     CommandHandler, HandlerRegistry, PoolSummary, WorkerConfig, WorkerError, WorkerPool,
 };
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
@@ -127,18 +128,7 @@ impl Server {
             access: Arc::new(access_of(&config)),
             limits: (&config.limits).into(),
         };
-        let root = shutdown.clone();
-        let http = shutdown.spawn(move |token| async move {
-            let result = axum::serve(listener, http::app(state))
-                .with_graceful_shutdown(token.cancelled_owned())
-                .await
-                .context("HTTP server failed");
-            if let Err(e) = &result {
-                tracing::error!(error = %format!("{e:#}"), "HTTP server stopped");
-                root.fail(format!("HTTP server failed: {e:#}"));
-            }
-            result
-        });
+        let http = spawn_http(shutdown, listener, state);
 
         let Some((etcd, queue)) = connect(&config, &readiness, &metrics, shutdown.token()).await
         else {
@@ -179,18 +169,43 @@ impl Server {
         parts.start_gauges(shutdown);
 
         shutdown.token().cancelled().await;
-        // Draining: tell the load balancer first.
-        readiness.set_etcd(false);
-        readiness.set_redis(false);
-        readiness.set_worker_pool(false);
-        info!("stopping");
-        if let Some(pool) = pool {
-            match pool.await {
-                Ok(summary) => info!(?summary, "worker pool stopped"),
-                Err(e) => warn!(error = %e, "worker pool task failed"),
-            }
-        }
+        drain(&readiness, pool).await;
         http.await.context("HTTP server task panicked")?
+    }
+}
+
+/// Spawns the HTTP server on `listener`; if it fails, the whole replica stops.
+fn spawn_http(
+    shutdown: &Shutdown,
+    listener: TcpListener,
+    state: AppState,
+) -> JoinHandle<anyhow::Result<()>> {
+    let root = shutdown.clone();
+    shutdown.spawn(move |token| async move {
+        let result = axum::serve(listener, http::app(state))
+            .with_graceful_shutdown(token.cancelled_owned())
+            .await
+            .context("HTTP server failed");
+        if let Err(e) = &result {
+            tracing::error!(error = %format!("{e:#}"), "HTTP server stopped");
+            root.fail(format!("HTTP server failed: {e:#}"));
+        }
+        result
+    })
+}
+
+/// Draining: tell the load balancer first, then wait for the worker pool to finish (or give
+/// back) what it holds.
+async fn drain(readiness: &Readiness, pool: Option<JoinHandle<PoolSummary>>) {
+    readiness.set_etcd(false);
+    readiness.set_redis(false);
+    readiness.set_worker_pool(false);
+    info!("stopping");
+    if let Some(pool) = pool {
+        match pool.await {
+            Ok(summary) => info!(?summary, "worker pool stopped"),
+            Err(e) => warn!(error = %e, "worker pool task failed"),
+        }
     }
 }
 
@@ -538,11 +553,6 @@ impl Parts<'_> {
     /// rules take the max), the backlog alert (from the leader only), alert channel counters
     /// and backend readiness.
     fn start_gauges(&self, shutdown: &Shutdown) {
-        let queue = self.queue.clone();
-        let metrics = Arc::clone(self.metrics);
-        let readiness = Arc::clone(self.readiness);
-        let alerts = self.alerts.clone();
-        let threshold = self.config.scheduler.backlog_alert_threshold;
         let mut queues: Vec<String> = self.config.worker.queues.clone();
         if !queues
             .iter()
@@ -550,90 +560,138 @@ impl Parts<'_> {
         {
             queues.push(ax_scheduler_core::task::DEFAULT_QUEUE.to_owned());
         }
-        let etcd = self.etcd.clone();
-        let etcd_quota = self.config.etcd.quota_backend_bytes;
-        let election = election_config(self.config);
+        let mut gauges = Gauges {
+            queue: self.queue.clone(),
+            metrics: Arc::clone(self.metrics),
+            readiness: Arc::clone(self.readiness),
+            alerts: self.alerts.clone(),
+            threshold: self.config.scheduler.backlog_alert_threshold,
+            queues,
+            etcd: self.etcd.clone(),
+            etcd_quota: self.config.etcd.quota_backend_bytes,
+            election: election_config(self.config),
+            alerted: AlertCounts::default(),
+        };
         shutdown.spawn(move |cancel| {
             async move {
                 let mut tick = tokio::time::interval(GAUGE_INTERVAL);
-                let mut alerted = AlertCounts::default();
                 loop {
                     tokio::select! {
                         _ = cancel.cancelled() => return,
                         _ = tick.tick() => {}
                     }
-                    let now = UtcMillis::now();
-                    let mut dead = 0u64;
-                    let mut redis_ok = true;
-                    for q in &queues {
-                        match queue.stats(q, now).await {
-                            Ok(stats) => {
-                                dead += stats.dead;
-                                let depth = i64::try_from(stats.ready).unwrap_or(i64::MAX);
-                                metrics.queue_depth.with_label_values(&[q]).set(depth);
-                                metrics
-                                    .queue_paused
-                                    .with_label_values(&[q])
-                                    .set(i64::from(stats.paused));
-                                metrics
-                                    .oldest_queued_age_seconds
-                                    .with_label_values(&[q])
-                                    .set(stats.oldest_age.map(|a| a.as_secs_f64()).unwrap_or(0.0));
-                                if stats.ready > threshold && metrics.is_leader.get() == 1 {
-                                    if let Some(alerts) = &alerts {
-                                        alerts.send(Alert::queue_backlog(
-                                            q.clone(),
-                                            stats.ready,
-                                            threshold,
-                                            now,
-                                        ));
-                                    }
-                                }
-                            }
-                            Err(e) => {
-                                redis_ok = false;
-                                metrics.backend_error(BACKEND_REDIS);
-                                debug!(queue = %q, error = %e, "cannot read queue stats");
-                            }
-                        }
-                    }
-                    if redis_ok {
-                        metrics
-                            .dlq_size
-                            .set(i64::try_from(dead).unwrap_or(i64::MAX));
-                    }
-                    readiness.set_redis(redis_ok);
-                    let etcd_ok = ax_election::current_leader(
-                        &etcd,
-                        &election.prefix,
-                        election.request_timeout,
-                    )
-                    .await
-                    .is_ok();
-                    if !etcd_ok {
-                        metrics.backend_error(BACKEND_ETCD);
-                    }
-                    readiness.set_etcd(etcd_ok);
-                    if etcd_ok {
-                        match ax_registry::store_usage(&etcd, election.request_timeout).await {
-                            Ok(usage) => {
-                                metrics.etcd_db_bytes.set(usage.db_bytes);
-                                metrics.etcd_db_quota_bytes.set(
-                                    usage
-                                        .quota_bytes
-                                        .unwrap_or(i64::try_from(etcd_quota).unwrap_or(i64::MAX)),
-                                );
-                            }
-                            Err(e) => debug!(error = %e, "cannot read etcd's database size"),
-                        }
-                    }
-                    if let Some(alerts) = &alerts {
-                        alerted.export(&alerts.stats(), &metrics);
-                    }
+                    gauges.refresh().await;
                 }
             }
             .instrument(info_span!("gauges"))
         });
+    }
+}
+
+/// What the gauge loop reads and where it reports it.
+struct Gauges {
+    queue: Queue,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    alerts: Option<AlertSender>,
+    /// Ready messages in one queue above which the leader raises the backlog alert.
+    threshold: u64,
+    /// The queues reported: the configured ones and the default one.
+    queues: Vec<String>,
+    etcd: etcd_client::Client,
+    /// The configured etcd quota, shown while etcd does not report its own.
+    etcd_quota: u64,
+    election: ElectionConfig,
+    alerted: AlertCounts,
+}
+
+impl Gauges {
+    /// One round: Redis, then etcd, then the alert channel counters.
+    async fn refresh(&mut self) {
+        let redis_ok = self.refresh_queues(UtcMillis::now()).await;
+        self.readiness.set_redis(redis_ok);
+        self.refresh_etcd().await;
+        if let Some(alerts) = &self.alerts {
+            self.alerted.export(&alerts.stats(), &self.metrics);
+        }
+    }
+
+    /// The queue gauges and the dead letter count; whether Redis answered every read.
+    async fn refresh_queues(&self, now: UtcMillis) -> bool {
+        let metrics = &self.metrics;
+        let mut dead = 0u64;
+        let mut redis_ok = true;
+        for q in &self.queues {
+            match self.queue.stats(q, now).await {
+                Ok(stats) => {
+                    dead += stats.dead;
+                    self.show_queue(q, &stats, now);
+                }
+                Err(e) => {
+                    redis_ok = false;
+                    metrics.backend_error(BACKEND_REDIS);
+                    debug!(queue = %q, error = %e, "cannot read queue stats");
+                }
+            }
+        }
+        if redis_ok {
+            metrics
+                .dlq_size
+                .set(i64::try_from(dead).unwrap_or(i64::MAX));
+        }
+        redis_ok
+    }
+
+    /// One queue's gauges, and its backlog alert if this replica leads.
+    fn show_queue(&self, q: &str, stats: &QueueStats, now: UtcMillis) {
+        let metrics = &self.metrics;
+        let depth = i64::try_from(stats.ready).unwrap_or(i64::MAX);
+        metrics.queue_depth.with_label_values(&[q]).set(depth);
+        metrics
+            .queue_paused
+            .with_label_values(&[q])
+            .set(i64::from(stats.paused));
+        metrics
+            .oldest_queued_age_seconds
+            .with_label_values(&[q])
+            .set(stats.oldest_age.map(|a| a.as_secs_f64()).unwrap_or(0.0));
+        if stats.ready > self.threshold && metrics.is_leader.get() == 1 {
+            if let Some(alerts) = &self.alerts {
+                alerts.send(Alert::queue_backlog(
+                    q.to_owned(),
+                    stats.ready,
+                    self.threshold,
+                    now,
+                ));
+            }
+        }
+    }
+
+    /// Whether etcd answers (a read of the leader key), and its database size if it does.
+    async fn refresh_etcd(&self) {
+        let metrics = &self.metrics;
+        let timeout = self.election.request_timeout;
+        let etcd_ok = ax_election::current_leader(&self.etcd, &self.election.prefix, timeout)
+            .await
+            .is_ok();
+        if !etcd_ok {
+            metrics.backend_error(BACKEND_ETCD);
+        }
+        self.readiness.set_etcd(etcd_ok);
+        if !etcd_ok {
+            return;
+        }
+        match ax_registry::store_usage(&self.etcd, timeout).await {
+            Ok(usage) => {
+                metrics.etcd_db_bytes.set(usage.db_bytes);
+                metrics.etcd_db_quota_bytes.set(
+                    usage
+                        .quota_bytes
+                        .unwrap_or(i64::try_from(self.etcd_quota).unwrap_or(i64::MAX)),
+                );
+            }
+            Err(e) => debug!(error = %e, "cannot read etcd's database size"),
+        }
     }
 }
 
