@@ -223,89 +223,101 @@ impl Holder {
         let safe_until = self.shared.validity.valid_until();
         match state {
             HoldState::Done => HoldState::Done,
-            HoldState::Connecting {
-                retry_at,
-                mut backoff,
-            } => {
-                tokio::select! {
-                    biased;
-                    _ = self.stop.cancelled() => return HoldState::Done,
-                    _ = sleep_until(safe_until) => return self.lose(LossReason::RenewalOverdue),
-                    _ = sleep_until(retry_at) => {}
-                }
-                let attempt = answer_timeout(self.ttl, self.request_timeout);
-                let deadline = (Instant::now() + attempt).min(safe_until);
-                let outcome = tokio::select! {
-                    biased;
-                    _ = self.stop.cancelled() => return HoldState::Done,
-                    r = tokio::time::timeout_at(deadline, self.connect()) => r,
-                };
-                match outcome {
-                    Ok(Ok(alive)) => HoldState::Alive(Box::new(alive)),
-                    Ok(Err(ConnectError::Lost(reason))) => self.lose(reason),
-                    Ok(Err(ConnectError::Transient(error))) => {
-                        let wait = backoff.next_delay(&mut rand::rng());
-                        tracing::debug!(lease_id = self.lease_id, %error, failures = backoff.failures(), "keep-alive reconnect failed");
-                        HoldState::Connecting {
-                            retry_at: Instant::now() + wait,
-                            backoff,
-                        }
-                    }
-                    // The attempt used up its time already: try again at once.
-                    Err(_) => HoldState::Connecting {
-                        retry_at: Instant::now(),
-                        backoff,
-                    },
+            HoldState::Connecting { retry_at, backoff } => {
+                self.connecting(safe_until, retry_at, backoff).await
+            }
+            HoldState::Alive(alive) => self.alive(safe_until, alive).await,
+        }
+    }
+
+    /// Opens the keep-alive stream at `retry_at`, each attempt bounded by the answer timeout
+    /// and the safe deadline.
+    async fn connecting(
+        &mut self,
+        safe_until: Instant,
+        retry_at: Instant,
+        mut backoff: ReconnectBackoff,
+    ) -> HoldState {
+        tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => return HoldState::Done,
+            _ = sleep_until(safe_until) => return self.lose(LossReason::RenewalOverdue),
+            _ = sleep_until(retry_at) => {}
+        }
+        let attempt = answer_timeout(self.ttl, self.request_timeout);
+        let deadline = (Instant::now() + attempt).min(safe_until);
+        let outcome = tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => return HoldState::Done,
+            r = tokio::time::timeout_at(deadline, self.connect()) => r,
+        };
+        match outcome {
+            Ok(Ok(alive)) => HoldState::Alive(Box::new(alive)),
+            Ok(Err(ConnectError::Lost(reason))) => self.lose(reason),
+            Ok(Err(ConnectError::Transient(error))) => {
+                let wait = backoff.next_delay(&mut rand::rng());
+                tracing::debug!(lease_id = self.lease_id, %error, failures = backoff.failures(), "keep-alive reconnect failed");
+                HoldState::Connecting {
+                    retry_at: Instant::now() + wait,
+                    backoff,
                 }
             }
-            HoldState::Alive(mut alive) => {
-                let Alive {
-                    keeper,
-                    responses,
-                    next_renewal,
-                    in_flight,
-                } = &mut *alive;
-                let reconnect = HoldState::Connecting {
-                    retry_at: Instant::now(),
-                    backoff: reconnect_backoff(),
-                };
-                let unanswered_at = in_flight
-                    .front()
-                    .map(|sent| *sent + answer_timeout(self.ttl, self.request_timeout));
-                tokio::select! {
-                    biased;
-                    _ = self.stop.cancelled() => HoldState::Done,
-                    _ = sleep_until(safe_until) => self.lose(LossReason::RenewalOverdue),
-                    // `unwrap_or` is never awaited: the branch is off without a renewal out.
-                    _ = sleep_until(unanswered_at.unwrap_or(safe_until)), if unanswered_at.is_some() => {
-                        tracing::info!(lease_id = self.lease_id, "lease renewal unanswered; reopening the keep-alive stream");
-                        reconnect
+            // The attempt used up its time already: try again at once.
+            Err(_) => HoldState::Connecting {
+                retry_at: Instant::now(),
+                backoff,
+            },
+        }
+    }
+
+    /// Renews on time and reads etcd's answers; a renewal unanswered for too long, or a
+    /// broken stream, reconnects.
+    async fn alive(&mut self, safe_until: Instant, mut alive: Box<Alive>) -> HoldState {
+        let Alive {
+            keeper,
+            responses,
+            next_renewal,
+            in_flight,
+        } = &mut *alive;
+        let reconnect = HoldState::Connecting {
+            retry_at: Instant::now(),
+            backoff: reconnect_backoff(),
+        };
+        let unanswered_at = in_flight
+            .front()
+            .map(|sent| *sent + answer_timeout(self.ttl, self.request_timeout));
+        tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => HoldState::Done,
+            _ = sleep_until(safe_until) => self.lose(LossReason::RenewalOverdue),
+            // `unwrap_or` is never awaited: the branch is off without a renewal out.
+            _ = sleep_until(unanswered_at.unwrap_or(safe_until)), if unanswered_at.is_some() => {
+                tracing::info!(lease_id = self.lease_id, "lease renewal unanswered; reopening the keep-alive stream");
+                reconnect
+            }
+            msg = responses.message() => match msg {
+                Ok(Some(resp)) if resp.ttl() > 0 => {
+                    if let Some(sent_at) = in_flight.pop_front() {
+                        self.renewed(sent_at);
                     }
-                    msg = responses.message() => match msg {
-                        Ok(Some(resp)) if resp.ttl() > 0 => {
-                            if let Some(sent_at) = in_flight.pop_front() {
-                                self.renewed(sent_at);
-                            }
-                            HoldState::Alive(alive)
-                        }
-                        Ok(Some(_)) => self.lose(LossReason::LeaseExpired),
-                        Ok(None) => reconnect,
-                        Err(error) => {
-                            tracing::debug!(lease_id = self.lease_id, %error, "keep-alive stream broke");
-                            reconnect
-                        }
-                    },
-                    _ = sleep_until(*next_renewal) => {
-                        let now = Instant::now();
-                        *next_renewal = now + self.ttl / 3;
-                        match keeper.keep_alive().await {
-                            Ok(()) => {
-                                in_flight.push_back(now);
-                                HoldState::Alive(alive)
-                            }
-                            Err(_) => reconnect,
-                        }
+                    HoldState::Alive(alive)
+                }
+                Ok(Some(_)) => self.lose(LossReason::LeaseExpired),
+                Ok(None) => reconnect,
+                Err(error) => {
+                    tracing::debug!(lease_id = self.lease_id, %error, "keep-alive stream broke");
+                    reconnect
+                }
+            },
+            _ = sleep_until(*next_renewal) => {
+                let now = Instant::now();
+                *next_renewal = now + self.ttl / 3;
+                match keeper.keep_alive().await {
+                    Ok(()) => {
+                        in_flight.push_back(now);
+                        HoldState::Alive(alive)
                     }
+                    Err(_) => reconnect,
                 }
             }
         }

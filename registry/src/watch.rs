@@ -273,74 +273,98 @@ impl TaskWatcher {
                     Resume::Relist => WatchState::Relisting { backoff },
                 }
             }
-            WatchState::Resuming { rev, backoff } => match Self::open(registry, rev).await {
-                Ok(Some(stream)) => WatchState::Watching {
-                    stream,
-                    rev,
-                    quiet_since: Instant::now(),
-                    asked_at: None,
-                },
-                Ok(None) => {
-                    tracing::info!(rev, "task watch revision compacted; listing again");
-                    WatchState::Relisting {
-                        backoff: Self::fresh_backoff(registry),
-                    }
-                }
-                Err(e) => Self::broken(pending, e.to_string(), backoff, Resume::From(rev)),
-            },
+            WatchState::Resuming { rev, backoff } => {
+                Self::resume(registry, pending, rev, backoff).await
+            }
             WatchState::Watching {
-                mut stream,
+                stream,
                 rev,
                 quiet_since,
                 asked_at,
-            } => {
-                // A quiet watch is asked for progress; one that does not answer is opened
-                // anew. A member that hangs (stopped, not dead) keeps its connection open, so
-                // a watch through it would see nothing until the HTTP/2 keep-alive gave up
-                // (15 s) while the other members go on.
-                let cfg = registry.config();
-                let message = match asked_at {
-                    None => {
-                        let ask_at = quiet_since + cfg.watch_progress_interval;
-                        tokio::select! {
-                            m = stream.message() => Some(m),
-                            _ = tokio::time::sleep_until(ask_at) => None,
-                        }
-                    }
-                    Some(at) => {
-                        let answer_by = at + cfg.watch_answer_timeout;
-                        tokio::select! {
-                            m = stream.message() => Some(m),
-                            _ = tokio::time::sleep_until(answer_by) => {
-                                return Self::broken(
-                                    pending,
-                                    format!("watch unanswered for {:?}", cfg.watch_answer_timeout),
-                                    Self::fresh_backoff(registry),
-                                    Resume::From(rev),
-                                );
-                            }
-                        }
-                    }
-                };
-                let Some(message) = message else {
-                    return match stream.request_progress().await {
-                        Ok(()) => WatchState::Watching {
-                            stream,
-                            rev,
-                            quiet_since,
-                            asked_at: Some(Instant::now()),
-                        },
-                        Err(e) => Self::broken(
+            } => Self::watching(registry, known, pending, stream, rev, quiet_since, asked_at).await,
+        }
+    }
+
+    /// Opens the watch from `rev + 1`: watching, or listing again if `rev` was compacted.
+    async fn resume(
+        registry: &Registry,
+        pending: &mut VecDeque<RegistryEvent>,
+        rev: i64,
+        backoff: ReconnectBackoff,
+    ) -> WatchState {
+        match Self::open(registry, rev).await {
+            Ok(Some(stream)) => WatchState::Watching {
+                stream,
+                rev,
+                quiet_since: Instant::now(),
+                asked_at: None,
+            },
+            Ok(None) => {
+                tracing::info!(rev, "task watch revision compacted; listing again");
+                WatchState::Relisting {
+                    backoff: Self::fresh_backoff(registry),
+                }
+            }
+            Err(e) => Self::broken(pending, e.to_string(), backoff, Resume::From(rev)),
+        }
+    }
+
+    /// Waits for the stream's next message, asking a quiet watch for progress and opening
+    /// anew one that does not answer.
+    async fn watching(
+        registry: &Registry,
+        known: &mut HashMap<Vec<u8>, i64>,
+        pending: &mut VecDeque<RegistryEvent>,
+        mut stream: Box<WatchStream>,
+        rev: i64,
+        quiet_since: Instant,
+        asked_at: Option<Instant>,
+    ) -> WatchState {
+        // A quiet watch is asked for progress; one that does not answer is opened
+        // anew. A member that hangs (stopped, not dead) keeps its connection open, so
+        // a watch through it would see nothing until the HTTP/2 keep-alive gave up
+        // (15 s) while the other members go on.
+        let cfg = registry.config();
+        let message = match asked_at {
+            None => {
+                let ask_at = quiet_since + cfg.watch_progress_interval;
+                tokio::select! {
+                    m = stream.message() => Some(m),
+                    _ = tokio::time::sleep_until(ask_at) => None,
+                }
+            }
+            Some(at) => {
+                let answer_by = at + cfg.watch_answer_timeout;
+                tokio::select! {
+                    m = stream.message() => Some(m),
+                    _ = tokio::time::sleep_until(answer_by) => {
+                        return Self::broken(
                             pending,
-                            e.to_string(),
+                            format!("watch unanswered for {:?}", cfg.watch_answer_timeout),
                             Self::fresh_backoff(registry),
                             Resume::From(rev),
-                        ),
-                    };
-                };
-                Self::on_message(registry, known, pending, stream, rev, message)
+                        );
+                    }
+                }
             }
-        }
+        };
+        let Some(message) = message else {
+            return match stream.request_progress().await {
+                Ok(()) => WatchState::Watching {
+                    stream,
+                    rev,
+                    quiet_since,
+                    asked_at: Some(Instant::now()),
+                },
+                Err(e) => Self::broken(
+                    pending,
+                    e.to_string(),
+                    Self::fresh_backoff(registry),
+                    Resume::From(rev),
+                ),
+            };
+        };
+        Self::on_message(registry, known, pending, stream, rev, message)
     }
 
     /// Applies one message of the watch stream (any message shows the watch alive).
