@@ -213,12 +213,6 @@ pub async fn authorize(
         .extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned());
-    let presented = request.headers().get(header::AUTHORIZATION).map(|v| {
-        v.to_str().ok().and_then(|v| {
-            let (scheme, rest) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-        })
-    });
     let method = request.method().clone();
     if route
         .as_deref()
@@ -241,61 +235,76 @@ pub async fn authorize(
         );
         error.into_response()
     };
-    let principal = match presented {
-        Some(Some(token)) => match state.access.identify(token) {
-            Some(p) => p,
-            None => {
-                return refuse(
-                    "invalid",
-                    "",
-                    ApiError::Unauthorized("the bearer token matches no configured token".into()),
-                )
-            }
-        },
-        Some(None) => {
-            return refuse(
-                "invalid",
-                "",
-                ApiError::Unauthorized("the Authorization header must be `Bearer <token>`".into()),
-            )
-        }
-        None => match state.access.anonymous() {
-            Anonymous::Admitted => Principal {
-                name: Arc::from(ANONYMOUS),
-                role: TokenRole::Admin,
-            },
-            Anonymous::NeedToken => {
-                return refuse(
-                    "missing",
-                    "",
-                    ApiError::Unauthorized(
-                        "this API needs an `Authorization: Bearer <token>` header".into(),
-                    ),
-                )
-            }
-            Anonymous::Closed(why) => {
-                return refuse("closed", "", ApiError::Closed(why.clone()));
-            }
-        },
+    let principal = match identify_caller(&state.access, bearer_token(&request)) {
+        Ok(p) => p,
+        Err((reason, error)) => return refuse(reason, "", error),
     };
     // An unknown route needs no particular role: any known caller gets the router's 404.
     if let Some(route) = route.as_deref() {
-        let needed = required_role(&method, route);
-        if principal.role < needed {
-            return refuse(
-                "forbidden",
-                &principal.name,
-                ApiError::Forbidden(format!(
-                    "{method} {route} needs the `{}` role; token `{}` has `{}`",
-                    needed.as_str(),
-                    principal.name,
-                    principal.role.as_str()
-                )),
-            );
+        if let Err(error) = check_role(&method, route, &principal) {
+            return refuse("forbidden", &principal.name, error);
         }
     }
     request.extensions_mut().insert(principal);
     next.run(request).await
+}
+
+/// The request's bearer token: `None` without an `Authorization` header, `Some(None)` when
+/// the header is not `Bearer <token>`.
+fn bearer_token(request: &Request) -> Option<Option<&str>> {
+    request.headers().get(header::AUTHORIZATION).map(|v| {
+        v.to_str().ok().and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+    })
+}
+
+/// Who the caller is, from its token (see [`bearer_token`]) or the anonymous rule; or the
+/// refusal's reason label and answer.
+fn identify_caller(
+    access: &Access,
+    presented: Option<Option<&str>>,
+) -> Result<Principal, (&'static str, ApiError)> {
+    match presented {
+        Some(Some(token)) => access.identify(token).ok_or_else(|| {
+            (
+                "invalid",
+                ApiError::Unauthorized("the bearer token matches no configured token".into()),
+            )
+        }),
+        Some(None) => Err((
+            "invalid",
+            ApiError::Unauthorized("the Authorization header must be `Bearer <token>`".into()),
+        )),
+        None => match access.anonymous() {
+            Anonymous::Admitted => Ok(Principal {
+                name: Arc::from(ANONYMOUS),
+                role: TokenRole::Admin,
+            }),
+            Anonymous::NeedToken => Err((
+                "missing",
+                ApiError::Unauthorized(
+                    "this API needs an `Authorization: Bearer <token>` header".into(),
+                ),
+            )),
+            Anonymous::Closed(why) => Err(("closed", ApiError::Closed(why.clone()))),
+        },
+    }
+}
+
+/// Whether `principal`'s role is enough for `method` on `route`.
+fn check_role(method: &Method, route: &str, principal: &Principal) -> Result<(), ApiError> {
+    let needed = required_role(method, route);
+    if principal.role < needed {
+        return Err(ApiError::Forbidden(format!(
+            "{method} {route} needs the `{}` role; token `{}` has `{}`",
+            needed.as_str(),
+            principal.name,
+            principal.role.as_str()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
