@@ -73,6 +73,54 @@ fn not_in_history(id: ExecutionId) -> ApiError {
     ))
 }
 
+/// What a story says of its execution before its attempts: whose it is, its queue and
+/// times, from its first recorded attempt or else from the attempt waiting for its
+/// completion.
+fn story_head(
+    id: ExecutionId,
+    first: Option<&ExecutionItem>,
+    waiting: Option<&AwaitingRecord>,
+) -> Result<ExecutionStory, ApiError> {
+    Ok(match (first, waiting) {
+        (Some(first), _) => ExecutionStory {
+            namespace: first.namespace.clone(),
+            task_id: first.task_id.clone(),
+            queue: first.entry.queue.clone(),
+            due: Some(first.entry.fire_at),
+            enqueued: first.entry.first_enqueued_at.or(first.entry.enqueued_at),
+            ..ExecutionStory::default()
+        },
+        (None, Some(rec)) => {
+            let Some((_, m)) = &rec.message else {
+                // The move to awaiting writes the message with the state; a record without one
+                // says nothing of whose execution it is.
+                return Err(not_in_history(id));
+            };
+            ExecutionStory {
+                namespace: m.namespace.to_string(),
+                task_id: m.task_id.to_string(),
+                queue: rec.queue.clone(),
+                due: Some(m.fire_at),
+                enqueued: Some(m.first_attempt_at),
+                ..ExecutionStory::default()
+            }
+        }
+        (None, None) => return Err(not_in_history(id)),
+    })
+}
+
+/// The attempt of an awaiting record, as the API shows it.
+fn waiting_attempt(r: AwaitingRecord) -> WaitingAttempt {
+    WaitingAttempt {
+        // The queue counts attempts from 0, people from 1.
+        attempt: r.attempt.saturating_add(1),
+        worker: r.worker,
+        started: r.started_at,
+        deadline: r.deadline,
+        progress: r.progress,
+    }
+}
+
 impl Backend {
     /// `worker.queues` plus every registered task's queue, sorted.
     pub(super) async fn known_queues(&self) -> Result<Vec<String>, ApiError> {
@@ -161,32 +209,7 @@ impl Backend {
             r.state == AwaitingState::Waiting && recorded.is_none_or(|a| r.attempt > a)
         });
         let attempts: Vec<ExecutionRecord> = items.iter().map(item_record).collect();
-        let mut story = match (items.first(), &waiting) {
-            (Some(first), _) => ExecutionStory {
-                namespace: first.namespace.clone(),
-                task_id: first.task_id.clone(),
-                queue: first.entry.queue.clone(),
-                due: Some(first.entry.fire_at),
-                enqueued: first.entry.first_enqueued_at.or(first.entry.enqueued_at),
-                ..ExecutionStory::default()
-            },
-            (None, Some(rec)) => {
-                let Some((_, m)) = &rec.message else {
-                    // The move to awaiting writes the message with the state; a record without one
-                    // says nothing of whose execution it is.
-                    return Err(not_in_history(id));
-                };
-                ExecutionStory {
-                    namespace: m.namespace.to_string(),
-                    task_id: m.task_id.to_string(),
-                    queue: rec.queue.clone(),
-                    due: Some(m.fire_at),
-                    enqueued: Some(m.first_attempt_at),
-                    ..ExecutionStory::default()
-                }
-            }
-            (None, None) => return Err(not_in_history(id)),
-        };
+        let mut story = story_head(id, items.first(), waiting.as_ref())?;
         story.dead_letter = if story.queue.is_empty() {
             None
         } else {
@@ -204,30 +227,33 @@ impl Backend {
                 .map(|a| a.outcome.clone())
                 .unwrap_or_default(),
         };
-        story.waiting = waiting.map(|r| WaitingAttempt {
-            // The queue counts attempts from 0, people from 1.
-            attempt: r.attempt.saturating_add(1),
-            worker: r.worker,
-            started: r.started_at,
-            deadline: r.deadline,
-            progress: r.progress,
-        });
-        story.fire = match items.first().map(|f| (f, &f.entry.lineage)) {
-            Some((first, lineage)) => match (&lineage.fanout_id, lineage.piece_total) {
-                (Some(fanout), Some(total)) => Some(FireView {
-                    fanout_id: *fanout,
-                    total,
-                    executions: self
-                        .fire_executions(q, &first.namespace, &first.task_id, *fanout)
-                        .await?,
-                }),
-                _ => None,
-            },
-            None => None,
-        };
+        story.waiting = waiting.map(waiting_attempt);
+        story.fire = self.fire_of(q, items.first()).await?;
         story.attempts = attempts;
         story.complete = complete;
         Ok(story)
+    }
+
+    /// The fire an execution is a piece of (a fan-out), with its other executions.
+    async fn fire_of(
+        &self,
+        q: &ax_queue::Queue,
+        first: Option<&ExecutionItem>,
+    ) -> Result<Option<FireView>, ApiError> {
+        let Some(first) = first else {
+            return Ok(None);
+        };
+        let lineage = &first.entry.lineage;
+        Ok(match (&lineage.fanout_id, lineage.piece_total) {
+            (Some(fanout), Some(total)) => Some(FireView {
+                fanout_id: *fanout,
+                total,
+                executions: self
+                    .fire_executions(q, &first.namespace, &first.task_id, *fanout)
+                    .await?,
+            }),
+            _ => None,
+        })
     }
 
     /// The awaiting record of execution `id` in the first known queue that has one.
@@ -423,21 +449,59 @@ impl Backend {
 
     pub(super) async fn cluster_status(&self) -> Result<StatusView, ApiError> {
         let leader = self.current_leader().await?;
-        let replicas = ax_election::list_instances_with_liveness(&self.etcd, &self.election)
-            .await
-            .map_err(errors::election)?
-            .into_iter()
-            .map(|r| ReplicaView {
-                id: r.record.instance_id,
-                roles: r.record.roles,
-                version: r.record.version,
-                started_at: Some(r.record.started_at),
-                heartbeat_age_ms: r
-                    .heartbeat_age
-                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            })
-            .collect();
+        let replicas = self.replica_views().await?;
         let q = self.queue().await?;
+        let (queues, dlq_size) = self.queue_views(q).await?;
+        // Settings Redis will not tell (CONFIG disabled) are unknown, not wrong.
+        let redis_warnings = q
+            .server_info()
+            .await
+            .map(|info| info.warnings())
+            .unwrap_or_default();
+        let etcd_db = self.etcd_db_view().await;
+        let paused_namespaces = self
+            .registry
+            .paused_namespaces()
+            .await
+            .map_err(errors::registry)?;
+        let clock = self.clock_against_etcd().await;
+        let shards = self.shards_view().await?;
+        Ok(StatusView {
+            shards,
+            leader_since: leader.as_ref().map(|l| l.since),
+            clock,
+            leader: leader.map(|l| l.instance_id),
+            replicas,
+            queues,
+            dlq_size,
+            redis_warnings,
+            etcd_db,
+            paused_namespaces,
+        })
+    }
+
+    /// The registered replicas, with the age of their last heartbeat.
+    async fn replica_views(&self) -> Result<Vec<ReplicaView>, ApiError> {
+        Ok(
+            ax_election::list_instances_with_liveness(&self.etcd, &self.election)
+                .await
+                .map_err(errors::election)?
+                .into_iter()
+                .map(|r| ReplicaView {
+                    id: r.record.instance_id,
+                    roles: r.record.roles,
+                    version: r.record.version,
+                    started_at: Some(r.record.started_at),
+                    heartbeat_age_ms: r
+                        .heartbeat_age
+                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                })
+                .collect(),
+        )
+    }
+
+    /// Every known queue's view, and their dead letters in all.
+    async fn queue_views(&self, q: &ax_queue::Queue) -> Result<(Vec<QueueView>, u64), ApiError> {
         let now = UtcMillis::now();
         let mut queues = Vec::new();
         let mut dlq_size = 0;
@@ -458,14 +522,13 @@ impl Backend {
                 partitions,
             });
         }
-        // Settings Redis will not tell (CONFIG disabled) are unknown, not wrong.
-        let redis_warnings = q
-            .server_info()
-            .await
-            .map(|info| info.warnings())
-            .unwrap_or_default();
-        // Not worth failing the status over: shown when etcd tells.
-        let etcd_db = ax_registry::store_usage(&self.etcd, self.request_timeout)
+        Ok((queues, dlq_size))
+    }
+
+    /// etcd's database size and quota. Not worth failing the status over: shown when etcd
+    /// tells.
+    async fn etcd_db_view(&self) -> Option<EtcdDbView> {
+        ax_registry::store_usage(&self.etcd, self.request_timeout)
             .await
             .ok()
             .map(|u| EtcdDbView {
@@ -474,36 +537,22 @@ impl Backend {
                     .quota_bytes
                     .and_then(|q| u64::try_from(q).ok())
                     .unwrap_or(self.etcd_quota_bytes),
-            });
-        let paused_namespaces = self
-            .registry
-            .paused_namespaces()
-            .await
-            .map_err(errors::registry)?;
-        let clock = self.clock_against_etcd().await;
+            })
+    }
+
+    /// The shard owners, when the installation is sharded.
+    async fn shards_view(&self) -> Result<Option<ShardsView>, ApiError> {
         let owners = ax_election::list_shard_owners(&self.etcd, &self.election)
             .await
             .map_err(errors::election)?;
         // Owners without shards configured here: the status was asked with another
         // configuration than the replicas'; show what etcd holds.
-        let shards = (self.shards > 1 || !owners.is_empty()).then(|| ShardsView {
+        Ok((self.shards > 1 || !owners.is_empty()).then(|| ShardsView {
             total: self
                 .shards
                 .max(owners.iter().map(|o| o.shard + 1).max().unwrap_or(0)),
             owners,
-        });
-        Ok(StatusView {
-            shards,
-            leader_since: leader.as_ref().map(|l| l.since),
-            clock,
-            leader: leader.map(|l| l.instance_id),
-            replicas,
-            queues,
-            dlq_size,
-            redis_warnings,
-            etcd_db,
-            paused_namespaces,
-        })
+        }))
     }
 }
 
