@@ -89,35 +89,48 @@ impl ExecutionParams {
     /// names each problem.
     pub fn resolve(&self, now: UtcMillis) -> Result<ExecutionQuery, ApiError> {
         let mut problems = Vec::new();
-        let limit = match self.limit {
+        let limit = self.page_limit(&mut problems);
+        let since = instant("since", &self.since, now, &mut problems);
+        let until = instant("until", &self.until, now, &mut problems);
+        let outcomes = self.outcomes(&mut problems);
+        let (namespace, task_id) = self.task_filter();
+        if let Some(c) = &self.continue_token {
+            if c.parse::<ax_scheduler_core::EventPosition>().is_err() {
+                problems.push(format!("continue: `{c}` is not a continue token"));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(ApiError::Invalid {
+                message: format!("invalid execution query: {}", problems.join("; ")),
+                errors: problems,
+            });
+        }
+        Ok(ExecutionQuery {
+            namespace,
+            task_id,
+            outcomes,
+            since,
+            until,
+            limit,
+            continue_token: self.continue_token.clone(),
+        })
+    }
+
+    /// The page size: the default if none or an invalid one is asked.
+    fn page_limit(&self, problems: &mut Vec<String>) -> usize {
+        match self.limit {
             None => DEFAULT_EXECUTION_PAGE,
             Some(n) if (1..=MAX_LIST_LIMIT).contains(&n) => n,
             Some(n) => {
                 problems.push(format!("limit: {n} is outside 1 to {MAX_LIST_LIMIT}"));
                 DEFAULT_EXECUTION_PAGE
             }
-        };
-        let mut instant = |name: &str, v: &Option<String>| -> Option<UtcMillis> {
-            let v = v.as_deref()?.trim();
-            if let Ok(ms) = v.parse::<i64>() {
-                return Some(UtcMillis(ms));
-            }
-            match ax_scheduler_core::duration_serde::parse(v) {
-                Ok(d) => Some(UtcMillis(
-                    now.0
-                        .saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
-                )),
-                Err(e) => {
-                    problems.push(format!(
-                        "{name}: `{v}` is neither milliseconds since the epoch nor a duration \
-                         before now: {e}"
-                    ));
-                    None
-                }
-            }
-        };
-        let since = instant("since", &self.since);
-        let until = instant("until", &self.until);
+        }
+    }
+
+    /// The outcome labels asked for (comma-separated, any case), narrowed to the failed
+    /// ones with `failed`; empty: all.
+    fn outcomes(&self, problems: &mut Vec<String>) -> Vec<String> {
         let mut outcomes: Vec<String> = Vec::new();
         for o in self.outcome.iter().flat_map(|o| o.split(',')) {
             let o = o.trim().to_ascii_lowercase();
@@ -143,7 +156,13 @@ impl ExecutionParams {
                 }
             }
         }
-        let (namespace, task_id) = match (&self.namespace, &self.task) {
+        outcomes
+    }
+
+    /// The namespace and task id asked for: `task` may be `namespace/id`, or an id in
+    /// `namespace` (`default` if none is named).
+    fn task_filter(&self) -> (Option<String>, Option<String>) {
+        match (&self.namespace, &self.task) {
             (ns, Some(t)) => match t.split_once('/') {
                 Some((n, id)) => (Some(n.to_owned()), Some(id.to_owned())),
                 None => (
@@ -152,27 +171,33 @@ impl ExecutionParams {
                 ),
             },
             (ns, None) => (ns.clone(), None),
-        };
-        if let Some(c) = &self.continue_token {
-            if c.parse::<ax_scheduler_core::EventPosition>().is_err() {
-                problems.push(format!("continue: `{c}` is not a continue token"));
-            }
         }
-        if !problems.is_empty() {
-            return Err(ApiError::Invalid {
-                message: format!("invalid execution query: {}", problems.join("; ")),
-                errors: problems,
-            });
+    }
+}
+
+/// A time bound of the query: milliseconds since the epoch, or a duration before `now`.
+fn instant(
+    name: &str,
+    v: &Option<String>,
+    now: UtcMillis,
+    problems: &mut Vec<String>,
+) -> Option<UtcMillis> {
+    let v = v.as_deref()?.trim();
+    if let Ok(ms) = v.parse::<i64>() {
+        return Some(UtcMillis(ms));
+    }
+    match ax_scheduler_core::duration_serde::parse(v) {
+        Ok(d) => Some(UtcMillis(
+            now.0
+                .saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        )),
+        Err(e) => {
+            problems.push(format!(
+                "{name}: `{v}` is neither milliseconds since the epoch nor a duration \
+                 before now: {e}"
+            ));
+            None
         }
-        Ok(ExecutionQuery {
-            namespace,
-            task_id,
-            outcomes,
-            since,
-            until,
-            limit,
-            continue_token: self.continue_token.clone(),
-        })
     }
 }
 
