@@ -96,65 +96,100 @@ pub async fn watch_endpoints(
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let mut round = JoinSet::new();
-        for (endpoint, probe) in &probes {
-            let endpoint = endpoint.clone();
-            let probe = probe.clone();
-            let options = options.clone();
-            let key = probe_key.clone();
-            round.spawn(async move {
-                let outcome =
-                    tokio::time::timeout(timeout, probe_once(&endpoint, probe, options, key))
-                        .await
-                        .unwrap_or_else(|_| Err("no answer".to_owned()));
-                (endpoint, outcome)
-            });
-        }
-        let mut answered = BTreeMap::new();
-        let mut errors = BTreeMap::new();
-        loop {
-            let next = tokio::select! {
-                _ = cancel.cancelled() => return,
-                next = round.join_next() => next,
-            };
-            let Some(joined) = next else { break };
-            // A probe task only ends by returning (nothing in it panics; it is not aborted
-            // while the round is awaited).
-            let Ok((endpoint, outcome)) = joined else {
-                continue;
-            };
-            match outcome {
-                Ok(client) => {
-                    probes.insert(endpoint.clone(), Some(client));
-                    answered.insert(endpoint, true);
-                }
-                Err(error) => {
-                    // Said once, when the member is left out (while no member answers, the
-                    // rest of the replica says that etcd is down).
-                    debug!(%endpoint, %error, "etcd member does not answer");
-                    answered.insert(endpoint.clone(), false);
-                    errors.insert(endpoint, error);
-                }
+        let round = spawn_probes(&probes, &options, &probe_key, timeout);
+        let Some(heard) = hear_probes(round, &mut probes, &cancel).await else {
+            return;
+        };
+        apply_changes(&client, &mut serving, &heard).await;
+    }
+}
+
+/// What one probe round heard: whether each member answered, and why those that did not.
+#[derive(Default)]
+struct Heard {
+    answered: BTreeMap<String, bool>,
+    errors: BTreeMap<String, String>,
+}
+
+/// Starts one probe of every member, each bounded by `timeout`.
+fn spawn_probes(
+    probes: &BTreeMap<String, Option<Client>>,
+    options: &ConnectOptions,
+    probe_key: &str,
+    timeout: Duration,
+) -> JoinSet<(String, Result<Client, String>)> {
+    let mut round = JoinSet::new();
+    for (endpoint, probe) in probes {
+        let endpoint = endpoint.clone();
+        let probe = probe.clone();
+        let options = options.clone();
+        let key = probe_key.to_owned();
+        round.spawn(async move {
+            let outcome = tokio::time::timeout(timeout, probe_once(&endpoint, probe, options, key))
+                .await
+                .unwrap_or_else(|_| Err("no answer".to_owned()));
+            (endpoint, outcome)
+        });
+    }
+    round
+}
+
+/// Waits for every probe of the round, keeping the client of each member that answered for
+/// its next probe; `None` once `cancel` fired.
+async fn hear_probes(
+    mut round: JoinSet<(String, Result<Client, String>)>,
+    probes: &mut BTreeMap<String, Option<Client>>,
+    cancel: &CancellationToken,
+) -> Option<Heard> {
+    let mut heard = Heard::default();
+    loop {
+        let next = tokio::select! {
+            _ = cancel.cancelled() => return None,
+            next = round.join_next() => next,
+        };
+        let Some(joined) = next else { break };
+        // A probe task only ends by returning (nothing in it panics; it is not aborted
+        // while the round is awaited).
+        let Ok((endpoint, outcome)) = joined else {
+            continue;
+        };
+        match outcome {
+            Ok(client) => {
+                probes.insert(endpoint.clone(), Some(client));
+                heard.answered.insert(endpoint, true);
+            }
+            Err(error) => {
+                // Said once, when the member is left out (while no member answers, the
+                // rest of the replica says that etcd is down).
+                debug!(%endpoint, %error, "etcd member does not answer");
+                heard.answered.insert(endpoint.clone(), false);
+                heard.errors.insert(endpoint, error);
             }
         }
-        for change in changes(&serving, &answered) {
-            let result = match &change {
-                Change::Add(e) => client.add_endpoint(e).await,
-                Change::Remove(e) => client.remove_endpoint(e).await,
-            };
-            match (result, change) {
-                (Ok(()), Change::Add(e)) => {
-                    info!(endpoint = %e, "etcd member answers again; using it");
-                    serving.insert(e);
-                }
-                (Ok(()), Change::Remove(e)) => {
-                    let error = errors.get(&e).map(String::as_str).unwrap_or_default();
-                    warn!(endpoint = %e, error, "etcd member does not answer; left out until it answers again");
-                    serving.remove(&e);
-                }
-                (Err(error), change) => {
-                    warn!(?change, %error, "cannot change the etcd client's endpoints")
-                }
+    }
+    Some(heard)
+}
+
+/// Adds to and removes from `client`'s channel the members whose answer changed (see
+/// [`changes`]); `serving` follows what the client was told.
+async fn apply_changes(client: &Client, serving: &mut BTreeSet<String>, heard: &Heard) {
+    for change in changes(serving, &heard.answered) {
+        let result = match &change {
+            Change::Add(e) => client.add_endpoint(e).await,
+            Change::Remove(e) => client.remove_endpoint(e).await,
+        };
+        match (result, change) {
+            (Ok(()), Change::Add(e)) => {
+                info!(endpoint = %e, "etcd member answers again; using it");
+                serving.insert(e);
+            }
+            (Ok(()), Change::Remove(e)) => {
+                let error = heard.errors.get(&e).map(String::as_str).unwrap_or_default();
+                warn!(endpoint = %e, error, "etcd member does not answer; left out until it answers again");
+                serving.remove(&e);
+            }
+            (Err(error), change) => {
+                warn!(?change, %error, "cannot change the etcd client's endpoints")
             }
         }
     }
