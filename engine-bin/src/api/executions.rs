@@ -362,3 +362,59 @@ pub struct KilledExecution {
     /// worker stops it within a second), `already_killed`.
     pub state: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: UtcMillis = UtcMillis(1_800_000_000_000);
+
+    #[test]
+    fn a_query_is_resolved_parameter_by_parameter() {
+        let params = ExecutionParams {
+            task: Some("beat".into()),
+            outcome: Some("Failed, succeeded,".into()),
+            failed: true,
+            since: Some("1h".into()),
+            until: Some("1700000000000".into()),
+            ..ExecutionParams::default()
+        };
+        let q = params.resolve(NOW).unwrap();
+        assert_eq!(
+            (q.namespace.as_deref(), q.task_id.as_deref()),
+            (Some("default"), Some("beat"))
+        );
+        assert_eq!(q.outcomes, ["failed"], "failed=true keeps the failed ones");
+        assert_eq!(q.since, Some(UtcMillis(NOW.0 - 3_600_000)));
+        assert_eq!(q.until, Some(UtcMillis(1_700_000_000_000)));
+        assert_eq!(q.limit, DEFAULT_EXECUTION_PAGE);
+        let all_failed = ExecutionParams {
+            task: Some("ops/beat".into()),
+            failed: true,
+            ..ExecutionParams::default()
+        }
+        .resolve(NOW)
+        .unwrap();
+        assert_eq!(all_failed.namespace.as_deref(), Some("ops"));
+        assert_eq!(all_failed.outcomes.len(), FAILED_LABELS.len());
+    }
+
+    #[test]
+    fn every_problem_of_a_query_is_named_in_order() {
+        let params = ExecutionParams {
+            outcome: Some("nope".into()),
+            since: Some("soon".into()),
+            limit: Some(0),
+            continue_token: Some("x".into()),
+            ..ExecutionParams::default()
+        };
+        let Err(ApiError::Invalid { errors, .. }) = params.resolve(NOW) else {
+            panic!("an invalid query resolved")
+        };
+        let fields: Vec<&str> = errors
+            .iter()
+            .filter_map(|e| e.split_once(':').map(|(f, _)| f))
+            .collect();
+        assert_eq!(fields, ["limit", "since", "outcome", "continue"]);
+    }
+}

@@ -76,13 +76,7 @@ struct Round<'a> {
 
 impl Round<'_> {
     fn reply(&self, state: &str, repeated: bool, deadline: Option<UtcMillis>) -> CompletionReply {
-        CompletionReply {
-            execution_id: self.id,
-            attempt: self.claim.attempt,
-            state: state.to_owned(),
-            repeated,
-            deadline,
-        }
+        reply(self.id, self.claim.attempt, state, repeated, deadline)
     }
 
     /// Records a progress report: it pushes the attempt's deadline a timeout further.
@@ -117,29 +111,45 @@ impl Round<'_> {
             ProgressResult::Forbidden | ProgressResult::Gone => Err(forbidden(id)),
         }
     }
+}
 
-    /// The answer to an end report from what ending the attempt did; `None` when the
-    /// attempt moved meanwhile and must be read again.
-    fn end_reply(
-        &self,
-        label: &str,
-        result: EndResult,
-    ) -> Option<Result<CompletionReply, ApiError>> {
-        let (id, attempt) = (self.id, self.claim.attempt);
-        Some(match result {
-            // `Early`: kept for the worker, which has not seen the 202 yet and settles it.
-            EndResult::Ended | EndResult::Early => Ok(self.reply(label, false, None)),
-            EndResult::Done(end) if end == label => Ok(self.reply(label, true, None)),
-            EndResult::Done(end) => Err(conflict(
-                id,
-                &format!("the attempt ended `{end}` before this `{label}`"),
-            )),
-            EndResult::Stale { end, .. } if end == label => Ok(self.reply(label, true, None)),
-            EndResult::Stale { current, end } => Err(stale(id, attempt, current, &end)),
-            EndResult::Moved => return None,
-            EndResult::Forbidden | EndResult::Gone | EndResult::Alive => Err(forbidden(id)),
-        })
+fn reply(
+    id: ExecutionId,
+    attempt: u32,
+    state: &str,
+    repeated: bool,
+    deadline: Option<UtcMillis>,
+) -> CompletionReply {
+    CompletionReply {
+        execution_id: id,
+        attempt,
+        state: state.to_owned(),
+        repeated,
+        deadline,
     }
+}
+
+/// The answer to an end report (`label`) of `attempt` from what ending the attempt did;
+/// `None` when the attempt moved meanwhile and must be read again.
+fn end_reply(
+    id: ExecutionId,
+    attempt: u32,
+    label: &str,
+    result: EndResult,
+) -> Option<Result<CompletionReply, ApiError>> {
+    Some(match result {
+        // `Early`: kept for the worker, which has not seen the 202 yet and settles it.
+        EndResult::Ended | EndResult::Early => Ok(reply(id, attempt, label, false, None)),
+        EndResult::Done(end) if end == label => Ok(reply(id, attempt, label, true, None)),
+        EndResult::Done(end) => Err(conflict(
+            id,
+            &format!("the attempt ended `{end}` before this `{label}`"),
+        )),
+        EndResult::Stale { end, .. } if end == label => Ok(reply(id, attempt, label, true, None)),
+        EndResult::Stale { current, end } => Err(stale(id, attempt, current, &end)),
+        EndResult::Moved => return None,
+        EndResult::Forbidden | EndResult::Gone | EndResult::Alive => Err(forbidden(id)),
+    })
 }
 
 impl Backend {
@@ -205,7 +215,7 @@ impl Backend {
         if let (EndResult::Ended, Some(report)) = (&result, report) {
             self.publish(q, &report).await;
         }
-        round.end_reply(status.label(), result).transpose()
+        end_reply(round.id, round.claim.attempt, status.label(), result).transpose()
     }
 
     /// Publishes an attempt's end for the leader and the history, as a worker's end goes.
@@ -273,4 +283,50 @@ fn progress(request: &CompletionRequest, now: UtcMillis) -> Result<Progress, Api
             .map(ax_scheduler_core::execution::shown_error),
         at: now,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(result: EndResult) -> Option<Result<CompletionReply, ApiError>> {
+        end_reply(ExecutionId::from_u128(7), 2, "succeeded", result)
+    }
+
+    #[test]
+    fn an_end_report_is_answered_from_what_ending_the_attempt_did() {
+        for (result, repeated) in [
+            (EndResult::Ended, false),
+            (EndResult::Early, false),
+            (EndResult::Done("succeeded".into()), true),
+            (
+                EndResult::Stale {
+                    current: 3,
+                    end: "succeeded".into(),
+                },
+                true,
+            ),
+        ] {
+            let reply = answer(result).unwrap().unwrap();
+            assert_eq!(reply.state, "succeeded");
+            assert_eq!(reply.attempt, 2);
+            assert_eq!(reply.repeated, repeated);
+            assert_eq!(reply.deadline, None);
+        }
+        assert!(matches!(
+            answer(EndResult::Done("failed".into())),
+            Some(Err(ApiError::Conflict(_)))
+        ));
+        assert!(matches!(
+            answer(EndResult::Stale {
+                current: 3,
+                end: "failed".into()
+            }),
+            Some(Err(ApiError::Conflict(_)))
+        ));
+        assert!(answer(EndResult::Moved).is_none(), "read the record again");
+        for result in [EndResult::Forbidden, EndResult::Gone, EndResult::Alive] {
+            assert!(matches!(answer(result), Some(Err(ApiError::Forbidden(_)))));
+        }
+    }
 }

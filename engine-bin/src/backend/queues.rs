@@ -562,9 +562,8 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn history_attempts_count_from_one_and_early_starts_are_not_late() {
-        let e = HistoryEntry {
+    fn history_entry() -> HistoryEntry {
+        HistoryEntry {
             execution_id: ExecutionId::from_u128(0),
             fire_at: UtcMillis(1_000),
             started_at: UtcMillis(990),
@@ -582,11 +581,42 @@ mod tests {
             first_enqueued_at: None,
             output: None,
             lineage: Default::default(),
-        };
+        }
+    }
+
+    #[test]
+    fn history_attempts_count_from_one_and_early_starts_are_not_late() {
+        let e = history_entry();
         let r = record(&e);
         assert_eq!(r.attempt, 1);
         assert_eq!(r.lateness_ms, Some(0));
         assert_eq!(r.outcome, "timed_out");
         assert_eq!(r.worker.as_deref(), Some("w1"));
+    }
+
+    #[test]
+    fn a_story_is_headed_by_its_first_attempt_or_not_found() {
+        let id = ExecutionId::from_u128(0);
+        let mut entry = history_entry();
+        entry.queue = "jobs".into();
+        entry.enqueued_at = Some(UtcMillis(900));
+        let first = ExecutionItem {
+            position: "1500-0".parse().unwrap(),
+            namespace: "ops".into(),
+            task_id: "beat".into(),
+            entry,
+        };
+        let story = story_head(id, Some(&first), None).unwrap();
+        assert_eq!(
+            (story.namespace.as_str(), story.task_id.as_str()),
+            ("ops", "beat")
+        );
+        assert_eq!(story.queue, "jobs");
+        assert_eq!(story.due, Some(UtcMillis(1_000)));
+        assert_eq!(story.enqueued, Some(UtcMillis(900)));
+        assert!(matches!(
+            story_head(id, None, None),
+            Err(ApiError::NotFound(_))
+        ));
     }
 }

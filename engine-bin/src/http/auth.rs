@@ -403,4 +403,50 @@ mod tests {
             TokenRole::Admin
         );
     }
+
+    #[test]
+    fn callers_are_identified_by_token_or_the_anonymous_rule_and_refused_with_a_reason() {
+        let a = Access::new(
+            &[entry("grafana", TokenRole::Read, "ax_read")],
+            "",
+            "0.0.0.0:8080",
+            false,
+        );
+        let reason = |presented| identify_caller(&a, presented).map(|p| p.name).err();
+        assert_eq!(
+            &*identify_caller(&a, Some(Some("ax_read"))).unwrap().name,
+            "grafana"
+        );
+        assert!(matches!(reason(Some(Some("nope"))), Some(("invalid", _))));
+        assert!(matches!(reason(Some(None)), Some(("invalid", _))));
+        assert!(matches!(reason(None), Some(("missing", _))));
+        let closed = Access::new(&[], "", "0.0.0.0:8080", false);
+        assert!(matches!(
+            identify_caller(&closed, None),
+            Err(("closed", ApiError::Closed(_)))
+        ));
+        let open = Access::new(&[], "", "127.0.0.1:8080", false);
+        let anonymous = identify_caller(&open, None).unwrap();
+        assert_eq!(
+            (&*anonymous.name, anonymous.role),
+            (ANONYMOUS, TokenRole::Admin)
+        );
+    }
+
+    #[test]
+    fn a_role_below_the_route_s_is_forbidden() {
+        let reader = Principal {
+            name: Arc::from("grafana"),
+            role: TokenRole::Read,
+        };
+        assert!(check_role(&Method::GET, "/api/v1/tasks", &reader).is_ok());
+        let Err(ApiError::Forbidden(why)) = check_role(&Method::POST, "/api/v1/tasks", &reader)
+        else {
+            panic!("a reader may put tasks")
+        };
+        assert!(
+            why.contains("`admin`") && why.contains("`grafana`"),
+            "{why}"
+        );
+    }
 }
