@@ -9,7 +9,8 @@
 //!
 //! State writes can be fenced: given the leader's fencing token, the transaction also
 //! requires `{prefix}/leader` to still have that create revision, so a deposed leader's
-//! late write is refused by etcd itself.
+//! late write is refused by etcd itself. The state records' types, reads and writes are in
+//! the `states` submodule.
 
 use ax_scheduler_core::TaskSpec;
 use etcd_client::{Client, Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp};
