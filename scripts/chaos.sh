@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The chaos suite: real etcd, Redis and `ax serve` processes, one fault at a time (leader
-# SIGKILL twice, a leader of both roles SIGKILLed under 2 000 fires/s with every state checked,
+# SIGKILL twice, a leader of both roles SIGKILLed and one SIGSTOPped under 2 000 fires/s with
+# every state checked,
 # Redis restarted empty with executions waiting (their states repaired as lost),
 # leader SIGKILL with the default 10 s lease, leader SIGKILL before it writes the
 # worker events it read, leader SIGSTOP past its lease,

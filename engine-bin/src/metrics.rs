@@ -56,6 +56,8 @@ pub const QUEUE_DEPTH: &str = "scheduler_queue_depth";
 pub const QUEUE_PAUSED: &str = "scheduler_queue_paused";
 /// Executions running on this replica.
 pub const ACTIVE_WORKERS: &str = "scheduler_active_workers";
+/// Attempts the worker pool's slow start lets run at once now (its concurrency once ramped).
+pub const WORKER_CONCURRENCY_LIMIT: &str = "scheduler_worker_concurrency_limit";
 /// 1 while this replica leads (or, with shards, owns at least one), else 0.
 pub const IS_LEADER: &str = "scheduler_is_leader";
 /// Shards this replica schedules (0 with one shard: see [`IS_LEADER`]).
@@ -114,6 +116,7 @@ pub const ALL_NAMES: &[&str] = &[
     QUEUE_DEPTH,
     QUEUE_PAUSED,
     ACTIVE_WORKERS,
+    WORKER_CONCURRENCY_LIMIT,
     IS_LEADER,
     LEADER_CHANGES_TOTAL,
     INVALID_SPECS,
@@ -243,6 +246,8 @@ pub struct Metrics {
     pub queue_paused: IntGaugeVec,
     /// [`ACTIVE_WORKERS`].
     pub active_workers: IntGauge,
+    /// [`WORKER_CONCURRENCY_LIMIT`].
+    pub worker_concurrency_limit: IntGauge,
     /// [`IS_LEADER`].
     pub is_leader: IntGauge,
     /// [`LEADER_CHANGES_TOTAL`].
@@ -301,6 +306,7 @@ impl Metrics {
             queue_depth: q.queue_depth,
             queue_paused: q.queue_paused,
             active_workers: w.active_workers,
+            worker_concurrency_limit: w.worker_concurrency_limit,
             is_leader: s.is_leader,
             shards_owned: s.shards_owned,
             shards: s.shards,

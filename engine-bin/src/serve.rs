@@ -519,6 +519,7 @@ impl Parts<'_> {
             queues: self.queue.physical_queues_of(&config.worker.queues),
             concurrency: config.worker.effective_concurrency(),
             prefetch: config.worker.prefetch,
+            slow_start: config.worker.slow_start,
             shutdown_grace: config.worker.shutdown_grace,
             visibility_timeout: config.worker.visibility_timeout,
             http_allow_cidrs,

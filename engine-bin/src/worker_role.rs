@@ -26,4 +26,9 @@ impl WorkerMetrics for Metrics {
     fn attempt(&self, queue: &str, handler: &str, end: &AttemptEnd, seconds: f64) {
         self.record_attempt(queue, handler, end, seconds);
     }
+
+    fn concurrency_limit(&self, limit: usize) {
+        self.worker_concurrency_limit
+            .set(i64::try_from(limit).unwrap_or(i64::MAX));
+    }
 }

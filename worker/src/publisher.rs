@@ -47,6 +47,9 @@ pub trait WorkerMetrics: Send + Sync {
     fn concurrency_wait(&self, queue: &str, seconds: f64);
     /// An attempt of `handler` on `queue` ended with `end` after `seconds`.
     fn attempt(&self, queue: &str, handler: &str, end: &AttemptEnd, seconds: f64);
+    /// The pool lets `limit` attempts run at once (its slow start, see
+    /// [`crate::WorkerConfig::slow_start`]).
+    fn concurrency_limit(&self, limit: usize);
 }
 
 /// Reports every execution to Redis: events for the leader, history, and metrics.
@@ -183,6 +186,10 @@ impl DelayedStarts {
 impl ExecutionReporter for QueueReporter {
     fn on_concurrency_wait(&self, queue: &str, wait: std::time::Duration) {
         self.metrics.concurrency_wait(queue, wait.as_secs_f64());
+    }
+
+    fn on_concurrency_limit(&self, limit: usize) {
+        self.metrics.concurrency_limit(limit);
     }
 
     fn on_started<'a>(

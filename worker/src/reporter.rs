@@ -157,6 +157,12 @@ pub trait ExecutionReporter: Send + Sync + 'static {
     fn on_concurrency_wait(&self, queue: &str, wait: Duration) {
         let _ = (queue, wait);
     }
+
+    /// The pool's slow start now lets `limit` attempts run at once (see
+    /// [`crate::WorkerConfig::slow_start`]). Ignored unless implemented.
+    fn on_concurrency_limit(&self, limit: usize) {
+        let _ = limit;
+    }
 }
 
 /// Ignores every event.

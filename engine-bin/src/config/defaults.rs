@@ -90,6 +90,7 @@ impl Default for Worker {
         Worker {
             concurrency: ax_worker::DEFAULT_CONCURRENCY,
             prefetch: ax_worker::DEFAULT_PREFETCH,
+            slow_start: true,
             queues: vec![ax_scheduler_core::task::DEFAULT_QUEUE.to_owned()],
             shutdown_grace: ax_worker::DEFAULT_SHUTDOWN_GRACE,
             visibility_timeout: ax_queue::DEFAULT_VISIBILITY_TIMEOUT,

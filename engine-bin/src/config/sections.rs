@@ -194,6 +194,8 @@ pub struct Worker {
     pub concurrency: usize,
     /// Executions taken ahead of a free slot; default [`ax_worker::DEFAULT_PREFETCH`].
     pub prefetch: usize,
+    /// Start at half the concurrency and ramp up, also when a backlog arrives; default true.
+    pub slow_start: bool,
     /// Queues taken from; default `["default"]`.
     pub queues: Vec<String>,
     /// How long running executions may finish after a stop is asked; default 30 s.

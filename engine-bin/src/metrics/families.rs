@@ -17,6 +17,7 @@ use super::{
     QUEUE_PAUSED, REDIS_CONFIG_WARNINGS, SCHEDULE_LATENCY_BUCKETS, SCHEDULE_LATENCY_SECONDS,
     SHARDS, SHARDS_OWNED, STATE_REPAIRS_TOTAL, TASKS_EXECUTED_TOTAL, TASKS_FAILED_TOTAL,
     TASKS_RETRIED_TOTAL, TASKS_SCHEDULED_TOTAL, UNDECODABLE_STATES, UNSERVED_QUEUES,
+    WORKER_CONCURRENCY_LIMIT,
 };
 
 /// The leader's firing: what it enqueued, how late, and who leads.
@@ -116,6 +117,7 @@ pub(super) struct WorkerFamilies {
     pub(super) execution_duration_seconds: HistogramVec,
     pub(super) concurrency_wait_seconds: HistogramVec,
     pub(super) active_workers: IntGauge,
+    pub(super) worker_concurrency_limit: IntGauge,
 }
 
 impl WorkerFamilies {
@@ -156,6 +158,13 @@ impl WorkerFamilies {
             active_workers: register(
                 registry,
                 IntGauge::new(ACTIVE_WORKERS, "Executions running on this replica.")?,
+            )?,
+            worker_concurrency_limit: register(
+                registry,
+                IntGauge::new(
+                    WORKER_CONCURRENCY_LIMIT,
+                    "Executions the worker pool's slow start lets run at once now.",
+                )?,
             )?,
         })
     }

@@ -41,6 +41,11 @@ pub struct WorkerConfig {
     pub record_history: bool,
     /// How long settling an attempt is retried through Redis errors. Default 30 s.
     pub settle_retry_for: Duration,
+    /// Slow start: the pool starts at half its concurrency and opens a tenth more every
+    /// second, and goes back to half when a backlog arrives (a first attempt starting 10 s or
+    /// more after its fire, right after on-time ones: a takeover's replay, a burst come due),
+    /// so a backlog does not hit the downstreams all at once. Default true.
+    pub slow_start: bool,
     /// How often the processing lists are checked against what the pool really has in hand.
     /// Default 10 s.
     pub reconcile_interval: Duration,
@@ -88,6 +93,7 @@ impl Default for WorkerConfig {
             maintenance_interval: Duration::from_millis(250),
             record_history: true,
             settle_retry_for: Duration::from_secs(30),
+            slow_start: true,
             reconcile_interval: Duration::from_secs(10),
             http_allow_cidrs: Vec::new(),
             http_allow_hosts: Vec::new(),

@@ -85,6 +85,10 @@ async fn execute_in_span(
     let started = sh.cfg.clock.now();
     let lateness_ms = started.0 - msg.fire_at.0;
     tracing::Span::current().record("lateness_ms", lateness_ms);
+    if msg.attempt == 0 && !msg.run_now {
+        sh.start_lateness_ms
+            .fetch_max(lateness_ms.max(0), std::sync::atomic::Ordering::Relaxed);
+    }
     if let Some(wait) = d.limited_wait {
         sh.reporter.on_concurrency_wait(&d.queue, wait);
     }

@@ -52,20 +52,22 @@ struct Fetcher {
     acks: Acks,
 }
 
-/// Starts one fetch loop per queue, its executions on `executions`; the returned tracker
-/// is done once every loop has stopped taking.
+/// Starts one fetch loop per queue, its executions on `executions`, running in the slots of
+/// `running` (`concurrency` of them, fewer while the slow start holds some back); the
+/// returned tracker is done once every loop has stopped taking.
 pub(super) fn start(
     sh: &Arc<Shared>,
     executions: &TaskTracker,
     cancel: &CancellationToken,
     hard_stop: &CancellationToken,
     acks: Acks,
+    running: Arc<Semaphore>,
 ) -> TaskTracker {
     let fetcher = Fetcher {
         sh: sh.clone(),
         slots: Slots {
             places: Arc::new(Semaphore::new(sh.cfg.concurrency + sh.cfg.prefetch)),
-            running: Arc::new(Semaphore::new(sh.cfg.concurrency)),
+            running,
         },
         executions: executions.clone(),
         cancel: cancel.clone(),

@@ -8,6 +8,7 @@
 //! - [`execute`]: one attempt, its handler under its timeout with panics caught, its
 //!   outcome settled ([`settle`]) and reported; [`awaiting`] for an `http.async` attempt;
 //! - [`ack`]: batches the acks of all executions into few script calls;
+//! - [`ramp`]: the slow start, which opens the running slots gradually;
 //! - [`relay`]: writes the ends settled with their messages to the leader and the history;
 //! - [`retrying`]: retries the pool's Redis writes through short outages;
 //! - [`heartbeat`]: tells the queues this worker is alive;
@@ -32,6 +33,7 @@ mod deadline;
 mod execute;
 mod fetch;
 mod heartbeat;
+mod ramp;
 mod reconcile;
 mod relay;
 mod retrying;
@@ -108,6 +110,9 @@ struct Shared {
     watched: std::sync::Mutex<HashMap<(u128, u32), stop::Watched>>,
     /// Where ends go to be relayed, while the pool runs.
     relays: std::sync::Mutex<Option<relay::Relays>>,
+    /// The largest lateness (ms) of a first scheduled attempt started since the slow start
+    /// last looked; -1 for none.
+    start_lateness_ms: std::sync::atomic::AtomicI64,
 }
 
 /// A pool of workers serving some queues. See the module notes for its life cycle.
@@ -167,6 +172,7 @@ impl WorkerPool {
                 in_hand: std::sync::Mutex::new(HashSet::new()),
                 watched: std::sync::Mutex::new(HashMap::new()),
                 relays: std::sync::Mutex::new(None),
+                start_lateness_ms: std::sync::atomic::AtomicI64::new(-1),
             }),
         })
     }
@@ -220,10 +226,27 @@ impl WorkerPool {
         // Acks go through one batching task: under load, one script call settles many
         // messages. It ends when the last sender (kept by fetchers and executions) is gone.
         let (acks, acker) = ack::start(sh.clone());
-        let fetchers = fetch::start(sh, &executions, &cancel, &hard_stop, acks);
+        let running = Arc::new(tokio::sync::Semaphore::new(sh.cfg.concurrency));
+        let ramp_stop = cancel.child_token();
+        let ramp = sh.cfg.slow_start.then(|| {
+            tokio::spawn(ramp::ramp_loop(
+                sh.clone(),
+                running.clone(),
+                ramp_stop.clone(),
+            ))
+        });
+        let fetchers = fetch::start(sh, &executions, &cancel, &hard_stop, acks, running);
 
         cancel.cancelled().await;
         tracing::info!(worker = %sh.cfg.worker_id, "worker pool stopping: no new messages");
+        // Stopping opens every slot: what still waits for one starts or goes back at once.
+        ramp_stop.cancel();
+        if let Some(Err(e)) = match ramp {
+            Some(r) => Some(r.await),
+            None => None,
+        } {
+            tracing::error!(error = %e, "slow start task failed");
+        }
         fetchers.wait().await;
         drain(&sh.cfg, &executions, &hard_stop).await;
         if let Err(e) = acker.await {
