@@ -77,6 +77,9 @@ async fn stuck_then_together(
     let q: Queue = queue().await;
     let mut cfg = fast_config("w");
     cfg.concurrency = N;
+    // All N slots from the start: what is measured is whether stuck handlers lose slots,
+    // not the slow start's ramp (whose own task a thread blocked for good can starve).
+    cfg.slow_start = false;
     let (reporter, mut rx) = ChannelReporter::new();
     let mut reg = registry(together);
     add_stuck(&mut reg);
