@@ -14,34 +14,40 @@ use ax_worker::{HandlerRegistry, NoopReporter, WorkerConfig, WorkerPool};
 use common::*;
 use tokio_util::sync::CancellationToken;
 
+/// Handlers `hold` that run 300 ms each and tell `seen` how many run at once as they start.
+fn holding(seen: impl Fn(usize) + Send + Sync + 'static) -> HandlerRegistry {
+    let running = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(seen);
+    let mut registry = HandlerRegistry::with_builtins();
+    registry.register_fn("hold", move |_ctx, _m: ExecutionMessage| {
+        let (running, seen) = (running.clone(), seen.clone());
+        async move {
+            seen(running.fetch_add(1, Ordering::SeqCst) + 1);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            running.fetch_sub(1, Ordering::SeqCst);
+            Ok(())
+        }
+    });
+    registry
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backlog_at_start_meets_half_the_concurrency_then_all_of_it() {
     let q = queue().await;
-    // Running now, and the most that ever ran at once, per second since the start.
-    let running = Arc::new(AtomicUsize::new(0));
+    // The most that ever ran at once, per second since the start.
     let peaks: Arc<std::sync::Mutex<Vec<usize>>> = Arc::default();
     let started = std::time::Instant::now();
-    let mut registry = HandlerRegistry::with_builtins();
-    {
-        let (running, peaks) = (running.clone(), peaks.clone());
-        registry.register_fn("hold", move |_ctx, _m: ExecutionMessage| {
-            let (running, peaks) = (running.clone(), peaks.clone());
-            async move {
-                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-                let second = usize::try_from(started.elapsed().as_secs()).unwrap();
-                {
-                    let mut p = peaks.lock().unwrap();
-                    if p.len() <= second {
-                        p.resize(second + 1, 0);
-                    }
-                    p[second] = p[second].max(now);
-                }
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                running.fetch_sub(1, Ordering::SeqCst);
-                Ok(())
+    let registry = holding({
+        let peaks = peaks.clone();
+        move |now| {
+            let second = usize::try_from(started.elapsed().as_secs()).unwrap();
+            let mut p = peaks.lock().unwrap();
+            if p.len() <= second {
+                p.resize(second + 1, 0);
             }
-        });
-    }
+            p[second] = p[second].max(now);
+        }
+    });
     // A backlog of 400 executions waits before the pool starts.
     let s = spec("backlog", "hold");
     let msgs: Vec<_> = (0..400).map(|i| msg(&s, i)).collect();
@@ -75,22 +81,13 @@ async fn a_backlog_at_start_meets_half_the_concurrency_then_all_of_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_slow_start_the_pool_runs_at_full_concurrency_at_once() {
     let q = queue().await;
-    let running = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
-    let mut registry = HandlerRegistry::with_builtins();
-    {
-        let (running, peak) = (running.clone(), peak.clone());
-        registry.register_fn("hold", move |_ctx, _m: ExecutionMessage| {
-            let (running, peak) = (running.clone(), peak.clone());
-            async move {
-                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-                peak.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                running.fetch_sub(1, Ordering::SeqCst);
-                Ok(())
-            }
-        });
-    }
+    let registry = holding({
+        let peak = peak.clone();
+        move |now| {
+            peak.fetch_max(now, Ordering::SeqCst);
+        }
+    });
     let s = spec("backlog", "hold");
     let msgs: Vec<_> = (0..60).map(|i| msg(&s, i)).collect();
     q.enqueue_batch(&msgs).await.unwrap();

@@ -544,23 +544,57 @@ impl Cluster {
     /// Each owned shard's owner (`{prefix}/shards/owners/{shard}`, whose value is the
     /// instance id), with sharded scheduling.
     pub(crate) async fn shard_owners(&self) -> std::collections::BTreeMap<u32, String> {
-        let prefix = format!("{}/shards/owners/", self.prefix);
-        let resp = self
-            .etcd
-            .clone()
-            .get(
-                prefix.as_str(),
-                Some(etcd_client::GetOptions::new().with_prefix()),
-            )
+        self.under(&format!("{}/shards/owners/", self.prefix))
             .await
-            .unwrap();
-        resp.kvs()
-            .iter()
-            .filter_map(|kv| {
-                let shard = kv.key_str().ok()?.strip_prefix(&prefix)?.parse().ok()?;
-                Some((shard, String::from_utf8_lossy(kv.value()).into_owned()))
+            .into_iter()
+            .filter_map(|(shard, value)| {
+                Some((
+                    shard.parse().ok()?,
+                    String::from_utf8_lossy(&value).into_owned(),
+                ))
             })
             .collect()
+    }
+
+    /// Every key under `prefix` (without it) and its value, read in pages so that a large
+    /// range stays under the etcd client's reply size limit.
+    pub(crate) async fn under(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        const PAGE: i64 = 2000;
+        let range_end = {
+            let mut e = prefix.as_bytes().to_vec();
+            if let Some(last) = e.last_mut() {
+                *last += 1;
+            }
+            e
+        };
+        let mut from = prefix.as_bytes().to_vec();
+        let mut out = Vec::new();
+        loop {
+            let resp = self
+                .etcd
+                .clone()
+                .get(
+                    from.clone(),
+                    Some(
+                        etcd_client::GetOptions::new()
+                            .with_range(range_end.clone())
+                            .with_limit(PAGE),
+                    ),
+                )
+                .await
+                .unwrap();
+            for kv in resp.kvs() {
+                let key = kv.key_str().unwrap();
+                out.push((
+                    key.strip_prefix(prefix).unwrap().to_owned(),
+                    kv.value().to_vec(),
+                ));
+            }
+            let Some(last) = resp.kvs().last().filter(|_| resp.more()) else {
+                return out;
+            };
+            from = [last.key(), &[0]].concat();
+        }
     }
 
     /// Waits until every one of `shards` shards is owned by a replica in `by` (any replica
@@ -624,25 +658,12 @@ impl Cluster {
         format!("{}/tasks/{namespace}/{id}", self.prefix)
     }
 
-    /// Every task state of `namespace` written so far, by task id (one range read).
+    /// Every task state of `namespace` written so far, by task id.
     pub(crate) async fn states(&self, namespace: &str) -> HashMap<String, Value> {
-        let prefix = format!("{}/state/{namespace}/", self.prefix);
-        let resp = self
-            .etcd
-            .clone()
-            .get(
-                prefix.as_str(),
-                Some(etcd_client::GetOptions::new().with_prefix()),
-            )
+        self.under(&format!("{}/state/{namespace}/", self.prefix))
             .await
-            .unwrap();
-        resp.kvs()
-            .iter()
-            .map(|kv| {
-                let key = kv.key_str().unwrap();
-                let id = key.strip_prefix(&prefix).unwrap().to_owned();
-                (id, serde_json::from_slice(kv.value()).unwrap())
-            })
+            .into_iter()
+            .map(|(id, value)| (id, serde_json::from_slice(&value).unwrap()))
             .collect()
     }
 
