@@ -61,7 +61,7 @@ SECRET_KEYS = {("etcd", "password"), ("redis", "password"), ("http", "api_token"
 # Kinds each case must render (and, for the default case, must not).
 EXPECTED = {
     "default": {"StatefulSet": 1, "Service": 2, "ConfigMap": 1, "PodDisruptionBudget": 1,
-                "ServiceAccount": 1},
+                "ServiceAccount": 1, "NetworkPolicy": 1},
     "all-features": {"StatefulSet": 1, "Service": 2, "Ingress": 1, "ServiceMonitor": 1,
                      "PrometheusRule": 1, "NetworkPolicy": 1, "ConfigMap": 2},
     "dashboards-custom": {"ConfigMap": 2},
@@ -73,8 +73,7 @@ EXPECTED = {
     "deployment": {"Deployment": 1, "Service": 1, "ConfigMap": 1},
 }
 ABSENT = {
-    "default": {"Deployment", "HorizontalPodAutoscaler", "Ingress", "ServiceMonitor", "PrometheusRule",
-                "NetworkPolicy"},
+    "default": {"Deployment", "HorizontalPodAutoscaler", "Ingress", "ServiceMonitor", "PrometheusRule"},
     "deployment": {"StatefulSet", "PodDisruptionBudget", "ServiceAccount", "HorizontalPodAutoscaler"},
     "alternatives": {"StatefulSet", "HorizontalPodAutoscaler"},
 }
@@ -138,6 +137,50 @@ def check_dashboards(case, docs, err):
         err(f"dashboards ConfigMap is {size} bytes, over the 1 MiB a ConfigMap holds")
 
 
+# Addresses the default policy must never let a replica reach as "public": the cloud
+# metadata services, loopback, private ranges, and IPv4 hidden in IPv6.
+MUST_BE_EXCEPTED = {"4": ["169.254.169.254/32", "100.100.100.200/32", "10.0.0.0/8", "127.0.0.1/32",
+                          "172.16.0.0/12", "192.168.0.0/16"],
+                    "6": ["::1/128", "::ffff:a9fe:a9fe/128", "::ffff:0:a9fe:a9fe/128", "fd00:ec2::254/128",
+                          "fe80::1/128", "64:ff9b::a9fe:a9fe/128", "2002:a9fe:a9fe::/48", "2001::1/128"]}
+
+
+def check_network_policy(docs, err):
+    """Every NetworkPolicy restricts egress where it says so: DNS, the backends' ports, and
+    public addresses only (each non-public block in MUST_BE_EXCEPTED left out)."""
+    import ipaddress
+    for d in docs:
+        if d["kind"] != "NetworkPolicy":
+            continue
+        spec = d["spec"]
+        if "Ingress" not in spec.get("policyTypes", []):
+            err("NetworkPolicy: must restrict ingress")
+        if "Egress" not in spec.get("policyTypes", []):
+            continue
+        rules = spec.get("egress") or []
+        ports = {(p.get("port"), p.get("protocol", "TCP")) for r in rules for p in r.get("ports") or []}
+        for want in ((53, "UDP"), (53, "TCP")):
+            if want not in ports:
+                err(f"NetworkPolicy: egress misses DNS {want}")
+        for r in rules:
+            if not r.get("ports") and not r.get("to"):
+                err("NetworkPolicy: an egress rule without ports or peers opens everything")
+            for peer in r.get("to") or []:
+                block = peer.get("ipBlock")
+                if not block:
+                    continue
+                net = ipaddress.ip_network(block["cidr"])
+                excepted = [ipaddress.ip_network(e) for e in block.get("except") or []]
+                for e in excepted:
+                    if not e.subnet_of(net):
+                        err(f"NetworkPolicy: except {e} is not inside {net}")
+                if net.prefixlen == 0:
+                    for inner in MUST_BE_EXCEPTED[str(net.version)]:
+                        inner = ipaddress.ip_network(inner)
+                        if not any(inner.subnet_of(e) for e in excepted):
+                            err(f"NetworkPolicy: {net} lets replicas reach {inner}")
+
+
 def seconds(duration):
     """Seconds of a humantime duration made of s/m/h parts ("90s", "1m30s")."""
     parts = re.findall(r"(\d+)(h|m|s)", duration)
@@ -179,6 +222,7 @@ def main():
     # ConfigMap: the ax.toml of the contract.
     toml_cfg = None
     check_dashboards(case, docs, err)
+    check_network_policy(docs, err)
     for d in docs:
         if d["kind"] == "ConfigMap" and "ax.toml" in (d.get("data") or {}):
             try:
@@ -367,9 +411,49 @@ def values_doc(values_path, readme_path):
             if f"`{path}`" not in readme:
                 errors.append(f"charts/ax/README.md has no row for {path}")
         commented = False
+    errors += unknown_values_named(values, readme)
     for e in errors:
         print("check-chart:", e, file=sys.stderr)
     return 1 if errors else 0
+
+
+def unknown_values_named(values, readme):
+    """Chart values the chart README's rows or the user docs name that values.yaml does not
+    have: a reader setting one would get no error from Helm, and no effect."""
+
+    def exists(path):
+        node = values
+        for k in path.split("."):
+            if not isinstance(node, dict) or not node:
+                # Inside a free-form value (affinity, a peer list): the user's own keys.
+                return True
+            if k not in node:
+                return False
+            node = node[k]
+        return True
+
+    errors = []
+    for m in re.finditer(r"^\| `([A-Za-z][\w.]*)` \|", readme, re.M):
+        if not exists(m.group(1)):
+            errors.append(f"charts/ax/README.md has a row for {m.group(1)}, which values.yaml does not have")
+    docs_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs")
+    for name in sorted(os.listdir(docs_dir)):
+        if not name.endswith(".md"):
+            continue
+        with open(os.path.join(docs_dir, name), encoding="utf-8") as f:
+            text = f.read()
+        for m in re.finditer(r"`([a-z][A-Za-z0-9]*(?:\.[A-Za-z0-9]+)+)(?:=[^`]*)?`", text):
+            path = m.group(1)
+            top = path.split(".")[0]
+            # Only the chart's own spelling (camelCase tops and nested keys); `config.rs` and
+            # ax.toml keys (snake_case) are not chart values.
+            if top not in values or path.endswith(".rs") or "_" in path:
+                continue
+            if top == "config" and not any(c.isupper() for c in path):
+                continue
+            if not exists(path):
+                errors.append(f"docs/{name} names chart value {path}, which values.yaml does not have")
+    return errors
 
 
 if __name__ == "__main__":
