@@ -63,7 +63,7 @@ for mode in token open; do
   port=$(ax_free_port)
   AX_INSTANCE_ID="browser-$mode" AX_HTTP_LISTEN="127.0.0.1:$port" \
     "$ax" serve --config "$tmp/$mode.toml" >"$tmp/ax-$mode.log" 2>&1 &
-  pids=("$attacker_pid" $!)
+  pids=("$attacker_pid" "$!")
   for _ in $(seq 100); do
     curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
     sleep 0.2
