@@ -67,7 +67,7 @@ def http(method, url, body=None, token=None, timeout=10):
 class Driver:
     """A chromedriver session: just the W3C commands this test needs."""
 
-    def __init__(self, work):
+    def __init__(self, work, extra_args=()):
         self.port = free_port()
         self.log = open(os.path.join(work, "chromedriver.log"), "w")
         self.proc = subprocess.Popen(
@@ -88,7 +88,8 @@ class Driver:
         caps = {"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {"binary": shutil.which("chromium") or "/usr/bin/chromium",
-                                   "args": CHROME_ARGS + [f"--user-data-dir={self.profile}"]},
+                                   "args": CHROME_ARGS + list(extra_args)
+                                   + [f"--user-data-dir={self.profile}"]},
             "goog:loggingPrefs": {"browser": "ALL"},
             "timeouts": {"pageLoad": 20000, "script": 10000, "implicit": 0},
         }}}

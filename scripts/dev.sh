@@ -33,6 +33,11 @@ export AX_LEASE_TTL=${AX_LEASE_TTL:-5s}
 # The example http tasks aim at loopback, which the http handler refuses by default.
 export AX_WORKER_HTTP_ALLOW_CIDRS=${AX_WORKER_HTTP_ALLOW_CIDRS:-127.0.0.0/8,::1/128}
 
+# An admin token for this cluster only: the API answers no caller without one, loopback or
+# not (any local process, and any web page the browser shows, can reach a loopback port).
+AX_API_TOKEN=${AX_API_TOKEN:-ax_$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')}
+export AX_API_TOKEN
+
 ports=()
 for i in $(seq 1 "$replicas"); do
   port=$(ax_free_port)
@@ -56,7 +61,9 @@ cat <<INFO
 
 ax is running: $replicas replicas, etcd at $AX_ETCD_ENDPOINT, Redis at $AX_REDIS_URL.
 
-  console:  $first/ui/
+  console:  $first/ui/   (enter the admin token below in its token field)
+  token:    export AX_API_TOKEN=$AX_API_TOKEN
+  api:      curl -H "Authorization: Bearer \$AX_API_TOKEN" $first/api/v1/tasks
   status:   AX_ETCD_ENDPOINTS=$AX_ETCD_ENDPOINT AX_REDIS_URL=$AX_REDIS_URL $ax status
   tasks:    ... $ax task list        history: ... $ax task history default/interval-heartbeat
   metrics:  $(for p in "${ports[@]}"; do printf 'http://127.0.0.1:%s/metrics ' "$p"; done)

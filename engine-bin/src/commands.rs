@@ -299,6 +299,9 @@ fn api_error(e: ApiError) -> CliError {
         ApiError::Unauthorized(m)
         | ApiError::Forbidden(m)
         | ApiError::Closed(m)
+        | ApiError::CrossOrigin(m)
+        | ApiError::UnknownHost(m)
+        | ApiError::UnsupportedMediaType(m)
         | ApiError::Unavailable(m)
         | ApiError::Internal(m) => CliError::Failed(anyhow::anyhow!(m)),
     }

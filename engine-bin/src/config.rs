@@ -15,6 +15,7 @@ mod defaults;
 mod env;
 mod load;
 mod mask;
+pub mod origin;
 mod sections;
 mod validate;
 

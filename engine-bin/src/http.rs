@@ -4,16 +4,19 @@
 //! [`app`] builds the whole `Router` from an [`AppState`] and nothing else, so tests drive it
 //! with `tower::ServiceExt::oneshot` and no socket; `serve.rs` binds it. Probes and metrics
 //! never need a token (the kubelet and Prometheus call them); `/api/v1` ([`routes`]) goes
-//! through [`auth::authorize`] (who calls, with which role), the input limits of [`limits`]
-//! and the record of each change ([`audit`]). The API itself (its types, the backend trait
+//! through the input limits of [`limits`], the checks that keep other web pages out
+//! ([`browser`]), [`auth::authorize`] (who calls, with which role) and the record of each
+//! change ([`audit`]). [`server`] is the accept loop, with its deadline for request headers. The API itself (its types, the backend trait
 //! and the errors) is [`crate::api`]'s; this module puts it on the port.
 
 pub mod audit;
 pub mod auth;
+pub mod browser;
 pub mod console;
 pub mod error;
 pub mod limits;
 pub mod routes;
+pub mod server;
 
 use std::sync::Arc;
 
@@ -39,6 +42,8 @@ pub struct AppState {
     pub api: Option<Arc<dyn ApiBackend>>,
     /// Who may call `/api/v1`.
     pub access: Arc<auth::Access>,
+    /// Which origins and host names `/api/v1` answers.
+    pub browser: Arc<browser::BrowserGuard>,
     /// What a call may carry.
     pub limits: limits::ApiLimits,
 }
@@ -49,7 +54,8 @@ pub const API_PREFIX: &str = "/api/v1";
 /// The full router.
 pub fn app(state: AppState) -> Router {
     // Layers run outside in: the size limits first (nothing else reads an oversized
-    // request), then authorization, then the audit of what changed.
+    // request), then the browser checks (a foreign page learns nothing, not even whether its
+    // token would do), then authorization, then the audit of what changed.
     let api = routes::router(state.api.clone(), state.limits)
         // Innermost: sees the caller the authorization found and the route's answer.
         .layer(axum::middleware::from_fn_with_state(
@@ -64,6 +70,13 @@ pub fn app(state: AppState) -> Router {
                 metrics: Arc::clone(&state.metrics),
             },
             auth::authorize,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            browser::BrowserState {
+                guard: Arc::clone(&state.browser),
+                metrics: Arc::clone(&state.metrics),
+            },
+            browser::check_request,
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.limits,

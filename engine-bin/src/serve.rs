@@ -126,9 +126,10 @@ impl Server {
             readiness: Arc::clone(&readiness),
             api: Some(api.clone() as Arc<dyn ApiBackend>),
             access: Arc::new(access_of(&config)),
+            browser: Arc::new(http::browser::BrowserGuard::from_config(&config.http)),
             limits: (&config.limits).into(),
         };
-        let http = spawn_http(shutdown, listener, state);
+        let http = spawn_http(shutdown, listener, state, config.http.header_read_timeout);
 
         let Some((etcd, queue)) = connect(&config, &readiness, &metrics, shutdown.token()).await
         else {
@@ -179,11 +180,11 @@ fn spawn_http(
     shutdown: &Shutdown,
     listener: TcpListener,
     state: AppState,
+    header_read_timeout: Duration,
 ) -> JoinHandle<anyhow::Result<()>> {
     let root = shutdown.clone();
     shutdown.spawn(move |token| async move {
-        let result = axum::serve(listener, http::app(state))
-            .with_graceful_shutdown(token.cancelled_owned())
+        let result = http::server::serve(listener, http::app(state), header_read_timeout, token)
             .await
             .context("HTTP server failed");
         if let Err(e) = &result {
@@ -216,7 +217,6 @@ fn access_of(config: &Config) -> http::auth::Access {
     http::auth::Access::new(
         &config.http.tokens,
         &config.http.api_token,
-        &config.http.listen,
         config.http.insecure_open_api,
     )
 }

@@ -41,7 +41,7 @@ fn config_print_shows_the_effective_config_with_secrets_masked() {
         ],
         &[
             ("AX_REDIS_URL", "rediss://:url-secret@redis:6380/0"),
-            ("AX_API_TOKEN", "token-secret"),
+            ("AX_API_TOKEN", "token-secret-0123456789abcdef01234567"),
             (
                 "AX_FEISHU_WEBHOOK",
                 "https://open.feishu.cn/open-apis/bot/v2/hook/hook-secret",

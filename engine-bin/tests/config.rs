@@ -210,3 +210,63 @@ fn redis_password_replaces_the_url_password() {
         "{shown}"
     );
 }
+
+#[test]
+fn the_api_token_is_trimmed_and_must_be_long_enough() {
+    let token = "ax_0123456789abcdef0123456789abcdef";
+    // A Secret's trailing newline, in the environment or the file, is not part of the token.
+    let c = load(
+        None,
+        &env(&[("AX_API_TOKEN", &format!("{token}\n"))]),
+        &ConfigOverrides::default(),
+    )
+    .unwrap();
+    assert_eq!(c.http.api_token, token);
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(&dir, &format!("[http]\napi_token = \"  {token}\\n\"\n"));
+    let c = load(Some(&file), &env(&[]), &ConfigOverrides::default()).unwrap();
+    assert_eq!(c.http.api_token, token);
+    // Short ones are refused, naming the key.
+    let e = load(
+        None,
+        &env(&[("AX_API_TOKEN", "hunter2")]),
+        &ConfigOverrides::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("http.api_token") && e.contains("at least 32"),
+        "{e}"
+    );
+    assert!(!e.contains("hunter2"), "the token is in the error: {e}");
+}
+
+#[test]
+fn allowed_origins_and_hosts_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        r#"
+[http]
+allowed_origins = ["https://good.example.com", "https://ops.example.com/ui", "console.example.com"]
+allowed_hosts = ["ax.tunnel.example", "localhost:8080", "a b"]
+header_read_timeout = "0s"
+"#,
+    );
+    let e = load(Some(&file), &env(&[]), &ConfigOverrides::default())
+        .unwrap_err()
+        .to_string();
+    for needle in [
+        "http.allowed_origins: `https://ops.example.com/ui`",
+        "http.allowed_origins: `console.example.com`",
+        "http.allowed_hosts: `a b`",
+        "http.header_read_timeout",
+    ] {
+        assert!(e.contains(needle), "{needle} not in {e}");
+    }
+    assert!(!e.contains("good.example.com"), "{e}");
+    assert!(!e.contains("ax.tunnel.example"), "{e}");
+    let c = Config::default();
+    assert_eq!(c.http.header_read_timeout, Duration::from_secs(10));
+    assert!(c.http.allowed_origins.is_empty() && c.http.allowed_hosts.is_empty());
+}

@@ -1716,21 +1716,13 @@ async fn the_execution_history_shows_every_attempt_across_tasks_and_each_executi
 
     // The same through the API of the replica.
     let port = c.replica("r1").http_port;
-    let api: Value = reqwest::get(format!(
+    let api = harness::api_get(&format!(
         "http://127.0.0.1:{port}/api/v1/executions?task=default/flaky&outcome=failed"
     ))
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    .await;
     assert_eq!(api["items"].as_array().unwrap().len(), 1, "{api}");
-    let api_story: Value = reqwest::get(format!("http://127.0.0.1:{port}/api/v1/executions/{id}"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let api_story =
+        harness::api_get(&format!("http://127.0.0.1:{port}/api/v1/executions/{id}")).await;
     assert_eq!(api_story, json_story);
     c.clean_up().await;
 }
@@ -3496,12 +3488,7 @@ async fn tasks_on_a_partitioned_queue_run_exactly_once_on_two_replicas() {
     assert_eq!(live, ["a", "b"]);
     // A replica's status names the logical queue with its partitions.
     let port = c.replica("a").http_port;
-    let status: Value = reqwest::get(format!("http://127.0.0.1:{port}/api/v1/status"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = harness::api_get(&format!("http://127.0.0.1:{port}/api/v1/status")).await;
     let hot = status["queues"]
         .as_array()
         .unwrap()

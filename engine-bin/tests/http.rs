@@ -14,6 +14,7 @@ use ax_engine::api::{
 use ax_engine::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
 use ax_engine::config::TokenEntry;
 use ax_engine::http::auth::{self, Access, ROUTE_ROLES};
+use ax_engine::http::browser::BrowserGuard;
 use ax_engine::http::limits::ApiLimits;
 use ax_engine::http::routes::CONTINUE_HEADER;
 use ax_engine::http::{app, ApiBackend, ApiError, AppState};
@@ -435,22 +436,35 @@ struct Fixture {
     readiness: Arc<Readiness>,
 }
 
-/// A replica listening on loopback with `token` (if any) as its plain admin token.
+/// A replica listening on loopback with `token` as its plain admin token, or without one
+/// opened on purpose (`http.insecure_open_api`).
 fn fixture(backend: Option<MemoryBackend>, token: Option<&str>) -> Fixture {
+    let token = token.unwrap_or("");
     fixture_with(
         backend,
-        Access::new(&[], token.unwrap_or(""), "127.0.0.1:8080", false),
+        Access::new(&[], token, token.is_empty()),
         ApiLimits::default(),
     )
 }
 
 fn fixture_with(backend: Option<MemoryBackend>, access: Access, limits: ApiLimits) -> Fixture {
+    let browser = BrowserGuard::new(&[], "", &[], "127.0.0.1:8080");
+    fixture_guarded(backend, access, limits, browser)
+}
+
+fn fixture_guarded(
+    backend: Option<MemoryBackend>,
+    access: Access,
+    limits: ApiLimits,
+    browser: BrowserGuard,
+) -> Fixture {
     let readiness = Arc::new(Readiness::new(true));
     let state = AppState {
         metrics: Arc::new(Metrics::new(&["default".to_owned()], &["webhook"]).unwrap()),
         readiness: Arc::clone(&readiness),
         api: backend.map(|b| Arc::new(b) as Arc<dyn ApiBackend>),
         access: Arc::new(access),
+        browser: Arc::new(browser),
         limits,
     };
     Fixture {
@@ -469,6 +483,9 @@ async fn call(
     let mut req = Request::builder().method(method).uri(uri);
     if let Some(t) = token {
         req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    if body.is_some() {
+        req = req.header(header::CONTENT_TYPE, "application/json");
     }
     let req = req
         .body(body.map_or_else(Body::empty, |b| Body::from(b.to_owned())))
@@ -704,7 +721,7 @@ async fn the_execution_query_is_checked_and_resolved_before_the_backend() {
 }
 
 #[tokio::test]
-async fn api_is_open_without_a_token_on_loopback_only() {
+async fn api_is_open_without_a_token_only_when_opened_on_purpose() {
     for token in [None, Some("")] {
         let f = fixture(Some(MemoryBackend::with_task("default", "t1")), token);
         let (status, body) = get(&f.router, "/api/v1/tasks").await;
@@ -718,6 +735,225 @@ async fn api_is_open_without_a_token_on_loopback_only() {
             1
         );
     }
+}
+
+/// A request as a browser sends it: `headers`, and `body` if any.
+async fn send(
+    router: &Router,
+    method: Method,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> (StatusCode, String) {
+    let mut req = Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    if let Some(b) = body {
+        req = req.header(header::CONTENT_LENGTH, b.len());
+    }
+    let req = req
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_owned())))
+        .unwrap();
+    let resp = router.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+/// The developer's replica: loopback, opened on purpose, the attacker's chance.
+fn open_loopback() -> Fixture {
+    fixture_guarded(
+        Some(MemoryBackend::with_task("default", "t1")),
+        Access::new(&[], "", true),
+        ApiLimits::default(),
+        BrowserGuard::new(&[], "", &["ax.tunnel.example".into()], "127.0.0.1:18080"),
+    )
+}
+
+const LOCAL: (&str, &str) = ("host", "127.0.0.1:18080");
+
+#[tokio::test]
+async fn a_loopback_replica_without_a_token_is_closed() {
+    let f = fixture_guarded(
+        Some(MemoryBackend::with_task("default", "t1")),
+        Access::new(&[], "", false),
+        ApiLimits::default(),
+        BrowserGuard::new(&[], "", &[], "127.0.0.1:18080"),
+    );
+    for (method, uri) in [
+        (Method::GET, "/api/v1/tasks"),
+        (Method::POST, "/api/v1/tasks/default/t1/trigger"),
+    ] {
+        let (status, body) = send(&f.router, method, uri, &[LOCAL], None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{uri}: {body}");
+        assert_eq!(error_code(&body), "api_closed");
+    }
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_declared_json_is_refused_415() {
+    let f = open_loopback();
+    let spec = r#"{"id": "evil", "schedule": {"every": "1m"}, "handler": {"http": {"url": "https://x.example"}}}"#;
+    for content_type in [
+        "text/plain",
+        "text/plain;charset=UTF-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=b",
+    ] {
+        let (status, body) = send(
+            &f.router,
+            Method::POST,
+            "/api/v1/tasks",
+            &[LOCAL, ("content-type", content_type)],
+            Some(spec),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
+        assert_eq!(error_code(&body), "unsupported_media_type");
+        assert!(body.contains("application/json"), "{body}");
+    }
+    // A form with no fields, to a route that takes an empty body.
+    let (status, _) = send(
+        &f.router,
+        Method::POST,
+        "/api/v1/tasks/default/t1/pause",
+        &[LOCAL, ("content-type", "application/x-www-form-urlencoded")],
+        Some(""),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // A body without a type, and the completion route jobs call.
+    let (status, _) = send(
+        &f.router,
+        Method::POST,
+        "/api/v1/tasks",
+        &[LOCAL],
+        Some(spec),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let complete = format!("/api/v1/executions/{ASYNC_EXECUTION}/complete");
+    let report = format!(r#"{{"token": "{}", "status": "succeeded"}}"#, async_token());
+    let (status, _) = send(
+        &f.router,
+        Method::POST,
+        &complete,
+        &[LOCAL, ("content-type", "text/plain")],
+        Some(&report),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // Nothing was written; the same as JSON goes through.
+    assert_eq!(
+        get(&f.router, "/api/v1/tasks/default/evil").await.0,
+        StatusCode::NOT_FOUND
+    );
+    let (status, body) = send(
+        &f.router,
+        Method::POST,
+        "/api/v1/tasks?dry_run=true",
+        &[LOCAL, ("content-type", "application/json; charset=utf-8")],
+        Some(spec),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        metric_value(
+            &f.router,
+            "scheduler_api_auth_failures_total{reason=\"media_type\"}"
+        )
+        .await,
+        7.0
+    );
+}
+
+#[tokio::test]
+async fn a_request_from_a_foreign_origin_is_refused_403() {
+    let f = open_loopback();
+    for (method, uri) in [
+        (Method::GET, "/api/v1/tasks?show_secrets=true"),
+        (Method::OPTIONS, "/api/v1/tasks"),
+        (Method::POST, "/api/v1/tasks/default/t1/trigger"),
+        (Method::POST, "/api/v1/dlq/purge"),
+    ] {
+        let (status, body) = send(
+            &f.router,
+            method,
+            uri,
+            &[LOCAL, ("origin", "http://127.0.0.2:8000")],
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{uri}: {body}");
+        assert_eq!(error_code(&body), "cross_origin");
+        assert!(body.contains("http.allowed_origins"), "{body}");
+    }
+    // The API's own page (the console) may.
+    let (status, body) = send(
+        &f.router,
+        Method::POST,
+        "/api/v1/tasks/default/t1/pause",
+        &[LOCAL, ("origin", "http://127.0.0.1:18080")],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        metric_value(
+            &f.router,
+            "scheduler_api_auth_failures_total{reason=\"cross_origin\"}"
+        )
+        .await,
+        4.0
+    );
+}
+
+#[tokio::test]
+async fn a_loopback_replica_reached_under_a_foreign_host_name_is_refused() {
+    let f = open_loopback();
+    // DNS rebinding: the attacker's name, now pointing at 127.0.0.1; the page's origin is
+    // that name too, so the Origin check alone would let it by.
+    let rebound = [
+        ("host", "attacker.example:18080"),
+        ("origin", "http://attacker.example:18080"),
+    ];
+    for headers in [&rebound[..], &rebound[..1]] {
+        let (status, body) = send(
+            &f.router,
+            Method::GET,
+            "/api/v1/tasks?show_secrets=true",
+            headers,
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "{body}");
+        assert_eq!(error_code(&body), "unknown_host");
+        assert!(body.contains("http.allowed_hosts"), "{body}");
+    }
+    for host in ["localhost:18080", "[::1]:18080", "ax.tunnel.example:443"] {
+        let (status, body) = send(
+            &f.router,
+            Method::GET,
+            "/api/v1/tasks",
+            &[("host", host)],
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{host}: {body}");
+    }
+    // Probes answer under any name (the kubelet's).
+    let (status, _) = send(
+        &f.router,
+        Method::GET,
+        "/healthz",
+        &[("host", "attacker.example")],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
 }
 
 #[tokio::test]
@@ -917,7 +1153,7 @@ fn tokens_fixture() -> Fixture {
         .collect();
     fixture_with(
         Some(MemoryBackend::with_task("default", "t1")),
-        Access::new(&tokens, "", "0.0.0.0:8080", false),
+        Access::new(&tokens, "", false),
         ApiLimits::default(),
     )
 }
@@ -937,7 +1173,7 @@ async fn metric_value(router: &Router, series: &str) -> f64 {
 async fn a_replica_reachable_from_the_network_without_a_token_refuses_the_api() {
     let closed = fixture_with(
         Some(MemoryBackend::with_task("default", "t1")),
-        Access::new(&[], "", "0.0.0.0:8080", false),
+        Access::new(&[], "", false),
         ApiLimits::default(),
     );
     for (method, uri) in [
@@ -966,7 +1202,7 @@ async fn a_replica_reachable_from_the_network_without_a_token_refuses_the_api() 
     // The loudly named opt-out opens it.
     let open = fixture_with(
         Some(MemoryBackend::with_task("default", "t1")),
-        Access::new(&[], "", "0.0.0.0:8080", true),
+        Access::new(&[], "", true),
         ApiLimits::default(),
     );
     assert_eq!(get(&open.router, "/api/v1/tasks").await.0, StatusCode::OK);
@@ -1123,6 +1359,9 @@ async fn refusals_are_counted_by_reason() {
         ("invalid", 2.0),
         ("forbidden", 1.0),
         ("closed", 0.0),
+        ("cross_origin", 0.0),
+        ("unknown_host", 0.0),
+        ("media_type", 0.0),
     ] {
         let series = format!("scheduler_api_auth_failures_total{{reason=\"{reason}\"}}");
         assert_eq!(metric_value(r, &series).await, n, "{reason}");
@@ -1191,7 +1430,7 @@ async fn secrets_are_masked_unless_an_admin_asks() {
 async fn oversized_requests_and_run_now_floods_are_refused_naming_their_limit() {
     let f = fixture_with(
         Some(MemoryBackend::with_task("default", "t1")),
-        Access::new(&[], "", "127.0.0.1:8080", false),
+        Access::new(&[], "", true),
         ApiLimits {
             max_request_bytes: 2048,
             triggers_per_task_per_minute: 2,
@@ -1257,7 +1496,7 @@ async fn every_change_through_the_api_is_audited_with_its_caller_and_reads_are_n
         .collect();
     let f = fixture_with(
         Some(backend),
-        Access::new(&tokens, "", "0.0.0.0:8080", false),
+        Access::new(&tokens, "", false),
         ApiLimits::default(),
     );
     let r = &f.router;
@@ -1504,7 +1743,7 @@ async fn a_job_reports_with_its_completion_token_where_the_api_is_closed_to_ever
     let body = |token: &str, status: &str| json!({"token": token, "status": status}).to_string();
     let closed = fixture_with(
         Some(MemoryBackend::default()),
-        Access::new(&[], "", "0.0.0.0:8080", false),
+        Access::new(&[], "", false),
         ApiLimits::default(),
     );
     let with_tokens = tokens_fixture();

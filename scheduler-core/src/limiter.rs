@@ -93,7 +93,7 @@ impl<K: Eq + Hash + Clone> KeyedBuckets<K> {
     /// Takes a token of `key`'s bucket, or says when the next one will be there.
     pub fn try_take(&mut self, key: &K, now: UtcMillis) -> Result<(), UtcMillis> {
         if !self.buckets.contains_key(key) && self.buckets.len() >= self.max_keys {
-            self.buckets.retain(|_, b| !b.is_full(now));
+            self.prune(now);
         }
         let bucket = self
             .buckets
@@ -104,6 +104,16 @@ impl<K: Eq + Hash + Clone> KeyedBuckets<K> {
         } else {
             Err(bucket.next_token_at(now))
         }
+    }
+
+    /// Whether `key` has a bucket.
+    pub fn contains(&self, key: &K) -> bool {
+        self.buckets.contains_key(key)
+    }
+
+    /// Drops the buckets full again at `now` (losing nothing: a new bucket starts full).
+    pub fn prune(&mut self, now: UtcMillis) {
+        self.buckets.retain(|_, b| !b.is_full(now));
     }
 
     /// Keys with a bucket.

@@ -66,7 +66,15 @@ pub const ANONYMOUS: &str = "anonymous";
 pub const API_TOKEN_NAME: &str = "api_token";
 
 /// Why a request was refused, the `reason` label of the metric.
-pub const REFUSAL_REASONS: &[&str] = &["missing", "invalid", "forbidden", "closed"];
+pub const REFUSAL_REASONS: &[&str] = &[
+    "missing",
+    "invalid",
+    "forbidden",
+    "closed",
+    "cross_origin",
+    "unknown_host",
+    "media_type",
+];
 
 /// SHA-256 of a token.
 pub fn sha256(token: &str) -> [u8; 32] {

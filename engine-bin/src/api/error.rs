@@ -44,6 +44,17 @@ pub enum ApiError {
     /// message says what to configure.
     #[error("{0}")]
     Closed(String),
+    /// `cross_origin`: a web page of another origin sent the request (its `Origin` header is
+    /// neither the API's own nor an allowed one).
+    #[error("{0}")]
+    CrossOrigin(String),
+    /// `unknown_host`: the request names a host this replica does not answer for (a
+    /// loopback-only replica reached under another name, as by DNS rebinding).
+    #[error("{0}")]
+    UnknownHost(String),
+    /// `unsupported_media_type`: a request body that is not declared as JSON.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// `not_found`.
     #[error("{0}")]
     NotFound(String),
@@ -84,6 +95,9 @@ impl ApiError {
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::Closed(_) => "api_closed",
+            ApiError::CrossOrigin(_) => "cross_origin",
+            ApiError::UnknownHost(_) => "unknown_host",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::NotFound(_) => "not_found",
             ApiError::Conflict(_) => "conflict",
             ApiError::Limit { .. } => "limit_exceeded",

@@ -111,6 +111,9 @@ impl Default for Http {
             tokens: Vec::new(),
             insecure_open_api: false,
             public_url: String::new(),
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            header_read_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -88,6 +88,8 @@ impl Config {
         }
         config.apply_env(opts.env)?;
         config.apply_overrides(opts.overrides);
+        // A token pasted or kept in a Secret often ends in a newline no client sends.
+        config.http.api_token = config.http.api_token.trim().to_owned();
         if config.instance.id.is_empty() {
             if let Some(host) = opts.hostname.map(str::trim).filter(|h| !h.is_empty()) {
                 config.instance.id = host.to_owned();

@@ -319,6 +319,18 @@ pub struct Http {
     /// each request of such a task carries is built from it. Empty for none: such tasks
     /// then fail, saying to set this.
     pub public_url: String,
+    /// Origins (`https://console.example.com`) besides the API's own and `http.public_url`'s
+    /// whose web pages may call `/api/v1`; a request with any other `Origin` is refused.
+    /// Default none.
+    pub allowed_origins: Vec<String>,
+    /// Host names (optionally `host:port`) a loopback-only replica answers `/api/v1` under,
+    /// besides `localhost`, `127.x.x.x` and `[::1]` (a port-forward or tunnel's name).
+    /// Default none.
+    pub allowed_hosts: Vec<String>,
+    /// How long a connection may take to send a request's headers before it is closed;
+    /// default 10 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub header_read_timeout: Duration,
 }
 
 /// `[audit]`: the audit log of changes made through ax.

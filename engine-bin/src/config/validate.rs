@@ -375,6 +375,7 @@ impl Config {
             );
         }
 
+        self.check_http_edge(err);
         let public = self.http.public_url.trim();
         if !(public.is_empty() || public.starts_with("http://") || public.starts_with("https://")) {
             err(
@@ -382,6 +383,36 @@ impl Config {
                 format!("`{public}` must start with http:// or https://"),
             );
         }
+    }
+
+    /// `[http]`: the API token's length, the origins and hosts the API answers, and the
+    /// header deadline.
+    fn check_http_edge(&self, err: &mut impl FnMut(&str, String)) {
+        let chars = self.http.api_token.chars().count();
+        if chars > 0 && chars < MIN_API_TOKEN_CHARS {
+            err(
+                "http.api_token",
+                format!(
+                    "is {chars} characters long; an API token must have at least \
+                     {MIN_API_TOKEN_CHARS} (`openssl rand -hex 32` makes one)"
+                ),
+            );
+        }
+        for o in &self.http.allowed_origins {
+            if let Err(why) = super::origin::normal_origin(o) {
+                err("http.allowed_origins", format!("`{o}`: {why}"));
+            }
+        }
+        for h in &self.http.allowed_hosts {
+            if let Err(why) = super::origin::normal_host(h) {
+                err("http.allowed_hosts", format!("`{h}`: {why}"));
+            }
+        }
+        positive(
+            err,
+            "http.header_read_timeout",
+            self.http.header_read_timeout,
+        );
     }
 
     /// `[audit]`.
@@ -434,6 +465,10 @@ impl Config {
         }
     }
 }
+
+/// The shortest `http.api_token` accepted: a token a person could guess or type from
+/// memory is no credential.
+const MIN_API_TOKEN_CHARS: usize = 32;
 
 fn positive(err: &mut impl FnMut(&str, String), key: &str, d: Duration) {
     if d.is_zero() {

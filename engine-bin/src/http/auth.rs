@@ -8,11 +8,13 @@
 //! stopping at a match, so timing says nothing about which or how much of a token was
 //! right.
 //!
-//! Closed by default: with no token configured, the API answers only when the listener is
-//! loopback-only (a developer's machine) or the operator set `http.insecure_open_api`; any
-//! other replica refuses every API call with `403 api_closed` and a message saying what to
-//! configure. Probes and `/metrics` are never behind this layer (the kubelet and Prometheus
-//! call them), and hold no secrets.
+//! Closed by default: with no token configured, the API answers only when the operator set
+//! `http.insecure_open_api`; any other replica refuses every API call with `403 api_closed`
+//! and a message saying what to configure. Where a replica listens confers nothing: a
+//! loopback port is reached by every process of the machine and, through the browser, by
+//! every web page its user opens, so a caller is admin only by presenting a token. Probes
+//! and `/metrics` are never behind this layer (the kubelet and Prometheus call them), and
+//! hold no secrets.
 //!
 //! Which role a route needs is one table, [`ROUTE_ROLES`], read by the middleware through
 //! the route's matched path: a route missing from it needs [`TokenRole::Admin`], so a new route
@@ -108,13 +110,12 @@ pub fn required_role(method: &Method, matched_path: &str) -> TokenRole {
 /// What callers without a token get.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Anonymous {
-    /// Everything: no token is configured and the listener is loopback-only, or the
-    /// operator opened the API on purpose.
+    /// Everything: no token is configured and the operator opened the API on purpose.
     Admitted,
     /// Nothing, with 401: tokens are configured.
     NeedToken,
-    /// Nothing, with 403 `api_closed`: no token is configured and the API would be open to
-    /// the network. The message says what to configure.
+    /// Nothing, with 403 `api_closed`: no token is configured and the API is not opened on
+    /// purpose. The message says what to configure.
     Closed(String),
 }
 
@@ -126,10 +127,10 @@ pub struct Access {
 }
 
 impl Access {
-    /// Access from the configured tokens, the plain `http.api_token` (empty for none), the
-    /// listen address and the opt-out. Hashes must have been validated
-    /// ([`parse_sha256`] is what validation calls); one that does not parse matches nothing.
-    pub fn new(tokens: &[TokenEntry], api_token: &str, listen: &str, insecure_open: bool) -> Self {
+    /// Access from the configured tokens, the plain `http.api_token` (empty for none) and
+    /// the opt-out. Hashes must have been validated ([`parse_sha256`] is what validation
+    /// calls); one that does not parse matches nothing.
+    pub fn new(tokens: &[TokenEntry], api_token: &str, insecure_open: bool) -> Self {
         let mut known: Vec<(Arc<str>, TokenRole, [u8; 32])> = tokens
             .iter()
             .filter_map(|t| Some((Arc::from(t.name.as_str()), t.role, parse_sha256(&t.sha256)?)))
@@ -143,15 +144,16 @@ impl Access {
         }
         let anonymous = if !known.is_empty() {
             Anonymous::NeedToken
-        } else if insecure_open || is_loopback_listen(listen) {
+        } else if insecure_open {
             Anonymous::Admitted
         } else {
-            Anonymous::Closed(format!(
-                "the API is closed: this replica listens on {listen} and has no API token. \
-                 Configure `[[http.tokens]]` (`ax token new` makes one) or `http.api_token`, \
-                 listen on loopback only (`http.listen = \"127.0.0.1:8080\"`), or open it \
-                 to anyone who reaches the port with `http.insecure_open_api = true`"
-            ))
+            Anonymous::Closed(
+                "the API is closed: this replica has no API token. Configure \
+                 `[[http.tokens]]` (`ax token new` makes one) or `http.api_token` (at least 32 \
+                 characters), or open it to anyone who reaches the port with \
+                 `http.insecure_open_api = true`"
+                    .into(),
+            )
         };
         Access {
             tokens: known,
@@ -328,7 +330,6 @@ mod tests {
                 entry("ops", TokenRole::Operate, "ax_ops"),
             ],
             "plain-admin",
-            "0.0.0.0:8080",
             false,
         );
         assert_eq!(a.identify("ax_read").unwrap().role, TokenRole::Read);
@@ -345,18 +346,27 @@ mod tests {
     }
 
     #[test]
-    fn without_tokens_only_a_loopback_listener_or_the_opt_out_admits_anonymous() {
+    fn without_tokens_only_the_opt_out_admits_anonymous_wherever_the_replica_listens() {
+        let closed = Access::new(&[], "", false);
+        let Anonymous::Closed(why) = closed.anonymous() else {
+            panic!("a replica without a token admitted anonymous callers")
+        };
+        assert!(
+            why.contains("http.insecure_open_api") && why.contains("http.tokens"),
+            "{why}"
+        );
+        assert_eq!(Access::new(&[], "", true).anonymous(), &Anonymous::Admitted);
+    }
+
+    #[test]
+    fn loopback_listeners_are_told_apart() {
         for listen in [
             "127.0.0.1:8080",
             "[::1]:8080",
             "localhost:8080",
             "127.0.0.2:1",
         ] {
-            assert_eq!(
-                Access::new(&[], "", listen, false).anonymous(),
-                &Anonymous::Admitted,
-                "{listen}"
-            );
+            assert!(is_loopback_listen(listen), "{listen}");
         }
         for listen in [
             "0.0.0.0:8080",
@@ -364,15 +374,7 @@ mod tests {
             "10.0.0.5:8080",
             "ax.example.com:80",
         ] {
-            let a = Access::new(&[], "", listen, false);
-            let Anonymous::Closed(why) = a.anonymous() else {
-                panic!("{listen} admitted anonymous callers")
-            };
-            assert!(why.contains("http.insecure_open_api"), "{why}");
-            assert_eq!(
-                Access::new(&[], "", listen, true).anonymous(),
-                &Anonymous::Admitted
-            );
+            assert!(!is_loopback_listen(listen), "{listen}");
         }
     }
 
@@ -406,12 +408,7 @@ mod tests {
 
     #[test]
     fn callers_are_identified_by_token_or_the_anonymous_rule_and_refused_with_a_reason() {
-        let a = Access::new(
-            &[entry("grafana", TokenRole::Read, "ax_read")],
-            "",
-            "0.0.0.0:8080",
-            false,
-        );
+        let a = Access::new(&[entry("grafana", TokenRole::Read, "ax_read")], "", false);
         let reason = |presented| identify_caller(&a, presented).map(|p| p.name).err();
         assert_eq!(
             &*identify_caller(&a, Some(Some("ax_read"))).unwrap().name,
@@ -420,12 +417,12 @@ mod tests {
         assert!(matches!(reason(Some(Some("nope"))), Some(("invalid", _))));
         assert!(matches!(reason(Some(None)), Some(("invalid", _))));
         assert!(matches!(reason(None), Some(("missing", _))));
-        let closed = Access::new(&[], "", "0.0.0.0:8080", false);
+        let closed = Access::new(&[], "", false);
         assert!(matches!(
             identify_caller(&closed, None),
             Err(("closed", ApiError::Closed(_)))
         ));
-        let open = Access::new(&[], "", "127.0.0.1:8080", false);
+        let open = Access::new(&[], "", true);
         let anonymous = identify_caller(&open, None).unwrap();
         assert_eq!(
             (&*anonymous.name, anonymous.role),

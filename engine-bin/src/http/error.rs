@@ -19,6 +19,9 @@ impl ApiError {
             ApiError::Invalid { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) | ApiError::Closed(_) => StatusCode::FORBIDDEN,
+            ApiError::CrossOrigin(_) => StatusCode::FORBIDDEN,
+            ApiError::UnknownHost(_) => StatusCode::MISDIRECTED_REQUEST,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Limit { kind, .. } => limit_status(*kind),
@@ -50,7 +53,7 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize)]
 pub struct ErrorDetail {
     /// Stable code (`invalid_input`, `unauthorized`, `forbidden`, `api_closed`,
-    /// `not_found`, `conflict`, `limit_exceeded`, `backend_unavailable`, `internal`).
+    /// `cross_origin`, `unknown_host`, `unsupported_media_type`, `not_found`, `conflict`, `limit_exceeded`, `backend_unavailable`, `internal`).
     pub code: &'static str,
     /// Human-readable message.
     pub message: String,

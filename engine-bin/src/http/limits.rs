@@ -8,6 +8,7 @@
 //! a byte of the body is read, and by axum's body limit while reading a chunked body that
 //! announces no length ([`body`] turns that rejection into the same error).
 
+use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ax_scheduler_core::limiter::KeyedBuckets;
@@ -27,8 +28,11 @@ pub const MAX_URI_BYTES: usize = 8 * 1024;
 pub const MAX_HEADERS: usize = 64;
 /// Most bytes of all request headers, names and values.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
-/// Tasks whose run-now rate is tracked at once before idle ones are dropped.
+/// Tasks whose run-now rate is tracked at once (idle ones are dropped to make room).
 const MAX_TRACKED_TASKS: usize = 10_000;
+/// Executions whose completion rate is tracked at once: far above the jobs one replica's
+/// workers start in the few seconds a bucket takes to refill.
+const MAX_TRACKED_EXECUTIONS: usize = 16_384;
 
 /// The configurable limits (`[limits]`), as the API applies them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,32 +140,115 @@ pub fn body(read: Result<Bytes, BytesRejection>, limits: &ApiLimits) -> Result<B
 }
 
 /// A token bucket per key with a minute's worth of burst, for what one replica's API admits
-/// per task or per execution.
+/// per task or per execution. Bounded in memory and in work: the keys are spread over
+/// [`SHARDS`] locks, each holding at most its share of `max_keys`; a shard at its bound drops
+/// its idle buckets (full again) at most once per token's refill time, and until that frees
+/// room it refuses new keys. The keys of the completion route are chosen by whoever calls
+/// it, so without this bound a stream of made-up execution ids would grow the map (and the
+/// work of each prune) without end.
 #[derive(Clone, Debug)]
 struct PerMinute<K> {
     per_minute: u32,
-    buckets: Arc<Mutex<KeyedBuckets<K>>>,
+    hasher: RandomState,
+    shards: Arc<[Mutex<Shard<K>>]>,
 }
 
-impl<K: Eq + std::hash::Hash + Clone> PerMinute<K> {
-    fn new(per_minute: u32) -> Self {
+/// Locks one [`PerMinute`] is split over, so concurrent callers rarely wait for each other.
+const SHARDS: usize = 16;
+
+#[derive(Debug)]
+struct Shard<K> {
+    buckets: KeyedBuckets<K>,
+    max_keys: usize,
+    /// When the next prune of a shard at its bound may run.
+    next_prune: UtcMillis,
+}
+
+/// Why [`PerMinute::take`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refused {
+    /// The key used up its rate; the next call may come in this many seconds.
+    Rate(u64),
+    /// Too many keys are active at once to track one more; try again in this many seconds.
+    Crowded(u64),
+}
+
+impl<K: Eq + Hash + Clone> PerMinute<K> {
+    fn new(per_minute: u32, max_keys: usize) -> Self {
+        let per_shard = max_keys.div_ceil(SHARDS).max(1);
+        let shards = (0..SHARDS)
+            .map(|_| {
+                Mutex::new(Shard {
+                    buckets: KeyedBuckets::new(
+                        f64::from(per_minute) / 60.0,
+                        f64::from(per_minute),
+                        per_shard,
+                    ),
+                    max_keys: per_shard,
+                    next_prune: UtcMillis(i64::MIN),
+                })
+            })
+            .collect();
         PerMinute {
             per_minute,
-            buckets: Arc::new(Mutex::new(KeyedBuckets::new(
-                f64::from(per_minute) / 60.0,
-                f64::from(per_minute),
-                MAX_TRACKED_TASKS,
-            ))),
+            hasher: RandomState::new(),
+            shards,
         }
     }
 
-    /// Takes one for `key` at `now`, or says in how many seconds the next one may come.
-    fn take(&self, key: &K, now: UtcMillis) -> Result<(), u64> {
-        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
-        buckets
-            .try_take(key, now)
-            .map_err(|next| (next.0 - now.0).max(0).unsigned_abs().div_ceil(1000))
+    /// Time for one token to come back, milliseconds: how long a pruned shard waits before
+    /// pruning again (no bucket can have refilled sooner).
+    fn refill_ms(&self) -> i64 {
+        (60_000 / i64::from(self.per_minute.max(1))).max(1)
     }
+
+    /// Takes one for `key` at `now`, or says why not.
+    fn take(&self, key: &K, now: UtcMillis) -> Result<(), Refused> {
+        let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
+        let mut shard = self.shards[index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let shard = &mut *shard;
+        if !shard.buckets.contains(key) && shard.buckets.len() >= shard.max_keys {
+            if now >= shard.next_prune {
+                shard.buckets.prune(now);
+                shard.next_prune = UtcMillis(now.0.saturating_add(self.refill_ms()));
+            }
+            if shard.buckets.len() >= shard.max_keys {
+                let wait = (shard.next_prune.0 - now.0).max(0).unsigned_abs();
+                return Err(Refused::Crowded(wait.div_ceil(1000)));
+            }
+        }
+        shard
+            .buckets
+            .try_take(key, now)
+            .map_err(|next| Refused::Rate((next.0 - now.0).max(0).unsigned_abs().div_ceil(1000)))
+    }
+
+    /// Keys tracked, over all shards.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .buckets
+                    .len()
+            })
+            .sum()
+    }
+}
+
+/// The refusal of a [`Refused::Crowded`] take, for `what` (`"run-now requests"`).
+fn crowded(what: &str, wait_s: u64) -> ApiError {
+    limit(
+        LimitKind::Rate,
+        format!(
+            "this replica tracks the rate of too many {what} at once to take another; try \
+             again in {wait_s} s"
+        ),
+    )
 }
 
 /// Run-now requests per task through this replica: a token bucket per task, a minute's
@@ -172,20 +259,21 @@ pub struct TriggerLimiter(PerMinute<TaskKey>);
 impl TriggerLimiter {
     /// At most `per_minute` run-now requests per task per minute.
     pub fn new(per_minute: u32) -> Self {
-        TriggerLimiter(PerMinute::new(per_minute))
+        TriggerLimiter(PerMinute::new(per_minute, MAX_TRACKED_TASKS))
     }
 
     /// Admits one run-now request of `key` at `now`, or says when the next one may come.
     pub fn admit(&self, key: &TaskKey, now: UtcMillis) -> Result<(), ApiError> {
-        self.0.take(key, now).map_err(|wait_s| {
-            limit(
+        self.0.take(key, now).map_err(|refused| match refused {
+            Refused::Rate(wait_s) => limit(
                 LimitKind::Rate,
                 format!(
                     "task {key} was run now {} times in the last minute, the limit \
                      (limits.triggers_per_task_per_minute); try again in {wait_s} s",
                     self.0.per_minute
                 ),
-            )
+            ),
+            Refused::Crowded(wait_s) => crowded("tasks run now", wait_s),
         })
     }
 }
@@ -196,28 +284,35 @@ impl TriggerLimiter {
 pub const COMPLETIONS_PER_EXECUTION_PER_MINUTE: u32 = 120;
 
 /// The rate of completion calls per execution id (`POST /executions/{id}/complete`), which
-/// no API token guards.
+/// no API token guards; keyed by the parsed [`ExecutionId`], so text that is no execution id
+/// is refused before it is counted.
 #[derive(Clone, Debug)]
 pub struct CompletionLimiter(PerMinute<ExecutionId>);
 
 impl CompletionLimiter {
     /// A limiter at [`COMPLETIONS_PER_EXECUTION_PER_MINUTE`].
     pub fn new() -> Self {
-        CompletionLimiter(PerMinute::new(COMPLETIONS_PER_EXECUTION_PER_MINUTE))
+        CompletionLimiter(PerMinute::new(
+            COMPLETIONS_PER_EXECUTION_PER_MINUTE,
+            MAX_TRACKED_EXECUTIONS,
+        ))
     }
 
     /// Takes one call for `execution` at `now`, or refuses with 429.
     pub fn admit(&self, execution: ExecutionId, now: UtcMillis) -> Result<(), ApiError> {
-        self.0.take(&execution, now).map_err(|wait_s| {
-            limit(
-                LimitKind::Rate,
-                format!(
-                    "execution {execution} was reported on more than \
+        self.0
+            .take(&execution, now)
+            .map_err(|refused| match refused {
+                Refused::Rate(wait_s) => limit(
+                    LimitKind::Rate,
+                    format!(
+                        "execution {execution} was reported on more than \
                      {COMPLETIONS_PER_EXECUTION_PER_MINUTE} times in the last minute; try \
                      again in {wait_s} s"
+                    ),
                 ),
-            )
-        })
+                Refused::Crowded(wait_s) => crowded("reporting executions", wait_s),
+            })
     }
 }
 
@@ -283,5 +378,65 @@ mod tests {
         assert!(e.to_string().contains("try again in 30 s"), "{e}");
         assert!(t.admit(&b, t0).is_ok());
         assert!(t.admit(&a, UtcMillis(31_000)).is_ok());
+    }
+
+    #[test]
+    fn the_tracked_keys_are_bounded_and_a_crowded_limiter_refuses_only_new_keys() {
+        // 6 a minute: a bucket is full again 10 s after its one take.
+        let p = PerMinute::<u64>::new(6, 64);
+        let cap = 64usize.div_ceil(SHARDS) * SHARDS;
+        let t0 = UtcMillis(1_000);
+        let mut crowded = 0;
+        for key in 0..10_000u64 {
+            match p.take(&key, t0) {
+                Ok(()) => {}
+                Err(Refused::Crowded(wait_s)) => {
+                    assert_eq!(wait_s, 10);
+                    crowded += 1;
+                }
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+        assert!(p.len() <= cap, "{} keys tracked", p.len());
+        assert_eq!(crowded, 10_000 - p.len());
+        // A tracked key keeps its own rate meanwhile.
+        let tracked = (0..10_000u64).find(|k| p.take(k, t0).is_ok()).unwrap();
+        for _ in 0..4 {
+            p.take(&tracked, t0).unwrap();
+        }
+        assert_eq!(p.take(&tracked, t0), Err(Refused::Rate(10)));
+        // Once the buckets are full again, the idle ones make room.
+        let later = UtcMillis(t0.0 + 60_000);
+        assert_eq!(p.take(&20_000, later), Ok(()));
+        assert!(p.len() < cap);
+    }
+
+    #[test]
+    fn a_crowded_shard_prunes_at_most_once_per_refill() {
+        let p = PerMinute::<u64>::new(60, 1);
+        // One key per shard at most: find two keys of the same shard.
+        let shard = |k: &u64| (p.hasher.hash_one(k) as usize) % SHARDS;
+        let a = 0u64;
+        let b = (1..).find(|k| shard(k) == shard(&a)).unwrap();
+        let t0 = UtcMillis(0);
+        p.take(&a, t0).unwrap();
+        // `a` is full again after 1 s; a prune at 0.5 s finds nothing to drop and holds off
+        // the next one until 1.5 s.
+        assert_eq!(p.take(&b, UtcMillis(500)), Err(Refused::Crowded(1)));
+        assert_eq!(p.take(&b, UtcMillis(1_200)), Err(Refused::Crowded(1)));
+        assert_eq!(p.take(&b, UtcMillis(1_500)), Ok(()));
+    }
+
+    #[test]
+    fn completions_are_limited_per_execution() {
+        let c = CompletionLimiter::new();
+        let id: ExecutionId = "0190f5a2-7b1c-7cc3-9a4e-1f2e3d4c5b6a".parse().unwrap();
+        let t0 = UtcMillis(0);
+        for _ in 0..COMPLETIONS_PER_EXECUTION_PER_MINUTE {
+            c.admit(id, t0).unwrap();
+        }
+        let e = c.admit(id, t0).unwrap_err();
+        assert_eq!(e.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(e.to_string().contains("in the last minute"), "{e}");
     }
 }

@@ -28,6 +28,21 @@ pub(crate) const AX: &str = env!("CARGO_BIN_EXE_ax");
 /// What the replicas let the `http` handler call besides public addresses: loopback, where
 /// the receiver listens.
 pub(crate) const LOOPBACK: &str = "127.0.0.0/8,::1/128";
+/// The admin token of every replica (`AX_API_TOKEN`): the API answers no caller without one.
+pub(crate) const API_TOKEN: &str = "e2e-admin-token-0123456789abcdef0123456789";
+
+/// `GET url` with the admin token, as JSON.
+pub(crate) async fn api_get(url: &str) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(url)
+        .bearer_auth(API_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
 
 /// Lines of each process log printed when a test fails.
 const LOG_TAIL_LINES: usize = 40;
@@ -445,6 +460,7 @@ impl Cluster {
             ("AX_LOG", "warn".to_owned()),
             // The receiver listens on loopback, which the http handler refuses by default.
             ("AX_WORKER_HTTP_ALLOW_CIDRS", LOOPBACK.to_owned()),
+            ("AX_API_TOKEN", API_TOKEN.to_owned()),
         ]
     }
 
