@@ -27,6 +27,7 @@ The values-doc form checks that every value is documented, in values.yaml and in
 README. Exits 1 with one line per problem.
 """
 
+import ipaddress
 import json
 import os
 import re
@@ -148,7 +149,6 @@ MUST_BE_EXCEPTED = {"4": ["169.254.169.254/32", "100.100.100.200/32", "10.0.0.0/
 def check_network_policy(docs, err):
     """Every NetworkPolicy restricts egress where it says so: DNS, the backends' ports, and
     public addresses only (each non-public block in MUST_BE_EXCEPTED left out)."""
-    import ipaddress
     for d in docs:
         if d["kind"] != "NetworkPolicy":
             continue

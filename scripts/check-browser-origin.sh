@@ -9,25 +9,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-for tool in chromium chromedriver etcd etcdctl redis-server python3 curl; do
-  command -v "$tool" >/dev/null 2>&1 || { echo "check-browser-origin: $tool is missing; run scripts/setup.sh" >&2; exit 1; }
-done
+# shellcheck source=scripts/servers.sh
+. scripts/servers.sh
+ax_require check-browser-origin chromium chromedriver etcd etcdctl redis-server python3 curl
 if [ -z "${AX_BIN:-}" ]; then
   cargo build --quiet -p ax-engine --bin ax
 fi
 ax=${AX_BIN:-$root/target/debug/ax}
 
 tmp=$(mktemp -d -t ax-browser-origin.XXXXXX)
-# shellcheck source=scripts/servers.sh
-. scripts/servers.sh
 pids=()
-stop_children() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  pids=()
-}
 cleanup() {
-  stop_children
+  ax_stop_pids "${pids[@]}"
   ax_stop_servers
   if [ "${keep:-0}" = 1 ]; then echo "check-browser-origin: logs kept in $tmp"; else rm -rf "$tmp"; fi
 }
@@ -75,8 +68,7 @@ for mode in token open; do
   timeout 45 python3 scripts/browser_origin_test.py --url "http://127.0.0.1:$port" \
     --attacker "http://127.0.0.2:$attacker_port" --etcd "$AX_ETCD_ENDPOINT" \
     --prefix "$AX_ETCD_PREFIX" --token "$control_token" --work "$tmp" || { status=1; break; }
-  kill "${pids[1]}" 2>/dev/null || true
-  wait "${pids[1]}" 2>/dev/null || true
+  ax_stop_pids "${pids[1]}"
   pids=("$attacker_pid")
 done
 if [ "$status" -ne 0 ]; then keep=1; echo "check-browser-origin: failed (logs: $tmp)" >&2; fi

@@ -8,19 +8,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-for tool in chromium chromedriver etcd etcdctl redis-server python3; do
-  command -v "$tool" >/dev/null 2>&1 || { echo "check-console: $tool is missing; run scripts/setup.sh" >&2; exit 1; }
-done
+# shellcheck source=scripts/servers.sh
+. scripts/servers.sh
+ax_require check-console chromium chromedriver etcd etcdctl redis-server python3
 cargo build --quiet -p ax-engine --bin ax
 ax="$root/target/debug/ax"
 
 tmp=$(mktemp -d -t ax-console.XXXXXX)
-# shellcheck source=scripts/servers.sh
-. scripts/servers.sh
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  ax_stop_pids "${pids[@]}"
   ax_stop_servers
   if [ "${keep:-0}" = 1 ]; then echo "check-console: logs kept in $tmp"; else rm -rf "$tmp"; fi
 }
@@ -77,8 +74,7 @@ timeout 170 python3 scripts/console_test.py --url "http://127.0.0.1:${ports[0]}"
   --etcd "$AX_ETCD_ENDPOINT" --screenshots "$shots" --work "$tmp" || status=$?
 if [ "$status" -eq 0 ]; then
   # The same replicas sharing 4 shards: the overview shows the shard map, not a missing leader.
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  ax_stop_pids "${pids[@]}"
   export AX_SHARDS=4
   start_replicas sharded
   timeout 90 python3 scripts/console_test.py --sharded --url "http://127.0.0.1:${ports[0]}" \

@@ -6,9 +6,24 @@
 #   ax_start_servers DIR       sets AX_ETCD_ENDPOINT, AX_REDIS_URL, AX_ETCD_PID, AX_REDIS_PID
 #   ax_start_etcd_cluster DIR  sets AX_ETCD_CLUSTER (the 3 client URLs, comma-separated) and
 #                              AX_ETCD_CLUSTER_PIDS (the members' process ids, same order)
+#   ax_require WHO TOOL...     fails, naming WHO and scripts/setup.sh, unless each TOOL is on PATH
+#   ax_stop_pids PID...        stops and reaps the given background processes
 
 ax_free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+ax_require() { # who, tools...
+  local who=$1 tool; shift
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "$who: $tool is missing; run scripts/setup.sh" >&2; return 1; }
+  done
+}
+
+ax_stop_pids() { # pids...
+  local pid
+  for pid in "$@"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
 }
 
 ax_wait() { # what, tries, command...

@@ -803,17 +803,18 @@ async fn a_body_that_is_not_declared_json_is_refused_415() {
         "application/x-www-form-urlencoded",
         "multipart/form-data; boundary=b",
     ] {
-        let (status, body) = send(
+        assert_refused(
             &f.router,
-            Method::POST,
-            "/api/v1/tasks",
+            (Method::POST, "/api/v1/tasks"),
             &[LOCAL, ("content-type", content_type)],
             Some(spec),
+            (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "application/json",
+            ),
         )
         .await;
-        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
-        assert_eq!(error_code(&body), "unsupported_media_type");
-        assert!(body.contains("application/json"), "{body}");
     }
     // A form with no fields, to a route that takes an empty body.
     let (status, _) = send(
@@ -860,14 +861,7 @@ async fn a_body_that_is_not_declared_json_is_refused_415() {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(
-        metric_value(
-            &f.router,
-            "scheduler_api_auth_failures_total{reason=\"media_type\"}"
-        )
-        .await,
-        7.0
-    );
+    assert_eq!(refusals(&f.router, "media_type").await, 7.0);
 }
 
 #[tokio::test]
@@ -879,17 +873,18 @@ async fn a_request_from_a_foreign_origin_is_refused_403() {
         (Method::POST, "/api/v1/tasks/default/t1/trigger"),
         (Method::POST, "/api/v1/dlq/purge"),
     ] {
-        let (status, body) = send(
+        assert_refused(
             &f.router,
-            method,
-            uri,
+            (method, uri),
             &[LOCAL, ("origin", "http://127.0.0.2:8000")],
             None,
+            (
+                StatusCode::FORBIDDEN,
+                "cross_origin",
+                "http.allowed_origins",
+            ),
         )
         .await;
-        assert_eq!(status, StatusCode::FORBIDDEN, "{uri}: {body}");
-        assert_eq!(error_code(&body), "cross_origin");
-        assert!(body.contains("http.allowed_origins"), "{body}");
     }
     // The API's own page (the console) may.
     let (status, body) = send(
@@ -901,14 +896,7 @@ async fn a_request_from_a_foreign_origin_is_refused_403() {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(
-        metric_value(
-            &f.router,
-            "scheduler_api_auth_failures_total{reason=\"cross_origin\"}"
-        )
-        .await,
-        4.0
-    );
+    assert_eq!(refusals(&f.router, "cross_origin").await, 4.0);
 }
 
 #[tokio::test]
@@ -921,17 +909,18 @@ async fn a_loopback_replica_reached_under_a_foreign_host_name_is_refused() {
         ("origin", "http://attacker.example:18080"),
     ];
     for headers in [&rebound[..], &rebound[..1]] {
-        let (status, body) = send(
+        assert_refused(
             &f.router,
-            Method::GET,
-            "/api/v1/tasks?show_secrets=true",
+            (Method::GET, "/api/v1/tasks?show_secrets=true"),
             headers,
             None,
+            (
+                StatusCode::MISDIRECTED_REQUEST,
+                "unknown_host",
+                "http.allowed_hosts",
+            ),
         )
         .await;
-        assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "{body}");
-        assert_eq!(error_code(&body), "unknown_host");
-        assert!(body.contains("http.allowed_hosts"), "{body}");
     }
     for host in ["localhost:18080", "[::1]:18080", "ax.tunnel.example:443"] {
         let (status, body) = send(
@@ -1169,6 +1158,30 @@ async fn metric_value(router: &Router, series: &str) -> f64 {
         .unwrap_or_else(|| panic!("{series} not in:\n{text}"))
 }
 
+/// API requests refused so far under `reason`.
+async fn refusals(router: &Router, reason: &str) -> f64 {
+    metric_value(
+        router,
+        &format!("scheduler_api_auth_failures_total{{reason=\"{reason}\"}}"),
+    )
+    .await
+}
+
+/// Sends a request and checks the refusal: `status`, the error `code`, and a message that
+/// names `names` (the setting or type the caller needs).
+async fn assert_refused(
+    router: &Router,
+    (method, uri): (Method, &str),
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+    (status, code, names): (StatusCode, &str, &str),
+) {
+    let (got, text) = send(router, method, uri, headers, body).await;
+    assert_eq!(got, status, "{uri}: {text}");
+    assert_eq!(error_code(&text), code, "{uri}");
+    assert!(text.contains(names), "{uri}: {text}");
+}
+
 #[tokio::test]
 async fn a_replica_reachable_from_the_network_without_a_token_refuses_the_api() {
     let closed = fixture_with(
@@ -1191,14 +1204,7 @@ async fn a_replica_reachable_from_the_network_without_a_token_refuses_the_api() 
     }
     // Probes and metrics stay open.
     assert_eq!(get(&closed.router, "/healthz").await.0, StatusCode::OK);
-    assert_eq!(
-        metric_value(
-            &closed.router,
-            "scheduler_api_auth_failures_total{reason=\"closed\"}"
-        )
-        .await,
-        3.0
-    );
+    assert_eq!(refusals(&closed.router, "closed").await, 3.0);
     // The loudly named opt-out opens it.
     let open = fixture_with(
         Some(MemoryBackend::with_task("default", "t1")),

@@ -67,33 +67,53 @@ impl TokenBucket {
     }
 }
 
-/// A token bucket per key, all with the same rate and burst. Buckets are made on a key's
-/// first take; once more than `max_keys` exist, the ones full again (idle for a whole
-/// refill) are dropped, which loses nothing since a new bucket starts full. Memory is then
-/// bounded by the keys active within one refill period, which the rate itself bounds.
+/// A token bucket per key, all with the same rate and burst, for at most `max_keys` keys.
+/// Buckets are made on a key's first take. A new key past the bound first drops the buckets
+/// full again (idle for a whole refill; that loses nothing, since a new bucket starts full),
+/// at most once per token's refill time, since none can have refilled sooner; while that
+/// frees no room, new keys are refused ([`KeyRefusal::Crowded`]) and tracked keys keep their
+/// own rate. Memory and the work of a take are bounded whoever picks the keys.
 #[derive(Clone, Debug)]
 pub struct KeyedBuckets<K> {
     rate_per_sec: f64,
     burst: f64,
     max_keys: usize,
+    /// When the next prune of a full map may run.
+    next_prune: UtcMillis,
     buckets: HashMap<K, TokenBucket>,
 }
 
+/// Why [`KeyedBuckets::try_take`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyRefusal {
+    /// The key used up its rate; its next token comes at this instant.
+    Rate(UtcMillis),
+    /// Too many keys are active to track one more; room may come at this instant.
+    Crowded(UtcMillis),
+}
+
 impl<K: Eq + Hash + Clone> KeyedBuckets<K> {
-    /// Buckets of `burst` tokens refilled at `rate_per_sec`, pruned past `max_keys` keys.
+    /// Buckets of `burst` tokens refilled at `rate_per_sec`, for at most `max_keys` keys.
     pub fn new(rate_per_sec: f64, burst: f64, max_keys: usize) -> Self {
         KeyedBuckets {
             rate_per_sec,
             burst,
             max_keys: max_keys.max(1),
+            next_prune: UtcMillis(i64::MIN),
             buckets: HashMap::new(),
         }
     }
 
-    /// Takes a token of `key`'s bucket, or says when the next one will be there.
-    pub fn try_take(&mut self, key: &K, now: UtcMillis) -> Result<(), UtcMillis> {
+    /// Takes a token of `key`'s bucket, or says why not and until when.
+    pub fn try_take(&mut self, key: &K, now: UtcMillis) -> Result<(), KeyRefusal> {
         if !self.buckets.contains_key(key) && self.buckets.len() >= self.max_keys {
-            self.prune(now);
+            if now >= self.next_prune {
+                self.buckets.retain(|_, b| !b.is_full(now));
+                self.next_prune = UtcMillis(now.0.saturating_add(self.refill_ms()));
+            }
+            if self.buckets.len() >= self.max_keys {
+                return Err(KeyRefusal::Crowded(self.next_prune));
+            }
         }
         let bucket = self
             .buckets
@@ -102,18 +122,16 @@ impl<K: Eq + Hash + Clone> KeyedBuckets<K> {
         if bucket.try_take(now) {
             Ok(())
         } else {
-            Err(bucket.next_token_at(now))
+            Err(KeyRefusal::Rate(bucket.next_token_at(now)))
         }
     }
 
-    /// Whether `key` has a bucket.
-    pub fn contains(&self, key: &K) -> bool {
-        self.buckets.contains_key(key)
-    }
-
-    /// Drops the buckets full again at `now` (losing nothing: a new bucket starts full).
-    pub fn prune(&mut self, now: UtcMillis) {
-        self.buckets.retain(|_, b| !b.is_full(now));
+    /// Time for one token to come back, milliseconds.
+    fn refill_ms(&self) -> i64 {
+        if self.rate_per_sec <= 0.0 {
+            return i64::MAX;
+        }
+        ((1000.0 / self.rate_per_sec).ceil() as i64).max(1)
     }
 
     /// Keys with a bucket.
@@ -142,18 +160,30 @@ mod tests {
     #[test]
     fn each_key_has_its_own_rate_and_idle_keys_are_pruned() {
         let t0 = UtcMillis(0);
-        // 6 a minute, burst 6.
+        // 6 a minute, burst 6: one token back every 10 s.
         let mut k = KeyedBuckets::new(0.1, 6.0, 2);
         for _ in 0..6 {
             assert!(k.try_take(&"a", t0).is_ok());
         }
-        assert_eq!(k.try_take(&"a", t0), Err(UtcMillis(10_000)));
+        assert_eq!(
+            k.try_take(&"a", t0),
+            Err(KeyRefusal::Rate(UtcMillis(10_000)))
+        );
         assert!(k.try_take(&"b", t0).is_ok());
         assert_eq!(k.len(), 2);
-        // A third key while both are still draining: none is dropped (their limits hold).
-        assert!(k.try_take(&"c", UtcMillis(1)).is_ok());
-        assert_eq!(k.len(), 3);
+        // A third key while both are still draining: none is dropped (their limits hold),
+        // and the new key waits until a prune may run again.
+        assert_eq!(
+            k.try_take(&"c", UtcMillis(1)),
+            Err(KeyRefusal::Crowded(UtcMillis(10_001)))
+        );
+        assert_eq!(k.len(), 2);
         assert!(k.try_take(&"a", UtcMillis(1)).is_err());
+        // Before the next prune time nothing is scanned; after it, still nothing is full.
+        assert!(matches!(
+            k.try_take(&"c", UtcMillis(5_000)),
+            Err(KeyRefusal::Crowded(_))
+        ));
         // A minute later all are full again: a new key prunes them.
         assert!(k.try_take(&"d", UtcMillis(60_000)).is_ok());
         assert_eq!(k.len(), 1);

@@ -28,9 +28,9 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, Method};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
-use super::auth::is_loopback_listen;
+use super::auth::refused;
 use crate::api::ApiError;
 use crate::config::origin::{host_name, normal_host, normal_origin};
 use crate::metrics::Metrics;
@@ -153,6 +153,11 @@ fn own_scheme(headers: &HeaderMap) -> &str {
         .unwrap_or("http")
 }
 
+/// Whether `listen` (`host:port`) only accepts connections from this machine.
+pub fn is_loopback_listen(listen: &str) -> bool {
+    normal_host(listen).is_ok_and(|h| is_loopback_host(host_name(&h)))
+}
+
 /// Whether a normal host name (no port) names this machine's loopback.
 fn is_loopback_host(name: &str) -> bool {
     if name == "localhost" {
@@ -219,11 +224,6 @@ pub async fn check_request(
     let Some((reason, error)) = state.guard.refusal(&request) else {
         return next.run(request).await;
     };
-    state
-        .metrics
-        .api_auth_failures_total
-        .with_label_values(&[reason])
-        .inc();
     tracing::warn!(
         reason,
         method = %request.method(),
@@ -232,7 +232,7 @@ pub async fn check_request(
         host = ?request_host(&request),
         "api request refused"
     );
-    error.into_response()
+    refused(&state.metrics, reason, error)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use ax_scheduler_core::limiter::KeyedBuckets;
+use ax_scheduler_core::limiter::{KeyRefusal, KeyedBuckets};
 use ax_scheduler_core::{ExecutionId, UtcMillis};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -140,29 +140,20 @@ pub fn body(read: Result<Bytes, BytesRejection>, limits: &ApiLimits) -> Result<B
 }
 
 /// A token bucket per key with a minute's worth of burst, for what one replica's API admits
-/// per task or per execution. Bounded in memory and in work: the keys are spread over
-/// [`SHARDS`] locks, each holding at most its share of `max_keys`; a shard at its bound drops
-/// its idle buckets (full again) at most once per token's refill time, and until that frees
-/// room it refuses new keys. The keys of the completion route are chosen by whoever calls
-/// it, so without this bound a stream of made-up execution ids would grow the map (and the
-/// work of each prune) without end.
+/// per task or per execution. Bounded in memory and in work by [`KeyedBuckets`]' own bound,
+/// `max_keys` split over [`SHARDS`] locks so concurrent callers rarely wait for each other.
+/// The keys of the completion route are chosen by whoever calls it, so without the bound a
+/// stream of made-up execution ids would grow the map (and the work of each prune) without
+/// end.
 #[derive(Clone, Debug)]
 struct PerMinute<K> {
     per_minute: u32,
     hasher: RandomState,
-    shards: Arc<[Mutex<Shard<K>>]>,
+    shards: Arc<[Mutex<KeyedBuckets<K>>]>,
 }
 
-/// Locks one [`PerMinute`] is split over, so concurrent callers rarely wait for each other.
+/// Locks one [`PerMinute`] is split over.
 const SHARDS: usize = 16;
-
-#[derive(Debug)]
-struct Shard<K> {
-    buckets: KeyedBuckets<K>,
-    max_keys: usize,
-    /// When the next prune of a shard at its bound may run.
-    next_prune: UtcMillis,
-}
 
 /// Why [`PerMinute::take`] refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,15 +169,11 @@ impl<K: Eq + Hash + Clone> PerMinute<K> {
         let per_shard = max_keys.div_ceil(SHARDS).max(1);
         let shards = (0..SHARDS)
             .map(|_| {
-                Mutex::new(Shard {
-                    buckets: KeyedBuckets::new(
-                        f64::from(per_minute) / 60.0,
-                        f64::from(per_minute),
-                        per_shard,
-                    ),
-                    max_keys: per_shard,
-                    next_prune: UtcMillis(i64::MIN),
-                })
+                Mutex::new(KeyedBuckets::new(
+                    f64::from(per_minute) / 60.0,
+                    f64::from(per_minute),
+                    per_shard,
+                ))
             })
             .collect();
         PerMinute {
@@ -196,33 +183,17 @@ impl<K: Eq + Hash + Clone> PerMinute<K> {
         }
     }
 
-    /// Time for one token to come back, milliseconds: how long a pruned shard waits before
-    /// pruning again (no bucket can have refilled sooner).
-    fn refill_ms(&self) -> i64 {
-        (60_000 / i64::from(self.per_minute.max(1))).max(1)
-    }
-
     /// Takes one for `key` at `now`, or says why not.
     fn take(&self, key: &K, now: UtcMillis) -> Result<(), Refused> {
         let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
         let mut shard = self.shards[index]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let shard = &mut *shard;
-        if !shard.buckets.contains(key) && shard.buckets.len() >= shard.max_keys {
-            if now >= shard.next_prune {
-                shard.buckets.prune(now);
-                shard.next_prune = UtcMillis(now.0.saturating_add(self.refill_ms()));
-            }
-            if shard.buckets.len() >= shard.max_keys {
-                let wait = (shard.next_prune.0 - now.0).max(0).unsigned_abs();
-                return Err(Refused::Crowded(wait.div_ceil(1000)));
-            }
-        }
-        shard
-            .buckets
-            .try_take(key, now)
-            .map_err(|next| Refused::Rate((next.0 - now.0).max(0).unsigned_abs().div_ceil(1000)))
+        let seconds = |at: UtcMillis| (at.0 - now.0).max(0).unsigned_abs().div_ceil(1000);
+        shard.try_take(key, now).map_err(|refused| match refused {
+            KeyRefusal::Rate(at) => Refused::Rate(seconds(at)),
+            KeyRefusal::Crowded(at) => Refused::Crowded(seconds(at)),
+        })
     }
 
     /// Keys tracked, over all shards.
@@ -230,12 +201,7 @@ impl<K: Eq + Hash + Clone> PerMinute<K> {
     fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| {
-                s.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .buckets
-                    .len()
-            })
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len())
             .sum()
     }
 }

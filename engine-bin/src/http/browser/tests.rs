@@ -151,3 +151,23 @@ fn bodies_must_be_declared_json() {
         None
     );
 }
+
+#[test]
+fn loopback_listeners_are_told_apart() {
+    for listen in [
+        "127.0.0.1:8080",
+        "[::1]:8080",
+        "localhost:8080",
+        "127.0.0.2:1",
+    ] {
+        assert!(is_loopback_listen(listen), "{listen}");
+    }
+    for listen in [
+        "0.0.0.0:8080",
+        "[::]:8080",
+        "10.0.0.5:8080",
+        "ax.example.com:80",
+    ] {
+        assert!(!is_loopback_listen(listen), "{listen}");
+    }
+}
