@@ -115,8 +115,9 @@ for w in docs:
             elif "fieldRef" in src:
                 env[e["name"]] = w["metadata"]["name"] + "-0"
             elif "secretKeyRef" in src:
+                # Long enough for every secret's own rule (an API token needs 32 characters).
                 env[e["name"]] = ("https://hooks.example.invalid/bot" if e["name"].endswith("WEBHOOK")
-                                  else "placeholder-" + src["secretKeyRef"]["key"])
+                                  else "placeholder-" + src["secretKeyRef"]["key"] + "-" + "0" * 32)
         r = subprocess.run([ax, "config", "print", "--config", path], env=env,
                            capture_output=True, text=True)
         if r.returncode != 0:
