@@ -29,6 +29,7 @@
 
 mod capture;
 mod config;
+mod deny;
 mod env;
 mod group;
 

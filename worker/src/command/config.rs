@@ -143,6 +143,8 @@ impl CommandsConfig {
             for k in &c.allow_env {
                 if let Err(e) = check_env_name(k) {
                     push(format!("{key}.allow_env"), e);
+                } else if let Some(e) = super::deny::denied(k) {
+                    push(format!("{key}.allow_env"), e);
                 }
             }
             if c.max_output_bytes == 0 || c.max_output_bytes > MAX_COMMAND_OUTPUT_BYTES {
@@ -207,5 +209,39 @@ mod tests {
         assert_eq!(cfg.longest_stop(), Duration::from_secs(303));
         assert_eq!(CommandsConfig::default().longest_stop(), Duration::ZERO);
         assert!(crate::CommandHandler::new(cfg).is_err());
+    }
+
+    #[test]
+    fn loader_variables_are_refused_in_allow_env() {
+        let mut cfg = CommandsConfig::default();
+        cfg.commands.insert(
+            "job".into(),
+            CommandConfig {
+                allow_env: vec![
+                    "TARGET".into(),
+                    "LD_PRELOAD".into(),
+                    "PATH".into(),
+                    "BASH_ENV".into(),
+                    "PYTHONPATH".into(),
+                    "NODE_OPTIONS".into(),
+                ],
+                env: [("PATH".to_owned(), "/opt/job/bin".to_owned())].into(),
+                ..CommandConfig::new("/usr/local/bin/job")
+            },
+        );
+        let p: Vec<String> = cfg
+            .problems()
+            .iter()
+            .map(|(k, p)| format!("{k}: {p}"))
+            .collect();
+        assert_eq!(p.len(), 5, "{p:?}");
+        assert!(
+            p[0].starts_with("worker.commands.job.allow_env: `LD_PRELOAD` is a LD_* variable"),
+            "{p:?}"
+        );
+        assert!(p[1].starts_with("worker.commands.job.allow_env: `PATH` changes what"));
+        assert!(p.iter().all(|l| !l.contains("TARGET")), "{p:?}");
+        let e = crate::CommandHandler::new(cfg).unwrap_err().to_string();
+        assert!(e.contains("`NODE_OPTIONS`"), "{e}");
     }
 }

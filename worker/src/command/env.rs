@@ -66,7 +66,7 @@ mod tests {
     fn exec() -> ExecutionMessage {
         let spec = ax_scheduler_core::TaskSpec::from_json(
             br#"{"handler":"command","schedule":{"every":"1m"},"payload":{"day":"mon"},
-            "command":{"name":"backup","env":{"TARGET":"t","PATH":"/opt/bin"}}}"#,
+            "command":{"name":"backup","env":{"TARGET":"t","LANG":"de_DE.UTF-8"}}}"#,
             "ns",
             "nightly",
         )
@@ -85,13 +85,13 @@ mod tests {
         let task_env = exec.command.as_ref().unwrap().env.clone();
         let cfg = CommandConfig {
             env: [("HOME".to_owned(), "/var/lib/backup".to_owned())].into(),
-            allow_env: vec!["TARGET".into(), "PATH".into()],
+            allow_env: vec!["TARGET".into(), "LANG".into()],
             ..CommandConfig::new("/usr/local/bin/backup")
         };
         let env = build(&cfg, &exec, &task_env).unwrap();
-        assert_eq!(env["PATH"], "/opt/bin");
+        assert_eq!(env["PATH"], "/usr/local/bin:/usr/bin:/bin");
         assert_eq!(env["HOME"], "/var/lib/backup");
-        assert_eq!(env["LANG"], "C.UTF-8");
+        assert_eq!(env["LANG"], "de_DE.UTF-8");
         assert_eq!(env["TARGET"], "t");
         assert_eq!(env["AX_EXECUTION_ID"], exec.execution_id.to_string());
         assert_eq!(env["AX_TASK"], "nightly");
@@ -110,11 +110,11 @@ mod tests {
             allow_env: vec!["TARGET".into()],
             ..CommandConfig::new("/usr/local/bin/backup")
         };
-        assert_eq!(build(&cfg, &exec, &task_env).unwrap_err(), ["PATH"]);
+        assert_eq!(build(&cfg, &exec, &task_env).unwrap_err(), ["LANG"]);
         let none = CommandConfig::new("/usr/local/bin/backup");
         assert_eq!(
             build(&none, &exec, &task_env).unwrap_err(),
-            ["PATH", "TARGET"]
+            ["LANG", "TARGET"]
         );
         assert!(build(&none, &exec, &BTreeMap::new()).is_ok());
     }
