@@ -93,23 +93,45 @@ impl AuditLog for AuditStore {
         })
     }
 
-    fn record_direct(&self, change: &Observed) -> AuditFuture<'_, ()> {
-        let record = AuditRecord {
-            at: change.seen_at,
-            actor: VIA_ETCD.to_owned(),
-            via: VIA_ETCD.to_owned(),
-            action: if change.deleted {
-                "task.delete"
-            } else {
-                "task.put"
+    fn record_direct(&self, changes: &[Observed]) -> AuditFuture<'_, ()> {
+        let record = direct_record(changes);
+        Box::pin(async move {
+            match record {
+                Some(record) => Ok(self.write(&record).await?),
+                None => Ok(()),
             }
-            .to_owned(),
-            target: change.target.clone(),
-            detail: None,
-            revision: None,
-        };
-        Box::pin(async move { Ok(self.write(&record).await?) })
+        })
     }
+}
+
+/// The one record of `changes` written to etcd without ax (all writes or all deletes): a
+/// single change names its task as the target, as any change does; a burst is "<n> tasks"
+/// with the tasks in `detail.tasks`, oldest first, at the instant the first was seen.
+fn direct_record(changes: &[Observed]) -> Option<AuditRecord> {
+    let first = changes.first()?;
+    let (target, detail) = match changes {
+        [one] => (one.target.clone(), None),
+        many => (
+            format!("{} tasks", many.len()),
+            Some(serde_json::json!({
+                "tasks": many.iter().map(|c| c.target.as_str()).collect::<Vec<_>>()
+            })),
+        ),
+    };
+    Some(AuditRecord {
+        at: first.seen_at,
+        actor: VIA_ETCD.to_owned(),
+        via: VIA_ETCD.to_owned(),
+        action: if first.deleted {
+            "task.delete"
+        } else {
+            "task.put"
+        }
+        .to_owned(),
+        target,
+        detail,
+        revision: None,
+    })
 }
 
 #[cfg(test)]
@@ -132,6 +154,32 @@ mod tests {
     fn the_roles_backends_are_the_replicas_labels() {
         assert_eq!(Backend::Etcd.label(), crate::metrics::BACKEND_ETCD);
         assert_eq!(Backend::Redis.label(), crate::metrics::BACKEND_REDIS);
+    }
+
+    fn observed(target: &str, at: i64) -> Observed {
+        Observed {
+            target: target.into(),
+            deleted: false,
+            seen_at: UtcMillis(at),
+        }
+    }
+
+    #[test]
+    fn a_burst_of_direct_writes_is_one_record_naming_every_task() {
+        assert_eq!(direct_record(&[]), None);
+        let one = direct_record(&[observed("ns/a", 5)]).unwrap();
+        assert_eq!(
+            (one.actor.as_str(), one.action.as_str(), one.target.as_str()),
+            (VIA_ETCD, "task.put", "ns/a")
+        );
+        assert_eq!(one.detail, None);
+        let burst = direct_record(&[observed("ns/a", 5), observed("ns/b", 9)]).unwrap();
+        assert_eq!((burst.at, burst.target.as_str()), (UtcMillis(5), "2 tasks"));
+        assert_eq!(
+            burst.detail,
+            Some(serde_json::json!({ "tasks": ["ns/a", "ns/b"] }))
+        );
+        assert_eq!(burst.via, VIA_ETCD);
     }
 
     #[test]

@@ -1264,6 +1264,92 @@ async fn spec_changes_written_to_etcd_without_ax_are_audited_as_direct() {
     );
 }
 
+/// The direct-write records in the audit log, as (action, task ids): a record's target, or
+/// the tasks of its `detail.tasks` when it holds a burst.
+async fn direct_records(c: &Cluster) -> Vec<(String, Vec<String>)> {
+    let records = c
+        .ax_json(&["audit", "--actor", "etcd (direct)", "--limit", "1000"])
+        .await;
+    records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let tasks = match r["detail"]["tasks"].as_array() {
+                Some(tasks) => {
+                    let tasks: Vec<String> = tasks
+                        .iter()
+                        .map(|t| t.as_str().unwrap().to_owned())
+                        .collect();
+                    assert_eq!(r["target"], format!("{} tasks", tasks.len()), "{r}");
+                    tasks
+                }
+                None => vec![r["target"].as_str().unwrap().to_owned()],
+            };
+            assert_eq!(r["via"], "etcd (direct)", "{r}");
+            (r["action"].as_str().unwrap().to_owned(), tasks)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_tasks_written_to_etcd_is_audited_in_a_few_records_and_fires() {
+    const N: usize = 201;
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-audit-burst").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+
+    // Written straight to etcd while r1 leads, as a registration script does.
+    let due = now_ms() + 3000;
+    let tasks: Vec<(String, String, Value)> = (0..N)
+        .map(|i| {
+            (
+                "burst".to_owned(),
+                format!("t{i:03}"),
+                http_task(&c, json!({ "at": rfc3339(due) })),
+            )
+        })
+        .collect();
+    c.put_tasks(&tasks).await;
+
+    wait_until(Duration::from_secs(30), "every burst task executed", || {
+        let n = c.receiver.executions().len();
+        async move { n >= N }
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let records = loop {
+        let records = direct_records(&c).await;
+        let audited: usize = records.iter().map(|(_, t)| t.len()).sum();
+        if audited >= N || Instant::now() > deadline {
+            break records;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    // Room for late or repeated records and executions to show up.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(direct_records(&c).await, records, "records after the last");
+
+    assert!(
+        records.len() <= 10,
+        "{} records for {N} tasks",
+        records.len()
+    );
+    assert!(records.iter().all(|(action, _)| action == "task.put"));
+    let mut audited: Vec<String> = records.iter().flat_map(|(_, t)| t.clone()).collect();
+    audited.sort();
+    let expected: Vec<String> = tasks
+        .iter()
+        .map(|(ns, id, _)| format!("{ns}/{id}"))
+        .collect();
+    assert_eq!(audited, expected, "every task recorded once");
+    let per_task = counts(&c.receiver.executions());
+    assert_eq!(per_task.len(), N);
+    assert!(per_task.values().all(|n| *n == 1), "{per_task:?}");
+    c.clean_up().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_now_carries_its_payload_and_its_idempotency_key_runs_it_once() {
     let _serial = SERIAL.lock().await;

@@ -2,7 +2,8 @@
 //! trait.
 //!
 //! The role only needs two things of the log: which task changes ax itself recorded since
-//! an instant (to tell its own writes from direct ones), and a place to record a direct one.
+//! an instant (to tell its own writes from direct ones), and a place to record a burst of
+//! direct ones as one record.
 //! How records are stored and shaped is the replica's business (`ax serve` keeps them in
 //! etcd); a program without an audit log passes [`NoAudit`], which records nothing.
 
@@ -10,6 +11,14 @@ use std::future::Future;
 use std::pin::Pin;
 
 use ax_scheduler_core::UtcMillis;
+
+/// Direct changes one record holds at most: a burst of them costs one etcd write per
+/// thousand tasks.
+pub const MAX_BATCH: usize = 1000;
+
+/// Bytes of task names (`namespace/id`) one record holds at most, so a record of long names
+/// stays a few tens of KiB and a page of records stays readable.
+pub const MAX_BATCH_BYTES: usize = 64 * 1024;
 
 /// A failed call to the audit log: logged, never fatal (the check is retried).
 pub type AuditError = Box<dyn std::error::Error + Send + Sync>;
@@ -47,8 +56,9 @@ pub trait AuditLog: Send + Sync {
         limit: usize,
     ) -> AuditFuture<'_, Vec<RecordedChange>>;
 
-    /// Records `change` as written to etcd without ax.
-    fn record_direct(&self, change: &Observed) -> AuditFuture<'_, ()>;
+    /// Records `changes` as written to etcd without ax, in one record: at least one and at
+    /// most [`MAX_BATCH`] changes, all writes or all deletes, oldest first.
+    fn record_direct(&self, changes: &[Observed]) -> AuditFuture<'_, ()>;
 }
 
 /// Records nothing and knows of no change: direct writes are not looked for.
@@ -60,7 +70,7 @@ impl AuditLog for NoAudit {
         Box::pin(async { Ok(Vec::new()) })
     }
 
-    fn record_direct(&self, _: &Observed) -> AuditFuture<'_, ()> {
+    fn record_direct(&self, _: &[Observed]) -> AuditFuture<'_, ()> {
         Box::pin(async { Ok(()) })
     }
 }

@@ -168,7 +168,9 @@ impl AuditStore {
                 .with_range(range_end.clone())
                 .with_sort(SortTarget::Key, SortOrder::Descend)
                 .with_limit(i64::try_from(limit).unwrap_or(1000));
-            let mut kv = self.etcd.kv_client();
+            // A page is bounded in records, not bytes (a spec's diff, a burst of direct
+            // writes' task names), so the client takes responses above its default 4 MiB.
+            let mut kv = self.etcd.kv_client().max_decoding_message_size(usize::MAX);
             let resp =
                 tokio::time::timeout(self.request_timeout, kv.get(start.clone(), Some(options)))
                     .await

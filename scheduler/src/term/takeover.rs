@@ -374,7 +374,7 @@ impl Helpers {
             )
             .instrument(info_span!("state_flusher")),
         );
-        let (direct_tx, direct_rx) = mpsc::channel(1024);
+        let (direct_tx, direct_rx) = mpsc::channel(direct_writes::INTAKE);
         deps.tracker.spawn(
             direct_writes::run(
                 Arc::clone(&deps.audit),
