@@ -57,15 +57,22 @@ for f in examples/tasks/*.json; do
   "$ax" task put "$f" || echo "dev: could not register $f" >&2
 done
 
+# What a second terminal needs for the CLI: the binary on PATH, the servers, the token.
+env_line="PATH=\"$(dirname "$ax"):\$PATH\" AX_ETCD_ENDPOINTS=$AX_ETCD_ENDPOINT AX_REDIS_URL=$AX_REDIS_URL AX_API_TOKEN=$AX_API_TOKEN"
+
 cat <<INFO
 
 ax is running: $replicas replicas, etcd at $AX_ETCD_ENDPOINT, Redis at $AX_REDIS_URL.
 
   console:  $first/ui/   (enter the admin token below in its token field)
-  token:    export AX_API_TOKEN=$AX_API_TOKEN
+  token:    $AX_API_TOKEN
+
+In another terminal, paste this line; then \`ax status\`, \`ax task list\` and the README's
+"Run it" commands work as written:
+
+  export $env_line
+
   api:      curl -H "Authorization: Bearer \$AX_API_TOKEN" $first/api/v1/tasks
-  status:   AX_ETCD_ENDPOINTS=$AX_ETCD_ENDPOINT AX_REDIS_URL=$AX_REDIS_URL $ax status
-  tasks:    ... $ax task list        history: ... $ax task history default/interval-heartbeat
   metrics:  $(for p in "${ports[@]}"; do printf 'http://127.0.0.1:%s/metrics ' "$p"; done)
   logs:     $dir/ax-*.log
 

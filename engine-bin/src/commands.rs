@@ -336,19 +336,24 @@ async fn task_put(
     }
     let b = backend(config).await?;
     let mut result = b.put_task(doc, false).await.map_err(api_error)?;
-    let detail = result.audit.take().unwrap_or_default();
     let target = format!("{}/{}", result.namespace, result.id);
-    audit(
-        &b,
-        actor,
-        "task.put",
-        &target,
-        detail.detail,
-        detail.revision,
-    )
-    .await;
+    let verb = if result.unchanged {
+        "unchanged: this spec is registered already"
+    } else {
+        let detail = result.audit.take().unwrap_or_default();
+        audit(
+            &b,
+            actor,
+            "task.put",
+            &target,
+            detail.detail,
+            detail.revision,
+        )
+        .await;
+        "registered"
+    };
     let mut out = format!(
-        "task {}/{} registered (version {})\n",
+        "task {}/{} {verb} (version {})\n",
         result.namespace, result.id, spec.version
     );
     if spec.paused {

@@ -210,8 +210,13 @@ fn a_version_not_higher_is_refused_with_exit_5() {
     let c = Cluster::new("cli-versions");
     let put = |version: u64| c.ax_stdin(&["task", "put", "-", "--id", "v"], &versioned(version));
     assert_eq!(put(2).status.code(), Some(0));
-    for lower in [1, 2] {
-        let out = put(lower);
+    // A lower version, and the same version with other content (an identical spec is
+    // `unchanged`, see below).
+    let other = r#"{"handler": "log", "schedule": {"every": "20s"}, "version": 2}"#;
+    for out in [
+        put(1),
+        c.ax_stdin(&["task", "put", "-", "--id", "v"], other),
+    ] {
         assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
         let err = text(&out.stderr);
         assert!(
@@ -452,6 +457,38 @@ async fn dead_letters_are_listed_requeued_and_purged() {
         "purged 1 dead letter(s)\n"
     );
     assert_eq!(c.ok(&["dlq", "list"]).lines().count(), 1);
+}
+
+/// Putting the file that is registered again (a README step after `scripts/dev.sh` registered
+/// the examples) says so and writes nothing; a changed file at the same version is refused.
+#[test]
+fn putting_the_registered_spec_again_is_unchanged_not_a_conflict() {
+    let c = Cluster::new("cli-reput");
+    let put = |body: &str| c.ax_stdin(&["task", "put", "-", "--id", "beat", "-n", "ops"], body);
+    let first = put(BEAT);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let stored = c.get("ops/beat");
+
+    let again = put(BEAT);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    let shown = text(&again.stdout);
+    assert!(
+        shown.starts_with("task ops/beat unchanged: this spec is registered already (version 1)\n"),
+        "{shown}"
+    );
+    assert_eq!(shown.lines().filter(|l| l.starts_with("  ")).count(), 5);
+    // Nothing written: the key keeps its revision and the countdown its start.
+    assert_eq!(c.get("ops/beat"), stored);
+    let records: Value = serde_json::from_str(&c.ok(&["audit", "-o", "json"])).unwrap();
+    assert_eq!(records.as_array().unwrap().len(), 1, "{records}");
+
+    let changed = put(r#"{"handler": "log", "schedule": {"every": "20s"}}"#);
+    assert_ne!(changed.status.code(), Some(0));
+    assert!(
+        text(&changed.stderr).contains("is registered with version 1"),
+        "{}",
+        text(&changed.stderr)
+    );
 }
 
 #[test]

@@ -201,6 +201,7 @@ impl ApiBackend for MemoryBackend {
                 namespace,
                 id,
                 written: !dry_run,
+                unchanged: false,
                 next_fires: vec![UtcMillis(1_000)],
                 audit,
             })

@@ -44,6 +44,12 @@ pub enum RegisterOutcome {
         /// Revision of the write.
         revision: i64,
     },
+    /// The stored spec already says the same (same version, same content; `created_at` is
+    /// the registration's own stamp and does not count): nothing was written.
+    Unchanged {
+        /// Revision at which the stored spec was last written.
+        revision: i64,
+    },
 }
 
 /// Where the next page of a paged task listing starts: the revision its first page was read
@@ -185,8 +191,10 @@ impl Registry {
     }
 
     /// Registers `spec` under `{prefix}/tasks/{namespace}/{id}`: created if absent; an
-    /// existing spec is replaced only by a higher `version`, otherwise
-    /// [`RegistryError::VersionNotHigher`]. The spec is validated first.
+    /// existing spec is replaced only by a higher `version`; offering the stored spec again is
+    /// [`RegisterOutcome::Unchanged`] and writes nothing; anything else with a version not
+    /// above the stored one is [`RegistryError::VersionNotHigher`]. The spec is validated
+    /// first.
     pub async fn register(&self, spec: &TaskSpec) -> Result<RegisterOutcome, RegistryError> {
         spec.validate().map_err(|e| Self::invalid(spec, e))?;
         let key = self.keys.task(&spec.namespace, &spec.id);
@@ -207,6 +215,11 @@ impl Registry {
                 continue;
             };
             let existing_version = match decode_task(&self.keys, &existing) {
+                Decoded::Task(t) if same_spec(&t.spec, spec) => {
+                    return Ok(RegisterOutcome::Unchanged {
+                        revision: existing.mod_revision(),
+                    });
+                }
                 Decoded::Task(t) => t.spec.version,
                 Decoded::Invalid(_) => raw_version(existing.value()),
             };
@@ -575,6 +588,16 @@ fn next_page_limit(configured: i64, page_bytes: usize, page_len: usize) -> i64 {
     let per_key = (page_bytes / page_len).max(1);
     let fits = i64::try_from(LIST_PAGE_BYTES / per_key).unwrap_or(LIST_PAGE_MAX);
     fits.clamp(configured.min(LIST_PAGE_MAX), LIST_PAGE_MAX)
+}
+
+/// Whether `offered` only repeats `stored`: `created_at` is stamped at registration (the
+/// offered copy may carry none, or a newer one) and is not part of what the user wrote.
+fn same_spec(stored: &TaskSpec, offered: &TaskSpec) -> bool {
+    stored.version == offered.version
+        && TaskSpec {
+            created_at: stored.created_at,
+            ..offered.clone()
+        } == *stored
 }
 
 #[cfg(test)]

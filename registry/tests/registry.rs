@@ -58,6 +58,24 @@ async fn register_creates_replaces_by_higher_version_and_refuses_lower() {
     assert_eq!(got.spec.payload["m"], 2);
     assert!(got.mod_revision > got.create_revision);
 
+    // The stored spec offered again writes nothing, whatever its `created_at` says.
+    let mut same = got.spec.clone();
+    same.created_at = None;
+    assert_eq!(
+        reg.register(&same).await.unwrap(),
+        RegisterOutcome::Unchanged {
+            revision: got.mod_revision
+        }
+    );
+    assert_eq!(
+        reg.get("default", "report")
+            .await
+            .unwrap()
+            .unwrap()
+            .mod_revision,
+        got.mod_revision
+    );
+
     reg.register(&spec("other", "x", 1, 0)).await.unwrap();
     let all = reg.list(None).await.unwrap();
     assert_eq!(all.tasks.len(), 2);

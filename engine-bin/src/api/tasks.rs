@@ -152,8 +152,12 @@ pub struct PutTaskResult {
     pub namespace: String,
     /// Id.
     pub id: String,
-    /// Whether the spec was written (false for a dry run).
+    /// Whether the spec was written (false for a dry run, and when unchanged).
     pub written: bool,
+    /// Whether the registered spec already said the same (same version, same content), so
+    /// that nothing was written: putting a file again is not a conflict.
+    #[serde(default)]
+    pub unchanged: bool,
     /// The next fire times (up to 5).
     pub next_fires: Vec<UtcMillis>,
     /// What the audit log records of the change (the diff, the revision); not shown.

@@ -304,6 +304,16 @@ impl Backend {
             let revision = match outcome {
                 ax_registry::RegisterOutcome::Created { revision }
                 | ax_registry::RegisterOutcome::Replaced { revision, .. } => revision,
+                ax_registry::RegisterOutcome::Unchanged { .. } => {
+                    return Ok(PutTaskResult {
+                        namespace: key.namespace.to_string(),
+                        id: key.id.to_string(),
+                        written: false,
+                        unchanged: true,
+                        next_fires,
+                        audit: None,
+                    });
+                }
             };
             let previous = previous.and_then(|raw| serde_json::from_slice(&raw).ok());
             let written: serde_json::Value =
@@ -318,6 +328,7 @@ impl Backend {
             namespace: key.namespace.to_string(),
             id: key.id.to_string(),
             written: !dry_run,
+            unchanged: false,
             next_fires,
             audit,
         })
