@@ -12,13 +12,15 @@
 //!
 //! Submodules: [`audit_store`] (the audit log in etcd), `tasks` (views, put, pause, resume,
 //! run now, backfill), `queues` (history per task and across tasks, one execution's story,
-//! dead letters, status), `control` (kill executions, pause queues), `completion` (a job's
-//! report on an `http.async` execution), `errors` (library errors as API errors). The clients
-//! themselves come from [`crate::connect`], which the clock check and the server share.
+//! dead letters, status), `cursor` (the task listing's continue token), `control` (kill
+//! executions, pause queues), `completion` (a job's report on an `http.async` execution),
+//! `errors` (library errors as API errors). The clients themselves come from
+//! [`crate::connect`], which the clock check and the server share.
 
 pub mod audit_store;
 mod completion;
 mod control;
+mod cursor;
 mod errors;
 mod queues;
 mod tasks;

@@ -293,6 +293,7 @@ async fn list_tasks(
 fn api_error(e: ApiError) -> CliError {
     match e {
         ApiError::Invalid { errors, .. } => CliError::Invalid(errors),
+        ApiError::BadCursor(m) => CliError::Invalid(vec![m]),
         ApiError::NotFound(m) => CliError::NotFound(m),
         ApiError::Conflict(m) => CliError::Conflict(m),
         ApiError::Limit { message, .. } => CliError::Invalid(vec![message]),

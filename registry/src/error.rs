@@ -85,6 +85,15 @@ pub enum RegistryError {
         /// The revision of the listing's first page.
         revision: i64,
     },
+    /// A paged listing was continued from a key outside the listing's range (a cursor of
+    /// another listing, or a forged one).
+    #[error("the listing cursor's key {after:?} is outside the listing's range {range:?}")]
+    CursorOutsideListing {
+        /// The cursor's last key.
+        after: String,
+        /// The prefix of the range listed.
+        range: String,
+    },
     /// A stored state record is not valid JSON of a task state.
     #[error("state record at {key} is not valid: {source}")]
     Decode {

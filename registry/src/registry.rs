@@ -53,37 +53,15 @@ pub enum RegisterOutcome {
 }
 
 /// Where the next page of a paged task listing starts: the revision its first page was read
-/// at (so that all pages are one snapshot), and the last key already listed.
+/// at (so that all pages are one snapshot), and the last key already listed. How a cursor
+/// travels to a client (and is checked on its way back) is the API's business: the
+/// registry only refuses one whose key is outside the listing's range.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PageCursor {
     /// The store revision of the first page.
     pub revision: i64,
     /// The last task key listed.
     pub after: String,
-}
-
-impl PageCursor {
-    /// The cursor as an opaque token for an API (`{revision}.{hex of the key}`).
-    pub fn to_token(&self) -> String {
-        let hex: String = self.after.bytes().map(|b| format!("{b:02x}")).collect();
-        format!("{}.{hex}", self.revision)
-    }
-
-    /// Reads a token made by [`to_token`](Self::to_token); `None` if it is not one.
-    pub fn from_token(token: &str) -> Option<PageCursor> {
-        let (revision, hex) = token.split_once('.')?;
-        if hex.len() % 2 != 0 {
-            return None;
-        }
-        let bytes = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-            .collect::<Option<Vec<u8>>>()?;
-        Some(PageCursor {
-            revision: revision.parse().ok().filter(|r| *r > 0)?,
-            after: String::from_utf8(bytes).ok()?,
-        })
-    }
 }
 
 /// One page of a task listing with the states of its tasks, read at one revision.
@@ -407,8 +385,14 @@ impl Registry {
             None => self.keys.tasks_prefix(),
         };
         let start = match from {
-            // A cursor from another namespace's listing is outside this range: start there
-            // anyway and let etcd return what the range holds.
+            // A range starting below the prefix would return keys that are no tasks at all
+            // (another application's, in a shared etcd).
+            Some(c) if !c.after.starts_with(&prefix) => {
+                return Err(RegistryError::CursorOutsideListing {
+                    after: c.after.clone(),
+                    range: prefix,
+                })
+            }
             Some(c) => {
                 let mut k = c.after.clone().into_bytes();
                 k.push(0);

@@ -416,10 +416,7 @@ async fn a_paged_listing_is_one_snapshot_with_each_tasks_state() {
             reg.unregister("a", "t24").await.unwrap();
         }
         match page.next {
-            Some(next) => {
-                let token = next.to_token();
-                cursor = Some(PageCursor::from_token(&token).unwrap());
-            }
+            Some(next) => cursor = Some(next),
             None => break,
         }
     }
@@ -430,6 +427,34 @@ async fn a_paged_listing_is_one_snapshot_with_each_tasks_state() {
     want.sort();
     assert_eq!(seen, want);
     assert_eq!(with_state, 13);
-    assert!(PageCursor::from_token("12.zz").is_none());
-    assert!(PageCursor::from_token("nonsense").is_none());
+}
+
+#[tokio::test]
+async fn a_cursor_outside_the_listed_range_is_refused() {
+    let (reg, mut client) = registry("reg-page-out").await;
+    reg.register(&spec("a", "t1", 1, 0)).await.unwrap();
+    reg.register(&spec("b", "t1", 1, 0)).await.unwrap();
+    client
+        .put("/other-app/secret", "hunter2", None)
+        .await
+        .unwrap();
+    let first = reg.list_page(None, None, 1).await.unwrap();
+    let revision = first.listing.revision;
+    // An empty key, another application's key, and another namespace's task for a listing
+    // of namespace `a`: none may start a range.
+    for (namespace, after) in [
+        (None, String::new()),
+        (None, "/other-app/secret".to_owned()),
+        (Some("a"), reg.keys().task("b", "t1")),
+    ] {
+        let cursor = PageCursor { revision, after };
+        match reg.list_page(namespace, Some(&cursor), 10).await {
+            Err(RegistryError::CursorOutsideListing { .. }) => {}
+            other => panic!("{cursor:?} in {namespace:?}: {other:?}"),
+        }
+    }
+    let next = first.next.unwrap();
+    let page = reg.list_page(None, Some(&next), 10).await.unwrap();
+    assert_eq!(page.listing.tasks.len(), 1);
+    assert_eq!(&*page.listing.tasks[0].spec.namespace, "b");
 }

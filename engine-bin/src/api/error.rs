@@ -34,6 +34,11 @@ pub enum ApiError {
         /// Each problem, with its field path where there is one.
         errors: Vec<String>,
     },
+    /// `bad_cursor`: a listing's `continue` token is not one this listing issued (malformed,
+    /// outside the listing's range, or from a listing with another filter); list again from
+    /// the start.
+    #[error("{0}")]
+    BadCursor(String),
     /// `unauthorized`: missing or wrong bearer token.
     #[error("{0}")]
     Unauthorized(String),
@@ -92,6 +97,7 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::Invalid { .. } => "invalid_input",
+            ApiError::BadCursor(_) => "bad_cursor",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::Closed(_) => "api_closed",

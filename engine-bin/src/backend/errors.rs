@@ -13,6 +13,9 @@ use crate::api::ApiError;
 pub(super) fn registry(e: RegistryError) -> ApiError {
     match e {
         RegistryError::NotFound { .. } => ApiError::NotFound(e.to_string()),
+        RegistryError::CursorOutsideListing { .. } => ApiError::BadCursor(format!(
+            "continue: not a token of this listing ({e}); list again from the start"
+        )),
         RegistryError::VersionNotHigher { .. }
         | RegistryError::Conflict { .. }
         | RegistryError::ListingExpired { .. } => ApiError::Conflict(e.to_string()),

@@ -12,7 +12,7 @@ use ax_registry::{PageCursor, TaskPage, TriggerRequest};
 use ax_scheduler_core::task::DEFAULT_NAMESPACE;
 use ax_scheduler_core::{TaskSpec, TaskState, TaskStatus, UtcMillis};
 
-use super::{errors, Backend};
+use super::{cursor, errors, Backend};
 use crate::api::{
     ApiError, BackfillParams, BackfillResult, LimitKind, PutTaskResult, TaskKey, TaskList,
     TaskQuery, TaskView, TriggerParams, TriggerResult, BACKFILL_HARD_MAX, DEFAULT_BACKFILL_MAX,
@@ -175,17 +175,26 @@ impl Backend {
         let limit = query.page_size()?;
         let status = query.status_filter()?;
         let label = query.label_filter();
+        let tasks_prefix = self.registry.keys().tasks_prefix();
+        let filter = cursor::fingerprint(query);
+        let namespace = query.namespace.as_deref();
         let mut cursor = match &query.continue_token {
-            Some(t) => Some(PageCursor::from_token(t).ok_or_else(|| {
-                ApiError::invalid("continue: not a token this server issued; list from the start")
-            })?),
+            Some(t) => Some(cursor::decode(t, &tasks_prefix, namespace, &filter)?),
             None => None,
+        };
+        let token = |c: &PageCursor| {
+            cursor::encode(c, &tasks_prefix, &filter).ok_or_else(|| {
+                ApiError::Internal(format!(
+                    "listed key {:?} is outside the task prefix",
+                    c.after
+                ))
+            })
         };
         let mut items = Vec::new();
         loop {
             let page = self
                 .registry
-                .list_page(query.namespace.as_deref(), cursor.as_ref(), limit)
+                .list_page(namespace, cursor.as_ref(), limit)
                 .await
                 .map_err(errors::registry)?;
             let revision = page.listing.revision;
@@ -203,13 +212,13 @@ impl Backend {
                 items.push(view);
                 if items.len() == limit {
                     let ended = i + 1 == last && more.is_none();
-                    let continue_token = (!ended).then(|| {
-                        PageCursor {
+                    let continue_token = match ended {
+                        true => None,
+                        false => Some(token(&PageCursor {
                             revision,
                             after: key,
-                        }
-                        .to_token()
-                    });
+                        })?),
+                    };
                     return Ok(TaskList {
                         items,
                         continue_token,

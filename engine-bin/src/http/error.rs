@@ -16,7 +16,7 @@ impl ApiError {
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::Invalid { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Invalid { .. } | ApiError::BadCursor(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) | ApiError::Closed(_) => StatusCode::FORBIDDEN,
             ApiError::CrossOrigin(_) => StatusCode::FORBIDDEN,
@@ -52,7 +52,7 @@ pub struct ErrorBody {
 /// The `error` object.
 #[derive(Debug, Serialize)]
 pub struct ErrorDetail {
-    /// Stable code (`invalid_input`, `unauthorized`, `forbidden`, `api_closed`,
+    /// Stable code (`invalid_input`, `bad_cursor`, `unauthorized`, `forbidden`, `api_closed`,
     /// `cross_origin`, `unknown_host`, `unsupported_media_type`, `not_found`, `conflict`, `limit_exceeded`, `backend_unavailable`, `internal`).
     pub code: &'static str,
     /// Human-readable message.

@@ -1,0 +1,190 @@
+//! Bounds of `/api/v1` over the real backend (etcd and Redis): what a caller with a token
+//! can reach and how much work one request can cause.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use ax_engine::backend::Backend;
+use ax_engine::config::Config;
+use ax_engine::http::{app, ApiBackend, AppState};
+use ax_engine::metrics::Metrics;
+use ax_engine::readiness::Readiness;
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode};
+use axum::Router;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+struct Api {
+    router: Router,
+    config: Config,
+}
+
+async fn api_with(label: &str, adjust: impl FnOnce(&mut Config)) -> Api {
+    let mut config = Config::default();
+    config.etcd.endpoints = vec![ax_testkit::etcd_endpoint()];
+    config.etcd.prefix = format!("/{}", ax_testkit::unique_name(label));
+    config.redis.url = ax_testkit::redis_url();
+    config.redis.key_prefix = ax_testkit::unique_name(label);
+    adjust(&mut config);
+    let backend = Backend::connect(&config).await.unwrap();
+    let state = AppState {
+        metrics: Arc::new(Metrics::new(&config.worker.queues, &[]).unwrap()),
+        readiness: Arc::new(Readiness::new(true)),
+        api: Some(Arc::new(backend) as Arc<dyn ApiBackend>),
+        // Opened on purpose: these tests are about the backend's bounds, not about access.
+        access: Arc::new(ax_engine::http::auth::Access::new(&[], "", true)),
+        browser: Arc::default(),
+        limits: (&config.limits).into(),
+    };
+    Api {
+        router: app(state),
+        config,
+    }
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Value,
+    text: String,
+}
+
+impl Reply {
+    fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+
+    fn next(&self) -> Option<String> {
+        self.headers
+            .get("x-ax-continue")
+            .map(|v| v.to_str().unwrap().to_owned())
+    }
+}
+
+impl Api {
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+            .unwrap();
+        let resp = self.router.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = axum::body::to_bytes(resp.into_body(), 8 << 20)
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply {
+            status,
+            headers,
+            body,
+            text,
+        }
+    }
+
+    async fn get(&self, path: &str) -> Reply {
+        self.call(Method::GET, path, None).await
+    }
+
+    async fn put_task(&self, namespace: &str, id: &str) {
+        let spec = json!({"id": id, "namespace": namespace, "handler": "log",
+                          "schedule": {"every": "1h"}});
+        let r = self.call(Method::POST, "/api/v1/tasks", Some(spec)).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    }
+
+    async fn etcd(&self) -> etcd_client::Client {
+        etcd_client::Client::connect(&self.config.etcd.endpoints, None)
+            .await
+            .unwrap()
+    }
+
+    /// Every task id of the listing `query`, page by page, and the number of pages.
+    async fn all(&self, query: &str) -> (Vec<String>, usize) {
+        let mut ids = Vec::new();
+        let mut pages = 0;
+        let mut uri = format!("/api/v1/tasks?{query}");
+        loop {
+            let r = self.get(&uri).await;
+            assert_eq!(r.status, StatusCode::OK, "{uri}: {}", r.text);
+            pages += 1;
+            ids.extend(r.body.as_array().unwrap().iter().map(|t| {
+                format!(
+                    "{}/{}",
+                    t["namespace"].as_str().unwrap(),
+                    t["id"].as_str().unwrap()
+                )
+            }));
+            match r.next() {
+                Some(token) => uri = format!("/api/v1/tasks?{query}&continue={token}"),
+                None => return (ids, pages),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_continue_token_cannot_reach_keys_outside_the_task_prefix() {
+    let a = api_with("cursor-escape", |_| {}).await;
+    a.put_task("a", "t1").await;
+    // Another application's key in the same etcd, sorting below the task prefix.
+    let secret_key = format!("{}-other-app/secret", a.config.etcd.prefix);
+    let mut etcd = a.etcd().await;
+    let put = etcd.put(secret_key, "hunter2", None).await.unwrap();
+    let revision = put.header().unwrap().revision();
+    // The raw etcd range start a client could once pass: a revision and an empty key.
+    for token in [format!("{revision}."), format!("{revision}.00")] {
+        let r = a.get(&format!("/api/v1/tasks?continue={token}")).await;
+        assert!(!r.text.contains("hunter2"), "leaked: {}", r.text);
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{token}: {}", r.text);
+        assert_eq!(r.code(), "bad_cursor", "{}", r.text);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forged_or_foreign_continue_token_is_refused_and_paging_sees_each_task_once() {
+    let a = api_with("cursor-filter", |_| {}).await;
+    for i in 0..5 {
+        a.put_task("a", &format!("t{i}")).await;
+    }
+    for i in 0..3 {
+        a.put_task("b", &format!("u{i}")).await;
+    }
+    let (ids, pages) = a.all("limit=3").await;
+    assert_eq!(pages, 3);
+    let mut want: Vec<String> = (0..5).map(|i| format!("a/t{i}")).collect();
+    want.extend((0..3).map(|i| format!("b/u{i}")));
+    assert_eq!(ids, want, "every task once, in key order");
+    let (ids, _) = a.all("namespace=a&limit=2").await;
+    assert_eq!(ids, want[..5]);
+
+    for garbled in ["garbage", "1.2.3.4", "1.99.zz.0000000000000000"] {
+        let r = a.get(&format!("/api/v1/tasks?continue={garbled}")).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+        assert_eq!(r.code(), "bad_cursor", "{}", r.text);
+        assert!(r.text.contains("continue"), "{}", r.text);
+    }
+
+    // A token of namespace a's listing, used to list namespace b (or with a status filter).
+    let first = a.get("/api/v1/tasks?namespace=a&limit=1").await;
+    let token = first.next().unwrap();
+    for other in ["namespace=b", "namespace=a&status=paused", ""] {
+        let r = a
+            .get(&format!("/api/v1/tasks?{other}&limit=1&continue={token}"))
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{other}: {}", r.text);
+        assert_eq!(r.code(), "bad_cursor", "{}", r.text);
+        assert!(r.text.contains("another filter"), "{}", r.text);
+    }
+    let r = a
+        .get(&format!(
+            "/api/v1/tasks?namespace=a&limit=1&continue={token}"
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body[0]["id"], "t1");
+}
