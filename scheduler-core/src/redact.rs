@@ -1,114 +1,85 @@
 //! Redaction of secrets in what ax shows: URLs and header values.
 //!
-//! Task authors put credentials in URLs (`https://user:pw@host`, `?token=...`) and in HTTP
-//! headers, and operators put them in webhook URLs. Anything ax writes where people or other
-//! systems read it (logs, errors, `last_error`, history, alerts, API answers, a printed
-//! configuration) goes through here first. URLs are taken apart by hand at the
-//! `scheme://userinfo@host/path?query#fragment` level only: that is all masking needs, and a
-//! malformed URL stays printable (validation reports it elsewhere).
+//! Task authors put credentials in URLs (`https://user:pw@host`, `?token=...`, a webhook's
+//! path) and in HTTP headers, and operators put them in webhook URLs. Anything ax writes
+//! where people or other systems read it (logs, errors, `last_error`, history, alerts, API
+//! answers, a printed configuration) goes through here first.
+//!
+//! URLs are read with the WHATWG parser (the `url` crate), the one reqwest sends with: a
+//! shown URL is the parser's own serialization of what it parsed, so the host shown is the
+//! host a request goes to, whatever backslashes, `@` or percent-escapes the text holds. A
+//! text that does not parse is shown as its scheme and [`MASK`] only.
+
+mod webhook;
+
+use url::Url;
 
 /// What replaces a secret.
 pub const MASK: &str = "***";
 
-/// The parts of `scheme://user:password@host/rest`.
-#[derive(Debug, PartialEq, Eq)]
-pub struct UrlParts<'a> {
-    /// Up to and including `://`.
-    pub scheme: &'a str,
-    /// The user name of the user info (empty without one).
-    pub user: &'a str,
-    /// The password of the user info, when it has a `:`.
-    pub password: Option<&'a str>,
-    /// Whether the URL has a user info part (`...@`).
-    pub has_userinfo: bool,
-    /// Host, port, path, query, fragment: everything after the user info.
-    pub rest: &'a str,
-}
-
-/// Splits `url` at its user info; `None` when it has no `://`.
-pub fn split_url(url: &str) -> Option<UrlParts<'_>> {
-    let scheme_end = url.find("://")? + 3;
-    let (scheme, after) = url.split_at(scheme_end);
-    let authority_end = after.find(['/', '?', '#']).unwrap_or(after.len());
-    let authority = &after[..authority_end];
-    Some(match authority.rfind('@') {
-        Some(at) => {
-            let userinfo = &authority[..at];
-            let (user, password) = match userinfo.split_once(':') {
-                Some((u, p)) => (u, Some(p)),
-                None => (userinfo, None),
-            };
-            UrlParts {
-                scheme,
-                user,
-                password,
-                has_userinfo: true,
-                rest: &after[at + 1..],
-            }
-        }
-        None => UrlParts {
-            scheme,
-            user: "",
-            password: None,
-            has_userinfo: false,
-            rest: after,
-        },
-    })
-}
-
 /// `url` with its password (if any) replaced by [`MASK`], the user name kept: for
 /// connection URLs an operator wrote, where the user is worth seeing.
 pub fn mask_url_password(url: &str) -> String {
-    match split_url(url) {
-        Some(UrlParts {
-            scheme,
-            user,
-            password: Some(p),
-            rest,
-            ..
-        }) if !p.is_empty() => format!("{scheme}{user}:{MASK}@{rest}"),
-        _ => url.to_owned(),
+    let Ok(mut parsed) = Url::parse(url) else {
+        return unparsable(url);
+    };
+    if parsed.password().is_some_and(|p| !p.is_empty()) {
+        // Cannot fail: a URL with a password has a host, which takes user info.
+        let _ = parsed.set_password(Some(MASK));
+    }
+    parsed.into()
+}
+
+/// `url` fit to show anywhere: the whole user info, every query value and the token part of
+/// a known webhook's path (Slack, Feishu/Lark, Discord, Teams) replaced by [`MASK`] (query
+/// names kept, so a reader still sees which parameters were sent), and the fragment
+/// dropped. Also masks the URLs inside a longer text, see [`mask_urls_in`].
+pub fn mask_url(url: &str) -> String {
+    let Ok(mut parsed) = Url::parse(url) else {
+        return unparsable(url);
+    };
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        // Cannot fail: a URL with user info has a host.
+        let _ = parsed.set_password(None);
+        let _ = parsed.set_username(MASK);
+    }
+    if let Some((shown, Some(_))) = webhook::split_path(&parsed) {
+        parsed.set_path(&format!("{shown}/{MASK}"));
+    }
+    if let Some(query) = parsed.query() {
+        let masked = mask_query(query);
+        parsed.set_query(Some(&masked));
+    }
+    parsed.set_fragment(None);
+    parsed.into()
+}
+
+/// A text that is no URL the sender would take: nothing of it but the scheme is shown,
+/// since where its authority ends is anyone's guess.
+fn unparsable(text: &str) -> String {
+    match text.split_once("://") {
+        Some((scheme, _)) => format!("{scheme}://{MASK}"),
+        None => text.to_owned(),
     }
 }
 
-/// `url` fit to show anywhere: the whole user info and every query value replaced by
-/// [`MASK`] (query names kept, so a reader still sees which parameters were sent), and the
-/// fragment dropped. Also masks the URLs inside a longer text, see [`mask_urls_in`].
-pub fn mask_url(url: &str) -> String {
-    let Some(parts) = split_url(url) else {
-        return url.to_owned();
-    };
-    let mut out = String::with_capacity(url.len());
-    out.push_str(parts.scheme);
-    if parts.has_userinfo {
-        out.push_str(MASK);
-        out.push('@');
-    }
-    let rest = match parts.rest.find('#') {
-        Some(i) => &parts.rest[..i],
-        None => parts.rest,
-    };
-    match rest.split_once('?') {
-        Some((before, query)) => {
-            out.push_str(before);
-            out.push('?');
-            for (i, pair) in query.split('&').enumerate() {
-                if i > 0 {
-                    out.push('&');
-                }
-                match pair.split_once('=') {
-                    Some((name, _)) => {
-                        out.push_str(name);
-                        out.push('=');
-                        out.push_str(MASK);
-                    }
-                    // A bare `?token` may be the secret itself.
-                    None if !pair.is_empty() => out.push_str(MASK),
-                    None => {}
-                }
-            }
+/// A raw query with every value (and every bare `?token`) replaced by [`MASK`].
+fn mask_query(query: &str) -> String {
+    let mut out = String::with_capacity(query.len());
+    for (i, pair) in query.split('&').enumerate() {
+        if i > 0 {
+            out.push('&');
         }
-        None => out.push_str(rest),
+        match pair.split_once('=') {
+            Some((name, _)) => {
+                out.push_str(name);
+                out.push('=');
+                out.push_str(MASK);
+            }
+            // A bare `?token` may be the secret itself.
+            None if !pair.is_empty() => out.push_str(MASK),
+            None => {}
+        }
     }
     out
 }
@@ -155,9 +126,9 @@ pub fn mask_header_value(value: &str) -> &'static str {
 }
 
 /// A task spec (as JSON) fit to show: every `http.headers` value and the `http.url`'s
-/// credentials and query values masked. Everything else in a spec is the author's plain
-/// data. A spec sent back with these masks is refused by validation, so a copy taken from
-/// the API cannot overwrite a secret with `***`.
+/// credentials, query values and webhook token masked. Everything else in a spec is the
+/// author's plain data. A spec sent back with these masks is refused by validation, so a
+/// copy taken from the API cannot overwrite a secret with `***`.
 pub fn mask_spec(spec: &mut serde_json::Value) {
     let Some(http) = spec.get_mut("http").and_then(|h| h.as_object_mut()) else {
         return;
@@ -193,6 +164,7 @@ mod tests {
             ("redis://user@host/0", "redis://user@host/0"),
             ("redis://u:p@ss@host/0", "redis://u:***@host/0"),
             ("https://h/x?token=a@b", "https://h/x?token=a@b"),
+            ("redis://:pw@[bad/0", "redis://***"),
             ("not a url", "not a url"),
         ] {
             assert_eq!(mask_url_password(url), want, "{url}");
@@ -221,10 +193,85 @@ mod tests {
                 "https://example.com/h?a=***&&***",
             ),
             ("https://h/x?t=a@b", "https://h/x?t=***"),
+            ("https://u:pw@[::1/x", "https://***"),
             ("not a url", "not a url"),
         ] {
             assert_eq!(mask_url(url), want, "{url}");
         }
+    }
+
+    #[test]
+    fn a_shown_url_names_the_host_a_request_goes_to() {
+        // The sender's parser ends the authority at `\` too: this URL goes to evil.example,
+        // with `@hooks.corp.com/` as its path, and is shown so.
+        let tricky = r"https://evil.example\@hooks.corp.com/";
+        assert_eq!(Url::parse(tricky).unwrap().host_str(), Some("evil.example"));
+        assert_eq!(mask_url(tricky), "https://evil.example/@hooks.corp.com/");
+        assert_eq!(
+            mask_url("https://u:p@a.example%2F@b.example/x"),
+            "https://***@b.example/x"
+        );
+        for url in [
+            tricky,
+            "https://a@b@c.example\\d@e/f",
+            "http://x.example\\@y/",
+        ] {
+            let sent = Url::parse(url).unwrap();
+            let shown = Url::parse(&mask_url(url)).unwrap();
+            assert_eq!(shown.host_str(), sent.host_str(), "{url}");
+        }
+    }
+
+    #[test]
+    fn webhook_path_tokens_are_masked() {
+        for (url, want) in [
+            (
+                "https://hooks.slack.com/services/T0/B0/s3cret",
+                "https://hooks.slack.com/services/***",
+            ),
+            (
+                "https://open.feishu.cn/open-apis/bot/v2/hook/s3cret",
+                "https://open.feishu.cn/open-apis/bot/v2/hook/***",
+            ),
+            (
+                "https://open.larksuite.com/open-apis/bot/v2/hook/s3cret",
+                "https://open.larksuite.com/open-apis/bot/v2/hook/***",
+            ),
+            (
+                "https://discord.com/api/webhooks/123/s3cret?wait=true",
+                "https://discord.com/api/webhooks/***?wait=***",
+            ),
+            (
+                "https://discordapp.com/api/webhooks/123/s3cret",
+                "https://discordapp.com/api/webhooks/***",
+            ),
+            (
+                "https://corp.webhook.office.com/webhookb2/a@b/IncomingWebhook/s3cret/c",
+                "https://corp.webhook.office.com/webhookb2/***",
+            ),
+            (
+                "https://outlook.office.com/webhook/a@b/IncomingWebhook/s3cret/c",
+                "https://outlook.office.com/webhook/***",
+            ),
+            (
+                "https://oapi.dingtalk.com/robot/send?access_token=s3cret",
+                "https://oapi.dingtalk.com/robot/send?access_token=***",
+            ),
+            (
+                "https://hooks.slack.com/s3cret",
+                "https://hooks.slack.com/***",
+            ),
+            (
+                "https://example.com/services/x",
+                "https://example.com/services/x",
+            ),
+        ] {
+            assert_eq!(mask_url(url), want, "{url}");
+        }
+        assert_eq!(
+            mask_urls_in("POST https://hooks.slack.com/services/T/B/s3cret failed"),
+            "POST https://hooks.slack.com/services/*** failed"
+        );
     }
 
     #[test]

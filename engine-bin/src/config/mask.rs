@@ -1,11 +1,12 @@
 //! Secret masking of a configuration, and the password part of the Redis URL.
 //!
 //! Secrets are replaced by [`MASK`] only when set, so that a printed configuration still shows
-//! which secrets are configured. URLs are taken apart by hand at the `scheme://userinfo@`
-//! level only; that is all masking and password injection need, and it keeps a malformed URL
-//! printable (validation reports it separately).
+//! which secrets are configured.
+//! URLs are read with the WHATWG parser the clients use (see
+//! [`ax_scheduler_core::redact`]); a malformed URL is left as it is for validation to report.
 
-use ax_scheduler_core::redact::{mask_url, split_url};
+use ax_scheduler_core::redact::mask_url;
+use reqwest::Url;
 
 use super::{Config, MASK};
 
@@ -42,36 +43,20 @@ fn mask(secret: &mut String) {
     }
 }
 
-/// `url` with its password set to `password` (percent-encoded); `url` unchanged when
-/// `password` is empty.
+/// `url` with its password set to `password` (percent-encoded by the parser, so any
+/// password survives in the user info; the Redis client decodes it); `url` unchanged when
+/// `password` is empty or `url` takes no password.
 pub(crate) fn with_url_password(url: &str, password: &str) -> String {
     if password.is_empty() {
         return url.to_owned();
     }
-    match split_url(url) {
-        Some(p) => format!(
-            "{}{}:{}@{}",
-            p.scheme,
-            p.user,
-            percent_encode_userinfo(password),
-            p.rest
-        ),
-        None => url.to_owned(),
+    let Ok(mut parsed) = Url::parse(url) else {
+        return url.to_owned();
+    };
+    match parsed.set_password(Some(password)) {
+        Ok(()) => parsed.into(),
+        Err(()) => url.to_owned(),
     }
-}
-
-/// Encodes everything but RFC 3986 unreserved characters, so any password survives in the
-/// user-info part (the Redis client decodes it).
-fn percent_encode_userinfo(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

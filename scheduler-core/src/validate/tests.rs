@@ -406,11 +406,11 @@ fn names_http_and_payload() {
 
     assert_eq!(
         errors(r#"{"handler":"http","schedule":{"every":"1m"},"http":{"url":"ftp://x"}}"#),
-        vec!["http.url: `ftp://x` must start with http:// or https://"]
+        vec!["http.url: `ftp://x/` must start with http:// or https://"]
     );
     assert_eq!(
-        errors(r#"{"handler":"http","schedule":{"every":"1m"},"http":{"url":"http:///x"}}"#),
-        vec!["http.url: `http:///x` has no host"]
+        errors(r#"{"handler":"http","schedule":{"every":"1m"},"http":{"url":"http://:80/x"}}"#),
+        vec!["http.url: `http://***` is not a valid URL: empty host"]
     );
     assert_eq!(
         errors(
