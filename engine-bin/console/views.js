@@ -298,11 +298,22 @@ export function audit(root, { params, go }) {
     const items = await get(`/audit${query({ actor, since: sinceMs(since), limit: 200 })}`);
     const rows = items.filter((r) => !action || r.action.includes(action)).map((r) => [
       when(r.at), r.actor, r.via, h('strong', {}, r.action), r.target || '–',
-      r.detail ? h('code', { class: 'detail' }, JSON.stringify(r.detail)) : '',
+      r.detail ? h('code', { class: 'detail' }, detailText(r.detail)) : '',
     ]);
     clear(body).append(table(['When', 'Who', 'Via', 'Action', 'Target', 'Detail'], rows, 'No record.'));
   }
   return { refresh };
+}
+
+// A spec diff as one `path: from → to` line per change (the server masked the secrets and
+// quoted odd keys in the paths); any other detail as its JSON.
+function detailText(detail) {
+  const changed = detail && typeof detail.changed === 'object' ? detail.changed : null;
+  if (!changed) return JSON.stringify(detail);
+  const shown = (v) => (typeof v === 'string' ? v : JSON.stringify(v));
+  return Object.entries(changed)
+    .map(([path, c]) => `${path}: ${shown(c && c.from)} → ${shown(c && c.to)}`)
+    .join('\n');
 }
 
 // `24h`, `30m`, `7d` before now, in ms since the epoch; anything else as written.

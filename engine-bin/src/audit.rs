@@ -95,6 +95,10 @@ pub struct AuditDetail {
 /// The changes from `old` to `new` as `{path: {"from", "to"}}`, objects compared key by key
 /// and anything else as a whole; the values shown have their secrets masked, so a changed
 /// header shows as changed without showing either value. `old` is `None` for a new task.
+///
+/// Paths are walked as segments (a header may be named `X.Api.Key`) and only joined for
+/// display by [`display_path`]; masking looks at the segments, so no key can hide a value
+/// from it.
 pub fn spec_diff(old: Option<&Value>, new: &Value) -> Value {
     let Some(old) = old else {
         let mut created = new.clone();
@@ -102,44 +106,75 @@ pub fn spec_diff(old: Option<&Value>, new: &Value) -> Value {
         return serde_json::json!({ "created": created });
     };
     let mut changes = BTreeMap::new();
-    diff_into(&mut changes, String::new(), old, new);
+    diff_into(&mut changes, &mut Vec::new(), old, new);
     serde_json::json!({ "changed": changes })
 }
 
-fn diff_into(out: &mut BTreeMap<String, Value>, path: String, old: &Value, new: &Value) {
+fn diff_into<'a>(
+    out: &mut BTreeMap<String, Value>,
+    path: &mut Vec<&'a str>,
+    old: &'a Value,
+    new: &'a Value,
+) {
     match (old, new) {
         (Value::Object(a), Value::Object(b)) => {
             let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
             for k in keys {
-                let p = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
                 let (x, y) = (a.get(k), b.get(k));
-                diff_into(out, p, x.unwrap_or(&Value::Null), y.unwrap_or(&Value::Null));
+                path.push(k);
+                diff_into(
+                    out,
+                    path,
+                    x.unwrap_or(&Value::Null),
+                    y.unwrap_or(&Value::Null),
+                );
+                path.pop();
             }
         }
         (a, b) if a != b => {
             let change =
-                serde_json::json!({ "from": masked_at(&path, a), "to": masked_at(&path, b) });
-            out.insert(path, change);
+                serde_json::json!({ "from": masked_at(path, a), "to": masked_at(path, b) });
+            out.insert(display_path(path), change);
         }
         _ => {}
     }
 }
 
+/// `path` as people read it: plain segments joined by `.`, any other segment quoted as a
+/// JSON string in brackets (`http.headers["X.Api.Key"]`), so two paths never read alike.
+pub fn display_path(path: &[&str]) -> String {
+    let mut out = String::new();
+    for segment in path {
+        let plain = !segment.is_empty()
+            && segment
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if plain {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(segment);
+        } else {
+            out.push('[');
+            out.push_str(&Value::from(*segment).to_string());
+            out.push(']');
+        }
+    }
+    out
+}
+
 /// `value` as it shows at `path` of a masked spec: put back in place, masked with the
 /// spec's rules (one definition of what is secret), and taken out again.
-fn masked_at(path: &str, value: &Value) -> Value {
-    let parts: Vec<&str> = path.split('.').collect();
+fn masked_at(path: &[&str], value: &Value) -> Value {
     let mut doc = value.clone();
-    for p in parts.iter().rev() {
-        doc = serde_json::json!({ *p: doc });
+    for p in path.iter().rev() {
+        let mut parent = serde_json::Map::new();
+        parent.insert((*p).to_owned(), doc);
+        doc = Value::Object(parent);
     }
     ax_scheduler_core::redact::mask_spec(&mut doc);
     let mut cur = &doc;
-    for p in &parts {
+    for p in path {
         cur = &cur[*p];
     }
     cur.clone()
@@ -168,5 +203,28 @@ mod tests {
         assert!(!d.to_string().contains("secret"), "{d}");
         let created = spec_diff(None, &new);
         assert!(!created.to_string().contains("new-secret"), "{created}");
+    }
+
+    #[test]
+    fn keys_with_dots_neither_hide_secrets_nor_read_as_other_paths() {
+        let old = serde_json::json!({"http": {"url": "https://h/x",
+            "headers": {"X.Api.Key": "old-secret"}},
+            "command": {"env": {"TOKEN": "old-env"}},
+            "labels": {"a.b": "1", "a": {"b": "2"}}});
+        let new = serde_json::json!({"http": {"url": "https://h/x",
+            "headers": {"X.Api.Key": "new-secret"}},
+            "command": {"env": {"TOKEN": "new-env"}},
+            "labels": {"a.b": "3", "a": {"b": "4"}}});
+        let d = spec_diff(Some(&old), &new);
+        assert_eq!(
+            d,
+            serde_json::json!({"changed": {
+                "http.headers[\"X.Api.Key\"]": {"from": "***", "to": "***"},
+                "command.env.TOKEN": {"from": "***", "to": "***"},
+                "labels[\"a.b\"]": {"from": "1", "to": "3"},
+                "labels.a.b": {"from": "2", "to": "4"},
+            }})
+        );
+        assert_eq!(display_path(&["a", "", "b c"]), "a[\"\"][\"b c\"]");
     }
 }

@@ -125,19 +125,26 @@ pub fn mask_header_value(value: &str) -> &'static str {
     }
 }
 
-/// A task spec (as JSON) fit to show: every `http.headers` value and the `http.url`'s
-/// credentials, query values and webhook token masked. Everything else in a spec is the
-/// author's plain data. A spec sent back with these masks is refused by validation, so a
-/// copy taken from the API cannot overwrite a secret with `***`.
+/// A task spec (as JSON) fit to show: every `http.headers` and `command.env` value and the
+/// `http.url`'s credentials, query values and webhook token masked. Everything else in a
+/// spec is the author's plain data. A spec sent back with these masks is refused by
+/// validation, so a copy taken from the API cannot overwrite a secret with `***`.
 pub fn mask_spec(spec: &mut serde_json::Value) {
-    let Some(http) = spec.get_mut("http").and_then(|h| h.as_object_mut()) else {
-        return;
-    };
-    if let Some(serde_json::Value::String(url)) = http.get_mut("url") {
-        *url = mask_url(url);
+    if let Some(http) = spec.get_mut("http").and_then(|h| h.as_object_mut()) {
+        if let Some(serde_json::Value::String(url)) = http.get_mut("url") {
+            *url = mask_url(url);
+        }
+        mask_values(http.get_mut("headers"));
     }
-    if let Some(serde_json::Value::Object(headers)) = http.get_mut("headers") {
-        for value in headers.values_mut() {
+    if let Some(command) = spec.get_mut("command").and_then(|c| c.as_object_mut()) {
+        mask_values(command.get_mut("env"));
+    }
+}
+
+/// Every string value of an object (headers, environment) masked.
+fn mask_values(map: Option<&mut serde_json::Value>) {
+    if let Some(serde_json::Value::Object(map)) = map {
+        for value in map.values_mut() {
             if let serde_json::Value::String(v) = value {
                 *v = mask_header_value(v).to_owned();
             }
@@ -293,7 +300,8 @@ mod tests {
         let mut spec = serde_json::json!({
             "handler": "http",
             "payload": {"token": "kept: payloads are plain data"},
-            "http": {"url": "https://u:pw@h/x?k=v", "headers": {"Authorization": "Bearer t", "X-Empty": ""}}
+            "http": {"url": "https://u:pw@h/x?k=v", "headers": {"Authorization": "Bearer t", "X-Empty": ""}},
+            "command": {"name": "c", "args": ["kept"], "env": {"TOKEN": "t"}}
         });
         mask_spec(&mut spec);
         assert_eq!(
@@ -301,7 +309,8 @@ mod tests {
             serde_json::json!({
                 "handler": "http",
                 "payload": {"token": "kept: payloads are plain data"},
-                "http": {"url": "https://***@h/x?k=***", "headers": {"Authorization": "***", "X-Empty": ""}}
+                "http": {"url": "https://***@h/x?k=***", "headers": {"Authorization": "***", "X-Empty": ""}},
+            "command": {"name": "c", "args": ["kept"], "env": {"TOKEN": "***"}}
             })
         );
         let mut odd = serde_json::json!({"http": "not an object"});

@@ -130,6 +130,8 @@ fn check_env(c: &mut Checker, env: &BTreeMap<String, String>) {
         }
         if let Err(e) = check_command_text(v) {
             c.err(&path, e);
+        } else if crate::redact::holds_mask(v) {
+            c.err(&path, super::http::MASKED_SECRET.to_owned());
         }
     }
 }

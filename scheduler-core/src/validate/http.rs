@@ -15,7 +15,7 @@ use crate::task::{HttpTarget, MAX_HTTP_HEADERS, MAX_HTTP_HEADER_BYTES, MAX_URL_B
 const HTTP_FIELDS: &[&str] = &["url", "headers", "follow_redirects", "async"];
 
 /// Why a spec holding `***` in a secret is refused.
-const MASKED_SECRET: &str =
+pub(super) const MASKED_SECRET: &str =
     "holds `***`, a secret masked as ax shows it: give the real \
      value (an admin sees it with `ax task get --show-secrets`)";
 

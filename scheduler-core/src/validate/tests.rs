@@ -289,6 +289,12 @@ fn sizes_of_labels_headers_and_url_are_bounded_and_masks_refused() {
         "{e:?}"
     );
     assert!(http(r#"{"url":"https://h/x","headers":{"Authorization":"Bearer t"}}"#).is_empty());
+    // Environment values show masked too, so the same holds for them.
+    let e = errors(
+        r#"{"handler":"command","schedule":{"every":"1m"},"command":{"name":"c","env":{"TOKEN":"***"}}}"#,
+    );
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("command.env.TOKEN: holds `***`"), "{e:?}");
 }
 
 #[test]
