@@ -53,11 +53,11 @@
 //!
 //! `AX_BENCH_PRELOAD=1` registers the tasks before the replicas start, so each term arms
 //! them from its takeover's listing instead of its watch. Tasks written to etcd while a term
-//! runs, not through ax, are checked for the audit log and recorded there one by one
-//! ("changed in etcd without ax", up to 10 000 a term), which goes on into the firing window
-//! and adds to the etcd and scheduler CPU of every other mode; installations register
-//! through the API, whose own record the check finds. The idle CPU is then taken between
-//! the arming and the first due.
+//! runs, not through ax, are checked for the audit log and recorded there, one record per
+//! second of the burst with up to 1 000 task ids each ("changed in etcd without ax"). The
+//! report counts what registering cost etcd: the puts from its start to the first due, the
+//! audit records, and the whole run's puts and transactions per task. The idle CPU is then
+//! taken between the arming and the first due.
 //!
 //! `AX_BENCH_MEMORY=1` measures the leader's memory per registered task instead of firing:
 //! a scheduler-only leader and a worker, N small periodic `http` tasks (a 60-byte loopback URL,
@@ -422,6 +422,63 @@ async fn etcd_metric(endpoint: &str, name: &str) -> f64 {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// What registering cost etcd: counts, deterministic where timings are not.
+struct RegistrationWrites {
+    /// Puts from the start of registration to the first due: the specs, the markers, the
+    /// first states and the audit records written by then.
+    puts: f64,
+    /// Puts from the start of registration until the audit records stopped growing.
+    run_puts: f64,
+    /// Transactions over the same span.
+    run_txns: f64,
+    /// Audit records once they stopped growing, every one of them a record of direct writes.
+    audit: i64,
+    /// Seconds after the run's end the audit records went on growing.
+    audit_settled_s: u64,
+}
+
+impl RegistrationWrites {
+    fn print(&self, tasks: usize) {
+        let n = tasks as f64;
+        println!(
+            "etcd writes for registration: {:.0} puts from its start to the first due ({:.3} per task); audit records of the direct writes {} ({:.4} per task, settled {} s after the run); the whole run {:.0} puts ({:.3} per task) in {:.0} transactions ({:.3} per task)",
+            self.puts,
+            self.puts / n,
+            self.audit,
+            self.audit as f64 / n,
+            self.audit_settled_s,
+            self.run_puts,
+            self.run_puts / n,
+            self.run_txns,
+            self.run_txns / n,
+        );
+    }
+}
+
+/// How many audit records etcd holds once two counts 2 s apart agree (at most two minutes
+/// on), and how many seconds that took: the records of a burst may still be being written
+/// when the run ends.
+async fn settled_audit_records(client: &Client) -> (i64, u64) {
+    let count = || async {
+        let opts = GetOptions::new().with_prefix().with_count_only();
+        client
+            .clone()
+            .get(format!("{PREFIX}/audit/"), Some(opts))
+            .await
+            .map_or(0, |r| r.count())
+    };
+    let mut last = count().await;
+    for waited in 1..=60 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = count().await;
+        if now == last {
+            return (now, (waited - 1) * 2);
+        }
+        last = now;
+    }
+    (last, 120)
 }
 
 /// The pid of the process whose command line contains `needle` (a server's port).
@@ -911,6 +968,9 @@ async fn run(setup: Setup) {
         })
         .collect();
     let first_due = dues.values().copied().min().unwrap_or(planned_end);
+    let puts_at_register = etcd_metric(&etcd_server.endpoint(), "etcd_mvcc_put_total").await;
+    let txns_at_register =
+        etcd_metric(&etcd_server.endpoint(), "etcd_debugging_mvcc_txn_total").await;
     let t_register = Instant::now();
     write_all(&client, Arc::new(pairs), writers).await;
     let register_ms = t_register.elapsed().as_millis() as i64;
@@ -1177,6 +1237,16 @@ async fn run(setup: Setup) {
     tokio::time::sleep(Duration::from_secs(3)).await;
     // The states of the last fires are written at the next flush (500 ms by default).
     let puts = etcd_metric(&etcd_server.endpoint(), "etcd_mvcc_put_total").await - puts_before;
+    let (audit, audit_settled_s) = settled_audit_records(&client).await;
+    let registration = RegistrationWrites {
+        puts: puts_before - puts_at_register,
+        run_puts: etcd_metric(&etcd_server.endpoint(), "etcd_mvcc_put_total").await
+            - puts_at_register,
+        run_txns: etcd_metric(&etcd_server.endpoint(), "etcd_debugging_mvcc_txn_total").await
+            - txns_at_register,
+        audit,
+        audit_settled_s,
+    };
     let (cpu_after, window_s) = cpu_after.unwrap_or_else(|| {
         (
             pids.iter().map(|(_, p)| cpu_ticks(*p)).collect(),
@@ -1342,6 +1412,7 @@ async fn run(setup: Setup) {
         "etcd writes from the first due to 3 s after the last start: {puts:.0} puts ({:.2} per fire; the window also takes the last registered tasks' first states)",
         puts / tasks as f64
     );
+    registration.print(tasks);
     println!("log lines: {log_lines}");
     if let Some(r) = &receiver {
         let mut arrivals: HashMap<String, Vec<i64>> = HashMap::new();
