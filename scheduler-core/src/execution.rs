@@ -219,6 +219,15 @@ impl AttemptOutput {
         }
     }
 
+    /// The output with each of `secrets` replaced by `***` in its excerpts (see
+    /// [`crate::redact::redact_values`]): what a history may keep of an answer that echoed
+    /// the task's credentials.
+    pub fn redacted(mut self, secrets: &[String]) -> Self {
+        self.body = crate::redact::redact_values(&self.body, secrets);
+        self.stderr = crate::redact::redact_values(&self.stderr, secrets);
+        self
+    }
+
     /// A command's output: its exit code and excerpts of its streams, already cut by the
     /// handler (which marks a cut inside the text) and held here to
     /// [`MAX_COMMAND_OUTPUT_BYTES`] each in case they were not.

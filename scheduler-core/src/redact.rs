@@ -158,6 +158,74 @@ pub fn holds_mask(value: &str) -> bool {
     value.contains(MASK)
 }
 
+/// Shortest value [`redact_values`] looks for: shorter ones (`?page=1`) would mask ordinary
+/// text and hide little.
+pub const MIN_REDACTED_LEN: usize = 4;
+
+/// The secrets `url` carries, as a text may quote them: its user name and password, its
+/// query values and a known webhook's token path, each as written and percent-decoded.
+/// Empty for a text that does not parse (nothing is sent to it).
+pub fn url_secret_values(url: &str) -> Vec<String> {
+    let Ok(parsed) = Url::parse(url) else {
+        return Vec::new();
+    };
+    let mut raw: Vec<&str> = vec![parsed.username(), parsed.password().unwrap_or("")];
+    if let Some(query) = parsed.query() {
+        raw.extend(
+            query
+                .split('&')
+                .map(|p| p.split_once('=').map_or(p, |(_, v)| v)),
+        );
+    }
+    let path_secret = webhook::split_path(&parsed).and_then(|(_, rest)| rest);
+    let mut out: Vec<String> = Vec::new();
+    for value in raw.into_iter().chain(path_secret.as_deref()) {
+        let decoded = percent_encoding::percent_decode_str(value).decode_utf8_lossy();
+        out.push(value.to_owned());
+        out.push(decoded.into_owned());
+    }
+    out.retain(|v| v.len() >= MIN_REDACTED_LEN);
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The secrets of a task's target as a text may quote them: its header values, its URL's
+/// (see [`url_secret_values`]) and its command's environment values.
+pub fn target_secret_values(
+    http: Option<&crate::task::HttpTarget>,
+    command: Option<&crate::task::CommandCall>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(http) = http {
+        out.extend(url_secret_values(&http.url));
+        out.extend(http.headers.values().cloned());
+    }
+    if let Some(command) = command {
+        out.extend(command.env.values().cloned());
+    }
+    out
+}
+
+/// `text` with every occurrence of each of `values` replaced by [`MASK`], longest first
+/// (so a secret holding a shorter one goes whole); values shorter than
+/// [`MIN_REDACTED_LEN`] are left alone.
+pub fn redact_values(text: &str, values: &[String]) -> String {
+    let mut sorted: Vec<&str> = values
+        .iter()
+        .map(String::as_str)
+        .filter(|v| v.len() >= MIN_REDACTED_LEN && v != &MASK)
+        .collect();
+    sorted.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    let mut out = text.to_owned();
+    for v in sorted {
+        if out.contains(v) {
+            out = out.replace(v, MASK);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,5 +392,30 @@ mod tests {
     fn header_values_are_masked_when_set() {
         assert_eq!(mask_header_value("Bearer x"), MASK);
         assert_eq!(mask_header_value(""), "");
+    }
+
+    #[test]
+    fn a_urls_secrets_are_found_as_written_and_decoded() {
+        let got = url_secret_values("https://user1:p%40ss@h.example/x?token=ab%2Fcd&n=1&bare1#f");
+        assert_eq!(
+            got,
+            ["ab%2Fcd", "ab/cd", "bare1", "p%40ss", "p@ss", "user1"]
+        );
+        assert_eq!(
+            url_secret_values("https://hooks.slack.com/services/T0/B0/tok"),
+            ["T0/B0/tok"]
+        );
+        assert!(url_secret_values("https://h.example/plain/path").is_empty());
+        assert!(url_secret_values("not a url").is_empty());
+    }
+
+    #[test]
+    fn values_are_redacted_longest_first_and_short_ones_kept() {
+        let values = vec!["abcd".to_owned(), "abcdef".to_owned(), "x".to_owned()];
+        assert_eq!(
+            redact_values("got abcdef, abcd and x", &values),
+            "got ***, *** and x"
+        );
+        assert_eq!(redact_values("nothing", &[]), "nothing");
     }
 }

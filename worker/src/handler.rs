@@ -54,22 +54,40 @@ pub struct HandlerContext {
 
 /// A handler's answer, handed to the pool beside the handler's result: the [`Handler`]
 /// trait returns `Result<(), HandlerError>`, and a slot in the context adds the output
-/// without changing what every handler returns. Capped by [`AttemptOutput::new`].
+/// without changing what every handler returns. Capped by [`AttemptOutput::new`]. It also
+/// carries the secret values the handler resolved for the attempt, which the pool redacts
+/// from the output and the error before recording them.
 #[derive(Clone, Debug, Default)]
-pub struct OutputSlot(Arc<std::sync::Mutex<Option<AttemptOutput>>>);
+pub struct OutputSlot(Arc<std::sync::Mutex<Slot>>);
+
+#[derive(Debug, Default)]
+struct Slot {
+    output: Option<AttemptOutput>,
+    hidden: Vec<String>,
+}
 
 impl OutputSlot {
     /// Keeps `output` as the attempt's (the last one set wins).
     pub fn set(&self, output: AttemptOutput) {
-        *self.lock() = Some(output);
+        self.lock().output = Some(output);
     }
 
     /// Takes what was set, if anything.
     pub fn take(&self) -> Option<AttemptOutput> {
-        self.lock().take()
+        self.lock().output.take()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<AttemptOutput>> {
+    /// Adds secret values that nothing recorded of the attempt may show.
+    pub fn hide(&self, values: impl IntoIterator<Item = String>) {
+        self.lock().hidden.extend(values);
+    }
+
+    /// The values given to [`OutputSlot::hide`].
+    pub fn hidden(&self) -> Vec<String> {
+        self.lock().hidden.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
         // A poisoned lock only means a handler panicked while setting it; the value is whole.
         self.0
             .lock()

@@ -937,3 +937,70 @@ async fn idle_partitions_hold_no_place_from_a_busy_one() {
     }
     running.stop().await;
 }
+
+#[tokio::test]
+async fn the_tasks_secrets_are_redacted_from_what_an_attempt_records() {
+    let q = queue().await;
+    let mut reg = HandlerRegistry::new();
+    // A handler that echoes what a careless server would: the task's credentials and a
+    // value it resolved, in its answer and in its error.
+    reg.register_fn(
+        "echo",
+        |ctx: ax_worker::HandlerContext, exec: ExecutionMessage| async move {
+            let http = exec.http.clone().unwrap();
+            ctx.output.hide(["resolved-value".to_owned()]);
+            let echoed = format!(
+                "auth={} url={} env={} resolved=resolved-value",
+                http.headers["X.Api.Key"],
+                http.url,
+                exec.command
+                    .as_ref()
+                    .map_or("", |c| c.env["TOKEN"].as_str()),
+            );
+            ctx.output.set(ax_scheduler_core::AttemptOutput::new(
+                Some(500),
+                echoed.as_bytes(),
+                false,
+            ));
+            Err(HandlerError::Permanent(format!("server said: {echoed}")))
+        },
+    );
+    let (reporter, mut rx) = ChannelReporter::new();
+    let pool = WorkerPool::new(q.clone(), fast_config("w"), reg, Arc::new(reporter)).unwrap();
+    let running = start(pool);
+    let mut s = spec("leaky", "echo");
+    s.http = Some(ax_scheduler_core::task::HttpTarget {
+        url: "https://hooks.slack.com/services/T0/B0/path-token?k=query-token".into(),
+        headers: [("X.Api.Key".to_owned(), "header-token".to_owned())].into(),
+        follow_redirects: false,
+        await_completion: false,
+    });
+    s.command = Some(ax_scheduler_core::task::CommandCall {
+        name: "c".into(),
+        args: Vec::new(),
+        env: [("TOKEN".to_owned(), "env-token".to_owned())].into(),
+    });
+    q.enqueue(&msg(&s, 1)).await.unwrap();
+    let r = next_finished(&mut rx).await;
+    let error = r.end.error.clone().unwrap();
+    let body = r.output.clone().unwrap().body;
+    for shown in [&error, &body] {
+        for secret in [
+            "header-token",
+            "path-token",
+            "query-token",
+            "env-token",
+            "resolved-value",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("auth=*** "), "{shown}");
+    }
+    let h = q.history("ns", "leaky", 10).await.unwrap();
+    let stored = serde_json::to_string(&h).unwrap();
+    assert!(
+        !stored.contains("header-token") && !stored.contains("resolved-value"),
+        "{stored}"
+    );
+    running.stop().await;
+}

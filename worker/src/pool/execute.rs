@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_queue::{Delivery, ExecutionMessage, Settled, StopOrder};
+use ax_scheduler_core::redact::{redact_values, target_secret_values};
 use ax_scheduler_core::{AttemptEnd, AttemptOutcome, UtcMillis};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinHandle};
@@ -130,6 +131,10 @@ async fn execute_in_span(
             run_handler(handler, ctx, msg, hard_stop, &mut stop).await
         }
     };
+    // The task's secrets (inline, and those the handler resolved) are redacted from what the
+    // attempt records before anything else sees it: a server or a command may echo them.
+    let secrets = attempt_secrets(msg, &output);
+    verdict.1 = verdict.1.map(|e| redact_values(&e, &secrets));
     if let Some(c) = &completion {
         match conclude(sh, d, c, verdict, &output).await {
             Concluded::Awaiting => {
@@ -146,9 +151,17 @@ async fn execute_in_span(
         d,
         worker,
         started,
-        output: output.take(),
+        output: output.take().map(|o| o.redacted(&secrets)),
     };
     settle_verdict(sh, &ending, acks, verdict).await;
+}
+
+/// What no record of an attempt of `msg` may show: its target's inline secrets and the
+/// values its handler resolved.
+fn attempt_secrets(msg: &ExecutionMessage, output: &OutputSlot) -> Vec<String> {
+    let mut values = target_secret_values(msg.http.as_ref(), msg.command.as_ref());
+    values.extend(output.hidden());
+    values
 }
 
 /// Dead-letters an execution whose handler this worker does not serve.
