@@ -27,7 +27,8 @@ use ax_registry::Registry;
 use ax_scheduler_core::timer::TimerConfig;
 use ax_scheduler_core::{DispatcherConfig, ReconnectBackoff, UtcMillis};
 use ax_worker::{
-    CommandHandler, HandlerRegistry, PoolSummary, WorkerConfig, WorkerError, WorkerPool,
+    CommandHandler, HandlerRegistry, HttpHandler, PoolSummary, WorkerConfig, WorkerError,
+    WorkerPool,
 };
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -749,6 +750,7 @@ fn alert_channels(config: &Config) -> Vec<&'static str> {
 /// run here rather than "unknown handler").
 fn handler_registry(worker: &crate::config::Worker) -> Result<HandlerRegistry, WorkerError> {
     let mut registry = HandlerRegistry::with_builtins();
+    registry.register("http", HttpHandler::new(worker.secret_source()));
     registry.register("command", CommandHandler::new(worker.commands_config())?);
     Ok(registry)
 }

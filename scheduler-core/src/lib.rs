@@ -25,6 +25,7 @@ pub mod placement;
 pub mod ready;
 pub mod redact;
 pub mod schedule;
+pub mod secret_ref;
 pub mod state;
 pub mod status;
 pub mod task;

@@ -35,6 +35,36 @@ pub fn mask_url_password(url: &str) -> String {
 /// names kept, so a reader still sees which parameters were sent), and the fragment
 /// dropped. Also masks the URLs inside a longer text, see [`mask_urls_in`].
 pub fn mask_url(url: &str) -> String {
+    let names = crate::secret_ref::names(url).unwrap_or_default();
+    if names.is_empty() {
+        return mask_plain_url(url);
+    }
+    // A reference is no secret and shows as written: a stand-in that every URL part takes
+    // as it is goes through the parser in its place.
+    let stand_in = |i: usize| format!("axsecretref{i}x");
+    let mut i = 0;
+    let text = crate::secret_ref::pieces(url)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| match p {
+            crate::secret_ref::Piece::Text(t) => t.to_owned(),
+            crate::secret_ref::Piece::Secret(_) => {
+                i += 1;
+                stand_in(i - 1)
+            }
+        })
+        .collect::<String>();
+    let mut shown = mask_plain_url(&text);
+    for (i, name) in names.iter().enumerate() {
+        shown = shown.replace(
+            &stand_in(i),
+            &format!("{}{name}}}", crate::secret_ref::OPEN),
+        );
+    }
+    shown
+}
+
+fn mask_plain_url(url: &str) -> String {
     let Ok(mut parsed) = Url::parse(url) else {
         return unparsable(url);
     };
@@ -294,6 +324,25 @@ mod tests {
             let sent = Url::parse(url).unwrap();
             let shown = Url::parse(&mask_url(url)).unwrap();
             assert_eq!(shown.host_str(), sent.host_str(), "{url}");
+        }
+    }
+
+    #[test]
+    fn secret_references_show_as_written() {
+        for (url, want) in [
+            ("${secret:HOOK}", "${secret:HOOK}"),
+            ("https://${secret:host}/x", "https://${secret:host}/x"),
+            (
+                "https://h.example/${secret:P}/x",
+                "https://h.example/${secret:P}/x",
+            ),
+            (
+                "https://h.example/x?t=${secret:T}",
+                "https://h.example/x?t=***",
+            ),
+            ("https://${secret:U}@h.example/", "https://***@h.example/"),
+        ] {
+            assert_eq!(mask_url(url), want, "{url}");
         }
     }
 

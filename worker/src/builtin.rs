@@ -20,6 +20,11 @@
 //! (see [`crate::awaiting`]); any other answer counts as it would for any task. The token is
 //! never part of an error, the output or a log line.
 //!
+//! A task's `${secret:NAME}` references (in its URL or header values) are resolved here,
+//! from the handler's [`SecretSource`], for this attempt only; the values are handed to the
+//! [`OutputSlot`] so the pool redacts them from whatever the attempt records, and the URL an
+//! error quotes is the task's own with its references.
+//!
 //! Requests go through the pool's [`EgressClient`]: what its policy refuses fails the
 //! execution permanently (the same target is refused again). Redirects are followed only for
 //! tasks that opt in (`http.follow_redirects`), by hand, up to [`MAX_REDIRECTS`] hops, each
@@ -28,10 +33,13 @@
 //! never repeats the target. Every URL in an error is masked (user info, query values):
 //! errors end up in the state record, the history and alerts.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use ax_queue::ExecutionMessage;
-use ax_scheduler_core::redact::{mask_url, mask_urls_in};
+use ax_scheduler_core::redact::{mask_url, mask_urls_in, url_secret_values};
+use ax_scheduler_core::secret_ref::has_references;
 use ax_scheduler_core::task::HttpTarget;
 use ax_scheduler_core::{AttemptOutput, MAX_OUTPUT_BYTES};
 use reqwest::header::{CONTENT_TYPE, LOCATION};
@@ -40,6 +48,7 @@ use reqwest::{Method, StatusCode, Url};
 use crate::awaiting::Completion;
 use crate::egress::EgressClient;
 use crate::handler::{Handler, HandlerContext, HandlerError, HandlerFuture, OutputSlot};
+use crate::secrets::SecretSource;
 
 /// The header naming the execution (stable across retries and redeliveries).
 pub const EXECUTION_ID_HEADER: &str = "x-ax-execution-id";
@@ -52,9 +61,19 @@ pub const COMPLETION_TOKEN_HEADER: &str = "x-ax-completion-token";
 /// Most redirects an opted-in task follows in one attempt.
 pub const MAX_REDIRECTS: usize = 10;
 
-/// POSTs the execution as JSON to the task's `http.url` with its headers.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct HttpHandler;
+/// POSTs the execution as JSON to the task's `http.url` with its headers, its secret
+/// references resolved from its [`SecretSource`] (none by default).
+#[derive(Clone, Debug, Default)]
+pub struct HttpHandler {
+    secrets: SecretSource,
+}
+
+impl HttpHandler {
+    /// A handler resolving `${secret:NAME}` references from `secrets`.
+    pub fn new(secrets: SecretSource) -> Self {
+        HttpHandler { secrets }
+    }
+}
 
 /// Writes the execution to the log at info level.
 #[derive(Clone, Copy, Debug, Default)]
@@ -92,16 +111,66 @@ impl Handler for HttpHandler {
                     "task has no `http` target for the http handler".into(),
                 ));
             };
+            let target = resolved(&self.secrets, target, &ctx.output).await?;
             post(
                 &ctx.http,
                 exec,
-                target,
+                &target,
                 &ctx.output,
                 ctx.completion.as_ref(),
             )
             .await
         })
     }
+}
+
+/// `target` with its secret references resolved. The values (and the secrets of the
+/// resolved URL) go to `output`, to be redacted from what the attempt records; an error
+/// names the task's URL as written, never a value.
+async fn resolved<'t>(
+    secrets: &SecretSource,
+    target: &'t HttpTarget,
+    output: &OutputSlot,
+) -> Result<Cow<'t, HttpTarget>, HandlerError> {
+    let url_refs = has_references(&target.url);
+    if !url_refs && !target.headers.values().any(|v| has_references(v)) {
+        return Ok(Cow::Borrowed(target));
+    }
+    let mut values = Vec::new();
+    let result = resolve_target(secrets, target, &mut values).await;
+    if let Ok(t) = &result {
+        values.extend(url_secret_values(&t.url));
+    }
+    output.hide(values);
+    let resolved = result?;
+    if url_refs {
+        let usable = Url::parse(&resolved.url)
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host());
+        if !usable {
+            return Err(HandlerError::Permanent(format!(
+                "http.url {} does not resolve to an http(s) URL with a host",
+                mask_url(&target.url)
+            )));
+        }
+    }
+    Ok(Cow::Owned(resolved))
+}
+
+async fn resolve_target(
+    secrets: &SecretSource,
+    target: &HttpTarget,
+    values: &mut Vec<String>,
+) -> Result<HttpTarget, HandlerError> {
+    let url = secrets.resolve(&target.url, values).await?;
+    let mut headers = BTreeMap::new();
+    for (name, value) in &target.headers {
+        headers.insert(name.clone(), secrets.resolve(value, values).await?);
+    }
+    Ok(HttpTarget {
+        url,
+        headers,
+        ..target.clone()
+    })
 }
 
 /// POSTs `exec` to `target`, following redirects if the task opted in.

@@ -19,6 +19,7 @@ mod publisher;
 mod registry;
 mod reporter;
 pub mod retry;
+pub mod secrets;
 
 pub use builtin::{
     classify_status, HttpHandler, LogHandler, NoopHandler, ATTEMPT_HEADER, COMPLETION_TOKEN_HEADER,
@@ -37,3 +38,4 @@ pub use registry::HandlerRegistry;
 pub use reporter::{
     ChannelReporter, ExecutionReport, ExecutionReporter, NoopReporter, ReportEvent, ReportFuture,
 };
+pub use secrets::SecretSource;

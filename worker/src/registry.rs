@@ -50,7 +50,7 @@ impl HandlerRegistry {
     /// configuration: register a [`crate::CommandHandler`]).
     pub fn with_builtins() -> Self {
         let mut r = Self::new();
-        r.register("http", HttpHandler);
+        r.register("http", HttpHandler::default());
         r.register("log", LogHandler);
         r.register("noop", NoopHandler);
         r

@@ -12,7 +12,7 @@ use ax_scheduler_core::task::HttpTarget;
 use ax_worker::egress::parse_allow_cidr;
 use ax_worker::{
     EgressClient, EgressPolicy, Handler, HandlerContext, HandlerError, HttpHandler, OutputSlot,
-    MAX_REDIRECTS,
+    SecretSource, MAX_REDIRECTS,
 };
 use common::Receiver;
 use tokio_util::sync::CancellationToken;
@@ -57,7 +57,7 @@ fn exec_to(url: &str, headers: &[(&str, &str)], follow_redirects: bool) -> Execu
 }
 
 async fn run(ctx: HandlerContext, exec: &ExecutionMessage) -> Result<(), HandlerError> {
-    HttpHandler.run(ctx, exec).await
+    HttpHandler::default().run(ctx, exec).await
 }
 
 fn permanent(r: Result<(), HandlerError>) -> String {
@@ -435,5 +435,57 @@ async fn the_answer_is_kept_capped_at_one_kib_without_reading_a_large_body() {
     assert_eq!(
         (out.status, out.body.as_str(), out.truncated),
         (Some(200), "aaaaa", false)
+    );
+}
+
+#[tokio::test]
+async fn secret_references_are_resolved_from_the_secrets_directory() {
+    let rx = Receiver::on("127.0.0.1").await;
+    let port = rx.port;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("api-token"), "tok-123\n").unwrap();
+    std::fs::write(dir.path().join("path.part"), "200").unwrap();
+    let handler = HttpHandler::new(SecretSource::dir(dir.path()));
+    let exec = exec_to(
+        &format!("http://127.0.0.1:{port}/${{secret:path.part}}"),
+        &[("authorization", "Bearer ${secret:api-token}")],
+        false,
+    );
+    let ctx = loopback_ctx();
+    let slot = ctx.output.clone();
+    handler.run(ctx, &exec).await.unwrap();
+    let req = rx.requests()[0].clone();
+    assert!(req.starts_with("POST /200 "), "{req}");
+    assert!(
+        req.to_ascii_lowercase()
+            .contains("authorization: bearer tok-123\r\n"),
+        "one trailing newline is not part of the value: {req}"
+    );
+    assert!(!req.contains("${secret:"), "{req}");
+    let hidden = slot.hidden();
+    assert!(hidden.iter().any(|v| v == "tok-123"), "{hidden:?}");
+
+    // A missing secret: a permanent failure naming it and the directory, and no request.
+    let gone = exec_to(
+        &format!("http://127.0.0.1:{port}/200"),
+        &[("authorization", "Bearer ${secret:gone}")],
+        false,
+    );
+    let e = permanent(handler.run(loopback_ctx(), &gone).await);
+    assert!(
+        e.contains("`gone`") && e.contains(&dir.path().display().to_string()),
+        "{e}"
+    );
+    let e = permanent(HttpHandler::default().run(loopback_ctx(), &gone).await);
+    assert!(e.contains("worker.secrets_dir"), "{e}");
+    assert_eq!(rx.requests().len(), 1, "no request without its secret");
+
+    // A whole-URL secret that is no URL is named by its reference, never by its value.
+    std::fs::write(dir.path().join("bad-url"), "not a url at all").unwrap();
+    let bad = exec_to("${secret:bad-url}", &[], false);
+    let e = permanent(handler.run(loopback_ctx(), &bad).await);
+    assert!(
+        e.contains("${secret:bad-url}") && !e.contains("not a url"),
+        "{e}"
     );
 }

@@ -99,6 +99,7 @@ impl Default for Worker {
             commands_allow_root: false,
             commands: BTreeMap::new(),
             queue_limits: Vec::new(),
+            secrets_dir: String::new(),
         }
     }
 }

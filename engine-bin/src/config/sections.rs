@@ -220,6 +220,9 @@ pub struct Worker {
     /// Limits per queue (`[[worker.queue_limits]]`), enforced in Redis across all workers;
     /// default none. Give every replica the same.
     pub queue_limits: Vec<QueueLimit>,
+    /// The directory the `http` handler reads `${secret:NAME}` references from, one file
+    /// per name (a mounted Kubernetes Secret); default none: such tasks fail, saying so.
+    pub secrets_dir: String,
 }
 
 /// `[[worker.queue_limits]]`: the limits of one queue.
@@ -264,6 +267,15 @@ impl Worker {
             Ok((cidrs, hosts))
         } else {
             Err(errors)
+        }
+    }
+
+    /// Where the `http` handler reads secret references from.
+    pub fn secret_source(&self) -> ax_worker::SecretSource {
+        if self.secrets_dir.is_empty() {
+            ax_worker::SecretSource::none()
+        } else {
+            ax_worker::SecretSource::dir(&self.secrets_dir)
         }
     }
 

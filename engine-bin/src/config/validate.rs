@@ -330,6 +330,13 @@ impl Config {
         for (key, problem) in self.worker.commands_config().problems() {
             err(&key, problem);
         }
+        let dir = &self.worker.secrets_dir;
+        if !dir.is_empty() && !std::path::Path::new(dir).is_absolute() {
+            err(
+                "worker.secrets_dir",
+                format!("`{dir}` must be an absolute path (where the secrets are mounted)"),
+            );
+        }
     }
 
     /// `[http]`.
@@ -731,6 +738,17 @@ mod tests {
         assert!(e[0].starts_with("worker.http_allow_hosts: `10.0.0.1` is an address"));
         assert!(e[1].starts_with("worker.http_allow_hosts: `api.*.example` is not a host name"));
         c.worker.http_allow_hosts = vec!["LocalHost".into()];
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn the_secrets_dir_is_an_absolute_path() {
+        let mut c = valid();
+        c.worker.secrets_dir = "secrets".into();
+        let e = errors(&c);
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(e[0].starts_with("worker.secrets_dir: `secrets` must be an absolute path"));
+        c.worker.secrets_dir = "/etc/ax-task-secrets".into();
         c.validate().unwrap();
     }
 

@@ -3,6 +3,9 @@
 //! The URL and header values are the places a spec carries secrets (tokens, basic auth), and
 //! ax shows them masked as `***`. A spec read back from ax and stored again would then hold
 //! the mask instead of the secret, so a masked value is refused here rather than sent.
+//! Both may name secrets instead (`${secret:NAME}`, see [`crate::secret_ref`]): their
+//! syntax is checked here, and a URL is checked with each reference standing for a plain
+//! word, unless it starts with one (its scheme and host are then only known at run time).
 
 use std::collections::BTreeMap;
 
@@ -10,6 +13,7 @@ use serde_json::{Map, Value};
 
 use super::checker::{field, join, kind, Checker};
 use crate::redact::holds_mask;
+use crate::secret_ref;
 use crate::task::{HttpTarget, MAX_HTTP_HEADERS, MAX_HTTP_HEADER_BYTES, MAX_URL_BYTES};
 
 const HTTP_FIELDS: &[&str] = &["url", "headers", "follow_redirects", "async"];
@@ -60,13 +64,15 @@ fn parse_http(c: &mut Checker, v: &Value) -> Option<HttpTarget> {
             );
             None
         }
-        Some(u) => c.string(u, "http.url").and_then(|u| match check_url(&u) {
-            Ok(()) => Some(u),
-            Err(e) => {
-                c.err("http.url", e);
-                None
-            }
-        }),
+        Some(u) => c
+            .string(u, "http.url")
+            .and_then(|u| match check_url_with_refs(&u) {
+                Ok(()) => Some(u),
+                Err(e) => {
+                    c.err("http.url", e);
+                    None
+                }
+            }),
     };
     if let Some(u) = &url {
         if u.len() > MAX_URL_BYTES {
@@ -120,8 +126,27 @@ fn check_headers(c: &mut Checker, headers: &BTreeMap<String, String>) {
             );
         } else if holds_mask(v) {
             c.err(&path, MASKED_SECRET.to_owned());
+        } else if let Err(e) = secret_ref::pieces(v) {
+            c.err(&path, e);
         }
     }
+}
+
+/// [`check_url`] for a URL that may name secrets.
+fn check_url_with_refs(url: &str) -> Result<(), String> {
+    if !secret_ref::has_references(url) {
+        return check_url(url);
+    }
+    let plain = secret_ref::substitute(url, "secret")?;
+    if url.starts_with(secret_ref::OPEN) {
+        return Ok(());
+    }
+    check_url(&plain).map_err(|e| {
+        e.replace(
+            &crate::redact::mask_url(&plain),
+            &crate::redact::mask_url(url),
+        )
+    })
 }
 
 /// An `http://` or `https://` URL with a host, read by the parser the `http` handler sends

@@ -731,3 +731,38 @@ fn a_concurrency_key_is_read_written_back_and_checked() {
     let e = bad(r#"{"handler":"log","schedule":{"every":"60s"},"concurrency":"c"}"#);
     assert!(e.contains("concurrency: must be an object"), "{e}");
 }
+
+#[test]
+fn secret_references_are_checked_for_syntax_only() {
+    let http = |target: &str| {
+        errors(&format!(
+            r#"{{"handler":"http","schedule":{{"every":"1m"}},"http":{target}}}"#
+        ))
+    };
+    for ok in [
+        r#"{"url":"${secret:hook-url}"}"#,
+        r#"{"url":"https://hooks.slack.com/services/${secret:slack.path}"}"#,
+        r#"{"url":"https://${secret:host}/x?t=${secret:t}"}"#,
+        r#"{"url":"https://h/","headers":{"Authorization":"Bearer ${secret:api_token}"}}"#,
+    ] {
+        assert_eq!(http(ok), Vec::<String>::new(), "{ok}");
+    }
+    let e = http(r#"{"url":"https://h/","headers":{"Authorization":"Bearer ${secret:a b}"}}"#);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with("http.headers.Authorization: `a b` is not a secret name"),
+        "{e:?}"
+    );
+    let e = http(r#"{"url":"https://h/${secret:..data}"}"#);
+    assert!(
+        e[0].starts_with("http.url: `..data` is not a secret name"),
+        "{e:?}"
+    );
+    let e = http(r#"{"url":"ftp://${secret:h}/"}"#);
+    assert_eq!(
+        e,
+        vec!["http.url: `ftp://${secret:h}/` must start with http:// or https://"]
+    );
+    let e = http(r#"{"url":"https://h/${secret:open"}"#);
+    assert!(e[0].contains("without its closing"), "{e:?}");
+}
