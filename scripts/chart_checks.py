@@ -51,7 +51,13 @@ CONTRACT = {
                "http_allow_cidrs", "http_allow_hosts", "commands_allow_root", "commands", "queue_limits",
                "secrets_dir"},
     "http": {"listen", "api_token", "tokens", "public_url"},
-    "limits": {"max_request_bytes", "max_tasks_per_namespace", "triggers_per_task_per_minute"},
+    "limits": {
+        "max_request_bytes",
+        "max_tasks_per_namespace",
+        "triggers_per_task_per_minute",
+        "operate_actions_per_minute",
+        "max_backfill_fires",
+    },
     "alerts": {"feishu_webhook", "feishu_secret", "webhook_url", "min_level"},
 }
 # The keys of one [worker.commands.<name>] table.

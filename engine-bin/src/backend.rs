@@ -11,13 +11,15 @@
 //! task.
 //!
 //! Submodules: [`audit_store`] (the audit log in etcd), `tasks` (views, put, pause, resume,
-//! run now, backfill), `queues` (history per task and across tasks, one execution's story,
-//! dead letters, status), `cursor` (the task listing's continue token), `control` (kill
-//! executions, pause queues), `completion` (a job's report on an `http.async` execution),
-//! `errors` (library errors as API errors). The clients themselves come from
-//! [`crate::connect`], which the clock check and the server share.
+//! run now), `backfill` (past fires as run-now requests, bounded in count and etcd room),
+//! `queues` (history per task and across tasks, one execution's story, dead letters,
+//! status), `cursor` (the task listing's continue token), `control` (kill executions, pause
+//! queues), `completion` (a job's report on an `http.async` execution), `errors` (library
+//! errors as API errors). The clients themselves come from [`crate::connect`], which the
+//! clock check and the server share.
 
 pub mod audit_store;
+mod backfill;
 mod completion;
 mod control;
 mod cursor;
@@ -65,6 +67,7 @@ pub struct Backend {
     /// `scheduler.shards`: how many shards the status should find owned.
     shards: u32,
     max_tasks_per_namespace: u64,
+    max_backfill_fires: usize,
     audit: AuditStore,
     /// Built on the first status call; `None` inside when it cannot be (no endpoint, bad
     /// TLS files: the replica's own check says why at campaign time).
@@ -100,6 +103,7 @@ impl Backend {
             etcd_quota_bytes: config.etcd.quota_backend_bytes,
             shards: config.scheduler.shards,
             max_tasks_per_namespace: config.limits.max_tasks_per_namespace,
+            max_backfill_fires: config.limits.max_backfill_fires,
             clock: OnceCell::new(),
         }
     }

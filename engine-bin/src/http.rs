@@ -15,6 +15,7 @@ pub mod browser;
 pub mod console;
 pub mod error;
 pub mod limits;
+pub mod operate_limits;
 pub mod routes;
 pub mod server;
 

@@ -188,3 +188,130 @@ async fn a_forged_or_foreign_continue_token_is_refused_and_paging_sees_each_task
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.body[0]["id"], "t1");
 }
+
+/// The body of `POST .../backfill` over the `minutes` minutes before now.
+fn backfill_body(minutes: i64, extra: Value) -> Value {
+    let now = ax_scheduler_core::UtcMillis::now().0;
+    let mut body = json!({"from": now - minutes * 60_000, "to": now});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+impl Api {
+    async fn put_every_minute(&self, namespace: &str, id: &str) {
+        let spec = json!({"id": id, "namespace": namespace, "handler": "log",
+                          "schedule": {"cron": "* * * * *"}});
+        let r = self.call(Method::POST, "/api/v1/tasks", Some(spec)).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Reply {
+        self.call(Method::POST, path, Some(body)).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn operate_actions_are_rate_limited_with_retry_after() {
+    let a = api_with("operate-rate", |c| c.limits.operate_actions_per_minute = 3).await;
+    a.put_task("ops", "a").await;
+    a.put_task("ops", "b").await;
+    for action in ["pause", "resume", "pause"] {
+        let r = a
+            .post(&format!("/api/v1/tasks/ops/a/{action}"), json!({}))
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{action}: {}", r.text);
+    }
+    // The task is at its rate; a dry-run backfill writes nothing and is not counted.
+    let r = a
+        .post(
+            "/api/v1/tasks/ops/a/backfill",
+            backfill_body(5, json!({"dry_run": true})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    for action in ["resume", "trigger", "backfill"] {
+        let body = match action {
+            "backfill" => backfill_body(5, json!({})),
+            _ => json!({}),
+        };
+        let r = a.post(&format!("/api/v1/tasks/ops/a/{action}"), body).await;
+        assert_eq!(
+            r.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{action}: {}",
+            r.text
+        );
+        assert_eq!(r.code(), "limit_exceeded");
+        assert!(
+            r.text.contains("limits.operate_actions_per_minute"),
+            "{}",
+            r.text
+        );
+        let wait: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+        assert!((1..=60).contains(&wait), "{wait}");
+    }
+    // The caller used up its own rate too (3 a minute): another task is refused for it.
+    let r = a.post("/api/v1/tasks/ops/b/pause", json!({})).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+    assert!(r.text.contains("caller"), "{}", r.text);
+    let r = a.post("/api/v1/namespaces/ops/pause", json!({})).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backfill_is_bounded_by_its_fire_cap_and_by_etcds_quota() {
+    let a = api_with("backfill-cap", |_| {}).await;
+    a.put_every_minute("ops", "m").await;
+    // Two days of minutes: 2880 fires, above the default cap of 1000 even forced.
+    let r = a
+        .post(
+            "/api/v1/tasks/ops/m/backfill",
+            backfill_body(2 * 1440, json!({"force": true})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("limits.max_backfill_fires"), "{}", r.text);
+    let r = a
+        .post(
+            "/api/v1/tasks/ops/m/backfill",
+            backfill_body(60, json!({"max": 5000})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    let r = a
+        .post("/api/v1/tasks/ops/m/backfill", backfill_body(10, json!({})))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+
+    // A quota etcd's database is already near: the backfill is refused before any write,
+    // a dry run still answers.
+    let tight = api_with("backfill-quota", |c| c.etcd.quota_backend_bytes = 4096).await;
+    tight.put_every_minute("ops", "m").await;
+    let r = tight
+        .post("/api/v1/tasks/ops/m/backfill", backfill_body(10, json!({})))
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("etcd.quota_backend_bytes"), "{}", r.text);
+    let r = tight
+        .post(
+            "/api/v1/tasks/ops/m/backfill",
+            backfill_body(10, json!({"dry_run": true})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let mut etcd = tight.etcd().await;
+    let written = etcd
+        .get(
+            format!("{}/triggers/", tight.config.etcd.prefix),
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(written.count(), 0);
+}

@@ -74,6 +74,8 @@ pub enum ApiError {
         kind: LimitKind,
         /// What was exceeded, and how to raise it.
         message: String,
+        /// For a rate: seconds until the next call may succeed (HTTP's `Retry-After`).
+        retry_after_s: Option<u64>,
     },
     /// `backend_unavailable`: etcd or Redis cannot be reached (retry later).
     #[error("{0}")]
@@ -90,6 +92,14 @@ impl ApiError {
         ApiError::Invalid {
             errors: vec![message.clone()],
             message,
+        }
+    }
+
+    /// Seconds until a refused rate lets the next call in, when the refusal says.
+    pub fn retry_after_s(&self) -> Option<u64> {
+        match self {
+            ApiError::Limit { retry_after_s, .. } => *retry_after_s,
+            _ => None,
         }
     }
 

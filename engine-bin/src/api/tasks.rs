@@ -214,8 +214,8 @@ impl TriggerParams {
 
 /// Fires a backfill enqueues when no `max` is given.
 pub const DEFAULT_BACKFILL_MAX: usize = 1000;
-/// Fires one backfill enqueues at most, even forced: each is an etcd key until the leader
-/// takes it.
+/// The highest `limits.max_backfill_fires` may be: each fire is an etcd key until the
+/// leader takes it.
 pub const BACKFILL_HARD_MAX: usize = 100_000;
 
 /// What a backfill asks for: the body of `POST /tasks/{namespace}/{id}/backfill`.
@@ -230,7 +230,7 @@ pub struct BackfillParams {
     /// [`DEFAULT_BACKFILL_MAX`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<usize>,
-    /// Enqueue a range with more than `max` fires (up to [`BACKFILL_HARD_MAX`]).
+    /// Enqueue a range with more than `max` fires (up to `limits.max_backfill_fires`).
     #[serde(default)]
     pub force: bool,
     /// Only list the fires.

@@ -14,9 +14,8 @@ use ax_scheduler_core::{TaskSpec, TaskState, TaskStatus, UtcMillis};
 
 use super::{cursor, errors, Backend};
 use crate::api::{
-    ApiError, BackfillParams, BackfillResult, LimitKind, PutTaskResult, TaskKey, TaskList,
-    TaskQuery, TaskView, TriggerParams, TriggerResult, BACKFILL_HARD_MAX, DEFAULT_BACKFILL_MAX,
-    UPCOMING_FIRES,
+    ApiError, LimitKind, PutTaskResult, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams,
+    TriggerResult, UPCOMING_FIRES,
 };
 use crate::task_file::PREVIEW_FIRES;
 
@@ -354,6 +353,7 @@ impl Backend {
             .map_err(errors::registry)?;
         if held >= self.max_tasks_per_namespace {
             return Err(ApiError::Limit {
+                retry_after_s: None,
                 kind: LimitKind::Count,
                 message: format!(
                     "namespace {} holds {held} tasks, the limit \
@@ -421,89 +421,6 @@ impl Backend {
             .map_err(errors::registry)?;
         Ok(TriggerResult {
             execution_id: request.execution_id,
-        })
-    }
-}
-
-impl Backend {
-    /// The fires of the task's schedule in the range, written as run-now requests marked
-    /// with the fire they stand for (unless a dry run); see [`BackfillParams`].
-    pub(super) async fn backfill_range(
-        &self,
-        key: &TaskKey,
-        params: BackfillParams,
-    ) -> Result<BackfillResult, ApiError> {
-        if params.to < params.from {
-            return Err(ApiError::invalid("to: is before from"));
-        }
-        let max = params.max.unwrap_or(DEFAULT_BACKFILL_MAX);
-        if max == 0 || max > BACKFILL_HARD_MAX {
-            return Err(ApiError::invalid(format!(
-                "max: {max} is outside 1 to {BACKFILL_HARD_MAX}"
-            )));
-        }
-        let stored = self
-            .registry
-            .get(&key.namespace, &key.id)
-            .await
-            .map_err(errors::registry)?
-            .ok_or_else(|| not_found(key))?;
-        let spec = stored.spec;
-        let compiled = spec
-            .schedule
-            .compile()
-            .map_err(|e| ApiError::invalid(format!("schedule: {e}")))?;
-        let limit = if params.force { BACKFILL_HARD_MAX } else { max };
-        let fires = compiled.fires_between(
-            params.from,
-            params.to,
-            spec.created_at.unwrap_or(params.from),
-            limit + 1,
-        );
-        if fires.len() > limit {
-            return Err(ApiError::Limit {
-                kind: LimitKind::Count,
-                message: if params.force {
-                    format!(
-                        "the range holds more than {BACKFILL_HARD_MAX} fires, the most one \
-                         backfill enqueues: split it"
-                    )
-                } else {
-                    format!(
-                        "the range holds more than {max} fires (max); raise --max, or add \
-                         --force to enqueue them all, up to {BACKFILL_HARD_MAX}"
-                    )
-                },
-            });
-        }
-        if params.dry_run {
-            return Ok(BackfillResult {
-                fires,
-                execution_ids: Vec::new(),
-                written: false,
-            });
-        }
-        let now = UtcMillis::now();
-        // UUID v7 ids in fire order: the requests' keys sort as the fires, so the leader
-        // takes them oldest first.
-        let requests: Vec<TriggerRequest> = fires
-            .iter()
-            .map(|t| TriggerRequest {
-                execution_id: ax_queue::new_execution_id(),
-                requested_at: now,
-                payload: None,
-                idempotency_key: None,
-                backfill_of: Some(*t),
-            })
-            .collect();
-        self.registry
-            .request_triggers(&key.namespace, &key.id, &requests)
-            .await
-            .map_err(errors::registry)?;
-        Ok(BackfillResult {
-            fires,
-            execution_ids: requests.into_iter().map(|r| r.execution_id).collect(),
-            written: true,
         })
     }
 }

@@ -134,6 +134,8 @@ impl Default for Limits {
             max_request_bytes: 1024 * 1024,
             max_tasks_per_namespace: 100_000,
             triggers_per_task_per_minute: 60,
+            operate_actions_per_minute: 30,
+            max_backfill_fires: 1000,
         }
     }
 }

@@ -450,6 +450,22 @@ impl Config {
                 "must be at least 1".into(),
             );
         }
+        if self.limits.operate_actions_per_minute == 0 {
+            err(
+                "limits.operate_actions_per_minute",
+                "must be at least 1".into(),
+            );
+        }
+        if !(1..=crate::api::BACKFILL_HARD_MAX).contains(&self.limits.max_backfill_fires) {
+            err(
+                "limits.max_backfill_fires",
+                format!(
+                    "{} is outside 1 to {}",
+                    self.limits.max_backfill_fires,
+                    crate::api::BACKFILL_HARD_MAX
+                ),
+            );
+        }
     }
 
     /// `[alerts]`.

@@ -70,6 +70,7 @@ impl IntoResponse for ApiError {
             tracing::warn!(code, error = %self, "api request failed");
         }
         let unauthorized = matches!(self, ApiError::Unauthorized(_));
+        let retry_after = self.retry_after_s();
         let (message, errors) = match self {
             ApiError::Invalid { message, errors } => (message, errors),
             other => (other.to_string(), Vec::new()),
@@ -85,6 +86,11 @@ impl IntoResponse for ApiError {
             }),
         )
             .into_response();
+        if let Some(seconds) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+        }
         if unauthorized {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

@@ -41,6 +41,8 @@ pub struct ApiLimits {
     pub max_request_bytes: usize,
     /// `limits.triggers_per_task_per_minute`.
     pub triggers_per_task_per_minute: u32,
+    /// `limits.operate_actions_per_minute`.
+    pub operate_actions_per_minute: u32,
 }
 
 impl From<&crate::config::Limits> for ApiLimits {
@@ -48,6 +50,7 @@ impl From<&crate::config::Limits> for ApiLimits {
         ApiLimits {
             max_request_bytes: l.max_request_bytes,
             triggers_per_task_per_minute: l.triggers_per_task_per_minute,
+            operate_actions_per_minute: l.operate_actions_per_minute,
         }
     }
 }
@@ -59,7 +62,20 @@ impl Default for ApiLimits {
 }
 
 fn limit(kind: LimitKind, message: String) -> ApiError {
-    ApiError::Limit { kind, message }
+    ApiError::Limit {
+        kind,
+        message,
+        retry_after_s: None,
+    }
+}
+
+/// A refused rate: 429, and when to try again (`Retry-After`).
+pub(super) fn rate_limited(message: String, wait_s: u64) -> ApiError {
+    ApiError::Limit {
+        kind: LimitKind::Rate,
+        message,
+        retry_after_s: Some(wait_s),
+    }
 }
 
 fn body_too_large(max: usize) -> ApiError {
@@ -146,7 +162,7 @@ pub fn body(read: Result<Bytes, BytesRejection>, limits: &ApiLimits) -> Result<B
 /// stream of made-up execution ids would grow the map (and the work of each prune) without
 /// end.
 #[derive(Clone, Debug)]
-struct PerMinute<K> {
+pub(super) struct PerMinute<K> {
     per_minute: u32,
     hasher: RandomState,
     shards: Arc<[Mutex<KeyedBuckets<K>>]>,
@@ -157,7 +173,7 @@ const SHARDS: usize = 16;
 
 /// Why [`PerMinute::take`] refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Refused {
+pub(super) enum Refused {
     /// The key used up its rate; the next call may come in this many seconds.
     Rate(u64),
     /// Too many keys are active at once to track one more; try again in this many seconds.
@@ -165,7 +181,7 @@ enum Refused {
 }
 
 impl<K: Eq + Hash + Clone> PerMinute<K> {
-    fn new(per_minute: u32, max_keys: usize) -> Self {
+    pub(super) fn new(per_minute: u32, max_keys: usize) -> Self {
         let per_shard = max_keys.div_ceil(SHARDS).max(1);
         let shards = (0..SHARDS)
             .map(|_| {
@@ -183,8 +199,13 @@ impl<K: Eq + Hash + Clone> PerMinute<K> {
         }
     }
 
+    /// The rate, per minute.
+    pub(super) fn per_minute(&self) -> u32 {
+        self.per_minute
+    }
+
     /// Takes one for `key` at `now`, or says why not.
-    fn take(&self, key: &K, now: UtcMillis) -> Result<(), Refused> {
+    pub(super) fn take(&self, key: &K, now: UtcMillis) -> Result<(), Refused> {
         let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
         let mut shard = self.shards[index]
             .lock()
@@ -207,13 +228,13 @@ impl<K: Eq + Hash + Clone> PerMinute<K> {
 }
 
 /// The refusal of a [`Refused::Crowded`] take, for `what` (`"run-now requests"`).
-fn crowded(what: &str, wait_s: u64) -> ApiError {
-    limit(
-        LimitKind::Rate,
+pub(super) fn crowded(what: &str, wait_s: u64) -> ApiError {
+    rate_limited(
         format!(
             "this replica tracks the rate of too many {what} at once to take another; try \
              again in {wait_s} s"
         ),
+        wait_s,
     )
 }
 
@@ -231,13 +252,13 @@ impl TriggerLimiter {
     /// Admits one run-now request of `key` at `now`, or says when the next one may come.
     pub fn admit(&self, key: &TaskKey, now: UtcMillis) -> Result<(), ApiError> {
         self.0.take(key, now).map_err(|refused| match refused {
-            Refused::Rate(wait_s) => limit(
-                LimitKind::Rate,
+            Refused::Rate(wait_s) => rate_limited(
                 format!(
                     "task {key} was run now {} times in the last minute, the limit \
                      (limits.triggers_per_task_per_minute); try again in {wait_s} s",
                     self.0.per_minute
                 ),
+                wait_s,
             ),
             Refused::Crowded(wait_s) => crowded("tasks run now", wait_s),
         })
@@ -269,13 +290,13 @@ impl CompletionLimiter {
         self.0
             .take(&execution, now)
             .map_err(|refused| match refused {
-                Refused::Rate(wait_s) => limit(
-                    LimitKind::Rate,
+                Refused::Rate(wait_s) => rate_limited(
                     format!(
                         "execution {execution} was reported on more than \
                      {COMPLETIONS_PER_EXECUTION_PER_MINUTE} times in the last minute; try \
                      again in {wait_s} s"
                     ),
+                    wait_s,
                 ),
                 Refused::Crowded(wait_s) => crowded("reporting executions", wait_s),
             })
@@ -307,6 +328,7 @@ mod tests {
         let l = ApiLimits {
             max_request_bytes: 2048,
             triggers_per_task_per_minute: 1,
+            operate_actions_per_minute: 1,
         };
         assert!(request_error(&request("/api/v1/tasks", &[]), &l).is_none());
         let long = format!("/api/v1/tasks?namespace={}", "a".repeat(MAX_URI_BYTES));

@@ -61,6 +61,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::limits::{ApiLimits, CompletionLimiter, TriggerLimiter};
+use super::operate_limits::OperateLimiter;
 use crate::api::{ApiBackend, ApiError, MAX_LIST_LIMIT};
 
 /// Response header holding the token of the next page of a listing.
@@ -74,6 +75,7 @@ pub struct ApiState {
     limits: ApiLimits,
     triggers: TriggerLimiter,
     completions: CompletionLimiter,
+    operate: OperateLimiter,
 }
 
 impl ApiState {
@@ -91,6 +93,7 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
         limits,
         triggers: TriggerLimiter::new(limits.triggers_per_task_per_minute),
         completions: CompletionLimiter::new(),
+        operate: OperateLimiter::new(limits.operate_actions_per_minute),
     };
     Router::new()
         .route("/tasks", get(tasks::list_tasks).post(tasks::put_task))

@@ -3,6 +3,7 @@
 //! A pause records who asked (the caller's token name), so `ax status` can say why a
 //! namespace is quiet.
 
+use ax_scheduler_core::UtcMillis;
 use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 
@@ -14,6 +15,8 @@ pub(super) async fn pause_namespace(
     Extension(who): Extension<Principal>,
     Path(namespace): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    s.operate
+        .admit(&who, &format!("{namespace}/*"), UtcMillis::now())?;
     s.backend()?
         .pause_namespace(namespace, who.name.to_string())
         .await?;
@@ -22,8 +25,11 @@ pub(super) async fn pause_namespace(
 
 pub(super) async fn resume_namespace(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     Path(namespace): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    s.operate
+        .admit(&who, &format!("{namespace}/*"), UtcMillis::now())?;
     s.backend()?.resume_namespace(namespace).await?;
     Ok(StatusCode::NO_CONTENT)
 }

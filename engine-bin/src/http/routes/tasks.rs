@@ -151,8 +151,10 @@ pub(super) async fn delete_task(
 
 pub(super) async fn pause(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     TaskPath(key): TaskPath,
 ) -> ApiResult<TaskView> {
+    s.operate.admit(&who, &key.to_string(), UtcMillis::now())?;
     let mut view = s.backend()?.pause(key).await?;
     view.mask_secrets();
     Ok(Json(view))
@@ -160,8 +162,10 @@ pub(super) async fn pause(
 
 pub(super) async fn resume(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     TaskPath(key): TaskPath,
 ) -> ApiResult<TaskView> {
+    s.operate.admit(&who, &key.to_string(), UtcMillis::now())?;
     let mut view = s.backend()?.resume(key).await?;
     view.mask_secrets();
     Ok(Json(view))
@@ -169,12 +173,14 @@ pub(super) async fn resume(
 
 pub(super) async fn trigger(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     TaskPath(key): TaskPath,
     JsonBody(params): JsonBody<TriggerParams>,
 ) -> Result<Response, ApiError> {
     params.check()?;
     let backend = s.backend()?;
     s.triggers.admit(&key, UtcMillis::now())?;
+    s.operate.admit(&who, &key.to_string(), UtcMillis::now())?;
     let mut detail = serde_json::to_value(&params).unwrap_or_default();
     let result = backend.trigger(key, params).await?;
     detail["execution_id"] = serde_json::Value::String(result.execution_id.to_string());
@@ -188,9 +194,13 @@ pub(super) async fn trigger(
 
 pub(super) async fn backfill(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     TaskPath(key): TaskPath,
     JsonBody(params): JsonBody<BackfillParams>,
 ) -> Result<Response, ApiError> {
+    if !params.dry_run {
+        s.operate.admit(&who, &key.to_string(), UtcMillis::now())?;
+    }
     let detail = serde_json::to_value(&params).unwrap_or_default();
     let result = s.backend()?.backfill(key, params).await?;
     let status = if result.written {

@@ -1,0 +1,144 @@
+//! Backfill: the past fires of a task's schedule in a range, written as run-now requests.
+//!
+//! Each fire is an etcd key until the leader takes it, and etcd stops every write of the
+//! cluster once its database reaches its quota. So a backfill is bounded twice: by count
+//! (`limits.max_backfill_fires`, forced or not) and by room, refused while etcd's database
+//! plus the backfill's estimated size would pass [`QUOTA_FILL_PERCENT`] of the quota (the
+//! smaller of `etcd.quota_backend_bytes` and what etcd reports). The estimate is high on
+//! purpose: a refused backfill can be split, a full etcd stops the cluster.
+
+use ax_registry::TriggerRequest;
+use ax_scheduler_core::UtcMillis;
+
+use super::tasks::not_found;
+use super::{errors, Backend};
+use crate::api::{
+    ApiError, BackfillParams, BackfillResult, LimitKind, TaskKey, DEFAULT_BACKFILL_MAX,
+};
+
+/// Bytes one run-now request is taken to add to etcd's database: its key and JSON value (a
+/// few hundred bytes) and etcd's own bookkeeping of each revision, counted high.
+pub(super) const BYTES_PER_REQUEST: u64 = 1024;
+
+/// How full a backfill may make etcd's database, percent of its quota.
+pub(super) const QUOTA_FILL_PERCENT: u64 = 90;
+
+fn too_many(message: String) -> ApiError {
+    ApiError::Limit {
+        kind: LimitKind::Count,
+        message,
+        retry_after_s: None,
+    }
+}
+
+impl Backend {
+    /// The fires of the task's schedule in the range, written as run-now requests marked
+    /// with the fire they stand for (unless a dry run); see [`BackfillParams`].
+    pub(super) async fn backfill_range(
+        &self,
+        key: &TaskKey,
+        params: BackfillParams,
+    ) -> Result<BackfillResult, ApiError> {
+        if params.to < params.from {
+            return Err(ApiError::invalid("to: is before from"));
+        }
+        let cap = self.max_backfill_fires;
+        let max = params.max.unwrap_or(DEFAULT_BACKFILL_MAX.min(cap));
+        if max == 0 || max > cap {
+            return Err(ApiError::invalid(format!(
+                "max: {max} is outside 1 to {cap} (limits.max_backfill_fires)"
+            )));
+        }
+        let stored = self
+            .registry
+            .get(&key.namespace, &key.id)
+            .await
+            .map_err(errors::registry)?
+            .ok_or_else(|| not_found(key))?;
+        let spec = stored.spec;
+        let compiled = spec
+            .schedule
+            .compile()
+            .map_err(|e| ApiError::invalid(format!("schedule: {e}")))?;
+        let limit = if params.force { cap } else { max };
+        let fires = compiled.fires_between(
+            params.from,
+            params.to,
+            spec.created_at.unwrap_or(params.from),
+            limit + 1,
+        );
+        if fires.len() > limit {
+            return Err(too_many(if params.force {
+                format!(
+                    "the range holds more than {cap} fires, the most one backfill enqueues \
+                     (limits.max_backfill_fires): split it"
+                )
+            } else {
+                format!(
+                    "the range holds more than {max} fires (max); raise --max, or add --force \
+                     to enqueue them all, up to {cap} (limits.max_backfill_fires)"
+                )
+            }));
+        }
+        if params.dry_run {
+            return Ok(BackfillResult {
+                fires,
+                execution_ids: Vec::new(),
+                written: false,
+            });
+        }
+        self.check_quota_room(fires.len()).await?;
+        let now = UtcMillis::now();
+        // UUID v7 ids in fire order: the requests' keys sort as the fires, so the leader
+        // takes them oldest first.
+        let requests: Vec<TriggerRequest> = fires
+            .iter()
+            .map(|t| TriggerRequest {
+                execution_id: ax_queue::new_execution_id(),
+                requested_at: now,
+                payload: None,
+                idempotency_key: None,
+                backfill_of: Some(*t),
+            })
+            .collect();
+        self.registry
+            .request_triggers(&key.namespace, &key.id, &requests)
+            .await
+            .map_err(errors::registry)?;
+        Ok(BackfillResult {
+            fires,
+            execution_ids: requests.into_iter().map(|r| r.execution_id).collect(),
+            written: true,
+        })
+    }
+
+    /// Refuses a backfill of `fires` requests that would fill etcd's database past
+    /// [`QUOTA_FILL_PERCENT`] of its quota.
+    async fn check_quota_room(&self, fires: usize) -> Result<(), ApiError> {
+        let usage = ax_registry::store_usage(&self.etcd, self.request_timeout)
+            .await
+            .map_err(errors::registry)?;
+        let quota = usage
+            .quota_bytes
+            .and_then(|q| u64::try_from(q).ok())
+            .map_or(self.etcd_quota_bytes, |q| q.min(self.etcd_quota_bytes));
+        let db = u64::try_from(usage.db_bytes).unwrap_or(0);
+        let adds = u64::try_from(fires)
+            .unwrap_or(u64::MAX)
+            .saturating_mul(BYTES_PER_REQUEST);
+        let ceiling = quota / 100 * QUOTA_FILL_PERCENT;
+        if db.saturating_add(adds) <= ceiling {
+            return Ok(());
+        }
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        Err(too_many(format!(
+            "etcd's database holds {:.1} MiB of its {:.1} MiB quota (etcd.quota_backend_bytes, \
+             or the quota etcd reports); these {fires} fires would add about {:.1} MiB, past \
+             {QUOTA_FILL_PERCENT} % of it, where etcd would soon refuse every write: compact \
+             and defragment etcd, raise its quota, or backfill a shorter range",
+            mib(db),
+            mib(quota),
+            mib(adds)
+        )))
+    }
+}
