@@ -314,6 +314,19 @@ def main():
                     path = toml_cfg.get(section, {}).get(key)
                     if path and os.path.dirname(path) not in mounts:
                         err(f"{where}: {section}.{key} {path} is not in a mounted volume")
+            # The secrets tasks name: a read-only Secret at worker.secrets_dir on every pod
+            # that runs the worker role.
+            secrets_dir = toml_cfg.get("worker", {}).get("secrets_dir")
+            roles = env.get("AX_ROLES", {}).get("value", "")
+            if secrets_dir and "worker" in roles.split(","):
+                mount = [m for m in c.get("volumeMounts", []) if m["mountPath"] == secrets_dir]
+                volumes = {v["name"]: v for v in spec.get("volumes", [])}
+                if len(mount) != 1 or mount[0].get("readOnly") is not True:
+                    err(f"{where}: worker.secrets_dir {secrets_dir} must be mounted read-only")
+                elif "secret" not in volumes.get(mount[0]["name"], {}):
+                    err(f"{where}: worker.secrets_dir {secrets_dir} must be a Secret volume")
+            if case in ("all-features", "split") and "worker" in roles.split(",") and not secrets_dir:
+                err(f"{where}: the {case} case mounts no task secrets")
 
     # An HPA scales a rendered workload, which leaves its replica count to the HPA (a fixed
     # spec.replicas would be reset on every upgrade).
