@@ -108,6 +108,12 @@ impl Backend {
         }
     }
 
+    /// The same backend, its audit log reporting in `gauge` whether it is over its count.
+    pub fn with_audit_gauge(mut self, gauge: prometheus::IntGauge) -> Backend {
+        self.audit = self.audit.with_capacity_gauge(gauge);
+        self
+    }
+
     /// This host's clock against etcd's, as a replica checks it before campaigning; `None`
     /// when it cannot be measured (shown as unknown, not as a failure of the status).
     async fn clock_against_etcd(&self) -> Option<ClockView> {

@@ -82,6 +82,9 @@ pub const UNSERVED_QUEUES: &str = "scheduler_unserved_queues";
 pub const ETCD_DB_BYTES: &str = "scheduler_etcd_db_bytes";
 /// etcd's database quota, bytes (reported by etcd 3.6+, else `etcd.quota_backend_bytes`).
 pub const ETCD_DB_QUOTA_BYTES: &str = "scheduler_etcd_db_quota_bytes";
+/// 1 while the audit log holds more records than `audit.max_records` (all younger than the
+/// retention, so kept), as this replica's last audit write found; else 0.
+pub const AUDIT_OVER_CAPACITY: &str = "scheduler_audit_over_capacity";
 /// Age of the oldest waiting execution, seconds. Labels: `queue`.
 pub const OLDEST_QUEUED_AGE_SECONDS: &str = "scheduler_oldest_queued_age_seconds";
 /// Failed calls to a backend. Labels: `backend` (`etcd`, `redis`).
@@ -268,6 +271,8 @@ pub struct Metrics {
     pub etcd_db_bytes: IntGauge,
     /// [`ETCD_DB_QUOTA_BYTES`].
     pub etcd_db_quota_bytes: IntGauge,
+    /// [`AUDIT_OVER_CAPACITY`].
+    pub audit_over_capacity: IntGauge,
     /// [`OLDEST_QUEUED_AGE_SECONDS`] by `queue`.
     pub oldest_queued_age_seconds: GaugeVec,
     /// [`BACKEND_ERRORS_TOTAL`] by `backend`.
@@ -316,6 +321,7 @@ impl Metrics {
             redis_config_warnings: p.redis_config_warnings,
             etcd_db_bytes: p.etcd_db_bytes,
             etcd_db_quota_bytes: p.etcd_db_quota_bytes,
+            audit_over_capacity: p.audit_over_capacity,
             unserved_queues: s.unserved_queues,
             oldest_queued_age_seconds: q.oldest_queued_age_seconds,
             backend_errors_total: p.backend_errors_total,

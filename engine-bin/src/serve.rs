@@ -136,11 +136,10 @@ impl Server {
         else {
             return http.await.context("HTTP server task panicked")?;
         };
-        api.set(Arc::new(Backend::new(
-            etcd.clone(),
-            Some(queue.clone()),
-            &config,
-        )));
+        api.set(Arc::new(
+            Backend::new(etcd.clone(), Some(queue.clone()), &config)
+                .with_audit_gauge(metrics.audit_over_capacity.clone()),
+        ));
         check_redis_settings(&queue, &metrics).await;
 
         // One wall clock for the whole replica: the alert manager and the scheduler role.
@@ -493,7 +492,10 @@ impl Parts<'_> {
             metrics: Arc::clone(self.metrics) as Arc<dyn ax_scheduler::RoleMetrics>,
             alerts: self.alerts.clone(),
             tracker: shutdown.tracker().clone(),
-            audit: Arc::new(crate::backend::AuditStore::of(self.etcd.clone(), config)),
+            audit: Arc::new(
+                crate::backend::AuditStore::of(self.etcd.clone(), config)
+                    .with_capacity_gauge(self.metrics.audit_over_capacity.clone()),
+            ),
         };
         shutdown.spawn(move |cancel| {
             scheduler::run(settings, deps, cancel).instrument(info_span!("scheduler"))

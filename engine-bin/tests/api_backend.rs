@@ -334,7 +334,7 @@ async fn tasks_are_listed_page_by_page_with_filters() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_audit_log_pages_newest_first_filters_and_keeps_to_its_retention_and_cap() {
+async fn the_audit_log_pages_newest_first_filters_and_keeps_to_its_retention_over_its_cap() {
     use ax_engine::audit::{AuditQuery, AuditRecord};
     use ax_engine::backend::Backend;
     use ax_scheduler_core::UtcMillis;
@@ -345,7 +345,11 @@ async fn the_audit_log_pages_newest_first_filters_and_keeps_to_its_retention_and
     config.redis.url = ax_testkit::redis_url();
     config.audit.retention = std::time::Duration::from_secs(24 * 3600);
     config.audit.max_records = 4;
-    let b = Backend::connect_lazy(&config).await.unwrap();
+    let over = prometheus::IntGauge::new("over", "over").unwrap();
+    let b = Backend::connect_lazy(&config)
+        .await
+        .unwrap()
+        .with_audit_gauge(over.clone());
     let now = UtcMillis::now();
     let record = |at: UtcMillis, actor: &str, target: &str| AuditRecord {
         at,
@@ -386,9 +390,10 @@ async fn the_audit_log_pages_newest_first_filters_and_keeps_to_its_retention_and
     }
     assert_eq!(
         targets,
-        ["x/t4", "x/t3", "x/t2", "x/t1"],
-        "newest first; the old one past the retention and the oldest beyond the cap trimmed"
+        ["x/t4", "x/t3", "x/t2", "x/t1", "x/t0"],
+        "newest first; the old one past the retention gone, the young ones kept over the cap"
     );
+    assert_eq!(over.get(), 1, "over its cap, said so");
 
     let ops = b
         .audit_list(AuditQuery {
@@ -398,7 +403,7 @@ async fn the_audit_log_pages_newest_first_filters_and_keeps_to_its_retention_and
         .await
         .unwrap();
     let ops: Vec<String> = ops.items.into_iter().map(|r| r.target).collect();
-    assert_eq!(ops, ["x/t4", "x/t2"]);
+    assert_eq!(ops, ["x/t4", "x/t2", "x/t0"]);
     let recent = b
         .audit_list(AuditQuery {
             since: Some(UtcMillis(now.0 + 3)),

@@ -4,13 +4,16 @@
 //! Keys sort by time, so a page newest first is one descending range read and retention is
 //! one range delete of the keys before the cutoff. That delete rides in the same
 //! transaction as each new record, so a log nobody writes to does not grow and needs no loop
-//! of its own. Age alone does not bound it: a script rewriting specs with `etcdctl` every
-//! second would leave millions of records in etcd within the retention. So each write also
-//! counts the records (a count-only read) and deletes the oldest beyond `audit.max_records`.
+//! of its own. A record younger than the retention is never deleted, whatever the volume:
+//! otherwise a caller could push the record of its own change out with a flood of cheap
+//! ones. The count (a count-only read after each write) is watched instead: past
+//! `audit.max_records` the store sets `scheduler_audit_over_capacity` and warns, so an
+//! operator can shorten the retention or find the writer.
 
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+use prometheus::IntGauge;
 
 use super::errors;
 use crate::api::{ApiError, MAX_LIST_LIMIT};
@@ -24,6 +27,8 @@ pub struct AuditStore {
     retention: Duration,
     max_records: usize,
     request_timeout: Duration,
+    /// `scheduler_audit_over_capacity`, where a replica exports it.
+    over_capacity: Option<IntGauge>,
 }
 
 impl AuditStore {
@@ -42,7 +47,14 @@ impl AuditStore {
             retention,
             max_records: max_records.max(1),
             request_timeout,
+            over_capacity: None,
         }
+    }
+
+    /// The same log, reporting whether it is over its count in `gauge`.
+    pub fn with_capacity_gauge(mut self, gauge: IntGauge) -> Self {
+        self.over_capacity = Some(gauge);
+        self
     }
 
     /// The log as `config` sets it up.
@@ -56,7 +68,7 @@ impl AuditStore {
         )
     }
 
-    /// Writes `record`, and deletes the records older than the retention.
+    /// Writes `record`, deletes the records older than the retention, and checks the count.
     pub async fn write(&self, record: &AuditRecord) -> Result<(), ApiError> {
         let prefix = self.prefix.clone();
         let suffix: u32 = rand::random();
@@ -80,18 +92,18 @@ impl AuditStore {
             .await
             .map_err(|_| ApiError::Unavailable("etcd audit write timed out".into()))?
             .map_err(|e| errors::etcd("audit write", e))?;
-        self.trim_to_cap().await
+        self.check_capacity().await
     }
 
-    /// Deletes the oldest records beyond `max_records` (at most [`MAX_TRIM`] a call: a log
-    /// far over its cap, after the cap was lowered, shrinks over the next writes).
-    async fn trim_to_cap(&self) -> Result<(), ApiError> {
-        let prefix = self.prefix.clone();
+    /// Counts the records and says when they are more than `max_records`. None is deleted
+    /// for it: every record is younger than the retention (the older ones went with the
+    /// write), and a young record is kept whatever the volume.
+    async fn check_capacity(&self) -> Result<(), ApiError> {
         let mut kv = self.etcd.kv_client();
         let counted = tokio::time::timeout(
             self.request_timeout,
             kv.get(
-                prefix.clone(),
+                self.prefix.clone(),
                 Some(GetOptions::new().with_prefix().with_count_only()),
             ),
         )
@@ -99,42 +111,27 @@ impl AuditStore {
         .map_err(|_| ApiError::Unavailable("etcd audit count timed out".into()))?
         .map_err(|e| errors::etcd("audit count", e))?;
         let count = usize::try_from(counted.count()).unwrap_or(0);
-        if count <= self.max_records {
-            return Ok(());
+        let over = count > self.max_records;
+        if let Some(gauge) = &self.over_capacity {
+            if over && gauge.get() == 0 {
+                tracing::warn!(
+                    records = count,
+                    max_records = self.max_records,
+                    retention = %humantime::format_duration(self.retention),
+                    "the audit log holds more records than audit.max_records, all younger \
+                     than audit.retention, so none is deleted; shorten the retention or find \
+                     who writes so much"
+                );
+            }
+            gauge.set(i64::from(over));
+        } else if over {
+            tracing::warn!(
+                records = count,
+                max_records = self.max_records,
+                "the audit log holds more records than audit.max_records; none younger than \
+                 audit.retention is deleted"
+            );
         }
-        let excess = (count - self.max_records).min(MAX_TRIM);
-        let oldest = tokio::time::timeout(
-            self.request_timeout,
-            kv.get(
-                prefix.clone(),
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_keys_only()
-                        .with_sort(SortTarget::Key, SortOrder::Ascend)
-                        .with_limit(i64::try_from(excess).unwrap_or(1)),
-                ),
-            ),
-        )
-        .await
-        .map_err(|_| ApiError::Unavailable("etcd audit read timed out".into()))?
-        .map_err(|e| errors::etcd("audit read", e))?;
-        let Some(last) = oldest.kvs().last() else {
-            return Ok(());
-        };
-        // Up to and including the last of the oldest: the range ends just after it.
-        let mut end = last.key().to_vec();
-        end.push(0);
-        tokio::time::timeout(
-            self.request_timeout,
-            kv.delete(
-                prefix,
-                Some(etcd_client::DeleteOptions::new().with_range(end)),
-            ),
-        )
-        .await
-        .map_err(|_| ApiError::Unavailable("etcd audit trim timed out".into()))?
-        .map_err(|e| errors::etcd("audit trim", e))?;
         Ok(())
     }
 
@@ -203,9 +200,6 @@ impl AuditStore {
         })
     }
 }
-
-/// Records one write deletes at most to get back under the cap.
-const MAX_TRIM: usize = 1000;
 
 /// Range reads one page request makes at most.
 const MAX_READS: usize = 10;

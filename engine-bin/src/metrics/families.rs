@@ -10,12 +10,13 @@ use prometheus::{
 };
 
 use super::{
-    ACTIVE_WORKERS, ALERTS_TOTAL, API_AUTH_FAILURES_TOTAL, BACKEND_ERRORS_TOTAL, BUILD_INFO,
-    CONCURRENCY_WAIT_BUCKETS, CONCURRENCY_WAIT_SECONDS, DEADLINE_MISSES_TOTAL, DLQ_SIZE,
-    ETCD_DB_BYTES, ETCD_DB_QUOTA_BYTES, EXECUTION_DURATION_BUCKETS, EXECUTION_DURATION_SECONDS,
-    INVALID_SPECS, IS_LEADER, LEADER_CHANGES_TOTAL, OLDEST_QUEUED_AGE_SECONDS, QUEUE_DEPTH,
-    QUEUE_PAUSED, REDIS_CONFIG_WARNINGS, SCHEDULE_LATENCY_BUCKETS, SCHEDULE_LATENCY_SECONDS,
-    SHARDS, SHARDS_OWNED, STATE_REPAIRS_TOTAL, TASKS_EXECUTED_TOTAL, TASKS_FAILED_TOTAL,
+    ACTIVE_WORKERS, ALERTS_TOTAL, API_AUTH_FAILURES_TOTAL, AUDIT_OVER_CAPACITY,
+    BACKEND_ERRORS_TOTAL, BUILD_INFO, CONCURRENCY_WAIT_BUCKETS, CONCURRENCY_WAIT_SECONDS,
+    DEADLINE_MISSES_TOTAL, DLQ_SIZE, ETCD_DB_BYTES, ETCD_DB_QUOTA_BYTES,
+    EXECUTION_DURATION_BUCKETS, EXECUTION_DURATION_SECONDS, INVALID_SPECS, IS_LEADER,
+    LEADER_CHANGES_TOTAL, OLDEST_QUEUED_AGE_SECONDS, QUEUE_DEPTH, QUEUE_PAUSED,
+    REDIS_CONFIG_WARNINGS, SCHEDULE_LATENCY_BUCKETS, SCHEDULE_LATENCY_SECONDS, SHARDS,
+    SHARDS_OWNED, STATE_REPAIRS_TOTAL, TASKS_EXECUTED_TOTAL, TASKS_FAILED_TOTAL,
     TASKS_RETRIED_TOTAL, TASKS_SCHEDULED_TOTAL, UNDECODABLE_STATES, UNSERVED_QUEUES,
     WORKER_CONCURRENCY_LIMIT,
 };
@@ -221,6 +222,7 @@ pub(super) struct ProcessFamilies {
     pub(super) redis_config_warnings: IntGauge,
     pub(super) etcd_db_bytes: IntGauge,
     pub(super) etcd_db_quota_bytes: IntGauge,
+    pub(super) audit_over_capacity: IntGauge,
     pub(super) backend_errors_total: IntCounterVec,
     pub(super) api_auth_failures_total: IntCounterVec,
     pub(super) build_info: IntGaugeVec,
@@ -243,6 +245,13 @@ impl ProcessFamilies {
             etcd_db_quota_bytes: register(
                 registry,
                 IntGauge::new(ETCD_DB_QUOTA_BYTES, "etcd's database quota, in bytes.")?,
+            )?,
+            audit_over_capacity: register(
+                registry,
+                IntGauge::new(
+                    AUDIT_OVER_CAPACITY,
+                    "1 while the audit log holds more records than audit.max_records.",
+                )?,
             )?,
             backend_errors_total: counter_vec(
                 registry,
