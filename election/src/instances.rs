@@ -27,6 +27,10 @@ pub struct InstanceRecord {
     /// Handlers its workers serve.
     #[serde(default)]
     pub handlers: Vec<String>,
+    /// Queues its workers take from (`worker.queues`); empty for a replica without the
+    /// worker role.
+    #[serde(default)]
+    pub queues: Vec<String>,
     /// Software version.
     pub version: String,
     /// Address of its HTTP endpoint, if any.

@@ -362,6 +362,7 @@ async fn instance_records_live_on_leases() {
         instance_id: id.to_string(),
         roles: vec!["scheduler".into(), "worker".into()],
         handlers: vec!["http".into()],
+        queues: vec!["default".into()],
         version: "0.1.0".into(),
         address: Some("127.0.0.1:8080".into()),
         started_at: UtcMillis(1_700_000_000_000),

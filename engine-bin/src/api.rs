@@ -34,8 +34,9 @@ pub use status::{
     ClockView, EtcdDbView, QueueState, QueueView, ReplicaView, ShardsView, StatusView,
 };
 pub use tasks::{
-    BackfillParams, BackfillResult, PutTaskResult, TaskList, TaskQuery, TaskView, TriggerParams,
-    TriggerResult, BACKFILL_HARD_MAX, DEFAULT_BACKFILL_MAX, DEFAULT_TASK_PAGE, UPCOMING_FIRES,
+    BackfillParams, BackfillResult, PutOptions, PutTaskResult, TaskList, TaskQuery, TaskView,
+    TriggerParams, TriggerResult, BACKFILL_HARD_MAX, DEFAULT_BACKFILL_MAX, DEFAULT_TASK_PAGE,
+    UPCOMING_FIRES,
 };
 
 /// A task's address, `{prefix}/tasks/{namespace}/{id}`: the core's key, so the engine and

@@ -24,6 +24,7 @@ mod completion;
 mod control;
 mod cursor;
 mod errors;
+mod handlers;
 mod queues;
 mod tasks;
 
@@ -46,8 +47,8 @@ pub use audit_store::AuditStore;
 use crate::api::{
     ApiBackend, ApiError, ApiFuture, BackfillParams, BackfillResult, ClockView, CompletionReply,
     CompletionRequest, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
-    ExecutionStory, KillResult, PutTaskResult, QueueState, StatusView, TaskKey, TaskList,
-    TaskQuery, TaskView, TriggerParams, TriggerResult,
+    ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueState, StatusView, TaskKey,
+    TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::clock_check::ClockCheck;
@@ -167,8 +168,8 @@ impl ApiBackend for Backend {
         Box::pin(async move { self.get_view(&key).await })
     }
 
-    fn put_task(&self, spec: serde_json::Value, dry_run: bool) -> ApiFuture<'_, PutTaskResult> {
-        Box::pin(async move { self.put(spec, dry_run).await })
+    fn put_task(&self, spec: serde_json::Value, opts: PutOptions) -> ApiFuture<'_, PutTaskResult> {
+        Box::pin(async move { self.put(spec, opts).await })
     }
 
     fn delete_task(&self, key: TaskKey) -> ApiFuture<'_, ()> {

@@ -281,6 +281,10 @@ pub enum TaskCommand {
         /// Validate and print the next 5 fire times; write nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Register even if no live worker serves the task's handler (its workers are
+        /// deployed later); without it such a put is refused.
+        #[arg(long)]
+        allow_unserved_handler: bool,
         /// Task id (default: the JSON's `id`, else the file name without `.json`).
         #[arg(long)]
         id: Option<String>,

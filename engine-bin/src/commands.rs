@@ -11,8 +11,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::api::{
-    ApiBackend, ApiError, BackfillParams, DlqRequeue, ExecutionParams, TaskQuery, TaskView,
-    TriggerParams,
+    ApiBackend, ApiError, BackfillParams, DlqRequeue, ExecutionParams, PutOptions, TaskQuery,
+    TaskView, TriggerParams,
 };
 use crate::audit::{AuditQuery, AuditRecord};
 use crate::backend::Backend;
@@ -59,6 +59,7 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
         Command::Task(TaskCommand::Put {
             file,
             dry_run,
+            allow_unserved_handler,
             id,
             namespace,
         }) => {
@@ -66,7 +67,10 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
                 &config,
                 actor,
                 &file,
-                dry_run,
+                PutOptions {
+                    dry_run,
+                    allow_unserved_handler,
+                },
                 id.as_deref(),
                 namespace.as_deref(),
             )
@@ -314,7 +318,7 @@ async fn task_put(
     config: &Config,
     actor: &str,
     file: &str,
-    dry_run: bool,
+    opts: PutOptions,
     id: Option<&str>,
     namespace: Option<&str>,
 ) -> Result<(), CliError> {
@@ -323,7 +327,7 @@ async fn task_put(
     let spec = task_file::validate(&bytes, &key).map_err(CliError::Invalid)?;
     // The clock is read here, at the edge; the preview itself is a function of `now`.
     let now = UtcMillis::now();
-    if dry_run {
+    if opts.dry_run {
         let report = task_file::preview(&spec, now).map_err(CliError::Invalid)?;
         return print_stdout(&report);
     }
@@ -336,7 +340,7 @@ async fn task_put(
         obj.insert("namespace".into(), serde_json::Value::from(&*key.namespace));
     }
     let b = backend(config).await?;
-    let mut result = b.put_task(doc, false).await.map_err(api_error)?;
+    let mut result = b.put_task(doc, opts).await.map_err(api_error)?;
     let target = format!("{}/{}", result.namespace, result.id);
     let verb = if result.unchanged {
         "unchanged: this spec is registered already"

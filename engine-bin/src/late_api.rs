@@ -11,8 +11,8 @@ use ax_scheduler_core::ExecutionId;
 use crate::api::{
     ApiBackend, ApiError, ApiFuture, BackfillParams, BackfillResult, CompletionReply,
     CompletionRequest, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
-    ExecutionStory, KillResult, PutTaskResult, QueueState, StatusView, TaskKey, TaskList,
-    TaskQuery, TaskView, TriggerParams, TriggerResult,
+    ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueState, StatusView, TaskKey,
+    TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 
@@ -51,8 +51,8 @@ impl ApiBackend for LateApi {
     fn get_task(&self, key: TaskKey) -> ApiFuture<'_, TaskView> {
         delegate!(self, get_task(key))
     }
-    fn put_task(&self, spec: serde_json::Value, dry_run: bool) -> ApiFuture<'_, PutTaskResult> {
-        delegate!(self, put_task(spec, dry_run))
+    fn put_task(&self, spec: serde_json::Value, opts: PutOptions) -> ApiFuture<'_, PutTaskResult> {
+        delegate!(self, put_task(spec, opts))
     }
     fn delete_task(&self, key: TaskKey) -> ApiFuture<'_, ()> {
         delegate!(self, delete_task(key))

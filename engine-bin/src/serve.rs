@@ -398,6 +398,11 @@ impl Parts<'_> {
             } else {
                 Vec::new()
             },
+            queues: if self.config.instance.has_role(ReplicaRole::Worker) {
+                self.config.worker.queues.clone()
+            } else {
+                Vec::new()
+            },
             version: env!("CARGO_PKG_VERSION").to_owned(),
             address: self.address.clone(),
             started_at: UtcMillis::now(),

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use ax_engine::api::TaskQuery;
+use ax_engine::api::{PutOptions, TaskQuery};
 use ax_engine::backend::Backend;
 use ax_engine::config::Config;
 use ax_engine::http::{app, ApiBackend, AppState};
@@ -253,7 +253,7 @@ async fn tasks_are_listed_page_by_page_with_filters() {
             "labels": {"team": team},
             "paused": i % 5 == 0,
         });
-        b.put_task(spec, false).await.unwrap();
+        b.put_task(spec, PutOptions::default()).await.unwrap();
     }
     // etcd orders keys by their bytes: `a-b/...` comes before `a/...` (`-` is below `/`),
     // which a page boundary must respect.
@@ -265,7 +265,7 @@ async fn tasks_are_listed_page_by_page_with_filters() {
             "schedule": {"every": "1h"},
             "labels": {"team": "web"},
         });
-        b.put_task(spec, false).await.unwrap();
+        b.put_task(spec, PutOptions::default()).await.unwrap();
     }
     let all = |query: TaskQuery| {
         let b = &b;

@@ -491,6 +491,81 @@ fn putting_the_registered_spec_again_is_unchanged_not_a_conflict() {
     );
 }
 
+/// Stops a replica however the test ends.
+struct Replica(std::process::Child);
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A task whose handler no live worker serves is refused at put, naming the handlers the
+/// workers do serve (with the nearest one), instead of failing at every fire into the DLQ.
+#[test]
+fn a_handler_no_live_worker_serves_is_refused_at_put() {
+    let c = Cluster::new("cli-handler");
+    let put = |body: &str, extra: &[&str]| {
+        let mut args = vec!["task", "put", "-", "--id", "t"];
+        args.extend_from_slice(extra);
+        c.ax_stdin(&args, body)
+    };
+    let shell = r#"{"handler": "shell", "schedule": {"every": "10s"}}"#;
+    // No worker yet: nothing to compare with, the put goes through (workers come later).
+    assert_eq!(put(shell, &[]).status.code(), Some(0));
+    c.ok(&["task", "delete", "t"]);
+
+    let listen = format!("127.0.0.1:{}", ax_testkit::free_port());
+    let _replica = Replica(
+        c.command(&["serve", "--http-listen", &listen])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let started = std::time::Instant::now();
+    loop {
+        let status: Value = serde_json::from_str(&c.ok(&["status", "-o", "json"])).unwrap();
+        if !status["replicas"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no replica: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let out = put(shell, &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("no live worker of queue `default` serves `shell`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("they serve: ") && err.contains("http"),
+        "{err}"
+    );
+    // Another queue, which no ax worker takes from (a Python worker's, say): no refusal.
+    let python = r#"{"handler": "python", "queue": "python", "schedule": {"every": "10s"}}"#;
+    let out = c.ax_stdin(&["task", "put", "-", "--id", "py"], python);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(err.contains("--allow-unserved-handler"), "{err}");
+    let typo = put(r#"{"handler": "htpt", "schedule": {"every": "10s"}}"#, &[]);
+    assert!(
+        text(&typo.stderr).contains("did you mean `http`?"),
+        "{}",
+        text(&typo.stderr)
+    );
+    c.fails(&["task", "get", "t"], 4);
+
+    let out = put(shell, &["--allow-unserved-handler"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(c.get("t")["spec"]["handler"], "shell");
+}
+
 #[test]
 fn changes_made_with_the_cli_are_in_the_audit_log_newest_first() {
     let c = Cluster::new("cli-audit");

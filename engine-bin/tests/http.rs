@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use ax_engine::api::{
     self, ApiFuture, BackfillParams, BackfillResult, CompletionReply, CompletionRequest,
     CompletionStatus, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
-    ExecutionStory, KillResult, KilledExecution, PutTaskResult, QueueState, StatusView, TaskKey,
-    TaskList, TaskQuery, TaskView, TokenRole, TriggerParams, TriggerResult,
+    ExecutionStory, KillResult, KilledExecution, PutOptions, PutTaskResult, QueueState, StatusView,
+    TaskKey, TaskList, TaskQuery, TaskView, TokenRole, TriggerParams, TriggerResult,
 };
 use ax_engine::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
 use ax_engine::config::TokenEntry;
@@ -162,7 +162,8 @@ impl ApiBackend for MemoryBackend {
         })
     }
 
-    fn put_task(&self, spec: Value, dry_run: bool) -> ApiFuture<'_, PutTaskResult> {
+    fn put_task(&self, spec: Value, opts: PutOptions) -> ApiFuture<'_, PutTaskResult> {
+        let dry_run = opts.dry_run;
         Box::pin(async move {
             let mut errors = Vec::new();
             let id = spec["id"].as_str().unwrap_or_default().to_owned();

@@ -28,6 +28,7 @@ pub mod schedule;
 pub mod secret_ref;
 pub mod state;
 pub mod status;
+pub mod suggest;
 pub mod task;
 pub mod time;
 pub mod timer;

@@ -12,8 +12,8 @@ use ax_scheduler_core::ExecutionId;
 use super::{
     ApiError, BackfillParams, BackfillResult, CompletionReply, CompletionRequest, DeadLetter,
     DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult,
-    PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams,
-    TriggerResult,
+    PutOptions, PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView,
+    TriggerParams, TriggerResult,
 };
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 
@@ -26,10 +26,11 @@ pub trait ApiBackend: Send + Sync {
     fn list_tasks(&self, query: TaskQuery) -> ApiFuture<'_, TaskList>;
     /// One task; [`ApiError::NotFound`] if it does not exist.
     fn get_task(&self, key: TaskKey) -> ApiFuture<'_, TaskView>;
-    /// Validates `spec` (the JSON a user wrote) and, unless `dry_run`, registers it.
-    /// [`ApiError::Invalid`] lists every problem; [`ApiError::Conflict`] when a newer version
-    /// is registered.
-    fn put_task(&self, spec: serde_json::Value, dry_run: bool) -> ApiFuture<'_, PutTaskResult>;
+    /// Validates `spec` (the JSON a user wrote) and, unless `opts.dry_run`, registers it.
+    /// [`ApiError::Invalid`] lists every problem (a handler no live worker serves among
+    /// them, unless `opts.allow_unserved_handler`); [`ApiError::Conflict`] when a newer
+    /// version is registered.
+    fn put_task(&self, spec: serde_json::Value, opts: PutOptions) -> ApiFuture<'_, PutTaskResult>;
     /// Deletes a task.
     fn delete_task(&self, key: TaskKey) -> ApiFuture<'_, ()>;
     /// Pauses a task.

@@ -145,6 +145,19 @@ impl TaskView {
     }
 }
 
+/// How a put is carried out: the query of `POST /tasks`, the flags of `ax task put`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutOptions {
+    /// Validate and compute the next fires; write nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Register even when no live worker serves the task's handler (its workers are deployed
+    /// later). Without it such a put is refused: the task would fail at every fire.
+    #[serde(default)]
+    pub allow_unserved_handler: bool,
+}
+
 /// Result of [`ApiBackend::put_task`](super::ApiBackend::put_task).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PutTaskResult {

@@ -14,8 +14,8 @@ use ax_scheduler_core::{TaskSpec, TaskState, TaskStatus, UtcMillis};
 
 use super::{cursor, errors, Backend};
 use crate::api::{
-    ApiError, LimitKind, PutTaskResult, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams,
-    TriggerResult, UPCOMING_FIRES,
+    ApiError, LimitKind, PutOptions, PutTaskResult, TaskKey, TaskList, TaskQuery, TaskView,
+    TriggerParams, TriggerResult, UPCOMING_FIRES,
 };
 use crate::task_file::PREVIEW_FIRES;
 
@@ -280,8 +280,9 @@ impl Backend {
     pub(super) async fn put(
         &self,
         doc: serde_json::Value,
-        dry_run: bool,
+        opts: PutOptions,
     ) -> Result<PutTaskResult, ApiError> {
+        let dry_run = opts.dry_run;
         let key = key_of(&doc)?;
         let bytes = serde_json::to_vec(&doc)
             .map_err(|e| ApiError::Internal(format!("cannot encode the spec: {e}")))?;
@@ -298,6 +299,9 @@ impl Backend {
             spec.created_at = Some(now);
         }
         let next_fires = next_fires(&spec, now)?;
+        if !opts.allow_unserved_handler {
+            self.check_handler_served(&spec).await?;
+        }
         let mut audit = None;
         if !dry_run {
             let previous = self.raw_spec(&key).await?;

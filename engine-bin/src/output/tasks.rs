@@ -49,13 +49,29 @@ pub fn task_table(tasks: &[TaskView]) -> String {
                 t.status.clone().unwrap_or_else(|| "-".to_owned()),
                 instant(t.next_fire),
                 instant(t.last_fire),
+                t.last_outcome.clone().unwrap_or_else(|| "-".to_owned()),
             ]
         })
         .collect();
-    table(
-        &["TASK", "SCHEDULE", "STATUS", "NEXT FIRE", "LAST FIRE"],
+    let mut out = table(
+        &[
+            "TASK",
+            "SCHEDULE",
+            "STATUS",
+            "NEXT FIRE",
+            "LAST FIRE",
+            "LAST OUTCOME",
+        ],
         &rows,
-    )
+    );
+    // A row cannot hold why a spec is refused, and INVALID alone leaves the reader guessing.
+    for t in tasks.iter().filter(|t| !t.errors.is_empty()) {
+        out.push_str(&format!("\n{}/{} is invalid:\n", t.namespace, t.id));
+        for e in &t.errors {
+            out.push_str(&format!("  - {e}\n"));
+        }
+    }
+    out
 }
 
 /// What `ax task kill` did: one line per execution.
@@ -93,5 +109,34 @@ mod tests {
         assert_eq!(s(json!({"delay": "5m"})), "delay 5m");
         assert_eq!(s(json!({"at": 0})), "at 1970-01-01T00:00:00.000Z");
         assert_eq!(schedule_summary(&json!("not an object")), "-");
+    }
+
+    #[test]
+    fn the_table_shows_the_last_outcome_and_why_a_spec_is_invalid() {
+        let view = |id: &str| TaskView {
+            namespace: "default".into(),
+            id: id.into(),
+            spec: json!({"schedule": {"every": "10s"}}),
+            status: Some("SCHEDULED".into()),
+            next_fire: None,
+            last_fire: None,
+            errors: Vec::new(),
+            last_outcome: Some("failed".into()),
+            last_error: None,
+            schedule_text: None,
+            upcoming_fires: Vec::new(),
+        };
+        let mut bad = view("bad");
+        bad.status = Some("INVALID".into());
+        bad.last_outcome = None;
+        bad.errors = vec!["namespace: `ops` does not match the key's `default`".into()];
+        let shown = task_table(&[view("good"), bad]);
+        let lines: Vec<&str> = shown.lines().collect();
+        assert!(lines[0].ends_with("LAST OUTCOME"), "{shown}");
+        assert!(lines[1].ends_with("failed"), "{shown}");
+        assert!(
+            shown.contains("default/bad is invalid:\n  - namespace: `ops` does not match"),
+            "{shown}"
+        );
     }
 }

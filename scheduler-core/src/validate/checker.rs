@@ -59,9 +59,15 @@ impl Checker {
     ) {
         for key in obj.keys().filter(|k| !allowed.contains(&k.as_str())) {
             let path = join(prefix, key);
+            let hint = crate::suggest::closest(key, allowed)
+                .map(|m| format!("did you mean `{m}`? "))
+                .unwrap_or_default();
             self.err(
                 &path,
-                format!("unknown field `{key}`; allowed: {}", allowed.join(", ")),
+                format!(
+                    "unknown field `{key}`; {hint}allowed: {}",
+                    allowed.join(", ")
+                ),
             );
         }
     }

@@ -766,3 +766,25 @@ fn secret_references_are_checked_for_syntax_only() {
     let e = http(r#"{"url":"https://h/${secret:open"}"#);
     assert!(e[0].contains("without its closing"), "{e:?}");
 }
+
+#[test]
+fn an_unknown_field_names_the_field_it_most_likely_meant() {
+    let errs = errors(
+        r#"{"handler":"log","schedule":{"every":"5s"},"priorty":3,"Timeout":"5s",
+            "retry":{"max-retries":2},"colour":"red"}"#,
+    );
+    let find = |path: &str| errs.iter().find(|e| e.starts_with(path)).cloned().unwrap();
+    assert!(
+        find("priorty:").contains("did you mean `priority`? allowed: "),
+        "{errs:?}"
+    );
+    assert!(
+        find("Timeout:").contains("did you mean `timeout`?"),
+        "{errs:?}"
+    );
+    assert!(
+        find("retry.max-retries:").contains("did you mean `max_retries`?"),
+        "{errs:?}"
+    );
+    assert!(!find("colour:").contains("did you mean"), "{errs:?}");
+}

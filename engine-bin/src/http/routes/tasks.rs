@@ -16,16 +16,10 @@ use serde::Deserialize;
 use super::extract::{parse_execution_id, ApiBody, ApiQuery, JsonBody, TaskPath};
 use super::{check_limit, with_continue, ApiResult, ApiState};
 use crate::api::{
-    ApiError, BackfillParams, ExecutionRecord, KillResult, Principal, TaskQuery, TaskView,
-    TokenRole, TriggerParams,
+    ApiError, BackfillParams, ExecutionRecord, KillResult, Principal, PutOptions, TaskQuery,
+    TaskView, TokenRole, TriggerParams,
 };
 use crate::audit::AuditDetail;
-
-#[derive(Deserialize)]
-pub(super) struct PutQuery {
-    #[serde(default)]
-    dry_run: bool,
-}
 
 #[derive(Deserialize)]
 pub(super) struct SecretsQuery {
@@ -98,10 +92,10 @@ pub(super) async fn list_tasks(
 
 pub(super) async fn put_task(
     State(s): State<ApiState>,
-    ApiQuery(q): ApiQuery<PutQuery>,
+    ApiQuery(opts): ApiQuery<PutOptions>,
     JsonBody(spec): JsonBody<serde_json::Value>,
 ) -> Result<Response, ApiError> {
-    let mut result = s.backend()?.put_task(spec, q.dry_run).await?;
+    let mut result = s.backend()?.put_task(spec, opts).await?;
     let status = if result.written {
         StatusCode::CREATED
     } else {
