@@ -2189,9 +2189,10 @@ async fn the_command_handler_runs_configured_scripts_and_records_their_exit_and_
     let ok = item("ok").await;
     assert_eq!(ok["outcome"], "succeeded", "{ok}");
     assert_eq!(ok["output"]["exit_code"], 0, "{ok}");
+    // The task's env values are its secrets: the history keeps the output with them masked.
     assert_eq!(
         ok["output"]["body"],
-        "args: 0 a b\ngreeting: hi there\npayload: {\"day\":\"mon\"}\n"
+        "args: 0 a b\ngreeting: ***\npayload: {\"day\":\"mon\"}\n"
     );
     assert_eq!(ok["output"]["stderr"], "attempt 0 of ok\n");
 
@@ -2209,7 +2210,7 @@ async fn the_command_handler_runs_configured_scripts_and_records_their_exit_and_
         .ax_ok(&["execution", "get", bad["execution_id"].as_str().unwrap()])
         .await;
     assert!(
-        story.contains("exit code 3; stdout: args: 3 greeting: hi there")
+        story.contains("exit code 3; stdout: args: 3 greeting: ***")
             && story.contains("stderr: attempt 0 of bad"),
         "{story}"
     );
