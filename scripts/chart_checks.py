@@ -57,6 +57,7 @@ CONTRACT = {
         "triggers_per_task_per_minute",
         "operate_actions_per_minute",
         "max_backfill_fires",
+        "max_list_scan",
     },
     "alerts": {"feishu_webhook", "feishu_secret", "webhook_url", "min_level"},
 }

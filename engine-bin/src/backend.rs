@@ -69,6 +69,7 @@ pub struct Backend {
     shards: u32,
     max_tasks_per_namespace: u64,
     max_backfill_fires: usize,
+    max_list_scan: usize,
     audit: AuditStore,
     /// Built on the first status call; `None` inside when it cannot be (no endpoint, bad
     /// TLS files: the replica's own check says why at campaign time).
@@ -105,6 +106,7 @@ impl Backend {
             shards: config.scheduler.shards,
             max_tasks_per_namespace: config.limits.max_tasks_per_namespace,
             max_backfill_fires: config.limits.max_backfill_fires,
+            max_list_scan: config.limits.max_list_scan,
             clock: OnceCell::new(),
         }
     }

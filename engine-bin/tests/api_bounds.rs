@@ -315,3 +315,28 @@ async fn a_backfill_is_bounded_by_its_fire_cap_and_by_etcds_quota() {
         .unwrap();
     assert_eq!(written.count(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_filter_matching_little_reads_a_bounded_number_of_keys_per_request() {
+    let a = api_with("list-scan", |c| c.limits.max_list_scan = 5).await;
+    for i in 0..12 {
+        let mut spec = json!({"id": format!("t{i:02}"), "namespace": "a", "handler": "log",
+                              "schedule": {"every": "1h"}});
+        if i == 11 {
+            spec["labels"] = json!({"team": "x"});
+        }
+        let r = a.post("/api/v1/tasks", spec).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    }
+    // The first request reads 5 keys, finds nothing, and says where to go on.
+    let first = a.get("/api/v1/tasks?label=team=x&limit=10").await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text);
+    assert_eq!(first.body, json!([]));
+    assert!(first.next().is_some(), "a short page must carry a token");
+    let (ids, pages) = a.all("label=team=x&limit=10").await;
+    assert_eq!(ids, ["a/t11"]);
+    assert_eq!(pages, 3, "12 keys, 5 a request");
+    let (ids, _) = a.all("limit=10").await;
+    let want: Vec<String> = (0..12).map(|i| format!("a/t{i:02}")).collect();
+    assert_eq!(ids, want, "every task once");
+}

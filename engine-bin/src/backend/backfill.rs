@@ -5,7 +5,8 @@
 //! (`limits.max_backfill_fires`, forced or not) and by room, refused while etcd's database
 //! plus the backfill's estimated size would pass [`QUOTA_FILL_PERCENT`] of the quota (the
 //! smaller of `etcd.quota_backend_bytes` and what etcd reports). The estimate is high on
-//! purpose: a refused backfill can be split, a full etcd stops the cluster.
+//! purpose: a refused backfill can be split, a full etcd stops the cluster. The fires are
+//! computed on a blocking thread, at most the cap plus one of them, however long the range.
 
 use ax_registry::TriggerRequest;
 use ax_scheduler_core::UtcMillis;
@@ -61,12 +62,16 @@ impl Backend {
             .compile()
             .map_err(|e| ApiError::invalid(format!("schedule: {e}")))?;
         let limit = if params.force { cap } else { max };
-        let fires = compiled.fires_between(
-            params.from,
-            params.to,
-            spec.created_at.unwrap_or(params.from),
-            limit + 1,
-        );
+        let (from, to) = (params.from, params.to);
+        let anchor = spec.created_at.unwrap_or(from);
+        // At most `limit + 1` fires are computed whatever the range, but one fire of a
+        // sparse cron can take a long search: off the runtime's worker threads, so a
+        // backfill never stalls the requests and timers sharing them.
+        let fires = tokio::task::spawn_blocking(move || {
+            compiled.fires_between(from, to, anchor, limit + 1)
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("the backfill's fire computation failed: {e}")))?;
         if fires.len() > limit {
             return Err(too_many(if params.force {
                 format!(

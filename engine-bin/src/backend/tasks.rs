@@ -167,9 +167,11 @@ impl Backend {
     }
 
     /// One page of the tasks `query` selects, with their states, in key order. Pages are
-    /// read from etcd `limit` tasks at a time at one revision; a filter that matches few
-    /// tasks reads on until the page is full or the tasks end, so a page holds at most
-    /// `limit` tasks and its token resumes right after the last one.
+    /// read from etcd at one revision, `limit` tasks at a time (at least
+    /// [`FILTERED_READ`] with a filter); a filter that matches few tasks reads on until the
+    /// page is full, the tasks end, or `limits.max_list_scan` keys were read: then the page
+    /// is short (even empty) and its token resumes after the last key read, so a filter
+    /// that matches nothing costs one bounded request per page, never a scan of every task.
     pub(super) async fn list_page_views(&self, query: &TaskQuery) -> Result<TaskList, ApiError> {
         let limit = query.page_size()?;
         let status = query.status_filter()?;
@@ -189,13 +191,22 @@ impl Backend {
                 ))
             })
         };
+        let filtered = status.is_some() || label.is_some() || query.search.is_some();
+        let read = if filtered {
+            limit.max(FILTERED_READ)
+        } else {
+            limit
+        }
+        .min(self.max_list_scan);
         let mut items = Vec::new();
+        let mut scanned = 0usize;
         loop {
             let page = self
                 .registry
-                .list_page(namespace, cursor.as_ref(), limit)
+                .list_page(namespace, cursor.as_ref(), read)
                 .await
                 .map_err(errors::registry)?;
+            scanned += page.listing.tasks.len() + page.listing.invalid.len();
             let revision = page.listing.revision;
             let more = page.next.clone();
             let views = views_of_page(page);
@@ -225,6 +236,12 @@ impl Backend {
                 }
             }
             match more {
+                Some(next) if scanned >= self.max_list_scan => {
+                    return Ok(TaskList {
+                        items,
+                        continue_token: Some(token(&next)?),
+                    })
+                }
                 Some(next) => cursor = Some(next),
                 None => {
                     return Ok(TaskList {
@@ -428,6 +445,10 @@ impl Backend {
         })
     }
 }
+
+/// Keys one etcd read of a filtered listing takes at least: a filter that matches few tasks
+/// would otherwise read its way through the tasks a page size (maybe 1) at a time.
+const FILTERED_READ: usize = 500;
 
 pub(super) fn not_found(key: &TaskKey) -> ApiError {
     ApiError::NotFound(format!("task {key} is not registered"))

@@ -136,6 +136,7 @@ impl Default for Limits {
             triggers_per_task_per_minute: 60,
             operate_actions_per_minute: 30,
             max_backfill_fires: 1000,
+            max_list_scan: 10_000,
         }
     }
 }

@@ -373,6 +373,9 @@ pub struct Limits {
     pub operate_actions_per_minute: u32,
     /// Most fires one backfill enqueues, forced or not; default 1000.
     pub max_backfill_fires: usize,
+    /// Most task keys one listing request reads before it answers with what it found and
+    /// a continue token; default 10 000.
+    pub max_list_scan: usize,
 }
 
 /// Alert severity, lowest first.
