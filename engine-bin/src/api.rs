@@ -14,6 +14,7 @@ mod completion;
 mod dlq;
 mod error;
 mod executions;
+mod find;
 mod status;
 mod tasks;
 
@@ -29,6 +30,10 @@ pub use executions::{
     ExecutionList, ExecutionParams, ExecutionQuery, ExecutionRecord, ExecutionStory, FireView,
     KillResult, KilledExecution, WaitingAttempt, DEFAULT_EXECUTION_PAGE, FAILED_LABELS,
     OUTCOME_LABELS,
+};
+pub use find::{
+    id_fragment, id_matches, ExecutionMatch, ExecutionMatches, FindParams, FIND_MATCHES_MAX,
+    FIND_SCAN_MAX, MIN_ID_FRAGMENT,
 };
 pub use status::{
     ClockView, EtcdDbView, QueueState, QueueView, ReplicaView, ShardsView, StatusView,

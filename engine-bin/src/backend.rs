@@ -13,10 +13,10 @@
 //! Submodules: [`audit_store`] (the audit log in etcd), `tasks` (views, put, pause, resume,
 //! run now), `backfill` (past fires as run-now requests, bounded in count and etcd room),
 //! `queues` (history per task and across tasks, one execution's story, dead letters,
-//! status), `cursor` (the task listing's continue token), `control` (kill executions, pause
-//! queues), `completion` (a job's report on an `http.async` execution), `errors` (library
-//! errors as API errors). The clients themselves come from [`crate::connect`], which the
-//! clock check and the server share.
+//! status), `find` (executions by a fragment of their id), `cursor` (the task listing's
+//! continue token), `control` (kill executions, pause queues), `completion` (a job's report
+//! on an `http.async` execution), `errors` (library errors as API errors). The clients
+//! themselves come from [`crate::connect`], which the clock check and the server share.
 
 pub mod audit_store;
 mod backfill;
@@ -24,6 +24,7 @@ mod completion;
 mod control;
 mod cursor;
 mod errors;
+mod find;
 mod handlers;
 mod queues;
 mod tasks;
@@ -46,9 +47,9 @@ pub use audit_store::AuditStore;
 
 use crate::api::{
     ApiBackend, ApiError, ApiFuture, BackfillParams, BackfillResult, ClockView, CompletionReply,
-    CompletionRequest, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
-    ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueState, StatusView, TaskKey,
-    TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    CompletionRequest, DeadLetter, DlqRequeue, ExecutionList, ExecutionMatches, ExecutionQuery,
+    ExecutionRecord, ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueState, StatusView,
+    TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::clock_check::ClockCheck;
@@ -236,6 +237,10 @@ impl ApiBackend for Backend {
 
     fn execution(&self, id: ExecutionId) -> ApiFuture<'_, ExecutionStory> {
         Box::pin(async move { self.execution_story(id).await })
+    }
+
+    fn find_executions(&self, fragment: String) -> ApiFuture<'_, ExecutionMatches> {
+        Box::pin(async move { self.find_by_fragment(&fragment).await })
     }
 
     fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>> {

@@ -454,7 +454,8 @@ pub struct HistoryArgs {
 pub enum ExecutionCommand {
     /// Show one execution's story: fire, enqueue, each attempt, retries, outcome, dead letter.
     Get {
-        /// The execution id.
+        /// The execution id, or its start or end (at least 6 characters) when that names one
+        /// execution of the history.
         id: String,
         /// Output format.
         #[arg(long, short = 'o', value_enum, default_value_t)]

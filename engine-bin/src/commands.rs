@@ -141,14 +141,30 @@ fn execution_arg(text: &str) -> Result<ExecutionId, CliError> {
         .map_err(|_| CliError::Invalid(vec![format!("`{text}` is not an execution id")]))
 }
 
-/// `ax execution get`: the id is checked before anything is connected.
+/// `ax execution get`: a whole id, or the start or the end of one (found in the history
+/// across tasks; several matches are listed). A fragment is checked before anything is
+/// connected.
 async fn execution_get(config: &Config, id: String, output: OutputFormat) -> Result<(), CliError> {
-    let id = execution_arg(&id)?;
-    let story = backend(config)
-        .await?
-        .execution(id)
-        .await
-        .map_err(api_error)?;
+    let whole = id.trim().parse::<ExecutionId>().ok();
+    if whole.is_none() {
+        crate::api::id_fragment(&id).map_err(api_error)?;
+    }
+    let b = backend(config).await?;
+    let id = match whole {
+        Some(id) => id,
+        None => b
+            .find_executions(id)
+            .await
+            .and_then(|found| found.unique())
+            .map_err(|e| match e {
+                // The candidates say nothing without the line that introduces them.
+                ApiError::Invalid { message, errors } => {
+                    CliError::Invalid(std::iter::once(message).chain(errors).collect())
+                }
+                e => api_error(e),
+            })?,
+    };
+    let story = b.execution(id).await.map_err(api_error)?;
     print_stdout(&match output {
         OutputFormat::Table => output::story_text(&story),
         OutputFormat::Json => output::json(&story),

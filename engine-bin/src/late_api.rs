@@ -10,9 +10,9 @@ use ax_scheduler_core::ExecutionId;
 
 use crate::api::{
     ApiBackend, ApiError, ApiFuture, BackfillParams, BackfillResult, CompletionReply,
-    CompletionRequest, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
-    ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueState, StatusView, TaskKey,
-    TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    CompletionRequest, DeadLetter, DlqRequeue, ExecutionList, ExecutionMatches, ExecutionQuery,
+    ExecutionRecord, ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueState, StatusView,
+    TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 
@@ -86,6 +86,9 @@ impl ApiBackend for LateApi {
     }
     fn execution(&self, id: ExecutionId) -> ApiFuture<'_, ExecutionStory> {
         delegate!(self, execution(id))
+    }
+    fn find_executions(&self, fragment: String) -> ApiFuture<'_, ExecutionMatches> {
+        delegate!(self, find_executions(fragment))
     }
     fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>> {
         delegate!(self, dlq_list(queue, limit))

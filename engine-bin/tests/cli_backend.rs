@@ -721,3 +721,58 @@ async fn an_awaiting_long_job_shows_its_last_progress_report() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn execution_get_takes_the_start_or_end_of_an_id_and_lists_candidates() {
+    let c = Cluster::new("cli-exec-fragment");
+    let q = c.queue().await;
+    // Two ids of the same minute: the same first 13 characters, as UUID v7 ids have.
+    let ids: [ax_scheduler_core::ExecutionId; 2] = [
+        "01a22e3e-bcff-73cd-9d09-569d2cb5c48c".parse().unwrap(),
+        "01a22e3e-bcff-7f00-8e1a-0b7d41aa93e5".parse().unwrap(),
+    ];
+    for (i, id) in ids.iter().enumerate() {
+        let entry = HistoryEntry {
+            execution_id: *id,
+            fire_at: UtcMillis(1_767_171_600_000),
+            started_at: UtcMillis(1_767_171_600_012),
+            finished_at: UtcMillis(1_767_171_600_100),
+            lateness_ms: 12,
+            duration_ms: 88,
+            end: AttemptEnd::succeeded(),
+            worker: "ax-0".into(),
+            attempt: 0,
+            queue: "default".into(),
+            enqueued_at: None,
+            first_enqueued_at: None,
+            output: None,
+            lineage: Default::default(),
+        };
+        q.record_history("ops", &format!("beat-{i}"), &entry)
+            .await
+            .unwrap();
+    }
+    for unique in ["41aa93e5", "01A22E3E-BCFF-7F", "0b7d41aa93e5"] {
+        let story: Value =
+            serde_json::from_str(&c.ok(&["execution", "get", unique, "-o", "json"])).unwrap();
+        assert_eq!(
+            story["execution_id"],
+            ids[1].to_string(),
+            "{unique}: {story}"
+        );
+        assert_eq!(story["task_id"], "beat-1", "{unique}: {story}");
+    }
+    let err = c.fails(&["execution", "get", "01a22e3e"], 3);
+    assert!(err.contains("`01a22e3e` matches 2 executions"), "{err}");
+    for id in ids {
+        assert!(err.contains(&id.to_string()), "{err}");
+    }
+    assert!(err.contains("ops/beat-0"), "{err}");
+    let err = c.fails(&["execution", "get", "93e5"], 3);
+    assert!(err.contains("at least 6 characters"), "{err}");
+    let err = c.fails(&["execution", "get", "ffffffffffff"], 4);
+    assert!(
+        err.contains("no execution id starts or ends with `ffffffffffff`"),
+        "{err}"
+    );
+}

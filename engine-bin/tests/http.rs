@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use ax_engine::api::{
     self, ApiFuture, BackfillParams, BackfillResult, CompletionReply, CompletionRequest,
-    CompletionStatus, DeadLetter, DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord,
-    ExecutionStory, KillResult, KilledExecution, PutOptions, PutTaskResult, QueueState, StatusView,
-    TaskKey, TaskList, TaskQuery, TaskView, TokenRole, TriggerParams, TriggerResult,
+    CompletionStatus, DeadLetter, DlqRequeue, ExecutionList, ExecutionMatch, ExecutionMatches,
+    ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult, KilledExecution, PutOptions,
+    PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TokenRole,
+    TriggerParams, TriggerResult,
 };
 use ax_engine::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
 use ax_engine::config::TokenEntry;
@@ -283,6 +284,28 @@ impl ApiBackend for MemoryBackend {
                 outcome: "failed".into(),
                 complete: true,
                 ..ExecutionStory::default()
+            })
+        })
+    }
+
+    /// Knows the one dead-lettered execution of `dlq_list`.
+    fn find_executions(&self, fragment: String) -> ApiFuture<'_, ExecutionMatches> {
+        Box::pin(async move {
+            let fragment = api::id_fragment(&fragment)?;
+            let known = ExecutionId::from_u128(9);
+            Ok(ExecutionMatches {
+                matches: api::id_matches(known, &fragment)
+                    .then(|| ExecutionMatch {
+                        execution_id: known,
+                        namespace: "default".into(),
+                        task_id: "t".into(),
+                        due: UtcMillis(4_000),
+                    })
+                    .into_iter()
+                    .collect(),
+                fragment,
+                more: false,
+                complete: true,
             })
         })
     }
@@ -714,6 +737,18 @@ async fn the_execution_query_is_checked_and_resolved_before_the_backend() {
     }
     let (status, _) = get(&f.router, "/api/v1/executions/not-an-id").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+    // `find` is a route of its own, not an execution id.
+    let (status, body) = get(&f.router, "/api/v1/executions/find?id=000000000009").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let found: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        found["matches"][0]["execution_id"], "00000000-0000-0000-0000-000000000009",
+        "{body}"
+    );
+    assert_eq!(found["complete"], true, "{body}");
+    let (status, body) = get(&f.router, "/api/v1/executions/find?id=09").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("at least 6 characters"), "{body}");
     let (status, body) = get(
         &f.router,
         "/api/v1/executions/0190f5a2-7b1c-7cc3-9a4e-1f2e3d4c5b6a",
@@ -1258,8 +1293,14 @@ async fn every_route_answers_each_caller_as_the_documented_access_table_says() {
         } else {
             "t1"
         };
+        // A search needs something to search for.
+        let query = if path == "/executions/find" {
+            "?id=000000000009"
+        } else {
+            ""
+        };
         format!(
-            "/api/v1{}",
+            "/api/v1{}{query}",
             path.replace("{namespace}", "default")
                 .replace("{id}", id)
                 .replace("{name}", "default")

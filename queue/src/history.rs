@@ -222,6 +222,43 @@ impl Queue {
         Ok((items, false))
     }
 
+    /// The newest attempts whose entry's text contains `needle` (a fragment of an execution
+    /// id: the caller checks which id it is part of), at most `limit`, scanning at most
+    /// `scan_max` entries newest first over as many script calls as that takes, each bounded
+    /// by [`HISTORY_SCAN_MAX`]. Also returns whether the scan reached the stream's start, so
+    /// a caller can tell "none" from "none among the newest `scan_max`".
+    pub async fn attempts_containing(
+        &self,
+        needle: &str,
+        limit: usize,
+        scan_max: usize,
+    ) -> Result<(Vec<ExecutionItem>, bool)> {
+        let mut from = "+".to_owned();
+        let mut items = Vec::new();
+        let mut budget = scan_max.max(1);
+        while budget > 0 && items.len() < limit {
+            let args = PageArgs {
+                forward: false,
+                from: &from,
+                to: "-",
+                limit: limit - items.len(),
+                scan_max: budget.min(HISTORY_SCAN_MAX),
+                namespace: "",
+                task_id: "",
+                outcomes: "",
+                execution: needle,
+            };
+            let page = self.history_page(&args).await?;
+            items.extend(page.items);
+            match page.next {
+                None => return Ok((items, true)),
+                Some(next) => from = format!("({next}"),
+            }
+            budget = budget.saturating_sub(HISTORY_SCAN_MAX);
+        }
+        Ok((items, false))
+    }
+
     async fn history_page(&self, a: &PageArgs<'_>) -> Result<ExecutionPage> {
         const OP: &str = "history_page";
         let mut inv = HISTORY_PAGE.prepare_invoke();

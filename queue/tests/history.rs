@@ -332,3 +332,45 @@ async fn an_executions_attempts_are_found_in_order_across_its_retries() {
     let (none, complete) = q.execution_attempts(new_execution_id()).await.unwrap();
     assert!(none.is_empty() && complete);
 }
+
+#[tokio::test]
+async fn attempts_are_found_by_a_fragment_of_their_id_within_the_scan_bound() {
+    let q = queue().await;
+    let wanted = new_execution_id();
+    let suffix = &wanted.to_string()[28..];
+    q.record_history(
+        "ops",
+        "t",
+        &entry(wanted, 0, failed(Some(UtcMillis::now()))),
+    )
+    .await
+    .unwrap();
+    q.record_history("ops", "t", &entry(wanted, 1, AttemptEnd::succeeded()))
+        .await
+        .unwrap();
+    for _ in 0..30 {
+        q.record_history(
+            "busy",
+            "t",
+            &entry(new_execution_id(), 0, AttemptEnd::succeeded()),
+        )
+        .await
+        .unwrap();
+    }
+    let (found, complete) = q.attempts_containing(suffix, 100, 1000).await.unwrap();
+    assert!(complete, "the whole stream was scanned");
+    let ids: Vec<ExecutionId> = found.iter().map(|i| i.entry.execution_id).collect();
+    assert_eq!(ids, [wanted, wanted], "both attempts, newest first");
+    assert_eq!(found[0].entry.attempt, 1);
+    assert_eq!(found[0].namespace, "ops");
+
+    let (found, complete) = q.attempts_containing(suffix, 100, 10).await.unwrap();
+    assert!(found.is_empty(), "the match is older than the newest 10");
+    assert!(!complete, "the bound stopped the scan");
+
+    let (found, _) = q
+        .attempts_containing("0123456789ab", 100, 1000)
+        .await
+        .unwrap();
+    assert!(found.is_empty(), "{found:?}");
+}

@@ -11,9 +11,9 @@ use ax_scheduler_core::ExecutionId;
 
 use super::{
     ApiError, BackfillParams, BackfillResult, CompletionReply, CompletionRequest, DeadLetter,
-    DlqRequeue, ExecutionList, ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult,
-    PutOptions, PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView,
-    TriggerParams, TriggerResult,
+    DlqRequeue, ExecutionList, ExecutionMatches, ExecutionQuery, ExecutionRecord, ExecutionStory,
+    KillResult, PutOptions, PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery,
+    TaskView, TriggerParams, TriggerResult,
 };
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 
@@ -51,6 +51,10 @@ pub trait ApiBackend: Send + Sync {
     fn executions(&self, query: ExecutionQuery) -> ApiFuture<'_, ExecutionList>;
     /// One execution's story; [`ApiError::NotFound`] when nothing of it is recorded.
     fn execution(&self, id: ExecutionId) -> ApiFuture<'_, ExecutionStory>;
+    /// The executions whose id starts or ends with `fragment`, newest first, from a bounded
+    /// search of the history across tasks; [`ApiError::Invalid`] for a fragment too short or
+    /// not hex.
+    fn find_executions(&self, fragment: String) -> ApiFuture<'_, ExecutionMatches>;
     /// Dead-lettered executions, newest first.
     fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>>;
     /// Puts dead-lettered executions back on their queues; returns how many.

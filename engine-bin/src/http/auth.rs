@@ -56,6 +56,7 @@ pub const ROUTE_ROLES: &[(&str, &str, TokenRole)] = &[
     ),
     ("GET", "/tasks/{namespace}/{id}/history", TokenRole::Read),
     ("GET", "/executions", TokenRole::Read),
+    ("GET", "/executions/find", TokenRole::Read),
     ("GET", "/executions/{id}", TokenRole::Read),
     ("GET", "/dlq", TokenRole::Read),
     ("POST", "/dlq/requeue", TokenRole::Operate),

@@ -24,6 +24,7 @@
 //! | POST | `/tasks/{namespace}/{id}/backfill` (body: [`BackfillParams`]) | [`ApiBackend::backfill`] |
 //! | GET | `/tasks/{namespace}/{id}/history?limit=` | [`ApiBackend::history`] |
 //! | GET | `/executions?namespace=&task=&outcome=&failed=&since=&until=&limit=&continue=` | [`ApiBackend::executions`] (paged: `continue` in the body and in `X-Ax-Continue`) |
+//! | GET | `/executions/find?id=` (the start or the end of an id) | [`ApiBackend::find_executions`] |
 //! | GET | `/executions/{id}` | [`ApiBackend::execution`] |
 //! | GET | `/dlq?queue=&limit=` | [`ApiBackend::dlq_list`] |
 //! | POST | `/dlq/requeue` (body: `{"ids": [...]}` or `{"all": true, "queue": ...}`) | [`ApiBackend::dlq_requeue`] |
@@ -107,6 +108,7 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
         .route("/tasks/{namespace}/{id}/backfill", post(tasks::backfill))
         .route("/tasks/{namespace}/{id}/history", get(tasks::history))
         .route("/executions", get(executions::executions))
+        .route("/executions/find", get(executions::find_executions))
         .route("/executions/{id}", get(executions::execution))
         .route("/dlq", get(dlq::dlq_list))
         .route("/dlq/requeue", post(dlq::dlq_requeue))

@@ -1,5 +1,5 @@
-//! The execution routes: the history across tasks, one execution's story, a kill, and the
-//! completion report of an `http.async` job.
+//! The execution routes: the history across tasks, executions found by a fragment of their
+//! id, one execution's story, a kill, and the completion report of an `http.async` job.
 //!
 //! The completion route takes no API token (its body carries the execution's completion
 //! token, checked by the backend), so it is rate limited per execution before its body is
@@ -13,7 +13,8 @@ use axum::Json;
 use super::extract::{parse, ApiBody, ApiQuery, Body, ExecutionPath};
 use super::{with_continue, ApiResult, ApiState};
 use crate::api::{
-    ApiError, CompletionReply, CompletionRequest, ExecutionParams, ExecutionStory, KillResult,
+    ApiError, CompletionReply, CompletionRequest, ExecutionMatches, ExecutionParams,
+    ExecutionStory, FindParams, KillResult,
 };
 
 impl ApiBody for CompletionRequest {
@@ -34,6 +35,13 @@ pub(super) async fn executions(
     let page = s.backend()?.executions(q).await?;
     let token = page.continue_token.clone();
     Ok(with_continue(Json(page).into_response(), token))
+}
+
+pub(super) async fn find_executions(
+    State(s): State<ApiState>,
+    ApiQuery(q): ApiQuery<FindParams>,
+) -> ApiResult<ExecutionMatches> {
+    Ok(Json(s.backend()?.find_executions(q.id).await?))
 }
 
 pub(super) async fn execution(
