@@ -293,6 +293,41 @@ class Test:
         self.wait_text("each worker's execution", "on console-2", "main", 45)
         self.check_log("the broadcast task")
 
+        # Execution ids: UUID v7 ids of one minute share their start, so each shows its end,
+        # the whole id in its title, and links to the execution's page.
+        d.go(f"{self.url}/ui/#/task/console/heartbeat")
+        self.wait("two heartbeat executions", lambda: self.d.js(
+            "return document.querySelectorAll('#view a[data-execution]').length") >= 2, 45)
+        shown = d.js("return [...document.querySelectorAll('#view a[data-execution]')]"
+                     ".map((a) => [a.dataset.execution, a.innerText, a.title, a.getAttribute('href')])")
+        if len({t for _, t, _, _ in shown}) != len({i for i, _, _, _ in shown}):
+            raise Failure(f"different executions look the same: {shown}")
+        for full, text, title, href in shown:
+            if full[-8:] not in text or full not in title or href != f"#/execution/{full}":
+                raise Failure(f"execution {full} shown as `{text}` (title `{title}`, link `{href}`)")
+        first, second = shown[0][0], shown[1][0]
+        d.click("#view a[data-execution]")
+        self.wait("the execution's page", lambda: self.text("#execution-id") == first)
+        self.wait_text("its story", "attempt 1 started on console-", "#story")
+        self.wait_text("its end", "attempt 1 succeeded", "#story")
+        self.wait_text("the worker that ran it", "console-", "#workers")
+        self.wait_text("its task", "console/heartbeat", "main")
+        if "\nnull\n" in f"\n{self.text('main')}\n":
+            raise Failure("the execution page shows a stray `null`")
+        self.shot("execution")
+        # The search box finds an execution by the end of its id, or says why it cannot.
+        d.type("#find-input", second[-8:])
+        d.click("#find-form button[type=submit]")
+        self.wait("the execution found by its end", lambda: self.d.js("return location.hash") == f"#/execution/{second}")
+        self.wait("its page", lambda: self.text("#execution-id") == second)
+        d.type("#find-input", "ffffffffffff")
+        d.click("#find-form button[type=submit]")
+        self.wait_text("no match", "No execution id starts or ends with", "#candidates")
+        d.type("#find-input", second[-4:])
+        d.click("#find-form button[type=submit]")
+        self.wait_text("a fragment too short", "at least 6 characters", "#notice")
+        self.check_log("the execution page", allowed=["status of 400"])
+
         # Secrets stay masked on the page.
         d.go(f"{self.url}/ui/#/task/console/flaky-hook")
         self.wait_text("the http task's spec", "***", "pre.spec")
@@ -309,6 +344,11 @@ class Test:
         self.wait_text("the dead letter", "console/flaky-hook", "main", 45)
         self.wait_text("its errors per attempt", "#1 failed: POST", "main")
         self.shot("dlq")
+        d.click("#view a[data-execution]")
+        self.wait_text("the dead letter's story", "dead-lettered", "#story")
+        self.wait_text("its error", "POST", "#error")
+        d.go(f"{self.url}/ui/#/dlq")
+        self.wait_text("the dead letter again", "console/flaky-hook", "main", 45)
         d.click("[data-action=requeue]")
         self.confirm()
         self.wait_text("the requeue's result", "Requeued 1 dead letter", "#notice")

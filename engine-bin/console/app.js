@@ -1,13 +1,15 @@
 // The console's shell: hash routes (a URL for every view), the token, the caller's role,
-// and polling. Views come from views.js and task.js; this file owns when they refresh.
+// the execution search, and polling. Views come from views.js, task.js and execution.js;
+// this file owns when they refresh.
 
 import { ApiError, get, setToken, token } from './api.js';
 import { clear, h, notice } from './dom.js';
+import { execution } from './execution.js';
 import { task } from './task.js';
 import { audit, dlq, overview, tasks } from './views.js';
 
 const POLL_MS = 5000;
-const VIEWS = { overview, tasks, dlq, audit, task };
+const VIEWS = { overview, tasks, dlq, audit, task, execution };
 
 let role = null;
 let current = null;
@@ -23,6 +25,10 @@ function parse(hash) {
     params.set('ns', parts[1]);
     params.set('id', parts[2]);
     return { name: 'task', params };
+  }
+  if (parts[0] === 'execution' && parts.length === 2) {
+    params.set('id', parts[1]);
+    return { name: 'execution', params };
   }
   return { name: VIEWS[parts[0]] ? parts[0] : 'overview', params };
 }
@@ -105,6 +111,14 @@ function setup() {
     show();
   });
   input.placeholder = token() ? 'token set for this tab' : 'API token (kept for this tab only)';
+  const find = document.getElementById('find-input');
+  document.getElementById('find-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const id = find.value.trim();
+    if (!id) return;
+    find.value = '';
+    go(`#/execution/${encodeURIComponent(id)}`);
+  });
   window.addEventListener('hashchange', () => {
     show();
     document.getElementById('view').focus({ preventScroll: true });

@@ -70,6 +70,14 @@ export function when(ms) {
     relative(ms), h('small', { class: 'abs' }, absolute(ms)));
 }
 
+// An execution id as people tell ids apart: UUID v7 ids of the same minute share their
+// start (the time), so the end is shown, the whole id is in the title, and the link opens
+// the execution's page. `whole` shows the whole id (where ids are compared side by side).
+export function execLink(id, whole = false) {
+  return h('a', { class: 'id', href: `#/execution/${encodeURIComponent(id)}`, title: `${id} · open this execution`, 'data-execution': id },
+    h('code', {}, whole ? id : `…${id.slice(-8)}`));
+}
+
 export function badge(text, kind) {
   return h('span', { class: `badge ${kind || String(text).toLowerCase()}` }, text);
 }

@@ -2,7 +2,7 @@
 // fires, recent executions, and the actions the caller's role allows.
 
 import { allows, call, get, query, taskPath } from './api.js';
-import { badge, clear, duration, h, section, table, when } from './dom.js';
+import { badge, clear, duration, execLink, h, section, table, when } from './dom.js';
 import { act } from './views.js';
 
 // A time typed by a person: ISO text, or a duration before now (`2h`, `1d`).
@@ -92,10 +92,10 @@ export function task(root, { params, role, go }) {
       ? h('ol', { class: 'fires', id: 'upcoming' }, view.upcoming_fires.map((t) => h('li', {}, when(t))))
       : h('p', { class: 'empty' }, view.status === 'PAUSED' ? 'Paused: no fire.' : 'No fire ahead.');
     const row = (a) => [
-      [h('code', { class: 'id', title: a.execution_id }, a.execution_id.slice(0, 8)),
+      [execLink(a.execution_id),
         a.shard_total ? h('span', { class: 'muted', title: `fan-out ${a.fanout_id}` }, ` shard ${a.shard_index + 1}/${a.shard_total}`) : null,
         a.target_worker ? h('span', { class: 'muted', title: 'the worker this broadcast execution is addressed to' }, ` on ${a.target_worker}`) : null,
-        a.run_id ? h('span', { class: 'muted', title: `run ${a.run_id}` }, ` run ${a.run_id.slice(0, 8)}`) : null],
+        a.run_id ? h('span', { class: 'muted', title: `run ${a.run_id}` }, ` run …${a.run_id.slice(-8)}`) : null],
       String(a.attempt),
       badge(a.outcome),
       when(a.due),
@@ -123,7 +123,7 @@ export function task(root, { params, role, go }) {
         : total ? `${total} shards` : 'broadcast to no live worker';
       const tally = Object.entries(ends).map(([o, n]) => `${n} ${o}`).join(', ');
       return h('tr', { class: 'fire' }, h('td', { colspan: 8 },
-        h('code', { class: 'id', title: items[0].fanout_id }, `fire ${items[0].fanout_id.slice(0, 8)}`),
+        h('code', { class: 'id', title: items[0].fanout_id }, `fire …${items[0].fanout_id.slice(-8)}`),
         ` ${kind}; due `, when(items[0].due), `: ${tally}`));
     };
     const rows = groups.flatMap((g) => (g[0].fanout_id

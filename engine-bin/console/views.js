@@ -4,7 +4,7 @@
 
 import { allows, call, get, query, taskPath } from './api.js';
 import {
-  badge, clear, confirmDialog, duration, h, lineChart, notice, percentile, section, table, when,
+  badge, clear, confirmDialog, duration, execLink, h, lineChart, notice, percentile, section, table, when,
 } from './dom.js';
 
 const FAILED = ['retrying', 'failed', 'timed_out', 'panicked', 'dead_lettered'];
@@ -152,7 +152,7 @@ function fires(attempts, now) {
   }
   const all = firsts.map((a) => a.lateness_ms || 0).sort((a, b) => a - b);
   const recentFailures = failures.slice(0, 10).map((a) => [
-    taskLink(a.namespace, a.task_id), badge(a.outcome), when(a.finished), h('span', { class: 'err' }, a.error || ''),
+    taskLink(a.namespace, a.task_id), execLink(a.execution_id), badge(a.outcome), when(a.finished), h('span', { class: 'err' }, a.error || ''),
   ]);
   return section('Last hour',
     h('p', { class: 'stats' },
@@ -165,7 +165,7 @@ function fires(attempts, now) {
         h('figcaption', {}, h('span', { class: 'key p50' }, 'p50'), ' ', h('span', { class: 'key p99' }, 'p99'), ' lateness of first attempts (start − due), per 5 minutes'))
       : h('p', { class: 'empty' }, 'No fire in the last hour.'),
     h('h3', {}, 'Recent failures'),
-    table(['Task', 'Outcome', 'When', 'Error'], recentFailures, 'No failure in the last hour.'));
+    table(['Task', 'Execution', 'Outcome', 'When', 'Error'], recentFailures, 'No failure in the last hour.'));
 }
 
 // Tasks: filters in the URL (#/tasks?namespace=..&status=..), pages by continue token.
@@ -255,7 +255,7 @@ export function dlq(root, { params, role }) {
       const attempts = story ? story.attempts.map((a) => h('li', {}, `#${a.attempt} ${a.outcome}: ${a.error || 'no error recorded'}`)) : [h('li', {}, `last: ${d.last_error}`)];
       return [
         taskLink(d.namespace, d.task_id),
-        h('code', { class: 'id' }, d.execution_id),
+        execLink(d.execution_id),
         d.queue,
         String(d.attempts),
         when(d.dead_at),

@@ -63,6 +63,11 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../../console/task.js"),
     ),
     (
+        "execution.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../console/execution.js"),
+    ),
+    (
         "favicon.svg",
         "image/svg+xml",
         include_str!("../../console/favicon.svg"),
