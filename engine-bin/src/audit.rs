@@ -58,7 +58,8 @@ pub struct AuditQuery {
     /// Only records at or after this instant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<UtcMillis>,
-    /// Only records of this actor.
+    /// Only records of this actor: its whole name, or its first word (`etcd` finds
+    /// `etcd (direct)`, `cli` every `cli:<user>`); see [`AuditQuery::admits_actor`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<String>,
     /// Most records in the page, 1 to 1000; default 100.
@@ -67,6 +68,19 @@ pub struct AuditQuery {
     /// The previous page's continue token.
     #[serde(default, rename = "continue", skip_serializing_if = "Option::is_none")]
     pub continue_token: Option<String>,
+}
+
+impl AuditQuery {
+    /// Whether a record by `actor` passes the actor filter: no filter, the same name, or the
+    /// name's first word before a space, `:` or `@` (`etcd (direct)`, `cli:alice@host`).
+    pub fn admits_actor(&self, actor: &str) -> bool {
+        self.actor.as_deref().is_none_or(|want| {
+            actor == want
+                || actor
+                    .strip_prefix(want)
+                    .is_some_and(|rest| rest.starts_with([' ', ':', '@']))
+        })
+    }
 }
 
 /// Records in a page when the query gives no limit.
@@ -183,6 +197,22 @@ fn masked_at(path: &[&str], value: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_actor_filter_is_the_whole_name_or_its_first_word() {
+        let q = |a: &str| AuditQuery {
+            actor: Some(a.into()),
+            ..AuditQuery::default()
+        };
+        assert!(q("etcd").admits_actor(VIA_ETCD));
+        assert!(q("etcd (direct)").admits_actor(VIA_ETCD));
+        assert!(q("cli").admits_actor("cli:alice@host"));
+        assert!(q("cli:alice").admits_actor("cli:alice@host"));
+        assert!(!q("cli:al").admits_actor("cli:alice@host"));
+        assert!(!q("etc").admits_actor(VIA_ETCD));
+        assert!(!q("ops").admits_actor("ops-bot"));
+        assert!(AuditQuery::default().admits_actor("anyone"));
+    }
 
     #[test]
     fn a_spec_diff_names_each_changed_field_with_secrets_masked() {

@@ -55,38 +55,49 @@ pub struct GlobalArgs {
     /// Redis URL, redis:// or rediss:// [redis.url].
     #[arg(long, global = true, value_name = "URL")]
     pub redis_url: Option<String>,
-    /// This replica's id [instance.id].
-    #[arg(long, global = true, value_name = "ID")]
-    pub instance_id: Option<String>,
-    /// Roles, comma separated: scheduler, worker [instance.roles].
-    #[arg(long, global = true, value_delimiter = ',', value_name = "ROLES")]
-    pub roles: Option<Vec<ReplicaRole>>,
-    /// Concurrent executions; 0 means twice the CPU cores [worker.concurrency].
-    #[arg(long, global = true, value_name = "N")]
-    pub worker_concurrency: Option<usize>,
-    /// Queues worked on, comma separated [worker.queues].
-    #[arg(long, global = true, value_delimiter = ',', value_name = "NAMES")]
-    pub worker_queues: Option<Vec<String>>,
-    /// HTTP listen address, host:port [http.listen].
-    #[arg(long, global = true, value_name = "ADDR")]
-    pub http_listen: Option<String>,
     /// Log format. Default: $AX_LOG_FORMAT, else text.
     #[arg(long, global = true, value_enum, value_name = "FORMAT")]
     pub log_format: Option<crate::logging::LogFormat>,
 }
 
-impl GlobalArgs {
+/// Flags of what a replica runs: on `serve`, and on `config print` to see their effect; the
+/// other commands never run a replica, so their help leaves them out.
+#[derive(Clone, Debug, Default, Args)]
+pub struct ReplicaArgs {
+    /// This replica's id [instance.id].
+    #[arg(long, value_name = "ID")]
+    pub instance_id: Option<String>,
+    /// Roles, comma separated: scheduler, worker [instance.roles].
+    #[arg(long, value_delimiter = ',', value_name = "ROLES")]
+    pub roles: Option<Vec<ReplicaRole>>,
+    /// Concurrent executions; 0 means twice the CPU cores [worker.concurrency].
+    #[arg(long, value_name = "N")]
+    pub worker_concurrency: Option<usize>,
+    /// Queues worked on, comma separated [worker.queues].
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub worker_queues: Option<Vec<String>>,
+    /// HTTP listen address, host:port [http.listen].
+    #[arg(long, value_name = "ADDR")]
+    pub http_listen: Option<String>,
+}
+
+impl Cli {
     /// The flags that set configuration keys, as the top configuration layer.
     pub fn overrides(&self) -> ConfigOverrides {
+        let g = &self.global;
+        let r = match &self.command {
+            Command::Serve(r) | Command::Config(ConfigCommand::Print(r)) => r.clone(),
+            _ => ReplicaArgs::default(),
+        };
         ConfigOverrides {
-            etcd_endpoints: self.etcd_endpoints.clone(),
-            etcd_prefix: self.etcd_prefix.clone(),
-            redis_url: self.redis_url.clone(),
-            instance_id: self.instance_id.clone(),
-            roles: self.roles.clone(),
-            worker_concurrency: self.worker_concurrency,
-            worker_queues: self.worker_queues.clone(),
-            http_listen: self.http_listen.clone(),
+            etcd_endpoints: g.etcd_endpoints.clone(),
+            etcd_prefix: g.etcd_prefix.clone(),
+            redis_url: g.redis_url.clone(),
+            instance_id: r.instance_id,
+            roles: r.roles,
+            worker_concurrency: r.worker_concurrency,
+            worker_queues: r.worker_queues,
+            http_listen: r.http_listen,
         }
     }
 }
@@ -105,7 +116,7 @@ impl ValueEnum for ReplicaRole {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a replica: election, scheduling, workers, HTTP (metrics, probes, API).
-    Serve,
+    Serve(ReplicaArgs),
     /// Inspect the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -160,9 +171,29 @@ pub enum Command {
 
 /// An RFC 3339 instant such as `2026-11-01T00:00:00Z`.
 fn parse_instant(s: &str) -> Result<ax_scheduler_core::UtcMillis, String> {
-    chrono::DateTime::parse_from_rfc3339(s)
-        .map(|t| ax_scheduler_core::UtcMillis::from_datetime(&t))
-        .map_err(|e| format!("`{s}` is not an RFC 3339 instant like 2026-11-01T00:00:00Z: {e}"))
+    instant_at(s, ax_scheduler_core::UtcMillis::now())
+}
+
+/// An RFC 3339 instant, `now`, or a duration before `now` (`6h`, `30m`, `7d`), as the console
+/// and `history --since` take them.
+fn instant_at(
+    s: &str,
+    now: ax_scheduler_core::UtcMillis,
+) -> Result<ax_scheduler_core::UtcMillis, String> {
+    if s == "now" {
+        return Ok(now);
+    }
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(ax_scheduler_core::UtcMillis::from_datetime(&t));
+    }
+    humantime::parse_duration(s)
+        .map(|d| now.sub(d))
+        .map_err(|_| {
+            format!(
+                "`{s}` is neither an RFC 3339 instant like 2026-11-01T00:00:00Z, nor `now`, nor a \
+             duration before now like 6h or 30m"
+            )
+        })
 }
 
 /// A duration such as `90s`, `1h`, `7d`.
@@ -218,7 +249,7 @@ pub enum FenceCommand {
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Print the effective configuration as TOML, secrets masked (exit 2 if it is invalid).
-    Print,
+    Print(ReplicaArgs),
 }
 
 /// A task as the command line names it: `ID` or `NAMESPACE/ID`, or `ID -n NAMESPACE`. Only
@@ -350,10 +381,11 @@ pub enum TaskCommand {
         /// The task.
         #[command(flatten)]
         task: TaskArg,
-        /// Start of the range, inclusive (RFC 3339, like 2026-11-01T00:00:00Z).
+        /// Start of the range, inclusive: RFC 3339 (2026-11-01T00:00:00Z), or a duration
+        /// before now (6h, 30m, 7d).
         #[arg(long, value_parser = parse_instant)]
         from: ax_scheduler_core::UtcMillis,
-        /// End of the range, inclusive (RFC 3339).
+        /// End of the range, inclusive: as --from, or `now`.
         #[arg(long, value_parser = parse_instant)]
         to: ax_scheduler_core::UtcMillis,
         /// Most fires to enqueue; a range with more is refused unless --force.
@@ -546,6 +578,22 @@ mod tests {
     }
 
     #[test]
+    fn a_range_end_is_an_instant_now_or_a_duration_before_now() {
+        let now = ax_scheduler_core::UtcMillis(1_796_221_800_000);
+        assert_eq!(instant_at("now", now), Ok(now));
+        assert_eq!(
+            instant_at("6h", now),
+            Ok(ax_scheduler_core::UtcMillis(now.0 - 6 * 3_600_000))
+        );
+        assert_eq!(
+            instant_at("2026-12-02T14:30:00Z", ax_scheduler_core::UtcMillis(0)),
+            Ok(now)
+        );
+        let err = instant_at("yesterday", now).unwrap_err();
+        assert!(err.contains("duration before now like 6h"), "{err}");
+    }
+
+    #[test]
     fn global_flags_become_overrides_anywhere_on_the_line() {
         let cli = Cli::try_parse_from([
             "ax",
@@ -559,7 +607,7 @@ mod tests {
             "rediss://r:6380",
         ])
         .unwrap();
-        let o = cli.global.overrides();
+        let o = cli.overrides();
         assert_eq!(
             o.etcd_endpoints.unwrap(),
             ["http://a:2379", "http://b:2379"]
@@ -567,6 +615,41 @@ mod tests {
         assert_eq!(o.roles.unwrap(), [ReplicaRole::Worker]);
         assert_eq!(o.redis_url.unwrap(), "rediss://r:6380");
         assert!(o.http_listen.is_none());
+    }
+
+    #[test]
+    fn replica_flags_are_on_serve_and_config_print_only() {
+        let help = |path: &[&str]| {
+            let mut cmd = Cli::command();
+            // Global flags reach the subcommands when the tree is built.
+            cmd.build();
+            let mut sub = &mut cmd;
+            for name in path {
+                sub = sub.find_subcommand_mut(name).unwrap();
+            }
+            sub.render_long_help().to_string()
+        };
+        for path in [&["serve"][..], &["config", "print"]] {
+            let h = help(path);
+            assert!(
+                h.contains("--roles") && h.contains("--http-listen"),
+                "{path:?}: {h}"
+            );
+        }
+        for path in [&["task", "put"][..], &["task", "list"], &["status"]] {
+            let h = help(path);
+            assert!(h.contains("--etcd-endpoints"), "{path:?}: {h}");
+            for serve_only in [
+                "--roles",
+                "--http-listen",
+                "--instance-id",
+                "--worker-queues",
+            ] {
+                assert!(!h.contains(serve_only), "{path:?} lists {serve_only}: {h}");
+            }
+        }
+        let err = Cli::try_parse_from(["ax", "task", "list", "--roles", "worker"]).unwrap_err();
+        assert_eq!(err.exit_code(), i32::from(EXIT_USAGE));
     }
 
     #[test]

@@ -34,7 +34,7 @@ const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
 
 /// Runs the command.
 pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
-    let serving = matches!(cli.command, Command::Serve);
+    let serving = matches!(cli.command, Command::Serve(_));
     // The server logs to stdout at info; one-shot commands keep stdout for their output.
     let (default_filter, target) = if serving {
         ("info", LogTarget::Stdout)
@@ -51,8 +51,8 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
     match cli.command {
         Command::Token(TokenCommand::New { name, role }) => print_stdout(&new_token(&name, role)),
         Command::Namespace(cmd) => namespace(&config, actor, cmd).await,
-        Command::Serve => serve(config).await,
-        Command::Config(ConfigCommand::Print) => {
+        Command::Serve(_) => serve(config).await,
+        Command::Config(ConfigCommand::Print(_)) => {
             print_stdout(&config.to_masked_toml())?;
             Ok(())
         }
@@ -219,7 +219,7 @@ async fn fence_reseat(config: &Config, actor: &str, queue: Option<String>) -> Re
 
 /// Loads the effective configuration from the command line and the edge.
 pub fn load_config(cli: &Cli, edge: &Edge) -> Result<Config, CliError> {
-    let overrides = cli.global.overrides();
+    let overrides = cli.overrides();
     Ok(Config::load(LoadOptions {
         config_flag: cli.global.config.as_deref(),
         env: &edge.env,
@@ -380,14 +380,7 @@ async fn task_put(
     if spec.paused {
         out.push_str("it is paused: it will not fire until resumed\n");
     }
-    if result.next_fires.is_empty() {
-        out.push_str("no future fires\n");
-    } else {
-        out.push_str(&format!("next {} fire(s), UTC:\n", result.next_fires.len()));
-        for t in &result.next_fires {
-            out.push_str(&format!("  {t}\n"));
-        }
-    }
+    out.push_str(&output::fire_lines(&result.next_fires, &spec.schedule));
     print_stdout(&out)
 }
 

@@ -19,7 +19,7 @@ pub use audit_log::audit_table;
 pub use chain::Chain;
 pub use dlq::dlq_table;
 pub use executions::{executions_table, history_table};
-pub use format::{json, table};
+pub use format::{fire_lines, json, table};
 pub use status::status_text;
 pub use story::story_text;
 pub use tasks::{kill_text, schedule_summary, task_table};

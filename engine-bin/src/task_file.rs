@@ -81,10 +81,7 @@ pub fn preview(spec: &TaskSpec, now: UtcMillis) -> Result<String, Vec<String>> {
             _ => out.push_str("no future fires\n"),
         }
     } else {
-        out.push_str(&format!("next {} fire(s), UTC:\n", fires.len()));
-        for t in fires {
-            out.push_str(&format!("  {t}\n"));
-        }
+        out.push_str(&crate::output::fire_lines(&fires, &spec.schedule));
     }
     Ok(out)
 }

@@ -152,8 +152,10 @@ fn task_put_dry_run_previews_the_next_five_fires() {
     let fires: Vec<_> = shown.lines().filter(|l| l.starts_with("  ")).collect();
     assert_eq!(fires.len(), 5, "{shown}");
     assert!(
-        fires.iter().all(|l| l.ends_with("T18:30:00.000Z")),
-        "{shown}"
+        fires
+            .iter()
+            .all(|l| l.contains("T18:30:00.000Z  ") && l.ends_with(" 02:30:00 CST (+08:00)")),
+        "each fire in UTC and in the task's zone: {shown}"
     );
 
     let out = ax_stdin(

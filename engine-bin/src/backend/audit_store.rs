@@ -181,7 +181,7 @@ impl AuditStore {
                 let Ok(record) = serde_json::from_slice::<AuditRecord>(kv.value()) else {
                     continue;
                 };
-                if query.actor.as_deref().is_some_and(|a| a != record.actor) {
+                if !query.admits_actor(&record.actor) {
                     continue;
                 }
                 items.push(record);

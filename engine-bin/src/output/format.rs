@@ -4,8 +4,37 @@
 //! Kept apart from the views so each view renders the same cell the same way: a missing
 //! instant or duration is `-` everywhere.
 
+use ax_scheduler_core::task::Schedule;
 use ax_scheduler_core::UtcMillis;
 use serde::Serialize;
+
+/// The next fires, one a line, in UTC and, for a cron in another zone, in that zone too: a
+/// `09:30 America/New_York` task reads as written, not only as `14:30:00Z`.
+pub fn fire_lines(fires: &[UtcMillis], schedule: &Schedule) -> String {
+    if fires.is_empty() {
+        return "no future fires\n".to_owned();
+    }
+    let zone = match schedule {
+        Schedule::Cron { timezone, .. } if timezone != "UTC" => {
+            timezone.parse::<chrono_tz::Tz>().ok()
+        }
+        _ => None,
+    };
+    let mut out = match zone {
+        Some(z) => format!("next {} fire(s), UTC and {z}:\n", fires.len()),
+        None => format!("next {} fire(s), UTC:\n", fires.len()),
+    };
+    for t in fires {
+        let local = zone.zip(t.to_datetime()).map(|(z, dt)| {
+            format!(
+                "  {}",
+                dt.with_timezone(&z).format("%Y-%m-%d %H:%M:%S %Z (%:z)")
+            )
+        });
+        out.push_str(&format!("  {t}{}\n", local.unwrap_or_default()));
+    }
+    out
+}
 
 /// `value` as pretty JSON with a final newline.
 pub fn json<T: Serialize>(value: &T) -> String {
@@ -83,5 +112,29 @@ mod tests {
             ],
         );
         assert_eq!(t, "A          BB\nlong cell  x\ny          z\n");
+    }
+
+    #[test]
+    fn fires_of_a_zoned_cron_read_in_its_zone_too() {
+        let cron = Schedule::Cron {
+            expr: "0 30 9 * * *".into(),
+            timezone: "America/New_York".into(),
+        };
+        // 2026-12-02T14:30:00Z is 09:30 in New York (EST, -05:00).
+        let fires = [UtcMillis(1_796_221_800_000)];
+        assert_eq!(
+            fire_lines(&fires, &cron),
+            "next 1 fire(s), UTC and America/New_York:\n  \
+             2026-12-02T14:30:00.000Z  2026-12-02 09:30:00 EST (-05:00)\n"
+        );
+        let utc = Schedule::Cron {
+            expr: "0 30 9 * * *".into(),
+            timezone: "UTC".into(),
+        };
+        assert_eq!(
+            fire_lines(&fires, &utc),
+            "next 1 fire(s), UTC:\n  2026-12-02T14:30:00.000Z\n"
+        );
+        assert_eq!(fire_lines(&[], &utc), "no future fires\n");
     }
 }
