@@ -33,9 +33,9 @@ use prometheus::{
     TextEncoder,
 };
 
-/// Fires enqueued by the leader. Labels: `queue`.
+/// Fires the leader enqueued (leader only). Labels: `queue`.
 pub const TASKS_SCHEDULED_TOTAL: &str = "scheduler_tasks_scheduled_total";
-/// Executions finished, successful or not. Labels: `queue`, `handler`, `outcome`.
+/// Attempts that ended, by outcome. Labels: `queue`, `handler`, `outcome`.
 pub const TASKS_EXECUTED_TOTAL: &str = "scheduler_tasks_executed_total";
 /// Executions that failed (a subset of the executed ones). Labels: `queue`, `handler`.
 pub const TASKS_FAILED_TOTAL: &str = "scheduler_tasks_failed_total";
@@ -534,6 +534,74 @@ mod tests {
         for name in ["process_cpu_seconds_total", "process_resident_memory_bytes"] {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
         }
+    }
+
+    /// docs/metrics.md is what users read: each family has its row there, of its type, and
+    /// its HELP text is the start of the row's description (which may go on with details),
+    /// so the two can never say different things.
+    #[test]
+    fn help_texts_and_types_are_the_documented_ones() {
+        let doc = include_str!("../../docs/metrics.md");
+        let rows: std::collections::HashMap<&str, (&str, String)> = doc
+            .lines()
+            .filter_map(|l| {
+                let cells: Vec<&str> = l
+                    .strip_prefix("| `")?
+                    .trim_end_matches('|')
+                    .split('|')
+                    .map(str::trim)
+                    .collect();
+                let name = cells.first()?.strip_suffix('`')?;
+                Some((name, (*cells.get(1)?, plain(cells.last()?))))
+            })
+            .collect();
+        let text = metrics().gather_text().unwrap();
+        let mut checked = 0;
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("# HELP ") else {
+                continue;
+            };
+            let (name, help) = rest.split_once(' ').unwrap();
+            if !name.starts_with("scheduler_") && !name.starts_with("ax_") {
+                continue;
+            }
+            let (kind, described) = rows
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} has no row in docs/metrics.md"));
+            assert!(
+                text.contains(&format!("# TYPE {name} {kind}\n")),
+                "{name} is not a {kind} as documented"
+            );
+            let said = plain(help.trim_end_matches('.').trim_end_matches(')'));
+            assert!(
+                described.starts_with(&said),
+                "{name}: HELP says `{help}`, docs/metrics.md says `{described}`"
+            );
+            checked += 1;
+        }
+        assert!(checked >= 25, "{checked} families checked");
+    }
+
+    /// Lower case at the start, markdown links as their text, HELP escapes undone.
+    fn plain(s: &str) -> String {
+        let mut out = String::new();
+        let mut rest = s.replace("\\\\", "\\");
+        while let Some(open) = rest.find('[') {
+            let Some(mid) = rest[open..].find("](").map(|i| open + i) else {
+                break;
+            };
+            let Some(close) = rest[mid..].find(')').map(|i| mid + i) else {
+                break;
+            };
+            out.push_str(&rest[..open]);
+            out.push_str(&rest[open + 1..mid]);
+            rest = rest[close + 1..].to_owned();
+        }
+        out.push_str(&rest);
+        let mut chars = out.chars();
+        chars.next().map_or_else(String::new, |c| {
+            c.to_lowercase().collect::<String>() + chars.as_str()
+        })
     }
 
     #[test]

@@ -42,26 +42,23 @@ impl SchedulerFamilies {
             tasks_scheduled_total: counter_vec(
                 registry,
                 TASKS_SCHEDULED_TOTAL,
-                "Fires enqueued by the leader.",
+                "Fires the leader enqueued (leader only: sum over replicas).",
                 &["queue"],
             )?,
             schedule_latency_seconds: histogram_vec(
                 registry,
                 SCHEDULE_LATENCY_SECONDS,
-                "Enqueue or start time minus due time, in seconds.",
+                "Start of a fire's first attempt minus its due time.",
                 &["queue"],
                 SCHEDULE_LATENCY_BUCKETS,
             )?,
             is_leader: register(
                 registry,
-                IntGauge::new(IS_LEADER, "1 while this replica is the leader, else 0.")?,
+                IntGauge::new(IS_LEADER, "1 while this replica leads.")?,
             )?,
             leader_changes_total: register(
                 registry,
-                IntCounter::new(
-                    LEADER_CHANGES_TOTAL,
-                    "Times this replica gained or lost leadership.",
-                )?,
+                IntCounter::new(LEADER_CHANGES_TOTAL, "Times this replica became leader.")?,
             )?,
             shards_owned: register(
                 registry,
@@ -69,41 +66,36 @@ impl SchedulerFamilies {
             )?,
             shards: register(
                 registry,
-                IntGauge::new(SHARDS, "Shards of the installation (scheduler.shards).")?,
+                IntGauge::new(SHARDS, "`scheduler.shards` of this replica.")?,
             )?,
             invalid_specs: register(
                 registry,
-                IntGauge::new(
-                    INVALID_SPECS,
-                    "Registered task specs that failed validation.",
-                )?,
+                IntGauge::new(INVALID_SPECS, "Registered specs that fail validation (leader only: take the max over replicas).")?,
             )?,
             undecodable_states: register(
                 registry,
                 IntGauge::new(
                     UNDECODABLE_STATES,
-                    "Task state records the last takeover could not decode.",
+                    "State records the last takeover could not decode (leader only: take the max over replicas).",
                 )?,
             )?,
             unserved_queues: register(
                 registry,
                 IntGauge::new(
                     UNSERVED_QUEUES,
-                    "Queues where executions wait that no worker serves.",
+                    "Queues tasks use where executions wait and no worker serves them (leader only: take the max over replicas).",
                 )?,
             )?,
             deadline_misses_total: counter_vec(
                 registry,
                 DEADLINE_MISSES_TOTAL,
-                "Fires not followed by a successful execution within the task's \
-                 expect_success_within, by reason.",
+                "Fires of tasks with `expect_success_within` not followed by a success in time (leader only: sum over replicas).",
                 &["reason"],
             )?,
             state_repairs_total: counter_vec(
                 registry,
                 STATE_REPAIRS_TOTAL,
-                "Task states in doubt (executing long after their fire) the leader repaired, \
-                 by how: from the execution history, or as lost.",
+                "Task states in doubt the leader repaired (leader only: sum over replicas).",
                 &["how"],
             )?,
         })
@@ -127,44 +119,44 @@ impl WorkerFamilies {
             tasks_executed_total: counter_vec(
                 registry,
                 TASKS_EXECUTED_TOTAL,
-                "Executions finished, successful or not.",
+                "Attempts that ended.",
                 &["queue", "handler", "outcome"],
             )?,
             tasks_failed_total: counter_vec(
                 registry,
                 TASKS_FAILED_TOTAL,
-                "Executions that failed (included in the executed total).",
+                "Attempts that failed.",
                 &["queue", "handler"],
             )?,
             tasks_retried_total: counter_vec(
                 registry,
                 TASKS_RETRIED_TOTAL,
-                "Retries scheduled after a failed execution.",
+                "Failed attempts followed by a retry.",
                 &["queue", "handler"],
             )?,
             execution_duration_seconds: histogram_vec(
                 registry,
                 EXECUTION_DURATION_SECONDS,
-                "Execution run time, in seconds.",
+                "Run time of an attempt.",
                 &["queue", "handler", "outcome"],
                 EXECUTION_DURATION_BUCKETS,
             )?,
             concurrency_wait_seconds: histogram_vec(
                 registry,
                 CONCURRENCY_WAIT_SECONDS,
-                "Time an execution waited for a slot of its concurrency key, in seconds.",
+                "Time an execution waited, gated, because its concurrency key had `max` executions running.",
                 &["queue"],
                 CONCURRENCY_WAIT_BUCKETS,
             )?,
             active_workers: register(
                 registry,
-                IntGauge::new(ACTIVE_WORKERS, "Executions running on this replica.")?,
+                IntGauge::new(ACTIVE_WORKERS, "Executions running on this replica (one per running execution, not a count of worker processes).")?,
             )?,
             worker_concurrency_limit: register(
                 registry,
                 IntGauge::new(
                     WORKER_CONCURRENCY_LIMIT,
-                    "Executions the worker pool's slow start lets run at once now.",
+                    "Executions the worker pool lets run at once now.",
                 )?,
             )?,
         })
@@ -184,22 +176,19 @@ impl QueueFamilies {
         Ok(QueueFamilies {
             dlq_size: register(
                 registry,
-                IntGauge::new(DLQ_SIZE, "Executions in the dead-letter queue.")?,
+                IntGauge::new(DLQ_SIZE, "Executions in the dead-letter queues.")?,
             )?,
             queue_depth: register(
                 registry,
                 IntGaugeVec::new(
-                    Opts::new(QUEUE_DEPTH, "Executions waiting in the queue."),
+                    Opts::new(QUEUE_DEPTH, "Executions waiting in a configured queue."),
                     &["queue"],
                 )?,
             )?,
             queue_paused: register(
                 registry,
                 IntGaugeVec::new(
-                    Opts::new(
-                        QUEUE_PAUSED,
-                        "1 while an operator has paused the queue, else 0.",
-                    ),
+                    Opts::new(QUEUE_PAUSED, "1 while an operator has paused the queue."),
                     &["queue"],
                 )?,
             )?,
@@ -208,7 +197,7 @@ impl QueueFamilies {
                 GaugeVec::new(
                     Opts::new(
                         OLDEST_QUEUED_AGE_SECONDS,
-                        "Age of the oldest waiting execution, in seconds.",
+                        "Age of the oldest waiting execution.",
                     ),
                     &["queue"],
                 )?,
@@ -235,40 +224,40 @@ impl ProcessFamilies {
                 registry,
                 IntGauge::new(
                     REDIS_CONFIG_WARNINGS,
-                    "Redis settings that would lose ax's queue state, found at start.",
+                    "Redis settings that lose queue state.",
                 )?,
             )?,
             etcd_db_bytes: register(
                 registry,
-                IntGauge::new(ETCD_DB_BYTES, "Size of etcd's database file, in bytes.")?,
+                IntGauge::new(ETCD_DB_BYTES, "Size of etcd's database file, what its quota applies to.")?,
             )?,
             etcd_db_quota_bytes: register(
                 registry,
-                IntGauge::new(ETCD_DB_QUOTA_BYTES, "etcd's database quota, in bytes.")?,
+                IntGauge::new(ETCD_DB_QUOTA_BYTES, "etcd's database quota.")?,
             )?,
             audit_over_capacity: register(
                 registry,
                 IntGauge::new(
                     AUDIT_OVER_CAPACITY,
-                    "1 while the audit log holds more records than audit.max_records.",
+                    "1 while the audit log holds more records than `audit.max_records`, as this replica's last audit write counted.",
                 )?,
             )?,
             backend_errors_total: counter_vec(
                 registry,
                 BACKEND_ERRORS_TOTAL,
-                "Failed calls to a backend.",
+                "Failed backend calls.",
                 &["backend"],
             )?,
             api_auth_failures_total: counter_vec(
                 registry,
                 API_AUTH_FAILURES_TOTAL,
-                "API requests refused for a missing, wrong or insufficient token.",
+                "`/api/v1` requests refused.",
                 &["reason"],
             )?,
             build_info: register(
                 registry,
                 IntGaugeVec::new(
-                    Opts::new(BUILD_INFO, "Always 1; labelled with the ax version."),
+                    Opts::new(BUILD_INFO, "Always 1."),
                     &["version"],
                 )?,
             )?,
@@ -281,7 +270,7 @@ pub(super) fn alerting_family(registry: &Registry) -> Result<IntCounterVec, prom
     counter_vec(
         registry,
         ALERTS_TOTAL,
-        "Alerts handed to a channel, by outcome.",
+        "Alerts handed to a channel.",
         &["channel", "outcome"],
     )
 }
