@@ -62,7 +62,7 @@ CONTRACT = {
     "alerts": {"feishu_webhook", "feishu_secret", "webhook_url", "min_level"},
 }
 # The keys of one [worker.commands.<name>] table.
-COMMAND_KEYS = {"path", "args", "env", "allow_env", "working_dir", "max_output_bytes", "kill_grace"}
+COMMAND_KEYS = {"path", "args", "task_args", "arg_patterns", "env", "allow_env", "working_dir", "max_output_bytes", "kill_grace"}
 # Secrets never belong in the ConfigMap.
 SECRET_KEYS = {("etcd", "password"), ("redis", "password"), ("http", "api_token"),
                ("alerts", "feishu_webhook"), ("alerts", "feishu_secret")}

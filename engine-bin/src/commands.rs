@@ -341,6 +341,7 @@ async fn task_put(
     let bytes = read_input(file)?;
     let key = task_file::resolve_key(&bytes, file, id, namespace).map_err(CliError::Usage)?;
     let spec = task_file::validate(&bytes, &key).map_err(CliError::Invalid)?;
+    task_file::check_command(&spec, &config.worker.commands_config()).map_err(CliError::Invalid)?;
     // The clock is read here, at the edge; the preview itself is a function of `now`.
     let now = UtcMillis::now();
     if opts.dry_run {

@@ -58,6 +58,21 @@ pub fn validate(bytes: &[u8], key: &TaskKey) -> Result<TaskSpec, Vec<String>> {
         .map_err(|errors| errors.iter().map(ToString::to_string).collect())
 }
 
+/// Checks a valid spec's `command.args` against this replica's rule for its command
+/// (`worker.commands.<name>.task_args`), so a task its workers would refuse is refused
+/// when it is written, where its author sees why.
+pub fn check_command(
+    spec: &TaskSpec,
+    commands: &ax_worker::CommandsConfig,
+) -> Result<(), Vec<String>> {
+    match &spec.command {
+        Some(call) => commands
+            .check_task_args(call)
+            .map_err(|e| vec![format!("command.args: {e}")]),
+        None => Ok(()),
+    }
+}
+
 /// The `--dry-run` report: the key and the next fires after `now` (the countdown of a
 /// `delay` or `every` starting at the spec's `created_at`, else at `now`, as it would if the
 /// spec were registered now).

@@ -105,6 +105,76 @@ async fn a_full_namespace_refuses_new_tasks_but_not_replacements() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn task_args_a_command_does_not_allow_are_refused_with_400() {
+    let a = api_with("api-task-args", |c| {
+        c.worker.commands.insert(
+            "sync".into(),
+            ax_worker::CommandConfig::new("/usr/bin/rsync"),
+        );
+        c.worker.commands.insert(
+            "report".into(),
+            ax_worker::CommandConfig {
+                task_args: ax_worker::command::TaskArgs::Patterns,
+                arg_patterns: vec!["[a-z]+".into()],
+                ..ax_worker::CommandConfig::new("/usr/local/bin/report")
+            },
+        );
+    })
+    .await;
+    let spec = |id: &str, name: &str, args: Value| {
+        json!({"id": id, "handler": "command", "schedule": {"every": "1m"},
+               "command": {"name": name, "args": args}})
+    };
+    for dry_run in ["", "?dry_run=true"] {
+        let path = format!("/api/v1/tasks{dry_run}");
+        let (status, body) = a
+            .call(
+                Method::POST,
+                &path,
+                Some(spec("s", "sync", json!(["-e", "sh"]))),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        let errors = body["error"]["errors"].to_string();
+        assert!(
+            errors.contains("command `sync` takes no arguments from a task")
+                && errors.contains("worker.commands.sync.task_args"),
+            "{body}"
+        );
+        let (status, body) = a
+            .call(
+                Method::POST,
+                &path,
+                Some(spec("r", "report", json!(["x;id"]))),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(
+            body.to_string()
+                .contains("does not match the pattern `[a-z]+`"),
+            "{body}"
+        );
+    }
+    let (status, body) = a
+        .call(
+            Method::POST,
+            "/api/v1/tasks",
+            Some(spec("r", "report", json!(["daily"]))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // A command this replica does not configure is left to the replicas that run it.
+    let (status, body) = a
+        .call(
+            Method::POST,
+            "/api/v1/tasks",
+            Some(spec("o", "other", json!(["x"]))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn tasks_are_registered_shown_triggered_and_refused_through_the_api() {
     let a = api("api-tasks").await;
     let spec = json!({"id": "beat", "namespace": "ops", "handler": "log",

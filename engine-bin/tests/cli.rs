@@ -117,10 +117,16 @@ fn an_unreachable_etcd_exits_1_naming_the_endpoint() {
 
 /// `ax` with `stdin` piped in.
 fn ax_stdin(args: &[&str], stdin: &str) -> Output {
+    ax_stdin_env(args, stdin, &[])
+}
+
+/// `ax` with `stdin` piped in and `env` set.
+fn ax_stdin_env(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ax"))
         .args(args)
         .env_clear()
         .env("HOSTNAME", "test-host")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -164,6 +170,44 @@ fn task_put_dry_run_previews_the_next_five_fires() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with("task ops/beat is valid"));
+}
+
+#[test]
+fn task_put_refuses_args_the_command_does_not_take() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ax.toml");
+    std::fs::write(
+        &config,
+        "[worker.commands.sync]\npath = \"/usr/bin/rsync\"\n\
+         [worker.commands.report]\npath = \"/usr/local/bin/report\"\n\
+         task_args = \"patterns\"\narg_patterns = [\"[a-z]+\"]\n",
+    )
+    .unwrap();
+    let env = [("AX_CONFIG", config.to_str().unwrap())];
+    let task = |name: &str, args: &str| {
+        format!(
+            r#"{{"handler": "command", "schedule": {{"every": "1m"}},
+                "command": {{"name": "{name}", "args": {args}}}}}"#
+        )
+    };
+    let put = ["task", "put", "-", "--dry-run", "--id", "t"];
+    let out = ax_stdin_env(&put, &task("sync", r#"["-e", "sh -c id"]"#), &env);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "command.args: command `sync` takes no arguments from a task \
+                      (worker.commands.sync.task_args is \"none\")"
+        ),
+        "{err}"
+    );
+    let out = ax_stdin_env(&put, &task("report", r#"["--exec"]"#), &env);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("does not match the pattern `[a-z]+`"));
+    let out = ax_stdin_env(&put, &task("report", r#"["daily"]"#), &env);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = ax_stdin_env(&put, &task("sync", "[]"), &env);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
 #[test]

@@ -2131,6 +2131,7 @@ async fn the_command_handler_runs_configured_scripts_and_records_their_exit_and_
     let toml = format!(
         "[worker]\ncommands_allow_root = true\n\
          [worker.commands.report]\npath = \"/bin/sh\"\nargs = [\"{d}/report.sh\"]\n\
+         task_args = \"patterns\"\narg_patterns = [\"[0-9]\", \"[a-z ]+\"]\n\
          allow_env = [\"GREETING\"]\n\
          [worker.commands.hang]\npath = \"/bin/sh\"\nargs = [\"{d}/hang.sh\"]\n\
          working_dir = \"{d}\"\nkill_grace = \"1s\"\n"

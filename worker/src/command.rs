@@ -32,6 +32,7 @@ mod config;
 mod deny;
 mod env;
 mod group;
+mod task_args;
 
 use std::collections::BTreeMap;
 use std::process::{ExitStatus, Stdio};
@@ -51,6 +52,7 @@ pub use config::{
 };
 pub use env::BASE_ENV;
 use group::GroupGuard;
+pub use task_args::TaskArgs;
 
 /// How long the pipes are still read after the command is gone (a process that left the
 /// group may hold them open).
@@ -153,6 +155,7 @@ async fn run(
     ctx: &HandlerContext,
 ) -> Result<(), HandlerError> {
     let name = call.name.as_str();
+    task_args::check(name, cfg, &call.args).map_err(HandlerError::Permanent)?;
     let env = env::build(cfg, exec, &call.env).map_err(|names| {
         HandlerError::Permanent(format!(
             "command `{name}` does not let a task set {}: an operator lists the names a task \
@@ -201,8 +204,7 @@ fn spawn(
     env: &BTreeMap<String, String>,
 ) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(&cfg.path);
-    cmd.args(&cfg.args)
-        .args(&call.args)
+    cmd.args(task_args::argv(cfg, &call.args))
         .env_clear()
         .envs(env)
         .stdin(Stdio::null())

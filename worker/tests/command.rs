@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use ax_queue::ExecutionMessage;
 use ax_scheduler_core::{AttemptOutcome, TaskSpec};
+use ax_worker::command::TaskArgs;
 use ax_worker::egress::{EgressClient, EgressPolicy};
 use ax_worker::{
     ChannelReporter, CommandConfig, CommandHandler, CommandsConfig, Handler, HandlerContext,
@@ -102,6 +103,7 @@ pwd
 "#,
     );
     cfg.args.push("--fixed".into());
+    cfg.task_args = TaskArgs::AfterSeparator;
     cfg.allow_env = vec!["TARGET".into()];
     cfg.env = [("HOME".to_owned(), "/var/lib/job".to_owned())].into();
     let dir = cfg.working_dir.clone().unwrap();
@@ -114,7 +116,7 @@ pwd
     assert_eq!(out.exit_code, Some(0));
     assert!(!out.truncated);
     let expected = format!(
-        "arg=--fixed\narg=two words\narg=$HOME;rm -rf /\n\
+        "arg=--fixed\narg=--\narg=two words\narg=$HOME;rm -rf /\n\
          AX_ATTEMPT=0\nAX_EXECUTION_ID={}\nAX_FIRE_AT=2026-01-01T00:00:00.000Z\n\
          AX_NAMESPACE=ns\nAX_PAYLOAD={{\"k\":\"v w\"}}\nAX_TASK=cmd\nHOME=/var/lib/job\n\
          LANG=C.UTF-8\nPATH=/usr/local/bin:/usr/bin:/bin\nPWD={}\nTARGET=a b\n{}\n",
@@ -131,6 +133,64 @@ pwd
         .map(|l| format!("{l}\n"))
         .collect();
     assert_eq!(body, expected);
+}
+
+#[tokio::test]
+async fn task_args_go_only_where_the_command_s_rule_puts_them() {
+    // The script records that it ran, then its arguments, one per line.
+    let body = "echo ran > ran\nfor a in \"$@\"; do echo \"arg=$a\"; done\n";
+    let (dir, cfg) = script(body);
+    let ran = dir.path().join("ran");
+    let h = handler(cfg.clone());
+    let (ctx, _c, out) = new_ctx();
+    let e = h
+        .run(ctx, &exec(r#"{"name":"job","args":["-e","sh -c id"]}"#))
+        .await
+        .unwrap_err();
+    assert!(!e.is_retryable());
+    assert!(
+        e.to_string()
+            .starts_with("command `job` takes no arguments from a task (worker.commands.job.task_args is \"none\")"),
+        "{e}"
+    );
+    assert!(out.take().is_none() && !ran.exists(), "nothing ran");
+
+    let after = handler(CommandConfig {
+        task_args: TaskArgs::AfterSeparator,
+        ..cfg.clone()
+    });
+    let (ctx, _c, out) = new_ctx();
+    after
+        .run(
+            ctx,
+            &exec(r#"{"name":"job","args":["--checkpoint-action=exec=id"]}"#),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        out.take().unwrap().body,
+        "arg=--\narg=--checkpoint-action=exec=id\n"
+    );
+
+    let patterns = handler(CommandConfig {
+        task_args: TaskArgs::Patterns,
+        arg_patterns: vec!["[a-z]+".into(), "[0-9]+".into()],
+        ..cfg
+    });
+    let (ctx, _c, out) = new_ctx();
+    patterns
+        .run(ctx, &exec(r#"{"name":"job","args":["daily","7"]}"#))
+        .await
+        .unwrap();
+    assert_eq!(out.take().unwrap().body, "arg=daily\narg=7\n");
+    std::fs::remove_file(&ran).unwrap();
+    for args in [r#"["-e"]"#, r#"["daily","7x"]"#, r#"["a","1","b"]"#] {
+        let (ctx, _c, out) = new_ctx();
+        let call = format!(r#"{{"name":"job","args":{args}}}"#);
+        let e = patterns.run(ctx, &exec(&call)).await.unwrap_err();
+        assert!(!e.is_retryable(), "{e}");
+        assert!(out.take().is_none() && !ran.exists(), "{args} must not run");
+    }
 }
 
 #[tokio::test]

@@ -113,11 +113,11 @@ Refuses values that would kill running executions on every rollout.
 {{- fail (printf "config.worker.commands: %q is not a command name: letters, digits, '.', '_' and '-' only" $name) }}
 {{- end }}
 {{- if not (kindIs "map" $cmd) }}
-{{- fail (printf "config.worker.commands.%s must be a map with path, and optionally args, env, allowEnv, workingDir, maxOutputBytes, killGrace" $name) }}
+{{- fail (printf "config.worker.commands.%s must be a map with path, and optionally args, taskArgs, argPatterns, env, allowEnv, workingDir, maxOutputBytes, killGrace" $name) }}
 {{- end }}
 {{- range $key, $_ := $cmd }}
-{{- if not (has $key (list "path" "args" "env" "allowEnv" "workingDir" "maxOutputBytes" "killGrace")) }}
-{{- fail (printf "config.worker.commands.%s.%s is not a command setting: path, args, env, allowEnv, workingDir, maxOutputBytes, killGrace" $name $key) }}
+{{- if not (has $key (list "path" "args" "taskArgs" "argPatterns" "env" "allowEnv" "workingDir" "maxOutputBytes" "killGrace")) }}
+{{- fail (printf "config.worker.commands.%s.%s is not a command setting: path, args, taskArgs, argPatterns, env, allowEnv, workingDir, maxOutputBytes, killGrace" $name $key) }}
 {{- end }}
 {{- end }}
 {{- $k := include "ax.seconds" (default "5s" $cmd.killGrace) }}

@@ -309,6 +309,12 @@ impl Backend {
                 errors: errors.iter().map(ToString::to_string).collect(),
             }
         })?;
+        crate::task_file::check_command(&spec, &self.config.worker.commands_config()).map_err(
+            |errors| ApiError::Invalid {
+                message: format!("task {key} is invalid"),
+                errors,
+            },
+        )?;
         let now = UtcMillis::now();
         if !dry_run && spec.created_at.is_none() {
             // So that a `delay` or `every` countdown starts at registration, whichever

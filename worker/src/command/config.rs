@@ -9,9 +9,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ax_scheduler_core::task::CommandCall;
 use ax_scheduler_core::validate::{check_env_name, check_name};
 use ax_scheduler_core::MAX_COMMAND_OUTPUT_BYTES;
 use serde::{Deserialize, Serialize};
+
+use super::task_args::{self, TaskArgs};
 
 /// Bytes of each stream a command's history entry keeps, by default.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 4096;
@@ -41,6 +44,13 @@ pub struct CommandConfig {
     /// Arguments it always gets, before the task's.
     #[serde(default)]
     pub args: Vec<String>,
+    /// What a task may pass as arguments; default none.
+    #[serde(default)]
+    pub task_args: TaskArgs,
+    /// With `task_args = "patterns"`: the regex each task argument must match entirely, by
+    /// position.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arg_patterns: Vec<String>,
     /// Environment variables it always gets (over [`BASE_ENV`]).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -76,6 +86,8 @@ impl CommandConfig {
         CommandConfig {
             path: path.into(),
             args: Vec::new(),
+            task_args: TaskArgs::None,
+            arg_patterns: Vec::new(),
             env: BTreeMap::new(),
             allow_env: Vec::new(),
             working_dir: None,
@@ -95,6 +107,16 @@ impl CommandsConfig {
             .map(|c| c.kill_grace + STOP_MARGIN)
             .max()
             .unwrap_or(Duration::ZERO)
+    }
+
+    /// Whether a task may pass `call`'s arguments to its command, by the command's
+    /// `task_args` rule. A command this configuration does not know passes: the replicas
+    /// that run it decide, and refuse it there.
+    pub fn check_task_args(&self, call: &CommandCall) -> Result<(), String> {
+        match self.commands.get(&call.name) {
+            Some(cfg) => task_args::check(&call.name, cfg, &call.args),
+            None => Ok(()),
+        }
     }
 
     /// Every problem of the configuration as (its key, `worker.commands.<name>.<field>`,
@@ -131,6 +153,9 @@ impl CommandsConfig {
                         format!("entry {i} contains a NUL byte"),
                     );
                 }
+            }
+            for (field, problem) in task_args::problems(c) {
+                push(format!("{key}.{field}"), problem);
             }
             for (k, v) in &c.env {
                 if let Err(e) = check_env_name(k) {
@@ -208,6 +233,22 @@ mod tests {
         assert!(p[6].starts_with("worker.commands.bad name.kill_grace:"));
         assert_eq!(cfg.longest_stop(), Duration::from_secs(303));
         assert_eq!(CommandsConfig::default().longest_stop(), Duration::ZERO);
+        assert!(crate::CommandHandler::new(cfg).is_err());
+    }
+
+    #[test]
+    fn a_patterns_rule_without_patterns_is_refused_at_load() {
+        let mut cfg = CommandsConfig::default();
+        cfg.commands.insert(
+            "report".into(),
+            CommandConfig {
+                task_args: TaskArgs::Patterns,
+                ..CommandConfig::new("/usr/local/bin/report")
+            },
+        );
+        let p = cfg.problems();
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].0, "worker.commands.report.arg_patterns");
         assert!(crate::CommandHandler::new(cfg).is_err());
     }
 
