@@ -29,6 +29,12 @@ pub trait Channel: Send + Sync + 'static {
 const BODY_SNIPPET: usize = 300;
 
 /// Builds the HTTP client of a channel; the timeout covers connect, request and response.
+///
+/// It ignores the process's proxy variables (`HTTP_PROXY`, `ALL_PROXY`...) and follows no
+/// redirect: a channel's URL and headers carry its secret (a Feishu or Slack webhook token,
+/// an `Authorization` header), which go to the configured URL only, never to a proxy the
+/// environment names or wherever a redirect points. A redirect is an HTTP error like any
+/// other non-2xx answer.
 pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, AlertError> {
     if timeout.is_zero() {
         return Err(AlertError::InvalidConfig {
@@ -39,6 +45,8 @@ pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, AlertErr
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout)
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|err| AlertError::InvalidConfig {
             field: "timeout",

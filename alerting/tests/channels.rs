@@ -195,6 +195,26 @@ async fn webhook_payload_and_headers_are_exact() {
 }
 
 #[tokio::test]
+async fn a_redirect_is_not_followed_by_a_channel() {
+    let elsewhere = Receiver::start().await;
+    for code in [302, 307, 308] {
+        let hook = Receiver::with_script(vec![(code, &elsewhere.url("/stolen"))]).await;
+        let channel = WebhookChannel::new(WebhookConfig {
+            name: "ops".into(),
+            url: hook.url("/alerts"),
+            headers: vec![("Authorization".into(), "Bearer t0ken".into())],
+            timeout: Duration::from_secs(2),
+        })
+        .unwrap();
+        let e = channel.send(&dead_lettered()).await.unwrap_err();
+        assert!(e.to_string().contains(&code.to_string()), "{e}");
+        assert_eq!(hook.requests().len(), 1);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(elsewhere.requests().is_empty(), "a redirect was followed");
+}
+
+#[tokio::test]
 async fn http_errors_are_classified() {
     let receiver = Receiver::with_script(vec![(500, "boom"), (404, "no such hook")]).await;
     let channel = WebhookChannel::new(WebhookConfig {

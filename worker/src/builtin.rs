@@ -29,8 +29,8 @@
 //! execution permanently (the same target is refused again). Redirects are followed only for
 //! tasks that opt in (`http.follow_redirects`), by hand, up to [`MAX_REDIRECTS`] hops, each
 //! through the same guarded client; the task's credentials (its `headers`, the URL's user
-//! info) go only to the task URL's origin, since a redirect may point anywhere; the body
-//! never repeats the target. Every URL in an error is masked (user info, query values):
+//! info, the completion URL and token, in headers and in the body) go only to the task URL's
+//! origin, since a redirect may point anywhere; the body never repeats the target. Every URL in an error is masked (user info, query values):
 //! errors end up in the state record, the history and alerts.
 
 use std::borrow::Cow;
@@ -189,6 +189,9 @@ async fn post(
         ))
     })?;
     let encoded = body(exec, completion)?;
+    // A 307 or 308 to another origin repeats the body: without the completion token, which,
+    // like the task's headers, is for the task's own origin only.
+    let encoded_foreign = body(exec, None)?;
     let mut url = task_url.clone();
     let mut method = Method::POST;
     let mut with_body = true;
@@ -207,9 +210,14 @@ async fn post(
             req = with_credentials(req, target, completion);
         }
         if with_body {
+            let bytes = if own_origin {
+                &encoded
+            } else {
+                &encoded_foreign
+            };
             req = req
                 .header(CONTENT_TYPE, "application/json")
-                .body(encoded.clone());
+                .body(bytes.clone());
         }
         let resp = req
             .send()

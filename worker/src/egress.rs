@@ -11,8 +11,10 @@
 //! The classifier works on addresses, never on names: a name is checked on what it resolves
 //! to when the connection is made (`client.rs`), so a name that first resolves to a public
 //! address and then to a private one (DNS rebinding) gains nothing. IPv4 addresses carried
-//! inside IPv6 ones (v4-mapped, v4-compatible, NAT64, 6to4) are classified by the IPv4
-//! address, since the network delivers them there. The tables list blocks most specific
+//! inside IPv6 ones (v4-mapped, v4-translated, v4-compatible, NAT64, 6to4) are classified by
+//! the IPv4 address, since the network delivers them there. Teredo (`2001::/32`) is refused
+//! whole: its relays deliver to an IPv4 address and a port that the address hides (XORed), and
+//! no receiver of a task needs to be reached through one. The tables list blocks most specific
 //! first, so the first match is the name to show.
 
 use std::fmt;
@@ -54,6 +56,8 @@ pub enum Range {
     Documentation,
     /// The benchmarking blocks (`198.18.0.0/15`, `2001:2::/48`).
     Benchmarking,
+    /// Teredo, `2001::/32`: IPv4 tunnelled over UDP through relays.
+    Tunnel,
 }
 
 impl fmt::Display for Range {
@@ -71,6 +75,7 @@ impl fmt::Display for Range {
             Range::Reserved => "reserved",
             Range::Documentation => "documentation",
             Range::Benchmarking => "benchmarking",
+            Range::Tunnel => "tunnel (Teredo)",
         })
     }
 }
@@ -80,6 +85,9 @@ impl fmt::Display for Range {
 pub enum Embedding {
     /// `::ffff:a.b.c.d` (`::ffff:0:0/96`): the socket talks IPv4 to `a.b.c.d`.
     V4Mapped,
+    /// `::ffff:0:a.b.c.d` (`::ffff:0:0:0/96`): a stateless translator (SIIT) forwards to
+    /// `a.b.c.d`.
+    V4Translated,
     /// `::a.b.c.d` (`::/96`, deprecated).
     V4Compatible,
     /// `64:ff9b::a.b.c.d` (`64:ff9b::/96`): a NAT64 gateway forwards to `a.b.c.d`.
@@ -92,6 +100,7 @@ impl fmt::Display for Embedding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Embedding::V4Mapped => "v4-mapped (::ffff:0:0/96)",
+            Embedding::V4Translated => "v4-translated (::ffff:0:0:0/96)",
             Embedding::V4Compatible => "v4-compatible (::/96)",
             Embedding::Nat64 => "NAT64 (64:ff9b::/96)",
             Embedding::SixToFour => "6to4 (2002::/16)",
@@ -152,8 +161,10 @@ const V6_BLOCKS: &[(u128, u8, Range, &str)] = &[
     (1, 128, Range::Loopback, "::1/128"),
     (0x0064_ff9b_0001 << 80, 48, Range::Private, "64:ff9b:1::/48"),
     (0x0100 << 112, 64, Range::Reserved, "100::/64"),
+    (0x2001_0000 << 96, 32, Range::Tunnel, "2001::/32"),
     (0x2001_0002 << 96, 48, Range::Benchmarking, "2001:2::/48"),
     (0x2001_0db8 << 96, 32, Range::Documentation, "2001:db8::/32"),
+    (0x3fff << 112, 20, Range::Documentation, "3fff::/20"),
     (0xfc00 << 112, 7, Range::UniqueLocal, "fc00::/7"),
     (0xfe80 << 112, 10, Range::LinkLocal, "fe80::/10"),
     (0xfec0 << 112, 10, Range::SiteLocal, "fec0::/10"),
@@ -188,6 +199,8 @@ pub fn embedded_v4(ip: IpAddr) -> Option<(Embedding, Ipv4Addr)> {
     let low32 = Ipv4Addr::from((bits & 0xffff_ffff) as u32);
     if let Some(v4) = v6.to_ipv4_mapped() {
         Some((Embedding::V4Mapped, v4))
+    } else if bits >> 32 == 0xffff_0000 {
+        Some((Embedding::V4Translated, low32))
     } else if bits >> 32 == 0 && bits > 1 {
         Some((Embedding::V4Compatible, low32))
     } else if bits >> 32 == 0x0064_ff9b << 64 {
@@ -423,6 +436,14 @@ mod tests {
             ("64:ff9b:1::a", Range::Private, "64:ff9b:1::/48"),
             ("192.0.2.1", Range::Documentation, "192.0.2.0/24"),
             ("2001:db8::1", Range::Documentation, "2001:db8::/32"),
+            ("3fff::1", Range::Documentation, "3fff::/20"),
+            ("3fff:fff:ffff::1", Range::Documentation, "3fff::/20"),
+            (
+                "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+                Range::Tunnel,
+                "2001::/32",
+            ),
+            ("2001::1", Range::Tunnel, "2001::/32"),
             ("198.18.0.1", Range::Benchmarking, "198.18.0.0/15"),
         ] {
             let why = classify(ip(addr)).unwrap_or_else(|| panic!("{addr} counted as public"));
@@ -448,7 +469,10 @@ mod tests {
             "2a00:1450:4001::200e",
             "64:ff9b::808:808",
             "::ffff:8.8.8.8",
+            "::ffff:0:808:808",
             "2002:808:808::1",
+            "2001:1::1",
+            "4000::1",
         ] {
             assert_eq!(classify(ip(addr)), None, "{addr}");
         }
@@ -486,6 +510,24 @@ mod tests {
                 Embedding::V4Mapped,
                 "169.254.169.254",
                 Range::LinkLocal,
+            ),
+            (
+                "::ffff:0:127.0.0.1",
+                Embedding::V4Translated,
+                "127.0.0.1",
+                Range::Loopback,
+            ),
+            (
+                "::ffff:0:a9fe:a9fe",
+                Embedding::V4Translated,
+                "169.254.169.254",
+                Range::LinkLocal,
+            ),
+            (
+                "64:ff9b::7f00:1",
+                Embedding::Nat64,
+                "127.0.0.1",
+                Range::Loopback,
             ),
             (
                 "::10.0.0.1",
@@ -565,6 +607,8 @@ mod tests {
             || a.is_unicast_link_local()
             || (s[0] & 0xffc0) == 0xfec0
             || (s[0], s[1]) == (0x2001, 0xdb8)
+            || (s[0], s[1]) == (0x2001, 0)
+            || (s[0] == 0x3fff && s[1] & 0xf000 == 0)
             || (s[0], s[1], s[2]) == (0x2001, 2, 0)
             || (s[0], s[1], s[2]) == (0x64, 0xff9b, 1)
             || (s[0], s[1], s[2], s[3]) == (0x100, 0, 0, 0)
@@ -575,6 +619,9 @@ mod tests {
         let prefixes: Vec<(u128, u32)> = vec![
             (0, 96),
             (0xffff << 32, 96),
+            (0xffff_0000 << 32, 96),
+            (0x2001_0000 << 96, 32),
+            (0x3fff << 112, 20),
             (0x0064_ff9b << 96, 96),
             (0x0064_ff9b_0001 << 80, 48),
             (0x2002 << 112, 16),

@@ -301,6 +301,49 @@ async fn an_opted_in_redirect_keeps_the_task_credentials_at_their_origin() {
 }
 
 #[tokio::test]
+async fn a_307_to_another_origin_does_not_carry_the_completion_token() {
+    let (a, b) = (
+        Receiver::on("127.0.0.1").await,
+        Receiver::on("127.0.0.1").await,
+    );
+    let token = ax_queue::CompletionToken::issue("default", 0);
+    let secret = token.expose().to_owned();
+    let mut ctx = loopback_ctx();
+    ctx.completion = Some(ax_worker::awaiting::Completion::new(
+        "http://127.0.0.1:1/api/v1/executions/x/complete".into(),
+        token,
+    ));
+    for code in [307, 308] {
+        let exec = exec_to(
+            &format!(
+                "http://127.0.0.1:{}/to/{code}/127.0.0.1/{}/200",
+                a.port, b.port
+            ),
+            &[],
+            true,
+        );
+        run(ctx.clone(), &exec).await.unwrap();
+    }
+    let at_a = a.requests();
+    assert_eq!(at_a.len(), 2, "{at_a:#?}");
+    assert!(
+        at_a.iter().all(|r| r.matches(&secret).count() == 2),
+        "{at_a:#?}"
+    );
+    let at_b = b.requests();
+    assert_eq!(at_b.len(), 2, "{at_b:#?}");
+    for req in &at_b {
+        assert!(req.starts_with("POST /200"), "{req}");
+        assert!(!req.contains(&secret), "the token left its origin: {req}");
+        assert!(!req.contains("completion_"), "{req}");
+        assert!(
+            !req.to_ascii_lowercase().contains("x-ax-completion"),
+            "{req}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_redirect_is_checked_again_at_each_hop() {
     // An address: 127.0.0.1 is open, 127.0.0.2 (on the other side of the redirect) is not.
     let a = Receiver::on("127.0.0.1").await;

@@ -49,7 +49,8 @@ async fn record(
     uri: axum::http::Uri,
     headers: HeaderMap,
     body: Bytes,
-) -> (StatusCode, String) {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     inner.requests.lock().unwrap().push(Recorded {
         path: uri.path().to_owned(),
@@ -65,9 +66,14 @@ async fn record(
         .unwrap_or((200, FEISHU_OK.to_owned()));
     if status == HANG {
         tokio::time::sleep(Duration::from_secs(30)).await;
-        return (StatusCode::OK, FEISHU_OK.to_owned());
+        return (StatusCode::OK, FEISHU_OK.to_owned()).into_response();
     }
-    (StatusCode::from_u16(status).unwrap(), answer)
+    let status = StatusCode::from_u16(status).unwrap();
+    if status.is_redirection() {
+        // A redirect's script text is where it points.
+        return (status, [(axum::http::header::LOCATION, answer)], "").into_response();
+    }
+    (status, answer).into_response()
 }
 
 impl Receiver {
@@ -75,7 +81,8 @@ impl Receiver {
         Self::with_script(Vec::new()).await
     }
 
-    /// Answers the first requests with `script` (status, body), later ones with 200 FEISHU_OK.
+    /// Answers the first requests with `script` (status, body; for a 3xx the Location),
+    /// later ones with 200 FEISHU_OK.
     pub async fn with_script(script: Vec<(u16, &str)>) -> Self {
         let inner = Arc::new(Inner {
             script: Mutex::new(script.into_iter().map(|(s, b)| (s, b.to_owned())).collect()),
