@@ -24,8 +24,10 @@
 //! killed too, so an execution never outlives its attempt. A process that leaves the group on
 //! purpose (`setsid`) escapes this; only a cgroup would hold it.
 //!
-//! Root: a replica running as root (euid 0) refuses to run commands unless
-//! `commands_allow_root` says otherwise; ax's image and chart run as a non-root user.
+//! Identity: a command runs as the replica's user, or as the `user` and `group` its
+//! configuration names ([`user`]). A command that would run as root (euid 0, no other user
+//! named) is refused unless `commands_allow_root` says otherwise; ax's image and chart run
+//! as a non-root user.
 
 mod capture;
 mod config;
@@ -33,6 +35,7 @@ mod deny;
 mod env;
 mod group;
 mod task_args;
+mod user;
 
 use std::collections::BTreeMap;
 use std::process::{ExitStatus, Stdio};
@@ -103,7 +106,7 @@ impl CommandHandler {
     fn resolve<'a>(
         &'a self,
         exec: &'a ExecutionMessage,
-    ) -> Result<(&'a CommandConfig, &'a CommandCall), HandlerError> {
+    ) -> Result<(&'a CommandConfig, &'a CommandCall, user::Identity), HandlerError> {
         let Some(call) = &exec.command else {
             return Err(HandlerError::Permanent(
                 "task has no `command` for the command handler".into(),
@@ -120,22 +123,26 @@ impl CommandHandler {
                 call.name
             )));
         };
-        if self.euid == 0 && !self.cfg.allow_root {
+        let identity = cfg.identity().map_err(|(field, e)| {
+            HandlerError::Permanent(format!("worker.commands.{}.{field}: {e}", call.name))
+        })?;
+        if identity.uid.unwrap_or(self.euid) == 0 && !self.cfg.allow_root {
             return Err(HandlerError::Permanent(
                 "this replica runs as root (euid 0): the command handler runs commands only as \
-                 a non-root user, unless worker.commands_allow_root is true"
+                 a non-root user (the replica's, or the command's `user`), unless \
+                 worker.commands_allow_root is true"
                     .into(),
             ));
         }
-        Ok((cfg, call))
+        Ok((cfg, call, identity))
     }
 }
 
 impl Handler for CommandHandler {
     fn run<'a>(&'a self, ctx: HandlerContext, exec: &'a ExecutionMessage) -> HandlerFuture<'a> {
         Box::pin(async move {
-            let (cfg, call) = self.resolve(exec)?;
-            run(cfg, call, exec, &ctx).await
+            let (cfg, call, identity) = self.resolve(exec)?;
+            run(cfg, call, identity, exec, &ctx).await
         })
     }
 
@@ -151,11 +158,13 @@ impl Handler for CommandHandler {
 async fn run(
     cfg: &CommandConfig,
     call: &CommandCall,
+    identity: user::Identity,
     exec: &ExecutionMessage,
     ctx: &HandlerContext,
 ) -> Result<(), HandlerError> {
     let name = call.name.as_str();
-    task_args::check(name, cfg, &call.args).map_err(HandlerError::Permanent)?;
+    task_args::check(name, cfg.task_args, &cfg.arg_patterns, &call.args)
+        .map_err(HandlerError::Permanent)?;
     let env = env::build(cfg, exec, &call.env).map_err(|names| {
         HandlerError::Permanent(format!(
             "command `{name}` does not let a task set {}: an operator lists the names a task \
@@ -163,7 +172,7 @@ async fn run(
             names.join(", ")
         ))
     })?;
-    let mut child = spawn(cfg, call, &env).map_err(|e| spawn_error(name, cfg, e))?;
+    let mut child = spawn(cfg, call, identity, &env).map_err(|e| spawn_error(name, cfg, e))?;
     let guard = GroupGuard::new(child.id());
     tracing::debug!(command = name, pid = child.id(), "command started");
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
@@ -196,15 +205,16 @@ async fn run(
     judge(name, status, &err, stopped)
 }
 
-/// Starts the command with nothing but what `cfg` and the task give it, leading a process
-/// group of its own.
+/// Starts the command with nothing but what `cfg` and the task give it, as `identity`,
+/// leading a process group of its own.
 fn spawn(
     cfg: &CommandConfig,
     call: &CommandCall,
+    identity: user::Identity,
     env: &BTreeMap<String, String>,
 ) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(&cfg.path);
-    cmd.args(task_args::argv(cfg, &call.args))
+    cmd.args(task_args::argv(&cfg.args, cfg.task_args, &call.args))
         .env_clear()
         .envs(env)
         .stdin(Stdio::null())
@@ -215,6 +225,12 @@ fn spawn(
         .kill_on_drop(false);
     if let Some(dir) = &cfg.working_dir {
         cmd.current_dir(dir);
+    }
+    if let Some(gid) = identity.gid {
+        cmd.gid(gid);
+    }
+    if let Some(uid) = identity.uid {
+        cmd.uid(uid);
     }
     cmd.spawn()
 }

@@ -135,6 +135,53 @@ pwd
     assert_eq!(body, expected);
 }
 
+/// The name of the user with `uid` in /etc/passwd, else the uid as text.
+fn user_name(uid: u32) -> String {
+    std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() > 3 && f[2] == uid.to_string()).then(|| f[0].to_owned())
+        })
+        .unwrap_or_else(|| uid.to_string())
+}
+
+#[tokio::test]
+async fn a_command_runs_as_its_configured_user() {
+    // As root the command runs as `nobody` (and the root refusal does not apply, since the
+    // command does not run as root); otherwise as this user, the one switch allowed.
+    let euid = rustix::process::geteuid().as_raw();
+    let (user, uid, gid) = if euid == 0 {
+        ("nobody".to_owned(), 65534, 65534)
+    } else {
+        (user_name(euid), euid, rustix::process::getegid().as_raw())
+    };
+    let h = CommandHandler::new(CommandsConfig {
+        commands: [(
+            "job".to_owned(),
+            CommandConfig {
+                args: vec!["-c".into(), "id -u; id -g".into()],
+                user: Some(user),
+                ..CommandConfig::new("/bin/sh")
+            },
+        )]
+        .into(),
+        allow_root: false,
+    })
+    .unwrap();
+    let (ctx, _c, out) = new_ctx();
+    h.run(ctx, &exec(r#"{"name":"job"}"#)).await.unwrap();
+    assert_eq!(
+        out.take().unwrap().body,
+        format!(
+            "{uid}
+{gid}
+"
+        )
+    );
+}
+
 #[tokio::test]
 async fn task_args_go_only_where_the_command_s_rule_puts_them() {
     // The script records that it ran, then its arguments, one per line.

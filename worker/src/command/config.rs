@@ -15,6 +15,7 @@ use ax_scheduler_core::MAX_COMMAND_OUTPUT_BYTES;
 use serde::{Deserialize, Serialize};
 
 use super::task_args::{self, TaskArgs};
+use super::user::{self, Identity};
 
 /// Bytes of each stream a command's history entry keeps, by default.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 4096;
@@ -60,6 +61,13 @@ pub struct CommandConfig {
     /// Directory it runs in; default the replica's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_dir: Option<PathBuf>,
+    /// User it runs as (a name of `/etc/passwd` or a uid); default the replica's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Group it runs as (a name of `/etc/group` or a gid); default `user`'s primary group,
+    /// else the replica's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     /// Bytes of each of stdout and stderr kept in the history (the first and last halves);
     /// default [`DEFAULT_MAX_OUTPUT_BYTES`], at most [`MAX_COMMAND_OUTPUT_BYTES`].
     #[serde(default = "default_max_output")]
@@ -91,9 +99,18 @@ impl CommandConfig {
             env: BTreeMap::new(),
             allow_env: Vec::new(),
             working_dir: None,
+            user: None,
+            group: None,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             kill_grace: DEFAULT_KILL_GRACE,
         }
+    }
+}
+
+impl CommandConfig {
+    /// The ids it runs as, from `user` and `group`.
+    pub(crate) fn identity(&self) -> Result<Identity, (&'static str, String)> {
+        user::resolve(self.user.as_deref(), self.group.as_deref())
     }
 }
 
@@ -114,7 +131,7 @@ impl CommandsConfig {
     /// that run it decide, and refuse it there.
     pub fn check_task_args(&self, call: &CommandCall) -> Result<(), String> {
         match self.commands.get(&call.name) {
-            Some(cfg) => task_args::check(&call.name, cfg, &call.args),
+            Some(cfg) => task_args::check(&call.name, cfg.task_args, &cfg.arg_patterns, &call.args),
             None => Ok(()),
         }
     }
@@ -154,7 +171,10 @@ impl CommandsConfig {
                     );
                 }
             }
-            for (field, problem) in task_args::problems(c) {
+            if let Err((field, problem)) = c.identity() {
+                push(format!("{key}.{field}"), problem);
+            }
+            for (field, problem) in task_args::problems(c.task_args, &c.arg_patterns) {
                 push(format!("{key}.{field}"), problem);
             }
             for (k, v) in &c.env {
@@ -233,6 +253,34 @@ mod tests {
         assert!(p[6].starts_with("worker.commands.bad name.kill_grace:"));
         assert_eq!(cfg.longest_stop(), Duration::from_secs(303));
         assert_eq!(CommandsConfig::default().longest_stop(), Duration::ZERO);
+        assert!(crate::CommandHandler::new(cfg).is_err());
+    }
+
+    #[test]
+    fn a_user_or_group_that_does_not_exist_is_refused_at_load() {
+        let mut cfg = CommandsConfig::default();
+        cfg.commands.insert(
+            "job".into(),
+            CommandConfig {
+                user: Some("no-such-user-ax".into()),
+                ..CommandConfig::new("/usr/local/bin/job")
+            },
+        );
+        let p = cfg.problems();
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].0, "worker.commands.job.user");
+        assert!(
+            p[0].1
+                .starts_with("no user `no-such-user-ax` in /etc/passwd"),
+            "{p:?}"
+        );
+        cfg.commands.get_mut("job").unwrap().user = Some("root".into());
+        cfg.commands.get_mut("job").unwrap().group = Some("no-such-group-ax".into());
+        let p = cfg.problems();
+        assert_eq!(p[0].0, "worker.commands.job.group", "{p:?}");
+        cfg.commands.get_mut("job").unwrap().group = None;
+        assert!(cfg.problems().is_empty());
+        cfg.commands.get_mut("job").unwrap().user = Some("no-such-user-ax".into());
         assert!(crate::CommandHandler::new(cfg).is_err());
     }
 

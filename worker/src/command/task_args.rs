@@ -20,8 +20,6 @@
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use super::CommandConfig;
-
 /// What a task may pass to a command: `worker.commands.<name>.task_args`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -51,16 +49,17 @@ fn anchored(pattern: &str) -> Result<Regex, regex::Error> {
     Regex::new(&format!("^(?:{pattern})$"))
 }
 
-/// The problems of a command's rule, as (field, what is wrong), for the configuration check.
-pub(crate) fn problems(cfg: &CommandConfig) -> Vec<(&'static str, String)> {
+/// The problems of a command's `rule` and `patterns`, as (field, what is wrong), for the
+/// configuration check.
+pub(crate) fn problems(rule: TaskArgs, patterns: &[String]) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
-    match cfg.task_args {
-        TaskArgs::Patterns if cfg.arg_patterns.is_empty() => out.push((
+    match rule {
+        TaskArgs::Patterns if patterns.is_empty() => out.push((
             "arg_patterns",
             "task_args = \"patterns\" needs at least one pattern (or use \"none\")".to_owned(),
         )),
         TaskArgs::Patterns => {}
-        rule if !cfg.arg_patterns.is_empty() => out.push((
+        rule if !patterns.is_empty() => out.push((
             "arg_patterns",
             format!(
                 "is set, but task_args is \"{}\": patterns apply only with task_args = \"patterns\"",
@@ -69,17 +68,17 @@ pub(crate) fn problems(cfg: &CommandConfig) -> Vec<(&'static str, String)> {
         )),
         _ => {}
     }
-    if cfg.arg_patterns.len() > ax_scheduler_core::task::MAX_COMMAND_ARGS {
+    if patterns.len() > ax_scheduler_core::task::MAX_COMMAND_ARGS {
         out.push((
             "arg_patterns",
             format!(
                 "has {} patterns; a task passes at most {}",
-                cfg.arg_patterns.len(),
+                patterns.len(),
                 ax_scheduler_core::task::MAX_COMMAND_ARGS
             ),
         ));
     }
-    for (i, p) in cfg.arg_patterns.iter().enumerate() {
+    for (i, p) in patterns.iter().enumerate() {
         if let Err(e) = anchored(p) {
             out.push((
                 "arg_patterns",
@@ -90,11 +89,16 @@ pub(crate) fn problems(cfg: &CommandConfig) -> Vec<(&'static str, String)> {
     out
 }
 
-/// Whether the task's `args` are allowed by command `name`'s rule; the refusal names the
-/// command, the rule and the argument.
-pub(crate) fn check(name: &str, cfg: &CommandConfig, args: &[String]) -> Result<(), String> {
+/// Whether the task's `args` are allowed by command `name`'s `rule` and `patterns`; the
+/// refusal names the command, the rule and the argument.
+pub(crate) fn check(
+    name: &str,
+    rule: TaskArgs,
+    patterns: &[String],
+    args: &[String],
+) -> Result<(), String> {
     let key = format!("worker.commands.{name}");
-    match cfg.task_args {
+    match rule {
         _ if args.is_empty() => Ok(()),
         TaskArgs::None => Err(format!(
             "command `{name}` takes no arguments from a task ({key}.task_args is \"none\"), \
@@ -104,15 +108,15 @@ pub(crate) fn check(name: &str, cfg: &CommandConfig, args: &[String]) -> Result<
         )),
         TaskArgs::AfterSeparator => Ok(()),
         TaskArgs::Patterns => {
-            if args.len() > cfg.arg_patterns.len() {
+            if args.len() > patterns.len() {
                 return Err(format!(
                     "command `{name}` takes at most {} argument(s) from a task ({key}.arg_patterns), \
                      but the task passes {}",
-                    cfg.arg_patterns.len(),
+                    patterns.len(),
                     args.len()
                 ));
             }
-            for (i, (arg, pattern)) in args.iter().zip(&cfg.arg_patterns).enumerate() {
+            for (i, (arg, pattern)) in args.iter().zip(patterns).enumerate() {
                 // A pattern that does not compile was refused when the configuration was
                 // loaded; refusing the argument keeps this safe if it ever is not.
                 let matches = anchored(pattern).is_ok_and(|re| re.is_match(arg));
@@ -129,11 +133,11 @@ pub(crate) fn check(name: &str, cfg: &CommandConfig, args: &[String]) -> Result<
     }
 }
 
-/// The program's arguments: the operator's, then the task's where the rule puts them.
-/// `args` must have passed [`check`].
-pub(crate) fn argv<'a>(cfg: &'a CommandConfig, args: &'a [String]) -> Vec<&'a str> {
-    let mut out: Vec<&str> = cfg.args.iter().map(String::as_str).collect();
-    if cfg.task_args == TaskArgs::AfterSeparator && !args.is_empty() {
+/// The program's arguments: the operator's (`fixed`), then the task's (`args`) where `rule`
+/// puts them. `args` must have passed [`check`].
+pub(crate) fn argv<'a>(fixed: &'a [String], rule: TaskArgs, args: &'a [String]) -> Vec<&'a str> {
+    let mut out: Vec<&str> = fixed.iter().map(String::as_str).collect();
+    if rule == TaskArgs::AfterSeparator && !args.is_empty() {
         out.push("--");
     }
     out.extend(args.iter().map(String::as_str));
@@ -143,6 +147,19 @@ pub(crate) fn argv<'a>(cfg: &'a CommandConfig, args: &'a [String]) -> Vec<&'a st
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::CommandConfig;
+
+    fn chk(name: &str, cfg: &CommandConfig, args: &[String]) -> Result<(), String> {
+        check(name, cfg.task_args, &cfg.arg_patterns, args)
+    }
+
+    fn av<'a>(cfg: &'a CommandConfig, args: &'a [String]) -> Vec<&'a str> {
+        argv(&cfg.args, cfg.task_args, args)
+    }
+
+    fn probs(cfg: &CommandConfig) -> Vec<(&'static str, String)> {
+        problems(cfg.task_args, &cfg.arg_patterns)
+    }
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| (*s).to_owned()).collect()
@@ -151,8 +168,8 @@ mod tests {
     #[test]
     fn none_refuses_any_argument_and_names_the_rule() {
         let cfg = CommandConfig::new("/usr/bin/rsync");
-        assert!(check("sync", &cfg, &[]).is_ok());
-        let e = check("sync", &cfg, &args(&["-e", "sh -c id"])).unwrap_err();
+        assert!(chk("sync", &cfg, &[]).is_ok());
+        let e = chk("sync", &cfg, &args(&["-e", "sh -c id"])).unwrap_err();
         assert!(
             e.starts_with(
                 "command `sync` takes no arguments from a task \
@@ -170,9 +187,9 @@ mod tests {
             ..CommandConfig::new("/usr/bin/rsync")
         };
         let task = args(&["-e", "sh"]);
-        assert!(check("sync", &cfg, &task).is_ok());
-        assert_eq!(argv(&cfg, &task), ["-a", "--", "-e", "sh"]);
-        assert_eq!(argv(&cfg, &[]), ["-a"]);
+        assert!(chk("sync", &cfg, &task).is_ok());
+        assert_eq!(av(&cfg, &task), ["-a", "--", "-e", "sh"]);
+        assert_eq!(av(&cfg, &[]), ["-a"]);
     }
 
     #[test]
@@ -182,18 +199,18 @@ mod tests {
             arg_patterns: args(&["[a-z]+", "[0-9]{1,3}"]),
             ..CommandConfig::new("/usr/local/bin/report")
         };
-        assert!(check("report", &cfg, &args(&["daily", "7"])).is_ok());
-        assert!(check("report", &cfg, &args(&["daily"])).is_ok());
-        let e = check("report", &cfg, &args(&["daily", "7; id"])).unwrap_err();
+        assert!(chk("report", &cfg, &args(&["daily", "7"])).is_ok());
+        assert!(chk("report", &cfg, &args(&["daily"])).is_ok());
+        let e = chk("report", &cfg, &args(&["daily", "7; id"])).unwrap_err();
         assert!(
             e.contains("argument 1 (\"7; id\") does not match the pattern `[0-9]{1,3}`"),
             "{e}"
         );
-        assert!(check("report", &cfg, &args(&["--exec=x"])).is_err());
-        assert!(check("report", &cfg, &args(&["a|b"])).is_err());
-        let e = check("report", &cfg, &args(&["a", "1", "b"])).unwrap_err();
+        assert!(chk("report", &cfg, &args(&["--exec=x"])).is_err());
+        assert!(chk("report", &cfg, &args(&["a|b"])).is_err());
+        let e = chk("report", &cfg, &args(&["a", "1", "b"])).unwrap_err();
         assert!(e.contains("takes at most 2 argument(s)"), "{e}");
-        assert_eq!(argv(&cfg, &args(&["a"])), ["a"]);
+        assert_eq!(av(&cfg, &args(&["a"])), ["a"]);
     }
 
     #[test]
@@ -202,15 +219,13 @@ mod tests {
             task_args: TaskArgs::Patterns,
             ..CommandConfig::new("/x")
         };
-        assert_eq!(problems(&cfg).len(), 1);
-        assert!(problems(&cfg)[0].1.contains("needs at least one pattern"));
+        assert_eq!(probs(&cfg).len(), 1);
+        assert!(probs(&cfg)[0].1.contains("needs at least one pattern"));
         cfg.arg_patterns = args(&["("]);
-        assert!(problems(&cfg)[0]
-            .1
-            .starts_with("entry 0 is not a valid regex"));
+        assert!(probs(&cfg)[0].1.starts_with("entry 0 is not a valid regex"));
         cfg.arg_patterns = args(&["[a-z]+"]);
-        assert!(problems(&cfg).is_empty());
+        assert!(probs(&cfg).is_empty());
         cfg.task_args = TaskArgs::None;
-        assert!(problems(&cfg)[0].1.contains("task_args is \"none\""));
+        assert!(probs(&cfg)[0].1.contains("task_args is \"none\""));
     }
 }
