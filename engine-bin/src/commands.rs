@@ -44,6 +44,10 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
     let settings = LogSettings::resolve(cli.global.log_format, &edge.env, default_filter, target)
         .map_err(CliError::Usage)?;
     let _log_guard = logging::init(&settings).map_err(CliError::Usage)?;
+    if serving {
+        // Before anything runs a command: its children must not read this process.
+        crate::hardening::apply();
+    }
 
     let config = load_config(&cli, edge)?;
     let actor = cli_actor(edge);

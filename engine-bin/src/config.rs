@@ -9,13 +9,15 @@
 //! Every struct denies unknown keys: a misspelt key in the file is an error naming it, never a
 //! silently ignored setting. Validation ([`Config::validate`]) reports every problem at once,
 //! each prefixed with the key it concerns. Secrets are masked by [`Config::masked`] before the
-//! configuration is shown anywhere.
+//! configuration is shown anywhere. Every secret may be read from a file instead
+//! (`secret_files`), which keeps it out of the process's environment.
 
 mod defaults;
 mod env;
 mod load;
 mod mask;
 pub mod origin;
+mod secret_files;
 mod sections;
 mod validate;
 
@@ -26,6 +28,7 @@ use serde::{Deserialize, Serialize};
 pub use defaults::DEFAULT_ETCD_QUOTA_BYTES;
 pub use env::ENV_VARS;
 pub use load::{config_file_path, ConfigOverrides, LoadOptions};
+pub use secret_files::SECRET_FILE_KEYS;
 pub use sections::{
     AlertLevel, Alerts, Audit, EgressAllow, Election, Etcd, Http, Instance, Limits, QueueLimit,
     Redis, ReplicaRole, Scheduler, TokenEntry, Worker,
@@ -58,6 +61,16 @@ pub enum ConfigError {
         path: PathBuf,
         /// The parser's message, which names the key and line.
         message: String,
+    },
+    /// A `*_file` setting names a file that cannot be read.
+    #[error("{key}: cannot read {path}: {source}")]
+    SecretFile {
+        /// The setting (`http.api_token_file`).
+        key: String,
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
     },
     /// An `AX_*` variable holds a value that cannot be used.
     #[error("environment variable {var}: {message}")]

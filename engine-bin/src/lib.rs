@@ -6,7 +6,7 @@
 //! command line ([`cli`], [`commands`], [`output`]), the etcd and Redis clients ([`connect`],
 //! [`endpoints`]) and the backend behind the CLI and the API ([`backend`]), observability
 //! ([`logging`], [`metrics`], [`readiness`]), the HTTP port ([`http`]), process lifetime
-//! ([`shutdown`]) and the server that ties them together ([`serve`]), which composes the
+//! ([`shutdown`], [`hardening`]) and the server that ties them together ([`serve`]), which composes the
 //! scheduler role ([`ax_scheduler`]) through [`scheduler_role`] and the clock check
 //! ([`clock_check`]), and the worker role ([`ax_worker`]) through [`worker_role`].
 
@@ -20,6 +20,7 @@ pub mod config;
 pub mod connect;
 pub mod edge;
 pub mod endpoints;
+pub mod hardening;
 pub mod http;
 pub mod late_api;
 pub mod logging;

@@ -14,13 +14,16 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("AX_ETCD_PREFIX", "etcd.prefix"),
     ("AX_ETCD_USERNAME", "etcd.username"),
     ("AX_ETCD_PASSWORD", "etcd.password"),
+    ("AX_ETCD_PASSWORD_FILE", "etcd.password_file"),
     ("AX_ETCD_CA_FILE", "etcd.ca_file"),
     ("AX_ETCD_CERT_FILE", "etcd.cert_file"),
     ("AX_ETCD_KEY_FILE", "etcd.key_file"),
     ("AX_REDIS_URL", "redis.url"),
+    ("AX_REDIS_URL_FILE", "redis.url_file"),
     ("AX_REDIS_CLUSTER_NODES", "redis.cluster_nodes"),
     ("AX_REDIS_REPLICA_ACKS", "redis.replica_acks"),
     ("AX_REDIS_PASSWORD", "redis.password"),
+    ("AX_REDIS_PASSWORD_FILE", "redis.password_file"),
     ("AX_REDIS_CA_FILE", "redis.ca_file"),
     ("AX_REDIS_CERT_FILE", "redis.cert_file"),
     ("AX_REDIS_KEY_FILE", "redis.key_file"),
@@ -44,9 +47,13 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("AX_HTTP_LISTEN", "http.listen"),
     ("AX_HTTP_PUBLIC_URL", "http.public_url"),
     ("AX_API_TOKEN", "http.api_token"),
+    ("AX_API_TOKEN_FILE", "http.api_token_file"),
     ("AX_FEISHU_WEBHOOK", "alerts.feishu_webhook"),
+    ("AX_FEISHU_WEBHOOK_FILE", "alerts.feishu_webhook_file"),
     ("AX_FEISHU_SECRET", "alerts.feishu_secret"),
+    ("AX_FEISHU_SECRET_FILE", "alerts.feishu_secret_file"),
     ("AX_ALERT_WEBHOOK_URL", "alerts.webhook_url"),
+    ("AX_ALERT_WEBHOOK_URL_FILE", "alerts.webhook_url_file"),
 ];
 
 impl Config {
@@ -72,10 +79,12 @@ impl Config {
             "AX_ETCD_PREFIX" => self.etcd.prefix = text,
             "AX_ETCD_USERNAME" => self.etcd.username = text,
             "AX_ETCD_PASSWORD" => self.etcd.password = text,
+            "AX_ETCD_PASSWORD_FILE" => self.etcd.password_file = text,
             "AX_ETCD_CA_FILE" => self.etcd.ca_file = text,
             "AX_ETCD_CERT_FILE" => self.etcd.cert_file = text,
             "AX_ETCD_KEY_FILE" => self.etcd.key_file = text,
             "AX_REDIS_URL" => self.redis.url = text,
+            "AX_REDIS_URL_FILE" => self.redis.url_file = text,
             "AX_REDIS_CLUSTER_NODES" => self.redis.cluster_nodes = split_list(value),
             "AX_REDIS_REPLICA_ACKS" => {
                 self.redis.replica_acks = value
@@ -83,6 +92,7 @@ impl Config {
                     .map_err(|_| format!("`{value}` is not a whole number of replicas"))?
             }
             "AX_REDIS_PASSWORD" => self.redis.password = text,
+            "AX_REDIS_PASSWORD_FILE" => self.redis.password_file = text,
             "AX_REDIS_CA_FILE" => self.redis.ca_file = text,
             "AX_REDIS_CERT_FILE" => self.redis.cert_file = text,
             "AX_REDIS_KEY_FILE" => self.redis.key_file = text,
@@ -135,9 +145,13 @@ impl Config {
             "AX_HTTP_LISTEN" => self.http.listen = text,
             "AX_HTTP_PUBLIC_URL" => self.http.public_url = text,
             "AX_API_TOKEN" => self.http.api_token = text,
+            "AX_API_TOKEN_FILE" => self.http.api_token_file = text,
             "AX_FEISHU_WEBHOOK" => self.alerts.feishu_webhook = text,
+            "AX_FEISHU_WEBHOOK_FILE" => self.alerts.feishu_webhook_file = text,
             "AX_FEISHU_SECRET" => self.alerts.feishu_secret = text,
+            "AX_FEISHU_SECRET_FILE" => self.alerts.feishu_secret_file = text,
             "AX_ALERT_WEBHOOK_URL" => self.alerts.webhook_url = text,
+            "AX_ALERT_WEBHOOK_URL_FILE" => self.alerts.webhook_url_file = text,
             // ENV_VARS and this match are kept in step by the test below.
             other => return Err(format!("`{other}` is not a configuration variable")),
         }

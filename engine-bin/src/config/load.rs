@@ -88,6 +88,7 @@ impl Config {
         }
         config.apply_env(opts.env)?;
         config.apply_overrides(opts.overrides);
+        config.read_secret_files()?;
         // A token pasted or kept in a Secret often ends in a newline no client sends.
         config.http.api_token = config.http.api_token.trim().to_owned();
         if config.instance.id.is_empty() {

@@ -22,6 +22,8 @@ pub struct Etcd {
     pub username: String,
     /// Password for etcd authentication (secret).
     pub password: String,
+    /// File holding `password` (a mounted Secret); empty for none.
+    pub password_file: String,
     /// CA bundle; when set, connections use TLS.
     pub ca_file: String,
     /// Client certificate for mutual TLS (with `key_file`).
@@ -53,6 +55,10 @@ pub struct Redis {
     pub replica_acks: u32,
     /// Password (secret); when set it replaces any password in `url`.
     pub password: String,
+    /// File holding `url` (it may carry a password); empty for none.
+    pub url_file: String,
+    /// File holding `password`; empty for none.
+    pub password_file: String,
     /// CA bundle that signed the server's certificate (`rediss://` only); empty: the
     /// system's root certificates.
     pub ca_file: String,
@@ -320,6 +326,8 @@ pub struct Http {
     /// A plain admin token for `/api/v1`, named `api_token` (secret; for a token kept in a
     /// Kubernetes secret, `AX_API_TOKEN`); empty for none.
     pub api_token: String,
+    /// File holding `api_token` (a mounted Secret); empty for none.
+    pub api_token_file: String,
     /// Named tokens with roles, stored as SHA-256 hashes (`ax token new` makes one).
     pub tokens: Vec<TokenEntry>,
     /// Lets anyone who reaches the port use the whole API without a token, on a listener
@@ -405,6 +413,12 @@ pub struct Alerts {
     pub feishu_secret: String,
     /// Generic JSON webhook URL; empty disables it.
     pub webhook_url: String,
+    /// File holding `feishu_webhook`; empty for none.
+    pub feishu_webhook_file: String,
+    /// File holding `feishu_secret`; empty for none.
+    pub feishu_secret_file: String,
+    /// File holding `webhook_url`; empty for none.
+    pub webhook_url_file: String,
     /// Alerts below this level are not sent; default `warn`.
     pub min_level: AlertLevel,
 }
