@@ -14,8 +14,9 @@ has no schema for CustomResourceDefinitions) and checks the rest itself:
 - the ConfigMap's ax.toml parses and uses only the keys of the configuration contract, the
   commands ([worker.commands.<name>]) included;
 - every pod runs non-root with a read-only root file system, no capabilities, RuntimeDefault
-  seccomp, probes on /healthz and /readyz, the pod name as AX_INSTANCE_ID, secrets only
-  through secretKeyRef, and a termination grace period longer than the shutdown grace (plus
+  seccomp, probes on /healthz and /readyz, the pod name as AX_INSTANCE_ID, ax's secrets only
+  as mounted files (no secret variable, no secretKeyRef or secretRef into AX_ variables), and a
+  termination grace period longer than the shutdown grace (plus
   the longest command kill grace);
 - the chart renders no Secret (secrets are referenced by name only);
 - the Grafana dashboards ConfigMap, where a case switches it on, holds every file of
@@ -63,6 +64,9 @@ CONTRACT = {
 }
 # The keys of one [worker.commands.<name>] table.
 COMMAND_KEYS = {"path", "args", "task_args", "arg_patterns", "env", "allow_env", "working_dir", "max_output_bytes", "kill_grace"}
+# ax's variables that carry a secret: never set in a pod (their *_FILE twins are).
+SECRET_ENV = ("AX_ETCD_PASSWORD", "AX_REDIS_PASSWORD", "AX_REDIS_URL", "AX_FEISHU_WEBHOOK",
+              "AX_FEISHU_SECRET", "AX_ALERT_WEBHOOK_URL", "AX_API_TOKEN")
 # Secrets never belong in the ConfigMap.
 SECRET_KEYS = {("etcd", "password"), ("redis", "password"), ("http", "api_token"),
                ("alerts", "feishu_webhook"), ("alerts", "feishu_secret")}
@@ -303,11 +307,22 @@ def main():
             iid = env.get("AX_INSTANCE_ID", {}).get("valueFrom", {}).get("fieldRef", {})
             if iid.get("fieldPath") != "metadata.name":
                 err(f"{where}: AX_INSTANCE_ID must come from the pod name")
-            for name in ("AX_ETCD_PASSWORD", "AX_REDIS_PASSWORD", "AX_FEISHU_WEBHOOK",
-                         "AX_FEISHU_SECRET", "AX_API_TOKEN"):
-                if name in env and "secretKeyRef" not in env[name].get("valueFrom", {}):
-                    err(f"{where}: {name} must come from a secretKeyRef")
             mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
+            # ax's secrets are files: a variable would be inherited by children and readable
+            # in /proc/<pid>/environ.
+            for name in SECRET_ENV:
+                if name in env:
+                    err(f"{where}: {name} puts a secret in the environment; mount the Secret and "
+                        f"set {name}_FILE")
+                path = env.get(f"{name}_FILE", {}).get("value")
+                if path and os.path.dirname(path) not in mounts:
+                    err(f"{where}: {name}_FILE {path} is not in a mounted volume")
+            for e in c.get("env", []):
+                if e["name"].startswith("AX_") and "secretKeyRef" in e.get("valueFrom", {}):
+                    err(f"{where}: {e['name']} takes a Secret into the environment; mount it as a file")
+            for e in c.get("envFrom", []):
+                if "secretRef" in e:
+                    err(f"{where}: envFrom secretRef puts a Secret in the environment; mount it as files")
             if "/etc/ax" not in mounts:
                 err(f"{where}: the config file must be mounted at /etc/ax/ax.toml")
             for section in ("etcd", "redis"):

@@ -88,7 +88,7 @@ python3 scripts/chart_checks.py dashboards-custom "$tmp/dashboards-custom.yaml" 
 python3 -m kubernetes_validate --strict --quiet -k "$newest" "$tmp/dashboards-custom/builtin.yaml"
 
 # The engine itself accepts each rendered configuration: `ax config print` loads ax.toml with
-# the environment each container gets (placeholders for the Secrets' values) and validates
+# the environment each container gets (placeholder files for the mounted Secrets) and validates
 # it. scripts/test.sh builds target/debug/ax (cargo test builds the binary for the engine's
 # integration tests) before it runs this script.
 ax_bin=${AX_BIN:-target/debug/ax}
@@ -110,7 +110,16 @@ for w in docs:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         for e in c.get("env", []):
             src = e.get("valueFrom", {})
-            if "value" in e:
+            if e["name"].endswith("_FILE") and e.get("value", "").startswith("/etc/ax-secrets/"):
+                # A mounted Secret: a placeholder file in its place, long enough for every
+                # secret's own rule (an API token needs 32 characters).
+                name = e["name"].removesuffix("_FILE")
+                placeholder = os.path.join(out_dir, name.lower() + ".secret")
+                open(placeholder, "w").write(
+                    "https://hooks.example.invalid/bot\n" if name.endswith("WEBHOOK")
+                    else "placeholder-" + os.path.basename(e["value"]) + "-" + "0" * 32 + "\n")
+                env[e["name"]] = placeholder
+            elif "value" in e:
                 env[e["name"]] = e["value"]
             elif "fieldRef" in src:
                 env[e["name"]] = w["metadata"]["name"] + "-0"

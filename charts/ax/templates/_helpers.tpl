@@ -155,3 +155,42 @@ Where the etcd TLS Secret is mounted.
 Where the Redis TLS Secret is mounted.
 */}}
 {{- define "ax.redisTlsDir" -}}/etc/ax-redis-tls{{- end }}
+
+{{/*
+Where ax's own secrets are mounted as files, one directory per Secret.
+*/}}
+{{- define "ax.secretsDir" -}}
+/etc/ax-secrets
+{{- end }}
+
+{{/*
+ax's own secrets to mount, as YAML: {dir: {secretName, items: {file: key}}}; the workload
+points the matching *_FILE variables at the files.
+*/}}
+{{- define "ax.ownSecrets" -}}
+{{- $s := .Values.secrets }}
+{{- if $s.etcdPassword.existingSecret }}
+etcd-password:
+  secretName: {{ $s.etcdPassword.existingSecret | quote }}
+  items: {password: {{ $s.etcdPassword.key | quote }}}
+{{- end }}
+{{- if $s.redisPassword.existingSecret }}
+redis-password:
+  secretName: {{ $s.redisPassword.existingSecret | quote }}
+  items: {password: {{ $s.redisPassword.key | quote }}}
+{{- end }}
+{{- if $s.feishu.existingSecret }}
+feishu:
+  secretName: {{ $s.feishu.existingSecret | quote }}
+  items:
+    webhook: {{ $s.feishu.webhookKey | quote }}
+    {{- if $s.feishu.secretKey }}
+    secret: {{ $s.feishu.secretKey | quote }}
+    {{- end }}
+{{- end }}
+{{- if $s.apiToken.existingSecret }}
+api-token:
+  secretName: {{ $s.apiToken.existingSecret | quote }}
+  items: {token: {{ $s.apiToken.key | quote }}}
+{{- end }}
+{{- end }}
