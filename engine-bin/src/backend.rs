@@ -13,10 +13,11 @@
 //! Submodules: [`audit_store`] (the audit log in etcd), `tasks` (views, put, pause, resume,
 //! run now), `backfill` (past fires as run-now requests, bounded in count and etcd room),
 //! `queues` (history per task and across tasks, one execution's story, dead letters,
-//! status), `find` (executions by a fragment of their id), `cursor` (the task listing's
-//! continue token), `control` (kill executions, pause queues), `completion` (a job's report
-//! on an `http.async` execution), `errors` (library errors as API errors). The clients
-//! themselves come from [`crate::connect`], which the clock check and the server share.
+//! status), `requeue` (dead letters rebuilt from their task's current spec), `find`
+//! (executions by a fragment of their id), `cursor` (the task listing's continue token),
+//! `control` (kill executions, pause queues), `completion` (a job's report on an
+//! `http.async` execution), `errors` (library errors as API errors). The clients themselves
+//! come from [`crate::connect`], which the clock check and the server share.
 
 pub mod audit_store;
 mod backfill;
@@ -27,6 +28,7 @@ mod errors;
 mod find;
 mod handlers;
 mod queues;
+mod requeue;
 mod tasks;
 
 use std::time::Duration;

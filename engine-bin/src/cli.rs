@@ -521,6 +521,11 @@ pub enum DlqCommand {
         /// With `--all`: only this queue.
         #[arg(long, requires = "all")]
         queue: Option<String>,
+        /// Run the stored messages as they are (old target, headers and args), even for a
+        /// task deleted or re-pointed since; by default each is rebuilt from its task's
+        /// current spec and refused if the task is gone or its target changed.
+        #[arg(long)]
+        use_stored: bool,
     },
     /// Delete dead-lettered executions for good.
     Purge {

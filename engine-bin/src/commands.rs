@@ -644,11 +644,20 @@ async fn dlq(config: &Config, actor: &str, cmd: DlqCommand) -> Result<(), CliErr
                 OutputFormat::Json => output::json(&letters),
             }
         }
-        DlqCommand::Requeue { ids, all, queue } => {
+        DlqCommand::Requeue {
+            ids,
+            all,
+            queue,
+            use_stored,
+        } => {
             let request = if all {
-                DlqRequeue::All { all, queue }
+                DlqRequeue::All {
+                    all,
+                    queue,
+                    use_stored,
+                }
             } else {
-                DlqRequeue::Ids { ids }
+                DlqRequeue::Ids { ids, use_stored }
             };
             let detail = serde_json::to_value(&request).ok();
             let n = b.dlq_requeue(request).await.map_err(api_error)?;

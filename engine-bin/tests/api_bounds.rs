@@ -340,3 +340,90 @@ async fn a_filter_matching_little_reads_a_bounded_number_of_keys_per_request() {
     let want: Vec<String> = (0..12).map(|i| format!("a/t{i:02}")).collect();
     assert_eq!(ids, want, "every task once");
 }
+
+/// Dead-letters one execution of the registered task `namespace/id` (as a worker does after
+/// its last attempt failed) and returns its id.
+async fn dead_letter_of(a: &Api, queue: &ax_queue::Queue, namespace: &str, id: &str) -> String {
+    use ax_scheduler_core::{TaskSpec, UtcMillis};
+    let r = a.get(&format!("/api/v1/tasks/{namespace}/{id}")).await;
+    let spec = serde_json::to_vec(&r.body["spec"]).unwrap();
+    let spec = TaskSpec::from_json(&spec, namespace, id).unwrap();
+    let now = UtcMillis::now();
+    let msg = ax_queue::ExecutionMessage::for_fire(&spec, UtcMillis(now.0 - 1000), now, 1);
+    queue.enqueue(&msg).await.unwrap();
+    let mut consumer = queue
+        .consumer("default", "w1", std::time::Duration::from_millis(100), now)
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        if let Some(d) = consumer.take(1).await.unwrap().into_iter().next() {
+            assert!(queue.dead_letter(&d, "HTTP 500", now).await.unwrap());
+            return d.message.execution_id.to_string();
+        }
+    }
+    panic!("the execution was not taken");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dlq_requeue_uses_the_tasks_current_spec_or_is_refused() {
+    let a = api_with("dlq-current", |_| {}).await;
+    let queue = ax_engine::backend::connect_queue(&a.config).await.unwrap();
+    let spec = |id: &str, version: u64, extra: Value| {
+        let mut s = json!({"id": id, "namespace": "ops", "handler": "log",
+                           "schedule": {"every": "1h"}, "version": version});
+        for (k, v) in extra.as_object().unwrap() {
+            s[k] = v.clone();
+        }
+        s
+    };
+    for id in ["same", "gone", "moved"] {
+        let r = a.post("/api/v1/tasks", spec(id, 1, json!({}))).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    }
+    let same = dead_letter_of(&a, &queue, "ops", "same").await;
+    let gone = dead_letter_of(&a, &queue, "ops", "gone").await;
+    let moved = dead_letter_of(&a, &queue, "ops", "moved").await;
+    let r = a.call(Method::DELETE, "/api/v1/tasks/ops/gone", None).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let r = a
+        .post(
+            "/api/v1/tasks",
+            spec(
+                "moved",
+                2,
+                json!({"handler": "http", "http": {"url": "https://hooks.example.com/new"}}),
+            ),
+        )
+        .await;
+    assert!(r.status.is_success(), "{}", r.text);
+    // A task unchanged in its target (a new timeout only) requeues from its current spec.
+    let r = a
+        .post("/api/v1/tasks", spec("same", 2, json!({"timeout": "5m"})))
+        .await;
+    assert!(r.status.is_success(), "{}", r.text);
+
+    for (id, why) in [(&gone, "no longer registered"), (&moved, "target changed")] {
+        let r = a
+            .post("/api/v1/dlq/requeue", json!({"ids": [id, &same]}))
+            .await;
+        assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+        assert!(r.text.contains(why), "{}", r.text);
+        assert!(r.text.contains("use_stored"), "{}", r.text);
+    }
+    let r = a.post("/api/v1/dlq/requeue", json!({"all": true})).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert_eq!(queue.depth("default").await.unwrap(), 0, "nothing requeued");
+
+    let r = a.post("/api/v1/dlq/requeue", json!({"ids": [&same]})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["count"], 1);
+    let r = a
+        .post(
+            "/api/v1/dlq/requeue",
+            json!({"ids": [&gone, &moved], "use_stored": true}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["count"], 2);
+    assert_eq!(queue.depth("default").await.unwrap(), 3);
+}

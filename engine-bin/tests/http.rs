@@ -327,7 +327,7 @@ impl ApiBackend for MemoryBackend {
     fn dlq_requeue(&self, request: DlqRequeue) -> ApiFuture<'_, u64> {
         Box::pin(async move {
             Ok(match request {
-                DlqRequeue::Ids { ids } => ids.len() as u64,
+                DlqRequeue::Ids { ids, .. } => ids.len() as u64,
                 DlqRequeue::All { .. } => 7,
             })
         })

@@ -360,6 +360,19 @@ impl Queue {
         entry_id: ExecutionId,
         now: UtcMillis,
     ) -> Result<Option<ExecutionId>> {
+        self.dlq_requeue_as(queue, entry_id, now, |m| m).await
+    }
+
+    /// [`dlq_requeue`](Self::dlq_requeue) with the stored message passed through `rebuild`
+    /// first: a caller that re-read the task puts its current target and settings in, so
+    /// a requeue does not replay what the task no longer says.
+    pub async fn dlq_requeue_as(
+        &self,
+        queue: &str,
+        entry_id: ExecutionId,
+        now: UtcMillis,
+        rebuild: impl FnOnce(ExecutionMessage) -> ExecutionMessage,
+    ) -> Result<Option<ExecutionId>> {
         check_queue(queue)?;
         // The entry goes back to the partition that holds it (its message names it).
         let Some((queue, entry)) = self.dlq_find(queue, entry_id).await? else {
@@ -369,7 +382,7 @@ impl Queue {
         let Some(msg) = entry.message else {
             return Ok(None);
         };
-        let fresh = msg.fresh_copy(now);
+        let fresh = rebuild(msg).fresh_copy(now);
         let json = fresh.to_json()?;
         let k = self.keys();
         let mut conn = self.conn();

@@ -33,6 +33,9 @@ pub enum DlqRequeue {
     Ids {
         /// Execution ids.
         ids: Vec<String>,
+        /// Requeue the stored messages as they are, even for a task gone or re-pointed.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        use_stored: bool,
     },
     /// Every dead letter, or those of one queue.
     All {
@@ -41,5 +44,8 @@ pub enum DlqRequeue {
         /// Only this queue.
         #[serde(default)]
         queue: Option<String>,
+        /// Requeue the stored messages as they are, even for a task gone or re-pointed.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        use_stored: bool,
     },
 }

@@ -13,7 +13,7 @@ use ax_queue::{
 
 use super::{errors, tasks::not_found, Backend};
 use crate::api::{
-    ApiError, DeadLetter, DlqRequeue, EtcdDbView, ExecutionList, ExecutionQuery, ExecutionRecord,
+    ApiError, DeadLetter, EtcdDbView, ExecutionList, ExecutionQuery, ExecutionRecord,
     ExecutionStory, FireView, QueueView, ReplicaView, ShardsView, StatusView, TaskKey,
     WaitingAttempt,
 };
@@ -130,7 +130,7 @@ impl Backend {
         Ok(queues.into_iter().collect())
     }
 
-    async fn queues_or(&self, queue: Option<String>) -> Result<Vec<String>, ApiError> {
+    pub(super) async fn queues_or(&self, queue: Option<String>) -> Result<Vec<String>, ApiError> {
         match queue {
             Some(q) => Ok(vec![q]),
             None => self.known_queues().await,
@@ -320,68 +320,6 @@ impl Backend {
         });
         out.truncate(limit);
         Ok(out)
-    }
-
-    pub(super) async fn requeue(&self, request: DlqRequeue) -> Result<u64, ApiError> {
-        let q = self.queue().await?;
-        let now = UtcMillis::now();
-        match request {
-            DlqRequeue::All { queue, .. } => {
-                let mut count = 0u64;
-                for name in self.queues_or(queue).await? {
-                    let n = q.dlq_requeue_all(&name, now).await.map_err(errors::queue)?;
-                    count += u64::try_from(n).unwrap_or(u64::MAX);
-                }
-                Ok(count)
-            }
-            DlqRequeue::Ids { ids } => {
-                let mut parsed = Vec::with_capacity(ids.len());
-                let mut bad = Vec::new();
-                for id in &ids {
-                    match id.parse::<ExecutionId>() {
-                        Ok(u) => parsed.push(u),
-                        Err(_) => bad.push(format!("{id}: not an execution id (a UUID)")),
-                    }
-                }
-                if !bad.is_empty() {
-                    return Err(ApiError::Invalid {
-                        message: "invalid execution ids".into(),
-                        errors: bad,
-                    });
-                }
-                // Find every entry first, so that one unknown id changes nothing.
-                let queues = self.known_queues().await?;
-                let mut found = Vec::with_capacity(parsed.len());
-                let mut missing = Vec::new();
-                'ids: for id in parsed {
-                    for name in &queues {
-                        if q.dlq_get(name, id).await.map_err(errors::queue)?.is_some() {
-                            found.push((name.clone(), id));
-                            continue 'ids;
-                        }
-                    }
-                    missing.push(id.to_string());
-                }
-                if !missing.is_empty() {
-                    return Err(ApiError::NotFound(format!(
-                        "no dead letter with id {} in queues {}",
-                        missing.join(", "),
-                        queues.join(", ")
-                    )));
-                }
-                let mut count = 0u64;
-                for (name, id) in found {
-                    if q.dlq_requeue(&name, id, now)
-                        .await
-                        .map_err(errors::queue)?
-                        .is_some()
-                    {
-                        count += 1;
-                    }
-                }
-                Ok(count)
-            }
-        }
     }
 
     pub(super) async fn purge(&self, queue: Option<String>) -> Result<u64, ApiError> {

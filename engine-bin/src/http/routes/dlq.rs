@@ -54,7 +54,7 @@ pub(super) async fn dlq_requeue(
     JsonBody(request): JsonBody<DlqRequeue>,
 ) -> ApiResult<Count> {
     match &request {
-        DlqRequeue::Ids { ids } if ids.is_empty() => {
+        DlqRequeue::Ids { ids, .. } if ids.is_empty() => {
             return Err(ApiError::invalid("ids is empty"));
         }
         DlqRequeue::All { all: false, .. } => {
