@@ -11,6 +11,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -33,6 +34,10 @@ CHROME_ARGS = [
     "--hide-scrollbars",
 ]
 WAIT = 30.0
+# The browser's own zone, so that "local" and UTC differ on the page.
+BROWSER_TZ = "America/New_York"
+ZONED = re.compile(r" (UTC|[+-]\d\d:\d\d)$")
+LONG_PATH = "x" * 240
 SECRET_BITS = ["sekret-header", "hunter2", "qs-secret"]
 
 
@@ -72,7 +77,7 @@ class Driver:
         self.log = open(os.path.join(work, "chromedriver.log"), "w")
         self.proc = subprocess.Popen(
             ["chromedriver", f"--port={self.port}", "--allowed-ips=127.0.0.1"],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT, env=dict(os.environ, TZ=BROWSER_TZ))
         self.base = f"http://127.0.0.1:{self.port}"
         deadline = time.time() + 15
         while True:
@@ -185,6 +190,25 @@ class Test:
     def shot(self, name):
         self.d.screenshot(os.path.join(self.args.screenshots, f"console-{name}.png"))
 
+    def check_zones(self, where, zones):
+        """Every absolute time on the page ends with its zone, one of `zones`."""
+        shown = self.d.js("return [...document.querySelectorAll('main small.abs')].map((e) => e.innerText.trim())")
+        if not shown:
+            raise Failure(f"no absolute time on {where}")
+        bad = [t for t in shown if not ZONED.search(t) or not t.endswith(tuple(zones))]
+        if bad:
+            raise Failure(f"times on {where} without their zone {zones}: {bad[:5]}")
+        return True
+
+    def check_wraps(self, where):
+        """A long error wraps: no table scrolls sideways at desktop width."""
+        if LONG_PATH[:40] not in self.text("main"):
+            raise Failure(f"the long error is not on {where}")
+        wide = self.d.js("return [...document.querySelectorAll('main .scroll')]"
+                         ".filter((e) => e.scrollWidth > e.clientWidth + 1).map((e) => e.scrollWidth - e.clientWidth)")
+        if wide:
+            raise Failure(f"a table on {where} scrolls sideways by {wide}px: a long error does not wrap")
+
     def ax(self, *argv, stdin=None):
         env = dict(os.environ, AX_ETCD_ENDPOINTS=self.args.etcd)
         r = subprocess.run([self.args.ax, *argv], input=stdin, capture_output=True, text=True, env=env, timeout=30)
@@ -236,7 +260,7 @@ class Test:
         self.ax("task", "put", "-", stdin=json.dumps({
             "id": "flaky-hook", "namespace": "console", "handler": "http",
             "schedule": {"every": "1h"}, "timeout": "2s", "retry": {"max_retries": 0},
-            "http": {"url": "http://user:hunter2@127.0.0.1:9/hook?key=qs-secret",
+            "http": {"url": f"http://user:hunter2@127.0.0.1:9/hook/{LONG_PATH}?key=qs-secret",
                      "headers": {"Authorization": "Bearer sekret-header"}}}))
         etcdctl = shutil.which("etcdctl")
         if not etcdctl:
@@ -249,6 +273,12 @@ class Test:
         self.wait_text("the CLI's task in the table", "every day at 02:30 Asia/Shanghai", "main")
         self.wait_text("the invalid task's errors", "schedule.every", "tr.invalid.errors")
         self.wait("the heartbeat to fire", lambda: "succeeded" in self.text("main"), 45)
+        # Every absolute time carries its zone: the browser's by default, UTC on request.
+        self.check_zones("the task list", ("-05:00", "-04:00"))
+        d.js("const s = document.getElementById('zone'); s.value = 'utc'; s.dispatchEvent(new Event('change'));")
+        self.wait("the times in UTC", lambda: self.check_zones("the task list in UTC", (" UTC",)), 15)
+        self.wait("the footer's 24-hour time", lambda: re.match(
+            r"Updated \d\d:\d\d:\d\d UTC · ", self.text("#updated")))
         self.shot("tasks")
         d.type("input[name=search]", "night")
         d.click("form.filters button[type=submit]")
@@ -258,6 +288,8 @@ class Test:
         # A task page: next fires, trigger with a payload, the execution shows up.
         d.go(f"{self.url}/ui/#/task/console/nightly-report")
         self.wait("10 upcoming fires", lambda: self.d.js("return document.querySelectorAll('#upcoming li').length") == 10)
+        self.wait_text("the next fires in the task's zone", "02:30:00 Asia/Shanghai", "#upcoming")
+        self.check_zones("the task page", (" UTC",))
         d.click("[data-action=trigger]")
         self.confirm({"payload": '{"message": "from the console"}'})
         self.wait_text("the trigger's result", "Triggered console/nightly-report", "#notice")
@@ -343,10 +375,12 @@ class Test:
         d.go(f"{self.url}/ui/#/dlq")
         self.wait_text("the dead letter", "console/flaky-hook", "main", 45)
         self.wait_text("its errors per attempt", "#1 failed: POST", "main")
+        self.check_wraps("the dead letters")
         self.shot("dlq")
         d.click("#view a[data-execution]")
         self.wait_text("the dead letter's story", "dead-lettered", "#story")
         self.wait_text("its error", "POST", "#error")
+        self.check_wraps("the dead letter's page")
         d.go(f"{self.url}/ui/#/dlq")
         self.wait_text("the dead letter again", "console/flaky-hook", "main", 45)
         d.click("[data-action=requeue]")
@@ -354,10 +388,19 @@ class Test:
         self.wait_text("the requeue's result", "Requeued 1 dead letter", "#notice")
         self.check_log("the dead letters")
 
-        # The audit log names who did it.
+        # The audit log names who did it, and a change in words.
         d.go(f"{self.url}/ui/#/audit?actor=console-admin")
         self.wait_text("the trigger in the audit log", "trigger", "main")
         self.wait_text("the requeue in the audit log", "console-admin", "main")
+        self.ax("task", "put", "-", stdin=json.dumps({
+            "id": "heartbeat", "namespace": "console", "handler": "log", "version": 2,
+            "schedule": {"every": "30s"}, "payload": {"message": "beat"}}))
+        d.go(f"{self.url}/ui/#/audit?action=put")
+        self.wait_text("the change in words", "schedule.every: 20s → 30s", "main")
+        self.wait_text("a creation folded away", "created with this spec", "main")
+        page = self.text("main")
+        if any(raw in page for raw in ('{"changed"', '{"created"', '"from"')):
+            raise Failure(f"the audit detail is shown as raw JSON:\n{page[:2000]}")
         self.shot("audit")
         self.check_log("the audit log")
 
@@ -366,6 +409,9 @@ class Test:
         self.wait("fires counted", lambda: int(self.text("#fires-count") or 0) >= 2)
         self.wait("failures counted", lambda: int(self.text("#failures-count") or 0) >= 1)
         self.wait("the lateness chart", lambda: self.d.js("return document.querySelectorAll('svg.chart polyline').length") == 2)
+        if not self.d.js("const t = document.getElementById('term'); return !!t && t.title.includes('election')"):
+            raise Failure("the leader's term is not explained")
+        self.wait_text("the clock line explained", "refuses to lead", "#clock")
         self.shot("overview")
         self.check_log("the overview with history")
 

@@ -3,7 +3,7 @@
 // this file owns when they refresh.
 
 import { ApiError, get, setToken, token } from './api.js';
-import { clear, h, notice } from './dom.js';
+import { clear, clock, h, notice, setZone, zone } from './dom.js';
 import { execution } from './execution.js';
 import { task } from './task.js';
 import { audit, dlq, overview, tasks } from './views.js';
@@ -64,7 +64,7 @@ async function refresh() {
   try {
     await view.refresh();
     if (view !== current) return;
-    document.getElementById('updated').textContent = `Updated ${new Date().toLocaleTimeString()} · refreshes every ${POLL_MS / 1000}s`;
+    document.getElementById('updated').textContent = `Updated ${clock(Date.now())} · refreshes every ${POLL_MS / 1000}s`;
     view.root.classList.remove('stale');
   } catch (e) {
     if (view !== current) return;
@@ -111,6 +111,12 @@ function setup() {
     show();
   });
   input.placeholder = token() ? 'token set for this tab' : 'API token (kept for this tab only)';
+  const zones = document.getElementById('zone');
+  zones.value = zone();
+  zones.addEventListener('change', () => {
+    setZone(zones.value);
+    show();
+  });
   const find = document.getElementById('find-input');
   document.getElementById('find-form').addEventListener('submit', (e) => {
     e.preventDefault();

@@ -38,12 +38,56 @@ export function clear(el) {
   return el;
 }
 
-// "2026-11-30 22:31:05" in the browser's zone, with the zone's offset.
+// Which zone absolute times are shown in: the viewer's choice, `local` (the browser's zone)
+// or `utc`, kept for this browser. Every absolute time carries its zone, so a time is never
+// read in the wrong one.
+const ZONE_KEY = 'ax.zone';
+
+export function zone() {
+  return localStorage.getItem(ZONE_KEY) === 'utc' ? 'utc' : 'local';
+}
+
+export function setZone(value) {
+  localStorage.setItem(ZONE_KEY, value === 'utc' ? 'utc' : 'local');
+}
+
+const p2 = (n) => String(n).padStart(2, '0');
+
+// The browser's offset at `d` as `+08:00` (it changes with daylight saving time).
+function offset(d) {
+  const m = -d.getTimezoneOffset();
+  return `${m < 0 ? '-' : '+'}${p2(Math.floor(Math.abs(m) / 60))}:${p2(Math.abs(m) % 60)}`;
+}
+
+// "2026-12-01 18:30:00 UTC" or "2026-12-02 02:30:00 +08:00", in the chosen zone.
 export function absolute(ms) {
   if (ms === undefined || ms === null) return '–';
   const d = new Date(ms);
-  const p = (n) => String(n).padStart(2, '0');
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+  if (zone() === 'utc') {
+    return `${d.getUTCFullYear()}-${p2(d.getUTCMonth() + 1)}-${p2(d.getUTCDate())} ${p2(d.getUTCHours())}:${p2(d.getUTCMinutes())}:${p2(d.getUTCSeconds())} UTC`;
+  }
+  return `${d.getFullYear()}-${p2(d.getMonth() + 1)}-${p2(d.getDate())} ${p2(d.getHours())}:${p2(d.getMinutes())}:${p2(d.getSeconds())} ${offset(d)}`;
+}
+
+// "15:47:21 UTC": a time of day on the 24-hour clock, in the chosen zone.
+export function clock(ms) {
+  return absolute(ms).slice(11);
+}
+
+// "2026-12-02 02:30:00 Asia/Shanghai": `ms` in a named zone (a task's cron zone); null
+// when the browser does not know the zone.
+export function inZone(ms, timeZone) {
+  try {
+    const parts = {};
+    const f = new Intl.DateTimeFormat('en-US', {
+      timeZone, hourCycle: 'h23', year: 'numeric', month: '2-digit', day: '2-digit',
+      hour: '2-digit', minute: '2-digit', second: '2-digit',
+    });
+    for (const x of f.formatToParts(new Date(ms))) parts[x.type] = x.value;
+    return `${parts.year}-${parts.month}-${parts.day} ${parts.hour}:${parts.minute}:${parts.second} ${timeZone}`;
+  } catch {
+    return null;
+  }
 }
 
 export function duration(ms) {

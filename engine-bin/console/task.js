@@ -2,7 +2,7 @@
 // fires, recent executions, and the actions the caller's role allows.
 
 import { allows, call, get, query, taskPath } from './api.js';
-import { badge, clear, duration, execLink, h, section, table, when } from './dom.js';
+import { badge, clear, duration, execLink, h, inZone, section, table, when } from './dom.js';
 import { act } from './views.js';
 
 // A time typed by a person: ISO text, or a duration before now (`2h`, `1d`).
@@ -88,8 +88,11 @@ export function task(root, { params, role, go }) {
     const errors = view.errors && view.errors.length
       ? section(invalid ? 'Invalid spec' : 'Problems', h('ul', { class: 'warnings' }, view.errors.map((e) => h('li', {}, e))))
       : null;
+    // A cron task fires by its own zone's clock: its fires are shown in that zone too.
+    const taskZone = spec.schedule && spec.schedule.timezone;
     const fires = view.upcoming_fires && view.upcoming_fires.length
-      ? h('ol', { class: 'fires', id: 'upcoming' }, view.upcoming_fires.map((t) => h('li', {}, when(t))))
+      ? h('ol', { class: 'fires', id: 'upcoming' }, view.upcoming_fires.map((t) => h('li', {}, when(t),
+        taskZone ? h('small', { class: 'zoned', title: "the task's schedule zone" }, inZone(t, taskZone)) : null)))
       : h('p', { class: 'empty' }, view.status === 'PAUSED' ? 'Paused: no fire.' : 'No fire ahead.');
     const row = (a) => [
       [execLink(a.execution_id),

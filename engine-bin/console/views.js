@@ -73,13 +73,16 @@ function warnings(status) {
     w.push(`etcd database at ${Math.round((100 * status.etcd_db.bytes) / status.etcd_db.quota_bytes)}% of its quota.`);
   }
   for (const p of status.paused_namespaces || []) w.push(`Namespace ${p.namespace} is paused (by ${p.paused_by}).`);
+  const skewHelp = 'How far the clock of the replica answering this page is from etcd’s. The leader times every fire by its own clock, so a replica further off than the limit (scheduler.max_clock_skew) refuses to lead.';
   const clock = status.clock
-    ? h('p', { class: 'muted' }, `Clock against etcd: ${status.clock.skew_ms >= 0 ? '+' : '−'}${duration(Math.abs(status.clock.skew_ms))} (limit ${duration(status.clock.max_skew_ms)}).`)
-    : h('p', { class: 'muted' }, 'Clock against etcd: not measured.');
+    ? h('p', { class: 'muted', id: 'clock', title: skewHelp }, `Clock against etcd: ${status.clock.skew_ms >= 0 ? '+' : '−'}${duration(Math.abs(status.clock.skew_ms))} (limit ${duration(status.clock.max_skew_ms)}): how far this replica’s clock is from etcd’s; past the limit a replica refuses to lead.`)
+    : h('p', { class: 'muted', id: 'clock', title: skewHelp }, 'Clock against etcd: not measured.');
   return section('Warnings',
     w.length ? h('ul', { class: 'warnings', id: 'warnings' }, w.map((t) => h('li', {}, t))) : h('p', { class: 'ok', id: 'warnings' }, `None: ${status.shards ? 'every shard owned' : 'leader elected'}, Redis persistent, clocks in step.`),
     clock);
 }
+
+const TERM_HELP = 'How long this replica has led: a term starts when it wins the election and ends when it stops renewing its lease.';
 
 function leader(status, now) {
   const owned = new Map();
@@ -96,9 +99,11 @@ function leader(status, now) {
     ? h('p', {}, 'Shards: ', h('strong', { id: 'shards' }, `${status.shards.owners.length} of ${status.shards.total} owned`),
       ' (each scheduled by one replica at a time)')
     : h('p', {}, 'Leader: ', h('strong', { id: 'leader' }, status.leader || 'none'),
-      status.leader_since ? [' since ', when(status.leader_since), ` (term ${duration(now - status.leader_since)})`] : null);
+      status.leader_since ? [' since ', when(status.leader_since), ' (',
+        h('abbr', { id: 'term', title: TERM_HELP }, 'term'), ` ${duration(now - status.leader_since)})`] : null);
   return section('Cluster',
     who,
+    status.shards ? null : h('p', { class: 'muted' }, 'Term: how long the leader has led since it won the election. Only the leader fires tasks; when it stops renewing its lease another replica takes over and a new term starts.'),
     table(['Replica', 'Roles', 'Version', 'Heartbeat', 'Started'], rows, 'No replica registered.'));
 }
 
@@ -298,22 +303,40 @@ export function audit(root, { params, go }) {
     const items = await get(`/audit${query({ actor, since: sinceMs(since), limit: 200 })}`);
     const rows = items.filter((r) => !action || r.action.includes(action)).map((r) => [
       when(r.at), r.actor, r.via, h('strong', {}, r.action), r.target || '–',
-      r.detail ? h('code', { class: 'detail' }, detailText(r.detail)) : '',
+      r.detail ? auditDetail(r.detail) : '',
     ]);
     clear(body).append(table(['When', 'Who', 'Via', 'Action', 'Target', 'Detail'], rows, 'No record.'));
   }
   return { refresh };
 }
 
-// A spec diff as one `path: from → to` line per change (the server masked the secrets and
-// quoted odd keys in the paths); any other detail as its JSON.
-function detailText(detail) {
-  const changed = detail && typeof detail.changed === 'object' ? detail.changed : null;
-  if (!changed) return JSON.stringify(detail);
-  const shown = (v) => (typeof v === 'string' ? v : JSON.stringify(v));
-  return Object.entries(changed)
-    .map(([path, c]) => `${path}: ${shown(c && c.from)} → ${shown(c && c.to)}`)
-    .join('\n');
+// A value of an audit detail in one line: a string as it is, anything else as JSON.
+function shown(v) {
+  if (v === undefined) return '(none)';
+  return typeof v === 'string' ? v : JSON.stringify(v);
+}
+
+// An audit record's detail in words: each changed field as `path: old → new` (the path as
+// the server built it: it masked the secrets and quoted odd keys), a created or deleted spec
+// folded away, lists as lists, any other field as `name: value`.
+function auditDetail(detail) {
+  if (typeof detail !== 'object' || detail === null) return h('span', { class: 'detail' }, shown(detail));
+  const lines = [];
+  for (const [k, v] of Object.entries(detail)) {
+    if (k === 'changed' && v && typeof v === 'object') {
+      for (const [path, c] of Object.entries(v)) {
+        lines.push(h('li', {}, h('code', {}, path), ': ', shown(c && c.from), ' → ', shown(c && c.to)));
+      }
+    } else if ((k === 'created' || k === 'deleted') && v && typeof v === 'object') {
+      lines.push(h('li', {}, h('details', {}, h('summary', {}, k === 'created' ? 'created with this spec' : 'deleted; its spec was'),
+        h('pre', { class: 'spec' }, JSON.stringify(v, null, 2)))));
+    } else if (Array.isArray(v)) {
+      lines.push(h('li', {}, `${k} (${v.length}): `, v.map(shown).join(', ')));
+    } else {
+      lines.push(h('li', {}, `${k}: `, shown(v)));
+    }
+  }
+  return h('ul', { class: 'detail' }, lines);
 }
 
 // `24h`, `30m`, `7d` before now, in ms since the epoch; anything else as written.
