@@ -491,6 +491,37 @@ fn putting_the_registered_spec_again_is_unchanged_not_a_conflict() {
     );
 }
 
+/// A task of a paused namespace lists as PAUSED with no next fire, never as SCHEDULED with
+/// a next fire that will not happen.
+#[test]
+fn a_paused_namespace_shows_its_tasks_paused() {
+    let c = Cluster::new("cli-ns-paused");
+    c.ax_stdin(&["task", "put", "-", "--id", "beat", "-n", "ops"], BEAT);
+    c.ax_stdin(&["task", "put", "-", "--id", "other"], BEAT);
+    c.ok(&["namespace", "pause", "ops"]);
+
+    let task = c.get("ops/beat");
+    assert_eq!(task["status"], "PAUSED", "{task}");
+    assert_eq!(task["namespace_paused"], true, "{task}");
+    assert!(
+        task.get("next_fire").is_none() && task.get("upcoming_fires").is_none(),
+        "{task}"
+    );
+    let other = c.get("default/other");
+    assert_ne!(other["status"], "PAUSED", "{other}");
+    assert!(other.get("namespace_paused").is_none(), "{other}");
+
+    let table = c.ok(&["task", "list"]);
+    let row = table.lines().find(|l| l.starts_with("ops/beat")).unwrap();
+    assert!(row.contains("PAUSED"), "{table}");
+    let paused: Vec<Value> =
+        serde_json::from_str(&c.ok(&["task", "list", "--status", "paused", "-o", "json"])).unwrap();
+    assert_eq!(paused.len(), 1, "{paused:?}");
+
+    c.ok(&["namespace", "resume", "ops"]);
+    assert_ne!(c.get("ops/beat")["status"], "PAUSED");
+}
+
 /// Stops a replica however the test ends.
 struct Replica(std::process::Child);
 

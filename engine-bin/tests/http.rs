@@ -88,6 +88,7 @@ fn view(namespace: &str, id: &str, spec: &Value) -> TaskView {
         next_fire: None,
         last_fire: None,
         errors: vec![],
+        namespace_paused: false,
         schedule_text: None,
         upcoming_fires: vec![],
         last_outcome: None,

@@ -126,6 +126,10 @@ pub struct TaskView {
     /// The last failure's message, while the task fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Whether the task's namespace is paused (`ax namespace pause`): then its status is
+    /// `PAUSED` and it shows no next fire, whatever its own spec says.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub namespace_paused: bool,
     /// The schedule in words (`every day at 02:30 Asia/Shanghai`), for a valid spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule_text: Option<String>,

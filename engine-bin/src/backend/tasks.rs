@@ -6,7 +6,7 @@
 //! shows `WAITING` until the leader re-arms it, and a task no leader has seen yet shows
 //! `WAITING`, the state machine's "registered, no fire computed yet".
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use ax_registry::{PageCursor, TaskPage, TriggerRequest};
 use ax_scheduler_core::task::DEFAULT_NAMESPACE;
@@ -37,11 +37,25 @@ pub(super) fn view_from_raw(
             next_fire: None,
             last_fire: state.and_then(|s| s.last_fire_at),
             errors: errors.iter().map(ToString::to_string).collect(),
+            namespace_paused: false,
             schedule_text: None,
             upcoming_fires: Vec::new(),
             last_outcome: last_outcome(state),
             last_error: None,
         },
+    }
+}
+
+/// A task of a paused namespace fires no more, whatever its own state says: `PAUSED`, no
+/// next fire (an invalid spec stays `INVALID`, the more urgent news).
+fn mark_namespace_paused(view: &mut TaskView, paused: &HashSet<String>) {
+    if !paused.contains(&view.namespace) {
+        return;
+    }
+    view.namespace_paused = true;
+    if view.status.as_deref() != Some(TaskStatus::Invalid.as_str()) {
+        view.status = Some(TaskStatus::Paused.as_str().to_owned());
+        view.next_fire = None;
     }
 }
 
@@ -81,6 +95,7 @@ pub(super) fn view_of_spec(spec: &TaskSpec, state: Option<&TaskState>) -> TaskVi
         next_fire,
         last_fire: state.and_then(|s| s.last_fire_at),
         errors: Vec::new(),
+        namespace_paused: false,
         schedule_text: Some(spec.schedule.describe()),
         upcoming_fires: Vec::new(),
         last_outcome: last_outcome(state),
@@ -198,6 +213,7 @@ impl Backend {
             limit
         }
         .min(self.max_list_scan);
+        let paused = self.paused_namespace_names().await?;
         let mut items = Vec::new();
         let mut scanned = 0usize;
         loop {
@@ -211,7 +227,8 @@ impl Backend {
             let more = page.next.clone();
             let views = views_of_page(page);
             let last = views.len();
-            for (i, view) in views.into_iter().enumerate() {
+            for (i, mut view) in views.into_iter().enumerate() {
+                mark_namespace_paused(&mut view, &paused);
                 let wanted = status.is_none_or(|s| view.status.as_deref() == Some(s.as_str()))
                     && query.id_matches(&view.id)
                     && label.is_none_or(|(k, v)| has_label(&view, k, v));
@@ -258,19 +275,34 @@ impl Backend {
         let state = self.state_of(&key.namespace, &key.id).await;
         let known = state.as_ref().ok().and_then(Option::as_ref);
         let mut view = view_from_raw(&key.namespace, &key.id, &raw, known);
+        mark_namespace_paused(&mut view, &self.paused_namespace_names().await?);
         if let Ok(spec) = TaskSpec::from_json(&raw, &key.namespace, &key.id) {
-            view.upcoming_fires = upcoming_fires(
-                &spec,
-                known,
-                view.next_fire,
-                UtcMillis::now(),
-                UPCOMING_FIRES,
-            );
+            if !view.namespace_paused {
+                view.upcoming_fires = upcoming_fires(
+                    &spec,
+                    known,
+                    view.next_fire,
+                    UtcMillis::now(),
+                    UPCOMING_FIRES,
+                );
+            }
         }
         if let Err(error) = &state {
             view.errors.push(unreadable_state(error));
         }
         Ok(view)
+    }
+
+    /// The names of the paused namespaces, for the views to say so.
+    async fn paused_namespace_names(&self) -> Result<HashSet<String>, ApiError> {
+        Ok(self
+            .registry
+            .paused_namespaces()
+            .await
+            .map_err(errors::registry)?
+            .into_iter()
+            .map(|p| p.namespace)
+            .collect())
     }
 
     /// The stored value of a task spec, as written.
@@ -507,6 +539,7 @@ fn views_of_page(page: TaskPage) -> Vec<TaskView> {
                 next_fire: None,
                 last_fire: state(&bad.namespace, &bad.id).and_then(|s| s.last_fire_at),
                 errors: bad.errors.iter().map(ToString::to_string).collect(),
+                namespace_paused: false,
                 schedule_text: None,
                 upcoming_fires: Vec::new(),
                 last_outcome: last_outcome(state(&bad.namespace, &bad.id)),

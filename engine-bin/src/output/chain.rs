@@ -166,6 +166,7 @@ mod tests {
             errors: Vec::new(),
             last_outcome: None,
             last_error: None,
+            namespace_paused: false,
             schedule_text: None,
             upcoming_fires: Vec::new(),
         }

@@ -123,6 +123,7 @@ mod tests {
             errors: Vec::new(),
             last_outcome: Some("failed".into()),
             last_error: None,
+            namespace_paused: false,
             schedule_text: None,
             upcoming_fires: Vec::new(),
         };
