@@ -2,46 +2,14 @@
 //! can reach and how much work one request can cause.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
+mod api_harness;
 
-use ax_engine::backend::Backend;
-use ax_engine::config::Config;
-use ax_engine::http::{app, ApiBackend, AppState};
-use ax_engine::metrics::Metrics;
-use ax_engine::readiness::Readiness;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
-use axum::Router;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-struct Api {
-    router: Router,
-    config: Config,
-}
-
-async fn api_with(label: &str, adjust: impl FnOnce(&mut Config)) -> Api {
-    let mut config = Config::default();
-    config.etcd.endpoints = vec![ax_testkit::etcd_endpoint()];
-    config.etcd.prefix = format!("/{}", ax_testkit::unique_name(label));
-    config.redis.url = ax_testkit::redis_url();
-    config.redis.key_prefix = ax_testkit::unique_name(label);
-    adjust(&mut config);
-    let backend = Backend::connect(&config).await.unwrap();
-    let state = AppState {
-        metrics: Arc::new(Metrics::new(&config.worker.queues, &[]).unwrap()),
-        readiness: Arc::new(Readiness::new(true)),
-        api: Some(Arc::new(backend) as Arc<dyn ApiBackend>),
-        // Opened on purpose: these tests are about the backend's bounds, not about access.
-        access: Arc::new(ax_engine::http::auth::Access::new(&[], "", true)),
-        browser: Arc::default(),
-        limits: (&config.limits).into(),
-    };
-    Api {
-        router: app(state),
-        config,
-    }
-}
+use api_harness::{api_with, Api};
 
 struct Reply {
     status: StatusCode,

@@ -1,0 +1,41 @@
+//! `/api/v1` over the real backend for the integration tests: the router a replica serves,
+//! opened on purpose (these tests are about the backend, not about access), under a
+//! test's own etcd prefix and Redis key prefix.
+
+use std::sync::Arc;
+
+use ax_engine::backend::Backend;
+use ax_engine::config::Config;
+use ax_engine::http::{app, ApiBackend, AppState};
+use ax_engine::metrics::Metrics;
+use ax_engine::readiness::Readiness;
+use axum::Router;
+
+/// The router and the configuration it was built from.
+pub(crate) struct Api {
+    pub(crate) router: Router,
+    pub(crate) config: Config,
+}
+
+/// The API of a replica whose configuration `adjust` changed from the defaults.
+pub(crate) async fn api_with(label: &str, adjust: impl FnOnce(&mut Config)) -> Api {
+    let mut config = Config::default();
+    config.etcd.endpoints = vec![ax_testkit::etcd_endpoint()];
+    config.etcd.prefix = format!("/{}", ax_testkit::unique_name(label));
+    config.redis.url = ax_testkit::redis_url();
+    config.redis.key_prefix = ax_testkit::unique_name(label);
+    adjust(&mut config);
+    let backend = Backend::connect(&config).await.unwrap();
+    let state = AppState {
+        metrics: Arc::new(Metrics::new(&config.worker.queues, &[]).unwrap()),
+        readiness: Arc::new(Readiness::new(true)),
+        api: Some(Arc::new(backend) as Arc<dyn ApiBackend>),
+        access: Arc::new(ax_engine::http::auth::Access::new(&[], "", true)),
+        browser: Arc::default(),
+        limits: (&config.limits).into(),
+    };
+    Api {
+        router: app(state),
+        config,
+    }
+}
