@@ -61,6 +61,19 @@ async fn xlen(q: &Queue) -> usize {
         .unwrap()
 }
 
+/// `n` succeeded attempts of other executions, in namespace `busy`.
+async fn record_busy(q: &Queue, n: usize) {
+    for _ in 0..n {
+        q.record_history(
+            "busy",
+            "t",
+            &entry(new_execution_id(), 0, AttemptEnd::succeeded()),
+        )
+        .await
+        .unwrap();
+    }
+}
+
 #[tokio::test]
 async fn a_report_writes_the_stream_with_the_output_and_the_task_list_without_it() {
     let q = queue().await;
@@ -176,15 +189,7 @@ async fn a_rare_filter_stops_at_the_scan_bound_and_goes_on_from_its_cursor() {
     q.record_history("rare", "t", &entry(rare, 0, AttemptEnd::succeeded()))
         .await
         .unwrap();
-    for _ in 0..450 {
-        q.record_history(
-            "busy",
-            "t",
-            &entry(new_execution_id(), 0, AttemptEnd::succeeded()),
-        )
-        .await
-        .unwrap();
-    }
+    record_busy(&q, 450).await;
     let filter = ExecutionFilter {
         namespace: Some("rare".into()),
         ..ExecutionFilter::default()
@@ -348,15 +353,7 @@ async fn attempts_are_found_by_a_fragment_of_their_id_within_the_scan_bound() {
     q.record_history("ops", "t", &entry(wanted, 1, AttemptEnd::succeeded()))
         .await
         .unwrap();
-    for _ in 0..30 {
-        q.record_history(
-            "busy",
-            "t",
-            &entry(new_execution_id(), 0, AttemptEnd::succeeded()),
-        )
-        .await
-        .unwrap();
-    }
+    record_busy(&q, 30).await;
     let (found, complete) = q.attempts_containing(suffix, 100, 1000).await.unwrap();
     assert!(complete, "the whole stream was scanned");
     let ids: Vec<ExecutionId> = found.iter().map(|i| i.entry.execution_id).collect();
