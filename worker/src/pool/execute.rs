@@ -133,8 +133,11 @@ async fn execute_in_span(
     };
     // The task's secrets (inline, and those the handler resolved) are redacted from what the
     // attempt records before anything else sees it: a server or a command may echo them.
-    let secrets = attempt_secrets(msg, &output);
-    verdict.1 = verdict.1.map(|e| redact_values(&e, &secrets));
+    // Gathered only when there is something to redact: most attempts record neither an
+    // error nor an output, and the fire path should not parse their URL again.
+    verdict.1 = verdict
+        .1
+        .map(|e| redact_values(&e, &attempt_secrets(msg, &output)));
     if let Some(c) = &completion {
         match conclude(sh, d, c, verdict, &output).await {
             Concluded::Awaiting => {
@@ -151,7 +154,9 @@ async fn execute_in_span(
         d,
         worker,
         started,
-        output: output.take().map(|o| o.redacted(&secrets)),
+        output: output
+            .take()
+            .map(|o| o.redacted(&attempt_secrets(msg, &output))),
     };
     settle_verdict(sh, &ending, acks, verdict).await;
 }
