@@ -586,14 +586,28 @@ async fn task_backfill(
     let r = b.backfill(key, params).await.map_err(api_error)?;
     let mut out = String::new();
     for (i, t) in r.fires.iter().enumerate() {
+        let ran = if r.already_run.get(i) == Some(&true) {
+            "  (ran already)"
+        } else {
+            ""
+        };
         match r.execution_ids.get(i) {
-            Some(id) => out.push_str(&format!("{t}  {id}\n")),
+            Some(id) => out.push_str(&format!("{t}  {id}{ran}\n")),
             None => out.push_str(&format!("{t}\n")),
         }
     }
     if r.written {
         audit(b, actor, "task.backfill", name, detail, None).await;
-        eprintln!("{} fire(s) of {name} enqueued to run now", r.fires.len());
+        let ran = r.already_run.iter().filter(|a| **a).count();
+        let queued = r.fires.len() - ran;
+        if ran == 0 {
+            eprintln!("{queued} fire(s) of {name} enqueued to run now");
+        } else {
+            eprintln!(
+                "{queued} fire(s) of {name} enqueued to run now; {ran} ran already in an \
+                 earlier backfill (their executions are shown) and run not again"
+            );
+        }
     } else {
         eprintln!("{} fire(s) of {name} would run (dry run)", r.fires.len());
     }

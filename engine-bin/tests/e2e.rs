@@ -1466,12 +1466,26 @@ async fn a_backfill_runs_each_past_fire_of_the_range_once() {
     assert_eq!(code, 3, "more than --max is refused: {err}");
     assert!(err.contains("--force"), "{err}");
 
-    c.ax_ok(&["task", "backfill", "ops/hourly", "--from", from, "--to", to])
+    let first_ids = c
+        .ax_ok(&["task", "backfill", "ops/hourly", "--from", from, "--to", to])
         .await;
     wait_for_executions(&c, "hourly", 6, Duration::from_secs(10)).await;
-    // The same range again: every fire was run already.
-    c.ax_ok(&["task", "backfill", "ops/hourly", "--from", from, "--to", to])
+    // The same range again: every fire was run already, and the answer names the executions
+    // that ran (ids that exist), not fresh ids nothing will ever run under.
+    let (code, again, err) = c
+        .ax(
+            &["task", "backfill", "ops/hourly", "--from", from, "--to", to],
+            None,
+        )
         .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("0 fire(s) of ops/hourly enqueued") && err.contains("6 ran already"),
+        "{err}"
+    );
+    for (line, first) in again.lines().zip(first_ids.lines()) {
+        assert_eq!(line, format!("{first}  (ran already)"), "{again}");
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let runs = c.receiver.executions_of("hourly");
     let mut fires: Vec<i64> = runs.iter().filter_map(|e| e.backfill_of).collect();

@@ -253,6 +253,7 @@ impl ApiBackend for MemoryBackend {
             Ok(BackfillResult {
                 fires: vec![params.from],
                 execution_ids: vec![],
+                already_run: vec![],
                 written: !params.dry_run,
             })
         })

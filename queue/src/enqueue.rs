@@ -15,7 +15,7 @@ use ax_scheduler_core::EnqueueOutcome;
 use redis::{AsyncCommands, RedisResult, Script};
 
 use crate::error::{QueueError, Result};
-use crate::message::{Dedupe, ExecutionMessage};
+use crate::message::{backfill_identity, Dedupe, ExecutionMessage};
 use crate::millis::ms;
 use crate::queue::{check_queue, Queue};
 use crate::scripts::ordered;
@@ -28,6 +28,42 @@ static ENQUEUE_MANY: LazyLock<Script> =
 pub const ENQUEUE_CHUNK: usize = 100;
 
 impl Queue {
+    /// For each of `fires` of a task, the execution a backfill of it already enqueued (its
+    /// dedupe marker, kept for the dedupe window), on any partition of `queue`: a backfill
+    /// of the same range again runs nothing, and says which executions ran.
+    pub async fn backfilled(
+        &self,
+        namespace: &str,
+        task_id: &str,
+        queue: &str,
+        fires: &[ax_scheduler_core::UtcMillis],
+    ) -> Result<Vec<Option<String>>> {
+        check_queue(queue)?;
+        let mut found: Vec<Option<String>> = vec![None; fires.len()];
+        if fires.is_empty() {
+            return Ok(found);
+        }
+        for physical in self.physical_queues(queue) {
+            let keys: Vec<String> = fires
+                .iter()
+                .map(|t| {
+                    self.inner
+                        .keys
+                        .dedupe(&physical, &backfill_identity(namespace, task_id, *t))
+                })
+                .collect();
+            let mut conn = self.conn();
+            // One slot: every key of a physical queue shares its hash tag.
+            let ids: Vec<Option<String>> = self.run("backfilled", conn.mget(&keys)).await?;
+            for (slot, id) in found.iter_mut().zip(ids) {
+                if slot.is_none() {
+                    *slot = id;
+                }
+            }
+        }
+        Ok(found)
+    }
+
     /// Enqueues one message: [`Queue::enqueue_batch`] of one.
     pub async fn enqueue(&self, msg: &ExecutionMessage) -> Result<EnqueueOutcome> {
         let outcomes = self.enqueue_batch(std::slice::from_ref(msg)).await?;

@@ -162,6 +162,12 @@ const ACTIVE_MARKER_SLACK: Duration = Duration::from_secs(300);
 /// Retry time assumed for a policy without `max_elapsed`.
 const ACTIVE_MARKER_RETRY_ALLOWANCE: Duration = Duration::from_secs(3600);
 
+/// The dedupe identity of the backfilled fire `fire_at` of a task: each runs once, however
+/// often its range is backfilled (within the dedupe window).
+pub(crate) fn backfill_identity(namespace: &str, task_id: &str, fire_at: UtcMillis) -> String {
+    format!("backfill:{namespace}/{task_id}:{}", fire_at.0)
+}
+
 impl ExecutionMessage {
     /// The first attempt of what the dispatcher asked to enqueue, at `now`, by a scheduler
     /// holding `fencing_token`. The dispatch's key names the task (a spec's own id and
@@ -310,10 +316,9 @@ impl ExecutionMessage {
                 (Some(key), _) => {
                     Dedupe::Key(format!("run-key:{}/{}:{key}", self.namespace, self.task_id))
                 }
-                (None, Some(t)) => Dedupe::Key(format!(
-                    "backfill:{}/{}:{}",
-                    self.namespace, self.task_id, t.0
-                )),
+                (None, Some(t)) => {
+                    Dedupe::Key(backfill_identity(&self.namespace, &self.task_id, t))
+                }
                 (None, None) => Dedupe::Key(format!("run:{}", self.execution_id)),
             }
         } else if let Some(key) = &self.idempotency_key {

@@ -260,8 +260,13 @@ pub struct BackfillParams {
 pub struct BackfillResult {
     /// The fires of the range, oldest first.
     pub fires: Vec<UtcMillis>,
-    /// The execution enqueued for each fire, in the same order (empty for a dry run).
+    /// The execution of each fire, in the same order (empty for a dry run): the one this
+    /// backfill requested, or, for a fire an earlier backfill ran, that earlier execution.
     pub execution_ids: Vec<ax_scheduler_core::ExecutionId>,
+    /// For each fire, whether an earlier backfill ran it already (within the dedupe
+    /// window): nothing is requested for it, and its id is the earlier execution's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub already_run: Vec<bool>,
     /// Whether the requests were written (false for a dry run).
     pub written: bool,
 }

@@ -7,9 +7,12 @@
 //! smaller of `etcd.quota_backend_bytes` and what etcd reports). The estimate is high on
 //! purpose: a refused backfill can be split, a full etcd stops the cluster. The fires are
 //! computed on a blocking thread, at most the cap plus one of them, however long the range.
+//! A fire an earlier backfill ran (its dedupe marker still in Redis) is not requested again:
+//! the answer names that earlier execution, so a repeated backfill neither prints ids that
+//! will never exist nor writes keys the leader would only drop.
 
 use ax_registry::TriggerRequest;
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{ExecutionId, UtcMillis};
 
 use super::tasks::not_found;
 use super::{errors, Backend};
@@ -89,30 +92,52 @@ impl Backend {
             return Ok(BackfillResult {
                 fires,
                 execution_ids: Vec::new(),
+                already_run: Vec::new(),
                 written: false,
             });
         }
-        self.check_quota_room(fires.len()).await?;
+        let q = self.queue().await?;
+        let earlier = q
+            .backfilled(&key.namespace, &key.id, &spec.queue, &fires)
+            .await
+            .map_err(errors::queue)?;
+        let earlier: Vec<Option<ExecutionId>> = earlier
+            .into_iter()
+            .map(|id| id.and_then(|s| s.parse().ok()))
+            .collect();
+        let new_fires = earlier.iter().filter(|e| e.is_none()).count();
+        self.check_quota_room(new_fires).await?;
         let now = UtcMillis::now();
         // UUID v7 ids in fire order: the requests' keys sort as the fires, so the leader
         // takes them oldest first.
-        let requests: Vec<TriggerRequest> = fires
-            .iter()
-            .map(|t| TriggerRequest {
-                execution_id: ax_queue::new_execution_id(),
-                requested_at: now,
-                payload: None,
-                idempotency_key: None,
-                backfill_of: Some(*t),
-            })
-            .collect();
-        self.registry
-            .request_triggers(&key.namespace, &key.id, &requests)
-            .await
-            .map_err(errors::registry)?;
+        let mut requests = Vec::with_capacity(new_fires);
+        let mut execution_ids = Vec::with_capacity(fires.len());
+        for (t, ran) in fires.iter().zip(&earlier) {
+            match ran {
+                Some(id) => execution_ids.push(*id),
+                None => {
+                    let id = ax_queue::new_execution_id();
+                    execution_ids.push(id);
+                    requests.push(TriggerRequest {
+                        execution_id: id,
+                        requested_at: now,
+                        payload: None,
+                        idempotency_key: None,
+                        backfill_of: Some(*t),
+                    });
+                }
+            }
+        }
+        if !requests.is_empty() {
+            self.registry
+                .request_triggers(&key.namespace, &key.id, &requests)
+                .await
+                .map_err(errors::registry)?;
+        }
         Ok(BackfillResult {
             fires,
-            execution_ids: requests.into_iter().map(|r| r.execution_id).collect(),
+            execution_ids,
+            already_run: earlier.iter().map(Option::is_some).collect(),
             written: true,
         })
     }
