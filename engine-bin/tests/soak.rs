@@ -181,10 +181,12 @@ async fn a_steady_workload_reaches_a_plateau_in_every_store() {
     std::fs::write(
         &config,
         // Caps the run reaches within its first third, so the last third shows the trims
-        // holding them (the defaults would take hours to reach at this rate).
+        // holding them (the defaults would take hours to reach at this rate). The audit log
+        // is bounded by its retention (no record younger is deleted, whatever the count).
         format!(
             "[redis]\nhistory_cap = 10\ndlq_max_entries = {dlq_cap}\n\
-             execution_history_max_entries = 2000\n\n[audit]\nmax_records = 50\n"
+             execution_history_max_entries = 2000\n\n[audit]\nretention = \"20s\"\n\
+             max_records = 50\n"
         ),
     )
     .unwrap();
