@@ -8,10 +8,8 @@ use ax_engine::api::{PutOptions, TaskQuery};
 use ax_engine::backend::Backend;
 use ax_engine::config::Config;
 use ax_engine::http::ApiBackend;
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode};
+use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
 use api_harness::{api_with, Api};
 
@@ -21,13 +19,7 @@ async fn api(label: &str) -> Api {
 
 impl Api {
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let req = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("content-type", "application/json")
-            .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
-            .unwrap();
-        let resp = self.router.clone().oneshot(req).await.unwrap();
+        let resp = self.send(method, path, body).await;
         let status = resp.status();
         let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
             .await

@@ -4,10 +4,8 @@
 
 mod api_harness;
 
-use axum::body::Body;
-use axum::http::{HeaderMap, Method, Request, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
 use api_harness::{api_with, Api};
 
@@ -32,13 +30,7 @@ impl Reply {
 
 impl Api {
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
-        let req = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("content-type", "application/json")
-            .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
-            .unwrap();
-        let resp = self.router.clone().oneshot(req).await.unwrap();
+        let resp = self.send(method, path, body).await;
         let status = resp.status();
         let headers = resp.headers().clone();
         let bytes = axum::body::to_bytes(resp.into_body(), 8 << 20)

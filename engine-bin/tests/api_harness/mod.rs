@@ -9,7 +9,12 @@ use ax_engine::config::Config;
 use ax_engine::http::{app, ApiBackend, AppState};
 use ax_engine::metrics::Metrics;
 use ax_engine::readiness::Readiness;
+use axum::body::Body;
+use axum::http::{Method, Request};
+use axum::response::Response;
 use axum::Router;
+use serde_json::Value;
+use tower::ServiceExt;
 
 /// The router and the configuration it was built from.
 pub(crate) struct Api {
@@ -37,5 +42,18 @@ pub(crate) async fn api_with(label: &str, adjust: impl FnOnce(&mut Config)) -> A
     Api {
         router: app(state),
         config,
+    }
+}
+
+impl Api {
+    /// Sends one request, with `body` as JSON, and returns the router's response.
+    pub(crate) async fn send(&self, method: Method, path: &str, body: Option<Value>) -> Response {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+            .unwrap();
+        self.router.clone().oneshot(req).await.unwrap()
     }
 }
