@@ -3,6 +3,7 @@
 //! Everything here is driven by an explicit `now` ([`time::UtcMillis`] or timer ticks), so the
 //! engine reads the clock once at the edge and tests run on virtual time.
 
+pub mod attempt;
 pub mod backoff;
 pub mod breaker;
 pub mod concurrency;
@@ -24,6 +25,7 @@ pub mod overlap;
 pub mod placement;
 pub mod ready;
 pub mod redact;
+pub mod retry;
 pub mod schedule;
 pub mod secret_ref;
 pub mod state;
@@ -35,6 +37,7 @@ pub mod timer;
 pub mod validate;
 pub mod workflow;
 
+pub use attempt::HandlerError;
 pub use backoff::ReconnectBackoff;
 pub use concurrency::Concurrency;
 pub use dispatcher::{Dispatch, Dispatcher, DispatcherConfig, InDoubt, Notice, LOST_END_ERROR};

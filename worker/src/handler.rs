@@ -13,23 +13,9 @@ use ax_queue::ExecutionMessage;
 use ax_scheduler_core::AttemptOutput;
 use tokio_util::sync::CancellationToken;
 
-/// Why a handler failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum HandlerError {
-    /// Trying again later may succeed (network trouble, a 5xx, a busy dependency).
-    #[error("{0}")]
-    Retryable(String),
-    /// Trying again will not help (bad input, a 4xx); goes to the dead-letter queue.
-    #[error("{0}")]
-    Permanent(String),
-}
-
-impl HandlerError {
-    /// Whether the pool may retry.
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, HandlerError::Retryable(_))
-    }
-}
+/// Why a handler failed: the scheduling core's type, shared with the embedded kernel, so a
+/// handler's verdict means the same wherever it runs.
+pub use ax_scheduler_core::HandlerError;
 
 /// What a handler gets beside the execution.
 #[derive(Clone, Debug)]

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ax_queue::{Delivery, ExecutionMessage, Settled, StopOrder};
 use ax_scheduler_core::redact::{redact_values, target_secret_values};
-use ax_scheduler_core::{AttemptEnd, AttemptOutcome, UtcMillis};
+use ax_scheduler_core::{attempt, AttemptEnd, AttemptOutcome, UtcMillis};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -226,20 +226,24 @@ async fn run_handler(
     ended
 }
 
-/// The verdict of a handler task that ended by itself.
+/// The verdict of a handler task that ended by itself (see [`ax_scheduler_core::attempt`]).
 fn joined_verdict(joined: Result<Result<(), HandlerError>, JoinError>) -> Verdict {
     match joined {
-        Ok(Ok(())) => (AttemptOutcome::Succeeded, None, false),
-        Ok(Err(HandlerError::Retryable(e))) => (AttemptOutcome::Failed, Some(e), true),
-        Ok(Err(HandlerError::Permanent(e))) => (AttemptOutcome::Failed, Some(e), false),
+        Ok(result) => attempt::verdict(result),
         Err(e) => {
-            let message = panic_message(e);
-            tracing::error!(panic = %message, "handler panicked");
-            (
-                AttemptOutcome::Panicked,
-                Some(format!("handler panicked: {message}")),
-                true,
-            )
+            let verdict = match e.try_into_panic() {
+                Ok(payload) => attempt::panic_verdict(payload.as_ref()),
+                Err(e) => (
+                    AttemptOutcome::Panicked,
+                    Some(format!("handler task ended abnormally: {e}")),
+                    true,
+                ),
+            };
+            tracing::error!(
+                panic = verdict.1.as_deref().unwrap_or(""),
+                "handler panicked"
+            );
+            verdict
         }
     }
 }
@@ -254,21 +258,6 @@ async fn stop_handler(mut handle: JoinHandle<Result<(), HandlerError>>, grace: D
         // Wait for the abort so the handler is gone before its message is settled; a
         // handler that ignores cancellation and never yields cannot be waited for.
         let _ = tokio::time::timeout(Duration::from_secs(1), handle).await;
-    }
-}
-
-fn panic_message(e: JoinError) -> String {
-    match e.try_into_panic() {
-        Ok(p) => {
-            if let Some(s) = p.downcast_ref::<&str>() {
-                (*s).to_string()
-            } else if let Some(s) = p.downcast_ref::<String>() {
-                s.clone()
-            } else {
-                "panic with a non-string payload".to_string()
-            }
-        }
-        Err(e) => format!("handler task ended abnormally: {e}"),
     }
 }
 

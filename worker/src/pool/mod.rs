@@ -45,7 +45,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ax_queue::{Maintenance, MaintenanceConfig, Queue};
-use ax_scheduler_core::AttemptOutcome;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -56,9 +55,9 @@ use crate::error::{Result, WorkerError};
 use crate::registry::HandlerRegistry;
 use crate::reporter::ExecutionReporter;
 
-/// How an attempt ended, its error, and whether that error may be retried: what the steps of
-/// an attempt hand on, in `execute` and in `awaiting` alike.
-type Verdict = (AttemptOutcome, Option<String>, bool);
+// How an attempt ended, its error, and whether that error may be retried: what the steps of
+// an attempt hand on, in `execute` and in `awaiting` alike.
+use ax_scheduler_core::attempt::Verdict;
 
 /// Counts of what a pool did, returned when it stops.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,0 +1,63 @@
+//! The crate's one error type.
+//!
+//! Everything a caller can get wrong is refused at the call that got it wrong (a cron
+//! expression, a time zone, a duration, an oversized payload), so a job that was accepted
+//! is one the kernel can run. The retryable/permanent split tells a caller whether the same
+//! call may succeed later: bad input never does; a kernel shutting down never will either.
+
+use ax_scheduler_core::ValidationErrors;
+
+/// Errors of the embedded kernel.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    /// The schedule does not compile: a cron expression or time zone that is not one, an
+    /// interval below the minimum. Every problem is listed.
+    #[error("invalid schedule:\n{0}")]
+    InvalidSchedule(ValidationErrors),
+    /// A job option or kernel setting out of its range (a zero timeout, a priority above 9,
+    /// a retry policy that cannot hold, zero workers).
+    #[error("invalid {field}: {reason}")]
+    Invalid {
+        /// The option, as the builder method names it.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The payload serializes to more than the limit (the cluster's, so a job moves between
+    /// the two unchanged).
+    #[error("payload of {size} bytes is over the {max}-byte limit")]
+    PayloadTooLarge {
+        /// Its size as compact JSON.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The payload does not serialize to JSON.
+    #[error("payload does not serialize: {0}")]
+    Payload(String),
+    /// The kernel was built outside a tokio runtime: it has nowhere to run its driver.
+    #[error("no tokio runtime: build the kernel from inside one")]
+    NoRuntime,
+    /// The kernel is shutting down and takes no new jobs.
+    #[error("the kernel is shutting down")]
+    ShuttingDown,
+}
+
+impl EmbeddedError {
+    /// Whether the same call may succeed later. No error of this crate's in-memory kernel
+    /// is: each is bad input or a kernel that is going away.
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+
+    /// An [`EmbeddedError::Invalid`].
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        EmbeddedError::Invalid {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Results of this crate.
+pub type Result<T, E = EmbeddedError> = std::result::Result<T, E>;

@@ -1,0 +1,239 @@
+//! Jobs: an async closure with the options the cluster's task spec carries.
+//!
+//! A job's options are the fields of a [`TaskSpec`] (priority, timeout, retry policy,
+//! idempotency key, overlap and misfire policy, payload), with the cluster's defaults, and
+//! they become one when the job is submitted: the kernel schedules it with the cluster's
+//! dispatcher, so an option means exactly what it means in the cluster. Options are checked
+//! at submit, where a bad one is an error for the caller, never a job that cannot run.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ax_scheduler_core::task::{
+    DEFAULT_PRIORITY, DEFAULT_TIMEOUT, MAX_IDEMPOTENCY_KEY_LEN, MAX_MULTIPLIER, MAX_PAYLOAD_BYTES,
+    MAX_PRIORITY, MAX_RETRIES,
+};
+use ax_scheduler_core::{
+    ExecutionId, HandlerError, MisfirePolicy, OverlapPolicy, RetryPolicy, TaskSpec, UtcMillis,
+};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{EmbeddedError, Result};
+
+/// The future a job returns for one attempt.
+pub type JobFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send>>;
+
+/// A job's body, shared by all its attempts.
+pub(crate) type JobFn = dyn Fn(JobContext) -> JobFuture + Send + Sync;
+
+/// A job's identity within its kernel, returned by every submit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub(crate) u64);
+
+impl JobId {
+    /// The id's number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What one attempt of a job is told.
+#[derive(Clone, Debug)]
+pub struct JobContext {
+    /// The job.
+    pub id: JobId,
+    /// The execution: one fire of the job, the same for all its attempts.
+    pub execution: ExecutionId,
+    /// The attempt, 0 for the first.
+    pub attempt: u32,
+    /// The instant the fire was due.
+    pub fire_at: UtcMillis,
+    /// Cancelled when the attempt times out, is killed, or the kernel's grace at shutdown is
+    /// over: a long job should watch it and return. The attempt is dropped right after.
+    pub cancel: CancellationToken,
+    pub(crate) spec: Arc<TaskSpec>,
+}
+
+impl JobContext {
+    /// The job's payload as JSON (`null` when it has none).
+    pub fn payload_json(&self) -> &serde_json::Value {
+        &self.spec.payload
+    }
+
+    /// The job's payload as a `T`; one that does not fit is a permanent failure.
+    pub fn payload<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
+        T::deserialize(&self.spec.payload)
+            .map_err(|e| HandlerError::Permanent(format!("payload: {e}")))
+    }
+}
+
+/// A job to submit: its body and options. See the [module notes](self).
+pub struct Job {
+    pub(crate) run: Arc<JobFn>,
+    pub(crate) options: JobOptions,
+}
+
+/// A job's options; the defaults are the cluster's task defaults.
+#[derive(Clone, Debug)]
+pub(crate) struct JobOptions {
+    pub(crate) priority: u8,
+    pub(crate) timeout: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) overlap: OverlapPolicy,
+    pub(crate) misfire: MisfirePolicy,
+    /// The payload, or why it did not serialize (reported at submit).
+    pub(crate) payload: Result<serde_json::Value, String>,
+}
+
+impl fmt::Debug for Job {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Job")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Job {
+    /// A job running `f` for each attempt. Return [`HandlerError::Retryable`] for a failure
+    /// worth retrying by the job's policy, [`HandlerError::Permanent`] for one that goes to
+    /// the dead letters at once; a panic is a failed attempt that may be retried.
+    pub fn new<F, Fut>(f: F) -> Self
+    where
+        F: Fn(JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        Job {
+            run: Arc::new(move |ctx| Box::pin(f(ctx)) as JobFuture),
+            options: JobOptions::default(),
+        }
+    }
+
+    /// 0 (lowest) ..= 9 (highest), default 5: when more is due than there are workers, higher
+    /// priorities start first, and waiting raises a job's priority by one level a second
+    /// (aging) so that none starves.
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.options.priority = priority;
+        self
+    }
+
+    /// Longest one attempt may run before it is stopped and counted as failed; default 30 s.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.options.timeout = timeout;
+        self
+    }
+
+    /// How failed attempts are retried; default 3 retries from 10 s, tripling, jittered.
+    /// `RetryPolicy { max_retries: 0, ..Default::default() }` retries nothing.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.options.retry = retry;
+        self
+    }
+
+    /// Submitting a job with a key the kernel still holds a job for returns that job's id
+    /// and schedules nothing new.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.options.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// What a periodic fire does while the previous execution still runs; default
+    /// [`OverlapPolicy::Forbid`] (it waits, merged with later ones, until that one ends).
+    pub fn overlap(mut self, overlap: OverlapPolicy) -> Self {
+        self.options.overlap = overlap;
+        self
+    }
+
+    /// What happens to fires missed while the kernel could not fire them (a stalled
+    /// process, a paused job); default [`MisfirePolicy::FireOnce`].
+    pub fn misfire(mut self, misfire: MisfirePolicy) -> Self {
+        self.options.misfire = misfire;
+        self
+    }
+
+    /// Data the job reads with [`JobContext::payload`]; at most 32 KiB as JSON.
+    pub fn payload(mut self, payload: &impl Serialize) -> Self {
+        self.options.payload = serde_json::to_value(payload).map_err(|e| e.to_string());
+        self
+    }
+}
+
+impl Default for JobOptions {
+    fn default() -> Self {
+        JobOptions {
+            priority: DEFAULT_PRIORITY,
+            timeout: DEFAULT_TIMEOUT,
+            retry: RetryPolicy::default(),
+            idempotency_key: None,
+            overlap: OverlapPolicy::default(),
+            misfire: MisfirePolicy::default(),
+            payload: Ok(serde_json::Value::Null),
+        }
+    }
+}
+
+impl JobOptions {
+    /// The payload, if every option is in range.
+    pub(crate) fn check(&self) -> Result<serde_json::Value> {
+        if self.priority > MAX_PRIORITY {
+            return Err(EmbeddedError::invalid(
+                "priority",
+                format!("{} is above {MAX_PRIORITY}", self.priority),
+            ));
+        }
+        if self.timeout < Duration::from_millis(1) {
+            return Err(EmbeddedError::invalid("timeout", "must be at least 1ms"));
+        }
+        check_retry(&self.retry)?;
+        if let Some(key) = &self.idempotency_key {
+            if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN {
+                return Err(EmbeddedError::invalid(
+                    "idempotency_key",
+                    format!("must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} bytes"),
+                ));
+            }
+        }
+        let payload = self.payload.clone().map_err(EmbeddedError::Payload)?;
+        let size = serde_json::to_vec(&payload).map(|v| v.len()).unwrap_or(0);
+        if size > MAX_PAYLOAD_BYTES {
+            return Err(EmbeddedError::PayloadTooLarge {
+                size,
+                max: MAX_PAYLOAD_BYTES,
+            });
+        }
+        Ok(payload)
+    }
+}
+
+/// The bounds the cluster's spec validation holds a retry policy to.
+fn check_retry(p: &RetryPolicy) -> Result<()> {
+    let bad = |reason: String| Err(EmbeddedError::invalid("retry", reason));
+    if p.max_retries > MAX_RETRIES {
+        return bad(format!(
+            "max_retries {} is above {MAX_RETRIES}",
+            p.max_retries
+        ));
+    }
+    if !(1.0..=MAX_MULTIPLIER).contains(&p.multiplier) {
+        return bad(format!("multiplier must be in 1..={MAX_MULTIPLIER}"));
+    }
+    if !(0.0..=1.0).contains(&p.jitter) {
+        return bad("jitter must be in 0..=1".to_owned());
+    }
+    if p.max_interval < p.initial_interval {
+        return bad("max_interval is below initial_interval".to_owned());
+    }
+    Ok(())
+}

@@ -1,0 +1,330 @@
+//! The kernel's face: a builder, the submits, the controls, and the two-phase shutdown.
+//!
+//! A submit turns the job's options and its time into a cluster [`TaskSpec`] and has the
+//! schedule compiled by the core before anything is stored, so an invalid cron expression,
+//! time zone or interval is an error of the call. The handle is cheap to clone (one `Arc`):
+//! a job may hold one to submit more jobs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ax_scheduler_core::task::{DEFAULT_QUEUE, DEFAULT_VERSION};
+use ax_scheduler_core::timer::TimerConfig;
+use ax_scheduler_core::{
+    Clock, CoreError, DispatcherConfig, Schedule, TaskSpec, TaskStatus, UtcMillis,
+};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::TokioClock;
+use crate::dead::DeadLetter;
+use crate::engine::{Engine, NAMESPACE};
+use crate::error::{EmbeddedError, Result};
+use crate::job::{Job, JobId};
+use crate::run::{drive, Shared};
+
+/// Default number of attempts that run at once.
+pub const DEFAULT_WORKERS: usize = 5;
+/// Default timer tick: the cluster's, the precision a fire is due to.
+pub const DEFAULT_TICK: Duration = Duration::from_millis(10);
+
+/// Settings of a [`Kernel`]; [`Kernel::builder`].
+#[derive(Debug)]
+pub struct KernelBuilder {
+    workers: usize,
+    tick: Duration,
+    clock: Option<Arc<dyn Clock>>,
+    dispatcher: DispatcherConfig,
+}
+
+impl KernelBuilder {
+    /// Attempts that run at once; default 5.
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// Timer tick, whole milliseconds; default 10 ms.
+    pub fn tick(mut self, tick: Duration) -> Self {
+        self.tick = tick;
+        self
+    }
+
+    /// The wall clock. Default: the host's clock read once, then moved by tokio's clock
+    /// (so a paused tokio runtime runs the kernel on virtual time).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Everything else the cluster's dispatcher takes (aging, catch-up window, breaker,
+    /// rate limit); the tick set here wins over the one in `config`.
+    pub fn dispatcher(mut self, config: DispatcherConfig) -> Self {
+        self.dispatcher = config;
+        self
+    }
+
+    /// Starts the kernel's driver on the current tokio runtime.
+    pub fn build(self) -> Result<Kernel> {
+        if self.workers == 0 {
+            return Err(EmbeddedError::invalid("workers", "must be at least 1"));
+        }
+        let mut config = self.dispatcher;
+        config.timer = TimerConfig {
+            tick: self.tick,
+            ..config.timer
+        };
+        if let Some(problem) = config.timer.problem() {
+            return Err(EmbeddedError::invalid("tick", problem));
+        }
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|_| EmbeddedError::NoRuntime)?;
+        let clock = self
+            .clock
+            .unwrap_or_else(|| Arc::new(TokioClock::from_now()));
+        let now = clock.now();
+        let shared = Arc::new(Shared {
+            engine: std::sync::Mutex::new(Engine::new(config, self.workers, now)),
+            clock,
+            wake: Notify::new(),
+            ended: Notify::new(),
+            stop: CancellationToken::new(),
+            hard_stop: CancellationToken::new(),
+        });
+        runtime.spawn(drive(Arc::clone(&shared)));
+        Ok(Kernel { shared })
+    }
+}
+
+/// The scheduling kernel; see the [crate notes](crate).
+#[derive(Clone)]
+pub struct Kernel {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel").finish_non_exhaustive()
+    }
+}
+
+/// What a shutdown came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Whether every running attempt ended within the grace.
+    pub drained: bool,
+    /// Attempts still running at the end of the grace, then stopped.
+    pub stopped: usize,
+}
+
+impl Kernel {
+    /// Settings with their defaults.
+    pub fn builder() -> KernelBuilder {
+        KernelBuilder {
+            workers: DEFAULT_WORKERS,
+            tick: DEFAULT_TICK,
+            clock: None,
+            dispatcher: DispatcherConfig::default(),
+        }
+    }
+
+    /// The kernel's time now.
+    pub fn now(&self) -> UtcMillis {
+        self.shared.clock.now()
+    }
+
+    /// Runs `job` once at `when` (at once if it is past, as its misfire policy says).
+    pub fn at(&self, when: UtcMillis, job: Job) -> Result<JobId> {
+        self.submit(Schedule::At(when), job)
+    }
+
+    /// Runs `job` once, `delay` from now.
+    pub fn after(&self, delay: Duration, job: Job) -> Result<JobId> {
+        let now = self.now();
+        let when = now
+            .0
+            .checked_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
+        match when {
+            Some(when) if when < i64::MAX => self.at(UtcMillis(when), job),
+            _ => Err(EmbeddedError::invalid(
+                "delay",
+                format!("{delay:?} is too far"),
+            )),
+        }
+    }
+
+    /// Runs `job` every `interval` (at least 1 s, the cluster's minimum), counted from now.
+    pub fn every(&self, interval: Duration, job: Job) -> Result<JobId> {
+        self.submit(Schedule::Every(interval), job)
+    }
+
+    /// Runs `job` on a cron expression (5 fields, or 6 with seconds first) in an IANA time
+    /// zone, with the cluster's rule for daylight-saving gaps and repeats.
+    pub fn cron(&self, expr: &str, timezone: &str, job: Job) -> Result<JobId> {
+        let schedule = Schedule::Cron {
+            expr: expr.to_owned(),
+            timezone: timezone.to_owned(),
+        };
+        self.submit(schedule, job)
+    }
+
+    fn submit(&self, schedule: Schedule, job: Job) -> Result<JobId> {
+        schedule.compile().map_err(|e| match e {
+            CoreError::Invalid(errors) => EmbeddedError::InvalidSchedule(errors),
+            other => EmbeddedError::invalid("schedule", other.to_string()),
+        })?;
+        let payload = job.options.check()?;
+        let now = self.now();
+        let mut engine = self.shared.lock();
+        if !engine.starting {
+            return Err(EmbeddedError::ShuttingDown);
+        }
+        if let Some(key) = &job.options.idempotency_key {
+            if let Some(id) = engine.by_idempotency_key(key) {
+                return Ok(id);
+            }
+        }
+        let (id, key) = engine.new_id();
+        let o = job.options;
+        let spec = TaskSpec {
+            id: Arc::clone(&key.id),
+            namespace: Arc::from(NAMESPACE),
+            handler: Arc::from("closure"),
+            schedule,
+            payload,
+            http: None,
+            command: None,
+            queue: Arc::from(DEFAULT_QUEUE),
+            priority: o.priority,
+            concurrency: None,
+            timeout: o.timeout,
+            retry: Arc::new(o.retry),
+            idempotency_key: o.idempotency_key,
+            misfire: o.misfire,
+            overlap: o.overlap,
+            paused: false,
+            fanout: None,
+            depends_on: Vec::new(),
+            expect_success_within: None,
+            labels: BTreeMap::new(),
+            version: DEFAULT_VERSION,
+            created_at: Some(now),
+        };
+        engine.insert(id, key, spec, job.run, now);
+        drop(engine);
+        self.shared.wake.notify_one();
+        Ok(id)
+    }
+
+    /// Drops a job before it starts: true if something of it was still to run. An attempt
+    /// already running goes on (see [`kill`](Self::kill)) but is not retried.
+    pub fn cancel(&self, id: JobId) -> bool {
+        let now = self.now();
+        self.shared.lock().cancel(id, now)
+    }
+
+    /// Stops the job's running attempts: their token is cancelled and they are dropped;
+    /// they end killed, with no retry. False if none was running.
+    pub fn kill(&self, id: JobId) -> bool {
+        self.shared.lock().kill(id)
+    }
+
+    /// Runs the job now as an execution of its own; its schedule is not disturbed.
+    pub fn trigger(&self, id: JobId) -> bool {
+        self.control(|e, now| e.trigger(id, now))
+    }
+
+    /// Stops the job from firing until [`resume`](Self::resume).
+    pub fn pause(&self, id: JobId) -> bool {
+        self.control(|e, now| e.set_paused(id, true, now))
+    }
+
+    /// Lets a paused job fire again. As for a task resumed in the cluster, a periodic
+    /// schedule goes on from now (what it missed is not run), and a one-shot whose instant
+    /// passed meanwhile runs as its misfire policy says.
+    pub fn resume(&self, id: JobId) -> bool {
+        self.control(|e, now| e.set_paused(id, false, now))
+    }
+
+    /// Stops every job from firing; the first fire each misses is kept, and on
+    /// [`resume_all`](Self::resume_all) its misfire policy says what of the missed ones run.
+    pub fn pause_all(&self) {
+        self.control(|e, now| e.set_all_paused(true, now));
+    }
+
+    /// Lets every job fire again after [`pause_all`](Self::pause_all).
+    pub fn resume_all(&self) {
+        self.control(|e, now| e.set_all_paused(false, now));
+    }
+
+    /// The job's status as the cluster shows a task's; `None` for a job done or unknown.
+    pub fn status(&self, id: JobId) -> Option<TaskStatus> {
+        self.shared.lock().status(id)
+    }
+
+    /// Jobs known: scheduled, running, paused or dead-lettered.
+    pub fn len(&self) -> usize {
+        self.shared.lock().len()
+    }
+
+    /// Whether no job is known.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The executions that failed for good, one (the latest) per job.
+    pub fn dead_letters(&self) -> Vec<DeadLetter> {
+        self.shared.lock().dead_letters()
+    }
+
+    /// Runs a dead-lettered job again from its first attempt; false if it has no letter.
+    pub fn requeue(&self, id: JobId) -> bool {
+        self.control(|e, now| e.requeue(id, now))
+    }
+
+    /// Drops every dead letter; returns how many.
+    pub fn purge_dead_letters(&self) -> usize {
+        let now = self.now();
+        self.shared.lock().purge(now)
+    }
+
+    /// Stops the kernel in two phases: no attempt starts from now on and running ones get up
+    /// to `grace` to end; then those still running are cancelled and dropped. Submits fail
+    /// with [`EmbeddedError::ShuttingDown`] from the first phase on.
+    pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
+        self.shared.lock().starting = false;
+        let drained = tokio::time::timeout(grace, self.wait_idle()).await.is_ok();
+        let mut stopped = 0;
+        if !drained {
+            self.shared.hard_stop.cancel();
+            stopped = {
+                let mut engine = self.shared.lock();
+                engine.kill_all();
+                engine.running()
+            };
+            // A killed attempt is dropped at once; this waits for its verdict to land.
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.wait_idle()).await;
+        }
+        self.shared.stop.cancel();
+        ShutdownReport { drained, stopped }
+    }
+
+    async fn wait_idle(&self) {
+        loop {
+            let ended = self.shared.ended.notified();
+            if self.shared.lock().running() == 0 {
+                return;
+            }
+            ended.await;
+        }
+    }
+
+    /// Runs `f` on the engine at the kernel's time and wakes the driver.
+    fn control<T>(&self, f: impl FnOnce(&mut Engine, UtcMillis) -> T) -> T {
+        let now = self.now();
+        let out = f(&mut self.shared.lock(), now);
+        self.shared.wake.notify_one();
+        out
+    }
+}

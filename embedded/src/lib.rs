@@ -1,0 +1,95 @@
+//! The ax scheduling kernel inside any Rust program: give a closure a future point in time to
+//! run, with bounded concurrency, priorities, timeouts, retries, cancellation and dead
+//! letters, and no middleware to operate.
+//!
+//! It is the cluster's kernel, not a second one: the [`Dispatcher`] of `ax-scheduler-core`
+//! (timing wheel with its overflow heap, misfire policies, overlap, breaker, pauses) decides
+//! what fires when, and the core's retry decision and handler-result mapping decide what an
+//! attempt's end leads to, exactly as they do for `ax serve`. This crate is the shell around
+//! them that the cluster spreads over etcd, Redis and its worker pool: a driver task that
+//! sleeps until the next due instant, a queue of executions waiting for one of the workers
+//! (priority with aging), and one tokio task per running attempt.
+//!
+//! [`Dispatcher`]: ax_scheduler_core::Dispatcher
+//!
+//! # Example: close an unpaid order 30 minutes later
+//!
+//! ```
+//! use std::sync::atomic::{AtomicBool, Ordering};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use ax_embedded::{Job, Kernel};
+//!
+//! // Paused time, so the doctest's 30 minutes pass at once.
+//! #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! async fn main() -> Result<(), ax_embedded::EmbeddedError> {
+//!     let kernel = Kernel::builder().workers(5).build()?;
+//!     let paid = Arc::new(AtomicBool::new(false));
+//!     let closed = Arc::new(AtomicBool::new(false));
+//!
+//!     let job = {
+//!         let (paid, closed) = (paid.clone(), closed.clone());
+//!         Job::new(move |_ctx| {
+//!             let (paid, closed) = (paid.clone(), closed.clone());
+//!             async move {
+//!                 if !paid.load(Ordering::SeqCst) {
+//!                     closed.store(true, Ordering::SeqCst);
+//!                 }
+//!                 Ok(())
+//!             }
+//!         })
+//!         // Placing the same order twice schedules one close.
+//!         .idempotency_key("close-order-42")
+//!         .timeout(Duration::from_secs(5))
+//!     };
+//!     let id = kernel.after(Duration::from_secs(30 * 60), job)?;
+//!
+//!     tokio::time::sleep(Duration::from_secs(31 * 60)).await;
+//!     assert!(closed.load(Ordering::SeqCst));
+//!     // Done and forgotten: nothing is left to cancel.
+//!     assert!(!kernel.cancel(id));
+//!     kernel.shutdown(Duration::from_secs(10)).await;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # What a job gets
+//!
+//! - **When**: [`Kernel::at`], [`Kernel::after`], [`Kernel::every`], [`Kernel::cron`] (any
+//!   IANA zone); each returns a [`JobId`].
+//! - **Control**: [`Kernel::cancel`] before it starts, [`Kernel::kill`] while it runs (its
+//!   [`JobContext::cancel`] token fires and the attempt is dropped), [`Kernel::trigger`],
+//!   [`Kernel::pause`] / [`Kernel::resume`].
+//! - **Options** ([`Job`]): priority, timeout, retry policy, overlap and misfire policy,
+//!   idempotency key, payload, with the cluster's defaults and meaning.
+//! - **Failures**: an error, a timeout or a panic is a failed attempt; the kernel lives on.
+//!   Retries follow the job's policy; an execution that fails for good becomes a
+//!   [`DeadLetter`] ([`Kernel::dead_letters`], [`Kernel::requeue`],
+//!   [`Kernel::purge_dead_letters`]).
+//! - **Shutdown**: [`Kernel::shutdown`] stops starting, drains within a grace, then cancels.
+//! - **Tracing**: each attempt runs in an `execution` span with `task_id`, `execution_id`,
+//!   `fire_at`, `attempt` and `lateness_ms`, the cluster's fields. The crate installs no
+//!   subscriber.
+//!
+//! Jobs here are closures and live in memory: a process that exits loses them. See
+//! `docs/embedded.md` for the design and its limits.
+
+mod clock;
+mod dead;
+mod engine;
+mod error;
+mod job;
+mod kernel;
+mod run;
+
+pub use ax_scheduler_core::{
+    ExecutionId, HandlerError, MisfirePolicy, OverlapPolicy, RetryPolicy, TaskStatus, UtcMillis,
+};
+pub use dead::DeadLetter;
+pub use error::{EmbeddedError, Result};
+pub use job::{Job, JobContext, JobFuture, JobId};
+pub use kernel::{Kernel, KernelBuilder, ShutdownReport, DEFAULT_TICK, DEFAULT_WORKERS};
+
+#[cfg(test)]
+mod tests;

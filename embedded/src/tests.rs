@@ -1,0 +1,489 @@
+//! The kernel end to end on paused tokio time: every wait is virtual, so a test of minutes
+//! of schedule runs in milliseconds and its instants are exact.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ax_scheduler_core::{AttemptOutcome, HandlerError, OverlapPolicy, RetryPolicy, UtcMillis};
+
+use crate::{EmbeddedError, Job, JobContext, Kernel};
+
+/// What the jobs of a test saw: (label, attempt, fire_at, started at).
+type Log = Arc<Mutex<Vec<(String, u32, UtcMillis, UtcMillis)>>>;
+
+fn log() -> Log {
+    Arc::new(Mutex::new(Vec::new()))
+}
+
+fn entries(log: &Log) -> Vec<(String, u32, UtcMillis, UtcMillis)> {
+    log.lock().expect("log").clone()
+}
+
+/// A job that records its start, then runs for `runs` and ends with `end`.
+fn recording(
+    kernel: &Kernel,
+    log: &Log,
+    label: &str,
+    runs: Duration,
+    end: fn(&JobContext) -> Result<(), HandlerError>,
+) -> Job {
+    let (kernel, log, label) = (kernel.clone(), log.clone(), label.to_owned());
+    Job::new(move |ctx: JobContext| {
+        let (kernel, log, label) = (kernel.clone(), log.clone(), label.clone());
+        async move {
+            let entry = (label, ctx.attempt, ctx.fire_at, kernel.now());
+            log.lock().expect("log").push(entry);
+            tokio::time::sleep(runs).await;
+            end(&ctx)
+        }
+    })
+}
+
+fn ok(_: &JobContext) -> Result<(), HandlerError> {
+    Ok(())
+}
+
+fn no_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: 0,
+        ..RetryPolicy::default()
+    }
+}
+
+async fn sleep(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_and_at_fire_on_time_never_early() {
+    let kernel = Kernel::builder().build().expect("kernel");
+    let log = log();
+    let start = kernel.now();
+    kernel
+        .after(
+            Duration::from_secs(1800),
+            recording(&kernel, &log, "late", Duration::ZERO, ok),
+        )
+        .expect("after");
+    let at = start.add(Duration::from_millis(1234));
+    kernel
+        .at(at, recording(&kernel, &log, "at", Duration::ZERO, ok))
+        .expect("at");
+    let past = start.sub(Duration::from_secs(60));
+    kernel
+        .at(past, recording(&kernel, &log, "past", Duration::ZERO, ok))
+        .expect("at past");
+    sleep(1_900_000).await;
+    let seen = entries(&log);
+    let labels: Vec<&str> = seen.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(labels, ["past", "at", "late"]);
+    for (label, _, fire_at, started) in &seen[1..] {
+        assert!(started >= fire_at, "{label} ran early");
+        assert!(
+            started.since(*fire_at) <= Duration::from_millis(20),
+            "{label} late"
+        );
+    }
+    assert_eq!(seen[1].2, at);
+    assert_eq!(seen[2].2, start.add(Duration::from_secs(1800)));
+    // One-shots that ran are forgotten.
+    assert!(kernel.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_repeats_until_cancelled() {
+    let kernel = Kernel::builder().build().expect("kernel");
+    let log = log();
+    let id = kernel
+        .every(
+            Duration::from_secs(1),
+            recording(&kernel, &log, "tick", Duration::ZERO, ok),
+        )
+        .expect("every");
+    sleep(3_500).await;
+    assert_eq!(entries(&log).len(), 3);
+    assert!(kernel.cancel(id));
+    assert!(!kernel.cancel(id), "a cancelled job is gone");
+    sleep(5_000).await;
+    assert_eq!(entries(&log).len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cron_in_a_zone_fires_on_its_minutes() {
+    let kernel = Kernel::builder().build().expect("kernel");
+    let log = log();
+    kernel
+        .cron(
+            "*/15 * * * *",
+            "Europe/Paris",
+            recording(&kernel, &log, "c", Duration::ZERO, ok),
+        )
+        .expect("cron");
+    sleep(3_600_000).await;
+    let seen = entries(&log);
+    assert!((4..=5).contains(&seen.len()), "{}", seen.len());
+    for (_, _, fire_at, _) in seen {
+        assert_eq!(fire_at.0 % (15 * 60_000), 0, "on a quarter hour");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_input_is_an_error_of_the_call() {
+    let kernel = Kernel::builder().build().expect("kernel");
+    let job = || Job::new(|_| async { Ok(()) });
+    let bad_cron = kernel.cron("61 * * * *", "UTC", job());
+    assert!(
+        matches!(bad_cron, Err(EmbeddedError::InvalidSchedule(_))),
+        "{bad_cron:?}"
+    );
+    let bad_zone = kernel.cron("* * * * *", "Mars/Olympus", job());
+    assert!(
+        matches!(bad_zone, Err(EmbeddedError::InvalidSchedule(_))),
+        "{bad_zone:?}"
+    );
+    let fast = kernel.every(Duration::from_millis(100), job());
+    assert!(
+        matches!(fast, Err(EmbeddedError::InvalidSchedule(_))),
+        "{fast:?}"
+    );
+    let far = kernel.after(Duration::MAX, job());
+    assert!(matches!(
+        far,
+        Err(EmbeddedError::Invalid { field: "delay", .. })
+    ));
+    let zero = kernel.after(Duration::ZERO, job().timeout(Duration::ZERO));
+    assert!(matches!(
+        zero,
+        Err(EmbeddedError::Invalid {
+            field: "timeout",
+            ..
+        })
+    ));
+    let prio = kernel.after(Duration::ZERO, job().priority(10));
+    assert!(matches!(
+        prio,
+        Err(EmbeddedError::Invalid {
+            field: "priority",
+            ..
+        })
+    ));
+    let big = kernel.after(Duration::ZERO, job().payload(&"x".repeat(40_000)));
+    assert!(
+        matches!(big, Err(EmbeddedError::PayloadTooLarge { .. })),
+        "{big:?}"
+    );
+    assert!(kernel.is_empty(), "nothing refused was kept");
+    assert!(matches!(
+        Kernel::builder().workers(0).build(),
+        Err(EmbeddedError::Invalid {
+            field: "workers",
+            ..
+        })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_before_start_and_kill_while_running() {
+    let kernel = Kernel::builder().build().expect("kernel");
+    let log = log();
+    let later = kernel
+        .after(
+            Duration::from_secs(10),
+            recording(&kernel, &log, "later", Duration::ZERO, ok),
+        )
+        .expect("after");
+    assert!(kernel.cancel(later));
+    assert!(!kernel.cancel(later));
+    let cancelled = Arc::new(AtomicU32::new(0));
+    let seen = cancelled.clone();
+    let long = kernel
+        .after(
+            Duration::ZERO,
+            Job::new(move |ctx| {
+                let seen = seen.clone();
+                async move {
+                    // Tells the test it saw its token, then is dropped by the kernel.
+                    ctx.cancel.cancelled().await;
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    std::future::pending().await
+                }
+            })
+            .retry(RetryPolicy::default()),
+        )
+        .expect("after");
+    sleep(100).await;
+    assert!(
+        !kernel.cancel(long),
+        "a running attempt is not cancelled, it is killed"
+    );
+    assert!(kernel.kill(long));
+    sleep(100).await;
+    assert_eq!(cancelled.load(Ordering::SeqCst), 1, "its token fired");
+    assert!(kernel.is_empty(), "killed: no retry, no dead letter");
+    assert!(kernel.dead_letters().is_empty());
+    sleep(20_000).await;
+    assert!(entries(&log).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn trigger_pause_and_resume() {
+    let kernel = Kernel::builder().build().expect("kernel");
+    let log = log();
+    let id = kernel
+        .every(
+            Duration::from_secs(10),
+            recording(&kernel, &log, "p", Duration::ZERO, ok),
+        )
+        .expect("every");
+    assert!(kernel.trigger(id));
+    sleep(100).await;
+    assert_eq!(entries(&log).len(), 1, "triggered at once");
+    assert!(kernel.pause(id));
+    sleep(35_000).await;
+    assert_eq!(entries(&log).len(), 1, "nothing while paused");
+    assert!(kernel.resume(id));
+    sleep(100).await;
+    // As a task's pause in the cluster: the schedule goes on from the resume.
+    assert_eq!(entries(&log).len(), 1);
+    sleep(5_000).await;
+    assert_eq!(entries(&log).len(), 2);
+    assert!(!kernel.pause(crate::JobId(999)));
+
+    // A pause of everything keeps each job's missed fires for its misfire policy.
+    kernel.pause_all();
+    sleep(30_000).await;
+    assert_eq!(entries(&log).len(), 2);
+    kernel.resume_all();
+    sleep(100).await;
+    assert_eq!(
+        entries(&log).len(),
+        3,
+        "fire_once: the missed fires run as one"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn workers_bound_concurrency_and_priority_orders_the_wait() {
+    let kernel = Kernel::builder().workers(1).build().expect("kernel");
+    let log = log();
+    let run = Duration::from_millis(100);
+    kernel
+        .after(Duration::ZERO, recording(&kernel, &log, "first", run, ok))
+        .expect("first");
+    sleep(10).await;
+    for (label, priority) in [("low", 1), ("high", 9), ("mid", 5)] {
+        let job = recording(&kernel, &log, label, run, ok).priority(priority);
+        kernel.after(Duration::ZERO, job).expect("submit");
+    }
+    sleep(1_000).await;
+    let seen = entries(&log);
+    let labels: Vec<&str> = seen.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(labels, ["first", "high", "mid", "low"]);
+    for pair in seen.windows(2) {
+        assert!(pair[1].3.since(pair[0].3) >= run, "one at a time");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_retry_by_policy_then_dead_letter() {
+    let kernel = Kernel::builder().build().expect("kernel");
+    let log = log();
+    let policy = RetryPolicy {
+        max_retries: 2,
+        initial_interval: Duration::from_secs(1),
+        max_interval: Duration::from_secs(10),
+        multiplier: 2.0,
+        jitter: 0.0,
+        max_elapsed: None,
+    };
+    fn fail(_: &JobContext) -> Result<(), HandlerError> {
+        Err(HandlerError::Retryable("busy".into()))
+    }
+    let id = kernel
+        .after(
+            Duration::ZERO,
+            recording(&kernel, &log, "f", Duration::ZERO, fail).retry(policy),
+        )
+        .expect("after");
+    sleep(10_000).await;
+    let seen = entries(&log);
+    let attempts: Vec<u32> = seen.iter().map(|e| e.1).collect();
+    assert_eq!(attempts, [0, 1, 2]);
+    let gaps: Vec<u128> = seen
+        .windows(2)
+        .map(|w| w[1].3.since(w[0].3).as_millis())
+        .collect();
+    assert!(gaps[0] >= 1000 && gaps[0] < 1030, "{gaps:?}");
+    assert!(gaps[1] >= 2000 && gaps[1] < 2030, "{gaps:?}");
+    let dead = kernel.dead_letters();
+    assert_eq!(dead.len(), 1);
+    assert_eq!((dead[0].job, dead[0].attempts), (id, 3));
+    assert_eq!(dead[0].error, "busy");
+    assert!(dead[0].reason.contains("exhausted"), "{}", dead[0].reason);
+
+    assert!(kernel.requeue(id));
+    assert!(!kernel.requeue(id), "its letter is gone");
+    sleep(10_000).await;
+    assert_eq!(entries(&log).len(), 6, "run again from its first attempt");
+    assert_eq!(kernel.purge_dead_letters(), 1);
+    assert!(kernel.dead_letters().is_empty());
+    assert!(
+        kernel.is_empty(),
+        "the one-shot kept for its letter is forgotten"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn panics_and_timeouts_are_failed_attempts() {
+    let kernel = Kernel::builder().build().expect("kernel");
+    let log = log();
+    fn boom(_: &JobContext) -> Result<(), HandlerError> {
+        panic!("boom")
+    }
+    let panicky = kernel
+        .after(
+            Duration::ZERO,
+            recording(&kernel, &log, "panic", Duration::ZERO, boom).retry(no_retry()),
+        )
+        .expect("after");
+    let slow = recording(&kernel, &log, "slow", Duration::from_secs(60), ok)
+        .timeout(Duration::from_secs(1))
+        .retry(no_retry());
+    let hung = kernel.after(Duration::ZERO, slow).expect("after");
+    let permanent = kernel
+        .after(
+            Duration::ZERO,
+            Job::new(|_| async { Err(HandlerError::Permanent("bad order".into())) }),
+        )
+        .expect("after");
+    sleep(2_000).await;
+    let mut dead = kernel.dead_letters();
+    dead.sort_by_key(|d| d.job);
+    let ends: Vec<_> = dead
+        .iter()
+        .map(|d| (d.job, d.outcome, d.attempts))
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            (panicky, AttemptOutcome::Panicked, 1),
+            (hung, AttemptOutcome::TimedOut, 1),
+            (permanent, AttemptOutcome::Failed, 1),
+        ]
+    );
+    assert!(dead[0].error.contains("boom"));
+    // The kernel lives on.
+    let after = kernel
+        .after(
+            Duration::ZERO,
+            recording(&kernel, &log, "after", Duration::ZERO, ok),
+        )
+        .expect("after");
+    sleep(100).await;
+    assert_eq!(
+        entries(&log).last().map(|e| e.0.clone()).as_deref(),
+        Some("after")
+    );
+    assert!(kernel.status(after).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idempotency_key_makes_one_job() {
+    let kernel = Kernel::builder().build().expect("kernel");
+    let log = log();
+    let job = || recording(&kernel, &log, "o", Duration::ZERO, ok).idempotency_key("order-7");
+    let a = kernel.after(Duration::from_secs(5), job()).expect("first");
+    let b = kernel.after(Duration::from_secs(9), job()).expect("again");
+    assert_eq!(a, b);
+    assert_eq!(kernel.len(), 1);
+    sleep(20_000).await;
+    assert_eq!(entries(&log).len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn forbid_holds_a_periodic_fire_while_the_last_runs() {
+    let kernel = Kernel::builder().build().expect("kernel");
+    let log = log();
+    let running = Arc::new(AtomicU32::new(0));
+    let most = Arc::new(AtomicU32::new(0));
+    let (r, m, l, k) = (running.clone(), most.clone(), log.clone(), kernel.clone());
+    let job = Job::new(move |ctx| {
+        let (r, m, l, k) = (r.clone(), m.clone(), l.clone(), k.clone());
+        async move {
+            let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(now, Ordering::SeqCst);
+            l.lock()
+                .expect("log")
+                .push(("o".into(), ctx.attempt, ctx.fire_at, k.now()));
+            sleep(2_500).await;
+            r.fetch_sub(1, Ordering::SeqCst);
+            Ok(())
+        }
+    })
+    .overlap(OverlapPolicy::Forbid);
+    kernel.every(Duration::from_secs(1), job).expect("every");
+    sleep(10_000).await;
+    assert_eq!(most.load(Ordering::SeqCst), 1, "never two at once");
+    let n = entries(&log).len();
+    assert!((3..=5).contains(&n), "held fires merged: {n}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_drains_then_stops() {
+    let kernel = Kernel::builder().build().expect("kernel");
+    let log = log();
+    kernel
+        .after(
+            Duration::ZERO,
+            recording(&kernel, &log, "short", Duration::from_secs(1), ok),
+        )
+        .expect("short");
+    sleep(10).await;
+    let report = kernel.shutdown(Duration::from_secs(5)).await;
+    assert!(report.drained);
+    let refused = kernel.after(Duration::ZERO, Job::new(|_| async { Ok(()) }));
+    assert!(matches!(refused, Err(EmbeddedError::ShuttingDown)));
+
+    let kernel = Kernel::builder().build().expect("kernel");
+    kernel
+        .after(
+            Duration::ZERO,
+            recording(&kernel, &log, "long", Duration::from_secs(600), ok),
+        )
+        .expect("long");
+    kernel
+        .after(
+            Duration::from_millis(500),
+            recording(&kernel, &log, "never", Duration::ZERO, ok),
+        )
+        .expect("never");
+    sleep(10).await;
+    let report = kernel.shutdown(Duration::from_secs(2)).await;
+    assert_eq!((report.drained, report.stopped), (false, 1));
+    let labels: Vec<String> = entries(&log).into_iter().map(|e| e.0).collect();
+    assert_eq!(
+        labels,
+        ["short", "long"],
+        "nothing starts once shutdown began"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn payload_reaches_the_job() {
+    let kernel = Kernel::builder().build().expect("kernel");
+    let got = Arc::new(Mutex::new(None));
+    let g = got.clone();
+    let job = Job::new(move |ctx| {
+        let g = g.clone();
+        async move {
+            let order: u64 = ctx.payload()?;
+            *g.lock().expect("got") = Some(order);
+            Ok(())
+        }
+    })
+    .payload(&42u64);
+    kernel.after(Duration::from_secs(1), job).expect("after");
+    sleep(2_000).await;
+    assert_eq!(*got.lock().expect("got"), Some(42));
+}

@@ -1,0 +1,85 @@
+//! What a handler's result makes of its attempt: the outcome, the error recorded, and
+//! whether a retry may follow.
+//!
+//! A handler (the cluster worker's, or a job of the embedded kernel) returns `Ok(())` or a
+//! [`HandlerError`] that says whether trying again can help, or it panics. Both shells run it
+//! under a timeout in a task of their own and map what came back through [`verdict`] and
+//! [`panic_verdict`], so a panic, a permanent error and a retryable one mean the same thing
+//! wherever a handler runs. The runtime's join error is the shell's business; only the panic
+//! payload reaches here.
+
+use std::any::Any;
+
+use crate::execution::AttemptOutcome;
+
+/// Why a handler failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HandlerError {
+    /// Trying again later may succeed (network trouble, a 5xx, a busy dependency).
+    #[error("{0}")]
+    Retryable(String),
+    /// Trying again will not help (bad input, a 4xx); goes to the dead-letter queue.
+    #[error("{0}")]
+    Permanent(String),
+}
+
+impl HandlerError {
+    /// Whether the attempt may be retried.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, HandlerError::Retryable(_))
+    }
+}
+
+/// How an attempt ended, its error, and whether that error may be retried.
+pub type Verdict = (AttemptOutcome, Option<String>, bool);
+
+/// The verdict of a handler that returned by itself.
+pub fn verdict(result: Result<(), HandlerError>) -> Verdict {
+    match result {
+        Ok(()) => (AttemptOutcome::Succeeded, None, false),
+        Err(HandlerError::Retryable(e)) => (AttemptOutcome::Failed, Some(e), true),
+        Err(HandlerError::Permanent(e)) => (AttemptOutcome::Failed, Some(e), false),
+    }
+}
+
+/// The verdict of a handler that panicked with `payload`: a failed attempt that may be
+/// retried (a panic is a bug or a bad state, not a verdict on the input).
+pub fn panic_verdict(payload: &(dyn Any + Send)) -> Verdict {
+    let message = panic_message(payload);
+    (
+        AttemptOutcome::Panicked,
+        Some(format!("handler panicked: {message}")),
+        true,
+    )
+}
+
+/// The text of a panic payload (`panic!` gives a `&str` or a `String`).
+pub fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_and_panics_map_to_outcomes() {
+        assert_eq!(verdict(Ok(())), (AttemptOutcome::Succeeded, None, false));
+        let retry = verdict(Err(HandlerError::Retryable("busy".into())));
+        assert_eq!(retry, (AttemptOutcome::Failed, Some("busy".into()), true));
+        let perm = verdict(Err(HandlerError::Permanent("bad".into())));
+        assert_eq!(perm, (AttemptOutcome::Failed, Some("bad".into()), false));
+        let boxed: Box<dyn Any + Send> = Box::new(String::from("boom"));
+        let (outcome, error, retryable) = panic_verdict(boxed.as_ref());
+        assert_eq!(outcome, AttemptOutcome::Panicked);
+        assert_eq!(error.as_deref(), Some("handler panicked: boom"));
+        assert!(retryable);
+        assert_eq!(panic_message(&7u8), "panic with a non-string payload");
+    }
+}
