@@ -126,6 +126,20 @@ export function badge(text, kind) {
   return h('span', { class: `badge ${kind || String(text).toLowerCase()}` }, text);
 }
 
+// A task's status as people need it: THROTTLED while its circuit breaker skips most fires
+// (its own status, SCHEDULED, would hide that it mostly does not run), and why in the title.
+export function statusBadge(view) {
+  const th = view.throttled;
+  if (th) {
+    const b = badge('THROTTLED', 'throttled');
+    b.title = `${th.failures} of its last ${th.executions} executions failed: 1 fire in ${th.dispatch_every} is dispatched until they succeed again`;
+    return b;
+  }
+  const b = badge(view.status || '?');
+  if (view.namespace_paused) b.title = `namespace ${view.namespace} is paused`;
+  return b;
+}
+
 export function percentile(sorted, p) {
   if (!sorted.length) return null;
   const i = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1);

@@ -2,7 +2,7 @@
 // fires, recent executions, and the actions the caller's role allows.
 
 import { allows, call, get, query, taskPath } from './api.js';
-import { badge, clear, duration, execLink, h, inZone, section, table, when } from './dom.js';
+import { badge, clear, duration, execLink, h, inZone, section, statusBadge, table, when } from './dom.js';
 import { act } from './views.js';
 
 // A time typed by a person: ISO text, or a duration before now (`2h`, `1d`).
@@ -76,7 +76,10 @@ export function task(root, { params, role, go }) {
     const shards = spec.fanout && spec.fanout.shards;
     const broadcast = spec.fanout && spec.fanout.broadcast;
     const state = h('dl', { class: 'facts' },
-      h('dt', {}, 'Status'), h('dd', {}, badge(view.status || '?')),
+      h('dt', {}, 'Status'), h('dd', { id: 'status' }, statusBadge(view),
+        view.namespace_paused ? h('span', { class: 'muted' }, ` (namespace ${view.namespace} paused)`) : null),
+      view.throttled ? [h('dt', {}, 'Throttled'), h('dd', { id: 'throttled', class: 'err' },
+        `since `, when(view.throttled.since), `: ${view.throttled.failures} of its last ${view.throttled.executions} executions failed, so 1 fire in ${view.throttled.dispatch_every} is dispatched until they succeed again`)] : null,
       h('dt', {}, 'Schedule'), h('dd', {}, view.schedule_text || '–'),
       h('dt', {}, 'Next fire'), h('dd', {}, when(view.next_fire)),
       h('dt', {}, 'Last fire'), h('dd', {}, when(view.last_fire)),

@@ -4,7 +4,8 @@
 
 import { allows, call, get, query, taskPath } from './api.js';
 import {
-  badge, clear, confirmDialog, duration, execLink, h, lineChart, notice, percentile, section, table, when,
+  badge, clear, confirmDialog, duration, execLink, h, lineChart, notice, percentile, section, statusBadge, table,
+  when,
 } from './dom.js';
 
 const FAILED = ['retrying', 'failed', 'timed_out', 'panicked', 'dead_lettered'];
@@ -216,7 +217,7 @@ export function tasks(root, { params, go }) {
       const cells = [
         taskLink(t.namespace, t.id),
         invalid ? h('span', { class: 'muted' }, 'invalid spec') : t.schedule_text || '–',
-        badge(t.status || '?'),
+        statusBadge(t),
         when(t.next_fire, now),
         when(t.last_fire, now),
         t.last_outcome ? badge(t.last_outcome) : h('span', { class: 'muted' }, 'never ran'),

@@ -331,6 +331,9 @@ pub enum TaskCommand {
         /// Show header values and URL credentials in full.
         #[arg(long)]
         show_secrets: bool,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t)]
+        output: OutputFormat,
     },
     /// List tasks (all of them, read page by page; or one page with `--limit`).
     List {

@@ -446,12 +446,19 @@ async fn task_keyed(
 ) -> Result<String, CliError> {
     Ok(match cmd {
         TaskCommand::Graph { dot, .. } => task_graph(b, &k, name, dot).await?,
-        TaskCommand::Get { show_secrets, .. } => {
+        TaskCommand::Get {
+            show_secrets,
+            output: format,
+            ..
+        } => {
             let mut view = b.get_task(k).await.map_err(api_error)?;
             if !show_secrets {
                 view.mask_secrets();
             }
-            output::json(&view)
+            match format {
+                OutputFormat::Table => output::task_text(&view),
+                OutputFormat::Json => output::json(&view),
+            }
         }
         TaskCommand::Delete(_) => {
             b.delete_task(k).await.map_err(api_error)?;

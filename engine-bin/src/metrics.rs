@@ -69,6 +69,12 @@ pub const SHARDS: &str = "scheduler_shards";
 pub const LEADER_CHANGES_TOTAL: &str = "scheduler_leader_changes_total";
 /// Registered specs that failed validation.
 pub const INVALID_SPECS: &str = "scheduler_invalid_specs";
+/// Registered specs that are paused.
+pub const TASKS_PAUSED: &str = "scheduler_tasks_paused";
+/// Namespaces an operator paused.
+pub const NAMESPACES_PAUSED: &str = "scheduler_namespaces_paused";
+/// Tasks whose circuit breaker is open: one fire in ten is dispatched.
+pub const TASKS_THROTTLED: &str = "scheduler_tasks_throttled";
 /// Task state records the last takeover could not decode (passed over, rewritten at the
 /// task's next state write).
 pub const UNDECODABLE_STATES: &str = "scheduler_undecodable_states";
@@ -123,6 +129,9 @@ pub const ALL_NAMES: &[&str] = &[
     IS_LEADER,
     LEADER_CHANGES_TOTAL,
     INVALID_SPECS,
+    TASKS_PAUSED,
+    NAMESPACES_PAUSED,
+    TASKS_THROTTLED,
     OLDEST_QUEUED_AGE_SECONDS,
     UNSERVED_QUEUES,
     ETCD_DB_BYTES,
@@ -261,6 +270,12 @@ pub struct Metrics {
     pub shards: IntGauge,
     /// [`INVALID_SPECS`].
     pub invalid_specs: IntGauge,
+    /// [`TASKS_PAUSED`].
+    pub tasks_paused: IntGauge,
+    /// [`NAMESPACES_PAUSED`].
+    pub namespaces_paused: IntGauge,
+    /// [`TASKS_THROTTLED`].
+    pub tasks_throttled: IntGauge,
     /// [`UNDECODABLE_STATES`].
     pub undecodable_states: IntGauge,
     /// [`REDIS_CONFIG_WARNINGS`].
@@ -317,6 +332,9 @@ impl Metrics {
             shards: s.shards,
             leader_changes_total: s.leader_changes_total,
             invalid_specs: s.invalid_specs,
+            tasks_paused: s.tasks_paused,
+            namespaces_paused: s.namespaces_paused,
+            tasks_throttled: s.tasks_throttled,
             undecodable_states: s.undecodable_states,
             redis_config_warnings: p.redis_config_warnings,
             etcd_db_bytes: p.etcd_db_bytes,

@@ -22,4 +22,4 @@ pub use executions::{executions_table, history_table};
 pub use format::{fire_lines, json, table};
 pub use status::status_text;
 pub use story::story_text;
-pub use tasks::{kill_text, schedule_summary, task_table};
+pub use tasks::{kill_text, schedule_summary, task_table, task_text};

@@ -37,6 +37,18 @@ impl RoleMetrics for Metrics {
         self.invalid_specs.set(gauge(count));
     }
 
+    fn set_paused_tasks(&self, count: usize) {
+        self.tasks_paused.set(gauge(count));
+    }
+
+    fn set_paused_namespaces(&self, count: usize) {
+        self.namespaces_paused.set(gauge(count));
+    }
+
+    fn throttled_tasks_changed(&self, delta: i64) {
+        self.tasks_throttled.add(delta);
+    }
+
     fn set_undecodable_states(&self, count: usize) {
         self.undecodable_states.set(gauge(count));
     }

@@ -88,7 +88,7 @@ impl Cluster {
     }
 
     fn get(&self, task: &str) -> Value {
-        serde_json::from_str(&self.ok(&["task", "get", task])).unwrap()
+        serde_json::from_str(&self.ok(&["task", "get", task, "-o", "json"])).unwrap()
     }
 
     async fn etcd(&self) -> etcd_client::Client {
@@ -140,7 +140,8 @@ fn put_get_list_pause_resume_delete() {
         "{created}"
     );
     // `-n` names the same task; without it, `beat` is in the default namespace.
-    let same: Value = serde_json::from_str(&c.ok(&["task", "get", "beat", "-n", "ops"])).unwrap();
+    let same: Value =
+        serde_json::from_str(&c.ok(&["task", "get", "beat", "-n", "ops", "-o", "json"])).unwrap();
     assert_eq!(same, task);
     c.fails(&["task", "get", "beat"], 4);
 

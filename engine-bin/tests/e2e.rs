@@ -241,8 +241,7 @@ async fn pause_resume_trigger_and_delete_through_the_cli() {
         after_pause.iter().all(|e| e.arrived_at <= paused + 1000),
         "ran more than a second after the pause: {after_pause:?}"
     );
-    let task = c.ax_ok(&["task", "get", "ops/tick"]).await;
-    let task: Value = serde_json::from_str(&task).unwrap();
+    let task = c.ax_json(&["task", "get", "ops/tick"]).await;
     assert_eq!(task["status"], "PAUSED", "{task}");
 
     // Resume: it runs again, on its old phase.
@@ -453,8 +452,7 @@ async fn an_invalid_spec_is_marked_invalid_and_the_others_run() {
         json!([{ "path": "schedule.cron", "reason": "minute 61 is out of range 0-59" }]),
         "{state}"
     );
-    let shown: Value =
-        serde_json::from_str(&c.ax_ok(&["task", "get", "default/bad"]).await).unwrap();
+    let shown: Value = c.ax_json(&["task", "get", "default/bad"]).await;
     assert_eq!(shown["status"], "INVALID", "{shown}");
     assert_eq!(
         shown["errors"],
@@ -477,6 +475,86 @@ async fn an_invalid_spec_is_marked_invalid_and_the_others_run() {
     assert_eq!(bad[0].fire_at, fixed_due);
     assert_eq!(c.receiver.executions_of("good").len(), 1);
     assert_eq!(c.metric("r1", "scheduler_invalid_specs").await, Some(0.0));
+    c.clean_up().await;
+}
+
+/// A task whose breaker opened says so everywhere an operator looks, and paused tasks and
+/// namespaces are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_task_is_shown_throttled_and_paused_tasks_are_counted() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-throttled").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    let port = c.replica("r1").http_port;
+    c.receiver.fail_task("flaky");
+    let mut flaky = http_task(&c, json!({ "every": "1s" }));
+    flaky["overlap"] = json!("allow");
+    flaky["retry"] = json!({ "max_retries": 0 });
+    c.put_task("default", "flaky", &flaky).await;
+    let mut idle = http_task(&c, json!({ "every": "1h" }));
+    idle["paused"] = json!(true);
+    c.put_task("default", "idle", &idle).await;
+    c.put_task("quiet", "sleeper", &http_task(&c, json!({ "every": "1h" })))
+        .await;
+    c.ax_ok(&["namespace", "pause", "quiet"]).await;
+
+    // More than half of at least four executions failed: the breaker opens.
+    wait_until(Duration::from_secs(30), "flaky listed THROTTLED", || {
+        let c = &c;
+        async move { c.ax_ok(&["task", "list"]).await.contains("THROTTLED") }
+    })
+    .await;
+    let list = c.ax_ok(&["task", "list"]).await;
+    let row = list.lines().find(|l| l.contains("default/flaky")).unwrap();
+    assert!(
+        row.contains("THROTTLED") && !row.contains("SCHEDULED"),
+        "{list}"
+    );
+    assert!(list.contains("default/flaky is throttled since"), "{list}");
+    for (series, want) in [
+        ("scheduler_tasks_throttled", 1.0),
+        ("scheduler_tasks_paused", 1.0),
+        ("scheduler_namespaces_paused", 1.0),
+    ] {
+        wait_until(Duration::from_secs(5), series, || async move {
+            harness::metric_at(port, series).await == Some(want)
+        })
+        .await;
+    }
+
+    // While most fires are skipped, what is shown ahead is ahead: the stored next fire
+    // follows the skipped fires, and no listed fire is in the past.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = now_ms();
+    let view = c.ax_json(&["task", "get", "default/flaky"]).await;
+    assert_eq!(view["throttled"]["dispatch_every"], 10, "{view}");
+    assert!(
+        view["throttled"]["failures"].as_u64().unwrap() >= 3,
+        "{view}"
+    );
+    let next = view["next_fire"].as_i64().unwrap();
+    assert!(
+        next >= before - 1500,
+        "next fire {} ms in the past: {view}",
+        before - next
+    );
+    let upcoming: Vec<i64> = view["upcoming_fires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_i64().unwrap())
+        .collect();
+    assert!(
+        !upcoming.is_empty() && upcoming.iter().all(|f| *f >= before),
+        "{view}"
+    );
+    let sleeper = c.ax_json(&["task", "get", "quiet/sleeper"]).await;
+    assert_eq!(
+        (&sleeper["status"], &sleeper["namespace_paused"]),
+        (&json!("PAUSED"), &json!(true)),
+        "{sleeper}"
+    );
     c.clean_up().await;
 }
 
@@ -833,8 +911,7 @@ async fn undecodable_state_records_are_passed_over_and_tasks_still_fire() {
     put_one_shot(&c, "default", "old", due).await;
     put_one_shot(&c, "default", "new", due).await;
     // Before a leader rewrites it, the task says why its state is missing.
-    let shown: Value =
-        serde_json::from_str(&c.ax_ok(&["task", "get", "default/old"]).await).unwrap();
+    let shown: Value = c.ax_json(&["task", "get", "default/old"]).await;
     assert!(
         shown["errors"][0]
             .as_str()

@@ -89,6 +89,7 @@ fn view(namespace: &str, id: &str, spec: &Value) -> TaskView {
         last_fire: None,
         errors: vec![],
         namespace_paused: false,
+        throttled: None,
         schedule_text: None,
         upcoming_fires: vec![],
         last_outcome: None,

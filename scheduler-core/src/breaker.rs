@@ -12,7 +12,23 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::time::UtcMillis;
+
+/// An open breaker as the task's state records it, so that the CLI, the API and the console
+/// can say the task is throttled and why, instead of showing a plain SCHEDULED.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Throttle {
+    /// When the breaker opened.
+    pub since: UtcMillis,
+    /// Failures in the window when it opened.
+    pub failures: u32,
+    /// Executions in the window when it opened.
+    pub executions: u32,
+    /// One fire in this many is dispatched while it stays open.
+    pub dispatch_every: u32,
+}
 
 /// Breaker settings; the defaults open when more than half of at least 4 executions in the
 /// last 5 minutes failed.
@@ -92,6 +108,11 @@ impl CircuitBreaker {
             open: false,
             skipped_since_dispatch: 0,
         }
+    }
+
+    /// One fire in this many is dispatched while open.
+    pub fn dispatch_every(&self) -> u32 {
+        self.config.open_dispatch_every.max(1)
     }
 
     /// Whether dispatch is currently slowed.

@@ -45,7 +45,7 @@
 //! task's life (`arming`), the fire path (`poll`) and execution events (`events`) tie them
 //! together.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::state::TaskState;
@@ -100,6 +100,9 @@ pub struct Dispatcher {
     /// When this term began: a fire due before it and never sent was missed for want of a
     /// leader.
     term_start: UtcMillis,
+    /// Tasks whose breaker opened, a superset of those open now: pruned when counted, so
+    /// that the count costs nothing on the fire path and nothing for a task never throttled.
+    throttled: HashSet<Arc<TaskKey>>,
 }
 
 impl Dispatcher {
@@ -117,6 +120,7 @@ impl Dispatcher {
             deps: Dependencies::default(),
             runs: RunTracker::new(now),
             term_start: now,
+            throttled: HashSet::new(),
         }
     }
 
@@ -138,6 +142,14 @@ impl Dispatcher {
     /// Timers pending.
     pub fn armed_len(&self) -> usize {
         self.timers.len()
+    }
+
+    /// Tasks whose circuit breaker is open now.
+    pub fn throttled_len(&mut self) -> usize {
+        let tasks = &self.tasks;
+        self.throttled
+            .retain(|key| tasks.get(key).is_some_and(|t| t.is_throttled()));
+        self.throttled.len()
     }
 
     /// The current state of a task.

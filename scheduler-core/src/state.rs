@@ -82,6 +82,10 @@ pub struct TaskState {
     /// (its leader died before acknowledging it) at or before it is not applied twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_event: Option<crate::execution::EventPosition>,
+    /// The task's circuit breaker is open: most fires are skipped until its executions
+    /// succeed again. Kept by the leader that opened it; a new term starts closed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttled: Option<crate::breaker::Throttle>,
     /// When this record was last written.
     pub updated_at: UtcMillis,
 }
@@ -109,6 +113,7 @@ impl TaskState {
             validation_errors: Vec::new(),
             held_fire_at: None,
             last_event: None,
+            throttled: None,
             updated_at: now,
         }
     }

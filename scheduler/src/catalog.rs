@@ -78,6 +78,8 @@ pub(super) struct Catalog {
     /// How many entries are invalid, kept as entries change: counting them on every event
     /// made loading N tasks cost O(N^2) (minutes at 100 000 tasks).
     pub(super) invalid: usize,
+    /// How many valid entries are paused, kept the same way.
+    pub(super) paused: usize,
     pub(super) synced: bool,
     /// The newest etcd revision the catalog reflects: a run-now request written after it
     /// may name a task whose put the watch has not delivered yet (see
@@ -190,13 +192,21 @@ pub(super) fn apply_event(
         catalog.entries.insert(Arc::clone(&key), e.clone());
     }
     let is_invalid = |e: &CatalogEntry| matches!(e, CatalogEntry::Invalid { .. });
+    let is_paused = |e: &CatalogEntry| matches!(e, CatalogEntry::Valid { spec, .. } if spec.paused);
     if old.as_ref().is_some_and(is_invalid) {
         catalog.invalid -= 1;
     }
     if entry.as_ref().is_some_and(is_invalid) {
         catalog.invalid += 1;
     }
+    if old.as_ref().is_some_and(is_paused) {
+        catalog.paused -= 1;
+    }
+    if entry.as_ref().is_some_and(is_paused) {
+        catalog.paused += 1;
+    }
     metrics.set_invalid_specs(catalog.invalid);
+    metrics.set_paused_tasks(catalog.paused);
     Some((key, entry))
 }
 

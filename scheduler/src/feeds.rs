@@ -68,6 +68,7 @@ impl Feeds {
             .instrument(info_span!("triggers")),
         );
         let store = Arc::clone(&deps.store);
+        let metrics = Arc::clone(&deps.metrics);
         deps.tracker.spawn(
             poll(
                 interval,
@@ -78,6 +79,7 @@ impl Feeds {
                 },
                 move |paused: Vec<ax_registry::NamespacePause>| {
                     let set: BTreeSet<String> = paused.into_iter().map(|p| p.namespace).collect();
+                    metrics.set_paused_namespaces(set.len());
                     paused_tx.send_if_modified(|current| {
                         let changed = current.as_ref() != Some(&set);
                         if changed {

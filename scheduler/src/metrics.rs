@@ -37,6 +37,13 @@ pub trait RoleMetrics: Send + Sync {
     fn set_shards_owned(&self, owned: usize);
     /// Task specs in the registry that are invalid.
     fn set_invalid_specs(&self, count: usize);
+    /// Task specs in the registry that are paused (`"paused": true`).
+    fn set_paused_tasks(&self, count: usize);
+    /// Namespaces paused by an operator.
+    fn set_paused_namespaces(&self, count: usize);
+    /// Tasks whose circuit breaker is open (most fires skipped) changed by `delta` in one
+    /// term: a delta, since a replica's shard terms each count their own tasks.
+    fn throttled_tasks_changed(&self, delta: i64);
     /// Task state records that could not be decoded at the last takeover.
     fn set_undecodable_states(&self, count: usize);
     /// Queues where executions wait that no live worker serves.
@@ -58,6 +65,9 @@ impl RoleMetrics for NoMetrics {
     fn set_leader(&self, _: bool) {}
     fn set_shards_owned(&self, _: usize) {}
     fn set_invalid_specs(&self, _: usize) {}
+    fn set_paused_tasks(&self, _: usize) {}
+    fn set_paused_namespaces(&self, _: usize) {}
+    fn throttled_tasks_changed(&self, _: i64) {}
     fn set_undecodable_states(&self, _: usize) {}
     fn set_unserved_queues(&self, _: usize) {}
     fn deadline_misses(&self, _: &str, _: u64) {}

@@ -5,6 +5,7 @@
 //! are methods of the request types, so every caller refuses the same input with the same
 //! words before any backend is asked.
 
+use ax_scheduler_core::breaker::Throttle;
 use ax_scheduler_core::UtcMillis;
 use serde::{Deserialize, Serialize};
 
@@ -130,6 +131,11 @@ pub struct TaskView {
     /// `PAUSED` and it shows no next fire, whatever its own spec says.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub namespace_paused: bool,
+    /// The task's circuit breaker is open: more than half of its recent executions failed,
+    /// so the leader dispatches one fire in [`Throttle::dispatch_every`] and skips the rest
+    /// until they succeed again. The CLI and the console show the task `THROTTLED`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttled: Option<Throttle>,
     /// The schedule in words (`every day at 02:30 Asia/Shanghai`), for a valid spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule_text: Option<String>,

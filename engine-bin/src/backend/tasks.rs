@@ -38,6 +38,7 @@ pub(super) fn view_from_raw(
             last_fire: state.and_then(|s| s.last_fire_at),
             errors: errors.iter().map(ToString::to_string).collect(),
             namespace_paused: false,
+            throttled: None,
             schedule_text: None,
             upcoming_fires: Vec::new(),
             last_outcome: last_outcome(state),
@@ -53,6 +54,7 @@ fn mark_namespace_paused(view: &mut TaskView, paused: &HashSet<String>) {
         return;
     }
     view.namespace_paused = true;
+    view.throttled = None;
     if view.status.as_deref() != Some(TaskStatus::Invalid.as_str()) {
         view.status = Some(TaskStatus::Paused.as_str().to_owned());
         view.next_fire = None;
@@ -96,6 +98,9 @@ pub(super) fn view_of_spec(spec: &TaskSpec, state: Option<&TaskState>) -> TaskVi
         last_fire: state.and_then(|s| s.last_fire_at),
         errors: Vec::new(),
         namespace_paused: false,
+        throttled: state
+            .filter(|_| !spec.paused)
+            .and_then(|s| s.throttled.clone()),
         schedule_text: Some(spec.schedule.describe()),
         upcoming_fires: Vec::new(),
         last_outcome: last_outcome(state),
@@ -125,11 +130,13 @@ pub(super) fn upcoming_fires(
         .and_then(|s| s.anchor_at)
         .or(spec.created_at)
         .unwrap_or(now);
+    // An armed fire already past (the leader is about to send it, or is down) is shown as
+    // the task's next fire; the list ahead starts at now, never in the past.
     match next_fire {
-        Some(first) => std::iter::once(first)
+        Some(first) if first >= now => std::iter::once(first)
             .chain(compiled.upcoming(first, anchor, n - 1))
             .collect(),
-        None => compiled.upcoming(now, anchor, n),
+        _ => compiled.upcoming(now, anchor, n),
     }
 }
 
@@ -540,6 +547,7 @@ fn views_of_page(page: TaskPage) -> Vec<TaskView> {
                 last_fire: state(&bad.namespace, &bad.id).and_then(|s| s.last_fire_at),
                 errors: bad.errors.iter().map(ToString::to_string).collect(),
                 namespace_paused: false,
+                throttled: None,
                 schedule_text: None,
                 upcoming_fires: Vec::new(),
                 last_outcome: last_outcome(state(&bad.namespace, &bad.id)),
@@ -622,6 +630,33 @@ mod tests {
         assert!(upcoming_fires(&paused, Some(&state), None, now, 10).is_empty());
         let v = view_of_spec(&every, Some(&state));
         assert_eq!(v.schedule_text.as_deref(), Some("every 1m"));
+        // An armed fire already past (a throttled task's skipped fires, a leader down) is
+        // not listed ahead: the fires start at now, on the anchor's grid.
+        let late = UtcMillis(now.0 - 90_000);
+        let fires = upcoming_fires(&every, Some(&state), Some(late), now, 2);
+        assert_eq!(fires, vec![armed, UtcMillis(armed.0 + 60_000)]);
+    }
+
+    #[test]
+    fn a_throttled_state_shows_in_the_view_unless_the_task_is_paused() {
+        let now = UtcMillis(1_800_000_000_000);
+        let mut state = TaskState::new(1, now, now);
+        state.throttled = Some(ax_scheduler_core::breaker::Throttle {
+            since: now,
+            failures: 4,
+            executions: 4,
+            dispatch_every: 10,
+        });
+        let every = spec(r#"{"handler": "log", "schedule": {"every": "1m"}}"#);
+        assert_eq!(
+            view_of_spec(&every, Some(&state)).throttled,
+            state.throttled
+        );
+        let paused = spec(r#"{"handler": "log", "schedule": {"every": "1m"}, "paused": true}"#);
+        assert_eq!(view_of_spec(&paused, Some(&state)).throttled, None);
+        let mut v = view_of_spec(&every, Some(&state));
+        mark_namespace_paused(&mut v, &HashSet::from(["default".to_owned()]));
+        assert_eq!((v.status.as_deref(), v.throttled), (Some("PAUSED"), None));
     }
 
     #[test]

@@ -14,11 +14,11 @@ use super::{
     BACKEND_ERRORS_TOTAL, BUILD_INFO, CONCURRENCY_WAIT_BUCKETS, CONCURRENCY_WAIT_SECONDS,
     DEADLINE_MISSES_TOTAL, DLQ_SIZE, ETCD_DB_BYTES, ETCD_DB_QUOTA_BYTES,
     EXECUTION_DURATION_BUCKETS, EXECUTION_DURATION_SECONDS, INVALID_SPECS, IS_LEADER,
-    LEADER_CHANGES_TOTAL, OLDEST_QUEUED_AGE_SECONDS, QUEUE_DEPTH, QUEUE_PAUSED,
+    LEADER_CHANGES_TOTAL, NAMESPACES_PAUSED, OLDEST_QUEUED_AGE_SECONDS, QUEUE_DEPTH, QUEUE_PAUSED,
     REDIS_CONFIG_WARNINGS, SCHEDULE_LATENCY_BUCKETS, SCHEDULE_LATENCY_SECONDS, SHARDS,
-    SHARDS_OWNED, STATE_REPAIRS_TOTAL, TASKS_EXECUTED_TOTAL, TASKS_FAILED_TOTAL,
-    TASKS_RETRIED_TOTAL, TASKS_SCHEDULED_TOTAL, UNDECODABLE_STATES, UNSERVED_QUEUES,
-    WORKER_CONCURRENCY_LIMIT,
+    SHARDS_OWNED, STATE_REPAIRS_TOTAL, TASKS_EXECUTED_TOTAL, TASKS_FAILED_TOTAL, TASKS_PAUSED,
+    TASKS_RETRIED_TOTAL, TASKS_SCHEDULED_TOTAL, TASKS_THROTTLED, UNDECODABLE_STATES,
+    UNSERVED_QUEUES, WORKER_CONCURRENCY_LIMIT,
 };
 
 /// The leader's firing: what it enqueued, how late, and who leads.
@@ -30,6 +30,9 @@ pub(super) struct SchedulerFamilies {
     pub(super) shards_owned: IntGauge,
     pub(super) shards: IntGauge,
     pub(super) invalid_specs: IntGauge,
+    pub(super) tasks_paused: IntGauge,
+    pub(super) namespaces_paused: IntGauge,
+    pub(super) tasks_throttled: IntGauge,
     pub(super) undecodable_states: IntGauge,
     pub(super) unserved_queues: IntGauge,
     pub(super) deadline_misses_total: IntCounterVec,
@@ -71,6 +74,27 @@ impl SchedulerFamilies {
             invalid_specs: register(
                 registry,
                 IntGauge::new(INVALID_SPECS, "Registered specs that fail validation (leader only: take the max over replicas).")?,
+            )?,
+            tasks_paused: register(
+                registry,
+                IntGauge::new(
+                    TASKS_PAUSED,
+                    "Registered specs that are paused (leader only: take the max over replicas).",
+                )?,
+            )?,
+            namespaces_paused: register(
+                registry,
+                IntGauge::new(
+                    NAMESPACES_PAUSED,
+                    "Namespaces an operator paused (leader only: take the max over replicas).",
+                )?,
+            )?,
+            tasks_throttled: register(
+                registry,
+                IntGauge::new(
+                    TASKS_THROTTLED,
+                    "Tasks whose circuit breaker is open (leader only: sum over replicas).",
+                )?,
             )?,
             undecodable_states: register(
                 registry,

@@ -167,6 +167,7 @@ mod tests {
             last_outcome: None,
             last_error: None,
             namespace_paused: false,
+            throttled: None,
             schedule_text: None,
             upcoming_fires: Vec::new(),
         }

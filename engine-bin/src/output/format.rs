@@ -15,25 +15,43 @@ pub fn fire_lines(fires: &[UtcMillis], schedule: &Schedule) -> String {
         return "no future fires\n".to_owned();
     }
     let zone = match schedule {
-        Schedule::Cron { timezone, .. } if timezone != "UTC" => {
-            timezone.parse::<chrono_tz::Tz>().ok()
-        }
+        Schedule::Cron { timezone, .. } => cron_zone(timezone),
         _ => None,
     };
+    fire_lines_in(fires, zone)
+}
+
+/// The next fires, one a line, in UTC and on `zone`'s clock.
+pub(super) fn fire_lines_in(fires: &[UtcMillis], zone: Option<chrono_tz::Tz>) -> String {
+    if fires.is_empty() {
+        return "no future fires\n".to_owned();
+    }
     let mut out = match zone {
         Some(z) => format!("next {} fire(s), UTC and {z}:\n", fires.len()),
         None => format!("next {} fire(s), UTC:\n", fires.len()),
     };
     for t in fires {
-        let local = zone.zip(t.to_datetime()).map(|(z, dt)| {
-            format!(
-                "  {}",
-                dt.with_timezone(&z).format("%Y-%m-%d %H:%M:%S %Z (%:z)")
-            )
-        });
-        out.push_str(&format!("  {t}{}\n", local.unwrap_or_default()));
+        out.push_str(&format!("  {}\n", zoned(*t, zone)));
     }
     out
+}
+
+/// A cron's zone when it is not UTC (where the UTC instant alone reads as written).
+pub(super) fn cron_zone(timezone: &str) -> Option<chrono_tz::Tz> {
+    (timezone != "UTC")
+        .then(|| timezone.parse::<chrono_tz::Tz>().ok())
+        .flatten()
+}
+
+/// `t` in UTC, then on the wall clock of `zone` when there is one.
+pub(super) fn zoned(t: UtcMillis, zone: Option<chrono_tz::Tz>) -> String {
+    let local = zone.zip(t.to_datetime()).map(|(z, dt)| {
+        format!(
+            "  {}",
+            dt.with_timezone(&z).format("%Y-%m-%d %H:%M:%S %Z (%:z)")
+        )
+    });
+    format!("{t}{}", local.unwrap_or_default())
 }
 
 /// `value` as pretty JSON with a final newline.

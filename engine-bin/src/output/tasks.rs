@@ -5,7 +5,7 @@
 
 use ax_scheduler_core::UtcMillis;
 
-use super::format::{instant, table};
+use super::format::{cron_zone, fire_lines_in, instant, json, table, zoned};
 use crate::api::{KillResult, TaskView};
 
 /// One line for a spec's `schedule` object, as written (`cron 0 9 * * * Asia/Shanghai`,
@@ -46,7 +46,7 @@ pub fn task_table(tasks: &[TaskView]) -> String {
                 t.schedule_text
                     .clone()
                     .unwrap_or_else(|| schedule_summary(&t.spec)),
-                t.status.clone().unwrap_or_else(|| "-".to_owned()),
+                shown_status(t),
                 instant(t.next_fire),
                 instant(t.last_fire),
                 t.last_outcome.clone().unwrap_or_else(|| "-".to_owned()),
@@ -71,6 +71,89 @@ pub fn task_table(tasks: &[TaskView]) -> String {
             out.push_str(&format!("  - {e}\n"));
         }
     }
+    for t in tasks {
+        if let Some(line) = throttle_line(t) {
+            out.push_str(&format!("\n{line}\n"));
+        }
+    }
+    out
+}
+
+/// The STATUS column: the state machine's status, or `THROTTLED` while the task's circuit
+/// breaker skips most of its fires (a plain `SCHEDULED` would hide that it mostly does not run).
+fn shown_status(t: &TaskView) -> String {
+    if t.throttled.is_some() {
+        return "THROTTLED".to_owned();
+    }
+    t.status.clone().unwrap_or_else(|| "-".to_owned())
+}
+
+/// Why a task is `THROTTLED`, in one sentence; `None` for one that is not.
+fn throttle_line(t: &TaskView) -> Option<String> {
+    let th = t.throttled.as_ref()?;
+    Some(format!(
+        "{}/{} is throttled since {}: {} of its last {} executions failed, so 1 fire in {} is dispatched until they succeed again",
+        t.namespace, t.id, th.since, th.failures, th.executions, th.dispatch_every
+    ))
+}
+
+/// `ax task get`: the task's facts, its instants in UTC and, for a cron in another zone, on
+/// that zone's clock too; then why it is throttled or invalid, its next fires, and its spec.
+pub fn task_text(t: &TaskView) -> String {
+    let zone = t
+        .spec
+        .pointer("/schedule/timezone")
+        .and_then(|z| z.as_str())
+        .and_then(cron_zone);
+    let at = |v: Option<UtcMillis>| v.map_or_else(|| "-".to_owned(), |v| zoned(v, zone));
+    let status = match (&t.throttled, &t.status) {
+        (Some(_), Some(s)) => format!("THROTTLED ({s})"),
+        _ => shown_status(t),
+    };
+    let mut facts = vec![
+        ["task".to_owned(), format!("{}/{}", t.namespace, t.id)],
+        [
+            "schedule".to_owned(),
+            t.schedule_text
+                .clone()
+                .unwrap_or_else(|| schedule_summary(&t.spec)),
+        ],
+        ["status".to_owned(), status],
+        ["next fire".to_owned(), at(t.next_fire)],
+        ["last fire".to_owned(), at(t.last_fire)],
+        [
+            "last outcome".to_owned(),
+            t.last_outcome
+                .clone()
+                .unwrap_or_else(|| "never ran".to_owned()),
+        ],
+    ];
+    if let Some(e) = &t.last_error {
+        facts.push(["last error".to_owned(), e.clone()]);
+    }
+    if t.namespace_paused {
+        facts.push(["paused by".to_owned(), format!("namespace {}", t.namespace)]);
+    }
+    let width = facts.iter().map(|[k, _]| k.len()).max().unwrap_or(0);
+    let mut out: String = facts
+        .iter()
+        .map(|[k, v]| format!("{k:width$}  {v}\n"))
+        .collect();
+    if let Some(line) = throttle_line(t) {
+        out.push_str(&format!("\n{line}\n"));
+    }
+    if !t.errors.is_empty() {
+        out.push_str("\nproblems:\n");
+        for e in &t.errors {
+            out.push_str(&format!("  - {e}\n"));
+        }
+    }
+    if !t.upcoming_fires.is_empty() {
+        out.push('\n');
+        out.push_str(&fire_lines_in(&t.upcoming_fires, zone));
+    }
+    out.push_str("\nspec:\n");
+    out.push_str(&json(&t.spec));
     out
 }
 
@@ -124,6 +207,7 @@ mod tests {
             last_outcome: Some("failed".into()),
             last_error: None,
             namespace_paused: false,
+            throttled: None,
             schedule_text: None,
             upcoming_fires: Vec::new(),
         };
@@ -137,6 +221,88 @@ mod tests {
         assert!(lines[1].ends_with("failed"), "{shown}");
         assert!(
             shown.contains("default/bad is invalid:\n  - namespace: `ops` does not match"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn get_reads_in_the_cron_zone_and_says_why_a_task_is_throttled() {
+        let mut v = TaskView {
+            namespace: "default".into(),
+            id: "report".into(),
+            spec: json!({"schedule": {"cron": "0 30 9 * * *", "timezone": "America/New_York"}}),
+            status: Some("SCHEDULED".into()),
+            // 2026-12-02T14:30:00Z is 09:30 in New York.
+            next_fire: Some(UtcMillis(1_796_221_800_000)),
+            last_fire: None,
+            errors: Vec::new(),
+            last_outcome: None,
+            last_error: None,
+            namespace_paused: false,
+            throttled: None,
+            schedule_text: Some("every day at 09:30 America/New_York".into()),
+            upcoming_fires: vec![UtcMillis(1_796_221_800_000)],
+        };
+        let text = task_text(&v);
+        assert!(
+            text.contains(
+                "next fire     2026-12-02T14:30:00.000Z  2026-12-02 09:30:00 EST (-05:00)\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("status        SCHEDULED\n"), "{text}");
+        assert!(text.contains("last outcome  never ran\n"), "{text}");
+        assert!(
+            text.contains("next 1 fire(s), UTC and America/New_York:"),
+            "{text}"
+        );
+        assert!(text.contains("spec:\n{"), "{text}");
+        v.throttled = Some(ax_scheduler_core::breaker::Throttle {
+            since: UtcMillis(0),
+            failures: 3,
+            executions: 4,
+            dispatch_every: 10,
+        });
+        let text = task_text(&v);
+        assert!(
+            text.contains("status        THROTTLED (SCHEDULED)\n"),
+            "{text}"
+        );
+        assert!(text.contains("default/report is throttled since"), "{text}");
+    }
+
+    #[test]
+    fn a_throttled_task_says_so_and_why() {
+        let mut v = TaskView {
+            namespace: "default".into(),
+            id: "flaky".into(),
+            spec: json!({"schedule": {"every": "1s"}}),
+            status: Some("SCHEDULED".into()),
+            next_fire: None,
+            last_fire: None,
+            errors: Vec::new(),
+            last_outcome: Some("failed".into()),
+            last_error: None,
+            namespace_paused: false,
+            throttled: None,
+            schedule_text: None,
+            upcoming_fires: Vec::new(),
+        };
+        assert!(!task_table(std::slice::from_ref(&v)).contains("THROTTLED"));
+        v.throttled = Some(ax_scheduler_core::breaker::Throttle {
+            since: UtcMillis(0),
+            failures: 4,
+            executions: 5,
+            dispatch_every: 10,
+        });
+        let shown = task_table(&[v]);
+        let row = shown.lines().nth(1).unwrap();
+        assert!(
+            row.contains("THROTTLED") && !row.contains("SCHEDULED"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("default/flaky is throttled since 1970-01-01T00:00:00.000Z: 4 of its last 5 executions failed, so 1 fire in 10 is dispatched"),
             "{shown}"
         );
     }

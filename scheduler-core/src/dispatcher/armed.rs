@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use crate::breaker::{Admission, BreakerConfig, CircuitBreaker};
+use crate::breaker::{Admission, BreakerConfig, CircuitBreaker, Throttle, Transition};
 use crate::execution::{shown_error, AttemptEnd, AttemptOutcome};
 use crate::execution_id::ExecutionId;
 use crate::schedule::CompiledSchedule;
@@ -138,7 +138,7 @@ impl Armed {
     ) -> bool {
         let (admission, transition) = self.breaker(config).admit(now);
         if let Some(t) = transition {
-            notices.push(breaker_notice(&self.key, t));
+            self.breaker_moved(t, now, notices);
         }
         if admission == Admission::Skip {
             notices.push(Notice::BreakerSkipped {
@@ -159,8 +159,30 @@ impl Armed {
         notices: &mut Vec<Notice>,
     ) {
         if let Some(t) = self.breaker(config).record(!end.outcome.is_failure(), now) {
-            notices.push(breaker_notice(&self.key, t));
+            self.breaker_moved(t, now, notices);
         }
+    }
+
+    /// Whether the task's breaker is open (its state says so).
+    pub(super) fn is_throttled(&self) -> bool {
+        self.state.throttled.is_some()
+    }
+
+    /// Records an opened or closed breaker in the state (what operators read) and notices it.
+    fn breaker_moved(&mut self, t: Transition, now: UtcMillis, notices: &mut Vec<Notice>) {
+        self.state.throttled = match t {
+            Transition::Opened {
+                failures,
+                executions,
+            } => Some(Throttle {
+                since: now,
+                failures,
+                executions,
+                dispatch_every: self.breaker.as_ref().map_or(1, |b| b.dispatch_every()),
+            }),
+            Transition::Closed => None,
+        };
+        notices.push(breaker_notice(&self.key, t));
     }
 
     /// Records an attempt's end in the state: its error while retries follow, the outcome

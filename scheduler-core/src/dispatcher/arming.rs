@@ -355,5 +355,7 @@ fn loaded_state(
     };
     state.anchor_at = Some(anchor);
     state.spec_revision = revision;
+    // Breakers live in the leader's memory: a task loaded starts with its breaker closed.
+    state.throttled = None;
     (state, anchor)
 }

@@ -137,6 +137,9 @@ impl Dispatcher {
                         .extend(failure_notice(&task.key, execution, attempt, event));
                 }
                 task.record_for_breaker(&self.config.breaker, end, now, &mut self.notices);
+                if task.is_throttled() {
+                    self.throttled.insert(Arc::clone(&task.key));
+                }
                 task.record_end(end, now);
                 if end.is_last() {
                     if let Some(held) = task.state.held_fire_at {

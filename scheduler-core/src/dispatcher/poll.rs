@@ -101,8 +101,18 @@ impl Dispatcher {
                 return;
             }
             // Only new fires pass the breaker; a held fire was admitted when it first came.
-            if !task.admit(&self.config.breaker, fire_at, now, &mut self.notices) {
+            let was_throttled = task.is_throttled();
+            let admitted = task.admit(&self.config.breaker, fire_at, now, &mut self.notices);
+            if task.is_throttled() {
+                self.throttled.insert(Arc::clone(&task.key));
+            }
+            if !admitted {
+                // The stored next fire is the one armed ahead, not this skipped one.
+                self.writes.current(&task.key);
                 return;
+            }
+            if was_throttled != task.is_throttled() {
+                self.writes.current(&task.key);
             }
             task.state.record_fire(fire_at, now);
         }

@@ -349,6 +349,60 @@ fn breaker_opens_slows_dispatch_and_notices() {
 }
 
 #[test]
+fn an_open_breaker_is_marked_in_the_state_and_skipped_fires_rewrite_the_next_fire() {
+    let mut d = one_task(
+        "a",
+        r#"{"handler":"log","schedule":{"every":"1s"},"overlap":"allow"}"#,
+    );
+    for t in 1..=4 {
+        assert_eq!(d.poll(at(t * 1000)).len(), 1);
+        d.on_execution(
+            &key("a"),
+            ExecutionId::from_u128(u128::try_from(t).unwrap()),
+            0,
+            &finished(AttemptOutcome::Failed, Some("boom".into()), None),
+            at(t * 1000 + 100),
+        );
+    }
+    assert_eq!(d.throttled_len(), 1);
+    let throttle = d.state(&key("a")).unwrap().throttled.clone().unwrap();
+    assert_eq!((throttle.failures, throttle.executions), (4, 4));
+    assert_eq!(throttle.dispatch_every, 10);
+    d.take_state_writes(UtcMillis::MAX);
+
+    // A skipped fire writes the state again, its next fire the one ahead of now.
+    assert!(d.poll(at(5000)).is_empty(), "skipped by the open breaker");
+    let writes = d.take_state_writes(at(5000));
+    let written = writes
+        .iter()
+        .find(|(k, _)| **k == key("a"))
+        .and_then(|(_, s)| s.clone())
+        .expect("the skipped fire's state is written");
+    assert!(written.throttled.is_some());
+    assert!(written.next_fire_at.unwrap() > at(5000));
+
+    // Successes close it: the mark goes and the count drops to zero.
+    for t in 6..=40 {
+        for _ in d.poll(at(t * 1000)) {
+            d.on_execution(
+                &key("a"),
+                ExecutionId::from_u128(u128::try_from(1000 + t).unwrap()),
+                0,
+                &finished(AttemptOutcome::Succeeded, None, None),
+                at(t * 1000 + 100),
+            );
+        }
+    }
+    let after = run(&mut d, 301_000, 302_000);
+    assert!(
+        !after.is_empty(),
+        "closed once the failures left the window"
+    );
+    assert!(d.state(&key("a")).unwrap().throttled.is_none());
+    assert_eq!(d.throttled_len(), 0);
+}
+
+#[test]
 fn rate_limit_spreads_a_burst_in_priority_order() {
     let config = DispatcherConfig {
         rate_limit: Some((100.0, 1.0)),

@@ -99,6 +99,8 @@ pub(super) struct Term {
     events_tick: Interval,
     pending_tick: Interval,
     flush_tick: Interval,
+    /// Tasks with an open breaker as last reported to the metrics.
+    throttled_reported: usize,
     /// The check of task states in doubt (`repair`), every half of `repair_after`.
     repair_tick: Interval,
     /// Tasks in doubt found with no work left at the last check.
@@ -402,6 +404,8 @@ impl Term {
         if self.scope.shard().is_none() {
             deps.metrics.set_unserved_queues(0);
         }
+        deps.metrics
+            .throttled_tasks_changed(gauge_delta(0, self.throttled_reported));
         if self.unsent {
             warn!("fires taken for enqueue were not accepted: leaving the task states as last written, so the next leader replays them");
         } else if shutting_down {
@@ -472,6 +476,12 @@ impl Term {
         };
         // Every end applied so far has its alert in this flush, with its state.
         self.take_notices(settings, deps, deps.clock.now());
+        let throttled = self.dispatcher.throttled_len();
+        if throttled != self.throttled_reported {
+            deps.metrics
+                .throttled_tasks_changed(gauge_delta(throttled, self.throttled_reported));
+            self.throttled_reported = throttled;
+        }
         // Reserved before anything is taken: a full channel leaves the changes where they
         // are, and a closed one means the term is over.
         let Ok(permit) = self.flush_tx.try_reserve() else {
@@ -499,4 +509,10 @@ impl Term {
             let _ = tokio::time::timeout(Duration::from_secs(5), done_rx).await;
         }
     }
+}
+
+/// `to - from` as a gauge change (task counts are far below `i64::MAX`).
+fn gauge_delta(to: usize, from: usize) -> i64 {
+    let signed = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    signed(to) - signed(from)
 }

@@ -97,6 +97,7 @@ impl Term {
             duplicates: Vec::new(),
             unacked,
             end_alerts: Vec::new(),
+            throttled_reported: 0,
             unserved_fires: Vec::new(),
             cluster,
             redis_run_id,
