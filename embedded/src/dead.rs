@@ -6,11 +6,12 @@
 //! new execution from its first attempt, as the cluster's requeue does.
 
 use ax_scheduler_core::{AttemptOutcome, ExecutionId, UtcMillis};
+use serde::{Deserialize, Serialize};
 
 use crate::job::JobId;
 
 /// An execution that failed for good.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeadLetter {
     /// The job.
     pub job: JobId,

@@ -12,6 +12,12 @@
 //! decision is the core's too ([`ax_scheduler_core::retry`]); a retry waits in the core's
 //! [`TimerWheel`], as a fire does.
 //!
+//! With a store, every change to a persisted job is also queued as a store [`Op`], in the
+//! order it was made, and sent to the store's writer by [`Engine::flush`] before the lock is
+//! let go (see [`crate::store`]); a restart rebuilds the engine from the file through
+//! [`Engine::restore`], the dispatcher planning the missed fires from the recorded states,
+//! and slow-starts at half the workers until it has caught up.
+//!
 //! Everything here is synchronous and takes `now`: the driver and the attempts call in with
 //! the lock held for a few map operations and do the waiting outside it.
 
@@ -28,10 +34,13 @@ use ax_scheduler_core::{
     EnqueueOutcome, ExecutionEvent, ExecutionId, Notice, OverlapPolicy, TaskKey, TaskSpec,
     TaskStatus, UtcMillis,
 };
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::dead::DeadLetter;
-use crate::job::{JobContext, JobFn, JobId};
+use crate::error::{EmbeddedError, Result};
+use crate::job::{Handlers, JobContext, JobFn, JobId};
+use crate::store::{Loaded, Op, StoreHandle, StoredAttempt};
 
 /// The namespace every job of a kernel lives in, as far as the dispatcher is concerned.
 pub(crate) const NAMESPACE: &str = "embedded";
@@ -48,6 +57,20 @@ pub(crate) struct Attempt {
     /// The job's epoch when queued: a `replace` or a cancel moves it, and older attempts
     /// are dropped when they come up.
     epoch: u64,
+    /// Found running in the store by a restart.
+    recovered: bool,
+}
+
+impl Attempt {
+    fn stored(&self, retry_at: Option<UtcMillis>) -> StoredAttempt {
+        StoredAttempt {
+            execution: self.execution,
+            attempt: self.attempt,
+            fire_at: self.fire_at,
+            first_started: self.first_started,
+            retry_at,
+        }
+    }
 }
 
 /// A job the kernel knows.
@@ -61,6 +84,8 @@ pub(crate) struct JobEntry {
     active: u32,
     /// Each running attempt's kill switch.
     running: HashMap<ExecutionId, CancellationToken>,
+    /// Kept in the store.
+    durable: bool,
 }
 
 /// An attempt to start now, handed to the driver to spawn outside the lock.
@@ -87,6 +112,11 @@ pub(crate) struct Engine {
     pub(crate) workers: usize,
     /// Whether new attempts start (false from the first phase of a shutdown on).
     pub(crate) starting: bool,
+    store: Option<StoreHandle>,
+    /// Store changes not sent yet.
+    outbox: Vec<Op>,
+    /// After a restart, until the work found due has started: half the workers run.
+    catching_up: bool,
 }
 
 impl Engine {
@@ -102,6 +132,155 @@ impl Engine {
             running: 0,
             workers,
             starting: true,
+            store: None,
+            outbox: Vec::new(),
+            catching_up: false,
+        }
+    }
+
+    /// Persists this engine's durable jobs to `store` from now on.
+    pub(crate) fn set_store(&mut self, store: StoreHandle) {
+        self.store = Some(store);
+    }
+
+    /// The store, taken to close it: nothing is persisted after.
+    pub(crate) fn take_store(&mut self) -> Option<StoreHandle> {
+        self.store.take()
+    }
+
+    /// Whether jobs run by a handler name are persisted.
+    pub(crate) fn has_store(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// Sends the store changes made so far, if any, in one batch.
+    pub(crate) fn flush(&mut self) {
+        if let (Some(store), false) = (&self.store, self.outbox.is_empty()) {
+            drop(store.send(std::mem::take(&mut self.outbox)));
+        }
+    }
+
+    /// Sends the store changes made so far (perhaps none); the answer says when they and
+    /// everything sent before are on disk. `None` without a store.
+    pub(crate) fn flush_acked(&mut self) -> Option<oneshot::Receiver<Result<(), String>>> {
+        let store = self.store.as_ref()?;
+        Some(store.send(std::mem::take(&mut self.outbox)))
+    }
+
+    /// The store's file, for errors.
+    pub(crate) fn store_path(&self) -> Option<std::path::PathBuf> {
+        self.store.as_ref().map(|s| s.path().to_path_buf())
+    }
+
+    fn persist(&mut self, durable: bool, op: impl FnOnce() -> Op) {
+        if durable && self.store.is_some() {
+            self.outbox.push(op());
+        }
+    }
+
+    /// Rebuilds the jobs a store holds: each armed from its recorded state (the dispatcher
+    /// plans what it missed), each execution in flight queued again (or its retry armed),
+    /// the dead letters kept.
+    pub(crate) fn restore(
+        &mut self,
+        loaded: Loaded,
+        handlers: &Handlers,
+        now: UtcMillis,
+    ) -> Result<()> {
+        let Loaded {
+            jobs,
+            mut states,
+            running,
+            dead,
+        } = loaded;
+        for (id, spec) in jobs {
+            let run = handlers
+                .get(&spec.handler)
+                .cloned()
+                .ok_or_else(|| EmbeddedError::UnknownHandler(spec.handler.to_string()))?;
+            self.next_id = self.next_id.max(id.0);
+            let key = Arc::new(TaskKey::new(NAMESPACE, id.0.to_string()));
+            let state = states.remove(&id);
+            let revision = state.as_ref().map_or(1, |s| s.spec_revision.max(1));
+            let spec = Arc::new(spec);
+            if let Some(k) = &spec.idempotency_key {
+                self.idempotency.insert(k.clone(), id);
+            }
+            self.dispatcher
+                .upsert(Arc::clone(&key), Arc::clone(&spec), revision, state, now);
+            let entry = JobEntry {
+                key,
+                spec,
+                run,
+                revision,
+                epoch: 0,
+                active: 0,
+                running: HashMap::new(),
+                durable: true,
+            };
+            self.jobs.insert(id, entry);
+        }
+        for (id, stored) in running {
+            let Some(job) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            job.active += 1;
+            let attempt = Attempt {
+                job: id,
+                execution: stored.execution,
+                attempt: stored.attempt,
+                fire_at: stored.fire_at,
+                first_started: stored.first_started,
+                epoch: 0,
+                recovered: stored.retry_at.is_none(),
+            };
+            match stored.retry_at {
+                Some(due) => drop(self.retries.insert(due, attempt)),
+                None => self.waiting.push(attempt, job.spec.priority, now),
+            }
+        }
+        self.restore_unrecorded(now);
+        for letter in dead {
+            self.dead.insert(letter.job, letter);
+        }
+        self.catching_up = true;
+        Ok(())
+    }
+
+    /// A job whose recorded state says a fire is executing but whose execution is not in the
+    /// store (the two are written in one batch, so only an older file has one) runs that
+    /// fire again rather than never.
+    fn restore_unrecorded(&mut self, now: UtcMillis) {
+        for (id, job) in &mut self.jobs {
+            let Some(state) = self.dispatcher.state(&job.key) else {
+                continue;
+            };
+            let Some(fire_at) = state.last_fire_at else {
+                continue;
+            };
+            if job.active > 0 || !state.status.is_executing() {
+                continue;
+            }
+            job.active += 1;
+            let attempt = Attempt {
+                job: *id,
+                execution: ExecutionId::for_fire(&job.key, fire_at),
+                attempt: 0,
+                fire_at,
+                first_started: None,
+                epoch: 0,
+                recovered: true,
+            };
+            self.waiting.push(attempt, job.spec.priority, now);
+        }
+    }
+
+    /// Workers that may run now: half of them while a restart catches up.
+    fn worker_limit(&self) -> usize {
+        if self.catching_up {
+            (self.workers / 2).max(1)
+        } else {
+            self.workers
         }
     }
 
@@ -117,16 +296,18 @@ impl Engine {
         (id, Arc::new(TaskKey::new(NAMESPACE, id.0.to_string())))
     }
 
-    /// Adds a job whose spec was built and checked by the caller.
+    /// Adds a job whose spec was built and checked by the caller; a `durable` one is
+    /// queued for the store.
     pub(crate) fn insert(
         &mut self,
         id: JobId,
         key: Arc<TaskKey>,
         spec: TaskSpec,
-        run: Arc<JobFn>,
+        (run, durable): (Arc<JobFn>, bool),
         now: UtcMillis,
     ) {
         let spec = Arc::new(spec);
+        self.persist(durable, || Op::PutJob(id, spec_bytes(&spec)));
         if let Some(k) = &spec.idempotency_key {
             self.idempotency.insert(k.clone(), id);
         }
@@ -140,6 +321,7 @@ impl Engine {
             epoch: 0,
             active: 0,
             running: HashMap::new(),
+            durable,
         };
         self.jobs.insert(id, entry);
     }
@@ -154,10 +336,10 @@ impl Engine {
             self.enqueue(&dispatch, now);
         }
         log_notices(self.dispatcher.take_notices());
-        // Nothing to write them to in memory; taken so they do not pile up.
-        drop::<Vec<StateWrite>>(self.dispatcher.take_state_writes(UtcMillis::MAX));
+        let writes = self.dispatcher.take_state_writes(UtcMillis::MAX);
+        self.persist_states(writes);
         let mut launches = Vec::new();
-        while self.starting && self.running < self.workers {
+        while self.starting && self.running < self.worker_limit() {
             let Some(attempt) = self.waiting.pop(now) else {
                 break;
             };
@@ -165,11 +347,31 @@ impl Engine {
                 launches.push(launch);
             }
         }
+        if self.catching_up && self.waiting.is_empty() {
+            self.catching_up = false;
+            tracing::info!("caught up after the restart: all workers run");
+        }
         let next = match (self.dispatcher.next_wakeup(now), self.retries.next_due()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
         (launches, next)
+    }
+
+    /// Queues the dispatcher's states of durable jobs for the store; a deleted state goes
+    /// with its job's deletion.
+    fn persist_states(&mut self, writes: Vec<StateWrite>) {
+        if self.store.is_none() {
+            return;
+        }
+        for (key, state) in writes {
+            let Some(id) = job_id(&key) else { continue };
+            let durable = self.jobs.get(&id).is_some_and(|j| j.durable);
+            if let (true, Some(state)) = (durable, state) {
+                let bytes = serde_json::to_vec(&state).unwrap_or_default();
+                self.outbox.push(Op::PutState(id, bytes));
+            }
+        }
     }
 
     /// Carries out one dispatch as the cluster's enqueue would: held while the job has an
@@ -205,7 +407,13 @@ impl Engine {
             fire_at: d.fire_at,
             first_started: None,
             epoch: job.epoch,
+            recovered: false,
         };
+        // In flight from here: the dispatcher counts the fire as sent, so the store must
+        // hold the execution until it ends, whether or not a worker took it yet.
+        if job.durable && self.store.is_some() {
+            self.outbox.push(Op::PutRunning(id, attempt.stored(None)));
+        }
         self.waiting.push(attempt, job.spec.priority, now);
         self.dispatcher
             .on_enqueued(d, EnqueueOutcome::Enqueued, now);
@@ -235,6 +443,7 @@ impl Engine {
             execution: attempt.execution,
             attempt: attempt.attempt,
             fire_at: attempt.fire_at,
+            recovered: attempt.recovered,
             cancel: kill.child_token(),
             spec: Arc::clone(&job.spec),
         };
@@ -261,7 +470,13 @@ impl Engine {
             return;
         };
         job.running.remove(&attempt.execution);
+        let durable = job.durable;
         let (outcome, error, retryable) = verdict;
+        if outcome == AttemptOutcome::Released {
+            // Given back unfinished by a shutdown: nothing ended, and the store still holds
+            // the execution for the next process.
+            return;
+        }
         let error = error.map(shown_error);
         let mut end = match outcome {
             AttemptOutcome::Succeeded => AttemptEnd::succeeded(),
@@ -287,8 +502,11 @@ impl Engine {
                     let retry_at = end.retry_at.unwrap_or(now);
                     let next = Attempt {
                         attempt: attempt.attempt + 1,
+                        recovered: false,
                         ..attempt.clone()
                     };
+                    let stored = next.stored(Some(retry_at));
+                    self.persist(durable, || Op::PutRunning(attempt.job, stored));
                     self.retries.insert(retry_at, next);
                 }
                 Some(reason) => {
@@ -302,6 +520,8 @@ impl Engine {
                         reason,
                         at: now,
                     };
+                    let bytes = serde_json::to_vec(&letter).unwrap_or_default();
+                    self.persist(durable, || Op::PutDead(attempt.job, bytes));
                     self.dead.insert(attempt.job, letter);
                 }
             }
@@ -321,6 +541,8 @@ impl Engine {
             .on_execution(&job.key, attempt.execution, attempt.attempt, &event, now);
         if last {
             job.active = job.active.saturating_sub(1);
+            let (durable, execution) = (job.durable, attempt.execution);
+            self.persist(durable, || Op::DeleteRunning(attempt.job, execution));
             self.forget_if_done(attempt.job, now);
         }
     }
@@ -348,6 +570,7 @@ impl Engine {
         };
         // Its queued attempts and retries are dropped when they come up (the job is gone).
         self.dispatcher.remove(&job.key, now);
+        self.persist(job.durable, || Op::DeleteJob(id));
         if let Some(k) = &job.spec.idempotency_key {
             self.idempotency.remove(k);
         }
@@ -406,6 +629,9 @@ impl Engine {
         spec.paused = paused;
         job.spec = Arc::new(spec);
         job.revision += 1;
+        if job.durable && self.store.is_some() {
+            self.outbox.push(Op::PutJob(id, spec_bytes(&job.spec)));
+        }
         self.dispatcher.upsert(
             Arc::clone(&job.key),
             Arc::clone(&job.spec),
@@ -439,6 +665,8 @@ impl Engine {
         if self.dead.remove(&id).is_none() {
             return false;
         }
+        let durable = self.jobs.get(&id).is_some_and(|j| j.durable);
+        self.persist(durable, || Op::DeleteDead(id));
         self.trigger(id, now)
     }
 
@@ -447,6 +675,8 @@ impl Engine {
         let ids: Vec<JobId> = self.dead.keys().copied().collect();
         for id in &ids {
             self.dead.remove(id);
+            let durable = self.jobs.get(id).is_some_and(|j| j.durable);
+            self.persist(durable, || Op::DeleteDead(*id));
             self.forget_if_done(*id, now);
         }
         ids.len()
@@ -470,6 +700,12 @@ impl Engine {
             }
         }
     }
+}
+
+/// A spec as the store keeps it.
+fn spec_bytes(spec: &TaskSpec) -> Vec<u8> {
+    // A spec is plain data (strings, numbers, JSON): it always serializes.
+    serde_json::to_vec(spec).unwrap_or_default()
 }
 
 /// The job a dispatcher key names.

@@ -3,7 +3,8 @@
 //! Everything a caller can get wrong is refused at the call that got it wrong (a cron
 //! expression, a time zone, a duration, an oversized payload), so a job that was accepted
 //! is one the kernel can run. The retryable/permanent split tells a caller whether the same
-//! call may succeed later: bad input never does; a kernel shutting down never will either.
+//! call may succeed later: bad input never does, nor does a kernel shutting down; a store
+//! write that failed may.
 
 use ax_scheduler_core::ValidationErrors;
 
@@ -38,16 +39,36 @@ pub enum EmbeddedError {
     /// The kernel was built outside a tokio runtime: it has nowhere to run its driver.
     #[error("no tokio runtime: build the kernel from inside one")]
     NoRuntime,
+    /// The store's file cannot be used: not a store, another program's, corrupt, or a write
+    /// that failed (a full disk). A submit that fails so was not kept.
+    #[error("store {}: {reason}", path.display())]
+    Store {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        reason: String,
+        /// Whether the same call may succeed later (a write that failed, not a bad file).
+        retryable: bool,
+    },
+    /// A named job whose handler the kernel was not built with.
+    #[error("no handler `{0}` is registered")]
+    UnknownHandler(String),
     /// The kernel is shutting down and takes no new jobs.
     #[error("the kernel is shutting down")]
     ShuttingDown,
 }
 
 impl EmbeddedError {
-    /// Whether the same call may succeed later. No error of this crate's in-memory kernel
-    /// is: each is bad input or a kernel that is going away.
+    /// Whether the same call may succeed later: only a store write that failed (a full
+    /// disk, say); every other error is bad input or a kernel that is going away.
     pub fn is_retryable(&self) -> bool {
-        false
+        matches!(
+            self,
+            EmbeddedError::Store {
+                retryable: true,
+                ..
+            }
+        )
     }
 
     /// An [`EmbeddedError::Invalid`].

@@ -5,6 +5,10 @@
 //! they become one when the job is submitted: the kernel schedules it with the cluster's
 //! dispatcher, so an option means exactly what it means in the cluster. Options are checked
 //! at submit, where a bad one is an error for the caller, never a job that cannot run.
+//!
+//! A job's body is a closure (it lives in memory only) or the name of a handler the kernel
+//! was built with ([`Job::named`]): only a name and a payload can be written to a store and
+//! found again by the next process.
 
 use std::fmt;
 use std::future::Future;
@@ -60,6 +64,11 @@ pub struct JobContext {
     pub attempt: u32,
     /// The instant the fire was due.
     pub fire_at: UtcMillis,
+    /// Whether this attempt was in flight (queued or running) when the process that held it
+    /// stopped (a crash, a kill, a shutdown's end): it runs again, with the same execution id
+    /// and attempt, so a job whose effect must happen once checks the execution id it
+    /// recorded.
+    pub recovered: bool,
     /// Cancelled when the attempt times out, is killed, or the kernel's grace at shutdown is
     /// over: a long job should watch it and return. The attempt is dropped right after.
     pub cancel: CancellationToken,
@@ -79,10 +88,36 @@ impl JobContext {
     }
 }
 
-/// A job to submit: its body and options. See the [module notes](self).
+/// A job to submit: its body and options, which mean what the same fields of a cluster
+/// task spec mean, with the same defaults.
 pub struct Job {
-    pub(crate) run: Arc<JobFn>,
+    pub(crate) body: Body,
     pub(crate) options: JobOptions,
+}
+
+/// What runs a job.
+#[derive(Clone)]
+pub(crate) enum Body {
+    /// A closure: in memory only.
+    Closure(Arc<JobFn>),
+    /// A handler registered under this name: may be persisted.
+    Named(Arc<str>),
+}
+
+/// The handlers a kernel was built with, by name.
+pub(crate) type Handlers = std::collections::HashMap<Arc<str>, Arc<JobFn>>;
+
+/// A handler taking its payload as a `T`: what the builder registers.
+pub(crate) fn typed_handler<T, F, Fut>(f: F) -> Arc<JobFn>
+where
+    T: DeserializeOwned + Send + 'static,
+    F: Fn(JobContext, T) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    Arc::new(move |ctx: JobContext| match ctx.payload::<T>() {
+        Ok(payload) => Box::pin(f(ctx, payload)) as JobFuture,
+        Err(e) => Box::pin(async move { Err(e) }) as JobFuture,
+    })
 }
 
 /// A job's options; the defaults are the cluster's task defaults.
@@ -116,7 +151,19 @@ impl Job {
         Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
     {
         Job {
-            run: Arc::new(move |ctx| Box::pin(f(ctx)) as JobFuture),
+            body: Body::Closure(Arc::new(move |ctx| Box::pin(f(ctx)) as JobFuture)),
+            options: JobOptions::default(),
+        }
+    }
+
+    /// A job run by the handler registered as `handler` on the builder
+    /// ([`KernelBuilder::handler`](crate::KernelBuilder::handler)), with the job's
+    /// [`payload`](Self::payload) as its input. On a kernel with a store it is persisted:
+    /// submit it with [`Kernel::submit`](crate::Kernel::submit), which returns once it is on
+    /// disk.
+    pub fn named(handler: &str) -> Self {
+        Job {
+            body: Body::Named(Arc::from(handler)),
             options: JobOptions::default(),
         }
     }

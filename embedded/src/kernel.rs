@@ -2,18 +2,24 @@
 //!
 //! A submit turns the job's options and its time into a cluster [`TaskSpec`] and has the
 //! schedule compiled by the core before anything is stored, so an invalid cron expression,
-//! time zone or interval is an error of the call. The handle is cheap to clone (one `Arc`):
-//! a job may hold one to submit more jobs.
+//! time zone or interval is an error of the call. A job that is to be persisted (a named
+//! handler on a kernel with a store) goes through the async [`Kernel::submit`], which
+//! returns only once the batch holding it is on disk; the plain `at`/`after`/`every`/`cron`
+//! return at once and so refuse one. The handle is cheap to clone (one `Arc`): a job may
+//! hold one to submit more jobs.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ax_scheduler_core::task::{DEFAULT_QUEUE, DEFAULT_VERSION};
 use ax_scheduler_core::timer::TimerConfig;
 use ax_scheduler_core::{
-    Clock, CoreError, DispatcherConfig, Schedule, TaskSpec, TaskStatus, UtcMillis,
+    Clock, CoreError, DispatcherConfig, HandlerError, Schedule, TaskSpec, TaskStatus, UtcMillis,
 };
+use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -21,8 +27,9 @@ use crate::clock::TokioClock;
 use crate::dead::DeadLetter;
 use crate::engine::{Engine, NAMESPACE};
 use crate::error::{EmbeddedError, Result};
-use crate::job::{Job, JobId};
+use crate::job::{typed_handler, Body, Handlers, Job, JobContext, JobFn, JobId};
 use crate::run::{drive, Shared};
+use crate::store::{self, StoreHandle};
 
 /// Default number of attempts that run at once.
 pub const DEFAULT_WORKERS: usize = 5;
@@ -30,12 +37,24 @@ pub const DEFAULT_WORKERS: usize = 5;
 pub const DEFAULT_TICK: Duration = Duration::from_millis(10);
 
 /// Settings of a [`Kernel`]; [`Kernel::builder`].
-#[derive(Debug)]
 pub struct KernelBuilder {
     workers: usize,
     tick: Duration,
     clock: Option<Arc<dyn Clock>>,
     dispatcher: DispatcherConfig,
+    store: Option<PathBuf>,
+    handlers: Handlers,
+}
+
+impl std::fmt::Debug for KernelBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelBuilder")
+            .field("workers", &self.workers)
+            .field("tick", &self.tick)
+            .field("store", &self.store)
+            .field("handlers", &self.handlers.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
 }
 
 impl KernelBuilder {
@@ -65,7 +84,27 @@ impl KernelBuilder {
         self
     }
 
-    /// Starts the kernel's driver on the current tokio runtime.
+    /// Keeps the jobs run by a named handler in the redb file at `path` (created if absent):
+    /// a restart finds them there, runs again what was running and goes on with the rest.
+    pub fn store(mut self, path: impl Into<PathBuf>) -> Self {
+        self.store = Some(path.into());
+        self
+    }
+
+    /// Registers the handler that runs jobs made with [`Job::named`]`(name)`; it gets the
+    /// job's payload as a `T` (a payload that is not one fails the attempt for good).
+    pub fn handler<T, F, Fut>(mut self, name: &str, f: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(JobContext, T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        self.handlers.insert(Arc::from(name), typed_handler(f));
+        self
+    }
+
+    /// Starts the kernel's driver on the current tokio runtime. With a store, the file is
+    /// opened and what it holds restored first (this blocks on the file).
     pub fn build(self) -> Result<Kernel> {
         if self.workers == 0 {
             return Err(EmbeddedError::invalid("workers", "must be at least 1"));
@@ -84,8 +123,19 @@ impl KernelBuilder {
             .clock
             .unwrap_or_else(|| Arc::new(TokioClock::from_now()));
         let now = clock.now();
+        if self.store.is_some() {
+            // A fire's RUNNING state is what a restart re-runs from: written at once.
+            config.running_write_delay = Duration::ZERO;
+        }
+        let mut engine = Engine::new(config, self.workers, now);
+        if let Some(path) = &self.store {
+            let (db, loaded) = store::open(path)?;
+            engine.restore(loaded, &self.handlers, now)?;
+            engine.set_store(StoreHandle::start(db, path)?);
+        }
         let shared = Arc::new(Shared {
-            engine: std::sync::Mutex::new(Engine::new(config, self.workers, now)),
+            engine: std::sync::Mutex::new(engine),
+            handlers: self.handlers,
             clock,
             wake: Notify::new(),
             ended: Notify::new(),
@@ -109,6 +159,24 @@ impl std::fmt::Debug for Kernel {
     }
 }
 
+/// When a job submitted with [`Kernel::submit`] runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum When {
+    /// Once, at an instant.
+    At(UtcMillis),
+    /// Once, this long from now.
+    After(Duration),
+    /// Every interval (at least 1 s), counted from now.
+    Every(Duration),
+    /// On a cron expression in an IANA time zone.
+    Cron {
+        /// 5 fields, or 6 with seconds first.
+        expr: String,
+        /// The zone, e.g. `Europe/Paris`.
+        timezone: String,
+    },
+}
+
 /// What a shutdown came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShutdownReport {
@@ -126,6 +194,8 @@ impl Kernel {
             tick: DEFAULT_TICK,
             clock: None,
             dispatcher: DispatcherConfig::default(),
+            store: None,
+            handlers: Handlers::new(),
         }
     }
 
@@ -136,85 +206,100 @@ impl Kernel {
 
     /// Runs `job` once at `when` (at once if it is past, as its misfire policy says).
     pub fn at(&self, when: UtcMillis, job: Job) -> Result<JobId> {
-        self.submit(Schedule::At(when), job)
+        self.submit_now(When::At(when), job)
     }
 
     /// Runs `job` once, `delay` from now.
     pub fn after(&self, delay: Duration, job: Job) -> Result<JobId> {
-        let now = self.now();
-        let when = now
-            .0
-            .checked_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
-        match when {
-            Some(when) if when < i64::MAX => self.at(UtcMillis(when), job),
-            _ => Err(EmbeddedError::invalid(
-                "delay",
-                format!("{delay:?} is too far"),
-            )),
-        }
+        self.submit_now(When::After(delay), job)
     }
 
     /// Runs `job` every `interval` (at least 1 s, the cluster's minimum), counted from now.
     pub fn every(&self, interval: Duration, job: Job) -> Result<JobId> {
-        self.submit(Schedule::Every(interval), job)
+        self.submit_now(When::Every(interval), job)
     }
 
     /// Runs `job` on a cron expression (5 fields, or 6 with seconds first) in an IANA time
     /// zone, with the cluster's rule for daylight-saving gaps and repeats.
     pub fn cron(&self, expr: &str, timezone: &str, job: Job) -> Result<JobId> {
-        let schedule = Schedule::Cron {
+        let when = When::Cron {
             expr: expr.to_owned(),
             timezone: timezone.to_owned(),
         };
-        self.submit(schedule, job)
+        self.submit_now(when, job)
     }
 
-    fn submit(&self, schedule: Schedule, job: Job) -> Result<JobId> {
-        schedule.compile().map_err(|e| match e {
-            CoreError::Invalid(errors) => EmbeddedError::InvalidSchedule(errors),
-            other => EmbeddedError::invalid("schedule", other.to_string()),
-        })?;
-        let payload = job.options.check()?;
+    /// Submits any job; one the kernel persists (a named handler, with a store) is on disk
+    /// when this returns, in the same batch as the submits made meanwhile. A write that
+    /// fails (a full disk) is an error and the job is not kept.
+    pub async fn submit(&self, when: When, job: Job) -> Result<JobId> {
+        let (id, answer) = self.insert(when, job)?;
+        let Some(answer) = answer else {
+            return Ok(id);
+        };
+        let written = answer
+            .await
+            .unwrap_or_else(|_| Err("the store's writer stopped".to_owned()));
+        match written {
+            Ok(()) => Ok(id),
+            Err(reason) => {
+                let now = self.now();
+                let mut engine = self.shared.lock();
+                engine.cancel(id, now);
+                let path = engine.store_path().unwrap_or_default();
+                Err(EmbeddedError::Store {
+                    path,
+                    reason,
+                    retryable: true,
+                })
+            }
+        }
+    }
+
+    fn submit_now(&self, when: When, job: Job) -> Result<JobId> {
+        if matches!(job.body, Body::Named(_)) && self.shared.lock().has_store() {
+            return Err(EmbeddedError::invalid(
+                "job",
+                "a persisted job is submitted with `submit(..).await`, which returns once it is on disk",
+            ));
+        }
+        self.insert(when, job).map(|(id, _)| id)
+    }
+
+    /// Checks and adds a job; for a persisted one, the answer of the store's writer.
+    fn insert(&self, when: When, job: Job) -> Result<(JobId, Option<StoreAnswer>)> {
         let now = self.now();
+        let schedule = schedule_of(when, now)?;
+        let payload = job.options.check()?;
+        let (run, named) = match &job.body {
+            Body::Closure(run) => (Arc::clone(run), false),
+            Body::Named(name) => (self.handler(name)?, true),
+        };
         let mut engine = self.shared.lock();
         if !engine.starting {
             return Err(EmbeddedError::ShuttingDown);
         }
         if let Some(key) = &job.options.idempotency_key {
             if let Some(id) = engine.by_idempotency_key(key) {
-                return Ok(id);
+                return Ok((id, None));
             }
         }
+        let durable = named && engine.has_store();
         let (id, key) = engine.new_id();
-        let o = job.options;
-        let spec = TaskSpec {
-            id: Arc::clone(&key.id),
-            namespace: Arc::from(NAMESPACE),
-            handler: Arc::from("closure"),
-            schedule,
-            payload,
-            http: None,
-            command: None,
-            queue: Arc::from(DEFAULT_QUEUE),
-            priority: o.priority,
-            concurrency: None,
-            timeout: o.timeout,
-            retry: Arc::new(o.retry),
-            idempotency_key: o.idempotency_key,
-            misfire: o.misfire,
-            overlap: o.overlap,
-            paused: false,
-            fanout: None,
-            depends_on: Vec::new(),
-            expect_success_within: None,
-            labels: BTreeMap::new(),
-            version: DEFAULT_VERSION,
-            created_at: Some(now),
-        };
-        engine.insert(id, key, spec, job.run, now);
+        let spec = spec_of(&key, schedule, payload, &job, now);
+        engine.insert(id, key, spec, (run, durable), now);
+        let answer = if durable { engine.flush_acked() } else { None };
         drop(engine);
         self.shared.wake.notify_one();
-        Ok(id)
+        Ok((id, answer))
+    }
+
+    fn handler(&self, name: &str) -> Result<Arc<JobFn>> {
+        self.shared
+            .handlers
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EmbeddedError::UnknownHandler(name.to_owned()))
     }
 
     /// Drops a job before it starts: true if something of it was still to run. An attempt
@@ -290,8 +375,9 @@ impl Kernel {
     }
 
     /// Stops the kernel in two phases: no attempt starts from now on and running ones get up
-    /// to `grace` to end; then those still running are cancelled and dropped. Submits fail
-    /// with [`EmbeddedError::ShuttingDown`] from the first phase on.
+    /// to `grace` to end; then those still running are cancelled and dropped (given back
+    /// unfinished: a persisted one runs again after the restart). Last, the store's writes
+    /// are flushed. Submits fail with [`EmbeddedError::ShuttingDown`] from the first phase on.
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
         self.shared.lock().starting = false;
         let drained = tokio::time::timeout(grace, self.wait_idle()).await.is_ok();
@@ -307,6 +393,20 @@ impl Kernel {
             let _ = tokio::time::timeout(Duration::from_secs(1), self.wait_idle()).await;
         }
         self.shared.stop.cancel();
+        // Everything changed so far is on disk, and the file closed, before the kernel is
+        // reported stopped: the next kernel on the file may open it at once.
+        let (flushed, store) = {
+            let mut engine = self.shared.lock();
+            (engine.flush_acked(), engine.take_store())
+        };
+        if let Some(flushed) = flushed {
+            if let Ok(Err(e)) = flushed.await {
+                tracing::error!(error = %e, "the store's last write failed");
+            }
+        }
+        if let Some(store) = store {
+            let _ = tokio::task::spawn_blocking(move || store.close()).await;
+        }
         ShutdownReport { drained, stopped }
     }
 
@@ -326,5 +426,73 @@ impl Kernel {
         let out = f(&mut self.shared.lock(), now);
         self.shared.wake.notify_one();
         out
+    }
+}
+
+/// The store writer's answer for a batch.
+type StoreAnswer = tokio::sync::oneshot::Receiver<Result<(), String>>;
+
+/// The cluster schedule for `when`, compiled once to check it.
+fn schedule_of(when: When, now: UtcMillis) -> Result<Schedule> {
+    let schedule = match when {
+        When::At(at) => Schedule::At(at),
+        When::After(delay) => {
+            let ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+            match now.0.checked_add(ms) {
+                Some(at) if at < i64::MAX => Schedule::At(UtcMillis(at)),
+                _ => {
+                    return Err(EmbeddedError::invalid(
+                        "delay",
+                        format!("{delay:?} is too far"),
+                    ))
+                }
+            }
+        }
+        When::Every(interval) => Schedule::Every(interval),
+        When::Cron { expr, timezone } => Schedule::Cron { expr, timezone },
+    };
+    schedule.compile().map_err(|e| match e {
+        CoreError::Invalid(errors) => EmbeddedError::InvalidSchedule(errors),
+        other => EmbeddedError::invalid("schedule", other.to_string()),
+    })?;
+    Ok(schedule)
+}
+
+/// The cluster task spec of a job.
+fn spec_of(
+    key: &ax_scheduler_core::TaskKey,
+    schedule: Schedule,
+    payload: serde_json::Value,
+    job: &Job,
+    now: UtcMillis,
+) -> TaskSpec {
+    let o = &job.options;
+    let handler: Arc<str> = match &job.body {
+        Body::Named(name) => Arc::clone(name),
+        Body::Closure(_) => Arc::from("closure"),
+    };
+    TaskSpec {
+        id: Arc::clone(&key.id),
+        namespace: Arc::from(NAMESPACE),
+        handler,
+        schedule,
+        payload,
+        http: None,
+        command: None,
+        queue: Arc::from(DEFAULT_QUEUE),
+        priority: o.priority,
+        concurrency: None,
+        timeout: o.timeout,
+        retry: Arc::new(o.retry.clone()),
+        idempotency_key: o.idempotency_key.clone(),
+        misfire: o.misfire,
+        overlap: o.overlap,
+        paused: false,
+        fanout: None,
+        depends_on: Vec::new(),
+        expect_success_within: None,
+        labels: BTreeMap::new(),
+        version: DEFAULT_VERSION,
+        created_at: Some(now),
     }
 }

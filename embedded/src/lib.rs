@@ -72,8 +72,15 @@
 //!   `fire_at`, `attempt` and `lateness_ms`, the cluster's fields. The crate installs no
 //!   subscriber.
 //!
-//! Jobs here are closures and live in memory: a process that exits loses them. See
-//! `docs/embedded.md` for the design and its limits.
+//! # Durable jobs
+//!
+//! Closures live in memory only. A job run by a named handler ([`Job::named`], registered
+//! with [`KernelBuilder::handler`]) on a kernel with a store ([`KernelBuilder::store`], a
+//! redb file) is persisted: [`Kernel::submit`] returns once it is on disk (group commit), and
+//! a restart runs again what was in flight (at least once, with the same execution id and
+//! [`JobContext::recovered`] set), plans the missed fires by each job's misfire policy and
+//! starts at half the workers while it catches up. See `docs/embedded.md` for the design
+//! and its limits.
 
 mod clock;
 mod dead;
@@ -82,6 +89,7 @@ mod error;
 mod job;
 mod kernel;
 mod run;
+mod store;
 
 pub use ax_scheduler_core::{
     ExecutionId, HandlerError, MisfirePolicy, OverlapPolicy, RetryPolicy, TaskStatus, UtcMillis,
@@ -89,7 +97,7 @@ pub use ax_scheduler_core::{
 pub use dead::DeadLetter;
 pub use error::{EmbeddedError, Result};
 pub use job::{Job, JobContext, JobFuture, JobId};
-pub use kernel::{Kernel, KernelBuilder, ShutdownReport, DEFAULT_TICK, DEFAULT_WORKERS};
+pub use kernel::{Kernel, KernelBuilder, ShutdownReport, When, DEFAULT_TICK, DEFAULT_WORKERS};
 
 #[cfg(test)]
 mod tests;

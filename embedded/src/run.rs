@@ -8,6 +8,7 @@
 //! through the kernel and a timeout or a kill can drop it; its verdict goes back to the engine
 //! through the core's mapping ([`ax_scheduler_core::attempt`]).
 
+use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -24,6 +25,8 @@ use crate::engine::{Engine, Launch};
 /// What the kernel's handle, its driver and its attempts share.
 pub(crate) struct Shared {
     pub(crate) engine: Mutex<Engine>,
+    /// The named handlers, by name.
+    pub(crate) handlers: crate::job::Handlers,
     pub(crate) clock: Arc<dyn Clock>,
     /// Wakes the driver: something changed that may start an attempt or move the next
     /// wakeup earlier.
@@ -39,8 +42,32 @@ pub(crate) struct Shared {
 impl Shared {
     /// The engine. A poisoned lock means a panic inside the engine's own code, whose maps
     /// each change in one step: the state is whole, so the kernel goes on.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
-        self.engine.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn lock(&self) -> EngineGuard<'_> {
+        EngineGuard(self.engine.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// The locked engine. Letting it go sends the store changes made under it, so they reach
+/// the writer in the order they were made whoever made them.
+pub(crate) struct EngineGuard<'a>(MutexGuard<'a, Engine>);
+
+impl Deref for EngineGuard<'_> {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        &self.0
+    }
+}
+
+impl DerefMut for EngineGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Engine {
+        &mut self.0
+    }
+}
+
+impl Drop for EngineGuard<'_> {
+    fn drop(&mut self) {
+        // Nobody waits for these: a submit that does takes its answer before the drop.
+        self.0.flush();
     }
 }
 
@@ -106,6 +133,14 @@ async fn run_body(
 ) -> Verdict {
     let mut handle = tokio::spawn(body);
     let verdict = tokio::select! {
+        // A kill first: a job that returns because its token fired was stopped, not done.
+        biased;
+        _ = kill.cancelled() => if shared.hard_stop.is_cancelled() {
+            // Stopped by the shutdown, unfinished: with a store it runs again at the restart.
+            (AttemptOutcome::Released, Some("shut down".to_owned()), false)
+        } else {
+            (AttemptOutcome::Killed, Some("killed".to_owned()), false)
+        },
         joined = tokio::time::timeout(timeout, &mut handle) => match joined {
             Ok(joined) => joined_verdict(joined),
             Err(_) => (
@@ -114,10 +149,6 @@ async fn run_body(
                 true,
             ),
         },
-        _ = kill.cancelled() => {
-            let reason = if shared.hard_stop.is_cancelled() { "shut down" } else { "killed" };
-            (AttemptOutcome::Killed, Some(reason.to_owned()), false)
-        }
     };
     if !handle.is_finished() {
         // The job is told, then dropped: a job that ignores its token cannot hold a worker.

@@ -1,0 +1,292 @@
+//! The durable store: one redb file holding the persisted jobs, their dispatcher states, the
+//! executions in flight and the dead letters, written by one thread with group commit.
+//!
+//! Why this shape: a submit must not return before its job is on disk, and one fsync per
+//! submit would cap a kernel at a few hundred submits a second. So every change goes, in the
+//! order the engine made it, through one channel to a writer thread that takes everything
+//! waiting, writes it in one transaction, commits it durably once, and only then answers the
+//! submits in that batch. Changes nobody waits for (a state, an attempt started) ride in the
+//! same batches; their order with the acknowledged ones is the channel's.
+//!
+//! What is kept is what a restart needs and nothing more: a job's [`TaskSpec`] (its schedule,
+//! options, handler name and payload), the [`TaskState`] the dispatcher last wrote for it
+//! (so the restart plans missed fires from where it was), each execution in flight with its
+//! attempt (so what was running runs again, at least once) and the dead letters. The file
+//! opens with a format mark in its own table: a redb file of some other program, or one that
+//! is not redb at all, is refused with its path instead of read as jobs.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use ax_scheduler_core::{ExecutionId, TaskSpec, TaskState, UtcMillis};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::dead::DeadLetter;
+use crate::error::{EmbeddedError, Result};
+use crate::job::JobId;
+
+/// The store's format mark, in [`META`] under `format`.
+const FORMAT: &str = "ax-embedded/1";
+const META: TableDefinition<&str, &str> = TableDefinition::new("ax_embedded_meta");
+const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("jobs");
+const STATES: TableDefinition<u64, &[u8]> = TableDefinition::new("states");
+/// Executions in flight, keyed by job and execution id.
+const RUNNING: TableDefinition<(u64, u128), &[u8]> = TableDefinition::new("running");
+const DEAD: TableDefinition<u64, &[u8]> = TableDefinition::new("dead");
+
+/// Most changes one transaction takes: a bound on a batch's latency under a flood.
+const MAX_BATCH: usize = 16_384;
+
+/// An execution in flight as stored: its next attempt, and when it is due if it waits for a
+/// retry.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct StoredAttempt {
+    pub(crate) execution: ExecutionId,
+    pub(crate) attempt: u32,
+    pub(crate) fire_at: UtcMillis,
+    #[serde(default)]
+    pub(crate) first_started: Option<UtcMillis>,
+    #[serde(default)]
+    pub(crate) retry_at: Option<UtcMillis>,
+}
+
+/// One change to the file.
+#[derive(Debug)]
+pub(crate) enum Op {
+    PutJob(JobId, Vec<u8>),
+    /// The job and everything of it (state, executions, dead letter).
+    DeleteJob(JobId),
+    PutState(JobId, Vec<u8>),
+    PutRunning(JobId, StoredAttempt),
+    DeleteRunning(JobId, ExecutionId),
+    PutDead(JobId, Vec<u8>),
+    DeleteDead(JobId),
+}
+
+struct Batch {
+    ops: Vec<Op>,
+    ack: Option<oneshot::Sender<Result<(), String>>>,
+}
+
+/// The engine's end of the writer: changes go in, in order.
+#[derive(Debug)]
+pub(crate) struct StoreHandle {
+    tx: mpsc::UnboundedSender<Batch>,
+    path: PathBuf,
+    writer: std::thread::JoinHandle<()>,
+}
+
+/// What a restart finds in the file.
+#[derive(Debug, Default)]
+pub(crate) struct Loaded {
+    pub(crate) jobs: Vec<(JobId, TaskSpec)>,
+    pub(crate) states: HashMap<JobId, TaskState>,
+    pub(crate) running: Vec<(JobId, StoredAttempt)>,
+    pub(crate) dead: Vec<DeadLetter>,
+}
+
+/// An error of the store's file, naming it.
+fn store_error(path: &Path, retryable: bool, e: impl std::fmt::Display) -> EmbeddedError {
+    EmbeddedError::Store {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+        retryable,
+    }
+}
+
+/// Opens (or creates) the store at `path` and reads what it holds.
+pub(crate) fn open(path: &Path) -> Result<(Database, Loaded)> {
+    let db = Database::builder()
+        .set_check_integrity_on_open(true)
+        .create(path)
+        .map_err(|e| store_error(path, false, format!("not a usable store file: {e}")))?;
+    check_format(&db, path)?;
+    let loaded = load(&db).map_err(|e| store_error(path, false, e))?;
+    Ok((db, loaded))
+}
+
+/// Marks a new file as this crate's store, or checks the mark of an existing one.
+fn check_format(db: &Database, path: &Path) -> Result<()> {
+    let txn = db.begin_write().map_err(|e| store_error(path, true, e))?;
+    let tables = txn.list_tables().map_err(|e| store_error(path, false, e))?;
+    let names: Vec<String> = tables.map(|t| t.name().to_owned()).collect();
+    {
+        let mut meta = txn
+            .open_table(META)
+            .map_err(|e| store_error(path, false, e))?;
+        let found = meta
+            .get("format")
+            .map_err(|e| store_error(path, false, e))?
+            .map(|v| v.value().to_owned());
+        match found {
+            Some(f) if f == FORMAT => {}
+            Some(f) => {
+                return Err(store_error(
+                    path,
+                    false,
+                    format!("store format `{f}`, this build reads `{FORMAT}`"),
+                ));
+            }
+            None if names.is_empty() => {
+                meta.insert("format", FORMAT)
+                    .map_err(|e| store_error(path, false, e))?;
+            }
+            None => {
+                return Err(store_error(
+                    path,
+                    false,
+                    format!("a redb file of another program (tables {names:?}), not an ax-embedded store"),
+                ));
+            }
+        }
+    }
+    txn.commit().map_err(|e| store_error(path, true, e))
+}
+
+fn load(db: &Database) -> std::result::Result<Loaded, String> {
+    let txn = db.begin_read().map_err(|e| e.to_string())?;
+    let mut loaded = Loaded::default();
+    let text = |e: redb::StorageError| e.to_string();
+    if let Ok(table) = txn.open_table(JOBS) {
+        for row in table.iter().map_err(text)? {
+            let (k, v) = row.map_err(text)?;
+            let spec: TaskSpec =
+                serde_json::from_slice(v.value()).map_err(|e| format!("job {}: {e}", k.value()))?;
+            loaded.jobs.push((JobId(k.value()), spec));
+        }
+    }
+    if let Ok(table) = txn.open_table(STATES) {
+        for row in table.iter().map_err(text)? {
+            let (k, v) = row.map_err(text)?;
+            let state: TaskState = serde_json::from_slice(v.value())
+                .map_err(|e| format!("state {}: {e}", k.value()))?;
+            loaded.states.insert(JobId(k.value()), state);
+        }
+    }
+    if let Ok(table) = txn.open_table(RUNNING) {
+        for row in table.iter().map_err(text)? {
+            let (k, v) = row.map_err(text)?;
+            let (job, _) = k.value();
+            let attempt: StoredAttempt = serde_json::from_slice(v.value())
+                .map_err(|e| format!("execution of job {job}: {e}"))?;
+            loaded.running.push((JobId(job), attempt));
+        }
+    }
+    if let Ok(table) = txn.open_table(DEAD) {
+        for row in table.iter().map_err(text)? {
+            let (k, v) = row.map_err(text)?;
+            let letter: DeadLetter = serde_json::from_slice(v.value())
+                .map_err(|e| format!("dead letter {}: {e}", k.value()))?;
+            loaded.dead.push(letter);
+        }
+    }
+    Ok(loaded)
+}
+
+impl StoreHandle {
+    /// Starts the writer thread on `db`.
+    pub(crate) fn start(db: Database, path: &Path) -> Result<Self> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shown = path.to_path_buf();
+        let writer = std::thread::Builder::new()
+            .name("ax-embedded-store".into())
+            .spawn(move || write_loop(&db, rx))
+            .map_err(|e| store_error(&shown, true, format!("no writer thread: {e}")))?;
+        Ok(StoreHandle {
+            tx,
+            path: path.to_path_buf(),
+            writer,
+        })
+    }
+
+    /// Lets the writer finish what it was sent and close the file (blocks until it has).
+    pub(crate) fn close(self) {
+        drop(self.tx);
+        if self.writer.join().is_err() {
+            tracing::error!(path = %self.path.display(), "the store's writer panicked");
+        }
+    }
+
+    /// Sends `ops`; the answer says when they are on disk (drop it to not wait).
+    pub(crate) fn send(&self, ops: Vec<Op>) -> oneshot::Receiver<Result<(), String>> {
+        let (ack, answer) = oneshot::channel();
+        let batch = Batch {
+            ops,
+            ack: Some(ack),
+        };
+        if let Err(mpsc::error::SendError(batch)) = self.tx.send(batch) {
+            if let Some(ack) = batch.ack {
+                let _ = ack.send(Err("the store's writer stopped".to_owned()));
+            }
+        }
+        answer
+    }
+
+    /// The store's file.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The writer: everything waiting becomes one durable transaction, then its waiters are
+/// answered. Ends when the kernel closes its handle, and closes the file.
+fn write_loop(db: &Database, mut rx: mpsc::UnboundedReceiver<Batch>) {
+    while let Some(first) = rx.blocking_recv() {
+        let mut batches = vec![first];
+        let mut count = batches[0].ops.len();
+        while count < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(b) => {
+                    count += b.ops.len();
+                    batches.push(b);
+                }
+                Err(_) => break,
+            }
+        }
+        let result = write(db, &batches).map_err(|e| e.to_string());
+        if let Err(e) = &result {
+            tracing::error!(error = %e, changes = count, "store write failed");
+        }
+        for batch in batches {
+            if let Some(ack) = batch.ack {
+                let _ = ack.send(result.clone());
+            }
+        }
+    }
+}
+
+fn write(db: &Database, batches: &[Batch]) -> std::result::Result<(), redb::Error> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    {
+        let mut jobs = txn.open_table(JOBS)?;
+        let mut states = txn.open_table(STATES)?;
+        let mut running = txn.open_table(RUNNING)?;
+        let mut dead = txn.open_table(DEAD)?;
+        for op in batches.iter().flat_map(|b| &b.ops) {
+            match op {
+                Op::PutJob(id, bytes) => drop(jobs.insert(id.0, bytes.as_slice())?),
+                Op::DeleteJob(id) => {
+                    jobs.remove(id.0)?;
+                    states.remove(id.0)?;
+                    dead.remove(id.0)?;
+                    running.retain_in((id.0, 0)..=(id.0, u128::MAX), |_, _| false)?;
+                }
+                Op::PutState(id, bytes) => drop(states.insert(id.0, bytes.as_slice())?),
+                Op::PutRunning(id, attempt) => {
+                    let bytes = serde_json::to_vec(attempt).unwrap_or_default();
+                    running.insert((id.0, attempt.execution.as_u128()), bytes.as_slice())?;
+                }
+                Op::DeleteRunning(id, execution) => {
+                    running.remove((id.0, execution.as_u128()))?;
+                }
+                Op::PutDead(id, bytes) => drop(dead.insert(id.0, bytes.as_slice())?),
+                Op::DeleteDead(id) => drop(dead.remove(id.0)?),
+            }
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! The durable store through the public API, on real time (the store's writer is a thread
+//! and its fsyncs take real time): what a restart finds, and the files it refuses.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ax_embedded::{EmbeddedError, ExecutionId, HandlerError, Job, Kernel, When};
+
+/// What the handler saw: (payload, execution, attempt, recovered).
+type Seen = Arc<Mutex<Vec<(u64, ExecutionId, u32, bool)>>>;
+
+fn kernel(path: &std::path::Path, seen: &Seen, block_first: bool) -> Kernel {
+    let seen = seen.clone();
+    Kernel::builder()
+        .workers(4)
+        .store(path)
+        .handler("record", move |ctx, n: u64| {
+            let seen = seen.clone();
+            async move {
+                seen.lock()
+                    .map_err(|_| HandlerError::Retryable("poisoned".into()))?
+                    .push((n, ctx.execution, ctx.attempt, ctx.recovered));
+                if block_first {
+                    ctx.cancel.cancelled().await;
+                }
+                Ok(())
+            }
+        })
+        .build()
+        .expect("kernel")
+}
+
+fn seen() -> Seen {
+    Arc::new(Mutex::new(Vec::new()))
+}
+
+fn taken(seen: &Seen) -> Vec<(u64, ExecutionId, u32, bool)> {
+    seen.lock().expect("seen").clone()
+}
+
+async fn wait_for(seen: &Seen, n: usize) {
+    for _ in 0..200 {
+        if taken(seen).len() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_restart_runs_what_was_acknowledged_and_what_was_running() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("jobs.redb");
+    let first = seen();
+    let k = kernel(&path, &first, true);
+    k.submit(
+        When::After(Duration::ZERO),
+        Job::named("record").payload(&1u64),
+    )
+    .await
+    .expect("submit");
+    let later = Job::named("record").payload(&2u64);
+    k.submit(When::After(Duration::from_millis(300)), later)
+        .await
+        .expect("submit");
+    wait_for(&first, 1).await;
+    // Job 1 runs (and waits) when the process stops; job 2 is not due yet.
+    let report = k.shutdown(Duration::from_millis(50)).await;
+    assert_eq!(report.stopped, 1);
+    let before = taken(&first);
+    assert_eq!(before.len(), 1);
+
+    let second = seen();
+    let k = kernel(&path, &second, false);
+    wait_for(&second, 2).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut after = taken(&second);
+    after.sort_by_key(|s| s.0);
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert_eq!(
+        after[0],
+        (1, before[0].1, 0, true),
+        "run again, same execution"
+    );
+    assert_eq!((after[1].0, after[1].3), (2, false));
+    // Both done: the file forgets them.
+    for _ in 0..200 {
+        if k.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(k.is_empty());
+    k.shutdown(Duration::from_secs(1)).await;
+    let k = kernel(&path, &seen(), false);
+    assert!(k.is_empty(), "nothing left in the file");
+}
+
+#[tokio::test]
+async fn persisted_jobs_take_the_async_submit_and_a_known_handler() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("jobs.redb");
+    let k = kernel(&path, &seen(), false);
+    let sync = k.after(Duration::ZERO, Job::named("record").payload(&1u64));
+    assert!(
+        matches!(sync, Err(EmbeddedError::Invalid { field: "job", .. })),
+        "{sync:?}"
+    );
+    let unknown = k
+        .submit(When::After(Duration::ZERO), Job::named("nope"))
+        .await;
+    assert!(
+        matches!(unknown, Err(EmbeddedError::UnknownHandler(_))),
+        "{unknown:?}"
+    );
+    // A closure is not persisted, and takes either submit.
+    k.after(Duration::ZERO, Job::new(|_| async { Ok(()) }))
+        .expect("closure");
+    // Kept for a restart whose kernel does not know the handler.
+    k.submit(
+        When::After(Duration::from_secs(60)),
+        Job::named("record").payload(&1u64),
+    )
+    .await
+    .expect("submit");
+    k.shutdown(Duration::from_secs(1)).await;
+    let without = Kernel::builder().store(&path).build();
+    assert!(matches!(without, Err(EmbeddedError::UnknownHandler(ref h)) if h == "record"));
+}
+
+#[tokio::test]
+async fn a_file_that_is_no_store_is_refused_with_its_name() {
+    let dir = tempfile::tempdir().expect("dir");
+    let garbage = dir.path().join("garbage.redb");
+    std::fs::write(&garbage, vec![0x5a; 8192]).expect("write");
+    let err = Kernel::builder()
+        .store(&garbage)
+        .build()
+        .expect_err("refused");
+    assert!(
+        matches!(
+            err,
+            EmbeddedError::Store {
+                retryable: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("garbage.redb"), "{err}");
+
+    let foreign = dir.path().join("foreign.redb");
+    {
+        let db = redb::Database::create(&foreign).expect("db");
+        let txn = db.begin_write().expect("txn");
+        let table: redb::TableDefinition<&str, &str> = redb::TableDefinition::new("theirs");
+        txn.open_table(table)
+            .expect("table")
+            .insert("a", "b")
+            .expect("insert");
+        txn.commit().expect("commit");
+    }
+    let err = Kernel::builder()
+        .store(&foreign)
+        .build()
+        .expect_err("refused");
+    assert!(err.to_string().contains("foreign.redb"), "{err}");
+    assert!(err.to_string().contains("another program"), "{err}");
+}
+
+#[tokio::test]
+async fn a_restart_catches_up_at_half_the_workers() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("jobs.redb");
+    let k = kernel(&path, &seen(), false);
+    for n in 0..6u64 {
+        let job = Job::named("record").payload(&n);
+        k.submit(When::After(Duration::from_millis(50)), job)
+            .await
+            .expect("submit");
+    }
+    k.shutdown(Duration::ZERO).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (r, m) = (running.clone(), most.clone());
+    let done = seen();
+    let d = done.clone();
+    let k = Kernel::builder()
+        .workers(4)
+        .store(&path)
+        .handler("record", move |ctx, n: u64| {
+            let (r, m, d) = (r.clone(), m.clone(), d.clone());
+            async move {
+                use std::sync::atomic::Ordering;
+                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                m.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                r.fetch_sub(1, Ordering::SeqCst);
+                d.lock()
+                    .map_err(|_| HandlerError::Retryable("poisoned".into()))?
+                    .push((n, ctx.execution, ctx.attempt, ctx.recovered));
+                Ok(())
+            }
+        })
+        .build()
+        .expect("kernel");
+    wait_for(&done, 6).await;
+    assert_eq!(taken(&done).len(), 6);
+    assert_eq!(
+        most.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "half of 4"
+    );
+    k.shutdown(Duration::from_secs(1)).await;
+}
