@@ -85,13 +85,15 @@ function storyList(story) {
   const add = (at, text, cls) => ev.push(h('li', { class: cls || '' }, when(at), h('span', { class: 'what' }, text)));
   if (story.due !== undefined) add(story.due, 'fire due');
   if (story.enqueued !== undefined) add(story.enqueued, `enqueued on queue ${story.queue}`);
-  for (const a of story.attempts) {
+  story.attempts.forEach((a, i) => {
+    const next = story.attempts[i + 1];
     if (a.attempt > 1 && a.enqueued !== undefined) add(a.enqueued, `attempt ${a.attempt} enqueued (retry)`);
     if (a.started !== undefined) add(a.started, `attempt ${a.attempt} started on ${a.worker || 'a worker'}${a.lateness_ms === undefined ? '' : `, ${duration(a.lateness_ms)} after due`}`);
     add(a.finished, `attempt ${a.attempt} ${a.outcome}${a.duration_ms === undefined ? '' : ` after ${duration(a.duration_ms)}`}${a.error ? `: ${a.error}` : ''}`,
       a.error ? 'err' : '');
-    if (a.retry_at !== undefined) add(a.retry_at, `attempt ${a.attempt + 1} due (retry)`);
-  }
+    // A retry killed before it was due never came: no due line for it.
+    if (a.retry_at !== undefined && !(next && next.started === undefined)) add(a.retry_at, `attempt ${a.attempt + 1} due (retry)`);
+  });
   const w = story.waiting;
   if (w) {
     add(w.started, `attempt ${w.attempt} started on ${w.worker}; accepted, waiting for its completion`);

@@ -355,6 +355,7 @@ async fn history_shows_the_recorded_attempts() {
     retrying.retry_at = Some(UtcMillis(1_767_171_601_000));
     for (attempt, end) in [(0, retrying), (1, AttemptEnd::succeeded())] {
         let entry = HistoryEntry {
+            unstarted: false,
             execution_id: ax_queue::new_execution_id(),
             fire_at: UtcMillis(1_767_171_600_000),
             started_at: UtcMillis(1_767_171_600_012),
@@ -765,6 +766,7 @@ async fn execution_get_takes_the_start_or_end_of_an_id_and_lists_candidates() {
     ];
     for (i, id) in ids.iter().enumerate() {
         let entry = HistoryEntry {
+            unstarted: false,
             execution_id: *id,
             fire_at: UtcMillis(1_767_171_600_000),
             started_at: UtcMillis(1_767_171_600_012),

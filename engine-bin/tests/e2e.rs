@@ -78,7 +78,7 @@ async fn a_task_put_into_etcd_runs_once_on_time() {
             run.attempt,
             run.run_now
         ),
-        ("default", due, 0, false)
+        ("default", due, 1, false)
     );
     let late = run.arrived_at - due;
     assert!(
@@ -197,7 +197,7 @@ async fn two_thousand_one_shot_tasks_each_run_exactly_once() {
                 run.attempt,
                 run.run_now
             ),
-            ("bulk", *due, 0, false),
+            ("bulk", *due, 1, false),
             "{run:?}"
         );
         lateness.push(run.arrived_at - due);
@@ -277,7 +277,7 @@ async fn pause_resume_trigger_and_delete_through_the_cli() {
         .collect();
     assert_eq!(run_now.len(), 1, "{run_now:?}");
     assert_eq!(run_now[0].execution_id, id);
-    assert_eq!(run_now[0].attempt, 0);
+    assert_eq!(run_now[0].attempt, 1);
     assert!(run_now[0].arrived_at - triggered < 2000);
     // Two more periodic fires after the trigger, to see the cadence go on.
     let n = c.receiver.executions_of("tick").len();
@@ -379,7 +379,7 @@ async fn leader_killed_while_firing_loses_and_repeats_nothing() {
     for run in &runs {
         let i: i64 = run.task_id[1..].parse().unwrap();
         assert_eq!(run.fire_at, first_due + step * i, "{run:?}");
-        assert_eq!(run.attempt, 0, "{run:?}");
+        assert_eq!(run.attempt, 1, "{run:?}");
     }
     // Both leaders fired: some tasks ran before the kill, some after the takeover.
     let before = runs.iter().filter(|r| r.arrived_at < killed_at).count();
@@ -595,7 +595,7 @@ async fn a_failing_http_task_retries_then_lands_in_the_dlq_with_an_alert() {
     let runs = c.receiver.executions_of("flaky");
     assert_eq!(runs.len(), 3, "{runs:?}");
     let attempts: Vec<u32> = runs.iter().map(|r| r.attempt).collect();
-    assert_eq!(attempts, [0, 1, 2]);
+    assert_eq!(attempts, [1, 2, 3]);
     assert!(runs
         .iter()
         .all(|r| r.execution_id == runs[0].execution_id && r.fire_at == due));
@@ -1724,6 +1724,82 @@ async fn a_kill_racing_a_failover_is_not_undone_by_the_redelivery() {
     assert!(again.contains("killed already"), "{again}");
 }
 
+/// A kill while a retry is pending ends the execution `killed`: its story says so, in
+/// order, and the attempt that never started has no start and no lateness.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_during_a_pending_retry_ends_the_story_killed_in_order() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new("e2e-kill-retry").await;
+    c.start_replica("r1", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    c.receiver.fail_task("later");
+    let mut spec = http_task(&c, json!({ "at": rfc3339(now_ms() + 500) }));
+    spec["retry"] = json!({ "max_retries": 3, "initial_interval": "10m", "jitter": 0 });
+    c.put_task("default", "later", &spec).await;
+    wait_for_executions(&c, "later", 1, Duration::from_secs(10)).await;
+    let execution = c.receiver.executions_of("later")[0].execution_id.clone();
+    wait_until(Duration::from_secs(10), "the first attempt recorded", || {
+        let c = &c;
+        let execution = execution.clone();
+        async move {
+            c.ax_json(&["execution", "get", &execution]).await["outcome"] == "retrying"
+        }
+    })
+    .await;
+    let out = c.ax_ok(&["task", "kill", "default/later"]).await;
+    assert!(out.contains("its pending retry removed"), "{out}");
+
+    wait_until(
+        Duration::from_secs(10),
+        "the story's outcome killed",
+        || {
+            let c = &c;
+            let execution = execution.clone();
+            async move { c.ax_json(&["execution", "get", &execution]).await["outcome"] == "killed" }
+        },
+    )
+    .await;
+    let story = c.ax_json(&["execution", "get", &execution]).await;
+    let attempts = story["attempts"].as_array().unwrap();
+    let shown: Vec<(u64, &str)> = attempts
+        .iter()
+        .map(|a| {
+            (
+                a["attempt"].as_u64().unwrap(),
+                a["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(shown, [(1, "retrying"), (2, "killed")], "{story}");
+    let killed = &attempts[1];
+    assert!(
+        killed.get("started").is_none() && killed.get("lateness_ms").is_none(),
+        "an attempt that never started shows a start: {story}"
+    );
+    // The story's lines in the order of their instants.
+    let text = c.ax_ok(&["execution", "get", &execution]).await;
+    let instants: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("20"))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    let mut sorted = instants.clone();
+    sorted.sort_unstable();
+    assert_eq!(instants, sorted, "{text}");
+    assert!(text.contains("attempt 2 killed"), "{text}");
+    assert!(!text.contains("attempt 2 started"), "{text}");
+    wait_until(Duration::from_secs(5), "the task's state KILLED", || {
+        let c = &c;
+        async move {
+            c.state("default", "later")
+                .await
+                .is_some_and(|s| s["status"] == "KILLED")
+        }
+    })
+    .await;
+    c.clean_up().await;
+}
+
 /// Where each of `needles` first occurs in `text`, failing on one that is missing.
 fn positions(text: &str, needles: &[&str]) -> Vec<usize> {
     needles
@@ -2286,7 +2362,7 @@ async fn the_command_handler_runs_configured_scripts_and_records_their_exit_and_
         ok["output"]["body"],
         "args: 0 a b\ngreeting: ***\npayload: {\"day\":\"mon\"}\n"
     );
-    assert_eq!(ok["output"]["stderr"], "attempt 0 of ok\n");
+    assert_eq!(ok["output"]["stderr"], "attempt 1 of ok\n");
 
     let bad = item("bad").await;
     assert_eq!(bad["outcome"], "failed", "{bad}");
@@ -2295,7 +2371,7 @@ async fn the_command_handler_runs_configured_scripts_and_records_their_exit_and_
         bad["error"]
             .as_str()
             .unwrap()
-            .starts_with("command `report` exited with code 3; stderr: attempt 0 of bad"),
+            .starts_with("command `report` exited with code 3; stderr: attempt 1 of bad"),
         "{bad}"
     );
     let story = c
@@ -2303,7 +2379,7 @@ async fn the_command_handler_runs_configured_scripts_and_records_their_exit_and_
         .await;
     assert!(
         story.contains("exit code 3; stdout: args: 3 greeting: ***")
-            && story.contains("stderr: attempt 0 of bad"),
+            && story.contains("stderr: attempt 1 of bad"),
         "{story}"
     );
     let table = c.ax_ok(&["history", "--task", "default/bad"]).await;
@@ -2862,7 +2938,7 @@ async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_
     );
     let doomed = c.state("default", "doomed").await.unwrap();
     assert_eq!(
-        doomed["last_error"], "asked to fail (attempt 1)",
+        doomed["last_error"], "asked to fail (attempt 2)",
         "{doomed}"
     );
 
@@ -2939,7 +3015,7 @@ async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_
         (
             &json!("doomed"),
             &json!(2),
-            &json!("asked to fail (attempt 1) (retries exhausted (1 of 1))")
+            &json!("asked to fail (attempt 2) (retries exhausted (1 of 1))")
         ),
         "{dlq}"
     );
@@ -2967,19 +3043,19 @@ async fn a_worker_in_python_takes_acks_retries_and_dead_letters_through_the_lua_
             "task_failed",
             "flaky",
             "warn",
-            "Attempt 1 failed: asked to fail (attempt 0)",
+            "Attempt 1 failed: asked to fail (attempt 1)",
         ),
         (
             "task_failed",
             "doomed",
             "warn",
-            "Attempt 1 failed: asked to fail (attempt 0)",
+            "Attempt 1 failed: asked to fail (attempt 1)",
         ),
         (
             "task_dead_lettered",
             "doomed",
             "critical",
-            "Gave up after 2 attempts; last error: asked to fail (attempt 1)",
+            "Gave up after 2 attempts; last error: asked to fail (attempt 2)",
         ),
     ] {
         let alerts = task_alerts(&c, kind, task);

@@ -8,8 +8,8 @@ cannot drift from the layout the Rust worker uses. It writes the same execution 
 `ax history` and `ax task history` show its attempts like any other.
 
 The handler is a demonstration: the payload `{"sleep_ms": N, "fail": true|false,
-"fail_attempts": K}` sleeps N ms, then fails when `fail` is true or while the attempt number
-is below K. Replace `run_handler` with real work.
+"fail_attempts": K}` sleeps N ms, then fails when `fail` is true, and in its first K
+attempts. Replace `run_handler` with real work.
 
 Settings (arguments override the environment):
   --redis URL        AX_REDIS_URL          redis://127.0.0.1:6379
@@ -379,7 +379,8 @@ class Worker:
                 break
             time.sleep(min(left, STOP_POLL, max(deadline - time.monotonic(), 0.001)))
         if payload.get("fail") or msg["attempt"] < int(payload.get("fail_attempts", 0)):
-            raise RuntimeError(payload.get("error", f"asked to fail (attempt {msg['attempt']})"))
+            # People count attempts from 1; the message's `attempt` is the index from 0.
+            raise RuntimeError(payload.get("error", f"asked to fail (attempt {msg['attempt'] + 1})"))
 
     # -- settling (each with the attempt's end record: queue/src/ends.rs) --
     #
@@ -455,10 +456,10 @@ class Worker:
             if code == 2:
                 self.relay(msg, killed, logged)
                 return
-            self.log(f"{msg['task_id']} attempt {msg['attempt']} failed: {error}; retry at {due}")
+            self.log(f"{msg['task_id']} attempt {msg['attempt'] + 1} failed: {error}; retry at {due}")
             self.relay(msg, retrying, logged)
             return
-        self.log(f"{msg['task_id']} attempt {msg['attempt']} failed: {error}; dead-lettering")
+        self.log(f"{msg['task_id']} attempt {msg['attempt'] + 1} failed: {error}; dead-lettering")
         rec = self.end_record(msg, started, {"outcome": outcome, "error": error})
         self.relay(msg, rec, self.dead_letter(raw, msg, f"{error} ({give_up})", now, rec))
 

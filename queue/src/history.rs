@@ -67,6 +67,11 @@ pub struct HistoryEntry {
     pub end: AttemptEnd,
     /// Worker id.
     pub worker: String,
+    /// The attempt ended before any worker started it (an operator's kill of a waiting
+    /// execution or of a pending retry): its start, lateness, duration and worker mean
+    /// nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unstarted: bool,
     /// Attempt number, 0 for the first.
     pub attempt: u32,
     /// Queue the attempt ran on.
@@ -183,7 +188,49 @@ impl Queue {
     /// rather than stopping at its scan bound. The search starts at the time in the id (a
     /// UUID v7) and jumps ahead to each retry's due time, so it reads little beyond the
     /// execution's own entries unless an attempt ran long under heavy traffic.
+    ///
+    /// One end comes before its retry's due time: an operator's kill of the pending retry.
+    /// The jump passes over it, so when the stream's last attempt is followed by a retry,
+    /// the task's own list (its recent attempts, one read) supplies the ends recorded after it.
     pub async fn execution_attempts(&self, id: ExecutionId) -> Result<(Vec<ExecutionItem>, bool)> {
+        let (mut items, complete) = self.scan_story(id).await?;
+        self.add_ends_before_retry(id, &mut items).await?;
+        Ok((items, complete))
+    }
+
+    /// The attempts of execution `id` in the task's list after the last of `items`, when that
+    /// one is followed by a retry (see [`Queue::execution_attempts`]).
+    async fn add_ends_before_retry(
+        &self,
+        id: ExecutionId,
+        items: &mut Vec<ExecutionItem>,
+    ) -> Result<()> {
+        let Some(last) = items.last() else {
+            return Ok(());
+        };
+        if last.entry.end.retry_at.is_none() {
+            return Ok(());
+        }
+        let (namespace, task_id, position) =
+            (last.namespace.clone(), last.task_id.clone(), last.position);
+        let after = last.entry.attempt;
+        let mut later: Vec<HistoryEntry> = self
+            .history(&namespace, &task_id, self.config().history_cap)
+            .await?
+            .into_iter()
+            .filter(|e| e.execution_id == id && e.attempt > after)
+            .collect();
+        later.sort_by_key(|e| e.attempt);
+        items.extend(later.into_iter().map(|entry| ExecutionItem {
+            position,
+            namespace: namespace.clone(),
+            task_id: task_id.clone(),
+            entry,
+        }));
+        Ok(())
+    }
+
+    async fn scan_story(&self, id: ExecutionId) -> Result<(Vec<ExecutionItem>, bool)> {
         let born = id
             .as_uuid()
             .get_timestamp()

@@ -48,7 +48,8 @@ pub struct ExecutionMessage {
     pub namespace: Arc<str>,
     /// The schedule instant this execution stands for (for run-now, when it was asked for).
     pub fire_at: UtcMillis,
-    /// Attempt number, 0 for the first.
+    /// The attempt's index in the queue's protocol, 0 for the first. Everything people and
+    /// handlers read counts from 1 ([`ExecutionMessage::attempt_number`]).
     pub attempt: u32,
     /// Started by hand (`ax task run`) rather than by the schedule.
     #[serde(default)]
@@ -169,6 +170,12 @@ pub(crate) fn backfill_identity(namespace: &str, task_id: &str, fire_at: UtcMill
 }
 
 impl ExecutionMessage {
+    /// The attempt as people and handlers count it, 1 for the first: in logs, the CLI, the
+    /// console, the API, `X-Ax-Attempt` and `AX_ATTEMPT`.
+    pub fn attempt_number(&self) -> u32 {
+        self.attempt.saturating_add(1)
+    }
+
     /// The first attempt of what the dispatcher asked to enqueue, at `now`, by a scheduler
     /// holding `fencing_token`. The dispatch's key names the task (a spec's own id and
     /// namespace fields may be empty), and its overlap mode is carried as decided.

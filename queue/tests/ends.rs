@@ -55,6 +55,7 @@ fn record(d: &Delivery, outcome: AttemptOutcome) -> EndRecord {
             shard: m.shard,
         },
         history: Some(HistoryEntry {
+            unstarted: false,
             execution_id: m.execution_id,
             fire_at: m.fire_at,
             started_at: at,

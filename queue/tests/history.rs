@@ -29,6 +29,7 @@ async fn queue() -> Queue {
 fn entry(id: ExecutionId, attempt: u32, end: AttemptEnd) -> HistoryEntry {
     let now = UtcMillis::now();
     HistoryEntry {
+        unstarted: false,
         execution_id: id,
         fire_at: UtcMillis(now.0 - 50),
         started_at: UtcMillis(now.0 - 10),

@@ -469,6 +469,7 @@ async fn a_tasks_history_expires_after_the_retention_and_is_deleted_on_demand() 
     };
     let q = common::connect(cfg).await;
     let entry = HistoryEntry {
+        unstarted: false,
         execution_id: ax_queue::new_execution_id(),
         fire_at: UtcMillis(5),
         started_at: UtcMillis(6),
@@ -584,6 +585,7 @@ async fn history_is_capped_newest_first() {
     let q = common::connect(cfg).await;
     for i in 0..8u32 {
         let e = HistoryEntry {
+            unstarted: false,
             execution_id: ax_queue::new_execution_id(),
             fire_at: UtcMillis(i64::from(i)),
             started_at: UtcMillis(10),
@@ -960,6 +962,7 @@ async fn execution_events_reach_the_reader_in_order_with_history() {
         },
     );
     let entry = HistoryEntry {
+        unstarted: false,
         execution_id: id,
         fire_at: UtcMillis(5),
         started_at: UtcMillis(6),

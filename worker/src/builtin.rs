@@ -52,7 +52,7 @@ use crate::secrets::SecretSource;
 
 /// The header naming the execution (stable across retries and redeliveries).
 pub const EXECUTION_ID_HEADER: &str = "x-ax-execution-id";
-/// The header naming the attempt (0 for the first).
+/// The header naming the attempt (1 for the first).
 pub const ATTEMPT_HEADER: &str = "x-ax-attempt";
 /// The header carrying the completion URL of an `http.async` attempt.
 pub const COMPLETION_URL_HEADER: &str = "x-ax-completion-url";
@@ -205,7 +205,7 @@ async fn post(
             .request(method.clone(), url.clone())
             .timeout(deadline.saturating_duration_since(Instant::now()))
             .header(EXECUTION_ID_HEADER, exec.execution_id.to_string())
-            .header(ATTEMPT_HEADER, exec.attempt.to_string());
+            .header(ATTEMPT_HEADER, exec.attempt_number().to_string());
         if own_origin {
             req = with_credentials(req, target, completion);
         }
@@ -337,6 +337,15 @@ fn body(exec: &ExecutionMessage, completion: Option<&Completion>) -> Result<Vec<
         ..exec.clone()
     })
     .map_err(fail)?;
+    if let Some(obj) = value.as_object_mut() {
+        // The receiver reads attempts as people do, from 1, like `X-Ax-Attempt`.
+        obj.insert("attempt".into(), exec.attempt_number().into());
+        if let Some(serde_json::Value::Array(errors)) = obj.get_mut("previous_errors") {
+            for (e, previous) in errors.iter_mut().zip(&exec.previous_errors) {
+                e["attempt"] = previous.attempt.saturating_add(1).into();
+            }
+        }
+    }
     if let (Some(c), Some(obj)) = (completion, value.as_object_mut()) {
         obj.insert("completion_url".into(), c.url().into());
         obj.insert("completion_token".into(), c.token().into());
@@ -389,7 +398,7 @@ impl Handler for LogHandler {
                 namespace = %exec.namespace,
                 execution_id = %exec.execution_id,
                 fire_at = %exec.fire_at,
-                attempt = exec.attempt,
+                attempt = exec.attempt_number(),
                 payload = %exec.payload,
                 "log handler ran an execution"
             );

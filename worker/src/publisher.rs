@@ -212,7 +212,7 @@ impl ExecutionReporter for QueueReporter {
                 execution_id = %exec.execution_id,
                 fire_at = %exec.fire_at,
                 lateness_ms,
-                attempt = exec.attempt,
+                attempt = exec.attempt_number(),
                 worker = worker_id,
                 handler = %exec.handler,
                 "started"
@@ -241,7 +241,7 @@ impl ExecutionReporter for QueueReporter {
             self.send(Report::Ended((report.execution_id, report.attempt)))
                 .await;
             if end.outcome == AttemptOutcome::Released {
-                info!(task_id = %task, execution_id = %report.execution_id, attempt = report.attempt, "released unfinished (shutdown); it runs elsewhere");
+                info!(task_id = %task, execution_id = %report.execution_id, attempt = report.attempt.saturating_add(1), "released unfinished (shutdown); it runs elsewhere");
                 return;
             }
             self.metrics.attempt(
@@ -261,7 +261,7 @@ impl ExecutionReporter for QueueReporter {
                         execution_id = %report.execution_id,
                         fire_at = %report.fire_at,
                         lateness_ms,
-                        attempt = report.attempt,
+                        attempt = report.attempt.saturating_add(1),
                         duration_ms,
                         outcome = end.label(),
                         retry_at = ?end.retry_at.map(|t| t.to_rfc3339()),
@@ -288,7 +288,7 @@ impl ExecutionReporter for QueueReporter {
             debug!(
                 task_id = %format!("{}/{}", exec.namespace, exec.task_id),
                 execution_id = %exec.execution_id,
-                attempt = exec.attempt,
+                attempt = exec.attempt_number(),
                 worker = worker_id,
                 "accepted by its receiver; waiting for its completion"
             );

@@ -109,6 +109,7 @@ impl ExecutionReport {
     /// `WorkerConfig::record_history` is set; a reporter that writes it can unset that).
     pub fn history(&self) -> HistoryEntry {
         HistoryEntry {
+            unstarted: false,
             execution_id: self.execution_id,
             fire_at: self.fire_at,
             started_at: self.started_at,

@@ -117,7 +117,7 @@ pwd
     assert!(!out.truncated);
     let expected = format!(
         "arg=--fixed\narg=--\narg=two words\narg=$HOME;rm -rf /\n\
-         AX_ATTEMPT=0\nAX_EXECUTION_ID={}\nAX_FIRE_AT=2026-01-01T00:00:00.000Z\n\
+         AX_ATTEMPT=1\nAX_EXECUTION_ID={}\nAX_FIRE_AT=2026-01-01T00:00:00.000Z\n\
          AX_NAMESPACE=ns\nAX_PAYLOAD={{\"k\":\"v w\"}}\nAX_TASK=cmd\nHOME=/var/lib/job\n\
          LANG=C.UTF-8\nPATH=/usr/local/bin:/usr/bin:/bin\nPWD={}\nTARGET=a b\n{}\n",
         exec.execution_id,

@@ -95,7 +95,7 @@ async fn http_handler_posts_the_execution_and_classifies_answers() {
         lower.contains(&format!("x-ax-execution-id: {}", ok.execution_id)),
         "a receiver can drop a repeat by the execution id: {req}"
     );
-    assert!(lower.contains("x-ax-attempt: 0"), "{req}");
+    assert!(lower.contains("x-ax-attempt: 1"), "{req}");
     assert!(lower.contains("content-type: application/json"), "{req}");
     assert!(
         req.contains(&ok.execution_id.to_string()),

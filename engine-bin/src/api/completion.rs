@@ -49,7 +49,7 @@ pub struct CompletionRequest {
 pub struct CompletionReply {
     /// The execution.
     pub execution_id: ax_scheduler_core::ExecutionId,
-    /// The attempt the token belongs to (0 for the first).
+    /// The attempt the token belongs to (1 for the first).
     pub attempt: u32,
     /// `succeeded`, `failed`, or `waiting` after a progress report.
     pub state: String,

@@ -42,7 +42,12 @@ fn stale(id: ExecutionId, attempt: u32, current: u32, end: &str) -> ApiError {
     };
     conflict(
         id,
-        &format!("attempt {attempt} {how} and attempt {current} runs now, with a token of its own"),
+        // Attempts are told as people count them, from 1.
+        &format!(
+            "attempt {} {how} and attempt {} runs now, with a token of its own",
+            attempt.saturating_add(1),
+            current.saturating_add(1)
+        ),
     )
 }
 
@@ -122,7 +127,7 @@ fn reply(
 ) -> CompletionReply {
     CompletionReply {
         execution_id: id,
-        attempt,
+        attempt: attempt.saturating_add(1),
         state: state.to_owned(),
         repeated,
         deadline,
@@ -228,7 +233,7 @@ impl Backend {
                     tracing::info!(
                         task_id = %format!("{}/{}", report.namespace, report.task_id),
                         execution_id = %report.execution_id,
-                        attempt = report.attempt,
+                        attempt = report.attempt.saturating_add(1),
                         outcome = report.end.label(),
                         "finished (reported by its job)"
                     );
@@ -309,7 +314,8 @@ mod tests {
         ] {
             let reply = answer(result).unwrap().unwrap();
             assert_eq!(reply.state, "succeeded");
-            assert_eq!(reply.attempt, 2);
+            // Index 2 in the queue is the third attempt, as people count.
+            assert_eq!(reply.attempt, 3);
             assert_eq!(reply.repeated, repeated);
             assert_eq!(reply.deadline, None);
         }

@@ -101,7 +101,9 @@ impl Backend {
         );
         let report =
             ax_worker::ExecutionReport::of(m, &m.queue, NO_WORKER.to_owned(), now, now, end);
-        let (event, history) = (report.finished_event(), report.history());
+        let mut history = report.history();
+        history.unstarted = true;
+        let event = report.finished_event();
         if let Err(e) = q.report(&event, Some(&history)).await {
             tracing::warn!(execution_id = %m.execution_id, error = %e, "killed, but the leader could not be told; the task's state catches up with its next execution");
         }

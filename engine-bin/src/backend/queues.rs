@@ -23,17 +23,18 @@ use ax_scheduler_core::{ExecutionId, UtcMillis};
 const FIRE_HISTORY_SCAN: usize = 1000;
 
 pub(super) fn record(e: &HistoryEntry) -> ExecutionRecord {
+    let started = !e.unstarted;
     ExecutionRecord {
         execution_id: e.execution_id,
         // The queue counts attempts from 0, people from 1.
         attempt: e.attempt.saturating_add(1),
         due: e.fire_at,
-        started: Some(e.started_at),
-        lateness_ms: Some(u64::try_from(e.lateness_ms).unwrap_or(0)),
-        duration_ms: Some(e.duration_ms),
+        started: started.then_some(e.started_at),
+        lateness_ms: started.then(|| u64::try_from(e.lateness_ms).unwrap_or(0)),
+        duration_ms: started.then_some(e.duration_ms),
         outcome: e.end.label().to_owned(),
         error: e.end.error.clone(),
-        worker: Some(e.worker.clone()),
+        worker: started.then(|| e.worker.clone()),
         namespace: None,
         task_id: None,
         queue: (!e.queue.is_empty()).then(|| e.queue.clone()),
@@ -502,6 +503,7 @@ mod tests {
 
     fn history_entry() -> HistoryEntry {
         HistoryEntry {
+            unstarted: false,
             execution_id: ExecutionId::from_u128(0),
             fire_at: UtcMillis(1_000),
             started_at: UtcMillis(990),

@@ -76,14 +76,17 @@ fn attempt_events(events: &mut Vec<Event>, retried: bool, a: &ExecutionRecord) {
     if retried {
         events.push((a.enqueued, format!("attempt {n} enqueued (retry)")));
     }
-    events.push((
-        a.started,
-        format!(
-            "attempt {n} started on {} ({} late)",
-            a.worker.as_deref().unwrap_or("-"),
-            millis(a.lateness_ms)
-        ),
-    ));
+    // An attempt killed before any worker took it has no start to tell.
+    if a.started.is_some() {
+        events.push((
+            a.started,
+            format!(
+                "attempt {n} started on {} ({} late)",
+                a.worker.as_deref().unwrap_or("-"),
+                millis(a.lateness_ms)
+            ),
+        ));
+    }
     let mut end = format!("attempt {n} {}", a.outcome);
     if let Some(e) = &a.error {
         end.push_str(&format!(": {}", one_line(e, 200)));

@@ -70,7 +70,7 @@ pub(super) fn apply_outcomes(
                     execution_id = %message.execution_id,
                     fire_at = %dispatch.fire_at,
                     lateness_ms = u64::try_from(lateness.as_millis()).unwrap_or(u64::MAX),
-                    attempt = 0,
+                    attempt = 1,
                     queue = %message.queue,
                     run_now = message.run_now,
                     "enqueued"
@@ -442,6 +442,7 @@ async fn record_unserved_fires(deps: &TermDeps, notices: &[Notice]) {
         let execution_id = *fanout;
         let now = deps.clock.now();
         let entry = ax_queue::HistoryEntry {
+            unstarted: false,
             execution_id,
             fire_at: *fire_at,
             started_at: now,

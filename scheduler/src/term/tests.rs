@@ -245,6 +245,7 @@ async fn a_fire_a_dead_leader_enqueued_is_not_enqueued_again() {
 /// The history entry of a first attempt of a fire at `fire_at` that succeeded at `end`.
 fn succeeded(fire_at: UtcMillis, end: UtcMillis) -> ax_queue::HistoryEntry {
     ax_queue::HistoryEntry {
+        unstarted: false,
         execution_id: ax_scheduler_core::ExecutionId::from_u128(7),
         fire_at,
         started_at: fire_at,

@@ -45,7 +45,7 @@ pub(crate) fn build(
     env.insert("AX_EXECUTION_ID".into(), exec.execution_id.to_string());
     env.insert("AX_TASK".into(), exec.task_id.to_string());
     env.insert("AX_NAMESPACE".into(), exec.namespace.to_string());
-    env.insert("AX_ATTEMPT".into(), exec.attempt.to_string());
+    env.insert("AX_ATTEMPT".into(), exec.attempt_number().to_string());
     env.insert("AX_FIRE_AT".into(), exec.fire_at.to_string());
     env.insert("AX_PAYLOAD".into(), exec.payload.to_string());
     // A step of a dependency chain, a piece of a fanned-out fire: where it stands.
@@ -96,7 +96,7 @@ mod tests {
         assert_eq!(env["AX_EXECUTION_ID"], exec.execution_id.to_string());
         assert_eq!(env["AX_TASK"], "nightly");
         assert_eq!(env["AX_NAMESPACE"], "ns");
-        assert_eq!(env["AX_ATTEMPT"], "0");
+        assert_eq!(env["AX_ATTEMPT"], "1");
         assert_eq!(env["AX_FIRE_AT"], "2026-01-01T00:00:00.000Z");
         assert_eq!(env["AX_PAYLOAD"], r#"{"day":"mon"}"#);
         assert_eq!(env.len(), 10, "{env:?}");

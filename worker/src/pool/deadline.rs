@@ -28,7 +28,7 @@ pub(super) async fn deadline_loop(sh: Arc<Shared>, stop: CancellationToken) {
                     for report in reports {
                         tracing::warn!(
                             execution_id = %report.execution_id,
-                            attempt = report.attempt,
+                            attempt = report.attempt.saturating_add(1),
                             "no completion by the deadline"
                         );
                         publish(&sh, &report).await;
@@ -68,7 +68,7 @@ async fn end_orphans(sh: &Shared, queue: &str) {
         let reason =
             format!("worker {worker} is gone: a broadcast execution runs only on its worker");
         let now = sh.cfg.clock.now();
-        tracing::warn!(execution_id = %msg.execution_id, attempt = msg.attempt, %worker, "{reason}");
+        tracing::warn!(execution_id = %msg.execution_id, attempt = msg.attempt_number(), %worker, "{reason}");
         sh.reporter.on_started(msg, &worker, now).await;
         let end = AttemptEnd {
             outcome: AttemptOutcome::Failed,

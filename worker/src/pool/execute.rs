@@ -59,7 +59,7 @@ pub(super) async fn execute(
         namespace = %m.namespace,
         execution_id = %m.execution_id,
         fire_at = %m.fire_at,
-        attempt = m.attempt,
+        attempt = m.attempt_number(),
         lateness_ms = tracing::field::Empty,
     );
     execute_in_span(&sh, &d, &hard_stop, &acks, slot, stop)
