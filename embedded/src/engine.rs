@@ -29,6 +29,7 @@ use ax_scheduler_core::execution::shown_error;
 use ax_scheduler_core::ready::ReadyQueue;
 use ax_scheduler_core::retry::{decide, RetryDecision};
 use ax_scheduler_core::timer::TimerWheel;
+use ax_scheduler_core::Interner;
 use ax_scheduler_core::{
     attempt::Verdict, AttemptEnd, AttemptOutcome, Dispatch, Dispatcher, DispatcherConfig,
     EnqueueOutcome, ExecutionEvent, ExecutionId, Notice, OverlapPolicy, TaskKey, TaskSpec,
@@ -117,6 +118,12 @@ pub(crate) struct Engine {
     outbox: Vec<Op>,
     /// After a restart, until the work found due has started: half the workers run.
     catching_up: bool,
+    /// When the driver sleeps until (`None`: until woken); an attempt that moves the next
+    /// wakeup before it wakes the driver.
+    pub(crate) driver_wakes_at: Option<UtcMillis>,
+    /// One copy of the names every job shares (namespace, handler, queue, default retry).
+    interner: Interner,
+    namespace: Arc<str>,
 }
 
 impl Engine {
@@ -135,6 +142,9 @@ impl Engine {
             store: None,
             outbox: Vec::new(),
             catching_up: false,
+            driver_wakes_at: None,
+            interner: Interner::default(),
+            namespace: Arc::from(NAMESPACE),
         }
     }
 
@@ -199,9 +209,13 @@ impl Engine {
                 .cloned()
                 .ok_or_else(|| EmbeddedError::UnknownHandler(spec.handler.to_string()))?;
             self.next_id = self.next_id.max(id.0);
-            let key = Arc::new(TaskKey::new(NAMESPACE, id.0.to_string()));
+            let key = self.key_of(id);
             let state = states.remove(&id);
             let revision = state.as_ref().map_or(1, |s| s.spec_revision.max(1));
+            let mut spec = spec;
+            spec.id = Arc::clone(&key.id);
+            spec.namespace = Arc::clone(&self.namespace);
+            spec.intern(&mut self.interner);
             let spec = Arc::new(spec);
             if let Some(k) = &spec.idempotency_key {
                 self.idempotency.insert(k.clone(), id);
@@ -293,7 +307,12 @@ impl Engine {
     pub(crate) fn new_id(&mut self) -> (JobId, Arc<TaskKey>) {
         self.next_id += 1;
         let id = JobId(self.next_id);
-        (id, Arc::new(TaskKey::new(NAMESPACE, id.0.to_string())))
+        (id, self.key_of(id))
+    }
+
+    fn key_of(&self, id: JobId) -> Arc<TaskKey> {
+        let namespace = Arc::clone(&self.namespace);
+        Arc::new(TaskKey::new(namespace, id.0.to_string()))
     }
 
     /// Adds a job whose spec was built and checked by the caller; a `durable` one is
@@ -306,6 +325,9 @@ impl Engine {
         (run, durable): (Arc<JobFn>, bool),
         now: UtcMillis,
     ) {
+        let mut spec = spec;
+        spec.namespace = Arc::clone(&self.namespace);
+        spec.intern(&mut self.interner);
         let spec = Arc::new(spec);
         self.persist(durable, || Op::PutJob(id, spec_bytes(&spec)));
         if let Some(k) = &spec.idempotency_key {

@@ -70,7 +70,8 @@ pub struct JobContext {
     /// recorded.
     pub recovered: bool,
     /// Cancelled when the attempt times out, is killed, or the kernel's grace at shutdown is
-    /// over: a long job should watch it and return. The attempt is dropped right after.
+    /// over; the attempt's future is dropped at the same moment. It is for what the job
+    /// started beside its future (a spawned task, a child process), which should stop on it.
     pub cancel: CancellationToken,
     pub(crate) spec: Arc<TaskSpec>,
 }

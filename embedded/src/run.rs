@@ -2,20 +2,30 @@
 //! per attempt, which runs a job's body.
 //!
 //! The driver sleeps until the engine's next wakeup (the earliest timer or retry) or until
-//! something changed (a submit, an attempt's end), takes one [`Engine::step`] under the lock
-//! and spawns the attempts it returns. An attempt runs the job's future in a task of its own,
-//! as the cluster's worker does, so a panic arrives as a join error instead of unwinding
-//! through the kernel and a timeout or a kill can drop it; its verdict goes back to the engine
-//! through the core's mapping ([`ax_scheduler_core::attempt`]).
+//! something changed (a submit, a control), takes one [`Engine::step`] under the lock and
+//! spawns the attempts it returns. An attempt that ends takes the step itself, in the same
+//! lock as its end, and starts what its freed worker can run next: a busy kernel goes from
+//! one attempt to the next without waking the driver, which is woken only when the next
+//! wakeup moved before the one it sleeps until.
+//!
+//! An attempt polls the job's future inside `catch_unwind`, so a panic becomes a failed
+//! attempt with the panic's message instead of unwinding through the kernel (the worker pool
+//! gets the same from a task's join error), and a timeout or a kill drops the future; the
+//! verdict goes back to the engine through the core's mapping ([`ax_scheduler_core::attempt`]).
+//! The future runs in the attempt's own task rather than in one more: one spawn per attempt.
 
+use std::any::Any;
+use std::future::Future;
 use std::ops::{Deref, DerefMut};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ax_scheduler_core::attempt::{self, Verdict};
 use ax_scheduler_core::{AttemptOutcome, Clock, HandlerError};
 use tokio::sync::Notify;
-use tokio::task::JoinError;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -76,11 +86,12 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
     loop {
         let (launches, next) = {
             let now = shared.clock.now();
-            shared.lock().step(now)
+            let mut engine = shared.lock();
+            let (launches, next) = engine.step(now);
+            engine.driver_wakes_at = next;
+            (launches, next)
         };
-        for launch in launches {
-            tokio::spawn(run_attempt(Arc::clone(&shared), launch));
-        }
+        spawn_attempts(&shared, launches);
         let sleep = async {
             match next {
                 Some(at) => tokio::time::sleep_until(instant_at(&*shared.clock, at)).await,
@@ -92,6 +103,16 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
             _ = shared.wake.notified() => {}
             _ = sleep => {}
         }
+    }
+}
+
+/// One task per attempt. Boxed: an attempt that ends starts the next ones, and a future that
+/// spawns its own kind needs a named type to be `Send`.
+fn spawn_attempts(shared: &Arc<Shared>, launches: Vec<Launch>) {
+    for launch in launches {
+        let attempt: Pin<Box<dyn Future<Output = ()> + Send>> =
+            Box::pin(run_attempt(Arc::clone(shared), launch));
+        tokio::spawn(attempt);
     }
 }
 
@@ -118,12 +139,41 @@ async fn run_attempt(shared: Arc<Shared>, launch: Launch) {
         .instrument(span)
         .await;
     let now = shared.clock.now();
-    shared.lock().finish(attempt, verdict, now);
+    let (launches, wake_driver) = {
+        let mut engine = shared.lock();
+        engine.finish(attempt, verdict, now);
+        let (launches, next) = engine.step(now);
+        let earlier = match (next, engine.driver_wakes_at) {
+            (Some(next), Some(planned)) => next < planned,
+            (next, planned) => next.is_some() && planned.is_none(),
+        };
+        (launches, earlier)
+    };
+    spawn_attempts(&shared, launches);
     shared.ended.notify_waiters();
-    shared.wake.notify_one();
+    if wake_driver {
+        shared.wake.notify_one();
+    }
 }
 
-/// The body under its timeout and kill switch, in a task of its own.
+/// A job's future with its panics caught.
+struct CatchPanic(crate::job::JobFuture);
+
+impl Future for CatchPanic {
+    type Output = Result<Result<(), HandlerError>, Box<dyn Any + Send>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let fut = &mut self.get_mut().0;
+        // A future that panicked is not polled again: it is dropped with the attempt.
+        match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(result)) => Poll::Ready(Ok(result)),
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
+    }
+}
+
+/// The body under its timeout and kill switch.
 async fn run_body(
     shared: &Shared,
     body: crate::job::JobFuture,
@@ -131,7 +181,6 @@ async fn run_body(
     kill: &CancellationToken,
     timeout: Duration,
 ) -> Verdict {
-    let mut handle = tokio::spawn(body);
     let verdict = tokio::select! {
         // A kill first: a job that returns because its token fired was stopped, not done.
         biased;
@@ -141,8 +190,9 @@ async fn run_body(
         } else {
             (AttemptOutcome::Killed, Some("killed".to_owned()), false)
         },
-        joined = tokio::time::timeout(timeout, &mut handle) => match joined {
-            Ok(joined) => joined_verdict(joined),
+        ended = tokio::time::timeout(timeout, CatchPanic(body)) => match ended {
+            Ok(Ok(result)) => attempt::verdict(result),
+            Ok(Err(payload)) => attempt::panic_verdict(payload.as_ref()),
             Err(_) => (
                 AttemptOutcome::TimedOut,
                 Some(format!("timed out after {timeout:?}")),
@@ -150,28 +200,12 @@ async fn run_body(
             ),
         },
     };
-    if !handle.is_finished() {
-        // The job is told, then dropped: a job that ignores its token cannot hold a worker.
-        ctx_cancel.cancel();
-        handle.abort();
-    }
+    // A job still running is told, then dropped (with the select's branches): one that
+    // ignores its token cannot hold a worker.
+    ctx_cancel.cancel();
     match &verdict.0 {
         AttemptOutcome::Succeeded => tracing::debug!("attempt succeeded"),
         outcome => tracing::warn!(%outcome, error = verdict.1.as_deref(), "attempt ended"),
     }
     verdict
-}
-
-fn joined_verdict(joined: Result<Result<(), HandlerError>, JoinError>) -> Verdict {
-    match joined {
-        Ok(result) => attempt::verdict(result),
-        Err(e) => match e.try_into_panic() {
-            Ok(payload) => attempt::panic_verdict(payload.as_ref()),
-            Err(e) => (
-                AttemptOutcome::Panicked,
-                Some(format!("job task ended abnormally: {e}")),
-                true,
-            ),
-        },
-    }
 }

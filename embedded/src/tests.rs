@@ -195,17 +195,16 @@ async fn cancel_before_start_and_kill_while_running() {
         .expect("after");
     assert!(kernel.cancel(later));
     assert!(!kernel.cancel(later));
-    let cancelled = Arc::new(AtomicU32::new(0));
-    let seen = cancelled.clone();
+    let token = Arc::new(Mutex::new(None));
+    let seen = token.clone();
     let long = kernel
         .after(
             Duration::ZERO,
             Job::new(move |ctx| {
                 let seen = seen.clone();
                 async move {
-                    // Tells the test it saw its token, then is dropped by the kernel.
-                    ctx.cancel.cancelled().await;
-                    seen.fetch_add(1, Ordering::SeqCst);
+                    // Hands its token to the test, then hangs until the kernel drops it.
+                    *seen.lock().expect("token") = Some(ctx.cancel.clone());
                     std::future::pending().await
                 }
             })
@@ -219,7 +218,8 @@ async fn cancel_before_start_and_kill_while_running() {
     );
     assert!(kernel.kill(long));
     sleep(100).await;
-    assert_eq!(cancelled.load(Ordering::SeqCst), 1, "its token fired");
+    let token = token.lock().expect("token").clone().expect("it ran");
+    assert!(token.is_cancelled(), "its token fired");
     assert!(kernel.is_empty(), "killed: no retry, no dead letter");
     assert!(kernel.dead_letters().is_empty());
     sleep(20_000).await;

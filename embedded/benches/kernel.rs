@@ -1,0 +1,310 @@
+//! The embedded kernel side by side with what a Rust program would otherwise use: a
+//! `tokio_util::time::DelayQueue` entry per job, and one `tokio::spawn` + `sleep` per job.
+//!
+//! Measures, in one run: heap bytes per pending job (a counting global allocator,
+//! `stats_alloc`, net bytes after N jobs were scheduled an hour ahead), fires per second with
+//! N no-op jobs all due at the same instant (from that instant until the last one ran) and
+//! their lateness, the latency of a submit and of a cancel in memory, and submits per second
+//! into the durable store with many submits in flight. The two peers have no job semantics
+//! (no retry, timeout, cancel by id, dead letter): they are the floor, not rivals. Run with
+//! `cargo bench -p ax-embedded --bench kernel`; `AX_BENCH_JOBS` sets N (default 100 000).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::alloc::System;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ax_embedded::{Job, Kernel, RetryPolicy, When};
+use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+use tokio_util::time::DelayQueue;
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn jobs() -> usize {
+    std::env::var("AX_BENCH_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000)
+}
+
+fn net_bytes(region: &Region<'_, System>) -> f64 {
+    let s = region.change();
+    s.bytes_allocated as f64 - s.bytes_deallocated as f64
+}
+
+fn main() {
+    let n = jobs();
+    println!("{n} jobs");
+    memory(n);
+    fires(n);
+    latency(n);
+    durable(20_000.min(n));
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn noop() -> Job {
+    Job::new(|_| async { Ok(()) })
+}
+
+/// Each measure on a runtime of its own, dropped before the next one starts, so that one
+/// measure's frees do not land in the next one's count.
+fn memory(n: usize) {
+    let rt = runtime();
+    rt.block_on(async {
+        let kernel = Kernel::builder().build().unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let region = Region::new(GLOBAL);
+        for _ in 0..n {
+            kernel.after(HOUR, noop()).unwrap();
+        }
+        // Lets the driver take the dispatcher's first writes, as it does at once in use.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let bytes = net_bytes(&region);
+        println!(
+            "memory  kernel        {:>6.0} B per pending job",
+            bytes / n as f64
+        );
+        kernel.shutdown(Duration::ZERO).await;
+    });
+    drop(rt);
+    let rt = runtime();
+    rt.block_on(async {
+        let region = Region::new(GLOBAL);
+        let mut q = DelayQueue::new();
+        for i in 0..n {
+            q.insert(i as u64, HOUR);
+        }
+        let bytes = net_bytes(&region);
+        println!(
+            "memory  delay_queue   {:>6.0} B per pending job",
+            bytes / n as f64
+        );
+        drop(black_box(q));
+    });
+    drop(rt);
+    let rt = runtime();
+    rt.block_on(async {
+        let region = Region::new(GLOBAL);
+        let handles: Vec<_> = (0..n)
+            .map(|_| tokio::spawn(async { tokio::time::sleep(HOUR).await }))
+            .collect();
+        let bytes = net_bytes(&region);
+        println!(
+            "memory  spawn_sleep   {:>6.0} B per pending job (with its JoinHandle, 8 B)",
+            bytes / n as f64
+        );
+        for h in handles {
+            h.abort();
+        }
+    });
+}
+
+/// Lateness buckets of 1 ms, the last one for everything later.
+struct Lateness([AtomicU64; 1001]);
+
+impl Lateness {
+    fn new() -> Arc<Self> {
+        Arc::new(Lateness(std::array::from_fn(|_| AtomicU64::new(0))))
+    }
+    fn record(&self, ms: i64) {
+        let i = usize::try_from(ms.max(0)).unwrap_or(1000).min(1000);
+        self.0[i].fetch_add(1, Ordering::Relaxed);
+    }
+    fn p99(&self) -> usize {
+        let total: u64 = self.0.iter().map(|b| b.load(Ordering::Relaxed)).sum();
+        let mut seen = 0;
+        for (i, b) in self.0.iter().enumerate() {
+            seen += b.load(Ordering::Relaxed);
+            if seen * 100 >= total * 99 {
+                return i;
+            }
+        }
+        1000
+    }
+}
+
+fn fires(n: usize) {
+    for workers in [5, 512] {
+        fires_kernel(n, workers);
+    }
+    fires_delay_queue_and_spawn(n);
+}
+
+/// N no-op jobs due at one instant, on `workers` workers: from that instant to the last end.
+fn fires_kernel(n: usize, workers: usize) {
+    let rt = runtime();
+    rt.block_on(async {
+        let kernel = Kernel::builder().workers(workers).build().unwrap();
+        let done = Arc::new(AtomicU64::new(0));
+        let lateness = Lateness::new();
+        let due = kernel
+            .now()
+            .add(Duration::from_millis(500 + n as u64 / 200));
+        for _ in 0..n {
+            let (d, l, k) = (done.clone(), lateness.clone(), kernel.clone());
+            let job = Job::new(move |ctx| {
+                let (d, l, k) = (d.clone(), l.clone(), k.clone());
+                async move {
+                    l.record(k.now().0 - ctx.fire_at.0);
+                    d.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                }
+            })
+            .retry(RetryPolicy {
+                max_retries: 0,
+                ..RetryPolicy::default()
+            });
+            kernel.at(due, job).unwrap();
+        }
+        let start = wait_until(&kernel, due).await;
+        while done.load(Ordering::Relaxed) < n as u64 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "fires   kernel/{workers:<4}   {:>9.0} fires/s, lateness p99 {} ms, all {} ran",
+            n as f64 / secs,
+            lateness.p99(),
+            done.load(Ordering::Relaxed)
+        );
+        kernel.shutdown(Duration::ZERO).await;
+    });
+}
+
+fn fires_delay_queue_and_spawn(n: usize) {
+    let rt = runtime();
+    rt.block_on(async {
+        let mut q = DelayQueue::new();
+        let delay = Duration::from_millis(200);
+        for i in 0..n {
+            q.insert(i as u64, delay);
+        }
+        let mut fired = 0;
+        let mut first = None;
+        while fired < n {
+            std::future::poll_fn(|cx| q.poll_expired(cx)).await;
+            first.get_or_insert_with(Instant::now);
+            fired += 1;
+        }
+        let secs = first.map_or(0.0, |f| f.elapsed().as_secs_f64()).max(1e-9);
+        println!(
+            "fires   delay_queue   {:>9.0} fires/s (expiries, no job run)",
+            n as f64 / secs
+        );
+    });
+    rt.block_on(async {
+        let done = Arc::new(AtomicU64::new(0));
+        let due = tokio::time::Instant::now() + Duration::from_millis(500 + n as u64 / 200);
+        for _ in 0..n {
+            let d = done.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep_until(due).await;
+                d.fetch_add(1, Ordering::Relaxed);
+            });
+        }
+        tokio::time::sleep_until(due).await;
+        let start = Instant::now();
+        while done.load(Ordering::Relaxed) < n as u64 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        println!("fires   spawn_sleep   {:>9.0} fires/s", n as f64 / secs);
+    });
+}
+
+/// Sleeps until the kernel's clock reads `due`; returns the monotonic instant of it.
+async fn wait_until(kernel: &Kernel, due: ax_embedded::UtcMillis) -> Instant {
+    let wait = due.since(kernel.now());
+    tokio::time::sleep(wait).await;
+    Instant::now()
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn latency(n: usize) {
+    let rt = runtime();
+    rt.block_on(async {
+        let kernel = Kernel::builder().build().unwrap();
+        let mut submits = Vec::with_capacity(n);
+        let mut ids = Vec::with_capacity(n);
+        for _ in 0..n {
+            let job = noop();
+            let t = Instant::now();
+            let id = kernel.after(HOUR, job).unwrap();
+            submits.push(t.elapsed().as_nanos() as u64);
+            ids.push(id);
+        }
+        let mut cancels = Vec::with_capacity(n);
+        for id in ids {
+            let t = Instant::now();
+            assert!(kernel.cancel(id));
+            cancels.push(t.elapsed().as_nanos() as u64);
+        }
+        submits.sort_unstable();
+        cancels.sort_unstable();
+        println!(
+            "latency kernel submit p50 {} ns p99 {} ns; cancel p50 {} ns p99 {} ns",
+            percentile(&submits, 0.5),
+            percentile(&submits, 0.99),
+            percentile(&cancels, 0.5),
+            percentile(&cancels, 0.99)
+        );
+        kernel.shutdown(Duration::ZERO).await;
+    });
+}
+
+fn durable(n: usize) {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    rt.block_on(async {
+        let kernel = Kernel::builder()
+            .store(dir.path().join("bench.redb"))
+            .handler("noop", |_ctx, _n: u64| async { Ok(()) })
+            .build()
+            .unwrap();
+        let start = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        let per = n / 64;
+        for t in 0..64u64 {
+            let kernel = kernel.clone();
+            tasks.spawn(async move {
+                let mut lat = Vec::with_capacity(per);
+                for i in 0..per as u64 {
+                    let job = Job::named("noop").payload(&(t * 1_000_000 + i));
+                    let s = Instant::now();
+                    kernel.submit(When::After(HOUR), job).await.unwrap();
+                    lat.push(s.elapsed().as_micros() as u64);
+                }
+                lat
+            });
+        }
+        let mut lat = Vec::with_capacity(n);
+        while let Some(l) = tasks.join_next().await {
+            lat.extend(l.unwrap());
+        }
+        let secs = start.elapsed().as_secs_f64();
+        lat.sort_unstable();
+        println!(
+            "durable kernel {:>7.0} submits/s (64 in flight), latency p50 {} us p99 {} us",
+            lat.len() as f64 / secs,
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99)
+        );
+        kernel.shutdown(Duration::ZERO).await;
+    });
+}
