@@ -51,6 +51,7 @@ pub(crate) const NAMESPACE: &str = "embedded";
 pub(crate) struct Attempt {
     pub(crate) job: JobId,
     pub(crate) execution: ExecutionId,
+    /// The attempt's index, 0 for the first (the dispatcher's and the retry decision's count).
     pub(crate) attempt: u32,
     pub(crate) fire_at: UtcMillis,
     /// When the execution's first attempt started: the retry budget counts from it.
@@ -463,7 +464,7 @@ impl Engine {
         let ctx = JobContext {
             id: attempt.job,
             execution: attempt.execution,
-            attempt: attempt.attempt,
+            attempt: attempt.attempt.saturating_add(1),
             fire_at: attempt.fire_at,
             recovered: attempt.recovered,
             cancel: kill.child_token(),

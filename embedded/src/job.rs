@@ -60,7 +60,8 @@ pub struct JobContext {
     pub id: JobId,
     /// The execution: one fire of the job, the same for all its attempts.
     pub execution: ExecutionId,
-    /// The attempt, 0 for the first.
+    /// The attempt, 1 for the first: as the cluster counts attempts everywhere people and
+    /// handlers read them.
     pub attempt: u32,
     /// The instant the fire was due.
     pub fire_at: UtcMillis,

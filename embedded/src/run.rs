@@ -132,7 +132,7 @@ async fn run_attempt(shared: Arc<Shared>, launch: Launch) {
         task_id = %key,
         execution_id = %attempt.execution,
         fire_at = %attempt.fire_at,
-        attempt = attempt.attempt,
+        attempt = attempt.attempt.saturating_add(1),
         lateness_ms,
     );
     let verdict = run_body(&shared, run(ctx.clone()), &ctx.cancel, &kill, timeout)

@@ -79,7 +79,7 @@ async fn a_restart_runs_what_was_acknowledged_and_what_was_running() {
     assert_eq!(after.len(), 2, "{after:?}");
     assert_eq!(
         after[0],
-        (1, before[0].1, 0, true),
+        (1, before[0].1, 1, true),
         "run again, same execution"
     );
     assert_eq!((after[1].0, after[1].3), (2, false));
