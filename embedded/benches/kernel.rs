@@ -149,9 +149,10 @@ fn fires_kernel(n: usize, workers: usize) {
         let kernel = Kernel::builder().workers(workers).build().unwrap();
         let done = Arc::new(AtomicU64::new(0));
         let lateness = Lateness::new();
+        // Far enough ahead that every job is submitted before it is due (checked below).
         let due = kernel
             .now()
-            .add(Duration::from_millis(500 + n as u64 / 200));
+            .add(Duration::from_millis(1000 + n as u64 / 50));
         for _ in 0..n {
             let (d, l, k) = (done.clone(), lateness.clone(), kernel.clone());
             let job = Job::new(move |ctx| {
@@ -168,6 +169,11 @@ fn fires_kernel(n: usize, workers: usize) {
             });
             kernel.at(due, job).unwrap();
         }
+        assert!(
+            kernel.now() < due,
+            "submitting took longer than the lead time"
+        );
+        assert_eq!(done.load(Ordering::Relaxed), 0);
         let start = wait_until(&kernel, due).await;
         while done.load(Ordering::Relaxed) < n as u64 {
             tokio::time::sleep(Duration::from_millis(1)).await;

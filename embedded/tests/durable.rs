@@ -196,7 +196,8 @@ async fn a_restart_catches_up_at_half_the_workers() {
                 use std::sync::atomic::Ordering;
                 let now = r.fetch_add(1, Ordering::SeqCst) + 1;
                 m.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(30)).await;
+                // Long enough that the two started together overlap on a busy machine.
+                tokio::time::sleep(Duration::from_millis(200)).await;
                 r.fetch_sub(1, Ordering::SeqCst);
                 d.lock()
                     .map_err(|_| HandlerError::Retryable("poisoned".into()))?
@@ -206,7 +207,12 @@ async fn a_restart_catches_up_at_half_the_workers() {
         })
         .build()
         .expect("kernel");
-    wait_for(&done, 6).await;
+    for _ in 0..300 {
+        if taken(&done).len() >= 6 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(taken(&done).len(), 6);
     assert_eq!(
         most.load(std::sync::atomic::Ordering::SeqCst),
