@@ -26,10 +26,7 @@ use ax_queue::{Queue, QueueStats};
 use ax_registry::Registry;
 use ax_scheduler_core::timer::TimerConfig;
 use ax_scheduler_core::{DispatcherConfig, ReconnectBackoff, UtcMillis};
-use ax_worker::{
-    CommandHandler, HandlerRegistry, HttpHandler, PoolSummary, WorkerConfig, WorkerError,
-    WorkerPool,
-};
+use ax_worker::PoolSummary;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -392,7 +389,7 @@ impl Parts<'_> {
             instance_id: self.config.instance.id.clone(),
             roles: self.roles(),
             handlers: if self.config.instance.has_role(ReplicaRole::Worker) {
-                handler_registry(&self.config.worker)
+                crate::worker_role::handler_registry(&self.config.worker)
                     .map(|r| r.names())
                     .unwrap_or_default()
             } else {
@@ -512,46 +509,15 @@ impl Parts<'_> {
         &self,
         shutdown: &Shutdown,
     ) -> anyhow::Result<tokio::task::JoinHandle<PoolSummary>> {
-        let config = self.config;
-        let worker_id = config.instance.id.clone();
-        // Validation refused bad entries before the process got here.
-        let (http_allow_cidrs, http_allow_hosts) =
-            config.worker.egress_allow().map_err(|problems| {
-                let lines: Vec<String> =
-                    problems.iter().map(|(k, p)| format!("{k}: {p}")).collect();
-                anyhow::anyhow!("invalid configuration: {}", lines.join("; "))
-            })?;
-        let pool_config = WorkerConfig {
-            worker_id,
-            // A partitioned queue is served by its partitions, each taken from on its own.
-            queues: self.queue.physical_queues_of(&config.worker.queues),
-            concurrency: config.worker.effective_concurrency(),
-            prefetch: config.worker.prefetch,
-            slow_start: config.worker.slow_start,
-            shutdown_grace: config.worker.shutdown_grace,
-            visibility_timeout: config.worker.visibility_timeout,
-            http_allow_cidrs,
-            http_allow_hosts,
-            completion_public_url: Some(config.http.public_url.clone())
-                .filter(|u| !u.trim().is_empty()),
-            ..WorkerConfig::default()
-        };
-        let reporter = ax_worker::QueueReporter::new(
-            self.queue.clone(),
-            Arc::clone(self.metrics) as Arc<dyn ax_worker::WorkerMetrics>,
-            shutdown.tracker(),
-        );
-        let pool = WorkerPool::new(
-            self.queue.clone(),
-            pool_config,
-            handler_registry(&config.worker)?,
-            Arc::new(reporter),
-        )?;
         // Refuses to start beside a live process under the same id (the process then exits
         // non-zero); gives back what a dead one left.
-        pool.claim_id()
-            .await
-            .context("cannot take over this replica's worker id")?;
+        let pool = crate::worker_role::worker_pool(
+            self.config,
+            self.queue,
+            Arc::clone(self.metrics),
+            shutdown.tracker(),
+        )
+        .await?;
         self.readiness.set_worker_pool(true);
         Ok(shutdown.spawn(move |cancel| {
             async move { pool.run(cancel).await }.instrument(info_span!("workers"))
@@ -750,14 +716,4 @@ fn alert_channels(config: &Config) -> Vec<&'static str> {
         channels.push("webhook");
     }
     channels
-}
-
-/// The handlers a worker replica serves: the built-ins and `command` with the replica's
-/// commands (registered even with none, so a task naming a command gets the reason it cannot
-/// run here rather than "unknown handler").
-fn handler_registry(worker: &crate::config::Worker) -> Result<HandlerRegistry, WorkerError> {
-    let mut registry = HandlerRegistry::with_builtins();
-    registry.register("http", HttpHandler::new(worker.secret_source()));
-    registry.register("command", CommandHandler::new(worker.commands_config())?);
-    Ok(registry)
 }

@@ -7,9 +7,13 @@
 //! [`ExecutionReporter`] ([`QueueReporter`] in a cluster: events for the leader and history
 //! through Redis). An `http.async` attempt whose receiver answers 202 is awaiting
 //! instead and ended later by its completion or its deadline ([`awaiting`]).
+//!
+//! [`cluster_pool`] puts a pool together for a cluster's queues (reporter, partitions, the
+//! claim of its id): the `ax` binary's worker role and the Rust SDK's worker both start there.
 
 pub mod awaiting;
 mod builtin;
+mod cluster;
 pub mod command;
 pub mod egress;
 mod error;
@@ -25,6 +29,7 @@ pub use builtin::{
     classify_status, HttpHandler, LogHandler, NoopHandler, ATTEMPT_HEADER, COMPLETION_TOKEN_HEADER,
     COMPLETION_URL_HEADER, EXECUTION_ID_HEADER, MAX_REDIRECTS,
 };
+pub use cluster::{cluster_pool, NoMetrics};
 pub use command::{CommandConfig, CommandHandler, CommandsConfig};
 pub use egress::{EgressClient, EgressError, EgressPolicy, HostPattern};
 pub use error::{Result, WorkerError};

@@ -1,0 +1,67 @@
+//! Where the cluster is, and the queue settings every process of it must share.
+//!
+//! The queue settings are the queue crate's own ([`QueueConfig`]): the key prefix, priority
+//! aging, queue limits and partitions must be the same in every process that serves or
+//! enqueues into a queue, so the SDK takes them as the cluster has them rather than a
+//! second, smaller set of names that could disagree.
+
+use ax_queue::{Queue, QueueConfig};
+
+use crate::error::{Error, Result};
+
+/// How to reach a cluster.
+#[derive(Clone, Debug)]
+pub struct Config {
+    redis: Redis,
+    queue: QueueConfig,
+}
+
+#[derive(Clone, Debug)]
+enum Redis {
+    Single(String),
+    Cluster(Vec<String>),
+}
+
+impl Config {
+    /// A cluster whose queues are on the Redis server at `url` (`redis://host:port/db`, or
+    /// `rediss://` for TLS), with the default queue settings.
+    pub fn redis(url: impl Into<String>) -> Self {
+        Config {
+            redis: Redis::Single(url.into()),
+            queue: QueueConfig::default(),
+        }
+    }
+
+    /// A cluster whose queues are on the Redis Cluster that `nodes` belong to.
+    pub fn redis_cluster(nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Config {
+            redis: Redis::Cluster(nodes.into_iter().map(Into::into).collect()),
+            queue: QueueConfig::default(),
+        }
+    }
+
+    /// The key prefix of the cluster's Redis keys (`redis.key_prefix`; default `ax`).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.queue.prefix = prefix.into();
+        self
+    }
+
+    /// All queue settings at once, as the cluster's replicas have them (`[redis]` in
+    /// `ax.toml`: priority aging, limits, partitions, TLS material).
+    pub fn queue_settings(mut self, settings: QueueConfig) -> Self {
+        self.queue = settings;
+        self
+    }
+
+    /// Connects to Redis.
+    pub(crate) async fn connect_queue(&self) -> Result<Queue> {
+        let queue = match &self.redis {
+            Redis::Single(url) => Queue::connect(url, self.queue.clone()).await?,
+            Redis::Cluster(nodes) if nodes.is_empty() => {
+                return Err(Error::Config("no Redis cluster nodes given".into()))
+            }
+            Redis::Cluster(nodes) => Queue::connect_cluster(nodes, self.queue.clone()).await?,
+        };
+        Ok(queue)
+    }
+}

@@ -1,0 +1,152 @@
+//! The worker: your handlers, served against the cluster's queues by the worker crate's
+//! pool.
+//!
+//! The builder only gathers names and numbers; everything that runs is the pool the `ax`
+//! binary's worker role runs, put together by [`ax_worker::cluster_pool`], so a Rust service
+//! gets the guarantees of a replica's worker and nothing of its own to get wrong. The
+//! builder starts from an empty handler table: an SDK worker runs only what it registered,
+//! so it should serve queues of its own (an execution whose handler it lacks is
+//! dead-lettered, as on any worker).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ax_scheduler_core::HandlerError;
+use ax_worker::{HandlerRegistry, NoMetrics, PoolSummary, WorkerConfig, WorkerMetrics};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::job::{Job, Typed};
+
+/// A worker process of the cluster, serving named handlers. Start one with
+/// [`Worker::builder`].
+#[derive(Debug)]
+pub struct Worker;
+
+impl Worker {
+    /// A worker of the cluster `config` reaches, with no handlers yet, serving the `default`
+    /// queue.
+    pub fn builder(config: Config) -> WorkerBuilder {
+        WorkerBuilder {
+            config,
+            registry: HandlerRegistry::new(),
+            pool: WorkerConfig::default(),
+            metrics: Arc::new(NoMetrics),
+        }
+    }
+}
+
+/// Settings of a [`Worker`], then [`WorkerBuilder::run`].
+pub struct WorkerBuilder {
+    config: Config,
+    registry: HandlerRegistry,
+    pool: WorkerConfig,
+    metrics: Arc<dyn WorkerMetrics>,
+}
+
+impl std::fmt::Debug for WorkerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("handlers", &self.registry.names())
+            .field("worker_id", &self.pool.worker_id)
+            .field("queues", &self.pool.queues)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerBuilder {
+    /// Runs the executions of tasks whose `handler` is `name` with `f`, their payload
+    /// decoded as a `T` (a payload that does not decode fails the attempt permanently; take
+    /// `serde_json::Value` for any JSON). A second handler under one name replaces the first.
+    pub fn handler<T, F, Fut>(mut self, name: impl Into<String>, f: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(Job<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        self.registry.register(name, Typed::new(f));
+        self
+    }
+
+    /// The queues to serve, by the names tasks give (a partitioned queue is served on each of
+    /// its partitions). Default `["default"]`.
+    pub fn queues(mut self, queues: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.pool.queues = queues.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Attempts running at once. Default [`ax_worker::DEFAULT_CONCURRENCY`].
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.pool.concurrency = n;
+        self
+    }
+
+    /// Messages taken ahead of a free slot (they are this worker's until it runs or gives
+    /// them back). Default [`ax_worker::DEFAULT_PREFETCH`].
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.pool.prefetch = n;
+        self
+    }
+
+    /// This process's worker id: unique among live processes (a second live one under it is
+    /// refused), stable across restarts if what a dead process left should go back to the
+    /// queue at once rather than after the visibility timeout. Default `worker-` and a
+    /// random suffix.
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.pool.worker_id = id.into();
+        self
+    }
+
+    /// How long running attempts may go on once shutdown starts; what is still running then
+    /// is stopped and goes back to the queue. Default [`ax_worker::DEFAULT_SHUTDOWN_GRACE`].
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.pool.shutdown_grace = grace;
+        self
+    }
+
+    /// How long a silent worker's messages stay with it before a live worker gives them
+    /// back to the queue. Default [`ax_queue::DEFAULT_VISIBILITY_TIMEOUT`].
+    pub fn visibility_timeout(mut self, timeout: Duration) -> Self {
+        self.pool.visibility_timeout = timeout;
+        self
+    }
+
+    /// Whether the pool opens its slots gradually after start and after a backlog arrives
+    /// (see [`ax_worker::WorkerConfig::slow_start`]). Default true.
+    pub fn slow_start(mut self, on: bool) -> Self {
+        self.pool.slow_start = on;
+        self
+    }
+
+    /// Where the pool's metrics go (attempts, lateness, Redis errors). Default nowhere.
+    pub fn metrics(mut self, metrics: Arc<dyn WorkerMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Connects, claims the worker id and serves until `shutdown` is cancelled; then stops
+    /// taking, lets running attempts finish within the grace, gives back the rest, writes
+    /// the last reports and deregisters. Fails at start when Redis cannot be reached, the
+    /// settings cannot work, no handler was registered, or a live process holds the id.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<PoolSummary> {
+        if self.registry.names().is_empty() {
+            return Err(Error::Config("the worker has no handlers".into()));
+        }
+        let queue = self.config.connect_queue().await?;
+        let reports = TaskTracker::new();
+        let pool =
+            ax_worker::cluster_pool(&queue, self.pool, self.registry, self.metrics, &reports)
+                .await?;
+        let summary = pool.run(shutdown).await;
+        // The publisher ends once the pool (which holds the reporter) is gone and every
+        // report is written.
+        drop(pool);
+        reports.close();
+        reports.wait().await;
+        Ok(summary)
+    }
+}
