@@ -39,7 +39,7 @@ fn taken(seen: &Seen) -> Vec<(u64, ExecutionId, u32, bool)> {
 }
 
 async fn wait_for(seen: &Seen, n: usize) {
-    for _ in 0..200 {
+    for _ in 0..500 {
         if taken(seen).len() >= n {
             return;
         }
@@ -60,7 +60,8 @@ async fn a_restart_runs_what_was_acknowledged_and_what_was_running() {
     .await
     .expect("submit");
     let later = Job::named("record").payload(&2u64);
-    k.submit(When::After(Duration::from_millis(300)), later)
+    // Far enough that it is not due before the shutdown, on a busy machine too.
+    k.submit(When::After(Duration::from_millis(1500)), later)
         .await
         .expect("submit");
     wait_for(&first, 1).await;
@@ -173,6 +174,8 @@ async fn a_restart_catches_up_at_half_the_workers() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("jobs.redb");
     let k = kernel(&path, &seen(), false);
+    // Nothing runs in this process, however slow its submits (the pause is not persisted).
+    k.pause_all();
     for n in 0..6u64 {
         let job = Job::named("record").payload(&n);
         k.submit(When::After(Duration::from_millis(50)), job)
