@@ -14,6 +14,8 @@ use crate::error::{Error, Result};
 pub struct Config {
     redis: Redis,
     queue: QueueConfig,
+    etcd: Vec<String>,
+    etcd_prefix: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -29,6 +31,8 @@ impl Config {
         Config {
             redis: Redis::Single(url.into()),
             queue: QueueConfig::default(),
+            etcd: Vec::new(),
+            etcd_prefix: None,
         }
     }
 
@@ -37,6 +41,8 @@ impl Config {
         Config {
             redis: Redis::Cluster(nodes.into_iter().map(Into::into).collect()),
             queue: QueueConfig::default(),
+            etcd: Vec::new(),
+            etcd_prefix: None,
         }
     }
 
@@ -51,6 +57,40 @@ impl Config {
     pub fn queue_settings(mut self, settings: QueueConfig) -> Self {
         self.queue = settings;
         self
+    }
+
+    /// The cluster's etcd endpoints (`http://host:2379`), which the [`crate::Client`]
+    /// needs (a worker talks to Redis only).
+    pub fn etcd(mut self, endpoints: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.etcd = endpoints.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The cluster's etcd key prefix (`etcd.prefix`; default `/scheduler`).
+    pub fn etcd_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.etcd_prefix = Some(prefix.into());
+        self
+    }
+
+    /// The configuration the `ax` binary's backend is built from, with what this one says.
+    #[cfg(feature = "client")]
+    pub(crate) fn engine_config(&self) -> Result<ax_engine::config::Config> {
+        if self.etcd.is_empty() {
+            return Err(Error::Config(
+                "the client needs the cluster's etcd endpoints (Config::etcd)".into(),
+            ));
+        }
+        let mut engine = ax_engine::config::Config::default();
+        engine.etcd.endpoints = self.etcd.clone();
+        if let Some(prefix) = &self.etcd_prefix {
+            engine.etcd.prefix = prefix.clone();
+        }
+        match &self.redis {
+            Redis::Single(url) => engine.redis.url = url.clone(),
+            Redis::Cluster(nodes) => engine.redis.cluster_nodes = nodes.clone(),
+        }
+        engine.redis.key_prefix = self.queue.prefix.clone();
+        Ok(engine)
     }
 
     /// Connects to Redis.

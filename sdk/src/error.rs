@@ -19,6 +19,14 @@ pub enum Error {
     /// Redis refused or did not answer.
     #[error(transparent)]
     Queue(#[from] QueueError),
+    /// etcd or Redis could not be reached when the client connected.
+    #[error("{0}")]
+    Connect(String),
+    /// The cluster refused the call: `ApiError::Invalid` lists every problem of a spec,
+    /// `NotFound`, `Conflict` (a newer version was written meanwhile), `Unavailable`.
+    #[cfg(feature = "client")]
+    #[error(transparent)]
+    Api(#[from] ax_engine::api::ApiError),
 }
 
 impl Error {
@@ -28,6 +36,14 @@ impl Error {
             Error::Config(_) => false,
             Error::Worker(e) => e.is_retryable(),
             Error::Queue(e) => e.is_retryable(),
+            Error::Connect(_) => true,
+            #[cfg(feature = "client")]
+            Error::Api(e) => matches!(
+                e,
+                ax_engine::api::ApiError::Unavailable(_)
+                    | ax_engine::api::ApiError::Conflict(_)
+                    | ax_engine::api::ApiError::Limit { .. }
+            ),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The Rust SDK of ax: serve named handlers from your own process against a cluster's
-//! queues.
+//! queues ([`Worker`]), and register, fire and control tasks from code ([`Client`], with the
+//! default `client` feature).
 //!
 //! A [`Worker`] is the `ax` binary's worker role with your handlers in place of the
 //! built-ins: the same pool, reporter, heartbeat, kills, concurrency keys, priorities,
@@ -40,6 +41,8 @@
 //! See `docs/rust-sdk.md` for what a handler's errors mean, and why a handler must be
 //! idempotent (delivery is at least once).
 
+#[cfg(feature = "client")]
+pub mod client;
 mod config;
 mod error;
 mod job;
@@ -48,6 +51,8 @@ mod worker;
 pub use ax_queue::{QueueConfig, QueueLimits};
 pub use ax_scheduler_core::{ExecutionId, HandlerError, UtcMillis};
 pub use ax_worker::PoolSummary as Summary;
+#[cfg(feature = "client")]
+pub use client::Client;
 pub use config::Config;
 pub use error::{Error, Result};
 pub use job::Job;

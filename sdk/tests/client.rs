@@ -1,0 +1,86 @@
+//! The SDK's client against real etcd and Redis: a put validates as `ax task put` does
+//! (every problem at once, nothing written), and get, list, pause, resume, trigger with a
+//! payload, history, kill and delete reach the same records the CLI reads.
+#![cfg(feature = "client")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use ax_sdk::client::{ApiError, TaskQuery};
+use ax_sdk::{Client, Config, Error};
+use ax_testkit::{etcd_endpoint, redis_url, unique_name};
+use serde_json::json;
+
+async fn client() -> Client {
+    let config = Config::redis(redis_url())
+        .key_prefix(unique_name("sdkc"))
+        .etcd([etcd_endpoint()])
+        .etcd_prefix(format!("/{}", unique_name("sdkc")));
+    Client::connect(&config).await.unwrap().actor("sdk-test")
+}
+
+fn spec() -> serde_json::Value {
+    json!({
+        "handler": "email.send",
+        "schedule": {"every": "1h"},
+        "queue": "mail",
+        "payload": {"to": "a@example.com"},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_is_put_read_controlled_and_deleted() {
+    let c = client().await;
+    let put = c.put("shop", "receipts", &spec()).await.unwrap();
+    assert!(put.written && !put.unchanged, "{put:?}");
+    let again = c.put("shop", "receipts", &spec()).await.unwrap();
+    assert!(again.unchanged, "the same spec twice changes nothing");
+
+    let view = c.get("shop", "receipts").await.unwrap();
+    assert_eq!(view.spec["handler"], "email.send");
+    let list = c.list(TaskQuery::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+
+    let paused = c.pause("shop", "receipts").await.unwrap();
+    assert_eq!(paused.spec["paused"], true, "{paused:?}");
+    let resumed = c.resume("shop", "receipts").await.unwrap();
+    assert_ne!(resumed.spec["paused"], true);
+
+    let fired = c
+        .trigger(
+            "shop",
+            "receipts",
+            Some(&json!({"to": "b@example.com"})),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(!fired.execution_id.to_string().is_empty());
+    assert!(c.history("shop", "receipts", 10).await.unwrap().is_empty());
+
+    c.delete("shop", "receipts").await.unwrap();
+    let gone = c.get("shop", "receipts").await.unwrap_err();
+    assert!(matches!(gone, Error::Api(ApiError::NotFound(_))), "{gone}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_spec_is_refused_with_every_problem_and_nothing_written() {
+    let c = client().await;
+    let mut bad = spec();
+    bad["schedule"] = json!({"every": "soon"});
+    bad["timeout"] = json!("forever");
+    let err = c.put("shop", "broken", &bad).await.unwrap_err();
+    let Error::Api(ApiError::Invalid { errors, .. }) = &err else {
+        panic!("not refused as invalid: {err}");
+    };
+    assert!(errors.len() >= 2, "every problem at once: {errors:?}");
+    assert!(!err.is_retryable());
+    let gone = c.get("shop", "broken").await.unwrap_err();
+    assert!(matches!(gone, Error::Api(ApiError::NotFound(_))), "{gone}");
+}
+
+#[tokio::test]
+async fn a_client_without_etcd_is_refused() {
+    let err = Client::connect(&Config::redis("redis://127.0.0.1:1"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err}");
+}
