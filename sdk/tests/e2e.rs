@@ -1,0 +1,278 @@
+//! The example worker (`examples/rust-worker`) as a real process against real etcd and
+//! Redis and a scheduler-only replica (the `ax serve` server, `instance.roles = [scheduler]`,
+//! run in this process): each execution runs once and its end reaches the leader, a
+//! retryable failure is retried by the task's policy, a SIGKILLed worker's execution is
+//! redelivered to another worker, and SIGTERM lets the running attempt finish.
+#![cfg(feature = "client")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ax_engine::config::{Config as ServeConfig, ReplicaRole};
+use ax_engine::serve::Server;
+use ax_engine::shutdown::Shutdown;
+use ax_sdk::{Client, Config, ExecutionId};
+use ax_testkit::{etcd_endpoint, redis_url, unique_name};
+use serde_json::json;
+
+/// The processes of the tests would compete for the cores: one test at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// One corner of the shared servers, its scheduler-only replica, and a client.
+struct Cluster {
+    redis_prefix: String,
+    client: Client,
+    replica: Shutdown,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let etcd_prefix = format!("/{}", unique_name("sdke2e"));
+        let redis_prefix = unique_name("sdke2e");
+        let mut serve = ServeConfig::default();
+        serve.etcd.endpoints = vec![etcd_endpoint()];
+        serve.etcd.prefix = etcd_prefix.clone();
+        serve.redis.url = redis_url();
+        serve.redis.key_prefix = redis_prefix.clone();
+        serve.instance.id = unique_name("replica");
+        serve.instance.roles = vec![ReplicaRole::Scheduler];
+        serve.election.lease_ttl = Duration::from_secs(2);
+        serve.http.listen = "127.0.0.1:0".into();
+        let server = Server::bind(serve).await.unwrap();
+        let replica = Shutdown::new();
+        let running = replica.clone();
+        tokio::spawn(async move { server.run(&running).await });
+        let config = Config::redis(redis_url())
+            .key_prefix(&redis_prefix)
+            .etcd([etcd_endpoint()])
+            .etcd_prefix(&etcd_prefix);
+        let client = Client::connect(&config).await.unwrap();
+        Cluster {
+            redis_prefix,
+            client,
+            replica,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// Registers `id` on the worker's queue with `handler`, firing only when triggered.
+    async fn put(&self, id: &str, handler: &str, retry: serde_json::Value) {
+        let spec = json!({
+            "handler": handler,
+            "queue": "rust",
+            "schedule": {"every": "24h"},
+            "timeout": "60s",
+            "retry": retry,
+        });
+        self.client.put("e2e", id, &spec).await.unwrap();
+    }
+
+    async fn trigger(&self, id: &str, payload: serde_json::Value) -> ExecutionId {
+        self.client
+            .trigger("e2e", id, Some(&payload), None)
+            .await
+            .unwrap()
+            .execution_id
+    }
+
+    /// Starts the example worker under `worker_id`.
+    fn worker(&self, worker_id: &str) -> Worker {
+        let log = self.dir.path().join(format!("{worker_id}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(example_binary())
+            .env_clear()
+            .env("AX_REDIS_URL", redis_url())
+            .env("AX_REDIS_KEY_PREFIX", &self.redis_prefix)
+            .env("AX_QUEUE", "rust")
+            .env("AX_WORKER_ID", worker_id)
+            .env("AX_VISIBILITY_TIMEOUT_MS", "1000")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        Worker {
+            child: Some(child),
+            log,
+        }
+    }
+
+    /// Waits until the task's last execution ended `outcome`, as the leader recorded it.
+    async fn ended(&self, id: &str, outcome: &str, within: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < within {
+            if let Ok(view) = self.client.get("e2e", id).await {
+                if view.last_outcome.as_deref() == Some(outcome) {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.replica.cancel();
+    }
+}
+
+/// The example's binary, which cargo builds beside this test's (`target/<profile>/examples`).
+fn example_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let path = profile_dir.join("examples").join("rust-worker");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo test -p ax-sdk` (which builds the examples)",
+        path.display()
+    );
+    path
+}
+
+/// One example worker process, SIGKILLed when dropped.
+struct Worker {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Worker {
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The lines saying the worker started an attempt of `id`.
+    fn runs_of(&self, id: ExecutionId) -> Vec<String> {
+        self.log_text()
+            .lines()
+            .filter(|l| l.starts_with("ran ") && l.contains(&id.to_string()))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    async fn wait_for(&self, within: Duration, mut cond: impl FnMut(&str) -> bool) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < within {
+            if cond(&self.log_text()) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        cond(&self.log_text())
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self.child.as_ref().unwrap().id();
+        ax_testkit::signal(pid, name);
+    }
+
+    /// Waits up to `within` for the process to exit; its status.
+    async fn exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < within {
+            if let Ok(Some(status)) = self.child.as_mut()?.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("---- {} ----\n{}", self.log.display(), self.log_text());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executions_run_once_retry_by_policy_and_sigterm_lets_the_running_one_finish() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start().await;
+    c.put(
+        "flaky",
+        "example.flaky",
+        json!({"max_retries": 2, "initial_interval": "200ms"}),
+    )
+    .await;
+    c.put("long", "example.long", json!({"max_retries": 0}))
+        .await;
+    let mut w = c.worker("rust-1");
+
+    let flaky = c.trigger("flaky", json!({})).await;
+    assert!(c.ended("flaky", "succeeded", Duration::from_secs(30)).await);
+    assert_eq!(
+        w.runs_of(flaky),
+        [
+            format!("ran example.flaky {flaky} attempt 0"),
+            format!("ran example.flaky {flaky} attempt 1")
+        ],
+        "failed once, retried once by the policy"
+    );
+    let history = c.client.history("e2e", "flaky", 10).await.unwrap();
+    assert_eq!(
+        history.len(),
+        2,
+        "both attempts in the history: {history:?}"
+    );
+
+    let short = c.trigger("long", json!({"ms": 100})).await;
+    assert!(c.ended("long", "succeeded", Duration::from_secs(30)).await);
+    assert_eq!(w.runs_of(short).len(), 1, "ran once");
+
+    // SIGTERM while an attempt runs: it finishes within the grace, then the worker exits.
+    let drained = c.trigger("long", json!({"ms": 2000})).await;
+    assert!(
+        w.wait_for(Duration::from_secs(30), |log| log
+            .contains(&format!("ran example.long {drained}")))
+            .await
+    );
+    w.signal("TERM");
+    let status = w.exit(Duration::from_secs(20)).await.expect("exited");
+    assert!(status.success(), "{status:?}");
+    assert!(w
+        .log_text()
+        .contains(&format!("done example.long {drained}")));
+    let history = c.client.history("e2e", "long", 10).await.unwrap();
+    assert_eq!(history.len(), 2, "{history:?}");
+    assert_eq!(w.runs_of(drained).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_workers_execution_is_redelivered_to_another() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start().await;
+    c.put("long", "example.long", json!({"max_retries": 0}))
+        .await;
+    let first = c.worker("rust-a");
+    let id = c.trigger("long", json!({"ms": 3000})).await;
+    assert!(
+        first
+            .wait_for(Duration::from_secs(30), |log| log
+                .contains(&format!("ran example.long {id}")))
+            .await
+    );
+    first.signal("KILL");
+    let second = c.worker("rust-b");
+    assert!(
+        second
+            .wait_for(Duration::from_secs(30), |log| log
+                .contains(&format!("done example.long {id}")))
+            .await,
+        "the killed worker's execution was given back and run by the other"
+    );
+    assert!(c.ended("long", "succeeded", Duration::from_secs(30)).await);
+    assert_eq!(second.runs_of(id).len(), 1);
+    drop(first);
+}
