@@ -209,9 +209,11 @@ class Test:
         if wide:
             raise Failure(f"a table on {where} scrolls sideways by {wide}px: a long error does not wrap")
 
-    def ax(self, *argv, stdin=None):
+    def ax(self, *argv, stdin=None, check=True):
         env = dict(os.environ, AX_ETCD_ENDPOINTS=self.args.etcd)
         r = subprocess.run([self.args.ax, *argv], input=stdin, capture_output=True, text=True, env=env, timeout=30)
+        if not check:
+            return r.returncode, r.stdout
         if r.returncode != 0:
             raise Failure(f"ax {' '.join(argv)}: {r.stdout} {r.stderr}")
         return r.stdout
@@ -260,6 +262,7 @@ class Test:
         self.ax("task", "put", "-", stdin=json.dumps({
             "id": "flaky-hook", "namespace": "console", "handler": "http",
             "schedule": {"every": "1h"}, "timeout": "2s", "retry": {"max_retries": 0},
+            "payload": {"order": 4242},
             "http": {"url": f"http://user:hunter2@127.0.0.1:9/hook/{LONG_PATH}?key=qs-secret",
                      "headers": {"Authorization": "Bearer sekret-header"}}}))
         etcdctl = shutil.which("etcdctl")
@@ -375,6 +378,8 @@ class Test:
         d.go(f"{self.url}/ui/#/dlq")
         self.wait_text("the dead letter", "console/flaky-hook", "main", 45)
         self.wait_text("its errors per attempt", "#1 failed: POST", "main")
+        d.js("document.querySelector('details.payload').open = true")
+        self.wait_text("its payload", '"order": 4242', "details.payload")
         self.check_wraps("the dead letters")
         self.shot("dlq")
         d.click("#view a[data-execution]")
@@ -408,12 +413,78 @@ class Test:
         d.go(f"{self.url}/ui/#/overview")
         self.wait("fires counted", lambda: int(self.text("#fires-count") or 0) >= 2)
         self.wait("failures counted", lambda: int(self.text("#failures-count") or 0) >= 1)
-        self.wait("the lateness chart", lambda: self.d.js("return document.querySelectorAll('svg.chart polyline').length") == 2)
+        self.wait("the lateness chart", lambda: self.d.js("return document.querySelectorAll('#lateness-chart svg.chart polyline').length") == 2)
+        self.wait("the throughput chart", lambda: self.d.js("return document.querySelectorAll('#throughput-chart svg.chart polyline').length") == 2)
         if not self.d.js("const t = document.getElementById('term'); return !!t && t.title.includes('election')"):
             raise Failure("the leader's term is not explained")
         self.wait_text("the clock line explained", "refuses to lead", "#clock")
         self.shot("overview")
         self.check_log("the overview with history")
+
+        # A queue's page: paused from the page, what arrives waits in the list, resumed it runs.
+        d.go(f"{self.url}/ui/#/overview")
+        self.wait("the queue's link", lambda: self.d.js("return !!document.querySelector('a[data-queue=default]')"))
+        d.click("a[data-queue=default]")
+        self.wait_text("the queue's page", "Queue default", "h1")
+        d.click("[data-action=pause-queue]")
+        self.confirm()
+        self.wait_text("the pause's result", "Paused queue default", "#notice")
+        self.wait_text("the paused badge", "paused", "h1")
+        self.ax("task", "trigger", "console/heartbeat")
+        self.wait_text("the waiting execution", "console/heartbeat", "#queue-contents", 30)
+        self.wait_text("its count", "Waiting (1)", "#queue-contents", 30)
+        self.shot("queue")
+        d.click("[data-action=resume-queue]")
+        self.confirm()
+        self.wait_text("the resume's result", "Resumed queue default", "#notice")
+        self.wait_text("the queue drained", "Waiting (0)", "#queue-contents", 30)
+        self.check_log("the queue page")
+
+        # A task written on the page, checked as `ax task put` checks it, then registered
+        # and edited.
+        d.go(f"{self.url}/ui/#/tasks")
+        self.wait("the new-task link", lambda: self.d.js("return !!document.getElementById('new-task')"))
+        d.click("#new-task")
+        self.wait("the editor's template", lambda: '"my-task"' in self.d.js("return document.getElementById('spec-editor').value"))
+        bad = {"namespace": "console", "id": "written", "handler": "log", "schedule": {"every": "soon"}, "priorty": 3}
+        d.js("document.getElementById('spec-editor').value = arguments[0]", json.dumps(bad))
+        d.click("[data-action=check]")
+        self.wait_text("every problem with its path", "schedule.every", "#editor-errors")
+        self.wait_text("the unknown field named", "priorty", "#editor-errors")
+        good = {"namespace": "console", "id": "written", "handler": "log",
+                "schedule": {"cron": "0 30 9 * * *", "timezone": "America/New_York"}}
+        d.js("document.getElementById('spec-editor').value = arguments[0]", json.dumps(good, indent=2))
+        d.click("[data-action=check]")
+        self.wait_text("the dry run's next fires", "would fire next", "#editor-result")
+        self.wait_text("the fires in the task's zone", "09:30:00 America/New_York", "#editor-fires")
+        if self.ax("task", "get", "console/written", "-o", "json", check=False)[0] == 0:
+            raise Failure("a dry run registered the task")
+        self.shot("editor")
+        d.click("[data-action=register]")
+        self.wait("the registered task's page", lambda: self.d.js("return location.hash") == "#/task/console/written")
+        self.wait_text("its schedule in words", "America/New_York", "main")
+        d.click("#edit-task")
+        self.wait("the spec to edit, version raised", lambda: '"version": 2' in self.d.js("return document.getElementById('spec-editor').value"))
+        edited = json.loads(d.js("return document.getElementById('spec-editor').value"))
+        edited["schedule"] = {"every": "45s"}
+        d.js("document.getElementById('spec-editor').value = arguments[0]", json.dumps(edited))
+        d.click("[data-action=register]")
+        self.wait("back on the task's page", lambda: self.d.js("return location.hash") == "#/task/console/written")
+        self.wait_text("the edited schedule", "every 45s", "main")
+        self.check_log("the task editor", allowed=["status of 400", "status of 404"])
+
+        # A task whose breaker opened shows THROTTLED with why, not SCHEDULED.
+        self.ax("task", "put", "-", stdin=json.dumps({
+            "id": "failing", "namespace": "throttle", "handler": "http",
+            "schedule": {"every": "1s"}, "overlap": "allow", "timeout": "1s", "retry": {"max_retries": 0},
+            "http": {"url": "http://127.0.0.1:9/down"}}))
+        d.go(f"{self.url}/ui/#/tasks?namespace=throttle")
+        self.wait_text("the throttled badge", "THROTTLED", "main", 60)
+        d.go(f"{self.url}/ui/#/task/throttle/failing")
+        self.wait_text("why it is throttled", "1 fire in 10 is dispatched", "#throttled")
+        self.shot("task-throttled")
+        self.ax("task", "delete", "throttle/failing")
+        self.check_log("the throttled task")
 
         # A phone-sized screen: nothing wider than the screen but the tables' own scrollers.
         d.size(390, 844)

@@ -15,10 +15,12 @@ export function setToken(value) {
 
 // An answer that is not 2xx: the API's error code and message, as the API wrote them.
 export class ApiError extends Error {
-  constructor(status, code, message) {
+  constructor(status, code, message, errors = []) {
     super(message);
     this.status = status;
     this.code = code;
+    // Every problem of a refused input, each with its path (`schedule.every: ...`).
+    this.errors = errors;
   }
   toString() {
     return `${this.status} ${this.code}: ${this.message}`;
@@ -55,7 +57,8 @@ export async function call(path, { method = 'GET', body } = {}) {
   if (!response.ok) {
     const err = parsed && parsed.error ? parsed.error : {};
     const detail = Array.isArray(err.errors) && err.errors.length ? ` (${err.errors.join('; ')})` : '';
-    throw new ApiError(response.status, err.code || 'error', (err.message || String(parsed || response.statusText)) + detail);
+    throw new ApiError(response.status, err.code || 'error', (err.message || String(parsed || response.statusText)) + detail,
+      Array.isArray(err.errors) ? err.errors : []);
   }
   return { body: parsed, next: response.headers.get('x-ax-continue') };
 }

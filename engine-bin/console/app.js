@@ -4,12 +4,14 @@
 
 import { ApiError, get, setToken, token } from './api.js';
 import { clear, clock, h, notice, setZone, zone } from './dom.js';
+import { editor } from './editor.js';
 import { execution } from './execution.js';
+import { queue } from './queue.js';
 import { task } from './task.js';
 import { audit, dlq, overview, tasks } from './views.js';
 
 const POLL_MS = 5000;
-const VIEWS = { overview, tasks, dlq, audit, task, execution };
+const VIEWS = { overview, tasks, dlq, audit, task, execution, queue, editor };
 
 let role = null;
 let current = null;
@@ -25,6 +27,16 @@ function parse(hash) {
     params.set('ns', parts[1]);
     params.set('id', parts[2]);
     return { name: 'task', params };
+  }
+  if (parts[0] === 'queue' && parts.length === 2) {
+    params.set('name', parts[1]);
+    return { name: 'queue', params };
+  }
+  if (parts[0] === 'new-task') return { name: 'editor', params };
+  if (parts[0] === 'edit' && parts.length === 3) {
+    params.set('ns', parts[1]);
+    params.set('id', parts[2]);
+    return { name: 'editor', params };
   }
   if (parts[0] === 'execution' && parts.length === 2) {
     params.set('id', parts[1]);
@@ -79,7 +91,8 @@ async function show() {
   clearInterval(timer);
   const { name, params } = parse(location.hash);
   for (const a of document.querySelectorAll('[data-nav]')) {
-    if (a.dataset.nav === name || (name === 'task' && a.dataset.nav === 'tasks')) a.setAttribute('aria-current', 'page');
+    const under = { task: 'tasks', editor: 'tasks', queue: 'overview' }[name];
+    if (a.dataset.nav === name || a.dataset.nav === under) a.setAttribute('aria-current', 'page');
     else a.removeAttribute('aria-current');
   }
   const root = clear(document.getElementById('view'));

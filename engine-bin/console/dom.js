@@ -202,8 +202,9 @@ export function confirmDialog(title, text, fields = []) {
   });
 }
 
-// A line chart of series over x in [x0, x1]: {name, cls, points: [[x, y]]}; y in ms.
-export function lineChart(series, x0, x1, label) {
+// A line chart of series over x in [x0, x1]: {name, cls, points: [[x, y]]}; `fmt` writes a
+// y value (a duration in ms by default).
+export function lineChart(series, x0, x1, label, fmt = duration) {
   const W = 600, H = 160, L = 48, R = 8, T = 10, B = 22;
   const ys = series.flatMap((sr) => sr.points.map((p) => p[1]));
   const ymax = Math.max(1, ...ys) * 1.1;
@@ -213,7 +214,7 @@ export function lineChart(series, x0, x1, label) {
     const y = ymax * f;
     return [
       s('line', { x1: L, x2: W - R, y1: Y(y), y2: Y(y), class: 'grid' }),
-      s('text', { x: L - 4, y: Y(y) + 4, class: 'tick', 'text-anchor': 'end' }, duration(y)),
+      s('text', { x: L - 4, y: Y(y) + 4, class: 'tick', 'text-anchor': 'end' }, fmt(y)),
     ];
   });
   const ticks = [x0, (x0 + x1) / 2, x1].map((x, i) => s('text', {
@@ -222,7 +223,7 @@ export function lineChart(series, x0, x1, label) {
   const lines = series.map((sr) => [
     s('polyline', { class: `line ${sr.cls}`, points: sr.points.map((p) => `${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(' ') }),
     sr.points.map((p) => s('circle', { class: `dot ${sr.cls}`, cx: X(p[0]).toFixed(1), cy: Y(p[1]).toFixed(1), r: 2.5 },
-      s('title', {}, `${sr.name} ${duration(p[1])} at ${absolute(p[0])}`))),
+      s('title', {}, `${sr.name} ${fmt(p[1])} at ${absolute(p[0])}`))),
   ]);
   return s('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': label },
     s('title', {}, label), grid, ticks, lines);

@@ -26,6 +26,9 @@ export function task(root, { params, role, go }) {
 
   function buttons(view) {
     clear(actions);
+    if (allows(role, 'admin')) {
+      actions.append(h('a', { href: `#/edit/${encodeURIComponent(ns)}/${encodeURIComponent(id)}`, class: 'button', id: 'edit-task' }, 'Edit'));
+    }
     const label = `${ns}/${id}`;
     const b = (name, text, needed, spec, cls) => (allows(role, needed)
       ? h('button', { type: 'button', class: cls, 'data-action': name, onclick: () => act(spec) }, text) : null);
@@ -79,7 +82,8 @@ export function task(root, { params, role, go }) {
       h('dt', {}, 'Status'), h('dd', { id: 'status' }, statusBadge(view),
         view.namespace_paused ? h('span', { class: 'muted' }, ` (namespace ${view.namespace} paused)`) : null),
       view.throttled ? [h('dt', {}, 'Throttled'), h('dd', { id: 'throttled', class: 'err' },
-        `since `, when(view.throttled.since), `: ${view.throttled.failures} of its last ${view.throttled.executions} executions failed, so 1 fire in ${view.throttled.dispatch_every} is dispatched until they succeed again`)] : null,
+        `${view.throttled.failures} of its last ${view.throttled.executions} executions failed, so 1 fire in ${view.throttled.dispatch_every} is dispatched until they succeed again. Since `,
+        when(view.throttled.since))] : null,
       h('dt', {}, 'Schedule'), h('dd', {}, view.schedule_text || '–'),
       h('dt', {}, 'Next fire'), h('dd', {}, when(view.next_fire)),
       h('dt', {}, 'Last fire'), h('dd', {}, when(view.last_fire)),
@@ -97,6 +101,8 @@ export function task(root, { params, role, go }) {
       ? h('ol', { class: 'fires', id: 'upcoming' }, view.upcoming_fires.map((t) => h('li', {}, when(t),
         taskZone ? h('small', { class: 'zoned', title: "the task's schedule zone" }, inZone(t, taskZone)) : null)))
       : h('p', { class: 'empty' }, view.status === 'PAUSED' ? 'Paused: no fire.' : 'No fire ahead.');
+    const throttledNote = view.throttled
+      ? h('p', { class: 'warn' }, `Throttled: 1 of every ${view.throttled.dispatch_every} of these fires is dispatched, the others are skipped.`) : null;
     const row = (a) => [
       [execLink(a.execution_id),
         a.shard_total ? h('span', { class: 'muted', title: `fan-out ${a.fanout_id}` }, ` shard ${a.shard_index + 1}/${a.shard_total}`) : null,
@@ -138,7 +144,7 @@ export function task(root, { params, role, go }) {
     clear(body).append(...[
       errors,
       section('State', state),
-      section('Next fires', fires),
+      section('Next fires', throttledNote, fires),
       section('Recent executions', table(['Execution', 'Attempt', 'Outcome', 'Due', 'Lateness', 'Took', 'Error', 'Output'], rows, 'No execution recorded yet.')),
       section('Spec', h('p', { class: 'muted' }, 'Secrets show as ***.'), h('pre', { class: 'spec' }, JSON.stringify(view.spec, null, 2))),
     ].filter(Boolean));

@@ -124,7 +124,7 @@ function queues(status, attempts, now) {
     const grew = now > t0 ? ((q.depth - d0) / (now - t0)) * 60e3 : 0;
     const inRate = Math.max(0, outRate + grew);
     return [
-      h('span', {}, q.name, q.paused ? badge('paused', 'paused') : null),
+      h('span', {}, h('a', { href: `#/queue/${encodeURIComponent(q.name)}`, 'data-queue': q.name }, q.name), q.paused ? badge('paused', 'paused') : null),
       String(q.depth),
       q.oldest_age_ms === undefined ? '–' : duration(q.oldest_age_ms),
       inRate.toFixed(1),
@@ -157,6 +157,25 @@ function fires(attempts, now) {
     p99.push([k, percentile(v, 99)]);
   }
   const all = firsts.map((a) => a.lateness_ms || 0).sort((a, b) => a - b);
+  // Throughput: attempts that ended per 5 minutes, succeeded and failed.
+  const done = new Map();
+  for (const a of attempts) {
+    if (a.finished === undefined || a.finished < start) continue;
+    const b = start + Math.floor((a.finished - start) / bucket) * bucket + bucket / 2;
+    const c = done.get(b) || { ok: 0, bad: 0 };
+    if (FAILED.includes(a.outcome)) c.bad += 1;
+    else c.ok += 1;
+    done.set(b, c);
+  }
+  const doneKeys = [...done.keys()].sort((a, b) => a - b);
+  const per5m = (y) => `${Math.round(y)}`;
+  const throughput = doneKeys.length
+    ? h('figure', { id: 'throughput-chart' }, lineChart([
+      { name: 'succeeded', cls: 'p50', points: doneKeys.map((k) => [k, done.get(k).ok]) },
+      { name: 'failed', cls: 'p99', points: doneKeys.map((k) => [k, done.get(k).bad]) },
+    ], start, now, 'Attempts ended per 5 minutes, succeeded and failed', per5m),
+    h('figcaption', {}, h('span', { class: 'key p50' }, 'succeeded'), ' ', h('span', { class: 'key p99' }, 'failed'), ' attempts ended per 5 minutes (throughput)'))
+    : null;
   const recentFailures = failures.slice(0, 10).map((a) => [
     taskLink(a.namespace, a.task_id), execLink(a.execution_id), badge(a.outcome), when(a.finished), h('span', { class: 'err' }, a.error || ''),
   ]);
@@ -167,15 +186,15 @@ function fires(attempts, now) {
       h('span', {}, 'lateness p50 ', h('strong', {}, duration(percentile(all, 50)))),
       h('span', {}, 'p99 ', h('strong', {}, duration(percentile(all, 99))))),
     keys.length
-      ? h('figure', {}, lineChart([{ name: 'p99', cls: 'p99', points: p99 }, { name: 'p50', cls: 'p50', points: p50 }], start, now, 'Fire lateness per 5 minutes, p50 and p99'),
-        h('figcaption', {}, h('span', { class: 'key p50' }, 'p50'), ' ', h('span', { class: 'key p99' }, 'p99'), ' lateness of first attempts (start − due), per 5 minutes'))
+      ? h('div', { class: 'charts' }, h('figure', { id: 'lateness-chart' }, lineChart([{ name: 'p99', cls: 'p99', points: p99 }, { name: 'p50', cls: 'p50', points: p50 }], start, now, 'Fire lateness per 5 minutes, p50 and p99'),
+        h('figcaption', {}, h('span', { class: 'key p50' }, 'p50'), ' ', h('span', { class: 'key p99' }, 'p99'), ' lateness of first attempts (start − due), per 5 minutes')), throughput)
       : h('p', { class: 'empty' }, 'No fire in the last hour.'),
     h('h3', {}, 'Recent failures'),
     table(['Task', 'Execution', 'Outcome', 'When', 'Error'], recentFailures, 'No failure in the last hour.'));
 }
 
 // Tasks: filters in the URL (#/tasks?namespace=..&status=..), pages by continue token.
-export function tasks(root, { params, go }) {
+export function tasks(root, { params, go, role }) {
   const f = {
     namespace: params.get('namespace') || '',
     status: params.get('status') || '',
@@ -204,7 +223,9 @@ export function tasks(root, { params, go }) {
   const prev = h('button', { type: 'button', disabled: true, onclick: () => { page -= 1; refresh(); } }, '← Previous');
   const next = h('button', { type: 'button', disabled: true, onclick: () => { page += 1; refresh(); } }, 'Next →');
   const where = h('span', { class: 'muted' });
-  root.append(h('h1', {}, 'Tasks'), form, body, h('p', { class: 'pager' }, prev, where, next));
+  root.append(h('h1', {}, 'Tasks'),
+    allows(role, 'admin') ? h('p', { class: 'actions' }, h('a', { href: '#/new-task', class: 'button', id: 'new-task' }, 'New task')) : null,
+    form, body, h('p', { class: 'pager' }, prev, where, next));
   async function refresh() {
     const { body: items, next: token } = await call(`/tasks${query({ ...f, limit: 50, continue: pages[page] })}`);
     pages[page + 1] = token || undefined;
@@ -255,17 +276,22 @@ export function dlq(root, { params, role }) {
   root.append(h('h1', {}, queue ? `Dead letters of ${queue}` : 'Dead letters'), tools, body);
   async function refresh() {
     const items = await get(`/dlq${query({ queue, limit: 100 })}`);
-    const stories = await Promise.all(items.map((d) => get(`/executions/${encodeURIComponent(d.execution_id)}`).catch(() => null)));
-    const rows = items.map((d, i) => {
-      const story = stories[i];
-      const attempts = story ? story.attempts.map((a) => h('li', {}, `#${a.attempt} ${a.outcome}: ${a.error || 'no error recorded'}`)) : [h('li', {}, `last: ${d.last_error}`)];
+    const rows = items.map((d) => {
+      // Every attempt's error in full, and what the execution ran with.
+      const errors = d.errors && d.errors.length ? d.errors : [{ attempt: d.attempts, error: d.last_error }];
+      const attempts = [
+        h('ol', { class: 'attempts' }, errors.map((e) => h('li', {}, `#${e.attempt} failed: ${e.error}`))),
+        d.payload !== undefined ? h('details', { class: 'payload' }, h('summary', {}, 'Payload'),
+          h('pre', { class: 'spec' }, JSON.stringify(d.payload, null, 2))) : null,
+        d.raw ? h('details', { class: 'payload' }, h('summary', {}, 'Stored text (undecodable)'), h('pre', { class: 'spec' }, d.raw)) : null,
+      ];
       return [
         taskLink(d.namespace, d.task_id),
         execLink(d.execution_id),
-        d.queue,
+        h('a', { href: `#/queue/${encodeURIComponent(d.queue)}` }, d.queue),
         String(d.attempts),
         when(d.dead_at),
-        h('ol', { class: 'attempts' }, attempts),
+        h('div', {}, attempts),
         operate ? h('button', { type: 'button', 'data-action': 'requeue', onclick: () => act({
           title: 'Requeue dead letter',
           text: `Put execution ${d.execution_id} of ${d.namespace}/${d.task_id} back on queue ${d.queue}.`,
@@ -275,7 +301,7 @@ export function dlq(root, { params, role }) {
         }) }, 'Requeue') : null,
       ];
     });
-    const heads = ['Task', 'Execution', 'Queue', 'Attempts', 'Dead since', 'Errors per attempt'];
+    const heads = ['Task', 'Execution', 'Queue', 'Attempts', 'Dead since', 'Errors per attempt, payload'];
     if (operate) heads.push('');
     clear(body).append(table(heads, rows, 'No dead letter.'));
   }

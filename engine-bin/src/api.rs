@@ -24,7 +24,7 @@ pub use access::{
 };
 pub use backend::{ApiBackend, ApiFuture};
 pub use completion::{CompletionReply, CompletionRequest, CompletionStatus};
-pub use dlq::{DeadLetter, DlqRequeue};
+pub use dlq::{AttemptFailure, DeadLetter, DlqRequeue};
 pub use error::{ApiError, LimitKind};
 pub use executions::{
     ExecutionList, ExecutionParams, ExecutionQuery, ExecutionRecord, ExecutionStory, FireView,
@@ -36,7 +36,8 @@ pub use find::{
     FIND_SCAN_MAX, MIN_ID_FRAGMENT,
 };
 pub use status::{
-    ClockView, EtcdDbView, QueueState, QueueView, ReplicaView, ShardsView, StatusView,
+    ClockView, EtcdDbView, QueueContents, QueueState, QueueView, QueuedExecution, ReplicaView,
+    ShardsView, StatusView,
 };
 pub use tasks::{
     BackfillParams, BackfillResult, PutOptions, PutTaskResult, TaskList, TaskQuery, TaskView,

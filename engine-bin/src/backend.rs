@@ -22,6 +22,7 @@
 pub mod audit_store;
 mod backfill;
 mod completion;
+mod contents;
 mod control;
 mod cursor;
 mod errors;
@@ -50,8 +51,8 @@ pub use audit_store::AuditStore;
 use crate::api::{
     ApiBackend, ApiError, ApiFuture, BackfillParams, BackfillResult, ClockView, CompletionReply,
     CompletionRequest, DeadLetter, DlqRequeue, ExecutionList, ExecutionMatches, ExecutionQuery,
-    ExecutionRecord, ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueState, StatusView,
-    TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    ExecutionRecord, ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueContents,
+    QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::clock_check::ClockCheck;
@@ -275,6 +276,10 @@ impl ApiBackend for Backend {
 
     fn kill_execution(&self, id: ExecutionId) -> ApiFuture<'_, KillResult> {
         Box::pin(async move { self.kill_by_id(id).await })
+    }
+
+    fn queue_contents(&self, name: String, limit: usize) -> ApiFuture<'_, QueueContents> {
+        Box::pin(async move { self.contents_of(&name, limit).await })
     }
 
     fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState> {

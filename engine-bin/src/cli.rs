@@ -438,6 +438,17 @@ pub enum TaskCommand {
 /// `ax queue ...`
 #[derive(Debug, Subcommand)]
 pub enum QueueCommand {
+    /// Show what a queue holds now: what runs (and where), what waits, the pending retries.
+    Show {
+        /// Queue name.
+        name: String,
+        /// Most executions of each kind (1-500).
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t)]
+        output: OutputFormat,
+    },
     /// Stop workers taking from a queue; running executions finish, new ones wait.
     Pause {
         /// Queue name.

@@ -195,10 +195,26 @@ async fn audit_list(
     })
 }
 
-/// `ax queue pause|resume`.
+/// `ax queue show|pause|resume`.
 async fn queue(config: &Config, actor: &str, cmd: QueueCommand) -> Result<(), CliError> {
     let b = backend(config).await?;
     let (state, action) = match cmd {
+        QueueCommand::Show {
+            name,
+            limit,
+            output: format,
+        } => {
+            if !(1..=500).contains(&limit) {
+                return Err(api_error(ApiError::invalid(format!(
+                    "--limit: {limit} is out of range 1-500"
+                ))));
+            }
+            let contents = b.queue_contents(name, limit).await.map_err(api_error)?;
+            return print_stdout(&match format {
+                OutputFormat::Table => output::queue_text(&contents),
+                OutputFormat::Json => output::json(&contents),
+            });
+        }
         QueueCommand::Pause { name } => (b.pause_queue(name).await, "queue.pause"),
         QueueCommand::Resume { name } => (b.resume_queue(name).await, "queue.resume"),
     };

@@ -11,8 +11,8 @@ use ax_scheduler_core::ExecutionId;
 use crate::api::{
     ApiBackend, ApiError, ApiFuture, BackfillParams, BackfillResult, CompletionReply,
     CompletionRequest, DeadLetter, DlqRequeue, ExecutionList, ExecutionMatches, ExecutionQuery,
-    ExecutionRecord, ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueState, StatusView,
-    TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    ExecutionRecord, ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueContents,
+    QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 
@@ -116,6 +116,9 @@ impl ApiBackend for LateApi {
     }
     fn kill_execution(&self, id: ExecutionId) -> ApiFuture<'_, KillResult> {
         delegate!(self, kill_execution(id))
+    }
+    fn queue_contents(&self, name: String, limit: usize) -> ApiFuture<'_, QueueContents> {
+        delegate!(self, queue_contents(name, limit))
     }
     fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
         delegate!(self, pause_queue(name))

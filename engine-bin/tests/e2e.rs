@@ -1746,6 +1746,19 @@ async fn a_kill_during_a_pending_retry_ends_the_story_killed_in_order() {
         }
     })
     .await;
+    // The queue lists the pending retry: its next attempt, and when it is due.
+    let queue = c.ax_json(&["queue", "show", "default"]).await;
+    let retrying = queue["retrying"].as_array().unwrap();
+    assert_eq!(retrying.len(), 1, "{queue}");
+    assert_eq!(
+        (&retrying[0]["execution_id"], &retrying[0]["attempt"]),
+        (&json!(execution), &json!(2)),
+        "{queue}"
+    );
+    assert!(
+        retrying[0]["retry_at"].as_i64().unwrap() > now_ms() + 60_000,
+        "{queue}"
+    );
     let out = c.ax_ok(&["task", "kill", "default/later"]).await;
     assert!(out.contains("its pending retry removed"), "{out}");
 
@@ -2152,6 +2165,28 @@ async fn a_paused_queue_holds_its_executions_until_resumed() {
         "{status}"
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // What waits is listed, as the API shows it (overlap `forbid`: one fire waits in the
+    // queue, the later ones are held by the leader behind it).
+    let held = c.ax_json(&["queue", "show", "default"]).await;
+    assert_eq!(held["paused"], true, "{held}");
+    let waiting = held["waiting"].as_array().unwrap();
+    assert!(
+        held["waiting_total"].as_u64().unwrap() >= 1 && !waiting.is_empty(),
+        "{held}"
+    );
+    assert!(
+        waiting
+            .iter()
+            .all(|e| e["task_id"] == "tick" && e["attempt"] == 1),
+        "{held}"
+    );
+    let text = c.ax_ok(&["queue", "show", "default"]).await;
+    assert!(text.starts_with("queue default (paused"), "{text}");
+    let port = c.replica("r1").http_port;
+    let api = harness::api_get(&format!("http://127.0.0.1:{port}/api/v1/queues/default")).await;
+    assert_eq!(api["waiting_total"], held["waiting_total"], "{api}");
+    let (code, _, err) = c.ax(&["queue", "show", "nosuch"], None).await;
+    assert_eq!(code, 4, "an unknown queue is not found: {err}");
     let during: Vec<Execution> = c
         .receiver
         .executions_of("tick")

@@ -9,8 +9,8 @@ use ax_engine::api::{
     self, ApiFuture, BackfillParams, BackfillResult, CompletionReply, CompletionRequest,
     CompletionStatus, DeadLetter, DlqRequeue, ExecutionList, ExecutionMatch, ExecutionMatches,
     ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult, KilledExecution, PutOptions,
-    PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TokenRole,
-    TriggerParams, TriggerResult,
+    PutTaskResult, QueueContents, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView,
+    TokenRole, TriggerParams, TriggerResult,
 };
 use ax_engine::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
 use ax_engine::config::TokenEntry;
@@ -323,6 +323,9 @@ impl ApiBackend for MemoryBackend {
                 attempts: 4,
                 last_error: "HTTP 500".into(),
                 dead_at: UtcMillis(5_000),
+                errors: Vec::new(),
+                payload: Value::Null,
+                raw: None,
             }])
         })
     }
@@ -404,6 +407,20 @@ impl ApiBackend for MemoryBackend {
 
     fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState> {
         Box::pin(async move { Ok(QueueState { name, paused: true }) })
+    }
+
+    fn queue_contents(&self, name: String, _limit: usize) -> ApiFuture<'_, QueueContents> {
+        Box::pin(async move {
+            Ok(QueueContents {
+                name,
+                paused: false,
+                waiting_total: 0,
+                waiting: Vec::new(),
+                retrying_total: 0,
+                retrying: Vec::new(),
+                running: Vec::new(),
+            })
+        })
     }
 
     fn resume_queue(&self, name: String) -> ApiFuture<'_, QueueState> {

@@ -27,6 +27,7 @@ mod maintenance;
 mod message;
 mod millis;
 mod partitions;
+mod peek;
 mod queue;
 mod retry;
 mod scripts;
@@ -64,6 +65,7 @@ pub use message::{new_execution_id, AttemptError, Dedupe, ExecutionMessage, Line
 pub use partitions::{
     partition_name, partition_of, split_partition, MAX_PARTITIONS, PARTITION_SEPARATOR,
 };
+pub use peek::QueuePeek;
 pub use queue::{Delivery, Queue, REPLICA_ACK_WAIT};
 pub use retry::RetrySettle;
 pub use server::ServerInfo;

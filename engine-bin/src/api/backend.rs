@@ -12,8 +12,8 @@ use ax_scheduler_core::ExecutionId;
 use super::{
     ApiError, BackfillParams, BackfillResult, CompletionReply, CompletionRequest, DeadLetter,
     DlqRequeue, ExecutionList, ExecutionMatches, ExecutionQuery, ExecutionRecord, ExecutionStory,
-    KillResult, PutOptions, PutTaskResult, QueueState, StatusView, TaskKey, TaskList, TaskQuery,
-    TaskView, TriggerParams, TriggerResult,
+    KillResult, PutOptions, PutTaskResult, QueueContents, QueueState, StatusView, TaskKey,
+    TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 
@@ -73,6 +73,8 @@ pub trait ApiBackend: Send + Sync {
     /// Kills one execution, whatever its task; [`ApiError::NotFound`] when no queue has it
     /// (finished, or unknown).
     fn kill_execution(&self, id: ExecutionId) -> ApiFuture<'_, KillResult>;
+    /// What a queue holds now: up to `limit` waiting, retrying and running executions.
+    fn queue_contents(&self, name: String, limit: usize) -> ApiFuture<'_, QueueContents>;
     /// Pauses a queue: workers take nothing from it until it is resumed.
     fn pause_queue(&self, name: String) -> ApiFuture<'_, QueueState>;
     /// Resumes a paused queue.

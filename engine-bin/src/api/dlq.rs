@@ -23,6 +23,27 @@ pub struct DeadLetter {
     pub last_error: String,
     /// When it was dead-lettered.
     pub dead_at: UtcMillis,
+    /// Every attempt's error in full, oldest first, the last one included.
+    #[serde(default)]
+    pub errors: Vec<AttemptFailure>,
+    /// The payload the execution ran with (`null` when it had none or its message could
+    /// not be decoded).
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub payload: serde_json::Value,
+    /// The stored text of a message that could not be decoded, to show what was there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<String>,
+}
+
+/// One failed attempt of a dead letter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptFailure {
+    /// The attempt, 1 for the first.
+    pub attempt: u32,
+    /// When it failed.
+    pub at: UtcMillis,
+    /// Its error, in full.
+    pub error: String,
 }
 
 /// What [`ApiBackend::dlq_requeue`](super::ApiBackend::dlq_requeue) puts back.

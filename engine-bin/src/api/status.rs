@@ -133,3 +133,48 @@ pub struct QueueState {
     /// Whether workers are held off it.
     pub paused: bool,
 }
+
+/// What a queue holds now (`GET /queues/{name}`): the first executions of each kind and the
+/// totals, for an operator deciding whether to pause it or kill something.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueContents {
+    /// Queue name.
+    pub name: String,
+    /// Whether workers are held off it.
+    pub paused: bool,
+    /// Executions waiting in all.
+    pub waiting_total: u64,
+    /// The first waiting executions, in the order workers take them.
+    pub waiting: Vec<QueuedExecution>,
+    /// Pending retries in all.
+    pub retrying_total: u64,
+    /// The first pending retries, soonest due first.
+    pub retrying: Vec<QueuedExecution>,
+    /// Executions workers run now.
+    pub running: Vec<QueuedExecution>,
+}
+
+/// One execution in a queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuedExecution {
+    /// Execution id.
+    pub execution_id: ax_scheduler_core::ExecutionId,
+    /// The task.
+    pub namespace: String,
+    /// The task.
+    pub task_id: String,
+    /// The attempt, 1 for the first.
+    pub attempt: u32,
+    /// The fire it stands for.
+    pub fire_at: UtcMillis,
+    /// When this attempt was enqueued.
+    pub enqueued_at: UtcMillis,
+    /// Priority, 0 (lowest) to 9.
+    pub priority: u8,
+    /// When a pending retry is due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<UtcMillis>,
+    /// The worker running it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+}

@@ -110,7 +110,7 @@ impl Backend {
     }
 
     /// `name` if ax knows the queue, else not found (a typo must not pause nothing).
-    async fn known_queue(&self, name: &str) -> Result<(), ApiError> {
+    pub(super) async fn known_queue(&self, name: &str) -> Result<(), ApiError> {
         let queues = self.known_queues().await?;
         if queues.iter().any(|q| q == name) {
             return Ok(());

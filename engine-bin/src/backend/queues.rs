@@ -13,9 +13,9 @@ use ax_queue::{
 
 use super::{errors, tasks::not_found, Backend};
 use crate::api::{
-    ApiError, DeadLetter, EtcdDbView, ExecutionList, ExecutionQuery, ExecutionRecord,
-    ExecutionStory, FireView, QueueView, ReplicaView, ShardsView, StatusView, TaskKey,
-    WaitingAttempt,
+    ApiError, AttemptFailure, DeadLetter, EtcdDbView, ExecutionList, ExecutionQuery,
+    ExecutionRecord, ExecutionStory, FireView, QueueView, ReplicaView, ShardsView, StatusView,
+    TaskKey, WaitingAttempt,
 };
 use ax_scheduler_core::{ExecutionId, UtcMillis};
 
@@ -64,6 +64,22 @@ pub(super) fn dead_letter(e: &DlqEntry) -> DeadLetter {
         attempts: u32::try_from(e.errors.len()).unwrap_or(u32::MAX),
         last_error: e.reason.clone(),
         dead_at: e.dead_lettered_at,
+        errors: e
+            .errors
+            .iter()
+            .map(|a| AttemptFailure {
+                // The queue counts attempts from 0, people from 1.
+                attempt: a.attempt.saturating_add(1),
+                at: a.at,
+                error: a.error.clone(),
+            })
+            .collect(),
+        payload: e
+            .message
+            .as_ref()
+            .map(|m| m.payload.clone())
+            .unwrap_or_default(),
+        raw: e.raw.clone(),
     }
 }
 

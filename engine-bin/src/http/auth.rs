@@ -67,6 +67,7 @@ pub const ROUTE_ROLES: &[(&str, &str, TokenRole)] = &[
     ("GET", "/audit", TokenRole::Read),
     ("POST", "/tasks/{namespace}/{id}/kill", TokenRole::Operate),
     ("POST", "/executions/{id}/kill", TokenRole::Operate),
+    ("GET", "/queues/{name}", TokenRole::Read),
     ("POST", "/queues/{name}/pause", TokenRole::Operate),
     ("POST", "/queues/{name}/resume", TokenRole::Operate),
     ("GET", "/whoami", TokenRole::Read),

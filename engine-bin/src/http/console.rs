@@ -68,6 +68,16 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../../console/execution.js"),
     ),
     (
+        "queue.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../console/queue.js"),
+    ),
+    (
+        "editor.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../console/editor.js"),
+    ),
+    (
         "favicon.svg",
         "image/svg+xml",
         include_str!("../../console/favicon.svg"),

@@ -125,6 +125,7 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
         .route("/audit", get(audit::audit))
         .route("/tasks/{namespace}/{id}/kill", post(tasks::kill_task))
         .route("/executions/{id}/kill", post(executions::kill_execution))
+        .route("/queues/{name}", get(queues::queue_contents))
         .route("/queues/{name}/pause", post(queues::pause_queue))
         .route("/queues/{name}/resume", post(queues::resume_queue))
         .route("/whoami", get(status::whoami))

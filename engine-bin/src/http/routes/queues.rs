@@ -1,13 +1,37 @@
-//! The queue routes: hold workers off a queue, and let them back.
+//! The queue routes: what a queue holds, hold workers off it, and let them back.
 //!
-//! Both answer with the queue's state after the call, so a repeated call is harmless and
-//! says where the queue stands.
+//! Pause and resume answer with the queue's state after the call, so a repeated call is
+//! harmless and says where the queue stands.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::Json;
+use serde::Deserialize;
 
 use super::{ApiResult, ApiState};
-use crate::api::QueueState;
+use crate::api::{ApiError, QueueContents, QueueState};
+
+/// Most executions of each kind `GET /queues/{name}` lists.
+const MAX_CONTENTS: usize = 500;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ContentsQuery {
+    limit: Option<usize>,
+}
+
+pub(super) async fn queue_contents(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    Query(q): Query<ContentsQuery>,
+) -> ApiResult<QueueContents> {
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=MAX_CONTENTS).contains(&limit) {
+        return Err(ApiError::invalid(format!(
+            "limit: {limit} is out of range 1-{MAX_CONTENTS}"
+        )));
+    }
+    Ok(Json(s.backend()?.queue_contents(name, limit).await?))
+}
 
 pub(super) async fn pause_queue(
     State(s): State<ApiState>,
