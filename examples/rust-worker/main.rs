@@ -31,7 +31,7 @@ async fn flaky(job: Job<serde_json::Value>) -> Result<(), HandlerError> {
         job.execution_id(),
         job.attempt()
     );
-    if job.attempt() == 0 {
+    if job.attempt() == 1 {
         return Err(HandlerError::Retryable(
             "the first attempt always fails".into(),
         ));

@@ -35,7 +35,8 @@ impl<T> Job<T> {
         self.execution_id
     }
 
-    /// This attempt's index, 0 for the first.
+    /// This attempt, 1 for the first: as ax counts attempts everywhere people and handlers
+    /// read them (`ax task history`, `X-Ax-Attempt`, the embedded kernel's jobs).
     pub fn attempt(&self) -> u32 {
         self.attempt
     }
@@ -83,7 +84,8 @@ fn job_of<T: DeserializeOwned>(
     Ok(Job {
         payload,
         execution_id: exec.execution_id,
-        attempt: exec.attempt,
+        // The queue's message keeps the index from 0.
+        attempt: exec.attempt.saturating_add(1),
         namespace: exec.namespace.clone(),
         task_id: exec.task_id.clone(),
         fire_at: exec.fire_at,

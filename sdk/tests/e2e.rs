@@ -215,8 +215,8 @@ async fn executions_run_once_retry_by_policy_and_sigterm_lets_the_running_one_fi
     assert_eq!(
         w.runs_of(flaky),
         [
-            format!("ran example.flaky {flaky} attempt 0"),
-            format!("ran example.flaky {flaky} attempt 1")
+            format!("ran example.flaky {flaky} attempt 1"),
+            format!("ran example.flaky {flaky} attempt 2")
         ],
         "failed once, retried once by the policy"
     );

@@ -74,7 +74,7 @@ async fn typed_handlers_run_once_retry_by_policy_and_dead_letter_permanent_error
             async move {
                 f.fetch_add(1, Ordering::SeqCst);
                 match job.attempt() {
-                    0 => Err(HandlerError::Retryable("not yet".into())),
+                    1 => Err(HandlerError::Retryable("not yet".into())),
                     _ => Ok(()),
                 }
             }
