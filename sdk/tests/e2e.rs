@@ -2,7 +2,8 @@
 //! Redis and a scheduler-only replica (the `ax serve` server, `instance.roles = [scheduler]`,
 //! run in this process): each execution runs once and its end reaches the leader, a
 //! retryable failure is retried by the task's policy, a SIGKILLed worker's execution is
-//! redelivered to another worker, and SIGTERM lets the running attempt finish.
+//! redelivered to another worker, SIGTERM lets the running attempt finish, and a kill from
+//! the client stops it.
 #![cfg(feature = "client")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -275,4 +276,37 @@ async fn a_sigkilled_workers_execution_is_redelivered_to_another() {
     assert!(c.ended("long", "succeeded", Duration::from_secs(30)).await);
     assert_eq!(second.runs_of(id).len(), 1);
     drop(first);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_from_the_client_stops_the_running_attempt() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start().await;
+    c.put("long", "example.long", json!({"max_retries": 3}))
+        .await;
+    let w = c.worker("rust-k");
+    let id = c.trigger("long", json!({"ms": 60000})).await;
+    assert!(
+        w.wait_for(Duration::from_secs(30), |log| log
+            .contains(&format!("ran example.long {id}")))
+            .await
+    );
+    let killed = c.client.kill("e2e", "long", None).await.unwrap();
+    assert!(
+        killed.killed.iter().any(|k| k.execution_id == id),
+        "{killed:?}"
+    );
+    let start = Instant::now();
+    let mut outcome = None;
+    while start.elapsed() < Duration::from_secs(15) && outcome.is_none() {
+        let history = c.client.history("e2e", "long", 10).await.unwrap();
+        outcome = history
+            .into_iter()
+            .find(|r| r.execution_id == id)
+            .map(|r| r.outcome);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(outcome.as_deref(), Some("killed"), "ended by the kill");
+    assert_eq!(w.runs_of(id).len(), 1, "a killed execution is not retried");
+    assert!(!w.log_text().contains(&format!("done example.long {id}")));
 }
