@@ -10,15 +10,30 @@ use ax_queue::{Queue, QueueConfig};
 use crate::error::{Error, Result};
 
 /// How to reach a cluster.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Config {
     redis: Redis,
     queue: QueueConfig,
     etcd: Vec<String>,
     etcd_prefix: Option<String>,
+    /// The replicas' configuration this one was read from, if it was: the client's backend
+    /// is built from it, so etcd's user, TLS and the limits are the replicas' too.
+    #[cfg(feature = "client")]
+    file: Option<Box<ax_engine::config::Config>>,
 }
 
-#[derive(Clone, Debug)]
+// Shown without the Redis URLs and the file's settings: they may carry passwords.
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("key_prefix", &self.queue.prefix)
+            .field("etcd", &self.etcd)
+            .field("etcd_prefix", &self.etcd_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone)]
 enum Redis {
     Single(String),
     Cluster(Vec<String>),
@@ -33,6 +48,8 @@ impl Config {
             queue: QueueConfig::default(),
             etcd: Vec::new(),
             etcd_prefix: None,
+            #[cfg(feature = "client")]
+            file: None,
         }
     }
 
@@ -43,7 +60,44 @@ impl Config {
             queue: QueueConfig::default(),
             etcd: Vec::new(),
             etcd_prefix: None,
+            #[cfg(feature = "client")]
+            file: None,
         }
+    }
+
+    /// The cluster as the replicas' `ax.toml` at `path` describes it: Redis (the URL or the
+    /// cluster nodes, the password, the TLS files), the queue settings every process must
+    /// share (key prefix, limits, partitions, history), etcd (endpoints, prefix, user, TLS).
+    /// The file is read as `ax serve --config` reads it, without the environment: a setting
+    /// given only as an `AX_*` variable is not seen. Secret files it names are read now.
+    #[cfg(feature = "client")]
+    pub fn from_ax_toml(path: impl AsRef<std::path::Path>) -> Result<Self> {
+        use ax_engine::config::{Config as Engine, ConfigOverrides, LoadOptions};
+        let engine = Engine::load(LoadOptions {
+            config_flag: Some(path.as_ref()),
+            env: &std::collections::HashMap::new(),
+            overrides: &ConfigOverrides::default(),
+            default_path: None,
+            // Only to satisfy the replica's own check of its instance id: a client or an
+            // SDK worker has ids of its own.
+            hostname: Some("ax-sdk"),
+        })
+        .map_err(|e| Error::Config(e.to_string()))?;
+        let mut queue = ax_engine::connect::queue_config(&engine);
+        queue.tls =
+            ax_engine::connect::redis_tls(&engine).map_err(|e| Error::Config(format!("{e:#}")))?;
+        let redis = if engine.redis.cluster_nodes.is_empty() {
+            Redis::Single(engine.redis_connection_url())
+        } else {
+            Redis::Cluster(engine.redis_cluster_urls())
+        };
+        Ok(Config {
+            redis,
+            queue,
+            etcd: engine.etcd.endpoints.clone(),
+            etcd_prefix: Some(engine.etcd.prefix.clone()),
+            file: Some(Box::new(engine)),
+        })
     }
 
     /// The key prefix of the cluster's Redis keys (`redis.key_prefix`; default `ax`).
@@ -80,14 +134,21 @@ impl Config {
                 "the client needs the cluster's etcd endpoints (Config::etcd)".into(),
             ));
         }
-        let mut engine = ax_engine::config::Config::default();
+        let mut engine = match &self.file {
+            // Redis's place, password and TLS stay the file's, as the replicas read them.
+            Some(file) => (**file).clone(),
+            None => {
+                let mut engine = ax_engine::config::Config::default();
+                match &self.redis {
+                    Redis::Single(url) => engine.redis.url = url.clone(),
+                    Redis::Cluster(nodes) => engine.redis.cluster_nodes = nodes.clone(),
+                }
+                engine
+            }
+        };
         engine.etcd.endpoints = self.etcd.clone();
         if let Some(prefix) = &self.etcd_prefix {
             engine.etcd.prefix = prefix.clone();
-        }
-        match &self.redis {
-            Redis::Single(url) => engine.redis.url = url.clone(),
-            Redis::Cluster(nodes) => engine.redis.cluster_nodes = nodes.clone(),
         }
         engine.redis.key_prefix = self.queue.prefix.clone();
         Ok(engine)

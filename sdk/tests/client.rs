@@ -84,3 +84,29 @@ async fn a_client_without_etcd_is_refused() {
         .unwrap_err();
     assert!(matches!(err, Error::Config(_)), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reads_the_replicas_ax_toml() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ax.toml");
+    let etcd_prefix = format!("/{}", unique_name("sdkt"));
+    std::fs::write(
+        &path,
+        format!(
+            "[etcd]\nendpoints = [\"{}\"]\nprefix = \"{etcd_prefix}\"\n\n\
+             [redis]\nurl = \"{}\"\nkey_prefix = \"{}\"\n",
+            etcd_endpoint(),
+            redis_url(),
+            unique_name("sdkt")
+        ),
+    )
+    .unwrap();
+    let config = Config::from_ax_toml(&path).unwrap();
+    let c = Client::connect(&config).await.unwrap();
+    c.put("shop", "from-file", &spec()).await.unwrap();
+    assert_eq!(c.get("shop", "from-file").await.unwrap().id, "from-file");
+
+    std::fs::write(&path, "[etcd]\nendpoint = \"typo\"\n").unwrap();
+    let err = Config::from_ax_toml(&path).unwrap_err();
+    assert!(err.to_string().contains("endpoint"), "{err}");
+}
