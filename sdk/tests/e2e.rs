@@ -222,10 +222,20 @@ async fn executions_run_once_retry_by_policy_and_sigterm_lets_the_running_one_fi
         "failed once, retried once by the policy"
     );
     let history = c.client.history("e2e", "flaky", 10).await.unwrap();
+    let attempts: Vec<_> = history
+        .iter()
+        .map(|r| (r.attempt, r.outcome.as_str()))
+        .collect();
     assert_eq!(
-        history.len(),
-        2,
-        "both attempts in the history: {history:?}"
+        attempts,
+        [(2, "succeeded"), (1, "retrying")],
+        "newest first"
+    );
+    let (retry, first) = (&history[0], &history[1]);
+    let waited = retry.started.unwrap().0 - first.finished.unwrap().0;
+    assert!(
+        waited >= 200,
+        "the retry waited the policy's initial interval: {waited} ms"
     );
 
     let short = c.trigger("long", json!({"ms": 100})).await;
