@@ -38,8 +38,27 @@
 //! # }
 //! ```
 //!
-//! See `docs/rust-sdk.md` for what a handler's errors mean, and why a handler must be
-//! idempotent (delivery is at least once).
+//! A handler's error says whether trying again can help: a [`HandlerError::Retryable`]
+//! attempt is retried by the task's retry policy, a [`HandlerError::Permanent`] one goes to
+//! the dead-letter queue at once.
+//!
+//! ```
+//! use ax_sdk::HandlerError;
+//!
+//! fn classify(status: u16) -> Result<(), HandlerError> {
+//!     match status {
+//!         200..=299 => Ok(()),
+//!         429 | 500..=599 => Err(HandlerError::Retryable(format!("upstream said {status}"))),
+//!         _ => Err(HandlerError::Permanent(format!("upstream refused: {status}"))),
+//!     }
+//! }
+//! assert!(classify(503).unwrap_err().is_retryable());
+//! assert!(!classify(404).unwrap_err().is_retryable());
+//! ```
+//!
+//! Delivery is at least once: an execution whose worker died runs again under the same
+//! [`Job::execution_id`], which is what a handler with effects makes itself idempotent with.
+//! See `docs/rust-sdk.md`.
 
 #[cfg(feature = "client")]
 pub mod client;
