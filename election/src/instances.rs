@@ -98,6 +98,44 @@ pub async fn register_instance(
     Ok(InstanceRegistration { session, key })
 }
 
+/// How long [`keep_registered`] waits before it publishes again after a failure or a loss.
+const REREGISTER_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Keeps `record` published until `cancel` fires, then removes it: registers, and registers
+/// again (after a short wait) whenever the lease is lost (etcd restarted, a partition) or
+/// the put failed. Failures are logged, never returned: a process runs on without its record
+/// and publishes it as soon as etcd answers again.
+pub async fn keep_registered(
+    client: Client,
+    config: ElectionConfig,
+    record: InstanceRecord,
+    cancel: CancellationToken,
+) {
+    loop {
+        match register_instance(&client, &config, &record).await {
+            Ok(registration) => {
+                let lost = registration.lost();
+                tokio::select! {
+                    _ = cancel.cancelled() => {
+                        if let Err(e) = registration.deregister().await {
+                            tracing::warn!(error = %e, "could not deregister the instance");
+                        }
+                        return;
+                    }
+                    _ = lost.cancelled() => {
+                        tracing::warn!(reason = ?registration.loss_reason(), "instance registration lost; registering again");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot register the instance; retrying"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(REREGISTER_DELAY) => {}
+        }
+    }
+}
+
 /// A live instance record with how long ago its replica last renewed the record's lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InstanceLiveness {

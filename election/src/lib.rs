@@ -41,8 +41,8 @@ pub use campaign::{Candidate, Leadership};
 pub use config::{ElectionConfig, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL};
 pub use error::ElectionError;
 pub use instances::{
-    list_instances, list_instances_with_liveness, register_instance, InstanceLiveness,
-    InstanceRecord, InstanceRegistration,
+    keep_registered, list_instances, list_instances_with_liveness, register_instance,
+    InstanceLiveness, InstanceRecord, InstanceRegistration,
 };
 pub use key_hold::KeyHold;
 pub use keys::{instance_key, leader_key, lock_key, shard_owner_key};

@@ -21,7 +21,7 @@ use ax_alerting::{
     Alert, AlertManager, AlertManagerConfig, AlertSender, Channel, FeishuChannel, FeishuConfig,
     Level, PolicyConfig, WebhookChannel, WebhookConfig,
 };
-use ax_election::{register_instance, Candidate, ElectionConfig, InstanceRecord};
+use ax_election::{Candidate, ElectionConfig, InstanceRecord};
 use ax_queue::{Queue, QueueStats};
 use ax_registry::Registry;
 use ax_scheduler_core::timer::TimerConfig;
@@ -407,32 +407,8 @@ impl Parts<'_> {
         let client = self.etcd.clone();
         let election = election_config(self.config);
         shutdown.spawn(move |cancel| {
-            async move {
-                loop {
-                    match register_instance(&client, &election, &record).await {
-                        Ok(registration) => {
-                            let lost = registration.lost();
-                            tokio::select! {
-                                _ = cancel.cancelled() => {
-                                    if let Err(e) = registration.deregister().await {
-                                        warn!(error = %e, "could not deregister the instance");
-                                    }
-                                    return;
-                                }
-                                _ = lost.cancelled() => {
-                                    warn!(reason = ?registration.loss_reason(), "instance registration lost; registering again");
-                                }
-                            }
-                        }
-                        Err(e) => warn!(error = %e, "cannot register the instance; retrying"),
-                    }
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    }
-                }
-            }
-            .instrument(info_span!("instance"))
+            ax_election::keep_registered(client, election, record, cancel)
+                .instrument(info_span!("instance"))
         });
     }
 

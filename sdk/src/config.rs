@@ -114,7 +114,8 @@ impl Config {
     }
 
     /// The cluster's etcd endpoints (`http://host:2379`), which the [`crate::Client`]
-    /// needs (a worker talks to Redis only).
+    /// needs; a worker given them publishes its instance record there (it needs Redis
+    /// only).
     pub fn etcd(mut self, endpoints: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.etcd = endpoints.into_iter().map(Into::into).collect();
         self
@@ -152,6 +153,52 @@ impl Config {
         }
         engine.redis.key_prefix = self.queue.prefix.clone();
         Ok(engine)
+    }
+
+    /// With etcd named ([`Config::etcd`]), publishes the worker's instance record (its id,
+    /// handlers and queues, as a replica publishes its own) until `stop` fires, so `ax status`
+    /// lists it and `ax task put` checks a task's handler against what it serves. Without
+    /// etcd, nothing: a worker needs Redis only.
+    #[cfg(feature = "client")]
+    pub(crate) async fn announce(
+        &self,
+        worker_id: &str,
+        handlers: Vec<String>,
+        queues: Vec<String>,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> Result<Option<tokio::task::JoinHandle<()>>> {
+        if self.etcd.is_empty() {
+            return Ok(None);
+        }
+        let engine = self.engine_config()?;
+        let etcd = ax_engine::connect::connect_etcd(&engine)
+            .await
+            .map_err(|e| Error::Connect(format!("{e:#}")))?;
+        let record = ax_election::InstanceRecord {
+            instance_id: worker_id.to_owned(),
+            roles: vec!["worker".to_owned()],
+            handlers,
+            queues,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            address: None,
+            started_at: ax_scheduler_core::UtcMillis::now(),
+        };
+        let election = ax_engine::connect::election_config(&engine);
+        Ok(Some(tokio::spawn(ax_election::keep_registered(
+            etcd, election, record, stop,
+        ))))
+    }
+
+    /// Without the client, the worker publishes no instance record.
+    #[cfg(not(feature = "client"))]
+    pub(crate) async fn announce(
+        &self,
+        _worker_id: &str,
+        _handlers: Vec<String>,
+        _queues: Vec<String>,
+        _stop: tokio_util::sync::CancellationToken,
+    ) -> Result<Option<tokio::task::JoinHandle<()>>> {
+        Ok(None)
     }
 
     /// Connects to Redis.

@@ -137,11 +137,24 @@ impl WorkerBuilder {
             return Err(Error::Config("the worker has no handlers".into()));
         }
         let queue = self.config.connect_queue().await?;
+        let (worker_id, handlers) = (self.pool.worker_id.clone(), self.registry.names());
+        let queues = self.pool.queues.clone();
         let reports = TaskTracker::new();
         let pool =
             ax_worker::cluster_pool(&queue, self.pool, self.registry, self.metrics, &reports)
                 .await?;
+        // Published only once the id is this process's: a refused one announces nothing.
+        let unannounce = CancellationToken::new();
+        let record = self
+            .config
+            .announce(&worker_id, handlers, queues, unannounce.clone())
+            .await?;
         let summary = pool.run(shutdown).await;
+        unannounce.cancel();
+        if let Some(record) = record {
+            // It only logs; a failed removal leaves the record to expire with its lease.
+            let _ = record.await;
+        }
         // The publisher ends once the pool (which holds the reporter) is gone and every
         // report is written.
         drop(pool);

@@ -1,6 +1,7 @@
 //! The SDK's client against real etcd and Redis: a put validates as `ax task put` does
 //! (every problem at once, nothing written), and get, list, pause, resume, trigger with a
-//! payload, history, kill and delete reach the same records the CLI reads.
+//! payload, history, kill and delete reach the same records the CLI reads; a worker given
+//! etcd publishes what it serves, which the put's check then compares with.
 #![cfg(feature = "client")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -109,4 +110,50 @@ async fn a_client_reads_the_replicas_ax_toml() {
     std::fs::write(&path, "[etcd]\nendpoint = \"typo\"\n").unwrap();
     let err = Config::from_ax_toml(&path).unwrap_err();
     assert!(err.to_string().contains("endpoint"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_given_etcd_is_seen_by_the_put_check_while_it_runs() {
+    let config = Config::redis(redis_url())
+        .key_prefix(unique_name("sdkw"))
+        .etcd([etcd_endpoint()])
+        .etcd_prefix(format!("/{}", unique_name("sdkw")));
+    let c = Client::connect(&config).await.unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let worker = ax_sdk::Worker::builder(config.clone())
+        .handler("email.send", |_job: ax_sdk::Job<serde_json::Value>| async {
+            Ok(())
+        })
+        .queues(["mail"])
+        .run(stop.clone());
+    let running = tokio::spawn(worker);
+    let mut typo = spec();
+    typo["handler"] = json!("email.sned");
+    let mut refused = None;
+    for _ in 0..100 {
+        match c.put("shop", "typo", &typo).await {
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+            Ok(_) => {
+                c.delete("shop", "typo").await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+    let Some(Error::Api(ApiError::Invalid { errors, .. })) = refused else {
+        panic!("the typo was never refused: {refused:?}");
+    };
+    assert!(
+        errors[0].contains("did you mean `email.send`?"),
+        "{errors:?}"
+    );
+    c.put("shop", "receipts", &spec()).await.unwrap();
+
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    c.put("shop", "typo", &typo)
+        .await
+        .expect("with the worker gone, nothing serves the queue to compare with");
 }
