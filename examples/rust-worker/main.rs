@@ -7,6 +7,8 @@
 //! them. SIGTERM or Ctrl-C starts the graceful shutdown. Settings come from the environment
 //! (a binary's edge; the SDK itself reads none):
 //!
+//! - `AX_CONFIG`: the replicas' `ax.toml`, read for Redis, the queue settings and etcd (then
+//!   the worker also publishes its instance record); else
 //! - `AX_REDIS_URL` (default `redis://127.0.0.1:6379`), `AX_REDIS_KEY_PREFIX` (default `ax`)
 //! - `AX_QUEUE` (default `rust`), `AX_WORKER_ID` (default a random id)
 //! - `AX_VISIBILITY_TIMEOUT_MS`: how soon a dead worker's message is given back (default
@@ -62,8 +64,11 @@ fn env(name: &str, default: &str) -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let config = Config::redis(env("AX_REDIS_URL", "redis://127.0.0.1:6379"))
-        .key_prefix(env("AX_REDIS_KEY_PREFIX", "ax"));
+    let config = match std::env::var("AX_CONFIG") {
+        Ok(path) => Config::from_ax_toml(path)?,
+        Err(_) => Config::redis(env("AX_REDIS_URL", "redis://127.0.0.1:6379"))
+            .key_prefix(env("AX_REDIS_KEY_PREFIX", "ax")),
+    };
     let mut worker = Worker::builder(config)
         .handler("example.flaky", flaky)
         .handler("example.long", long)
