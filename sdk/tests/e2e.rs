@@ -1,6 +1,7 @@
 //! The example worker (`examples/rust-worker`) as a real process against real etcd and
-//! Redis and a scheduler-only replica (the `ax serve` server, `instance.roles = [scheduler]`,
-//! run in this process): each execution runs once and its end reaches the leader, a
+//! Redis and a scheduler-only replica (`ax serve` with `AX_ROLES=scheduler`, in a process of
+//! its own: this test binary started again, running the `ax` binary's `main` as
+//! [`replica_process`] does): each execution runs once and its end reaches the leader, a
 //! retryable failure is retried by the task's policy, a SIGKILLed worker's execution is
 //! redelivered to another worker, SIGTERM lets the running attempt finish, and a kill from
 //! the client stops it.
@@ -11,21 +12,40 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ax_engine::config::{Config as ServeConfig, ReplicaRole};
-use ax_engine::serve::Server;
-use ax_engine::shutdown::Shutdown;
+use ax_engine::cli::Cli;
+use ax_engine::edge::Edge;
 use ax_sdk::{Client, Config, ExecutionId};
 use ax_testkit::{etcd_endpoint, redis_url, unique_name};
+use clap::Parser;
 use serde_json::json;
 
 /// The processes of the tests would compete for the cores: one test at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Set in the environment of the replica process this binary starts of itself.
+const REPLICA_ENV: &str = "AX_SDK_E2E_REPLICA";
+
+/// In the replica process: `ax serve`, exactly as the `ax` binary's `main` runs it (the
+/// command line, the environment, the runtime), until SIGTERM or SIGKILL. In the test run
+/// itself it does nothing.
+#[test]
+fn replica_process() {
+    if std::env::var_os(REPLICA_ENV).is_none() {
+        return;
+    }
+    let cli = Cli::parse_from(["ax", "serve"]);
+    let edge = Edge::from_process();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime
+        .block_on(ax_engine::commands::run(cli, &edge))
+        .unwrap();
+}
+
 /// One corner of the shared servers, its scheduler-only replica, and a client.
 struct Cluster {
     redis_prefix: String,
     client: Client,
-    replica: Shutdown,
+    replica: Child,
     dir: tempfile::TempDir,
 }
 
@@ -33,19 +53,41 @@ impl Cluster {
     async fn start() -> Cluster {
         let etcd_prefix = format!("/{}", unique_name("sdke2e"));
         let redis_prefix = unique_name("sdke2e");
-        let mut serve = ServeConfig::default();
-        serve.etcd.endpoints = vec![etcd_endpoint()];
-        serve.etcd.prefix = etcd_prefix.clone();
-        serve.redis.url = redis_url();
-        serve.redis.key_prefix = redis_prefix.clone();
-        serve.instance.id = unique_name("replica");
-        serve.instance.roles = vec![ReplicaRole::Scheduler];
-        serve.election.lease_ttl = Duration::from_secs(2);
-        serve.http.listen = "127.0.0.1:0".into();
-        let server = Server::bind(serve).await.unwrap();
-        let replica = Shutdown::new();
-        let running = replica.clone();
-        tokio::spawn(async move { server.run(&running).await });
+        let dir = tempfile::tempdir().unwrap();
+        let log = std::fs::File::create(dir.path().join("replica.log")).unwrap();
+        let replica = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "replica_process",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env(REPLICA_ENV, "1")
+            .env("HOSTNAME", "sdk-e2e-host")
+            .env("AX_INSTANCE_ID", unique_name("replica"))
+            .env("AX_ROLES", "scheduler")
+            .env("AX_ETCD_ENDPOINTS", etcd_endpoint())
+            .env("AX_ETCD_PREFIX", &etcd_prefix)
+            .env("AX_REDIS_URL", redis_url())
+            .env("AX_REDIS_KEY_PREFIX", &redis_prefix)
+            .env("AX_LEASE_TTL", "2s")
+            .env("AX_LOG", "warn")
+            .env(
+                "AX_HTTP_LISTEN",
+                format!("127.0.0.1:{}", ax_testkit::free_port()),
+            )
+            .env(
+                "AX_API_TOKEN",
+                "sdk-e2e-admin-token-0123456789abcdef0123456789",
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
         let config = Config::redis(redis_url())
             .key_prefix(&redis_prefix)
             .etcd([etcd_endpoint()])
@@ -55,7 +97,7 @@ impl Cluster {
             redis_prefix,
             client,
             replica,
-            dir: tempfile::tempdir().unwrap(),
+            dir,
         }
     }
 
@@ -118,7 +160,13 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        self.replica.cancel();
+        let _ = self.replica.kill();
+        let _ = self.replica.wait();
+        if std::thread::panicking() {
+            let log = self.dir.path().join("replica.log");
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            eprintln!("---- the replica's log ----\n{text}");
+        }
     }
 }
 
