@@ -920,10 +920,14 @@ async fn undecodable_state_records_are_passed_over_and_tasks_still_fire() {
     );
     c.start_replica("r1", Roles::Both).await;
     c.wait_for_leader(None, Duration::from_secs(10)).await;
-    assert_eq!(
-        c.metric("r1", "scheduler_undecodable_states").await,
-        Some(2.0)
-    );
+    // The gauge is set once the takeover has read the states, a moment after the election.
+    let r1 = c.replica("r1").http_port;
+    wait_until(
+        Duration::from_secs(10),
+        "two undecodable states counted",
+        || async move { harness::metric_at(r1, "scheduler_undecodable_states").await == Some(2.0) },
+    )
+    .await;
     wait_for_executions(&c, "old", 1, Duration::from_secs(6)).await;
     wait_for_executions(&c, "new", 1, Duration::from_secs(2)).await;
     // The leader's state write replaces the unreadable record.
