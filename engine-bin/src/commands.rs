@@ -14,7 +14,7 @@ use crate::api::{
     ApiBackend, ApiError, BackfillParams, DlqRequeue, ExecutionParams, PutOptions, TaskQuery,
     TaskView, TriggerParams,
 };
-use crate::audit::{AuditQuery, AuditRecord};
+use crate::audit::AuditQuery;
 use crate::backend::Backend;
 use crate::cli::{
     Cli, CliError, Command, ConfigCommand, DlqCommand, ExecutionCommand, FenceCommand, HistoryArgs,
@@ -723,8 +723,7 @@ fn cli_actor(edge: &Edge) -> String {
     }
 }
 
-/// Records a change the CLI made. The change already happened, so a record that cannot be
-/// written is a warning (with what it would have said), not a failure of the command.
+/// Records a change the CLI made (see [`Backend::record_change`]).
 async fn audit(
     b: &Backend,
     actor: &str,
@@ -733,18 +732,15 @@ async fn audit(
     detail: Option<serde_json::Value>,
     revision: Option<i64>,
 ) {
-    let record = AuditRecord {
-        at: UtcMillis::now(),
-        actor: actor.to_owned(),
-        via: crate::audit::VIA_CLI.to_owned(),
-        action: action.to_owned(),
-        target: target.to_owned(),
+    b.record_change(
+        actor,
+        crate::audit::VIA_CLI,
+        action,
+        target,
         detail,
         revision,
-    };
-    if let Err(e) = b.audit_record(record).await {
-        tracing::warn!(error = %e, action, target, "cannot write the audit record of this change");
-    }
+    )
+    .await;
 }
 
 /// The bytes of `file`, or of stdin for `-`.

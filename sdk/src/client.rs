@@ -30,7 +30,7 @@
 //! ```
 
 use ax_engine::api::{ApiBackend, PutOptions, TriggerParams};
-use ax_engine::audit::{AuditRecord, VIA_API};
+use ax_engine::audit::VIA_API;
 use ax_engine::backend::Backend;
 use ax_scheduler_core::{ExecutionId, TaskKey, UtcMillis};
 use serde::Serialize;
@@ -221,8 +221,7 @@ impl Client {
         Ok(result)
     }
 
-    /// Records a change in the audit log; a record that cannot be written does not undo
-    /// the change (the CLI does the same).
+    /// Records a change in the audit log, as the CLI does (see [`Backend::record_change`]).
     async fn audit(
         &self,
         action: &str,
@@ -230,17 +229,9 @@ impl Client {
         detail: Option<serde_json::Value>,
         revision: Option<i64>,
     ) {
-        let record = AuditRecord {
-            at: UtcMillis::now(),
-            actor: self.actor.clone(),
-            via: VIA_API.to_owned(),
-            action: action.to_owned(),
-            target: target.to_owned(),
-            detail,
-            revision,
-        };
-        // Best effort by design: the change is made; the record is its trace only.
-        let _ = self.backend.audit_record(record).await;
+        self.backend
+            .record_change(&self.actor, VIA_API, action, target, detail, revision)
+            .await;
     }
 }
 

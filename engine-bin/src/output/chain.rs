@@ -156,21 +156,7 @@ mod tests {
     use serde_json::json;
 
     fn view(ns: &str, id: &str, spec: serde_json::Value, status: &str) -> TaskView {
-        TaskView {
-            namespace: ns.into(),
-            id: id.into(),
-            spec,
-            status: Some(status.into()),
-            next_fire: None,
-            last_fire: None,
-            errors: Vec::new(),
-            last_outcome: None,
-            last_error: None,
-            namespace_paused: false,
-            throttled: None,
-            schedule_text: None,
-            upcoming_fires: Vec::new(),
-        }
+        super::super::tasks::test_view(ns, id, spec, status)
     }
 
     #[test]

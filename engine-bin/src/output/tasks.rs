@@ -174,6 +174,26 @@ pub fn kill_text(r: &KillResult) -> String {
         .collect()
 }
 
+/// A view with nothing recorded yet, for the renderers' tests.
+#[cfg(test)]
+pub(super) fn test_view(ns: &str, id: &str, spec: serde_json::Value, status: &str) -> TaskView {
+    TaskView {
+        namespace: ns.into(),
+        id: id.into(),
+        spec,
+        status: Some(status.into()),
+        next_fire: None,
+        last_fire: None,
+        errors: Vec::new(),
+        last_outcome: None,
+        last_error: None,
+        namespace_paused: false,
+        throttled: None,
+        schedule_text: None,
+        upcoming_fires: Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -197,19 +217,13 @@ mod tests {
     #[test]
     fn the_table_shows_the_last_outcome_and_why_a_spec_is_invalid() {
         let view = |id: &str| TaskView {
-            namespace: "default".into(),
-            id: id.into(),
-            spec: json!({"schedule": {"every": "10s"}}),
-            status: Some("SCHEDULED".into()),
-            next_fire: None,
-            last_fire: None,
-            errors: Vec::new(),
             last_outcome: Some("failed".into()),
-            last_error: None,
-            namespace_paused: false,
-            throttled: None,
-            schedule_text: None,
-            upcoming_fires: Vec::new(),
+            ..test_view(
+                "default",
+                id,
+                json!({"schedule": {"every": "10s"}}),
+                "SCHEDULED",
+            )
         };
         let mut bad = view("bad");
         bad.status = Some("INVALID".into());
@@ -227,21 +241,13 @@ mod tests {
 
     #[test]
     fn get_reads_in_the_cron_zone_and_says_why_a_task_is_throttled() {
+        let spec = json!({"schedule": {"cron": "0 30 9 * * *", "timezone": "America/New_York"}});
         let mut v = TaskView {
-            namespace: "default".into(),
-            id: "report".into(),
-            spec: json!({"schedule": {"cron": "0 30 9 * * *", "timezone": "America/New_York"}}),
-            status: Some("SCHEDULED".into()),
             // 2026-12-02T14:30:00Z is 09:30 in New York.
             next_fire: Some(UtcMillis(1_796_221_800_000)),
-            last_fire: None,
-            errors: Vec::new(),
-            last_outcome: None,
-            last_error: None,
-            namespace_paused: false,
-            throttled: None,
             schedule_text: Some("every day at 09:30 America/New_York".into()),
             upcoming_fires: vec![UtcMillis(1_796_221_800_000)],
+            ..test_view("default", "report", spec, "SCHEDULED")
         };
         let text = task_text(&v);
         assert!(
@@ -274,19 +280,13 @@ mod tests {
     #[test]
     fn a_throttled_task_says_so_and_why() {
         let mut v = TaskView {
-            namespace: "default".into(),
-            id: "flaky".into(),
-            spec: json!({"schedule": {"every": "1s"}}),
-            status: Some("SCHEDULED".into()),
-            next_fire: None,
-            last_fire: None,
-            errors: Vec::new(),
             last_outcome: Some("failed".into()),
-            last_error: None,
-            namespace_paused: false,
-            throttled: None,
-            schedule_text: None,
-            upcoming_fires: Vec::new(),
+            ..test_view(
+                "default",
+                "flaky",
+                json!({"schedule": {"every": "1s"}}),
+                "SCHEDULED",
+            )
         };
         assert!(!task_table(std::slice::from_ref(&v)).contains("THROTTLED"));
         v.throttled = Some(ax_scheduler_core::breaker::Throttle {

@@ -314,6 +314,20 @@ fn a_held_fire_asks_again_when_its_completion_event_is_lost() {
     assert_eq!(retried[0].1.fire_at, at(3_600_000));
 }
 
+/// Fires task `a` (every 1 s) four times, each execution failing: its breaker opens.
+fn fail_four_times(d: &mut Dispatcher) {
+    for t in 1..=4 {
+        assert_eq!(d.poll(at(t * 1000)).len(), 1);
+        d.on_execution(
+            &key("a"),
+            ExecutionId::from_u128(u128::try_from(t).unwrap()),
+            0,
+            &finished(AttemptOutcome::Failed, Some("boom".into()), None),
+            at(t * 1000 + 100),
+        );
+    }
+}
+
 #[test]
 fn breaker_opens_slows_dispatch_and_notices() {
     let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
@@ -327,16 +341,7 @@ fn breaker_opens_slows_dispatch_and_notices() {
         None,
         at(0),
     );
-    for t in 1..=4 {
-        assert_eq!(d.poll(at(t * 1000)).len(), 1);
-        d.on_execution(
-            &key("a"),
-            ExecutionId::from_u128(u128::try_from(t).unwrap()),
-            0,
-            &finished(AttemptOutcome::Failed, Some("boom".into()), None),
-            at(t * 1000 + 100),
-        );
-    }
+    fail_four_times(&mut d);
     assert!(d
         .take_notices()
         .iter()
@@ -354,16 +359,7 @@ fn an_open_breaker_is_marked_in_the_state_and_skipped_fires_rewrite_the_next_fir
         "a",
         r#"{"handler":"log","schedule":{"every":"1s"},"overlap":"allow"}"#,
     );
-    for t in 1..=4 {
-        assert_eq!(d.poll(at(t * 1000)).len(), 1);
-        d.on_execution(
-            &key("a"),
-            ExecutionId::from_u128(u128::try_from(t).unwrap()),
-            0,
-            &finished(AttemptOutcome::Failed, Some("boom".into()), None),
-            at(t * 1000 + 100),
-        );
-    }
+    fail_four_times(&mut d);
     assert_eq!(d.throttled_len(), 1);
     let throttle = d.state(&key("a")).unwrap().throttled.clone().unwrap();
     assert_eq!((throttle.failures, throttle.executions), (4, 4));
