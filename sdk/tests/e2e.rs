@@ -1,6 +1,7 @@
 //! The example worker (`examples/rust-worker`) as a real process against real etcd and
-//! Redis and a scheduler-only replica (`ax serve` with `AX_ROLES=scheduler`, in a process of
-//! its own: this test binary started again, running the `ax` binary's `main` as
+//! Redis and a replica as the chart deploys it (`ax serve` with its default roles, scheduler
+//! and worker, its worker on the `default` queue beside the SDK worker's `rust` queue; in a
+//! process of its own: this test binary started again, running the `ax` binary's `main` as
 //! [`replica_process`] does): each execution runs once and its end reaches the leader, a
 //! retryable failure is retried by the task's policy, a SIGKILLed worker's execution is
 //! redelivered to another worker, SIGTERM lets the running attempt finish, and a kill from
@@ -41,7 +42,7 @@ fn replica_process() {
         .unwrap();
 }
 
-/// One corner of the shared servers, its scheduler-only replica, and a client.
+/// One corner of the shared servers, its replica (both roles), and a client.
 struct Cluster {
     redis_prefix: String,
     client: Client,
@@ -68,7 +69,6 @@ impl Cluster {
             .env(REPLICA_ENV, "1")
             .env("HOSTNAME", "sdk-e2e-host")
             .env("AX_INSTANCE_ID", unique_name("replica"))
-            .env("AX_ROLES", "scheduler")
             .env("AX_ETCD_ENDPOINTS", etcd_endpoint())
             .env("AX_ETCD_PREFIX", &etcd_prefix)
             .env("AX_REDIS_URL", redis_url())
