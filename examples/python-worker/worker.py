@@ -57,6 +57,7 @@ DEFAULT_PRIORITY = 5
 AGING_STEP_US = 1_000_000  # redis.priority_aging, default 1 s
 EVENTS_CAP = 100_000
 HISTORY_CAP = 100
+HISTORY_TRIM_EVERY = 8  # queue/src/history.rs
 HISTORY_RETENTION_MS = 30 * 24 * 3600 * 1000
 EXECUTION_HISTORY_RETENTION_MS = 7 * 24 * 3600 * 1000
 EXECUTION_HISTORY_MAX_ENTRIES = 200_000
@@ -486,7 +487,9 @@ class Worker:
             text = compact(history)
             key = self.history_key(msg["namespace"], msg["task_id"])
             pipe.lpush(key, text)
-            pipe.ltrim(key, 0, HISTORY_CAP - 1)
+            # One push in HISTORY_TRIM_EVERY trims (`trims_list` in queue/src/history.rs).
+            if int(msg["execution_id"].replace("-", ""), 16) % HISTORY_TRIM_EVERY == 0:
+                pipe.ltrim(key, 0, HISTORY_CAP - 1)
             pipe.pexpire(key, HISTORY_RETENTION_MS)
             cutoff = max(now_ms() - EXECUTION_HISTORY_RETENTION_MS, 0)
             label = "retrying" if history.get("retry_at") is not None else history["outcome"]

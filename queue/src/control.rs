@@ -17,6 +17,7 @@
 //!
 //! A pause is one flag per queue, read by `take.lua`, so it holds from the next take.
 
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use ax_scheduler_core::ExecutionId;
@@ -328,51 +329,79 @@ impl Queue {
     }
 
     /// For each running execution, whether it must stop: killed by an operator, or (overlap
-    /// `replace`) replaced by a newer one. One pipelined round trip for all.
+    /// `replace`) replaced by a newer one. One pipelined round trip for all, with one
+    /// `EXISTS` over the kill orders of each queue (its keys share the queue's slot): kill
+    /// orders are rare, so the common answer, none, costs one command per queue rather than
+    /// one per execution. A queue that has some is asked again per execution.
     pub async fn stop_orders(&self, probes: &[StopProbe]) -> Result<Vec<Option<StopOrder>>> {
         if probes.is_empty() {
             return Ok(Vec::new());
         }
         let k = self.keys();
+        let mut by_queue: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, p) in probes.iter().enumerate() {
+            by_queue.entry(p.queue.as_str()).or_default().push(i);
+        }
         let mut pipe = redis::pipe();
-        for p in probes {
-            pipe.exists(k.kill(&p.queue, p.execution_id));
-            // Only a `replace` execution can be replaced: the others ask one question.
-            if p.overlap == OverlapPolicy::Replace {
-                pipe.get(k.active(&p.queue, &p.namespace, &p.task_id));
-            }
+        for (queue, group) in &by_queue {
+            let keys: Vec<String> = group
+                .iter()
+                .map(|&i| k.kill(queue, probes[i].execution_id))
+                .collect();
+            pipe.exists(keys);
+        }
+        // Only a `replace` execution can be replaced: the others ask one question.
+        let replace: Vec<usize> = (0..probes.len())
+            .filter(|&i| probes[i].overlap == OverlapPolicy::Replace)
+            .collect();
+        for &i in &replace {
+            let p = &probes[i];
+            pipe.get(k.active(&p.queue, &p.namespace, &p.task_id));
         }
         let mut conn = self.conn();
-        let replies: Vec<redis::Value> =
-            self.run("stop_orders", pipe.query_async(&mut conn)).await?;
-        let mut replies = replies.into_iter();
-        let unexpected = |detail: String| QueueError::UnexpectedReply {
-            op: "stop_orders",
-            detail,
+        let (counts, holders) = {
+            let replies: Vec<redis::Value> =
+                self.run("stop_orders", pipe.query_async(&mut conn)).await?;
+            let (counts, holders) = replies.split_at(by_queue.len().min(replies.len()));
+            let counts: Vec<u64> = decode_all(counts)?;
+            let holders: Vec<Option<String>> = decode_all(holders)?;
+            if counts.len() != by_queue.len() || holders.len() != replace.len() {
+                return Err(stop_orders_reply("fewer replies than questions".into()));
+            }
+            (counts, holders)
         };
-        let mut next = || {
-            replies
-                .next()
-                .ok_or_else(|| unexpected("fewer replies than questions".into()))
-        };
-        let mut out = Vec::with_capacity(probes.len());
-        for p in probes {
-            let killed: bool =
-                redis::from_redis_value(&next()?).map_err(|e| unexpected(e.to_string()))?;
-            let holder: Option<String> = if p.overlap == OverlapPolicy::Replace {
-                redis::from_redis_value(&next()?).map_err(|e| unexpected(e.to_string()))?
-            } else {
-                None
-            };
-            out.push(if killed {
-                Some(StopOrder::Killed)
-            } else if holder.is_some_and(|h| h != p.execution_id.to_string()) {
-                Some(StopOrder::Replaced)
-            } else {
-                None
-            });
+        let mut killed = vec![false; probes.len()];
+        let ordered: Vec<usize> = by_queue
+            .values()
+            .zip(&counts)
+            .filter(|(_, &n)| n > 0)
+            .flat_map(|(group, _)| group.iter().copied())
+            .collect();
+        if !ordered.is_empty() {
+            let mut pipe = redis::pipe();
+            for &i in &ordered {
+                pipe.exists(k.kill(&probes[i].queue, probes[i].execution_id));
+            }
+            let each: Vec<bool> = self.run("stop_orders", pipe.query_async(&mut conn)).await?;
+            for (&i, is) in ordered.iter().zip(each) {
+                killed[i] = is;
+            }
         }
-        Ok(out)
+        let mut replaced = vec![false; probes.len()];
+        for (&i, holder) in replace.iter().zip(holders) {
+            replaced[i] = holder.is_some_and(|h| h != probes[i].execution_id.to_string());
+        }
+        Ok((0..probes.len())
+            .map(|i| {
+                if killed[i] {
+                    Some(StopOrder::Killed)
+                } else if replaced[i] {
+                    Some(StopOrder::Replaced)
+                } else {
+                    None
+                }
+            })
+            .collect())
     }
 
     /// Pauses `queue`: workers take nothing from it from their next take on (running
@@ -421,4 +450,18 @@ impl Queue {
         }
         Ok(false)
     }
+}
+
+fn stop_orders_reply(detail: String) -> QueueError {
+    QueueError::UnexpectedReply {
+        op: "stop_orders",
+        detail,
+    }
+}
+
+fn decode_all<T: redis::FromRedisValue>(values: &[redis::Value]) -> Result<Vec<T>> {
+    values
+        .iter()
+        .map(|v| redis::from_redis_value(v).map_err(|e| stop_orders_reply(e.to_string())))
+        .collect()
 }

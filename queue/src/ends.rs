@@ -17,6 +17,7 @@
 //! once (it remembers the last end applied per task). The log is never trimmed by count,
 //! since a trimmed record is a lost end.
 
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -112,17 +113,20 @@ impl Queue {
                 .map(|e| (&e.record.event, e.record.history.as_ref())),
         )
         .await?;
-        let mut pipe = redis::pipe();
-        let mut any = false;
+        // One `XDEL` per end log for the whole batch.
+        let mut logs: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for (queue, id) in ends.iter().filter_map(|e| e.logged.as_ref()) {
+            logs.entry(queue.as_str()).or_default().push(id.as_str());
+        }
+        if logs.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (queue, ids) in logs {
             pipe.cmd("XDEL")
                 .arg(self.keys().ends(queue))
-                .arg(id)
+                .arg(ids)
                 .ignore();
-            any = true;
-        }
-        if !any {
-            return Ok(());
         }
         let mut conn = self.conn();
         self.run("relay_ends", pipe.query_async::<()>(&mut conn))

@@ -47,6 +47,20 @@ const STORY_SCAN_MAX: usize = 200_000;
 /// one machine and the entries' ids by Redis's clock.
 const STORY_CLOCK_SLACK_MS: i64 = 60_000;
 
+/// A task's list is trimmed to its cap by one push in this many (chosen by the execution
+/// id's random bits, see [`trims_list`]) rather than by each: a one-shot's list holds one
+/// entry, and a busy task's grows a few entries past the cap between trims. Readers take
+/// at most the cap, so what lies beyond it is never shown.
+pub(crate) const HISTORY_TRIM_EVERY: u128 = 8;
+
+/// Whether the push of `entry` trims its task's list: the low bits of a UUID v7 execution
+/// id are random, so one push in [`HISTORY_TRIM_EVERY`] does, and a list is past its cap by
+/// more than `n` entries with a chance of `(1 - 1 / HISTORY_TRIM_EVERY)^n` (7 in 10 000 for
+/// 60 entries).
+pub(crate) fn trims_list(entry: &HistoryEntry) -> bool {
+    entry.execution_id.as_u128() % HISTORY_TRIM_EVERY == 0
+}
+
 /// One attempt of one execution.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryEntry {
@@ -381,7 +395,8 @@ impl Queue {
         if tasks.is_empty() || limit == 0 {
             return Ok(vec![Vec::new(); tasks.len()]);
         }
-        let stop = isize::try_from(limit - 1).unwrap_or(isize::MAX);
+        let stop =
+            isize::try_from(limit.min(self.config().history_cap).max(1) - 1).unwrap_or(isize::MAX);
         let mut pipe = redis::pipe();
         for (namespace, task_id) in tasks {
             pipe.lrange(self.keys().history(namespace, task_id), 0, stop);
@@ -411,7 +426,8 @@ impl Queue {
             return Ok(Vec::new());
         }
         let key = self.keys().history(namespace, task_id);
-        let stop = isize::try_from(limit - 1).unwrap_or(isize::MAX);
+        let stop =
+            isize::try_from(limit.min(self.config().history_cap).max(1) - 1).unwrap_or(isize::MAX);
         let mut conn = self.conn();
         let jsons: Vec<String> = self
             .run(
@@ -477,12 +493,11 @@ impl Queue {
         let key = self.keys().history(namespace, task_id);
         let cap = isize::try_from(cfg.history_cap).unwrap_or(isize::MAX);
         let retention = i64::try_from(cfg.history_retention.as_millis()).unwrap_or(i64::MAX);
-        pipe.lpush(&key, listed)
-            .ignore()
-            .ltrim(&key, 0, cap - 1)
-            .ignore()
-            .pexpire(&key, retention)
-            .ignore();
+        pipe.lpush(&key, listed).ignore();
+        if trims_list(entry) {
+            pipe.ltrim(&key, 0, cap - 1).ignore();
+        }
+        pipe.pexpire(&key, retention).ignore();
         let keep = i64::try_from(cfg.execution_history_retention.as_millis()).unwrap_or(i64::MAX);
         let cutoff = UtcMillis::now().0.saturating_sub(keep).max(0);
         pipe.cmd("XADD")

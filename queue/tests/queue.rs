@@ -1094,3 +1094,50 @@ async fn the_run_id_is_stable_and_on_a_cluster_names_every_primary() {
         "{info:?}"
     );
 }
+
+#[tokio::test]
+async fn stop_orders_name_the_killed_execution_among_many_of_a_queue() {
+    let q = queue().await;
+    let now = UtcMillis::now();
+    let msgs: Vec<_> = (0..4)
+        .map(|i| {
+            ExecutionMessage::for_fire(&spec(&format!("t{i}"), "default"), UtcMillis(1), now, 1)
+        })
+        .collect();
+    q.enqueue_batch(&msgs).await.unwrap();
+    let mut c = q.consumer("default", "w", BLOCK, now).await.unwrap();
+    let taken = c.take(4).await.unwrap();
+    assert_eq!(taken.len(), 4);
+    let probes: Vec<_> = taken
+        .iter()
+        .map(|d| ax_queue::StopProbe::of(&d.message))
+        .collect();
+    // None killed: one question per queue answers all.
+    assert_eq!(q.stop_orders(&probes).await.unwrap(), vec![None; 4]);
+    let killed = taken[2].message.execution_id;
+    q.kill_execution("default", killed).await.unwrap();
+    let orders = q.stop_orders(&probes).await.unwrap();
+    let expected: Vec<_> = taken
+        .iter()
+        .map(|d| (d.message.execution_id == killed).then_some(ax_queue::StopOrder::Killed))
+        .collect();
+    assert_eq!(orders, expected);
+}
+
+#[tokio::test]
+async fn a_settled_execution_clears_its_forbid_marker_and_leaves_others_alone() {
+    let q = queue().await;
+    let now = UtcMillis::now();
+    let mut s = spec("f", "default");
+    s.overlap = OverlapPolicy::Forbid;
+    let first = ExecutionMessage::for_fire(&s, UtcMillis(1_000), now, 1);
+    assert_eq!(q.enqueue(&first).await.unwrap(), EnqueueOutcome::Enqueued);
+    // Held while the first is active.
+    let second = ExecutionMessage::for_fire(&s, UtcMillis(2_000), now, 1);
+    assert_eq!(q.enqueue(&second).await.unwrap(), EnqueueOutcome::Held);
+    let mut c = q.consumer("default", "w", BLOCK, now).await.unwrap();
+    let taken = c.take(1).await.unwrap();
+    assert!(q.ack(&taken[0]).await.unwrap());
+    // Its settle cleared the marker: the held fire goes in now.
+    assert_eq!(q.enqueue(&second).await.unwrap(), EnqueueOutcome::Enqueued);
+}

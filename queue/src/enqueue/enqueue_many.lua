@@ -40,12 +40,21 @@ for i = 1, count do
       redis.call('SET', KEYS[3], ARGV[base + 4])
       newest = token
     end
-    local seen
+    local seen, marked
     if fire == '' then
       seen = redis.call('EXISTS', dedupe) == 1
-    else
+    elseif mode == 'f' then
+      -- The fire may be held: its mark is set only once it is enqueued.
       local mark = redis.call('GET', dedupe)
       seen = mark and tonumber(mark) >= tonumber(fire)
+    else
+      -- Check and set in one command; a duplicate puts the newer mark back.
+      local mark = redis.call('SET', dedupe, fire, 'PX', ARGV[1], 'GET')
+      seen = mark and tonumber(mark) >= tonumber(fire)
+      if seen then
+        redis.call('SET', dedupe, mark, 'PX', ARGV[1])
+      end
+      marked = true
     end
     if seen then
       out[i] = 0
@@ -54,7 +63,7 @@ for i = 1, count do
     else
       if fire == '' then
         redis.call('SET', dedupe, ARGV[base + 2], 'PX', ARGV[1])
-      else
+      elseif not marked then
         redis.call('SET', dedupe, fire, 'PX', ARGV[1])
       end
       if mode ~= 'a' then

@@ -9,6 +9,15 @@
 --       end record JSON or '')
 -- Returns one string per message: '0' if it was no longer taken (the reaper gave it back),
 -- '1' if it was settled without an end record, else the end log id of its record.
+-- Whether a message's execution may hold its task's active marker: only `forbid` and
+-- `replace` set one. The text is searched, not decoded; a message without the field (an
+-- earlier version's) or with either mode anywhere in it is checked, so a payload that
+-- happens to hold such text costs a `GET` and never skips one that is needed.
+local function ax_may_hold_marker(m)
+  return string.find(m, '"overlap":"forbid"', 1, true) ~= nil
+    or string.find(m, '"overlap":"replace"', 1, true) ~= nil
+    or string.find(m, '"overlap":"', 1, true) == nil
+end
 local out = {}
 for i = 1, #ARGV, 4 do
   local n = (i + 3) / 4
@@ -17,7 +26,7 @@ for i = 1, #ARGV, 4 do
     redis.call('HDEL', KEYS[3], ARGV[i + 1])
     ax_free(KEYS[4], KEYS[3], KEYS[5], ARGV[i + 1], ARGV[i + 2])
     local active = KEYS[6 + n]
-    if redis.call('GET', active) == ARGV[i + 1] then
+    if ax_may_hold_marker(ARGV[i]) and redis.call('GET', active) == ARGV[i + 1] then
       redis.call('DEL', active)
     end
     if ARGV[i + 3] ~= '' then
