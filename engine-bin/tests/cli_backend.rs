@@ -810,3 +810,49 @@ async fn execution_get_takes_the_start_or_end_of_an_id_and_lists_candidates() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_one_shot_finalized_in_the_ledger_shows_its_final_status() {
+    let c = Cluster::new("cli-finals");
+    let once = r#"{"handler": "log", "schedule": {"at": "2027-01-01T00:00:00Z"}}"#;
+    let out = c.ax_stdin(&["task", "put", "-", "--id", "once"], once);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = c.ax_stdin(&["task", "put", "-", "--id", "beat"], BEAT);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(c.get("once")["status"], "WAITING", "nothing recorded yet");
+    // The leader wrote its final to the finals ledger, not to its state key.
+    let registry = ax_registry::Registry::new(
+        c.etcd().await,
+        ax_registry::RegistryConfig {
+            prefix: c.prefix.clone(),
+            ..Default::default()
+        },
+    );
+    let now = UtcMillis(1_800_000_000_000);
+    let mut ended = ax_scheduler_core::TaskState::new(1, now, now);
+    ended.status = ax_scheduler_core::TaskStatus::Failed;
+    ended.fire_count = 1;
+    ended.failure_count = 1;
+    ended.last_error = Some("HTTP 503".into());
+    let key = ax_scheduler_core::TaskKey::new("default", "once");
+    let mut writer = ax_registry::LedgerWriter::new(None);
+    registry
+        .put_finals(&[(key, ended)], &mut writer)
+        .await
+        .unwrap();
+    let task = c.get("once");
+    assert_eq!(task["status"], "FAILED", "{task}");
+    let table = c.ok(&["task", "list"]);
+    let line = table.lines().find(|l| l.contains("once")).unwrap();
+    assert!(line.contains("FAILED"), "{table}");
+    let listed: Value = serde_json::from_str(&c.ok(&["task", "list", "-o", "json"])).unwrap();
+    let shown = listed
+        .as_array()
+        .or_else(|| listed["tasks"].as_array())
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == "once")
+        .unwrap()
+        .clone();
+    assert_eq!(shown["status"], "FAILED", "{listed}");
+}

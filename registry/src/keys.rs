@@ -68,6 +68,23 @@ impl Keys {
         format!("{}/state/{namespace}/{id}", self.prefix)
     }
 
+    /// `{prefix}/finals/`: the finals ledger, one-shots' final states many to a key (see
+    /// [`ax_scheduler_core::finals`]).
+    pub fn finals_prefix(&self) -> String {
+        format!("{}/finals/", self.prefix)
+    }
+
+    /// `{prefix}/finals/{bucket}/`: the ledger's sheets of one bucket (two hex digits).
+    pub fn finals_bucket(&self, bucket: u32) -> String {
+        format!("{}/finals/{bucket:02x}/", self.prefix)
+    }
+
+    /// `{prefix}/finals/{bucket}/{token}-{seq}`: one sheet, named by the writer's fencing
+    /// token and its own count, so no two writers (nor two writes of one) share a name.
+    pub fn finals_sheet(&self, bucket: u32, token: i64, seq: u64) -> String {
+        format!("{}/finals/{bucket:02x}/{token:016x}-{seq:08x}", self.prefix)
+    }
+
     /// `{prefix}/leader`: the leader record ([`ax_scheduler_core::etcd_keys::leader`]).
     pub fn leader(&self) -> String {
         ax_scheduler_core::etcd_keys::leader(&self.prefix)
@@ -174,6 +191,11 @@ mod tests {
         assert_eq!(k.leader(), "/scheduler/leader");
         assert_eq!(k.lock("ns", "a"), "/scheduler/locks/ns/a");
         assert_eq!(k.instance("i1"), "/scheduler/instances/i1");
+        assert_eq!(
+            k.finals_sheet(10, 255, 3),
+            "/scheduler/finals/0a/00000000000000ff-00000003"
+        );
+        assert!(k.finals_sheet(10, 255, 3).starts_with(&k.finals_bucket(10)));
         assert_eq!(
             k.parse_task_key("/scheduler/tasks/default/report"),
             Ok(("default".into(), "report".into()))

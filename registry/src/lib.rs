@@ -27,8 +27,8 @@ pub use error::RegistryError;
 pub use keys::Keys;
 pub use namespaces::NamespacePause;
 pub use registry::{
-    store_usage, PageCursor, RegisterOutcome, Registry, StateFence, StateListing, StoreUsage,
-    StoredState, TaskPage, UndecodableState, MAX_TXN_OPS, UPDATE_ATTEMPTS,
+    store_usage, LedgerWriter, PageCursor, RegisterOutcome, Registry, StateFence, StateListing,
+    StoreUsage, StoredState, TaskPage, UndecodableState, MAX_TXN_OPS, UPDATE_ATTEMPTS,
 };
 pub use trigger::{PendingTrigger, TriggerRequest};
 pub use watch::{RegistryEvent, TaskWatcher};

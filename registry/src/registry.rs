@@ -12,6 +12,8 @@
 //! late write is refused by etcd itself. The state records' types, reads and writes are in
 //! the `states` submodule.
 
+use std::collections::HashSet;
+
 use ax_scheduler_core::TaskSpec;
 use etcd_client::{Client, Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp};
 
@@ -20,8 +22,10 @@ use crate::decode::{decode_task, raw_version, Decoded, StoredTask, TaskListing};
 use crate::error::{timed, RegistryError};
 use crate::keys::Keys;
 
+mod finals;
 mod states;
 
+pub use finals::LedgerWriter;
 pub use states::{StateFence, StateListing, StoredState, UndecodableState};
 
 /// Attempts an [`Registry::update`] makes before reporting [`RegistryError::Conflict`].
@@ -300,6 +304,11 @@ impl Registry {
             etcd_client::TxnOpResponse::Delete(d) => d.deleted() > 0,
             _ => false,
         });
+        // Its finals too, so the same id registered again before a leader saw the delete
+        // starts afresh (the leader drops them as well when it sees the delete).
+        let key = ax_scheduler_core::TaskKey::new(namespace, id);
+        self.drop_finals(&[key], &mut LedgerWriter::new(None))
+            .await?;
         Ok(deleted.unwrap_or(false))
     }
 
@@ -429,6 +438,24 @@ impl Registry {
                 .range_at(state_key(first).into_bytes(), end, Some(rev), 0)
                 .await?;
             page.states = self.decode_states(&states);
+            // The one-shots' finals are in the ledger: the buckets of the page's one-shots.
+            let one_shots: HashSet<(&str, &str)> = page
+                .listing
+                .tasks
+                .iter()
+                .filter(|t| !t.spec.schedule.is_periodic())
+                .map(|t| (&*t.spec.namespace, &*t.spec.id))
+                .collect();
+            let mut buckets: Vec<u32> = one_shots
+                .iter()
+                .map(|(ns, id)| ax_scheduler_core::finals::bucket_of_task(ns, id))
+                .collect();
+            buckets.sort_unstable();
+            buckets.dedup();
+            self.merge_finals(&mut page.states, Some(&buckets), |ns, id| {
+                one_shots.contains(&(ns, id))
+            })
+            .await?;
         }
         if more {
             page.next = kvs.last().map(|kv| PageCursor {

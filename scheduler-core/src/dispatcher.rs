@@ -31,8 +31,10 @@
 //! That refusal is also why a fire's own state change (RUNNING, the fire counted) waits: it is
 //! written only if the execution is still running [`DispatcherConfig::running_write_delay`]
 //! later, and otherwise goes in one write with the execution's end. A periodic task whose
-//! executions are short costs one etcd write per execution, not two. A takeover writes only the
-//! states it changed.
+//! executions are short costs one etcd write per execution, not two. A one-shot's final goes
+//! to the finals ledger, many to an etcd key ([`crate::finals`]), and an `at` one-shot's first
+//! state, which its spec implies, is not written at all. A takeover writes only the states it
+//! changed.
 //!
 //! Layout: each concern that keeps state of its own between calls is a small struct the
 //! [`Dispatcher`] owns and delegates to: the timers (`timers`), the rate-limited ready queue
@@ -79,7 +81,8 @@ use fires::ReadyFires;
 use pauses::Pauses;
 use runs::RunTracker;
 use timers::Timers;
-use writes::StateWrites;
+pub use writes::Writes;
+use writes::{Current, StateWrites};
 
 /// The scheduling state machine of one leadership term; see the [module notes](self).
 #[derive(Debug)]
@@ -103,6 +106,9 @@ pub struct Dispatcher {
     /// Tasks whose breaker opened, a superset of those open now: pruned when counted, so
     /// that the count costs nothing on the fire path and nothing for a task never throttled.
     throttled: HashSet<Arc<TaskKey>>,
+    /// Tasks not armed whose INVALID state is stored: when one is armed again, its state is
+    /// written even if the spec implies it.
+    invalid_stored: HashSet<Arc<TaskKey>>,
 }
 
 impl Dispatcher {
@@ -121,6 +127,7 @@ impl Dispatcher {
             runs: RunTracker::new(now),
             term_start: now,
             throttled: HashSet::new(),
+            invalid_stored: HashSet::new(),
         }
     }
 
@@ -160,10 +167,33 @@ impl Dispatcher {
     /// The states to write at `now`, newest version of each: `Some` to write, `None` to
     /// delete. A fire's state whose write waits (see the module notes) stays until its time;
     /// [`UtcMillis::MAX`] takes everything (the last flush of a term).
+    /// (Finals included, as state writes: see [`Dispatcher::take_writes`] for them apart.)
     pub fn take_state_writes(&mut self, now: UtcMillis) -> Vec<StateWrite> {
+        let Writes { mut states, finals } = self.take_writes(now);
+        states.extend(finals.into_iter().map(|(k, s)| (k, Some(s))));
+        states
+    }
+
+    /// The writes due at `now`, as [`Dispatcher::take_state_writes`], with the one-shots'
+    /// finals apart (they go to the finals ledger, [`crate::finals`]). A state the spec
+    /// implies, of a task nothing was stored for, is not written at all.
+    pub fn take_writes(&mut self, now: UtcMillis) -> Writes {
         let tasks = &self.tasks;
-        self.writes
-            .take(now, |key| tasks.get(key).map(|t| &t.state))
+        let taken = self.writes.take(now, |key| match tasks.get(key) {
+            Some(t) => t.current_write(),
+            None => Current::Gone,
+        });
+        let written = taken
+            .states
+            .iter()
+            .filter(|(_, s)| s.is_some())
+            .map(|(k, _)| k);
+        for key in written.chain(taken.finals.iter().map(|(k, _)| k)) {
+            if let Some(t) = self.tasks.get_mut(key) {
+                t.stored = true;
+            }
+        }
+        taken
     }
 
     /// Notices raised since the last call.

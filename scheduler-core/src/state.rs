@@ -144,6 +144,28 @@ impl TaskState {
         Ok(())
     }
 
+    /// Whether this state only repeats what a task of `schedule` gets from its spec when it is
+    /// armed with nothing recorded: an `at` one-shot, armed (or waiting), that never fired and
+    /// holds nothing of its own. Such a state is not written: a new leader derives the same.
+    /// A `delay` or `every` task's anchor is its own (when the engine first saw it), so its
+    /// state always is written; so is one with a deadline mark, a held fire or runs.
+    pub fn is_implied_by(&self, schedule: &crate::task::Schedule) -> bool {
+        matches!(schedule, crate::task::Schedule::At(_))
+            && matches!(self.status, TaskStatus::Scheduled | TaskStatus::Waiting)
+            && self.fire_count == 0
+            && self.last_fire_at.is_none()
+            && self.last_finished_at.is_none()
+            && self.consecutive_failures == 0
+            && self.last_error.is_none()
+            && self.deadline_mark.is_none()
+            && self.held_fire_at.is_none()
+            && self.last_event.is_none()
+            && self.runs.is_empty()
+            && self.fanouts.is_empty()
+            && self.runs_done.is_empty()
+            && self.validation_errors.is_empty()
+    }
+
     /// Records a dispatched fire due at `fire_at`.
     pub fn record_fire(&mut self, fire_at: UtcMillis, now: UtcMillis) {
         self.last_fire_at = Some(fire_at);

@@ -18,7 +18,7 @@ use ax_queue::{
     EventEntry, ExecutionMessage, Fence, HistoryEntry, Queue, QueueError, QueueStats, ServerInfo,
 };
 use ax_registry::{
-    NamespacePause, PendingTrigger, Registry, RegistryError, StateFence, StateListing,
+    LedgerWriter, NamespacePause, PendingTrigger, Registry, RegistryError, StateFence, StateListing,
 };
 use ax_scheduler_core::{
     EnqueueOutcome, EventPosition, ExecutionId, TaskKey, TaskState, UtcMillis,
@@ -233,6 +233,26 @@ pub trait TermStore: Send + Sync {
     ) -> StoreFuture<'a, i64>;
     /// [`Registry::delete_state`].
     fn delete_state<'a>(&'a self, namespace: &'a str, id: &'a str) -> StoreFuture<'a, ()>;
+    /// The finals ledger's writer for `fence` ([`LedgerWriter`]).
+    fn ledger_writer(&self, fence: &WriteFence) -> LedgerWriter;
+    /// [`Registry::put_finals`].
+    fn put_finals<'a>(
+        &'a self,
+        finals: &'a [(TaskKey, TaskState)],
+        writer: &'a mut LedgerWriter,
+    ) -> StoreFuture<'a, Vec<u32>>;
+    /// [`Registry::drop_finals`].
+    fn drop_finals<'a>(
+        &'a self,
+        deleted: &'a [TaskKey],
+        writer: &'a mut LedgerWriter,
+    ) -> StoreFuture<'a, ()>;
+    /// [`Registry::compact_finals`].
+    fn compact_finals<'a>(
+        &'a self,
+        bucket: u32,
+        writer: &'a mut LedgerWriter,
+    ) -> StoreFuture<'a, bool>;
     /// [`Registry::list_triggers`].
     fn list_triggers(&self) -> StoreFuture<'_, (i64, Vec<PendingTrigger>)>;
     /// [`Registry::delete_trigger`].
@@ -270,6 +290,34 @@ impl TermStore for Registry {
 
     fn delete_state<'a>(&'a self, namespace: &'a str, id: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(Registry::delete_state(self, namespace, id))
+    }
+
+    fn ledger_writer(&self, fence: &WriteFence) -> LedgerWriter {
+        LedgerWriter::new(Some(fence.on(self)))
+    }
+
+    fn put_finals<'a>(
+        &'a self,
+        finals: &'a [(TaskKey, TaskState)],
+        writer: &'a mut LedgerWriter,
+    ) -> StoreFuture<'a, Vec<u32>> {
+        Box::pin(Registry::put_finals(self, finals, writer))
+    }
+
+    fn drop_finals<'a>(
+        &'a self,
+        deleted: &'a [TaskKey],
+        writer: &'a mut LedgerWriter,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(Registry::drop_finals(self, deleted, writer))
+    }
+
+    fn compact_finals<'a>(
+        &'a self,
+        bucket: u32,
+        writer: &'a mut LedgerWriter,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(Registry::compact_finals(self, bucket, writer))
     }
 
     fn list_triggers(&self) -> StoreFuture<'_, (i64, Vec<PendingTrigger>)> {

@@ -23,6 +23,13 @@
 //! So through a failover each failed attempt is alerted once; an alert is lost only with
 //! the process that wrote its state, in the moment before the alert manager delivered it.
 //!
+//! One-shots' finals go to the finals ledger ([`ax_scheduler_core::finals`]): a sheet per
+//! bucket touched, in the same flush as the other states (so nothing waits longer for its
+//! acknowledgement than before), and a bucket that gathered many sheets is compacted after
+//! the flush. A deleted task's ledger entries are dropped before its state key is deleted,
+//! so that a delete either happened whole or is done again by the next leader (the task is
+//! then an orphan of its takeover).
+//!
 //! The flusher lives as long as its term's sender: it writes everything it was handed, the
 //! term's last flush included, and ends when the term drops the sender. The term's
 //! cancellation only cuts short the waits between failed attempts, so a shutdown is not held
@@ -34,8 +41,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_alerting::{Alert, AlertSender};
-use ax_registry::{PendingTrigger, RegistryError, MAX_TXN_OPS};
+use ax_registry::{LedgerWriter, PendingTrigger, RegistryError, MAX_TXN_OPS};
 use ax_scheduler_core::dispatcher::StateWrite;
+use ax_scheduler_core::finals;
 use ax_scheduler_core::{Clock, EventPosition, ReconnectBackoff};
 use ax_scheduler_core::{TaskKey, TaskState};
 use tokio::sync::{mpsc, oneshot};
@@ -51,6 +59,8 @@ const PACE: Duration = Duration::from_millis(2);
 pub(super) struct FlushRequest {
     /// Task states to write (`Some`) or delete (`None`).
     pub(super) writes: Vec<StateWrite>,
+    /// One-shots' finals, for the ledger.
+    pub(super) finals: Vec<(Arc<TaskKey>, TaskState)>,
     /// Consumed run-now triggers whose keys to delete.
     pub(super) triggers: Vec<PendingTrigger>,
     /// Worker events applied to these states, to acknowledge once they are written.
@@ -83,6 +93,10 @@ pub(super) async fn run(
     cancel: CancellationToken,
 ) {
     let flusher = Flusher {
+        ledger: tokio::sync::Mutex::new(Ledger {
+            writer: registry.ledger_writer(&fence),
+            appended: HashMap::new(),
+        }),
         registry,
         queue,
         fence,
@@ -108,6 +122,8 @@ pub(super) async fn run(
 #[derive(Default)]
 struct Batch {
     states: HashMap<TaskKey, Option<TaskState>>,
+    /// Finals for the ledger; a task is in `states` or here, as its newest write says.
+    finals: HashMap<TaskKey, TaskState>,
     keys: Vec<PendingTrigger>,
     acks: Vec<EventPosition>,
     alerts: Vec<Alert>,
@@ -117,7 +133,12 @@ struct Batch {
 impl Batch {
     fn take(&mut self, request: FlushRequest) {
         for (key, state) in request.writes {
+            self.finals.remove(&*key);
             self.states.insert((*key).clone(), state);
+        }
+        for (key, state) in request.finals {
+            self.states.remove(&*key);
+            self.finals.insert((*key).clone(), state);
         }
         self.keys.extend(request.triggers);
         self.acks.extend(request.acks);
@@ -135,6 +156,8 @@ impl Batch {
 
 /// What stays the same across the flushes of one term.
 struct Flusher {
+    /// The ledger's writer and how many sheets each bucket gained since it was compacted.
+    ledger: tokio::sync::Mutex<Ledger>,
     registry: Arc<dyn TermStore>,
     queue: Arc<dyn TermQueue>,
     fence: WriteFence,
@@ -156,17 +179,26 @@ impl Flusher {
         let mut backoff = ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(2));
         let mut alerted = false;
         loop {
+            let mut ledger = self.ledger.lock().await;
             match write(
                 &*self.registry,
                 &*self.queue,
                 &self.fence,
-                &batch.states,
-                &batch.keys,
+                batch,
+                &mut ledger,
             )
             .await
             {
                 Ok(()) => {
                     self.release(batch).await;
+                    if let Err(e) = compact(&*self.registry, &mut ledger).await {
+                        // Not worth failing over: the bucket is compacted at a later flush.
+                        warn!(error = %e, "cannot compact the finals ledger");
+                        if matches!(e, RegistryError::Fenced { .. }) {
+                            self.cancel.cancel();
+                            return ControlFlow::Break(());
+                        }
+                    }
                     return ControlFlow::Continue(());
                 }
                 Err(RegistryError::Fenced { .. }) => {
@@ -196,6 +228,7 @@ impl Flusher {
     async fn release(&self, batch: &mut Batch) {
         debug!(
             states = batch.states.len(),
+            finals = batch.finals.len(),
             keys = batch.keys.len(),
             events = batch.acks.len(),
             alerts = batch.alerts.len(),
@@ -215,6 +248,8 @@ impl Flusher {
         // (about 500 bytes a task at a million tasks) for as long as it lives.
         batch.states.clear();
         batch.states.shrink_to(KEPT_CAPACITY);
+        batch.finals.clear();
+        batch.finals.shrink_to(KEPT_CAPACITY);
         batch.keys.clear();
         batch.keys.shrink_to(KEPT_CAPACITY);
         batch.acks.clear();
@@ -311,14 +346,38 @@ async fn isolate(
     Ok(())
 }
 
+/// The ledger's side of a term's flusher.
+struct Ledger {
+    writer: LedgerWriter,
+    /// Sheets written to each bucket since the flusher last compacted it.
+    appended: HashMap<u32, usize>,
+}
+
+/// Compacts the buckets that gained enough sheets since they were last compacted.
+async fn compact(registry: &dyn TermStore, ledger: &mut Ledger) -> Result<(), RegistryError> {
+    let due: Vec<u32> = ledger
+        .appended
+        .iter()
+        .filter(|(_, n)| **n >= finals::COMPACT_SHEETS / 2)
+        .map(|(b, _)| *b)
+        .collect();
+    for bucket in due {
+        let compacted = registry.compact_finals(bucket, &mut ledger.writer).await?;
+        debug!(bucket, compacted, "finals ledger bucket checked");
+        ledger.appended.remove(&bucket);
+    }
+    Ok(())
+}
+
 async fn write(
     registry: &dyn TermStore,
     queue: &dyn TermQueue,
     fence: &WriteFence,
-    states: &HashMap<TaskKey, Option<TaskState>>,
-    keys: &[PendingTrigger],
+    batch: &Batch,
+    ledger: &mut Ledger,
 ) -> Result<(), RegistryError> {
-    let puts: Vec<(TaskKey, TaskState)> = states
+    let puts: Vec<(TaskKey, TaskState)> = batch
+        .states
         .iter()
         .filter_map(|(k, s)| s.as_ref().map(|s| (k.clone(), s.clone())))
         .collect();
@@ -331,19 +390,37 @@ async fn write(
             tokio::time::sleep(PACE).await;
         }
     }
-    let mut deleted = Vec::new();
-    for (k, s) in states {
-        if s.is_none() {
-            registry.delete_state(&k.namespace, &k.id).await?;
-            deleted.push((&*k.namespace, &*k.id));
+    if !batch.finals.is_empty() {
+        let finals: Vec<(TaskKey, TaskState)> = batch
+            .finals
+            .iter()
+            .map(|(k, s)| (k.clone(), s.clone()))
+            .collect();
+        for bucket in registry.put_finals(&finals, &mut ledger.writer).await? {
+            *ledger.appended.entry(bucket).or_default() += 1;
         }
+    }
+    let gone: Vec<TaskKey> = batch
+        .states
+        .iter()
+        .filter(|(_, s)| s.is_none())
+        .map(|(k, _)| k.clone())
+        .collect();
+    if !gone.is_empty() {
+        // Before the state keys: a delete cut short is found again as an orphan.
+        registry.drop_finals(&gone, &mut ledger.writer).await?;
+    }
+    let mut deleted = Vec::new();
+    for k in &gone {
+        registry.delete_state(&k.namespace, &k.id).await?;
+        deleted.push((&*k.namespace, &*k.id));
     }
     // The task is gone: its execution history goes too (else it would wait for the history
     // retention). Not worth failing the flush over: the retention removes it anyway.
     if let Err(e) = queue.delete_histories(&deleted).await {
         warn!(error = %e, tasks = deleted.len(), "cannot delete the execution history of deleted tasks");
     }
-    for t in keys {
+    for t in &batch.keys {
         registry
             .delete_trigger(&t.namespace, &t.id, t.execution_id)
             .await?;
@@ -427,6 +504,7 @@ mod tests {
             triggers: Vec::new(),
             acks: Vec::new(),
             alerts: Vec::new(),
+            finals: Vec::new(),
             writes: vec![
                 (Arc::new(TaskKey::new("ns", "good")), Some(good.clone())),
                 (Arc::new(TaskKey::new("ns", "huge")), Some(huge)),
@@ -519,6 +597,7 @@ mod tests {
                 Some(TaskState::new(1, now, now)),
             )],
             triggers: Vec::new(),
+            finals: Vec::new(),
             acks: Vec::new(),
             alerts: vec![Alert::task_failed("ns", id, 1, "boom", now)],
             done: None,
@@ -558,6 +637,113 @@ mod tests {
         .await;
         assert_eq!(seen, []);
         assert!(registry.get_state("ns", "refused").await.unwrap().is_none());
+        clean_up(&client, &prefix).await;
+    }
+
+    #[tokio::test]
+    async fn a_new_leader_reads_finals_from_the_ledger_and_fires_none_again() {
+        let (client, prefix, registry, fence) = led_registry("flusher-finals").await;
+        let due = UtcMillis(1_800_000_000_000);
+        let json = format!(r#"{{"handler":"log","schedule":{{"at":"{due}"}}}}"#);
+        let keys: Vec<TaskKey> = (0..50)
+            .map(|i| TaskKey::new("ns", format!("o{i}")))
+            .collect();
+        for k in &keys {
+            let spec =
+                ax_scheduler_core::TaskSpec::from_json(json.as_bytes(), "ns", &k.id).unwrap();
+            registry.register(&spec).await.unwrap();
+        }
+        let specs = registry.list(None).await.unwrap().tasks;
+        // The old leader ran them and flushed their finals.
+        let mut ended = TaskState::new(0, due, due);
+        ended.status = ax_scheduler_core::TaskStatus::Success;
+        ended.last_fire_at = Some(due);
+        ended.fire_count = 1;
+        ended.success_count = 1;
+        let finals = specs
+            .iter()
+            .map(|t| {
+                let key = TaskKey::new(t.spec.namespace.clone(), t.spec.id.clone());
+                let mut state = ended.clone();
+                state.spec_revision = t.mod_revision;
+                (Arc::new(key), state)
+            })
+            .collect();
+        let queue = Queue::connect(&ax_testkit::redis_url(), ax_queue::QueueConfig::default())
+            .await
+            .unwrap();
+        let (tx, rx) = mpsc::channel(4);
+        let flusher = tokio::spawn(run(
+            Arc::new(registry.clone()),
+            Arc::new(queue),
+            fence,
+            None,
+            rx,
+            Alerts {
+                sender: None,
+                clock: Arc::new(ax_scheduler_core::SystemClock),
+            },
+            CancellationToken::new(),
+        ));
+        tx.send(FlushRequest {
+            writes: Vec::new(),
+            finals,
+            triggers: Vec::new(),
+            acks: Vec::new(),
+            alerts: Vec::new(),
+            done: None,
+        })
+        .await
+        .unwrap();
+        drop(tx);
+        flusher.await.unwrap();
+        let state_keys = client
+            .kv_client()
+            .get(
+                registry.keys().states_prefix(),
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_count_only(),
+                ),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            state_keys.count(),
+            0,
+            "finals go to the ledger, not to state keys"
+        );
+        // The one leader lists every state; a shard owner reads its tasks' by key.
+        let listed = registry.list_states(None).await.unwrap().states;
+        let read = registry.get_states(&keys).await.unwrap().states;
+        for states in [listed, read] {
+            let mut next = ax_scheduler_core::Dispatcher::new(
+                Default::default(),
+                due.add(Duration::from_secs(90_000)),
+            );
+            let now = due.add(Duration::from_secs(90_000));
+            let mut states: HashMap<TaskKey, TaskState> = states
+                .into_iter()
+                .map(|s| (TaskKey::new(s.namespace, s.id), s.state))
+                .collect();
+            assert_eq!(states.len(), keys.len());
+            for t in &specs {
+                let key = TaskKey::new(t.spec.namespace.clone(), t.spec.id.clone());
+                let state = states.remove(&key);
+                next.upsert(key, t.spec.clone(), t.mod_revision, state, now);
+            }
+            // A day later (the fire marks' dedupe gone): nothing fires again, the finals
+            // show, and the takeover writes nothing.
+            assert!(next.poll(now).is_empty(), "no one-shot fires twice");
+            for k in &keys {
+                assert_eq!(
+                    next.state(k).unwrap().status,
+                    ax_scheduler_core::TaskStatus::Success
+                );
+            }
+            assert!(next.take_writes(UtcMillis::MAX).is_empty());
+        }
         clean_up(&client, &prefix).await;
     }
 }

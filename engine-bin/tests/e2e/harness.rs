@@ -674,19 +674,33 @@ impl Cluster {
         format!("{}/tasks/{namespace}/{id}", self.prefix)
     }
 
-    /// Every task state of `namespace` written so far, by task id.
+    /// The registry on this cluster's prefix: states read through it merge the finals
+    /// ledger, as every reader of ax does.
+    fn registry(&self) -> ax_registry::Registry {
+        ax_registry::Registry::new(
+            self.etcd.clone(),
+            ax_registry::RegistryConfig {
+                prefix: self.prefix.clone(),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Every task state of `namespace` written so far (its state key or its ledger entry),
+    /// by task id.
     pub(crate) async fn states(&self, namespace: &str) -> HashMap<String, Value> {
-        self.under(&format!("{}/state/{namespace}/", self.prefix))
-            .await
+        let listing = self.registry().list_states(Some(namespace)).await.unwrap();
+        listing
+            .states
             .into_iter()
-            .map(|(id, value)| (id, serde_json::from_slice(&value).unwrap()))
+            .map(|s| (s.id, serde_json::to_value(&s.state).unwrap()))
             .collect()
     }
 
-    /// The task's runtime state record, if written.
+    /// The task's runtime state (its state key or its ledger entry), if written.
     pub(crate) async fn state(&self, namespace: &str, id: &str) -> Option<Value> {
-        self.get(&format!("{}/state/{namespace}/{id}", self.prefix))
-            .await
+        let stored = self.registry().get_state(namespace, id).await.unwrap()?;
+        Some(serde_json::to_value(&stored.state).unwrap())
     }
 
     /// Runs an `ax` command with this cluster's configuration; returns (exit code, stdout,

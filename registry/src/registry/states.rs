@@ -50,6 +50,16 @@ impl StateFence {
     pub fn token(&self) -> i64 {
         self.token
     }
+
+    /// The key whose create revision is the token.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The compare a fenced transaction carries.
+    pub(super) fn compare(&self) -> Compare {
+        Compare::create_revision(self.key.as_str(), CompareOp::Equal, self.token)
+    }
 }
 
 /// Every state record under a prefix: the readable ones and the ones that are not.
@@ -153,19 +163,36 @@ impl Registry {
             }
             tokio::task::coop::consume_budget().await;
         }
+        let wanted: std::collections::HashSet<(&str, &str)> =
+            keys.iter().map(|k| (&*k.namespace, &*k.id)).collect();
+        let mut buckets: Vec<u32> = keys.iter().map(ax_scheduler_core::finals::bucket).collect();
+        buckets.sort_unstable();
+        buckets.dedup();
+        let all = buckets.len() >= ax_scheduler_core::finals::BUCKETS as usize / 2;
+        self.merge_finals(&mut listing, (!all).then_some(&buckets[..]), |ns, id| {
+            wanted.contains(&(ns, id))
+        })
+        .await?;
         Ok(listing)
     }
 
-    /// Reads a task's state; `None` if none was written.
+    /// Reads a task's state (the newer of its state key and its ledger entry); `None` if
+    /// none was written.
     pub async fn get_state(
         &self,
         namespace: &str,
         id: &str,
     ) -> Result<Option<StoredState>, RegistryError> {
-        let Some(kv) = self.get_kv(self.keys.state(namespace, id)).await? else {
-            return Ok(None);
-        };
-        self.decode_state(&kv).map(Some)
+        let mut listing = StateListing::default();
+        if let Some(kv) = self.get_kv(self.keys.state(namespace, id)).await? {
+            listing.states.push(self.decode_state(&kv)?);
+        }
+        let bucket = [ax_scheduler_core::finals::bucket_of_task(namespace, id)];
+        self.merge_finals(&mut listing, Some(&bucket), |ns, i| {
+            ns == namespace && i == id
+        })
+        .await?;
+        Ok(listing.states.pop())
     }
 
     fn decode_state(&self, kv: &KeyValue) -> Result<StoredState, RegistryError> {
@@ -183,13 +210,14 @@ impl Registry {
         })
     }
 
-    fn state_key_parts(&self, key: &str) -> (String, String) {
+    pub(super) fn state_key_parts(&self, key: &str) -> (String, String) {
         let rest = key.strip_prefix(&self.keys.states_prefix()).unwrap_or(key);
         let (namespace, id) = rest.split_once('/').unwrap_or(("", rest));
         (namespace.to_string(), id.to_string())
     }
 
-    /// Lists every state record (or one namespace's), in key order. One record that cannot
+    /// Lists every state record (or one namespace's), in key order, with the ledger's finals
+    /// merged in. One record that cannot
     /// be decoded must not hide the others (a takeover reads them all): it is listed apart.
     pub async fn list_states(
         &self,
@@ -207,6 +235,10 @@ impl Registry {
             // runtime from its timers and sockets (the new leader's lease keep-alive).
             tokio::task::coop::consume_budget().await;
         }
+        self.merge_finals(&mut listing, None, |ns, _| {
+            namespace.is_none_or(|n| n == ns)
+        })
+        .await?;
         Ok(listing)
     }
 

@@ -20,6 +20,7 @@ use crate::time::UtcMillis;
 use crate::timer::TimerHandle;
 
 use super::output::{breaker_notice, Notice};
+use super::writes::Current;
 use crate::key::TaskKey;
 
 #[derive(Clone, Copy, Debug)]
@@ -86,6 +87,9 @@ pub(super) struct Armed {
     /// after the event, or a finished execution run again after its worker died) is not
     /// counted a second time.
     pub(super) last_end: Option<(ExecutionId, u32)>,
+    /// Whether etcd may hold a state of this task (one was loaded or written): until then a
+    /// state the spec implies is not written (see [`TaskState::is_implied_by`]).
+    pub(super) stored: bool,
 }
 
 impl Armed {
@@ -112,7 +116,20 @@ impl Armed {
             breaker: None,
             last_end: None,
             state,
+            stored: false,
         })
+    }
+
+    /// What writing the task's current state means: to the ledger (a one-shot's final), to
+    /// its state key, or nothing (nothing stored yet, and the spec implies the state).
+    pub(super) fn current_write(&self) -> Current<'_> {
+        if crate::finals::is_final(&self.spec.schedule, &self.state) {
+            Current::Final(&self.state)
+        } else if !self.stored && self.state.is_implied_by(&self.spec.schedule) {
+            Current::Implied
+        } else {
+            Current::Write(&self.state)
+        }
     }
 
     /// The timers the task owns, to cancel when it goes.

@@ -122,6 +122,7 @@ impl Dispatcher {
     ) {
         // What the last leader wrote: the state is written again only if loading changed it.
         let written = recorded.clone();
+        let stored = self.invalid_stored.remove(&key) || recorded.is_some();
         let (state, anchor) = loaded_state(&spec, revision, recorded, now);
         let generation = self.new_generation();
         let mut task = Armed::new(
@@ -133,6 +134,7 @@ impl Dispatcher {
             generation,
             state,
         );
+        task.stored = stored;
         // A fire the previous leader held (forbid) is still owed: its retry timer sends it
         // once the previous execution is over.
         if task.state.held_fire_at.is_some() && !spec.paused {
@@ -283,6 +285,12 @@ impl Dispatcher {
         self.recheck_downstream(&key, now);
     }
 
+    /// A task whose INVALID state is already stored as it is (a takeover found it): nothing
+    /// is written, but the state is there, so the fixed spec's first state must be written.
+    pub fn keep_invalid(&mut self, key: impl Into<Arc<TaskKey>>) {
+        self.invalid_stored.insert(key.into());
+    }
+
     fn invalidate(
         &mut self,
         key: Arc<TaskKey>,
@@ -303,6 +311,7 @@ impl Dispatcher {
             }
             None => TaskState::invalid(revision, errors, now),
         };
+        self.invalid_stored.insert(Arc::clone(&key));
         self.writes.invalid(key, state);
     }
 
@@ -319,6 +328,7 @@ impl Dispatcher {
             None => Arc::new(key.clone()),
         };
         self.pauses.forget(&key);
+        self.invalid_stored.remove(&key);
         // Ready entries of the task are dropped when they come up (the task is gone).
         self.writes.delete(Arc::clone(&key));
         // Its children keep their edges to it, now to a missing parent.

@@ -1817,3 +1817,122 @@ fn a_broadcast_fire_replayed_without_its_progress_keeps_its_fanout_id() {
     let to: Vec<&str> = again.iter().map(piece_worker).collect();
     assert_eq!(to, ["w1", "w2"]);
 }
+
+/// etcd puts per one-shot execution when finals go to the ledger: `tasks` `at` one-shots
+/// registered while leading, due over 2 s, 10 ms executions, flushes every 500 ms. Returns
+/// (first-state puts per task, puts per execution, the finals as the ledger holds them).
+fn one_shot_puts(tasks: usize) -> (f64, f64, Vec<(Arc<TaskKey>, TaskState)>) {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    for i in 0..tasks {
+        let id = format!("o{i:05}");
+        let due = 1_000 + (i as i64 * 2_000) / tasks as i64;
+        let json = format!(r#"{{"handler":"log","schedule":{{"at":"{}"}}}}"#, at(due));
+        d.upsert(key(&id), spec(&id, &json), 5, None, at(0));
+    }
+    let puts = |w: &Writes| {
+        let states = w.states.iter().filter(|(_, s)| s.is_some()).count();
+        let sheets =
+            crate::finals::sheets(w.finals.iter(), |(k, _)| crate::finals::bucket(k), |_| 300)
+                .len();
+        states + sheets
+    };
+    let first = puts(&d.take_writes(at(0)));
+    let mut events: Vec<(i64, TaskKey, u128, ExecutionEvent)> = Vec::new();
+    let (mut writes, mut executions, mut next_exec) = (0usize, 0usize, 0u128);
+    let mut ledger = Vec::new();
+    for t in (10..=10_000).step_by(10) {
+        for dispatch in d.poll(at(t)) {
+            d.on_enqueued(&dispatch, EnqueueOutcome::Enqueued, at(t));
+            next_exec += 1;
+            let k = (*dispatch.key).clone();
+            events.push((
+                t + 5,
+                k.clone(),
+                next_exec,
+                ExecutionEvent::Started { at: at(t + 5) },
+            ));
+            let end = crate::execution::AttemptEnd::succeeded();
+            events.push((
+                t + 15,
+                k,
+                next_exec,
+                ExecutionEvent::Finished {
+                    at: at(t + 15),
+                    end,
+                },
+            ));
+        }
+        let (due, later): (Vec<_>, Vec<_>) = events.into_iter().partition(|e| e.0 <= t);
+        events = later;
+        for (_, k, exec, event) in due {
+            executions += usize::from(matches!(event, ExecutionEvent::Finished { .. }));
+            d.on_execution(&k, ExecutionId::from_u128(exec), 0, &event, at(t));
+        }
+        if t % 500 == 0 {
+            let w = d.take_writes(at(t));
+            writes += puts(&w);
+            ledger.extend(w.finals);
+        }
+    }
+    assert_eq!(executions, tasks);
+    (
+        first as f64 / tasks as f64,
+        writes as f64 / executions as f64,
+        ledger,
+    )
+}
+
+#[test]
+fn one_shot_finals_cost_a_fifth_of_a_put_and_an_at_one_shot_no_first_state() {
+    let (first, per_execution, ledger) = one_shot_puts(4_000);
+    println!(
+        "first-state puts per task {first:.3}; puts per one-shot execution {per_execution:.3}"
+    );
+    assert_eq!(
+        first, 0.0,
+        "an `at` one-shot's first state is implied by its spec"
+    );
+    assert!(
+        per_execution <= 0.2,
+        "{per_execution} puts per one-shot execution"
+    );
+    assert_eq!(ledger.len(), 4_000, "every final reaches the ledger");
+    assert!(ledger
+        .iter()
+        .all(|(_, s)| s.status == TaskStatus::Success && s.fire_count == 1));
+    // A new leader with the ledger's finals fires none again and writes nothing.
+    let mut next = Dispatcher::new(DispatcherConfig::default(), at(20_000));
+    for (k, state) in ledger {
+        let id = k.id.to_string();
+        let due = state.last_fire_at.unwrap();
+        let json = format!(r#"{{"handler":"log","schedule":{{"at":"{due}"}}}}"#);
+        next.upsert(k, spec(&id, &json), 5, Some(state), at(20_000));
+    }
+    assert!(
+        run(&mut next, 20_000, 30_000).is_empty(),
+        "nothing fires twice"
+    );
+    assert!(next.take_writes(UtcMillis::MAX).is_empty());
+    // A `delay` one-shot's first state holds its anchor: written.
+    let mut d = one_task("d", r#"{"handler":"log","schedule":{"delay":"1h"}}"#);
+    assert_eq!(d.take_writes(at(0)).states.len(), 1);
+}
+
+#[test]
+fn a_fixed_spec_writes_its_state_over_the_invalid_one() {
+    let json = format!(
+        r#"{{"handler":"log","schedule":{{"at":"{}"}}}}"#,
+        at(60_000)
+    );
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.mark_invalid(key("a"), 4, vec![FieldError::new("handler", "bad")], at(0));
+    assert_eq!(d.take_writes(at(0)).states.len(), 1, "INVALID is written");
+    d.upsert(key("a"), spec("a", &json), 5, None, at(10));
+    let w = d.take_writes(at(10));
+    assert_eq!(w.states.len(), 1, "SCHEDULED replaces the stored INVALID");
+    // One found INVALID by a takeover, fixed later: the same.
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.keep_invalid(key("b"));
+    d.upsert(key("b"), spec("b", &json), 5, None, at(10));
+    assert_eq!(d.take_writes(at(10)).states.len(), 1);
+}

@@ -6,6 +6,12 @@
 //! execution's end goes in the same write (see the dispatcher's module notes). A task no
 //! longer armed has no current state to read, so its write (INVALID) or deletion is kept
 //! here as it is.
+//!
+//! What a current state's write becomes is the task's to say when the writes are taken
+//! ([`Current`]): a one-shot's final goes to the finals ledger ([`crate::finals`]) apart, and
+//! the first state of a task nothing was stored for, which only repeats what its spec
+//! implies (an `at` one-shot's SCHEDULED), is not written: a new leader derives the same
+//! from the spec.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,6 +36,34 @@ enum Pending {
     Write(Box<TaskState>),
     /// Delete the state (the task is gone).
     Delete,
+}
+
+/// What writing a task's current state means, as the task says when the writes are taken.
+pub(super) enum Current<'a> {
+    /// The task is gone meanwhile: nothing.
+    Gone,
+    /// Nothing stored, and the spec implies the state: nothing.
+    Implied,
+    /// Its state key.
+    Write(&'a TaskState),
+    /// A one-shot's final: the finals ledger.
+    Final(&'a TaskState),
+}
+
+/// The writes taken at one flush.
+#[derive(Debug, Default)]
+pub struct Writes {
+    /// States to write to their tasks' state keys (`Some`) or delete (`None`).
+    pub states: Vec<StateWrite>,
+    /// One-shots' final states, for the finals ledger.
+    pub finals: Vec<(Arc<TaskKey>, TaskState)>,
+}
+
+impl Writes {
+    /// Whether nothing is to be written.
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty() && self.finals.is_empty()
+    }
 }
 
 #[derive(Debug)]
@@ -70,25 +104,27 @@ impl StateWrites {
         self.pending.insert(key, Pending::Delete);
     }
 
-    /// The writes due at `now`, each current state read through `current` (`None` for a
-    /// task gone meanwhile, which writes nothing).
+    /// The writes due at `now`, each current state's write as `current` says.
     pub(super) fn take<'a>(
         &mut self,
         now: UtcMillis,
-        current: impl Fn(&TaskKey) -> Option<&'a TaskState>,
-    ) -> Vec<StateWrite> {
-        let mut out = Vec::with_capacity(self.pending.len());
+        current: impl Fn(&TaskKey) -> Current<'a>,
+    ) -> Writes {
+        let mut out = Writes {
+            states: Vec::with_capacity(self.pending.len()),
+            finals: Vec::new(),
+        };
         self.pending.retain(|key, pending| {
-            let write = match pending {
+            let key = Arc::clone(key);
+            match pending {
                 Pending::WriteCurrentAfter(at) if *at > now => return true,
-                Pending::WriteCurrent | Pending::WriteCurrentAfter(_) => {
-                    current(key).map(|state| Some(state.clone()))
-                }
-                Pending::Write(state) => Some(Some(TaskState::clone(state))),
-                Pending::Delete => Some(None),
-            };
-            if let Some(w) = write {
-                out.push((Arc::clone(key), w));
+                Pending::WriteCurrent | Pending::WriteCurrentAfter(_) => match current(&key) {
+                    Current::Gone | Current::Implied => {}
+                    Current::Write(state) => out.states.push((key, Some(state.clone()))),
+                    Current::Final(state) => out.finals.push((key, state.clone())),
+                },
+                Pending::Write(state) => out.states.push((key, Some(TaskState::clone(state)))),
+                Pending::Delete => out.states.push((key, None)),
             }
             false
         });

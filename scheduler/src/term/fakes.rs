@@ -462,6 +462,40 @@ impl TermStore for FakeStore {
         ready(())
     }
 
+    fn ledger_writer(&self, _: &WriteFence) -> ax_registry::LedgerWriter {
+        ax_registry::LedgerWriter::new(None)
+    }
+
+    /// Finals are kept as states: the fake has no ledger to merge.
+    fn put_finals<'a>(
+        &'a self,
+        finals: &'a [(TaskKey, TaskState)],
+        _: &'a mut ax_registry::LedgerWriter,
+    ) -> StoreFuture<'a, Vec<u32>> {
+        let mut inner = lock(&self.inner);
+        for (k, s) in finals {
+            inner.states.insert(k.clone(), s.clone());
+            inner.writes.push((k.clone(), s.clone()));
+        }
+        ready(Vec::new())
+    }
+
+    fn drop_finals<'a>(
+        &'a self,
+        _: &'a [TaskKey],
+        _: &'a mut ax_registry::LedgerWriter,
+    ) -> StoreFuture<'a, ()> {
+        ready(())
+    }
+
+    fn compact_finals<'a>(
+        &'a self,
+        _: u32,
+        _: &'a mut ax_registry::LedgerWriter,
+    ) -> StoreFuture<'a, bool> {
+        ready(false)
+    }
+
     fn list_triggers(&self) -> StoreFuture<'_, (i64, Vec<PendingTrigger>)> {
         ready((0, Vec::new()))
     }

@@ -488,7 +488,7 @@ impl Term {
             debug!("state flusher behind (etcd slow?); changes kept for a later flush");
             return;
         };
-        let writes = self.dispatcher.take_state_writes(due);
+        let writes = self.dispatcher.take_writes(due);
         if writes.is_empty()
             && self.consumed_triggers.is_empty()
             && self.unacked.is_empty()
@@ -499,7 +499,8 @@ impl Term {
         }
         let (done_tx, done_rx) = oneshot::channel();
         permit.send(FlushRequest {
-            writes,
+            writes: writes.states,
+            finals: writes.finals,
             triggers: std::mem::take(&mut self.consumed_triggers),
             acks: std::mem::take(&mut self.unacked).into_iter().collect(),
             alerts: std::mem::take(&mut self.end_alerts),

@@ -284,7 +284,9 @@ async fn arm(
                 let already = states.remove(key).is_some_and(|s| {
                     s.spec_revision == *revision && s.status == TaskStatus::Invalid
                 });
-                if !already {
+                if already {
+                    dispatcher.keep_invalid(key.clone());
+                } else {
                     dispatcher.mark_invalid(key.clone(), *revision, errors.clone(), now);
                 }
             }
