@@ -46,6 +46,15 @@ local function ax_push(queued, order, member, id, score)
   end
 end
 
+-- One variadic command over `items` (key first), in chunks of at most 1000 arguments (an
+-- even number: pairs stay whole), below what `unpack` can pass: one command for a
+-- script call's many messages instead of one per message.
+local function ax_all(cmd, key, items)
+  for i = 1, #items, 1000 do
+    redis.call(cmd, key, unpack(items, i, math.min(i + 999, #items)))
+  end
+end
+
 -- The priority of a decoded message (the default when it carries none).
 local function ax_priority(msg, default)
   local p = tonumber(msg.priority)
@@ -97,9 +106,18 @@ end
 -- Frees the slots a taken execution took: the queue's (`max_running`) and its concurrency
 -- key's. A freed key slot moves the first execution gated on that key back to the queued
 -- set, at its place; a freed queue slot wakes a consumer when messages wait.
+-- Whether the queue's running set exists is asked once per script call (`ax_running`): only
+-- a take adds to it, and no script that frees takes, so the answer holds for the call, and
+-- a queue without `max_running` (no set) pays one command per call, not one per execution.
+local ax_running = {}
 local function ax_free(queued, order, wake, id, key)
   local tag = ax_tag(queued)
-  if redis.call('ZREM', tag .. ':running', id) == 1 and redis.call('ZCARD', queued) > 0 then
+  local running = tag .. ':running'
+  if ax_running[running] == nil then
+    ax_running[running] = redis.call('EXISTS', running) == 1
+  end
+  if ax_running[running] and redis.call('ZREM', running, id) == 1
+    and redis.call('ZCARD', queued) > 0 then
     ax_wake(wake, 1)
   end
   if key and key ~= '' and redis.call('ZREM', tag .. ':slots:' .. key, id) == 1 then

@@ -19,11 +19,14 @@ local function ax_may_hold_marker(m)
     or string.find(m, '"overlap":"', 1, true) == nil
 end
 local out = {}
+-- The settled ids leave the monitor set and the order hash in one command each, after the
+-- loop: nothing in it reads them (a freed slot reads the order of a gated execution, never
+-- of a settled one).
+local settled = {}
 for i = 1, #ARGV, 4 do
   local n = (i + 3) / 4
   if redis.call('LREM', KEYS[1], -1, ARGV[i]) > 0 then
-    redis.call('ZREM', KEYS[2], ARGV[i + 1])
-    redis.call('HDEL', KEYS[3], ARGV[i + 1])
+    settled[#settled + 1] = ARGV[i + 1]
     ax_free(KEYS[4], KEYS[3], KEYS[5], ARGV[i + 1], ARGV[i + 2])
     local active = KEYS[6 + n]
     if ax_may_hold_marker(ARGV[i]) and redis.call('GET', active) == ARGV[i + 1] then
@@ -38,4 +41,6 @@ for i = 1, #ARGV, 4 do
     out[n] = '0'
   end
 end
+ax_all('ZREM', KEYS[2], settled)
+ax_all('HDEL', KEYS[3], settled)
 return out
