@@ -358,7 +358,7 @@ async fn compact(registry: &dyn TermStore, ledger: &mut Ledger) -> Result<(), Re
     let due: Vec<u32> = ledger
         .appended
         .iter()
-        .filter(|(_, n)| **n >= finals::COMPACT_SHEETS / 2)
+        .filter(|(_, n)| **n >= finals::COMPACT_SHEETS)
         .map(|(b, _)| *b)
         .collect();
     for bucket in due {

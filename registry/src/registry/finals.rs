@@ -20,7 +20,7 @@ use super::states::{StateFence, StateListing, StoredState};
 use super::{Registry, MAX_TXN_OPS};
 use crate::error::RegistryError;
 
-/// Most bytes of entries one compaction rewrites (one request, under etcd's 1.5 MiB).
+/// Most bytes of sheets one transaction writes (one request, under etcd's 1.5 MiB).
 const REWRITE_BYTES: usize = 1024 * 1024;
 
 /// Attempts a rewrite makes when another writer changed the bucket meanwhile.
@@ -95,7 +95,8 @@ struct SheetRef<'a> {
 
 impl Registry {
     /// Writes `states` (one-shots' finals) to the ledger, a sheet per bucket and
-    /// [`SHEET_ENTRIES`], each its own fenced transaction. Returns the buckets written.
+    /// [`SHEET_ENTRIES`], in fenced transactions of up to about a mebibyte. Returns the
+    /// buckets written.
     pub async fn put_finals(
         &self,
         states: &[(TaskKey, TaskState)],
@@ -109,18 +110,34 @@ impl Registry {
         });
         let sheets = finals::sheets(entries, entry_bucket, entry_size);
         let mut buckets = Vec::new();
+        // Several sheets to a transaction, up to about a mebibyte: each transaction is a
+        // raft proposal of its own, which costs etcd more than the bytes it carries.
+        let mut ops = Vec::new();
+        let mut bytes = 0;
         for (bucket, entries) in sheets {
+            let value = encode(&entries);
+            if !ops.is_empty() && (bytes + value.len() > REWRITE_BYTES || ops.len() >= MAX_TXN_OPS)
+            {
+                let txn = Txn::new()
+                    .when(writer.compares())
+                    .and_then(std::mem::take(&mut ops));
+                self.fenced_txn(txn, writer).await?;
+                bytes = 0;
+            }
             writer.seq += 1;
-            let key = self.keys.finals_sheet(bucket, writer.token, writer.seq);
-            let txn = Txn::new().when(writer.compares()).and_then([TxnOp::put(
-                key,
-                encode(&entries),
+            bytes += value.len();
+            ops.push(TxnOp::put(
+                self.keys.finals_sheet(bucket, writer.token, writer.seq),
+                value,
                 None,
-            )]);
-            self.fenced_txn(txn, writer).await?;
+            ));
             if buckets.last() != Some(&bucket) {
                 buckets.push(bucket);
             }
+        }
+        if !ops.is_empty() {
+            let txn = Txn::new().when(writer.compares()).and_then(ops);
+            self.fenced_txn(txn, writer).await?;
         }
         Ok(buckets)
     }
@@ -253,6 +270,10 @@ impl Registry {
         bucket: u32,
         writer: &mut LedgerWriter,
     ) -> Result<bool, RegistryError> {
+        // Counted first: reading (and decoding) a bucket that needs nothing is the common case.
+        if self.count_sheets(bucket).await? <= COMPACT_SHEETS {
+            return Ok(false);
+        }
         for _ in 0..REWRITE_ATTEMPTS {
             let sheets = self.read_sheets(Some(bucket)).await?;
             if sheets.len() <= COMPACT_SHEETS {
@@ -297,6 +318,18 @@ impl Registry {
             }
         }
         Ok(false)
+    }
+
+    async fn count_sheets(&self, bucket: u32) -> Result<usize, RegistryError> {
+        let mut kv = self.client.kv_client();
+        let opts = GetOptions::new().with_prefix().with_count_only();
+        let resp = crate::error::timed(
+            "finals count",
+            self.config.request_timeout,
+            kv.get(self.keys.finals_bucket(bucket), Some(opts)),
+        )
+        .await?;
+        Ok(usize::try_from(resp.count()).unwrap_or(usize::MAX))
     }
 
     /// Rewrites the sheets of `bucket` that hold an entry `keep` refuses, without those.
