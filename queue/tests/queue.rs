@@ -1130,7 +1130,10 @@ async fn a_settled_execution_clears_its_forbid_marker_and_leaves_others_alone() 
     let now = UtcMillis::now();
     let mut s = spec("f", "default");
     s.overlap = OverlapPolicy::Forbid;
+    // Text the ack's search meets before the message's own mode: it must not be taken for it.
+    s.payload = serde_json::json!({"overlap": "allow"});
     let first = ExecutionMessage::for_fire(&s, UtcMillis(1_000), now, 1);
+    assert!(first.to_json().unwrap().contains(r#"{"overlap":"allow"}"#));
     assert_eq!(q.enqueue(&first).await.unwrap(), EnqueueOutcome::Enqueued);
     // Held while the first is active.
     let second = ExecutionMessage::for_fire(&s, UtcMillis(2_000), now, 1);

@@ -10,13 +10,23 @@
 -- Returns one string per message: '0' if it was no longer taken (the reaper gave it back),
 -- '1' if it was settled without an end record, else the end log id of its record.
 -- Whether a message's execution may hold its task's active marker: only `forbid` and
--- `replace` set one. The text is searched, not decoded; a message without the field (an
--- earlier version's) or with either mode anywhere in it is checked, so a payload that
--- happens to hold such text costs a `GET` and never skips one that is needed.
+-- `replace` set one. The text is searched, not decoded (one pass over each `"overlap":"`
+-- found): a message without the field (an earlier version's) or with either mode anywhere
+-- in it is checked, so a payload that happens to hold such text costs a `GET` and never
+-- skips one that is needed.
 local function ax_may_hold_marker(m)
-  return string.find(m, '"overlap":"forbid"', 1, true) ~= nil
-    or string.find(m, '"overlap":"replace"', 1, true) ~= nil
-    or string.find(m, '"overlap":"', 1, true) == nil
+  local from, seen = 1, false
+  while true do
+    local _, last = string.find(m, '"overlap":"', from, true)
+    if not last then
+      return not seen
+    end
+    local mode = string.sub(m, last + 1, last + 1)
+    if mode == 'f' or mode == 'r' then
+      return true
+    end
+    seen, from = true, last + 1
+  end
 end
 local out = {}
 -- The settled ids leave the monitor set and the order hash in one command each, after the
