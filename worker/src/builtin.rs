@@ -42,6 +42,7 @@ use ax_scheduler_core::redact::{mask_url, mask_urls_in, url_secret_values};
 use ax_scheduler_core::secret_ref::has_references;
 use ax_scheduler_core::task::HttpTarget;
 use ax_scheduler_core::{AttemptOutput, MAX_OUTPUT_BYTES};
+use bytes::Bytes;
 use reqwest::header::{CONTENT_TYPE, LOCATION};
 use reqwest::{Method, StatusCode, Url};
 
@@ -188,17 +189,19 @@ async fn post(
             mask_url(&target.url)
         ))
     })?;
-    let encoded = body(exec, completion)?;
+    let encoded = Bytes::from(body(exec, completion)?);
     // A 307 or 308 to another origin repeats the body: without the completion token, which,
-    // like the task's headers, is for the task's own origin only.
-    let encoded_foreign = body(exec, None)?;
+    // like the task's headers, is for the task's own origin only. Encoded only then: most
+    // requests are answered without a redirect.
+    let mut encoded_foreign: Option<Bytes> = None;
     let mut url = task_url.clone();
     let mut method = Method::POST;
     let mut with_body = true;
     for _ in 0..=MAX_REDIRECTS {
-        let shown = mask_url(url.as_str());
+        // Masked only for an error: the fire path should not parse the URL again.
+        let shown = || mask_url(url.as_str());
         http.check_url(&url)
-            .map_err(|e| HandlerError::Permanent(format!("{method} {shown} refused: {e}")))?;
+            .map_err(|e| HandlerError::Permanent(format!("{method} {} refused: {e}", shown())))?;
         let own_origin = url.origin() == task_url.origin();
         let mut req = http
             .client()
@@ -210,19 +213,22 @@ async fn post(
             req = with_credentials(req, target, completion);
         }
         if with_body {
-            let bytes = if own_origin {
-                &encoded
-            } else {
-                &encoded_foreign
+            let bytes = match (own_origin, completion) {
+                // Without a completion both bodies are the same.
+                (true, _) | (false, None) => encoded.clone(),
+                (false, Some(_)) => match &encoded_foreign {
+                    Some(b) => b.clone(),
+                    None => encoded_foreign
+                        .insert(Bytes::from(body(exec, None)?))
+                        .clone(),
+                },
             };
-            req = req
-                .header(CONTENT_TYPE, "application/json")
-                .body(bytes.clone());
+            req = req.header(CONTENT_TYPE, "application/json").body(bytes);
         }
         let resp = req
             .send()
             .await
-            .map_err(|e| send_error(&method, &shown, e))?;
+            .map_err(|e| send_error(&method, &shown(), e))?;
         let status = resp.status();
         if !matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308) {
             output.set(excerpt(resp, deadline).await);
@@ -231,7 +237,7 @@ async fn post(
             }
             return classify_status(status);
         }
-        let next = redirect_target(&resp, &url, &method, &shown, target.follow_redirects)?;
+        let next = redirect_target(&resp, &url, &method, &shown(), target.follow_redirects)?;
         // 307 and 308 repeat the request as it was; the others turn it into a GET, as
         // browsers do.
         if !matches!(status.as_u16(), 307 | 308) {
