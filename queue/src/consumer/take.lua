@@ -25,10 +25,19 @@
 -- waited gated, or -1}}; hold is 0, -1 (the queue is at max_running: wait for a wake) or
 -- the ms until the rate allows a take. When the set is left empty, or nothing can be taken
 -- until a slot frees, the wake tokens go: a freed slot or a push adds new ones.
-if redis.call('EXISTS', KEYS[3]) == 1 then
+-- The pause flag, the former ready list and the worker's addressed list and wake list are
+-- rarely there: one `EXISTS` over all of them, and each is asked about only when some is.
+local probe = {KEYS[3], KEYS[4]}
+for i = 9, 10 do
+  if KEYS[i] then
+    probe[#probe + 1] = KEYS[i]
+  end
+end
+local rare = redis.call('EXISTS', unpack(probe)) > 0
+if rare and redis.call('EXISTS', KEYS[3]) == 1 then
   return {1, {}, 0, {}}
 end
-if redis.call('EXISTS', KEYS[4]) == 1 then
+if rare and redis.call('EXISTS', KEYS[4]) == 1 then
   local step, default = tonumber(ARGV[2]), tonumber(ARGV[3])
   local clock = ax_clock(KEYS[6])
   -- The taking end is the right: the next message is last. Each keeps its enqueue time,
@@ -57,7 +66,7 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
 end
 local max = tonumber(ARGV[1])
 local mine = {}
-if KEYS[9] and max > 0 then
+if rare and KEYS[9] and max > 0 then
   mine = redis.call('LPOP', KEYS[9], max) or {}
   -- Fewer than asked for: the list is empty now (and gone); no need to ask.
   if #mine < max or redis.call('EXISTS', KEYS[9]) == 0 then
