@@ -214,8 +214,7 @@ impl Flusher {
                         alerted = true;
                         self.alert_out_of_space(&e, batch.states.len());
                     }
-                    self.after_failure(e, &mut backoff, &mut batch.states)
-                        .await?;
+                    self.after_failure(e, &mut backoff, batch).await?;
                     // Merge what arrived meanwhile, so the retry writes the newest states.
                     batch.take_waiting(rx);
                 }
@@ -279,8 +278,9 @@ impl Flusher {
         &self,
         e: RegistryError,
         backoff: &mut ReconnectBackoff,
-        states: &mut HashMap<TaskKey, Option<TaskState>>,
+        batch: &mut Batch,
     ) -> ControlFlow<()> {
+        let states = &mut batch.states;
         let wait = backoff.next_delay(&mut rand::rng());
         let attempt = backoff.failures();
         warn!(error = %e, attempt, states = states.len(), "cannot write task states; retrying");
@@ -289,7 +289,12 @@ impl Flusher {
             && !e.is_out_of_space()
         {
             // etcd answers and still refuses: find the record it refuses. Not when it is out
-            // of space: then it refuses every record alike, and each would be dropped.
+            // of space: then it refuses every record alike, and each would be dropped. The
+            // finals go to their state keys then, one by one like the rest (a sheet refused
+            // would otherwise hold up every flush).
+            for (key, state) in batch.finals.drain() {
+                states.insert(key, Some(state));
+            }
             match isolate(&*self.registry, &self.fence, states).await {
                 Err(RegistryError::Fenced { .. }) => {
                     warn!("state write refused: another replica leads now");
@@ -504,7 +509,11 @@ mod tests {
             triggers: Vec::new(),
             acks: Vec::new(),
             alerts: Vec::new(),
-            finals: Vec::new(),
+            // The same for one-shots' finals: a sheet etcd refuses holds up nothing.
+            finals: vec![
+                (Arc::new(TaskKey::new("ns", "good-final")), good.clone()),
+                (Arc::new(TaskKey::new("ns", "huge-final")), huge.clone()),
+            ],
             writes: vec![
                 (Arc::new(TaskKey::new("ns", "good")), Some(good.clone())),
                 (Arc::new(TaskKey::new("ns", "huge")), Some(huge)),
@@ -520,6 +529,13 @@ mod tests {
         let written = registry.get_state("ns", "good").await.unwrap().unwrap();
         assert_eq!(written.state, good);
         assert!(registry.get_state("ns", "huge").await.unwrap().is_none());
+        let written = registry.get_state("ns", "good-final").await.unwrap();
+        assert_eq!(written.unwrap().state, good);
+        assert!(registry
+            .get_state("ns", "huge-final")
+            .await
+            .unwrap()
+            .is_none());
         drop(tx);
         flusher.await.unwrap();
         clean_up(&client, &prefix).await;

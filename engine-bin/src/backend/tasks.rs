@@ -173,7 +173,7 @@ fn key_of(doc: &serde_json::Value) -> Result<TaskKey, ApiError> {
 
 /// What a task view says of a state record that cannot be decoded.
 fn unreadable_state(error: &str) -> String {
-    format!("state record unreadable (the leader rewrites it at the next state write): {error}")
+    format!("state record unreadable (the next takeover deletes it, the next state write replaces it): {error}")
 }
 
 impl Backend {

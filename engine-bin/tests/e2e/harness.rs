@@ -697,10 +697,14 @@ impl Cluster {
             .collect()
     }
 
-    /// The task's runtime state (its state key or its ledger entry), if written.
+    /// The task's runtime state (its state key or its ledger entry), if written; a record
+    /// that cannot be decoded as it is.
     pub(crate) async fn state(&self, namespace: &str, id: &str) -> Option<Value> {
-        let stored = self.registry().get_state(namespace, id).await.unwrap()?;
-        Some(serde_json::to_value(&stored.state).unwrap())
+        match self.registry().get_state(namespace, id).await {
+            Ok(stored) => Some(serde_json::to_value(&stored?.state).unwrap()),
+            Err(ax_registry::RegistryError::Decode { key, .. }) => self.get(&key).await,
+            Err(e) => panic!("cannot read the state of {namespace}/{id}: {e}"),
+        }
     }
 
     /// Runs an `ax` command with this cluster's configuration; returns (exit code, stdout,

@@ -184,15 +184,24 @@ impl Registry {
         id: &str,
     ) -> Result<Option<StoredState>, RegistryError> {
         let mut listing = StateListing::default();
+        let mut unreadable = None;
         if let Some(kv) = self.get_kv(self.keys.state(namespace, id)).await? {
-            listing.states.push(self.decode_state(&kv)?);
+            match self.decode_state(&kv) {
+                Ok(state) => listing.states.push(state),
+                Err(e) => unreadable = Some((e, kv.mod_revision())),
+            }
         }
         let bucket = [ax_scheduler_core::finals::bucket_of_task(namespace, id)];
         self.merge_finals(&mut listing, Some(&bucket), |ns, i| {
             ns == namespace && i == id
         })
         .await?;
-        Ok(listing.states.pop())
+        match (listing.states.pop(), unreadable) {
+            // An unreadable record older than the ledger's entry is superseded by it.
+            (Some(s), Some((_, rev))) if s.mod_revision > rev => Ok(Some(s)),
+            (_, Some((e, _))) => Err(e),
+            (s, None) => Ok(s),
+        }
     }
 
     fn decode_state(&self, kv: &KeyValue) -> Result<StoredState, RegistryError> {

@@ -138,13 +138,18 @@ async fn load_states(
         source,
     })?;
     // One unreadable record must not stop the takeover (and so all firing): its task is
-    // armed as if nothing was recorded, and the next state write replaces it.
+    // armed as if nothing was recorded, and the record deleted. It is not left for the next
+    // state write to replace: a one-shot's final goes to the finals ledger, and an `at`
+    // one-shot's first state is not written at all, so the record would stay unreadable.
     for bad in &listing.undecodable {
         warn!(
             task_id = %format!("{}/{}", bad.namespace, bad.id),
             error = %bad.error,
-            "task state record cannot be decoded; the task is armed afresh and the record rewritten"
+            "task state record cannot be decoded; the task is armed afresh and the record deleted"
         );
+        if let Err(e) = deps.store.delete_state(&bad.namespace, &bad.id).await {
+            warn!(error = %e, "cannot delete the undecodable state record; the next takeover tries again");
+        }
     }
     deps.metrics
         .set_undecodable_states(listing.undecodable.len());
