@@ -280,7 +280,10 @@ fn durable(n: usize) {
     rt.block_on(async {
         let kernel = Kernel::builder()
             .store(dir.path().join("bench.redb"))
-            .handler("noop", |_ctx, _n: u64| async { Ok(()) })
+            .handler(
+                "noop",
+                ax_embedded::typed(|_job: ax_embedded::handler::Job<u64>| async { Ok(()) }),
+            )
             .build()
             .unwrap();
         let start = Instant::now();

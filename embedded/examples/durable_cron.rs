@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use ax_embedded::{Job, JobContext, Kernel, When};
+use ax_embedded::handler::Job as Attempt;
+use ax_embedded::{typed, Job, Kernel, When};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -15,18 +16,18 @@ struct Report {
     name: String,
 }
 
-async fn send_report(ctx: JobContext, report: Report) -> Result<(), ax_embedded::HandlerError> {
+async fn send_report(job: Attempt<Report>) -> Result<(), ax_embedded::HandlerError> {
     println!(
         "job {} fire {} (attempt {}{}): sending the {} report",
-        ctx.id,
-        ctx.fire_at,
-        ctx.attempt,
-        if ctx.recovered {
+        job.task_id(),
+        job.fire_at(),
+        job.attempt(),
+        if job.redelivered() {
             ", run again after a restart"
         } else {
             ""
         },
-        report.name
+        job.payload.name
     );
     Ok(())
 }
@@ -39,7 +40,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| std::env::temp_dir().join("durable_cron.redb"));
     let kernel = Kernel::builder()
         .store(&path)
-        .handler("send_report", send_report)
+        .handler("send_report", typed(send_report))
         .build()?;
     println!("store {} holds {} job(s)", path.display(), kernel.len());
 

@@ -467,7 +467,8 @@ impl Engine {
             attempt: attempt.attempt.saturating_add(1),
             fire_at: attempt.fire_at,
             recovered: attempt.recovered,
-            cancel: kill.child_token(),
+            deadline: now.add(job.spec.timeout),
+            cancel: ax_scheduler_core::handler::Cancel::new(),
             spec: Arc::clone(&job.spec),
         };
         let launch = Launch {

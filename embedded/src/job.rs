@@ -16,6 +16,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ax_scheduler_core::handler::{
+    AttemptInfo, Cancel, Context, Handler, Progress, Shell, ShellFuture,
+};
 use ax_scheduler_core::task::{
     DEFAULT_PRIORITY, DEFAULT_TIMEOUT, MAX_IDEMPOTENCY_KEY_LEN, MAX_MULTIPLIER, MAX_PAYLOAD_BYTES,
     MAX_PRIORITY, MAX_RETRIES,
@@ -25,7 +28,6 @@ use ax_scheduler_core::{
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio_util::sync::CancellationToken;
 
 use crate::error::{EmbeddedError, Result};
 
@@ -65,6 +67,8 @@ pub struct JobContext {
     pub attempt: u32,
     /// The instant the fire was due.
     pub fire_at: UtcMillis,
+    /// When this attempt times out (its start plus the job's timeout).
+    pub deadline: UtcMillis,
     /// Whether this attempt was in flight (queued or running) when the process that held it
     /// stopped (a crash, a kill, a shutdown's end): it runs again, with the same execution id
     /// and attempt, so a job whose effect must happen once checks the execution id it
@@ -73,11 +77,26 @@ pub struct JobContext {
     /// Cancelled when the attempt times out, is killed, or the kernel's grace at shutdown is
     /// over; the attempt's future is dropped at the same moment. It is for what the job
     /// started beside its future (a spawned task, a child process), which should stop on it.
-    pub cancel: CancellationToken,
+    pub cancel: Cancel,
     pub(crate) spec: Arc<TaskSpec>,
 }
 
 impl JobContext {
+    /// The attempt as the core's handler [`Context`], run by `shell`.
+    fn context(&self, shell: Arc<dyn Shell>) -> Context {
+        let info = AttemptInfo {
+            execution_id: self.execution,
+            attempt: self.attempt,
+            fire_at: self.fire_at,
+            deadline: self.deadline,
+            namespace: Arc::clone(&self.spec.namespace),
+            task_id: Arc::clone(&self.spec.id),
+            redelivered: self.recovered,
+            payload: self.spec.payload.clone(),
+        };
+        Context::new(info, self.cancel.clone(), shell)
+    }
+
     /// The job's payload as JSON (`null` when it has none).
     pub fn payload_json(&self) -> &serde_json::Value {
         &self.spec.payload
@@ -109,17 +128,42 @@ pub(crate) enum Body {
 /// The handlers a kernel was built with, by name.
 pub(crate) type Handlers = std::collections::HashMap<Arc<str>, Arc<JobFn>>;
 
-/// A handler taking its payload as a `T`: what the builder registers.
-pub(crate) fn typed_handler<T, F, Fut>(f: F) -> Arc<JobFn>
-where
-    T: DeserializeOwned + Send + 'static,
-    F: Fn(JobContext, T) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
-{
-    Arc::new(move |ctx: JobContext| match ctx.payload::<T>() {
-        Ok(payload) => Box::pin(f(ctx, payload)) as JobFuture,
-        Err(e) => Box::pin(async move { Err(e) }) as JobFuture,
+/// A named handler as a job's body: each attempt gets the core's [`Context`], so the same
+/// handler value runs on a cluster worker too.
+pub(crate) fn shared_handler(handler: Arc<dyn Handler>) -> Arc<JobFn> {
+    let shell: Arc<dyn Shell> = Arc::new(EmbeddedShell);
+    Arc::new(move |job: JobContext| {
+        let handler = Arc::clone(&handler);
+        let ctx = job.context(Arc::clone(&shell));
+        Box::pin(async move { handler.run(ctx).await }) as JobFuture
     })
+}
+
+/// What the kernel does for a handler beyond the attempt's data. Progress goes to the
+/// log: an in-process job has nobody polling its state.
+#[derive(Debug)]
+pub(crate) struct EmbeddedShell;
+
+/// The runner of every attempt in the embedded kernel ([`Context::runner`]).
+pub const EMBEDDED_RUNNER: &str = "embedded";
+
+impl Shell for EmbeddedShell {
+    fn runner(&self) -> &str {
+        EMBEDDED_RUNNER
+    }
+
+    fn progress(&self, progress: Progress) -> ShellFuture<'_> {
+        tracing::info!(
+            percent = progress.percent,
+            note = progress.note.as_deref(),
+            "progress"
+        );
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 /// A job's options; the defaults are the cluster's task defaults.

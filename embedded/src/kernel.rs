@@ -9,7 +9,6 @@
 //! hold one to submit more jobs.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,9 +16,8 @@ use std::time::Duration;
 use ax_scheduler_core::task::{DEFAULT_QUEUE, DEFAULT_VERSION};
 use ax_scheduler_core::timer::TimerConfig;
 use ax_scheduler_core::{
-    Clock, CoreError, DispatcherConfig, HandlerError, Schedule, TaskSpec, TaskStatus, UtcMillis,
+    Clock, CoreError, DispatcherConfig, Schedule, TaskSpec, TaskStatus, UtcMillis,
 };
-use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -27,9 +25,10 @@ use crate::clock::TokioClock;
 use crate::dead::DeadLetter;
 use crate::engine::{Engine, NAMESPACE};
 use crate::error::{EmbeddedError, Result};
-use crate::job::{typed_handler, Body, Handlers, Job, JobContext, JobFn, JobId};
+use crate::job::{shared_handler, Body, Handlers, Job, JobFn, JobId};
 use crate::run::{drive, Shared};
 use crate::store::{self, StoreHandle};
+use ax_scheduler_core::handler::IntoHandler;
 
 /// Default number of attempts that run at once.
 pub const DEFAULT_WORKERS: usize = 5;
@@ -91,15 +90,14 @@ impl KernelBuilder {
         self
     }
 
-    /// Registers the handler that runs jobs made with [`Job::named`]`(name)`; it gets the
-    /// job's payload as a `T` (a payload that is not one fails the attempt for good).
-    pub fn handler<T, F, Fut>(mut self, name: &str, f: F) -> Self
-    where
-        T: DeserializeOwned + Send + 'static,
-        F: Fn(JobContext, T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
-    {
-        self.handlers.insert(Arc::from(name), typed_handler(f));
+    /// Registers the handler that runs jobs made with [`Job::named`]`(name)`: an async
+    /// function of a [`handler::Job<T>`](crate::handler::Job) (its payload decoded as a `T`;
+    /// one that does not decode fails the attempt for good), or any [`Handler`](crate::Handler), the trait a
+    /// cluster worker of the Rust SDK runs too: an `Arc` of one serves both in one process.
+    pub fn handler<M>(mut self, name: &str, handler: impl IntoHandler<M>) -> Self {
+        let handler = handler.into_handler();
+        self.handlers
+            .insert(Arc::from(name), shared_handler(handler));
         self
     }
 

@@ -91,12 +91,14 @@ mod kernel;
 mod run;
 mod store;
 
+pub use ax_scheduler_core::handler;
+pub use ax_scheduler_core::handler::{typed, Context, Handler};
 pub use ax_scheduler_core::{
     ExecutionId, HandlerError, MisfirePolicy, OverlapPolicy, RetryPolicy, TaskStatus, UtcMillis,
 };
 pub use dead::DeadLetter;
 pub use error::{EmbeddedError, Result};
-pub use job::{Job, JobContext, JobFuture, JobId};
+pub use job::{Job, JobContext, JobFuture, JobId, EMBEDDED_RUNNER};
 pub use kernel::{Kernel, KernelBuilder, ShutdownReport, When, DEFAULT_TICK, DEFAULT_WORKERS};
 
 #[cfg(test)]

@@ -177,7 +177,7 @@ impl Future for CatchPanic {
 async fn run_body(
     shared: &Shared,
     body: crate::job::JobFuture,
-    ctx_cancel: &CancellationToken,
+    ctx_cancel: &ax_scheduler_core::handler::Cancel,
     kill: &CancellationToken,
     timeout: Duration,
 ) -> Verdict {

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ax_embedded::handler::{typed, Job as Attempt};
 use ax_embedded::{EmbeddedError, ExecutionId, HandlerError, Job, Kernel, When};
 
 /// What the handler saw: (payload, execution, attempt, recovered).
@@ -14,18 +15,26 @@ fn kernel(path: &std::path::Path, seen: &Seen, block_first: bool) -> Kernel {
     Kernel::builder()
         .workers(4)
         .store(path)
-        .handler("record", move |ctx, n: u64| {
-            let seen = seen.clone();
-            async move {
-                seen.lock()
-                    .map_err(|_| HandlerError::Retryable("poisoned".into()))?
-                    .push((n, ctx.execution, ctx.attempt, ctx.recovered));
-                if block_first {
-                    ctx.cancel.cancelled().await;
+        .handler(
+            "record",
+            typed(move |ctx: Attempt<u64>| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock()
+                        .map_err(|_| HandlerError::Retryable("poisoned".into()))?
+                        .push((
+                            ctx.payload,
+                            ctx.execution_id(),
+                            ctx.attempt(),
+                            ctx.redelivered(),
+                        ));
+                    if block_first {
+                        ctx.cancel().cancelled().await;
+                    }
+                    Ok(())
                 }
-                Ok(())
-            }
-        })
+            }),
+        )
         .build()
         .expect("kernel")
 }
@@ -193,21 +202,25 @@ async fn a_restart_catches_up_at_half_the_workers() {
     let k = Kernel::builder()
         .workers(4)
         .store(&path)
-        .handler("record", move |ctx, n: u64| {
-            let (r, m, d) = (r.clone(), m.clone(), d.clone());
-            async move {
-                use std::sync::atomic::Ordering;
-                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
-                m.fetch_max(now, Ordering::SeqCst);
-                // Long enough that the two started together overlap on a busy machine.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                r.fetch_sub(1, Ordering::SeqCst);
-                d.lock()
-                    .map_err(|_| HandlerError::Retryable("poisoned".into()))?
-                    .push((n, ctx.execution, ctx.attempt, ctx.recovered));
-                Ok(())
-            }
-        })
+        .handler(
+            "record",
+            typed(move |ctx: Attempt<u64>| {
+                let (r, m, d) = (r.clone(), m.clone(), d.clone());
+                async move {
+                    let n = ctx.payload;
+                    use std::sync::atomic::Ordering;
+                    let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                    m.fetch_max(now, Ordering::SeqCst);
+                    // Long enough that the two started together overlap on a busy machine.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    r.fetch_sub(1, Ordering::SeqCst);
+                    d.lock()
+                        .map_err(|_| HandlerError::Retryable("poisoned".into()))?
+                        .push((n, ctx.execution_id(), ctx.attempt(), ctx.redelivered()));
+                    Ok(())
+                }
+            }),
+        )
         .build()
         .expect("kernel");
     for _ in 0..300 {

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ax_embedded::handler::{typed, Job as Attempt};
 use ax_embedded::{HandlerError, Job, Kernel, When};
 
 const DIR: &str = "AX_EMBEDDED_CHILD_DIR";
@@ -46,20 +47,26 @@ async fn child(dir: &Path, part: &str) {
     let kernel = Kernel::builder()
         .workers(4)
         .store(dir.join("jobs.redb"))
-        .handler("record", move |ctx, n: u64| {
-            let (log, part) = (log.clone(), part_name.clone());
-            async move {
-                let line = |what: &str| {
-                    format!(
-                        "{what} {n} {} {} {} {part}\n",
-                        ctx.execution, ctx.attempt, ctx.recovered
-                    )
-                };
-                append(&log, &line("start"))?;
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                append(&log, &line("done"))
-            }
-        })
+        .handler(
+            "record",
+            typed(move |ctx: Attempt<u64>| {
+                let (log, part) = (log.clone(), part_name.clone());
+                async move {
+                    let line = |what: &str| {
+                        format!(
+                            "{what} {} {} {} {} {part}\n",
+                            ctx.payload,
+                            ctx.execution_id(),
+                            ctx.attempt(),
+                            ctx.redelivered()
+                        )
+                    };
+                    append(&log, &line("start"))?;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    append(&log, &line("done"))
+                }
+            }),
+        )
         .build()
         .expect("kernel");
     if part == "burst" {

@@ -18,7 +18,6 @@ use ax_worker::egress::{EgressClient, EgressPolicy};
 use ax_worker::{
     CommandConfig, CommandHandler, CommandsConfig, Handler, HandlerContext, OutputSlot,
 };
-use tokio_util::sync::CancellationToken;
 
 const ROLE: &str = "AX_HARDENING_TEST_ROLE";
 const SECRET_VAR: &str = "AX_REDIS_PASSWORD";
@@ -62,7 +61,7 @@ fn probe(h: &CommandHandler) -> String {
     let output = OutputSlot::default();
     let ctx = HandlerContext {
         worker_id: "w".into(),
-        cancel: CancellationToken::new(),
+        cancel: ax_worker::Cancel::new(),
         http: EgressClient::new(EgressPolicy::default()).unwrap(),
         output: output.clone(),
         completion: None,
@@ -71,7 +70,8 @@ fn probe(h: &CommandHandler) -> String {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(h.run(ctx, &exec)).unwrap();
+    let ctx = ax_worker::ClusterAttempt::context(ctx, exec, UtcMillis::now());
+    rt.block_on(h.run(ctx)).unwrap();
     let out = output.take().unwrap();
     format!("{}\n{}", out.body, out.stderr)
 }

@@ -52,7 +52,7 @@ async fn long(job: Job<Long>) -> Result<(), HandlerError> {
             println!("done example.long {}", job.execution_id());
             Ok(())
         }
-        () = job.cancel_token().cancelled() => {
+        () = job.cancel().cancelled() => {
             Err(HandlerError::Retryable("stopped before the work was done".into()))
         }
     }

@@ -18,6 +18,7 @@ pub mod execution;
 pub mod execution_id;
 pub mod fanout;
 pub mod finals;
+pub mod handler;
 pub mod intern;
 pub mod key;
 pub mod limiter;

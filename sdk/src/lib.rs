@@ -57,7 +57,7 @@
 //! ```
 //!
 //! Delivery is at least once: an execution whose worker died runs again under the same
-//! [`Job::execution_id`], which is what a handler with effects makes itself idempotent with.
+//! [`Context::execution_id`], which is what a handler with effects makes itself idempotent with.
 //! See `docs/rust-sdk.md`.
 
 #[cfg(feature = "client")]
@@ -74,5 +74,5 @@ pub use ax_worker::PoolSummary as Summary;
 pub use client::Client;
 pub use config::Config;
 pub use error::{Error, Result};
-pub use job::Job;
+pub use job::{typed, Cancel, Context, Handler, HandlerFuture, IntoHandler, Job, Progress};
 pub use worker::{Worker, WorkerBuilder};

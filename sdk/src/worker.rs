@@ -8,19 +8,16 @@
 //! so it should serve queues of its own (an execution whose handler it lacks is
 //! dead-lettered, as on any worker).
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ax_scheduler_core::HandlerError;
 use ax_worker::{HandlerRegistry, NoMetrics, PoolSummary, WorkerConfig, WorkerMetrics};
-use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::job::{Job, Typed};
+use crate::job::IntoHandler;
 
 /// A worker process of the cluster, serving named handlers. Start one with
 /// [`Worker::builder`].
@@ -59,16 +56,13 @@ impl std::fmt::Debug for WorkerBuilder {
 }
 
 impl WorkerBuilder {
-    /// Runs the executions of tasks whose `handler` is `name` with `f`, their payload
-    /// decoded as a `T` (a payload that does not decode fails the attempt permanently; take
-    /// `serde_json::Value` for any JSON). A second handler under one name replaces the first.
-    pub fn handler<T, F, Fut>(mut self, name: impl Into<String>, f: F) -> Self
-    where
-        T: DeserializeOwned + Send + 'static,
-        F: Fn(Job<T>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
-    {
-        self.registry.register(name, Typed::new(f));
+    /// Runs the executions of tasks whose `handler` is `name` with `handler`: an async
+    /// function of a [`Job<T>`](crate::Job), its payload decoded as a `T` (a payload that
+    /// does not decode fails the attempt permanently; take `serde_json::Value` for any
+    /// JSON), or any [`Handler`](crate::Handler) (an `Arc` of one to register the same value
+    /// in an embedded kernel too). A second handler under one name replaces the first.
+    pub fn handler<M>(mut self, name: impl Into<String>, handler: impl IntoHandler<M>) -> Self {
+        self.registry.register(name, handler.into_handler());
         self
     }
 

@@ -48,7 +48,7 @@ use reqwest::{Method, StatusCode, Url};
 
 use crate::awaiting::Completion;
 use crate::egress::EgressClient;
-use crate::handler::{Handler, HandlerContext, HandlerError, HandlerFuture, OutputSlot};
+use crate::handler::{ClusterAttempt, Context, Handler, HandlerError, HandlerFuture, OutputSlot};
 use crate::secrets::SecretSource;
 
 /// The header naming the execution (stable across retries and redeliveries).
@@ -85,7 +85,7 @@ pub struct LogHandler;
 pub struct NoopHandler;
 
 impl Handler for NoopHandler {
-    fn run<'a>(&'a self, _ctx: HandlerContext, _exec: &'a ExecutionMessage) -> HandlerFuture<'a> {
+    fn run(&self, _ctx: Context) -> HandlerFuture<'_> {
         Box::pin(async { Ok(()) })
     }
 }
@@ -105,8 +105,9 @@ pub fn classify_status(status: StatusCode) -> Result<(), HandlerError> {
 }
 
 impl Handler for HttpHandler {
-    fn run<'a>(&'a self, ctx: HandlerContext, exec: &'a ExecutionMessage) -> HandlerFuture<'a> {
+    fn run(&self, ctx: Context) -> HandlerFuture<'_> {
         Box::pin(async move {
+            let ClusterAttempt { ctx, message: exec } = ClusterAttempt::of(&ctx)?;
             let Some(target) = &exec.http else {
                 return Err(HandlerError::Permanent(
                     "task has no `http` target for the http handler".into(),
@@ -397,15 +398,15 @@ fn send_error(method: &Method, shown: &str, e: reqwest::Error) -> HandlerError {
 }
 
 impl Handler for LogHandler {
-    fn run<'a>(&'a self, _ctx: HandlerContext, exec: &'a ExecutionMessage) -> HandlerFuture<'a> {
+    fn run(&self, ctx: Context) -> HandlerFuture<'_> {
         Box::pin(async move {
             tracing::info!(
-                task_id = %exec.task_id,
-                namespace = %exec.namespace,
-                execution_id = %exec.execution_id,
-                fire_at = %exec.fire_at,
-                attempt = exec.attempt_number(),
-                payload = %exec.payload,
+                task_id = %ctx.task_id(),
+                namespace = %ctx.namespace(),
+                execution_id = %ctx.execution_id(),
+                fire_at = %ctx.fire_at(),
+                attempt = ctx.attempt(),
+                payload = %ctx.payload(),
                 "log handler ran an execution"
             );
             Ok(())

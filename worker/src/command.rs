@@ -47,7 +47,9 @@ use ax_scheduler_core::AttemptOutput;
 use rustix::process::Signal;
 
 use crate::error::WorkerError;
-use crate::handler::{Handler, HandlerContext, HandlerError, HandlerFuture};
+use crate::handler::{
+    ClusterAttempt, Context, Handler, HandlerContext, HandlerError, HandlerFuture,
+};
 use capture::Excerpt;
 pub use config::{
     CommandConfig, CommandsConfig, DEFAULT_KILL_GRACE, DEFAULT_MAX_OUTPUT_BYTES, MAX_KILL_GRACE,
@@ -139,16 +141,17 @@ impl CommandHandler {
 }
 
 impl Handler for CommandHandler {
-    fn run<'a>(&'a self, ctx: HandlerContext, exec: &'a ExecutionMessage) -> HandlerFuture<'a> {
+    fn run(&self, ctx: Context) -> HandlerFuture<'_> {
         Box::pin(async move {
+            let ClusterAttempt { ctx, message: exec } = ClusterAttempt::of(&ctx)?;
             let (cfg, call, identity) = self.resolve(exec)?;
-            run(cfg, call, identity, exec, &ctx).await
+            run(cfg, call, identity, exec, ctx).await
         })
     }
 
-    fn stop_grace(&self, exec: &ExecutionMessage) -> Duration {
-        exec.command
-            .as_ref()
+    fn stop_grace(&self, ctx: &Context) -> Duration {
+        ctx.extension::<ClusterAttempt>()
+            .and_then(|c| c.message.command.as_ref())
             .and_then(|c| self.cfg.commands.get(&c.name))
             .map_or(Duration::ZERO, |c| c.kill_grace + STOP_MARGIN)
     }
@@ -383,8 +386,21 @@ mod tests {
         let backup =
             exec(r#"{"handler":"command","schedule":{"every":"1m"},"command":{"name":"backup"}}"#);
         assert!(h.resolve(&backup).is_ok());
-        assert_eq!(h.stop_grace(&backup), DEFAULT_KILL_GRACE + STOP_MARGIN);
-        assert_eq!(h.stop_grace(&other), Duration::ZERO);
+        let ctx = |m: &ExecutionMessage| {
+            let parts = HandlerContext {
+                worker_id: "w".into(),
+                cancel: crate::Cancel::new(),
+                http: crate::EgressClient::new(crate::EgressPolicy::default()).unwrap(),
+                output: crate::OutputSlot::default(),
+                completion: None,
+            };
+            ClusterAttempt::context(parts, m.clone(), ax_scheduler_core::UtcMillis(0))
+        };
+        assert_eq!(
+            h.stop_grace(&ctx(&backup)),
+            DEFAULT_KILL_GRACE + STOP_MARGIN
+        );
+        assert_eq!(h.stop_grace(&ctx(&other)), Duration::ZERO);
 
         let root = CommandHandler {
             cfg: std::sync::Arc::new(cfg.clone()),

@@ -1,21 +1,82 @@
-//! Handlers: what runs an execution, found by the task's `handler` name.
+//! Handlers on a cluster worker: the scheduling core's [`Handler`] trait, which the
+//! embedded kernel runs too, and the cluster's own parts of an attempt.
 //!
 //! A handler returns `Ok(())`, or a [`HandlerError`] that says whether trying again can help:
 //! the pool retries [`HandlerError::Retryable`] by the task's retry policy and dead-letters
-//! [`HandlerError::Permanent`] at once. Handlers are trait objects (boxed futures) so user
-//! code can register plain async closures next to the built-ins.
+//! [`HandlerError::Permanent`] at once. The pool gives each attempt a core [`Context`] whose
+//! shell is a [`ClusterAttempt`]: the queue's message and what only a worker has (its HTTP
+//! client, the output slot, an `http.async` attempt's completion contract). Handlers that
+//! need those (the built-in `http` and `command`) reach them with [`ClusterAttempt::of`]; a
+//! handler that uses only the context runs in the embedded kernel unchanged.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::any::Any;
 use std::sync::Arc;
 
 use ax_queue::ExecutionMessage;
-use ax_scheduler_core::AttemptOutput;
-use tokio_util::sync::CancellationToken;
+use ax_scheduler_core::handler::{AttemptInfo, Progress, Shell, ShellFuture};
+use ax_scheduler_core::{AttemptOutput, UtcMillis};
+
+pub use ax_scheduler_core::handler::{Cancel, Context, Handler, HandlerFuture};
 
 /// Why a handler failed: the scheduling core's type, shared with the embedded kernel, so a
 /// handler's verdict means the same wherever it runs.
 pub use ax_scheduler_core::HandlerError;
+
+/// The cluster's parts of an attempt, its [`Context`]'s shell: the message as the queue
+/// delivered it, and the worker's abilities.
+#[derive(Debug)]
+pub struct ClusterAttempt {
+    /// The worker's abilities for the attempt.
+    pub ctx: HandlerContext,
+    /// The execution message.
+    pub message: ExecutionMessage,
+}
+
+impl ClusterAttempt {
+    /// The cluster's parts of the attempt `ctx`, or the permanent failure of a handler that
+    /// needs a cluster worker and runs elsewhere.
+    pub fn of(ctx: &Context) -> Result<&ClusterAttempt, HandlerError> {
+        ctx.extension::<ClusterAttempt>().ok_or_else(|| {
+            HandlerError::Permanent("this handler runs on a cluster worker only".into())
+        })
+    }
+
+    /// The context of an attempt of `message` started at `started`, with `ctx`'s abilities.
+    pub fn context(ctx: HandlerContext, message: ExecutionMessage, started: UtcMillis) -> Context {
+        let info = AttemptInfo {
+            execution_id: message.execution_id,
+            attempt: message.attempt_number(),
+            fire_at: message.fire_at,
+            deadline: started.add(message.timeout()),
+            namespace: message.namespace.clone(),
+            task_id: message.task_id.clone(),
+            // A redelivered message is not told apart from a first delivery here.
+            redelivered: false,
+            payload: message.payload.clone(),
+        };
+        let cancel = ctx.cancel.clone();
+        Context::new(info, cancel, Arc::new(ClusterAttempt { ctx, message }))
+    }
+}
+
+impl Shell for ClusterAttempt {
+    fn runner(&self) -> &str {
+        &self.ctx.worker_id
+    }
+
+    fn progress(&self, progress: Progress) -> ShellFuture<'_> {
+        tracing::info!(
+            percent = progress.percent,
+            note = progress.note.as_deref(),
+            "progress"
+        );
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
 
 /// What a handler gets beside the execution.
 #[derive(Clone, Debug)]
@@ -24,7 +85,7 @@ pub struct HandlerContext {
     pub worker_id: String,
     /// Cancelled when the attempt times out or the worker stops for good: long handlers should
     /// watch it and return.
-    pub cancel: CancellationToken,
+    pub cancel: Cancel,
     /// Shared HTTP client (connection pooling across executions), held to the pool's egress
     /// policy (`WorkerConfig::http_allow_cidrs`, `http_allow_hosts`) and following no
     /// redirects.
@@ -78,23 +139,5 @@ impl OutputSlot {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-/// A boxed handler future.
-pub type HandlerFuture<'a> = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send + 'a>>;
-
-/// Runs executions of one handler name.
-pub trait Handler: Send + Sync + 'static {
-    /// Runs one attempt.
-    fn run<'a>(&'a self, ctx: HandlerContext, exec: &'a ExecutionMessage) -> HandlerFuture<'a>;
-
-    /// How long the pool waits, once it cancelled [`HandlerContext::cancel`] (a timeout, a
-    /// kill, shutdown), for the attempt to end by itself before it drops the handler's
-    /// future. Zero (the default) drops it at once; a handler with something outside the
-    /// process to stop cleanly (the `command` handler's process group) asks for the time
-    /// that takes.
-    fn stop_grace(&self, _exec: &ExecutionMessage) -> std::time::Duration {
-        std::time::Duration::ZERO
     }
 }

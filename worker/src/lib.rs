@@ -33,7 +33,10 @@ pub use cluster::{cluster_pool, NoMetrics};
 pub use command::{CommandConfig, CommandHandler, CommandsConfig};
 pub use egress::{EgressClient, EgressError, EgressPolicy, HostPattern};
 pub use error::{Result, WorkerError};
-pub use handler::{Handler, HandlerContext, HandlerError, HandlerFuture, OutputSlot};
+pub use handler::{
+    Cancel, ClusterAttempt, Context, Handler, HandlerContext, HandlerError, HandlerFuture,
+    OutputSlot,
+};
 pub use pool::{
     PoolSummary, WorkerConfig, WorkerPool, DEFAULT_CONCURRENCY, DEFAULT_PREFETCH,
     DEFAULT_SHUTDOWN_GRACE,

@@ -11,9 +11,12 @@ use std::sync::Arc;
 use ax_queue::ExecutionMessage;
 
 use crate::builtin::{HttpHandler, LogHandler, NoopHandler};
-use crate::handler::{Handler, HandlerContext, HandlerError, HandlerFuture};
+use crate::handler::{
+    ClusterAttempt, Context, Handler, HandlerContext, HandlerError, HandlerFuture,
+};
 
-/// A handler from an async closure `|ctx, execution| async move { ... }`.
+/// A handler from an async closure `|ctx, execution| async move { ... }` of the cluster's
+/// parts of an attempt.
 struct FnHandler<F>(F);
 
 impl<F, Fut> Handler for FnHandler<F>
@@ -21,8 +24,11 @@ where
     F: Fn(HandlerContext, ExecutionMessage) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
 {
-    fn run<'a>(&'a self, ctx: HandlerContext, exec: &'a ExecutionMessage) -> HandlerFuture<'a> {
-        Box::pin((self.0)(ctx, exec.clone()))
+    fn run(&self, ctx: Context) -> HandlerFuture<'_> {
+        match ClusterAttempt::of(&ctx) {
+            Ok(c) => Box::pin((self.0)(c.ctx.clone(), c.message.clone())),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
     }
 }
 
@@ -62,7 +68,8 @@ impl HandlerRegistry {
         self
     }
 
-    /// Registers an async closure `|ctx, execution| async move { ... }` under `name`.
+    /// Registers an async closure `|ctx, execution| async move { ... }` of the cluster's
+    /// parts of an attempt under `name` (a cluster-only handler).
     pub fn register_fn<F, Fut>(&mut self, name: impl Into<String>, f: F) -> &mut Self
     where
         F: Fn(HandlerContext, ExecutionMessage) -> Fut + Send + Sync + 'static,

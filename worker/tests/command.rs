@@ -15,7 +15,7 @@ use ax_scheduler_core::{AttemptOutcome, TaskSpec};
 use ax_worker::command::TaskArgs;
 use ax_worker::egress::{EgressClient, EgressPolicy};
 use ax_worker::{
-    ChannelReporter, CommandConfig, CommandHandler, CommandsConfig, Handler, HandlerContext,
+    Cancel, ChannelReporter, CommandConfig, CommandHandler, CommandsConfig, HandlerContext,
     HandlerError, HandlerRegistry, OutputSlot, WorkerPool,
 };
 use common::*;
@@ -58,8 +58,8 @@ fn exec(call: &str) -> ExecutionMessage {
     msg(&spec, 1_767_225_600_000)
 }
 
-fn new_ctx() -> (HandlerContext, CancellationToken, OutputSlot) {
-    let cancel = CancellationToken::new();
+fn new_ctx() -> (HandlerContext, Cancel, OutputSlot) {
+    let cancel = Cancel::new();
     let output = OutputSlot::default();
     let ctx = HandlerContext {
         worker_id: "w".into(),
@@ -111,7 +111,7 @@ pwd
     let (ctx, _cancel, out) = new_ctx();
     let exec =
         exec(r#"{"name":"job","args":["two words","$HOME;rm -rf /"],"env":{"TARGET":"a b"}}"#);
-    h.run(ctx, &exec).await.unwrap();
+    h.run_with(ctx, &exec).await.unwrap();
     let out = out.take().expect("the output is kept");
     assert_eq!(out.exit_code, Some(0));
     assert!(!out.truncated);
@@ -171,7 +171,7 @@ async fn a_command_runs_as_its_configured_user() {
     })
     .unwrap();
     let (ctx, _c, out) = new_ctx();
-    h.run(ctx, &exec(r#"{"name":"job"}"#)).await.unwrap();
+    h.run_with(ctx, &exec(r#"{"name":"job"}"#)).await.unwrap();
     assert_eq!(
         out.take().unwrap().body,
         format!(
@@ -191,7 +191,7 @@ async fn task_args_go_only_where_the_command_s_rule_puts_them() {
     let h = handler(cfg.clone());
     let (ctx, _c, out) = new_ctx();
     let e = h
-        .run(ctx, &exec(r#"{"name":"job","args":["-e","sh -c id"]}"#))
+        .run_with(ctx, &exec(r#"{"name":"job","args":["-e","sh -c id"]}"#))
         .await
         .unwrap_err();
     assert!(!e.is_retryable());
@@ -208,7 +208,7 @@ async fn task_args_go_only_where_the_command_s_rule_puts_them() {
     });
     let (ctx, _c, out) = new_ctx();
     after
-        .run(
+        .run_with(
             ctx,
             &exec(r#"{"name":"job","args":["--checkpoint-action=exec=id"]}"#),
         )
@@ -226,7 +226,7 @@ async fn task_args_go_only_where_the_command_s_rule_puts_them() {
     });
     let (ctx, _c, out) = new_ctx();
     patterns
-        .run(ctx, &exec(r#"{"name":"job","args":["daily","7"]}"#))
+        .run_with(ctx, &exec(r#"{"name":"job","args":["daily","7"]}"#))
         .await
         .unwrap();
     assert_eq!(out.take().unwrap().body, "arg=daily\narg=7\n");
@@ -234,7 +234,7 @@ async fn task_args_go_only_where_the_command_s_rule_puts_them() {
     for args in [r#"["-e"]"#, r#"["daily","7x"]"#, r#"["a","1","b"]"#] {
         let (ctx, _c, out) = new_ctx();
         let call = format!(r#"{{"name":"job","args":{args}}}"#);
-        let e = patterns.run(ctx, &exec(&call)).await.unwrap_err();
+        let e = patterns.run_with(ctx, &exec(&call)).await.unwrap_err();
         assert!(!e.is_retryable(), "{e}");
         assert!(out.take().is_none() && !ran.exists(), "{args} must not run");
     }
@@ -246,7 +246,7 @@ async fn a_task_setting_a_variable_its_command_does_not_allow_fails_for_good() {
     let h = handler(cfg);
     let (ctx, _c, out) = new_ctx();
     let e = h
-        .run(ctx, &exec(r#"{"name":"job","env":{"LD_PRELOAD":"/x.so"}}"#))
+        .run_with(ctx, &exec(r#"{"name":"job","env":{"LD_PRELOAD":"/x.so"}}"#))
         .await
         .unwrap_err();
     assert_eq!(
@@ -259,7 +259,10 @@ async fn a_task_setting_a_variable_its_command_does_not_allow_fails_for_good() {
     );
     assert!(out.take().is_none(), "nothing ran");
     let (ctx, _c, _) = new_ctx();
-    let e = h.run(ctx, &exec(r#"{"name":"other"}"#)).await.unwrap_err();
+    let e = h
+        .run_with(ctx, &exec(r#"{"name":"other"}"#))
+        .await
+        .unwrap_err();
     assert!(!e.is_retryable());
     assert!(e
         .to_string()
@@ -267,7 +270,7 @@ async fn a_task_setting_a_variable_its_command_does_not_allow_fails_for_good() {
     let missing = handler(CommandConfig::new("/nonexistent/backup"));
     let (ctx, _c, _) = new_ctx();
     let e = missing
-        .run(ctx, &exec(r#"{"name":"job"}"#))
+        .run_with(ctx, &exec(r#"{"name":"job"}"#))
         .await
         .unwrap_err();
     assert!(!e.is_retryable());
@@ -283,7 +286,10 @@ async fn a_non_zero_exit_is_a_retryable_failure_with_its_code_and_stderr() {
     let (_dir, cfg) = script("echo partial\necho 'disk full' >&2\nexit 3\n");
     let h = handler(cfg);
     let (ctx, _c, out) = new_ctx();
-    let e = h.run(ctx, &exec(r#"{"name":"job"}"#)).await.unwrap_err();
+    let e = h
+        .run_with(ctx, &exec(r#"{"name":"job"}"#))
+        .await
+        .unwrap_err();
     assert_eq!(
         e,
         HandlerError::Retryable("command `job` exited with code 3; stderr: disk full".into())
@@ -297,7 +303,7 @@ async fn a_non_zero_exit_is_a_retryable_failure_with_its_code_and_stderr() {
     let (_dir, cfg) = script("kill -9 $$\n");
     let (ctx, _c, out) = new_ctx();
     let e = handler(cfg)
-        .run(ctx, &exec(r#"{"name":"job"}"#))
+        .run_with(ctx, &exec(r#"{"name":"job"}"#))
         .await
         .unwrap_err();
     assert_eq!(
@@ -319,7 +325,7 @@ async fn a_chatty_command_runs_to_its_end_keeping_the_start_and_end_of_each_stre
     let h = handler(cfg);
     let (ctx, _c, out) = new_ctx();
     let t0 = Instant::now();
-    h.run(ctx, &exec(r#"{"name":"job"}"#)).await.unwrap();
+    h.run_with(ctx, &exec(r#"{"name":"job"}"#)).await.unwrap();
     assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
     let out = out.take().unwrap();
     assert!(out.truncated);
@@ -347,7 +353,7 @@ async fn a_cancelled_command_and_its_grandchild_are_killed() {
         let h = handler(cfg);
         let (ctx, cancel, out) = new_ctx();
         let exec = exec(r#"{"name":"job"}"#);
-        let run = tokio::spawn(async move { h.run(ctx, &exec).await });
+        let run = tokio::spawn(async move { h.run_with(ctx, &exec).await });
         let child = pid_in(dir.path(), "child").await;
         let grandchild = pid_in(dir.path(), "grandchild").await;
         assert!(alive(child) && alive(grandchild));
@@ -388,7 +394,7 @@ async fn what_a_finished_command_leaves_running_is_killed() {
     let h = handler(cfg);
     let (ctx, _c, out) = new_ctx();
     let t0 = Instant::now();
-    h.run(ctx, &exec(r#"{"name":"job"}"#)).await.unwrap();
+    h.run_with(ctx, &exec(r#"{"name":"job"}"#)).await.unwrap();
     // The grandchild holds stdout open; the attempt does not wait for it.
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     let grandchild = pid_in(dir.path(), "grandchild").await;

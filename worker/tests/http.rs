@@ -11,11 +11,10 @@ use ax_queue::ExecutionMessage;
 use ax_scheduler_core::task::HttpTarget;
 use ax_worker::egress::parse_allow_cidr;
 use ax_worker::{
-    EgressClient, EgressPolicy, Handler, HandlerContext, HandlerError, HttpHandler, OutputSlot,
+    Cancel, EgressClient, EgressPolicy, HandlerContext, HandlerError, HttpHandler, OutputSlot,
     SecretSource, MAX_REDIRECTS,
 };
-use common::Receiver;
-use tokio_util::sync::CancellationToken;
+use common::{Receiver, RunWith};
 
 fn ctx_with(cidrs: &[&str], hosts: &[&str]) -> HandlerContext {
     let policy = EgressPolicy::new(
@@ -24,7 +23,7 @@ fn ctx_with(cidrs: &[&str], hosts: &[&str]) -> HandlerContext {
     );
     HandlerContext {
         worker_id: "w".into(),
-        cancel: CancellationToken::new(),
+        cancel: Cancel::new(),
         http: EgressClient::new(policy).unwrap(),
         output: OutputSlot::default(),
         completion: None,
@@ -57,7 +56,7 @@ fn exec_to(url: &str, headers: &[(&str, &str)], follow_redirects: bool) -> Execu
 }
 
 async fn run(ctx: HandlerContext, exec: &ExecutionMessage) -> Result<(), HandlerError> {
-    HttpHandler::default().run(ctx, exec).await
+    HttpHandler::default().run_with(ctx, exec).await
 }
 
 fn permanent(r: Result<(), HandlerError>) -> String {
@@ -496,7 +495,7 @@ async fn secret_references_are_resolved_from_the_secrets_directory() {
     );
     let ctx = loopback_ctx();
     let slot = ctx.output.clone();
-    handler.run(ctx, &exec).await.unwrap();
+    handler.run_with(ctx, &exec).await.unwrap();
     let req = rx.requests()[0].clone();
     assert!(req.starts_with("POST /200 "), "{req}");
     assert!(
@@ -514,19 +513,19 @@ async fn secret_references_are_resolved_from_the_secrets_directory() {
         &[("authorization", "Bearer ${secret:gone}")],
         false,
     );
-    let e = permanent(handler.run(loopback_ctx(), &gone).await);
+    let e = permanent(handler.run_with(loopback_ctx(), &gone).await);
     assert!(
         e.contains("`gone`") && e.contains(&dir.path().display().to_string()),
         "{e}"
     );
-    let e = permanent(HttpHandler::default().run(loopback_ctx(), &gone).await);
+    let e = permanent(HttpHandler::default().run_with(loopback_ctx(), &gone).await);
     assert!(e.contains("worker.secrets_dir"), "{e}");
     assert_eq!(rx.requests().len(), 1, "no request without its secret");
 
     // A whole-URL secret that is no URL is named by its reference, never by its value.
     std::fs::write(dir.path().join("bad-url"), "not a url at all").unwrap();
     let bad = exec_to("${secret:bad-url}", &[], false);
-    let e = permanent(handler.run(loopback_ctx(), &bad).await);
+    let e = permanent(handler.run_with(loopback_ctx(), &bad).await);
     assert!(
         e.contains("${secret:bad-url}") && !e.contains("not a url"),
         "{e}"

@@ -26,7 +26,9 @@ use super::reconcile::mark_in_hand;
 use super::settle::{dead_letter, end_record, fail, finish, give_back, Ending};
 use super::stop::{stopped, unwatch};
 use super::{Shared, Verdict};
-use crate::handler::{Handler, HandlerContext, HandlerError, OutputSlot};
+use crate::handler::{
+    Cancel, ClusterAttempt, Context, Handler, HandlerContext, HandlerError, OutputSlot,
+};
 
 /// Waits for a running slot (a prefetched message), then runs the delivery. A message still
 /// waiting when the pool stops has not started: it goes back to the queue at once.
@@ -123,11 +125,12 @@ async fn execute_in_span(
         None => {
             let ctx = HandlerContext {
                 worker_id: worker.to_string(),
-                cancel: hard_stop.child_token(),
+                cancel: Cancel::new(),
                 http: sh.http.clone(),
                 output: output.clone(),
                 completion: completion.clone(),
             };
+            let ctx = ClusterAttempt::context(ctx, msg.clone(), started);
             run_handler(handler, ctx, msg, hard_stop, &mut stop).await
         }
     };
@@ -191,15 +194,14 @@ async fn unknown_handler(sh: &Shared, d: &Delivery, started: UtcMillis) {
 /// stops for good; a handler stopped on the way gets its stop grace, then is aborted.
 async fn run_handler(
     handler: Arc<dyn Handler>,
-    ctx: HandlerContext,
+    ctx: Context,
     msg: &ExecutionMessage,
     hard_stop: &CancellationToken,
     stop: &mut watch::Receiver<Option<StopOrder>>,
 ) -> Verdict {
-    let ctx_cancel = ctx.cancel.clone();
-    let owned = msg.clone();
-    let stop_grace = handler.stop_grace(msg);
-    let mut handle = tokio::spawn(async move { handler.run(ctx, &owned).await });
+    let ctx_cancel = ctx.cancel().clone();
+    let stop_grace = handler.stop_grace(&ctx);
+    let mut handle = tokio::spawn(async move { handler.run(ctx).await });
     let ended = tokio::select! {
         r = tokio::time::timeout(msg.timeout(), &mut handle) => match r {
             Ok(joined) => joined_verdict(joined),

@@ -170,3 +170,28 @@ impl Running {
             .unwrap()
     }
 }
+
+/// Runs a handler directly on the cluster's parts of an attempt, as the pool would.
+#[allow(dead_code)]
+pub trait RunWith {
+    fn run_with(
+        &self,
+        ctx: ax_worker::HandlerContext,
+        exec: &ExecutionMessage,
+    ) -> ax_worker::HandlerFuture<'_>;
+}
+
+impl<H: ax_worker::Handler> RunWith for H {
+    fn run_with(
+        &self,
+        ctx: ax_worker::HandlerContext,
+        exec: &ExecutionMessage,
+    ) -> ax_worker::HandlerFuture<'_> {
+        let started = ax_scheduler_core::UtcMillis::now();
+        self.run(ax_worker::ClusterAttempt::context(
+            ctx,
+            exec.clone(),
+            started,
+        ))
+    }
+}
