@@ -122,7 +122,10 @@ impl Dispatcher {
     ) {
         // What the last leader wrote: the state is written again only if loading changed it.
         let written = recorded.clone();
-        let stored = self.invalid_stored.remove(&key) || recorded.is_some();
+        // Stored: a recorded state, an INVALID one written, or one whose delete is not
+        // written yet (the same key registered again meanwhile).
+        let stored =
+            self.invalid_stored.remove(&key) || recorded.is_some() || self.writes.is_deleting(&key);
         let (state, anchor) = loaded_state(&spec, revision, recorded, now);
         let generation = self.new_generation();
         let mut task = Armed::new(

@@ -1930,6 +1930,22 @@ fn a_fixed_spec_writes_its_state_over_the_invalid_one() {
     d.upsert(key("a"), spec("a", &json), 5, None, at(10));
     let w = d.take_writes(at(10));
     assert_eq!(w.states.len(), 1, "SCHEDULED replaces the stored INVALID");
+    // Deleted and registered again before the delete was written: the old state is still
+    // stored, so the new one is written over it.
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    let mut old = TaskState::new(3, at(0), at(0));
+    old.status = TaskStatus::Success;
+    old.fire_count = 1;
+    d.upsert(key("c"), spec("c", &json), 3, Some(old), at(0));
+    d.take_writes(at(0));
+    d.remove(&key("c"), at(5));
+    d.upsert(key("c"), spec("c", &json), 6, None, at(10));
+    let w = d.take_writes(at(10));
+    assert_eq!(w.states.len(), 1);
+    assert_eq!(
+        w.states[0].1.as_ref().unwrap().status,
+        TaskStatus::Scheduled
+    );
     // One found INVALID by a takeover, fixed later: the same.
     let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
     d.keep_invalid(key("b"));

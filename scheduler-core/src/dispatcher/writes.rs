@@ -104,6 +104,12 @@ impl StateWrites {
         self.pending.insert(key, Pending::Delete);
     }
 
+    /// Whether the task's state is to be deleted and was not yet: what is stored is still
+    /// there, so a task armed again under the key must write its state over it.
+    pub(super) fn is_deleting(&self, key: &TaskKey) -> bool {
+        matches!(self.pending.get(key), Some(Pending::Delete))
+    }
+
     /// The writes due at `now`, each current state's write as `current` says.
     pub(super) fn take<'a>(
         &mut self,
