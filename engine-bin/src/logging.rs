@@ -89,12 +89,17 @@ pub fn init(settings: &LogSettings) -> Result<LogGuard, String> {
     // The server writes through a dedicated thread: at thousands of executions a second,
     // a blocking write to stdout under its lock would stall the runtime's threads on the
     // fire path. Not lossy: when the buffer is full, logging waits rather than dropping
-    // lines. One-shot commands write to stderr directly.
+    // lines. The thread writes what has piled up in one system call, not one per line:
+    // it flushes whenever it has written everything sent to it, so a line waits for no
+    // others. One-shot commands write to stderr directly.
     let (writer, guard) = match settings.target {
         LogTarget::Stdout => {
             let (w, g) = tracing_appender::non_blocking::NonBlockingBuilder::default()
                 .lossy(false)
-                .finish(std::io::stdout());
+                .finish(std::io::BufWriter::with_capacity(
+                    64 * 1024,
+                    std::io::stdout(),
+                ));
             (BoxMakeWriter::new(w), Some(g))
         }
         LogTarget::Stderr => (BoxMakeWriter::new(std::io::stderr), None),
