@@ -359,8 +359,10 @@ impl Engine {
             self.enqueue(&dispatch, now);
         }
         log_notices(self.dispatcher.take_notices());
-        let writes = self.dispatcher.take_state_writes(UtcMillis::MAX);
-        self.persist_states(writes);
+        if self.store.is_some() {
+            let writes = self.dispatcher.take_state_writes(UtcMillis::MAX);
+            self.persist_states(writes);
+        }
         let mut launches = Vec::new();
         while self.starting && self.running < self.worker_limit() {
             let Some(attempt) = self.waiting.pop(now) else {
@@ -384,9 +386,6 @@ impl Engine {
     /// Queues the dispatcher's states of durable jobs for the store; a deleted state goes
     /// with its job's deletion.
     fn persist_states(&mut self, writes: Vec<StateWrite>) {
-        if self.store.is_none() {
-            return;
-        }
         for (key, state) in writes {
             let Some(id) = job_id(&key) else { continue };
             let durable = self.jobs.get(&id).is_some_and(|j| j.durable);

@@ -125,6 +125,8 @@ impl KernelBuilder {
             // A fire's RUNNING state is what a restart re-runs from: written at once.
             config.running_write_delay = Duration::ZERO;
         }
+        // Without a store no state is kept anywhere: the dispatcher need not record writes.
+        config.write_states = self.store.is_some();
         let mut engine = Engine::new(config, self.workers, now);
         if let Some(path) = &self.store {
             let (db, loaded) = store::open(path)?;

@@ -12,7 +12,11 @@
 //! attempt with the panic's message instead of unwinding through the kernel (the worker pool
 //! gets the same from a task's join error), and a timeout or a kill drops the future; the
 //! verdict goes back to the engine through the core's mapping ([`ax_scheduler_core::attempt`]).
-//! The future runs in the attempt's own task rather than in one more: one spawn per attempt.
+//! The future runs in the attempt's own task rather than in one more, and a task whose attempt
+//! ended runs the next attempt its freed worker starts itself instead of spawning one: a busy
+//! kernel spawns about one task per worker, not one per fire. Such a task gives the runtime
+//! back its thread when tokio's cooperative budget is spent, so a chain of instant jobs does
+//! not starve the driver or the program's other tasks.
 
 use std::any::Any;
 use std::future::Future;
@@ -116,8 +120,22 @@ fn spawn_attempts(shared: &Arc<Shared>, launches: Vec<Launch>) {
     }
 }
 
-/// Runs one attempt and hands its verdict to the engine.
+/// Runs one attempt and hands its verdict to the engine; then the first of the attempts that
+/// end started, in this task, until none is left for it.
 async fn run_attempt(shared: Arc<Shared>, launch: Launch) {
+    let mut next = Some(launch);
+    while let Some(launch) = next.take() {
+        let mut launches = run_one(&shared, launch).await.into_iter();
+        next = launches.next();
+        spawn_attempts(&shared, launches.collect());
+        if next.is_some() {
+            tokio::task::coop::consume_budget().await;
+        }
+    }
+}
+
+/// One attempt, its verdict handed to the engine; returns the attempts to start next.
+async fn run_one(shared: &Arc<Shared>, launch: Launch) -> Vec<Launch> {
     let Launch {
         attempt,
         key,
@@ -135,7 +153,7 @@ async fn run_attempt(shared: Arc<Shared>, launch: Launch) {
         attempt = attempt.attempt.saturating_add(1),
         lateness_ms,
     );
-    let verdict = run_body(&shared, run(ctx.clone()), &ctx.cancel, &kill, timeout)
+    let verdict = run_body(shared, run(ctx.clone()), &ctx.cancel, &kill, timeout)
         .instrument(span)
         .await;
     let now = shared.clock.now();
@@ -149,11 +167,11 @@ async fn run_attempt(shared: Arc<Shared>, launch: Launch) {
         };
         (launches, earlier)
     };
-    spawn_attempts(&shared, launches);
     shared.ended.notify_waiters();
     if wake_driver {
         shared.wake.notify_one();
     }
+    launches
 }
 
 /// A job's future with its panics caught.

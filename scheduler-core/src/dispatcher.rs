@@ -117,7 +117,7 @@ impl Dispatcher {
         Dispatcher {
             timers: Timers::new(config.timer.clone(), now),
             fires: ReadyFires::new(&config, now),
-            writes: StateWrites::new(config.running_write_delay),
+            writes: StateWrites::new(config.running_write_delay, config.write_states),
             config,
             tasks: HashMap::new(),
             notices: Vec::new(),

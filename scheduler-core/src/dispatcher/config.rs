@@ -31,6 +31,11 @@ pub struct DispatcherConfig {
     /// How long after a fire its state (RUNNING) waits to be written on its own: an
     /// execution that ends sooner has its end written instead, in one write.
     pub running_write_delay: Duration,
+    /// Whether changes are recorded for [`Dispatcher::take_state_writes`](super::Dispatcher::take_state_writes)
+    /// at all. A user that keeps no states (an embedded kernel without a store) sets it
+    /// false: every fire would otherwise mark its task twice, hashing its key each time, for
+    /// writes that are dropped.
+    pub write_states: bool,
 }
 
 /// Default [`DispatcherConfig::stall_threshold`]: far above any lateness of a working
@@ -49,6 +54,7 @@ impl Default for DispatcherConfig {
             hold_retry: Duration::from_secs(5),
             stall_threshold: DEFAULT_STALL_THRESHOLD,
             running_write_delay: Duration::from_secs(5),
+            write_states: true,
         }
     }
 }

@@ -92,6 +92,22 @@ fn state_writes_are_coalesced_per_task() {
 }
 
 #[test]
+fn no_state_writes_are_recorded_when_states_are_not_kept() {
+    let config = DispatcherConfig {
+        write_states: false,
+        ..DispatcherConfig::default()
+    };
+    let mut d = Dispatcher::new(config, at(0));
+    let every = r#"{"handler":"log","schedule":{"every":"1s"}}"#;
+    d.upsert(key("a"), spec("a", every), 5, None, at(0));
+    let fired = run(&mut d, 0, 3000);
+    assert_eq!(fired.len(), 3, "the fires are the same");
+    assert_eq!(d.state(&key("a")).unwrap().fire_count, 3);
+    d.remove(&key("a"), at(3000));
+    assert!(d.take_state_writes(UtcMillis::MAX).is_empty());
+}
+
+#[test]
 fn failover_fire_once_runs_the_latest_missed_fire_once() {
     let mut d = Dispatcher::new(DispatcherConfig::default(), at(60_000));
     let mut recorded = TaskState::new(5, at(0), at(0));

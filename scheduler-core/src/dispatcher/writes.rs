@@ -71,24 +71,33 @@ pub(super) struct StateWrites {
     pending: HashMap<Arc<TaskKey>, Pending>,
     /// How long a fire's RUNNING waits to be written on its own.
     running_delay: Duration,
+    /// False: nothing is recorded (the user keeps no states).
+    enabled: bool,
 }
 
 impl StateWrites {
-    pub(super) fn new(running_delay: Duration) -> Self {
+    pub(super) fn new(running_delay: Duration, enabled: bool) -> Self {
         StateWrites {
             pending: HashMap::new(),
             running_delay,
+            enabled,
         }
     }
 
     /// The task's current state is to be written at the next flush.
     pub(super) fn current(&mut self, key: &Arc<TaskKey>) {
+        if !self.enabled {
+            return;
+        }
         self.pending.insert(Arc::clone(key), Pending::WriteCurrent);
     }
 
     /// The task's RUNNING state is to be written once the running delay from `now` has
     /// passed; a change already waiting to be written goes as soon as it would have.
     pub(super) fn running(&mut self, key: &Arc<TaskKey>, now: UtcMillis) {
+        if !self.enabled {
+            return;
+        }
         self.pending
             .entry(Arc::clone(key))
             .or_insert(Pending::WriteCurrentAfter(now.add(self.running_delay)));
@@ -96,11 +105,17 @@ impl StateWrites {
 
     /// `state` is to be written as it is: the task is no longer armed.
     pub(super) fn invalid(&mut self, key: Arc<TaskKey>, state: TaskState) {
+        if !self.enabled {
+            return;
+        }
         self.pending.insert(key, Pending::Write(Box::new(state)));
     }
 
     /// The task's state is to be deleted.
     pub(super) fn delete(&mut self, key: Arc<TaskKey>) {
+        if !self.enabled {
+            return;
+        }
         self.pending.insert(key, Pending::Delete);
     }
 
