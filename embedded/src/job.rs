@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_scheduler_core::handler::{
-    AttemptInfo, Cancel, Context, Handler, Progress, Shell, ShellFuture,
+    AttemptInfo, Cancel, Context, DeferFuture, Deferred, Finisher, Handler, Progress, Shell,
+    ShellFuture,
 };
 use ax_scheduler_core::task::{
     DEFAULT_PRIORITY, DEFAULT_TIMEOUT, MAX_IDEMPOTENCY_KEY_LEN, MAX_MULTIPLIER, MAX_PAYLOAD_BYTES,
@@ -28,6 +29,8 @@ use ax_scheduler_core::{
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::sync::{Mutex, PoisonError};
+use tokio::sync::oneshot;
 
 use crate::error::{EmbeddedError, Result};
 
@@ -129,23 +132,50 @@ pub(crate) enum Body {
 pub(crate) type Handlers = std::collections::HashMap<Arc<str>, Arc<JobFn>>;
 
 /// A named handler as a job's body: each attempt gets the core's [`Context`], so the same
-/// handler value runs on a cluster worker too.
+/// handler value runs on a cluster worker too. A handler that defers its end
+/// ([`Context::defer`]) holds its worker until its [`Deferred`] completes, all within the
+/// job's timeout: in-process there is no slot to hand back and no one else to end it.
 pub(crate) fn shared_handler(handler: Arc<dyn Handler>) -> Arc<JobFn> {
-    let shell: Arc<dyn Shell> = Arc::new(EmbeddedShell);
     Arc::new(move |job: JobContext| {
         let handler = Arc::clone(&handler);
-        let ctx = job.context(Arc::clone(&shell));
-        Box::pin(async move { handler.run(ctx).await }) as JobFuture
+        Box::pin(async move {
+            let shell = Arc::new(EmbeddedShell::default());
+            let result = handler.run(job.context(shell.clone())).await;
+            let deferred = shell
+                .deferred
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            match (result, deferred) {
+                (Ok(()), Some(end)) => end.await.unwrap_or_else(|_| {
+                    Err(HandlerError::Retryable(
+                        "the deferred attempt was dropped without completing".into(),
+                    ))
+                }),
+                (result, _) => result,
+            }
+        }) as JobFuture
     })
 }
 
 /// What the kernel does for a handler beyond the attempt's data. Progress goes to the
 /// log: an in-process job has nobody polling its state.
-#[derive(Debug)]
-pub(crate) struct EmbeddedShell;
+#[derive(Debug, Default)]
+pub(crate) struct EmbeddedShell {
+    /// The end of a deferred attempt, once the handler deferred it.
+    deferred: Mutex<Option<oneshot::Receiver<Result<(), HandlerError>>>>,
+}
 
 /// The runner of every attempt in the embedded kernel ([`Context::runner`]).
 pub const EMBEDDED_RUNNER: &str = "embedded";
+
+fn log_progress(progress: &Progress) {
+    tracing::info!(
+        percent = progress.percent,
+        note = progress.note.as_deref(),
+        "progress"
+    );
+}
 
 impl Shell for EmbeddedShell {
     fn runner(&self) -> &str {
@@ -153,16 +183,42 @@ impl Shell for EmbeddedShell {
     }
 
     fn progress(&self, progress: Progress) -> ShellFuture<'_> {
-        tracing::info!(
-            percent = progress.percent,
-            note = progress.note.as_deref(),
-            "progress"
-        );
+        log_progress(&progress);
         Box::pin(std::future::ready(Ok(())))
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+
+    fn defer(&self) -> DeferFuture<'_> {
+        let (tx, rx) = oneshot::channel();
+        *self.deferred.lock().unwrap_or_else(PoisonError::into_inner) = Some(rx);
+        let finish = EmbeddedFinish(Mutex::new(Some(tx)));
+        Box::pin(std::future::ready(Ok(Deferred::new(Arc::new(finish)))))
+    }
+}
+
+/// The end of a deferred attempt in the kernel: handed to the attempt's task.
+struct EmbeddedFinish(Mutex<Option<oneshot::Sender<Result<(), HandlerError>>>>);
+
+impl Finisher for EmbeddedFinish {
+    fn progress(&self, progress: Progress) -> ShellFuture<'_> {
+        log_progress(&progress);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn complete(&self, result: Result<(), HandlerError>) -> ShellFuture<'_> {
+        let tx = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let sent = match tx {
+            Some(tx) => tx.send(result).map_err(|_| {
+                HandlerError::Permanent("the deferred attempt had ended (its timeout)".into())
+            }),
+            None => Err(HandlerError::Permanent(
+                "the deferred attempt was completed already".into(),
+            )),
+        };
+        Box::pin(std::future::ready(sent))
     }
 }
 

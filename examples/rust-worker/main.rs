@@ -2,7 +2,10 @@
 //!
 //! `example.flaky` fails its first attempt with a retryable error and succeeds on the next,
 //! so the task's retry policy shows; `example.long` works for the payload's `ms`, watching
-//! its cancellation, so a kill, a timeout or the end of the shutdown grace stops it. Each
+//! its cancellation, so a kill, a timeout or the end of the shutdown grace stops it;
+//! `example.progress` is a long job that defers its end: the handler returns at once (the
+//! worker's slot is free), a task of its own reports progress `steps` times, `ms` apart, and
+//! then completes the attempt, which the console shows waiting with its progress until then. Each
 //! run prints one line (`ran HANDLER EXECUTION_ID attempt N`) on stdout: the e2e test counts
 //! them. SIGTERM or Ctrl-C starts the graceful shutdown. Settings come from the environment
 //! (a binary's edge; the SDK itself reads none):
@@ -58,6 +61,36 @@ async fn long(job: Job<Long>) -> Result<(), HandlerError> {
     }
 }
 
+/// The payload of `example.progress`.
+#[derive(serde::Deserialize)]
+struct Steps {
+    /// How many progress reports.
+    steps: u32,
+    /// The time between two.
+    ms: u64,
+}
+
+async fn progress(job: Job<Steps>) -> Result<(), HandlerError> {
+    let id = job.execution_id();
+    println!("ran example.progress {id} attempt {}", job.attempt());
+    let later = job.defer().await?;
+    let Steps { steps, ms } = job.payload;
+    tokio::spawn(async move {
+        for step in 1..=steps {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            let percent = f64::from(step) * 100.0 / f64::from(steps.max(1));
+            if let Err(e) = later.progress(Some(percent), format!("step {step}")).await {
+                eprintln!("progress of {id}: {e}");
+            }
+        }
+        match later.complete(Ok(())).await {
+            Ok(()) => println!("completed example.progress {id}"),
+            Err(e) => eprintln!("completion of {id}: {e}"),
+        }
+    });
+    Ok(())
+}
+
 fn env(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
 }
@@ -72,6 +105,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut worker = Worker::builder(config)
         .handler("example.flaky", flaky)
         .handler("example.long", long)
+        .handler("example.progress", progress)
         .queues([env("AX_QUEUE", "rust")])
         .concurrency(4)
         .prefetch(0)

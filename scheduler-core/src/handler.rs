@@ -122,6 +122,65 @@ pub trait Shell: Send + Sync + 'static {
 
     /// The shell's own parts, for handlers that need them ([`Context::extension`]).
     fn as_any(&self) -> &dyn Any;
+
+    /// Lets the attempt end after its handler returned ([`Context::defer`]). A shell that
+    /// cannot refuses with a permanent failure (the default).
+    fn defer(&self) -> DeferFuture<'_> {
+        Box::pin(std::future::ready(Err(HandlerError::Permanent(
+            "this runner cannot defer an attempt's end".into(),
+        ))))
+    }
+}
+
+/// A future of [`Shell::defer`]'s answer.
+pub type DeferFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Deferred, HandlerError>> + Send + 'a>>;
+
+/// What ends a deferred attempt: the shell's side of a [`Deferred`].
+pub trait Finisher: Send + Sync + 'static {
+    /// Records a progress report (and pushes the attempt's deadline a timeout further).
+    fn progress(&self, progress: Progress) -> ShellFuture<'_>;
+    /// Ends the attempt with `result`, as a handler's return would have.
+    fn complete(&self, result: Result<(), HandlerError>) -> ShellFuture<'_>;
+}
+
+/// A deferred attempt's end, to report later from anywhere in the process (a spawned
+/// task, a callback): progress while it runs, then its one [`Deferred::complete`].
+#[derive(Clone)]
+pub struct Deferred(Arc<dyn Finisher>);
+
+impl std::fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Deferred")
+    }
+}
+
+impl Deferred {
+    /// The handle of a shell's `finisher`.
+    pub fn new(finisher: Arc<dyn Finisher>) -> Self {
+        Deferred(finisher)
+    }
+
+    /// Reports how far the job is; it also pushes the attempt's deadline a full timeout
+    /// further, so a job that keeps reporting does not time out.
+    pub async fn progress(
+        &self,
+        percent: Option<f64>,
+        note: impl Into<Option<String>>,
+    ) -> Result<(), HandlerError> {
+        let progress = Progress {
+            percent,
+            note: note.into(),
+        };
+        self.0.progress(progress).await
+    }
+
+    /// Ends the attempt: `Ok(())` succeeded, an error failed (retried by the task's policy
+    /// when retryable). Only the first end of an attempt counts; one after it, or after its
+    /// deadline, is refused with a permanent error.
+    pub async fn complete(self, result: Result<(), HandlerError>) -> Result<(), HandlerError> {
+        self.0.complete(result).await
+    }
 }
 
 /// What a shell knows of an attempt, to make its [`Context`] with ([`Context::new`]).
@@ -254,6 +313,15 @@ impl Context {
             note: note.into(),
         };
         self.0.shell.progress(progress).await
+    }
+
+    /// Says the attempt goes on after the handler returns: the handler returns `Ok(())` at
+    /// once and the returned [`Deferred`] reports progress and ends the attempt later. On a
+    /// cluster the worker's slot is freed meanwhile and the attempt waits (shown `waiting`,
+    /// with its progress) until the completion or its deadline, a task timeout after the
+    /// last progress report; the embedded kernel holds the attempt's worker until then.
+    pub async fn defer(&self) -> Result<Deferred, HandlerError> {
+        self.0.shell.defer().await
     }
 
     /// The shell's part of type `T`, if the shell running the attempt has one (the cluster

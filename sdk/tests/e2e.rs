@@ -4,8 +4,9 @@
 //! process of its own: this test binary started again, running the `ax` binary's `main` as
 //! [`replica_process`] does): each execution runs once and its end reaches the leader, a
 //! retryable failure is retried by the task's policy, a SIGKILLed worker's execution is
-//! redelivered to another worker, SIGTERM lets the running attempt finish, and a kill from
-//! the client stops it.
+//! redelivered to another worker, SIGTERM lets the running attempt finish, a kill from the
+//! client stops it, and a long job that defers its end shows its progress through the API
+//! and is ended once by its completion.
 #![cfg(feature = "client")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -22,6 +23,9 @@ use serde_json::json;
 
 /// The processes of the tests would compete for the cores: one test at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The replica's admin token.
+const API_TOKEN: &str = "sdk-e2e-admin-token-0123456789abcdef0123456789";
 
 /// Set in the environment of the replica process this binary starts of itself.
 const REPLICA_ENV: &str = "AX_SDK_E2E_REPLICA";
@@ -45,6 +49,8 @@ fn replica_process() {
 /// One corner of the shared servers, its replica (both roles), and a client.
 struct Cluster {
     redis_prefix: String,
+    /// The replica's `/api/v1`.
+    api: String,
     client: Client,
     replica: Child,
     dir: tempfile::TempDir,
@@ -56,6 +62,7 @@ impl Cluster {
         let redis_prefix = unique_name("sdke2e");
         let dir = tempfile::tempdir().unwrap();
         let log = std::fs::File::create(dir.path().join("replica.log")).unwrap();
+        let listen = format!("127.0.0.1:{}", ax_testkit::free_port());
         let replica = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -75,14 +82,8 @@ impl Cluster {
             .env("AX_REDIS_KEY_PREFIX", &redis_prefix)
             .env("AX_LEASE_TTL", "2s")
             .env("AX_LOG", "warn")
-            .env(
-                "AX_HTTP_LISTEN",
-                format!("127.0.0.1:{}", ax_testkit::free_port()),
-            )
-            .env(
-                "AX_API_TOKEN",
-                "sdk-e2e-admin-token-0123456789abcdef0123456789",
-            )
+            .env("AX_HTTP_LISTEN", &listen)
+            .env("AX_API_TOKEN", API_TOKEN)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -95,6 +96,7 @@ impl Cluster {
         let client = Client::connect(&config).await.unwrap();
         Cluster {
             redis_prefix,
+            api: format!("http://{listen}/api/v1"),
             client,
             replica,
             dir,
@@ -141,6 +143,20 @@ impl Cluster {
             child: Some(child),
             log,
         }
+    }
+
+    /// `GET /executions/{id}` of the replica's API, or `None` while it does not answer 200.
+    async fn story(&self, id: ExecutionId) -> Option<serde_json::Value> {
+        let response = reqwest::Client::new()
+            .get(format!("{}/executions/{id}", self.api))
+            .bearer_auth(API_TOKEN)
+            .send()
+            .await
+            .ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        response.json().await.ok()
     }
 
     /// Waits until the task's last execution ended `outcome`, as the leader recorded it.
@@ -367,4 +383,51 @@ async fn a_kill_from_the_client_stops_the_running_attempt() {
     assert_eq!(outcome.as_deref(), Some("killed"), "ended by the kill");
     assert_eq!(w.runs_of(id).len(), 1, "a killed execution is not retried");
     assert!(!w.log_text().contains(&format!("done example.long {id}")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_long_job_shows_its_progress_and_its_completion_ends_it_once() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start().await;
+    c.put("progress", "example.progress", json!({"max_retries": 0}))
+        .await;
+    let w = c.worker("rust-progress");
+    let id = c.trigger("progress", json!({"steps": 3, "ms": 700})).await;
+
+    // While the job works, the API shows the attempt waiting with its last progress.
+    let start = Instant::now();
+    let mut seen = None;
+    while start.elapsed() < Duration::from_secs(30) && seen.is_none() {
+        if let Some(story) = c.story(id).await {
+            if story["outcome"] == "waiting" && story["waiting"]["progress"]["percent"].is_number()
+            {
+                seen = Some(story);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let story = seen.expect("the execution shown waiting with a progress report");
+    assert_eq!(story["waiting"]["attempt"], 1, "{story}");
+    let note = story["waiting"]["progress"]["message"].as_str().unwrap();
+    assert!(note.starts_with("step "), "{story}");
+
+    // The completion ends the execution, once: one attempt recorded, succeeded.
+    assert!(
+        c.ended("progress", "succeeded", Duration::from_secs(30))
+            .await
+    );
+    assert!(
+        w.wait_for(Duration::from_secs(10), |log| log
+            .contains(&format!("completed example.progress {id}")))
+            .await
+    );
+    let story = c.story(id).await.expect("its story");
+    assert_eq!(story["outcome"], "succeeded", "{story}");
+    assert!(story.get("waiting").is_none(), "{story}");
+    let attempts = story["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{story}");
+    assert_eq!(attempts[0]["outcome"], "succeeded", "{story}");
+    assert_eq!(w.runs_of(id).len(), 1, "the handler ran once");
+    let history = c.client.history("e2e", "progress", 10).await.unwrap();
+    assert_eq!(history.len(), 1, "{history:?}");
 }

@@ -107,7 +107,9 @@ pub fn classify_status(status: StatusCode) -> Result<(), HandlerError> {
 impl Handler for HttpHandler {
     fn run(&self, ctx: Context) -> HandlerFuture<'_> {
         Box::pin(async move {
-            let ClusterAttempt { ctx, message: exec } = ClusterAttempt::of(&ctx)?;
+            let ClusterAttempt {
+                ctx, message: exec, ..
+            } = ClusterAttempt::of(&ctx)?;
             let Some(target) = &exec.http else {
                 return Err(HandlerError::Permanent(
                     "task has no `http` target for the http handler".into(),

@@ -143,7 +143,9 @@ impl CommandHandler {
 impl Handler for CommandHandler {
     fn run(&self, ctx: Context) -> HandlerFuture<'_> {
         Box::pin(async move {
-            let ClusterAttempt { ctx, message: exec } = ClusterAttempt::of(&ctx)?;
+            let ClusterAttempt {
+                ctx, message: exec, ..
+            } = ClusterAttempt::of(&ctx)?;
             let (cfg, call, identity) = self.resolve(exec)?;
             run(cfg, call, identity, exec, ctx).await
         })

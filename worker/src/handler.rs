@@ -13,7 +13,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use ax_queue::ExecutionMessage;
-use ax_scheduler_core::handler::{AttemptInfo, Progress, Shell, ShellFuture};
+use ax_scheduler_core::handler::{AttemptInfo, DeferFuture, Progress, Shell, ShellFuture};
 use ax_scheduler_core::{AttemptOutput, UtcMillis};
 
 pub use ax_scheduler_core::handler::{Cancel, Context, Handler, HandlerFuture};
@@ -30,6 +30,9 @@ pub struct ClusterAttempt {
     pub ctx: HandlerContext,
     /// The execution message.
     pub message: ExecutionMessage,
+    /// What lets the handler defer the attempt's end (`None`: it cannot here, as for an
+    /// `http.async` attempt, whose receiver ends it).
+    pub long: Option<Arc<crate::long::LongJob>>,
 }
 
 impl ClusterAttempt {
@@ -43,6 +46,16 @@ impl ClusterAttempt {
 
     /// The context of an attempt of `message` started at `started`, with `ctx`'s abilities.
     pub fn context(ctx: HandlerContext, message: ExecutionMessage, started: UtcMillis) -> Context {
+        Self::with_long(ctx, message, started, None)
+    }
+
+    /// [`ClusterAttempt::context`], its handler able to defer the end through `long`.
+    pub(crate) fn with_long(
+        ctx: HandlerContext,
+        message: ExecutionMessage,
+        started: UtcMillis,
+        long: Option<Arc<crate::long::LongJob>>,
+    ) -> Context {
         let info = AttemptInfo {
             execution_id: message.execution_id,
             attempt: message.attempt_number(),
@@ -55,7 +68,8 @@ impl ClusterAttempt {
             payload: message.payload.clone(),
         };
         let cancel = ctx.cancel.clone();
-        Context::new(info, cancel, Arc::new(ClusterAttempt { ctx, message }))
+        let attempt = ClusterAttempt { ctx, message, long };
+        Context::new(info, cancel, Arc::new(attempt))
     }
 }
 
@@ -75,6 +89,19 @@ impl Shell for ClusterAttempt {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+
+    fn defer(&self) -> DeferFuture<'_> {
+        Box::pin(async move {
+            match &self.long {
+                Some(long) => long.defer(&self.ctx.worker_id, &self.message).await,
+                None => Err(HandlerError::Permanent(
+                    "this attempt's end cannot be deferred (an http.async attempt ends by its \
+                     receiver's completion)"
+                        .into(),
+                )),
+            }
+        })
     }
 }
 

@@ -18,6 +18,7 @@ pub mod command;
 pub mod egress;
 mod error;
 mod handler;
+mod long;
 mod pool;
 mod publisher;
 mod registry;
@@ -37,6 +38,7 @@ pub use handler::{
     Cancel, ClusterAttempt, Context, Handler, HandlerContext, HandlerError, HandlerFuture,
     OutputSlot,
 };
+pub use long::LongJob;
 pub use pool::{
     PoolSummary, WorkerConfig, WorkerPool, DEFAULT_CONCURRENCY, DEFAULT_PREFETCH,
     DEFAULT_SHUTDOWN_GRACE,

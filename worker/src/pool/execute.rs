@@ -29,6 +29,7 @@ use super::{Shared, Verdict};
 use crate::handler::{
     Cancel, ClusterAttempt, Context, Handler, HandlerContext, HandlerError, OutputSlot,
 };
+use crate::long::LongJob;
 
 /// Waits for a running slot (a prefetched message), then runs the delivery. A message still
 /// waiting when the pool stops has not started: it goes back to the queue at once.
@@ -119,6 +120,11 @@ async fn execute_in_span(
     // An `http.async` attempt is opened before its request goes out (see `crate::awaiting`);
     // a completion that came before a crash ends it without sending the request again.
     let (completion, before) = open_completion(sh, d, started).await;
+    // Any other attempt's handler may defer its end (`crate::long`); it is then concluded
+    // as an accepted `http.async` attempt.
+    let long = completion
+        .is_none()
+        .then(|| Arc::new(LongJob::new(sh.queue.clone(), d.queue.clone(), started)));
     let output = OutputSlot::default();
     let mut verdict = match before {
         Some(ended) => reported_outcome(&ended, &output),
@@ -130,10 +136,11 @@ async fn execute_in_span(
                 output: output.clone(),
                 completion: completion.clone(),
             };
-            let ctx = ClusterAttempt::context(ctx, msg.clone(), started);
+            let ctx = ClusterAttempt::with_long(ctx, msg.clone(), started, long.clone());
             run_handler(handler, ctx, msg, hard_stop, &mut stop).await
         }
     };
+    let completion = completion.or_else(|| long.and_then(|l| l.opened()));
     // The task's secrets (inline, and those the handler resolved) are redacted from what the
     // attempt records before anything else sees it: a server or a command may echo them.
     // Gathered only when there is something to redact: most attempts record neither an
