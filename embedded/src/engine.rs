@@ -349,6 +349,18 @@ impl Engine {
         self.jobs.insert(id, entry);
     }
 
+    /// Whether the driver is to be woken for the job just added at `key`: its first fire
+    /// comes before the driver's planned wakeup (or nothing tells when it comes). A submit
+    /// that does not move the wakeup leaves the driver asleep, so a burst of submits costs
+    /// no driver turn each.
+    pub(crate) fn wakes_driver(&self, key: &TaskKey) -> bool {
+        let first = self.dispatcher.state(key).and_then(|s| s.next_fire_at);
+        match (first, self.driver_wakes_at) {
+            (Some(first), Some(planned)) => first < planned,
+            _ => true,
+        }
+    }
+
     /// One turn of the driver at `now`: due retries and fires queued, attempts started up to
     /// the free workers. Returns what to spawn and when to come back.
     pub(crate) fn step(&mut self, now: UtcMillis) -> (Vec<Launch>, Option<UtcMillis>) {

@@ -287,10 +287,13 @@ impl Kernel {
         let durable = named && engine.has_store();
         let (id, key) = engine.new_id();
         let spec = spec_of(&key, schedule, payload, &job, now);
-        engine.insert(id, key, spec, (run, durable), now);
+        engine.insert(id, Arc::clone(&key), spec, (run, durable), now);
+        let wake = engine.wakes_driver(&key);
         let answer = if durable { engine.flush_acked() } else { None };
         drop(engine);
-        self.shared.wake.notify_one();
+        if wake {
+            self.shared.wake.notify_one();
+        }
         Ok((id, answer))
     }
 

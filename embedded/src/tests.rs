@@ -92,6 +92,27 @@ async fn after_and_at_fire_on_time_never_early() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_job_due_before_the_drivers_planned_wakeup_fires_on_time() {
+    let kernel = Kernel::builder().build().expect("kernel");
+    let log = log();
+    let far = recording(&kernel, &log, "far", Duration::ZERO, ok);
+    kernel.after(Duration::from_secs(3600), far).expect("far");
+    // The driver plans its wakeup for the far job, then sleeps.
+    sleep(100).await;
+    let later = recording(&kernel, &log, "later", Duration::ZERO, ok);
+    kernel.after(Duration::from_secs(60), later).expect("later");
+    let soon = recording(&kernel, &log, "soon", Duration::ZERO, ok);
+    let due = kernel.now().add(Duration::from_millis(500));
+    kernel.at(due, soon).expect("soon");
+    sleep(600).await;
+    let seen = entries(&log);
+    assert_eq!(seen.len(), 1, "only the soon job is due");
+    let (label, _, fire_at, started) = &seen[0];
+    assert_eq!((label.as_str(), *fire_at), ("soon", due));
+    assert!(started.since(*fire_at) <= Duration::from_millis(20), "late");
+}
+
+#[tokio::test(start_paused = true)]
 async fn every_repeats_until_cancelled() {
     let kernel = Kernel::builder().build().expect("kernel");
     let log = log();
