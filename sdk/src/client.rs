@@ -1,11 +1,14 @@
-//! The client: register, read and control tasks from code, over etcd and Redis.
+//! The client: register, read and control tasks from code, over etcd and Redis, or over a
+//! replica's HTTP API with a token.
 //!
-//! It is a thin face over the backend the `ax` CLI and every replica's `/api/v1` run
-//! (`ax_engine::backend::Backend`): the same validation before any write (every problem of a
-//! spec at once, a handler no live worker of its queue serves), the same guarded etcd writes,
-//! the same audit records. Nothing is reimplemented here, so a task put from code is stored,
-//! fired and shown exactly as one put with `ax task put`. Redis is connected on the first
-//! call that needs it, as the CLI does: registering, pausing and deleting need only etcd.
+//! [`Client::connect`] is a thin face over the backend the `ax` CLI and every replica's
+//! `/api/v1` run (`ax_engine::backend::Backend`): the same validation before any write (every
+//! problem of a spec at once, a handler no live worker of its queue serves), the same guarded
+//! etcd writes, the same audit records. Nothing is reimplemented here, so a task put from code
+//! is stored, fired and shown exactly as one put with `ax task put`. Redis is connected on the
+//! first call that needs it, as the CLI does: registering, pausing and deleting need only
+//! etcd. [`Client::http`] sends the same calls to `/api/v1` of any replica instead, where
+//! that backend answers them: for a service that reaches the API but not etcd or Redis.
 //!
 //! ```no_run
 //! use ax_sdk::{Client, Config};
@@ -42,12 +45,21 @@ pub use ax_engine::api::{
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::http_api::HttpApi;
 
 /// A client of one cluster. Cheap to share behind an `Arc`; every call goes to etcd or
 /// Redis (nothing is cached).
 pub struct Client {
-    backend: Backend,
+    via: Via,
     actor: String,
+}
+
+/// How a client reaches the cluster.
+enum Via {
+    /// etcd and Redis, through the CLI's backend.
+    Backend(Box<Backend>),
+    /// A replica's `/api/v1` (the replica records the audit entries, under the token's name).
+    Http(HttpApi),
 }
 
 impl std::fmt::Debug for Client {
@@ -70,7 +82,27 @@ impl Client {
             .await
             .map_err(|e| Error::Connect(format!("{e:#}")))?;
         Ok(Client {
-            backend,
+            via: Via::Backend(Box::new(backend)),
+            actor: DEFAULT_ACTOR.to_owned(),
+        })
+    }
+
+    /// A client of the replica whose API is at `url` (`https://ax.example.com`), calling it
+    /// with the bearer `token` (an operator token for writes; `docs/security.md`). Nothing is
+    /// sent yet. Changes are audited by the replica under the token's name, not
+    /// [`Client::actor`]'s.
+    ///
+    /// ```no_run
+    /// # async fn enqueue() -> Result<(), ax_sdk::Error> {
+    /// let client = ax_sdk::Client::http("https://ax.example.com", "ax-operator-token")?;
+    /// let task = client.get("shop", "receipts").await?;
+    /// println!("{:?}", task.status);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn http(url: &str, token: &str) -> Result<Client> {
+        Ok(Client {
+            via: Via::Http(HttpApi::new(url, token)?),
             actor: DEFAULT_ACTOR.to_owned(),
         })
     }
@@ -99,7 +131,11 @@ impl Client {
         };
         obj.insert("namespace".into(), namespace.into());
         obj.insert("id".into(), id.into());
-        let mut result = self.backend.put_task(doc, PutOptions::default()).await?;
+        let backend = match &self.via {
+            Via::Backend(b) => b,
+            Via::Http(api) => return api.put(doc).await,
+        };
+        let mut result = backend.put_task(doc, PutOptions::default()).await?;
         if !result.unchanged {
             let change = result.audit.take().unwrap_or_default();
             self.audit(
@@ -115,12 +151,18 @@ impl Client {
 
     /// One task: its spec, state and next fires; `ApiError::NotFound` when there is none.
     pub async fn get(&self, namespace: &str, id: &str) -> Result<TaskView> {
-        Ok(self.backend.get_task(key(namespace, id)).await?)
+        match &self.via {
+            Via::Backend(b) => Ok(b.get_task(key(namespace, id)).await?),
+            Via::Http(api) => api.get(namespace, id).await,
+        }
     }
 
     /// Deletes a task (its state and history go with it).
     pub async fn delete(&self, namespace: &str, id: &str) -> Result<()> {
-        self.backend.delete_task(key(namespace, id)).await?;
+        match &self.via {
+            Via::Backend(b) => b.delete_task(key(namespace, id)).await?,
+            Via::Http(api) => return api.delete(namespace, id).await,
+        }
         self.audit("task.delete", &format!("{namespace}/{id}"), None, None)
             .await;
         Ok(())
@@ -129,7 +171,10 @@ impl Client {
     /// One page of the tasks `query` selects (`TaskQuery::default()`: the first page of
     /// all), in key order; `continue_token` of the result asks for the next.
     pub async fn list(&self, query: TaskQuery) -> Result<TaskList> {
-        Ok(self.backend.list_tasks(query).await?)
+        match &self.via {
+            Via::Backend(b) => Ok(b.list_tasks(query).await?),
+            Via::Http(api) => api.list(&query).await,
+        }
     }
 
     /// Runs a task now, outside its schedule, with `payload` in place of the task's own
@@ -150,7 +195,10 @@ impl Client {
             idempotency_key,
         };
         params.check()?;
-        let result = self.backend.trigger(key(namespace, id), params).await?;
+        let result = match &self.via {
+            Via::Backend(b) => b.trigger(key(namespace, id), params).await?,
+            Via::Http(api) => return api.trigger(namespace, id, &params).await,
+        };
         self.audit("task.trigger", &format!("{namespace}/{id}"), None, None)
             .await;
         Ok(result)
@@ -158,7 +206,10 @@ impl Client {
 
     /// Pauses a task: it fires no more until resumed.
     pub async fn pause(&self, namespace: &str, id: &str) -> Result<TaskView> {
-        let view = self.backend.pause(key(namespace, id)).await?;
+        let view = match &self.via {
+            Via::Backend(b) => b.pause(key(namespace, id)).await?,
+            Via::Http(api) => return api.control(namespace, id, "pause").await,
+        };
         self.audit("task.pause", &format!("{namespace}/{id}"), None, None)
             .await;
         Ok(view)
@@ -166,7 +217,10 @@ impl Client {
 
     /// Resumes a paused task.
     pub async fn resume(&self, namespace: &str, id: &str) -> Result<TaskView> {
-        let view = self.backend.resume(key(namespace, id)).await?;
+        let view = match &self.via {
+            Via::Backend(b) => b.resume(key(namespace, id)).await?,
+            Via::Http(api) => return api.control(namespace, id, "resume").await,
+        };
         self.audit("task.resume", &format!("{namespace}/{id}"), None, None)
             .await;
         Ok(view)
@@ -180,10 +234,10 @@ impl Client {
         id: &str,
         execution: Option<ExecutionId>,
     ) -> Result<KillResult> {
-        let result = self
-            .backend
-            .kill_task(key(namespace, id), execution)
-            .await?;
+        let result = match &self.via {
+            Via::Backend(b) => b.kill_task(key(namespace, id), execution).await?,
+            Via::Http(api) => return api.kill(namespace, id, execution).await,
+        };
         self.audit("task.kill", &format!("{namespace}/{id}"), None, None)
             .await;
         Ok(result)
@@ -196,7 +250,10 @@ impl Client {
         id: &str,
         limit: usize,
     ) -> Result<Vec<ExecutionRecord>> {
-        Ok(self.backend.history(key(namespace, id), limit).await?)
+        match &self.via {
+            Via::Backend(b) => Ok(b.history(key(namespace, id), limit).await?),
+            Via::Http(api) => api.history(namespace, id, limit).await,
+        }
     }
 
     /// Runs the task's fires between `from` and `to` now, oldest first, each once (see
@@ -215,7 +272,10 @@ impl Client {
             force: false,
             dry_run: false,
         };
-        let result = self.backend.backfill(key(namespace, id), params).await?;
+        let result = match &self.via {
+            Via::Backend(b) => b.backfill(key(namespace, id), params).await?,
+            Via::Http(api) => return api.backfill(namespace, id, &params).await,
+        };
         self.audit("task.backfill", &format!("{namespace}/{id}"), None, None)
             .await;
         Ok(result)
@@ -229,9 +289,10 @@ impl Client {
         detail: Option<serde_json::Value>,
         revision: Option<i64>,
     ) {
-        self.backend
-            .record_change(&self.actor, VIA_API, action, target, detail, revision)
-            .await;
+        if let Via::Backend(b) = &self.via {
+            b.record_change(&self.actor, VIA_API, action, target, detail, revision)
+                .await;
+        }
     }
 }
 

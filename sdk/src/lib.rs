@@ -64,6 +64,8 @@
 pub mod client;
 mod config;
 mod error;
+#[cfg(feature = "client")]
+mod http_api;
 mod job;
 mod worker;
 

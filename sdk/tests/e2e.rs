@@ -431,3 +431,93 @@ async fn a_deferred_long_job_shows_its_progress_and_its_completion_ends_it_once(
     let history = c.client.history("e2e", "progress", 10).await.unwrap();
     assert_eq!(history.len(), 1, "{history:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_client_registers_fires_and_controls_a_task_with_a_token() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start().await;
+    let client = Client::http(&c.api, API_TOKEN).unwrap();
+    // The replica answers once it holds its lease and serves its queue.
+    let spec = json!({
+        "handler": "noop",
+        "queue": "default",
+        "schedule": {"every": "24h"},
+    });
+    let start = Instant::now();
+    let put = loop {
+        match client.put("e2e", "over-http", &spec).await {
+            Ok(put) => break put,
+            Err(e) if e.is_retryable() && start.elapsed() < Duration::from_secs(30) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("put: {e:?}"),
+        }
+    };
+    assert!(put.written, "{put:?}");
+
+    // The same validation as `ax task put` refuses before any write, every problem typed.
+    let bad = json!({"handler": "noop", "schedule": {"cron": "not a cron"}, "priority": 99});
+    let refused = client.put("e2e", "bad", &bad).await.unwrap_err();
+    assert!(!refused.is_retryable());
+    let ax_sdk::Error::Api(ax_sdk::client::ApiError::Invalid { errors, .. }) = &refused else {
+        panic!("{refused:?}")
+    };
+    assert!(errors.len() >= 2, "{errors:?}");
+    assert!(matches!(
+        client.get("e2e", "bad").await,
+        Err(ax_sdk::Error::Api(ax_sdk::client::ApiError::NotFound(_)))
+    ));
+
+    let view = client.get("e2e", "over-http").await.unwrap();
+    assert_eq!(view.spec["handler"], "noop");
+    let list = client
+        .list(ax_sdk::client::TaskQuery::default())
+        .await
+        .unwrap();
+    assert!(list.items.iter().any(|t| t.id == "over-http"));
+
+    let run = client
+        .trigger("e2e", "over-http", Some(&json!({"n": 1})), None)
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let mut history = Vec::new();
+    while start.elapsed() < Duration::from_secs(30) {
+        history = client.history("e2e", "over-http", 10).await.unwrap();
+        if !history.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0].execution_id, run.execution_id);
+    assert_eq!(history[0].outcome, "succeeded");
+
+    let paused = client.pause("e2e", "over-http").await.unwrap();
+    assert_eq!(paused.spec["paused"], true, "{paused:?}");
+    let resumed = client.resume("e2e", "over-http").await.unwrap();
+    assert_eq!(resumed.spec["paused"], false, "{resumed:?}");
+    // Nothing runs: a kill is told so, as a typed error.
+    let nothing = client.kill("e2e", "over-http", None).await;
+    assert!(
+        matches!(
+            nothing,
+            Err(ax_sdk::Error::Api(ax_sdk::client::ApiError::NotFound(_)))
+        ),
+        "{nothing:?}"
+    );
+    client.delete("e2e", "over-http").await.unwrap();
+    assert!(client.get("e2e", "over-http").await.is_err());
+
+    // A wrong token is refused, permanently.
+    let stranger = Client::http(&c.api, "not-the-token-0123456789abcdef0123456789").unwrap();
+    let e = stranger.get("e2e", "over-http").await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ax_sdk::Error::Api(ax_sdk::client::ApiError::Unauthorized(_))
+        ),
+        "{e:?}"
+    );
+    assert!(!e.is_retryable());
+}
