@@ -42,6 +42,7 @@ use crate::dead::DeadLetter;
 use crate::error::{EmbeddedError, Result};
 use crate::job::{Handlers, JobContext, JobFn, JobId};
 use crate::store::{Loaded, Op, StoreHandle, StoredAttempt};
+use crate::table::{JobTable, Running};
 
 /// The namespace every job of a kernel lives in, as far as the dispatcher is concerned.
 pub(crate) const NAMESPACE: &str = "embedded";
@@ -85,7 +86,7 @@ pub(crate) struct JobEntry {
     /// Executions queued, running or waiting for a retry: what overlap is judged by.
     active: u32,
     /// Each running attempt's kill switch.
-    running: HashMap<ExecutionId, CancellationToken>,
+    running: Running,
     /// Kept in the store.
     durable: bool,
 }
@@ -103,7 +104,7 @@ pub(crate) struct Launch {
 /// See the [module notes](self).
 pub(crate) struct Engine {
     dispatcher: Dispatcher,
-    jobs: HashMap<JobId, JobEntry>,
+    jobs: JobTable<JobEntry>,
     idempotency: HashMap<String, JobId>,
     waiting: ReadyQueue<Attempt>,
     retries: TimerWheel<Attempt>,
@@ -133,7 +134,7 @@ impl Engine {
             waiting: ReadyQueue::new(config.ready.clone()),
             retries: TimerWheel::new(config.timer.clone(), now),
             dispatcher: Dispatcher::new(config, now),
-            jobs: HashMap::new(),
+            jobs: JobTable::default(),
             idempotency: HashMap::new(),
             dead: BTreeMap::new(),
             next_id: 0,
@@ -230,7 +231,7 @@ impl Engine {
                 revision,
                 epoch: 0,
                 active: 0,
-                running: HashMap::new(),
+                running: Running::default(),
                 durable: true,
             };
             self.jobs.insert(id, entry);
@@ -343,7 +344,7 @@ impl Engine {
             revision: 1,
             epoch: 0,
             active: 0,
-            running: HashMap::new(),
+            running: Running::default(),
             durable,
         };
         self.jobs.insert(id, entry);
@@ -423,9 +424,7 @@ impl Engine {
                 }
                 OverlapPolicy::Replace => {
                     job.epoch += 1;
-                    for kill in job.running.values() {
-                        kill.cancel();
-                    }
+                    job.running.cancel_all();
                 }
                 OverlapPolicy::Allow => {}
             }
@@ -504,7 +503,7 @@ impl Engine {
             // Cancelled while it ran: nothing of it is kept.
             return;
         };
-        job.running.remove(&attempt.execution);
+        job.running.remove(attempt.execution);
         let durable = job.durable;
         let (outcome, error, retryable) = verdict;
         if outcome == AttemptOutcome::Released {
@@ -636,9 +635,7 @@ impl Engine {
         let Some(job) = self.jobs.get(&id) else {
             return false;
         };
-        for kill in job.running.values() {
-            kill.cancel();
-        }
+        job.running.cancel_all();
         !job.running.is_empty()
     }
 
@@ -730,9 +727,7 @@ impl Engine {
     /// Stops every running attempt (the second phase of a shutdown).
     pub(crate) fn kill_all(&mut self) {
         for job in self.jobs.values() {
-            for kill in job.running.values() {
-                kill.cancel();
-            }
+            job.running.cancel_all();
         }
     }
 }

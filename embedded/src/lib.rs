@@ -90,6 +90,7 @@ mod job;
 mod kernel;
 mod run;
 mod store;
+mod table;
 
 pub use ax_scheduler_core::handler;
 pub use ax_scheduler_core::handler::{typed, Context, Handler};

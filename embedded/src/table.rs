@@ -1,0 +1,118 @@
+//! The engine's per-job tables, shaped for the fire path.
+//!
+//! The job table is keyed by [`JobId`]s the kernel hands out itself, one after the other:
+//! nobody outside chooses them, so a multiplicative hash is enough and the default SipHash
+//! (which guards tables whose keys an adversary picks) is a cost on every lookup of a fire
+//! for nothing. A job's running attempts are almost always none or one: the first is kept
+//! inline, so starting and ending an attempt allocates no table.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use ax_scheduler_core::ExecutionId;
+use tokio_util::sync::CancellationToken;
+
+use crate::job::JobId;
+
+/// Hashes a kernel-made id: one multiplication by a constant of the golden ratio, so that
+/// consecutive ids spread over the high bits the table looks at first.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used by `JobId`; anything else still hashes every byte.
+        for b in bytes {
+            self.write_u64(u64::from(*b) ^ self.0.rotate_left(8));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// The jobs a kernel knows, by id.
+pub(crate) type JobTable<V> = HashMap<JobId, V, BuildHasherDefault<IdHasher>>;
+
+/// The kill switches of a job's running attempts.
+#[derive(Default)]
+pub(crate) struct Running {
+    first: Option<(ExecutionId, CancellationToken)>,
+    more: Vec<(ExecutionId, CancellationToken)>,
+}
+
+impl Running {
+    pub(crate) fn insert(&mut self, execution: ExecutionId, kill: CancellationToken) {
+        if self.first.is_none() {
+            self.first = Some((execution, kill));
+        } else {
+            self.more.push((execution, kill));
+        }
+    }
+
+    pub(crate) fn remove(&mut self, execution: ExecutionId) {
+        if self.first.as_ref().is_some_and(|(e, _)| *e == execution) {
+            self.first = self.more.pop();
+        } else if let Some(i) = self.more.iter().position(|(e, _)| *e == execution) {
+            self.more.swap_remove(i);
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.more.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    /// Stops every running attempt.
+    pub(crate) fn cancel_all(&self) {
+        for (_, kill) in self.first.iter().chain(&self.more) {
+            kill.cancel();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_attempts_are_tracked_with_the_first_inline() {
+        let mut r = Running::default();
+        let ids: Vec<ExecutionId> = (0..3)
+            .map(|_| ExecutionId::from_uuid(uuid::Uuid::now_v7()))
+            .collect();
+        let kills: Vec<CancellationToken> = ids.iter().map(|_| CancellationToken::new()).collect();
+        for (id, kill) in ids.iter().zip(&kills) {
+            r.insert(*id, kill.clone());
+        }
+        assert_eq!(r.len(), 3);
+        r.remove(ids[0]);
+        r.remove(ids[0]);
+        assert_eq!(r.len(), 2);
+        r.cancel_all();
+        assert!(!kills[0].is_cancelled());
+        assert!(kills[1].is_cancelled() && kills[2].is_cancelled());
+        r.remove(ids[2]);
+        r.remove(ids[1]);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn consecutive_ids_hash_apart() {
+        let hash = |n: u64| {
+            let mut h = IdHasher::default();
+            h.write_u64(n);
+            h.finish()
+        };
+        let tops: std::collections::HashSet<u64> = (0..1000).map(|n| hash(n) >> 57).collect();
+        assert!(tops.len() > 100, "the top 7 bits vary: {}", tops.len());
+    }
+}
