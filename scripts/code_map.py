@@ -95,13 +95,21 @@ def render(doc):
         i += 1
         if not m:
             continue
-        # Keep the prose up to the first list item, then replace the list.
-        while i < len(lines) and not lines[i].startswith("- "):
+        # Keep the prose up to the first list item, then replace the list. A crate of lib.rs
+        # alone has no list: its prose ends at the next section.
+        while i < len(lines) and not lines[i].startswith("- ") and not HEADING.match(lines[i]):
             out.append(lines[i])
             i += 1
         while i < len(lines) and (lines[i].startswith("- ") or lines[i].startswith("  ")):
             i += 1
-        out.extend(modules(m.group(1)))
+        listed = modules(m.group(1))
+        if listed and i < len(lines) and HEADING.match(lines[i]):
+            # The prose ran to the next section, with the blank line before it: the list
+            # goes between the two.
+            while out and out[-1] == "":
+                out.pop()
+            listed = [""] + listed + [""]
+        out.extend(listed)
     return "\n".join(out)
 
 

@@ -13,22 +13,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ax_scheduler_core::handler::IntoHandler;
 use ax_scheduler_core::task::{DEFAULT_QUEUE, DEFAULT_VERSION};
 use ax_scheduler_core::timer::TimerConfig;
 use ax_scheduler_core::{
     Clock, CoreError, DispatcherConfig, Schedule, TaskSpec, TaskStatus, UtcMillis,
 };
+use ax_tokio_clock::TokioClock;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::TokioClock;
 use crate::dead::DeadLetter;
 use crate::engine::{Engine, NAMESPACE};
 use crate::error::{EmbeddedError, Result};
 use crate::job::{shared_handler, Body, Handlers, Job, JobFn, JobId};
 use crate::run::{drive, Shared};
 use crate::store::{self, StoreHandle};
-use ax_scheduler_core::handler::IntoHandler;
 
 /// Default number of attempts that run at once.
 pub const DEFAULT_WORKERS: usize = 5;

@@ -82,7 +82,6 @@
 //! starts at half the workers while it catches up. See `docs/embedded.md` for the design
 //! and its limits.
 
-mod clock;
 mod dead;
 mod engine;
 mod error;

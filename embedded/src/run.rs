@@ -29,11 +29,11 @@ use std::time::Duration;
 
 use ax_scheduler_core::attempt::{self, Verdict};
 use ax_scheduler_core::{AttemptOutcome, Clock, HandlerError};
+use ax_tokio_clock::instant_at;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::clock::instant_at;
 use crate::engine::{Engine, Launch};
 
 /// What the kernel's handle, its driver and its attempts share.

@@ -8,50 +8,14 @@
 //! followed at once, so the role's time never runs backwards and never stands still for the
 //! length of the step.
 
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
 use ax_scheduler_core::UtcMillis;
 pub use ax_scheduler_core::{Clock, SystemClock};
-use tokio::time::{Instant, Interval, MissedTickBehavior};
-
-/// The tokio instant at which `clock` will read `target` (now, if it is past).
-pub fn instant_at(clock: &dyn Clock, target: UtcMillis) -> Instant {
-    Instant::now() + target.since(clock.now())
-}
-
-/// A wall clock that follows tokio's clock from an anchor: under a paused runtime it moves
-/// only when tokio's time does (`tokio::time::advance`, or auto-advance while idle), so
-/// tests of the role run on virtual time.
-#[derive(Clone, Copy)]
-pub struct TokioClock {
-    origin: Instant,
-    at_origin: UtcMillis,
-}
-
-impl TokioClock {
-    /// A clock that reads `at` now and moves with tokio's time from here.
-    pub fn starting_at(at: UtcMillis) -> Self {
-        TokioClock {
-            origin: Instant::now(),
-            at_origin: at,
-        }
-    }
-}
-
-impl fmt::Debug for TokioClock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "TokioClock({})", self.now().0)
-    }
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> UtcMillis {
-        self.at_origin.add(self.origin.elapsed())
-    }
-}
+pub use ax_tokio_clock::{instant_at, TokioClock};
+use tokio::time::{Interval, MissedTickBehavior};
 
 /// How much slower than real time a [`SteadyClock`] runs while it absorbs a step back of
 /// its host's clock: a tenth, so a minute's step is absorbed in ten minutes.
@@ -164,16 +128,6 @@ pub(crate) const CLOCK_RECHECK: Duration = Duration::from_secs(10);
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn a_tokio_clock_moves_with_paused_time() {
-        let clock = TokioClock::starting_at(UtcMillis(1_000_000));
-        assert_eq!(clock.now(), UtcMillis(1_000_000));
-        tokio::time::advance(Duration::from_secs(90)).await;
-        assert_eq!(clock.now(), UtcMillis(1_090_000));
-        let at = instant_at(&clock, UtcMillis(1_100_000));
-        assert_eq!(at - Instant::now(), Duration::from_secs(10));
-    }
-
     #[test]
     fn a_steady_clock_follows_forward_and_absorbs_a_step_back() {
         let clock = SteadyClock::new();
@@ -205,14 +159,5 @@ mod tests {
         assert_eq!(clock.read(5_000, at(20)), 10_005);
         assert_eq!(clock.read(1_000, at(30)), 10_005);
         assert_eq!(clock.read(2_000, at(1_030)), 10_905);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn instant_at_the_past_is_now() {
-        let clock = TokioClock::starting_at(UtcMillis(5_000));
-        let start = Instant::now();
-        assert_eq!(instant_at(&clock, UtcMillis(0)), start);
-        let later = instant_at(&clock, clock.now().add(Duration::from_secs(10)));
-        assert_eq!(later, start + Duration::from_secs(10));
     }
 }
