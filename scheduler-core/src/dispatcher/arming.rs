@@ -125,7 +125,7 @@ impl Dispatcher {
         // Stored: a recorded state, an INVALID one written, or one whose delete is not
         // written yet (the same key registered again meanwhile).
         let stored =
-            self.invalid_stored.remove(&key) || recorded.is_some() || self.writes.is_deleting(&key);
+            self.forget_invalid_stored(&key) || recorded.is_some() || self.writes.is_deleting(&key);
         let (state, anchor) = loaded_state(&spec, revision, recorded, now);
         let generation = self.new_generation();
         let mut task = Armed::new(
@@ -318,6 +318,12 @@ impl Dispatcher {
         self.writes.invalid(key, state);
     }
 
+    /// Drops the task's mark of a stored INVALID state; true if it had one. The set is
+    /// almost always empty, and a removal from an empty table still hashes the key.
+    fn forget_invalid_stored(&mut self, key: &TaskKey) -> bool {
+        !self.invalid_stored.is_empty() && self.invalid_stored.remove(key)
+    }
+
     /// Forgets a deleted task: nothing more fires and its state is deleted. Tasks that
     /// depend on it become INVALID (a missing parent).
     pub fn remove(&mut self, key: &TaskKey, now: UtcMillis) {
@@ -331,7 +337,7 @@ impl Dispatcher {
             None => Arc::new(key.clone()),
         };
         self.pauses.forget(&key);
-        self.invalid_stored.remove(&key);
+        self.forget_invalid_stored(&key);
         // Ready entries of the task are dropped when they come up (the task is gone).
         self.writes.delete(Arc::clone(&key));
         // Its children keep their edges to it, now to a missing parent.

@@ -30,7 +30,9 @@ impl Dependencies {
     /// Forgets a deleted task; its children keep their edges, to a missing parent now.
     pub(super) fn remove(&mut self, key: &TaskKey) {
         self.graph.remove(key);
-        self.set_aside.remove(key);
+        if !self.set_aside.is_empty() {
+            self.set_aside.remove(key);
+        }
     }
 
     /// What is wrong with the task's place in the graph (nothing, almost always).
@@ -46,7 +48,9 @@ impl Dependencies {
 
     /// The task is armed, or invalid for its own spec: nothing of it is set aside any more.
     pub(super) fn clear_set_aside(&mut self, key: &TaskKey) {
-        self.set_aside.remove(key);
+        if !self.set_aside.is_empty() {
+            self.set_aside.remove(key);
+        }
     }
 
     /// The spec set aside for the task, if any.

@@ -76,7 +76,9 @@ impl Pauses {
 
     /// Forgets a task that is gone.
     pub(super) fn forget(&mut self, key: &TaskKey) {
-        self.parked.remove(key);
+        if !self.parked.is_empty() {
+            self.parked.remove(key);
+        }
     }
 }
 

@@ -46,7 +46,9 @@ impl RunTracker {
 
     /// The task holds no run in progress any more (or is gone).
     pub(super) fn untrack(&mut self, key: &TaskKey) {
-        self.with_runs.remove(key);
+        if !self.with_runs.is_empty() {
+            self.with_runs.remove(key);
+        }
     }
 
     /// The tasks to sweep at `now`, once a second at most; `None` when it is not time.
