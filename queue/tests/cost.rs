@@ -7,13 +7,12 @@
 //! rather than a timing; `worker/tests/redis_cost.rs` measures the same through the pool.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::time::Duration;
 
-use ax_queue::{
-    EndRecord, ExecutionEventRecord, ExecutionMessage, HistoryEntry, PendingEnd, Queue,
-    QueueConfig, Settled, StopProbe,
-};
-use ax_scheduler_core::{AttemptEnd, AttemptOutcome, ExecutionEvent, UtcMillis};
+use ax_queue::{ExecutionMessage, PendingEnd, Queue, QueueConfig, Settled, StopProbe};
+use ax_scheduler_core::{AttemptOutcome, UtcMillis};
 use ax_testkit::RedisServer;
 
 /// Executions counted.
@@ -23,45 +22,8 @@ const N: usize = 2000;
 const ENQUEUE: usize = 100;
 const TAKE: usize = 50;
 const READ: usize = 500;
-/// The bound (issue 29's goal).
+/// The bound: at most this many commands per execution, whatever the batch sizes above.
 const MAX_COMMANDS_PER_EXECUTION: f64 = 8.0;
-
-fn record(d: &ax_queue::Delivery) -> EndRecord {
-    let m = &d.message;
-    let end = AttemptEnd::new(AttemptOutcome::Succeeded, None);
-    let at = UtcMillis::now();
-    EndRecord {
-        event: ExecutionEventRecord {
-            namespace: m.namespace.clone(),
-            task_id: m.task_id.clone(),
-            execution_id: m.execution_id,
-            fire_at: m.fire_at,
-            attempt: m.attempt,
-            kind: ExecutionEvent::Finished {
-                at,
-                end: end.clone(),
-            },
-            shard: m.shard,
-        },
-        history: Some(HistoryEntry {
-            unstarted: false,
-            execution_id: m.execution_id,
-            fire_at: m.fire_at,
-            started_at: at,
-            finished_at: at,
-            lateness_ms: 0,
-            duration_ms: 0,
-            end,
-            worker: d.worker_id.clone(),
-            attempt: m.attempt,
-            queue: d.queue.clone(),
-            enqueued_at: Some(m.enqueued_at),
-            first_enqueued_at: Some(m.first_attempt_at),
-            output: None,
-            lineage: m.lineage.clone(),
-        }),
-    }
-}
 
 /// Per command: calls and µs of Redis's time, as `INFO commandstats` gives them.
 async fn commands(url: &str) -> Vec<(String, u64, u64)> {
@@ -134,7 +96,10 @@ async fn an_execution_costs_redis_at_most_eight_commands() {
             .unwrap()
             .iter()
             .all(Option::is_none));
-        let records: Vec<_> = taken.iter().map(record).collect();
+        let records: Vec<_> = taken
+            .iter()
+            .map(|d| common::end_record(d, AttemptOutcome::Succeeded))
+            .collect();
         let items: Vec<_> = taken
             .iter()
             .zip(&records)

@@ -8,10 +8,10 @@ mod common;
 use std::time::Duration;
 
 use ax_queue::{
-    Delivery, EndRecord, ExecutionEventRecord, ExecutionMessage, HistoryEntry, Maintenance,
-    MaintenanceConfig, Queue, QueueConfig, RetrySettle, Settled,
+    Delivery, EndRecord, ExecutionMessage, Maintenance, MaintenanceConfig, Queue, QueueConfig,
+    RetrySettle, Settled,
 };
-use ax_scheduler_core::{AttemptEnd, AttemptOutcome, ExecutionEvent, UtcMillis};
+use ax_scheduler_core::{AttemptOutcome, ExecutionEvent, UtcMillis};
 use ax_testkit::unique_name;
 
 async fn queue() -> Queue {
@@ -37,43 +37,6 @@ async fn taken(q: &Queue, n: i64) -> Vec<Delivery> {
     c.take(usize::try_from(n).unwrap()).await.unwrap()
 }
 
-fn record(d: &Delivery, outcome: AttemptOutcome) -> EndRecord {
-    let m = &d.message;
-    let end = AttemptEnd::new(outcome, None);
-    let at = UtcMillis::now();
-    EndRecord {
-        event: ExecutionEventRecord {
-            namespace: m.namespace.clone(),
-            task_id: m.task_id.clone(),
-            execution_id: m.execution_id,
-            fire_at: m.fire_at,
-            attempt: m.attempt,
-            kind: ExecutionEvent::Finished {
-                at,
-                end: end.clone(),
-            },
-            shard: m.shard,
-        },
-        history: Some(HistoryEntry {
-            unstarted: false,
-            execution_id: m.execution_id,
-            fire_at: m.fire_at,
-            started_at: at,
-            finished_at: at,
-            lateness_ms: 0,
-            duration_ms: 0,
-            end,
-            worker: "w".into(),
-            attempt: m.attempt,
-            queue: "default".into(),
-            enqueued_at: None,
-            first_enqueued_at: None,
-            output: None,
-            lineage: m.lineage.clone(),
-        }),
-    }
-}
-
 /// The ends the leader would read, as (execution id, outcome label).
 async fn events(q: &Queue) -> Vec<(ax_scheduler_core::ExecutionId, String)> {
     q.read_events(None, 100)
@@ -94,7 +57,7 @@ async fn a_settled_end_survives_its_worker_and_is_relayed_once_by_the_sweep() {
     let ds = taken(&q, 3).await;
     let records: Vec<EndRecord> = ds
         .iter()
-        .map(|d| record(d, AttemptOutcome::Succeeded))
+        .map(|d| common::end_record(d, AttemptOutcome::Succeeded))
         .collect();
     let items: Vec<_> = ds.iter().zip(&records).map(|(d, r)| (d, Some(r))).collect();
     let settled = q.ack_recorded(&items).await.unwrap();
@@ -141,7 +104,7 @@ async fn a_settled_end_survives_its_worker_and_is_relayed_once_by_the_sweep() {
 async fn the_relay_writes_and_clears_and_a_young_record_is_left_to_its_worker() {
     let q = queue().await;
     let ds = taken(&q, 1).await;
-    let r = record(&ds[0], AttemptOutcome::Succeeded);
+    let r = common::end_record(&ds[0], AttemptOutcome::Succeeded);
     let settled = q.ack_recorded(&[(&ds[0], Some(&r))]).await.unwrap();
     let Settled::Done(Some(id)) = settled[0].clone() else {
         panic!("not recorded: {settled:?}");
@@ -166,7 +129,7 @@ async fn the_relay_writes_and_clears_and_a_young_record_is_left_to_its_worker() 
 async fn one_sweeper_at_a_time() {
     let q = queue().await;
     let ds = taken(&q, 1).await;
-    let r = record(&ds[0], AttemptOutcome::Succeeded);
+    let r = common::end_record(&ds[0], AttemptOutcome::Succeeded);
     q.ack_recorded(&[(&ds[0], Some(&r))]).await.unwrap();
     let first = q
         .sweep_ends("default", "w1", Duration::ZERO, 10)
@@ -194,8 +157,8 @@ async fn a_retry_and_a_dead_letter_record_the_end_that_applies() {
     let ds = taken(&q, 3).await;
     let due = UtcMillis::now().add(Duration::from_secs(60));
     // Scheduled: the retrying end is recorded.
-    let retrying = record(&ds[0], AttemptOutcome::Failed);
-    let killed = record(&ds[0], AttemptOutcome::Killed);
+    let retrying = common::end_record(&ds[0], AttemptOutcome::Failed);
+    let killed = common::end_record(&ds[0], AttemptOutcome::Killed);
     let next = ds[0].message.next_attempt("boom", UtcMillis::now());
     let (how, logged) = q
         .retry_later_recorded(&ds[0], &next, due, Some((&retrying, &killed)))
@@ -207,8 +170,8 @@ async fn a_retry_and_a_dead_letter_record_the_end_that_applies() {
     q.kill_execution("default", ds[1].message.execution_id)
         .await
         .unwrap();
-    let retrying = record(&ds[1], AttemptOutcome::Failed);
-    let killed = record(&ds[1], AttemptOutcome::Killed);
+    let retrying = common::end_record(&ds[1], AttemptOutcome::Failed);
+    let killed = common::end_record(&ds[1], AttemptOutcome::Killed);
     let next = ds[1].message.next_attempt("boom", UtcMillis::now());
     let (how, logged) = q
         .retry_later_recorded(&ds[1], &next, due, Some((&retrying, &killed)))
@@ -217,7 +180,7 @@ async fn a_retry_and_a_dead_letter_record_the_end_that_applies() {
     assert_eq!(how, RetrySettle::Killed);
     assert!(logged.is_some());
     // Dead-lettered with its end.
-    let dead = record(&ds[2], AttemptOutcome::DeadLettered);
+    let dead = common::end_record(&ds[2], AttemptOutcome::DeadLettered);
     let settled = q
         .dead_letter_recorded(&ds[2], "gone", UtcMillis::now(), Some(&dead))
         .await
@@ -270,7 +233,7 @@ async fn a_queue_tells_which_tasks_still_have_work_in_it() {
         .await
         .unwrap();
     let e = by("ending");
-    q.ack_recorded(&[(e, Some(&record(e, AttemptOutcome::Succeeded)))])
+    q.ack_recorded(&[(e, Some(&common::end_record(e, AttemptOutcome::Succeeded)))])
         .await
         .unwrap();
     assert!(q.ack(by("done")).await.unwrap());
