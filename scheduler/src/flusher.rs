@@ -467,6 +467,32 @@ mod tests {
         (client, prefix, registry, fence)
     }
 
+    /// A flusher of `registry`'s states on the test Redis, fed by `rx`, sending alerts to
+    /// `sender`.
+    async fn start(
+        registry: &Registry,
+        fence: WriteFence,
+        rx: mpsc::Receiver<FlushRequest>,
+        sender: Option<AlertSender>,
+        cancel: &CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let queue = Queue::connect(&ax_testkit::redis_url(), ax_queue::QueueConfig::default())
+            .await
+            .unwrap();
+        tokio::spawn(run(
+            Arc::new(registry.clone()),
+            Arc::new(queue),
+            fence,
+            None,
+            rx,
+            Alerts {
+                sender,
+                clock: Arc::new(ax_scheduler_core::SystemClock),
+            },
+            cancel.clone(),
+        ))
+    }
+
     /// Removes the test's keys.
     async fn clean_up(client: &etcd_client::Client, prefix: &str) {
         client
@@ -489,21 +515,7 @@ mod tests {
         huge.last_error = Some("x".repeat(2 * 1024 * 1024));
         let (tx, rx) = mpsc::channel(4);
         let cancel = CancellationToken::new();
-        let queue = Queue::connect(&ax_testkit::redis_url(), ax_queue::QueueConfig::default())
-            .await
-            .unwrap();
-        let flusher = tokio::spawn(run(
-            Arc::new(registry.clone()),
-            Arc::new(queue),
-            fence,
-            None,
-            rx,
-            Alerts {
-                sender: None,
-                clock: Arc::new(ax_scheduler_core::SystemClock),
-            },
-            cancel.clone(),
-        ));
+        let flusher = start(&registry, fence, rx, None, &cancel).await;
         let (done_tx, done_rx) = oneshot::channel();
         tx.send(FlushRequest {
             triggers: Vec::new(),
@@ -589,23 +601,9 @@ mod tests {
         )
         .unwrap()
         .spawn(&tracker, CancellationToken::new());
-        let queue = Queue::connect(&ax_testkit::redis_url(), ax_queue::QueueConfig::default())
-            .await
-            .unwrap();
         let (tx, rx) = mpsc::channel(4);
         let cancel = CancellationToken::new();
-        let flusher = tokio::spawn(run(
-            Arc::new(registry.clone()),
-            Arc::new(queue),
-            fence,
-            None,
-            rx,
-            Alerts {
-                sender: Some(sender),
-                clock: Arc::new(ax_scheduler_core::SystemClock),
-            },
-            cancel.clone(),
-        ));
+        let flusher = start(registry, fence, rx, Some(sender), &cancel).await;
         let now = UtcMillis(1_800_000_000_000);
         tx.send(FlushRequest {
             writes: vec![(
@@ -685,22 +683,8 @@ mod tests {
                 (Arc::new(key), state)
             })
             .collect();
-        let queue = Queue::connect(&ax_testkit::redis_url(), ax_queue::QueueConfig::default())
-            .await
-            .unwrap();
         let (tx, rx) = mpsc::channel(4);
-        let flusher = tokio::spawn(run(
-            Arc::new(registry.clone()),
-            Arc::new(queue),
-            fence,
-            None,
-            rx,
-            Alerts {
-                sender: None,
-                clock: Arc::new(ax_scheduler_core::SystemClock),
-            },
-            CancellationToken::new(),
-        ));
+        let flusher = start(&registry, fence, rx, None, &CancellationToken::new()).await;
         tx.send(FlushRequest {
             writes: Vec::new(),
             finals,
