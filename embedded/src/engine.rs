@@ -331,7 +331,7 @@ impl Engine {
         spec.namespace = Arc::clone(&self.namespace);
         spec.intern(&mut self.interner);
         let spec = Arc::new(spec);
-        self.persist(durable, || Op::PutJob(id, spec_bytes(&spec)));
+        self.persist(durable, || Op::PutJob(id, Arc::clone(&spec)));
         if let Some(k) = &spec.idempotency_key {
             self.idempotency.insert(k.clone(), id);
         }
@@ -403,8 +403,7 @@ impl Engine {
             let Some(id) = job_id(&key) else { continue };
             let durable = self.jobs.get(&id).is_some_and(|j| j.durable);
             if let (true, Some(state)) = (durable, state) {
-                let bytes = serde_json::to_vec(&state).unwrap_or_default();
-                self.outbox.push(Op::PutState(id, bytes));
+                self.outbox.push(Op::PutState(id, Box::new(state)));
             }
         }
     }
@@ -662,7 +661,7 @@ impl Engine {
         job.spec = Arc::new(spec);
         job.revision += 1;
         if job.durable && self.store.is_some() {
-            self.outbox.push(Op::PutJob(id, spec_bytes(&job.spec)));
+            self.outbox.push(Op::PutJob(id, Arc::clone(&job.spec)));
         }
         self.dispatcher.upsert(
             Arc::clone(&job.key),
@@ -733,11 +732,6 @@ impl Engine {
 }
 
 /// A spec as the store keeps it.
-fn spec_bytes(spec: &TaskSpec) -> Vec<u8> {
-    // A spec is plain data (strings, numbers, JSON): it always serializes.
-    serde_json::to_vec(spec).unwrap_or_default()
-}
-
 /// The job a dispatcher key names.
 fn job_id(key: &TaskKey) -> Option<JobId> {
     key.id.parse().ok().map(JobId)

@@ -17,11 +17,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 use ax_scheduler_core::{ExecutionId, TaskSpec, TaskState, UtcMillis};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::dead::DeadLetter;
 use crate::error::{EmbeddedError, Result};
@@ -39,6 +41,12 @@ const DEAD: TableDefinition<u64, &[u8]> = TableDefinition::new("dead");
 /// Most changes one transaction takes: a bound on a batch's latency under a flood.
 const MAX_BATCH: usize = 16_384;
 
+/// How long a busy writer waits for more changes before it commits. The submitters it just
+/// answered come back within microseconds; without the wait, a writer taking only what is
+/// already queued splits them into two alternating half batches, each paying a whole
+/// fsync. An idle writer (the last batch had one waiter or none) commits at once.
+const LINGER: Duration = Duration::from_micros(200);
+
 /// An execution in flight as stored: its next attempt, and when it is due if it waits for a
 /// retry.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -55,10 +63,12 @@ pub(crate) struct StoredAttempt {
 /// One change to the file.
 #[derive(Debug)]
 pub(crate) enum Op {
-    PutJob(JobId, Vec<u8>),
+    /// Encoded by the writer, off the submitter's path (a spec is shared, never changed in
+    /// place: a change makes a new one).
+    PutJob(JobId, Arc<TaskSpec>),
     /// The job and everything of it (state, executions, dead letter).
     DeleteJob(JobId),
-    PutState(JobId, Vec<u8>),
+    PutState(JobId, Box<TaskState>),
     PutRunning(JobId, StoredAttempt),
     DeleteRunning(JobId, ExecutionId),
     PutDead(JobId, Vec<u8>),
@@ -73,7 +83,7 @@ struct Batch {
 /// The engine's end of the writer: changes go in, in order.
 #[derive(Debug)]
 pub(crate) struct StoreHandle {
-    tx: mpsc::UnboundedSender<Batch>,
+    tx: mpsc::Sender<Batch>,
     path: PathBuf,
     writer: std::thread::JoinHandle<()>,
 }
@@ -188,7 +198,7 @@ fn load(db: &Database) -> std::result::Result<Loaded, String> {
 impl StoreHandle {
     /// Starts the writer thread on `db`.
     pub(crate) fn start(db: Database, path: &Path) -> Result<Self> {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel();
         let shown = path.to_path_buf();
         let writer = std::thread::Builder::new()
             .name("ax-embedded-store".into())
@@ -216,7 +226,7 @@ impl StoreHandle {
             ops,
             ack: Some(ack),
         };
-        if let Err(mpsc::error::SendError(batch)) = self.tx.send(batch) {
+        if let Err(mpsc::SendError(batch)) = self.tx.send(batch) {
             if let Some(ack) = batch.ack {
                 let _ = ack.send(Err("the store's writer stopped".to_owned()));
             }
@@ -232,29 +242,46 @@ impl StoreHandle {
 
 /// The writer: everything waiting becomes one durable transaction, then its waiters are
 /// answered. Ends when the kernel closes its handle, and closes the file.
-fn write_loop(db: &Database, mut rx: mpsc::UnboundedReceiver<Batch>) {
-    while let Some(first) = rx.blocking_recv() {
-        let mut batches = vec![first];
-        let mut count = batches[0].ops.len();
-        while count < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(b) => {
-                    count += b.ops.len();
-                    batches.push(b);
-                }
-                Err(_) => break,
-            }
-        }
+fn write_loop(db: &Database, rx: mpsc::Receiver<Batch>) {
+    let mut busy = false;
+    while let Ok(first) = rx.recv() {
+        let (batches, count) = gather(&rx, first, busy);
         let result = write(db, &batches).map_err(|e| e.to_string());
         if let Err(e) = &result {
             tracing::error!(error = %e, changes = count, "store write failed");
         }
+        let mut waiters = 0;
         for batch in batches {
             if let Some(ack) = batch.ack {
+                waiters += usize::from(!ack.is_closed());
                 let _ = ack.send(result.clone());
             }
         }
+        busy = waiters > 1;
     }
+}
+
+/// The batches of one transaction: `first` and what follows it, up to [`MAX_BATCH`]
+/// changes; a `busy` writer lingers up to [`LINGER`] for more. Returns them and their
+/// number of changes.
+fn gather(rx: &mpsc::Receiver<Batch>, first: Batch, busy: bool) -> (Vec<Batch>, usize) {
+    let deadline = busy.then(|| Instant::now() + LINGER);
+    let mut count = first.ops.len();
+    let mut batches = vec![first];
+    while count < MAX_BATCH {
+        let left = deadline.map_or(Duration::ZERO, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        let next = if left.is_zero() {
+            rx.try_recv().ok()
+        } else {
+            rx.recv_timeout(left).ok()
+        };
+        let Some(batch) = next else { break };
+        count += batch.ops.len();
+        batches.push(batch);
+    }
+    (batches, count)
 }
 
 fn write(db: &Database, batches: &[Batch]) -> std::result::Result<(), redb::Error> {
@@ -265,19 +292,20 @@ fn write(db: &Database, batches: &[Batch]) -> std::result::Result<(), redb::Erro
         let mut states = txn.open_table(STATES)?;
         let mut running = txn.open_table(RUNNING)?;
         let mut dead = txn.open_table(DEAD)?;
+        let mut buf = Vec::new();
         for op in batches.iter().flat_map(|b| &b.ops) {
             match op {
-                Op::PutJob(id, bytes) => drop(jobs.insert(id.0, bytes.as_slice())?),
+                Op::PutJob(id, spec) => drop(jobs.insert(id.0, encode(&mut buf, &**spec))?),
                 Op::DeleteJob(id) => {
                     jobs.remove(id.0)?;
                     states.remove(id.0)?;
                     dead.remove(id.0)?;
                     running.retain_in((id.0, 0)..=(id.0, u128::MAX), |_, _| false)?;
                 }
-                Op::PutState(id, bytes) => drop(states.insert(id.0, bytes.as_slice())?),
+                Op::PutState(id, state) => drop(states.insert(id.0, encode(&mut buf, &**state))?),
                 Op::PutRunning(id, attempt) => {
-                    let bytes = serde_json::to_vec(attempt).unwrap_or_default();
-                    running.insert((id.0, attempt.execution.as_u128()), bytes.as_slice())?;
+                    let key = (id.0, attempt.execution.as_u128());
+                    running.insert(key, encode(&mut buf, attempt))?;
                 }
                 Op::DeleteRunning(id, execution) => {
                     running.remove((id.0, execution.as_u128()))?;
@@ -289,4 +317,14 @@ fn write(db: &Database, batches: &[Batch]) -> std::result::Result<(), redb::Erro
     }
     txn.commit()?;
     Ok(())
+}
+
+/// `value` as JSON in `buf` (reused across a batch, so a change costs no allocation).
+fn encode<'b>(buf: &'b mut Vec<u8>, value: &impl Serialize) -> &'b [u8] {
+    buf.clear();
+    // What is stored is plain data (strings, numbers, JSON values): it always serializes.
+    if serde_json::to_writer(&mut *buf, value).is_err() {
+        buf.clear();
+    }
+    buf
 }
