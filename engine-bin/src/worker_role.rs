@@ -76,7 +76,7 @@ impl WorkerMetrics for Metrics {
     }
 
     fn active_attempts(&self, delta: i64) {
-        self.active_workers.add(delta);
+        self.active_workers().add(delta);
     }
 
     fn start_lateness(&self, queue: &str, seconds: f64) {
@@ -92,7 +92,7 @@ impl WorkerMetrics for Metrics {
     }
 
     fn concurrency_limit(&self, limit: usize) {
-        self.worker_concurrency_limit
+        self.worker_concurrency_limit()
             .set(i64::try_from(limit).unwrap_or(i64::MAX));
     }
 }

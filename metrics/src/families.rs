@@ -1,15 +1,18 @@
-//! Registration of the metric families, one group per part of the engine.
+//! Registration of the metric families, one group per part of ax, each family's name, help
+//! text, labels and buckets written once.
 //!
-//! [`super::Metrics`] keeps one flat field per family (callers name them directly); the
-//! groups only keep each registration next to its relatives, so that the names, help texts
-//! and labels of one part of the engine read together.
+//! The groups keep each registration next to its relatives, so that the names, help texts
+//! and labels of one part read together. The service registers every group; the embedded
+//! kernel registers the ones it has a meaning for ([`FireFamilies`], [`WorkerFamilies`],
+//! [`dead_letter_family`]), on a registry its user passes in. docs/metrics.md describes
+//! each family, and a test of the service holds each HELP text to its row there.
 
 use prometheus::{
     GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry,
 };
 
-use super::{
+use crate::names::{
     ACTIVE_WORKERS, ALERTS_TOTAL, API_AUTH_FAILURES_TOTAL, AUDIT_OVER_CAPACITY,
     BACKEND_ERRORS_TOTAL, BUILD_INFO, CONCURRENCY_WAIT_BUCKETS, CONCURRENCY_WAIT_SECONDS,
     DEADLINE_MISSES_TOTAL, DLQ_SIZE, ETCD_DB_BYTES, ETCD_DB_QUOTA_BYTES,
@@ -21,27 +24,19 @@ use super::{
     UNSERVED_QUEUES, WORKER_CONCURRENCY_LIMIT,
 };
 
-/// The leader's firing: what it enqueued, how late, and who leads.
-pub(super) struct SchedulerFamilies {
-    pub(super) tasks_scheduled_total: IntCounterVec,
-    pub(super) schedule_latency_seconds: HistogramVec,
-    pub(super) is_leader: IntGauge,
-    pub(super) leader_changes_total: IntCounter,
-    pub(super) shards_owned: IntGauge,
-    pub(super) shards: IntGauge,
-    pub(super) invalid_specs: IntGauge,
-    pub(super) tasks_paused: IntGauge,
-    pub(super) namespaces_paused: IntGauge,
-    pub(super) tasks_throttled: IntGauge,
-    pub(super) undecodable_states: IntGauge,
-    pub(super) unserved_queues: IntGauge,
-    pub(super) deadline_misses_total: IntCounterVec,
-    pub(super) state_repairs_total: IntCounterVec,
+/// The fires: how many were dispatched, and how late each first started.
+#[derive(Clone, Debug)]
+pub struct FireFamilies {
+    /// `scheduler_tasks_scheduled_total` by `queue`.
+    pub tasks_scheduled_total: IntCounterVec,
+    /// `scheduler_schedule_latency_seconds` by `queue`.
+    pub schedule_latency_seconds: HistogramVec,
 }
 
-impl SchedulerFamilies {
-    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        Ok(SchedulerFamilies {
+impl FireFamilies {
+    /// Registers the group on `registry`.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        Ok(FireFamilies {
             tasks_scheduled_total: counter_vec(
                 registry,
                 TASKS_SCHEDULED_TOTAL,
@@ -55,6 +50,43 @@ impl SchedulerFamilies {
                 &["queue"],
                 SCHEDULE_LATENCY_BUCKETS,
             )?,
+        })
+    }
+}
+
+/// Leadership and what the leader holds.
+#[derive(Clone, Debug)]
+pub struct SchedulerFamilies {
+    /// [`IS_LEADER`].
+    pub is_leader: IntGauge,
+    /// [`LEADER_CHANGES_TOTAL`].
+    pub leader_changes_total: IntCounter,
+    /// [`SHARDS_OWNED`].
+    pub shards_owned: IntGauge,
+    /// [`SHARDS`].
+    pub shards: IntGauge,
+    /// [`INVALID_SPECS`].
+    pub invalid_specs: IntGauge,
+    /// [`TASKS_PAUSED`].
+    pub tasks_paused: IntGauge,
+    /// [`NAMESPACES_PAUSED`].
+    pub namespaces_paused: IntGauge,
+    /// [`TASKS_THROTTLED`].
+    pub tasks_throttled: IntGauge,
+    /// [`UNDECODABLE_STATES`].
+    pub undecodable_states: IntGauge,
+    /// [`UNSERVED_QUEUES`].
+    pub unserved_queues: IntGauge,
+    /// [`DEADLINE_MISSES_TOTAL`].
+    pub deadline_misses_total: IntCounterVec,
+    /// [`STATE_REPAIRS_TOTAL`].
+    pub state_repairs_total: IntCounterVec,
+}
+
+impl SchedulerFamilies {
+    /// Registers the group on `registry`.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        Ok(SchedulerFamilies {
             is_leader: register(
                 registry,
                 IntGauge::new(IS_LEADER, "1 while this replica leads.")?,
@@ -127,18 +159,27 @@ impl SchedulerFamilies {
 }
 
 /// The executions a worker runs.
-pub(super) struct WorkerFamilies {
-    pub(super) tasks_executed_total: IntCounterVec,
-    pub(super) tasks_failed_total: IntCounterVec,
-    pub(super) tasks_retried_total: IntCounterVec,
-    pub(super) execution_duration_seconds: HistogramVec,
-    pub(super) concurrency_wait_seconds: HistogramVec,
-    pub(super) active_workers: IntGauge,
-    pub(super) worker_concurrency_limit: IntGauge,
+#[derive(Clone, Debug)]
+pub struct WorkerFamilies {
+    /// [`TASKS_EXECUTED_TOTAL`].
+    pub tasks_executed_total: IntCounterVec,
+    /// [`TASKS_FAILED_TOTAL`].
+    pub tasks_failed_total: IntCounterVec,
+    /// [`TASKS_RETRIED_TOTAL`].
+    pub tasks_retried_total: IntCounterVec,
+    /// [`EXECUTION_DURATION_SECONDS`].
+    pub execution_duration_seconds: HistogramVec,
+    /// [`CONCURRENCY_WAIT_SECONDS`].
+    pub concurrency_wait_seconds: HistogramVec,
+    /// [`ACTIVE_WORKERS`].
+    pub active_workers: IntGauge,
+    /// [`WORKER_CONCURRENCY_LIMIT`].
+    pub worker_concurrency_limit: IntGauge,
 }
 
 impl WorkerFamilies {
-    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+    /// Registers the group on `registry`.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         Ok(WorkerFamilies {
             tasks_executed_total: counter_vec(
                 registry,
@@ -188,20 +229,20 @@ impl WorkerFamilies {
 }
 
 /// The shared queue state in Redis.
-pub(super) struct QueueFamilies {
-    pub(super) dlq_size: IntGauge,
-    pub(super) queue_depth: IntGaugeVec,
-    pub(super) queue_paused: IntGaugeVec,
-    pub(super) oldest_queued_age_seconds: GaugeVec,
+#[derive(Clone, Debug)]
+pub struct QueueFamilies {
+    /// [`QUEUE_DEPTH`].
+    pub queue_depth: IntGaugeVec,
+    /// [`QUEUE_PAUSED`].
+    pub queue_paused: IntGaugeVec,
+    /// [`OLDEST_QUEUED_AGE_SECONDS`].
+    pub oldest_queued_age_seconds: GaugeVec,
 }
 
 impl QueueFamilies {
-    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+    /// Registers the group on `registry`.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         Ok(QueueFamilies {
-            dlq_size: register(
-                registry,
-                IntGauge::new(DLQ_SIZE, "Executions in the dead-letter queues.")?,
-            )?,
             queue_depth: register(
                 registry,
                 IntGaugeVec::new(
@@ -230,19 +271,36 @@ impl QueueFamilies {
     }
 }
 
+/// `scheduler_dlq_size`: the executions dead-lettered.
+pub fn dead_letter_family(registry: &Registry) -> Result<IntGauge, prometheus::Error> {
+    register(
+        registry,
+        IntGauge::new(DLQ_SIZE, "Executions in the dead-letter queues.")?,
+    )
+}
+
 /// The replica itself and its backends.
-pub(super) struct ProcessFamilies {
-    pub(super) redis_config_warnings: IntGauge,
-    pub(super) etcd_db_bytes: IntGauge,
-    pub(super) etcd_db_quota_bytes: IntGauge,
-    pub(super) audit_over_capacity: IntGauge,
-    pub(super) backend_errors_total: IntCounterVec,
-    pub(super) api_auth_failures_total: IntCounterVec,
-    pub(super) build_info: IntGaugeVec,
+#[derive(Clone, Debug)]
+pub struct ProcessFamilies {
+    /// [`REDIS_CONFIG_WARNINGS`].
+    pub redis_config_warnings: IntGauge,
+    /// [`ETCD_DB_BYTES`].
+    pub etcd_db_bytes: IntGauge,
+    /// [`ETCD_DB_QUOTA_BYTES`].
+    pub etcd_db_quota_bytes: IntGauge,
+    /// [`AUDIT_OVER_CAPACITY`].
+    pub audit_over_capacity: IntGauge,
+    /// [`BACKEND_ERRORS_TOTAL`].
+    pub backend_errors_total: IntCounterVec,
+    /// [`API_AUTH_FAILURES_TOTAL`].
+    pub api_auth_failures_total: IntCounterVec,
+    /// [`BUILD_INFO`].
+    pub build_info: IntGaugeVec,
 }
 
 impl ProcessFamilies {
-    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+    /// Registers the group on `registry`.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         Ok(ProcessFamilies {
             redis_config_warnings: register(
                 registry,
@@ -289,8 +347,8 @@ impl ProcessFamilies {
     }
 }
 
-/// The alerts handed to each channel.
-pub(super) fn alerting_family(registry: &Registry) -> Result<IntCounterVec, prometheus::Error> {
+/// `scheduler_alerts_total`: the alerts handed to each channel.
+pub fn alerting_family(registry: &Registry) -> Result<IntCounterVec, prometheus::Error> {
     counter_vec(
         registry,
         ALERTS_TOTAL,

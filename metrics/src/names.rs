@@ -1,0 +1,157 @@
+//! The fixed names of ax's metrics and the values of their bounded labels.
+//!
+//! The names are a contract (the alert rules, the Helm chart's dashboard, docs/metrics.md),
+//! so each is a constant here, spelled once for the service and the embedded kernel alike,
+//! and a test of the service checks every one appears in its exposition. Labels are limited
+//! to small, bounded sets (`queue`, `handler`, `outcome`, `backend`, `channel`): task ids
+//! never become labels, since every distinct value is a new time series.
+
+/// Fires the leader enqueued (leader only). Labels: `queue`.
+pub const TASKS_SCHEDULED_TOTAL: &str = "scheduler_tasks_scheduled_total";
+/// Attempts that ended, by outcome. Labels: `queue`, `handler`, `outcome`.
+pub const TASKS_EXECUTED_TOTAL: &str = "scheduler_tasks_executed_total";
+/// Executions that failed (a subset of the executed ones). Labels: `queue`, `handler`.
+pub const TASKS_FAILED_TOTAL: &str = "scheduler_tasks_failed_total";
+/// Retries scheduled after a failure. Labels: `queue`, `handler`.
+pub const TASKS_RETRIED_TOTAL: &str = "scheduler_tasks_retried_total";
+/// Executions in the dead-letter queue.
+pub const DLQ_SIZE: &str = "scheduler_dlq_size";
+/// Enqueue or start time minus due time, seconds. Labels: `queue`.
+pub const SCHEDULE_LATENCY_SECONDS: &str = "scheduler_schedule_latency_seconds";
+/// How long an execution waited because its concurrency key was at its limit. Labels:
+/// `queue`.
+pub const CONCURRENCY_WAIT_SECONDS: &str = "scheduler_concurrency_wait_seconds";
+/// Execution run time, seconds. Labels: `queue`, `handler`, `outcome`.
+pub const EXECUTION_DURATION_SECONDS: &str = "scheduler_execution_duration_seconds";
+/// Executions waiting in a queue. Labels: `queue`.
+pub const QUEUE_DEPTH: &str = "scheduler_queue_depth";
+/// 1 while an operator has paused the queue (`ax queue pause`), else 0.
+pub const QUEUE_PAUSED: &str = "scheduler_queue_paused";
+/// Executions running on this replica.
+pub const ACTIVE_WORKERS: &str = "scheduler_active_workers";
+/// Attempts the worker pool's slow start lets run at once now (its concurrency once ramped).
+pub const WORKER_CONCURRENCY_LIMIT: &str = "scheduler_worker_concurrency_limit";
+/// 1 while this replica leads (or, with shards, owns at least one), else 0.
+pub const IS_LEADER: &str = "scheduler_is_leader";
+/// Shards this replica schedules (0 with one shard: see [`IS_LEADER`]).
+pub const SHARDS_OWNED: &str = "scheduler_shards_owned";
+/// Shards of the installation (`scheduler.shards`), so that rules can compare the owned
+/// total with it.
+pub const SHARDS: &str = "scheduler_shards";
+/// Times this replica became leader.
+pub const LEADER_CHANGES_TOTAL: &str = "scheduler_leader_changes_total";
+/// Registered specs that failed validation.
+pub const INVALID_SPECS: &str = "scheduler_invalid_specs";
+/// Registered specs that are paused.
+pub const TASKS_PAUSED: &str = "scheduler_tasks_paused";
+/// Namespaces an operator paused.
+pub const NAMESPACES_PAUSED: &str = "scheduler_namespaces_paused";
+/// Tasks whose circuit breaker is open: one fire in ten is dispatched.
+pub const TASKS_THROTTLED: &str = "scheduler_tasks_throttled";
+/// Task state records the last takeover could not decode (passed over, rewritten at the
+/// task's next state write).
+pub const UNDECODABLE_STATES: &str = "scheduler_undecodable_states";
+/// Redis settings that would lose ax's queue state (no persistence, an evicting
+/// `maxmemory-policy`), as found at start; 0 when none.
+pub const REDIS_CONFIG_WARNINGS: &str = "scheduler_redis_config_warnings";
+/// Queues that tasks use where executions wait and no worker serves them (the leader's
+/// count; 0 on other replicas).
+pub const UNSERVED_QUEUES: &str = "scheduler_unserved_queues";
+/// Size of etcd's database file, bytes (what its quota applies to).
+pub const ETCD_DB_BYTES: &str = "scheduler_etcd_db_bytes";
+/// etcd's database quota, bytes (reported by etcd 3.6+, else `etcd.quota_backend_bytes`).
+pub const ETCD_DB_QUOTA_BYTES: &str = "scheduler_etcd_db_quota_bytes";
+/// 1 while the audit log holds more records than `audit.max_records` (all younger than the
+/// retention, so kept), as this replica's last audit write found; else 0.
+pub const AUDIT_OVER_CAPACITY: &str = "scheduler_audit_over_capacity";
+/// Age of the oldest waiting execution, seconds. Labels: `queue`.
+pub const OLDEST_QUEUED_AGE_SECONDS: &str = "scheduler_oldest_queued_age_seconds";
+/// Failed calls to a backend. Labels: `backend` (`etcd`, `redis`).
+pub const BACKEND_ERRORS_TOTAL: &str = "scheduler_backend_errors_total";
+/// `/api/v1` requests refused before reaching a route. Labels: `reason` (one of
+/// the service's refusal reasons: `missing`, `invalid`, `forbidden`, `closed`).
+pub const API_AUTH_FAILURES_TOTAL: &str = "scheduler_api_auth_failures_total";
+/// Fires of tasks with `expect_success_within` not followed by a success in time. Labels:
+/// `reason` (one of [`ax_scheduler_core::deadline::MissReason::ALL`]).
+pub const DEADLINE_MISSES_TOTAL: &str = "scheduler_deadline_misses_total";
+/// Task states in doubt the leader repaired. Label: `how` (`history`, `lost`).
+pub const STATE_REPAIRS_TOTAL: &str = "scheduler_state_repairs_total";
+/// `how` of a state repaired from the end found in the execution history.
+pub const REPAIR_HISTORY: &str = "history";
+/// `how` of a state repaired as lost: no end anywhere, no work left in its queue.
+pub const REPAIR_LOST: &str = "lost";
+/// Alerts handed to a channel. Labels: `channel`, `outcome`.
+pub const ALERTS_TOTAL: &str = "scheduler_alerts_total";
+/// Always 1; the label carries the version.
+pub const BUILD_INFO: &str = "ax_build_info";
+
+/// Every fixed metric name.
+pub const ALL_NAMES: &[&str] = &[
+    TASKS_SCHEDULED_TOTAL,
+    TASKS_EXECUTED_TOTAL,
+    TASKS_FAILED_TOTAL,
+    TASKS_RETRIED_TOTAL,
+    DLQ_SIZE,
+    SCHEDULE_LATENCY_SECONDS,
+    CONCURRENCY_WAIT_SECONDS,
+    EXECUTION_DURATION_SECONDS,
+    QUEUE_DEPTH,
+    QUEUE_PAUSED,
+    ACTIVE_WORKERS,
+    WORKER_CONCURRENCY_LIMIT,
+    IS_LEADER,
+    LEADER_CHANGES_TOTAL,
+    INVALID_SPECS,
+    TASKS_PAUSED,
+    NAMESPACES_PAUSED,
+    TASKS_THROTTLED,
+    OLDEST_QUEUED_AGE_SECONDS,
+    UNSERVED_QUEUES,
+    ETCD_DB_BYTES,
+    ETCD_DB_QUOTA_BYTES,
+    BACKEND_ERRORS_TOTAL,
+    API_AUTH_FAILURES_TOTAL,
+    DEADLINE_MISSES_TOTAL,
+    STATE_REPAIRS_TOTAL,
+    ALERTS_TOTAL,
+    BUILD_INFO,
+];
+
+/// `outcome` of an execution that succeeded.
+pub const OUTCOME_SUCCESS: &str = "success";
+/// `outcome` of an execution that failed (error returned).
+pub const OUTCOME_FAILURE: &str = "failure";
+/// `outcome` of an execution stopped at its timeout.
+pub const OUTCOME_TIMEOUT: &str = "timeout";
+/// Execution outcomes, the values of the `outcome` label of executions.
+pub const EXECUTION_OUTCOMES: &[&str] = &[OUTCOME_SUCCESS, OUTCOME_FAILURE, OUTCOME_TIMEOUT];
+
+/// `outcome` of an alert delivered.
+pub const ALERT_SENT: &str = "sent";
+/// `outcome` of an alert whose delivery failed after retries.
+pub const ALERT_FAILED: &str = "failed";
+/// `outcome` of an alert suppressed as a duplicate or deferred by the rate limit.
+pub const ALERT_SUPPRESSED: &str = "suppressed";
+
+/// `backend` label value for etcd.
+pub const BACKEND_ETCD: &str = "etcd";
+/// `backend` label value for Redis.
+pub const BACKEND_REDIS: &str = "redis";
+
+/// Most distinct values of the `queue` label, and of the `handler` label, a replica exports.
+pub const MAX_LABEL_VALUES: usize = 100;
+/// The `queue` or `handler` value counting every value past [`MAX_LABEL_VALUES`].
+pub const OTHER_LABEL: &str = "other";
+
+/// Schedule latency buckets, 1 ms to 60 s.
+pub const SCHEDULE_LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+/// Concurrency wait buckets, 10 ms to 1 h: a limited execution waits for others to finish.
+pub const CONCURRENCY_WAIT_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+/// Execution duration buckets, 5 ms to 10 min.
+pub const EXECUTION_DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
