@@ -18,6 +18,10 @@
 //! [`Engine::restore`], the dispatcher planning the missed fires from the recorded states,
 //! and slow-starts at half the workers until it has caught up.
 //!
+//! A one-shot job not due within [`STAGING_WINDOW`](crate::staging::STAGING_WINDOW) is not
+//! a dispatcher task yet: it waits compactly in [`Staging`] and is made one, through the
+//! same path as a submit of a job due soon ([`submit`]), a window ahead of its instant.
+//!
 //! Everything here is synchronous and takes `now`: the driver and the attempts call in with
 //! the lock held for a few map operations and do the waiting outside it.
 
@@ -41,8 +45,11 @@ use tokio_util::sync::CancellationToken;
 use crate::dead::DeadLetter;
 use crate::error::{EmbeddedError, Result};
 use crate::job::{Handlers, JobContext, JobFn, JobId};
+use crate::staging::Staging;
 use crate::store::{Loaded, Op, StoreHandle, StoredAttempt};
 use crate::table::{JobTable, Running};
+
+mod submit;
 
 /// The namespace every job of a kernel lives in, as far as the dispatcher is concerned.
 pub(crate) const NAMESPACE: &str = "embedded";
@@ -105,6 +112,8 @@ pub(crate) struct Launch {
 pub(crate) struct Engine {
     dispatcher: Dispatcher,
     jobs: JobTable<JobEntry>,
+    /// One-shot jobs not due soon, not tasks yet (see [`crate::staging`]).
+    staging: Staging,
     idempotency: HashMap<String, JobId>,
     waiting: ReadyQueue<Attempt>,
     retries: TimerWheel<Attempt>,
@@ -133,6 +142,7 @@ impl Engine {
         Engine {
             waiting: ReadyQueue::new(config.ready.clone()),
             retries: TimerWheel::new(config.timer.clone(), now),
+            staging: Staging::new(config.timer.clone(), now),
             dispatcher: Dispatcher::new(config, now),
             jobs: JobTable::default(),
             idempotency: HashMap::new(),
@@ -205,6 +215,12 @@ impl Engine {
             running,
             dead,
         } = loaded;
+        // What ran or failed was a task: it goes back to the dispatcher whatever its instant.
+        let held: std::collections::HashSet<JobId> = running
+            .iter()
+            .map(|(id, _)| *id)
+            .chain(dead.iter().map(|d| d.job))
+            .collect();
         for (id, spec) in jobs {
             let run = handlers
                 .get(&spec.handler)
@@ -218,23 +234,22 @@ impl Engine {
             spec.id = Arc::clone(&key.id);
             spec.namespace = Arc::clone(&self.namespace);
             spec.intern(&mut self.interner);
-            let spec = Arc::new(spec);
             if let Some(k) = &spec.idempotency_key {
                 self.idempotency.insert(k.clone(), id);
             }
-            self.dispatcher
-                .upsert(Arc::clone(&key), Arc::clone(&spec), revision, state, now);
-            let entry = JobEntry {
-                key,
-                spec,
-                run,
-                revision,
-                epoch: 0,
-                active: 0,
-                running: Running::default(),
-                durable: true,
-            };
-            self.jobs.insert(id, entry);
+            // A job the dispatcher never held (no state recorded) and not due soon is staged
+            // again; anything it held goes back to it, to plan what was missed.
+            let fresh = state.is_none() && !held.contains(&id);
+            match self.staging.stages(&spec, now) {
+                Some(promote_at) if fresh => {
+                    self.staging
+                        .stage_durable(id, Arc::new(spec), run, promote_at);
+                }
+                _ => {
+                    let spec = Arc::new(spec);
+                    self.admit(id, key, spec, (run, true), (revision, state), now);
+                }
+            }
         }
         for (id, stored) in running {
             let Some(job) = self.jobs.get_mut(&id) else {
@@ -306,7 +321,7 @@ impl Engine {
     }
 
     /// A fresh id and the dispatcher key for it.
-    pub(crate) fn new_id(&mut self) -> (JobId, Arc<TaskKey>) {
+    fn new_id(&mut self) -> (JobId, Arc<TaskKey>) {
         self.next_id += 1;
         let id = JobId(self.next_id);
         (id, self.key_of(id))
@@ -317,54 +332,12 @@ impl Engine {
         Arc::new(TaskKey::new(namespace, id.0.to_string()))
     }
 
-    /// Adds a job whose spec was built and checked by the caller; a `durable` one is
-    /// queued for the store.
-    pub(crate) fn insert(
-        &mut self,
-        id: JobId,
-        key: Arc<TaskKey>,
-        spec: TaskSpec,
-        (run, durable): (Arc<JobFn>, bool),
-        now: UtcMillis,
-    ) {
-        let mut spec = spec;
-        spec.namespace = Arc::clone(&self.namespace);
-        spec.intern(&mut self.interner);
-        let spec = Arc::new(spec);
-        self.persist(durable, || Op::PutJob(id, Arc::clone(&spec)));
-        if let Some(k) = &spec.idempotency_key {
-            self.idempotency.insert(k.clone(), id);
-        }
-        self.dispatcher
-            .upsert(Arc::clone(&key), Arc::clone(&spec), 1, None, now);
-        let entry = JobEntry {
-            key,
-            spec,
-            run,
-            revision: 1,
-            epoch: 0,
-            active: 0,
-            running: Running::default(),
-            durable,
-        };
-        self.jobs.insert(id, entry);
-    }
-
-    /// Whether the driver is to be woken for the job just added at `key`: its first fire
-    /// comes before the driver's planned wakeup (or nothing tells when it comes). A submit
-    /// that does not move the wakeup leaves the driver asleep, so a burst of submits costs
-    /// no driver turn each.
-    pub(crate) fn wakes_driver(&self, key: &TaskKey) -> bool {
-        let first = self.dispatcher.state(key).and_then(|s| s.next_fire_at);
-        match (first, self.driver_wakes_at) {
-            (Some(first), Some(planned)) => first < planned,
-            _ => true,
-        }
-    }
-
     /// One turn of the driver at `now`: due retries and fires queued, attempts started up to
     /// the free workers. Returns what to spawn and when to come back.
     pub(crate) fn step(&mut self, now: UtcMillis) -> (Vec<Launch>, Option<UtcMillis>) {
+        for job in self.staging.due(now) {
+            self.promote(job, now);
+        }
         for (_, attempt) in self.retries.advance(now) {
             self.requeue_attempt(attempt, now);
         }
@@ -389,10 +362,14 @@ impl Engine {
             self.catching_up = false;
             tracing::info!("caught up after the restart: all workers run");
         }
-        let next = match (self.dispatcher.next_wakeup(now), self.retries.next_due()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let next = [
+            self.dispatcher.next_wakeup(now),
+            self.retries.next_due(),
+            self.staging.next_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         (launches, next)
     }
 
@@ -614,7 +591,7 @@ impl Engine {
     /// work is an attempt already running (see [`kill`](Self::kill)).
     pub(crate) fn cancel(&mut self, id: JobId, now: UtcMillis) -> bool {
         let Some(job) = self.jobs.get(&id) else {
-            return false;
+            return self.cancel_staged(id);
         };
         let state = self.dispatcher.state(&job.key);
         let to_come = job.spec.paused
@@ -630,7 +607,8 @@ impl Engine {
     }
 
     /// Stops the job's running attempts (they end killed, not retried); false if none runs.
-    pub(crate) fn kill(&mut self, id: JobId) -> bool {
+    pub(crate) fn kill(&mut self, id: JobId, now: UtcMillis) -> bool {
+        self.unstage(id, now);
         let Some(job) = self.jobs.get(&id) else {
             return false;
         };
@@ -640,6 +618,7 @@ impl Engine {
 
     /// Runs the job now, beside its schedule.
     pub(crate) fn trigger(&mut self, id: JobId, now: UtcMillis) -> bool {
+        self.unstage(id, now);
         let Some(job) = self.jobs.get(&id) else {
             return false;
         };
@@ -650,6 +629,7 @@ impl Engine {
     /// Pauses or resumes a job: its spec changes, as a task's does in the cluster, and the
     /// dispatcher re-arms it from `now`.
     pub(crate) fn set_paused(&mut self, id: JobId, paused: bool, now: UtcMillis) -> bool {
+        self.unstage(id, now);
         let Some(job) = self.jobs.get_mut(&id) else {
             return false;
         };
@@ -682,8 +662,11 @@ impl Engine {
         }
     }
 
+    /// A staged job is scheduled: its next fire is known and waits for its time.
     pub(crate) fn status(&self, id: JobId) -> Option<TaskStatus> {
-        let job = self.jobs.get(&id)?;
+        let Some(job) = self.jobs.get(&id) else {
+            return self.staging.contains(id).then_some(TaskStatus::Scheduled);
+        };
         self.dispatcher.state(&job.key).map(|s| s.status)
     }
 
@@ -715,7 +698,13 @@ impl Engine {
 
     /// Jobs known (scheduled, running, paused or dead-lettered).
     pub(crate) fn len(&self) -> usize {
-        self.jobs.len()
+        self.jobs.len() + self.staging.len()
+    }
+
+    /// Jobs staged, not tasks yet.
+    #[cfg(test)]
+    pub(crate) fn staged(&self) -> usize {
+        self.staging.len()
     }
 
     /// Attempts running now.
@@ -731,7 +720,6 @@ impl Engine {
     }
 }
 
-/// A spec as the store keeps it.
 /// The job a dispatcher key names.
 fn job_id(key: &TaskKey) -> Option<JobId> {
     key.id.parse().ok().map(JobId)

@@ -40,7 +40,9 @@ pub type JobFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Sen
 /// A job's body, shared by all its attempts.
 pub(crate) type JobFn = dyn Fn(JobContext) -> JobFuture + Send + Sync;
 
-/// A job's identity within its kernel, returned by every submit.
+/// A job's identity within its kernel, returned by every submit: unique for the kernel's
+/// life (and a persisted job's across restarts), not a count (a job staged in memory is
+/// named by where it is held, see `docs/embedded.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct JobId(pub(crate) u64);

@@ -285,10 +285,8 @@ impl Kernel {
             }
         }
         let durable = named && engine.has_store();
-        let (id, key) = engine.new_id();
-        let spec = spec_of(&key, schedule, payload, &job, now);
-        engine.insert(id, Arc::clone(&key), spec, (run, durable), now);
-        let wake = engine.wakes_driver(&key);
+        let spec = spec_of(schedule, payload, &job, now);
+        let (id, wake) = engine.submit(spec, (run, durable), now);
         let answer = if durable { engine.flush_acked() } else { None };
         drop(engine);
         if wake {
@@ -315,7 +313,8 @@ impl Kernel {
     /// Stops the job's running attempts: their token is cancelled and they are dropped;
     /// they end killed, with no retry. False if none was running.
     pub fn kill(&self, id: JobId) -> bool {
-        self.shared.lock().kill(id)
+        let now = self.now();
+        self.shared.lock().kill(id, now)
     }
 
     /// Runs the job now as an execution of its own; its schedule is not disturbed.
@@ -423,6 +422,12 @@ impl Kernel {
         }
     }
 
+    /// Jobs staged, not tasks yet.
+    #[cfg(test)]
+    pub(crate) fn staged(&self) -> usize {
+        self.shared.lock().staged()
+    }
+
     /// Runs `f` on the engine at the kernel's time and wakes the driver.
     fn control<T>(&self, f: impl FnOnce(&mut Engine, UtcMillis) -> T) -> T {
         let now = self.now();
@@ -462,20 +467,15 @@ fn schedule_of(when: When, now: UtcMillis) -> Result<Schedule> {
 }
 
 /// The cluster task spec of a job.
-fn spec_of(
-    key: &ax_scheduler_core::TaskKey,
-    schedule: Schedule,
-    payload: serde_json::Value,
-    job: &Job,
-    now: UtcMillis,
-) -> TaskSpec {
+fn spec_of(schedule: Schedule, payload: serde_json::Value, job: &Job, now: UtcMillis) -> TaskSpec {
     let o = &job.options;
     let handler: Arc<str> = match &job.body {
         Body::Named(name) => Arc::clone(name),
         Body::Closure(_) => Arc::from("closure"),
     };
     TaskSpec {
-        id: Arc::clone(&key.id),
+        // The engine names the job.
+        id: Arc::from(""),
         namespace: Arc::from(NAMESPACE),
         handler,
         schedule,

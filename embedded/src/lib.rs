@@ -88,6 +88,7 @@ mod error;
 mod job;
 mod kernel;
 mod run;
+mod staging;
 mod store;
 mod table;
 

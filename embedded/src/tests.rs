@@ -10,18 +10,18 @@ use ax_scheduler_core::{AttemptOutcome, HandlerError, OverlapPolicy, RetryPolicy
 use crate::{EmbeddedError, Job, JobContext, Kernel};
 
 /// What the jobs of a test saw: (label, attempt, fire_at, started at).
-type Log = Arc<Mutex<Vec<(String, u32, UtcMillis, UtcMillis)>>>;
+pub(crate) type Log = Arc<Mutex<Vec<(String, u32, UtcMillis, UtcMillis)>>>;
 
-fn log() -> Log {
+pub(crate) fn log() -> Log {
     Arc::new(Mutex::new(Vec::new()))
 }
 
-fn entries(log: &Log) -> Vec<(String, u32, UtcMillis, UtcMillis)> {
+pub(crate) fn entries(log: &Log) -> Vec<(String, u32, UtcMillis, UtcMillis)> {
     log.lock().expect("log").clone()
 }
 
 /// A job that records its start, then runs for `runs` and ends with `end`.
-fn recording(
+pub(crate) fn recording(
     kernel: &Kernel,
     log: &Log,
     label: &str,
@@ -40,18 +40,18 @@ fn recording(
     })
 }
 
-fn ok(_: &JobContext) -> Result<(), HandlerError> {
+pub(crate) fn ok(_: &JobContext) -> Result<(), HandlerError> {
     Ok(())
 }
 
-fn no_retry() -> RetryPolicy {
+pub(crate) fn no_retry() -> RetryPolicy {
     RetryPolicy {
         max_retries: 0,
         ..RetryPolicy::default()
     }
 }
 
-async fn sleep(ms: u64) {
+pub(crate) async fn sleep(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
 

@@ -119,6 +119,24 @@ pub struct TimerHandle {
     generation: u32,
 }
 
+impl TimerHandle {
+    /// The handle as one number, for a caller that names its timers by it (an id it hands
+    /// out); [`from_bits`](Self::from_bits) gives the handle back. The generation is the high
+    /// half.
+    pub fn to_bits(self) -> u64 {
+        u64::from(self.generation) << 32 | u64::from(self.index)
+    }
+
+    /// The handle [`to_bits`](Self::to_bits) made this number of. Any number is a handle: one
+    /// that no live timer has is stale, and operations on it are no-ops.
+    pub fn from_bits(bits: u64) -> Self {
+        TimerHandle {
+            index: bits as u32,
+            generation: (bits >> 32) as u32,
+        }
+    }
+}
+
 /// A hierarchical timing wheel with an overflow heap; see the [module notes](self).
 ///
 /// Guarantees: [`advance`](Self::advance) returns exactly the pending timers with
@@ -299,6 +317,22 @@ impl<T> TimerWheel<T> {
     /// many empty ticks lie between calls. A `now` earlier than a previous one is allowed and
     /// fires only what is due by it.
     pub fn advance_into(&mut self, now: UtcMillis, out: &mut Vec<(UtcMillis, T)>) {
+        self.advance_each(now, &mut |due, _, value| out.push((due, value)));
+    }
+
+    /// Like [`advance_into`](Self::advance_into), each timer with the handle it had, for a
+    /// caller that names its timers by their handles.
+    pub fn advance_handles_into(
+        &mut self,
+        now: UtcMillis,
+        out: &mut Vec<(UtcMillis, TimerHandle, T)>,
+    ) {
+        self.advance_each(now, &mut |due, handle, value| {
+            out.push((due, handle, value))
+        });
+    }
+
+    fn advance_each(&mut self, now: UtcMillis, out: &mut impl FnMut(UtcMillis, TimerHandle, T)) {
         let now_tick = self.tick_of(now.0);
         loop {
             match self.next_expiration() {
@@ -437,7 +471,7 @@ impl<T> TimerWheel<T> {
 
     /// Processes a whole slot that `advance` has reached: a level-0 slot fires, a higher one
     /// cascades its entries into lower levels.
-    fn process(&mut self, exp: Expiration, out: &mut Vec<(UtcMillis, T)>) {
+    fn process(&mut self, exp: Expiration, out: &mut impl FnMut(UtcMillis, TimerHandle, T)) {
         debug_assert!(exp.deadline >= self.elapsed);
         self.elapsed = exp.deadline;
         let loc = (u64::from(exp.level) << self.slot_bits | exp.slot) as usize;
@@ -464,7 +498,7 @@ impl<T> TimerWheel<T> {
     }
 
     /// Fires the entries of the current tick's slot that are due by `now_ms`; the rest wait.
-    fn fire_current(&mut self, now_ms: i64, out: &mut Vec<(UtcMillis, T)>) {
+    fn fire_current(&mut self, now_ms: i64, out: &mut impl FnMut(UtcMillis, TimerHandle, T)) {
         let slot = self.elapsed & self.slot_mask;
         if self.occupied[0] & (1 << slot) == 0 {
             return;
@@ -500,15 +534,19 @@ impl<T> TimerWheel<T> {
 
     /// Frees the entries collected in `scratch` and appends them to `out` in `(due, seq)`
     /// order.
-    fn emit(&mut self, out: &mut Vec<(UtcMillis, T)>) {
+    fn emit(&mut self, out: &mut impl FnMut(UtcMillis, TimerHandle, T)) {
         if self.scratch.len() > 1 {
             // `seq` is unique, so the order is total and an unstable sort is deterministic.
             self.scratch.sort_unstable();
         }
-        out.reserve(self.scratch.len());
         for &(due, _, idx) in &self.scratch {
+            let generation = self.slab.entries[idx as usize].generation;
             if let Some(value) = self.slab.free(idx) {
-                out.push((UtcMillis(due), value));
+                let handle = TimerHandle {
+                    index: idx,
+                    generation,
+                };
+                out(UtcMillis(due), handle, value);
             }
         }
         self.scratch.clear();

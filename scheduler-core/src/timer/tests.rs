@@ -125,6 +125,23 @@ fn cancel_returns_the_value_once_and_stale_handles_are_harmless() {
 }
 
 #[test]
+fn handles_come_out_with_their_timers_and_survive_as_numbers() {
+    let mut w = wheel();
+    let a = w.insert(at(30), 1);
+    w.cancel(a);
+    // Reuses a's entry under a new generation.
+    let b = w.insert(at(20), 2);
+    let c = w.insert(at(10_000_000), 3);
+    assert_ne!(a.to_bits(), b.to_bits());
+    assert_eq!(TimerHandle::from_bits(c.to_bits()), c);
+    assert_eq!(w.get(TimerHandle::from_bits(b.to_bits())), Some(&2));
+    assert_eq!(w.get(TimerHandle::from_bits(a.to_bits())), None);
+    let mut out = Vec::new();
+    w.advance_handles_into(at(20_000_000), &mut out);
+    assert_eq!(out, vec![(at(20), b, 2), (at(10_000_000), c, 3)]);
+}
+
+#[test]
 fn reschedule_moves_both_ways_and_counts_as_a_new_insertion() {
     let mut w = wheel();
     let a = w.insert(at(50), 1);
