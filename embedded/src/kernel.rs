@@ -249,7 +249,10 @@ impl Kernel {
                 let path = engine.store_path().unwrap_or_default();
                 Err(EmbeddedError::Store {
                     path,
-                    reason,
+                    reason: format!(
+                        "write failed, the job was not kept; submit it again once the store \
+                         can write (free space if its disk is full): {reason}"
+                    ),
                     retryable: true,
                 })
             }

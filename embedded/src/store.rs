@@ -200,9 +200,10 @@ impl StoreHandle {
     pub(crate) fn start(db: Database, path: &Path) -> Result<Self> {
         let (tx, rx) = mpsc::channel();
         let shown = path.to_path_buf();
+        let file = path.to_path_buf();
         let writer = std::thread::Builder::new()
             .name("ax-embedded-store".into())
-            .spawn(move || write_loop(&db, rx))
+            .spawn(move || write_loop(Some(db), &file, rx))
             .map_err(|e| store_error(&shown, true, format!("no writer thread: {e}")))?;
         Ok(StoreHandle {
             tx,
@@ -242,23 +243,93 @@ impl StoreHandle {
 
 /// The writer: everything waiting becomes one durable transaction, then its waiters are
 /// answered. Ends when the kernel closes its handle, and closes the file.
-fn write_loop(db: &Database, rx: mpsc::Receiver<Batch>) {
+///
+/// A write that fails (a full disk) fails every submit of its batch, and its changes are
+/// kept to be written first by the next transaction, so the file still receives every
+/// change in the engine's order: the failed submits' own deletions follow them. redb refuses
+/// every write after an I/O error until the file is opened again, so the writer drops the
+/// database and reopens it before its next transaction; once space is freed, writes succeed
+/// again without a restart.
+fn write_loop(mut db: Option<Database>, path: &Path, rx: mpsc::Receiver<Batch>) {
     let mut busy = false;
+    let mut retained: Vec<Op> = Vec::new();
     while let Ok(first) = rx.recv() {
         let (batches, count) = gather(&rx, first, busy);
-        let result = write(db, &batches).map_err(|e| e.to_string());
+        let result = commit(&mut db, path, &retained, &batches);
         if let Err(e) = &result {
-            tracing::error!(error = %e, changes = count, "store write failed");
+            tracing::error!(error = %e, changes = count + retained.len(), "store write failed");
+        }
+        let failed = result.is_err();
+        if !failed {
+            retained.clear();
         }
         let mut waiters = 0;
         for batch in batches {
+            if failed {
+                retained.extend(batch.ops);
+            }
             if let Some(ack) = batch.ack {
                 waiters += usize::from(!ack.is_closed());
                 let _ = ack.send(result.clone());
             }
         }
+        if failed {
+            compact(&mut retained);
+        }
         busy = waiters > 1;
     }
+}
+
+/// Writes `retained` then `batches` in one transaction, reopening the file first if the last
+/// write failed; a failure leaves it closed.
+fn commit(
+    db: &mut Option<Database>,
+    path: &Path,
+    retained: &[Op],
+    batches: &[Batch],
+) -> std::result::Result<(), String> {
+    if db.is_none() {
+        let reopened = Database::builder()
+            .create(path)
+            .map_err(|e| format!("reopening after a failed write: {e}"))?;
+        *db = Some(reopened);
+    }
+    let Some(open) = db.as_ref() else {
+        return Err("the store's file is closed".to_owned());
+    };
+    let result = write(open, retained, batches).map_err(|e| e.to_string());
+    if result.is_err() {
+        *db = None;
+    }
+    result
+}
+
+/// Drops the retained changes that a later deletion of their job makes moot, so that a long
+/// outage keeps one deletion per failed submit rather than its whole job.
+fn compact(retained: &mut Vec<Op>) {
+    let mut deleted = std::collections::HashSet::new();
+    let mut kept: Vec<Op> = Vec::with_capacity(retained.len());
+    for op in std::mem::take(retained).into_iter().rev() {
+        let job = match &op {
+            Op::DeleteJob(id) => {
+                if !deleted.insert(*id) {
+                    continue;
+                }
+                None
+            }
+            Op::PutJob(id, _)
+            | Op::PutState(id, _)
+            | Op::PutRunning(id, _)
+            | Op::DeleteRunning(id, _)
+            | Op::PutDead(id, _)
+            | Op::DeleteDead(id) => Some(*id),
+        };
+        if job.is_none_or(|id| !deleted.contains(&id)) {
+            kept.push(op);
+        }
+    }
+    kept.reverse();
+    *retained = kept;
 }
 
 /// The batches of one transaction: `first` and what follows it, up to [`MAX_BATCH`]
@@ -284,7 +355,11 @@ fn gather(rx: &mpsc::Receiver<Batch>, first: Batch, busy: bool) -> (Vec<Batch>, 
     (batches, count)
 }
 
-fn write(db: &Database, batches: &[Batch]) -> std::result::Result<(), redb::Error> {
+fn write(
+    db: &Database,
+    retained: &[Op],
+    batches: &[Batch],
+) -> std::result::Result<(), redb::Error> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
     {
@@ -293,7 +368,7 @@ fn write(db: &Database, batches: &[Batch]) -> std::result::Result<(), redb::Erro
         let mut running = txn.open_table(RUNNING)?;
         let mut dead = txn.open_table(DEAD)?;
         let mut buf = Vec::new();
-        for op in batches.iter().flat_map(|b| &b.ops) {
+        for op in retained.iter().chain(batches.iter().flat_map(|b| &b.ops)) {
             match op {
                 Op::PutJob(id, spec) => drop(jobs.insert(id.0, encode(&mut buf, &**spec))?),
                 Op::DeleteJob(id) => {
