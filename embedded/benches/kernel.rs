@@ -1,13 +1,20 @@
 //! The embedded kernel side by side with what a Rust program would otherwise use: a
-//! `tokio_util::time::DelayQueue` entry per job, and one `tokio::spawn` + `sleep` per job.
+//! `tokio_util::time::DelayQueue` entry per job, one `tokio::spawn` + `sleep` per job, and
+//! tokio-cron-scheduler 0.15.
 //!
 //! Measures, in one run: heap bytes per pending job (a counting global allocator,
 //! `stats_alloc`, net bytes after N jobs were scheduled an hour ahead), fires per second with
 //! N no-op jobs all due at the same instant (from that instant until the last one ran) and
 //! their lateness, the latency of a submit and of a cancel in memory, and submits per second
-//! into the durable store with many submits in flight. The two peers have no job semantics
-//! (no retry, timeout, cancel by id, dead letter): they are the floor, not rivals. Run with
-//! `cargo bench -p ax-embedded --bench kernel`; `AX_BENCH_JOBS` sets N (default 100 000).
+//! into the durable store with 64, 256 and 1 024 submitters in flight (each waits for its
+//! fsync, so 64 cap the rate near 64 per commit; a service placing orders has far more
+//! requests in flight). The first two peers have no job semantics (no retry, timeout, cancel
+//! by id, dead letter): they are the floor, not rivals. tokio-cron-scheduler is run with its
+//! default 200-slot channels and with channels as large as the job count, on 20 000 jobs at
+//! most (its adds are slow): heap per pending job, fires per second, jobs lost (its `add`
+//! returns `Ok` for jobs its full channels drop) and the earliest fire against the due
+//! instant. Run with `cargo bench -p ax-embedded --bench kernel`; `AX_BENCH_JOBS` sets N
+//! (default 100 000), `AX_BENCH_ONLY=memory,fires,latency,durable,cron` picks sections.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::alloc::System;
@@ -40,7 +47,6 @@ fn net_bytes(region: &Region<'_, System>) -> f64 {
 fn main() {
     let n = jobs();
     println!("{n} jobs");
-    // `AX_BENCH_ONLY=durable,cron` runs only the sections named.
     let only = std::env::var("AX_BENCH_ONLY").ok();
     let run = |section: &str| {
         only.as_deref()
@@ -57,6 +63,16 @@ fn main() {
     }
     if run("durable") {
         durable_sections(n);
+    }
+    if run("cron") {
+        // Its adds go through its actors one by one: fewer jobs keep the section short.
+        let m = 20_000.min(n);
+        for (name, channel) in [
+            ("defaults", None),
+            ("big_chan", Some(m.next_power_of_two())),
+        ] {
+            cron_scheduler(m, name, channel);
+        }
     }
 }
 
@@ -340,5 +356,95 @@ fn durable(n: usize, inflight: u64) {
             percentile(&lat, 0.99)
         );
         kernel.shutdown(Duration::ZERO).await;
+    });
+}
+
+/// A tokio-cron-scheduler with its default 200-slot channels, or with channels of `channel`
+/// slots (they are preallocated, so made before the count starts).
+async fn cron_sched(channel: Option<usize>) -> tokio_cron_scheduler::JobScheduler {
+    let sched = match channel {
+        None => tokio_cron_scheduler::JobScheduler::new().await,
+        Some(c) => tokio_cron_scheduler::JobScheduler::new_with_channel_size(c).await,
+    };
+    let sched = sched.unwrap();
+    sched.start().await.unwrap();
+    sched
+}
+
+/// tokio-cron-scheduler 0.15, the crate Rust users name for closures at a time: heap per
+/// one-shot job an hour ahead; then `m` one-shot jobs due at one instant, counting the fires
+/// (its `add` returns `Ok` for jobs its full channels dropped), the earliest one against
+/// the due instant, and fires per second from the first fire to the last.
+fn cron_scheduler(m: usize, name: &str, channel: Option<usize>) {
+    let rt = runtime();
+    rt.block_on(async {
+        let mut sched = cron_sched(channel).await;
+        let region = Region::new(GLOBAL);
+        for _ in 0..m {
+            let job = tokio_cron_scheduler::Job::new_one_shot(HOUR, |_, _| {}).unwrap();
+            sched.add(job).await.unwrap();
+        }
+        // Its actors take the jobs after `add` returned.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        println!(
+            "memory  cron/{name}   {:>6.0} B per pending job",
+            net_bytes(&region) / m as f64
+        );
+        sched.shutdown().await.unwrap();
+    });
+    drop(rt);
+    let rt = runtime();
+    rt.block_on(async {
+        let mut sched = cron_sched(channel).await;
+        let fired = Arc::new(AtomicU64::new(0));
+        let due = Instant::now() + Duration::from_millis(3000 + m as u64 / 10);
+        // Signed µs of each fire against `due`: the earliest and the latest.
+        let first = Arc::new(std::sync::atomic::AtomicI64::new(i64::MAX));
+        let last = Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN));
+        let mut refused = 0;
+        for _ in 0..m {
+            let (f, a, b) = (fired.clone(), first.clone(), last.clone());
+            let job = tokio_cron_scheduler::Job::new_one_shot_at_instant(due, move |_, _| {
+                let now = Instant::now();
+                let us = if now >= due {
+                    now.duration_since(due).as_micros() as i64
+                } else {
+                    -(due.duration_since(now).as_micros() as i64)
+                };
+                a.fetch_min(us, Ordering::Relaxed);
+                b.fetch_max(us, Ordering::Relaxed);
+                f.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+            refused += usize::from(sched.add(job).await.is_err());
+        }
+        assert!(
+            Instant::now() < due,
+            "adding took longer than the lead time"
+        );
+        // Fires come on its one-second grid, up to a second either side: wait until none
+        // came for two seconds after the due instant.
+        tokio::time::sleep_until((due + Duration::from_secs(1)).into()).await;
+        let mut seen = fired.load(Ordering::Relaxed);
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let now = fired.load(Ordering::Relaxed);
+            if now == seen || now == m as u64 {
+                break;
+            }
+            seen = now;
+        }
+        let count = fired.load(Ordering::Relaxed);
+        let (a, b) = (first.load(Ordering::Relaxed), last.load(Ordering::Relaxed));
+        let span = ((b - a).max(1) as f64) / 1e6;
+        println!(
+            "fires   cron/{name}   {:>9.0} fires/s, {} of {m} lost ({refused} refused by add), \
+             earliest {:+.0} ms, latest {:+.0} ms against the due instant",
+            count as f64 / span,
+            m as u64 - count,
+            a as f64 / 1000.0,
+            b as f64 / 1000.0
+        );
+        sched.shutdown().await.unwrap();
     });
 }
