@@ -45,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 use crate::dead::DeadLetter;
 use crate::error::{EmbeddedError, Result};
 use crate::job::{Handlers, JobContext, JobFn, JobId};
+use crate::metrics::Recorder;
 use crate::staging::Staging;
 use crate::store::{Loaded, Op, StoreHandle, StoredAttempt};
 use crate::table::{JobTable, Running};
@@ -69,6 +70,10 @@ pub(crate) struct Attempt {
     epoch: u64,
     /// Found running in the store by a restart.
     recovered: bool,
+    /// A run-now (`trigger`) execution: not a fire, so its start is not a fire's lateness.
+    run_now: bool,
+    /// When this attempt started (its duration's start).
+    started: UtcMillis,
 }
 
 impl Attempt {
@@ -135,6 +140,7 @@ pub(crate) struct Engine {
     /// One copy of the names every job shares (namespace, handler, queue, default retry).
     interner: Interner,
     namespace: Arc<str>,
+    metrics: Recorder,
 }
 
 impl Engine {
@@ -157,7 +163,21 @@ impl Engine {
             driver_wakes_at: None,
             interner: Interner::default(),
             namespace: Arc::from(NAMESPACE),
+            metrics: Recorder::none(),
         }
+    }
+
+    /// Records the kernel's metrics into `metrics` from now on.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn set_metrics(&mut self, metrics: Recorder) {
+        self.metrics = metrics;
+        self.report_gauges();
+    }
+
+    /// Sets the gauges: attempts running, the workers' limit now, dead letters held.
+    fn report_gauges(&self) {
+        self.metrics
+            .gauges(self.running, self.worker_limit(), self.dead.len());
     }
 
     /// Persists this engine's durable jobs to `store` from now on.
@@ -264,6 +284,8 @@ impl Engine {
                 first_started: stored.first_started,
                 epoch: 0,
                 recovered: stored.retry_at.is_none(),
+                run_now: false,
+                started: now,
             };
             match stored.retry_at {
                 Some(due) => drop(self.retries.insert(due, attempt)),
@@ -301,6 +323,8 @@ impl Engine {
                 first_started: None,
                 epoch: 0,
                 recovered: true,
+                run_now: false,
+                started: now,
             };
             self.waiting.push(attempt, job.spec.priority, now);
         }
@@ -362,6 +386,7 @@ impl Engine {
             self.catching_up = false;
             tracing::info!("caught up after the restart: all workers run");
         }
+        self.report_gauges();
         let next = [
             self.dispatcher.next_wakeup(now),
             self.retries.next_due(),
@@ -417,12 +442,15 @@ impl Engine {
             first_started: None,
             epoch: job.epoch,
             recovered: false,
+            run_now: d.run_now.is_some(),
+            started: now,
         };
         // In flight from here: the dispatcher counts the fire as sent, so the store must
         // hold the execution until it ends, whether or not a worker took it yet.
         if job.durable && self.store.is_some() {
             self.outbox.push(Op::PutRunning(id, attempt.stored(None)));
         }
+        self.metrics.scheduled(&job.spec.queue);
         self.waiting.push(attempt, job.spec.priority, now);
         self.dispatcher
             .on_enqueued(d, EnqueueOutcome::Enqueued, now);
@@ -444,6 +472,11 @@ impl Engine {
             return None;
         }
         attempt.first_started.get_or_insert(now);
+        attempt.started = now;
+        if attempt.attempt == 0 && !attempt.run_now && !attempt.recovered {
+            self.metrics
+                .started_late(&job.spec.queue, now.0 - attempt.fire_at.0);
+        }
         let kill = CancellationToken::new();
         job.running.insert(attempt.execution, kill.clone());
         self.running += 1;
@@ -536,7 +569,13 @@ impl Engine {
                 }
             }
         }
+        if let Some(job) = self.jobs.get(&attempt.job) {
+            let ran_ms = now.0 - attempt.started.0;
+            self.metrics
+                .attempt(&job.spec.queue, &job.spec.handler, &end, ran_ms);
+        }
         self.end_execution(&attempt, end, now);
+        self.report_gauges();
     }
 
     /// Reports an attempt's end; the last one of an execution frees its job's overlap, and
@@ -584,7 +623,9 @@ impl Engine {
         if let Some(k) = &job.spec.idempotency_key {
             self.idempotency.remove(k);
         }
-        self.dead.remove(&id);
+        if self.dead.remove(&id).is_some() {
+            self.report_gauges();
+        }
     }
 
     /// Forgets a job so that nothing more of it starts; false if it is unknown or its only
@@ -681,7 +722,9 @@ impl Engine {
         }
         let durable = self.jobs.get(&id).is_some_and(|j| j.durable);
         self.persist(durable, || Op::DeleteDead(id));
-        self.trigger(id, now)
+        let triggered = self.trigger(id, now);
+        self.report_gauges();
+        triggered
     }
 
     /// Drops every dead letter, and the one-shot jobs kept only for them.
@@ -693,6 +736,7 @@ impl Engine {
             self.persist(durable, || Op::DeleteDead(*id));
             self.forget_if_done(*id, now);
         }
+        self.report_gauges();
         ids.len()
     }
 

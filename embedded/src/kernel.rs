@@ -32,6 +32,8 @@ use crate::store::{self, StoreHandle};
 
 /// Default number of attempts that run at once.
 pub const DEFAULT_WORKERS: usize = 5;
+/// The `handler` of a closure job, in its spec and in its metrics' labels.
+const CLOSURE_HANDLER: &str = "closure";
 /// Default timer tick: the cluster's, the precision a fire is due to.
 pub const DEFAULT_TICK: Duration = Duration::from_millis(10);
 
@@ -43,6 +45,8 @@ pub struct KernelBuilder {
     dispatcher: DispatcherConfig,
     store: Option<PathBuf>,
     handlers: Handlers,
+    #[cfg(feature = "metrics")]
+    registry: Option<prometheus::Registry>,
 }
 
 impl std::fmt::Debug for KernelBuilder {
@@ -90,6 +94,31 @@ impl KernelBuilder {
         self
     }
 
+    /// Exports the kernel's metrics on `registry`, under the cluster's names and help texts
+    /// (docs/metrics.md): fires dispatched (`scheduler_tasks_scheduled_total`), their
+    /// lateness (`scheduler_schedule_latency_seconds`), attempts by outcome, failures,
+    /// retries and durations, attempts running, the workers' limit and the dead letters.
+    /// The one `queue` is `default`; `handler` is a named job's handler, or `closure`.
+    /// A registry that already holds these families (another kernel's, an ax service's)
+    /// makes [`KernelBuilder::build`] fail.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ax_embedded::EmbeddedError> {
+    /// let registry = prometheus::Registry::new();
+    /// let kernel = ax_embedded::Kernel::builder().metrics(&registry).build()?;
+    /// let names: Vec<String> = registry.gather().iter().map(|f| f.name().to_owned()).collect();
+    /// assert!(names.iter().any(|n| n == "scheduler_tasks_executed_total"));
+    /// # kernel.shutdown(std::time::Duration::from_secs(1)).await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn metrics(mut self, registry: &prometheus::Registry) -> Self {
+        self.registry = Some(registry.clone());
+        self
+    }
+
     /// Registers the handler that runs jobs made with [`Job::named`]`(name)`: an async
     /// function of a [`handler::Job<T>`](crate::handler::Job) (its payload decoded as a `T`;
     /// one that does not decode fails the attempt for good), or any [`Handler`](crate::Handler), the trait a
@@ -128,6 +157,13 @@ impl KernelBuilder {
         // Without a store no state is kept anywhere: the dispatcher need not record writes.
         config.write_states = self.store.is_some();
         let mut engine = Engine::new(config, self.workers, now);
+        #[cfg(feature = "metrics")]
+        if let Some(registry) = &self.registry {
+            engine.set_metrics(crate::metrics::Recorder(Some(register_metrics(
+                registry,
+                &self.handlers,
+            )?)));
+        }
         if let Some(path) = &self.store {
             let (db, loaded) = store::open(path)?;
             engine.restore(loaded, &self.handlers, now)?;
@@ -196,6 +232,8 @@ impl Kernel {
             dispatcher: DispatcherConfig::default(),
             store: None,
             handlers: Handlers::new(),
+            #[cfg(feature = "metrics")]
+            registry: None,
         }
     }
 
@@ -469,12 +507,28 @@ fn schedule_of(when: When, now: UtcMillis) -> Result<Schedule> {
     Ok(schedule)
 }
 
+/// The kernel's metric families on `registry`, their series at zero for every handler.
+#[cfg(feature = "metrics")]
+fn register_metrics(
+    registry: &prometheus::Registry,
+    handlers: &Handlers,
+) -> Result<crate::metrics::KernelMetrics> {
+    let mut names: Vec<&str> = handlers.keys().map(|k| &**k).collect();
+    names.push(CLOSURE_HANDLER);
+    crate::metrics::KernelMetrics::register(registry, DEFAULT_QUEUE, &names).map_err(|e| {
+        EmbeddedError::invalid(
+            "metrics",
+            format!("the registry refused the kernel's families ({e}): it may hold another kernel's or an ax service's"),
+        )
+    })
+}
+
 /// The cluster task spec of a job.
 fn spec_of(schedule: Schedule, payload: serde_json::Value, job: &Job, now: UtcMillis) -> TaskSpec {
     let o = &job.options;
     let handler: Arc<str> = match &job.body {
         Body::Named(name) => Arc::clone(name),
-        Body::Closure(_) => Arc::from("closure"),
+        Body::Closure(_) => Arc::from(CLOSURE_HANDLER),
     };
     TaskSpec {
         // The engine names the job.

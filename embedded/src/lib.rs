@@ -87,6 +87,7 @@ mod engine;
 mod error;
 mod job;
 mod kernel;
+mod metrics;
 mod run;
 mod staging;
 mod store;

@@ -1,0 +1,197 @@
+//! The kernel's Prometheus metrics on paused time: the cluster's families, counting what the
+//! cluster's workers count, on the registry the program passed in.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ax_embedded::{EmbeddedError, HandlerError, Job, Kernel, RetryPolicy};
+use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::Registry;
+
+/// The value of every series of `name`, by its labels joined as `k=v,k=v`.
+fn series(registry: &Registry, name: &str) -> HashMap<String, f64> {
+    let families: Vec<MetricFamily> = registry.gather();
+    let family = families
+        .iter()
+        .find(|f| f.name() == name)
+        .unwrap_or_else(|| panic!("{name} is not registered"));
+    family
+        .get_metric()
+        .iter()
+        .map(|m| {
+            let labels: Vec<String> = m
+                .get_label()
+                .iter()
+                .map(|l| format!("{}={}", l.name(), l.value()))
+                .collect();
+            let value = match family.get_field_type() {
+                MetricType::COUNTER => m.get_counter().get_value(),
+                MetricType::GAUGE => m.get_gauge().get_value(),
+                _ => m.get_histogram().get_sample_count() as f64,
+            };
+            (labels.join(","), value)
+        })
+        .collect()
+}
+
+fn value(registry: &Registry, name: &str, labels: &str) -> f64 {
+    series(registry, name).get(labels).copied().unwrap_or(0.0)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_kernel_counts_fires_attempts_retries_and_dead_letters() {
+    let registry = Registry::new();
+    let kernel = Kernel::builder()
+        .metrics(&registry)
+        .handler("greet", |_job: ax_embedded::handler::Job<String>| async {
+            Ok::<(), HandlerError>(())
+        })
+        .build()
+        .expect("kernel");
+    // Series exist at zero from the start, so `rate()` sees the first increment.
+    let ok = "handler=closure,outcome=success,queue=default";
+    assert_eq!(
+        series(&registry, "scheduler_tasks_executed_total").get(ok),
+        Some(&0.0)
+    );
+
+    for _ in 0..3 {
+        kernel
+            .after(Duration::from_secs(5), Job::new(|_| async { Ok(()) }))
+            .expect("after");
+    }
+    kernel
+        .after(
+            Duration::from_secs(5),
+            Job::named("greet").payload(&"ada".to_owned()),
+        )
+        .expect("named");
+    let retry = RetryPolicy {
+        max_retries: 1,
+        initial_interval: Duration::from_secs(1),
+        max_interval: Duration::from_secs(1),
+        multiplier: 1.0,
+        jitter: 0.0,
+        max_elapsed: None,
+    };
+    kernel
+        .after(
+            Duration::from_secs(5),
+            Job::new(|_| async { Err(HandlerError::Retryable("busy".into())) }).retry(retry),
+        )
+        .expect("failing");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+
+    let q = "queue=default";
+    assert_eq!(value(&registry, "scheduler_tasks_scheduled_total", q), 5.0);
+    assert_eq!(value(&registry, "scheduler_tasks_executed_total", ok), 3.0);
+    let named = "handler=greet,outcome=success,queue=default";
+    assert_eq!(
+        value(&registry, "scheduler_tasks_executed_total", named),
+        1.0
+    );
+    let failed = "handler=closure,outcome=failure,queue=default";
+    assert_eq!(
+        value(&registry, "scheduler_tasks_executed_total", failed),
+        2.0
+    );
+    let closure = "handler=closure,queue=default";
+    assert_eq!(
+        value(&registry, "scheduler_tasks_failed_total", closure),
+        2.0
+    );
+    assert_eq!(
+        value(&registry, "scheduler_tasks_retried_total", closure),
+        1.0
+    );
+    // One lateness per fire's first start, none for the retry.
+    assert_eq!(
+        value(&registry, "scheduler_schedule_latency_seconds", q),
+        5.0
+    );
+    assert_eq!(
+        value(&registry, "scheduler_execution_duration_seconds", ok),
+        3.0
+    );
+    assert_eq!(value(&registry, "scheduler_dlq_size", ""), 1.0);
+    assert_eq!(value(&registry, "scheduler_active_workers", ""), 0.0);
+    assert_eq!(
+        value(&registry, "scheduler_worker_concurrency_limit", ""),
+        5.0
+    );
+
+    assert_eq!(kernel.purge_dead_letters(), 1);
+    assert_eq!(value(&registry, "scheduler_dlq_size", ""), 0.0);
+    kernel.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_running_attempt_shows_in_the_active_gauge() {
+    let registry = Registry::new();
+    let kernel = Kernel::builder()
+        .metrics(&registry)
+        .build()
+        .expect("kernel");
+    kernel
+        .after(
+            Duration::ZERO,
+            Job::new(|_| async {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                Ok(())
+            }),
+        )
+        .expect("after");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(value(&registry, "scheduler_active_workers", ""), 1.0);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(value(&registry, "scheduler_active_workers", ""), 0.0);
+    let ok = "handler=closure,outcome=success,queue=default";
+    let durations = series(&registry, "scheduler_execution_duration_seconds");
+    assert_eq!(durations.get(ok), Some(&1.0));
+    kernel.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_registry_that_holds_the_families_is_refused_at_build() {
+    let registry = Registry::new();
+    let first = Kernel::builder().metrics(&registry).build().expect("first");
+    let err = Kernel::builder()
+        .metrics(&registry)
+        .build()
+        .expect_err("a second kernel on the same registry");
+    assert!(
+        matches!(
+            err,
+            EmbeddedError::Invalid {
+                field: "metrics",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(!err.is_retryable());
+    first.shutdown(Duration::from_secs(1)).await;
+}
+
+/// Every family the kernel exports is one the cluster documents, under the same name.
+#[tokio::test(start_paused = true)]
+async fn every_family_is_a_documented_cluster_family() {
+    let registry = Registry::new();
+    let kernel = Kernel::builder()
+        .metrics(&registry)
+        .build()
+        .expect("kernel");
+    let doc = include_str!("../../docs/metrics.md");
+    let families = registry.gather();
+    assert!(families.len() >= 9, "{}", families.len());
+    for family in &families {
+        let row = format!("| `{}` |", family.name());
+        assert!(
+            doc.contains(&row),
+            "{} has no row in docs/metrics.md",
+            family.name()
+        );
+    }
+    kernel.shutdown(Duration::from_secs(1)).await;
+}
