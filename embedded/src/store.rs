@@ -44,7 +44,8 @@ const MAX_BATCH: usize = 16_384;
 /// How long a busy writer waits for more changes before it commits. The submitters it just
 /// answered come back within microseconds; without the wait, a writer taking only what is
 /// already queued splits them into two alternating half batches, each paying a whole
-/// fsync. An idle writer (the last batch had one waiter or none) commits at once.
+/// fsync. It stops waiting as soon as as many submits as it last answered are in; an idle
+/// writer (the last batch had one waiter or none) commits at once.
 const LINGER: Duration = Duration::from_micros(200);
 
 /// An execution in flight as stored: its next attempt, and when it is due if it waits for a
@@ -201,9 +202,10 @@ impl StoreHandle {
         let (tx, rx) = mpsc::channel();
         let shown = path.to_path_buf();
         let file = path.to_path_buf();
+        let runtime = tokio::runtime::Handle::try_current().ok();
         let writer = std::thread::Builder::new()
             .name("ax-embedded-store".into())
-            .spawn(move || write_loop(Some(db), &file, rx))
+            .spawn(move || write_loop(Some(db), &file, rx, runtime.as_ref()))
             .map_err(|e| store_error(&shown, true, format!("no writer thread: {e}")))?;
         Ok(StoreHandle {
             tx,
@@ -250,11 +252,16 @@ impl StoreHandle {
 /// every write after an I/O error until the file is opened again, so the writer drops the
 /// database and reopens it before its next transaction; once space is freed, writes succeed
 /// again without a restart.
-fn write_loop(mut db: Option<Database>, path: &Path, rx: mpsc::Receiver<Batch>) {
-    let mut busy = false;
+fn write_loop(
+    mut db: Option<Database>,
+    path: &Path,
+    rx: mpsc::Receiver<Batch>,
+    runtime: Option<&tokio::runtime::Handle>,
+) {
+    let mut expect = 0;
     let mut retained: Vec<Op> = Vec::new();
     while let Ok(first) = rx.recv() {
-        let (batches, count) = gather(&rx, first, busy);
+        let (batches, count) = gather(&rx, first, expect);
         let result = commit(&mut db, path, &retained, &batches);
         if let Err(e) = &result {
             tracing::error!(error = %e, changes = count + retained.len(), "store write failed");
@@ -263,20 +270,38 @@ fn write_loop(mut db: Option<Database>, path: &Path, rx: mpsc::Receiver<Batch>) 
         if !failed {
             retained.clear();
         }
-        let mut waiters = 0;
+        let mut acks = Vec::with_capacity(batches.len());
         for batch in batches {
             if failed {
                 retained.extend(batch.ops);
             }
-            if let Some(ack) = batch.ack {
-                waiters += usize::from(!ack.is_closed());
-                let _ = ack.send(result.clone());
-            }
+            acks.extend(batch.ack.filter(|a| !a.is_closed()));
         }
         if failed {
             compact(&mut retained);
         }
-        busy = waiters > 1;
+        expect = if acks.len() > 1 { acks.len() } else { 0 };
+        answer(acks, result, runtime);
+    }
+}
+
+/// Answers the submits of a batch. Many at once are answered from a task on the kernel's
+/// runtime: a worker wakes tasks of its own runtime through its local queue, where this
+/// thread would wake each one through the runtime's shared queue and its lock, which costs
+/// more than the batch's write.
+fn answer(
+    acks: Vec<oneshot::Sender<Result<(), String>>>,
+    result: std::result::Result<(), String>,
+    runtime: Option<&tokio::runtime::Handle>,
+) {
+    let send = move || {
+        for ack in acks {
+            let _ = ack.send(result.clone());
+        }
+    };
+    match runtime {
+        Some(rt) => drop(rt.spawn(async move { send() })),
+        None => send(),
     }
 }
 
@@ -333,16 +358,19 @@ fn compact(retained: &mut Vec<Op>) {
 }
 
 /// The batches of one transaction: `first` and what follows it, up to [`MAX_BATCH`]
-/// changes; a `busy` writer lingers up to [`LINGER`] for more. Returns them and their
+/// changes; lingers up to [`LINGER`] for `expect` submits to be in. Returns them and their
 /// number of changes.
-fn gather(rx: &mpsc::Receiver<Batch>, first: Batch, busy: bool) -> (Vec<Batch>, usize) {
-    let deadline = busy.then(|| Instant::now() + LINGER);
+fn gather(rx: &mpsc::Receiver<Batch>, first: Batch, expect: usize) -> (Vec<Batch>, usize) {
+    let deadline = (expect > 0).then(|| Instant::now() + LINGER);
+    let waits = |b: &Batch| usize::from(b.ack.as_ref().is_some_and(|a| !a.is_closed()));
     let mut count = first.ops.len();
+    let mut waiters = waits(&first);
     let mut batches = vec![first];
     while count < MAX_BATCH {
-        let left = deadline.map_or(Duration::ZERO, |d| {
-            d.saturating_duration_since(Instant::now())
-        });
+        let left = match deadline {
+            Some(d) if waiters < expect => d.saturating_duration_since(Instant::now()),
+            _ => Duration::ZERO,
+        };
         let next = if left.is_zero() {
             rx.try_recv().ok()
         } else {
@@ -350,6 +378,7 @@ fn gather(rx: &mpsc::Receiver<Batch>, first: Batch, busy: bool) -> (Vec<Batch>, 
         };
         let Some(batch) = next else { break };
         count += batch.ops.len();
+        waiters += waits(&batch);
         batches.push(batch);
     }
     (batches, count)
