@@ -368,7 +368,7 @@ impl Engine {
         for dispatch in self.dispatcher.poll(now) {
             self.enqueue(&dispatch, now);
         }
-        log_notices(self.dispatcher.take_notices());
+        log_notices(self.dispatcher.take_notices(), &self.metrics);
         if self.store.is_some() {
             let writes = self.dispatcher.take_state_writes(UtcMillis::MAX);
             self.persist_states(writes);
@@ -770,10 +770,23 @@ fn job_id(key: &TaskKey) -> Option<JobId> {
 }
 
 /// Logs what the dispatcher noticed: the cluster alerts on these, a library logs them.
-fn log_notices(notices: Vec<Notice>) {
+fn log_notices(notices: Vec<Notice>, metrics: &Recorder) {
     for notice in notices {
         match notice {
             Notice::AttemptFailed { .. } => {}
+            Notice::DeadlineMissed { key, within, miss } => {
+                let reason = miss.reason.as_str();
+                metrics.deadline_missed(reason, miss.missed);
+                tracing::error!(
+                    task_id = %key,
+                    fire_at = %miss.first_fire,
+                    within_ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX),
+                    missed = miss.missed,
+                    reason,
+                    detail = %miss.reason,
+                    "deadline missed: no success within the window after the fire"
+                );
+            }
             Notice::Misfired {
                 key,
                 missed,

@@ -233,6 +233,8 @@ pub(crate) struct JobOptions {
     pub(crate) idempotency_key: Option<String>,
     pub(crate) overlap: OverlapPolicy,
     pub(crate) misfire: MisfirePolicy,
+    /// Every fire is to be followed by a success within this (`expect_success_within`).
+    pub(crate) deadline: Option<Duration>,
     /// The payload, or why it did not serialize (reported at submit).
     pub(crate) payload: Result<serde_json::Value, String>,
 }
@@ -314,6 +316,17 @@ impl Job {
         self
     }
 
+    /// Promises that every fire is followed by a successful attempt within `within` (the
+    /// cluster's `expect_success_within`): a fire whose window passes without one (its
+    /// attempts failing, still running, held behind a previous run, or never fired) is
+    /// logged as an error with the reason and counted in
+    /// `scheduler_deadline_misses_total{reason}`, once per missed fire. A success after
+    /// the fire meets it, whichever attempt or fire it was.
+    pub fn deadline(mut self, within: Duration) -> Self {
+        self.options.deadline = Some(within);
+        self
+    }
+
     /// Data the job reads with [`JobContext::payload`]; at most 32 KiB as JSON.
     pub fn payload(mut self, payload: &impl Serialize) -> Self {
         self.options.payload = serde_json::to_value(payload).map_err(|e| e.to_string());
@@ -330,6 +343,7 @@ impl Default for JobOptions {
             idempotency_key: None,
             overlap: OverlapPolicy::default(),
             misfire: MisfirePolicy::default(),
+            deadline: None,
             payload: Ok(serde_json::Value::Null),
         }
     }
@@ -348,6 +362,9 @@ impl JobOptions {
             return Err(EmbeddedError::invalid("timeout", "must be at least 1ms"));
         }
         check_retry(&self.retry)?;
+        if self.deadline.is_some_and(|d| d < Duration::from_millis(1)) {
+            return Err(EmbeddedError::invalid("deadline", "must be at least 1ms"));
+        }
         if let Some(key) = &self.idempotency_key {
             if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN {
                 return Err(EmbeddedError::invalid(

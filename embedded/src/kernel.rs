@@ -550,7 +550,7 @@ fn spec_of(schedule: Schedule, payload: serde_json::Value, job: &Job, now: UtcMi
         paused: false,
         fanout: None,
         depends_on: Vec::new(),
-        expect_success_within: None,
+        expect_success_within: o.deadline,
         labels: BTreeMap::new(),
         version: DEFAULT_VERSION,
         created_at: Some(now),

@@ -10,15 +10,18 @@
 
 #[cfg(feature = "metrics")]
 mod on {
-    use ax_metrics::{families::dead_letter_family, ExecutionMetrics};
+    use ax_metrics::families::{dead_letter_family, deadline_miss_family};
+    use ax_metrics::ExecutionMetrics;
+    use ax_scheduler_core::deadline::MissReason;
     use ax_scheduler_core::AttemptEnd;
-    use prometheus::{IntGauge, Registry};
+    use prometheus::{IntCounterVec, IntGauge, Registry};
 
     /// The families a kernel exports.
     #[derive(Clone, Debug)]
     pub(crate) struct KernelMetrics {
         execution: ExecutionMetrics,
         dead_letters: IntGauge,
+        deadline_misses: IntCounterVec,
     }
 
     impl KernelMetrics {
@@ -31,9 +34,14 @@ mod on {
         ) -> Result<Self, prometheus::Error> {
             let execution = ExecutionMetrics::register(registry)?;
             execution.touch(queue, handlers);
+            let deadline_misses = deadline_miss_family(registry)?;
+            for reason in MissReason::ALL {
+                deadline_misses.with_label_values(&[reason]);
+            }
             Ok(KernelMetrics {
                 execution,
                 dead_letters: dead_letter_family(registry)?,
+                deadline_misses,
             })
         }
 
@@ -49,6 +57,12 @@ mod on {
         pub(crate) fn attempt(&self, queue: &str, handler: &str, end: &AttemptEnd, ms: i64) {
             let seconds = ms.max(0) as f64 / 1000.0;
             self.execution.record_attempt(queue, handler, end, seconds);
+        }
+
+        pub(crate) fn deadline_missed(&self, reason: &str, missed: u64) {
+            self.deadline_misses
+                .with_label_values(&[reason])
+                .inc_by(missed);
         }
 
         pub(crate) fn gauges(&self, running: usize, limit: usize, dead: usize) {
@@ -87,6 +101,12 @@ mod on {
             }
         }
 
+        pub(crate) fn deadline_missed(&self, reason: &str, missed: u64) {
+            if let Some(m) = &self.0 {
+                m.deadline_missed(reason, missed);
+            }
+        }
+
         pub(crate) fn gauges(&self, running: usize, limit: usize, dead: usize) {
             if let Some(m) = &self.0 {
                 m.gauges(running, limit, dead);
@@ -120,6 +140,7 @@ mod off {
         pub(crate) fn scheduled(&self, _queue: &str) {}
         pub(crate) fn started_late(&self, _queue: &str, _lateness_ms: i64) {}
         pub(crate) fn attempt(&self, _queue: &str, _handler: &str, _end: &AttemptEnd, _ms: i64) {}
+        pub(crate) fn deadline_missed(&self, _reason: &str, _missed: u64) {}
         pub(crate) fn gauges(&self, _running: usize, _limit: usize, _dead: usize) {}
     }
 }

@@ -4,7 +4,7 @@
 //! The groups keep each registration next to its relatives, so that the names, help texts
 //! and labels of one part read together. The service registers every group; the embedded
 //! kernel registers the ones it has a meaning for ([`FireFamilies`], [`WorkerFamilies`],
-//! [`dead_letter_family`]), on a registry its user passes in. docs/metrics.md describes
+//! [`dead_letter_family`], [`deadline_miss_family`]), on a registry its user passes in. docs/metrics.md describes
 //! each family, and a test of the service holds each HELP text to its row there.
 
 use prometheus::{
@@ -142,12 +142,7 @@ impl SchedulerFamilies {
                     "Queues tasks use where executions wait and no worker serves them (leader only: take the max over replicas).",
                 )?,
             )?,
-            deadline_misses_total: counter_vec(
-                registry,
-                DEADLINE_MISSES_TOTAL,
-                "Fires of tasks with `expect_success_within` not followed by a success in time (leader only: sum over replicas).",
-                &["reason"],
-            )?,
+            deadline_misses_total: deadline_miss_family(registry)?,
             state_repairs_total: counter_vec(
                 registry,
                 STATE_REPAIRS_TOTAL,
@@ -269,6 +264,17 @@ impl QueueFamilies {
             )?,
         })
     }
+}
+
+/// `scheduler_deadline_misses_total`: fires of tasks with `expect_success_within` not
+/// followed by a success in time, by `reason`.
+pub fn deadline_miss_family(registry: &Registry) -> Result<IntCounterVec, prometheus::Error> {
+    counter_vec(
+        registry,
+        DEADLINE_MISSES_TOTAL,
+        "Fires of tasks with `expect_success_within` not followed by a success in time (leader only: sum over replicas).",
+        &["reason"],
+    )
 }
 
 /// `scheduler_dlq_size`: the executions dead-lettered.
