@@ -23,9 +23,7 @@ use ax_metrics::families::{
 };
 use ax_metrics::ExecutionMetrics;
 use ax_scheduler_core::AttemptEnd;
-use prometheus::{
-    Encoder, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry, TextEncoder,
-};
+use prometheus::{Encoder, IntCounterVec, IntGauge, Registry, TextEncoder};
 
 pub use ax_metrics::metric_outcome;
 pub use ax_metrics::names::*;
@@ -39,54 +37,16 @@ pub struct Metrics {
     registry: Registry,
     /// The fires and executions, as the embedded kernel records them too.
     pub execution: ExecutionMetrics,
+    /// Leadership and what the leader holds.
+    pub scheduler: SchedulerFamilies,
+    /// The shared queue state in Redis.
+    pub queues: QueueFamilies,
+    /// The replica itself and its backends.
+    pub process: ProcessFamilies,
     /// [`DLQ_SIZE`].
     pub dlq_size: IntGauge,
-    /// [`QUEUE_DEPTH`] by `queue`.
-    pub queue_depth: IntGaugeVec,
-    /// [`QUEUE_PAUSED`] by `queue`.
-    pub queue_paused: IntGaugeVec,
-    /// [`IS_LEADER`].
-    pub is_leader: IntGauge,
-    /// [`LEADER_CHANGES_TOTAL`].
-    pub leader_changes_total: IntCounter,
-    /// [`SHARDS_OWNED`].
-    pub shards_owned: IntGauge,
-    /// [`SHARDS`].
-    pub shards: IntGauge,
-    /// [`INVALID_SPECS`].
-    pub invalid_specs: IntGauge,
-    /// [`TASKS_PAUSED`].
-    pub tasks_paused: IntGauge,
-    /// [`NAMESPACES_PAUSED`].
-    pub namespaces_paused: IntGauge,
-    /// [`TASKS_THROTTLED`].
-    pub tasks_throttled: IntGauge,
-    /// [`UNDECODABLE_STATES`].
-    pub undecodable_states: IntGauge,
-    /// [`REDIS_CONFIG_WARNINGS`].
-    pub redis_config_warnings: IntGauge,
-    /// [`UNSERVED_QUEUES`].
-    pub unserved_queues: IntGauge,
-    /// [`ETCD_DB_BYTES`].
-    pub etcd_db_bytes: IntGauge,
-    /// [`ETCD_DB_QUOTA_BYTES`].
-    pub etcd_db_quota_bytes: IntGauge,
-    /// [`AUDIT_OVER_CAPACITY`].
-    pub audit_over_capacity: IntGauge,
-    /// [`OLDEST_QUEUED_AGE_SECONDS`] by `queue`.
-    pub oldest_queued_age_seconds: GaugeVec,
-    /// [`BACKEND_ERRORS_TOTAL`] by `backend`.
-    pub backend_errors_total: IntCounterVec,
-    /// [`API_AUTH_FAILURES_TOTAL`] by `reason`.
-    pub api_auth_failures_total: IntCounterVec,
-    /// [`DEADLINE_MISSES_TOTAL`] by `reason`.
-    pub deadline_misses_total: IntCounterVec,
-    /// [`STATE_REPAIRS_TOTAL`] by `how`.
-    pub state_repairs_total: IntCounterVec,
     /// [`ALERTS_TOTAL`] by `channel`, `outcome`.
     pub alerts_total: IntCounterVec,
-    /// [`BUILD_INFO`] by `version`.
-    pub build_info: IntGaugeVec,
 }
 
 impl Metrics {
@@ -94,37 +54,13 @@ impl Metrics {
     /// built-in handlers and the alert `channels` (such as `feishu`, `webhook`).
     pub fn new(queues: &[String], channels: &[&str]) -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
-        let execution = ExecutionMetrics::register(&registry)?;
-        let s = SchedulerFamilies::register(&registry)?;
-        let q = QueueFamilies::register(&registry)?;
-        let p = ProcessFamilies::register(&registry)?;
-        let alerts_total = alerting_family(&registry)?;
         let m = Metrics {
-            execution,
+            execution: ExecutionMetrics::register(&registry)?,
+            scheduler: SchedulerFamilies::register(&registry)?,
+            queues: QueueFamilies::register(&registry)?,
+            process: ProcessFamilies::register(&registry)?,
             dlq_size: dead_letter_family(&registry)?,
-            queue_depth: q.queue_depth,
-            queue_paused: q.queue_paused,
-            is_leader: s.is_leader,
-            shards_owned: s.shards_owned,
-            shards: s.shards,
-            leader_changes_total: s.leader_changes_total,
-            invalid_specs: s.invalid_specs,
-            tasks_paused: s.tasks_paused,
-            namespaces_paused: s.namespaces_paused,
-            tasks_throttled: s.tasks_throttled,
-            undecodable_states: s.undecodable_states,
-            redis_config_warnings: p.redis_config_warnings,
-            etcd_db_bytes: p.etcd_db_bytes,
-            etcd_db_quota_bytes: p.etcd_db_quota_bytes,
-            audit_over_capacity: p.audit_over_capacity,
-            unserved_queues: s.unserved_queues,
-            oldest_queued_age_seconds: q.oldest_queued_age_seconds,
-            backend_errors_total: p.backend_errors_total,
-            api_auth_failures_total: p.api_auth_failures_total,
-            deadline_misses_total: s.deadline_misses_total,
-            state_repairs_total: s.state_repairs_total,
-            alerts_total,
-            build_info: p.build_info,
+            alerts_total: alerting_family(&registry)?,
             registry,
         };
         m.seed(queues, channels)?;
@@ -134,7 +70,8 @@ impl Metrics {
     /// Sets what is known from the start: the build info, the process collector, and the
     /// series at zero of every bounded label value known now.
     fn seed(&self, queues: &[String], channels: &[&str]) -> Result<(), prometheus::Error> {
-        self.build_info
+        self.process
+            .build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
         // CPU and memory per replica, for the dashboard and capacity planning: the kubelet's
@@ -144,16 +81,22 @@ impl Metrics {
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
         for backend in [BACKEND_ETCD, BACKEND_REDIS] {
-            self.backend_errors_total.with_label_values(&[backend]);
+            self.process
+                .backend_errors_total
+                .with_label_values(&[backend]);
         }
         for reason in crate::api::REFUSAL_REASONS {
-            self.api_auth_failures_total.with_label_values(&[*reason]);
+            self.process
+                .api_auth_failures_total
+                .with_label_values(&[*reason]);
         }
         for reason in ax_scheduler_core::deadline::MissReason::ALL {
-            self.deadline_misses_total.with_label_values(&[reason]);
+            self.scheduler
+                .deadline_misses_total
+                .with_label_values(&[reason]);
         }
         for how in [REPAIR_HISTORY, REPAIR_LOST] {
-            self.state_repairs_total.with_label_values(&[how]);
+            self.scheduler.state_repairs_total.with_label_values(&[how]);
         }
         for queue in queues {
             self.touch_queue(queue);
@@ -177,9 +120,11 @@ impl Metrics {
     pub fn touch_queue(&self, queue: &str) {
         self.execution.touch(logical_queue(queue), BUILTIN_HANDLERS);
         let queue = self.queue_label(queue);
-        self.queue_depth.with_label_values(&[queue]);
-        self.queue_paused.with_label_values(&[queue]);
-        self.oldest_queued_age_seconds.with_label_values(&[queue]);
+        self.queues.queue_depth.with_label_values(&[queue]);
+        self.queues.queue_paused.with_label_values(&[queue]);
+        self.queues
+            .oldest_queued_age_seconds
+            .with_label_values(&[queue]);
     }
 
     /// Records one ended attempt (see [`ExecutionMetrics::record_attempt`]).
@@ -208,31 +153,34 @@ impl Metrics {
     /// Records a leadership change and sets [`IS_LEADER`].
     pub fn set_leader(&self, leading: bool) {
         // Only gains count: a handover is one change, as the flapping alert assumes.
-        if leading && self.is_leader.get() != 1 {
-            self.leader_changes_total.inc();
+        if leading && self.scheduler.is_leader.get() != 1 {
+            self.scheduler.leader_changes_total.inc();
         }
-        self.is_leader.set(i64::from(leading));
+        self.scheduler.is_leader.set(i64::from(leading));
     }
 
     /// Sets how many shards this replica schedules, and [`IS_LEADER`] to whether it
     /// schedules any. Not a leadership change: shards move at every join and leave, which
     /// the flapping alert must not count.
     pub fn set_shards_owned(&self, owned: usize) {
-        self.shards_owned
+        self.scheduler
+            .shards_owned
             .set(i64::try_from(owned).unwrap_or(i64::MAX));
-        self.is_leader.set(i64::from(owned > 0));
+        self.scheduler.is_leader.set(i64::from(owned > 0));
     }
 
     /// Counts a failed call to `backend` ([`BACKEND_ETCD`], [`BACKEND_REDIS`]).
     pub fn backend_error(&self, backend: &str) {
-        self.backend_errors_total
+        self.process
+            .backend_errors_total
             .with_label_values(&[backend])
             .inc();
     }
 
     /// Counts `missed` fires whose deadline passed, for `reason`.
     pub fn record_deadline_misses(&self, reason: &str, missed: u64) {
-        self.deadline_misses_total
+        self.scheduler
+            .deadline_misses_total
             .with_label_values(&[reason])
             .inc_by(missed);
     }
@@ -404,13 +352,19 @@ mod tests {
     fn leader_changes_count_gains_only() {
         let m = metrics();
         m.set_leader(false);
-        assert_eq!(m.leader_changes_total.get(), 0);
+        assert_eq!(m.scheduler.leader_changes_total.get(), 0);
         m.set_leader(true);
         m.set_leader(true);
         m.set_leader(false);
-        assert_eq!((m.leader_changes_total.get(), m.is_leader.get()), (1, 0));
+        assert_eq!(
+            (
+                m.scheduler.leader_changes_total.get(),
+                m.scheduler.is_leader.get()
+            ),
+            (1, 0)
+        );
         m.set_leader(true);
-        assert_eq!(m.leader_changes_total.get(), 2);
+        assert_eq!(m.scheduler.leader_changes_total.get(), 2);
     }
 
     #[test]

@@ -34,27 +34,27 @@ impl RoleMetrics for Metrics {
     }
 
     fn set_invalid_specs(&self, count: usize) {
-        self.invalid_specs.set(gauge(count));
+        self.scheduler.invalid_specs.set(gauge(count));
     }
 
     fn set_paused_tasks(&self, count: usize) {
-        self.tasks_paused.set(gauge(count));
+        self.scheduler.tasks_paused.set(gauge(count));
     }
 
     fn set_paused_namespaces(&self, count: usize) {
-        self.namespaces_paused.set(gauge(count));
+        self.scheduler.namespaces_paused.set(gauge(count));
     }
 
     fn throttled_tasks_changed(&self, delta: i64) {
-        self.tasks_throttled.add(delta);
+        self.scheduler.tasks_throttled.add(delta);
     }
 
     fn set_undecodable_states(&self, count: usize) {
-        self.undecodable_states.set(gauge(count));
+        self.scheduler.undecodable_states.set(gauge(count));
     }
 
     fn set_unserved_queues(&self, count: usize) {
-        self.unserved_queues.set(gauge(count));
+        self.scheduler.unserved_queues.set(gauge(count));
     }
 
     fn deadline_misses(&self, reason: &str, missed: u64) {
@@ -62,7 +62,8 @@ impl RoleMetrics for Metrics {
     }
 
     fn state_repairs(&self, how: &str, count: u64) {
-        self.state_repairs_total
+        self.scheduler
+            .state_repairs_total
             .with_label_values(&[how])
             .inc_by(count);
     }

@@ -135,7 +135,7 @@ impl Server {
         };
         api.set(Arc::new(
             Backend::new(etcd.clone(), Some(queue.clone()), &config)
-                .with_audit_gauge(metrics.audit_over_capacity.clone()),
+                .with_audit_gauge(metrics.process.audit_over_capacity.clone()),
         ));
         check_redis_settings(&queue, &metrics).await;
 
@@ -284,6 +284,7 @@ async fn check_redis_settings(queue: &Queue, metrics: &Metrics) {
                 warn!(warning = %w, "unsafe Redis settings");
             }
             metrics
+                .process
                 .redis_config_warnings
                 .set(i64::try_from(warnings.len()).unwrap_or(i64::MAX));
         }
@@ -434,7 +435,10 @@ impl Parts<'_> {
             shards: config.scheduler.shards,
             by: config.scheduler.placement,
         };
-        self.metrics.shards.set(i64::from(placement.shards));
+        self.metrics
+            .scheduler
+            .shards
+            .set(i64::from(placement.shards));
         let settings = LeaderSettings {
             instance_id: config.instance.id.clone(),
             placement,
@@ -472,7 +476,7 @@ impl Parts<'_> {
             tracker: shutdown.tracker().clone(),
             audit: Arc::new(
                 crate::backend::AuditStore::of(self.etcd.clone(), config)
-                    .with_capacity_gauge(self.metrics.audit_over_capacity.clone()),
+                    .with_capacity_gauge(self.metrics.process.audit_over_capacity.clone()),
             ),
         };
         shutdown.spawn(move |cancel| {
@@ -597,16 +601,22 @@ impl Gauges {
     fn show_queue(&self, q: &str, stats: &QueueStats, now: UtcMillis) {
         let metrics = &self.metrics;
         let depth = i64::try_from(stats.ready).unwrap_or(i64::MAX);
-        metrics.queue_depth.with_label_values(&[q]).set(depth);
         metrics
+            .queues
+            .queue_depth
+            .with_label_values(&[q])
+            .set(depth);
+        metrics
+            .queues
             .queue_paused
             .with_label_values(&[q])
             .set(i64::from(stats.paused));
         metrics
+            .queues
             .oldest_queued_age_seconds
             .with_label_values(&[q])
             .set(stats.oldest_age.map(|a| a.as_secs_f64()).unwrap_or(0.0));
-        if stats.ready > self.threshold && metrics.is_leader.get() == 1 {
+        if stats.ready > self.threshold && metrics.scheduler.is_leader.get() == 1 {
             if let Some(alerts) = &self.alerts {
                 alerts.send(Alert::queue_backlog(
                     q.to_owned(),
@@ -634,8 +644,8 @@ impl Gauges {
         }
         match ax_registry::store_usage(&self.etcd, timeout).await {
             Ok(usage) => {
-                metrics.etcd_db_bytes.set(usage.db_bytes);
-                metrics.etcd_db_quota_bytes.set(
+                metrics.process.etcd_db_bytes.set(usage.db_bytes);
+                metrics.process.etcd_db_quota_bytes.set(
                     usage
                         .quota_bytes
                         .unwrap_or(i64::try_from(self.etcd_quota).unwrap_or(i64::MAX)),

@@ -190,6 +190,7 @@ impl Access {
 /// knows of the request.
 pub(super) fn refused(metrics: &Metrics, reason: &'static str, error: ApiError) -> Response {
     metrics
+        .process
         .api_auth_failures_total
         .with_label_values(&[reason])
         .inc();
