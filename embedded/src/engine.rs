@@ -50,6 +50,7 @@ use crate::staging::Staging;
 use crate::store::{Loaded, Op, StoreHandle, StoredAttempt};
 use crate::table::{JobTable, Running};
 
+mod forget;
 mod submit;
 
 /// The namespace every job of a kernel lives in, as far as the dispatcher is concerned.
@@ -236,10 +237,15 @@ impl Engine {
             dead,
         } = loaded;
         // What ran or failed was a task: it goes back to the dispatcher whatever its instant.
+        // ... and so does a parent: its children's edges must find it.
         let held: std::collections::HashSet<JobId> = running
             .iter()
             .map(|(id, _)| *id)
             .chain(dead.iter().map(|d| d.job))
+            .chain(
+                jobs.iter()
+                    .flat_map(|(_, spec)| crate::parents::parent_ids(spec)),
+            )
             .collect();
         for (id, spec) in jobs {
             let run = handlers
@@ -596,24 +602,7 @@ impl Engine {
         }
     }
 
-    /// Forgets a job that will not run again: a one-shot whose execution is over and that is
-    /// not in the dead letters (a requeue needs it).
-    fn forget_if_done(&mut self, id: JobId, now: UtcMillis) {
-        let Some(job) = self.jobs.get(&id) else {
-            return;
-        };
-        let state = self.dispatcher.state(&job.key);
-        let done = job.active == 0
-            && !job.spec.paused
-            && !job.spec.schedule.is_periodic()
-            && !self.dead.contains_key(&id)
-            && state.is_none_or(|s| s.next_fire_at.is_none() && s.held_fire_at.is_none());
-        if done {
-            self.remove(id, now);
-        }
-    }
-
-    fn remove(&mut self, id: JobId, now: UtcMillis) {
+    pub(super) fn remove(&mut self, id: JobId, now: UtcMillis) {
         let Some(job) = self.jobs.remove(&id) else {
             return;
         };
@@ -643,7 +632,7 @@ impl Engine {
         if !to_come {
             return false;
         }
-        self.remove(id, now);
+        self.remove_with_dependents(id, now);
         true
     }
 

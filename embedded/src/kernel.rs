@@ -27,6 +27,7 @@ use crate::dead::DeadLetter;
 use crate::engine::{Engine, NAMESPACE};
 use crate::error::{EmbeddedError, Result};
 use crate::job::{shared_handler, Body, Handlers, Job, JobFn, JobId};
+use crate::parents::Parent;
 use crate::run::{drive, Shared};
 use crate::store::{self, StoreHandle};
 
@@ -211,6 +212,9 @@ pub enum When {
         /// The zone, e.g. `Europe/Paris`.
         timezone: String,
     },
+    /// No time of its own: each time its parents' executions end as they ask (a run of
+    /// theirs reached it), once (see [`Kernel::when_done`]).
+    AfterJobs(Vec<Parent>),
 }
 
 /// What a shutdown came to.
@@ -267,6 +271,37 @@ impl Kernel {
         self.submit_now(when, job)
     }
 
+    /// Runs `job` after its parents: each time a run of theirs reaches it (every parent's
+    /// execution ended as its [`Parent`] asks, the later ones within their `within` of the
+    /// first), once; a run in which one ended otherwise or too late skips it, and the jobs
+    /// after it. A `JobId` is a parent on success. The parents must be jobs of this kernel
+    /// (persisted ones for a persisted child); a job that has parents cannot carry a
+    /// deadline (it has no fires of its own to judge: put it on the first job of the
+    /// chain). Cancelling a parent cancels the jobs that wait on it; a dependent job is
+    /// forgotten once its parents will run no more and its last run is over.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), ax_embedded::EmbeddedError> {
+    /// use std::time::Duration;
+    /// use ax_embedded::{Job, Kernel};
+    /// let kernel = Kernel::builder().build()?;
+    /// let extract = kernel.after(Duration::from_secs(60), Job::new(|_| async { Ok(()) }))?;
+    /// let load = kernel.when_done([extract], Job::new(|_| async { Ok(()) }))?;
+    /// # let _ = load;
+    /// # kernel.shutdown(Duration::from_secs(1)).await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn when_done<P: Into<Parent>>(
+        &self,
+        parents: impl IntoIterator<Item = P>,
+        job: Job,
+    ) -> Result<JobId> {
+        let parents = parents.into_iter().map(Into::into).collect();
+        self.submit_now(When::AfterJobs(parents), job)
+    }
+
     /// Submits any job; one the kernel persists (a named handler, with a store) is on disk
     /// when this returns, in the same batch as the submits made meanwhile. A write that
     /// fails (a full disk) is an error and the job is not kept.
@@ -310,6 +345,16 @@ impl Kernel {
     /// Checks and adds a job; for a persisted one, the answer of the store's writer.
     fn insert(&self, when: When, job: Job) -> Result<(JobId, Option<StoreAnswer>)> {
         let now = self.now();
+        let depends_on = match &when {
+            When::AfterJobs(parents) => crate::parents::dependencies(parents)?,
+            _ => Vec::new(),
+        };
+        if !depends_on.is_empty() && job.options.deadline.is_some() {
+            return Err(EmbeddedError::invalid(
+                "deadline",
+                "judges the fires of a schedule, and a dependent job has none; put it on the chain's first job",
+            ));
+        }
         let schedule = schedule_of(when, now)?;
         let payload = job.options.check()?;
         let (run, named) = match &job.body {
@@ -326,7 +371,9 @@ impl Kernel {
             }
         }
         let durable = named && engine.has_store();
-        let spec = spec_of(schedule, payload, &job, now);
+        let mut spec = spec_of(schedule, payload, &job, now);
+        spec.depends_on = depends_on;
+        engine.check_parents(&spec, durable, now)?;
         let (id, wake) = engine.submit(spec, (run, durable), now);
         let answer = if durable { engine.flush_acked() } else { None };
         drop(engine);
@@ -499,6 +546,7 @@ fn schedule_of(when: When, now: UtcMillis) -> Result<Schedule> {
         }
         When::Every(interval) => Schedule::Every(interval),
         When::Cron { expr, timezone } => Schedule::Cron { expr, timezone },
+        When::AfterJobs(_) => Schedule::Dependent,
     };
     schedule.compile().map_err(|e| match e {
         CoreError::Invalid(errors) => EmbeddedError::InvalidSchedule(errors),

@@ -88,6 +88,7 @@ mod error;
 mod job;
 mod kernel;
 mod metrics;
+mod parents;
 mod run;
 mod staging;
 mod store;
@@ -102,6 +103,7 @@ pub use dead::DeadLetter;
 pub use error::{EmbeddedError, Result};
 pub use job::{Job, JobContext, JobFuture, JobId, EMBEDDED_RUNNER};
 pub use kernel::{Kernel, KernelBuilder, ShutdownReport, When, DEFAULT_TICK, DEFAULT_WORKERS};
+pub use parents::Parent;
 
 #[cfg(test)]
 mod tests;

@@ -237,3 +237,51 @@ async fn a_restart_catches_up_at_half_the_workers() {
     );
     k.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn a_persisted_chain_goes_on_after_a_restart() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("jobs.redb");
+    let k = kernel(&path, &seen(), false);
+    // Not due within the staging window, so the restart finds it staged-to-be.
+    let parent = k
+        .submit(
+            When::After(Duration::from_millis(1500)),
+            Job::named("record").payload(&1u64),
+        )
+        .await
+        .expect("parent");
+    k.submit(
+        When::AfterJobs(vec![parent.into()]),
+        Job::named("record").payload(&2u64),
+    )
+    .await
+    .expect("child");
+    let closure_parent = k
+        .after(Duration::from_secs(60), Job::new(|_| async { Ok(()) }))
+        .expect("closure");
+    let refused = k
+        .submit(
+            When::AfterJobs(vec![closure_parent.into()]),
+            Job::named("record").payload(&3u64),
+        )
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(EmbeddedError::Invalid {
+                field: "parents",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    k.shutdown(Duration::from_millis(50)).await;
+
+    let after = seen();
+    let k = kernel(&path, &after, false);
+    wait_for(&after, 2).await;
+    let payloads: Vec<u64> = taken(&after).iter().map(|s| s.0).collect();
+    assert_eq!(payloads, [1, 2], "the parent, then its child, once each");
+    k.shutdown(Duration::from_millis(50)).await;
+}

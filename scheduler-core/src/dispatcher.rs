@@ -159,6 +159,11 @@ impl Dispatcher {
         self.throttled.len()
     }
 
+    /// The tasks that list `key` among their parents (`depends_on`), known or not.
+    pub fn dependents(&self, key: &TaskKey) -> &[Arc<TaskKey>] {
+        self.deps.children(key)
+    }
+
     /// The current state of a task.
     pub fn state(&self, key: &TaskKey) -> Option<&TaskState> {
         self.tasks.get(key).map(|t| &t.state)
