@@ -56,6 +56,11 @@ mod submit;
 /// The namespace every job of a kernel lives in, as far as the dispatcher is concerned.
 pub(crate) const NAMESPACE: &str = "embedded";
 
+/// How many dispatches the driver takes from the dispatcher at a time: a burst of due fires
+/// goes through one buffer of this size, kept from step to step, not one as long as the
+/// burst (whose growth was a tenth of a burst's step).
+const DISPATCH_BATCH: usize = 256;
+
 /// One execution's next attempt, waiting for a worker or for its retry time.
 #[derive(Clone, Debug)]
 pub(crate) struct Attempt {
@@ -142,6 +147,8 @@ pub(crate) struct Engine {
     interner: Interner,
     namespace: Arc<str>,
     metrics: Recorder,
+    /// The buffer of [`Engine::step`]'s dispatches, empty between steps.
+    dispatches: Vec<Dispatch>,
 }
 
 impl Engine {
@@ -165,6 +172,7 @@ impl Engine {
             interner: Interner::default(),
             namespace: Arc::from(NAMESPACE),
             metrics: Recorder::none(),
+            dispatches: Vec::new(),
         }
     }
 
@@ -371,9 +379,17 @@ impl Engine {
         for (_, attempt) in self.retries.advance(now) {
             self.requeue_attempt(attempt, now);
         }
-        for dispatch in self.dispatcher.poll(now) {
-            self.enqueue(&dispatch, now);
+        let mut batch = std::mem::take(&mut self.dispatches);
+        loop {
+            self.dispatcher.poll_into(now, DISPATCH_BATCH, &mut batch);
+            if batch.is_empty() {
+                break;
+            }
+            for dispatch in batch.drain(..) {
+                self.enqueue(&dispatch, now);
+            }
         }
+        self.dispatches = batch;
         log_notices(self.dispatcher.take_notices(), &self.metrics);
         if self.store.is_some() {
             let writes = self.dispatcher.take_state_writes(UtcMillis::MAX);

@@ -47,9 +47,6 @@
 //! task's life (`arming`), the fire path (`poll`) and execution events (`events`) tie them
 //! together.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-
 use crate::state::TaskState;
 use crate::time::UtcMillis;
 
@@ -71,6 +68,7 @@ mod timers;
 mod writes;
 
 pub use crate::key::TaskKey;
+use crate::key::{KeyMap, KeySet};
 pub use config::{DispatcherConfig, DEFAULT_STALL_THRESHOLD};
 pub use output::{Dispatch, Notice, StateWrite};
 pub use repair::{InDoubt, LOST_END_ERROR};
@@ -91,7 +89,7 @@ pub struct Dispatcher {
     /// Boxed: a hash table keeps up to half its slots empty, and an empty slot of a large
     /// inline value costs as much as a full one (at a million tasks the table alone held
     /// about 900 bytes per task; boxed, a slot is 16 bytes).
-    tasks: HashMap<Arc<TaskKey>, Box<Armed>>,
+    tasks: KeyMap<Box<Armed>>,
     timers: Timers,
     fires: ReadyFires,
     writes: StateWrites,
@@ -105,10 +103,10 @@ pub struct Dispatcher {
     term_start: UtcMillis,
     /// Tasks whose breaker opened, a superset of those open now: pruned when counted, so
     /// that the count costs nothing on the fire path and nothing for a task never throttled.
-    throttled: HashSet<Arc<TaskKey>>,
+    throttled: KeySet,
     /// Tasks not armed whose INVALID state is stored: when one is armed again, its state is
     /// written even if the spec implies it.
-    invalid_stored: HashSet<Arc<TaskKey>>,
+    invalid_stored: KeySet,
 }
 
 impl Dispatcher {
@@ -119,15 +117,15 @@ impl Dispatcher {
             fires: ReadyFires::new(&config, now),
             writes: StateWrites::new(config.running_write_delay, config.write_states),
             config,
-            tasks: HashMap::new(),
+            tasks: KeyMap::default(),
             notices: Vec::new(),
             next_generation: 0,
             pauses: Pauses::default(),
             deps: Dependencies::default(),
             runs: RunTracker::new(now),
             term_start: now,
-            throttled: HashSet::new(),
-            invalid_stored: HashSet::new(),
+            throttled: KeySet::default(),
+            invalid_stored: KeySet::default(),
         }
     }
 
@@ -160,7 +158,7 @@ impl Dispatcher {
     }
 
     /// The tasks that list `key` among their parents (`depends_on`), known or not.
-    pub fn dependents(&self, key: &TaskKey) -> &[Arc<TaskKey>] {
+    pub fn dependents(&self, key: &TaskKey) -> &[std::sync::Arc<TaskKey>] {
         self.deps.children(key)
     }
 

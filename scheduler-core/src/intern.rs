@@ -10,12 +10,13 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use crate::key::TableHasher;
 use crate::task::{RetryPolicy, TaskSpec};
 
 /// A set of shared strings; see the [module notes](self).
 #[derive(Debug, Default)]
 pub struct Interner {
-    names: HashSet<Arc<str>>,
+    names: HashSet<Arc<str>, TableHasher>,
     /// Size after the last sweep: the next sweep comes when the set has doubled.
     swept_len: usize,
     /// The retry policy most specs leave at its default (72 bytes each otherwise).

@@ -8,7 +8,14 @@
 //!
 //! It is a module of its own, below the dispatcher, because the modules the dispatcher builds
 //! on (fan-out, workflows, placement) name tasks too; the dispatcher re-exports it.
+//!
+//! The tables keyed by it ([`KeyMap`], [`KeySet`]) hash with foldhash rather than the
+//! standard SipHash: a task's key is hashed several times on every fire, and SipHash was a
+//! tenth of the fire path. Task ids come from users, so the hash must not be one an
+//! adversary can predict to make keys collide: foldhash's [`RandomState`](TableHasher) is
+//! seeded at random per process and per table, as the standard one is.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -32,6 +39,15 @@ impl TaskKey {
         }
     }
 }
+
+/// The hasher of the scheduling tables: randomly seeded (see the module notes).
+pub type TableHasher = foldhash::fast::RandomState;
+
+/// A table by task key.
+pub type KeyMap<V> = HashMap<Arc<TaskKey>, V, TableHasher>;
+
+/// A set of task keys.
+pub type KeySet = HashSet<Arc<TaskKey>, TableHasher>;
 
 /// `namespace/id`, as logs, alert titles and the CLI write a task.
 impl fmt::Display for TaskKey {

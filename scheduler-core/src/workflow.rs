@@ -19,13 +19,13 @@
 //! a cycle, or parents from chains with different roots (whose runs never meet, so the task
 //! could never fire) make the task INVALID with the reason, until the graph is mended.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::execution_id::ExecutionId;
-use crate::key::TaskKey;
+use crate::key::{KeyMap, KeySet, TableHasher, TaskKey};
 use crate::task::{DependOn, Dependency};
 use crate::time::UtcMillis;
 use crate::validate::FieldError;
@@ -160,9 +160,9 @@ pub fn parse_key(task: &str) -> TaskKey {
 /// Every registered task and its edges, to check the graph and to find a task's children.
 #[derive(Debug, Default)]
 pub struct Graph {
-    known: HashSet<Arc<TaskKey>>,
-    parents: HashMap<Arc<TaskKey>, Vec<Arc<TaskKey>>>,
-    children: HashMap<Arc<TaskKey>, Vec<Arc<TaskKey>>>,
+    known: KeySet,
+    parents: KeyMap<Vec<Arc<TaskKey>>>,
+    children: KeyMap<Vec<Arc<TaskKey>>>,
 }
 
 impl Graph {
@@ -225,7 +225,7 @@ impl Graph {
 
     /// `key` and every task downstream of it: those whose problems may change with it.
     pub fn affected(&self, key: &Arc<TaskKey>) -> Vec<Arc<TaskKey>> {
-        let mut seen: HashSet<Arc<TaskKey>> = HashSet::new();
+        let mut seen = KeySet::default();
         let mut out = Vec::new();
         let mut stack = vec![Arc::clone(key)];
         while let Some(k) = stack.pop() {
@@ -280,7 +280,7 @@ impl Graph {
     fn cycle_through(&self, key: &TaskKey) -> Option<Vec<String>> {
         // Depth-first over parents with an explicit stack of (task, next parent index).
         let mut path: Vec<(TaskKey, usize)> = vec![(key.clone(), 0)];
-        let mut done: HashSet<TaskKey> = HashSet::new();
+        let mut done: HashSet<TaskKey, TableHasher> = HashSet::default();
         while let Some((k, i)) = path.last().cloned() {
             let ps = self.parents.get(&k).map_or(&[][..], Vec::as_slice);
             if i >= ps.len() {
@@ -308,7 +308,7 @@ impl Graph {
     /// The first tasks (no parents, registered) upstream of `key`.
     fn roots(&self, key: &TaskKey) -> Vec<TaskKey> {
         let mut roots = Vec::new();
-        let mut seen: HashSet<TaskKey> = HashSet::new();
+        let mut seen: HashSet<TaskKey, TableHasher> = HashSet::default();
         let mut stack = vec![key.clone()];
         while let Some(k) = stack.pop() {
             if !seen.insert(k.clone()) {

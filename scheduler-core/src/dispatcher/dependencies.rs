@@ -4,20 +4,19 @@
 //! here, INVALID, until a change elsewhere in the graph mends it, and then armed from here
 //! without the registry sending it again. The graph itself ([`Graph`]) knows only edges.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::task::{Dependency, TaskSpec};
 use crate::validate::FieldError;
 use crate::workflow::Graph;
 
-use crate::key::TaskKey;
+use crate::key::{KeyMap, TaskKey};
 
 #[derive(Debug, Default)]
 pub(super) struct Dependencies {
     graph: Graph,
     /// Valid specs set aside because of their place in the graph, with their revision.
-    set_aside: HashMap<Arc<TaskKey>, (Arc<TaskSpec>, i64)>,
+    set_aside: KeyMap<(Arc<TaskSpec>, i64)>,
 }
 
 impl Dependencies {

@@ -60,21 +60,26 @@ impl Dispatcher {
         event: &ExecutionEvent,
         now: UtcMillis,
     ) {
-        if let Some(task) = self.tasks.get(key) {
-            // A fanned-out task's executions are pieces: a final end that matches no fire in
-            // progress is one already counted (read again), not an execution of its own.
-            if task.spec.fanout.is_some() {
-                if let Some((step, outcome)) =
-                    self.apply_piece(key, position, execution, attempt, event, now)
-                {
-                    self.on_step_end(key, step, outcome, now);
-                }
-                return;
+        let Some(task) = self.tasks.get(key) else {
+            // Unknown: neither its state nor a run has anything to take the event.
+            return;
+        };
+        // A fanned-out task's executions are pieces: a final end that matches no fire in
+        // progress is one already counted (read again), not an execution of its own.
+        if task.spec.fanout.is_some() {
+            if let Some((step, outcome)) =
+                self.apply_piece(key, position, execution, attempt, event, now)
+            {
+                self.on_step_end(key, step, outcome, now);
             }
+            return;
         }
+        // Neither a step nor the first task of a chain (almost every task): no run to tell,
+        // and no second lookup of the task to find that out.
+        let in_chain = !task.spec.depends_on.is_empty() || self.deps.has_children(key);
         self.apply_to_state(key, position, execution, attempt, event, true, now);
         if let ExecutionEvent::Finished { end, .. } = event {
-            if end.is_last() {
+            if in_chain && end.is_last() {
                 // Even when the state says the event was applied: the children's states are
                 // other records, and may not have been written with it (see `on_step_end`).
                 self.on_step_end(key, execution, StepOutcome::of(end), now);

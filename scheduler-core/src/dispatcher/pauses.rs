@@ -6,14 +6,14 @@
 //! misfire policy decides what of the missed fires runs, as after a leader's stall; a task
 //! whose spec changed meanwhile armed itself anew and is left alone (its generation moved).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::time::UtcMillis;
 
 use super::deadlines::restart_deadlines;
 use super::Dispatcher;
-use crate::key::TaskKey;
+use crate::key::{KeyMap, TableHasher, TaskKey};
 
 /// A parked task's first missed fire, and its generation when it was parked.
 #[derive(Clone, Copy, Debug)]
@@ -25,9 +25,9 @@ pub(super) struct Parked {
 #[derive(Debug, Default)]
 pub(super) struct Pauses {
     /// Namespaces whose tasks do not fire (an operator paused them).
-    paused: HashSet<Arc<str>>,
+    paused: HashSet<Arc<str>, TableHasher>,
     /// Tasks of paused namespaces whose scheduled fire came due.
-    parked: HashMap<Arc<TaskKey>, Parked>,
+    parked: KeyMap<Parked>,
 }
 
 impl Pauses {

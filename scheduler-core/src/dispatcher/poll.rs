@@ -45,6 +45,16 @@ impl Dispatcher {
 
     /// Advances to `now` and returns the executions to enqueue, in dispatch order.
     pub fn poll(&mut self, now: UtcMillis) -> Vec<Dispatch> {
+        let mut out = Vec::new();
+        self.poll_into(now, usize::MAX, &mut out);
+        out
+    }
+
+    /// As [`poll`](Self::poll), into `out`, stopping once `out` holds `max` executions or
+    /// more (a fanned-out fire's pieces go together); the fires left wait in the ready
+    /// queue, in order, for the next call. A burst of due fires is so taken in batches of a
+    /// buffer the caller keeps, rather than in one list as long as the burst.
+    pub fn poll_into(&mut self, now: UtcMillis, max: usize, out: &mut Vec<Dispatch>) {
         let mut due = self.timers.take_due(now);
         for (fire_at, entry) in due.drain(..) {
             self.on_timer(fire_at, entry, now);
@@ -52,11 +62,12 @@ impl Dispatcher {
         self.timers.give_back(due);
         self.sweep_runs(now);
 
-        let mut out = Vec::new();
-        while let Some(item) = self.fires.pop(now) {
-            self.dispatch_fire(item, now, &mut out);
+        while out.len() < max {
+            let Some(item) = self.fires.pop(now) else {
+                break;
+            };
+            self.dispatch_fire(item, now, out);
         }
-        out
     }
 
     /// Sends one fire that left the ready queue, unless it went stale, was parked or the
@@ -135,6 +146,9 @@ impl Dispatcher {
     }
 
     fn on_timer(&mut self, fire_at: UtcMillis, entry: TimerEntry, now: UtcMillis) {
+        if matches!(entry.kind, TimerKind::Scheduled) && self.fire_in_place(fire_at, &entry, now) {
+            return;
+        }
         let Some(mut task) = self.tasks.remove(&entry.key) else {
             return;
         };
@@ -170,6 +184,28 @@ impl Dispatcher {
             }
         }
         self.tasks.insert(Arc::clone(&task.key), task);
+    }
+
+    /// The common timer, a scheduled fire on time of a task not paused: re-armed and queued
+    /// in the task table's slot (one lookup, where the general path takes the task out and
+    /// puts it back). False when it is not that case, for the general path to take.
+    fn fire_in_place(&mut self, fire_at: UtcMillis, entry: &TimerEntry, now: UtcMillis) -> bool {
+        if now.since(fire_at) > self.config.stall_threshold
+            || self.pauses.is_paused(&entry.key.namespace)
+        {
+            return false;
+        }
+        let Some(task) = self.tasks.get_mut(&entry.key) else {
+            return true;
+        };
+        if task.generation == entry.generation {
+            task.timer = None;
+            let next = task.schedule.next_after(fire_at, task.anchor);
+            // As `rearm_and_push`: re-armed before the due fire is queued.
+            self.timers.set_next(task, next);
+            self.fires.push(task, fire_at, FireKind::Scheduled, now);
+        }
+        true
     }
 
     /// Runs what the task's misfire policy keeps of the fires from `first_missed` to `now`

@@ -7,7 +7,6 @@
 //! are [`RunTracker`]; the steps themselves are decided here, on the task table, since a
 //! step's outcome travels on to tasks further down.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +18,7 @@ use crate::workflow::{verdict, RunProgress, StepOutcome, Verdict, MAX_RUNS_IN_PR
 use super::armed::{Armed, FireKind};
 use super::output::Notice;
 use super::Dispatcher;
-use crate::key::TaskKey;
+use crate::key::{KeySet, TaskKey};
 
 /// Finished runs a task remembers (see [`remember_done`]).
 const RUNS_REMEMBERED: usize = 16;
@@ -27,14 +26,14 @@ const RUNS_REMEMBERED: usize = 16;
 /// The tasks whose state holds runs in progress, and when they are swept next.
 #[derive(Debug)]
 pub(super) struct RunTracker {
-    with_runs: HashSet<Arc<TaskKey>>,
+    with_runs: KeySet,
     next_sweep: UtcMillis,
 }
 
 impl RunTracker {
     pub(super) fn new(now: UtcMillis) -> Self {
         RunTracker {
-            with_runs: HashSet::new(),
+            with_runs: KeySet::default(),
             next_sweep: now,
         }
     }

@@ -4,6 +4,8 @@ use crate::execution_id::ExecutionId;
 use crate::status::TaskStatus;
 use crate::task::{MisfirePolicy, OverlapPolicy, TaskSpec};
 use crate::validate::FieldError;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 const T0: i64 = 1_800_000_000_000;
 
@@ -449,6 +451,47 @@ fn rate_limit_spreads_a_burst_in_priority_order() {
     );
     let wake = d.next_wakeup(at(2000));
     assert_eq!(wake, None);
+}
+
+#[test]
+fn a_burst_polled_in_batches_is_the_burst_polled_at_once() {
+    let when = at(1000).to_rfc3339();
+    let burst = |d: &mut Dispatcher| {
+        for i in 0..25 {
+            let p = i % 3;
+            let json =
+                format!(r#"{{"handler":"log","schedule":{{"at":"{when}"}},"priority":{p}}}"#);
+            d.upsert(
+                key(&format!("t{i}")),
+                spec(&format!("t{i}"), &json),
+                5,
+                None,
+                at(0),
+            );
+        }
+    };
+    let mut whole = Dispatcher::new(DispatcherConfig::default(), at(0));
+    burst(&mut whole);
+    let at_once: Vec<String> = whole
+        .poll(at(1000))
+        .iter()
+        .map(|x| x.key.to_string())
+        .collect();
+    assert_eq!(at_once.len(), 25);
+
+    let mut batched = Dispatcher::new(DispatcherConfig::default(), at(0));
+    burst(&mut batched);
+    let mut in_batches = Vec::new();
+    let mut out = Vec::new();
+    loop {
+        batched.poll_into(at(1000), 4, &mut out);
+        if out.is_empty() {
+            break;
+        }
+        assert!(out.len() <= 4, "a batch stops at its size");
+        in_batches.extend(out.drain(..).map(|x| x.key.to_string()));
+    }
+    assert_eq!(in_batches, at_once, "the same fires, in the same order");
 }
 
 #[test]

@@ -13,7 +13,6 @@
 //! implies (an `at` one-shot's SCHEDULED), is not written: a new leader derives the same
 //! from the spec.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use crate::state::TaskState;
 use crate::time::UtcMillis;
 
 use super::StateWrite;
-use crate::key::TaskKey;
+use crate::key::{KeyMap, TaskKey};
 
 #[derive(Debug)]
 enum Pending {
@@ -68,7 +67,7 @@ impl Writes {
 
 #[derive(Debug)]
 pub(super) struct StateWrites {
-    pending: HashMap<Arc<TaskKey>, Pending>,
+    pending: KeyMap<Pending>,
     /// How long a fire's RUNNING waits to be written on its own.
     running_delay: Duration,
     /// False: nothing is recorded (the user keeps no states).
@@ -78,7 +77,7 @@ pub(super) struct StateWrites {
 impl StateWrites {
     pub(super) fn new(running_delay: Duration, enabled: bool) -> Self {
         StateWrites {
-            pending: HashMap::new(),
+            pending: KeyMap::default(),
             running_delay,
             enabled,
         }
