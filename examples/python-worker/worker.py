@@ -406,6 +406,8 @@ class Worker:
             {"attempt": msg["attempt"], "at": now, "error": error})
         nxt["attempt"] = msg["attempt"] + 1
         nxt["enqueued_at"] = now
+        # A retry is a fresh delivery, even of an attempt the reaper gave back.
+        nxt.pop("redelivered", None)
         eid = msg["execution_id"]
         keys = [self.k(f"processing:{self.id}"), self.k("monitor"), self.k("delayed"),
                 self.k(f"kill:{eid}"), self.k(f"active:{msg['namespace']}/{msg['task_id']}"),

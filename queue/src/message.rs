@@ -107,6 +107,11 @@ pub struct ExecutionMessage {
     /// events go to; retries and requeues keep it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<u32>,
+    /// Whether the reaper gave this message back after the worker holding it stopped
+    /// mid-attempt, so the attempt may already have had its effect. Set only by the reaper's
+    /// script (`reap.lua`); a retry or a requeue is a fresh delivery.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redelivered: bool,
 }
 
 /// Where an execution stands in a larger whole, carried from its message into its history
@@ -232,6 +237,7 @@ impl ExecutionMessage {
             },
             // Set by the engine, which knows which scheduling shard owns the task.
             shard: None,
+            redelivered: false,
         };
         m.resolve_concurrency(spec.concurrency.as_ref());
         m
@@ -346,6 +352,7 @@ impl ExecutionMessage {
         });
         next.attempt = self.attempt.saturating_add(1);
         next.enqueued_at = now;
+        next.redelivered = false;
         next
     }
 
@@ -357,6 +364,7 @@ impl ExecutionMessage {
         m.first_attempt_at = now;
         m.enqueued_at = now;
         m.previous_errors.clear();
+        m.redelivered = false;
         // A requeue is an operator's decision: it must not collide with the original fire's
         // dedupe key nor be refused by a newer scheduler's fence.
         m.run_now = true;

@@ -403,8 +403,34 @@ async fn reaper_gives_back_only_dead_workers_messages() {
     let again = next.take(3).await.unwrap();
     let fires: Vec<i64> = again.iter().map(|d| d.message.fire_at.0).collect();
     assert_eq!(fires, vec![0, 1, 3]);
+    // What the dead worker held is marked for the next handler; the rest is not.
+    let marked: Vec<bool> = again.iter().map(|d| d.message.redelivered).collect();
+    assert_eq!(marked, vec![true, true, false]);
+    assert!(!held[0].message.redelivered);
     // The dead worker's late ack finds nothing: it no longer owns them.
     assert!(!q.ack(&held[0]).await.unwrap());
+    // Given back a second time: marked once, still a message that decodes.
+    q.heartbeat("default", "w3", Duration::from_millis(100), later)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let last = later.add(Duration::from_secs(40));
+    q.heartbeat("default", "alive", Duration::from_secs(60), last)
+        .await
+        .unwrap();
+    assert_eq!(q.reap("default", last, vis).await.unwrap(), 3);
+    let mut fourth = q.consumer("default", "w4", BLOCK, last).await.unwrap();
+    let twice = fourth.take(3).await.unwrap();
+    assert_eq!(twice.len(), 3);
+    assert!(twice.iter().all(|d| d.message.redelivered));
+    assert_eq!(
+        twice[0].raw.matches("redelivered").count(),
+        1,
+        "{}",
+        twice[0].raw
+    );
+    // A retry is a fresh delivery.
+    assert!(!twice[0].message.next_attempt("boom", last).redelivered);
 }
 
 #[tokio::test]

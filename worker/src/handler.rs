@@ -63,8 +63,7 @@ impl ClusterAttempt {
             deadline: started.add(message.timeout()),
             namespace: message.namespace.clone(),
             task_id: message.task_id.clone(),
-            // A redelivered message is not told apart from a first delivery here.
-            redelivered: false,
+            redelivered: message.redelivered,
             payload: message.payload.clone(),
         };
         let cancel = ctx.cancel.clone();

@@ -575,8 +575,33 @@ async fn a_killed_worker_process_message_is_redelivered() {
         .unwrap();
     let processing = q.keys().processing("default", "child");
     let seen: Seen = Arc::default();
+    // What the rescuer's handler is told about the attempt it runs again.
+    let told: Arc<Mutex<Vec<(ExecutionId, u32, bool)>>> = Arc::default();
+    let mut registry = recording_registry(&seen);
+    let (s, t) = (seen.clone(), told.clone());
+    registry.register(
+        "record",
+        ax_scheduler_core::handler::typed(
+            move |job: ax_scheduler_core::handler::Job<serde_json::Value>| {
+                let (s, t) = (s.clone(), t.clone());
+                async move {
+                    t.lock()
+                        .unwrap()
+                        .push((job.execution_id(), job.attempt(), job.redelivered()));
+                    *s.lock().unwrap().entry(job.execution_id()).or_default() += 1;
+                    Ok(())
+                }
+            },
+        ),
+    );
     let t0 = std::time::Instant::now();
-    let pool = recording_pool(&q, fast_config("rescuer"), &seen);
+    let pool = WorkerPool::new(
+        q.clone(),
+        fast_config("rescuer"),
+        registry,
+        Arc::new(NoopReporter),
+    )
+    .unwrap();
     let running = start(pool);
     assert!(
         ran_within(&seen, m.execution_id, Duration::from_secs(15)).await,
@@ -588,6 +613,12 @@ async fn a_killed_worker_process_message_is_redelivered() {
     let n: u64 = raw.llen(&processing).await.unwrap();
     assert_eq!(n, 0);
     assert_eq!(seen.lock().unwrap()[&m.execution_id], 1);
+    // The same execution and attempt, and the handler knows it may have run before.
+    assert_eq!(
+        told.lock().unwrap().as_slice(),
+        &[(m.execution_id, 1, true)],
+        "the handler's view of the redelivered attempt"
+    );
 }
 
 #[tokio::test]

@@ -11,6 +11,9 @@
 --       10 the worker's own wake list
 -- ARGV: 1 worker id, 2 cutoff ms (a worker last seen after it is not dead yet), 3 aging step
 --       µs, 4 default priority, 5 '1' for a restart under the same id, else '0'
+-- What goes back to run again is marked `"redelivered":true` (spliced into the text, which
+-- keeps every other byte as it was: a re-encode would renumber large integers): the next
+-- handler learns the attempt may already have had its effect. Orphans stay as they were.
 -- Returns the number of messages given back or orphaned, or -1 when the worker is alive.
 if redis.call('EXISTS', KEYS[4]) == 1 then
   return -1
@@ -25,14 +28,20 @@ local moved = #taken
 if #taken > 0 then
   local clock = ax_clock(KEYS[6])
   local shared = 0
+  local function redelivered(ok, msg, m)
+    if ok and type(msg) == 'table' and msg.redelivered ~= true and string.sub(m, 1, 1) == '{' and m ~= '{}' then
+      return '{"redelivered":true,' .. string.sub(m, 2)
+    end
+    return m
+  end
   for _, m in ipairs(taken) do
     local ok, msg = pcall(cjson.decode, m)
     local target = ok and ax_target(msg)
     if not target then
-      ax_restore(KEYS[1], KEYS[5], clock, m, tonumber(ARGV[3]), tonumber(ARGV[4]))
+      ax_restore(KEYS[1], KEYS[5], clock, redelivered(ok, msg, m), tonumber(ARGV[3]), tonumber(ARGV[4]))
       shared = shared + 1
     elseif recover and target == ARGV[1] then
-      redis.call('LPUSH', KEYS[8], m)
+      redis.call('LPUSH', KEYS[8], redelivered(ok, msg, m))
       ax_wake(KEYS[10], 1)
     else
       redis.call('RPUSH', KEYS[9], m)
