@@ -201,7 +201,7 @@ fn fires_kernel(n: usize, workers: usize) {
             let job = Job::new(move |ctx| {
                 let (d, l, k, t) = (d.clone(), l.clone(), k.clone(), t.clone());
                 async move {
-                    l.record(k.now().0 - ctx.fire_at.0);
+                    l.record(k.now().0 - ctx.fire_at().0);
                     d.fetch_add(1, Ordering::Relaxed);
                     t.fetch_max(origin.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     Ok(())

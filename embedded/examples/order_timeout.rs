@@ -27,7 +27,7 @@ fn close_if_unpaid(orders: &Orders) -> Job {
     Job::new(move |ctx| {
         let orders = orders.clone();
         async move {
-            let order: u64 = ctx.payload()?;
+            let order: u64 = ctx.payload_as()?;
             let mut orders = orders
                 .lock()
                 .map_err(|_| HandlerError::Retryable("orders locked".into()))?;

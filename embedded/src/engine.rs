@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dead::DeadLetter;
 use crate::error::{EmbeddedError, Result};
-use crate::job::{Handlers, JobContext, JobFn, JobId};
+use crate::job::{AttemptCall, Handlers, JobFn, JobId, NAMESPACE};
 use crate::metrics::Recorder;
 use crate::staging::Staging;
 use crate::store::{Loaded, Op, StoreHandle, StoredAttempt};
@@ -52,9 +52,6 @@ use crate::table::{JobTable, Running};
 
 mod forget;
 mod submit;
-
-/// The namespace every job of a kernel lives in, as far as the dispatcher is concerned.
-pub(crate) const NAMESPACE: &str = "embedded";
 
 /// How many dispatches the driver takes from the dispatcher at a time: a burst of due fires
 /// goes through one buffer of this size, kept from step to step, not one as long as the
@@ -114,7 +111,7 @@ pub(crate) struct Launch {
     pub(crate) attempt: Attempt,
     pub(crate) key: Arc<TaskKey>,
     pub(crate) run: Arc<JobFn>,
-    pub(crate) ctx: JobContext,
+    pub(crate) ctx: AttemptCall,
     pub(crate) kill: CancellationToken,
     pub(crate) timeout: std::time::Duration,
 }
@@ -502,8 +499,7 @@ impl Engine {
         let kill = CancellationToken::new();
         job.running.insert(attempt.execution, kill.clone());
         self.running += 1;
-        let ctx = JobContext {
-            id: attempt.job,
+        let ctx = AttemptCall {
             execution: attempt.execution,
             attempt: attempt.attempt.saturating_add(1),
             fire_at: attempt.fire_at,

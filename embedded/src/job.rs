@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_scheduler_core::handler::{
-    AttemptInfo, Cancel, Context, DeferFuture, Deferred, Finisher, Handler, Progress, Shell,
-    ShellFuture,
+    AttemptInfo, Cancel, Context, DeferFuture, Deferred, Finisher, Handler, HandlerFuture,
+    Progress, Shell, ShellFuture,
 };
 use ax_scheduler_core::task::{
     DEFAULT_PRIORITY, DEFAULT_TIMEOUT, MAX_IDEMPOTENCY_KEY_LEN, MAX_MULTIPLIER, MAX_PAYLOAD_BYTES,
@@ -27,7 +27,6 @@ use ax_scheduler_core::task::{
 use ax_scheduler_core::{
     ExecutionId, HandlerError, MisfirePolicy, OverlapPolicy, RetryPolicy, TaskSpec, UtcMillis,
 };
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::{Mutex, PoisonError};
 use tokio::sync::oneshot;
@@ -38,7 +37,11 @@ use crate::error::{EmbeddedError, Result};
 pub type JobFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send>>;
 
 /// A job's body, shared by all its attempts.
-pub(crate) type JobFn = dyn Fn(JobContext) -> JobFuture + Send + Sync;
+pub(crate) type JobFn = dyn Fn(AttemptCall) -> JobFuture + Send + Sync;
+
+/// The namespace every job of a kernel lives in, as far as the dispatcher is concerned: a
+/// job's task is `embedded/{id}`, which is how dependency edges name a parent.
+pub(crate) const NAMESPACE: &str = "embedded";
 
 /// A job's identity within its kernel, returned by every submit: unique for the kernel's
 /// life (and a persisted job's across restarts), not a count (a job staged in memory is
@@ -52,6 +55,15 @@ impl JobId {
     pub fn get(self) -> u64 {
         self.0
     }
+
+    /// The job whose attempt `ctx` is (the kernel names a job's task by its id), or `None`
+    /// for an attempt the kernel does not run (a cluster worker's).
+    pub fn of(ctx: &Context) -> Option<JobId> {
+        if ctx.runner() != EMBEDDED_RUNNER {
+            return None;
+        }
+        ctx.task_id().parse().ok().map(JobId)
+    }
 }
 
 impl fmt::Display for JobId {
@@ -60,33 +72,27 @@ impl fmt::Display for JobId {
     }
 }
 
-/// What one attempt of a job is told.
+/// What the engine starts one attempt with; the job's body sees it as the core's
+/// [`Context`] (the same type a cluster handler gets), made by [`AttemptCall::context`].
 #[derive(Clone, Debug)]
-pub struct JobContext {
-    /// The job.
-    pub id: JobId,
+pub(crate) struct AttemptCall {
     /// The execution: one fire of the job, the same for all its attempts.
-    pub execution: ExecutionId,
-    /// The attempt, 1 for the first: as the cluster counts attempts everywhere people and
-    /// handlers read them.
-    pub attempt: u32,
+    pub(crate) execution: ExecutionId,
+    /// The attempt, 1 for the first.
+    pub(crate) attempt: u32,
     /// The instant the fire was due.
-    pub fire_at: UtcMillis,
+    pub(crate) fire_at: UtcMillis,
     /// When this attempt times out (its start plus the job's timeout).
-    pub deadline: UtcMillis,
-    /// Whether this attempt was in flight (queued or running) when the process that held it
-    /// stopped (a crash, a kill, a shutdown's end): it runs again, with the same execution id
-    /// and attempt, so a job whose effect must happen once checks the execution id it
-    /// recorded.
-    pub recovered: bool,
-    /// Cancelled when the attempt times out, is killed, or the kernel's grace at shutdown is
-    /// over; the attempt's future is dropped at the same moment. It is for what the job
-    /// started beside its future (a spawned task, a child process), which should stop on it.
-    pub cancel: Cancel,
+    pub(crate) deadline: UtcMillis,
+    /// Whether this attempt was in flight when the process that held it stopped
+    /// ([`Context::redelivered`]).
+    pub(crate) recovered: bool,
+    /// Cancelled when the attempt times out, is killed, or the grace at shutdown is over.
+    pub(crate) cancel: Cancel,
     pub(crate) spec: Arc<TaskSpec>,
 }
 
-impl JobContext {
+impl AttemptCall {
     /// The attempt as the core's handler [`Context`], run by `shell`.
     fn context(&self, shell: Arc<dyn Shell>) -> Context {
         let info = AttemptInfo {
@@ -100,17 +106,6 @@ impl JobContext {
             payload: self.spec.payload.clone(),
         };
         Context::new(info, self.cancel.clone(), shell)
-    }
-
-    /// The job's payload as JSON (`null` when it has none).
-    pub fn payload_json(&self) -> &serde_json::Value {
-        &self.spec.payload
-    }
-
-    /// The job's payload as a `T`; one that does not fit is a permanent failure.
-    pub fn payload<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
-        T::deserialize(&self.spec.payload)
-            .map_err(|e| HandlerError::Permanent(format!("payload: {e}")))
     }
 }
 
@@ -138,7 +133,7 @@ pub(crate) type Handlers = std::collections::HashMap<Arc<str>, Arc<JobFn>>;
 /// ([`Context::defer`]) holds its worker until its [`Deferred`] completes, all within the
 /// job's timeout: in-process there is no slot to hand back and no one else to end it.
 pub(crate) fn shared_handler(handler: Arc<dyn Handler>) -> Arc<JobFn> {
-    Arc::new(move |job: JobContext| {
+    Arc::new(move |job: AttemptCall| {
         let handler = Arc::clone(&handler);
         Box::pin(async move {
             let shell = Arc::new(EmbeddedShell::default());
@@ -158,6 +153,19 @@ pub(crate) fn shared_handler(handler: Arc<dyn Handler>) -> Arc<JobFn> {
             }
         }) as JobFuture
     })
+}
+
+/// A closure as a [`Handler`]: a job's body runs through the same path as a named handler.
+struct ClosureHandler<F>(F);
+
+impl<F, Fut> Handler for ClosureHandler<F>
+where
+    F: Fn(Context) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    fn run(&self, ctx: Context) -> HandlerFuture<'_> {
+        Box::pin((self.0)(ctx))
+    }
 }
 
 /// What the kernel does for a handler beyond the attempt's data. Progress goes to the
@@ -251,13 +259,18 @@ impl Job {
     /// A job running `f` for each attempt. Return [`HandlerError::Retryable`] for a failure
     /// worth retrying by the job's policy, [`HandlerError::Permanent`] for one that goes to
     /// the dead letters at once; a panic is a failed attempt that may be retried.
+    ///
+    /// The closure gets the core's [`Context`], as a handler does on a cluster worker: the
+    /// execution id, the attempt (1 for the first), `fire_at`, the deadline, whether it was
+    /// [redelivered](Context::redelivered) after a restart, the payload
+    /// ([`Context::payload_as`]) and the [cancel](Context::cancel) token.
     pub fn new<F, Fut>(f: F) -> Self
     where
-        F: Fn(JobContext) -> Fut + Send + Sync + 'static,
+        F: Fn(Context) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
     {
         Job {
-            body: Body::Closure(Arc::new(move |ctx| Box::pin(f(ctx)) as JobFuture)),
+            body: Body::Closure(shared_handler(Arc::new(ClosureHandler(f)))),
             options: JobOptions::default(),
         }
     }
@@ -327,7 +340,7 @@ impl Job {
         self
     }
 
-    /// Data the job reads with [`JobContext::payload`]; at most 32 KiB as JSON.
+    /// Data the job reads with [`Context::payload_as`]; at most 32 KiB as JSON.
     pub fn payload(mut self, payload: &impl Serialize) -> Self {
         self.options.payload = serde_json::to_value(payload).map_err(|e| e.to_string());
         self

@@ -24,9 +24,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::dead::DeadLetter;
-use crate::engine::{Engine, NAMESPACE};
+use crate::engine::Engine;
 use crate::error::{EmbeddedError, Result};
-use crate::job::{shared_handler, Body, Handlers, Job, JobFn, JobId};
+use crate::job::{shared_handler, Body, Handlers, Job, JobFn, JobId, NAMESPACE};
 use crate::parents::Parent;
 use crate::run::{drive, Shared};
 use crate::store::{self, StoreHandle};

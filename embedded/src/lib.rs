@@ -59,7 +59,7 @@
 //! - **When**: [`Kernel::at`], [`Kernel::after`], [`Kernel::every`], [`Kernel::cron`] (any
 //!   IANA zone); each returns a [`JobId`].
 //! - **Control**: [`Kernel::cancel`] before it starts, [`Kernel::kill`] while it runs (its
-//!   [`JobContext::cancel`] token fires and the attempt is dropped), [`Kernel::trigger`],
+//!   [`Context::cancel`] token fires and the attempt is dropped), [`Kernel::trigger`],
 //!   [`Kernel::pause`] / [`Kernel::resume`].
 //! - **Options** ([`Job`]): priority, timeout, retry policy, overlap and misfire policy,
 //!   idempotency key, payload, with the cluster's defaults and meaning.
@@ -78,7 +78,7 @@
 //! with [`KernelBuilder::handler`]) on a kernel with a store ([`KernelBuilder::store`], a
 //! redb file) is persisted: [`Kernel::submit`] returns once it is on disk (group commit), and
 //! a restart runs again what was in flight (at least once, with the same execution id and
-//! [`JobContext::recovered`] set), plans the missed fires by each job's misfire policy and
+//! [`Context::redelivered`] set), plans the missed fires by each job's misfire policy and
 //! starts at half the workers while it catches up. See `docs/embedded.md` for the design
 //! and its limits.
 
@@ -101,7 +101,7 @@ pub use ax_scheduler_core::{
 };
 pub use dead::DeadLetter;
 pub use error::{EmbeddedError, Result};
-pub use job::{Job, JobContext, JobFuture, JobId, EMBEDDED_RUNNER};
+pub use job::{Job, JobFuture, JobId, EMBEDDED_RUNNER};
 pub use kernel::{Kernel, KernelBuilder, ShutdownReport, When, DEFAULT_TICK, DEFAULT_WORKERS};
 pub use parents::Parent;
 

@@ -14,9 +14,8 @@ use ax_scheduler_core::task::{
 };
 use ax_scheduler_core::TaskSpec;
 
-use crate::engine::NAMESPACE;
 use crate::error::{EmbeddedError, Result};
-use crate::job::JobId;
+use crate::job::{JobId, NAMESPACE};
 
 /// One parent of a dependent job ([`Kernel::when_done`](crate::Kernel::when_done)): the
 /// job, which of its ends lets the child run, and how long after the run reached the child

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ax_scheduler_core::{AttemptOutcome, HandlerError, OverlapPolicy, RetryPolicy, UtcMillis};
 
-use crate::{EmbeddedError, Job, JobContext, Kernel};
+use crate::{Context, EmbeddedError, Job, Kernel};
 
 /// What the jobs of a test saw: (label, attempt, fire_at, started at).
 pub(crate) type Log = Arc<Mutex<Vec<(String, u32, UtcMillis, UtcMillis)>>>;
@@ -26,13 +26,13 @@ pub(crate) fn recording(
     log: &Log,
     label: &str,
     runs: Duration,
-    end: fn(&JobContext) -> Result<(), HandlerError>,
+    end: fn(&Context) -> Result<(), HandlerError>,
 ) -> Job {
     let (kernel, log, label) = (kernel.clone(), log.clone(), label.to_owned());
-    Job::new(move |ctx: JobContext| {
+    Job::new(move |ctx: Context| {
         let (kernel, log, label) = (kernel.clone(), log.clone(), label.clone());
         async move {
-            let entry = (label, ctx.attempt, ctx.fire_at, kernel.now());
+            let entry = (label, ctx.attempt(), ctx.fire_at(), kernel.now());
             log.lock().expect("log").push(entry);
             tokio::time::sleep(runs).await;
             end(&ctx)
@@ -40,7 +40,7 @@ pub(crate) fn recording(
     })
 }
 
-pub(crate) fn ok(_: &JobContext) -> Result<(), HandlerError> {
+pub(crate) fn ok(_: &Context) -> Result<(), HandlerError> {
     Ok(())
 }
 
@@ -225,7 +225,7 @@ async fn cancel_before_start_and_kill_while_running() {
                 let seen = seen.clone();
                 async move {
                     // Hands its token to the test, then hangs until the kernel drops it.
-                    *seen.lock().expect("token") = Some(ctx.cancel.clone());
+                    *seen.lock().expect("token") = Some(ctx.cancel().clone());
                     std::future::pending().await
                 }
             })
@@ -318,7 +318,7 @@ async fn failures_retry_by_policy_then_dead_letter() {
         jitter: 0.0,
         max_elapsed: None,
     };
-    fn fail(_: &JobContext) -> Result<(), HandlerError> {
+    fn fail(_: &Context) -> Result<(), HandlerError> {
         Err(HandlerError::Retryable("busy".into()))
     }
     let id = kernel
@@ -359,7 +359,7 @@ async fn failures_retry_by_policy_then_dead_letter() {
 async fn panics_and_timeouts_are_failed_attempts() {
     let kernel = Kernel::builder().build().expect("kernel");
     let log = log();
-    fn boom(_: &JobContext) -> Result<(), HandlerError> {
+    fn boom(_: &Context) -> Result<(), HandlerError> {
         panic!("boom")
     }
     let panicky = kernel
@@ -436,7 +436,7 @@ async fn forbid_holds_a_periodic_fire_while_the_last_runs() {
             m.fetch_max(now, Ordering::SeqCst);
             l.lock()
                 .expect("log")
-                .push(("o".into(), ctx.attempt, ctx.fire_at, k.now()));
+                .push(("o".into(), ctx.attempt(), ctx.fire_at(), k.now()));
             sleep(2_500).await;
             r.fetch_sub(1, Ordering::SeqCst);
             Ok(())
@@ -498,7 +498,7 @@ async fn payload_reaches_the_job() {
     let job = Job::new(move |ctx| {
         let g = g.clone();
         async move {
-            let order: u64 = ctx.payload()?;
+            let order: u64 = ctx.payload_as()?;
             *g.lock().expect("got") = Some(order);
             Ok(())
         }

@@ -2,7 +2,7 @@
 //! filler file has nearly used up. Submits go on until one fails; that one must fail with the
 //! store's retryable error naming the file and the cause, the kernel must go on running, a
 //! submit after space was freed must succeed, and a restart must find every acknowledged job
-//! and run it.
+//! and run it, and none cancelled while the disk was full.
 //!
 //! Mounting needs root (tests run as root here and in CI). Where the mount is refused the
 //! test fails under `AX_CI` and is skipped with a message elsewhere.
@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ax_embedded::handler::{typed, Job as Attempt};
-use ax_embedded::{EmbeddedError, Job, JobId, Kernel, When};
+use ax_embedded::{EmbeddedError, Job, JobId, Kernel, TaskStatus, When};
 
 const HOUR: Duration = Duration::from_secs(3600);
 /// The tmpfs: small, so that filling it takes a few hundred submits.
@@ -149,6 +149,17 @@ async fn a_full_disk_fails_submits_and_loses_nothing_acknowledged() {
         "{again}"
     );
 
+    // Changes nobody waits for, made while the disk is full, still reach the file once it
+    // can write: the cancelled job must not come back at the restart, the paused ones
+    // (each a whole spec to write again) must come back paused.
+    let (_, cancelled) = acked.remove(0);
+    assert!(k.cancel(cancelled));
+    let paused: Vec<JobId> = acked.iter().take(10).map(|(_, id)| *id).collect();
+    for id in &paused {
+        assert!(k.pause(*id));
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
     // The kernel still runs jobs.
     let (tx, rx) = tokio::sync::oneshot::channel();
     let tx = Mutex::new(Some(tx));
@@ -169,7 +180,7 @@ async fn a_full_disk_fails_submits_and_loses_nothing_acknowledged() {
 
     // Space freed: the same submit succeeds.
     std::fs::remove_file(&filler).expect("free space");
-    let n = acked.len() as u64;
+    let n = 1_000_000;
     let id = k
         .submit(When::After(HOUR), order(n))
         .await
@@ -180,6 +191,14 @@ async fn a_full_disk_fails_submits_and_loses_nothing_acknowledged() {
     // Everything acknowledged is in the file, and runs.
     let k = kernel(&path, &ran);
     assert_eq!(k.len(), acked.len(), "jobs found by the restart");
+    assert!(
+        !k.trigger(cancelled),
+        "a job cancelled while the disk was full came back"
+    );
+    for id in &paused {
+        assert_eq!(k.status(*id), Some(TaskStatus::Paused), "paused while full");
+        assert!(k.resume(*id));
+    }
     for (_, id) in &acked {
         assert!(k.trigger(*id), "job {id:?} was acknowledged but is gone");
     }
