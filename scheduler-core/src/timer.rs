@@ -163,6 +163,20 @@ pub struct TimerWheel<T> {
     overflow: Overflow,
     /// Reused per drained slot, so advancing allocates nothing once warmed up.
     scratch: Vec<(i64, u64, u32)>,
+    /// The level-0 slot the current tick last fired from and its members' earliest due
+    /// time, kept exact as members come and go (`None`: no slot tracked). At a high fire
+    /// rate an engine advances and asks [`next_due`](Self::next_due) many times within one
+    /// tick; without it each call read the due time of every member of the slot (a thousand
+    /// at 100 000 timers a second), and a call in a millisecond whose timers all fired
+    /// already does nothing now.
+    slot_min: Option<SlotMin>,
+}
+
+/// See [`TimerWheel::slot_min`].
+#[derive(Clone, Copy, Debug)]
+struct SlotMin {
+    loc: usize,
+    due: i64,
 }
 
 /// The next slot that needs processing.
@@ -212,6 +226,7 @@ impl<T> TimerWheel<T> {
             occupied: vec![0; config.levels as usize],
             overflow: Overflow::default(),
             scratch: Vec::new(),
+            slot_min: None,
         }
     }
 
@@ -289,14 +304,17 @@ impl<T> TimerWheel<T> {
     /// overflow heap; otherwise the start of the higher-level slot holding it (an advance there
     /// fires nothing but refines the answer). `None` when nothing is pending.
     ///
-    /// Costs O(levels) plus a scan of one level-0 slot.
+    /// Costs O(levels), plus a scan of one level-0 slot when that slot is not the one the
+    /// current tick fires from.
     pub fn next_due(&self) -> Option<UtcMillis> {
         match self.next_expiration() {
-            Some(exp) if exp.level == 0 => self.slots[exp.slot as usize]
-                .iter()
-                .map(|&i| self.slab.entries[i as usize].due)
-                .min()
-                .map(UtcMillis),
+            Some(exp) if exp.level == 0 => match self.slot_min {
+                Some(m) if m.loc == exp.slot as usize => {
+                    debug_assert_eq!(Some(m.due), self.earliest_in(m.loc), "slot_min is exact");
+                    Some(UtcMillis(m.due))
+                }
+                _ => self.earliest_in(exp.slot as usize).map(UtcMillis),
+            },
             Some(exp) => Some(UtcMillis(self.tick_start_ms(exp.deadline))),
             None => self.overflow.peek().map(|k| UtcMillis(k.due)),
         }
@@ -415,6 +433,11 @@ impl<T> TimerWheel<T> {
         e.pos = members.len() as u32;
         members.push(idx);
         self.occupied[level as usize] |= 1 << slot;
+        if let Some(m) = &mut self.slot_min {
+            if m.loc == loc {
+                m.due = m.due.min(due);
+            }
+        }
     }
 
     /// Takes a live entry out of its wheel slot; returns `true` when it is in the overflow
@@ -477,6 +500,9 @@ impl<T> TimerWheel<T> {
         let loc = (u64::from(exp.level) << self.slot_bits | exp.slot) as usize;
         let mut members = std::mem::take(&mut self.slots[loc]);
         self.occupied[exp.level as usize] &= !(1 << exp.slot);
+        if self.slot_min.is_some_and(|m| m.loc == loc) {
+            self.slot_min = None;
+        }
         if exp.level == 0 {
             for &i in &members {
                 let e = &self.slab.entries[i as usize];
@@ -504,6 +530,17 @@ impl<T> TimerWheel<T> {
             return;
         }
         let loc = slot as usize;
+        if self
+            .slot_min
+            .is_some_and(|m| m.loc == loc && now_ms < m.due)
+        {
+            debug_assert!(self.earliest_in(loc).is_some_and(|due| now_ms < due));
+            // Nothing of the slot is due yet: no need to look at its members.
+            return;
+        }
+        // Untracked while members leave, so that no removal rescans; set from this pass.
+        self.slot_min = None;
+        let mut earliest = i64::MAX;
         let mut pos = 0;
         while pos < self.slots[loc].len() {
             let i = self.slots[loc][pos];
@@ -513,11 +550,14 @@ impl<T> TimerWheel<T> {
                 // The last member moves into `pos`, which is examined next.
                 self.remove_at(loc, pos as u32);
             } else {
+                earliest = earliest.min(e.due);
                 pos += 1;
             }
         }
         if self.slots[loc].is_empty() {
             self.occupied[0] &= !(1 << slot);
+        } else {
+            self.slot_min = Some(SlotMin { loc, due: earliest });
         }
         self.emit(out);
     }
@@ -526,10 +566,25 @@ impl<T> TimerWheel<T> {
     /// position. The occupancy bit is the caller's business.
     fn remove_at(&mut self, loc: usize, pos: u32) {
         let members = &mut self.slots[loc];
-        members.swap_remove(pos as usize);
+        let removed = members.swap_remove(pos as usize);
         if let Some(&moved) = members.get(pos as usize) {
             self.slab.entries[moved as usize].pos = pos;
         }
+        if let Some(m) = self.slot_min {
+            if m.loc == loc && self.slab.entries[removed as usize].due <= m.due {
+                // The earliest member left: find the next one (a cancel of the very next
+                // timer, rare against the advances it saves).
+                self.slot_min = self.earliest_in(loc).map(|due| SlotMin { loc, due });
+            }
+        }
+    }
+
+    /// The earliest due time among the members of slot `loc`.
+    fn earliest_in(&self, loc: usize) -> Option<i64> {
+        self.slots[loc]
+            .iter()
+            .map(|&i| self.slab.entries[i as usize].due)
+            .min()
     }
 
     /// Frees the entries collected in `scratch` and appends them to `out` in `(due, seq)`
