@@ -65,6 +65,7 @@ fn main() {
     }
     if run("latency") {
         latency(n);
+        latency_in_burst(n);
     }
     if run("durable") {
         durable_sections(n);
@@ -487,6 +488,59 @@ fn latency(n: usize) {
             percentile(&submits, 0.99),
             percentile(&cancels, 0.5),
             percentile(&cancels, 0.99)
+        );
+        kernel.shutdown(Duration::ZERO).await;
+    });
+}
+
+/// Submit latency while a burst runs: N jobs due at one instant as in `fires`, and beside
+/// them a task that submits one job every 200 µs from a second before the burst's instant
+/// (when the burst's jobs become dispatcher tasks) until the burst has run. An application
+/// keeps submitting while the kernel works through a burst, and each submit takes the
+/// kernel's lock, so this is how long the kernel holds it at a time.
+fn latency_in_burst(n: usize) {
+    let rt = runtime();
+    rt.block_on(async {
+        let kernel = Kernel::builder().build().unwrap();
+        let done = Arc::new(AtomicU64::new(0));
+        let lead = Duration::from_millis(1500 + n as u64 / 300);
+        let due = kernel.now().add(lead);
+        for _ in 0..n {
+            let d = done.clone();
+            let job = Job::new(move |_| {
+                let d = d.clone();
+                async move {
+                    d.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                }
+            });
+            kernel.at(due, job).unwrap();
+        }
+        wait_until(&kernel, ax_embedded::UtcMillis(due.0 - 1100)).await;
+        let submitter = {
+            let (kernel, done) = (kernel.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                let mut tick = tokio::time::interval(Duration::from_micros(200));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                while done.load(Ordering::Relaxed) < n as u64 {
+                    tick.tick().await;
+                    let t = Instant::now();
+                    kernel.after(HOUR, noop()).unwrap();
+                    lat.push(t.elapsed().as_nanos() as u64);
+                }
+                lat
+            })
+        };
+        let mut lat = submitter.await.unwrap();
+        lat.sort_unstable();
+        println!(
+            "latency kernel submit during a burst of {n}: p50 {} ns p99 {} ns max {} us \
+             ({} submits)",
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99),
+            lat.last().copied().unwrap_or(0) / 1000,
+            lat.len()
         );
         kernel.shutdown(Duration::ZERO).await;
     });

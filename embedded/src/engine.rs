@@ -53,10 +53,14 @@ use crate::table::{JobTable, Running};
 mod forget;
 mod submit;
 
-/// How many dispatches the driver takes from the dispatcher at a time: a burst of due fires
-/// goes through one buffer of this size, kept from step to step, not one as long as the
-/// burst (whose growth was a tenth of a burst's step).
+/// How many dispatches one step takes from the dispatcher, and how many staged jobs it
+/// promotes: a step runs under the engine's lock, which every submit, cancel and attempt end
+/// of the program waits for, so a burst is worked off in steps of a few hundred
+/// microseconds with the lock let go in between (the step says its work is not done by a
+/// wakeup that has passed), not in one step as long as the burst. The dispatches go through
+/// one buffer of this size, kept from step to step.
 const DISPATCH_BATCH: usize = 256;
+const STEP_PROMOTIONS: usize = 128;
 
 /// One execution's next attempt, waiting for a worker or for its retry time.
 #[derive(Clone, Debug)]
@@ -368,23 +372,19 @@ impl Engine {
     }
 
     /// One turn of the driver at `now`: due retries and fires queued, attempts started up to
-    /// the free workers. Returns what to spawn and when to come back.
+    /// the free workers. Returns what to spawn and when to come back: at or before `now`
+    /// when the step's bounds left promotions or fires for the next one.
     pub(crate) fn step(&mut self, now: UtcMillis) -> (Vec<Launch>, Option<UtcMillis>) {
-        for job in self.staging.due(now) {
+        for job in self.staging.due(now, STEP_PROMOTIONS) {
             self.promote(job, now);
         }
         for (_, attempt) in self.retries.advance(now) {
             self.requeue_attempt(attempt, now);
         }
         let mut batch = std::mem::take(&mut self.dispatches);
-        loop {
-            self.dispatcher.poll_into(now, DISPATCH_BATCH, &mut batch);
-            if batch.is_empty() {
-                break;
-            }
-            for dispatch in batch.drain(..) {
-                self.enqueue(&dispatch, now);
-            }
+        self.dispatcher.poll_into(now, DISPATCH_BATCH, &mut batch);
+        for dispatch in batch.drain(..) {
+            self.enqueue(&dispatch, now);
         }
         self.dispatches = batch;
         log_notices(self.dispatcher.take_notices(), &self.metrics);

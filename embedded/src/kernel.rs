@@ -171,7 +171,7 @@ impl KernelBuilder {
             engine.set_store(StoreHandle::start(db, path)?);
         }
         let shared = Arc::new(Shared {
-            engine: std::sync::Mutex::new(engine),
+            engine: parking_lot::Mutex::new(engine),
             handlers: self.handlers,
             clock,
             wake: Notify::new(),
@@ -572,7 +572,12 @@ fn register_metrics(
 }
 
 /// The cluster task spec of a job.
-fn spec_of(schedule: Schedule, payload: serde_json::Value, job: &Job, now: UtcMillis) -> TaskSpec {
+pub(crate) fn spec_of(
+    schedule: Schedule,
+    payload: serde_json::Value,
+    job: &Job,
+    now: UtcMillis,
+) -> TaskSpec {
     let o = &job.options;
     let handler: Arc<str> = match &job.body {
         Body::Named(name) => Arc::clone(name),

@@ -3,7 +3,9 @@
 //!
 //! The driver sleeps until the engine's next wakeup (the earliest timer or retry) or until
 //! something changed (a submit, a control), takes one [`Engine::step`] under the lock and
-//! spawns the attempts it returns. An attempt that ends takes the step itself, in the same
+//! spawns the attempts it returns. A step does a bounded amount of work; one that left some
+//! says so by a wakeup already passed, and the driver yields to the runtime before the next,
+//! so the program's own calls into the kernel get the lock in between. An attempt that ends takes the step itself, in the same
 //! lock as its end, and starts what its freed worker can run next: a busy kernel goes from
 //! one attempt to the next without waking the driver, which is woken only when the next
 //! wakeup moved before the one it sleeps until.
@@ -23,13 +25,14 @@ use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ax_scheduler_core::attempt::{self, Verdict};
 use ax_scheduler_core::{AttemptOutcome, Clock, HandlerError};
 use ax_tokio_clock::instant_at;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -38,6 +41,8 @@ use crate::engine::{Engine, Launch};
 
 /// What the kernel's handle, its driver and its attempts share.
 pub(crate) struct Shared {
+    /// Fair now and then (parking_lot's eventual fairness): the attempts and the driver take
+    /// it back to back through a burst, and a submit must still get its turn.
     pub(crate) engine: Mutex<Engine>,
     /// The named handlers, by name.
     pub(crate) handlers: crate::job::Handlers,
@@ -54,10 +59,10 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The engine. A poisoned lock means a panic inside the engine's own code, whose maps
-    /// each change in one step: the state is whole, so the kernel goes on.
+    /// The engine. A panic inside the engine's own code does not poison the lock: its maps
+    /// each change in one step, so the state is whole and the kernel goes on.
     pub(crate) fn lock(&self) -> EngineGuard<'_> {
-        EngineGuard(self.engine.lock().unwrap_or_else(PoisonError::into_inner))
+        EngineGuard(self.engine.lock())
     }
 }
 
@@ -96,6 +101,15 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
             (launches, next)
         };
         spawn_attempts(&shared, launches);
+        if next.is_some_and(|at| at <= shared.clock.now()) {
+            // The step left work (a burst is worked off in bounded steps): let the lock's
+            // other users and the attempts just spawned run first, then step again.
+            if shared.stop.is_cancelled() {
+                return;
+            }
+            tokio::task::yield_now().await;
+            continue;
+        }
         let sleep = async {
             match next {
                 Some(at) => tokio::time::sleep_until(instant_at(&*shared.clock, at)).await,

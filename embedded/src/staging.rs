@@ -22,12 +22,19 @@
 //! goes straight to its entry, with no table from ids to entries. A persisted job keeps the
 //! counted id the store knows it by, and is found through a table of its own.
 //!
+//! The jobs whose promotion instant passed leave the wheel together but are promoted a
+//! bounded number at a time ([`Staging::due`]): making a task takes a few microseconds
+//! under the engine's lock, and a burst of a hundred thousand jobs due at one instant made
+//! tasks in one step held every submit, cancel and attempt end of the program for a fifth
+//! of a second. Until its turn a ripe job is still staged: cancel and status find it.
+//!
 //! Why one second: it is long against a driver's turn (a stalled driver is late by what it
 //! is late by, staged or not: a promotion past its fire is a task whose instant passed, and
 //! the dispatcher applies its misfire policy to it as it does today), and short enough that
 //! the jobs held whole at once are the next second's fires only. Periodic jobs are not
 //! staged: they are tasks for good, with a state every fire writes.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +69,13 @@ pub(crate) struct Promoted {
     pub(crate) durable: bool,
 }
 
+/// A job whose promotion instant passed, waiting for its turn to be promoted.
+struct Ripe {
+    promote_at: UtcMillis,
+    id: JobId,
+    staged: Staged,
+}
+
 /// See the [module notes](self).
 pub(crate) struct Staging {
     wheel: TimerWheel<Staged>,
@@ -70,6 +84,15 @@ pub(crate) struct Staging {
     shared: Vec<Arc<TaskSpec>>,
     window_ms: i64,
     due: Vec<(UtcMillis, TimerHandle, Staged)>,
+    /// Ripe jobs in promotion order, from `cursor` on (`None`: taken out of turn).
+    ripe: Vec<Option<Ripe>>,
+    cursor: usize,
+    /// Where each ripe job beyond the first step's share is, for a cancel before its turn.
+    ripe_at: HashMap<JobId, usize>,
+    /// Ripe jobs still held.
+    ripe_live: usize,
+    /// The instant the ripe jobs were taken out at: each one's promotion was due by then.
+    ripened_at: UtcMillis,
 }
 
 impl Staging {
@@ -80,6 +103,11 @@ impl Staging {
             shared: Vec::new(),
             window_ms: STAGING_WINDOW.as_millis() as i64,
             due: Vec::new(),
+            ripe: Vec::new(),
+            cursor: 0,
+            ripe_at: HashMap::new(),
+            ripe_live: 0,
+            ripened_at: now,
         }
     }
 
@@ -162,11 +190,16 @@ impl Staging {
 
     /// Whether `id` is a staged job.
     pub(crate) fn contains(&self, id: JobId) -> bool {
-        self.handle(id).is_some()
+        self.ripe_at.contains_key(&id) || self.handle(id).is_some()
     }
 
     /// Takes a staged job out, to be dropped or promoted.
     pub(crate) fn take(&mut self, id: JobId) -> Option<Promoted> {
+        if let Some(i) = self.ripe_at.remove(&id) {
+            let ripe = self.ripe[i].take()?;
+            self.ripe_live -= 1;
+            return Some(self.promoted(ripe.id, ripe.promote_at, ripe.staged));
+        }
         let handle = self.handle(id)?;
         let promote_at = self.wheel.due(handle)?;
         let staged = self.wheel.cancel(handle)?;
@@ -174,14 +207,38 @@ impl Staging {
         Some(self.promoted(id, promote_at, staged))
     }
 
-    /// The jobs whose promotion instant `now` reached, in their order.
-    pub(crate) fn due(&mut self, now: UtcMillis) -> Vec<Promoted> {
+    /// At most `max` of the jobs whose promotion instant `now` reached, in their order; the
+    /// rest wait for the next call ([`next_due`](Self::next_due) says so).
+    pub(crate) fn due(&mut self, now: UtcMillis, max: usize) -> Vec<Promoted> {
+        if self.ripe_live == 0 {
+            self.ripen(now, max);
+        }
+        let mut out = Vec::with_capacity(max.min(self.ripe_live));
+        while out.len() < max && self.cursor < self.ripe.len() {
+            if let Some(ripe) = self.ripe[self.cursor].take() {
+                if !self.ripe_at.is_empty() {
+                    self.ripe_at.remove(&ripe.id);
+                }
+                self.ripe_live -= 1;
+                out.push(self.promoted(ripe.id, ripe.promote_at, ripe.staged));
+            }
+            self.cursor += 1;
+        }
+        out
+    }
+
+    /// Takes every job whose promotion instant `now` reached out of the wheel, in order, and
+    /// indexes those a first step of `max` will not promote.
+    fn ripen(&mut self, now: UtcMillis, max: usize) {
+        debug_assert!(self.ripe_at.is_empty());
+        self.ripe.clear();
+        self.cursor = 0;
+        self.ripened_at = now;
         if self.wheel.is_empty() {
-            return Vec::new();
+            return;
         }
         let mut due = std::mem::take(&mut self.due);
         self.wheel.advance_handles_into(now, &mut due);
-        let mut out = Vec::with_capacity(due.len());
         for (promote_at, handle, staged) in due.drain(..) {
             let id = match staged.spec.id.parse() {
                 Ok(n) => JobId(n),
@@ -190,10 +247,17 @@ impl Staging {
             if !staged.spec.id.is_empty() {
                 self.durable.remove(&id);
             }
-            out.push(self.promoted(id, promote_at, staged));
+            if self.ripe.len() >= max {
+                self.ripe_at.insert(id, self.ripe.len());
+            }
+            self.ripe.push(Some(Ripe {
+                promote_at,
+                id,
+                staged,
+            }));
         }
         self.due = due;
-        out
+        self.ripe_live = self.ripe.len();
     }
 
     fn promoted(&self, id: JobId, promote_at: UtcMillis, staged: Staged) -> Promoted {
@@ -210,14 +274,18 @@ impl Staging {
         }
     }
 
-    /// When the next staged job is to be promoted.
+    /// When the next staged job is to be promoted: a ripe one's passed instant while some
+    /// wait for their turn.
     pub(crate) fn next_due(&self) -> Option<UtcMillis> {
+        if self.ripe_live > 0 {
+            return Some(self.ripened_at);
+        }
         self.wheel.next_due()
     }
 
     /// Staged jobs.
     pub(crate) fn len(&self) -> usize {
-        self.wheel.len()
+        self.wheel.len() + self.ripe_live
     }
 }
 

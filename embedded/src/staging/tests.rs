@@ -213,3 +213,55 @@ async fn a_restart_stages_what_the_store_holds_far_ahead() {
     k.shutdown(Duration::from_secs(1)).await;
     assert!(build().is_empty(), "the cancel reached the file");
 }
+
+/// A burst's promotions come a bounded number per step, in order, and a ripe job waiting
+/// for its turn is still staged: found, counted and cancelled like any other.
+#[test]
+fn ripe_jobs_are_promoted_in_bounded_steps_and_stay_cancellable() {
+    use ax_scheduler_core::timer::TimerConfig;
+    use ax_scheduler_core::Schedule;
+
+    use super::Staging;
+    use crate::job::Body;
+
+    let now = UtcMillis(1_000_000);
+    let mut staging = Staging::new(TimerConfig::default(), now);
+    let job = Job::new(|_| async { Ok(()) });
+    let Body::Closure(run) = &job.body else {
+        unreachable!("Job::new makes a closure job")
+    };
+    let due = now.add(HOUR);
+    let promote_at = due.sub(STAGING_WINDOW);
+    let spec = crate::kernel::spec_of(Schedule::At(due), serde_json::Value::Null, &job, now);
+    let ids: Vec<_> = (0..10)
+        .map(|_| {
+            let id = staging.stage(spec.clone(), run.clone(), promote_at, |_| false);
+            id.unwrap_or_else(|_| panic!("staged"))
+        })
+        .collect();
+    assert_eq!(staging.due(promote_at.sub(Duration::from_millis(1)), 4).len(), 0);
+
+    let first = staging.due(promote_at, 4);
+    assert_eq!(first.iter().map(|p| p.id).collect::<Vec<_>>(), ids[..4]);
+    assert_eq!(staging.len(), 6);
+    assert!(
+        staging.next_due().is_some_and(|at| at <= promote_at),
+        "the rest are due now"
+    );
+    // Cancelled before its turn: taken out, never promoted.
+    assert!(staging.contains(ids[6]));
+    assert!(staging.take(ids[6]).is_some());
+    assert!(!staging.contains(ids[6]));
+    assert!(staging.take(ids[6]).is_none());
+    assert_eq!(staging.len(), 5);
+
+    let later = promote_at.add(Duration::from_millis(3));
+    let second = staging.due(later, 4);
+    let expect = [ids[4], ids[5], ids[7], ids[8]];
+    assert_eq!(second.iter().map(|p| p.id).collect::<Vec<_>>(), expect);
+    assert!(second.iter().all(|p| p.spec.schedule == Schedule::At(due)));
+    let third = staging.due(later, 4);
+    assert_eq!(third.iter().map(|p| p.id).collect::<Vec<_>>(), ids[9..]);
+    assert_eq!((staging.len(), staging.next_due()), (0, None));
+    assert!(staging.due(later, 4).is_empty());
+}
