@@ -239,7 +239,12 @@ fn ripe_jobs_are_promoted_in_bounded_steps_and_stay_cancellable() {
             id.unwrap_or_else(|_| panic!("staged"))
         })
         .collect();
-    assert_eq!(staging.due(promote_at.sub(Duration::from_millis(1)), 4).len(), 0);
+    assert_eq!(
+        staging
+            .due(promote_at.sub(Duration::from_millis(1)), 4)
+            .len(),
+        0
+    );
 
     let first = staging.due(promote_at, 4);
     assert_eq!(first.iter().map(|p| p.id).collect::<Vec<_>>(), ids[..4]);
