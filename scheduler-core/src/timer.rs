@@ -163,8 +163,9 @@ pub struct TimerWheel<T> {
     overflow: Overflow,
     /// Reused per drained slot, so advancing allocates nothing once warmed up.
     scratch: Vec<(i64, u64, u32)>,
-    /// The level-0 slot the current tick last fired from and its members' earliest due
-    /// time, kept exact as members come and go (`None`: no slot tracked). At a high fire
+    /// The level-0 slot the current tick last fired from, or the next one an advance left
+    /// non-empty, and its members' earliest due time, kept exact as members come and go
+    /// (`None`: no slot tracked). At a high fire
     /// rate an engine advances and asks [`next_due`](Self::next_due) many times within one
     /// tick; without it each call read the due time of every member of the slot (a thousand
     /// at 100 000 timers a second), and a call in a millisecond whose timers all fired
@@ -379,6 +380,21 @@ impl<T> TimerWheel<T> {
             self.refill();
         }
         self.fire_current(now.0, out);
+        self.track_next_slot();
+    }
+
+    /// Keeps `slot_min` on the level-0 slot the next advance and [`next_due`](Self::next_due)
+    /// look at when it is not the current tick's (a cascade filled a later slot): otherwise
+    /// each `next_due` until that slot's tick would read every member of it. A non-empty
+    /// current slot is that slot already, so this scans a slot once, when it becomes next.
+    fn track_next_slot(&mut self) {
+        let Some(exp) = self.next_expiration() else {
+            return;
+        };
+        let loc = exp.slot as usize;
+        if exp.level == 0 && self.slot_min.is_none_or(|m| m.loc != loc) {
+            self.slot_min = self.earliest_in(loc).map(|due| SlotMin { loc, due });
+        }
     }
 
     fn take_seq(&mut self) -> u64 {
