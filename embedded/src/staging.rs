@@ -87,8 +87,10 @@ pub(crate) struct Staging {
     /// Ripe jobs in promotion order, from `cursor` on (`None`: taken out of turn).
     ripe: Vec<Option<Ripe>>,
     cursor: usize,
-    /// Where each ripe job beyond the first step's share is, for a cancel before its turn.
+    /// Where each ripe job is, made at the first cancel that needs it: most bursts see none,
+    /// and indexing a burst as it ripens was a whole step's work on its own.
     ripe_at: HashMap<JobId, usize>,
+    ripe_indexed: bool,
     /// Ripe jobs still held.
     ripe_live: usize,
     /// The instant the ripe jobs were taken out at: each one's promotion was due by then.
@@ -106,6 +108,7 @@ impl Staging {
             ripe: Vec::new(),
             cursor: 0,
             ripe_at: HashMap::new(),
+            ripe_indexed: false,
             ripe_live: 0,
             ripened_at: now,
         }
@@ -188,35 +191,57 @@ impl Staging {
         staged.spec.id.is_empty().then_some(handle)
     }
 
-    /// Whether `id` is a staged job.
+    /// Whether `id` is a staged job. A ripe one is looked for in the index if a cancel made
+    /// it, else by a walk over the ripe jobs (a status asked within the second a burst is
+    /// promoted in).
     pub(crate) fn contains(&self, id: JobId) -> bool {
-        self.ripe_at.contains_key(&id) || self.handle(id).is_some()
+        if self.handle(id).is_some() {
+            return true;
+        }
+        if self.ripe_live == 0 {
+            return false;
+        }
+        if self.ripe_indexed {
+            return self.ripe_at.contains_key(&id);
+        }
+        self.ripe[self.cursor..]
+            .iter()
+            .flatten()
+            .any(|r| r.id == id)
     }
 
     /// Takes a staged job out, to be dropped or promoted.
     pub(crate) fn take(&mut self, id: JobId) -> Option<Promoted> {
-        if let Some(i) = self.ripe_at.remove(&id) {
-            let ripe = self.ripe[i].take()?;
-            self.ripe_live -= 1;
-            return Some(self.promoted(ripe.id, ripe.promote_at, ripe.staged));
+        if let Some(handle) = self.handle(id) {
+            let promote_at = self.wheel.due(handle)?;
+            let staged = self.wheel.cancel(handle)?;
+            self.durable.remove(&id);
+            return Some(self.promoted(id, promote_at, staged));
         }
-        let handle = self.handle(id)?;
-        let promote_at = self.wheel.due(handle)?;
-        let staged = self.wheel.cancel(handle)?;
-        self.durable.remove(&id);
-        Some(self.promoted(id, promote_at, staged))
+        if self.ripe_live == 0 {
+            return None;
+        }
+        if !self.ripe_indexed {
+            let live = self.ripe.iter().enumerate().skip(self.cursor);
+            let at = live.filter_map(|(i, r)| r.as_ref().map(|r| (r.id, i)));
+            self.ripe_at.extend(at);
+            self.ripe_indexed = true;
+        }
+        let ripe = self.ripe[self.ripe_at.remove(&id)?].take()?;
+        self.ripe_live -= 1;
+        Some(self.promoted(ripe.id, ripe.promote_at, ripe.staged))
     }
 
     /// At most `max` of the jobs whose promotion instant `now` reached, in their order; the
     /// rest wait for the next call ([`next_due`](Self::next_due) says so).
     pub(crate) fn due(&mut self, now: UtcMillis, max: usize) -> Vec<Promoted> {
         if self.ripe_live == 0 {
-            self.ripen(now, max);
+            self.ripen(now);
         }
         let mut out = Vec::with_capacity(max.min(self.ripe_live));
         while out.len() < max && self.cursor < self.ripe.len() {
             if let Some(ripe) = self.ripe[self.cursor].take() {
-                if !self.ripe_at.is_empty() {
+                if self.ripe_indexed {
                     self.ripe_at.remove(&ripe.id);
                 }
                 self.ripe_live -= 1;
@@ -227,10 +252,13 @@ impl Staging {
         out
     }
 
-    /// Takes every job whose promotion instant `now` reached out of the wheel, in order, and
-    /// indexes those a first step of `max` will not promote.
-    fn ripen(&mut self, now: UtcMillis, max: usize) {
-        debug_assert!(self.ripe_at.is_empty());
+    /// Takes every job whose promotion instant `now` reached out of the wheel, in order.
+    fn ripen(&mut self, now: UtcMillis) {
+        debug_assert!(
+            self.ripe_at.is_empty(),
+            "every indexed ripe job left the index"
+        );
+        self.ripe_indexed = false;
         self.ripe.clear();
         self.cursor = 0;
         self.ripened_at = now;
@@ -246,9 +274,6 @@ impl Staging {
             };
             if !staged.spec.id.is_empty() {
                 self.durable.remove(&id);
-            }
-            if self.ripe.len() >= max {
-                self.ripe_at.insert(id, self.ripe.len());
             }
             self.ripe.push(Some(Ripe {
                 promote_at,

@@ -257,6 +257,10 @@ fn ripe_jobs_are_promoted_in_bounded_steps_and_stay_cancellable() {
     assert!(staging.contains(ids[6]));
     assert!(staging.take(ids[6]).is_some());
     assert!(!staging.contains(ids[6]));
+    assert!(
+        staging.contains(ids[7]),
+        "found through the index the cancel made"
+    );
     assert!(staging.take(ids[6]).is_none());
     assert_eq!(staging.len(), 5);
 
