@@ -118,6 +118,11 @@ pub(crate) struct Launch {
     pub(crate) ctx: AttemptCall,
     pub(crate) kill: CancellationToken,
     pub(crate) timeout: std::time::Duration,
+    /// For a persisted job: answered once the store holds the attempt as running. The body
+    /// waits for it, so that an attempt whose process dies is found in flight by the restart
+    /// and runs again as redelivered, never as a fresh fire it could not tell from a first.
+    pub(crate) on_disk: Option<oneshot::Receiver<Result<(), String>>>,
+    durable: bool,
 }
 
 /// See the [module notes](self).
@@ -401,6 +406,11 @@ impl Engine {
                 launches.push(launch);
             }
         }
+        // The first answer covers the whole outbox (the attempts' running marks and the
+        // dispatcher's states); each later one an empty batch committed after it.
+        for launch in launches.iter_mut().filter(|l| l.durable) {
+            launch.on_disk = self.flush_acked();
+        }
         if self.catching_up && self.waiting.is_empty() {
             self.catching_up = false;
             tracing::info!("caught up after the restart: all workers run");
@@ -515,6 +525,8 @@ impl Engine {
             ctx,
             kill,
             attempt: attempt.clone(),
+            on_disk: None,
+            durable: job.durable,
         };
         let started = ExecutionEvent::Started { at: now };
         self.dispatcher

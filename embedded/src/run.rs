@@ -10,7 +10,9 @@
 //! one attempt to the next without waking the driver, which is woken only when the next
 //! wakeup moved before the one it sleeps until.
 //!
-//! An attempt polls the job's future inside `catch_unwind`, so a panic becomes a failed
+//! An attempt of a persisted job first waits until the store holds it as running, so that
+//! a restart finds whatever started in flight. An attempt polls the job's future inside
+//! `catch_unwind`, so a panic becomes a failed
 //! attempt with the panic's message instead of unwinding through the kernel (the worker pool
 //! gets the same from a task's join error), and a timeout or a kill drops the future; the
 //! verdict goes back to the engine through the core's mapping ([`ax_scheduler_core::attempt`]).
@@ -157,7 +159,20 @@ async fn run_one(shared: &Arc<Shared>, launch: Launch) -> Vec<Launch> {
         ctx,
         kill,
         timeout,
+        on_disk,
+        ..
     } = launch;
+    if let Some(on_disk) = on_disk {
+        if !matches!(on_disk.await, Ok(Ok(()))) {
+            // The store failed (a full disk) or closed: run it still, as before there was a
+            // store; only a restart before its end could miss that it ran.
+            tracing::warn!(
+                task_id = %key,
+                execution_id = %attempt.execution,
+                "the store did not confirm the attempt as running; it runs anyway"
+            );
+        }
+    }
     let lateness_ms = shared.clock.now().0 - attempt.fire_at.0;
     let span = tracing::info_span!(
         "execution",

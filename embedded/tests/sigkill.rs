@@ -164,6 +164,60 @@ fn sigkill_mid_burst_loses_no_acknowledged_job() {
     check_runs(&log, &acked);
 }
 
+/// A kill right after the first attempt starts: an attempt of a persisted job starts only
+/// once the store holds it as running, so whatever started is found in flight at the restart
+/// and runs again marked redelivered, never as a fresh fire it could not tell from a first.
+/// Many rounds, since the kill must land within the millisecond an fsync takes.
+#[test]
+fn sigkill_right_after_a_start_reruns_it_as_redelivered() {
+    if std::env::var(DIR).is_ok() {
+        return;
+    }
+    for round in 0..25 {
+        let dir = tempfile::tempdir().expect("dir");
+        let log_path = dir.path().join("runs.log");
+        let mut burst = child_command(dir.path(), "burst")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the burst");
+        let stdout = burst.stdout.take().expect("stdout");
+        let reader = std::thread::spawn(move || {
+            let mut acked = BTreeSet::new();
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(n) = line.strip_prefix("ack ") {
+                    acked.insert(n.parse::<u64>().expect("number"));
+                }
+            }
+            acked
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !std::fs::read_to_string(&log_path).is_ok_and(|l| l.contains("start")) {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: no attempt started"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        burst.kill().expect("kill");
+        burst.wait().expect("reaped");
+        let acked = reader.join().expect("reader");
+
+        let status = child_command(dir.path(), "recover")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run the restart");
+        assert!(
+            status.success(),
+            "round {round}: the restart failed: {status}"
+        );
+        let log = std::fs::read_to_string(&log_path).expect("log");
+        check_runs(&log, &acked);
+    }
+}
+
 /// Every acknowledged job ended; a job that started twice did so under one execution id,
 /// once before the kill and once after it as a re-run of what the store held in flight.
 fn check_runs(log: &str, acked: &BTreeSet<u64>) {
