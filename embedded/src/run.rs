@@ -5,22 +5,22 @@
 //! something changed (a submit, a control), takes one [`Engine::step`] under the lock and
 //! spawns the attempts it returns. A step does a bounded amount of work; one that left some
 //! says so by a wakeup already passed, and the driver yields to the runtime before the next,
-//! so the program's own calls into the kernel get the lock in between. An attempt that ends takes the step itself, in the same
-//! lock as its end, and starts what its freed worker can run next: a busy kernel goes from
-//! one attempt to the next without waking the driver, which is woken only when the next
-//! wakeup moved before the one it sleeps until.
+//! so the program's own calls into the kernel get the lock in between. An attempt that ends
+//! takes the step itself, in the same lock as its end, and starts what its freed worker can
+//! run next: a busy kernel goes from one attempt to the next without waking the driver, which
+//! is woken only when the next wakeup moved before the one it sleeps until.
 //!
-//! An attempt of a persisted job first waits until the store holds it as running, so that
-//! a restart finds whatever started in flight. An attempt polls the job's future inside
-//! `catch_unwind`, so a panic becomes a failed
-//! attempt with the panic's message instead of unwinding through the kernel (the worker pool
-//! gets the same from a task's join error), and a timeout or a kill drops the future; the
-//! verdict goes back to the engine through the core's mapping ([`ax_scheduler_core::attempt`]).
-//! The future runs in the attempt's own task rather than in one more, and a task whose attempt
-//! ended runs the next attempt its freed worker starts itself instead of spawning one: a busy
-//! kernel spawns about one task per worker, not one per fire. Such a task gives the runtime
-//! back its thread when tokio's cooperative budget is spent, so a chain of instant jobs does
-//! not starve the driver or the program's other tasks.
+//! An attempt of a persisted job first waits until the store holds it as running, so that a
+//! restart finds whatever started in flight. An attempt polls the job's future inside
+//! `catch_unwind`, so a panic becomes a failed attempt with the panic's message instead of
+//! unwinding through the kernel (the worker pool gets the same from a task's join error), and
+//! a timeout or a kill drops the future; the verdict goes back to the engine through the
+//! core's mapping ([`ax_scheduler_core::attempt`]). The future runs in the attempt's own task
+//! rather than in one more, and a task whose attempt ended runs the next attempt its freed
+//! worker starts itself instead of spawning one: a busy kernel spawns about one task per
+//! worker, not one per fire. Such a task gives the runtime back its thread when tokio's
+//! cooperative budget is spent, so a chain of instant jobs does not starve the driver or the
+//! program's other tasks.
 
 use std::any::Any;
 use std::future::Future;

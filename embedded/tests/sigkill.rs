@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ax_embedded::handler::{typed, Job as Attempt};
@@ -128,12 +128,7 @@ fn sigkill_mid_burst_loses_no_acknowledged_job() {
         return;
     }
     let dir = tempfile::tempdir().expect("dir");
-    let mut burst = child_command(dir.path(), "burst")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the burst");
-    let stdout = burst.stdout.take().expect("stdout");
+    let (mut burst, stdout) = spawn_burst(dir.path());
     let mut acked = BTreeSet::new();
     for line in BufReader::new(stdout).lines() {
         let line = line.expect("line");
@@ -153,15 +148,30 @@ fn sigkill_mid_burst_loses_no_acknowledged_job() {
         acked.len()
     );
 
-    let status = child_command(dir.path(), "recover")
+    restart_and_check(dir.path(), &acked);
+}
+
+/// The burst's child, with its standard output to read the acknowledgements from.
+fn spawn_burst(dir: &Path) -> (Child, ChildStdout) {
+    let mut burst = child_command(dir, "burst")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the burst");
+    let stdout = burst.stdout.take().expect("stdout");
+    (burst, stdout)
+}
+
+/// Runs the restart on the killed child's file and checks the runs of both.
+fn restart_and_check(dir: &Path, acked: &BTreeSet<u64>) {
+    let status = child_command(dir, "recover")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .expect("run the restart");
     assert!(status.success(), "the restart failed: {status}");
-
-    let log = std::fs::read_to_string(dir.path().join("runs.log")).expect("log");
-    check_runs(&log, &acked);
+    let log = std::fs::read_to_string(dir.join("runs.log")).expect("log");
+    check_runs(&log, acked);
 }
 
 /// A kill right after the first attempt starts: an attempt of a persisted job starts only
@@ -176,12 +186,7 @@ fn sigkill_right_after_a_start_reruns_it_as_redelivered() {
     for round in 0..25 {
         let dir = tempfile::tempdir().expect("dir");
         let log_path = dir.path().join("runs.log");
-        let mut burst = child_command(dir.path(), "burst")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn the burst");
-        let stdout = burst.stdout.take().expect("stdout");
+        let (mut burst, stdout) = spawn_burst(dir.path());
         let reader = std::thread::spawn(move || {
             let mut acked = BTreeSet::new();
             for line in BufReader::new(stdout).lines() {
@@ -203,18 +208,7 @@ fn sigkill_right_after_a_start_reruns_it_as_redelivered() {
         burst.kill().expect("kill");
         burst.wait().expect("reaped");
         let acked = reader.join().expect("reader");
-
-        let status = child_command(dir.path(), "recover")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("run the restart");
-        assert!(
-            status.success(),
-            "round {round}: the restart failed: {status}"
-        );
-        let log = std::fs::read_to_string(&log_path).expect("log");
-        check_runs(&log, &acked);
+        restart_and_check(dir.path(), &acked);
     }
 }
 
