@@ -73,16 +73,35 @@ impl Members {
         Members { endpoints, pids }
     }
 
-    /// The index of the member that leads the etcd cluster.
+    /// The index of the member that leads the etcd cluster. A member that refuses the
+    /// connection is asked again for a while: the script's health check passes before every
+    /// member accepts clients steadily (seen once: refused 0.1 s after a healthy cluster).
     async fn leader(&self) -> usize {
         for (i, endpoint) in self.endpoints.iter().enumerate() {
-            let mut client = Client::connect([endpoint], None).await.unwrap();
-            let status = client.status().await.unwrap();
+            let status = Self::status(endpoint).await;
             if status.header().map(|h| h.member_id()) == Some(status.leader()) {
                 return i;
             }
         }
         panic!("no member leads the etcd cluster");
+    }
+
+    /// One member's status, retried for up to 10 s.
+    async fn status(endpoint: &str) -> etcd_client::StatusResponse {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let answer = match Client::connect([endpoint], None).await {
+                Ok(mut client) => client.status().await,
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok(status) => return status,
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    panic!("etcd member {endpoint} did not answer for 10 s: {e}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
     }
 
     /// Each member's open lease keep-alive and watch streams, from its `/metrics`.
