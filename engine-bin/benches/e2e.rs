@@ -25,7 +25,8 @@
 //! Other knobs: `AX_BENCH_WRITERS` (concurrent writers, default 4), `AX_BENCH_LOG` (the
 //! replicas' `AX_LOG`; the default keeps the three execution lines), and any `AX_*` variable
 //! of the engine's configuration set in the environment is passed on to the replicas;
-//! `AX_BENCH_KEEP=1` keeps the replicas' logs and prints where they are.
+//! `AX_BENCH_KEEP=1` keeps the replicas' logs and prints where they are;
+//! `AX_BENCH_LATENESS_CSV=path` (http mode) writes every call's due and lateness.
 //!
 //! `AX_BENCH_TAKEOVER=1` adds a standby scheduler replica (so: leader, worker, standby) and
 //! kills the leader once it has armed every task, before the first due: the report says how
@@ -74,7 +75,8 @@
 #[path = "e2e/receiver.rs"]
 mod receiver;
 
-use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -1440,6 +1442,38 @@ async fn run(setup: Setup) {
         println!();
         println!("## http calls");
         println!("{}", summary("call lateness (arrival - due)", &mut late_ms));
+        // Whether the tail is steady queueing or a few stalls: lateness by the second of the
+        // due time, from the first measured due.
+        let mut by_second: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+        let first_due = dues.values().min().copied().unwrap_or(0);
+        for (k, a) in &arrivals {
+            if let Some(d) = dues.get(k) {
+                by_second
+                    .entry((d - first_due) / 1000)
+                    .or_default()
+                    .push((a[0] - d * 1000) / 1000);
+            }
+        }
+        if let Ok(path) = std::env::var("AX_BENCH_LATENESS_CSV") {
+            let mut csv = String::from("due_ms,lateness_ms,due_unix_ms\n");
+            for (k, a) in &arrivals {
+                if let Some(d) = dues.get(k) {
+                    let late = (a[0] - d * 1000) / 1000;
+                    let _ = writeln!(csv, "{},{late},{d}", d - first_due);
+                }
+            }
+            std::fs::write(path, csv).unwrap();
+        }
+        for (second, late) in &mut by_second {
+            late.sort_unstable();
+            println!(
+                "  due in second {second:>3}: p50 {} ms, p99 {} ms, max {} ms (n = {})",
+                percentile(late, 50.0),
+                percentile(late, 99.0),
+                late.last().copied().unwrap_or(0),
+                late.len()
+            );
+        }
         println!(
             "calls: {} of {tasks} arrived; lost {lost}; twice {twice}; {:.0} calls/s from first to last",
             arrivals.len(),

@@ -26,7 +26,9 @@
 //! One-shots' finals go to the finals ledger ([`ax_scheduler_core::finals`]): a sheet per
 //! bucket touched, in the same flush as the other states (so nothing waits longer for its
 //! acknowledgement than before), and a bucket that gathered many sheets is compacted after
-//! the flush. A deleted task's ledger entries are dropped before its state key is deleted,
+//! the flush. A flush's sheets go in slices of whole buckets, paced like the states: written
+//! at once, the finals of 10 000 one-shots a second (about 2 MB a flush) cost the leader
+//! and etcd a burst of CPU that the fire path felt as a lateness spike. A deleted task's ledger entries are dropped before its state key is deleted,
 //! so that a delete either happened whole or is done again by the next leader (the task is
 //! then an orphan of its takeover).
 //!
@@ -312,6 +314,27 @@ impl Flusher {
     }
 }
 
+/// About how many finals one ledger write carries (whole buckets, so it may be more).
+const FINALS_PER_WRITE: usize = 512;
+
+/// Pause between two ledger writes of one flush.
+const FINALS_PACE: Duration = Duration::from_millis(5);
+
+/// `finals`, sorted by their `buckets`, cut into slices of at least `per` entries (the last
+/// one fewer) that each hold whole buckets.
+fn bucket_slices<'a, T>(buckets: &[u32], finals: &'a [T], per: usize) -> Vec<&'a [T]> {
+    let mut slices = Vec::new();
+    let mut start = 0;
+    for i in 1..=finals.len() {
+        let ends_bucket = i == finals.len() || buckets[i] != buckets[i - 1];
+        if ends_bucket && (i - start >= per || i == finals.len()) {
+            slices.push(&finals[start..i]);
+            start = i;
+        }
+    }
+    slices
+}
+
 /// Entries the flusher's buffers keep room for between flushes.
 const KEPT_CAPACITY: usize = 4096;
 
@@ -396,13 +419,27 @@ async fn write(
         }
     }
     if !batch.finals.is_empty() {
-        let finals: Vec<(TaskKey, TaskState)> = batch
+        let mut finals: Vec<(u32, TaskKey, TaskState)> = batch
             .finals
             .iter()
-            .map(|(k, s)| (k.clone(), s.clone()))
+            .map(|(k, s)| (finals::bucket(k), k.clone(), s.clone()))
             .collect();
-        for bucket in registry.put_finals(&finals, &mut ledger.writer).await? {
-            *ledger.appended.entry(bucket).or_default() += 1;
+        finals.sort_unstable_by_key(|(bucket, _, _)| *bucket);
+        let (buckets, finals): (Vec<u32>, Vec<(TaskKey, TaskState)>) =
+            finals.into_iter().map(|(b, k, s)| (b, (k, s))).unzip();
+        // Paced like the states, in slices of whole buckets (so a flush still writes one
+        // sheet per bucket): at 10 000 one-shots a second a flush carries 5 000 finals,
+        // about 2 MB that etcd, and the leader encoding them, would otherwise take in one
+        // burst of CPU, which the fire path shares.
+        let slices = bucket_slices(&buckets, &finals, FINALS_PER_WRITE);
+        let count = slices.len();
+        for (i, slice) in slices.into_iter().enumerate() {
+            for bucket in registry.put_finals(slice, &mut ledger.writer).await? {
+                *ledger.appended.entry(bucket).or_default() += 1;
+            }
+            if i + 1 < count {
+                tokio::time::sleep(FINALS_PACE).await;
+            }
         }
     }
     let gone: Vec<TaskKey> = batch
@@ -440,6 +477,23 @@ mod tests {
     use ax_scheduler_core::UtcMillis;
 
     use super::*;
+
+    #[test]
+    fn bucket_slices_hold_whole_buckets() {
+        let buckets = [0, 0, 0, 1, 2, 2, 3, 3, 3, 3, 5];
+        let finals: Vec<usize> = (0..buckets.len()).collect();
+        let slices = bucket_slices(&buckets, &finals, 3);
+        assert_eq!(
+            slices,
+            vec![
+                &finals[0..3],
+                &finals[3..6],
+                &finals[6..10],
+                &finals[10..11]
+            ]
+        );
+        assert!(bucket_slices(&[], &finals[..0], 3).is_empty());
+    }
 
     /// A registry under a fresh prefix whose leader key this test holds: the client, the
     /// prefix, the registry and the fence (on the leader key's create revision).
@@ -659,7 +713,8 @@ mod tests {
         let (client, prefix, registry, fence) = led_registry("flusher-finals").await;
         let due = UtcMillis(1_800_000_000_000);
         let json = format!(r#"{{"handler":"log","schedule":{{"at":"{due}"}}}}"#);
-        let keys: Vec<TaskKey> = (0..50)
+        // More than one paced ledger write holds (`FINALS_PER_WRITE`).
+        let keys: Vec<TaskKey> = (0..600)
             .map(|i| TaskKey::new("ns", format!("o{i}")))
             .collect();
         for k in &keys {
@@ -713,6 +768,23 @@ mod tests {
             state_keys.count(),
             0,
             "finals go to the ledger, not to state keys"
+        );
+        let sheets = client
+            .kv_client()
+            .get(
+                registry.keys().finals_prefix(),
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_count_only(),
+                ),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            sheets.count(),
+            i64::from(ax_scheduler_core::finals::BUCKETS),
+            "one sheet per bucket, however many writes the flush took"
         );
         // The one leader lists every state; a shard owner reads its tasks' by key.
         let listed = registry.list_states(None).await.unwrap().states;

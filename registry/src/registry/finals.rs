@@ -93,6 +93,19 @@ struct SheetRef<'a> {
     finals: &'a [Entry],
 }
 
+/// An [`Entry`] being written for the first time (no `rev`), borrowing the flush's data.
+#[derive(Serialize)]
+struct NewEntry<'a> {
+    ns: &'a str,
+    id: &'a str,
+    state: &'a TaskState,
+}
+
+#[derive(Serialize)]
+struct NewSheet<'a, 'b> {
+    finals: &'b [NewEntry<'a>],
+}
+
 impl Registry {
     /// Writes `states` (one-shots' finals) to the ledger, a sheet per bucket and
     /// [`SHEET_ENTRIES`], in fenced transactions of up to about a mebibyte. Returns the
@@ -102,20 +115,25 @@ impl Registry {
         states: &[(TaskKey, TaskState)],
         writer: &mut LedgerWriter,
     ) -> Result<Vec<u32>, RegistryError> {
-        let entries = states.iter().map(|(k, s)| Entry {
-            ns: k.namespace.to_string(),
-            id: k.id.to_string(),
-            rev: None,
-            state: s.clone(),
+        // Borrowed: a flush hands over thousands of finals, and a copy of each cost the
+        // leader as much as encoding it.
+        let entries = states.iter().map(|(k, s)| NewEntry {
+            ns: &k.namespace,
+            id: &k.id,
+            state: s,
         });
-        let sheets = finals::sheets(entries, entry_bucket, entry_size);
+        let sheets = finals::sheets(
+            entries,
+            |e| finals::bucket_of_task(e.ns, e.id),
+            |e| new_entry_size(e.ns, e.id, e.state),
+        );
         let mut buckets = Vec::new();
         // Several sheets to a transaction, up to about a mebibyte: each transaction is a
         // raft proposal of its own, which costs etcd more than the bytes it carries.
         let mut ops = Vec::new();
         let mut bytes = 0;
         for (bucket, entries) in sheets {
-            let value = encode(&entries);
+            let value = serde_json::to_vec(&NewSheet { finals: &entries }).unwrap_or_default();
             if !ops.is_empty() && (bytes + value.len() > REWRITE_BYTES || ops.len() >= MAX_TXN_OPS)
             {
                 let txn = Txn::new()
@@ -440,6 +458,10 @@ fn entry_bucket(e: &Entry) -> u32 {
 
 /// About the bytes an entry takes in its sheet.
 fn entry_size(e: &Entry) -> usize {
+    new_entry_size(&e.ns, &e.id, &e.state)
+}
+
+fn new_entry_size(ns: &str, id: &str, state: &TaskState) -> usize {
     // A state's fixed fields are about 300 bytes of JSON; its one free-text field is added.
-    64 + e.ns.len() + e.id.len() + 300 + e.state.last_error.as_ref().map_or(0, String::len)
+    64 + ns.len() + id.len() + 300 + state.last_error.as_ref().map_or(0, String::len)
 }
