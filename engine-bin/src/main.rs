@@ -10,7 +10,10 @@ use clap::Parser;
 
 /// mimalloc instead of glibc's allocator: a fire allocates and frees dozens of small buffers
 /// (its message, its JSON, its log line, the Redis and HTTP frames), and glibc's `malloc` and
-/// `free` took about a fifth of the process's CPU at 10 000 fires a second.
+/// `free` took about a fifth of the process's CPU at 10 000 fires a second. Built without
+/// transparent huge pages (the workspace's `no_thp`): as the heap grew, each first touch of
+/// a 2 MiB page had the kernel zero all of it in one fault, tens of milliseconds of faults in
+/// a burst that the fire path felt as lateness.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
