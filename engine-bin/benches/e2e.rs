@@ -75,8 +75,8 @@
 #[path = "e2e/receiver.rs"]
 mod receiver;
 
-use std::fmt::Write as _;
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

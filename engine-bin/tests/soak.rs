@@ -96,12 +96,7 @@ const LEVELS: &[(&str, Level, Over, f64)] = &[
         Over::Peak,
         256.0 * 1024.0,
     ),
-    (
-        "replica RSS",
-        |s| s.replica_rss,
-        Over::Band,
-        256.0 * 1024.0,
-    ),
+    ("replica RSS", |s| s.replica_rss, Over::Band, 256.0 * 1024.0),
     ("dead letters", |s| s.dead_letters, Over::Peak, 1.0),
 ];
 
@@ -145,11 +140,7 @@ fn growth(samples: &[Sample], level: Level, over: Over) -> (f64, f64) {
         }
     };
     let middle = third(end / 3.0 - 1.0, end * 2.0 / 3.0 - 1.0, false);
-    let last = third(
-        end * 2.0 / 3.0 - 1.0,
-        end + 1.0,
-        matches!(over, Over::Band),
-    );
+    let last = third(end * 2.0 / 3.0 - 1.0, end + 1.0, matches!(over, Over::Band));
     if middle.is_nan() || last.is_nan() || middle == 0.0 {
         return (0.0, 0.0);
     }
@@ -179,7 +170,10 @@ fn the_memory_band_passes_a_warm_up_and_catches_a_leak() {
     // third above every one of the middle, by more than 2 %.
     let leak: Vec<f64> = (0..13).map(|i| 70.0 + f64::from(i) * 2.0).collect();
     let (absolute, relative) = growth(&series(&leak), rss, Over::Band);
-    assert!(absolute > 256.0 * 1024.0 && relative >= 0.02, "{absolute} {relative}");
+    assert!(
+        absolute > 256.0 * 1024.0 && relative >= 0.02,
+        "{absolute} {relative}"
+    );
 }
 
 /// A small SVG: one line per level, each scaled to its own maximum.
