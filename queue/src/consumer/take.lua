@@ -107,8 +107,13 @@ if max > 0 and rate > 0 then
 end
 local out, waits = {}, {}
 local gated = 0
+-- A pop that returns fewer than it asked for left the set empty: no further pop, and no
+-- count of it below (a worker that keeps up drains the set at nearly every take).
+local emptied = false
 while #out < max and gated < 1000 do
-  local popped = redis.call('ZPOPMIN', KEYS[1], max - #out)
+  local want = max - #out
+  local popped = redis.call('ZPOPMIN', KEYS[1], want)
+  emptied = #popped < 2 * want
   if #popped == 0 then
     break
   end
@@ -149,6 +154,9 @@ while #out < max and gated < 1000 do
       end
     end
   end
+  if emptied then
+    break
+  end
 end
 if tokens then
   redis.call('HSET', tag .. ':rate', 'tokens', tostring(tokens - #out), 'at', now())
@@ -160,7 +168,7 @@ end
 if #out > 0 then
   redis.call('LPUSH', KEYS[2], unpack(out))
 end
-if hold == -1 or redis.call('ZCARD', KEYS[1]) == 0 then
+if hold == -1 or emptied or redis.call('ZCARD', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[7])
 end
 return {0, out, hold, waits}
