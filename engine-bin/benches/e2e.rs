@@ -1496,6 +1496,19 @@ async fn run(setup: Setup) {
             bytes as f64 / entries.max(1) as f64
         );
         println!("Redis time per fire by command (INFO commandstats, whole run):");
+        let all_calls: u64 = redis_commands.iter().map(|(_, calls, _)| calls).sum();
+        println!(
+            "  every command: {:.2} calls per fire (a script call and each command it runs count one each)",
+            all_calls as f64 / tasks as f64
+        );
+        let mut by_calls: Vec<_> = redis_commands.iter().collect();
+        by_calls.sort_by_key(|c| std::cmp::Reverse(c.1));
+        let busiest: Vec<String> = by_calls
+            .iter()
+            .take(24)
+            .map(|(command, calls, _)| format!("{command} {:.2}", *calls as f64 / tasks as f64))
+            .collect();
+        println!("  calls per fire by command: {}", busiest.join(", "));
         for (command, calls, usec) in redis_commands.iter().take(16) {
             println!(
                 "  {command}: {:.1} µs per fire ({:.2} calls per fire)",
