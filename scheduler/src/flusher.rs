@@ -495,6 +495,19 @@ mod tests {
         assert!(bucket_slices(&[], &finals[..0], 3).is_empty());
     }
 
+    /// How many keys etcd holds under `prefix`.
+    async fn count_under(client: &etcd_client::Client, prefix: String) -> i64 {
+        let options = etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_count_only();
+        client
+            .kv_client()
+            .get(prefix, Some(options))
+            .await
+            .unwrap()
+            .count()
+    }
+
     /// A registry under a fresh prefix whose leader key this test holds: the client, the
     /// prefix, the registry and the fence (on the leader key's create revision).
     async fn led_registry(label: &str) -> (etcd_client::Client, String, Registry, WriteFence) {
@@ -752,37 +765,13 @@ mod tests {
         .unwrap();
         drop(tx);
         flusher.await.unwrap();
-        let state_keys = client
-            .kv_client()
-            .get(
-                registry.keys().states_prefix(),
-                Some(
-                    etcd_client::GetOptions::new()
-                        .with_prefix()
-                        .with_count_only(),
-                ),
-            )
-            .await
-            .unwrap();
         assert_eq!(
-            state_keys.count(),
+            count_under(&client, registry.keys().states_prefix()).await,
             0,
             "finals go to the ledger, not to state keys"
         );
-        let sheets = client
-            .kv_client()
-            .get(
-                registry.keys().finals_prefix(),
-                Some(
-                    etcd_client::GetOptions::new()
-                        .with_prefix()
-                        .with_count_only(),
-                ),
-            )
-            .await
-            .unwrap();
         assert_eq!(
-            sheets.count(),
+            count_under(&client, registry.keys().finals_prefix()).await,
             i64::from(ax_scheduler_core::finals::BUCKETS),
             "one sheet per bucket, however many writes the flush took"
         );
