@@ -28,9 +28,10 @@
 //! acknowledgement than before), and a bucket that gathered many sheets is compacted after
 //! the flush. A flush's sheets go in slices of whole buckets, paced like the states: written
 //! at once, the finals of 10 000 one-shots a second (about 2 MB a flush) cost the leader
-//! and etcd a burst of CPU that the fire path felt as a lateness spike. A deleted task's ledger entries are dropped before its state key is deleted,
-//! so that a delete either happened whole or is done again by the next leader (the task is
-//! then an orphan of its takeover).
+//! and etcd a burst of CPU that the fire path felt as a lateness spike. A deleted task's
+//! ledger entries are dropped before its state key is deleted, so that a delete either
+//! happened whole or is done again by the next leader (the task is then an orphan of its
+//! takeover).
 //!
 //! The flusher lives as long as its term's sender: it writes everything it was handed, the
 //! term's last flush included, and ends when the term drops the sender. The term's
