@@ -1424,10 +1424,12 @@ async fn run(setup: Setup) {
         }
         let lost = dues.keys().filter(|k| !arrivals.contains_key(*k)).count();
         let twice = arrivals.values().filter(|a| a.len() > 1).count();
-        let mut late_ms: Vec<i64> = arrivals
+        // Each measured call's due (ms) and lateness (ms, from its first arrival).
+        let calls: Vec<(i64, i64)> = arrivals
             .iter()
-            .filter_map(|(k, a)| dues.get(k).map(|d| (a[0] - d * 1000) / 1000))
+            .filter_map(|(k, a)| dues.get(k).map(|d| (*d, (a[0] - d * 1000) / 1000)))
             .collect();
+        let mut late_ms: Vec<i64> = calls.iter().map(|(_, late)| *late).collect();
         // The rate over the measured tasks' calls only: the marker task is due when the
         // registration ends, seconds before the first of them.
         let measured = || {
@@ -1446,21 +1448,16 @@ async fn run(setup: Setup) {
         // due time, from the first measured due.
         let mut by_second: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
         let first_due = dues.values().min().copied().unwrap_or(0);
-        for (k, a) in &arrivals {
-            if let Some(d) = dues.get(k) {
-                by_second
-                    .entry((d - first_due) / 1000)
-                    .or_default()
-                    .push((a[0] - d * 1000) / 1000);
-            }
+        for (due, late) in &calls {
+            by_second
+                .entry((due - first_due) / 1000)
+                .or_default()
+                .push(*late);
         }
         if let Ok(path) = std::env::var("AX_BENCH_LATENESS_CSV") {
             let mut csv = String::from("due_ms,lateness_ms,due_unix_ms\n");
-            for (k, a) in &arrivals {
-                if let Some(d) = dues.get(k) {
-                    let late = (a[0] - d * 1000) / 1000;
-                    let _ = writeln!(csv, "{},{late},{d}", d - first_due);
-                }
+            for (due, late) in &calls {
+                let _ = writeln!(csv, "{},{late},{due}", due - first_due);
             }
             std::fs::write(path, csv).unwrap();
         }
