@@ -4,8 +4,11 @@
 //!
 //! Workers run on every replica; the leader alone writes task states and judges failure
 //! rates (circuit breaker) and overlap holds, so it needs to hear when executions start and
-//! end. Workers append to a stream (`XADD`); the leader reads it as the one consumer of a
-//! consumer group, so an entry it read stays pending until it acknowledges it
+//! end. Workers append to a stream (`XADD`), a report batch's events in as few entries as
+//! keep each task's events at increasing positions (one event, or an array of up to
+//! [`EVENTS_PER_ENTRY`]: one command per batch rather than per event); the leader reads
+//! it as the one consumer of a consumer group, so an entry it read stays pending until it
+//! acknowledges it
 //! ([`Queue::ack_events`], which also deletes it), and it does so only after the task states
 //! the entry changed are in etcd. A leader that dies in between leaves its entries pending,
 //! and its successor claims them ([`Queue::claim_events`]) before reading new ones; the
@@ -37,22 +40,31 @@ use crate::queue::Queue;
 static READ_EVENTS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("events/read_events.lua")));
 
-/// Most events kept waiting for a leader (approximately: the stream is trimmed in whole
-/// nodes).
+/// Most entries kept waiting for a leader (approximately: the stream is trimmed in whole
+/// nodes), each of one to [`EVENTS_PER_ENTRY`] events.
 pub const EVENTS_CAP: usize = 100_000;
+
+/// Most events one stream entry carries. A busy worker reports its ends in batches, and one
+/// `XADD` per batch instead of one per event is a Redis command less per execution; the
+/// bound keeps an entry small and what a leaderless stream can hold within
+/// `EVENTS_CAP * EVENTS_PER_ENTRY` events.
+pub(crate) const EVENTS_PER_ENTRY: usize = 16;
 
 /// The consumer group the leader reads the event stream through.
 const GROUP: &str = "leader";
 /// The group's one consumer: every leader reads as the same consumer, so the entries a dead
 /// leader left pending are simply this consumer's pending entries.
 const CONSUMER: &str = "leader";
-/// The stream field holding an event's JSON.
+/// The stream field holding an entry's events: one event's JSON object, or a JSON array of
+/// several.
 const FIELD: &str = "e";
 
-/// One entry of the event stream.
+/// One event read from the event stream. The events of one entry share its position, and
+/// an entry holds at most one event of a task, so a task's events still have increasing
+/// positions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventEntry {
-    /// The entry's stream id.
+    /// The stream id of the entry holding the event.
     pub position: EventPosition,
     /// The event; `None` when the entry cannot be decoded (or was trimmed away while
     /// pending). Such an entry is acknowledged like any other, so it does not come back.
@@ -88,6 +100,54 @@ fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<String> {
     })
 }
 
+/// The stream entries `events` are written as, in order: per shard, runs of consecutive
+/// events of at most [`EVENTS_PER_ENTRY`] with no task twice. A task's second event starts
+/// a new entry, so it gets a later position than its first and a leader that applied the
+/// first (and recorded its position) does not take the second for it.
+fn entries<'a>(
+    events: impl Iterator<Item = &'a ExecutionEventRecord>,
+) -> Vec<(Option<u32>, Vec<&'a ExecutionEventRecord>)> {
+    let mut done = Vec::new();
+    // The entry being filled for each shard met so far (nearly always one).
+    let mut open: Vec<(Option<u32>, Vec<&ExecutionEventRecord>)> = Vec::new();
+    for event in events {
+        let at = match open.iter().position(|(shard, _)| *shard == event.shard) {
+            Some(at) => at,
+            None => {
+                open.push((event.shard, Vec::new()));
+                open.len() - 1
+            }
+        };
+        let filling = &mut open[at].1;
+        let repeats = filling
+            .iter()
+            .any(|e| e.task_id == event.task_id && e.namespace == event.namespace);
+        if repeats || filling.len() == EVENTS_PER_ENTRY {
+            done.push((event.shard, std::mem::take(filling)));
+        }
+        filling.push(event);
+    }
+    done.extend(open);
+    done
+}
+
+/// One entry's field: a lone event as the object it always was, several as an array.
+fn encode_entry(events: &[&ExecutionEventRecord]) -> Result<String> {
+    match events {
+        [one] => encode("execution event", one),
+        many => encode("execution events", &many),
+    }
+}
+
+/// The events of one entry's field ([`encode_entry`]); `None` when it cannot be decoded.
+fn decode_entry(json: &str) -> std::result::Result<Vec<ExecutionEventRecord>, serde_json::Error> {
+    if json.trim_start().starts_with('[') {
+        serde_json::from_str(json)
+    } else {
+        serde_json::from_str(json).map(|one| vec![one])
+    }
+}
+
 impl Queue {
     /// Publishes `event` for the leader and, when given, records the attempt in the task's
     /// history, in one round trip.
@@ -99,8 +159,9 @@ impl Queue {
         self.report_each(std::iter::once((event, history))).await
     }
 
-    /// Publishes many reports in one pipeline: one `XADD` per event (in the given order, so
-    /// the leader reads them oldest first) and each history entry with its own cap. A worker
+    /// Publishes many reports in one pipeline: the events in the given order (so the leader
+    /// reads them oldest first), several to a stream entry, and each history entry with its
+    /// own cap. A worker
     /// running thousands of executions a second spends one round trip per batch instead of
     /// one per report.
     pub async fn report_many(
@@ -122,24 +183,23 @@ impl Queue {
     ) -> Result<()> {
         let keys = self.keys();
         let mut pipe = redis::pipe();
-        let mut any = false;
-        // Each event to its shard's stream. Streams of several shards are in several slots;
+        let entries = entries(reports.clone().map(|(event, _)| event));
+        if entries.is_empty() {
+            return Ok(());
+        }
+        // Each entry to its shard's stream. Streams of several shards are in several slots;
         // on a Redis Cluster the connection splits the pipeline by slot, each part in order,
-        // so every stream still gets its events in the order given.
-        for (event, _) in reports.clone() {
+        // so every stream still gets its entries in the order given.
+        for (shard, events) in &entries {
             pipe.cmd("XADD")
-                .arg(keys.events(event.shard))
+                .arg(keys.events(*shard))
                 .arg("MAXLEN")
                 .arg("~")
                 .arg(EVENTS_CAP)
                 .arg("*")
                 .arg(FIELD)
-                .arg(encode("execution event", event)?)
+                .arg(encode_entry(events)?)
                 .ignore();
-            any = true;
-        }
-        if !any {
-            return Ok(());
         }
         let mut recorded = false;
         for (event, history) in reports {
@@ -205,18 +265,26 @@ impl Queue {
             let position = id
                 .parse()
                 .map_err(|detail| QueueError::UnexpectedReply { op: OP, detail })?;
-            let record = if json.is_empty() {
-                None
-            } else {
-                match serde_json::from_str(&json) {
-                    Ok(e) => Some(e),
-                    Err(e) => {
-                        tracing::warn!(error = %e, %position, "undecodable execution event dropped");
-                        None
-                    }
+            if json.is_empty() {
+                entries.push(EventEntry {
+                    position,
+                    record: None,
+                });
+                continue;
+            }
+            match decode_entry(&json) {
+                Ok(events) => entries.extend(events.into_iter().map(|e| EventEntry {
+                    position,
+                    record: Some(e),
+                })),
+                Err(e) => {
+                    tracing::warn!(error = %e, %position, "undecodable execution event dropped");
+                    entries.push(EventEntry {
+                        position,
+                        record: None,
+                    });
                 }
-            };
-            entries.push(EventEntry { position, record });
+            }
         }
         Ok((next, entries))
     }
@@ -248,6 +316,81 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ended(task: &str, shard: Option<u32>) -> ExecutionEventRecord {
+        ExecutionEventRecord {
+            namespace: "ns".into(),
+            task_id: task.into(),
+            execution_id: ExecutionId::from_u128(1),
+            fire_at: UtcMillis(1),
+            attempt: 0,
+            kind: ExecutionEvent::Started { at: UtcMillis(2) },
+            shard,
+        }
+    }
+
+    fn tasks(entries: &[(Option<u32>, Vec<&ExecutionEventRecord>)]) -> Vec<(Option<u32>, String)> {
+        entries
+            .iter()
+            .map(|(shard, events)| {
+                let names: Vec<&str> = events.iter().map(|e| &*e.task_id).collect();
+                (*shard, names.join(","))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_goes_in_few_entries_each_holding_a_task_once_and_one_shard() {
+        let events = [
+            ended("a", None),
+            ended("b", None),
+            ended("x", Some(1)),
+            ended("a", None),
+            ended("c", None),
+            ended("y", Some(1)),
+        ];
+        let got = entries(events.iter());
+        assert_eq!(
+            tasks(&got),
+            [
+                (None, "a,b".to_owned()),
+                (None, "a,c".to_owned()),
+                (Some(1), "x,y".to_owned()),
+            ]
+        );
+        // The same task in another namespace is another task.
+        let mut other = ended("a", None);
+        other.namespace = "other".into();
+        let both = [ended("a", None), other];
+        assert_eq!(entries(both.iter()).len(), 1);
+    }
+
+    #[test]
+    fn an_entry_holds_at_most_its_bound_of_events() {
+        let events: Vec<_> = (0..EVENTS_PER_ENTRY * 2 + 1)
+            .map(|i| ended(&format!("t{i}"), None))
+            .collect();
+        let sizes: Vec<usize> = entries(events.iter())
+            .iter()
+            .map(|(_, e)| e.len())
+            .collect();
+        assert_eq!(sizes, [EVENTS_PER_ENTRY, EVENTS_PER_ENTRY, 1]);
+        assert!(entries(std::iter::empty()).is_empty());
+    }
+
+    #[test]
+    fn an_entry_decodes_to_its_events_whether_one_or_many() {
+        let (a, b) = (ended("a", None), ended("b", Some(2)));
+        let one = encode_entry(&[&a]).unwrap();
+        assert!(
+            one.starts_with('{'),
+            "a lone event is written as before: {one}"
+        );
+        assert_eq!(decode_entry(&one).unwrap(), [a.clone()]);
+        let many = encode_entry(&[&a, &b]).unwrap();
+        assert_eq!(decode_entry(&many).unwrap(), [a, b]);
+        assert!(decode_entry("[{").is_err());
+    }
 
     #[test]
     fn the_scheduling_shard_is_left_out_when_there_is_none() {

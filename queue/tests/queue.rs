@@ -1026,6 +1026,9 @@ async fn execution_events_reach_the_reader_in_order_with_history() {
     q.report_many(&[]).await.unwrap();
     let got = q.read_events(None, 10).await.unwrap();
     assert_eq!(records(&got), vec![started.clone(), finished, started]);
+    // One task's events never share an entry: a leader that recorded the first one's
+    // position still applies the next.
+    assert!(got.windows(2).all(|w| w[0].position < w[1].position));
     assert_eq!(
         q.history("ns", "ev", 10).await.unwrap(),
         vec![entry.clone(), entry]
