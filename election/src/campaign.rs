@@ -17,9 +17,10 @@
 //! jittered [`ReconnectBackoff`], so candidates that lost etcd together do not return in
 //! lockstep.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use ax_scheduler_core::{ReconnectBackoff, UtcMillis};
+use ax_scheduler_core::{Clock, ReconnectBackoff, SystemClock, UtcMillis};
 use etcd_client::{Client, EventType, WatchOptions};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -50,6 +51,8 @@ pub struct Candidate {
     config: ElectionConfig,
     instance_id: String,
     info: serde_json::Value,
+    /// The wall clock of the leader record's and the shard map's instants.
+    clock: Arc<dyn Clock>,
 }
 
 /// The campaign's states.
@@ -89,7 +92,15 @@ impl Candidate {
             config,
             instance_id: instance_id.into(),
             info,
+            clock: Arc::new(SystemClock),
         })
+    }
+
+    /// Reads the wall clock through `clock` instead of the host's.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// This candidate's instance id.
@@ -116,6 +127,7 @@ impl Candidate {
                 orphan_after,
                 layout,
             },
+            Arc::clone(&self.clock),
             cancel,
         )
     }
@@ -226,7 +238,7 @@ impl Candidate {
         let t = self.config.request_timeout;
         let key = leader_key(&self.config.prefix);
         let session = Session::open(&self.client, &self.config).await?;
-        let since = UtcMillis::now();
+        let since = self.clock.now();
         let record = LeaderRecord {
             instance_id: self.instance_id.clone(),
             since,

@@ -18,10 +18,11 @@
 //! then opens a new session and registers again.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ax_scheduler_core::placement::{ownership_step, Holder, ShardAction, ShardMap};
-use ax_scheduler_core::UtcMillis;
+use ax_scheduler_core::{Clock, UtcMillis};
 use etcd_client::{Client, EventType, GetOptions, KeyValue, WatchOptions, WatchStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -204,6 +205,7 @@ pub fn own_shards(
     client: Client,
     config: ElectionConfig,
     settings: ShardSettings,
+    clock: Arc<dyn Clock>,
     cancel: &CancellationToken,
 ) -> Result<ShardOwner, ElectionError> {
     config.validate()?;
@@ -222,6 +224,7 @@ pub fn own_shards(
         client,
         config,
         settings,
+        clock,
         tx,
         abandon: abandon.clone(),
     };
@@ -268,6 +271,8 @@ struct OwnLoop {
     client: Client,
     config: ElectionConfig,
     settings: ShardSettings,
+    /// The wall clock a free shard's age is measured on.
+    clock: Arc<dyn Clock>,
     tx: mpsc::UnboundedSender<ShardEvent>,
     abandon: CancellationToken,
 }
@@ -364,7 +369,7 @@ impl OwnLoop {
             }
             msg = watch.message() => match msg {
                 Ok(Some(resp)) if !resp.canceled() && resp.compact_revision() == 0 => {
-                    let now = UtcMillis::now();
+                    let now = self.clock.now();
                     let mut members_changed = false;
                     for event in resp.events() {
                         let Some(kv) = event.kv() else { continue };
@@ -415,7 +420,7 @@ impl OwnLoop {
                 )));
             }
         };
-        let now = UtcMillis::now();
+        let now = self.clock.now();
         Ok(Member {
             session,
             _member: member,
@@ -439,7 +444,7 @@ impl OwnLoop {
             kv.get(prefix.clone(), Some(GetOptions::new().with_prefix())),
         )
         .await?;
-        let now = UtcMillis::now();
+        let now = self.clock.now();
         // The listing says who holds what; a shard free before it stays free since when it
         // was first seen free.
         for h in &mut m.holders {
@@ -562,7 +567,7 @@ impl OwnLoop {
             &m.map,
             &m.holders,
             self.settings.orphan_after,
-            UtcMillis::now(),
+            self.clock.now(),
         );
         for action in actions {
             match action {

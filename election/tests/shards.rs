@@ -64,6 +64,7 @@ fn member_in_layout(
             orphan_after: Duration::from_secs(5),
             layout: layout.to_owned(),
         },
+        std::sync::Arc::new(ax_scheduler_core::SystemClock),
         // Not `stop`: a cancelled parent would close the session cleanly, and `stop` is a
         // crash here.
         &CancellationToken::new(),

@@ -32,12 +32,13 @@ mod queues;
 mod requeue;
 mod tasks;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ax_election::ElectionConfig;
 use ax_queue::Queue;
 use ax_registry::Registry;
-use ax_scheduler_core::ExecutionId;
+use ax_scheduler_core::{ExecutionId, SystemClock};
 use etcd_client::Client;
 use tokio::sync::OnceCell;
 
@@ -84,7 +85,7 @@ impl Backend {
     /// Connects to etcd and Redis now; either failing is an error naming where it tried.
     pub async fn connect(config: &Config) -> anyhow::Result<Backend> {
         let etcd = connect_etcd(config).await?;
-        let queue = connect_queue(config).await?;
+        let queue = connect_queue(config, Arc::new(SystemClock)).await?;
         Ok(Backend::new(etcd, Some(queue), config))
     }
 
@@ -183,7 +184,7 @@ impl Backend {
     async fn queue(&self) -> Result<&Queue, ApiError> {
         self.queue
             .get_or_try_init(|| async {
-                connect_queue(&self.config)
+                connect_queue(&self.config, Arc::new(SystemClock))
                     .await
                     .map_err(|e| ApiError::Unavailable(format!("{e:#}")))
             })

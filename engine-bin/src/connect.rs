@@ -17,12 +17,14 @@
 //! Everything that talks to etcd or Redis connects through here (the API backend, the
 //! server's roles, the clock check), so this module depends on the configuration alone.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use ax_election::ElectionConfig;
 use ax_queue::{ClientIdentity, Queue, QueueConfig, RedisTls};
 use ax_registry::RegistryConfig;
+use ax_scheduler_core::Clock;
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
 
 use crate::config::Config;
@@ -222,12 +224,13 @@ pub(crate) fn tls_hint(error: &str, backend: &str, ca_set: bool) -> String {
 }
 
 /// Connects the Redis queue client (`redis.url`, or the cluster of `redis.cluster_nodes`,
-/// with `redis.password`, `redis.key_prefix`, the TLS files): the one way ax connects to
-/// Redis.
-pub async fn connect_queue(config: &Config) -> anyhow::Result<Queue> {
+/// with `redis.password`, `redis.key_prefix`, the TLS files), reading the wall clock
+/// through `clock`: the one way ax connects to Redis.
+pub async fn connect_queue(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Queue> {
     let masked = config.masked();
     let mut settings = queue_config(config);
     settings.tls = redis_tls(config)?;
+    settings.clock = clock;
     let (connected, shown, key) = if config.redis.cluster_nodes.is_empty() {
         let connected = Queue::connect(&config.redis_connection_url(), settings).await;
         (connected, masked.redis.url, "redis.url")

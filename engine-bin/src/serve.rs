@@ -129,7 +129,11 @@ impl Server {
         };
         let http = spawn_http(shutdown, listener, state, config.http.header_read_timeout);
 
-        let Some((etcd, queue)) = connect(&config, &readiness, &metrics, shutdown.token()).await
+        // One clock for the replica's shell, which never reads an earlier time than it has:
+        // a step of the host clock back is absorbed instead of followed (see `SteadyClock`).
+        let clock: Arc<dyn Clock> = Arc::new(SteadyClock::new());
+        let Some((etcd, queue)) =
+            connect(&config, &clock, &readiness, &metrics, shutdown.token()).await
         else {
             return http.await.context("HTTP server task panicked")?;
         };
@@ -139,10 +143,7 @@ impl Server {
         ));
         check_redis_settings(&queue, &metrics).await;
 
-        // One wall clock for the whole replica: the alert manager and the scheduler role.
-        // One clock for the replica's shell, which never reads an earlier time than it has:
-        // a step of the host clock back is absorbed instead of followed (see `SteadyClock`).
-        let clock: Arc<dyn Clock> = Arc::new(SteadyClock::new());
+        // The replica's one wall clock serves the alert manager and the scheduler role too.
         let alerts = start_alerts(&config, shutdown, &clock)?;
         let parts = Parts {
             config: &config,
@@ -233,13 +234,17 @@ fn warn_of_open_or_closed_api(config: &Config) {
 
 async fn connect(
     config: &Config,
+    clock: &Arc<dyn Clock>,
     readiness: &Readiness,
     metrics: &Metrics,
     cancel: &CancellationToken,
 ) -> Option<(etcd_client::Client, Queue)> {
     let etcd = until_connected(BACKEND_ETCD, metrics, cancel, || connect_etcd(config)).await?;
     readiness.set_etcd(true);
-    let queue = until_connected(BACKEND_REDIS, metrics, cancel, || connect_queue(config)).await?;
+    let queue = until_connected(BACKEND_REDIS, metrics, cancel, || {
+        connect_queue(config, Arc::clone(clock))
+    })
+    .await?;
     readiness.set_redis(true);
     Some((etcd, queue))
 }
@@ -424,7 +429,8 @@ impl Parts<'_> {
             election_config(config),
             config.instance.id.clone(),
             info,
-        )?;
+        )?
+        .with_clock(Arc::clone(self.clock));
         let rate_limit = (config.scheduler.enqueue_rate_limit > 0).then(|| {
             let rate = f64::from(config.scheduler.enqueue_rate_limit);
             (rate, rate.max(1.0))

@@ -327,7 +327,12 @@ async fn dead_letter_of(a: &Api, queue: &ax_queue::Queue, namespace: &str, id: &
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dlq_requeue_uses_the_tasks_current_spec_or_is_refused() {
     let a = api_with("dlq-current", |_| {}).await;
-    let queue = ax_engine::backend::connect_queue(&a.config).await.unwrap();
+    let queue = ax_engine::backend::connect_queue(
+        &a.config,
+        std::sync::Arc::new(ax_scheduler_core::SystemClock),
+    )
+    .await
+    .unwrap();
     let spec = |id: &str, version: u64, extra: Value| {
         let mut s = json!({"id": id, "namespace": "ops", "handler": "log",
                            "schedule": {"every": "1h"}, "version": version});

@@ -79,7 +79,9 @@ async fn registry_election_and_queue_work_over_mutual_tls() {
     leadership.resign().await.unwrap();
 
     // A replica's path to Redis.
-    let queue = connect_queue(&c).await.unwrap();
+    let queue = connect_queue(&c, std::sync::Arc::new(ax_scheduler_core::SystemClock))
+        .await
+        .unwrap();
     assert_eq!(queue.depth("default").await.unwrap(), 0);
 }
 
@@ -93,13 +95,23 @@ async fn a_server_certificate_from_another_ca_is_refused_naming_ca_file() {
 
     let e = etcd_error(&c).await;
     assert!(e.contains("check etcd.ca_file"), "{e}");
-    let e = format!("{:#}", connect_queue(&c).await.unwrap_err());
+    let e = format!(
+        "{:#}",
+        connect_queue(&c, std::sync::Arc::new(ax_scheduler_core::SystemClock))
+            .await
+            .unwrap_err()
+    );
     assert!(e.contains("check redis.ca_file"), "{e}");
 
     // Without redis.ca_file, rediss:// trusts the system's roots, which know no private CA.
     let mut system = config(&etcd, &redis, &tls, Some(&tls));
     system.redis.ca_file.clear();
-    let e = format!("{:#}", connect_queue(&system).await.unwrap_err());
+    let e = format!(
+        "{:#}",
+        connect_queue(&system, std::sync::Arc::new(ax_scheduler_core::SystemClock))
+            .await
+            .unwrap_err()
+    );
     assert!(e.contains("set redis.ca_file"), "{e}");
 }
 
@@ -113,13 +125,26 @@ async fn a_missing_or_foreign_client_certificate_is_refused_naming_cert_file() {
     let none = config(&etcd, &redis, &tls, None);
     let e = etcd_error(&none).await;
     assert!(e.contains("check etcd.cert_file and etcd.key_file"), "{e}");
-    let e = format!("{:#}", connect_queue(&none).await.unwrap_err());
+    let e = format!(
+        "{:#}",
+        connect_queue(&none, std::sync::Arc::new(ax_scheduler_core::SystemClock))
+            .await
+            .unwrap_err()
+    );
     assert!(e.contains("redis.cert_file"), "{e}");
 
     let foreign = config(&etcd, &redis, &tls, Some(&other));
     let e = etcd_error(&foreign).await;
     assert!(e.contains("check etcd.cert_file and etcd.key_file"), "{e}");
-    let e = format!("{:#}", connect_queue(&foreign).await.unwrap_err());
+    let e = format!(
+        "{:#}",
+        connect_queue(
+            &foreign,
+            std::sync::Arc::new(ax_scheduler_core::SystemClock)
+        )
+        .await
+        .unwrap_err()
+    );
     assert!(
         e.contains("check redis.cert_file and redis.key_file"),
         "{e}"

@@ -466,7 +466,7 @@ impl Queue {
         let m = &d.message;
         let id = m.execution_id.to_string();
         let k = self.keys();
-        let left = deadline.since(UtcMillis::now());
+        let left = deadline.since(self.config().clock.now());
         let mut inv = AWAITING_START.prepare_invoke();
         inv.key(k.processing(&d.queue, &d.worker_id))
             .key(k.awaiting(&d.queue, m.execution_id))
@@ -652,7 +652,7 @@ impl Queue {
         check_queue(queue)?;
         let id_text = id.to_string();
         let k = self.keys();
-        let left = deadline.since(UtcMillis::now());
+        let left = deadline.since(self.config().clock.now());
         let mut inv = AWAITING_PROGRESS.prepare_invoke();
         inv.key(k.awaiting(queue, id))
             .key(k.awaiting_due(queue))

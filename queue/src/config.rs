@@ -4,9 +4,11 @@
 //! come from (files, a secret store) and this crate never touches the file system for them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ax_scheduler_core::ready::DEFAULT_AGING_INTERVAL;
+use ax_scheduler_core::{Clock, SystemClock};
 
 use crate::error::{QueueError, Result};
 use crate::keys::{validate_name, DEFAULT_PREFIX};
@@ -89,6 +91,10 @@ pub struct QueueConfig {
     /// [`crate::REPLICA_ACK_WAIT`] at most; with fewer replicas it is logged, not an error:
     /// the write stands on the primary. Default 0 (off).
     pub replica_acks: u32,
+    /// The wall clock the queue's own instants come from (a dead letter's, a pause's, the
+    /// history's age trim, the maintenance loop's steps); Redis's `TIME` orders the queue
+    /// itself. Default [`SystemClock`]; a test on paused time passes one that follows it.
+    pub clock: Arc<dyn Clock>,
     /// TLS settings for a `rediss://` URL beyond the defaults (a private CA, a client
     /// certificate). Default none: `rediss://` trusts the system's root certificates.
     pub tls: Option<RedisTls>,
@@ -151,6 +157,7 @@ impl Default for QueueConfig {
             limits: BTreeMap::new(),
             partitions: BTreeMap::new(),
             replica_acks: 0,
+            clock: Arc::new(SystemClock),
             tls: None,
         }
     }

@@ -287,7 +287,7 @@ impl Consumer {
     }
 
     async fn dead_letter_garbage(&self, raw: String, err: &QueueError) -> Result<()> {
-        let now = ax_scheduler_core::UtcMillis::now();
+        let now = self.queue.config().clock.now();
         self.queue
             .dead_letter_undecodable(&self.name, &self.worker_id, &raw, &err.to_string(), now)
             .await

@@ -235,7 +235,7 @@ impl Queue {
         let Some((_, message)) = rec.message.filter(|_| rec.state == AwaitingState::Waiting) else {
             return Ok(None);
         };
-        let now = ax_scheduler_core::UtcMillis::now();
+        let now = self.config().clock.now();
         let outcome = ReportedEnd {
             status: ReportedStatus::Failed,
             message: Some(StopOrder::Killed.reason().to_owned()),
@@ -410,7 +410,7 @@ impl Queue {
     pub async fn pause_queue(&self, queue: &str) -> Result<bool> {
         check_queue(queue)?;
         let mut conn = self.conn();
-        let now = ax_scheduler_core::UtcMillis::now().0;
+        let now = self.config().clock.now().0;
         let mut changed = false;
         for q in self.physical_queues(queue) {
             let set: bool = self

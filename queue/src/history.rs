@@ -499,7 +499,7 @@ impl Queue {
         }
         pipe.pexpire(&key, retention).ignore();
         let keep = i64::try_from(cfg.execution_history_retention.as_millis()).unwrap_or(i64::MAX);
-        let cutoff = UtcMillis::now().0.saturating_sub(keep).max(0);
+        let cutoff = cfg.clock.now().0.saturating_sub(keep).max(0);
         pipe.cmd("XADD")
             .arg(self.keys().executions())
             .arg("MINID")

@@ -239,7 +239,7 @@ impl Maintenance {
         loop {
             let report = tokio::select! {
                 _ = cancel.cancelled() => return,
-                r = self.step(ax_scheduler_core::UtcMillis::now()) => r,
+                r = self.step(self.queue.config().clock.now()) => r,
             };
             tokio::select! {
                 _ = cancel.cancelled() => return,

@@ -246,7 +246,7 @@ impl Queue {
                         worker_id,
                         &raw,
                         &e.to_string(),
-                        UtcMillis::now(),
+                        self.config().clock.now(),
                     )
                     .await?;
                 }

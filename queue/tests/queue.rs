@@ -1173,3 +1173,31 @@ async fn a_settled_execution_clears_its_forbid_marker_and_leaves_others_alone() 
     // Its settle cleared the marker: the held fire goes in now.
     assert_eq!(q.enqueue(&second).await.unwrap(), EnqueueOutcome::Enqueued);
 }
+
+/// A clock stopped at one instant.
+#[derive(Debug)]
+struct Stopped(UtcMillis);
+
+impl ax_scheduler_core::Clock for Stopped {
+    fn now(&self) -> UtcMillis {
+        self.0
+    }
+}
+
+#[tokio::test]
+async fn the_queue_reads_the_wall_clock_it_is_given() {
+    let at = UtcMillis(1_000_000_000_000);
+    let q = common::connect(QueueConfig {
+        prefix: unique_name("axq"),
+        clock: std::sync::Arc::new(Stopped(at)),
+        ..QueueConfig::default()
+    })
+    .await;
+    assert!(q.pause_queue("default").await.unwrap());
+    let mut conn = q.connection();
+    let since: i64 = conn.get(q.keys().paused("default")).await.unwrap();
+    assert_eq!(
+        since, at.0,
+        "the pause is dated by the queue's clock, not the host's"
+    );
+}

@@ -42,8 +42,9 @@ impl UtcMillis {
     pub const MAX: UtcMillis = UtcMillis(i64::MAX);
 
     /// The system clock now. The one place in ax that reads the wall clock: nothing in this
-    /// crate calls it (the core's logic takes `now` as an argument), the I/O crates and the
-    /// binary call it at their edges.
+    /// crate calls it (the core's logic takes `now` as an argument), the library crates read
+    /// the [`Clock`] they are given (whose implementations call this), and only the binary
+    /// and tests call it directly.
     pub fn now() -> Self {
         Self::from_system_time(SystemTime::now())
     }

@@ -181,7 +181,7 @@ impl Config {
             queues,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             address: None,
-            started_at: ax_scheduler_core::UtcMillis::now(),
+            started_at: self.queue.clock.now(),
         };
         let election = ax_engine::connect::election_config(&engine);
         Ok(Some(tokio::spawn(ax_election::keep_registered(

@@ -119,7 +119,7 @@ fn unreachable_redis(e: ax_queue::QueueError) -> HandlerError {
 
 impl Finish {
     async fn end(&self, result: Result<(), HandlerError>) -> Result<(), HandlerError> {
-        let now = UtcMillis::now();
+        let now = self.queue.config().clock.now();
         let (status, message, retryable) = match result {
             Ok(()) => (ReportedStatus::Succeeded, None, false),
             Err(e) => (
@@ -180,7 +180,7 @@ impl Finish {
 impl Finisher for Finish {
     fn progress(&self, progress: Progress) -> ShellFuture<'_> {
         Box::pin(async move {
-            let now = UtcMillis::now();
+            let now = self.queue.config().clock.now();
             let progress = QueueProgress {
                 percent: progress.percent.map(|p| p.clamp(0.0, 100.0)),
                 message: progress.note.map(ax_scheduler_core::execution::shown_error),
