@@ -16,7 +16,8 @@
 //! instant. Run with `cargo bench -p ax-embedded --bench kernel`; `AX_BENCH_JOBS` sets N
 //! (default 100 000), `AX_BENCH_ONLY=memory,fires,rate,latency,durable,cron` picks sections, `AX_BENCH_RATE` and
 //! `AX_BENCH_RATE_SECS` the steady rate of the `rate` section and how long it lasts (default
-//! 100 000 fires a second for 5 s).
+//! 100 000 fires a second for 5 s), `AX_BENCH_THREADS` the runtime's worker threads (default
+//! 2; with 1 the fire rate is the engine's own work alone, without contention for its lock).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::alloc::System;
@@ -94,7 +95,12 @@ fn durable_sections(n: usize) {
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(
+            std::env::var("AX_BENCH_THREADS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(2),
+        )
         .enable_all()
         .build()
         .unwrap()
