@@ -111,24 +111,20 @@ mod tests {
         assert!(r.is_empty());
     }
 
+    fn hash(n: u64) -> u64 {
+        let mut h = IdHasher::default();
+        h.write_u64(n);
+        h.finish()
+    }
+
     #[test]
     fn consecutive_ids_hash_apart() {
-        let hash = |n: u64| {
-            let mut h = IdHasher::default();
-            h.write_u64(n);
-            h.finish()
-        };
         let tops: std::collections::HashSet<u64> = (0..1000).map(|n| hash(n) >> 57).collect();
         assert!(tops.len() > 100, "the top 7 bits vary: {}", tops.len());
     }
 
     #[test]
     fn consecutive_ids_take_neighbouring_buckets() {
-        let hash = |n: u64| {
-            let mut h = IdHasher::default();
-            h.write_u64(n);
-            h.finish()
-        };
         // A table of 2^20 buckets picks one by the low 20 bits.
         let mask = (1 << 20) - 1;
         for n in [0, 1, 41, 1 << 19, (1 << 20) - 2] {
