@@ -733,13 +733,20 @@ async fn ends_read_and_unwritten(c: &Cluster, task_id: &str) -> bool {
         .query_async(&mut redis)
         .await
         .unwrap_or_default();
+    // An entry holds one event (an object) or several (an array).
+    let ends_of_task = |v: &str| {
+        let events = match serde_json::from_str::<serde_json::Value>(v) {
+            Ok(serde_json::Value::Array(events)) => events,
+            Ok(event) => vec![event],
+            Err(_) => Vec::new(),
+        };
+        events
+            .iter()
+            .any(|e| e["task_id"] == task_id && e["kind"]["type"] == "finished")
+    };
     let ends: Vec<String> = entries
         .into_iter()
-        .filter(|(_, fields)| {
-            fields.iter().any(|(_, v)| {
-                v.contains(&format!("\"{task_id}\"")) && v.to_lowercase().contains("finished")
-            })
-        })
+        .filter(|(_, fields)| fields.iter().any(|(_, v)| ends_of_task(v)))
         .map(|(id, _)| id)
         .collect();
     let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
