@@ -143,7 +143,7 @@ impl Server {
         ));
         check_redis_settings(&queue, &metrics).await;
 
-        // The replica's one wall clock serves the alert manager and the scheduler role too.
+        // The same clock serves the alert manager, the roles and the instance record.
         let alerts = start_alerts(&config, shutdown, &clock)?;
         let parts = Parts {
             config: &config,
@@ -408,7 +408,7 @@ impl Parts<'_> {
             },
             version: env!("CARGO_PKG_VERSION").to_owned(),
             address: self.address.clone(),
-            started_at: UtcMillis::now(),
+            started_at: self.clock.now(),
         };
         let client = self.etcd.clone();
         let election = election_config(self.config);
@@ -500,6 +500,7 @@ impl Parts<'_> {
         let pool = crate::worker_role::worker_pool(
             self.config,
             self.queue,
+            Arc::clone(self.clock),
             Arc::clone(self.metrics),
             shutdown.tracker(),
         )
@@ -569,7 +570,7 @@ struct Gauges {
 impl Gauges {
     /// One round: Redis, then etcd, then the alert channel counters.
     async fn refresh(&mut self) {
-        let redis_ok = self.refresh_queues(UtcMillis::now()).await;
+        let redis_ok = self.refresh_queues(self.queue.config().clock.now()).await;
         self.readiness.set_redis(redis_ok);
         self.refresh_etcd().await;
         if let Some(alerts) = &self.alerts {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use ax_queue::Queue;
-use ax_scheduler_core::AttemptEnd;
+use ax_scheduler_core::{AttemptEnd, Clock};
 use ax_worker::{
     CommandHandler, HandlerRegistry, HttpHandler, WorkerConfig, WorkerError, WorkerMetrics,
     WorkerPool,
@@ -17,17 +17,18 @@ use tokio_util::task::TaskTracker;
 use crate::config::Config;
 use crate::metrics::{Metrics, BACKEND_REDIS};
 
-/// The replica's worker pool, its id claimed, its reports written on `tracker`. Fails when a
-/// live process works under the replica's instance id.
+/// The replica's worker pool on the replica's `clock`, its id claimed, its reports written on
+/// `tracker`. Fails when a live process works under the replica's instance id.
 pub async fn worker_pool(
     config: &Config,
     queue: &Queue,
+    clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     tracker: &TaskTracker,
 ) -> anyhow::Result<WorkerPool> {
     ax_worker::cluster_pool(
         queue,
-        pool_config(config)?,
+        pool_config(config, clock)?,
         handler_registry(&config.worker)?,
         metrics as Arc<dyn WorkerMetrics>,
         tracker,
@@ -37,7 +38,7 @@ pub async fn worker_pool(
 }
 
 /// The pool's settings from `[worker]`, the instance id and the API's public URL.
-fn pool_config(config: &Config) -> anyhow::Result<WorkerConfig> {
+fn pool_config(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<WorkerConfig> {
     // Validation refused bad entries before the process got here.
     let (http_allow_cidrs, http_allow_hosts) =
         config.worker.egress_allow().map_err(|problems| {
@@ -56,6 +57,7 @@ fn pool_config(config: &Config) -> anyhow::Result<WorkerConfig> {
         http_allow_hosts,
         completion_public_url: Some(config.http.public_url.clone())
             .filter(|u| !u.trim().is_empty()),
+        clock,
         ..WorkerConfig::default()
     })
 }
