@@ -139,7 +139,7 @@ fn encode_entry(events: &[&ExecutionEventRecord]) -> Result<String> {
     }
 }
 
-/// The events of one entry's field ([`encode_entry`]); `None` when it cannot be decoded.
+/// The events of one entry's field ([`encode_entry`]); an error when it cannot be decoded.
 fn decode_entry(json: &str) -> std::result::Result<Vec<ExecutionEventRecord>, serde_json::Error> {
     if json.trim_start().starts_with('[') {
         serde_json::from_str(json)
@@ -273,6 +273,12 @@ impl Queue {
                 continue;
             }
             match decode_entry(&json) {
+                // An empty array (no writer of ours makes one) is still an entry to
+                // acknowledge, or it would be claimed again for ever.
+                Ok(events) if events.is_empty() => entries.push(EventEntry {
+                    position,
+                    record: None,
+                }),
                 Ok(events) => entries.extend(events.into_iter().map(|e| EventEntry {
                     position,
                     record: Some(e),

@@ -1201,3 +1201,26 @@ async fn the_queue_reads_the_wall_clock_it_is_given() {
         "the pause is dated by the queue's clock, not the host's"
     );
 }
+
+#[tokio::test]
+async fn an_empty_event_entry_is_read_once_and_acknowledged() {
+    let q = queue().await;
+    let mut conn = q.connection();
+    let _: String = redis::cmd("XADD")
+        .arg(q.keys().events(None))
+        .arg("*")
+        .arg("e")
+        .arg("[]")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let read = q.read_events(None, 10).await.unwrap();
+    assert_eq!(read.len(), 1, "one entry to acknowledge, with no event");
+    assert!(read[0].record.is_none());
+    q.ack_events(None, &[read[0].position]).await.unwrap();
+    let (_, left) = q
+        .claim_events(None, Duration::ZERO, "0-0", 10)
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "nothing left pending: {left:?}");
+}
