@@ -79,9 +79,7 @@ async fn registry_election_and_queue_work_over_mutual_tls() {
     leadership.resign().await.unwrap();
 
     // A replica's path to Redis.
-    let queue = connect_queue(&c, std::sync::Arc::new(ax_scheduler_core::SystemClock))
-        .await
-        .unwrap();
+    let queue = connect_redis(&c).await.unwrap();
     assert_eq!(queue.depth("default").await.unwrap(), 0);
 }
 
@@ -95,23 +93,13 @@ async fn a_server_certificate_from_another_ca_is_refused_naming_ca_file() {
 
     let e = etcd_error(&c).await;
     assert!(e.contains("check etcd.ca_file"), "{e}");
-    let e = format!(
-        "{:#}",
-        connect_queue(&c, std::sync::Arc::new(ax_scheduler_core::SystemClock))
-            .await
-            .unwrap_err()
-    );
+    let e = format!("{:#}", connect_redis(&c).await.unwrap_err());
     assert!(e.contains("check redis.ca_file"), "{e}");
 
     // Without redis.ca_file, rediss:// trusts the system's roots, which know no private CA.
     let mut system = config(&etcd, &redis, &tls, Some(&tls));
     system.redis.ca_file.clear();
-    let e = format!(
-        "{:#}",
-        connect_queue(&system, std::sync::Arc::new(ax_scheduler_core::SystemClock))
-            .await
-            .unwrap_err()
-    );
+    let e = format!("{:#}", connect_redis(&system).await.unwrap_err());
     assert!(e.contains("set redis.ca_file"), "{e}");
 }
 
@@ -125,26 +113,13 @@ async fn a_missing_or_foreign_client_certificate_is_refused_naming_cert_file() {
     let none = config(&etcd, &redis, &tls, None);
     let e = etcd_error(&none).await;
     assert!(e.contains("check etcd.cert_file and etcd.key_file"), "{e}");
-    let e = format!(
-        "{:#}",
-        connect_queue(&none, std::sync::Arc::new(ax_scheduler_core::SystemClock))
-            .await
-            .unwrap_err()
-    );
+    let e = format!("{:#}", connect_redis(&none).await.unwrap_err());
     assert!(e.contains("redis.cert_file"), "{e}");
 
     let foreign = config(&etcd, &redis, &tls, Some(&other));
     let e = etcd_error(&foreign).await;
     assert!(e.contains("check etcd.cert_file and etcd.key_file"), "{e}");
-    let e = format!(
-        "{:#}",
-        connect_queue(
-            &foreign,
-            std::sync::Arc::new(ax_scheduler_core::SystemClock)
-        )
-        .await
-        .unwrap_err()
-    );
+    let e = format!("{:#}", connect_redis(&foreign).await.unwrap_err());
     assert!(
         e.contains("check redis.cert_file and redis.key_file"),
         "{e}"
@@ -175,4 +150,9 @@ async fn the_clock_check_reads_tls_etcds_clock_and_fails_loudly_without_its_ca()
     let check = ClockCheck::new(&[etcd.endpoint()], etcd_tls(&no_cert).unwrap().as_ref()).unwrap();
     let e = format!("{:#}", check.skew().await.unwrap_err());
     assert!(e.contains("check etcd.cert_file and etcd.key_file"), "{e}");
+}
+
+/// The replica's path to Redis, on the host's clock.
+async fn connect_redis(c: &Config) -> anyhow::Result<ax_queue::Queue> {
+    connect_queue(c, std::sync::Arc::new(ax_scheduler_core::SystemClock)).await
 }
