@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use ax_scheduler_core::dispatcher::StateWrite;
 use ax_scheduler_core::execution::shown_error;
+use ax_scheduler_core::handler::Cancel;
 use ax_scheduler_core::ready::ReadyQueue;
 use ax_scheduler_core::retry::{decide, RetryDecision};
 use ax_scheduler_core::timer::TimerWheel;
@@ -40,7 +41,6 @@ use ax_scheduler_core::{
     TaskStatus, UtcMillis,
 };
 use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
 
 use crate::dead::DeadLetter;
 use crate::error::{EmbeddedError, Result};
@@ -115,8 +115,8 @@ pub(crate) struct Launch {
     pub(crate) attempt: Attempt,
     pub(crate) key: Arc<TaskKey>,
     pub(crate) run: Arc<JobFn>,
+    /// Its `cancel` is also the attempt's kill switch (see [`crate::run`]).
     pub(crate) ctx: AttemptCall,
-    pub(crate) kill: CancellationToken,
     pub(crate) timeout: std::time::Duration,
     /// For a persisted job: answered once the store holds the attempt as running. The body
     /// waits for it, so that an attempt whose process dies is found in flight by the restart
@@ -377,9 +377,10 @@ impl Engine {
     }
 
     /// One turn of the driver at `now`: due retries and fires queued, attempts started up to
-    /// the free workers. Returns what to spawn and when to come back: at or before `now`
-    /// when the step's bounds left promotions or fires for the next one.
-    pub(crate) fn step(&mut self, now: UtcMillis) -> (Vec<Launch>, Option<UtcMillis>) {
+    /// the free workers and added to `launches` (the caller's buffer, kept from turn to turn
+    /// so that a turn allocates none) to spawn. Returns when to come back: at or before
+    /// `now` when the step's bounds left promotions or fires for the next one.
+    pub(crate) fn step(&mut self, now: UtcMillis, launches: &mut Vec<Launch>) -> Option<UtcMillis> {
         for job in self.staging.due(now, STEP_PROMOTIONS) {
             self.promote(job, now);
         }
@@ -397,7 +398,7 @@ impl Engine {
             let writes = self.dispatcher.take_state_writes(UtcMillis::MAX);
             self.persist_states(writes);
         }
-        let mut launches = Vec::new();
+        let first_new = launches.len();
         while self.starting && self.running < self.worker_limit() {
             let Some(attempt) = self.waiting.pop(now) else {
                 break;
@@ -408,7 +409,7 @@ impl Engine {
         }
         // The first answer covers the whole outbox (the attempts' running marks and the
         // dispatcher's states); each later one an empty batch committed after it.
-        for launch in launches.iter_mut().filter(|l| l.durable) {
+        for launch in launches[first_new..].iter_mut().filter(|l| l.durable) {
             launch.on_disk = self.flush_acked();
         }
         if self.catching_up && self.waiting.is_empty() {
@@ -416,15 +417,14 @@ impl Engine {
             tracing::info!("caught up after the restart: all workers run");
         }
         self.report_gauges();
-        let next = [
+        [
             self.dispatcher.next_wakeup(now),
             self.retries.next_due(),
             self.staging.next_due(),
         ]
         .into_iter()
         .flatten()
-        .min();
-        (launches, next)
+        .min()
     }
 
     /// Queues the dispatcher's states of durable jobs for the store; a deleted state goes
@@ -506,8 +506,9 @@ impl Engine {
             self.metrics
                 .started_late(&job.spec.queue, now.0 - attempt.fire_at.0);
         }
-        let kill = CancellationToken::new();
-        job.running.insert(attempt.execution, kill.clone());
+        // One signal both stops the body and tells it so: a kill is its cancel.
+        let cancel = Cancel::new();
+        job.running.insert(attempt.execution, cancel.clone());
         self.running += 1;
         let ctx = AttemptCall {
             execution: attempt.execution,
@@ -515,7 +516,7 @@ impl Engine {
             fire_at: attempt.fire_at,
             recovered: attempt.recovered,
             deadline: now.add(job.spec.timeout),
-            cancel: ax_scheduler_core::handler::Cancel::new(),
+            cancel,
             spec: Arc::clone(&job.spec),
         };
         let launch = Launch {
@@ -523,7 +524,6 @@ impl Engine {
             run: Arc::clone(&job.run),
             timeout: job.spec.timeout,
             ctx,
-            kill,
             attempt: attempt.clone(),
             on_disk: None,
             durable: job.durable,

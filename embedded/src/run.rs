@@ -94,15 +94,16 @@ impl Drop for EngineGuard<'_> {
 
 /// The driver loop; ends when the kernel stops.
 pub(crate) async fn drive(shared: Arc<Shared>) {
+    let mut launches = Vec::new();
     loop {
-        let (launches, next) = {
+        let next = {
             let now = shared.clock.now();
             let mut engine = shared.lock();
-            let (launches, next) = engine.step(now);
+            let next = engine.step(now, &mut launches);
             engine.driver_wakes_at = next;
-            (launches, next)
+            next
         };
-        spawn_attempts(&shared, launches);
+        spawn_attempts(&shared, launches.drain(..));
         if next.is_some_and(|at| at <= shared.clock.now()) {
             // The step left work (a burst is worked off in bounded steps): let the lock's
             // other users and the attempts just spawned run first, then step again.
@@ -128,7 +129,7 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
 
 /// One task per attempt. Boxed: an attempt that ends starts the next ones, and a future that
 /// spawns its own kind needs a named type to be `Send`.
-fn spawn_attempts(shared: &Arc<Shared>, launches: Vec<Launch>) {
+fn spawn_attempts(shared: &Arc<Shared>, launches: impl Iterator<Item = Launch>) {
     for launch in launches {
         let attempt: Pin<Box<dyn Future<Output = ()> + Send>> =
             Box::pin(run_attempt(Arc::clone(shared), launch));
@@ -140,24 +141,26 @@ fn spawn_attempts(shared: &Arc<Shared>, launches: Vec<Launch>) {
 /// end started, in this task, until none is left for it.
 async fn run_attempt(shared: Arc<Shared>, launch: Launch) {
     let mut next = Some(launch);
+    let mut launches = Vec::new();
     while let Some(launch) = next.take() {
-        let mut launches = run_one(&shared, launch).await.into_iter();
-        next = launches.next();
-        spawn_attempts(&shared, launches.collect());
+        run_one(&shared, launch, &mut launches).await;
+        let mut started = launches.drain(..);
+        next = started.next();
+        spawn_attempts(&shared, started);
         if next.is_some() {
             tokio::task::coop::consume_budget().await;
         }
     }
 }
 
-/// One attempt, its verdict handed to the engine; returns the attempts to start next.
-async fn run_one(shared: &Arc<Shared>, launch: Launch) -> Vec<Launch> {
+/// One attempt, its verdict handed to the engine; the attempts to start next are added to
+/// `launches`.
+async fn run_one(shared: &Arc<Shared>, launch: Launch, launches: &mut Vec<Launch>) {
     let Launch {
         attempt,
         key,
         run,
         ctx,
-        kill,
         timeout,
         on_disk,
         ..
@@ -182,25 +185,23 @@ async fn run_one(shared: &Arc<Shared>, launch: Launch) -> Vec<Launch> {
         attempt = attempt.attempt.saturating_add(1),
         lateness_ms,
     );
-    let verdict = run_body(shared, run(ctx.clone()), &ctx.cancel, &kill, timeout)
+    let verdict = run_body(shared, run(ctx.clone()), &ctx.cancel, timeout)
         .instrument(span)
         .await;
     let now = shared.clock.now();
-    let (launches, wake_driver) = {
+    let wake_driver = {
         let mut engine = shared.lock();
         engine.finish(attempt, verdict, now);
-        let (launches, next) = engine.step(now);
-        let earlier = match (next, engine.driver_wakes_at) {
+        let next = engine.step(now, launches);
+        match (next, engine.driver_wakes_at) {
             (Some(next), Some(planned)) => next < planned,
             (next, planned) => next.is_some() && planned.is_none(),
-        };
-        (launches, earlier)
+        }
     };
     shared.ended.notify_waiters();
     if wake_driver {
         shared.wake.notify_one();
     }
-    launches
 }
 
 /// A job's future with its panics caught.
@@ -220,36 +221,47 @@ impl Future for CatchPanic {
     }
 }
 
-/// The body under its timeout and kill switch.
+/// The body under its timeout and kill switch: the attempt's cancel signal, which the kernel
+/// gives to kill it (and a body that gives it itself asks to be stopped the same way).
 async fn run_body(
     shared: &Shared,
     body: crate::job::JobFuture,
-    ctx_cancel: &ax_scheduler_core::handler::Cancel,
-    kill: &CancellationToken,
+    cancel: &ax_scheduler_core::handler::Cancel,
     timeout: Duration,
 ) -> Verdict {
-    let verdict = tokio::select! {
-        // A kill first: a job that returns because its token fired was stopped, not done.
-        biased;
-        _ = kill.cancelled() => if shared.hard_stop.is_cancelled() {
-            // Stopped by the shutdown, unfinished: with a store it runs again at the restart.
-            (AttemptOutcome::Released, Some("shut down".to_owned()), false)
-        } else {
-            (AttemptOutcome::Killed, Some("killed".to_owned()), false)
-        },
-        ended = tokio::time::timeout(timeout, CatchPanic(body)) => match ended {
-            Ok(Ok(result)) => attempt::verdict(result),
-            Ok(Err(payload)) => attempt::panic_verdict(payload.as_ref()),
-            Err(_) => (
-                AttemptOutcome::TimedOut,
-                Some(format!("timed out after {timeout:?}")),
-                true,
-            ),
-        },
+    // The body is polled before the kill switch, which is waited on only once the body is
+    // pending: an instant job registers no waker with it.
+    let (ended, stopped) = {
+        let mut body = std::pin::pin!(tokio::time::timeout(timeout, CatchPanic(body)));
+        let mut stop = std::pin::pin!(cancel.cancelled());
+        let ended = std::future::poll_fn(|cx| match body.as_mut().poll(cx) {
+            Poll::Ready(ended) => Poll::Ready(Some(ended)),
+            Poll::Pending => stop.as_mut().poll(cx).map(|()| None),
+        })
+        .await;
+        let stopped = cancel.is_cancelled();
+        // A job still running is told, then dropped (at the block's end): one that ignores
+        // its token cannot hold a worker.
+        cancel.cancel();
+        (ended, stopped)
     };
-    // A job still running is told, then dropped (with the select's branches): one that
-    // ignores its token cannot hold a worker.
-    ctx_cancel.cancel();
+    // A kill first: a job that returns because its token fired was stopped, not done.
+    let verdict = match ended.filter(|_| !stopped) {
+        // Stopped by the shutdown, unfinished: with a store it runs again at the restart.
+        None if shared.hard_stop.is_cancelled() => (
+            AttemptOutcome::Released,
+            Some("shut down".to_owned()),
+            false,
+        ),
+        None => (AttemptOutcome::Killed, Some("killed".to_owned()), false),
+        Some(Ok(Ok(result))) => attempt::verdict(result),
+        Some(Ok(Err(payload))) => attempt::panic_verdict(payload.as_ref()),
+        Some(Err(_)) => (
+            AttemptOutcome::TimedOut,
+            Some(format!("timed out after {timeout:?}")),
+            true,
+        ),
+    };
     match &verdict.0 {
         AttemptOutcome::Succeeded => tracing::debug!("attempt succeeded"),
         outcome => tracing::warn!(%outcome, error = verdict.1.as_deref(), "attempt ended"),

@@ -9,8 +9,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use ax_scheduler_core::handler::Cancel;
 use ax_scheduler_core::ExecutionId;
-use tokio_util::sync::CancellationToken;
 
 use crate::job::JobId;
 
@@ -48,12 +48,12 @@ pub(crate) type JobTable<V> = HashMap<JobId, V, BuildHasherDefault<IdHasher>>;
 /// The kill switches of a job's running attempts.
 #[derive(Default)]
 pub(crate) struct Running {
-    first: Option<(ExecutionId, CancellationToken)>,
-    more: Vec<(ExecutionId, CancellationToken)>,
+    first: Option<(ExecutionId, Cancel)>,
+    more: Vec<(ExecutionId, Cancel)>,
 }
 
 impl Running {
-    pub(crate) fn insert(&mut self, execution: ExecutionId, kill: CancellationToken) {
+    pub(crate) fn insert(&mut self, execution: ExecutionId, kill: Cancel) {
         if self.first.is_none() {
             self.first = Some((execution, kill));
         } else {
@@ -95,7 +95,7 @@ mod tests {
         let ids: Vec<ExecutionId> = (0..3)
             .map(|_| ExecutionId::from_uuid(uuid::Uuid::now_v7()))
             .collect();
-        let kills: Vec<CancellationToken> = ids.iter().map(|_| CancellationToken::new()).collect();
+        let kills: Vec<Cancel> = ids.iter().map(|_| Cancel::new()).collect();
         for (id, kill) in ids.iter().zip(&kills) {
             r.insert(*id, kill.clone());
         }

@@ -247,6 +247,36 @@ async fn cancel_before_start_and_kill_while_running() {
     assert!(entries(&log).is_empty());
 }
 
+/// The kill switch is the attempt's own token: a job that cancels it stops at once as
+/// killed (no retry), rather than running on to its timeout.
+#[tokio::test(start_paused = true)]
+async fn a_job_that_cancels_its_own_token_is_stopped_as_killed() {
+    let kernel = Kernel::builder().build().expect("kernel");
+    let attempts = Arc::new(AtomicU32::new(0));
+    let counted = attempts.clone();
+    kernel
+        .after(
+            Duration::ZERO,
+            Job::new(move |ctx| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    ctx.cancel().cancel();
+                    std::future::pending().await
+                }
+            })
+            .timeout(Duration::from_secs(3600))
+            .retry(RetryPolicy::default()),
+        )
+        .expect("after");
+    sleep(100).await;
+    assert_eq!(attempts.load(Ordering::SeqCst), 1, "not retried");
+    assert!(
+        kernel.is_empty(),
+        "stopped, not left to its hour's timeout, and killed: no retry"
+    );
+    assert!(kernel.dead_letters().is_empty());
+}
+
 #[tokio::test(start_paused = true)]
 async fn trigger_pause_and_resume() {
     let kernel = Kernel::builder().build().expect("kernel");

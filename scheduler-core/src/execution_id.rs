@@ -59,18 +59,27 @@ impl ExecutionId {
     /// again is a duplicate to the queue.
     pub fn step(run: ExecutionId, child: &TaskKey) -> Self {
         let mut text = Uuid::encode_buffer();
-        Self::derived(run.0.hyphenated().encode_lower(&mut text).as_bytes(), child)
+        Self::derived(
+            &[run.0.hyphenated().encode_lower(&mut text).as_bytes()],
+            child,
+        )
     }
 
     /// The fan-out id of a scheduled fire of `key` at `fire_at`.
     pub fn for_fire(key: &TaskKey, fire_at: UtcMillis) -> Self {
-        Self::derived(format!("fire@{}", fire_at.0).as_bytes(), key)
+        // Formatted on the stack: this runs at every fire.
+        let mut digits = itoa::Buffer::new();
+        Self::derived(&[b"fire@", digits.format(fire_at.0).as_bytes()], key)
     }
 
-    /// A UUID of version 8 (custom) from SHA-256 of `seed` and the task's key.
-    fn derived(seed: &[u8], key: &TaskKey) -> Self {
-        let digest = Sha256::new()
-            .chain_update(seed)
+    /// A UUID of version 8 (custom) from SHA-256 of the seed (its parts in order) and the
+    /// task's key.
+    fn derived(seed: &[&[u8]], key: &TaskKey) -> Self {
+        let mut hasher = Sha256::new();
+        for part in seed {
+            hasher.update(part);
+        }
+        let digest = hasher
             .chain_update([0u8])
             .chain_update(key.namespace.as_bytes())
             .chain_update([0u8])
