@@ -12,13 +12,14 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ax_scheduler_core::handler::{
-    AttemptInfo, Cancel, Context, DeferFuture, Deferred, Finisher, Handler, HandlerFuture,
-    Progress, Shell, ShellFuture,
+    AttemptInfo, Cancel, Context, DeferFuture, Deferred, Finisher, Handler, Progress, Shell,
+    ShellFuture,
 };
 use ax_scheduler_core::task::{
     DEFAULT_PRIORITY, DEFAULT_TIMEOUT, MAX_IDEMPOTENCY_KEY_LEN, MAX_MULTIPLIER, MAX_PAYLOAD_BYTES,
@@ -138,33 +139,51 @@ pub(crate) fn shared_handler(handler: Arc<dyn Handler>) -> Arc<JobFn> {
         Box::pin(async move {
             let shell = Arc::new(EmbeddedShell::default());
             let result = handler.run(job.context(shell.clone())).await;
-            let deferred = shell
-                .deferred
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            match (result, deferred) {
-                (Ok(()), Some(end)) => end.await.unwrap_or_else(|_| {
-                    Err(HandlerError::Retryable(
-                        "the deferred attempt was dropped without completing".into(),
-                    ))
-                }),
-                (result, _) => result,
-            }
+            ended(&shell, result).await
         }) as JobFuture
     })
 }
 
-/// A closure as a [`Handler`]: a job's body runs through the same path as a named handler.
-struct ClosureHandler<F>(F);
-
-impl<F, Fut> Handler for ClosureHandler<F>
+/// A closure as a job's body, on the same path as a named handler ([`shared_handler`]): the
+/// closure is called at the attempt's start and its future is held inside the attempt's one
+/// boxed future, not boxed again behind the [`Handler`] trait. A panic of the closure's own
+/// call is raised again when the attempt's future is polled, where every panic of a job is
+/// caught and made a failed attempt.
+fn closure_body<F, Fut>(f: F) -> Arc<JobFn>
 where
     F: Fn(Context) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
 {
-    fn run(&self, ctx: Context) -> HandlerFuture<'_> {
-        Box::pin((self.0)(ctx))
+    Arc::new(move |job: AttemptCall| {
+        let shell = Arc::new(EmbeddedShell::default());
+        let called = catch_unwind(AssertUnwindSafe(|| f(job.context(shell.clone()))));
+        Box::pin(async move {
+            let result = match called {
+                Ok(run) => run.await,
+                Err(payload) => resume_unwind(payload),
+            };
+            ended(&shell, result).await
+        }) as JobFuture
+    })
+}
+
+/// The attempt's result once its handler returned: a deferred end is waited for.
+async fn ended(
+    shell: &EmbeddedShell,
+    result: Result<(), HandlerError>,
+) -> Result<(), HandlerError> {
+    let deferred = shell
+        .deferred
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    match (result, deferred) {
+        (Ok(()), Some(end)) => end.await.unwrap_or_else(|_| {
+            Err(HandlerError::Retryable(
+                "the deferred attempt was dropped without completing".into(),
+            ))
+        }),
+        (result, _) => result,
     }
 }
 
@@ -270,7 +289,7 @@ impl Job {
         Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
     {
         Job {
-            body: Body::Closure(shared_handler(Arc::new(ClosureHandler(f)))),
+            body: Body::Closure(closure_body(f)),
             options: JobOptions::default(),
         }
     }

@@ -408,6 +408,16 @@ async fn panics_and_timeouts_are_failed_attempts() {
             Job::new(|_| async { Err(HandlerError::Permanent("bad order".into())) }),
         )
         .expect("after");
+    // Panics in the closure's own call, before it has a future to return.
+    let before_its_future = kernel
+        .after(
+            Duration::ZERO,
+            Job::new(|_| -> std::future::Ready<Result<(), HandlerError>> {
+                panic!("no future")
+            })
+            .retry(no_retry()),
+        )
+        .expect("after");
     sleep(2_000).await;
     let mut dead = kernel.dead_letters();
     dead.sort_by_key(|d| d.job);
@@ -421,9 +431,11 @@ async fn panics_and_timeouts_are_failed_attempts() {
             (panicky, AttemptOutcome::Panicked, 1),
             (hung, AttemptOutcome::TimedOut, 1),
             (permanent, AttemptOutcome::Failed, 1),
+            (before_its_future, AttemptOutcome::Panicked, 1),
         ]
     );
     assert!(dead[0].error.contains("boom"));
+    assert!(dead[3].error.contains("no future"), "{}", dead[3].error);
     // The kernel lives on.
     let after = kernel
         .after(
