@@ -35,11 +35,16 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
-fn jobs() -> usize {
-    std::env::var("AX_BENCH_JOBS")
+/// The number setting `name`, or `default` when it is unset or not a number.
+fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000)
+        .unwrap_or(default)
+}
+
+fn jobs() -> usize {
+    setting("AX_BENCH_JOBS", 100_000)
 }
 
 fn net_bytes(region: &Region<'_, System>) -> f64 {
@@ -95,12 +100,7 @@ fn durable_sections(n: usize) {
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(
-            std::env::var("AX_BENCH_THREADS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(2),
-        )
+        .worker_threads(setting("AX_BENCH_THREADS", 2))
         .enable_all()
         .build()
         .unwrap()
@@ -216,14 +216,8 @@ impl Lateness {
 /// workers. The target is a lateness p99 within one tick (10 ms) at 100 000 a
 /// second. The peers take the same instants.
 fn rate() {
-    let env = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let per_sec = env("AX_BENCH_RATE", 100_000);
-    let n = per_sec * env("AX_BENCH_RATE_SECS", 5);
+    let per_sec: u64 = setting("AX_BENCH_RATE", 100_000);
+    let n = per_sec * setting("AX_BENCH_RATE_SECS", 5);
     // Job i is due `offset(i)` ms after the first one.
     let offset = move |i: u64| i * 1000 / per_sec;
     rate_kernel(n, per_sec, offset);

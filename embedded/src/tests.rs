@@ -412,10 +412,8 @@ async fn panics_and_timeouts_are_failed_attempts() {
     let before_its_future = kernel
         .after(
             Duration::ZERO,
-            Job::new(|_| -> std::future::Ready<Result<(), HandlerError>> {
-                panic!("no future")
-            })
-            .retry(no_retry()),
+            Job::new(|_| -> std::future::Ready<Result<(), HandlerError>> { panic!("no future") })
+                .retry(no_retry()),
         )
         .expect("after");
     sleep(2_000).await;
