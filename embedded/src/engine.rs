@@ -652,7 +652,8 @@ impl Engine {
             || job.spec.schedule.is_periodic()
             || job.active as usize > job.running.len()
             || self.dead.contains_key(&id)
-            || state.is_some_and(|s| s.next_fire_at.is_some() || s.held_fire_at.is_some());
+            || state.is_some_and(|s| s.next_fire_at.is_some() || s.held_fire_at.is_some())
+            || self.dispatcher.fire_pending(&job.key);
         if !to_come {
             return false;
         }

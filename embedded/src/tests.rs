@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ax_scheduler_core::{AttemptOutcome, HandlerError, OverlapPolicy, RetryPolicy, UtcMillis};
+use ax_scheduler_core::{
+    AttemptOutcome, HandlerError, OverlapPolicy, RetryPolicy, TaskStatus, UtcMillis,
+};
 
 use crate::{Context, EmbeddedError, Job, Kernel};
 
@@ -547,4 +549,53 @@ async fn payload_reaches_the_job() {
     kernel.after(Duration::from_secs(1), job).expect("after");
     sleep(2_000).await;
     assert_eq!(*got.lock().expect("got"), Some(42));
+}
+
+/// A fire that came due is still to come until it is dispatched: in a burst larger than a
+/// step's dispatches it waits in the dispatcher's ready queue, and while every job is paused
+/// it is parked. Either way a cancel stops it, and says so.
+#[tokio::test(start_paused = true)]
+async fn a_due_fire_not_dispatched_yet_is_cancelled() {
+    let kernel = Kernel::builder().workers(1).build().expect("kernel");
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let job = |name: &'static str| {
+        let ran = ran.clone();
+        Job::new(move |_| {
+            ran.lock().expect("ran").push(name);
+            // Long enough that the burst is dispatched in several steps.
+            async {
+                sleep(1).await;
+                Ok(())
+            }
+        })
+    };
+    let due = kernel.now().add(Duration::from_millis(500));
+    for _ in 0..2_000 {
+        kernel.at(due, job("burst")).expect("at");
+    }
+    let last = kernel.at(due, job("last")).expect("at");
+    sleep(500).await;
+    tokio::task::yield_now().await;
+    assert_eq!(
+        kernel.status(last),
+        Some(TaskStatus::Scheduled),
+        "due, not dispatched"
+    );
+    assert!(kernel.cancel(last), "a fire not started is cancelled");
+    assert!(kernel.status(last).is_none());
+
+    kernel.pause_all();
+    let parked = kernel
+        .after(Duration::from_secs(5), job("parked"))
+        .expect("after");
+    sleep(10_000).await;
+    assert!(kernel.cancel(parked), "a parked fire is cancelled");
+    kernel.resume_all();
+    sleep(10_000).await;
+    let ran = ran.lock().expect("ran");
+    assert_eq!(ran.len(), 2_000, "the burst ran");
+    assert!(
+        !ran.contains(&"last") && !ran.contains(&"parked"),
+        "the cancelled did not"
+    );
 }

@@ -162,6 +162,13 @@ impl Dispatcher {
         self.deps.children(key)
     }
 
+    /// Whether a fire of the task came due and is not dispatched yet: it waits in the ready
+    /// queue (a burst, the rate limit) or is parked by its namespace's pause. Its state does
+    /// not show it (the next fire is already the one after), yet it is still to come.
+    pub fn fire_pending(&self, key: &TaskKey) -> bool {
+        self.tasks.get(key).is_some_and(|t| t.queued.get() > 0) || self.pauses.is_parked(key)
+    }
+
     /// The current state of a task.
     pub fn state(&self, key: &TaskKey) -> Option<&TaskState> {
         self.tasks.get(key).map(|t| &t.state)

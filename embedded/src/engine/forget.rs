@@ -58,7 +58,8 @@ impl Engine {
             && !self.dead.contains_key(&id)
             && state.is_none_or(|s| {
                 s.next_fire_at.is_none() && s.held_fire_at.is_none() && s.runs.is_empty()
-            });
+            })
+            && !self.dispatcher.fire_pending(&job.key);
         idle && parent_ids(&job.spec).all(|p| self.finished(p))
     }
 

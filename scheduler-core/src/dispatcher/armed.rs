@@ -7,6 +7,7 @@
 //! are used by every path that changes a task (fires, events, reconciliation), so they are
 //! methods of the task.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use crate::breaker::{Admission, BreakerConfig, CircuitBreaker, Throttle, Transition};
@@ -59,6 +60,8 @@ pub(super) struct TimerEntry {
 #[derive(Debug)]
 pub(super) struct ReadyFire {
     pub(super) key: Arc<TaskKey>,
+    /// The [`Armed::born`] of the task that queued it.
+    pub(super) born: u64,
     pub(super) fire_at: UtcMillis,
     pub(super) kind: FireKind,
     pub(super) generation: u64,
@@ -73,6 +76,12 @@ pub(super) struct Armed {
     pub(super) anchor: UtcMillis,
     /// Bumped on every re-arm so stale timer and ready entries are recognised.
     pub(super) generation: u64,
+    /// The generation the task was loaded with: it tells this task's ready entries from
+    /// those of an earlier task of the same key, removed since.
+    pub(super) born: u64,
+    /// Its entries in the ready queue (of any generation): a fire due and not dispatched
+    /// yet. A cell, so that queueing a fire needs the task only to read.
+    pub(super) queued: Cell<u32>,
     pub(super) timer: Option<TimerHandle>,
     /// The held fire's one retry timer (the fire itself is the state's `held_fire_at`, so
     /// that it is written and a new leader finds it).
@@ -110,6 +119,8 @@ impl Armed {
             revision,
             anchor,
             generation,
+            born: generation,
+            queued: Cell::new(0),
             timer: None,
             held_timer: None,
             deadline_timer: None,

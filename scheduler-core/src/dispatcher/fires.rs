@@ -40,8 +40,10 @@ impl ReadyFires {
         kind: FireKind,
         now: UtcMillis,
     ) {
+        task.queued.set(task.queued.get().saturating_add(1));
         let fire = ReadyFire {
             key: std::sync::Arc::clone(&task.key),
+            born: task.born,
             fire_at,
             kind,
             generation: task.generation,

@@ -74,6 +74,11 @@ impl Pauses {
         )
     }
 
+    /// Whether the task has a fire parked.
+    pub(super) fn is_parked(&self, key: &TaskKey) -> bool {
+        !self.parked.is_empty() && self.parked.contains_key(key)
+    }
+
     /// Forgets a task that is gone.
     pub(super) fn forget(&mut self, key: &TaskKey) {
         if !self.parked.is_empty() {

@@ -76,6 +76,9 @@ impl Dispatcher {
         let Some(task) = self.tasks.get_mut(&item.key) else {
             return;
         };
+        if item.born == task.born {
+            task.queued.set(task.queued.get().saturating_sub(1));
+        }
         let (run_now, run_id) = match &item.kind {
             FireKind::Resend(id) => return resend(task, *id, &self.deps, out),
             FireKind::RunNow(id) => (Some(*id), None),

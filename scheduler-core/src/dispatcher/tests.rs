@@ -453,6 +453,51 @@ fn rate_limit_spreads_a_burst_in_priority_order() {
     assert_eq!(wake, None);
 }
 
+/// A one-shot whose fire came due is owed until dispatched, though its state already shows
+/// no next fire: while it waits behind the rate limit, and once its namespace's pause parked
+/// it on leaving the ready queue.
+#[test]
+fn a_fire_due_and_not_dispatched_is_pending() {
+    let config = DispatcherConfig {
+        rate_limit: Some((10.0, 1.0)),
+        ..DispatcherConfig::default()
+    };
+    let mut d = Dispatcher::new(config, at(0));
+    let when = at(1000).to_rfc3339();
+    for id in ["a", "b", "c"] {
+        let json = format!(r#"{{"handler":"log","schedule":{{"at":"{when}"}}}}"#);
+        d.upsert(key(id), spec(id, &json), 5, None, at(0));
+    }
+    assert!(!d.fire_pending(&key("a")), "armed, not due");
+    let first = d.poll(at(1000));
+    assert_eq!(first.len(), 1, "one token");
+    let sent = first[0].key.clone();
+    assert!(!d.fire_pending(&sent), "dispatched");
+    let waiting: Vec<TaskKey> = ["a", "b", "c"]
+        .iter()
+        .map(|id| key(id))
+        .filter(|k| *k != *sent)
+        .collect();
+    for k in &waiting {
+        assert!(d.state(k).unwrap().next_fire_at.is_none());
+        assert!(d.fire_pending(k), "{k} waits behind the rate limit");
+    }
+    d.pause_namespace("default");
+    assert!(d.poll(at(1100)).is_empty(), "parked on leaving the queue");
+    assert!(d.poll(at(1200)).is_empty());
+    for k in &waiting {
+        assert!(d.fire_pending(k), "{k} parked");
+    }
+    d.resume_namespace("default", at(1300));
+    let rest = run(&mut d, 1300, 2000);
+    assert_eq!(rest.len(), 2);
+    for k in &waiting {
+        assert!(!d.fire_pending(k), "{k} dispatched");
+    }
+    d.remove(&sent, at(2000));
+    assert!(!d.fire_pending(&sent), "gone");
+}
+
 #[test]
 fn a_burst_polled_in_batches_is_the_burst_polled_at_once() {
     let when = at(1000).to_rfc3339();
