@@ -765,6 +765,11 @@ impl Engine {
         self.staging.len()
     }
 
+    /// Whether every worker runs an attempt: each one's end takes a step.
+    pub(crate) fn workers_busy(&self) -> bool {
+        self.starting && self.running >= self.worker_limit()
+    }
+
     /// Attempts running now.
     pub(crate) fn running(&self) -> usize {
         self.running

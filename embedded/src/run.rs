@@ -5,7 +5,9 @@
 //! something changed (a submit, a control), takes one [`Engine::step`] under the lock and
 //! spawns the attempts it returns. A step does a bounded amount of work; one that left some
 //! says so by a wakeup already passed, and the driver yields to the runtime before the next,
-//! so the program's own calls into the kernel get the lock in between. An attempt that ends
+//! so the program's own calls into the kernel get the lock in between. While every worker
+//! is busy the attempts' ends take those steps, and the driver looks again only after a
+//! millisecond or when woken, rather than take the lock from them back to back. An attempt that ends
 //! takes the step itself, in the same lock as its end, and starts what its freed worker can
 //! run next: a busy kernel goes from one attempt to the next without waking the driver, which
 //! is woken only when the next wakeup moved before the one it sleeps until.
@@ -96,14 +98,22 @@ impl Drop for EngineGuard<'_> {
 pub(crate) async fn drive(shared: Arc<Shared>) {
     let mut launches = Vec::new();
     loop {
-        let next = {
+        let (next, busy) = {
             let now = shared.clock.now();
             let mut engine = shared.lock();
             let next = engine.step(now, &mut launches);
             engine.driver_wakes_at = next;
-            next
+            (next, engine.workers_busy())
         };
         spawn_attempts(&shared, launches.drain(..));
+        if busy && next.is_some_and(|at| at <= shared.clock.now()) {
+            tokio::select! {
+                _ = shared.stop.cancelled() => return,
+                _ = shared.wake.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(1)) => {}
+            }
+            continue;
+        }
         if next.is_some_and(|at| at <= shared.clock.now()) {
             // The step left work (a burst is worked off in bounded steps): let the lock's
             // other users and the attempts just spawned run first, then step again.
