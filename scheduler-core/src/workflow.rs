@@ -157,10 +157,11 @@ pub fn parse_key(task: &str) -> TaskKey {
     TaskKey::new(ns, id)
 }
 
-/// Every registered task and its edges, to check the graph and to find a task's children.
+/// The edges between registered tasks, to check the graph and to find a task's children.
+/// Which tasks exist is the caller's to say (the dispatcher's task table knows): the graph
+/// holds nothing for a task without edges, which is almost every task.
 #[derive(Debug, Default)]
 pub struct Graph {
-    known: KeySet,
     parents: KeyMap<Vec<Arc<TaskKey>>>,
     children: KeyMap<Vec<Arc<TaskKey>>>,
 }
@@ -169,7 +170,6 @@ impl Graph {
     /// Records `key` with its parents (none for an ordinary task), replacing what it had.
     pub fn insert(&mut self, key: &Arc<TaskKey>, deps: &[Dependency]) {
         self.unlink(key);
-        self.known.insert(Arc::clone(key));
         if deps.is_empty() {
             return;
         }
@@ -187,7 +187,6 @@ impl Graph {
     /// Forgets `key` (deleted); its children now name a missing parent.
     pub fn remove(&mut self, key: &TaskKey) {
         self.unlink(key);
-        self.known.remove(key);
     }
 
     fn unlink(&mut self, key: &TaskKey) {
@@ -238,15 +237,15 @@ impl Graph {
         out
     }
 
-    /// What is wrong with `key`'s place in the graph: a missing parent, a cycle through it,
-    /// parents of different chains. Empty for a task without parents.
-    pub fn problems(&self, key: &TaskKey) -> Vec<FieldError> {
+    /// What is wrong with `key`'s place in the graph: a missing parent (one `exists` denies),
+    /// a cycle through it, parents of different chains. Empty for a task without parents.
+    pub fn problems(&self, key: &TaskKey, exists: &dyn Fn(&TaskKey) -> bool) -> Vec<FieldError> {
         let Some(parents) = self.parents.get(key) else {
             return Vec::new();
         };
         let mut errors = Vec::new();
         for (i, p) in parents.iter().enumerate() {
-            if !self.known.contains(p) {
+            if !exists(p) {
                 errors.push(FieldError::new(
                     format!("depends_on[{i}].task"),
                     format!("task {} does not exist; register it first", p),
@@ -260,7 +259,7 @@ impl Graph {
             ));
             return errors;
         }
-        let roots = self.roots(key);
+        let roots = self.roots(key, exists);
         if roots.len() > 1 {
             let names: Vec<String> = roots.iter().map(ToString::to_string).collect();
             errors.push(FieldError::new(
@@ -306,7 +305,7 @@ impl Graph {
     }
 
     /// The first tasks (no parents, registered) upstream of `key`.
-    fn roots(&self, key: &TaskKey) -> Vec<TaskKey> {
+    fn roots(&self, key: &TaskKey, exists: &dyn Fn(&TaskKey) -> bool) -> Vec<TaskKey> {
         let mut roots = Vec::new();
         let mut seen: HashSet<TaskKey, TableHasher> = HashSet::default();
         let mut stack = vec![key.clone()];
@@ -316,7 +315,7 @@ impl Graph {
             }
             match self.parents.get(&k) {
                 Some(ps) => stack.extend(ps.iter().map(|p| TaskKey::clone(p))),
-                None if self.known.contains(&k) => roots.push(k),
+                None if exists(&k) => roots.push(k),
                 None => {}
             }
         }
@@ -340,6 +339,29 @@ mod tests {
 
     fn key(id: &str) -> Arc<TaskKey> {
         Arc::new(TaskKey::new("ns", id))
+    }
+
+    /// A graph with the set of registered tasks its caller keeps.
+    #[derive(Default)]
+    struct Registered {
+        graph: Graph,
+        known: KeySet,
+    }
+
+    impl Registered {
+        fn insert(&mut self, key: &Arc<TaskKey>, deps: &[Dependency]) {
+            self.graph.insert(key, deps);
+            self.known.insert(Arc::clone(key));
+        }
+
+        fn remove(&mut self, key: &TaskKey) {
+            self.graph.remove(key);
+            self.known.remove(key);
+        }
+
+        fn problems(&self, key: &TaskKey) -> Vec<FieldError> {
+            self.graph.problems(key, &|k| self.known.contains(k))
+        }
     }
 
     #[test]
@@ -368,13 +390,13 @@ mod tests {
 
     #[test]
     fn missing_parents_cycles_and_split_roots_are_problems() {
-        let mut g = Graph::default();
+        let mut g = Registered::default();
         g.insert(&key("b"), &[dep("ns/a", DependOn::Success)]);
         let p = g.problems(&key("b"));
         assert!(p[0].reason.contains("ns/a does not exist"), "{p:?}");
         g.insert(&key("a"), &[]);
         assert!(g.problems(&key("b")).is_empty());
-        assert_eq!(g.children(&key("a")).len(), 1);
+        assert_eq!(g.graph.children(&key("a")).len(), 1);
 
         // a -> b -> c -> a
         g.insert(&key("c"), &[dep("ns/b", DependOn::Success)]);
@@ -386,7 +408,7 @@ mod tests {
         assert!(!g.problems(&key("b")).is_empty());
 
         // Two roots: x and y both first tasks of z.
-        let mut g = Graph::default();
+        let mut g = Registered::default();
         g.insert(&key("x"), &[]);
         g.insert(&key("y"), &[]);
         g.insert(
@@ -402,7 +424,7 @@ mod tests {
             "{p:?}"
         );
         // A diamond under one root is fine.
-        let mut g = Graph::default();
+        let mut g = Registered::default();
         g.insert(&key("r"), &[]);
         g.insert(&key("a"), &[dep("ns/r", DependOn::Success)]);
         g.insert(&key("b"), &[dep("ns/r", DependOn::Success)]);
@@ -412,6 +434,7 @@ mod tests {
         );
         assert!(g.problems(&key("c")).is_empty());
         let mut affected: Vec<String> = g
+            .graph
             .affected(&key("r"))
             .iter()
             .map(|k| k.to_string())

@@ -53,7 +53,8 @@ impl Dispatcher {
         recorded: Option<TaskState>,
         now: UtcMillis,
     ) {
-        let problems = self.deps.problems(&key);
+        let tasks = &self.tasks;
+        let problems = self.deps.problems(&key, |k| tasks.contains_key(k));
         if !problems.is_empty() {
             self.deps.set_aside(&key, &spec, revision);
             self.invalidate(key, revision, problems, now);
@@ -95,7 +96,8 @@ impl Dispatcher {
     /// Re-checks a task downstream of a graph change: arms one whose problems are gone,
     /// sets aside one that has some now.
     fn recheck(&mut self, key: &Arc<TaskKey>, now: UtcMillis) {
-        let problems = self.deps.problems(key);
+        let tasks = &self.tasks;
+        let problems = self.deps.problems(key, |k| tasks.contains_key(k));
         if let Some((spec, revision)) = self.deps.set_aside_spec(key) {
             if problems.is_empty() {
                 self.place(Arc::clone(key), spec, revision, None, now);
@@ -126,6 +128,7 @@ impl Dispatcher {
         // written yet (the same key registered again meanwhile).
         let stored =
             self.forget_invalid_stored(&key) || recorded.is_some() || self.writes.is_deleting(&key);
+        self.deps.armed(&key);
         let (state, anchor) = loaded_state(&spec, revision, recorded, now);
         let generation = self.new_generation();
         let mut task = Armed::new(
@@ -315,6 +318,7 @@ impl Dispatcher {
             None => TaskState::invalid(revision, errors, now),
         };
         self.invalid_stored.insert(Arc::clone(&key));
+        self.deps.invalid(&key);
         self.writes.invalid(key, state);
     }
 

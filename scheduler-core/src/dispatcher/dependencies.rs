@@ -3,6 +3,10 @@
 //! A valid spec whose place is unsound (a parent missing, a cycle) is not armed: it is kept
 //! here, INVALID, until a change elsewhere in the graph mends it, and then armed from here
 //! without the registry sending it again. The graph itself ([`Graph`]) knows only edges.
+//!
+//! A parent exists if it is a task the dispatcher knows: armed (in its task table, which
+//! the caller asks) or invalid (kept here, being out of that table). So the check costs
+//! nothing per task beyond the table every task is in anyway.
 
 use std::sync::Arc;
 
@@ -10,13 +14,16 @@ use crate::task::{Dependency, TaskSpec};
 use crate::validate::FieldError;
 use crate::workflow::Graph;
 
-use crate::key::{KeyMap, TaskKey};
+use crate::key::{KeyMap, KeySet, TaskKey};
 
 #[derive(Debug, Default)]
 pub(super) struct Dependencies {
     graph: Graph,
     /// Valid specs set aside because of their place in the graph, with their revision.
     set_aside: KeyMap<(Arc<TaskSpec>, i64)>,
+    /// Tasks registered but not armed (INVALID, by their spec or their place): they exist
+    /// for their children, which wait rather than name a missing parent.
+    invalid: KeySet,
 }
 
 impl Dependencies {
@@ -32,11 +39,30 @@ impl Dependencies {
         if !self.set_aside.is_empty() {
             self.set_aside.remove(key);
         }
+        self.armed(key);
     }
 
-    /// What is wrong with the task's place in the graph (nothing, almost always).
-    pub(super) fn problems(&self, key: &TaskKey) -> Vec<FieldError> {
-        self.graph.problems(key)
+    /// The task is registered and INVALID: it exists, out of the task table.
+    pub(super) fn invalid(&mut self, key: &Arc<TaskKey>) {
+        self.invalid.insert(Arc::clone(key));
+    }
+
+    /// The task is armed (or gone): no longer kept as invalid.
+    pub(super) fn armed(&mut self, key: &TaskKey) {
+        if !self.invalid.is_empty() {
+            self.invalid.remove(key);
+        }
+    }
+
+    /// What is wrong with the task's place in the graph (nothing, almost always); `armed`
+    /// says whether a task is in the dispatcher's table.
+    pub(super) fn problems(
+        &self,
+        key: &TaskKey,
+        armed: impl Fn(&TaskKey) -> bool,
+    ) -> Vec<FieldError> {
+        let exists = |k: &TaskKey| *k == *key || armed(k) || self.invalid.contains(k);
+        self.graph.problems(key, &exists)
     }
 
     /// Sets aside a valid spec whose place is unsound.

@@ -1498,6 +1498,29 @@ fn missing_parents_and_cycles_hold_a_task_invalid_until_mended() {
     assert!(d.state(&key("b")).is_none());
 }
 
+/// A parent whose own spec is INVALID still exists for its children: they are armed and
+/// wait, where a parent never registered or deleted holds them invalid.
+#[test]
+fn an_invalid_parent_exists_for_its_children_and_a_deleted_one_does_not() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.mark_invalid(key("a"), 4, vec![FieldError::new("handler", "bad")], at(0));
+    let child = r#"{"handler":"log","depends_on":[{"task":"a"}]}"#;
+    d.upsert(key("b"), spec("b", child), 5, None, at(1));
+    assert_eq!(d.state(&key("b")).unwrap().status, TaskStatus::Waiting);
+    // Its spec mended and broken again: still there all along.
+    d.upsert(key("a"), spec("a", ROOT), 6, None, at(2));
+    d.mark_invalid(key("a"), 7, vec![FieldError::new("handler", "bad")], at(3));
+    assert_eq!(d.state(&key("b")).unwrap().status, TaskStatus::Waiting);
+    d.take_state_writes(UtcMillis::MAX);
+    d.remove(&key("a"), at(4));
+    assert!(d.state(&key("b")).is_none(), "held invalid");
+    let writes = d.take_state_writes(UtcMillis::MAX);
+    let b = writes.iter().find(|(k, _)| &*k.id == "b").unwrap();
+    assert!(b.1.as_ref().unwrap().validation_errors[0]
+        .reason
+        .contains("default/a does not exist"));
+}
+
 fn piece_exec(d: &Dispatch) -> ExecutionId {
     d.piece.as_ref().unwrap().execution_id()
 }
