@@ -156,7 +156,9 @@ impl Armed {
     }
 
     /// Asks the breaker whether a new fire at `fire_at` may go; a skipped fire and a move
-    /// of the breaker are noticed.
+    /// of the breaker are noticed. Only a periodic task has a breaker: it slows the fires to
+    /// come, and a one-shot has one fire (its spec changed to fire again starts afresh), so
+    /// its failures are its retries' and its dead letter's to tell, not a breaker's.
     pub(super) fn admit(
         &mut self,
         config: &BreakerConfig,
@@ -164,6 +166,9 @@ impl Armed {
         now: UtcMillis,
         notices: &mut Vec<Notice>,
     ) -> bool {
+        if !self.spec.schedule.is_periodic() {
+            return true;
+        }
         let (admission, transition) = self.breaker(config).admit(now);
         if let Some(t) = transition {
             self.breaker_moved(t, now, notices);
@@ -186,8 +191,22 @@ impl Armed {
         now: UtcMillis,
         notices: &mut Vec<Notice>,
     ) {
+        if !self.spec.schedule.is_periodic() {
+            return;
+        }
         if let Some(t) = self.breaker(config).record(!end.outcome.is_failure(), now) {
             self.breaker_moved(t, now, notices);
+        }
+    }
+
+    /// Drops the breaker of a task whose spec is a one-shot now (see [`Armed::admit`]); an
+    /// open one is noticed closed.
+    pub(super) fn drop_breaker_unless_periodic(&mut self, notices: &mut Vec<Notice>) {
+        if self.spec.schedule.is_periodic() || self.breaker.take().is_none() {
+            return;
+        }
+        if self.state.throttled.take().is_some() {
+            notices.push(breaker_notice(&self.key, Transition::Closed));
         }
     }
 

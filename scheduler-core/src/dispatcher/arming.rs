@@ -216,6 +216,7 @@ impl Dispatcher {
         self.timers.cancel(task.timer.take());
         task.generation = self.new_generation();
         task.spec = Arc::clone(&spec);
+        task.drop_breaker_unless_periodic(&mut self.notices);
         task.schedule = schedule;
         task.revision = revision;
         task.state.spec_revision = revision;

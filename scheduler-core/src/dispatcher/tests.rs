@@ -346,6 +346,64 @@ fn fail_four_times(d: &mut Dispatcher) {
     }
 }
 
+/// A one-shot has no breaker: its failing attempts open none (no alert, no THROTTLED), and
+/// its spec changed to fire again is not skipped for the failures of its earlier fire.
+#[test]
+fn a_one_shot_has_no_breaker_to_open_or_to_skip_its_next_fire() {
+    let once = |ms: i64| {
+        let when = at(ms).to_rfc3339();
+        format!(r#"{{"handler":"log","schedule":{{"at":"{when}"}}}}"#)
+    };
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    d.upsert(key("a"), spec("a", &once(1000)), 5, None, at(0));
+    let fired = d.poll(at(1000));
+    assert_eq!(fired.len(), 1);
+    let execution = ExecutionId::for_fire(&key("a"), at(1000));
+    for attempt in 0..5 {
+        let retry = (attempt < 4).then(|| at(1100 + i64::from(attempt) * 100));
+        let failed = finished(AttemptOutcome::Failed, Some("boom".into()), retry);
+        d.on_execution(
+            &key("a"),
+            execution,
+            attempt,
+            &failed,
+            at(1050 + i64::from(attempt) * 100),
+        );
+    }
+    assert!(
+        !d.take_notices()
+            .iter()
+            .any(|n| matches!(n, Notice::CircuitOpened { .. })),
+        "five failed attempts of a one-shot open no breaker"
+    );
+    assert!(d.state(&key("a")).unwrap().throttled.is_none());
+    assert_eq!(d.throttled_len(), 0);
+    d.upsert(key("a"), spec("a", &once(10_000)), 6, None, at(2000));
+    assert_eq!(d.poll(at(10_000)).len(), 1, "its new fire goes");
+}
+
+/// A periodic task whose breaker is open, changed into a one-shot, drops the breaker: the
+/// one-shot's fire goes, and the task is no longer shown throttled.
+#[test]
+fn a_task_made_a_one_shot_drops_its_open_breaker() {
+    let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
+    let every = r#"{"handler":"log","schedule":{"every":"1s"},"overlap":"allow"}"#;
+    d.upsert(key("a"), spec("a", every), 5, None, at(0));
+    fail_four_times(&mut d);
+    assert!(d.state(&key("a")).unwrap().throttled.is_some());
+    d.take_notices();
+    let when = at(20_000).to_rfc3339();
+    let once = format!(r#"{{"handler":"log","schedule":{{"at":"{when}"}}}}"#);
+    d.upsert(key("a"), spec("a", &once), 6, None, at(5000));
+    assert!(d
+        .take_notices()
+        .iter()
+        .any(|n| matches!(n, Notice::CircuitClosed { .. })));
+    assert!(d.state(&key("a")).unwrap().throttled.is_none());
+    assert_eq!(d.throttled_len(), 0);
+    assert_eq!(d.poll(at(20_000)).len(), 1, "not skipped");
+}
+
 #[test]
 fn breaker_opens_slows_dispatch_and_notices() {
     let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
