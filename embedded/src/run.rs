@@ -6,11 +6,11 @@
 //! spawns the attempts it returns. A step does a bounded amount of work; one that left some
 //! says so by a wakeup already passed, and the driver yields to the runtime before the next,
 //! so the program's own calls into the kernel get the lock in between. While every worker
-//! is busy the attempts' ends take those steps, and the driver looks again only after a
-//! millisecond or when woken, rather than take the lock from them back to back. An attempt that ends
-//! takes the step itself, in the same lock as its end, and starts what its freed worker can
-//! run next: a busy kernel goes from one attempt to the next without waking the driver, which
-//! is woken only when the next wakeup moved before the one it sleeps until.
+//! is busy the attempts' ends take those steps, and the driver looks again only after
+//! [`BUSY_RECHECK`] or when woken, rather than take the lock from them back to back. An
+//! attempt that ends takes the step itself, in the same lock as its end, and starts what its
+//! freed worker can run next: a busy kernel goes from one attempt to the next without waking
+//! the driver, which is woken only when the next wakeup moved before the one it sleeps until.
 //!
 //! An attempt of a persisted job first waits until the store holds it as running, so that a
 //! restart finds whatever started in flight. An attempt polls the job's future inside
@@ -94,6 +94,11 @@ impl Drop for EngineGuard<'_> {
     }
 }
 
+/// How long the driver leaves a burst's steps to the attempts' ends while every worker is
+/// busy: far below the dispatcher's stall threshold (seconds), so its timers still advance,
+/// and long enough that its steps do not alternate with theirs on the lock.
+const BUSY_RECHECK: Duration = Duration::from_millis(1);
+
 /// The driver loop; ends when the kernel stops.
 pub(crate) async fn drive(shared: Arc<Shared>) {
     let mut launches = Vec::new();
@@ -110,7 +115,7 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
             tokio::select! {
                 _ = shared.stop.cancelled() => return,
                 _ = shared.wake.notified() => {}
-                _ = tokio::time::sleep(Duration::from_millis(1)) => {}
+                _ = tokio::time::sleep(BUSY_RECHECK) => {}
             }
             continue;
         }
