@@ -111,17 +111,11 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
             (next, engine.workers_busy())
         };
         spawn_attempts(&shared, launches.drain(..));
-        if busy && next.is_some_and(|at| at <= shared.clock.now()) {
-            tokio::select! {
-                _ = shared.stop.cancelled() => return,
-                _ = shared.wake.notified() => {}
-                _ = tokio::time::sleep(BUSY_RECHECK) => {}
-            }
-            continue;
-        }
-        if next.is_some_and(|at| at <= shared.clock.now()) {
-            // The step left work (a burst is worked off in bounded steps): let the lock's
-            // other users and the attempts just spawned run first, then step again.
+        // The step left work: a burst is worked off in bounded steps.
+        let behind = next.is_some_and(|at| at <= shared.clock.now());
+        if behind && !busy {
+            // Let the lock's other users and the attempts just spawned run first, then step
+            // again.
             if shared.stop.is_cancelled() {
                 return;
             }
@@ -130,6 +124,8 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
         }
         let sleep = async {
             match next {
+                // Every worker is busy: their ends take the steps meanwhile.
+                Some(_) if behind => tokio::time::sleep(BUSY_RECHECK).await,
                 Some(at) => tokio::time::sleep_until(instant_at(&*shared.clock, at)).await,
                 None => std::future::pending().await,
             }

@@ -128,7 +128,7 @@ impl Dispatcher {
         // written yet (the same key registered again meanwhile).
         let stored =
             self.forget_invalid_stored(&key) || recorded.is_some() || self.writes.is_deleting(&key);
-        self.deps.armed(&key);
+        self.deps.clear_invalid(&key);
         let (state, anchor) = loaded_state(&spec, revision, recorded, now);
         let generation = self.new_generation();
         let mut task = Armed::new(
@@ -319,7 +319,7 @@ impl Dispatcher {
             None => TaskState::invalid(revision, errors, now),
         };
         self.invalid_stored.insert(Arc::clone(&key));
-        self.deps.invalid(&key);
+        self.deps.set_invalid(&key);
         self.writes.invalid(key, state);
     }
 

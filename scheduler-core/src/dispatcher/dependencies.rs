@@ -39,16 +39,16 @@ impl Dependencies {
         if !self.set_aside.is_empty() {
             self.set_aside.remove(key);
         }
-        self.armed(key);
+        self.clear_invalid(key);
     }
 
     /// The task is registered and INVALID: it exists, out of the task table.
-    pub(super) fn invalid(&mut self, key: &Arc<TaskKey>) {
+    pub(super) fn set_invalid(&mut self, key: &Arc<TaskKey>) {
         self.invalid.insert(Arc::clone(key));
     }
 
     /// The task is armed (or gone): no longer kept as invalid.
-    pub(super) fn armed(&mut self, key: &TaskKey) {
+    pub(super) fn clear_invalid(&mut self, key: &TaskKey) {
         if !self.invalid.is_empty() {
             self.invalid.remove(key);
         }

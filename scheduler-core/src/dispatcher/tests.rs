@@ -32,6 +32,22 @@ fn finished(
     }
 }
 
+/// The spec of an `at` one-shot due at `at(ms)`.
+fn one_shot_at(ms: i64) -> String {
+    let when = at(ms).to_rfc3339();
+    format!(r#"{{"handler":"log","schedule":{{"at":"{when}"}}}}"#)
+}
+
+/// A dispatcher started at `at(0)` whose enqueue is limited to `per_sec` fires a second,
+/// bursts of one.
+fn rate_limited(per_sec: f64) -> Dispatcher {
+    let config = DispatcherConfig {
+        rate_limit: Some((per_sec, 1.0)),
+        ..DispatcherConfig::default()
+    };
+    Dispatcher::new(config, at(0))
+}
+
 /// A dispatcher started at `at(0)` with one task `id` (spec revision 5, nothing recorded).
 fn one_task(id: &str, json: &str) -> Dispatcher {
     let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
@@ -350,12 +366,8 @@ fn fail_four_times(d: &mut Dispatcher) {
 /// its spec changed to fire again is not skipped for the failures of its earlier fire.
 #[test]
 fn a_one_shot_has_no_breaker_to_open_or_to_skip_its_next_fire() {
-    let once = |ms: i64| {
-        let when = at(ms).to_rfc3339();
-        format!(r#"{{"handler":"log","schedule":{{"at":"{when}"}}}}"#)
-    };
     let mut d = Dispatcher::new(DispatcherConfig::default(), at(0));
-    d.upsert(key("a"), spec("a", &once(1000)), 5, None, at(0));
+    d.upsert(key("a"), spec("a", &one_shot_at(1000)), 5, None, at(0));
     let fired = d.poll(at(1000));
     assert_eq!(fired.len(), 1);
     let execution = ExecutionId::for_fire(&key("a"), at(1000));
@@ -378,7 +390,7 @@ fn a_one_shot_has_no_breaker_to_open_or_to_skip_its_next_fire() {
     );
     assert!(d.state(&key("a")).unwrap().throttled.is_none());
     assert_eq!(d.throttled_len(), 0);
-    d.upsert(key("a"), spec("a", &once(10_000)), 6, None, at(2000));
+    d.upsert(key("a"), spec("a", &one_shot_at(10_000)), 6, None, at(2000));
     assert_eq!(d.poll(at(10_000)).len(), 1, "its new fire goes");
 }
 
@@ -392,9 +404,7 @@ fn a_task_made_a_one_shot_drops_its_open_breaker() {
     fail_four_times(&mut d);
     assert!(d.state(&key("a")).unwrap().throttled.is_some());
     d.take_notices();
-    let when = at(20_000).to_rfc3339();
-    let once = format!(r#"{{"handler":"log","schedule":{{"at":"{when}"}}}}"#);
-    d.upsert(key("a"), spec("a", &once), 6, None, at(5000));
+    d.upsert(key("a"), spec("a", &one_shot_at(20_000)), 6, None, at(5000));
     assert!(d
         .take_notices()
         .iter()
@@ -476,11 +486,7 @@ fn an_open_breaker_is_marked_in_the_state_and_skipped_fires_rewrite_the_next_fir
 
 #[test]
 fn rate_limit_spreads_a_burst_in_priority_order() {
-    let config = DispatcherConfig {
-        rate_limit: Some((100.0, 1.0)),
-        ..DispatcherConfig::default()
-    };
-    let mut d = Dispatcher::new(config, at(0));
+    let mut d = rate_limited(100.0);
     let when = at(1000).to_rfc3339();
     for i in 0..50 {
         let p = if i % 2 == 0 { 9 } else { 0 };
@@ -516,15 +522,9 @@ fn rate_limit_spreads_a_burst_in_priority_order() {
 /// it on leaving the ready queue.
 #[test]
 fn a_fire_due_and_not_dispatched_is_pending() {
-    let config = DispatcherConfig {
-        rate_limit: Some((10.0, 1.0)),
-        ..DispatcherConfig::default()
-    };
-    let mut d = Dispatcher::new(config, at(0));
-    let when = at(1000).to_rfc3339();
+    let mut d = rate_limited(10.0);
     for id in ["a", "b", "c"] {
-        let json = format!(r#"{{"handler":"log","schedule":{{"at":"{when}"}}}}"#);
-        d.upsert(key(id), spec(id, &json), 5, None, at(0));
+        d.upsert(key(id), spec(id, &one_shot_at(1000)), 5, None, at(0));
     }
     assert!(!d.fire_pending(&key("a")), "armed, not due");
     let first = d.poll(at(1000));
