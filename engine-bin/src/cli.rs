@@ -10,8 +10,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::api::TaskKey;
 use crate::config::{ConfigError, ConfigOverrides, ReplicaRole};
+use ax_control::api::TaskKey;
 
 /// Success.
 pub const EXIT_OK: u8 = 0;
@@ -228,7 +228,7 @@ pub enum TokenCommand {
         name: String,
         /// What it may do: read, operate or admin.
         #[arg(long)]
-        role: crate::api::TokenRole,
+        role: ax_control::api::TokenRole,
     },
 }
 

@@ -10,12 +10,6 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::api::{
-    ApiBackend, ApiError, BackfillParams, DlqRequeue, ExecutionParams, PutOptions, TaskQuery,
-    TaskView, TriggerParams,
-};
-use crate::audit::AuditQuery;
-use crate::backend::Backend;
 use crate::cli::{
     Cli, CliError, Command, ConfigCommand, DlqCommand, ExecutionCommand, FenceCommand, HistoryArgs,
     NamespaceCommand, OutputFormat, QueueCommand, TaskCommand, TokenCommand,
@@ -27,6 +21,12 @@ use crate::output;
 use crate::serve::Server;
 use crate::shutdown::Shutdown;
 use crate::task_file;
+use ax_control::api::{
+    ApiBackend, ApiError, BackfillParams, DlqRequeue, ExecutionParams, PutOptions, TaskQuery,
+    TaskView, TriggerParams,
+};
+use ax_control::audit::AuditQuery;
+use ax_control::backend::Backend;
 use ax_scheduler_core::{ExecutionId, TaskKey, UtcMillis};
 
 /// Time allowed past `worker.shutdown_grace` for everything else to stop.
@@ -151,7 +151,7 @@ fn execution_arg(text: &str) -> Result<ExecutionId, CliError> {
 async fn execution_get(config: &Config, id: String, output: OutputFormat) -> Result<(), CliError> {
     let whole = id.trim().parse::<ExecutionId>().ok();
     if whole.is_none() {
-        crate::api::id_fragment(&id).map_err(api_error)?;
+        ax_control::api::id_fragment(&id).map_err(api_error)?;
     }
     let b = backend(config).await?;
     let id = match whole {
@@ -280,9 +280,9 @@ async fn serve(config: Config) -> Result<(), CliError> {
 }
 
 /// A new token and its configuration entry.
-fn new_token(name: &str, role: crate::api::TokenRole) -> String {
-    let token = crate::api::new_token();
-    let hash = crate::api::to_hex(&crate::api::sha256(&token));
+fn new_token(name: &str, role: ax_control::api::TokenRole) -> String {
+    let token = ax_control::api::new_token();
+    let hash = ax_control::api::to_hex(&ax_control::api::sha256(&token));
     format!(
         "# The token, for its holder only (Authorization: Bearer <token>); ax keeps no copy:\n\
          # {token}\n\
@@ -303,7 +303,9 @@ fn toml_string(s: &str) -> String {
 
 /// Connects the backend (etcd now, Redis on first use); failing is exit 1.
 async fn backend(config: &Config) -> Result<Backend, CliError> {
-    Ok(Backend::connect_lazy(config).await?)
+    Ok(Backend::connect_lazy(&config.cluster())
+        .await
+        .map_err(anyhow::Error::from)?)
 }
 
 /// The tasks `query` selects, page after page; only its first page when `one_page` (then
@@ -361,7 +363,8 @@ async fn task_put(
     let bytes = read_input(file)?;
     let key = task_file::resolve_key(&bytes, file, id, namespace).map_err(CliError::Usage)?;
     let spec = task_file::validate(&bytes, &key).map_err(CliError::Invalid)?;
-    task_file::check_command(&spec, &config.worker.commands_config()).map_err(CliError::Invalid)?;
+    ax_control::backend::check_command(&spec, &config.worker.commands_config())
+        .map_err(CliError::Invalid)?;
     // The clock is read here, at the edge; the preview itself is a function of `now`.
     let now = UtcMillis::now();
     if opts.dry_run {
@@ -734,7 +737,7 @@ async fn audit(
 ) {
     b.record_change(
         actor,
-        crate::audit::VIA_CLI,
+        ax_control::audit::VIA_CLI,
         action,
         target,
         detail,

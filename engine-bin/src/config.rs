@@ -23,9 +23,10 @@ mod validate;
 
 use std::path::PathBuf;
 
+use ax_control::ClusterConfig;
 use serde::{Deserialize, Serialize};
 
-pub use defaults::DEFAULT_ETCD_QUOTA_BYTES;
+pub use ax_control::config::DEFAULT_ETCD_QUOTA_BYTES;
 pub use env::ENV_VARS;
 pub use load::{config_file_path, ConfigOverrides, LoadOptions};
 pub use secret_files::SECRET_FILE_KEYS;
@@ -121,32 +122,21 @@ impl Config {
             .unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"))
     }
 
-    /// The Redis URL to connect with: `url` with `password` put in when one is set.
-    pub fn redis_connection_url(&self) -> String {
-        mask::with_url_password(&self.redis.url, &self.redis.password)
-    }
-
-    /// The Redis Cluster node URLs to connect with (`cluster_nodes`, each with `password`
-    /// put in when one is set); empty for a single server.
-    pub fn redis_cluster_urls(&self) -> Vec<String> {
-        self.redis
-            .cluster_nodes
-            .iter()
-            .map(|url| mask::with_url_password(url, &self.redis.password))
-            .collect()
-    }
-
-    /// The Redis URLs in use (`redis.cluster_nodes` when set, else `redis.url`): what TLS
-    /// settings and messages are about.
-    pub fn redis_urls(&self) -> Vec<&str> {
-        if self.redis.cluster_nodes.is_empty() {
-            vec![self.redis.url.as_str()]
-        } else {
-            self.redis
-                .cluster_nodes
-                .iter()
-                .map(String::as_str)
-                .collect()
+    /// The part every operation on the cluster needs, as [`ax_control`] takes it: the
+    /// cluster's sections of this file with the settings of `[scheduler]` and `[worker]` the
+    /// operations read.
+    pub fn cluster(&self) -> ClusterConfig {
+        ClusterConfig {
+            etcd: self.etcd.clone(),
+            redis: self.redis.clone(),
+            election: self.election.clone(),
+            audit: self.audit.clone(),
+            limits: self.limits.clone(),
+            queue_limits: self.worker.queue_limits.clone(),
+            shards: self.scheduler.shards,
+            max_clock_skew: self.scheduler.max_clock_skew,
+            worker_queues: self.worker.queues.clone(),
+            commands: self.worker.commands_config(),
         }
     }
 }

@@ -7,13 +7,12 @@
 //! through the input limits of [`limits`], the checks that keep other web pages out
 //! ([`browser`]), [`auth::authorize`] (who calls, with which role) and the record of each
 //! change ([`audit`]). [`server`] is the accept loop, with its deadline for request headers. The API itself (its types, the backend trait
-//! and the errors) is [`crate::api`]'s; this module puts it on the port.
+//! and the errors) is [`ax_control::api`]'s; this module puts it on the port.
 
 pub mod audit;
 pub mod auth;
 pub mod browser;
 pub mod console;
-pub mod error;
 pub mod limits;
 pub mod operate_limits;
 pub mod routes;
@@ -30,7 +29,7 @@ use axum::{Json, Router};
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
 
-pub use crate::api::{ApiBackend, ApiError};
+pub use ax_control::api::{ApiBackend, ApiError};
 
 /// What the routes share.
 #[derive(Clone)]

@@ -10,19 +10,12 @@
 //! scheduler role ([`ax_scheduler`]) through [`scheduler_role`] and the clock check
 //! ([`clock_check`]), and the worker role ([`ax_worker`]) through [`worker_role`].
 
-pub mod api;
-pub mod audit;
-pub mod backend;
 pub mod cli;
-pub mod clock_check;
 pub mod commands;
 pub mod config;
-pub mod connect;
 pub mod edge;
-pub mod endpoints;
 pub mod hardening;
 pub mod http;
-pub mod late_api;
 pub mod logging;
 pub mod metrics;
 pub mod output;

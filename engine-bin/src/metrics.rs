@@ -85,7 +85,7 @@ impl Metrics {
                 .backend_errors_total
                 .with_label_values(&[backend]);
         }
-        for reason in crate::api::REFUSAL_REASONS {
+        for reason in ax_control::api::REFUSAL_REASONS {
             self.process
                 .api_auth_failures_total
                 .with_label_values(&[*reason]);

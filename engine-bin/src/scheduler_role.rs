@@ -8,9 +8,10 @@ use ax_scheduler::audit::{AuditFuture, AuditLog, Observed, RecordedChange};
 use ax_scheduler::metrics::{Backend, RoleMetrics};
 use ax_scheduler_core::UtcMillis;
 
-use crate::audit::{AuditQuery, AuditRecord, VIA_ETCD};
-use crate::backend::AuditStore;
 use crate::metrics::Metrics;
+use ax_control::audit::{AuditQuery, AuditRecord, VIA_ETCD};
+use ax_control::backend::AuditStore;
+use ax_control::clock_check::ClockCheck;
 
 fn gauge(count: usize) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
@@ -81,7 +82,10 @@ fn recorded_change(record: AuditRecord) -> Option<RecordedChange> {
     })
 }
 
-impl AuditLog for AuditStore {
+/// The audit log as the leader reads it: the changes ax made, to tell them from direct writes.
+pub struct AuditChanges(pub AuditStore);
+
+impl AuditLog for AuditChanges {
     fn ax_changes_since(
         &self,
         since: UtcMillis,
@@ -95,7 +99,7 @@ impl AuditLog for AuditStore {
                 ..AuditQuery::default()
             };
             for _ in 0..limit.div_ceil(PAGE) {
-                let page = self.page(&query).await?;
+                let page = self.0.page(&query).await?;
                 changes.extend(page.items.into_iter().filter_map(recorded_change));
                 match page.continue_token {
                     Some(token) => query.continue_token = Some(token),
@@ -110,7 +114,7 @@ impl AuditLog for AuditStore {
         let record = direct_record(changes);
         Box::pin(async move {
             match record {
-                Some(record) => Ok(self.write(&record).await?),
+                Some(record) => Ok(self.0.write(&record).await?),
                 None => Ok(()),
             }
         })
@@ -145,6 +149,15 @@ fn direct_record(changes: &[Observed]) -> Option<AuditRecord> {
         detail,
         revision: None,
     })
+}
+
+/// This host's clock against etcd's, as the leader's clock probe.
+pub struct EtcdClock(pub ClockCheck);
+
+impl ax_scheduler::clock::ClockProbe for EtcdClock {
+    fn skew(&self) -> ax_scheduler::clock::SkewFuture<'_> {
+        Box::pin(async move { self.0.skew().await.map_err(|e| e.to_string().into()) })
+    }
 }
 
 #[cfg(test)]

@@ -32,20 +32,21 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::backend::Backend;
-use crate::clock_check::ClockCheck;
 use crate::config::{AlertLevel, Config, ReplicaRole};
-use crate::connect::{
-    connect_etcd, connect_queue, election_config, etcd_connect_options, etcd_tls, registry_config,
-};
-use crate::endpoints;
 use crate::http::{self, ApiBackend, AppState};
-use crate::late_api::LateApi;
 use crate::metrics::{
     Metrics, ALERT_FAILED, ALERT_SENT, ALERT_SUPPRESSED, BACKEND_ETCD, BACKEND_REDIS,
 };
 use crate::readiness::Readiness;
+use crate::scheduler_role::{AuditChanges, EtcdClock};
 use crate::shutdown::Shutdown;
+use ax_control::backend::Backend;
+use ax_control::clock_check::ClockCheck;
+use ax_control::connect::{
+    connect_etcd, connect_queue, election_config, etcd_connect_options, etcd_tls, registry_config,
+};
+use ax_control::endpoints;
+use ax_control::late_api::LateApi;
 use ax_scheduler::clock::{Clock, SteadyClock};
 use ax_scheduler::{self as scheduler, LeaderDeps, LeaderSettings};
 
@@ -138,8 +139,8 @@ impl Server {
             return http.await.context("HTTP server task panicked")?;
         };
         api.set(Arc::new(
-            Backend::new(etcd.clone(), Some(queue.clone()), &config)
-                .with_audit_gauge(metrics.process.audit_over_capacity.clone()),
+            Backend::new(etcd.clone(), Some(queue.clone()), &config.cluster())
+                .with_audit_capacity_report(audit_capacity_report(&metrics)),
         ));
         check_redis_settings(&queue, &metrics).await;
 
@@ -239,10 +240,11 @@ async fn connect(
     metrics: &Metrics,
     cancel: &CancellationToken,
 ) -> Option<(etcd_client::Client, Queue)> {
-    let etcd = until_connected(BACKEND_ETCD, metrics, cancel, || connect_etcd(config)).await?;
+    let cluster = config.cluster();
+    let etcd = until_connected(BACKEND_ETCD, metrics, cancel, || connect_etcd(&cluster)).await?;
     readiness.set_etcd(true);
     let queue = until_connected(BACKEND_REDIS, metrics, cancel, || {
-        connect_queue(config, Arc::clone(clock))
+        connect_queue(&cluster, Arc::clone(clock))
     })
     .await?;
     readiness.set_redis(true);
@@ -259,7 +261,7 @@ async fn until_connected<T, F, Fut>(
 ) -> Option<T>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
+    Fut: std::future::Future<Output = Result<T, ax_control::ControlError>>,
 {
     let mut backoff = ReconnectBackoff::new(Duration::from_millis(250), Duration::from_secs(10));
     loop {
@@ -371,14 +373,15 @@ impl Parts<'_> {
         if etcd.endpoints.len() < 2 {
             return Ok(());
         }
-        let tls = etcd_tls(self.config)?.is_some();
+        let cluster = self.config.cluster();
+        let tls = etcd_tls(&cluster)?.is_some();
         let client = self.etcd.clone();
         let urls = etcd
             .endpoints
             .iter()
             .map(|e| endpoints::endpoint_url(e, tls))
             .collect();
-        let options = etcd_connect_options(self.config)?;
+        let options = etcd_connect_options(&cluster)?;
         let key = ax_scheduler_core::etcd_keys::leader(&etcd.prefix);
         let timeout = etcd.timeout;
         shutdown.spawn(move |cancel| {
@@ -411,7 +414,7 @@ impl Parts<'_> {
             started_at: self.clock.now(),
         };
         let client = self.etcd.clone();
-        let election = election_config(self.config);
+        let election = election_config(&self.config.cluster());
         shutdown.spawn(move |cancel| {
             ax_election::keep_registered(client, election, record, cancel)
                 .instrument(info_span!("instance"))
@@ -426,7 +429,7 @@ impl Parts<'_> {
         });
         let candidate = Candidate::new(
             self.etcd.clone(),
-            election_config(config),
+            election_config(&config.cluster()),
             config.instance.id.clone(),
             info,
         )?
@@ -436,7 +439,7 @@ impl Parts<'_> {
             (rate, rate.max(1.0))
         });
         // The clock check trusts and presents what the etcd client does.
-        let etcd_tls = etcd_tls(config)?;
+        let etcd_tls = etcd_tls(&config.cluster())?;
         let placement = ax_scheduler_core::placement::Placement {
             shards: config.scheduler.shards,
             by: config.scheduler.placement,
@@ -468,8 +471,8 @@ impl Parts<'_> {
             max_clock_skew: config.scheduler.max_clock_skew,
             repair_after: config.scheduler.repair_after,
         };
-        let clock_check = ClockCheck::new(&config.etcd.endpoints, etcd_tls.as_ref())?;
-        let registry = Registry::new(self.etcd.clone(), registry_config(config));
+        let clock_check = EtcdClock(ClockCheck::new(&config.etcd.endpoints, etcd_tls.as_ref())?);
+        let registry = Registry::new(self.etcd.clone(), registry_config(&config.cluster()));
         let deps = LeaderDeps {
             store: Arc::new(registry.clone()),
             registry,
@@ -480,10 +483,10 @@ impl Parts<'_> {
             metrics: Arc::clone(self.metrics) as Arc<dyn ax_scheduler::RoleMetrics>,
             alerts: self.alerts.clone(),
             tracker: shutdown.tracker().clone(),
-            audit: Arc::new(
-                crate::backend::AuditStore::of(self.etcd.clone(), config)
-                    .with_capacity_gauge(self.metrics.process.audit_over_capacity.clone()),
-            ),
+            audit: Arc::new(AuditChanges(
+                ax_control::backend::AuditStore::of(self.etcd.clone(), &config.cluster())
+                    .with_capacity_report(audit_capacity_report(self.metrics)),
+            )),
         };
         shutdown.spawn(move |cancel| {
             scheduler::run(settings, deps, cancel).instrument(info_span!("scheduler"))
@@ -531,7 +534,7 @@ impl Parts<'_> {
             queues,
             etcd: self.etcd.clone(),
             etcd_quota: self.config.etcd.quota_backend_bytes,
-            election: election_config(self.config),
+            election: election_config(&self.config.cluster()),
             alerted: AlertCounts::default(),
         };
         shutdown.spawn(move |cancel| {
@@ -709,4 +712,10 @@ fn alert_channels(config: &Config) -> Vec<&'static str> {
         channels.push("webhook");
     }
     channels
+}
+
+/// Sets `scheduler_audit_over_capacity` from what the audit log tells after each write.
+fn audit_capacity_report(metrics: &Metrics) -> impl Fn(bool) + Send + Sync + 'static {
+    let gauge = metrics.process.audit_over_capacity.clone();
+    move |over| gauge.set(i64::from(over))
 }

@@ -10,11 +10,9 @@
 
 use std::path::Path;
 
+use ax_control::api::PREVIEW_FIRES;
 use ax_scheduler_core::task::DEFAULT_NAMESPACE;
 use ax_scheduler_core::{TaskKey, TaskSpec, UtcMillis};
-
-/// How many fires `--dry-run` shows.
-pub const PREVIEW_FIRES: usize = 5;
 
 /// Works out the key a spec file is registered under, from `bytes` read from `source` (a
 /// path, or `-` for stdin).
@@ -56,21 +54,6 @@ pub fn resolve_key(
 pub fn validate(bytes: &[u8], key: &TaskKey) -> Result<TaskSpec, Vec<String>> {
     TaskSpec::from_json(bytes, &key.namespace, &key.id)
         .map_err(|errors| errors.iter().map(ToString::to_string).collect())
-}
-
-/// Checks a valid spec's `command.args` against this replica's rule for its command
-/// (`worker.commands.<name>.task_args`), so a task its workers would refuse is refused
-/// when it is written, where its author sees why.
-pub fn check_command(
-    spec: &TaskSpec,
-    commands: &ax_worker::CommandsConfig,
-) -> Result<(), Vec<String>> {
-    match &spec.command {
-        Some(call) => commands
-            .check_task_args(call)
-            .map_err(|e| vec![format!("command.args: {e}")]),
-        None => Ok(()),
-    }
 }
 
 /// The `--dry-run` report: the key and the next fires after `now` (the countdown of a

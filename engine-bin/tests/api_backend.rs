@@ -4,8 +4,8 @@
 
 mod api_harness;
 
-use ax_engine::api::{PutOptions, TaskQuery};
-use ax_engine::backend::Backend;
+use ax_control::api::{PutOptions, TaskQuery};
+use ax_control::backend::Backend;
 use ax_engine::config::Config;
 use ax_engine::http::ApiBackend;
 use axum::http::{Method, StatusCode};
@@ -275,7 +275,7 @@ async fn tasks_are_listed_page_by_page_with_filters() {
     config.etcd.prefix = format!("/{}", ax_testkit::unique_name("api-pages"));
     config.redis.url = ax_testkit::redis_url();
     config.redis.key_prefix = ax_testkit::unique_name("api-pages");
-    let b = Backend::connect(&config).await.unwrap();
+    let b = Backend::connect(&config.cluster()).await.unwrap();
     for i in 0..23 {
         let team = if i % 3 == 0 { "data" } else { "web" };
         let spec = json!({
@@ -368,8 +368,8 @@ async fn tasks_are_listed_page_by_page_with_filters() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_audit_log_pages_newest_first_filters_and_keeps_to_its_retention_over_its_cap() {
-    use ax_engine::audit::{AuditQuery, AuditRecord};
-    use ax_engine::backend::Backend;
+    use ax_control::audit::{AuditQuery, AuditRecord};
+    use ax_control::backend::Backend;
     use ax_scheduler_core::UtcMillis;
 
     let mut config = Config::default();
@@ -379,10 +379,13 @@ async fn the_audit_log_pages_newest_first_filters_and_keeps_to_its_retention_ove
     config.audit.retention = std::time::Duration::from_secs(24 * 3600);
     config.audit.max_records = 4;
     let over = prometheus::IntGauge::new("over", "over").unwrap();
-    let b = Backend::connect_lazy(&config)
+    let b = Backend::connect_lazy(&config.cluster())
         .await
         .unwrap()
-        .with_audit_gauge(over.clone());
+        .with_audit_capacity_report({
+            let over = over.clone();
+            move |is_over| over.set(i64::from(is_over))
+        });
     let now = UtcMillis::now();
     let record = |at: UtcMillis, actor: &str, target: &str| AuditRecord {
         at,

@@ -203,7 +203,7 @@ fn redis_password_replaces_the_url_password() {
         ("AX_REDIS_PASSWORD", "n3w"),
     ]);
     let c = load(None, &e, &ConfigOverrides::default()).unwrap();
-    assert_eq!(c.redis_connection_url(), "rediss://:n3w@redis:6380/0");
+    assert_eq!(c.redis.connection_url(), "rediss://:n3w@redis:6380/0");
     let shown = c.to_masked_toml();
     assert!(
         !shown.contains("0ld-pw") && !shown.contains("n3w"),
@@ -269,4 +269,69 @@ header_read_timeout = "0s"
     let c = Config::default();
     assert_eq!(c.http.header_read_timeout, Duration::from_secs(10));
     assert!(c.http.allowed_origins.is_empty() && c.http.allowed_hosts.is_empty());
+}
+
+#[test]
+fn queue_partitions_are_read_checked_and_given_to_the_queue_client() {
+    let c = Config::from_toml_str(
+        "[instance]\nid = \"r1\"\n[redis]\nqueue_partitions = { hot = 4, warm = 1 }",
+    )
+    .unwrap();
+    c.validate().unwrap();
+    let q = ax_control::connect::queue_config(&c.cluster());
+    assert_eq!(q.partitions["hot"], 4);
+    assert_eq!(q.partitions["warm"], 1);
+    assert!(Config::default().redis.queue_partitions.is_empty());
+    let bad = Config::from_toml_str(
+        "[instance]\nid = \"r1\"\n[redis]\nqueue_partitions = { hot = 0, cold = 257, \"a#p1\" = 2 }\n\
+         [worker]\nqueues = [\"default\", \"b#p0\"]",
+    )
+    .unwrap();
+    let e = bad.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("redis.queue_partitions: queue `hot` has 0 partitions; 1 to 256"),
+        "{e}"
+    );
+    assert!(e.contains("queue `cold` has 257 partitions"), "{e}");
+    assert!(
+        e.contains("redis.queue_partitions: queue `a#p1` contains `#`"),
+        "{e}"
+    );
+    assert!(
+        e.contains("worker.queues: queue `b#p0` contains `#`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn queue_limits_are_read_checked_and_given_to_the_queue_client() {
+    let c = Config::from_toml_str(
+        "[instance]\nid = \"r1\"\n[worker]\nqueue_limits = [{queue = \"reports\", max_running = 4, rate = 2.5}, \
+         {queue = \"mail\", rate = 10}]",
+    )
+    .unwrap();
+    c.validate().unwrap();
+    let q = ax_control::connect::queue_config(&c.cluster());
+    assert_eq!(q.limits["reports"].max_running, 4);
+    assert_eq!(q.limits["reports"].rate, 2.5);
+    assert_eq!(q.limits["mail"].max_running, 0);
+    let bad = Config::from_toml_str(
+        "[instance]\nid = \"r1\"\n[worker]\nqueue_limits = [{queue = \"a\", rate = -1}, {queue = \"a\"}, \
+         {queue = \"b c\"}]",
+    )
+    .unwrap();
+    let e = bad.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("worker.queue_limits[0]: rate -1 must be a number of at least 0"),
+        "{e}"
+    );
+    assert!(
+        e.contains("worker.queue_limits[1]: queue `a` has limits twice"),
+        "{e}"
+    );
+    assert!(
+        e.contains("worker.queue_limits[2]: queue `b c` is not a queue name"),
+        "{e}"
+    );
+    assert!(Config::from_toml_str("[worker]\nqueue_limits = [{queue = \"a\", max = 1}]").is_err());
 }

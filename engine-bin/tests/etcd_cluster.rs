@@ -24,10 +24,10 @@ mod harness;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use ax_control::backend::{connect_etcd, etcd_connect_options};
+use ax_control::endpoints::{endpoint_url, watch_endpoints};
 use ax_election::{Candidate, ElectionConfig};
-use ax_engine::backend::{connect_etcd, etcd_connect_options};
 use ax_engine::config::Config;
-use ax_engine::endpoints::{endpoint_url, watch_endpoints};
 use etcd_client::{Client, GetOptions};
 use harness::{now_ms, Cluster, Execution, Roles, SERIAL};
 use serde_json::json;
@@ -410,7 +410,7 @@ async fn a_hung_member_gets_no_requests_once_noticed() {
     let members = Members::from_env();
     let mut config = Config::default();
     config.etcd.endpoints = members.endpoints.clone();
-    let client = connect_etcd(&config).await.unwrap();
+    let client = connect_etcd(&config.cluster()).await.unwrap();
     let key = "/etcd-cluster-probe".to_owned();
     let cancel = CancellationToken::new();
     let watch = tokio::spawn(watch_endpoints(
@@ -420,7 +420,7 @@ async fn a_hung_member_gets_no_requests_once_noticed() {
             .iter()
             .map(|e| endpoint_url(e, false))
             .collect(),
-        etcd_connect_options(&config).unwrap(),
+        etcd_connect_options(&config.cluster()).unwrap(),
         key.clone(),
         config.etcd.timeout,
         cancel.clone(),
@@ -464,7 +464,7 @@ async fn a_standby_watching_through_a_hung_member_still_takes_over() {
         ttl: Duration::from_secs(2),
         request_timeout: Duration::from_secs(5),
     };
-    let options = etcd_connect_options(&Config::default()).unwrap();
+    let options = etcd_connect_options(&Config::default().cluster()).unwrap();
     let holder_client = Client::connect(&members.endpoints, Some(options.clone()))
         .await
         .unwrap();

@@ -5,14 +5,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use ax_engine::api::{
+use ax_control::api::{
     self, ApiFuture, BackfillParams, BackfillResult, CompletionReply, CompletionRequest,
     CompletionStatus, DeadLetter, DlqRequeue, ExecutionList, ExecutionMatch, ExecutionMatches,
     ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult, KilledExecution, PutOptions,
     PutTaskResult, QueueContents, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView,
     TokenRole, TriggerParams, TriggerResult,
 };
-use ax_engine::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
+use ax_control::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
 use ax_engine::config::TokenEntry;
 use ax_engine::http::auth::{self, Access, ROUTE_ROLES};
 use ax_engine::http::browser::BrowserGuard;
@@ -195,7 +195,7 @@ impl ApiBackend for MemoryBackend {
             }
             let audit = (!dry_run).then(|| AuditDetail {
                 target: Some(format!("{namespace}/{id}")),
-                detail: Some(ax_engine::audit::spec_diff(tasks.get(&key), &spec)),
+                detail: Some(ax_control::audit::spec_diff(tasks.get(&key), &spec)),
                 revision: Some(7),
             });
             if !dry_run {

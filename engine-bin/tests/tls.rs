@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
+use ax_control::backend::{connect_etcd, connect_queue, election_config, etcd_tls, Backend};
+use ax_control::clock_check::ClockCheck;
 use ax_election::Candidate;
-use ax_engine::backend::{connect_etcd, connect_queue, election_config, etcd_tls, Backend};
-use ax_engine::clock_check::ClockCheck;
 use ax_engine::config::Config;
 use ax_engine::http::ApiBackend;
 use ax_testkit::{unique_name, ClientAuth, EtcdServer, RedisServer, TlsMaterial};
@@ -19,7 +19,7 @@ fn path(p: std::path::PathBuf) -> String {
 
 /// The error of a connect that must fail, with its causes.
 async fn etcd_error(c: &Config) -> String {
-    match connect_etcd(c).await {
+    match connect_etcd(&c.cluster()).await {
         Ok(_) => panic!("connected to etcd with {c:?}"),
         Err(e) => format!("{e:#}"),
     }
@@ -60,7 +60,7 @@ async fn registry_election_and_queue_work_over_mutual_tls() {
     let c = config(&etcd, &redis, &tls, Some(&tls));
 
     // The CLI's and the API's backend: etcd now, Redis on first use (the lazy path).
-    let backend = Backend::connect_lazy(&c).await.unwrap();
+    let backend = Backend::connect_lazy(&c.cluster()).await.unwrap();
     let spec = ax_testkit::spec("t1", "default", "log");
     backend.registry().register(&spec).await.unwrap();
     let stored = backend.registry().get("ns", "t1").await.unwrap().unwrap();
@@ -69,7 +69,7 @@ async fn registry_election_and_queue_work_over_mutual_tls() {
 
     let candidate = Candidate::new(
         backend.etcd().clone(),
-        election_config(&c),
+        election_config(&c.cluster()),
         "ax-tls",
         serde_json::json!({}),
     )
@@ -136,23 +136,36 @@ async fn the_clock_check_reads_tls_etcds_clock_and_fails_loudly_without_its_ca()
     // The same CA and client certificate as the etcd client; etcd runs on this host, so
     // the clocks agree within the check's precision.
     let c = config(&etcd, &redis, &tls, Some(&tls));
-    let check = ClockCheck::new(&[etcd.endpoint()], etcd_tls(&c).unwrap().as_ref()).unwrap();
+    let check =
+        ClockCheck::new(&[etcd.endpoint()], etcd_tls(&c.cluster()).unwrap().as_ref()).unwrap();
     let skew = check.skew().await.unwrap();
     assert!(skew.abs() <= 1.5, "{skew}");
 
     let wrong_ca = config(&etcd, &redis, &other, Some(&tls));
-    let check = ClockCheck::new(&[etcd.endpoint()], etcd_tls(&wrong_ca).unwrap().as_ref()).unwrap();
+    let check = ClockCheck::new(
+        &[etcd.endpoint()],
+        etcd_tls(&wrong_ca.cluster()).unwrap().as_ref(),
+    )
+    .unwrap();
     let e = format!("{:#}", check.skew().await.unwrap_err());
     assert!(e.contains("check etcd.ca_file"), "{e}");
 
     // etcd's --client-cert-auth covers its HTTP endpoints too.
     let no_cert = config(&etcd, &redis, &tls, None);
-    let check = ClockCheck::new(&[etcd.endpoint()], etcd_tls(&no_cert).unwrap().as_ref()).unwrap();
+    let check = ClockCheck::new(
+        &[etcd.endpoint()],
+        etcd_tls(&no_cert.cluster()).unwrap().as_ref(),
+    )
+    .unwrap();
     let e = format!("{:#}", check.skew().await.unwrap_err());
     assert!(e.contains("check etcd.cert_file and etcd.key_file"), "{e}");
 }
 
 /// The replica's path to Redis, on the host's clock.
 async fn connect_redis(c: &Config) -> anyhow::Result<ax_queue::Queue> {
-    connect_queue(c, std::sync::Arc::new(ax_scheduler_core::SystemClock)).await
+    Ok(connect_queue(
+        &c.cluster(),
+        std::sync::Arc::new(ax_scheduler_core::SystemClock),
+    )
+    .await?)
 }

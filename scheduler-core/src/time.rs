@@ -11,6 +11,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
+/// The largest clock offset from etcd a replica leads with, by default
+/// (`scheduler.max_clock_skew`).
+pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(2);
+
 /// The wall clock, injected into everything that runs around the core.
 ///
 /// The core itself takes `now` as an argument; the shells (the scheduler role, the worker

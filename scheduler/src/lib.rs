@@ -81,8 +81,7 @@ pub const DEFAULT_ENQUEUE_STALL_LIMIT: Duration = Duration::from_secs(30);
 /// [`LeaderSettings::repair_after`]): past any end on its way, and short enough that a lost
 /// end is repaired within minutes.
 pub const DEFAULT_REPAIR_AFTER: Duration = Duration::from_secs(60);
-/// The largest clock offset from etcd a replica leads with, by default.
-pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(2);
+pub use ax_scheduler_core::time::DEFAULT_MAX_CLOCK_SKEW;
 
 /// Settings of the scheduler role, from the `[scheduler]` and `[election]` configuration.
 #[derive(Clone, Debug)]

@@ -2,7 +2,7 @@
 //! replica's HTTP API with a token.
 //!
 //! [`Client::connect`] is a thin face over the backend the `ax` CLI and every replica's
-//! `/api/v1` run (`ax_engine::backend::Backend`): the same validation before any write (every
+//! `/api/v1` run (`ax_control::backend::Backend`): the same validation before any write (every
 //! problem of a spec at once, a handler no live worker of its queue serves), the same guarded
 //! etcd writes, the same audit records. Nothing is reimplemented here, so a task put from code
 //! is stored, fired and shown exactly as one put with `ax task put`. Redis is connected on the
@@ -32,20 +32,20 @@
 //! # }
 //! ```
 
-use ax_engine::api::{ApiBackend, PutOptions, TriggerParams};
-use ax_engine::audit::VIA_API;
-use ax_engine::backend::Backend;
+use ax_control::api::{ApiBackend, PutOptions, TriggerParams};
+use ax_control::audit::VIA_API;
+use ax_control::backend::Backend;
 use ax_scheduler_core::{ExecutionId, TaskKey, UtcMillis};
 use serde::Serialize;
 
-pub use ax_engine::api::{
+pub use ax_control::api::{
     ApiError, BackfillParams, BackfillResult, ExecutionRecord, KillResult, PutTaskResult, TaskList,
     TaskQuery, TaskView, TriggerResult,
 };
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::http_api::HttpApi;
+use ax_control::http_client::HttpApi;
 
 /// A client of one cluster. Cheap to share behind an `Arc`; every call goes to etcd or
 /// Redis (nothing is cached).
@@ -77,10 +77,8 @@ impl Client {
     /// Connects to the cluster's etcd (now: an unreachable cluster is an error naming its
     /// endpoints) and to its Redis on first use. `config` must name etcd ([`Config::etcd`]).
     pub async fn connect(config: &Config) -> Result<Client> {
-        let engine = config.engine_config()?;
-        let backend = Backend::connect_lazy(&engine)
-            .await
-            .map_err(|e| Error::Connect(format!("{e:#}")))?;
+        let cluster = config.cluster_config()?;
+        let backend = Backend::connect_lazy(&cluster).await?;
         Ok(Client {
             via: Via::Backend(Box::new(backend)),
             actor: DEFAULT_ACTOR.to_owned(),
@@ -133,7 +131,7 @@ impl Client {
         obj.insert("id".into(), id.into());
         let backend = match &self.via {
             Via::Backend(b) => b,
-            Via::Http(api) => return api.put(doc).await,
+            Via::Http(api) => return Ok(api.put(doc).await?),
         };
         let mut result = backend.put_task(doc, PutOptions::default()).await?;
         if !result.unchanged {
@@ -153,7 +151,7 @@ impl Client {
     pub async fn get(&self, namespace: &str, id: &str) -> Result<TaskView> {
         match &self.via {
             Via::Backend(b) => Ok(b.get_task(key(namespace, id)).await?),
-            Via::Http(api) => api.get(namespace, id).await,
+            Via::Http(api) => Ok(api.get(namespace, id).await?),
         }
     }
 
@@ -161,7 +159,7 @@ impl Client {
     pub async fn delete(&self, namespace: &str, id: &str) -> Result<()> {
         match &self.via {
             Via::Backend(b) => b.delete_task(key(namespace, id)).await?,
-            Via::Http(api) => return api.delete(namespace, id).await,
+            Via::Http(api) => return Ok(api.delete(namespace, id).await?),
         }
         self.audit("task.delete", &format!("{namespace}/{id}"), None, None)
             .await;
@@ -173,7 +171,7 @@ impl Client {
     pub async fn list(&self, query: TaskQuery) -> Result<TaskList> {
         match &self.via {
             Via::Backend(b) => Ok(b.list_tasks(query).await?),
-            Via::Http(api) => api.list(&query).await,
+            Via::Http(api) => Ok(api.list(&query).await?),
         }
     }
 
@@ -197,7 +195,7 @@ impl Client {
         params.check()?;
         let result = match &self.via {
             Via::Backend(b) => b.trigger(key(namespace, id), params).await?,
-            Via::Http(api) => return api.trigger(namespace, id, &params).await,
+            Via::Http(api) => return Ok(api.trigger(namespace, id, &params).await?),
         };
         self.audit("task.trigger", &format!("{namespace}/{id}"), None, None)
             .await;
@@ -208,7 +206,7 @@ impl Client {
     pub async fn pause(&self, namespace: &str, id: &str) -> Result<TaskView> {
         let view = match &self.via {
             Via::Backend(b) => b.pause(key(namespace, id)).await?,
-            Via::Http(api) => return api.control(namespace, id, "pause").await,
+            Via::Http(api) => return Ok(api.control(namespace, id, "pause").await?),
         };
         self.audit("task.pause", &format!("{namespace}/{id}"), None, None)
             .await;
@@ -219,7 +217,7 @@ impl Client {
     pub async fn resume(&self, namespace: &str, id: &str) -> Result<TaskView> {
         let view = match &self.via {
             Via::Backend(b) => b.resume(key(namespace, id)).await?,
-            Via::Http(api) => return api.control(namespace, id, "resume").await,
+            Via::Http(api) => return Ok(api.control(namespace, id, "resume").await?),
         };
         self.audit("task.resume", &format!("{namespace}/{id}"), None, None)
             .await;
@@ -236,7 +234,7 @@ impl Client {
     ) -> Result<KillResult> {
         let result = match &self.via {
             Via::Backend(b) => b.kill_task(key(namespace, id), execution).await?,
-            Via::Http(api) => return api.kill(namespace, id, execution).await,
+            Via::Http(api) => return Ok(api.kill(namespace, id, execution).await?),
         };
         self.audit("task.kill", &format!("{namespace}/{id}"), None, None)
             .await;
@@ -252,7 +250,7 @@ impl Client {
     ) -> Result<Vec<ExecutionRecord>> {
         match &self.via {
             Via::Backend(b) => Ok(b.history(key(namespace, id), limit).await?),
-            Via::Http(api) => api.history(namespace, id, limit).await,
+            Via::Http(api) => Ok(api.history(namespace, id, limit).await?),
         }
     }
 
@@ -274,7 +272,7 @@ impl Client {
         };
         let result = match &self.via {
             Via::Backend(b) => b.backfill(key(namespace, id), params).await?,
-            Via::Http(api) => return api.backfill(namespace, id, &params).await,
+            Via::Http(api) => return Ok(api.backfill(namespace, id, &params).await?),
         };
         self.audit("task.backfill", &format!("{namespace}/{id}"), None, None)
             .await;

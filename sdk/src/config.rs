@@ -5,6 +5,7 @@
 //! enqueues into a queue, so the SDK takes them as the cluster has them rather than a
 //! second, smaller set of names that could disagree.
 
+use ax_control::ClusterConfig;
 use ax_queue::{Queue, QueueConfig};
 
 use crate::error::{Error, Result};
@@ -18,8 +19,7 @@ pub struct Config {
     etcd_prefix: Option<String>,
     /// The replicas' configuration this one was read from, if it was: the client's backend
     /// is built from it, so etcd's user, TLS and the limits are the replicas' too.
-    #[cfg(feature = "client")]
-    file: Option<Box<ax_engine::config::Config>>,
+    file: Option<Box<ClusterConfig>>,
 }
 
 // Shown without the Redis URLs and the file's settings: they may carry passwords.
@@ -48,7 +48,6 @@ impl Config {
             queue: QueueConfig::default(),
             etcd: Vec::new(),
             etcd_prefix: None,
-            #[cfg(feature = "client")]
             file: None,
         }
     }
@@ -60,7 +59,6 @@ impl Config {
             queue: QueueConfig::default(),
             etcd: Vec::new(),
             etcd_prefix: None,
-            #[cfg(feature = "client")]
             file: None,
         }
     }
@@ -70,33 +68,21 @@ impl Config {
     /// share (key prefix, limits, partitions, history), etcd (endpoints, prefix, user, TLS).
     /// The file is read as `ax serve --config` reads it, without the environment: a setting
     /// given only as an `AX_*` variable is not seen. Secret files it names are read now.
-    #[cfg(feature = "client")]
     pub fn from_ax_toml(path: impl AsRef<std::path::Path>) -> Result<Self> {
-        use ax_engine::config::{Config as Engine, ConfigOverrides, LoadOptions};
-        let engine = Engine::load(LoadOptions {
-            config_flag: Some(path.as_ref()),
-            env: &std::collections::HashMap::new(),
-            overrides: &ConfigOverrides::default(),
-            default_path: None,
-            // Only to satisfy the replica's own check of its instance id: a client or an
-            // SDK worker has ids of its own.
-            hostname: Some("ax-sdk"),
-        })
-        .map_err(|e| Error::Config(e.to_string()))?;
-        let mut queue = ax_engine::connect::queue_config(&engine);
-        queue.tls =
-            ax_engine::connect::redis_tls(&engine).map_err(|e| Error::Config(format!("{e:#}")))?;
-        let redis = if engine.redis.cluster_nodes.is_empty() {
-            Redis::Single(engine.redis_connection_url())
+        let cluster = ClusterConfig::from_ax_toml(path)?;
+        let mut queue = cluster.queue_config();
+        queue.tls = ax_control::connect::redis_tls(&cluster)?;
+        let redis = if cluster.redis.cluster_nodes.is_empty() {
+            Redis::Single(cluster.redis.connection_url())
         } else {
-            Redis::Cluster(engine.redis_cluster_urls())
+            Redis::Cluster(cluster.redis.cluster_urls())
         };
         Ok(Config {
             redis,
             queue,
-            etcd: engine.etcd.endpoints.clone(),
-            etcd_prefix: Some(engine.etcd.prefix.clone()),
-            file: Some(Box::new(engine)),
+            etcd: cluster.etcd.endpoints.clone(),
+            etcd_prefix: Some(cluster.etcd.prefix.clone()),
+            file: Some(Box::new(cluster)),
         })
     }
 
@@ -127,39 +113,38 @@ impl Config {
         self
     }
 
-    /// The configuration the `ax` binary's backend is built from, with what this one says.
-    #[cfg(feature = "client")]
-    pub(crate) fn engine_config(&self) -> Result<ax_engine::config::Config> {
+    /// The cluster's configuration the client's backend is built from, with what this one
+    /// says.
+    pub(crate) fn cluster_config(&self) -> Result<ClusterConfig> {
         if self.etcd.is_empty() {
             return Err(Error::Config(
                 "the client needs the cluster's etcd endpoints (Config::etcd)".into(),
             ));
         }
-        let mut engine = match &self.file {
+        let mut cluster = match &self.file {
             // Redis's place, password and TLS stay the file's, as the replicas read them.
             Some(file) => (**file).clone(),
             None => {
-                let mut engine = ax_engine::config::Config::default();
+                let mut cluster = ClusterConfig::default();
                 match &self.redis {
-                    Redis::Single(url) => engine.redis.url = url.clone(),
-                    Redis::Cluster(nodes) => engine.redis.cluster_nodes = nodes.clone(),
+                    Redis::Single(url) => cluster.redis.url = url.clone(),
+                    Redis::Cluster(nodes) => cluster.redis.cluster_nodes = nodes.clone(),
                 }
-                engine
+                cluster
             }
         };
-        engine.etcd.endpoints = self.etcd.clone();
+        cluster.etcd.endpoints = self.etcd.clone();
         if let Some(prefix) = &self.etcd_prefix {
-            engine.etcd.prefix = prefix.clone();
+            cluster.etcd.prefix = prefix.clone();
         }
-        engine.redis.key_prefix = self.queue.prefix.clone();
-        Ok(engine)
+        cluster.redis.key_prefix = self.queue.prefix.clone();
+        Ok(cluster)
     }
 
     /// With etcd named ([`Config::etcd`]), publishes the worker's instance record (its id,
     /// handlers and queues, as a replica publishes its own) until `stop` fires, so `ax status`
     /// lists it and `ax task put` checks a task's handler against what it serves. Without
     /// etcd, nothing: a worker needs Redis only.
-    #[cfg(feature = "client")]
     pub(crate) async fn announce(
         &self,
         worker_id: &str,
@@ -170,10 +155,8 @@ impl Config {
         if self.etcd.is_empty() {
             return Ok(None);
         }
-        let engine = self.engine_config()?;
-        let etcd = ax_engine::connect::connect_etcd(&engine)
-            .await
-            .map_err(|e| Error::Connect(format!("{e:#}")))?;
+        let cluster = self.cluster_config()?;
+        let etcd = ax_control::connect::connect_etcd(&cluster).await?;
         let record = ax_election::InstanceRecord {
             instance_id: worker_id.to_owned(),
             roles: vec!["worker".to_owned()],
@@ -183,22 +166,10 @@ impl Config {
             address: None,
             started_at: self.queue.clock.now(),
         };
-        let election = ax_engine::connect::election_config(&engine);
+        let election = ax_control::connect::election_config(&cluster);
         Ok(Some(tokio::spawn(ax_election::keep_registered(
             etcd, election, record, stop,
         ))))
-    }
-
-    /// Without the client, the worker publishes no instance record.
-    #[cfg(not(feature = "client"))]
-    pub(crate) async fn announce(
-        &self,
-        _worker_id: &str,
-        _handlers: Vec<String>,
-        _queues: Vec<String>,
-        _stop: tokio_util::sync::CancellationToken,
-    ) -> Result<Option<tokio::task::JoinHandle<()>>> {
-        Ok(None)
     }
 
     /// Connects to Redis.

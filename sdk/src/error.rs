@@ -24,9 +24,8 @@ pub enum Error {
     Connect(String),
     /// The cluster refused the call: `ApiError::Invalid` lists every problem of a spec,
     /// `NotFound`, `Conflict` (a newer version was written meanwhile), `Unavailable`.
-    #[cfg(feature = "client")]
     #[error(transparent)]
-    Api(#[from] ax_engine::api::ApiError),
+    Api(#[from] ax_control::api::ApiError),
 }
 
 impl Error {
@@ -37,13 +36,17 @@ impl Error {
             Error::Worker(e) => e.is_retryable(),
             Error::Queue(e) => e.is_retryable(),
             Error::Connect(_) => true,
-            #[cfg(feature = "client")]
-            Error::Api(e) => matches!(
-                e,
-                ax_engine::api::ApiError::Unavailable(_)
-                    | ax_engine::api::ApiError::Conflict(_)
-                    | ax_engine::api::ApiError::Limit { .. }
-            ),
+            Error::Api(e) => e.is_retryable(),
+        }
+    }
+}
+
+impl From<ax_control::ControlError> for Error {
+    fn from(e: ax_control::ControlError) -> Self {
+        match e {
+            ax_control::ControlError::Config(m) => Error::Config(m),
+            ax_control::ControlError::Connect(m) => Error::Connect(m),
+            ax_control::ControlError::Api(e) => Error::Api(e),
         }
     }
 }

@@ -1,6 +1,5 @@
 //! The Rust SDK of ax: serve named handlers from your own process against a cluster's
-//! queues ([`Worker`]), and register, fire and control tasks from code ([`Client`], with the
-//! default `client` feature).
+//! queues ([`Worker`]), and register, fire and control tasks from code ([`Client`]).
 //!
 //! A [`Worker`] is the `ax` binary's worker role with your handlers in place of the
 //! built-ins: the same pool, reporter, heartbeat, kills, concurrency keys, priorities,
@@ -60,19 +59,15 @@
 //! [`Context::execution_id`], which is what a handler with effects makes itself idempotent with.
 //! See `docs/rust-sdk.md`.
 
-#[cfg(feature = "client")]
 pub mod client;
 mod config;
 mod error;
-#[cfg(feature = "client")]
-mod http_api;
 mod job;
 mod worker;
 
 pub use ax_queue::{QueueConfig, QueueLimits};
 pub use ax_scheduler_core::{ExecutionId, HandlerError, UtcMillis};
 pub use ax_worker::PoolSummary as Summary;
-#[cfg(feature = "client")]
 pub use client::Client;
 pub use config::Config;
 pub use error::{Error, Result};

@@ -2,7 +2,6 @@
 //! (every problem at once, nothing written), and get, list, pause, resume, trigger with a
 //! payload, history, kill and delete reach the same records the CLI reads; a worker given
 //! etcd publishes what it serves, which the put's check then compares with.
-#![cfg(feature = "client")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use ax_sdk::client::{ApiError, TaskQuery};

@@ -7,7 +7,6 @@
 //! redelivered to another worker, SIGTERM lets the running attempt finish, a kill from the
 //! client stops it, and a long job that defers its end shows its progress through the API
 //! and is ended once by its completion.
-#![cfg(feature = "client")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;

@@ -6,65 +6,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{Audit, Election, Etcd, Http, Instance, Limits, Redis, ReplicaRole, Scheduler, Worker};
-
-/// etcd's default database quota (`--quota-backend-bytes`).
-pub const DEFAULT_ETCD_QUOTA_BYTES: u64 = 2 * 1024 * 1024 * 1024;
-
-impl Default for Etcd {
-    fn default() -> Self {
-        Etcd {
-            endpoints: vec!["http://127.0.0.1:2379".to_owned()],
-            prefix: "/scheduler".to_owned(),
-            username: String::new(),
-            password: String::new(),
-            password_file: String::new(),
-            ca_file: String::new(),
-            cert_file: String::new(),
-            key_file: String::new(),
-            timeout: Duration::from_secs(5),
-            quota_backend_bytes: DEFAULT_ETCD_QUOTA_BYTES,
-        }
-    }
-}
-
-impl Default for Redis {
-    fn default() -> Self {
-        Redis {
-            url: "redis://127.0.0.1:6379/0".to_owned(),
-            cluster_nodes: Vec::new(),
-            replica_acks: 0,
-            password: String::new(),
-            url_file: String::new(),
-            password_file: String::new(),
-            ca_file: String::new(),
-            cert_file: String::new(),
-            key_file: String::new(),
-            key_prefix: "ax".to_owned(),
-            history_cap: ax_queue::DEFAULT_HISTORY_CAP,
-            history_retention: ax_queue::DEFAULT_HISTORY_RETENTION,
-            execution_history_retention: ax_queue::DEFAULT_EXECUTION_HISTORY_RETENTION,
-            execution_history_max_entries: ax_queue::DEFAULT_EXECUTION_HISTORY_MAX_ENTRIES,
-            dlq_retention: ax_queue::DEFAULT_DLQ_RETENTION,
-            dlq_max_entries: ax_queue::DEFAULT_DLQ_MAX_ENTRIES,
-            queue_partitions: BTreeMap::new(),
-        }
-    }
-}
+use super::{Http, Instance, ReplicaRole, Scheduler, Worker};
 
 impl Default for Instance {
     fn default() -> Self {
         Instance {
             id: String::new(),
             roles: vec![ReplicaRole::Scheduler, ReplicaRole::Worker],
-        }
-    }
-}
-
-impl Default for Election {
-    fn default() -> Self {
-        Election {
-            lease_ttl: Duration::from_secs(10),
         }
     }
 }
@@ -119,28 +67,6 @@ impl Default for Http {
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             header_read_timeout: Duration::from_secs(10),
-        }
-    }
-}
-
-impl Default for Audit {
-    fn default() -> Self {
-        Audit {
-            retention: Duration::from_secs(90 * 24 * 3600),
-            max_records: 100_000,
-        }
-    }
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_request_bytes: 1024 * 1024,
-            max_tasks_per_namespace: 100_000,
-            triggers_per_task_per_minute: 60,
-            operate_actions_per_minute: 30,
-            max_backfill_fires: 1000,
-            max_list_scan: 10_000,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Secret masking of a configuration, and the password part of the Redis URL.
+//! Secret masking of a configuration.
 //!
 //! Secrets are replaced by [`MASK`] only when set, so that a printed configuration still shows
 //! which secrets are configured.
@@ -6,7 +6,6 @@
 //! [`ax_scheduler_core::redact`]); a malformed URL is left as it is for validation to report.
 
 use ax_scheduler_core::redact::mask_url;
-use reqwest::Url;
 
 use super::{Config, MASK};
 
@@ -43,41 +42,9 @@ fn mask(secret: &mut String) {
     }
 }
 
-/// `url` with its password set to `password` (percent-encoded by the parser, so any
-/// password survives in the user info; the Redis client decodes it); `url` unchanged when
-/// `password` is empty or `url` takes no password.
-pub(crate) fn with_url_password(url: &str, password: &str) -> String {
-    if password.is_empty() {
-        return url.to_owned();
-    }
-    let Ok(mut parsed) = Url::parse(url) else {
-        return url.to_owned();
-    };
-    match parsed.set_password(Some(password)) {
-        Ok(()) => parsed.into(),
-        Err(()) => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn password_goes_into_the_url_encoded() {
-        assert_eq!(
-            with_url_password("redis://host:6379/0", "p@ss/w:rd"),
-            "redis://:p%40ss%2Fw%3Ard@host:6379/0"
-        );
-        assert_eq!(
-            with_url_password("rediss://user:old@host/1", "new"),
-            "rediss://user:new@host/1"
-        );
-        assert_eq!(
-            with_url_password("redis://:old@h/0", ""),
-            "redis://:old@h/0"
-        );
-    }
 
     #[test]
     fn every_secret_is_masked_and_unset_ones_stay_empty() {

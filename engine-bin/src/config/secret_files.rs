@@ -9,12 +9,12 @@
 //! file is refused rather than one silently winning. Files are read after the environment and
 //! flags are applied, before validation, so the value read is checked like any other.
 
-use std::path::PathBuf;
+use ax_control::config::{read_secret_files, SecretFile, SecretFileError};
 
 use super::{Config, ConfigError};
 
 /// Each secret with a file twin: (the file key, the secret's key).
-pub const SECRET_FILE_KEYS: &[(&str, &str)] = &[
+pub const SECRET_FILE_KEYS: [(&str, &str); 7] = [
     ("etcd.password_file", "etcd.password"),
     ("redis.url_file", "redis.url"),
     ("redis.password_file", "redis.password"),
@@ -25,61 +25,69 @@ pub const SECRET_FILE_KEYS: &[(&str, &str)] = &[
 ];
 
 impl Config {
-    /// The (file, secret) field pairs, in [`SECRET_FILE_KEYS`]'s order.
-    fn secret_file_fields(&mut self) -> [(&mut String, &mut String); 7] {
-        [
-            (&mut self.etcd.password_file, &mut self.etcd.password),
-            (&mut self.redis.url_file, &mut self.redis.url),
-            (&mut self.redis.password_file, &mut self.redis.password),
-            (&mut self.http.api_token_file, &mut self.http.api_token),
-            (
-                &mut self.alerts.feishu_webhook_file,
-                &mut self.alerts.feishu_webhook,
-            ),
-            (
-                &mut self.alerts.feishu_secret_file,
-                &mut self.alerts.feishu_secret,
-            ),
-            (
-                &mut self.alerts.webhook_url_file,
-                &mut self.alerts.webhook_url,
-            ),
-        ]
-    }
-
     /// Reads every secret a `*_file` key names into its setting. `redis.url` has a
     /// default, so its file replaces it unless `redis.url` was set away from the default.
     pub(crate) fn read_secret_files(&mut self) -> Result<(), ConfigError> {
         let default_redis_url = super::Redis::default().url;
-        for ((file_key, key), (file, value)) in
-            SECRET_FILE_KEYS.iter().zip(self.secret_file_fields())
-        {
-            if file.is_empty() {
-                continue;
+        let (etcd, redis, http, alerts) = (
+            &mut self.etcd,
+            &mut self.redis,
+            &mut self.http,
+            &mut self.alerts,
+        );
+        let [etcd_pw, redis_url, redis_pw, token, feishu, feishu_secret, webhook] =
+            SECRET_FILE_KEYS;
+        let secrets = [
+            SecretFile::new(
+                etcd_pw.0,
+                etcd_pw.1,
+                &mut etcd.password_file,
+                &mut etcd.password,
+            ),
+            SecretFile::new(
+                redis_url.0,
+                redis_url.1,
+                &mut redis.url_file,
+                &mut redis.url,
+            )
+            .with_default(&default_redis_url),
+            SecretFile::new(
+                redis_pw.0,
+                redis_pw.1,
+                &mut redis.password_file,
+                &mut redis.password,
+            ),
+            SecretFile::new(
+                token.0,
+                token.1,
+                &mut http.api_token_file,
+                &mut http.api_token,
+            ),
+            SecretFile::new(
+                feishu.0,
+                feishu.1,
+                &mut alerts.feishu_webhook_file,
+                &mut alerts.feishu_webhook,
+            ),
+            SecretFile::new(
+                feishu_secret.0,
+                feishu_secret.1,
+                &mut alerts.feishu_secret_file,
+                &mut alerts.feishu_secret,
+            ),
+            SecretFile::new(
+                webhook.0,
+                webhook.1,
+                &mut alerts.webhook_url_file,
+                &mut alerts.webhook_url,
+            ),
+        ];
+        read_secret_files(secrets).map_err(|e| match e {
+            SecretFileError::Unreadable { key, path, source } => {
+                ConfigError::SecretFile { key, path, source }
             }
-            let has_default = *key == "redis.url" && *value == default_redis_url;
-            if !value.is_empty() && !has_default {
-                return Err(ConfigError::Invalid(vec![format!(
-                    "{file_key}: is set together with {key}; set one of them"
-                )]));
-            }
-            let path = PathBuf::from(file.as_str());
-            let text =
-                std::fs::read_to_string(&path).map_err(|source| ConfigError::SecretFile {
-                    key: (*file_key).to_owned(),
-                    path: path.clone(),
-                    source,
-                })?;
-            let text = text.trim();
-            if text.is_empty() {
-                return Err(ConfigError::Invalid(vec![format!(
-                    "{file_key}: {} is empty",
-                    path.display()
-                )]));
-            }
-            *value = text.to_owned();
-        }
-        Ok(())
+            SecretFileError::Invalid(problem) => ConfigError::Invalid(vec![problem]),
+        })
     }
 }
 

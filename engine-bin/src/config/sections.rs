@@ -10,85 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// `[etcd]`: connection to the etcd cluster.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Etcd {
-    /// Client URLs (`http://host:2379`, `https://...`); default `["http://127.0.0.1:2379"]`.
-    pub endpoints: Vec<String>,
-    /// Key prefix under which ax keeps everything; default `/scheduler`.
-    pub prefix: String,
-    /// User name for etcd authentication; empty for none.
-    pub username: String,
-    /// Password for etcd authentication (secret).
-    pub password: String,
-    /// File holding `password` (a mounted Secret); empty for none.
-    pub password_file: String,
-    /// CA bundle; when set, connections use TLS.
-    pub ca_file: String,
-    /// Client certificate for mutual TLS (with `key_file`).
-    pub cert_file: String,
-    /// Client key for mutual TLS (with `cert_file`).
-    pub key_file: String,
-    /// Timeout of every etcd request; default 5 s.
-    #[serde(with = "ax_scheduler_core::duration_serde")]
-    pub timeout: Duration,
-    /// etcd's `--quota-backend-bytes`, for the database-size gauge, alert and `ax status`
-    /// (etcd 3.6 and later report it themselves, and that wins); default 2 GiB, etcd's own
-    /// default.
-    pub quota_backend_bytes: u64,
-}
-
-/// `[redis]`: connection to Redis.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Redis {
-    /// `redis://` or `rediss://` (TLS) URL; default `redis://127.0.0.1:6379/0`. Not used
-    /// when `cluster_nodes` is set.
-    pub url: String,
-    /// `redis://` or `rediss://` URLs of some nodes of a Redis Cluster (one reachable node is
-    /// enough to find the rest); when set, ax uses the cluster instead of `url`. Default
-    /// empty.
-    pub cluster_nodes: Vec<String>,
-    /// Replicas that must have each enqueue and settle before it counts as done (`WAIT`);
-    /// 0 (the default) does not wait.
-    pub replica_acks: u32,
-    /// Password (secret); when set it replaces any password in `url`.
-    pub password: String,
-    /// File holding `url` (it may carry a password); empty for none.
-    pub url_file: String,
-    /// File holding `password`; empty for none.
-    pub password_file: String,
-    /// CA bundle that signed the server's certificate (`rediss://` only); empty: the
-    /// system's root certificates.
-    pub ca_file: String,
-    /// Client certificate for mutual TLS (with `key_file`; `rediss://` only).
-    pub cert_file: String,
-    /// Client key for mutual TLS (with `cert_file`).
-    pub key_file: String,
-    /// Prefix of every Redis key ax writes; default `ax`.
-    pub key_prefix: String,
-    /// Executions kept in each task's history (`ax task history`); default 100.
-    pub history_cap: usize,
-    /// How long a task's execution history is kept after its last execution; default 30 d.
-    #[serde(with = "ax_scheduler_core::duration_serde")]
-    pub history_retention: Duration,
-    /// How long the execution history across tasks (`ax history`) keeps an attempt;
-    /// default 7 d.
-    #[serde(with = "ax_scheduler_core::duration_serde")]
-    pub execution_history_retention: Duration,
-    /// Most attempts the execution history across tasks keeps; default 200 000.
-    pub execution_history_max_entries: usize,
-    /// How long a dead-letter entry is kept; default 90 d.
-    #[serde(with = "ax_scheduler_core::duration_serde")]
-    pub dlq_retention: Duration,
-    /// Most dead-letter entries kept per queue (the oldest go first); default 10 000.
-    pub dlq_max_entries: usize,
-    /// Partitions per queue name (`{ hot = 4 }`), 1 to 256: such a queue is that many
-    /// physical queues on different Redis Cluster slots. Every replica and the CLI must
-    /// have the same. Default none.
-    pub queue_partitions: BTreeMap<String, u32>,
-}
+pub use ax_control::config::{Audit, Election, Etcd, Limits, QueueLimit, Redis};
 
 /// What a replica does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -139,15 +61,6 @@ impl Instance {
     pub fn has_role(&self, role: ReplicaRole) -> bool {
         self.roles.contains(&role)
     }
-}
-
-/// `[election]`: leader election on an etcd lease.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Election {
-    /// Lease TTL: how long a dead leader keeps leadership at most; default 10 s.
-    #[serde(with = "ax_scheduler_core::duration_serde")]
-    pub lease_ttl: Duration,
 }
 
 /// `[scheduler]`: the leader's firing loop.
@@ -231,22 +144,6 @@ pub struct Worker {
     pub secrets_dir: String,
 }
 
-/// `[[worker.queue_limits]]`: the limits of one queue.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QueueLimit {
-    /// The queue.
-    pub queue: String,
-    /// Most executions of the queue running at once, across all workers; 0 (the default):
-    /// no limit.
-    #[serde(default)]
-    pub max_running: u32,
-    /// Most executions taken from the queue per second, across all workers (a token bucket
-    /// holding one second's worth, at least one); 0 (the default): no limit.
-    #[serde(default)]
-    pub rate: f64,
-}
-
 /// The `http` handler's allow lists, parsed.
 pub type EgressAllow = (Vec<ax_worker::egress::IpNet>, Vec<ax_worker::HostPattern>);
 
@@ -311,7 +208,7 @@ pub struct TokenEntry {
     /// Who holds it (logged, and named in the audit); unique.
     pub name: String,
     /// What it may do.
-    pub role: crate::api::TokenRole,
+    pub role: ax_control::api::TokenRole,
     /// SHA-256 of the token, 64 hex digits (`ax token new` prints it; or
     /// `printf %s "$TOKEN" | sha256sum`).
     pub sha256: String,
@@ -351,39 +248,6 @@ pub struct Http {
     /// default 10 s.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub header_read_timeout: Duration,
-}
-
-/// `[audit]`: the audit log of changes made through ax.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Audit {
-    /// How long a record is kept; default 90 d.
-    #[serde(with = "ax_scheduler_core::duration_serde")]
-    pub retention: Duration,
-    /// Most records kept (the oldest go first); default 100 000.
-    pub max_records: usize,
-}
-
-/// `[limits]`: bounds on what API and CLI callers may send, each refused with a message
-/// naming it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Limits {
-    /// Largest `/api/v1` request body, bytes; default 1 MiB.
-    pub max_request_bytes: usize,
-    /// Most tasks one namespace may hold (checked when the API or CLI creates a task);
-    /// default 100 000.
-    pub max_tasks_per_namespace: u64,
-    /// Run-now requests per task per minute through this replica's API; default 60.
-    pub triggers_per_task_per_minute: u32,
-    /// Operate actions (pause, resume, run now, backfill) per caller and per task per
-    /// minute through this replica's API; default 30.
-    pub operate_actions_per_minute: u32,
-    /// Most fires one backfill enqueues, forced or not; default 1000.
-    pub max_backfill_fires: usize,
-    /// Most task keys one listing request reads before it answers with what it found and
-    /// a continue token; default 10 000.
-    pub max_list_scan: usize,
 }
 
 /// Alert severity, lowest first.

@@ -127,7 +127,7 @@ impl Config {
         } else {
             "redis.cluster_nodes"
         };
-        for url in self.redis_urls() {
+        for url in self.redis.urls() {
             match url.split_once("://") {
                 Some(("redis" | "rediss", rest)) if !rest.is_empty() => {}
                 _ => err(
@@ -140,7 +140,8 @@ impl Config {
             }
         }
         let tls = self
-            .redis_urls()
+            .redis
+            .urls()
             .iter()
             .filter(|u| u.starts_with("rediss://"))
             .count();
@@ -355,12 +356,14 @@ impl Config {
             let key = format!("http.tokens[{i}]");
             if t.name.trim().is_empty() {
                 err(&key, "name must not be empty".into());
-            } else if t.name == crate::api::API_TOKEN_NAME || t.name == crate::api::ANONYMOUS {
+            } else if t.name == ax_control::api::API_TOKEN_NAME
+                || t.name == ax_control::api::ANONYMOUS
+            {
                 err(&key, format!("name `{}` is reserved", t.name));
             } else if !names.insert(t.name.as_str()) {
                 err(&key, format!("name `{}` is used twice", t.name));
             }
-            if crate::api::parse_sha256(&t.sha256).is_none() {
+            if ax_control::api::parse_sha256(&t.sha256).is_none() {
                 err(
                     &key,
                     format!(
@@ -459,13 +462,13 @@ impl Config {
                 "must be at least 1".into(),
             );
         }
-        if !(1..=crate::api::BACKFILL_HARD_MAX).contains(&self.limits.max_backfill_fires) {
+        if !(1..=ax_control::api::BACKFILL_HARD_MAX).contains(&self.limits.max_backfill_fires) {
             err(
                 "limits.max_backfill_fires",
                 format!(
                     "{} is outside 1 to {}",
                     self.limits.max_backfill_fires,
-                    crate::api::BACKFILL_HARD_MAX
+                    ax_control::api::BACKFILL_HARD_MAX
                 ),
             );
         }

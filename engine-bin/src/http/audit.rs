@@ -4,7 +4,7 @@
 //! Recording in one layer rather than in each route means a new route is audited without
 //! code of its own: its action name and target come from the matched route ([`action_of`],
 //! [`target_of`]). A route that knows more (the diff of a put) hands it over as an
-//! [`AuditDetail`] response extension. The records themselves are [`crate::audit`]'s.
+//! [`AuditDetail`] response extension. The records themselves are [`ax_control::audit`]'s.
 
 use std::sync::Arc;
 
@@ -14,8 +14,8 @@ use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 
-use crate::api::{ApiBackend, Principal};
-use crate::audit::{AuditDetail, AuditRecord, VIA_API};
+use ax_control::api::{ApiBackend, Principal};
+use ax_control::audit::{AuditDetail, AuditRecord, VIA_API};
 
 /// The action name of a route: the singular of its first segment, then its last fixed
 /// segment, or for a route ending in parameters what the method does (`POST /tasks` is

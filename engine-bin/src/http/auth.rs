@@ -3,7 +3,7 @@
 //! Callers present `Authorization: Bearer <token>`. Tokens are configured by name with a
 //! [`TokenRole`], as the SHA-256 of the token, so a leaked configuration does not hand out access
 //! and the name can be logged (and audited) in place of the token; the roles, the caller
-//! ([`Principal`]) and the hashes are the API's own, in [`crate::api`]. The presented token
+//! ([`Principal`]) and the hashes are the API's own, in [`ax_control::api`]. The presented token
 //! is hashed and compared with every configured hash in constant time (`subtle`), without
 //! stopping at a match, so timing says nothing about which or how much of a token was
 //! right.
@@ -31,9 +31,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
-use crate::api::{parse_sha256, sha256, ApiError, Principal, TokenRole, ANONYMOUS, API_TOKEN_NAME};
 use crate::config::TokenEntry;
 use crate::metrics::Metrics;
+use ax_control::api::{
+    parse_sha256, sha256, ApiError, Principal, TokenRole, ANONYMOUS, API_TOKEN_NAME,
+};
 
 /// The role each route needs: (method, path under `/api/v1`, role). A route not listed
 /// needs [`TokenRole::Admin`]. `HEAD` is checked as `GET`.
@@ -310,7 +312,7 @@ fn check_role(method: &Method, route: &str, principal: &Principal) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::to_hex;
+    use ax_control::api::to_hex;
 
     fn entry(name: &str, role: TokenRole, token: &str) -> TokenEntry {
         TokenEntry {

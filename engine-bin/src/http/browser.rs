@@ -31,9 +31,9 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::auth::refused;
-use crate::api::ApiError;
 use crate::config::origin::{host_name, normal_host, normal_origin};
 use crate::metrics::Metrics;
+use ax_control::api::ApiError;
 
 /// The one media type a request body may have.
 const JSON: &str = "application/json";

@@ -20,7 +20,7 @@ use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::api::{ApiError, LimitKind, TaskKey};
+use ax_control::api::{ApiError, LimitKind, TaskKey};
 
 /// Longest request target (path and query), bytes.
 pub const MAX_URI_BYTES: usize = 8 * 1024;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use ax_scheduler_core::UtcMillis;
 
 use super::limits::{crowded, rate_limited, PerMinute, Refused};
-use crate::api::{ApiError, Principal};
+use ax_control::api::{ApiError, Principal};
 
 /// Callers whose rate is tracked at once: far above the tokens an install configures.
 const MAX_TRACKED_CALLERS: usize = 1024;
@@ -77,7 +77,7 @@ mod tests {
     use axum::http::StatusCode;
 
     use super::*;
-    use crate::api::TokenRole;
+    use ax_control::api::TokenRole;
 
     fn who(name: &str) -> Principal {
         Principal {

@@ -2,9 +2,9 @@
 //!
 //! The routes only translate HTTP to backend calls and results to JSON; what a call does
 //! (etcd writes, Redis reads) lives in the backend, and the types and errors are the API's
-//! ([`crate::api`]), so the routes, their status codes and the auth layer are tested with an
+//! ([`ax_control::api`]), so the routes, their status codes and the auth layer are tested with an
 //! in-memory backend in `tests/http.rs`. Specs leave through
-//! [`TaskView::mask_secrets`](crate::api::TaskView::mask_secrets) unless an admin asks for
+//! [`TaskView::mask_secrets`](ax_control::api::TaskView::mask_secrets) unless an admin asks for
 //! `show_secrets`. The table below is the whole API, kept in one [`router`] so it reads as
 //! one; the handlers are grouped by what they act on (one module each), and the request
 //! parts they share (a task's path, a query string, a JSON body) come through the
@@ -40,10 +40,10 @@
 //! | GET | `/whoami` | none: the caller's token name and role ([`WhoAmI`]) |
 //! | POST | `/executions/{id}/complete` (body: [`CompletionRequest`]; authenticated by its token, not an API token) | [`ApiBackend::complete_execution`] |
 //!
-//! [`TriggerParams`]: crate::api::TriggerParams
-//! [`BackfillParams`]: crate::api::BackfillParams
-//! [`WhoAmI`]: crate::api::WhoAmI
-//! [`CompletionRequest`]: crate::api::CompletionRequest
+//! [`TriggerParams`]: ax_control::api::TriggerParams
+//! [`BackfillParams`]: ax_control::api::BackfillParams
+//! [`WhoAmI`]: ax_control::api::WhoAmI
+//! [`CompletionRequest`]: ax_control::api::CompletionRequest
 
 mod audit;
 mod dlq;
@@ -63,10 +63,9 @@ use axum::{Json, Router};
 
 use super::limits::{ApiLimits, CompletionLimiter, TriggerLimiter};
 use super::operate_limits::OperateLimiter;
-use crate::api::{ApiBackend, ApiError, MAX_LIST_LIMIT};
+use ax_control::api::{ApiBackend, ApiError, MAX_LIST_LIMIT};
 
-/// Response header holding the token of the next page of a listing.
-pub const CONTINUE_HEADER: &str = "x-ax-continue";
+pub use ax_control::api::CONTINUE_HEADER;
 
 /// Shared by the API handlers: the backend, or `None` while this process has none (the
 /// API then answers 503), and the input limits.

@@ -7,7 +7,7 @@ use super::format::table;
 
 /// The audit log as a table, newest first: when, who, through what, the action, its target
 /// and the detail as compact JSON.
-pub fn audit_table(records: &[crate::audit::AuditRecord]) -> String {
+pub fn audit_table(records: &[ax_control::audit::AuditRecord]) -> String {
     let rows: Vec<Vec<String>> = records
         .iter()
         .map(|r| {

@@ -3,7 +3,7 @@
 //! The chain is computed once from the listed tasks and rendered twice, so both forms always
 //! show the same tasks and edges.
 
-use crate::api::TaskView;
+use ax_control::api::TaskView;
 
 /// The chain of dependent tasks (`depends_on`) around one task, for `ax task graph`.
 #[derive(Debug, PartialEq, Eq)]

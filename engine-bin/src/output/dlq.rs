@@ -3,7 +3,7 @@
 //! The last error is shown whole: it is what an operator decides a requeue on.
 
 use super::format::table;
-use crate::api::DeadLetter;
+use ax_control::api::DeadLetter;
 
 /// `ax dlq list`.
 pub fn dlq_table(letters: &[DeadLetter]) -> String {

@@ -5,7 +5,7 @@
 //! token because it is paged.
 
 use super::format::{instant, millis, one_line, table};
-use crate::api::{ExecutionList, ExecutionRecord};
+use ax_control::api::{ExecutionList, ExecutionRecord};
 
 /// `ax history`: one line per attempt, newest first, and the token of the next page when
 /// there is one (a page can be short, even empty, and still have one: each request scans a

@@ -5,7 +5,7 @@
 //! read as the whole queue.
 
 use super::format::{instant, table};
-use crate::api::{QueueContents, QueuedExecution};
+use ax_control::api::{QueueContents, QueuedExecution};
 
 fn part(
     out: &mut String,

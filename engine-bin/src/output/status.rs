@@ -5,7 +5,7 @@
 //! nothing to say (no shards, no paused namespace) leaves no trace in the text.
 
 use super::format::{millis, table};
-use crate::api::{EtcdDbView, ShardsView, StatusView};
+use ax_control::api::{EtcdDbView, ShardsView, StatusView};
 
 /// `ax status`.
 pub fn status_text(s: &StatusView) -> String {
@@ -168,7 +168,7 @@ fn shards_text(shards: &ShardsView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{QueueView, ReplicaView};
+    use ax_control::api::{QueueView, ReplicaView};
 
     #[test]
     fn status_marks_the_leader() {
@@ -233,7 +233,7 @@ mod tests {
         assert!(status_text(&warned)
             .ends_with("\nwarning: Redis has neither AOF nor RDB persistence\n"));
         let full = StatusView {
-            etcd_db: Some(crate::api::EtcdDbView {
+            etcd_db: Some(ax_control::api::EtcdDbView {
                 bytes: 1800 * 1024 * 1024,
                 quota_bytes: 2048 * 1024 * 1024,
             }),
@@ -257,7 +257,7 @@ mod tests {
             owner: owner.into(),
             token: 7,
         };
-        let text = shards_text(&crate::api::ShardsView {
+        let text = shards_text(&ax_control::api::ShardsView {
             total: 4,
             owners: vec![owner(0, "ax-1"), owner(1, "ax-0"), owner(3, "ax-1")],
         });

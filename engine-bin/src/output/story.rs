@@ -8,7 +8,7 @@
 use ax_scheduler_core::{ExecutionId, UtcMillis};
 
 use super::format::{millis, one_line};
-use crate::api::{ExecutionRecord, ExecutionStory, FireView, WaitingAttempt};
+use ax_control::api::{ExecutionRecord, ExecutionStory, FireView, WaitingAttempt};
 
 /// One line of the story: when, if known, and what happened.
 type Event = (Option<UtcMillis>, String);

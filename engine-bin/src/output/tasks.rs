@@ -6,7 +6,7 @@
 use ax_scheduler_core::UtcMillis;
 
 use super::format::{cron_zone, fire_lines_in, instant, json, table, zoned};
-use crate::api::{KillResult, TaskView};
+use ax_control::api::{KillResult, TaskView};
 
 /// One line for a spec's `schedule` object, as written (`cron 0 9 * * * Asia/Shanghai`,
 /// `every 10s`, `delay 5m`, `at <instant>`).

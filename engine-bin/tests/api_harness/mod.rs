@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use ax_engine::backend::Backend;
+use ax_control::backend::Backend;
 use ax_engine::config::Config;
 use ax_engine::http::{app, ApiBackend, AppState};
 use ax_engine::metrics::Metrics;
@@ -30,7 +30,7 @@ pub(crate) async fn api_with(label: &str, adjust: impl FnOnce(&mut Config)) -> A
     config.redis.url = ax_testkit::redis_url();
     config.redis.key_prefix = ax_testkit::unique_name(label);
     adjust(&mut config);
-    let backend = Backend::connect(&config).await.unwrap();
+    let backend = Backend::connect(&config.cluster()).await.unwrap();
     let state = AppState {
         metrics: Arc::new(Metrics::new(&config.worker.queues, &[]).unwrap()),
         readiness: Arc::new(Readiness::new(true)),

@@ -9,8 +9,8 @@ use axum::Json;
 
 use super::extract::ApiQuery;
 use super::{with_continue, ApiState};
-use crate::api::ApiError;
-use crate::audit::AuditQuery;
+use ax_control::api::ApiError;
+use ax_control::audit::AuditQuery;
 
 /// The page's records as the body (newest first), the next page's token in
 /// [`CONTINUE_HEADER`](super::CONTINUE_HEADER).

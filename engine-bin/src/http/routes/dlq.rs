@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::extract::{ApiBody, ApiQuery, JsonBody};
 use super::{check_limit, ApiResult, ApiState};
-use crate::api::{ApiError, DeadLetter, DlqRequeue};
+use ax_control::api::{ApiError, DeadLetter, DlqRequeue};
 
 #[derive(Deserialize)]
 pub(super) struct DlqQuery {

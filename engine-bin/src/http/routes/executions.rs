@@ -12,7 +12,7 @@ use axum::Json;
 
 use super::extract::{parse, ApiBody, ApiQuery, Body, ExecutionPath};
 use super::{with_continue, ApiResult, ApiState};
-use crate::api::{
+use ax_control::api::{
     ApiError, CompletionReply, CompletionRequest, ExecutionMatches, ExecutionParams,
     ExecutionStory, FindParams, KillResult,
 };

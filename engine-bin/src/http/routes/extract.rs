@@ -15,8 +15,8 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use super::ApiState;
-use crate::api::{ApiError, TaskKey};
 use crate::http::limits;
+use ax_control::api::{ApiError, TaskKey};
 
 /// The task a `/tasks/{namespace}/{id}/...` route names. A path that does not decode keeps
 /// axum's own refusal.

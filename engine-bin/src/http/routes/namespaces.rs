@@ -8,7 +8,7 @@ use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 
 use super::ApiState;
-use crate::api::{ApiError, Principal};
+use ax_control::api::{ApiError, Principal};
 
 pub(super) async fn pause_namespace(
     State(s): State<ApiState>,

@@ -8,7 +8,7 @@ use axum::Json;
 use serde::Deserialize;
 
 use super::{ApiResult, ApiState};
-use crate::api::{ApiError, QueueContents, QueueState};
+use ax_control::api::{ApiError, QueueContents, QueueState};
 
 /// Most executions of each kind `GET /queues/{name}` lists.
 const MAX_CONTENTS: usize = 500;

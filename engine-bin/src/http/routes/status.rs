@@ -7,7 +7,7 @@ use axum::extract::{Extension, State};
 use axum::Json;
 
 use super::{ApiResult, ApiState};
-use crate::api::{Principal, StatusView, WhoAmI};
+use ax_control::api::{Principal, StatusView, WhoAmI};
 
 pub(super) async fn status(State(s): State<ApiState>) -> ApiResult<StatusView> {
     Ok(Json(s.backend()?.status().await?))

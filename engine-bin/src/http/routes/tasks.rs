@@ -15,11 +15,11 @@ use serde::Deserialize;
 
 use super::extract::{parse_execution_id, ApiBody, ApiQuery, JsonBody, TaskPath};
 use super::{check_limit, with_continue, ApiResult, ApiState};
-use crate::api::{
+use ax_control::api::{
     ApiError, BackfillParams, ExecutionRecord, KillResult, Principal, PutOptions, TaskQuery,
     TaskView, TokenRole, TriggerParams,
 };
-use crate::audit::AuditDetail;
+use ax_control::audit::AuditDetail;
 
 #[derive(Deserialize)]
 pub(super) struct SecretsQuery {

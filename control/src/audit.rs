@@ -13,7 +13,7 @@
 //!
 //! This module is the log's data (records, queries, pages, the diff of a spec), free of
 //! any transport, so the API, the CLI and the leader write the same records. API routes are
-//! recorded by one middleware (`crate::http::audit`) after the route answered with success;
+//! recorded by one middleware (the `ax` binary's `http::audit`) after the route answered with success;
 //! a route that knows more (the diff of a put) hands it to the middleware as an
 //! [`AuditDetail`] response extension. The CLI records through the same [`AuditRecord`] and
 //! backend call.

@@ -48,6 +48,7 @@ pub use crate::connect::{
 };
 
 pub use audit_store::AuditStore;
+pub use tasks::check_command;
 
 use crate::api::{
     ApiBackend, ApiError, ApiFuture, BackfillParams, BackfillResult, ClockView, CompletionReply,
@@ -57,7 +58,8 @@ use crate::api::{
 };
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::clock_check::ClockCheck;
-use crate::config::Config;
+use crate::config::ClusterConfig;
+use crate::error::ControlError;
 
 /// The etcd registry and Redis queues behind the CLI and `/api/v1`.
 pub struct Backend {
@@ -66,7 +68,7 @@ pub struct Backend {
     election: ElectionConfig,
     queue: OnceCell<Queue>,
     /// For connecting Redis on first use, through the same path as a replica.
-    config: Config,
+    config: ClusterConfig,
     worker_queues: Vec<String>,
     request_timeout: Duration,
     etcd_quota_bytes: u64,
@@ -83,21 +85,21 @@ pub struct Backend {
 
 impl Backend {
     /// Connects to etcd and Redis now; either failing is an error naming where it tried.
-    pub async fn connect(config: &Config) -> anyhow::Result<Backend> {
+    pub async fn connect(config: &ClusterConfig) -> Result<Backend, ControlError> {
         let etcd = connect_etcd(config).await?;
         let queue = connect_queue(config, Arc::new(SystemClock)).await?;
         Ok(Backend::new(etcd, Some(queue), config))
     }
 
     /// Connects to etcd now and to Redis on the first call that needs it.
-    pub async fn connect_lazy(config: &Config) -> anyhow::Result<Backend> {
+    pub async fn connect_lazy(config: &ClusterConfig) -> Result<Backend, ControlError> {
         let etcd = connect_etcd(config).await?;
         Ok(Backend::new(etcd, None, config))
     }
 
     /// A backend over clients the caller already has (a replica shares its own); without a
     /// queue, Redis is connected on first use.
-    pub fn new(etcd: Client, queue: Option<Queue>, config: &Config) -> Backend {
+    pub fn new(etcd: Client, queue: Option<Queue>, config: &ClusterConfig) -> Backend {
         Backend {
             registry: Registry::new(etcd.clone(), registry_config(config)),
             audit: AuditStore::of(etcd.clone(), config),
@@ -105,10 +107,10 @@ impl Backend {
             election: election_config(config),
             queue: OnceCell::new_with(queue),
             config: config.clone(),
-            worker_queues: config.worker.queues.clone(),
+            worker_queues: config.worker_queues.clone(),
             request_timeout: config.etcd.timeout,
             etcd_quota_bytes: config.etcd.quota_backend_bytes,
-            shards: config.scheduler.shards,
+            shards: config.shards,
             max_tasks_per_namespace: config.limits.max_tasks_per_namespace,
             max_backfill_fires: config.limits.max_backfill_fires,
             max_list_scan: config.limits.max_list_scan,
@@ -116,9 +118,13 @@ impl Backend {
         }
     }
 
-    /// The same backend, its audit log reporting in `gauge` whether it is over its count.
-    pub fn with_audit_gauge(mut self, gauge: prometheus::IntGauge) -> Backend {
-        self.audit = self.audit.with_capacity_gauge(gauge);
+    /// The same backend, its audit log telling `report` after each write whether it is over
+    /// its count.
+    pub fn with_audit_capacity_report(
+        mut self,
+        report: impl Fn(bool) + Send + Sync + 'static,
+    ) -> Backend {
+        self.audit = self.audit.with_capacity_report(report);
         self
     }
 
@@ -139,8 +145,7 @@ impl Backend {
         let skew_ms = (skew * 1000.0).round() as i64;
         Some(ClockView {
             skew_ms,
-            max_skew_ms: u64::try_from(self.config.scheduler.max_clock_skew.as_millis())
-                .unwrap_or(u64::MAX),
+            max_skew_ms: u64::try_from(self.config.max_clock_skew.as_millis()).unwrap_or(u64::MAX),
         })
     }
 

@@ -10,10 +10,11 @@
 //! `audit.max_records` the store sets `scheduler_audit_over_capacity` and warns, so an
 //! operator can shorten the retention or find the writer.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
-use prometheus::IntGauge;
 
 use super::errors;
 use crate::api::{ApiError, MAX_LIST_LIMIT};
@@ -27,8 +28,16 @@ pub struct AuditStore {
     retention: Duration,
     max_records: usize,
     request_timeout: Duration,
-    /// `scheduler_audit_over_capacity`, where a replica exports it.
-    over_capacity: Option<IntGauge>,
+    /// Told whether the log is over its count after each write (a replica exports it as
+    /// `scheduler_audit_over_capacity`); the flag beside it makes the warning once a crossing.
+    over_capacity: Option<CapacityWatch>,
+}
+
+/// Whether the log is over `audit.max_records`, told to whoever watches it.
+#[derive(Clone)]
+struct CapacityWatch {
+    report: Arc<dyn Fn(bool) + Send + Sync>,
+    over: Arc<AtomicBool>,
 }
 
 impl AuditStore {
@@ -51,14 +60,17 @@ impl AuditStore {
         }
     }
 
-    /// The same log, reporting whether it is over its count in `gauge`.
-    pub fn with_capacity_gauge(mut self, gauge: IntGauge) -> Self {
-        self.over_capacity = Some(gauge);
+    /// The same log, telling `report` after each write whether it is over its count.
+    pub fn with_capacity_report(mut self, report: impl Fn(bool) + Send + Sync + 'static) -> Self {
+        self.over_capacity = Some(CapacityWatch {
+            report: Arc::new(report),
+            over: Arc::new(AtomicBool::new(false)),
+        });
         self
     }
 
     /// The log as `config` sets it up.
-    pub fn of(etcd: Client, config: &crate::config::Config) -> Self {
+    pub fn of(etcd: Client, config: &crate::config::ClusterConfig) -> Self {
         AuditStore::new(
             etcd,
             &config.etcd.prefix,
@@ -112,8 +124,8 @@ impl AuditStore {
         .map_err(|e| errors::etcd("audit count", e))?;
         let count = usize::try_from(counted.count()).unwrap_or(0);
         let over = count > self.max_records;
-        if let Some(gauge) = &self.over_capacity {
-            if over && gauge.get() == 0 {
+        if let Some(watch) = &self.over_capacity {
+            if over && !watch.over.load(Ordering::Relaxed) {
                 tracing::warn!(
                     records = count,
                     max_records = self.max_records,
@@ -123,7 +135,8 @@ impl AuditStore {
                      who writes so much"
                 );
             }
-            gauge.set(i64::from(over));
+            watch.over.store(over, Ordering::Relaxed);
+            (watch.report)(over);
         } else if over {
             tracing::warn!(
                 records = count,

@@ -15,19 +15,21 @@
 //! since the TLS library's words ("UnknownIssuer") do not name one.
 //!
 //! Everything that talks to etcd or Redis connects through here (the API backend, the
-//! server's roles, the clock check), so this module depends on the configuration alone.
+//! server's roles, the clock check, the SDK), so this module depends on the configuration
+//! alone.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
 use ax_election::ElectionConfig;
 use ax_queue::{ClientIdentity, Queue, QueueConfig, RedisTls};
 use ax_registry::RegistryConfig;
+use ax_scheduler_core::redact::mask_url_password;
 use ax_scheduler_core::Clock;
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
 
-use crate::config::Config;
+use crate::config::ClusterConfig;
+use crate::error::ControlError;
 
 /// HTTP/2 keep-alive ping interval on etcd connections: a dead peer (or a NAT that dropped
 /// the flow) is noticed within interval + timeout instead of at the next request.
@@ -35,7 +37,7 @@ const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Connects to the configured etcd cluster (endpoints, user and password, TLS) and checks it
 /// answers within `etcd.timeout`; the error names the endpoints when it does not.
-pub async fn connect_etcd(config: &Config) -> anyhow::Result<Client> {
+pub async fn connect_etcd(config: &ClusterConfig) -> Result<Client, ControlError> {
     let etcd = &config.etcd;
     let endpoints = etcd.endpoints.join(",");
     let options = etcd_connect_options(config)?;
@@ -47,14 +49,13 @@ pub async fn connect_etcd(config: &Config) -> anyhow::Result<Client> {
     .await
     {
         Ok(Ok(client)) => client,
-        Ok(Err(e)) => bail!(
-            "cannot connect to etcd at {endpoints} (etcd.endpoints): {e}{}",
-            tls_hint(&format!("{e:?}"), "etcd", !etcd.ca_file.is_empty())
-        ),
-        Err(_) => bail!(
-            "etcd at {endpoints} (etcd.endpoints) did not answer within {} (etcd.timeout)",
-            humantime::format_duration(etcd.timeout)
-        ),
+        Ok(Err(e)) => {
+            return Err(ControlError::Connect(format!(
+                "cannot connect to etcd at {endpoints} (etcd.endpoints): {e}{}",
+                tls_hint(&format!("{e:?}"), "etcd", !etcd.ca_file.is_empty())
+            )))
+        }
+        Err(_) => return Err(not_answered(&endpoints, etcd.timeout)),
     };
     // A count-only read of the leader key: cheap, and it exercises the connection, the
     // authentication token and read permission on the prefix.
@@ -65,20 +66,24 @@ pub async fn connect_etcd(config: &Config) -> anyhow::Result<Client> {
     );
     match tokio::time::timeout(etcd.timeout, probe).await {
         Ok(Ok(_)) => Ok(client),
-        Ok(Err(e)) => bail!(
+        Ok(Err(e)) => Err(ControlError::Connect(format!(
             "cannot reach etcd at {endpoints} (etcd.endpoints): {e}{}",
             tls_hint(&format!("{e:?}"), "etcd", !etcd.ca_file.is_empty())
-        ),
-        Err(_) => bail!(
-            "etcd at {endpoints} (etcd.endpoints) did not answer within {} (etcd.timeout)",
-            humantime::format_duration(etcd.timeout)
-        ),
+        ))),
+        Err(_) => Err(not_answered(&endpoints, etcd.timeout)),
     }
+}
+
+fn not_answered(endpoints: &str, timeout: Duration) -> ControlError {
+    ControlError::Connect(format!(
+        "etcd at {endpoints} (etcd.endpoints) did not answer within {} (etcd.timeout)",
+        humantime::format_duration(timeout)
+    ))
 }
 
 /// The etcd client's settings from `[etcd]`: timeouts, HTTP/2 keep-alive, user, TLS. Every
 /// etcd client of a replica (the shared one, the member probes) is made with these.
-pub fn etcd_connect_options(config: &Config) -> anyhow::Result<ConnectOptions> {
+pub fn etcd_connect_options(config: &ClusterConfig) -> Result<ConnectOptions, ControlError> {
     let etcd = &config.etcd;
     let mut options = ConnectOptions::new()
         .with_connect_timeout(etcd.timeout)
@@ -105,19 +110,21 @@ pub struct EtcdTls {
 
 /// Reads etcd's TLS files: `None` without `etcd.ca_file`. An `https://` endpoint needs the
 /// CA (no system roots are used) and the CA needs `https://` endpoints.
-pub fn etcd_tls(config: &Config) -> anyhow::Result<Option<EtcdTls>> {
+pub fn etcd_tls(config: &ClusterConfig) -> Result<Option<EtcdTls>, ControlError> {
     let etcd = &config.etcd;
     if etcd.ca_file.is_empty() {
         if let Some(e) = etcd.endpoints.iter().find(|e| e.starts_with("https://")) {
-            bail!(
+            return Err(ControlError::Config(format!(
                 "etcd endpoint {e} uses https:// but etcd.ca_file is not set: give the CA \
                  bundle that signed the etcd server certificate"
-            );
+            )));
         }
         return Ok(None);
     }
     if let Some(e) = etcd.endpoints.iter().find(|e| e.starts_with("http://")) {
-        bail!("etcd.ca_file is set, so connections use TLS, but endpoint {e} is http://: use https://");
+        return Err(ControlError::Config(format!(
+            "etcd.ca_file is set, so connections use TLS, but endpoint {e} is http://: use https://"
+        )));
     }
     Ok(Some(EtcdTls {
         ca: read_setting("etcd.ca_file", &etcd.ca_file)?,
@@ -126,7 +133,7 @@ pub fn etcd_tls(config: &Config) -> anyhow::Result<Option<EtcdTls>> {
 }
 
 /// The TLS settings of the etcd client: `None` without `etcd.ca_file`.
-fn tls_options(config: &Config) -> anyhow::Result<Option<TlsOptions>> {
+fn tls_options(config: &ClusterConfig) -> Result<Option<TlsOptions>, ControlError> {
     Ok(etcd_tls(config)?.map(|tls| {
         let options = TlsOptions::new().ca_certificate(Certificate::from_pem(tls.ca));
         match tls.identity {
@@ -138,7 +145,7 @@ fn tls_options(config: &Config) -> anyhow::Result<Option<TlsOptions>> {
 
 /// Reads Redis's TLS files: `None` when neither `redis.ca_file` nor `redis.cert_file` is set
 /// (a `rediss://` URL then trusts the system's roots).
-pub fn redis_tls(config: &Config) -> anyhow::Result<Option<RedisTls>> {
+pub fn redis_tls(config: &ClusterConfig) -> Result<Option<RedisTls>, ControlError> {
     let redis = &config.redis;
     if redis.ca_file.is_empty() && redis.cert_file.is_empty() {
         return Ok(None);
@@ -159,7 +166,7 @@ fn identity(
     backend: &str,
     cert_file: &str,
     key_file: &str,
-) -> anyhow::Result<Option<ClientIdentity>> {
+) -> Result<Option<ClientIdentity>, ControlError> {
     if cert_file.is_empty() {
         return Ok(None);
     }
@@ -169,8 +176,8 @@ fn identity(
     }))
 }
 
-fn read_setting(key: &str, path: &str) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| format!("cannot read {key} {path}"))
+fn read_setting(key: &str, path: &str) -> Result<Vec<u8>, ControlError> {
+    std::fs::read(path).map_err(|e| ControlError::Config(format!("cannot read {key} {path}: {e}")))
 }
 
 /// What to check after a TLS failure of `backend` (`etcd`, `redis`), as words to append to
@@ -226,30 +233,38 @@ pub(crate) fn tls_hint(error: &str, backend: &str, ca_set: bool) -> String {
 /// Connects the Redis queue client (`redis.url`, or the cluster of `redis.cluster_nodes`,
 /// with `redis.password`, `redis.key_prefix`, the TLS files), reading the wall clock
 /// through `clock`: the one way ax connects to Redis.
-pub async fn connect_queue(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Queue> {
-    let masked = config.masked();
+pub async fn connect_queue(
+    config: &ClusterConfig,
+    clock: Arc<dyn Clock>,
+) -> Result<Queue, ControlError> {
     let mut settings = queue_config(config);
     settings.tls = redis_tls(config)?;
     settings.clock = clock;
     let (connected, shown, key) = if config.redis.cluster_nodes.is_empty() {
-        let connected = Queue::connect(&config.redis_connection_url(), settings).await;
-        (connected, masked.redis.url, "redis.url")
+        let connected = Queue::connect(&config.redis.connection_url(), settings).await;
+        (connected, mask_url_password(&config.redis.url), "redis.url")
     } else {
-        let connected = Queue::connect_cluster(&config.redis_cluster_urls(), settings).await;
-        let shown = format!("the cluster of {}", masked.redis.cluster_nodes.join(", "));
+        let connected = Queue::connect_cluster(&config.redis.cluster_urls(), settings).await;
+        let nodes: Vec<String> = config
+            .redis
+            .cluster_nodes
+            .iter()
+            .map(|n| mask_url_password(n))
+            .collect();
+        let shown = format!("the cluster of {}", nodes.join(", "));
         (connected, shown, "redis.cluster_nodes")
     };
     match connected {
         Ok(queue) => Ok(queue),
-        Err(e) => bail!(
+        Err(e) => Err(ControlError::Connect(format!(
             "cannot connect to Redis at {shown} ({key}): {e}{}",
             tls_hint(&e.to_string(), "redis", !config.redis.ca_file.is_empty())
-        ),
+        ))),
     }
 }
 
 /// The registry settings of `config`.
-pub fn registry_config(config: &Config) -> RegistryConfig {
+pub fn registry_config(config: &ClusterConfig) -> RegistryConfig {
     RegistryConfig {
         prefix: config.etcd.prefix.clone(),
         request_timeout: config.etcd.timeout,
@@ -258,7 +273,7 @@ pub fn registry_config(config: &Config) -> RegistryConfig {
 }
 
 /// The election settings of `config`.
-pub fn election_config(config: &Config) -> ElectionConfig {
+pub fn election_config(config: &ClusterConfig) -> ElectionConfig {
     ElectionConfig {
         prefix: config.etcd.prefix.clone(),
         ttl: config.election.lease_ttl,
@@ -266,32 +281,9 @@ pub fn election_config(config: &Config) -> ElectionConfig {
     }
 }
 
-/// The queue client settings of `config`.
-pub fn queue_config(config: &Config) -> QueueConfig {
-    QueueConfig {
-        prefix: config.redis.key_prefix.clone(),
-        history_cap: config.redis.history_cap,
-        history_retention: config.redis.history_retention,
-        execution_history_retention: config.redis.execution_history_retention,
-        execution_history_max_entries: config.redis.execution_history_max_entries,
-        dlq_retention: config.redis.dlq_retention,
-        dlq_max_entries: config.redis.dlq_max_entries,
-        replica_acks: config.redis.replica_acks,
-        limits: config
-            .worker
-            .queue_limits
-            .iter()
-            .map(|l| {
-                let limits = ax_queue::QueueLimits {
-                    max_running: l.max_running,
-                    rate: l.rate,
-                };
-                (l.queue.clone(), limits)
-            })
-            .collect(),
-        partitions: config.redis.queue_partitions.clone(),
-        ..QueueConfig::default()
-    }
+/// The queue client settings of `config` (see [`ClusterConfig::queue_config`]).
+pub fn queue_config(config: &ClusterConfig) -> QueueConfig {
+    config.queue_config()
 }
 
 #[cfg(test)]
@@ -300,7 +292,7 @@ mod tests {
 
     #[test]
     fn https_needs_a_ca_and_a_ca_needs_https() {
-        let mut c = Config::default();
+        let mut c = ClusterConfig::default();
         c.etcd.endpoints = vec!["https://etcd:2379".into()];
         let e = tls_options(&c).unwrap_err().to_string();
         assert!(e.contains("etcd.ca_file is not set"), "{e}");
@@ -321,7 +313,7 @@ mod tests {
 
     #[test]
     fn tls_files_are_read_and_named_when_missing() {
-        let mut c = Config::default();
+        let mut c = ClusterConfig::default();
         assert!(redis_tls(&c).unwrap().is_none());
         c.redis.url = "rediss://redis:6380".into();
         c.redis.ca_file = "/nonexistent/ca.pem".into();
@@ -373,7 +365,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unreachable_cluster_is_named_in_the_error() {
-        let mut c = Config::default();
+        let mut c = ClusterConfig::default();
         let port = ax_testkit::free_port();
         c.etcd.endpoints = vec![format!("http://127.0.0.1:{port}")];
         c.etcd.timeout = Duration::from_secs(2);
@@ -383,72 +375,5 @@ mod tests {
         let e = format!("{e:#}");
         assert!(e.contains(&format!("127.0.0.1:{port}")), "{e}");
         assert!(e.contains("etcd.endpoints"), "{e}");
-    }
-
-    #[test]
-    fn queue_partitions_are_read_checked_and_given_to_the_queue_client() {
-        let c = Config::from_toml_str(
-            "[instance]\nid = \"r1\"\n[redis]\nqueue_partitions = { hot = 4, warm = 1 }",
-        )
-        .unwrap();
-        c.validate().unwrap();
-        let q = queue_config(&c);
-        assert_eq!(q.partitions["hot"], 4);
-        assert_eq!(q.partitions["warm"], 1);
-        assert!(Config::default().redis.queue_partitions.is_empty());
-        let bad = Config::from_toml_str(
-            "[instance]\nid = \"r1\"\n[redis]\nqueue_partitions = { hot = 0, cold = 257, \"a#p1\" = 2 }\n\
-             [worker]\nqueues = [\"default\", \"b#p0\"]",
-        )
-        .unwrap();
-        let e = bad.validate().unwrap_err().to_string();
-        assert!(
-            e.contains("redis.queue_partitions: queue `hot` has 0 partitions; 1 to 256"),
-            "{e}"
-        );
-        assert!(e.contains("queue `cold` has 257 partitions"), "{e}");
-        assert!(
-            e.contains("redis.queue_partitions: queue `a#p1` contains `#`"),
-            "{e}"
-        );
-        assert!(
-            e.contains("worker.queues: queue `b#p0` contains `#`"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn queue_limits_are_read_checked_and_given_to_the_queue_client() {
-        let c = Config::from_toml_str(
-            "[instance]\nid = \"r1\"\n[worker]\nqueue_limits = [{queue = \"reports\", max_running = 4, rate = 2.5}, \
-             {queue = \"mail\", rate = 10}]",
-        )
-        .unwrap();
-        c.validate().unwrap();
-        let q = queue_config(&c);
-        assert_eq!(q.limits["reports"].max_running, 4);
-        assert_eq!(q.limits["reports"].rate, 2.5);
-        assert_eq!(q.limits["mail"].max_running, 0);
-        let bad = Config::from_toml_str(
-            "[instance]\nid = \"r1\"\n[worker]\nqueue_limits = [{queue = \"a\", rate = -1}, {queue = \"a\"}, \
-             {queue = \"b c\"}]",
-        )
-        .unwrap();
-        let e = bad.validate().unwrap_err().to_string();
-        assert!(
-            e.contains("worker.queue_limits[0]: rate -1 must be a number of at least 0"),
-            "{e}"
-        );
-        assert!(
-            e.contains("worker.queue_limits[1]: queue `a` has limits twice"),
-            "{e}"
-        );
-        assert!(
-            e.contains("worker.queue_limits[2]: queue `b c` is not a queue name"),
-            "{e}"
-        );
-        assert!(
-            Config::from_toml_str("[worker]\nqueue_limits = [{queue = \"a\", max = 1}]").is_err()
-        );
     }
 }

@@ -148,6 +148,9 @@ pub struct TaskView {
 /// Fires a task's view lists ahead ([`TaskView::upcoming_fires`]).
 pub const UPCOMING_FIRES: usize = 10;
 
+/// How many next fires a task's preview shows (`ax task put --dry-run`, a put's answer).
+pub const PREVIEW_FIRES: usize = 5;
+
 impl TaskView {
     /// Replaces the spec's secrets by `***` (see [`ax_scheduler_core::redact::mask_spec`]).
     pub fn mask_secrets(&mut self) {

@@ -3,7 +3,7 @@
 //! The variants follow what a caller can do about a failure (fix the input, look elsewhere,
 //! retry the change, wait, report a bug), and each has a stable code the clients branch
 //! on. How a failure travels (the HTTP status, the JSON body, the CLI's exit code) belongs
-//! to each transport: the HTTP mapping is in `crate::http::error`, keyed on [`LimitKind`]
+//! to each transport: the HTTP mapping is in the `ax` binary's `http::error`, keyed on [`LimitKind`]
 //! where one variant spans several statuses.
 
 /// Which input limit a request went past; each transport says it its own way (HTTP: 413,
@@ -95,11 +95,59 @@ impl ApiError {
         }
     }
 
+    /// Whether the same call may succeed later unchanged: a backend that did not answer, a
+    /// change that lost a race, a rate that refused it for now.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ApiError::Unavailable(_) | ApiError::Conflict(_) | ApiError::Limit { .. }
+        )
+    }
+
     /// Seconds until a refused rate lets the next call in, when the refusal says.
     pub fn retry_after_s(&self) -> Option<u64> {
         match self {
             ApiError::Limit { retry_after_s, .. } => *retry_after_s,
             _ => None,
+        }
+    }
+
+    /// The error a `code` names (the inverse of [`ApiError::code`]), as a client reads it
+    /// back from an answer: `errors` are an invalid input's problems, `kind` and
+    /// `retry_after_s` a limit's. An unknown code is [`ApiError::Internal`].
+    pub fn from_code(
+        code: &str,
+        message: String,
+        errors: Vec<String>,
+        kind: LimitKind,
+        retry_after_s: Option<u64>,
+    ) -> ApiError {
+        let m = message;
+        match code {
+            "invalid_input" => ApiError::Invalid {
+                errors: if errors.is_empty() {
+                    vec![m.clone()]
+                } else {
+                    errors
+                },
+                message: m,
+            },
+            "bad_cursor" => ApiError::BadCursor(m),
+            "unauthorized" => ApiError::Unauthorized(m),
+            "forbidden" => ApiError::Forbidden(m),
+            "api_closed" => ApiError::Closed(m),
+            "cross_origin" => ApiError::CrossOrigin(m),
+            "unknown_host" => ApiError::UnknownHost(m),
+            "unsupported_media_type" => ApiError::UnsupportedMediaType(m),
+            "not_found" => ApiError::NotFound(m),
+            "conflict" => ApiError::Conflict(m),
+            "limit_exceeded" => ApiError::Limit {
+                kind,
+                message: m,
+                retry_after_s,
+            },
+            "backend_unavailable" => ApiError::Unavailable(m),
+            _ => ApiError::Internal(m),
         }
     }
 
@@ -120,5 +168,54 @@ impl ApiError {
             ApiError::Unavailable(_) => "backend_unavailable",
             ApiError::Internal(_) => "internal",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_reads_back_into_its_error() {
+        let errors = [
+            ApiError::Invalid {
+                message: "m".into(),
+                errors: vec!["a".into(), "b".into()],
+            },
+            ApiError::BadCursor("m".into()),
+            ApiError::Unauthorized("m".into()),
+            ApiError::Forbidden("m".into()),
+            ApiError::Closed("m".into()),
+            ApiError::CrossOrigin("m".into()),
+            ApiError::UnknownHost("m".into()),
+            ApiError::UnsupportedMediaType("m".into()),
+            ApiError::NotFound("m".into()),
+            ApiError::Conflict("m".into()),
+            ApiError::Limit {
+                kind: LimitKind::Rate,
+                message: "m".into(),
+                retry_after_s: Some(3),
+            },
+            ApiError::Unavailable("m".into()),
+            ApiError::Internal("m".into()),
+        ];
+        for e in errors {
+            let problems = match &e {
+                ApiError::Invalid { errors, .. } => errors.clone(),
+                _ => Vec::new(),
+            };
+            let back = ApiError::from_code(
+                e.code(),
+                e.to_string(),
+                problems,
+                LimitKind::Rate,
+                e.retry_after_s(),
+            );
+            assert_eq!(back, e);
+        }
+        assert_eq!(
+            ApiError::from_code("no_such_code", "m".into(), vec![], LimitKind::Count, None),
+            ApiError::Internal("m".into())
+        );
     }
 }

@@ -13,11 +13,11 @@ use ax_scheduler_core::task::DEFAULT_NAMESPACE;
 use ax_scheduler_core::{TaskSpec, TaskState, TaskStatus, UtcMillis};
 
 use super::{cursor, errors, Backend};
+use crate::api::PREVIEW_FIRES;
 use crate::api::{
     ApiError, LimitKind, PutOptions, PutTaskResult, TaskKey, TaskList, TaskQuery, TaskView,
     TriggerParams, TriggerResult, UPCOMING_FIRES,
 };
-use crate::task_file::PREVIEW_FIRES;
 
 /// The view of the value stored under `namespace/id`.
 pub(super) fn view_from_raw(
@@ -348,12 +348,10 @@ impl Backend {
                 errors: errors.iter().map(ToString::to_string).collect(),
             }
         })?;
-        crate::task_file::check_command(&spec, &self.config.worker.commands_config()).map_err(
-            |errors| ApiError::Invalid {
-                message: format!("task {key} is invalid"),
-                errors,
-            },
-        )?;
+        check_command(&spec, &self.config.commands).map_err(|errors| ApiError::Invalid {
+            message: format!("task {key} is invalid"),
+            errors,
+        })?;
         let now = UtcMillis::now();
         if !dry_run && spec.created_at.is_none() {
             // So that a `delay` or `every` countdown starts at registration, whichever
@@ -566,6 +564,21 @@ fn views_of_page(page: TaskPage) -> Vec<TaskView> {
             .collect::<Vec<u8>>()
     });
     views
+}
+
+/// Checks a valid spec's `command.args` against the rule for its command
+/// (`worker.commands.<name>.task_args`), so a task its workers would refuse is refused when it
+/// is written, where its author sees why.
+pub fn check_command(
+    spec: &TaskSpec,
+    commands: &ax_worker::CommandsConfig,
+) -> Result<(), Vec<String>> {
+    match &spec.command {
+        Some(call) => commands
+            .check_task_args(call)
+            .map_err(|e| vec![format!("command.args: {e}")]),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -1,21 +1,22 @@
 //! The check of this host's clock against etcd's, which the scheduler role runs before it
-//! schedules ([`ax_scheduler::clock::ClockProbe`]) and `ax status` shows.
+//! schedules (the `ax` binary hands it to the scheduler role as its clock probe) and `ax
+//! status` shows.
 //!
 //! The clock check talks HTTP to etcd's client port, beside the gRPC client, so it needs the
 //! same TLS settings. It asks the members in the order of `etcd.endpoints` and takes the first
 //! answer, each member under [`CHECK_TIMEOUT`]: a dead or hung first member delays the check
-//! by at most that, and does not make it fail while another member answers. Its TLS: [`ClockCheck`] is built from the same [`EtcdTls`] as the etcd client
-//! (the CA alone, never the built-in web roots, and the client certificate for
+//! by at most that, and does not make it fail while another member answers. Its TLS:
+//! [`ClockCheck`] is built from the same [`EtcdTls`] as the etcd client (the CA alone, never the built-in web roots, and the client certificate for
 //! `--client-cert-auth`). A check that fails says why and which setting to look at; the
 //! caller decides what a failed check means.
 
 use std::time::Duration;
 
-use anyhow::Context;
 use ax_scheduler_core::UtcMillis;
 
 use crate::connect::{tls_hint, EtcdTls};
 use crate::endpoints::endpoint_url;
+use crate::error::{chain, ControlError};
 
 /// Limit on asking one member, connection included.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
@@ -33,9 +34,11 @@ impl ClockCheck {
     /// A check against `endpoints` (`etcd.endpoints`, at least one), over TLS with `tls`
     /// when given. A bare `host:port` gets the scheme the etcd client gives it: `https://`
     /// with TLS, else `http://`.
-    pub fn new(endpoints: &[String], tls: Option<&EtcdTls>) -> anyhow::Result<ClockCheck> {
+    pub fn new(endpoints: &[String], tls: Option<&EtcdTls>) -> Result<ClockCheck, ControlError> {
         if endpoints.is_empty() {
-            anyhow::bail!("no etcd endpoint to check the clock against (etcd.endpoints)");
+            return Err(ControlError::Config(
+                "no etcd endpoint to check the clock against (etcd.endpoints)".into(),
+            ));
         }
         let urls = endpoints
             .iter()
@@ -48,10 +51,13 @@ impl ClockCheck {
             .collect();
         let mut builder = reqwest::Client::builder().timeout(CHECK_TIMEOUT);
         if let Some(tls) = tls {
-            let roots = reqwest::Certificate::from_pem_bundle(&tls.ca)
-                .context("etcd.ca_file is not a PEM certificate bundle")?;
+            let roots = reqwest::Certificate::from_pem_bundle(&tls.ca).map_err(|e| {
+                ControlError::Config(format!("etcd.ca_file is not a PEM certificate bundle: {e}"))
+            })?;
             if roots.is_empty() {
-                anyhow::bail!("etcd.ca_file holds no PEM certificate");
+                return Err(ControlError::Config(
+                    "etcd.ca_file holds no PEM certificate".into(),
+                ));
             }
             // Like the etcd client: the configured CA only.
             builder = builder.tls_built_in_root_certs(false);
@@ -62,15 +68,20 @@ impl ClockCheck {
                 let mut pem = id.cert.clone();
                 pem.push(b'\n');
                 pem.extend_from_slice(&id.key);
-                let identity = reqwest::Identity::from_pem(&pem).context(
-                    "etcd.cert_file and etcd.key_file are not a PEM certificate and key",
-                )?;
+                let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                    ControlError::Config(format!(
+                        "etcd.cert_file and etcd.key_file are not a PEM certificate and key: {e}"
+                    ))
+                })?;
                 builder = builder.identity(identity);
             }
         }
-        let client = builder
-            .build()
-            .context("cannot build the HTTP client for the clock check")?;
+        let client = builder.build().map_err(|e| {
+            ControlError::Config(format!(
+                "cannot build the HTTP client for the clock check: {}",
+                chain(&e)
+            ))
+        })?;
         Ok(ClockCheck {
             client,
             urls,
@@ -84,7 +95,7 @@ impl ClockCheck {
     /// header from its host's clock. The header has whole seconds, so the estimate takes the
     /// middle of that second and of the request's round trip: good to about half a second
     /// plus half the round trip, enough for a threshold of seconds.
-    pub async fn skew(&self) -> anyhow::Result<f64> {
+    pub async fn skew(&self) -> Result<f64, ControlError> {
         let mut failure = None;
         for url in &self.urls {
             match self.skew_at(url).await {
@@ -93,17 +104,19 @@ impl ClockCheck {
             }
         }
         // `new` refuses an empty list, so a failure was recorded.
-        Err(failure.unwrap_or_else(|| anyhow::anyhow!("no etcd endpoint")))
+        Err(failure.unwrap_or_else(|| ControlError::Config("no etcd endpoint".into())))
     }
 
-    async fn skew_at(&self, url: &str) -> anyhow::Result<f64> {
+    async fn skew_at(&self, url: &str) -> Result<f64, ControlError> {
         let before = UtcMillis::now();
         let response = match self.client.get(url).send().await {
             Ok(response) => response,
             Err(e) => {
-                let e = anyhow::Error::new(e);
-                let hint = tls_hint(&format!("{e:#}"), "etcd", self.tls);
-                return Err(e.context(format!("cannot reach {url}{hint}")));
+                let e = chain(&e);
+                let hint = tls_hint(&e, "etcd", self.tls);
+                return Err(ControlError::Connect(format!(
+                    "cannot reach {url}{hint}: {e}"
+                )));
             }
         };
         let after = UtcMillis::now();
@@ -111,22 +124,13 @@ impl ClockCheck {
             .headers()
             .get(reqwest::header::DATE)
             .and_then(|v| v.to_str().ok())
-            .context("etcd's response has no Date header")?;
-        let remote = chrono::DateTime::parse_from_rfc2822(date)
-            .with_context(|| format!("cannot read etcd's Date header `{date}`"))?;
+            .ok_or_else(|| ControlError::Connect("etcd's response has no Date header".into()))?;
+        let remote = chrono::DateTime::parse_from_rfc2822(date).map_err(|e| {
+            ControlError::Connect(format!("cannot read etcd's Date header `{date}`: {e}"))
+        })?;
         let remote_mid_ms = remote.timestamp_millis() + 500;
         let local_mid_ms = (before.0 + after.0) / 2;
         Ok((local_mid_ms - remote_mid_ms) as f64 / 1000.0)
-    }
-}
-
-impl ax_scheduler::clock::ClockProbe for ClockCheck {
-    fn skew(&self) -> ax_scheduler::clock::SkewFuture<'_> {
-        Box::pin(async move {
-            ClockCheck::skew(self)
-                .await
-                .map_err(|e| format!("{e:#}").into())
-        })
     }
 }
 
@@ -155,7 +159,7 @@ mod tests {
         format!("http://{addr}")
     }
 
-    async fn skew_against(endpoint: &str) -> anyhow::Result<f64> {
+    async fn skew_against(endpoint: &str) -> Result<f64, ControlError> {
         ClockCheck::new(&[endpoint.to_owned()], None)?.skew().await
     }
 

@@ -5,7 +5,7 @@
 //! [`ApiError`] every call can fail with live here, free of HTTP, so the CLI, the output
 //! formats and the backends depend on the API without depending on the web server. The
 //! routes that put it on a port, and the status codes of each error, are in
-//! [`crate::http`]. One file per concept (tasks, executions, the dead-letter queue, status,
+//! the `ax` binary's `http` module. One file per concept (tasks, executions, the dead-letter queue, status,
 //! completions, access); everything is re-exported here, so callers name `crate::api::X`.
 
 mod access;
@@ -15,6 +15,7 @@ mod dlq;
 mod error;
 mod executions;
 mod find;
+mod http;
 mod status;
 mod tasks;
 
@@ -35,6 +36,7 @@ pub use find::{
     id_fragment, id_matches, ExecutionMatch, ExecutionMatches, FindParams, FIND_MATCHES_MAX,
     FIND_SCAN_MAX, MIN_ID_FRAGMENT,
 };
+pub use http::{limit_of_status, ErrorBody, ErrorDetail};
 pub use status::{
     ClockView, EtcdDbView, QueueContents, QueueState, QueueView, QueuedExecution, ReplicaView,
     ShardsView, StatusView,
@@ -42,12 +44,15 @@ pub use status::{
 pub use tasks::{
     BackfillParams, BackfillResult, PutOptions, PutTaskResult, TaskList, TaskQuery, TaskView,
     TriggerParams, TriggerResult, BACKFILL_HARD_MAX, DEFAULT_BACKFILL_MAX, DEFAULT_TASK_PAGE,
-    UPCOMING_FIRES,
+    PREVIEW_FIRES, UPCOMING_FIRES,
 };
 
 /// A task's address, `{prefix}/tasks/{namespace}/{id}`: the core's key, so the engine and
 /// the API name a task the same way.
 pub use ax_scheduler_core::TaskKey;
+
+/// Response header holding the token of the next page of a listing.
+pub const CONTINUE_HEADER: &str = "x-ax-continue";
 
 /// Largest `limit` a list call accepts.
 pub const MAX_LIST_LIMIT: usize = 1000;

@@ -3,7 +3,7 @@
 //!
 //! These are not HTTP's: the configuration checks its tokens with them, the CLI makes new
 //! tokens with them and `/whoami` answers with them, while the middleware that reads the
-//! `Authorization` header and refuses requests is in `crate::http::auth`. Tokens are kept
+//! `Authorization` header and refuses requests is in the `ax` binary's `http::auth`. Tokens are kept
 //! as SHA-256 hashes: tokens are random and long (256 bits from [`new_token`]), so a plain
 //! hash is enough and a slow password hash would only cost every request.
 
