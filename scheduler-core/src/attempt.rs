@@ -30,6 +30,34 @@ impl HandlerError {
     }
 }
 
+/// An I/O failure (a connection refused or reset, a timeout, a file busy) is worth another
+/// attempt.
+impl From<std::io::Error> for HandlerError {
+    fn from(e: std::io::Error) -> Self {
+        HandlerError::Retryable(e.to_string())
+    }
+}
+
+/// A payload or answer that does not parse will not parse better on the next attempt.
+impl From<serde_json::Error> for HandlerError {
+    fn from(e: serde_json::Error) -> Self {
+        if e.is_io() {
+            HandlerError::Retryable(e.to_string())
+        } else {
+            HandlerError::Permanent(e.to_string())
+        }
+    }
+}
+
+/// An error of unknown kind, with its causes, is retried: the task's retry policy bounds it,
+/// and a handler that knows better returns [`HandlerError::Permanent`] itself.
+#[cfg(feature = "anyhow")]
+impl From<anyhow::Error> for HandlerError {
+    fn from(e: anyhow::Error) -> Self {
+        HandlerError::Retryable(format!("{e:#}"))
+    }
+}
+
 /// How an attempt ended, its error, and whether that error may be retried.
 pub type Verdict = (AttemptOutcome, Option<String>, bool);
 
@@ -67,6 +95,22 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(text: &str) -> Result<u32, HandlerError> {
+        Ok(serde_json::from_str(text)?)
+    }
+
+    fn read(path: &str) -> Result<String, HandlerError> {
+        Ok(std::fs::read_to_string(path)?)
+    }
+
+    #[test]
+    fn common_errors_convert_with_question_mark() {
+        assert!(!parse("not json").unwrap_err().is_retryable());
+        assert_eq!(parse("7"), Ok(7));
+        let e = read("/nonexistent/ax-handler-input").unwrap_err();
+        assert!(e.is_retryable(), "{e}");
+    }
 
     #[test]
     fn results_and_panics_map_to_outcomes() {
