@@ -11,12 +11,11 @@
 //! make "newest first since T" one range read and retention one range delete. The leader
 //! deletes records older than `audit.retention`.
 //!
-//! This module is the log's data (records, queries, pages, the diff of a spec), free of
-//! any transport, so the API, the CLI and the leader write the same records. API routes are
-//! recorded by one middleware (the `ax` binary's `http::audit`) after the route answered with success;
-//! a route that knows more (the diff of a put) hands it to the middleware as an
-//! [`AuditDetail`] response extension. The CLI records through the same [`AuditRecord`] and
-//! backend call.
+//! This module is the log's data (records, queries, pages, the diff of a spec, who made a
+//! change), free of any transport, so the API, the CLI, the SDK and the leader write the same
+//! records. The records of changes made through ax are built and written by
+//! [`crate::operations`], whichever front end asked; a put hands its diff to it as an
+//! [`AuditDetail`].
 
 use std::collections::BTreeMap;
 
@@ -30,6 +29,33 @@ pub const VIA_API: &str = "api";
 pub const VIA_CLI: &str = "cli";
 /// `via` (and actor) of a change written to etcd without ax.
 pub const VIA_ETCD: &str = "etcd (direct)";
+
+/// Who makes a change, and through what: the actor and `via` of its audit record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Actor {
+    /// The API token's name, `cli:<user>@<host>`, a service's name.
+    pub name: String,
+    /// [`VIA_API`], [`VIA_CLI`].
+    pub via: String,
+}
+
+impl Actor {
+    /// A caller of the HTTP API (or of the cluster from code), by name.
+    pub fn api(name: impl Into<String>) -> Self {
+        Actor {
+            name: name.into(),
+            via: VIA_API.to_owned(),
+        }
+    }
+
+    /// A user of the CLI, by name.
+    pub fn cli(name: impl Into<String>) -> Self {
+        Actor {
+            name: name.into(),
+            via: VIA_CLI.to_owned(),
+        }
+    }
+}
 
 /// One change.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -149,32 +149,6 @@ impl Backend {
         })
     }
 
-    /// Records a change already made by `actor` through `via` (`cli`, `api`). The change
-    /// stands whatever happens here: a record that cannot be written is logged with what it
-    /// would have said, not an error of the change.
-    pub async fn record_change(
-        &self,
-        actor: &str,
-        via: &str,
-        action: &str,
-        target: &str,
-        detail: Option<serde_json::Value>,
-        revision: Option<i64>,
-    ) {
-        let record = AuditRecord {
-            at: ax_scheduler_core::UtcMillis::now(),
-            actor: actor.to_owned(),
-            via: via.to_owned(),
-            action: action.to_owned(),
-            target: target.to_owned(),
-            detail,
-            revision,
-        };
-        if let Err(e) = self.audit.write(&record).await {
-            tracing::warn!(error = %e, action, target, "cannot write the audit record of this change");
-        }
-    }
-
     /// The task registry.
     pub fn registry(&self) -> &Registry {
         &self.registry

@@ -9,7 +9,12 @@
 //! replica's configuration embeds its sections); [`connect`] turns it into clients, and
 //! [`endpoints`] and [`clock_check`] keep watch on etcd's members and clock.
 //!
-//! Layout: the contract ([`api`], [`audit`]), the implementations ([`backend`],
+//! Every change goes through [`operations::Operations`], which makes it for an
+//! [`audit::Actor`] and writes its audit record, so each front end records the same change
+//! the same way.
+//!
+//! Layout: the contract ([`api`], [`audit`]), the changes with their records
+//! ([`operations`]), the implementations ([`backend`],
 //! [`http_client`], [`late_api`] for a replica still connecting), the way in ([`config`],
 //! [`connect`], [`endpoints`], [`clock_check`]) and this crate's errors ([`error`]).
 
@@ -23,6 +28,7 @@ pub mod endpoints;
 pub mod error;
 pub mod http_client;
 pub mod late_api;
+pub mod operations;
 
 pub use config::ClusterConfig;
 pub use error::ControlError;

@@ -25,8 +25,9 @@ use ax_control::api::{
     ApiBackend, ApiError, BackfillParams, DlqRequeue, ExecutionParams, PutOptions, TaskQuery,
     TaskView, TriggerParams,
 };
-use ax_control::audit::AuditQuery;
+use ax_control::audit::{Actor, AuditQuery};
 use ax_control::backend::Backend;
+use ax_control::operations::Operations;
 use ax_scheduler_core::{ExecutionId, TaskKey, UtcMillis};
 
 /// Time allowed past `worker.shutdown_grace` for everything else to stop.
@@ -50,8 +51,8 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
     }
 
     let config = load_config(&cli, edge)?;
-    let actor = cli_actor(edge);
-    let actor = actor.as_str();
+    let actor = Actor::cli(cli_actor(edge));
+    let actor = &actor;
     match cli.command {
         Command::Token(TokenCommand::New { name, role }) => print_stdout(&new_token(&name, role)),
         Command::Namespace(cmd) => namespace(&config, actor, cmd).await,
@@ -114,23 +115,24 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
 }
 
 /// `ax namespace pause|resume`.
-async fn namespace(config: &Config, actor: &str, cmd: NamespaceCommand) -> Result<(), CliError> {
+async fn namespace(config: &Config, actor: &Actor, cmd: NamespaceCommand) -> Result<(), CliError> {
     let b = backend(config).await?;
     let (action, namespace) = match cmd {
         NamespaceCommand::Pause { namespace } => {
-            b.pause_namespace(namespace.clone(), actor.to_owned())
+            Operations::new(&b, actor)
+                .pause_namespace(namespace.clone())
                 .await
                 .map_err(api_error)?;
             ("namespace.pause", namespace)
         }
         NamespaceCommand::Resume { namespace } => {
-            b.resume_namespace(namespace.clone())
+            Operations::new(&b, actor)
+                .resume_namespace(namespace.clone())
                 .await
                 .map_err(api_error)?;
             ("namespace.resume", namespace)
         }
     };
-    audit(&b, actor, action, &namespace, None, None).await;
     let done = if action == "namespace.pause" {
         "paused"
     } else {
@@ -196,9 +198,9 @@ async fn audit_list(
 }
 
 /// `ax queue show|pause|resume`.
-async fn queue(config: &Config, actor: &str, cmd: QueueCommand) -> Result<(), CliError> {
+async fn queue(config: &Config, actor: &Actor, cmd: QueueCommand) -> Result<(), CliError> {
     let b = backend(config).await?;
-    let (state, action) = match cmd {
+    let state = match cmd {
         QueueCommand::Show {
             name,
             limit,
@@ -215,17 +217,20 @@ async fn queue(config: &Config, actor: &str, cmd: QueueCommand) -> Result<(), Cl
                 OutputFormat::Json => output::json(&contents),
             });
         }
-        QueueCommand::Pause { name } => (b.pause_queue(name).await, "queue.pause"),
-        QueueCommand::Resume { name } => (b.resume_queue(name).await, "queue.resume"),
+        QueueCommand::Pause { name } => Operations::new(&b, actor).pause_queue(name).await,
+        QueueCommand::Resume { name } => Operations::new(&b, actor).resume_queue(name).await,
     };
     let state = state.map_err(api_error)?;
-    audit(&b, actor, action, &state.name, None, None).await;
     let what = if state.paused { "paused" } else { "resumed" };
     print_stdout(&format!("queue {} {what}\n", state.name))
 }
 
 /// `ax fence reseat`: one queue, or all of them.
-async fn fence_reseat(config: &Config, actor: &str, queue: Option<String>) -> Result<(), CliError> {
+async fn fence_reseat(
+    config: &Config,
+    actor: &Actor,
+    queue: Option<String>,
+) -> Result<(), CliError> {
     let b = backend(config).await?;
     let reseated = b.reseat_fences(queue.clone()).await.map_err(api_error)?;
     let mut text = String::new();
@@ -233,7 +238,9 @@ async fn fence_reseat(config: &Config, actor: &str, queue: Option<String>) -> Re
         text.push_str(&format!("queue {queue}: fence reseated at {token}\n"));
     }
     let target = queue.unwrap_or_default();
-    audit(&b, actor, "fence.reseat", &target, None, None).await;
+    Operations::new(&b, actor)
+        .record("fence.reseat", target, None, None)
+        .await;
     print_stdout(&text)
 }
 
@@ -354,7 +361,7 @@ fn api_error(e: ApiError) -> CliError {
 /// preview, otherwise registers it and prints its next fires.
 async fn task_put(
     config: &Config,
-    actor: &str,
+    actor: &Actor,
     file: &str,
     opts: PutOptions,
     id: Option<&str>,
@@ -380,21 +387,13 @@ async fn task_put(
         obj.insert("namespace".into(), serde_json::Value::from(&*key.namespace));
     }
     let b = backend(config).await?;
-    let mut result = b.put_task(doc, opts).await.map_err(api_error)?;
-    let target = format!("{}/{}", result.namespace, result.id);
+    let result = Operations::new(&b, actor)
+        .put_task(doc, opts)
+        .await
+        .map_err(api_error)?;
     let verb = if result.unchanged {
         "unchanged: this spec is registered already"
     } else {
-        let detail = result.audit.take().unwrap_or_default();
-        audit(
-            &b,
-            actor,
-            "task.put",
-            &target,
-            detail.detail,
-            detail.revision,
-        )
-        .await;
         "registered"
     };
     let mut out = format!(
@@ -409,7 +408,7 @@ async fn task_put(
 }
 
 /// `ax task get|list|delete|pause|resume|trigger|backfill|kill|graph|history`.
-async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliError> {
+async fn task(config: &Config, actor: &Actor, cmd: TaskCommand) -> Result<(), CliError> {
     // Parse the task name before connecting: a usage error needs no cluster.
     let key = match &cmd {
         TaskCommand::Get { task: r, .. }
@@ -458,7 +457,7 @@ async fn task(config: &Config, actor: &str, cmd: TaskCommand) -> Result<(), CliE
 /// The task commands that name one task, `key`; what they print.
 async fn task_keyed(
     b: &Backend,
-    actor: &str,
+    actor: &Actor,
     name: &str,
     k: TaskKey,
     cmd: TaskCommand,
@@ -480,18 +479,24 @@ async fn task_keyed(
             }
         }
         TaskCommand::Delete(_) => {
-            b.delete_task(k).await.map_err(api_error)?;
-            audit(b, actor, "task.delete", name, None, None).await;
+            Operations::new(b, actor)
+                .delete_task(k)
+                .await
+                .map_err(api_error)?;
             format!("task {name} deleted\n")
         }
         TaskCommand::Pause(_) => {
-            b.pause(k).await.map_err(api_error)?;
-            audit(b, actor, "task.pause", name, None, None).await;
+            Operations::new(b, actor)
+                .pause(k)
+                .await
+                .map_err(api_error)?;
             format!("task {name} paused\n")
         }
         TaskCommand::Resume(_) => {
-            b.resume(k).await.map_err(api_error)?;
-            audit(b, actor, "task.resume", name, None, None).await;
+            Operations::new(b, actor)
+                .resume(k)
+                .await
+                .map_err(api_error)?;
             format!("task {name} resumed\n")
         }
         TaskCommand::Trigger {
@@ -503,7 +508,7 @@ async fn task_keyed(
                 payload: read_payload(payload.as_deref())?,
                 idempotency_key,
             };
-            task_trigger(b, actor, name, k, params).await?
+            task_trigger(b, actor, k, params).await?
         }
         TaskCommand::Backfill {
             from,
@@ -524,9 +529,10 @@ async fn task_keyed(
         }
         TaskCommand::Kill { execution, .. } => {
             let execution = execution.as_deref().map(execution_arg).transpose()?;
-            let result = b.kill_task(k, execution).await.map_err(api_error)?;
-            let detail = serde_json::to_value(&result).ok();
-            audit(b, actor, "task.kill", name, detail, None).await;
+            let result = Operations::new(b, actor)
+                .kill_task(k, execution)
+                .await
+                .map_err(api_error)?;
             output::kill_text(&result)
         }
         TaskCommand::History { limit, output, .. } => {
@@ -587,15 +593,14 @@ fn read_payload(file: Option<&str>) -> Result<Option<serde_json::Value>, CliErro
 /// works.
 async fn task_trigger(
     b: &Backend,
-    actor: &str,
-    name: &str,
+    actor: &Actor,
     key: TaskKey,
     params: TriggerParams,
 ) -> Result<String, CliError> {
-    let mut detail = serde_json::to_value(&params).unwrap_or_default();
-    let r = b.trigger(key, params).await.map_err(api_error)?;
-    detail["execution_id"] = serde_json::Value::String(r.execution_id.to_string());
-    audit(b, actor, "task.trigger", name, Some(detail), None).await;
+    let r = Operations::new(b, actor)
+        .trigger(key, params)
+        .await
+        .map_err(api_error)?;
     Ok(format!("{}\n", r.execution_id))
 }
 
@@ -603,13 +608,15 @@ async fn task_trigger(
 /// stderr whether they run or a dry run only listed them.
 async fn task_backfill(
     b: &Backend,
-    actor: &str,
+    actor: &Actor,
     name: &str,
     key: TaskKey,
     params: BackfillParams,
 ) -> Result<String, CliError> {
-    let detail = serde_json::to_value(&params).ok();
-    let r = b.backfill(key, params).await.map_err(api_error)?;
+    let r = Operations::new(b, actor)
+        .backfill(key, params)
+        .await
+        .map_err(api_error)?;
     let mut out = String::new();
     for (i, t) in r.fires.iter().enumerate() {
         let ran = if r.already_run.get(i) == Some(&true) {
@@ -623,7 +630,6 @@ async fn task_backfill(
         }
     }
     if r.written {
-        audit(b, actor, "task.backfill", name, detail, None).await;
         let ran = r.already_run.iter().filter(|a| **a).count();
         let queued = r.fires.len() - ran;
         if ran == 0 {
@@ -667,7 +673,7 @@ async fn history(config: &Config, args: HistoryArgs) -> Result<(), CliError> {
 }
 
 /// `ax dlq list|requeue|purge`.
-async fn dlq(config: &Config, actor: &str, cmd: DlqCommand) -> Result<(), CliError> {
+async fn dlq(config: &Config, actor: &Actor, cmd: DlqCommand) -> Result<(), CliError> {
     let b = backend(config).await?;
     let text = match cmd {
         DlqCommand::List {
@@ -699,15 +705,17 @@ async fn dlq(config: &Config, actor: &str, cmd: DlqCommand) -> Result<(), CliErr
             } else {
                 DlqRequeue::Ids { ids, use_stored }
             };
-            let detail = serde_json::to_value(&request).ok();
-            let n = b.dlq_requeue(request).await.map_err(api_error)?;
-            audit(&b, actor, "dlq.requeue", "", detail, None).await;
+            let n = Operations::new(&b, actor)
+                .dlq_requeue(request)
+                .await
+                .map_err(api_error)?;
             format!("requeued {n} dead letter(s)\n")
         }
         DlqCommand::Purge { queue } => {
-            let target = queue.clone().unwrap_or_default();
-            let n = b.dlq_purge(queue).await.map_err(api_error)?;
-            audit(&b, actor, "dlq.purge", &target, None, None).await;
+            let n = Operations::new(&b, actor)
+                .dlq_purge(queue)
+                .await
+                .map_err(api_error)?;
             format!("purged {n} dead letter(s)\n")
         }
     };
@@ -724,26 +732,6 @@ fn cli_actor(edge: &Edge) -> String {
         Some(host) => format!("cli:{user}@{host}"),
         None => format!("cli:{user}"),
     }
-}
-
-/// Records a change the CLI made (see [`Backend::record_change`]).
-async fn audit(
-    b: &Backend,
-    actor: &str,
-    action: &str,
-    target: &str,
-    detail: Option<serde_json::Value>,
-    revision: Option<i64>,
-) {
-    b.record_change(
-        actor,
-        ax_control::audit::VIA_CLI,
-        action,
-        target,
-        detail,
-        revision,
-    )
-    .await;
 }
 
 /// The bytes of `file`, or of stdin for `-`.

@@ -5,11 +5,11 @@
 //! with `tower::ServiceExt::oneshot` and no socket; `serve.rs` binds it. Probes and metrics
 //! never need a token (the kubelet and Prometheus call them); `/api/v1` ([`routes`]) goes
 //! through the input limits of [`limits`], the checks that keep other web pages out
-//! ([`browser`]), [`auth::authorize`] (who calls, with which role) and the record of each
-//! change ([`audit`]). [`server`] is the accept loop, with its deadline for request headers. The API itself (its types, the backend trait
-//! and the errors) is [`ax_control::api`]'s; this module puts it on the port.
+//! ([`browser`]) and [`auth::authorize`] (who calls, with which role); each route then calls
+//! an operation for its caller, which records the change. [`server`] is the accept loop, with
+//! its deadline for request headers. The API itself (its types, the operations and the
+//! errors) is [`ax_control`]'s; this module puts it on the port.
 
-pub mod audit;
 pub mod auth;
 pub mod browser;
 pub mod console;
@@ -55,15 +55,8 @@ pub const API_PREFIX: &str = "/api/v1";
 pub fn app(state: AppState) -> Router {
     // Layers run outside in: the size limits first (nothing else reads an oversized
     // request), then the browser checks (a foreign page learns nothing, not even whether its
-    // token would do), then authorization, then the audit of what changed.
+    // token would do), then authorization, whose caller the routes' operations record.
     let api = routes::router(state.api.clone(), state.limits)
-        // Innermost: sees the caller the authorization found and the route's answer.
-        .layer(axum::middleware::from_fn_with_state(
-            audit::AuditState {
-                backend: state.api.clone(),
-            },
-            audit::record_changes,
-        ))
         .layer(axum::middleware::from_fn_with_state(
             auth::AuthState {
                 access: Arc::clone(&state.access),

@@ -33,8 +33,9 @@
 //! ```
 
 use ax_control::api::{ApiBackend, PutOptions, TriggerParams};
-use ax_control::audit::VIA_API;
+use ax_control::audit::Actor;
 use ax_control::backend::Backend;
+use ax_control::operations::Operations;
 use ax_scheduler_core::{ExecutionId, TaskKey, UtcMillis};
 use serde::Serialize;
 
@@ -51,7 +52,7 @@ use ax_control::http_client::HttpApi;
 /// Redis (nothing is cached).
 pub struct Client {
     via: Via,
-    actor: String,
+    actor: Actor,
 }
 
 /// How a client reaches the cluster.
@@ -65,7 +66,7 @@ enum Via {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("actor", &self.actor)
+            .field("actor", &self.actor.name)
             .finish_non_exhaustive()
     }
 }
@@ -81,7 +82,7 @@ impl Client {
         let backend = Backend::connect_lazy(&cluster).await?;
         Ok(Client {
             via: Via::Backend(Box::new(backend)),
-            actor: DEFAULT_ACTOR.to_owned(),
+            actor: Actor::api(DEFAULT_ACTOR),
         })
     }
 
@@ -101,14 +102,14 @@ impl Client {
     pub fn http(url: &str, token: &str) -> Result<Client> {
         Ok(Client {
             via: Via::Http(HttpApi::new(url, token)?),
-            actor: DEFAULT_ACTOR.to_owned(),
+            actor: Actor::api(DEFAULT_ACTOR),
         })
     }
 
     /// The same client, its changes recorded in the audit log as made by `actor` (your
     /// service's name). Default [`DEFAULT_ACTOR`].
     pub fn actor(mut self, actor: impl Into<String>) -> Self {
-        self.actor = actor.into();
+        self.actor = Actor::api(actor);
         self
     }
 
@@ -129,22 +130,13 @@ impl Client {
         };
         obj.insert("namespace".into(), namespace.into());
         obj.insert("id".into(), id.into());
-        let backend = match &self.via {
-            Via::Backend(b) => b,
-            Via::Http(api) => return Ok(api.put(doc).await?),
-        };
-        let mut result = backend.put_task(doc, PutOptions::default()).await?;
-        if !result.unchanged {
-            let change = result.audit.take().unwrap_or_default();
-            self.audit(
-                "task.put",
-                &format!("{namespace}/{id}"),
-                change.detail,
-                change.revision,
-            )
-            .await;
+        match &self.via {
+            Via::Backend(b) => Ok(self
+                .operations(b)
+                .put_task(doc, PutOptions::default())
+                .await?),
+            Via::Http(api) => Ok(api.put(doc).await?),
         }
-        Ok(result)
     }
 
     /// One task: its spec, state and next fires; `ApiError::NotFound` when there is none.
@@ -158,12 +150,9 @@ impl Client {
     /// Deletes a task (its state and history go with it).
     pub async fn delete(&self, namespace: &str, id: &str) -> Result<()> {
         match &self.via {
-            Via::Backend(b) => b.delete_task(key(namespace, id)).await?,
-            Via::Http(api) => return Ok(api.delete(namespace, id).await?),
+            Via::Backend(b) => Ok(self.operations(b).delete_task(key(namespace, id)).await?),
+            Via::Http(api) => Ok(api.delete(namespace, id).await?),
         }
-        self.audit("task.delete", &format!("{namespace}/{id}"), None, None)
-            .await;
-        Ok(())
     }
 
     /// One page of the tasks `query` selects (`TaskQuery::default()`: the first page of
@@ -193,35 +182,29 @@ impl Client {
             idempotency_key,
         };
         params.check()?;
-        let result = match &self.via {
-            Via::Backend(b) => b.trigger(key(namespace, id), params).await?,
-            Via::Http(api) => return Ok(api.trigger(namespace, id, &params).await?),
-        };
-        self.audit("task.trigger", &format!("{namespace}/{id}"), None, None)
-            .await;
-        Ok(result)
+        match &self.via {
+            Via::Backend(b) => Ok(self
+                .operations(b)
+                .trigger(key(namespace, id), params)
+                .await?),
+            Via::Http(api) => Ok(api.trigger(namespace, id, &params).await?),
+        }
     }
 
     /// Pauses a task: it fires no more until resumed.
     pub async fn pause(&self, namespace: &str, id: &str) -> Result<TaskView> {
-        let view = match &self.via {
-            Via::Backend(b) => b.pause(key(namespace, id)).await?,
-            Via::Http(api) => return Ok(api.control(namespace, id, "pause").await?),
-        };
-        self.audit("task.pause", &format!("{namespace}/{id}"), None, None)
-            .await;
-        Ok(view)
+        match &self.via {
+            Via::Backend(b) => Ok(self.operations(b).pause(key(namespace, id)).await?),
+            Via::Http(api) => Ok(api.control(namespace, id, "pause").await?),
+        }
     }
 
     /// Resumes a paused task.
     pub async fn resume(&self, namespace: &str, id: &str) -> Result<TaskView> {
-        let view = match &self.via {
-            Via::Backend(b) => b.resume(key(namespace, id)).await?,
-            Via::Http(api) => return Ok(api.control(namespace, id, "resume").await?),
-        };
-        self.audit("task.resume", &format!("{namespace}/{id}"), None, None)
-            .await;
-        Ok(view)
+        match &self.via {
+            Via::Backend(b) => Ok(self.operations(b).resume(key(namespace, id)).await?),
+            Via::Http(api) => Ok(api.control(namespace, id, "resume").await?),
+        }
     }
 
     /// Kills a task's current executions (waiting, retrying or running), or only
@@ -232,13 +215,13 @@ impl Client {
         id: &str,
         execution: Option<ExecutionId>,
     ) -> Result<KillResult> {
-        let result = match &self.via {
-            Via::Backend(b) => b.kill_task(key(namespace, id), execution).await?,
-            Via::Http(api) => return Ok(api.kill(namespace, id, execution).await?),
-        };
-        self.audit("task.kill", &format!("{namespace}/{id}"), None, None)
-            .await;
-        Ok(result)
+        match &self.via {
+            Via::Backend(b) => Ok(self
+                .operations(b)
+                .kill_task(key(namespace, id), execution)
+                .await?),
+            Via::Http(api) => Ok(api.kill(namespace, id, execution).await?),
+        }
     }
 
     /// The last `limit` attempts of a task, newest first.
@@ -270,27 +253,19 @@ impl Client {
             force: false,
             dry_run: false,
         };
-        let result = match &self.via {
-            Via::Backend(b) => b.backfill(key(namespace, id), params).await?,
-            Via::Http(api) => return Ok(api.backfill(namespace, id, &params).await?),
-        };
-        self.audit("task.backfill", &format!("{namespace}/{id}"), None, None)
-            .await;
-        Ok(result)
+        match &self.via {
+            Via::Backend(b) => Ok(self
+                .operations(b)
+                .backfill(key(namespace, id), params)
+                .await?),
+            Via::Http(api) => Ok(api.backfill(namespace, id, &params).await?),
+        }
     }
 
-    /// Records a change in the audit log, as the CLI does (see [`Backend::record_change`]).
-    async fn audit(
-        &self,
-        action: &str,
-        target: &str,
-        detail: Option<serde_json::Value>,
-        revision: Option<i64>,
-    ) {
-        if let Via::Backend(b) = &self.via {
-            b.record_change(&self.actor, VIA_API, action, target, detail, revision)
-                .await;
-        }
+    /// The changes `backend` makes for this client's actor, each recorded in the audit log
+    /// as the CLI's and the API's are.
+    fn operations<'a>(&'a self, backend: &'a Backend) -> Operations<'a> {
+        Operations::new(backend, &self.actor)
     }
 }
 

@@ -63,7 +63,9 @@ use axum::{Json, Router};
 
 use super::limits::{ApiLimits, CompletionLimiter, TriggerLimiter};
 use super::operate_limits::OperateLimiter;
-use ax_control::api::{ApiBackend, ApiError, MAX_LIST_LIMIT};
+use ax_control::api::{ApiBackend, ApiError, Principal, MAX_LIST_LIMIT};
+use ax_control::audit::Actor;
+use ax_control::operations::Operations;
 
 pub use ax_control::api::CONTINUE_HEADER;
 
@@ -84,6 +86,16 @@ impl ApiState {
             ApiError::Unavailable("this replica has no API backend connected yet".into())
         })
     }
+
+    /// The changes the backend makes for `actor`, each recorded in the audit log.
+    fn operations<'a>(&'a self, actor: &'a Actor) -> Result<Operations<'a>, ApiError> {
+        Ok(Operations::new(self.backend()?, actor))
+    }
+}
+
+/// The audit log's actor of a request: its caller, through the API.
+fn actor(who: &Principal) -> Actor {
+    Actor::api(who.name.to_string())
 }
 
 /// The `/api/v1` routes (to be nested) with their input limits, without authentication.

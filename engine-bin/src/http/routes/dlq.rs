@@ -3,13 +3,13 @@
 //! A requeue that would do nothing (no ids, or `all: false`) is refused here rather than
 //! passed on, so a caller's mistake is an error and not a silent count of 0.
 
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::extract::{ApiBody, ApiQuery, JsonBody};
-use super::{check_limit, ApiResult, ApiState};
-use ax_control::api::{ApiError, DeadLetter, DlqRequeue};
+use super::{actor, check_limit, ApiResult, ApiState};
+use ax_control::api::{ApiError, DeadLetter, DlqRequeue, Principal};
 
 #[derive(Deserialize)]
 pub(super) struct DlqQuery {
@@ -51,6 +51,7 @@ pub(super) async fn dlq_list(
 
 pub(super) async fn dlq_requeue(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     JsonBody(request): JsonBody<DlqRequeue>,
 ) -> ApiResult<Count> {
     match &request {
@@ -62,14 +63,15 @@ pub(super) async fn dlq_requeue(
         }
         _ => {}
     }
-    let count = s.backend()?.dlq_requeue(request).await?;
+    let count = s.operations(&actor(&who))?.dlq_requeue(request).await?;
     Ok(Json(Count { count }))
 }
 
 pub(super) async fn dlq_purge(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     ApiQuery(q): ApiQuery<QueueQuery>,
 ) -> ApiResult<Count> {
-    let count = s.backend()?.dlq_purge(q.queue).await?;
+    let count = s.operations(&actor(&who))?.dlq_purge(q.queue).await?;
     Ok(Json(Count { count }))
 }

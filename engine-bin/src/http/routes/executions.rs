@@ -6,15 +6,15 @@
 //! even parsed: a runaway job is refused cheaply.
 
 use ax_scheduler_core::UtcMillis;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::extract::{parse, ApiBody, ApiQuery, Body, ExecutionPath};
-use super::{with_continue, ApiResult, ApiState};
+use super::{actor, with_continue, ApiResult, ApiState};
 use ax_control::api::{
     ApiError, CompletionReply, CompletionRequest, ExecutionMatches, ExecutionParams,
-    ExecutionStory, FindParams, KillResult,
+    ExecutionStory, FindParams, KillResult, Principal,
 };
 
 impl ApiBody for CompletionRequest {
@@ -53,9 +53,10 @@ pub(super) async fn execution(
 
 pub(super) async fn kill_execution(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     ExecutionPath(id): ExecutionPath,
 ) -> ApiResult<KillResult> {
-    Ok(Json(s.backend()?.kill_execution(id).await?))
+    Ok(Json(s.operations(&actor(&who))?.kill_execution(id).await?))
 }
 
 /// Not behind an API token: the completion token in the body is the credential, checked by

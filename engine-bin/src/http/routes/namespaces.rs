@@ -7,7 +7,7 @@ use ax_scheduler_core::UtcMillis;
 use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 
-use super::ApiState;
+use super::{actor, ApiState};
 use ax_control::api::{ApiError, Principal};
 
 pub(super) async fn pause_namespace(
@@ -17,8 +17,8 @@ pub(super) async fn pause_namespace(
 ) -> Result<StatusCode, ApiError> {
     s.operate
         .admit(&who, &format!("{namespace}/*"), UtcMillis::now())?;
-    s.backend()?
-        .pause_namespace(namespace, who.name.to_string())
+    s.operations(&actor(&who))?
+        .pause_namespace(namespace)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -30,6 +30,8 @@ pub(super) async fn resume_namespace(
 ) -> Result<StatusCode, ApiError> {
     s.operate
         .admit(&who, &format!("{namespace}/*"), UtcMillis::now())?;
-    s.backend()?.resume_namespace(namespace).await?;
+    s.operations(&actor(&who))?
+        .resume_namespace(namespace)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -3,12 +3,12 @@
 //! Pause and resume answer with the queue's state after the call, so a repeated call is
 //! harmless and says where the queue stands.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::Json;
 use serde::Deserialize;
 
-use super::{ApiResult, ApiState};
-use ax_control::api::{ApiError, QueueContents, QueueState};
+use super::{actor, ApiResult, ApiState};
+use ax_control::api::{ApiError, Principal, QueueContents, QueueState};
 
 /// Most executions of each kind `GET /queues/{name}` lists.
 const MAX_CONTENTS: usize = 500;
@@ -35,14 +35,16 @@ pub(super) async fn queue_contents(
 
 pub(super) async fn pause_queue(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     Path(name): Path<String>,
 ) -> ApiResult<QueueState> {
-    Ok(Json(s.backend()?.pause_queue(name).await?))
+    Ok(Json(s.operations(&actor(&who))?.pause_queue(name).await?))
 }
 
 pub(super) async fn resume_queue(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     Path(name): Path<String>,
 ) -> ApiResult<QueueState> {
-    Ok(Json(s.backend()?.resume_queue(name).await?))
+    Ok(Json(s.operations(&actor(&who))?.resume_queue(name).await?))
 }

@@ -3,8 +3,8 @@
 //!
 //! Specs leave masked (secrets as `***`) except where an admin asks for `show_secrets` on a
 //! read; the answers of pause and resume are always masked, since no one asked to see the
-//! secrets there. Routes whose change the path does not say (a put, a run-now, a backfill)
-//! hand their audit detail to the audit layer as a response extension.
+//! secrets there. Every change goes through [`Operations`](ax_control::operations), which
+//! records it in the audit log under the caller's name.
 
 use ax_scheduler_core::UtcMillis;
 use axum::extract::{Extension, State};
@@ -14,12 +14,11 @@ use axum::Json;
 use serde::Deserialize;
 
 use super::extract::{parse_execution_id, ApiBody, ApiQuery, JsonBody, TaskPath};
-use super::{check_limit, with_continue, ApiResult, ApiState};
+use super::{actor, check_limit, with_continue, ApiResult, ApiState};
 use ax_control::api::{
     ApiError, BackfillParams, ExecutionRecord, KillResult, Principal, PutOptions, TaskQuery,
     TaskView, TokenRole, TriggerParams,
 };
-use ax_control::audit::AuditDetail;
 
 #[derive(Deserialize)]
 pub(super) struct SecretsQuery {
@@ -92,21 +91,18 @@ pub(super) async fn list_tasks(
 
 pub(super) async fn put_task(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     ApiQuery(opts): ApiQuery<PutOptions>,
     JsonBody(spec): JsonBody<serde_json::Value>,
 ) -> Result<Response, ApiError> {
-    let mut result = s.backend()?.put_task(spec, opts).await?;
+    let actor = actor(&who);
+    let result = s.operations(&actor)?.put_task(spec, opts).await?;
     let status = if result.written {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    let audit = result.audit.take();
-    let mut response = (status, Json(result)).into_response();
-    if let Some(audit) = audit {
-        response.extensions_mut().insert(audit);
-    }
-    Ok(response)
+    Ok((status, Json(result)).into_response())
 }
 
 pub(super) async fn get_task(
@@ -137,9 +133,10 @@ fn secrets_shown(asked: bool, who: &Principal) -> Result<bool, ApiError> {
 
 pub(super) async fn delete_task(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     TaskPath(key): TaskPath,
 ) -> Result<StatusCode, ApiError> {
-    s.backend()?.delete_task(key).await?;
+    s.operations(&actor(&who))?.delete_task(key).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -149,7 +146,7 @@ pub(super) async fn pause(
     TaskPath(key): TaskPath,
 ) -> ApiResult<TaskView> {
     s.operate.admit(&who, &key.to_string(), UtcMillis::now())?;
-    let mut view = s.backend()?.pause(key).await?;
+    let mut view = s.operations(&actor(&who))?.pause(key).await?;
     view.mask_secrets();
     Ok(Json(view))
 }
@@ -160,7 +157,7 @@ pub(super) async fn resume(
     TaskPath(key): TaskPath,
 ) -> ApiResult<TaskView> {
     s.operate.admit(&who, &key.to_string(), UtcMillis::now())?;
-    let mut view = s.backend()?.resume(key).await?;
+    let mut view = s.operations(&actor(&who))?.resume(key).await?;
     view.mask_secrets();
     Ok(Json(view))
 }
@@ -172,18 +169,12 @@ pub(super) async fn trigger(
     JsonBody(params): JsonBody<TriggerParams>,
 ) -> Result<Response, ApiError> {
     params.check()?;
-    let backend = s.backend()?;
+    let actor = actor(&who);
+    let operations = s.operations(&actor)?;
     s.triggers.admit(&key, UtcMillis::now())?;
     s.operate.admit(&who, &key.to_string(), UtcMillis::now())?;
-    let mut detail = serde_json::to_value(&params).unwrap_or_default();
-    let result = backend.trigger(key, params).await?;
-    detail["execution_id"] = serde_json::Value::String(result.execution_id.to_string());
-    let mut response = (StatusCode::ACCEPTED, Json(result)).into_response();
-    response.extensions_mut().insert(AuditDetail {
-        detail: Some(detail),
-        ..AuditDetail::default()
-    });
-    Ok(response)
+    let result = operations.trigger(key, params).await?;
+    Ok((StatusCode::ACCEPTED, Json(result)).into_response())
 }
 
 pub(super) async fn backfill(
@@ -195,19 +186,13 @@ pub(super) async fn backfill(
     if !params.dry_run {
         s.operate.admit(&who, &key.to_string(), UtcMillis::now())?;
     }
-    let detail = serde_json::to_value(&params).unwrap_or_default();
-    let result = s.backend()?.backfill(key, params).await?;
+    let result = s.operations(&actor(&who))?.backfill(key, params).await?;
     let status = if result.written {
         StatusCode::ACCEPTED
     } else {
         StatusCode::OK
     };
-    let mut response = (status, Json(result)).into_response();
-    response.extensions_mut().insert(AuditDetail {
-        detail: Some(detail),
-        ..AuditDetail::default()
-    });
-    Ok(response)
+    Ok((status, Json(result)).into_response())
 }
 
 pub(super) async fn history(
@@ -221,9 +206,11 @@ pub(super) async fn history(
 
 pub(super) async fn kill_task(
     State(s): State<ApiState>,
+    Extension(who): Extension<Principal>,
     TaskPath(key): TaskPath,
     ApiQuery(q): ApiQuery<KillQuery>,
 ) -> ApiResult<KillResult> {
     let execution = q.execution.as_deref().map(parse_execution_id).transpose()?;
-    Ok(Json(s.backend()?.kill_task(key, execution).await?))
+    let actor = actor(&who);
+    Ok(Json(s.operations(&actor)?.kill_task(key, execution).await?))
 }
