@@ -16,7 +16,7 @@ COPY . .
 # binary is copied out in the same step since the target dir is not part of the layer.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p ax-engine --bin ax \
+    cargo build --release --locked -p ax --bin ax \
  && install -D -m 0755 target/release/ax /out/ax
 
 FROM gcr.io/distroless/cc-debian12:nonroot

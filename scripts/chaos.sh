@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 out=$(mktemp -t ax-chaos.XXXXXX)
 trap 'rm -f "$out"' EXIT
 start=$(date +%s)
-cargo test -p ax-engine --test chaos --locked -- --test-threads=1 --nocapture 2>&1 \
+cargo test -p ax --test chaos --locked -- --test-threads=1 --nocapture 2>&1 \
   | tee "$out"
 echo "chaos: summary ($(($(date +%s) - start)) s)"
 grep -o 'chaos: .*' "$out" | grep -v '^chaos: summary' || { echo "chaos: no scenario reported" >&2; exit 1; }

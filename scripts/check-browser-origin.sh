@@ -13,7 +13,7 @@ root=$(pwd)
 . scripts/servers.sh
 ax_require check-browser-origin chromium chromedriver etcd etcdctl redis-server python3 curl
 if [ -z "${AX_BIN:-}" ]; then
-  cargo build --quiet -p ax-engine --bin ax
+  cargo build --quiet -p ax --bin ax
 fi
 ax=${AX_BIN:-$root/target/debug/ax}
 

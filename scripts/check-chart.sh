@@ -152,7 +152,7 @@ elif [ "${CI:-}" = true ]; then
   echo "check-chart: $ax_bin is missing; scripts/test.sh builds it before the checks" >&2
   exit 1
 else
-  echo "check-chart: skipping the engine's own check of the rendered configuration: $ax_bin is not built (cargo build -p ax-engine --bin ax)"
+  echo "check-chart: skipping the engine's own check of the rendered configuration: $ax_bin is not built (cargo build -p ax --bin ax)"
 fi
 
 # Values the chart must refuse, with the reason it gives.

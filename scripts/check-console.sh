@@ -11,7 +11,7 @@ root=$(pwd)
 # shellcheck source=scripts/servers.sh
 . scripts/servers.sh
 ax_require check-console chromium chromedriver etcd etcdctl redis-server python3
-cargo build --quiet -p ax-engine --bin ax
+cargo build --quiet -p ax --bin ax
 ax="$root/target/debug/ax"
 
 tmp=$(mktemp -d -t ax-console.XXXXXX)

@@ -23,6 +23,6 @@ ax_start_redis_cluster "$dir"
 export AX_TEST_REDIS_CLUSTER="$AX_REDIS_CLUSTER"
 echo "cluster: Redis Cluster at $AX_TEST_REDIS_CLUSTER"
 cargo test -p ax-queue --tests --locked --no-fail-fast
-cargo test -p ax-engine --test cluster --locked -- --test-threads=1 --nocapture 2>&1 | tee "$out"
+cargo test -p ax --test cluster --locked -- --test-threads=1 --nocapture 2>&1 | tee "$out"
 echo "cluster: summary ($(($(date +%s) - start)) s)"
 grep -o 'cluster: .*' "$out" | grep -v '^cluster: summary' || { echo "cluster: no scenario reported" >&2; exit 1; }

@@ -8,7 +8,7 @@ replicas=${1:-3}
 
 scripts/setup.sh
 echo "dev: building ax"
-cargo build --quiet -p ax-engine --bin ax
+cargo build --quiet -p ax --bin ax
 ax="$(pwd)/target/debug/ax"
 
 dir=$(mktemp -d -t ax-dev.XXXXXX)

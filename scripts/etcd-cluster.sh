@@ -17,18 +17,18 @@ cleanup() { ax_stop_etcd_cluster; rm -rf "$tmp"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 start=$(date +%s)
-cargo build -p ax-engine --test etcd_cluster --bin ax --locked
+cargo build -p ax --test etcd_cluster --bin ax --locked
 if [ $# -gt 0 ]; then
   scenarios="$*"
 else
-  scenarios=$(cargo test -p ax-engine --test etcd_cluster --locked -- --list 2>/dev/null \
+  scenarios=$(cargo test -p ax --test etcd_cluster --locked -- --list 2>/dev/null \
     | sed -n 's/: test$//p')
 fi
 [ -n "$scenarios" ] || { echo "etcd-cluster: no scenario found" >&2; exit 1; }
 for scenario in $scenarios; do
   ax_start_etcd_cluster "$tmp/$scenario"
   AX_TEST_ETCD_CLUSTER="$AX_ETCD_CLUSTER" AX_TEST_ETCD_CLUSTER_PIDS="$AX_ETCD_CLUSTER_PIDS" \
-    cargo test -p ax-engine --test etcd_cluster --locked -- --exact "$scenario" --nocapture 2>&1 \
+    cargo test -p ax --test etcd_cluster --locked -- --exact "$scenario" --nocapture 2>&1 \
     | tee -a "$out"
   ax_stop_etcd_cluster
 done

@@ -4,10 +4,10 @@
 # private etcd and Redis; every store must level off over the last third. Run by
 # scripts/test.sh. For the long run behind docs/benchmarks.md:
 #   AX_SOAK_MINUTES=30 AX_SOAK_TASKS=2000 AX_SOAK_SVG=docs/soak.svg \
-#     cargo test --release -p ax-engine --test soak -- --nocapture
+#     cargo test --release -p ax --test soak -- --nocapture
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${AX_TEST_ETCD:?start the servers first (scripts/test.sh does)}"
 export AX_SOAK_MINUTES="${AX_SOAK_MINUTES:-2}"
-cargo test -p ax-engine --test soak --locked -- --nocapture 2>&1 | grep -E '^soak:|panicked|test result|FAILED|^\s+left|^\s+right'
+cargo test -p ax --test soak --locked -- --nocapture 2>&1 | grep -E '^soak:|panicked|test result|FAILED|^\s+left|^\s+right'
 test "${PIPESTATUS[0]}" -eq 0

@@ -31,7 +31,7 @@ echo "test: cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # --all-targets leaves out the chaos suite, the cluster suites and the soak (test = false, run
 # by their scripts): lint them too.
-cargo clippy -p ax-engine --test chaos --test cluster --test etcd_cluster --test soak --locked -- -D warnings
+cargo clippy -p ax --test chaos --test cluster --test etcd_cluster --test soak --locked -- -D warnings
 # The embedded kernel without its default `metrics` feature (no Prometheus client).
 cargo clippy -p ax-embedded --no-default-features --locked -- -D warnings
 echo "test: cargo test"

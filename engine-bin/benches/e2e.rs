@@ -21,7 +21,7 @@
 //! counting `started` lines per task, peak memory from `VmHWM` in `/proc/PID/status`, and the
 //! CPU time of every process (ax, etcd, Redis) over the firing window from `/proc/PID/stat`.
 //!
-//! Run with `cargo bench -p ax-engine --bench e2e`; `AX_BENCH_TASKS=10000` for a quick check.
+//! Run with `cargo bench -p ax --bench e2e`; `AX_BENCH_TASKS=10000` for a quick check.
 //! Other knobs: `AX_BENCH_WRITERS` (concurrent writers, default 4), `AX_BENCH_LOG` (the
 //! replicas' `AX_LOG`; the default keeps the three execution lines), and any `AX_*` variable
 //! of the engine's configuration set in the environment is passed on to the replicas;

@@ -1,10 +1,18 @@
-//! Command line: the clap definitions, exit codes and the error type commands return.
+//! The command line: the clap definitions, exit codes and the error type commands return;
+//! its submodules parse nothing else: [`commands`] calls an operation for each command,
+//! [`output`] prints what it answered, [`task_file`] reads a spec file, [`edge`] is what the
+//! process reads of its surroundings.
 //!
 //! Exit codes are part of the interface scripts rely on (docs/cli.md), so they are named
 //! constants here and every failure goes through [`CliError::exit_code`]. Global flags that
 //! set configuration keys are turned into [`ConfigOverrides`], the top configuration layer;
 //! their environment counterparts are read by the config module, not by clap, so that the
 //! precedence rules live in one place.
+
+pub mod commands;
+pub mod edge;
+pub mod output;
+pub mod task_file;
 
 use std::path::PathBuf;
 
@@ -57,7 +65,7 @@ pub struct GlobalArgs {
     pub redis_url: Option<String>,
     /// Log format. Default: $AX_LOG_FORMAT, else text.
     #[arg(long, global = true, value_enum, value_name = "FORMAT")]
-    pub log_format: Option<crate::logging::LogFormat>,
+    pub log_format: Option<crate::serve::logging::LogFormat>,
 }
 
 /// Flags of what a replica runs: on `serve`, and on `config print` to see their effect; the

@@ -14,7 +14,9 @@ pub mod auth;
 pub mod browser;
 pub mod console;
 pub mod limits;
+pub mod metrics;
 pub mod operate_limits;
+pub mod readiness;
 pub mod routes;
 pub mod server;
 
@@ -26,8 +28,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 
-use crate::metrics::Metrics;
-use crate::readiness::Readiness;
+use crate::http::metrics::Metrics;
+use crate::http::readiness::Readiness;
 
 pub use ax_control::api::{ApiBackend, ApiError};
 

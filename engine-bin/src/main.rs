@@ -3,9 +3,9 @@
 
 use std::process::ExitCode;
 
-use ax_engine::cli::{Cli, CliError};
-use ax_engine::commands;
-use ax_engine::edge::Edge;
+use ax::cli::commands;
+use ax::cli::edge::Edge;
+use ax::cli::{Cli, CliError};
 use clap::Parser;
 
 /// mimalloc instead of glibc's allocator: a fire allocates and frees dozens of small buffers

@@ -11,6 +11,16 @@
 //! gauge loop for shared queue metrics. On shutdown the root token stops them all: the pool
 //! finishes in-flight work up to its grace period and gives back the rest, the leader
 //! resigns so a successor takes over at once, the instance record is removed.
+//!
+//! The process's parts are submodules: its lifetime ([`shutdown`], [`hardening`]), its log
+//! ([`logging`]) and the seams to its roles ([`scheduler_role`], [`worker_role`]); what it
+//! shows on its port (metrics, readiness) is the HTTP layer's.
+
+pub mod hardening;
+pub mod logging;
+pub mod scheduler_role;
+pub mod shutdown;
+pub mod worker_role;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,13 +43,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::config::{AlertLevel, Config, ReplicaRole};
-use crate::http::{self, ApiBackend, AppState};
-use crate::metrics::{
+use crate::http::metrics::{
     Metrics, ALERT_FAILED, ALERT_SENT, ALERT_SUPPRESSED, BACKEND_ETCD, BACKEND_REDIS,
 };
-use crate::readiness::Readiness;
-use crate::scheduler_role::{AuditChanges, EtcdClock};
-use crate::shutdown::Shutdown;
+use crate::http::readiness::Readiness;
+use crate::http::{self, ApiBackend, AppState};
+use crate::serve::scheduler_role::{AuditChanges, EtcdClock};
+use crate::serve::shutdown::Shutdown;
 use ax_control::backend::Backend;
 use ax_control::clock_check::ClockCheck;
 use ax_control::connect::{
@@ -398,7 +408,7 @@ impl Parts<'_> {
             instance_id: self.config.instance.id.clone(),
             roles: self.roles(),
             handlers: if self.config.instance.has_role(ReplicaRole::Worker) {
-                crate::worker_role::handler_registry(&self.config.worker)
+                crate::serve::worker_role::handler_registry(&self.config.worker)
                     .map(|r| r.names())
                     .unwrap_or_default()
             } else {
@@ -500,7 +510,7 @@ impl Parts<'_> {
     ) -> anyhow::Result<tokio::task::JoinHandle<PoolSummary>> {
         // Refuses to start beside a live process under the same id (the process then exits
         // non-zero); gives back what a dead one left.
-        let pool = crate::worker_role::worker_pool(
+        let pool = crate::serve::worker_role::worker_pool(
             self.config,
             self.queue,
             Arc::clone(self.clock),

@@ -4,10 +4,10 @@
 
 mod api_harness;
 
+use ax::config::Config;
+use ax::http::ApiBackend;
 use ax_control::api::{PutOptions, TaskQuery};
 use ax_control::backend::Backend;
-use ax_engine::config::Config;
-use ax_engine::http::ApiBackend;
 use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
 

@@ -66,7 +66,7 @@ fn config_print_shows_the_effective_config_with_secrets_masked() {
         assert!(shown.contains(line), "{line} missing in\n{shown}");
     }
     // What is printed is a valid config file.
-    let reparsed = ax_engine::config::Config::from_toml_str(&shown).unwrap();
+    let reparsed = ax::config::Config::from_toml_str(&shown).unwrap();
     assert_eq!(reparsed.worker.concurrency, 9);
 }
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use ax_engine::config::{Config, ConfigError, ConfigOverrides, LoadOptions, ReplicaRole};
+use ax::config::{Config, ConfigError, ConfigOverrides, LoadOptions, ReplicaRole};
 
 fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs

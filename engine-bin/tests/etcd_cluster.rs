@@ -24,10 +24,10 @@ mod harness;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use ax::config::Config;
 use ax_control::backend::{connect_etcd, etcd_connect_options};
 use ax_control::endpoints::{endpoint_url, watch_endpoints};
 use ax_election::{Candidate, ElectionConfig};
-use ax_engine::config::Config;
 use etcd_client::{Client, GetOptions};
 use harness::{now_ms, Cluster, Execution, Roles, SERIAL};
 use serde_json::json;

@@ -97,8 +97,8 @@ fn server() {
     let before = probe(&h);
     assert!(before.contains(SECRET), "{before}");
     assert!(before.contains("own=unset"), "{before}");
-    ax_engine::hardening::make_undumpable().unwrap();
-    assert!(ax_engine::hardening::is_undumpable());
+    ax::serve::hardening::make_undumpable().unwrap();
+    assert!(ax::serve::hardening::is_undumpable());
     let after = probe(&h);
     assert!(
         !after.contains(SECRET),

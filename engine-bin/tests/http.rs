@@ -5,6 +5,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use ax::config::TokenEntry;
+use ax::http::auth::{self, Access, ROUTE_ROLES};
+use ax::http::browser::BrowserGuard;
+use ax::http::limits::ApiLimits;
+use ax::http::metrics::{Metrics, ALL_NAMES};
+use ax::http::readiness::Readiness;
+use ax::http::routes::CONTINUE_HEADER;
+use ax::http::{app, ApiBackend, ApiError, AppState};
 use ax_control::api::{
     self, ApiFuture, BackfillParams, BackfillResult, CompletionReply, CompletionRequest,
     CompletionStatus, DeadLetter, DlqRequeue, ExecutionList, ExecutionMatch, ExecutionMatches,
@@ -13,14 +21,6 @@ use ax_control::api::{
     TokenRole, TriggerParams, TriggerResult,
 };
 use ax_control::audit::{AuditDetail, AuditPage, AuditQuery, AuditRecord};
-use ax_engine::config::TokenEntry;
-use ax_engine::http::auth::{self, Access, ROUTE_ROLES};
-use ax_engine::http::browser::BrowserGuard;
-use ax_engine::http::limits::ApiLimits;
-use ax_engine::http::routes::CONTINUE_HEADER;
-use ax_engine::http::{app, ApiBackend, ApiError, AppState};
-use ax_engine::metrics::{Metrics, ALL_NAMES};
-use ax_engine::readiness::Readiness;
 use ax_scheduler_core::{ExecutionId, UtcMillis};
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
@@ -1754,7 +1754,7 @@ async fn whoami_names_the_caller_and_its_role() {
 
 #[tokio::test]
 async fn the_console_is_served_from_the_binary_with_a_strict_policy() {
-    use ax_engine::http::console::{ASSETS, CONTENT_SECURITY_POLICY};
+    use ax::http::console::{ASSETS, CONTENT_SECURITY_POLICY};
     // Served without a token even where the API needs one: the files hold no data.
     let f = tokens_fixture();
     let resp = f

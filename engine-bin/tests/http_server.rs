@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use ax_engine::http::server::serve;
+use ax::http::server::serve;
 use axum::routing::get;
 use axum::Router;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

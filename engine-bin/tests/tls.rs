@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
+use ax::config::Config;
+use ax::http::ApiBackend;
 use ax_control::backend::{connect_etcd, connect_queue, election_config, etcd_tls, Backend};
 use ax_control::clock_check::ClockCheck;
 use ax_election::Candidate;
-use ax_engine::config::Config;
-use ax_engine::http::ApiBackend;
 use ax_testkit::{unique_name, ClientAuth, EtcdServer, RedisServer, TlsMaterial};
 
 fn path(p: std::path::PathBuf) -> String {

@@ -6,13 +6,13 @@
 
 use std::sync::Arc;
 
+use ax::cli::edge::Edge;
+use ax::cli::Cli;
+use ax::http::{app, AppState};
 use ax_control::api::ApiBackend;
 use ax_control::audit::{AuditQuery, AuditRecord};
 use ax_control::backend::Backend;
 use ax_control::ClusterConfig;
-use ax_engine::cli::Cli;
-use ax_engine::edge::Edge;
-use ax_engine::http::{app, AppState};
 use ax_sdk::{Client, Config};
 use ax_testkit::{etcd_endpoint, redis_url, unique_name};
 use axum::body::Body;
@@ -125,7 +125,7 @@ fn cli_process() {
     let cli = Cli::parse_from(std::iter::once("ax".to_owned()).chain(args));
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime
-        .block_on(ax_engine::commands::run(cli, &Edge::from_process()))
+        .block_on(ax::cli::commands::run(cli, &Edge::from_process()))
         .unwrap();
 }
 
@@ -190,12 +190,12 @@ async fn through_cli(corner: &Corner, dir: &std::path::Path) {
 
 async fn through_http(corner: &Corner) {
     let backend: Arc<dyn ApiBackend> = Arc::new(corner.backend().await);
-    let config = ax_engine::config::Config::default();
+    let config = ax::config::Config::default();
     let router = app(AppState {
-        metrics: Arc::new(ax_engine::metrics::Metrics::new(&config.worker.queues, &[]).unwrap()),
-        readiness: Arc::new(ax_engine::readiness::Readiness::new(true)),
+        metrics: Arc::new(ax::http::metrics::Metrics::new(&config.worker.queues, &[]).unwrap()),
+        readiness: Arc::new(ax::http::readiness::Readiness::new(true)),
         api: Some(backend),
-        access: Arc::new(ax_engine::http::auth::Access::new(&[], "", true)),
+        access: Arc::new(ax::http::auth::Access::new(&[], "", true)),
         browser: Arc::default(),
         limits: (&config.limits).into(),
     });

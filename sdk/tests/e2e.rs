@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ax_engine::cli::Cli;
-use ax_engine::edge::Edge;
+use ax::cli::edge::Edge;
+use ax::cli::Cli;
 use ax_sdk::{Client, Config, ExecutionId};
 use ax_testkit::{etcd_endpoint, redis_url, unique_name};
 use clap::Parser;
@@ -41,7 +41,7 @@ fn replica_process() {
     let edge = Edge::from_process();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime
-        .block_on(ax_engine::commands::run(cli, &edge))
+        .block_on(ax::cli::commands::run(cli, &edge))
         .unwrap();
 }
 

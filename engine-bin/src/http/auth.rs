@@ -32,7 +32,7 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use crate::config::TokenEntry;
-use crate::metrics::Metrics;
+use crate::http::metrics::Metrics;
 use ax_control::api::{
     parse_sha256, sha256, ApiError, Principal, TokenRole, ANONYMOUS, API_TOKEN_NAME,
 };

@@ -32,7 +32,7 @@ use axum::response::Response;
 
 use super::auth::refused;
 use crate::config::origin::{host_name, normal_host, normal_origin};
-use crate::metrics::Metrics;
+use crate::http::metrics::Metrics;
 use ax_control::api::ApiError;
 
 /// The one media type a request body may have.

@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
+use ax::config::Config;
+use ax::http::metrics::Metrics;
+use ax::http::readiness::Readiness;
+use ax::http::{app, ApiBackend, AppState};
 use ax_control::backend::Backend;
-use ax_engine::config::Config;
-use ax_engine::http::{app, ApiBackend, AppState};
-use ax_engine::metrics::Metrics;
-use ax_engine::readiness::Readiness;
 use axum::body::Body;
 use axum::http::{Method, Request};
 use axum::response::Response;
@@ -35,7 +35,7 @@ pub(crate) async fn api_with(label: &str, adjust: impl FnOnce(&mut Config)) -> A
         metrics: Arc::new(Metrics::new(&config.worker.queues, &[]).unwrap()),
         readiness: Arc::new(Readiness::new(true)),
         api: Some(Arc::new(backend) as Arc<dyn ApiBackend>),
-        access: Arc::new(ax_engine::http::auth::Access::new(&[], "", true)),
+        access: Arc::new(ax::http::auth::Access::new(&[], "", true)),
         browser: Arc::default(),
         limits: (&config.limits).into(),
     };

@@ -8,7 +8,7 @@ use ax_scheduler::audit::{AuditFuture, AuditLog, Observed, RecordedChange};
 use ax_scheduler::metrics::{Backend, RoleMetrics};
 use ax_scheduler_core::UtcMillis;
 
-use crate::metrics::Metrics;
+use crate::http::metrics::Metrics;
 use ax_control::audit::{AuditQuery, AuditRecord, VIA_ETCD};
 use ax_control::backend::AuditStore;
 use ax_control::clock_check::ClockCheck;
@@ -178,8 +178,8 @@ mod tests {
 
     #[test]
     fn the_roles_backends_are_the_replicas_labels() {
-        assert_eq!(Backend::Etcd.label(), crate::metrics::BACKEND_ETCD);
-        assert_eq!(Backend::Redis.label(), crate::metrics::BACKEND_REDIS);
+        assert_eq!(Backend::Etcd.label(), crate::http::metrics::BACKEND_ETCD);
+        assert_eq!(Backend::Redis.label(), crate::http::metrics::BACKEND_REDIS);
     }
 
     fn observed(target: &str, at: i64) -> Observed {

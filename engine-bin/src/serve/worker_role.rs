@@ -15,7 +15,7 @@ use ax_worker::{
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
-use crate::metrics::{Metrics, BACKEND_REDIS};
+use crate::http::metrics::{Metrics, BACKEND_REDIS};
 
 /// The replica's worker pool on the replica's `clock`, its id claimed, its reports written on
 /// `tracker`. Fails when a live process works under the replica's instance id.

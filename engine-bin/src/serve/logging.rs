@@ -41,7 +41,7 @@ pub enum LogTarget {
 pub struct LogSettings {
     /// Format.
     pub format: LogFormat,
-    /// env-filter directives, such as `info` or `ax_engine=debug,info`.
+    /// env-filter directives, such as `info` or `ax=debug,info`.
     pub filter: String,
     /// Destination.
     pub target: LogTarget,

@@ -79,7 +79,7 @@ pub fn preview(spec: &TaskSpec, now: UtcMillis) -> Result<String, Vec<String>> {
             _ => out.push_str("no future fires\n"),
         }
     } else {
-        out.push_str(&crate::output::fire_lines(&fires, &spec.schedule));
+        out.push_str(&crate::cli::output::fire_lines(&fires, &spec.schedule));
     }
     Ok(out)
 }

@@ -254,7 +254,7 @@ mod tests {
     /// so the two can never say different things.
     #[test]
     fn help_texts_and_types_are_the_documented_ones() {
-        let doc = include_str!("../../docs/metrics.md");
+        let doc = include_str!("../../../docs/metrics.md");
         let rows: std::collections::HashMap<&str, (&str, String)> = doc
             .lines()
             .filter_map(|l| {

@@ -10,17 +10,17 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
+use crate::cli::edge::Edge;
+use crate::cli::output;
+use crate::cli::task_file;
 use crate::cli::{
     Cli, CliError, Command, ConfigCommand, DlqCommand, ExecutionCommand, FenceCommand, HistoryArgs,
     NamespaceCommand, OutputFormat, QueueCommand, TaskCommand, TokenCommand,
 };
 use crate::config::{Config, LoadOptions, DEFAULT_CONFIG_PATH};
-use crate::edge::Edge;
-use crate::logging::{self, LogSettings, LogTarget};
-use crate::output;
+use crate::serve::logging::{self, LogSettings, LogTarget};
+use crate::serve::shutdown::Shutdown;
 use crate::serve::Server;
-use crate::shutdown::Shutdown;
-use crate::task_file;
 use ax_control::api::{
     ApiBackend, ApiError, BackfillParams, DlqRequeue, ExecutionParams, PutOptions, TaskQuery,
     TaskView, TriggerParams,
@@ -47,7 +47,7 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
     let _log_guard = logging::init(&settings).map_err(CliError::Usage)?;
     if serving {
         // Before anything runs a command: its children must not read this process.
-        crate::hardening::apply();
+        crate::serve::hardening::apply();
     }
 
     let config = load_config(&cli, edge)?;
