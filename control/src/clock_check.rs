@@ -4,7 +4,7 @@
 //!
 //! The clock check talks HTTP to etcd's client port, beside the gRPC client, so it needs the
 //! same TLS settings. It asks the members in the order of `etcd.endpoints` and takes the first
-//! answer, each member under [`CHECK_TIMEOUT`]: a dead or hung first member delays the check
+//! answer, each member under `CHECK_TIMEOUT` (1 s): a dead or hung first member delays the check
 //! by at most that, and does not make it fail while another member answers. Its TLS:
 //! [`ClockCheck`] is built from the same [`EtcdTls`] as the etcd client (the CA alone, never the built-in web roots, and the client certificate for
 //! `--client-cert-auth`). A check that fails says why and which setting to look at; the

@@ -199,7 +199,7 @@ pub async fn list_shard_owners(
     Ok(owners)
 }
 
-/// Starts taking part in shard ownership; see the [module notes](self). The loop runs until
+/// Starts taking part in shard ownership; see the module notes. The loop runs until
 /// the owner is stopped or dropped, or `cancel` fires.
 pub fn own_shards(
     client: Client,

@@ -7,7 +7,7 @@
 //!
 //! Start order: the HTTP port (probes answer, not ready), then etcd and Redis with retries
 //! and backoff (`/readyz` names what is missing), then the API backend, the alert manager,
-//! the instance record, the scheduler role ([`crate::scheduler`]) and the worker pool, and a
+//! the instance record, the scheduler role ([`ax_scheduler`]) and the worker pool, and a
 //! gauge loop for shared queue metrics. On shutdown the root token stops them all: the pool
 //! finishes in-flight work up to its grace period and gives back the rest, the leader
 //! resigns so a successor takes over at once, the instance record is removed.

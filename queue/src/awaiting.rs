@@ -350,7 +350,7 @@ pub enum EndResult {
     Forbidden,
     /// The deadline moved (a progress report came first).
     Alive,
-    /// An [`EndBy::Early`] found the attempt awaiting meanwhile: read the record again.
+    /// An `EndBy::Early` found the attempt awaiting meanwhile: read the record again.
     Moved,
     /// No record, or the attempt is not waiting.
     Gone,

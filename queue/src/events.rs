@@ -41,7 +41,7 @@ static READ_EVENTS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("events/read_events.lua")));
 
 /// Most entries kept waiting for a leader (approximately: the stream is trimmed in whole
-/// nodes), each of one to [`EVENTS_PER_ENTRY`] events.
+/// nodes), each of one to `EVENTS_PER_ENTRY` events.
 pub const EVENTS_CAP: usize = 100_000;
 
 /// Most events one stream entry carries. A busy worker reports its ends in batches, and one

@@ -18,8 +18,8 @@
 //! - Output in due-time order (ties in insertion order): each drained slot is sorted on
 //!   `(due, seq)`; slots are drained in tick order, so the whole batch is ordered.
 //! - No fixed maximum delay: timers beyond the top level's window go to an overflow min-heap
-//!   ([`overflow`]) and move into the wheel when the wheel's window reaches theirs.
-//! - Storage is a slab ([`slab`]) of entries with generation-checked handles; a slot is a
+//!   (`overflow`) and move into the wheel when the wheel's window reaches theirs.
+//! - Storage is a slab (`slab`) of entries with generation-checked handles; a slot is a
 //!   `Vec<u32>` of entry indices (swap-removal for O(1) cancel), not an intrusive list, so
 //!   draining a slot is not a chain of dependent cache misses. All safe code.
 //!

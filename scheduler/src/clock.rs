@@ -28,7 +28,7 @@ const STEP_BACK_MS: i64 = 50;
 
 /// The host's clock as the role reads it: it follows the host's clock forward at once (a
 /// forward step is the term's stall, handled by the misfire policy), but a step back (an NTP
-/// step, a VM restored) is absorbed at a tenth of real time ([`SLEW_DIVISOR`]), measured on
+/// step, a VM restored) is absorbed at a tenth of real time (`SLEW_DIVISOR`), measured on
 /// the monotonic clock. Followed at once, a step back of a minute would stop every schedule
 /// for that minute: the next due instants lie a minute further off by the host's clock, and
 /// what the leader fired in the minute before comes due again. Absorbed, the role goes on

@@ -13,11 +13,11 @@
 //! Running: no shell (the arguments reach the program as they are, one by one); the
 //! environment is built from nothing ([`env`]); stdin is empty and the payload is in
 //! `AX_PAYLOAD`; stdout and stderr are read as they come into capped excerpts
-//! ([`capture`]), so a chatty command neither blocks on a full pipe nor grows memory.
+//! (`capture`), so a chatty command neither blocks on a full pipe nor grows memory.
 //! Exit code 0 is success; any other is a retryable failure whose error carries the code
 //! and the end of stderr; the excerpts and the exit code go to the history.
 //!
-//! Stopping: the command leads a process group of its own ([`group`]). On a timeout, a kill
+//! Stopping: the command leads a process group of its own (`group`). On a timeout, a kill
 //! or the worker's shutdown the pool cancels the handler's token and waits
 //! [`Handler::stop_grace`]: the group gets SIGTERM, then SIGKILL after the command's
 //! `kill_grace`. When the command exits by itself, whatever it left running in its group is
@@ -25,7 +25,7 @@
 //! purpose (`setsid`) escapes this; only a cgroup would hold it.
 //!
 //! Identity: a command runs as the replica's user, or as the `user` and `group` its
-//! configuration names ([`user`]). A command that would run as root (euid 0, no other user
+//! configuration names (`user`). A command that would run as root (euid 0, no other user
 //! named) is refused unless `commands_allow_root` says otherwise; ax's image and chart run
 //! as a non-root user.
 

@@ -6,7 +6,7 @@
 //! an audit record. Two token buckets bound them, one per caller (the token's name) and one
 //! per task (a namespace action counts for the namespace), each at
 //! `limits.operate_actions_per_minute` with a minute's burst, both bounded in the keys they
-//! track (the [`PerMinute`] of the run-now limiter). A refusal is a 429 whose message names
+//! track (the `PerMinute` of the run-now limiter). A refusal is a 429 whose message names
 //! the limit and whose `Retry-After` says when to try again. Dry runs write nothing and are
 //! not counted.
 

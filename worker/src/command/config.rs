@@ -52,7 +52,7 @@ pub struct CommandConfig {
     /// position.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub arg_patterns: Vec<String>,
-    /// Environment variables it always gets (over [`BASE_ENV`]).
+    /// Environment variables it always gets (over `BASE_ENV`).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Names of the environment variables a task may set; default none.
