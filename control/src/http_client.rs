@@ -9,7 +9,7 @@
 //! answer is [`ControlError::Connect`] (retryable).
 
 use crate::api::{
-    ApiError, BackfillParams, BackfillResult, ErrorBody, ExecutionRecord, KillResult,
+    ApiError, BackfillParams, BackfillResult, ErrorBody, ExecutionRecord, KillResult, PutOptions,
     PutTaskResult, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult, CONTINUE_HEADER,
 };
 use ax_scheduler_core::ExecutionId;
@@ -76,8 +76,12 @@ impl HttpApi {
     }
 
     /// Creates or replaces the task `doc` describes (`POST /tasks`).
-    pub async fn put(&self, doc: serde_json::Value) -> Result<PutTaskResult> {
-        Self::call(self.request(Method::POST, "/tasks").json(&doc)).await
+    pub async fn put(&self, doc: serde_json::Value, options: &PutOptions) -> Result<PutTaskResult> {
+        let req = self
+            .request(Method::POST, "/tasks")
+            .query(options)
+            .json(&doc);
+        Self::call(req).await
     }
 
     /// The task `namespace/id` with its state (`GET /tasks/{ns}/{id}`).

@@ -5,16 +5,15 @@
 //! cluster's worker pool (which spends the wait in Redis's delayed set) and the embedded
 //! kernel (which spends it in its own timer). Neither keeps retry state beyond the attempt
 //! number and the first attempt's instant, so the n-th retry's wait is computed from
-//! scratch: the `backoff` crate's exponential sequence
-//! (`initial * multiplier^n` capped at `max_interval`) gives the base, `rand` spreads it
+//! scratch: the exponential sequence (`initial * multiplier^n`, `max_interval` from the
+//! first step that would pass it on; the unmaintained `backoff` crate's sequence, without
+//! its extra nanosecond of noise) gives the base, `rand` spreads it
 //! uniformly over `base*(1-jitter) ..= base*(1+jitter)`, and the time budget is checked on
 //! the message's own instants: no retry starts later than `max_elapsed` after the first
 //! attempt.
 
 use std::time::Duration;
 
-use ::backoff::backoff::Backoff;
-use ::backoff::ExponentialBackoffBuilder;
 use rand::Rng;
 
 use crate::task::RetryPolicy;
@@ -37,24 +36,22 @@ pub enum RetryDecision {
     },
 }
 
-/// The un-jittered wait before retry number `retry` (0 for the first retry).
+/// The un-jittered wait before retry number `retry` (0 for the first retry). Computed in
+/// floating-point nanoseconds, so no policy a caller gives (a huge multiplier, an interval of
+/// years) can overflow: past `max_interval` the sequence stays there.
 pub fn base_interval(policy: &RetryPolicy, retry: u32) -> Duration {
-    let mut sequence = ExponentialBackoffBuilder::new()
-        .with_initial_interval(policy.initial_interval)
-        .with_multiplier(policy.multiplier.max(1.0))
-        .with_max_interval(policy.max_interval)
-        .with_randomization_factor(0.0)
-        .with_max_elapsed_time(None)
-        .build();
-    let mut wait = policy.initial_interval.min(policy.max_interval);
+    let max = policy.max_interval.as_secs_f64();
+    let multiplier = policy.multiplier.max(1.0);
+    let mut wait = policy.initial_interval.as_secs_f64();
     // Retries are few (the policy caps them), and the sequence stops growing at the cap.
-    for _ in 0..=retry.min(64) {
-        match sequence.next_backoff() {
-            Some(next) => wait = next,
-            None => break,
+    for _ in 0..retry.min(64) {
+        if wait >= max / multiplier {
+            return policy.max_interval;
         }
+        wait *= multiplier;
     }
-    wait
+    // Seconds as f64 back to a Duration may round a nanosecond past the cap.
+    Duration::try_from_secs_f64(wait).map_or(policy.max_interval, |w| w.min(policy.max_interval))
 }
 
 /// Decides the fate of a message whose attempt `attempt` (0 for the first) failed at `now`,
@@ -107,6 +104,35 @@ mod tests {
             multiplier: 2.0,
             jitter: 0.2,
             max_elapsed: Some(Duration::from_secs(10)),
+        }
+    }
+
+    proptest! {
+        /// Any policy validation lets through, however large, gives waits that grow with the
+        /// retry, never pass the cap, and match the plain model `initial * multiplier^n`
+        /// (capped) to a microsecond.
+        #[test]
+        fn waits_grow_to_the_cap_and_never_overflow(
+            initial_ms in 1u64..=10_000_000_000,
+            extra_ms in 0u64..=u64::MAX / 4_000_000,
+            multiplier in 1.0f64..1.0e6,
+            retry in 0u32..200,
+        ) {
+            let policy = RetryPolicy {
+                initial_interval: Duration::from_millis(initial_ms),
+                max_interval: Duration::from_millis(initial_ms.saturating_add(extra_ms)),
+                multiplier,
+                ..policy()
+            };
+            let wait = base_interval(&policy, retry);
+            let next = base_interval(&policy, retry + 1);
+            prop_assert!(wait <= policy.max_interval);
+            prop_assert!(next >= wait);
+            let model = (policy.initial_interval.as_secs_f64()
+                * multiplier.powi(i32::try_from(retry.min(64)).unwrap_or(64)))
+                .min(policy.max_interval.as_secs_f64());
+            let diff = (wait.as_secs_f64() - model).abs();
+            prop_assert!(diff <= 1e-6_f64.max(model * 1e-9), "{wait:?} against {model}");
         }
     }
 

@@ -32,7 +32,7 @@
 //! # }
 //! ```
 
-use ax_control::api::{ApiBackend, PutOptions, TriggerParams};
+use ax_control::api::{ApiBackend, TriggerParams};
 use ax_control::audit::Actor;
 use ax_control::backend::Backend;
 use ax_control::operations::Operations;
@@ -40,12 +40,13 @@ use ax_scheduler_core::{ExecutionId, TaskKey, UtcMillis};
 use serde::Serialize;
 
 pub use ax_control::api::{
-    ApiError, BackfillParams, BackfillResult, ExecutionRecord, KillResult, PutTaskResult, TaskList,
-    TaskQuery, TaskView, TriggerResult,
+    ApiError, BackfillParams, BackfillResult, ExecutionRecord, KillResult, PutOptions,
+    PutTaskResult, TaskList, TaskView, TriggerResult,
 };
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::filter::TaskFilter;
 use ax_control::http_client::HttpApi;
 
 /// A client of one cluster. Cheap to share behind an `Arc`; every call goes to etcd or
@@ -116,12 +117,39 @@ impl Client {
     /// Validates the task spec `spec` (the JSON of a task file; its `namespace` and `id`
     /// set to the arguments) and registers it, as `ax task put` does. A spec with problems
     /// is refused with [`Error::Api`] (`ApiError::Invalid`) listing each; nothing is
-    /// written then. Putting the same spec again changes nothing (`unchanged`).
+    /// written then. Putting the same spec again changes nothing (`unchanged`). A task whose
+    /// handler no live worker of its queue serves is refused; [`Client::put_with`] with
+    /// [`PutOptions::allow_unserved_handler`] registers it anyway.
     pub async fn put(
         &self,
         namespace: &str,
         id: &str,
         spec: &impl Serialize,
+    ) -> Result<PutTaskResult> {
+        self.put_with(namespace, id, spec, PutOptions::default())
+            .await
+    }
+
+    /// [`Client::put`] with the choices `ax task put` has: `dry_run` (validate and show the
+    /// next fires, write nothing) and `allow_unserved_handler` (register a task for workers
+    /// deployed later).
+    ///
+    /// ```no_run
+    /// # async fn later(client: &ax_sdk::Client) -> Result<(), ax_sdk::Error> {
+    /// use ax_sdk::client::PutOptions;
+    ///
+    /// let spec = serde_json::json!({"handler": "report.build", "schedule": {"cron": "0 6 * * *"}});
+    /// let options = PutOptions { allow_unserved_handler: true, ..PutOptions::default() };
+    /// client.put_with("data", "daily-report", &spec, options).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn put_with(
+        &self,
+        namespace: &str,
+        id: &str,
+        spec: &impl Serialize,
+        options: PutOptions,
     ) -> Result<PutTaskResult> {
         let mut doc =
             serde_json::to_value(spec).map_err(|e| Error::Config(format!("spec: {e}")))?;
@@ -131,11 +159,8 @@ impl Client {
         obj.insert("namespace".into(), namespace.into());
         obj.insert("id".into(), id.into());
         match &self.via {
-            Via::Backend(b) => Ok(self
-                .operations(b)
-                .put_task(doc, PutOptions::default())
-                .await?),
-            Via::Http(api) => Ok(api.put(doc).await?),
+            Via::Backend(b) => Ok(self.operations(b).put_task(doc, options).await?),
+            Via::Http(api) => Ok(api.put(doc, &options).await?),
         }
     }
 
@@ -155,9 +180,11 @@ impl Client {
         }
     }
 
-    /// One page of the tasks `query` selects (`TaskQuery::default()`: the first page of
-    /// all), in key order; `continue_token` of the result asks for the next.
-    pub async fn list(&self, query: TaskQuery) -> Result<TaskList> {
+    /// One page of the tasks `filter` selects ([`TaskFilter::all`]: the first page of all),
+    /// in key order; the result's `continue_token`, given to [`TaskFilter::after`], asks for
+    /// the next.
+    pub async fn list(&self, filter: TaskFilter) -> Result<TaskList> {
+        let query = filter.into_query();
         match &self.via {
             Via::Backend(b) => Ok(b.list_tasks(query).await?),
             Via::Http(api) => Ok(api.list(&query).await?),

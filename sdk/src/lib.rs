@@ -62,6 +62,7 @@
 pub mod client;
 mod config;
 mod error;
+mod filter;
 mod job;
 mod worker;
 
@@ -71,5 +72,6 @@ pub use ax_worker::PoolSummary as Summary;
 pub use client::Client;
 pub use config::Config;
 pub use error::{Error, Result};
+pub use filter::TaskFilter;
 pub use job::{typed, Cancel, Context, Handler, HandlerFuture, IntoHandler, Job, Progress};
 pub use worker::{Worker, WorkerBuilder};

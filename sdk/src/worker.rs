@@ -133,6 +133,7 @@ impl WorkerBuilder {
         let queue = self.config.connect_queue().await?;
         let (worker_id, handlers) = (self.pool.worker_id.clone(), self.registry.names());
         let queues = self.pool.queues.clone();
+        warn_if_unused(&queue, &queues).await;
         let reports = TaskTracker::new();
         let pool =
             ax_worker::cluster_pool(&queue, self.pool, self.registry, self.metrics, &reports)
@@ -155,5 +156,58 @@ impl WorkerBuilder {
         reports.close();
         reports.wait().await;
         Ok(summary)
+    }
+}
+
+/// Warns when none of `queues` shows a sign of use under this worker's key prefix (no live
+/// worker, no fence a leader raised, nothing waiting or delayed): a worker whose
+/// `key_prefix` or queue names differ from the cluster's takes nothing, and would say
+/// nothing. A brand-new cluster that has fired nothing yet is warned about too, once.
+async fn warn_if_unused(queue: &ax_queue::Queue, queues: &[String]) {
+    match queues_in_use(queue, queues).await {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(
+            key_prefix = %queue.config().prefix,
+            queues = ?queues,
+            "no sign of these queues under this key prefix (no live worker, no leader's \
+             fence, nothing waiting): if the cluster's replicas use another redis.key_prefix \
+             or other queue names, this worker will take nothing"
+        ),
+        Err(e) => tracing::debug!(error = %e, "could not look for the queues' use"),
+    }
+}
+
+/// Whether any of `queues` has a live worker, a leader's fence, or messages waiting or
+/// delayed; a few reads of fixed keys per queue.
+async fn queues_in_use(queue: &ax_queue::Queue, queues: &[String]) -> Result<bool> {
+    for q in queues {
+        if !queue.live_workers(q).await?.is_empty()
+            || queue.fence(q, None).await? > 0
+            || queue.depth(q).await? > 0
+            || queue.delayed_len(q).await? > 0
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_prefix_no_cluster_uses_shows_no_sign_of_its_queues() {
+        let prefix = ax_testkit::unique_name("sdk-unused");
+        let config = Config::redis(ax_testkit::redis_url()).key_prefix(prefix);
+        let queue = config.connect_queue().await.unwrap();
+        let queues = vec!["mail".to_owned()];
+        assert!(!queues_in_use(&queue, &queues).await.unwrap());
+        // A leader took the queue over: its fence is there.
+        queue
+            .advance_fence("mail", None, 7, "cluster-a")
+            .await
+            .unwrap();
+        assert!(queues_in_use(&queue, &queues).await.unwrap());
     }
 }

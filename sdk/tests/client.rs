@@ -4,7 +4,7 @@
 //! etcd publishes what it serves, which the put's check then compares with.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use ax_sdk::client::{ApiError, TaskQuery};
+use ax_sdk::client::ApiError;
 use ax_sdk::{Client, Config, Error};
 use ax_testkit::{etcd_endpoint, redis_url, unique_name};
 use serde_json::json;
@@ -36,7 +36,7 @@ async fn a_task_is_put_read_controlled_and_deleted() {
 
     let view = c.get("shop", "receipts").await.unwrap();
     assert_eq!(view.spec["handler"], "email.send");
-    let list = c.list(TaskQuery::default()).await.unwrap();
+    let list = c.list(ax_sdk::TaskFilter::all()).await.unwrap();
     assert_eq!(list.items.len(), 1);
 
     let paused = c.pause("shop", "receipts").await.unwrap();
@@ -149,6 +149,14 @@ async fn a_worker_given_etcd_is_seen_by_the_put_check_while_it_runs() {
         "{errors:?}"
     );
     c.put("shop", "receipts", &spec()).await.unwrap();
+    // For a handler whose workers come later, the CLI's choice.
+    let allowed = ax_sdk::client::PutOptions {
+        allow_unserved_handler: true,
+        ..Default::default()
+    };
+    let later = c.put_with("shop", "typo", &typo, allowed).await.unwrap();
+    assert!(later.written, "{later:?}");
+    c.delete("shop", "typo").await.unwrap();
 
     stop.cancel();
     running.await.unwrap().unwrap();

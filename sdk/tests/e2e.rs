@@ -469,10 +469,7 @@ async fn the_http_client_registers_fires_and_controls_a_task_with_a_token() {
 
     let view = client.get("e2e", "over-http").await.unwrap();
     assert_eq!(view.spec["handler"], "noop");
-    let list = client
-        .list(ax_sdk::client::TaskQuery::default())
-        .await
-        .unwrap();
+    let list = client.list(ax_sdk::TaskFilter::all()).await.unwrap();
     assert!(list.items.iter().any(|t| t.id == "over-http"));
 
     let run = client

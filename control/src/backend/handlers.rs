@@ -48,7 +48,7 @@ fn refusal(handler: &str, queue: &str, served: &[&str]) -> Option<ApiError> {
         errors: vec![format!(
             "handler: no live worker of queue `{queue}` serves `{handler}`; {hint}they \
              serve: {}. Register it anyway, for workers to be deployed later, with \
-             --allow-unserved-handler (API: allow_unserved_handler=true)",
+             --allow-unserved-handler (API: allow_unserved_handler=true; Rust SDK: Client::put_with)",
             served.join(", ")
         )],
     })
