@@ -426,6 +426,8 @@ class Test:
         self.wait("the queue's link", lambda: self.d.js("return !!document.querySelector('a[data-queue=default]')"))
         d.click("a[data-queue=default]")
         self.wait_text("the queue's page", "Queue default", "h1")
+        # The title is there at once; the buttons come with the page's first answer.
+        self.wait("the pause button", lambda: self.d.js("return !!document.querySelector('[data-action=pause-queue]')"))
         d.click("[data-action=pause-queue]")
         self.confirm()
         self.wait_text("the pause's result", "Paused queue default", "#notice")

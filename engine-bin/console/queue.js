@@ -31,19 +31,25 @@ export function queue(root, { params, role }) {
   const heads = (more) => ['Execution', 'Task', 'Attempt', ...more, ...(operate ? [''] : [])];
   const more = (shown, total) => (total > shown ? h('p', { class: 'muted' }, `The first ${shown} of ${total}.`) : null);
 
+  // The title and the buttons are rebuilt only when the queue's state changes: rebuilt on
+  // every refresh, a click landing while they are replaced would find no button.
+  let shown = null;
   async function refresh() {
     const q = await get(`${path}${query({ limit: SHOWN })}`);
-    clear(title).append(`Queue ${q.name}`, q.paused ? badge('paused', 'paused') : null);
-    clear(actions).append(operate ? (q.paused
-      ? h('button', { type: 'button', 'data-action': 'resume-queue', onclick: () => act({
-        title: 'Resume queue', text: `Workers take from queue ${q.name} again.`,
-        run: () => call(`${path}/resume`, { method: 'POST' }), done: () => `Resumed queue ${q.name}.`, then: refresh,
-      }) }, 'Resume')
-      : h('button', { type: 'button', 'data-action': 'pause-queue', onclick: () => act({
-        title: 'Pause queue', text: `Workers take nothing from queue ${q.name} until it is resumed; executions wait, running ones go on.`,
-        run: () => call(`${path}/pause`, { method: 'POST' }), done: () => `Paused queue ${q.name}.`, then: refresh,
-      }) }, 'Pause')) : null,
-    h('a', { href: `#/dlq?queue=${encodeURIComponent(q.name)}` }, 'Dead letters'));
+    if (shown !== q.paused) {
+      shown = q.paused;
+      clear(title).append(...[`Queue ${q.name}`, q.paused ? badge('paused', 'paused') : null].filter(Boolean));
+      clear(actions).append(...[operate ? (q.paused
+        ? h('button', { type: 'button', 'data-action': 'resume-queue', onclick: () => act({
+          title: 'Resume queue', text: `Workers take from queue ${q.name} again.`,
+          run: () => call(`${path}/resume`, { method: 'POST' }), done: () => `Resumed queue ${q.name}.`, then: refresh,
+        }) }, 'Resume')
+        : h('button', { type: 'button', 'data-action': 'pause-queue', onclick: () => act({
+          title: 'Pause queue', text: `Workers take nothing from queue ${q.name} until it is resumed; executions wait, running ones go on.`,
+          run: () => call(`${path}/pause`, { method: 'POST' }), done: () => `Paused queue ${q.name}.`, then: refresh,
+        }) }, 'Pause')) : null,
+      h('a', { href: `#/dlq?queue=${encodeURIComponent(q.name)}` }, 'Dead letters')].filter(Boolean));
+    }
     clear(body).append(
       section(`Running (${q.running.length})`,
         table(heads(['Worker', 'Enqueued']), rows(q.running, (e) => [e.worker || '–', when(e.enqueued_at)]), 'Nothing runs now.')),
