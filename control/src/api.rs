@@ -29,7 +29,7 @@ pub use dlq::{AttemptFailure, DeadLetter, DlqRequeue};
 pub use error::{ApiError, LimitKind};
 pub use executions::{
     ExecutionList, ExecutionParams, ExecutionQuery, ExecutionRecord, ExecutionStory, FireView,
-    KillResult, KilledExecution, WaitingAttempt, DEFAULT_EXECUTION_PAGE, FAILED_LABELS,
+    KillResult, KilledExecution, Outcome, WaitingAttempt, DEFAULT_EXECUTION_PAGE, FAILED_LABELS,
     OUTCOME_LABELS,
 };
 pub use find::{

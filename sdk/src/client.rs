@@ -40,7 +40,7 @@ use ax_scheduler_core::{ExecutionId, TaskKey, UtcMillis};
 use serde::Serialize;
 
 pub use ax_control::api::{
-    ApiError, BackfillParams, BackfillResult, ExecutionRecord, KillResult, PutOptions,
+    ApiError, BackfillParams, BackfillResult, ExecutionRecord, KillResult, Outcome, PutOptions,
     PutTaskResult, TaskList, TaskView, TriggerResult,
 };
 

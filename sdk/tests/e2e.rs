@@ -163,7 +163,7 @@ impl Cluster {
         let start = Instant::now();
         while start.elapsed() < within {
             if let Ok(view) = self.client.get("e2e", id).await {
-                if view.last_outcome.as_deref() == Some(outcome) {
+                if view.last_outcome.map(|o| o.as_str()) == Some(outcome) {
                     return true;
                 }
             }
@@ -379,7 +379,11 @@ async fn a_kill_from_the_client_stops_the_running_attempt() {
             .map(|r| r.outcome);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(outcome.as_deref(), Some("killed"), "ended by the kill");
+    assert_eq!(
+        outcome.map(|o| o.as_str()),
+        Some("killed"),
+        "ended by the kill"
+    );
     assert_eq!(w.runs_of(id).len(), 1, "a killed execution is not retried");
     assert!(!w.log_text().contains(&format!("done example.long {id}")));
 }

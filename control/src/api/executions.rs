@@ -24,6 +24,90 @@ pub const OUTCOME_LABELS: [&str; 7] = [
     "killed",
 ];
 
+/// How an attempt, or an execution, ended, as the history, the story and the API name it.
+/// Serialized as its label (`"timed_out"`); a label this version does not know reads as
+/// [`Outcome::Unknown`] rather than failing the whole answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The handler succeeded.
+    Succeeded,
+    /// The attempt failed and a retry is scheduled.
+    Retrying,
+    /// The attempt failed and no retry follows (dead-lettered, unless the task says not to).
+    Failed,
+    /// The attempt ran past its timeout and was stopped; no retry follows.
+    TimedOut,
+    /// The handler panicked; no retry follows.
+    Panicked,
+    /// The execution went to the dead-letter queue without running (an unknown handler).
+    DeadLettered,
+    /// Killed by an operator, or replaced by a newer execution of its task.
+    Killed,
+    /// Given back unfinished at a worker's shutdown; it runs again elsewhere.
+    Released,
+    /// An attempt waits for its completion (`http.async`); a story's outcome only.
+    Waiting,
+    /// Nothing is recorded of it yet, or a label this version does not know.
+    #[default]
+    #[serde(other)]
+    Unknown,
+}
+
+impl Outcome {
+    /// The label: `succeeded`, `retrying`, `failed`, `timed_out`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Retrying => "retrying",
+            Outcome::Failed => "failed",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Panicked => "panicked",
+            Outcome::DeadLettered => "dead_lettered",
+            Outcome::Killed => "killed",
+            Outcome::Released => "released",
+            Outcome::Waiting => "waiting",
+            Outcome::Unknown => "unknown",
+        }
+    }
+
+    /// The outcome a label names; [`Outcome::Unknown`] for any other text.
+    pub fn from_label(label: &str) -> Outcome {
+        [
+            Outcome::Succeeded,
+            Outcome::Retrying,
+            Outcome::Failed,
+            Outcome::TimedOut,
+            Outcome::Panicked,
+            Outcome::DeadLettered,
+            Outcome::Killed,
+            Outcome::Released,
+            Outcome::Waiting,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == label)
+        .unwrap_or(Outcome::Unknown)
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<&str> for Outcome {
+    fn from(label: &str) -> Self {
+        Outcome::from_label(label)
+    }
+}
+
+impl PartialEq<&str> for Outcome {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// The labels of failed attempts (`failed=true`, `ax history --failed`): a retried failure
 /// is a failure too.
 pub const FAILED_LABELS: [&str; 5] = [
@@ -257,7 +341,7 @@ pub struct ExecutionStory {
     pub waiting: Option<WaitingAttempt>,
     /// How it ended: the last attempt's outcome (`retrying` while a retry is pending,
     /// `waiting` while an attempt waits for its completion).
-    pub outcome: String,
+    pub outcome: Outcome,
     /// Its dead-letter entry, while there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter: Option<DeadLetter>,
@@ -299,10 +383,8 @@ pub struct ExecutionRecord {
     /// Run time, milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
-    /// How the attempt ended: `succeeded`, `retrying` (failed, a retry is scheduled),
-    /// `dead_lettered` (failed for good), `timed_out`, `panicked`, or `released` (given back
-    /// unfinished at a worker's shutdown).
-    pub outcome: String,
+    /// How the attempt ended.
+    pub outcome: Outcome,
     /// Error message of a failed attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -365,7 +447,41 @@ pub struct KilledExecution {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    #[test]
+    fn outcomes_travel_as_their_labels_and_a_new_label_is_unknown() {
+        for label in OUTCOME_LABELS.iter().chain(["released", "waiting"].iter()) {
+            let outcome = Outcome::from_label(label);
+            assert_ne!(outcome, Outcome::Unknown, "{label}");
+            assert_eq!(serde_json::to_value(outcome).unwrap(), *label);
+            assert_eq!(
+                serde_json::from_value::<Outcome>(json!(label)).unwrap(),
+                outcome
+            );
+        }
+        assert_eq!(
+            serde_json::from_value::<Outcome>(json!("vanished")).unwrap(),
+            Outcome::Unknown
+        );
+        for core in [
+            ax_scheduler_core::AttemptOutcome::Succeeded,
+            ax_scheduler_core::AttemptOutcome::Failed,
+            ax_scheduler_core::AttemptOutcome::TimedOut,
+            ax_scheduler_core::AttemptOutcome::Panicked,
+            ax_scheduler_core::AttemptOutcome::DeadLettered,
+            ax_scheduler_core::AttemptOutcome::Killed,
+            ax_scheduler_core::AttemptOutcome::Released,
+        ] {
+            assert_ne!(
+                Outcome::from_label(core.as_str()),
+                Outcome::Unknown,
+                "{core:?}"
+            );
+        }
+    }
 
     const NOW: UtcMillis = UtcMillis(1_800_000_000_000);
 

@@ -9,7 +9,7 @@ use ax_scheduler_core::breaker::Throttle;
 use ax_scheduler_core::UtcMillis;
 use serde::{Deserialize, Serialize};
 
-use super::{ApiError, MAX_LIST_LIMIT};
+use super::{ApiError, Outcome, MAX_LIST_LIMIT};
 use crate::audit::AuditDetail;
 
 /// Tasks in a page when the request gives no `limit`.
@@ -123,7 +123,7 @@ pub struct TaskView {
     pub errors: Vec<String>,
     /// How the last finished execution ended, `succeeded` or `failed`, once one has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_outcome: Option<String>,
+    pub last_outcome: Option<Outcome>,
     /// The last failure's message, while the task fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,

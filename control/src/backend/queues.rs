@@ -14,8 +14,8 @@ use ax_queue::{
 use super::{errors, tasks::not_found, Backend};
 use crate::api::{
     ApiError, AttemptFailure, DeadLetter, EtcdDbView, ExecutionList, ExecutionQuery,
-    ExecutionRecord, ExecutionStory, FireView, QueueView, ReplicaView, ShardsView, StatusView,
-    TaskKey, WaitingAttempt,
+    ExecutionRecord, ExecutionStory, FireView, Outcome, QueueView, ReplicaView, ShardsView,
+    StatusView, TaskKey, WaitingAttempt,
 };
 use ax_scheduler_core::{ExecutionId, UtcMillis};
 
@@ -32,7 +32,7 @@ pub(super) fn record(e: &HistoryEntry) -> ExecutionRecord {
         started: started.then_some(e.started_at),
         lateness_ms: started.then(|| u64::try_from(e.lateness_ms).unwrap_or(0)),
         duration_ms: started.then_some(e.duration_ms),
-        outcome: e.end.label().to_owned(),
+        outcome: Outcome::from_label(e.end.label()),
         error: e.end.error.clone(),
         worker: started.then(|| e.worker.clone()),
         namespace: None,
@@ -238,11 +238,8 @@ impl Backend {
         };
         story.execution_id = id;
         story.outcome = match &waiting {
-            Some(_) => "waiting".to_owned(),
-            None => attempts
-                .last()
-                .map(|a| a.outcome.clone())
-                .unwrap_or_default(),
+            Some(_) => Outcome::Waiting,
+            None => attempts.last().map(|a| a.outcome).unwrap_or_default(),
         };
         story.waiting = waiting.map(waiting_attempt);
         story.fire = self.fire_of(q, items.first()).await?;

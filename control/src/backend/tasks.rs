@@ -13,11 +13,11 @@ use ax_scheduler_core::task::DEFAULT_NAMESPACE;
 use ax_scheduler_core::{TaskSpec, TaskState, TaskStatus, UtcMillis};
 
 use super::{cursor, errors, Backend};
-use crate::api::PREVIEW_FIRES;
 use crate::api::{
     ApiError, LimitKind, PutOptions, PutTaskResult, TaskKey, TaskList, TaskQuery, TaskView,
     TriggerParams, TriggerResult, UPCOMING_FIRES,
 };
+use crate::api::{Outcome, PREVIEW_FIRES};
 
 /// The view of the value stored under `namespace/id`.
 pub(super) fn view_from_raw(
@@ -63,17 +63,14 @@ fn mark_namespace_paused(view: &mut TaskView, paused: &HashSet<String>) {
 
 /// How the last finished execution ended, from the state's counters: a failure since the
 /// last success means the last one failed.
-fn last_outcome(state: Option<&TaskState>) -> Option<String> {
+fn last_outcome(state: Option<&TaskState>) -> Option<Outcome> {
     let s = state?;
     s.last_finished_at?;
-    Some(
-        if s.consecutive_failures > 0 {
-            "failed"
-        } else {
-            "succeeded"
-        }
-        .to_owned(),
-    )
+    Some(if s.consecutive_failures > 0 {
+        Outcome::Failed
+    } else {
+        Outcome::Succeeded
+    })
 }
 
 /// The view of a valid spec: the spec in its normalized form (every default spelled out).

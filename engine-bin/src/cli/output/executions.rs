@@ -24,7 +24,7 @@ pub fn executions_table(page: &ExecutionList) -> String {
                 ),
                 r.execution_id.to_string(),
                 r.attempt.to_string(),
-                r.outcome.clone(),
+                r.outcome.to_string(),
                 millis(r.duration_ms),
                 millis(r.lateness_ms),
                 r.worker.clone().unwrap_or_else(|| "-".to_owned()),
@@ -77,7 +77,7 @@ pub fn history_table(records: &[ExecutionRecord]) -> String {
                 instant(r.started),
                 millis(r.lateness_ms),
                 millis(r.duration_ms),
-                r.outcome.clone(),
+                r.outcome.to_string(),
                 r.worker.clone().unwrap_or_else(|| "-".to_owned()),
                 r.error.clone().unwrap_or_default(),
             ]

@@ -49,7 +49,8 @@ pub fn task_table(tasks: &[TaskView]) -> String {
                 shown_status(t),
                 instant(t.next_fire),
                 instant(t.last_fire),
-                t.last_outcome.clone().unwrap_or_else(|| "-".to_owned()),
+                t.last_outcome
+                    .map_or_else(|| "-".to_owned(), |o| o.to_string()),
             ]
         })
         .collect();
@@ -124,8 +125,7 @@ pub fn task_text(t: &TaskView) -> String {
         [
             "last outcome".to_owned(),
             t.last_outcome
-                .clone()
-                .unwrap_or_else(|| "never ran".to_owned()),
+                .map_or_else(|| "never ran".to_owned(), |o| o.to_string()),
         ],
     ];
     if let Some(e) = &t.last_error {
@@ -217,7 +217,7 @@ mod tests {
     #[test]
     fn the_table_shows_the_last_outcome_and_why_a_spec_is_invalid() {
         let view = |id: &str| TaskView {
-            last_outcome: Some("failed".into()),
+            last_outcome: Some(ax_control::api::Outcome::Failed),
             ..test_view(
                 "default",
                 id,
@@ -280,7 +280,7 @@ mod tests {
     #[test]
     fn a_throttled_task_says_so_and_why() {
         let mut v = TaskView {
-            last_outcome: Some("failed".into()),
+            last_outcome: Some(ax_control::api::Outcome::Failed),
             ..test_view(
                 "default",
                 "flaky",
