@@ -58,7 +58,10 @@ pub(crate) const HISTORY_TRIM_EVERY: u128 = 8;
 /// more than `n` entries with a chance of `(1 - 1 / HISTORY_TRIM_EVERY)^n` (7 in 10 000 for
 /// 60 entries).
 pub(crate) fn trims_list(entry: &HistoryEntry) -> bool {
-    entry.execution_id.as_u128() % HISTORY_TRIM_EVERY == 0
+    entry
+        .execution_id
+        .as_u128()
+        .is_multiple_of(HISTORY_TRIM_EVERY)
 }
 
 /// One attempt of one execution.

@@ -94,7 +94,9 @@ impl TimerConfig {
 
     /// Why this configuration cannot be used, or `None` when it can.
     pub fn problem(&self) -> Option<&'static str> {
-        if self.tick < Duration::from_millis(1) || self.tick.subsec_nanos() % 1_000_000 != 0 {
+        if self.tick < Duration::from_millis(1)
+            || !self.tick.subsec_nanos().is_multiple_of(1_000_000)
+        {
             return Some("tick must be a whole number of milliseconds, at least 1 ms");
         }
         if !(1..=MAX_SLOT_BITS).contains(&self.slot_bits) {

@@ -224,7 +224,7 @@ impl Config {
                 format!("{} is longer than 1s", show(self.scheduler.tick)),
             );
         }
-        if self.scheduler.tick.subsec_nanos() % 1_000_000 != 0 {
+        if !self.scheduler.tick.subsec_nanos().is_multiple_of(1_000_000) {
             err(
                 "scheduler.tick",
                 format!(
