@@ -42,12 +42,9 @@ use ax_scheduler_core::{ExecutionId, SystemClock};
 use etcd_client::Client;
 use tokio::sync::OnceCell;
 
-pub use crate::connect::{
-    connect_etcd, connect_queue, election_config, etcd_connect_options, etcd_tls, queue_config,
-    redis_tls, registry_config, EtcdTls,
-};
+use crate::connect::{connect_etcd, connect_queue, election_config, etcd_tls, registry_config};
 
-pub use audit_store::AuditStore;
+pub use audit_store::{AuditStore, CapacityWatch};
 pub use tasks::check_command;
 
 use crate::api::{
@@ -118,13 +115,10 @@ impl Backend {
         }
     }
 
-    /// The same backend, its audit log telling `report` after each write whether it is over
+    /// The same backend, its audit log telling `watch` after each write whether it is over
     /// its count.
-    pub fn with_audit_capacity_report(
-        mut self,
-        report: impl Fn(bool) + Send + Sync + 'static,
-    ) -> Backend {
-        self.audit = self.audit.with_capacity_report(report);
+    pub fn with_audit_capacity_watch(mut self, watch: CapacityWatch) -> Backend {
+        self.audit = self.audit.with_capacity_watch(watch);
         self
     }
 

@@ -12,11 +12,12 @@
 
 use std::time::Duration;
 
+use ax_scheduler_core::error::error_chain;
 use ax_scheduler_core::UtcMillis;
 
 use crate::connect::{tls_hint, EtcdTls};
 use crate::endpoints::endpoint_url;
-use crate::error::{chain, ControlError};
+use crate::error::ControlError;
 
 /// Limit on asking one member, connection included.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
@@ -79,7 +80,7 @@ impl ClockCheck {
         let client = builder.build().map_err(|e| {
             ControlError::Config(format!(
                 "cannot build the HTTP client for the clock check: {}",
-                chain(&e)
+                error_chain(&e)
             ))
         })?;
         Ok(ClockCheck {
@@ -112,7 +113,7 @@ impl ClockCheck {
         let response = match self.client.get(url).send().await {
             Ok(response) => response,
             Err(e) => {
-                let e = chain(&e);
+                let e = error_chain(&e);
                 let hint = tls_hint(&e, "etcd", self.tls);
                 return Err(ControlError::Connect(format!(
                     "cannot reach {url}{hint}: {e}"

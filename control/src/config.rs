@@ -87,46 +87,23 @@ impl ClusterConfig {
 
     /// Reads the secrets of the cluster's sections from the files that name them.
     fn read_secret_files(&mut self) -> Result<(), ControlError> {
-        let default_url = Redis::default().url;
-        let redis = &mut self.redis;
-        let pairs = [
-            SecretFile::new(
-                "etcd.password_file",
-                "etcd.password",
-                &mut self.etcd.password_file,
-                &mut self.etcd.password,
-            ),
-            SecretFile::new(
-                "redis.url_file",
-                "redis.url",
-                &mut redis.url_file,
-                &mut redis.url,
-            )
-            .with_default(&default_url),
-            SecretFile::new(
-                "redis.password_file",
-                "redis.password",
-                &mut redis.password_file,
-                &mut redis.password,
-            ),
-        ];
-        read_secret_files(pairs).map_err(|e| ControlError::Config(e.to_string()))
+        read_secret_files(cluster_secret_files(&mut self.etcd, &mut self.redis))
+            .map_err(|e| ControlError::Config(e.to_string()))
     }
 
     /// The queue client's settings: the key prefix, history and dead-letter bounds, queue
     /// limits and partitions, as every process of the cluster must have them.
     pub fn queue_config(&self) -> QueueConfig {
-        let config = self;
         QueueConfig {
-            prefix: config.redis.key_prefix.clone(),
-            history_cap: config.redis.history_cap,
-            history_retention: config.redis.history_retention,
-            execution_history_retention: config.redis.execution_history_retention,
-            execution_history_max_entries: config.redis.execution_history_max_entries,
-            dlq_retention: config.redis.dlq_retention,
-            dlq_max_entries: config.redis.dlq_max_entries,
-            replica_acks: config.redis.replica_acks,
-            limits: config
+            prefix: self.redis.key_prefix.clone(),
+            history_cap: self.redis.history_cap,
+            history_retention: self.redis.history_retention,
+            execution_history_retention: self.redis.execution_history_retention,
+            execution_history_max_entries: self.redis.execution_history_max_entries,
+            dlq_retention: self.redis.dlq_retention,
+            dlq_max_entries: self.redis.dlq_max_entries,
+            replica_acks: self.redis.replica_acks,
+            limits: self
                 .queue_limits
                 .iter()
                 .map(|l| {
@@ -137,7 +114,7 @@ impl ClusterConfig {
                     (l.queue.clone(), limits)
                 })
                 .collect(),
-            partitions: config.redis.queue_partitions.clone(),
+            partitions: self.redis.queue_partitions.clone(),
             ..QueueConfig::default()
         }
     }
@@ -185,20 +162,44 @@ pub fn with_url_password(url: &str, password: &str) -> String {
     }
 }
 
+/// The secrets of the cluster's sections with a file twin: (the file key, the secret's key).
+pub const CLUSTER_SECRET_FILE_KEYS: [(&str, &str); 3] = [
+    ("etcd.password_file", "etcd.password"),
+    ("redis.url_file", "redis.url"),
+    ("redis.password_file", "redis.password"),
+];
+
+/// The secrets of `etcd` and `redis` with their file twins, in [`CLUSTER_SECRET_FILE_KEYS`]'s
+/// order: what a replica and a client both read.
+pub fn cluster_secret_files<'a>(etcd: &'a mut Etcd, redis: &'a mut Redis) -> [SecretFile<'a>; 3] {
+    let [etcd_password, redis_url, redis_password] = CLUSTER_SECRET_FILE_KEYS;
+    [
+        SecretFile::new(etcd_password, &mut etcd.password_file, &mut etcd.password),
+        // `redis.url` has a default, which its file replaces rather than conflicts with.
+        SecretFile::new(redis_url, &mut redis.url_file, &mut redis.url)
+            .with_default(Redis::default().url),
+        SecretFile::new(
+            redis_password,
+            &mut redis.password_file,
+            &mut redis.password,
+        ),
+    ]
+}
+
 /// A secret setting with a `*_file` twin naming a file that holds it.
 pub struct SecretFile<'a> {
     file_key: &'static str,
     key: &'static str,
     file: &'a mut String,
     value: &'a mut String,
-    default: Option<&'a str>,
+    default: Option<String>,
 }
 
 impl<'a> SecretFile<'a> {
-    /// The setting `key` (its value in `value`) and its twin `file_key` (the path in `file`).
+    /// The setting named by `keys` (its file key, its own key), its path in `file` and its
+    /// value in `value`.
     pub fn new(
-        file_key: &'static str,
-        key: &'static str,
+        (file_key, key): (&'static str, &'static str),
         file: &'a mut String,
         value: &'a mut String,
     ) -> Self {
@@ -212,7 +213,7 @@ impl<'a> SecretFile<'a> {
     }
 
     /// The setting has a default, which its file replaces rather than conflicts with.
-    pub fn with_default(mut self, default: &'a str) -> Self {
+    pub fn with_default(mut self, default: String) -> Self {
         self.default = Some(default);
         self
     }
@@ -247,7 +248,7 @@ pub fn read_secret_files<'a>(
             continue;
         }
         let (file_key, key) = (secret.file_key, secret.key);
-        let has_default = secret.default == Some(secret.value.as_str());
+        let has_default = secret.default.as_deref() == Some(secret.value.as_str());
         if !secret.value.is_empty() && !has_default {
             return Err(SecretFileError::Invalid(format!(
                 "{file_key}: is set together with {key}; set one of them"

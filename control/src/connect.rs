@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_election::ElectionConfig;
-use ax_queue::{ClientIdentity, Queue, QueueConfig, RedisTls};
+use ax_queue::{ClientIdentity, Queue, RedisTls};
 use ax_registry::RegistryConfig;
 use ax_scheduler_core::redact::mask_url_password;
 use ax_scheduler_core::Clock;
@@ -237,7 +237,7 @@ pub async fn connect_queue(
     config: &ClusterConfig,
     clock: Arc<dyn Clock>,
 ) -> Result<Queue, ControlError> {
-    let mut settings = queue_config(config);
+    let mut settings = config.queue_config();
     settings.tls = redis_tls(config)?;
     settings.clock = clock;
     let (connected, shown, key) = if config.redis.cluster_nodes.is_empty() {
@@ -279,11 +279,6 @@ pub fn election_config(config: &ClusterConfig) -> ElectionConfig {
         ttl: config.election.lease_ttl,
         request_timeout: config.etcd.timeout,
     }
-}
-
-/// The queue client settings of `config` (see [`ClusterConfig::queue_config`]).
-pub fn queue_config(config: &ClusterConfig) -> QueueConfig {
-    config.queue_config()
 }
 
 #[cfg(test)]

@@ -50,13 +50,14 @@ use crate::http::readiness::Readiness;
 use crate::http::{self, ApiBackend, AppState};
 use crate::serve::scheduler_role::{AuditChanges, EtcdClock};
 use crate::serve::shutdown::Shutdown;
-use ax_control::backend::Backend;
+use ax_control::backend::{Backend, CapacityWatch};
 use ax_control::clock_check::ClockCheck;
 use ax_control::connect::{
     connect_etcd, connect_queue, election_config, etcd_connect_options, etcd_tls, registry_config,
 };
 use ax_control::endpoints;
 use ax_control::late_api::LateApi;
+use ax_control::ClusterConfig;
 use ax_scheduler::clock::{Clock, SteadyClock};
 use ax_scheduler::{self as scheduler, LeaderDeps, LeaderSettings};
 
@@ -143,14 +144,18 @@ impl Server {
         // One clock for the replica's shell, which never reads an earlier time than it has:
         // a step of the host clock back is absorbed instead of followed (see `SteadyClock`).
         let clock: Arc<dyn Clock> = Arc::new(SteadyClock::new());
+        // The cluster's part of the configuration, as every connection and operation takes it.
+        let cluster = config.cluster();
+        // One watch of the audit log's count for the API's store and the leader's.
+        let audit_watch = audit_capacity_watch(&metrics);
         let Some((etcd, queue)) =
-            connect(&config, &clock, &readiness, &metrics, shutdown.token()).await
+            connect(&cluster, &clock, &readiness, &metrics, shutdown.token()).await
         else {
             return http.await.context("HTTP server task panicked")?;
         };
         api.set(Arc::new(
-            Backend::new(etcd.clone(), Some(queue.clone()), &config.cluster())
-                .with_audit_capacity_report(audit_capacity_report(&metrics)),
+            Backend::new(etcd.clone(), Some(queue.clone()), &cluster)
+                .with_audit_capacity_watch(audit_watch.clone()),
         ));
         check_redis_settings(&queue, &metrics).await;
 
@@ -158,6 +163,8 @@ impl Server {
         let alerts = start_alerts(&config, shutdown, &clock)?;
         let parts = Parts {
             config: &config,
+            cluster: &cluster,
+            audit_watch: &audit_watch,
             metrics: &metrics,
             readiness: &readiness,
             etcd: &etcd,
@@ -244,17 +251,16 @@ fn warn_of_open_or_closed_api(config: &Config) {
 }
 
 async fn connect(
-    config: &Config,
+    cluster: &ClusterConfig,
     clock: &Arc<dyn Clock>,
     readiness: &Readiness,
     metrics: &Metrics,
     cancel: &CancellationToken,
 ) -> Option<(etcd_client::Client, Queue)> {
-    let cluster = config.cluster();
-    let etcd = until_connected(BACKEND_ETCD, metrics, cancel, || connect_etcd(&cluster)).await?;
+    let etcd = until_connected(BACKEND_ETCD, metrics, cancel, || connect_etcd(cluster)).await?;
     readiness.set_etcd(true);
     let queue = until_connected(BACKEND_REDIS, metrics, cancel, || {
-        connect_queue(&cluster, Arc::clone(clock))
+        connect_queue(cluster, Arc::clone(clock))
     })
     .await?;
     readiness.set_redis(true);
@@ -356,6 +362,9 @@ fn start_alerts(
 /// What the parts of a connected replica share.
 struct Parts<'a> {
     config: &'a Config,
+    /// `config`'s cluster part.
+    cluster: &'a ClusterConfig,
+    audit_watch: &'a CapacityWatch,
     metrics: &'a Arc<Metrics>,
     readiness: &'a Arc<Readiness>,
     etcd: &'a etcd_client::Client,
@@ -383,15 +392,14 @@ impl Parts<'_> {
         if etcd.endpoints.len() < 2 {
             return Ok(());
         }
-        let cluster = self.config.cluster();
-        let tls = etcd_tls(&cluster)?.is_some();
+        let tls = etcd_tls(self.cluster)?.is_some();
         let client = self.etcd.clone();
         let urls = etcd
             .endpoints
             .iter()
             .map(|e| endpoints::endpoint_url(e, tls))
             .collect();
-        let options = etcd_connect_options(&cluster)?;
+        let options = etcd_connect_options(self.cluster)?;
         let key = ax_scheduler_core::etcd_keys::leader(&etcd.prefix);
         let timeout = etcd.timeout;
         shutdown.spawn(move |cancel| {
@@ -424,7 +432,7 @@ impl Parts<'_> {
             started_at: self.clock.now(),
         };
         let client = self.etcd.clone();
-        let election = election_config(&self.config.cluster());
+        let election = election_config(self.cluster);
         shutdown.spawn(move |cancel| {
             ax_election::keep_registered(client, election, record, cancel)
                 .instrument(info_span!("instance"))
@@ -439,7 +447,7 @@ impl Parts<'_> {
         });
         let candidate = Candidate::new(
             self.etcd.clone(),
-            election_config(&config.cluster()),
+            election_config(self.cluster),
             config.instance.id.clone(),
             info,
         )?
@@ -449,7 +457,7 @@ impl Parts<'_> {
             (rate, rate.max(1.0))
         });
         // The clock check trusts and presents what the etcd client does.
-        let etcd_tls = etcd_tls(&config.cluster())?;
+        let etcd_tls = etcd_tls(self.cluster)?;
         let placement = ax_scheduler_core::placement::Placement {
             shards: config.scheduler.shards,
             by: config.scheduler.placement,
@@ -482,7 +490,7 @@ impl Parts<'_> {
             repair_after: config.scheduler.repair_after,
         };
         let clock_check = EtcdClock(ClockCheck::new(&config.etcd.endpoints, etcd_tls.as_ref())?);
-        let registry = Registry::new(self.etcd.clone(), registry_config(&config.cluster()));
+        let registry = Registry::new(self.etcd.clone(), registry_config(self.cluster));
         let deps = LeaderDeps {
             store: Arc::new(registry.clone()),
             registry,
@@ -494,8 +502,8 @@ impl Parts<'_> {
             alerts: self.alerts.clone(),
             tracker: shutdown.tracker().clone(),
             audit: Arc::new(AuditChanges(
-                ax_control::backend::AuditStore::of(self.etcd.clone(), &config.cluster())
-                    .with_capacity_report(audit_capacity_report(self.metrics)),
+                ax_control::backend::AuditStore::of(self.etcd.clone(), self.cluster)
+                    .with_capacity_watch(self.audit_watch.clone()),
             )),
         };
         shutdown.spawn(move |cancel| {
@@ -544,7 +552,7 @@ impl Parts<'_> {
             queues,
             etcd: self.etcd.clone(),
             etcd_quota: self.config.etcd.quota_backend_bytes,
-            election: election_config(&self.config.cluster()),
+            election: election_config(self.cluster),
             alerted: AlertCounts::default(),
         };
         shutdown.spawn(move |cancel| {
@@ -725,7 +733,7 @@ fn alert_channels(config: &Config) -> Vec<&'static str> {
 }
 
 /// Sets `scheduler_audit_over_capacity` from what the audit log tells after each write.
-fn audit_capacity_report(metrics: &Metrics) -> impl Fn(bool) + Send + Sync + 'static {
+fn audit_capacity_watch(metrics: &Metrics) -> CapacityWatch {
     let gauge = metrics.process.audit_over_capacity.clone();
-    move |over| gauge.set(i64::from(over))
+    CapacityWatch::new(move |over| gauge.set(i64::from(over)))
 }

@@ -382,10 +382,10 @@ async fn the_audit_log_pages_newest_first_filters_and_keeps_to_its_retention_ove
     let b = Backend::connect_lazy(&config.cluster())
         .await
         .unwrap()
-        .with_audit_capacity_report({
+        .with_audit_capacity_watch(ax_control::backend::CapacityWatch::new({
             let over = over.clone();
             move |is_over| over.set(i64::from(is_over))
-        });
+        }));
     let now = UtcMillis::now();
     let record = |at: UtcMillis, actor: &str, target: &str| AuditRecord {
         at,

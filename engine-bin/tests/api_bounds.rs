@@ -327,7 +327,7 @@ async fn dead_letter_of(a: &Api, queue: &ax_queue::Queue, namespace: &str, id: &
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dlq_requeue_uses_the_tasks_current_spec_or_is_refused() {
     let a = api_with("dlq-current", |_| {}).await;
-    let queue = ax_control::backend::connect_queue(
+    let queue = ax_control::connect::connect_queue(
         &a.config.cluster(),
         std::sync::Arc::new(ax_scheduler_core::SystemClock),
     )

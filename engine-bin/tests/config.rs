@@ -278,7 +278,7 @@ fn queue_partitions_are_read_checked_and_given_to_the_queue_client() {
     )
     .unwrap();
     c.validate().unwrap();
-    let q = ax_control::connect::queue_config(&c.cluster());
+    let q = c.cluster().queue_config();
     assert_eq!(q.partitions["hot"], 4);
     assert_eq!(q.partitions["warm"], 1);
     assert!(Config::default().redis.queue_partitions.is_empty());
@@ -311,7 +311,7 @@ fn queue_limits_are_read_checked_and_given_to_the_queue_client() {
     )
     .unwrap();
     c.validate().unwrap();
-    let q = ax_control::connect::queue_config(&c.cluster());
+    let q = c.cluster().queue_config();
     assert_eq!(q.limits["reports"].max_running, 4);
     assert_eq!(q.limits["reports"].rate, 2.5);
     assert_eq!(q.limits["mail"].max_running, 0);
@@ -334,4 +334,26 @@ fn queue_limits_are_read_checked_and_given_to_the_queue_client() {
         "{e}"
     );
     assert!(Config::from_toml_str("[worker]\nqueue_limits = [{queue = \"a\", max = 1}]").is_err());
+}
+
+/// A client reads the cluster's part of a replica's file ([`ax_control::ClusterConfig`]) with
+/// its own parser, which skips the replica's sections: it must find what the replica finds,
+/// defaults included.
+#[test]
+fn a_client_reads_the_cluster_of_a_file_as_the_replica_does() {
+    let doc = include_str!("../../docs/configuration.md");
+    let start = doc.find("```toml\n").expect("a toml block in the docs") + 8;
+    let len = doc[start..].find("```").expect("the block ends");
+    let changed = "[etcd]\nprefix = \"/x\"\ntimeout = \"2s\"\n\
+                   [redis]\nkey_prefix = \"k\"\nqueue_partitions = { hot = 4 }\n\
+                   [audit]\nmax_records = 7\n[limits]\nmax_list_scan = 9\n\
+                   [scheduler]\nshards = 4\nmax_clock_skew = \"3s\"\ntick = \"5ms\"\n\
+                   [worker]\nqueues = [\"a\", \"b\"]\ncommands_allow_root = true\n\
+                   queue_limits = [{queue = \"a\", rate = 2.5}]\n\
+                   [http]\nlisten = \"127.0.0.1:1\"\n";
+    for text in ["", &doc[start..start + len], changed] {
+        let replica = Config::from_toml_str(text).unwrap().cluster();
+        let client = ax_control::ClusterConfig::from_toml_str(text).unwrap();
+        assert_eq!(client, replica, "{text}");
+    }
 }

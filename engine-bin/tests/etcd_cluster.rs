@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use ax::config::Config;
-use ax_control::backend::{connect_etcd, etcd_connect_options};
+use ax_control::connect::{connect_etcd, etcd_connect_options};
 use ax_control::endpoints::{endpoint_url, watch_endpoints};
 use ax_election::{Candidate, ElectionConfig};
 use etcd_client::{Client, GetOptions};

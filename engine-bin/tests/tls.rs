@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use ax::config::Config;
 use ax::http::ApiBackend;
-use ax_control::backend::{connect_etcd, connect_queue, election_config, etcd_tls, Backend};
+use ax_control::backend::Backend;
 use ax_control::clock_check::ClockCheck;
+use ax_control::connect::{connect_etcd, connect_queue, election_config, etcd_tls};
 use ax_election::Candidate;
 use ax_testkit::{unique_name, ClientAuth, EtcdServer, RedisServer, TlsMaterial};
 

@@ -38,3 +38,38 @@ impl CoreError {
         false
     }
 }
+
+/// `error` and its causes, `: `-separated (what anyhow's `{:#}` shows): a message for people
+/// from an error whose own text hides its cause, as an HTTP client's does.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot reach etcd")]
+    struct Outer(#[source] Inner);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("connection refused")]
+    struct Inner;
+
+    #[test]
+    fn a_chain_shows_every_cause_in_order() {
+        assert_eq!(
+            error_chain(&Outer(Inner)),
+            "cannot reach etcd: connection refused"
+        );
+        assert_eq!(error_chain(&Inner), "connection refused");
+    }
+}

@@ -383,15 +383,7 @@ fn send_error(method: &Method, shown: &str, e: reqwest::Error) -> HandlerError {
         return HandlerError::Permanent(format!("{method} {shown} refused: {refusal}"));
     }
     let builder = e.is_builder();
-    let e = e.without_url();
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    let text = mask_urls_in(&text);
+    let text = mask_urls_in(&ax_scheduler_core::error::error_chain(&e.without_url()));
     if builder {
         HandlerError::Permanent(format!("cannot build the {method} to {shown}: {text}"))
     } else {

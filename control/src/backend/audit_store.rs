@@ -33,11 +33,23 @@ pub struct AuditStore {
     over_capacity: Option<CapacityWatch>,
 }
 
-/// Whether the log is over `audit.max_records`, told to whoever watches it.
+/// Whether the log is over `audit.max_records`, told to whoever watches it after each write.
+/// Clones share their state: a replica gives one to each of its stores (the API's and the
+/// leader's), so a crossing is warned of once, as one gauge shows it.
 #[derive(Clone)]
-struct CapacityWatch {
+pub struct CapacityWatch {
     report: Arc<dyn Fn(bool) + Send + Sync>,
     over: Arc<AtomicBool>,
+}
+
+impl CapacityWatch {
+    /// A watch telling `report` whether the log is over its count.
+    pub fn new(report: impl Fn(bool) + Send + Sync + 'static) -> Self {
+        CapacityWatch {
+            report: Arc::new(report),
+            over: Arc::new(AtomicBool::new(false)),
+        }
+    }
 }
 
 impl AuditStore {
@@ -60,12 +72,9 @@ impl AuditStore {
         }
     }
 
-    /// The same log, telling `report` after each write whether it is over its count.
-    pub fn with_capacity_report(mut self, report: impl Fn(bool) + Send + Sync + 'static) -> Self {
-        self.over_capacity = Some(CapacityWatch {
-            report: Arc::new(report),
-            over: Arc::new(AtomicBool::new(false)),
-        });
+    /// The same log, telling `watch` after each write whether it is over its count.
+    pub fn with_capacity_watch(mut self, watch: CapacityWatch) -> Self {
+        self.over_capacity = Some(watch);
         self
     }
 

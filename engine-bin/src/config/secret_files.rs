@@ -9,80 +9,52 @@
 //! file is refused rather than one silently winning. Files are read after the environment and
 //! flags are applied, before validation, so the value read is checked like any other.
 
-use ax_control::config::{read_secret_files, SecretFile, SecretFileError};
+use ax_control::config::{
+    cluster_secret_files, read_secret_files, SecretFile, SecretFileError, CLUSTER_SECRET_FILE_KEYS,
+};
 
 use super::{Config, ConfigError};
 
-/// Each secret with a file twin: (the file key, the secret's key).
-pub const SECRET_FILE_KEYS: [(&str, &str); 7] = [
-    ("etcd.password_file", "etcd.password"),
-    ("redis.url_file", "redis.url"),
-    ("redis.password_file", "redis.password"),
-    ("http.api_token_file", "http.api_token"),
-    ("alerts.feishu_webhook_file", "alerts.feishu_webhook"),
-    ("alerts.feishu_secret_file", "alerts.feishu_secret"),
-    ("alerts.webhook_url_file", "alerts.webhook_url"),
-];
+/// Each secret with a file twin: (the file key, the secret's key); the cluster's first.
+pub const SECRET_FILE_KEYS: [(&str, &str); 7] = {
+    let [etcd_password, redis_url, redis_password] = CLUSTER_SECRET_FILE_KEYS;
+    [
+        etcd_password,
+        redis_url,
+        redis_password,
+        ("http.api_token_file", "http.api_token"),
+        ("alerts.feishu_webhook_file", "alerts.feishu_webhook"),
+        ("alerts.feishu_secret_file", "alerts.feishu_secret"),
+        ("alerts.webhook_url_file", "alerts.webhook_url"),
+    ]
+};
 
 impl Config {
-    /// Reads every secret a `*_file` key names into its setting. `redis.url` has a
-    /// default, so its file replaces it unless `redis.url` was set away from the default.
+    /// Reads every secret a `*_file` key names into its setting, the cluster's as a client
+    /// reads them (see [`cluster_secret_files`]) and this replica's own.
     pub(crate) fn read_secret_files(&mut self) -> Result<(), ConfigError> {
-        let default_redis_url = super::Redis::default().url;
-        let (etcd, redis, http, alerts) = (
-            &mut self.etcd,
-            &mut self.redis,
-            &mut self.http,
-            &mut self.alerts,
-        );
-        let [etcd_pw, redis_url, redis_pw, token, feishu, feishu_secret, webhook] =
-            SECRET_FILE_KEYS;
-        let secrets = [
+        let [.., token, feishu, feishu_secret, webhook] = SECRET_FILE_KEYS;
+        let (http, alerts) = (&mut self.http, &mut self.alerts);
+        let own = [
+            SecretFile::new(token, &mut http.api_token_file, &mut http.api_token),
             SecretFile::new(
-                etcd_pw.0,
-                etcd_pw.1,
-                &mut etcd.password_file,
-                &mut etcd.password,
-            ),
-            SecretFile::new(
-                redis_url.0,
-                redis_url.1,
-                &mut redis.url_file,
-                &mut redis.url,
-            )
-            .with_default(&default_redis_url),
-            SecretFile::new(
-                redis_pw.0,
-                redis_pw.1,
-                &mut redis.password_file,
-                &mut redis.password,
-            ),
-            SecretFile::new(
-                token.0,
-                token.1,
-                &mut http.api_token_file,
-                &mut http.api_token,
-            ),
-            SecretFile::new(
-                feishu.0,
-                feishu.1,
+                feishu,
                 &mut alerts.feishu_webhook_file,
                 &mut alerts.feishu_webhook,
             ),
             SecretFile::new(
-                feishu_secret.0,
-                feishu_secret.1,
+                feishu_secret,
                 &mut alerts.feishu_secret_file,
                 &mut alerts.feishu_secret,
             ),
             SecretFile::new(
-                webhook.0,
-                webhook.1,
+                webhook,
                 &mut alerts.webhook_url_file,
                 &mut alerts.webhook_url,
             ),
         ];
-        read_secret_files(secrets).map_err(|e| match e {
+        let cluster = cluster_secret_files(&mut self.etcd, &mut self.redis);
+        read_secret_files(cluster.into_iter().chain(own)).map_err(|e| match e {
             SecretFileError::Unreadable { key, path, source } => {
                 ConfigError::SecretFile { key, path, source }
             }
