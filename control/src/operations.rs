@@ -116,7 +116,8 @@ impl<'a> Operations<'a> {
         Ok(result)
     }
 
-    /// Kills a task's executions, or one of them; `task.kill` with what was killed.
+    /// Kills a task's executions, or one of them; `task.kill` with what was killed (the first
+    /// [`LISTED`]).
     pub async fn kill_task(
         &self,
         key: TaskKey,
@@ -124,7 +125,7 @@ impl<'a> Operations<'a> {
     ) -> Result<KillResult, ApiError> {
         let target = key.to_string();
         let result = self.backend.kill_task(key, execution).await?;
-        let detail = serde_json::to_value(&result).ok();
+        let detail = Some(listed("killed", &result.killed));
         self.record("task.kill", target, detail, None).await;
         Ok(result)
     }
@@ -132,7 +133,7 @@ impl<'a> Operations<'a> {
     /// Kills one execution; `execution.kill`.
     pub async fn kill_execution(&self, id: ExecutionId) -> Result<KillResult, ApiError> {
         let result = self.backend.kill_execution(id).await?;
-        let detail = serde_json::to_value(&result).ok();
+        let detail = Some(listed("killed", &result.killed));
         self.record("execution.kill", id.to_string(), detail, None)
             .await;
         Ok(result)
@@ -156,9 +157,10 @@ impl<'a> Operations<'a> {
         Ok(())
     }
 
-    /// Puts dead letters back on their queues; `dlq.requeue` with the request.
+    /// Puts dead letters back on their queues; `dlq.requeue` with the request (the first
+    /// [`LISTED`] ids).
     pub async fn dlq_requeue(&self, request: DlqRequeue) -> Result<u64, ApiError> {
-        let detail = serde_json::to_value(&request).ok();
+        let detail = Some(requeue_detail(&request));
         let count = self.backend.dlq_requeue(request).await?;
         self.record("dlq.requeue", String::new(), detail, None)
             .await;
@@ -219,6 +221,36 @@ impl<'a> Operations<'a> {
     }
 }
 
+/// Most items of a list an audit record keeps; the rest are counted. A request or an answer
+/// may name thousands (a requeue of every id a body holds, a kill of a wide fan-out), and a
+/// record is one etcd value.
+pub const LISTED: usize = 20;
+
+/// `{name: the first LISTED items}`, with `{name}_omitted` counting the rest when there are
+/// more.
+fn listed<T: serde::Serialize>(name: &str, items: &[T]) -> Value {
+    let shown = &items[..items.len().min(LISTED)];
+    let mut detail = json!({ name: shown });
+    if items.len() > shown.len() {
+        detail[format!("{name}_omitted")] = json!(items.len() - shown.len());
+    }
+    detail
+}
+
+/// A requeue's record: what it asked for, its ids bounded as [`listed`] bounds them.
+fn requeue_detail(request: &DlqRequeue) -> Value {
+    match request {
+        DlqRequeue::Ids { ids, use_stored } => {
+            let mut detail = listed("ids", ids);
+            if *use_stored {
+                detail["use_stored"] = json!(true);
+            }
+            detail
+        }
+        all @ DlqRequeue::All { .. } => serde_json::to_value(all).unwrap_or(Value::Null),
+    }
+}
+
 /// A run-now's record: its key, and its payload as size and hash.
 fn trigger_detail(params: &TriggerParams) -> Value {
     let mut detail = json!({});
@@ -237,6 +269,28 @@ fn trigger_detail(params: &TriggerParams) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_keeps_a_bounded_part_of_any_list() {
+        let few: Vec<String> = (0..3).map(|i| format!("{i:032x}")).collect();
+        let small = requeue_detail(&DlqRequeue::Ids {
+            ids: few.clone(),
+            use_stored: false,
+        });
+        assert_eq!(small, json!({ "ids": few }), "a short list is kept whole");
+        for n in [LISTED + 1, 1_000, 30_000] {
+            let ids: Vec<String> = (0..n).map(|i| format!("{i:032x}")).collect();
+            let detail = requeue_detail(&DlqRequeue::Ids {
+                ids,
+                use_stored: true,
+            });
+            assert_eq!(detail["ids"].as_array().map(Vec::len), Some(LISTED));
+            assert_eq!(detail["ids_omitted"], n - LISTED);
+            assert_eq!(detail["use_stored"], true);
+            let bytes = detail.to_string().len();
+            assert!(bytes < 1_000, "{n} ids make a record of {bytes} bytes");
+        }
+    }
 
     #[test]
     fn a_trigger_records_its_payload_by_size_and_hash() {

@@ -177,10 +177,14 @@ async fn warn_if_unused(queue: &ax_queue::Queue, queues: &[String]) {
     }
 }
 
-/// Whether any of `queues` has a live worker, a leader's fence, or messages waiting or
-/// delayed; a few reads of fixed keys per queue.
+/// Queues looked at for a sign of use: enough to tell a wrong prefix (which shows none on
+/// any), few enough that a worker of thousands of queues starts at once.
+const QUEUES_LOOKED_AT: usize = 16;
+
+/// Whether any of `queues` (the first [`QUEUES_LOOKED_AT`]) has a live worker, a leader's
+/// fence, or messages waiting or delayed; a few reads of fixed keys per queue.
 async fn queues_in_use(queue: &ax_queue::Queue, queues: &[String]) -> Result<bool> {
-    for q in queues {
+    for q in queues.iter().take(QUEUES_LOOKED_AT) {
         if !queue.live_workers(q).await?.is_empty()
             || queue.fence(q, None).await? > 0
             || queue.depth(q).await? > 0
