@@ -117,17 +117,16 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
 /// `ax namespace pause|resume`.
 async fn namespace(config: &Config, actor: &Actor, cmd: NamespaceCommand) -> Result<(), CliError> {
     let b = backend(config).await?;
+    let ops = Operations::new(&b, actor);
     let (action, namespace) = match cmd {
         NamespaceCommand::Pause { namespace } => {
-            Operations::new(&b, actor)
-                .pause_namespace(namespace.clone())
+            ops.pause_namespace(namespace.clone())
                 .await
                 .map_err(api_error)?;
             ("namespace.pause", namespace)
         }
         NamespaceCommand::Resume { namespace } => {
-            Operations::new(&b, actor)
-                .resume_namespace(namespace.clone())
+            ops.resume_namespace(namespace.clone())
                 .await
                 .map_err(api_error)?;
             ("namespace.resume", namespace)
@@ -462,6 +461,7 @@ async fn task_keyed(
     k: TaskKey,
     cmd: TaskCommand,
 ) -> Result<String, CliError> {
+    let ops = Operations::new(b, actor);
     Ok(match cmd {
         TaskCommand::Graph { dot, .. } => task_graph(b, &k, name, dot).await?,
         TaskCommand::Get {
@@ -479,24 +479,15 @@ async fn task_keyed(
             }
         }
         TaskCommand::Delete(_) => {
-            Operations::new(b, actor)
-                .delete_task(k)
-                .await
-                .map_err(api_error)?;
+            ops.delete_task(k).await.map_err(api_error)?;
             format!("task {name} deleted\n")
         }
         TaskCommand::Pause(_) => {
-            Operations::new(b, actor)
-                .pause(k)
-                .await
-                .map_err(api_error)?;
+            ops.pause(k).await.map_err(api_error)?;
             format!("task {name} paused\n")
         }
         TaskCommand::Resume(_) => {
-            Operations::new(b, actor)
-                .resume(k)
-                .await
-                .map_err(api_error)?;
+            ops.resume(k).await.map_err(api_error)?;
             format!("task {name} resumed\n")
         }
         TaskCommand::Trigger {
@@ -508,7 +499,7 @@ async fn task_keyed(
                 payload: read_payload(payload.as_deref())?,
                 idempotency_key,
             };
-            task_trigger(b, actor, k, params).await?
+            task_trigger(&ops, k, params).await?
         }
         TaskCommand::Backfill {
             from,
@@ -525,14 +516,11 @@ async fn task_keyed(
                 force,
                 dry_run,
             };
-            task_backfill(b, actor, name, k, params).await?
+            task_backfill(&ops, name, k, params).await?
         }
         TaskCommand::Kill { execution, .. } => {
             let execution = execution.as_deref().map(execution_arg).transpose()?;
-            let result = Operations::new(b, actor)
-                .kill_task(k, execution)
-                .await
-                .map_err(api_error)?;
+            let result = ops.kill_task(k, execution).await.map_err(api_error)?;
             output::kill_text(&result)
         }
         TaskCommand::History { limit, output, .. } => {
@@ -592,31 +580,23 @@ fn read_payload(file: Option<&str>) -> Result<Option<serde_json::Value>, CliErro
 /// `ax task trigger`: prints only the execution id, so that `id=$(ax task trigger ...)`
 /// works.
 async fn task_trigger(
-    b: &Backend,
-    actor: &Actor,
+    ops: &Operations<'_>,
     key: TaskKey,
     params: TriggerParams,
 ) -> Result<String, CliError> {
-    let r = Operations::new(b, actor)
-        .trigger(key, params)
-        .await
-        .map_err(api_error)?;
+    let r = ops.trigger(key, params).await.map_err(api_error)?;
     Ok(format!("{}\n", r.execution_id))
 }
 
 /// `ax task backfill`: one line per fire (with its execution id once enqueued), and on
 /// stderr whether they run or a dry run only listed them.
 async fn task_backfill(
-    b: &Backend,
-    actor: &Actor,
+    ops: &Operations<'_>,
     name: &str,
     key: TaskKey,
     params: BackfillParams,
 ) -> Result<String, CliError> {
-    let r = Operations::new(b, actor)
-        .backfill(key, params)
-        .await
-        .map_err(api_error)?;
+    let r = ops.backfill(key, params).await.map_err(api_error)?;
     let mut out = String::new();
     for (i, t) in r.fires.iter().enumerate() {
         let ran = if r.already_run.get(i) == Some(&true) {
@@ -675,6 +655,7 @@ async fn history(config: &Config, args: HistoryArgs) -> Result<(), CliError> {
 /// `ax dlq list|requeue|purge`.
 async fn dlq(config: &Config, actor: &Actor, cmd: DlqCommand) -> Result<(), CliError> {
     let b = backend(config).await?;
+    let ops = Operations::new(&b, actor);
     let text = match cmd {
         DlqCommand::List {
             queue,
@@ -705,17 +686,11 @@ async fn dlq(config: &Config, actor: &Actor, cmd: DlqCommand) -> Result<(), CliE
             } else {
                 DlqRequeue::Ids { ids, use_stored }
             };
-            let n = Operations::new(&b, actor)
-                .dlq_requeue(request)
-                .await
-                .map_err(api_error)?;
+            let n = ops.dlq_requeue(request).await.map_err(api_error)?;
             format!("requeued {n} dead letter(s)\n")
         }
         DlqCommand::Purge { queue } => {
-            let n = Operations::new(&b, actor)
-                .dlq_purge(queue)
-                .await
-                .map_err(api_error)?;
+            let n = ops.dlq_purge(queue).await.map_err(api_error)?;
             format!("purged {n} dead letter(s)\n")
         }
     };
