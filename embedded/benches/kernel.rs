@@ -555,7 +555,7 @@ fn durable(n: usize, inflight: u64) {
             .store(dir.path().join("bench.redb"))
             .handler(
                 "noop",
-                ax_embedded::typed(|_job: ax_embedded::handler::Job<u64>| async { Ok(()) }),
+                ax_embedded::typed(|_job: ax_embedded::handler::Typed<u64>| async { Ok(()) }),
             )
             .build()
             .unwrap();

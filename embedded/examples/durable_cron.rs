@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use ax_embedded::handler::Job as Attempt;
+use ax_embedded::handler::Typed as Attempt;
 use ax_embedded::{typed, Job, Kernel, When};
 use serde::{Deserialize, Serialize};
 

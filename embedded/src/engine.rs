@@ -249,7 +249,11 @@ impl Engine {
             mut states,
             running,
             dead,
+            skipped,
         } = loaded;
+        if skipped > 0 {
+            tracing::error!(skipped, "stored jobs out of bounds were not restored");
+        }
         // What ran or failed was a task: it goes back to the dispatcher whatever its instant.
         // ... and so does a parent: its children's edges must find it.
         let held: std::collections::HashSet<JobId> = running

@@ -1,10 +1,11 @@
 //! Jobs: an async closure with the options the cluster's task spec carries.
 //!
-//! A job's options are the fields of a [`TaskSpec`] (priority, timeout, retry policy,
-//! idempotency key, overlap and misfire policy, payload), with the cluster's defaults, and
-//! they become one when the job is submitted: the kernel schedules it with the cluster's
-//! dispatcher, so an option means exactly what it means in the cluster. Options are checked
-//! at submit, where a bad one is an error for the caller, never a job that cannot run.
+//! A job's options are the cluster's [`TaskOptions`] (priority, timeout, retry policy,
+//! idempotency key, overlap and misfire policy, deadline) and a payload, with the cluster's
+//! defaults, and they become a [`TaskSpec`] when the job is submitted: the kernel schedules
+//! it with the cluster's dispatcher, so an option means exactly what it means in the cluster,
+//! and is checked by the same bounds, at submit, where a bad one is an error for the caller,
+//! never a job that cannot run.
 //!
 //! A job's body is a closure (it lives in memory only) or the name of a handler the kernel
 //! was built with ([`Job::named`]): only a name and a payload can be written to a store and
@@ -21,12 +22,11 @@ use ax_scheduler_core::handler::{
     AttemptInfo, Cancel, Context, DeferFuture, Deferred, Finisher, Handler, Progress, Shell,
     ShellFuture,
 };
-use ax_scheduler_core::task::{
-    DEFAULT_PRIORITY, DEFAULT_TIMEOUT, MAX_IDEMPOTENCY_KEY_LEN, MAX_MULTIPLIER, MAX_PAYLOAD_BYTES,
-    MAX_PRIORITY, MAX_RETRIES,
-};
+use ax_scheduler_core::options::{check_payload_size, payload_bytes};
+use ax_scheduler_core::task::MAX_PAYLOAD_BYTES;
 use ax_scheduler_core::{
-    ExecutionId, HandlerError, MisfirePolicy, OverlapPolicy, RetryPolicy, TaskSpec, UtcMillis,
+    ExecutionId, HandlerError, MisfirePolicy, OverlapPolicy, RetryPolicy, TaskOptions, TaskSpec,
+    UtcMillis,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::{Mutex, PoisonError};
@@ -251,19 +251,13 @@ impl Finisher for EmbeddedFinish {
     }
 }
 
-/// A job's options; the defaults are the cluster's task defaults.
-#[derive(Clone, Debug)]
+/// A job's options: the cluster's [`TaskOptions`] and the payload, with the cluster's
+/// defaults.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct JobOptions {
-    pub(crate) priority: u8,
-    pub(crate) timeout: Duration,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) idempotency_key: Option<String>,
-    pub(crate) overlap: OverlapPolicy,
-    pub(crate) misfire: MisfirePolicy,
-    /// Every fire is to be followed by a success within this (`expect_success_within`).
-    pub(crate) deadline: Option<Duration>,
+    pub(crate) task: TaskOptions,
     /// The payload, or why it did not serialize (reported at submit).
-    pub(crate) payload: Result<serde_json::Value, String>,
+    pub(crate) payload: Option<Result<serde_json::Value, String>>,
 }
 
 impl fmt::Debug for Job {
@@ -310,41 +304,41 @@ impl Job {
     /// priorities start first, and waiting raises a job's priority by one level a second
     /// (aging) so that none starves.
     pub fn priority(mut self, priority: u8) -> Self {
-        self.options.priority = priority;
+        self.options.task.priority = priority;
         self
     }
 
     /// Longest one attempt may run before it is stopped and counted as failed; default 30 s.
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.options.timeout = timeout;
+        self.options.task.timeout = timeout;
         self
     }
 
     /// How failed attempts are retried; default 3 retries from 10 s, tripling, jittered.
     /// `RetryPolicy { max_retries: 0, ..Default::default() }` retries nothing.
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
-        self.options.retry = retry;
+        self.options.task.retry = retry;
         self
     }
 
     /// Submitting a job with a key the kernel still holds a job for returns that job's id
     /// and schedules nothing new.
     pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
-        self.options.idempotency_key = Some(key.into());
+        self.options.task.idempotency_key = Some(key.into());
         self
     }
 
     /// What a periodic fire does while the previous execution still runs; default
     /// [`OverlapPolicy::Forbid`] (it waits, merged with later ones, until that one ends).
     pub fn overlap(mut self, overlap: OverlapPolicy) -> Self {
-        self.options.overlap = overlap;
+        self.options.task.overlap = overlap;
         self
     }
 
     /// What happens to fires missed while the kernel could not fire them (a stalled
     /// process, a paused job); default [`MisfirePolicy::FireOnce`].
     pub fn misfire(mut self, misfire: MisfirePolicy) -> Self {
-        self.options.misfire = misfire;
+        self.options.task.misfire = misfire;
         self
     }
 
@@ -355,59 +349,60 @@ impl Job {
     /// `scheduler_deadline_misses_total{reason}`, once per missed fire. A success after
     /// the fire meets it, whichever attempt or fire it was.
     pub fn deadline(mut self, within: Duration) -> Self {
-        self.options.deadline = Some(within);
+        self.options.task.expect_success_within = Some(within);
         self
     }
 
     /// Data the job reads with [`Context::payload_as`]; at most 32 KiB as JSON.
     pub fn payload(mut self, payload: &impl Serialize) -> Self {
-        self.options.payload = serde_json::to_value(payload).map_err(|e| e.to_string());
+        self.options.payload = Some(serde_json::to_value(payload).map_err(|e| e.to_string()));
+        self
+    }
+
+    /// Every option at once, as a cluster task takes them: the setters above change one
+    /// each. The payload is set apart ([`payload`](Self::payload)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ax_embedded::{Job, TaskOptions};
+    ///
+    /// let options = TaskOptions::new().priority(8).timeout(Duration::from_secs(5));
+    /// let job = Job::new(|_| async { Ok(()) }).options(options);
+    /// # drop(job);
+    /// ```
+    pub fn options(mut self, options: TaskOptions) -> Self {
+        self.options.task = options;
         self
     }
 }
 
-impl Default for JobOptions {
-    fn default() -> Self {
-        JobOptions {
-            priority: DEFAULT_PRIORITY,
-            timeout: DEFAULT_TIMEOUT,
-            retry: RetryPolicy::default(),
-            idempotency_key: None,
-            overlap: OverlapPolicy::default(),
-            misfire: MisfirePolicy::default(),
-            deadline: None,
-            payload: Ok(serde_json::Value::Null),
-        }
-    }
-}
-
 impl JobOptions {
-    /// The payload, if every option is in range.
+    /// The payload, if every option is in range: the bounds are the cluster's
+    /// ([`TaskOptions::check`]), reported under the builder method's name.
     pub(crate) fn check(&self) -> Result<serde_json::Value> {
-        if self.priority > MAX_PRIORITY {
-            return Err(EmbeddedError::invalid(
-                "priority",
-                format!("{} is above {MAX_PRIORITY}", self.priority),
-            ));
+        if let Err(errors) = self.task.check() {
+            let first = errors.iter().next().map_or("", |e| e.path.as_str());
+            let field = match first.split('.').next().unwrap_or("") {
+                "priority" => "priority",
+                "timeout" => "timeout",
+                "retry" => "retry",
+                "idempotency_key" => "idempotency_key",
+                "expect_success_within" => "deadline",
+                _ => "options",
+            };
+            let reason = errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(EmbeddedError::invalid(field, reason));
         }
-        if self.timeout < Duration::from_millis(1) {
-            return Err(EmbeddedError::invalid("timeout", "must be at least 1ms"));
-        }
-        check_retry(&self.retry)?;
-        if self.deadline.is_some_and(|d| d < Duration::from_millis(1)) {
-            return Err(EmbeddedError::invalid("deadline", "must be at least 1ms"));
-        }
-        if let Some(key) = &self.idempotency_key {
-            if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN {
-                return Err(EmbeddedError::invalid(
-                    "idempotency_key",
-                    format!("must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} bytes"),
-                ));
-            }
-        }
-        let payload = self.payload.clone().map_err(EmbeddedError::Payload)?;
-        let size = serde_json::to_vec(&payload).map(|v| v.len()).unwrap_or(0);
-        if size > MAX_PAYLOAD_BYTES {
+        let payload = match &self.payload {
+            None => serde_json::Value::Null,
+            Some(p) => p.clone().map_err(EmbeddedError::Payload)?,
+        };
+        let size = payload_bytes(&payload);
+        if check_payload_size(size).is_some() {
             return Err(EmbeddedError::PayloadTooLarge {
                 size,
                 max: MAX_PAYLOAD_BYTES,
@@ -415,25 +410,4 @@ impl JobOptions {
         }
         Ok(payload)
     }
-}
-
-/// The bounds the cluster's spec validation holds a retry policy to.
-fn check_retry(p: &RetryPolicy) -> Result<()> {
-    let bad = |reason: String| Err(EmbeddedError::invalid("retry", reason));
-    if p.max_retries > MAX_RETRIES {
-        return bad(format!(
-            "max_retries {} is above {MAX_RETRIES}",
-            p.max_retries
-        ));
-    }
-    if !(1.0..=MAX_MULTIPLIER).contains(&p.multiplier) {
-        return bad(format!("multiplier must be in 1..={MAX_MULTIPLIER}"));
-    }
-    if !(0.0..=1.0).contains(&p.jitter) {
-        return bad("jitter must be in 0..=1".to_owned());
-    }
-    if p.max_interval < p.initial_interval {
-        return bad("max_interval is below initial_interval".to_owned());
-    }
-    Ok(())
 }

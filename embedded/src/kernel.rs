@@ -8,13 +8,12 @@
 //! return at once and so refuse one. The handle is cheap to clone (one `Arc`): a job may
 //! hold one to submit more jobs.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ax_scheduler_core::handler::IntoHandler;
-use ax_scheduler_core::task::{DEFAULT_QUEUE, DEFAULT_VERSION};
+use ax_scheduler_core::task::DEFAULT_QUEUE;
 use ax_scheduler_core::timer::TimerConfig;
 use ax_scheduler_core::{
     Clock, CoreError, DispatcherConfig, Schedule, TaskSpec, TaskStatus, UtcMillis,
@@ -121,7 +120,7 @@ impl KernelBuilder {
     }
 
     /// Registers the handler that runs jobs made with [`Job::named`]`(name)`: an async
-    /// function of a [`handler::Job<T>`](crate::handler::Job) (its payload decoded as a `T`;
+    /// function of a [`handler::Typed<T>`](crate::handler::Typed) (its payload decoded as a `T`;
     /// one that does not decode fails the attempt for good), or any [`Handler`](crate::Handler), the trait a
     /// cluster worker of the Rust SDK runs too: an `Arc` of one serves both in one process.
     pub fn handler<M>(mut self, name: &str, handler: impl IntoHandler<M>) -> Self {
@@ -349,7 +348,7 @@ impl Kernel {
             When::AfterJobs(parents) => crate::parents::dependencies(parents)?,
             _ => Vec::new(),
         };
-        if !depends_on.is_empty() && job.options.deadline.is_some() {
+        if !depends_on.is_empty() && job.options.task.expect_success_within.is_some() {
             return Err(EmbeddedError::invalid(
                 "deadline",
                 "judges the fires of a schedule, and a dependent job has none; put it on the chain's first job",
@@ -365,7 +364,7 @@ impl Kernel {
         if !engine.starting {
             return Err(EmbeddedError::ShuttingDown);
         }
-        if let Some(key) = &job.options.idempotency_key {
+        if let Some(key) = &job.options.task.idempotency_key {
             if let Some(id) = engine.by_idempotency_key(key) {
                 return Ok((id, None));
             }
@@ -578,34 +577,14 @@ pub(crate) fn spec_of(
     job: &Job,
     now: UtcMillis,
 ) -> TaskSpec {
-    let o = &job.options;
-    let handler: Arc<str> = match &job.body {
-        Body::Named(name) => Arc::clone(name),
-        Body::Closure(_) => Arc::from(CLOSURE_HANDLER),
+    let handler = match &job.body {
+        Body::Named(name) => name,
+        Body::Closure(_) => CLOSURE_HANDLER,
     };
-    TaskSpec {
-        // The engine names the job.
-        id: Arc::from(""),
-        namespace: Arc::from(NAMESPACE),
-        handler,
-        schedule,
-        payload,
-        http: None,
-        command: None,
-        queue: Arc::from(DEFAULT_QUEUE),
-        priority: o.priority,
-        concurrency: None,
-        timeout: o.timeout,
-        retry: Arc::new(o.retry.clone()),
-        idempotency_key: o.idempotency_key.clone(),
-        misfire: o.misfire,
-        overlap: o.overlap,
-        paused: false,
-        fanout: None,
-        depends_on: Vec::new(),
-        expect_success_within: o.deadline,
-        labels: BTreeMap::new(),
-        version: DEFAULT_VERSION,
-        created_at: Some(now),
-    }
+    // The engine names the job: the id is set when it is submitted.
+    let mut spec = TaskSpec::new(NAMESPACE, "", handler, schedule)
+        .with_options(job.options.task.clone())
+        .with_payload(payload);
+    spec.created_at = Some(now);
+    spec
 }

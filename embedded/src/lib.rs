@@ -97,7 +97,8 @@ mod table;
 pub use ax_scheduler_core::handler;
 pub use ax_scheduler_core::handler::{typed, Context, Handler};
 pub use ax_scheduler_core::{
-    ExecutionId, HandlerError, MisfirePolicy, OverlapPolicy, RetryPolicy, TaskStatus, UtcMillis,
+    ExecutionId, HandlerError, MisfirePolicy, OverlapPolicy, RetryPolicy, TaskOptions, TaskStatus,
+    UtcMillis,
 };
 pub use dead::DeadLetter;
 pub use error::{EmbeddedError, Result};

@@ -96,6 +96,21 @@ pub(crate) struct Loaded {
     pub(crate) states: HashMap<JobId, TaskState>,
     pub(crate) running: Vec<(JobId, StoredAttempt)>,
     pub(crate) dead: Vec<DeadLetter>,
+    /// Jobs left out because their options or schedule are out of bounds.
+    pub(crate) skipped: usize,
+}
+
+/// The checks a submitted job passes, for a job read back: its options and its schedule.
+fn check_stored(spec: &TaskSpec) -> std::result::Result<(), ax_scheduler_core::ValidationErrors> {
+    spec.options().check()?;
+    spec.schedule.compile().map(|_| ()).map_err(|e| match e {
+        ax_scheduler_core::CoreError::Invalid(errors) => errors,
+        other => vec![ax_scheduler_core::FieldError::new(
+            "schedule",
+            other.to_string(),
+        )]
+        .into(),
+    })
 }
 
 /// An error of the store's file, naming it.
@@ -109,6 +124,7 @@ fn store_error(path: &Path, retryable: bool, e: impl std::fmt::Display) -> Embed
 
 /// Opens (or creates) the store at `path` and reads what it holds.
 pub(crate) fn open(path: &Path) -> Result<(Database, Loaded)> {
+    create_private(path).map_err(|e| store_error(path, true, format!("cannot create: {e}")))?;
     let db = Database::builder()
         .set_check_integrity_on_open(true)
         .create(path)
@@ -116,6 +132,20 @@ pub(crate) fn open(path: &Path) -> Result<(Database, Loaded)> {
     check_format(&db, path)?;
     let loaded = load(&db).map_err(|e| store_error(path, false, e))?;
     Ok((db, loaded))
+}
+
+/// Creates the file readable by its owner only, if it is not there: jobs' payloads are the
+/// application's data, and redb would create it with the process umask (often 0644).
+fn create_private(path: &Path) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Marks a new file as this crate's store, or checks the mark of an existing one.
@@ -165,6 +195,13 @@ fn load(db: &Database) -> std::result::Result<Loaded, String> {
             let (k, v) = row.map_err(text)?;
             let spec: TaskSpec =
                 serde_json::from_slice(v.value()).map_err(|e| format!("job {}: {e}", k.value()))?;
+            if let Err(problems) = check_stored(&spec) {
+                // A row the kernel would not accept from a caller (another version's bounds,
+                // an edited file) is left out: one bad job must not stop the rest.
+                tracing::warn!(job = k.value(), %problems, "stored job out of bounds; skipped");
+                loaded.skipped += 1;
+                continue;
+            }
             loaded.jobs.push((JobId(k.value()), spec));
         }
     }
@@ -431,4 +468,50 @@ fn encode<'b>(buf: &'b mut Vec<u8>, value: &impl Serialize) -> &'b [u8] {
         buf.clear();
     }
     buf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ax_scheduler_core::{RetryPolicy, Schedule};
+    use std::time::Duration;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_new_store_is_private_to_its_owner() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("ax-store-mode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("jobs.redb");
+        let _ = std::fs::remove_file(&path);
+        drop(open(&path).unwrap());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        // And it opens again as the store it is.
+        drop(open(&path).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_stored_job_out_of_bounds_is_refused_as_a_submitted_one_is() {
+        let ok = TaskSpec::new(
+            "embedded",
+            "1",
+            "h",
+            Schedule::Every(Duration::from_secs(5)),
+        );
+        check_stored(&ok).unwrap();
+        let mut huge = ok.clone();
+        huge.retry = std::sync::Arc::new(RetryPolicy {
+            initial_interval: Duration::from_secs(u64::MAX),
+            max_interval: Duration::from_secs(u64::MAX),
+            ..RetryPolicy::default()
+        });
+        assert!(check_stored(&huge)
+            .unwrap_err()
+            .has("retry.initial_interval"));
+        let mut fast = ok;
+        fast.schedule = Schedule::Every(Duration::from_millis(1));
+        assert!(check_stored(&fast).unwrap_err().has("schedule.every"));
+    }
 }

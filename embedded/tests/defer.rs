@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ax_embedded::handler::{typed, Job as Attempt};
+use ax_embedded::handler::{typed, Typed as Attempt};
 use ax_embedded::{Job, Kernel, RetryPolicy, When};
 
 type Log = Arc<Mutex<Vec<String>>>;

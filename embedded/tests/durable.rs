@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ax_embedded::handler::{typed, Job as Attempt};
+use ax_embedded::handler::{typed, Typed as Attempt};
 use ax_embedded::{EmbeddedError, ExecutionId, HandlerError, Job, Kernel, When};
 
 /// What the handler saw: (payload, execution, attempt, recovered).

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ax_embedded::handler::{typed, Job as Attempt};
+use ax_embedded::handler::{typed, Typed as Attempt};
 use ax_embedded::{EmbeddedError, Job, JobId, Kernel, TaskStatus, When};
 
 const HOUR: Duration = Duration::from_secs(3600);

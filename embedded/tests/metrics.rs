@@ -44,7 +44,7 @@ async fn the_kernel_counts_fires_attempts_retries_and_dead_letters() {
     let registry = Registry::new();
     let kernel = Kernel::builder()
         .metrics(&registry)
-        .handler("greet", |_job: ax_embedded::handler::Job<String>| async {
+        .handler("greet", |_job: ax_embedded::handler::Typed<String>| async {
             Ok::<(), HandlerError>(())
         })
         .build()

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ax_embedded::handler::{typed, Job as Attempt};
+use ax_embedded::handler::{typed, Typed as Attempt};
 use ax_embedded::{HandlerError, Job, Kernel, When};
 
 const DIR: &str = "AX_EMBEDDED_CHILD_DIR";

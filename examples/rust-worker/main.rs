@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use ax_sdk::{Config, HandlerError, Job, Worker};
+use ax_sdk::{Config, HandlerError, Typed, Worker};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
@@ -30,7 +30,7 @@ struct Long {
     ms: u64,
 }
 
-async fn flaky(job: Job<serde_json::Value>) -> Result<(), HandlerError> {
+async fn flaky(job: Typed<serde_json::Value>) -> Result<(), HandlerError> {
     println!(
         "ran example.flaky {} attempt {}",
         job.execution_id(),
@@ -44,7 +44,7 @@ async fn flaky(job: Job<serde_json::Value>) -> Result<(), HandlerError> {
     Ok(())
 }
 
-async fn long(job: Job<Long>) -> Result<(), HandlerError> {
+async fn long(job: Typed<Long>) -> Result<(), HandlerError> {
     println!(
         "ran example.long {} attempt {}",
         job.execution_id(),
@@ -70,7 +70,7 @@ struct Steps {
     ms: u64,
 }
 
-async fn progress(job: Job<Steps>) -> Result<(), HandlerError> {
+async fn progress(job: Typed<Steps>) -> Result<(), HandlerError> {
     let id = job.execution_id();
     println!("ran example.progress {id} attempt {}", job.attempt());
     let later = job.defer().await?;

@@ -49,6 +49,11 @@ pub enum QueueError {
     /// A configuration value or name cannot be used.
     #[error("invalid queue configuration: {0}")]
     InvalidConfig(String),
+    /// A message decoded, but carries options no valid spec has (a retry interval of
+    /// centuries, a priority above 9): it was written by something other than ax, or by a
+    /// version with other bounds, and goes to the dead letters rather than to a handler.
+    #[error("execution message out of bounds: {0}")]
+    InvalidMessage(String),
 }
 
 impl QueueError {
@@ -65,7 +70,8 @@ impl QueueError {
             QueueError::Timeout { .. } => true,
             QueueError::Json { .. }
             | QueueError::UnexpectedReply { .. }
-            | QueueError::InvalidConfig(_) => false,
+            | QueueError::InvalidConfig(_)
+            | QueueError::InvalidMessage(_) => false,
         }
     }
 

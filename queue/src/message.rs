@@ -384,13 +384,36 @@ impl ExecutionMessage {
         })
     }
 
-    /// Decodes the stored JSON text.
+    /// Decodes the stored JSON text, and checks the options it carries against the bounds
+    /// a task spec is held to: a message is input from Redis, and a worker does arithmetic
+    /// on its timeout and retry policy.
     pub fn from_json(text: &str) -> Result<Self> {
-        serde_json::from_str(text).map_err(|source| QueueError::Json {
-            action: "decode",
-            what: "execution message",
-            source,
-        })
+        let message: ExecutionMessage =
+            serde_json::from_str(text).map_err(|source| QueueError::Json {
+                action: "decode",
+                what: "execution message",
+                source,
+            })?;
+        message.check()?;
+        Ok(message)
+    }
+
+    /// The options' bounds ([`ax_scheduler_core::options`]).
+    fn check(&self) -> Result<()> {
+        use ax_scheduler_core::options::{check_priority, check_retry, check_timeout};
+        let mut problems: Vec<String> = check_retry(&self.retry)
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect();
+        let timeout = check_timeout(Duration::from_millis(self.timeout_ms));
+        let priority = check_priority(i128::from(self.priority));
+        problems.extend(timeout.map(|p| format!("timeout: {p}")));
+        problems.extend(priority.map(|p| format!("priority: {p}")));
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(QueueError::InvalidMessage(problems.join("; ")))
+        }
     }
 }
 
@@ -462,6 +485,22 @@ pub(crate) mod tests {
         m = ExecutionMessage::for_fire(&s, UtcMillis(1000), UtcMillis(1001), 3);
         let back = ExecutionMessage::from_json(&m.to_json().unwrap()).unwrap();
         assert_eq!(back.http.map(|h| h.follow_redirects), Some(true));
+    }
+
+    #[test]
+    fn a_message_out_of_the_spec_bounds_does_not_decode() {
+        let s = spec("t", "default");
+        let m = ExecutionMessage::for_fire(&s, UtcMillis(1000), UtcMillis(1001), 3);
+        let mut value: serde_json::Value = serde_json::from_str(&m.to_json().unwrap()).unwrap();
+        value["retry"]["initial_interval"] = "18446744073709551615s".into();
+        value["retry"]["max_interval"] = "18446744073709551615s".into();
+        value["timeout_ms"] = u64::MAX.into();
+        let err = ExecutionMessage::from_json(&value.to_string()).unwrap_err();
+        assert!(!err.is_retryable());
+        let text = err.to_string();
+        for part in ["retry.initial_interval", "retry.max_interval", "timeout"] {
+            assert!(text.contains(part), "{part} missing from {text}");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! the cluster worker's message and HTTP client). A shell that cannot do something answers
 //! in its own sensible way (the embedded kernel logs progress, as nobody polls it) rather
 //! than the handler having to know where it runs. [`typed`] adapts an async function of a
-//! [`Job<T>`] (the payload decoded by serde) into a handler.
+//! [`Typed<T>`] (the payload decoded by serde) into a handler.
 
 use std::any::Any;
 use std::future::Future;
@@ -73,7 +73,7 @@ impl<H: Handler + ?Sized> Handler for Arc<H> {
 }
 
 /// What a builder takes as a handler: any [`Handler`] (an `Arc` of one to share it), or an
-/// async function of a [`Job<T>`] (made one with [`typed`]). `M` only tells the two apart.
+/// async function of a [`Typed<T>`] (made one with [`typed`]). `M` only tells the two apart.
 pub trait IntoHandler<M>: Send + Sync + 'static {
     /// The handler.
     fn into_handler(self) -> Arc<dyn Handler>;
@@ -89,10 +89,10 @@ impl<H: Handler> IntoHandler<AsHandler> for H {
     }
 }
 
-impl<T, F, Fut> IntoHandler<fn(Job<T>)> for F
+impl<T, F, Fut> IntoHandler<fn(Typed<T>)> for F
 where
     T: DeserializeOwned + Send + 'static,
-    F: Fn(Job<T>) -> Fut + Send + Sync + 'static,
+    F: Fn(Typed<T>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
 {
     fn into_handler(self) -> Arc<dyn Handler> {
@@ -334,32 +334,32 @@ impl Context {
 /// One attempt with its payload decoded as a `T`: what a [`typed`] handler gets. Derefs to
 /// its [`Context`].
 #[derive(Debug)]
-pub struct Job<T> {
+pub struct Typed<T> {
     /// The payload.
     pub payload: T,
     ctx: Context,
 }
 
-impl<T> Job<T> {
+impl<T> Typed<T> {
     /// The attempt's context.
     pub fn context(&self) -> &Context {
         &self.ctx
     }
 }
 
-impl<T> Deref for Job<T> {
+impl<T> Deref for Typed<T> {
     type Target = Context;
     fn deref(&self) -> &Context {
         &self.ctx
     }
 }
 
-/// A handler from an async function of a [`Job<T>`]: the payload is decoded before it
+/// A handler from an async function of a [`Typed<T>`]: the payload is decoded before it
 /// runs, and one that does not decode fails the attempt permanently (take
 /// `serde_json::Value` for any JSON).
 ///
 /// ```
-/// use ax_scheduler_core::handler::{typed, Handler, Job};
+/// use ax_scheduler_core::handler::{typed, Handler, Typed};
 /// use ax_scheduler_core::HandlerError;
 ///
 /// #[derive(serde::Deserialize)]
@@ -368,7 +368,7 @@ impl<T> Deref for Job<T> {
 /// }
 ///
 /// fn email() -> impl Handler {
-///     typed(|job: Job<Email>| async move {
+///     typed(|job: Typed<Email>| async move {
 ///         if job.payload.to.is_empty() {
 ///             return Err(HandlerError::Permanent("no recipient".into()));
 ///         }
@@ -377,40 +377,40 @@ impl<T> Deref for Job<T> {
 /// }
 /// # let _ = email();
 /// ```
-pub fn typed<T, F, Fut>(f: F) -> Typed<F, T>
+pub fn typed<T, F, Fut>(f: F) -> TypedHandler<F, T>
 where
     T: DeserializeOwned + Send + 'static,
-    F: Fn(Job<T>) -> Fut + Send + Sync + 'static,
+    F: Fn(Typed<T>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
 {
-    Typed {
+    TypedHandler {
         f,
         payload: PhantomData,
     }
 }
 
 /// The handler [`typed`] makes.
-pub struct Typed<F, T> {
+pub struct TypedHandler<F, T> {
     f: F,
     // `fn() -> T`: the handler makes `T`s, it holds none, so it is `Send + Sync` whatever `T`.
     payload: PhantomData<fn() -> T>,
 }
 
-impl<F, T> std::fmt::Debug for Typed<F, T> {
+impl<F, T> std::fmt::Debug for TypedHandler<F, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Typed")
+        f.write_str("TypedHandler")
     }
 }
 
-impl<F, Fut, T> Handler for Typed<F, T>
+impl<F, Fut, T> Handler for TypedHandler<F, T>
 where
     T: DeserializeOwned + Send + 'static,
-    F: Fn(Job<T>) -> Fut + Send + Sync + 'static,
+    F: Fn(Typed<T>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
 {
     fn run(&self, ctx: Context) -> HandlerFuture<'_> {
         match ctx.payload_as::<T>() {
-            Ok(payload) => Box::pin((self.f)(Job { payload, ctx })),
+            Ok(payload) => Box::pin((self.f)(Typed { payload, ctx })),
             Err(e) => Box::pin(std::future::ready(Err(e))),
         }
     }
@@ -518,7 +518,7 @@ mod tests {
 
     #[test]
     fn typed_handlers_decode_or_fail_permanently() {
-        let h = typed(|job: Job<u32>| async move {
+        let h = typed(|job: Typed<u32>| async move {
             assert_eq!(job.runner(), "test");
             if job.payload == 3 {
                 Ok(())

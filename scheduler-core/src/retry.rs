@@ -74,7 +74,10 @@ pub fn decide(
     } else {
         1.0
     };
-    let wait = base_interval(policy, attempt).mul_f64(factor);
+    // A policy decoded from a message or a store may not have been checked: the product
+    // saturates instead of panicking as `Duration::mul_f64` would.
+    let wait = Duration::try_from_secs_f64(base_interval(policy, attempt).as_secs_f64() * factor)
+        .unwrap_or(Duration::MAX);
     let due = now.add(wait);
     if let Some(budget) = policy.max_elapsed {
         if due > first_attempt_at.add(budget) {
@@ -133,6 +136,26 @@ mod tests {
                 .min(policy.max_interval.as_secs_f64());
             let diff = (wait.as_secs_f64() - model).abs();
             prop_assert!(diff <= 1e-6_f64.max(model * 1e-9), "{wait:?} against {model}");
+        }
+    }
+
+    #[test]
+    fn an_unchecked_policy_of_huge_intervals_saturates_instead_of_panicking() {
+        // What an old message or stored job may carry: validation now refuses it, but the
+        // decision must not panic on it (`Duration::mul_f64` did, at `u64::MAX` seconds).
+        let p = RetryPolicy {
+            initial_interval: Duration::from_secs(u64::MAX),
+            max_interval: Duration::MAX,
+            jitter: 1.0,
+            max_elapsed: None,
+            ..policy()
+        };
+        let now = UtcMillis(5_000_000);
+        for _ in 0..64 {
+            match decide(&p, 0, now, now, &mut rand::rng()) {
+                RetryDecision::RetryAt { due, .. } => assert!(due >= now),
+                RetryDecision::GiveUp { .. } => {}
+            }
         }
     }
 

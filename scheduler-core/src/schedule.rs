@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::cron::CronSchedule;
 use crate::error::CoreError;
-use crate::task::{Schedule, MIN_EVERY};
+use crate::task::{Schedule, MAX_SCHEDULE_DURATION, MIN_EVERY};
 use crate::time::UtcMillis;
 use crate::validate::{FieldError, ValidationErrors};
 
@@ -84,6 +84,16 @@ fn positive_ms(d: Duration, path: &str, min: Duration) -> Result<i64, Vec<FieldE
                 "{} is below the minimum of {}",
                 humantime::format_duration(d),
                 humantime::format_duration(min)
+            ),
+        )]);
+    }
+    if d > MAX_SCHEDULE_DURATION {
+        return Err(vec![FieldError::new(
+            path,
+            format!(
+                "{} is above the limit of {}; use `at` for an instant that far away",
+                humantime::format_duration(d),
+                humantime::format_duration(MAX_SCHEDULE_DURATION)
             ),
         )]);
     }

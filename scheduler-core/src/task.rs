@@ -30,6 +30,8 @@ pub const MAX_PAYLOAD_BYTES: usize = 32 * 1024;
 /// Shortest `every` interval: the timer ticks at 10 ms, but a task firing faster than once a
 /// second would swamp etcd state writes and the queue.
 pub const MIN_EVERY: Duration = Duration::from_secs(1);
+/// Longest `delay` or `every`: ten years (365-day years); an instant further away is an `at`.
+pub const MAX_SCHEDULE_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// Time zone of a cron schedule that names none.
 pub const DEFAULT_TIMEZONE: &str = "UTC";
 /// Spec version when a spec names none.

@@ -36,7 +36,7 @@ use ax_control::api::{ApiBackend, TriggerParams};
 use ax_control::audit::Actor;
 use ax_control::backend::Backend;
 use ax_control::operations::Operations;
-use ax_scheduler_core::{ExecutionId, TaskKey, UtcMillis};
+use ax_scheduler_core::{ExecutionId, TaskKey, TaskSpec, UtcMillis};
 use serde::Serialize;
 
 pub use ax_control::api::{
@@ -162,6 +162,28 @@ impl Client {
             Via::Backend(b) => Ok(self.operations(b).put_task(doc, options).await?),
             Via::Http(api) => Ok(api.put(doc, &options).await?),
         }
+    }
+
+    /// Registers a task built in code, as [`Client::put_with`] does its JSON form: the
+    /// spec's own namespace and id name it, and the cluster validates it as it does a file.
+    ///
+    /// ```no_run
+    /// # async fn later(client: &ax_sdk::Client) -> Result<(), ax_sdk::Error> {
+    /// use std::time::Duration;
+    /// use ax_sdk::client::PutOptions;
+    /// use ax_sdk::{Schedule, TaskOptions, TaskSpec};
+    ///
+    /// let spec = TaskSpec::new("data", "daily-report", "report.build", Schedule::cron("0 6 * * *", "Asia/Shanghai"))
+    ///     .with_options(TaskOptions::new().priority(7).timeout(Duration::from_secs(600)));
+    /// client.put_spec(&spec, PutOptions::default()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn put_spec(&self, spec: &TaskSpec, options: PutOptions) -> Result<PutTaskResult> {
+        let doc: serde_json::Value = serde_json::from_slice(&spec.to_json())
+            .map_err(|e| Error::Config(format!("spec: {e}")))?;
+        self.put_with(&spec.namespace, &spec.id, &doc, options)
+            .await
     }
 
     /// One task: its spec, state and next fires; `ApiError::NotFound` when there is none.

@@ -9,7 +9,7 @@
 //! a small surface over those pieces, so the crates it wraps stay free to change.
 //!
 //! ```no_run
-//! use ax_sdk::{Config, HandlerError, Job, Worker};
+//! use ax_sdk::{Config, HandlerError, Typed, Worker};
 //! use tokio_util::sync::CancellationToken;
 //!
 //! #[derive(serde::Deserialize)]
@@ -17,7 +17,7 @@
 //!     to: String,
 //! }
 //!
-//! async fn send(job: Job<Email>) -> Result<(), HandlerError> {
+//! async fn send(job: Typed<Email>) -> Result<(), HandlerError> {
 //!     if job.payload.to.is_empty() {
 //!         return Err(HandlerError::Permanent("no recipient".into()));
 //!     }
@@ -67,11 +67,14 @@ mod job;
 mod worker;
 
 pub use ax_queue::{QueueConfig, QueueLimits};
-pub use ax_scheduler_core::{ExecutionId, HandlerError, UtcMillis};
+pub use ax_scheduler_core::{
+    ExecutionId, HandlerError, MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskOptions,
+    TaskSpec, UtcMillis,
+};
 pub use ax_worker::PoolSummary as Summary;
 pub use client::Client;
 pub use config::Config;
 pub use error::{Error, Result};
 pub use filter::TaskFilter;
-pub use job::{typed, Cancel, Context, Handler, HandlerFuture, IntoHandler, Job, Progress};
+pub use job::{typed, Cancel, Context, Handler, HandlerFuture, IntoHandler, Progress, Typed};
 pub use worker::{Worker, WorkerBuilder};

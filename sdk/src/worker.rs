@@ -57,7 +57,7 @@ impl std::fmt::Debug for WorkerBuilder {
 
 impl WorkerBuilder {
     /// Runs the executions of tasks whose `handler` is `name` with `handler`: an async
-    /// function of a [`Job<T>`](crate::Job), its payload decoded as a `T` (a payload that
+    /// function of a [`Typed<T>`](crate::Typed), its payload decoded as a `T` (a payload that
     /// does not decode fails the attempt permanently; take `serde_json::Value` for any
     /// JSON), or any [`Handler`](crate::Handler) (an `Arc` of one to register the same value
     /// in an embedded kernel too). A second handler under one name replaces the first.

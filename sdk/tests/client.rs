@@ -120,9 +120,10 @@ async fn a_worker_given_etcd_is_seen_by_the_put_check_while_it_runs() {
     let c = Client::connect(&config).await.unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     let worker = ax_sdk::Worker::builder(config.clone())
-        .handler("email.send", |_job: ax_sdk::Job<serde_json::Value>| async {
-            Ok(())
-        })
+        .handler(
+            "email.send",
+            |_job: ax_sdk::Typed<serde_json::Value>| async { Ok(()) },
+        )
         .queues(["mail"])
         .run(stop.clone());
     let running = tokio::spawn(worker);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use ax_embedded::{Kernel, RetryPolicy, When};
 use ax_queue::{ExecutionMessage, Queue, QueueConfig};
 use ax_scheduler_core::UtcMillis;
-use ax_sdk::{typed, Config, ExecutionId, Handler, HandlerError, Job, Worker};
+use ax_sdk::{typed, Config, ExecutionId, Handler, HandlerError, Typed, Worker};
 use ax_testkit::{redis_url, unique_name};
 use tokio_util::sync::CancellationToken;
 
@@ -24,7 +24,7 @@ type Seen = Arc<Mutex<Vec<(String, String, u32, ExecutionId)>>>;
 /// Fails its first attempt (retryable), succeeds the second; notes every attempt.
 fn greet(seen: &Seen) -> Arc<dyn Handler> {
     let seen = seen.clone();
-    Arc::new(typed(move |job: Job<Greeting>| {
+    Arc::new(typed(move |job: Typed<Greeting>| {
         let seen = seen.clone();
         async move {
             job.progress(Some(50.0), "half way".to_owned()).await?;

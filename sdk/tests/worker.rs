@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ax_queue::{ExecutionMessage, Queue, QueueConfig};
 use ax_scheduler_core::{AttemptOutcome, TaskSpec, UtcMillis};
-use ax_sdk::{Config, Error, HandlerError, Job, Worker};
+use ax_sdk::{Config, Error, HandlerError, Typed, Worker};
 use ax_testkit::{redis_url, unique_name};
 use tokio_util::sync::CancellationToken;
 
@@ -60,7 +60,7 @@ async fn typed_handlers_run_once_retry_by_policy_and_dead_letter_permanent_error
     let (c, f) = (calls.clone(), flaky.clone());
     let shutdown = CancellationToken::new();
     let worker = Worker::builder(Config::redis(redis_url()).key_prefix(&prefix))
-        .handler("echo", move |job: Job<Payload>| {
+        .handler("echo", move |job: Typed<Payload>| {
             let c = c.clone();
             async move {
                 assert_eq!(job.payload.n, "once");
@@ -69,7 +69,7 @@ async fn typed_handlers_run_once_retry_by_policy_and_dead_letter_permanent_error
                 Ok(())
             }
         })
-        .handler("flaky", move |job: Job<serde_json::Value>| {
+        .handler("flaky", move |job: Typed<serde_json::Value>| {
             let f = f.clone();
             async move {
                 f.fetch_add(1, Ordering::SeqCst);
@@ -79,7 +79,7 @@ async fn typed_handlers_run_once_retry_by_policy_and_dead_letter_permanent_error
                 }
             }
         })
-        .handler("refuse", |_job: Job<serde_json::Value>| async {
+        .handler("refuse", |_job: Typed<serde_json::Value>| async {
             Err(HandlerError::Permanent("never".into()))
         })
         .queues(["sdk"])
@@ -143,7 +143,7 @@ async fn a_second_live_process_under_one_id_is_refused() {
     let config = Config::redis(redis_url()).key_prefix(&prefix);
     let builder = |config: Config| {
         Worker::builder(config)
-            .handler("noop", |_job: Job<serde_json::Value>| async { Ok(()) })
+            .handler("noop", |_job: Typed<serde_json::Value>| async { Ok(()) })
             .queues(["solo"])
             .worker_id("sdk-solo")
     };

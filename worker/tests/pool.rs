@@ -582,7 +582,7 @@ async fn a_killed_worker_process_message_is_redelivered() {
     registry.register(
         "record",
         ax_scheduler_core::handler::typed(
-            move |job: ax_scheduler_core::handler::Job<serde_json::Value>| {
+            move |job: ax_scheduler_core::handler::Typed<serde_json::Value>| {
                 let (s, t) = (s.clone(), t.clone());
                 async move {
                     t.lock()

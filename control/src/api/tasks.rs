@@ -209,23 +209,15 @@ impl TriggerParams {
     /// The spec's limits apply: a payload of at most 32 KiB serialized, a key of 1 to 256
     /// bytes.
     pub fn check(&self) -> Result<(), ApiError> {
-        use ax_scheduler_core::task::{MAX_IDEMPOTENCY_KEY_LEN, MAX_PAYLOAD_BYTES};
+        use ax_scheduler_core::options::{
+            check_idempotency_key, check_payload_size, payload_bytes,
+        };
         let mut errors = Vec::new();
         if let Some(p) = &self.payload {
-            let len = serde_json::to_vec(p).map_or(usize::MAX, |b| b.len());
-            if len > MAX_PAYLOAD_BYTES {
-                errors.push(format!(
-                    "payload: is {len} bytes serialized; the limit is {MAX_PAYLOAD_BYTES} bytes (32 KiB)"
-                ));
-            }
+            errors.extend(check_payload_size(payload_bytes(p)).map(|e| format!("payload: {e}")));
         }
         if let Some(k) = &self.idempotency_key {
-            if k.is_empty() || k.len() > MAX_IDEMPOTENCY_KEY_LEN {
-                errors.push(format!(
-                    "idempotency_key: must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} bytes, found {}",
-                    k.len()
-                ));
-            }
+            errors.extend(check_idempotency_key(k).map(|e| format!("idempotency_key: {e}")));
         }
         if errors.is_empty() {
             Ok(())

@@ -160,7 +160,7 @@ async fn a_restart_stages_what_the_store_holds_far_ahead() {
             .store(&path)
             .handler(
                 "record",
-                crate::typed(move |ctx: crate::handler::Job<u64>| {
+                crate::typed(move |ctx: crate::handler::Typed<u64>| {
                     let ran = ran.clone();
                     async move {
                         ran.lock().expect("ran").push((ctx.payload, ctx.fire_at()));

@@ -51,6 +51,17 @@ impl Checker {
         self.errors.push(FieldError::new(path, reason));
     }
 
+    /// Records `problem` at `path` if there is one; true when there is none.
+    pub(super) fn problem(&mut self, path: &str, problem: Option<String>) -> bool {
+        match problem {
+            Some(reason) => {
+                self.err(path, reason);
+                false
+            }
+            None => true,
+        }
+    }
+
     pub(super) fn unknown_fields(
         &mut self,
         obj: &Map<String, Value>,
@@ -135,6 +146,19 @@ impl Checker {
                 None
             }
         }
+    }
+
+    /// Any whole number, signed or not, for a reader whose bound is checked elsewhere.
+    pub(super) fn whole(&mut self, v: &Value, path: &str) -> Option<i128> {
+        let Value::Number(n) = v else {
+            self.err(path, format!("must be a whole number, found {}", kind(v)));
+            return None;
+        };
+        let whole = n.as_u64().map(i128::from).or(n.as_i64().map(i128::from));
+        if whole.is_none() {
+            self.err(path, format!("must be a whole number, found {n}"));
+        }
+        whole
     }
 
     pub(super) fn number(&mut self, v: &Value, path: &str) -> Option<f64> {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::checker::{field, Checker};
+use crate::options::check_expect_success_within;
 
 /// The top-level `expect_success_within`: `Some(None)` when absent; refused when
 /// `dependent` (the task lists parents).
@@ -26,6 +27,10 @@ pub(super) fn read_expect_success_within(
             );
             None
         }
-        Some(v) => c.duration(v, "expect_success_within").map(Some),
+        Some(v) => {
+            let within = c.duration(v, "expect_success_within")?;
+            c.problem("expect_success_within", check_expect_success_within(within))
+                .then_some(Some(within))
+        }
     }
 }

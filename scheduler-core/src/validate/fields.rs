@@ -11,9 +11,12 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::checker::{field, join, Checker};
+use crate::options::{
+    check_idempotency_key, check_payload_size, check_priority, check_timeout, payload_bytes,
+};
 use crate::task::{
-    Schedule, DEFAULT_PRIORITY, DEFAULT_QUEUE, DEFAULT_TIMEOUT, DEFAULT_VERSION,
-    MAX_IDEMPOTENCY_KEY_LEN, MAX_LABELS, MAX_LABEL_BYTES, MAX_PAYLOAD_BYTES, MAX_PRIORITY,
+    Schedule, DEFAULT_PRIORITY, DEFAULT_QUEUE, DEFAULT_TIMEOUT, DEFAULT_VERSION, MAX_LABELS,
+    MAX_LABEL_BYTES,
 };
 use crate::time::UtcMillis;
 
@@ -34,17 +37,7 @@ pub(super) fn read_handler(c: &mut Checker, obj: &Map<String, Value>) -> Option<
 /// `payload`: any JSON, bounded in size once serialized; absent is `null`.
 pub(super) fn read_payload(c: &mut Checker, obj: &Map<String, Value>) -> Value {
     let payload = obj.get("payload").cloned().unwrap_or(Value::Null);
-    if let Ok(bytes) = serde_json::to_vec(&payload) {
-        if bytes.len() > MAX_PAYLOAD_BYTES {
-            c.err(
-                "payload",
-                format!(
-                    "is {} bytes serialized; the limit is {MAX_PAYLOAD_BYTES} bytes (32 KiB); store large data elsewhere and pass a reference",
-                    bytes.len()
-                ),
-            );
-        }
-    }
+    c.problem("payload", check_payload_size(payload_bytes(&payload)));
     payload
 }
 
@@ -53,24 +46,25 @@ pub(super) fn read_queue(c: &mut Checker, obj: &Map<String, Value>) -> Option<St
     field(obj, "queue").map_or(Some(DEFAULT_QUEUE.to_string()), |v| c.name(v, "queue"))
 }
 
-/// `priority`: 0 to [`MAX_PRIORITY`], [`DEFAULT_PRIORITY`] when absent.
+/// `priority`: 0 to [`MAX_PRIORITY`](crate::task::MAX_PRIORITY), [`DEFAULT_PRIORITY`] when
+/// absent.
 pub(super) fn read_priority(c: &mut Checker, obj: &Map<String, Value>) -> Option<u64> {
-    let priority = field(obj, "priority").map_or(Some(u64::from(DEFAULT_PRIORITY)), |v| {
-        c.integer(v, "priority", 0, u64::from(MAX_PRIORITY), "priority")
-    });
-    if let Some(Value::Number(_)) = field(obj, "priority") {
-        if c.errors.last().is_some_and(|e| e.path == "priority") {
-            if let Some(e) = c.errors.last_mut() {
-                e.reason.push_str(" (0 lowest, 9 highest)");
-            }
-        }
-    }
-    priority
+    let Some(v) = field(obj, "priority") else {
+        return Some(u64::from(DEFAULT_PRIORITY));
+    };
+    let p = c.whole(v, "priority")?;
+    c.problem("priority", check_priority(p))
+        .then(|| u64::try_from(p).ok())
+        .flatten()
 }
 
 /// `timeout`: a duration, [`DEFAULT_TIMEOUT`] when absent.
 pub(super) fn read_timeout(c: &mut Checker, obj: &Map<String, Value>) -> Option<Duration> {
-    field(obj, "timeout").map_or(Some(DEFAULT_TIMEOUT), |v| c.duration(v, "timeout"))
+    field(obj, "timeout").map_or(Some(DEFAULT_TIMEOUT), |v| {
+        let timeout = c.duration(v, "timeout")?;
+        c.problem("timeout", check_timeout(timeout))
+            .then_some(timeout)
+    })
 }
 
 /// `idempotency_key`: `Some(None)` when absent; only for a one-shot `schedule` (as read:
@@ -83,18 +77,8 @@ pub(super) fn read_idempotency_key(
     let idempotency_key = match field(obj, "idempotency_key") {
         None => Some(None),
         Some(v) => c.string(v, "idempotency_key").and_then(|s| {
-            if s.is_empty() || s.len() > MAX_IDEMPOTENCY_KEY_LEN {
-                c.err(
-                    "idempotency_key",
-                    format!(
-                        "must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} bytes, found {}",
-                        s.len()
-                    ),
-                );
-                None
-            } else {
-                Some(Some(s))
-            }
+            c.problem("idempotency_key", check_idempotency_key(&s))
+                .then_some(Some(s))
         }),
     };
     if let (Some(Some(_)), Some(Schedule::Every(_) | Schedule::Cron { .. } | Schedule::Dependent)) =

@@ -7,7 +7,8 @@
 use serde_json::{Map, Value};
 
 use super::checker::{field, kind, Checker};
-use crate::task::{RetryPolicy, MAX_MULTIPLIER, MAX_RETRIES};
+use crate::options::{check_max_retries, check_retry};
+use crate::task::RetryPolicy;
 
 const RETRY_FIELDS: &[&str] = &[
     "max_retries",
@@ -31,14 +32,10 @@ fn parse_retry(c: &mut Checker, v: &Value) -> Option<RetryPolicy> {
     c.unknown_fields(obj, "retry", RETRY_FIELDS);
     let d = RetryPolicy::default();
     let max_retries = field(obj, "max_retries").map_or(Some(d.max_retries), |v| {
-        c.integer(
-            v,
-            "retry.max_retries",
-            0,
-            u64::from(MAX_RETRIES),
-            "max_retries",
-        )
-        .and_then(|n| u32::try_from(n).ok())
+        let n = c.whole(v, "retry.max_retries")?;
+        c.problem("retry.max_retries", check_max_retries(n))
+            .then(|| u32::try_from(n).ok())
+            .flatten()
     });
     let initial_interval = field(obj, "initial_interval").map_or(Some(d.initial_interval), |v| {
         c.duration(v, "retry.initial_interval")
@@ -46,53 +43,40 @@ fn parse_retry(c: &mut Checker, v: &Value) -> Option<RetryPolicy> {
     let max_interval = field(obj, "max_interval").map_or(Some(d.max_interval), |v| {
         c.duration(v, "retry.max_interval")
     });
-    let multiplier = field(obj, "multiplier").map_or(Some(d.multiplier), |v| {
-        let m = c.number(v, "retry.multiplier")?;
-        if !(1.0..=MAX_MULTIPLIER).contains(&m) {
-            c.err(
-                "retry.multiplier",
-                format!("{m} is out of range 1-{MAX_MULTIPLIER}; 1 keeps the wait constant, 2 doubles it"),
-            );
-            return None;
-        }
-        Some(m)
-    });
-    let jitter = field(obj, "jitter").map_or(Some(d.jitter), |v| {
-        let j = c.number(v, "retry.jitter")?;
-        if !(0.0..=1.0).contains(&j) {
-            c.err(
-                "retry.jitter",
-                format!("{j} is out of range 0-1 (0.2 spreads waits by +-20%)"),
-            );
-            return None;
-        }
-        Some(j)
-    });
+    let multiplier =
+        field(obj, "multiplier").map_or(Some(d.multiplier), |v| c.number(v, "retry.multiplier"));
+    let jitter = field(obj, "jitter").map_or(Some(d.jitter), |v| c.number(v, "retry.jitter"));
     // `null` means "no limit", so absence and null differ here.
     let max_elapsed = match obj.get("max_elapsed") {
         None => Some(d.max_elapsed),
         Some(Value::Null) => Some(None),
         Some(v) => c.duration(v, "retry.max_elapsed").map(Some),
     };
-    if let (Some(i), Some(m)) = (initial_interval, max_interval) {
-        if m < i {
-            c.err(
-                "retry.max_interval",
-                format!(
-                    "{} is below initial_interval {}",
-                    humantime::format_duration(m),
-                    humantime::format_duration(i)
-                ),
-            );
-            return None;
-        }
-    }
-    Some(RetryPolicy {
+    // The bounds are the typed policy's (`check_retry`), applied to what was read. A field
+    // that did not read stands in with a value that raises nothing of its own (and keeps the
+    // two intervals in order), so the others are still checked and every problem shows.
+    let probe = RetryPolicy {
+        max_retries: max_retries.unwrap_or(d.max_retries),
+        initial_interval: initial_interval
+            .or(max_interval.map(|m| m.min(d.initial_interval)))
+            .unwrap_or(d.initial_interval),
+        max_interval: max_interval
+            .or(initial_interval.map(|i| i.max(d.max_interval)))
+            .unwrap_or(d.max_interval),
+        multiplier: multiplier.unwrap_or(d.multiplier),
+        jitter: jitter.unwrap_or(d.jitter),
+        max_elapsed: max_elapsed.unwrap_or(d.max_elapsed),
+    };
+    let problems = check_retry(&probe);
+    let clean = problems.is_empty();
+    c.errors.extend(problems);
+    let read = RetryPolicy {
         max_retries: max_retries?,
         initial_interval: initial_interval?,
         max_interval: max_interval?,
         multiplier: multiplier?,
         jitter: jitter?,
         max_elapsed: max_elapsed?,
-    })
+    };
+    clean.then_some(read)
 }

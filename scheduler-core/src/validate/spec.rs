@@ -7,7 +7,6 @@
 //! in `read_fields`, in one place.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -28,9 +27,10 @@ use super::retry::read_retry;
 use super::schedule::read_schedule;
 use super::{FieldError, ValidationErrors};
 use crate::concurrency::Concurrency;
+use crate::options::TaskOptions;
 use crate::task::{
     CommandCall, Dependency, Fanout, HttpTarget, MisfirePolicy, OverlapPolicy, RetryPolicy,
-    Schedule, TaskSpec, MAX_PRIORITY,
+    Schedule, TaskSpec,
 };
 use crate::time::UtcMillis;
 
@@ -208,32 +208,34 @@ fn read_fields(c: &mut Checker, obj: &Map<String, Value>, namespace: &str, id: &
 }
 
 impl Fields {
-    /// The spec, when every field was read without a problem.
+    /// The spec, when every field was read without a problem: the execution options as one
+    /// [`TaskOptions`], the rest around them.
     fn into_spec(self, namespace: &str, id: &str) -> Option<TaskSpec> {
-        Some(TaskSpec {
-            id: id.into(),
-            namespace: namespace.into(),
-            handler: self.handler?.into(),
-            schedule: self.schedule?,
+        let options = TaskOptions {
+            // Checked against the bound when read.
+            priority: u8::try_from(self.priority?).ok()?,
+            timeout: self.timeout?,
+            retry: self.retry?,
+            idempotency_key: self.idempotency_key?,
+            misfire: self.misfire?,
+            overlap: self.overlap?,
+            expect_success_within: self.expect_success_within?,
+        };
+        let handler = self.handler?;
+        let spec = TaskSpec {
             payload: self.payload,
             http: self.http,
             command: self.command,
             queue: self.queue?.into(),
-            // Checked against MAX_PRIORITY when read.
-            priority: u8::try_from(self.priority?).unwrap_or(MAX_PRIORITY),
             concurrency: self.concurrency?,
-            timeout: self.timeout?,
-            retry: Arc::new(self.retry?),
-            idempotency_key: self.idempotency_key?,
-            misfire: self.misfire?,
-            overlap: self.overlap?,
             paused: self.paused?,
             fanout: self.fanout?,
             depends_on: self.depends_on?,
-            expect_success_within: self.expect_success_within?,
             labels: self.labels?,
             version: self.version?,
             created_at: self.created_at?,
-        })
+            ..TaskSpec::new(namespace, id, &handler, self.schedule?)
+        };
+        Some(spec.with_options(options))
     }
 }
