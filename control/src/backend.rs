@@ -266,6 +266,10 @@ impl ApiBackend for Backend {
         Box::pin(async move { self.audit.write(&record).await })
     }
 
+    fn write_room(&self) -> ApiFuture<'_, ()> {
+        Box::pin(async move { self.check_write_room().await })
+    }
+
     fn audit_list(&self, query: AuditQuery) -> ApiFuture<'_, AuditPage> {
         Box::pin(async move { self.audit.page(&query).await })
     }

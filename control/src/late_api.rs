@@ -107,6 +107,10 @@ impl ApiBackend for LateApi {
         delegate!(self, audit_record(record))
     }
 
+    fn write_room(&self) -> ApiFuture<'_, ()> {
+        delegate!(self, write_room())
+    }
+
     fn audit_list(&self, query: AuditQuery) -> ApiFuture<'_, AuditPage> {
         delegate!(self, audit_list(query))
     }

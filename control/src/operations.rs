@@ -48,6 +48,9 @@ impl<'a> Operations<'a> {
     /// Validates and registers a task ([`ApiBackend::put_task`]); recorded as `task.put` with
     /// the spec's diff, unless nothing was written (a dry run, the same spec again).
     pub async fn put_task(&self, spec: Value, opts: PutOptions) -> Result<PutTaskResult, ApiError> {
+        if !opts.dry_run {
+            self.backend.write_room().await?;
+        }
         let mut result = self.backend.put_task(spec, opts).await?;
         if let Some(change) = result.audit.take() {
             if result.written {
@@ -64,6 +67,7 @@ impl<'a> Operations<'a> {
     /// Deletes a task; `task.delete`.
     pub async fn delete_task(&self, key: TaskKey) -> Result<(), ApiError> {
         let target = key.to_string();
+        // No room check: a delete is how an operator makes room.
         self.backend.delete_task(key).await?;
         self.record("task.delete", target, None, None).await;
         Ok(())
@@ -72,6 +76,7 @@ impl<'a> Operations<'a> {
     /// Pauses a task; `task.pause`.
     pub async fn pause(&self, key: TaskKey) -> Result<TaskView, ApiError> {
         let target = key.to_string();
+        self.backend.write_room().await?;
         let view = self.backend.pause(key).await?;
         self.record("task.pause", target, None, None).await;
         Ok(view)
@@ -80,6 +85,7 @@ impl<'a> Operations<'a> {
     /// Resumes a task; `task.resume`.
     pub async fn resume(&self, key: TaskKey) -> Result<TaskView, ApiError> {
         let target = key.to_string();
+        self.backend.write_room().await?;
         let view = self.backend.resume(key).await?;
         self.record("task.resume", target, None, None).await;
         Ok(view)
@@ -94,6 +100,7 @@ impl<'a> Operations<'a> {
     ) -> Result<TriggerResult, ApiError> {
         let target = key.to_string();
         let mut detail = trigger_detail(&params);
+        self.backend.write_room().await?;
         let result = self.backend.trigger(key, params).await?;
         detail["execution_id"] = Value::String(result.execution_id.to_string());
         self.record("task.trigger", target, Some(detail), None)
@@ -109,6 +116,9 @@ impl<'a> Operations<'a> {
     ) -> Result<BackfillResult, ApiError> {
         let target = key.to_string();
         let detail = serde_json::to_value(&params).ok();
+        if !params.dry_run {
+            self.backend.write_room().await?;
+        }
         let result = self.backend.backfill(key, params).await?;
         if result.written {
             self.record("task.backfill", target, detail, None).await;
@@ -124,6 +134,7 @@ impl<'a> Operations<'a> {
         execution: Option<ExecutionId>,
     ) -> Result<KillResult, ApiError> {
         let target = key.to_string();
+        self.backend.write_room().await?;
         let result = self.backend.kill_task(key, execution).await?;
         let detail = Some(listed("killed", &result.killed));
         self.record("task.kill", target, detail, None).await;
@@ -132,6 +143,7 @@ impl<'a> Operations<'a> {
 
     /// Kills one execution; `execution.kill`.
     pub async fn kill_execution(&self, id: ExecutionId) -> Result<KillResult, ApiError> {
+        self.backend.write_room().await?;
         let result = self.backend.kill_execution(id).await?;
         let detail = Some(listed("killed", &result.killed));
         self.record("execution.kill", id.to_string(), detail, None)
@@ -142,6 +154,7 @@ impl<'a> Operations<'a> {
     /// Pauses a namespace in the actor's name; `namespace.pause`.
     pub async fn pause_namespace(&self, namespace: String) -> Result<(), ApiError> {
         let target = namespace.clone();
+        self.backend.write_room().await?;
         self.backend
             .pause_namespace(namespace, self.actor.name.clone())
             .await?;
@@ -152,6 +165,7 @@ impl<'a> Operations<'a> {
     /// Resumes a namespace; `namespace.resume`.
     pub async fn resume_namespace(&self, namespace: String) -> Result<(), ApiError> {
         let target = namespace.clone();
+        self.backend.write_room().await?;
         self.backend.resume_namespace(namespace).await?;
         self.record("namespace.resume", target, None, None).await;
         Ok(())
@@ -161,6 +175,7 @@ impl<'a> Operations<'a> {
     /// [`LISTED`] ids).
     pub async fn dlq_requeue(&self, request: DlqRequeue) -> Result<u64, ApiError> {
         let detail = Some(requeue_detail(&request));
+        self.backend.write_room().await?;
         let count = self.backend.dlq_requeue(request).await?;
         self.record("dlq.requeue", String::new(), detail, None)
             .await;
@@ -170,6 +185,7 @@ impl<'a> Operations<'a> {
     /// Deletes dead letters, of one queue or of all; `dlq.purge`.
     pub async fn dlq_purge(&self, queue: Option<String>) -> Result<u64, ApiError> {
         let target = queue.clone().unwrap_or_default();
+        // No room check, as for a delete.
         let count = self.backend.dlq_purge(queue).await?;
         self.record("dlq.purge", target, None, None).await;
         Ok(count)
@@ -177,6 +193,7 @@ impl<'a> Operations<'a> {
 
     /// Pauses a queue; `queue.pause`.
     pub async fn pause_queue(&self, name: String) -> Result<QueueState, ApiError> {
+        self.backend.write_room().await?;
         let state = self.backend.pause_queue(name).await?;
         self.record("queue.pause", state.name.clone(), None, None)
             .await;
@@ -185,6 +202,7 @@ impl<'a> Operations<'a> {
 
     /// Resumes a queue; `queue.resume`.
     pub async fn resume_queue(&self, name: String) -> Result<QueueState, ApiError> {
+        self.backend.write_room().await?;
         let state = self.backend.resume_queue(name).await?;
         self.record("queue.resume", state.name.clone(), None, None)
             .await;
@@ -251,14 +269,19 @@ fn requeue_detail(request: &DlqRequeue) -> Value {
     }
 }
 
+/// The SHA-256 of `bytes` in hex: what a record keeps of data it must not hold.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    let hash: [u8; 32] = Sha256::digest(bytes).into();
+    to_hex(&hash)
+}
+
 /// A run-now's record: its key, and its payload as size and hash.
 fn trigger_detail(params: &TriggerParams) -> Value {
     let mut detail = json!({});
     if let Some(payload) = &params.payload {
         let bytes = serde_json::to_vec(payload).unwrap_or_default();
         detail["payload_bytes"] = json!(bytes.len());
-        let hash: [u8; 32] = Sha256::digest(&bytes).into();
-        detail["payload_sha256"] = json!(to_hex(&hash));
+        detail["payload_sha256"] = json!(sha256_hex(&bytes));
     }
     if let Some(key) = &params.idempotency_key {
         detail["idempotency_key"] = json!(key);

@@ -43,6 +43,7 @@ use ax_scheduler_core::{
 use tokio::sync::oneshot;
 
 use crate::dead::DeadLetter;
+use crate::ended::{Ends, JobEnd};
 use crate::error::{EmbeddedError, Result};
 use crate::job::{AttemptCall, Handlers, JobFn, JobId, NAMESPACE};
 use crate::metrics::Recorder;
@@ -108,6 +109,8 @@ pub(crate) struct JobEntry {
     running: Running,
     /// Kept in the store.
     durable: bool,
+    /// How its latest execution ended: what [`Engine::ended`] says once it has left.
+    last_end: Option<JobEnd>,
 }
 
 /// An attempt to start now, handed to the driver to spawn outside the lock.
@@ -135,6 +138,8 @@ pub(crate) struct Engine {
     waiting: ReadyQueue<Attempt>,
     retries: TimerWheel<Attempt>,
     dead: BTreeMap<JobId, DeadLetter>,
+    /// How jobs that left ended, for a while.
+    ends: Ends,
     next_id: u64,
     running: usize,
     /// How many attempts may run at once.
@@ -167,6 +172,7 @@ impl Engine {
             jobs: JobTable::default(),
             idempotency: HashMap::new(),
             dead: BTreeMap::new(),
+            ends: Ends::default(),
             next_id: 0,
             running: 0,
             workers,
@@ -619,6 +625,9 @@ impl Engine {
             return;
         };
         let last = end.is_last();
+        if last {
+            job.last_end = Some(JobEnd::of_outcome(end.outcome));
+        }
         let event = ExecutionEvent::Finished { at: now, end };
         self.dispatcher
             .on_execution(&job.key, attempt.execution, attempt.attempt, &event, now);
@@ -634,6 +643,9 @@ impl Engine {
         let Some(job) = self.jobs.remove(&id) else {
             return;
         };
+        // Nothing ran to its end: a cancel, or a parent's cancel.
+        let end = job.last_end.unwrap_or(JobEnd::Cancelled);
+        self.ends.record(id, end, now);
         // Its queued attempts and retries are dropped when they come up (the job is gone).
         self.dispatcher.remove(&job.key, now);
         self.persist(job.durable, || Op::DeleteJob(id));
@@ -649,7 +661,11 @@ impl Engine {
     /// work is an attempt already running (see [`kill`](Self::kill)).
     pub(crate) fn cancel(&mut self, id: JobId, now: UtcMillis) -> bool {
         let Some(job) = self.jobs.get(&id) else {
-            return self.cancel_staged(id);
+            let cancelled = self.cancel_staged(id);
+            if cancelled {
+                self.ends.record(id, JobEnd::Cancelled, now);
+            }
+            return cancelled;
         };
         let state = self.dispatcher.state(&job.key);
         let to_come = job.spec.paused
@@ -662,6 +678,7 @@ impl Engine {
             return false;
         }
         self.remove_with_dependents(id, now);
+        self.ends.record(id, JobEnd::Cancelled, now);
         true
     }
 
@@ -727,6 +744,17 @@ impl Engine {
             return self.staging.contains(id).then_some(TaskStatus::Scheduled);
         };
         self.dispatcher.state(&job.key).map(|s| s.status)
+    }
+
+    /// How `id` ended, while that is remembered; a dead-lettered job is still held.
+    pub(crate) fn ended(&self, id: JobId, now: UtcMillis) -> Option<JobEnd> {
+        if self.dead.contains_key(&id) {
+            return Some(JobEnd::DeadLettered);
+        }
+        if self.jobs.contains_key(&id) || self.staging.contains(id) {
+            return None;
+        }
+        self.ends.get(id, now)
     }
 
     pub(crate) fn dead_letters(&self) -> Vec<DeadLetter> {

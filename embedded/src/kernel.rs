@@ -23,6 +23,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::dead::DeadLetter;
+use crate::ended::JobEnd;
 use crate::engine::Engine;
 use crate::error::{EmbeddedError, Result};
 use crate::job::{shared_handler, Body, Handlers, Job, JobFn, JobId, NAMESPACE};
@@ -432,9 +433,36 @@ impl Kernel {
         self.control(|e, now| e.set_all_paused(false, now));
     }
 
-    /// The job's status as the cluster shows a task's; `None` for a job done or unknown.
+    /// The job's status as the cluster shows a task's, while the kernel holds it; `None`
+    /// once it has left ([`ended`](Self::ended) then says how) or for an unknown id.
     pub fn status(&self, id: JobId) -> Option<TaskStatus> {
         self.shared.lock().status(id)
+    }
+
+    /// How the job ended: succeeded, failed, killed, cancelled, or dead-lettered (still
+    /// held for a requeue). `None` while it still has work to come, and for an id the kernel
+    /// does not know or no longer remembers: an end is kept for
+    /// [`ENDS_KEPT_FOR`](crate::ENDS_KEPT_FOR) and among the latest
+    /// [`MAX_ENDS_KEPT`](crate::MAX_ENDS_KEPT).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ax_embedded::EmbeddedError> {
+    /// use std::time::Duration;
+    /// use ax_embedded::{Job, JobEnd, Kernel};
+    ///
+    /// let kernel = Kernel::builder().build()?;
+    /// let id = kernel.after(Duration::from_secs(60), Job::new(|_| async { Ok(()) }))?;
+    /// assert_eq!(kernel.ended(id), None, "still to come");
+    /// kernel.cancel(id);
+    /// assert_eq!(kernel.ended(id), Some(JobEnd::Cancelled));
+    /// # kernel.shutdown(Duration::from_secs(1)).await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn ended(&self, id: JobId) -> Option<JobEnd> {
+        let now = self.now();
+        self.shared.lock().ended(id, now)
     }
 
     /// Jobs known: scheduled, running, paused or dead-lettered.

@@ -83,6 +83,7 @@
 //! and its limits.
 
 mod dead;
+mod ended;
 mod engine;
 mod error;
 mod job;
@@ -101,6 +102,7 @@ pub use ax_scheduler_core::{
     UtcMillis,
 };
 pub use dead::DeadLetter;
+pub use ended::{JobEnd, ENDS_KEPT_FOR, MAX_ENDS_KEPT};
 pub use error::{EmbeddedError, Result};
 pub use job::{Job, JobFuture, JobId, EMBEDDED_RUNNER};
 pub use kernel::{Kernel, KernelBuilder, ShutdownReport, When, DEFAULT_TICK, DEFAULT_WORKERS};

@@ -245,15 +245,37 @@ async fn a_backfill_is_bounded_by_its_fire_cap_and_by_etcds_quota() {
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
 
-    // A quota etcd's database is already near: the backfill is refused before any write,
-    // a dry run still answers.
+    // A quota etcd's database is already past: every change is refused before any write
+    // (503, the cluster's own writes come first), a dry run still answers, and a delete,
+    // which makes room, passes.
     let tight = api_with("backfill-quota", |c| c.etcd.quota_backend_bytes = 4096).await;
-    tight.put_every_minute("ops", "m").await;
+    let spec = json!({"handler": "log", "schedule": {"cron": "* * * * *"}});
+    let mut etcd = tight.etcd().await;
+    let key = format!("{}/tasks/ops/m", tight.config.etcd.prefix);
+    etcd.put(key, spec.to_string(), None).await.unwrap();
     let r = tight
         .post("/api/v1/tasks/ops/m/backfill", backfill_body(10, json!({})))
         .await;
-    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text);
     assert!(r.text.contains("etcd.quota_backend_bytes"), "{}", r.text);
+    for (path, body) in [
+        (
+            "/api/v1/tasks",
+            json!({"namespace": "ops", "id": "n", "handler": "log", "schedule": {"every": "1h"}}),
+        ),
+        ("/api/v1/tasks/ops/m/pause", json!({})),
+        ("/api/v1/tasks/ops/m/trigger", json!({})),
+        ("/api/v1/queues/default/pause", json!({})),
+        ("/api/v1/namespaces/ops/pause", json!({})),
+    ] {
+        let r = tight.post(path, body).await;
+        assert_eq!(
+            r.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{path}: {}",
+            r.text
+        );
+    }
     let r = tight
         .post(
             "/api/v1/tasks/ops/m/backfill",
@@ -274,6 +296,83 @@ async fn a_backfill_is_bounded_by_its_fire_cap_and_by_etcds_quota() {
         .await
         .unwrap();
     assert_eq!(written.count(), 0);
+    let r = tight
+        .call(Method::DELETE, "/api/v1/tasks/ops/m", None)
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_state_changing_route_of_an_operate_token_is_rate_limited() {
+    let a = api_with("operate-every", |c| c.limits.operate_actions_per_minute = 2).await;
+    a.put_task("ops", "a").await;
+    let calls = [
+        "/api/v1/queues/default/pause",
+        "/api/v1/queues/default/resume",
+        "/api/v1/tasks/ops/a/kill",
+        "/api/v1/executions/0123456789abcdef0123456789abcdef/kill",
+        "/api/v1/dlq/requeue",
+    ];
+    // The caller's two actions a minute go to the first route; each route after is refused
+    // before it does anything (the requeue's body would be valid, the execution unknown).
+    for (i, path) in calls.iter().enumerate() {
+        let body = if path.ends_with("requeue") {
+            json!({"all": true})
+        } else {
+            json!({})
+        };
+        let r = a.post(path, body).await;
+        if i < 2 {
+            assert!(r.status.is_success(), "{path}: {}", r.text);
+        } else {
+            assert_eq!(
+                r.status,
+                StatusCode::TOO_MANY_REQUESTS,
+                "{path}: {}",
+                r.text
+            );
+            assert!(
+                r.text.contains("limits.operate_actions_per_minute"),
+                "{}",
+                r.text
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn past_its_record_count_the_audit_log_refuses_changes_and_lets_deletes_through() {
+    let a = api_with("audit-full", |c| c.audit.max_records = 3).await;
+    for id in ["a", "b", "c", "d"] {
+        // The fourth is written: the count was 3, within the limit, when it was asked.
+        a.put_task("ops", id).await;
+    }
+    let r = a.post("/api/v1/tasks/ops/a/pause", json!({})).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text);
+    assert!(r.text.contains("audit.max_records"), "{}", r.text);
+    let spec =
+        json!({"namespace": "ops", "id": "e", "handler": "log", "schedule": {"every": "1h"}});
+    let r = a.post("/api/v1/tasks", spec).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text);
+    let r = a.call(Method::DELETE, "/api/v1/tasks/ops/d", None).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let mut etcd = a.etcd().await;
+    let records = etcd
+        .get(
+            format!("{}/audit/", a.config.etcd.prefix),
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        records.count(),
+        5,
+        "four puts and the delete; nothing refused was written"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

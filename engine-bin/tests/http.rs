@@ -365,6 +365,10 @@ impl ApiBackend for MemoryBackend {
         Box::pin(async { Ok(()) })
     }
 
+    fn write_room(&self) -> ApiFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
     fn audit_list(&self, _query: AuditQuery) -> ApiFuture<'_, AuditPage> {
         let mut items = self.audit.lock().unwrap().clone();
         items.reverse();

@@ -65,6 +65,11 @@ pub trait ApiBackend: Send + Sync {
     fn status(&self) -> ApiFuture<'_, StatusView>;
     /// Records a change in the audit log.
     fn audit_record(&self, record: AuditRecord) -> ApiFuture<'_, ()>;
+    /// Whether a change may be made now: [`ApiError::Unavailable`] while the audit log is
+    /// over its count or etcd's database is nearly full. Asked before each change by
+    /// [`Operations`](crate::operations::Operations); a transport that forwards changes to a
+    /// replica leaves it to the replica.
+    fn write_room(&self) -> ApiFuture<'_, ()>;
     /// A page of the audit log, newest first.
     fn audit_list(&self, query: AuditQuery) -> ApiFuture<'_, AuditPage>;
     /// Kills a task's current executions (waiting, retrying or running), or only

@@ -7,10 +7,13 @@
 //! of its own. A record younger than the retention is never deleted, whatever the volume:
 //! otherwise a caller could push the record of its own change out with a flood of cheap
 //! ones. The count (a count-only read after each write) is watched instead: past
-//! `audit.max_records` the store sets `scheduler_audit_over_capacity` and warns, so an
-//! operator can shorten the retention or find the writer.
+//! `audit.max_records` the store sets `scheduler_audit_over_capacity` and warns, and a change
+//! that must be audited is refused (503, [`AuditStore::check_room`]) until records expire or
+//! the limit is raised: the log is bounded in count, and each record in bytes
+//! ([`MAX_RECORD_BYTES`]: a larger detail is replaced by its size and hash), so no caller can
+//! fill etcd through it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +22,15 @@ use etcd_client::{Client, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 use super::errors;
 use crate::api::{ApiError, MAX_LIST_LIMIT};
 use crate::audit::{AuditPage, AuditQuery, AuditRecord, DEFAULT_AUDIT_PAGE};
+
+/// Largest audit record, bytes of JSON: a spec diff of a 1 MiB spec would be a 1 MiB etcd
+/// value per change. A detail that makes a record larger is replaced by its size and SHA-256.
+pub const MAX_RECORD_BYTES: usize = 16 * 1024;
+
+/// What the store last learned of its count: not counted yet, under the limit, over it.
+const ROOM_UNKNOWN: u8 = 0;
+const ROOM_UNDER: u8 = 1;
+const ROOM_OVER: u8 = 2;
 
 /// The audit log's records in etcd.
 #[derive(Clone)]
@@ -31,6 +43,8 @@ pub struct AuditStore {
     /// Told whether the log is over its count after each write (a replica exports it as
     /// `scheduler_audit_over_capacity`); the flag beside it makes the warning once a crossing.
     over_capacity: Option<CapacityWatch>,
+    /// [`ROOM_UNKNOWN`], [`ROOM_UNDER`] or [`ROOM_OVER`]: set by each count, shared by clones.
+    room: Arc<AtomicU8>,
 }
 
 /// Whether the log is over `audit.max_records`, told to whoever watches it after each write.
@@ -69,6 +83,7 @@ impl AuditStore {
             max_records: max_records.max(1),
             request_timeout,
             over_capacity: None,
+            room: Arc::new(AtomicU8::new(ROOM_UNKNOWN)),
         }
     }
 
@@ -89,13 +104,32 @@ impl AuditStore {
         )
     }
 
+    /// Refuses a change that must be audited while the log is over `audit.max_records`
+    /// (503): counted once by a fresh store, then after each write; while over, each call
+    /// counts again, so the refusals end as soon as records expire.
+    pub async fn check_room(&self) -> Result<(), ApiError> {
+        if self.room.load(Ordering::Relaxed) == ROOM_UNDER {
+            return Ok(());
+        }
+        let count = self.check_capacity().await?;
+        if count <= self.max_records {
+            return Ok(());
+        }
+        Err(ApiError::Unavailable(format!(
+            "the audit log holds {count} records, more than audit.max_records ({}), all younger \
+             than audit.retention ({}); changes are refused until records expire: raise \
+             audit.max_records or shorten audit.retention, and find who writes so much",
+            self.max_records,
+            humantime::format_duration(self.retention)
+        )))
+    }
+
     /// Writes `record`, deletes the records older than the retention, and checks the count.
     pub async fn write(&self, record: &AuditRecord) -> Result<(), ApiError> {
         let prefix = self.prefix.clone();
         let suffix: u32 = rand::random();
         let key = format!("{prefix}{:013}-{suffix:08x}", record.at.0.max(0));
-        let value = serde_json::to_vec(record)
-            .map_err(|e| ApiError::Internal(format!("cannot encode an audit record: {e}")))?;
+        let value = encode_bounded(record)?;
         let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
         let cutoff = format!(
             "{prefix}{:013}",
@@ -113,13 +147,13 @@ impl AuditStore {
             .await
             .map_err(|_| ApiError::Unavailable("etcd audit write timed out".into()))?
             .map_err(|e| errors::etcd("audit write", e))?;
-        self.check_capacity().await
+        self.check_capacity().await.map(|_| ())
     }
 
     /// Counts the records and says when they are more than `max_records`. None is deleted
     /// for it: every record is younger than the retention (the older ones went with the
     /// write), and a young record is kept whatever the volume.
-    async fn check_capacity(&self) -> Result<(), ApiError> {
+    async fn check_capacity(&self) -> Result<usize, ApiError> {
         let mut kv = self.etcd.kv_client();
         let counted = tokio::time::timeout(
             self.request_timeout,
@@ -133,6 +167,8 @@ impl AuditStore {
         .map_err(|e| errors::etcd("audit count", e))?;
         let count = usize::try_from(counted.count()).unwrap_or(0);
         let over = count > self.max_records;
+        let room = if over { ROOM_OVER } else { ROOM_UNDER };
+        self.room.store(room, Ordering::Relaxed);
         if let Some(watch) = &self.over_capacity {
             if over && !watch.over.load(Ordering::Relaxed) {
                 tracing::warn!(
@@ -154,7 +190,7 @@ impl AuditStore {
                  audit.retention is deleted"
             );
         }
-        Ok(())
+        Ok(count)
     }
 
     /// A page of records, newest first.
@@ -234,4 +270,66 @@ fn prefix_end(prefix: &str) -> String {
         *last += 1;
     }
     String::from_utf8_lossy(&end).into_owned()
+}
+
+/// The record as JSON, at most [`MAX_RECORD_BYTES`]: past it the detail is replaced by its
+/// size and SHA-256, which still tells two changes apart.
+fn encode_bounded(record: &AuditRecord) -> Result<Vec<u8>, ApiError> {
+    let encode = |r: &AuditRecord| {
+        serde_json::to_vec(r)
+            .map_err(|e| ApiError::Internal(format!("cannot encode an audit record: {e}")))
+    };
+    let value = encode(record)?;
+    if value.len() <= MAX_RECORD_BYTES {
+        return Ok(value);
+    }
+    let detail = record
+        .detail
+        .as_ref()
+        .map(|d| serde_json::to_vec(d).unwrap_or_default())
+        .unwrap_or_default();
+    let mut smaller = record.clone();
+    smaller.detail = Some(serde_json::json!({
+        "omitted": format!("a detail of {} bytes, over the record's {MAX_RECORD_BYTES}-byte limit", detail.len()),
+        "bytes": detail.len(),
+        "sha256": crate::operations::sha256_hex(&detail),
+    }));
+    // The other fields are bounded by the names they hold (an actor, an action, a target).
+    encode(&smaller)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ax_scheduler_core::UtcMillis;
+
+    fn record(detail: serde_json::Value) -> AuditRecord {
+        AuditRecord {
+            at: UtcMillis(1),
+            actor: "ops".into(),
+            via: "api".into(),
+            action: "task.put".into(),
+            target: "ns/t".into(),
+            detail: Some(detail),
+            revision: Some(7),
+        }
+    }
+
+    #[test]
+    fn a_record_is_bounded_in_bytes_and_keeps_a_hash_of_what_it_left_out() {
+        let small = record(serde_json::json!({"diff": "x"}));
+        assert_eq!(
+            encode_bounded(&small).unwrap(),
+            serde_json::to_vec(&small).unwrap()
+        );
+        let huge = record(serde_json::json!({"diff": "y".repeat(10 * MAX_RECORD_BYTES)}));
+        let bytes = encode_bounded(&huge).unwrap();
+        assert!(bytes.len() <= MAX_RECORD_BYTES, "{}", bytes.len());
+        let back: AuditRecord = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back.action, "task.put");
+        assert_eq!(back.revision, Some(7));
+        let detail = back.detail.unwrap();
+        assert!(detail["bytes"].as_u64().unwrap() > 10 * MAX_RECORD_BYTES as u64);
+        assert_eq!(detail["sha256"].as_str().unwrap().len(), 64);
+    }
 }

@@ -145,21 +145,12 @@ impl Backend {
     /// Refuses a backfill of `fires` requests that would fill etcd's database past
     /// [`QUOTA_FILL_PERCENT`] of its quota.
     async fn check_quota_room(&self, fires: usize) -> Result<(), ApiError> {
-        let usage = ax_registry::store_usage(&self.etcd, self.request_timeout)
-            .await
-            .map_err(errors::registry)?;
-        let quota = usage
-            .quota_bytes
-            .and_then(|q| u64::try_from(q).ok())
-            .map_or(self.etcd_quota_bytes, |q| q.min(self.etcd_quota_bytes));
-        let db = u64::try_from(usage.db_bytes).unwrap_or(0);
         let adds = u64::try_from(fires)
             .unwrap_or(u64::MAX)
             .saturating_mul(BYTES_PER_REQUEST);
-        let ceiling = quota / 100 * QUOTA_FILL_PERCENT;
-        if db.saturating_add(adds) <= ceiling {
+        let Some((db, quota)) = self.etcd_past_fill(adds).await? else {
             return Ok(());
-        }
+        };
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
         Err(too_many(format!(
             "etcd's database holds {:.1} MiB of its {:.1} MiB quota (etcd.quota_backend_bytes, \
@@ -169,6 +160,42 @@ impl Backend {
             mib(db),
             mib(quota),
             mib(adds)
+        )))
+    }
+
+    /// `(database bytes, quota bytes)` when adding `adds` bytes would pass
+    /// [`QUOTA_FILL_PERCENT`] of etcd's quota (the smaller of `etcd.quota_backend_bytes`
+    /// and what etcd reports); `None` when there is room.
+    pub(super) async fn etcd_past_fill(&self, adds: u64) -> Result<Option<(u64, u64)>, ApiError> {
+        let usage = ax_registry::store_usage(&self.etcd, self.request_timeout)
+            .await
+            .map_err(errors::registry)?;
+        let quota = usage
+            .quota_bytes
+            .and_then(|q| u64::try_from(q).ok())
+            .map_or(self.etcd_quota_bytes, |q| q.min(self.etcd_quota_bytes));
+        let db = u64::try_from(usage.db_bytes).unwrap_or(0);
+        let ceiling = quota / 100 * QUOTA_FILL_PERCENT;
+        Ok((db.saturating_add(adds) > ceiling).then_some((db, quota)))
+    }
+
+    /// Refuses a change while etcd's database is past [`QUOTA_FILL_PERCENT`] of its quota
+    /// or the audit log is over its count (503): every change through the API writes at
+    /// least its audit record to etcd, and a full etcd refuses the cluster's own writes
+    /// (states, leases, fences), not only the caller's.
+    pub(super) async fn check_write_room(&self) -> Result<(), ApiError> {
+        self.audit.check_room().await?;
+        let Some((db, quota)) = self.etcd_past_fill(BYTES_PER_REQUEST).await? else {
+            return Ok(());
+        };
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        Err(ApiError::Unavailable(format!(
+            "etcd's database holds {:.1} MiB of its {:.1} MiB quota (etcd.quota_backend_bytes, \
+             or the quota etcd reports), past {QUOTA_FILL_PERCENT} %: changes through ax are \
+             refused so that the cluster's own writes go on; compact and defragment etcd, or \
+             raise its quota",
+            mib(db),
+            mib(quota),
         )))
     }
 }

@@ -143,7 +143,8 @@ pub struct Limits {
     pub max_tasks_per_namespace: u64,
     /// Run-now requests per task per minute through this replica's API; default 60.
     pub triggers_per_task_per_minute: u32,
-    /// Operate actions (pause, resume, run now, backfill) per caller and per task per
+    /// Operate actions (pause, resume, run now, backfill, kill, requeue) per caller and per
+    /// target (a task, namespace, queue, execution, the dead letters) per
     /// minute through this replica's API; default 30.
     pub operate_actions_per_minute: u32,
     /// Most fires one backfill enqueues, forced or not; default 1000.

@@ -81,6 +81,7 @@ impl Engine {
             active: 0,
             running: Running::default(),
             durable,
+            last_end: None,
         };
         self.jobs.insert(id, entry);
         first

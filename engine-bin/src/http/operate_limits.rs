@@ -1,5 +1,5 @@
-//! Operate actions (pause, resume, run now, backfill) per caller and per task through one
-//! replica's API.
+//! Operate actions (pause, resume, run now, backfill, kill, requeue; of tasks, namespaces
+//! and queues) per caller and per target through one replica's API.
 //!
 //! Each of these writes to etcd, and an `operate` token may call them in a loop: a backfill
 //! writes up to `limits.max_backfill_fires` keys, and even a cheap pause writes a spec and
@@ -48,7 +48,7 @@ impl OperateLimiter {
                 Refused::Rate(wait_s) => rate_limited(
                     format!(
                         "caller `{}` made {per_minute} operate actions (pause, resume, run now, \
-                         backfill) in the last minute, the limit \
+                         backfill, kill, requeue) in the last minute, the limit \
                          (limits.operate_actions_per_minute); try again in {wait_s} s",
                         who.name
                     ),
@@ -62,7 +62,7 @@ impl OperateLimiter {
                 Refused::Rate(wait_s) => rate_limited(
                     format!(
                         "{target} had {per_minute} operate actions (pause, resume, run now, \
-                         backfill) in the last minute, the limit \
+                         backfill, kill, requeue) in the last minute, the limit \
                          (limits.operate_actions_per_minute); try again in {wait_s} s"
                     ),
                     wait_s,

@@ -3,6 +3,7 @@
 //! A requeue that would do nothing (no ids, or `all: false`) is refused here rather than
 //! passed on, so a caller's mistake is an error and not a silent count of 0.
 
+use ax_scheduler_core::UtcMillis;
 use axum::extract::{Extension, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -63,6 +64,7 @@ pub(super) async fn dlq_requeue(
         }
         _ => {}
     }
+    s.operate.admit(&who, "dead letters", UtcMillis::now())?;
     let count = s.operations(&actor(&who))?.dlq_requeue(request).await?;
     Ok(Json(Count { count }))
 }

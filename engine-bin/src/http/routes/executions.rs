@@ -56,6 +56,8 @@ pub(super) async fn kill_execution(
     Extension(who): Extension<Principal>,
     ExecutionPath(id): ExecutionPath,
 ) -> ApiResult<KillResult> {
+    s.operate
+        .admit(&who, &format!("execution {id}"), UtcMillis::now())?;
     Ok(Json(s.operations(&actor(&who))?.kill_execution(id).await?))
 }
 

@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::{actor, ApiResult, ApiState};
 use ax_control::api::{ApiError, Principal, QueueContents, QueueState};
+use ax_scheduler_core::UtcMillis;
 
 /// Most executions of each kind `GET /queues/{name}` lists.
 const MAX_CONTENTS: usize = 500;
@@ -38,6 +39,8 @@ pub(super) async fn pause_queue(
     Extension(who): Extension<Principal>,
     Path(name): Path<String>,
 ) -> ApiResult<QueueState> {
+    s.operate
+        .admit(&who, &format!("queue {name}"), UtcMillis::now())?;
     Ok(Json(s.operations(&actor(&who))?.pause_queue(name).await?))
 }
 
@@ -46,5 +49,7 @@ pub(super) async fn resume_queue(
     Extension(who): Extension<Principal>,
     Path(name): Path<String>,
 ) -> ApiResult<QueueState> {
+    s.operate
+        .admit(&who, &format!("queue {name}"), UtcMillis::now())?;
     Ok(Json(s.operations(&actor(&who))?.resume_queue(name).await?))
 }

@@ -211,6 +211,7 @@ pub(super) async fn kill_task(
     ApiQuery(q): ApiQuery<KillQuery>,
 ) -> ApiResult<KillResult> {
     let execution = q.execution.as_deref().map(parse_execution_id).transpose()?;
+    s.operate.admit(&who, &key.to_string(), UtcMillis::now())?;
     let actor = actor(&who);
     Ok(Json(s.operations(&actor)?.kill_task(key, execution).await?))
 }
