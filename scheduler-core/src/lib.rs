@@ -17,6 +17,7 @@ pub mod etcd_keys;
 pub mod execution;
 pub mod execution_id;
 pub mod fanout;
+pub mod field_error;
 pub mod finals;
 pub mod handler;
 pub mod intern;

@@ -11,12 +11,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::field_error::{FieldError, ValidationErrors};
 use crate::task::{
     MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec, DEFAULT_PRIORITY,
     DEFAULT_TIMEOUT, MAX_IDEMPOTENCY_KEY_LEN, MAX_MULTIPLIER, MAX_PAYLOAD_BYTES, MAX_PRIORITY,
     MAX_RETRIES,
 };
-use crate::validate::{FieldError, ValidationErrors};
 
 /// Longest `timeout` of one attempt: 30 days.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
