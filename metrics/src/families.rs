@@ -17,11 +17,11 @@ use crate::names::{
     BACKEND_ERRORS_TOTAL, BUILD_INFO, CONCURRENCY_WAIT_BUCKETS, CONCURRENCY_WAIT_SECONDS,
     DEADLINE_MISSES_TOTAL, DLQ_SIZE, ETCD_DB_BYTES, ETCD_DB_QUOTA_BYTES,
     EXECUTION_DURATION_BUCKETS, EXECUTION_DURATION_SECONDS, INVALID_SPECS, IS_LEADER,
-    LEADER_CHANGES_TOTAL, NAMESPACES_PAUSED, OLDEST_QUEUED_AGE_SECONDS, QUEUE_DEPTH, QUEUE_PAUSED,
-    REDIS_CONFIG_WARNINGS, SCHEDULE_LATENCY_BUCKETS, SCHEDULE_LATENCY_SECONDS, SHARDS,
-    SHARDS_OWNED, STATE_REPAIRS_TOTAL, TASKS_EXECUTED_TOTAL, TASKS_FAILED_TOTAL, TASKS_PAUSED,
-    TASKS_RETRIED_TOTAL, TASKS_SCHEDULED_TOTAL, TASKS_THROTTLED, UNDECODABLE_STATES,
-    UNSERVED_QUEUES, WORKER_CONCURRENCY_LIMIT,
+    LEADER_CHANGES_TOTAL, LOOP_PANICS_TOTAL, NAMESPACES_PAUSED, OLDEST_QUEUED_AGE_SECONDS,
+    QUEUE_DEPTH, QUEUE_PAUSED, REDIS_CONFIG_WARNINGS, SCHEDULE_LATENCY_BUCKETS,
+    SCHEDULE_LATENCY_SECONDS, SHARDS, SHARDS_OWNED, STATE_REPAIRS_TOTAL, TASKS_EXECUTED_TOTAL,
+    TASKS_FAILED_TOTAL, TASKS_PAUSED, TASKS_RETRIED_TOTAL, TASKS_SCHEDULED_TOTAL, TASKS_THROTTLED,
+    UNDECODABLE_STATES, UNSERVED_QUEUES, WORKER_CONCURRENCY_LIMIT,
 };
 
 /// The fires: how many were dispatched, and how late each first started.
@@ -300,6 +300,8 @@ pub struct ProcessFamilies {
     pub backend_errors_total: IntCounterVec,
     /// [`API_AUTH_FAILURES_TOTAL`].
     pub api_auth_failures_total: IntCounterVec,
+    /// [`LOOP_PANICS_TOTAL`].
+    pub loop_panics_total: IntCounterVec,
     /// [`BUILD_INFO`].
     pub build_info: IntGaugeVec,
 }
@@ -341,6 +343,12 @@ impl ProcessFamilies {
                 API_AUTH_FAILURES_TOTAL,
                 "`/api/v1` requests refused.",
                 &["reason"],
+            )?,
+            loop_panics_total: counter_vec(
+                registry,
+                LOOP_PANICS_TOTAL,
+                "Background loops that panicked and were started again.",
+                &["loop"],
             )?,
             build_info: register(
                 registry,

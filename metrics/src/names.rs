@@ -68,6 +68,9 @@ pub const AUDIT_OVER_CAPACITY: &str = "scheduler_audit_over_capacity";
 pub const OLDEST_QUEUED_AGE_SECONDS: &str = "scheduler_oldest_queued_age_seconds";
 /// Failed calls to a backend. Labels: `backend` (`etcd`, `redis`).
 pub const BACKEND_ERRORS_TOTAL: &str = "scheduler_backend_errors_total";
+/// Background loops of a worker pool that panicked and were started again. Labels: `loop`
+/// (`heartbeat`, `maintenance`, `reconcile`, `stop`, `deadline`).
+pub const LOOP_PANICS_TOTAL: &str = "scheduler_loop_panics_total";
 /// `/api/v1` requests refused before reaching a route. Labels: `reason` (one of
 /// the service's refusal reasons: `missing`, `invalid`, `forbidden`, `closed`).
 pub const API_AUTH_FAILURES_TOTAL: &str = "scheduler_api_auth_failures_total";

@@ -25,6 +25,7 @@ mod registry;
 mod reporter;
 pub mod retry;
 pub mod secrets;
+mod supervise;
 
 pub use builtin::{
     classify_status, HttpHandler, LogHandler, NoopHandler, ATTEMPT_HEADER, COMPLETION_TOKEN_HEADER,

@@ -50,6 +50,11 @@ pub trait WorkerMetrics: Send + Sync {
     /// The pool lets `limit` attempts run at once (its slow start, see
     /// [`crate::WorkerConfig::slow_start`]).
     fn concurrency_limit(&self, limit: usize);
+    /// A background loop of the pool, `name`, panicked and starts again. Ignored unless
+    /// implemented.
+    fn loop_panicked(&self, name: &str) {
+        let _ = name;
+    }
 }
 
 /// Reports every execution to Redis: events for the leader, history, and metrics.
@@ -190,6 +195,10 @@ impl ExecutionReporter for QueueReporter {
 
     fn on_concurrency_limit(&self, limit: usize) {
         self.metrics.concurrency_limit(limit);
+    }
+
+    fn on_loop_panic(&self, name: &str) {
+        self.metrics.loop_panicked(name);
     }
 
     fn on_started<'a>(

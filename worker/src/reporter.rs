@@ -164,6 +164,12 @@ pub trait ExecutionReporter: Send + Sync + 'static {
     fn on_concurrency_limit(&self, limit: usize) {
         let _ = limit;
     }
+
+    /// The pool's background loop `name` panicked and starts again. Ignored unless
+    /// implemented.
+    fn on_loop_panic(&self, name: &str) {
+        let _ = name;
+    }
 }
 
 /// Ignores every event.

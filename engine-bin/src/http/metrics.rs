@@ -169,6 +169,14 @@ impl Metrics {
         self.scheduler.is_leader.set(i64::from(owned > 0));
     }
 
+    /// Counts a panic of the background loop `name`, which starts again.
+    pub fn loop_panicked(&self, name: &str) {
+        self.process
+            .loop_panics_total
+            .with_label_values(&[name])
+            .inc();
+    }
+
     /// Counts a failed call to `backend` ([`BACKEND_ETCD`], [`BACKEND_REDIS`]).
     pub fn backend_error(&self, backend: &str) {
         self.process

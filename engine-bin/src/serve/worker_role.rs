@@ -97,4 +97,8 @@ impl WorkerMetrics for Metrics {
         self.worker_concurrency_limit()
             .set(i64::try_from(limit).unwrap_or(i64::MAX));
     }
+
+    fn loop_panicked(&self, name: &str) {
+        Metrics::loop_panicked(self, name);
+    }
 }

@@ -54,6 +54,7 @@ use crate::egress::{EgressClient, EgressPolicy};
 use crate::error::{Result, WorkerError};
 use crate::registry::HandlerRegistry;
 use crate::reporter::ExecutionReporter;
+use crate::supervise::supervise;
 
 // How an attempt ended, its error, and whether that error may be retried: what the steps of
 // an attempt hand on, in `execute` and in `awaiting` alike.
@@ -276,25 +277,37 @@ impl Background {
         let stop = CancellationToken::new();
         let tasks = TaskTracker::new();
         heartbeat::heartbeat_once(sh, sh.cfg.clock.now(), false).await;
-        tasks.spawn(heartbeat::heartbeat_loop(
-            sh.clone(),
-            cancel.clone(),
+        let maintenance = MaintenanceConfig {
+            queues: sh.cfg.queues.clone(),
+            interval: sh.cfg.maintenance_interval,
+            visibility_timeout: sh.cfg.visibility_timeout,
+            sweeper: sh.cfg.worker_id.clone(),
+            ..MaintenanceConfig::default()
+        };
+        let report = || Arc::clone(&sh.reporter);
+        let (s, c, t) = (sh.clone(), cancel.clone(), stop.clone());
+        tasks.spawn(supervise("heartbeat", report(), stop.clone(), move || {
+            heartbeat::heartbeat_loop(s.clone(), c.clone(), t.clone())
+        }));
+        let (q, t) = (sh.queue.clone(), stop.clone());
+        tasks.spawn(supervise(
+            "maintenance",
+            report(),
             stop.clone(),
+            move || Maintenance::new(q.clone(), maintenance.clone()).run(t.clone()),
         ));
-        let maintenance = Maintenance::new(
-            sh.queue.clone(),
-            MaintenanceConfig {
-                queues: sh.cfg.queues.clone(),
-                interval: sh.cfg.maintenance_interval,
-                visibility_timeout: sh.cfg.visibility_timeout,
-                sweeper: sh.cfg.worker_id.clone(),
-                ..MaintenanceConfig::default()
-            },
-        );
-        tasks.spawn(maintenance.run(stop.clone()));
-        tasks.spawn(reconcile::reconcile_loop(sh.clone(), stop.clone()));
-        tasks.spawn(stop::stop_loop(sh.clone(), stop.clone()));
-        tasks.spawn(deadline::deadline_loop(sh.clone(), stop.clone()));
+        let (s, t) = (sh.clone(), stop.clone());
+        tasks.spawn(supervise("reconcile", report(), stop.clone(), move || {
+            reconcile::reconcile_loop(s.clone(), t.clone())
+        }));
+        let (s, t) = (sh.clone(), stop.clone());
+        tasks.spawn(supervise("stop", report(), stop.clone(), move || {
+            stop::stop_loop(s.clone(), t.clone())
+        }));
+        let (s, t) = (sh.clone(), stop.clone());
+        tasks.spawn(supervise("deadline", report(), stop.clone(), move || {
+            deadline::deadline_loop(s.clone(), t.clone())
+        }));
         Background { stop, tasks }
     }
 
