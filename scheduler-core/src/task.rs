@@ -56,6 +56,30 @@ pub const MAX_LABEL_BYTES: usize = 256;
 pub const MAX_HTTP_HEADERS: usize = 32;
 /// Longest `http.headers` name plus value, bytes.
 pub const MAX_HTTP_HEADER_BYTES: usize = 8 * 1024;
+/// Header names a task may not set (compared ignoring case): the ones the HTTP client
+/// frames the request with, whose value from a task would smuggle a second request or
+/// mislead a proxy, and (by prefix, [`RESERVED_HTTP_HEADER_PREFIX`]) ax's own.
+pub const RESERVED_HTTP_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+];
+/// Prefix of the headers ax sets on its own requests (execution id, attempt, completion).
+pub const RESERVED_HTTP_HEADER_PREFIX: &str = "x-ax-";
+
+/// Whether a task may not set the header `name` ([`RESERVED_HTTP_HEADERS`]).
+pub fn is_reserved_http_header(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    RESERVED_HTTP_HEADERS.contains(&lower.as_str())
+        || lower.starts_with(RESERVED_HTTP_HEADER_PREFIX)
+}
+
 /// Longest `http.url`, bytes.
 pub const MAX_URL_BYTES: usize = 2048;
 /// Most `command.args` of a task.

@@ -40,7 +40,7 @@ use std::time::Instant;
 use ax_queue::ExecutionMessage;
 use ax_scheduler_core::redact::{mask_url, mask_urls_in, url_secret_values};
 use ax_scheduler_core::secret_ref::has_references;
-use ax_scheduler_core::task::HttpTarget;
+use ax_scheduler_core::task::{is_reserved_http_header, HttpTarget};
 use ax_scheduler_core::{AttemptOutput, MAX_OUTPUT_BYTES};
 use bytes::Bytes;
 use reqwest::header::{CONTENT_TYPE, LOCATION};
@@ -262,7 +262,12 @@ fn with_credentials(
     target: &HttpTarget,
     completion: Option<&Completion>,
 ) -> reqwest::RequestBuilder {
-    for (k, v) in &target.headers {
+    // Validation refuses these; a message ax did not write may still carry them.
+    for (k, v) in target
+        .headers
+        .iter()
+        .filter(|(k, _)| !is_reserved_http_header(k))
+    {
         req = req.header(k, v);
     }
     // The token is a credential, like the task's headers: only for its own origin.

@@ -34,6 +34,7 @@ mod config;
 mod deny;
 mod env;
 mod group;
+mod home;
 mod task_args;
 mod user;
 
@@ -170,13 +171,21 @@ async fn run(
     let name = call.name.as_str();
     task_args::check(name, cfg.task_args, &cfg.arg_patterns, &call.args)
         .map_err(HandlerError::Permanent)?;
-    let env = env::build(cfg, exec, &call.env).map_err(|names| {
+    let mut env = env::build(cfg, exec, &call.env).map_err(|names| {
         HandlerError::Permanent(format!(
             "command `{name}` does not let a task set {}: an operator lists the names a task \
              may set in worker.commands.{name}.allow_env",
             names.join(", ")
         ))
     })?;
+    let home = home::private_home(cfg, &identity).map_err(|e| {
+        HandlerError::Retryable(format!(
+            "cannot make a private home for command `{name}`: {e}"
+        ))
+    })?;
+    if let Some(home) = &home {
+        env.insert("HOME".into(), home.path().display().to_string());
+    }
     let mut child = spawn(cfg, call, identity, &env).map_err(|e| spawn_error(name, cfg, e))?;
     let guard = GroupGuard::new(child.id());
     tracing::debug!(command = name, pid = child.id(), "command started");
@@ -198,6 +207,7 @@ async fn run(
         )
     };
     let (status, stopped) = supervise(child, guard, reading, cfg, ctx, name).await;
+    drop(home);
     let status = status
         .map_err(|e| HandlerError::Retryable(format!("cannot wait for command `{name}`: {e}")))?;
     tracing::debug!(command = name, exit_code = status.code(), "command ended");

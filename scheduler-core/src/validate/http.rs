@@ -14,7 +14,9 @@ use serde_json::{Map, Value};
 use super::checker::{field, join, kind, Checker};
 use crate::redact::holds_mask;
 use crate::secret_ref;
-use crate::task::{HttpTarget, MAX_HTTP_HEADERS, MAX_HTTP_HEADER_BYTES, MAX_URL_BYTES};
+use crate::task::{
+    is_reserved_http_header, HttpTarget, MAX_HTTP_HEADERS, MAX_HTTP_HEADER_BYTES, MAX_URL_BYTES,
+};
 
 const HTTP_FIELDS: &[&str] = &["url", "headers", "follow_redirects", "async"];
 
@@ -116,7 +118,22 @@ fn check_headers(c: &mut Checker, headers: &BTreeMap<String, String>) {
     }
     for (k, v) in headers {
         let path = join("http.headers", k);
-        if k.len() + v.len() > MAX_HTTP_HEADER_BYTES {
+        if is_reserved_http_header(k) {
+            c.err(
+                &path,
+                "is set by ax or by the HTTP client itself (Host, Content-Length, Transfer-Encoding, Connection, TE, Upgrade, X-Ax-*); a task may not set it",
+            );
+        } else if k.is_empty() || !k.bytes().all(is_token_byte) {
+            c.err(
+                &path,
+                "is not a header name: letters, digits and !#$%&'*+-.^_`|~ only",
+            );
+        } else if v.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+            c.err(
+                &path,
+                "has a line break or NUL byte; a header value is one line",
+            );
+        } else if k.len() + v.len() > MAX_HTTP_HEADER_BYTES {
             c.err(
                 &path,
                 format!(
@@ -130,6 +147,11 @@ fn check_headers(c: &mut Checker, headers: &BTreeMap<String, String>) {
             c.err(&path, e);
         }
     }
+}
+
+/// A byte of an RFC 9110 token (a header name).
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// [`check_url`] for a URL that may name secrets.

@@ -788,3 +788,43 @@ fn an_unknown_field_names_the_field_it_most_likely_meant() {
     );
     assert!(!find("colour:").contains("did you mean"), "{errs:?}");
 }
+
+#[test]
+fn a_task_may_not_set_the_headers_that_frame_the_request_or_are_axs_own() {
+    for name in [
+        "Host",
+        "content-length",
+        "Transfer-Encoding",
+        "Connection",
+        "TE",
+        "Upgrade",
+        "X-Ax-Execution-Id",
+        "x-ax-anything",
+    ] {
+        let spec = format!(
+            r#"{{"handler":"http","schedule":{{"every":"1m"}},
+                "http":{{"url":"https://example.com/hook","headers":{{"{name}":"v"}}}}}}"#
+        );
+        let errs = errors(&spec);
+        assert_eq!(errs.len(), 1, "{name}: {errs:?}");
+        assert!(
+            errs[0].starts_with(&format!("http.headers.{name}: is set by ax")),
+            "{errs:?}"
+        );
+    }
+    let bad_name = errors(
+        r#"{"handler":"http","schedule":{"every":"1m"},
+            "http":{"url":"https://example.com/hook","headers":{"a b":"v"}}}"#,
+    );
+    assert!(bad_name[0].contains("is not a header name"), "{bad_name:?}");
+    let split = errors(
+        r#"{"handler":"http","schedule":{"every":"1m"},
+            "http":{"url":"https://example.com/hook","headers":{"X-Note":"a\r\nHost: evil"}}}"#,
+    );
+    assert!(split[0].contains("line break"), "{split:?}");
+    parse(
+        r#"{"handler":"http","schedule":{"every":"1m"},
+            "http":{"url":"https://example.com/hook","headers":{"Authorization":"Bearer x","X-Request-Source":"ax"}}}"#,
+    )
+    .unwrap();
+}

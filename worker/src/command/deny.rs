@@ -3,7 +3,9 @@
 //! A command runs a program the operator chose; the variables below make the dynamic
 //! loader, a shell or an interpreter load or run code of the setter's choosing before that
 //! program does anything (`LD_PRELOAD`, `BASH_ENV`, `PYTHONSTARTUP`, `NODE_OPTIONS`,
-//! `GIT_SSH_COMMAND`...), or change which program a bare name runs (`PATH`). Letting a task
+//! `GIT_SSH_COMMAND`...), change which program a bare name runs (`PATH`), which
+//! configuration and certificates it trusts (`HOME`, `XDG_*`, `OPENSSL_CONF`,
+//! `SSL_CERT_FILE`) or where its traffic goes (`*_PROXY`). Letting a task
 //! set one turns "run the operator's command with these values" into "run anything", so a
 //! configuration that lists one in `allow_env` is refused when it is loaded rather than
 //! trusted. The operator's own `env` may still set them: that is the operator's choice, not
@@ -42,6 +44,13 @@ const DENIED_NAMES: &[&str] = &[
     "PAGER",
     "SSH_ASKPASS",
     "SUDO_ASKPASS",
+    "HOME",
+    "CURL_HOME",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "WGETRC",
+    "GNUPGHOME",
+    "NETRC",
 ];
 
 /// Name prefixes refused in `allow_env`: families of loader and tool variables.
@@ -60,7 +69,15 @@ const DENIED_PREFIXES: &[&str] = &[
     "JAVA_",
     "GLIBC_",
     "MALLOC_",
+    "LUA_INIT",
+    "OPENSSL_",
+    "SSL_",
+    "XDG_",
 ];
+
+/// Name suffixes refused in `allow_env`: where a program sends its traffic (`HTTP_PROXY`,
+/// `ALL_PROXY`, `NO_PROXY`...).
+const DENIED_SUFFIXES: &[&str] = &["_PROXY"];
 
 /// Why a task may not set `name`, or `None` when it may.
 pub(crate) fn denied(name: &str) -> Option<String> {
@@ -69,6 +86,13 @@ pub(crate) fn denied(name: &str) -> Option<String> {
         return Some(format!(
             "`{name}` changes what a loader, shell or interpreter runs and may not be set \
              by a task; set a fixed value in `env` instead if the command needs it"
+        ));
+    }
+    if let Some(s) = DENIED_SUFFIXES.iter().find(|s| upper.ends_with(*s)) {
+        return Some(format!(
+            "`{name}` is a *{s} variable, which sends the command's traffic elsewhere, and \
+             may not be set by a task; set a fixed value in `env` instead if the command \
+             needs it"
         ));
     }
     DENIED_PREFIXES
@@ -115,6 +139,16 @@ mod tests {
             "GIT_SSH_COMMAND",
             "GIT_CONFIG_PARAMETERS",
             "BASH_FUNC_x%%",
+            "LUA_INIT_5_4",
+            "HTTP_PROXY",
+            "https_proxy",
+            "ALL_PROXY",
+            "SSL_CERT_FILE",
+            "CURL_CA_BUNDLE",
+            "REQUESTS_CA_BUNDLE",
+            "OPENSSL_CONF",
+            "HOME",
+            "XDG_CONFIG_HOME",
         ] {
             assert!(denied(name).is_some(), "{name} must be denied");
         }

@@ -12,8 +12,8 @@ use ax_queue::ExecutionMessage;
 
 use super::CommandConfig;
 
-/// What every command starts with. `HOME` is `/tmp`, the one writable directory of ax's
-/// container (its root file system is read-only).
+/// What every command starts with. `HOME` here is only a fallback: each attempt gets a
+/// private home of its own (see `home`), unless the command's `env` sets one.
 pub const BASE_ENV: &[(&str, &str)] = &[
     ("PATH", "/usr/local/bin:/usr/bin:/bin"),
     ("LANG", "C.UTF-8"),
