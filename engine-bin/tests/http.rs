@@ -1897,3 +1897,58 @@ async fn a_job_reports_with_its_completion_token_where_the_api_is_closed_to_ever
     .await;
     assert!(!text.contains("complete"), "{text}");
 }
+
+#[tokio::test]
+async fn replaying_credentials_with_a_body_or_a_stored_target_needs_an_admin_token() {
+    let f = tokens_fixture();
+    let r = &f.router;
+    let (admin, operate) = (token_of(TokenRole::Admin), token_of(TokenRole::Operate));
+    let spec = r#"{"id": "hook", "version": 1, "schedule": {"every": "1m"},
+        "http": {"url": "https://h/x", "headers": {"Authorization": "Bearer s3cret"}}}"#;
+    let (status, text) = call(r, Method::POST, "/api/v1/tasks", Some(&admin), Some(spec)).await;
+    assert_eq!(status, StatusCode::CREATED, "{text}");
+    let trigger = "/api/v1/tasks/default/hook/trigger";
+    let body = r#"{"payload": {"amount": 1000000}}"#;
+    let (status, text) = call(r, Method::POST, trigger, Some(&operate), Some(body)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
+    assert!(text.contains("admin token"), "{text}");
+    let (status, text) = call(r, Method::POST, trigger, Some(&operate), Some("{}")).await;
+    assert_eq!(
+        status,
+        StatusCode::ACCEPTED,
+        "the task's own payload: {text}"
+    );
+    let (status, text) = call(r, Method::POST, trigger, Some(&admin), Some(body)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{text}");
+    // A task without credentials takes an operator's payload.
+    let (status, text) = call(
+        r,
+        Method::POST,
+        "/api/v1/tasks/default/t1/trigger",
+        Some(&operate),
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{text}");
+
+    let stored = r#"{"ids": ["0123456789abcdef0123456789abcdef"], "use_stored": true}"#;
+    let (status, text) = call(
+        r,
+        Method::POST,
+        "/api/v1/dlq/requeue",
+        Some(&operate),
+        Some(stored),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
+    assert!(text.contains("use_stored"), "{text}");
+    let (status, text) = call(
+        r,
+        Method::POST,
+        "/api/v1/dlq/requeue",
+        Some(&admin),
+        Some(stored),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+}

@@ -18,7 +18,7 @@ use super::CommandConfig;
 
 /// Where homes go for a command without a `working_dir`: the one writable directory of
 /// ax's container (its root file system is read-only).
-pub const HOMES: &str = "/tmp";
+pub(crate) const HOMES: &str = "/tmp";
 
 /// A new private home for one attempt of `cfg` as `identity`; `None` when the operator set
 /// `HOME` in the command's `env`.

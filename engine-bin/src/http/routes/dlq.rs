@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::extract::{ApiBody, ApiQuery, JsonBody};
 use super::{actor, check_limit, ApiResult, ApiState};
-use ax_control::api::{ApiError, DeadLetter, DlqRequeue, Principal};
+use ax_control::api::{ApiError, DeadLetter, DlqRequeue, Principal, TokenRole};
 
 #[derive(Deserialize)]
 pub(super) struct DlqQuery {
@@ -63,6 +63,24 @@ pub(super) async fn dlq_requeue(
             return Err(ApiError::invalid("all must be true when no ids are given"));
         }
         _ => {}
+    }
+    let use_stored = matches!(
+        request,
+        DlqRequeue::Ids {
+            use_stored: true,
+            ..
+        } | DlqRequeue::All {
+            use_stored: true,
+            ..
+        }
+    );
+    if use_stored && who.role < TokenRole::Admin {
+        return Err(ApiError::Forbidden(
+            "use_stored replays the target and credentials stored with a dead letter, which \
+             the task may no longer have (deleted, or pointed elsewhere): it needs an admin \
+             token; without it a requeue runs with the task's current spec"
+                .into(),
+        ));
     }
     s.operate.admit(&who, "dead letters", UtcMillis::now())?;
     let count = s.operations(&actor(&who))?.dlq_requeue(request).await?;

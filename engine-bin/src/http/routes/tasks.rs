@@ -173,8 +173,29 @@ pub(super) async fn trigger(
     let operations = s.operations(&actor)?;
     s.triggers.admit(&key, UtcMillis::now())?;
     s.operate.admit(&who, &key.to_string(), UtcMillis::now())?;
+    if params.payload.is_some() && who.role < TokenRole::Admin {
+        let view = s.backend()?.get_task(key.clone()).await?;
+        if sends_credentials(&view.spec) {
+            return Err(ApiError::Forbidden(format!(
+                "{key} sends credentials with its request (http.headers, or secrets in \
+                 http.url); a run-now with a payload of the caller's choosing would send them \
+                 with that body, which needs an admin token; without a payload it runs with \
+                 the task's own"
+            )));
+        }
+    }
     let result = operations.trigger(key, params).await?;
     Ok((StatusCode::ACCEPTED, Json(result)).into_response())
+}
+
+/// Whether a task's request carries credentials: headers, or secret references in its URL.
+fn sends_credentials(spec: &serde_json::Value) -> bool {
+    let http = &spec["http"];
+    let headers = http["headers"].as_object().is_some_and(|h| !h.is_empty());
+    let url_secrets = http["url"]
+        .as_str()
+        .is_some_and(ax_scheduler_core::secret_ref::has_references);
+    headers || url_secrets
 }
 
 pub(super) async fn backfill(
