@@ -139,7 +139,7 @@ impl Server {
             browser: Arc::new(http::browser::BrowserGuard::from_config(&config.http)),
             limits: (&config.limits).into(),
         };
-        let http = spawn_http(shutdown, listener, state, config.http.header_read_timeout);
+        let http = spawn_http(shutdown, listener, state, (&config.http).into());
 
         // One clock for the replica's shell, which never reads an earlier time than it has:
         // a step of the host clock back is absorbed instead of followed (see `SteadyClock`).
@@ -196,11 +196,11 @@ fn spawn_http(
     shutdown: &Shutdown,
     listener: TcpListener,
     state: AppState,
-    header_read_timeout: Duration,
+    limits: http::server::ConnectionLimits,
 ) -> JoinHandle<anyhow::Result<()>> {
     let root = shutdown.clone();
     shutdown.spawn(move |token| async move {
-        let result = http::server::serve(listener, http::app(state), header_read_timeout, token)
+        let result = http::server::serve(listener, http::app(state), limits, token)
             .await
             .context("HTTP server failed");
         if let Err(e) = &result {

@@ -1952,3 +1952,30 @@ async fn replaying_credentials_with_a_body_or_a_stored_target_needs_an_admin_tok
     .await;
     assert_eq!(status, StatusCode::OK, "{text}");
 }
+
+#[tokio::test]
+async fn a_completion_past_its_rate_is_refused_before_its_body_is_read() {
+    let f = tokens_fixture();
+    let uri = format!("/api/v1/executions/{ASYNC_EXECUTION}/complete");
+    let body = json!({"token": "nope", "status": "progress"}).to_string();
+    for _ in 0..ax::http::limits::COMPLETIONS_PER_EXECUTION_PER_MINUTE {
+        call(&f.router, Method::POST, &uri, None, Some(&body)).await;
+    }
+    // A head that promises a body which never comes: the refusal must not wait for it.
+    let never = futures::stream::pending::<Result<axum::body::Bytes, std::io::Error>>();
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(&uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_LENGTH, 100_000)
+        .body(Body::from_stream(never))
+        .unwrap();
+    let resp = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        f.router.clone().oneshot(req),
+    )
+    .await
+    .expect("the route waited for the body of a call over its rate")
+    .unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+}

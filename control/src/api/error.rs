@@ -7,7 +7,7 @@
 //! where one variant spans several statuses.
 
 /// Which input limit a request went past; each transport says it its own way (HTTP: 413,
-/// 414, 431, 429, 422).
+/// 414, 431, 429, 422, 408).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LimitKind {
     /// The request body is too large.
@@ -20,6 +20,8 @@ pub enum LimitKind {
     Rate,
     /// Too many things: tasks in a namespace, fires in a backfill.
     Count,
+    /// The request took too long to arrive (its body sent too slowly).
+    Time,
 }
 
 /// Why an API call failed.

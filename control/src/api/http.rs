@@ -37,6 +37,7 @@ fn limit_status(kind: LimitKind) -> StatusCode {
         LimitKind::Headers => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         LimitKind::Rate => StatusCode::TOO_MANY_REQUESTS,
         LimitKind::Count => StatusCode::UNPROCESSABLE_ENTITY,
+        LimitKind::Time => StatusCode::REQUEST_TIMEOUT,
     }
 }
 
@@ -48,6 +49,7 @@ pub fn limit_of_status(status: StatusCode) -> LimitKind {
         StatusCode::URI_TOO_LONG => LimitKind::Url,
         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => LimitKind::Headers,
         StatusCode::TOO_MANY_REQUESTS => LimitKind::Rate,
+        StatusCode::REQUEST_TIMEOUT => LimitKind::Time,
         _ => LimitKind::Count,
     }
 }

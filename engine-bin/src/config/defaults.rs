@@ -67,6 +67,10 @@ impl Default for Http {
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             header_read_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+            max_connections_per_peer: 256,
         }
     }
 }

@@ -248,6 +248,19 @@ pub struct Http {
     /// default 10 s.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub header_read_timeout: Duration,
+    /// Longest a request may take from its head to its answer, body read included; past it
+    /// the answer is `408`. Default 30 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub request_timeout: Duration,
+    /// Longest a write to a connection may wait for the client to read; past it the
+    /// connection is closed. Default 30 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub write_timeout: Duration,
+    /// Most connections open at once; one more is closed as it is accepted. Default 1024.
+    pub max_connections: usize,
+    /// Most connections open at once from one peer address; default 256 (behind a proxy
+    /// or ingress every client shares its address: raise it there).
+    pub max_connections_per_peer: usize,
 }
 
 /// Alert severity, lowest first.

@@ -423,6 +423,14 @@ impl Config {
             "http.header_read_timeout",
             self.http.header_read_timeout,
         );
+        positive(err, "http.request_timeout", self.http.request_timeout);
+        positive(err, "http.write_timeout", self.http.write_timeout);
+        if self.http.max_connections == 0 {
+            err("http.max_connections", "must be at least 1".into());
+        }
+        if self.http.max_connections_per_peer == 0 {
+            err("http.max_connections_per_peer", "must be at least 1".into());
+        }
     }
 
     /// `[audit]`.

@@ -6,7 +6,7 @@
 //! even parsed: a runaway job is refused cheaply.
 
 use ax_scheduler_core::UtcMillis;
-use axum::extract::{Extension, State};
+use axum::extract::{Extension, FromRequest, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
@@ -66,9 +66,12 @@ pub(super) async fn kill_execution(
 pub(super) async fn complete_execution(
     State(s): State<ApiState>,
     ExecutionPath(id): ExecutionPath,
-    Body(body): Body,
+    request: axum::extract::Request,
 ) -> ApiResult<CompletionReply> {
+    // Before the body is read: a caller without a token must not make the replica read
+    // (and wait for) bodies past the execution's rate.
     s.completions.admit(id, UtcMillis::now())?;
+    let Body(body) = Body::from_request(request, &s).await?;
     let request: CompletionRequest = parse(&body)?;
     Ok(Json(s.backend()?.complete_execution(id, request).await?))
 }
