@@ -57,6 +57,7 @@ CONTRACT = {
         "max_tasks_per_namespace",
         "triggers_per_task_per_minute",
         "operate_actions_per_minute",
+        "reads_per_minute",
         "max_backfill_fires",
         "max_list_scan",
     },

@@ -89,6 +89,21 @@ pub struct ReplicaArgs {
     pub http_listen: Option<String>,
 }
 
+/// What to say about a `--redis-url` that carries a password: every user of the host reads a
+/// process's command line (`/proc/PID/cmdline`, `ps`).
+pub fn password_warning(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    let (_, password) = userinfo.split_once(':')?;
+    (!password.is_empty()).then(|| {
+        "--redis-url carries a password, which every user of this host can read in the \
+         process's command line (ps, /proc/PID/cmdline); put it in redis.password_file (or \
+         the whole URL in redis.url_file) instead"
+            .to_owned()
+    })
+}
+
 impl Cli {
     /// The flags that set configuration keys, as the top configuration layer.
     pub fn overrides(&self) -> ConfigOverrides {
@@ -642,6 +657,21 @@ mod tests {
         assert_eq!(o.roles.unwrap(), [ReplicaRole::Worker]);
         assert_eq!(o.redis_url.unwrap(), "rediss://r:6380");
         assert!(o.http_listen.is_none());
+    }
+
+    #[test]
+    fn a_password_on_the_command_line_is_warned_of() {
+        for url in ["redis://:s3cret@r:6379", "rediss://user:s3cret@r:6380/0"] {
+            assert!(password_warning(url).is_some(), "{url}");
+        }
+        for url in [
+            "redis://r:6379",
+            "rediss://r:6380/0?x=a@b",
+            "redis://user:@r",
+            "redis://user@r",
+        ] {
+            assert!(password_warning(url).is_none(), "{url}");
+        }
     }
 
     #[test]

@@ -491,3 +491,33 @@ async fn a_dlq_requeue_uses_the_tasks_current_spec_or_is_refused() {
     assert_eq!(r.body["count"], 2);
     assert_eq!(queue.depth("default").await.unwrap(), 3);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_and_dry_runs_count_against_the_callers_read_rate() {
+    let a = api_with("read-rate", |c| c.limits.reads_per_minute = 3).await;
+    a.put_task("ops", "a").await;
+    for path in ["/api/v1/tasks", "/api/v1/status"] {
+        let r = a.get(path).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.text);
+    }
+    let r = a
+        .post(
+            "/api/v1/tasks/ops/a/backfill",
+            backfill_body(5, json!({"dry_run": true})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    for path in ["/api/v1/tasks/ops/a", "/api/v1/dlq"] {
+        let r = a.get(path).await;
+        assert_eq!(
+            r.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{path}: {}",
+            r.text
+        );
+        assert!(r.text.contains("limits.reads_per_minute"), "{}", r.text);
+    }
+    // Changes are not reads: the operate rate still has room.
+    let r = a.post("/api/v1/tasks/ops/a/pause", json!({})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+}

@@ -1508,6 +1508,7 @@ async fn oversized_requests_and_run_now_floods_are_refused_naming_their_limit() 
             max_request_bytes: 2048,
             triggers_per_task_per_minute: 2,
             operate_actions_per_minute: 1000,
+            reads_per_minute: 1000,
         },
     );
     let r = &f.router;

@@ -147,6 +147,9 @@ pub struct Limits {
     /// target (a task, namespace, queue, execution, the dead letters) per
     /// minute through this replica's API; default 30.
     pub operate_actions_per_minute: u32,
+    /// Reads (`GET` requests of `/api/v1`, dry runs) per caller per minute through this
+    /// replica's API; default 1200.
+    pub reads_per_minute: u32,
     /// Most fires one backfill enqueues, forced or not; default 1000.
     pub max_backfill_fires: usize,
     /// Most task keys one listing request reads before it answers with what it found and
@@ -219,6 +222,7 @@ impl Default for Limits {
             max_tasks_per_namespace: 100_000,
             triggers_per_task_per_minute: 60,
             operate_actions_per_minute: 30,
+            reads_per_minute: 1200,
             max_backfill_fires: 1000,
             max_list_scan: 10_000,
         }

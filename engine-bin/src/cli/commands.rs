@@ -14,8 +14,9 @@ use crate::cli::edge::Edge;
 use crate::cli::output;
 use crate::cli::task_file;
 use crate::cli::{
-    Cli, CliError, Command, ConfigCommand, DlqCommand, ExecutionCommand, FenceCommand, HistoryArgs,
-    NamespaceCommand, OutputFormat, QueueCommand, TaskCommand, TokenCommand,
+    password_warning, Cli, CliError, Command, ConfigCommand, DlqCommand, ExecutionCommand,
+    FenceCommand, HistoryArgs, NamespaceCommand, OutputFormat, QueueCommand, TaskCommand,
+    TokenCommand,
 };
 use crate::config::{Config, LoadOptions, DEFAULT_CONFIG_PATH};
 use crate::serve::logging::{self, LogSettings, LogTarget};
@@ -246,6 +247,9 @@ async fn fence_reseat(
 /// Loads the effective configuration from the command line and the edge.
 pub fn load_config(cli: &Cli, edge: &Edge) -> Result<Config, CliError> {
     let overrides = cli.overrides();
+    if let Some(warning) = overrides.redis_url.as_deref().and_then(password_warning) {
+        eprintln!("warning: {warning}");
+    }
     Ok(Config::load(LoadOptions {
         config_flag: cli.global.config.as_deref(),
         env: &edge.env,

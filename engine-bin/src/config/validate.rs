@@ -464,6 +464,9 @@ impl Config {
         if self.limits.max_list_scan == 0 {
             err("limits.max_list_scan", "must be at least 1".into());
         }
+        if self.limits.reads_per_minute == 0 {
+            err("limits.reads_per_minute", "must be at least 1".into());
+        }
         if self.limits.operate_actions_per_minute == 0 {
             err(
                 "limits.operate_actions_per_minute",

@@ -43,6 +43,8 @@ pub struct ApiLimits {
     pub triggers_per_task_per_minute: u32,
     /// `limits.operate_actions_per_minute`.
     pub operate_actions_per_minute: u32,
+    /// `limits.reads_per_minute`.
+    pub reads_per_minute: u32,
 }
 
 impl From<&crate::config::Limits> for ApiLimits {
@@ -51,6 +53,7 @@ impl From<&crate::config::Limits> for ApiLimits {
             max_request_bytes: l.max_request_bytes,
             triggers_per_task_per_minute: l.triggers_per_task_per_minute,
             operate_actions_per_minute: l.operate_actions_per_minute,
+            reads_per_minute: l.reads_per_minute,
         }
     }
 }
@@ -329,6 +332,7 @@ mod tests {
             max_request_bytes: 2048,
             triggers_per_task_per_minute: 1,
             operate_actions_per_minute: 1,
+            reads_per_minute: 1,
         };
         assert!(request_error(&request("/api/v1/tasks", &[]), &l).is_none());
         let long = format!("/api/v1/tasks?namespace={}", "a".repeat(MAX_URI_BYTES));

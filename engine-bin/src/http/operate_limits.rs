@@ -72,6 +72,38 @@ impl OperateLimiter {
     }
 }
 
+/// The read rate of callers: every `GET` of `/api/v1` and every dry run, per caller (the
+/// token's name), at `limits.reads_per_minute` with a minute's burst. Reads are cheap one by
+/// one, but some cost a scan (a listing, the status of every queue) and a token in a loop
+/// must not hold etcd or Redis.
+#[derive(Clone, Debug)]
+pub struct ReadLimiter(PerMinute<Arc<str>>);
+
+impl ReadLimiter {
+    /// At most `per_minute` reads per caller per minute.
+    pub fn new(per_minute: u32) -> Self {
+        ReadLimiter(PerMinute::new(per_minute, MAX_TRACKED_CALLERS))
+    }
+
+    /// Admits one read of `who` at `now`, or refuses with 429.
+    pub fn admit(&self, who: &Principal, now: UtcMillis) -> Result<(), ApiError> {
+        let per_minute = self.0.per_minute();
+        self.0
+            .take(&who.name, now)
+            .map_err(|refused| match refused {
+                Refused::Rate(wait_s) => rate_limited(
+                    format!(
+                        "caller `{}` made {per_minute} reads in the last minute, the limit \
+                     (limits.reads_per_minute); try again in {wait_s} s",
+                        who.name
+                    ),
+                    wait_s,
+                ),
+                Refused::Crowded(wait_s) => crowded("callers", wait_s),
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use axum::http::StatusCode;

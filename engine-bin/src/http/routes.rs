@@ -56,16 +56,18 @@ mod tasks;
 
 use std::sync::Arc;
 
-use axum::extract::DefaultBodyLimit;
-use axum::response::Response;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::limits::{ApiLimits, CompletionLimiter, TriggerLimiter};
-use super::operate_limits::OperateLimiter;
+use super::operate_limits::{OperateLimiter, ReadLimiter};
 use ax_control::api::{ApiBackend, ApiError, Principal, MAX_LIST_LIMIT};
 use ax_control::audit::Actor;
 use ax_control::operations::Operations;
+use ax_scheduler_core::UtcMillis;
 
 pub use ax_control::api::CONTINUE_HEADER;
 
@@ -78,6 +80,7 @@ pub struct ApiState {
     triggers: TriggerLimiter,
     completions: CompletionLimiter,
     operate: OperateLimiter,
+    reads: ReadLimiter,
 }
 
 impl ApiState {
@@ -106,7 +109,9 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
         triggers: TriggerLimiter::new(limits.triggers_per_task_per_minute),
         completions: CompletionLimiter::new(),
         operate: OperateLimiter::new(limits.operate_actions_per_minute),
+        reads: ReadLimiter::new(limits.reads_per_minute),
     };
+    let reads = state.reads.clone();
     Router::new()
         .route("/tasks", get(tasks::list_tasks).post(tasks::put_task))
         .route(
@@ -145,8 +150,25 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
             post(executions::complete_execution),
         )
         .fallback(|| async { ApiError::NotFound("no such API route".into()) })
+        .route_layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| limit_reads(reads.clone(), req, next),
+        ))
         .layer(DefaultBodyLimit::max(limits.max_request_bytes))
         .with_state(state)
+}
+
+/// Counts each `GET` (and `HEAD`) against its caller's read rate (see [`ReadLimiter`]).
+async fn limit_reads(reads: ReadLimiter, req: Request, next: Next) -> Response {
+    let is_read =
+        req.method() == axum::http::Method::GET || req.method() == axum::http::Method::HEAD;
+    if is_read {
+        if let Some(who) = req.extensions().get::<Principal>() {
+            if let Err(e) = reads.admit(who, UtcMillis::now()) {
+                return e.into_response();
+            }
+        }
+    }
+    next.run(req).await
 }
 
 type ApiResult<T> = Result<Json<T>, ApiError>;

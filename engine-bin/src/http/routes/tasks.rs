@@ -95,6 +95,9 @@ pub(super) async fn put_task(
     ApiQuery(opts): ApiQuery<PutOptions>,
     JsonBody(spec): JsonBody<serde_json::Value>,
 ) -> Result<Response, ApiError> {
+    if opts.dry_run {
+        s.reads.admit(&who, UtcMillis::now())?;
+    }
     let actor = actor(&who);
     let result = s.operations(&actor)?.put_task(spec, opts).await?;
     let status = if result.written {
@@ -204,7 +207,9 @@ pub(super) async fn backfill(
     TaskPath(key): TaskPath,
     JsonBody(params): JsonBody<BackfillParams>,
 ) -> Result<Response, ApiError> {
-    if !params.dry_run {
+    if params.dry_run {
+        s.reads.admit(&who, UtcMillis::now())?;
+    } else {
         s.operate.admit(&who, &key.to_string(), UtcMillis::now())?;
     }
     let result = s.operations(&actor(&who))?.backfill(key, params).await?;
