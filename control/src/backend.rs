@@ -28,6 +28,7 @@ mod cursor;
 mod errors;
 mod find;
 mod handlers;
+mod queue_names;
 mod queues;
 mod requeue;
 mod tasks;
@@ -78,6 +79,8 @@ pub struct Backend {
     /// Built on the first status call; `None` inside when it cannot be (no endpoint, bad
     /// TLS files: the replica's own check says why at campaign time).
     clock: OnceCell<Option<ClockCheck>>,
+    /// The queues the cluster uses, remembered between calls (see `queue_names`).
+    queue_names: Arc<queue_names::QueueNames>,
 }
 
 impl Backend {
@@ -112,6 +115,7 @@ impl Backend {
             max_backfill_fires: config.limits.max_backfill_fires,
             max_list_scan: config.limits.max_list_scan,
             clock: OnceCell::new(),
+            queue_names: Arc::default(),
         }
     }
 

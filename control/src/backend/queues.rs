@@ -140,11 +140,17 @@ fn waiting_attempt(r: AwaitingRecord) -> WaitingAttempt {
 
 impl Backend {
     /// `worker.queues` plus every registered task's queue, sorted.
+    /// The queues the replicas serve and the tasks name, remembered between calls (reading
+    /// them costs a read of every spec, see `queue_names`).
     pub(super) async fn known_queues(&self) -> Result<Vec<String>, ApiError> {
-        let listing = self.registry.list(None).await.map_err(errors::registry)?;
-        let mut queues: BTreeSet<String> = self.worker_queues.iter().cloned().collect();
-        queues.extend(listing.tasks.into_iter().map(|t| t.spec.queue.to_string()));
-        Ok(queues.into_iter().collect())
+        self.queue_names
+            .get(|| async {
+                let listing = self.registry.list(None).await.map_err(errors::registry)?;
+                let mut queues: BTreeSet<String> = self.worker_queues.iter().cloned().collect();
+                queues.extend(listing.tasks.into_iter().map(|t| t.spec.queue.to_string()));
+                Ok(queues)
+            })
+            .await
     }
 
     pub(super) async fn queues_or(&self, queue: Option<String>) -> Result<Vec<String>, ApiError> {

@@ -384,6 +384,7 @@ impl Backend {
                     });
                 }
             };
+            self.queue_names.note(&spec.queue);
             let previous = previous.and_then(|raw| serde_json::from_slice(&raw).ok());
             let written: serde_json::Value =
                 serde_json::from_slice(&spec.to_json()).unwrap_or(serde_json::Value::Null);
