@@ -1,8 +1,9 @@
 //! Operator control of executions and queues: kill an execution, pause and resume a queue.
 //!
-//! A kill works in two steps. [`Queue::kill_execution`] first finds the message by scanning
-//! the queue (`find.lua`: queued set, delayed set, every worker's processing list, read-only),
-//! then `kill.lua` removes it atomically from where it waited (clearing its task's active
+//! A kill works in two steps. [`Queue::kill_execution`] first finds the message, read-only:
+//! a waiting one through the order hash (its score), anything else by reading the queue's
+//! sets and lists in bounded chunks, never in one script that would hold Redis for the whole
+//! backlog; then `kill.lua` removes it atomically from where it waited (clearing its task's active
 //! marker, as a final settle does) or, when a worker holds it, leaves a kill order
 //! ([`crate::keys::Keys::kill`]). The find must come first because the script may only touch
 //! the keys it is given, and the active marker's key depends on the message's task. A
@@ -29,9 +30,6 @@ use crate::error::{QueueError, Result};
 use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, Queue};
 use crate::scripts::ordered;
-
-/// `find.lua` (it puts nothing in the queued set: no order functions).
-static FIND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("control/find.lua")));
 
 /// `kill.lua`, after the order functions (it finds where addressed messages wait).
 static KILL: LazyLock<Script> = LazyLock::new(|| ordered(include_str!("control/kill.lua")));
@@ -138,6 +136,52 @@ impl StopOrder {
 
 /// Most messages of one task a kill looks at.
 const MAX_FOUND: usize = 1000;
+/// Most entries one read of a find returns (one `ZRANGE` or `LRANGE`).
+const FIND_CHUNK: isize = 1000;
+
+/// The messages a find has seen that contain its needle.
+struct Found<'a> {
+    needle: &'a str,
+    raws: Vec<String>,
+}
+
+impl<'a> Found<'a> {
+    fn new(needle: &'a str) -> Self {
+        Found {
+            needle,
+            raws: Vec::new(),
+        }
+    }
+
+    fn look(&mut self, items: Vec<String>) {
+        for raw in items {
+            if self.full() {
+                return;
+            }
+            if raw.contains(self.needle) {
+                self.raws.push(raw);
+            }
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.raws.len() >= MAX_FOUND
+    }
+
+    fn is_empty(&self) -> bool {
+        self.raws.is_empty()
+    }
+
+    /// The messages, decoded. The needle is a substring: a payload may contain it too. Only
+    /// the decoded field counts, and an undecodable message is the reconciliation's
+    /// business, not a kill's.
+    fn decoded(self) -> Vec<(String, ExecutionMessage)> {
+        self.raws
+            .into_iter()
+            .filter_map(|raw| ExecutionMessage::from_json(&raw).ok().map(|m| (raw, m)))
+            .collect()
+    }
+}
 /// How often a kill looks again for a message that moved while it was being killed.
 const KILL_ROUNDS: usize = 3;
 
@@ -170,7 +214,7 @@ impl Queue {
         }
         let needle = format!("\"execution_id\":\"{id}\"");
         for _ in 0..KILL_ROUNDS {
-            let found = self.find(queue, &needle).await?;
+            let found = self.find(queue, &needle, Some(id)).await?;
             let message = found.into_iter().find(|(_, m)| m.execution_id == id);
             let state = self.kill_found(queue, id, message.as_ref()).await?;
             // Found and then gone: it moved in between (a failed attempt went to the delayed
@@ -211,7 +255,7 @@ impl Queue {
         // (a key from the payload), so every partition is looked through.
         for q in self.physical_queues(queue) {
             let mut ids: Vec<ExecutionId> = Vec::new();
-            for (_, m) in self.find(&q, &needle).await? {
+            for (_, m) in self.find(&q, &needle, None).await? {
                 if &*m.namespace == namespace
                     && &*m.task_id == task_id
                     && !ids.contains(&m.execution_id)
@@ -261,30 +305,94 @@ impl Queue {
         }))
     }
 
-    /// The messages of `queue` whose stored text contains `needle`, with the text as stored.
-    async fn find(&self, queue: &str, needle: &str) -> Result<Vec<(String, ExecutionMessage)>> {
+    /// The messages of `queue` whose stored text contains `needle`, with the text as stored
+    /// (at most [`MAX_FOUND`]). An execution waiting in the queued set is found through the
+    /// order hash, which holds its score: two reads, whatever the backlog. Anything else is
+    /// looked for in reads of at most [`FIND_CHUNK`] entries each, one command at a time, so
+    /// Redis serves its other clients between them however long the queue is: a find is
+    /// read-only, and the kill that follows checks the message is still where it was found.
+    async fn find(
+        &self,
+        queue: &str,
+        needle: &str,
+        id: Option<ExecutionId>,
+    ) -> Result<Vec<(String, ExecutionMessage)>> {
         let k = self.keys();
         let mut conn = self.conn();
+        let mut found = Found::new(needle);
+        if let Some(id) = id {
+            let score: Option<String> = self
+                .run("kill (order)", conn.hget(k.order(queue), id.to_string()))
+                .await?;
+            if let Some(score) = score {
+                let at: Vec<String> = self
+                    .run(
+                        "kill (queued)",
+                        conn.zrangebyscore(k.queued(queue), &score, &score),
+                    )
+                    .await?;
+                found.look(at);
+                if !found.is_empty() {
+                    return Ok(found.decoded());
+                }
+            }
+        }
+        // Where an execution is found fastest, for a kill by id: the short lists first (the
+        // workers' own, the gated ones), then the delayed set, then the backlog.
         let workers: Vec<String> = self
             .run("kill (workers)", conn.zrange(k.workers(queue), 0, -1))
             .await?;
-        let mut inv = FIND.prepare_invoke();
-        inv.key(k.queued(queue))
-            .key(k.delayed(queue))
-            .key(k.legacy_ready(queue));
+        let held: Vec<String> = self
+            .run("kill (held)", conn.smembers(k.held_keys(queue)))
+            .await?;
+        let mut lists = Vec::new();
         for w in &workers {
-            inv.key(k.processing(queue, w)).key(k.addressed(queue, w));
+            lists.push(k.processing(queue, w));
+            lists.push(k.addressed(queue, w));
         }
-        inv.key(k.orphaned(queue));
-        inv.arg(needle).arg(MAX_FOUND);
-        let pairs: Vec<(String, String)> =
-            self.run("kill (find)", inv.invoke_async(&mut conn)).await?;
-        // The needle is a substring: a payload may contain it too. Only the decoded field
-        // counts, and an undecodable message is the reconciliation's business, not a kill's.
-        Ok(pairs
-            .into_iter()
-            .filter_map(|(_, raw)| ExecutionMessage::from_json(&raw).ok().map(|m| (raw, m)))
-            .collect())
+        lists.push(k.orphaned(queue));
+        lists.push(k.legacy_ready(queue));
+        lists.extend(held.iter().map(|key| k.held(queue, key)));
+        for list in lists {
+            self.read_chunks(&mut conn, &list, false, &mut found)
+                .await?;
+            if id.is_some() && !found.is_empty() {
+                return Ok(found.decoded());
+            }
+        }
+        for set in [k.delayed(queue), k.queued(queue)] {
+            self.read_chunks(&mut conn, &set, true, &mut found).await?;
+            if id.is_some() && !found.is_empty() {
+                return Ok(found.decoded());
+            }
+        }
+        Ok(found.decoded())
+    }
+
+    /// Reads the sorted set (`zset`) or list `key` in chunks of [`FIND_CHUNK`] into `found`.
+    async fn read_chunks(
+        &self,
+        conn: &mut crate::conn::Connection,
+        key: &str,
+        zset: bool,
+        found: &mut Found<'_>,
+    ) -> Result<()> {
+        let mut from = 0isize;
+        while !found.full() {
+            let to = from + FIND_CHUNK - 1;
+            let chunk: Vec<String> = if zset {
+                self.run("kill (scan)", conn.zrange(key, from, to)).await?
+            } else {
+                self.run("kill (scan)", conn.lrange(key, from, to)).await?
+            };
+            let last = chunk.len() < usize::try_from(FIND_CHUNK).unwrap_or(usize::MAX);
+            found.look(chunk);
+            if last {
+                return Ok(());
+            }
+            from += FIND_CHUNK;
+        }
+        Ok(())
     }
 
     async fn kill_found(

@@ -47,6 +47,17 @@ impl Keys {
         format!("{}:queued", self.tag(queue))
     }
 
+    /// Set of the concurrency keys with executions gated on them (`take.lua` parks an
+    /// execution whose key is at its limit in the key's list, [`Keys::held`]).
+    pub fn held_keys(&self, queue: &str) -> String {
+        format!("{}:heldkeys", self.tag(queue))
+    }
+
+    /// List of the executions gated on concurrency key `key`, in their order.
+    pub fn held(&self, queue: &str, key: &str) -> String {
+        format!("{}:held:{key}", self.tag(queue))
+    }
+
     /// Hash of execution id -> order score of every unsettled message, so a message given
     /// back (reaped, released) returns to its place.
     pub fn order(&self, queue: &str) -> String {

@@ -115,6 +115,10 @@ mod tests {
         // A read of 2 s is kept for 20 s.
         tokio::time::sleep(Duration::from_secs(15)).await;
         names.get(read(Duration::ZERO)).await.unwrap();
-        assert_eq!(reads.load(Ordering::SeqCst), 2, "kept ten times as long as it took");
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            2,
+            "kept ten times as long as it took"
+        );
     }
 }
