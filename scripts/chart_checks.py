@@ -50,7 +50,7 @@ CONTRACT = {
                   "shards", "placement"},
     "worker": {"concurrency", "prefetch", "queues", "shutdown_grace", "visibility_timeout",
                "http_allow_cidrs", "http_allow_hosts", "commands_allow_root", "commands", "queue_limits",
-               "secrets_dir"},
+               "secrets_dir", "secret_destinations"},
     "http": {"listen", "api_token", "tokens", "public_url"},
     "limits": {
         "max_request_bytes",

@@ -32,7 +32,7 @@ pub use load::{config_file_path, ConfigOverrides, LoadOptions};
 pub use secret_files::SECRET_FILE_KEYS;
 pub use sections::{
     AlertLevel, Alerts, Audit, EgressAllow, Election, Etcd, Http, Instance, Limits, QueueLimit,
-    Redis, ReplicaRole, Scheduler, TokenEntry, Worker,
+    Redis, ReplicaRole, Scheduler, SecretDestination, TokenEntry, Worker,
 };
 
 /// Where the server looks for its file when neither `--config` nor `AX_CONFIG` names one.

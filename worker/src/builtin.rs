@@ -39,7 +39,7 @@ use std::time::Instant;
 
 use ax_queue::ExecutionMessage;
 use ax_scheduler_core::redact::{mask_url, mask_urls_in, url_secret_values};
-use ax_scheduler_core::secret_ref::has_references;
+use ax_scheduler_core::secret_ref::{self, has_references};
 use ax_scheduler_core::task::{is_reserved_http_header, HttpTarget};
 use ax_scheduler_core::{AttemptOutput, MAX_OUTPUT_BYTES};
 use bytes::Bytes;
@@ -49,7 +49,7 @@ use reqwest::{Method, StatusCode, Url};
 use crate::awaiting::Completion;
 use crate::egress::EgressClient;
 use crate::handler::{ClusterAttempt, Context, Handler, HandlerError, HandlerFuture, OutputSlot};
-use crate::secrets::SecretSource;
+use crate::secrets::{Placement, SecretSource};
 
 /// The header naming the execution (stable across retries and redeliveries).
 pub const EXECUTION_ID_HEADER: &str = "x-ax-execution-id";
@@ -147,17 +147,44 @@ async fn resolved<'t>(
     }
     output.hide(values);
     let resolved = result?;
-    if url_refs {
-        let usable = Url::parse(&resolved.url)
-            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host());
-        if !usable {
-            return Err(HandlerError::Permanent(format!(
-                "http.url {} does not resolve to an http(s) URL with a host",
-                mask_url(&target.url)
-            )));
-        }
+    let parsed = Url::parse(&resolved.url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host());
+    let Some(host) = parsed.as_ref().and_then(Url::host_str) else {
+        return Err(HandlerError::Permanent(format!(
+            "http.url {} does not resolve to an http(s) URL with a host",
+            mask_url(&target.url)
+        )));
+    };
+    for (name, placement) in placements(target)? {
+        secrets.check_destination(name, placement, host, !url_refs)?;
     }
     Ok(Cow::Owned(resolved))
+}
+
+/// Each secret the target names, with where it is placed.
+fn placements(target: &HttpTarget) -> Result<Vec<(&str, Placement)>, HandlerError> {
+    let mut out = Vec::new();
+    let url = secret_ref::pieces(&target.url).map_err(HandlerError::Permanent)?;
+    let whole = url.len() == 1;
+    for piece in url {
+        if let secret_ref::Piece::Secret(name) = piece {
+            let at = if whole {
+                Placement::WholeUrl
+            } else {
+                Placement::InUrl
+            };
+            out.push((name, at));
+        }
+    }
+    for value in target.headers.values() {
+        for piece in secret_ref::pieces(value).map_err(HandlerError::Permanent)? {
+            if let secret_ref::Piece::Secret(name) = piece {
+                out.push((name, Placement::Header));
+            }
+        }
+    }
+    Ok(out)
 }
 
 async fn resolve_target(

@@ -49,4 +49,4 @@ pub use registry::HandlerRegistry;
 pub use reporter::{
     ChannelReporter, ExecutionReport, ExecutionReporter, NoopReporter, ReportEvent, ReportFuture,
 };
-pub use secrets::SecretSource;
+pub use secrets::{Placement, SecretRule, SecretSource};

@@ -12,7 +12,7 @@ use ax_scheduler_core::task::HttpTarget;
 use ax_worker::egress::parse_allow_cidr;
 use ax_worker::{
     Cancel, EgressClient, EgressPolicy, HandlerContext, HandlerError, HttpHandler, OutputSlot,
-    SecretSource, MAX_REDIRECTS,
+    SecretRule, SecretSource, MAX_REDIRECTS,
 };
 use common::{Receiver, RunWith};
 
@@ -80,7 +80,7 @@ async fn http_handler_posts_the_execution_and_classifies_answers() {
     let to = |path: &str| {
         exec_to(
             &format!("http://127.0.0.1:{port}{path}"),
-            &[("x-ax-test", "yes")],
+            &[("x-app-test", "yes")],
             false,
         )
     };
@@ -88,7 +88,7 @@ async fn http_handler_posts_the_execution_and_classifies_answers() {
     run(loopback_ctx(), &ok).await.unwrap();
     let req = rx.requests()[0].clone();
     assert!(req.starts_with("POST /200"), "{req}");
-    assert!(req.to_ascii_lowercase().contains("x-ax-test: yes"));
+    assert!(req.to_ascii_lowercase().contains("x-app-test: yes"));
     let lower = req.to_ascii_lowercase();
     assert!(
         lower.contains(&format!("x-ax-execution-id: {}", ok.execution_id)),
@@ -487,7 +487,20 @@ async fn secret_references_are_resolved_from_the_secrets_directory() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("api-token"), "tok-123\n").unwrap();
     std::fs::write(dir.path().join("path.part"), "200").unwrap();
-    let handler = HttpHandler::new(SecretSource::dir(dir.path()));
+    let rules = [
+        (
+            "api-token",
+            SecretRule::new(&["127.0.0.1".into()], false).unwrap(),
+        ),
+        (
+            "path.part",
+            SecretRule::new(&["127.0.0.1".into()], true).unwrap(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let handler = HttpHandler::new(SecretSource::dir(dir.path()).with_rules(rules));
     let exec = exec_to(
         &format!("http://127.0.0.1:{port}/${{secret:path.part}}"),
         &[("authorization", "Bearer ${secret:api-token}")],
@@ -529,5 +542,73 @@ async fn secret_references_are_resolved_from_the_secrets_directory() {
     assert!(
         e.contains("${secret:bad-url}") && !e.contains("not a url"),
         "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_secret_goes_only_to_the_hosts_its_rule_names_and_into_a_url_only_if_allowed() {
+    let rx = Receiver::on("127.0.0.1").await;
+    let port = rx.port;
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["token", "unbound", "hook"] {
+        std::fs::write(dir.path().join(name), format!("value-of-{name}")).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("hook-url"),
+        format!("http://127.0.0.1:{port}/hook/abc"),
+    )
+    .unwrap();
+    let rule = |hosts: &[&str], in_url: bool| {
+        let hosts: Vec<String> = hosts.iter().map(|h| (*h).to_owned()).collect();
+        SecretRule::new(&hosts, in_url).unwrap()
+    };
+    let rules = [
+        ("token", rule(&["api.example.com", "*.example.org"], false)),
+        ("hook", rule(&["127.0.0.1"], false)),
+        ("hook-url", rule(&["127.0.0.1"], false)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let handler = HttpHandler::new(SecretSource::dir(dir.path()).with_rules(rules));
+    let here = format!("http://127.0.0.1:{port}/x");
+    let cases = [
+        // A task pointed at its own receiver to read a secret bound elsewhere.
+        (
+            exec_to(&here, &[("authorization", "Bearer ${secret:token}")], false),
+            "worker.secret_destinations.token.hosts",
+        ),
+        // A secret no rule names goes nowhere.
+        (
+            exec_to(&here, &[("x-key", "${secret:unbound}")], false),
+            "secret `unbound` has no destinations",
+        ),
+        // Allowed host, but in the query, which its rule does not allow.
+        (
+            exec_to(&format!("{here}?k=${{secret:hook}}"), &[], false),
+            "worker.secret_destinations.hook.in_url",
+        ),
+    ];
+    for (exec, names) in cases {
+        let e = permanent(handler.run_with(loopback_ctx(), &exec).await);
+        assert!(e.contains(names), "{e}");
+        assert!(
+            !e.contains("value-of-"),
+            "a refusal never names a value: {e}"
+        );
+    }
+    assert!(rx.requests().is_empty(), "nothing was sent");
+
+    // Its own host, in a header; and a whole-URL secret whose host its rule names.
+    let ok = exec_to(&here, &[("x-key", "${secret:hook}")], false);
+    handler.run_with(loopback_ctx(), &ok).await.unwrap();
+    let whole = exec_to("${secret:hook-url}", &[], false);
+    handler.run_with(loopback_ctx(), &whole).await.unwrap();
+    let requests = rx.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(
+        requests[1].starts_with("POST /hook/abc "),
+        "{}",
+        requests[1]
     );
 }

@@ -51,6 +51,7 @@ impl Default for Worker {
             commands: BTreeMap::new(),
             queue_limits: Vec::new(),
             secrets_dir: String::new(),
+            secret_destinations: BTreeMap::new(),
         }
     }
 }

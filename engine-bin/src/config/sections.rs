@@ -142,6 +142,22 @@ pub struct Worker {
     /// The directory the `http` handler reads `${secret:NAME}` references from, one file
     /// per name (a mounted Kubernetes Secret); default none: such tasks fail, saying so.
     pub secrets_dir: String,
+    /// Where each secret may be sent (`[worker.secret_destinations.<name>]`); a secret
+    /// without an entry is sent nowhere. Default none.
+    pub secret_destinations: BTreeMap<String, SecretDestination>,
+}
+
+/// `[worker.secret_destinations.<name>]`: the hosts one secret may be sent to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretDestination {
+    /// Host names (`api.example.com`), `*.suffix` patterns or addresses the request carrying
+    /// the secret may go to.
+    pub hosts: Vec<String>,
+    /// Whether a task may place the secret inside a URL (its host, path or query) rather
+    /// than in a header or as the whole URL; default false.
+    #[serde(default)]
+    pub in_url: bool,
 }
 
 /// The `http` handler's allow lists, parsed.
@@ -176,10 +192,19 @@ impl Worker {
     /// Where the `http` handler reads secret references from.
     pub fn secret_source(&self) -> ax_worker::SecretSource {
         if self.secrets_dir.is_empty() {
-            ax_worker::SecretSource::none()
-        } else {
-            ax_worker::SecretSource::dir(&self.secrets_dir)
+            return ax_worker::SecretSource::none();
         }
+        // Rules that do not parse are refused when the configuration is checked.
+        let rules = self
+            .secret_destinations
+            .iter()
+            .filter_map(|(name, d)| {
+                ax_worker::SecretRule::new(&d.hosts, d.in_url)
+                    .ok()
+                    .map(|rule| (name.clone(), rule))
+            })
+            .collect();
+        ax_worker::SecretSource::dir(&self.secrets_dir).with_rules(rules)
     }
 
     /// The `command` handler's configuration.

@@ -331,6 +331,15 @@ impl Config {
         for (key, problem) in self.worker.commands_config().problems() {
             err(&key, problem);
         }
+        for (name, d) in &self.worker.secret_destinations {
+            let key = format!("worker.secret_destinations.{name}");
+            if let Err(e) = ax_scheduler_core::secret_ref::check_name(name) {
+                err(&key, e);
+            }
+            if let Err(e) = ax_worker::SecretRule::new(&d.hosts, d.in_url) {
+                err(&format!("{key}.hosts"), e);
+            }
+        }
         let dir = &self.worker.secrets_dir;
         if !dir.is_empty() && !std::path::Path::new(dir).is_absolute() {
             err(
@@ -783,6 +792,36 @@ mod tests {
         assert!(e[0].starts_with("worker.secrets_dir: `secrets` must be an absolute path"));
         c.worker.secrets_dir = "/etc/ax-task-secrets".into();
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_secret_destination_names_hosts_that_parse() {
+        let mut c = valid();
+        let d = |hosts: &[&str]| crate::config::SecretDestination {
+            hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+            in_url: false,
+        };
+        c.worker.secret_destinations.insert(
+            "slack".into(),
+            d(&["hooks.slack.com", "*.example.org", "10.0.0.5"]),
+        );
+        c.validate().unwrap();
+        c.worker.secret_destinations.insert("empty".into(), d(&[]));
+        c.worker
+            .secret_destinations
+            .insert("bad".into(), d(&["a b"]));
+        c.worker
+            .secret_destinations
+            .insert("../x".into(), d(&["ok.example"]));
+        let e = errors(&c);
+        assert_eq!(e.len(), 3, "{e:#?}");
+        for key in [
+            "worker.secret_destinations.empty.hosts",
+            "worker.secret_destinations.bad.hosts",
+            "worker.secret_destinations.../x",
+        ] {
+            assert!(e.iter().any(|x| x.starts_with(key)), "{key} in {e:#?}");
+        }
     }
 
     #[test]
