@@ -131,12 +131,17 @@ impl Server {
         warn_of_open_or_closed_api(&config);
         // The HTTP port comes first, so probes answer (not ready) while backends connect.
         let api = Arc::new(LateApi::default());
+        let access = Arc::new(access_of(&config));
         let state = AppState {
             metrics: Arc::clone(&metrics),
             readiness: Arc::clone(&readiness),
             api: Some(api.clone() as Arc<dyn ApiBackend>),
-            access: Arc::new(access_of(&config)),
-            browser: Arc::new(http::browser::BrowserGuard::from_config(&config.http)),
+            access: Arc::clone(&access),
+            browser: Arc::new(
+                http::browser::BrowserGuard::from_config(&config.http).admitting_anonymous(
+                    matches!(access.anonymous(), http::auth::Anonymous::Admitted),
+                ),
+            ),
             limits: (&config.limits).into(),
         };
         let http = spawn_http(shutdown, listener, state, (&config.http).into());

@@ -12,9 +12,11 @@
 //!   `http.public_url`'s, nor in `http.allowed_origins` is refused `403 cross_origin`. A
 //!   request without `Origin` comes from no web page (curl, the CLI, a job) or from the
 //!   API's own page reading.
-//! - **Host**: on a loopback-only listener the `Host` must be a loopback name (`localhost`,
-//!   `127.x.x.x`, `[::1]`) or in `http.allowed_hosts`, else `421 unknown_host`: a page
-//!   whose name was rebound to 127.0.0.1 sends its own name.
+//! - **Host**: on a loopback-only listener, and on any listener whose API admits callers
+//!   without a token (`http.insecure_open_api`), the `Host` must be an address, a loopback
+//!   name (`localhost`), `http.public_url`'s host or in `http.allowed_hosts`, else
+//!   `421 unknown_host`: a page whose name was rebound to the replica's address sends its
+//!   own name, and without a token nothing else would stop it.
 //! - **Content-Type**: a request body must be declared `application/json`, and a request
 //!   that is not a `GET` or `HEAD` may declare no other type, else
 //!   `415 unsupported_media_type`: the only bodies a page may send without the server's
@@ -48,6 +50,10 @@ pub struct BrowserGuard {
     hosts: Vec<String>,
     /// Whether the listener is loopback-only, where the `Host` is checked.
     loopback: bool,
+    /// Whether the API admits callers without a token, where the `Host` is checked too.
+    anonymous: bool,
+    /// `http.public_url`'s host, normal.
+    public_host: Option<String>,
 }
 
 impl BrowserGuard {
@@ -73,7 +79,19 @@ impl BrowserGuard {
                 .filter_map(|h| normal_host(h).ok())
                 .collect(),
             loopback: is_loopback_listen(listen),
+            anonymous: false,
+            public_host: public
+                .as_deref()
+                .and_then(|p| p.split_once("://"))
+                .and_then(|(_, authority)| normal_host(authority).ok()),
         }
+    }
+
+    /// The same guard for an API that admits callers without a token (or not): then the
+    /// `Host` is checked on every listener.
+    pub fn admitting_anonymous(mut self, anonymous: bool) -> Self {
+        self.anonymous = anonymous;
+        self
     }
 
     /// The guard of `[http]`.
@@ -101,16 +119,29 @@ impl BrowserGuard {
 
     fn host_error(&self, host: Option<&str>) -> Option<ApiError> {
         // Without a Host the request names no other server (browsers always send one).
-        let host = host.filter(|_| self.loopback)?;
+        let host = host.filter(|_| self.loopback || self.anonymous)?;
         let normal = normal_host(host).ok();
         let known = normal.as_deref().is_some_and(|h| {
-            is_loopback_host(host_name(h)) || self.hosts.iter().any(|a| a == h || a == host_name(h))
+            let name = host_name(h);
+            is_loopback_host(name)
+                || self.hosts.iter().any(|a| a == h || a == name)
+                // A rebound page sends its own name, never an address.
+                || (self.anonymous && is_address(name))
+                || (self.anonymous
+                    && self
+                        .public_host
+                        .as_deref()
+                        .is_some_and(|p| p == h || host_name(p) == name))
         });
         (!known).then(|| {
+            let why = if self.loopback {
+                "this replica listens on loopback only"
+            } else {
+                "this replica's API admits callers without a token (http.insecure_open_api)"
+            };
             ApiError::UnknownHost(format!(
-                "this replica listens on loopback only and does not answer for the host \
-                 `{host}`; a port-forward or tunnel under that name needs it in \
-                 http.allowed_hosts"
+                "{why} and does not answer for the host `{host}`; a port-forward, tunnel or \
+                 name under that name needs it in http.allowed_hosts"
             ))
         })
     }
@@ -167,6 +198,16 @@ fn is_loopback_host(name: &str) -> bool {
         return v6.parse::<Ipv6Addr>().is_ok_and(|ip| ip.is_loopback());
     }
     name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether a host name is an address (`10.0.0.5`, `[fd00::1]`): what a person types, never
+/// what a rebound page sends.
+fn is_address(name: &str) -> bool {
+    let bare = name
+        .strip_prefix('[')
+        .and_then(|n| n.strip_suffix(']'))
+        .unwrap_or(name);
+    bare.parse::<IpAddr>().is_ok()
 }
 
 /// Why a request's body or declared type is refused, if it is.

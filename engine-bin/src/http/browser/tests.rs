@@ -64,6 +64,43 @@ fn a_loopback_replica_answers_only_under_loopback_names_and_the_allowed_ones() {
 }
 
 #[test]
+fn without_tokens_a_network_replica_answers_only_addresses_and_its_known_names() {
+    // No token stops a rebound page here: the Host does. An address is what a person
+    // types; a page rebound to the replica's address sends its own name.
+    let open = BrowserGuard::new(
+        &[],
+        "https://ax.example.com",
+        &["ax.internal".into()],
+        "0.0.0.0:8080",
+    )
+    .admitting_anonymous(true);
+    for host in [
+        "10.0.0.5:8080",
+        "[fd00::1]:8080",
+        "localhost:8080",
+        "ax.example.com",
+        "ax.internal:8080",
+    ] {
+        assert_eq!(
+            reason(&open, Method::GET, &[("host", host)]),
+            None,
+            "{host}"
+        );
+    }
+    for host in [
+        "attacker.example",
+        "ax.example.com.attacker.example:8080",
+        "evil",
+    ] {
+        assert_eq!(
+            reason(&open, Method::GET, &[("host", host)]),
+            Some("unknown_host"),
+            "{host}"
+        );
+    }
+}
+
+#[test]
 fn only_the_own_origin_and_the_allowed_ones_may_send_requests() {
     let g = loopback();
     let host = ("host", "127.0.0.1:18080");
