@@ -81,6 +81,8 @@ pub struct Backend {
     clock: OnceCell<Option<ClockCheck>>,
     /// The queues the cluster uses, remembered between calls (see `queue_names`).
     queue_names: Arc<queue_names::QueueNames>,
+    /// Where the secrets tasks name are read, to mask them in what jobs report.
+    secrets: ax_worker::SecretSource,
 }
 
 impl Backend {
@@ -116,7 +118,15 @@ impl Backend {
             max_list_scan: config.limits.max_list_scan,
             clock: OnceCell::new(),
             queue_names: Arc::default(),
+            secrets: ax_worker::SecretSource::none(),
         }
+    }
+
+    /// The same backend, reading the secrets tasks name from `secrets` (a worker's
+    /// `worker.secrets_dir`), to mask their values in what `http.async` jobs report.
+    pub fn with_secrets(mut self, secrets: ax_worker::SecretSource) -> Backend {
+        self.secrets = secrets;
+        self
     }
 
     /// The same backend, its audit log telling `watch` after each write whether it is over

@@ -160,7 +160,8 @@ impl Server {
         };
         api.set(Arc::new(
             Backend::new(etcd.clone(), Some(queue.clone()), &cluster)
-                .with_audit_capacity_watch(audit_watch.clone()),
+                .with_audit_capacity_watch(audit_watch.clone())
+                .with_secrets(config.worker.secret_source()),
         ));
         check_redis_settings(&queue, &metrics).await;
 

@@ -2660,6 +2660,7 @@ async fn long_jobs_report_back_through_the_completion_url_across_a_failover() {
         c.receiver.accept_task(id);
         let mut spec = http_task(&c, json!({ "at": rfc3339(now_ms() + 500) }));
         spec["http"]["async"] = json!(true);
+        spec["http"]["headers"] = json!({ "Authorization": "Bearer async-s3cret-token" });
         spec["timeout"] = json!(timeout);
         spec["retry"] = json!({ "max_retries": retries, "initial_interval": "1s" });
         cli_put(&c, "default", id, spec).await;
@@ -2691,7 +2692,14 @@ async fn long_jobs_report_back_through_the_completion_url_across_a_failover() {
     // The leader dies; the job reports to the other replica meanwhile.
     c.replica(&first).kill();
     let long = c.receiver.executions_of("long").remove(0);
-    let (status, body) = report(&long, json!({ "status": "succeeded" })).await;
+    // What a job reports is masked as a worker masks an answer: its task's credentials and
+    // the token part of them never reach the history.
+    let (status, body) = report(
+        &long,
+        json!({ "status": "succeeded", "message": "called with async-s3cret-token",
+                "output": "header was Bearer async-s3cret-token" }),
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
     let (status, body) = report(&long, json!({ "status": "succeeded" })).await;
     assert_eq!(
@@ -2727,6 +2735,15 @@ async fn long_jobs_report_back_through_the_completion_url_across_a_failover() {
         .await;
         assert_eq!(c.receiver.executions_of(id).len(), 1, "{id} was sent once");
     }
+    let story = c.ax_json(&["execution", "get", &long.execution_id]).await;
+    assert!(
+        !story.to_string().contains("async-s3cret-token"),
+        "a reported end keeps the task's credentials: {story}"
+    );
+    assert!(
+        story.to_string().contains("header was ***"),
+        "the reported output is kept, masked: {story}"
+    );
     // Never reported: fails at its timeout, is retried once, then dead-lettered.
     wait_for_executions(&c, "silent", 2, Duration::from_secs(20)).await;
     wait_until(

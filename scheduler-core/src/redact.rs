@@ -237,20 +237,132 @@ pub fn target_secret_values(
     out
 }
 
-/// `text` with every occurrence of each of `values` replaced by [`MASK`], longest first
-/// (so a secret holding a shorter one goes whole); values shorter than
-/// [`MIN_REDACTED_LEN`] are left alone.
+/// `text` with every occurrence of each of `values` (and of the forms a server echoes them
+/// in, see [`derived_forms`]) replaced by [`MASK`], longest first (so a secret holding a
+/// shorter one goes whole); values shorter than [`MIN_REDACTED_LEN`] are left alone. A text
+/// is often an excerpt, cut at its ends or in its middle (a command's, at its
+/// `[... N bytes cut ...]` line): a secret cut there leaves a part, so a part of
+/// [`MIN_REDACTED_LEN`] bytes or more of a secret at an edge of the text or of a cut goes too.
 pub fn redact_values(text: &str, values: &[String]) -> String {
-    let mut sorted: Vec<&str> = values
+    let mut all: Vec<String> = Vec::with_capacity(values.len());
+    for v in values {
+        all.push(v.clone());
+        all.extend(derived_forms(v));
+    }
+    let mut sorted: Vec<&str> = all
         .iter()
         .map(String::as_str)
         .filter(|v| v.len() >= MIN_REDACTED_LEN && v != &MASK)
         .collect();
     sorted.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    sorted.dedup();
     let mut out = text.to_owned();
-    for v in sorted {
+    for v in &sorted {
         if out.contains(v) {
             out = out.replace(v, MASK);
+        }
+    }
+    // Each piece between cuts, redacted at its edges.
+    out.split(CUT_LINE_START)
+        .enumerate()
+        .map(|(i, piece)| {
+            if i == 0 {
+                mask_edges(piece, &sorted)
+            } else {
+                // The cut line runs to its newline; the piece after it starts there.
+                match piece.split_once('\n') {
+                    Some((line, rest)) => {
+                        format!("{CUT_LINE_START}{line}\n{}", mask_edges(rest, &sorted))
+                    }
+                    None => format!("{CUT_LINE_START}{piece}"),
+                }
+            }
+        })
+        .collect()
+}
+
+/// The longest part of a secret looked for at an edge.
+const MAX_EDGE: usize = 1024;
+
+/// How a command's excerpt marks the bytes it left out (`[... N bytes cut ...]`).
+const CUT_LINE_START: &str = "\n[... ";
+
+/// `piece` with a part of a secret at its start (the secret's end) or at its end (its
+/// start) masked, when the part is [`MIN_REDACTED_LEN`] bytes or more.
+fn mask_edges(piece: &str, secrets: &[&str]) -> String {
+    let mut start = 0;
+    let mut end = piece.len();
+    for secret in secrets {
+        // A part longer than this is a secret of kilobytes cut in its middle: its first
+        // `MAX_EDGE` bytes are enough to mask, and the search stays bounded.
+        let longest = secret.len().min(MAX_EDGE);
+        for n in (MIN_REDACTED_LEN..longest).rev() {
+            if !secret.is_char_boundary(secret.len() - n) {
+                continue;
+            }
+            if piece.len() >= n
+                && piece.is_char_boundary(n)
+                && piece[..n] == secret[secret.len() - n..]
+            {
+                start = start.max(n);
+                break;
+            }
+        }
+        for n in (MIN_REDACTED_LEN..longest).rev() {
+            if !secret.is_char_boundary(n) {
+                continue;
+            }
+            let at = piece.len().saturating_sub(n);
+            if piece.len() >= n && piece.is_char_boundary(at) && piece[at..] == secret[..n] {
+                end = end.min(at);
+                break;
+            }
+        }
+    }
+    if start == 0 && end == piece.len() {
+        return piece.to_owned();
+    }
+    if start >= end {
+        return MASK.to_owned();
+    }
+    let head = if start > 0 { MASK } else { "" };
+    let tail = if end < piece.len() { MASK } else { "" };
+    format!("{head}{}{tail}", &piece[start..end])
+}
+
+/// The forms a credential travels in besides itself, which a server may echo: the token of
+/// `Bearer <token>`; for `Basic <base64>`, the base64 and the password it holds; for a URL's
+/// `user:password`, the password and the `Basic` form of the pair.
+pub fn derived_forms(value: &str) -> Vec<String> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut out = Vec::new();
+    let trimmed = value.trim();
+    if let Some((scheme, rest)) = trimmed.split_once(' ') {
+        let rest = rest.trim();
+        if scheme.eq_ignore_ascii_case("bearer") || scheme.eq_ignore_ascii_case("token") {
+            out.push(rest.to_owned());
+        } else if scheme.eq_ignore_ascii_case("basic") {
+            out.push(rest.to_owned());
+            if let Some(pair) = b64
+                .decode(rest)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+            {
+                if let Some((_, password)) = pair.split_once(':') {
+                    out.push(password.to_owned());
+                }
+                out.push(pair);
+            }
+        }
+    }
+    if let Some((_, after)) = trimmed.split_once("://") {
+        let authority = after.split(['/', '?', '#']).next().unwrap_or("");
+        if let Some((userinfo, _)) = authority.rsplit_once('@') {
+            if let Some((_, password)) = userinfo.split_once(':') {
+                out.push(password.to_owned());
+            }
+            out.push(b64.encode(userinfo));
         }
     }
     out
@@ -259,6 +371,51 @@ pub fn redact_values(text: &str, values: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn derived_forms_and_parts_cut_at_an_edge_are_redacted() {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let token = "tok-1234567890".to_owned();
+        let bearer = format!("Bearer {token}");
+        let basic = format!("Basic {}", b64.encode("svc:pa55word-x"));
+        let echoed = format!(
+            "auth was {token}; pair svc:pa55word-x; raw {}; url-auth {}",
+            b64.encode("svc:pa55word-x"),
+            b64.encode("u:hunter22")
+        );
+        let out = redact_values(
+            &echoed,
+            &[bearer, basic, "https://u:hunter22@h/x".to_owned()],
+        );
+        for leaked in [
+            "tok-1234567890",
+            "pa55word-x",
+            "hunter22",
+            &b64.encode("u:hunter22"),
+        ] {
+            assert!(!out.contains(leaked), "{leaked} in {out}");
+        }
+        // An answer cut in the middle of a secret keeps none of it.
+        let cut = format!("... the key is {}", &token[..9]);
+        let out = redact_values(&cut, std::slice::from_ref(&token));
+        assert!(!out.contains("tok-12345"), "{out}");
+        // A command's excerpt, cut around its middle line.
+        let excerpt = format!(
+            "head {}\n[... 9000 bytes cut ...]\n{} tail",
+            &token[..6],
+            &token[6..]
+        );
+        let out = redact_values(&excerpt, std::slice::from_ref(&token));
+        assert!(!out.contains("tok-12") && !out.contains("567890"), "{out}");
+        assert!(out.contains("[... 9000 bytes cut ...]"), "{out}");
+        // Text that only shares a short start with a secret stays.
+        assert_eq!(redact_values("to", std::slice::from_ref(&token)), "to");
+        assert_eq!(
+            redact_values("plain words", std::slice::from_ref(&token)),
+            "plain words"
+        );
+    }
 
     #[test]
     fn url_passwords_are_masked() {

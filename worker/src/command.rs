@@ -178,6 +178,9 @@ async fn run(
             names.join(", ")
         ))
     })?;
+    // The operator's own values for the command (credentials, often) are masked in its
+    // output as the task's are.
+    ctx.output.hide(cfg.env.values().cloned());
     let home = home::private_home(cfg, &identity).map_err(|e| {
         HandlerError::Retryable(format!(
             "cannot make a private home for command `{name}`: {e}"

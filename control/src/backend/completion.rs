@@ -16,6 +16,8 @@ use ax_queue::{
     token_hash, AwaitingRecord, EndBy, EndResult, Progress, ProgressResult, Queue, ReportedEnd,
     ReportedStatus, TokenClaim,
 };
+use ax_scheduler_core::redact::{redact_values, target_secret_values};
+use ax_scheduler_core::secret_ref::has_references;
 use ax_scheduler_core::{AttemptOutput, ExecutionId, UtcMillis};
 use ax_worker::awaiting::{end_waiting, WaitingEnd};
 use ax_worker::ExecutionReport;
@@ -183,6 +185,10 @@ impl Backend {
                 hash: &hash,
                 now: UtcMillis::now(),
             };
+            // What the job sends goes to the history: its task's credentials (inline, and the
+            // secrets its target names, read as the worker read them) are masked first, as
+            // the worker masks a synchronous answer.
+            let request = self.redacted(&rec, request.clone()).await;
             let status = match request.status {
                 CompletionStatus::Progress => return round.progress(q, &request).await,
                 CompletionStatus::Succeeded => ReportedStatus::Succeeded,
@@ -195,6 +201,39 @@ impl Backend {
         Err(ApiError::Unavailable(format!(
             "execution {id} is being handed from its worker to the completion queue; report again"
         )))
+    }
+
+    /// `request` with the credentials of the execution's task masked in its message and
+    /// output.
+    async fn redacted(
+        &self,
+        rec: &AwaitingRecord,
+        mut request: CompletionRequest,
+    ) -> CompletionRequest {
+        let Some((_, message)) = &rec.message else {
+            return request;
+        };
+        let mut values = target_secret_values(message.http.as_ref(), message.command.as_ref());
+        if let Some(http) = &message.http {
+            // A secret this replica cannot read was not sent by it either; what it can read
+            // is masked.
+            let mut resolved = Vec::new();
+            let texts = std::iter::once(&http.url).chain(http.headers.values());
+            for text in texts.filter(|t| has_references(t)) {
+                let _ = self.secrets.resolve(text, &mut resolved).await;
+            }
+            values.extend(resolved);
+        }
+        if values.is_empty() {
+            return request;
+        }
+        request.message = request.message.map(|m| redact_values(&m, &values));
+        request.output = request.output.map(|o| match o {
+            serde_json::Value::String(s) => serde_json::Value::String(redact_values(&s, &values)),
+            other => serde_json::from_str(&redact_values(&other.to_string(), &values))
+                .unwrap_or(serde_json::Value::Null),
+        });
+        request
     }
 
     /// Ends the attempt as the report says and publishes its end if this call ended it;
