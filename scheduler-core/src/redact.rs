@@ -76,6 +76,18 @@ fn mask_plain_url(url: &str) -> String {
     if let Some((shown, Some(_))) = webhook::split_path(&parsed) {
         parsed.set_path(&format!("{shown}/{MASK}"));
     }
+    if parsed.path().split('/').any(webhook::is_bot_token) {
+        let path: Vec<String> = parsed
+            .path()
+            .split('/')
+            .map(|seg| match seg.strip_prefix("bot") {
+                Some(_) if webhook::is_bot_token(seg) => format!("bot{MASK}"),
+                None if webhook::is_bot_token(seg) => MASK.to_owned(),
+                _ => seg.to_owned(),
+            })
+            .collect();
+        parsed.set_path(&path.join("/"));
+    }
     if let Some(query) = parsed.query() {
         let masked = mask_query(query);
         parsed.set_query(Some(&masked));
@@ -171,13 +183,19 @@ pub fn mask_spec(spec: &mut serde_json::Value) {
     }
 }
 
-/// Every string value of an object (headers, environment) masked.
+/// Every value of an object (headers, environment) masked. A spec shown may be invalid
+/// (held as written), with numbers, arrays or objects where strings belong: each is masked
+/// whole, as a string would be.
 fn mask_values(map: Option<&mut serde_json::Value>) {
     if let Some(serde_json::Value::Object(map)) = map {
         for value in map.values_mut() {
-            if let serde_json::Value::String(v) = value {
-                *v = mask_header_value(v).to_owned();
-            }
+            *value = match value {
+                serde_json::Value::String(v) => {
+                    serde_json::Value::String(mask_header_value(v).to_owned())
+                }
+                serde_json::Value::Null | serde_json::Value::Bool(_) => continue,
+                _ => serde_json::Value::String(MASK.to_owned()),
+            };
         }
     }
 }
@@ -371,6 +389,18 @@ pub fn derived_forms(value: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn telegram_tokens_and_odd_values_of_invalid_specs_are_masked() {
+        let url =
+            "https://api.telegram.org/bot123456789:AAHfiqksKZ8WmR2zSjiQ7_v4TMAKdiHm9T0/sendMessage";
+        assert_eq!(mask_url(url), "https://api.telegram.org/bot***/sendMessage");
+        let mut spec = serde_json::json!({"http": {"url": "https://h/x", "headers": {
+            "X-Key": 12345678, "X-List": ["s3cret-a", "s3cret-b"], "X-Obj": {"k": "s3cret"}}}});
+        mask_spec(&mut spec);
+        assert!(!spec.to_string().contains("s3cret"), "{spec}");
+        assert!(!spec.to_string().contains("12345678"), "{spec}");
+    }
 
     #[test]
     fn derived_forms_and_parts_cut_at_an_edge_are_redacted() {

@@ -79,7 +79,59 @@ pub(super) fn dead_letter(e: &DlqEntry) -> DeadLetter {
             .as_ref()
             .map(|m| m.payload.clone())
             .unwrap_or_default(),
-        raw: e.raw.clone(),
+        raw: e.raw.as_deref().map(masked_raw),
+    }
+}
+
+/// The stored text of an undecodable message as a reader may see it: it may still hold a
+/// task's target, so headers and environment values are masked (when it is JSON at all) and
+/// every URL in it is shown as a task's URL is.
+fn masked_raw(raw: &str) -> String {
+    use ax_scheduler_core::redact::{mask_spec, mask_urls_in};
+    let text = match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(mut value) => {
+            mask_spec(&mut value);
+            value.to_string()
+        }
+        Err(_) => mask_after_schemes(raw),
+    };
+    mask_urls_in(&text)
+}
+
+/// `text` with the word after each `Bearer` or `Basic` masked: the credential of an
+/// `Authorization` value in text that is not JSON.
+fn mask_after_schemes(text: &str) -> String {
+    let mut out = Vec::new();
+    let mut masking = false;
+    for word in text.split(' ') {
+        if masking {
+            out.push(ax_scheduler_core::redact::MASK.to_owned());
+        } else {
+            out.push(word.to_owned());
+        }
+        let tail: String = word
+            .chars()
+            .rev()
+            .take_while(char::is_ascii_alphabetic)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        masking = tail.eq_ignore_ascii_case("bearer") || tail.eq_ignore_ascii_case("basic");
+    }
+    out.join(" ")
+}
+
+#[cfg(test)]
+mod raw_tests {
+    #[test]
+    fn the_raw_text_of_an_undecodable_letter_is_masked() {
+        let raw = r#"{"http":{"url":"https://u:pw-s3cret@h/x?k=v-s3cret","headers":{"Authorization":"Bearer h-s3cret"}},"junk":1"#;
+        let shown = super::masked_raw(raw);
+        assert!(!shown.contains("s3cret"), "{shown}");
+        let json = r#"{"http":{"url":"https://h/x","headers":{"Authorization":"Bearer h-s3cret"}},"attempt":"x"}"#;
+        let shown = super::masked_raw(json);
+        assert!(!shown.contains("s3cret"), "{shown}");
     }
 }
 

@@ -52,6 +52,22 @@ fn service(url: &Url) -> Option<&'static Service> {
     })
 }
 
+/// Whether a path segment is a Telegram bot token (`bot123456:AA...` or `123456:AA...`): a
+/// number, a colon and a long key. It is masked on any host, since proxies of the Bot API
+/// carry it as `api.telegram.org` does.
+pub(super) fn is_bot_token(segment: &str) -> bool {
+    let bare = segment.strip_prefix("bot").unwrap_or(segment);
+    let Some((id, key)) = bare.split_once(':') else {
+        return false;
+    };
+    id.len() >= 5
+        && id.bytes().all(|b| b.is_ascii_digit())
+        && key.len() >= 20
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 /// For a known webhook host, the shown part of the path (up to its marker; empty when the
 /// path has none) and the secret rest (`None` when nothing follows). `None` for other hosts.
 pub(super) fn split_path(url: &Url) -> Option<(String, Option<String>)> {
@@ -76,6 +92,24 @@ mod tests {
 
     fn split(url: &str) -> Option<(String, Option<String>)> {
         split_path(&Url::parse(url).unwrap())
+    }
+
+    #[test]
+    fn bot_tokens_are_told_from_other_segments() {
+        assert!(is_bot_token(
+            "bot123456789:AAHfiqksKZ8WmR2zSjiQ7_v4TMAKdiHm9T0"
+        ));
+        assert!(is_bot_token(
+            "123456789:AAHfiqksKZ8WmR2zSjiQ7_v4TMAKdiHm9T0"
+        ));
+        for other in [
+            "bot",
+            "sendMessage",
+            "v1:short",
+            "abc:AAHfiqksKZ8WmR2zSjiQ7_v4TMAK",
+        ] {
+            assert!(!is_bot_token(other), "{other}");
+        }
     }
 
     #[test]
