@@ -96,7 +96,7 @@ mod store;
 mod table;
 
 pub use ax_scheduler_core::handler;
-pub use ax_scheduler_core::handler::{typed, Context, Handler};
+pub use ax_scheduler_core::handler::{typed, typed_with, Context, Handler};
 pub use ax_scheduler_core::{
     ExecutionId, HandlerError, MisfirePolicy, OverlapPolicy, RetryPolicy, TaskOptions, TaskStatus,
     UtcMillis,

@@ -416,6 +416,70 @@ where
     }
 }
 
+/// A handler from an async function of shared state and a [`Typed<T>`]: the state is
+/// cloned for each attempt and handed to the function by value, so the function captures
+/// nothing and clones nothing itself (with `typed`, a closure holding an `Arc` must clone it
+/// once to move into each attempt's future and once more outside). An `Arc` is the usual
+/// state; its clone is one counter increment.
+///
+/// ```
+/// use std::sync::Arc;
+/// use ax_scheduler_core::handler::{typed_with, Handler, Typed};
+///
+/// struct Db;
+/// impl Db {
+///     async fn close_order(&self, _id: u64) -> Result<(), std::io::Error> { Ok(()) }
+/// }
+///
+/// fn close_unpaid(db: Arc<Db>) -> impl Handler {
+///     typed_with(db, |db: Arc<Db>, job: Typed<u64>| async move {
+///         Ok(db.close_order(job.payload).await?)
+///     })
+/// }
+/// # let _ = close_unpaid(Arc::new(Db));
+/// ```
+pub fn typed_with<S, T, F, Fut>(state: S, f: F) -> TypedWith<S, F, T>
+where
+    S: Clone + Send + Sync + 'static,
+    T: DeserializeOwned + Send + 'static,
+    F: Fn(S, Typed<T>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    TypedWith {
+        state,
+        f,
+        payload: PhantomData,
+    }
+}
+
+/// The handler [`typed_with`] makes.
+pub struct TypedWith<S, F, T> {
+    state: S,
+    f: F,
+    payload: PhantomData<fn() -> T>,
+}
+
+impl<S, F, T> std::fmt::Debug for TypedWith<S, F, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TypedWith")
+    }
+}
+
+impl<S, F, Fut, T> Handler for TypedWith<S, F, T>
+where
+    S: Clone + Send + Sync + 'static,
+    T: DeserializeOwned + Send + 'static,
+    F: Fn(S, Typed<T>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    fn run(&self, ctx: Context) -> HandlerFuture<'_> {
+        match ctx.payload_as::<T>() {
+            Ok(payload) => Box::pin((self.f)(self.state.clone(), Typed { payload, ctx })),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+}
+
 /// A stop signal without a runtime: [`Cancel::cancel`] once, and every
 /// [`Cancel::cancelled`] future ends.
 #[derive(Clone, Default)]
@@ -534,6 +598,22 @@ mod tests {
         assert!(!bad.is_retryable());
         assert!(ctx(1.into()).extension::<Quiet>().is_some());
         assert!(ctx(1.into()).extension::<String>().is_none());
+    }
+
+    #[test]
+    fn a_handler_with_state_gets_it_by_value_for_each_attempt() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let h = typed_with(Arc::clone(&seen), |seen, job: Typed<u32>| async move {
+            seen.lock().expect("seen").push(job.payload);
+            Ok(())
+        });
+        for n in [1, 2, 3] {
+            assert_eq!(block_on(h.run(ctx(n.into()))), Ok(()));
+        }
+        assert_eq!(*seen.lock().expect("seen"), [1, 2, 3]);
+        assert!(!block_on(h.run(ctx("x".into())))
+            .expect_err("no u32")
+            .is_retryable());
     }
 
     #[test]

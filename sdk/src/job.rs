@@ -30,5 +30,5 @@
 //! ```
 
 pub use ax_scheduler_core::handler::{
-    typed, Cancel, Context, Handler, HandlerFuture, IntoHandler, Progress, Typed,
+    typed, typed_with, Cancel, Context, Handler, HandlerFuture, IntoHandler, Progress, Typed,
 };

@@ -76,5 +76,7 @@ pub use client::Client;
 pub use config::Config;
 pub use error::{Error, Result};
 pub use filter::TaskFilter;
-pub use job::{typed, Cancel, Context, Handler, HandlerFuture, IntoHandler, Progress, Typed};
+pub use job::{
+    typed, typed_with, Cancel, Context, Handler, HandlerFuture, IntoHandler, Progress, Typed,
+};
 pub use worker::{Worker, WorkerBuilder};
