@@ -7,6 +7,7 @@
 //! them from the replicas' own file ([`ClusterConfig::from_ax_toml`]) or builds them in code.
 //! Nothing here reads the environment: the binary layers `AX_*` variables over the file.
 
+pub mod checks;
 mod sections;
 
 use std::collections::BTreeMap;
@@ -62,7 +63,27 @@ impl ClusterConfig {
         let mut config = ClusterConfig::from_toml_str(&text)
             .map_err(|e| ControlError::Config(format!("config file {}: {e}", path.display())))?;
         config.read_secret_files()?;
+        config
+            .validate()
+            .map_err(|e| ControlError::Config(format!("config file {}: {e}", path.display())))?;
         Ok(config)
+    }
+
+    /// Checks the cluster's sections by the rules a replica checks them by
+    /// ([`checks`]), reporting every broken rule, one per line, each starting with its key.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut errors = Vec::new();
+        let mut err = |key: &str, msg: String| errors.push(format!("{key}: {msg}"));
+        checks::check_etcd(&self.etcd, &mut err);
+        checks::check_redis(&self.redis, &mut err);
+        checks::check_election(&self.election, &mut err);
+        checks::check_audit(&self.audit, &mut err);
+        checks::check_limits(&self.limits, &mut err);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("\n"))
+        }
     }
 
     /// The cluster's sections of an `ax.toml` text; the error is the parser's message.

@@ -357,3 +357,42 @@ fn a_client_reads_the_cluster_of_a_file_as_the_replica_does() {
         assert_eq!(client, replica, "{text}");
     }
 }
+
+#[test]
+fn a_client_refuses_the_cluster_sections_a_replica_refuses_with_the_same_words() {
+    let bad = "[etcd]\nprefix = \"x/\"\nendpoints = []\n\
+               [redis]\nurl = \"http://r\"\nkey_prefix = \" \"\n\
+               [election]\nlease_ttl = \"1s\"\n\
+               [audit]\nmax_records = 0\n[limits]\nreads_per_minute = 0\n";
+    let replica = match Config::from_toml_str(bad).unwrap().validate() {
+        Err(ax::config::ConfigError::Invalid(lines)) => lines,
+        other => panic!("the replica took it: {other:?}"),
+    };
+    let client: Vec<String> = ax_control::ClusterConfig::from_toml_str(bad)
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    for key in [
+        "etcd.endpoints",
+        "etcd.prefix",
+        "redis.url",
+        "redis.key_prefix",
+        "election.lease_ttl",
+        "audit.max_records",
+        "limits.reads_per_minute",
+    ] {
+        let of = |lines: &[String]| lines.iter().find(|l| l.starts_with(key)).cloned();
+        assert!(
+            of(&client).is_some(),
+            "{key} not refused by the client: {client:#?}"
+        );
+        assert_eq!(of(&client), of(&replica), "{key}");
+    }
+    ax_control::ClusterConfig::from_toml_str("")
+        .unwrap()
+        .validate()
+        .unwrap();
+}

@@ -12,6 +12,11 @@ use ax_scheduler_core::misfire::MAX_CATCH_UP_WINDOW;
 const MIN_REPAIR_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 use super::{Config, ConfigError, ReplicaRole};
+use ax_control::config::checks::{self, positive, queue_name_problem};
+
+fn show(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
 
 impl Config {
     /// Checks every rule; `Err(ConfigError::Invalid)` lists all the problems.
@@ -39,142 +44,12 @@ impl Config {
 
     /// `[etcd]`.
     fn check_etcd(&self, err: &mut impl FnMut(&str, String)) {
-        if self.etcd.endpoints.is_empty() {
-            err("etcd.endpoints", "must list at least one endpoint".into());
-        }
-        for e in &self.etcd.endpoints {
-            if e.trim().is_empty() {
-                err("etcd.endpoints", "an endpoint is empty".into());
-            } else if let Some((scheme, _)) = e.split_once("://") {
-                if scheme != "http" && scheme != "https" {
-                    err(
-                        "etcd.endpoints",
-                        format!("`{e}`: scheme must be http:// or https://"),
-                    );
-                }
-            }
-        }
-        if !self.etcd.prefix.starts_with('/')
-            || self.etcd.prefix.len() > 1 && self.etcd.prefix.ends_with('/')
-        {
-            err(
-                "etcd.prefix",
-                format!(
-                    "`{}` must start with `/` and not end with one (like `/scheduler`)",
-                    self.etcd.prefix
-                ),
-            );
-        }
-        if self.etcd.cert_file.is_empty() != self.etcd.key_file.is_empty() {
-            err(
-                "etcd.cert_file",
-                "cert_file and key_file must be set together (client certificate and its key)"
-                    .into(),
-            );
-        }
-        if !self.etcd.cert_file.is_empty() && self.etcd.ca_file.is_empty() {
-            // Without a CA there is no TLS to etcd, and the certificate would go unused.
-            err(
-                "etcd.cert_file",
-                "a client certificate needs TLS, and TLS to etcd needs etcd.ca_file: set it too"
-                    .into(),
-            );
-        }
-        if !self.etcd.username.is_empty() && self.etcd.password.is_empty() {
-            err("etcd.password", "must be set when etcd.username is".into());
-        }
-        positive(err, "etcd.timeout", self.etcd.timeout);
+        checks::check_etcd(&self.etcd, err);
     }
 
     /// `[redis]`.
     fn check_redis(&self, err: &mut impl FnMut(&str, String)) {
-        self.check_redis_urls(err);
-        if self.redis.key_prefix.trim().is_empty() {
-            err("redis.key_prefix", "must not be empty".into());
-        }
-        if self.redis.execution_history_retention.as_millis() == 0 {
-            err(
-                "redis.execution_history_retention",
-                "must be above 0".into(),
-            );
-        }
-        if self.redis.execution_history_max_entries == 0 {
-            err(
-                "redis.execution_history_max_entries",
-                "must be at least 1".into(),
-            );
-        }
-        for (q, &n) in &self.redis.queue_partitions {
-            if let Some(problem) = queue_name_problem(q) {
-                err("redis.queue_partitions", problem);
-            }
-            if !(1..=ax_queue::MAX_PARTITIONS).contains(&n) {
-                err(
-                    "redis.queue_partitions",
-                    format!(
-                        "queue `{q}` has {n} partitions; 1 to {} are allowed",
-                        ax_queue::MAX_PARTITIONS
-                    ),
-                );
-            }
-        }
-    }
-
-    /// `[redis]`: the URLs in use and the TLS settings that depend on their scheme.
-    fn check_redis_urls(&self, err: &mut impl FnMut(&str, String)) {
-        let redis_key = if self.redis.cluster_nodes.is_empty() {
-            "redis.url"
-        } else {
-            "redis.cluster_nodes"
-        };
-        for url in self.redis.urls() {
-            match url.split_once("://") {
-                Some(("redis" | "rediss", rest)) if !rest.is_empty() => {}
-                _ => err(
-                    redis_key,
-                    format!(
-                        "`{}` must start with redis:// or rediss:// (TLS) and name a host",
-                        super::mask::mask_url_password(url)
-                    ),
-                ),
-            }
-        }
-        let tls = self
-            .redis
-            .urls()
-            .iter()
-            .filter(|u| u.starts_with("rediss://"))
-            .count();
-        if tls != 0 && tls != self.redis.cluster_nodes.len().max(1) {
-            err(
-                "redis.cluster_nodes",
-                "mixes redis:// and rediss:// (TLS): every node of a cluster is reached alike"
-                    .into(),
-            );
-        }
-        if self.redis.cert_file.is_empty() != self.redis.key_file.is_empty() {
-            err(
-                "redis.cert_file",
-                "cert_file and key_file must be set together (client certificate and its key)"
-                    .into(),
-            );
-        }
-        if tls == 0 {
-            for (key, value) in [
-                ("redis.ca_file", &self.redis.ca_file),
-                ("redis.cert_file", &self.redis.cert_file),
-            ] {
-                if !value.is_empty() {
-                    err(
-                        key,
-                        format!(
-                            "is set, so connections use TLS, but {redis_key} is not rediss://: \
-                             use rediss://"
-                        ),
-                    );
-                }
-            }
-        }
+        checks::check_redis(&self.redis, err);
     }
 
     /// `[instance]`.
@@ -204,15 +79,7 @@ impl Config {
 
     /// `[election]`.
     fn check_election(&self, err: &mut impl FnMut(&str, String)) {
-        if self.election.lease_ttl < Duration::from_secs(2) {
-            err(
-                "election.lease_ttl",
-                format!(
-                    "{} is too short: etcd leases count whole seconds and the leader renews at a third of the TTL; use at least 2s",
-                    show(self.election.lease_ttl)
-                ),
-            );
-        }
+        checks::check_election(&self.election, err);
     }
 
     /// `[scheduler]`.
@@ -444,54 +311,12 @@ impl Config {
 
     /// `[audit]`.
     fn check_audit(&self, err: &mut impl FnMut(&str, String)) {
-        positive(err, "audit.retention", self.audit.retention);
-        if self.audit.max_records == 0 {
-            err("audit.max_records", "must be at least 1".into());
-        }
+        checks::check_audit(&self.audit, err);
     }
 
     /// `[limits]`.
     fn check_limits(&self, err: &mut impl FnMut(&str, String)) {
-        if self.limits.max_request_bytes < 1024 {
-            err(
-                "limits.max_request_bytes",
-                format!("{} is below 1024 bytes", self.limits.max_request_bytes),
-            );
-        }
-        if self.limits.max_tasks_per_namespace == 0 {
-            err(
-                "limits.max_tasks_per_namespace",
-                "must be at least 1".into(),
-            );
-        }
-        if self.limits.triggers_per_task_per_minute == 0 {
-            err(
-                "limits.triggers_per_task_per_minute",
-                "must be at least 1".into(),
-            );
-        }
-        if self.limits.max_list_scan == 0 {
-            err("limits.max_list_scan", "must be at least 1".into());
-        }
-        if self.limits.reads_per_minute == 0 {
-            err("limits.reads_per_minute", "must be at least 1".into());
-        }
-        if self.limits.operate_actions_per_minute == 0 {
-            err(
-                "limits.operate_actions_per_minute",
-                "must be at least 1".into(),
-            );
-        }
-        if !(1..=ax_control::api::BACKFILL_HARD_MAX).contains(&self.limits.max_backfill_fires) {
-            err(
-                "limits.max_backfill_fires",
-                format!(
-                    "{} is outside 1 to {}",
-                    self.limits.max_backfill_fires,
-                    ax_control::api::BACKFILL_HARD_MAX
-                ),
-            );
-        }
+        checks::check_limits(&self.limits, err);
     }
 
     /// `[alerts]`.
@@ -518,38 +343,6 @@ impl Config {
 /// The shortest `http.api_token` accepted: a token a person could guess or type from
 /// memory is no credential.
 const MIN_API_TOKEN_CHARS: usize = 32;
-
-fn positive(err: &mut impl FnMut(&str, String), key: &str, d: Duration) {
-    if d.is_zero() {
-        err(key, "must be longer than 0".into());
-    }
-}
-
-fn show(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
-}
-
-/// What is wrong with a queue name in the configuration, if anything. The partition
-/// separator is refused: `hot#p3` names a partition of `hot` (see `redis.queue_partitions`).
-fn queue_name_problem(q: &str) -> Option<String> {
-    if !is_key_segment(q) || !ax_queue::keys::validate_name(q) {
-        Some(format!(
-            "queue `{q}` is not a queue name (non-empty, no `/`, braces or spaces)"
-        ))
-    } else if q.contains(ax_queue::PARTITION_SEPARATOR) {
-        Some(format!(
-            "queue `{q}` contains `{sep}`, which separates a queue from its partition's number; \
-             name the queue (a worker of it serves every partition)",
-            sep = ax_queue::PARTITION_SEPARATOR
-        ))
-    } else {
-        None
-    }
-}
-
-fn is_key_segment(s: &str) -> bool {
-    !s.trim().is_empty() && !s.contains('/') && s.trim() == s
-}
 
 fn is_host_port(s: &str) -> bool {
     if s.parse::<std::net::SocketAddr>().is_ok() {
