@@ -29,8 +29,8 @@ pub use dlq::{AttemptFailure, DeadLetter, DlqRequeue};
 pub use error::{ApiError, LimitKind};
 pub use executions::{
     ExecutionList, ExecutionParams, ExecutionQuery, ExecutionRecord, ExecutionStory, FireView,
-    KillResult, KilledExecution, Outcome, WaitingAttempt, DEFAULT_EXECUTION_PAGE, FAILED_LABELS,
-    OUTCOME_LABELS,
+    KillResult, KilledExecution, Outcome, PendingAttempt, WaitingAttempt, DEFAULT_EXECUTION_PAGE,
+    FAILED_LABELS, OUTCOME_LABELS,
 };
 pub use find::{
     id_fragment, id_matches, ExecutionMatch, ExecutionMatches, FindParams, FIND_MATCHES_MAX,

@@ -521,3 +521,51 @@ async fn reads_and_dry_runs_count_against_the_callers_read_rate() {
     let r = a.post("/api/v1/tasks/ops/a/pause", json!({})).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_execution_in_its_queue_is_told_queued_then_running_on_its_worker() {
+    use ax_scheduler_core::{TaskSpec, UtcMillis};
+    let a = api_with("story-pending", |_| {}).await;
+    let queue = ax_control::connect::connect_queue(
+        &a.config.cluster(),
+        std::sync::Arc::new(ax_scheduler_core::SystemClock),
+    )
+    .await
+    .unwrap();
+    let spec = TaskSpec::from_json(
+        br#"{"handler":"log","schedule":{"every":"1h"}}"#,
+        "ops",
+        "slow",
+    )
+    .unwrap();
+    let now = UtcMillis::now();
+    let msg = ax_queue::ExecutionMessage::for_fire(&spec, UtcMillis(now.0 - 1000), now, 1);
+    queue.enqueue(&msg).await.unwrap();
+    let id = msg.execution_id.to_string();
+    // The id a trigger prints is found at once, not "not found" until its attempt ends.
+    let r = a.get(&format!("/api/v1/executions/{id}")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["outcome"], "queued", "{}", r.text);
+    assert_eq!(r.body["pending"]["attempt"], 1, "{}", r.text);
+    assert_eq!(r.body["task_id"], "slow", "{}", r.text);
+    let mut consumer = queue
+        .consumer(
+            "default",
+            "w-story",
+            std::time::Duration::from_millis(100),
+            now,
+        )
+        .await
+        .unwrap();
+    let mut taken = Vec::new();
+    for _ in 0..20 {
+        taken = consumer.take(1).await.unwrap();
+        if !taken.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(taken.len(), 1, "the execution was not taken");
+    let r = a.get(&format!("/api/v1/executions/{id}")).await;
+    assert_eq!(r.body["outcome"], "running", "{}", r.text);
+    assert_eq!(r.body["pending"]["worker"], "w-story", "{}", r.text);
+}

@@ -139,10 +139,33 @@ const MAX_FOUND: usize = 1000;
 /// Most entries one read of a find returns (one `ZRANGE` or `LRANGE`).
 const FIND_CHUNK: isize = 1000;
 
-/// The messages a find has seen that contain its needle.
+/// Where a message waits or runs in its queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// In the backlog, to be taken (or gated on its concurrency key).
+    Queued,
+    /// Its next attempt waits for its retry time.
+    RetryPending,
+    /// Taken by this worker (or addressed to it, or orphaned by it).
+    Held {
+        /// The worker's id (empty for an orphaned message).
+        worker: String,
+    },
+}
+
+/// An execution found in its queue ([`Queue::locate_execution`]).
+#[derive(Clone, Debug)]
+pub struct Located {
+    /// Where it is.
+    pub place: Place,
+    /// Its message, as stored.
+    pub message: ExecutionMessage,
+}
+
+/// The messages a find has seen that contain its needle, with where it saw them.
 struct Found<'a> {
     needle: &'a str,
-    raws: Vec<String>,
+    raws: Vec<(Place, String)>,
 }
 
 impl<'a> Found<'a> {
@@ -153,13 +176,13 @@ impl<'a> Found<'a> {
         }
     }
 
-    fn look(&mut self, items: Vec<String>) {
+    fn look(&mut self, place: &Place, items: Vec<String>) {
         for raw in items {
             if self.full() {
                 return;
             }
             if raw.contains(self.needle) {
-                self.raws.push(raw);
+                self.raws.push((place.clone(), raw));
             }
         }
     }
@@ -175,10 +198,14 @@ impl<'a> Found<'a> {
     /// The messages, decoded. The needle is a substring: a payload may contain it too. Only
     /// the decoded field counts, and an undecodable message is the reconciliation's
     /// business, not a kill's.
-    fn decoded(self) -> Vec<(String, ExecutionMessage)> {
+    fn decoded(self) -> Vec<(Place, String, ExecutionMessage)> {
         self.raws
             .into_iter()
-            .filter_map(|raw| ExecutionMessage::from_json(&raw).ok().map(|m| (raw, m)))
+            .filter_map(|(place, raw)| {
+                ExecutionMessage::from_json(&raw)
+                    .ok()
+                    .map(|m| (place, raw, m))
+            })
             .collect()
     }
 }
@@ -186,6 +213,23 @@ impl<'a> Found<'a> {
 const KILL_ROUNDS: usize = 3;
 
 impl Queue {
+    /// Where execution `id` waits or runs in `queue` (any of its partitions), read-only;
+    /// `None` when the queue does not hold it. Found as a kill finds it: through the order
+    /// hash, else in bounded reads.
+    pub async fn locate_execution(&self, queue: &str, id: ExecutionId) -> Result<Option<Located>> {
+        check_queue(queue)?;
+        let needle = format!("\"execution_id\":\"{id}\"");
+        for q in self.physical_queues(queue) {
+            let found = self.find(&q, &needle, Some(id)).await?;
+            if let Some((place, _, message)) =
+                found.into_iter().find(|(_, _, m)| m.execution_id == id)
+            {
+                return Ok(Some(Located { place, message }));
+            }
+        }
+        Ok(None)
+    }
+
     /// Kills execution `id` in `queue`: removes it when it waits (queued set or delayed set),
     /// orders its worker to stop it when it runs. [`KillState::Gone`] when the queue does not
     /// have it. A removed execution's end is the caller's to report.
@@ -215,7 +259,10 @@ impl Queue {
         let needle = format!("\"execution_id\":\"{id}\"");
         for _ in 0..KILL_ROUNDS {
             let found = self.find(queue, &needle, Some(id)).await?;
-            let message = found.into_iter().find(|(_, m)| m.execution_id == id);
+            let message = found
+                .into_iter()
+                .find(|(_, _, m)| m.execution_id == id)
+                .map(|(_, raw, m)| (raw, m));
             let state = self.kill_found(queue, id, message.as_ref()).await?;
             // Found and then gone: it moved in between (a failed attempt went to the delayed
             // set as its next attempt, which is another text): look again.
@@ -255,7 +302,7 @@ impl Queue {
         // (a key from the payload), so every partition is looked through.
         for q in self.physical_queues(queue) {
             let mut ids: Vec<ExecutionId> = Vec::new();
-            for (_, m) in self.find(&q, &needle, None).await? {
+            for (_, _, m) in self.find(&q, &needle, None).await? {
                 if &*m.namespace == namespace
                     && &*m.task_id == task_id
                     && !ids.contains(&m.execution_id)
@@ -316,7 +363,7 @@ impl Queue {
         queue: &str,
         needle: &str,
         id: Option<ExecutionId>,
-    ) -> Result<Vec<(String, ExecutionMessage)>> {
+    ) -> Result<Vec<(Place, String, ExecutionMessage)>> {
         let k = self.keys();
         let mut conn = self.conn();
         let mut found = Found::new(needle);
@@ -331,7 +378,7 @@ impl Queue {
                         conn.zrangebyscore(k.queued(queue), &score, &score),
                     )
                     .await?;
-                found.look(at);
+                found.look(&Place::Queued, at);
                 if !found.is_empty() {
                     return Ok(found.decoded());
                 }
@@ -347,21 +394,29 @@ impl Queue {
             .await?;
         let mut lists = Vec::new();
         for w in &workers {
-            lists.push(k.processing(queue, w));
-            lists.push(k.addressed(queue, w));
+            let held_by = Place::Held { worker: w.clone() };
+            lists.push((k.processing(queue, w), held_by.clone()));
+            lists.push((k.addressed(queue, w), held_by));
         }
-        lists.push(k.orphaned(queue));
-        lists.push(k.legacy_ready(queue));
-        lists.extend(held.iter().map(|key| k.held(queue, key)));
-        for list in lists {
-            self.read_chunks(&mut conn, &list, false, &mut found)
+        let orphaned = Place::Held {
+            worker: String::new(),
+        };
+        lists.push((k.orphaned(queue), orphaned));
+        lists.push((k.legacy_ready(queue), Place::Queued));
+        lists.extend(held.iter().map(|key| (k.held(queue, key), Place::Queued)));
+        for (list, place) in lists {
+            self.read_chunks(&mut conn, &list, false, &place, &mut found)
                 .await?;
             if id.is_some() && !found.is_empty() {
                 return Ok(found.decoded());
             }
         }
-        for set in [k.delayed(queue), k.queued(queue)] {
-            self.read_chunks(&mut conn, &set, true, &mut found).await?;
+        for (set, place) in [
+            (k.delayed(queue), Place::RetryPending),
+            (k.queued(queue), Place::Queued),
+        ] {
+            self.read_chunks(&mut conn, &set, true, &place, &mut found)
+                .await?;
             if id.is_some() && !found.is_empty() {
                 return Ok(found.decoded());
             }
@@ -375,6 +430,7 @@ impl Queue {
         conn: &mut crate::conn::Connection,
         key: &str,
         zset: bool,
+        place: &Place,
         found: &mut Found<'_>,
     ) -> Result<()> {
         let mut from = 0isize;
@@ -386,7 +442,7 @@ impl Queue {
                 self.run("kill (scan)", conn.lrange(key, from, to)).await?
             };
             let last = chunk.len() < usize::try_from(FIND_CHUNK).unwrap_or(usize::MAX);
-            found.look(chunk);
+            found.look(place, chunk);
             if last {
                 return Ok(());
             }

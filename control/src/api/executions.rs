@@ -48,6 +48,10 @@ pub enum Outcome {
     Released,
     /// An attempt waits for its completion (`http.async`); a story's outcome only.
     Waiting,
+    /// It waits in its queue to be taken; a story's outcome only.
+    Queued,
+    /// A worker holds its attempt now; a story's outcome only.
+    Running,
     /// Nothing is recorded of it yet, or a label this version does not know.
     #[default]
     #[serde(other)]
@@ -67,6 +71,8 @@ impl Outcome {
             Outcome::Killed => "killed",
             Outcome::Released => "released",
             Outcome::Waiting => "waiting",
+            Outcome::Queued => "queued",
+            Outcome::Running => "running",
             Outcome::Unknown => "unknown",
         }
     }
@@ -83,6 +89,8 @@ impl Outcome {
             Outcome::Killed,
             Outcome::Released,
             Outcome::Waiting,
+            Outcome::Queued,
+            Outcome::Running,
         ]
         .into_iter()
         .find(|o| o.as_str() == label)
@@ -339,6 +347,10 @@ pub struct ExecutionStory {
     /// progress report; it has no record in `attempts` before it ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<WaitingAttempt>,
+    /// The attempt in its queue now, not ended: queued, waiting for its retry, or held by
+    /// a worker. It has no record in `attempts` before it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<PendingAttempt>,
     /// How it ended: the last attempt's outcome (`retrying` while a retry is pending,
     /// `waiting` while an attempt waits for its completion).
     pub outcome: Outcome,
@@ -351,6 +363,20 @@ pub struct ExecutionStory {
     /// that fire with all its executions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fire: Option<FireView>,
+}
+
+/// An attempt that has not ended, as its queue holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingAttempt {
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// `queued`, `retrying` (its retry time not come) or `running`.
+    pub state: Outcome,
+    /// The worker holding it, while one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// When this attempt was enqueued.
+    pub enqueued: UtcMillis,
 }
 
 /// A fanned-out fire and its executions, in an execution's story.

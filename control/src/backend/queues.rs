@@ -14,8 +14,8 @@ use ax_queue::{
 use super::{errors, tasks::not_found, Backend};
 use crate::api::{
     ApiError, AttemptFailure, DeadLetter, EtcdDbView, ExecutionList, ExecutionQuery,
-    ExecutionRecord, ExecutionStory, FireView, Outcome, QueueView, ReplicaView, ShardsView,
-    StatusView, TaskKey, WaitingAttempt,
+    ExecutionRecord, ExecutionStory, FireView, Outcome, PendingAttempt, QueueView, ReplicaView,
+    ShardsView, StatusView, TaskKey, WaitingAttempt,
 };
 use ax_scheduler_core::{ExecutionId, UtcMillis};
 
@@ -178,6 +178,44 @@ fn story_head(
     })
 }
 
+/// The story of an execution whose current attempt is in its queue: queued, waiting for its
+/// retry, or held by a worker.
+fn pending_story(
+    id: ExecutionId,
+    found: ax_queue::Located,
+    first: Option<&ExecutionItem>,
+    attempts: Vec<ExecutionRecord>,
+    complete: bool,
+) -> ExecutionStory {
+    let m = &found.message;
+    let (state, worker) = match found.place {
+        ax_queue::Place::Queued => (Outcome::Queued, None),
+        ax_queue::Place::RetryPending => (Outcome::Retrying, None),
+        ax_queue::Place::Held { worker } => {
+            (Outcome::Running, Some(worker).filter(|w| !w.is_empty()))
+        }
+    };
+    ExecutionStory {
+        execution_id: id,
+        namespace: m.namespace.to_string(),
+        task_id: m.task_id.to_string(),
+        queue: m.queue.to_string(),
+        due: Some(first.map_or(m.fire_at, |f| f.entry.fire_at)),
+        enqueued: Some(m.first_attempt_at),
+        attempts,
+        outcome: state,
+        pending: Some(PendingAttempt {
+            // The queue counts attempts from 0, people from 1.
+            attempt: m.attempt.saturating_add(1),
+            state,
+            worker,
+            enqueued: m.enqueued_at,
+        }),
+        complete,
+        ..ExecutionStory::default()
+    }
+}
+
 /// The attempt of an awaiting record, as the API shows it.
 fn waiting_attempt(r: AwaitingRecord) -> WaitingAttempt {
     WaitingAttempt {
@@ -284,6 +322,16 @@ impl Backend {
             r.state == AwaitingState::Waiting && recorded.is_none_or(|a| r.attempt > a)
         });
         let attempts: Vec<ExecutionRecord> = items.iter().map(item_record).collect();
+        // Nothing ended yet, or a retry to come: the attempt in its queue tells where it is.
+        let unsettled = attempts
+            .last()
+            .is_none_or(|a| a.outcome == Outcome::Retrying);
+        if waiting.is_none() && unsettled {
+            let queue = items.first().map(|i| i.entry.queue.clone());
+            if let Some(found) = self.locate(q, id, queue).await? {
+                return Ok(pending_story(id, found, items.first(), attempts, complete));
+            }
+        }
         let mut story = story_head(id, items.first(), waiting.as_ref())?;
         story.dead_letter = if story.queue.is_empty() {
             None
@@ -304,6 +352,25 @@ impl Backend {
         story.attempts = attempts;
         story.complete = complete;
         Ok(story)
+    }
+
+    /// Where execution `id` is in `queue` (its recorded one), else in every known queue.
+    async fn locate(
+        &self,
+        q: &ax_queue::Queue,
+        id: ExecutionId,
+        queue: Option<String>,
+    ) -> Result<Option<ax_queue::Located>, ApiError> {
+        let queues = match queue.filter(|q| !q.is_empty()) {
+            Some(queue) => vec![queue],
+            None => self.known_queues().await?,
+        };
+        for name in queues {
+            if let Some(found) = q.locate_execution(&name, id).await.map_err(errors::queue)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
     }
 
     /// The fire an execution is a piece of (a fan-out), with its other executions.

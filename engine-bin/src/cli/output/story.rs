@@ -8,7 +8,9 @@
 use ax_scheduler_core::{ExecutionId, UtcMillis};
 
 use super::format::{millis, one_line};
-use ax_control::api::{ExecutionRecord, ExecutionStory, FireView, WaitingAttempt};
+use ax_control::api::{
+    ExecutionRecord, ExecutionStory, FireView, Outcome, PendingAttempt, WaitingAttempt,
+};
 
 /// One line of the story: when, if known, and what happened.
 type Event = (Option<UtcMillis>, String);
@@ -56,6 +58,9 @@ fn story_events(story: &ExecutionStory) -> Vec<Event> {
     }
     if let Some(w) = &story.waiting {
         waiting_events(&mut events, w);
+    }
+    if let Some(p) = &story.pending {
+        events.push((Some(p.enqueued), pending_text(p)));
     }
     if let Some(d) = &story.dead_letter {
         events.push((
@@ -123,6 +128,19 @@ fn answer_events(events: &mut Vec<Event>, o: &ax_scheduler_core::AttemptOutput) 
             None,
             format!("  answer: HTTP {status} {}{more}", one_line(&o.body, 1024)),
         ));
+    }
+}
+
+/// The attempt in its queue now: waiting to be taken, for its retry time, or running.
+fn pending_text(p: &PendingAttempt) -> String {
+    let n = p.attempt;
+    match (p.state, &p.worker) {
+        (Outcome::Running, Some(w)) => format!("attempt {n} enqueued; running on {w} now"),
+        (Outcome::Running, None) => {
+            format!("attempt {n} enqueued; held for a worker that stopped (it comes back)")
+        }
+        (Outcome::Retrying, _) => format!("attempt {n} enqueued; waits for its retry time"),
+        _ => format!("attempt {n} enqueued; waits to be taken"),
     }
 }
 
