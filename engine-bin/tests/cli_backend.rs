@@ -592,6 +592,18 @@ fn a_handler_no_live_worker_serves_is_refused_at_put() {
         "{}",
         text(&typo.stderr)
     );
+    // The dry run runs the same checks as the put.
+    let dry = put(
+        r#"{"handler": "htpt", "schedule": {"every": "10s"}}"#,
+        &["--dry-run"],
+    );
+    assert_eq!(dry.status.code(), Some(3), "{}", text(&dry.stdout));
+    assert!(
+        text(&dry.stderr).contains("did you mean `http`?"),
+        "{}",
+        text(&dry.stderr)
+    );
+
     c.fails(&["task", "get", "t"], 4);
 
     let out = put(shell, &["--allow-unserved-handler"]);

@@ -149,6 +149,23 @@ async fn a_worker_given_etcd_is_seen_by_the_put_check_while_it_runs() {
         errors[0].contains("did you mean `email.send`?"),
         "{errors:?}"
     );
+    // A spec with problems of its own is told of its handler too, in the same answer.
+    let mut worse = typo.clone();
+    worse["priority"] = json!(12);
+    let Err(Error::Api(ApiError::Invalid { errors, .. })) = c.put("shop", "worse", &worse).await
+    else {
+        panic!("the spec was taken");
+    };
+    assert!(
+        errors.iter().any(|e| e.starts_with("priority:")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("did you mean `email.send`?")),
+        "{errors:?}"
+    );
     c.put("shop", "receipts", &spec()).await.unwrap();
     // For a handler whose workers come later, the CLI's choice.
     let allowed = ax_sdk::client::PutOptions {

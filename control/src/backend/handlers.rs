@@ -21,6 +21,32 @@ impl Backend {
         let served = served_on(&records, &spec.queue);
         refusal(&spec.handler, &spec.queue, &served).map_or(Ok(()), Err)
     }
+
+    /// The problem of an invalid spec's handler, as written in `doc`, if it is a name no
+    /// live worker of its queue serves (nothing when it or its queue is not text).
+    pub(super) async fn unserved_handler_of(
+        &self,
+        doc: &serde_json::Value,
+    ) -> Result<Vec<String>, ApiError> {
+        let Some(handler) = doc.get("handler").and_then(serde_json::Value::as_str) else {
+            return Ok(Vec::new());
+        };
+        let queue = match doc.get("queue") {
+            None => ax_scheduler_core::task::DEFAULT_QUEUE,
+            Some(q) => match q.as_str() {
+                Some(q) => q,
+                None => return Ok(Vec::new()),
+            },
+        };
+        let records = ax_election::list_instances(&self.etcd, &self.election)
+            .await
+            .map_err(errors::election)?;
+        let served = served_on(&records, queue);
+        Ok(match refusal(handler, queue, &served) {
+            Some(ApiError::Invalid { errors, .. }) => errors,
+            _ => Vec::new(),
+        })
+    }
 }
 
 /// The handlers of the live workers taking from `queue`, sorted, once each.

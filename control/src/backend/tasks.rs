@@ -339,16 +339,39 @@ impl Backend {
         let key = key_of(&doc)?;
         let bytes = serde_json::to_vec(&doc)
             .map_err(|e| ApiError::Internal(format!("cannot encode the spec: {e}")))?;
-        let mut spec = TaskSpec::from_json(&bytes, &key.namespace, &key.id).map_err(|errors| {
-            ApiError::Invalid {
-                message: format!("task {key} is invalid"),
-                errors: errors.iter().map(ToString::to_string).collect(),
+        let mut spec = match TaskSpec::from_json(&bytes, &key.namespace, &key.id) {
+            Ok(spec) => spec,
+            Err(errors) => {
+                let mut errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                // The handler is checked too, as written, so that fixing the spec's own
+                // problems does not reveal one more.
+                if !opts.allow_unserved_handler {
+                    errors.extend(self.unserved_handler_of(&doc).await?);
+                }
+                return Err(ApiError::Invalid {
+                    message: format!("task {key} is invalid"),
+                    errors,
+                });
             }
-        })?;
-        check_command(&spec, &self.config.commands).map_err(|errors| ApiError::Invalid {
-            message: format!("task {key} is invalid"),
-            errors,
-        })?;
+        };
+        // Every check past the spec's own, reported together: a command the replicas do
+        // not allow and a handler no worker serves are both named in one answer.
+        let mut problems = check_command(&spec, &self.config.commands)
+            .err()
+            .unwrap_or_default();
+        if !opts.allow_unserved_handler {
+            match self.check_handler_served(&spec).await {
+                Ok(()) => {}
+                Err(ApiError::Invalid { errors, .. }) => problems.extend(errors),
+                Err(other) => return Err(other),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(ApiError::Invalid {
+                message: format!("task {key} is invalid"),
+                errors: problems,
+            });
+        }
         let now = UtcMillis::now();
         if !dry_run && spec.created_at.is_none() {
             // So that a `delay` or `every` countdown starts at registration, whichever
@@ -356,9 +379,6 @@ impl Backend {
             spec.created_at = Some(now);
         }
         let next_fires = next_fires(&spec, now)?;
-        if !opts.allow_unserved_handler {
-            self.check_handler_served(&spec).await?;
-        }
         let mut audit = None;
         if !dry_run {
             let previous = self.raw_spec(&key).await?;
