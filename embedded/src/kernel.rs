@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_scheduler_core::handler::IntoHandler;
-use ax_scheduler_core::task::DEFAULT_QUEUE;
 use ax_scheduler_core::timer::TimerConfig;
 use ax_scheduler_core::{
     Clock, CoreError, DispatcherConfig, Schedule, TaskSpec, TaskStatus, UtcMillis,
@@ -590,7 +589,7 @@ fn register_metrics(
 ) -> Result<crate::metrics::KernelMetrics> {
     let mut names: Vec<&str> = handlers.keys().map(|k| &**k).collect();
     names.push(CLOSURE_HANDLER);
-    crate::metrics::KernelMetrics::register(registry, DEFAULT_QUEUE, &names).map_err(|e| {
+    crate::metrics::KernelMetrics::register(registry, ax_scheduler_core::task::DEFAULT_QUEUE, &names).map_err(|e| {
         EmbeddedError::invalid(
             "metrics",
             format!("the registry refused the kernel's families ({e}): it may hold another kernel's or an ax service's"),

@@ -688,8 +688,11 @@ async fn an_awaiting_long_job_shows_its_last_progress_report() {
         .await
         .unwrap();
     let d = consumer.take(1).await.unwrap().pop().unwrap();
-    // Not awaiting yet: in no history, waiting for nothing.
-    c.fails(&["execution", "get", &id], 4);
+    // Not awaiting yet, in no history: the worker holds it, and the story says so.
+    let held: Value =
+        serde_json::from_str(&c.ok(&["execution", "get", &id, "-o", "json"])).unwrap();
+    assert_eq!(held["outcome"], "running", "{held}");
+    assert_eq!(held["pending"]["worker"], "ax-1", "{held}");
     let token = ax_queue::CompletionToken::issue("default", 0);
     q.open_awaiting(&d, &token, now).await.unwrap();
     let deadline = now.add(Duration::from_secs(60));
