@@ -569,3 +569,21 @@ async fn an_execution_in_its_queue_is_told_queued_then_running_on_its_worker() {
     assert_eq!(r.body["outcome"], "running", "{}", r.text);
     assert_eq!(r.body["pending"]["worker"], "w-story", "{}", r.text);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unchanged_put_shows_the_fires_of_the_registered_spec() {
+    let a = api_with("unchanged-fires", |_| {}).await;
+    let spec = json!({"id": "d", "namespace": "ops", "handler": "log",
+                      "schedule": {"delay": "1h"}});
+    let first = a.post("/api/v1/tasks", spec.clone()).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text);
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let again = a.post("/api/v1/tasks", spec).await;
+    assert_eq!(again.body["unchanged"], true, "{}", again.text);
+    // The delay counts from the first registration: the fire does not move with the call.
+    assert_eq!(
+        again.body["next_fires"], first.body["next_fires"],
+        "{} / {}",
+        first.text, again.text
+    );
+}

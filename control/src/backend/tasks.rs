@@ -394,6 +394,15 @@ impl Backend {
                 ax_registry::RegisterOutcome::Created { revision }
                 | ax_registry::RegisterOutcome::Replaced { revision, .. } => revision,
                 ax_registry::RegisterOutcome::Unchanged { .. } => {
+                    // The fires are the registered spec's, counted from when it was first
+                    // registered, not from this call.
+                    let stored = previous
+                        .as_deref()
+                        .and_then(|raw| TaskSpec::from_json(raw, &key.namespace, &key.id).ok());
+                    let next_fires = match stored {
+                        Some(stored) => self::next_fires(&stored, now)?,
+                        None => next_fires,
+                    };
                     return Ok(PutTaskResult {
                         namespace: key.namespace.to_string(),
                         id: key.id.to_string(),
