@@ -543,15 +543,24 @@ mod round_trip {
                 )| {
                     let http = (handler == "http").then(|| HttpTarget {
                         url: "https://example.com/hook".into(),
-                        headers: labels.clone(),
+                        // Names the client frames the request with are refused (`te`).
+                        headers: labels
+                            .iter()
+                            .filter(|(k, v)| {
+                                !crate::task::is_reserved_http_header(k) && !v.contains("***")
+                            })
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
                         follow_redirects,
                         await_completion: follow_redirects && priority % 2 == 0,
                     });
                     let command = (handler == "command").then(|| CommandCall {
                         name: "backup".into(),
                         args: labels.values().cloned().collect(),
+                        // A value holding `***` reads as a masked secret and is refused.
                         env: labels
                             .iter()
+                            .filter(|(_, v)| !v.contains("***"))
                             .map(|(k, v)| (k.to_uppercase(), v.clone()))
                             .collect(),
                     });
