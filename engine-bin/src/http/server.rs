@@ -162,7 +162,7 @@ async fn deadline(req: Request, next: Next, limit: Duration) -> Response {
             .into_response();
             response.headers_mut().insert(
                 hyper::header::CONNECTION,
-                "close".parse().expect("a header value"),
+                hyper::header::HeaderValue::from_static("close"),
             );
             response
         }
