@@ -53,4 +53,33 @@ for cmd in "${commands[@]}"; do
   fi
   echo "$result" | head -3
 done
-echo "check-readme-run: ok (${#commands[@]} commands)"
+
+# The failover dev.sh suggests, as it words it: the leader's pid from `ax status`, kill -9,
+# then a new leader, the old one shown stale or gone, and another replica's console up.
+leader=$(ax status -o json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["leader"])')
+pid=$(ax status -o json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+print(next(r["pid"] for r in s["replicas"] if r["id"] == s["leader"]))')
+grep -q "^    $leader  pid $pid  http://" "$out" \
+  || { cat "$out" >&2; echo "check-readme-run: dev.sh did not print $leader with pid $pid" >&2; exit 1; }
+echo "check-readme-run: killing the leader $leader (pid $pid)"
+kill -9 "$pid"
+new=""
+for _ in $(seq 60); do
+  new=$(ax status -o json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin).get("leader") or "")' || true)
+  [ -n "$new" ] && [ "$new" != "$leader" ] && break
+  sleep 0.5
+done
+[ -n "$new" ] && [ "$new" != "$leader" ] || { echo "check-readme-run: no new leader after killing $leader" >&2; exit 1; }
+shown=""
+for _ in $(seq 60); do
+  shown=$(ax status | grep "^$leader " || true)
+  echo "$shown" | grep -qE 'stale|gone' && break
+  sleep 0.5
+done
+echo "$shown" | grep -qE 'stale|gone' || { ax status >&2; echo "check-readme-run: ax status does not show $leader as stale or gone" >&2; exit 1; }
+url=$(grep -m1 -E "^    $new  pid [0-9]+  http://" "$out" | awk '{print $4}')
+curl -fsS "$url" >/dev/null || { echo "check-readme-run: $new's console at $url does not answer" >&2; exit 1; }
+echo "check-readme-run: failover ok ($leader killed, $new leads, its console at $url)"
+echo "check-readme-run: ok (${#commands[@]} commands and the failover)"

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # A local ax cluster in one command: etcd, Redis and three `ax serve` replicas on loopback,
 # with the example tasks registered. Ctrl-C stops everything it started.
-#   scripts/dev.sh [REPLICAS]     (default 3)
+#   scripts/dev.sh [--with-failures] [REPLICAS]     (default 3)
+# The example http tasks call a stand-in on loopback (scripts/dev_receiver.py), never their
+# real addresses, so every demo execution succeeds; --with-failures also registers
+# examples/tasks/failing/, which fail on purpose (retries, dead letters, alerts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+failing=no
+if [ "${1:-}" = --with-failures ]; then failing=yes; shift; fi
 replicas=${1:-3}
 
 scripts/setup.sh
@@ -18,15 +23,17 @@ pids=()
 cleanup() {
   echo
   echo "dev: stopping"
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}" ${receiver:+"$receiver"}; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}" ${receiver:+"$receiver"}; do wait "$pid" 2>/dev/null || true; done
   ax_stop_servers
   echo "dev: logs kept in $dir"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-ax_start_servers "$dir"
+receiver=""
+# Persistent as a user's Redis is, so ax has no persistence warning to give.
+ax_start_servers "$dir" persistent
 export AX_ETCD_ENDPOINTS="$AX_ETCD_ENDPOINT" AX_REDIS_URL="$AX_REDIS_URL"
 # A short lease so a killed leader is replaced within seconds while you experiment.
 export AX_LEASE_TTL=${AX_LEASE_TTL:-5s}
@@ -53,8 +60,30 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 
-for f in examples/tasks/*.json; do
-  "$ax" task put "$f" || echo "dev: could not register $f" >&2
+receiver_port=$(ax_free_port)
+python3 scripts/dev_receiver.py "$receiver_port" >"$dir/receiver.log" 2>&1 &
+receiver=$!
+
+# An example's http.url, moved onto the loopback stand-in (same path), into $dir.
+local_copy() { # file
+  python3 - "$1" "$receiver_port" "$dir/$(basename "$1")" <<'PY'
+import json, shutil, sys, urllib.parse
+src, port, dst = sys.argv[1], sys.argv[2], sys.argv[3]
+spec = json.load(open(src, encoding="utf-8"))
+http = spec.get("http")
+if http and "url" in http and not http["url"].startswith("http://127.0.0.1:"):
+    path = urllib.parse.urlsplit(http["url"]).path or "/"
+    http["url"] = f"http://127.0.0.1:{port}{path}"
+    json.dump(spec, open(dst, "w", encoding="utf-8"), indent=2)
+else:
+    shutil.copyfile(src, dst)
+PY
+  echo "$dir/$(basename "$1")"
+}
+examples=(examples/tasks/*.json)
+[ "$failing" = yes ] && examples+=(examples/tasks/failing/*.json)
+for f in "${examples[@]}"; do
+  "$ax" task put "$(local_copy "$f")" || echo "dev: could not register $f" >&2
 done
 
 # What a second terminal needs for the CLI: the binary on PATH, the servers, the token.
@@ -66,6 +95,8 @@ ax is running: $replicas replicas, etcd at $AX_ETCD_ENDPOINT, Redis at $AX_REDIS
 
   console:  $first/ui/   (enter the admin token below in its token field)
   token:    $AX_API_TOKEN
+  replicas: (every one serves the console and the API; kill one, use another)
+$(for i in $(seq 1 "$replicas"); do printf '    ax-%s  pid %s  http://127.0.0.1:%s/ui/\n' "$i" "${pids[$((i-1))]}" "${ports[$((i-1))]}"; done)
 
 In another terminal, paste this line; then \`ax status\`, \`ax task list\` and the README's
 "Run it" commands work as written:
@@ -76,6 +107,9 @@ In another terminal, paste this line; then \`ax status\`, \`ax task list\` and t
   metrics:  $(for p in "${ports[@]}"; do printf 'http://127.0.0.1:%s/metrics ' "$p"; done)
   logs:     $dir/ax-*.log
 
-Kill the leader (see \`ax status\`) to watch a failover. Ctrl-C stops everything.
+To watch a failover: \`ax status\` names the leader and its pid; \`kill -9 PID\`, then
+\`ax status\` again (the old leader shows stale, then gone) on another replica's console.
+Example http tasks call a stand-in on loopback (log: $dir/receiver.log).
+Ctrl-C stops everything.
 INFO
 wait

@@ -3,7 +3,10 @@
 # their data in a temp folder, and stops them with ax_stop_servers; a 3-member etcd cluster for
 # the tests of member failures (ax_start_etcd_cluster, ax_stop_etcd_cluster); and a Redis
 # Cluster (ax_start_redis_cluster, ax_stop_redis_cluster, described where they are defined).
-#   ax_start_servers DIR       sets AX_ETCD_ENDPOINT, AX_REDIS_URL, AX_ETCD_PID, AX_REDIS_PID
+#   ax_start_servers DIR [persistent]
+#                              sets AX_ETCD_ENDPOINT, AX_REDIS_URL, AX_ETCD_PID, AX_REDIS_PID;
+#                              with `persistent`, Redis keeps an append-only file as a
+#                              production Redis does (tests run without, for speed)
 #   ax_start_etcd_cluster DIR  sets AX_ETCD_CLUSTER (the 3 client URLs, comma-separated) and
 #                              AX_ETCD_CLUSTER_PIDS (the members' process ids, same order)
 #   ax_require WHO TOOL...     fails, naming WHO and scripts/setup.sh, unless each TOOL is on PATH
@@ -37,7 +40,8 @@ ax_wait() { # what, tries, command...
 }
 
 ax_start_servers() {
-  local dir=$1
+  local dir=$1 persistence=(--save '' --appendonly no)
+  [ "${2:-}" = persistent ] && persistence=(--save '' --appendonly yes --appendfsync everysec)
   mkdir -p "$dir/etcd" "$dir/redis"
   local cport pport rport
   cport=$(ax_free_port); pport=$(ax_free_port); rport=$(ax_free_port)
@@ -48,7 +52,7 @@ ax_start_servers() {
     --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
     --initial-cluster "ax=http://127.0.0.1:$pport" >"$dir/etcd/etcd.log" 2>&1 &
   AX_ETCD_PID=$!
-  setsid redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir/redis" \
+  setsid redis-server --port "$rport" --bind 127.0.0.1 "${persistence[@]}" --dir "$dir/redis" \
     >"$dir/redis/redis.log" 2>&1 &
   AX_REDIS_PID=$!
   AX_ETCD_ENDPOINT="http://127.0.0.1:$cport"

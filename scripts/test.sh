@@ -25,6 +25,10 @@ export AX_TEST_ETCD="$AX_ETCD_ENDPOINT" AX_TEST_REDIS="$AX_REDIS_URL"
 echo "test: etcd at $AX_TEST_ETCD, Redis at $AX_TEST_REDIS"
 
 export CARGO_TERM_COLOR=never
+# One build from a clean tree gains nothing from incremental caches, which would take about a
+# third of target/ on a disk that may be small; say up front how much room there is.
+export CARGO_INCREMENTAL=0
+echo "test: free disk: $(df -Pk . | awk 'NR==2 {printf "%.1f GiB", $4/1048576}')"
 echo "test: cargo fmt --check"
 cargo fmt --all -- --check
 echo "test: cargo clippy"

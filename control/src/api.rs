@@ -38,8 +38,8 @@ pub use find::{
 };
 pub use http::{limit_of_status, ErrorBody, ErrorDetail};
 pub use status::{
-    ClockView, EtcdDbView, QueueContents, QueueState, QueueView, QueuedExecution, ReplicaView,
-    ShardsView, StatusView,
+    ClockView, EtcdDbView, QueueContents, QueueState, QueueView, QueuedExecution, ReplicaState,
+    ReplicaView, ShardsView, StatusView,
 };
 pub use tasks::{
     BackfillParams, BackfillResult, PutOptions, PutTaskResult, TaskList, TaskQuery, TaskView,

@@ -5,15 +5,20 @@
 //! never stale by more than one TTL. Each record is a plain put on its own [`Session`]: it
 //! is not created-if-absent, because a replica restarting under the same id simply replaces
 //! its old record.
+//!
+//! Beside each record, `{prefix}/roster/{instance_id}` keeps the same record with no lease
+//! ([`RosterEntry`]). A roster entry whose record is gone is a replica that died without
+//! deregistering; [`sweep_roster`] stamps when it was first seen gone and forgets it
+//! [`ROSTER_KEEP`] later, so the roster stays bounded whatever the churn of pod names.
 
 use ax_scheduler_core::UtcMillis;
-use etcd_client::{Client, GetOptions, PutOptions};
+use etcd_client::{Client, GetOptions, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ElectionConfig;
 use crate::error::{timed, ElectionError};
-use crate::keys::{instance_key, instances_prefix};
+use crate::keys::{instance_key, instances_prefix, roster_key};
 use crate::session::Session;
 use crate::validity::LossReason;
 
@@ -36,14 +41,32 @@ pub struct InstanceRecord {
     /// Address of its HTTP endpoint, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
+    /// Host it runs on (the pod name under Kubernetes), so an operator can find the process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Its process id on that host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     /// When it started.
     pub started_at: UtcMillis,
+}
+
+/// A replica's roster entry: its last record, kept without a lease, and when it was first
+/// seen without a live record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RosterEntry {
+    /// The record the replica last registered.
+    pub record: InstanceRecord,
+    /// When a sweep first found its live record gone; absent while it is live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gone_at: Option<UtcMillis>,
 }
 
 /// A published instance record, kept alive until dropped or deregistered.
 pub struct InstanceRegistration {
     session: Session,
     key: String,
+    roster_key: String,
 }
 
 impl InstanceRegistration {
@@ -57,14 +80,17 @@ impl InstanceRegistration {
         self.session.loss_reason()
     }
 
-    /// Removes the record now (revoking its session's lease, else deleting the key).
+    /// Removes the record now (revoking its session's lease, else deleting the key), and its
+    /// roster entry: a replica that stops cleanly is not shown as gone.
     pub async fn deregister(self) -> Result<(), ElectionError> {
         let client = self.session.client().clone();
         let t = self.session.request_timeout();
-        if self.session.close().await.is_err() {
-            let mut kv = client.kv_client();
+        let mut kv = client.kv_client();
+        let closed = self.session.close().await.is_ok();
+        if !closed {
             timed("instance delete", t, kv.delete(self.key, None)).await?;
         }
+        timed("roster delete", t, kv.delete(self.roster_key, None)).await?;
         Ok(())
     }
 }
@@ -80,22 +106,31 @@ pub async fn register_instance(
     let session = Session::open(client, config).await?;
     // A record of strings and integers always serializes.
     let value = serde_json::to_vec(record).unwrap_or_default();
+    let entry = serde_json::to_vec(&RosterEntry {
+        record: record.clone(),
+        gone_at: None,
+    })
+    .unwrap_or_default();
     let mut kv = client.kv_client();
-    if let Err(e) = timed(
-        "instance put",
-        t,
-        kv.put(
+    // The roster entry outlives the lease, so a replica that dies quietly is shown as gone
+    // rather than dropping off the list.
+    let put = Txn::new().and_then([
+        TxnOp::put(
             key.clone(),
             value,
             Some(PutOptions::new().with_lease(session.lease_id())),
         ),
-    )
-    .await
-    {
+        TxnOp::put(roster_key(&config.prefix, &record.instance_id), entry, None),
+    ]);
+    if let Err(e) = timed("instance put", t, kv.txn(put)).await {
         let _ = session.close().await;
         return Err(e);
     }
-    Ok(InstanceRegistration { session, key })
+    Ok(InstanceRegistration {
+        session,
+        key,
+        roster_key: roster_key(&config.prefix, &record.instance_id),
+    })
 }
 
 /// How long [`keep_registered`] waits before it publishes again after a failure or a loss.

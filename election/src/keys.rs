@@ -28,6 +28,16 @@ pub(crate) fn instances_prefix(prefix: &str) -> String {
     format!("{}/instances/", trim(prefix))
 }
 
+/// `{prefix}/roster/{instance_id}`: a replica's record with no lease, kept after it dies.
+pub(crate) fn roster_key(prefix: &str, instance_id: &str) -> String {
+    format!("{}/roster/{instance_id}", trim(prefix))
+}
+
+/// `{prefix}/roster/`: the range of all roster entries.
+pub(crate) fn roster_prefix(prefix: &str) -> String {
+    format!("{}/roster/", trim(prefix))
+}
+
 /// `{prefix}/shards/`: the range of shard members and owners, watched as one.
 pub(crate) fn shards_prefix(prefix: &str) -> String {
     format!("{}/shards/", trim(prefix))

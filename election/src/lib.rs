@@ -33,6 +33,7 @@ mod key_hold;
 mod keys;
 mod lock;
 mod observe;
+mod roster;
 mod session;
 mod shards;
 mod validity;
@@ -42,12 +43,13 @@ pub use config::{ElectionConfig, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL};
 pub use error::ElectionError;
 pub use instances::{
     keep_registered, list_instances, list_instances_with_liveness, register_instance,
-    InstanceLiveness, InstanceRecord, InstanceRegistration,
+    InstanceLiveness, InstanceRecord, InstanceRegistration, RosterEntry,
 };
 pub use key_hold::KeyHold;
 pub use keys::{instance_key, leader_key, lock_key, shard_owner_key};
 pub use lock::{LockGuard, TaskLock};
 pub use observe::{current_leader, observe, LeaderInfo, LeaderObserver};
+pub use roster::{list_roster, sweep_roster, SweepReport, ROSTER_KEEP, ROSTER_MAX};
 pub use session::Session;
 pub use shards::{
     list_shard_owners, own_shards, ShardEvent, ShardGuard, ShardOwner, ShardOwnerRecord,

@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use ax_election::{
-    current_leader, list_instances, observe, register_instance, Candidate, ElectionConfig,
-    InstanceRecord, Leadership, LossReason, Session, TaskLock,
+    current_leader, list_instances, list_roster, observe, register_instance, sweep_roster,
+    Candidate, ElectionConfig, InstanceRecord, Leadership, LossReason, Session, SweepReport,
+    TaskLock, ROSTER_KEEP,
 };
 use ax_scheduler_core::UtcMillis;
 use etcd_client::Client;
@@ -365,6 +366,8 @@ async fn instance_records_live_on_leases() {
         queues: vec!["default".into()],
         version: "0.1.0".into(),
         address: Some("127.0.0.1:8080".into()),
+        host: Some("node-1".into()),
+        pid: Some(4242),
         started_at: UtcMillis(1_700_000_000_000),
     };
     let r1 = register_instance(&client, &cfg, &record("i1"))
@@ -392,6 +395,56 @@ async fn instance_records_live_on_leases() {
     })
     .await
     .expect("a dropped registration disappears");
+
+    // The roster still knows i2 (it died without deregistering), not i1 (it stopped cleanly).
+    let roster = list_roster(&client, &cfg).await.unwrap();
+    assert_eq!(roster.len(), 1, "{roster:?}");
+    assert_eq!(roster[0].record, record("i2"));
+    assert_eq!(roster[0].gone_at, None);
+    let t0 = UtcMillis(1_800_000_000_000);
+    let swept = sweep_roster(&client, &cfg, t0).await.unwrap();
+    assert_eq!(
+        swept,
+        SweepReport {
+            marked: 1,
+            forgotten: 0
+        }
+    );
+    let roster = list_roster(&client, &cfg).await.unwrap();
+    assert_eq!(roster[0].gone_at, Some(t0), "stamped when first seen gone");
+    // A second sweep keeps the first stamp.
+    let later = UtcMillis(t0.0 + 1000);
+    assert_eq!(
+        sweep_roster(&client, &cfg, later).await.unwrap(),
+        SweepReport::default()
+    );
+    // Registering again under the same id makes it live again.
+    let back = register_instance(&client, &cfg, &record("i2"))
+        .await
+        .unwrap();
+    let roster = list_roster(&client, &cfg).await.unwrap();
+    assert_eq!(roster[0].gone_at, None);
+    drop(back);
+    timeout(Duration::from_secs(1), async {
+        while !list_instances(&client, &cfg).await.unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a dropped registration disappears");
+    sweep_roster(&client, &cfg, t0).await.unwrap();
+    let keep = i64::try_from(ROSTER_KEEP.as_millis()).unwrap();
+    let swept = sweep_roster(&client, &cfg, UtcMillis(t0.0 + keep + 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        swept,
+        SweepReport {
+            marked: 0,
+            forgotten: 1
+        }
+    );
+    assert!(list_roster(&client, &cfg).await.unwrap().is_empty());
 }
 
 #[tokio::test]

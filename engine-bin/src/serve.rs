@@ -44,7 +44,8 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::config::{AlertLevel, Config, ReplicaRole};
 use crate::http::metrics::{
-    Metrics, ALERT_FAILED, ALERT_SENT, ALERT_SUPPRESSED, BACKEND_ETCD, BACKEND_REDIS,
+    Metrics, ALERT_CHANNEL_ALL, ALERT_FAILED, ALERT_SENT, ALERT_SUPPRESSED, BACKEND_ETCD,
+    BACKEND_REDIS,
 };
 use crate::http::readiness::Readiness;
 use crate::http::{self, ApiBackend, AppState};
@@ -67,6 +68,7 @@ pub struct Server {
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
     listener: TcpListener,
+    host: Option<String>,
 }
 
 impl Server {
@@ -87,7 +89,14 @@ impl Server {
             metrics,
             readiness,
             listener,
+            host: None,
         })
+    }
+
+    /// The host name the replica publishes in its instance record, for operators to find it.
+    pub fn with_host(mut self, host: Option<String>) -> Server {
+        self.host = host;
+        self
     }
 
     /// The address the HTTP server listens on (useful with port 0).
@@ -119,6 +128,7 @@ impl Server {
             metrics,
             readiness,
             listener,
+            host,
         } = self;
         let addr = listener.local_addr().ok();
         info!(
@@ -178,6 +188,7 @@ impl Server {
             alerts: &alerts,
             clock: &clock,
             address: addr.map(|a| a.to_string()),
+            host,
         };
         parts.watch_etcd_endpoints(shutdown)?;
         parts.register_instance(shutdown);
@@ -379,6 +390,8 @@ struct Parts<'a> {
     /// The wall clock the replica runs on.
     clock: &'a Arc<dyn Clock>,
     address: Option<String>,
+    /// The host name, for the instance record.
+    host: Option<String>,
 }
 
 impl Parts<'_> {
@@ -435,13 +448,21 @@ impl Parts<'_> {
             },
             version: env!("CARGO_PKG_VERSION").to_owned(),
             address: self.address.clone(),
+            host: self.host.clone(),
+            pid: Some(std::process::id()),
             started_at: self.clock.now(),
         };
         let client = self.etcd.clone();
         let election = election_config(self.cluster);
+        let (sweep_client, sweep_election) = (client.clone(), election.clone());
         shutdown.spawn(move |cancel| {
             ax_election::keep_registered(client, election, record, cancel)
                 .instrument(info_span!("instance"))
+        });
+        let clock = Arc::clone(self.clock);
+        shutdown.spawn(move |cancel| {
+            sweep_roster(sweep_client, sweep_election, clock, cancel)
+                .instrument(info_span!("roster"))
         });
     }
 
@@ -714,13 +735,13 @@ impl AlertCounts {
                 }
             }
         }
-        let key = ("all".to_owned(), ALERT_SUPPRESSED);
+        let key = (ALERT_CHANNEL_ALL.to_owned(), ALERT_SUPPRESSED);
         let suppressed = stats.deduplicated + stats.rate_limited;
         let before = self.seen.insert(key, suppressed).unwrap_or(0);
         if suppressed > before {
             metrics
                 .alerts_total
-                .with_label_values(&["all", ALERT_SUPPRESSED])
+                .with_label_values(&[ALERT_CHANNEL_ALL, ALERT_SUPPRESSED])
                 .inc_by(suppressed - before);
         }
     }
@@ -742,4 +763,29 @@ fn alert_channels(config: &Config) -> Vec<&'static str> {
 fn audit_capacity_watch(metrics: &Metrics) -> CapacityWatch {
     let gauge = metrics.process.audit_over_capacity.clone();
     CapacityWatch::new(move |over| gauge.set(i64::from(over)))
+}
+
+/// Every election TTL, stamps replicas that died without deregistering and forgets those gone
+/// for long ([`ax_election::sweep_roster`]). Every replica sweeps; the sweeps are
+/// compare-and-swaps, so they never undo each other.
+async fn sweep_roster(
+    client: etcd_client::Client,
+    election: ax_election::ElectionConfig,
+    clock: Arc<dyn Clock>,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let period = election.ttl;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+        match ax_election::sweep_roster(&client, &election, clock.now()).await {
+            Ok(r) if r.marked > 0 || r.forgotten > 0 => {
+                info!(marked = r.marked, forgotten = r.forgotten, "roster swept");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "cannot sweep the roster"),
+        }
+    }
 }

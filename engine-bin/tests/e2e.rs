@@ -50,6 +50,15 @@ async fn put_one_shot(c: &Cluster, namespace: &str, id: &str, due: i64) {
         .await;
 }
 
+/// The row of `ax status --output json` for replica `id` (null when absent).
+fn replica_row(status: &Value, id: &str) -> Value {
+    status["replicas"]
+        .as_array()
+        .and_then(|rs| rs.iter().find(|r| r["id"] == id))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
 fn percentile(sorted: &[i64], p: f64) -> i64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i]
@@ -356,6 +365,18 @@ async fn leader_killed_while_firing_loses_and_repeats_nothing() {
         u64::try_from(first_due + 3000 - now_ms()).unwrap(),
     ))
     .await;
+    let old_pid = c.replica(&old).pid();
+    let status = c.ax_json(&["status"]).await;
+    let shown = replica_row(&status, &old);
+    assert_eq!(shown["pid"].as_u64(), old_pid.map(u64::from), "{shown}");
+    assert_eq!(shown["host"], "e2e-host", "{shown}");
+    assert_eq!(shown["state"], "live", "{shown}");
+    assert!(
+        shown["address"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("127.0.0.1:")),
+        "{shown}"
+    );
     let killed_at = now_ms();
     c.replica(&old).kill();
     let new = c.wait_for_leader(Some(&old), Duration::from_secs(8)).await;
@@ -400,6 +421,27 @@ async fn leader_killed_while_firing_loses_and_repeats_nothing() {
     assert_eq!(c.metric(&new, "scheduler_is_leader").await, Some(1.0));
     let status = c.ax_json(&["status"]).await;
     assert_eq!(status["leader"], new.as_str(), "{status}");
+    // The killed leader stays on the list, shown gone, rather than dropping off it.
+    let mut gone = Value::Null;
+    for _ in 0..40 {
+        let status = c.ax_json(&["status"]).await;
+        gone = replica_row(&status, &old);
+        if gone["state"] == "gone" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(gone["state"], "gone", "{gone}");
+    assert!(
+        gone["gone_at"].as_i64().is_some_and(|t| t >= killed_at),
+        "{gone}"
+    );
+    let text = c.ax_ok(&["status"]).await;
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(old.as_str()) && l.contains("gone since")),
+        "{text}"
+    );
     // Every task shows its true state: none left RUNNING because the old leader died before
     // writing what it had heard, or because its re-fire was refused as a duplicate.
     let mut stuck = Vec::new();

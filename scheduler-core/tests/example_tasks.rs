@@ -1,4 +1,5 @@
-//! Every task file in `examples/tasks/` validates, compiles and round-trips.
+//! Every task file in `examples/tasks/` (and its `failing/` examples) validates, compiles and
+//! round-trips.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -9,7 +10,10 @@ use ax_scheduler_core::{TaskSpec, UtcMillis};
 fn example_tasks_validate() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/tasks");
     let mut seen = 0;
-    for entry in std::fs::read_dir(&dir).expect("examples/tasks exists") {
+    let files = std::fs::read_dir(&dir)
+        .expect("examples/tasks exists")
+        .chain(std::fs::read_dir(dir.join("failing")).expect("examples/tasks/failing exists"));
+    for entry in files {
         let path = entry.unwrap().path();
         if path.extension().and_then(|e| e.to_str()) != Some("json") {
             continue;
@@ -29,5 +33,5 @@ fn example_tasks_validate() {
         );
         seen += 1;
     }
-    assert!(seen >= 4, "expected the example tasks, found {seen}");
+    assert!(seen >= 6, "expected the example tasks, found {seen}");
 }

@@ -164,6 +164,8 @@ impl Config {
             queues,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             address: None,
+            host: None,
+            pid: Some(std::process::id()),
             started_at: self.queue.clock.now(),
         };
         let election = ax_control::connect::election_config(&cluster);

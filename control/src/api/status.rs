@@ -90,6 +90,57 @@ pub struct ReplicaView {
     /// absent when etcd could not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heartbeat_age_ms: Option<u64>,
+    /// Host it runs on (the pod name under Kubernetes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Its process id on that host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Address its HTTP API and console listen on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Whether it is heard from.
+    #[serde(default)]
+    pub state: ReplicaState,
+    /// When it was first seen gone (state `gone`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gone_at: Option<UtcMillis>,
+}
+
+/// Whether a replica is heard from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplicaState {
+    /// Its heartbeat is on time.
+    #[default]
+    Live,
+    /// It missed a heartbeat: still registered, its lease not yet expired, but silent (killed,
+    /// stopped, cut off). Its record goes when the lease expires.
+    Stale,
+    /// Its registration expired without the replica deregistering: it died or was cut off.
+    /// Shown for an hour after it was first seen gone.
+    Gone,
+}
+
+impl ReplicaState {
+    /// The word shown in the CLI and the console.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplicaState::Live => "live",
+            ReplicaState::Stale => "stale",
+            ReplicaState::Gone => "gone",
+        }
+    }
+
+    /// A registered replica's state from its heartbeat's age: stale once it missed a renewal
+    /// (renewals come every third of the lease's TTL; etcd counts whole seconds).
+    pub fn of_heartbeat(age: Option<std::time::Duration>, ttl: std::time::Duration) -> Self {
+        let limit = ttl / 3 + std::time::Duration::from_millis(1500);
+        match age {
+            Some(age) if age > limit => ReplicaState::Stale,
+            _ => ReplicaState::Live,
+        }
+    }
 }
 
 /// One queue.

@@ -95,6 +95,8 @@ mod tests {
             queues: queues.iter().map(|q| (*q).to_owned()).collect(),
             version: "0".into(),
             address: None,
+            host: None,
+            pid: None,
             started_at: UtcMillis(0),
         }
     }

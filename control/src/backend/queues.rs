@@ -14,8 +14,8 @@ use ax_queue::{
 use super::{errors, tasks::not_found, Backend};
 use crate::api::{
     ApiError, AttemptFailure, DeadLetter, EtcdDbView, ExecutionList, ExecutionQuery,
-    ExecutionRecord, ExecutionStory, FireView, Outcome, PendingAttempt, QueueView, ReplicaView,
-    ShardsView, StatusView, TaskKey, WaitingAttempt,
+    ExecutionRecord, ExecutionStory, FireView, Outcome, PendingAttempt, QueueView, ReplicaState,
+    ReplicaView, ShardsView, StatusView, TaskKey, WaitingAttempt,
 };
 use ax_scheduler_core::{ExecutionId, UtcMillis};
 
@@ -557,24 +557,37 @@ impl Backend {
         })
     }
 
-    /// The registered replicas, with the age of their last heartbeat.
+    /// The registered replicas, with the age of their last heartbeat, then those on the
+    /// roster whose registration expired (gone), in instance id order.
     async fn replica_views(&self) -> Result<Vec<ReplicaView>, ApiError> {
-        Ok(
+        let ttl = self.election.ttl;
+        let mut views: Vec<ReplicaView> =
             ax_election::list_instances_with_liveness(&self.etcd, &self.election)
                 .await
                 .map_err(errors::election)?
                 .into_iter()
-                .map(|r| ReplicaView {
-                    id: r.record.instance_id,
-                    roles: r.record.roles,
-                    version: r.record.version,
-                    started_at: Some(r.record.started_at),
-                    heartbeat_age_ms: r
-                        .heartbeat_age
-                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                .map(|r| {
+                    let state = ReplicaState::of_heartbeat(r.heartbeat_age, ttl);
+                    replica_view(r.record, r.heartbeat_age, state, None)
                 })
-                .collect(),
-        )
+                .collect();
+        // The roster is informative: a status without it is still a status.
+        let roster = ax_election::list_roster(&self.etcd, &self.election)
+            .await
+            .unwrap_or_default();
+        for entry in roster {
+            if views.iter().any(|v| v.id == entry.record.instance_id) {
+                continue;
+            }
+            views.push(replica_view(
+                entry.record,
+                None,
+                ReplicaState::Gone,
+                entry.gone_at,
+            ));
+        }
+        views.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(views)
     }
 
     /// Every known queue's view, and their dead letters in all.
@@ -696,5 +709,26 @@ mod tests {
             story_head(id, None, None),
             Err(ApiError::NotFound(_))
         ));
+    }
+}
+
+/// A replica's view from its record.
+fn replica_view(
+    record: ax_election::InstanceRecord,
+    heartbeat_age: Option<std::time::Duration>,
+    state: ReplicaState,
+    gone_at: Option<UtcMillis>,
+) -> ReplicaView {
+    ReplicaView {
+        id: record.instance_id,
+        roles: record.roles,
+        version: record.version,
+        started_at: Some(record.started_at),
+        heartbeat_age_ms: heartbeat_age.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        host: record.host,
+        pid: record.pid,
+        address: record.address,
+        state,
+        gone_at,
     }
 }

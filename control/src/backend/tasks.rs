@@ -25,9 +25,10 @@ pub(super) fn view_from_raw(
     id: &str,
     raw: &[u8],
     state: Option<&TaskState>,
+    now: UtcMillis,
 ) -> TaskView {
     match TaskSpec::from_json(raw, namespace, id) {
-        Ok(spec) => view_of_spec(&spec, state),
+        Ok(spec) => view_of_spec(&spec, state, now),
         Err(errors) => TaskView {
             namespace: namespace.to_owned(),
             id: id.to_owned(),
@@ -74,7 +75,9 @@ fn last_outcome(state: Option<&TaskState>) -> Option<Outcome> {
 }
 
 /// The view of a valid spec: the spec in its normalized form (every default spelled out).
-pub(super) fn view_of_spec(spec: &TaskSpec, state: Option<&TaskState>) -> TaskView {
+/// A waiting task whose state names no next fire yet (the leader records it once the fire
+/// is armed) shows the one its schedule gives, computed as the leader computes it.
+pub(super) fn view_of_spec(spec: &TaskSpec, state: Option<&TaskState>, now: UtcMillis) -> TaskView {
     let (status, next_fire) = if spec.paused {
         (TaskStatus::Paused, None)
     } else {
@@ -85,6 +88,10 @@ pub(super) fn view_of_spec(spec: &TaskSpec, state: Option<&TaskState>) -> TaskVi
             Some(s) => (s.status, s.next_fire_at),
             None => (TaskStatus::Waiting, None),
         }
+    };
+    let next_fire = match (status, next_fire) {
+        (TaskStatus::Waiting, None) => scheduled_next_fire(spec, state, now),
+        (_, next) => next,
     };
     TaskView {
         namespace: spec.namespace.to_string(),
@@ -105,6 +112,21 @@ pub(super) fn view_of_spec(spec: &TaskSpec, state: Option<&TaskState>) -> TaskVi
             .filter(|s| s.consecutive_failures > 0)
             .and_then(|s| s.last_error.clone()),
     }
+}
+
+/// The schedule's next fire at or after `now`, from the countdown anchor the leader recorded
+/// (else the spec's creation, else now); `None` past a one-shot's instant.
+fn scheduled_next_fire(
+    spec: &TaskSpec,
+    state: Option<&TaskState>,
+    now: UtcMillis,
+) -> Option<UtcMillis> {
+    let compiled = spec.schedule.compile().ok()?;
+    let anchor = state
+        .and_then(|s| s.anchor_at)
+        .or(spec.created_at)
+        .unwrap_or(now);
+    compiled.upcoming(now, anchor, 1).into_iter().next()
 }
 
 /// The next `n` fires of a task, from its armed next fire when the leader computed one
@@ -278,17 +300,13 @@ impl Backend {
         let raw = self.raw_spec(key).await?.ok_or_else(|| not_found(key))?;
         let state = self.state_of(&key.namespace, &key.id).await;
         let known = state.as_ref().ok().and_then(Option::as_ref);
-        let mut view = view_from_raw(&key.namespace, &key.id, &raw, known);
+        let now = UtcMillis::now();
+        let mut view = view_from_raw(&key.namespace, &key.id, &raw, known, now);
         mark_namespace_paused(&mut view, &self.paused_namespace_names().await?);
         if let Ok(spec) = TaskSpec::from_json(&raw, &key.namespace, &key.id) {
             if !view.namespace_paused {
-                view.upcoming_fires = upcoming_fires(
-                    &spec,
-                    known,
-                    view.next_fire,
-                    UtcMillis::now(),
-                    UPCOMING_FIRES,
-                );
+                view.upcoming_fires =
+                    upcoming_fires(&spec, known, view.next_fire, now, UPCOMING_FIRES);
             }
         }
         if let Err(error) = &state {
@@ -480,7 +498,7 @@ impl Backend {
             .await
             .map_err(errors::registry)?;
         let state = self.state_of(&key.namespace, &key.id).await.ok().flatten();
-        Ok(view_of_spec(&stored.spec, state.as_ref()))
+        Ok(view_of_spec(&stored.spec, state.as_ref(), UtcMillis::now()))
     }
 
     pub(super) async fn run_now(
@@ -550,11 +568,12 @@ fn views_of_page(page: TaskPage) -> Vec<TaskView> {
         .map(|s| ((s.namespace, s.id), s.state))
         .collect();
     let state = |ns: &str, id: &str| states.get(&(ns.to_owned(), id.to_owned()));
+    let now = UtcMillis::now();
     let mut views: Vec<TaskView> = listing
         .tasks
         .iter()
         .map(|t| {
-            let mut view = view_of_spec(&t.spec, state(&t.spec.namespace, &t.spec.id));
+            let mut view = view_of_spec(&t.spec, state(&t.spec.namespace, &t.spec.id), now);
             let key = (t.spec.namespace.to_string(), t.spec.id.to_string());
             if let Some(error) = unreadable.get(&key) {
                 view.errors.push(unreadable_state(error));
@@ -624,21 +643,46 @@ mod tests {
         state.next_fire_at = Some(UtcMillis(now.0 + 60_000));
 
         let s = spec(r#"{"handler": "log", "schedule": {"every": "1m"}}"#);
-        let v = view_of_spec(&s, Some(&state));
+        let v = view_of_spec(&s, Some(&state), now);
         assert_eq!(v.status.as_deref(), Some("SCHEDULED"));
         assert_eq!(v.next_fire, state.next_fire_at);
 
         let paused = spec(r#"{"handler": "log", "schedule": {"every": "1m"}, "paused": true}"#);
-        let v = view_of_spec(&paused, Some(&state));
+        let v = view_of_spec(&paused, Some(&state), now);
         assert_eq!((v.status.as_deref(), v.next_fire), (Some("PAUSED"), None));
 
         state.status = TaskStatus::Paused;
-        let v = view_of_spec(&s, Some(&state));
+        let v = view_of_spec(&s, Some(&state), now);
         assert_eq!(v.status.as_deref(), Some("WAITING"));
 
-        let v = view_of_spec(&s, None);
+        let v = view_of_spec(&s, None, now);
         assert_eq!(v.status.as_deref(), Some("WAITING"));
         assert_eq!(v.spec["schedule"]["every"], "1m");
+    }
+
+    #[test]
+    fn a_waiting_task_shows_the_next_fire_its_schedule_gives() {
+        let now = UtcMillis(1_800_000_000_000);
+        let at = spec(r#"{"handler": "log", "schedule": {"at": "2027-12-01T00:00:00Z"}}"#);
+        let due = UtcMillis(1_827_619_200_000);
+        // Registered, no state yet; and a state the leader wrote without an armed fire.
+        assert_eq!(view_of_spec(&at, None, now).next_fire, Some(due));
+        let state = TaskState::new(1, now, now);
+        assert_eq!(state.status, TaskStatus::Waiting);
+        let v = view_of_spec(&at, Some(&state), now);
+        assert_eq!(
+            (v.status.as_deref(), v.next_fire),
+            (Some("WAITING"), Some(due))
+        );
+        // Past its instant, nothing is shown ahead; paused, nothing either.
+        assert_eq!(
+            view_of_spec(&at, None, UtcMillis(due.0 + 1)).next_fire,
+            None
+        );
+        let paused = spec(
+            r#"{"handler": "log", "schedule": {"at": "2027-12-01T00:00:00Z"}, "paused": true}"#,
+        );
+        assert_eq!(view_of_spec(&paused, None, now).next_fire, None);
     }
 
     #[test]
@@ -668,7 +712,7 @@ mod tests {
         );
         let paused = spec(r#"{"handler": "log", "schedule": {"every": "1m"}, "paused": true}"#);
         assert!(upcoming_fires(&paused, Some(&state), None, now, 10).is_empty());
-        let v = view_of_spec(&every, Some(&state));
+        let v = view_of_spec(&every, Some(&state), now);
         assert_eq!(v.schedule_text.as_deref(), Some("every 1m"));
         // An armed fire already past (a throttled task's skipped fires, a leader down) is
         // not listed ahead: the fires start at now, on the anchor's grid.
@@ -689,19 +733,25 @@ mod tests {
         });
         let every = spec(r#"{"handler": "log", "schedule": {"every": "1m"}}"#);
         assert_eq!(
-            view_of_spec(&every, Some(&state)).throttled,
+            view_of_spec(&every, Some(&state), now).throttled,
             state.throttled
         );
         let paused = spec(r#"{"handler": "log", "schedule": {"every": "1m"}, "paused": true}"#);
-        assert_eq!(view_of_spec(&paused, Some(&state)).throttled, None);
-        let mut v = view_of_spec(&every, Some(&state));
+        assert_eq!(view_of_spec(&paused, Some(&state), now).throttled, None);
+        let mut v = view_of_spec(&every, Some(&state), now);
         mark_namespace_paused(&mut v, &HashSet::from(["default".to_owned()]));
         assert_eq!((v.status.as_deref(), v.throttled), (Some("PAUSED"), None));
     }
 
     #[test]
     fn an_invalid_value_is_shown_as_written_with_its_errors() {
-        let v = view_from_raw("default", "t", br#"{"schedule": {"every": "soon"}}"#, None);
+        let v = view_from_raw(
+            "default",
+            "t",
+            br#"{"schedule": {"every": "soon"}}"#,
+            None,
+            UtcMillis(0),
+        );
         assert_eq!(v.status.as_deref(), Some("INVALID"));
         assert_eq!(v.spec["schedule"]["every"], "soon");
         assert!(
@@ -710,7 +760,7 @@ mod tests {
             v.errors
         );
 
-        let v = view_from_raw("default", "t", b"not json", None);
+        let v = view_from_raw("default", "t", b"not json", None, UtcMillis(0));
         assert_eq!(v.spec, serde_json::Value::String("not json".into()));
     }
 

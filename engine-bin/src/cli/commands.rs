@@ -57,7 +57,7 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
     match cli.command {
         Command::Token(TokenCommand::New { name, role }) => print_stdout(&new_token(&name, role)),
         Command::Namespace(cmd) => namespace(&config, actor, cmd).await,
-        Command::Serve(_) => serve(config).await,
+        Command::Serve(_) => serve(config, edge.hostname.clone()).await,
         Command::Config(ConfigCommand::Print(_)) => {
             print_stdout(&config.to_masked_toml())?;
             Ok(())
@@ -259,7 +259,7 @@ pub fn load_config(cli: &Cli, edge: &Edge) -> Result<Config, CliError> {
     })?)
 }
 
-async fn serve(config: Config) -> Result<(), CliError> {
+async fn serve(config: Config, host: Option<String>) -> Result<(), CliError> {
     // A command stopped at the end of the grace gets its own grace to end.
     let deadline = config.worker.shutdown_grace
         + config.worker.commands_config().longest_stop()
@@ -269,7 +269,7 @@ async fn serve(config: Config) -> Result<(), CliError> {
         .listen_for_signals()
         .map_err(|e| CliError::Failed(anyhow::anyhow!("cannot listen for signals: {e}")))?;
     let result = match Server::bind(config).await {
-        Ok(server) => server.run(&shutdown).await,
+        Ok(server) => server.with_host(host).run(&shutdown).await,
         Err(e) => {
             shutdown.cancel();
             Err(e)

@@ -5,17 +5,21 @@
 //! nothing to say (no shards, no paused namespace) leaves no trace in the text.
 
 use super::format::{millis, table};
-use ax_control::api::{EtcdDbView, ShardsView, StatusView};
+use ax_control::api::{EtcdDbView, ReplicaState, ReplicaView, ShardsView, StatusView};
 
 /// `ax status`.
 pub fn status_text(s: &StatusView) -> String {
-    let leader = match (&s.leader, &s.shards) {
-        (Some(leader), _) => leader.clone(),
-        // Nobody holds the leader key by design: the shards below say who schedules.
-        (None, Some(_)) => "none (sharded scheduling: see shards)".to_owned(),
-        (None, None) => "none".to_owned(),
+    let gone = s
+        .replicas
+        .iter()
+        .filter(|r| r.state == ReplicaState::Gone)
+        .count();
+    let count = if gone > 0 {
+        format!("{} ({gone} gone)", s.replicas.len())
+    } else {
+        s.replicas.len().to_string()
     };
-    let mut out = format!("leader: {leader}\n\nreplicas: {}\n", s.replicas.len());
+    let mut out = format!("leader: {}\n\nreplicas: {count}\n", leader_text(s));
     out.push_str(&replicas_text(s));
     out.push_str(&format!("\nqueues: {}\n", s.queues.len()));
     out.push_str(&queues_text(s));
@@ -33,7 +37,9 @@ pub fn status_text(s: &StatusView) -> String {
     out
 }
 
-/// The replicas' table, the leader marked; nothing when there is none.
+/// The replicas' table, the leader marked; nothing when there is none. A replica's host, pid
+/// and address say which process to look at (or kill); its state says whether it is heard
+/// from.
 fn replicas_text(s: &StatusView) -> String {
     if s.replicas.is_empty() {
         return String::new();
@@ -46,12 +52,51 @@ fn replicas_text(s: &StatusView) -> String {
             vec![
                 r.id.clone(),
                 r.roles.join(","),
+                r.host.clone().unwrap_or_else(|| "-".to_owned()),
+                r.pid.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+                r.address.clone().unwrap_or_else(|| "-".to_owned()),
+                replica_state_text(r),
                 r.version.clone(),
                 if leads { "leader" } else { "" }.to_owned(),
             ]
         })
         .collect();
-    table(&["INSTANCE", "ROLES", "VERSION", ""], &rows)
+    table(
+        &[
+            "INSTANCE", "ROLES", "HOST", "PID", "ADDRESS", "STATE", "VERSION", "",
+        ],
+        &rows,
+    )
+}
+
+/// `live`, `stale (no heartbeat for 6s)`, `gone since 2026-…`.
+fn replica_state_text(r: &ReplicaView) -> String {
+    match r.state {
+        ReplicaState::Live => "live".to_owned(),
+        ReplicaState::Stale => format!("stale (no heartbeat for {})", millis(r.heartbeat_age_ms)),
+        ReplicaState::Gone => match r.gone_at {
+            Some(at) => format!("gone since {at}"),
+            None => "gone".to_owned(),
+        },
+    }
+}
+
+/// The leader line: who, and a warning when the leader is not heard from.
+fn leader_text(s: &StatusView) -> String {
+    let Some(leader) = &s.leader else {
+        return match &s.shards {
+            // Nobody holds the leader key by design: the shards below say who schedules.
+            Some(_) => "none (sharded scheduling: see shards)".to_owned(),
+            None => "none".to_owned(),
+        };
+    };
+    match s.replicas.iter().find(|r| &r.id == leader) {
+        Some(r) if r.state != ReplicaState::Live => format!(
+            "{leader} ({}: another replica takes over when its lease expires)",
+            replica_state_text(r)
+        ),
+        _ => leader.clone(),
+    }
 }
 
 /// The queues' table; nothing when there is none.
@@ -168,7 +213,8 @@ fn shards_text(shards: &ShardsView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ax_control::api::{QueueView, ReplicaView};
+    use ax_control::api::QueueView;
+    use ax_scheduler_core::UtcMillis;
 
     #[test]
     fn status_marks_the_leader() {
@@ -183,6 +229,11 @@ mod tests {
                     version: "0.1.0".into(),
                     started_at: None,
                     heartbeat_age_ms: None,
+                    host: Some("node-a".into()),
+                    pid: Some(4242),
+                    address: Some("127.0.0.1:8080".into()),
+                    state: ReplicaState::Live,
+                    gone_at: None,
                 },
                 ReplicaView {
                     id: "ax-1".into(),
@@ -190,6 +241,11 @@ mod tests {
                     version: "0.1.0".into(),
                     started_at: None,
                     heartbeat_age_ms: None,
+                    host: None,
+                    pid: None,
+                    address: None,
+                    state: ReplicaState::Live,
+                    gone_at: None,
                 },
             ],
             queues: vec![QueueView {
@@ -209,6 +265,14 @@ mod tests {
         };
         let text = status_text(&s);
         assert!(text.starts_with("leader: ax-1\n"), "{text}");
+        assert!(
+            text.lines().any(|l| l.starts_with("ax-0")
+                && l.contains("node-a")
+                && l.contains("4242")
+                && l.contains("127.0.0.1:8080")
+                && l.contains("live")),
+            "{text}"
+        );
         assert!(
             text.lines()
                 .any(|l| l.starts_with("ax-1") && l.ends_with("leader")),
@@ -269,6 +333,50 @@ mod tests {
         );
         assert!(
             text.contains("shards without an owner (their tasks do not fire): 2"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_silent_leader_is_flagged_and_a_dead_replica_shown_gone() {
+        let replica = |id: &str, state, age, gone_at| ReplicaView {
+            id: id.into(),
+            roles: vec!["scheduler".into()],
+            version: "0.1.0".into(),
+            started_at: None,
+            heartbeat_age_ms: age,
+            host: Some("h".into()),
+            pid: Some(1),
+            address: None,
+            state,
+            gone_at,
+        };
+        let s = StatusView {
+            leader_since: None,
+            clock: None,
+            leader: Some("ax-1".into()),
+            replicas: vec![
+                replica("ax-0", ReplicaState::Gone, None, Some(UtcMillis(0))),
+                replica("ax-1", ReplicaState::Stale, Some(6000), None),
+            ],
+            queues: vec![],
+            dlq_size: 0,
+            redis_warnings: Vec::new(),
+            etcd_db: None,
+            paused_namespaces: vec![],
+            shards: None,
+        };
+        let text = status_text(&s);
+        assert!(
+            text.starts_with(
+                "leader: ax-1 (stale (no heartbeat for 6s): another replica takes over when its lease expires)\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("replicas: 2 (1 gone)"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("ax-0") && l.contains("gone since 1970-01-01")),
             "{text}"
         );
     }
