@@ -25,7 +25,10 @@ pub use access::{
 };
 pub use backend::{ApiBackend, ApiFuture};
 pub use completion::{CompletionReply, CompletionRequest, CompletionStatus};
-pub use dlq::{AttemptFailure, DeadLetter, DlqRequeue};
+pub use dlq::{
+    AttemptFailure, DeadLetter, DlqRequeue, DlqRequeued, RequeueOnto, RequeuedLetter,
+    REQUEUED_LISTED,
+};
 pub use error::{ApiError, LimitKind};
 pub use executions::{
     ExecutionList, ExecutionParams, ExecutionQuery, ExecutionRecord, ExecutionStory, FireView,

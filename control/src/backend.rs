@@ -50,9 +50,10 @@ pub use tasks::check_command;
 
 use crate::api::{
     ApiBackend, ApiError, ApiFuture, BackfillParams, BackfillResult, ClockView, CompletionReply,
-    CompletionRequest, DeadLetter, DlqRequeue, ExecutionList, ExecutionMatches, ExecutionQuery,
-    ExecutionRecord, ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueContents,
-    QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    CompletionRequest, DeadLetter, DlqRequeue, DlqRequeued, ExecutionList, ExecutionMatches,
+    ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult, PutOptions, PutTaskResult,
+    QueueContents, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams,
+    TriggerResult,
 };
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 use crate::clock_check::ClockCheck;
@@ -264,7 +265,7 @@ impl ApiBackend for Backend {
         Box::pin(async move { self.dead_letters(queue, limit).await })
     }
 
-    fn dlq_requeue(&self, request: DlqRequeue) -> ApiFuture<'_, u64> {
+    fn dlq_requeue(&self, request: DlqRequeue) -> ApiFuture<'_, DlqRequeued> {
         Box::pin(async move { self.requeue(request).await })
     }
 

@@ -10,9 +10,10 @@ use ax_scheduler_core::ExecutionId;
 
 use crate::api::{
     ApiBackend, ApiError, ApiFuture, BackfillParams, BackfillResult, CompletionReply,
-    CompletionRequest, DeadLetter, DlqRequeue, ExecutionList, ExecutionMatches, ExecutionQuery,
-    ExecutionRecord, ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueContents,
-    QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    CompletionRequest, DeadLetter, DlqRequeue, DlqRequeued, ExecutionList, ExecutionMatches,
+    ExecutionQuery, ExecutionRecord, ExecutionStory, KillResult, PutOptions, PutTaskResult,
+    QueueContents, QueueState, StatusView, TaskKey, TaskList, TaskQuery, TaskView, TriggerParams,
+    TriggerResult,
 };
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 
@@ -93,7 +94,7 @@ impl ApiBackend for LateApi {
     fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>> {
         delegate!(self, dlq_list(queue, limit))
     }
-    fn dlq_requeue(&self, request: DlqRequeue) -> ApiFuture<'_, u64> {
+    fn dlq_requeue(&self, request: DlqRequeue) -> ApiFuture<'_, DlqRequeued> {
         delegate!(self, dlq_requeue(request))
     }
     fn dlq_purge(&self, queue: Option<String>) -> ApiFuture<'_, u64> {

@@ -28,8 +28,9 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::api::{
-    to_hex, ApiBackend, ApiError, BackfillParams, BackfillResult, DlqRequeue, KillResult,
-    PutOptions, PutTaskResult, QueueState, TaskKey, TaskView, TriggerParams, TriggerResult,
+    to_hex, ApiBackend, ApiError, BackfillParams, BackfillResult, DlqRequeue, DlqRequeued,
+    KillResult, PutOptions, PutTaskResult, QueueState, TaskKey, TaskView, TriggerParams,
+    TriggerResult,
 };
 use crate::audit::{Actor, AuditRecord};
 
@@ -171,15 +172,23 @@ impl<'a> Operations<'a> {
         Ok(())
     }
 
-    /// Puts dead letters back on their queues; `dlq.requeue` with the request (the first
-    /// [`LISTED`] ids).
-    pub async fn dlq_requeue(&self, request: DlqRequeue) -> Result<u64, ApiError> {
-        let detail = Some(requeue_detail(&request));
+    /// Puts dead letters back on their queues; `dlq.requeue` with the request and the new
+    /// execution of each dead letter (the first [`LISTED`] of each).
+    pub async fn dlq_requeue(&self, request: DlqRequeue) -> Result<DlqRequeued, ApiError> {
+        let mut detail = requeue_detail(&request);
         self.backend.write_room().await?;
-        let count = self.backend.dlq_requeue(request).await?;
-        self.record("dlq.requeue", String::new(), detail, None)
+        let done = self.backend.dlq_requeue(request).await?;
+        let pairs: Vec<String> = done
+            .requeued
+            .iter()
+            .map(|r| format!("{} -> {}", r.dead_letter, r.execution_id))
+            .collect();
+        if let (Value::Object(d), Value::Object(p)) = (&mut detail, listed("requeued", &pairs)) {
+            d.extend(p);
+        }
+        self.record("dlq.requeue", String::new(), Some(detail), None)
             .await;
-        Ok(count)
+        Ok(done)
     }
 
     /// Deletes dead letters, of one queue or of all; `dlq.purge`.

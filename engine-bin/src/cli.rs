@@ -547,9 +547,10 @@ pub enum DlqCommand {
         #[arg(long, short = 'o', value_enum, default_value_t)]
         output: OutputFormat,
     },
-    /// Put dead-lettered executions back on their queue.
+    /// Put dead-lettered executions back on their queue, as new executions of their tasks'
+    /// current specs (a fixed task runs fixed); prints each new execution id.
     Requeue {
-        /// Execution ids.
+        /// Execution ids, or the start or end of each (at least 6 hex digits).
         #[arg(required_unless_present = "all")]
         ids: Vec<String>,
         /// Every dead-lettered execution (of `--queue` if given).
@@ -560,7 +561,7 @@ pub enum DlqCommand {
         queue: Option<String>,
         /// Run the stored messages as they are (old target, headers and args), even for a
         /// task deleted or re-pointed since; by default each is rebuilt from its task's
-        /// current spec and refused if the task is gone or its target changed.
+        /// current spec (saying what of the target changed) and refused if the task is gone.
         #[arg(long)]
         use_stored: bool,
     },

@@ -424,7 +424,7 @@ async fn dead_letter_of(a: &Api, queue: &ax_queue::Queue, namespace: &str, id: &
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_dlq_requeue_uses_the_tasks_current_spec_or_is_refused() {
+async fn a_dlq_requeue_runs_the_tasks_current_spec_and_takes_id_fragments() {
     let a = api_with("dlq-current", |_| {}).await;
     let queue = ax_control::connect::connect_queue(
         &a.config.cluster(),
@@ -466,30 +466,61 @@ async fn a_dlq_requeue_uses_the_tasks_current_spec_or_is_refused() {
         .await;
     assert!(r.status.is_success(), "{}", r.text);
 
-    for (id, why) in [(&gone, "no longer registered"), (&moved, "target changed")] {
-        let r = a
-            .post("/api/v1/dlq/requeue", json!({"ids": [id, &same]}))
-            .await;
-        assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
-        assert!(r.text.contains(why), "{}", r.text);
-        assert!(r.text.contains("use_stored"), "{}", r.text);
-    }
+    // A task deleted since cannot be rebuilt: refused, nothing requeued.
+    let r = a
+        .post("/api/v1/dlq/requeue", json!({"ids": [&gone, &same]}))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert!(r.text.contains("no longer registered"), "{}", r.text);
+    assert!(r.text.contains("use_stored"), "{}", r.text);
     let r = a.post("/api/v1/dlq/requeue", json!({"all": true})).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
     assert_eq!(queue.depth("default").await.unwrap(), 0, "nothing requeued");
 
-    let r = a.post("/api/v1/dlq/requeue", json!({"ids": [&same]})).await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    assert_eq!(r.body["count"], 1);
+    // A fixed (re-pointed) task is requeued onto its current spec, and the answer says so;
+    // dead letters are named by the start or the end of their ids too.
+    // (A UUIDv7 starts with its time: a prefix long enough to reach the random bits.)
+    let (head, tail) = (&moved[..24], &same[same.len() - 12..]);
     let r = a
-        .post(
-            "/api/v1/dlq/requeue",
-            json!({"ids": [&gone, &moved], "use_stored": true}),
-        )
+        .post("/api/v1/dlq/requeue", json!({"ids": [head, tail]}))
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.body["count"], 2);
+    let listed = r.body["requeued"].as_array().unwrap();
+    let of = |id: &str| {
+        listed
+            .iter()
+            .find(|l| l["dead_letter"] == id)
+            .unwrap()
+            .clone()
+    };
+    let m = of(&moved);
+    assert_eq!(m["onto"], "current_spec", "{m}");
+    assert_eq!(
+        m["changed"],
+        json!(["handler log → http", "http.url"]),
+        "{m}"
+    );
+    assert_ne!(m["execution_id"], m["dead_letter"], "a new execution");
+    let s = of(&same);
+    assert_eq!(s["onto"], "current_spec", "{s}");
+    assert!(s.get("changed").is_none(), "{s}");
+    let r = a
+        .post(
+            "/api/v1/dlq/requeue",
+            json!({"ids": [&gone], "use_stored": true}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["count"], 1);
+    assert_eq!(r.body["requeued"][0]["onto"], "stored");
     assert_eq!(queue.depth("default").await.unwrap(), 3);
+    // A fragment that names nothing is refused with what it is.
+    let r = a
+        .post("/api/v1/dlq/requeue", json!({"ids": ["abcdef12"]}))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert!(r.text.contains("no dead letter"), "{}", r.text);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -444,9 +444,20 @@ async fn dead_letters_are_listed_requeued_and_purged() {
     let first = listed[0]["execution_id"].as_str().unwrap().to_owned();
     assert_eq!(listed[0]["queue"], "default");
 
-    assert_eq!(
-        c.ok(&["dlq", "requeue", &first]),
-        "requeued 1 dead letter(s)\n"
+    // Named by the end of its id, as `execution get` takes it; the new execution is named.
+    let text = c.ok(&["dlq", "requeue", &first[first.len() - 12..]]);
+    assert!(text.starts_with("requeued 1 dead letter(s)\n"), "{text}");
+    let row = text.lines().last().unwrap();
+    assert!(
+        row.starts_with(&first)
+            && row.contains("default/flaky")
+            && row.ends_with("the current spec"),
+        "{text}"
+    );
+    let new_id = row.split_whitespace().nth(1).unwrap();
+    assert!(
+        new_id.parse::<ax_scheduler_core::ExecutionId>().is_ok() && new_id != first,
+        "{text}"
     );
     assert_eq!(q.depth("default").await.unwrap(), 1);
     c.fails(&["dlq", "requeue", &first], 4);

@@ -330,11 +330,14 @@ impl ApiBackend for MemoryBackend {
         })
     }
 
-    fn dlq_requeue(&self, request: DlqRequeue) -> ApiFuture<'_, u64> {
+    fn dlq_requeue(&self, request: DlqRequeue) -> ApiFuture<'_, api::DlqRequeued> {
         Box::pin(async move {
-            Ok(match request {
-                DlqRequeue::Ids { ids, .. } => ids.len() as u64,
-                DlqRequeue::All { .. } => 7,
+            Ok(api::DlqRequeued {
+                count: match request {
+                    DlqRequeue::Ids { ids, .. } => ids.len() as u64,
+                    DlqRequeue::All { .. } => 7,
+                },
+                requeued: Vec::new(),
             })
         })
     }
@@ -1162,7 +1165,7 @@ async fn api_operations_reach_the_backend() {
         Some(r#"{"ids": ["a", "b"]}"#),
     )
     .await;
-    assert_eq!(body, r#"{"count":2}"#);
+    assert_eq!(body, r#"{"count":2,"requeued":[]}"#);
     let (_, body) = call(
         r,
         Method::POST,
@@ -1171,7 +1174,7 @@ async fn api_operations_reach_the_backend() {
         Some(r#"{"all": true}"#),
     )
     .await;
-    assert_eq!(body, r#"{"count":7}"#);
+    assert_eq!(body, r#"{"count":7,"requeued":[]}"#);
     let (_, body) = call(r, Method::POST, "/api/v1/dlq/purge", None, None).await;
     assert_eq!(body, r#"{"count":3}"#);
     let (_, body) = get(r, "/api/v1/status").await;

@@ -438,6 +438,30 @@ impl Queue {
         Ok(requeued)
     }
 
+    /// The ids of `queue`'s dead letters (every partition), up to `limit` of each, oldest
+    /// first: cheap enough to search for an id by its start or end.
+    pub async fn dlq_ids(&self, queue: &str, limit: usize) -> Result<Vec<ExecutionId>> {
+        check_queue(queue)?;
+        let stop = isize::try_from(limit)
+            .unwrap_or(isize::MAX)
+            .saturating_sub(1);
+        let mut out = Vec::new();
+        for q in self.physical_queues(queue) {
+            if limit == 0 {
+                break;
+            }
+            let mut conn = self.conn();
+            let ids: Vec<String> = self
+                .run(
+                    "dlq_ids",
+                    redis::AsyncCommands::zrange(&mut conn, self.keys().dlq(&q), 0, stop),
+                )
+                .await?;
+            out.extend(ids.iter().filter_map(|id| id.parse::<ExecutionId>().ok()));
+        }
+        Ok(out)
+    }
+
     /// Deletes every dead-letter entry of `queue` (of each partition of a partitioned one);
     /// returns how many there were.
     pub async fn dlq_purge(&self, queue: &str) -> Result<u64> {

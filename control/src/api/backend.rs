@@ -11,9 +11,9 @@ use ax_scheduler_core::ExecutionId;
 
 use super::{
     ApiError, BackfillParams, BackfillResult, CompletionReply, CompletionRequest, DeadLetter,
-    DlqRequeue, ExecutionList, ExecutionMatches, ExecutionQuery, ExecutionRecord, ExecutionStory,
-    KillResult, PutOptions, PutTaskResult, QueueContents, QueueState, StatusView, TaskKey,
-    TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    DlqRequeue, DlqRequeued, ExecutionList, ExecutionMatches, ExecutionQuery, ExecutionRecord,
+    ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueContents, QueueState, StatusView,
+    TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 
@@ -57,8 +57,9 @@ pub trait ApiBackend: Send + Sync {
     fn find_executions(&self, fragment: String) -> ApiFuture<'_, ExecutionMatches>;
     /// Dead-lettered executions, newest first.
     fn dlq_list(&self, queue: Option<String>, limit: usize) -> ApiFuture<'_, Vec<DeadLetter>>;
-    /// Puts dead-lettered executions back on their queues; returns how many.
-    fn dlq_requeue(&self, request: DlqRequeue) -> ApiFuture<'_, u64>;
+    /// Puts dead-lettered executions back on their queues as new executions, rebuilt from
+    /// their tasks' current specs unless `use_stored`; says which and onto what.
+    fn dlq_requeue(&self, request: DlqRequeue) -> ApiFuture<'_, DlqRequeued>;
     /// Deletes dead-lettered executions; returns how many.
     fn dlq_purge(&self, queue: Option<String>) -> ApiFuture<'_, u64>;
     /// The cluster at a glance.

@@ -70,3 +70,46 @@ pub enum DlqRequeue {
         use_stored: bool,
     },
 }
+
+/// Most requeued dead letters a [`DlqRequeued`] lists one by one; `count` is the total.
+pub const REQUEUED_LISTED: usize = 1000;
+
+/// What a requeue put back: how many, and for each (up to [`REQUEUED_LISTED`]) the new
+/// execution and what it runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DlqRequeued {
+    /// Dead letters requeued.
+    pub count: u64,
+    /// The first [`REQUEUED_LISTED`] of them, in the order requeued.
+    #[serde(default)]
+    pub requeued: Vec<RequeuedLetter>,
+}
+
+/// One dead letter put back, as a new execution.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequeuedLetter {
+    /// The dead-lettered execution.
+    pub dead_letter: ExecutionId,
+    /// The new execution it became.
+    pub execution_id: ExecutionId,
+    /// The task.
+    pub namespace: String,
+    /// The task.
+    pub task_id: String,
+    /// What it runs: the task's spec now, or the message stored with the dead letter.
+    pub onto: RequeueOnto,
+    /// With `onto: current_spec`, what of the target differs from the attempt that failed
+    /// (`handler http → log`, `http.url`, ...); empty when the target is the same.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
+}
+
+/// What a requeued execution runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequeueOnto {
+    /// Rebuilt from the task's current spec (the default): a fixed task runs as fixed.
+    CurrentSpec,
+    /// The stored message as it ran (`use_stored`).
+    Stored,
+}

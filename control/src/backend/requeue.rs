@@ -1,25 +1,26 @@
-//! Dead-letter requeue from the task's CURRENT spec.
+//! Dead-letter requeue onto the task's CURRENT spec.
 //!
 //! A dead letter holds the message of its last attempt: the URL, headers, command and args
 //! the task had then. Replaying it would run a deleted task, or the old target of a task
-//! re-pointed since (its old credentials included). So a requeue re-reads each task and
-//! rebuilds the message's target and settings from the current spec (the execution's own
-//! payload and lineage stay); it is refused with 409, before anything is requeued, when a
-//! task is gone or its target (handler, URL, command or args) changed, unless the caller
-//! asks for the stored message (`use_stored`).
+//! re-pointed since (its old credentials included), and the usual reason to requeue is that
+//! the task was fixed. So a requeue re-reads each task and rebuilds the message's target and
+//! settings from the current spec (the execution's own payload and lineage stay), and says
+//! per dead letter what of the target changed. It is refused with 409, before anything is
+//! requeued, only when a task is gone, unless the caller asks for the stored message
+//! (`use_stored`). Dead letters are named by id, or by the start or end of one, as
+//! `execution get` takes them.
 
 use ax_queue::{DlqEntry, ExecutionMessage, Queue};
 use ax_scheduler_core::{ExecutionId, TaskSpec, UtcMillis};
 
 use super::{errors, Backend};
-use crate::api::{ApiError, DlqRequeue};
+use crate::api::{
+    id_fragment, id_matches, ApiError, DlqRequeue, DlqRequeued, RequeueOnto, RequeuedLetter,
+    REQUEUED_LISTED,
+};
 
-/// Why a dead letter cannot be rebuilt from its task, if it cannot.
-fn target_changed(
-    entry: &DlqEntry,
-    stored: &ExecutionMessage,
-    current: &ExecutionMessage,
-) -> Option<String> {
+/// What of the target differs between the attempt that failed and the task's spec now.
+fn target_changes(stored: &ExecutionMessage, current: &ExecutionMessage) -> Vec<String> {
     let mut changed = Vec::new();
     if stored.handler != current.handler {
         changed.push(format!("handler {} → {}", stored.handler, current.handler));
@@ -33,15 +34,7 @@ fn target_changed(
     if command(stored) != command(current) {
         changed.push("command name or args".to_owned());
     }
-    (!changed.is_empty()).then(|| {
-        format!(
-            "dead letter {} of task {}/{}: the task's target changed since it ran ({})",
-            entry.id,
-            entry.namespace,
-            entry.task_id,
-            changed.join(", ")
-        )
-    })
+    changed
 }
 
 /// The stored message with the target and settings of `current` (the task's spec now).
@@ -55,8 +48,15 @@ fn rebuilt(mut stored: ExecutionMessage, current: &ExecutionMessage) -> Executio
     stored
 }
 
+/// One dead letter's plan: where it is, and the message it will run (`None`: as stored).
+struct Planned {
+    queue: String,
+    entry: DlqEntry,
+    current: Option<(ExecutionMessage, Vec<String>)>,
+}
+
 impl Backend {
-    pub(super) async fn requeue(&self, request: DlqRequeue) -> Result<u64, ApiError> {
+    pub(super) async fn requeue(&self, request: DlqRequeue) -> Result<DlqRequeued, ApiError> {
         let q = self.queue().await?;
         let (found, use_stored) = match request {
             DlqRequeue::All {
@@ -70,7 +70,7 @@ impl Backend {
         let mut plan = Vec::with_capacity(found.len());
         let mut refused = Vec::new();
         let now = UtcMillis::now();
-        for (name, entry) in found {
+        for (queue, entry) in found {
             let current = if use_stored {
                 None
             } else {
@@ -82,7 +82,11 @@ impl Backend {
                     }
                 }
             };
-            plan.push((name, entry.id, current));
+            plan.push(Planned {
+                queue,
+                entry,
+                current,
+            });
         }
         if !refused.is_empty() {
             return Err(ApiError::Conflict(format!(
@@ -92,29 +96,46 @@ impl Backend {
                 refused.join("; ")
             )));
         }
-        let mut count = 0u64;
-        for (name, id, current) in plan {
-            let requeued = match current {
-                Some(current) => {
-                    q.dlq_requeue_as(&name, id, now, |m| rebuilt(m, &current))
-                        .await
-                }
-                None => q.dlq_requeue(&name, id, now).await,
+        let mut done = DlqRequeued::default();
+        for p in plan {
+            let id = p.entry.id;
+            let (requeued, onto, changed) = match p.current {
+                Some((current, changed)) => (
+                    q.dlq_requeue_as(&p.queue, id, now, |m| rebuilt(m, &current))
+                        .await,
+                    RequeueOnto::CurrentSpec,
+                    changed,
+                ),
+                None => (
+                    q.dlq_requeue(&p.queue, id, now).await,
+                    RequeueOnto::Stored,
+                    Vec::new(),
+                ),
             };
-            if requeued.map_err(errors::queue)?.is_some() {
-                count += 1;
+            if let Some(execution_id) = requeued.map_err(errors::queue)? {
+                done.count += 1;
+                if done.requeued.len() < REQUEUED_LISTED {
+                    done.requeued.push(RequeuedLetter {
+                        dead_letter: id,
+                        execution_id,
+                        namespace: p.entry.namespace,
+                        task_id: p.entry.task_id,
+                        onto,
+                        changed,
+                    });
+                }
             }
         }
-        Ok(count)
+        Ok(done)
     }
 
-    /// The message the task's current spec makes for `entry`, or why it cannot be rebuilt
-    /// (the task is gone, or its target changed).
+    /// The message the task's current spec makes for `entry` with what of its target
+    /// changed, or why it cannot be rebuilt (the task is gone, the message unreadable).
     async fn current_message(
         &self,
         entry: &DlqEntry,
         now: UtcMillis,
-    ) -> Result<Result<ExecutionMessage, String>, ApiError> {
+    ) -> Result<Result<(ExecutionMessage, Vec<String>), String>, ApiError> {
         let Some(stored) = &entry.message else {
             return Ok(Err(format!(
                 "dead letter {} holds no readable message to rebuild",
@@ -133,10 +154,8 @@ impl Backend {
             )));
         };
         let current = current_of(&task.spec, now);
-        Ok(match target_changed(entry, stored, &current) {
-            Some(why) => Err(why),
-            None => Ok(current),
-        })
+        let changed = target_changes(stored, &current);
+        Ok(Ok((current, changed)))
     }
 
     /// The entries of every dead letter (of one queue), with the queue holding each.
@@ -155,18 +174,23 @@ impl Backend {
         Ok(found)
     }
 
-    /// The entries of the dead letters `ids` name; every one must exist.
+    /// The entries of the dead letters `ids` name (whole ids, or the start or end of one);
+    /// every one must name exactly one.
     async fn named_dead_letters(
         &self,
         q: &Queue,
         ids: &[String],
     ) -> Result<Vec<(String, DlqEntry)>, ApiError> {
-        let mut parsed = Vec::with_capacity(ids.len());
+        let mut whole = Vec::with_capacity(ids.len());
+        let mut fragments = Vec::new();
         let mut bad = Vec::new();
         for id in ids {
             match id.parse::<ExecutionId>() {
-                Ok(u) => parsed.push(u),
-                Err(_) => bad.push(format!("{id}: not an execution id (a UUID)")),
+                Ok(u) => whole.push(u),
+                Err(_) => match id_fragment(id) {
+                    Ok(f) => fragments.push(f),
+                    Err(e) => bad.push(e.to_string()),
+                },
             }
         }
         if !bad.is_empty() {
@@ -176,9 +200,12 @@ impl Backend {
             });
         }
         let queues = self.known_queues().await?;
-        let mut found = Vec::with_capacity(parsed.len());
+        if !fragments.is_empty() {
+            whole.extend(self.resolve_fragments(q, &queues, &fragments).await?);
+        }
+        let mut found = Vec::with_capacity(whole.len());
         let mut missing = Vec::new();
-        'ids: for id in parsed {
+        'ids: for id in whole {
             for name in &queues {
                 if let Some(entry) = q.dlq_get(name, id).await.map_err(errors::queue)? {
                     found.push((name.clone(), entry));
@@ -196,7 +223,61 @@ impl Backend {
         }
         Ok(found)
     }
+
+    /// The dead letter each fragment names: the one id among the first
+    /// [`DLQ_FRAGMENT_SCAN`] dead letters of each queue (partition) that starts or ends with
+    /// it.
+    async fn resolve_fragments(
+        &self,
+        q: &Queue,
+        queues: &[String],
+        fragments: &[String],
+    ) -> Result<Vec<ExecutionId>, ApiError> {
+        let mut ids = Vec::new();
+        for name in queues {
+            ids.extend(
+                q.dlq_ids(name, DLQ_FRAGMENT_SCAN)
+                    .await
+                    .map_err(errors::queue)?,
+            );
+        }
+        let mut resolved = Vec::with_capacity(fragments.len());
+        let mut problems = Vec::new();
+        for fragment in fragments {
+            let matching: Vec<ExecutionId> = ids
+                .iter()
+                .copied()
+                .filter(|id| id_matches(*id, fragment))
+                .collect();
+            match matching.as_slice() {
+                [one] => resolved.push(*one),
+                [] => problems.push(format!(
+                    "{fragment}: no dead letter's id starts or ends with it"
+                )),
+                many => problems.push(format!(
+                    "{fragment}: names {} dead letters ({}); give more of the id",
+                    many.len(),
+                    many.iter()
+                        .take(5)
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(ApiError::Invalid {
+                message: "execution ids that do not name one dead letter".into(),
+                errors: problems,
+            });
+        }
+        Ok(resolved)
+    }
 }
+
+/// Most dead letters of a queue (partition) searched for an id fragment: ids only, about
+/// 40 bytes each.
+const DLQ_FRAGMENT_SCAN: usize = 100_000;
 
 /// The message the leader would build for a run of `spec` now.
 fn current_of(spec: &TaskSpec, now: UtcMillis) -> ExecutionMessage {

@@ -705,8 +705,8 @@ async fn dlq(config: &Config, actor: &Actor, cmd: DlqCommand) -> Result<(), CliE
             } else {
                 DlqRequeue::Ids { ids, use_stored }
             };
-            let n = ops.dlq_requeue(request).await.map_err(api_error)?;
-            format!("requeued {n} dead letter(s)\n")
+            let done = ops.dlq_requeue(request).await.map_err(api_error)?;
+            output::requeued_text(&done)
         }
         DlqCommand::Purge { queue } => {
             let n = ops.dlq_purge(queue).await.map_err(api_error)?;

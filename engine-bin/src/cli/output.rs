@@ -18,7 +18,7 @@ mod tasks;
 
 pub use audit_log::audit_table;
 pub use chain::Chain;
-pub use dlq::dlq_table;
+pub use dlq::{dlq_table, requeued_text};
 pub use executions::{executions_table, history_table};
 pub use format::{fire_lines, json, table};
 pub use queue::queue_text;

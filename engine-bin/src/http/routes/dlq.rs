@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::extract::{ApiBody, ApiQuery, JsonBody};
 use super::{actor, check_limit, ApiResult, ApiState};
-use ax_control::api::{ApiError, DeadLetter, DlqRequeue, Principal, TokenRole};
+use ax_control::api::{ApiError, DeadLetter, DlqRequeue, DlqRequeued, Principal, TokenRole};
 
 #[derive(Deserialize)]
 pub(super) struct DlqQuery {
@@ -54,7 +54,7 @@ pub(super) async fn dlq_requeue(
     State(s): State<ApiState>,
     Extension(who): Extension<Principal>,
     JsonBody(request): JsonBody<DlqRequeue>,
-) -> ApiResult<Count> {
+) -> ApiResult<DlqRequeued> {
     match &request {
         DlqRequeue::Ids { ids, .. } if ids.is_empty() => {
             return Err(ApiError::invalid("ids is empty"));
@@ -83,8 +83,9 @@ pub(super) async fn dlq_requeue(
         ));
     }
     s.operate.admit(&who, "dead letters", UtcMillis::now())?;
-    let count = s.operations(&actor(&who))?.dlq_requeue(request).await?;
-    Ok(Json(Count { count }))
+    Ok(Json(
+        s.operations(&actor(&who))?.dlq_requeue(request).await?,
+    ))
 }
 
 pub(super) async fn dlq_purge(
