@@ -95,7 +95,7 @@ impl KernelBuilder {
     }
 
     /// Exports the kernel's metrics on `registry`, under the cluster's names and help texts
-    /// (docs/metrics.md): fires dispatched (`scheduler_tasks_scheduled_total`), their
+    /// (docs/metrics.md): fires dispatched (`scheduler_fires_total`), their
     /// lateness (`scheduler_schedule_latency_seconds`), attempts by outcome, failures,
     /// retries and durations, attempts running, the workers' limit and the dead letters.
     /// The one `queue` is `default`; `handler` is a named job's handler, or `closure`.
@@ -108,7 +108,7 @@ impl KernelBuilder {
     /// let registry = prometheus::Registry::new();
     /// let kernel = ax_embedded::Kernel::builder().metrics(&registry).build()?;
     /// let names: Vec<String> = registry.gather().iter().map(|f| f.name().to_owned()).collect();
-    /// assert!(names.iter().any(|n| n == "scheduler_tasks_executed_total"));
+    /// assert!(names.iter().any(|n| n == "scheduler_attempts_total"));
     /// # kernel.shutdown(std::time::Duration::from_secs(1)).await;
     /// # Ok(())
     /// # }

@@ -2,7 +2,7 @@
 //! registry the program passes in (`KernelBuilder::metrics`, feature `metrics`).
 //!
 //! The families and the recorder are `ax-metrics`'s, so a kernel's
-//! `scheduler_tasks_executed_total` counts exactly what a cluster worker's does; the kernel
+//! `scheduler_attempts_total` counts exactly what a cluster worker's does; the kernel
 //! only says when. Its one queue is the cluster's default queue, and its handler label is
 //! the named handler's name, or `closure` for a closure job. Without the feature, or
 //! without a registry, every call here is a no-op the optimizer removes, so the fire path
@@ -67,7 +67,7 @@ mod on {
 
         pub(crate) fn gauges(&self, running: usize, limit: usize, dead: usize) {
             let w = &self.execution.worker;
-            w.active_workers.set(as_i64(running));
+            w.executions_running.set(as_i64(running));
             w.worker_concurrency_limit.set(as_i64(limit));
             self.dead_letters.set(as_i64(dead));
         }

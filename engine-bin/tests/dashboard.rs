@@ -443,8 +443,8 @@ async fn every_metric_the_dashboards_query_is_exported_by_a_running_replica() {
         let text = scrape(&mut c, "r1").await;
         let counted = |series: &str| sample(&text, series).is_some_and(|v| v >= 1.0);
         if counted(
-            "scheduler_tasks_executed_total{handler=\"http\",outcome=\"success\",queue=\"default\"}",
-        ) && counted("scheduler_tasks_failed_total{handler=\"http\",queue=\"default\"}")
+            "scheduler_attempts_total{handler=\"http\",outcome=\"succeeded\",queue=\"default\"}",
+        ) && counted("scheduler_attempts_failed_total{handler=\"http\",queue=\"default\"}")
         {
             break text;
         }
@@ -487,11 +487,11 @@ async fn every_metric_the_dashboards_query_is_exported_by_a_running_replica() {
         "not in docs/metrics.md: {undocumented:?}"
     );
     for needed in [
-        "scheduler_tasks_scheduled_total",
+        "scheduler_fires_total",
         "scheduler_schedule_latency_seconds",
         "scheduler_queue_depth",
         "scheduler_oldest_queued_age_seconds",
-        "scheduler_tasks_failed_total",
+        "scheduler_attempts_failed_total",
         "scheduler_dlq_size",
         "scheduler_is_leader",
         "scheduler_leader_changes_total",
@@ -505,15 +505,15 @@ async fn every_metric_the_dashboards_query_is_exported_by_a_running_replica() {
     // The check itself catches a metric that is gone, a suffix on the wrong type and a label
     // that is not there, against the same exposition.
     let broken = json!({ "panels": [{ "title": "broken", "targets": [
-        { "refId": "A", "expr": "sum(rate(scheduler_fires_total{queue=\"a\"}[5m]))" },
-        { "refId": "B", "expr": "rate(scheduler_tasks_scheduled_total_bucket[5m])" },
+        { "refId": "A", "expr": "sum(rate(scheduler_fired_total{queue=\"a\"}[5m]))" },
+        { "refId": "B", "expr": "rate(scheduler_fires_total_bucket[5m])" },
         { "refId": "C", "expr": "sum by (tenant) (scheduler_queue_depth{queue=~\"$queue\"})" },
         { "refId": "D", "expr": "max(scheduler_dlq_size{queue=\"a\"})" },
     ]}]});
     let found = problems(&BTreeMap::from([("broken.json".to_owned(), broken)]), &exp);
     for needle in [
-        "scheduler_fires_total is not exported",
-        "scheduler_tasks_scheduled_total_bucket is not exported",
+        "scheduler_fired_total is not exported",
+        "scheduler_fires_total_bucket is not exported",
         "label tenant it groups by",
         "scheduler_dlq_size has no label queue",
     ] {

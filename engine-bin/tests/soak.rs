@@ -365,7 +365,7 @@ async fn a_steady_workload_reaches_a_plateau_in_every_store() {
                 etcd_puts: metric_sum(&etcd_metrics, "etcd_mvcc_put_total"),
                 replica_rss: rss_bytes(pid),
                 dead_letters: metric_sum(&ax_metrics, "scheduler_dlq_size"),
-                executed: metric_sum(&ax_metrics, "scheduler_tasks_executed_total"),
+                executed: metric_sum(&ax_metrics, "scheduler_attempts_total"),
             };
             println!(
                 "soak: {:>6.0} s  redis {:>9}  keys {:>6}  etcd keys {:>6}  etcd db in use {:>9}  rss {:>9}  dlq {:>4}  executed {:>8}",

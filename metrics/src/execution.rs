@@ -2,7 +2,7 @@
 //! alike: fires dispatched, how late each first started, and each attempt's end.
 //!
 //! One recorder so the two faces of ax count the same things the same way (an attempt
-//! stopped by `replace` or a kill is executed but not failed; a failure followed by another
+//! stopped by `replace` or a kill ended but did not fail; a failure followed by another
 //! attempt is also retried), and one pair of bounded label sets, so a loop of generated
 //! queue or handler names cannot grow the series of either without end.
 
@@ -13,7 +13,7 @@ use prometheus::Registry;
 
 use crate::families::{FireFamilies, WorkerFamilies};
 use crate::label::{metric_outcome, BoundedLabel};
-use crate::names::EXECUTION_OUTCOMES;
+use crate::names::ATTEMPT_OUTCOMES;
 
 /// The fire and execution families with their bounded `queue` and `handler` labels.
 #[derive(Clone, Debug)]
@@ -33,7 +33,7 @@ impl ExecutionMetrics {
     /// let registry = prometheus::Registry::new();
     /// let m = ax_metrics::ExecutionMetrics::register(&registry).unwrap();
     /// m.record_scheduled("default");
-    /// assert!(registry.gather().iter().any(|f| f.name() == ax_metrics::TASKS_SCHEDULED_TOTAL));
+    /// assert!(registry.gather().iter().any(|f| f.name() == ax_metrics::FIRES_TOTAL));
     /// ```
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         Ok(ExecutionMetrics {
@@ -54,11 +54,12 @@ impl ExecutionMetrics {
         self.handler_labels.get(handler)
     }
 
-    /// Creates the zero series of `queue` and of each of `handlers` in it, so that `rate()`
-    /// sees the first increment and the names show up before anything happens.
+    /// Creates the zero series of `queue` and of each of `handlers` in it, every outcome of
+    /// [`ATTEMPT_OUTCOMES`], so that `rate()` sees the first increment and the names show up
+    /// before anything happens.
     pub fn touch(&self, queue: &str, handlers: &[&str]) {
         let queue = self.queue_label(queue);
-        self.fires.tasks_scheduled_total.with_label_values(&[queue]);
+        self.fires.fires_total.with_label_values(&[queue]);
         self.fires
             .schedule_latency_seconds
             .with_label_values(&[queue]);
@@ -68,18 +69,19 @@ impl ExecutionMetrics {
         for handler in handlers {
             let handler = self.handler_label(handler);
             let w = &self.worker;
-            w.tasks_failed_total.with_label_values(&[queue, handler]);
-            w.tasks_retried_total.with_label_values(&[queue, handler]);
-            for outcome in EXECUTION_OUTCOMES {
-                w.tasks_executed_total
+            w.attempts_failed_total.with_label_values(&[queue, handler]);
+            w.attempts_retried_total
+                .with_label_values(&[queue, handler]);
+            for outcome in ATTEMPT_OUTCOMES {
+                w.attempts_total
                     .with_label_values(&[queue, handler, outcome]);
-                w.execution_duration_seconds
+                w.attempt_duration_seconds
                     .with_label_values(&[queue, handler, outcome]);
             }
         }
     }
 
-    /// Records one ended attempt (not one given back unfinished): executed by outcome,
+    /// Records one ended attempt (not one given back unfinished): ended by outcome,
     /// failed when it failed (a run stopped by `replace` or a kill did not), retried when
     /// another attempt follows, and its duration.
     pub fn record_attempt(&self, queue: &str, handler: &str, end: &AttemptEnd, seconds: f64) {
@@ -87,20 +89,20 @@ impl ExecutionMetrics {
         let handler = self.handler_label(handler);
         let outcome = metric_outcome(end.outcome);
         let w = &self.worker;
-        w.tasks_executed_total
+        w.attempts_total
             .with_label_values(&[queue, handler, outcome])
             .inc();
         if end.outcome.is_failure() {
-            w.tasks_failed_total
+            w.attempts_failed_total
                 .with_label_values(&[queue, handler])
                 .inc();
             if !end.is_last() {
-                w.tasks_retried_total
+                w.attempts_retried_total
                     .with_label_values(&[queue, handler])
                     .inc();
             }
         }
-        w.execution_duration_seconds
+        w.attempt_duration_seconds
             .with_label_values(&[queue, handler, outcome])
             .observe(seconds);
     }
@@ -124,7 +126,7 @@ impl ExecutionMetrics {
     /// Counts a fire dispatched to `queue`.
     pub fn record_scheduled(&self, queue: &str) {
         self.fires
-            .tasks_scheduled_total
+            .fires_total
             .with_label_values(&[self.queue_label(queue)])
             .inc();
     }
@@ -137,7 +139,7 @@ mod tests {
     use ax_scheduler_core::AttemptOutcome;
 
     use super::*;
-    use crate::label::metric_outcome;
+    use crate::label::{deprecated_outcome, metric_outcome};
     use crate::names::*;
 
     fn metrics() -> (Registry, ExecutionMetrics) {
@@ -150,11 +152,11 @@ mod tests {
     fn an_attempt_is_counted_once_in_each_counter_it_belongs_to() {
         let (_registry, m) = metrics();
         let executed = |q: &str| {
-            EXECUTION_OUTCOMES
+            [OUTCOME_SUCCEEDED, OUTCOME_FAILED, OUTCOME_TIMED_OUT]
                 .iter()
                 .map(|o| {
                     m.worker
-                        .tasks_executed_total
+                        .attempts_total
                         .with_label_values(&[q, "http", o])
                         .get()
                 })
@@ -180,21 +182,34 @@ mod tests {
         assert_eq!(executed("default"), 3);
         let failed = m
             .worker
-            .tasks_failed_total
+            .attempts_failed_total
             .with_label_values(&["default", "http"]);
         let retries = m
             .worker
-            .tasks_retried_total
+            .attempts_retried_total
             .with_label_values(&["default", "http"]);
         assert_eq!((failed.get(), retries.get()), (2, 1));
     }
 
     #[test]
     fn metric_labels_keep_the_documented_values() {
-        assert_eq!(metric_outcome(AttemptOutcome::Succeeded), OUTCOME_SUCCESS);
-        assert_eq!(metric_outcome(AttemptOutcome::TimedOut), OUTCOME_TIMEOUT);
-        assert_eq!(metric_outcome(AttemptOutcome::Panicked), OUTCOME_FAILURE);
-        assert_eq!(metric_outcome(AttemptOutcome::Killed), "killed");
+        // The words `ax history` prints for the same attempts.
+        for (outcome, label) in [
+            (AttemptOutcome::Succeeded, OUTCOME_SUCCEEDED),
+            (AttemptOutcome::Failed, OUTCOME_FAILED),
+            (AttemptOutcome::TimedOut, OUTCOME_TIMED_OUT),
+            (AttemptOutcome::Killed, OUTCOME_KILLED),
+        ] {
+            assert_eq!(metric_outcome(outcome), label);
+            assert_eq!(outcome.as_str(), label);
+        }
+        assert_eq!(metric_outcome(AttemptOutcome::Panicked), OUTCOME_FAILED);
+        assert_eq!(metric_outcome(AttemptOutcome::DeadLettered), OUTCOME_FAILED);
+        // The deprecated aliases keep the words of the release before.
+        assert_eq!(deprecated_outcome(OUTCOME_SUCCEEDED), "success");
+        assert_eq!(deprecated_outcome(OUTCOME_FAILED), "failure");
+        assert_eq!(deprecated_outcome(OUTCOME_TIMED_OUT), "timeout");
+        assert_eq!(deprecated_outcome(OUTCOME_KILLED), "killed");
     }
 
     #[test]
@@ -209,7 +224,9 @@ mod tests {
         }
         let families = registry.gather();
         for name in [
+            FIRES_TOTAL,
             TASKS_SCHEDULED_TOTAL,
+            ATTEMPTS_TOTAL,
             TASKS_EXECUTED_TOTAL,
             SCHEDULE_LATENCY_SECONDS,
         ] {
@@ -231,12 +248,137 @@ mod tests {
         // Nothing is lost: what went over the bound is counted under `other`.
         let total: u64 = families
             .iter()
-            .find(|f| f.name() == TASKS_SCHEDULED_TOTAL)
+            .find(|f| f.name() == FIRES_TOTAL)
             .unwrap()
             .get_metric()
             .iter()
             .map(|mt| mt.get_counter().get_value() as u64)
             .sum();
         assert_eq!(total, 1_000);
+    }
+
+    /// The sample lines of the family `name` in `text`, without the name, in order (a
+    /// histogram's `_bucket`, `_sum` and `_count` lines keep their suffix).
+    fn samples(text: &str, name: &str) -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(name))
+            .filter(|rest| {
+                ["{", " ", "_bucket{", "_sum", "_count"]
+                    .iter()
+                    .any(|p| rest.starts_with(p))
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn the_new_names_exist_at_zero_before_anything_happens() {
+        let (registry, m) = metrics();
+        m.touch("default", &["http"]);
+        let text = gather_text(&registry);
+        for outcome in ATTEMPT_OUTCOMES {
+            let series = format!(
+                "{ATTEMPTS_TOTAL}{{handler=\"http\",outcome=\"{outcome}\",queue=\"default\"}} 0\n"
+            );
+            assert!(text.contains(&series), "{series} missing from:\n{text}");
+        }
+        for series in [
+            format!("{FIRES_TOTAL}{{queue=\"default\"}} 0\n"),
+            format!("{ATTEMPTS_FAILED_TOTAL}{{handler=\"http\",queue=\"default\"}} 0\n"),
+            format!("{ATTEMPTS_RETRIED_TOTAL}{{handler=\"http\",queue=\"default\"}} 0\n"),
+            format!("{ATTEMPT_DURATION_SECONDS}_count{{handler=\"http\",outcome=\"succeeded\",queue=\"default\"}} 0\n"),
+            format!("{EXECUTIONS_RUNNING} 0\n"),
+            // The deprecated names, with the old words, until the next release.
+            format!("{TASKS_EXECUTED_TOTAL}{{handler=\"http\",outcome=\"success\",queue=\"default\"}} 0\n"),
+            format!("{ACTIVE_WORKERS} 0\n"),
+        ] {
+            assert!(text.contains(&series), "{series} missing from:\n{text}");
+        }
+        for (old, current) in DEPRECATED_ALIASES {
+            assert!(text.contains(&format!("# TYPE {old} ")), "{old} missing");
+            assert!(
+                text.contains(&format!(
+                    "# HELP {old} Deprecated: `{current}` under its old name"
+                )),
+                "{old}'s HELP does not name {current}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_alias_shows_its_current_series_with_the_old_outcome_words() {
+        let (registry, m) = metrics();
+        m.touch("default", &["http"]);
+        m.record_scheduled("default");
+        m.record_scheduled("other-queue");
+        m.record_attempt("default", "http", &AttemptEnd::succeeded(), 0.2);
+        let mut retried = AttemptEnd::new(AttemptOutcome::Failed, Some("503".into()));
+        retried.retry_at = Some(ax_scheduler_core::UtcMillis(1));
+        m.record_attempt("default", "http", &retried, 0.3);
+        m.record_attempt(
+            "default",
+            "log",
+            &AttemptEnd::new(AttemptOutcome::TimedOut, Some("timeout".into())),
+            30.0,
+        );
+        m.record_attempt(
+            "default",
+            "http",
+            &AttemptEnd::new(AttemptOutcome::Killed, Some("killed".into())),
+            1.0,
+        );
+        m.worker.executions_running.add(3);
+        m.worker.executions_running.sub(1);
+        let text = gather_text(&registry);
+        for (old, current) in DEPRECATED_ALIASES {
+            let renamed: Vec<String> = samples(&text, current)
+                .into_iter()
+                .map(|line| {
+                    DEPRECATED_OUTCOMES
+                        .iter()
+                        .fold(line, |line, (now, before)| {
+                            line.replace(
+                                &format!("outcome=\"{now}\""),
+                                &format!("outcome=\"{before}\""),
+                            )
+                        })
+                })
+                .collect();
+            assert!(!renamed.is_empty(), "{current} has no series");
+            assert_eq!(samples(&text, old), renamed, "{old} is not {current}");
+        }
+        for series in [
+            "scheduler_tasks_executed_total{handler=\"http\",outcome=\"success\",queue=\"default\"} 1\n",
+            "scheduler_tasks_executed_total{handler=\"http\",outcome=\"failure\",queue=\"default\"} 1\n",
+            "scheduler_tasks_executed_total{handler=\"log\",outcome=\"timeout\",queue=\"default\"} 1\n",
+            "scheduler_tasks_executed_total{handler=\"http\",outcome=\"killed\",queue=\"default\"} 1\n",
+            "scheduler_attempts_total{handler=\"http\",outcome=\"succeeded\",queue=\"default\"} 1\n",
+            "scheduler_attempts_total{handler=\"log\",outcome=\"timed_out\",queue=\"default\"} 1\n",
+            "scheduler_tasks_scheduled_total{queue=\"other-queue\"} 1\n",
+            "scheduler_tasks_retried_total{handler=\"http\",queue=\"default\"} 1\n",
+            "scheduler_active_workers 2\n",
+            "scheduler_executions_running 2\n",
+        ] {
+            assert!(text.contains(series), "{series} missing from:\n{text}");
+        }
+        for line in text.lines().filter(|l| l.starts_with("scheduler_attempt")) {
+            assert!(
+                !["\"success\"", "\"failure\"", "\"timeout\""]
+                    .iter()
+                    .any(|w| line.contains(w)),
+                "an old outcome word on a current series: {line}"
+            );
+        }
+    }
+
+    fn gather_text(registry: &Registry) -> String {
+        let mut buf = Vec::new();
+        prometheus::Encoder::encode(
+            &prometheus::TextEncoder::new(),
+            &registry.gather(),
+            &mut buf,
+        )
+        .unwrap();
+        String::from_utf8(buf).unwrap()
     }
 }

@@ -12,11 +12,13 @@ use prometheus::{
     Registry,
 };
 
+use crate::alias::register_alias;
 use crate::names::{
-    ACTIVE_WORKERS, ALERTS_TOTAL, API_AUTH_FAILURES_TOTAL, AUDIT_OVER_CAPACITY,
+    ACTIVE_WORKERS, ALERTS_TOTAL, API_AUTH_FAILURES_TOTAL, ATTEMPTS_FAILED_TOTAL,
+    ATTEMPTS_RETRIED_TOTAL, ATTEMPTS_TOTAL, ATTEMPT_DURATION_SECONDS, AUDIT_OVER_CAPACITY,
     BACKEND_ERRORS_TOTAL, BUILD_INFO, CONCURRENCY_WAIT_BUCKETS, CONCURRENCY_WAIT_SECONDS,
-    DEADLINE_MISSES_TOTAL, DLQ_SIZE, ETCD_DB_BYTES, ETCD_DB_QUOTA_BYTES,
-    EXECUTION_DURATION_BUCKETS, EXECUTION_DURATION_SECONDS, INVALID_SPECS, IS_LEADER,
+    DEADLINE_MISSES_TOTAL, DLQ_SIZE, ETCD_DB_BYTES, ETCD_DB_QUOTA_BYTES, EXECUTIONS_RUNNING,
+    EXECUTION_DURATION_BUCKETS, EXECUTION_DURATION_SECONDS, FIRES_TOTAL, INVALID_SPECS, IS_LEADER,
     LEADER_CHANGES_TOTAL, LOOP_PANICS_TOTAL, NAMESPACES_PAUSED, OLDEST_QUEUED_AGE_SECONDS,
     QUEUE_DEPTH, QUEUE_PAUSED, REDIS_CONFIG_WARNINGS, SCHEDULE_LATENCY_BUCKETS,
     SCHEDULE_LATENCY_SECONDS, SHARDS, SHARDS_OWNED, STATE_REPAIRS_TOTAL, TASKS_EXECUTED_TOTAL,
@@ -27,22 +29,30 @@ use crate::names::{
 /// The fires: how many were dispatched, and how late each first started.
 #[derive(Clone, Debug)]
 pub struct FireFamilies {
-    /// `scheduler_tasks_scheduled_total` by `queue`.
-    pub tasks_scheduled_total: IntCounterVec,
+    /// [`FIRES_TOTAL`] by `queue` (and its deprecated alias [`TASKS_SCHEDULED_TOTAL`]).
+    pub fires_total: IntCounterVec,
     /// `scheduler_schedule_latency_seconds` by `queue`.
     pub schedule_latency_seconds: HistogramVec,
 }
 
 impl FireFamilies {
-    /// Registers the group on `registry`.
+    /// Registers the group on `registry`, with its deprecated alias.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let fires_total = counter_vec(
+            registry,
+            FIRES_TOTAL,
+            "Fires the leader enqueued (leader only: sum over replicas).",
+            &["queue"],
+        )?;
+        register_alias(
+            registry,
+            &fires_total,
+            TASKS_SCHEDULED_TOTAL,
+            FIRES_TOTAL,
+            &["queue"],
+        )?;
         Ok(FireFamilies {
-            tasks_scheduled_total: counter_vec(
-                registry,
-                TASKS_SCHEDULED_TOTAL,
-                "Fires the leader enqueued (leader only: sum over replicas).",
-                &["queue"],
-            )?,
+            fires_total,
             schedule_latency_seconds: histogram_vec(
                 registry,
                 SCHEDULE_LATENCY_SECONDS,
@@ -153,54 +163,101 @@ impl SchedulerFamilies {
     }
 }
 
-/// The executions a worker runs.
+/// The executions a worker runs, attempt by attempt.
+///
+/// Each family's deprecated name ([`crate::DEPRECATED_ALIASES`]) is registered beside it as
+/// a view of it: recording into a field here shows under both names.
 #[derive(Clone, Debug)]
 pub struct WorkerFamilies {
-    /// [`TASKS_EXECUTED_TOTAL`].
-    pub tasks_executed_total: IntCounterVec,
-    /// [`TASKS_FAILED_TOTAL`].
-    pub tasks_failed_total: IntCounterVec,
-    /// [`TASKS_RETRIED_TOTAL`].
-    pub tasks_retried_total: IntCounterVec,
-    /// [`EXECUTION_DURATION_SECONDS`].
-    pub execution_duration_seconds: HistogramVec,
+    /// [`ATTEMPTS_TOTAL`].
+    pub attempts_total: IntCounterVec,
+    /// [`ATTEMPTS_FAILED_TOTAL`].
+    pub attempts_failed_total: IntCounterVec,
+    /// [`ATTEMPTS_RETRIED_TOTAL`].
+    pub attempts_retried_total: IntCounterVec,
+    /// [`ATTEMPT_DURATION_SECONDS`].
+    pub attempt_duration_seconds: HistogramVec,
     /// [`CONCURRENCY_WAIT_SECONDS`].
     pub concurrency_wait_seconds: HistogramVec,
-    /// [`ACTIVE_WORKERS`].
-    pub active_workers: IntGauge,
+    /// [`EXECUTIONS_RUNNING`].
+    pub executions_running: IntGauge,
     /// [`WORKER_CONCURRENCY_LIMIT`].
     pub worker_concurrency_limit: IntGauge,
 }
 
 impl WorkerFamilies {
-    /// Registers the group on `registry`.
+    /// Registers the group on `registry`, with the deprecated aliases.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        const ATTEMPT: &[&str] = &["queue", "handler", "outcome"];
+        const HANDLER: &[&str] = &["queue", "handler"];
+        let attempts_total =
+            counter_vec(registry, ATTEMPTS_TOTAL, "Attempts that ended.", ATTEMPT)?;
+        let attempts_failed_total = counter_vec(
+            registry,
+            ATTEMPTS_FAILED_TOTAL,
+            "Attempts that failed.",
+            HANDLER,
+        )?;
+        let attempts_retried_total = counter_vec(
+            registry,
+            ATTEMPTS_RETRIED_TOTAL,
+            "Failed attempts followed by a retry.",
+            HANDLER,
+        )?;
+        let attempt_duration_seconds = histogram_vec(
+            registry,
+            ATTEMPT_DURATION_SECONDS,
+            "Run time of an attempt.",
+            ATTEMPT,
+            EXECUTION_DURATION_BUCKETS,
+        )?;
+        let executions_running = register(
+            registry,
+            IntGauge::new(
+                EXECUTIONS_RUNNING,
+                "Executions whose attempt runs on this replica now.",
+            )?,
+        )?;
+        register_alias(
+            registry,
+            &attempts_total,
+            TASKS_EXECUTED_TOTAL,
+            ATTEMPTS_TOTAL,
+            ATTEMPT,
+        )?;
+        register_alias(
+            registry,
+            &attempts_failed_total,
+            TASKS_FAILED_TOTAL,
+            ATTEMPTS_FAILED_TOTAL,
+            HANDLER,
+        )?;
+        register_alias(
+            registry,
+            &attempts_retried_total,
+            TASKS_RETRIED_TOTAL,
+            ATTEMPTS_RETRIED_TOTAL,
+            HANDLER,
+        )?;
+        register_alias(
+            registry,
+            &attempt_duration_seconds,
+            EXECUTION_DURATION_SECONDS,
+            ATTEMPT_DURATION_SECONDS,
+            ATTEMPT,
+        )?;
+        register_alias(
+            registry,
+            &executions_running,
+            ACTIVE_WORKERS,
+            EXECUTIONS_RUNNING,
+            &[],
+        )?;
         Ok(WorkerFamilies {
-            tasks_executed_total: counter_vec(
-                registry,
-                TASKS_EXECUTED_TOTAL,
-                "Attempts that ended.",
-                &["queue", "handler", "outcome"],
-            )?,
-            tasks_failed_total: counter_vec(
-                registry,
-                TASKS_FAILED_TOTAL,
-                "Attempts that failed.",
-                &["queue", "handler"],
-            )?,
-            tasks_retried_total: counter_vec(
-                registry,
-                TASKS_RETRIED_TOTAL,
-                "Failed attempts followed by a retry.",
-                &["queue", "handler"],
-            )?,
-            execution_duration_seconds: histogram_vec(
-                registry,
-                EXECUTION_DURATION_SECONDS,
-                "Run time of an attempt.",
-                &["queue", "handler", "outcome"],
-                EXECUTION_DURATION_BUCKETS,
-            )?,
+            attempts_total,
+            attempts_failed_total,
+            attempts_retried_total,
+            attempt_duration_seconds,
             concurrency_wait_seconds: histogram_vec(
                 registry,
                 CONCURRENCY_WAIT_SECONDS,
@@ -208,10 +265,7 @@ impl WorkerFamilies {
                 &["queue"],
                 CONCURRENCY_WAIT_BUCKETS,
             )?,
-            active_workers: register(
-                registry,
-                IntGauge::new(ACTIVE_WORKERS, "Executions running on this replica (one per running execution, not a count of worker processes).")?,
-            )?,
+            executions_running,
             worker_concurrency_limit: register(
                 registry,
                 IntGauge::new(
@@ -347,7 +401,7 @@ impl ProcessFamilies {
             loop_panics_total: counter_vec(
                 registry,
                 LOOP_PANICS_TOTAL,
-                "Background loops that panicked and were started again.",
+                "Background loops of a worker pool that panicked.",
                 &["loop"],
             )?,
             build_info: register(
@@ -361,7 +415,7 @@ impl ProcessFamilies {
     }
 }
 
-/// `scheduler_alerts_total`: the alerts handed to each channel.
+/// `scheduler_alerts_total`: the alerts handed to each channel (see [`ALERTS_TOTAL`]).
 pub fn alerting_family(registry: &Registry) -> Result<IntCounterVec, prometheus::Error> {
     counter_vec(
         registry,

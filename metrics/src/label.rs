@@ -8,7 +8,8 @@ use std::sync::{PoisonError, RwLock};
 use ax_scheduler_core::AttemptOutcome;
 
 use crate::names::{
-    MAX_LABEL_VALUES, OTHER_LABEL, OUTCOME_FAILURE, OUTCOME_SUCCESS, OUTCOME_TIMEOUT,
+    DEPRECATED_OUTCOMES, MAX_LABEL_VALUES, OTHER_LABEL, OUTCOME_FAILED, OUTCOME_KILLED,
+    OUTCOME_SUCCEEDED, OUTCOME_TIMED_OUT,
 };
 
 /// The values of one user-chosen label seen so far, at most [`MAX_LABEL_VALUES`].
@@ -43,14 +44,25 @@ impl BoundedLabel {
     }
 }
 
-/// The `outcome` label of the execution metrics for an attempt's outcome.
+/// The `outcome` label of the attempt metrics for an attempt's outcome: the word the CLI
+/// prints for it, the failures under one word (`failed`) so that the label stays a small set.
 pub fn metric_outcome(outcome: AttemptOutcome) -> &'static str {
     match outcome {
-        AttemptOutcome::Succeeded => OUTCOME_SUCCESS,
-        AttemptOutcome::TimedOut => OUTCOME_TIMEOUT,
+        AttemptOutcome::Succeeded => OUTCOME_SUCCEEDED,
+        AttemptOutcome::TimedOut => OUTCOME_TIMED_OUT,
         AttemptOutcome::Failed | AttemptOutcome::Panicked | AttemptOutcome::DeadLettered => {
-            OUTCOME_FAILURE
+            OUTCOME_FAILED
         }
-        AttemptOutcome::Killed | AttemptOutcome::Released => outcome.as_str(),
+        AttemptOutcome::Killed => OUTCOME_KILLED,
+        AttemptOutcome::Released => outcome.as_str(),
     }
+}
+
+/// The `outcome` a deprecated alias shows for `outcome`: the words of the release before
+/// (`success`, `failure`, `timeout`), any other value as it is.
+pub fn deprecated_outcome(outcome: &str) -> &str {
+    DEPRECATED_OUTCOMES
+        .iter()
+        .find(|(current, _)| *current == outcome)
+        .map_or(outcome, |(_, old)| old)
 }

@@ -6,14 +6,21 @@
 //! to small, bounded sets (`queue`, `handler`, `outcome`, `backend`, `channel`): task ids
 //! never become labels, since every distinct value is a new time series.
 
-/// Fires the leader enqueued (leader only). Labels: `queue`.
-pub const TASKS_SCHEDULED_TOTAL: &str = "scheduler_tasks_scheduled_total";
-/// Attempts that ended, by outcome. Labels: `queue`, `handler`, `outcome`.
-pub const TASKS_EXECUTED_TOTAL: &str = "scheduler_tasks_executed_total";
-/// Executions that failed (a subset of the executed ones). Labels: `queue`, `handler`.
-pub const TASKS_FAILED_TOTAL: &str = "scheduler_tasks_failed_total";
-/// Retries scheduled after a failure. Labels: `queue`, `handler`.
-pub const TASKS_RETRIED_TOTAL: &str = "scheduler_tasks_retried_total";
+/// Fires the leader enqueued, one per execution a fire (or a run-now trigger) put in a
+/// queue (leader only). Labels: `queue`.
+pub const FIRES_TOTAL: &str = "scheduler_fires_total";
+/// Attempts that ended, by outcome (one of [`ATTEMPT_OUTCOMES`], or `released`). Labels:
+/// `queue`, `handler`, `outcome`.
+pub const ATTEMPTS_TOTAL: &str = "scheduler_attempts_total";
+/// Attempts that failed (a subset of the ended ones). Labels: `queue`, `handler`.
+pub const ATTEMPTS_FAILED_TOTAL: &str = "scheduler_attempts_failed_total";
+/// Failed attempts another attempt of the same execution follows. Labels: `queue`,
+/// `handler`.
+pub const ATTEMPTS_RETRIED_TOTAL: &str = "scheduler_attempts_retried_total";
+/// Run time of an attempt, seconds. Labels: `queue`, `handler`, `outcome`.
+pub const ATTEMPT_DURATION_SECONDS: &str = "scheduler_attempt_duration_seconds";
+/// Executions whose attempt runs on this replica now.
+pub const EXECUTIONS_RUNNING: &str = "scheduler_executions_running";
 /// Executions in the dead-letter queue.
 pub const DLQ_SIZE: &str = "scheduler_dlq_size";
 /// Enqueue or start time minus due time, seconds. Labels: `queue`.
@@ -21,14 +28,10 @@ pub const SCHEDULE_LATENCY_SECONDS: &str = "scheduler_schedule_latency_seconds";
 /// How long an execution waited because its concurrency key was at its limit. Labels:
 /// `queue`.
 pub const CONCURRENCY_WAIT_SECONDS: &str = "scheduler_concurrency_wait_seconds";
-/// Execution run time, seconds. Labels: `queue`, `handler`, `outcome`.
-pub const EXECUTION_DURATION_SECONDS: &str = "scheduler_execution_duration_seconds";
 /// Executions waiting in a queue. Labels: `queue`.
 pub const QUEUE_DEPTH: &str = "scheduler_queue_depth";
 /// 1 while an operator has paused the queue (`ax queue pause`), else 0.
 pub const QUEUE_PAUSED: &str = "scheduler_queue_paused";
-/// Executions running on this replica.
-pub const ACTIVE_WORKERS: &str = "scheduler_active_workers";
 /// Attempts the worker pool's slow start lets run at once now (its concurrency once ramped).
 pub const WORKER_CONCURRENCY_LIMIT: &str = "scheduler_worker_concurrency_limit";
 /// 1 while this replica leads (or, with shards, owns at least one), else 0.
@@ -69,8 +72,10 @@ pub const OLDEST_QUEUED_AGE_SECONDS: &str = "scheduler_oldest_queued_age_seconds
 /// Failed calls to a backend. Labels: `backend` (`etcd`, `redis`).
 pub const BACKEND_ERRORS_TOTAL: &str = "scheduler_backend_errors_total";
 /// Background loops of a worker pool that panicked and were started again. Labels: `loop`
-/// (`heartbeat`, `maintenance`, `reconcile`, `stop`, `deadline`).
+/// (one of [`WORKER_LOOPS`]).
 pub const LOOP_PANICS_TOTAL: &str = "scheduler_loop_panics_total";
+/// The `loop` values of [`LOOP_PANICS_TOTAL`]: the worker pool's background loops.
+pub const WORKER_LOOPS: &[&str] = &["heartbeat", "maintenance", "reconcile", "stop", "deadline"];
 /// `/api/v1` requests refused before reaching a route. Labels: `reason` (one of
 /// the service's refusal reasons: `missing`, `invalid`, `forbidden`, `closed`).
 pub const API_AUTH_FAILURES_TOTAL: &str = "scheduler_api_auth_failures_total";
@@ -83,51 +88,108 @@ pub const STATE_REPAIRS_TOTAL: &str = "scheduler_state_repairs_total";
 pub const REPAIR_HISTORY: &str = "history";
 /// `how` of a state repaired as lost: no end anywhere, no work left in its queue.
 pub const REPAIR_LOST: &str = "lost";
-/// Alerts handed to a channel. Labels: `channel`, `outcome`.
+/// Alerts handed to a channel. Labels: `channel` (a configured channel, or
+/// [`ALERT_CHANNEL_ALL`]), `outcome`.
 pub const ALERTS_TOTAL: &str = "scheduler_alerts_total";
 /// Always 1; the label carries the version.
 pub const BUILD_INFO: &str = "ax_build_info";
 
-/// Every fixed metric name.
+/// Deprecated name of [`FIRES_TOTAL`], exported as an alias until the next release.
+pub const TASKS_SCHEDULED_TOTAL: &str = "scheduler_tasks_scheduled_total";
+/// Deprecated name of [`ATTEMPTS_TOTAL`] (outcomes in [`DEPRECATED_OUTCOMES`]'s words),
+/// exported as an alias until the next release.
+pub const TASKS_EXECUTED_TOTAL: &str = "scheduler_tasks_executed_total";
+/// Deprecated name of [`ATTEMPTS_FAILED_TOTAL`], exported as an alias until the next
+/// release.
+pub const TASKS_FAILED_TOTAL: &str = "scheduler_tasks_failed_total";
+/// Deprecated name of [`ATTEMPTS_RETRIED_TOTAL`], exported as an alias until the next
+/// release.
+pub const TASKS_RETRIED_TOTAL: &str = "scheduler_tasks_retried_total";
+/// Deprecated name of [`ATTEMPT_DURATION_SECONDS`] (outcomes in [`DEPRECATED_OUTCOMES`]'s
+/// words), exported as an alias until the next release.
+pub const EXECUTION_DURATION_SECONDS: &str = "scheduler_execution_duration_seconds";
+/// Deprecated name of [`EXECUTIONS_RUNNING`], exported as an alias until the next release.
+pub const ACTIVE_WORKERS: &str = "scheduler_active_workers";
+
+/// Each deprecated name and the name it is an alias of: the alias is the same series under
+/// the old name (with the old `outcome` words), so the two never disagree.
+pub const DEPRECATED_ALIASES: &[(&str, &str)] = &[
+    (TASKS_SCHEDULED_TOTAL, FIRES_TOTAL),
+    (TASKS_EXECUTED_TOTAL, ATTEMPTS_TOTAL),
+    (TASKS_FAILED_TOTAL, ATTEMPTS_FAILED_TOTAL),
+    (TASKS_RETRIED_TOTAL, ATTEMPTS_RETRIED_TOTAL),
+    (EXECUTION_DURATION_SECONDS, ATTEMPT_DURATION_SECONDS),
+    (ACTIVE_WORKERS, EXECUTIONS_RUNNING),
+];
+
+/// Every fixed metric name, the deprecated aliases included.
 pub const ALL_NAMES: &[&str] = &[
-    TASKS_SCHEDULED_TOTAL,
-    TASKS_EXECUTED_TOTAL,
-    TASKS_FAILED_TOTAL,
-    TASKS_RETRIED_TOTAL,
+    FIRES_TOTAL,
+    ATTEMPTS_TOTAL,
+    ATTEMPTS_FAILED_TOTAL,
+    ATTEMPTS_RETRIED_TOTAL,
+    ATTEMPT_DURATION_SECONDS,
+    EXECUTIONS_RUNNING,
     DLQ_SIZE,
     SCHEDULE_LATENCY_SECONDS,
     CONCURRENCY_WAIT_SECONDS,
-    EXECUTION_DURATION_SECONDS,
     QUEUE_DEPTH,
     QUEUE_PAUSED,
-    ACTIVE_WORKERS,
     WORKER_CONCURRENCY_LIMIT,
     IS_LEADER,
+    SHARDS_OWNED,
+    SHARDS,
     LEADER_CHANGES_TOTAL,
     INVALID_SPECS,
     TASKS_PAUSED,
     NAMESPACES_PAUSED,
     TASKS_THROTTLED,
+    UNDECODABLE_STATES,
+    REDIS_CONFIG_WARNINGS,
     OLDEST_QUEUED_AGE_SECONDS,
     UNSERVED_QUEUES,
     ETCD_DB_BYTES,
     ETCD_DB_QUOTA_BYTES,
+    AUDIT_OVER_CAPACITY,
     BACKEND_ERRORS_TOTAL,
+    LOOP_PANICS_TOTAL,
     API_AUTH_FAILURES_TOTAL,
     DEADLINE_MISSES_TOTAL,
     STATE_REPAIRS_TOTAL,
     ALERTS_TOTAL,
     BUILD_INFO,
+    TASKS_SCHEDULED_TOTAL,
+    TASKS_EXECUTED_TOTAL,
+    TASKS_FAILED_TOTAL,
+    TASKS_RETRIED_TOTAL,
+    EXECUTION_DURATION_SECONDS,
+    ACTIVE_WORKERS,
 ];
 
-/// `outcome` of an execution that succeeded.
-pub const OUTCOME_SUCCESS: &str = "success";
-/// `outcome` of an execution that failed (error returned).
-pub const OUTCOME_FAILURE: &str = "failure";
-/// `outcome` of an execution stopped at its timeout.
-pub const OUTCOME_TIMEOUT: &str = "timeout";
-/// Execution outcomes, the values of the `outcome` label of executions.
-pub const EXECUTION_OUTCOMES: &[&str] = &[OUTCOME_SUCCESS, OUTCOME_FAILURE, OUTCOME_TIMEOUT];
+/// `outcome` of an attempt that succeeded (the CLI's and the API's word too).
+pub const OUTCOME_SUCCEEDED: &str = "succeeded";
+/// `outcome` of an attempt that failed: an error returned, a panic, or a dead letter
+/// without a run (the CLI's `retrying`, `failed`, `panicked`, `dead_lettered`).
+pub const OUTCOME_FAILED: &str = "failed";
+/// `outcome` of an attempt stopped at its timeout.
+pub const OUTCOME_TIMED_OUT: &str = "timed_out";
+/// `outcome` of an attempt stopped by a kill or by a newer execution (`replace`).
+pub const OUTCOME_KILLED: &str = "killed";
+/// Attempt outcomes, the values of the `outcome` label of [`ATTEMPTS_TOTAL`] and
+/// [`ATTEMPT_DURATION_SECONDS`]: the words `ax history` and the API print.
+pub const ATTEMPT_OUTCOMES: &[&str] = &[
+    OUTCOME_SUCCEEDED,
+    OUTCOME_FAILED,
+    OUTCOME_TIMED_OUT,
+    OUTCOME_KILLED,
+];
+/// Each `outcome` of [`ATTEMPT_OUTCOMES`] that the deprecated aliases
+/// ([`TASKS_EXECUTED_TOTAL`], [`EXECUTION_DURATION_SECONDS`]) spell otherwise, and how.
+pub const DEPRECATED_OUTCOMES: &[(&str, &str)] = &[
+    (OUTCOME_SUCCEEDED, "success"),
+    (OUTCOME_FAILED, "failure"),
+    (OUTCOME_TIMED_OUT, "timeout"),
+];
 
 /// `outcome` of an alert delivered.
 pub const ALERT_SENT: &str = "sent";
@@ -135,6 +197,8 @@ pub const ALERT_SENT: &str = "sent";
 pub const ALERT_FAILED: &str = "failed";
 /// `outcome` of an alert suppressed as a duplicate or deferred by the rate limit.
 pub const ALERT_SUPPRESSED: &str = "suppressed";
+/// `channel` of the alerts suppressed before any channel ([`ALERT_SUPPRESSED`]).
+pub const ALERT_CHANNEL_ALL: &str = "all";
 
 /// `backend` label value for etcd.
 pub const BACKEND_ETCD: &str = "etcd";

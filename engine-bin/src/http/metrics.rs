@@ -9,8 +9,11 @@
 //! handlers first) and counts the rest under [`OTHER_LABEL`], so a loop registering tasks
 //! with generated queue names cannot create series without end.
 //!
-//! Counters are created at zero for every configured queue and built-in handler, so that
-//! `rate()` sees the first increment and the names show up before anything happens. Gauges
+//! Counters are created at zero for every configured queue, built-in handler, alert channel
+//! and every other label value known at start, so that `rate()` sees the first increment and
+//! every series the dashboard and the alert rules use shows up before anything happens.
+//! Renamed families are also exported under their old names for one release
+//! ([`DEPRECATED_ALIASES`]). Gauges
 //! of shared state (queue depth, dead letters) may be reported by every replica; the rules
 //! combine them with `max`.
 //!
@@ -98,14 +101,21 @@ impl Metrics {
         for how in [REPAIR_HISTORY, REPAIR_LOST] {
             self.scheduler.state_repairs_total.with_label_values(&[how]);
         }
+        for name in WORKER_LOOPS {
+            self.process.loop_panics_total.with_label_values(&[name]);
+        }
         for queue in queues {
             self.touch_queue(queue);
         }
+        // What the alert export counts: deliveries by channel, suppressions before any
+        // channel (so there is a series at 0 with no channel configured, too).
         for channel in channels {
-            for outcome in [ALERT_SENT, ALERT_FAILED, ALERT_SUPPRESSED] {
+            for outcome in [ALERT_SENT, ALERT_FAILED] {
                 self.alerts_total.with_label_values(&[*channel, outcome]);
             }
         }
+        self.alerts_total
+            .with_label_values(&[ALERT_CHANNEL_ALL, ALERT_SUPPRESSED]);
         Ok(())
     }
 
@@ -193,9 +203,10 @@ impl Metrics {
             .inc_by(missed);
     }
 
-    /// Executions running on this replica ([`ACTIVE_WORKERS`]).
-    pub fn active_workers(&self) -> &IntGauge {
-        &self.execution.worker.active_workers
+    /// Executions running on this replica ([`EXECUTIONS_RUNNING`], and its deprecated alias
+    /// [`ACTIVE_WORKERS`]).
+    pub fn executions_running(&self) -> &IntGauge {
+        &self.execution.worker.executions_running
     }
 
     /// What the pool lets run at once now ([`WORKER_CONCURRENCY_LIMIT`]).
@@ -246,6 +257,72 @@ mod tests {
             "ax_build_info{{version=\"{}\"}} 1",
             env!("CARGO_PKG_VERSION")
         )));
+    }
+
+    /// Every family the chart's dashboard and the alert rules name has a series (at 0) on a
+    /// replica that has done nothing yet, with no alert channel configured, so a panel
+    /// shows 0 rather than "No data" and `increase()` sees the first event. They name the
+    /// current families, not the deprecated aliases.
+    #[test]
+    fn every_series_the_dashboard_and_the_rules_use_exists_from_the_start() {
+        let text = Metrics::new(&["default".to_owned()], &[])
+            .unwrap()
+            .gather_text()
+            .unwrap();
+        let sources = [
+            (
+                "charts/ax/dashboards/ax.json",
+                include_str!("../../../charts/ax/dashboards/ax.json"),
+            ),
+            (
+                "alert-rules/ax-rules.yaml",
+                include_str!("../../../alert-rules/ax-rules.yaml"),
+            ),
+        ];
+        let mut checked = 0;
+        for (file, source) in sources {
+            let names: std::collections::BTreeSet<&str> = source
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("scheduler_") || w.starts_with("ax_"))
+                .collect();
+            for name in names {
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .filter(|f| text.contains(&format!("# TYPE {f} histogram")))
+                    .unwrap_or(name);
+                assert!(
+                    !DEPRECATED_ALIASES.iter().any(|(old, _)| *old == family),
+                    "{file} uses the deprecated name {family}"
+                );
+                assert!(
+                    text.lines().any(|l| l
+                        .strip_prefix(name)
+                        .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))),
+                    "{file} uses {name}, which has no series at start:\n{text}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 25, "{checked} names checked");
+        for series in [
+            "scheduler_alerts_total{channel=\"all\",outcome=\"suppressed\"} 0",
+            "scheduler_loop_panics_total{loop=\"deadline\"} 0",
+            "scheduler_attempts_total{handler=\"http\",outcome=\"succeeded\",queue=\"default\"} 0",
+            "scheduler_attempts_total{handler=\"http\",outcome=\"killed\",queue=\"default\"} 0",
+            "scheduler_tasks_executed_total{handler=\"http\",outcome=\"success\",queue=\"default\"} 0",
+        ] {
+            assert!(text.contains(series), "{series} missing");
+        }
+        let with_channel = Metrics::new(&[], &["webhook"])
+            .unwrap()
+            .gather_text()
+            .unwrap();
+        for outcome in [ALERT_SENT, ALERT_FAILED] {
+            let series =
+                format!("scheduler_alerts_total{{channel=\"webhook\",outcome=\"{outcome}\"}} 0");
+            assert!(with_channel.contains(&series), "{series} missing");
+        }
     }
 
     #[cfg(target_os = "linux")]
@@ -334,8 +411,8 @@ mod tests {
         assert_eq!(
             m.execution
                 .worker
-                .tasks_executed_total
-                .with_label_values(&["default", "http", "success"])
+                .attempts_total
+                .with_label_values(&["default", "http", OUTCOME_SUCCEEDED])
                 .get(),
             1
         );
@@ -349,8 +426,8 @@ mod tests {
             "scheduler_schedule_latency_seconds_bucket{queue=\"default\",le=\"60\"}",
             "scheduler_concurrency_wait_seconds_bucket{queue=\"default\",le=\"0.01\"}",
             "scheduler_concurrency_wait_seconds_bucket{queue=\"default\",le=\"3600\"}",
-            "scheduler_execution_duration_seconds_bucket{handler=\"http\",outcome=\"success\",queue=\"default\",le=\"0.005\"}",
-            "scheduler_execution_duration_seconds_bucket{handler=\"http\",outcome=\"success\",queue=\"default\",le=\"600\"}",
+            "scheduler_attempt_duration_seconds_bucket{handler=\"http\",outcome=\"succeeded\",queue=\"default\",le=\"0.005\"}",
+            "scheduler_attempt_duration_seconds_bucket{handler=\"http\",outcome=\"succeeded\",queue=\"default\",le=\"600\"}",
         ] {
             assert!(text.contains(needle), "{needle} missing");
         }

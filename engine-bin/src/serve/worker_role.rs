@@ -78,7 +78,7 @@ impl WorkerMetrics for Metrics {
     }
 
     fn active_attempts(&self, delta: i64) {
-        self.active_workers().add(delta);
+        self.executions_running().add(delta);
     }
 
     fn start_lateness(&self, queue: &str, seconds: f64) {

@@ -32,7 +32,7 @@ use ax_registry::PendingTrigger;
 /// What the shell does after one round of enqueues.
 #[derive(Debug, Default)]
 pub(super) struct FireEffects {
-    /// The queue of each fire that was enqueued (`tasks_scheduled_total`).
+    /// The queue of each fire that was enqueued (`scheduler_fires_total`).
     pub(super) scheduled: Vec<std::sync::Arc<str>>,
     /// Alerts to send (late enqueues).
     pub(super) alerts: Vec<Alert>,
