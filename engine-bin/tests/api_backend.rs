@@ -449,3 +449,63 @@ async fn the_audit_log_pages_newest_first_filters_and_keeps_to_its_retention_ove
         .unwrap();
     assert_eq!(recent.items.len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn backfills_of_one_range_at_the_same_instant_request_each_fire_once() {
+    use ax_control::api::{BackfillParams, TaskKey};
+    use ax_scheduler_core::UtcMillis;
+    let mut config = Config::default();
+    config.etcd.endpoints = vec![ax_testkit::etcd_endpoint()];
+    config.etcd.prefix = format!("/{}", ax_testkit::unique_name("api-backfill-race"));
+    config.redis.url = ax_testkit::redis_url();
+    config.redis.key_prefix = ax_testkit::unique_name("api-backfill-race");
+    let b = Backend::connect(&config.cluster()).await.unwrap();
+    let spec = json!({"id": "m", "namespace": "ops", "handler": "log",
+                      "schedule": {"every": "1m"}, "created_at": "2020-01-01T00:00:00Z"});
+    b.put_task(spec, PutOptions::default()).await.unwrap();
+    let key = TaskKey::new("ops", "m");
+    let now = UtcMillis::now().0;
+    // 300 fires: more than one transaction of 128, so the guard between them is exercised.
+    let params = BackfillParams {
+        from: UtcMillis(now - 300 * 60_000),
+        to: UtcMillis(now - 1),
+        max: Some(1000),
+        force: false,
+        dry_run: false,
+    };
+    // No leader runs: what the first requested stays pending, as in the 50 ms after it.
+    for round in 0..3 {
+        let (x, y) = tokio::join!(
+            b.backfill(key.clone(), params.clone()),
+            b.backfill(key.clone(), params.clone())
+        );
+        let (x, y) = (x.unwrap(), y.unwrap());
+        assert_eq!(x.fires, y.fires);
+        assert_eq!(x.fires.len(), 300);
+        // Both name the same execution for every fire, and at most one of them requested it.
+        assert_eq!(x.execution_ids, y.execution_ids, "round {round}");
+        for i in 0..x.fires.len() {
+            assert!(
+                x.pending[i] || y.pending[i],
+                "round {round}: fire {i} requested twice"
+            );
+        }
+        if round > 0 {
+            assert!(x.pending.iter().all(|p| *p) && y.pending.iter().all(|p| *p));
+        }
+    }
+    let listed = ax_registry::Registry::new(
+        ax_control::connect::connect_etcd(&config.cluster())
+            .await
+            .unwrap(),
+        ax_registry::RegistryConfig {
+            prefix: config.etcd.prefix.clone(),
+            ..Default::default()
+        },
+    )
+    .list_triggers()
+    .await
+    .unwrap()
+    .1;
+    assert_eq!(listed.len(), 300, "one request per fire");
+}

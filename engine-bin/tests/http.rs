@@ -255,6 +255,7 @@ impl ApiBackend for MemoryBackend {
                 fires: vec![params.from],
                 execution_ids: vec![],
                 already_run: vec![],
+                pending: vec![],
                 written: !params.dry_run,
             })
         })

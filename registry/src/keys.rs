@@ -134,6 +134,11 @@ impl Keys {
         format!("{}/triggers/{namespace}/{id}/{execution_id}", self.prefix)
     }
 
+    /// `{prefix}/triggers/{namespace}/{id}/`: every run-now request of one task.
+    pub fn task_triggers_prefix(&self, namespace: &str, id: &str) -> String {
+        format!("{}/triggers/{namespace}/{id}/", self.prefix)
+    }
+
     /// Splits a key under [`Keys::triggers_prefix`] into `(namespace, id, execution_id)`;
     /// `None` when it does not have exactly those three segments, the last an execution id.
     pub fn parse_trigger_key(&self, key: &str) -> Option<(String, String, ExecutionId)> {

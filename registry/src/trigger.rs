@@ -10,6 +10,8 @@
 //! The request is written only if the task's spec key exists, checked in the same
 //! transaction, so a trigger racing a delete never leaves a request for a task that is gone.
 
+use std::collections::HashMap;
+
 use ax_scheduler_core::{ExecutionId, UtcMillis};
 use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
@@ -157,6 +159,86 @@ impl Registry {
             });
         }
         Ok((revision, out))
+    }
+
+    /// One task's pending backfill requests, fire to execution id, with the revision they
+    /// were read at: what [`Registry::request_triggers_since`] guards against.
+    pub async fn pending_backfills(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<(i64, HashMap<UtcMillis, ExecutionId>), RegistryError> {
+        let prefix = self.keys().task_triggers_prefix(namespace, id);
+        let (revision, kvs) = self.list_range(&prefix).await?;
+        let pending = kvs
+            .iter()
+            .filter_map(|kv| {
+                let request = serde_json::from_slice::<TriggerRequest>(kv.value()).ok()?;
+                Some((request.backfill_of?, request.execution_id))
+            })
+            .collect();
+        Ok((revision, pending))
+    }
+
+    /// Writes run-now requests of one task (a backfill) only while none of the task's
+    /// requests changed since revision `seen`, so that two backfills of the same range never
+    /// both request a fire. Each transaction of 127 is guarded the same way against the
+    /// revision of the one before it. `Ok(false)` when another writer came first (some
+    /// requests may be written then: read the pending ones again).
+    pub async fn request_triggers_since(
+        &self,
+        namespace: &str,
+        id: &str,
+        requests: &[TriggerRequest],
+        seen: i64,
+    ) -> Result<bool, RegistryError> {
+        let task = self.keys().task(namespace, id);
+        let prefix = self.keys().task_triggers_prefix(namespace, id);
+        let end = crate::registry::prefix_end(prefix.as_bytes());
+        let mut seen = seen;
+        // etcd counts the failure branch's operation against `--max-txn-ops` (128) too.
+        for chunk in requests.chunks(127) {
+            let ops: Vec<TxnOp> = chunk
+                .iter()
+                .map(|r| {
+                    let key = self.keys().trigger(namespace, id, r.execution_id);
+                    // Strings, integers and a JSON value always serialize.
+                    TxnOp::put(key, serde_json::to_vec(r).unwrap_or_default(), None)
+                })
+                .collect();
+            let exists = Compare::create_revision(task.clone(), CompareOp::Greater, 0);
+            // Every key of the range at or below `seen`: none written since (an empty range
+            // compares as revision 0).
+            let unchanged = Compare::mod_revision(prefix.clone(), CompareOp::Less, seen + 1)
+                .with_range(end.clone());
+            let txn = Txn::new()
+                .when([exists.clone(), unchanged])
+                .and_then(ops)
+                .or_else([TxnOp::txn(Txn::new().when([exists]))]);
+            let mut kv = self.client().kv_client();
+            let resp = timed("trigger put", self.config().request_timeout, kv.txn(txn)).await?;
+            if !resp.succeeded() {
+                let task_exists = resp
+                    .op_responses()
+                    .into_iter()
+                    .any(|op| matches!(op, etcd_client::TxnOpResponse::Txn(t) if t.succeeded()));
+                if !task_exists {
+                    return Err(RegistryError::NotFound {
+                        namespace: namespace.to_string(),
+                        id: id.to_string(),
+                    });
+                }
+                return Ok(false);
+            }
+            seen = resp.header().map_or(seen, |h| h.revision());
+        }
+        tracing::info!(
+            task_id = id,
+            namespace,
+            requests = requests.len(),
+            "backfill requests written"
+        );
+        Ok(true)
     }
 
     /// Deletes a run-now request (once its execution is enqueued).

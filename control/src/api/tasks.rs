@@ -268,6 +268,10 @@ pub struct BackfillResult {
     /// window): nothing is requested for it, and its id is the earlier execution's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub already_run: Vec<bool>,
+    /// For each fire, whether an earlier backfill requested it and the leader has not taken
+    /// it yet: nothing is requested again, and its id is that pending request's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<bool>,
     /// Whether the requests were written (false for a dry run).
     pub written: bool,
 }

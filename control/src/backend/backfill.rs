@@ -7,9 +7,11 @@
 //! smaller of `etcd.quota_backend_bytes` and what etcd reports). The estimate is high on
 //! purpose: a refused backfill can be split, a full etcd stops the cluster. The fires are
 //! computed on a blocking thread, at most the cap plus one of them, however long the range.
-//! A fire an earlier backfill ran (its dedupe marker still in Redis) is not requested again:
-//! the answer names that earlier execution, so a repeated backfill neither prints ids that
-//! will never exist nor writes keys the leader would only drop.
+//! A fire an earlier backfill ran (its dedupe marker still in Redis) or requested (its request
+//! still pending in etcd) is not requested again: the answer names that earlier execution, so
+//! a repeated backfill neither prints ids that will never exist nor writes keys the leader
+//! would only drop. The write is guarded by the revision of that read, so two backfills of one
+//! task at the same instant cannot both request a fire: the later one reads again.
 
 use ax_registry::TriggerRequest;
 use ax_scheduler_core::{ExecutionId, UtcMillis};
@@ -23,6 +25,10 @@ use crate::api::{
 /// Bytes one run-now request is taken to add to etcd's database: its key and JSON value (a
 /// few hundred bytes) and etcd's own bookkeeping of each revision, counted high.
 pub(super) const BYTES_PER_REQUEST: u64 = 1024;
+
+/// Rounds a backfill reads and writes before it gives up on writers that keep changing the
+/// task's requests.
+const BACKFILL_ROUNDS: usize = 5;
 
 /// How full a backfill may make etcd's database, percent of its quota.
 pub(super) const QUOTA_FILL_PERCENT: u64 = 90;
@@ -93,31 +99,67 @@ impl Backend {
                 fires,
                 execution_ids: Vec::new(),
                 already_run: Vec::new(),
+                pending: Vec::new(),
                 written: false,
             });
         }
         let q = self.queue().await?;
-        let earlier = q
-            .backfilled(&key.namespace, &key.id, &spec.queue, &fires)
+        for _ in 0..BACKFILL_ROUNDS {
+            if let Some(done) = self.request_missing(q, key, &spec.queue, &fires).await? {
+                return Ok(done);
+            }
+        }
+        Err(ApiError::Conflict(format!(
+            "other backfills or run-nows of {}/{} kept changing its requests while this one \
+             was written; nothing more was requested: run it again",
+            key.namespace, key.id
+        )))
+    }
+
+    /// One round: what earlier backfills requested (pending in etcd) or ran (their dedupe
+    /// markers in Redis), then the rest requested, unless another writer changed the task's
+    /// requests meanwhile (`None`: read again). etcd is read before Redis: the leader writes
+    /// a fire's marker before it deletes its request, so a fire is seen in one or the other.
+    async fn request_missing(
+        &self,
+        q: &ax_queue::Queue,
+        key: &TaskKey,
+        queue: &str,
+        fires: &[UtcMillis],
+    ) -> Result<Option<BackfillResult>, ApiError> {
+        let (seen, pending) = self
+            .registry
+            .pending_backfills(&key.namespace, &key.id)
+            .await
+            .map_err(errors::registry)?;
+        let ran = q
+            .backfilled(&key.namespace, &key.id, queue, fires)
             .await
             .map_err(errors::queue)?;
-        let earlier: Vec<Option<ExecutionId>> = earlier
+        let ran: Vec<Option<ExecutionId>> = ran
             .into_iter()
             .map(|id| id.and_then(|s| s.parse().ok()))
             .collect();
-        let new_fires = earlier.iter().filter(|e| e.is_none()).count();
-        self.check_quota_room(new_fires).await?;
         let now = UtcMillis::now();
+        let mut result = BackfillResult {
+            fires: fires.to_vec(),
+            execution_ids: Vec::with_capacity(fires.len()),
+            already_run: Vec::with_capacity(fires.len()),
+            pending: Vec::with_capacity(fires.len()),
+            written: true,
+        };
         // UUID v7 ids in fire order: the requests' keys sort as the fires, so the leader
         // takes them oldest first.
-        let mut requests = Vec::with_capacity(new_fires);
-        let mut execution_ids = Vec::with_capacity(fires.len());
-        for (t, ran) in fires.iter().zip(&earlier) {
-            match ran {
-                Some(id) => execution_ids.push(*id),
+        let mut requests = Vec::new();
+        for (t, ran) in fires.iter().zip(&ran) {
+            let waiting = pending.get(t).copied();
+            result.already_run.push(ran.is_some());
+            result.pending.push(ran.is_none() && waiting.is_some());
+            match ran.or(waiting) {
+                Some(id) => result.execution_ids.push(id),
                 None => {
                     let id = ax_queue::new_execution_id();
-                    execution_ids.push(id);
+                    result.execution_ids.push(id);
                     requests.push(TriggerRequest {
                         execution_id: id,
                         requested_at: now,
@@ -128,18 +170,16 @@ impl Backend {
                 }
             }
         }
-        if !requests.is_empty() {
-            self.registry
-                .request_triggers(&key.namespace, &key.id, &requests)
-                .await
-                .map_err(errors::registry)?;
+        if requests.is_empty() {
+            return Ok(Some(result));
         }
-        Ok(BackfillResult {
-            fires,
-            execution_ids,
-            already_run: earlier.iter().map(Option::is_some).collect(),
-            written: true,
-        })
+        self.check_quota_room(requests.len()).await?;
+        let written = self
+            .registry
+            .request_triggers_since(&key.namespace, &key.id, &requests, seen)
+            .await
+            .map_err(errors::registry)?;
+        Ok(written.then_some(result))
     }
 
     /// Refuses a backfill of `fires` requests that would fill etcd's database past

@@ -620,6 +620,8 @@ async fn task_backfill(
     for (i, t) in r.fires.iter().enumerate() {
         let ran = if r.already_run.get(i) == Some(&true) {
             "  (ran already)"
+        } else if r.pending.get(i) == Some(&true) {
+            "  (requested already, pending)"
         } else {
             ""
         };
@@ -630,13 +632,15 @@ async fn task_backfill(
     }
     if r.written {
         let ran = r.already_run.iter().filter(|a| **a).count();
-        let queued = r.fires.len() - ran;
-        if ran == 0 {
+        let pending = r.pending.iter().filter(|a| **a).count();
+        let queued = r.fires.len().saturating_sub(ran + pending);
+        if ran + pending == 0 {
             eprintln!("{queued} fire(s) of {name} enqueued to run now");
         } else {
             eprintln!(
-                "{queued} fire(s) of {name} enqueued to run now; {ran} ran already in an \
-                 earlier backfill (their executions are shown) and run not again"
+                "{queued} fire(s) of {name} enqueued to run now; {ran} ran already and \
+                 {pending} are pending from an earlier backfill (their executions are shown): \
+                 not requested again"
             );
         }
     } else {
