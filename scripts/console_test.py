@@ -9,6 +9,7 @@ the step did not expect. Every wait is bounded; all traffic stays on loopback.
 
 import argparse
 import base64
+import datetime
 import json
 import os
 import re
@@ -20,6 +21,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import zoneinfo
 
 CHROME_ARGS = [
     "--headless",
@@ -39,6 +41,8 @@ BROWSER_TZ = "America/New_York"
 ZONED = re.compile(r" (UTC|[+-]\d\d:\d\d)$")
 LONG_PATH = "x" * 240
 SECRET_BITS = ["sekret-header", "hunter2", "qs-secret"]
+# The tallest table row the layout checks allow (see Test.check_layout).
+ROW_MAX_PX = 60
 
 
 class Failure(Exception):
@@ -208,6 +212,53 @@ class Test:
                          ".filter((e) => e.scrollWidth > e.clientWidth + 1).map((e) => e.scrollWidth - e.clientWidth)")
         if wide:
             raise Failure(f"a table on {where} scrolls sideways by {wide}px: a long error does not wrap")
+
+    def check_layout(self, where):
+        """Tables get the page's width and rows stay short; an error is cut, not squeezed.
+
+        A row holds at most two lines: a relative time over its absolute one, or an error
+        cut after two lines (its whole text in the title). Two lines of the page's 15 px text
+        and 10 px of padding make about 47 px; a third line makes about 65 px, and a column
+        squeezed to a few characters (the bug: rows 100-200 px tall) far more. So 60 px.
+        """
+        m = self.d.js("""
+            const main = document.querySelector('main');
+            const cs = getComputedStyle(main);
+            const width = main.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+            const head = (t) => { const s = t.closest('section'); const h = s && s.querySelector('h2'); return h ? h.innerText : '?'; };
+            return {
+              width,
+              tables: [...main.querySelectorAll('table')].map((t) => ({
+                where: head(t), width: t.getBoundingClientRect().width,
+                rows: [...t.rows].map((r) => [Math.round(r.getBoundingClientRect().height), r.innerText.slice(0, 80)]),
+              })),
+              errors: [...main.querySelectorAll('td .err')].map((e) => [Math.round(e.getBoundingClientRect().width), e.title === e.textContent, e.textContent.slice(0, 60)]),
+            };""")
+        if not m["tables"]:
+            raise Failure(f"no table on {where}")
+        problems = []
+        for t in m["tables"]:
+            if t["width"] < 0.7 * m["width"]:
+                problems.append(f"table `{t['where']}` is {t['width']:.0f}px wide, under 70% of the page's {m['width']:.0f}px")
+            tall = [r for r in t["rows"] if r[0] > ROW_MAX_PX]
+            if tall:
+                problems.append(f"rows of `{t['where']}` taller than {ROW_MAX_PX}px: {tall[:3]}")
+        for width, titled, text in m["errors"]:
+            if width < 160 or not titled:
+                problems.append(f"an error in a table is {width}px wide (whole in its title: {titled}): {text}")
+        if problems:
+            raise Failure(f"the layout of {where}: " + "; ".join(problems))
+        return True
+
+    def check_chart_labels(self):
+        """The charts' labels as drawn (font size times the SVG's scale) are legible."""
+        sizes = self.d.js("return [...document.querySelectorAll('main svg.chart text')]"
+                          ".map((t) => parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a)")
+        if not sizes:
+            raise Failure("no chart label on the overview")
+        if min(sizes) < 11:
+            raise Failure(f"chart labels drawn {min(sizes):.1f}px tall, under 11px")
+        return True
 
     def ax(self, *argv, stdin=None, check=True):
         env = dict(os.environ, AX_ETCD_ENDPOINTS=self.args.etcd)
@@ -428,6 +479,8 @@ class Test:
         self.wait_text("the queue's page", "Queue default", "h1")
         # The title is there at once; the buttons come with the page's first answer.
         self.wait("the pause button", lambda: self.d.js("return !!document.querySelector('[data-action=pause-queue]')"))
+        if self.text("h1") != "Queue default":
+            raise Failure(f"the queue's title reads `{self.text('h1')}`, not `Queue default`")
         d.click("[data-action=pause-queue]")
         self.confirm()
         self.wait_text("the pause's result", "Paused queue default", "#notice")
@@ -485,8 +538,13 @@ class Test:
         d.go(f"{self.url}/ui/#/task/throttle/failing")
         self.wait_text("why it is throttled", "1 fire in 10 is dispatched", "#throttled")
         self.shot("task-throttled")
+        # Away from its page first: a refresh of a deleted task's page answers 404.
+        d.go(f"{self.url}/ui/#/tasks?namespace=throttle")
+        self.wait_text("the task list again", "throttle/failing", "main")
         self.ax("task", "delete", "throttle/failing")
         self.check_log("the throttled task")
+
+        self.check_layouts()
 
         # A phone-sized screen: nothing wider than the screen but the tables' own scrollers.
         d.size(390, 844)
@@ -531,6 +589,65 @@ class Test:
         self.wait_text("the refusal's reason", "needs the `operate` role", "#notice")
         self.check_log("the refused action", allowed=["status of 403", "status of 401"])
 
+
+    def check_layouts(self):
+        """The overview, a task, an execution and a queue at 1280 and 1920 px, times local."""
+        d = self.d
+        d.js("const s = document.getElementById('zone'); s.value = 'local'; s.dispatchEvent(new Event('change'));")
+        status, _, page = http("GET", f"{self.url}/api/v1/executions?task=console/flaky-hook&limit=1",
+                               token=self.tokens["admin"])
+        if status != 200 or not page["items"]:
+            raise Failure(f"no execution of console/flaky-hook: {status} {page}")
+        failed = page["items"][0]["execution_id"]
+        for width in (1280, 1920):
+            d.size(width, 1000)
+            d.go(f"{self.url}/ui/#/overview")
+            self.wait("the overview's charts", lambda: self.d.js(
+                "return document.querySelectorAll('main svg.chart polyline').length") == 4)
+            self.wait_text("the recent failures", "console/flaky-hook", "main")
+            self.wait(f"the overview's layout at {width}px", lambda: self.check_layout(f"the overview at {width}px"), 10)
+            self.check_chart_labels()
+            d.go(f"{self.url}/ui/#/task/console/flaky-hook")
+            self.wait_text("the task's failed executions", LONG_PATH[:40], "main table")
+            self.wait(f"the task page's layout at {width}px", lambda: self.check_layout(f"the task page at {width}px"), 10)
+            d.go(f"{self.url}/ui/#/execution/{failed}")
+            self.wait_text("the execution's attempts", LONG_PATH[:40], "main table")
+            self.wait(f"the execution page's layout at {width}px", lambda: self.check_layout(f"the execution page at {width}px"), 10)
+        # A queue with a waiting execution: paused, then a trigger.
+        self.ax("queue", "pause", "default")
+        self.ax("task", "trigger", "console/heartbeat")
+        try:
+            for width in (1920, 1280):
+                d.size(width, 1000)
+                d.go(f"{self.url}/ui/#/queue/default")
+                self.wait_text("the waiting execution", "console/heartbeat", "#queue-contents table", 30)
+                self.wait(f"the queue page's layout at {width}px", lambda: self.check_layout(f"the queue page at {width}px"), 10)
+        finally:
+            self.ax("queue", "resume", "default")
+        # A cron the words do not cover is shown as written, as code; an `at` in the page's zone.
+        self.ax("task", "put", "-", stdin=json.dumps({
+            "id": "odd-cron", "namespace": "console", "handler": "log",
+            "schedule": {"cron": "15 30 2 * * *", "timezone": "Asia/Shanghai"}}))
+        at = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0) + datetime.timedelta(days=30)
+        self.ax("task", "put", "-", stdin=json.dumps({
+            "id": "launch", "namespace": "console", "handler": "log",
+            "schedule": {"at": at.isoformat().replace("+00:00", "Z")}}))
+        local = at.astimezone(zoneinfo.ZoneInfo(BROWSER_TZ))
+        offset = local.strftime("%z")
+        at_text = f"once at {local:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}"
+        d.go(f"{self.url}/ui/#/task/console/launch")
+        self.wait(f"the `at` schedule as `{at_text}`", lambda: self.text("#schedule") == at_text)
+        cron_text = "cron 15 30 2 * * * Asia/Shanghai"
+        d.go(f"{self.url}/ui/#/task/console/odd-cron")
+        self.wait(f"the cron schedule as `{cron_text}`", lambda: self.text("#schedule") == cron_text)
+        if self.text("#schedule code") != "15 30 2 * * *":
+            raise Failure(f"the cron expression is not shown as code: `{self.text('#schedule code')}`")
+        d.go(f"{self.url}/ui/#/tasks?namespace=console")
+        row = "return [...document.querySelectorAll('main tr')].filter((r) => r.querySelector(`a[href='#/task/console/${arguments[0]}']`)).map((r) => r.cells[1].innerText).join()"
+        self.wait(f"the `at` schedule in the list as `{at_text}`", lambda: d.js(row, "launch") == at_text)
+        self.wait(f"the cron schedule in the list as `{cron_text}`", lambda: d.js(row, "odd-cron") == cron_text)
+
+        self.check_log("the layouts")
 
     def run_sharded(self):
         """The overview of replicas sharing shards: the shard map instead of a leader."""

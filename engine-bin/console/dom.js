@@ -90,6 +90,24 @@ export function inZone(ms, timeZone) {
   }
 }
 
+// A schedule in words as the API writes it, for the page: a cron expression it quotes
+// (cron `15 30 2 * * *` UTC) as code without the quotes, and an instant it gives in UTC
+// (once at 2030-01-01 00:00:00 UTC) in the chosen zone, as every other time.
+const QUOTED = /(`[^`]*`)/;
+const UTC_TEXT = /(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC)/;
+
+export function scheduleText(text) {
+  if (!text) return '–';
+  return text.split(QUOTED).map((part, i) => {
+    if (i % 2) return h('code', {}, part.slice(1, -1));
+    return part.split(UTC_TEXT).map((bit, j) => {
+      if (!(j % 2)) return bit;
+      const ms = Date.parse(`${bit.slice(0, 10)}T${bit.slice(11, 19)}Z`);
+      return h('time', { datetime: new Date(ms).toISOString(), title: new Date(ms).toISOString() }, absolute(ms));
+    });
+  });
+}
+
 export function duration(ms) {
   if (ms === undefined || ms === null) return '–';
   const a = Math.abs(ms);
@@ -120,6 +138,12 @@ export function when(ms) {
 export function execLink(id, whole = false) {
   return h('a', { class: 'id', href: `#/execution/${encodeURIComponent(id)}`, title: `${id} · open this execution`, 'data-execution': id },
     h('code', {}, whole ? id : `…${id.slice(-8)}`));
+}
+
+// The start of a handler's answer (its status and body), whole in the title.
+export function excerpt(output) {
+  const text = `${output.status ?? ''} ${output.body ?? ''}${output.truncated ? ' …' : ''}`.trim();
+  return h('code', { class: 'excerpt', title: text }, text);
 }
 
 export function badge(text, kind) {
@@ -205,7 +229,7 @@ export function confirmDialog(title, text, fields = []) {
 // A line chart of series over x in [x0, x1]: {name, cls, points: [[x, y]]}; `fmt` writes a
 // y value (a duration in ms by default).
 export function lineChart(series, x0, x1, label, fmt = duration) {
-  const W = 600, H = 160, L = 48, R = 8, T = 10, B = 22;
+  const W = 600, H = 160, L = 56, R = 8, T = 10, B = 22;
   const ys = series.flatMap((sr) => sr.points.map((p) => p[1]));
   const ymax = Math.max(1, ...ys) * 1.1;
   const X = (x) => L + ((x - x0) / (x1 - x0 || 1)) * (W - L - R);

@@ -5,7 +5,7 @@
 // are listed rather than guessed between.
 
 import { ApiError, get, query } from './api.js';
-import { badge, clear, duration, execLink, h, notice, section, table, when } from './dom.js';
+import { badge, clear, duration, excerpt, execLink, h, notice, section, table, when } from './dom.js';
 import { taskLink } from './views.js';
 
 const WHOLE_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -112,8 +112,8 @@ function attempts(story) {
     a.lateness_ms === undefined ? '–' : duration(a.lateness_ms),
     a.duration_ms === undefined ? '–' : duration(a.duration_ms),
     badge(a.outcome),
-    a.error ? h('span', { class: 'err' }, a.error) : '',
-    a.output ? h('code', { class: 'excerpt' }, `${a.output.status ?? ''} ${a.output.body ?? ''}${a.output.truncated ? ' …' : ''}`.trim()) : '',
+    a.error ? h('span', { class: 'err', title: a.error }, a.error) : '',
+    a.output ? excerpt(a.output) : '',
   ]);
   return section('Attempts', table(['#', 'Worker', 'Started', 'Lateness', 'Took', 'Outcome', 'Error', 'Output'], rows,
     story.waiting ? 'The first attempt has not ended yet.' : 'No attempt recorded.'));

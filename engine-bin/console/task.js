@@ -2,7 +2,9 @@
 // fires, recent executions, and the actions the caller's role allows.
 
 import { allows, call, get, query, taskPath } from './api.js';
-import { badge, clear, duration, execLink, h, inZone, section, statusBadge, table, when } from './dom.js';
+import {
+  badge, clear, duration, excerpt, execLink, h, inZone, scheduleText, section, statusBadge, table, when,
+} from './dom.js';
 import { act } from './views.js';
 
 // A time typed by a person: ISO text, or a duration before now (`2h`, `1d`).
@@ -84,7 +86,7 @@ export function task(root, { params, role, go }) {
       view.throttled ? [h('dt', {}, 'Throttled'), h('dd', { id: 'throttled', class: 'err' },
         `${view.throttled.failures} of its last ${view.throttled.executions} executions failed, so 1 fire in ${view.throttled.dispatch_every} is dispatched until they succeed again. Since `,
         when(view.throttled.since))] : null,
-      h('dt', {}, 'Schedule'), h('dd', {}, view.schedule_text || '–'),
+      h('dt', {}, 'Schedule'), h('dd', { id: 'schedule' }, scheduleText(view.schedule_text)),
       h('dt', {}, 'Next fire'), h('dd', {}, when(view.next_fire)),
       h('dt', {}, 'Last fire'), h('dd', {}, when(view.last_fire)),
       h('dt', {}, 'Last outcome'), h('dd', {}, view.last_outcome ? badge(view.last_outcome) : 'never ran'),
@@ -113,8 +115,8 @@ export function task(root, { params, role, go }) {
       when(a.due),
       a.lateness_ms === undefined ? '–' : duration(a.lateness_ms),
       a.duration_ms === undefined ? '–' : duration(a.duration_ms),
-      a.error ? h('span', { class: 'err' }, a.error) : '',
-      a.output ? h('code', { class: 'excerpt' }, `${a.output.status ?? ''} ${a.output.body ?? ''}${a.output.truncated ? ' …' : ''}`.trim()) : '',
+      a.error ? h('span', { class: 'err', title: a.error }, a.error) : '',
+      a.output ? excerpt(a.output) : '',
     ];
     // The executions of one fanned-out fire (shards, or a broadcast's one per worker) under
     // a row for the fire itself, in the order the fires first appear on the page.

@@ -4,8 +4,8 @@
 
 import { allows, call, get, query, taskPath } from './api.js';
 import {
-  badge, clear, confirmDialog, duration, execLink, h, lineChart, notice, percentile, section, statusBadge, table,
-  when,
+  badge, clear, confirmDialog, duration, execLink, h, lineChart, notice, percentile, scheduleText, section, statusBadge,
+  table, when,
 } from './dom.js';
 
 const FAILED = ['retrying', 'failed', 'timed_out', 'panicked', 'dead_lettered'];
@@ -46,7 +46,8 @@ async function lastHour() {
 const depthSamples = new Map();
 
 export function overview(root) {
-  const body = h('div', { class: 'grid' });
+  // One card a row: each but the warnings holds a table, and the charts need the width.
+  const body = h('div', { class: 'stack' });
   root.append(h('h1', {}, 'Overview'), body);
   async function refresh() {
     const [status, attempts] = await Promise.all([get('/status'), lastHour()]);
@@ -177,7 +178,7 @@ function fires(attempts, now) {
     h('figcaption', {}, h('span', { class: 'key p50' }, 'succeeded'), ' ', h('span', { class: 'key p99' }, 'failed'), ' attempts ended per 5 minutes (throughput)'))
     : null;
   const recentFailures = failures.slice(0, 10).map((a) => [
-    taskLink(a.namespace, a.task_id), execLink(a.execution_id), badge(a.outcome), when(a.finished), h('span', { class: 'err' }, a.error || ''),
+    taskLink(a.namespace, a.task_id), execLink(a.execution_id), badge(a.outcome), when(a.finished), h('span', { class: 'err', title: a.error || '' }, a.error || ''),
   ]);
   return section('Last hour',
     h('p', { class: 'stats' },
@@ -237,7 +238,7 @@ export function tasks(root, { params, go, role }) {
       const invalid = t.status === 'INVALID';
       const cells = [
         taskLink(t.namespace, t.id),
-        invalid ? h('span', { class: 'muted' }, 'invalid spec') : t.schedule_text || '–',
+        invalid ? h('span', { class: 'muted' }, 'invalid spec') : scheduleText(t.schedule_text),
         statusBadge(t),
         when(t.next_fire, now),
         when(t.last_fire, now),
