@@ -29,7 +29,8 @@ text = open(doc, encoding="utf-8").read()
 mark = text.find("<!-- scratch project -->")
 if mark < 0:
     sys.exit(f"{doc}: no `<!-- scratch project -->` marker")
-blocks = re.findall(r"```(toml|rust)\n(.*?)```", text[mark:], re.S)
+# The fence may carry rustdoc's attributes (`rust,no_run`: compiled, not run, by cargo test).
+blocks = re.findall(r"```(toml|rust)[^\n]*\n(.*?)```", text[mark:], re.S)
 toml = next((b for k, b in blocks if k == "toml"), None)
 rust = next((b for k, b in blocks if k == "rust"), None)
 if toml is None or rust is None:

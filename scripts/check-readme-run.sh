@@ -30,13 +30,14 @@ if grep -q 'could not register' "$out"; then
   exit 1
 fi
 
-# The block: the indented lines after "Then, in that terminal", up to the next prose line.
+# The block: the lines of the ```sh block after "Then, in that terminal".
 mapfile -t commands < <(python3 - <<'EOF'
 import re
 lines = open("README.md", encoding="utf-8").read().split("\n")
 start = next(i for i, l in enumerate(lines) if l.startswith("Then, in that terminal"))
-for l in lines[start + 1:]:
-    if l and not l.startswith("    "):
+fence = next(i for i in range(start + 1, len(lines)) if lines[i].strip() == "```sh")
+for l in lines[fence + 1:]:
+    if l.strip() == "```":
         break
     if l.strip():
         print(re.sub(r"\s+#.*$", "", l.strip()))

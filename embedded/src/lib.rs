@@ -110,3 +110,9 @@ pub use parents::Parent;
 
 #[cfg(test)]
 mod tests;
+
+/// The Rust blocks of docs/embedded.md, built (and run, but for `no_run` ones) as doctests
+/// so the page cannot drift from the API (`scheduler-core/tests/doc_blocks.rs`).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/embedded.md")]
+mod embedded_md {}

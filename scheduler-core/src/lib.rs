@@ -61,3 +61,10 @@ pub use status::TaskStatus;
 pub use task::{MisfirePolicy, OverlapPolicy, RetryPolicy, Schedule, TaskSpec};
 pub use time::{Clock, SystemClock, UtcMillis};
 pub use validate::{FieldError, ValidationErrors};
+
+/// The Rust blocks of docs/timer.md, built as doctests so the page cannot drift from the API
+/// (`tests/doc_blocks.rs`). Its two API listings are signatures without bodies, which no
+/// compiler takes, so they are `ignore`: rustdoc's own page of each type is the checked one.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/timer.md")]
+mod timer_md {}

@@ -80,3 +80,14 @@ pub use job::{
     typed, typed_with, Cancel, Context, Handler, HandlerFuture, IntoHandler, Progress, Typed,
 };
 pub use worker::{Worker, WorkerBuilder};
+
+/// The Rust blocks of docs/rust-sdk.md and of the README (whose embedded example takes
+/// `ax-embedded`, a dev-dependency here), built (and run, but for `no_run` ones) as
+/// doctests so the pages cannot drift from the API (`scheduler-core/tests/doc_blocks.rs`).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/rust-sdk.md")]
+mod rust_sdk_md {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+mod readme_md {}
