@@ -71,11 +71,22 @@ pub const AUDIT_OVER_CAPACITY: &str = "scheduler_audit_over_capacity";
 pub const OLDEST_QUEUED_AGE_SECONDS: &str = "scheduler_oldest_queued_age_seconds";
 /// Failed calls to a backend. Labels: `backend` (`etcd`, `redis`).
 pub const BACKEND_ERRORS_TOTAL: &str = "scheduler_backend_errors_total";
-/// Background loops of a worker pool that panicked and were started again. Labels: `loop`
-/// (one of [`WORKER_LOOPS`]).
+/// Background loops that panicked: a worker pool's, started again, and the scheduler
+/// leader's, started again or stepped down. Labels: `loop` (one of [`WORKER_LOOPS`] or
+/// [`LEADER_LOOPS`]).
 pub const LOOP_PANICS_TOTAL: &str = "scheduler_loop_panics_total";
 /// The `loop` values of [`LOOP_PANICS_TOTAL`]: the worker pool's background loops.
 pub const WORKER_LOOPS: &[&str] = &["heartbeat", "maintenance", "reconcile", "stop", "deadline"];
+/// The `loop` values of [`LOOP_PANICS_TOTAL`]: the scheduler leader's loops (the same list
+/// as `ax_scheduler::supervise::LOOPS`).
+pub const LEADER_LOOPS: &[&str] = &[
+    "role",
+    "term",
+    "state_flusher",
+    "triggers",
+    "paused_namespaces",
+    "direct_writes",
+];
 /// `/api/v1` requests refused before reaching a route. Labels: `reason` (one of
 /// the service's refusal reasons: `missing`, `invalid`, `forbidden`, `closed`).
 pub const API_AUTH_FAILURES_TOTAL: &str = "scheduler_api_auth_failures_total";

@@ -181,7 +181,7 @@ async fn check(log: Arc<dyn AuditLog>, due: Vec<Observed>) -> Result<(), Vec<Obs
 pub(super) async fn run(
     log: Arc<dyn AuditLog>,
     clock: Arc<dyn Clock>,
-    mut changes: mpsc::Receiver<Observed>,
+    changes: &mut mpsc::Receiver<Observed>,
     cancel: CancellationToken,
 ) {
     let mut state = DirectWrites::default();
@@ -364,12 +364,17 @@ mod tests {
         });
         let (tx, rx) = mpsc::channel(16);
         let cancel = CancellationToken::new();
-        let checker = tokio::spawn(run(
-            Arc::clone(&log) as Arc<dyn AuditLog>,
-            Arc::clone(&clock) as Arc<dyn Clock>,
-            rx,
-            cancel.clone(),
-        ));
+        let checker = tokio::spawn({
+            let (log, clock, cancel) = (
+                Arc::clone(&log) as Arc<dyn AuditLog>,
+                Arc::clone(&clock) as Arc<dyn Clock>,
+                cancel.clone(),
+            );
+            async move {
+                let mut rx = rx;
+                run(log, clock, &mut rx, cancel).await;
+            }
+        });
         // 3 000 tasks written over 9 s, one every 3 ms, and one deleted at the end.
         let mut expected = std::collections::BTreeSet::new();
         for i in 0..3_000 {

@@ -27,6 +27,7 @@ use tracing::{info_span, warn, Instrument};
 
 use crate::clock::ticker;
 use crate::deps::TermDeps;
+use crate::supervise::{self, supervise};
 
 /// The published values; cloned into every term.
 #[derive(Clone)]
@@ -38,61 +39,87 @@ pub(super) struct Feeds {
 }
 
 impl Feeds {
-    /// Starts the pollers on the role's tracker; they stop with `cancel`.
+    /// Starts the pollers on the role's tracker; they stop with `cancel`. Each is supervised
+    /// ([`crate::supervise`]): a panic is counted and the poller starts again, publishing to
+    /// the same channel (its last value stays meanwhile).
     pub(super) fn start(deps: &TermDeps, interval: Duration, cancel: &CancellationToken) -> Feeds {
         let (triggers_tx, triggers) = watch::channel(Arc::new(Vec::<PendingTrigger>::new()));
         let (paused_tx, paused) = watch::channel(None);
-        let store = Arc::clone(&deps.store);
-        deps.tracker.spawn(
-            poll(
-                interval,
-                cancel.child_token(),
-                move || {
-                    let store = Arc::clone(&store);
-                    async move { store.list_triggers().await.map(|(_, p)| p) }
-                },
-                move |pending: Vec<PendingTrigger>| {
-                    triggers_tx.send_if_modified(|current| {
-                        let same = current.len() == pending.len()
-                            && current
-                                .iter()
-                                .zip(&pending)
-                                .all(|(a, b)| a.execution_id == b.execution_id);
-                        if !same {
-                            *current = Arc::new(pending);
-                        }
-                        !same
-                    });
-                },
-            )
-            .instrument(info_span!("triggers")),
-        );
-        let store = Arc::clone(&deps.store);
+        let triggers_tx = Arc::new(triggers_tx);
+        let paused_tx = Arc::new(paused_tx);
+        let (store, stop) = (Arc::clone(&deps.store), cancel.child_token());
+        deps.tracker.spawn(supervise(
+            supervise::TRIGGERS,
+            Arc::clone(&deps.metrics),
+            deps.tracker.clone(),
+            stop.clone(),
+            move || {
+                let (store, tx) = (Arc::clone(&store), Arc::clone(&triggers_tx));
+                poll(
+                    interval,
+                    stop.clone(),
+                    move || {
+                        let store = Arc::clone(&store);
+                        async move { store.list_triggers().await.map(|(_, p)| p) }
+                    },
+                    move |pending: Vec<PendingTrigger>| publish_triggers(&tx, pending),
+                )
+                .instrument(info_span!("triggers"))
+            },
+        ));
+        let (store, stop) = (Arc::clone(&deps.store), cancel.child_token());
         let metrics = Arc::clone(&deps.metrics);
-        deps.tracker.spawn(
-            poll(
-                interval,
-                cancel.child_token(),
-                move || {
-                    let store = Arc::clone(&store);
-                    async move { store.paused_namespaces().await }
-                },
-                move |paused: Vec<ax_registry::NamespacePause>| {
-                    let set: BTreeSet<String> = paused.into_iter().map(|p| p.namespace).collect();
-                    metrics.set_paused_namespaces(set.len());
-                    paused_tx.send_if_modified(|current| {
-                        let changed = current.as_ref() != Some(&set);
-                        if changed {
-                            *current = Some(set);
-                        }
-                        changed
-                    });
-                },
-            )
-            .instrument(info_span!("paused_namespaces")),
-        );
+        deps.tracker.spawn(supervise(
+            supervise::PAUSED_NAMESPACES,
+            Arc::clone(&deps.metrics),
+            deps.tracker.clone(),
+            stop.clone(),
+            move || {
+                let (store, tx, metrics) = (
+                    Arc::clone(&store),
+                    Arc::clone(&paused_tx),
+                    Arc::clone(&metrics),
+                );
+                poll(
+                    interval,
+                    stop.clone(),
+                    move || {
+                        let store = Arc::clone(&store);
+                        async move { store.paused_namespaces().await }
+                    },
+                    move |paused: Vec<ax_registry::NamespacePause>| {
+                        let set: BTreeSet<String> =
+                            paused.into_iter().map(|p| p.namespace).collect();
+                        metrics.set_paused_namespaces(set.len());
+                        tx.send_if_modified(|current| {
+                            let changed = current.as_ref() != Some(&set);
+                            if changed {
+                                *current = Some(set);
+                            }
+                            changed
+                        });
+                    },
+                )
+                .instrument(info_span!("paused_namespaces"))
+            },
+        ));
         Feeds { triggers, paused }
     }
+}
+
+/// Publishes the pending run-now requests, when they are not those already published.
+fn publish_triggers(tx: &watch::Sender<Arc<Vec<PendingTrigger>>>, pending: Vec<PendingTrigger>) {
+    tx.send_if_modified(|current| {
+        let same = current.len() == pending.len()
+            && current
+                .iter()
+                .zip(&pending)
+                .all(|(a, b)| a.execution_id == b.execution_id);
+        if !same {
+            *current = Arc::new(pending);
+        }
+        !same
+    });
 }
 
 /// Reads with `read` every `interval` and hands what it read to `publish`; a failed read

@@ -21,6 +21,7 @@
 //! | `audit.rs` | the audit log's seam: ax's recorded changes, direct writes recorded |
 //! | `direct_writes.rs` | spec changes written to etcd without ax, told from ax's own |
 //! | `error.rs` | why a takeover failed |
+//! | `supervise.rs` | the leader's loops after a panic: logged, counted, started again or stepped down (per loop) |
 //! | `deps.rs` | what a term uses of the replica ([`LeaderDeps`] without the watch and the election) |
 //!
 //! With `scheduler.shards = 1` (the default) one replica leads and schedules everything; the
@@ -58,6 +59,7 @@ mod feeds;
 mod flusher;
 pub mod metrics;
 mod role;
+pub mod supervise;
 mod term;
 
 pub use audit::AuditLog;

@@ -53,6 +53,12 @@ pub trait RoleMetrics: Send + Sync {
     /// `count` task states in doubt were repaired: `how` is `history` (the end was found in
     /// the execution history) or `lost` (no end anywhere and no work left in the queue).
     fn state_repairs(&self, how: &str, count: u64);
+    /// The loop `name` (one of [`crate::supervise::LOOPS`]) panicked; it was started again,
+    /// or its term stepped down. Provided as a no-op so that an implementation written
+    /// before it still builds: a replica that counts loop panics overrides it.
+    fn loop_panicked(&self, name: &str) {
+        let _ = name;
+    }
 }
 
 /// Reports nothing: for tests and programs without metrics.

@@ -29,12 +29,13 @@ use tracing::{info, info_span, warn, Instrument};
 use super::authority::{Authority, Scope};
 use super::catalog::{apply_event, Catalog, CatalogSlice, Change};
 use super::feeds::Feeds;
-use super::term::{Term, TermInput};
+use super::term::{self, TermEnd, TermInput};
 use super::{Error, LeaderDeps, LeaderSettings};
 use crate::clock::{ClockProbe, CLOCK_RECHECK};
 use crate::deps::TermDeps;
 use crate::metrics::Backend;
 use crate::metrics::RoleMetrics;
+use crate::supervise::{self, supervise, ROLE};
 
 /// Changes a term may have waiting: a burst past this makes the role wait for the term
 /// (the watch waits meanwhile) instead of growing without bound.
@@ -110,8 +111,27 @@ struct Role {
 }
 
 /// Runs the scheduler role until `cancel` fires. Nothing ends it earlier: what fails is
-/// retried, reported, or ends a term.
+/// retried, reported, or ends a term; a panic of the role's loop is counted and the loop
+/// started again ([`crate::supervise`]).
 pub async fn run(settings: LeaderSettings, deps: LeaderDeps, cancel: CancellationToken) {
+    let (metrics, tracker) = (Arc::clone(&deps.metrics), deps.tracker.clone());
+    supervise(ROLE, metrics, tracker, cancel.clone(), move || {
+        // The attempt's own token: a panic cancels it (the guard drops in the unwind), so
+        // its pollers, its watch and its campaign stop, and its terms stop as at a shutdown
+        // (their stop tokens are its children) before the next attempt campaigns.
+        let attempt = cancel.child_token();
+        let (settings, deps) = (settings.clone(), deps.clone());
+        async move {
+            let _stop_with_the_attempt = attempt.clone().drop_guard();
+            run_once(settings, deps, attempt).await;
+        }
+        .instrument(tracing::Span::current())
+    })
+    .await;
+}
+
+/// One attempt of the role's loop, until `cancel` fires.
+async fn run_once(settings: LeaderSettings, deps: LeaderDeps, cancel: CancellationToken) {
     let (mut role, mut source, mut notes_rx) = Role::new(settings, deps, cancel);
     role.deps.metrics.set_leader(false);
     loop {
@@ -159,7 +179,8 @@ async fn source_event(source: &mut Source) -> SourceEvent {
             gate: Some(gate),
         } => match gate.await {
             Ok(()) => SourceEvent::ClockChecked,
-            // Only the role's cancellation drops the gate's sender.
+            // Only the role's cancellation drops the gate's sender (the check starts again
+            // by itself after a panic).
             Err(_) => std::future::pending().await,
         },
         _ => std::future::pending().await,
@@ -298,7 +319,7 @@ impl Role {
                     );
                     self.deps.tracker.spawn(
                         async move {
-                            if check.wait(&cancel).await {
+                            if check.wait_supervised(&cancel).await {
                                 let _ = tx.send(());
                             }
                         }
@@ -379,7 +400,13 @@ impl Role {
                 warn!(error = %format!("{e:#}"), retry_in = ?wait, "campaign ended with an error; retrying");
                 *campaign_after = Instant::now() + wait;
             }
-            Err(()) => {}
+            // The campaign's task panicked (counted under `role`): campaign again after a
+            // pause.
+            Err(()) => {
+                if !self.cancel.is_cancelled() {
+                    *campaign_after = Instant::now() + crate::supervise::RESTART_PAUSE;
+                }
+            }
         }
     }
 
@@ -458,6 +485,8 @@ impl Role {
             }
             NoteKind::Ended { failed_to_start } => failed_to_start,
         };
+        // (`failed_to_start` also after a term that panicked: it is taken again after the
+        // same pause.)
         if !current {
             // An earlier term of a shard held again: its successor runs on.
             return;
@@ -535,25 +564,23 @@ impl Role {
         };
         self.deps.tracker.spawn(
             async move {
-                let failed_to_start = match Term::start(&settings, &deps, input, authority).await {
-                    Ok(term) => {
+                let started = {
+                    let notes_tx = notes_tx.clone();
+                    move || {
                         let _ = notes_tx.send(TermNote {
                             shard,
                             generation,
                             kind: NoteKind::Started,
                         });
-                        term.run(&settings, &deps, &term_stop).await;
-                        false
-                    }
-                    Err(e) => {
-                        warn!(error = %format!("{e:#}"), "could not take over");
-                        true
                     }
                 };
+                let end = term::serve(settings, deps, input, authority, term_stop, started).await;
                 let _ = notes_tx.send(TermNote {
                     shard,
                     generation,
-                    kind: NoteKind::Ended { failed_to_start },
+                    kind: NoteKind::Ended {
+                        failed_to_start: end != TermEnd::Ended,
+                    },
                 });
             }
             .instrument(span),
@@ -601,20 +628,24 @@ fn start_campaign(
     let candidate = deps.candidate.clone();
     let cancel = cancel.clone();
     let check = ClockAgreement::of(settings, deps);
-    deps.tracker.spawn(
-        async move {
-            if !check.wait(&cancel).await {
-                return;
-            }
-            let result = candidate.campaign(&cancel).await.map_err(Error::from);
-            let _ = tx.send(result);
+    let campaign = async move {
+        if !check.wait_supervised(&cancel).await {
+            return;
         }
-        .instrument(info_span!("campaign")),
-    );
+        let result = candidate.campaign(&cancel).await.map_err(Error::from);
+        let _ = tx.send(result);
+    }
+    .instrument(info_span!("campaign"));
+    // A panic drops the answer's sender: the role campaigns again after a pause.
+    let (metrics, tracker) = (Arc::clone(&deps.metrics), deps.tracker.clone());
+    deps.tracker.spawn(async move {
+        supervise::watch(ROLE, &*metrics, &tracker, campaign).await;
+    });
     rx
 }
 
 /// The check that this host's clock agrees with etcd's, before the role schedules.
+#[derive(Clone)]
 struct ClockAgreement {
     probe: Option<Arc<dyn ClockProbe>>,
     max_skew: Duration,
@@ -627,6 +658,25 @@ impl ClockAgreement {
             probe: deps.clock_check.clone(),
             max_skew: settings.max_clock_skew,
             metrics: Arc::clone(&deps.metrics),
+        }
+    }
+
+    /// [`ClockAgreement::wait`] in a task of its own, started again after a pause when it
+    /// panics (counted under `role`).
+    async fn wait_supervised(&self, cancel: &CancellationToken) -> bool {
+        let tracker = tokio_util::task::TaskTracker::new();
+        loop {
+            let (check, stop) = (self.clone(), cancel.clone());
+            let waited = async move { check.wait(&stop).await };
+            if let Some(agreed) =
+                supervise::watch(ROLE, &*self.metrics, &tracker, waited.in_current_span()).await
+            {
+                return agreed;
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return false,
+                _ = tokio::time::sleep(supervise::RESTART_PAUSE) => {}
+            }
         }
     }
 

@@ -101,7 +101,7 @@ impl Metrics {
         for how in [REPAIR_HISTORY, REPAIR_LOST] {
             self.scheduler.state_repairs_total.with_label_values(&[how]);
         }
-        for name in WORKER_LOOPS {
+        for name in WORKER_LOOPS.iter().chain(LEADER_LOOPS) {
             self.process.loop_panics_total.with_label_values(&[name]);
         }
         for queue in queues {

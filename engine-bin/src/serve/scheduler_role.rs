@@ -22,6 +22,10 @@ impl RoleMetrics for Metrics {
         Metrics::backend_error(self, backend.label());
     }
 
+    fn loop_panicked(&self, name: &str) {
+        Metrics::loop_panicked(self, name);
+    }
+
     fn scheduled(&self, queue: &str) {
         self.record_scheduled(queue);
     }

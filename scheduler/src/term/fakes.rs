@@ -112,6 +112,8 @@ struct QueueInner {
     history: HashMap<Task, Vec<HistoryEntry>>,
     /// Executions no longer in the queue: ended, or lost.
     gone: HashSet<ExecutionId>,
+    /// A fault injected: the enqueue of this task's fire panics, once.
+    panic_at: Option<(String, UtcMillis)>,
 }
 
 /// Redis, in memory.
@@ -133,6 +135,12 @@ impl FakeQueue {
             .filter(|m| &*m.task_id == id)
             .map(|m| m.fire_at)
             .collect()
+    }
+
+    /// Fault injection: the enqueue that carries the fire of task `id` at `fire_at` panics
+    /// (once, before anything is pushed), as a bug on the fire path would.
+    pub(crate) fn panic_at_fire(&self, id: &str, fire_at: UtcMillis) {
+        lock(&self.inner).panic_at = Some((id.to_owned(), fire_at));
     }
 
     /// Redis refuses every call from now (`true`) or answers again (`false`).
@@ -249,6 +257,17 @@ impl TermQueue for FakeQueue {
         &'a self,
         msgs: &'a [ExecutionMessage],
     ) -> QueueFuture<'a, Vec<EnqueueOutcome>> {
+        let fault = {
+            let mut inner = lock(&self.inner);
+            let hit = inner.panic_at.as_ref().is_some_and(|(id, at)| {
+                msgs.iter()
+                    .any(|m| &*m.task_id == id.as_str() && m.fire_at == *at)
+            });
+            hit.then(|| inner.panic_at.take())
+        };
+        if let Some(Some((id, at))) = fault {
+            panic!("injected fault: enqueue of {id} at {at}");
+        }
         self.answer("enqueue", |inner| {
             msgs.iter().map(|m| Self::enqueue_one(inner, m)).collect()
         })
@@ -374,6 +393,12 @@ struct StoreInner {
     states: HashMap<TaskKey, TaskState>,
     /// Every state written, in order.
     writes: Vec<(TaskKey, TaskState)>,
+    /// A fault injected: the next state write panics.
+    panic_on_write: bool,
+    /// The pending run-now requests.
+    triggers: Vec<PendingTrigger>,
+    /// A fault injected: the next read of the run-now requests panics.
+    panic_on_trigger_read: bool,
 }
 
 /// etcd's task states, in memory.
@@ -388,6 +413,24 @@ impl FakeStore {
         let store = FakeStore::default();
         lock(&store.inner).states.extend(states);
         store
+    }
+
+    /// Fault injection: the next state write panics (before writing anything), as a bug in
+    /// the state flusher would.
+    pub(crate) fn panic_on_next_write(&self) {
+        lock(&self.inner).panic_on_write = true;
+    }
+
+    /// A run-now request is pending (deleting it is not modelled: a term must not take it
+    /// twice).
+    pub(crate) fn add_trigger(&self, trigger: PendingTrigger) {
+        lock(&self.inner).triggers.push(trigger);
+    }
+
+    /// Fault injection: the next read of the run-now requests panics, as a bug in the
+    /// poller would.
+    pub(crate) fn panic_on_next_trigger_read(&self) {
+        lock(&self.inner).panic_on_trigger_read = true;
     }
 
     /// The state stored for `ns/id`.
@@ -448,6 +491,10 @@ impl TermStore for FakeStore {
         _: &'a WriteFence,
     ) -> StoreFuture<'a, i64> {
         let mut inner = lock(&self.inner);
+        if std::mem::take(&mut inner.panic_on_write) {
+            drop(inner);
+            panic!("injected fault: a state write");
+        }
         for (k, s) in states {
             inner.states.insert(k.clone(), s.clone());
             inner.writes.push((k.clone(), s.clone()));
@@ -497,7 +544,12 @@ impl TermStore for FakeStore {
     }
 
     fn list_triggers(&self) -> StoreFuture<'_, (i64, Vec<PendingTrigger>)> {
-        ready((0, Vec::new()))
+        let mut inner = lock(&self.inner);
+        if std::mem::take(&mut inner.panic_on_trigger_read) {
+            drop(inner);
+            panic!("injected fault: a read of the run-now requests");
+        }
+        ready((0, inner.triggers.clone()))
     }
 
     fn delete_trigger<'a>(&'a self, _: &'a str, _: &'a str, _: ExecutionId) -> StoreFuture<'a, ()> {

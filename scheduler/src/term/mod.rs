@@ -20,7 +20,7 @@ use ax_scheduler_core::{Dispatcher, EventPosition, ExecutionId, TaskKey, UtcMill
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, Interval};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn, Instrument};
 
 use super::authority::{Authority, Scope};
 use super::catalog::{CatalogEntry, CatalogSlice, Change};
@@ -28,6 +28,7 @@ use super::feeds::Feeds;
 use super::flusher::FlushRequest;
 use super::{clock, events, LeaderSettings};
 use crate::deps::TermDeps;
+use crate::supervise;
 use ax_registry::PendingTrigger;
 
 #[cfg(test)]
@@ -61,6 +62,9 @@ pub(super) struct Term {
     pub(super) scope: Scope,
     pub(super) dispatcher: Dispatcher,
     pub(super) cancel: CancellationToken,
+    /// Cancelled when the term must give its key up though it still holds it: its state
+    /// flusher panicked (see [`crate::supervise`]).
+    step_down: CancellationToken,
     pub(super) flush_tx: mpsc::Sender<FlushRequest>,
     /// Spec changes the watch delivered, for the check of direct etcd writes.
     direct_tx: mpsc::Sender<crate::audit::Observed>,
@@ -132,11 +136,15 @@ impl Term {
                 // Stopping first: the changes end with the role too, and a term that stopped on
                 // that instead would skip its last flush and giving its key up.
                 _ = stop.cancelled() => {
-                    self.end(settings, deps, true).await;
+                    self.end(settings, deps, End::Stop).await;
                     return;
                 }
                 _ = self.cancel.cancelled() => {
-                    self.end(settings, deps, stop.is_cancelled()).await;
+                    self.end(settings, deps, End::lost_or_stopped(stop)).await;
+                    return;
+                }
+                _ = self.step_down.cancelled() => {
+                    self.end(settings, deps, End::StepDown).await;
                     return;
                 }
                 _ = tokio::time::sleep_until(wake) => {
@@ -144,7 +152,7 @@ impl Term {
                 }
                 change = self.changes.recv() => {
                     let Some(change) = change else {
-                        self.end(settings, deps, stop.is_cancelled()).await;
+                        self.end(settings, deps, End::lost_or_stopped(stop)).await;
                         return;
                     };
                     self.on_registry_change(deps, change).await;
@@ -399,8 +407,10 @@ impl Term {
     }
 
     /// The term is over: when stopped (shutdown, handover), write the last states and give
-    /// the key up at once (instead of after the lease's TTL); otherwise report the loss.
-    async fn end(mut self, settings: &LeaderSettings, deps: &TermDeps, shutting_down: bool) {
+    /// the key up at once (instead of after the lease's TTL); when stepping down, give it up
+    /// without writing (the flusher is gone: the next term starts from what was written);
+    /// otherwise report the loss.
+    async fn end(mut self, settings: &LeaderSettings, deps: &TermDeps, how: End) {
         if self.scope.shard().is_none() {
             deps.metrics.set_unserved_queues(0);
         }
@@ -408,19 +418,28 @@ impl Term {
             .throttled_tasks_changed(gauge_delta(0, self.throttled_reported));
         if self.unsent {
             warn!("fires taken for enqueue were not accepted: leaving the task states as last written, so the next leader replays them");
-        } else if shutting_down {
+        } else if how == End::Stop {
             self.flush(settings, deps, true).await;
         }
-        if shutting_down {
-            let is_leader = matches!(self.authority, Authority::Leader(_));
+        let is_leader = matches!(self.authority, Authority::Leader(_));
+        if how == End::StepDown {
+            error!(
+                leader = is_leader,
+                "the state flusher panicked: giving the key up without a last write, so that the next term takes over from the states written"
+            );
+        }
+        if how != End::Lost {
             if let Err(e) = self.authority.give_up().await {
                 warn!(error = %e, "giving the key up failed; its lease will expire instead");
             }
             info!(leader = is_leader, "gave the key up");
-            return;
+            if how == End::Stop {
+                return;
+            }
+        } else {
+            warn!(reason = ?self.authority.loss_reason(), "key lost; stopped firing");
         }
-        warn!(reason = ?self.authority.loss_reason(), "key lost; stopped firing");
-        if let (Authority::Leader(_), Some(alerts)) = (&self.authority, &deps.alerts) {
+        if let (true, Some(alerts)) = (is_leader, &deps.alerts) {
             alerts.send(Alert::leader_changed(
                 Some(&settings.instance_id),
                 None,
@@ -516,4 +535,70 @@ impl Term {
 fn gauge_delta(to: usize, from: usize) -> i64 {
     let signed = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     signed(to) - signed(from)
+}
+
+/// How a term ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    /// Stopped (shutdown, handover): write what it holds, give the key up.
+    Stop,
+    /// The key is lost: nothing more to write or give up.
+    Lost,
+    /// Its state flusher panicked: give the key up without writing.
+    StepDown,
+}
+
+impl End {
+    /// The key's loss, or a stop when `stop` was cancelled meanwhile.
+    fn lost_or_stopped(stop: &CancellationToken) -> End {
+        if stop.is_cancelled() {
+            End::Stop
+        } else {
+            End::Lost
+        }
+    }
+}
+
+/// How a term's task ended, for the role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TermEnd {
+    /// It ran and ended (its key lost or given up).
+    Ended,
+    /// Its takeover failed (a backend refused).
+    NotStarted,
+    /// It panicked (in its takeover or its loop): the unwind dropped its key, which gives
+    /// the key up (a leader's lease is revoked, a shard's key deleted).
+    Panicked,
+}
+
+/// Runs a term in a task of its own: takes over with `authority`, calls `started` once the
+/// term fires, and runs it until it ends. A panic in its takeover or its loop
+/// ([`supervise::TERM`]) is logged and counted, and the term is over: the role takes the
+/// authority again after a pause, from what etcd and Redis hold, as after any failover.
+pub(super) async fn serve(
+    settings: LeaderSettings,
+    deps: TermDeps,
+    input: TermInput,
+    authority: Authority,
+    stop: CancellationToken,
+    started: impl FnOnce() + Send + 'static,
+) -> TermEnd {
+    let (metrics, tracker) = (Arc::clone(&deps.metrics), deps.tracker.clone());
+    let term = async move {
+        match Term::start(&settings, &deps, input, authority).await {
+            Ok(term) => {
+                started();
+                term.run(&settings, &deps, &stop).await;
+                TermEnd::Ended
+            }
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), "could not take over");
+                TermEnd::NotStarted
+            }
+        }
+    }
+    .instrument(tracing::Span::current());
+    supervise::watch(supervise::TERM, &*metrics, &tracker, term)
+        .await
+        .unwrap_or(TermEnd::Panicked)
 }

@@ -26,7 +26,7 @@ use crate::clock::ticker;
 use crate::deps::TermDeps;
 use crate::feeds::Feeds;
 use crate::flusher::{self, FlushRequest};
-use crate::{direct_writes, events, Error, LeaderSettings};
+use crate::{direct_writes, events, supervise, Error, LeaderSettings};
 
 /// How long a takeover waits for the first read of the paused namespaces.
 const PAUSED_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -84,6 +84,7 @@ impl Term {
             scope,
             dispatcher,
             cancel: helpers.cancel,
+            step_down: helpers.step_down,
             flush_tx: helpers.flush_tx,
             direct_tx: helpers.direct_tx,
             changes,
@@ -356,9 +357,12 @@ async fn catch_up_events(
 }
 
 /// The term's helper tasks, on a child of the key's `lost()` token: the state flusher and
-/// the check of direct etcd writes.
+/// the check of direct etcd writes. Each is supervised ([`crate::supervise`]): the check
+/// starts again after a panic; the flusher cannot (its batch went with it), so its panic
+/// cancels `step_down` and the term gives its key up.
 struct Helpers {
     cancel: CancellationToken,
+    step_down: CancellationToken,
     flush_tx: mpsc::Sender<FlushRequest>,
     direct_tx: mpsc::Sender<crate::audit::Observed>,
 }
@@ -366,34 +370,64 @@ struct Helpers {
 impl Helpers {
     fn start(deps: &TermDeps, authority: &Authority, scope: Scope) -> Helpers {
         let cancel = authority.lost().child_token();
+        let step_down = CancellationToken::new();
         let (flush_tx, flush_rx) = mpsc::channel(64);
-        deps.tracker.spawn(
-            flusher::run(
-                Arc::clone(&deps.store),
-                Arc::clone(&deps.queue),
-                authority.state_fence(),
-                scope.shard(),
-                flush_rx,
-                flusher::Alerts {
-                    sender: deps.alerts.clone(),
-                    clock: Arc::clone(&deps.clock),
-                },
-                cancel.clone(),
-            )
-            .instrument(info_span!("state_flusher")),
+        let flusher = flusher::run(
+            Arc::clone(&deps.store),
+            Arc::clone(&deps.queue),
+            authority.state_fence(),
+            scope.shard(),
+            flush_rx,
+            flusher::Alerts {
+                sender: deps.alerts.clone(),
+                clock: Arc::clone(&deps.clock),
+            },
+            cancel.clone(),
+        )
+        .instrument(info_span!("state_flusher"));
+        let (metrics, tracker, panicked) = (
+            Arc::clone(&deps.metrics),
+            deps.tracker.clone(),
+            step_down.clone(),
         );
+        deps.tracker.spawn(async move {
+            if supervise::watch(supervise::STATE_FLUSHER, &*metrics, &tracker, flusher)
+                .await
+                .is_none()
+            {
+                panicked.cancel();
+            }
+        });
         let (direct_tx, direct_rx) = mpsc::channel(direct_writes::INTAKE);
-        deps.tracker.spawn(
-            direct_writes::run(
-                Arc::clone(&deps.audit),
-                Arc::clone(&deps.clock),
-                direct_rx,
-                cancel.clone(),
-            )
-            .instrument(info_span!("direct_writes")),
+        // Shared across restarts: a check that panicked leaves the intake to the next one.
+        let direct_rx = Arc::new(tokio::sync::Mutex::new(direct_rx));
+        let (audit, clock, stop) = (
+            Arc::clone(&deps.audit),
+            Arc::clone(&deps.clock),
+            cancel.clone(),
         );
+        deps.tracker.spawn(supervise::supervise(
+            supervise::DIRECT_WRITES,
+            Arc::clone(&deps.metrics),
+            deps.tracker.clone(),
+            cancel.clone(),
+            move || {
+                let (audit, clock, rx, stop) = (
+                    Arc::clone(&audit),
+                    Arc::clone(&clock),
+                    Arc::clone(&direct_rx),
+                    stop.clone(),
+                );
+                async move {
+                    let mut rx = rx.lock().await;
+                    direct_writes::run(audit, clock, &mut rx, stop).await;
+                }
+                .instrument(info_span!("direct_writes"))
+            },
+        ));
         Helpers {
             cancel,
+            step_down,
             flush_tx,
             direct_tx,
         }

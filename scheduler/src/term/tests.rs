@@ -25,6 +25,7 @@ use crate::clock::TokioClock;
 use crate::deps::TermDeps;
 use crate::feeds::Feeds;
 use crate::metrics::NoMetrics;
+use crate::supervise::tests::Panics;
 use crate::LeaderSettings;
 
 /// The wall clock when each test starts (a whole minute).
@@ -436,4 +437,244 @@ async fn a_one_shot_whose_execution_the_queue_lost_is_repaired_as_failed_and_no_
     term.queue.finish(&of("slow"), at(600_000));
     term.until(601_000).await;
     assert_eq!(status("slow"), Some(ax_scheduler_core::TaskStatus::Success));
+}
+
+/// The handles of a term served as the role serves it ([`super::serve`]: a panic in it is
+/// caught, counted and ends it).
+struct Served {
+    end: JoinHandle<super::TermEnd>,
+    key: FakeKey,
+    /// Held so that the term's inputs stay open.
+    _changes: mpsc::Sender<Change>,
+    _triggers: watch::Sender<Arc<Vec<ax_registry::PendingTrigger>>>,
+    _paused: watch::Sender<Option<BTreeSet<String>>>,
+}
+
+/// Serves a term on `store` and `queue` under a leader key of `token`, taking over as the
+/// role does (from the states in `store`) at the current virtual time; panics reported to
+/// `metrics`.
+fn serve(
+    tasks: Vec<(Arc<TaskKey>, CatalogEntry)>,
+    store: &Arc<FakeStore>,
+    queue: &Arc<FakeQueue>,
+    clock: &Arc<TokioClock>,
+    token: i64,
+    metrics: &Arc<Panics>,
+) -> Served {
+    let deps = TermDeps {
+        store: Arc::clone(store) as _,
+        queue: Arc::clone(queue) as _,
+        clock: Arc::clone(clock) as _,
+        metrics: Arc::clone(metrics) as _,
+        alerts: None,
+        tracker: TaskTracker::new(),
+        audit: Arc::new(NoAudit),
+    };
+    let (changes_tx, changes) = mpsc::channel(16);
+    let (triggers_tx, triggers) = watch::channel(Arc::new(Vec::new()));
+    let (paused_tx, paused) = watch::channel(Some(BTreeSet::new()));
+    let input = TermInput {
+        slice: CatalogSlice {
+            entries: tasks,
+            revision: 1,
+        },
+        changes,
+        seen: Arc::new(AtomicI64::new(1)),
+        feeds: Feeds { triggers, paused },
+    };
+    let key = FakeKey::leader(token);
+    let authority = Authority::Test(key.clone());
+    let end = tokio::spawn(super::serve(
+        settings(),
+        deps,
+        input,
+        authority,
+        CancellationToken::new(),
+        || {},
+    ));
+    Served {
+        end,
+        key,
+        _changes: changes_tx,
+        _triggers: triggers_tx,
+        _paused: paused_tx,
+    }
+}
+
+/// Each fire at most once, and the fires of `id` as a sorted list.
+fn once_each(queue: &FakeQueue, id: &str) -> Vec<UtcMillis> {
+    let fires = queue.fires_of(id);
+    let distinct: BTreeSet<UtcMillis> = fires.iter().copied().collect();
+    assert_eq!(distinct.len(), fires.len(), "a fire went twice: {fires:?}");
+    distinct.into_iter().collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_in_the_firing_loop_is_counted_and_the_next_term_fires_each_fire_once() {
+    let started = Instant::now();
+    let clock = Arc::new(TokioClock::starting_at(at(0)));
+    let (store, queue) = (
+        Arc::new(FakeStore::default()),
+        Arc::new(FakeQueue::default()),
+    );
+    let metrics = Arc::new(Panics::default());
+    // A bug on the fire path, at the fire of 20 s.
+    queue.panic_at_fire("a", at(20_000));
+    let first = serve(
+        vec![task("a", EVERY_10S)],
+        &store,
+        &queue,
+        &clock,
+        7,
+        &metrics,
+    );
+    tokio::time::sleep_until(started + Duration::from_millis(20_001)).await;
+    assert_eq!(
+        first.end.await.unwrap(),
+        super::TermEnd::Panicked,
+        "the term is over, its key dropped with it"
+    );
+    assert_eq!(metrics.loops(), [crate::supervise::TERM], "counted once");
+    assert_eq!(once_each(&queue, "a"), [at(10_000)]);
+    // The role takes the key again after its pause (or another replica does): a fresh
+    // takeover from the written states.
+    tokio::time::sleep_until(started + Duration::from_millis(21_000)).await;
+    let _second = serve(
+        vec![task("a", EVERY_10S)],
+        &store,
+        &queue,
+        &clock,
+        8,
+        &metrics,
+    );
+    tokio::time::sleep_until(started + Duration::from_millis(40_001)).await;
+    let fires = once_each(&queue, "a");
+    // The fire of 20 s that was never enqueued runs once (the misfire policy), then the
+    // schedule goes on.
+    assert_eq!(
+        fires,
+        [at(10_000), at(20_000), at(30_000), at(40_000)],
+        "fires go on after the panic, none twice"
+    );
+    assert_eq!(queue.pushed().last().unwrap().fencing_token, 8);
+    assert_eq!(metrics.loops(), [crate::supervise::TERM]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_in_the_state_flusher_gives_the_key_up_and_the_next_term_fires_each_fire_once() {
+    let started = Instant::now();
+    let clock = Arc::new(TokioClock::starting_at(at(0)));
+    let (store, queue) = (
+        Arc::new(FakeStore::default()),
+        Arc::new(FakeQueue::default()),
+    );
+    let metrics = Arc::new(Panics::default());
+    let first = serve(
+        vec![task("a", EVERY_10S)],
+        &store,
+        &queue,
+        &clock,
+        7,
+        &metrics,
+    );
+    // The next state write after the 10 s fire (its RUNNING, 5 s after it) panics.
+    tokio::time::sleep_until(started + Duration::from_millis(10_001)).await;
+    store.panic_on_next_write();
+    tokio::time::sleep_until(started + Duration::from_millis(16_000)).await;
+    assert_eq!(metrics.loops(), [crate::supervise::STATE_FLUSHER]);
+    assert_eq!(first.end.await.unwrap(), super::TermEnd::Ended);
+    assert!(
+        first.key.was_given_up(),
+        "stepped down: the key is given up"
+    );
+    tokio::time::sleep_until(started + Duration::from_millis(17_000)).await;
+    let _second = serve(
+        vec![task("a", EVERY_10S)],
+        &store,
+        &queue,
+        &clock,
+        8,
+        &metrics,
+    );
+    tokio::time::sleep_until(started + Duration::from_millis(30_001)).await;
+    // What the first term did not write is replayed by the next one and refused as a
+    // duplicate; the schedule goes on.
+    assert_eq!(
+        once_each(&queue, "a"),
+        [at(10_000), at(20_000), at(30_000)],
+        "fires go on after the panic, none twice"
+    );
+    assert!(store.state("ns", "a").is_some(), "the next term writes");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trigger_poller_that_panicked_starts_again_and_its_run_now_fires_once() {
+    let hourly = r#"{"handler":"log","schedule":{"every":"1h"}}"#;
+    let store = Arc::new(FakeStore::default());
+    store.add_trigger(ax_registry::PendingTrigger {
+        namespace: "ns".into(),
+        id: "a".into(),
+        execution_id: ax_scheduler_core::ExecutionId::from_u128(42),
+        requested_at: Some(at(0)),
+        payload: None,
+        idempotency_key: None,
+        backfill_of: None,
+        requested_by: None,
+        mod_revision: 1,
+    });
+    // The poller's first read panics.
+    store.panic_on_next_trigger_read();
+    let queue = Arc::new(FakeQueue::default());
+    let metrics = Arc::new(Panics::default());
+    let deps = TermDeps {
+        store: Arc::clone(&store) as _,
+        queue: Arc::clone(&queue) as _,
+        clock: Arc::new(TokioClock::starting_at(at(0))),
+        metrics: Arc::clone(&metrics) as _,
+        alerts: None,
+        tracker: TaskTracker::new(),
+        audit: Arc::new(NoAudit),
+    };
+    let cancel = CancellationToken::new();
+    let feeds = Feeds::start(&deps, settings().trigger_interval, &cancel);
+    let (_changes, changes) = mpsc::channel(16);
+    let input = TermInput {
+        slice: CatalogSlice {
+            entries: vec![task("a", hourly)],
+            revision: 1,
+        },
+        changes,
+        seen: Arc::new(AtomicI64::new(1)),
+        feeds,
+    };
+    let term = Term::start(
+        &settings(),
+        &deps,
+        input,
+        Authority::Test(FakeKey::leader(7)),
+    )
+    .await
+    .unwrap();
+    let stop = cancel.clone();
+    let _run = tokio::spawn(async move { term.run(&settings(), &deps, &stop).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(metrics.loops(), [crate::supervise::TRIGGERS]);
+    assert!(queue.pushed().is_empty(), "not read yet");
+    // Started again a second later: the request is read and runs, once, though it stays
+    // pending (its delete is not modelled).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let runs: Vec<_> = queue
+        .pushed()
+        .iter()
+        .map(|m| (m.task_id.to_string(), m.execution_id))
+        .collect();
+    assert_eq!(
+        runs,
+        [(
+            "a".to_owned(),
+            ax_scheduler_core::ExecutionId::from_u128(42)
+        )]
+    );
+    assert_eq!(metrics.loops(), [crate::supervise::TRIGGERS]);
+    cancel.cancel();
 }
