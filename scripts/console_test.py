@@ -352,6 +352,12 @@ class Test:
             raise Failure("the task page shows a stray `null`")
         self.shot("task")
         self.check_log("the task page")
+        # Its page says who ran it by hand, and with what payload.
+        d.click("main a[data-execution]")
+        self.wait_text("how the run started", "a run now by console-admin", "#origin")
+        self.wait_text("the run's own payload", '"from the console"', "main")
+        self.wait_text("the story's first line", "asked: a run now by console-admin", "#story")
+        self.check_log("the manual run's page")
 
         # A sharded task and the task after it: the shards and the run show on their pages.
         self.ax("task", "put", "-", stdin=json.dumps({
@@ -460,8 +466,11 @@ class Test:
         self.shot("audit")
         self.check_log("the audit log")
 
-        # The overview counts the fires and failures of the last hour.
+        # The overview counts the fires and failures of the last hour, and says where each
+        # replica runs and whether it is heard from.
         d.go(f"{self.url}/ui/#/overview")
+        self.wait_text("each replica's pid", " · pid ", "main")
+        self.wait_text("each replica's state", "live", "main")
         self.wait("fires counted", lambda: int(self.text("#fires-count") or 0) >= 2)
         self.wait("failures counted", lambda: int(self.text("#failures-count") or 0) >= 1)
         self.wait("the lateness chart", lambda: self.d.js("return document.querySelectorAll('#lateness-chart svg.chart polyline').length") == 2)

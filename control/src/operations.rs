@@ -102,6 +102,10 @@ impl<'a> Operations<'a> {
         let target = key.to_string();
         let mut detail = trigger_detail(&params);
         self.backend.write_room().await?;
+        let params = TriggerParams {
+            requested_by: Some(self.actor.name.clone()),
+            ..params
+        };
         let result = self.backend.trigger(key, params).await?;
         detail["execution_id"] = Value::String(result.execution_id.to_string());
         self.record("task.trigger", target, Some(detail), None)
@@ -120,6 +124,10 @@ impl<'a> Operations<'a> {
         if !params.dry_run {
             self.backend.write_room().await?;
         }
+        let params = BackfillParams {
+            requested_by: Some(self.actor.name.clone()),
+            ..params
+        };
         let result = self.backend.backfill(key, params).await?;
         if result.written {
             self.record("task.backfill", target, detail, None).await;
@@ -177,7 +185,10 @@ impl<'a> Operations<'a> {
     pub async fn dlq_requeue(&self, request: DlqRequeue) -> Result<DlqRequeued, ApiError> {
         let mut detail = requeue_detail(&request);
         self.backend.write_room().await?;
-        let done = self.backend.dlq_requeue(request).await?;
+        let done = self
+            .backend
+            .dlq_requeue(request.requested_by(&self.actor.name))
+            .await?;
         let pairs: Vec<String> = done
             .requeued
             .iter()
@@ -267,7 +278,9 @@ fn listed<T: serde::Serialize>(name: &str, items: &[T]) -> Value {
 /// A requeue's record: what it asked for, its ids bounded as [`listed`] bounds them.
 fn requeue_detail(request: &DlqRequeue) -> Value {
     match request {
-        DlqRequeue::Ids { ids, use_stored } => {
+        DlqRequeue::Ids {
+            ids, use_stored, ..
+        } => {
             let mut detail = listed("ids", ids);
             if *use_stored {
                 detail["use_stored"] = json!(true);
@@ -308,6 +321,7 @@ mod tests {
         let small = requeue_detail(&DlqRequeue::Ids {
             ids: few.clone(),
             use_stored: false,
+            requested_by: None,
         });
         assert_eq!(small, json!({ "ids": few }), "a short list is kept whole");
         for n in [LISTED + 1, 1_000, 30_000] {
@@ -315,6 +329,7 @@ mod tests {
             let detail = requeue_detail(&DlqRequeue::Ids {
                 ids,
                 use_stored: true,
+                requested_by: None,
             });
             assert_eq!(detail["ids"].as_array().map(Vec::len), Some(LISTED));
             assert_eq!(detail["ids_omitted"], n - LISTED);
@@ -329,6 +344,7 @@ mod tests {
         let params = TriggerParams {
             payload: Some(json!({"card": "4111 1111 1111 1111"})),
             idempotency_key: Some("k1".into()),
+            requested_by: None,
         };
         let detail = trigger_detail(&params);
         let text = detail.to_string();

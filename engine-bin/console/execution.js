@@ -60,6 +60,20 @@ async function resolve(text, body) {
     h('div', { id: 'candidates' }, table(['Execution', 'Task', 'Due'], rows, none))));
 }
 
+// How an execution started, in words: the schedule, an upstream task, or who asked.
+function originText(origin) {
+  if (!origin) return 'the schedule (recorded before origins were kept)';
+  const by = origin.actor ? ` by ${origin.actor}` : '';
+  switch (origin.kind) {
+    case 'schedule': return 'the schedule';
+    case 'parent': return 'its upstream task\'s success';
+    case 'manual': return `a run now${by}${origin.payload_bytes === undefined ? '' : `, with its own payload (${origin.payload_bytes} bytes)`}`;
+    case 'backfill': return `a backfill${by}`;
+    case 'requeue': return `a requeue of a dead letter${by}`;
+    default: return origin.kind;
+  }
+}
+
 function facts(story) {
   const workers = [...new Set(story.attempts.map((a) => a.worker).filter(Boolean))];
   if (story.waiting && !workers.includes(story.waiting.worker)) workers.push(story.waiting.worker);
@@ -68,6 +82,11 @@ function facts(story) {
     h('dt', {}, 'Task'), h('dd', {}, taskLink(story.namespace, story.task_id)),
     h('dt', {}, 'Outcome'), h('dd', { id: 'outcome' }, badge(story.outcome || 'unknown')),
     h('dt', {}, 'Queue'), h('dd', {}, story.queue || '–'),
+    h('dt', {}, 'Started by'), h('dd', { id: 'origin' }, originText(story.origin)),
+    story.origin && story.origin.payload !== undefined
+      ? [h('dt', {}, 'Payload'), h('dd', {}, h('code', {}, JSON.stringify(story.origin.payload)))] : null,
+    story.origin && story.origin.requeue_of
+      ? [h('dt', {}, 'Requeue of'), h('dd', { id: 'requeue-of' }, execLink(story.origin.requeue_of, true))] : null,
     h('dt', {}, 'Due'), h('dd', {}, when(story.due)),
     h('dt', {}, 'Enqueued'), h('dd', {}, when(story.enqueued)),
     h('dt', {}, 'Attempts'), h('dd', {}, String(story.attempts.length + (story.waiting ? 1 : 0))),
@@ -83,7 +102,7 @@ function facts(story) {
 function storyList(story) {
   const ev = [];
   const add = (at, text, cls) => ev.push(h('li', { class: cls || '' }, when(at), h('span', { class: 'what' }, text)));
-  if (story.due !== undefined) add(story.due, 'fire due');
+  if (story.due !== undefined) add(story.due, !story.origin || story.origin.kind === 'schedule' ? 'fire due' : `asked: ${originText(story.origin)}`);
   if (story.enqueued !== undefined) add(story.enqueued, `enqueued on queue ${story.queue}`);
   story.attempts.forEach((a, i) => {
     const next = story.attempts[i + 1];

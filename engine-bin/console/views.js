@@ -89,14 +89,25 @@ const TERM_HELP = 'How long this replica has led: a term starts when it wins the
 function leader(status, now) {
   const owned = new Map();
   for (const o of (status.shards && status.shards.owners) || []) owned.set(o.owner, (owned.get(o.owner) || 0) + 1);
+  // Where each replica runs (to find the process to look at, or kill) and whether it is
+  // heard from: `stale` once it missed a heartbeat, `gone` once its registration expired.
+  const state = (r) => r.state === 'gone'
+    ? h('span', { class: 'replica-state' }, badge('gone', 'failed'), r.gone_at ? [' since ', when(r.gone_at)] : null)
+    : r.state === 'stale'
+      ? h('span', { class: 'replica-state' }, badge('stale', 'failed'), ` no heartbeat for ${duration(r.heartbeat_age_ms || 0)}`)
+      : h('span', { class: 'replica-state' }, badge('live', 'succeeded'));
   const rows = status.replicas.map((r) => [
     h('span', {}, r.id, r.id === status.leader ? badge('leader', 'leader') : null,
       owned.get(r.id) ? badge(`${owned.get(r.id)} shards`, 'leader') : null),
     r.roles.join(', '),
+    [r.host || '–', r.pid === undefined ? '' : ` · pid ${r.pid}`],
+    r.address ? h('code', {}, r.address) : '–',
+    state(r),
     r.version,
     r.heartbeat_age_ms === undefined ? '–' : `${duration(r.heartbeat_age_ms)} ago`,
     when(r.started_at),
   ]);
+  const silentLeader = status.replicas.find((r) => r.id === status.leader && r.state && r.state !== 'live');
   const who = status.shards
     ? h('p', {}, 'Shards: ', h('strong', { id: 'shards' }, `${status.shards.owners.length} of ${status.shards.total} owned`),
       ' (each scheduled by one replica at a time)')
@@ -106,7 +117,8 @@ function leader(status, now) {
   return section('Cluster',
     who,
     status.shards ? null : h('p', { class: 'muted' }, 'Term: how long the leader has led since it won the election. Only the leader fires tasks; when it stops renewing its lease another replica takes over and a new term starts.'),
-    table(['Replica', 'Roles', 'Version', 'Heartbeat', 'Started'], rows, 'No replica registered.'));
+    silentLeader ? h('p', { class: 'warn', id: 'leader-silent' }, `The leader ${silentLeader.id} is ${silentLeader.state}: another replica takes over when its lease expires.`) : null,
+    table(['Replica', 'Roles', 'Host', 'Address', 'State', 'Version', 'Heartbeat', 'Started'], rows, 'No replica registered.'));
 }
 
 function queues(status, attempts, now) {
@@ -138,8 +150,13 @@ function queues(status, attempts, now) {
     h('p', { class: 'muted' }, `Dead letters in all: ${status.dlq_size}. Rates over the last 5 minutes: out from the history, in = out + the depth's growth.`));
 }
 
+// A first attempt the schedule (or an upstream task) started: the runs whose lateness says
+// how well ax keeps time, as scheduler_schedule_latency_seconds counts them. A run by hand, a
+// backfill or a requeue is due when asked for and kept out.
+const scheduled = (a) => a.attempt === 1 && (!a.origin || a.origin.kind === 'schedule' || a.origin.kind === 'parent');
+
 function fires(attempts, now) {
-  const firsts = attempts.filter((a) => a.attempt === 1);
+  const firsts = attempts.filter(scheduled);
   const failures = attempts.filter((a) => FAILED.includes(a.outcome));
   const bucket = 5 * 60e3;
   const start = now - 3600e3;
@@ -188,7 +205,7 @@ function fires(attempts, now) {
       h('span', {}, 'p99 ', h('strong', {}, duration(percentile(all, 99))))),
     keys.length
       ? h('div', { class: 'charts' }, h('figure', { id: 'lateness-chart' }, lineChart([{ name: 'p99', cls: 'p99', points: p99 }, { name: 'p50', cls: 'p50', points: p50 }], start, now, 'Fire lateness per 5 minutes, p50 and p99'),
-        h('figcaption', {}, h('span', { class: 'key p50' }, 'p50'), ' ', h('span', { class: 'key p99' }, 'p99'), ' lateness of first attempts (start − due), per 5 minutes')), throughput)
+        h('figcaption', {}, h('span', { class: 'key p50' }, 'p50'), ' ', h('span', { class: 'key p99' }, 'p99'), ' lateness of scheduled first attempts (start − due; runs by hand, backfills and requeues left out, as in scheduler_schedule_latency_seconds), per 5 minutes')), throughput)
       : h('p', { class: 'empty' }, 'No fire in the last hour.'),
     h('h3', {}, 'Recent failures'),
     table(['Task', 'Execution', 'Outcome', 'When', 'Error'], recentFailures, 'No failure in the last hour.'));

@@ -257,7 +257,10 @@ async fn status_and_dead_letters_through_the_api() {
             Some(json!({"all": true})),
         )
         .await;
-    assert_eq!((status, body), (StatusCode::OK, json!({"count": 0})));
+    assert_eq!(
+        (status, body),
+        (StatusCode::OK, json!({"count": 0, "requeued": []}))
+    );
     let (status, _) = a
         .call(
             Method::POST,
@@ -472,6 +475,7 @@ async fn backfills_of_one_range_at_the_same_instant_request_each_fire_once() {
         max: Some(1000),
         force: false,
         dry_run: false,
+        requested_by: None,
     };
     // No leader runs: what the first requested stays pending, as in the 50 ms after it.
     for round in 0..3 {

@@ -502,6 +502,20 @@ async fn a_dlq_requeue_runs_the_tasks_current_spec_and_takes_id_fragments() {
         "{m}"
     );
     assert_ne!(m["execution_id"], m["dead_letter"], "a new execution");
+    // The new execution says it is a requeue of the dead letter, and who asked.
+    let new_id = m["execution_id"].as_str().unwrap().parse().unwrap();
+    let found = queue
+        .locate_execution("default", new_id)
+        .await
+        .unwrap()
+        .expect("the requeued execution waits in its queue");
+    let origin = found.message.origin();
+    assert_eq!(origin.kind, ax_queue::OriginKind::Requeue);
+    assert_eq!(
+        origin.requeue_of.map(|i| i.to_string()),
+        Some(moved.clone())
+    );
+    assert!(origin.actor.is_some(), "{origin:?}");
     let s = of(&same);
     assert_eq!(s["onto"], "current_spec", "{s}");
     assert!(s.get("changed").is_none(), "{s}");

@@ -1534,6 +1534,46 @@ async fn a_run_now_carries_its_payload_and_its_idempotency_key_runs_it_once() {
     );
     assert!(runs.iter().all(|e| e.run_now));
 
+    // Each story says how it started, who asked and with what payload; the history says so
+    // per attempt, and its lateness counts from when it was asked for.
+    let mut story = Value::Null;
+    for _ in 0..20 {
+        story = c.ax_json(&["execution", "get", first.trim()]).await;
+        if story["attempts"].as_array().is_some_and(|a| !a.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(story["origin"]["kind"], "manual", "{story}");
+    let actor = story["origin"]["actor"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(actor.starts_with("cli:"), "{story}");
+    assert_eq!(
+        story["origin"]["payload"],
+        json!({"day": "2026-11-29"}),
+        "{story}"
+    );
+    let attempt = &story["attempts"][0];
+    assert_eq!(attempt["origin"]["kind"], "manual", "{story}");
+    assert!(attempt["lateness_ms"].as_u64().unwrap() < 5_000, "{story}");
+    let text = c.ax_ok(&["execution", "get", first.trim()]).await;
+    assert!(
+        text.contains(&format!(
+            "run now, asked by {actor}, payload {{\"day\":\"2026-11-29\"}}"
+        )),
+        "{text}"
+    );
+    let plain = c.ax_json(&["execution", "get", third.trim()]).await;
+    assert_eq!(plain["origin"]["kind"], "manual", "{plain}");
+    assert!(plain["origin"].get("payload").is_none(), "{plain}");
+    let history = c.ax_ok(&["task", "history", "ops/report"]).await;
+    assert!(
+        history.lines().skip(1).all(|l| l.contains(" manual ")),
+        "{history}"
+    );
+
     let bad = c
         .ax(
             &["task", "trigger", "ops/report", "--idempotency-key", ""],
@@ -1629,6 +1669,34 @@ async fn a_backfill_runs_each_past_fire_of_the_range_once() {
     );
     assert_eq!(runs.len(), 6, "{runs:?}");
     assert!(runs.iter().all(|e| e.run_now));
+    // Each is told apart from a scheduled fire, in the API, the story and the history.
+    let id = first_ids
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap();
+    let story = c.ax_json(&["execution", "get", id]).await;
+    assert_eq!(story["origin"]["kind"], "backfill", "{story}");
+    assert!(
+        story["origin"]["actor"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("cli:")),
+        "{story}"
+    );
+    let text = c.ax_ok(&["execution", "get", id]).await;
+    assert!(text.contains("backfill, asked by cli:"), "{text}");
+    let history = c.ax_ok(&["task", "history", "ops/hourly"]).await;
+    assert_eq!(
+        history
+            .lines()
+            .skip(1)
+            .filter(|l| l.contains(" backfill "))
+            .count(),
+        6,
+        "{history}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1944,8 +2012,22 @@ async fn the_execution_history_shows_every_attempt_across_tasks_and_each_executi
             "capped at 1 KiB"
         );
         assert_eq!(out["truncated"], true);
-        assert!(i["worker"].is_string() && i["finished"].is_i64() && i["due"] == due);
+        assert!(i["worker"].is_string() && i["finished"].is_i64(), "{i}");
+        // Each attempt's due instant is its own: the fire for the first, the end of its wait
+        // for the retry, and its lateness counts from there.
+        let own_due = if i["attempt"] == 1 {
+            due
+        } else {
+            i["enqueued"].as_i64().unwrap()
+        };
+        assert_eq!(i["due"], own_due, "{i}");
+        assert_eq!(i["origin"]["kind"], "schedule", "{i}");
+        assert!(i["lateness_ms"].as_i64().unwrap() < 1_000, "{i}");
     }
+    assert!(
+        items[0]["due"].as_i64().unwrap() > due,
+        "the retry is due after the fire"
+    );
     let id = items[0]["execution_id"].as_str().unwrap().to_owned();
     assert_eq!(items[1]["execution_id"], id.as_str());
 

@@ -56,7 +56,7 @@ impl FireFamilies {
             schedule_latency_seconds: histogram_vec(
                 registry,
                 SCHEDULE_LATENCY_SECONDS,
-                "Start of a fire's first attempt minus its due time.",
+                "Start of a scheduled execution's first attempt minus its fire (origin schedule or parent).",
                 &["queue"],
                 SCHEDULE_LATENCY_BUCKETS,
             )?,
@@ -401,7 +401,7 @@ impl ProcessFamilies {
             loop_panics_total: counter_vec(
                 registry,
                 LOOP_PANICS_TOTAL,
-                "Background loops of a worker pool that panicked.",
+                "Background loops that panicked (a worker pool's, the scheduler leader's).",
                 &["loop"],
             )?,
             build_info: register(

@@ -363,9 +363,10 @@ impl Queue {
         self.dlq_requeue_as(queue, entry_id, now, |m| m).await
     }
 
-    /// [`dlq_requeue`](Self::dlq_requeue) with the stored message passed through `rebuild`
-    /// first: a caller that re-read the task puts its current target and settings in, so
-    /// a requeue does not replay what the task no longer says.
+    /// [`dlq_requeue`](Self::dlq_requeue) with the new execution's message (a fresh copy of
+    /// the stored one) passed through `rebuild`: a caller that re-read the task puts its
+    /// current target and settings in, so a requeue does not replay what the task no longer
+    /// says, and names who asked.
     pub async fn dlq_requeue_as(
         &self,
         queue: &str,
@@ -382,7 +383,7 @@ impl Queue {
         let Some(msg) = entry.message else {
             return Ok(None);
         };
-        let fresh = rebuild(msg).fresh_copy(now);
+        let fresh = rebuild(msg.fresh_copy(now));
         let json = fresh.to_json()?;
         let k = self.keys();
         let mut conn = self.conn();

@@ -108,6 +108,23 @@ pub struct HistoryEntry {
     pub lineage: crate::message::Lineage,
 }
 
+impl HistoryEntry {
+    /// When this attempt was due, as [`crate::ExecutionMessage::attempt_due`] says: the fire
+    /// for the first attempt of a scheduled run, else when it was enqueued. (A run-now's fire
+    /// is when it was asked for, so an entry without an origin reads right too.)
+    pub fn attempt_due(&self) -> UtcMillis {
+        let scheduled = self
+            .lineage
+            .origin
+            .as_ref()
+            .is_none_or(|o| o.is_scheduled());
+        match self.enqueued_at {
+            Some(enqueued) if self.attempt > 0 || !scheduled => enqueued,
+            _ => self.fire_at,
+        }
+    }
+}
+
 /// One attempt read from the history across tasks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecutionItem {

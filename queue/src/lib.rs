@@ -26,6 +26,7 @@ pub mod keys;
 mod maintenance;
 mod message;
 mod millis;
+mod origin;
 mod partitions;
 mod peek;
 mod queue;
@@ -62,6 +63,7 @@ pub use maintenance::{
     Maintenance, MaintenanceConfig, MaintenanceState, StepReport, DEFAULT_VISIBILITY_TIMEOUT,
 };
 pub use message::{new_execution_id, AttemptError, Dedupe, ExecutionMessage, Lineage};
+pub use origin::{Origin, OriginKind, ORIGIN_PAYLOAD_MAX};
 pub use partitions::{
     partition_name, partition_of, split_partition, MAX_PARTITIONS, PARTITION_SEPARATOR,
 };

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::error::{QueueError, Result};
+use crate::origin::{Origin, OriginKind};
 
 /// A fresh execution id: a UUID v7, so ids sort by creation time. Drawn here, in the shell,
 /// since the core reads no clock and draws no randomness.
@@ -143,6 +144,10 @@ pub struct Lineage {
     /// it (its retries too); if the worker is gone it ends failed, never runs elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_worker: Option<String>,
+    /// How the execution started; absent in messages written before origins were kept (see
+    /// [`ExecutionMessage::origin`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<crate::Origin>,
 }
 
 /// How the enqueue recognises a message that was enqueued before (a fire dispatched by two
@@ -234,6 +239,14 @@ impl ExecutionMessage {
                 piece_index: dispatch.piece.as_ref().map(|s| s.index),
                 piece_total: dispatch.piece.as_ref().map(|s| s.total),
                 target_worker: dispatch.piece.as_ref().and_then(|s| s.worker.clone()),
+                origin: Some(Origin::of(if run_now {
+                    OriginKind::Manual
+                } else if dispatch.run_id.is_some() {
+                    // A later step of a chain: its upstream task's success started it.
+                    OriginKind::Parent
+                } else {
+                    OriginKind::Schedule
+                })),
             },
             // Set by the engine, which knows which scheduling shard owns the task.
             shard: None,
@@ -311,11 +324,52 @@ impl ExecutionMessage {
         idempotency_key: Option<String>,
         backfill_of: Option<UtcMillis>,
     ) {
+        let kind = if backfill_of.is_some() {
+            OriginKind::Backfill
+        } else {
+            OriginKind::Manual
+        };
+        let mut origin = Origin::of(kind);
         if let Some(payload) = payload {
+            origin = origin.with_payload(&payload);
             self.payload = payload;
         }
+        self.lineage.origin = Some(origin);
         self.idempotency_key = idempotency_key;
         self.backfill_of = backfill_of;
+    }
+
+    /// Names who asked for this run (a run-now, a backfill, a requeue).
+    pub fn requested_by(&mut self, actor: Option<String>) {
+        if let Some(origin) = &mut self.lineage.origin {
+            origin.actor = actor;
+        }
+    }
+
+    /// How the execution started: as recorded, or, for a message written before origins
+    /// were kept, from its flags.
+    pub fn origin(&self) -> Origin {
+        self.lineage.origin.clone().unwrap_or_else(|| {
+            Origin::of(match (self.run_now, self.backfill_of) {
+                (true, Some(_)) => OriginKind::Backfill,
+                (true, None) => OriginKind::Manual,
+                (false, _) if self.lineage.run_id.is_some_and(|r| r != self.execution_id) => {
+                    OriginKind::Parent
+                }
+                (false, _) => OriginKind::Schedule,
+            })
+        })
+    }
+
+    /// The instant this attempt was due, which its lateness counts from: the fire for the
+    /// first attempt of a scheduled run, else when it was enqueued (a retry when its wait
+    /// ended, a run by hand when it was asked for).
+    pub fn attempt_due(&self) -> UtcMillis {
+        if self.attempt == 0 && self.origin().is_scheduled() {
+            self.fire_at
+        } else {
+            self.enqueued_at
+        }
     }
 
     /// How the enqueue recognises this message if it was enqueued before.
@@ -356,10 +410,15 @@ impl ExecutionMessage {
         next
     }
 
-    /// A fresh execution of the same work (a dead-letter requeue): new id, attempt 0, no errors.
+    /// A fresh execution of the same work (a dead-letter requeue): new id, attempt 0, no
+    /// errors, its origin a requeue of this one.
     pub fn fresh_copy(&self, now: UtcMillis) -> Self {
         let mut m = self.clone();
         m.execution_id = new_execution_id();
+        m.lineage.origin = Some(Origin {
+            requeue_of: Some(self.execution_id),
+            ..Origin::of(OriginKind::Requeue)
+        });
         m.attempt = 0;
         m.first_attempt_at = now;
         m.enqueued_at = now;

@@ -36,6 +36,10 @@ pub struct TriggerRequest {
     /// For a backfill: the past fire this execution stands for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backfill_of: Option<UtcMillis>,
+    /// Who asked: the API token's name or `cli:<user>@<host>`, carried into the execution's
+    /// origin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
 }
 
 /// A pending run-now request as listed from etcd.
@@ -55,6 +59,8 @@ pub struct PendingTrigger {
     pub idempotency_key: Option<String>,
     /// The past fire a backfill request stands for.
     pub backfill_of: Option<UtcMillis>,
+    /// Who asked for it, if the request says.
+    pub requested_by: Option<String>,
     /// Revision of the request's write.
     pub mod_revision: i64,
 }
@@ -154,7 +160,8 @@ impl Registry {
                 requested_at: request.as_ref().map(|r| r.requested_at),
                 payload: request.as_ref().and_then(|r| r.payload.clone()),
                 idempotency_key: request.as_ref().and_then(|r| r.idempotency_key.clone()),
-                backfill_of: request.and_then(|r| r.backfill_of),
+                backfill_of: request.as_ref().and_then(|r| r.backfill_of),
+                requested_by: request.and_then(|r| r.requested_by),
                 mod_revision: kv.mod_revision(),
             });
         }

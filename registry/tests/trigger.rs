@@ -19,6 +19,7 @@ async fn triggers_are_written_for_registered_tasks_only_listed_and_deleted() {
         payload: Some(serde_json::json!({"day": "2026-11-30"})),
         idempotency_key: None,
         backfill_of: None,
+        requested_by: None,
     };
     let err = reg
         .request_trigger("ops", "nightly", &request)

@@ -229,6 +229,7 @@ impl Client {
         let params = TriggerParams {
             payload,
             idempotency_key,
+            requested_by: None,
         };
         params.check()?;
         match &self.via {
@@ -301,6 +302,7 @@ impl Client {
             max: None,
             force: false,
             dry_run: false,
+            requested_by: None,
         };
         match &self.via {
             Via::Backend(b) => Ok(self

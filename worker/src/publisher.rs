@@ -208,9 +208,11 @@ impl ExecutionReporter for QueueReporter {
         at: UtcMillis,
     ) -> ReportFuture<'a> {
         Box::pin(async move {
-            let lateness_ms = at.0 - exec.fire_at.0;
+            let lateness_ms = at.0 - exec.attempt_due().0;
             self.metrics.active_attempts(1);
-            if exec.attempt == 0 && !exec.run_now {
+            // The schedule's lateness only: a run by hand, a backfill or a requeue is due when
+            // asked for, and a retry waits on purpose.
+            if exec.attempt == 0 && exec.origin().is_scheduled() {
                 self.metrics
                     .start_lateness(&exec.queue, lateness_ms.max(0) as f64 / 1000.0);
             }
@@ -259,7 +261,7 @@ impl ExecutionReporter for QueueReporter {
                 end,
                 report.duration.as_secs_f64(),
             );
-            let lateness_ms = report.started_at.0 - report.fire_at.0;
+            let lateness_ms = report.started_at.0 - report.due_at.0;
             let duration_ms = u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX);
             // The one line per execution at the default level; a failure is a warning.
             macro_rules! finished {

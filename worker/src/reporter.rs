@@ -32,6 +32,9 @@ pub struct ExecutionReport {
     pub attempt: u32,
     /// Schedule instant.
     pub fire_at: UtcMillis,
+    /// When this attempt was due ([`ExecutionMessage::attempt_due`]): its lateness counts
+    /// from here.
+    pub due_at: UtcMillis,
     /// When the attempt started.
     pub started_at: UtcMillis,
     /// When it ended.
@@ -76,6 +79,7 @@ impl ExecutionReport {
             worker_id,
             attempt: message.attempt,
             fire_at: message.fire_at,
+            due_at: message.attempt_due(),
             started_at,
             finished_at,
             duration: finished_at.since(started_at),
@@ -114,7 +118,7 @@ impl ExecutionReport {
             fire_at: self.fire_at,
             started_at: self.started_at,
             finished_at: self.finished_at,
-            lateness_ms: self.started_at.0 - self.fire_at.0,
+            lateness_ms: self.started_at.0 - self.due_at.0,
             duration_ms: u64::try_from(self.duration.as_millis()).unwrap_or(u64::MAX),
             end: self.end.clone(),
             worker: self.worker_id.clone(),

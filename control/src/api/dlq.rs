@@ -57,6 +57,9 @@ pub enum DlqRequeue {
         /// Requeue the stored messages as they are, even for a task gone or re-pointed.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         use_stored: bool,
+        /// Who asks, as the operation names its caller: never taken from a request body.
+        #[serde(skip)]
+        requested_by: Option<String>,
     },
     /// Every dead letter, or those of one queue.
     All {
@@ -68,7 +71,22 @@ pub enum DlqRequeue {
         /// Requeue the stored messages as they are, even for a task gone or re-pointed.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         use_stored: bool,
+        /// Who asks, as the operation names its caller: never taken from a request body.
+        #[serde(skip)]
+        requested_by: Option<String>,
     },
+}
+
+impl DlqRequeue {
+    /// Names who asks.
+    pub fn requested_by(mut self, actor: &str) -> Self {
+        match &mut self {
+            DlqRequeue::Ids { requested_by, .. } | DlqRequeue::All { requested_by, .. } => {
+                *requested_by = Some(actor.to_owned());
+            }
+        }
+        self
+    }
 }
 
 /// Most requeued dead letters a [`DlqRequeued`] lists one by one; `count` is the total.

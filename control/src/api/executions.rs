@@ -341,6 +341,11 @@ pub struct ExecutionStory {
     /// When its first attempt was enqueued.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enqueued: Option<UtcMillis>,
+    /// How it started: the schedule, an upstream task, or a person (a run-now, a backfill,
+    /// a requeue) with who and the payload given; absent for executions recorded before
+    /// origins were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<ax_queue::Origin>,
     /// Every recorded attempt, oldest first.
     pub attempts: Vec<ExecutionRecord>,
     /// The attempt that waits for its completion now (`http.async`), with the job's last

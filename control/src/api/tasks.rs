@@ -203,6 +203,9 @@ pub struct TriggerParams {
     /// once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// Who asks, as the operation names its caller: never taken from a request body.
+    #[serde(skip)]
+    pub requested_by: Option<String>,
 }
 
 impl TriggerParams {
@@ -254,6 +257,9 @@ pub struct BackfillParams {
     /// Only list the fires.
     #[serde(default)]
     pub dry_run: bool,
+    /// Who asks, as the operation names its caller: never taken from a request body.
+    #[serde(skip)]
+    pub requested_by: Option<String>,
 }
 
 /// Result of [`ApiBackend::backfill`](super::ApiBackend::backfill).

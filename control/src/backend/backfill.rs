@@ -105,7 +105,11 @@ impl Backend {
         }
         let q = self.queue().await?;
         for _ in 0..BACKFILL_ROUNDS {
-            if let Some(done) = self.request_missing(q, key, &spec.queue, &fires).await? {
+            let who = params.requested_by.as_ref();
+            if let Some(done) = self
+                .request_missing(q, key, &spec.queue, &fires, who)
+                .await?
+            {
                 return Ok(done);
             }
         }
@@ -126,6 +130,7 @@ impl Backend {
         key: &TaskKey,
         queue: &str,
         fires: &[UtcMillis],
+        requested_by: Option<&String>,
     ) -> Result<Option<BackfillResult>, ApiError> {
         let (seen, pending) = self
             .registry
@@ -166,6 +171,7 @@ impl Backend {
                         payload: None,
                         idempotency_key: None,
                         backfill_of: Some(*t),
+                        requested_by: requested_by.cloned(),
                     });
                 }
             }

@@ -28,9 +28,11 @@ pub(super) fn record(e: &HistoryEntry) -> ExecutionRecord {
         execution_id: e.execution_id,
         // The queue counts attempts from 0, people from 1.
         attempt: e.attempt.saturating_add(1),
-        due: e.fire_at,
+        due: e.attempt_due(),
         started: started.then_some(e.started_at),
-        lateness_ms: started.then(|| u64::try_from(e.lateness_ms).unwrap_or(0)),
+        // From the attempt's own due instant, whenever the entry was written.
+        lateness_ms: started
+            .then(|| u64::try_from(e.started_at.0.saturating_sub(e.attempt_due().0)).unwrap_or(0)),
         duration_ms: started.then_some(e.duration_ms),
         outcome: Outcome::from_label(e.end.label()),
         error: e.end.error.clone(),
@@ -157,6 +159,7 @@ fn story_head(
             queue: first.entry.queue.clone(),
             due: Some(first.entry.fire_at),
             enqueued: first.entry.first_enqueued_at.or(first.entry.enqueued_at),
+            origin: first.entry.lineage.origin.clone(),
             ..ExecutionStory::default()
         },
         (None, Some(rec)) => {
@@ -171,6 +174,7 @@ fn story_head(
                 queue: rec.queue.clone(),
                 due: Some(m.fire_at),
                 enqueued: Some(m.first_attempt_at),
+                origin: Some(m.origin()),
                 ..ExecutionStory::default()
             }
         }
@@ -202,6 +206,7 @@ fn pending_story(
         queue: m.queue.to_string(),
         due: Some(first.map_or(m.fire_at, |f| f.entry.fire_at)),
         enqueued: Some(m.first_attempt_at),
+        origin: Some(m.origin()),
         attempts,
         outcome: state,
         pending: Some(PendingAttempt {

@@ -58,13 +58,26 @@ struct Planned {
 impl Backend {
     pub(super) async fn requeue(&self, request: DlqRequeue) -> Result<DlqRequeued, ApiError> {
         let q = self.queue().await?;
-        let (found, use_stored) = match request {
+        let (found, use_stored, actor) = match request {
             DlqRequeue::All {
-                queue, use_stored, ..
-            } => (self.all_dead_letters(q, queue).await?, use_stored),
-            DlqRequeue::Ids { ids, use_stored } => {
-                (self.named_dead_letters(q, &ids).await?, use_stored)
-            }
+                queue,
+                use_stored,
+                requested_by,
+                ..
+            } => (
+                self.all_dead_letters(q, queue).await?,
+                use_stored,
+                requested_by,
+            ),
+            DlqRequeue::Ids {
+                ids,
+                use_stored,
+                requested_by,
+            } => (
+                self.named_dead_letters(q, &ids).await?,
+                use_stored,
+                requested_by,
+            ),
         };
         // Every task first, so that one refusal changes nothing.
         let mut plan = Vec::with_capacity(found.len());
@@ -99,15 +112,19 @@ impl Backend {
         let mut done = DlqRequeued::default();
         for p in plan {
             let id = p.entry.id;
+            let asked_by = |mut m: ExecutionMessage| {
+                m.requested_by(actor.clone());
+                m
+            };
             let (requeued, onto, changed) = match p.current {
                 Some((current, changed)) => (
-                    q.dlq_requeue_as(&p.queue, id, now, |m| rebuilt(m, &current))
+                    q.dlq_requeue_as(&p.queue, id, now, |m| asked_by(rebuilt(m, &current)))
                         .await,
                     RequeueOnto::CurrentSpec,
                     changed,
                 ),
                 None => (
-                    q.dlq_requeue(&p.queue, id, now).await,
+                    q.dlq_requeue_as(&p.queue, id, now, asked_by).await,
                     RequeueOnto::Stored,
                     Vec::new(),
                 ),

@@ -523,6 +523,7 @@ impl Backend {
             payload: params.payload,
             idempotency_key: params.idempotency_key,
             backfill_of: None,
+            requested_by: params.requested_by,
         };
         self.registry
             .request_trigger(&key.namespace, &key.id, &request)

@@ -517,6 +517,7 @@ async fn task_keyed(
             let params = TriggerParams {
                 payload: read_payload(payload.as_deref())?,
                 idempotency_key,
+                requested_by: None,
             };
             task_trigger(&ops, k, params).await?
         }
@@ -534,6 +535,7 @@ async fn task_keyed(
                 max: Some(max),
                 force,
                 dry_run,
+                requested_by: None,
             };
             task_backfill(&ops, name, k, params).await?
         }
@@ -705,9 +707,14 @@ async fn dlq(config: &Config, actor: &Actor, cmd: DlqCommand) -> Result<(), CliE
                     all,
                     queue,
                     use_stored,
+                    requested_by: None,
                 }
             } else {
-                DlqRequeue::Ids { ids, use_stored }
+                DlqRequeue::Ids {
+                    ids,
+                    use_stored,
+                    requested_by: None,
+                }
             };
             let done = ops.dlq_requeue(request).await.map_err(api_error)?;
             output::requeued_text(&done)

@@ -347,6 +347,7 @@ impl Term {
                         request.idempotency_key.clone(),
                         request.backfill_of,
                     );
+                    m.requested_by(request.requested_by.clone());
                     m.resolve_concurrency(d.spec.concurrency.as_ref());
                 }
                 m
@@ -465,6 +466,7 @@ async fn record_unserved_fires(deps: &TermDeps, notices: &[Notice]) {
                 piece_index: None,
                 piece_total: Some(0),
                 target_worker: None,
+                origin: None,
             },
         };
         if let Err(e) = deps

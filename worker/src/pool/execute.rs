@@ -87,9 +87,9 @@ async fn execute_in_span(
     let msg = &d.message;
     let worker = sh.cfg.worker_id.as_str();
     let started = sh.cfg.clock.now();
-    let lateness_ms = started.0 - msg.fire_at.0;
+    let lateness_ms = started.0 - msg.attempt_due().0;
     tracing::Span::current().record("lateness_ms", lateness_ms);
-    if msg.attempt == 0 && !msg.run_now {
+    if msg.attempt == 0 && msg.origin().is_scheduled() {
         sh.start_lateness_ms
             .fetch_max(lateness_ms.max(0), std::sync::atomic::Ordering::Relaxed);
     }

@@ -25,6 +25,7 @@ pub fn executions_table(page: &ExecutionList) -> String {
                 r.execution_id.to_string(),
                 r.attempt.to_string(),
                 r.outcome.to_string(),
+                origin_word(r).to_owned(),
                 millis(r.duration_ms),
                 millis(r.lateness_ms),
                 r.worker.clone().unwrap_or_else(|| "-".to_owned()),
@@ -42,6 +43,7 @@ pub fn executions_table(page: &ExecutionList) -> String {
             "EXECUTION",
             "ATTEMPT",
             "OUTCOME",
+            "ORIGIN",
             "DURATION",
             "LATENESS",
             "WORKER",
@@ -78,6 +80,7 @@ pub fn history_table(records: &[ExecutionRecord]) -> String {
                 millis(r.lateness_ms),
                 millis(r.duration_ms),
                 r.outcome.to_string(),
+                origin_word(r).to_owned(),
                 r.worker.clone().unwrap_or_else(|| "-".to_owned()),
                 r.error.clone().unwrap_or_default(),
             ]
@@ -92,9 +95,16 @@ pub fn history_table(records: &[ExecutionRecord]) -> String {
             "LATENESS",
             "DURATION",
             "OUTCOME",
+            "ORIGIN",
             "WORKER",
             "ERROR",
         ],
         &rows,
     )
+}
+
+/// How the attempt's execution started, in one word (`-` for one recorded before origins
+/// were kept).
+fn origin_word(r: &ExecutionRecord) -> &'static str {
+    r.lineage.origin.as_ref().map_or("-", |o| o.kind.as_str())
 }

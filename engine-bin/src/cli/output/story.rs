@@ -49,7 +49,7 @@ pub fn story_text(story: &ExecutionStory) -> String {
 /// The story's events in order, from the fire to the dead letter.
 fn story_events(story: &ExecutionStory) -> Vec<Event> {
     let mut events: Vec<Event> = Vec::new();
-    events.push((story.due, "fired (due)".to_owned()));
+    events.push((story.due, started_text(story.origin.as_ref())));
     if story.enqueued.is_some() {
         events.push((story.enqueued, "enqueued".to_owned()));
     }
@@ -73,6 +73,33 @@ fn story_events(story: &ExecutionStory) -> Vec<Event> {
         ));
     }
     events
+}
+
+/// The story's first line: how the execution started.
+fn started_text(origin: Option<&ax_queue::Origin>) -> String {
+    use ax_queue::OriginKind;
+    let Some(o) = origin else {
+        return "fired (due)".to_owned();
+    };
+    let by = o
+        .actor
+        .as_deref()
+        .map_or_else(String::new, |a| format!(" by {a}"));
+    let payload = match (&o.payload, o.payload_bytes) {
+        (Some(p), _) => format!(", payload {}", one_line(&p.to_string(), 200)),
+        (None, Some(bytes)) => format!(", its own payload of {bytes} bytes"),
+        (None, None) => String::new(),
+    };
+    match o.kind {
+        OriginKind::Schedule => "fired (due)".to_owned(),
+        OriginKind::Parent => "started by its upstream task's success".to_owned(),
+        OriginKind::Manual => format!("run now, asked{by}{payload}"),
+        OriginKind::Backfill => format!("backfill, asked{by}"),
+        OriginKind::Requeue => match o.requeue_of {
+            Some(of) => format!("requeue of dead letter {of}{by}"),
+            None => format!("requeue of a dead letter{by}"),
+        },
+    }
 }
 
 /// One finished attempt: its retry enqueue (when `retried`), start, end and answer.

@@ -39,6 +39,7 @@ fn trigger(id: &str, execution_id: ExecutionId) -> PendingTrigger {
         payload: None,
         idempotency_key: None,
         backfill_of: None,
+        requested_by: None,
         mod_revision: 1,
     }
 }
