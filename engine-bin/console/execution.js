@@ -93,6 +93,7 @@ function facts(story) {
     h('dt', {}, workers.length === 1 ? 'Worker' : 'Workers'), h('dd', { id: 'workers' }, workers.join(', ') || '–'),
     last && last.error ? [h('dt', {}, 'Error'), h('dd', { class: 'err', id: 'error' }, last.error)] : null,
     story.dead_letter ? [h('dt', {}, 'Dead letter'), h('dd', {}, 'since ', when(story.dead_letter.dead_at))] : null,
+    story.requeued_as ? [h('dt', {}, 'Requeued as'), h('dd', { id: 'requeued-as' }, execLink(story.requeued_as, true))] : null,
     story.complete ? null : [h('dt', {}, 'Note'), h('dd', { class: 'warn' }, 'The search for its attempts stopped at its bound: later attempts may be missing.')]));
 }
 

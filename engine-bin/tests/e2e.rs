@@ -759,6 +759,29 @@ async fn a_failing_http_task_retries_then_lands_in_the_dlq_with_an_alert() {
         let alerts = task_alerts(&c, kind, "flaky");
         assert_eq!(alerts.len(), 1, "{alerts:?}");
     }
+
+    // Requeued by the end of its id: the answer names the new execution, and the two stories
+    // name each other.
+    let old = runs[0].execution_id.clone();
+    let text = c.ax_ok(&["dlq", "requeue", &old[old.len() - 12..]]).await;
+    let row = text.lines().last().unwrap();
+    assert!(row.starts_with(&old), "{text}");
+    let new = row.split_whitespace().nth(1).unwrap().to_owned();
+    let old_story = c.ax_json(&["execution", "get", &old]).await;
+    assert_eq!(old_story["requeued_as"], new.as_str(), "{old_story}");
+    assert!(
+        c.ax_ok(&["execution", "get", &old])
+            .await
+            .contains(&format!("requeued as execution {new}")),
+        "the story in words"
+    );
+    let new_story = c.ax_json(&["execution", "get", &new]).await;
+    assert_eq!(new_story["origin"]["kind"], "requeue", "{new_story}");
+    assert_eq!(
+        new_story["origin"]["requeue_of"],
+        old.as_str(),
+        "{new_story}"
+    );
     c.clean_up().await;
 }
 

@@ -395,12 +395,18 @@ impl Queue {
             .key(k.order(queue))
             .key(k.clock(queue))
             .key(k.wake(queue))
+            .key(k.requeued_as(queue, entry_id))
             .arg(entry_id.to_string())
             .arg(json)
             .arg(fresh.execution_id.to_string())
             .arg(now.0)
             .arg(fresh.priority.min(ax_scheduler_core::task::MAX_PRIORITY))
-            .arg(self.config().aging_step_us());
+            .arg(self.config().aging_step_us())
+            .arg(
+                u64::try_from(self.config().execution_history_retention.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .max(1),
+            );
         let n: i64 = self.run("dlq_requeue", inv.invoke_async(&mut conn)).await?;
         Ok((n == 1).then_some(fresh.execution_id))
     }
@@ -437,6 +443,29 @@ impl Queue {
             }
         }
         Ok(requeued)
+    }
+
+    /// The execution the dead letter `entry_id` of `queue` (any partition) was requeued as,
+    /// while the execution history keeps it.
+    pub async fn requeued_as(
+        &self,
+        queue: &str,
+        entry_id: ExecutionId,
+    ) -> Result<Option<ExecutionId>> {
+        check_queue(queue)?;
+        for q in self.physical_queues(queue) {
+            let mut conn = self.conn();
+            let id: Option<String> = self
+                .run(
+                    "requeued_as",
+                    redis::AsyncCommands::get(&mut conn, self.keys().requeued_as(&q, entry_id)),
+                )
+                .await?;
+            if let Some(id) = id.and_then(|s| s.parse().ok()) {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
     }
 
     /// The ids of `queue`'s dead letters (every partition), up to `limit` of each, oldest

@@ -178,6 +178,12 @@ impl Keys {
         format!("{}:dlq:entries", self.tag(queue))
     }
 
+    /// The execution a dead letter was requeued as (string with an expiry, the execution
+    /// history's retention), so the old execution's story names the new one.
+    pub fn requeued_as(&self, queue: &str, execution_id: ExecutionId) -> String {
+        format!("{}:requeued:{execution_id}", self.tag(queue))
+    }
+
     /// Which execution of a task is active (string with an expiry), for the overlap policy:
     /// set by the enqueue of a `forbid`/`replace` fire, cleared by that execution's final
     /// settle. In the queue's slot, since the enqueue and settle scripts touch it.
@@ -466,6 +472,7 @@ mod tests {
                     k.order(q),
                     k.clock(q),
                     k.wake(q),
+                    k.requeued_as(q, ExecutionId::from(uuid::Uuid::nil())),
                 ],
             ),
             (

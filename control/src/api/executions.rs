@@ -362,6 +362,10 @@ pub struct ExecutionStory {
     /// Its dead-letter entry, while there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter: Option<DeadLetter>,
+    /// The execution it was requeued as, once dead-lettered and put back (`origin` of that
+    /// one names this one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeued_as: Option<ExecutionId>,
     /// False when the search for its attempts stopped at its bound before their end.
     pub complete: bool,
     /// For an execution of a fanned-out fire (`shards`, or a broadcast's one per worker):

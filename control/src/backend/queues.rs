@@ -347,6 +347,13 @@ impl Backend {
                 .as_ref()
                 .map(dead_letter)
         };
+        // A dead letter requeued since: its story names the execution it became.
+        if story.dead_letter.is_none() && !story.queue.is_empty() {
+            story.requeued_as = q
+                .requeued_as(&story.queue, id)
+                .await
+                .map_err(errors::queue)?;
+        }
         story.execution_id = id;
         story.outcome = match &waiting {
             Some(_) => Outcome::Waiting,

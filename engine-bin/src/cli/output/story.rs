@@ -72,6 +72,9 @@ fn story_events(story: &ExecutionStory) -> Vec<Event> {
             ),
         ));
     }
+    if let Some(new) = story.requeued_as {
+        events.push((None, format!("requeued as execution {new}")));
+    }
     events
 }
 
