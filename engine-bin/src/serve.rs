@@ -512,6 +512,7 @@ impl Parts<'_> {
             flush_interval: config.scheduler.flush_interval,
             trigger_interval: config.scheduler.trigger_interval,
             enqueue_stall_limit: config.scheduler.enqueue_stall_limit,
+            redis_unreachable_limit: config.scheduler.redis_unreachable_limit,
             delay_alert_threshold: ax_alerting::DEFAULT_SCHEDULE_DELAY_THRESHOLD,
             max_clock_skew: config.scheduler.max_clock_skew,
             repair_after: config.scheduler.repair_after,

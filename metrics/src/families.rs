@@ -19,11 +19,12 @@ use crate::names::{
     BACKEND_ERRORS_TOTAL, BUILD_INFO, CONCURRENCY_WAIT_BUCKETS, CONCURRENCY_WAIT_SECONDS,
     DEADLINE_MISSES_TOTAL, DLQ_SIZE, ETCD_DB_BYTES, ETCD_DB_QUOTA_BYTES, EXECUTIONS_RUNNING,
     EXECUTION_DURATION_BUCKETS, EXECUTION_DURATION_SECONDS, FIRES_TOTAL, INVALID_SPECS, IS_LEADER,
-    LEADER_CHANGES_TOTAL, LOOP_PANICS_TOTAL, NAMESPACES_PAUSED, OLDEST_QUEUED_AGE_SECONDS,
-    QUEUE_DEPTH, QUEUE_PAUSED, REDIS_CONFIG_WARNINGS, SCHEDULE_LATENCY_BUCKETS,
-    SCHEDULE_LATENCY_SECONDS, SHARDS, SHARDS_OWNED, STATE_REPAIRS_TOTAL, TASKS_EXECUTED_TOTAL,
-    TASKS_FAILED_TOTAL, TASKS_PAUSED, TASKS_RETRIED_TOTAL, TASKS_SCHEDULED_TOTAL, TASKS_THROTTLED,
-    UNDECODABLE_STATES, UNSERVED_QUEUES, WORKER_CONCURRENCY_LIMIT,
+    LEADER_CHANGES_TOTAL, LEADER_STEP_DOWNS_TOTAL, LOOP_PANICS_TOTAL, NAMESPACES_PAUSED,
+    OLDEST_QUEUED_AGE_SECONDS, QUEUE_DEPTH, QUEUE_PAUSED, REDIS_CONFIG_WARNINGS,
+    SCHEDULE_LATENCY_BUCKETS, SCHEDULE_LATENCY_SECONDS, SHARDS, SHARDS_OWNED, STATE_REPAIRS_TOTAL,
+    TASKS_EXECUTED_TOTAL, TASKS_FAILED_TOTAL, TASKS_PAUSED, TASKS_RETRIED_TOTAL,
+    TASKS_SCHEDULED_TOTAL, TASKS_THROTTLED, UNDECODABLE_STATES, UNSERVED_QUEUES,
+    WORKER_CONCURRENCY_LIMIT,
 };
 
 /// The fires: how many were dispatched, and how late each first started.
@@ -91,6 +92,8 @@ pub struct SchedulerFamilies {
     pub deadline_misses_total: IntCounterVec,
     /// [`STATE_REPAIRS_TOTAL`].
     pub state_repairs_total: IntCounterVec,
+    /// [`LEADER_STEP_DOWNS_TOTAL`].
+    pub leader_step_downs_total: IntCounterVec,
 }
 
 impl SchedulerFamilies {
@@ -158,6 +161,12 @@ impl SchedulerFamilies {
                 STATE_REPAIRS_TOTAL,
                 "Task states in doubt the leader repaired (leader only: sum over replicas).",
                 &["how"],
+            )?,
+            leader_step_downs_total: counter_vec(
+                registry,
+                LEADER_STEP_DOWNS_TOTAL,
+                "Terms that gave their key up though they held it, so that a replica able to act leads.",
+                &["reason"],
             )?,
         })
     }

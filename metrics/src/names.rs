@@ -99,6 +99,12 @@ pub const STATE_REPAIRS_TOTAL: &str = "scheduler_state_repairs_total";
 pub const REPAIR_HISTORY: &str = "history";
 /// `how` of a state repaired as lost: no end anywhere, no work left in its queue.
 pub const REPAIR_LOST: &str = "lost";
+/// Terms (a leader's, a shard owner's) that gave their key up though they held it, so that a
+/// replica able to act leads. Label: `reason` (one of [`STEP_DOWN_REASONS`]).
+pub const LEADER_STEP_DOWNS_TOTAL: &str = "scheduler_leader_step_downs_total";
+/// The `reason` values of [`LEADER_STEP_DOWNS_TOTAL`]: Redis did not answer for
+/// `scheduler.redis_unreachable_limit`.
+pub const STEP_DOWN_REASONS: &[&str] = &["redis_unreachable"];
 /// Alerts handed to a channel. Labels: `channel` (a configured channel, or
 /// [`ALERT_CHANNEL_ALL`]), `outcome`.
 pub const ALERTS_TOTAL: &str = "scheduler_alerts_total";
@@ -167,6 +173,7 @@ pub const ALL_NAMES: &[&str] = &[
     API_AUTH_FAILURES_TOTAL,
     DEADLINE_MISSES_TOTAL,
     STATE_REPAIRS_TOTAL,
+    LEADER_STEP_DOWNS_TOTAL,
     ALERTS_TOTAL,
     BUILD_INFO,
     TASKS_SCHEDULED_TOTAL,

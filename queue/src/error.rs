@@ -75,6 +75,23 @@ impl QueueError {
         }
     }
 
+    /// Whether Redis gave no answer at all (a timeout, a connection lost or refused), as
+    /// against an answer that refuses (`OOM`, `READONLY`, `LOADING`): a partition looks like
+    /// this, and a leader that sees it for long should let a replica that can reach Redis
+    /// lead.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            QueueError::Redis { source, .. } => {
+                source.is_io_error()
+                    || source.is_timeout()
+                    || source.is_connection_dropped()
+                    || source.is_connection_refusal()
+            }
+            QueueError::Timeout { .. } => true,
+            _ => false,
+        }
+    }
+
     pub(crate) fn redis(op: &'static str) -> impl FnOnce(redis::RedisError) -> QueueError {
         move |source| QueueError::Redis { op, source }
     }

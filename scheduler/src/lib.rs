@@ -79,6 +79,10 @@ pub const DEFAULT_TRIGGER_INTERVAL: Duration = Duration::from_millis(250);
 /// How long the leader keeps retrying enqueues that Redis refuses before it steps down, by
 /// default.
 pub const DEFAULT_ENQUEUE_STALL_LIMIT: Duration = Duration::from_secs(30);
+
+/// Default [`LeaderSettings::redis_unreachable_limit`]: a leader cut from Redis gives its key
+/// up after this, and a healthy replica leads after one election more.
+pub const DEFAULT_REDIS_UNREACHABLE_LIMIT: Duration = Duration::from_secs(5);
 /// How long after its fire a task still executing is in doubt, by default (see
 /// [`LeaderSettings::repair_after`]): past any end on its way, and short enough that a lost
 /// end is repaired within minutes.
@@ -104,6 +108,10 @@ pub struct LeaderSettings {
     pub trigger_interval: Duration,
     /// How long refused enqueues are retried before the leader steps down.
     pub enqueue_stall_limit: Duration,
+    /// How long a leader (or shard owner) that cannot reach Redis keeps its key before it
+    /// gives it up, so that a replica that can reach Redis leads. Default
+    /// [`DEFAULT_REDIS_UNREACHABLE_LIMIT`], well under the lease's TTL.
+    pub redis_unreachable_limit: Duration,
     /// Late enqueues beyond this raise a schedule-delay alert.
     pub delay_alert_threshold: Duration,
     /// The largest clock offset from etcd this replica leads with.

@@ -59,6 +59,11 @@ pub trait RoleMetrics: Send + Sync {
     fn loop_panicked(&self, name: &str) {
         let _ = name;
     }
+    /// A term gave its key up though it held it, for `reason` (`redis_unreachable`). A no-op
+    /// by default, as [`RoleMetrics::loop_panicked`].
+    fn stepped_down(&self, reason: &str) {
+        let _ = reason;
+    }
 }
 
 /// Reports nothing: for tests and programs without metrics.

@@ -628,8 +628,9 @@ fn start_campaign(
     let candidate = deps.candidate.clone();
     let cancel = cancel.clone();
     let check = ClockAgreement::of(settings, deps);
+    let queue = Arc::clone(&deps.queue);
     let campaign = async move {
-        if !check.wait_supervised(&cancel).await {
+        if !wait_for_redis(&*queue, &cancel).await || !check.wait_supervised(&cancel).await {
             return;
         }
         let result = candidate.campaign(&cancel).await.map_err(Error::from);
@@ -642,6 +643,36 @@ fn start_campaign(
         supervise::watch(ROLE, &*metrics, &tracker, campaign).await;
     });
     rx
+}
+
+/// The longest one check of Redis before a campaign waits for its answer.
+const REDIS_PROBE: Duration = Duration::from_secs(1);
+
+/// Waits until Redis answers one bounded round trip; false when cancelled first. A replica
+/// that cannot reach Redis would win the election and then enqueue nothing while replicas
+/// that can reach it stand by: it does not campaign until Redis answers.
+async fn wait_for_redis(queue: &dyn crate::backend::TermQueue, cancel: &CancellationToken) -> bool {
+    let mut silent = false;
+    loop {
+        let error = match tokio::time::timeout(REDIS_PROBE, queue.run_id()).await {
+            Ok(Ok(_)) => {
+                if silent {
+                    info!("Redis answers again: campaigning");
+                }
+                return true;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {REDIS_PROBE:?}"),
+        };
+        if !silent {
+            warn!(%error, "cannot reach Redis: not campaigning until it answers");
+            silent = true;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return false,
+            _ = tokio::time::sleep(REDIS_PROBE) => {}
+        }
+    }
 }
 
 /// The check that this host's clock agrees with etcd's, before the role schedules.

@@ -28,6 +28,7 @@ impl Default for Scheduler {
             flush_interval: ax_scheduler::DEFAULT_FLUSH_INTERVAL,
             trigger_interval: ax_scheduler::DEFAULT_TRIGGER_INTERVAL,
             enqueue_stall_limit: ax_scheduler::DEFAULT_ENQUEUE_STALL_LIMIT,
+            redis_unreachable_limit: ax_scheduler::DEFAULT_REDIS_UNREACHABLE_LIMIT,
             enqueue_rate_limit: 0,
             backlog_alert_threshold: ax_alerting::DEFAULT_QUEUE_BACKLOG_THRESHOLD,
             shards: 1,

@@ -35,6 +35,10 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("AX_TICK", "scheduler.tick"),
     ("AX_CATCH_UP_WINDOW", "scheduler.catch_up_window"),
     ("AX_ENQUEUE_STALL_LIMIT", "scheduler.enqueue_stall_limit"),
+    (
+        "AX_REDIS_UNREACHABLE_LIMIT",
+        "scheduler.redis_unreachable_limit",
+    ),
     ("AX_FLUSH_INTERVAL", "scheduler.flush_interval"),
     ("AX_REPAIR_AFTER", "scheduler.repair_after"),
     ("AX_SHARDS", "scheduler.shards"),
@@ -117,6 +121,9 @@ impl Config {
             "AX_TICK" => self.scheduler.tick = parse_duration(value)?,
             "AX_CATCH_UP_WINDOW" => self.scheduler.catch_up_window = parse_duration(value)?,
             "AX_ENQUEUE_STALL_LIMIT" => self.scheduler.enqueue_stall_limit = parse_duration(value)?,
+            "AX_REDIS_UNREACHABLE_LIMIT" => {
+                self.scheduler.redis_unreachable_limit = parse_duration(value)?;
+            }
             "AX_FLUSH_INTERVAL" => self.scheduler.flush_interval = parse_duration(value)?,
             "AX_REPAIR_AFTER" => self.scheduler.repair_after = parse_duration(value)?,
             "AX_PLACEMENT" => {
@@ -209,6 +216,7 @@ mod tests {
                 | "AX_TICK"
                 | "AX_CATCH_UP_WINDOW"
                 | "AX_ENQUEUE_STALL_LIMIT"
+                | "AX_REDIS_UNREACHABLE_LIMIT"
                 | "AX_FLUSH_INTERVAL"
                 | "AX_REPAIR_AFTER" => "7s",
                 "AX_WORKER_CONCURRENCY" | "AX_REDIS_REPLICA_ACKS" | "AX_SHARDS" => "7",

@@ -88,6 +88,9 @@ pub struct Scheduler {
     /// How long the leader retries enqueues Redis refuses before stepping down; default 30 s.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub enqueue_stall_limit: Duration,
+    /// How long a leader Redis does not answer keeps its key before giving it up; default 5 s.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub redis_unreachable_limit: Duration,
     /// How long after its fire a task still executing is in doubt (its end looked for, and
     /// repaired as lost when none is coming); default 60 s.
     #[serde(with = "ax_scheduler_core::duration_serde")]

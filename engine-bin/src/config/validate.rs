@@ -127,6 +127,10 @@ impl Config {
                 "scheduler.enqueue_stall_limit",
                 self.scheduler.enqueue_stall_limit,
             ),
+            (
+                "scheduler.redis_unreachable_limit",
+                self.scheduler.redis_unreachable_limit,
+            ),
         ] {
             positive(err, key, value);
         }

@@ -101,6 +101,11 @@ impl Metrics {
         for how in [REPAIR_HISTORY, REPAIR_LOST] {
             self.scheduler.state_repairs_total.with_label_values(&[how]);
         }
+        for reason in STEP_DOWN_REASONS {
+            self.scheduler
+                .leader_step_downs_total
+                .with_label_values(&[reason]);
+        }
         for name in WORKER_LOOPS.iter().chain(LEADER_LOOPS) {
             self.process.loop_panics_total.with_label_values(&[name]);
         }

@@ -66,6 +66,13 @@ impl RoleMetrics for Metrics {
         self.record_deadline_misses(reason, missed);
     }
 
+    fn stepped_down(&self, reason: &str) {
+        self.scheduler
+            .leader_step_downs_total
+            .with_label_values(&[reason])
+            .inc();
+    }
+
     fn state_repairs(&self, how: &str, count: u64) {
         self.scheduler
             .state_repairs_total

@@ -28,6 +28,7 @@ use super::feeds::Feeds;
 use super::flusher::FlushRequest;
 use super::{clock, events, LeaderSettings};
 use crate::deps::TermDeps;
+use crate::metrics::Backend;
 use crate::supervise;
 use ax_registry::PendingTrigger;
 
@@ -37,6 +38,7 @@ mod fire;
 mod repair;
 mod takeover;
 
+use fire::send_alerts;
 use takeover::raise_fence;
 #[cfg(test)]
 mod tests;
@@ -97,6 +99,11 @@ pub(super) struct Term {
     cluster: String,
     /// The Redis server process the fences were raised on (its run id).
     redis_run_id: Option<String>,
+    /// Since when Redis has not answered the leader's checks, if it has not.
+    redis_silent_since: Option<Instant>,
+    /// Cancelled when Redis has given no answer for `redis_unreachable_limit` on the fire
+    /// path: the term gives its key up ([`End::RedisUnreachable`]).
+    redis_gone: CancellationToken,
     redis_tick: Interval,
     queues: HashSet<Arc<str>>,
     unserved_tick: Interval,
@@ -115,8 +122,23 @@ pub(super) struct Term {
     pub(super) unsent: bool,
 }
 
-/// How often the leader checks that Redis is the server it raised the fences on.
-const REDIS_CHECK_INTERVAL: Duration = Duration::from_secs(2);
+/// How often the leader checks that Redis is the server it raised the fences on, and that
+/// it answers at all.
+const REDIS_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// The longest one check of Redis waits for its answer (a partition drops packets: no error
+/// comes, only silence).
+const REDIS_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// The `reason` of `scheduler_leader_step_downs_total` for a leader cut from Redis.
+pub(crate) const STEP_DOWN_REDIS: &str = "redis_unreachable";
+
+/// What a check of Redis concluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RedisReach {
+    /// It answers, or has been silent for less than the limit.
+    Answers,
+    /// Silent past `redis_unreachable_limit`: give the key up.
+    GiveUp,
+}
 /// How often the leader looks for queues its tasks use that no worker serves.
 const UNSERVED_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -145,6 +167,10 @@ impl Term {
                 }
                 _ = self.step_down.cancelled() => {
                     self.end(settings, deps, End::StepDown).await;
+                    return;
+                }
+                _ = self.redis_gone.cancelled() => {
+                    self.end(settings, deps, End::RedisUnreachable).await;
                     return;
                 }
                 _ = tokio::time::sleep_until(wake) => {
@@ -180,7 +206,10 @@ impl Term {
                     self.flush(settings, deps, false).await;
                 }
                 _ = self.redis_tick.tick() => {
-                    self.check_redis(deps).await;
+                    if self.check_redis(settings, deps).await == RedisReach::GiveUp {
+                        self.end(settings, deps, End::RedisUnreachable).await;
+                        return;
+                    }
                 }
                 _ = self.unserved_tick.tick() => {
                     self.check_unserved(deps).await;
@@ -257,9 +286,62 @@ impl Term {
 
     /// Notices a Redis restart (a new run id): the fences are gone with a server that does
     /// not persist, so a deposed leader could enqueue again; raise them at once, and alert.
-    async fn check_redis(&mut self, deps: &TermDeps) {
-        let Ok(run_id) = deps.queue.run_id().await else {
-            return;
+    /// Ends the term at the loop's next turn, giving the key up: Redis has not answered for
+    /// `redis_unreachable_limit`.
+    pub(super) fn step_down_for_redis(&self) {
+        self.redis_gone.cancel();
+    }
+
+    /// Also counts how long Redis has not answered: past `redis_unreachable_limit` the term
+    /// gives its key up ([`RedisReach::GiveUp`]), since a leader that cannot enqueue holds
+    /// up every fire while replicas that can reach Redis stand by.
+    async fn check_redis(&mut self, settings: &LeaderSettings, deps: &TermDeps) -> RedisReach {
+        let probe = settings
+            .redis_unreachable_limit
+            .min(REDIS_PROBE_TIMEOUT)
+            .max(Duration::from_millis(100));
+        let answer = match tokio::time::timeout(probe, deps.queue.run_id()).await {
+            Ok(Ok(run_id)) => Ok(run_id),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {probe:?}")),
+        };
+        let run_id = match answer {
+            Ok(run_id) => {
+                if let Some(since) = self.redis_silent_since.take() {
+                    info!(
+                        silent_ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX),
+                        "Redis answers the leader again"
+                    );
+                }
+                run_id
+            }
+            Err(error) => {
+                deps.metrics.backend_error(Backend::Redis);
+                let since = *self.redis_silent_since.get_or_insert_with(Instant::now);
+                let silent = since.elapsed();
+                if silent < settings.redis_unreachable_limit {
+                    warn!(%error, silent_ms = u64::try_from(silent.as_millis()).unwrap_or(u64::MAX), "Redis does not answer the leader");
+                    return RedisReach::Answers;
+                }
+                error!(
+                    %error,
+                    silent_ms = u64::try_from(silent.as_millis()).unwrap_or(u64::MAX),
+                    limit_ms = u64::try_from(settings.redis_unreachable_limit.as_millis()).unwrap_or(u64::MAX),
+                    "Redis has not answered for scheduler.redis_unreachable_limit: giving the key up so that a replica that can reach it leads"
+                );
+                deps.metrics.stepped_down(STEP_DOWN_REDIS);
+                send_alerts(
+                    deps,
+                    vec![Alert::backend_unavailable(
+                        Backend::Redis.label(),
+                        &format!("{error}; this leader gave its key up after {silent:?}"),
+                        0,
+                        silent,
+                        deps.clock.now(),
+                    )],
+                );
+                return RedisReach::GiveUp;
+            }
         };
         let restarted = self
             .redis_run_id
@@ -267,7 +349,7 @@ impl Term {
             .is_some_and(|seen| *seen != run_id);
         self.redis_run_id = Some(run_id);
         if !restarted {
-            return;
+            return RedisReach::Answers;
         }
         // Only now is it worth asking what the server keeps (for the alert).
         let persistent = deps
@@ -290,6 +372,7 @@ impl Term {
         if let Some(alerts) = &deps.alerts {
             alerts.send(Alert::redis_restarted(persistent, deps.clock.now()));
         }
+        RedisReach::Answers
     }
 
     /// Finds the queues its tasks use where executions wait and no worker serves them (a
@@ -418,7 +501,7 @@ impl Term {
             .throttled_tasks_changed(gauge_delta(0, self.throttled_reported));
         if self.unsent {
             warn!("fires taken for enqueue were not accepted: leaving the task states as last written, so the next leader replays them");
-        } else if how == End::Stop {
+        } else if matches!(how, End::Stop | End::RedisUnreachable) {
             self.flush(settings, deps, true).await;
         }
         let is_leader = matches!(self.authority, Authority::Leader(_));
@@ -546,6 +629,10 @@ enum End {
     Lost,
     /// Its state flusher panicked: give the key up without writing.
     StepDown,
+    /// Redis has not answered for `redis_unreachable_limit`: write the last states (etcd
+    /// answers) unless fires are unsent, and give the key up for a replica that can reach
+    /// Redis.
+    RedisUnreachable,
 }
 
 impl End {

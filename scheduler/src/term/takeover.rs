@@ -102,6 +102,8 @@ impl Term {
             unserved_fires: Vec::new(),
             cluster,
             redis_run_id,
+            redis_silent_since: None,
+            redis_gone: CancellationToken::new(),
             redis_tick: ticker(REDIS_CHECK_INTERVAL),
             queues,
             unserved_tick: ticker(UNSERVED_CHECK_INTERVAL),

@@ -45,6 +45,7 @@ fn settings() -> LeaderSettings {
         flush_interval: Duration::from_millis(500),
         trigger_interval: Duration::from_millis(250),
         enqueue_stall_limit: Duration::from_secs(30),
+        redis_unreachable_limit: Duration::from_secs(5),
         delay_alert_threshold: Duration::from_secs(5),
         max_clock_skew: Duration::from_secs(2),
         repair_after: Duration::from_secs(60),
@@ -377,6 +378,8 @@ async fn refused_enqueues_are_retried_until_redis_answers() {
 async fn enqueues_refused_past_the_stall_limit_end_the_term() {
     let mut settings = settings();
     settings.enqueue_stall_limit = Duration::from_secs(5);
+    // Refused, not silent (OOM, READONLY): only the stall limit applies.
+    settings.redis_unreachable_limit = Duration::from_secs(60);
     let mut term = start(settings, vec![task("a", EVERY_10S)], FakeStore::default()).await;
     term.queue.refuse(true);
     term.until(14_000).await;
@@ -385,6 +388,38 @@ async fn enqueues_refused_past_the_stall_limit_end_the_term() {
     term.until(21_000).await;
     assert!(term.ended().await, "stepped down");
     assert!(term.queue.pushed().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_redis_does_not_answer_gives_its_key_up_within_the_limit() {
+    // Nothing is due for an hour: no enqueue would ever notice that Redis is gone.
+    let hourly = r#"{"handler":"log","schedule":{"every":"1h"}}"#;
+    let mut term = start(settings(), vec![task("a", hourly)], FakeStore::default()).await;
+    term.until(3_000).await;
+    term.queue.refuse(true);
+    // Within the limit (5 s of silence): the key is kept, a blip is only a warning.
+    term.until(7_500).await;
+    assert!(!term.ended().await, "a blip does not end the term");
+    // Past it, at the next check: the key is given up, the states written.
+    term.until(10_500).await;
+    assert!(term.ended().await, "stepped down");
+    assert!(term.key.was_given_up(), "given up, not left to expire");
+}
+
+#[tokio::test(start_paused = true)]
+async fn redis_answering_again_within_the_limit_keeps_the_term() {
+    let hourly = r#"{"handler":"log","schedule":{"every":"1h"}}"#;
+    let mut term = start(settings(), vec![task("a", hourly)], FakeStore::default()).await;
+    for round in 0..3 {
+        term.queue.refuse(true);
+        term.until(4_000 + round * 8_000u64).await;
+        term.queue.refuse(false);
+        term.until(8_000 + round * 8_000).await;
+    }
+    assert!(
+        !term.ended().await,
+        "silences shorter than the limit, each forgiven"
+    );
 }
 
 #[tokio::test(start_paused = true)]
