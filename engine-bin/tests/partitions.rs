@@ -1,5 +1,5 @@
 //! Partitions on loopback: a replica's link to Redis cut silently (no reset, no error: only
-//! silence), through a cuttable link the test owns ([`link::Link`]), while a steady load of
+//! silence), through a cuttable link the test owns ([`Link`]), while a steady load of
 //! one-shots and a periodic task runs and other replicas stand by.
 //!
 //! What must hold: a leader that cannot reach Redis gives its key up within
@@ -10,13 +10,11 @@
 #[path = "e2e/harness.rs"]
 #[allow(dead_code)]
 mod harness;
-#[path = "e2e/link.rs"]
-mod link;
 
 use std::time::Duration;
 
+use ax_testkit::link::Link;
 use harness::{now_ms, Cluster, Roles, Workload, SERIAL};
-use link::Link;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_cut_from_redis_gives_way_to_a_replica_that_can_reach_it() {

@@ -99,6 +99,9 @@ pub const STATE_REPAIRS_TOTAL: &str = "scheduler_state_repairs_total";
 pub const REPAIR_HISTORY: &str = "history";
 /// `how` of a state repaired as lost: no end anywhere, no work left in its queue.
 pub const REPAIR_LOST: &str = "lost";
+/// Attempts a worker gave up unsettled because it could not reach Redis for most of the
+/// visibility timeout (the reaper gives them to another worker). Label: `queue`.
+pub const ATTEMPTS_ABANDONED_TOTAL: &str = "scheduler_attempts_abandoned_total";
 /// Terms (a leader's, a shard owner's) that gave their key up though they held it, so that a
 /// replica able to act leads. Label: `reason` (one of [`STEP_DOWN_REASONS`]).
 pub const LEADER_STEP_DOWNS_TOTAL: &str = "scheduler_leader_step_downs_total";
@@ -174,6 +177,7 @@ pub const ALL_NAMES: &[&str] = &[
     DEADLINE_MISSES_TOTAL,
     STATE_REPAIRS_TOTAL,
     LEADER_STEP_DOWNS_TOTAL,
+    ATTEMPTS_ABANDONED_TOTAL,
     ALERTS_TOTAL,
     BUILD_INFO,
     TASKS_SCHEDULED_TOTAL,

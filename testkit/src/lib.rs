@@ -11,6 +11,8 @@
 //! and is killed when dropped. Tests of TLS start theirs with [`EtcdServer::start_with_tls`]
 //! or [`RedisServer::start_with_tls`] and certificates from a [`TlsMaterial`]; the server
 //! keeps copies of its files, so it restarts with them whatever the test dropped.
+//!
+//! Tests of partitions put a [`link::Link`] between a process and a server and cut it.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -19,6 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+pub mod link;
 mod tls;
 
 pub use tls::TlsMaterial;

@@ -55,6 +55,11 @@ pub trait WorkerMetrics: Send + Sync {
     fn loop_panicked(&self, name: &str) {
         let _ = name;
     }
+    /// An attempt on `queue` was given up unsettled, Redis unreachable. Ignored unless
+    /// implemented.
+    fn attempt_abandoned(&self, queue: &str) {
+        let _ = queue;
+    }
 }
 
 /// Reports every execution to Redis: events for the leader, history, and metrics.
@@ -199,6 +204,11 @@ impl ExecutionReporter for QueueReporter {
 
     fn on_loop_panic(&self, name: &str) {
         self.metrics.loop_panicked(name);
+    }
+
+    fn on_abandoned(&self, exec: &ExecutionMessage, queue: &str) {
+        let _ = exec;
+        self.metrics.attempt_abandoned(queue);
     }
 
     fn on_started<'a>(

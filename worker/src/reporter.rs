@@ -174,6 +174,14 @@ pub trait ExecutionReporter: Send + Sync + 'static {
     fn on_loop_panic(&self, name: &str) {
         let _ = name;
     }
+
+    /// The pool gave up an attempt of `exec` it held on `queue` without settling it: it could
+    /// not reach Redis for most of the visibility timeout, so the reaper gives the message to
+    /// another worker, and this one stopped the handler (or never started it) rather than
+    /// run it twice. Ignored unless implemented.
+    fn on_abandoned(&self, exec: &ExecutionMessage, queue: &str) {
+        let _ = (exec, queue);
+    }
 }
 
 /// Ignores every event.

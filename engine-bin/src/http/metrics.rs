@@ -140,6 +140,17 @@ impl Metrics {
         self.queues
             .oldest_queued_age_seconds
             .with_label_values(&[queue]);
+        self.queues
+            .attempts_abandoned_total
+            .with_label_values(&[queue]);
+    }
+
+    /// Counts an attempt given up unsettled on `queue`, Redis unreachable.
+    pub fn attempt_abandoned(&self, queue: &str) {
+        self.queues
+            .attempts_abandoned_total
+            .with_label_values(&[self.queue_label(queue)])
+            .inc();
     }
 
     /// Records one ended attempt (see [`ExecutionMetrics::record_attempt`]).

@@ -101,4 +101,8 @@ impl WorkerMetrics for Metrics {
     fn loop_panicked(&self, name: &str) {
         Metrics::loop_panicked(self, name);
     }
+
+    fn attempt_abandoned(&self, queue: &str) {
+        Metrics::attempt_abandoned(self, queue);
+    }
 }

@@ -42,10 +42,16 @@ pub(super) async fn execute(
     hard_stop: CancellationToken,
     acks: Acks,
 ) {
-    // A message killed while it waits for a slot ends at once, without one.
+    // A message killed while it waits for a slot ends at once, without one; one waiting
+    // when Redis is lost never starts.
+    let mut lost = sh.redis_lost.subscribe();
     let slot = tokio::select! {
         biased;
         _ = cancel.cancelled() => None,
+        _ = until_lost(&mut lost) => {
+            abandon(&sh, &d, false);
+            return;
+        }
         _ = stopped(&mut stop) => Some(None),
         slot = running.acquire_owned() => slot.ok().map(Some),
     };
@@ -137,7 +143,15 @@ async fn execute_in_span(
                 completion: completion.clone(),
             };
             let ctx = ClusterAttempt::with_long(ctx, msg.clone(), started, long.clone());
-            run_handler(handler, ctx, msg, hard_stop, &mut stop).await
+            let lost = sh.redis_lost.subscribe();
+            match run_handler(handler, ctx, msg, hard_stop, &mut stop, lost).await {
+                Some(verdict) => verdict,
+                None => {
+                    drop(permit);
+                    abandon(sh, d, true);
+                    return;
+                }
+            }
         }
     };
     let completion = completion.or_else(|| long.and_then(|l| l.opened()));
@@ -197,19 +211,51 @@ async fn unknown_handler(sh: &Shared, d: &Delivery, started: UtcMillis) {
     dead_letter(sh, &ending, &reason, end, sh.cfg.clock.now()).await;
 }
 
+/// Returns once Redis is lost (never, if the pool is gone first).
+async fn until_lost(lost: &mut watch::Receiver<bool>) {
+    if lost.wait_for(|lost| *lost).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Leaves an attempt unsettled: Redis is lost, and the reaper gives its message to another
+/// worker (`started`: its handler was stopped; else it never started). Logged per execution
+/// and reported, so that a partition's duplicates are bounded and accounted for.
+fn abandon(sh: &Shared, d: &Delivery, started: bool) {
+    let m = &d.message;
+    tracing::error!(
+        task_id = %m.task_id,
+        namespace = %m.namespace,
+        execution_id = %m.execution_id,
+        attempt = m.attempt_number(),
+        started,
+        "abandoned, unsettled: Redis is unreachable, and the reaper gives it to another worker"
+    );
+    sh.reporter.on_abandoned(m, &d.queue);
+    unwatch(sh, d);
+    mark_in_hand(sh, d, false);
+}
+
 /// Runs the handler in a task of its own until it ends, times out, is killed or the pool
 /// stops for good; a handler stopped on the way gets its stop grace, then is aborted.
+/// `None` when it was stopped because Redis is lost (`lost`): nothing is to be settled.
 async fn run_handler(
     handler: Arc<dyn Handler>,
     ctx: Context,
     msg: &ExecutionMessage,
     hard_stop: &CancellationToken,
     stop: &mut watch::Receiver<Option<StopOrder>>,
-) -> Verdict {
+    mut lost: watch::Receiver<bool>,
+) -> Option<Verdict> {
     let ctx_cancel = ctx.cancel().clone();
     let stop_grace = handler.stop_grace(&ctx);
     let mut handle = tokio::spawn(async move { handler.run(ctx).await });
     let ended = tokio::select! {
+        _ = until_lost(&mut lost) => {
+            ctx_cancel.cancel();
+            stop_handler(handle, stop_grace).await;
+            return None;
+        }
         r = tokio::time::timeout(msg.timeout(), &mut handle) => match r {
             Ok(joined) => joined_verdict(joined),
             Err(_) => (
@@ -232,7 +278,7 @@ async fn run_handler(
         ctx_cancel.cancel();
         stop_handler(handle, stop_grace).await;
     }
-    ended
+    Some(ended)
 }
 
 /// The verdict of a handler task that ended by itself (see [`ax_scheduler_core::attempt`]).

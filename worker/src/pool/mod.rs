@@ -113,6 +113,10 @@ struct Shared {
     /// The largest lateness (ms) of a first scheduled attempt started since the slow start
     /// last looked; -1 for none.
     start_lateness_ms: std::sync::atomic::AtomicI64,
+    /// True while the heartbeat has not reached Redis for most of the visibility timeout:
+    /// the attempts in hand are abandoned before the reaper gives them to another worker
+    /// (see [`heartbeat`]).
+    redis_lost: tokio::sync::watch::Sender<bool>,
 }
 
 /// A pool of workers serving some queues. See the module notes for its life cycle.
@@ -173,6 +177,7 @@ impl WorkerPool {
                 watched: std::sync::Mutex::new(HashMap::new()),
                 relays: std::sync::Mutex::new(None),
                 start_lateness_ms: std::sync::atomic::AtomicI64::new(-1),
+                redis_lost: tokio::sync::watch::Sender::new(false),
             }),
         })
     }

@@ -14,18 +14,29 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// A cuttable link to one address.
-pub(crate) struct Link {
+pub struct Link {
     /// The port clients connect to instead of the target's.
-    pub(crate) port: u16,
+    pub port: u16,
     up: watch::Sender<bool>,
     accept: JoinHandle<()>,
 }
 
 impl Link {
     /// A link to `target` (`host:port`), up.
-    pub(crate) async fn to(target: &str) -> Link {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+    ///
+    /// # Panics
+    ///
+    /// When no loopback port can be bound (a test machine without loopback).
+    pub async fn to(target: &str) -> Link {
+        #[allow(clippy::expect_used)]
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port for the link");
+        #[allow(clippy::expect_used)]
+        let port = listener
+            .local_addr()
+            .expect("the link's bound address")
+            .port();
         let (up, watched) = watch::channel(true);
         let target = target.to_owned();
         let accept = tokio::spawn(async move {
@@ -45,12 +56,12 @@ impl Link {
     }
 
     /// Stops every byte both ways, silently.
-    pub(crate) fn cut(&self) {
+    pub fn cut(&self) {
         self.up.send_replace(false);
     }
 
     /// Lets bytes through again, those held first.
-    pub(crate) fn heal(&self) {
+    pub fn heal(&self) {
         self.up.send_replace(true);
     }
 }
