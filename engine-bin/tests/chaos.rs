@@ -738,7 +738,20 @@ async fn shard_owner_sigkill() {
     // What operators see: the map in `ax status`, the shards each replica schedules.
     let status = c.ax_ok(&["status"]).await;
     assert!(status.contains("shards: 16 (16 owned)"), "{status}");
-    assert!(!status.contains(&format!("\n{victim} ")), "{status}");
+    // The killed owner owns no shard and is shown gone, not dropped from the list.
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with(&format!("{victim} ")) && l.contains("gone")),
+        "{status}"
+    );
+    assert!(
+        !status
+            .lines()
+            .skip_while(|l| !l.starts_with("OWNER"))
+            .any(|l| l.starts_with(&format!("{victim} "))),
+        "{status}"
+    );
     let mut owned = 0.0;
     for id in &live {
         owned += c.metric(id, "scheduler_shards_owned").await.unwrap();

@@ -4,7 +4,8 @@
 //! Each connection to the link's port is paired with one to the target; two pumps copy
 //! bytes while the link is up. Cut, the pumps stop reading: the client's requests sit in the
 //! kernel's buffers and no answer comes, so the client sees silence (its timeouts), never a
-//! closed connection. Healed, the held bytes go through and the pumps go on.
+//! closed connection. Healed, the held bytes go through and the pumps go on. A delay makes
+//! it a slow link instead: each chunk waits that long before it is passed on.
 
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ pub struct Link {
     /// The port clients connect to instead of the target's.
     pub port: u16,
     up: watch::Sender<bool>,
+    delay: watch::Sender<Duration>,
     accept: JoinHandle<()>,
 }
 
@@ -38,6 +40,7 @@ impl Link {
             .expect("the link's bound address")
             .port();
         let (up, watched) = watch::channel(true);
+        let (delay, delays) = watch::channel(Duration::ZERO);
         let target = target.to_owned();
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -48,11 +51,16 @@ impl Link {
                 };
                 let (cr, cw) = client.into_split();
                 let (sr, sw) = server.into_split();
-                tokio::spawn(pump(cr, sw, watched.clone()));
-                tokio::spawn(pump(sr, cw, watched.clone()));
+                tokio::spawn(pump(cr, sw, watched.clone(), delays.clone()));
+                tokio::spawn(pump(sr, cw, watched.clone(), delays.clone()));
             }
         });
-        Link { port, up, accept }
+        Link {
+            port,
+            up,
+            delay,
+            accept,
+        }
     }
 
     /// Stops every byte both ways, silently.
@@ -64,6 +72,11 @@ impl Link {
     pub fn heal(&self) {
         self.up.send_replace(true);
     }
+
+    /// Makes every chunk wait `delay` each way (zero: a fast link again).
+    pub fn slow(&self, delay: Duration) {
+        self.delay.send_replace(delay);
+    }
 }
 
 impl Drop for Link {
@@ -72,27 +85,100 @@ impl Drop for Link {
     }
 }
 
-/// Copies `from` to `to` while the link is up; waits while it is cut.
+/// Copies `from` to `to` while the link is up, each chunk the link's delay after it was
+/// read (a latency: chunks read meanwhile are not held behind it); waits while it is cut.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut up: watch::Receiver<bool>,
+    delay: watch::Receiver<Duration>,
 ) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let mut writer_up = up.clone();
+    let writer = tokio::spawn(async move {
+        while let Some((due, chunk)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            // Cut while this was on its way: hold it until healed.
+            if writer_up.wait_for(|up| *up).await.is_err() {
+                return;
+            }
+            if to.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    });
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         if up.wait_for(|up| *up).await.is_err() {
-            return;
+            break;
         }
         let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        // Cut while this was read: hold it until healed.
-        if up.wait_for(|up| *up).await.is_err() {
-            return;
+        let due = tokio::time::Instant::now() + *delay.borrow();
+        if tx.send((due, buf[..n].to_vec())).is_err() {
+            break;
         }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// An echo server on loopback; its address.
+    async fn echo() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn round_trip(s: &mut TcpStream, within: Duration) -> Option<Duration> {
+        let started = tokio::time::Instant::now();
+        s.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        tokio::time::timeout(within, s.read_exact(&mut buf))
+            .await
+            .ok()
+            .map(|_| started.elapsed())
+    }
+
+    #[tokio::test]
+    async fn a_cut_link_is_silent_a_slow_one_late_and_a_healed_one_passes_all() {
+        let link = Link::to(&echo().await).await;
+        let mut s = TcpStream::connect(("127.0.0.1", link.port)).await.unwrap();
+        assert!(round_trip(&mut s, Duration::from_secs(1)).await.is_some());
+        link.slow(Duration::from_millis(50));
+        for _ in 0..5 {
+            let rtt = round_trip(&mut s, Duration::from_secs(1)).await.unwrap();
+            assert!(rtt >= Duration::from_millis(100), "{rtt:?}");
+            assert!(rtt < Duration::from_millis(400), "{rtt:?}");
         }
+        link.slow(Duration::ZERO);
+        link.cut();
+        assert_eq!(round_trip(&mut s, Duration::from_millis(300)).await, None);
+        link.heal();
+        let mut rest = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(1), s.read_exact(&mut rest))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(round_trip(&mut s, Duration::from_secs(1)).await.is_some());
     }
 }
