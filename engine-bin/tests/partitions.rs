@@ -1,6 +1,6 @@
 //! Partitions on loopback, in the chart's default topology (scheduler replicas beside a
 //! worker): replica `s1` reaches etcd and Redis through links the test owns
-//! ([`Link`]), which it cuts silently (no reset, no error: only silence), while a
+//! ([`Link`]), which it cuts silently (no reset, no error: only silence) or slows, while a
 //! steady load of one-shots (registered while `s1` leads) and a periodic task runs and `s2`
 //! stands by.
 //!
@@ -32,6 +32,8 @@ enum Cut {
     Redis,
     /// Both.
     All,
+    /// None: Redis's link is slowed by this much each way instead.
+    Slow(Duration),
 }
 
 /// What a scenario measured.
@@ -87,6 +89,7 @@ async fn scenario(label: &str, cut: Cut, lasts: Duration) -> (Cluster, Seen) {
     match cut {
         Cut::Etcd => links.etcd.cut(),
         Cut::Redis => links.redis.cut(),
+        Cut::Slow(d) => links.redis.slow(d),
         Cut::All => {
             links.etcd.cut();
             links.redis.cut();
@@ -103,6 +106,7 @@ async fn scenario(label: &str, cut: Cut, lasts: Duration) -> (Cluster, Seen) {
     let heal_at = now_ms();
     links.etcd.heal();
     links.redis.heal();
+    links.redis.slow(Duration::ZERO);
 
     let figures = work.settle(&c, Duration::from_secs(20), heal_at).await;
     let worst_ms = c
@@ -176,5 +180,31 @@ async fn a_leader_cut_from_everything_is_replaced_and_rejoins_after_the_heal() {
     assert!(handover < 8_000, "s2 led {handover} ms after the cut");
     // Healed, s1 is ready again and stands by: s2 keeps leading.
     assert_eq!(c.leader().await.as_deref(), Some("s2"));
+    c.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_link_to_redis_slows_the_leader_but_does_not_depose_it() {
+    let _serial = SERIAL.lock().await;
+    // 150 ms each way: a round trip of 300 ms, three times the events' period.
+    let slow = Cut::Slow(Duration::from_millis(150));
+    let (mut c, seen) = scenario("part-slow", slow, Duration::from_secs(10)).await;
+    assert_eq!(
+        seen.handover_ms, None,
+        "slow is not silent: s1 kept leading"
+    );
+    assert!(
+        seen.worst_ms < 2_000,
+        "a one-shot ran {} ms late",
+        seen.worst_ms
+    );
+    assert_eq!(
+        c.metric(
+            "s1",
+            "scheduler_leader_step_downs_total{reason=\"redis_unreachable\"}"
+        )
+        .await,
+        Some(0.0)
+    );
     c.clean_up().await;
 }

@@ -153,6 +153,11 @@ impl Term {
     ) {
         loop {
             let wake = self.next_wake(deps);
+            // A fire due already is taken at once, not left to a timer registered now: a new
+            // timer whose instant has passed may wait for the timer driver's next turn, and
+            // a periodic branch that is always ready (events read over a slow link take
+            // longer than their period) would win every round until Redis got fast again.
+            let due = wake <= Instant::now();
             tokio::select! {
                 biased;
                 // Stopping first: the changes end with the role too, and a term that stopped on
@@ -173,7 +178,10 @@ impl Term {
                     self.end(settings, deps, End::RedisUnreachable).await;
                     return;
                 }
-                _ = tokio::time::sleep_until(wake) => {
+                () = std::future::ready(()), if due => {
+                    self.fire(settings, deps).await;
+                }
+                _ = tokio::time::sleep_until(wake), if !due => {
                     self.fire(settings, deps).await;
                 }
                 change = self.changes.recv() => {
