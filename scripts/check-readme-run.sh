@@ -55,6 +55,19 @@ for cmd in "${commands[@]}"; do
   echo "$result" | head -3
 done
 
+# dev.sh makes no noise of its own: its Redis is persistent as a user's is, and its examples
+# succeed (those that fail on purpose are opt-in).
+if ax status | grep -q 'neither AOF nor RDB'; then
+  ax status >&2
+  echo "check-readme-run: dev.sh's Redis warns of its own settings" >&2
+  exit 1
+fi
+if [ "$(ax dlq list | wc -l)" -ne 1 ]; then
+  ax dlq list >&2
+  echo "check-readme-run: dev.sh's examples filled the dead letters" >&2
+  exit 1
+fi
+
 # The failover dev.sh suggests, as it words it: the leader's pid from `ax status`, kill -9,
 # then a new leader, the old one shown stale or gone, and another replica's console up.
 leader=$(ax status -o json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["leader"])')
