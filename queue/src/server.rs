@@ -9,7 +9,7 @@
 //! be disabled on managed servers: then the settings are unknown, not wrong.
 
 use crate::error::Result;
-use crate::queue::Queue;
+use crate::queue::{check_queue, Queue};
 
 /// The facts about the server, as far as it tells them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +87,33 @@ impl Queue {
             )
             .await?;
         Ok(run_id_of(info))
+    }
+
+    /// One round trip to the node that holds `queue`'s keys (`EXISTS` of its fence key), or
+    /// to any node (`PING`) without a queue: whether Redis is in reach for what a leader
+    /// does. Unlike [`Queue::run_id`], which asks every primary of a cluster, one node down
+    /// (its slots failed over) does not make it fail.
+    pub async fn ping(&self, queue: Option<&str>) -> Result<()> {
+        let mut conn = self.conn();
+        match queue {
+            Some(q) => {
+                check_queue(q)?;
+                let _: i64 = self
+                    .run(
+                        "ping",
+                        redis::cmd("EXISTS")
+                            .arg(self.keys().fence(q, None))
+                            .query_async(&mut conn),
+                    )
+                    .await?;
+            }
+            None => {
+                let _: String = self
+                    .run("ping", redis::cmd("PING").query_async(&mut conn))
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// Reads the server's run id and, where `CONFIG` is allowed, its persistence and

@@ -48,6 +48,8 @@ pub trait TermQueue: Send + Sync {
     ) -> QueueFuture<'a, Fence>;
     /// [`Queue::run_id`].
     fn run_id(&self) -> QueueFuture<'_, String>;
+    /// [`Queue::ping`].
+    fn ping<'a>(&'a self, queue: Option<&'a str>) -> QueueFuture<'a, ()>;
     /// [`Queue::server_info`].
     fn server_info(&self) -> QueueFuture<'_, ServerInfo>;
     /// [`Queue::stats`].
@@ -120,6 +122,10 @@ impl TermQueue for Queue {
 
     fn run_id(&self) -> QueueFuture<'_, String> {
         Box::pin(Queue::run_id(self))
+    }
+
+    fn ping<'a>(&'a self, queue: Option<&'a str>) -> QueueFuture<'a, ()> {
+        Box::pin(Queue::ping(self, queue))
     }
 
     fn server_info(&self) -> QueueFuture<'_, ServerInfo> {

@@ -654,8 +654,8 @@ const REDIS_PROBE: Duration = Duration::from_secs(1);
 async fn wait_for_redis(queue: &dyn crate::backend::TermQueue, cancel: &CancellationToken) -> bool {
     let mut silent = false;
     loop {
-        let error = match tokio::time::timeout(REDIS_PROBE, queue.run_id()).await {
-            Ok(Ok(_)) => {
+        let error = match tokio::time::timeout(REDIS_PROBE, queue.ping(None)).await {
+            Ok(Ok(())) => {
                 if silent {
                     info!("Redis answers again: campaigning");
                 }

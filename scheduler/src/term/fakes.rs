@@ -296,6 +296,10 @@ impl TermQueue for FakeQueue {
         self.answer("run_id", |_| "fake".to_owned())
     }
 
+    fn ping<'a>(&'a self, _queue: Option<&'a str>) -> QueueFuture<'a, ()> {
+        self.answer("ping", |_| ())
+    }
+
     fn server_info(&self) -> QueueFuture<'_, ServerInfo> {
         Box::pin(std::future::ready(Err(down("server_info"))))
     }

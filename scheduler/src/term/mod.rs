@@ -153,11 +153,11 @@ impl Term {
     ) {
         loop {
             let wake = self.next_wake(deps);
-            // A fire due already is taken at once, not left to a timer registered now: a new
-            // timer whose instant has passed may wait for the timer driver's next turn, and
-            // a periodic branch that is always ready (events read over a slow link take
-            // longer than their period) would win every round until Redis got fast again.
-            let due = wake <= Instant::now();
+            // While a fire is due the events are not read: a read over a slow link takes
+            // longer than the events' period, so their tick would be ready at every turn and,
+            // placed before it, win over the fire timer (a new timer whose instant has passed
+            // may wait for the timer driver's next turn) until Redis got fast again.
+            let fire_due = wake <= Instant::now();
             tokio::select! {
                 biased;
                 // Stopping first: the changes end with the role too, and a term that stopped on
@@ -178,10 +178,7 @@ impl Term {
                     self.end(settings, deps, End::RedisUnreachable).await;
                     return;
                 }
-                () = std::future::ready(()), if due => {
-                    self.fire(settings, deps).await;
-                }
-                _ = tokio::time::sleep_until(wake), if !due => {
+                _ = tokio::time::sleep_until(wake) => {
                     self.fire(settings, deps).await;
                 }
                 change = self.changes.recv() => {
@@ -202,7 +199,7 @@ impl Term {
                         self.fire(settings, deps).await;
                     }
                 }
-                _ = self.events_tick.tick() => {
+                _ = self.events_tick.tick(), if !fire_due => {
                     self.on_events_tick(settings, deps).await;
                 }
                 _ = self.pending_tick.tick() => {
@@ -292,14 +289,14 @@ impl Term {
         }
     }
 
-    /// Notices a Redis restart (a new run id): the fences are gone with a server that does
-    /// not persist, so a deposed leader could enqueue again; raise them at once, and alert.
     /// Ends the term at the loop's next turn, giving the key up: Redis has not answered for
     /// `redis_unreachable_limit`.
     pub(super) fn step_down_for_redis(&self) {
         self.redis_gone.cancel();
     }
 
+    /// Notices a Redis restart (a new run id): the fences are gone with a server that does
+    /// not persist, so a deposed leader could enqueue again; raise them at once, and alert.
     /// Also counts how long Redis has not answered: past `redis_unreachable_limit` the term
     /// gives its key up ([`RedisReach::GiveUp`]), since a leader that cannot enqueue holds
     /// up every fire while replicas that can reach Redis stand by.
@@ -308,20 +305,21 @@ impl Term {
             .redis_unreachable_limit
             .min(REDIS_PROBE_TIMEOUT)
             .max(Duration::from_millis(100));
-        let answer = match tokio::time::timeout(probe, deps.queue.run_id()).await {
-            Ok(Ok(run_id)) => Ok(run_id),
+        // In reach: one round trip to the node holding a queue's keys (any node without one).
+        let queue = self.queues.iter().next().map(|q| q.to_string());
+        let answer = match tokio::time::timeout(probe, deps.queue.ping(queue.as_deref())).await {
+            Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("no answer within {probe:?}")),
         };
-        let run_id = match answer {
-            Ok(run_id) => {
+        match answer {
+            Ok(()) => {
                 if let Some(since) = self.redis_silent_since.take() {
                     info!(
                         silent_ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX),
                         "Redis answers the leader again"
                     );
                 }
-                run_id
             }
             Err(error) => {
                 deps.metrics.backend_error(Backend::Redis);
@@ -350,6 +348,11 @@ impl Term {
                 );
                 return RedisReach::GiveUp;
             }
+        }
+        // The server (every primary of a cluster) it raised the fences on: a run id that
+        // cannot be read now (a cluster node down) is read again at the next check.
+        let Ok(run_id) = deps.queue.run_id().await else {
+            return RedisReach::Answers;
         };
         let restarted = self
             .redis_run_id
