@@ -6,7 +6,7 @@
 //! whose firing loop died kept its lease and fired nothing for the whole cluster.
 //!
 //! The same design as the worker pool's `supervise` (a loop runs as a task of its own; a
-//! panic is caught at its `JoinHandle`; a restart waits [`RESTART_PAUSE`] so a loop that
+//! panic is caught at its `JoinHandle`; a restart waits `RESTART_PAUSE` (a second) so a loop that
 //! panics at once every time does not spin), reporting to the role's metrics seam instead
 //! of the pool's reporter. It is not shared with the worker: the only crate both stand on,
 //! `ax-scheduler-core`, holds no runtime, and this crate does not depend on the worker.
