@@ -645,13 +645,11 @@ fn start_campaign(
     rx
 }
 
-/// The longest one check of Redis before a campaign waits for its answer.
-const REDIS_PROBE: Duration = Duration::from_secs(1);
-
 /// Waits until Redis answers one bounded round trip; false when cancelled first. A replica
 /// that cannot reach Redis would win the election and then enqueue nothing while replicas
 /// that can reach it stand by: it does not campaign until Redis answers.
 async fn wait_for_redis(queue: &dyn crate::backend::TermQueue, cancel: &CancellationToken) -> bool {
+    use crate::term::REDIS_PROBE_TIMEOUT as REDIS_PROBE;
     let mut silent = false;
     loop {
         let error = match tokio::time::timeout(REDIS_PROBE, queue.ping(None)).await {

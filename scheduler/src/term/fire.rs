@@ -514,9 +514,6 @@ where
     let mut backoff = ReconnectBackoff::new(Duration::from_millis(100), Duration::from_secs(5));
     let started = Instant::now();
     let mut alerted = false;
-    // Since when Redis has given no answer at all, as against refusing: a partition is
-    // given up on after `redis_unreachable_limit`, a refusal after `enqueue_stall_limit`.
-    let mut silent_since: Option<Instant> = None;
     loop {
         let asked_at = Instant::now();
         let error = match call().await {
@@ -528,6 +525,7 @@ where
                     );
                 }
                 term.unsent = false;
+                term.redis_answered();
                 return Some(answer);
             }
             Err(e) => e,
@@ -548,22 +546,11 @@ where
                 )],
             );
         }
-        if error.is_unreachable() {
-            // Silent since the call that got no answer was made, not since it gave up.
-            let since = *silent_since.get_or_insert(asked_at);
-            if since.elapsed() >= settings.redis_unreachable_limit {
-                error!(
-                    error = %error,
-                    pending,
-                    silent_ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX),
-                    "Redis has not answered for scheduler.redis_unreachable_limit: giving the key up so that a replica that can reach it leads"
-                );
-                deps.metrics.stepped_down(super::STEP_DOWN_REDIS);
-                term.step_down_for_redis();
-                return None;
-            }
-        } else {
-            silent_since = None;
+        // No answer at all (a partition), as against a refusal: given up on after
+        // `redis_unreachable_limit` of silence, a refusal after `enqueue_stall_limit`.
+        if error.is_unreachable() && term.redis_silent(settings, deps, asked_at, &error.to_string())
+        {
+            return None;
         }
         if stalled >= settings.enqueue_stall_limit {
             error!(

@@ -101,8 +101,8 @@ pub(super) struct Term {
     redis_run_id: Option<String>,
     /// Since when Redis has not answered the leader's checks, if it has not.
     redis_silent_since: Option<Instant>,
-    /// Cancelled when Redis has given no answer for `redis_unreachable_limit` on the fire
-    /// path: the term gives its key up ([`End::RedisUnreachable`]).
+    /// Cancelled when Redis has given no answer for `redis_unreachable_limit`
+    /// ([`Term::redis_silent`]): the term gives its key up ([`End::RedisUnreachable`]).
     redis_gone: CancellationToken,
     redis_tick: Interval,
     queues: HashSet<Arc<str>>,
@@ -126,19 +126,11 @@ pub(super) struct Term {
 /// it answers at all.
 const REDIS_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// The longest one check of Redis waits for its answer (a partition drops packets: no error
-/// comes, only silence).
-const REDIS_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// comes, only silence); also the campaign's check.
+pub(crate) const REDIS_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The `reason` of `scheduler_leader_step_downs_total` for a leader cut from Redis.
 pub(crate) const STEP_DOWN_REDIS: &str = "redis_unreachable";
 
-/// What a check of Redis concluded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum RedisReach {
-    /// It answers, or has been silent for less than the limit.
-    Answers,
-    /// Silent past `redis_unreachable_limit`: give the key up.
-    GiveUp,
-}
 /// How often the leader looks for queues its tasks use that no worker serves.
 const UNSERVED_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -211,10 +203,7 @@ impl Term {
                     self.flush(settings, deps, false).await;
                 }
                 _ = self.redis_tick.tick() => {
-                    if self.check_redis(settings, deps).await == RedisReach::GiveUp {
-                        self.end(settings, deps, End::RedisUnreachable).await;
-                        return;
-                    }
+                    self.check_redis(settings, deps).await;
                 }
                 _ = self.unserved_tick.tick() => {
                     self.check_unserved(deps).await;
@@ -289,70 +278,83 @@ impl Term {
         }
     }
 
-    /// Ends the term at the loop's next turn, giving the key up: Redis has not answered for
-    /// `redis_unreachable_limit`.
-    pub(super) fn step_down_for_redis(&self) {
+    /// Redis answered: the count of its silence starts again.
+    pub(super) fn redis_answered(&mut self) {
+        if let Some(since) = self.redis_silent_since.take() {
+            info!(
+                silent_ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX),
+                "Redis answers the leader again"
+            );
+        }
+    }
+
+    /// Redis gave no answer to a call made at `asked_at` (the fire path's or the check's):
+    /// past `redis_unreachable_limit` of silence, counted from the first unanswered call,
+    /// the term gives its key up at the loop's next turn ([`End::RedisUnreachable`]), since
+    /// a leader that cannot enqueue holds up every fire while replicas that can reach Redis
+    /// stand by. Whether it did.
+    pub(super) fn redis_silent(
+        &mut self,
+        settings: &LeaderSettings,
+        deps: &TermDeps,
+        asked_at: Instant,
+        error: &str,
+    ) -> bool {
+        let since = *self.redis_silent_since.get_or_insert(asked_at);
+        let silent = since.elapsed();
+        let silent_ms = u64::try_from(silent.as_millis()).unwrap_or(u64::MAX);
+        if silent < settings.redis_unreachable_limit {
+            warn!(%error, silent_ms, "Redis does not answer the leader");
+            return false;
+        }
+        error!(
+            %error,
+            silent_ms,
+            limit_ms = u64::try_from(settings.redis_unreachable_limit.as_millis()).unwrap_or(u64::MAX),
+            "Redis has not answered for scheduler.redis_unreachable_limit: giving the key up so that a replica that can reach it leads"
+        );
+        deps.metrics.stepped_down(STEP_DOWN_REDIS);
+        send_alerts(
+            deps,
+            vec![Alert::backend_unavailable(
+                Backend::Redis.label(),
+                &format!("{error}; this leader gave its key up after {silent:?}"),
+                0,
+                silent,
+                deps.clock.now(),
+            )],
+        );
         self.redis_gone.cancel();
+        true
     }
 
     /// Notices a Redis restart (a new run id): the fences are gone with a server that does
     /// not persist, so a deposed leader could enqueue again; raise them at once, and alert.
-    /// Also counts how long Redis has not answered: past `redis_unreachable_limit` the term
-    /// gives its key up ([`RedisReach::GiveUp`]), since a leader that cannot enqueue holds
-    /// up every fire while replicas that can reach Redis stand by.
-    async fn check_redis(&mut self, settings: &LeaderSettings, deps: &TermDeps) -> RedisReach {
+    /// First, one round trip to the node holding a queue's keys (any node without one) says
+    /// whether Redis answers at all ([`Term::redis_silent`]).
+    async fn check_redis(&mut self, settings: &LeaderSettings, deps: &TermDeps) {
         let probe = settings
             .redis_unreachable_limit
             .min(REDIS_PROBE_TIMEOUT)
             .max(Duration::from_millis(100));
-        // In reach: one round trip to the node holding a queue's keys (any node without one).
         let queue = self.queues.iter().next().map(|q| q.to_string());
-        let answer = match tokio::time::timeout(probe, deps.queue.ping(queue.as_deref())).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no answer within {probe:?}")),
-        };
-        match answer {
-            Ok(()) => {
-                if let Some(since) = self.redis_silent_since.take() {
-                    info!(
-                        silent_ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX),
-                        "Redis answers the leader again"
-                    );
-                }
-            }
-            Err(error) => {
+        let asked_at = Instant::now();
+        match tokio::time::timeout(probe, deps.queue.ping(queue.as_deref())).await {
+            Ok(Ok(())) => self.redis_answered(),
+            answer => {
+                let error = match answer {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!("no answer within {probe:?}"),
+                };
                 deps.metrics.backend_error(Backend::Redis);
-                let since = *self.redis_silent_since.get_or_insert_with(Instant::now);
-                let silent = since.elapsed();
-                if silent < settings.redis_unreachable_limit {
-                    warn!(%error, silent_ms = u64::try_from(silent.as_millis()).unwrap_or(u64::MAX), "Redis does not answer the leader");
-                    return RedisReach::Answers;
-                }
-                error!(
-                    %error,
-                    silent_ms = u64::try_from(silent.as_millis()).unwrap_or(u64::MAX),
-                    limit_ms = u64::try_from(settings.redis_unreachable_limit.as_millis()).unwrap_or(u64::MAX),
-                    "Redis has not answered for scheduler.redis_unreachable_limit: giving the key up so that a replica that can reach it leads"
-                );
-                deps.metrics.stepped_down(STEP_DOWN_REDIS);
-                send_alerts(
-                    deps,
-                    vec![Alert::backend_unavailable(
-                        Backend::Redis.label(),
-                        &format!("{error}; this leader gave its key up after {silent:?}"),
-                        0,
-                        silent,
-                        deps.clock.now(),
-                    )],
-                );
-                return RedisReach::GiveUp;
+                self.redis_silent(settings, deps, asked_at, &error);
+                return;
             }
         }
         // The server (every primary of a cluster) it raised the fences on: a run id that
         // cannot be read now (a cluster node down) is read again at the next check.
         let Ok(run_id) = deps.queue.run_id().await else {
-            return RedisReach::Answers;
+            return;
         };
         let restarted = self
             .redis_run_id
@@ -360,7 +362,7 @@ impl Term {
             .is_some_and(|seen| *seen != run_id);
         self.redis_run_id = Some(run_id);
         if !restarted {
-            return RedisReach::Answers;
+            return;
         }
         // Only now is it worth asking what the server keeps (for the alert).
         let persistent = deps
@@ -383,7 +385,6 @@ impl Term {
         if let Some(alerts) = &deps.alerts {
             alerts.send(Alert::redis_restarted(persistent, deps.clock.now()));
         }
-        RedisReach::Answers
     }
 
     /// Finds the queues its tasks use where executions wait and no worker serves them (a
