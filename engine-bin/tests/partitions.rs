@@ -1,5 +1,7 @@
-//! Partitions on loopback, in the chart's default topology (scheduler replicas beside a
-//! worker): replica `s1` reaches etcd and Redis through links the test owns
+//! Partitions on loopback, with the roles split (two scheduler replicas beside a worker, the
+//! chart's `split` topology): the partition is the leader's alone, so what is measured is
+//! the hand-over of firing, not the redelivery of what a cut worker held (the worker suite's
+//! `partition` test covers that). Replica `s1` reaches etcd and Redis through links the test owns
 //! ([`Link`]), which it cuts silently (no reset, no error: only silence) or slows, while a
 //! steady load of one-shots (registered while `s1` leads) and a periodic task runs and `s2`
 //! stands by.
