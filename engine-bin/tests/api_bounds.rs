@@ -529,6 +529,11 @@ async fn a_dlq_requeue_runs_the_tasks_current_spec_and_takes_id_fragments() {
     assert_eq!(r.body["count"], 1);
     assert_eq!(r.body["requeued"][0]["onto"], "stored");
     assert_eq!(queue.depth("default").await.unwrap(), 3);
+    // Ids given by a part are bounded: each is compared with every dead letter's id.
+    let many: Vec<String> = (0..101).map(|i| format!("abcd{i:04x}")).collect();
+    let r = a.post("/api/v1/dlq/requeue", json!({ "ids": many })).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert!(r.text.contains("at most 100"), "{}", r.text);
     // A fragment that names nothing is refused with what it is.
     let r = a
         .post("/api/v1/dlq/requeue", json!({"ids": ["abcdef12"]}))

@@ -210,6 +210,13 @@ impl Backend {
                 },
             }
         }
+        if fragments.len() > DLQ_FRAGMENTS_MAX {
+            bad.push(format!(
+                "{} ids given by a part only; at most {DLQ_FRAGMENTS_MAX} in one requeue \
+                 (each is searched for among the dead letters' ids): give whole ids",
+                fragments.len()
+            ));
+        }
         if !bad.is_empty() {
             return Err(ApiError::Invalid {
                 message: "invalid execution ids".into(),
@@ -291,6 +298,9 @@ impl Backend {
         Ok(resolved)
     }
 }
+
+/// Most ids given by a part in one requeue: each is compared with every id read.
+const DLQ_FRAGMENTS_MAX: usize = 100;
 
 /// Most dead letters of a queue (partition) searched for an id fragment: ids only, about
 /// 40 bytes each.
