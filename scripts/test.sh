@@ -48,6 +48,8 @@ echo "test: etcd-cluster suite"
 scripts/etcd-cluster.sh
 echo "test: soak (2 minutes)"
 scripts/soak.sh
+echo "test: nemesis (a fixed seed and a random one, 90 s each)"
+scripts/nemesis.sh --ci
 
 for check in "$root"/scripts/check-*.sh; do
   [ -e "$check" ] || continue

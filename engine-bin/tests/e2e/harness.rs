@@ -92,6 +92,8 @@ pub(crate) struct Execution {
     pub(crate) execution_id: String,
     pub(crate) fire_at: i64,
     pub(crate) attempt: u32,
+    /// The fencing token of the leader that fired it.
+    pub(crate) fencing_token: u64,
     pub(crate) run_now: bool,
     /// The payload it ran with.
     pub(crate) payload: Value,
@@ -281,6 +283,7 @@ fn parse_execution(v: &Value, arrived_at: i64) -> Option<Execution> {
         execution_id: v.get("execution_id")?.as_str()?.to_owned(),
         fire_at: v.get("fire_at")?.as_i64()?,
         attempt: u32::try_from(v.get("attempt")?.as_u64()?).ok()?,
+        fencing_token: v.get("fencing_token")?.as_u64()?,
         run_now: v.get("run_now").and_then(Value::as_bool).unwrap_or(false),
         payload: v.get("payload").cloned().unwrap_or(Value::Null),
         backfill_of: v.get("backfill_of").and_then(Value::as_i64),
@@ -531,9 +534,9 @@ impl Cluster {
         }
     }
 
-    /// The replica named `id`.
+    /// The replica named `id`: the one started last under that id.
     pub(crate) fn replica(&mut self, id: &str) -> &mut Replica {
-        self.replicas.iter_mut().find(|r| r.id == id).unwrap()
+        self.replicas.iter_mut().rev().find(|r| r.id == id).unwrap()
     }
 
     /// The instance id in `{prefix}/leader`, if a replica leads.
