@@ -97,9 +97,19 @@ impl ClockCheck {
     /// middle of that second and of the request's round trip: good to about half a second
     /// plus half the round trip, enough for a threshold of seconds.
     pub async fn skew(&self) -> Result<f64, ControlError> {
+        self.skew_of(&UtcMillis::now).await
+    }
+
+    /// How far the clock `now` reads is ahead of etcd's (negative: behind), in seconds: a
+    /// clock of the caller's own (the scheduler's, which absorbs steps back) rather than
+    /// the host's, as [`ClockCheck::skew`] measures.
+    pub async fn skew_of(
+        &self,
+        now: &(dyn Fn() -> UtcMillis + Send + Sync),
+    ) -> Result<f64, ControlError> {
         let mut failure = None;
         for url in &self.urls {
-            match self.skew_at(url).await {
+            match self.skew_at(url, now).await {
                 Ok(skew) => return Ok(skew),
                 Err(e) => failure = Some(e),
             }
@@ -108,8 +118,12 @@ impl ClockCheck {
         Err(failure.unwrap_or_else(|| ControlError::Config("no etcd endpoint".into())))
     }
 
-    async fn skew_at(&self, url: &str) -> Result<f64, ControlError> {
-        let before = UtcMillis::now();
+    async fn skew_at(
+        &self,
+        url: &str,
+        now: &(dyn Fn() -> UtcMillis + Send + Sync),
+    ) -> Result<f64, ControlError> {
+        let before = now();
         let response = match self.client.get(url).send().await {
             Ok(response) => response,
             Err(e) => {
@@ -120,7 +134,7 @@ impl ClockCheck {
                 )));
             }
         };
-        let after = UtcMillis::now();
+        let after = now();
         let date = response
             .headers()
             .get(reqwest::header::DATE)

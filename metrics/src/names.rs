@@ -86,6 +86,7 @@ pub const LEADER_LOOPS: &[&str] = &[
     "triggers",
     "paused_namespaces",
     "direct_writes",
+    "clock_watch",
 ];
 /// `/api/v1` requests refused before reaching a route. Labels: `reason` (one of
 /// the service's refusal reasons: `missing`, `invalid`, `forbidden`, `closed`).
@@ -106,8 +107,9 @@ pub const ATTEMPTS_ABANDONED_TOTAL: &str = "scheduler_attempts_abandoned_total";
 /// replica able to act leads. Label: `reason` (one of [`STEP_DOWN_REASONS`]).
 pub const LEADER_STEP_DOWNS_TOTAL: &str = "scheduler_leader_step_downs_total";
 /// The `reason` values of [`LEADER_STEP_DOWNS_TOTAL`]: Redis did not answer for
-/// `scheduler.redis_unreachable_limit`.
-pub const STEP_DOWN_REASONS: &[&str] = &["redis_unreachable"];
+/// `scheduler.redis_unreachable_limit`; the leader's clock was off etcd's by more than
+/// `scheduler.max_clock_skew`.
+pub const STEP_DOWN_REASONS: &[&str] = &["redis_unreachable", "clock_skew"];
 /// Alerts handed to a channel. Labels: `channel` (a configured channel, or
 /// [`ALERT_CHANNEL_ALL`]), `outcome`.
 pub const ALERTS_TOTAL: &str = "scheduler_alerts_total";

@@ -33,7 +33,9 @@ const STEP_BACK_MS: i64 = 50;
 /// for that minute: the next due instants lie a minute further off by the host's clock, and
 /// what the leader fired in the minute before comes due again. Absorbed, the role goes on
 /// at nine tenths of real time until its host's clock catches up, and never reads an instant
-/// earlier than one it read before.
+/// earlier than one it read before. A step forward while it absorbs (the step back undone)
+/// is followed only as far as the host's clock: the reading never runs faster than real
+/// time while it is ahead of its host.
 #[derive(Debug, Default)]
 pub struct SteadyClock {
     state: std::sync::Mutex<Option<Steady>>,
@@ -44,6 +46,8 @@ pub struct SteadyClock {
 struct Steady {
     /// The last reading.
     last: i64,
+    /// When (monotonic) the last reading was taken.
+    last_at: std::time::Instant,
     /// How far ahead of the host's clock the reading was at `anchor`, being absorbed.
     offset: i64,
     /// When (monotonic) `offset` was measured.
@@ -66,26 +70,41 @@ impl SteadyClock {
         let Some(s) = *state else {
             *state = Some(Steady {
                 last: wall,
+                last_at: mono,
                 offset: 0,
                 anchor: mono,
             });
             return wall;
         };
-        let elapsed =
-            i64::try_from(mono.saturating_duration_since(s.anchor).as_millis()).unwrap_or(i64::MAX);
-        let left = s.offset.saturating_sub(elapsed / SLEW_DIVISOR).max(0);
+        let ms = |since: std::time::Instant| {
+            i64::try_from(mono.saturating_duration_since(since).as_millis()).unwrap_or(i64::MAX)
+        };
+        let left = s.offset.saturating_sub(ms(s.anchor) / SLEW_DIVISOR).max(0);
         let candidate = wall.saturating_add(left);
+        let real_time = s.last.saturating_add(ms(s.last_at));
         let next = if s.last - candidate > STEP_BACK_MS {
             // A step back: from here the reading goes on from the last one and absorbs the
             // difference.
             Steady {
                 last: s.last,
+                last_at: mono,
                 offset: s.last - wall,
+                anchor: mono,
+            }
+        } else if left > 0 && candidate > real_time && candidate > wall {
+            // The host's clock stepped forward while a step back was being absorbed: what is
+            // left to absorb shrinks by the step, so the reading does not overtake real time.
+            let reading = wall.max(real_time).max(s.last);
+            Steady {
+                last: reading,
+                last_at: mono,
+                offset: reading - wall,
                 anchor: mono,
             }
         } else {
             Steady {
                 last: candidate.max(s.last),
+                last_at: mono,
                 ..s
             }
         };
@@ -105,13 +124,13 @@ pub type SkewFuture<'a> = Pin<
     Box<dyn Future<Output = Result<f64, Box<dyn std::error::Error + Send + Sync>>> + Send + 'a>,
 >;
 
-/// Measures how far this host's clock is from the coordination store's (`ax serve` asks
-/// etcd's HTTP `Date`). The role does not schedule while the offset exceeds
-/// `max_clock_skew`.
+/// Measures how far a clock is from the coordination store's (`ax serve` asks etcd's HTTP
+/// `Date`). The role does not schedule while its own clock's offset exceeds
+/// `max_clock_skew`, and a leader whose clock drifts past it gives its key up.
 pub trait ClockProbe: Send + Sync {
-    /// How far this host's clock is ahead (negative: behind), in seconds. An error says why
-    /// the check could not be made; the role goes on without it.
-    fn skew(&self) -> SkewFuture<'_>;
+    /// How far `clock` is ahead (negative: behind), in seconds. An error says why the check
+    /// could not be made; the role goes on without it.
+    fn skew<'a>(&'a self, clock: &'a dyn Clock) -> SkewFuture<'a>;
 }
 
 /// A ticker that, when late, waits a whole period after the late tick (no burst of
@@ -159,5 +178,24 @@ mod tests {
         assert_eq!(clock.read(5_000, at(20)), 10_005);
         assert_eq!(clock.read(1_000, at(30)), 10_005);
         assert_eq!(clock.read(2_000, at(1_030)), 10_905);
+    }
+
+    #[test]
+    fn a_step_back_undone_leaves_the_reading_at_the_host_clock() {
+        let clock = SteadyClock::new();
+        let t0 = std::time::Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert_eq!(clock.read(100_000, at(0)), 100_000);
+        // Three seconds back at 100 ms: absorbed, the reading lags real time a little.
+        assert_eq!(clock.read(97_100, at(100)), 100_000);
+        assert_eq!(clock.read(101_900, at(4_900)), 104_320);
+        // The step is undone at 6 s: the reading is the host's again, not 2.3 s ahead of it.
+        assert_eq!(clock.read(106_000, at(6_000)), 106_000);
+        assert_eq!(clock.read(107_000, at(7_000)), 107_000);
+        // A step back of 5 s undone by a forward step of 2 s: 3 s left to absorb, no more.
+        assert_eq!(clock.read(102_000, at(8_000)), 107_000);
+        let after = clock.read(104_000, at(8_000));
+        assert!((107_000..=108_000).contains(&after), "{after}");
+        assert_eq!(clock.read(104_000 + 10_000, at(18_000)), 107_000 + 9_000);
     }
 }

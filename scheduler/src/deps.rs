@@ -1,5 +1,5 @@
-//! What a term uses of the replica: the role's dependencies without the watch, the election
-//! and the clock check, which stay with the role.
+//! What a term uses of the replica: the role's dependencies without the watch and the
+//! election, which stay with the role.
 //!
 //! Kept apart from the term so that the modules a term runs (events, feeds, the flusher)
 //! take their share of the replica without importing the term, and so a term is built, in
@@ -12,13 +12,12 @@ use tokio_util::task::TaskTracker;
 
 use crate::audit::AuditLog;
 use crate::backend::{TermQueue, TermStore};
-use crate::clock::Clock;
+use crate::clock::{Clock, ClockProbe};
 use crate::metrics::RoleMetrics;
 use crate::LeaderDeps;
 
-/// What a term uses of the replica: the role's dependencies without the watch, the
-/// election and the clock check, which stay with the role. So a term is built, in tests,
-/// from stand-ins alone.
+/// What a term uses of the replica: the role's dependencies without the watch and the
+/// election, which stay with the role. So a term is built, in tests, from stand-ins alone.
 #[derive(Clone)]
 pub(crate) struct TermDeps {
     /// Task states, run-now requests and paused namespaces (etcd).
@@ -35,6 +34,8 @@ pub(crate) struct TermDeps {
     pub(crate) tracker: TaskTracker,
     /// The audit log, for spec changes written to etcd without ax.
     pub(crate) audit: Arc<dyn AuditLog>,
+    /// The check of the clock against etcd's, which a leader repeats while it leads.
+    pub(crate) clock_check: Option<Arc<dyn ClockProbe>>,
 }
 
 impl TermDeps {
@@ -48,6 +49,7 @@ impl TermDeps {
             alerts: deps.alerts.clone(),
             tracker: deps.tracker.clone(),
             audit: Arc::clone(&deps.audit),
+            clock_check: deps.clock_check.clone(),
         }
     }
 }

@@ -677,6 +677,8 @@ async fn wait_for_redis(queue: &dyn crate::backend::TermQueue, cancel: &Cancella
 #[derive(Clone)]
 struct ClockAgreement {
     probe: Option<Arc<dyn ClockProbe>>,
+    /// The clock the role fires by, which is the one checked.
+    clock: Arc<dyn crate::clock::Clock>,
     max_skew: Duration,
     metrics: Arc<dyn RoleMetrics>,
 }
@@ -685,6 +687,7 @@ impl ClockAgreement {
     fn of(settings: &LeaderSettings, deps: &LeaderDeps) -> Self {
         ClockAgreement {
             probe: deps.clock_check.clone(),
+            clock: Arc::clone(&deps.clock),
             max_skew: settings.max_clock_skew,
             metrics: Arc::clone(&deps.metrics),
         }
@@ -718,7 +721,7 @@ impl ClockAgreement {
         };
         let max_skew = self.max_skew;
         loop {
-            match probe.skew().await {
+            match probe.skew(&*self.clock).await {
                 Ok(skew) if skew.abs() <= max_skew.as_secs_f64() => return true,
                 Ok(skew) => warn!(
                     skew_seconds = skew,

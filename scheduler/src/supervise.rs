@@ -47,6 +47,8 @@ pub const TRIGGERS: &str = "triggers";
 pub const PAUSED_NAMESPACES: &str = "paused_namespaces";
 /// A term's check of direct etcd writes, started again.
 pub const DIRECT_WRITES: &str = "direct_writes";
+/// A term's watch on its clock, started again.
+pub const CLOCK_WATCH: &str = "clock_watch";
 
 /// Every `loop` value the role reports, for a replica to create its series at 0 (the same
 /// list as `ax_metrics::names::LEADER_LOOPS`).
@@ -57,6 +59,7 @@ pub const LOOPS: &[&str] = &[
     TRIGGERS,
     PAUSED_NAMESPACES,
     DIRECT_WRITES,
+    CLOCK_WATCH,
 ];
 
 /// Pause before a panicked loop starts again: a loop that panics at once every time does

@@ -166,8 +166,16 @@ fn direct_record(changes: &[Observed]) -> Option<AuditRecord> {
 pub struct EtcdClock(pub ClockCheck);
 
 impl ax_scheduler::clock::ClockProbe for EtcdClock {
-    fn skew(&self) -> ax_scheduler::clock::SkewFuture<'_> {
-        Box::pin(async move { self.0.skew().await.map_err(|e| e.to_string().into()) })
+    fn skew<'a>(
+        &'a self,
+        clock: &'a dyn ax_scheduler::Clock,
+    ) -> ax_scheduler::clock::SkewFuture<'a> {
+        Box::pin(async move {
+            self.0
+                .skew_of(&|| clock.now())
+                .await
+                .map_err(|e| e.to_string().into())
+        })
     }
 }
 

@@ -93,7 +93,7 @@ async fn the_leaders_clock_steps_back() {
         "the leader's clock steps 1 min back",
         &f,
         &format!(
-            "leader before {leader}, after {after:?} (the clock check runs before a campaign only); worst lateness of a one-shot {late} ms"
+            "leader before {leader}, after {after:?} (its steady clock still agrees with etcd); worst lateness of a one-shot {late} ms"
         ),
     );
     f.assert_clean("the leader's clock steps back");

@@ -23,6 +23,9 @@ use super::load::OneShot;
 /// arrivals by the same host clock, so only the time a request takes to be stamped.
 const EARLY_SLACK_MS: i64 = 50;
 
+/// One fire as the requests show it: the fencing tokens and the execution ids it ran under.
+type Fire<'a> = (BTreeSet<u64>, BTreeSet<&'a str>);
+
 /// What the history shows.
 #[derive(Debug, Default)]
 pub(crate) struct Verdict {
@@ -48,7 +51,7 @@ pub(crate) struct Verdict {
 
 /// Checks `runs` against the one-shots written; `periodic` names the periodic tasks.
 pub(crate) fn check(one_shots: &[OneShot], periodic: &[&str], runs: &[Execution]) -> Verdict {
-    let mut fires: BTreeMap<(&str, i64), (BTreeSet<u64>, BTreeSet<&str>)> = BTreeMap::new();
+    let mut fires: BTreeMap<(&str, i64), Fire> = BTreeMap::new();
     let mut deliveries: HashMap<&str, usize> = HashMap::new();
     let mut first_start: HashMap<&str, i64> = HashMap::new();
     for r in runs {
@@ -78,7 +81,7 @@ pub(crate) fn check(one_shots: &[OneShot], periodic: &[&str], runs: &[Execution]
         let i = ((late.len().saturating_sub(1)) as f64 * q) as usize;
         late.get(i).copied().unwrap_or(0)
     };
-    let pick = |many: fn(&(BTreeSet<u64>, BTreeSet<&str>)) -> bool| {
+    let pick = |many: fn(&Fire) -> bool| {
         fires
             .iter()
             .filter(|(_, f)| many(f))

@@ -564,3 +564,18 @@ impl TermStore for FakeStore {
         ready(Vec::new())
     }
 }
+
+/// A term's dependencies, all stand-ins: an empty store and queue, a clock on tokio's time,
+/// no metrics, alerts, audit or clock check.
+pub(crate) fn term_deps() -> crate::deps::TermDeps {
+    crate::deps::TermDeps {
+        store: Arc::new(FakeStore::with([])),
+        queue: Arc::new(FakeQueue::default()),
+        clock: Arc::new(crate::clock::TokioClock::starting_at(UtcMillis(0))),
+        metrics: Arc::new(crate::metrics::NoMetrics),
+        alerts: None,
+        tracker: tokio_util::task::TaskTracker::new(),
+        audit: Arc::new(crate::audit::NoAudit),
+        clock_check: None,
+    }
+}

@@ -32,6 +32,7 @@ use crate::metrics::Backend;
 use crate::supervise;
 use ax_registry::PendingTrigger;
 
+mod clock_watch;
 #[cfg(test)]
 pub(crate) mod fakes;
 mod fire;
@@ -67,6 +68,9 @@ pub(super) struct Term {
     /// Cancelled when the term must give its key up though it still holds it: its state
     /// flusher panicked (see [`crate::supervise`]).
     step_down: CancellationToken,
+    /// Cancelled when the clock the term fires by is off etcd's by more than
+    /// `max_clock_skew` ([`clock_watch`]): the term gives its key up ([`End::ClockSkew`]).
+    clock_off: CancellationToken,
     pub(super) flush_tx: mpsc::Sender<FlushRequest>,
     /// Spec changes the watch delivered, for the check of direct etcd writes.
     direct_tx: mpsc::Sender<crate::audit::Observed>,
@@ -168,6 +172,10 @@ impl Term {
                 }
                 _ = self.redis_gone.cancelled() => {
                     self.end(settings, deps, End::RedisUnreachable).await;
+                    return;
+                }
+                _ = self.clock_off.cancelled() => {
+                    self.end(settings, deps, End::ClockSkew).await;
                     return;
                 }
                 _ = tokio::time::sleep_until(wake) => {
@@ -513,7 +521,7 @@ impl Term {
             .throttled_tasks_changed(gauge_delta(0, self.throttled_reported));
         if self.unsent {
             warn!("fires taken for enqueue were not accepted: leaving the task states as last written, so the next leader replays them");
-        } else if matches!(how, End::Stop | End::RedisUnreachable) {
+        } else if matches!(how, End::Stop | End::RedisUnreachable | End::ClockSkew) {
             self.flush(settings, deps, true).await;
         }
         let is_leader = matches!(self.authority, Authority::Leader(_));
@@ -645,6 +653,9 @@ enum End {
     /// answers) unless fires are unsent, and give the key up for a replica that can reach
     /// Redis.
     RedisUnreachable,
+    /// Its clock is off etcd's by more than `max_clock_skew`: write the last states and give
+    /// the key up for a replica with a right clock.
+    ClockSkew,
 }
 
 impl End {

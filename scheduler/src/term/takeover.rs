@@ -63,7 +63,7 @@ impl Term {
             return Err(Error::AuthorityLost);
         }
         let unacked = catch_up_events(deps, scope, &mut dispatcher).await;
-        let helpers = Helpers::start(deps, &authority, scope);
+        let helpers = Helpers::start(settings, deps, &authority, scope);
         // A shard changing hands is routine (every join and leave moves some); only the
         // one leader's change is news.
         if let (Authority::Leader(_), Some(alerts)) = (&authority, &deps.alerts) {
@@ -85,6 +85,7 @@ impl Term {
             dispatcher,
             cancel: helpers.cancel,
             step_down: helpers.step_down,
+            clock_off: helpers.clock_off,
             flush_tx: helpers.flush_tx,
             direct_tx: helpers.direct_tx,
             changes,
@@ -358,19 +359,26 @@ async fn catch_up_events(
     unacked
 }
 
-/// The term's helper tasks, on a child of the key's `lost()` token: the state flusher and
-/// the check of direct etcd writes. Each is supervised ([`crate::supervise`]): the check
-/// starts again after a panic; the flusher cannot (its batch went with it), so its panic
-/// cancels `step_down` and the term gives its key up.
+/// The term's helper tasks, on a child of the key's `lost()` token: the state flusher, the
+/// check of direct etcd writes and the watch on the clock. Each is supervised
+/// ([`crate::supervise`]): the check and the watch start again after a panic; the flusher
+/// cannot (its batch went with it), so its panic cancels `step_down` and the term gives its
+/// key up. The watch cancels `clock_off` when the clock drifted.
 struct Helpers {
     cancel: CancellationToken,
     step_down: CancellationToken,
+    clock_off: CancellationToken,
     flush_tx: mpsc::Sender<FlushRequest>,
     direct_tx: mpsc::Sender<crate::audit::Observed>,
 }
 
 impl Helpers {
-    fn start(deps: &TermDeps, authority: &Authority, scope: Scope) -> Helpers {
+    fn start(
+        settings: &LeaderSettings,
+        deps: &TermDeps,
+        authority: &Authority,
+        scope: Scope,
+    ) -> Helpers {
         let cancel = authority.lost().child_token();
         let step_down = CancellationToken::new();
         let (flush_tx, flush_rx) = mpsc::channel(64);
@@ -427,9 +435,36 @@ impl Helpers {
                 .instrument(info_span!("direct_writes"))
             },
         ));
+        let clock_off = CancellationToken::new();
+        if let Some(probe) = &deps.clock_check {
+            let (probe, watched, off, stop) = (
+                Arc::clone(probe),
+                deps.clone(),
+                clock_off.clone(),
+                cancel.clone(),
+            );
+            let max_skew = settings.max_clock_skew;
+            deps.tracker.spawn(supervise::supervise(
+                supervise::CLOCK_WATCH,
+                Arc::clone(&deps.metrics),
+                deps.tracker.clone(),
+                cancel.clone(),
+                move || {
+                    super::clock_watch::run(
+                        Arc::clone(&probe),
+                        watched.clone(),
+                        max_skew,
+                        off.clone(),
+                        stop.clone(),
+                    )
+                    .instrument(info_span!("clock_watch"))
+                },
+            ));
+        }
         Helpers {
             cancel,
             step_down,
+            clock_off,
             flush_tx,
             direct_tx,
         }

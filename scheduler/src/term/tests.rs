@@ -120,6 +120,7 @@ async fn start_with(
         alerts: None,
         tracker: TaskTracker::new(),
         audit: Arc::new(NoAudit),
+        clock_check: None,
     };
     let (changes_tx, changes) = mpsc::channel(16);
     let (triggers_tx, triggers) = watch::channel(Arc::new(Vec::new()));
@@ -504,6 +505,7 @@ fn serve(
         alerts: None,
         tracker: TaskTracker::new(),
         audit: Arc::new(NoAudit),
+        clock_check: None,
     };
     let (changes_tx, changes) = mpsc::channel(16);
     let (triggers_tx, triggers) = watch::channel(Arc::new(Vec::new()));
@@ -669,6 +671,7 @@ async fn a_trigger_poller_that_panicked_starts_again_and_its_run_now_fires_once(
         alerts: None,
         tracker: TaskTracker::new(),
         audit: Arc::new(NoAudit),
+        clock_check: None,
     };
     let cancel = CancellationToken::new();
     let feeds = Feeds::start(&deps, settings().trigger_interval, &cancel);

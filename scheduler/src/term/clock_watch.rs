@@ -1,0 +1,217 @@
+//! The leader's watch on its own clock while it leads.
+//!
+//! The role checks its clock against etcd's before it campaigns; a clock that goes wrong
+//! afterwards (an NTP step, a VM resumed) would make the leader fire early or late for
+//! everyone while replicas with a right clock stand by. So, while a term runs, the clock it
+//! fires by is checked again every [`WATCH_EVERY`], and at once when its reading jumps
+//! ahead of the monotonic clock by more than half of `max_clock_skew` (a forward step makes
+//! everything due until then fire at once: the sooner it is caught, the fewer fire early).
+//! Past `max_clock_skew` the term gives its key up ([`super::End::ClockSkew`]), with an
+//! error line, a metric and an alert; the replica campaigns again once its clock agrees.
+//!
+//! The watch is a task beside the term's loop, so a slow check never delays a fire; it
+//! reads the clock every [`JUMP_POLL`], which is cheap.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ax_alerting::Alert;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error};
+
+use crate::clock::{Clock, ClockProbe};
+use crate::deps::TermDeps;
+use crate::metrics::Backend;
+
+/// How often a leader checks its clock against etcd's.
+pub(super) const WATCH_EVERY: Duration = Duration::from_secs(5);
+
+/// How often the watch reads the clock for a jump.
+const JUMP_POLL: Duration = Duration::from_millis(200);
+
+/// The `reason` of `scheduler_leader_step_downs_total` for a leader whose clock drifted.
+pub(crate) const STEP_DOWN_CLOCK: &str = "clock_skew";
+
+/// Watches `clock` until `stop`; cancels `off` (and returns) when it is off etcd's by more
+/// than `max_skew`.
+pub(super) async fn run(
+    probe: Arc<dyn ClockProbe>,
+    deps: TermDeps,
+    max_skew: Duration,
+    off: CancellationToken,
+    stop: CancellationToken,
+) {
+    let clock: &dyn Clock = &*deps.clock;
+    let jump_ms = i64::try_from(max_skew.as_millis() / 2).unwrap_or(i64::MAX);
+    let mut last = (clock.now(), Instant::now());
+    let mut next_check = Instant::now() + WATCH_EVERY;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(JUMP_POLL) => {}
+        }
+        let now = (clock.now(), Instant::now());
+        let real_ms = i64::try_from(now.1.duration_since(last.1).as_millis()).unwrap_or(i64::MAX);
+        let jumped = now.0 .0.saturating_sub(last.0 .0).saturating_sub(real_ms) > jump_ms;
+        last = now;
+        if !jumped && now.1 < next_check {
+            continue;
+        }
+        next_check = now.1 + WATCH_EVERY;
+        let skew = match probe.skew(clock).await {
+            Ok(skew) => skew,
+            Err(e) => {
+                // The campaign's check goes on without an answer too: the watch guards
+                // against a bad clock, not a bad etcd (the lease says whether etcd answers).
+                debug!(error = %e, "cannot check the leader's clock against etcd's");
+                continue;
+            }
+        };
+        if skew.abs() <= max_skew.as_secs_f64() {
+            continue;
+        }
+        error!(
+            skew_seconds = skew,
+            max_seconds = max_skew.as_secs_f64(),
+            jumped,
+            "the leader's clock is off etcd's by more than scheduler.max_clock_skew: giving the key up so that a replica with a right clock leads; fix NTP on this host"
+        );
+        deps.metrics.stepped_down(STEP_DOWN_CLOCK);
+        if let Some(alerts) = &deps.alerts {
+            alerts.send(Alert::backend_unavailable(
+                Backend::Etcd.label(),
+                &format!(
+                    "the leader's clock is {skew:+.1} s off etcd's (scheduler.max_clock_skew {max_skew:?}); it gave its key up"
+                ),
+                0,
+                Duration::ZERO,
+                clock.now(),
+            ));
+        }
+        off.cancel();
+        return;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SkewFuture;
+    use crate::term::fakes;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    /// Answers the skew of the clock it is asked about against a reference that runs with
+    /// tokio's time, `truth` ms after the epoch at the start.
+    #[derive(Debug)]
+    struct Reference {
+        start: Instant,
+        truth: i64,
+    }
+
+    impl ClockProbe for Reference {
+        fn skew<'a>(&'a self, clock: &'a dyn Clock) -> SkewFuture<'a> {
+            Box::pin(async move {
+                let real = self.truth
+                    + i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX);
+                #[allow(clippy::cast_precision_loss)]
+                Ok((clock.now().0 - real) as f64 / 1000.0)
+            })
+        }
+    }
+
+    /// Tokio's time plus a step the test sets.
+    #[derive(Debug)]
+    struct Stepped {
+        start: Instant,
+        step: AtomicI64,
+    }
+
+    impl Clock for Stepped {
+        fn now(&self) -> ax_scheduler_core::UtcMillis {
+            let real = i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX);
+            ax_scheduler_core::UtcMillis(1_000_000 + real + self.step.load(Ordering::SeqCst))
+        }
+    }
+
+    async fn watch(step_after: Duration, step_ms: i64) -> Option<Duration> {
+        let start = Instant::now();
+        let clock = Arc::new(Stepped {
+            start,
+            step: AtomicI64::new(0),
+        });
+        let mut deps = fakes::term_deps();
+        deps.clock = clock.clone();
+        let probe = Arc::new(Reference {
+            start,
+            truth: 1_000_000,
+        });
+        let (off, stop) = (CancellationToken::new(), CancellationToken::new());
+        let task = tokio::spawn(run(
+            probe,
+            deps,
+            Duration::from_secs(2),
+            off.clone(),
+            stop.clone(),
+        ));
+        tokio::time::sleep(step_after).await;
+        clock.step.store(step_ms, Ordering::SeqCst);
+        let stepped = Instant::now();
+        let seen = tokio::time::timeout(Duration::from_secs(30), off.cancelled())
+            .await
+            .ok()
+            .map(|()| stepped.elapsed());
+        stop.cancel();
+        let _ = task.await;
+        seen
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_forward_step_past_the_bound_is_caught_at_once() {
+        let seen = watch(Duration::from_millis(1_100), 10_000).await;
+        let seen = seen.expect("the leader gave its key up");
+        assert!(seen <= JUMP_POLL, "caught {seen:?} after the step");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drift_without_a_jump_is_caught_at_the_next_check() {
+        // A drift comes in steps under the jump's threshold (half the bound: 1 s), so only
+        // the periodic check sees it.
+        let start = Instant::now();
+        let clock = Arc::new(Stepped {
+            start,
+            step: AtomicI64::new(0),
+        });
+        let mut deps = fakes::term_deps();
+        deps.clock = clock.clone();
+        let probe = Arc::new(Reference {
+            start,
+            truth: 1_000_000,
+        });
+        let (off, stop) = (CancellationToken::new(), CancellationToken::new());
+        let task = tokio::spawn(run(
+            probe,
+            deps,
+            Duration::from_secs(2),
+            off.clone(),
+            stop.clone(),
+        ));
+        // 900 ms ahead at a time, 1 s apart: 1.8 s is within the bound, 2.7 s is not.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            clock.step.fetch_add(900, Ordering::SeqCst);
+        }
+        let stepped = Instant::now();
+        tokio::time::timeout(Duration::from_secs(30), off.cancelled())
+            .await
+            .expect("the leader gave its key up");
+        assert!(stepped.elapsed() <= WATCH_EVERY, "{:?}", stepped.elapsed());
+        stop.cancel();
+        let _ = task.await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_right_clock_or_a_small_step_keeps_the_key() {
+        assert_eq!(watch(Duration::from_secs(1), 1_500).await, None);
+    }
+}
