@@ -18,6 +18,13 @@
 //! `AX_BENCH_RATE_SECS` the steady rate of the `rate` section and how long it lasts (default
 //! 100 000 fires a second for 5 s), `AX_BENCH_THREADS` the runtime's worker threads (default
 //! 2; with 1 the fire rate is the engine's own work alone, without contention for its lock).
+//!
+//! The `burst` section (not run by default, as it holds up to ten million jobs) takes bursts
+//! of N no-op jobs spread evenly over 0.5 s, all submitted ahead (so they wait staged), on
+//! the kernel's defaults, for each N of `AX_BENCH_BURST` (default
+//! `100000,1000000,2000000,10000000`): fires per second from the first due instant until
+//! the last job ran, how many ran within `AX_BENCH_BURST_WAIT` seconds (default 30) after
+//! the last due instant, their lateness, early fires and heap bytes per pending job.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::alloc::System;
@@ -72,6 +79,16 @@ fn main() {
     if run("latency") {
         latency(n);
         latency_in_burst(n);
+    }
+    if only
+        .as_deref()
+        .is_some_and(|o| o.split(',').any(|s| s.trim() == "burst"))
+    {
+        let sizes = std::env::var("AX_BENCH_BURST")
+            .unwrap_or_else(|_| "100000,1000000,2000000,10000000".to_owned());
+        for size in sizes.split(',').filter_map(|s| s.trim().parse().ok()) {
+            burst(size);
+        }
     }
     if run("durable") {
         durable_sections(n);
@@ -163,28 +180,33 @@ fn memory(n: usize) {
     });
 }
 
-/// Lateness buckets of 1 ms, the last one for everything later, and a count of the fires
-/// that came before their instant.
+/// Lateness buckets of 1 ms, the last one for everything later (a second, or what
+/// [`with_range`](Self::with_range) says), and a count of the fires that came before their
+/// instant.
 struct Lateness {
-    buckets: [AtomicU64; 1001],
+    buckets: Vec<AtomicU64>,
     early: AtomicU64,
 }
 
 impl Lateness {
     fn new() -> Arc<Self> {
-        Arc::new(Lateness {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+        Arc::new(Self::with_range(1000))
+    }
+    fn with_range(ms: usize) -> Self {
+        Lateness {
+            buckets: (0..=ms).map(|_| AtomicU64::new(0)).collect(),
             early: AtomicU64::new(0),
-        })
+        }
     }
     fn record(&self, ms: i64) {
         if ms < 0 {
             self.early.fetch_add(1, Ordering::Relaxed);
         }
-        let i = usize::try_from(ms.max(0)).unwrap_or(1000).min(1000);
+        let last = self.buckets.len() - 1;
+        let i = usize::try_from(ms.max(0)).unwrap_or(last).min(last);
         self.buckets[i].fetch_add(1, Ordering::Relaxed);
     }
-    /// The lateness in ms that `p` of the fires were within (1000: a second or more).
+    /// The lateness in ms that `p` of the fires were within (the last bucket: that or more).
     fn quantile(&self, p: f64) -> usize {
         let total: u64 = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum();
         let mut seen = 0;
@@ -194,7 +216,7 @@ impl Lateness {
                 return i;
             }
         }
-        1000
+        self.buckets.len() - 1
     }
     fn p99(&self) -> usize {
         self.quantile(0.99)
@@ -327,6 +349,90 @@ fn rate_delay_queue(n: u64, per_sec: u64, offset: impl Fn(u64) -> u64) {
             lateness.summary(),
             cpu * 1e6 / n as f64
         );
+    });
+}
+
+/// What every job of a burst shares: one `Arc` in each closure, so that the heap per
+/// pending job is the kernel's and an 8-byte closure.
+struct BurstShared {
+    kernel: Kernel,
+    done: AtomicU64,
+    lateness: Lateness,
+    /// The instant the last job ran, in ns from `origin`.
+    last: AtomicU64,
+    origin: Instant,
+}
+
+/// `n` no-op jobs due evenly over 0.5 s, all submitted ahead, on the kernel's defaults:
+/// fires per second from the first due instant until the last one ran (or until the wait
+/// ran out), their lateness, none early, none lost, heap per pending job.
+fn burst(n: usize) {
+    let spread_ms: u64 = 500;
+    let wait = Duration::from_secs(setting("AX_BENCH_BURST_WAIT", 30));
+    let rt = runtime();
+    rt.block_on(async {
+        let kernel = Kernel::builder().build().unwrap();
+        // Submitting takes about a microsecond a job: twice that, and two seconds, ahead.
+        let lead = Duration::from_millis(2000 + n as u64 / 500);
+        let (first, origin) = (kernel.now().add(lead), Instant::now());
+        let shared = Arc::new(BurstShared {
+            kernel: kernel.clone(),
+            done: AtomicU64::new(0),
+            lateness: Lateness::with_range(60_000),
+            last: AtomicU64::new(0),
+            origin,
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let region = Region::new(GLOBAL);
+        let t = Instant::now();
+        for i in 0..n as u64 {
+            let s = shared.clone();
+            let job = Job::new(move |ctx| {
+                let s = s.clone();
+                async move {
+                    s.lateness.record(s.kernel.now().0 - ctx.fire_at().0);
+                    s.done.fetch_add(1, Ordering::Relaxed);
+                    let at = s.origin.elapsed().as_nanos() as u64;
+                    s.last.fetch_max(at, Ordering::Relaxed);
+                    Ok(())
+                }
+            });
+            let due = first.add(Duration::from_millis(i * spread_ms / n as u64));
+            kernel.at(due, job).unwrap();
+        }
+        let submit_secs = t.elapsed().as_secs_f64();
+        let bytes = net_bytes(&region) / n as f64;
+        assert!(
+            kernel.now() < first,
+            "submitting took longer than the lead time"
+        );
+        let cpu = cpu_seconds();
+        let deadline = first.add(Duration::from_millis(spread_ms)).add(wait);
+        wait_until(&kernel, first).await;
+        while shared.done.load(Ordering::Relaxed) < n as u64 && kernel.now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let cpu = cpu_seconds() - cpu;
+        let ran = shared.done.load(Ordering::Relaxed);
+        let span = if ran == n as u64 {
+            Duration::from_nanos(shared.last.load(Ordering::Relaxed)).saturating_sub(lead)
+        } else {
+            deadline.since(first)
+        };
+        println!(
+            "burst   kernel {n:>9} due in 0.5 s: {:>9.0} fires/s, {ran} ran{}, {}, CPU {:.2} us \
+             per fire, {bytes:.0} B per pending job, submits {:.2} us each",
+            ran as f64 / span.as_secs_f64().max(1e-9),
+            if ran == n as u64 {
+                " (none lost)"
+            } else {
+                " (LOST OR LATE)"
+            },
+            shared.lateness.summary(),
+            cpu * 1e6 / ran.max(1) as f64,
+            submit_secs * 1e6 / n as f64,
+        );
+        kernel.shutdown(Duration::ZERO).await;
     });
 }
 

@@ -20,7 +20,8 @@
 //!
 //! A one-shot job not due within [`STAGING_WINDOW`](crate::staging::STAGING_WINDOW) is not
 //! a dispatcher task yet: it waits compactly in [`Staging`] and is made one, through the
-//! same path as a submit of a job due soon ([`submit`]), a window ahead of its instant.
+//! same path as a submit of a job due soon ([`submit`]), a window ahead of its instant, and
+//! no more of them at a time than [`promote`] lets wait for a worker.
 //!
 //! Everything here is synchronous and takes `now`: the driver and the attempts call in with
 //! the lock held for a few map operations and do the waiting outside it.
@@ -52,6 +53,7 @@ use crate::store::{Loaded, Op, StoreHandle, StoredAttempt};
 use crate::table::{JobTable, Running};
 
 mod forget;
+mod promote;
 mod submit;
 
 /// How many dispatches one step takes from the dispatcher, and how many staged jobs it
@@ -111,6 +113,8 @@ pub(crate) struct JobEntry {
     durable: bool,
     /// How its latest execution ended: what [`Engine::ended`] says once it has left.
     last_end: Option<JobEnd>,
+    /// Promoted by a step and its first attempt not started yet (see [`promote`]).
+    awaiting_launch: bool,
 }
 
 /// An attempt to start now, handed to the driver to spawn outside the lock.
@@ -134,6 +138,8 @@ pub(crate) struct Engine {
     jobs: JobTable<JobEntry>,
     /// One-shot jobs not due soon, not tasks yet (see [`crate::staging`]).
     staging: Staging,
+    /// The jobs promoted ahead of the fire path, not started yet.
+    ahead: promote::Ahead,
     idempotency: HashMap<String, JobId>,
     waiting: ReadyQueue<Attempt>,
     retries: TimerWheel<Attempt>,
@@ -168,6 +174,7 @@ impl Engine {
             waiting: ReadyQueue::new(config.ready.clone()),
             retries: TimerWheel::new(config.timer.clone(), now),
             staging: Staging::new(config.timer.clone(), now),
+            ahead: promote::Ahead::default(),
             dispatcher: Dispatcher::new(config, now),
             jobs: JobTable::default(),
             idempotency: HashMap::new(),
@@ -391,9 +398,7 @@ impl Engine {
     /// so that a turn allocates none) to spawn. Returns when to come back: at or before
     /// `now` when the step's bounds left promotions or fires for the next one.
     pub(crate) fn step(&mut self, now: UtcMillis, launches: &mut Vec<Launch>) -> Option<UtcMillis> {
-        for job in self.staging.due(now, STEP_PROMOTIONS) {
-            self.promote(job, now);
-        }
+        self.promote_due(now);
         for (_, attempt) in self.retries.advance(now) {
             self.requeue_attempt(attempt, now);
         }
@@ -427,10 +432,14 @@ impl Engine {
             tracing::info!("caught up after the restart: all workers run");
         }
         self.report_gauges();
+        // While the promoted jobs are as many as may wait, a staged one's time is no reason
+        // to wake: the start that makes room takes a step.
+        self.settle_ahead();
+        let staged = self.may_promote().then(|| self.staging.next_due());
         [
             self.dispatcher.next_wakeup(now),
             self.retries.next_due(),
-            self.staging.next_due(),
+            staged.flatten(),
         ]
         .into_iter()
         .flatten()
@@ -512,6 +521,7 @@ impl Engine {
         }
         attempt.first_started.get_or_insert(now);
         attempt.started = now;
+        job.awaiting_launch = false;
         if attempt.attempt == 0 && !attempt.run_now && !attempt.recovered {
             self.metrics
                 .started_late(&job.spec.queue, now.0 - attempt.fire_at.0);

@@ -22,19 +22,24 @@
 //! goes straight to its entry, with no table from ids to entries. A persisted job keeps the
 //! counted id the store knows it by, and is found through a table of its own.
 //!
-//! The jobs whose promotion instant passed leave the wheel together but are promoted a
-//! bounded number at a time ([`Staging::due`]): making a task takes a few microseconds
-//! under the engine's lock, and a burst of a hundred thousand jobs due at one instant made
-//! tasks in one step held every submit, cancel and attempt end of the program for a fifth
-//! of a second. Until its turn a ripe job is still staged: cancel and status find it.
+//! The jobs whose promotion instant passed leave the wheel as it passes (each call of
+//! [`Staging::due`] takes what ripened since the last one, in order, behind those still
+//! waiting) but are promoted a bounded number at a time, when the engine asks for them:
+//! making a task takes a few microseconds under the engine's lock, and a burst of a hundred
+//! thousand jobs due at one instant made tasks in one step held every submit, cancel and
+//! attempt end of the program for a fifth of a second. The engine also holds only so many
+//! promoted jobs ahead of its fire path (see `engine::promote`), so a burst of millions
+//! waits here, compact and in order, rather than as a million tasks. Until its turn a ripe
+//! job is still staged: cancel and status find it.
 //!
 //! Why one second: it is long against a driver's turn (a stalled driver is late by what it
-//! is late by, staged or not: a promotion past its fire is a task whose instant passed, and
-//! the dispatcher applies its misfire policy to it as it does today), and short enough that
+//! is late by, staged or not: a job promoted past its instant is made a task as of its
+//! promotion instant, so its timer has come due and fires late, the misfire policy judging
+//! it only past the dispatcher's stall threshold, as for any timer), and short enough that
 //! the jobs held whole at once are the next second's fires only. Periodic jobs are not
 //! staged: they are tasks for good, with a state every fire writes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +58,9 @@ const STAGED_ID: u64 = 1 << 63;
 /// How many distinct shared specs are kept for the next submits to share.
 const SHARED_SPECS: usize = 8;
 
+/// Ripe jobs whose room the queue keeps once it is empty again.
+const RETAINED_RIPE: usize = 4096;
+
 /// A staged job: its body and its spec. A spec with an empty id is shared (or the job's
 /// own, in memory) and the id is the wheel handle's; a persisted job's spec carries its id.
 pub(crate) struct Staged {
@@ -67,6 +75,8 @@ pub(crate) struct Promoted {
     /// Its instant and id filled in.
     pub(crate) spec: TaskSpec,
     pub(crate) durable: bool,
+    /// When it was due to be promoted (a window before its instant).
+    pub(crate) promote_at: UtcMillis,
 }
 
 /// A job whose promotion instant passed, waiting for its turn to be promoted.
@@ -84,16 +94,19 @@ pub(crate) struct Staging {
     shared: Vec<Arc<TaskSpec>>,
     window_ms: i64,
     due: Vec<(UtcMillis, TimerHandle, Staged)>,
-    /// Ripe jobs in promotion order, from `cursor` on (`None`: taken out of turn).
-    ripe: Vec<Option<Ripe>>,
-    cursor: usize,
-    /// Where each ripe job is, made at the first cancel that needs it: most bursts see none,
-    /// and indexing a burst as it ripens was a whole step's work on its own.
+    /// Ripe jobs in promotion order (`None`: taken out of turn); the front one is the
+    /// `ripe_base`-th ripe job since the queue was last empty.
+    ripe: VecDeque<Option<Ripe>>,
+    ripe_base: usize,
+    /// Where each ripe job is (its count since the queue was last empty), made at the first
+    /// cancel that needs it: most bursts see none, and indexing a burst as it ripens was a
+    /// whole step's work on its own.
     ripe_at: HashMap<JobId, usize>,
     ripe_indexed: bool,
     /// Ripe jobs still held.
     ripe_live: usize,
-    /// The instant the ripe jobs were taken out at: each one's promotion was due by then.
+    /// The instant the ripe jobs were last taken out at: each one's promotion was due by
+    /// then.
     ripened_at: UtcMillis,
 }
 
@@ -105,8 +118,8 @@ impl Staging {
             shared: Vec::new(),
             window_ms: STAGING_WINDOW.as_millis() as i64,
             due: Vec::new(),
-            ripe: Vec::new(),
-            cursor: 0,
+            ripe: VecDeque::new(),
+            ripe_base: 0,
             ripe_at: HashMap::new(),
             ripe_indexed: false,
             ripe_live: 0,
@@ -204,10 +217,7 @@ impl Staging {
         if self.ripe_indexed {
             return self.ripe_at.contains_key(&id);
         }
-        self.ripe[self.cursor..]
-            .iter()
-            .flatten()
-            .any(|r| r.id == id)
+        self.ripe.iter().flatten().any(|r| r.id == id)
     }
 
     /// Takes a staged job out, to be dropped or promoted.
@@ -222,45 +232,45 @@ impl Staging {
             return None;
         }
         if !self.ripe_indexed {
-            let live = self.ripe.iter().enumerate().skip(self.cursor);
-            let at = live.filter_map(|(i, r)| r.as_ref().map(|r| (r.id, i)));
+            let base = self.ripe_base;
+            let live = self.ripe.iter().enumerate();
+            let at = live.filter_map(|(i, r)| r.as_ref().map(|r| (r.id, base + i)));
             self.ripe_at.extend(at);
             self.ripe_indexed = true;
         }
-        let ripe = self.ripe[self.ripe_at.remove(&id)?].take()?;
+        let at = self.ripe_at.remove(&id)?;
+        let ripe = self.ripe.get_mut(at.checked_sub(self.ripe_base)?)?.take()?;
         self.ripe_live -= 1;
+        self.forget_emptied();
         Some(self.promoted(ripe.id, ripe.promote_at, ripe.staged))
     }
 
-    /// At most `max` of the jobs whose promotion instant `now` reached, in their order; the
-    /// rest wait for the next call ([`next_due`](Self::next_due) says so).
+    /// Takes out of the wheel what ripened by `now`, then at most `max` of the ripe jobs, in
+    /// their order; the rest wait for the next call ([`next_due`](Self::next_due) says so).
     pub(crate) fn due(&mut self, now: UtcMillis, max: usize) -> Vec<Promoted> {
-        if self.ripe_live == 0 {
-            self.ripen(now);
-        }
+        self.ripen(now);
         let mut out = Vec::with_capacity(max.min(self.ripe_live));
-        while out.len() < max && self.cursor < self.ripe.len() {
-            if let Some(ripe) = self.ripe[self.cursor].take() {
+        while out.len() < max {
+            let Some(slot) = self.ripe.pop_front() else {
+                break;
+            };
+            self.ripe_base += 1;
+            if let Some(ripe) = slot {
                 if self.ripe_indexed {
                     self.ripe_at.remove(&ripe.id);
                 }
                 self.ripe_live -= 1;
                 out.push(self.promoted(ripe.id, ripe.promote_at, ripe.staged));
             }
-            self.cursor += 1;
         }
+        self.forget_emptied();
         out
     }
 
-    /// Takes every job whose promotion instant `now` reached out of the wheel, in order.
+    /// Appends every job whose promotion instant `now` reached to the ripe ones, in order:
+    /// they all come after those ripe already, whose instants an earlier call reached (a job
+    /// is staged only with its promotion instant ahead of its submit).
     fn ripen(&mut self, now: UtcMillis) {
-        debug_assert!(
-            self.ripe_at.is_empty(),
-            "every indexed ripe job left the index"
-        );
-        self.ripe_indexed = false;
-        self.ripe.clear();
-        self.cursor = 0;
         self.ripened_at = now;
         if self.wheel.is_empty() {
             return;
@@ -275,14 +285,34 @@ impl Staging {
             if !staged.spec.id.is_empty() {
                 self.durable.remove(&id);
             }
-            self.ripe.push(Some(Ripe {
+            if self.ripe_indexed {
+                self.ripe_at.insert(id, self.ripe_base + self.ripe.len());
+            }
+            self.ripe.push_back(Some(Ripe {
                 promote_at,
                 id,
                 staged,
             }));
+            self.ripe_live += 1;
         }
         self.due = due;
-        self.ripe_live = self.ripe.len();
+    }
+
+    /// Once no ripe job is held, drops what is left of the queue (jobs taken out of turn)
+    /// and the index, and lets a big queue's buffer go.
+    fn forget_emptied(&mut self) {
+        if self.ripe_live > 0 {
+            return;
+        }
+        debug_assert!(
+            self.ripe_at.is_empty(),
+            "every indexed ripe job left the index"
+        );
+        self.ripe_at.clear();
+        self.ripe_indexed = false;
+        self.ripe.clear();
+        self.ripe.shrink_to(RETAINED_RIPE);
+        self.ripe_base = 0;
     }
 
     fn promoted(&self, id: JobId, promote_at: UtcMillis, staged: Staged) -> Promoted {
@@ -296,6 +326,7 @@ impl Staging {
             run: staged.run,
             spec,
             durable,
+            promote_at,
         }
     }
 

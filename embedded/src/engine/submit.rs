@@ -82,22 +82,29 @@ impl Engine {
             running: Running::default(),
             durable,
             last_end: None,
+            awaiting_launch: false,
         };
         self.jobs.insert(id, entry);
         first
     }
 
-    /// A staged job made a task, exactly as a submit of a job due soon makes one.
+    /// A staged job made a task, exactly as a submit of a job due soon makes one, at the
+    /// instant its promotion was due: one that waited past its own instant for its turn (a
+    /// burst the fire path is behind on) is then a timer come due, fired as late as it is
+    /// (and judged by its misfire policy only past the stall threshold, as any timer), not
+    /// a task made after its instant, which the dispatcher plans as missed at once.
     pub(super) fn promote(&mut self, job: Promoted, now: UtcMillis) {
         let Promoted {
             id,
             run,
             mut spec,
             durable,
+            promote_at,
         } = job;
         let key = self.key_of(id);
         spec.id = Arc::clone(&key.id);
-        self.admit(id, key, Arc::new(spec), (run, durable), (1, None), now);
+        let at = now.min(promote_at);
+        self.admit(id, key, Arc::new(spec), (run, durable), (1, None), at);
     }
 
     /// Makes `id` a task if it is staged, for an operation that acts on tasks.
