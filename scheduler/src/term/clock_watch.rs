@@ -10,12 +10,15 @@
 //! error line, a metric and an alert; the replica campaigns again once its clock agrees.
 //!
 //! The watch is a task beside the term's loop, so a slow check never delays a fire; it
-//! reads the clock every [`JUMP_POLL`], which is cheap.
+//! reads the clock every [`JUMP_POLL`], which is cheap. The fire path looks for a jump too
+//! ([`Jumps`], at every round): after one, it checks before it fires, so a forward step past
+//! the bound fires nothing early (a step under it, within what the cluster tolerates, does).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ax_alerting::Alert;
+use ax_scheduler_core::UtcMillis;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error};
@@ -33,8 +36,79 @@ const JUMP_POLL: Duration = Duration::from_millis(200);
 /// The `reason` of `scheduler_leader_step_downs_total` for a leader whose clock drifted.
 pub(crate) const STEP_DOWN_CLOCK: &str = "clock_skew";
 
-/// Watches `clock` until `stop`; cancels `off` (and returns) when it is off etcd's by more
-/// than `max_skew`.
+/// A forward jump of a clock against the monotonic one: the reading advanced more than the
+/// time that passed, by more than half of `max_clock_skew`, since the last read.
+pub(super) struct Jumps {
+    last: Option<(UtcMillis, Instant)>,
+    threshold_ms: i64,
+}
+
+impl Jumps {
+    /// No read yet; jumps of more than half of `max_skew` count.
+    pub(super) fn new(max_skew: Duration) -> Self {
+        Jumps {
+            last: None,
+            threshold_ms: i64::try_from(max_skew.as_millis() / 2).unwrap_or(i64::MAX),
+        }
+    }
+
+    /// Whether `now`, read at the monotonic instant `at`, jumped ahead since the last read.
+    pub(super) fn jumped(&mut self, now: UtcMillis, at: Instant) -> bool {
+        let Some((then, then_at)) = self.last.replace((now, at)) else {
+            return false;
+        };
+        let real_ms =
+            i64::try_from(at.saturating_duration_since(then_at).as_millis()).unwrap_or(i64::MAX);
+        now.0.saturating_sub(then.0).saturating_sub(real_ms) > self.threshold_ms
+    }
+}
+
+/// Checks the term's clock against etcd's now; past `max_skew`, gives the key up (cancels
+/// `off`, with an error line, the metric and an alert). Whether it did. A check that cannot
+/// be made changes nothing: the watch guards against a bad clock, not a bad etcd (the lease
+/// says whether etcd answers), as the campaign's check does.
+pub(super) async fn check_now(
+    probe: &dyn ClockProbe,
+    deps: &TermDeps,
+    max_skew: Duration,
+    off: &CancellationToken,
+    jumped: bool,
+) -> bool {
+    let clock: &dyn Clock = &*deps.clock;
+    let skew = match probe.skew(clock).await {
+        Ok(skew) => skew,
+        Err(e) => {
+            debug!(error = %e, "cannot check the leader's clock against etcd's");
+            return false;
+        }
+    };
+    if skew.abs() <= max_skew.as_secs_f64() {
+        return false;
+    }
+    error!(
+        skew_seconds = skew,
+        max_seconds = max_skew.as_secs_f64(),
+        jumped,
+        "the leader's clock is off etcd's by more than scheduler.max_clock_skew: giving the key up so that a replica with a right clock leads; fix NTP on this host"
+    );
+    deps.metrics.stepped_down(STEP_DOWN_CLOCK);
+    if let Some(alerts) = &deps.alerts {
+        alerts.send(Alert::backend_unavailable(
+            Backend::Etcd.label(),
+            &format!(
+                "the leader's clock is {skew:+.1} s off etcd's (scheduler.max_clock_skew {max_skew:?}); it gave its key up"
+            ),
+            0,
+            Duration::ZERO,
+            clock.now(),
+        ));
+    }
+    off.cancel();
+    true
+}
+
+/// Watches the term's clock until `stop`; cancels `off` (and returns) when it is off
+/// etcd's by more than `max_skew`.
 pub(super) async fn run(
     probe: Arc<dyn ClockProbe>,
     deps: TermDeps,
@@ -42,110 +116,38 @@ pub(super) async fn run(
     off: CancellationToken,
     stop: CancellationToken,
 ) {
-    let clock: &dyn Clock = &*deps.clock;
-    let jump_ms = i64::try_from(max_skew.as_millis() / 2).unwrap_or(i64::MAX);
-    let mut last = (clock.now(), Instant::now());
+    let mut jumps = Jumps::new(max_skew);
+    jumps.jumped(deps.clock.now(), Instant::now());
     let mut next_check = Instant::now() + WATCH_EVERY;
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(JUMP_POLL) => {}
         }
-        let now = (clock.now(), Instant::now());
-        let real_ms = i64::try_from(now.1.duration_since(last.1).as_millis()).unwrap_or(i64::MAX);
-        let jumped = now.0 .0.saturating_sub(last.0 .0).saturating_sub(real_ms) > jump_ms;
-        last = now;
-        if !jumped && now.1 < next_check {
+        let at = Instant::now();
+        let jumped = jumps.jumped(deps.clock.now(), at);
+        if !jumped && at < next_check {
             continue;
         }
-        next_check = now.1 + WATCH_EVERY;
-        let skew = match probe.skew(clock).await {
-            Ok(skew) => skew,
-            Err(e) => {
-                // The campaign's check goes on without an answer too: the watch guards
-                // against a bad clock, not a bad etcd (the lease says whether etcd answers).
-                debug!(error = %e, "cannot check the leader's clock against etcd's");
-                continue;
-            }
-        };
-        if skew.abs() <= max_skew.as_secs_f64() {
-            continue;
+        next_check = at + WATCH_EVERY;
+        if check_now(&*probe, &deps, max_skew, &off, jumped).await {
+            return;
         }
-        error!(
-            skew_seconds = skew,
-            max_seconds = max_skew.as_secs_f64(),
-            jumped,
-            "the leader's clock is off etcd's by more than scheduler.max_clock_skew: giving the key up so that a replica with a right clock leads; fix NTP on this host"
-        );
-        deps.metrics.stepped_down(STEP_DOWN_CLOCK);
-        if let Some(alerts) = &deps.alerts {
-            alerts.send(Alert::backend_unavailable(
-                Backend::Etcd.label(),
-                &format!(
-                    "the leader's clock is {skew:+.1} s off etcd's (scheduler.max_clock_skew {max_skew:?}); it gave its key up"
-                ),
-                0,
-                Duration::ZERO,
-                clock.now(),
-            ));
-        }
-        off.cancel();
-        return;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::SkewFuture;
-    use crate::term::fakes;
-    use std::sync::atomic::{AtomicI64, Ordering};
-
-    /// Answers the skew of the clock it is asked about against a reference that runs with
-    /// tokio's time, `truth` ms after the epoch at the start.
-    #[derive(Debug)]
-    struct Reference {
-        start: Instant,
-        truth: i64,
-    }
-
-    impl ClockProbe for Reference {
-        fn skew<'a>(&'a self, clock: &'a dyn Clock) -> SkewFuture<'a> {
-            Box::pin(async move {
-                let real = self.truth
-                    + i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX);
-                #[allow(clippy::cast_precision_loss)]
-                Ok((clock.now().0 - real) as f64 / 1000.0)
-            })
-        }
-    }
-
-    /// Tokio's time plus a step the test sets.
-    #[derive(Debug)]
-    struct Stepped {
-        start: Instant,
-        step: AtomicI64,
-    }
-
-    impl Clock for Stepped {
-        fn now(&self) -> ax_scheduler_core::UtcMillis {
-            let real = i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX);
-            ax_scheduler_core::UtcMillis(1_000_000 + real + self.step.load(Ordering::SeqCst))
-        }
-    }
+    use crate::term::fakes::{self, ReferenceProbe, SteppedClock};
+    use std::sync::atomic::Ordering;
 
     async fn watch(step_after: Duration, step_ms: i64) -> Option<Duration> {
         let start = Instant::now();
-        let clock = Arc::new(Stepped {
-            start,
-            step: AtomicI64::new(0),
-        });
+        let clock = Arc::new(SteppedClock::new(start, 1_000_000));
         let mut deps = fakes::term_deps();
         deps.clock = clock.clone();
-        let probe = Arc::new(Reference {
-            start,
-            truth: 1_000_000,
-        });
+        let probe = Arc::new(ReferenceProbe::new(start, 1_000_000));
         let (off, stop) = (CancellationToken::new(), CancellationToken::new());
         let task = tokio::spawn(run(
             probe,
@@ -178,16 +180,10 @@ mod tests {
         // A drift comes in steps under the jump's threshold (half the bound: 1 s), so only
         // the periodic check sees it.
         let start = Instant::now();
-        let clock = Arc::new(Stepped {
-            start,
-            step: AtomicI64::new(0),
-        });
+        let clock = Arc::new(SteppedClock::new(start, 1_000_000));
         let mut deps = fakes::term_deps();
         deps.clock = clock.clone();
-        let probe = Arc::new(Reference {
-            start,
-            truth: 1_000_000,
-        });
+        let probe = Arc::new(ReferenceProbe::new(start, 1_000_000));
         let (off, stop) = (CancellationToken::new(), CancellationToken::new());
         let task = tokio::spawn(run(
             probe,

@@ -579,3 +579,55 @@ pub(crate) fn term_deps() -> crate::deps::TermDeps {
         clock_check: None,
     }
 }
+
+/// Tokio's time plus a step the test sets (`step`, ms): a host clock stepped by NTP.
+#[derive(Debug)]
+pub(crate) struct SteppedClock {
+    start: tokio::time::Instant,
+    base: i64,
+    pub(crate) step: std::sync::atomic::AtomicI64,
+}
+
+impl SteppedClock {
+    /// Reads `base` ms at `start`, then follows tokio's time.
+    pub(crate) fn new(start: tokio::time::Instant, base: i64) -> Self {
+        SteppedClock {
+            start,
+            base,
+            step: std::sync::atomic::AtomicI64::new(0),
+        }
+    }
+}
+
+impl crate::clock::Clock for SteppedClock {
+    fn now(&self) -> UtcMillis {
+        let real = i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX);
+        UtcMillis(self.base + real + self.step.load(Ordering::SeqCst))
+    }
+}
+
+/// A clock probe that answers a clock's skew against a reference following tokio's time
+/// (`base` ms at `start`), as etcd's `Date` would against a right clock.
+#[derive(Debug)]
+pub(crate) struct ReferenceProbe {
+    start: tokio::time::Instant,
+    base: i64,
+}
+
+impl ReferenceProbe {
+    /// The reference reads `base` at `start`.
+    pub(crate) fn new(start: tokio::time::Instant, base: i64) -> Self {
+        ReferenceProbe { start, base }
+    }
+}
+
+impl crate::clock::ClockProbe for ReferenceProbe {
+    fn skew<'a>(&'a self, clock: &'a dyn crate::clock::Clock) -> crate::clock::SkewFuture<'a> {
+        Box::pin(async move {
+            let real =
+                self.base + i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX);
+            #[allow(clippy::cast_precision_loss)]
+            Ok((clock.now().0 - real) as f64 / 1000.0)
+        })
+    }
+}

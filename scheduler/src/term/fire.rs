@@ -302,10 +302,41 @@ fn deadline_alert(key: &TaskKey, within: Duration, miss: &Miss, now: UtcMillis) 
 }
 
 impl Term {
+    /// Whether the clock jumped ahead since the last round and is off etcd's past
+    /// `max_clock_skew`: then nothing fires (what the jump made due would fire early) and the
+    /// term gives its key up ([`super::clock_watch`]).
+    async fn clock_went_off(
+        &mut self,
+        settings: &LeaderSettings,
+        deps: &TermDeps,
+        now: UtcMillis,
+    ) -> bool {
+        let Some(probe) = &deps.clock_check else {
+            return false;
+        };
+        if self.clock_off.is_cancelled() {
+            return true;
+        }
+        if !self.clock_jumps.jumped(now, tokio::time::Instant::now()) {
+            return false;
+        }
+        super::clock_watch::check_now(
+            &**probe,
+            deps,
+            settings.max_clock_skew,
+            &self.clock_off,
+            true,
+        )
+        .await
+    }
+
     /// Polls the dispatcher and enqueues what is due, in one pipeline. Nothing here fails
     /// the term: what cannot be done ends it (`self.cancel`) or waits.
     pub(super) async fn fire(&mut self, settings: &LeaderSettings, deps: &TermDeps) {
         let now = deps.clock.now();
+        if self.clock_went_off(settings, deps, now).await {
+            return;
+        }
         let polled = self.dispatcher.poll(now);
         let dispatches = if polled.iter().any(|d| d.broadcast) {
             match address_broadcasts(settings, deps, self, polled, now).await {

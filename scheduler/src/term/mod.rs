@@ -71,6 +71,8 @@ pub(super) struct Term {
     /// Cancelled when the clock the term fires by is off etcd's by more than
     /// `max_clock_skew` ([`clock_watch`]): the term gives its key up ([`End::ClockSkew`]).
     clock_off: CancellationToken,
+    /// Jumps of the clock between fire rounds ([`clock_watch::Jumps`]).
+    clock_jumps: clock_watch::Jumps,
     pub(super) flush_tx: mpsc::Sender<FlushRequest>,
     /// Spec changes the watch delivered, for the check of direct etcd writes.
     direct_tx: mpsc::Sender<crate::audit::Observed>,

@@ -86,6 +86,7 @@ impl Term {
             cancel: helpers.cancel,
             step_down: helpers.step_down,
             clock_off: helpers.clock_off,
+            clock_jumps: super::clock_watch::Jumps::new(settings.max_clock_skew),
             flush_tx: helpers.flush_tx,
             direct_tx: helpers.direct_tx,
             changes,

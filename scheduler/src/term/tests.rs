@@ -111,16 +111,29 @@ async fn start_with(
     store: FakeStore,
     queue: Arc<FakeQueue>,
 ) -> Running {
+    let clock = Arc::new(TokioClock::starting_at(at(0)));
+    start_clocked(settings, tasks, store, queue, clock, None).await
+}
+
+/// [`start_with`] on `clock`, checked against etcd's by `clock_check`.
+async fn start_clocked(
+    settings: LeaderSettings,
+    tasks: Vec<(Arc<TaskKey>, CatalogEntry)>,
+    store: FakeStore,
+    queue: Arc<FakeQueue>,
+    clock: Arc<dyn crate::clock::Clock>,
+    clock_check: Option<Arc<dyn crate::clock::ClockProbe>>,
+) -> Running {
     let store = Arc::new(store);
     let deps = TermDeps {
         store: Arc::clone(&store) as _,
         queue: Arc::clone(&queue) as _,
-        clock: Arc::new(TokioClock::starting_at(at(0))),
+        clock,
         metrics: Arc::new(NoMetrics),
         alerts: None,
         tracker: TaskTracker::new(),
         audit: Arc::new(NoAudit),
-        clock_check: None,
+        clock_check,
     };
     let (changes_tx, changes) = mpsc::channel(16);
     let (triggers_tx, triggers) = watch::channel(Arc::new(Vec::new()));
@@ -715,4 +728,34 @@ async fn a_trigger_poller_that_panicked_starts_again_and_its_run_now_fires_once(
     );
     assert_eq!(metrics.loops(), [crate::supervise::TRIGGERS]);
     cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_whose_clock_jumps_past_the_bound_fires_nothing_early_and_gives_way() {
+    // A task every second; at 3.95 s the leader's clock steps 10 s ahead of etcd's, just
+    // before the fire round of 4 s and before the watch's next read.
+    let every_1s = r#"{"handler":"log","schedule":{"every":"1s"},"overlap":"allow"}"#;
+    let start = Instant::now();
+    let clock = Arc::new(super::fakes::SteppedClock::new(start, at(0).0));
+    let probe = Arc::new(super::fakes::ReferenceProbe::new(start, at(0).0));
+    let mut term = start_clocked(
+        settings(),
+        vec![task("a", every_1s)],
+        FakeStore::default(),
+        Arc::new(FakeQueue::default()),
+        clock.clone(),
+        Some(probe),
+    )
+    .await;
+    term.until(3_500).await;
+    assert_eq!(term.queue.fires_of("a"), [at(1_000), at(2_000), at(3_000)]);
+    clock
+        .step
+        .store(10_000, std::sync::atomic::Ordering::SeqCst);
+    term.until(6_000).await;
+    // The fires the step made due (4 s to 13 s) did not go: the round that would have sent
+    // them checked the clock first and ended the term.
+    assert_eq!(term.queue.fires_of("a"), [at(1_000), at(2_000), at(3_000)]);
+    assert!(term.ended().await, "stepped down");
+    assert!(term.key.was_given_up(), "given up, not left to expire");
 }
