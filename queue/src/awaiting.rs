@@ -29,6 +29,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::dlq::DlqEntry;
+use crate::ends::EndRecord;
 use crate::error::{QueueError, Result};
 use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, Delivery, Queue};
@@ -300,6 +301,8 @@ struct EndScript<'a> {
     label: &'a str,
     /// The settle written with the end: kind (`ack`, `retry`, `dlq`), its payload, retry due.
     settle: (&'a str, &'a str, i64),
+    /// The attempt's end record (JSON) for the end log, or empty.
+    record: &'a str,
 }
 
 /// Who ends a waiting attempt in [`Queue::end_awaiting`].
@@ -537,7 +540,10 @@ impl Queue {
 
     /// Ends `attempt` of `message` (waiting for its completion) as `label` (an
     /// [`ax_scheduler_core::AttemptOutcome`] name), with `settle` written in the same
-    /// script, if `by` may: see [`EndResult`]. `outcome` is kept with the record.
+    /// script, if `by` may: see [`EndResult`]. `outcome` is kept with the record. When this
+    /// call ends it, `record` (the attempt's end for the leader and the history) goes to the
+    /// queue's end log in the same script, and its log id is returned: the caller relays it
+    /// ([`Queue::relay_ends`]), or the sweeper does if the caller cannot.
     #[allow(clippy::too_many_arguments)]
     pub async fn end_awaiting(
         &self,
@@ -547,8 +553,9 @@ impl Queue {
         label: &str,
         settle: &AwaitSettle,
         outcome: &ReportedEnd,
+        record: Option<&EndRecord>,
         now: UtcMillis,
-    ) -> Result<EndResult> {
+    ) -> Result<(EndResult, Option<String>)> {
         let q = &*message.queue;
         check_queue(q)?;
         let id = message.execution_id;
@@ -564,6 +571,7 @@ impl Queue {
             AwaitSettle::DeadLetter(entry) => ("dlq", encode("dead-letter entry", entry)?, 0),
         };
         let active = k.active(q, &message.namespace, &message.task_id);
+        let record = record.map(EndRecord::to_json).transpose()?;
         let script = EndScript {
             queue: q,
             id,
@@ -573,6 +581,7 @@ impl Queue {
             hash,
             label,
             settle: (kind, &payload, due),
+            record: record.as_deref().unwrap_or(""),
         };
         self.invoke_end(&script, outcome, now).await
     }
@@ -600,8 +609,9 @@ impl Queue {
             hash: token_hash,
             label: outcome.status.label(),
             settle: ("ack", "", 0),
+            record: "",
         };
-        self.invoke_end(&script, outcome, now).await
+        Ok(self.invoke_end(&script, outcome, now).await?.0)
     }
 
     /// Runs `awaiting_end.lua` (the one way an awaiting attempt ends).
@@ -610,7 +620,7 @@ impl Queue {
         e: &EndScript<'_>,
         outcome: &ReportedEnd,
         now: UtcMillis,
-    ) -> Result<EndResult> {
+    ) -> Result<(EndResult, Option<String>)> {
         let k = self.keys();
         let (kind, payload, due) = e.settle;
         let mut inv = AWAITING_END.prepare_invoke();
@@ -620,6 +630,7 @@ impl Queue {
             .key(k.dlq(e.queue))
             .key(k.dlq_entries(e.queue))
             .key(e.active)
+            .key(k.ends(e.queue))
             .arg(e.how)
             .arg(e.attempt)
             .arg(e.hash)
@@ -630,12 +641,18 @@ impl Queue {
             .arg(due)
             .arg(e.id.to_string())
             .arg(encode("reported end", outcome)?)
-            .arg(ttl_ms(self.awaiting_retention()));
+            .arg(ttl_ms(self.awaiting_retention()))
+            .arg(e.record);
         let mut conn = self.conn();
         let reply: Vec<String> = self
             .run("end_awaiting", inv.invoke_async(&mut conn))
             .await?;
-        Ok(parse_end(&reply))
+        let result = parse_end(&reply);
+        let logged = match (&result, reply.get(1)) {
+            (EndResult::Ended, Some(id)) if !id.is_empty() => Some(id.clone()),
+            _ => None,
+        };
+        Ok((result, logged))
     }
 
     /// Records a progress report of `attempt` of execution `id` in `queue` and moves its

@@ -16,6 +16,13 @@
 //! reaper gives back a dead worker's messages): it is kept with a TTL, checked when a message
 //! is taken and when a failed attempt would be retried (`retry_later.lua`).
 //!
+//! An execution a kill ends itself (removed while waiting or retrying, or ended while it
+//! waited for its completion) has no worker to report its end. The caller gives a
+//! [`KillRecorder`] that builds the end's record from the message, and the kill's script
+//! appends it to the queue's end log in the same step, as a worker's settle does; the caller
+//! then relays it ([`Kill::end`], [`Queue::relay_ends`]), and if it dies first the sweeper
+//! does. Without a recorder the end is the caller's to report.
+//!
 //! A pause is one flag per queue, read by `take.lua`, so it holds from the next take.
 
 use std::collections::BTreeMap;
@@ -25,7 +32,10 @@ use ax_scheduler_core::ExecutionId;
 use ax_scheduler_core::OverlapPolicy;
 use redis::{AsyncCommands, Script};
 
-use crate::awaiting::{AwaitSettle, AwaitingState, EndBy, EndResult, ReportedEnd, ReportedStatus};
+use crate::awaiting::{
+    AwaitSettle, AwaitingRecord, AwaitingState, EndBy, EndResult, ReportedEnd, ReportedStatus,
+};
+use crate::ends::{EndRecord, PendingEnd};
 use crate::error::{QueueError, Result};
 use crate::message::ExecutionMessage;
 use crate::queue::{check_queue, Queue};
@@ -75,6 +85,12 @@ impl KillState {
     }
 }
 
+/// Builds the end record of an execution a kill ends itself, from its message and, for one
+/// that waited for its completion, its awaiting record (who ran it, since when). The queue
+/// knows how to keep an end, not how one is reported: the caller does.
+pub type KillRecorder<'a> =
+    &'a (dyn Fn(&ExecutionMessage, Option<&AwaitingRecord>) -> EndRecord + Send + Sync);
+
 /// What [`Queue::kill_execution`] did to one execution.
 #[derive(Clone, Debug)]
 pub struct Kill {
@@ -84,6 +100,20 @@ pub struct Kill {
     pub state: KillState,
     /// The message as it was found; `None` when it was not found.
     pub message: Option<ExecutionMessage>,
+    /// The end the kill recorded in the end log (with a recorder, for an execution it ended
+    /// itself), for the caller to relay.
+    pub end: Option<PendingEnd>,
+}
+
+impl Kill {
+    fn gone(execution_id: ExecutionId) -> Kill {
+        Kill {
+            execution_id,
+            state: KillState::Gone,
+            message: None,
+            end: None,
+        }
+    }
 }
 
 /// A running execution a worker asks about in [`Queue::stop_orders`].
@@ -235,25 +265,35 @@ impl Queue {
     /// have it. A removed execution's end is the caller's to report.
     /// A partitioned queue's partitions are looked through in turn.
     pub async fn kill_execution(&self, queue: &str, id: ExecutionId) -> Result<Kill> {
+        self.kill_execution_recorded(queue, id, None).await
+    }
+
+    /// [`Queue::kill_execution`], with the end of an execution the kill ends itself recorded
+    /// by `recorder` in the end log in the same step ([`Kill::end`]).
+    pub async fn kill_execution_recorded(
+        &self,
+        queue: &str,
+        id: ExecutionId,
+        recorder: Option<KillRecorder<'_>>,
+    ) -> Result<Kill> {
         check_queue(queue)?;
-        let mut gone = None;
         for q in self.physical_queues(queue) {
-            let kill = self.kill_in(&q, id).await?;
+            let kill = self.kill_in(&q, id, recorder).await?;
             if kill.state != KillState::Gone {
                 return Ok(kill);
             }
-            gone = Some(kill);
         }
-        Ok(gone.unwrap_or(Kill {
-            execution_id: id,
-            state: KillState::Gone,
-            message: None,
-        }))
+        Ok(Kill::gone(id))
     }
 
     /// [`Queue::kill_execution`] in one physical queue.
-    async fn kill_in(&self, queue: &str, id: ExecutionId) -> Result<Kill> {
-        if let Some(kill) = self.kill_awaiting(queue, id).await? {
+    async fn kill_in(
+        &self,
+        queue: &str,
+        id: ExecutionId,
+        recorder: Option<KillRecorder<'_>>,
+    ) -> Result<Kill> {
+        if let Some(kill) = self.kill_awaiting(queue, id, recorder).await? {
             return Ok(kill);
         }
         let needle = format!("\"execution_id\":\"{id}\"");
@@ -263,23 +303,30 @@ impl Queue {
                 .into_iter()
                 .find(|(_, _, m)| m.execution_id == id)
                 .map(|(_, raw, m)| (raw, m));
-            let state = self.kill_found(queue, id, message.as_ref()).await?;
+            let record = match (recorder, &message) {
+                (Some(r), Some((_, m))) => Some(r(m, None)),
+                _ => None,
+            };
+            let (state, logged) = self
+                .kill_found(queue, id, message.as_ref(), record.as_ref())
+                .await?;
             // Found and then gone: it moved in between (a failed attempt went to the delayed
             // set as its next attempt, which is another text): look again.
             if state == KillState::Gone && message.is_some() {
                 continue;
             }
+            let end = record.filter(|_| state.removed()).map(|record| PendingEnd {
+                logged: logged.map(|id| (queue.to_owned(), id)),
+                record,
+            });
             return Ok(Kill {
                 execution_id: id,
                 state,
                 message: message.map(|(_, m)| m),
+                end,
             });
         }
-        Ok(Kill {
-            execution_id: id,
-            state: KillState::Gone,
-            message: None,
-        })
+        Ok(Kill::gone(id))
     }
 
     /// Kills every execution of a task `queue` holds (waiting, retrying or running; for
@@ -289,6 +336,19 @@ impl Queue {
         queue: &str,
         namespace: &str,
         task_id: &str,
+    ) -> Result<Vec<Kill>> {
+        self.kill_task_recorded(queue, namespace, task_id, None)
+            .await
+    }
+
+    /// [`Queue::kill_task`], with the ends of the executions it ends itself recorded as
+    /// [`Queue::kill_execution_recorded`] does.
+    pub async fn kill_task_recorded(
+        &self,
+        queue: &str,
+        namespace: &str,
+        task_id: &str,
+        recorder: Option<KillRecorder<'_>>,
     ) -> Result<Vec<Kill>> {
         check_queue(queue)?;
         let encoded = serde_json::to_string(task_id).map_err(|source| QueueError::Json {
@@ -311,7 +371,7 @@ impl Queue {
                 }
             }
             for id in ids {
-                out.push(self.kill_in(&q, id).await?);
+                out.push(self.kill_in(&q, id, recorder).await?);
             }
         }
         Ok(out)
@@ -319,13 +379,23 @@ impl Queue {
 
     /// Ends execution `id` killed if it waits for its completion in `queue`; `None` when it
     /// does not (it may still be pending at its worker, which the kill order stops).
-    async fn kill_awaiting(&self, queue: &str, id: ExecutionId) -> Result<Option<Kill>> {
+    async fn kill_awaiting(
+        &self,
+        queue: &str,
+        id: ExecutionId,
+        recorder: Option<KillRecorder<'_>>,
+    ) -> Result<Option<Kill>> {
         let Some(rec) = self.awaiting_record(queue, id).await? else {
             return Ok(None);
         };
-        let Some((_, message)) = rec.message.filter(|_| rec.state == AwaitingState::Waiting) else {
+        let Some((_, message)) = rec
+            .message
+            .as_ref()
+            .filter(|_| rec.state == AwaitingState::Waiting)
+        else {
             return Ok(None);
         };
+        let record = recorder.map(|r| r(message, Some(&rec)));
         let now = self.config().clock.now();
         let outcome = ReportedEnd {
             status: ReportedStatus::Failed,
@@ -334,21 +404,27 @@ impl Queue {
             retryable: false,
             at: now,
         };
-        let ended = self
+        let (ended, logged) = self
             .end_awaiting(
-                &message,
+                message,
                 rec.attempt,
                 EndBy::Kill,
                 ax_scheduler_core::AttemptOutcome::Killed.as_str(),
                 &AwaitSettle::Done,
                 &outcome,
+                record.as_ref(),
                 now,
             )
             .await?;
-        Ok((ended == EndResult::Ended).then_some(Kill {
+        Ok((ended == EndResult::Ended).then(|| Kill {
             execution_id: id,
             state: KillState::AwaitingCompletion,
-            message: Some(message),
+            message: Some(message.clone()),
+            // The end log the script wrote to is the message's queue's.
+            end: record.map(|record| PendingEnd {
+                logged: logged.map(|id| (message.queue.to_string(), id)),
+                record,
+            }),
         }))
     }
 
@@ -456,7 +532,8 @@ impl Queue {
         queue: &str,
         id: ExecutionId,
         found: Option<&(String, ExecutionMessage)>,
-    ) -> Result<KillState> {
+        record: Option<&EndRecord>,
+    ) -> Result<(KillState, Option<String>)> {
         let k = self.keys();
         let id_text = id.to_string();
         // Without a message there is no task: a marker key that is never set, in the slot.
@@ -474,22 +551,33 @@ impl Queue {
             .key(k.legacy_ready(queue))
             .key(k.order(queue))
             .key(k.orphaned(queue))
+            .key(k.ends(queue))
             .arg(found.map_or("", |(raw, _)| raw.as_str()))
             .arg(&id_text)
-            .arg(ttl.max(1));
+            .arg(ttl.max(1))
+            .arg(
+                record
+                    .map(EndRecord::to_json)
+                    .transpose()?
+                    .unwrap_or_default(),
+            );
         let mut conn = self.conn();
-        let state: String = self.run("kill", inv.invoke_async(&mut conn)).await?;
-        match state.as_str() {
-            "waiting" => Ok(KillState::Waiting),
-            "retry_pending" => Ok(KillState::RetryPending),
-            "running" => Ok(KillState::Running),
-            "already" => Ok(KillState::AlreadyKilled),
-            "gone" => Ok(KillState::Gone),
-            other => Err(QueueError::UnexpectedReply {
-                op: "kill",
-                detail: format!("state `{other}`"),
-            }),
-        }
+        let (state, logged): (String, String) =
+            self.run("kill", inv.invoke_async(&mut conn)).await?;
+        let state = match state.as_str() {
+            "waiting" => KillState::Waiting,
+            "retry_pending" => KillState::RetryPending,
+            "running" => KillState::Running,
+            "already" => KillState::AlreadyKilled,
+            "gone" => KillState::Gone,
+            other => {
+                return Err(QueueError::UnexpectedReply {
+                    op: "kill",
+                    detail: format!("state `{other}`"),
+                })
+            }
+        };
+        Ok((state, Some(logged).filter(|id| !id.is_empty())))
     }
 
     /// For each running execution, whether it must stop: killed by an operator, or (overlap

@@ -50,7 +50,7 @@ pub use config::{
 };
 pub use conn::{slot, Connection};
 pub use consumer::{Consumer, PAUSED_POLL};
-pub use control::{Kill, KillState, Located, Place, StopOrder, StopProbe};
+pub use control::{Kill, KillRecorder, KillState, Located, Place, StopOrder, StopProbe};
 pub use dlq::DlqEntry;
 pub use ends::{EndRecord, PendingEnd, Settled, END_RELAY_AFTER};
 pub use enqueue::ENQUEUE_CHUNK;

@@ -79,10 +79,12 @@ async fn complete(q: &Queue, d: &Delivery, token: &CompletionToken) -> EndResult
         "succeeded",
         &AwaitSettle::Done,
         &end(ReportedStatus::Succeeded),
+        None,
         UtcMillis::now(),
     )
     .await
     .unwrap()
+    .0
 }
 
 async fn time_out(q: &Queue, d: &Delivery, now: UtcMillis) -> EndResult {
@@ -94,10 +96,12 @@ async fn time_out(q: &Queue, d: &Delivery, now: UtcMillis) -> EndResult {
         "timed_out",
         &AwaitSettle::Retry { next, due: now },
         &end(ReportedStatus::Failed),
+        None,
         now,
     )
     .await
     .unwrap()
+    .0
 }
 
 #[tokio::test]

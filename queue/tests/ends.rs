@@ -247,3 +247,45 @@ async fn a_queue_tells_which_tasks_still_have_work_in_it() {
     live.sort_unstable();
     assert_eq!(live, ["ending", "retrying", "running", "waiting"]);
 }
+
+#[tokio::test]
+async fn a_kill_that_removes_an_execution_records_its_end_in_the_same_step() {
+    let q = queue().await;
+    let now = UtcMillis::now();
+    let s = ax_testkit::spec("t", "default", "log");
+    let msgs: Vec<_> = (0..2)
+        .map(|i| ExecutionMessage::for_fire(&s, UtcMillis(i), now, 0))
+        .collect();
+    q.enqueue_batch(&msgs).await.unwrap();
+    let recorder = |m: &ExecutionMessage, _: Option<&ax_queue::AwaitingRecord>| {
+        common::message_end_record(m, "-", "default", AttemptOutcome::Killed)
+    };
+    let kill = q
+        .kill_execution_recorded("default", msgs[0].execution_id, Some(&recorder))
+        .await
+        .unwrap();
+    assert_eq!(kill.state, ax_queue::KillState::Waiting);
+    let end = kill.end.expect("the kill recorded the end");
+    assert!(end.logged.is_some(), "in the end log");
+    // The caller died before relaying: the sweep finds the end, and relays it once.
+    let swept = q
+        .sweep_ends("default", "w2", Duration::ZERO, 10)
+        .await
+        .unwrap();
+    assert_eq!(swept.len(), 1);
+    assert_eq!(swept[0].record, end.record);
+    q.relay_ends(&swept).await.unwrap();
+    assert_eq!(
+        events(&q).await,
+        vec![(msgs[0].execution_id, "killed".to_owned())]
+    );
+    assert_eq!(q.end_log_len("default").await.unwrap(), 0);
+    // A kill that removes nothing records nothing.
+    let again = q
+        .kill_execution_recorded("default", msgs[0].execution_id, Some(&recorder))
+        .await
+        .unwrap();
+    assert_eq!(again.state, ax_queue::KillState::AlreadyKilled);
+    assert!(again.end.is_none());
+    assert_eq!(q.end_log_len("default").await.unwrap(), 0);
+}

@@ -11,14 +11,16 @@
 //! report came within the task's timeout. The retry decision is the worker's own
 //! ([`crate::retry::decide`]), so a waiting attempt fails, retries and dead-letters as one
 //! that ran in the worker, and its report (history, event for the leader) is the same
-//! [`ExecutionReport`].
+//! [`ExecutionReport`]. Its end record goes to the queue's end log in the same script that
+//! ends it, as a worker's settle does: whoever ended it relays it ([`Ended::end`]), and if
+//! that process dies first the sweeper of the queue's end log does.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ax_queue::{
-    AwaitSettle, AwaitingRecord, AwaitingState, CompletionToken, DlqEntry, EndBy, EndResult, Queue,
-    ReportedEnd, ReportedStatus,
+    AwaitSettle, AwaitingRecord, AwaitingState, CompletionToken, DlqEntry, EndBy, EndRecord,
+    EndResult, PendingEnd, Queue, ReportedEnd, ReportedStatus,
 };
 use ax_scheduler_core::{AttemptEnd, AttemptOutcome, UtcMillis};
 
@@ -149,10 +151,21 @@ pub fn attempt_end(
     }
 }
 
+/// A waiting attempt this call ended: its report, and its end record as the end log holds
+/// it, which the caller relays ([`Queue::relay_ends`]).
+#[derive(Clone, Debug)]
+pub struct Ended {
+    /// The attempt's report.
+    pub report: ExecutionReport,
+    /// Its end record and where it sits in the end log.
+    pub end: PendingEnd,
+}
+
 /// Ends the waiting attempt `rec` describes as `end`, if `by` may (the token's hash for a
-/// completion, a passed deadline, a kill): one script writes the end and the retry or dead
-/// letter that follows. Returns what the queue said and, when this call ended it, the
-/// attempt's report, which the caller must publish (history and the leader's event).
+/// completion, a passed deadline, a kill): one script writes the end, the retry or dead
+/// letter that follows and the end's record in the queue's end log (with the attempt's
+/// history entry when `keep_history`). Returns what the queue said and, when this call
+/// ended it, the attempt's report and record, which the caller relays.
 pub async fn end_waiting(
     queue: &Queue,
     rec: &AwaitingRecord,
@@ -160,7 +173,8 @@ pub async fn end_waiting(
     by: EndBy<'_>,
     end: WaitingEnd,
     now: UtcMillis,
-) -> ax_queue::Result<(EndResult, Option<ExecutionReport>)> {
+    keep_history: bool,
+) -> ax_queue::Result<(EndResult, Option<Ended>)> {
     let Some((_, message)) = &rec.message else {
         return end_pending(queue, rec, attempt, by, &end, now).await;
     };
@@ -175,22 +189,9 @@ pub async fn end_waiting(
             at: now,
         },
     };
-    let result = queue
-        .end_awaiting(
-            message,
-            attempt,
-            by,
-            attempt_end.outcome.as_str(),
-            &settle,
-            &reported,
-            now,
-        )
-        .await?;
-    if result != EndResult::Ended {
-        return Ok((result, None));
-    }
+    let label = attempt_end.outcome.as_str();
     let report = ExecutionReport {
-        output: reported.output,
+        output: reported.output.clone(),
         awaited: true,
         ..ExecutionReport::of(
             message,
@@ -201,7 +202,30 @@ pub async fn end_waiting(
             attempt_end,
         )
     };
-    Ok((EndResult::Ended, Some(report)))
+    let record = EndRecord {
+        event: report.finished_event(),
+        history: keep_history.then(|| report.history()),
+    };
+    let (result, logged) = queue
+        .end_awaiting(
+            message,
+            attempt,
+            by,
+            label,
+            &settle,
+            &reported,
+            Some(&record),
+            now,
+        )
+        .await?;
+    if result != EndResult::Ended {
+        return Ok((result, None));
+    }
+    let end = PendingEnd {
+        logged: logged.map(|id| (message.queue.to_string(), id)),
+        record,
+    };
+    Ok((EndResult::Ended, Some(Ended { report, end })))
 }
 
 /// A completion of an attempt whose record has no message yet (its worker has not seen the
@@ -213,7 +237,7 @@ async fn end_pending(
     by: EndBy<'_>,
     end: &WaitingEnd,
     now: UtcMillis,
-) -> ax_queue::Result<(EndResult, Option<ExecutionReport>)> {
+) -> ax_queue::Result<(EndResult, Option<Ended>)> {
     let (EndBy::Completion(hash), WaitingEnd::Reported(reported)) = (by, end) else {
         return Ok((EndResult::Gone, None));
     };
@@ -228,12 +252,14 @@ const EXPIRE_BATCH: usize = 100;
 
 /// Ends the attempts of `queue` whose deadline passed by `now` (timed out: retried or
 /// dead-lettered as the task says). Any number of pools may run this at once: each attempt
-/// is ended by one of them. Returns the reports of the attempts this call ended.
+/// is ended by one of them. Returns the attempts this call ended, to relay (their records,
+/// with history entries when `keep_history`, are in the end log already).
 pub async fn expire_due(
     queue: &Queue,
     name: &str,
     now: UtcMillis,
-) -> ax_queue::Result<Vec<ExecutionReport>> {
+    keep_history: bool,
+) -> ax_queue::Result<Vec<Ended>> {
     let mut reports = Vec::new();
     for id in queue.due_awaiting(name, now, EXPIRE_BATCH).await? {
         let rec = match queue.awaiting_record(name, id).await? {
@@ -253,6 +279,7 @@ pub async fn expire_due(
             EndBy::Deadline,
             WaitingEnd::Deadline,
             now,
+            keep_history,
         )
         .await?
         {

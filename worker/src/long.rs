@@ -146,17 +146,17 @@ impl Finish {
             };
             let by = EndBy::Completion(&self.hash);
             let end = WaitingEnd::Reported(reported.clone());
-            let (result, report) = end_waiting(&self.queue, &rec, self.attempt, by, end, now)
+            let (result, ended) = end_waiting(&self.queue, &rec, self.attempt, by, end, now, true)
                 .await
                 .map_err(unreachable_redis)?;
             match result {
                 EndResult::Ended => {
-                    if let Some(report) = report {
-                        let (event, history) = (report.finished_event(), report.history());
-                        self.queue
-                            .report(&event, Some(&history))
-                            .await
-                            .map_err(unreachable_redis)?;
+                    // The end is in the queue's end log: relayed here, or by its sweeper
+                    // if this relay fails.
+                    if let Some(ended) = ended {
+                        if let Err(e) = self.queue.relay_ends(&[ended.end]).await {
+                            tracing::warn!(execution_id = %self.id, error = %e, "ended; its end is relayed from the end log later");
+                        }
                     }
                     return Ok(());
                 }

@@ -128,15 +128,23 @@ async fn a_202_frees_the_slot_and_the_completion_ends_the_attempt_once() {
         EndBy::Completion(&hash),
         done.clone(),
         UtcMillis::now(),
+        true,
     )
     .await
     .unwrap();
     assert_eq!(result, EndResult::Ended);
-    let report = report.unwrap();
-    assert_eq!(report.end.outcome, AttemptOutcome::Succeeded);
-    assert!(report.awaited);
-    assert_eq!(report.worker_id, "w");
-    // Repeated: no second end.
+    let ended = report.unwrap();
+    assert_eq!(ended.report.end.outcome, AttemptOutcome::Succeeded);
+    assert!(ended.report.awaited);
+    assert_eq!(ended.report.worker_id, "w");
+    // The script that ended it put its end in the queue's end log: a caller that dies now
+    // leaves it to the sweeper. Relayed, it leaves the log.
+    let (log, _) = ended.end.logged.clone().expect("the end is in the end log");
+    assert_eq!(q.end_log_len(&log).await.unwrap(), 1);
+    assert!(ended.end.record.history.is_some());
+    q.relay_ends(&[ended.end]).await.unwrap();
+    assert_eq!(q.end_log_len(&log).await.unwrap(), 0);
+    // Repeated: no second end, nothing more in the log.
     let (again, none) = end_waiting(
         &q,
         &rec,
@@ -144,10 +152,13 @@ async fn a_202_frees_the_slot_and_the_completion_ends_the_attempt_once() {
         EndBy::Completion(&hash),
         done,
         UtcMillis::now(),
+        true,
     )
     .await
     .unwrap();
-    assert_eq!((again, none), (EndResult::Done("succeeded".into()), None));
+    assert_eq!(again, EndResult::Done("succeeded".into()));
+    assert!(none.is_none());
+    assert_eq!(q.end_log_len(&log).await.unwrap(), 0);
     // The pool itself reports no end for the awaiting attempt.
     assert!(finished_within(&mut rx, Duration::from_millis(500))
         .await

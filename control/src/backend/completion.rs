@@ -19,14 +19,11 @@ use ax_queue::{
 use ax_scheduler_core::redact::{redact_values, target_secret_values};
 use ax_scheduler_core::secret_ref::has_references;
 use ax_scheduler_core::{AttemptOutput, ExecutionId, UtcMillis};
-use ax_worker::awaiting::{end_waiting, WaitingEnd};
-use ax_worker::ExecutionReport;
+use ax_worker::awaiting::{end_waiting, Ended, WaitingEnd};
 
 use super::{errors, Backend};
 use crate::api::{ApiError, CompletionReply, CompletionRequest, CompletionStatus};
 
-/// How often an ended attempt's report is tried before the call gives up on it.
-const PUBLISH_TRIES: u32 = 3;
 /// How often a completion that found its attempt moving to awaiting reads it again.
 const MOVED_ROUNDS: usize = 3;
 
@@ -253,41 +250,34 @@ impl Backend {
             EndBy::Completion(round.hash),
             WaitingEnd::Reported(ended),
             round.now,
+            true,
         )
         .await
         .map_err(errors::queue)?;
-        if let (EndResult::Ended, Some(report)) = (&result, report) {
-            self.publish(q, &report).await;
+        if let (EndResult::Ended, Some(ended)) = (&result, report) {
+            self.publish(q, ended).await;
         }
         end_reply(round.id, round.claim.attempt, status.label(), result).transpose()
     }
 
-    /// Publishes an attempt's end for the leader and the history, as a worker's end goes.
-    async fn publish(&self, q: &Queue, report: &ExecutionReport) {
-        let event = report.finished_event();
-        let history = report.history();
-        for attempt in 1..=PUBLISH_TRIES {
-            match q.report(&event, Some(&history)).await {
-                Ok(()) => {
-                    tracing::info!(
-                        task_id = %format!("{}/{}", report.namespace, report.task_id),
-                        execution_id = %report.execution_id,
-                        attempt = report.attempt.saturating_add(1),
-                        outcome = report.end.label(),
-                        "finished (reported by its job)"
-                    );
-                    return;
-                }
-                Err(e) if attempt < PUBLISH_TRIES => {
-                    tracing::warn!(error = %e, "cannot publish a reported end yet; trying again");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => tracing::error!(
-                    execution_id = %report.execution_id,
-                    error = %e,
-                    "the end is recorded, but the leader could not be told; the task's state catches up with its next execution"
-                ),
-            }
+    /// Relays an attempt's end for the leader and the history, as a worker's end goes. The
+    /// script that ended it put its record in the queue's end log: if this relay fails, the
+    /// sweeper of the log (any worker of the queue) relays it a few seconds later.
+    async fn publish(&self, q: &Queue, ended: Ended) {
+        let report = &ended.report;
+        match q.relay_ends(&[ended.end]).await {
+            Ok(()) => tracing::info!(
+                task_id = %format!("{}/{}", report.namespace, report.task_id),
+                execution_id = %report.execution_id,
+                attempt = report.attempt.saturating_add(1),
+                outcome = report.end.label(),
+                "finished (reported by its job)"
+            ),
+            Err(e) => tracing::warn!(
+                execution_id = %report.execution_id,
+                error = %e,
+                "the end is recorded in the queue's end log; its sweeper tells the leader"
+            ),
         }
     }
 }

@@ -2,15 +2,18 @@
 //!
 //! The queue library does the atomic part (remove a waiting execution, or leave a kill order
 //! its worker polls for; see `ax_queue`'s `control` module). What is left here is finding the
-//! queue and telling the leader: an execution removed before it ran has no worker to report
-//! its end, so its `killed` event and history entry are written here, through the same
-//! stream the workers use, and the leader settles the task (overlap holds, status) as for a
-//! worker's report. A running execution's end is reported by its worker once it stopped.
+//! queue and telling the leader: an execution the kill ends itself (removed before it ran,
+//! or waiting for its completion) has no worker to report its end, so its `killed` record
+//! ([`killed_record`]) goes into the queue's end log in the kill's own script and is relayed
+//! from there to the event stream and the history, as a worker's settle is; if this replica
+//! dies before the relay, the log's sweeper relays it. The leader then settles the task
+//! (overlap holds, status) as for a worker's report. A running execution's end is reported
+//! by its worker once it stopped.
 //!
 //! An execution id says nothing of its queue, so a kill by id tries the queues ax knows of
 //! (as the dead-letter commands do); a kill of a task looks only in the task's queue.
 
-use ax_queue::{Kill, KillState, StopOrder};
+use ax_queue::{AwaitingRecord, EndRecord, ExecutionMessage, Kill, KillState, StopOrder};
 use ax_scheduler_core::{AttemptEnd, AttemptOutcome, ExecutionId, UtcMillis};
 
 use super::{errors, tasks::not_found, Backend};
@@ -46,9 +49,12 @@ impl Backend {
         let mut out = KillResult::default();
         for name in &queues {
             let kills = match execution {
-                Some(id) => vec![q.kill_execution(name, id).await.map_err(errors::queue)?],
+                Some(id) => vec![q
+                    .kill_execution_recorded(name, id, Some(&killed_record))
+                    .await
+                    .map_err(errors::queue)?],
                 None => q
-                    .kill_task(name, &key.namespace, &key.id)
+                    .kill_task_recorded(name, &key.namespace, &key.id, Some(&killed_record))
                     .await
                     .map_err(errors::queue)?,
             };
@@ -72,7 +78,10 @@ impl Backend {
         let q = self.queue().await?;
         let queues = self.known_queues().await?;
         for name in &queues {
-            let k = q.kill_execution(name, id).await.map_err(errors::queue)?;
+            let k = q
+                .kill_execution_recorded(name, id, Some(&killed_record))
+                .await
+                .map_err(errors::queue)?;
             if k.state != KillState::Gone {
                 self.report_removed(&k).await;
                 return Ok(KillResult {
@@ -86,26 +95,16 @@ impl Backend {
         )))
     }
 
-    /// Tells the leader (and the history) that an execution removed before it ran ended
-    /// `killed`. The kill itself is done: a failure here is logged, and the task's state
-    /// catches up with its next event.
+    /// Relays the `killed` end of an execution the kill ended itself from the end log, where
+    /// the kill's script put it. The kill itself is done: a failure here is logged, and the
+    /// log's sweeper relays the end a few seconds later.
     async fn report_removed(&self, k: &Kill) {
-        let (true, Some(m)) = (k.state.removed(), &k.message) else {
+        let Some(end) = k.end.clone() else {
             return;
         };
         let Ok(q) = self.queue().await else { return };
-        let now = UtcMillis::now();
-        let end = AttemptEnd::new(
-            AttemptOutcome::Killed,
-            Some(StopOrder::Killed.reason().to_owned()),
-        );
-        let report =
-            ax_worker::ExecutionReport::of(m, &m.queue, NO_WORKER.to_owned(), now, now, end);
-        let mut history = report.history();
-        history.unstarted = true;
-        let event = report.finished_event();
-        if let Err(e) = q.report(&event, Some(&history)).await {
-            tracing::warn!(execution_id = %m.execution_id, error = %e, "killed, but the leader could not be told; the task's state catches up with its next execution");
+        if let Err(e) = q.relay_ends(&[end]).await {
+            tracing::warn!(execution_id = %k.execution_id, error = %e, "killed; its end is in the queue's end log, whose sweeper tells the leader");
         }
     }
 
@@ -139,5 +138,30 @@ impl Backend {
             name: name.to_owned(),
             paused,
         })
+    }
+}
+
+/// The end record of an execution a kill ends itself: `killed`, as the history and the
+/// leader read a worker's end. One removed before it ran never started (no worker); one that
+/// waited for its completion started on the worker its awaiting record names.
+fn killed_record(m: &ExecutionMessage, awaiting: Option<&AwaitingRecord>) -> EndRecord {
+    let now = UtcMillis::now();
+    let end = AttemptEnd::new(
+        AttemptOutcome::Killed,
+        Some(StopOrder::Killed.reason().to_owned()),
+    );
+    let (worker, started) = match awaiting {
+        Some(rec) => (rec.worker.clone(), rec.started_at),
+        None => (NO_WORKER.to_owned(), now),
+    };
+    let report = ax_worker::ExecutionReport {
+        awaited: awaiting.is_some(),
+        ..ax_worker::ExecutionReport::of(m, &m.queue, worker, started, now, end)
+    };
+    let mut history = report.history();
+    history.unstarted = awaiting.is_none();
+    EndRecord {
+        event: report.finished_event(),
+        history: Some(history),
     }
 }

@@ -4,17 +4,26 @@
 -- that comes while the attempt is still pending (its 202 not yet seen by the worker) is
 -- recorded for the worker to settle.
 -- KEYS: 1 the execution's awaiting record, 2 awaiting zset, 3 delayed zset, 4 dlq zset,
---       5 dlq entries hash, 6 the task's active marker
+--       5 dlq entries hash, 6 the task's active marker, 7 end log stream
 -- ARGV: 1 how ('complete', 'early' (a completion of an attempt read as pending, without its
 --       message: it may only be kept for the worker), 'deadline' or 'kill'), 2 attempt, 3 token hash (complete only),
 --       4 now ms, 5 end label, 6 settle ('ack', 'retry' or 'dlq'), 7 next attempt JSON
 --       (retry) or dlq entry JSON (dlq), 8 retry due ms, 9 execution id, 10 outcome JSON,
---       11 record TTL ms after the end
--- Returns {'ended'}, {'early'} (recorded for the worker), {'stale', current attempt, this
+--       11 record TTL ms after the end, 12 the attempt's end record JSON ('' for none),
+--       appended to the end log when this call ends the attempt, as a worker's settle does
+-- Returns {'ended', end log id or ''}, {'early'} (recorded for the worker), {'stale', current attempt, this
 -- attempt's end or ''}, {'done', this attempt's end}, {'forbidden'}, {'alive'} (the
 -- deadline moved), {'moved'} (an 'early' call found it awaiting meanwhile: read it again) or
 -- {'gone'} (no record).
 local how, attempt = ARGV[1], ARGV[2]
+-- The end record goes to the end log with the end, so a caller that dies before relaying it
+-- leaves it to the sweeper.
+local function ended()
+  if ARGV[12] ~= '' then
+    return {'ended', redis.call('XADD', KEYS[7], '*', 'r', ARGV[12])}
+  end
+  return {'ended', ''}
+end
 local rec = KEYS[1]
 local current = redis.call('HGET', rec, 'attempt')
 if not current then
@@ -55,7 +64,7 @@ redis.call('PEXPIRE', rec, ARGV[11])
 local settle = ARGV[6]
 if settle == 'retry' then
   redis.call('ZADD', KEYS[3], ARGV[8], ARGV[7])
-  return {'ended'}
+  return ended()
 end
 if settle == 'dlq' then
   redis.call('HSET', KEYS[5], ARGV[9], ARGV[7])
@@ -64,4 +73,4 @@ end
 if redis.call('GET', KEYS[6]) == ARGV[9] then
   redis.call('DEL', KEYS[6])
 end
-return {'ended'}
+return ended()

@@ -5,12 +5,17 @@
 -- back a dead worker's messages, a retry settled just after this call) is stopped when taken.
 -- A message addressed to a worker (a broadcast fire's piece) waits in that worker's list or,
 -- its worker gone, in the orphaned list: removed from there as from the queued set.
+-- A removed message's end record, when given, is appended to the queue's end log in the same
+-- step, as a worker's settle does: a caller that dies before relaying it leaves it to the
+-- sweeper, never lost.
 -- KEYS: 1 queued zset, 2 delayed zset, 3 monitor zset, 4 the execution's kill order, 5 the
---       task's active marker, 6 the former ready list, 7 order hash, 8 orphaned list
+--       task's active marker, 6 the former ready list, 7 order hash, 8 orphaned list,
+--       9 end log stream
 -- ARGV: 1 the message JSON as found ('' when it was not found waiting), 2 execution id,
---       3 kill order TTL ms
--- Returns 'waiting' or 'retry_pending' (removed), 'running' (ordered), 'already' (an order
--- exists and nothing was removed), 'gone' (not in this queue: finished, or never here).
+--       3 kill order TTL ms, 4 the end record JSON ('' for none)
+-- Returns {state, end log id or ''}: state 'waiting' or 'retry_pending' (removed), 'running'
+-- (ordered), 'already' (an order exists and nothing was removed), 'gone' (not in this queue:
+-- finished, or never here).
 -- Removes the message from its concurrency key's list of gated messages, if it waits there.
 local function ungate(m)
   if not string.find(m, '"concurrency":', 1, true) then
@@ -58,13 +63,17 @@ if state then
     redis.call('DEL', KEYS[5])
   end
   redis.call('SET', KEYS[4], '1', 'PX', ARGV[3])
-  return state
+  local logged = ''
+  if ARGV[4] ~= '' then
+    logged = redis.call('XADD', KEYS[9], '*', 'r', ARGV[4])
+  end
+  return {state, logged}
 end
 if redis.call('EXISTS', KEYS[4]) == 1 then
-  return 'already'
+  return {'already', ''}
 end
 if redis.call('ZSCORE', KEYS[3], ARGV[2]) then
   redis.call('SET', KEYS[4], '1', 'PX', ARGV[3])
-  return 'running'
+  return {'running', ''}
 end
-return 'gone'
+return {'gone', ''}

@@ -4,7 +4,9 @@
 //! server start a private single one instead.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use ax_queue::{Delivery, EndRecord, ExecutionEventRecord, HistoryEntry, Queue, QueueConfig};
+use ax_queue::{
+    Delivery, EndRecord, ExecutionEventRecord, ExecutionMessage, HistoryEntry, Queue, QueueConfig,
+};
 use ax_scheduler_core::{AttemptEnd, AttemptOutcome, ExecutionEvent, UtcMillis};
 
 /// A queue client with `cfg` on the shared test Redis or Redis Cluster.
@@ -17,7 +19,16 @@ pub(crate) async fn connect(cfg: QueueConfig) -> Queue {
 
 /// The end record a worker settles `d` with when its attempt ends now as `outcome`.
 pub(crate) fn end_record(d: &Delivery, outcome: AttemptOutcome) -> EndRecord {
-    let m = &d.message;
+    message_end_record(&d.message, &d.worker_id, &d.queue, outcome)
+}
+
+/// The end record of message `m` ended now as `outcome` by `worker` in `queue`.
+pub(crate) fn message_end_record(
+    m: &ExecutionMessage,
+    worker: &str,
+    queue: &str,
+    outcome: AttemptOutcome,
+) -> EndRecord {
     let end = AttemptEnd::new(outcome, None);
     let at = UtcMillis::now();
     EndRecord {
@@ -42,9 +53,9 @@ pub(crate) fn end_record(d: &Delivery, outcome: AttemptOutcome) -> EndRecord {
             lateness_ms: 0,
             duration_ms: 0,
             end,
-            worker: d.worker_id.clone(),
+            worker: worker.to_owned(),
             attempt: m.attempt,
-            queue: d.queue.clone(),
+            queue: queue.to_owned(),
             enqueued_at: Some(m.enqueued_at),
             first_enqueued_at: Some(m.first_attempt_at),
             output: None,

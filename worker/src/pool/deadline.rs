@@ -23,15 +23,16 @@ pub(super) async fn deadline_loop(sh: Arc<Shared>, stop: CancellationToken) {
             _ = tokio::time::sleep(sh.cfg.maintenance_interval) => {}
         }
         for q in &sh.cfg.queues {
-            match crate::awaiting::expire_due(&sh.queue, q, sh.cfg.clock.now()).await {
-                Ok(reports) => {
-                    for report in reports {
+            let now = sh.cfg.clock.now();
+            match crate::awaiting::expire_due(&sh.queue, q, now, sh.cfg.record_history).await {
+                Ok(ended) => {
+                    for ended in ended {
                         tracing::warn!(
-                            execution_id = %report.execution_id,
-                            attempt = report.attempt.saturating_add(1),
+                            execution_id = %ended.report.execution_id,
+                            attempt = ended.report.attempt.saturating_add(1),
                             "no completion by the deadline"
                         );
-                        publish(&sh, &report).await;
+                        publish(&sh, ended).await;
                     }
                 }
                 Err(e) => {

@@ -185,9 +185,9 @@ pub(super) async fn finish(
     sh.reporter.on_finished(report).await;
 }
 
-/// Reports an end that was settled elsewhere (an `http.async` attempt past its deadline):
-/// written through the relay, and told to the reporter.
-pub(super) async fn publish(sh: &Shared, report: &ExecutionReport) {
-    let record = end_record(sh, report);
-    finish(sh, report, record, None).await;
+/// Reports an end that was settled elsewhere (an `http.async` attempt past its deadline),
+/// its record in the end log already: relayed, and told to the reporter.
+pub(super) async fn publish(sh: &Shared, ended: crate::awaiting::Ended) {
+    super::relay::relay(sh, ended.end);
+    sh.reporter.on_finished(&ended.report).await;
 }
