@@ -376,6 +376,37 @@ async fn past_its_record_count_the_audit_log_refuses_changes_and_lets_deletes_th
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn past_its_byte_budget_the_audit_log_refuses_changes() {
+    // Room for one record over 1 KiB (it counts 16 KiB) and two small ones (1 KiB each).
+    let a = api_with("audit-bytes", |c| c.audit.max_bytes = 18 * 1024).await;
+    let big = json!({"id": "big", "namespace": "ops", "handler": "log",
+                     "schedule": {"every": "1h"}, "payload": {"pad": "x".repeat(3000)}});
+    let r = a.call(Method::POST, "/api/v1/tasks", Some(big)).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    for id in ["a", "b", "c"] {
+        // The third is written: 18 KiB counted when it was asked, within the budget.
+        a.put_task("ops", id).await;
+    }
+    let r = a.post("/api/v1/tasks/ops/a/pause", json!({})).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text);
+    assert!(r.text.contains("audit.max_bytes"), "{}", r.text);
+    // One marker beside the large record, none beside the small ones.
+    let mut etcd = a.etcd().await;
+    let markers = etcd
+        .get(
+            format!("{}/audit-large/", a.config.etcd.prefix),
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(markers.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_filter_matching_little_reads_a_bounded_number_of_keys_per_request() {
     let a = api_with("list-scan", |c| c.limits.max_list_scan = 5).await;
     for i in 0..12 {

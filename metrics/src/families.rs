@@ -400,7 +400,7 @@ impl ProcessFamilies {
                 registry,
                 IntGauge::new(
                     AUDIT_OVER_CAPACITY,
-                    "1 while the audit log holds more records than `audit.max_records`, as this replica's last audit write counted.",
+                    "1 while the audit log holds more records than `audit.max_records` or more bytes than `audit.max_bytes` (by size class), as this replica's last audit write counted.",
                 )?,
             )?,
             backend_errors_total: counter_vec(

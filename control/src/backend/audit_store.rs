@@ -12,6 +12,14 @@
 //! the limit is raised: the log is bounded in count, and each record in bytes
 //! ([`MAX_RECORD_BYTES`]: a larger detail is replaced by its size and hash), so no caller can
 //! fill etcd through it.
+//!
+//! The count alone bounds the bytes only loosely (100 000 records of 16 KiB are 1.6 GB, most
+//! of a default etcd quota), and etcd cannot sum the sizes of a range. So the log is also
+//! bounded by `audit.max_bytes`, measured by size class: a record of at most
+//! [`SMALL_RECORD_BYTES`] counts that much, a larger one [`MAX_RECORD_BYTES`], and each larger
+//! one has an empty marker key under `{prefix}/audit-large/` with the same suffix, written
+//! and deleted with it; the same count-only read, over both prefixes in one transaction, gives
+//! an upper bound of the bytes.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -27,18 +35,46 @@ use crate::audit::{AuditPage, AuditQuery, AuditRecord, DEFAULT_AUDIT_PAGE};
 /// value per change. A detail that makes a record larger is replaced by its size and SHA-256.
 pub const MAX_RECORD_BYTES: usize = 16 * 1024;
 
+/// A record up to this size counts this much against `audit.max_bytes`; a larger one counts
+/// [`MAX_RECORD_BYTES`]. Most records (an action, a target, a short detail) are far smaller.
+pub const SMALL_RECORD_BYTES: usize = 1024;
+
 /// What the store last learned of its count: not counted yet, under the limit, over it.
 const ROOM_UNKNOWN: u8 = 0;
 const ROOM_UNDER: u8 = 1;
 const ROOM_OVER: u8 = 2;
+
+/// How big the log is: its records, and an upper bound of their bytes by size class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LogSize {
+    records: usize,
+    bytes: u64,
+}
+
+impl LogSize {
+    /// `records` records, `large` of them larger than [`SMALL_RECORD_BYTES`].
+    fn of(records: u64, large: u64) -> Self {
+        let large = large.min(records);
+        let (small_b, large_b) = (SMALL_RECORD_BYTES as u64, MAX_RECORD_BYTES as u64);
+        LogSize {
+            records: usize::try_from(records).unwrap_or(usize::MAX),
+            bytes: (records - large)
+                .saturating_mul(small_b)
+                .saturating_add(large.saturating_mul(large_b)),
+        }
+    }
+}
 
 /// The audit log's records in etcd.
 #[derive(Clone)]
 pub struct AuditStore {
     etcd: Client,
     prefix: String,
+    /// Where the markers of the records larger than [`SMALL_RECORD_BYTES`] go.
+    large_prefix: String,
     retention: Duration,
     max_records: usize,
+    max_bytes: u64,
     request_timeout: Duration,
     /// Told whether the log is over its count after each write (a replica exports it as
     /// `scheduler_audit_over_capacity`); the flag beside it makes the warning once a crossing.
@@ -68,19 +104,21 @@ impl CapacityWatch {
 
 impl AuditStore {
     /// The log under `{prefix}/audit/`, keeping records for `retention`, at most
-    /// `max_records` of them.
+    /// `max_records` of them, in at most `max_bytes` (by size class).
     pub fn new(
         etcd: Client,
         prefix: &str,
         retention: Duration,
-        max_records: usize,
+        (max_records, max_bytes): (usize, u64),
         request_timeout: Duration,
     ) -> Self {
         AuditStore {
             etcd,
             prefix: format!("{prefix}/audit/"),
+            large_prefix: format!("{prefix}/audit-large/"),
             retention,
             max_records: max_records.max(1),
+            max_bytes,
             request_timeout,
             over_capacity: None,
             room: Arc::new(AtomicU8::new(ROOM_UNKNOWN)),
@@ -99,7 +137,7 @@ impl AuditStore {
             etcd,
             &config.etcd.prefix,
             config.audit.retention,
-            config.audit.max_records,
+            (config.audit.max_records, config.audit.max_bytes),
             config.etcd.timeout,
         )
     }
@@ -111,37 +149,51 @@ impl AuditStore {
         if self.room.load(Ordering::Relaxed) == ROOM_UNDER {
             return Ok(());
         }
-        let count = self.check_capacity().await?;
-        if count <= self.max_records {
+        let size = self.check_capacity().await?;
+        if !self.is_over(size) {
             return Ok(());
         }
         Err(ApiError::Unavailable(format!(
-            "the audit log holds {count} records, more than audit.max_records ({}), all younger \
-             than audit.retention ({}); changes are refused until records expire: raise \
-             audit.max_records or shorten audit.retention, and find who writes so much",
+            "the audit log holds {} records in up to {} bytes, more than audit.max_records ({}) \
+             or audit.max_bytes ({}), all younger than audit.retention ({}); changes are \
+             refused until records expire: raise the limit or shorten audit.retention, and \
+             find who writes so much",
+            size.records,
+            size.bytes,
             self.max_records,
+            self.max_bytes,
             humantime::format_duration(self.retention)
         )))
+    }
+
+    fn is_over(&self, size: LogSize) -> bool {
+        size.records > self.max_records || size.bytes > self.max_bytes
     }
 
     /// Writes `record`, deletes the records older than the retention, and checks the count.
     pub async fn write(&self, record: &AuditRecord) -> Result<(), ApiError> {
         let prefix = self.prefix.clone();
         let suffix: u32 = rand::random();
-        let key = format!("{prefix}{:013}-{suffix:08x}", record.at.0.max(0));
+        let name = format!("{:013}-{suffix:08x}", record.at.0.max(0));
         let value = encode_bounded(record)?;
         let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
-        let cutoff = format!(
-            "{prefix}{:013}",
-            record.at.0.saturating_sub(retention_ms).max(0)
-        );
-        let txn = Txn::new().and_then([
-            TxnOp::put(key, value, None),
+        let cutoff = format!("{:013}", record.at.0.saturating_sub(retention_ms).max(0));
+        let large = &self.large_prefix;
+        let mut ops = vec![
             TxnOp::delete(
-                prefix,
-                Some(etcd_client::DeleteOptions::new().with_range(cutoff)),
+                prefix.clone(),
+                Some(etcd_client::DeleteOptions::new().with_range(format!("{prefix}{cutoff}"))),
             ),
-        ]);
+            TxnOp::delete(
+                large.clone(),
+                Some(etcd_client::DeleteOptions::new().with_range(format!("{large}{cutoff}"))),
+            ),
+        ];
+        if value.len() > SMALL_RECORD_BYTES {
+            ops.push(TxnOp::put(format!("{large}{name}"), "", None));
+        }
+        ops.push(TxnOp::put(format!("{prefix}{name}"), value, None));
+        let txn = Txn::new().and_then(ops);
         let mut kv = self.etcd.kv_client();
         tokio::time::timeout(self.request_timeout, kv.txn(txn))
             .await
@@ -150,34 +202,48 @@ impl AuditStore {
         self.check_capacity().await.map(|_| ())
     }
 
-    /// Counts the records and says when they are more than `max_records`. None is deleted
-    /// for it: every record is younger than the retention (the older ones went with the
-    /// write), and a young record is kept whatever the volume.
-    async fn check_capacity(&self) -> Result<usize, ApiError> {
+    /// Counts the records (and the larger ones) and says when they are more than
+    /// `max_records` or take more than `max_bytes`. None is deleted for it: every record is
+    /// younger than the retention (the older ones went with the write), and a young record
+    /// is kept whatever the volume.
+    async fn check_capacity(&self) -> Result<LogSize, ApiError> {
+        let count_only = || Some(GetOptions::new().with_prefix().with_count_only());
+        let txn = Txn::new().and_then([
+            TxnOp::get(self.prefix.clone(), count_only()),
+            TxnOp::get(self.large_prefix.clone(), count_only()),
+        ]);
         let mut kv = self.etcd.kv_client();
-        let counted = tokio::time::timeout(
-            self.request_timeout,
-            kv.get(
-                self.prefix.clone(),
-                Some(GetOptions::new().with_prefix().with_count_only()),
-            ),
-        )
-        .await
-        .map_err(|_| ApiError::Unavailable("etcd audit count timed out".into()))?
-        .map_err(|e| errors::etcd("audit count", e))?;
-        let count = usize::try_from(counted.count()).unwrap_or(0);
-        let over = count > self.max_records;
+        let counted = tokio::time::timeout(self.request_timeout, kv.txn(txn))
+            .await
+            .map_err(|_| ApiError::Unavailable("etcd audit count timed out".into()))?
+            .map_err(|e| errors::etcd("audit count", e))?;
+        let counts: Vec<u64> = counted
+            .op_responses()
+            .into_iter()
+            .map(|r| match r {
+                etcd_client::TxnOpResponse::Get(g) => u64::try_from(g.count()).unwrap_or(0),
+                _ => 0,
+            })
+            .collect();
+        let size = LogSize::of(
+            counts.first().copied().unwrap_or(0),
+            counts.get(1).copied().unwrap_or(0),
+        );
+        let count = size.records;
+        let over = self.is_over(size);
         let room = if over { ROOM_OVER } else { ROOM_UNDER };
         self.room.store(room, Ordering::Relaxed);
         if let Some(watch) = &self.over_capacity {
             if over && !watch.over.load(Ordering::Relaxed) {
                 tracing::warn!(
                     records = count,
+                    bytes = size.bytes,
                     max_records = self.max_records,
+                    max_bytes = self.max_bytes,
                     retention = %humantime::format_duration(self.retention),
-                    "the audit log holds more records than audit.max_records, all younger \
-                     than audit.retention, so none is deleted; shorten the retention or find \
-                     who writes so much"
+                    "the audit log holds more records than audit.max_records or bytes than \
+                     audit.max_bytes, all younger than audit.retention, so none is deleted; \
+                     shorten the retention or find who writes so much"
                 );
             }
             watch.over.store(over, Ordering::Relaxed);
@@ -185,12 +251,14 @@ impl AuditStore {
         } else if over {
             tracing::warn!(
                 records = count,
+                bytes = size.bytes,
                 max_records = self.max_records,
-                "the audit log holds more records than audit.max_records; none younger than \
-                 audit.retention is deleted"
+                max_bytes = self.max_bytes,
+                "the audit log holds more records than audit.max_records or bytes than \
+                 audit.max_bytes; none younger than audit.retention is deleted"
             );
         }
-        Ok(count)
+        Ok(size)
     }
 
     /// A page of records, newest first.
@@ -300,6 +368,18 @@ fn encode_bounded(record: &AuditRecord) -> Result<Vec<u8>, ApiError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_log_s_bytes_are_bounded_by_its_size_classes() {
+        let small = SMALL_RECORD_BYTES as u64;
+        let large = MAX_RECORD_BYTES as u64;
+        assert_eq!(LogSize::of(0, 0).bytes, 0);
+        assert_eq!(LogSize::of(10, 0).bytes, 10 * small);
+        assert_eq!(LogSize::of(10, 3).bytes, 7 * small + 3 * large);
+        // More markers than records (a record deleted by hand): every record counted large.
+        assert_eq!(LogSize::of(2, 5).bytes, 2 * large);
+        assert_eq!(LogSize::of(u64::MAX, u64::MAX).bytes, u64::MAX);
+    }
     use super::*;
     use ax_scheduler_core::UtcMillis;
 

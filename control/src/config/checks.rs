@@ -159,6 +159,13 @@ pub fn check_audit(audit: &Audit, err: &mut impl FnMut(&str, String)) {
     if audit.max_records == 0 {
         err("audit.max_records", "must be at least 1".into());
     }
+    let record = crate::backend::audit_store::MAX_RECORD_BYTES as u64;
+    if audit.max_bytes < record {
+        err(
+            "audit.max_bytes",
+            format!("must hold at least one record of the largest size ({record} bytes)"),
+        );
+    }
 }
 
 /// `[limits]`.

@@ -129,6 +129,9 @@ pub struct Audit {
     pub retention: Duration,
     /// Most records kept (the oldest go first); default 100 000.
     pub max_records: usize,
+    /// Most bytes the records may take in etcd, as bounded by their sizes' classes (see the
+    /// audit store); default 128 MiB.
+    pub max_bytes: u64,
 }
 
 /// `[limits]`: bounds on what API and CLI callers may send, each refused with a message
@@ -211,6 +214,7 @@ impl Default for Audit {
         Audit {
             retention: Duration::from_secs(90 * 24 * 3600),
             max_records: 100_000,
+            max_bytes: 128 * 1024 * 1024,
         }
     }
 }
