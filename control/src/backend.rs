@@ -39,7 +39,7 @@ use std::time::Duration;
 use ax_election::ElectionConfig;
 use ax_queue::Queue;
 use ax_registry::Registry;
-use ax_scheduler_core::{ExecutionId, SystemClock};
+use ax_scheduler_core::{Clock, ExecutionId, SystemClock, UtcMillis};
 use etcd_client::Client;
 use tokio::sync::OnceCell;
 
@@ -79,7 +79,10 @@ pub struct Backend {
     audit: AuditStore,
     /// Built on the first status call; `None` inside when it cannot be (no endpoint, bad
     /// TLS files: the replica's own check says why at campaign time).
-    clock: OnceCell<Option<ClockCheck>>,
+    clock_check: OnceCell<Option<ClockCheck>>,
+    /// The wall clock of what the backend stamps (audit records, requests, views) and of a
+    /// queue it connects on first use.
+    wall: Arc<dyn Clock>,
     /// The queues the cluster uses, remembered between calls (see `queue_names`).
     queue_names: Arc<queue_names::QueueNames>,
     /// Where the secrets tasks name are read, to mask them in what jobs report.
@@ -117,10 +120,19 @@ impl Backend {
             max_tasks_per_namespace: config.limits.max_tasks_per_namespace,
             max_backfill_fires: config.limits.max_backfill_fires,
             max_list_scan: config.limits.max_list_scan,
-            clock: OnceCell::new(),
+            clock_check: OnceCell::new(),
+            wall: Arc::new(SystemClock),
             queue_names: Arc::default(),
             secrets: ax_worker::SecretSource::none(),
         }
+    }
+
+    /// The same backend on `clock` (tests run it on a clock of their own): what it stamps
+    /// reads it, and so does a queue it connects on first use (a queue given to
+    /// [`Backend::new`] keeps its own).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Backend {
+        self.wall = clock;
+        self
     }
 
     /// The same backend, reading the secrets tasks name from `secrets` (a worker's
@@ -141,7 +153,7 @@ impl Backend {
     /// when it cannot be measured (shown as unknown, not as a failure of the status).
     async fn clock_against_etcd(&self) -> Option<ClockView> {
         let check = self
-            .clock
+            .clock_check
             .get_or_init(|| async {
                 let tls = etcd_tls(&self.config).ok()?;
                 ClockCheck::new(&self.config.etcd.endpoints, tls.as_ref()).ok()
@@ -172,7 +184,7 @@ impl Backend {
     async fn queue(&self) -> Result<&Queue, ApiError> {
         self.queue
             .get_or_try_init(|| async {
-                connect_queue(&self.config, Arc::new(SystemClock))
+                connect_queue(&self.config, Arc::clone(&self.wall))
                     .await
                     .map_err(|e| ApiError::Unavailable(format!("{e:#}")))
             })
@@ -218,7 +230,7 @@ impl ApiBackend for Backend {
             crate::api::check_namespace(&namespace)?;
             let pause = ax_registry::NamespacePause {
                 namespace,
-                paused_at: ax_scheduler_core::UtcMillis::now(),
+                paused_at: self.now(),
                 paused_by: by,
             };
             self.registry
@@ -279,6 +291,10 @@ impl ApiBackend for Backend {
 
     fn audit_record(&self, record: AuditRecord) -> ApiFuture<'_, ()> {
         Box::pin(async move { self.audit.write(&record).await })
+    }
+
+    fn now(&self) -> UtcMillis {
+        self.wall.now()
     }
 
     fn write_room(&self) -> ApiFuture<'_, ()> {

@@ -46,6 +46,12 @@ macro_rules! delegate {
 }
 
 impl ApiBackend for LateApi {
+    fn now(&self) -> ax_scheduler_core::UtcMillis {
+        match self.get() {
+            Ok(backend) => backend.now(),
+            Err(_) => ax_scheduler_core::UtcMillis::now(),
+        }
+    }
     fn list_tasks(&self, query: TaskQuery) -> ApiFuture<'_, TaskList> {
         delegate!(self, list_tasks(query))
     }

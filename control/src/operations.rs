@@ -23,7 +23,7 @@
 //! # }
 //! ```
 
-use ax_scheduler_core::{ExecutionId, UtcMillis};
+use ax_scheduler_core::ExecutionId;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -239,7 +239,7 @@ impl<'a> Operations<'a> {
         revision: Option<i64>,
     ) {
         let record = AuditRecord {
-            at: UtcMillis::now(),
+            at: self.backend.now(),
             actor: self.actor.name.clone(),
             via: self.actor.via.clone(),
             action: action.to_owned(),

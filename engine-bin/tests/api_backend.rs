@@ -513,3 +513,42 @@ async fn backfills_of_one_range_at_the_same_instant_request_each_fire_once() {
     .1;
     assert_eq!(listed.len(), 300, "one request per fire");
 }
+
+/// A wall clock that stands still at one instant.
+#[derive(Debug)]
+struct Stopped(ax_scheduler_core::UtcMillis);
+
+impl ax_scheduler_core::Clock for Stopped {
+    fn now(&self) -> ax_scheduler_core::UtcMillis {
+        self.0
+    }
+}
+
+#[tokio::test]
+async fn a_backend_on_its_own_clock_stamps_what_it_records_by_it() {
+    let mut config = Config::default();
+    config.etcd.endpoints = vec![ax_testkit::etcd_endpoint()];
+    config.etcd.prefix = format!("/{}", ax_testkit::unique_name("api-clock"));
+    config.redis.url = ax_testkit::redis_url();
+    config.redis.key_prefix = ax_testkit::unique_name("api-clock");
+    // An instant far from the host's clock, so that a stamp read from the host shows.
+    let at = ax_scheduler_core::UtcMillis(1_700_000_000_000);
+    let b = Backend::connect_lazy(&config.cluster())
+        .await
+        .unwrap()
+        .with_clock(std::sync::Arc::new(Stopped(at)));
+    let actor = ax_control::audit::Actor::api("clock-test");
+    let ops = ax_control::operations::Operations::new(&b, &actor);
+    let spec = json!({"id": "t", "namespace": "ns", "handler": "log",
+                      "schedule": {"every": "1h"}});
+    ops.put_task(spec, PutOptions::default()).await.unwrap();
+    ops.pause(ax_control::api::TaskKey::new("ns", "t"))
+        .await
+        .unwrap();
+    let page = b
+        .audit_list(ax_control::audit::AuditQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 2, "{page:?}");
+    assert!(page.items.iter().all(|r| r.at == at), "{page:?}");
+}

@@ -66,6 +66,11 @@ pub trait ApiBackend: Send + Sync {
     fn status(&self) -> ApiFuture<'_, StatusView>;
     /// Records a change in the audit log.
     fn audit_record(&self, record: AuditRecord) -> ApiFuture<'_, ()>;
+    /// The wall clock the backend stamps its changes by: the host's unless the backend runs
+    /// on a clock of its own ([`Backend::with_clock`](crate::backend::Backend::with_clock)).
+    fn now(&self) -> ax_scheduler_core::UtcMillis {
+        ax_scheduler_core::UtcMillis::now()
+    }
     /// Whether a change may be made now: [`ApiError::Unavailable`] while the audit log is
     /// over its count or etcd's database is nearly full. Asked before each change by
     /// [`Operations`](crate::operations::Operations); a transport that forwards changes to a

@@ -145,7 +145,7 @@ impl Backend {
             .into_iter()
             .map(|id| id.and_then(|s| s.parse().ok()))
             .collect();
-        let now = UtcMillis::now();
+        let now = self.wall.now();
         let mut result = BackfillResult {
             fires: fires.to_vec(),
             execution_ids: Vec::with_capacity(fires.len()),

@@ -180,7 +180,7 @@ impl Backend {
                 claim: &claim,
                 rec: &rec,
                 hash: &hash,
-                now: UtcMillis::now(),
+                now: self.wall.now(),
             };
             // What the job sends goes to the history: its task's credentials (inline, and the
             // secrets its target names, read as the worker read them) are masked first, as

@@ -46,15 +46,17 @@ impl Backend {
             Err(e) => return Err(errors::registry(e)),
         };
         let q = self.queue().await?;
+        let now = self.wall.now();
+        let recorder = |m: &ExecutionMessage, a: Option<&AwaitingRecord>| killed_record(m, a, now);
         let mut out = KillResult::default();
         for name in &queues {
             let kills = match execution {
                 Some(id) => vec![q
-                    .kill_execution_recorded(name, id, Some(&killed_record))
+                    .kill_execution_recorded(name, id, Some(&recorder))
                     .await
                     .map_err(errors::queue)?],
                 None => q
-                    .kill_task_recorded(name, &key.namespace, &key.id, Some(&killed_record))
+                    .kill_task_recorded(name, &key.namespace, &key.id, Some(&recorder))
                     .await
                     .map_err(errors::queue)?,
             };
@@ -77,9 +79,11 @@ impl Backend {
     pub(super) async fn kill_by_id(&self, id: ExecutionId) -> Result<KillResult, ApiError> {
         let q = self.queue().await?;
         let queues = self.known_queues().await?;
+        let now = self.wall.now();
+        let recorder = |m: &ExecutionMessage, a: Option<&AwaitingRecord>| killed_record(m, a, now);
         for name in &queues {
             let k = q
-                .kill_execution_recorded(name, id, Some(&killed_record))
+                .kill_execution_recorded(name, id, Some(&recorder))
                 .await
                 .map_err(errors::queue)?;
             if k.state != KillState::Gone {
@@ -144,8 +148,11 @@ impl Backend {
 /// The end record of an execution a kill ends itself: `killed`, as the history and the
 /// leader read a worker's end. One removed before it ran never started (no worker); one that
 /// waited for its completion started on the worker its awaiting record names.
-fn killed_record(m: &ExecutionMessage, awaiting: Option<&AwaitingRecord>) -> EndRecord {
-    let now = UtcMillis::now();
+fn killed_record(
+    m: &ExecutionMessage,
+    awaiting: Option<&AwaitingRecord>,
+    now: UtcMillis,
+) -> EndRecord {
     let end = AttemptEnd::new(
         AttemptOutcome::Killed,
         Some(StopOrder::Killed.reason().to_owned()),

@@ -604,7 +604,7 @@ impl Backend {
 
     /// Every known queue's view, and their dead letters in all.
     async fn queue_views(&self, q: &ax_queue::Queue) -> Result<(Vec<QueueView>, u64), ApiError> {
-        let now = UtcMillis::now();
+        let now = self.wall.now();
         let mut queues = Vec::new();
         let mut dlq_size = 0;
         for name in self.known_queues().await? {

@@ -82,7 +82,7 @@ impl Backend {
         // Every task first, so that one refusal changes nothing.
         let mut plan = Vec::with_capacity(found.len());
         let mut refused = Vec::new();
-        let now = UtcMillis::now();
+        let now = self.wall.now();
         for (queue, entry) in found {
             let current = if use_stored {
                 None

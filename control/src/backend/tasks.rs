@@ -251,7 +251,7 @@ impl Backend {
             scanned += page.listing.tasks.len() + page.listing.invalid.len();
             let revision = page.listing.revision;
             let more = page.next.clone();
-            let views = views_of_page(page);
+            let views = views_of_page(page, self.wall.now());
             let last = views.len();
             for (i, mut view) in views.into_iter().enumerate() {
                 mark_namespace_paused(&mut view, &paused);
@@ -300,7 +300,7 @@ impl Backend {
         let raw = self.raw_spec(key).await?.ok_or_else(|| not_found(key))?;
         let state = self.state_of(&key.namespace, &key.id).await;
         let known = state.as_ref().ok().and_then(Option::as_ref);
-        let now = UtcMillis::now();
+        let now = self.wall.now();
         let mut view = view_from_raw(&key.namespace, &key.id, &raw, known, now);
         mark_namespace_paused(&mut view, &self.paused_namespace_names().await?);
         if let Ok(spec) = TaskSpec::from_json(&raw, &key.namespace, &key.id) {
@@ -390,7 +390,7 @@ impl Backend {
                 errors: problems,
             });
         }
-        let now = UtcMillis::now();
+        let now = self.wall.now();
         if !dry_run && spec.created_at.is_none() {
             // So that a `delay` or `every` countdown starts at registration, whichever
             // replica leads when the spec is first seen.
@@ -498,7 +498,7 @@ impl Backend {
             .await
             .map_err(errors::registry)?;
         let state = self.state_of(&key.namespace, &key.id).await.ok().flatten();
-        Ok(view_of_spec(&stored.spec, state.as_ref(), UtcMillis::now()))
+        Ok(view_of_spec(&stored.spec, state.as_ref(), self.wall.now()))
     }
 
     pub(super) async fn run_now(
@@ -519,7 +519,7 @@ impl Backend {
         }
         let request = TriggerRequest {
             execution_id: ax_queue::new_execution_id(),
-            requested_at: UtcMillis::now(),
+            requested_at: self.wall.now(),
             payload: params.payload,
             idempotency_key: params.idempotency_key,
             backfill_of: None,
@@ -554,7 +554,7 @@ fn has_label(view: &TaskView, key: &str, value: Option<&str>) -> bool {
 
 /// The views of one page's tasks, valid and invalid, in key order, each with its state (or
 /// why its state cannot be read).
-fn views_of_page(page: TaskPage) -> Vec<TaskView> {
+fn views_of_page(page: TaskPage, now: UtcMillis) -> Vec<TaskView> {
     let TaskPage {
         listing, states, ..
     } = page;
@@ -569,7 +569,6 @@ fn views_of_page(page: TaskPage) -> Vec<TaskView> {
         .map(|s| ((s.namespace, s.id), s.state))
         .collect();
     let state = |ns: &str, id: &str| states.get(&(ns.to_owned(), id.to_owned()));
-    let now = UtcMillis::now();
     let mut views: Vec<TaskView> = listing
         .tasks
         .iter()
