@@ -165,6 +165,9 @@ impl Backend {
         let claim = parse_claim(&request)?;
         let token = request.token.trim();
         let q = self.queue().await?;
+        // Masked once, when a record first names the task (its secrets are read from files):
+        // a round that found the attempt moving reads the record again, not the secrets.
+        let mut masked: Option<CompletionRequest> = None;
         for _ in 0..MOVED_ROUNDS {
             let rec = q
                 .awaiting_record(&claim.queue, id)
@@ -185,7 +188,13 @@ impl Backend {
             // What the job sends goes to the history: its task's credentials (inline, and the
             // secrets its target names, read as the worker read them) are masked first, as
             // the worker masks a synchronous answer.
-            let request = self.redacted(&rec, request.clone()).await;
+            let request = match (&masked, &rec.message) {
+                (Some(done), _) => done.clone(),
+                (None, Some(_)) => masked
+                    .insert(self.redacted(&rec, request.clone()).await)
+                    .clone(),
+                (None, None) => request.clone(),
+            };
             let status = match request.status {
                 CompletionStatus::Progress => return round.progress(q, &request).await,
                 CompletionStatus::Succeeded => ReportedStatus::Succeeded,
