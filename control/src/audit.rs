@@ -23,6 +23,14 @@ use ax_scheduler_core::UtcMillis;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Largest audit record, bytes of JSON: a spec diff of a 1 MiB spec would be a 1 MiB etcd
+/// value per change. A detail that makes a record larger is replaced by its size and SHA-256.
+pub const MAX_RECORD_BYTES: usize = 16 * 1024;
+
+/// A record up to this size counts this much against `audit.max_bytes`; a larger one counts
+/// [`MAX_RECORD_BYTES`]. Most records (an action, a target, a short detail) are far smaller.
+pub const SMALL_RECORD_BYTES: usize = 1024;
+
 /// `via` of a change made through the HTTP API.
 pub const VIA_API: &str = "api";
 /// `via` of a change made with the CLI.

@@ -31,13 +31,7 @@ use super::errors;
 use crate::api::{ApiError, MAX_LIST_LIMIT};
 use crate::audit::{AuditPage, AuditQuery, AuditRecord, DEFAULT_AUDIT_PAGE};
 
-/// Largest audit record, bytes of JSON: a spec diff of a 1 MiB spec would be a 1 MiB etcd
-/// value per change. A detail that makes a record larger is replaced by its size and SHA-256.
-pub const MAX_RECORD_BYTES: usize = 16 * 1024;
-
-/// A record up to this size counts this much against `audit.max_bytes`; a larger one counts
-/// [`MAX_RECORD_BYTES`]. Most records (an action, a target, a short detail) are far smaller.
-pub const SMALL_RECORD_BYTES: usize = 1024;
+pub use crate::audit::{MAX_RECORD_BYTES, SMALL_RECORD_BYTES};
 
 /// What the store last learned of its count: not counted yet, under the limit, over it.
 const ROOM_UNKNOWN: u8 = 0;

@@ -159,7 +159,7 @@ pub fn check_audit(audit: &Audit, err: &mut impl FnMut(&str, String)) {
     if audit.max_records == 0 {
         err("audit.max_records", "must be at least 1".into());
     }
-    let record = crate::backend::audit_store::MAX_RECORD_BYTES as u64;
+    let record = crate::audit::MAX_RECORD_BYTES as u64;
     if audit.max_bytes < record {
         err(
             "audit.max_bytes",
