@@ -27,11 +27,13 @@ use crate::clock::{Clock, ClockProbe};
 use crate::deps::TermDeps;
 use crate::metrics::Backend;
 
-/// How often a leader checks its clock against etcd's.
-pub(super) const WATCH_EVERY: Duration = Duration::from_secs(5);
+/// How often a leader checks its clock against etcd's: one small HTTP request, and a drift
+/// that makes no jump fires early (or late) until the next check.
+pub(super) const WATCH_EVERY: Duration = Duration::from_secs(2);
 
-/// How often the watch reads the clock for a jump.
-const JUMP_POLL: Duration = Duration::from_millis(200);
+/// How often the watch reads the clock for a jump; how long the fire path waits before it
+/// tries again a check that could not be made.
+pub(super) const JUMP_POLL: Duration = Duration::from_millis(200);
 
 /// The `reason` of `scheduler_leader_step_downs_total` for a leader whose clock drifted.
 pub(crate) const STEP_DOWN_CLOCK: &str = "clock_skew";
@@ -41,6 +43,8 @@ pub(crate) const STEP_DOWN_CLOCK: &str = "clock_skew";
 pub(super) struct Jumps {
     last: Option<(UtcMillis, Instant)>,
     threshold_ms: i64,
+    /// A jump was seen and no check has said the clock agrees since: the fire path holds.
+    pub(super) unverified: bool,
 }
 
 impl Jumps {
@@ -49,6 +53,7 @@ impl Jumps {
         Jumps {
             last: None,
             threshold_ms: i64::try_from(max_skew.as_millis() / 2).unwrap_or(i64::MAX),
+            unverified: false,
         }
     }
 
@@ -63,27 +68,39 @@ impl Jumps {
     }
 }
 
+/// What a check of the clock against etcd's found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Checked {
+    /// Within `max_clock_skew`.
+    Agrees,
+    /// Past it: the term gives its key up.
+    Off,
+    /// No answer (etcd's HTTP listener did not answer in time).
+    Unknown,
+}
+
 /// Checks the term's clock against etcd's now; past `max_skew`, gives the key up (cancels
-/// `off`, with an error line, the metric and an alert). Whether it did. A check that cannot
-/// be made changes nothing: the watch guards against a bad clock, not a bad etcd (the lease
-/// says whether etcd answers), as the campaign's check does.
+/// `off`, with an error line, the metric and an alert). A check that cannot be made changes
+/// nothing here: the periodic watch guards against a bad clock, not a bad etcd (the lease
+/// says whether etcd answers), as the campaign's check does; the fire path, after a jump,
+/// holds until one can be made.
 pub(super) async fn check_now(
     probe: &dyn ClockProbe,
     deps: &TermDeps,
     max_skew: Duration,
     off: &CancellationToken,
     jumped: bool,
-) -> bool {
+) -> Checked {
     let clock: &dyn Clock = &*deps.clock;
     let skew = match probe.skew(clock).await {
         Ok(skew) => skew,
         Err(e) => {
             debug!(error = %e, "cannot check the leader's clock against etcd's");
-            return false;
+            return Checked::Unknown;
         }
     };
     if skew.abs() <= max_skew.as_secs_f64() {
-        return false;
+        return Checked::Agrees;
     }
     error!(
         skew_seconds = skew,
@@ -104,7 +121,7 @@ pub(super) async fn check_now(
         ));
     }
     off.cancel();
-    true
+    Checked::Off
 }
 
 /// Watches the term's clock until `stop`; cancels `off` (and returns) when it is off
@@ -130,7 +147,7 @@ pub(super) async fn run(
             continue;
         }
         next_check = at + WATCH_EVERY;
-        if check_now(&*probe, &deps, max_skew, &off, jumped).await {
+        if check_now(&*probe, &deps, max_skew, &off, jumped).await == Checked::Off {
             return;
         }
     }

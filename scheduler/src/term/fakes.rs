@@ -612,18 +612,27 @@ impl crate::clock::Clock for SteppedClock {
 pub(crate) struct ReferenceProbe {
     start: tokio::time::Instant,
     base: i64,
+    /// While set, every check fails (etcd's HTTP listener does not answer).
+    pub(crate) failing: std::sync::atomic::AtomicBool,
 }
 
 impl ReferenceProbe {
     /// The reference reads `base` at `start`.
     pub(crate) fn new(start: tokio::time::Instant, base: i64) -> Self {
-        ReferenceProbe { start, base }
+        ReferenceProbe {
+            start,
+            base,
+            failing: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 }
 
 impl crate::clock::ClockProbe for ReferenceProbe {
     fn skew<'a>(&'a self, clock: &'a dyn crate::clock::Clock) -> crate::clock::SkewFuture<'a> {
         Box::pin(async move {
+            if self.failing.load(Ordering::SeqCst) {
+                return Err("etcd's HTTP listener does not answer".into());
+            }
             let real =
                 self.base + i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX);
             #[allow(clippy::cast_precision_loss)]

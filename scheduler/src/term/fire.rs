@@ -302,9 +302,10 @@ fn deadline_alert(key: &TaskKey, within: Duration, miss: &Miss, now: UtcMillis) 
 }
 
 impl Term {
-    /// Whether the clock jumped ahead since the last round and is off etcd's past
-    /// `max_clock_skew`: then nothing fires (what the jump made due would fire early) and the
-    /// term gives its key up ([`super::clock_watch`]).
+    /// Whether this round must not fire for the clock: it jumped ahead since a check last
+    /// said it agrees with etcd's, and a check now finds it off (the term gives its key up,
+    /// [`super::clock_watch`]) or cannot be made (the round waits a moment and holds: what
+    /// the jump made due would fire early if the clock is wrong).
     async fn clock_went_off(
         &mut self,
         settings: &LeaderSettings,
@@ -317,10 +318,13 @@ impl Term {
         if self.clock_off.is_cancelled() {
             return true;
         }
-        if !self.clock_jumps.jumped(now, tokio::time::Instant::now()) {
+        let fresh = self.clock_jumps.jumped(now, tokio::time::Instant::now());
+        self.clock_jumps.unverified |= fresh;
+        if !self.clock_jumps.unverified {
             return false;
         }
-        super::clock_watch::check_now(
+        use super::clock_watch::{check_now, Checked, JUMP_POLL};
+        match check_now(
             &**probe,
             deps,
             settings.max_clock_skew,
@@ -328,6 +332,20 @@ impl Term {
             true,
         )
         .await
+        {
+            Checked::Agrees => {
+                self.clock_jumps.unverified = false;
+                false
+            }
+            Checked::Off => true,
+            Checked::Unknown => {
+                if fresh {
+                    warn!("the clock jumped ahead and cannot be checked against etcd's: holding the fires it made due until it can");
+                }
+                tokio::time::sleep(JUMP_POLL).await;
+                true
+            }
+        }
     }
 
     /// Polls the dispatcher and enqueues what is due, in one pipeline. Nothing here fails

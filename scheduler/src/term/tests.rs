@@ -759,3 +759,45 @@ async fn a_leader_whose_clock_jumps_past_the_bound_fires_nothing_early_and_gives
     assert!(term.ended().await, "stepped down");
     assert!(term.key.was_given_up(), "given up, not left to expire");
 }
+
+#[tokio::test(start_paused = true)]
+async fn after_a_jump_fires_wait_for_a_check_that_can_be_made() {
+    // The clock steps 1.5 s ahead (past half the bound, within it) while etcd's HTTP
+    // listener does not answer: the fires it made due wait for a check; once one says the
+    // clock agrees, they go, and the term keeps its key.
+    let every_1s = r#"{"handler":"log","schedule":{"every":"1s"},"overlap":"allow"}"#;
+    let start = Instant::now();
+    let clock = Arc::new(super::fakes::SteppedClock::new(start, at(0).0));
+    let probe = Arc::new(super::fakes::ReferenceProbe::new(start, at(0).0));
+    let mut term = start_clocked(
+        settings(),
+        vec![task("a", every_1s)],
+        FakeStore::default(),
+        Arc::new(FakeQueue::default()),
+        clock.clone(),
+        Some(probe.clone()),
+    )
+    .await;
+    term.until(3_950).await;
+    assert_eq!(term.queue.fires_of("a"), [at(1_000), at(2_000), at(3_000)]);
+    probe
+        .failing
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    clock.step.store(1_500, std::sync::atomic::Ordering::SeqCst);
+    term.until(5_000).await;
+    assert_eq!(
+        term.queue.fires_of("a"),
+        [at(1_000), at(2_000), at(3_000)],
+        "held while the clock cannot be checked"
+    );
+    probe
+        .failing
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    term.until(5_600).await;
+    let fires = term.queue.fires_of("a");
+    assert!(fires.len() > 3 && fires.contains(&at(5_000)), "{fires:?}");
+    assert!(
+        !term.ended().await,
+        "a clock within the bound keeps the key"
+    );
+}
