@@ -4,13 +4,20 @@
 //! It starts a private etcd and Redis, one `ax serve` replica with both roles (or, with
 //! `AX_BENCH_REPLICAS=2`, a scheduler-only leader and a separate worker-only replica), waits
 //! until the replica leads, then writes `AX_BENCH_TASKS` (default 100 000) one-shot `noop`
-//! tasks in transactions of 128 puts from several concurrent writers. Every due lies in the
-//! `AX_BENCH_SPREAD_SECS` (default 10) seconds after a planned registration end, uniformly.
+//! tasks in transactions of 128 puts from several concurrent writers. The dues lie uniformly
+//! in the `AX_BENCH_SPREAD_SECS` (default 10) seconds that start `AX_BENCH_OFFSET_SECS`
+//! (default 5) seconds after the first write, and nothing waits for registration to end: the
+//! writes run on beside the arming and the firing, however long they take (100 000 tasks
+//! took about 1.6 s on a 2-core machine; a slower etcd pushes them into the window). CPU is
+//! counted from the first write, so the cost of registering (etcd's puts, the watch, the arming) is part of the
+//! cost per job, and the `registered` line says when registration ended against the first due.
 //!
-//! Dues must be written before registration ends, so the end is planned: a calibration
+//! `AX_BENCH_PLANNED=1` instead plans the registration to end before the first due (the
+//! takeover, memory and preload modes always do): a calibration
 //! writes a few thousand keys under a prefix no replica watches, the registration time of
 //! the full set is extrapolated from it, and the planned end is that estimate with a margin
-//! (`AX_BENCH_MARGIN_SECS` adds to it). The run is only valid if the leader has armed every
+//! (`AX_BENCH_MARGIN_SECS` adds to it), and the dues lie in the spread after that end. Such a
+//! run is only valid if the leader has armed every
 //! task before the first due; the report says whether it did. A marker task, written after
 //! the last batch and due at once, shows when the leader has consumed the watch up to the
 //! last put: its `enqueued` log line is the "armed" instant (etcd delivers a watch in
@@ -53,6 +60,13 @@
 //! each process's idle CPU first (`AX_BENCH_IDLE_SECS`, default 5, once the replicas are ready
 //! and before any task is registered) and gives the cost per 1 000 fires also without it.
 //!
+//! `AX_BENCH_PEER=bullmq` runs the same workload with BullMQ instead of ax (`e2e/peer.rs`
+//! says how): delayed jobs with the same dues, a node worker with a no-op processor at
+//! `AX_WORKER_CONCURRENCY` (default 50), a private Redis. Every run ends with a summary line
+//! (executed/s, lateness p50 / p99, lost, twice, CPU per job by process) that
+//! `AX_BENCH_SUMMARY=path` also appends to a file as JSON; `scripts/peer-bench.sh` runs ax and
+//! BullMQ one after another and prints them side by side. A run that loses a job fails.
+//!
 //! `AX_BENCH_PRELOAD=1` registers the tasks before the replicas start, so each term arms
 //! them from its takeover's listing instead of its watch. Tasks written to etcd while a term
 //! runs, not through ax, are checked for the audit log and recorded there, one record per
@@ -72,6 +86,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "e2e/peer.rs"]
+mod peer;
 #[path = "e2e/receiver.rs"]
 mod receiver;
 
@@ -561,6 +577,10 @@ struct Setup {
     memory: bool,
     /// Register the tasks before the replicas start (`AX_BENCH_PRELOAD`).
     preload: bool,
+    /// Plan registration to end before the first due (`AX_BENCH_PLANNED`); otherwise the
+    /// dues start `offset_ms` after the first write and registration runs into the window.
+    planned: bool,
+    offset_ms: i64,
 }
 
 fn main() {
@@ -574,6 +594,13 @@ fn main() {
     let margin_ms: i64 = env_or::<i64>("AX_BENCH_MARGIN_SECS", 0) * 1000;
     let takeover = env_or("AX_BENCH_TAKEOVER", 0) == 1;
     let memory = env_or("AX_BENCH_MEMORY", 0) == 1;
+    let offset_ms: i64 = env_or::<i64>("AX_BENCH_OFFSET_SECS", 5) * 1000;
+    if let Ok(peer) = std::env::var("AX_BENCH_PEER") {
+        assert_eq!(peer, "bullmq", "AX_BENCH_PEER knows only `bullmq`");
+        peer::run_bullmq(tasks, spread_ms, offset_ms);
+        return;
+    }
+    let preload = !memory && env_or("AX_BENCH_PRELOAD", 0) == 1;
     let named = |names: &[(&str, Kind)]| -> Vec<(String, Kind)> {
         names.iter().map(|(n, k)| ((*n).to_owned(), *k)).collect()
     };
@@ -608,7 +635,9 @@ fn main() {
         writers,
         margin_ms,
         memory,
-        preload: !memory && env_or("AX_BENCH_PRELOAD", 0) == 1,
+        preload,
+        planned: preload || memory || takeover || env_or("AX_BENCH_PLANNED", 0) == 1,
+        offset_ms,
     }));
 }
 
@@ -834,6 +863,59 @@ fn first_line_at(log: &Path, message: &str) -> Option<i64> {
     })
 }
 
+/// `ms` (an instant minus the first due) in words.
+fn against_first_due(ms: i64) -> String {
+    if ms < 0 {
+        format!("{} ms before the first due", -ms)
+    } else {
+        format!("{ms} ms after the first due")
+    }
+}
+
+/// Estimates how long registering `tasks` keys takes from a few thousand written under a
+/// prefix no replica watches, and returns the planned registration time: the estimate with a
+/// margin for the watch and the arming to catch up (and for the replicas' start, preloaded).
+async fn calibrate(
+    client: &Client,
+    tasks: usize,
+    writers: usize,
+    margin_ms: i64,
+    preload: bool,
+) -> i64 {
+    let calib = tasks.clamp(1, 4096);
+    let pairs: Vec<(String, String)> = (0..calib)
+        .map(|i| {
+            (
+                format!("/axcalibrate/tasks/c/t{i:06}"),
+                spec(now_ms() + 3_600_000),
+            )
+        })
+        .collect();
+    let t = Instant::now();
+    write_all(client, Arc::new(pairs), writers).await;
+    let calib_rate = calib as f64 / t.elapsed().as_secs_f64();
+    client
+        .clone()
+        .delete("/axcalibrate/", Some(DeleteOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let estimate_ms = (tasks as f64 / calib_rate * 1000.0) as i64;
+    // The watch and the leader's arming run beside the writes and have to catch up after
+    // them: a margin of half the estimate plus two seconds.
+    let mut plan_ms = estimate_ms + estimate_ms / 2 + 2000 + margin_ms;
+    if preload {
+        // The replicas start after registration: allow for their start, the shares settling
+        // and each term listing and arming its tasks.
+        plan_ms += 8000 + (tasks / 10) as i64;
+    }
+    println!(
+        "calibration: {calib} keys at {calib_rate:.0} keys/s; registration planned to end in {} ms",
+        plan_ms
+    );
+
+    plan_ms
+}
+
 async fn run(setup: Setup) {
     let Setup {
         tasks,
@@ -845,6 +927,8 @@ async fn run(setup: Setup) {
         margin_ms,
         memory,
         preload,
+        planned,
+        offset_ms,
     } = setup;
     let replicas = kinds.len();
     let etcd_server = EtcdServer::start_with(&[
@@ -915,37 +999,13 @@ async fn run(setup: Setup) {
         idle_cpu(&pids, Duration::from_secs(idle_secs)).await
     };
 
-    // Calibration under a prefix no replica watches.
-    let calib = tasks.clamp(1, 4096);
-    let pairs: Vec<(String, String)> = (0..calib)
-        .map(|i| {
-            (
-                format!("/axcalibrate/tasks/c/t{i:06}"),
-                spec(now_ms() + 3_600_000),
-            )
-        })
-        .collect();
-    let t = Instant::now();
-    write_all(&client, Arc::new(pairs), writers).await;
-    let calib_rate = calib as f64 / t.elapsed().as_secs_f64();
-    client
-        .clone()
-        .delete("/axcalibrate/", Some(DeleteOptions::new().with_prefix()))
-        .await
-        .unwrap();
-    let estimate_ms = (tasks as f64 / calib_rate * 1000.0) as i64;
-    // The watch and the leader's arming run beside the writes and have to catch up after
-    // them: a margin of half the estimate plus two seconds.
-    let mut plan_ms = estimate_ms + estimate_ms / 2 + 2000 + margin_ms;
-    if preload {
-        // The replicas start after registration: allow for their start, the shares settling
-        // and each term listing and arming its tasks.
-        plan_ms += 8000 + (tasks / 10) as i64;
-    }
-    println!(
-        "calibration: {calib} keys at {calib_rate:.0} keys/s; registration planned to end in {} ms",
-        plan_ms
-    );
+    // Planned: the registration's end estimated from a calibration under a prefix no
+    // replica watches. Otherwise the dues start the offset after the first write.
+    let plan_ms = if planned {
+        calibrate(&client, tasks, writers, margin_ms, preload).await
+    } else {
+        offset_ms
+    };
 
     // Every replica's memory before registration (the memory mode's baseline).
     let baselines: Vec<u64> = procs
@@ -953,6 +1013,12 @@ async fn run(setup: Setup) {
         .map(|p| status_kib(p.pid(), "VmRSS:"))
         .collect();
     let baseline_kib = baselines.first().copied().unwrap_or(0);
+    let puts_at_register = etcd_metric(&etcd_server.endpoint(), "etcd_mvcc_put_total").await;
+    let txns_at_register =
+        etcd_metric(&etcd_server.endpoint(), "etcd_debugging_mvcc_txn_total").await;
+    // Submission begins: registering during the window counts CPU from here.
+    let cpu_at_register: Vec<u64> = pids.iter().map(|(_, p)| cpu_ticks(*p)).collect();
+    let registration_begun = Instant::now();
     let register_start_ms = now_ms();
     let planned_end = register_start_ms + plan_ms;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -971,226 +1037,246 @@ async fn run(setup: Setup) {
         })
         .collect();
     let first_due = dues.values().copied().min().unwrap_or(planned_end);
-    let puts_at_register = etcd_metric(&etcd_server.endpoint(), "etcd_mvcc_put_total").await;
-    let txns_at_register =
-        etcd_metric(&etcd_server.endpoint(), "etcd_debugging_mvcc_txn_total").await;
     let t_register = Instant::now();
-    write_all(&client, Arc::new(pairs), writers).await;
-    let register_ms = t_register.elapsed().as_millis() as i64;
-    let register_end_ms = now_ms();
-    if preload {
-        procs = start().await;
-        (pids, pid_kinds) = cpu_processes(&procs, &etcd_port, &redis_port);
-    }
-    let leader = &procs[0];
-    let marker_at = now_ms();
-    // One transaction: every owner sees them at one revision, after the last batch.
-    let markers = marker_tasks(shards);
-    let ops: Vec<TxnOp> = markers
-        .iter()
-        .map(|m| {
-            let (ns, id) = m.split_once('/').unwrap();
-            let value = match &receiver {
-                Some(r) => http_call_spec(marker_at, &r.base, ns, id),
-                None => spec(marker_at),
-            };
-            TxnOp::put(format!("{PREFIX}/tasks/{m}"), value, None)
+    let pairs = Arc::new(pairs);
+    // Registering during the window: the writes run on while the bench watches the fires.
+    let writes = (!planned).then(|| {
+        let client = client.clone();
+        let pairs = Arc::clone(&pairs);
+        tokio::spawn(async move {
+            write_all(&client, pairs, writers).await;
+            (t_register.elapsed().as_millis() as i64, now_ms())
         })
-        .collect();
-    client.clone().txn(Txn::new().and_then(ops)).await.unwrap();
+    });
+    let (mut register_ms, mut register_end_ms) = (0i64, 0i64);
+    let (armed_ms, valid) = if !planned {
+        (0, true)
+    } else {
+        write_all(&client, pairs, writers).await;
+        register_ms = t_register.elapsed().as_millis() as i64;
+        register_end_ms = now_ms();
+        if preload {
+            procs = start().await;
+            (pids, pid_kinds) = cpu_processes(&procs, &etcd_port, &redis_port);
+        }
+        let leader = &procs[0];
+        let marker_at = now_ms();
+        // One transaction: every owner sees them at one revision, after the last batch.
+        let markers = marker_tasks(shards);
+        let ops: Vec<TxnOp> = markers
+            .iter()
+            .map(|m| {
+                let (ns, id) = m.split_once('/').unwrap();
+                let value = match &receiver {
+                    Some(r) => http_call_spec(marker_at, &r.base, ns, id),
+                    None => spec(marker_at),
+                };
+                TxnOp::put(format!("{PREFIX}/tasks/{m}"), value, None)
+            })
+            .collect();
+        client.clone().txn(Txn::new().and_then(ops)).await.unwrap();
 
-    // The markers' `enqueued` lines, from every scheduler replica's log: the owner of each
-    // shard has consumed the watch up to the last put. Armed is the last of them.
-    let mut tails: Vec<Tail> = procs
-        .iter()
-        .filter(|p| p.kind.schedules())
-        .map(|p| Tail::open(&p.log))
-        .collect();
-    let mut marked: HashMap<String, i64> = HashMap::new();
-    let armed_us = loop {
-        // In the http mode the markers' calls (the replicas log at their default level,
-        // where `enqueued` is not written).
-        match &receiver {
-            Some(r) => {
-                for (task, at) in r.arrivals() {
-                    if markers.contains(&task) {
-                        marked.entry(task).or_insert(at);
+        // The markers' `enqueued` lines, from every scheduler replica's log: the owner of each
+        // shard has consumed the watch up to the last put. Armed is the last of them.
+        let mut tails: Vec<Tail> = procs
+            .iter()
+            .filter(|p| p.kind.schedules())
+            .map(|p| Tail::open(&p.log))
+            .collect();
+        let mut marked: HashMap<String, i64> = HashMap::new();
+        let armed_us = loop {
+            // In the http mode the markers' calls (the replicas log at their default level,
+            // where `enqueued` is not written).
+            match &receiver {
+                Some(r) => {
+                    for (task, at) in r.arrivals() {
+                        if markers.contains(&task) {
+                            marked.entry(task).or_insert(at);
+                        }
                     }
                 }
-            }
-            None => {
-                for tail in &mut tails {
-                    for l in tail.lines() {
-                        if !l.contains("\"enqueued\"") || !l.contains(MARKER_NAMESPACE) {
-                            continue;
-                        }
-                        if let Some(p) = parse_line(&l) {
-                            if markers.contains(&p.task) {
-                                marked.entry(p.task).or_insert(p.at_us);
+                None => {
+                    for tail in &mut tails {
+                        for l in tail.lines() {
+                            if !l.contains("\"enqueued\"") || !l.contains(MARKER_NAMESPACE) {
+                                continue;
+                            }
+                            if let Some(p) = parse_line(&l) {
+                                if markers.contains(&p.task) {
+                                    marked.entry(p.task).or_insert(p.at_us);
+                                }
                             }
                         }
                     }
                 }
             }
+            if marked.len() == markers.len() {
+                break marked.values().copied().max().unwrap_or(0);
+            }
+            assert!(
+                now_ms() < planned_end + spread_ms + 120_000,
+                "{} of {} markers never enqueued",
+                markers.len() - marked.len(),
+                markers.len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let armed_ms = armed_us / 1000;
+        if preload {
+            // What each process costs while nothing fires: every task armed, none due yet.
+            let left = Duration::from_millis((first_due - now_ms() - 200).max(0) as u64);
+            (idle_ticks, idle_s) = idle_cpu(&pids, left.min(Duration::from_secs(idle_secs))).await;
         }
-        if marked.len() == markers.len() {
-            break marked.values().copied().max().unwrap_or(0);
-        }
-        assert!(
-            now_ms() < planned_end + spread_ms + 120_000,
-            "{} of {} markers never enqueued",
-            markers.len() - marked.len(),
-            markers.len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let armed_ms = armed_us / 1000;
-    if preload {
-        // What each process costs while nothing fires: every task armed, none due yet.
-        let left = Duration::from_millis((first_due - now_ms() - 200).max(0) as u64);
-        (idle_ticks, idle_s) = idle_cpu(&pids, left.min(Duration::from_secs(idle_secs))).await;
-    }
-    println!(
+        println!(
         "registered {tasks} keys in {register_ms} ms ({:.0} keys/s); armed {} ms after registration started ({} ms after it ended); first due {} ms after registration started",
         tasks as f64 / (register_ms as f64 / 1000.0),
         armed_ms - register_start_ms,
         armed_ms - register_end_ms,
         first_due - register_start_ms,
     );
-    if memory {
-        // Every task's state written, then settled: two readings 5 s apart within 1 %.
-        let states = format!("{PREFIX}/state/{NAMESPACE}/");
-        wait_for(
-            "every state written",
-            Duration::from_secs(600),
-            async || {
-                let opts = GetOptions::new().with_prefix().with_count_only();
-                let resp = client
-                    .clone()
-                    .get(states.as_str(), Some(opts))
-                    .await
-                    .unwrap();
-                resp.count() as usize >= tasks
-            },
-        )
-        .await;
-        let endpoint = etcd_server.endpoint();
-        let db_in_use = etcd_metric(&endpoint, "etcd_mvcc_db_total_size_in_use_in_bytes").await;
-        let keys = etcd_metric(&endpoint, "etcd_debugging_mvcc_keys_total").await;
-        // The audit records of the direct writes (see the header) share the database.
-        let count = |prefix: String| {
-            let mut client = client.clone();
-            async move {
-                let opts = GetOptions::new().with_prefix().with_count_only();
-                client
-                    .get(prefix, Some(opts))
-                    .await
-                    .map_or(0, |r| r.count())
-            }
-        };
-        let value_len = |key: String| {
-            let mut client = client.clone();
-            async move {
-                client
-                    .get(key, None)
-                    .await
-                    .ok()
-                    .and_then(|r| r.kvs().first().map(|kv| kv.value().len()))
-                    .unwrap_or(0)
-            }
-        };
-        let audit = count(format!("{PREFIX}/audit/")).await;
-        let spec_len = value_len(format!("{PREFIX}/tasks/{NAMESPACE}/t000000")).await;
-        let state_len = value_len(format!("{PREFIX}/state/{NAMESPACE}/t000000")).await;
-        println!(
+        if memory {
+            // Every task's state written, then settled: two readings 5 s apart within 1 %.
+            let states = format!("{PREFIX}/state/{NAMESPACE}/");
+            wait_for(
+                "every state written",
+                Duration::from_secs(600),
+                async || {
+                    let opts = GetOptions::new().with_prefix().with_count_only();
+                    let resp = client
+                        .clone()
+                        .get(states.as_str(), Some(opts))
+                        .await
+                        .unwrap();
+                    resp.count() as usize >= tasks
+                },
+            )
+            .await;
+            let endpoint = etcd_server.endpoint();
+            let db_in_use = etcd_metric(&endpoint, "etcd_mvcc_db_total_size_in_use_in_bytes").await;
+            let keys = etcd_metric(&endpoint, "etcd_debugging_mvcc_keys_total").await;
+            // The audit records of the direct writes (see the header) share the database.
+            let count = |prefix: String| {
+                let mut client = client.clone();
+                async move {
+                    let opts = GetOptions::new().with_prefix().with_count_only();
+                    client
+                        .get(prefix, Some(opts))
+                        .await
+                        .map_or(0, |r| r.count())
+                }
+            };
+            let value_len = |key: String| {
+                let mut client = client.clone();
+                async move {
+                    client
+                        .get(key, None)
+                        .await
+                        .ok()
+                        .and_then(|r| r.kvs().first().map(|kv| kv.value().len()))
+                        .unwrap_or(0)
+                }
+            };
+            let audit = count(format!("{PREFIX}/audit/")).await;
+            let spec_len = value_len(format!("{PREFIX}/tasks/{NAMESPACE}/t000000")).await;
+            let state_len = value_len(format!("{PREFIX}/state/{NAMESPACE}/t000000")).await;
+            println!(
             "memory: etcd database in use {:.1} MiB with {keys:.0} keys, {audit} of them audit records ({:.0} bytes per task, all of it counted); one spec {spec_len} bytes, one state {state_len} bytes",
             db_in_use / 1048576.0,
             db_in_use / tasks as f64
         );
-        if sharded {
-            sharded_memory(&client, &procs, &baselines, &dues, shards).await;
-            return;
-        }
-        let rss = settled_rss(leader.pid()).await;
-        println!(
+            if sharded {
+                sharded_memory(&client, &procs, &baselines, &dues, shards).await;
+                return;
+            }
+            let rss = settled_rss(leader.pid()).await;
+            println!(
             "memory: leader VmRSS {:.1} MiB with {tasks} tasks armed, {:.1} MiB before registration: {:.0} bytes per task; VmHWM {:.1} MiB",
             rss as f64 / 1024.0,
             baseline_kib as f64 / 1024.0,
             (rss.saturating_sub(baseline_kib) * 1024) as f64 / tasks as f64,
             status_kib(leader.pid(), "VmHWM:") as f64 / 1024.0,
         );
-        // A leader that starts onto them: lists every task and loads every state.
-        procs[0].child.kill().unwrap();
-        procs[0].child.wait().unwrap();
-        let fresh = Replica::start(
-            &dir,
-            "restarted",
-            Kind::Scheduler,
-            &etcd_server.endpoint(),
-            &redis_server.url(),
-        );
-        let started = Instant::now();
-        wait_for(
-            "the restarted replica to arm",
-            Duration::from_secs(600),
-            async || first_line_at(&fresh.log, "scheduling").is_some(),
-        )
-        .await;
-        let armed_s = started.elapsed().as_secs_f64();
-        let lease_losses = std::fs::read_to_string(&fresh.log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("lease hold lost") || l.contains("could not take over"))
-            .count();
-        println!("memory: the restarted replica lost a lease or a takeover {lease_losses} times");
-        let rss = settled_rss(fresh.pid()).await;
-        println!(
+            // A leader that starts onto them: lists every task and loads every state.
+            procs[0].child.kill().unwrap();
+            procs[0].child.wait().unwrap();
+            let fresh = Replica::start(
+                &dir,
+                "restarted",
+                Kind::Scheduler,
+                &etcd_server.endpoint(),
+                &redis_server.url(),
+            );
+            let started = Instant::now();
+            wait_for(
+                "the restarted replica to arm",
+                Duration::from_secs(600),
+                async || first_line_at(&fresh.log, "scheduling").is_some(),
+            )
+            .await;
+            let armed_s = started.elapsed().as_secs_f64();
+            let lease_losses = std::fs::read_to_string(&fresh.log)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("lease hold lost") || l.contains("could not take over"))
+                .count();
+            println!(
+                "memory: the restarted replica lost a lease or a takeover {lease_losses} times"
+            );
+            let rss = settled_rss(fresh.pid()).await;
+            println!(
             "memory: a replica started onto {tasks} tasks led and armed them in {armed_s:.1} s (lease TTL included); VmRSS {:.1} MiB ({:.0} bytes per task over the first leader's baseline), VmHWM {:.1} MiB",
             rss as f64 / 1024.0,
             (rss.saturating_sub(baseline_kib) * 1024) as f64 / tasks as f64,
             status_kib(fresh.pid(), "VmHWM:") as f64 / 1024.0,
         );
-        procs.push(fresh);
-        return;
-    }
-    if !sharded && replicas >= 3 {
-        // Wait until the standby's catalog holds every task too (its memory is then the
-        // leader's at N tasks), then kill the leader.
-        let standby_metrics = format!("{}/metrics", procs[2].http);
-        let killed_us = now_ms() * 1000;
-        let killed = Instant::now();
-        procs[0].child.kill().unwrap();
-        procs[0].child.wait().unwrap();
-        wait_for("the standby to lead", Duration::from_secs(120), async || {
+            procs.push(fresh);
+            return;
+        }
+        if !sharded && replicas >= 3 {
+            // Wait until the standby's catalog holds every task too (its memory is then the
+            // leader's at N tasks), then kill the leader.
+            let standby_metrics = format!("{}/metrics", procs[2].http);
+            let killed_us = now_ms() * 1000;
+            let killed = Instant::now();
+            procs[0].child.kill().unwrap();
+            procs[0].child.wait().unwrap();
+            wait_for("the standby to lead", Duration::from_secs(120), async || {
             matches!(http_get(&standby_metrics).await, Some((200, body)) if body.contains("\nscheduler_is_leader 1"))
         })
         .await;
-        let led_ms = killed.elapsed().as_millis();
-        wait_for("the standby to arm", Duration::from_secs(300), async || {
-            first_line_at(&procs[2].log, "scheduling").is_some()
-        })
-        .await;
-        let armed_after = first_line_at(&procs[2].log, "scheduling").unwrap_or(0) - killed_us;
-        println!(
+            let led_ms = killed.elapsed().as_millis();
+            wait_for("the standby to arm", Duration::from_secs(300), async || {
+                first_line_at(&procs[2].log, "scheduling").is_some()
+            })
+            .await;
+            let armed_after = first_line_at(&procs[2].log, "scheduling").unwrap_or(0) - killed_us;
+            println!(
             "takeover: the standby led {led_ms} ms after the leader was killed and had armed every task {} ms after the kill; VmRSS {:.1} MiB",
             armed_after / 1000,
             status_kib(procs[2].pid(), "VmRSS:") as f64 / 1024.0
         );
-    }
-    let valid = armed_ms < first_due;
-    if !valid {
-        println!(
+        }
+        let valid = armed_ms < first_due;
+        if !valid {
+            println!(
             "WARNING: arming overlapped the firing window by {} ms; lateness includes arming (set AX_BENCH_MARGIN_SECS)",
             armed_ms - first_due
         );
-    }
+        }
+        (armed_ms, valid)
+    };
 
-    // CPU time over the firing window.
-    let wait_ms = (first_due - now_ms()).max(0) as u64;
-    tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-    let cpu_before: Vec<u64> = pids.iter().map(|(_, p)| cpu_ticks(*p)).collect();
-    let window_start = Instant::now();
-    let puts_before = etcd_metric(&etcd_server.endpoint(), "etcd_mvcc_put_total").await;
+    // CPU time over the firing window (planned), or from the first write (during the window).
+    let (cpu_before, window_start, puts_before) = if planned {
+        let wait_ms = (first_due - now_ms()).max(0) as u64;
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        let cpu_before: Vec<u64> = pids.iter().map(|(_, p)| cpu_ticks(*p)).collect();
+        let window_start = Instant::now();
+        let puts = etcd_metric(&etcd_server.endpoint(), "etcd_mvcc_put_total").await;
+        (cpu_before, window_start, puts)
+    } else {
+        (cpu_at_register, registration_begun, puts_at_register)
+    };
 
     // Wait for every start (or give up a minute after the last due), then a little longer so
     // that a duplicate would show.
@@ -1238,6 +1324,14 @@ async fn run(setup: Setup) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
+    if let Some(writes) = writes {
+        (register_ms, register_end_ms) = writes.await.unwrap();
+        println!(
+            "registered {tasks} keys in {register_ms} ms ({:.0} keys/s) during the window: the last put {}",
+            tasks as f64 / (register_ms as f64 / 1000.0),
+            against_first_due(register_end_ms - first_due),
+        );
+    }
     // The states of the last fires are written at the next flush (500 ms by default).
     let puts = etcd_metric(&etcd_server.endpoint(), "etcd_mvcc_put_total").await - puts_before;
     let (audit, audit_settled_s) = settled_audit_records(&client).await;
@@ -1330,12 +1424,24 @@ async fn run(setup: Setup) {
 
     println!();
     println!("## results");
-    println!("tasks: {tasks}; replicas: {replicas}; valid (armed before first due): {valid}");
-    println!(
-        "register: {register_ms} ms ({:.0} keys/s); armed: {} ms after registration start",
-        tasks as f64 / (register_ms as f64 / 1000.0),
-        armed_ms - register_start_ms
-    );
+    if planned {
+        println!("tasks: {tasks}; replicas: {replicas}; valid (armed before first due): {valid}");
+        println!(
+            "register: {register_ms} ms ({:.0} keys/s); armed: {} ms after registration start",
+            tasks as f64 / (register_ms as f64 / 1000.0),
+            armed_ms - register_start_ms
+        );
+    } else {
+        println!("tasks: {tasks}; replicas: {replicas}; registered during the window");
+        println!(
+            "register: {register_ms} ms ({:.0} keys/s), from {} ms before the first due; the last put {}",
+            tasks as f64 / (register_ms as f64 / 1000.0),
+            first_due - register_start_ms,
+            against_first_due(register_end_ms - first_due)
+        );
+    }
+    // The side-by-side summary's figures: executed/s, lateness p50 and p99 (ms), lost, twice.
+    let mut outcome = (0.0f64, 0i64, 0i64, lost, duplicated);
     // The log lines these read are written in the `noop` mode only.
     if receiver.is_none() {
         println!("{}", summary("start lateness", &mut start_lateness));
@@ -1343,6 +1449,17 @@ async fn run(setup: Setup) {
         println!(
             "{}",
             summary("start lateness (log timestamps)", &mut start_lateness_us)
+        );
+        outcome = (
+            if span_s > 0.0 {
+                starts.len() as f64 / span_s
+            } else {
+                0.0
+            },
+            percentile(&start_lateness_us, 50.0),
+            percentile(&start_lateness_us, 99.0),
+            lost,
+            duplicated,
         );
         println!(
             "{}",
@@ -1471,10 +1588,21 @@ async fn run(setup: Setup) {
                 late.len()
             );
         }
+        let rate = if span_s > 0.0 {
+            measured().count() as f64 / span_s
+        } else {
+            0.0
+        };
         println!(
-            "calls: {} of {tasks} arrived; lost {lost}; twice {twice}; {:.0} calls/s from first to last",
+            "calls: {} of {tasks} arrived; lost {lost}; twice {twice}; {rate:.0} calls/s from first to last",
             arrivals.len(),
-            if span_s > 0.0 { measured().count() as f64 / span_s } else { 0.0 }
+        );
+        outcome = (
+            rate,
+            percentile(&late_ms, 50.0),
+            percentile(&late_ms, 99.0),
+            lost,
+            twice,
         );
         let done = cpu_done.as_ref().unwrap_or(&cpu_after);
         let mut ours = 0u64;
@@ -1484,7 +1612,8 @@ async fn run(setup: Setup) {
             }
         }
         println!(
-            "cpu per fire (ax + etcd + Redis from the first due to the last call): {:.0} µs",
+            "cpu per fire (ax + etcd + Redis from the {} to the last call): {:.0} µs",
+            if planned { "first due" } else { "first write" },
             ours as f64 / hz * 1e6 / tasks as f64
         );
         let (entries, bytes) = history_size;
@@ -1514,4 +1643,38 @@ async fn run(setup: Setup) {
             );
         }
     }
+
+    // The side-by-side summary: CPU per job by process from the start of the measure (the
+    // first write, or the first due when planned) to the last start.
+    let done = cpu_done.as_ref().unwrap_or(&cpu_after);
+    let cpu_us: Vec<(String, f64)> = pids
+        .iter()
+        .enumerate()
+        .filter(|(_, (name, _))| name != "bench")
+        .map(|(i, (name, _))| {
+            let name = if name == "replica" {
+                "ax"
+            } else {
+                name.as_str()
+            };
+            let ticks = done[i].saturating_sub(cpu_before[i]);
+            (name.to_owned(), ticks as f64 / hz * 1e6 / tasks as f64)
+        })
+        .collect();
+    let (executed_per_s, p50_ms, p99_ms, lost, twice) = outcome;
+    let default_concurrency = if receiver.is_some() { 200 } else { 64 };
+    peer::Summary {
+        side: if planned { "ax (planned)" } else { "ax" }.to_owned(),
+        handler: if receiver.is_some() { "http" } else { "noop" }.to_owned(),
+        concurrency: env_or("AX_WORKER_CONCURRENCY", default_concurrency),
+        jobs: tasks,
+        executed_per_s,
+        p50_ms,
+        p99_ms,
+        lost,
+        twice,
+        cpu_us,
+    }
+    .record();
+    assert!(lost == 0, "ax lost {lost} of {tasks} tasks");
 }
