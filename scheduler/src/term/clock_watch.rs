@@ -159,7 +159,9 @@ mod tests {
     use crate::term::fakes::{self, ReferenceProbe, SteppedClock};
     use std::sync::atomic::Ordering;
 
-    async fn watch(step_after: Duration, step_ms: i64) -> Option<Duration> {
+    /// Runs the watch on a clock stepped ahead by each `(after, ms)` in turn (a wait, then a
+    /// step); how long after the last step it gave the key up, if it did within 30 s.
+    async fn watch(steps: &[(Duration, i64)]) -> Option<Duration> {
         let start = Instant::now();
         let clock = Arc::new(SteppedClock::new(start, 1_000_000));
         let mut deps = fakes::term_deps();
@@ -173,8 +175,10 @@ mod tests {
             off.clone(),
             stop.clone(),
         ));
-        tokio::time::sleep(step_after).await;
-        clock.step.store(step_ms, Ordering::SeqCst);
+        for (after, ms) in steps {
+            tokio::time::sleep(*after).await;
+            clock.step.fetch_add(*ms, Ordering::SeqCst);
+        }
         let stepped = Instant::now();
         let seen = tokio::time::timeout(Duration::from_secs(30), off.cancelled())
             .await
@@ -187,7 +191,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_forward_step_past_the_bound_is_caught_at_once() {
-        let seen = watch(Duration::from_millis(1_100), 10_000).await;
+        let seen = watch(&[(Duration::from_millis(1_100), 10_000)]).await;
         let seen = seen.expect("the leader gave its key up");
         assert!(seen <= JUMP_POLL, "caught {seen:?} after the step");
     }
@@ -195,36 +199,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_drift_without_a_jump_is_caught_at_the_next_check() {
         // A drift comes in steps under the jump's threshold (half the bound: 1 s), so only
-        // the periodic check sees it.
-        let start = Instant::now();
-        let clock = Arc::new(SteppedClock::new(start, 1_000_000));
-        let mut deps = fakes::term_deps();
-        deps.clock = clock.clone();
-        let probe = Arc::new(ReferenceProbe::new(start, 1_000_000));
-        let (off, stop) = (CancellationToken::new(), CancellationToken::new());
-        let task = tokio::spawn(run(
-            probe,
-            deps,
-            Duration::from_secs(2),
-            off.clone(),
-            stop.clone(),
-        ));
-        // 900 ms ahead at a time, 1 s apart: 1.8 s is within the bound, 2.7 s is not.
-        for _ in 0..3 {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            clock.step.fetch_add(900, Ordering::SeqCst);
-        }
-        let stepped = Instant::now();
-        tokio::time::timeout(Duration::from_secs(30), off.cancelled())
-            .await
-            .expect("the leader gave its key up");
-        assert!(stepped.elapsed() <= WATCH_EVERY, "{:?}", stepped.elapsed());
-        stop.cancel();
-        let _ = task.await;
+        // the periodic check sees it: 900 ms ahead at a time, 1 s apart; 1.8 s is within
+        // the bound, 2.7 s is not.
+        let seen = watch(&[(Duration::from_secs(1), 900); 3]).await;
+        let seen = seen.expect("the leader gave its key up");
+        assert!(seen <= WATCH_EVERY, "caught {seen:?} after the last step");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_right_clock_or_a_small_step_keeps_the_key() {
-        assert_eq!(watch(Duration::from_secs(1), 1_500).await, None);
+        assert_eq!(watch(&[(Duration::from_secs(1), 1_500)]).await, None);
     }
 }

@@ -730,24 +730,35 @@ async fn a_trigger_poller_that_panicked_starts_again_and_its_run_now_fires_once(
     cancel.cancel();
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_leader_whose_clock_jumps_past_the_bound_fires_nothing_early_and_gives_way() {
-    // A task every second; at 3.95 s the leader's clock steps 10 s ahead of etcd's, just
-    // before the fire round of 4 s and before the watch's next read.
+/// A term firing `a` every second on a clock a test steps, checked against a reference
+/// probe a test can make fail; both read the term's start as [`T0`].
+async fn start_stepped() -> (
+    Running,
+    Arc<super::fakes::SteppedClock>,
+    Arc<super::fakes::ReferenceProbe>,
+) {
     let every_1s = r#"{"handler":"log","schedule":{"every":"1s"},"overlap":"allow"}"#;
     let start = Instant::now();
     let clock = Arc::new(super::fakes::SteppedClock::new(start, at(0).0));
     let probe = Arc::new(super::fakes::ReferenceProbe::new(start, at(0).0));
-    let mut term = start_clocked(
+    let term = start_clocked(
         settings(),
         vec![task("a", every_1s)],
         FakeStore::default(),
         Arc::new(FakeQueue::default()),
         clock.clone(),
-        Some(probe),
+        Some(probe.clone()),
     )
     .await;
-    term.until(3_500).await;
+    (term, clock, probe)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_whose_clock_jumps_past_the_bound_fires_nothing_early_and_gives_way() {
+    // At 3.95 s the leader's clock steps 10 s ahead of etcd's, just before the fire round
+    // of 4 s.
+    let (mut term, clock, _probe) = start_stepped().await;
+    term.until(3_950).await;
     assert_eq!(term.queue.fires_of("a"), [at(1_000), at(2_000), at(3_000)]);
     clock
         .step
@@ -765,19 +776,7 @@ async fn after_a_jump_fires_wait_for_a_check_that_can_be_made() {
     // The clock steps 1.5 s ahead (past half the bound, within it) while etcd's HTTP
     // listener does not answer: the fires it made due wait for a check; once one says the
     // clock agrees, they go, and the term keeps its key.
-    let every_1s = r#"{"handler":"log","schedule":{"every":"1s"},"overlap":"allow"}"#;
-    let start = Instant::now();
-    let clock = Arc::new(super::fakes::SteppedClock::new(start, at(0).0));
-    let probe = Arc::new(super::fakes::ReferenceProbe::new(start, at(0).0));
-    let mut term = start_clocked(
-        settings(),
-        vec![task("a", every_1s)],
-        FakeStore::default(),
-        Arc::new(FakeQueue::default()),
-        clock.clone(),
-        Some(probe.clone()),
-    )
-    .await;
+    let (mut term, clock, probe) = start_stepped().await;
     term.until(3_950).await;
     assert_eq!(term.queue.fires_of("a"), [at(1_000), at(2_000), at(3_000)]);
     probe
