@@ -45,7 +45,7 @@ use tokio::sync::oneshot;
 
 use crate::dead::DeadLetter;
 use crate::ended::{Ends, JobEnd};
-use crate::error::Result;
+use crate::error::{EmbeddedError, Result};
 use crate::job::{AttemptCall, JobFn, JobId, NAMESPACE};
 use crate::metrics::Recorder;
 use crate::staging::Staging;
@@ -509,15 +509,15 @@ impl Engine {
         }
     }
 
-    /// Forgets a job so that nothing more of it starts; false if it is unknown or its only
-    /// work is an attempt already running (see [`kill`](Self::kill)).
-    pub(crate) fn cancel(&mut self, id: JobId, now: UtcMillis) -> bool {
+    /// Forgets a job so that nothing more of it starts; `NotFound` if it is unknown or its
+    /// only work is an attempt already running (see [`kill`](Self::kill)).
+    pub(crate) fn cancel(&mut self, id: JobId, now: UtcMillis) -> Result<()> {
         let Some(job) = self.jobs.get(&id) else {
-            let cancelled = self.cancel_staged(id);
-            if cancelled {
-                self.ends.record(id, JobEnd::Cancelled, now);
+            if !self.cancel_staged(id) {
+                return Err(EmbeddedError::NotFound(id));
             }
-            return cancelled;
+            self.ends.record(id, JobEnd::Cancelled, now);
+            return Ok(());
         };
         let state = self.dispatcher.state(&job.key);
         let to_come = job.spec.paused
@@ -527,58 +527,59 @@ impl Engine {
             || state.is_some_and(|s| s.next_fire_at.is_some() || s.held_fire_at.is_some())
             || self.dispatcher.fire_pending(&job.key);
         if !to_come {
-            return false;
+            return Err(EmbeddedError::NotFound(id));
         }
         self.remove_with_dependents(id, now);
         self.ends.record(id, JobEnd::Cancelled, now);
-        true
+        Ok(())
     }
 
-    /// Stops the job's running attempts (they end killed, not retried); false if none runs.
-    pub(crate) fn kill(&mut self, id: JobId, now: UtcMillis) -> bool {
+    /// Stops the job's running attempts (they end killed, not retried); how many this
+    /// stopped, 0 if none runs.
+    pub(crate) fn kill(&mut self, id: JobId, now: UtcMillis) -> Result<usize> {
         self.unstage(id, now);
-        let Some(job) = self.jobs.get(&id) else {
-            return false;
-        };
-        job.running.cancel_all();
-        !job.running.is_empty()
+        let job = self.jobs.get(&id).ok_or(EmbeddedError::NotFound(id))?;
+        Ok(job.running.cancel_all())
     }
 
-    /// Runs the job now, beside its schedule.
-    pub(crate) fn trigger(&mut self, id: JobId, now: UtcMillis) -> bool {
+    /// Runs the job now, beside its schedule, as an execution of its own: its id.
+    pub(crate) fn trigger(&mut self, id: JobId, now: UtcMillis) -> Result<ExecutionId> {
         self.unstage(id, now);
-        let Some(job) = self.jobs.get(&id) else {
-            return false;
-        };
+        let job = self.jobs.get(&id).ok_or(EmbeddedError::NotFound(id))?;
         let execution = ExecutionId::from_uuid(uuid::Uuid::now_v7());
-        self.dispatcher.trigger(&job.key, execution, now)
+        if !self.dispatcher.trigger(&job.key, execution, now) {
+            return Err(EmbeddedError::NotFound(id));
+        }
+        Ok(execution)
     }
 
     /// Pauses or resumes a job: its spec changes, as a task's does in the cluster, and the
-    /// dispatcher re-arms it from `now`.
-    pub(crate) fn set_paused(&mut self, id: JobId, paused: bool, now: UtcMillis) -> bool {
+    /// dispatcher re-arms it from `now`. Its status after, as [`status`](Self::status) says.
+    pub(crate) fn set_paused(
+        &mut self,
+        id: JobId,
+        paused: bool,
+        now: UtcMillis,
+    ) -> Result<TaskStatus> {
         self.unstage(id, now);
-        let Some(job) = self.jobs.get_mut(&id) else {
-            return false;
-        };
-        if job.spec.paused == paused {
-            return true;
+        let job = self.jobs.get_mut(&id).ok_or(EmbeddedError::NotFound(id))?;
+        if job.spec.paused != paused {
+            let mut spec = (*job.spec).clone();
+            spec.paused = paused;
+            job.spec = Arc::new(spec);
+            job.revision += 1;
+            if job.durable && self.store.is_some() {
+                self.outbox.push(Op::PutJob(id, Arc::clone(&job.spec)));
+            }
+            self.dispatcher.upsert(
+                Arc::clone(&job.key),
+                Arc::clone(&job.spec),
+                job.revision,
+                None,
+                now,
+            );
         }
-        let mut spec = (*job.spec).clone();
-        spec.paused = paused;
-        job.spec = Arc::new(spec);
-        job.revision += 1;
-        if job.durable && self.store.is_some() {
-            self.outbox.push(Op::PutJob(id, Arc::clone(&job.spec)));
-        }
-        self.dispatcher.upsert(
-            Arc::clone(&job.key),
-            Arc::clone(&job.spec),
-            job.revision,
-            None,
-            now,
-        );
-        true
+        self.status(id).ok_or(EmbeddedError::NotFound(id))
     }
 
     /// Pauses or resumes every job (the dispatcher's namespace pause).
@@ -613,10 +614,11 @@ impl Engine {
         self.dead.values().cloned().collect()
     }
 
-    /// Runs a dead-lettered job again as a new execution.
-    pub(crate) fn requeue(&mut self, id: JobId, now: UtcMillis) -> bool {
+    /// Runs a dead-lettered job again as a new execution: its id; `NotFound` if the job
+    /// holds no dead letter.
+    pub(crate) fn requeue(&mut self, id: JobId, now: UtcMillis) -> Result<ExecutionId> {
         if self.dead.remove(&id).is_none() {
-            return false;
+            return Err(EmbeddedError::NotFound(id));
         }
         let durable = self.jobs.get(&id).is_some_and(|j| j.durable);
         self.persist(durable, || Op::DeleteDead(id));

@@ -5,8 +5,15 @@
 //! is one the kernel can run. The retryable/permanent split tells a caller whether the same
 //! call may succeed later: bad input never does, nor does a kernel shutting down; a store
 //! write that failed may.
+//!
+//! A control operation (`cancel`, `kill`, `trigger`, `pause`, `resume`, `requeue`) on a job
+//! the kernel does not hold is [`EmbeddedError::NotFound`], as the SDK client's same
+//! operation on a task it cannot find is its `NotFound`: an unknown job is told apart from
+//! a known one with nothing to do (a `kill` of a job with no attempt running is `Ok(0)`).
 
 use ax_scheduler_core::ValidationErrors;
+
+use crate::job::JobId;
 
 /// Errors of the embedded kernel.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +63,14 @@ pub enum EmbeddedError {
     /// The kernel is shutting down and takes no new jobs.
     #[error("the kernel is shutting down")]
     ShuttingDown,
+    /// A control operation on a job the kernel does not hold: never submitted here, or
+    /// left already ([`Kernel::ended`](crate::Kernel::ended) says how it ended). A `cancel`
+    /// answers it too when nothing of the job is left to run (its only work an attempt
+    /// already running, which [`Kernel::kill`](crate::Kernel::kill) stops), and a
+    /// `requeue` when the job holds no dead letter. Not retryable: the same call on the
+    /// same id finds the same nothing.
+    #[error("no job {0} here: it never existed, or it has ended (`Kernel::ended` says how)")]
+    NotFound(JobId),
 }
 
 impl EmbeddedError {

@@ -7,6 +7,12 @@
 //! returns only once the batch holding it is on disk; the plain `at`/`after`/`every`/`cron`
 //! return at once and so refuse one. The handle is cheap to clone (one `Arc`): a job may
 //! hold one to submit more jobs.
+//!
+//! The controls answer as the SDK client's `trigger`, `pause`, `resume` and `kill` do: a
+//! [`Result`] whose `Ok` says what was done (the status after a pause or resume, the
+//! execution a trigger or requeue started, how many attempts a kill stopped) and whose
+//! [`EmbeddedError::NotFound`] says the kernel holds no such job, so "unknown job" and
+//! "nothing to do" read apart.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,7 +21,7 @@ use std::time::Duration;
 use ax_scheduler_core::handler::IntoHandler;
 use ax_scheduler_core::timer::TimerConfig;
 use ax_scheduler_core::{
-    Clock, CoreError, DispatcherConfig, Schedule, TaskSpec, TaskStatus, UtcMillis,
+    Clock, CoreError, DispatcherConfig, ExecutionId, Schedule, TaskSpec, TaskStatus, UtcMillis,
 };
 use ax_tokio_clock::TokioClock;
 use tokio::sync::Notify;
@@ -317,7 +323,8 @@ impl Kernel {
             Err(reason) => {
                 let now = self.now();
                 let mut engine = self.shared.lock();
-                engine.cancel(id, now);
+                // Not kept: whatever of it the engine holds goes (a `NotFound` is nothing).
+                let _ = engine.cancel(id, now);
                 let path = engine.store_path().unwrap_or_default();
                 Err(EmbeddedError::Store {
                     path,
@@ -390,34 +397,94 @@ impl Kernel {
             .ok_or_else(|| EmbeddedError::UnknownHandler(name.to_owned()))
     }
 
-    /// Drops a job before it starts: true if something of it was still to run. An attempt
-    /// already running goes on (see [`kill`](Self::kill)) but is not retried.
-    pub fn cancel(&self, id: JobId) -> bool {
+    /// Drops a job before it starts. [`EmbeddedError::NotFound`] if nothing of it was left
+    /// to run: unknown, ended, or its only work an attempt already running, which goes on
+    /// (see [`kill`](Self::kill)) but is not retried.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ax_embedded::EmbeddedError> {
+    /// use std::time::Duration;
+    /// use ax_embedded::{EmbeddedError, Job, Kernel};
+    ///
+    /// let kernel = Kernel::builder().build()?;
+    /// let id = kernel.after(Duration::from_secs(60), Job::new(|_| async { Ok(()) }))?;
+    /// kernel.cancel(id)?;
+    /// assert!(matches!(kernel.cancel(id), Err(EmbeddedError::NotFound(gone)) if gone == id));
+    /// # kernel.shutdown(Duration::from_secs(1)).await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cancel(&self, id: JobId) -> Result<()> {
         let now = self.now();
         self.shared.lock().cancel(id, now)
     }
 
     /// Stops the job's running attempts: their token is cancelled and they are dropped;
-    /// they end killed, with no retry. False if none was running.
-    pub fn kill(&self, id: JobId) -> bool {
+    /// they end killed, with no retry. Returns how many it stopped: `Ok(0)` for a job that
+    /// has none running, [`EmbeddedError::NotFound`] for one the kernel does not hold.
+    pub fn kill(&self, id: JobId) -> Result<usize> {
         let now = self.now();
         self.shared.lock().kill(id, now)
     }
 
-    /// Runs the job now as an execution of its own; its schedule is not disturbed.
-    pub fn trigger(&self, id: JobId) -> bool {
+    /// Runs the job now as an execution of its own; its schedule is not disturbed. Returns
+    /// that execution's id (what its attempts' [`Context::execution_id`] says);
+    /// [`EmbeddedError::NotFound`] for a job the kernel does not hold.
+    ///
+    /// [`Context::execution_id`]: crate::Context::execution_id
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), ax_embedded::EmbeddedError> {
+    /// use std::time::Duration;
+    /// use ax_embedded::{EmbeddedError, Job, Kernel};
+    ///
+    /// let kernel = Kernel::builder().build()?;
+    /// let report = kernel.every(Duration::from_secs(3600), Job::new(|_| async { Ok(()) }))?;
+    /// let run = kernel.trigger(report)?; // the hourly report, once more now
+    /// # let _ = run;
+    /// kernel.cancel(report)?;
+    /// assert!(matches!(kernel.trigger(report), Err(EmbeddedError::NotFound(id)) if id == report));
+    /// # kernel.shutdown(Duration::from_secs(1)).await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn trigger(&self, id: JobId) -> Result<ExecutionId> {
         self.control(|e, now| e.trigger(id, now))
     }
 
-    /// Stops the job from firing until [`resume`](Self::resume).
-    pub fn pause(&self, id: JobId) -> bool {
+    /// Stops the job from firing until [`resume`](Self::resume). Returns its status after
+    /// ([`TaskStatus::Paused`]); a paused job is paused again at no cost.
+    /// [`EmbeddedError::NotFound`] for a job the kernel does not hold.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), ax_embedded::EmbeddedError> {
+    /// use std::time::Duration;
+    /// use ax_embedded::{EmbeddedError, Job, Kernel, TaskStatus};
+    ///
+    /// let kernel = Kernel::builder().build()?;
+    /// let sync = kernel.every(Duration::from_secs(60), Job::new(|_| async { Ok(()) }))?;
+    /// assert_eq!(kernel.pause(sync)?, TaskStatus::Paused);
+    /// assert_eq!(kernel.pause(sync)?, TaskStatus::Paused, "idempotent");
+    /// kernel.cancel(sync)?;
+    /// assert!(matches!(kernel.pause(sync), Err(EmbeddedError::NotFound(id)) if id == sync));
+    /// # kernel.shutdown(Duration::from_secs(1)).await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn pause(&self, id: JobId) -> Result<TaskStatus> {
         self.control(|e, now| e.set_paused(id, true, now))
     }
 
     /// Lets a paused job fire again. As for a task resumed in the cluster, a periodic
     /// schedule goes on from now (what it missed is not run), and a one-shot whose instant
-    /// passed meanwhile runs as its misfire policy says.
-    pub fn resume(&self, id: JobId) -> bool {
+    /// passed meanwhile runs as its misfire policy says. Returns its status after (a job
+    /// with its next fire armed is [`TaskStatus::Scheduled`]); resuming a job that is not
+    /// paused changes nothing. [`EmbeddedError::NotFound`] for a job the kernel does not
+    /// hold.
+    pub fn resume(&self, id: JobId) -> Result<TaskStatus> {
         self.control(|e, now| e.set_paused(id, false, now))
     }
 
@@ -453,7 +520,7 @@ impl Kernel {
     /// let kernel = Kernel::builder().build()?;
     /// let id = kernel.after(Duration::from_secs(60), Job::new(|_| async { Ok(()) }))?;
     /// assert_eq!(kernel.ended(id), None, "still to come");
-    /// kernel.cancel(id);
+    /// kernel.cancel(id)?;
     /// assert_eq!(kernel.ended(id), Some(JobEnd::Cancelled));
     /// # kernel.shutdown(Duration::from_secs(1)).await;
     /// # Ok(())
@@ -479,8 +546,9 @@ impl Kernel {
         self.shared.lock().dead_letters()
     }
 
-    /// Runs a dead-lettered job again from its first attempt; false if it has no letter.
-    pub fn requeue(&self, id: JobId) -> bool {
+    /// Runs a dead-lettered job again from its first attempt, as a new execution: its id.
+    /// [`EmbeddedError::NotFound`] if the job holds no dead letter.
+    pub fn requeue(&self, id: JobId) -> Result<ExecutionId> {
         self.control(|e, now| e.requeue(id, now))
     }
 

@@ -48,7 +48,7 @@
 //!     tokio::time::sleep(Duration::from_secs(31 * 60)).await;
 //!     assert!(closed.load(Ordering::SeqCst));
 //!     // Done and forgotten: nothing is left to cancel.
-//!     assert!(!kernel.cancel(id));
+//!     assert!(matches!(kernel.cancel(id), Err(ax_embedded::EmbeddedError::NotFound(_))));
 //!     kernel.shutdown(Duration::from_secs(10)).await;
 //!     Ok(())
 //! }
@@ -60,7 +60,9 @@
 //!   IANA zone); each returns a [`JobId`].
 //! - **Control**: [`Kernel::cancel`] before it starts, [`Kernel::kill`] while it runs (its
 //!   [`Context::cancel`] token fires and the attempt is dropped), [`Kernel::trigger`],
-//!   [`Kernel::pause`] / [`Kernel::resume`].
+//!   [`Kernel::pause`] / [`Kernel::resume`]. Each answers a [`Result`], as the SDK
+//!   client's operations do, with [`EmbeddedError::NotFound`] for a job the kernel does
+//!   not hold.
 //! - **Options** ([`Job`]): priority, timeout, retry policy, overlap and misfire policy,
 //!   idempotency key, payload, with the cluster's defaults and meaning.
 //! - **Failures**: an error, a timeout or a panic is a failed attempt; the kernel lives on.

@@ -73,15 +73,14 @@ impl Running {
         usize::from(self.first.is_some()) + self.more.len()
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.first.is_none()
-    }
-
-    /// Stops every running attempt.
-    pub(crate) fn cancel_all(&self) {
+    /// Stops every running attempt; how many were not stopping already.
+    pub(crate) fn cancel_all(&self) -> usize {
+        let mut stopped = 0;
         for (_, kill) in self.first.iter().chain(&self.more) {
+            stopped += usize::from(!kill.is_cancelled());
             kill.cancel();
         }
+        stopped
     }
 }
 
@@ -103,12 +102,13 @@ mod tests {
         r.remove(ids[0]);
         r.remove(ids[0]);
         assert_eq!(r.len(), 2);
-        r.cancel_all();
+        assert_eq!(r.cancel_all(), 2);
         assert!(!kills[0].is_cancelled());
         assert!(kills[1].is_cancelled() && kills[2].is_cancelled());
+        assert_eq!(r.cancel_all(), 0, "stopping already");
         r.remove(ids[2]);
         r.remove(ids[1]);
-        assert!(r.is_empty());
+        assert_eq!(r.len(), 0);
     }
 
     fn hash(n: u64) -> u64 {

@@ -126,8 +126,11 @@ async fn every_repeats_until_cancelled() {
         .expect("every");
     sleep(3_500).await;
     assert_eq!(entries(&log).len(), 3);
-    assert!(kernel.cancel(id));
-    assert!(!kernel.cancel(id), "a cancelled job is gone");
+    kernel.cancel(id).expect("cancel");
+    assert!(
+        matches!(kernel.cancel(id), Err(EmbeddedError::NotFound(i)) if i == id),
+        "a cancelled job is gone"
+    );
     sleep(5_000).await;
     assert_eq!(entries(&log).len(), 3);
 }
@@ -216,8 +219,8 @@ async fn cancel_before_start_and_kill_while_running() {
             recording(&kernel, &log, "later", Duration::ZERO, ok),
         )
         .expect("after");
-    assert!(kernel.cancel(later));
-    assert!(!kernel.cancel(later));
+    kernel.cancel(later).expect("cancel");
+    assert!(matches!(kernel.cancel(later), Err(EmbeddedError::NotFound(i)) if i == later));
     let token = Arc::new(Mutex::new(None));
     let seen = token.clone();
     let long = kernel
@@ -236,10 +239,10 @@ async fn cancel_before_start_and_kill_while_running() {
         .expect("after");
     sleep(100).await;
     assert!(
-        !kernel.cancel(long),
+        matches!(kernel.cancel(long), Err(EmbeddedError::NotFound(i)) if i == long),
         "a running attempt is not cancelled, it is killed"
     );
-    assert!(kernel.kill(long));
+    assert_eq!(kernel.kill(long).expect("kill"), 1, "one attempt stopped");
     sleep(100).await;
     let token = token.lock().expect("token").clone().expect("it ran");
     assert!(token.is_cancelled(), "its token fired");
@@ -289,19 +292,21 @@ async fn trigger_pause_and_resume() {
             recording(&kernel, &log, "p", Duration::ZERO, ok),
         )
         .expect("every");
-    assert!(kernel.trigger(id));
+    kernel.trigger(id).expect("trigger");
     sleep(100).await;
     assert_eq!(entries(&log).len(), 1, "triggered at once");
-    assert!(kernel.pause(id));
+    assert_eq!(kernel.pause(id).expect("pause"), TaskStatus::Paused);
     sleep(35_000).await;
     assert_eq!(entries(&log).len(), 1, "nothing while paused");
-    assert!(kernel.resume(id));
+    assert_eq!(kernel.resume(id).expect("resume"), TaskStatus::Scheduled);
     sleep(100).await;
     // As a task's pause in the cluster: the schedule goes on from the resume.
     assert_eq!(entries(&log).len(), 1);
     sleep(5_000).await;
     assert_eq!(entries(&log).len(), 2);
-    assert!(!kernel.pause(crate::JobId(999)));
+    assert!(
+        matches!(kernel.pause(crate::JobId(999)), Err(EmbeddedError::NotFound(i)) if i == crate::JobId(999))
+    );
 
     // A pause of everything keeps each job's missed fires for its misfire policy.
     kernel.pause_all();
@@ -375,8 +380,11 @@ async fn failures_retry_by_policy_then_dead_letter() {
     assert_eq!(dead[0].error, "busy");
     assert!(dead[0].reason.contains("exhausted"), "{}", dead[0].reason);
 
-    assert!(kernel.requeue(id));
-    assert!(!kernel.requeue(id), "its letter is gone");
+    kernel.requeue(id).expect("requeue");
+    assert!(
+        matches!(kernel.requeue(id), Err(EmbeddedError::NotFound(i)) if i == id),
+        "its letter is gone"
+    );
     sleep(10_000).await;
     assert_eq!(entries(&log).len(), 6, "run again from its first attempt");
     assert_eq!(kernel.purge_dead_letters(), 1);
@@ -581,7 +589,9 @@ async fn a_due_fire_not_dispatched_yet_is_cancelled() {
         Some(TaskStatus::Scheduled),
         "due, not dispatched"
     );
-    assert!(kernel.cancel(last), "a fire not started is cancelled");
+    kernel
+        .cancel(last)
+        .expect("a fire not started is cancelled");
     assert!(kernel.status(last).is_none());
 
     kernel.pause_all();
@@ -589,7 +599,7 @@ async fn a_due_fire_not_dispatched_yet_is_cancelled() {
         .after(Duration::from_secs(5), job("parked"))
         .expect("after");
     sleep(10_000).await;
-    assert!(kernel.cancel(parked), "a parked fire is cancelled");
+    kernel.cancel(parked).expect("a parked fire is cancelled");
     kernel.resume_all();
     sleep(10_000).await;
     let ran = ran.lock().expect("ran");

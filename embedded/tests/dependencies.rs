@@ -168,7 +168,7 @@ async fn cancelling_a_parent_cancels_what_waits_on_it() {
     let grandchild = kernel
         .when_done([child], job(&kernel, &log, "grandchild", true))
         .unwrap();
-    assert!(kernel.cancel(parent));
+    kernel.cancel(parent).expect("cancel");
     assert_eq!(kernel.len(), 0);
     assert_eq!(kernel.status(grandchild), None);
     tokio::time::sleep(secs(120)).await;

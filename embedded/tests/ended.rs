@@ -42,10 +42,10 @@ async fn each_end_is_told_apart_until_it_is_forgotten() {
         .after(secs(60), Job::new(|_| async { Ok(()) }))
         .expect("cancelled");
     assert_eq!(kernel.ended(ok), None, "still to come");
-    assert!(kernel.cancel(cancelled));
+    kernel.cancel(cancelled).expect("cancel");
 
     tokio::time::sleep(secs(2)).await;
-    assert!(kernel.kill(long), "running");
+    assert_eq!(kernel.kill(long).expect("kill"), 1, "running");
     tokio::time::sleep(secs(1)).await;
 
     assert_eq!(kernel.ended(ok), Some(JobEnd::Succeeded));
@@ -61,7 +61,7 @@ async fn each_end_is_told_apart_until_it_is_forgotten() {
         let probe = kernel
             .after(secs(1), Job::new(|_| async { Ok(()) }))
             .expect("probe");
-        kernel.cancel(probe);
+        kernel.cancel(probe).expect("cancel");
         // An id the kernel has not handed out yet.
         serde_json::from_value(serde_json::json!(probe.get() + 1000)).expect("id")
     };

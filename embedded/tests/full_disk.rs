@@ -153,10 +153,10 @@ async fn a_full_disk_fails_submits_and_loses_nothing_acknowledged() {
     // can write: the cancelled job must not come back at the restart, the paused ones
     // (each a whole spec to write again) must come back paused.
     let (_, cancelled) = acked.remove(0);
-    assert!(k.cancel(cancelled));
+    k.cancel(cancelled).expect("cancel");
     let paused: Vec<JobId> = acked.iter().take(10).map(|(_, id)| *id).collect();
     for id in &paused {
-        assert!(k.pause(*id));
+        assert_eq!(k.pause(*id).expect("pause"), TaskStatus::Paused);
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
 
@@ -192,15 +192,16 @@ async fn a_full_disk_fails_submits_and_loses_nothing_acknowledged() {
     let k = kernel(&path, &ran);
     assert_eq!(k.len(), acked.len(), "jobs found by the restart");
     assert!(
-        !k.trigger(cancelled),
+        matches!(k.trigger(cancelled), Err(EmbeddedError::NotFound(i)) if i == cancelled),
         "a job cancelled while the disk was full came back"
     );
     for id in &paused {
         assert_eq!(k.status(*id), Some(TaskStatus::Paused), "paused while full");
-        assert!(k.resume(*id));
+        k.resume(*id).expect("resume");
     }
     for (_, id) in &acked {
-        assert!(k.trigger(*id), "job {id:?} was acknowledged but is gone");
+        k.trigger(*id)
+            .unwrap_or_else(|e| panic!("job {id:?} was acknowledged but is gone: {e}"));
     }
     wait_for(&ran, acked.len()).await;
     let want: BTreeSet<u64> = acked.iter().map(|(n, _)| *n).collect();

@@ -7,7 +7,7 @@ use ax_scheduler_core::{TaskStatus, UtcMillis};
 
 use super::STAGING_WINDOW;
 use crate::tests::{entries, log, ok, recording, sleep, Log};
-use crate::{Job, Kernel, When};
+use crate::{EmbeddedError, Job, Kernel, When};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -78,8 +78,11 @@ async fn a_cancelled_staged_job_never_runs_and_its_neighbours_do() {
     let a = kernel.after(HOUR, job(&kernel, &log, "a")).expect("a");
     let b = kernel.after(HOUR, job(&kernel, &log, "b")).expect("b");
     assert_ne!(a, b);
-    assert!(kernel.cancel(a));
-    assert!(!kernel.cancel(a), "cancelled once");
+    kernel.cancel(a).expect("cancel");
+    assert!(
+        matches!(kernel.cancel(a), Err(EmbeddedError::NotFound(i)) if i == a),
+        "cancelled once"
+    );
     assert_eq!(kernel.status(a), None);
     assert_eq!(kernel.len(), 1);
     // Cancelled once promoted too.
@@ -88,7 +91,7 @@ async fn a_cancelled_staged_job_never_runs_and_its_neighbours_do() {
         .expect("c");
     sleep(HOUR.as_millis() as u64 + 9_500).await;
     assert_eq!(kernel.staged(), 0);
-    assert!(kernel.cancel(c));
+    kernel.cancel(c).expect("cancel");
     sleep(60_000).await;
     assert_eq!(labels(&log), ["b"]);
     assert!(kernel.is_empty());
@@ -102,19 +105,19 @@ async fn trigger_pause_and_kill_act_on_a_staged_job() {
     let t = kernel.after(HOUR, job(&kernel, &log, "t")).expect("t");
     let p = kernel.after(HOUR, job(&kernel, &log, "p")).expect("p");
     let k = kernel.after(HOUR, job(&kernel, &log, "k")).expect("k");
-    assert!(kernel.trigger(t));
+    kernel.trigger(t).expect("trigger");
     sleep(100).await;
     assert_eq!(labels(&log), ["t"], "triggered at once");
-    assert!(kernel.pause(p));
+    assert_eq!(kernel.pause(p).expect("pause"), TaskStatus::Paused);
     assert_eq!(kernel.status(p), Some(TaskStatus::Paused));
-    assert!(!kernel.kill(k), "nothing of it runs");
+    assert_eq!(kernel.kill(k).expect("kill"), 0, "nothing of it runs");
     assert_eq!(kernel.len(), 3);
     until(&kernel, start.add(HOUR + Duration::from_secs(60))).await;
     // The trigger left the schedule alone; the paused one waits.
     let mut ran = labels(&log);
     ran.sort();
     assert_eq!(ran, ["k", "t", "t"]);
-    assert!(kernel.resume(p));
+    kernel.resume(p).expect("resume");
     sleep(100).await;
     assert_eq!(
         labels(&log),
@@ -142,7 +145,7 @@ async fn an_idempotency_key_finds_a_staged_job() {
     // A cancel frees the key.
     let next = kernel.after(HOUR, keyed("next")).expect("next");
     assert_ne!(next, first);
-    assert!(kernel.cancel(next));
+    kernel.cancel(next).expect("cancel");
     let other = kernel.after(HOUR, keyed("other")).expect("other");
     assert_ne!(other, next);
     assert_eq!(kernel.len(), 1);
@@ -186,7 +189,7 @@ async fn a_restart_stages_what_the_store_holds_far_ahead() {
     let far = submit(&k, 2, HOUR).await;
     let gone = submit(&k, 3, HOUR).await;
     assert_eq!(k.staged(), 3);
-    assert!(k.cancel(gone));
+    k.cancel(gone).expect("cancel");
     k.shutdown(Duration::from_secs(1)).await;
 
     let k = build();
@@ -209,7 +212,7 @@ async fn a_restart_stages_what_the_store_holds_far_ahead() {
         seen[0].1
     );
     assert_eq!(k.status(soon), None, "done and forgotten");
-    assert!(k.cancel(far));
+    k.cancel(far).expect("cancel");
     k.shutdown(Duration::from_secs(1)).await;
     assert!(build().is_empty(), "the cancel reached the file");
 }

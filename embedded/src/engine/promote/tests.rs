@@ -95,7 +95,7 @@ fn turn(
             run.started.push((attempt.job, attempt.fire_at, now));
             if run.started.len().is_multiple_of(cancel_every) {
                 if let Some(id) = to_cancel.pop() {
-                    run.cancels.push((id, engine.cancel(id, now)));
+                    run.cancels.push((id, engine.cancel(id, now).is_ok()));
                 }
             }
             engine.finish(attempt, (AttemptOutcome::Succeeded, None, false), now);
