@@ -2,8 +2,10 @@
 # The etcd-cluster suite: two `ax serve` replicas against a 3-member etcd cluster on loopback,
 # one member failure per scenario (the etcd leader SIGKILLed; the member carrying the ax
 # leader's streams SIGKILLed; each member SIGSTOPped in turn; a hung member left out of the
-# client's channel; a standby whose leader watch goes through a hung member), with a fresh
-# cluster for each. Each scenario prints one `etcd-cluster:`
+# client's channel; a standby whose leader watch goes through a hung member; the etcd leader
+# partitioned from its peers and every client, then healed), with a fresh cluster for each. The
+# partition scenarios run their members in network namespaces (`ax_start_etcd_cluster DIR
+# netns`), so the suite runs as root, as CI does. Each scenario prints one `etcd-cluster:`
 # line with its figures; the summary repeats them. Run by scripts/test.sh, which starts the
 # shared Redis the replicas use. Arguments: scenario names to run only those.
 set -euo pipefail
@@ -26,8 +28,12 @@ else
 fi
 [ -n "$scenarios" ] || { echo "etcd-cluster: no scenario found" >&2; exit 1; }
 for scenario in $scenarios; do
-  ax_start_etcd_cluster "$tmp/$scenario"
+  mode=""
+  case $scenario in *partition*) mode=netns ;; esac
+  ax_start_etcd_cluster "$tmp/$scenario" $mode
   AX_TEST_ETCD_CLUSTER="$AX_ETCD_CLUSTER" AX_TEST_ETCD_CLUSTER_PIDS="$AX_ETCD_CLUSTER_PIDS" \
+    AX_TEST_ETCD_CLUSTER_LINKS="$AX_ETCD_CLUSTER_LINKS" \
+    AX_TEST_ETCD_CLUSTER_BRIDGE="$AX_ETCD_CLUSTER_BRIDGE" \
     cargo test -p ax --test etcd_cluster --locked -- --exact "$scenario" --nocapture 2>&1 \
     | tee -a "$out"
   ax_stop_etcd_cluster

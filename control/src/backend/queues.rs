@@ -238,10 +238,12 @@ impl Backend {
     /// The queues the replicas serve and the tasks name, remembered between calls (reading
     /// them costs a read of every spec, see `queue_names`).
     pub(super) async fn known_queues(&self) -> Result<Vec<String>, ApiError> {
+        let registry = self.registry.clone();
+        let worker_queues = self.worker_queues.clone();
         self.queue_names
-            .get(|| async {
-                let listing = self.registry.list(None).await.map_err(errors::registry)?;
-                let mut queues: BTreeSet<String> = self.worker_queues.iter().cloned().collect();
+            .get(move || async move {
+                let listing = registry.list(None).await.map_err(errors::registry)?;
+                let mut queues: BTreeSet<String> = worker_queues.into_iter().collect();
                 queues.extend(listing.tasks.into_iter().map(|t| t.spec.queue.to_string()));
                 Ok(queues)
             })
