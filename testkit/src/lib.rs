@@ -12,7 +12,10 @@
 //! or [`RedisServer::start_with_tls`] and certificates from a [`TlsMaterial`]; the server
 //! keeps copies of its files, so it restarts with them whatever the test dropped.
 //!
-//! Tests of partitions put a [`link::Link`] between a process and a server and cut it.
+//! Tests of partitions put a [`link::Link`] between a process and a server and cut it, or
+//! run the process in a network namespace of a [`netns::Net`] and cut its veth link, with
+//! the servers also listening on the host's address on the net's bridges
+//! ([`EtcdServer::start_on`], [`RedisServer::start_on`]).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -22,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub mod link;
+pub mod netns;
 mod tls;
 
 pub use tls::TlsMaterial;
@@ -161,6 +165,8 @@ pub struct EtcdServer {
     data: tempfile::TempDir,
     child: Option<Child>,
     extra_args: Vec<String>,
+    /// An address it listens on besides loopback, and advertises.
+    host: Option<String>,
 }
 
 impl EtcdServer {
@@ -172,6 +178,16 @@ impl EtcdServer {
 
     /// Like [`EtcdServer::start`], with more command-line flags (e.g. auto-compaction).
     pub fn start_with(extra_args: &[&str]) -> Self {
+        Self::start_plain(extra_args, None)
+    }
+
+    /// Like [`EtcdServer::start`], listening on `host` too (a bridge address of a
+    /// [`netns::Net`]), which its endpoint and advertised URL then name.
+    pub fn start_on(host: &str) -> Self {
+        Self::start_plain(&[], Some(host.to_owned()))
+    }
+
+    fn start_plain(extra_args: &[&str], host: Option<String>) -> Self {
         let data = tempfile::tempdir().expect("temp folder for etcd data");
         let mut server = EtcdServer {
             client_port: free_port(),
@@ -180,6 +196,7 @@ impl EtcdServer {
             data,
             child: None,
             extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
+            host,
         };
         server.restart();
         server
@@ -207,19 +224,22 @@ impl EtcdServer {
             data,
             child: None,
             extra_args,
+            host: None,
         };
         server.restart();
         server
     }
 
-    /// The client endpoint, `http://127.0.0.1:PORT` (`https://` with TLS).
+    /// The client endpoint, `http://127.0.0.1:PORT` (`https://` with TLS; the host of
+    /// [`EtcdServer::start_on`] in place of loopback).
     pub fn endpoint(&self) -> String {
         let scheme = if self.metrics_port.is_some() {
             "https"
         } else {
             "http"
         };
-        format!("{scheme}://127.0.0.1:{}", self.client_port)
+        let host = self.host.as_deref().unwrap_or("127.0.0.1");
+        format!("{scheme}://{host}:{}", self.client_port)
     }
 
     /// The data folder (kept across restarts).
@@ -244,6 +264,10 @@ impl EtcdServer {
     pub fn restart(&mut self) {
         self.kill();
         let client = self.endpoint();
+        let listen = match &self.host {
+            Some(_) => format!("{client},http://127.0.0.1:{}", self.client_port),
+            None => client.clone(),
+        };
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let metrics: Vec<String> = self
             .metrics_port
@@ -262,7 +286,7 @@ impl EtcdServer {
             .arg("--data-dir")
             .arg(self.data.path().join("data"))
             .arg("--listen-client-urls")
-            .arg(&client)
+            .arg(&listen)
             .arg("--advertise-client-urls")
             .arg(&client)
             .arg("--listen-peer-urls")
@@ -319,6 +343,8 @@ pub struct RedisServer {
     child: Option<Child>,
     aof: bool,
     tls: Option<ClientAuth>,
+    /// An address it listens on besides loopback.
+    host: Option<String>,
 }
 
 impl RedisServer {
@@ -344,12 +370,23 @@ impl RedisServer {
             child: None,
             aof: false,
             tls: Some(auth),
+            host: None,
         };
         server.restart();
         server
     }
 
+    /// Like [`RedisServer::start`], listening on `host` too (a bridge address of a
+    /// [`netns::Net`]), which its URL then names.
+    pub fn start_on(host: &str) -> Self {
+        Self::start_at(false, Some(host.to_owned()))
+    }
+
     fn start_as(aof: bool) -> Self {
+        Self::start_at(aof, None)
+    }
+
+    fn start_at(aof: bool, host: Option<String>) -> Self {
         let data = tempfile::tempdir().expect("temp folder for Redis");
         let mut server = RedisServer {
             port: free_port(),
@@ -357,6 +394,7 @@ impl RedisServer {
             child: None,
             aof,
             tls: None,
+            host,
         };
         server.restart();
         server
@@ -367,14 +405,16 @@ impl RedisServer {
         self.child.as_ref().map(Child::id)
     }
 
-    /// The URL, `redis://127.0.0.1:PORT` (`rediss://` with TLS).
+    /// The URL, `redis://127.0.0.1:PORT` (`rediss://` with TLS; the host of
+    /// [`RedisServer::start_on`] in place of loopback).
     pub fn url(&self) -> String {
         let scheme = if self.tls.is_some() {
             "rediss"
         } else {
             "redis"
         };
-        format!("{scheme}://127.0.0.1:{}", self.port)
+        let host = self.host.as_deref().unwrap_or("127.0.0.1");
+        format!("{scheme}://{host}:{}", self.port)
     }
 
     /// Kills the server (SIGKILL). Without persistence its data is gone.
@@ -414,6 +454,13 @@ impl RedisServer {
             .args(&ports)
             .arg("--bind")
             .arg("127.0.0.1")
+            .args(self.host.iter())
+            // Clients from a namespace are not on loopback; the server is the test's own.
+            .args(if self.host.is_some() {
+                &["--protected-mode", "no"][..]
+            } else {
+                &[]
+            })
             .arg("--save")
             .arg("")
             .arg("--appendonly")

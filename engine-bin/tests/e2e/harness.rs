@@ -54,7 +54,12 @@ pub(crate) static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new
 /// The value of one series on the `/metrics` of the replica listening on `port`: a name
 /// without labels, or one with them as `/metrics` prints it (`name{label="v"}`).
 pub(crate) async fn metric_at(port: u16, series: &str) -> Option<f64> {
-    let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+    metric_on("127.0.0.1", port, series).await
+}
+
+/// [`metric_at`] for a replica listening on `host`.
+pub(crate) async fn metric_on(host: &str, port: u16, series: &str) -> Option<f64> {
+    let text = reqwest::get(format!("http://{host}:{port}/metrics"))
         .await
         .ok()?
         .text()
@@ -329,6 +334,8 @@ async fn receive_alert(State(inbox): State<Arc<Mutex<Inbox>>>, body: Bytes) -> S
 pub(crate) struct Replica {
     pub(crate) id: String,
     pub(crate) http_port: u16,
+    /// The address its HTTP port listens on (loopback, or its namespace's).
+    pub(crate) host: String,
     log: PathBuf,
     child: Option<Child>,
 }
@@ -422,6 +429,10 @@ pub(crate) struct Cluster {
     pub(crate) etcd_endpoint: String,
     /// Extra environment for the replicas started from now on (overrides the defaults).
     pub(crate) env: Vec<(&'static str, String)>,
+    /// Where the replicas started from now on run: `None` on the host, else in a network
+    /// namespace: the command line that runs a program there (`Net::exec_in`) and the
+    /// namespace's address, which their HTTP port listens on.
+    pub(crate) place: Option<(Vec<String>, String)>,
     pub(crate) receiver: Receiver,
     pub(crate) etcd: Client,
     replicas: Vec<Replica>,
@@ -447,6 +458,7 @@ impl Cluster {
             env: Vec::new(),
             receiver: Receiver::start().await,
             etcd,
+            place: None,
             replicas: Vec::new(),
             logs: tempfile::tempdir().unwrap(),
         }
@@ -485,12 +497,19 @@ impl Cluster {
         log: PathBuf,
     ) -> &Replica {
         let port = ax_testkit::free_port();
-        let mut cmd = Command::new(AX);
+        let (mut cmd, host) = match &self.place {
+            None => (Command::new(AX), "127.0.0.1".to_owned()),
+            Some((exec_in, host)) => {
+                let mut cmd = Command::new(&exec_in[0]);
+                cmd.args(&exec_in[1..]).arg(AX);
+                (cmd, host.clone())
+            }
+        };
         cmd.arg("serve")
             .env_clear()
             .envs(self.base_env())
             .env("AX_INSTANCE_ID", id)
-            .env("AX_HTTP_LISTEN", format!("127.0.0.1:{port}"))
+            .env("AX_HTTP_LISTEN", format!("{host}:{port}"))
             .env("AX_WORKER_CONCURRENCY", "8")
             .env("AX_ALERT_WEBHOOK_URL", self.receiver.alert_url())
             .envs(self.env.iter().cloned())
@@ -510,10 +529,11 @@ impl Cluster {
         self.replicas.push(Replica {
             id: id.to_owned(),
             http_port: port,
+            host: host.clone(),
             log,
             child: Some(child),
         });
-        let url = format!("http://127.0.0.1:{port}/readyz");
+        let url = format!("http://{host}:{port}/readyz");
         let http = reqwest::Client::new();
         wait_until(
             Duration::from_secs(15),
@@ -756,7 +776,8 @@ impl Cluster {
 
     /// The value of a metric without labels on a replica's `/metrics`.
     pub(crate) async fn metric(&mut self, replica: &str, name: &str) -> Option<f64> {
-        metric_at(self.replica(replica).http_port, name).await
+        let r = self.replica(replica);
+        metric_on(&r.host, r.http_port, name).await
     }
 
     /// Removes the test's keys from the shared etcd (Redis keys expire or stay under their
