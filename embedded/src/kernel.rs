@@ -157,8 +157,10 @@ impl KernelBuilder {
             .unwrap_or_else(|| Arc::new(TokioClock::from_now()));
         let now = clock.now();
         if self.store.is_some() {
-            // A fire's RUNNING state is what a restart re-runs from: written at once.
+            // A fire's RUNNING state is what a restart re-runs from: written at once. And no
+            // log of events replays what a routine run's delayed write held: every run too.
             config.running_write_delay = Duration::ZERO;
+            config.routine_write_delay = Duration::ZERO;
         }
         // Without a store no state is kept anywhere: the dispatcher need not record writes.
         config.write_states = self.store.is_some();

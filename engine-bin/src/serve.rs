@@ -506,6 +506,7 @@ impl Parts<'_> {
                 },
                 catch_up_window: config.scheduler.catch_up_window,
                 rate_limit,
+                routine_write_delay: config.scheduler.routine_state_delay,
                 ..DispatcherConfig::default()
             },
             events_interval: config.scheduler.events_interval,

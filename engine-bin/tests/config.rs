@@ -396,3 +396,26 @@ fn a_client_refuses_the_cluster_sections_a_replica_refuses_with_the_same_words()
         .validate()
         .unwrap();
 }
+
+#[test]
+fn the_routine_state_delay_is_read_bounded_and_may_be_zero() {
+    let read = |value: &str| {
+        Config::from_toml_str(&format!(
+            "[instance]\nid = \"r1\"\n[scheduler]\nroutine_state_delay = \"{value}\""
+        ))
+        .unwrap()
+    };
+    assert_eq!(
+        Config::default().scheduler.routine_state_delay,
+        Duration::from_secs(10)
+    );
+    let zero = read("0s");
+    zero.validate().unwrap();
+    assert_eq!(zero.scheduler.routine_state_delay, Duration::ZERO);
+    read("30s").validate().unwrap();
+    let e = read("31s").validate().unwrap_err().to_string();
+    assert!(
+        e.contains("scheduler.routine_state_delay: 31s is longer than 30s"),
+        "{e}"
+    );
+}

@@ -69,7 +69,7 @@ mod writes;
 
 pub use crate::key::TaskKey;
 use crate::key::{KeyMap, KeySet};
-pub use config::{DispatcherConfig, DEFAULT_STALL_THRESHOLD};
+pub use config::{DispatcherConfig, DEFAULT_ROUTINE_WRITE_DELAY, DEFAULT_STALL_THRESHOLD};
 pub use output::{Dispatch, Notice, StateWrite};
 pub use repair::{InDoubt, LOST_END_ERROR};
 
@@ -115,7 +115,11 @@ impl Dispatcher {
         Dispatcher {
             timers: Timers::new(config.timer.clone(), now),
             fires: ReadyFires::new(&config, now),
-            writes: StateWrites::new(config.running_write_delay, config.write_states),
+            writes: StateWrites::new(
+                config.running_write_delay,
+                config.routine_write_delay,
+                config.write_states,
+            ),
             config,
             tasks: KeyMap::default(),
             notices: Vec::new(),
@@ -204,6 +208,13 @@ impl Dispatcher {
             }
         }
         taken
+    }
+
+    /// Whether a write of the task's state waits (a fire's RUNNING, routine runs gathered):
+    /// the worker events applied to the task are not in etcd yet, so they are not to be
+    /// acknowledged.
+    pub fn write_pending(&self, key: &TaskKey) -> bool {
+        self.writes.is_pending(key)
     }
 
     /// Notices raised since the last call.

@@ -44,7 +44,10 @@ pub mod workflow;
 pub use attempt::HandlerError;
 pub use backoff::ReconnectBackoff;
 pub use concurrency::Concurrency;
-pub use dispatcher::{Dispatch, Dispatcher, DispatcherConfig, InDoubt, Notice, LOST_END_ERROR};
+pub use dispatcher::{
+    Dispatch, Dispatcher, DispatcherConfig, InDoubt, Notice, DEFAULT_ROUTINE_WRITE_DELAY,
+    LOST_END_ERROR,
+};
 pub use error::CoreError;
 pub use execution::{
     AttemptEnd, AttemptOutcome, AttemptOutput, EnqueueOutcome, EventPosition, ExecutionEvent,

@@ -17,6 +17,12 @@
 //! before acknowledging them leaves them pending too; the leader claims entries pending longer
 //! than [`STALE_PENDING`] on every [`PENDING_CHECK_INTERVAL`].
 //!
+//! An event whose task's write waits (a fire's RUNNING, a periodic task's routine runs
+//! gathered for up to `routine_write_delay`, see the dispatcher's state writes) is held:
+//! acknowledged with the flush that makes that write, not before, so that a leader dying
+//! meanwhile leaves it for its successor. A stream entry holds events of several tasks, and
+//! is acknowledged once every one of them is written ([`Unacked`]).
+//!
 //! Events can still be lost when the stream is trimmed (a long time without a leader) or by a
 //! Redis without persistence. The execution history, written by the worker in the same pipeline
 //! as the event, has the ends too: a new leader [reconciles](reconcile) every task its states
@@ -25,7 +31,7 @@
 //! leader had sent). An end applied from history is not applied again if its event still
 //! arrives.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,12 +51,64 @@ pub(super) const PENDING_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 /// are ignored by position when they are).
 pub(super) const STALE_PENDING: Duration = Duration::from_secs(60);
 
+/// The stream positions of the events applied and not yet acknowledged.
+#[derive(Debug, Default)]
+pub(super) struct Unacked {
+    /// Events whose effects go with the next flush.
+    ready: BTreeSet<EventPosition>,
+    /// Events of tasks whose write waits, with those tasks: acknowledged once none waits.
+    held: BTreeMap<EventPosition, Vec<Arc<TaskKey>>>,
+}
+
+impl Unacked {
+    /// Notes an event applied to `key`'s task (`None`: an entry that did not decode).
+    fn note(&mut self, dispatcher: &Dispatcher, position: EventPosition, key: Option<TaskKey>) {
+        match key {
+            Some(key) if dispatcher.write_pending(&key) => {
+                self.held.entry(position).or_default().push(Arc::new(key));
+            }
+            _ => {
+                self.ready.insert(position);
+            }
+        }
+    }
+
+    /// Moves to the ready ones the held events none of whose tasks' writes waits any more:
+    /// called after the writes of a flush were taken, they go with that flush.
+    pub(super) fn release(&mut self, dispatcher: &Dispatcher) {
+        let ready = &mut self.ready;
+        self.held.retain(|position, keys| {
+            keys.retain(|k| dispatcher.write_pending(k));
+            if keys.is_empty() {
+                ready.insert(*position);
+            }
+            !keys.is_empty()
+        });
+    }
+
+    /// Whether no event is ready to be acknowledged.
+    pub(super) fn nothing_ready(&self) -> bool {
+        self.ready.iter().all(|p| self.held.contains_key(p))
+    }
+
+    /// The events to acknowledge with this flush: the ready ones not held for another of
+    /// their entry's tasks.
+    pub(super) fn take_ready(&mut self) -> Vec<EventPosition> {
+        let held = &self.held;
+        let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut self.ready)
+            .into_iter()
+            .partition(|p| !held.contains_key(p));
+        self.ready.extend(stay);
+        go
+    }
+}
+
 /// Reads every waiting event and applies it; its position goes to `unacked`.
 pub(super) async fn consume(
     deps: &TermDeps,
     shard: Option<u32>,
     dispatcher: &mut Dispatcher,
-    unacked: &mut BTreeSet<EventPosition>,
+    unacked: &mut Unacked,
 ) {
     loop {
         let events = match deps.queue.read_events(shard, EVENTS_BATCH).await {
@@ -76,7 +134,7 @@ pub(super) async fn replay(
     deps: &TermDeps,
     shard: Option<u32>,
     dispatcher: &mut Dispatcher,
-    unacked: &mut BTreeSet<EventPosition>,
+    unacked: &mut Unacked,
     min_idle: Duration,
 ) -> usize {
     let mut cursor = "0-0".to_owned();
@@ -106,12 +164,14 @@ pub(super) async fn replay(
 fn apply(
     dispatcher: &mut Dispatcher,
     events: Vec<EventEntry>,
-    unacked: &mut BTreeSet<EventPosition>,
+    unacked: &mut Unacked,
     now: UtcMillis,
 ) {
     for entry in events {
-        unacked.insert(entry.position);
-        let Some(record) = entry.record else { continue };
+        let Some(record) = entry.record else {
+            unacked.note(dispatcher, entry.position, None);
+            continue;
+        };
         let key = TaskKey::new(record.namespace, record.task_id);
         dispatcher.on_event(
             &key,
@@ -121,6 +181,7 @@ fn apply(
             &record.kind,
             now,
         );
+        unacked.note(dispatcher, entry.position, Some(key));
     }
 }
 
@@ -157,4 +218,43 @@ pub(super) async fn reconcile(
         }
     }
     applied
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ax_scheduler_core::{DispatcherConfig, TaskSpec};
+
+    fn pos(seq: u64) -> EventPosition {
+        EventPosition { ms: 1, seq }
+    }
+
+    #[test]
+    fn an_event_is_acknowledged_with_the_flush_that_writes_every_task_it_changed() {
+        let now = UtcMillis(1_800_000_000_000);
+        let mut d = Dispatcher::new(DispatcherConfig::default(), now);
+        let spec =
+            TaskSpec::from_json(br#"{"handler":"log","schedule":{"every":"1s"}}"#, "ns", "a")
+                .unwrap();
+        d.upsert(Arc::new(TaskKey::new("ns", "a")), spec, 1, None, now);
+        let a = || Some(TaskKey::new("ns", "a"));
+        let b = || Some(TaskKey::new("ns", "b"));
+        let mut unacked = Unacked::default();
+        // `a` has a write waiting (its first state); `b` is not armed here.
+        unacked.note(&d, pos(1), a());
+        unacked.note(&d, pos(2), b());
+        unacked.note(&d, pos(3), None);
+        // One entry with events of both.
+        unacked.note(&d, pos(4), b());
+        unacked.note(&d, pos(4), a());
+        assert!(!unacked.nothing_ready());
+        assert_eq!(unacked.take_ready(), [pos(2), pos(3)]);
+        assert!(unacked.nothing_ready(), "the rest waits for a's write");
+        unacked.release(&d);
+        assert!(unacked.nothing_ready(), "not yet taken");
+        assert!(!d.take_writes(now).is_empty());
+        unacked.release(&d);
+        assert_eq!(unacked.take_ready(), [pos(1), pos(4)]);
+        assert!(unacked.nothing_ready());
+    }
 }

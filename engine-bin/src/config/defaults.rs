@@ -26,6 +26,7 @@ impl Default for Scheduler {
             repair_after: ax_scheduler::DEFAULT_REPAIR_AFTER,
             events_interval: ax_scheduler::DEFAULT_EVENTS_INTERVAL,
             flush_interval: ax_scheduler::DEFAULT_FLUSH_INTERVAL,
+            routine_state_delay: ax_scheduler_core::DEFAULT_ROUTINE_WRITE_DELAY,
             trigger_interval: ax_scheduler::DEFAULT_TRIGGER_INTERVAL,
             enqueue_stall_limit: ax_scheduler::DEFAULT_ENQUEUE_STALL_LIMIT,
             redis_unreachable_limit: ax_scheduler::DEFAULT_REDIS_UNREACHABLE_LIMIT,

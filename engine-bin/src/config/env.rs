@@ -40,6 +40,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
         "scheduler.redis_unreachable_limit",
     ),
     ("AX_FLUSH_INTERVAL", "scheduler.flush_interval"),
+    ("AX_ROUTINE_STATE_DELAY", "scheduler.routine_state_delay"),
     ("AX_REPAIR_AFTER", "scheduler.repair_after"),
     ("AX_SHARDS", "scheduler.shards"),
     ("AX_PLACEMENT", "scheduler.placement"),
@@ -125,6 +126,9 @@ impl Config {
                 self.scheduler.redis_unreachable_limit = parse_duration(value)?;
             }
             "AX_FLUSH_INTERVAL" => self.scheduler.flush_interval = parse_duration(value)?,
+            "AX_ROUTINE_STATE_DELAY" => {
+                self.scheduler.routine_state_delay = parse_duration(value)?;
+            }
             "AX_REPAIR_AFTER" => self.scheduler.repair_after = parse_duration(value)?,
             "AX_PLACEMENT" => {
                 self.scheduler.placement = match value {
@@ -218,6 +222,7 @@ mod tests {
                 | "AX_ENQUEUE_STALL_LIMIT"
                 | "AX_REDIS_UNREACHABLE_LIMIT"
                 | "AX_FLUSH_INTERVAL"
+                | "AX_ROUTINE_STATE_DELAY"
                 | "AX_REPAIR_AFTER" => "7s",
                 "AX_WORKER_CONCURRENCY" | "AX_REDIS_REPLICA_ACKS" | "AX_SHARDS" => "7",
                 "AX_PLACEMENT" => "namespace",

@@ -82,6 +82,10 @@ pub struct Scheduler {
     /// How often the leader writes changed task states to etcd; default 500 ms.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub flush_interval: Duration,
+    /// How long a periodic task's routine runs (successes after a success) wait to be
+    /// written together; default 10 s, zero writes every run.
+    #[serde(with = "ax_scheduler_core::duration_serde")]
+    pub routine_state_delay: Duration,
     /// How often the leader reads run-now requests; default 250 ms.
     #[serde(with = "ax_scheduler_core::duration_serde")]
     pub trigger_interval: Duration,

@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use ax_scheduler_core::misfire::MAX_CATCH_UP_WINDOW;
 
+/// The longest `scheduler.routine_state_delay`: well under the minute after which the
+/// leader reads its own unacknowledged events again.
+const MAX_ROUTINE_STATE_DELAY: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The shortest `scheduler.repair_after`: well past the seconds an end takes from its settle
 /// to the leader, even when a dead worker's end is relayed by another.
 const MIN_REPAIR_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
@@ -112,6 +116,17 @@ impl Config {
                     "{} is longer than the {} the engine honours",
                     show(self.scheduler.catch_up_window),
                     show(MAX_CATCH_UP_WINDOW)
+                ),
+            );
+        }
+        if self.scheduler.routine_state_delay > MAX_ROUTINE_STATE_DELAY {
+            err(
+                "scheduler.routine_state_delay",
+                format!(
+                    "{} is longer than {}: the worker events a delayed write holds stay \
+                     unacknowledged in Redis that long",
+                    show(self.scheduler.routine_state_delay),
+                    show(MAX_ROUTINE_STATE_DELAY)
                 ),
             );
         }

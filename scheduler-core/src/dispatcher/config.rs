@@ -31,6 +31,12 @@ pub struct DispatcherConfig {
     /// How long after a fire its state (RUNNING) waits to be written on its own: an
     /// execution that ends sooner has its end written instead, in one write.
     pub running_write_delay: Duration,
+    /// How long a periodic task's routine run (one that succeeded, after one that did too)
+    /// waits to be written, with every routine run that follows meanwhile: a task firing
+    /// every second is written once in this delay, not once a fire. Any other change is
+    /// written at once. Zero writes every run (a user without a log of events to replay
+    /// what a lost write held, as the embedded kernel, sets it so).
+    pub routine_write_delay: Duration,
     /// Whether changes are recorded for [`Dispatcher::take_state_writes`](super::Dispatcher::take_state_writes)
     /// at all. A user that keeps no states (an embedded kernel without a store) sets it
     /// false: every fire would otherwise mark its task twice, hashing its key each time, for
@@ -43,6 +49,11 @@ pub struct DispatcherConfig {
 /// a clock stepped forward).
 pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_secs(5);
 
+/// Default [`DispatcherConfig::routine_write_delay`]: a tenth of a state write per fire
+/// for tasks firing every second, while a reader sees a healthy task's counts at most this
+/// late.
+pub const DEFAULT_ROUTINE_WRITE_DELAY: Duration = Duration::from_secs(10);
+
 impl Default for DispatcherConfig {
     fn default() -> Self {
         DispatcherConfig {
@@ -54,6 +65,7 @@ impl Default for DispatcherConfig {
             hold_retry: Duration::from_secs(5),
             stall_threshold: DEFAULT_STALL_THRESHOLD,
             running_write_delay: Duration::from_secs(5),
+            routine_write_delay: DEFAULT_ROUTINE_WRITE_DELAY,
             write_states: true,
         }
     }

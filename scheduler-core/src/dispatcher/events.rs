@@ -137,6 +137,7 @@ impl Dispatcher {
                     return;
                 }
                 task.last_end = Some((execution, attempt));
+                let was_fine = task.state.consecutive_failures == 0 && !task.is_throttled();
                 if is_attempt {
                     self.notices
                         .extend(failure_notice(&task.key, execution, attempt, event));
@@ -151,7 +152,23 @@ impl Dispatcher {
                         self.fires.push(task, held, FireKind::HeldAgain, now);
                     }
                 }
-                self.writes.current(&task.key);
+                // A periodic task's success after a success, outside any run or chain:
+                // nothing a reader acts on changed, so its write may wait with others.
+                let routine = was_fine
+                    && end.is_last()
+                    && end.is_success()
+                    && task.stored
+                    && task.spec.schedule.is_periodic()
+                    && !task.spec.paused
+                    && task.spec.depends_on.is_empty()
+                    && task.state.runs.is_empty()
+                    && task.state.held_fire_at.is_none()
+                    && !self.deps.has_children(&task.key);
+                if routine {
+                    self.writes.routine(&task.key, now);
+                } else {
+                    self.writes.current(&task.key);
+                }
             }
         }
     }

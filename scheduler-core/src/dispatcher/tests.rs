@@ -2137,3 +2137,106 @@ fn a_fixed_spec_writes_its_state_over_the_invalid_one() {
     d.upsert(key("b"), spec("b", &json), 5, None, at(10));
     assert_eq!(d.take_writes(at(10)).states.len(), 1);
 }
+
+/// Fires `id` (every second) for `secs` seconds, each fire ending at once as `outcome`
+/// says for its number, flushing every 100 ms; returns the times (ms) its state was written.
+fn runs_and_writes(
+    d: &mut Dispatcher,
+    id: &str,
+    secs: i64,
+    outcome: impl Fn(i64) -> AttemptOutcome,
+) -> Vec<i64> {
+    let mut written = Vec::new();
+    let mut fires = 0;
+    let mut t = 0;
+    while t <= secs * 1000 {
+        for x in d.poll(at(t)) {
+            d.on_enqueued(&x, EnqueueOutcome::Enqueued, at(t));
+            fires += 1;
+            let seq = u64::try_from(fires).unwrap();
+            let end = finished(
+                outcome(fires),
+                Some("boom".into()).filter(|_| outcome(fires) != AttemptOutcome::Succeeded),
+                None,
+            );
+            let execution = ExecutionId::for_fire(&key(id), x.fire_at);
+            d.on_event(
+                &key(id),
+                EventPosition { ms: 1, seq },
+                execution,
+                0,
+                &end,
+                at(t + 5),
+            );
+            assert!(
+                d.write_pending(&key(id)),
+                "an applied event waits for its write"
+            );
+        }
+        if t % 100 == 0 && !d.take_state_writes(at(t)).is_empty() {
+            written.push(t);
+        }
+        t += 10;
+    }
+    written
+}
+
+#[test]
+fn a_periodic_task_that_keeps_succeeding_is_written_once_per_routine_delay() {
+    let mut d = one_task("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#);
+    let written = runs_and_writes(&mut d, "a", 100, |_| AttemptOutcome::Succeeded);
+    // Its first state (SCHEDULED), then one write per 10 s: each waits the routine delay
+    // from the first run after the write before, which comes up to a fire (1 s) later.
+    assert!(
+        written.len() <= 11,
+        "{} writes for 100 fires: {written:?}",
+        written.len()
+    );
+    assert!(written.len() >= 9, "still written: {written:?}");
+    for w in written.windows(2) {
+        assert!(
+            w[1] - w[0] <= 11_100,
+            "a routine write waited past its delay: {written:?}"
+        );
+    }
+    // What waits is taken by the term's last flush, with every run counted.
+    let last = d.take_state_writes(UtcMillis::MAX);
+    let state = d.state(&key("a")).unwrap();
+    assert_eq!((state.fire_count, state.success_count), (100, 100));
+    assert!(last.len() <= 1);
+    assert!(!d.write_pending(&key("a")));
+}
+
+#[test]
+fn a_failure_and_the_success_after_it_are_written_at_once() {
+    let mut d = one_task("a", r#"{"handler":"log","schedule":{"every":"1s"}}"#);
+    // Runs 30 and 31 fail; 32, the first success after them, is news too.
+    let failing = |n| {
+        if n == 30 || n == 31 {
+            AttemptOutcome::Failed
+        } else {
+            AttemptOutcome::Succeeded
+        }
+    };
+    let written = runs_and_writes(&mut d, "a", 40, failing);
+    for run in [30, 31, 32] {
+        // Run n fires at n s and ends 5 ms later: written at the next 100 ms flush.
+        let at_once = written
+            .iter()
+            .any(|w| (run * 1000..=run * 1000 + 100).contains(w));
+        assert!(at_once, "run {run} written at once: {written:?}");
+    }
+}
+
+#[test]
+fn without_a_routine_delay_every_run_is_written() {
+    let config = DispatcherConfig {
+        routine_write_delay: std::time::Duration::ZERO,
+        ..DispatcherConfig::default()
+    };
+    let mut d = Dispatcher::new(config, at(0));
+    let every = r#"{"handler":"log","schedule":{"every":"1s"}}"#;
+    d.upsert(key("a"), spec("a", every), 5, None, at(0));
+    let written = runs_and_writes(&mut d, "a", 20, |_| AttemptOutcome::Succeeded);
+    assert_eq!(written.len(), 21, "its first state, then every run");
+}

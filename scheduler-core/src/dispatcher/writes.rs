@@ -1,9 +1,16 @@
 //! Coalesced state writes: which tasks' states are to be written, and when.
 //!
 //! A change marks its task; the state itself is read only when the writes are taken, so a
-//! task that changed ten times between two flushes is written once, at its newest. The one
-//! mark that is not "now" is a fire's: RUNNING waits `running_write_delay`, so a short
-//! execution's end goes in the same write (see the dispatcher's module notes). A task no
+//! task that changed ten times between two flushes is written once, at its newest. Two marks
+//! are not "now". A fire's: RUNNING waits `running_write_delay`, so a short execution's end
+//! goes in the same write (see the dispatcher's module notes). And a routine run's: a
+//! periodic task's run that succeeded like the one before changes only what a reader reads
+//! as "still fine" (counts, instants), so its write waits up to `routine_write_delay` and
+//! takes every run that comes meanwhile with it. A task firing every second is then written
+//! once in that delay, not once a fire; any other change (a failure, a pause, a new spec)
+//! marks it "now" and ends the wait. The worker events such a write holds stay
+//! unacknowledged until it is made (see [`StateWrites::is_pending`]), so a leader that dies
+//! meanwhile leaves them for its successor to apply again. A task no
 //! longer armed has no current state to read, so its write (INVALID) or deletion is kept
 //! here as it is.
 //!
@@ -29,6 +36,9 @@ enum Pending {
     /// Write the task's current state once this instant has passed, unless a change that
     /// must be written sooner comes first (a fire waits for its execution's end).
     WriteCurrentAfter(UtcMillis),
+    /// Write the task's current state once this instant has passed: routine runs gathered
+    /// since the first of them, which later fires and routine runs do not move.
+    Routine(UtcMillis),
     /// Write this state (the task is no longer armed: invalid). Boxed: the map keeps up to
     /// half its slots empty and every slot is as large as the largest variant, so an inline
     /// state made each pending write cost about 450 bytes at a million tasks.
@@ -70,15 +80,18 @@ pub(super) struct StateWrites {
     pending: KeyMap<Pending>,
     /// How long a fire's RUNNING waits to be written on its own.
     running_delay: Duration,
+    /// How long a routine run's state waits to be written (zero: not at all).
+    routine_delay: Duration,
     /// False: nothing is recorded (the user keeps no states).
     enabled: bool,
 }
 
 impl StateWrites {
-    pub(super) fn new(running_delay: Duration, enabled: bool) -> Self {
+    pub(super) fn new(running_delay: Duration, routine_delay: Duration, enabled: bool) -> Self {
         StateWrites {
             pending: KeyMap::default(),
             running_delay,
+            routine_delay,
             enabled,
         }
     }
@@ -100,6 +113,32 @@ impl StateWrites {
         self.pending
             .entry(Arc::clone(key))
             .or_insert(Pending::WriteCurrentAfter(now.add(self.running_delay)));
+    }
+
+    /// A routine run of the task ended: its state is to be written once the routine delay
+    /// from the first routine run not yet written has passed, or sooner with any change that
+    /// must be. It replaces a fire's RUNNING mark, which its end answers.
+    pub(super) fn routine(&mut self, key: &Arc<TaskKey>, now: UtcMillis) {
+        if !self.enabled {
+            return;
+        }
+        if self.routine_delay.is_zero() {
+            return self.current(key);
+        }
+        let after = Pending::Routine(now.add(self.routine_delay));
+        match self.pending.get_mut(key) {
+            None => {
+                self.pending.insert(Arc::clone(key), after);
+            }
+            Some(pending @ Pending::WriteCurrentAfter(_)) => *pending = after,
+            Some(_) => {}
+        }
+    }
+
+    /// Whether a write of the task's state waits to be taken: the worker events applied to
+    /// it are not in etcd yet.
+    pub(super) fn is_pending(&self, key: &TaskKey) -> bool {
+        self.pending.contains_key(key)
     }
 
     /// `state` is to be written as it is: the task is no longer armed.
@@ -137,12 +176,14 @@ impl StateWrites {
         self.pending.retain(|key, pending| {
             let key = Arc::clone(key);
             match pending {
-                Pending::WriteCurrentAfter(at) if *at > now => return true,
-                Pending::WriteCurrent | Pending::WriteCurrentAfter(_) => match current(&key) {
-                    Current::Gone | Current::Implied => {}
-                    Current::Write(state) => out.states.push((key, Some(state.clone()))),
-                    Current::Final(state) => out.finals.push((key, state.clone())),
-                },
+                Pending::WriteCurrentAfter(at) | Pending::Routine(at) if *at > now => return true,
+                Pending::WriteCurrent | Pending::WriteCurrentAfter(_) | Pending::Routine(_) => {
+                    match current(&key) {
+                        Current::Gone | Current::Implied => {}
+                        Current::Write(state) => out.states.push((key, Some(state.clone()))),
+                        Current::Final(state) => out.finals.push((key, state.clone())),
+                    }
+                }
                 Pending::Write(state) => out.states.push((key, Some(TaskState::clone(state)))),
                 Pending::Delete => out.states.push((key, None)),
             }

@@ -106,6 +106,8 @@ struct QueueInner {
     active: HashMap<Task, ExecutionId>,
     fences: HashMap<(String, Option<u32>), u64>,
     events: Vec<EventEntry>,
+    /// The positions acknowledged, in order.
+    acked: Vec<EventPosition>,
     next_seq: u64,
     refusing: bool,
     /// Each task's execution history, newest first.
@@ -162,6 +164,11 @@ impl FakeQueue {
             .entry((ns.into(), id.into()))
             .or_default()
             .insert(0, entry);
+    }
+
+    /// The event positions acknowledged so far.
+    pub(crate) fn acked(&self) -> Vec<EventPosition> {
+        lock(&self.inner).acked.clone()
     }
 
     /// The queue lost the execution of `message` (a Redis that restarted empty): no
@@ -325,8 +332,14 @@ impl TermQueue for FakeQueue {
         self.answer("claim_events", |_| ("0-0".to_owned(), Vec::new()))
     }
 
-    fn ack_events<'a>(&'a self, _: Option<u32>, _: &'a [EventPosition]) -> QueueFuture<'a, ()> {
-        self.answer("ack_events", |_| ())
+    fn ack_events<'a>(
+        &'a self,
+        _: Option<u32>,
+        positions: &'a [EventPosition],
+    ) -> QueueFuture<'a, ()> {
+        self.answer("ack_events", |inner| {
+            inner.acked.extend_from_slice(positions)
+        })
     }
 
     fn history_many<'a>(

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_alerting::Alert;
-use ax_scheduler_core::{Dispatcher, EventPosition, ExecutionId, TaskKey, UtcMillis};
+use ax_scheduler_core::{Dispatcher, ExecutionId, TaskKey, UtcMillis};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, Interval};
 use tokio_util::sync::CancellationToken;
@@ -94,7 +94,7 @@ pub(super) struct Term {
     pub(super) duplicates: Vec<(Arc<TaskKey>, UtcMillis)>,
     /// Worker events applied to the dispatcher and not yet acknowledged: they go with the
     /// flush that writes what they changed.
-    unacked: BTreeSet<EventPosition>,
+    unacked: events::Unacked,
     /// Alerts of failed attempts whose ends were applied: they go with the flush that writes
     /// the states holding those ends, and are sent once it is written.
     end_alerts: Vec<Alert>,
@@ -613,9 +613,10 @@ impl Term {
             return;
         };
         let writes = self.dispatcher.take_writes(due);
+        self.unacked.release(&self.dispatcher);
         if writes.is_empty()
             && self.consumed_triggers.is_empty()
-            && self.unacked.is_empty()
+            && self.unacked.nothing_ready()
             && self.end_alerts.is_empty()
         {
             // Nothing to hand over: the permit goes back unused.
@@ -626,7 +627,7 @@ impl Term {
             writes: writes.states,
             finals: writes.finals,
             triggers: std::mem::take(&mut self.consumed_triggers),
-            acks: std::mem::take(&mut self.unacked).into_iter().collect(),
+            acks: self.unacked.take_ready(),
             alerts: std::mem::take(&mut self.end_alerts),
             done: wait.then_some(done_tx),
         });

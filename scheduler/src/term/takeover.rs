@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ax_alerting::Alert;
 use ax_queue::Fence;
-use ax_scheduler_core::{Dispatcher, EventPosition, TaskKey, TaskState, TaskStatus};
+use ax_scheduler_core::{Dispatcher, TaskKey, TaskState, TaskStatus};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, info_span, warn, Instrument};
@@ -331,8 +331,8 @@ async fn catch_up_events(
     deps: &TermDeps,
     scope: Scope,
     dispatcher: &mut Dispatcher,
-) -> BTreeSet<EventPosition> {
-    let mut unacked = BTreeSet::new();
+) -> events::Unacked {
+    let mut unacked = events::Unacked::default();
     let replayed = events::replay(
         deps,
         scope.shard(),

@@ -300,6 +300,8 @@ async fn a_held_forbid_fire_goes_when_the_running_execution_ends() {
 async fn state_changes_between_flushes_are_written_once_at_their_newest() {
     let mut settings = settings();
     settings.flush_interval = Duration::from_millis(2_500);
+    // Every run written, to see the flushes alone.
+    settings.dispatcher.routine_write_delay = Duration::ZERO;
     let every_1s = r#"{"handler":"log","schedule":{"every":"1s"}}"#;
     let term = start(settings, vec![task("a", every_1s)], FakeStore::default()).await;
     // Each execution ends 50 ms after its fire: two ends before the flush at 2.5 s, two
@@ -322,6 +324,39 @@ async fn state_changes_between_flushes_are_written_once_at_their_newest() {
         successes,
         [2, 4],
         "one write per flush, holding every end before it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn routine_runs_are_written_together_and_their_events_acknowledged_only_then() {
+    let every_1s = r#"{"handler":"log","schedule":{"every":"1s"}}"#;
+    let term = start(settings(), vec![task("a", every_1s)], FakeStore::default()).await;
+    for second in 1..=30 {
+        term.until(second * 1_000 + 50).await;
+        let last = term.queue.pushed().last().cloned().unwrap();
+        term.queue
+            .finish(&last, at(i64::try_from(second).unwrap() * 1_000 + 50));
+    }
+    term.until(30_600).await;
+    let successes: Vec<u64> = term
+        .store
+        .writes_of("ns", "a")
+        .iter()
+        .map(|s| s.success_count)
+        .filter(|n| *n > 0)
+        .collect();
+    // 30 runs, a write per 10 s of them (the default routine delay), not one per run.
+    assert!(
+        (2..=3).contains(&successes.len()),
+        "writes of successes: {successes:?}"
+    );
+    // No event is acknowledged before a write holds its end.
+    let written = successes.last().copied().unwrap_or(0);
+    let acked = u64::try_from(term.queue.acked().len()).unwrap();
+    assert!(acked >= 1, "events written are acknowledged");
+    assert!(
+        acked <= written,
+        "{acked} events acknowledged, {written} ends written"
     );
 }
 
