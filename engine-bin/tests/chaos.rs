@@ -598,12 +598,20 @@ async fn leader_sigkill_before_it_writes_what_it_heard() {
         }
     }
     // The periodic task counts every execution: those the dead leader heard included. Its
-    // state trails the receiver by at most one flush, so by at most one execution.
-    let ran_before_read = c.receiver.executions_of("tick").len();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let tick = c.state("chaos", "tick").await.unwrap();
-    let ran_after_read = c.receiver.executions_of("tick").len();
-    let counted = usize::try_from(tick["success_count"].as_u64().unwrap()).unwrap();
+    // routine runs are written together, so its state trails the receiver by at most
+    // `scheduler.routine_state_delay` (10 s) and one flush.
+    let (mut counted, mut ran_before_read, mut ran_after_read);
+    let since = Instant::now();
+    loop {
+        ran_before_read = c.receiver.executions_of("tick").len();
+        let tick = c.state("chaos", "tick").await.unwrap();
+        ran_after_read = c.receiver.executions_of("tick").len();
+        counted = usize::try_from(tick["success_count"].as_u64().unwrap()).unwrap();
+        if counted + 1 >= ran_before_read || since.elapsed() > Duration::from_secs(12) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     report(
         "leader SIGKILL before it writes what it heard",
         &f,

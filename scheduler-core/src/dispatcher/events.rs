@@ -137,7 +137,9 @@ impl Dispatcher {
                     return;
                 }
                 task.last_end = Some((execution, attempt));
-                let was_fine = task.state.consecutive_failures == 0 && !task.is_throttled();
+                let was_fine = task.state.consecutive_failures == 0
+                    && task.state.last_success_at.is_some()
+                    && !task.is_throttled();
                 if is_attempt {
                     self.notices
                         .extend(failure_notice(&task.key, execution, attempt, event));
@@ -152,15 +154,27 @@ impl Dispatcher {
                         self.fires.push(task, held, FireKind::HeldAgain, now);
                     }
                 }
-                // A periodic task's success after a success, outside any run or chain:
-                // nothing a reader acts on changed, so its write may wait with others.
+                // A periodic task's success after a success, outside any run or chain, that
+                // fires again within the routine delay: nothing a reader acts on changed,
+                // and its write can wait for the runs that follow and go with them.
+                let frequent = task
+                    .state
+                    .next_fire_at
+                    .zip(task.state.last_fire_at)
+                    .is_some_and(|(next, last)| {
+                        next.0.saturating_sub(last.0)
+                            < i64::try_from(self.config.routine_write_delay.as_millis())
+                                .unwrap_or(i64::MAX)
+                    });
                 let routine = was_fine
+                    && frequent
                     && end.is_last()
                     && end.is_success()
                     && task.stored
                     && task.spec.schedule.is_periodic()
                     && !task.spec.paused
                     && task.spec.depends_on.is_empty()
+                    && task.spec.fanout.is_none()
                     && task.state.runs.is_empty()
                     && task.state.held_fire_at.is_none()
                     && !self.deps.has_children(&task.key);

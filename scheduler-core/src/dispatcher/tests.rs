@@ -2240,3 +2240,15 @@ fn without_a_routine_delay_every_run_is_written() {
     let written = runs_and_writes(&mut d, "a", 20, |_| AttemptOutcome::Succeeded);
     assert_eq!(written.len(), 21, "its first state, then every run");
 }
+
+#[test]
+fn a_task_firing_less_often_than_the_routine_delay_and_a_first_success_are_written_at_once() {
+    // Every 20 s: no run follows within the delay to share a write with, so each goes now.
+    let mut d = one_task("a", r#"{"handler":"log","schedule":{"every":"20s"}}"#);
+    let written = runs_and_writes(&mut d, "a", 100, |_| AttemptOutcome::Succeeded);
+    assert_eq!(written, [0, 20_000, 40_000, 60_000, 80_000, 100_000]);
+    // Every second: the first success is news (written at once), the next ones wait.
+    let mut d = one_task("b", r#"{"handler":"log","schedule":{"every":"1s"}}"#);
+    let written = runs_and_writes(&mut d, "b", 3, |_| AttemptOutcome::Succeeded);
+    assert_eq!(written, [0, 1_000]);
+}
