@@ -3,7 +3,10 @@
 //! written (`scheduler.routine_state_delay`, 10 s by default).
 //!
 //! `AX_TEST_PERIODIC_TASKS` sets how many `every: 1s` tasks run (default 300); the test prints
-//! one `periodic states:` line with the puts per fire. Two scheduler replicas and a separate
+//! one `periodic states:` line with the puts per fire. `AX_TEST_PERIODIC_HANDLER=noop` runs
+//! them with the built-in no-op handler instead of `http` calls to the test's receiver, so
+//! that 10 000 fires a second fit on two cores (a release build): the count of puts is the
+//! same, and the check of the states after the kill, which needs the receiver, is left out. Two scheduler replicas and a separate
 //! worker: the process killed is the leader alone, so every execution's end still comes as
 //! an event, and what is checked is that the successor applies the ends its predecessor read
 //! and had not written.
@@ -37,9 +40,14 @@ async fn periodic_states_cost_a_tenth_of_a_put_a_fire_and_stay_true_through_a_ki
     assert_eq!(c.wait_for_leader(None, Duration::from_secs(10)).await, "s1");
     c.start_replica("s2", Roles::Scheduler).await;
     c.start_replica("w1", Roles::Worker).await;
+    let noop = std::env::var("AX_TEST_PERIODIC_HANDLER").is_ok_and(|h| h == "noop");
     let tasks: Vec<(String, String, serde_json::Value)> = (0..n)
         .map(|i| {
-            let mut spec = http_task(&c, json!({ "every": "1s" }), "default");
+            let mut spec = if noop {
+                json!({ "handler": "noop", "schedule": { "every": "1s" } })
+            } else {
+                http_task(&c, json!({ "every": "1s" }), "default")
+            };
             spec["misfire"] = json!("skip");
             ("ps".to_owned(), format!("p{i:05}"), spec)
         })
@@ -71,6 +79,11 @@ async fn periodic_states_cost_a_tenth_of_a_put_a_fire_and_stay_true_through_a_ki
     );
     assert!(per_fire <= 0.15, "{per_fire:.3} etcd puts a fire");
 
+    if noop {
+        println!("periodic states: no receiver with the no-op handler; states not checked");
+        c.clean_up().await;
+        return;
+    }
     // The leader dies with routine runs read and not yet written; the successor applies
     // their events again. Then the namespace is paused, so the counts stop moving, and the
     // last routine runs are written within the delay.
