@@ -23,8 +23,8 @@ use harness::{http_task, Cluster, Roles, SERIAL};
 use serde_json::json;
 
 /// How long the load runs before the count starts, and how long it is counted.
-const WARM_UP: Duration = Duration::from_secs(8);
-const COUNTED: Duration = Duration::from_secs(30);
+const WARM_UP: Duration = Duration::from_secs(6);
+const COUNTED: Duration = Duration::from_secs(20);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn periodic_states_cost_a_tenth_of_a_put_a_fire_and_stay_true_through_a_kill() {
