@@ -8,7 +8,7 @@
 use ax_scheduler_core::{AttemptOutcome, ExecutionId, UtcMillis};
 use serde::{Deserialize, Serialize};
 
-use crate::job::JobId;
+use crate::job_id::JobId;
 
 /// An execution that failed for good.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

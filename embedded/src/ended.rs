@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ax_scheduler_core::{AttemptOutcome, UtcMillis};
 
-use crate::job::JobId;
+use crate::job_id::JobId;
 use crate::table::JobTable;
 
 /// How long an end is remembered at most (at least half of it).

@@ -13,7 +13,7 @@
 
 use ax_scheduler_core::ValidationErrors;
 
-use crate::job::JobId;
+use crate::job_id::JobId;
 
 /// Errors of the embedded kernel.
 #[derive(Debug, thiserror::Error)]

@@ -28,11 +28,12 @@ use ax_scheduler_core::{
     ExecutionId, HandlerError, MisfirePolicy, OverlapPolicy, RetryPolicy, TaskOptions, TaskSpec,
     UtcMillis,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::sync::{Mutex, PoisonError};
 use tokio::sync::oneshot;
 
 use crate::error::{EmbeddedError, Result};
+use crate::job_id::EMBEDDED_RUNNER;
 
 /// The future a job returns for one attempt.
 pub type JobFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send>>;
@@ -43,35 +44,6 @@ pub(crate) type JobFn = dyn Fn(AttemptCall) -> JobFuture + Send + Sync;
 /// The namespace every job of a kernel lives in, as far as the dispatcher is concerned: a
 /// job's task is `embedded/{id}`, which is how dependency edges name a parent.
 pub(crate) const NAMESPACE: &str = "embedded";
-
-/// A job's identity within its kernel, returned by every submit: unique for the kernel's
-/// life (and a persisted job's across restarts), not a count (a job staged in memory is
-/// named by where it is held, see `docs/embedded.md`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct JobId(pub(crate) u64);
-
-impl JobId {
-    /// The id's number.
-    pub fn get(self) -> u64 {
-        self.0
-    }
-
-    /// The job whose attempt `ctx` is (the kernel names a job's task by its id), or `None`
-    /// for an attempt the kernel does not run (a cluster worker's).
-    pub fn of(ctx: &Context) -> Option<JobId> {
-        if ctx.runner() != EMBEDDED_RUNNER {
-            return None;
-        }
-        ctx.task_id().parse().ok().map(JobId)
-    }
-}
-
-impl fmt::Display for JobId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
 
 /// What the engine starts one attempt with; the job's body sees it as the core's
 /// [`Context`] (the same type a cluster handler gets), made by [`AttemptCall::context`].
@@ -194,9 +166,6 @@ pub(crate) struct EmbeddedShell {
     /// The end of a deferred attempt, once the handler deferred it.
     deferred: Mutex<Option<oneshot::Receiver<Result<(), HandlerError>>>>,
 }
-
-/// The runner of every attempt in the embedded kernel ([`Context::runner`]).
-pub const EMBEDDED_RUNNER: &str = "embedded";
 
 fn log_progress(progress: &Progress) {
     tracing::info!(

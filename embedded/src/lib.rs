@@ -89,6 +89,7 @@ mod ended;
 mod engine;
 mod error;
 mod job;
+mod job_id;
 mod kernel;
 mod metrics;
 mod parents;
@@ -106,7 +107,8 @@ pub use ax_scheduler_core::{
 pub use dead::DeadLetter;
 pub use ended::{JobEnd, ENDS_KEPT_FOR, MAX_ENDS_KEPT};
 pub use error::{EmbeddedError, Result};
-pub use job::{Job, JobFuture, JobId, EMBEDDED_RUNNER};
+pub use job::{Job, JobFuture};
+pub use job_id::{JobId, EMBEDDED_RUNNER};
 pub use kernel::{Kernel, KernelBuilder, ShutdownReport, When, DEFAULT_TICK, DEFAULT_WORKERS};
 pub use parents::Parent;
 

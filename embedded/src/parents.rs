@@ -15,7 +15,8 @@ use ax_scheduler_core::task::{
 use ax_scheduler_core::TaskSpec;
 
 use crate::error::{EmbeddedError, Result};
-use crate::job::{JobId, NAMESPACE};
+use crate::job::NAMESPACE;
+use crate::job_id::JobId;
 
 /// One parent of a dependent job ([`Kernel::when_done`](crate::Kernel::when_done)): the
 /// job, which of its ends lets the child run, and how long after the run reached the child

@@ -46,7 +46,8 @@ use std::time::Duration;
 use ax_scheduler_core::timer::{TimerConfig, TimerHandle, TimerWheel};
 use ax_scheduler_core::{Schedule, TaskSpec, UtcMillis};
 
-use crate::job::{JobFn, JobId};
+use crate::job::JobFn;
+use crate::job_id::JobId;
 use crate::table::JobTable;
 
 /// How far ahead of its instant a staged job becomes a dispatcher task.

@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 
 use crate::dead::DeadLetter;
 use crate::error::{EmbeddedError, Result};
-use crate::job::JobId;
+use crate::job_id::JobId;
 
 /// The store's format mark, in [`META`] under `format`.
 const FORMAT: &str = "ax-embedded/1";

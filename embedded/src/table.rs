@@ -12,7 +12,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use ax_scheduler_core::handler::Cancel;
 use ax_scheduler_core::ExecutionId;
 
-use crate::job::JobId;
+use crate::job_id::JobId;
 
 /// Hashes a kernel-made id: the id itself in the low bits, which pick the bucket, and a
 /// multiplication by a constant of the golden ratio in the top 7, which the table compares

@@ -13,7 +13,8 @@ use tokio::sync::oneshot;
 
 use super::{Attempt, Engine};
 use crate::error::{EmbeddedError, Result};
-use crate::job::{Handlers, JobId};
+use crate::job::Handlers;
+use crate::job_id::JobId;
 use crate::store::{Loaded, Op, StoreHandle};
 
 impl Engine {

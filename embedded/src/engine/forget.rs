@@ -17,7 +17,7 @@ use ax_scheduler_core::UtcMillis;
 
 use super::Engine;
 use crate::error::{EmbeddedError, Result};
-use crate::job::JobId;
+use crate::job_id::JobId;
 use crate::parents::parent_ids;
 
 impl Engine {

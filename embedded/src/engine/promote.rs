@@ -27,7 +27,7 @@ use std::collections::VecDeque;
 use ax_scheduler_core::UtcMillis;
 
 use super::{Engine, STEP_PROMOTIONS};
-use crate::job::JobId;
+use crate::job_id::JobId;
 
 /// How many promoted jobs may wait for their first attempt to start.
 pub(crate) const PROMOTED_AHEAD: usize = 1 << 14;

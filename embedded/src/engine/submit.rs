@@ -7,7 +7,8 @@ use std::sync::Arc;
 use ax_scheduler_core::{TaskKey, TaskSpec, TaskState, UtcMillis};
 
 use super::{Engine, JobEntry};
-use crate::job::{JobFn, JobId};
+use crate::job::JobFn;
+use crate::job_id::JobId;
 use crate::staging::Promoted;
 use crate::store::Op;
 use crate::table::Running;

@@ -10,7 +10,8 @@ use ax_scheduler_core::{AttemptOutcome, DispatcherConfig, Schedule, UtcMillis};
 
 use super::PROMOTED_AHEAD;
 use crate::engine::{Engine, Launch};
-use crate::job::{Body, Job, JobFn, JobId};
+use crate::job::{Body, Job, JobFn};
+use crate::job_id::JobId;
 use crate::kernel::spec_of;
 use crate::staging::STAGING_WINDOW;
 
