@@ -2,7 +2,7 @@
 //!
 //! A [`Net`] owns a few bridges on the host, each a subnet whose `.1` is the host's own
 //! address on it (servers the test starts listen there too). Each namespace it adds has one
-//! veth link per bridge, so a process run in it ([`Net::command`]) reaches the host's
+//! veth link per bridge, so a process run in it ([`Net::exec_in`]) reaches the host's
 //! servers only through those links. [`Net::cut`] takes one link off its bridge: frames
 //! vanish both ways, no reset, no error, and the process keeps running, as behind a real
 //! partition (its kernel retransmits, its writes block once the send buffer is full, which a
