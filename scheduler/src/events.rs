@@ -51,6 +51,12 @@ pub(super) const PENDING_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 /// are ignored by position when they are).
 pub(super) const STALE_PENDING: Duration = Duration::from_secs(60);
 
+/// Most stream entries held for writes that wait; past it, every waiting write is made at
+/// the next flush. A quarter of what the stream keeps ([`ax_queue::EVENTS_CAP`]): its
+/// trimming takes the oldest entries first, held or not, and must never reach a held one,
+/// which a successor would then not find.
+pub(super) const MAX_HELD: usize = ax_queue::EVENTS_CAP / 4;
+
 /// The stream positions of the events applied and not yet acknowledged.
 #[derive(Debug, Default)]
 pub(super) struct Unacked {
@@ -84,6 +90,11 @@ impl Unacked {
             }
             !keys.is_empty()
         });
+    }
+
+    /// Whether so many entries are held that the writes they wait for are to be made now.
+    pub(super) fn too_many_held(&self) -> bool {
+        self.held.len() > MAX_HELD
     }
 
     /// Whether no event is ready to be acknowledged.
@@ -256,5 +267,21 @@ mod tests {
         unacked.release(&d);
         assert_eq!(unacked.take_ready(), [pos(1), pos(4)]);
         assert!(unacked.nothing_ready());
+    }
+
+    #[test]
+    fn past_a_quarter_of_the_stream_held_the_waiting_writes_are_due() {
+        let now = UtcMillis(1_800_000_000_000);
+        let mut d = Dispatcher::new(DispatcherConfig::default(), now);
+        let spec =
+            TaskSpec::from_json(br#"{"handler":"log","schedule":{"every":"1s"}}"#, "ns", "a")
+                .unwrap();
+        d.upsert(Arc::new(TaskKey::new("ns", "a")), spec, 1, None, now);
+        let mut unacked = Unacked::default();
+        for seq in 0..=u64::try_from(MAX_HELD).unwrap() {
+            assert!(!unacked.too_many_held());
+            unacked.note(&d, pos(seq), Some(TaskKey::new("ns", "a")));
+        }
+        assert!(unacked.too_many_held());
     }
 }

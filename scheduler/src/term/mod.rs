@@ -593,7 +593,8 @@ impl Term {
     /// few seconds). Never waits for room: when the flusher is behind (etcd slow), the
     /// changes stay in the dispatcher, coalesced, for a later flush, and the alerts here.
     async fn flush(&mut self, settings: &LeaderSettings, deps: &TermDeps, wait: bool) {
-        let due = if wait {
+        // Held events near the stream's cap: the writes they wait for are made now.
+        let due = if wait || self.unacked.too_many_held() {
             UtcMillis::MAX
         } else {
             deps.clock.now()
