@@ -240,14 +240,20 @@ mod tests {
         EventPosition { ms: 1, seq }
     }
 
-    #[test]
-    fn an_event_is_acknowledged_with_the_flush_that_writes_every_task_it_changed() {
+    /// A dispatcher with one task, `ns/a` every second, whose first state waits to be written.
+    fn with_task_a() -> (Dispatcher, UtcMillis) {
         let now = UtcMillis(1_800_000_000_000);
         let mut d = Dispatcher::new(DispatcherConfig::default(), now);
         let spec =
             TaskSpec::from_json(br#"{"handler":"log","schedule":{"every":"1s"}}"#, "ns", "a")
                 .unwrap();
         d.upsert(Arc::new(TaskKey::new("ns", "a")), spec, 1, None, now);
+        (d, now)
+    }
+
+    #[test]
+    fn an_event_is_acknowledged_with_the_flush_that_writes_every_task_it_changed() {
+        let (mut d, now) = with_task_a();
         let a = || Some(TaskKey::new("ns", "a"));
         let b = || Some(TaskKey::new("ns", "b"));
         let mut unacked = Unacked::default();
@@ -271,12 +277,7 @@ mod tests {
 
     #[test]
     fn past_a_quarter_of_the_stream_held_the_waiting_writes_are_due() {
-        let now = UtcMillis(1_800_000_000_000);
-        let mut d = Dispatcher::new(DispatcherConfig::default(), now);
-        let spec =
-            TaskSpec::from_json(br#"{"handler":"log","schedule":{"every":"1s"}}"#, "ns", "a")
-                .unwrap();
-        d.upsert(Arc::new(TaskKey::new("ns", "a")), spec, 1, None, now);
+        let (d, _) = with_task_a();
         let mut unacked = Unacked::default();
         for seq in 0..=u64::try_from(MAX_HELD).unwrap() {
             assert!(!unacked.too_many_held());

@@ -296,6 +296,24 @@ async fn a_held_forbid_fire_goes_when_the_running_execution_ends() {
     assert_eq!(term.queue.fires_of("a"), [at(10_000), at(20_000)]);
 }
 
+/// Ends the fire of task `a` of each of the first `seconds` seconds 50 ms after it, runs on
+/// to `until` (ms) and returns the success counts its written states hold.
+async fn end_each_second(term: &Running, seconds: u64, until: u64) -> Vec<u64> {
+    for second in 1..=seconds {
+        term.until(second * 1_000 + 50).await;
+        let last = term.queue.pushed().last().cloned().unwrap();
+        term.queue
+            .finish(&last, at(i64::try_from(second).unwrap() * 1_000 + 50));
+    }
+    term.until(until).await;
+    term.store
+        .writes_of("ns", "a")
+        .iter()
+        .map(|s| s.success_count)
+        .filter(|n| *n > 0)
+        .collect()
+}
+
 #[tokio::test(start_paused = true)]
 async fn state_changes_between_flushes_are_written_once_at_their_newest() {
     let mut settings = settings();
@@ -306,20 +324,7 @@ async fn state_changes_between_flushes_are_written_once_at_their_newest() {
     let term = start(settings, vec![task("a", every_1s)], FakeStore::default()).await;
     // Each execution ends 50 ms after its fire: two ends before the flush at 2.5 s, two
     // more before the one at 5 s.
-    for second in 1..=4 {
-        term.until(second * 1_000 + 50).await;
-        let last = term.queue.pushed().last().cloned().unwrap();
-        term.queue
-            .finish(&last, at(i64::try_from(second).unwrap() * 1_000 + 50));
-    }
-    term.until(5_100).await;
-    let successes: Vec<u64> = term
-        .store
-        .writes_of("ns", "a")
-        .iter()
-        .map(|s| s.success_count)
-        .filter(|n| *n > 0)
-        .collect();
+    let successes = end_each_second(&term, 4, 5_100).await;
     assert_eq!(
         successes,
         [2, 4],
@@ -331,20 +336,7 @@ async fn state_changes_between_flushes_are_written_once_at_their_newest() {
 async fn routine_runs_are_written_together_and_their_events_acknowledged_only_then() {
     let every_1s = r#"{"handler":"log","schedule":{"every":"1s"}}"#;
     let term = start(settings(), vec![task("a", every_1s)], FakeStore::default()).await;
-    for second in 1..=30 {
-        term.until(second * 1_000 + 50).await;
-        let last = term.queue.pushed().last().cloned().unwrap();
-        term.queue
-            .finish(&last, at(i64::try_from(second).unwrap() * 1_000 + 50));
-    }
-    term.until(30_600).await;
-    let successes: Vec<u64> = term
-        .store
-        .writes_of("ns", "a")
-        .iter()
-        .map(|s| s.success_count)
-        .filter(|n| *n > 0)
-        .collect();
+    let successes = end_each_second(&term, 30, 30_600).await;
     // 30 runs, a write per 10 s of them (the default routine delay), not one per run.
     assert!(
         (2..=3).contains(&successes.len()),
