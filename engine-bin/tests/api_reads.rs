@@ -20,12 +20,12 @@ use api_harness::api_with;
 /// How many queues the registered tasks spread over.
 const QUEUES: usize = 50;
 
-/// How long the test polls at least, and how often: long enough to see the set go stale four
+/// How long the test polls at least, and how often: long enough to see the set go stale three
 /// times at a 20 000-task read (kept for its 5 s minimum; a larger registry polls until the
 /// queue added meanwhile must show), and more often than the console does
 /// (every 5 s per open tab) but less often than a read takes at that size, so that a polled
 /// call does not share the machine with the refresh behind the one before.
-const POLL_FOR: Duration = Duration::from_secs(25);
+const POLL_FOR: Duration = Duration::from_secs(16);
 const POLL_EVERY: Duration = Duration::from_secs(1);
 
 #[tokio::test(flavor = "multi_thread")]
