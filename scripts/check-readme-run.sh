@@ -12,7 +12,10 @@ setsid scripts/dev.sh >"$out" 2>&1 &
 dev=$!
 stop() {
   kill -TERM -- "-$dev" 2>/dev/null || true
-  wait "$dev" 2>/dev/null || true
+  # dev.sh stops its replicas and servers, each bounded (scripts/servers.sh); past twice that
+  # bound the whole group is killed, so a stop never holds up the suite.
+  AX_STOP_WAIT=200 ax_reap "$dev"
+  kill -KILL -- "-$dev" 2>/dev/null || true
   rm -f "$out"
 }
 trap stop EXIT

@@ -23,8 +23,7 @@ pids=()
 cleanup() {
   echo
   echo "dev: stopping"
-  for pid in "${pids[@]}" ${receiver:+"$receiver"}; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}" ${receiver:+"$receiver"}; do wait "$pid" 2>/dev/null || true; done
+  ax_stop_pids "${pids[@]}" ${receiver:+"$receiver"}
   ax_stop_servers
   echo "dev: logs kept in $dir"
 }

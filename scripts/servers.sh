@@ -13,7 +13,11 @@
 #                              with `netns` (root only), each member runs in a network
 #                              namespace of its own, described where the function is defined
 #   ax_require WHO TOOL...     fails, naming WHO and scripts/setup.sh, unless each TOOL is on PATH
-#   ax_stop_pids PID...        stops and reaps the given background processes
+#   ax_stop_pids PID...        stops and reaps the given background processes (SIGTERM, then
+#                              SIGKILL for any still running after AX_STOP_WAIT, 90 s)
+#   ax_reap PID...             waits for the given processes to end, as long as ax_stop_pids
+#                              does (then SIGKILL)
+#   ax_alive PID               whether the process runs (a zombie does not)
 
 ax_free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
@@ -29,7 +33,34 @@ ax_require() { # who, tools...
 ax_stop_pids() { # pids...
   local pid
   for pid in "$@"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
+  ax_reap "$@"
+}
+
+# A stop never hangs a suite. Nothing here calls `wait PID`: in a trap that interrupted the
+# builtin `wait` (dev.sh's Ctrl-C), bash can lose the exit of a child it already reaped and
+# then wait for it, and for every other child, without end. Whatever still runs at the bound
+# is killed, and named, since a process that ignores SIGTERM that long is a bug of its own.
+ax_reap() { # pids...
+  local pid alive i
+  for ((i = 0; i < ${AX_STOP_WAIT:-90} * 5; i++)); do
+    alive=no
+    for pid in "$@"; do ax_alive "$pid" && alive=yes && break; done
+    [ "$alive" = no ] && return 0
+    sleep 0.2
+  done
+  for pid in "$@"; do
+    ax_alive "$pid" || continue
+    echo "servers: pid $pid ($(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-80)) ignored SIGTERM for ${AX_STOP_WAIT:-90} s; SIGKILL" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+}
+
+# Whether a process runs: an exited child its shell has not reaped yet (a zombie) does not.
+ax_alive() { # pid
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ "${stat:0:1}" != Z ]
 }
 
 ax_wait() { # what, tries, command...
@@ -68,12 +99,8 @@ ax_start_servers() {
 }
 
 ax_stop_servers() {
-  for pid in ${AX_ETCD_PID:-} ${AX_REDIS_PID:-}; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in ${AX_ETCD_PID:-} ${AX_REDIS_PID:-}; do
-    wait "$pid" 2>/dev/null || true
-  done
+  # shellcheck disable=SC2086 # the pids are words on purpose
+  ax_stop_pids ${AX_ETCD_PID:-} ${AX_REDIS_PID:-}
 }
 
 # A local Redis Cluster: 6 nodes (3 primaries, 1 replica each) on free loopback ports, each
@@ -130,12 +157,8 @@ ax_stop_redis_cluster() {
   for url in ${AX_REDIS_CLUSTER//,/ }; do
     redis-cli -p "${url##*:}" shutdown nosave >/dev/null 2>&1 || true
   done
-  for pid in ${AX_REDIS_CLUSTER_PIDS:-}; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in ${AX_REDIS_CLUSTER_PIDS:-}; do
-    wait "$pid" 2>/dev/null || true
-  done
+  # shellcheck disable=SC2086 # the pids are words on purpose
+  ax_stop_pids ${AX_REDIS_CLUSTER_PIDS:-}
 }
 
 # With `netns`, each member gets a network namespace of its own, joined to the host by a veth
@@ -225,11 +248,9 @@ ax_stop_etcd_cluster() {
   done
   for pid in ${AX_ETCD_CLUSTER_PIDS//,/ }; do
     kill -CONT "$pid" 2>/dev/null || true # a member a test left stopped
-    kill "$pid" 2>/dev/null || true
   done
-  for pid in ${AX_ETCD_CLUSTER_PIDS//,/ }; do
-    wait "$pid" 2>/dev/null || true
-  done
+  # shellcheck disable=SC2086 # the pids are words on purpose
+  ax_stop_pids ${AX_ETCD_CLUSTER_PIDS//,/ }
   if [ -n "${AX_ETCD_CLUSTER_BRIDGE:-}" ]; then
     ax_clean_etcd_namespaces all
     AX_ETCD_CLUSTER_BRIDGE="" AX_ETCD_CLUSTER_LINKS=""

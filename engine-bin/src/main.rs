@@ -17,6 +17,9 @@ use clap::Parser;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// How long the runtime's blocking threads get to end once the command has returned.
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let edge = Edge::from_process();
@@ -31,7 +34,11 @@ fn main() -> ExitCode {
             return ExitCode::from(err.exit_code());
         }
     };
-    match runtime.block_on(commands::run(cli, &edge)) {
+    let outcome = runtime.block_on(commands::run(cli, &edge));
+    // Dropping a runtime waits for its blocking threads without end; a stuck one (a DNS
+    // lookup, a file on a hung disk) must not keep a stopped replica alive.
+    runtime.shutdown_timeout(EXIT_WAIT);
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             commands::report(&err);

@@ -268,11 +268,20 @@ async fn serve(config: Config, host: Option<String>) -> Result<(), CliError> {
     shutdown
         .listen_for_signals()
         .map_err(|e| CliError::Failed(anyhow::anyhow!("cannot listen for signals: {e}")))?;
-    let result = match Server::bind(config).await {
-        Ok(server) => server.with_host(host).run(&shutdown).await,
+    let run = async {
+        match Server::bind(config).await {
+            Ok(server) => server.with_host(host).run(&shutdown).await,
+            Err(e) => {
+                shutdown.cancel();
+                Err(e)
+            }
+        }
+    };
+    let result = match shutdown.bound(deadline, run).await {
+        Ok(result) => result,
         Err(e) => {
-            shutdown.cancel();
-            Err(e)
+            tracing::error!(error = %e, "the drain did not finish in time; exiting anyway");
+            return Err(CliError::Failed(e.into()));
         }
     };
     if let Err(e) = shutdown.wait(deadline).await {

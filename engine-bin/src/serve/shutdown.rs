@@ -81,10 +81,12 @@ impl Shutdown {
         self.tracker.spawn(make(self.child_token()))
     }
 
-    /// Spawns the task that cancels the root token on SIGTERM or Ctrl-C (SIGINT). It ends
-    /// when the token is cancelled for another reason.
+    /// Spawns the task that cancels the root token on SIGTERM or Ctrl-C (SIGINT). A second
+    /// signal ends the process at once: tokio keeps its handler installed after the first, so
+    /// without this a replica stuck in its drain could be stopped by SIGKILL alone.
     pub fn listen_for_signals(&self) -> std::io::Result<()> {
-        let signals = Signals::new()?;
+        let mut signals = Signals::new()?;
+        let mut again = Signals::new()?;
         let token = self.token.clone();
         self.tracker.spawn(async move {
             tokio::select! {
@@ -95,7 +97,34 @@ impl Shutdown {
                 () = token.cancelled() => {}
             }
         });
+        // Outside the tracker: it lasts until the process ends, and must not hold up `wait`.
+        tokio::spawn(async move {
+            let _ = again.recv().await;
+            let name = again.recv().await;
+            tracing::error!(
+                signal = name,
+                "stop requested again while stopping; exiting now"
+            );
+            std::process::exit(130);
+        });
         Ok(())
+    }
+
+    /// Ends the process's wait for `run` once the root token has been cancelled for
+    /// `deadline`: a stop never hangs, whatever part of the drain does not end.
+    pub async fn bound<T>(
+        &self,
+        deadline: Duration,
+        run: impl Future<Output = T>,
+    ) -> Result<T, ShutdownTimedOut> {
+        let overdue = async {
+            self.token.cancelled().await;
+            tokio::time::sleep(deadline).await;
+        };
+        tokio::select! {
+            value = run => Ok(value),
+            () = overdue => Err(ShutdownTimedOut { still_running: self.tracker.len(), deadline }),
+        }
     }
 
     /// Closes the tracker and waits until every tracked task has ended, at most `deadline`.
@@ -116,6 +145,8 @@ impl Shutdown {
 struct Signals {
     #[cfg(unix)]
     term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -123,19 +154,21 @@ impl Signals {
         Ok(Signals {
             #[cfg(unix)]
             term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?,
+            #[cfg(unix)]
+            interrupt: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?,
         })
     }
 
     #[cfg(unix)]
-    async fn recv(mut self) -> &'static str {
+    async fn recv(&mut self) -> &'static str {
         tokio::select! {
             _ = self.term.recv() => "SIGTERM",
-            _ = tokio::signal::ctrl_c() => "SIGINT",
+            _ = self.interrupt.recv() => "SIGINT",
         }
     }
 
     #[cfg(not(unix))]
-    async fn recv(self) -> &'static str {
+    async fn recv(&mut self) -> &'static str {
         let _ = tokio::signal::ctrl_c().await;
         "ctrl-c"
     }
@@ -164,6 +197,31 @@ mod tests {
         s.cancel();
         let err = s.wait(Duration::from_secs(5)).await.unwrap_err();
         assert_eq!(err.still_running, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_that_outlives_the_deadline_after_a_stop_is_abandoned() {
+        let s = Shutdown::new();
+        let stuck = s.clone();
+        let started = tokio::time::Instant::now();
+        let outcome = s
+            .bound(Duration::from_secs(30), async move {
+                stuck.cancel();
+                std::future::pending::<()>().await
+            })
+            .await;
+        assert!(outcome.is_err());
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_counts_only_from_the_stop() {
+        let s = Shutdown::new();
+        let long = async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            "done"
+        };
+        assert_eq!(s.bound(Duration::from_secs(1), long).await, Ok("done"));
     }
 
     #[tokio::test(start_paused = true)]
