@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use crate::time::UtcMillis;
 use overflow::{HeapKey, Overflow};
-use slab::{Entry, Slab, LOC_HEAP};
+use slab::{Slab, LOC_HEAP};
 
 /// A drained slot keeps its buffer up to this many indices (4 KiB) for its next turn.
 const RETAINED_SLOT_CAPACITY: usize = 1024;
@@ -276,7 +276,7 @@ impl<T> TimerWheel<T> {
         }
         let was_heap = self.detach(handle.index);
         let seq = self.take_seq();
-        let e = &mut self.slab.entries[handle.index as usize];
+        let e = &mut self.slab[handle.index];
         e.due = new_due.0;
         e.seq = seq;
         self.place(handle.index);
@@ -291,7 +291,7 @@ impl<T> TimerWheel<T> {
         if !self.slab.is_live(handle.index, handle.generation) {
             return None;
         }
-        self.slab.entries[handle.index as usize].value.as_ref()
+        self.slab[handle.index].value.as_ref()
     }
 
     /// The due time of a pending timer; `None` when the handle is stale.
@@ -299,7 +299,7 @@ impl<T> TimerWheel<T> {
         if !self.slab.is_live(handle.index, handle.generation) {
             return None;
         }
-        Some(UtcMillis(self.slab.entries[handle.index as usize].due))
+        Some(UtcMillis(self.slab[handle.index].due))
     }
 
     /// When the engine should next call [`advance`](Self::advance): never later than the
@@ -429,7 +429,7 @@ impl<T> TimerWheel<T> {
     /// if its tick is in the current top window, otherwise the overflow heap.
     fn place(&mut self, idx: u32) {
         let (due, seq) = {
-            let e = &self.slab.entries[idx as usize];
+            let e = &self.slab[idx];
             (e.due, e.seq)
         };
         let when = self.tick_of(due).max(self.elapsed);
@@ -437,14 +437,14 @@ impl<T> TimerWheel<T> {
         let masked = (self.elapsed ^ when) | self.slot_mask;
         let level = (63 - masked.leading_zeros()) / self.slot_bits;
         if level >= self.levels {
-            self.slab.entries[idx as usize].loc = LOC_HEAP;
+            self.slab[idx].loc = LOC_HEAP;
             self.overflow.push(HeapKey { due, seq, idx });
             return;
         }
         let slot = (when >> (level * self.slot_bits)) & self.slot_mask;
         let loc = (u64::from(level) << self.slot_bits | slot) as usize;
         let members = &mut self.slots[loc];
-        let e = &mut self.slab.entries[idx as usize];
+        let e = &mut self.slab[idx];
         // `loc` < levels * 64 <= 640, far from the LOC_* markers; a slot holds fewer than
         // u32::MAX entries because indices are u32.
         e.loc = loc as u16;
@@ -461,12 +461,12 @@ impl<T> TimerWheel<T> {
     /// Takes a live entry out of its wheel slot; returns `true` when it is in the overflow
     /// heap instead, where the caller must bury its item after updating the entry.
     fn detach(&mut self, idx: u32) -> bool {
-        let loc = self.slab.entries[idx as usize].loc;
+        let loc = self.slab[idx].loc;
         if loc == LOC_HEAP {
             return true;
         }
         let loc = usize::from(loc);
-        self.remove_at(loc, self.slab.entries[idx as usize].pos);
+        self.remove_at(loc, self.slab[idx].pos);
         let members = &mut self.slots[loc];
         if members.is_empty() {
             if members.capacity() > RETAINED_SLOT_CAPACITY {
@@ -482,7 +482,7 @@ impl<T> TimerWheel<T> {
     }
 
     fn bury_heap_item(&mut self) {
-        let entries = &self.slab.entries;
+        let entries = &self.slab;
         self.overflow.bury(|k| heap_item_is_live(entries, k));
     }
 
@@ -523,7 +523,7 @@ impl<T> TimerWheel<T> {
         }
         if exp.level == 0 {
             for &i in &members {
-                let e = &self.slab.entries[i as usize];
+                let e = &self.slab[i];
                 self.scratch.push((e.due, e.seq, i));
             }
             self.emit(out);
@@ -562,7 +562,7 @@ impl<T> TimerWheel<T> {
         let mut pos = 0;
         while pos < self.slots[loc].len() {
             let i = self.slots[loc][pos];
-            let e = &self.slab.entries[i as usize];
+            let e = &self.slab[i];
             if e.due <= now_ms {
                 self.scratch.push((e.due, e.seq, i));
                 // The last member moves into `pos`, which is examined next.
@@ -586,10 +586,10 @@ impl<T> TimerWheel<T> {
         let members = &mut self.slots[loc];
         let removed = members.swap_remove(pos as usize);
         if let Some(&moved) = members.get(pos as usize) {
-            self.slab.entries[moved as usize].pos = pos;
+            self.slab[moved].pos = pos;
         }
         if let Some(m) = self.slot_min {
-            if m.loc == loc && self.slab.entries[removed as usize].due <= m.due {
+            if m.loc == loc && self.slab[removed].due <= m.due {
                 // The earliest member left: find the next one (a cancel of the very next
                 // timer, rare against the advances it saves).
                 self.slot_min = self.earliest_in(loc).map(|due| SlotMin { loc, due });
@@ -599,10 +599,7 @@ impl<T> TimerWheel<T> {
 
     /// The earliest due time among the members of slot `loc`.
     fn earliest_in(&self, loc: usize) -> Option<i64> {
-        self.slots[loc]
-            .iter()
-            .map(|&i| self.slab.entries[i as usize].due)
-            .min()
+        self.slots[loc].iter().map(|&i| self.slab[i].due).min()
     }
 
     /// Frees the entries collected in `scratch` and appends them to `out` in `(due, seq)`
@@ -613,7 +610,7 @@ impl<T> TimerWheel<T> {
             self.scratch.sort_unstable();
         }
         for &(due, _, idx) in &self.scratch {
-            let generation = self.slab.entries[idx as usize].generation;
+            let generation = self.slab[idx].generation;
             if let Some(value) = self.slab.free(idx) {
                 let handle = TimerHandle {
                     index: idx,
@@ -634,7 +631,7 @@ impl<T> TimerWheel<T> {
             }
             self.overflow.pop();
             self.place(top.idx);
-            let entries = &self.slab.entries;
+            let entries = &self.slab;
             self.overflow.purge_top(|k| heap_item_is_live(entries, k));
         }
     }
@@ -642,9 +639,9 @@ impl<T> TimerWheel<T> {
 
 /// An overflow item is live while its entry is still in the heap under the same insertion
 /// stamp; a cancel frees the entry and a reschedule gives it a new stamp.
-fn heap_item_is_live<T>(entries: &[Entry<T>], key: &HeapKey) -> bool {
+fn heap_item_is_live<T>(entries: &Slab<T>, key: &HeapKey) -> bool {
     entries
-        .get(key.idx as usize)
+        .get(key.idx)
         .is_some_and(|e| e.loc == LOC_HEAP && e.seq == key.seq)
 }
 
