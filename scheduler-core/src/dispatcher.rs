@@ -217,6 +217,12 @@ impl Dispatcher {
         self.writes.is_pending(key)
     }
 
+    /// The key of the task whose state write waits, as the writes hold it (so a caller that
+    /// keeps it shares that allocation); `None` when none waits.
+    pub fn pending_write_key(&self, key: &TaskKey) -> Option<&std::sync::Arc<TaskKey>> {
+        self.writes.pending_key(key)
+    }
+
     /// Notices raised since the last call.
     pub fn take_notices(&mut self) -> Vec<Notice> {
         std::mem::take(&mut self.notices)

@@ -69,11 +69,14 @@ pub(super) struct Unacked {
 impl Unacked {
     /// Notes an event applied to `key`'s task (`None`: an entry that did not decode).
     fn note(&mut self, dispatcher: &Dispatcher, position: EventPosition, key: Option<TaskKey>) {
-        match key {
-            Some(key) if dispatcher.write_pending(&key) => {
-                self.held.entry(position).or_default().push(Arc::new(key));
-            }
-            _ => {
+        match key.as_ref().and_then(|k| dispatcher.pending_write_key(k)) {
+            // The dispatcher's own key: no allocation per held event.
+            Some(held) => self
+                .held
+                .entry(position)
+                .or_default()
+                .push(Arc::clone(held)),
+            None => {
                 self.ready.insert(position);
             }
         }

@@ -141,6 +141,11 @@ impl StateWrites {
         self.pending.contains_key(key)
     }
 
+    /// The pending write's own key for `key`, if a write waits.
+    pub(super) fn pending_key(&self, key: &TaskKey) -> Option<&Arc<TaskKey>> {
+        self.pending.get_key_value(key).map(|(k, _)| k)
+    }
+
     /// `state` is to be written as it is: the task is no longer armed.
     pub(super) fn invalid(&mut self, key: Arc<TaskKey>, state: TaskState) {
         if !self.enabled {
