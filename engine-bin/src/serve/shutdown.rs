@@ -82,8 +82,11 @@ impl Shutdown {
     }
 
     /// Spawns the task that cancels the root token on SIGTERM or Ctrl-C (SIGINT). A second
-    /// signal ends the process at once: tokio keeps its handler installed after the first, so
-    /// without this a replica stuck in its drain could be stopped by SIGKILL alone.
+    /// signal, [`AGAIN_AFTER`] or more after the first, ends the process at once: tokio keeps
+    /// its handler installed after the first, so without this a replica stuck in its drain
+    /// could be stopped by SIGKILL alone. One closer to the first is the same request sent
+    /// twice (a terminal's Ctrl-C reaches the whole process group, then a script's trap sends
+    /// SIGTERM) and does not cut the drain short.
     pub fn listen_for_signals(&self) -> std::io::Result<()> {
         let mut signals = Signals::new()?;
         let mut again = Signals::new()?;
@@ -100,7 +103,13 @@ impl Shutdown {
         // Outside the tracker: it lasts until the process ends, and must not hold up `wait`.
         tokio::spawn(async move {
             let _ = again.recv().await;
-            let name = again.recv().await;
+            let first = tokio::time::Instant::now();
+            let name = loop {
+                let name = again.recv().await;
+                if is_again(first, tokio::time::Instant::now()) {
+                    break name;
+                }
+            };
             tracing::error!(
                 signal = name,
                 "stop requested again while stopping; exiting now"
@@ -138,6 +147,14 @@ impl Shutdown {
             }),
         }
     }
+}
+
+/// How long after the first stop signal another one means "now".
+pub const AGAIN_AFTER: Duration = Duration::from_secs(1);
+
+/// Whether a signal at `now` is a second request to stop, the first having come at `first`.
+fn is_again(first: tokio::time::Instant, now: tokio::time::Instant) -> bool {
+    now.duration_since(first) >= AGAIN_AFTER
 }
 
 /// The stop signals, registered up front so that a registration failure is reported at
@@ -222,6 +239,13 @@ mod tests {
             "done"
         };
         assert_eq!(s.bound(Duration::from_secs(1), long).await, Ok("done"));
+    }
+
+    #[test]
+    fn a_signal_right_after_the_first_is_the_same_request() {
+        let first = tokio::time::Instant::now();
+        assert!(!is_again(first, first + Duration::from_millis(50)));
+        assert!(is_again(first, first + AGAIN_AFTER));
     }
 
     #[tokio::test(start_paused = true)]
