@@ -407,7 +407,11 @@ impl Engine {
         };
         job.running.remove(attempt.execution);
         let durable = job.durable;
-        let (outcome, error, retryable) = verdict;
+        let Verdict {
+            outcome,
+            error,
+            retryable,
+        } = verdict;
         if outcome == AttemptOutcome::Released {
             // Given back unfinished by a shutdown: nothing ended, and the store still holds
             // the execution for the next process.

@@ -259,23 +259,23 @@ async fn run_body(
     // A kill first: a job that returns because its token fired was stopped, not done.
     let verdict = match ended.filter(|_| !stopped) {
         // Stopped by the shutdown, unfinished: with a store it runs again at the restart.
-        None if shared.hard_stop.is_cancelled() => (
+        None if shared.hard_stop.is_cancelled() => Verdict::new(
             AttemptOutcome::Released,
             Some("shut down".to_owned()),
             false,
         ),
-        None => (AttemptOutcome::Killed, Some("killed".to_owned()), false),
+        None => Verdict::new(AttemptOutcome::Killed, Some("killed".to_owned()), false),
         Some(Ok(Ok(result))) => attempt::verdict(result),
         Some(Ok(Err(payload))) => attempt::panic_verdict(payload.as_ref()),
-        Some(Err(_)) => (
+        Some(Err(_)) => Verdict::new(
             AttemptOutcome::TimedOut,
             Some(format!("timed out after {timeout:?}")),
             true,
         ),
     };
-    match &verdict.0 {
+    match &verdict.outcome {
         AttemptOutcome::Succeeded => tracing::debug!("attempt succeeded"),
-        outcome => tracing::warn!(%outcome, error = verdict.1.as_deref(), "attempt ended"),
+        outcome => tracing::warn!(%outcome, error = verdict.error.as_deref(), "attempt ended"),
     }
     verdict
 }

@@ -58,15 +58,42 @@ impl From<anyhow::Error> for HandlerError {
     }
 }
 
-/// How an attempt ended, its error, and whether that error may be retried.
-pub type Verdict = (AttemptOutcome, Option<String>, bool);
+/// What a handler's run makes of its attempt, before the task's retry policy is asked: how
+/// it ended, the error to record, and whether trying again may help. The shell turns it into
+/// the recorded [`AttemptEnd`](crate::execution::AttemptEnd) once it knows whether a retry
+/// follows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// How the attempt ended.
+    pub outcome: AttemptOutcome,
+    /// What went wrong, for failures and kills.
+    pub error: Option<String>,
+    /// Whether the failure may be retried (the retry policy still decides whether it is).
+    pub retryable: bool,
+}
+
+impl Verdict {
+    /// An attempt that ended as `outcome` with `error`.
+    pub fn new(outcome: AttemptOutcome, error: Option<String>, retryable: bool) -> Self {
+        Verdict {
+            outcome,
+            error,
+            retryable,
+        }
+    }
+
+    /// A success.
+    pub fn succeeded() -> Self {
+        Verdict::new(AttemptOutcome::Succeeded, None, false)
+    }
+}
 
 /// The verdict of a handler that returned by itself.
 pub fn verdict(result: Result<(), HandlerError>) -> Verdict {
     match result {
-        Ok(()) => (AttemptOutcome::Succeeded, None, false),
-        Err(HandlerError::Retryable(e)) => (AttemptOutcome::Failed, Some(e), true),
-        Err(HandlerError::Permanent(e)) => (AttemptOutcome::Failed, Some(e), false),
+        Ok(()) => Verdict::succeeded(),
+        Err(HandlerError::Retryable(e)) => Verdict::new(AttemptOutcome::Failed, Some(e), true),
+        Err(HandlerError::Permanent(e)) => Verdict::new(AttemptOutcome::Failed, Some(e), false),
     }
 }
 
@@ -74,7 +101,7 @@ pub fn verdict(result: Result<(), HandlerError>) -> Verdict {
 /// retried (a panic is a bug or a bad state, not a verdict on the input).
 pub fn panic_verdict(payload: &(dyn Any + Send)) -> Verdict {
     let message = panic_message(payload);
-    (
+    Verdict::new(
         AttemptOutcome::Panicked,
         Some(format!("handler panicked: {message}")),
         true,
@@ -114,13 +141,23 @@ mod tests {
 
     #[test]
     fn results_and_panics_map_to_outcomes() {
-        assert_eq!(verdict(Ok(())), (AttemptOutcome::Succeeded, None, false));
+        assert_eq!(verdict(Ok(())), Verdict::succeeded());
         let retry = verdict(Err(HandlerError::Retryable("busy".into())));
-        assert_eq!(retry, (AttemptOutcome::Failed, Some("busy".into()), true));
+        assert_eq!(
+            retry,
+            Verdict::new(AttemptOutcome::Failed, Some("busy".into()), true)
+        );
         let perm = verdict(Err(HandlerError::Permanent("bad".into())));
-        assert_eq!(perm, (AttemptOutcome::Failed, Some("bad".into()), false));
+        assert_eq!(
+            perm,
+            Verdict::new(AttemptOutcome::Failed, Some("bad".into()), false)
+        );
         let boxed: Box<dyn Any + Send> = Box::new(String::from("boom"));
-        let (outcome, error, retryable) = panic_verdict(boxed.as_ref());
+        let Verdict {
+            outcome,
+            error,
+            retryable,
+        } = panic_verdict(boxed.as_ref());
         assert_eq!(outcome, AttemptOutcome::Panicked);
         assert_eq!(error.as_deref(), Some("handler panicked: boom"));
         assert!(retryable);

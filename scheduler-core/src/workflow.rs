@@ -95,7 +95,7 @@ impl RunProgress {
 
 /// What a child does next in a run.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum NextStep {
     /// Parents are still running, within their windows.
     Wait,
     /// Every parent finished as its edge asks: fire.
@@ -105,13 +105,13 @@ pub enum Verdict {
 }
 
 /// Decides a child's step from its edges and its progress at `now`.
-pub fn verdict(deps: &[Dependency], progress: &RunProgress, now: UtcMillis) -> Verdict {
+pub fn next_step(deps: &[Dependency], progress: &RunProgress, now: UtcMillis) -> NextStep {
     let mut waiting = false;
     for dep in deps {
         match progress.done.get(&dep.task) {
             Some(outcome) if outcome.satisfies(dep.on) => {}
             Some(outcome) => {
-                return Verdict::Skip(format!(
+                return NextStep::Skip(format!(
                     "parent {} ended {}, the edge waits for {}",
                     dep.task,
                     outcome_name(*outcome),
@@ -119,7 +119,7 @@ pub fn verdict(deps: &[Dependency], progress: &RunProgress, now: UtcMillis) -> V
                 ))
             }
             None if progress.started_at.add(dep.within) <= now => {
-                return Verdict::Skip(format!(
+                return NextStep::Skip(format!(
                     "parent {} did not finish within {} of the run's start",
                     dep.task,
                     humantime::format_duration(dep.within)
@@ -129,9 +129,9 @@ pub fn verdict(deps: &[Dependency], progress: &RunProgress, now: UtcMillis) -> V
         }
     }
     if waiting {
-        Verdict::Wait
+        NextStep::Wait
     } else {
-        Verdict::Fire
+        NextStep::Fire
     }
 }
 
@@ -374,17 +374,17 @@ mod tests {
             execution: None,
         };
         p.done.insert("ns/a".into(), StepOutcome::Succeeded);
-        assert_eq!(verdict(&deps, &p, UtcMillis(1_000)), Verdict::Wait);
+        assert_eq!(next_step(&deps, &p, UtcMillis(1_000)), NextStep::Wait);
         p.done.insert("ns/b".into(), StepOutcome::Failed);
-        assert_eq!(verdict(&deps, &p, UtcMillis(1_000)), Verdict::Fire);
+        assert_eq!(next_step(&deps, &p, UtcMillis(1_000)), NextStep::Fire);
         p.done.insert("ns/a".into(), StepOutcome::Skipped);
         assert!(
-            matches!(verdict(&deps, &p, UtcMillis(1_000)), Verdict::Skip(r) if r.contains("ns/a ended skipped"))
+            matches!(next_step(&deps, &p, UtcMillis(1_000)), NextStep::Skip(r) if r.contains("ns/a ended skipped"))
         );
         // A parent too late.
         p.done.remove("ns/a");
         assert!(
-            matches!(verdict(&deps, &p, UtcMillis(60_000)), Verdict::Skip(r) if r.contains("within 1m"))
+            matches!(next_step(&deps, &p, UtcMillis(60_000)), NextStep::Skip(r) if r.contains("within 1m"))
         );
     }
 

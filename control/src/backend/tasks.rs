@@ -353,18 +353,38 @@ impl Backend {
         doc: serde_json::Value,
         opts: PutOptions,
     ) -> Result<PutTaskResult, ApiError> {
-        let dry_run = opts.dry_run;
-        let key = key_of(&doc)?;
-        let bytes = serde_json::to_vec(&doc)
+        let (key, mut spec) = self.checked_spec(&doc, &opts).await?;
+        let now = self.wall.now();
+        if !opts.dry_run && spec.created_at.is_none() {
+            // So that a `delay` or `every` countdown starts at registration, whichever
+            // replica leads when the spec is first seen.
+            spec.created_at = Some(now);
+        }
+        let next_fires = next_fires(&spec, now)?;
+        if opts.dry_run {
+            return Ok(put_result(&key, false, false, next_fires, None));
+        }
+        self.write_spec(&key, &spec, now, next_fires).await
+    }
+
+    /// The spec `doc` holds, with every check past its own (the command allowed, the
+    /// handler served) reported together with its own problems in one answer.
+    async fn checked_spec(
+        &self,
+        doc: &serde_json::Value,
+        opts: &PutOptions,
+    ) -> Result<(TaskKey, TaskSpec), ApiError> {
+        let key = key_of(doc)?;
+        let bytes = serde_json::to_vec(doc)
             .map_err(|e| ApiError::Internal(format!("cannot encode the spec: {e}")))?;
-        let mut spec = match TaskSpec::from_json(&bytes, &key.namespace, &key.id) {
+        let spec = match TaskSpec::from_json(&bytes, &key.namespace, &key.id) {
             Ok(spec) => spec,
             Err(errors) => {
                 let mut errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
                 // The handler is checked too, as written, so that fixing the spec's own
                 // problems does not reveal one more.
                 if !opts.allow_unserved_handler {
-                    errors.extend(self.unserved_handler_of(&doc).await?);
+                    errors.extend(self.unserved_handler_of(doc).await?);
                 }
                 return Err(ApiError::Invalid {
                     message: format!("task {key} is invalid"),
@@ -372,8 +392,6 @@ impl Backend {
                 });
             }
         };
-        // Every check past the spec's own, reported together: a command the replicas do
-        // not allow and a handler no worker serves are both named in one answer.
         let mut problems = check_command(&spec, &self.config.commands)
             .err()
             .unwrap_or_default();
@@ -390,65 +408,53 @@ impl Backend {
                 errors: problems,
             });
         }
-        let now = self.wall.now();
-        if !dry_run && spec.created_at.is_none() {
-            // So that a `delay` or `every` countdown starts at registration, whichever
-            // replica leads when the spec is first seen.
-            spec.created_at = Some(now);
+        Ok((key, spec))
+    }
+
+    /// Registers a checked spec whose next fires are `next_fires`, with the audit detail of
+    /// what changed; an identical spec is left as it is and answers the registered one's fires.
+    async fn write_spec(
+        &self,
+        key: &TaskKey,
+        spec: &TaskSpec,
+        now: UtcMillis,
+        next_fires: Vec<UtcMillis>,
+    ) -> Result<PutTaskResult, ApiError> {
+        let previous = self.raw_spec(key).await?;
+        if previous.is_none() {
+            self.check_namespace_room(key).await?;
         }
-        let next_fires = next_fires(&spec, now)?;
-        let mut audit = None;
-        if !dry_run {
-            let previous = self.raw_spec(&key).await?;
-            if previous.is_none() {
-                self.check_namespace_room(&key).await?;
+        let outcome = self
+            .registry
+            .register(spec)
+            .await
+            .map_err(errors::registry)?;
+        let revision = match outcome {
+            ax_registry::RegisterOutcome::Created { revision }
+            | ax_registry::RegisterOutcome::Replaced { revision, .. } => revision,
+            ax_registry::RegisterOutcome::Unchanged { .. } => {
+                // The fires are the registered spec's, counted from when it was first
+                // registered, not from this call.
+                let stored = previous
+                    .as_deref()
+                    .and_then(|raw| TaskSpec::from_json(raw, &key.namespace, &key.id).ok());
+                let next_fires = match stored {
+                    Some(stored) => self::next_fires(&stored, now)?,
+                    None => next_fires,
+                };
+                return Ok(put_result(key, false, true, next_fires, None));
             }
-            let outcome = self
-                .registry
-                .register(&spec)
-                .await
-                .map_err(errors::registry)?;
-            let revision = match outcome {
-                ax_registry::RegisterOutcome::Created { revision }
-                | ax_registry::RegisterOutcome::Replaced { revision, .. } => revision,
-                ax_registry::RegisterOutcome::Unchanged { .. } => {
-                    // The fires are the registered spec's, counted from when it was first
-                    // registered, not from this call.
-                    let stored = previous
-                        .as_deref()
-                        .and_then(|raw| TaskSpec::from_json(raw, &key.namespace, &key.id).ok());
-                    let next_fires = match stored {
-                        Some(stored) => self::next_fires(&stored, now)?,
-                        None => next_fires,
-                    };
-                    return Ok(PutTaskResult {
-                        namespace: key.namespace.to_string(),
-                        id: key.id.to_string(),
-                        written: false,
-                        unchanged: true,
-                        next_fires,
-                        audit: None,
-                    });
-                }
-            };
-            self.queue_names.note(&spec.queue);
-            let previous = previous.and_then(|raw| serde_json::from_slice(&raw).ok());
-            let written: serde_json::Value =
-                serde_json::from_slice(&spec.to_json()).unwrap_or(serde_json::Value::Null);
-            audit = Some(crate::audit::AuditDetail {
-                target: Some(key.to_string()),
-                detail: Some(crate::audit::spec_diff(previous.as_ref(), &written)),
-                revision: Some(revision),
-            });
-        }
-        Ok(PutTaskResult {
-            namespace: key.namespace.to_string(),
-            id: key.id.to_string(),
-            written: !dry_run,
-            unchanged: false,
-            next_fires,
-            audit,
-        })
+        };
+        self.queue_names.note(&spec.queue);
+        let previous = previous.and_then(|raw| serde_json::from_slice(&raw).ok());
+        let written: serde_json::Value =
+            serde_json::from_slice(&spec.to_json()).unwrap_or(serde_json::Value::Null);
+        let audit = crate::audit::AuditDetail {
+            target: Some(key.to_string()),
+            detail: Some(crate::audit::spec_diff(previous.as_ref(), &written)),
+            revision: Some(revision),
+        };
+        Ok(put_result(key, true, false, next_fires, Some(audit)))
     }
 
     /// Refuses a new task in a namespace already holding `limits.max_tasks_per_namespace`
@@ -624,6 +630,24 @@ pub fn check_command(
             .check_task_args(call)
             .map_err(|e| vec![format!("command.args: {e}")]),
         None => Ok(()),
+    }
+}
+
+/// The answer to a put of `key`.
+fn put_result(
+    key: &TaskKey,
+    written: bool,
+    unchanged: bool,
+    next_fires: Vec<UtcMillis>,
+    audit: Option<crate::audit::AuditDetail>,
+) -> PutTaskResult {
+    PutTaskResult {
+        namespace: key.namespace.to_string(),
+        id: key.id.to_string(),
+        written,
+        unchanged,
+        next_fires,
+        audit,
     }
 }
 

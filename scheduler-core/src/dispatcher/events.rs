@@ -15,7 +15,7 @@ use crate::status::TaskStatus;
 use crate::time::UtcMillis;
 use crate::workflow::StepOutcome;
 
-use super::armed::{set_status, FireKind};
+use super::armed::{set_status, Armed, FireKind};
 use super::output::failure_notice;
 use super::Dispatcher;
 use crate::key::TaskKey;
@@ -154,29 +154,8 @@ impl Dispatcher {
                         self.fires.push(task, held, FireKind::HeldAgain, now);
                     }
                 }
-                // A periodic task's success after a success, outside any run or chain, that
-                // fires again within the routine delay: nothing a reader acts on changed,
-                // and its write can wait for the runs that follow and go with them.
-                let frequent = task
-                    .state
-                    .next_fire_at
-                    .zip(task.state.last_fire_at)
-                    .is_some_and(|(next, last)| {
-                        next.0.saturating_sub(last.0)
-                            < i64::try_from(self.config.routine_write_delay.as_millis())
-                                .unwrap_or(i64::MAX)
-                    });
                 let routine = was_fine
-                    && frequent
-                    && end.is_last()
-                    && end.is_success()
-                    && task.stored
-                    && task.spec.schedule.is_periodic()
-                    && !task.spec.paused
-                    && task.spec.depends_on.is_empty()
-                    && task.spec.fanout.is_none()
-                    && task.state.runs.is_empty()
-                    && task.state.held_fire_at.is_none()
+                    && is_routine_end(task, end, self.config.routine_write_delay)
                     && !self.deps.has_children(&task.key);
                 if routine {
                     self.writes.routine(&task.key, now);
@@ -230,4 +209,26 @@ impl Dispatcher {
         };
         self.on_execution(key, execution, attempt, &event, now);
     }
+}
+
+/// Whether `end`, following a success, is a periodic task's routine success: outside any
+/// run or chain, the task firing again within `delay`. Nothing a reader acts on changed, so
+/// its write can wait for the runs that follow and go with them.
+fn is_routine_end(task: &Armed, end: &AttemptEnd, delay: std::time::Duration) -> bool {
+    let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+    let frequent = task
+        .state
+        .next_fire_at
+        .zip(task.state.last_fire_at)
+        .is_some_and(|(next, last)| next.0.saturating_sub(last.0) < delay_ms);
+    frequent
+        && end.is_last()
+        && end.is_success()
+        && task.stored
+        && task.spec.schedule.is_periodic()
+        && !task.spec.paused
+        && task.spec.depends_on.is_empty()
+        && task.spec.fanout.is_none()
+        && task.state.runs.is_empty()
+        && task.state.held_fire_at.is_none()
 }

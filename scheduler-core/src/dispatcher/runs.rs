@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::execution_id::ExecutionId;
 use crate::state::TaskState;
 use crate::time::UtcMillis;
-use crate::workflow::{verdict, RunProgress, StepOutcome, Verdict, MAX_RUNS_IN_PROGRESS};
+use crate::workflow::{next_step, NextStep, RunProgress, StepOutcome, MAX_RUNS_IN_PROGRESS};
 
 use super::armed::{Armed, FireKind};
 use super::output::Notice;
@@ -180,13 +180,13 @@ impl Dispatcher {
         let paused = self.pauses.is_paused(&key.namespace);
         let task = self.tasks.get_mut(key)?;
         let progress = task.state.runs.get(i)?;
-        let mut decided = verdict(&task.spec.depends_on, progress, now);
-        if decided == Verdict::Fire && (task.spec.paused || paused) {
-            decided = Verdict::Skip("the task is paused".to_owned());
+        let mut decided = next_step(&task.spec.depends_on, progress, now);
+        if decided == NextStep::Fire && (task.spec.paused || paused) {
+            decided = NextStep::Skip("the task is paused".to_owned());
         }
         match decided {
-            Verdict::Wait => None,
-            Verdict::Fire => {
+            NextStep::Wait => None,
+            NextStep::Fire => {
                 let run = progress.run;
                 let execution = ExecutionId::step(run, key);
                 task.state.runs[i].execution = Some(execution);
@@ -194,7 +194,7 @@ impl Dispatcher {
                 self.fires.push(task, now, step, now);
                 None
             }
-            Verdict::Skip(reason) => {
+            NextStep::Skip(reason) => {
                 let done = task.state.runs.remove(i);
                 remember_done(&mut task.state, done.run);
                 self.notices.push(Notice::StepSkipped {

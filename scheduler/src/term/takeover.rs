@@ -382,85 +382,11 @@ impl Helpers {
     ) -> Helpers {
         let cancel = authority.lost().child_token();
         let step_down = CancellationToken::new();
-        let (flush_tx, flush_rx) = mpsc::channel(64);
-        let flusher = flusher::run(
-            Arc::clone(&deps.store),
-            Arc::clone(&deps.queue),
-            authority.state_fence(),
-            scope.shard(),
-            flush_rx,
-            flusher::Alerts {
-                sender: deps.alerts.clone(),
-                clock: Arc::clone(&deps.clock),
-            },
-            cancel.clone(),
-        )
-        .instrument(info_span!("state_flusher"));
-        let (metrics, tracker, panicked) = (
-            Arc::clone(&deps.metrics),
-            deps.tracker.clone(),
-            step_down.clone(),
-        );
-        deps.tracker.spawn(async move {
-            if supervise::watch(supervise::STATE_FLUSHER, &*metrics, &tracker, flusher)
-                .await
-                .is_none()
-            {
-                panicked.cancel();
-            }
-        });
-        let (direct_tx, direct_rx) = mpsc::channel(direct_writes::INTAKE);
-        // Shared across restarts: a check that panicked leaves the intake to the next one.
-        let direct_rx = Arc::new(tokio::sync::Mutex::new(direct_rx));
-        let (audit, clock, stop) = (
-            Arc::clone(&deps.audit),
-            Arc::clone(&deps.clock),
-            cancel.clone(),
-        );
-        deps.tracker.spawn(supervise::supervise(
-            supervise::DIRECT_WRITES,
-            Arc::clone(&deps.metrics),
-            deps.tracker.clone(),
-            cancel.clone(),
-            move || {
-                let (audit, clock, rx, stop) = (
-                    Arc::clone(&audit),
-                    Arc::clone(&clock),
-                    Arc::clone(&direct_rx),
-                    stop.clone(),
-                );
-                async move {
-                    let mut rx = rx.lock().await;
-                    direct_writes::run(audit, clock, &mut rx, stop).await;
-                }
-                .instrument(info_span!("direct_writes"))
-            },
-        ));
+        let flush_tx = spawn_flusher(deps, authority, scope, &cancel, &step_down);
+        let direct_tx = spawn_direct_writes(deps, &cancel);
         let clock_off = CancellationToken::new();
         if let Some(probe) = &deps.clock_check {
-            let (probe, watched, off, stop) = (
-                Arc::clone(probe),
-                deps.clone(),
-                clock_off.clone(),
-                cancel.clone(),
-            );
-            let max_skew = settings.max_clock_skew;
-            deps.tracker.spawn(supervise::supervise(
-                supervise::CLOCK_WATCH,
-                Arc::clone(&deps.metrics),
-                deps.tracker.clone(),
-                cancel.clone(),
-                move || {
-                    super::clock_watch::run(
-                        Arc::clone(&probe),
-                        watched.clone(),
-                        max_skew,
-                        off.clone(),
-                        stop.clone(),
-                    )
-                    .instrument(info_span!("clock_watch"))
-                },
-            ));
+            spawn_clock_watch(settings, deps, probe, &clock_off, &cancel);
         }
         Helpers {
             cancel,
@@ -470,4 +396,112 @@ impl Helpers {
             direct_tx,
         }
     }
+}
+
+/// Starts the term's state flusher; a panic in it steps the term down (`step_down`), since
+/// the states it held are lost. Answers the flusher's intake.
+fn spawn_flusher(
+    deps: &TermDeps,
+    authority: &Authority,
+    scope: Scope,
+    cancel: &CancellationToken,
+    step_down: &CancellationToken,
+) -> mpsc::Sender<FlushRequest> {
+    let (flush_tx, flush_rx) = mpsc::channel(64);
+    let flusher = flusher::run(
+        Arc::clone(&deps.store),
+        Arc::clone(&deps.queue),
+        authority.state_fence(),
+        scope.shard(),
+        flush_rx,
+        flusher::Alerts {
+            sender: deps.alerts.clone(),
+            clock: Arc::clone(&deps.clock),
+        },
+        cancel.clone(),
+    )
+    .instrument(info_span!("state_flusher"));
+    let (metrics, tracker, panicked) = (
+        Arc::clone(&deps.metrics),
+        deps.tracker.clone(),
+        step_down.clone(),
+    );
+    deps.tracker.spawn(async move {
+        if supervise::watch(supervise::STATE_FLUSHER, &*metrics, &tracker, flusher)
+            .await
+            .is_none()
+        {
+            panicked.cancel();
+        }
+    });
+    flush_tx
+}
+
+/// Starts the supervised audit of keys written straight into etcd; answers its intake.
+fn spawn_direct_writes(
+    deps: &TermDeps,
+    cancel: &CancellationToken,
+) -> mpsc::Sender<crate::audit::Observed> {
+    let (direct_tx, direct_rx) = mpsc::channel(direct_writes::INTAKE);
+    // Shared across restarts: a check that panicked leaves the intake to the next one.
+    let direct_rx = Arc::new(tokio::sync::Mutex::new(direct_rx));
+    let (audit, clock, stop) = (
+        Arc::clone(&deps.audit),
+        Arc::clone(&deps.clock),
+        cancel.clone(),
+    );
+    deps.tracker.spawn(supervise::supervise(
+        supervise::DIRECT_WRITES,
+        Arc::clone(&deps.metrics),
+        deps.tracker.clone(),
+        cancel.clone(),
+        move || {
+            let (audit, clock, rx, stop) = (
+                Arc::clone(&audit),
+                Arc::clone(&clock),
+                Arc::clone(&direct_rx),
+                stop.clone(),
+            );
+            async move {
+                let mut rx = rx.lock().await;
+                direct_writes::run(audit, clock, &mut rx, stop).await;
+            }
+            .instrument(info_span!("direct_writes"))
+        },
+    ));
+    direct_tx
+}
+
+/// Starts the supervised watch of the leader's own clock against `probe`; it cancels
+/// `clock_off` when the clock is past the bound.
+fn spawn_clock_watch(
+    settings: &LeaderSettings,
+    deps: &TermDeps,
+    probe: &Arc<dyn crate::clock::ClockProbe>,
+    clock_off: &CancellationToken,
+    cancel: &CancellationToken,
+) {
+    let (probe, watched, off, stop) = (
+        Arc::clone(probe),
+        deps.clone(),
+        clock_off.clone(),
+        cancel.clone(),
+    );
+    let max_skew = settings.max_clock_skew;
+    deps.tracker.spawn(supervise::supervise(
+        supervise::CLOCK_WATCH,
+        Arc::clone(&deps.metrics),
+        deps.tracker.clone(),
+        cancel.clone(),
+        move || {
+            super::clock_watch::run(
+                Arc::clone(&probe),
+                watched.clone(),
+                max_skew,
+                off.clone(),
+                stop.clone(),
+            )
+            .instrument(info_span!("clock_watch"))
+        },
+    ));
 }

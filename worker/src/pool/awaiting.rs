@@ -74,8 +74,8 @@ pub(super) fn reported_outcome(ended: &ReportedEnd, output: &OutputSlot) -> Verd
         output.set(o.clone());
     }
     match ended.status {
-        ReportedStatus::Succeeded => (AttemptOutcome::Succeeded, None, false),
-        ReportedStatus::Failed => (
+        ReportedStatus::Succeeded => Verdict::succeeded(),
+        ReportedStatus::Failed => Verdict::new(
             AttemptOutcome::Failed,
             Some(
                 ended
@@ -116,7 +116,7 @@ pub(super) async fn conclude(
     verdict: Verdict,
     output: &OutputSlot,
 ) -> Concluded {
-    if verdict.0 == AttemptOutcome::Succeeded && completion.accepted() {
+    if verdict.outcome == AttemptOutcome::Succeeded && completion.accepted() {
         let concluded = start_awaiting(sh, d, output).await;
         if matches!(concluded, Concluded::NotTaken) {
             tracing::warn!(
@@ -127,7 +127,7 @@ pub(super) async fn conclude(
     } else {
         let q = &sh.queue;
         settle(sh, "close_awaiting", || {
-            q.close_awaiting(d, closed_label(verdict.0))
+            q.close_awaiting(d, closed_label(verdict.outcome))
         })
         .await;
         Concluded::Ended(verdict)
@@ -143,12 +143,12 @@ async fn start_awaiting(sh: &Shared, d: &Delivery, output: &OutputSlot) -> Concl
         Some(AwaitStart::NotTaken) => Concluded::NotTaken,
         // The job's completion overtook its 202: the attempt ends here with it.
         Some(AwaitStart::Early(ended)) => Concluded::Ended(reported_outcome(&ended, output)),
-        Some(AwaitStart::Killed) => Concluded::Ended((
+        Some(AwaitStart::Killed) => Concluded::Ended(Verdict::new(
             AttemptOutcome::Killed,
             Some(StopOrder::Killed.reason().to_owned()),
             false,
         )),
-        Some(AwaitStart::Gone) | None => Concluded::Ended((
+        Some(AwaitStart::Gone) | None => Concluded::Ended(Verdict::new(
             AttemptOutcome::Failed,
             Some("accepted, but the attempt could not start awaiting its completion".into()),
             true,

@@ -92,30 +92,11 @@ async fn execute_in_span(
 ) {
     let msg = &d.message;
     let worker = sh.cfg.worker_id.as_str();
-    let started = sh.cfg.clock.now();
-    let lateness_ms = started.0 - msg.attempt_due().0;
-    tracing::Span::current().record("lateness_ms", lateness_ms);
-    if msg.attempt == 0 && msg.origin().is_scheduled() {
-        sh.start_lateness_ms
-            .fetch_max(lateness_ms.max(0), std::sync::atomic::Ordering::Relaxed);
-    }
-    if let Some(wait) = d.limited_wait {
-        sh.reporter.on_concurrency_wait(&d.queue, wait);
-    }
-    sh.reporter.on_started(msg, worker, started).await;
-
+    let started = report_start(sh, d).await;
     let ordered = *stop.borrow();
     if let Some(order) = ordered {
-        tracing::warn!(reason = order.reason(), "stopped before it started");
         drop(permit);
-        let end = AttemptEnd::new(AttemptOutcome::Killed, Some(order.reason().to_owned()));
-        let ending = Ending {
-            d,
-            worker,
-            started,
-            output: None,
-        };
-        ack_end(sh, acks, &ending, end).await;
+        stopped_before_start(sh, acks, d, started, order).await;
         return;
     }
     let Some(handler) = sh.registry.get(&msg.handler) else {
@@ -159,8 +140,8 @@ async fn execute_in_span(
     // attempt records before anything else sees it: a server or a command may echo them.
     // Gathered only when there is something to redact: most attempts record neither an
     // error nor an output, and the fire path should not parse their URL again.
-    verdict.1 = verdict
-        .1
+    verdict.error = verdict
+        .error
         .map(|e| redact_values(&e, &attempt_secrets(msg, &output)));
     if let Some(c) = &completion {
         match conclude(sh, d, c, verdict, &output).await {
@@ -183,6 +164,45 @@ async fn execute_in_span(
             .map(|o| o.redacted(&attempt_secrets(msg, &output))),
     };
     settle_verdict(sh, &ending, acks, verdict).await;
+}
+
+/// Ends an attempt whose stop order came before its handler started: killed, acked.
+async fn stopped_before_start(
+    sh: &Shared,
+    acks: &Acks,
+    d: &Delivery,
+    started: UtcMillis,
+    order: StopOrder,
+) {
+    tracing::warn!(reason = order.reason(), "stopped before it started");
+    let end = AttemptEnd::new(AttemptOutcome::Killed, Some(order.reason().to_owned()));
+    let ending = Ending {
+        d,
+        worker: sh.cfg.worker_id.as_str(),
+        started,
+        output: None,
+    };
+    ack_end(sh, acks, &ending, end).await;
+}
+
+/// Records that the attempt of `d` starts now (its lateness, its wait for a concurrency
+/// slot, the start report) and answers when.
+async fn report_start(sh: &Shared, d: &Delivery) -> UtcMillis {
+    let msg = &d.message;
+    let started = sh.cfg.clock.now();
+    let lateness_ms = started.0 - msg.attempt_due().0;
+    tracing::Span::current().record("lateness_ms", lateness_ms);
+    if msg.attempt == 0 && msg.origin().is_scheduled() {
+        sh.start_lateness_ms
+            .fetch_max(lateness_ms.max(0), std::sync::atomic::Ordering::Relaxed);
+    }
+    if let Some(wait) = d.limited_wait {
+        sh.reporter.on_concurrency_wait(&d.queue, wait);
+    }
+    sh.reporter
+        .on_started(msg, sh.cfg.worker_id.as_str(), started)
+        .await;
+    started
 }
 
 /// What no record of an attempt of `msg` may show: its target's inline secrets and the
@@ -258,21 +278,21 @@ async fn run_handler(
         }
         r = tokio::time::timeout(msg.timeout(), &mut handle) => match r {
             Ok(joined) => joined_verdict(joined),
-            Err(_) => (
+            Err(_) => Verdict::new(
                 AttemptOutcome::TimedOut,
                 Some(format!("timed out after {:?}", msg.timeout())),
                 true,
             ),
         },
-        _ = hard_stop.cancelled() => (AttemptOutcome::Released, None, false),
-        order = stopped(stop) => (
+        _ = hard_stop.cancelled() => Verdict::new(AttemptOutcome::Released, None, false),
+        order = stopped(stop) => Verdict::new(
             AttemptOutcome::Killed,
             Some(order.reason().to_owned()),
             false,
         ),
     };
     if matches!(
-        ended.0,
+        ended.outcome,
         AttemptOutcome::TimedOut | AttemptOutcome::Released | AttemptOutcome::Killed
     ) {
         ctx_cancel.cancel();
@@ -288,14 +308,14 @@ fn joined_verdict(joined: Result<Result<(), HandlerError>, JoinError>) -> Verdic
         Err(e) => {
             let verdict = match e.try_into_panic() {
                 Ok(payload) => attempt::panic_verdict(payload.as_ref()),
-                Err(e) => (
+                Err(e) => Verdict::new(
                     AttemptOutcome::Panicked,
                     Some(format!("handler task ended abnormally: {e}")),
                     true,
                 ),
             };
             tracing::error!(
-                panic = verdict.1.as_deref().unwrap_or(""),
+                panic = verdict.error.as_deref().unwrap_or(""),
                 "handler panicked"
             );
             verdict
@@ -331,7 +351,11 @@ async fn ack_end(sh: &Shared, acks: &Acks, ending: &Ending<'_>, end: AttemptEnd)
 /// Settles the message as the verdict says (ack, release, retry or dead letter) together
 /// with the attempt's end, and finishes the attempt.
 async fn settle_verdict(sh: &Shared, ending: &Ending<'_>, acks: &Acks, verdict: Verdict) {
-    let (outcome, error, retryable) = verdict;
+    let Verdict {
+        outcome,
+        error,
+        retryable,
+    } = verdict;
     // Errors can echo anything (a URL with its credentials, a response body): masked and
     // capped once here, before they go into the message, the dead letter, the history, the
     // events and the alerts.

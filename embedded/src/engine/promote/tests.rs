@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ax_scheduler_core::{AttemptOutcome, DispatcherConfig, Schedule, UtcMillis};
+use ax_scheduler_core::attempt::Verdict;
+use ax_scheduler_core::{DispatcherConfig, Schedule, UtcMillis};
 
 use super::PROMOTED_AHEAD;
 use crate::engine::{Engine, Launch};
@@ -99,7 +100,7 @@ fn turn(
                     run.cancels.push((id, engine.cancel(id, now).is_ok()));
                 }
             }
-            engine.finish(attempt, (AttemptOutcome::Succeeded, None, false), now);
+            engine.finish(attempt, Verdict::succeeded(), now);
             engine.step(now, &mut launches);
             run.most_tasks = run.most_tasks.max(engine.jobs.len());
         }
