@@ -39,6 +39,7 @@ use std::time::Duration;
 use ax_election::ElectionConfig;
 use ax_queue::Queue;
 use ax_registry::Registry;
+use ax_scheduler_core::queue_set::QueueSet;
 use ax_scheduler_core::{Clock, ExecutionId, SystemClock, UtcMillis};
 use etcd_client::Client;
 use tokio::sync::OnceCell;
@@ -85,6 +86,9 @@ pub struct Backend {
     wall: Arc<dyn Clock>,
     /// The queues the cluster uses, remembered between calls (see `queue_names`).
     queue_names: Arc<queue_names::QueueNames>,
+    /// The queue names a scheduler role of this replica keeps as the registry changes; read
+    /// before `queue_names` once published.
+    live_queues: Option<QueueSet>,
     /// Where the secrets tasks name are read, to mask them in what jobs report.
     secrets: ax_worker::SecretSource,
 }
@@ -123,6 +127,7 @@ impl Backend {
             clock_check: OnceCell::new(),
             wall: Arc::new(SystemClock),
             queue_names: Arc::default(),
+            live_queues: None,
             secrets: ax_worker::SecretSource::none(),
         }
     }
@@ -139,6 +144,14 @@ impl Backend {
     /// `worker.secrets_dir`), to mask their values in what `http.async` jobs report.
     pub fn with_secrets(mut self, secrets: ax_worker::SecretSource) -> Backend {
         self.secrets = secrets;
+        self
+    }
+
+    /// The same backend, taking the names of the queues tasks use from `names` (the set a
+    /// scheduler role of the same process keeps as the registry changes) once it is
+    /// published, instead of reading every spec.
+    pub fn with_live_queues(mut self, names: QueueSet) -> Backend {
+        self.live_queues = Some(names);
         self
     }
 

@@ -34,6 +34,7 @@ use ax_alerting::{
 use ax_election::{Candidate, ElectionConfig, InstanceRecord};
 use ax_queue::{Queue, QueueStats};
 use ax_registry::Registry;
+use ax_scheduler_core::queue_set::QueueSet;
 use ax_scheduler_core::timer::TimerConfig;
 use ax_scheduler_core::{DispatcherConfig, ReconnectBackoff, UtcMillis};
 use ax_worker::PoolSummary;
@@ -168,11 +169,15 @@ impl Server {
         else {
             return http.await.context("HTTP server task panicked")?;
         };
-        api.set(Arc::new(
-            Backend::new(etcd.clone(), Some(queue.clone()), &cluster)
-                .with_audit_capacity_watch(audit_watch.clone())
-                .with_secrets(config.worker.secret_source()),
-        ));
+        // The scheduler role's catalog keeps the queue names the API's status needs.
+        let queue_names = QueueSet::default();
+        let mut backend = Backend::new(etcd.clone(), Some(queue.clone()), &cluster)
+            .with_audit_capacity_watch(audit_watch.clone())
+            .with_secrets(config.worker.secret_source());
+        if config.instance.has_role(ReplicaRole::Scheduler) {
+            backend = backend.with_live_queues(queue_names.clone());
+        }
+        api.set(Arc::new(backend));
         check_redis_settings(&queue, &metrics).await;
 
         // The same clock serves the alert manager, the roles and the instance record.
@@ -189,6 +194,7 @@ impl Server {
             clock: &clock,
             address: addr.map(|a| a.to_string()),
             host,
+            queue_names: &queue_names,
         };
         parts.watch_etcd_endpoints(shutdown)?;
         parts.register_instance(shutdown);
@@ -392,6 +398,8 @@ struct Parts<'a> {
     address: Option<String>,
     /// The host name, for the instance record.
     host: Option<String>,
+    /// Where the scheduler role publishes the queue names, for the API.
+    queue_names: &'a QueueSet,
 }
 
 impl Parts<'_> {
@@ -534,6 +542,7 @@ impl Parts<'_> {
                 ax_control::backend::AuditStore::of(self.etcd.clone(), self.cluster)
                     .with_capacity_watch(self.audit_watch.clone()),
             )),
+            queue_names: self.queue_names.clone(),
         };
         shutdown.spawn(move |cancel| {
             scheduler::run(settings, deps, cancel).instrument(info_span!("scheduler"))

@@ -3975,3 +3975,82 @@ async fn tasks_on_a_partitioned_queue_run_exactly_once_on_two_replicas() {
     assert_eq!(served, ["a", "b"], "{status}");
     c.clean_up().await;
 }
+
+/// The status names every queue the tasks use. A replica with the scheduler role takes the
+/// names from its catalog, which follows the registry's watch: a queue another writer's put
+/// introduces shows at once, and one whose last task is deleted goes, where a set read from
+/// the specs was kept for at least 5 s between reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_follows_the_queues_tasks_use_as_they_change() {
+    let _serial = SERIAL.lock().await;
+    // `AX_TEST_QUEUE_NAME_TASKS` more tasks on 50 queues, to measure at a large registry.
+    let n: usize = std::env::var("AX_TEST_QUEUE_NAME_TASKS")
+        .ok()
+        .map_or(0, |v| {
+            v.parse().expect("AX_TEST_QUEUE_NAME_TASKS is a count")
+        });
+    let mut c = Cluster::new("e2e-queue-names").await;
+    c.start_replica("a", Roles::Both).await;
+    c.wait_for_leader(None, Duration::from_secs(10)).await;
+    let task =
+        |queue: &str| json!({ "handler": "log", "schedule": { "every": "1h" }, "queue": queue });
+    let many: Vec<(String, String, Value)> = (0..n)
+        .map(|i| {
+            (
+                "many".to_owned(),
+                format!("t{i}"),
+                task(&format!("q{}", i % 50)),
+            )
+        })
+        .collect();
+    c.put_tasks(&many).await;
+    c.put_task("qn", "one", &task("first")).await;
+    let url = format!(
+        "http://127.0.0.1:{}/api/v1/status",
+        c.replica("a").http_port
+    );
+    let names = || async {
+        let status = harness::api_get(&url).await;
+        status["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| q["name"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let catch_up = Duration::from_secs(5) + Duration::from_millis(n as u64 / 10);
+    wait_until(catch_up, "the first queue shown", || async {
+        names().await.contains(&"first".to_owned())
+    })
+    .await;
+    // The status was just read: a remembered set would now be kept for 5 s.
+    c.put_task("qn", "two", &task("second")).await;
+    let put = Instant::now();
+    wait_until(
+        Duration::from_secs(2),
+        "a queue put by another writer shown",
+        || async { names().await.contains(&"second".to_owned()) },
+    )
+    .await;
+    let shown_after = put.elapsed();
+    let mut took = Vec::new();
+    for _ in 0..20 {
+        let asked = Instant::now();
+        names().await;
+        took.push(asked.elapsed());
+    }
+    took.sort_unstable();
+    c.delete_task("qn", "one").await;
+    wait_until(
+        Duration::from_secs(2),
+        "a queue with no task left gone",
+        || async { !names().await.contains(&"first".to_owned()) },
+    )
+    .await;
+    println!(
+        "queue names: {n} more tasks; a new queue shown after {shown_after:?}; status p50 \
+         {:?}, max {:?}",
+        took[10], took[19]
+    );
+    c.clean_up().await;
+}

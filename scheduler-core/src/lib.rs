@@ -27,6 +27,7 @@ pub mod misfire;
 pub mod options;
 pub mod overlap;
 pub mod placement;
+pub mod queue_set;
 pub mod ready;
 pub mod redact;
 pub mod retry;

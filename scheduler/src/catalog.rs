@@ -4,13 +4,16 @@
 //! watch's events, so a new leader arms its dispatcher from memory instead of listing the
 //! registry while nothing fires. Invalid specs are kept with their errors (the leader writes
 //! them to the task's state); the invalid count is kept as entries change, since counting on
-//! every event made loading N tasks cost O(N^2).
+//! every event made loading N tasks cost O(N^2). So are the tasks per queue: once synced, the
+//! catalog publishes the queue names in the replica's [`QueueSet`] whenever one appears or
+//! goes, for the API to read instead of every spec.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use ax_registry::RegistryEvent;
 use ax_scheduler_core::placement::Placement;
+use ax_scheduler_core::queue_set::{QueueCounts, QueueSet};
 use ax_scheduler_core::{FieldError, Interner, TaskKey, TaskSpec};
 use tracing::{debug, warn};
 
@@ -81,6 +84,10 @@ pub(super) struct Catalog {
     /// How many valid entries are paused, kept the same way.
     pub(super) paused: usize,
     pub(super) synced: bool,
+    /// Valid tasks per queue, kept as entries change.
+    queues: QueueCounts,
+    /// Where the queue names are published once synced.
+    published: QueueSet,
     /// The newest etcd revision the catalog reflects: a run-now request written after it
     /// may name a task whose put the watch has not delivered yet (see
     /// [`CatalogSlice::may_not_have_seen`] and the terms' run-now path).
@@ -88,6 +95,33 @@ pub(super) struct Catalog {
 }
 
 impl Catalog {
+    /// An empty catalog that publishes its queue names in `published`.
+    pub(super) fn publishing(published: QueueSet) -> Catalog {
+        Catalog {
+            published,
+            ..Catalog::default()
+        }
+    }
+
+    /// Counts the queue of the entry replaced (`old`) out and that of the new one in;
+    /// publishes the names when they changed and the catalog is synced.
+    fn count_queues(&mut self, old: Option<&CatalogEntry>, new: Option<&CatalogEntry>) {
+        let queue_of = |e: &CatalogEntry| match e {
+            CatalogEntry::Valid { spec, .. } => Some(Arc::clone(&spec.queue)),
+            CatalogEntry::Invalid { .. } => None,
+        };
+        let mut changed = false;
+        if let Some(queue) = old.and_then(queue_of) {
+            changed |= self.queues.remove(&queue);
+        }
+        if let Some(queue) = new.and_then(queue_of) {
+            changed |= self.queues.add(&queue);
+        }
+        if changed && self.synced {
+            self.published.publish(self.queues.names());
+        }
+    }
+
     /// The entries of each scope (in the order given), in one pass over the catalog: many
     /// shards acquired at once cost one pass, not one each.
     pub(super) fn slices(&self, placement: &Placement, scopes: &[Scope]) -> Vec<CatalogSlice> {
@@ -174,6 +208,7 @@ pub(super) fn apply_event(
         RegistryEvent::Synced { revision } => {
             debug!(revision, tasks = catalog.entries.len(), "registry synced");
             catalog.synced = true;
+            catalog.published.publish(catalog.queues.names());
             None
         }
         RegistryEvent::Reconnecting { error, attempt } => {
@@ -205,6 +240,7 @@ pub(super) fn apply_event(
     if entry.as_ref().is_some_and(is_paused) {
         catalog.paused += 1;
     }
+    catalog.count_queues(old.as_ref(), entry.as_ref());
     metrics.set_invalid_specs(catalog.invalid);
     metrics.set_paused_tasks(catalog.paused);
     Some((key, entry))
@@ -253,6 +289,53 @@ mod tests {
         let slice = catalog.slices(&Placement::default(), &all).remove(0);
         assert!(!slice.may_not_have_seen(9));
         assert_eq!(slice.entries.len(), 1);
+    }
+
+    #[test]
+    fn the_queue_names_are_published_once_synced_and_follow_puts_and_deletes() {
+        let metrics = crate::metrics::NoMetrics;
+        let published = QueueSet::default();
+        let mut catalog = Catalog::publishing(published.clone());
+        let on = |id: &str, queue: &str, revision: i64| RegistryEvent::Put {
+            spec: TaskSpec::from_json(
+                format!(r#"{{"handler":"log","schedule":{{"every":"1s"}},"queue":"{queue}"}}"#)
+                    .as_bytes(),
+                "ns",
+                id,
+            )
+            .unwrap(),
+            mod_revision: revision,
+            create_revision: revision,
+        };
+        let names = || -> Vec<String> {
+            published
+                .names()
+                .map(|n| n.iter().map(|q| q.to_string()).collect())
+                .unwrap_or_default()
+        };
+        apply_event(&mut catalog, &metrics, on("a", "default", 1));
+        assert!(published.names().is_none(), "nothing before the first sync");
+        apply_event(
+            &mut catalog,
+            &metrics,
+            RegistryEvent::Synced { revision: 1 },
+        );
+        assert_eq!(names(), ["default"]);
+        apply_event(&mut catalog, &metrics, on("b", "mail", 2));
+        apply_event(&mut catalog, &metrics, on("c", "mail", 3));
+        assert_eq!(names(), ["default", "mail"]);
+        // A task moved to another queue leaves its old one if it was the last there.
+        apply_event(&mut catalog, &metrics, on("a", "video", 4));
+        assert_eq!(names(), ["mail", "video"]);
+        let delete = |id: &str, revision: i64| RegistryEvent::Delete {
+            namespace: "ns".into(),
+            id: id.into(),
+            mod_revision: revision,
+        };
+        apply_event(&mut catalog, &metrics, delete("b", 5));
+        assert_eq!(names(), ["mail", "video"], "c is still on mail");
+        apply_event(&mut catalog, &metrics, delete("c", 6));
+        assert_eq!(names(), ["video"]);
     }
 
     #[test]

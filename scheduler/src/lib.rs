@@ -43,6 +43,7 @@ use ax_alerting::AlertSender;
 use ax_election::Candidate;
 use ax_registry::Registry;
 use ax_scheduler_core::placement::Placement;
+use ax_scheduler_core::queue_set::QueueSet;
 use ax_scheduler_core::DispatcherConfig;
 use tokio_util::task::TaskTracker;
 
@@ -146,4 +147,7 @@ pub struct LeaderDeps {
     pub tracker: TaskTracker,
     /// The audit log, where the leader records spec changes written to etcd without ax.
     pub audit: Arc<dyn AuditLog>,
+    /// Where the role's catalog publishes the names of the queues the tasks use (the
+    /// replica's API reads them there).
+    pub queue_names: QueueSet,
 }

@@ -196,6 +196,7 @@ impl Role {
         cancel: CancellationToken,
     ) -> (Self, Source, mpsc::UnboundedReceiver<TermNote>) {
         let watcher = deps.registry.watch(cancel.child_token());
+        let published = deps.queue_names.clone();
         let term_deps = TermDeps::of(&deps);
         let feeds = Feeds::start(&term_deps, settings.trigger_interval, &cancel);
         let (notes_tx, notes_rx) = mpsc::unbounded_channel();
@@ -215,7 +216,7 @@ impl Role {
             deps,
             term_deps,
             watcher,
-            catalog: Catalog::default(),
+            catalog: Catalog::publishing(published),
             seen: Arc::new(AtomicI64::new(0)),
             feeds,
             cancel,

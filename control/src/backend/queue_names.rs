@@ -1,5 +1,10 @@
 //! The names of the queues a cluster uses, remembered between calls.
 //!
+//! On a replica with the scheduler role the backend reads them from the role's catalog
+//! instead (`Backend::with_live_queues`), which follows every spec change; what follows is
+//! for the others (a worker-only replica, the CLI's own backend) and for the moment before
+//! the catalog's first sync.
+//!
 //! Several reads need every queue (the status, the dead letters of all queues, a kill or a
 //! requeue by execution id), and the only complete source is the task specs in etcd: reading
 //! them all costs O(tasks) (about 270 ms at 20 000 tasks), and the console asks for the

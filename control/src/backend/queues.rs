@@ -17,6 +17,7 @@ use crate::api::{
     ExecutionRecord, ExecutionStory, FireView, Outcome, PendingAttempt, QueueView, ReplicaState,
     ReplicaView, ShardsView, StatusView, TaskKey, WaitingAttempt,
 };
+use ax_scheduler_core::queue_set::QueueSet;
 use ax_scheduler_core::{ExecutionId, UtcMillis};
 
 /// How many of a task's recent attempts a story reads for the other executions of its fire.
@@ -234,10 +235,15 @@ fn waiting_attempt(r: AwaitingRecord) -> WaitingAttempt {
 }
 
 impl Backend {
-    /// `worker.queues` plus every registered task's queue, sorted.
-    /// The queues the replicas serve and the tasks name, remembered between calls (reading
-    /// them costs a read of every spec, see `queue_names`).
+    /// `worker.queues` plus every registered task's queue, sorted: from the scheduler
+    /// role's catalog when this process has one, else remembered between calls (reading them
+    /// costs a read of every spec, see `queue_names`).
     pub(super) async fn known_queues(&self) -> Result<Vec<String>, ApiError> {
+        if let Some(names) = self.live_queues.as_ref().and_then(QueueSet::names) {
+            let mut queues: BTreeSet<String> = self.worker_queues.iter().cloned().collect();
+            queues.extend(names.iter().map(|n| n.to_string()));
+            return Ok(queues.into_iter().collect());
+        }
         let registry = self.registry.clone();
         let worker_queues = self.worker_queues.clone();
         self.queue_names

@@ -693,6 +693,15 @@ impl Cluster {
         }
     }
 
+    /// Deletes a task's spec, straight in etcd.
+    pub(crate) async fn delete_task(&self, namespace: &str, id: &str) {
+        self.etcd
+            .clone()
+            .delete(self.task_key(namespace, id), None)
+            .await
+            .unwrap();
+    }
+
     fn task_key(&self, namespace: &str, id: &str) -> String {
         format!("{}/tasks/{namespace}/{id}", self.prefix)
     }
