@@ -750,6 +750,9 @@ impl ClockAgreement {
 }
 
 #[cfg(test)]
+mod etcd_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
