@@ -4018,7 +4018,7 @@ async fn the_status_follows_the_queues_tasks_use_as_they_change() {
             .map(|q| q["name"].as_str().unwrap().to_owned())
             .collect::<Vec<_>>()
     };
-    let catch_up = Duration::from_secs(5) + Duration::from_millis(n as u64 / 10);
+    let catch_up = Duration::from_secs(5) + Duration::from_millis(n as u64 / 4);
     wait_until(catch_up, "the first queue shown", || async {
         names().await.contains(&"first".to_owned())
     })
