@@ -57,7 +57,8 @@ pub(super) struct Slab<T> {
 }
 
 impl<T> Slab<T> {
-    /// A slab with its first chunks allocated for `capacity` entries.
+    /// A slab expecting about `capacity` entries: its chunk list has room for their chunks,
+    /// and the first chunk is allocated when `capacity` is not zero.
     pub(super) fn with_capacity(capacity: usize) -> Self {
         let mut chunks = Vec::with_capacity(capacity.div_ceil(CHUNK));
         if capacity > 0 {
@@ -72,9 +73,8 @@ impl<T> Slab<T> {
 
     /// The entry at `idx`, if one was ever stored there.
     pub(super) fn get(&self, idx: u32) -> Option<&Entry<T>> {
-        self.chunks
-            .get((idx >> CHUNK_BITS) as usize)?
-            .get(idx as usize & (CHUNK - 1))
+        let (chunk, place) = place_of(idx);
+        self.chunks.get(chunk)?.get(place)
     }
 
     /// Entries ever stored (live or vacant): the next new index.
@@ -96,8 +96,8 @@ impl<T> Slab<T> {
         self.len += 1;
         if self.free_head != NIL {
             let idx = self.free_head;
-            let e = &mut self.chunks[(idx >> CHUNK_BITS) as usize][idx as usize & (CHUNK - 1)];
-            self.free_head = e.pos;
+            self.free_head = self[idx].pos;
+            let e = &mut self[idx];
             e.due = due;
             e.seq = seq;
             e.pos = 0;
@@ -150,14 +150,21 @@ impl<T> std::ops::Index<u32> for Slab<T> {
 
     /// The entry at `idx`; an index the slab never handed out is a bug of the caller.
     fn index(&self, idx: u32) -> &Entry<T> {
-        &self.chunks[(idx >> CHUNK_BITS) as usize][idx as usize & (CHUNK - 1)]
+        let (chunk, place) = place_of(idx);
+        &self.chunks[chunk][place]
     }
 }
 
 impl<T> std::ops::IndexMut<u32> for Slab<T> {
     fn index_mut(&mut self, idx: u32) -> &mut Entry<T> {
-        &mut self.chunks[(idx >> CHUNK_BITS) as usize][idx as usize & (CHUNK - 1)]
+        let (chunk, place) = place_of(idx);
+        &mut self.chunks[chunk][place]
     }
+}
+
+/// The chunk an index is in, and its place there.
+fn place_of(idx: u32) -> (usize, usize) {
+    ((idx >> CHUNK_BITS) as usize, idx as usize & (CHUNK - 1))
 }
 
 #[cfg(test)]

@@ -437,6 +437,26 @@ fn spawn_flusher(
     flush_tx
 }
 
+/// Runs the loop `make` builds on the term's tracker, supervised under `name`: a panic is
+/// counted and the loop made again, until `cancel`.
+fn spawn_supervised<F, Fut>(
+    deps: &TermDeps,
+    name: &'static str,
+    cancel: &CancellationToken,
+    make: F,
+) where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    deps.tracker.spawn(supervise::supervise(
+        name,
+        Arc::clone(&deps.metrics),
+        deps.tracker.clone(),
+        cancel.clone(),
+        make,
+    ));
+}
+
 /// Starts the supervised audit of keys written straight into etcd; answers its intake.
 fn spawn_direct_writes(
     deps: &TermDeps,
@@ -450,25 +470,19 @@ fn spawn_direct_writes(
         Arc::clone(&deps.clock),
         cancel.clone(),
     );
-    deps.tracker.spawn(supervise::supervise(
-        supervise::DIRECT_WRITES,
-        Arc::clone(&deps.metrics),
-        deps.tracker.clone(),
-        cancel.clone(),
-        move || {
-            let (audit, clock, rx, stop) = (
-                Arc::clone(&audit),
-                Arc::clone(&clock),
-                Arc::clone(&direct_rx),
-                stop.clone(),
-            );
-            async move {
-                let mut rx = rx.lock().await;
-                direct_writes::run(audit, clock, &mut rx, stop).await;
-            }
-            .instrument(info_span!("direct_writes"))
-        },
-    ));
+    spawn_supervised(deps, supervise::DIRECT_WRITES, cancel, move || {
+        let (audit, clock, rx, stop) = (
+            Arc::clone(&audit),
+            Arc::clone(&clock),
+            Arc::clone(&direct_rx),
+            stop.clone(),
+        );
+        async move {
+            let mut rx = rx.lock().await;
+            direct_writes::run(audit, clock, &mut rx, stop).await;
+        }
+        .instrument(info_span!("direct_writes"))
+    });
     direct_tx
 }
 
@@ -488,20 +502,14 @@ fn spawn_clock_watch(
         cancel.clone(),
     );
     let max_skew = settings.max_clock_skew;
-    deps.tracker.spawn(supervise::supervise(
-        supervise::CLOCK_WATCH,
-        Arc::clone(&deps.metrics),
-        deps.tracker.clone(),
-        cancel.clone(),
-        move || {
-            super::clock_watch::run(
-                Arc::clone(&probe),
-                watched.clone(),
-                max_skew,
-                off.clone(),
-                stop.clone(),
-            )
-            .instrument(info_span!("clock_watch"))
-        },
-    ));
+    spawn_supervised(deps, supervise::CLOCK_WATCH, cancel, move || {
+        super::clock_watch::run(
+            Arc::clone(&probe),
+            watched.clone(),
+            max_skew,
+            off.clone(),
+            stop.clone(),
+        )
+        .instrument(info_span!("clock_watch"))
+    });
 }
