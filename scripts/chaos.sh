@@ -17,12 +17,14 @@
 # that kill or stop a server start their own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/cargo.sh
+. scripts/cargo.sh
 : "${AX_TEST_ETCD:?start the servers first (scripts/test.sh does)}"
 : "${AX_TEST_REDIS:?start the servers first (scripts/test.sh does)}"
 out=$(mktemp -t ax-chaos.XXXXXX)
 trap 'rm -f "$out"' EXIT
 start=$(date +%s)
-cargo test -p ax --test chaos --locked -- --test-threads=1 --nocapture 2>&1 \
+ax_cargo_test --test chaos -- --test-threads=1 --nocapture 2>&1 \
   | tee "$out"
 echo "chaos: summary ($(($(date +%s) - start)) s)"
 grep -o 'chaos: .*' "$out" | grep -v '^chaos: summary' || { echo "chaos: no scenario reported" >&2; exit 1; }

@@ -8,12 +8,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+# shellcheck source=scripts/cargo.sh
+. scripts/cargo.sh
 
 # shellcheck source=scripts/servers.sh
 . scripts/servers.sh
 ax_require check-browser-origin chromium chromedriver etcd etcdctl redis-server python3 curl
 if [ -z "${AX_BIN:-}" ]; then
-  cargo build --quiet -p ax --bin ax
+  ax_build_binary
 fi
 ax=${AX_BIN:-$root/target/debug/ax}
 

@@ -7,11 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+# shellcheck source=scripts/cargo.sh
+. scripts/cargo.sh
 
 # shellcheck source=scripts/servers.sh
 . scripts/servers.sh
 ax_require check-console chromium chromedriver etcd etcdctl redis-server python3
-cargo build --quiet -p ax --bin ax
+ax_build_binary
 ax="$root/target/debug/ax"
 
 tmp=$(mktemp -d -t ax-console.XXXXXX)

@@ -9,6 +9,8 @@
 # shared etcd and Redis (tests that restart a server use a private one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/cargo.sh
+. scripts/cargo.sh
 : "${AX_TEST_ETCD:?start the servers first (scripts/test.sh does)}"
 : "${AX_TEST_REDIS:?start the servers first (scripts/test.sh does)}"
 # shellcheck source=scripts/servers.sh
@@ -22,7 +24,7 @@ start=$(date +%s)
 ax_start_redis_cluster "$dir"
 export AX_TEST_REDIS_CLUSTER="$AX_REDIS_CLUSTER"
 echo "cluster: Redis Cluster at $AX_TEST_REDIS_CLUSTER"
-cargo test -p ax-queue --tests --locked --no-fail-fast
-cargo test -p ax --test cluster --locked -- --test-threads=1 --nocapture 2>&1 | tee "$out"
+ax_test_crate queue
+ax_cargo_test --test cluster -- --test-threads=1 --nocapture 2>&1 | tee "$out"
 echo "cluster: summary ($(($(date +%s) - start)) s)"
 grep -o 'cluster: .*' "$out" | grep -v '^cluster: summary' || { echo "cluster: no scenario reported" >&2; exit 1; }

@@ -7,13 +7,15 @@
 # examples/tasks/failing/, which fail on purpose (retries, dead letters, alerts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/cargo.sh
+. scripts/cargo.sh
 failing=no
 if [ "${1:-}" = --with-failures ]; then failing=yes; shift; fi
 replicas=${1:-3}
 
 scripts/setup.sh
 echo "dev: building ax"
-cargo build --quiet -p ax --bin ax
+ax_build_binary
 ax="$(pwd)/target/debug/ax"
 
 dir=$(mktemp -d -t ax-dev.XXXXXX)

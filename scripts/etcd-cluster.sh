@@ -10,6 +10,8 @@
 # shared Redis the replicas use. Arguments: scenario names to run only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/cargo.sh
+. scripts/cargo.sh
 : "${AX_TEST_REDIS:?start the servers first (scripts/test.sh does)}"
 # shellcheck source=scripts/servers.sh
 . scripts/servers.sh
@@ -19,11 +21,11 @@ cleanup() { ax_stop_etcd_cluster; rm -rf "$tmp"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 start=$(date +%s)
-cargo build -p ax --test etcd_cluster --bin ax --locked
+cargo build --workspace --test etcd_cluster --locked
 if [ $# -gt 0 ]; then
   scenarios="$*"
 else
-  scenarios=$(cargo test -p ax --test etcd_cluster --locked -- --list 2>/dev/null \
+  scenarios=$(ax_cargo_test --test etcd_cluster -- --list 2>/dev/null \
     | sed -n 's/: test$//p')
 fi
 [ -n "$scenarios" ] || { echo "etcd-cluster: no scenario found" >&2; exit 1; }
@@ -34,7 +36,7 @@ for scenario in $scenarios; do
   AX_TEST_ETCD_CLUSTER="$AX_ETCD_CLUSTER" AX_TEST_ETCD_CLUSTER_PIDS="$AX_ETCD_CLUSTER_PIDS" \
     AX_TEST_ETCD_CLUSTER_LINKS="$AX_ETCD_CLUSTER_LINKS" \
     AX_TEST_ETCD_CLUSTER_BRIDGE="$AX_ETCD_CLUSTER_BRIDGE" \
-    cargo test -p ax --test etcd_cluster --locked -- --exact "$scenario" --nocapture 2>&1 \
+    ax_cargo_test --test etcd_cluster -- --exact "$scenario" --nocapture 2>&1 \
     | tee -a "$out"
   ax_stop_etcd_cluster
 done

@@ -11,6 +11,8 @@
 # starts a throwaway pair itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/cargo.sh
+. scripts/cargo.sh
 
 seconds=90
 seeds=()
@@ -36,10 +38,10 @@ if [ -z "${AX_TEST_ETCD:-}" ] || [ -z "${AX_TEST_REDIS:-}" ]; then
   export AX_TEST_ETCD="$AX_ETCD_ENDPOINT" AX_TEST_REDIS="$AX_REDIS_URL"
 fi
 
-cargo build -p ax --test nemesis --locked --quiet
+cargo build --workspace --test nemesis --locked --quiet
 for seed in "${seeds[@]}"; do
   AX_NEMESIS_SEED=$seed AX_NEMESIS_SECONDS=$seconds \
-    cargo test -p ax --test nemesis --locked --quiet -- --nocapture 2>&1 \
+    ax_cargo_test --test nemesis --quiet -- --nocapture 2>&1 \
     | grep -E '^nemesis:|panicked|test result|FAILED|seed [0-9]+:|^----|^\{|^[0-9TZ:.-]+ ' \
     || true
   test "${PIPESTATUS[0]}" -eq 0 || { echo "nemesis: seed $seed failed (replay: scripts/nemesis.sh --seed $seed --seconds $seconds)" >&2; exit 1; }

@@ -7,7 +7,9 @@
 #     cargo test --release -p ax --test soak -- --nocapture
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/cargo.sh
+. scripts/cargo.sh
 : "${AX_TEST_ETCD:?start the servers first (scripts/test.sh does)}"
 export AX_SOAK_MINUTES="${AX_SOAK_MINUTES:-2}"
-cargo test -p ax --test soak --locked -- --nocapture 2>&1 | grep -E '^soak:|panicked|test result|FAILED|^\s+left|^\s+right'
+ax_cargo_test --test soak -- --nocapture 2>&1 | grep -E '^soak:|panicked|test result|FAILED|^\s+left|^\s+right'
 test "${PIPESTATUS[0]}" -eq 0

@@ -33,9 +33,10 @@ echo "test: cargo fmt --check"
 cargo fmt --all -- --check
 echo "test: cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-# --all-targets leaves out the chaos suite, the cluster suites and the soak (test = false, run
+# --all-targets leaves out the chaos suite, the cluster suites, the soak and the nemesis (test = false, run
 # by their scripts): lint them too.
-cargo clippy -p ax --test chaos --test cluster --test etcd_cluster --test soak --locked -- -D warnings
+cargo clippy --workspace --test chaos --test cluster --test etcd_cluster --test soak --test nemesis \
+  --locked -- -D warnings
 # The embedded kernel without its default `metrics` feature (no Prometheus client).
 cargo clippy -p ax-embedded --no-default-features --locked -- -D warnings
 echo "test: cargo test"
