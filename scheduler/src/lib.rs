@@ -8,6 +8,7 @@
 //! | file | what it holds |
 //! |---|---|
 //! | `role.rs` | the role's loop: the catalog, the campaign or the shard ownership, a term per authority |
+//! | `role/gates.rs` | what a replica checks before it seeks authority: Redis answers, its clock agrees with etcd's |
 //! | `authority.rs` | what a term schedules under (leader key or shard owner key) and what it covers |
 //! | `catalog.rs` | the registry as last seen, kept by every replica: what a takeover starts from |
 //! | `feeds.rs` | run-now requests and paused namespaces, polled once per replica |

@@ -31,11 +31,11 @@ use super::catalog::{apply_event, Catalog, CatalogSlice, Change};
 use super::feeds::Feeds;
 use super::term::{self, TermEnd, TermInput};
 use super::{Error, LeaderDeps, LeaderSettings};
-use crate::clock::{ClockProbe, CLOCK_RECHECK};
 use crate::deps::TermDeps;
-use crate::metrics::Backend;
-use crate::metrics::RoleMetrics;
 use crate::supervise::{self, supervise, ROLE};
+use gates::{wait_for_redis, ClockAgreement};
+
+mod gates;
 
 /// Changes a term may have waiting: a burst past this makes the role wait for the term
 /// (the watch waits meanwhile) instead of growing without bound.
@@ -63,9 +63,10 @@ struct TermNote {
 enum NoteKind {
     /// The takeover is done.
     Started,
-    /// The term is over; `failed_to_start` when it ended in its takeover (a backend
-    /// refused): campaign again, or start the shard again, after a pause.
-    Ended { failed_to_start: bool },
+    /// The term is over, and how (see [`TermEnd`]): one that ended in its takeover (a
+    /// backend refused) or panicked campaigns again, or starts the shard again, after a
+    /// pause.
+    Ended(TermEnd),
 }
 
 /// Where authority comes from.
@@ -75,8 +76,8 @@ enum Source {
         campaign: Option<oneshot::Receiver<Result<Leadership, Error>>>,
         campaign_after: Instant,
     },
-    /// Several shards: the ownership loop, once the catalog is synced and the clock check
-    /// passed (`gate`).
+    /// Several shards: the ownership loop, once the catalog is synced, Redis answers and the
+    /// clock check passed (`gate`).
     Shards {
         owner: Option<ShardOwner>,
         gate: Option<oneshot::Receiver<()>>,
@@ -108,6 +109,8 @@ struct Role {
     shard_backoff: HashMap<u32, (ReconnectBackoff, Instant)>,
     /// Shards held and waiting for their pause to end before their term starts.
     delayed: Vec<(Instant, Authority)>,
+    /// Leaving the shard ownership until Redis answers ([`Role::leave_for_redis`]).
+    leaving: bool,
 }
 
 /// Runs the scheduler role until `cancel` fires. Nothing ends it earlier: what fails is
@@ -229,6 +232,7 @@ impl Role {
             ),
             shard_backoff: HashMap::new(),
             delayed: Vec::new(),
+            leaving: false,
         };
         (role, source, notes_rx)
     }
@@ -272,7 +276,7 @@ impl Role {
             match notes_rx.recv().await {
                 Some(TermNote {
                     generation,
-                    kind: NoteKind::Ended { .. },
+                    kind: NoteKind::Ended(_),
                     ..
                 }) => {
                     open.remove(&generation);
@@ -318,13 +322,18 @@ impl Role {
                         ClockAgreement::of(&self.settings, &self.deps),
                         self.cancel.clone(),
                     );
+                    let queue = Arc::clone(&self.deps.queue);
+                    // As before a campaign: a replica that cannot reach Redis would take
+                    // shards and enqueue nothing for them.
                     self.deps.tracker.spawn(
                         async move {
-                            if check.wait_supervised(&cancel).await {
+                            if wait_for_redis(&*queue, &cancel).await
+                                && check.wait_supervised(&cancel).await
+                            {
                                 let _ = tx.send(());
                             }
                         }
-                        .instrument(info_span!("clock_check")),
+                        .instrument(info_span!("shard_gate")),
                     );
                     *gate = Some(rx);
                 }
@@ -422,6 +431,13 @@ impl Role {
         let mut next = Some(first);
         while let Some(event) = next {
             match event {
+                // Leaving: dropping the guard releases the shard for another replica.
+                ShardEvent::Acquired(guard) if self.leaving => {
+                    info!(
+                        shard = guard.shard(),
+                        "releasing a shard acquired while leaving"
+                    );
+                }
                 ShardEvent::Acquired(guard) => {
                     info!(
                         shard = guard.shard(),
@@ -476,7 +492,7 @@ impl Role {
             .terms
             .get(&note.shard)
             .is_some_and(|t| t.generation == note.generation);
-        let failed_to_start = match note.kind {
+        let end = match note.kind {
             NoteKind::Started => {
                 if let Some(term) = self.terms.get_mut(&note.shard).filter(|_| current) {
                     term.started = true;
@@ -484,16 +500,22 @@ impl Role {
                 self.publish_owned();
                 return;
             }
-            NoteKind::Ended { failed_to_start } => failed_to_start,
+            NoteKind::Ended(end) => end,
         };
+        let failed_to_start = matches!(end, TermEnd::NotStarted | TermEnd::Panicked);
         // (`failed_to_start` also after a term that panicked: it is taken again after the
         // same pause.)
         if !current {
             // An earlier term of a shard held again: its successor runs on.
+            self.leave_when_idle(source);
             return;
         }
         self.terms.remove(&note.shard);
         self.publish_owned();
+        if end == TermEnd::RedisUnreachable && matches!(source, Source::Shards { .. }) {
+            self.leave_for_redis();
+        }
+        self.leave_when_idle(source);
         if let Some(shard) = note.shard {
             if failed_to_start {
                 let (backoff, at) = self.shard_backoff.entry(shard).or_insert_with(|| {
@@ -517,6 +539,42 @@ impl Role {
             } else {
                 self.takeover_backoff.reset();
             }
+        }
+    }
+
+    /// A shard's term gave its key up because Redis did not answer. The ownership loop would
+    /// take the shard straight back and stall it again while replicas that reach Redis stand
+    /// by, so this replica leaves the ownership: every term stops (writing what it holds,
+    /// etcd answers), shards waiting to start are released, and the loop stops once the
+    /// terms are done ([`Role::leave_when_idle`]); the gate joins again once Redis answers.
+    fn leave_for_redis(&mut self) {
+        if self.leaving {
+            return;
+        }
+        warn!(
+            terms = self.terms.len(),
+            "Redis does not answer: leaving the shard ownership until it does, so that replicas reaching it take the shards"
+        );
+        self.leaving = true;
+        for term in self.terms.values() {
+            term.stop.cancel();
+        }
+        self.delayed.clear();
+    }
+
+    /// Stops the ownership loop of a replica leaving it once its last term has ended (their
+    /// last writes are fenced on the owner keys the loop's session holds).
+    fn leave_when_idle(&mut self, source: &mut Source) {
+        if !self.leaving || !self.terms.is_empty() {
+            return;
+        }
+        self.leaving = false;
+        if let Source::Shards { owner, gate } = source {
+            *gate = None;
+            if let Some(owner) = owner.take() {
+                self.deps.tracker.spawn(owner.stop());
+            }
+            info!("left the shard ownership; joining again once Redis answers");
         }
     }
 
@@ -579,9 +637,7 @@ impl Role {
                 let _ = notes_tx.send(TermNote {
                     shard,
                     generation,
-                    kind: NoteKind::Ended {
-                        failed_to_start: end != TermEnd::Ended,
-                    },
+                    kind: NoteKind::Ended(end),
                 });
             }
             .instrument(span),
@@ -644,109 +700,6 @@ fn start_campaign(
         supervise::watch(ROLE, &*metrics, &tracker, campaign).await;
     });
     rx
-}
-
-/// Waits until Redis answers one bounded round trip; false when cancelled first. A replica
-/// that cannot reach Redis would win the election and then enqueue nothing while replicas
-/// that can reach it stand by: it does not campaign until Redis answers.
-async fn wait_for_redis(queue: &dyn crate::backend::TermQueue, cancel: &CancellationToken) -> bool {
-    use crate::term::REDIS_PROBE_TIMEOUT as REDIS_PROBE;
-    let mut silent = false;
-    loop {
-        let error = match tokio::time::timeout(REDIS_PROBE, queue.ping(None)).await {
-            Ok(Ok(())) => {
-                if silent {
-                    info!("Redis answers again: campaigning");
-                }
-                return true;
-            }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {REDIS_PROBE:?}"),
-        };
-        if !silent {
-            warn!(%error, "cannot reach Redis: not campaigning until it answers");
-            silent = true;
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return false,
-            _ = tokio::time::sleep(REDIS_PROBE) => {}
-        }
-    }
-}
-
-/// The check that this host's clock agrees with etcd's, before the role schedules.
-#[derive(Clone)]
-struct ClockAgreement {
-    probe: Option<Arc<dyn ClockProbe>>,
-    /// The clock the role fires by, which is the one checked.
-    clock: Arc<dyn crate::clock::Clock>,
-    max_skew: Duration,
-    metrics: Arc<dyn RoleMetrics>,
-}
-
-impl ClockAgreement {
-    fn of(settings: &LeaderSettings, deps: &LeaderDeps) -> Self {
-        ClockAgreement {
-            probe: deps.clock_check.clone(),
-            clock: Arc::clone(&deps.clock),
-            max_skew: settings.max_clock_skew,
-            metrics: Arc::clone(&deps.metrics),
-        }
-    }
-
-    /// [`ClockAgreement::wait`] in a task of its own, started again after a pause when it
-    /// panics (counted under `role`).
-    async fn wait_supervised(&self, cancel: &CancellationToken) -> bool {
-        let tracker = tokio_util::task::TaskTracker::new();
-        loop {
-            let (check, stop) = (self.clone(), cancel.clone());
-            let waited = async move { check.wait(&stop).await };
-            if let Some(agreed) =
-                supervise::watch(ROLE, &*self.metrics, &tracker, waited.in_current_span()).await
-            {
-                return agreed;
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => return false,
-                _ = tokio::time::sleep(supervise::RESTART_PAUSE) => {}
-            }
-        }
-    }
-
-    /// Waits until the clocks agree; false when cancelled first. A replica whose clock
-    /// disagrees would fire early or late for everyone: it does not schedule until the
-    /// clocks agree.
-    async fn wait(&self, cancel: &CancellationToken) -> bool {
-        let Some(probe) = &self.probe else {
-            return true;
-        };
-        let max_skew = self.max_skew;
-        loop {
-            match probe.skew(&*self.clock).await {
-                Ok(skew) if skew.abs() <= max_skew.as_secs_f64() => return true,
-                Ok(skew) => warn!(
-                    skew_seconds = skew,
-                    max_seconds = max_skew.as_secs_f64(),
-                    "clock skew against etcd is too large: refusing to schedule; fix NTP on this host"
-                ),
-                Err(e) => {
-                    // The check guards against a bad clock, not a bad etcd: scheduling goes
-                    // on without it (the gRPC client may well reach etcd), but never
-                    // unannounced.
-                    self.metrics.backend_error(Backend::Etcd);
-                    warn!(
-                        error = %e,
-                        "cannot check this host's clock against etcd's (scheduler.max_clock_skew); going on without the check"
-                    );
-                    return true;
-                }
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => return false,
-                _ = tokio::time::sleep(CLOCK_RECHECK) => {}
-            }
-        }
-    }
 }
 
 #[cfg(test)]

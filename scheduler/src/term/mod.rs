@@ -148,7 +148,7 @@ impl Term {
         settings: &LeaderSettings,
         deps: &TermDeps,
         stop: &CancellationToken,
-    ) {
+    ) -> End {
         loop {
             let wake = self.next_wake(deps);
             // While a fire is due the events are not read: a read over a slow link takes
@@ -161,32 +161,26 @@ impl Term {
                 // Stopping first: the changes end with the role too, and a term that stopped on
                 // that instead would skip its last flush and giving its key up.
                 _ = stop.cancelled() => {
-                    self.end(settings, deps, End::Stop).await;
-                    return;
+                    return self.end(settings, deps, End::Stop).await;
                 }
                 _ = self.cancel.cancelled() => {
-                    self.end(settings, deps, End::lost_or_stopped(stop)).await;
-                    return;
+                    return self.end(settings, deps, End::lost_or_stopped(stop)).await;
                 }
                 _ = self.step_down.cancelled() => {
-                    self.end(settings, deps, End::StepDown).await;
-                    return;
+                    return self.end(settings, deps, End::StepDown).await;
                 }
                 _ = self.redis_gone.cancelled() => {
-                    self.end(settings, deps, End::RedisUnreachable).await;
-                    return;
+                    return self.end(settings, deps, End::RedisUnreachable).await;
                 }
                 _ = self.clock_off.cancelled() => {
-                    self.end(settings, deps, End::ClockSkew).await;
-                    return;
+                    return self.end(settings, deps, End::ClockSkew).await;
                 }
                 _ = tokio::time::sleep_until(wake) => {
                     self.fire(settings, deps).await;
                 }
                 change = self.changes.recv() => {
                     let Some(change) = change else {
-                        self.end(settings, deps, End::lost_or_stopped(stop)).await;
-                        return;
+                        return self.end(settings, deps, End::lost_or_stopped(stop)).await;
                     };
                     self.on_registry_change(deps, change).await;
                     // A change takes effect now, not at the next tick.
@@ -515,7 +509,7 @@ impl Term {
     /// the key up at once (instead of after the lease's TTL); when stepping down, give it up
     /// without writing (the flusher is gone: the next term starts from what was written);
     /// otherwise report the loss.
-    async fn end(mut self, settings: &LeaderSettings, deps: &TermDeps, how: End) {
+    async fn end(mut self, settings: &LeaderSettings, deps: &TermDeps, how: End) -> End {
         if self.scope.shard().is_none() {
             deps.metrics.set_unserved_queues(0);
         }
@@ -539,7 +533,7 @@ impl Term {
             }
             info!(leader = is_leader, "gave the key up");
             if how == End::Stop {
-                return;
+                return how;
             }
         } else {
             warn!(reason = ?self.authority.loss_reason(), "key lost; stopped firing");
@@ -551,6 +545,7 @@ impl Term {
                 deps.clock.now(),
             ));
         }
+        how
     }
 
     /// Takes the dispatcher's notices: logs them, sends the alerts they raise, and keeps
@@ -646,7 +641,7 @@ fn gauge_delta(to: usize, from: usize) -> i64 {
 
 /// How a term ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum End {
+pub(super) enum End {
     /// Stopped (shutdown, handover): write what it holds, give the key up.
     Stop,
     /// The key is lost: nothing more to write or give up.
@@ -678,6 +673,9 @@ impl End {
 pub(super) enum TermEnd {
     /// It ran and ended (its key lost or given up).
     Ended,
+    /// It ran and gave its key up because Redis did not answer: a shard owner leaves the
+    /// ownership until Redis answers again, so its shards go to replicas that reach it.
+    RedisUnreachable,
     /// Its takeover failed (a backend refused).
     NotStarted,
     /// It panicked (in its takeover or its loop): the unwind dropped its key, which gives
@@ -702,8 +700,10 @@ pub(super) async fn serve(
         match Term::start(&settings, &deps, input, authority).await {
             Ok(term) => {
                 started();
-                term.run(&settings, &deps, &stop).await;
-                TermEnd::Ended
+                match term.run(&settings, &deps, &stop).await {
+                    End::RedisUnreachable => TermEnd::RedisUnreachable,
+                    _ => TermEnd::Ended,
+                }
             }
             Err(e) => {
                 warn!(error = %format!("{e:#}"), "could not take over");

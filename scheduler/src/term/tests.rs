@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::fakes::{FakeKey, FakeQueue, FakeStore};
-use super::{Term, TermInput};
+use super::{End, Term, TermInput};
 use crate::audit::NoAudit;
 use crate::authority::Authority;
 use crate::catalog::{CatalogEntry, CatalogSlice, Change};
@@ -73,7 +73,7 @@ struct Running {
     store: Arc<FakeStore>,
     key: FakeKey,
     stop: CancellationToken,
-    run: JoinHandle<()>,
+    run: JoinHandle<End>,
     started: Instant,
     /// Held so that the term's inputs stay open.
     _changes: mpsc::Sender<Change>,
@@ -89,9 +89,15 @@ impl Running {
 
     /// Whether the term's task has ended, once everything ready has run.
     async fn ended(&mut self) -> bool {
+        self.end().await.is_some()
+    }
+
+    /// How the term ended, if it has (ask once: the answer is taken).
+    async fn end(&mut self) -> Option<End> {
         tokio::time::timeout(Duration::from_millis(1), &mut self.run)
             .await
-            .is_ok()
+            .ok()
+            .map(|joined| joined.expect("the term's task"))
     }
 }
 
@@ -443,7 +449,11 @@ async fn a_leader_redis_does_not_answer_gives_its_key_up_within_the_limit() {
     assert!(!term.ended().await, "a blip does not end the term");
     // Past it, at the next check: the key is given up, the states written.
     term.until(10_500).await;
-    assert!(term.ended().await, "stepped down");
+    assert_eq!(
+        term.end().await,
+        Some(End::RedisUnreachable),
+        "stepped down, saying why (a shard owner leaves the ownership on it)"
+    );
     assert!(term.key.was_given_up(), "given up, not left to expire");
 }
 
