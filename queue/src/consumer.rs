@@ -112,9 +112,7 @@ impl Queue {
         let cfg = &self.inner.cfg;
         let response_timeout = block_timeout + cfg.command_timeout;
         let conn = self
-            .inner
-            .client
-            .connect(cfg, response_timeout, "consumer connect")
+            .dedicated_connection(response_timeout, "consumer connect")
             .await?;
         let mut reg = self.conn();
         let workers = self.inner.keys.workers(queue);

@@ -7,12 +7,11 @@
 //! whatever its size.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::LazyLock;
 
 use ax_scheduler_core::task::MAX_PRIORITY;
 use ax_scheduler_core::EnqueueOutcome;
-use redis::{AsyncCommands, RedisResult, Script};
+use redis::{AsyncCommands, Script};
 
 use crate::error::{QueueError, Result};
 use crate::message::{backfill_identity, Dedupe, ExecutionMessage};
@@ -123,26 +122,8 @@ impl Queue {
             .iter()
             .map(|chunk| self.enqueue_invocation(script, msgs, &jsons, chunk))
             .collect();
-        let pipeline = |load: bool| {
-            let mut pipe = redis::pipe();
-            if load {
-                // Redis lost its script cache (a restart): load once, then the same calls.
-                pipe.load_script(script).ignore();
-            }
-            for inv in &invocations {
-                pipe.invoke_script(inv);
-            }
-            pipe
-        };
-        let mut conn = self.conn();
         let replies: Vec<Vec<redis::Value>> =
-            match self.run_raw(pipeline(false).query_async(&mut conn)).await? {
-                Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
-                    self.run_raw(pipeline(true).query_async(&mut conn)).await?
-                }
-                first => first,
-            }
-            .map_err(QueueError::redis("enqueue"))?;
+            crate::scripts::pipelined(self, "enqueue", script, &invocations).await?;
         let mut out = vec![EnqueueOutcome::Duplicate; msgs.len()];
         for (chunk, reply) in chunks.iter().zip(replies) {
             if reply.len() != chunk.len() + 1 {
@@ -231,20 +212,6 @@ impl Queue {
                 detail: format!("status {other}"),
             }),
         }
-    }
-
-    /// Like [`Queue::run`] but leaves the Redis error to the caller (to react to NOSCRIPT).
-    async fn run_raw<T>(
-        &self,
-        fut: impl Future<Output = RedisResult<T>>,
-    ) -> Result<RedisResult<T>> {
-        let after = self.inner.cfg.command_timeout;
-        tokio::time::timeout(after, fut)
-            .await
-            .map_err(|_| QueueError::Timeout {
-                op: "enqueue",
-                after,
-            })
     }
 
     /// The execution id a task's active marker names (overlap `forbid`/`replace`), if any.

@@ -135,6 +135,22 @@ impl Keys {
         format!("{}:delayed", self.tag(queue))
     }
 
+    /// Sorted set of scheduled executions' ids, scored by due time (see `scheduled.rs`).
+    pub fn scheduled(&self, queue: &str) -> String {
+        format!("{}:scheduled", self.tag(queue))
+    }
+
+    /// Hash of scheduled executions' messages, by execution id.
+    pub fn scheduled_jobs(&self, queue: &str) -> String {
+        format!("{}:scheduled:msgs", self.tag(queue))
+    }
+
+    /// List a token is pushed to when the scheduled set gets an earlier head: promoters
+    /// block on it until the head is due.
+    pub fn scheduled_wake(&self, queue: &str) -> String {
+        format!("{}:scheduled:wake", self.tag(queue))
+    }
+
     /// Sorted set of execution ids in the ready and processing lists, scored by enqueue time.
     pub fn monitor(&self, queue: &str) -> String {
         format!("{}:monitor", self.tag(queue))
@@ -420,6 +436,35 @@ mod tests {
                 ],
             ),
             ("sweep_ends", vec![k.ends(q), k.ends_sweeper(q)]),
+            (
+                "schedule_many",
+                vec![
+                    k.scheduled(q),
+                    k.scheduled_jobs(q),
+                    k.scheduled_wake(q),
+                    k.dedupe(q, "key:ns:k"),
+                ],
+            ),
+            (
+                "promote_scheduled",
+                vec![
+                    k.scheduled(q),
+                    k.scheduled_jobs(q),
+                    k.queued(q),
+                    k.monitor(q),
+                    k.order(q),
+                    k.clock(q),
+                    k.wake(q),
+                ],
+            ),
+            (
+                "cancel_scheduled",
+                vec![k.scheduled(q), k.scheduled_jobs(q)],
+            ),
+            (
+                "reschedule",
+                vec![k.scheduled(q), k.scheduled_jobs(q), k.scheduled_wake(q)],
+            ),
             (
                 "promote_due",
                 vec![

@@ -27,6 +27,9 @@ pub enum OriginKind {
     Backfill,
     /// A dead letter put back (`ax dlq requeue`).
     Requeue,
+    /// Submitted to run once at an instant, with no task (`ax schedule`, the SDK's
+    /// `schedule`): kept in Redis until due (`scheduled.rs`).
+    Submitted,
 }
 
 impl OriginKind {
@@ -38,6 +41,7 @@ impl OriginKind {
             OriginKind::Manual => "manual",
             OriginKind::Backfill => "backfill",
             OriginKind::Requeue => "requeue",
+            OriginKind::Submitted => "submitted",
         }
     }
 }
@@ -72,10 +76,14 @@ impl Origin {
         }
     }
 
-    /// Whether the schedule (or an upstream task) started it: the runs whose lateness says
-    /// how well ax keeps time. A person's runs are due when asked for and kept apart.
+    /// Whether it was due at an instant set ahead (the schedule, an upstream task, a
+    /// submission for later): the runs whose lateness says how well ax keeps time. A
+    /// person's runs are due when asked for and kept apart.
     pub fn is_scheduled(&self) -> bool {
-        matches!(self.kind, OriginKind::Schedule | OriginKind::Parent)
+        matches!(
+            self.kind,
+            OriginKind::Schedule | OriginKind::Parent | OriginKind::Submitted
+        )
     }
 
     /// Keeps `payload` (a run-now's own), or only its size when it is larger than
@@ -120,18 +128,19 @@ mod tests {
     }
 
     #[test]
-    fn only_the_schedule_and_upstream_tasks_count_as_scheduled() {
+    fn only_runs_due_at_an_instant_set_ahead_count_as_scheduled() {
         let scheduled: Vec<bool> = [
             OriginKind::Schedule,
             OriginKind::Parent,
             OriginKind::Manual,
             OriginKind::Backfill,
             OriginKind::Requeue,
+            OriginKind::Submitted,
         ]
         .into_iter()
         .map(|k| Origin::of(k).is_scheduled())
         .collect();
-        assert_eq!(scheduled, [true, true, false, false, false]);
+        assert_eq!(scheduled, [true, true, false, false, false, true]);
     }
 
     #[test]

@@ -132,6 +132,19 @@ impl Queue {
         self.inner.conn.clone()
     }
 
+    /// A connection of its own, for a blocking command (`BLPOP`), whose response timeout
+    /// covers the longest block asked for.
+    pub(crate) async fn dedicated_connection(
+        &self,
+        response_timeout: std::time::Duration,
+        op: &'static str,
+    ) -> Result<Connection> {
+        self.inner
+            .client
+            .connect(&self.inner.cfg, response_timeout, op)
+            .await
+    }
+
     /// The shared connection (for tools and tests that inspect Redis directly): a single
     /// server's or the cluster's, whichever the queue was connected to.
     pub fn connection(&self) -> Connection {

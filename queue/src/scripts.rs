@@ -16,3 +16,42 @@ use redis::Script;
 pub(crate) fn ordered(body: &str) -> Script {
     Script::new(&format!("{}\n{body}", include_str!("scripts/order.lua")))
 }
+
+/// Runs `invocations` of `script` in one pipeline (one round trip however many), under the
+/// queue's command timeout; when Redis lost its script cache (a restart), loads the script
+/// and sends the same calls once more.
+pub(crate) async fn pipelined<T: redis::FromRedisValue>(
+    queue: &crate::queue::Queue,
+    op: &'static str,
+    script: &Script,
+    invocations: &[redis::ScriptInvocation<'_>],
+) -> crate::error::Result<Vec<T>> {
+    let pipeline = |load: bool| {
+        let mut pipe = redis::pipe();
+        if load {
+            pipe.load_script(script).ignore();
+        }
+        for inv in invocations {
+            pipe.invoke_script(inv);
+        }
+        pipe
+    };
+    let after = queue.config().command_timeout;
+    let timeout = || crate::error::QueueError::Timeout { op, after };
+    let mut conn = queue.connection();
+    let first = pipeline(false);
+    let answer: redis::RedisResult<Vec<T>> =
+        tokio::time::timeout(after, first.query_async(&mut conn))
+            .await
+            .map_err(|_| timeout())?;
+    let answer = match answer {
+        Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
+            let again = pipeline(true);
+            tokio::time::timeout(after, again.query_async(&mut conn))
+                .await
+                .map_err(|_| timeout())?
+        }
+        other => other,
+    };
+    answer.map_err(crate::error::QueueError::redis(op))
+}
