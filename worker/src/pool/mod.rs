@@ -44,7 +44,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ax_queue::{Maintenance, MaintenanceConfig, Queue};
+use ax_queue::{Maintenance, MaintenanceConfig, Promoter, PromoterConfig, Queue};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -277,7 +277,8 @@ struct Background {
 
 impl Background {
     /// Beats once (so the worker is alive before it takes anything), then starts the
-    /// heartbeat, maintenance, reconcile, stop and deadline loops.
+    /// heartbeat, maintenance, scheduled-execution promoters, reconcile, stop and deadline
+    /// loops.
     async fn start(sh: &Arc<Shared>, cancel: &CancellationToken) -> Self {
         let stop = CancellationToken::new();
         let tasks = TaskTracker::new();
@@ -301,6 +302,21 @@ impl Background {
             stop.clone(),
             move || Maintenance::new(q.clone(), maintenance.clone()).run(t.clone()),
         ));
+        // Every worker promotes its queues' scheduled executions when due: no leader is
+        // needed, and each is promoted once however many workers serve the queue.
+        for physical in sh.queue.physical_queues_of(&sh.cfg.queues) {
+            let (q, t) = (sh.queue.clone(), stop.clone());
+            tasks.spawn(supervise("promoter", report(), stop.clone(), move || {
+                let (q, t, physical) = (q.clone(), t.clone(), physical.clone());
+                async move {
+                    match Promoter::new(q, &physical, PromoterConfig::default()) {
+                        Ok(p) => p.run(t).await,
+                        // The pool's queue names were checked at its start.
+                        Err(e) => tracing::error!(queue = %physical, error = %e, "no promoter for the queue"),
+                    }
+                }
+            }));
+        }
         let (s, t) = (sh.clone(), stop.clone());
         tasks.spawn(supervise("reconcile", report(), stop.clone(), move || {
             reconcile::reconcile_loop(s.clone(), t.clone())

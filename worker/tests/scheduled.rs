@@ -1,0 +1,124 @@
+//! Scheduled executions through worker pools against a real Redis: the pools' promoters move
+//! each one into the queue when due and a handler runs it once, never before its instant; a
+//! cancelled one never runs; a moved one runs at its new instant.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ax_queue::{new_execution_id, ExecutionMessage, ScheduleOutcome, Submission};
+use ax_scheduler_core::{ExecutionId, TaskOptions, UtcMillis};
+use ax_worker::{HandlerRegistry, NoopReporter, WorkerPool};
+use common::*;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// Each execution's runs: the instant each started and the instant it was due.
+type Runs = Arc<Mutex<HashMap<ExecutionId, Vec<(UtcMillis, UtcMillis)>>>>;
+
+fn pool(q: &ax_queue::Queue, worker: &str, runs: &Runs) -> WorkerPool {
+    let mut r = HandlerRegistry::with_builtins();
+    let runs = runs.clone();
+    r.register_fn("orders.close", move |_ctx, exec: ExecutionMessage| {
+        let runs = runs.clone();
+        async move {
+            let at = UtcMillis::now();
+            runs.lock()
+                .unwrap()
+                .entry(exec.execution_id)
+                .or_default()
+                .push((at, exec.fire_at));
+            Ok(())
+        }
+    });
+    let mut cfg = fast_config(worker);
+    cfg.concurrency = 16;
+    WorkerPool::new(q.clone(), cfg, r, Arc::new(NoopReporter)).unwrap()
+}
+
+fn submission(due: UtcMillis) -> ExecutionMessage {
+    Submission {
+        namespace: "shop".into(),
+        name: "close-unpaid-order".into(),
+        handler: "orders.close".into(),
+        payload: json!({}),
+        queue: "default".into(),
+        due,
+        options: TaskOptions::new(),
+        requested_by: None,
+    }
+    .message(new_execution_id(), UtcMillis::now())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_run_each_scheduled_execution_once_at_its_instant() {
+    let q = queue().await;
+    let runs: Runs = Arc::default();
+    let cancel = CancellationToken::new();
+    let pools: Vec<_> = (0..2)
+        .map(|i| {
+            let p = pool(&q, &format!("w{i}"), &runs);
+            let c = cancel.clone();
+            tokio::spawn(async move { p.run(c).await })
+        })
+        .collect();
+    // 600 due over the next 2 s, in batches as a shop's API would submit them.
+    let start = UtcMillis::now().0 + 500;
+    let msgs: Vec<_> = (0..600)
+        .map(|i| submission(UtcMillis(start + i * 2_000 / 600)))
+        .collect();
+    let mut refs = Vec::new();
+    for chunk in msgs.chunks(100) {
+        for outcome in q.schedule_batch(chunk).await.unwrap() {
+            let ScheduleOutcome::Added(r) = outcome else {
+                panic!("{outcome:?}")
+            };
+            refs.push(r);
+        }
+    }
+    // Every tenth cancelled; one moved 1 s past the last.
+    let cancelled: Vec<_> = refs.iter().step_by(10).cloned().collect();
+    for r in &cancelled {
+        assert!(q.cancel_scheduled(r).await.unwrap().is_some());
+    }
+    let moved = refs[5].clone();
+    let moved_to = UtcMillis(start + 3_000);
+    assert!(q.reschedule(&moved, moved_to).await.unwrap());
+    let want = refs.len() - cancelled.len();
+    let all_ran = eventually(Duration::from_secs(20), || {
+        runs.lock().unwrap().len() >= want
+    })
+    .await;
+    // Anything that would run twice or run cancelled has had time to.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cancel.cancel();
+    for p in pools {
+        p.await.unwrap();
+    }
+    let runs = runs.lock().unwrap();
+    assert!(all_ran, "{} of {want} ran", runs.len());
+    assert_eq!(runs.len(), want);
+    for r in &cancelled {
+        assert!(!runs.contains_key(&r.execution_id), "a cancelled one ran");
+    }
+    let mut lateness: Vec<i64> = Vec::new();
+    for (id, each) in runs.iter() {
+        assert_eq!(each.len(), 1, "{id} ran {} times", each.len());
+        let (at, due) = each[0];
+        assert!(at >= due, "{id} ran {} ms early", due.0 - at.0);
+        lateness.push(at.0 - due.0);
+    }
+    assert_eq!(runs[&moved.execution_id][0].1, moved_to);
+    lateness.sort();
+    let p99 = lateness[lateness.len() * 99 / 100];
+    eprintln!(
+        "scheduled: {} ran once each; lateness p50 {} ms, p99 {p99} ms, max {} ms",
+        lateness.len(),
+        lateness[lateness.len() / 2],
+        lateness[lateness.len() - 1]
+    );
+    assert!(p99 < 100, "p99 lateness {p99} ms");
+}
