@@ -6,7 +6,7 @@
 //! formats and the backends depend on the API without depending on the web server. The
 //! routes that put it on a port, and the status codes of each error, are in
 //! the `ax` binary's `http` module. One file per concept (tasks, executions, the dead-letter queue, status,
-//! completions, access); everything is re-exported here, so callers name `crate::api::X`.
+//! completions, access, scheduled executions); everything is re-exported here, so callers name `crate::api::X`.
 
 mod access;
 mod backend;
@@ -16,6 +16,7 @@ mod error;
 mod executions;
 mod find;
 mod http;
+mod scheduled;
 mod status;
 mod tasks;
 
@@ -40,6 +41,11 @@ pub use find::{
     FIND_SCAN_MAX, MIN_ID_FRAGMENT,
 };
 pub use http::{limit_of_status, ErrorBody, ErrorDetail};
+pub use scheduled::{
+    page_cursor, parse_page_cursor, parse_scheduled_id, Instant, RescheduleRequest, ScheduleBatch,
+    ScheduleReply, ScheduleRequest, ScheduleResult, ScheduledPage, ScheduledView, SCHEDULE_HORIZON,
+    SCHEDULE_REQUEST_MAX,
+};
 pub use status::{
     ClockView, EtcdDbView, QueueContents, QueueState, QueueView, QueuedExecution, ReplicaState,
     ReplicaView, ShardsView, StatusView,

@@ -31,6 +31,7 @@ mod handlers;
 mod queue_names;
 mod queues;
 mod requeue;
+mod scheduled;
 mod tasks;
 
 use std::sync::Arc;
@@ -343,5 +344,34 @@ impl ApiBackend for Backend {
         request: CompletionRequest,
     ) -> ApiFuture<'_, CompletionReply> {
         Box::pin(async move { self.complete(id, request).await })
+    }
+
+    fn schedule(
+        &self,
+        batch: crate::api::ScheduleBatch,
+        actor: Option<String>,
+    ) -> ApiFuture<'_, crate::api::ScheduleReply> {
+        Box::pin(async move { self.schedule_batch(batch, actor).await })
+    }
+
+    fn scheduled(&self, id: String) -> ApiFuture<'_, crate::api::ScheduledView> {
+        Box::pin(async move { self.scheduled_view(&id).await })
+    }
+
+    fn cancel_scheduled(&self, id: String) -> ApiFuture<'_, crate::api::ScheduledView> {
+        Box::pin(async move { self.cancel(&id).await })
+    }
+
+    fn reschedule(&self, id: String, due: UtcMillis) -> ApiFuture<'_, crate::api::ScheduledView> {
+        Box::pin(async move { self.move_to(&id, due).await })
+    }
+
+    fn scheduled_page(
+        &self,
+        queue: String,
+        after: Option<String>,
+        limit: usize,
+    ) -> ApiFuture<'_, crate::api::ScheduledPage> {
+        Box::pin(async move { self.scheduled_listing(&queue, after, limit).await })
     }
 }

@@ -10,7 +10,8 @@
 
 use crate::api::{
     ApiError, BackfillParams, BackfillResult, ErrorBody, ExecutionRecord, KillResult, PutOptions,
-    PutTaskResult, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult, CONTINUE_HEADER,
+    PutTaskResult, RescheduleRequest, ScheduleBatch, ScheduleReply, ScheduledPage, ScheduledView,
+    TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult, CONTINUE_HEADER,
 };
 use ax_scheduler_core::ExecutionId;
 use reqwest::{Method, RequestBuilder, Response};
@@ -58,10 +59,58 @@ impl HttpApi {
     }
 
     fn task(namespace: &str, id: &str, tail: &str) -> String {
-        let enc = |s: &str| {
-            percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
-        };
         format!("/tasks/{}/{}{tail}", enc(namespace), enc(id))
+    }
+
+    /// The path of scheduled execution `id` (`QUEUE/EXECUTION_ID`; a partition's name holds
+    /// `#`, encoded).
+    fn scheduled_path(id: &str, tail: &str) -> Result<String> {
+        let (queue, execution) = id.rsplit_once('/').ok_or_else(|| {
+            ControlError::Api(ApiError::invalid(format!(
+                "`{id}` is not a scheduled id (QUEUE/EXECUTION_ID)"
+            )))
+        })?;
+        Ok(format!(
+            "/scheduled/{}/{}{tail}",
+            enc(queue),
+            enc(execution)
+        ))
+    }
+
+    /// Schedules a batch of executions (`POST /scheduled`).
+    pub async fn schedule(&self, batch: &ScheduleBatch) -> Result<ScheduleReply> {
+        Self::call(self.request(Method::POST, "/scheduled").json(batch)).await
+    }
+
+    /// A scheduled execution as it waits (`GET /scheduled/{queue}/{id}`).
+    pub async fn scheduled(&self, id: &str) -> Result<ScheduledView> {
+        Self::call(self.request(Method::GET, &Self::scheduled_path(id, "")?)).await
+    }
+
+    /// Cancels a scheduled execution (`DELETE /scheduled/{queue}/{id}`).
+    pub async fn cancel_scheduled(&self, id: &str) -> Result<ScheduledView> {
+        Self::call(self.request(Method::DELETE, &Self::scheduled_path(id, "")?)).await
+    }
+
+    /// Moves a scheduled execution (`POST /scheduled/{queue}/{id}/move`).
+    pub async fn reschedule(&self, id: &str, to: &RescheduleRequest) -> Result<ScheduledView> {
+        let path = Self::scheduled_path(id, "/move")?;
+        Self::call(self.request(Method::POST, &path).json(to)).await
+    }
+
+    /// A page of a queue's scheduled executions (`GET /queues/{name}/scheduled`).
+    pub async fn scheduled_page(
+        &self,
+        queue: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<ScheduledPage> {
+        let path = format!("/queues/{}/scheduled", enc(queue));
+        let mut req = self.request(Method::GET, &path).query(&[("limit", limit)]);
+        if let Some(after) = after {
+            req = req.query(&[("after", after)]);
+        }
+        Self::call(req).await
     }
 
     /// Sends `req` and reads a success as a `T`, an error response as its [`ApiError`].
@@ -175,6 +224,11 @@ impl HttpApi {
         let path = Self::task(namespace, id, "/backfill");
         Self::call(self.request(Method::POST, &path).json(params)).await
     }
+}
+
+/// `s` as one path segment.
+fn enc(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
 /// Sends `req`; no answer at all (refused, reset, timed out) may pass when tried again.

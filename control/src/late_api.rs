@@ -144,4 +144,32 @@ impl ApiBackend for LateApi {
     ) -> ApiFuture<'_, CompletionReply> {
         delegate!(self, complete_execution(id, request))
     }
+    fn schedule(
+        &self,
+        batch: crate::api::ScheduleBatch,
+        actor: Option<String>,
+    ) -> ApiFuture<'_, crate::api::ScheduleReply> {
+        delegate!(self, schedule(batch, actor))
+    }
+    fn scheduled(&self, id: String) -> ApiFuture<'_, crate::api::ScheduledView> {
+        delegate!(self, scheduled(id))
+    }
+    fn cancel_scheduled(&self, id: String) -> ApiFuture<'_, crate::api::ScheduledView> {
+        delegate!(self, cancel_scheduled(id))
+    }
+    fn reschedule(
+        &self,
+        id: String,
+        due: ax_scheduler_core::UtcMillis,
+    ) -> ApiFuture<'_, crate::api::ScheduledView> {
+        delegate!(self, reschedule(id, due))
+    }
+    fn scheduled_page(
+        &self,
+        queue: String,
+        after: Option<String>,
+        limit: usize,
+    ) -> ApiFuture<'_, crate::api::ScheduledPage> {
+        delegate!(self, scheduled_page(queue, after, limit))
+    }
 }

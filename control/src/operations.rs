@@ -150,6 +150,43 @@ impl<'a> Operations<'a> {
         Ok(result)
     }
 
+    /// Schedules executions to run once at their instants, each recording the actor in its
+    /// origin. Not recorded in the audit log: a submission is data (an order's timeout), as
+    /// a fire is, and a shop makes thousands a second; cancels and moves are recorded.
+    pub async fn schedule(
+        &self,
+        batch: crate::api::ScheduleBatch,
+    ) -> Result<crate::api::ScheduleReply, ApiError> {
+        self.backend
+            .schedule(batch, Some(self.actor.name.clone()))
+            .await
+    }
+
+    /// Cancels a scheduled execution; `scheduled.cancel`.
+    pub async fn cancel_scheduled(
+        &self,
+        id: String,
+    ) -> Result<crate::api::ScheduledView, ApiError> {
+        let view = self.backend.cancel_scheduled(id).await?;
+        let detail = json!({"due": view.due, "handler": view.handler});
+        self.record("scheduled.cancel", view.id.clone(), Some(detail), None)
+            .await;
+        Ok(view)
+    }
+
+    /// Moves a scheduled execution; `scheduled.move`, with its new instant.
+    pub async fn reschedule(
+        &self,
+        id: String,
+        due: ax_scheduler_core::UtcMillis,
+    ) -> Result<crate::api::ScheduledView, ApiError> {
+        let view = self.backend.reschedule(id, due).await?;
+        let detail = json!({"due": view.due});
+        self.record("scheduled.move", view.id.clone(), Some(detail), None)
+            .await;
+        Ok(view)
+    }
+
     /// Kills one execution; `execution.kill`.
     pub async fn kill_execution(&self, id: ExecutionId) -> Result<KillResult, ApiError> {
         self.backend.write_room().await?;

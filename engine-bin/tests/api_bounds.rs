@@ -231,7 +231,7 @@ async fn a_backfill_is_bounded_by_its_fire_cap_and_by_etcds_quota() {
             backfill_body(2 * 1440, json!({"force": true})),
         )
         .await;
-    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
     assert!(r.text.contains("limits.max_backfill_fires"), "{}", r.text);
     let r = a
         .post(
@@ -666,5 +666,46 @@ async fn an_unchanged_put_shows_the_fires_of_the_registered_spec() {
         again.body["next_fires"], first.body["next_fires"],
         "{} / {}",
         first.text, again.text
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scheduling_is_bounded_per_request_and_rate_limited_per_caller() {
+    let a = api_with("schedule-rate", |c| c.limits.scheduled_per_minute = 1500).await;
+    let one = |i: usize| {
+        json!({"namespace": "shop", "handler": "log", "after": "1h",
+                                "payload": {"order": i}})
+    };
+    let batch = |n: usize| json!({"executions": (0..n).map(one).collect::<Vec<_>>()});
+    // Past 1000 a request is refused whole, and nothing is counted or written.
+    let r = a.post("/api/v1/scheduled", batch(1001)).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    let r = a.post("/api/v1/scheduled", batch(1000)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["scheduled"].as_array().unwrap().len(), 1000);
+    // 1000 of the caller's 1500 a minute are used: 600 more are refused at once (none
+    // written), 500 pass.
+    let r = a.post("/api/v1/scheduled", batch(600)).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+    assert!(r.text.contains("limits.scheduled_per_minute"), "{}", r.text);
+    let wait: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    let r = a.post("/api/v1/scheduled", batch(500)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let page = a.get("/api/v1/queues/default/scheduled?limit=5").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    assert_eq!(page.body["total"], 1500, "{}", page.text);
+    // A request with problems says each, and writes nothing.
+    let r = a
+        .post(
+            "/api/v1/scheduled",
+            json!({"executions": [{"namespace": "bad ns", "handler": "log"}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert!(
+        r.body["error"]["errors"].as_array().unwrap().len() >= 2,
+        "{}",
+        r.text
     );
 }

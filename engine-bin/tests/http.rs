@@ -132,6 +132,23 @@ impl MemoryBackend {
     }
 }
 
+/// Every scheduled id names one waiting execution here: the routes' access is what is tested.
+fn scheduled_view(id: &str) -> Result<ax_control::api::ScheduledView, ApiError> {
+    let r = ax_control::api::parse_scheduled_id(id)?;
+    Ok(ax_control::api::ScheduledView {
+        id: r.to_string(),
+        execution_id: r.execution_id,
+        due: UtcMillis(0),
+        namespace: "default".into(),
+        name: "log".into(),
+        handler: "log".into(),
+        queue: r.queue,
+        priority: 5,
+        payload: json!(null),
+        requested_by: None,
+    })
+}
+
 impl ApiBackend for MemoryBackend {
     fn list_tasks(&self, query: TaskQuery) -> ApiFuture<'_, TaskList> {
         Box::pin(async move {
@@ -397,6 +414,56 @@ impl ApiBackend for MemoryBackend {
                 }],
             })
         })
+    }
+
+    fn schedule(
+        &self,
+        batch: ax_control::api::ScheduleBatch,
+        actor: Option<String>,
+    ) -> ApiFuture<'_, ax_control::api::ScheduleReply> {
+        Box::pin(async move {
+            let subs = batch.submissions(UtcMillis::now(), actor.as_deref())?;
+            Ok(ax_control::api::ScheduleReply {
+                scheduled: subs
+                    .iter()
+                    .map(|s| ax_control::api::ScheduleResult {
+                        id: format!("{}/{}", s.queue, ExecutionId::from_u128(7)),
+                        execution_id: ExecutionId::from_u128(7),
+                        due: s.due,
+                        duplicate: false,
+                    })
+                    .collect(),
+            })
+        })
+    }
+
+    fn scheduled(&self, id: String) -> ApiFuture<'_, ax_control::api::ScheduledView> {
+        Box::pin(async move { scheduled_view(&id) })
+    }
+
+    fn cancel_scheduled(&self, id: String) -> ApiFuture<'_, ax_control::api::ScheduledView> {
+        Box::pin(async move { scheduled_view(&id) })
+    }
+
+    fn reschedule(
+        &self,
+        id: String,
+        due: UtcMillis,
+    ) -> ApiFuture<'_, ax_control::api::ScheduledView> {
+        Box::pin(async move {
+            let mut view = scheduled_view(&id)?;
+            view.due = due;
+            Ok(view)
+        })
+    }
+
+    fn scheduled_page(
+        &self,
+        _queue: String,
+        _after: Option<String>,
+        _limit: usize,
+    ) -> ApiFuture<'_, ax_control::api::ScheduledPage> {
+        Box::pin(async move { Ok(ax_control::api::ScheduledPage::default()) })
     }
 
     fn kill_execution(&self, id: ExecutionId) -> ApiFuture<'_, KillResult> {
@@ -1317,7 +1384,7 @@ async fn every_route_answers_each_caller_as_the_documented_access_table_says() {
     assert_eq!(table, code_table, "docs/security.md and ROUTE_ROLES differ");
 
     let concrete = |path: &str| {
-        let id = if path.starts_with("/executions/") {
+        let id = if path.starts_with("/executions/") || path.starts_with("/scheduled/") {
             "0190f5a2-7b1c-7cc3-9a4e-1f2e3d4c5b6a"
         } else {
             "t1"
@@ -1333,6 +1400,7 @@ async fn every_route_answers_each_caller_as_the_documented_access_table_says() {
             path.replace("{namespace}", "default")
                 .replace("{id}", id)
                 .replace("{name}", "default")
+                .replace("{queue}", "default")
         )
     };
     // The table lists every method the router serves on these paths, and no other.
@@ -1376,6 +1444,8 @@ async fn every_route_answers_each_caller_as_the_documented_access_table_says() {
             }
             "/dlq/requeue" => Some(r#"{"all": true}"#),
             "/tasks/{namespace}/{id}/backfill" => Some(r#"{"from": 0, "to": 1}"#),
+            "/scheduled" => Some(r#"{"namespace": "default", "handler": "log", "after": "1m"}"#),
+            "/scheduled/{queue}/{id}/move" => Some(r#"{"after": "1m"}"#),
             _ => None,
         };
         let mut callers: Vec<(String, Option<String>, Expected)> = vec![
@@ -1513,6 +1583,7 @@ async fn oversized_requests_and_run_now_floods_are_refused_naming_their_limit() 
             max_request_bytes: 2048,
             triggers_per_task_per_minute: 2,
             operate_actions_per_minute: 1000,
+            scheduled_per_minute: 600_000,
             reads_per_minute: 1000,
         },
     );

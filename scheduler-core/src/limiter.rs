@@ -47,9 +47,15 @@ impl TokenBucket {
 
     /// Takes one token if there is one.
     pub fn try_take(&mut self, now: UtcMillis) -> bool {
+        self.try_take_n(1.0, now)
+    }
+
+    /// Takes `n` tokens at once if there are that many (none otherwise); `n` above the
+    /// burst is never granted.
+    pub fn try_take_n(&mut self, n: f64, now: UtcMillis) -> bool {
         self.refill(now);
-        if self.tokens >= 1.0 - EPSILON {
-            self.tokens = (self.tokens - 1.0).max(0.0);
+        if self.tokens >= n - EPSILON {
+            self.tokens = (self.tokens - n).max(0.0);
             true
         } else {
             false
@@ -58,11 +64,18 @@ impl TokenBucket {
 
     /// When the next token will be there (now, if one is).
     pub fn next_token_at(&mut self, now: UtcMillis) -> UtcMillis {
+        self.next_tokens_at(1.0, now)
+    }
+
+    /// When `n` tokens will be there (now, if they are; at a full bucket's refill for `n`
+    /// above the burst, which is never granted).
+    pub fn next_tokens_at(&mut self, n: f64, now: UtcMillis) -> UtcMillis {
         self.refill(now);
-        if self.tokens >= 1.0 - EPSILON || self.rate_per_sec <= 0.0 {
+        let n = n.min(self.capacity);
+        if self.tokens >= n - EPSILON || self.rate_per_sec <= 0.0 {
             return now;
         }
-        let wait_ms = ((1.0 - self.tokens) / self.rate_per_sec * 1000.0).ceil() as i64;
+        let wait_ms = ((n - self.tokens) / self.rate_per_sec * 1000.0).ceil() as i64;
         UtcMillis(now.0.saturating_add(wait_ms.max(1)))
     }
 }
@@ -106,6 +119,12 @@ impl<K: Eq + Hash + Clone> KeyedBuckets<K> {
 
     /// Takes a token of `key`'s bucket, or says why not and until when.
     pub fn try_take(&mut self, key: &K, now: UtcMillis) -> Result<(), KeyRefusal> {
+        self.try_take_n(key, 1, now)
+    }
+
+    /// Takes `n` tokens of `key`'s bucket at once (a batch), or none and says why not and
+    /// until when.
+    pub fn try_take_n(&mut self, key: &K, n: u32, now: UtcMillis) -> Result<(), KeyRefusal> {
         if !self.buckets.contains_key(key) && self.buckets.len() >= self.max_keys {
             if now >= self.next_prune {
                 self.buckets.retain(|_, b| !b.is_full(now));
@@ -119,10 +138,11 @@ impl<K: Eq + Hash + Clone> KeyedBuckets<K> {
             .buckets
             .entry(key.clone())
             .or_insert_with(|| TokenBucket::new(self.rate_per_sec, self.burst, now));
-        if bucket.try_take(now) {
+        let n = f64::from(n);
+        if bucket.try_take_n(n, now) {
             Ok(())
         } else {
-            Err(KeyRefusal::Rate(bucket.next_token_at(now)))
+            Err(KeyRefusal::Rate(bucket.next_tokens_at(n, now)))
         }
     }
 
@@ -188,6 +208,32 @@ mod tests {
         assert!(k.try_take(&"d", UtcMillis(60_000)).is_ok());
         assert_eq!(k.len(), 1);
         assert!(k.try_take(&"a", UtcMillis(60_000)).is_ok());
+    }
+
+    #[test]
+    fn a_batch_takes_its_size_at_once_or_nothing() {
+        let mut b = TokenBucket::new(10.0, 100.0, UtcMillis(0));
+        assert!(b.try_take_n(60.0, UtcMillis(0)));
+        assert!(!b.try_take_n(60.0, UtcMillis(0)), "40 left");
+        assert!(
+            b.try_take_n(40.0, UtcMillis(0)),
+            "nothing was taken by the refusal"
+        );
+        assert_eq!(b.next_tokens_at(30.0, UtcMillis(0)), UtcMillis(3_000));
+        assert!(
+            !b.try_take_n(101.0, UtcMillis(60_000)),
+            "past the burst, never"
+        );
+        let mut k: KeyedBuckets<&str> = KeyedBuckets::new(10.0, 100.0, 4);
+        assert!(k.try_take_n(&"a", 100, UtcMillis(0)).is_ok());
+        assert_eq!(
+            k.try_take_n(&"a", 20, UtcMillis(0)),
+            Err(KeyRefusal::Rate(UtcMillis(2_000)))
+        );
+        assert!(
+            k.try_take_n(&"b", 20, UtcMillis(0)).is_ok(),
+            "each key its own"
+        );
     }
 
     #[test]

@@ -40,14 +40,17 @@ use ax_scheduler_core::{ExecutionId, TaskKey, TaskSpec, UtcMillis};
 use serde::Serialize;
 
 pub use ax_control::api::{
-    ApiError, BackfillParams, BackfillResult, ExecutionRecord, KillResult, Outcome, PutOptions,
-    PutTaskResult, TaskList, TaskView, TriggerResult,
+    ApiError, BackfillParams, BackfillResult, ExecutionRecord, Instant, KillResult, Outcome,
+    PutOptions, PutTaskResult, ScheduleRequest, ScheduleResult, ScheduledPage, ScheduledView,
+    TaskList, TaskView, TriggerResult,
 };
 
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::filter::TaskFilter;
 use ax_control::http_client::HttpApi;
+
+mod scheduled;
 
 /// A client of one cluster. Cheap to share behind an `Arc`; every call goes to etcd or
 /// Redis (nothing is cached).

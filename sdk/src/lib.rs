@@ -72,7 +72,7 @@ pub use ax_scheduler_core::{
     TaskSpec, UtcMillis,
 };
 pub use ax_worker::PoolSummary as Summary;
-pub use client::Client;
+pub use client::{Client, ScheduleRequest, ScheduleResult, ScheduledPage, ScheduledView};
 pub use config::Config;
 pub use error::{Error, Result};
 pub use filter::TaskFilter;

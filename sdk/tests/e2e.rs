@@ -521,3 +521,135 @@ async fn the_http_client_registers_fires_and_controls_a_task_with_a_token() {
     );
     assert!(!e.is_retryable());
 }
+
+/// Waits for the execution's story to show `outcome`; the story, or `None` past `within`.
+async fn story_with(
+    c: &Cluster,
+    id: ExecutionId,
+    outcome: &str,
+    within: Duration,
+) -> Option<serde_json::Value> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if let Some(story) = c.story(id).await {
+            let ended = story["attempts"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x["outcome"] == outcome));
+            if ended {
+                return Some(story);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_timeouts_scheduled_directly_and_over_http_run_once_unless_cancelled() {
+    let _serial = SERIAL.lock().await;
+    let c = Cluster::start().await;
+    let http = Client::http(&c.api, API_TOKEN).unwrap();
+    let options = |key: &str| ax_sdk::TaskOptions::new().idempotency_key(key);
+    let after = Duration::from_millis(1500);
+    // Over HTTP, once the replica answers.
+    let start = Instant::now();
+    let first = loop {
+        match http
+            .schedule_after("shop", "noop", &json!({"order": 0}), after, options("o-0"))
+            .await
+        {
+            Ok(r) => break r,
+            Err(e) if e.is_retryable() && start.elapsed() < Duration::from_secs(30) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("schedule: {e:?}"),
+        }
+    };
+    let mut ids = vec![first.execution_id];
+    for i in 1..10 {
+        let key = format!("o-{i}");
+        let r = http
+            .schedule_after("shop", "noop", &json!({"order": i}), after, options(&key))
+            .await
+            .unwrap();
+        ids.push(r.execution_id);
+    }
+    // Directly (etcd and Redis), in one batch.
+    let batch: Vec<ax_sdk::ScheduleRequest> = (10..20)
+        .map(|i| ax_sdk::ScheduleRequest {
+            namespace: "shop".into(),
+            handler: "noop".into(),
+            payload: json!({"order": i}),
+            after: Some(after),
+            idempotency_key: Some(format!("o-{i}")),
+            ..ax_sdk::ScheduleRequest::default()
+        })
+        .collect();
+    for r in c.client.schedule(batch).await.unwrap() {
+        assert!(!r.duplicate);
+        ids.push(r.execution_id);
+    }
+    // A retried request answers the first one's execution.
+    let again = c
+        .client
+        .schedule_after("shop", "noop", &json!({"order": 0}), after, options("o-0"))
+        .await
+        .unwrap();
+    assert!(again.duplicate && again.id == first.id, "{again:?}");
+    // Paid: cancelled before it runs. Moved: runs later.
+    let paid = http
+        .schedule_after(
+            "shop",
+            "noop",
+            &json!({"order": 99}),
+            after,
+            options("o-99"),
+        )
+        .await
+        .unwrap();
+    let cancelled = http.cancel_scheduled(&paid.id).await.unwrap();
+    assert_eq!(cancelled.execution_id, paid.execution_id);
+    let moved = c
+        .client
+        .schedule_after(
+            "shop",
+            "noop",
+            &json!({"order": 98}),
+            after,
+            options("o-98"),
+        )
+        .await
+        .unwrap();
+    let view = http
+        .reschedule_after(&moved.id, Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert!(view.due.0 > moved.due.0 + 1_000, "{view:?}");
+    // Waiting, soonest first: the 20 and the moved one.
+    let page = http.scheduled_page("default", None, 100).await.unwrap();
+    assert_eq!(page.total, 21, "{page:?}");
+    assert_eq!(
+        page.items.last().map(|v| v.execution_id),
+        Some(moved.execution_id)
+    );
+    assert_eq!(http.scheduled(&moved.id).await.unwrap().handler, "noop");
+
+    for id in ids.iter().chain([&moved.execution_id]) {
+        let story = story_with(&c, *id, "succeeded", Duration::from_secs(30)).await;
+        let story = story.unwrap_or_else(|| panic!("{id} did not run"));
+        let attempts = story["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 1, "ran once: {story}");
+        assert!(
+            attempts[0]["lateness_ms"].as_u64().unwrap() < 5_000,
+            "{story}"
+        );
+    }
+    assert!(
+        c.story(paid.execution_id).await.is_none(),
+        "a cancelled execution never runs"
+    );
+    assert!(matches!(
+        http.scheduled(&paid.id).await,
+        Err(ax_sdk::Error::Api(ax_sdk::client::ApiError::NotFound(_)))
+    ));
+}

@@ -12,8 +12,9 @@ use ax_scheduler_core::ExecutionId;
 use super::{
     ApiError, BackfillParams, BackfillResult, CompletionReply, CompletionRequest, DeadLetter,
     DlqRequeue, DlqRequeued, ExecutionList, ExecutionMatches, ExecutionQuery, ExecutionRecord,
-    ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueContents, QueueState, StatusView,
-    TaskKey, TaskList, TaskQuery, TaskView, TriggerParams, TriggerResult,
+    ExecutionStory, KillResult, PutOptions, PutTaskResult, QueueContents, QueueState,
+    ScheduleBatch, ScheduleReply, ScheduledPage, ScheduledView, StatusView, TaskKey, TaskList,
+    TaskQuery, TaskView, TriggerParams, TriggerResult,
 };
 use crate::audit::{AuditPage, AuditQuery, AuditRecord};
 
@@ -100,4 +101,50 @@ pub trait ApiBackend: Send + Sync {
         id: ExecutionId,
         request: CompletionRequest,
     ) -> ApiFuture<'_, CompletionReply>;
+    /// Schedules each execution of `batch` to run once at its instant, for `actor` (recorded
+    /// in each execution's origin): checked whole first, every problem at once; nothing is
+    /// written to etcd. A backend without Redis answers [`ApiError::Unavailable`].
+    fn schedule(
+        &self,
+        batch: ScheduleBatch,
+        actor: Option<String>,
+    ) -> ApiFuture<'_, ScheduleReply> {
+        let _ = (batch, actor);
+        unavailable("scheduling executions")
+    }
+    /// A scheduled execution as it waits (`QUEUE/EXECUTION_ID`); [`ApiError::NotFound`] once
+    /// it is promoted, cancelled or unknown.
+    fn scheduled(&self, id: String) -> ApiFuture<'_, ScheduledView> {
+        let _ = id;
+        unavailable("reading scheduled executions")
+    }
+    /// Takes a scheduled execution out before it runs; what it was.
+    fn cancel_scheduled(&self, id: String) -> ApiFuture<'_, ScheduledView> {
+        let _ = id;
+        unavailable("cancelling scheduled executions")
+    }
+    /// Moves a scheduled execution to `due`; what it is now.
+    fn reschedule(
+        &self,
+        id: String,
+        due: ax_scheduler_core::UtcMillis,
+    ) -> ApiFuture<'_, ScheduledView> {
+        let _ = (id, due);
+        unavailable("moving scheduled executions")
+    }
+    /// A page of `queue`'s scheduled executions, soonest first, after the cursor `after`.
+    fn scheduled_page(
+        &self,
+        queue: String,
+        after: Option<String>,
+        limit: usize,
+    ) -> ApiFuture<'_, ScheduledPage> {
+        let _ = (queue, after, limit);
+        unavailable("listing scheduled executions")
+    }
+}
+
+fn unavailable<T: Send + 'static>(what: &str) -> ApiFuture<'static, T> {
+    let e = ApiError::Unavailable(format!("{what} needs a backend with Redis"));
+    Box::pin(async move { Err(e) })
 }

@@ -194,6 +194,15 @@ pub fn check_limits(limits: &Limits, err: &mut impl FnMut(&str, String)) {
     if limits.reads_per_minute == 0 {
         err("limits.reads_per_minute", "must be at least 1".into());
     }
+    if limits.scheduled_per_minute < crate::api::SCHEDULE_REQUEST_MAX as u32 {
+        err(
+            "limits.scheduled_per_minute",
+            format!(
+                "must be at least {} (one full schedule request)",
+                crate::api::SCHEDULE_REQUEST_MAX
+            ),
+        );
+    }
     if limits.operate_actions_per_minute == 0 {
         err(
             "limits.operate_actions_per_minute",

@@ -153,6 +153,9 @@ pub struct Limits {
     /// Reads (`GET` requests of `/api/v1`, dry runs) per caller per minute through this
     /// replica's API; default 1200.
     pub reads_per_minute: u32,
+    /// Executions scheduled (`POST /api/v1/scheduled`) per caller per minute through this
+    /// replica's API, with a minute's burst; default 600 000 (10 000 a second).
+    pub scheduled_per_minute: u32,
     /// Most fires one backfill enqueues, forced or not; default 1000.
     pub max_backfill_fires: usize,
     /// Most task keys one listing request reads before it answers with what it found and
@@ -227,6 +230,7 @@ impl Default for Limits {
             triggers_per_task_per_minute: 60,
             operate_actions_per_minute: 30,
             reads_per_minute: 1200,
+            scheduled_per_minute: 600_000,
             max_backfill_fires: 1000,
             max_list_scan: 10_000,
         }

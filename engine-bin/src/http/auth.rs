@@ -72,6 +72,11 @@ pub const ROUTE_ROLES: &[(&str, &str, TokenRole)] = &[
     ("GET", "/queues/{name}", TokenRole::Read),
     ("POST", "/queues/{name}/pause", TokenRole::Operate),
     ("POST", "/queues/{name}/resume", TokenRole::Operate),
+    ("GET", "/queues/{name}/scheduled", TokenRole::Read),
+    ("POST", "/scheduled", TokenRole::Operate),
+    ("GET", "/scheduled/{queue}/{id}", TokenRole::Read),
+    ("DELETE", "/scheduled/{queue}/{id}", TokenRole::Operate),
+    ("POST", "/scheduled/{queue}/{id}/move", TokenRole::Operate),
     ("GET", "/whoami", TokenRole::Read),
 ];
 

@@ -28,6 +28,9 @@ pub const MAX_URI_BYTES: usize = 8 * 1024;
 pub const MAX_HEADERS: usize = 64;
 /// Most bytes of all request headers, names and values.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+/// Callers whose scheduling rate is tracked at once: far above the tokens an install
+/// configures.
+const MAX_TRACKED_CALLERS: usize = 1024;
 /// Tasks whose run-now rate is tracked at once (idle ones are dropped to make room).
 const MAX_TRACKED_TASKS: usize = 10_000;
 /// Executions whose completion rate is tracked at once: far above the jobs one replica's
@@ -45,6 +48,8 @@ pub struct ApiLimits {
     pub operate_actions_per_minute: u32,
     /// `limits.reads_per_minute`.
     pub reads_per_minute: u32,
+    /// `limits.scheduled_per_minute`.
+    pub scheduled_per_minute: u32,
 }
 
 impl From<&crate::config::Limits> for ApiLimits {
@@ -54,6 +59,7 @@ impl From<&crate::config::Limits> for ApiLimits {
             triggers_per_task_per_minute: l.triggers_per_task_per_minute,
             operate_actions_per_minute: l.operate_actions_per_minute,
             reads_per_minute: l.reads_per_minute,
+            scheduled_per_minute: l.scheduled_per_minute,
         }
     }
 }
@@ -209,15 +215,22 @@ impl<K: Eq + Hash + Clone> PerMinute<K> {
 
     /// Takes one for `key` at `now`, or says why not.
     pub(super) fn take(&self, key: &K, now: UtcMillis) -> Result<(), Refused> {
+        self.take_n(key, 1, now)
+    }
+
+    /// Takes `n` at once for `key` at `now` (a batch), or none and says why not.
+    pub(super) fn take_n(&self, key: &K, n: u32, now: UtcMillis) -> Result<(), Refused> {
         let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
         let mut shard = self.shards[index]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let seconds = |at: UtcMillis| (at.0 - now.0).max(0).unsigned_abs().div_ceil(1000);
-        shard.try_take(key, now).map_err(|refused| match refused {
-            KeyRefusal::Rate(at) => Refused::Rate(seconds(at)),
-            KeyRefusal::Crowded(at) => Refused::Crowded(seconds(at)),
-        })
+        shard
+            .try_take_n(key, n, now)
+            .map_err(|refused| match refused {
+                KeyRefusal::Rate(at) => Refused::Rate(seconds(at)),
+                KeyRefusal::Crowded(at) => Refused::Crowded(seconds(at)),
+            })
     }
 
     /// Keys tracked, over all shards.
@@ -239,6 +252,41 @@ pub(super) fn crowded(what: &str, wait_s: u64) -> ApiError {
         ),
         wait_s,
     )
+}
+
+/// Executions scheduled per caller through this replica: a token bucket per caller (the
+/// token's name), a minute's worth of burst; a request of N executions takes N at once.
+#[derive(Clone, Debug)]
+pub struct ScheduleLimiter(PerMinute<std::sync::Arc<str>>);
+
+impl ScheduleLimiter {
+    /// At most `per_minute` executions per caller per minute.
+    pub fn new(per_minute: u32) -> Self {
+        ScheduleLimiter(PerMinute::new(per_minute, MAX_TRACKED_CALLERS))
+    }
+
+    /// Admits `n` executions of `who` at `now`, or says when to try again.
+    pub fn admit(
+        &self,
+        who: &ax_control::api::Principal,
+        n: usize,
+        now: UtcMillis,
+    ) -> Result<(), ApiError> {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        let per_minute = self.0.per_minute();
+        self.0
+            .take_n(&who.name, n, now)
+            .map_err(|refused| match refused {
+                Refused::Rate(wait_s) => rate_limited(
+                    format!(
+                        "caller `{}` scheduled its {per_minute} executions a minute                          (limits.scheduled_per_minute); these {n} may come in {wait_s} s",
+                        who.name
+                    ),
+                    wait_s,
+                ),
+                Refused::Crowded(wait_s) => crowded("callers", wait_s),
+            })
+    }
 }
 
 /// Run-now requests per task through this replica: a token bucket per task, a minute's
@@ -333,6 +381,7 @@ mod tests {
             triggers_per_task_per_minute: 1,
             operate_actions_per_minute: 1,
             reads_per_minute: 1,
+            scheduled_per_minute: 1000,
         };
         assert!(request_error(&request("/api/v1/tasks", &[]), &l).is_none());
         let long = format!("/api/v1/tasks?namespace={}", "a".repeat(MAX_URI_BYTES));

@@ -51,6 +51,7 @@ mod executions;
 mod extract;
 mod namespaces;
 mod queues;
+mod scheduled;
 mod status;
 mod tasks;
 
@@ -62,7 +63,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-use super::limits::{ApiLimits, CompletionLimiter, TriggerLimiter};
+use super::limits::{ApiLimits, CompletionLimiter, ScheduleLimiter, TriggerLimiter};
 use super::operate_limits::{OperateLimiter, ReadLimiter};
 use ax_control::api::{ApiBackend, ApiError, Principal, MAX_LIST_LIMIT};
 use ax_control::audit::Actor;
@@ -81,6 +82,7 @@ pub struct ApiState {
     completions: CompletionLimiter,
     operate: OperateLimiter,
     reads: ReadLimiter,
+    scheduled: ScheduleLimiter,
 }
 
 impl ApiState {
@@ -110,6 +112,7 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
         completions: CompletionLimiter::new(),
         operate: OperateLimiter::new(limits.operate_actions_per_minute),
         reads: ReadLimiter::new(limits.reads_per_minute),
+        scheduled: ScheduleLimiter::new(limits.scheduled_per_minute),
     };
     let reads = state.reads.clone();
     Router::new()
@@ -144,6 +147,13 @@ pub fn router(backend: Option<Arc<dyn ApiBackend>>, limits: ApiLimits) -> Router
         .route("/queues/{name}", get(queues::queue_contents))
         .route("/queues/{name}/pause", post(queues::pause_queue))
         .route("/queues/{name}/resume", post(queues::resume_queue))
+        .route("/queues/{name}/scheduled", get(scheduled::page))
+        .route("/scheduled", post(scheduled::schedule))
+        .route(
+            "/scheduled/{queue}/{id}",
+            get(scheduled::scheduled).delete(scheduled::cancel),
+        )
+        .route("/scheduled/{queue}/{id}/move", post(scheduled::move_to))
         .route("/whoami", get(status::whoami))
         .route(
             "/executions/{id}/complete",

@@ -102,6 +102,7 @@ fn started_text(origin: Option<&ax_queue::Origin>) -> String {
             Some(of) => format!("requeue of dead letter {of}{by}"),
             None => format!("requeue of a dead letter{by}"),
         },
+        OriginKind::Submitted => format!("scheduled ahead, submitted{by} (due)"),
     }
 }
 
