@@ -12,6 +12,7 @@
 pub mod commands;
 pub mod edge;
 pub mod output;
+pub mod scheduled;
 pub mod task_file;
 
 use std::path::PathBuf;
@@ -157,6 +158,9 @@ pub enum Command {
     /// Pause and resume queues.
     #[command(subcommand)]
     Queue(QueueCommand),
+    /// Run a handler once at an instant or after a delay, kept in Redis (no task).
+    #[command(subcommand)]
+    Scheduled(scheduled::ScheduledCommand),
     /// Repair the queues' fences (see docs/runbook.md).
     #[command(subcommand)]
     Fence(FenceCommand),

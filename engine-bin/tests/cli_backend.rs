@@ -882,3 +882,113 @@ async fn a_one_shot_finalized_in_the_ledger_shows_its_final_status() {
         .clone();
     assert_eq!(shown["status"], "FAILED", "{listed}");
 }
+
+#[test]
+fn scheduled_executions_are_added_listed_moved_cancelled_and_audited_through_the_cli() {
+    let c = Cluster::new("cli-sched");
+    let out = c.ax(&[
+        "scheduled",
+        "add",
+        "orders.close",
+        "-n",
+        "shop",
+        "--payload",
+        r#"{"order": 7}"#,
+        "--after",
+        "1h",
+        "--idempotency-key",
+        "close-7",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let id = said.split_whitespace().nth(1).unwrap().to_owned();
+    assert!(said.starts_with("scheduled default/"), "{said}");
+    // The same key again: the first one's id.
+    let again = c.ax(&[
+        "scheduled",
+        "add",
+        "orders.close",
+        "-n",
+        "shop",
+        "--after",
+        "2h",
+        "--idempotency-key",
+        "close-7",
+        "-o",
+        "json",
+    ]);
+    let reply: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(reply["scheduled"][0]["id"], id.as_str());
+    assert_eq!(reply["scheduled"][0]["duplicate"], true);
+
+    let list = c.ax(&["scheduled", "list", "-o", "json"]);
+    let page: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(page["total"], 1, "{page}");
+    assert_eq!(page["items"][0]["payload"]["order"], 7);
+
+    let moved = c.ax(&["scheduled", "move", &id, "--after", "3h"]);
+    assert!(
+        moved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&moved.stderr)
+    );
+    let got = c.ax(&["scheduled", "get", &id, "-o", "json"]);
+    let view: Value = serde_json::from_slice(&got.stdout).unwrap();
+    let due = view["due"].as_i64().unwrap();
+    let in_3h = UtcMillis::now().0 + 3 * 3_600_000;
+    assert!((due - in_3h).abs() < 60_000, "{view}");
+
+    let cancelled = c.ax(&["scheduled", "cancel", &id]);
+    assert!(
+        cancelled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cancelled.stderr)
+    );
+    let gone = c.ax(&["scheduled", "cancel", &id]);
+    assert_eq!(
+        gone.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&gone.stderr)
+    );
+    // Bad input: every problem, exit 3, nothing written.
+    let bad = c.ax(&[
+        "scheduled",
+        "add",
+        "h",
+        "-n",
+        "bad ns",
+        "--after",
+        "1m",
+        "--priority",
+        "12",
+    ]);
+    assert_eq!(
+        bad.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("namespace") && stderr.contains("priority"),
+        "{stderr}"
+    );
+
+    let audit = c.ax(&["audit", "-o", "json"]);
+    let records: Value = serde_json::from_slice(&audit.stdout).unwrap();
+    let actions: Vec<&str> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert!(
+        actions.contains(&"scheduled.move") && actions.contains(&"scheduled.cancel"),
+        "{actions:?}"
+    );
+}

@@ -104,6 +104,7 @@ pub async fn run(cli: Cli, edge: &Edge) -> Result<(), CliError> {
             audit_list(&config, query, output).await
         }
         Command::Queue(cmd) => queue(&config, actor, cmd).await,
+        Command::Scheduled(cmd) => super::scheduled::run(&config, actor, cmd).await,
         Command::Fence(FenceCommand::Reseat { queue }) => fence_reseat(&config, actor, queue).await,
         Command::Status { output } => {
             let status = backend(&config).await?.status().await.map_err(api_error)?;
@@ -321,7 +322,7 @@ fn toml_string(s: &str) -> String {
 }
 
 /// Connects the backend (etcd now, Redis on first use); failing is exit 1.
-async fn backend(config: &Config) -> Result<Backend, CliError> {
+pub(super) async fn backend(config: &Config) -> Result<Backend, CliError> {
     Ok(Backend::connect_lazy(&config.cluster())
         .await
         .map_err(anyhow::Error::from)?)
@@ -351,7 +352,7 @@ async fn list_tasks(
 }
 
 /// An API error as the CLI reports it (and its exit code).
-fn api_error(e: ApiError) -> CliError {
+pub(super) fn api_error(e: ApiError) -> CliError {
     match e {
         ApiError::Invalid { errors, .. } => CliError::Invalid(errors),
         ApiError::BadCursor(m) => CliError::Invalid(vec![m]),
@@ -761,7 +762,7 @@ fn read_input(file: &str) -> Result<Vec<u8>, CliError> {
     }
 }
 
-fn print_stdout(text: &str) -> Result<(), CliError> {
+pub(super) fn print_stdout(text: &str) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
