@@ -51,6 +51,8 @@ static PROMOTE_SCHEDULED: LazyLock<Script> =
     LazyLock::new(|| ordered(include_str!("scheduled/promote_scheduled.lua")));
 static CANCEL_SCHEDULED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scheduled/cancel_scheduled.lua")));
+/// [`defaults_fragment`], made once.
+static DEFAULTS_FRAGMENT: LazyLock<Vec<String>> = LazyLock::new(defaults_fragment);
 static RESCHEDULE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scheduled/reschedule.lua")));
 
@@ -226,6 +228,101 @@ pub struct ScheduledEntry {
     pub message: ExecutionMessage,
 }
 
+/// The fields of a scheduled message its stored form leaves out, each known when it is
+/// promoted (`promote_scheduled.lua` writes them back in front): the id is the hash's field,
+/// the due instant the set's score, enqueue instants the promotion's, the rest constant.
+const FILLED_AT_PROMOTION: [&str; 8] = [
+    "execution_id",
+    "fire_at",
+    "attempt",
+    "run_now",
+    "first_attempt_at",
+    "enqueued_at",
+    "fencing_token",
+    "overlap",
+];
+
+/// The fields a stored form leaves out when they hold the defaults, and the promotion
+/// writes back (with [`defaults_fragment`]): most submissions keep them.
+const DEFAULTED: [&str; 3] = ["retry", "timeout_ms", "priority"];
+
+/// The default values of [`DEFAULTED`], as the JSON an execution message has them.
+fn defaults() -> serde_json::Map<String, serde_json::Value> {
+    let defaults = TaskOptions::default();
+    let mut map = serde_json::Map::new();
+    map.insert(
+        "retry".into(),
+        serde_json::to_value(&defaults.retry).unwrap_or_default(),
+    );
+    map.insert(
+        "timeout_ms".into(),
+        u64::try_from(defaults.timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .into(),
+    );
+    map.insert("priority".into(), defaults.priority.into());
+    map
+}
+
+/// `"retry":...,"timeout_ms":...,"priority":...` for `promote_scheduled.lua`, each as a
+/// separate `key:value` text.
+fn defaults_fragment() -> Vec<String> {
+    let defaults = defaults();
+    DEFAULTED
+        .iter()
+        .map(|k| {
+            let v = defaults.get(*k).cloned().unwrap_or_default();
+            format!("{}:{v}", serde_json::Value::String((*k).to_owned()))
+        })
+        .collect()
+}
+
+/// The stored form of a scheduled message: its JSON without [`FILLED_AT_PROMOTION`], and
+/// without [`DEFAULTED`] fields that hold their defaults (about 340 bytes less a pending
+/// execution).
+fn stored_form(m: &ExecutionMessage) -> Result<String> {
+    let json = |source| QueueError::Json {
+        action: "encode",
+        what: "scheduled execution",
+        source,
+    };
+    let mut value = serde_json::to_value(m).map_err(json)?;
+    if let Some(fields) = value.as_object_mut() {
+        for f in FILLED_AT_PROMOTION {
+            fields.remove(f);
+        }
+        for (k, v) in defaults() {
+            if fields.get(&k) == Some(&v) {
+                fields.remove(&k);
+            }
+        }
+    }
+    serde_json::to_string(&value).map_err(json)
+}
+
+/// The message a stored form stands for, as the promotion at `now` would make it.
+fn from_stored(stored: &str, id: ExecutionId, due: UtcMillis, now: UtcMillis) -> Result<ExecutionMessage> {
+    let json = |source| QueueError::Json {
+        action: "decode",
+        what: "scheduled execution",
+        source,
+    };
+    let mut value: serde_json::Value = serde_json::from_str(stored).map_err(json)?;
+    let Some(fields) = value.as_object_mut() else {
+        return Err(QueueError::InvalidMessage("a scheduled execution is not an object".into()));
+    };
+    fields.insert("execution_id".into(), id.to_string().into());
+    fields.insert("fire_at".into(), due.0.into());
+    fields.insert("attempt".into(), 0.into());
+    fields.insert("first_attempt_at".into(), now.0.into());
+    fields.insert("enqueued_at".into(), now.0.into());
+    fields.insert("fencing_token".into(), 0.into());
+    for (k, v) in defaults() {
+        fields.entry(k).or_insert(v);
+    }
+    ExecutionMessage::from_json(&value.to_string())
+}
+
 impl Queue {
     /// The physical queue scheduled message `m` waits in: on a partitioned queue, the
     /// partition its idempotency key hashes to (so the key's marker is where a second
@@ -287,7 +384,7 @@ impl Queue {
                     })
                     .arg(m.execution_id.to_string())
                     .arg(m.fire_at.0)
-                    .arg(m.to_json()?)
+                    .arg(stored_form(m)?)
                     .arg(if identity.is_some() { "1" } else { "" });
                 }
                 invocations.push(inv);
@@ -346,28 +443,25 @@ impl Queue {
             .key(k.scheduled_jobs(&r.queue))
             .arg(r.execution_id.to_string());
         let mut conn = self.conn();
-        let raw: Option<String> = self
+        let raw: Option<(String, f64)> = self
             .run("cancel scheduled", inv.invoke_async(&mut conn))
             .await?;
         self.replicated(&k.scheduled(&r.queue)).await?;
-        raw.map(|raw| ExecutionMessage::from_json(&raw)).transpose()
+        let now = self.inner.cfg.clock.now();
+        raw.map(|(raw, due)| from_stored(&raw, r.execution_id, UtcMillis(due as i64), now))
+            .transpose()
     }
 
     /// Moves a scheduled execution to `due`; `false` when it is no longer scheduled.
     pub async fn reschedule(&self, r: &ScheduledRef, due: UtcMillis) -> Result<bool> {
-        let Some(entry) = self.scheduled(r).await? else {
-            return Ok(false);
-        };
-        let mut message = entry.message;
-        message.fire_at = due;
+        check_queue(&r.queue)?;
         let k = &self.inner.keys;
         let mut inv = RESCHEDULE.prepare_invoke();
         inv.key(k.scheduled(&r.queue))
             .key(k.scheduled_jobs(&r.queue))
             .key(k.scheduled_wake(&r.queue))
             .arg(r.execution_id.to_string())
-            .arg(due.0)
-            .arg(message.to_json()?);
+            .arg(due.0);
         let mut conn = self.conn();
         let moved: i64 = self.run("reschedule", inv.invoke_async(&mut conn)).await?;
         self.replicated(&k.scheduled(&r.queue)).await?;
@@ -387,11 +481,15 @@ impl Queue {
             .run("scheduled get", pipe.query_async(&mut conn))
             .await?;
         match (raw, due) {
-            (Some(raw), Some(due)) => Ok(Some(ScheduledEntry {
-                reference: r.clone(),
-                due: UtcMillis(due as i64),
-                message: ExecutionMessage::from_json(&raw)?,
-            })),
+            (Some(raw), Some(due)) => {
+                let due = UtcMillis(due as i64);
+                let now = self.inner.cfg.clock.now();
+                Ok(Some(ScheduledEntry {
+                    reference: r.clone(),
+                    due,
+                    message: from_stored(&raw, r.execution_id, due, now)?,
+                }))
+            }
             _ => Ok(None),
         }
     }
@@ -500,7 +598,8 @@ impl Queue {
             .arg(now.0)
             .arg(batch.clamp(1, SCHEDULE_CHUNK))
             .arg(self.inner.cfg.aging_step_us())
-            .arg(DEFAULT_PRIORITY);
+            .arg(DEFAULT_PRIORITY)
+            .arg(&*DEFAULTS_FRAGMENT);
         let mut conn = self.conn();
         let (moved, head): (usize, i64) = self
             .run("promote scheduled", inv.invoke_async(&mut conn))

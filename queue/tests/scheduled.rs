@@ -294,3 +294,46 @@ async fn a_running_promoter_fires_on_time_and_an_earlier_head_wakes_it() {
     eprintln!("scheduled: lateness of 5 promotions, ms: {lateness:?}");
     assert!(lateness[4] < 50, "late by {lateness:?} ms");
 }
+
+#[tokio::test]
+async fn a_promoted_message_is_the_submitted_one_to_the_payloads_last_digit() {
+    let q = queue(1).await;
+    let t0 = hour_ahead();
+    let mut s = submission(t0);
+    s.payload = json!({"big": 9_007_199_254_740_993_u64, "neg": -12345678901234_i64,
+        "float": 0.1, "text": "ordre n°7 \"payé\" \\ ✓", "nested": [1, {"a": null}], "empty": {}});
+    s.options = TaskOptions::new().priority(8).idempotency_key("k-1");
+    let sent = s.message(new_execution_id(), UtcMillis::now());
+    let refs = added(&q.schedule_batch(std::slice::from_ref(&sent)).await.unwrap());
+    let waiting = q.scheduled(&refs[0]).await.unwrap().unwrap();
+    assert_eq!(waiting.message.payload, sent.payload);
+    assert_eq!(promote_all(&q, t0 + 5).await, 1);
+    let mut c = q.consumer("orders", "w1", BLOCK, UtcMillis::now()).await.unwrap();
+    let got = c.take(1).await.unwrap().pop().unwrap().message;
+    let mut want = sent.clone();
+    // Enqueued when promoted; everything else as submitted.
+    want.enqueued_at = got.enqueued_at;
+    want.first_attempt_at = got.first_attempt_at;
+    assert_eq!(got, want);
+    assert!(got.enqueued_at.0 >= t0 + 5 - 1, "enqueued at the promotion's instant");
+}
+
+#[tokio::test]
+async fn garbage_in_the_scheduled_set_is_dead_lettered_not_run_or_lost_silently() {
+    let q = queue(1).await;
+    let t0 = hour_ahead();
+    let mut conn = q.connection();
+    let k = q.keys();
+    let id = new_execution_id().to_string();
+    redis::pipe()
+        .zadd(k.scheduled("orders"), &id, t0)
+        .hset(k.scheduled_jobs("orders"), &id, "not json at all")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(promote_all(&q, t0).await, 1);
+    let mut c = q.consumer("orders", "w1", BLOCK, UtcMillis::now()).await.unwrap();
+    assert!(c.take(1).await.unwrap().is_empty(), "nothing runs");
+    let dead = q.dlq_list("orders", 0, 10).await.unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+}

@@ -97,3 +97,40 @@ proptest! {
         let _ = text.parse::<ScheduledRef>();
     }
 }
+
+proptest! {
+    /// What is left out of a stored form comes back as it was, for any options.
+    #[test]
+    fn a_stored_form_reads_back_as_the_message(
+        priority in 0u8..=9,
+        timeout_s in 1u64..=3600,
+        retries in 0u32..=5,
+        order in any::<i64>(),
+    ) {
+        let mut s = submission();
+        s.payload = json!({"order": order});
+        let mut retry = ax_scheduler_core::RetryPolicy::default();
+        retry.max_retries = retries;
+        s.options = TaskOptions::new()
+            .priority(priority)
+            .timeout(Duration::from_secs(timeout_s))
+            .retry(retry);
+        let m = s.message(ExecutionId::from_u128(3), UtcMillis(77));
+        let back = from_stored(&stored_form(&m).unwrap(), m.execution_id, m.fire_at, UtcMillis(77)).unwrap();
+        prop_assert_eq!(back, m);
+    }
+}
+
+#[test]
+fn a_stored_form_leaves_out_what_the_promotion_writes_back() {
+    let s = Submission {
+        options: TaskOptions::new(),
+        ..submission()
+    };
+    let m = s.message(ExecutionId::from_u128(3), UtcMillis(77));
+    let stored = stored_form(&m).unwrap();
+    for field in FILLED_AT_PROMOTION.iter().chain(&DEFAULTED) {
+        assert!(!stored.contains(&format!("\"{field}\"")), "{field} in {stored}");
+    }
+    assert!(stored.len() < 200, "{} bytes: {stored}", stored.len());
+}
