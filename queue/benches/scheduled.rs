@@ -71,18 +71,15 @@ fn main() {
         // Due over a day from an hour ahead: nothing is promoted while submitting.
         let start = UtcMillis::now().0 + 3_600_000;
         let now = UtcMillis::now();
-        let batches: Vec<Vec<_>> = (0..n)
-            .collect::<Vec<_>>()
-            .chunks(1000)
-            .map(|c| {
-                c.iter()
-                    .map(|&i| {
-                        let due = UtcMillis(start + (i as i64 * 86_400_000 / n as i64));
-                        submission(i, due).message(new_execution_id(), now)
-                    })
-                    .collect()
-            })
-            .collect();
+        // Made batch by batch as they are sent: 10 M messages at once would not fit.
+        let batches = (0..n).step_by(1000).map(move |first| {
+            (first..(first + 1000).min(n))
+                .map(|i| {
+                    let due = UtcMillis(start + (i as i64 * 86_400_000 / n as i64));
+                    submission(i, due).message(new_execution_id(), now)
+                })
+                .collect::<Vec<_>>()
+        });
         let payload_bytes: usize = (0..n).map(|i| json!({"order": i}).to_string().len()).sum();
         let t0 = Instant::now();
         let results: Vec<(Duration, Vec<ScheduledRef>)> = stream::iter(batches)
@@ -112,7 +109,7 @@ fn main() {
         let payload_avg = payload_bytes as f64 / n as f64;
         assert_eq!(q.scheduled_count("orders").await.unwrap(), n as u64);
 
-        // Cancels, one at a time, spread over the set.
+        // Cancels, one at a time, spread over the set (the refs are kept for them).
         let mut cancel_lat = Vec::new();
         for r in refs.iter().step_by((n / 10_000).max(1)) {
             let t = Instant::now();

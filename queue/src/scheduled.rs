@@ -301,7 +301,12 @@ fn stored_form(m: &ExecutionMessage) -> Result<String> {
 }
 
 /// The message a stored form stands for, as the promotion at `now` would make it.
-fn from_stored(stored: &str, id: ExecutionId, due: UtcMillis, now: UtcMillis) -> Result<ExecutionMessage> {
+fn from_stored(
+    stored: &str,
+    id: ExecutionId,
+    due: UtcMillis,
+    now: UtcMillis,
+) -> Result<ExecutionMessage> {
     let json = |source| QueueError::Json {
         action: "decode",
         what: "scheduled execution",
@@ -309,7 +314,9 @@ fn from_stored(stored: &str, id: ExecutionId, due: UtcMillis, now: UtcMillis) ->
     };
     let mut value: serde_json::Value = serde_json::from_str(stored).map_err(json)?;
     let Some(fields) = value.as_object_mut() else {
-        return Err(QueueError::InvalidMessage("a scheduled execution is not an object".into()));
+        return Err(QueueError::InvalidMessage(
+            "a scheduled execution is not an object".into(),
+        ));
     };
     fields.insert("execution_id".into(), id.to_string().into());
     fields.insert("fire_at".into(), due.0.into());

@@ -308,14 +308,20 @@ async fn a_promoted_message_is_the_submitted_one_to_the_payloads_last_digit() {
     let waiting = q.scheduled(&refs[0]).await.unwrap().unwrap();
     assert_eq!(waiting.message.payload, sent.payload);
     assert_eq!(promote_all(&q, t0 + 5).await, 1);
-    let mut c = q.consumer("orders", "w1", BLOCK, UtcMillis::now()).await.unwrap();
+    let mut c = q
+        .consumer("orders", "w1", BLOCK, UtcMillis::now())
+        .await
+        .unwrap();
     let got = c.take(1).await.unwrap().pop().unwrap().message;
     let mut want = sent.clone();
     // Enqueued when promoted; everything else as submitted.
     want.enqueued_at = got.enqueued_at;
     want.first_attempt_at = got.first_attempt_at;
     assert_eq!(got, want);
-    assert!(got.enqueued_at.0 >= t0 + 5 - 1, "enqueued at the promotion's instant");
+    assert!(
+        got.enqueued_at.0 >= t0 + 5 - 1,
+        "enqueued at the promotion's instant"
+    );
 }
 
 #[tokio::test]
@@ -332,7 +338,10 @@ async fn garbage_in_the_scheduled_set_is_dead_lettered_not_run_or_lost_silently(
         .await
         .unwrap();
     assert_eq!(promote_all(&q, t0).await, 1);
-    let mut c = q.consumer("orders", "w1", BLOCK, UtcMillis::now()).await.unwrap();
+    let mut c = q
+        .consumer("orders", "w1", BLOCK, UtcMillis::now())
+        .await
+        .unwrap();
     assert!(c.take(1).await.unwrap().is_empty(), "nothing runs");
     let dead = q.dlq_list("orders", 0, 10).await.unwrap();
     assert_eq!(dead.len(), 1, "{dead:?}");

@@ -130,7 +130,10 @@ fn a_stored_form_leaves_out_what_the_promotion_writes_back() {
     let m = s.message(ExecutionId::from_u128(3), UtcMillis(77));
     let stored = stored_form(&m).unwrap();
     for field in FILLED_AT_PROMOTION.iter().chain(&DEFAULTED) {
-        assert!(!stored.contains(&format!("\"{field}\"")), "{field} in {stored}");
+        assert!(
+            !stored.contains(&format!("\"{field}\"")),
+            "{field} in {stored}"
+        );
     }
     assert!(stored.len() < 200, "{} bytes: {stored}", stored.len());
 }
