@@ -183,8 +183,15 @@ impl Queue {
     ) -> Result<()> {
         let keys = self.keys();
         let mut pipe = redis::pipe();
-        let entries = entries(reports.clone().map(|(event, _)| event));
-        if entries.is_empty() {
+        // A scheduled execution has no task (`scheduled.rs`): no leader keeps a state for it,
+        // so its events would be read and dropped; its history is written all the same.
+        let entries = entries(
+            reports
+                .clone()
+                .map(|(event, _)| event)
+                .filter(|e| !e.task_id.starts_with(crate::SCHEDULED_ID_MARK)),
+        );
+        if entries.is_empty() && reports.clone().all(|(_, history)| history.is_none()) {
             return Ok(());
         }
         // Each entry to its shard's stream. Streams of several shards are in several slots;

@@ -98,6 +98,13 @@ async fn workers_run_each_scheduled_execution_once_at_its_instant() {
     for p in pools {
         p.await.unwrap();
     }
+    // No task, so nothing for a leader: no event reaches the leader's stream.
+    let events: i64 = redis::cmd("XLEN")
+        .arg(q.keys().events(None))
+        .query_async(&mut q.connection())
+        .await
+        .unwrap();
+    assert_eq!(events, 0, "events for a leader that keeps no state of these");
     let runs = runs.lock().unwrap();
     assert!(all_ran, "{} of {want} ran", runs.len());
     assert_eq!(runs.len(), want);

@@ -109,8 +109,10 @@ proptest! {
     ) {
         let mut s = submission();
         s.payload = json!({"order": order});
-        let mut retry = ax_scheduler_core::RetryPolicy::default();
-        retry.max_retries = retries;
+        let retry = ax_scheduler_core::RetryPolicy {
+            max_retries: retries,
+            ..Default::default()
+        };
         s.options = TaskOptions::new()
             .priority(priority)
             .timeout(Duration::from_secs(timeout_s))
