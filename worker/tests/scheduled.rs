@@ -104,7 +104,10 @@ async fn workers_run_each_scheduled_execution_once_at_its_instant() {
         .query_async(&mut q.connection())
         .await
         .unwrap();
-    assert_eq!(events, 0, "events for a leader that keeps no state of these");
+    assert_eq!(
+        events, 0,
+        "events for a leader that keeps no state of these"
+    );
     let runs = runs.lock().unwrap();
     assert!(all_ran, "{} of {want} ran", runs.len());
     assert_eq!(runs.len(), want);
