@@ -12,6 +12,7 @@
 pub mod commands;
 pub mod edge;
 pub mod output;
+mod plumbing;
 pub mod scheduled;
 pub mod task_file;
 

@@ -72,8 +72,8 @@ pub use peek::QueuePeek;
 pub use queue::{Delivery, Queue, REPLICA_ACK_WAIT};
 pub use retry::RetrySettle;
 pub use scheduled::{
-    Promoter, PromoterConfig, ScheduleOutcome, ScheduledEntry, ScheduledRef, Submission,
-    SCHEDULED_ID_MARK, SCHEDULED_PAGE_MAX, SCHEDULE_BATCH_MAX, SCHEDULE_CHUNK,
+    Promoter, PromoterConfig, PromoterState, ScheduleOutcome, ScheduledEntry, ScheduledRef,
+    Submission, SCHEDULED_ID_MARK, SCHEDULED_PAGE_MAX, SCHEDULE_BATCH_MAX, SCHEDULE_CHUNK,
 };
 pub use server::ServerInfo;
 pub use stats::{QueueStats, UNSERVED_AFTER};

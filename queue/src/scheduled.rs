@@ -42,7 +42,7 @@ use crate::scripts::ordered;
 
 mod promoter;
 
-pub use promoter::{Promoter, PromoterConfig};
+pub use promoter::{Promoter, PromoterConfig, PromoterState};
 
 static SCHEDULE_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scheduled/schedule_many.lua")));

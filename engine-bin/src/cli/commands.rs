@@ -6,12 +6,13 @@
 //! so a broken configuration is reported the same way by all of them. Redis is connected only
 //! by the commands that need it.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
 use crate::cli::edge::Edge;
 use crate::cli::output;
+use crate::cli::plumbing::{api_error, backend, print_stdout};
 use crate::cli::task_file;
 use crate::cli::{
     password_warning, Cli, CliError, Command, ConfigCommand, DlqCommand, ExecutionCommand,
@@ -321,13 +322,6 @@ fn toml_string(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| format!("{s:?}"))
 }
 
-/// Connects the backend (etcd now, Redis on first use); failing is exit 1.
-pub(super) async fn backend(config: &Config) -> Result<Backend, CliError> {
-    Ok(Backend::connect_lazy(&config.cluster())
-        .await
-        .map_err(anyhow::Error::from)?)
-}
-
 /// The tasks `query` selects, page after page; only its first page when `one_page` (then
 /// saying on stderr how to get the next).
 async fn list_tasks(
@@ -349,25 +343,6 @@ async fn list_tasks(
         }
     }
     Ok(tasks)
-}
-
-/// An API error as the CLI reports it (and its exit code).
-pub(super) fn api_error(e: ApiError) -> CliError {
-    match e {
-        ApiError::Invalid { errors, .. } => CliError::Invalid(errors),
-        ApiError::BadCursor(m) => CliError::Invalid(vec![m]),
-        ApiError::NotFound(m) => CliError::NotFound(m),
-        ApiError::Conflict(m) => CliError::Conflict(m),
-        ApiError::Limit { message, .. } => CliError::Invalid(vec![message]),
-        ApiError::Unauthorized(m)
-        | ApiError::Forbidden(m)
-        | ApiError::Closed(m)
-        | ApiError::CrossOrigin(m)
-        | ApiError::UnknownHost(m)
-        | ApiError::UnsupportedMediaType(m)
-        | ApiError::Unavailable(m)
-        | ApiError::Internal(m) => CliError::Failed(anyhow::anyhow!(m)),
-    }
 }
 
 /// Validates a spec file (before anything is connected); with `--dry-run` prints the
@@ -760,13 +735,6 @@ fn read_input(file: &str) -> Result<Vec<u8>, CliError> {
     } else {
         std::fs::read(file).map_err(|e| CliError::Usage(format!("cannot read {file}: {e}")))
     }
-}
-
-pub(super) fn print_stdout(text: &str) -> Result<(), CliError> {
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(|e| CliError::Failed(anyhow::anyhow!("cannot write to stdout: {e}")))
 }
 
 /// Prints `err` on stderr the way scripts and people expect: `ax: error: ...`, one problem

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use clap::Subcommand;
 
-use super::commands::{api_error, backend, print_stdout};
 use super::output;
+use super::plumbing::{api_error, backend, print_stdout};
 use super::OutputFormat;
 use crate::cli::CliError;
 use crate::config::Config;
