@@ -73,7 +73,8 @@ pub use queue::{Delivery, Queue, REPLICA_ACK_WAIT};
 pub use retry::RetrySettle;
 pub use scheduled::{
     Promoter, PromoterConfig, PromoterState, ScheduleOutcome, ScheduledEntry, ScheduledRef,
-    Submission, SCHEDULED_ID_MARK, SCHEDULED_PAGE_MAX, SCHEDULE_BATCH_MAX, SCHEDULE_CHUNK,
+    Submission, PAGE_TIES_MAX, SCHEDULED_ID_MARK, SCHEDULED_PAGE_MAX, SCHEDULE_BATCH_MAX,
+    SCHEDULE_CHUNK,
 };
 pub use server::ServerInfo;
 pub use stats::{QueueStats, UNSERVED_AFTER};

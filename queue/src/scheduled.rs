@@ -66,6 +66,10 @@ pub const SCHEDULE_BATCH_MAX: usize = 10_000;
 /// The most entries one page of [`Queue::scheduled_page`] returns.
 pub const SCHEDULED_PAGE_MAX: usize = 1_000;
 
+/// The most executions due at one instant that a page reads past to go on within that
+/// instant; past it, the page goes on from the next instant.
+pub const PAGE_TIES_MAX: usize = 10_000;
+
 /// The first character of a scheduled execution's task id. Task ids never hold it, so the
 /// leader's dispatcher, which ignores executions of tasks it does not know, never mistakes
 /// one for a task's.
@@ -522,8 +526,9 @@ impl Queue {
 
     /// A page of `queue`'s scheduled executions, soonest first, from those due after
     /// `after` (exclusive: the last entry of the page before, as due and id), at most
-    /// `limit` (capped at [`SCHEDULED_PAGE_MAX`]). Each partition is read from its own head,
-    /// so a page costs O(partitions × limit), whatever the backlog.
+    /// `limit` (capped at [`SCHEDULED_PAGE_MAX`]). Each partition is read from the cursor,
+    /// so a page costs O(partitions × (limit + ties at the cursor's instant)), whatever the
+    /// backlog.
     pub async fn scheduled_page(
         &self,
         queue: &str,
@@ -534,26 +539,8 @@ impl Queue {
         let limit = limit.clamp(1, SCHEDULED_PAGE_MAX);
         let mut all: Vec<(i64, String, String)> = Vec::new();
         for physical in self.physical_queues(queue) {
-            // Ties on the due instant are ordered by id; a page ends inside a tie at most
-            // `limit` entries in, so that many more past the boundary's instant suffice.
-            let min = after.map_or_else(|| "-inf".to_owned(), |(due, _)| due.0.to_string());
-            let mut conn = self.conn();
-            let ids: Vec<(String, f64)> = self
-                .run(
-                    "scheduled page",
-                    redis::cmd("ZRANGE")
-                        .arg(self.inner.keys.scheduled(&physical))
-                        .arg(&min)
-                        .arg("+inf")
-                        .arg("BYSCORE")
-                        .arg("LIMIT")
-                        .arg(0)
-                        .arg(limit.saturating_mul(2))
-                        .arg("WITHSCORES")
-                        .query_async(&mut conn),
-                )
-                .await?;
-            for (id, due) in ids {
+            let window = self.page_window(&physical, after, limit).await?;
+            for (id, due) in window {
                 let due = due as i64;
                 if let Some((a_due, a_id)) = after {
                     if (due, id.as_str()) <= (a_due.0, a_id.to_string().as_str()) {
@@ -582,6 +569,56 @@ impl Queue {
             }
         }
         Ok(out)
+    }
+
+    /// The entries of physical queue `physical` a page after `after` may hold: its first
+    /// `limit` past the cursor. A sorted set orders ties on a score by member, so the window
+    /// starts at the cursor's instant and is widened by that instant's ties (counted in
+    /// O(log n)), which it must read past; an instant holding more than
+    /// [`PAGE_TIES_MAX`] executions is passed over whole instead (listed in part).
+    async fn page_window(
+        &self,
+        physical: &str,
+        after: Option<(UtcMillis, ExecutionId)>,
+        limit: usize,
+    ) -> Result<Vec<(String, f64)>> {
+        let key = self.inner.keys.scheduled(physical);
+        let (min, skip) = match after {
+            None => ("-inf".to_owned(), 0),
+            Some((due, _)) => {
+                let mut conn = self.conn();
+                let ties: usize = self
+                    .run(
+                        "scheduled page",
+                        redis::cmd("ZCOUNT")
+                            .arg(&key)
+                            .arg(due.0)
+                            .arg(due.0)
+                            .query_async(&mut conn),
+                    )
+                    .await?;
+                if ties > PAGE_TIES_MAX {
+                    (format!("({}", due.0), 0)
+                } else {
+                    (due.0.to_string(), ties)
+                }
+            }
+        };
+        let mut conn = self.conn();
+        self.run(
+            "scheduled page",
+            redis::cmd("ZRANGE")
+                .arg(&key)
+                .arg(&min)
+                .arg("+inf")
+                .arg("BYSCORE")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit.saturating_add(skip))
+                .arg("WITHSCORES")
+                .query_async(&mut conn),
+        )
+        .await
     }
 
     /// Moves up to `batch` scheduled executions of physical queue `queue` due at `now` into

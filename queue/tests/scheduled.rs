@@ -213,7 +213,7 @@ async fn a_batch_past_its_bound_is_refused_whole() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     /// Pages read one after another list every scheduled execution once, soonest first (ties
     /// by id), whatever the page size and however the dues collide, as a sorted list says.

@@ -64,8 +64,11 @@ async fn a_term_that_panics_gives_its_key_up_and_the_role_leads_again_firing_eac
         },
     );
     // A task every second whose executions never end here (nothing runs them): `allow`
-    // lets each fire go all the same.
-    let spec = r#"{"handler":"log","schedule":{"every":"1s"},"overlap":"allow"}"#;
+    // lets each fire go all the same. `fire_all`: the next term runs every fire it finds
+    // missed, so the one whose enqueue panicked runs however long the re-campaign takes
+    // (with `fire_once`, one more second of pause would fold it into the next fire).
+    let spec =
+        r#"{"handler":"log","schedule":{"every":"1s"},"overlap":"allow","misfire":"fire_all"}"#;
     client
         .kv_client()
         .put(format!("{prefix}/tasks/ns/a"), spec, None)
