@@ -231,7 +231,7 @@ async fn a_backfill_is_bounded_by_its_fire_cap_and_by_etcds_quota() {
             backfill_body(2 * 1440, json!({"force": true})),
         )
         .await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
     assert!(r.text.contains("limits.max_backfill_fires"), "{}", r.text);
     let r = a
         .post(
