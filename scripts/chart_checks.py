@@ -58,6 +58,7 @@ CONTRACT = {
         "triggers_per_task_per_minute",
         "operate_actions_per_minute",
         "reads_per_minute",
+        "scheduled_per_minute",
         "max_backfill_fires",
         "max_list_scan",
     },
