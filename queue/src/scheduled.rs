@@ -121,11 +121,7 @@ impl Submission {
         if let Err(e) = self.options.check() {
             errors.extend(e.errors);
         }
-        let defaults = TaskOptions::default();
-        if self.options.misfire != defaults.misfire
-            || self.options.overlap != defaults.overlap
-            || self.options.expect_success_within.is_some()
-        {
+        if self.options.sets_schedule_only() {
             errors.push(FieldError::new(
                 "options",
                 "misfire, overlap and expect_success_within apply to a task's schedule, not to one execution",
@@ -552,21 +548,31 @@ impl Queue {
         }
         all.sort();
         all.truncate(limit);
+        // The page's messages in one round trip: one HMGET per partition, pipelined.
+        let mut pipe = redis::pipe();
+        for (_, id, physical) in &all {
+            pipe.hget(self.inner.keys.scheduled_jobs(physical), id);
+        }
+        let mut conn = self.conn();
+        let stored: Vec<Option<String>> = self
+            .run("scheduled page", pipe.query_async(&mut conn))
+            .await?;
+        let now = self.inner.cfg.clock.now();
         let mut out = Vec::with_capacity(all.len());
-        for (due, id, physical) in all {
-            let execution_id: ExecutionId = match id.parse() {
-                Ok(id) => id,
-                Err(_) => continue,
+        for ((due, id, physical), stored) in all.into_iter().zip(stored) {
+            // Gone in between (promoted or cancelled), or not an id: not listed.
+            let (Some(stored), Ok(execution_id)) = (stored, id.parse::<ExecutionId>()) else {
+                continue;
             };
-            let r = ScheduledRef {
-                queue: physical,
-                execution_id,
-            };
-            // Gone in between (promoted or cancelled): not listed.
-            if let Some(mut entry) = self.scheduled(&r).await? {
-                entry.due = UtcMillis(due);
-                out.push(entry);
-            }
+            let due = UtcMillis(due);
+            out.push(ScheduledEntry {
+                message: from_stored(&stored, execution_id, due, now)?,
+                reference: ScheduledRef {
+                    queue: physical,
+                    execution_id,
+                },
+                due,
+            });
         }
         Ok(out)
     }

@@ -79,6 +79,16 @@ impl TaskOptions {
         TaskOptions::default()
     }
 
+    /// Whether a setting that applies only to a schedule (misfire, overlap,
+    /// `expect_success_within`) differs from its default: one execution run once has no
+    /// schedule, so such a setting would be dropped unsaid.
+    pub fn sets_schedule_only(&self) -> bool {
+        let d = TaskOptions::default();
+        self.misfire != d.misfire
+            || self.overlap != d.overlap
+            || self.expect_success_within.is_some()
+    }
+
     /// Sets [`priority`](Self::priority).
     pub fn priority(mut self, priority: u8) -> Self {
         self.priority = priority;
@@ -357,6 +367,17 @@ pub fn check_retry(p: &RetryPolicy) -> Vec<FieldError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schedule_only_settings_are_told_apart() {
+        assert!(!TaskOptions::new().priority(9).sets_schedule_only());
+        assert!(TaskOptions::new()
+            .misfire(MisfirePolicy::Skip)
+            .sets_schedule_only());
+        assert!(TaskOptions::new()
+            .expect_success_within(Duration::from_secs(1))
+            .sets_schedule_only());
+    }
 
     #[test]
     fn the_defaults_hold_and_each_bound_is_named_by_its_path() {

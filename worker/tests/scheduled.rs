@@ -39,6 +39,25 @@ fn pool(q: &ax_queue::Queue, worker: &str, runs: &Runs) -> WorkerPool {
     WorkerPool::new(q.clone(), cfg, r, Arc::new(NoopReporter)).unwrap()
 }
 
+/// Two pools of `pool` running until the token is cancelled.
+fn two_pools(
+    q: &ax_queue::Queue,
+    runs: &Runs,
+) -> (
+    CancellationToken,
+    Vec<tokio::task::JoinHandle<ax_worker::PoolSummary>>,
+) {
+    let cancel = CancellationToken::new();
+    let pools = (0..2)
+        .map(|i| {
+            let p = pool(q, &format!("w{i}"), runs);
+            let c = cancel.clone();
+            tokio::spawn(async move { p.run(c).await })
+        })
+        .collect();
+    (cancel, pools)
+}
+
 fn submission(due: UtcMillis) -> ExecutionMessage {
     Submission {
         namespace: "shop".into(),
@@ -57,14 +76,7 @@ fn submission(due: UtcMillis) -> ExecutionMessage {
 async fn workers_run_each_scheduled_execution_once_at_its_instant() {
     let q = queue().await;
     let runs: Runs = Arc::default();
-    let cancel = CancellationToken::new();
-    let pools: Vec<_> = (0..2)
-        .map(|i| {
-            let p = pool(&q, &format!("w{i}"), &runs);
-            let c = cancel.clone();
-            tokio::spawn(async move { p.run(c).await })
-        })
-        .collect();
+    let (cancel, pools) = two_pools(&q, &runs);
     // 600 due over the next 2 s, in batches as a shop's API would submit them.
     let start = UtcMillis::now().0 + 500;
     let msgs: Vec<_> = (0..600)
@@ -138,14 +150,7 @@ async fn a_redis_sigkilled_with_aof_mid_stream_loses_and_doubles_nothing() {
     let mut server = ax_testkit::RedisServer::start_with_aof();
     let q = queue_at(&server.url(), &ax_testkit::unique_name("axws")).await;
     let runs: Runs = Arc::default();
-    let cancel = CancellationToken::new();
-    let pools: Vec<_> = (0..2)
-        .map(|i| {
-            let p = pool(&q, &format!("w{i}"), &runs);
-            let c = cancel.clone();
-            tokio::spawn(async move { p.run(c).await })
-        })
-        .collect();
+    let (cancel, pools) = two_pools(&q, &runs);
     // 400 due over 4 s from 0.5 s on; Redis is killed 1.5 s in, back 1 s later.
     let start = UtcMillis::now().0 + 500;
     let msgs: Vec<_> = (0..400)

@@ -119,23 +119,14 @@ impl ScheduleRequest {
         let mut problems = Vec::new();
         // The request as a whole: `executions[3]`, or `request` for a lone one.
         let whole = path.strip_suffix('.').unwrap_or("request");
-        let horizon = now.add(SCHEDULE_HORIZON);
-        let due = match (&self.at, self.after) {
-            (Some(at), None) => at.resolve().map_err(|e| format!("{path}at: {e}")),
-            (None, Some(after)) => Ok(now.add(after)),
-            _ => Err(format!("{whole}: give exactly one of `at` and `after`")),
-        };
-        let due = match due {
-            Ok(due) if due > horizon => {
-                problems.push(format!(
-                    "{whole}: due {} is past the horizon of 366 days",
-                    due.to_rfc3339(),
-                ));
-                due
-            }
+        let due = match resolve_due(self.at.as_ref(), self.after, now) {
             Ok(due) => due,
-            Err(e) => {
-                problems.push(e);
+            Err(Problem::At(e)) => {
+                problems.push(format!("{path}at: {e}"));
+                now
+            }
+            Err(Problem::Whole(e)) => {
+                problems.push(format!("{whole}: {e}"));
                 now
             }
         };
@@ -356,19 +347,42 @@ pub struct RescheduleRequest {
 impl RescheduleRequest {
     /// The new due instant at `now`.
     pub fn due(&self, now: UtcMillis) -> Result<UtcMillis, ApiError> {
-        let due = match (&self.at, self.after) {
-            (Some(at), None) => at.resolve().map_err(ApiError::invalid)?,
-            (None, Some(after)) => now.add(after),
-            _ => return Err(ApiError::invalid("give exactly one of `at` and `after`")),
-        };
-        if due > now.add(SCHEDULE_HORIZON) {
-            return Err(ApiError::invalid(format!(
-                "due {} is past the horizon of 366 days",
-                due.to_rfc3339()
-            )));
-        }
-        Ok(due)
+        resolve_due(self.at.as_ref(), self.after, now).map_err(|e| match e {
+            Problem::At(e) => ApiError::invalid(format!("at: {e}")),
+            Problem::Whole(e) => ApiError::invalid(e),
+        })
     }
+}
+
+/// Why a due instant could not be resolved: the `at` given, or the request as a whole.
+enum Problem {
+    At(String),
+    Whole(String),
+}
+
+/// The due instant of exactly one of `at` and `after` at `now`, within the
+/// [`SCHEDULE_HORIZON`]: one rule for a new execution and for a move.
+fn resolve_due(
+    at: Option<&Instant>,
+    after: Option<Duration>,
+    now: UtcMillis,
+) -> Result<UtcMillis, Problem> {
+    let due = match (at, after) {
+        (Some(at), None) => at.resolve().map_err(Problem::At)?,
+        (None, Some(after)) => now.add(after),
+        _ => {
+            return Err(Problem::Whole(
+                "give exactly one of `at` and `after`".into(),
+            ))
+        }
+    };
+    if due > now.add(SCHEDULE_HORIZON) {
+        return Err(Problem::Whole(format!(
+            "due {} is past the horizon of 366 days",
+            due.to_rfc3339()
+        )));
+    }
+    Ok(due)
 }
 
 #[cfg(test)]

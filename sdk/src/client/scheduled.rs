@@ -155,11 +155,8 @@ fn request(
 ) -> Result<ScheduleRequest> {
     let payload = serde_json::to_value(payload)
         .map_err(|e| Error::Config(format!("the payload is not JSON: {e}")))?;
-    let defaults = TaskOptions::new();
-    if options.misfire != defaults.misfire
-        || options.overlap != defaults.overlap
-        || options.expect_success_within.is_some()
-    {
+    // The request carries no such field, so the server could not refuse it: say so here.
+    if options.sets_schedule_only() {
         return Err(Error::Config(
             "misfire, overlap and expect_success_within apply to a task's schedule, not to one execution"
                 .into(),
